@@ -1,0 +1,13 @@
+// Shared declarations of the native addon. The native layer is thin: driver
+// calls, memory, completion. All protocol logic lives in TypeScript.
+#pragma once
+#include <napi.h>
+
+namespace smcuda {
+// cuda_calls.cc: dlopen("libcuda.so.1") and one JS function per driver call.
+void InitCuda(Napi::Env env, Napi::Object exports);
+// completion.cc: event completion -> Promise, through one poller thread.
+void InitCompletion(Napi::Env env, Napi::Object exports);
+// shm.cc: POSIX shared memory segments mapped into ArrayBuffers.
+void InitShm(Napi::Env env, Napi::Object exports);
+}  // namespace smcuda

@@ -1,0 +1,11 @@
+// Module entry point. Each concept registers its functions from its own file.
+#include "addon.h"
+
+static Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  smcuda::InitCuda(env, exports);
+  smcuda::InitCompletion(env, exports);
+  smcuda::InitShm(env, exports);
+  return exports;
+}
+
+NODE_API_MODULE(smcuda, Init)

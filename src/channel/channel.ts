@@ -1,0 +1,33 @@
+/**
+ * A ControlChannel carries whole control frames, in order, between two
+ * processes. smcuda ships an in-memory pair (tests) and a Unix domain socket
+ * channel; a runtime may bring its own (its existing control plane) by
+ * implementing this interface.
+ *
+ * Contract:
+ *  - `send` hands over one whole frame; frames arrive whole and in order.
+ *    The channel may keep a reference to `frame` until it is written, so the
+ *    caller must not modify it after `send`.
+ *  - `send` returns false when the channel's buffer is above its high-water
+ *    mark; the caller should wait for 'drain' before sending much more.
+ *    Frames sent anyway are still queued, never dropped.
+ *  - 'close' is emitted exactly once, with an Error when the channel failed
+ *    (peer reset, bad framing) and without one on an orderly close (either
+ *    side called close(), or the peer ended the stream).
+ *  - After 'close', `send` throws ClosedError.
+ */
+import type { EventEmitter } from 'node:events';
+
+export interface ControlChannelEvents {
+  frame: [frame: Uint8Array];
+  drain: [];
+  close: [error?: Error];
+}
+
+export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
+  /** For logs and traces, e.g. 'unix:/run/smcuda/job.sock' or 'memory:a->b'. */
+  readonly label: string;
+  readonly closed: boolean;
+  send(frame: Uint8Array): boolean;
+  close(): void;
+}

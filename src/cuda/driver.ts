@@ -1,0 +1,172 @@
+/**
+ * The CUDA driver interface: one contract, two implementations.
+ *
+ *  - `NativeCudaDriver` (native-driver.ts) wraps the addon in native/, which
+ *    dlopens libcuda.so.1 at run time.
+ *  - `SimulatedCudaDriver` (sim-driver.ts) keeps "device memory" in POSIX
+ *    shared memory so that separate processes can really open each other's
+ *    IPC handles; it injects faults on request.
+ *
+ * Everything above this file (machines, cache, transport, CLI) talks to a
+ * `CudaDriver` only, so every protocol test runs on both.
+ *
+ * Conventions:
+ *  - Device pointers, streams, events and contexts are `bigint` handles.
+ *  - Calls act on the current device of the calling thread (`setDevice`),
+ *    as the CUDA runtime does; pointers carry their own device.
+ *  - A failing call throws `CudaError` (errors.ts) whose `code` is the CUDA
+ *    error name, e.g. `CUDA_ERROR_ALREADY_MAPPED`, and whose `call` names the
+ *    driver function, e.g. `cuIpcOpenMemHandle`.
+ *  - Bad arguments from JS are refused with TypeError/RangeError before any
+ *    driver sees them (validate.ts).
+ */
+
+/** A device pointer (CUdeviceptr). */
+export type DevicePtr = bigint;
+/** An opaque stream handle (CUstream). `0n` is the legacy default stream. */
+export type StreamHandle = bigint;
+/** An opaque event handle (CUevent). */
+export type EventHandle = bigint;
+
+/** Size in bytes of CUipcMemHandle and CUipcEventHandle. */
+export const IPC_HANDLE_SIZE = 64;
+
+export type DriverKind = 'native' | 'sim';
+
+export interface DeviceInfo {
+  /** Ordinal as this process sees it (depends on CUDA_VISIBLE_DEVICES). */
+  index: number;
+  name: string;
+  /** 'GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx': the identity used across processes. */
+  uuid: string;
+  /** e.g. '0000:18:00.0' */
+  pciBusId: string;
+  computeCapability: [major: number, minor: number];
+  totalMemory: number;
+}
+
+/** Why the driver is or is not usable; never throws. */
+export interface DriverStatus {
+  available: boolean;
+  /** Present when not available: what is missing and how to fix it. */
+  reason?: string;
+  /** cuDriverGetVersion, e.g. 13000; 0 where unknown. */
+  driverVersion: number;
+}
+
+export type MemoryType = 'host' | 'device' | 'array' | 'unified';
+
+export interface PointerAttributes {
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation, changes on free + realloc. */
+  bufferId: bigint;
+  /** CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
+  device: number;
+  memoryType: MemoryType;
+}
+
+export interface AddressRange {
+  base: DevicePtr;
+  size: number;
+}
+
+/** Page-locked host memory, visible to JS as bytes. */
+export interface PinnedHostBuffer {
+  readonly bytes: Uint8Array;
+  /** Releases the pinning/allocation; `bytes` must not be used afterwards. */
+  free(): void;
+}
+
+/** A POSIX shared-memory segment mapped into this process. */
+export interface SharedSegment {
+  readonly name: string;
+  readonly bytes: Uint8Array;
+  /** Unmaps (does not unlink). Idempotent. */
+  close(): void;
+}
+
+export interface EventOptions {
+  /** CU_EVENT_INTERPROCESS (implies timing disabled). */
+  interprocess?: boolean;
+  /** CU_EVENT_DISABLE_TIMING */
+  disableTiming?: boolean;
+}
+
+export interface CudaDriver {
+  readonly kind: DriverKind;
+
+  // -- driver and devices ---------------------------------------------------
+  /** Whether the driver can be used here, and why not. Never throws. */
+  status(): DriverStatus;
+  /** cuInit(0). Idempotent. Throws CudaError where the driver is unavailable. */
+  init(): void;
+  /** True once `init` succeeded and a device was made current in this process. */
+  isReady(): boolean;
+  deviceCount(): number;
+  deviceInfo(index: number): DeviceInfo;
+  /** cuDeviceCanAccessPeer(dev, peer). Same device: true. */
+  canAccessPeer(dev: number, peer: number): boolean;
+
+  // -- contexts: the primary context of a device, retained and made current --
+  /** Retains the device's primary context and makes it current on this thread. */
+  setDevice(index: number): void;
+  /** The device made current by `setDevice`, or -1. */
+  currentDevice(): number;
+  /** Releases every primary context this driver retained. */
+  releaseDevices(): void;
+
+  // -- memory -----------------------------------------------------------------
+  memAlloc(bytes: number): DevicePtr;
+  memFree(ptr: DevicePtr): void;
+  memsetD8(ptr: DevicePtr, value: number, bytes: number): void;
+  memsetD8Async(ptr: DevicePtr, value: number, bytes: number, stream: StreamHandle): void;
+  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void;
+  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void;
+  memcpyDtoD(dst: DevicePtr, src: DevicePtr, bytes: number): void;
+  /** `src`/`dst` should be pinned (PinnedHostBuffer.bytes) for a truly async copy. */
+  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void;
+  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void;
+  /** cuMemcpyAsync: unified addressing, any direction, across devices. */
+  memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: StreamHandle): void;
+  memGetAddressRange(ptr: DevicePtr): AddressRange;
+  pointerAttributes(ptr: DevicePtr): PointerAttributes;
+  /** cuMemHostAlloc (portable). */
+  hostAlloc(bytes: number): PinnedHostBuffer;
+  /** cuMemHostRegister over memory JS already has (e.g. a shared segment). Returns the unregister function. */
+  hostRegister(bytes: Uint8Array): () => void;
+
+  // -- IPC --------------------------------------------------------------------
+  /** cuIpcGetMemHandle on an allocation's base: 64 opaque bytes. */
+  ipcGetMemHandle(ptr: DevicePtr): Uint8Array;
+  /** cuIpcOpenMemHandle with CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS. Opening an already open handle returns the same pointer. */
+  ipcOpenMemHandle(handle: Uint8Array): DevicePtr;
+  ipcCloseMemHandle(ptr: DevicePtr): void;
+  ipcGetEventHandle(event: EventHandle): Uint8Array;
+  ipcOpenEventHandle(handle: Uint8Array): EventHandle;
+
+  // -- streams and events -----------------------------------------------------
+  streamCreate(): StreamHandle;
+  streamDestroy(stream: StreamHandle): void;
+  streamSynchronize(stream: StreamHandle): void;
+  streamWaitEvent(stream: StreamHandle, event: EventHandle): void;
+  eventCreate(options?: EventOptions): EventHandle;
+  eventDestroy(event: EventHandle): void;
+  eventRecord(event: EventHandle, stream: StreamHandle): void;
+  /** true: complete; false: not yet (CUDA_ERROR_NOT_READY). */
+  eventQuery(event: EventHandle): boolean;
+  eventSynchronize(event: EventHandle): void;
+  /** Milliseconds between two timing events. */
+  eventElapsedTime(start: EventHandle, end: EventHandle): number;
+  /**
+   * Resolves once the event has completed, without blocking the event loop
+   * and without holding a libuv pool thread per pending event.
+   */
+  whenComplete(event: EventHandle): Promise<void>;
+
+  // -- shared host memory (for the simulator and for host staging) -------------
+  shmCreate(name: string, bytes: number): SharedSegment;
+  shmOpen(name: string): SharedSegment;
+  shmUnlink(name: string): void;
+
+  /** Releases everything this driver instance holds (poller thread, contexts). */
+  close(): void;
+}

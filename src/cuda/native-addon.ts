@@ -1,0 +1,92 @@
+/**
+ * The raw surface of the native addon (build/Release/smcuda.node), exactly as
+ * native/*.cc export it. Nothing here validates: callers go through
+ * NativeCudaDriver (validated) or, for shared memory, through shm.ts.
+ *
+ * Conventions of the native side:
+ *  - pointers, streams, events, contexts: BigInt;
+ *  - sizes: Number (safe integers, validated in TS);
+ *  - a failing CUresult throws an Error with `code` = CUDA error name,
+ *    `call` = driver function name, `result` = number;
+ *  - a failing system call throws an Error with `code` = errno name
+ *    (e.g. 'ENOENT') and `call` = the system call.
+ */
+
+export interface NativeShm {
+  /** shm_open(O_CREAT|O_EXCL, 0600) + ftruncate + mmap. The ArrayBuffer is external and unmapped when `shmClose` is called (or at GC if never). */
+  shmCreate(name: string, bytes: number): ArrayBuffer;
+  /** shm_open + fstat + mmap of an existing segment. */
+  shmOpen(name: string): ArrayBuffer;
+  /** munmap the mapping behind this ArrayBuffer (it is detached afterwards). */
+  shmClose(buffer: ArrayBuffer): void;
+  shmUnlink(name: string): void;
+  /** Address of the first byte of an ArrayBuffer's backing store (for cuMemHostRegister). */
+  bufferAddress(buffer: ArrayBuffer): bigint;
+}
+
+export interface NativeCuda {
+  /** Loads libcuda.so.1 and resolves entry points; never throws. */
+  cudaStatus(): { available: boolean; reason?: string; driverVersion: number };
+  cuInit(): void;
+  cuDeviceGetCount(): number;
+  cuDeviceGetInfo(ordinal: number): {
+    name: string;
+    uuid: string;
+    pciBusId: string;
+    major: number;
+    minor: number;
+    totalMemory: number;
+  };
+  cuDeviceCanAccessPeer(dev: number, peer: number): boolean;
+  /** Retain the primary context of `ordinal` and make it current on this thread; returns the CUcontext. */
+  cuDevicePrimaryCtxRetain(ordinal: number): bigint;
+  cuDevicePrimaryCtxRelease(ordinal: number): void;
+  cuCtxSetCurrent(ctx: bigint): void;
+  cuMemAlloc(bytes: number): bigint;
+  cuMemFree(ptr: bigint): void;
+  cuMemsetD8(ptr: bigint, value: number, bytes: number): void;
+  cuMemsetD8Async(ptr: bigint, value: number, bytes: number, stream: bigint): void;
+  /** Host side given as (ArrayBuffer, byteOffset, byteLength). */
+  cuMemcpyHtoD(dst: bigint, src: ArrayBuffer, offset: number, bytes: number): void;
+  cuMemcpyDtoH(dst: ArrayBuffer, offset: number, bytes: number, src: bigint): void;
+  cuMemcpyDtoD(dst: bigint, src: bigint, bytes: number): void;
+  cuMemcpyHtoDAsync(dst: bigint, src: ArrayBuffer, offset: number, bytes: number, stream: bigint): void;
+  cuMemcpyDtoHAsync(dst: ArrayBuffer, offset: number, bytes: number, src: bigint, stream: bigint): void;
+  cuMemcpyAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  cuMemGetAddressRange(ptr: bigint): { base: bigint; size: number };
+  cuPointerGetAttributes(ptr: bigint): { bufferId: bigint; device: number; memoryType: number };
+  /** cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE); an external ArrayBuffer freed by cuMemFreeHost. */
+  cuMemHostAlloc(bytes: number): ArrayBuffer;
+  cuMemFreeHost(buffer: ArrayBuffer): void;
+  cuMemHostRegister(buffer: ArrayBuffer, offset: number, bytes: number): void;
+  cuMemHostUnregister(buffer: ArrayBuffer, offset: number): void;
+  cuIpcGetMemHandle(ptr: bigint): ArrayBuffer;
+  cuIpcOpenMemHandle(handle: ArrayBuffer, offset: number): bigint;
+  cuIpcCloseMemHandle(ptr: bigint): void;
+  cuIpcGetEventHandle(event: bigint): ArrayBuffer;
+  cuIpcOpenEventHandle(handle: ArrayBuffer, offset: number): bigint;
+  cuStreamCreate(): bigint;
+  cuStreamDestroy(stream: bigint): void;
+  cuStreamSynchronize(stream: bigint): void;
+  cuStreamWaitEvent(stream: bigint, event: bigint): void;
+  /** flags: CU_EVENT_* bit mask */
+  cuEventCreate(flags: number): bigint;
+  cuEventDestroy(event: bigint): void;
+  cuEventRecord(event: bigint, stream: bigint): void;
+  cuEventQuery(event: bigint): boolean;
+  cuEventSynchronize(event: bigint): void;
+  cuEventElapsedTime(start: bigint, end: bigint): number;
+}
+
+export interface NativeCompletion {
+  /**
+   * Resolves when `event` completes (rejects with a CUDA error if the query
+   * fails). One poller thread per addon instance watches every pending event
+   * with the given context current; no libuv pool thread is held.
+   */
+  whenEventComplete(event: bigint, ctx: bigint): Promise<void>;
+  /** Stops the poller thread (pending promises reject with code 'SMCUDA_CLOSED'). */
+  completionShutdown(): void;
+}
+
+export type NativeAddon = NativeShm & NativeCuda & NativeCompletion;

@@ -1,0 +1,75 @@
+/**
+ * Every error smcuda raises is one of these classes. Each carries a stable
+ * `code` (for programs) and a message that says what to do (for people).
+ */
+
+export class SmcudaError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/**
+ * A CUDA driver call failed. `code` is the CUDA error name
+ * (e.g. 'CUDA_ERROR_ALREADY_MAPPED'), `call` the driver function, `result`
+ * the numeric CUresult.
+ */
+export class CudaError extends SmcudaError {
+  readonly call: string;
+  readonly result: number;
+  constructor(call: string, code: string, result: number, detail?: string) {
+    super(code, `${call} failed: ${code} (${result})${detail ? `: ${detail}` : ''}`);
+    this.call = call;
+    this.result = result;
+  }
+}
+
+/** The native addon could not be loaded; the message lists every cause found and its fix. */
+export class AddonLoadError extends SmcudaError {
+  readonly causes: string[];
+  constructor(causes: string[]) {
+    super(
+      'SMCUDA_ADDON_LOAD',
+      ['Could not load the smcuda native addon (build/Release/smcuda.node).', ...causes.map((c) => `  - ${c}`)].join('\n'),
+    );
+    this.causes = causes;
+  }
+}
+
+/** A peer sent a frame that does not decode or is not allowed now; the endpoint is closed. */
+export class ProtocolError extends SmcudaError {
+  constructor(message: string, code = 'SMCUDA_PROTOCOL') {
+    super(code, message);
+  }
+}
+
+/** The peer of an endpoint went away (closed, crashed, timed out); pending operations reject with this. */
+export class PeerLostError extends SmcudaError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('SMCUDA_PEER_LOST', message, options);
+  }
+}
+
+/** The endpoint or transport was closed locally while the operation was pending. */
+export class ClosedError extends SmcudaError {
+  constructor(message: string) {
+    super('SMCUDA_CLOSED', message);
+  }
+}
+
+/** Bad configuration or usage that is not a simple argument type error. */
+export class ConfigError extends SmcudaError {
+  constructor(message: string) {
+    super('SMCUDA_CONFIG', message);
+  }
+}
+
+/** A message did not fit the receive buffer, or similar receive-side mismatch. */
+export class TruncationError extends SmcudaError {
+  constructor(message: string) {
+    super('SMCUDA_TRUNCATED', message);
+  }
+}

@@ -1,0 +1,192 @@
+/**
+ * Control frames exchanged on an endpoint's ControlChannel. The binary layout
+ * of each frame is in codec.ts and docs/protocol.md; this file is the typed
+ * view that the rest of the library uses.
+ *
+ * A channel carries whole frames (the channel does the framing); every frame
+ * starts with a 4-byte header: magic 'S' (0x53), wire version, frame type,
+ * flags (0).
+ */
+
+export const WIRE_VERSION = 1;
+export const IPC_HANDLE_BYTES = 64;
+/** Device UUIDs travel as their 16 raw bytes; in JS they are the 'GPU-…' string. */
+export const UUID_BYTES = 16;
+
+export enum FrameType {
+  HELLO = 1,
+  IPC_REQ = 2,
+  IPC_ACK = 3,
+  IPC_NOTREADY = 4,
+  IPC_CONFIRM = 5,
+  IPC_ABORT = 6,
+  EAGER = 10,
+  RGET = 11,
+  FIN = 12,
+  STAGE_BEGIN = 20,
+  STAGE_CHUNK = 21,
+  STAGE_ACK = 22,
+  INVALIDATE = 30,
+  CLOSE = 40,
+}
+
+/** First frame in each direction: who I am, what I run on. */
+export interface HelloFrame {
+  type: FrameType.HELLO;
+  /** Highest wire version the sender speaks. */
+  version: number;
+  pid: number;
+  /** The sender's transport id (unique per job); also breaks ties in the negotiation. */
+  peerId: string;
+  /** UUID of the sender's current device, or '' when it uses no GPU (yet). */
+  deviceUuid: string;
+  /** Per-job secret; empty when not configured. */
+  token: string;
+}
+
+/** "Can you open my IPC handles?" `attempt` counts from 1. */
+export interface IpcReqFrame {
+  type: FrameType.IPC_REQ;
+  attempt: number;
+  deviceUuid: string;
+}
+
+/** The answer to IPC_REQ from a peer that is ready. */
+export interface IpcAckFrame {
+  type: FrameType.IPC_ACK;
+  attempt: number;
+  ok: boolean;
+  deviceUuid: string;
+}
+
+/** The answer to IPC_REQ from a peer that has not initialised CUDA yet. */
+export interface IpcNotReadyFrame {
+  type: FrameType.IPC_NOTREADY;
+  attempt: number;
+}
+
+/** The requester received ACK(ok): both sides now use IPC. */
+export interface IpcConfirmFrame {
+  type: FrameType.IPC_CONFIRM;
+  attempt: number;
+}
+
+/** The sender gave up on IPC (timeout, tries exhausted): the receiver goes BAD too. */
+export interface IpcAbortFrame {
+  type: FrameType.IPC_ABORT;
+  reason: string;
+}
+
+/** A whole message inline: host data, or small device data copied through the host. */
+export interface EagerFrame {
+  type: FrameType.EAGER;
+  tag: number;
+  /** Per-endpoint, per-direction message sequence number (match order). */
+  seq: number;
+  /** Whether the sender's buffer lived on a device (the receiver may want it on its own). */
+  fromDevice: boolean;
+  data: Uint8Array;
+}
+
+/** "Read my device memory": the RGET rendezvous. */
+export interface RgetFrame {
+  type: FrameType.RGET;
+  tag: number;
+  seq: number;
+  /** cuIpcGetMemHandle of the allocation. */
+  handle: Uint8Array;
+  /** Allocation base and size as the sender sees them (cuMemGetAddressRange). */
+  base: bigint;
+  allocSize: number;
+  /** Where the message starts inside the allocation, and its length. */
+  offset: number;
+  length: number;
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation. */
+  bufferId: bigint;
+  deviceUuid: string;
+  /** An IPC event handle to wait on before reading (the send's stream), or null. */
+  event: Uint8Array | null;
+}
+
+export enum FinStatus {
+  OK = 0,
+  /** The receiver refused the request (bounds, handle); nothing was copied. */
+  REFUSED = 1,
+  /** The receiver failed to copy (driver error). */
+  FAILED = 2,
+  /** The receiver's buffer was too small. */
+  TRUNCATED = 3,
+}
+
+/** The receiver is done with message `seq`: the sender may reuse its buffer. */
+export interface FinFrame {
+  type: FrameType.FIN;
+  seq: number;
+  status: FinStatus;
+  message: string;
+}
+
+/**
+ * Staging: the sender announces a device message that travels through a
+ * shared, pinned host segment in chunks (a ring of `slots` slots of
+ * `chunkSize` bytes each).
+ */
+export interface StageBeginFrame {
+  type: FrameType.STAGE_BEGIN;
+  tag: number;
+  seq: number;
+  length: number;
+  /** Name of the sender's staging segment for this direction. */
+  segment: string;
+  chunkSize: number;
+  slots: number;
+}
+
+/** Chunk `offset..offset+length` of message `seq` is in slot `slot`. */
+export interface StageChunkFrame {
+  type: FrameType.STAGE_CHUNK;
+  seq: number;
+  slot: number;
+  offset: number;
+  length: number;
+}
+
+/** The receiver has copied out of `slot`: the sender may refill it. */
+export interface StageAckFrame {
+  type: FrameType.STAGE_ACK;
+  seq: number;
+  slot: number;
+}
+
+/** The sender freed or released an allocation: drop any mapping of it. */
+export interface InvalidateFrame {
+  type: FrameType.INVALIDATE;
+  deviceUuid: string;
+  base: bigint;
+  bufferId: bigint;
+}
+
+/** Orderly close of the endpoint. */
+export interface CloseFrame {
+  type: FrameType.CLOSE;
+  reason: string;
+}
+
+export type Frame =
+  | HelloFrame
+  | IpcReqFrame
+  | IpcAckFrame
+  | IpcNotReadyFrame
+  | IpcConfirmFrame
+  | IpcAbortFrame
+  | EagerFrame
+  | RgetFrame
+  | FinFrame
+  | StageBeginFrame
+  | StageChunkFrame
+  | StageAckFrame
+  | InvalidateFrame
+  | CloseFrame;
+
+/** The negotiation frames, the only ones the IPC machine sends or consumes. */
+export type NegotiationFrame = IpcReqFrame | IpcAckFrame | IpcNotReadyFrame | IpcConfirmFrame | IpcAbortFrame;
