@@ -1,0 +1,68 @@
+/**
+ * Argument checks shared by both drivers: bad input from JS is refused here,
+ * with a TypeError or RangeError that names the argument, before any driver
+ * (native or simulated) sees it.
+ */
+import { IPC_HANDLE_SIZE } from './driver.js';
+
+/** Largest byte count a Number carries exactly. */
+const MAX_BYTES = Number.MAX_SAFE_INTEGER;
+
+export function assertPtr(name: string, value: unknown): asserts value is bigint {
+  if (typeof value !== 'bigint') {
+    throw new TypeError(`${name} must be a bigint device pointer, got ${describe(value)}`);
+  }
+  if (value < 0n || value >= 1n << 64n) throw new RangeError(`${name} must fit in 64 unsigned bits, got ${value}`);
+}
+
+/** Streams and events: bigint handles; 0n is allowed (the default stream). */
+export function assertHandle(name: string, value: unknown): asserts value is bigint {
+  if (typeof value !== 'bigint') throw new TypeError(`${name} must be a bigint handle, got ${describe(value)}`);
+  if (value < 0n || value >= 1n << 64n) throw new RangeError(`${name} must fit in 64 unsigned bits, got ${value}`);
+}
+
+export function assertSize(name: string, value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new TypeError(`${name} must be an integer byte count, got ${describe(value)}`);
+  }
+  if (value < 0 || value > MAX_BYTES) throw new RangeError(`${name} must be between 0 and ${MAX_BYTES}, got ${value}`);
+}
+
+export function assertIndex(name: string, value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new TypeError(`${name} must be an integer, got ${describe(value)}`);
+  }
+  if (value < 0 || value > 0x7fffffff) throw new RangeError(`${name} must be a non-negative int32, got ${value}`);
+}
+
+export function assertByte(name: string, value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new TypeError(`${name} must be an integer, got ${describe(value)}`);
+  }
+  if (value < 0 || value > 255) throw new RangeError(`${name} must be between 0 and 255, got ${value}`);
+}
+
+export function assertBytes(name: string, value: unknown): asserts value is Uint8Array {
+  if (!(value instanceof Uint8Array)) throw new TypeError(`${name} must be a Uint8Array (or Buffer), got ${describe(value)}`);
+}
+
+export function assertIpcHandle(name: string, value: unknown): asserts value is Uint8Array {
+  assertBytes(name, value);
+  if (value.byteLength !== IPC_HANDLE_SIZE) {
+    throw new RangeError(`${name} must be ${IPC_HANDLE_SIZE} bytes (a CUipcMemHandle/CUipcEventHandle), got ${value.byteLength}`);
+  }
+}
+
+export function assertName(name: string, value: unknown): asserts value is string {
+  if (typeof value !== 'string') throw new TypeError(`${name} must be a string, got ${describe(value)}`);
+  // POSIX shm names: one leading slash, no other slash, short.
+  if (!/^\/[A-Za-z0-9._-]{1,200}$/.test(value)) {
+    throw new RangeError(`${name} must look like '/name' (letters, digits, '.', '_', '-'; at most 200), got ${JSON.stringify(value)}`);
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
+  return `${typeof value} ${String(value).slice(0, 40)}`;
+}
