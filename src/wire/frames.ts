@@ -23,6 +23,7 @@ export enum FrameType {
   EAGER = 10,
   RGET = 11,
   FIN = 12,
+  CANCEL = 13,
   STAGE_BEGIN = 20,
   STAGE_CHUNK = 21,
   STAGE_ACK = 22,
@@ -116,6 +117,8 @@ export enum FinStatus {
   FAILED = 2,
   /** The receiver's buffer was too small. */
   TRUNCATED = 3,
+  /** The sender's CANCEL reached the receiver before the message was matched; nothing was copied. */
+  CANCELLED = 4,
 }
 
 /** The receiver is done with message `seq`: the sender may reuse its buffer. */
@@ -124,6 +127,16 @@ export interface FinFrame {
   seq: number;
   status: FinStatus;
   message: string;
+}
+
+/**
+ * The sender asks to withdraw message `seq` (its AbortSignal fired). The
+ * receiver answers FIN: CANCELLED if the message was not matched yet (it is
+ * dropped), otherwise the FIN the transfer would have had anyway.
+ */
+export interface CancelFrame {
+  type: FrameType.CANCEL;
+  seq: number;
 }
 
 /**
@@ -182,6 +195,7 @@ export type Frame =
   | EagerFrame
   | RgetFrame
   | FinFrame
+  | CancelFrame
   | StageBeginFrame
   | StageChunkFrame
   | StageAckFrame
