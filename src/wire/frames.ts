@@ -140,9 +140,18 @@ export interface CancelFrame {
 }
 
 /**
- * Staging: the sender announces a device message that travels through a
- * shared, pinned host segment in chunks (a ring of `slots` slots of
- * `chunkSize` bytes each).
+ * Staging (device data while the endpoint is not OK): a rendezvous with
+ * credits, so that an unmatched staged message never holds the ring.
+ *  1. The sender announces the message: STAGE_BEGIN (no data). Its staging
+ *     segment for this direction is a ring of `slots` slots of `chunkSize`
+ *     bytes, shared and pinned.
+ *  2. When a receive matches it, and no other staged message of this
+ *     direction is being received, the receiver grants every slot to it: one
+ *     STAGE_ACK{seq, slot} per slot.
+ *  3. For each granted slot the sender copies the next chunk device→host into
+ *     it and sends STAGE_CHUNK; the receiver copies it host→device and, if more
+ *     chunks remain, grants the slot again (STAGE_ACK).
+ *  4. When the last byte has been copied out the receiver sends FIN.
  */
 export interface StageBeginFrame {
   type: FrameType.STAGE_BEGIN;
@@ -164,7 +173,7 @@ export interface StageChunkFrame {
   length: number;
 }
 
-/** The receiver has copied out of `slot`: the sender may refill it. */
+/** Slot `slot` is granted to message `seq`: the sender may fill it with the next chunk. */
 export interface StageAckFrame {
   type: FrameType.STAGE_ACK;
   seq: number;
