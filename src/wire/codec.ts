@@ -1,0 +1,634 @@
+/**
+ * The binary codec of control frames (frames.ts). Layout, field by field, in
+ * docs/protocol.md; in brief:
+ *
+ *  - little-endian; a 4-byte header: magic 0x53 ('S'), WIRE_VERSION, type, flags (0);
+ *  - then the fixed fields of the type, then at most one variable part last
+ *    or, for HELLO, two;
+ *  - u32 tag, u64 seq/offset/length (as JS numbers, ≤ Number.MAX_SAFE_INTEGER),
+ *    u64 bigints, 16-byte device UUIDs, 64-byte IPC handles, u8 enums and booleans,
+ *    u16-length UTF-8 strings, u32-length data.
+ *
+ * Decoding trusts nothing: every length, range, enum and string is checked
+ * and any violation is a ProtocolError naming the frame type and field. A
+ * frame with another wire version is refused with code
+ * SMCUDA_PROTOCOL_VERSION. Encoding refuses frames that would not decode
+ * (a bug on this side) with code SMCUDA_PROTOCOL_ENCODE.
+ *
+ * The per-message frames (EAGER, RGET, FIN, STAGE_*) are on the hot path:
+ * one exact-size allocation per encode, a DataView over the input on decode,
+ * and EAGER data decoded as a view into the input (no copy).
+ */
+import { ProtocolError } from '../errors.js';
+import {
+  FinStatus,
+  FrameType,
+  IPC_HANDLE_BYTES,
+  UUID_BYTES,
+  WIRE_VERSION,
+  type Frame,
+} from './frames.js';
+import { readDeviceUuid, writeDeviceUuid } from './uuid.js';
+
+export const WIRE_MAGIC = 0x53;
+export const HEADER_BYTES = 4;
+/** Largest reason / message / peer id string, in UTF-8 bytes. */
+export const MAX_STRING_BYTES = 4096;
+/** Largest HELLO token, in UTF-8 bytes. */
+export const MAX_TOKEN_BYTES = 256;
+/** Largest HELLO peer id, in UTF-8 bytes (it must not be empty). */
+export const MAX_PEER_ID_BYTES = 256;
+/** Largest staging segment name, in UTF-8 bytes (NAME_MAX); it must not be empty. */
+export const MAX_SEGMENT_BYTES = 255;
+/** Largest EAGER payload the u32 length prefix can carry. */
+export const MAX_EAGER_BYTES = 0xffff_ffff;
+/** EAGER payloads at least this large are kept apart by encodeFrameParts (not copied). */
+export const EAGER_PARTS_THRESHOLD = 16 * 1024;
+
+export const ENCODE_ERROR_CODE = 'SMCUDA_PROTOCOL_ENCODE';
+export const VERSION_ERROR_CODE = 'SMCUDA_PROTOCOL_VERSION';
+
+const TWO_32 = 0x1_0000_0000;
+const MAX_U64 = (1n << 64n) - 1n;
+/** High word of Number.MAX_SAFE_INTEGER (2^53 - 1). */
+const MAX_SAFE_HIGH = 0x1f_ffff;
+/** FinStatus values in numeric order, for range checks and messages. */
+const FIN_STATUSES = Object.values(FinStatus).filter((v): v is number => typeof v === 'number');
+function isFinStatus(v: number): boolean {
+  return FinStatus[v] !== undefined;
+}
+
+const utf8Decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const utf8Encoder = new TextEncoder();
+
+const DECODE_HINT =
+  'The endpoint must be closed: the peer runs a different smcuda version or is broken.';
+const ENCODE_HINT = 'This is a bug in the caller that built the frame; fix the value before sending.';
+
+// ---------------------------------------------------------------------------
+// Encoding
+// ---------------------------------------------------------------------------
+
+/** The name of a frame type for messages, e.g. 'RGET', or 'type 99'. */
+export function frameTypeName(type: number): string {
+  return FrameType[type] ?? `type ${type}`;
+}
+
+function encodeError(type: FrameType, field: string, problem: string): ProtocolError {
+  return new ProtocolError(`Cannot encode ${frameTypeName(type)} frame: '${field}' ${problem}. ${ENCODE_HINT}`, ENCODE_ERROR_CODE);
+}
+
+function show(value: unknown): string {
+  if (typeof value === 'bigint') return `${value}n`;
+  if (typeof value === 'string') return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
+  if (value instanceof Uint8Array) return `${value.constructor.name}(${value.byteLength})`;
+  return String(value);
+}
+
+function checkInt(type: FrameType, field: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw encodeError(type, field, `must be an integer in ${min}..${max}, got ${show(v)}`);
+  }
+  return v;
+}
+
+function checkBig(type: FrameType, field: string, v: unknown): bigint {
+  if (typeof v !== 'bigint' || v < 0n || v > MAX_U64) throw encodeError(type, field, `must be a bigint in 0..2^64-1, got ${show(v)}`);
+  return v;
+}
+
+function checkBool(type: FrameType, field: string, v: unknown): boolean {
+  if (typeof v !== 'boolean') throw encodeError(type, field, `must be a boolean, got ${show(v)}`);
+  return v;
+}
+
+function checkHandle(type: FrameType, field: string, v: unknown): Uint8Array {
+  if (!(v instanceof Uint8Array) || v.byteLength !== IPC_HANDLE_BYTES) {
+    throw encodeError(type, field, `must be a Uint8Array of exactly ${IPC_HANDLE_BYTES} bytes, got ${show(v)}`);
+  }
+  return v;
+}
+
+/** Validates a string and returns its UTF-8 length. */
+function checkString(type: FrameType, field: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== 'string') throw encodeError(type, field, `must be a string, got ${show(v)}`);
+  // A lone surrogate would be replaced by U+FFFD and not round-trip.
+  if (!(v as string & { isWellFormed(): boolean }).isWellFormed()) {
+    throw encodeError(type, field, 'contains a lone UTF-16 surrogate (not valid Unicode)');
+  }
+  const n = Buffer.byteLength(v, 'utf8');
+  if (n < min || n > max) throw encodeError(type, field, `must be ${min}..${max} UTF-8 bytes, got ${n}`);
+  return n;
+}
+
+/** Writes into an exact-size frame; the caller has validated every value. */
+class Writer {
+  readonly bytes: Uint8Array;
+  readonly view: DataView;
+  pos = HEADER_BYTES;
+
+  constructor(
+    readonly type: FrameType,
+    size: number,
+  ) {
+    this.bytes = new Uint8Array(size);
+    this.view = new DataView(this.bytes.buffer, 0, size);
+    this.bytes[0] = WIRE_MAGIC;
+    this.bytes[1] = WIRE_VERSION;
+    this.bytes[2] = type;
+    this.bytes[3] = 0;
+  }
+
+  u8(v: number): void {
+    this.bytes[this.pos++] = v;
+  }
+  u16(v: number): void {
+    this.view.setUint16(this.pos, v, true);
+    this.pos += 2;
+  }
+  u32(v: number): void {
+    this.view.setUint32(this.pos, v, true);
+    this.pos += 4;
+  }
+  /** A safe integer as u64: two u32 halves, no BigInt on the hot path. */
+  u64(v: number): void {
+    this.view.setUint32(this.pos, v >>> 0, true);
+    this.view.setUint32(this.pos + 4, Math.floor(v / TWO_32), true);
+    this.pos += 8;
+  }
+  big(v: bigint): void {
+    this.view.setBigUint64(this.pos, v, true);
+    this.pos += 8;
+  }
+  raw(src: Uint8Array): void {
+    this.bytes.set(src, this.pos);
+    this.pos += src.byteLength;
+  }
+  uuid(field: string, uuid: unknown): void {
+    if (typeof uuid !== 'string' || !writeDeviceUuid(uuid, this.bytes, this.pos)) {
+      throw encodeError(this.type, field, `must be '' or 'GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' (not all zero), got ${show(uuid)}`);
+    }
+    this.pos += UUID_BYTES;
+  }
+  /** u16 length, then the UTF-8 bytes; `n` from checkString. */
+  str(s: string, n: number): void {
+    this.u16(n);
+    if (n > 0) utf8Encoder.encodeInto(s, this.bytes.subarray(this.pos, this.pos + n));
+    this.pos += n;
+  }
+  done(): Uint8Array {
+    // Guards the size arithmetic of each encoder.
+    if (this.pos !== this.bytes.byteLength) throw new Error(`codec bug: ${frameTypeName(this.type)} wrote ${this.pos} of ${this.bytes.byteLength} bytes`);
+    return this.bytes;
+  }
+}
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+const U32 = 0xffff_ffff;
+const U16 = 0xffff;
+
+/** Encodes an EAGER frame without its data: the header up to and including the data length. */
+function eagerHead(f: Extract<Frame, { type: FrameType.EAGER }>, withData: boolean): Uint8Array {
+  const T = FrameType.EAGER;
+  const tag = checkInt(T, 'tag', f.tag, 0, U32);
+  const seq = checkInt(T, 'seq', f.seq, 0, MAX_SAFE);
+  const fromDevice = checkBool(T, 'fromDevice', f.fromDevice);
+  const data = f.data;
+  if (!(data instanceof Uint8Array)) throw encodeError(T, 'data', `must be a Uint8Array, got ${show(data)}`);
+  if (data.byteLength > MAX_EAGER_BYTES) throw encodeError(T, 'data', `must be at most ${MAX_EAGER_BYTES} bytes, got ${data.byteLength}`);
+  const w = new Writer(T, EAGER_FIXED + (withData ? data.byteLength : 0));
+  w.u32(tag);
+  w.u64(seq);
+  w.u8(fromDevice ? 1 : 0);
+  w.u32(data.byteLength);
+  if (withData) w.raw(data);
+  return w.done();
+}
+
+/** EAGER: header, tag u32, seq u64, fromDevice u8, data length u32. */
+const EAGER_FIXED = HEADER_BYTES + 4 + 8 + 1 + 4;
+/** RGET without the optional event handle. */
+const RGET_FIXED = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 * 5 + UUID_BYTES + 1;
+
+/**
+ * Encodes one frame into a new Uint8Array of exactly its size. Throws
+ * ProtocolError (code SMCUDA_PROTOCOL_ENCODE) when a field is out of range,
+ * so that nothing the peer would refuse ever leaves this process.
+ */
+export function encodeFrame(frame: Frame): Uint8Array {
+  switch (frame.type) {
+    case FrameType.HELLO: {
+      const T = frame.type;
+      const version = checkInt(T, 'version', frame.version, 1, 255);
+      const pid = checkInt(T, 'pid', frame.pid, 0, U32);
+      const nPeer = checkString(T, 'peerId', frame.peerId, 1, MAX_PEER_ID_BYTES);
+      const nToken = checkString(T, 'token', frame.token, 0, MAX_TOKEN_BYTES);
+      const w = new Writer(T, HEADER_BYTES + 1 + 4 + UUID_BYTES + 2 + nPeer + 2 + nToken);
+      w.u8(version);
+      w.u32(pid);
+      w.uuid('deviceUuid', frame.deviceUuid);
+      w.str(frame.peerId, nPeer);
+      w.str(frame.token, nToken);
+      return w.done();
+    }
+    case FrameType.IPC_REQ: {
+      const T = frame.type;
+      const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
+      const w = new Writer(T, HEADER_BYTES + 4 + UUID_BYTES);
+      w.u32(attempt);
+      w.uuid('deviceUuid', frame.deviceUuid);
+      return w.done();
+    }
+    case FrameType.IPC_ACK: {
+      const T = frame.type;
+      const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
+      const ok = checkBool(T, 'ok', frame.ok);
+      const w = new Writer(T, HEADER_BYTES + 4 + 1 + UUID_BYTES);
+      w.u32(attempt);
+      w.u8(ok ? 1 : 0);
+      w.uuid('deviceUuid', frame.deviceUuid);
+      return w.done();
+    }
+    case FrameType.IPC_NOTREADY:
+    case FrameType.IPC_CONFIRM: {
+      const T = frame.type;
+      const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
+      const w = new Writer(T, HEADER_BYTES + 4);
+      w.u32(attempt);
+      return w.done();
+    }
+    case FrameType.IPC_ABORT:
+    case FrameType.CLOSE: {
+      const T = frame.type;
+      const n = checkString(T, 'reason', frame.reason, 0, MAX_STRING_BYTES);
+      const w = new Writer(T, HEADER_BYTES + 2 + n);
+      w.str(frame.reason, n);
+      return w.done();
+    }
+    case FrameType.EAGER:
+      return eagerHead(frame, true);
+    case FrameType.RGET: {
+      const T = frame.type;
+      const tag = checkInt(T, 'tag', frame.tag, 0, U32);
+      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
+      const handle = checkHandle(T, 'handle', frame.handle);
+      const base = checkBig(T, 'base', frame.base);
+      const allocSize = checkInt(T, 'allocSize', frame.allocSize, 0, MAX_SAFE);
+      const offset = checkInt(T, 'offset', frame.offset, 0, MAX_SAFE);
+      const length = checkInt(T, 'length', frame.length, 0, MAX_SAFE);
+      if (offset + length > allocSize) {
+        throw encodeError(T, 'offset', `+ 'length' (${offset} + ${length}) must not exceed 'allocSize' (${allocSize})`);
+      }
+      const bufferId = checkBig(T, 'bufferId', frame.bufferId);
+      const event = frame.event === null ? null : checkHandle(T, 'event', frame.event);
+      const w = new Writer(T, RGET_FIXED + (event ? IPC_HANDLE_BYTES : 0));
+      w.u32(tag);
+      w.u64(seq);
+      w.raw(handle);
+      w.big(base);
+      w.u64(allocSize);
+      w.u64(offset);
+      w.u64(length);
+      w.big(bufferId);
+      w.uuid('deviceUuid', frame.deviceUuid);
+      w.u8(event ? 1 : 0);
+      if (event) w.raw(event);
+      return w.done();
+    }
+    case FrameType.FIN: {
+      const T = frame.type;
+      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
+      const status = checkInt(T, 'status', frame.status, 0, 255);
+      if (!isFinStatus(status)) throw encodeError(T, 'status', `must be a FinStatus (${FIN_STATUSES.join(', ')}), got ${status}`);
+      const n = checkString(T, 'message', frame.message, 0, MAX_STRING_BYTES);
+      const w = new Writer(T, HEADER_BYTES + 8 + 1 + 2 + n);
+      w.u64(seq);
+      w.u8(status);
+      w.str(frame.message, n);
+      return w.done();
+    }
+    case FrameType.CANCEL: {
+      const T = frame.type;
+      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
+      const w = new Writer(T, HEADER_BYTES + 8);
+      w.u64(seq);
+      return w.done();
+    }
+    case FrameType.STAGE_BEGIN: {
+      const T = frame.type;
+      const tag = checkInt(T, 'tag', frame.tag, 0, U32);
+      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
+      const length = checkInt(T, 'length', frame.length, 0, MAX_SAFE);
+      const chunkSize = checkInt(T, 'chunkSize', frame.chunkSize, 1, U32);
+      const slots = checkInt(T, 'slots', frame.slots, 1, U16);
+      const n = checkString(T, 'segment', frame.segment, 1, MAX_SEGMENT_BYTES);
+      const w = new Writer(T, HEADER_BYTES + 4 + 8 + 8 + 4 + 2 + 2 + n);
+      w.u32(tag);
+      w.u64(seq);
+      w.u64(length);
+      w.u32(chunkSize);
+      w.u16(slots);
+      w.str(frame.segment, n);
+      return w.done();
+    }
+    case FrameType.STAGE_CHUNK: {
+      const T = frame.type;
+      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
+      const slot = checkInt(T, 'slot', frame.slot, 0, U16);
+      const offset = checkInt(T, 'offset', frame.offset, 0, MAX_SAFE);
+      const length = checkInt(T, 'length', frame.length, 1, U32);
+      if (offset + length > MAX_SAFE) throw encodeError(T, 'offset', `+ 'length' must not exceed ${MAX_SAFE}`);
+      const w = new Writer(T, HEADER_BYTES + 8 + 2 + 8 + 4);
+      w.u64(seq);
+      w.u16(slot);
+      w.u64(offset);
+      w.u32(length);
+      return w.done();
+    }
+    case FrameType.STAGE_ACK: {
+      const T = frame.type;
+      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
+      const slot = checkInt(T, 'slot', frame.slot, 0, U16);
+      const w = new Writer(T, HEADER_BYTES + 8 + 2);
+      w.u64(seq);
+      w.u16(slot);
+      return w.done();
+    }
+    case FrameType.INVALIDATE: {
+      const T = frame.type;
+      const base = checkBig(T, 'base', frame.base);
+      const bufferId = checkBig(T, 'bufferId', frame.bufferId);
+      const w = new Writer(T, HEADER_BYTES + UUID_BYTES + 8 + 8);
+      w.uuid('deviceUuid', frame.deviceUuid);
+      w.big(base);
+      w.big(bufferId);
+      return w.done();
+    }
+    default: {
+      const unknown: never = frame;
+      const type = (unknown as { type?: unknown }).type;
+      throw new ProtocolError(`Cannot encode a frame of unknown type ${show(type)}. ${ENCODE_HINT}`, ENCODE_ERROR_CODE);
+    }
+  }
+}
+
+/**
+ * Like encodeFrame, but returns the frame as parts whose concatenation is the
+ * frame, so that a large EAGER payload is written by the channel
+ * (ControlChannel.sendParts) without being copied into a new frame first.
+ * Every frame but a large EAGER is one part.
+ */
+export function encodeFrameParts(frame: Frame): Uint8Array[] {
+  if (frame.type === FrameType.EAGER && frame.data instanceof Uint8Array && frame.data.byteLength >= EAGER_PARTS_THRESHOLD) {
+    return [eagerHead(frame, false), frame.data];
+  }
+  return [encodeFrame(frame)];
+}
+
+// ---------------------------------------------------------------------------
+// Decoding
+// ---------------------------------------------------------------------------
+
+function decodeError(type: number, field: string, problem: string): ProtocolError {
+  return new ProtocolError(`Malformed ${frameTypeName(type)} frame: '${field}' ${problem}. ${DECODE_HINT}`);
+}
+
+/** A bounds-checked cursor over one frame. Every read names its field for errors. */
+class Reader {
+  readonly view: DataView;
+  pos = HEADER_BYTES;
+
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly type: number,
+  ) {
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  need(field: string, n: number): void {
+    const left = this.bytes.byteLength - this.pos;
+    if (n > left) throw decodeError(this.type, field, `needs ${n} bytes at offset ${this.pos} but the frame has ${left} left (truncated)`);
+  }
+  u8(field: string): number {
+    this.need(field, 1);
+    return this.bytes[this.pos++]!;
+  }
+  u16(field: string): number {
+    this.need(field, 2);
+    const v = this.view.getUint16(this.pos, true);
+    this.pos += 2;
+    return v;
+  }
+  u32(field: string): number {
+    this.need(field, 4);
+    const v = this.view.getUint32(this.pos, true);
+    this.pos += 4;
+    return v;
+  }
+  /** A u64 that must be a safe integer. */
+  u64(field: string): number {
+    this.need(field, 8);
+    const lo = this.view.getUint32(this.pos, true);
+    const hi = this.view.getUint32(this.pos + 4, true);
+    if (hi > MAX_SAFE_HIGH) throw decodeError(this.type, field, `is ${this.view.getBigUint64(this.pos, true)}, above Number.MAX_SAFE_INTEGER`);
+    this.pos += 8;
+    return hi * TWO_32 + lo;
+  }
+  big(field: string): bigint {
+    this.need(field, 8);
+    const v = this.view.getBigUint64(this.pos, true);
+    this.pos += 8;
+    return v;
+  }
+  bool(field: string): boolean {
+    const v = this.u8(field);
+    if (v > 1) throw decodeError(this.type, field, `must be 0 or 1 (a boolean), got ${v}`);
+    return v === 1;
+  }
+  /** A u32 with a lower bound (e.g. attempt ≥ 1). */
+  u32min(field: string, min: number): number {
+    const v = this.u32(field);
+    if (v < min) throw decodeError(this.type, field, `must be at least ${min}, got ${v}`);
+    return v;
+  }
+  /** A view of the next `n` bytes (no copy). */
+  subview(field: string, n: number): Uint8Array {
+    this.need(field, n);
+    const v = this.bytes.subarray(this.pos, this.pos + n);
+    this.pos += n;
+    return v;
+  }
+  /** A copy of the next `n` bytes: for small fields the receiver keeps (handles). */
+  copy(field: string, n: number): Uint8Array {
+    this.need(field, n);
+    const v = this.bytes.slice(this.pos, this.pos + n);
+    this.pos += n;
+    return v;
+  }
+  uuid(field: string): string {
+    this.need(field, UUID_BYTES);
+    const s = readDeviceUuid(this.bytes, this.pos);
+    this.pos += UUID_BYTES;
+    return s;
+  }
+  str(field: string, min: number, max: number): string {
+    const n = this.u16(`${field}.length`);
+    if (n < min || n > max) throw decodeError(this.type, field, `must be ${min}..${max} UTF-8 bytes, got ${n}`);
+    if (n === 0) return '';
+    this.need(field, n);
+    let s: string;
+    try {
+      s = utf8Decoder.decode(this.bytes.subarray(this.pos, this.pos + n));
+    } catch {
+      throw decodeError(this.type, field, 'is not valid UTF-8');
+    }
+    this.pos += n;
+    return s;
+  }
+  end(): void {
+    const extra = this.bytes.byteLength - this.pos;
+    if (extra !== 0) throw decodeError(this.type, '(end)', `is followed by ${extra} trailing bytes`);
+  }
+}
+
+/** Reads the 4-byte header and returns the frame type; throws on any header fault. */
+export function decodeFrameType(bytes: Uint8Array): FrameType {
+  if (!(bytes instanceof Uint8Array)) throw new ProtocolError(`A control frame must be a Uint8Array, got ${show(bytes)}. ${DECODE_HINT}`);
+  if (bytes.byteLength < HEADER_BYTES) {
+    throw new ProtocolError(`Malformed control frame: ${bytes.byteLength} bytes is shorter than the ${HEADER_BYTES}-byte header. ${DECODE_HINT}`);
+  }
+  if (bytes[0] !== WIRE_MAGIC) {
+    throw new ProtocolError(`Malformed control frame: magic byte is 0x${bytes[0]!.toString(16)}, expected 0x53 ('S'); the peer is not smcuda. ${DECODE_HINT}`);
+  }
+  if (bytes[1] !== WIRE_VERSION) {
+    throw new ProtocolError(
+      `The peer speaks smcuda wire version ${bytes[1]}, this process speaks ${WIRE_VERSION}: run the same smcuda version in every process of the job.`,
+      VERSION_ERROR_CODE,
+    );
+  }
+  const type = bytes[2]!;
+  if (FrameType[type] === undefined) throw new ProtocolError(`Malformed control frame: unknown frame type ${type}. ${DECODE_HINT}`);
+  if (bytes[3] !== 0) throw decodeError(type, 'flags', `must be 0, got ${bytes[3]}`);
+  return type as FrameType;
+}
+
+/**
+ * Decodes and validates one frame. Throws ProtocolError on anything that is
+ * not exactly a valid frame (code SMCUDA_PROTOCOL_VERSION for another wire
+ * version, SMCUDA_PROTOCOL otherwise).
+ *
+ * Aliasing: EAGER `data` is a view into `bytes` (no copy): keep `bytes`
+ * unmodified while the data is in use. Handles are copied (64 bytes).
+ */
+export function decodeFrame(bytes: Uint8Array): Frame {
+  const type = decodeFrameType(bytes);
+  const r = new Reader(bytes, type);
+  let frame: Frame;
+  switch (type) {
+    case FrameType.HELLO: {
+      const version = r.u8('version');
+      if (version === 0) throw decodeError(type, 'version', 'must be at least 1, got 0');
+      const pid = r.u32('pid');
+      const deviceUuid = r.uuid('deviceUuid');
+      const peerId = r.str('peerId', 1, MAX_PEER_ID_BYTES);
+      const token = r.str('token', 0, MAX_TOKEN_BYTES);
+      frame = { type, version, pid, peerId, deviceUuid, token };
+      break;
+    }
+    case FrameType.IPC_REQ: {
+      const attempt = r.u32min('attempt', 1);
+      frame = { type, attempt, deviceUuid: r.uuid('deviceUuid') };
+      break;
+    }
+    case FrameType.IPC_ACK: {
+      const attempt = r.u32min('attempt', 1);
+      const ok = r.bool('ok');
+      frame = { type, attempt, ok, deviceUuid: r.uuid('deviceUuid') };
+      break;
+    }
+    case FrameType.IPC_NOTREADY:
+    case FrameType.IPC_CONFIRM:
+      frame = { type, attempt: r.u32min('attempt', 1) };
+      break;
+    case FrameType.IPC_ABORT:
+    case FrameType.CLOSE:
+      frame = { type, reason: r.str('reason', 0, MAX_STRING_BYTES) };
+      break;
+    case FrameType.EAGER: {
+      const tag = r.u32('tag');
+      const seq = r.u64('seq');
+      const fromDevice = r.bool('fromDevice');
+      const n = r.u32('data.length');
+      frame = { type, tag, seq, fromDevice, data: r.subview('data', n) };
+      break;
+    }
+    case FrameType.RGET: {
+      const tag = r.u32('tag');
+      const seq = r.u64('seq');
+      const handle = r.copy('handle', IPC_HANDLE_BYTES);
+      const base = r.big('base');
+      const allocSize = r.u64('allocSize');
+      const offset = r.u64('offset');
+      const length = r.u64('length');
+      // Both are ≤ 2^53-1, so the sum is exact enough to compare: a sum above
+      // 2^53 is above any safe allocSize whatever its rounding.
+      if (offset + length > allocSize) {
+        throw decodeError(type, 'offset', `+ 'length' (${offset} + ${length}) exceeds 'allocSize' (${allocSize}): the peer points outside its allocation`);
+      }
+      const bufferId = r.big('bufferId');
+      const deviceUuid = r.uuid('deviceUuid');
+      const hasEvent = r.bool('event.present');
+      const event = hasEvent ? r.copy('event', IPC_HANDLE_BYTES) : null;
+      frame = { type, tag, seq, handle, base, allocSize, offset, length, bufferId, deviceUuid, event };
+      break;
+    }
+    case FrameType.FIN: {
+      const seq = r.u64('seq');
+      const status = r.u8('status');
+      if (!isFinStatus(status)) throw decodeError(type, 'status', `must be a FinStatus (${FIN_STATUSES.join(', ')}), got ${status}`);
+      frame = { type, seq, status: status as FinStatus, message: r.str('message', 0, MAX_STRING_BYTES) };
+      break;
+    }
+    case FrameType.CANCEL:
+      frame = { type, seq: r.u64('seq') };
+      break;
+    case FrameType.STAGE_BEGIN: {
+      const tag = r.u32('tag');
+      const seq = r.u64('seq');
+      const length = r.u64('length');
+      const chunkSize = r.u32min('chunkSize', 1);
+      const slots = r.u16('slots');
+      if (slots === 0) throw decodeError(type, 'slots', 'must be at least 1, got 0');
+      const segment = r.str('segment', 1, MAX_SEGMENT_BYTES);
+      frame = { type, tag, seq, length, segment, chunkSize, slots };
+      break;
+    }
+    case FrameType.STAGE_CHUNK: {
+      const seq = r.u64('seq');
+      const slot = r.u16('slot');
+      const offset = r.u64('offset');
+      const length = r.u32min('length', 1);
+      if (offset + length > MAX_SAFE) throw decodeError(type, 'offset', `+ 'length' exceeds Number.MAX_SAFE_INTEGER`);
+      frame = { type, seq, slot, offset, length };
+      break;
+    }
+    case FrameType.STAGE_ACK: {
+      const seq = r.u64('seq');
+      frame = { type, seq, slot: r.u16('slot') };
+      break;
+    }
+    case FrameType.INVALIDATE: {
+      const deviceUuid = r.uuid('deviceUuid');
+      const base = r.big('base');
+      frame = { type, deviceUuid, base, bufferId: r.big('bufferId') };
+      break;
+    }
+    default: {
+      // decodeFrameType admits only known types; a new FrameType without a case lands here.
+      const missing: never = type;
+      throw new ProtocolError(`codec has no decoder for frame type ${missing as number}`);
+    }
+  }
+  r.end();
+  return frame;
+}
