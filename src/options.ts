@@ -1,0 +1,100 @@
+/**
+ * Transport options, their defaults, and their validation. Every knob a user
+ * can turn is here, with the reason for its default.
+ */
+import { ConfigError } from './errors.js';
+
+export interface NegotiationOptions {
+  /** Use CUDA IPC at all. false: GPU data always goes through host staging. */
+  ipc: boolean;
+  /** Use CUDA IPC between two processes on the same GPU. */
+  sameGpuIpc: boolean;
+  /** Attempts before the endpoint is BAD (the design's 5). */
+  maxTries: number;
+  /** SENT waiting for an answer; a hung or gone peer must not leave us in SENT. */
+  requestTimeoutMs: number;
+  /** ACKED waiting for CONFIRM. */
+  confirmTimeoutMs: number;
+  /** ACKING's driver checks (peer access). */
+  checkTimeoutMs: number;
+}
+
+export interface StagingOptions {
+  /** Bytes per slot of the staging ring. 4 MiB: big enough to run copies near PCIe/host bandwidth, small enough to pipeline. */
+  chunkSize: number;
+  /** Slots in the ring; ≥2 so device→host on one side overlaps host→device on the other. */
+  slots: number;
+}
+
+export interface CacheOptions {
+  /** Opened remote allocations kept per endpoint (Infinity: unlimited). */
+  maxEntries?: number;
+  /** Mapped bytes kept per endpoint (Infinity: unlimited). */
+  maxBytes?: number;
+}
+
+export interface TransportOptions {
+  /** This transport's id, unique in the job; also the negotiation tie-break. Default: `<pid>-<random>`. */
+  id?: string;
+  /** Device ordinal to use (made current at creation). Default 0 where the driver has a device. */
+  device?: number;
+  /** Device messages up to this size travel inline through the host (eager). */
+  deviceEagerLimit?: number;
+  negotiation?: Partial<NegotiationOptions>;
+  staging?: Partial<StagingOptions>;
+  cache?: CacheOptions;
+  /** Per-job secret carried by HELLO; a peer with another token is refused. */
+  token?: string;
+}
+
+export interface ResolvedOptions {
+  id: string;
+  device: number;
+  deviceEagerLimit: number;
+  negotiation: NegotiationOptions;
+  staging: StagingOptions;
+  cache: CacheOptions;
+  token: string;
+}
+
+export const DEFAULT_NEGOTIATION: NegotiationOptions = {
+  ipc: true,
+  sameGpuIpc: true,
+  maxTries: 5,
+  requestTimeoutMs: 5_000,
+  confirmTimeoutMs: 5_000,
+  checkTimeoutMs: 5_000,
+};
+
+export const DEFAULT_STAGING: StagingOptions = { chunkSize: 4 << 20, slots: 4 };
+
+/** 8 KiB: below this one host round trip beats the RGET rendezvous's extra frame and mapping. */
+export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
+
+function positiveInt(name: string, v: number, min = 1): number {
+  if (!Number.isInteger(v) || v < min) throw new ConfigError(`${name} must be an integer ≥ ${min}, got ${v}`);
+  return v;
+}
+
+function positiveMs(name: string, v: number): number {
+  if (typeof v !== 'number' || !(v > 0)) throw new ConfigError(`${name} must be a positive number of milliseconds, got ${v}`);
+  return v;
+}
+
+export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
+  const negotiation = { ...DEFAULT_NEGOTIATION, ...o.negotiation };
+  positiveInt('negotiation.maxTries', negotiation.maxTries);
+  positiveMs('negotiation.requestTimeoutMs', negotiation.requestTimeoutMs);
+  positiveMs('negotiation.confirmTimeoutMs', negotiation.confirmTimeoutMs);
+  positiveMs('negotiation.checkTimeoutMs', negotiation.checkTimeoutMs);
+  const staging = { ...DEFAULT_STAGING, ...o.staging };
+  positiveInt('staging.chunkSize', staging.chunkSize, 4096);
+  positiveInt('staging.slots', staging.slots, 2);
+  const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+  if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw new ConfigError(`id must be a non-empty string of at most 200 characters`);
+  const deviceEagerLimit = o.deviceEagerLimit ?? DEFAULT_DEVICE_EAGER_LIMIT;
+  positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
+  const device = o.device ?? 0;
+  positiveInt('device', device, 0);
+  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token: o.token ?? '' };
+}

@@ -1,0 +1,119 @@
+/**
+ * Pipelined host staging: how device data crosses an endpoint that is not
+ * (yet, or ever) using CUDA IPC.
+ *
+ * Each direction of an endpoint has one ring: a POSIX shared-memory segment
+ * made by the sender, of `slots` slots of `chunkSize` bytes, pinned on both
+ * sides (cuMemHostRegister) so that both copies are real DMA. The protocol is
+ * a rendezvous with credits (frames.ts, "Staging"):
+ *
+ *   sender                                   receiver
+ *   STAGE_BEGIN(seq, len, segment) ───────▶  waits for a matching recv
+ *                                  ◀───────  STAGE_ACK(seq, slot) × slots   (grant)
+ *   D→H chunk into slot; STAGE_CHUNK ──────▶ H→D from slot; STAGE_ACK again if more
+ *   ...                                      ...
+ *                                  ◀───────  FIN(seq) after the last byte
+ *
+ * While the receiver copies slot k host→device, the sender is already copying
+ * chunk k+1 device→host into another slot: the two sides overlap. Only one
+ * staged message per direction uses the ring at a time, chosen by the
+ * receiver among the messages it has matched, so an unmatched message never
+ * holds the ring and no receive order can deadlock.
+ */
+import type { CudaDriver, DevicePtr, SharedSegment, StreamHandle } from './cuda/driver.js';
+import type { StagingOptions } from './options.js';
+
+/** The sender's side of one direction's ring. */
+export class StagingRing {
+  readonly segment: SharedSegment;
+  private readonly unregister: () => void;
+  private unlinked = false;
+
+  constructor(
+    private readonly driver: CudaDriver,
+    readonly options: StagingOptions,
+    name: string,
+  ) {
+    this.segment = driver.shmCreate(name, options.chunkSize * options.slots);
+    try {
+      this.unregister = driver.hostRegister(this.segment.bytes);
+    } catch (err) {
+      this.segment.close();
+      driver.shmUnlink(name);
+      throw err;
+    }
+  }
+
+  slot(index: number, length: number): Uint8Array {
+    const start = index * this.options.chunkSize;
+    return this.segment.bytes.subarray(start, start + length);
+  }
+
+  /** The receiver has the segment open (it granted a slot): the name is no longer needed. */
+  unlink(): void {
+    if (this.unlinked) return;
+    this.unlinked = true;
+    try {
+      this.driver.shmUnlink(this.segment.name);
+    } catch {
+      // already gone: nothing to free
+    }
+  }
+
+  close(): void {
+    this.unlink();
+    this.unregister();
+    this.segment.close();
+  }
+}
+
+/** The receiver's view of the peer's ring: opened by name on the first grant. */
+export class PeerRing {
+  private readonly unregister: () => void;
+
+  constructor(
+    private readonly driver: CudaDriver,
+    readonly segment: SharedSegment,
+    readonly chunkSize: number,
+    readonly slots: number,
+  ) {
+    this.unregister = driver.hostRegister(segment.bytes);
+  }
+
+  slot(index: number, length: number): Uint8Array {
+    const start = index * this.chunkSize;
+    return this.segment.bytes.subarray(start, start + length);
+  }
+
+  close(): void {
+    this.unregister();
+    this.segment.close();
+  }
+}
+
+/** A staged send in progress on the sender. */
+export interface StagedSend {
+  seq: number;
+  src: DevicePtr;
+  length: number;
+  /** Next byte to copy into a granted slot. */
+  next: number;
+  stream: StreamHandle;
+}
+
+/** A staged receive in progress on the receiver. */
+export interface StagedRecv {
+  seq: number;
+  length: number;
+  /** Chunks granted so far (each grant is one chunk). */
+  granted: number;
+  /** Bytes copied out so far. */
+  received: number;
+  chunkSize: number;
+  slots: number;
+  segment: string;
+}
+
+export function chunkCount(length: number, chunkSize: number): number {
+  return Math.ceil(length / chunkSize);
+}
