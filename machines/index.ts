@@ -1,0 +1,28 @@
+/** XState machines of smcuda (see negotiation.ts for the protocol, negotiator.ts for the wrapper endpoints use). */
+export {
+  DEFAULT_NEGOTIATION_CONFIG,
+  NEGOTIATION_STATES,
+  frameEvent,
+  negotiationMachine,
+  resolveNegotiationConfig,
+  statePath,
+  topState,
+  type BadReasonCode,
+  type FrameEvent,
+  type NegotiationConfig,
+  type NegotiationContext,
+  type NegotiationEvent,
+  type NegotiationIO,
+  type NegotiationInput,
+  type NegotiationMachine,
+  type NegotiationSnapshot,
+  type NegotiationState,
+  type ReadyCheck,
+} from './negotiation.js';
+export {
+  Negotiator,
+  createNegotiator,
+  type NegotiatorParams,
+  type StateChangeInfo,
+  type StateChangeListener,
+} from './negotiator.js';

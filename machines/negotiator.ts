@@ -1,0 +1,207 @@
+/**
+ * Negotiator: the small typed wrapper an endpoint holds around one negotiation
+ * actor. It starts the actor, turns frames into machine events, and mirrors
+ * the top-level state into plain fields, so that the per-message hot path
+ * reads `negotiator.ok` and never touches XState.
+ *
+ *   const n = createNegotiator({ localId, peerId, options, send, checkReady, checkPeerAccess,
+ *                                onStateChange: (state, previous, info) => … });
+ *   n.gpuSend();            // before the first GPU send (only acts in INIT)
+ *   n.receive(frame);       // a negotiation frame arrived
+ *   n.peerLost(); n.stop(); // channel closed
+ */
+import { createActor, type Actor, type ActorOptions, type InspectionEvent, type Observer } from 'xstate';
+import { ConfigError } from '../src/errors.js';
+import type { NegotiationFrame } from '../src/wire/frames.js';
+import {
+  frameEvent,
+  negotiationMachine,
+  resolveNegotiationConfig,
+  topState,
+  type BadReasonCode,
+  type NegotiationConfig,
+  type NegotiationContext,
+  type NegotiationInput,
+  type NegotiationMachine,
+  type NegotiationSnapshot,
+  type NegotiationState,
+} from './negotiation.js';
+
+/** XState's timer source (setTimeout/clearTimeout); tests pass a SimulatedClock. */
+export type Clock = NonNullable<ActorOptions<NegotiationMachine>['clock']>;
+
+/** Passed with every state change. */
+export interface StateChangeInfo {
+  tries: number;
+  /** Why BAD (present only when `state` is 'BAD'). */
+  reason?: string;
+  reasonCode?: BadReasonCode;
+}
+
+export type StateChangeListener = (state: NegotiationState, previous: NegotiationState, info: StateChangeInfo) => void;
+
+export interface NegotiatorParams extends NegotiationInput {
+  /** Called for every top-level state entered, in order, including pass-through ones (SENT→ACKING→ACKED). */
+  onStateChange?: StateChangeListener;
+  /** XState clock (tests pass a SimulatedClock); default: real timers. */
+  clock?: Clock;
+  /** XState inspection (tracing, Stately inspector). */
+  inspect?: Observer<InspectionEvent> | ((event: InspectionEvent) => void);
+  /** The machine to run, e.g. `negotiationMachine.provide({ actors: … })`; default negotiationMachine. */
+  machine?: NegotiationMachine;
+}
+
+function validate(params: NegotiationInput): NegotiationConfig {
+  const { localId, peerId } = params;
+  if (typeof localId !== 'string' || localId === '' || typeof peerId !== 'string' || peerId === '') {
+    throw new ConfigError(`negotiation needs two non-empty transport ids, got localId=${String(localId)} peerId=${String(peerId)}`);
+  }
+  if (localId === peerId) {
+    throw new ConfigError(`local and peer transport ids are both '${localId}': ids must be unique in the job (they break negotiation ties)`);
+  }
+  for (const fn of ['send', 'checkReady', 'checkPeerAccess'] as const) {
+    if (typeof params[fn] !== 'function') throw new ConfigError(`negotiation needs a ${fn} function`);
+  }
+  const o = resolveNegotiationConfig(params.options);
+  if (!Number.isInteger(o.maxTries) || o.maxTries < 0) {
+    throw new ConfigError(`negotiation.maxTries must be an integer ≥ 0, got ${o.maxTries}`);
+  }
+  for (const k of ['requestTimeoutMs', 'confirmTimeoutMs', 'checkTimeoutMs'] as const) {
+    if (typeof o[k] !== 'number' || !(o[k] > 0)) {
+      throw new ConfigError(`negotiation.${k} must be a positive number of milliseconds, got ${o[k]}`);
+    }
+  }
+  return o;
+}
+
+export class Negotiator {
+  readonly actor: Actor<NegotiationMachine>;
+  #state: NegotiationState = 'INIT';
+  #seen = 1; // entries of context.path already reported (the initial INIT is not a change)
+  readonly #listeners = new Set<StateChangeListener>();
+  readonly #settled = new Set<(state: 'OK' | 'BAD') => void>();
+  /** Set when `send` threw: the endpoint's channel is gone, so the negotiation is too. */
+  sendError: unknown = undefined;
+
+  constructor(params: NegotiatorParams) {
+    const options = validate(params);
+    if (params.onStateChange) this.#listeners.add(params.onStateChange);
+    const input: NegotiationInput = {
+      localId: params.localId,
+      peerId: params.peerId,
+      options,
+      // A send that throws must not crash the actor mid-transition: record it and
+      // treat the peer as lost once this transition is done.
+      send: (frame) => {
+        try {
+          params.send(frame);
+        } catch (err) {
+          this.sendError ??= err;
+          queueMicrotask(() => this.peerLost());
+        }
+      },
+      checkReady: () => params.checkReady(),
+      checkPeerAccess: (uuid) => params.checkPeerAccess(uuid),
+    };
+    this.actor = createActor(params.machine ?? negotiationMachine, {
+      input,
+      ...(params.clock ? { clock: params.clock } : {}),
+      ...(params.inspect ? { inspect: params.inspect } : {}),
+    });
+    this.actor.subscribe({
+      next: (snapshot) => this.#update(snapshot),
+      // A bug in the machine must not take the process down: the endpoint falls back to staging.
+      error: () => this.#fail(),
+    });
+    this.actor.start();
+  }
+
+  /** Current top-level state (a plain field: cheap). */
+  get state(): NegotiationState {
+    return this.#state;
+  }
+
+  /** True while IPC is in use: the hot path's only question. */
+  get ok(): boolean {
+    return this.#state === 'OK';
+  }
+
+  get context(): Readonly<NegotiationContext> {
+    return this.actor.getSnapshot().context;
+  }
+
+  get tries(): number {
+    return this.context.tries;
+  }
+
+  /** Top-level states entered so far, e.g. 'INIT→SENT→OK'. */
+  get path(): string {
+    return this.context.path.join('→');
+  }
+
+  /** The endpoint is about to send a GPU buffer. Acts only in INIT (idle); cheap no-op otherwise. */
+  gpuSend(): void {
+    if (this.#state === 'INIT') this.actor.send({ type: 'GPU_SEND' });
+  }
+
+  /** A negotiation frame arrived from the peer. */
+  receive(frame: NegotiationFrame): void {
+    this.actor.send(frameEvent(frame));
+  }
+
+  /** The peer or the channel is gone: BAD, nothing sent. */
+  peerLost(): void {
+    this.actor.send({ type: 'PEER_LOST' });
+  }
+
+  /** Stops the actor (cancels its timers and checks); events after this are dropped. */
+  stop(): void {
+    this.actor.stop();
+  }
+
+  /** Adds a listener; returns the function that removes it. */
+  onStateChange(listener: StateChangeListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Resolves with 'OK' or 'BAD' the first time the negotiation reaches either (at once if it has). */
+  settled(): Promise<'OK' | 'BAD'> {
+    if (this.#state === 'OK' || this.#state === 'BAD') return Promise.resolve(this.#state);
+    return new Promise((resolve) => this.#settled.add(resolve));
+  }
+
+  #update(snapshot: NegotiationSnapshot): void {
+    const { path, tries, reason, reasonCode } = snapshot.context;
+    // One macrostep may pass through several top-level states (SENT→ACKING→ACKED):
+    // report each, in order, from the machine's own record.
+    for (; this.#seen < path.length; this.#seen++) {
+      const previous = path[this.#seen - 1]!;
+      const state = path[this.#seen]!;
+      this.#state = state;
+      const info: StateChangeInfo = state === 'BAD' && reasonCode ? { tries, reason, reasonCode } : { tries };
+      for (const l of this.#listeners) l(state, previous, info);
+    }
+    this.#state = topState(snapshot);
+    if (this.#state === 'OK' || this.#state === 'BAD') {
+      const state = this.#state;
+      for (const resolve of this.#settled) resolve(state);
+      this.#settled.clear();
+    }
+  }
+
+  #fail(): void {
+    const previous = this.#state;
+    this.#state = 'BAD';
+    if (previous !== 'BAD') {
+      const info: StateChangeInfo = { tries: this.context.tries, reason: 'internal error in the negotiation machine', reasonCode: 'PROTOCOL' };
+      for (const l of this.#listeners) l('BAD', previous, info);
+    }
+    for (const resolve of this.#settled) resolve('BAD');
+    this.#settled.clear();
+  }
+}
+
+export function createNegotiator(params: NegotiatorParams): Negotiator {
+  return new Negotiator(params);
+}
