@@ -407,7 +407,7 @@ class Reader {
 
   need(field: string, n: number): void {
     const left = this.bytes.byteLength - this.pos;
-    if (n > left) throw decodeError(this.type, field, `needs ${n} bytes at offset ${this.pos} but the frame has ${left} left (truncated)`);
+    if (n > left) throw decodeError(this.type, field, `needs ${n} bytes at byte ${this.pos} but the frame has ${left} left (truncated)`);
   }
   u8(field: string): number {
     this.need(field, 1);
