@@ -1,0 +1,259 @@
+// Event completion -> Promise, without blocking the event loop and without
+// parking a libuv pool thread per pending event.
+//
+// Design: one Poller per addon instance (per Node environment: the main
+// thread and each worker get their own). It owns
+//   - one poller thread, started on the first whenEventComplete (and again
+//     after completionShutdown), which holds the pending list;
+//   - one thread-safe function (TSFN) through which the thread settles
+//     promises on the JS thread, in batches.
+//
+// The poller thread: sets each pending event's context current (only when it
+// changes), cuEventQuery's every pending event; spins for kSpin after the last
+// progress (a tiny GPU operation completes within that, so latency stays in
+// the microseconds), then sleeps with a doubling backoff from kMinSleep to
+// kMaxSleep, and blocks on a condition variable when nothing is pending.
+//
+// Process exit: the TSFN is ref'd only while promises are outstanding, so an
+// idle poller never keeps Node alive. Environment teardown (a cleanup hook)
+// stops and joins the thread. No napi instance data is used: that slot is one
+// per addon and shared with other files; the Poller travels as function data.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "addon.h"
+#include "cuda_api.h"
+
+namespace smcuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kMinSleep = std::chrono::microseconds(10);
+constexpr auto kMaxSleep = std::chrono::microseconds(200);
+
+struct Pending {
+  CUevent event;
+  CUcontext ctx;
+  Napi::Promise::Deferred* deferred;
+};
+
+// One settled event, computed on the poller thread, delivered on the JS thread.
+struct Done {
+  Napi::Promise::Deferred* deferred;
+  CUresult result;
+  const char* call;  // the driver call that failed (static string)
+  std::string code;
+  std::string detail;
+};
+using Batch = std::vector<Done>;
+
+class Poller;
+void Deliver(Napi::Env env, Napi::Function, Poller* poller, Batch* batch);
+using Tsfn = Napi::TypedThreadSafeFunction<Poller, Batch, Deliver>;
+
+class Poller {
+ public:
+  explicit Poller(Napi::Env env) {
+    tsfn_ = Tsfn::New(env, "smcuda.whenEventComplete", 0 /* unbounded queue */, 1, this);
+    tsfn_.Unref(env);
+  }
+
+  // JS thread.
+  Napi::Value Watch(Napi::Env env, CUevent event, CUcontext ctx) {
+    if (!thread_.joinable()) {
+      stop_ = false;
+      thread_ = std::thread(&Poller::Run, this);
+    }
+    auto* d = new Napi::Promise::Deferred(env);
+    Napi::Promise promise = d->Promise();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      incoming_.push_back(Pending{event, ctx, d});
+    }
+    cv_.notify_one();
+    if (outstanding_++ == 0) tsfn_.Ref(env);
+    return promise;
+  }
+
+  // JS thread: stops the thread; rejects what is still pending with SMCUDA_CLOSED.
+  // Settlements already handed to the TSFN are still delivered.
+  void Shutdown(Napi::Env env) {
+    std::vector<Pending> left = StopThread();
+    for (Pending& p : left) {
+      Napi::Error e = Napi::Error::New(env, "whenEventComplete: the completion poller was shut down (completionShutdown) "
+                                            "before the event completed");
+      e.Set("code", Napi::String::New(env, "SMCUDA_CLOSED"));
+      p.deferred->Reject(e.Value());
+      delete p.deferred;
+    }
+    Settled(env, left.size());
+  }
+
+  // Environment teardown: JS can no longer run, so nothing is settled.
+  void Teardown() {
+    for (Pending& p : StopThread()) delete p.deferred;
+  }
+
+  // JS thread: `n` promises were settled.
+  void Settled(Napi::Env env, size_t n) {
+    outstanding_ -= n;
+    if (n > 0 && outstanding_ == 0) tsfn_.Unref(env);
+  }
+
+ private:
+  // Signals, joins, and returns every pending item (the thread hands its list back).
+  std::vector<Pending> StopThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Pending> left = std::move(returned_);
+    left.insert(left.end(), incoming_.begin(), incoming_.end());
+    returned_.clear();
+    incoming_.clear();
+    return left;
+  }
+
+  void Run() {
+    const DriverTable& fn = Driver().fn;
+    std::vector<Pending> watching;
+    CUcontext current = nullptr;
+    bool haveCurrent = false;
+    Clock::time_point lastProgress = Clock::now();
+    auto sleep = std::chrono::microseconds(0);
+
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (watching.empty()) cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        if (stop_) {
+          returned_.insert(returned_.end(), watching.begin(), watching.end());
+          return;
+        }
+        if (!incoming_.empty()) {
+          watching.insert(watching.end(), incoming_.begin(), incoming_.end());
+          incoming_.clear();
+          lastProgress = Clock::now();  // new work: spin for it first
+          sleep = std::chrono::microseconds(0);
+        }
+      }
+
+      Batch* batch = nullptr;
+      for (size_t i = 0; i < watching.size();) {
+        Pending& p = watching[i];
+        const char* call = "cuEventQuery";
+        CUresult r = CUDA_SUCCESS;
+        if (!haveCurrent || p.ctx != current) {
+          r = fn.cuCtxSetCurrent(p.ctx);
+          if (r == CUDA_SUCCESS) {
+            current = p.ctx;
+            haveCurrent = true;
+          } else {
+            call = "cuCtxSetCurrent";
+          }
+        }
+        if (r == CUDA_SUCCESS) r = fn.cuEventQuery(p.event);
+        if (r == CUDA_ERROR_NOT_READY) {
+          ++i;
+          continue;
+        }
+        if (!batch) batch = new Batch();
+        batch->push_back(Done{p.deferred, r, call, r ? CuErrorName(r) : "", r ? CuErrorString(r) : ""});
+        watching[i] = watching.back();  // order among pending events does not matter
+        watching.pop_back();
+      }
+
+      if (batch) {
+        if (tsfn_.NonBlockingCall(batch) != napi_ok) {
+          // Only while the environment is closing: nobody is left to tell.
+          for (Done& d : *batch) delete d.deferred;
+          delete batch;
+        }
+        lastProgress = Clock::now();
+        sleep = std::chrono::microseconds(0);
+        continue;
+      }
+      if (watching.empty() || Clock::now() - lastProgress < kSpin) continue;
+      sleep = sleep.count() == 0 ? kMinSleep : std::min(sleep * 2, kMaxSleep);
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, sleep, [&] { return stop_ || !incoming_.empty(); });
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Pending> incoming_;  // guarded by mu_: watched next pass
+  std::vector<Pending> returned_;  // guarded by mu_: handed back by a stopping thread
+  bool stop_ = false;              // guarded by mu_
+  std::thread thread_;
+  Tsfn tsfn_;
+  size_t outstanding_ = 0;  // JS thread only: promises not yet settled
+};
+
+void Deliver(Napi::Env env, Napi::Function, Poller* poller, Batch* batch) {
+  if (env == nullptr) {  // the TSFN is being torn down with the environment
+    for (Done& d : *batch) delete d.deferred;
+    delete batch;
+    return;
+  }
+  for (Done& d : *batch) {
+    if (d.result == CUDA_SUCCESS) {
+      d.deferred->Resolve(env.Undefined());
+    } else {
+      d.deferred->Reject(CuError(env, d.call, d.result, d.code, d.detail).Value());
+    }
+    delete d.deferred;
+  }
+  size_t n = batch->size();
+  delete batch;
+  poller->Settled(env, n);
+}
+
+Napi::Value WhenEventComplete(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "whenEventComplete");
+  if (!info[0].IsBigInt() || !info[1].IsBigInt()) {
+    Napi::TypeError::New(env, "whenEventComplete(event, ctx): both must be BigInt handles").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  bool lossless = false;
+  uint64_t event = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t ctx = lossless ? info[1].As<Napi::BigInt>().Uint64Value(&lossless) : 0;
+  if (!lossless) {
+    Napi::RangeError::New(env, "whenEventComplete(event, ctx): handles must fit in 64 unsigned bits")
+        .ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  auto* poller = static_cast<Poller*>(info.Data());
+  return poller->Watch(env, reinterpret_cast<CUevent>(static_cast<uintptr_t>(event)),
+                       reinterpret_cast<CUcontext>(static_cast<uintptr_t>(ctx)));
+}
+
+Napi::Value CompletionShutdown(const Napi::CallbackInfo& info) {
+  static_cast<Poller*>(info.Data())->Shutdown(info.Env());
+  return info.Env().Undefined();
+}
+
+}  // namespace
+
+void InitCompletion(Napi::Env env, Napi::Object exports) {
+  auto* poller = new Poller(env);
+  // Registered after the TSFN exists, so it runs before the TSFN's own
+  // teardown (cleanup hooks run in reverse order): the thread is joined
+  // while the TSFN is still valid.
+  env.AddCleanupHook([poller] {
+    poller->Teardown();
+    delete poller;
+  });
+  exports.Set("whenEventComplete", Napi::Function::New(env, WhenEventComplete, "whenEventComplete", poller));
+  exports.Set("completionShutdown", Napi::Function::New(env, CompletionShutdown, "completionShutdown", poller));
+}
+
+}  // namespace smcuda

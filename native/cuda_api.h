@@ -1,0 +1,195 @@
+// The slice of the CUDA driver API smcuda uses, declared here because no CUDA
+// toolkit is needed to build: libcuda.so.1 is dlopen'ed at run time and every
+// entry point is resolved through cuGetProcAddress.
+//
+// Types, enum values and ABIs are copied from CUDA 12/13 cuda.h. Where cuda.h
+// maps a name to a versioned symbol (cuMemAlloc -> cuMemAlloc_v2), the
+// signature below is that versioned ABI; cuGetProcAddress hands it out when
+// asked for the base name with cudaVersion = kCudaAbiVersion.
+//
+// The driver table (`Driver()`) is the only process-wide state of the addon:
+// it IS the driver handle.
+#pragma once
+#include <napi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace smcuda {
+
+// ---- types -----------------------------------------------------------------
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;  // 64-bit on every platform smcuda runs on
+typedef struct CUctx_st* CUcontext;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef unsigned long long cuuint64_t;
+
+constexpr size_t CU_IPC_HANDLE_SIZE = 64;
+struct CUipcMemHandle { char reserved[CU_IPC_HANDLE_SIZE]; };
+struct CUipcEventHandle { char reserved[CU_IPC_HANDLE_SIZE]; };
+struct CUuuid { char bytes[16]; };
+
+// ---- CUresult values used by name in code (names of others: cuda_driver.cc)
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+
+// ---- enums and flags ---------------------------------------------------------
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+
+constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
+constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;  // CUmemorytype, unsigned int
+constexpr int CU_POINTER_ATTRIBUTE_BUFFER_ID = 7;    // unsigned long long
+constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;  // int
+
+// CUmemorytype: 1 host, 2 device, 3 array, 4 unified; 0 = not a CUDA pointer.
+constexpr unsigned CU_MEMORYTYPE_HOST = 1;
+constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
+constexpr unsigned CU_MEMORYTYPE_ARRAY = 3;
+constexpr unsigned CU_MEMORYTYPE_UNIFIED = 4;
+
+constexpr unsigned CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1;
+constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 0x01;
+constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 0x01;
+constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
+constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+constexpr unsigned CU_EVENT_BLOCKING_SYNC = 0x1;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
+constexpr unsigned CU_EVENT_INTERPROCESS = 0x4;
+constexpr unsigned CU_EVENT_WAIT_DEFAULT = 0x0;
+
+// cuGetProcAddress
+constexpr cuuint64_t CU_GET_PROC_ADDRESS_DEFAULT = 0;
+constexpr int CU_GET_PROC_ADDRESS_SUCCESS = 0;
+constexpr int CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1;
+constexpr int CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2;
+
+// Every entry point is requested with this cudaVersion: the CUDA 12.0 ABI,
+// which CUDA 12.x and 13.x drivers both serve. Older drivers are refused.
+constexpr int kCudaAbiVersion = 12000;
+
+// ---- the function table ----------------------------------------------------
+// X(field, base name asked of cuGetProcAddress, return, parameters).
+// The comment names the symbol cuda.h binds to for CUDA 12.0.
+#define SMCUDA_DRIVER_FUNCTIONS(X)                                                            \
+  X(cuGetErrorName, "cuGetErrorName", CUresult, (CUresult, const char**))                     \
+  X(cuGetErrorString, "cuGetErrorString", CUresult, (CUresult, const char**))                 \
+  X(cuInit, "cuInit", CUresult, (unsigned))                                                   \
+  X(cuDeviceGetCount, "cuDeviceGetCount", CUresult, (int*))                                   \
+  X(cuDeviceGet, "cuDeviceGet", CUresult, (CUdevice*, int))                                   \
+  X(cuDeviceGetName, "cuDeviceGetName", CUresult, (char*, int, CUdevice))                     \
+  /* -> cuDeviceGetUuid_v2 */                                                                 \
+  X(cuDeviceGetUuid, "cuDeviceGetUuid", CUresult, (CUuuid*, CUdevice))                        \
+  X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", CUresult, (char*, int, CUdevice))             \
+  X(cuDeviceGetAttribute, "cuDeviceGetAttribute", CUresult, (int*, int, CUdevice))            \
+  /* -> cuDeviceTotalMem_v2 */                                                                \
+  X(cuDeviceTotalMem, "cuDeviceTotalMem", CUresult, (size_t*, CUdevice))                      \
+  X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", CUresult, (int*, CUdevice, CUdevice))     \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUresult, (CUcontext*, CUdevice))   \
+  /* -> cuDevicePrimaryCtxRelease_v2 */                                                       \
+  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", CUresult, (CUdevice))             \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent", CUresult, (CUcontext))                                \
+  /* -> cuMemAlloc_v2, cuMemFree_v2 */                                                        \
+  X(cuMemAlloc, "cuMemAlloc", CUresult, (CUdeviceptr*, size_t))                               \
+  X(cuMemFree, "cuMemFree", CUresult, (CUdeviceptr))                                          \
+  /* -> cuMemsetD8_v2 */                                                                      \
+  X(cuMemsetD8, "cuMemsetD8", CUresult, (CUdeviceptr, unsigned char, size_t))                 \
+  X(cuMemsetD8Async, "cuMemsetD8Async", CUresult, (CUdeviceptr, unsigned char, size_t, CUstream)) \
+  /* -> cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyDtoD_v2 and the _v2 Async pair */           \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD", CUresult, (CUdeviceptr, const void*, size_t))               \
+  X(cuMemcpyDtoH, "cuMemcpyDtoH", CUresult, (void*, CUdeviceptr, size_t))                     \
+  X(cuMemcpyDtoD, "cuMemcpyDtoD", CUresult, (CUdeviceptr, CUdeviceptr, size_t))               \
+  X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", CUresult, (CUdeviceptr, const void*, size_t, CUstream)) \
+  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", CUresult, (void*, CUdeviceptr, size_t, CUstream)) \
+  X(cuMemcpyAsync, "cuMemcpyAsync", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))  \
+  /* -> cuMemGetAddressRange_v2 */                                                            \
+  X(cuMemGetAddressRange, "cuMemGetAddressRange", CUresult, (CUdeviceptr*, size_t*, CUdeviceptr)) \
+  X(cuPointerGetAttributes, "cuPointerGetAttributes", CUresult, (unsigned, int*, void**, CUdeviceptr)) \
+  X(cuMemHostAlloc, "cuMemHostAlloc", CUresult, (void**, size_t, unsigned))                   \
+  X(cuMemFreeHost, "cuMemFreeHost", CUresult, (void*))                                        \
+  /* -> cuMemHostRegister_v2 */                                                               \
+  X(cuMemHostRegister, "cuMemHostRegister", CUresult, (void*, size_t, unsigned))              \
+  X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void*))                            \
+  X(cuIpcGetMemHandle, "cuIpcGetMemHandle", CUresult, (CUipcMemHandle*, CUdeviceptr))         \
+  /* -> cuIpcOpenMemHandle_v2 */                                                              \
+  X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", CUresult, (CUdeviceptr*, CUipcMemHandle, unsigned)) \
+  X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", CUresult, (CUdeviceptr))                      \
+  X(cuIpcGetEventHandle, "cuIpcGetEventHandle", CUresult, (CUipcEventHandle*, CUevent))       \
+  X(cuIpcOpenEventHandle, "cuIpcOpenEventHandle", CUresult, (CUevent*, CUipcEventHandle))     \
+  X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream*, unsigned))                        \
+  /* -> cuStreamDestroy_v2 */                                                                 \
+  X(cuStreamDestroy, "cuStreamDestroy", CUresult, (CUstream))                                 \
+  X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream))                         \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult, (CUstream, CUevent, unsigned))          \
+  X(cuEventCreate, "cuEventCreate", CUresult, (CUevent*, unsigned))                           \
+  /* -> cuEventDestroy_v2 */                                                                  \
+  X(cuEventDestroy, "cuEventDestroy", CUresult, (CUevent))                                    \
+  X(cuEventRecord, "cuEventRecord", CUresult, (CUevent, CUstream))                            \
+  X(cuEventQuery, "cuEventQuery", CUresult, (CUevent))                                        \
+  X(cuEventSynchronize, "cuEventSynchronize", CUresult, (CUevent))                            \
+  /* CUDA 12.0 ABI: the original cuEventElapsedTime (12.8 added a _v2) */                     \
+  X(cuEventElapsedTime, "cuEventElapsedTime", CUresult, (float*, CUevent, CUevent))
+
+struct DriverTable {
+#define SMCUDA_FIELD(field, name, ret, params) ret(*field) params = nullptr;
+  SMCUDA_DRIVER_FUNCTIONS(SMCUDA_FIELD)
+#undef SMCUDA_FIELD
+};
+
+// What loading libcuda.so.1 gave; set once, read-only afterwards.
+struct DriverState {
+  bool available = false;
+  std::string reason;     // why not available, and how to fix it
+  int driverVersion = 0;  // cuDriverGetVersion, 0 if unknown
+  DriverTable fn;
+};
+
+// Loads libcuda.so.1 and resolves the table on first call (thread-safe);
+// never throws. The result is the same for the life of the process.
+const DriverState& Driver();
+
+// "CUDA_ERROR_ALREADY_MAPPED" for 208: cuGetErrorName, else a built-in table,
+// else "CUDA_ERROR_<n>". Safe from any thread.
+std::string CuErrorName(CUresult r);
+// cuGetErrorString, else "".
+std::string CuErrorString(CUresult r);
+
+// Builds the JS Error for a failed driver call: code = error name,
+// call = function name, result = number, detail = cuGetErrorString;
+// message "<call> failed: <code> (<n>): <detail>".
+Napi::Error CuError(Napi::Env env, const char* call, CUresult r);
+// Same, from strings computed off the JS thread (completion poller).
+Napi::Error CuError(Napi::Env env, const std::string& call, CUresult r, const std::string& code,
+                    const std::string& detail);
+// The Error thrown when libcuda cannot be used: code 'SMCUDA_NO_DRIVER'.
+Napi::Error NoDriverError(Napi::Env env, const char* call);
+// cuInit's failure as a status reason, with a fix where one is known.
+std::string InitFailureReason(CUresult r);
+
+// One check for every driver call (one prefix, one macro): inside a function
+// returning Napi::Value, calls Driver().fn.<f>(args...) and on failure throws
+// the CUDA error and returns. Use only after SMCUDA_REQUIRE_DRIVER.
+#define SMCUDA_CU(env, f, ...)                                         \
+  do {                                                                 \
+    ::smcuda::CUresult smcuda_r_ = ::smcuda::Driver().fn.f(__VA_ARGS__); \
+    if (smcuda_r_ != ::smcuda::CUDA_SUCCESS) {                         \
+      ::smcuda::CuError((env), #f, smcuda_r_).ThrowAsJavaScriptException(); \
+      return Napi::Value();                                            \
+    }                                                                  \
+  } while (0)
+
+// Loads the driver if needed; throws SMCUDA_NO_DRIVER and returns if it is
+// unusable.
+#define SMCUDA_REQUIRE_DRIVER(env, call)                               \
+  do {                                                                 \
+    if (!::smcuda::Driver().available) {                               \
+      ::smcuda::NoDriverError((env), (call)).ThrowAsJavaScriptException(); \
+      return Napi::Value();                                            \
+    }                                                                  \
+  } while (0)
+
+}  // namespace smcuda

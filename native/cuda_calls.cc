@@ -1,0 +1,649 @@
+// One JS function per driver call, exactly as src/cuda/native-addon.ts
+// declares them. Thin on purpose: NativeCudaDriver validates in TypeScript;
+// here arguments are only checked enough that a wrong type can never turn
+// into a wild pointer.
+//
+// Handles (pointers, contexts, streams, events) travel as BigInt, sizes as
+// Number, host memory as (ArrayBuffer, byteOffset, byteLength).
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "addon.h"
+#include "cuda_api.h"
+
+namespace smcuda {
+namespace {
+
+// ---- argument helpers: each throws a TypeError/RangeError and returns false --
+
+bool ArgU64(const Napi::CallbackInfo& info, size_t i, const char* name, uint64_t* out) {
+  if (!info[i].IsBigInt()) {
+    Napi::TypeError::New(info.Env(), std::string(name) + " must be a BigInt").ThrowAsJavaScriptException();
+    return false;
+  }
+  bool lossless = false;
+  *out = info[i].As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) {
+    Napi::RangeError::New(info.Env(), std::string(name) + " must fit in 64 unsigned bits").ThrowAsJavaScriptException();
+    return false;
+  }
+  return true;
+}
+
+bool ArgSize(const Napi::CallbackInfo& info, size_t i, const char* name, size_t* out) {
+  if (!info[i].IsNumber()) {
+    Napi::TypeError::New(info.Env(), std::string(name) + " must be a Number").ThrowAsJavaScriptException();
+    return false;
+  }
+  double v = info[i].As<Napi::Number>().DoubleValue();
+  if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<uint64_t>(v))) {
+    Napi::RangeError::New(info.Env(), std::string(name) + " must be a non-negative safe integer")
+        .ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = static_cast<size_t>(v);
+  return true;
+}
+
+bool ArgInt(const Napi::CallbackInfo& info, size_t i, const char* name, int* out) {
+  size_t v = 0;
+  if (!ArgSize(info, i, name, &v)) return false;
+  if (v > 0x7fffffff) {
+    Napi::RangeError::New(info.Env(), std::string(name) + " must fit in int32").ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = static_cast<int>(v);
+  return true;
+}
+
+// `bytes` bytes at `offset` inside the ArrayBuffer at argument i.
+bool ArgHostRange(const Napi::CallbackInfo& info, size_t i, size_t offset, size_t bytes, const char* name,
+                  void** out) {
+  if (!info[i].IsArrayBuffer()) {
+    Napi::TypeError::New(info.Env(), std::string(name) + " must be an ArrayBuffer").ThrowAsJavaScriptException();
+    return false;
+  }
+  Napi::ArrayBuffer ab = info[i].As<Napi::ArrayBuffer>();
+  size_t length = ab.ByteLength();
+  if (offset > length || bytes > length - offset) {
+    Napi::RangeError::New(info.Env(), std::string(name) + ": offset " + std::to_string(offset) + " + " +
+                                          std::to_string(bytes) + " bytes exceeds its " + std::to_string(length) +
+                                          " bytes")
+        .ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = static_cast<char*>(ab.Data()) + offset;
+  return true;
+}
+
+#define ARG_U64(var, i) \
+  uint64_t var = 0;     \
+  if (!ArgU64(info, i, #var, &var)) return Napi::Value()
+#define ARG_SIZE(var, i) \
+  size_t var = 0;        \
+  if (!ArgSize(info, i, #var, &var)) return Napi::Value()
+#define ARG_INT(var, i) \
+  int var = 0;          \
+  if (!ArgInt(info, i, #var, &var)) return Napi::Value()
+
+template <typename T>
+T As(uint64_t v) { return reinterpret_cast<T>(static_cast<uintptr_t>(v)); }
+
+Napi::BigInt Big(Napi::Env env, uint64_t v) { return Napi::BigInt::New(env, v); }
+template <typename T>
+Napi::BigInt Big(Napi::Env env, T* p) { return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))); }
+
+const DriverTable& Fn() { return Driver().fn; }
+
+// ---- driver and devices -------------------------------------------------------
+
+Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const DriverState& d = Driver();
+  Napi::Object out = Napi::Object::New(env);
+  bool available = d.available;
+  std::string reason = d.reason;
+  if (available) {
+    // Usable means cuInit succeeds; after the first success it is a no-op.
+    CUresult r = Fn().cuInit(0);
+    if (r != CUDA_SUCCESS) {
+      available = false;
+      reason = InitFailureReason(r);
+    }
+  }
+  out.Set("available", Napi::Boolean::New(env, available));
+  if (!available) out.Set("reason", Napi::String::New(env, reason));
+  out.Set("driverVersion", Napi::Number::New(env, d.driverVersion));
+  return out;
+}
+
+Napi::Value CuInit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuInit");
+  SMCUDA_CU(env, cuInit, 0);
+  return env.Undefined();
+}
+
+Napi::Value CuDeviceGetCount(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuDeviceGetCount");
+  int n = 0;
+  SMCUDA_CU(env, cuDeviceGetCount, &n);
+  return Napi::Number::New(env, n);
+}
+
+std::string FormatUuid(const CUuuid& u) {
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  char s[48];
+  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return s;
+}
+
+Napi::Value CuDeviceGetInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuDeviceGetInfo");
+  ARG_INT(ordinal, 0);
+  CUdevice dev = 0;
+  SMCUDA_CU(env, cuDeviceGet, &dev, ordinal);
+  char name[256] = {0};
+  SMCUDA_CU(env, cuDeviceGetName, name, static_cast<int>(sizeof name - 1), dev);
+  CUuuid uuid;
+  SMCUDA_CU(env, cuDeviceGetUuid, &uuid, dev);
+  char bus[64] = {0};
+  SMCUDA_CU(env, cuDeviceGetPCIBusId, bus, static_cast<int>(sizeof bus - 1), dev);
+  int major = 0, minor = 0;
+  SMCUDA_CU(env, cuDeviceGetAttribute, &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  SMCUDA_CU(env, cuDeviceGetAttribute, &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  size_t total = 0;
+  SMCUDA_CU(env, cuDeviceTotalMem, &total, dev);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("name", Napi::String::New(env, name));
+  out.Set("uuid", Napi::String::New(env, FormatUuid(uuid)));
+  out.Set("pciBusId", Napi::String::New(env, bus));
+  out.Set("major", Napi::Number::New(env, major));
+  out.Set("minor", Napi::Number::New(env, minor));
+  out.Set("totalMemory", Napi::Number::New(env, static_cast<double>(total)));
+  return out;
+}
+
+Napi::Value CuDeviceCanAccessPeer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuDeviceCanAccessPeer");
+  ARG_INT(dev, 0);
+  ARG_INT(peer, 1);
+  CUdevice d = 0, p = 0;
+  SMCUDA_CU(env, cuDeviceGet, &d, dev);
+  SMCUDA_CU(env, cuDeviceGet, &p, peer);
+  int can = 0;
+  SMCUDA_CU(env, cuDeviceCanAccessPeer, &can, d, p);
+  return Napi::Boolean::New(env, can != 0);
+}
+
+// ---- contexts -------------------------------------------------------------------
+
+Napi::Value CuDevicePrimaryCtxRetain(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuDevicePrimaryCtxRetain");
+  ARG_INT(ordinal, 0);
+  CUdevice dev = 0;
+  SMCUDA_CU(env, cuDeviceGet, &dev, ordinal);
+  CUcontext ctx = nullptr;
+  SMCUDA_CU(env, cuDevicePrimaryCtxRetain, &ctx, dev);
+  CUresult r = Fn().cuCtxSetCurrent(ctx);
+  if (r != CUDA_SUCCESS) {
+    Fn().cuDevicePrimaryCtxRelease(dev);  // undo the retain: clean-up in reverse order
+    CuError(env, "cuCtxSetCurrent", r).ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  return Big(env, ctx);
+}
+
+Napi::Value CuDevicePrimaryCtxRelease(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuDevicePrimaryCtxRelease");
+  ARG_INT(ordinal, 0);
+  CUdevice dev = 0;
+  SMCUDA_CU(env, cuDeviceGet, &dev, ordinal);
+  SMCUDA_CU(env, cuDevicePrimaryCtxRelease, dev);
+  return env.Undefined();
+}
+
+Napi::Value CuCtxSetCurrent(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuCtxSetCurrent");
+  ARG_U64(ctx, 0);
+  SMCUDA_CU(env, cuCtxSetCurrent, As<CUcontext>(ctx));
+  return env.Undefined();
+}
+
+// ---- device memory ---------------------------------------------------------------
+
+Napi::Value CuMemAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemAlloc");
+  ARG_SIZE(bytes, 0);
+  CUdeviceptr p = 0;
+  SMCUDA_CU(env, cuMemAlloc, &p, bytes);
+  return Big(env, p);
+}
+
+Napi::Value CuMemFree(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemFree");
+  ARG_U64(ptr, 0);
+  SMCUDA_CU(env, cuMemFree, ptr);
+  return env.Undefined();
+}
+
+Napi::Value CuMemsetD8(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemsetD8");
+  ARG_U64(ptr, 0);
+  ARG_INT(value, 1);
+  ARG_SIZE(bytes, 2);
+  SMCUDA_CU(env, cuMemsetD8, ptr, static_cast<unsigned char>(value), bytes);
+  return env.Undefined();
+}
+
+Napi::Value CuMemsetD8Async(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemsetD8Async");
+  ARG_U64(ptr, 0);
+  ARG_INT(value, 1);
+  ARG_SIZE(bytes, 2);
+  ARG_U64(stream, 3);
+  SMCUDA_CU(env, cuMemsetD8Async, ptr, static_cast<unsigned char>(value), bytes, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuMemcpyHtoD(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyHtoD");
+  ARG_U64(dst, 0);
+  ARG_SIZE(offset, 2);
+  ARG_SIZE(bytes, 3);
+  void* src = nullptr;
+  if (!ArgHostRange(info, 1, offset, bytes, "src", &src)) return Napi::Value();
+  SMCUDA_CU(env, cuMemcpyHtoD, dst, src, bytes);
+  return env.Undefined();
+}
+
+Napi::Value CuMemcpyDtoH(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyDtoH");
+  ARG_SIZE(offset, 1);
+  ARG_SIZE(bytes, 2);
+  ARG_U64(src, 3);
+  void* dst = nullptr;
+  if (!ArgHostRange(info, 0, offset, bytes, "dst", &dst)) return Napi::Value();
+  SMCUDA_CU(env, cuMemcpyDtoH, dst, src, bytes);
+  return env.Undefined();
+}
+
+Napi::Value CuMemcpyDtoD(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyDtoD");
+  ARG_U64(dst, 0);
+  ARG_U64(src, 1);
+  ARG_SIZE(bytes, 2);
+  SMCUDA_CU(env, cuMemcpyDtoD, dst, src, bytes);
+  return env.Undefined();
+}
+
+Napi::Value CuMemcpyHtoDAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyHtoDAsync");
+  ARG_U64(dst, 0);
+  ARG_SIZE(offset, 2);
+  ARG_SIZE(bytes, 3);
+  ARG_U64(stream, 4);
+  void* src = nullptr;
+  if (!ArgHostRange(info, 1, offset, bytes, "src", &src)) return Napi::Value();
+  SMCUDA_CU(env, cuMemcpyHtoDAsync, dst, src, bytes, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuMemcpyDtoHAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyDtoHAsync");
+  ARG_SIZE(offset, 1);
+  ARG_SIZE(bytes, 2);
+  ARG_U64(src, 3);
+  ARG_U64(stream, 4);
+  void* dst = nullptr;
+  if (!ArgHostRange(info, 0, offset, bytes, "dst", &dst)) return Napi::Value();
+  SMCUDA_CU(env, cuMemcpyDtoHAsync, dst, src, bytes, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuMemcpyAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyAsync");
+  ARG_U64(dst, 0);
+  ARG_U64(src, 1);
+  ARG_SIZE(bytes, 2);
+  ARG_U64(stream, 3);
+  SMCUDA_CU(env, cuMemcpyAsync, dst, src, bytes, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuMemGetAddressRange(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemGetAddressRange");
+  ARG_U64(ptr, 0);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  SMCUDA_CU(env, cuMemGetAddressRange, &base, &size, ptr);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("base", Big(env, base));
+  out.Set("size", Napi::Number::New(env, static_cast<double>(size)));
+  return out;
+}
+
+// Unlike cuPointerGetAttribute, this succeeds on pointers CUDA does not know
+// and reports memoryType 0; NativeCudaDriver turns that into an error.
+Napi::Value CuPointerGetAttributes(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuPointerGetAttributes");
+  ARG_U64(ptr, 0);
+  unsigned memoryType = 0;
+  unsigned long long bufferId = 0;
+  int device = -1;
+  int attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* data[3] = {&memoryType, &bufferId, &device};
+  SMCUDA_CU(env, cuPointerGetAttributes, 3u, attrs, data, ptr);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("bufferId", Big(env, bufferId));
+  out.Set("device", Napi::Number::New(env, device));
+  out.Set("memoryType", Napi::Number::New(env, memoryType));
+  return out;
+}
+
+// ---- pinned host memory ---------------------------------------------------------
+// Ownership as in shm.cc: the external ArrayBuffer carries a PinnedAlloc via
+// napi_wrap. cuMemFreeHost removes the wrap, detaches the buffer (so JS never
+// sees freed memory) and frees; a buffer JS drops unfreed is freed by the
+// wrap's finalizer at garbage collection.
+
+struct PinnedAlloc {
+  void* ptr;
+};
+
+void FinalizePinned(napi_env /*env*/, void* data, void* /*hint*/) {
+  auto* a = static_cast<PinnedAlloc*>(data);
+  if (Driver().available) Fn().cuMemFreeHost(a->ptr);  // nothing to report to at GC
+  delete a;
+}
+
+Napi::Value CuMemHostAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemHostAlloc");
+  ARG_SIZE(bytes, 0);
+  void* p = nullptr;
+  SMCUDA_CU(env, cuMemHostAlloc, &p, bytes, CU_MEMHOSTALLOC_PORTABLE);
+  napi_value ab = nullptr;
+  if (napi_create_external_arraybuffer(env, p, bytes, nullptr, nullptr, &ab) != napi_ok) {
+    Fn().cuMemFreeHost(p);
+    Napi::Error::New(env, "cuMemHostAlloc: cannot wrap pinned memory in an ArrayBuffer").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  auto* a = new PinnedAlloc{p};
+  if (napi_wrap(env, ab, a, FinalizePinned, nullptr, nullptr) != napi_ok) {
+    delete a;
+    Fn().cuMemFreeHost(p);
+    Napi::Error::New(env, "cuMemHostAlloc: cannot attach ownership to the ArrayBuffer").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  return Napi::Value(env, ab);
+}
+
+Napi::Value CuMemFreeHost(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemFreeHost");
+  if (!info[0].IsArrayBuffer()) {
+    Napi::TypeError::New(env, "buffer must be an ArrayBuffer from cuMemHostAlloc").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  void* data = nullptr;
+  if (napi_remove_wrap(env, info[0], &data) != napi_ok || !data) {
+    Napi::Error e = Napi::Error::New(env, "cuMemFreeHost: this ArrayBuffer is not from cuMemHostAlloc, or was already freed");
+    e.Set("code", Napi::String::New(env, "CUDA_ERROR_INVALID_VALUE"));
+    e.Set("call", Napi::String::New(env, "cuMemFreeHost"));
+    e.Set("result", Napi::Number::New(env, CUDA_ERROR_INVALID_VALUE));
+    e.ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  auto* a = static_cast<PinnedAlloc*>(data);
+  void* p = a->ptr;
+  delete a;
+  info[0].As<Napi::ArrayBuffer>().Detach();
+  SMCUDA_CU(env, cuMemFreeHost, p);
+  return env.Undefined();
+}
+
+Napi::Value CuMemHostRegister(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemHostRegister");
+  ARG_SIZE(offset, 1);
+  ARG_SIZE(bytes, 2);
+  void* p = nullptr;
+  if (!ArgHostRange(info, 0, offset, bytes, "buffer", &p)) return Napi::Value();
+  SMCUDA_CU(env, cuMemHostRegister, p, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  return env.Undefined();
+}
+
+Napi::Value CuMemHostUnregister(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemHostUnregister");
+  ARG_SIZE(offset, 1);
+  void* p = nullptr;
+  if (!ArgHostRange(info, 0, offset, 0, "buffer", &p)) return Napi::Value();
+  SMCUDA_CU(env, cuMemHostUnregister, p);
+  return env.Undefined();
+}
+
+// ---- IPC ----------------------------------------------------------------------------
+
+Napi::ArrayBuffer CopyHandle(Napi::Env env, const void* h) {
+  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, CU_IPC_HANDLE_SIZE);
+  std::memcpy(ab.Data(), h, CU_IPC_HANDLE_SIZE);
+  return ab;
+}
+
+Napi::Value CuIpcGetMemHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuIpcGetMemHandle");
+  ARG_U64(ptr, 0);
+  CUipcMemHandle h;
+  SMCUDA_CU(env, cuIpcGetMemHandle, &h, ptr);
+  return CopyHandle(env, &h);
+}
+
+Napi::Value CuIpcOpenMemHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuIpcOpenMemHandle");
+  ARG_SIZE(offset, 1);
+  void* src = nullptr;
+  if (!ArgHostRange(info, 0, offset, CU_IPC_HANDLE_SIZE, "handle", &src)) return Napi::Value();
+  CUipcMemHandle h;
+  std::memcpy(&h, src, sizeof h);
+  CUdeviceptr p = 0;
+  SMCUDA_CU(env, cuIpcOpenMemHandle, &p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  return Big(env, p);
+}
+
+Napi::Value CuIpcCloseMemHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuIpcCloseMemHandle");
+  ARG_U64(ptr, 0);
+  SMCUDA_CU(env, cuIpcCloseMemHandle, ptr);
+  return env.Undefined();
+}
+
+Napi::Value CuIpcGetEventHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuIpcGetEventHandle");
+  ARG_U64(event, 0);
+  CUipcEventHandle h;
+  SMCUDA_CU(env, cuIpcGetEventHandle, &h, As<CUevent>(event));
+  return CopyHandle(env, &h);
+}
+
+Napi::Value CuIpcOpenEventHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuIpcOpenEventHandle");
+  ARG_SIZE(offset, 1);
+  void* src = nullptr;
+  if (!ArgHostRange(info, 0, offset, CU_IPC_HANDLE_SIZE, "handle", &src)) return Napi::Value();
+  CUipcEventHandle h;
+  std::memcpy(&h, src, sizeof h);
+  CUevent ev = nullptr;
+  SMCUDA_CU(env, cuIpcOpenEventHandle, &ev, h);
+  return Big(env, ev);
+}
+
+// ---- streams and events -------------------------------------------------------------
+
+Napi::Value CuStreamCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuStreamCreate");
+  CUstream s = nullptr;
+  SMCUDA_CU(env, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+  return Big(env, s);
+}
+
+Napi::Value CuStreamDestroy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuStreamDestroy");
+  ARG_U64(stream, 0);
+  SMCUDA_CU(env, cuStreamDestroy, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuStreamSynchronize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuStreamSynchronize");
+  ARG_U64(stream, 0);
+  SMCUDA_CU(env, cuStreamSynchronize, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuStreamWaitEvent(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuStreamWaitEvent");
+  ARG_U64(stream, 0);
+  ARG_U64(event, 1);
+  SMCUDA_CU(env, cuStreamWaitEvent, As<CUstream>(stream), As<CUevent>(event), CU_EVENT_WAIT_DEFAULT);
+  return env.Undefined();
+}
+
+Napi::Value CuEventCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuEventCreate");
+  ARG_INT(flags, 0);
+  CUevent ev = nullptr;
+  SMCUDA_CU(env, cuEventCreate, &ev, static_cast<unsigned>(flags));
+  return Big(env, ev);
+}
+
+Napi::Value CuEventDestroy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuEventDestroy");
+  ARG_U64(event, 0);
+  SMCUDA_CU(env, cuEventDestroy, As<CUevent>(event));
+  return env.Undefined();
+}
+
+Napi::Value CuEventRecord(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuEventRecord");
+  ARG_U64(event, 0);
+  ARG_U64(stream, 1);
+  SMCUDA_CU(env, cuEventRecord, As<CUevent>(event), As<CUstream>(stream));
+  return env.Undefined();
+}
+
+Napi::Value CuEventQuery(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuEventQuery");
+  ARG_U64(event, 0);
+  CUresult r = Fn().cuEventQuery(As<CUevent>(event));
+  if (r == CUDA_SUCCESS) return Napi::Boolean::New(env, true);
+  if (r == CUDA_ERROR_NOT_READY) return Napi::Boolean::New(env, false);
+  CuError(env, "cuEventQuery", r).ThrowAsJavaScriptException();
+  return Napi::Value();
+}
+
+Napi::Value CuEventSynchronize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuEventSynchronize");
+  ARG_U64(event, 0);
+  SMCUDA_CU(env, cuEventSynchronize, As<CUevent>(event));
+  return env.Undefined();
+}
+
+Napi::Value CuEventElapsedTime(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuEventElapsedTime");
+  ARG_U64(start, 0);
+  ARG_U64(end, 1);
+  float ms = 0;
+  SMCUDA_CU(env, cuEventElapsedTime, &ms, As<CUevent>(start), As<CUevent>(end));
+  return Napi::Number::New(env, ms);
+}
+
+}  // namespace
+
+void InitCuda(Napi::Env env, Napi::Object exports) {
+  struct Entry {
+    const char* name;
+    Napi::Value (*fn)(const Napi::CallbackInfo&);
+  };
+  static const Entry kEntries[] = {
+      {"cudaStatus", CudaStatus},
+      {"cuInit", CuInit},
+      {"cuDeviceGetCount", CuDeviceGetCount},
+      {"cuDeviceGetInfo", CuDeviceGetInfo},
+      {"cuDeviceCanAccessPeer", CuDeviceCanAccessPeer},
+      {"cuDevicePrimaryCtxRetain", CuDevicePrimaryCtxRetain},
+      {"cuDevicePrimaryCtxRelease", CuDevicePrimaryCtxRelease},
+      {"cuCtxSetCurrent", CuCtxSetCurrent},
+      {"cuMemAlloc", CuMemAlloc},
+      {"cuMemFree", CuMemFree},
+      {"cuMemsetD8", CuMemsetD8},
+      {"cuMemsetD8Async", CuMemsetD8Async},
+      {"cuMemcpyHtoD", CuMemcpyHtoD},
+      {"cuMemcpyDtoH", CuMemcpyDtoH},
+      {"cuMemcpyDtoD", CuMemcpyDtoD},
+      {"cuMemcpyHtoDAsync", CuMemcpyHtoDAsync},
+      {"cuMemcpyDtoHAsync", CuMemcpyDtoHAsync},
+      {"cuMemcpyAsync", CuMemcpyAsync},
+      {"cuMemGetAddressRange", CuMemGetAddressRange},
+      {"cuPointerGetAttributes", CuPointerGetAttributes},
+      {"cuMemHostAlloc", CuMemHostAlloc},
+      {"cuMemFreeHost", CuMemFreeHost},
+      {"cuMemHostRegister", CuMemHostRegister},
+      {"cuMemHostUnregister", CuMemHostUnregister},
+      {"cuIpcGetMemHandle", CuIpcGetMemHandle},
+      {"cuIpcOpenMemHandle", CuIpcOpenMemHandle},
+      {"cuIpcCloseMemHandle", CuIpcCloseMemHandle},
+      {"cuIpcGetEventHandle", CuIpcGetEventHandle},
+      {"cuIpcOpenEventHandle", CuIpcOpenEventHandle},
+      {"cuStreamCreate", CuStreamCreate},
+      {"cuStreamDestroy", CuStreamDestroy},
+      {"cuStreamSynchronize", CuStreamSynchronize},
+      {"cuStreamWaitEvent", CuStreamWaitEvent},
+      {"cuEventCreate", CuEventCreate},
+      {"cuEventDestroy", CuEventDestroy},
+      {"cuEventRecord", CuEventRecord},
+      {"cuEventQuery", CuEventQuery},
+      {"cuEventSynchronize", CuEventSynchronize},
+      {"cuEventElapsedTime", CuEventElapsedTime},
+  };
+  for (const Entry& e : kEntries) exports.Set(e.name, Napi::Function::New(env, e.fn, e.name));
+}
+
+}  // namespace smcuda
