@@ -1,0 +1,112 @@
+/**
+ * The two objects the handle pool deals in:
+ *
+ *  - `PoolEntry`: one opened remote allocation (one successful
+ *    cuIpcOpenMemHandle), reference counted by the copies using it. It is
+ *    *resident* while the pool can hand it out; once evicted, found stale,
+ *    invalidated or the pool closed, it is *detached*: never handed out
+ *    again, and closed as soon as its last user releases it.
+ *  - `Lease`: what one acquisition returns (the public `Mapping`). Its
+ *    `release()` gives back exactly one reference, however often it is called.
+ */
+import type { DevicePtr } from '../src/cuda/driver.js';
+
+/** What a receiver knows about a remote allocation, taken from an RGET frame. */
+export interface MappingRequest {
+  /** UUID of the device the allocation lives on (never an ordinal). */
+  deviceUuid: string;
+  /** Base address of the allocation in the owner's address space. */
+  base: bigint;
+  /** Length of the whole allocation in bytes. */
+  size: number;
+  /** The owner's CUipcMemHandle (64 bytes). */
+  handle: Uint8Array;
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation; changes on free + realloc. */
+  bufferId: bigint;
+}
+
+/** An opened remote allocation, held by one acquisition until `release()`. */
+export interface Mapping {
+  /** Local address of the remote allocation's base. The caller adds its offset after checking offset + length ≤ size. */
+  readonly ptr: DevicePtr;
+  /** Length of the remote allocation in bytes. */
+  readonly size: number;
+  /** Gives this acquisition's reference back. Idempotent: a second call does nothing. */
+  release(): void;
+}
+
+/** Why an entry left the pool; carried to events and to the close that follows. */
+export type DetachReason = 'evicted' | 'stale' | 'invalidated' | 'closed';
+
+export class PoolEntry {
+  /** Users currently holding this mapping (unreleased leases). */
+  refs = 0;
+  /** In the pool's index and LRU, so it can be handed out. */
+  resident = true;
+  /** Set just before the entry is removed from the LRU, read by its dispose hook. */
+  detachReason: DetachReason = 'evicted';
+  /** The driver close was done (exactly once). */
+  closed = false;
+  /** The entry's end in the owner's address space (base + size), for overlap checks. */
+  readonly end: bigint;
+
+  constructor(
+    /** `${deviceUuid}:${base hex}`: the LRU key, built once per open, never per lookup. */
+    readonly key: string,
+    readonly deviceUuid: string,
+    readonly base: bigint,
+    readonly size: number,
+    /** A private copy: the request's bytes may sit in a frame buffer that gets reused. */
+    readonly handle: Uint8Array,
+    readonly bufferId: bigint,
+    readonly ptr: DevicePtr,
+  ) {
+    this.end = base + BigInt(size);
+  }
+
+  /** True when this entry is the allocation the request names. Hot path: no allocation. */
+  matches(req: MappingRequest): boolean {
+    return this.bufferId === req.bufferId && this.size === req.size && sameBytes(this.handle, req.handle);
+  }
+
+  /** Same device and the address ranges [base, end) intersect. */
+  overlaps(deviceUuid: string, base: bigint, end: bigint): boolean {
+    return this.deviceUuid === deviceUuid && this.base < end && base < this.end;
+  }
+}
+
+/** Whoever can take a reference back: the pool. Kept minimal so a lease is cheap. */
+export interface EntryOwner {
+  releaseEntry(entry: PoolEntry): void;
+}
+
+/** One acquisition of a `PoolEntry`; the `Mapping` callers see. */
+export class Lease implements Mapping {
+  readonly ptr: DevicePtr;
+  readonly size: number;
+  #entry: PoolEntry | undefined;
+  #owner: EntryOwner;
+
+  /** The caller has already counted this lease in `entry.refs`. */
+  constructor(entry: PoolEntry, owner: EntryOwner) {
+    this.ptr = entry.ptr;
+    this.size = entry.size;
+    this.#entry = entry;
+    this.#owner = owner;
+  }
+
+  release(): void {
+    const entry = this.#entry;
+    if (entry === undefined) return;
+    this.#entry = undefined;
+    this.#owner.releaseEntry(entry);
+  }
+}
+
+/** Byte-wise equality; a plain loop is the fastest for 64 bytes (no native call, no views). */
+export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  const n = a.length;
+  if (b.length !== n) return false;
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
