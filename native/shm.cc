@@ -140,6 +140,17 @@ Napi::Value ShmCreate(const Napi::CallbackInfo& info) {
     ThrowErrno(env, "ftruncate", err, name);
     return env.Undefined();
   }
+  // Reserve the pages now: on a full tmpfs a sparse segment would SIGBUS the
+  // process at first touch; reserving turns that into ENOSPC here.
+  if (bytes > 0) {
+    int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+      close(fd);
+      shm_unlink(name.c_str());
+      ThrowErrno(env, "posix_fallocate", err, name);
+      return env.Undefined();
+    }
+  }
   Napi::Value ab = MapToArrayBuffer(env, fd, static_cast<size_t>(bytes), name);
   close(fd);  // the mapping stays valid without the descriptor
   if (ab.IsEmpty()) {

@@ -73,3 +73,10 @@ export class TruncationError extends SmcudaError {
     super('SMCUDA_TRUNCATED', message);
   }
 }
+
+/** The requested CUDA driver cannot be used here (no libcuda, no device, no addon); the message says why and what to do. */
+export class DriverUnavailableError extends SmcudaError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('SMCUDA_DRIVER_UNAVAILABLE', message, options);
+  }
+}

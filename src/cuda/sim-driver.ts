@@ -1,0 +1,656 @@
+/**
+ * SimulatedCudaDriver: the CudaDriver contract without a GPU.
+ *
+ * "Device memory" is POSIX shared memory (sim/memory.ts), so two real
+ * processes — or two driver instances in one process, which the simulator
+ * treats as two processes — can exchange IPC handles and copy each other's
+ * memory. Async work runs in stream order on later macrotasks
+ * (sim/streams.ts). The world (devices, peer access, visibility) and the
+ * injected faults come from options or the environment (sim/config.ts), so
+ * child processes inherit them.
+ *
+ * Where the real driver's behaviour matters to smcuda, the simulator copies
+ * it: memAlloc before setDevice → CUDA_ERROR_INVALID_CONTEXT; double free and
+ * garbage or stale IPC handles → CUDA_ERROR_INVALID_VALUE; opening one's own
+ * handle → CUDA_ERROR_INVALID_CONTEXT; opening an open handle → the same
+ * pointer; free + realloc → same address, new handle bytes, new buffer id.
+ * Simplifications: the default stream does not synchronize with other
+ * streams; releaseDevices keeps allocations; pointerAttributes of an unknown
+ * pointer throws CUDA_ERROR_INVALID_VALUE.
+ */
+import { AddonLoadError } from '../errors.js';
+import { loadAddon } from './addon.js';
+import type {
+  AddressRange,
+  CudaDriver,
+  DeviceInfo,
+  DevicePtr,
+  DriverStatus,
+  EventHandle,
+  EventOptions,
+  PinnedHostBuffer,
+  PointerAttributes,
+  SharedSegment,
+  StreamHandle,
+} from './driver.js';
+import type { NativeShm } from './native-addon.js';
+import { resolveSimWorld, type SimDevice, type SimFaults, type SimOptions, type SimWorld } from './sim/config.js';
+import { EVENT_STATE_BYTES, SimEvent } from './sim/events.js';
+import { FaultState } from './sim/faults.js';
+import { decodeHandle, encodeHandle, segmentName, type SimHandle } from './sim/ipc-handle.js';
+import { hex, SimMemory } from './sim/memory.js';
+import { cudaError } from './sim/result-codes.js';
+import { sharedSegment } from './shared-segment.js';
+import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
+import {
+  assertByte,
+  assertBytes,
+  assertHandle,
+  assertIndex,
+  assertIpcHandle,
+  assertName,
+  assertPtr,
+  assertSize,
+} from './validate.js';
+
+export interface SimDriverOptions extends SimOptions {
+  /** The shared-memory calls; default: the native addon's. Injectable for tests. */
+  shm?: NativeShm;
+  /** Where SMCUDA_SIM / SMCUDA_SIM_VISIBLE are read; default process.env. */
+  env?: Record<string, string | undefined>;
+}
+
+/** cuDriverGetVersion of the simulator: "CUDA 13.0". */
+export const SIM_DRIVER_VERSION = 13000;
+
+/** How long eventSynchronize waits on another process's event before giving up. */
+const REMOTE_SYNC_LIMIT_MS = 60_000;
+
+export class SimulatedCudaDriver implements CudaDriver {
+  readonly kind = 'sim' as const;
+  /** The simulated world this process lives in. */
+  readonly world: SimWorld;
+  /** This instance's tag in IPC handles (instances are separate "processes"). */
+  readonly instance = (Math.random() * 0x1_0000_0000) >>> 0;
+
+  private readonly shm: NativeShm | undefined;
+  private readonly loadError: Error | undefined;
+  private readonly faults: FaultState;
+  private readonly visibleDevices: SimDevice[];
+  private memory: SimMemory | undefined;
+  private readonly scheduler = new Scheduler();
+  private readonly events = new Map<EventHandle, SimEvent>();
+  private nextEvent = 0xe000n;
+  private readonly hostRegistrations = new WeakMap<ArrayBufferLike, Array<[number, number]>>();
+  private initialized = false;
+  private current = -1;
+  private closed = false;
+  private exitHook: (() => void) | undefined;
+
+  constructor(options: SimDriverOptions = {}) {
+    const { shm, env, ...world } = options;
+    this.world = resolveSimWorld(world, env ?? process.env);
+    this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);
+    this.faults = new FaultState(this.world.faults, this.world.devices);
+    if (shm) {
+      this.shm = shm;
+    } else {
+      try {
+        this.shm = loadAddon();
+      } catch (err) {
+        this.loadError = err as Error;
+      }
+    }
+  }
+
+  /** Changes the injected faults of this instance (the named ones; others stay). */
+  inject(faults: SimFaults): void {
+    this.faults.inject(faults);
+  }
+
+  // -- driver and devices -----------------------------------------------------
+
+  status(): DriverStatus {
+    if (this.loadError) {
+      const reason = this.loadError instanceof AddonLoadError ? this.loadError.causes.join('; ') : this.loadError.message;
+      return { available: false, reason: `the simulator needs the addon's shared memory: ${reason}`, driverVersion: 0 };
+    }
+    return { available: true, driverVersion: SIM_DRIVER_VERSION };
+  }
+
+  init(): void {
+    if (this.closed) throw cudaError('cuInit', 'CUDA_ERROR_DEINITIALIZED', 'this driver instance was closed; create a new one');
+    if (this.loadError) throw this.loadError;
+    if (this.initialized) return;
+    this.memory = new SimMemory({
+      shm: this.shm!,
+      pid: process.pid,
+      instance: this.instance,
+      devices: this.visibleDevices,
+    });
+    this.initialized = true;
+  }
+
+  isReady(): boolean {
+    const notReady = this.faults.notReadyNow();
+    return this.initialized && this.current >= 0 && !notReady;
+  }
+
+  deviceCount(): number {
+    this.requireInit('cuDeviceGetCount');
+    return this.visibleDevices.length;
+  }
+
+  deviceInfo(index: number): DeviceInfo {
+    assertIndex('index', index);
+    const d = this.device(index, 'cuDeviceGet');
+    return {
+      index,
+      name: d.name,
+      uuid: d.uuid,
+      pciBusId: d.pciBusId,
+      computeCapability: [d.computeCapability[0], d.computeCapability[1]],
+      totalMemory: d.totalMemory,
+    };
+  }
+
+  canAccessPeer(dev: number, peer: number): boolean {
+    assertIndex('dev', dev);
+    assertIndex('peer', peer);
+    const a = this.device(dev, 'cuDeviceCanAccessPeer').uuid;
+    const b = this.device(peer, 'cuDeviceCanAccessPeer').uuid;
+    if (a === b) return true;
+    if (this.faults.peerDenied(a, b)) return false;
+    const pairs = this.world.peerPairs;
+    if (pairs === 'all') return true;
+    if (pairs === 'none') return false;
+    return pairs.some(([x, y]) => (x === a && y === b) || (x === b && y === a));
+  }
+
+  // -- contexts -----------------------------------------------------------------
+
+  setDevice(index: number): void {
+    assertIndex('index', index);
+    this.device(index, 'cuDevicePrimaryCtxRetain');
+    this.current = index;
+  }
+
+  currentDevice(): number {
+    return this.current;
+  }
+
+  releaseDevices(): void {
+    this.current = -1;
+  }
+
+  // -- memory ---------------------------------------------------------------------
+
+  memAlloc(bytes: number): DevicePtr {
+    assertSize('bytes', bytes);
+    const mem = this.requireContext('cuMemAlloc');
+    if (bytes === 0) throw cudaError('cuMemAlloc', 'CUDA_ERROR_INVALID_VALUE', 'cannot allocate 0 bytes');
+    const a = mem.alloc(this.current, bytes);
+    this.ensureExitHook();
+    return a.ptr;
+  }
+
+  memFree(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const mem = this.requireContext('cuMemFree');
+    const a = mem.find(ptr);
+    if (a && !a.opened && a.ptr === ptr) this.scheduler.drainTouching(a); // cuMemFree waits for work using the memory
+    mem.free(ptr);
+  }
+
+  memsetD8(ptr: DevicePtr, value: number, bytes: number): void {
+    assertPtr('ptr', ptr);
+    assertByte('value', value);
+    assertSize('bytes', bytes);
+    const v = this.requireContext('cuMemsetD8').view('cuMemsetD8', ptr, bytes);
+    this.syncWork(bytes, () => v.bytes.fill(value));
+  }
+
+  memsetD8Async(ptr: DevicePtr, value: number, bytes: number, stream: StreamHandle): void {
+    assertPtr('ptr', ptr);
+    assertByte('value', value);
+    assertSize('bytes', bytes);
+    assertHandle('stream', stream);
+    const v = this.requireContext('cuMemsetD8Async').view('cuMemsetD8Async', ptr, bytes);
+    this.asyncWork(stream, 'cuMemsetD8Async', bytes, [v.alloc], () => v.bytes.fill(value));
+  }
+
+  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void {
+    assertPtr('dst', dst);
+    assertBytes('src', src);
+    const d = this.requireContext('cuMemcpyHtoD').view('cuMemcpyHtoD', dst, src.byteLength);
+    this.syncWork(src.byteLength, () => d.bytes.set(src));
+  }
+
+  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void {
+    assertBytes('dst', dst);
+    assertPtr('src', src);
+    const s = this.requireContext('cuMemcpyDtoH').view('cuMemcpyDtoH', src, dst.byteLength);
+    this.syncWork(dst.byteLength, () => dst.set(s.bytes));
+  }
+
+  memcpyDtoD(dst: DevicePtr, src: DevicePtr, bytes: number): void {
+    assertPtr('dst', dst);
+    assertPtr('src', src);
+    assertSize('bytes', bytes);
+    const mem = this.requireContext('cuMemcpyDtoD');
+    const d = mem.view('cuMemcpyDtoD', dst, bytes);
+    const s = mem.view('cuMemcpyDtoD', src, bytes);
+    this.syncWork(bytes, () => d.bytes.set(s.bytes));
+  }
+
+  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void {
+    assertPtr('dst', dst);
+    assertBytes('src', src);
+    assertHandle('stream', stream);
+    const d = this.requireContext('cuMemcpyHtoDAsync').view('cuMemcpyHtoDAsync', dst, src.byteLength);
+    this.asyncWork(stream, 'cuMemcpyHtoDAsync', src.byteLength, [d.alloc], () => d.bytes.set(src));
+  }
+
+  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void {
+    assertBytes('dst', dst);
+    assertPtr('src', src);
+    assertHandle('stream', stream);
+    const s = this.requireContext('cuMemcpyDtoHAsync').view('cuMemcpyDtoHAsync', src, dst.byteLength);
+    this.asyncWork(stream, 'cuMemcpyDtoHAsync', dst.byteLength, [s.alloc], () => dst.set(s.bytes));
+  }
+
+  memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: StreamHandle): void {
+    assertPtr('dst', dst);
+    assertPtr('src', src);
+    assertSize('bytes', bytes);
+    assertHandle('stream', stream);
+    const mem = this.requireContext('cuMemcpyAsync');
+    const d = mem.view('cuMemcpyAsync', dst, bytes);
+    const s = mem.view('cuMemcpyAsync', src, bytes);
+    this.asyncWork(stream, 'cuMemcpyAsync', bytes, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
+  }
+
+  memGetAddressRange(ptr: DevicePtr): AddressRange {
+    assertPtr('ptr', ptr);
+    const a = this.requireContext('cuMemGetAddressRange').find(ptr);
+    if (!a) throw cudaError('cuMemGetAddressRange', 'CUDA_ERROR_NOT_FOUND', `${hex(ptr)} is not in any allocation of this process`);
+    return { base: a.ptr, size: a.size };
+  }
+
+  pointerAttributes(ptr: DevicePtr): PointerAttributes {
+    assertPtr('ptr', ptr);
+    const a = this.requireInit('cuPointerGetAttributes').find(ptr);
+    if (!a) throw cudaError('cuPointerGetAttributes', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
+    return { bufferId: a.bufferId, device: a.device, memoryType: 'device' };
+  }
+
+  hostAlloc(bytes: number): PinnedHostBuffer {
+    assertSize('bytes', bytes);
+    this.requireContext('cuMemHostAlloc');
+    let freed = false;
+    return {
+      bytes: new Uint8Array(bytes),
+      free: () => {
+        if (freed) throw cudaError('cuMemFreeHost', 'CUDA_ERROR_INVALID_VALUE', 'this pinned buffer was already freed');
+        freed = true;
+      },
+    };
+  }
+
+  hostRegister(bytes: Uint8Array): () => void {
+    assertBytes('bytes', bytes);
+    this.requireContext('cuMemHostRegister');
+    if (bytes.byteLength === 0) throw cudaError('cuMemHostRegister', 'CUDA_ERROR_INVALID_VALUE', 'cannot register 0 bytes');
+    const start = bytes.byteOffset;
+    const end = start + bytes.byteLength;
+    const list = this.hostRegistrations.get(bytes.buffer) ?? [];
+    if (list.some(([s, e]) => s < end && start < e)) {
+      throw cudaError('cuMemHostRegister', 'CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED', 'these bytes overlap a range already registered');
+    }
+    const entry: [number, number] = [start, end];
+    list.push(entry);
+    this.hostRegistrations.set(bytes.buffer, list);
+    return () => {
+      const i = list.indexOf(entry);
+      if (i < 0) throw cudaError('cuMemHostUnregister', 'CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED', 'already unregistered');
+      list.splice(i, 1);
+    };
+  }
+
+  // -- IPC --------------------------------------------------------------------------
+
+  ipcGetMemHandle(ptr: DevicePtr): Uint8Array {
+    assertPtr('ptr', ptr);
+    const a = this.requireContext('cuIpcGetMemHandle').find(ptr);
+    if (!a || a.opened || !a.handle) {
+      throw cudaError('cuIpcGetMemHandle', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not in an allocation made by this process`);
+    }
+    return a.handle.slice();
+  }
+
+  ipcOpenMemHandle(handle: Uint8Array): DevicePtr {
+    assertIpcHandle('handle', handle);
+    const call = 'cuIpcOpenMemHandle';
+    const mem = this.requireContext(call);
+    const h = decodeHandle(handle, 'memory');
+    if (!h) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', 'not a memory handle from ipcGetMemHandle');
+    this.refuseOwnHandle(h, call);
+    const owner = this.visibleDevices.findIndex((d) => d.uuid === h.uuid);
+    if (owner < 0) throw cudaError(call, 'CUDA_ERROR_INVALID_DEVICE', `the owner's device ${h.uuid} is not visible in this process`);
+    if (owner !== this.current && !this.canAccessPeer(this.current, owner)) {
+      throw cudaError(call, 'CUDA_ERROR_PEER_ACCESS_UNSUPPORTED', `device ${this.current} cannot access peer device ${owner} (${h.uuid})`);
+    }
+    const again = mem.reopen(h);
+    if (again) return again.ptr;
+    const fault = this.faults.openFailure(mem.openCount);
+    if (fault) throw cudaError(call, fault, 'injected by the simulator');
+    return mem.open(h, owner).ptr;
+  }
+
+  ipcCloseMemHandle(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const mem = this.requireContext('cuIpcCloseMemHandle');
+    const a = mem.find(ptr);
+    if (a && a.opened && a.ptr === ptr && a.opens === 1) this.scheduler.drainTouching(a);
+    mem.close(ptr);
+  }
+
+  ipcGetEventHandle(event: EventHandle): Uint8Array {
+    assertHandle('event', event);
+    this.requireContext('cuIpcGetEventHandle');
+    const ev = this.event(event, 'cuIpcGetEventHandle');
+    if (!ev.interprocess || !ev.ipcHandle) {
+      throw cudaError('cuIpcGetEventHandle', 'CUDA_ERROR_INVALID_VALUE', 'the event was not created with { interprocess: true }');
+    }
+    return ev.ipcHandle.slice();
+  }
+
+  ipcOpenEventHandle(handle: Uint8Array): EventHandle {
+    assertIpcHandle('handle', handle);
+    const call = 'cuIpcOpenEventHandle';
+    this.requireContext(call);
+    const h = decodeHandle(handle, 'event');
+    if (!h) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', 'not an event handle from ipcGetEventHandle');
+    this.refuseOwnHandle(h, call);
+    const name = segmentName(h);
+    let buffer: ArrayBuffer;
+    try {
+      buffer = this.shm!.shmOpen(name);
+    } catch (err) {
+      throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `the event behind this handle is gone: ${(err as Error).message}`);
+    }
+    const ev = new SimEvent(this.nextEvent++, false, true, sharedSegment(name, buffer, (b) => this.shm!.shmClose(b)), true);
+    ev.ipcHandle = handle.slice();
+    this.events.set(ev.handle, ev);
+    return ev.handle;
+  }
+
+  // -- streams and events ---------------------------------------------------------------
+
+  streamCreate(): StreamHandle {
+    this.requireContext('cuStreamCreate');
+    return this.scheduler.create().handle;
+  }
+
+  streamDestroy(stream: StreamHandle): void {
+    assertHandle('stream', stream);
+    this.requireContext('cuStreamDestroy');
+    this.scheduler.destroy(this.scheduler.get(stream, 'cuStreamDestroy'));
+  }
+
+  /** Runs the stream's queued work to completion now, blocking for simulated durations. */
+  streamSynchronize(stream: StreamHandle): void {
+    assertHandle('stream', stream);
+    this.requireContext('cuStreamSynchronize');
+    const s = this.scheduler.get(stream, 'cuStreamSynchronize');
+    this.scheduler.drain(s);
+    const err = s.error;
+    s.error = undefined;
+    if (err) throw err;
+  }
+
+  streamWaitEvent(stream: StreamHandle, event: EventHandle): void {
+    assertHandle('stream', stream);
+    assertHandle('event', event);
+    this.requireContext('cuStreamWaitEvent');
+    const s = this.scheduler.get(stream, 'cuStreamWaitEvent');
+    const ev = this.event(event, 'cuStreamWaitEvent');
+    const target = ev.recorded; // the latest record at the time of the call, as CUDA does
+    if (ev.isDone(target)) return;
+    const recordStream = ev.recordStream;
+    this.scheduler.enqueue(s, {
+      kind: 'wait',
+      remote: ev.remote,
+      ready: () => ev.isDone(target),
+      advance: () => {
+        if (!ev.remote && recordStream) this.scheduler.drain(recordStream, () => ev.isDone(target));
+      },
+    });
+  }
+
+  eventCreate(options: EventOptions = {}): EventHandle {
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object like { interprocess: true }');
+    this.requireContext('cuEventCreate');
+    const interprocess = options.interprocess === true;
+    const timing = !interprocess && options.disableTiming !== true;
+    let ev: SimEvent;
+    if (interprocess) {
+      const mem = this.memory!;
+      const { segment, counter, nonce } = mem.createSegment('event', EVENT_STATE_BYTES, 'cuEventCreate');
+      this.ensureExitHook();
+      ev = new SimEvent(this.nextEvent++, false, true, segment, false);
+      ev.ipcHandle = encodeHandle({
+        kind: 'event',
+        size: 0,
+        bufferId: 0n,
+        pid: process.pid,
+        counter,
+        nonce,
+        instance: this.instance,
+        uuid: this.visibleDevices[this.current]!.uuid,
+      });
+    } else {
+      ev = new SimEvent(this.nextEvent++, timing, false, undefined, false);
+    }
+    this.events.set(ev.handle, ev);
+    return ev.handle;
+  }
+
+  eventDestroy(event: EventHandle): void {
+    assertHandle('event', event);
+    this.requireContext('cuEventDestroy');
+    const ev = this.event(event, 'cuEventDestroy');
+    this.scheduler.drainTouching(ev); // pending records write into the event
+    this.events.delete(event);
+    this.releaseEvent(ev);
+  }
+
+  eventRecord(event: EventHandle, stream: StreamHandle): void {
+    assertHandle('event', event);
+    assertHandle('stream', stream);
+    this.requireContext('cuEventRecord');
+    const ev = this.event(event, 'cuEventRecord');
+    const s = this.scheduler.get(stream, 'cuEventRecord');
+    const gen = ev.beginRecord();
+    ev.recordStream = s;
+    this.scheduler.enqueue(s, {
+      kind: 'work',
+      durationMs: 0,
+      touches: [ev],
+      run: () => {
+        ev.error = s.error;
+        if (ev.timing) ev.stampMs = performance.now();
+        ev.complete(gen);
+      },
+    });
+  }
+
+  eventQuery(event: EventHandle): boolean {
+    assertHandle('event', event);
+    this.requireContext('cuEventQuery');
+    const ev = this.event(event, 'cuEventQuery');
+    if (ev.error) throw ev.error;
+    return ev.isDone(ev.recorded);
+  }
+
+  /** Completes the event now: drains its stream (local), or polls (another process's event). */
+  eventSynchronize(event: EventHandle): void {
+    assertHandle('event', event);
+    this.requireContext('cuEventSynchronize');
+    const ev = this.event(event, 'cuEventSynchronize');
+    const target = ev.recorded;
+    if (!ev.isDone(target)) {
+      if (!ev.remote && ev.recordStream) this.scheduler.drain(ev.recordStream, () => ev.isDone(target));
+      const deadline = performance.now() + REMOTE_SYNC_LIMIT_MS;
+      while (!ev.isDone(target)) {
+        if (performance.now() > deadline) {
+          throw cudaError('cuEventSynchronize', 'CUDA_ERROR_LAUNCH_TIMEOUT', 'the event was not completed by its recording process within 60 s');
+        }
+        sleepSync(1);
+      }
+    }
+    if (ev.error) throw ev.error;
+  }
+
+  eventElapsedTime(start: EventHandle, end: EventHandle): number {
+    assertHandle('start', start);
+    assertHandle('end', end);
+    this.requireContext('cuEventElapsedTime');
+    const a = this.event(start, 'cuEventElapsedTime');
+    const b = this.event(end, 'cuEventElapsedTime');
+    if (!a.timing || !b.timing) throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_INVALID_HANDLE', 'both events need timing (not disableTiming, not interprocess)');
+    if (a.recorded === 0 || b.recorded === 0) throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_INVALID_HANDLE', 'both events must have been recorded');
+    if (!a.isDone(a.recorded) || !b.isDone(b.recorded)) throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_NOT_READY', 'an event has not completed yet');
+    return b.stampMs! - a.stampMs!;
+  }
+
+  whenComplete(event: EventHandle): Promise<void> {
+    try {
+      assertHandle('event', event);
+      this.requireContext('cuEventQuery');
+      const ev = this.event(event, 'cuEventQuery');
+      const target = ev.recorded;
+      return this.scheduler.waitFor(() => ev.isDone(target), ev.remote).then(() => {
+        if (ev.error) throw ev.error;
+      });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  // -- shared host memory -----------------------------------------------------------------
+
+  shmCreate(name: string, bytes: number): SharedSegment {
+    assertName('name', name);
+    assertSize('bytes', bytes);
+    const shm = this.requireShm();
+    return sharedSegment(name, shm.shmCreate(name, bytes), (b) => shm.shmClose(b));
+  }
+
+  shmOpen(name: string): SharedSegment {
+    assertName('name', name);
+    const shm = this.requireShm();
+    return sharedSegment(name, shm.shmOpen(name), (b) => shm.shmClose(b));
+  }
+
+  shmUnlink(name: string): void {
+    assertName('name', name);
+    this.requireShm().shmUnlink(name);
+  }
+
+  /** Frees and unlinks everything this instance made, unmaps what it opened, stops its timers. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.scheduler.close();
+    for (const ev of this.events.values()) this.releaseEvent(ev);
+    this.events.clear();
+    this.memory?.closeAll();
+    if (this.exitHook) process.removeListener('exit', this.exitHook);
+    this.exitHook = undefined;
+    this.initialized = false;
+    this.current = -1;
+  }
+
+  // -- helpers ----------------------------------------------------------------------------------
+
+  private requireShm(): NativeShm {
+    if (this.loadError) throw this.loadError;
+    return this.shm!;
+  }
+
+  private requireInit(call: string): SimMemory {
+    if (this.closed) throw cudaError(call, 'CUDA_ERROR_DEINITIALIZED', 'this driver instance was closed');
+    if (!this.initialized) throw cudaError(call, 'CUDA_ERROR_NOT_INITIALIZED', 'call init() first');
+    return this.memory!;
+  }
+
+  /** Calls that need a current context, as the real driver's do. */
+  private requireContext(call: string): SimMemory {
+    const mem = this.requireInit(call);
+    if (this.current < 0) throw cudaError(call, 'CUDA_ERROR_INVALID_CONTEXT', 'no current device: call setDevice(index) first');
+    return mem;
+  }
+
+  private device(index: number, call: string): SimDevice {
+    this.requireInit(call);
+    const d = this.visibleDevices[index];
+    if (!d) throw cudaError(call, 'CUDA_ERROR_INVALID_DEVICE', `device ${index} does not exist (this process sees ${this.visibleDevices.length})`);
+    return d;
+  }
+
+  private event(handle: EventHandle, call: string): SimEvent {
+    const ev = this.events.get(handle);
+    if (!ev) throw cudaError(call, 'CUDA_ERROR_INVALID_HANDLE', `no event ${handle} in this driver (destroyed?)`);
+    return ev;
+  }
+
+  private refuseOwnHandle(h: SimHandle, call: string): void {
+    if (h.pid === process.pid && h.instance === this.instance) {
+      throw cudaError(call, 'CUDA_ERROR_INVALID_CONTEXT', 'a process cannot open its own IPC handle; use the pointer directly');
+    }
+  }
+
+  private releaseEvent(ev: SimEvent): void {
+    if (!ev.segment) return;
+    if (!ev.opened) {
+      try {
+        this.shm!.shmUnlink(ev.segment.name);
+      } catch {
+        // already gone
+      }
+    }
+    ev.segment.close();
+  }
+
+  /** Synchronous work: ordered after the default stream's queued work, blocking for its simulated duration. */
+  private syncWork(bytes: number, run: () => void): void {
+    this.scheduler.drain(this.scheduler.get(0n, 'cuStreamSynchronize'));
+    sleepSync(this.faults.copyMs(bytes));
+    run();
+  }
+
+  private asyncWork(stream: StreamHandle, call: string, bytes: number, touches: object[], run: () => void): void {
+    const s: SimStream = this.scheduler.get(stream, call);
+    this.scheduler.enqueue(s, { kind: 'work', durationMs: this.faults.copyMs(bytes), touches, run });
+  }
+
+  /** At process exit, unlink what this instance still owns, so nothing is left in /dev/shm. */
+  private ensureExitHook(): void {
+    if (this.exitHook) return;
+    this.exitHook = () => {
+      const names = [
+        ...(this.memory?.ownedSegmentNames() ?? []),
+        ...[...this.events.values()].filter((e) => e.segment && !e.opened).map((e) => e.segment!.name),
+      ];
+      for (const name of names) {
+        try {
+          this.shm!.shmUnlink(name);
+        } catch {
+          // already gone
+        }
+      }
+    };
+    process.on('exit', this.exitHook);
+  }
+}
