@@ -29,5 +29,12 @@ export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
   readonly label: string;
   readonly closed: boolean;
   send(frame: Uint8Array): boolean;
+  /**
+   * Optional: sends ONE frame made of `parts` (their concatenation), so that
+   * a large payload (encodeFrameParts) is written without being copied into
+   * a single buffer first. Same rules as `send`. Callers fall back to
+   * `send(concat(parts))` where a channel lacks it.
+   */
+  sendParts?(parts: readonly Uint8Array[]): boolean;
   close(): void;
 }

@@ -461,7 +461,8 @@ class Reader {
   /** A copy of the next `n` bytes: for small fields the receiver keeps (handles). */
   copy(field: string, n: number): Uint8Array {
     this.need(field, n);
-    const v = this.bytes.slice(this.pos, this.pos + n);
+    // Not .slice(): on a Buffer (what sockets deliver) slice is a view, not a copy.
+    const v = new Uint8Array(this.bytes.subarray(this.pos, this.pos + n));
     this.pos += n;
     return v;
   }

@@ -1,0 +1,94 @@
+/**
+ * Length-prefix framing for byte streams (the Unix socket channel): each
+ * frame is a u32 little-endian byte count followed by that many bytes.
+ *
+ * FrameReader turns arbitrary chunks back into whole frames. A frame that
+ * lies inside one chunk is handed on as a view of that chunk (no copy); a
+ * frame split across chunks is assembled in one buffer of its exact size
+ * (one copy). Lengths above `maxFrameBytes` are refused before anything is
+ * allocated, so a peer cannot make this process allocate 4 GiB.
+ */
+import { ProtocolError } from '../errors.js';
+
+export const LENGTH_PREFIX_BYTES = 4;
+/** Default largest frame a channel accepts: 256 MiB. */
+export const DEFAULT_MAX_FRAME_BYTES = 256 * 1024 * 1024;
+/** The most a u32 prefix can announce. */
+export const MAX_FRAME_BYTES_LIMIT = 0xffff_ffff;
+export const FRAME_SIZE_ERROR_CODE = 'SMCUDA_PROTOCOL_FRAME_SIZE';
+
+export function frameTooLarge(what: string, bytes: number, max: number): ProtocolError {
+  return new ProtocolError(
+    `${what} a control frame of ${bytes} bytes, above maxFrameBytes (${max}): raise maxFrameBytes on both sides, or send less inline (lower the eager limit).`,
+    FRAME_SIZE_ERROR_CODE,
+  );
+}
+
+export class FrameReader {
+  /** Bytes of a length prefix split across chunks. */
+  readonly #prefix = new Uint8Array(LENGTH_PREFIX_BYTES);
+  #prefixHave = 0;
+  /** The frame being assembled from several chunks, and how much of it is in. */
+  #body: Uint8Array | null = null;
+  #bodyHave = 0;
+
+  constructor(
+    private readonly maxFrameBytes: number,
+    private readonly onFrame: (frame: Uint8Array) => void,
+  ) {}
+
+  /** Bytes held of an incomplete frame (prefix included); 0 between frames. */
+  get buffered(): number {
+    return this.#body ? LENGTH_PREFIX_BYTES + this.#bodyHave : this.#prefixHave;
+  }
+
+  /** Consumes one chunk; calls onFrame for every frame it completes. Throws ProtocolError on an oversized length. */
+  push(chunk: Uint8Array): void {
+    const n = chunk.byteLength;
+    let pos = 0;
+    while (pos < n) {
+      const body = this.#body;
+      if (body) {
+        const take = Math.min(n - pos, body.byteLength - this.#bodyHave);
+        body.set(chunk.subarray(pos, pos + take), this.#bodyHave);
+        this.#bodyHave += take;
+        pos += take;
+        if (this.#bodyHave === body.byteLength) {
+          this.#body = null;
+          this.onFrame(body);
+        }
+        continue;
+      }
+      let len: number;
+      if (this.#prefixHave === 0 && n - pos >= LENGTH_PREFIX_BYTES) {
+        // Fast path: the prefix is whole in this chunk.
+        len = (chunk[pos]! | (chunk[pos + 1]! << 8) | (chunk[pos + 2]! << 16)) + chunk[pos + 3]! * 0x100_0000;
+        pos += LENGTH_PREFIX_BYTES;
+      } else {
+        this.#prefix[this.#prefixHave++] = chunk[pos++]!;
+        if (this.#prefixHave < LENGTH_PREFIX_BYTES) continue;
+        this.#prefixHave = 0;
+        const p = this.#prefix;
+        len = (p[0]! | (p[1]! << 8) | (p[2]! << 16)) + p[3]! * 0x100_0000;
+      }
+      if (len > this.maxFrameBytes) throw frameTooLarge('The peer announced', len, this.maxFrameBytes);
+      if (n - pos >= len) {
+        // The whole frame is in this chunk: hand on a view.
+        const frame = chunk.subarray(pos, pos + len);
+        pos += len;
+        this.onFrame(frame);
+      } else {
+        // allocUnsafe: every byte is about to be overwritten.
+        this.#body = Buffer.allocUnsafe(len);
+        this.#bodyHave = 0;
+      }
+    }
+  }
+}
+
+/** The 4-byte prefix of a frame of `length` bytes. */
+export function lengthPrefix(length: number): Buffer {
+  const b = Buffer.allocUnsafe(LENGTH_PREFIX_BYTES);
+  b.writeUInt32LE(length, 0);
+  return b;
+}

@@ -1,0 +1,349 @@
+/**
+ * ControlChannel over a Unix domain stream socket, framed by a u32 length
+ * prefix (framing.ts).
+ *
+ *  - Writes: a small frame is copied behind its prefix into one buffer (one
+ *    write); a large one is written as prefix + frame under cork(), so the
+ *    frame itself is not copied (the socket keeps a reference until written,
+ *    which the ControlChannel contract allows).
+ *  - Reads: frames are views of the socket's chunks when they lie in one
+ *    (no copy); a view keeps its chunk (≤ 64 KiB) alive while it is held.
+ *  - 'close': once. Local close() → without error, right away (pending writes
+ *    are still flushed, then the socket ends; it is destroyed after
+ *    `closeTimeoutMs` if the peer never finishes). Peer ended → without error.
+ *    Reset, broken pipe → PeerLostError. Bad framing, oversized frame, or an
+ *    end in the middle of a frame → ProtocolError.
+ *
+ * Note that a peer process that dies with nothing unread looks like an
+ * orderly end: the endpoint protocol tells the two apart (a CLOSE frame comes
+ * first on an orderly close).
+ */
+import { EventEmitter } from 'node:events';
+import { promises as fsp } from 'node:fs';
+import * as net from 'node:net';
+import { ClosedError, ConfigError, PeerLostError, ProtocolError } from '../errors.js';
+import type { ControlChannel, ControlChannelEvents } from './channel.js';
+import {
+  DEFAULT_MAX_FRAME_BYTES,
+  FrameReader,
+  LENGTH_PREFIX_BYTES,
+  MAX_FRAME_BYTES_LIMIT,
+  frameTooLarge,
+  lengthPrefix,
+} from './framing.js';
+
+/** Frames up to this size are copied behind their prefix and written once. */
+const COPY_WRITE_BYTES = 16 * 1024;
+/** Linux sun_path holds 108 bytes including the terminating NUL. */
+const MAX_SOCKET_PATH_BYTES = 107;
+export const DEFAULT_CLOSE_TIMEOUT_MS = 1000;
+
+export interface UnixChannelOptions {
+  /** Largest frame sent or accepted, in bytes. Default 256 MiB; at most 2^32 - 1. */
+  maxFrameBytes?: number;
+  /** After close(), how long to wait for the peer to end before destroying the socket. Default 1000 ms. */
+  closeTimeoutMs?: number;
+}
+
+export interface ConnectUnixOptions extends UnixChannelOptions {
+  /** Give up connecting after this many ms. Default: no limit (a Unix connect does not hang unless the backlog is full). */
+  timeoutMs?: number;
+}
+
+export interface ListenUnixOptions extends UnixChannelOptions {
+  /** Accept errors of the server (e.g. EMFILE); default: a process warning. */
+  onError?: (error: Error) => void;
+}
+
+export interface UnixListener {
+  readonly path: string;
+  /** Channels accepted and still open. */
+  readonly channels: ReadonlySet<ControlChannel>;
+  /**
+   * Stops accepting, closes every accepted channel that is still open
+   * (orderly), removes the socket file; resolves once the server is closed.
+   * Idempotent.
+   */
+  close(): Promise<void>;
+}
+
+interface ResolvedOptions {
+  maxFrameBytes: number;
+  closeTimeoutMs: number;
+}
+
+function resolveOptions(opts: UnixChannelOptions | undefined): ResolvedOptions {
+  const maxFrameBytes = opts?.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+  if (!Number.isInteger(maxFrameBytes) || maxFrameBytes < 1 || maxFrameBytes > MAX_FRAME_BYTES_LIMIT) {
+    throw new ConfigError(`maxFrameBytes must be an integer in 1..${MAX_FRAME_BYTES_LIMIT}, got ${String(maxFrameBytes)}`);
+  }
+  const closeTimeoutMs = opts?.closeTimeoutMs ?? DEFAULT_CLOSE_TIMEOUT_MS;
+  if (typeof closeTimeoutMs !== 'number' || !(closeTimeoutMs >= 0)) {
+    throw new ConfigError(`closeTimeoutMs must be a non-negative number, got ${String(closeTimeoutMs)}`);
+  }
+  return { maxFrameBytes, closeTimeoutMs };
+}
+
+/** What an errno from a Unix socket means, and what to do about it. */
+function explain(err: NodeJS.ErrnoException, path: string): string {
+  switch (err.code) {
+    case 'ENOENT':
+      return `nothing listens at ${path}: start the listening process first, or check the path`;
+    case 'ECONNREFUSED':
+      return `the socket file ${path} exists but no process accepts on it (its owner exited): restart the listener`;
+    case 'EACCES':
+    case 'EPERM':
+      return `permission denied on ${path}: smcuda sockets are mode 0600, run both processes as the same user`;
+    case 'EAGAIN':
+      return `the listener at ${path} has a full backlog: retry later`;
+    case 'ECONNRESET':
+    case 'EPIPE':
+      return 'the peer process exited or closed the connection abruptly';
+    default:
+      return err.message;
+  }
+}
+
+export class UnixChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel {
+  readonly label: string;
+  readonly #socket: net.Socket;
+  readonly #opts: ResolvedOptions;
+  readonly #reader: FrameReader;
+  #closed = false;
+  #closeEmitted = false;
+  /** The first failure seen; reported by 'close'. */
+  #error: Error | undefined;
+  #closeTimer: NodeJS.Timeout | undefined;
+
+  /** Wraps a connected socket; use connectUnix / listenUnix. */
+  constructor(socket: net.Socket, label: string, opts?: UnixChannelOptions) {
+    super();
+    this.label = label;
+    this.#socket = socket;
+    this.#opts = resolveOptions(opts);
+    this.#reader = new FrameReader(this.#opts.maxFrameBytes, (frame) => {
+      if (!this.#closed) this.emit('frame', frame);
+    });
+    socket.on('data', (chunk: Buffer) => {
+      if (this.#closed) return;
+      try {
+        this.#reader.push(chunk);
+      } catch (err) {
+        if (!(err instanceof ProtocolError)) throw err;
+        this.#fail(err);
+      }
+    });
+    socket.on('drain', () => {
+      if (!this.#closed) this.emit('drain');
+    });
+    socket.on('end', () => {
+      const held = this.#reader.buffered;
+      if (held > 0 && !this.#closed) {
+        this.#error ??= new ProtocolError(`${this.label}: the peer ended the stream in the middle of a frame (${held} bytes of it received)`);
+      }
+    });
+    socket.on('error', (err: NodeJS.ErrnoException) => {
+      this.#error ??= new PeerLostError(`${this.label}: connection lost (${err.code ?? err.message}): ${explain(err, label)}`, { cause: err });
+    });
+    socket.on('close', () => {
+      clearTimeout(this.#closeTimer);
+      this.#closed = true;
+      this.#emitClose(this.#error);
+    });
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  send(frame: Uint8Array): boolean {
+    this.#checkSend(frame);
+    const n = frame.byteLength;
+    if (n <= COPY_WRITE_BYTES) {
+      const out = Buffer.allocUnsafe(LENGTH_PREFIX_BYTES + n);
+      out.writeUInt32LE(n, 0);
+      out.set(frame, LENGTH_PREFIX_BYTES);
+      return this.#socket.write(out);
+    }
+    const s = this.#socket;
+    s.cork();
+    s.write(lengthPrefix(n));
+    const ok = s.write(frame);
+    s.uncork();
+    return ok;
+  }
+
+  sendParts(parts: readonly Uint8Array[]): boolean {
+    let n = 0;
+    for (const p of parts) {
+      if (!(p instanceof Uint8Array)) throw new TypeError(`${this.label}: sendParts() takes Uint8Array parts`);
+      n += p.byteLength;
+    }
+    this.#checkSend(undefined, n);
+    if (n <= COPY_WRITE_BYTES) {
+      const out = Buffer.allocUnsafe(LENGTH_PREFIX_BYTES + n);
+      out.writeUInt32LE(n, 0);
+      let at = LENGTH_PREFIX_BYTES;
+      for (const p of parts) {
+        out.set(p, at);
+        at += p.byteLength;
+      }
+      return this.#socket.write(out);
+    }
+    const s = this.#socket;
+    s.cork();
+    let ok = s.write(lengthPrefix(n));
+    for (const p of parts) if (p.byteLength > 0) ok = s.write(p);
+    s.uncork();
+    return ok;
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    // end() flushes what is queued, then sends FIN; the peer ends too (allowHalfOpen: false).
+    this.#socket.end();
+    this.#closeTimer = setTimeout(() => this.#socket.destroy(), this.#opts.closeTimeoutMs);
+    this.#closeTimer.unref();
+    process.nextTick(() => this.#emitClose(undefined));
+  }
+
+  #checkSend(frame: Uint8Array | undefined, size?: number): void {
+    if (this.#closed) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
+    if (frame !== undefined && !(frame instanceof Uint8Array)) throw new TypeError(`${this.label}: send() takes a Uint8Array frame`);
+    const n = size ?? frame!.byteLength;
+    if (n > this.#opts.maxFrameBytes) throw frameTooLarge(`${this.label}: refusing to send`, n, this.#opts.maxFrameBytes);
+  }
+
+  /** Fails the channel: 'close' reports `error` once the socket is gone. */
+  #fail(error: Error): void {
+    this.#error ??= error;
+    this.#closed = true;
+    this.#socket.destroy();
+  }
+
+  #emitClose(error: Error | undefined): void {
+    if (this.#closeEmitted) return;
+    this.#closeEmitted = true;
+    if (error) this.emit('close', error);
+    else this.emit('close');
+  }
+}
+
+function checkPath(path: string): void {
+  if (typeof path !== 'string' || path.length === 0) throw new ConfigError(`a Unix socket path must be a non-empty string, got ${String(path)}`);
+  if (Buffer.byteLength(path) > MAX_SOCKET_PATH_BYTES) {
+    throw new ConfigError(`Unix socket path is ${Buffer.byteLength(path)} bytes, above the ${MAX_SOCKET_PATH_BYTES}-byte limit: use a shorter path (e.g. under /tmp or $XDG_RUNTIME_DIR): ${path}`);
+  }
+}
+
+/** Connects to a listener at `path`. Rejects with PeerLostError saying why (nothing there, stale socket, permissions). */
+export function connectUnix(path: string, opts?: ConnectUnixOptions): Promise<UnixChannel> {
+  checkPath(path);
+  const resolved = resolveOptions(opts);
+  return new Promise((resolve, reject) => {
+    const socket = net.createConnection({ path, allowHalfOpen: false });
+    let timer: NodeJS.Timeout | undefined;
+    const onError = (err: NodeJS.ErrnoException) => {
+      clearTimeout(timer);
+      socket.destroy();
+      reject(new PeerLostError(`Could not connect to unix:${path} (${err.code ?? err.message}): ${explain(err, path)}`, { cause: err }));
+    };
+    socket.once('error', onError);
+    if (opts?.timeoutMs !== undefined) {
+      timer = setTimeout(() => onError(Object.assign(new Error(`timed out after ${opts.timeoutMs} ms`), { code: 'ETIMEDOUT' })), opts.timeoutMs);
+    }
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.off('error', onError);
+      resolve(new UnixChannel(socket, `unix:${path}`, resolved));
+    });
+  });
+}
+
+/** Whether a process accepts connections at the socket `path`. */
+function isListening(path: string): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    const probe = net.createConnection({ path });
+    probe.once('connect', () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once('error', (err: NodeJS.ErrnoException) => {
+      probe.destroy();
+      if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT') resolve(false);
+      else reject(new ConfigError(`Cannot tell whether ${path} is in use (${err.code}): ${explain(err, path)}`));
+    });
+  });
+}
+
+/** Removes a stale socket file at `path`; refuses to touch a live socket or anything that is not a socket. */
+async function clearStaleSocket(path: string): Promise<void> {
+  let st;
+  try {
+    st = await fsp.lstat(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  if (!st.isSocket()) throw new ConfigError(`${path} exists and is not a socket: refusing to replace it; choose another path or remove it`);
+  if (await isListening(path)) throw new ConfigError(`Another process is listening at ${path}: stop it, or choose another path`);
+  await fsp.unlink(path).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err;
+  });
+}
+
+/**
+ * Listens at `path` (mode 0600) and calls `onChannel` with a channel for
+ * every peer that connects. A stale socket file left by a dead process is
+ * replaced; a live one, or a file that is not a socket, is refused
+ * (ConfigError).
+ *
+ * The socket file is chmod'ed to 0600 as soon as it exists; under a umask
+ * that leaves it writable by others there is a brief window before that, so
+ * keep the socket in a private (0700) directory where that matters.
+ */
+export async function listenUnix(path: string, onChannel: (channel: UnixChannel) => void, opts?: ListenUnixOptions): Promise<UnixListener> {
+  checkPath(path);
+  const resolved = resolveOptions(opts);
+  await clearStaleSocket(path);
+
+  const channels = new Set<UnixChannel>();
+  let accepted = 0;
+  const server = net.createServer({ allowHalfOpen: false }, (socket) => {
+    const channel = new UnixChannel(socket, `unix:${path}#${++accepted}`, resolved);
+    channels.add(channel);
+    channel.once('close', () => channels.delete(channel));
+    onChannel(channel);
+  });
+  await new Promise<void>((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException) => reject(new ConfigError(`Cannot listen at ${path} (${err.code}): ${explain(err, path)}`));
+    server.once('error', onError);
+    server.listen({ path }, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+  try {
+    await fsp.chmod(path, 0o600);
+  } catch (err) {
+    server.close();
+    throw new ConfigError(`Cannot make ${path} private (chmod 0600): ${(err as Error).message}`);
+  }
+  server.on('error', (err) => (opts?.onError ? opts.onError(err) : process.emitWarning(`smcuda listener at ${path}: ${err.message}`)));
+
+  let closing: Promise<void> | undefined;
+  return {
+    path,
+    channels,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        // server.close() calls back once every accepted connection is gone;
+        // libuv removes the socket file itself when the server closes.
+        server.close(() => resolve());
+        for (const channel of channels) channel.close();
+      });
+      return closing;
+    },
+  };
+}
