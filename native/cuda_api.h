@@ -165,7 +165,7 @@ Napi::Error CuError(Napi::Env env, const char* call, CUresult r);
 // Same, from strings computed off the JS thread (completion poller).
 Napi::Error CuError(Napi::Env env, const std::string& call, CUresult r, const std::string& code,
                     const std::string& detail);
-// The Error thrown when libcuda cannot be used: code 'SMCUDA_NO_DRIVER'.
+// The Error thrown when libcuda cannot be used: code 'SMCUDA_DRIVER_UNAVAILABLE'.
 Napi::Error NoDriverError(Napi::Env env, const char* call);
 // cuInit's failure as a status reason, with a fix where one is known.
 std::string InitFailureReason(CUresult r);
@@ -182,7 +182,7 @@ std::string InitFailureReason(CUresult r);
     }                                                                  \
   } while (0)
 
-// Loads the driver if needed; throws SMCUDA_NO_DRIVER and returns if it is
+// Loads the driver if needed; throws SMCUDA_DRIVER_UNAVAILABLE and returns if it is
 // unusable.
 #define SMCUDA_REQUIRE_DRIVER(env, call)                               \
   do {                                                                 \

@@ -194,7 +194,7 @@ Napi::Error CuError(Napi::Env env, const char* call, CUresult r) {
 
 Napi::Error NoDriverError(Napi::Env env, const char* call) {
   Napi::Error e = Napi::Error::New(env, std::string(call) + ": CUDA is unavailable: " + Driver().reason);
-  e.Set("code", Napi::String::New(env, "SMCUDA_NO_DRIVER"));
+  e.Set("code", Napi::String::New(env, "SMCUDA_DRIVER_UNAVAILABLE"));
   e.Set("call", Napi::String::New(env, call));
   return e;
 }

@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadAddon } from '../src/cuda/addon.js';
 import type { NativeAddon } from '../src/cuda/native-addon.js';
 import { NativeCudaDriver, fromNativeError } from '../src/cuda/native-driver.js';
-import { ClosedError, ConfigError, CudaError, SmcudaError } from '../src/errors.js';
+import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../src/errors.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -93,7 +93,7 @@ describe.skipIf(available)('without an NVIDIA driver', () => {
     expect(d.isReady()).toBe(false);
   });
 
-  it('init() throws SMCUDA_NO_DRIVER with the reason', () => {
+  it('init() throws SMCUDA_DRIVER_UNAVAILABLE with the reason', () => {
     const d = new NativeCudaDriver();
     const err = (() => {
       try {
@@ -102,17 +102,17 @@ describe.skipIf(available)('without an NVIDIA driver', () => {
         return e;
       }
     })();
-    expect(err).toBeInstanceOf(SmcudaError);
-    expect(err).toMatchObject({ code: 'SMCUDA_NO_DRIVER' });
+    expect(err).toBeInstanceOf(DriverUnavailableError);
+    expect(err).toMatchObject({ code: 'SMCUDA_DRIVER_UNAVAILABLE' });
     expect((err as Error).message).toContain('libcuda.so.1');
     expect(d.isReady()).toBe(false);
   });
 
-  it('every driver call throws SMCUDA_NO_DRIVER, typed, naming the call', () => {
+  it('every driver call throws SMCUDA_DRIVER_UNAVAILABLE, typed, naming the call', () => {
     const d = new NativeCudaDriver();
-    expect(() => d.deviceCount()).toThrow(SmcudaError);
-    expect(() => d.memAlloc(8)).toThrow(expect.objectContaining({ code: 'SMCUDA_NO_DRIVER', message: expect.stringContaining('cuMemAlloc') }));
-    expect(() => addon.whenEventComplete(1n, 1n)).toThrow(expect.objectContaining({ code: 'SMCUDA_NO_DRIVER' }));
+    expect(() => d.deviceCount()).toThrow(DriverUnavailableError);
+    expect(() => d.memAlloc(8)).toThrow(expect.objectContaining({ code: 'SMCUDA_DRIVER_UNAVAILABLE', message: expect.stringContaining('cuMemAlloc') }));
+    expect(() => addon.whenEventComplete(1n, 1n)).toThrow(expect.objectContaining({ code: 'SMCUDA_DRIVER_UNAVAILABLE' }));
     expect(() => addon.completionShutdown()).not.toThrow();
   });
 });
@@ -236,10 +236,10 @@ describe('native errors become typed errors', () => {
     expect(fromNativeError(native)).toMatchObject({ message: native.message, result: 2 });
   });
 
-  it('SMCUDA_NO_DRIVER, SMCUDA_CLOSED and errno codes become SmcudaError, ClosedError, SmcudaError', () => {
-    const noDriver = fromNativeError(Object.assign(new Error('cuInit: CUDA is unavailable'), { code: 'SMCUDA_NO_DRIVER' }));
-    expect(noDriver).toBeInstanceOf(SmcudaError);
-    expect(noDriver).toMatchObject({ code: 'SMCUDA_NO_DRIVER' });
+  it('SMCUDA_DRIVER_UNAVAILABLE, SMCUDA_CLOSED and errno codes become DriverUnavailableError, ClosedError, SmcudaError', () => {
+    const noDriver = fromNativeError(Object.assign(new Error('cuInit: CUDA is unavailable'), { code: 'SMCUDA_DRIVER_UNAVAILABLE' }));
+    expect(noDriver).toBeInstanceOf(DriverUnavailableError);
+    expect(noDriver).toMatchObject({ code: 'SMCUDA_DRIVER_UNAVAILABLE' });
     expect(fromNativeError(Object.assign(new Error('shut down'), { code: 'SMCUDA_CLOSED' }))).toBeInstanceOf(ClosedError);
     const errno = fromNativeError(Object.assign(new Error("shm_open('/x') failed: ENOENT"), { code: 'ENOENT', call: 'shm_open' }));
     expect(errno).toBeInstanceOf(SmcudaError);

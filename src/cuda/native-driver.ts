@@ -4,13 +4,13 @@
  *
  * Every argument is checked here (validate.ts) before native code sees it;
  * every native error becomes a typed error (errors.ts): a failing CUresult a
- * `CudaError` with the same code/call/result, an unusable driver an
- * `SmcudaError` with code 'SMCUDA_NO_DRIVER'.
+ * `CudaError` with the same code/call/result, an unusable driver a
+ * `DriverUnavailableError` (code 'SMCUDA_DRIVER_UNAVAILABLE') with the reason.
  *
  * The addon can be injected (better-sqlite3 style), which is how the tests
  * run this class with fakes on machines without a GPU.
  */
-import { ClosedError, ConfigError, CudaError, SmcudaError } from '../errors.js';
+import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import type {
   AddressRange,
@@ -46,9 +46,6 @@ const CU_EVENT_INTERPROCESS = 0x4;
 /** CUmemorytype values (cuda.h); 0 means CUDA does not know the pointer. */
 const MEMORY_TYPES: Record<number, MemoryType> = { 1: 'host', 2: 'device', 3: 'array', 4: 'unified' };
 
-/** Code of the SmcudaError thrown when libcuda.so.1 cannot be used. */
-export const NO_DRIVER = 'SMCUDA_NO_DRIVER';
-
 /** The native error shape (see native-addon.ts). */
 interface NativeError {
   code?: unknown;
@@ -73,7 +70,8 @@ export function fromNativeError(err: unknown): unknown {
     return converted;
   }
   if (code === 'SMCUDA_CLOSED') return new ClosedError(message);
-  // SMCUDA_NO_DRIVER, and errno codes of the shared-memory calls ('ENOENT', ...).
+  if (code === 'SMCUDA_DRIVER_UNAVAILABLE') return new DriverUnavailableError(message, { cause: err });
+  // errno codes of the shared-memory calls ('ENOENT', ...).
   return new SmcudaError(code, message, { cause: err });
 }
 
@@ -140,7 +138,7 @@ export class NativeCudaDriver implements CudaDriver {
   init(): void {
     if (this.#initialised) return;
     const s = this.status();
-    if (!s.available) throw new SmcudaError(NO_DRIVER, `CUDA is unavailable: ${s.reason}`);
+    if (!s.available) throw new DriverUnavailableError(`CUDA is unavailable: ${s.reason}`);
     this.#call((a) => a.cuInit());
     this.#initialised = true;
   }
