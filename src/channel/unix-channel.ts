@@ -238,10 +238,10 @@ function checkPath(path: string): void {
 }
 
 /** Connects to a listener at `path`. Rejects with PeerLostError saying why (nothing there, stale socket, permissions). */
-export function connectUnix(path: string, opts?: ConnectUnixOptions): Promise<UnixChannel> {
+export async function connectUnix(path: string, opts?: ConnectUnixOptions): Promise<UnixChannel> {
   checkPath(path);
   const resolved = resolveOptions(opts);
-  return new Promise((resolve, reject) => {
+  return new Promise<UnixChannel>((resolve, reject) => {
     const socket = net.createConnection({ path, allowHalfOpen: false });
     let timer: NodeJS.Timeout | undefined;
     const onError = (err: NodeJS.ErrnoException) => {
