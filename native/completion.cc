@@ -21,6 +21,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -66,7 +68,14 @@ class Poller {
   Napi::Value Watch(Napi::Env env, CUevent event, CUcontext ctx) {
     if (!thread_.joinable()) {
       stop_ = false;
-      thread_ = std::thread(&Poller::Run, this);
+      try {
+        thread_ = std::thread(&Poller::Run, this);
+      } catch (const std::system_error& e) {  // out of threads: say so rather than terminate
+        Napi::Error err = Napi::Error::New(env, std::string("whenEventComplete: cannot start the poller thread: ") + e.what());
+        err.Set("code", Napi::String::New(env, "SMCUDA_THREAD"));
+        err.ThrowAsJavaScriptException();
+        return Napi::Value();
+      }
     }
     auto* d = new Napi::Promise::Deferred(env);
     Napi::Promise promise = d->Promise();

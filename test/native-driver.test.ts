@@ -488,6 +488,10 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
     });
   });
 
+  it('a worker with a wait still pending tears down cleanly', async () => {
+    expect(await scenario('worker-teardown')).toEqual({ messages: ['completed', 'completed', 'completed'] });
+  });
+
   it('completionShutdown rejects pending waits with SMCUDA_CLOSED', async () => {
     const out = await scenario('raw-shutdown');
     expect(out.stuck).toMatchObject({ resolved: false, error: { code: 'SMCUDA_CLOSED' } });
