@@ -5,7 +5,7 @@
  * driver-contract.ts.) Several driver instances in one process act as
  * separate processes, which keeps most of these tests in-process.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +15,7 @@ import { IPC_HANDLE_SIZE } from '../src/cuda/driver.js';
 import { SimulatedCudaDriver, type SimDriverOptions } from '../src/cuda/sim-driver.js';
 import { DEFAULT_SIM_DEVICES, simEnv, type SimDevice } from '../src/cuda/sim/config.js';
 import { decodeHandle, encodeHandle, type SimHandle } from '../src/cuda/sim/ipc-handle.js';
+import { sweepSimSegments } from '../src/cuda/sim/sweep.js';
 import { CudaError, ConfigError } from '../src/errors.js';
 import { IpcPeer, patternBytes } from './driver-contract.js';
 
@@ -43,6 +44,12 @@ function codeOf(fn: () => unknown): string {
     return (err as CudaError).code;
   }
   throw new Error('expected a CudaError, nothing was thrown');
+}
+
+/** This environment without SMCUDA_SIM*: the default world (an empty SMCUDA_SIM_VISIBLE would hide every device, as CUDA_VISIBLE_DEVICES does). */
+function withoutSimEnv(): NodeJS.ProcessEnv {
+  const { SMCUDA_SIM: _world, SMCUDA_SIM_VISIBLE: _visible, ...env } = process.env;
+  return env;
 }
 
 function shmNamesOf(pid: number): string[] {
@@ -433,12 +440,28 @@ describe('nothing left in /dev/shm', () => {
   });
 
   it('a process that exits without close() leaves nothing behind', () => {
-    // The default world (an empty SMCUDA_SIM_VISIBLE would hide every device, as CUDA_VISIBLE_DEVICES does).
-    const { SMCUDA_SIM: _w, SMCUDA_SIM_VISIBLE: _v, ...env } = process.env;
-    const out = execFileSync(process.execPath, [join(here, 'fixtures', 'sim-exit-without-close.mjs')], { env, encoding: 'utf8' });
+    const out = execFileSync(process.execPath, [join(here, 'fixtures', 'sim-exit-without-close.mjs')], { env: withoutSimEnv(), encoding: 'utf8' });
     const { pid, owned } = JSON.parse(out) as { pid: number; owned: string[] };
     expect(owned.length).toBe(3); // two allocations and an event existed before exit
     expect(shmNamesOf(pid)).toEqual([]);
+  });
+});
+
+describe('segments of killed processes', () => {
+  it('stay behind after SIGKILL, and sweepSimSegments removes them', async () => {
+    const child = spawn(process.execPath, [join(here, 'fixtures', 'sim-exit-without-close.mjs'), '--hang'], {
+      env: withoutSimEnv(),
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const line = await new Promise<string>((resolve) => child.stdout.once('data', (d: Buffer) => resolve(d.toString())));
+    const { pid } = JSON.parse(line) as { pid: number };
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGKILL');
+    await exited;
+    expect(shmNamesOf(pid).length).toBe(3);
+    const removed = sweepSimSegments();
+    expect(shmNamesOf(pid)).toEqual([]);
+    expect(removed.filter((n) => n.startsWith(`smcuda-sim-${pid}-`)).length).toBe(3);
   });
 });
 

@@ -16,5 +16,6 @@ export {
   type SimOptions,
 } from './sim/config.js';
 export { SIM_SHM_PREFIX } from './sim/ipc-handle.js';
+export { sweepSimSegments } from './sim/sweep.js';
 export { CUDA_RESULTS, type CudaErrorName } from './sim/result-codes.js';
 export { sharedSegment } from './shared-segment.js';
