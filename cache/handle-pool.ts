@@ -39,6 +39,18 @@ export interface IpcDriver {
   ipcCloseMemHandle(ptr: DevicePtr): void;
 }
 
+/** One resident mapping, as `entries()` describes it. */
+export interface ResidentEntryInfo {
+  deviceUuid: string;
+  base: bigint;
+  size: number;
+  bufferId: bigint;
+  /** Local pointer of the mapping. */
+  ptr: DevicePtr;
+  /** Unreleased acquisitions. */
+  users: number;
+}
+
 /** Open failures that mean "out of some resource": evicting may help, so the pool evicts and retries. */
 export const RETRYABLE_OPEN_ERRORS: ReadonlySet<string> = new Set([
   'CUDA_ERROR_ALREADY_MAPPED',
@@ -212,6 +224,15 @@ export class HandlePool implements EntryOwner {
       totalOpenMs: c.totalOpenMs,
       lastOpenMs: c.lastOpenMs,
     };
+  }
+
+  /** The resident mappings, least recently used first: for diagnostics and tests (allocates; not for the hot path). */
+  entries(): ResidentEntryInfo[] {
+    const out: ResidentEntryInfo[] = [];
+    for (const e of this.#lru.rvalues()) {
+      if (e !== undefined) out.push({ deviceUuid: e.deviceUuid, base: e.base, size: e.size, bufferId: e.bufferId, ptr: e.ptr, users: e.refs });
+    }
+    return out;
   }
 
   /** @internal Called by a Lease; use `Mapping.release()`. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, HandlePool, type HandlePoolEvent, type HandlePoolOptions } from '../cache/index.js';
+import { DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, HandlePool, type HandlePoolEvent, type HandlePoolOptions, type MappingRequest } from '../cache/index.js';
 import { ClosedError, ConfigError, CudaError } from '../src/errors.js';
 import { FakeIpcDriver, type FakeIpcDriverOptions, type RemoteAlloc } from './helpers/fake-ipc-driver.js';
 
@@ -161,12 +161,17 @@ describe('HandlePool: staleness (free and realloc at the same address)', () => {
     expect(pool.stats()).toMatchObject({ stale: 1, opens: 2, closes: 1, openMappings: 1 });
   });
 
-  it('treats a different buffer id alone as stale', async () => {
+  it.each([
+    ['a different buffer id', (r: MappingRequest) => ({ ...r, bufferId: r.bufferId + 1n })],
+    ['different handle bytes', (r: MappingRequest) => ({ ...r, handle: r.handle.map((b, i) => (i === 63 ? b ^ 1 : b)) })],
+    ['a different size', (r: MappingRequest) => ({ ...r, size: r.size * 2 })],
+  ])('treats %s alone as stale', async (_what, change) => {
     const { pool, allocs, touch, fake } = setup();
     const [a] = allocs(1);
-    await touch(a!);
-    expect(pool.lookup({ ...fake.request(a!), bufferId: a!.bufferId + 1n })).toBeUndefined();
+    const pa = await touch(a!);
+    expect(pool.lookup(change(fake.request(a!)))).toBeUndefined();
     expect(pool.stats().stale).toBe(1);
+    expect(fake.isMapped(pa)).toBe(false);
   });
 
   it('keeps a stale mapping in use valid for its user, closes it on release, and serves new requests the new mapping', async () => {
