@@ -244,7 +244,7 @@ describe('layout', () => {
     };
     const bytes = encodeFrame(f);
     expect(bytes.byteLength).toBe(137);
-    const view = new DataView(bytes.buffer);
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     expect(bytes.subarray(16, 80)).toEqual(f.handle);
     expect(view.getBigUint64(80, true)).toBe(f.base);
     expect(view.getBigUint64(88, true)).toBe(4096n);
@@ -267,9 +267,11 @@ describe('layout', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0, seq: 0, fromDevice: false, data: Uint8Array.of(1, 2, 3) });
     const f = decodeFrame(bytes) as Extract<Frame, { type: FrameType.EAGER }>;
     expect(f.data.buffer).toBe(bytes.buffer);
-    expect(f.data.byteOffset).toBe(21);
-    const r = encodeFrame({ type: FrameType.RGET, tag: 0, seq: 0, handle: new Uint8Array(64), base: 0n, allocSize: 0, offset: 0, length: 0, bufferId: 0n, deviceUuid: '', event: null });
-    expect((decodeFrame(r) as Extract<Frame, { type: FrameType.RGET }>).handle.buffer).not.toBe(r.buffer);
+    expect(f.data.byteOffset).toBe(bytes.byteOffset + 21);
+    const r = encodeFrame({ type: FrameType.RGET, tag: 0, seq: 0, handle: new Uint8Array(64).fill(3), base: 0n, allocSize: 0, offset: 0, length: 0, bufferId: 0n, deviceUuid: '', event: null });
+    const decoded = decodeFrame(r) as Extract<Frame, { type: FrameType.RGET }>;
+    r.fill(0);
+    expect(decoded.handle).toEqual(new Uint8Array(64).fill(3));
   });
 
   it('encodeFrameParts keeps a large EAGER payload apart, without copying it', () => {

@@ -121,51 +121,62 @@ function checkString(type: FrameType, field: string, v: unknown, min: number, ma
   return n;
 }
 
-/** Writes into an exact-size frame; the caller has validated every value. */
+/**
+ * Writes into an exact-size frame; the caller has validated every value.
+ * The bytes come from Buffer.allocUnsafe: small frames are carved from
+ * Node's shared pool (allocating an ArrayBuffer per frame would dominate the
+ * cost of encoding), and every byte is written, so none is left stale. The
+ * frame is handed out as a plain Uint8Array view (byteOffset may be non-zero).
+ */
 class Writer {
-  readonly bytes: Uint8Array;
-  readonly view: DataView;
+  readonly buf: Buffer;
   pos = HEADER_BYTES;
 
   constructor(
     readonly type: FrameType,
     size: number,
   ) {
-    this.bytes = new Uint8Array(size);
-    this.view = new DataView(this.bytes.buffer, 0, size);
-    this.bytes[0] = WIRE_MAGIC;
-    this.bytes[1] = WIRE_VERSION;
-    this.bytes[2] = type;
-    this.bytes[3] = 0;
+    const buf = Buffer.allocUnsafe(size);
+    this.buf = buf;
+    buf[0] = WIRE_MAGIC;
+    buf[1] = WIRE_VERSION;
+    buf[2] = type;
+    buf[3] = 0;
   }
 
   u8(v: number): void {
-    this.bytes[this.pos++] = v;
+    this.buf[this.pos++] = v;
   }
   u16(v: number): void {
-    this.view.setUint16(this.pos, v, true);
+    const b = this.buf;
+    b[this.pos] = v;
+    b[this.pos + 1] = v >>> 8;
     this.pos += 2;
   }
   u32(v: number): void {
-    this.view.setUint32(this.pos, v, true);
-    this.pos += 4;
+    const b = this.buf;
+    const p = this.pos;
+    b[p] = v;
+    b[p + 1] = v >>> 8;
+    b[p + 2] = v >>> 16;
+    b[p + 3] = v >>> 24;
+    this.pos = p + 4;
   }
   /** A safe integer as u64: two u32 halves, no BigInt on the hot path. */
   u64(v: number): void {
-    this.view.setUint32(this.pos, v >>> 0, true);
-    this.view.setUint32(this.pos + 4, Math.floor(v / TWO_32), true);
-    this.pos += 8;
+    this.u32(v >>> 0);
+    this.u32(Math.floor(v / TWO_32));
   }
   big(v: bigint): void {
-    this.view.setBigUint64(this.pos, v, true);
+    this.buf.writeBigUInt64LE(v, this.pos);
     this.pos += 8;
   }
   raw(src: Uint8Array): void {
-    this.bytes.set(src, this.pos);
+    this.buf.set(src, this.pos);
     this.pos += src.byteLength;
   }
   uuid(field: string, uuid: unknown): void {
-    if (typeof uuid !== 'string' || !writeDeviceUuid(uuid, this.bytes, this.pos)) {
+    if (typeof uuid !== 'string' || !writeDeviceUuid(uuid, this.buf, this.pos)) {
       throw encodeError(this.type, field, `must be '' or 'GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' (not all zero), got ${show(uuid)}`);
     }
     this.pos += UUID_BYTES;
@@ -173,13 +184,14 @@ class Writer {
   /** u16 length, then the UTF-8 bytes; `n` from checkString. */
   str(s: string, n: number): void {
     this.u16(n);
-    if (n > 0) utf8Encoder.encodeInto(s, this.bytes.subarray(this.pos, this.pos + n));
+    if (n > 0) this.buf.write(s, this.pos, n, 'utf8');
     this.pos += n;
   }
   done(): Uint8Array {
+    const b = this.buf;
     // Guards the size arithmetic of each encoder.
-    if (this.pos !== this.bytes.byteLength) throw new Error(`codec bug: ${frameTypeName(this.type)} wrote ${this.pos} of ${this.bytes.byteLength} bytes`);
-    return this.bytes;
+    if (this.pos !== b.byteLength) throw new Error(`codec bug: ${frameTypeName(this.type)} wrote ${this.pos} of ${b.byteLength} bytes`);
+    return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
   }
 }
 
@@ -395,15 +407,14 @@ function decodeError(type: number, field: string, problem: string): ProtocolErro
 
 /** A bounds-checked cursor over one frame. Every read names its field for errors. */
 class Reader {
-  readonly view: DataView;
   pos = HEADER_BYTES;
+  /** Only for bigints (RGET, INVALIDATE): made on first use. */
+  #view: DataView | undefined;
 
   constructor(
     readonly bytes: Uint8Array,
     readonly type: number,
-  ) {
-    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  }
+  ) {}
 
   need(field: string, n: number): void {
     const left = this.bytes.byteLength - this.pos;
@@ -415,30 +426,37 @@ class Reader {
   }
   u16(field: string): number {
     this.need(field, 2);
-    const v = this.view.getUint16(this.pos, true);
-    this.pos += 2;
-    return v;
+    const b = this.bytes;
+    const p = this.pos;
+    this.pos = p + 2;
+    return b[p]! | (b[p + 1]! << 8);
   }
   u32(field: string): number {
     this.need(field, 4);
-    const v = this.view.getUint32(this.pos, true);
+    const v = this.#u32at(this.pos);
     this.pos += 4;
     return v;
   }
   /** A u64 that must be a safe integer. */
   u64(field: string): number {
     this.need(field, 8);
-    const lo = this.view.getUint32(this.pos, true);
-    const hi = this.view.getUint32(this.pos + 4, true);
-    if (hi > MAX_SAFE_HIGH) throw decodeError(this.type, field, `is ${this.view.getBigUint64(this.pos, true)}, above Number.MAX_SAFE_INTEGER`);
+    const lo = this.#u32at(this.pos);
+    const hi = this.#u32at(this.pos + 4);
+    if (hi > MAX_SAFE_HIGH) throw decodeError(this.type, field, `is ${BigInt(hi) * BigInt(TWO_32) + BigInt(lo)}, above Number.MAX_SAFE_INTEGER`);
     this.pos += 8;
     return hi * TWO_32 + lo;
   }
   big(field: string): bigint {
     this.need(field, 8);
-    const v = this.view.getBigUint64(this.pos, true);
+    const b = this.bytes;
+    this.#view ??= new DataView(b.buffer, b.byteOffset, b.byteLength);
+    const v = this.#view.getBigUint64(this.pos, true);
     this.pos += 8;
     return v;
+  }
+  #u32at(p: number): number {
+    const b = this.bytes;
+    return (b[p]! | (b[p + 1]! << 8) | (b[p + 2]! << 16)) + b[p + 3]! * 0x100_0000;
   }
   bool(field: string): boolean {
     const v = this.u8(field);
@@ -461,10 +479,12 @@ class Reader {
   /** A copy of the next `n` bytes: for small fields the receiver keeps (handles). */
   copy(field: string, n: number): Uint8Array {
     this.need(field, n);
-    // Not .slice(): on a Buffer (what sockets deliver) slice is a view, not a copy.
-    const v = new Uint8Array(this.bytes.subarray(this.pos, this.pos + n));
+    // From Node's pool (a fresh ArrayBuffer per handle costs more than the rest
+    // of the decode); not .slice(), which on a Buffer is a view, not a copy.
+    const b = Buffer.allocUnsafe(n);
+    b.set(this.bytes.subarray(this.pos, this.pos + n));
     this.pos += n;
-    return v;
+    return new Uint8Array(b.buffer, b.byteOffset, n);
   }
   uuid(field: string): string {
     this.need(field, UUID_BYTES);
@@ -473,7 +493,7 @@ class Reader {
     return s;
   }
   str(field: string, min: number, max: number): string {
-    const n = this.u16(`${field}.length`);
+    const n = this.u16(field);
     if (n < min || n > max) throw decodeError(this.type, field, `must be ${min}..${max} UTF-8 bytes, got ${n}`);
     if (n === 0) return '';
     this.need(field, n);

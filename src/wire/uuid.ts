@@ -12,6 +12,11 @@ const GROUP_ENDS = [4, 6, 8, 10];
 /** '00'..'ff', so that formatting is a table look-up per byte. */
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
 
+/** 0..15 for a hex digit's char code (the caller has checked it is one). */
+function hexValue(code: number): number {
+  return code <= 0x39 ? code - 0x30 : (code | 0x20) - 0x57;
+}
+
 /** Whether `value` is a well-formed 'GPU-…' UUID (either case) or ''. */
 export function isDeviceUuid(value: string): boolean {
   return value === '' || UUID_PATTERN.test(value);
@@ -28,10 +33,13 @@ export function writeDeviceUuid(uuid: string, out: Uint8Array, offset: number): 
     return true;
   }
   if (!UUID_PATTERN.test(uuid)) return false;
-  const hex = uuid.slice(4).replaceAll('-', '');
+  // The pattern fixed every position: hex digits, with '-' at 12, 17, 22, 27 (after 'GPU-').
   let any = 0;
+  let c = 4;
   for (let i = 0; i < UUID_BYTES; i++) {
-    const b = parseInt(hex.slice(i * 2, i * 2 + 2), 16);
+    if (c === 12 || c === 17 || c === 22 || c === 27) c++;
+    const b = (hexValue(uuid.charCodeAt(c)) << 4) | hexValue(uuid.charCodeAt(c + 1));
+    c += 2;
     out[offset + i] = b;
     any |= b;
   }
