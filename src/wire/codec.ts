@@ -223,7 +223,8 @@ const EAGER_FIXED = HEADER_BYTES + 4 + 8 + 1 + 4;
 const RGET_FIXED = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 * 5 + UUID_BYTES + 1;
 
 /**
- * Encodes one frame into a new Uint8Array of exactly its size. Throws
+ * Encodes one frame into a new Uint8Array of exactly its size (possibly a
+ * view into Node's Buffer pool: mind byteOffset). Throws
  * ProtocolError (code SMCUDA_PROTOCOL_ENCODE) when a field is out of range,
  * so that nothing the peer would refuse ever leaves this process.
  */
