@@ -8,6 +8,8 @@ export {
   statePath,
   topState,
   type BadReasonCode,
+  type CheckPeerAccessInput,
+  type CheckReadyInput,
   type FrameEvent,
   type NegotiationConfig,
   type NegotiationContext,

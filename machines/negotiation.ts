@@ -183,10 +183,27 @@ function attemptOf(event: NegotiationEvent): number | undefined {
   return 'frame' in event && 'attempt' in event.frame ? event.frame.attempt : undefined;
 }
 
+/**
+ * The output of an invoked actor's done event. Named guards are typed with the
+ * machine's own events, so the done event is read through this one cast.
+ */
+function outputOf<T>(event: unknown): T | undefined {
+  return (event as { output?: T }).output;
+}
+
 /** A check result counts as ready only with a device UUID to send. */
 function normaliseReady(r: ReadyCheck | undefined): ReadyCheck {
   const ready = !!r && r.ready === true && typeof r.deviceUuid === 'string' && r.deviceUuid.length > 0;
   return { ready, deviceUuid: ready ? r!.deviceUuid : '' };
+}
+
+/** Inputs of the two invoked check actors (for replacements given to `negotiationMachine.provide`). */
+export interface CheckReadyInput {
+  checkReady: () => Promise<ReadyCheck>;
+}
+export interface CheckPeerAccessInput {
+  checkPeerAccess: (uuid: string) => Promise<boolean>;
+  peerUuid: string;
 }
 
 const BAD = '#negotiation.BAD';
@@ -205,11 +222,11 @@ export const negotiationMachine = setup({
   },
   actors: {
     /** Is CUDA initialised here, and which device am I on? Rejections and hangs count as "not ready". */
-    checkReady: fromPromise<ReadyCheck, { checkReady: () => Promise<ReadyCheck> }>(async ({ input }) =>
+    checkReady: fromPromise<ReadyCheck, CheckReadyInput>(async ({ input }) =>
       normaliseReady(await input.checkReady()),
     ),
     /** Peer access between my device and the peer's (different UUIDs only). Rejections and hangs count as "no". */
-    checkPeerAccess: fromPromise<boolean, { checkPeerAccess: (uuid: string) => Promise<boolean>; peerUuid: string }>(
+    checkPeerAccess: fromPromise<boolean, CheckPeerAccessInput>(
       async ({ input }) => (await input.checkPeerAccess(input.peerUuid)) === true,
     ),
   },
@@ -226,6 +243,10 @@ export const negotiationMachine = setup({
     peerHasNoDevice: ({ context }) => context.peerUuid === '',
     sameDevice: ({ context }) => context.peerUuid === context.localUuid,
     sameGpuIpcAllowed: ({ context }) => context.options.sameGpuIpc,
+    /** On checkReady's done event. */
+    isReady: ({ event }) => outputOf<ReadyCheck>(event)?.ready === true,
+    /** On checkPeerAccess's done event. */
+    hasPeerAccess: ({ event }) => outputOf<boolean>(event) === true,
   },
   delays: {
     requestTimeout: ({ context }) => context.options.requestTimeoutMs,
@@ -338,11 +359,12 @@ export const negotiationMachine = setup({
         checkingSend: {
           description: 'checkReady before sending my request; not ready (or no answer) is a no-op.',
           invoke: {
+            id: 'readyToSend',
             src: 'checkReady',
             input: ({ context }) => ({ checkReady: context.checkReady }),
             onDone: [
               {
-                guard: ({ event }) => event.output.ready,
+                guard: 'isReady',
                 target: SENT,
                 actions: [
                   { type: 'storeLocalUuid', params: ({ event }) => ({ uuid: event.output.deviceUuid }) },
@@ -367,11 +389,12 @@ export const negotiationMachine = setup({
         checkingRequest: {
           description: 'The peer asked: checkReady before answering; not ready → IPC_NOTREADY.',
           invoke: {
+            id: 'readyToAnswer',
             src: 'checkReady',
             input: ({ context }) => ({ checkReady: context.checkReady }),
             onDone: [
               {
-                guard: ({ event }) => event.output.ready,
+                guard: 'isReady',
                 target: ACKING,
                 actions: { type: 'storeLocalUuid', params: ({ event }) => ({ uuid: event.output.deviceUuid }) },
               },
@@ -468,10 +491,11 @@ export const negotiationMachine = setup({
         },
         checkingPeerAccess: {
           invoke: {
+            id: 'peerAccess',
             src: 'checkPeerAccess',
             input: ({ context }) => ({ checkPeerAccess: context.checkPeerAccess, peerUuid: context.peerUuid }),
             onDone: [
-              { guard: ({ event }) => event.output, target: ACKED, actions: 'answerYes' },
+              { guard: 'hasPeerAccess', target: ACKED, actions: 'answerYes' },
               {
                 target: BAD,
                 actions: [{ type: 'setReason', params: { code: 'NO_PEER_ACCESS' } }, 'answerNo'],

@@ -4,13 +4,15 @@
  * XState SimulatedClock (one test uses vitest's fake timers on the default clock).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createActor } from 'xstate';
+import { createActor, fromPromise } from 'xstate';
 import {
   NEGOTIATION_STATES,
   createNegotiator,
   negotiationMachine,
   statePath,
   type NegotiationState,
+  type CheckReadyInput,
+  type ReadyCheck,
 } from '../machines/index.js';
 import { SmcudaError } from '../src/errors.js';
 import { FrameType, type NegotiationFrame } from '../src/wire/frames.js';
@@ -431,10 +433,9 @@ describe('negotiation: the machine and its wrapper', () => {
   });
 
   it('the driver checks can be replaced with machine.provide({ actors })', async () => {
-    const { fromPromise } = await import('xstate');
     const machine = negotiationMachine.provide({
       actors: {
-        checkReady: fromPromise(async () => ({ ready: true, deviceUuid: 'GPU-provided' })),
+        checkReady: fromPromise<ReadyCheck, CheckReadyInput>(async () => ({ ready: true, deviceUuid: 'GPU-provided' })),
       },
     });
     const sent: NegotiationFrame[] = [];
@@ -468,6 +469,27 @@ describe('negotiation: the machine and its wrapper', () => {
     expect(n.state).toBe('BAD');
     expect(n.context.reasonCode).toBe('PEER_LOST');
     expect(n.sendError).toBe(err);
+    n.stop();
+  });
+
+  it('driver checks that throw synchronously count as "not ready"', async () => {
+    const sent: NegotiationFrame[] = [];
+    const n = createNegotiator({
+      localId: 'b',
+      peerId: 'a',
+      send: (f) => sent.push(f),
+      checkReady: () => {
+        throw new Error('no CUDA');
+      },
+      checkPeerAccess: () => {
+        throw new Error('no peer');
+      },
+    });
+    n.gpuSend();
+    n.receive(req(1, 'GPU-a'));
+    await flush();
+    expect(n.state).toBe('INIT');
+    expect(sent).toEqual([{ type: FrameType.IPC_NOTREADY, attempt: 1 }]);
     n.stop();
   });
 

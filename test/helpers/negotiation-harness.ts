@@ -32,9 +32,12 @@ export function detailedState(snapshot: NegotiationSnapshot): string {
   return top === 'INIT' && sub !== 'idle' ? `INIT.${sub}` : top;
 }
 
-/** Settles every promise callback queued so far (the invoked checks resolve in microtasks). */
+/**
+ * Settles every promise callback queued so far, and those they queue in turn
+ * (the invoked checks resolve in microtasks; a macrotask runs after all of them).
+ */
 export async function flush(): Promise<void> {
-  for (let i = 0; i < 2; i++) await new Promise<void>((r) => setImmediate(r));
+  await new Promise<void>((r) => setImmediate(r));
 }
 
 function answer(mode: CheckMode, yes: () => unknown, no: () => unknown): Promise<never> {
