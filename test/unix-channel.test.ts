@@ -255,6 +255,22 @@ describe('unix channel: close and failure', () => {
     expect(serverCloses).toBe(1);
   });
 
+  it('close() toward a peer that never ends: the socket is destroyed after closeTimeoutMs', async () => {
+    let accept!: (ch: UnixChannel) => void;
+    const accepted = new Promise<UnixChannel>((r) => (accept = r));
+    const l = await listen(accept, { closeTimeoutMs: 50 });
+    const hung = net.createConnection({ path: l.path, allowHalfOpen: true }); // reads the FIN, never ends
+    sockets.push(hung);
+    const server = await accepted;
+    hung.resume();
+    server.close();
+    expect(await closeEvent(server)).toBeNull();
+    await l.close(); // resolves only once the accepted socket is destroyed
+    const peerError = new Promise<NodeJS.ErrnoException>((r) => hung.once('error', r));
+    hung.write('x');
+    expect((await peerError).code).toBe('EPIPE'); // our end is really gone
+  });
+
   it('an oversized length closes the channel with ProtocolError', async () => {
     let accept!: (ch: UnixChannel) => void;
     const accepted = new Promise<UnixChannel>((r) => (accept = r));
