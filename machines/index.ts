@@ -3,6 +3,7 @@ export {
   DEFAULT_NEGOTIATION_CONFIG,
   NEGOTIATION_STATES,
   frameEvent,
+  isNegotiationFrame,
   negotiationMachine,
   resolveNegotiationConfig,
   statePath,

@@ -32,7 +32,8 @@
  * built by `frameEvent(frame)`); `{ type: 'FRAME', frame }` is accepted too and
  * re-raised as the typed event. Typed events keep the diagram readable.
  */
-import { and, assign, fromPromise, raise, setup, type SnapshotFrom } from 'xstate';
+import { and, assign, enqueueActions, fromPromise, setup, type SnapshotFrom } from 'xstate';
+import { ProtocolError } from '../src/errors.js';
 import {
   FrameType,
   type IpcAbortFrame,
@@ -157,8 +158,23 @@ export type NegotiationEvent =
   | { type: 'FRAME'; frame: NegotiationFrame }
   | FrameEvent;
 
-/** The machine event for a received negotiation frame. */
+const NEGOTIATION_FRAME_TYPES: ReadonlySet<number> = new Set([
+  FrameType.IPC_REQ,
+  FrameType.IPC_ACK,
+  FrameType.IPC_NOTREADY,
+  FrameType.IPC_CONFIRM,
+  FrameType.IPC_ABORT,
+]);
+
+export function isNegotiationFrame(frame: { type: number }): frame is NegotiationFrame {
+  return NEGOTIATION_FRAME_TYPES.has(frame.type);
+}
+
+/** The machine event for a received negotiation frame. Throws ProtocolError for any other frame (a caller's bug). */
 export function frameEvent(frame: NegotiationFrame): FrameEvent {
+  if (!isNegotiationFrame(frame)) {
+    throw new ProtocolError(`frame type ${(frame as { type: number }).type} is not a negotiation frame; route it elsewhere`);
+  }
   switch (frame.type) {
     case FrameType.IPC_REQ:
       return { type: 'IPC_REQ', frame };
@@ -287,7 +303,11 @@ export const negotiationMachine = setup({
       reasonCode: 'PEER_ABORTED' as const,
       reason: `${REASON_TEXT.PEER_ABORTED}: ${event.type === 'IPC_ABORT' ? event.frame.reason : ''}`,
     })),
-    reraiseFrame: raise(({ event }) => (event.type === 'FRAME' ? frameEvent(event.frame) : { type: 'PEER_LOST' as const })),
+    /** `{ type: 'FRAME' }` → the frame's own event; anything that is not a negotiation frame is counted and dropped. */
+    reraiseFrame: enqueueActions(({ event, enqueue }) => {
+      if (event.type === 'FRAME' && event.frame && isNegotiationFrame(event.frame)) enqueue.raise(frameEvent(event.frame));
+      else enqueue.assign({ ignored: ({ context }) => context.ignored + 1 });
+    }),
   },
 }).createMachine({
   id: 'negotiation',

@@ -432,6 +432,27 @@ describe('negotiation: the machine and its wrapper', () => {
     actor.stop();
   });
 
+  it('a FRAME that is not a negotiation frame is counted and dropped; receive() refuses it with a ProtocolError', async () => {
+    const sent: NegotiationFrame[] = [];
+    const input = {
+      localId: 'b',
+      peerId: 'a',
+      send: (f: NegotiationFrame) => sent.push(f),
+      checkReady: async () => ({ ready: true, deviceUuid: 'GPU-b' }),
+      checkPeerAccess: async () => true,
+    };
+    const actor = createActor(negotiationMachine, { input }).start();
+    const fin = { type: FrameType.FIN, seq: 1, status: 0, message: '' } as unknown as NegotiationFrame;
+    actor.send({ type: 'FRAME', frame: fin });
+    expect(actor.getSnapshot().context.ignored).toBe(1);
+    expect(actor.getSnapshot().status).toBe('active');
+    actor.stop();
+    const n = createNegotiator(input);
+    expect(() => n.receive(fin)).toThrow(/not a negotiation frame/);
+    expect(n.state).toBe('INIT');
+    n.stop();
+  });
+
   it('the driver checks can be replaced with machine.provide({ actors })', async () => {
     const machine = negotiationMachine.provide({
       actors: {
