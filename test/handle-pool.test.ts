@@ -50,6 +50,20 @@ describe('HandlePool: hits and misses', () => {
     expect(fake.isMapped(m2.ptr)).toBe(false);
   });
 
+  it('matches handles wherever their bytes sit (aligned or not)', async () => {
+    const { pool, allocs, fake } = setup();
+    const [a] = allocs(1);
+    (await pool.acquire(fake.request(a!))).release();
+    for (const offset of [0, 1, 2, 4]) {
+      const backing = new Uint8Array(64 + 8);
+      backing.set(a!.handle, offset);
+      const m = pool.lookup({ ...fake.request(a!), handle: backing.subarray(offset, offset + 64) });
+      expect(m?.ptr).toBeDefined();
+      m!.release();
+    }
+    expect(pool.stats()).toMatchObject({ hits: 4, stale: 0 });
+  });
+
   it('checks requests on the miss path', async () => {
     const { pool, allocs, fake } = setup();
     const [a] = allocs(1);
