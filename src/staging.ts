@@ -72,12 +72,13 @@ export class PeerRing {
   private readonly unregister: () => void;
 
   constructor(
-    private readonly driver: CudaDriver,
+    driver: CudaDriver,
     readonly segment: SharedSegment,
     readonly chunkSize: number,
     readonly slots: number,
   ) {
-    this.unregister = driver.hostRegister(segment.bytes);
+    // A process without a CUDA context (host-only receiver) reads the ring as plain memory.
+    this.unregister = driver.isReady() ? driver.hostRegister(segment.bytes) : () => {};
   }
 
   slot(index: number, length: number): Uint8Array {

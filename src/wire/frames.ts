@@ -119,6 +119,12 @@ export enum FinStatus {
   TRUNCATED = 3,
   /** The sender's CANCEL reached the receiver before the message was matched; nothing was copied. */
   CANCELLED = 4,
+  /**
+   * RGET only: the receiver could not map the sender's memory (the open
+   * failed even after evicting). The receive stays matched; the sender sends
+   * the same message again by staging, under the same seq.
+   */
+  RESTAGE = 5,
 }
 
 /** The receiver is done with message `seq`: the sender may reuse its buffer. */

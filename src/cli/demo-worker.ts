@@ -1,0 +1,198 @@
+/**
+ * One rank of `smcuda demo`, forked by demo.ts. It creates a Transport on its
+ * own device, listens on its socket, connects to every lower rank, then runs
+ * the phases the parent orders, verifying every message it receives.
+ *
+ * Parent ⇄ worker messages (process.send):
+ *   worker → parent: listening | connected | phase-done | report | failed
+ *   parent → worker: connect | phase | finish
+ * The worker exits when the parent goes away (IPC 'disconnect').
+ */
+import { join } from 'node:path';
+import type { DeviceBuffer } from '../buffers.js';
+import type { CudaDriver } from '../cuda/driver.js';
+import { openDriver } from '../cuda/open-driver.js';
+import type { Endpoint } from '../endpoint.js';
+import { Transport } from '../transport.js';
+import { checkPattern, fillPattern, seedOf } from './demo-pattern.js';
+
+export interface WorkerConfig {
+  rank: number;
+  ranks: number;
+  dir: string;
+  sizes: number[];
+  iters: number;
+  driver: 'auto' | 'native' | 'sim';
+  ipc: boolean;
+  token: string;
+  trace?: string;
+}
+
+export type Phase = 'ring' | 'alltoall';
+
+export interface PhaseResult {
+  phase: Phase;
+  size: number;
+  /** Seconds spent in send/recv (fill and verify excluded). */
+  seconds: number;
+  bytesReceived: number;
+  messages: number;
+  mismatches: string[];
+}
+
+type ParentMessage = { type: 'connect' } | { type: 'phase'; phase: Phase; sizeIndex: number } | { type: 'finish' };
+
+const config = JSON.parse(process.env.SMCUDA_DEMO ?? 'null') as WorkerConfig | null;
+if (!config || !process.send) {
+  console.error('demo-worker is started by `smcuda demo`, not by hand');
+  process.exit(2);
+}
+const orphaned = () => process.exit(1);
+process.on('disconnect', orphaned); // the parent is gone: never outlive it
+
+const inbox: ParentMessage[] = [];
+let wake: (() => void) | undefined;
+process.on('message', (m: ParentMessage) => {
+  inbox.push(m);
+  wake?.();
+});
+async function next(): Promise<ParentMessage> {
+  while (inbox.length === 0) await new Promise<void>((r) => (wake = r));
+  return inbox.shift()!;
+}
+const tell = (m: object) => process.send!(m);
+
+async function main(cfg: WorkerConfig): Promise<void> {
+  const { driver, reason } = await openDriver({ driver: cfg.driver });
+  driver.init();
+  const device = cfg.rank % driver.deviceCount();
+  const t = await Transport.create({
+    driver,
+    id: `rank${cfg.rank}`,
+    device,
+    token: cfg.token,
+    negotiation: { ipc: cfg.ipc },
+    ...(cfg.trace ? { trace: cfg.trace } : {}),
+  });
+  const info = driver.deviceInfo(device);
+  const peers = new Map<number, Endpoint>();
+  const expected = cfg.ranks - 1;
+  const allConnected = new Promise<void>((resolve) => {
+    const add = (ep: Endpoint) => {
+      peers.set(Number(ep.peerId.replace('rank', '')), ep);
+      if (peers.size === expected) resolve();
+    };
+    t.on('endpoint', add);
+    if (expected === 0) resolve();
+  });
+  await t.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
+  tell({ type: 'listening', rank: cfg.rank, driver: driver.kind, reason, device: { index: device, name: info.name, uuid: info.uuid } });
+
+  const m = await next();
+  if (m.type !== 'connect') throw new Error(`expected connect, got ${m.type}`);
+  for (let r = 0; r < cfg.rank; r++) await t.connect(join(cfg.dir, `rank${r}.sock`));
+  await allConnected;
+  tell({ type: 'connected', rank: cfg.rank });
+
+  const maxSize = Math.max(0, ...cfg.sizes);
+  const buffers = allocBuffers(driver, cfg.ranks, cfg.rank, maxSize);
+  const host = new Uint8Array(maxSize);
+  const scratch = new Uint8Array(maxSize);
+  try {
+    for (;;) {
+      const msg = await next();
+      if (msg.type === 'finish') break;
+      if (msg.type !== 'phase') continue;
+      const result = await runPhase(cfg, driver, peers, buffers, host, scratch, msg.phase, msg.sizeIndex);
+      tell({ type: 'phase-done', rank: cfg.rank, result });
+    }
+    const endpoints = [...peers.entries()]
+      .sort((a, b) => a[0] - b[0])
+      .map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
+    tell({ type: 'report', rank: cfg.rank, endpoints });
+  } finally {
+    await t.close();
+    for (const b of [...buffers.send.values(), ...buffers.recv.values()]) if (b.length > 0) driver.memFree(b.ptr);
+    driver.close();
+  }
+}
+
+interface Buffers {
+  send: Map<number, DeviceBuffer>;
+  recv: Map<number, DeviceBuffer>;
+}
+
+/** One send and one receive buffer per peer, each of the largest size. */
+function allocBuffers(driver: CudaDriver, ranks: number, rank: number, size: number): Buffers {
+  const send = new Map<number, DeviceBuffer>();
+  const recv = new Map<number, DeviceBuffer>();
+  for (let r = 0; r < ranks; r++) {
+    if (r === rank) continue;
+    const make = (): DeviceBuffer => (size > 0 ? { ptr: driver.memAlloc(size), length: size } : { ptr: 0n, length: 0 });
+    send.set(r, make());
+    recv.set(r, make());
+  }
+  return { send, recv };
+}
+
+async function runPhase(
+  cfg: WorkerConfig,
+  driver: CudaDriver,
+  peers: Map<number, Endpoint>,
+  buffers: Buffers,
+  host: Uint8Array,
+  scratch: Uint8Array,
+  phase: Phase,
+  sizeIndex: number,
+): Promise<PhaseResult> {
+  const size = cfg.sizes[sizeIndex]!;
+  const phaseNo = phase === 'ring' ? 1 : 2;
+  const n = cfg.ranks;
+  const targets = phase === 'ring' ? [(cfg.rank + 1) % n] : [...peers.keys()];
+  const sources = phase === 'ring' ? [(cfg.rank - 1 + n) % n] : [...peers.keys()];
+  const tag = phaseNo * 1000 + sizeIndex;
+  const result: PhaseResult = { phase, size, seconds: 0, bytesReceived: 0, messages: 0, mismatches: [] };
+  for (let iter = 0; iter < cfg.iters; iter++) {
+    for (const dst of targets) {
+      if (size === 0) continue;
+      const view = host.subarray(0, size);
+      fillPattern(view, seedOf(phaseNo, sizeIndex, iter, cfg.rank, dst));
+      driver.memcpyHtoD(buffers.send.get(dst)!.ptr, view);
+    }
+    const start = performance.now();
+    const recvs = sources.map((src) => peers.get(src)!.recv({ tag, into: sizedView(buffers.recv.get(src)!, size) }).then((r) => ({ src, r })));
+    const sends = targets.map((dst) => peers.get(dst)!.send(sizedView(buffers.send.get(dst)!, size), { tag }));
+    const [received] = await Promise.all([Promise.all(recvs), Promise.all(sends)]);
+    result.seconds += (performance.now() - start) / 1000;
+    for (const { src, r } of received) {
+      result.messages++;
+      result.bytesReceived += r.length;
+      if (r.length !== size) {
+        result.mismatches.push(`${phase} ${size} B iter ${iter} from rank${src}: got ${r.length} bytes`);
+        continue;
+      }
+      if (size === 0) continue;
+      const got = host.subarray(0, size);
+      driver.memcpyDtoH(got, buffers.recv.get(src)!.ptr);
+      const bad = checkPattern(got, seedOf(phaseNo, sizeIndex, iter, src, cfg.rank), scratch);
+      if (bad >= 0) result.mismatches.push(`${phase} ${size} B iter ${iter} from rank${src}: byte ${bad} differs`);
+    }
+  }
+  return result;
+}
+
+function sizedView(buf: DeviceBuffer, size: number): DeviceBuffer {
+  return { ptr: buf.ptr, length: size };
+}
+
+main(config).then(
+  () => {
+    // Done: let go of the parent so the event loop can end.
+    process.off('disconnect', orphaned);
+    process.disconnect();
+  },
+  (err: Error & { code?: string }) => {
+    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}`, stack: err.stack });
+    setTimeout(() => process.exit(1), 100);
+  },
+);

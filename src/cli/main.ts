@@ -1,0 +1,55 @@
+#!/usr/bin/env node
+/**
+ * The `smcuda` command: one sub-command per file in this folder.
+ * Exit codes: 0 success, 1 the command failed, 2 bad usage.
+ */
+import { runDemo } from './demo.js';
+import { runProbe } from './probe.js';
+import { UsageError } from './usage.js';
+
+const commands: Record<string, { run: (argv: string[]) => Promise<number>; summary: string }> = {
+  probe: { run: runProbe, summary: 'what the CUDA driver sees: devices, UUIDs, peer matrix, IPC support' },
+  demo: { run: runDemo, summary: 'local processes exchange GPU buffers over smcuda, verified (the main job)' },
+};
+
+function help(): string {
+  const lines = ['usage: smcuda <command> [options]', '', 'commands:'];
+  for (const [name, c] of Object.entries(commands)) lines.push(`  ${name.padEnd(8)} ${c.summary}`);
+  lines.push('', "Run 'smcuda <command> --help' for a command's options.");
+  return lines.join('\n');
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    console.log(help());
+    return name ? 0 : 2;
+  }
+  const cmd = commands[name];
+  if (!cmd) {
+    console.error(`smcuda: unknown command '${name}'\n\n${help()}`);
+    return 2;
+  }
+  try {
+    return await cmd.run(rest);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      console.error(`smcuda ${name}: ${err.message}\nRun 'smcuda ${name} --help' for usage.`);
+      return 2;
+    }
+    const e = err as Error & { code?: string };
+    console.error(`smcuda ${name}: ${e.code ? `[${e.code}] ` : ''}${e.message}`);
+    if (process.env.NODE_DEBUG?.includes('smcuda')) console.error(e.stack);
+    return 1;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err) => {
+    console.error(err);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,935 @@
+/**
+ * One endpoint: this process's half of a connection to one peer.
+ *
+ * It owns the control channel, the IPC negotiation actor (machines/), the
+ * pool of opened peer handles (cache/), its GPU stream and events, and the
+ * staging rings. send() and recv() pick a data path per message:
+ *
+ *   host data, or device data ≤ deviceEagerLimit (no stream) → EAGER (inline)
+ *   device data, negotiation OK                              → RGET (peer copies from an IPC mapping)
+ *   device data, otherwise                                   → staging (pinned shared host ring)
+ *
+ * The first device send on an endpoint in INIT starts the negotiation; the
+ * message itself does not wait for it (it goes by staging), so the hot path
+ * never waits on, or even touches, the state machine: it reads `ipcOk`.
+ */
+import { EventEmitter } from 'node:events';
+import { HandlePool, type Mapping } from '../cache/index.js';
+import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
+import { type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
+import type { ControlChannel } from './channel/channel.js';
+import type { CudaDriver, StreamHandle } from './cuda/driver.js';
+import { assertHandle } from './cuda/validate.js';
+import { count, type DataPath, type EndpointStats, newDirection, type NegotiationRecord } from './endpoint-stats.js';
+import { ClosedError, PeerLostError, ProtocolError, SmcudaError, TruncationError } from './errors.js';
+import { MatchQueues } from './matching.js';
+import type { ResolvedOptions } from './options.js';
+import { chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging.js';
+import { decodeFrame, encodeFrame } from './wire/codec.js';
+import {
+  type EagerFrame,
+  FinStatus,
+  type Frame,
+  FrameType,
+  type HelloFrame,
+  type NegotiationFrame,
+  type RgetFrame,
+  type StageBeginFrame,
+} from './wire/frames.js';
+import { GpuWork } from './gpu-work.js';
+import type { Tracer } from './trace.js';
+
+export interface SendOptions {
+  /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
+  tag?: number;
+  /** The data is valid once the work queued on this stream so far is done. */
+  stream?: StreamHandle;
+  /** Cancels the send if the peer has not matched it yet. */
+  signal?: AbortSignal;
+}
+
+export interface RecvOptions {
+  tag?: number;
+  /** Where to put the message (host or device); must be at least as long. Default: a new buffer. */
+  into?: MessageBuffer;
+  /** The data is valid once this stream reaches the copy (the recv may resolve before). */
+  stream?: StreamHandle;
+  /** Cancels the receive if no message has matched it yet. */
+  signal?: AbortSignal;
+}
+
+export interface Received {
+  tag: number;
+  length: number;
+  path: DataPath;
+  /** Whether the sender's buffer was device memory. */
+  fromDevice: boolean;
+  /**
+   * `into` when given (a view of exactly `length` bytes for host buffers);
+   * otherwise host bytes, or — for device messages where this process has a
+   * device — a new device allocation owned by the caller (free it with
+   * `driver.memFree(data.ptr)`).
+   */
+  data: Uint8Array | DeviceBuffer;
+}
+
+export interface EndpointEvents {
+  /** The negotiation entered a state. */
+  state: [state: NegotiationState, previous: NegotiationState];
+  /** The endpoint closed; `error` is set when it closed because of a failure. */
+  close: [error?: Error];
+}
+
+/** What the Transport hands every endpoint. */
+export interface EndpointContext {
+  driver: CudaDriver;
+  options: ResolvedOptions;
+  /** This process's HELLO (id, device). */
+  local: HelloFrame;
+  tracer?: Tracer;
+}
+
+interface PendingSend {
+  seq: number;
+  tag: number;
+  length: number;
+  path: DataPath;
+  resolve: () => void;
+  reject: (err: Error) => void;
+  /** Called once the send settles, whatever the outcome (frees events, listeners). */
+  cleanup: () => void;
+  cancelRequested: boolean;
+  signal: AbortSignal | undefined;
+  /** RGET sends: announce the same message again by staging (the peer could not map it). */
+  restage?: () => void;
+}
+
+interface PendingRecv {
+  tag: number;
+  into: MessageBuffer | undefined;
+  stream: StreamHandle | undefined;
+  resolve: (r: Received) => void;
+  reject: (err: Error) => void;
+  cleanup: () => void;
+}
+
+type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
+
+/** A staged receive waiting for, or using, this direction's ring. */
+interface StagedRecvJob extends StagedRecv {
+  recv: PendingRecv;
+  /** Where the bytes go: a device pointer or host bytes. */
+  dst: bigint | Uint8Array;
+  result: Received;
+  /** Copies out of the ring still in progress. */
+  inFlight: number;
+  failed: boolean;
+}
+
+export class Endpoint extends EventEmitter<EndpointEvents> {
+  readonly peerId: string;
+  readonly peerPid: number;
+  readonly peerDeviceUuid: string;
+
+  private readonly driver: CudaDriver;
+  private readonly opts: ResolvedOptions;
+  private readonly negotiator: Negotiator;
+  private readonly pool: HandlePool;
+  private readonly matches = new MatchQueues<PendingRecv, Arrival>();
+  private readonly pendingSends = new Map<number, PendingSend>();
+  private readonly stagedSends = new Map<number, StagedSend>();
+  private readonly stagedRecvQueue: StagedRecvJob[] = [];
+  private activeStagedRecv: StagedRecvJob | undefined;
+  private ring: StagingRing | undefined;
+  private peerRing: PeerRing | undefined;
+  private gpuWork: GpuWork | undefined;
+  /** Receives matched to an RGET we could not map, waiting for the same message by staging. */
+  private readonly restaging = new Map<number, PendingRecv>();
+  /** Staged receives that failed: chunks still in flight for them are dropped. */
+  private readonly failedStaged = new Set<number>();
+  private nextSeq = 1;
+  private closedWith: Error | null | undefined; // undefined: open; null: closed cleanly
+  /** What pending operations were rejected with when the endpoint closed. */
+  private closeReason: Error | undefined;
+  private readonly sent = newDirection();
+  private readonly received = newDirection();
+  private readonly negotiation: NegotiationRecord = { state: 'INIT', path: ['INIT'], tries: 0 };
+  private negotiationStartedAt = 0;
+  private readonly uuidByOrdinal = new Map<number, string>();
+  /** Hot-path copy of `negotiator.state === 'OK'`. */
+  private ipcOk = false;
+  private readonly tracer: Tracer | undefined;
+
+  constructor(
+    private readonly channel: ControlChannel,
+    private readonly ctx: EndpointContext,
+    peer: HelloFrame,
+  ) {
+    super();
+    this.driver = ctx.driver;
+    this.opts = ctx.options;
+    this.tracer = ctx.tracer;
+    this.peerId = peer.peerId;
+    this.peerPid = peer.pid;
+    this.peerDeviceUuid = peer.deviceUuid;
+    this.pool = new HandlePool(this.driver, {
+      ...this.opts.cache,
+      onEvent: this.tracer ? (ev) => this.tracer!.cache(this.peerId, ev) : undefined,
+    });
+    this.negotiator = createNegotiator({
+      localId: ctx.local.peerId,
+      peerId: peer.peerId,
+      options: this.opts.negotiation,
+      send: (frame) => this.sendFrame(frame),
+      checkReady: async () => ({ ready: this.driver.isReady(), deviceUuid: this.localUuid() }),
+      checkPeerAccess: async (peerUuid) => this.canAccessPeer(peerUuid),
+      onStateChange: (state, previous, info) => this.onNegotiationState(state, previous, info),
+    });
+    channel.on('frame', this.onFrame);
+    channel.on('close', this.onChannelClose);
+  }
+
+  // ---------------------------------------------------------------- public API
+
+  /** The negotiation's current state: INIT, SENT, ACKING, ACKED, OK or BAD. */
+  get state(): NegotiationState {
+    return this.negotiator.state;
+  }
+
+  get closed(): boolean {
+    return this.closedWith !== undefined;
+  }
+
+  /**
+   * Sends one message. Resolves when the buffer may be reused: at once for
+   * eager messages (the bytes were copied), on FIN for RGET and staging.
+   */
+  send(buffer: MessageBuffer, options: SendOptions = {}): Promise<void> {
+    checkMessageBuffer('buffer', buffer);
+    const tag = checkTag(options.tag);
+    if (options.stream !== undefined) assertHandle('options.stream', options.stream);
+    if (this.closedWith !== undefined) return Promise.reject(this.closedError());
+    if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
+    try {
+      if (!isDeviceBuffer(buffer)) {
+        const data = hostBytes(buffer);
+        this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: false, data });
+        count(this.sent, 'eager', data.byteLength);
+        return Promise.resolve();
+      }
+      return this.sendDevice(buffer, tag, options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Receives the next message with `tag` (MPI order). */
+  recv(options: RecvOptions = {}): Promise<Received> {
+    const tag = checkTag(options.tag);
+    if (options.into !== undefined) checkMessageBuffer('options.into', options.into);
+    if (options.stream !== undefined) assertHandle('options.stream', options.stream);
+    if (this.closedWith !== undefined) return Promise.reject(this.closedError());
+    if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
+    return new Promise<Received>((resolve, reject) => {
+      const recv: PendingRecv = { tag, into: options.into, stream: options.stream, resolve, reject, cleanup: noop };
+      const signal = options.signal;
+      if (signal) {
+        const onAbort = () => {
+          // Only a receive that has not matched can be withdrawn; a matched one completes.
+          if (this.matches.unpost(tag, recv)) reject(abortReason(signal));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        recv.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      const arrival = this.matches.post(tag, recv);
+      if (arrival) this.deliver(recv, arrival);
+    });
+  }
+
+  /** Counters and the negotiation record (plain data; safe to JSON.stringify). */
+  stats(): EndpointStats & { cache: ReturnType<HandlePool['stats']> } {
+    return {
+      peerId: this.peerId,
+      negotiation: { ...this.negotiation, path: [...this.negotiation.path], state: this.negotiator.state },
+      sent: structuredClone(this.sent),
+      received: structuredClone(this.received),
+      cache: this.pool.stats(),
+    };
+  }
+
+  /**
+   * Tells the peer to drop its mapping of a local allocation (call it before
+   * freeing device memory that was sent by RGET, so the memory is really freed).
+   */
+  invalidate(ptr: bigint): void {
+    if (this.closedWith !== undefined) return;
+    const range = this.driver.memGetAddressRange(ptr);
+    const attrs = this.driver.pointerAttributes(range.base);
+    this.sendFrame({
+      type: FrameType.INVALIDATE,
+      deviceUuid: this.uuidOf(attrs.device),
+      base: range.base,
+      bufferId: attrs.bufferId,
+    });
+  }
+
+  /** Orderly close: tells the peer, rejects what is pending, releases every mapping. */
+  close(reason = 'closed by the application'): void {
+    if (this.closedWith !== undefined) return;
+    try {
+      if (!this.channel.closed) this.sendFrame({ type: FrameType.CLOSE, reason });
+    } catch {
+      // the channel failed meanwhile: closing anyway
+    }
+    this.shutdown(null, new ClosedError(`endpoint to ${this.peerId} was closed: ${reason}`));
+    this.channel.close();
+  }
+
+  // ------------------------------------------------------------- device sends
+
+  private sendDevice(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
+    const length = buf.length;
+    if (this.negotiator.state === 'INIT') this.startNegotiation();
+    if (length === 0 || (length <= this.opts.deviceEagerLimit && options.stream === undefined)) {
+      // Small: one synchronous device→host copy, inline in the frame.
+      const data = new Uint8Array(length);
+      if (length > 0) this.driver.memcpyDtoH(data, buf.ptr);
+      this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: true, data });
+      count(this.sent, 'eager', length);
+      return Promise.resolve();
+    }
+    return this.ipcOk ? this.sendRget(buf, tag, options) : this.sendStaged(buf, tag, options);
+  }
+
+  private sendRget(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
+    const d = this.driver;
+    const range = d.memGetAddressRange(buf.ptr);
+    const offset = Number(buf.ptr - range.base);
+    if (offset + buf.length > range.size) {
+      throw new RangeError(`buffer (${buf.length} bytes at +${offset}) runs past its allocation of ${range.size} bytes`);
+    }
+    const attrs = d.pointerAttributes(range.base);
+    const handle = d.ipcGetMemHandle(range.base);
+    let event: bigint | undefined;
+    let eventHandle: Uint8Array | null = null;
+    if (options.stream !== undefined) {
+      // The peer orders its copy after our stream's work through an IPC event.
+      event = d.eventCreate({ interprocess: true, disableTiming: true });
+      d.eventRecord(event, options.stream);
+      eventHandle = d.ipcGetEventHandle(event);
+    }
+    const seq = this.nextSeq++;
+    const frame: RgetFrame = {
+      type: FrameType.RGET,
+      tag,
+      seq,
+      handle,
+      base: range.base,
+      allocSize: range.size,
+      offset,
+      length: buf.length,
+      bufferId: attrs.bufferId,
+      deviceUuid: this.uuidOf(attrs.device),
+      event: eventHandle,
+    };
+    const done = this.pendSend(seq, tag, buf.length, 'rget', options.signal, () => {
+      if (event !== undefined) d.eventDestroy(event);
+    });
+    this.pendingSends.get(seq)!.restage = () => this.announceStaged(buf, tag, seq, options.stream);
+    this.sendFrame(frame);
+    return done;
+  }
+
+  private sendStaged(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
+    const seq = this.nextSeq++;
+    const done = this.pendSend(seq, tag, buf.length, 'staging', options.signal, noop);
+    this.announceStaged(buf, tag, seq, options.stream);
+    return done;
+  }
+
+  /** STAGE_BEGIN for message `seq`; its chunks follow the receiver's grants. */
+  private announceStaged(buf: DeviceBuffer, tag: number, seq: number, stream: StreamHandle | undefined): void {
+    const ring = this.stagingRing();
+    this.stagedSends.set(seq, { seq, src: buf.ptr, length: buf.length, next: 0, stream: stream ?? this.gpu().stream });
+    this.sendFrame({
+      type: FrameType.STAGE_BEGIN,
+      tag,
+      seq,
+      length: buf.length,
+      segment: ring.segment.name,
+      chunkSize: ring.options.chunkSize,
+      slots: ring.options.slots,
+    });
+  }
+
+  /** Registers a send that completes on FIN; wires its AbortSignal to CANCEL. */
+  private pendSend(seq: number, tag: number, length: number, path: DataPath, signal: AbortSignal | undefined, release: () => void): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const p: PendingSend = { seq, tag, length, path, resolve, reject, cleanup: release, cancelRequested: false, signal };
+      if (signal) {
+        const onAbort = () => {
+          if (p.cancelRequested || !this.pendingSends.has(seq)) return;
+          p.cancelRequested = true;
+          try {
+            this.sendFrame({ type: FrameType.CANCEL, seq });
+          } catch {
+            // the endpoint is closing: the send rejects with that
+          }
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        p.cleanup = () => {
+          signal.removeEventListener('abort', onAbort);
+          release();
+        };
+      }
+      this.pendingSends.set(seq, p);
+    });
+  }
+
+  // ---------------------------------------------------------- frame handling
+
+  private readonly onFrame = (bytes: Uint8Array): void => {
+    if (this.closedWith !== undefined) return;
+    let frame: Frame;
+    try {
+      frame = decodeFrame(bytes);
+    } catch (err) {
+      this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
+      return;
+    }
+    this.tracer?.frame(this.peerId, 'recv', frame);
+    try {
+      this.dispatch(frame);
+    } catch (err) {
+      this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
+    }
+  };
+
+  private dispatch(frame: Frame): void {
+    switch (frame.type) {
+      case FrameType.STAGE_BEGIN: {
+        const waiting = this.restaging.get(frame.seq);
+        if (waiting) {
+          // an RGET we could not map, now coming by staging: already matched
+          this.restaging.delete(frame.seq);
+          return this.deliverStaged(waiting, frame);
+        }
+        const recv = this.matches.arrive(frame.tag, frame);
+        if (recv) this.deliver(recv, frame);
+        return;
+      }
+      case FrameType.EAGER:
+      case FrameType.RGET: {
+        const recv = this.matches.arrive(frame.tag, frame);
+        if (recv) this.deliver(recv, frame);
+        return;
+      }
+      case FrameType.FIN:
+        return this.onFin(frame.seq, frame.status, frame.message);
+      case FrameType.CANCEL:
+        return this.onCancel(frame.seq);
+      case FrameType.STAGE_ACK:
+        return this.onStageGrant(frame.seq, frame.slot);
+      case FrameType.STAGE_CHUNK:
+        return this.onStageChunk(frame.seq, frame.slot, frame.offset, frame.length);
+      case FrameType.INVALIDATE:
+        this.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
+        return;
+      case FrameType.CLOSE:
+        this.shutdown(null, new PeerLostError(`peer ${this.peerId} closed the endpoint: ${frame.reason}`));
+        this.channel.close();
+        return;
+      case FrameType.IPC_REQ:
+      case FrameType.IPC_ACK:
+      case FrameType.IPC_NOTREADY:
+      case FrameType.IPC_CONFIRM:
+      case FrameType.IPC_ABORT:
+        if (this.negotiationStartedAt === 0) this.negotiationStartedAt = performance.now();
+        this.negotiator.receive(frame as NegotiationFrame);
+        return;
+      case FrameType.HELLO:
+        throw new ProtocolError(`peer ${this.peerId} sent a second HELLO`);
+    }
+  }
+
+  /** A posted receive met its message. */
+  private deliver(recv: PendingRecv, frame: Arrival): void {
+    recv.cleanup();
+    try {
+      switch (frame.type) {
+        case FrameType.EAGER:
+          return this.deliverEager(recv, frame);
+        case FrameType.RGET:
+          return void this.deliverRget(recv, frame);
+        case FrameType.STAGE_BEGIN:
+          return this.deliverStaged(recv, frame);
+      }
+    } catch (err) {
+      recv.reject(err as Error);
+    }
+  }
+
+  private deliverEager(recv: PendingRecv, frame: EagerFrame): void {
+    const n = frame.data.byteLength;
+    count(this.received, 'eager', n);
+    const into = recv.into;
+    let data: Uint8Array | DeviceBuffer;
+    if (into === undefined) {
+      if (frame.fromDevice && n > 0 && this.driver.isReady()) {
+        const ptr = this.driver.memAlloc(n);
+        this.driver.memcpyHtoD(ptr, frame.data);
+        data = { ptr, length: n, device: this.driver.currentDevice() };
+      } else {
+        data = frame.data.slice(); // own copy: the frame may be a view of a larger receive buffer
+      }
+    } else {
+      checkFits(into, n);
+      if (isDeviceBuffer(into)) {
+        if (n > 0) this.driver.memcpyHtoD(into.ptr, frame.data);
+        data = into;
+      } else {
+        const dst = hostBytes(into).subarray(0, n);
+        dst.set(frame.data);
+        data = dst;
+      }
+    }
+    recv.resolve({ tag: frame.tag, length: n, path: 'eager', fromDevice: frame.fromDevice, data });
+  }
+
+  private async deliverRget(recv: PendingRecv, frame: RgetFrame): Promise<void> {
+    const d = this.driver;
+    const n = frame.length;
+    if (recv.into !== undefined && byteLen(recv.into) < n) {
+      this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLen(recv.into)} bytes is smaller than the ${n}-byte message`);
+      recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLen(recv.into)}-byte receive buffer`));
+      return;
+    }
+    let mapping: Mapping | undefined;
+    let event: bigint | undefined;
+    let allocated: bigint | undefined;
+    const req = { deviceUuid: frame.deviceUuid, base: frame.base, size: frame.allocSize, handle: frame.handle, bufferId: frame.bufferId };
+    mapping = this.pool.lookup(req);
+    if (!mapping) {
+      try {
+        mapping = await this.pool.acquire(req);
+        // The peer can make us read only what it handed us: the mapping's
+        // real extent, not the peer's word for it, bounds every copy.
+        const real = d.memGetAddressRange(mapping.ptr);
+        if (real.base !== mapping.ptr || real.size < frame.allocSize) {
+          mapping.release();
+          this.pool.invalidate(frame.deviceUuid, frame.base);
+          const err = new ProtocolError(`RGET ${frame.seq}: the handle maps ${real.size} bytes, not the ${frame.allocSize} the peer claims`, 'SMCUDA_BAD_RGET');
+          this.sendFin(frame.seq, FinStatus.REFUSED, err.message);
+          recv.reject(err);
+          return;
+        }
+      } catch (err) {
+        if (this.closedWith !== undefined) return recv.reject(this.closedError());
+        // Could not map it (even after evicting): the receive stays matched and
+        // the sender resends the same message by staging. Nothing is lost.
+        this.restaging.set(frame.seq, recv);
+        this.sendFin(frame.seq, FinStatus.RESTAGE, (err as Error).message);
+        return;
+      }
+    }
+    try {
+      if (frame.offset + n > mapping.size) {
+        throw new ProtocolError(`RGET ${frame.seq} asks for bytes ${frame.offset}..${frame.offset + n} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_RGET');
+      }
+      const src = mapping.ptr + BigInt(frame.offset);
+      const stream = recv.stream ?? this.gpu().stream;
+      if (frame.event) {
+        event = d.ipcOpenEventHandle(frame.event);
+        d.streamWaitEvent(stream, event);
+      }
+      let data: Uint8Array | DeviceBuffer;
+      const into = recv.into;
+      if (into === undefined ? d.isReady() : isDeviceBuffer(into)) {
+        let dst: DeviceBuffer;
+        if (into === undefined) {
+          allocated = d.memAlloc(n);
+          dst = { ptr: allocated, length: n, device: d.currentDevice() };
+        } else {
+          dst = into as DeviceBuffer;
+        }
+        d.memcpyAsync(dst.ptr, src, n, stream);
+        data = dst;
+      } else {
+        const host = into === undefined ? new Uint8Array(n) : hostBytes(into as ArrayBufferView).subarray(0, n);
+        d.memcpyDtoHAsync(host, src, stream);
+        data = host;
+      }
+      const result: Received = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data };
+      if (recv.stream !== undefined) recv.resolve(result); // valid once the caller's stream reaches the copy
+      await this.gpu().done(stream);
+      count(this.received, 'rget', n);
+      this.sendFin(frame.seq, FinStatus.OK, '');
+      if (recv.stream === undefined) recv.resolve(result);
+    } catch (err) {
+      if (allocated !== undefined) d.memFree(allocated);
+      const refused = err instanceof ProtocolError;
+      this.sendFin(frame.seq, refused ? FinStatus.REFUSED : FinStatus.FAILED, (err as Error).message);
+      recv.reject(err as Error);
+    } finally {
+      mapping?.release();
+      if (event !== undefined) d.eventDestroy(event);
+    }
+  }
+
+  private onFin(seq: number, status: FinStatus, message: string): void {
+    const p = this.pendingSends.get(seq);
+    if (!p) throw new ProtocolError(`FIN for message ${seq}, which is not pending`, 'SMCUDA_BAD_FIN');
+    if (status === FinStatus.RESTAGE) {
+      // The peer could not map our memory; its receive waits for the same message by staging.
+      const restage = p.restage;
+      if (!restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
+      p.restage = undefined;
+      p.path = 'staging';
+      restage();
+      return;
+    }
+    this.pendingSends.delete(seq);
+    this.stagedSends.delete(seq);
+    p.cleanup();
+    switch (status) {
+      case FinStatus.OK:
+        count(this.sent, p.path, p.length);
+        p.resolve();
+        return;
+      case FinStatus.CANCELLED:
+        p.reject(p.signal ? abortReason(p.signal) : new SmcudaError('SMCUDA_CANCELLED', `send ${seq} was cancelled`));
+        return;
+      case FinStatus.TRUNCATED:
+        p.reject(new TruncationError(`peer ${this.peerId} could not receive message ${seq} (tag ${p.tag}): ${message}`));
+        return;
+      default:
+        p.reject(new SmcudaError(status === FinStatus.REFUSED ? 'SMCUDA_REFUSED' : 'SMCUDA_REMOTE_COPY_FAILED', `peer ${this.peerId} failed message ${seq} (tag ${p.tag}): ${message}`));
+    }
+  }
+
+  private onCancel(seq: number): void {
+    // Withdraw the message if no receive has matched it yet; otherwise the
+    // transfer completes and its own FIN answers the sender.
+    if (this.matches.withdrawArrival((a) => a.seq === seq)) this.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
+  }
+
+  // ----------------------------------------------------------------- staging
+
+  private stagingRing(): StagingRing {
+    if (!this.ring) {
+      const name = `/smcuda-stg-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+      this.ring = new StagingRing(this.driver, this.opts.staging, name);
+    }
+    return this.ring;
+  }
+
+  /** Receiver: a staged message matched a receive; it waits for the ring. */
+  private deliverStaged(recv: PendingRecv, frame: StageBeginFrame): void {
+    const n = frame.length;
+    if (recv.into !== undefined && byteLen(recv.into) < n) {
+      this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLen(recv.into)} bytes is smaller than the ${n}-byte message`);
+      recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLen(recv.into)}-byte receive buffer`));
+      return;
+    }
+    let dst: bigint | Uint8Array;
+    let data: Uint8Array | DeviceBuffer;
+    const into = recv.into;
+    if (into === undefined) {
+      if (this.driver.isReady()) {
+        const ptr = this.driver.memAlloc(n);
+        dst = ptr;
+        data = { ptr, length: n, device: this.driver.currentDevice() };
+      } else {
+        dst = new Uint8Array(n);
+        data = dst;
+      }
+    } else if (isDeviceBuffer(into)) {
+      dst = into.ptr;
+      data = into;
+    } else {
+      dst = hostBytes(into).subarray(0, n);
+      data = dst;
+    }
+    const job: StagedRecvJob = {
+      seq: frame.seq,
+      length: n,
+      granted: 0,
+      received: 0,
+      chunkSize: frame.chunkSize,
+      slots: frame.slots,
+      segment: frame.segment,
+      recv,
+      dst,
+      result: { tag: frame.tag, length: n, path: 'staging', fromDevice: true, data },
+      inFlight: 0,
+      failed: false,
+    };
+    this.stagedRecvQueue.push(job);
+    if (!this.activeStagedRecv) this.startNextStagedRecv();
+  }
+
+  private startNextStagedRecv(): void {
+    if (this.closedWith !== undefined) return;
+    const job = this.stagedRecvQueue.shift();
+    this.activeStagedRecv = job;
+    if (!job) return;
+    try {
+      if (!this.peerRing || this.peerRing.segment.name !== job.segment) {
+        this.peerRing?.close();
+        this.peerRing = undefined;
+        const seg = this.driver.shmOpen(job.segment);
+        if (seg.bytes.byteLength < job.chunkSize * job.slots) {
+          seg.close();
+          throw new ProtocolError(`staging segment ${job.segment} is ${seg.bytes.byteLength} bytes, less than ${job.slots} × ${job.chunkSize}`);
+        }
+        this.peerRing = new PeerRing(this.driver, seg, job.chunkSize, job.slots);
+      }
+      const chunks = chunkCount(job.length, job.chunkSize);
+      const grants = Math.min(job.slots, chunks);
+      for (let slot = 0; slot < grants; slot++) this.grant(job, slot);
+    } catch (err) {
+      this.failStagedRecv(job, err as Error);
+    }
+  }
+
+  private grant(job: StagedRecvJob, slot: number): void {
+    job.granted++;
+    this.sendFrame({ type: FrameType.STAGE_ACK, seq: job.seq, slot });
+  }
+
+  /** Sender: the receiver granted `slot` to message `seq`: fill it with the next chunk. */
+  private onStageGrant(seq: number, slot: number): void {
+    const staged = this.stagedSends.get(seq);
+    const ring = this.ring;
+    if (!staged || !ring) {
+      if (this.pendingSends.has(seq)) throw new ProtocolError(`STAGE_ACK for message ${seq}, which is not staged`);
+      return; // the send was cancelled or failed meanwhile
+    }
+    if (slot >= ring.options.slots) throw new ProtocolError(`STAGE_ACK grants slot ${slot} of a ${ring.options.slots}-slot ring`);
+    ring.unlink(); // the receiver has the segment open now
+    if (staged.next >= staged.length) return;
+    const offset = staged.next;
+    const length = Math.min(ring.options.chunkSize, staged.length - offset);
+    staged.next += length;
+    this.driver.memcpyDtoHAsync(ring.slot(slot, length), staged.src + BigInt(offset), staged.stream);
+    this.gpu()
+      .done(staged.stream)
+      .then(
+        () => {
+          if (this.closedWith === undefined && this.stagedSends.has(seq)) {
+            this.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
+          }
+        },
+        (err: Error) => this.failPendingSend(seq, err),
+      );
+  }
+
+  /** Receiver: chunk `offset..offset+length` of the active staged message is in `slot`. */
+  private onStageChunk(seq: number, slot: number, offset: number, length: number): void {
+    const job = this.activeStagedRecv;
+    const ring = this.peerRing;
+    if (this.failedStaged.has(seq)) return; // its FIN(FAILED) is on the way to the sender
+    if (!job || job.seq !== seq || !ring) throw new ProtocolError(`STAGE_CHUNK for message ${seq}, which is not being received`);
+    if (slot >= job.slots || length > job.chunkSize || offset + length > job.length) {
+      throw new ProtocolError(`STAGE_CHUNK ${seq}: slot ${slot}, bytes ${offset}..${offset + length} outside the message or ring`);
+    }
+    if (job.failed) return;
+    const src = ring.slot(slot, length);
+    const finishChunk = () => {
+      job.received += length;
+      if (job.granted < chunkCount(job.length, job.chunkSize)) this.grant(job, slot);
+      if (job.received === job.length) this.finishStagedRecv(job);
+    };
+    if (typeof job.dst === 'bigint') {
+      const stream = job.recv.stream ?? this.gpu().stream;
+      this.driver.memcpyHtoDAsync(job.dst + BigInt(offset), src, stream);
+      job.inFlight++;
+      this.gpu()
+        .done(stream)
+        .then(
+          () => {
+            job.inFlight--;
+            if (this.closedWith === undefined && !job.failed) finishChunk();
+          },
+          (err: Error) => this.failStagedRecv(job, err),
+        );
+    } else {
+      job.dst.set(src, offset);
+      finishChunk();
+    }
+  }
+
+  private finishStagedRecv(job: StagedRecvJob): void {
+    count(this.received, 'staging', job.length);
+    this.sendFin(job.seq, FinStatus.OK, '');
+    job.recv.resolve(job.result);
+    this.startNextStagedRecv();
+  }
+
+  private failStagedRecv(job: StagedRecvJob, err: Error): void {
+    if (job.failed) return;
+    job.failed = true;
+    this.failedStaged.add(job.seq);
+    if (job.recv.into === undefined && typeof job.dst === 'bigint') {
+      try {
+        this.driver.memFree(job.dst);
+      } catch {
+        // the context is gone: nothing left to free
+      }
+    }
+    try {
+      this.sendFin(job.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
+    } catch {
+      // closing
+    }
+    job.recv.reject(err);
+    if (this.activeStagedRecv === job) this.startNextStagedRecv();
+  }
+
+  private failPendingSend(seq: number, err: Error): void {
+    const p = this.pendingSends.get(seq);
+    if (!p) return;
+    this.pendingSends.delete(seq);
+    this.stagedSends.delete(seq);
+    p.cleanup();
+    p.reject(err);
+  }
+
+  // ------------------------------------------------------------ negotiation
+
+  private startNegotiation(): void {
+    if (this.negotiationStartedAt === 0) this.negotiationStartedAt = performance.now();
+    this.negotiator.gpuSend();
+  }
+
+  private onNegotiationState(state: NegotiationState, previous: NegotiationState, info: { tries: number; reason?: string }): void {
+    this.ipcOk = state === 'OK';
+    const rec = this.negotiation;
+    rec.state = state;
+    rec.path.push(state);
+    rec.tries = info.tries;
+    if (info.reason !== undefined) rec.reason = info.reason;
+    if ((state === 'OK' || state === 'BAD') && rec.settleMs === undefined && this.negotiationStartedAt > 0) {
+      rec.settleMs = performance.now() - this.negotiationStartedAt;
+    }
+    this.tracer?.state(this.peerId, previous, state, info);
+    this.emit('state', state, previous);
+  }
+
+  private localUuid(): string {
+    const dev = this.driver.currentDevice();
+    return dev < 0 ? '' : this.uuidOf(dev);
+  }
+
+  private uuidOf(ordinal: number): string {
+    let uuid = this.uuidByOrdinal.get(ordinal);
+    if (uuid === undefined) {
+      uuid = this.driver.deviceInfo(ordinal).uuid;
+      this.uuidByOrdinal.set(ordinal, uuid);
+    }
+    return uuid;
+  }
+
+  /** Both directions: each side will open the other's handles. Devices by UUID, never by ordinal. */
+  private canAccessPeer(peerUuid: string): boolean {
+    const local = this.driver.currentDevice();
+    if (local < 0) return false;
+    const n = this.driver.deviceCount();
+    for (let i = 0; i < n; i++) {
+      if (this.uuidOf(i) === peerUuid) return this.driver.canAccessPeer(local, i) && this.driver.canAccessPeer(i, local);
+    }
+    return false; // the peer's device is not visible here: its handles cannot be opened
+  }
+
+  // ---------------------------------------------------------------- plumbing
+
+  private gpu(): GpuWork {
+    if (!this.gpuWork) this.gpuWork = new GpuWork(this.driver);
+    return this.gpuWork;
+  }
+
+  private sendFrame(frame: Frame): void {
+    if (this.channel.closed) throw this.closedError();
+    this.tracer?.frame(this.peerId, 'send', frame);
+    this.channel.send(encodeFrame(frame));
+  }
+
+  private sendFin(seq: number, status: FinStatus, message: string): void {
+    if (this.closedWith !== undefined || this.channel.closed) return;
+    this.sendFrame({ type: FrameType.FIN, seq, status, message });
+  }
+
+  private readonly onChannelClose = (error?: Error): void => {
+    if (this.closedWith !== undefined) return;
+    this.shutdown(error ?? null, new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed)'}`, { cause: error }));
+  };
+
+  /** A failure on this endpoint only (bad frame, protocol violation): close it. */
+  private fail(err: Error): void {
+    if (this.closedWith !== undefined) return;
+    this.shutdown(err, err);
+    this.channel.close();
+  }
+
+  private closedError(): Error {
+    const why = this.closeReason;
+    if (why instanceof PeerLostError || this.closedWith) return new PeerLostError(`endpoint to ${this.peerId} is closed: ${(why ?? this.closedWith)!.message}`);
+    return new ClosedError(`endpoint to ${this.peerId} is closed${why ? `: ${why.message}` : ''}`);
+  }
+
+  /** Rejects everything pending with `reason`, releases mappings, rings and GPU resources. */
+  private shutdown(error: Error | null, reason: Error): void {
+    this.closedWith = error;
+    this.closeReason = reason;
+    this.ipcOk = false;
+    this.negotiator.peerLost();
+    this.negotiator.stop();
+    for (const p of this.pendingSends.values()) {
+      p.cleanup();
+      p.reject(reason);
+    }
+    this.pendingSends.clear();
+    this.stagedSends.clear();
+    const { posted } = this.matches.drain();
+    posted.push(...this.restaging.values());
+    this.restaging.clear();
+    for (const r of posted) {
+      r.cleanup();
+      r.reject(reason);
+    }
+    const jobs = [this.activeStagedRecv, ...this.stagedRecvQueue];
+    this.activeStagedRecv = undefined;
+    this.stagedRecvQueue.length = 0;
+    for (const job of jobs) if (job) this.failStagedRecv(job, reason);
+    this.pool.close();
+    this.ring?.close();
+    this.ring = undefined;
+    this.peerRing?.close();
+    this.peerRing = undefined;
+    this.gpuWork?.close();
+    this.channel.off('frame', this.onFrame);
+    this.emit('close', error ?? undefined);
+  }
+}
+
+function checkTag(tag: unknown): number {
+  if (tag === undefined) return 0;
+  if (typeof tag !== 'number' || !Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) {
+    throw new RangeError(`tag must be an integer between 0 and 2^32-1, got ${String(tag)}`);
+  }
+  return tag;
+}
+
+function byteLen(buf: MessageBuffer): number {
+  return isDeviceBuffer(buf) ? buf.length : buf.byteLength;
+}
+
+function checkFits(into: MessageBuffer, n: number): void {
+  if (byteLen(into) < n) throw new TruncationError(`message of ${n} bytes does not fit the ${byteLen(into)}-byte receive buffer`);
+}
+
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new DOMException('The operation was aborted', 'AbortError');
+}
+
+function noop(): void {}
