@@ -5,7 +5,7 @@
  *
  * Parent ⇄ worker messages (process.send):
  *   worker → parent: listening | connected | phase-done | report | failed
- *   parent → worker: connect | phase | finish
+ *   parent → worker: connect | phase | finish (report your stats) | exit (close)
  * The worker exits when the parent goes away (IPC 'disconnect').
  */
 import { join } from 'node:path';
@@ -40,7 +40,7 @@ export interface PhaseResult {
   mismatches: string[];
 }
 
-type ParentMessage = { type: 'connect' } | { type: 'phase'; phase: Phase; sizeIndex: number } | { type: 'finish' };
+type ParentMessage = { type: 'connect' } | { type: 'phase'; phase: Phase; sizeIndex: number } | { type: 'finish' } | { type: 'exit' };
 
 const config = JSON.parse(process.env.SMCUDA_DEMO ?? 'null') as WorkerConfig | null;
 if (!config || !process.send) {
@@ -110,6 +110,8 @@ async function main(cfg: WorkerConfig): Promise<void> {
       .sort((a, b) => a[0] - b[0])
       .map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
     tell({ type: 'report', rank: cfg.rank, endpoints });
+    // Close only once every rank has reported: a peer closing first would turn our endpoints BAD.
+    while ((await next()).type !== 'exit');
   } finally {
     await t.close();
     for (const b of [...buffers.send.values(), ...buffers.recv.values()]) if (b.length > 0) driver.memFree(b.ptr);

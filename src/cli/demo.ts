@@ -191,6 +191,7 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     const reports = collect('report');
     for (const c of children) c.send({ type: 'finish' });
     const endpoints = ((await until(reports)) as Extract<WorkerMessage, { type: 'report' }>[]).flatMap((m) => m.endpoints).sort((a, b) => a.rank - b.rank || a.peer - b.peer);
+    for (const c of children) c.send({ type: 'exit' });
     await until(Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', r))))));
     return {
       driver: { kind: first.driver, reason: first.reason },
