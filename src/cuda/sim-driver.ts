@@ -344,7 +344,9 @@ export class SimulatedCudaDriver implements CudaDriver {
     if (again) return again.ptr;
     const fault = this.faults.openFailure(mem.openCount);
     if (fault) throw cudaError(call, fault, 'injected by the simulator');
-    return mem.open(h, owner).ptr;
+    // The mapping belongs to the opener's context: its pointer attributes name
+    // this process's current device, as the real driver reports (seen on 2×H200).
+    return mem.open(h, this.current).ptr;
   }
 
   ipcCloseMemHandle(ptr: DevicePtr): void {
@@ -360,7 +362,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.requireContext('cuIpcGetEventHandle');
     const ev = this.event(event, 'cuIpcGetEventHandle');
     if (!ev.interprocess || !ev.ipcHandle) {
-      throw cudaError('cuIpcGetEventHandle', 'CUDA_ERROR_INVALID_VALUE', 'the event was not created with { interprocess: true }');
+      throw cudaError('cuIpcGetEventHandle', 'CUDA_ERROR_INVALID_HANDLE', 'the event was not created with { interprocess: true }');
     }
     return ev.ipcHandle.slice();
   }

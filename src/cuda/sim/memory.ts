@@ -155,7 +155,7 @@ export class SimMemory {
     return a;
   }
 
-  /** Maps another owner's allocation at a fresh address on `device` (the owner's device, as ordered here). */
+  /** Maps another owner's allocation at a fresh address in `device`'s space (the opener's current device). */
   open(h: SimHandle, device: number): Allocation {
     const name = segmentName(h);
     let buffer: ArrayBuffer;
