@@ -3,12 +3,14 @@
  * The `smcuda` command: one sub-command per file in this folder.
  * Exit codes: 0 success, 1 the command failed, 2 bad usage.
  */
+import { runBenchCommand } from './bench.js';
 import { runDemo } from './demo.js';
 import { runProbe } from './probe.js';
 import { UsageError } from './usage.js';
 
 const commands: Record<string, { run: (argv: string[]) => Promise<number>; summary: string }> = {
   probe: { run: runProbe, summary: 'what the CUDA driver sees: devices, UUIDs, peer matrix, IPC support' },
+  bench: { run: runBenchCommand, summary: 'the benchmark suite: figures beside same-run baselines, targets, JSON and plots' },
   demo: { run: runDemo, summary: 'local processes exchange GPU buffers over smcuda, verified (the main job)' },
 };
 

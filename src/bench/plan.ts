@@ -1,0 +1,113 @@
+/**
+ * What a run measures and how often: the sizes (defaults per driver, capped
+ * by memory), and iteration counts per measurement. Counts come from a byte
+ * budget per point, clamped, so a 1 GiB point and an 8 B point each take a
+ * bounded time; warm-up is a tenth of that (at least one), which also takes
+ * the first open of each fresh buffer out of the timed part.
+ */
+import { statfsSync } from 'node:fs';
+import type { DriverKind } from '../cuda/driver.js';
+import { formatBytes } from '../cli/format.js';
+import type { Repeat } from './protocol.js';
+import type { SuiteName } from './suites.js';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const GiB = 1024 * MiB;
+
+export const DEFAULT_GPU_SIZES = [8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB];
+/** The simulator's device memory is /dev/shm and its copies are memcpy: past 64 MiB a point only costs time. */
+export const SIM_SIZE_CAP = 64 * MiB;
+export const SMOKE_SIZES = [8, 4 * KiB, 64 * KiB];
+
+export interface BenchOptions {
+  driver: 'auto' | 'native' | 'sim';
+  /** Sizes given with --sizes (else the defaults). */
+  sizes?: number[];
+  suites: SuiteName[];
+  smoke: boolean;
+  /** Outstanding sends in the streaming suite. */
+  window: number;
+  timeoutMs: number;
+}
+
+export interface Budget {
+  bytes: number;
+  min: number;
+  max: number;
+}
+
+export interface Plan {
+  sizes: number[];
+  notes: string[];
+  latency(size: number): Repeat;
+  bandwidth(size: number): Repeat;
+  /** Small fixed-cost measurements (socket ping-pong, 8 B copy). */
+  small: Repeat;
+  negotiationReps: number;
+  ipcOpens: number;
+  cacheHit: { batches: number; perBatch: number };
+  streamSize: number;
+}
+
+function repeatFor(budget: Budget, size: number, smoke: boolean): Repeat {
+  if (smoke) return { iters: budget.min, warmup: 1 };
+  const iters = Math.max(budget.min, Math.min(budget.max, Math.floor(budget.bytes / Math.max(1, size))));
+  return { iters, warmup: Math.max(1, Math.min(50, Math.ceil(iters / 10))) };
+}
+
+export interface MemoryLimit {
+  /** Bytes one process may allocate on its device. */
+  deviceBytes: number;
+  /** Where the simulator keeps device memory (/dev/shm): bytes free for the whole run. */
+  shmBytes?: number;
+}
+
+/** Bytes free in /dev/shm, or undefined where it cannot be read. */
+export function shmFreeBytes(): number | undefined {
+  try {
+    const s = statfsSync('/dev/shm');
+    return s.bavail * s.bsize;
+  } catch {
+    return undefined;
+  }
+}
+
+export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit): Plan {
+  const notes: string[] = [];
+  const sim = kind === 'sim';
+  let sizes: number[];
+  if (o.sizes) sizes = [...o.sizes];
+  else if (o.smoke) sizes = [...SMOKE_SIZES];
+  else if (sim) {
+    sizes = DEFAULT_GPU_SIZES.filter((s) => s <= SIM_SIZE_CAP);
+    notes.push(`simulated driver: default sizes capped at ${formatBytes(SIM_SIZE_CAP)} (its copies are host memcpy; give --sizes to go further)`);
+  } else sizes = [...DEFAULT_GPU_SIZES];
+  sizes = [...new Set(sizes)].sort((a, b) => a - b);
+  // Per process at one size: a send and a receive buffer, or a raw copy's
+  // source and destination; the staging baseline adds pinned host memory.
+  const fits = (s: number) => 2.5 * s <= 0.9 * memory.deviceBytes && (memory.shmBytes === undefined || 6 * s <= memory.shmBytes);
+  const dropped = sizes.filter((s) => !fits(s));
+  if (dropped.length > 0) {
+    notes.push(`sizes left out for lack of ${sim ? '/dev/shm space' : 'device memory'}: ${dropped.map(formatBytes).join(', ')}`);
+    sizes = sizes.filter(fits);
+  }
+  const bw: Budget = sim ? { bytes: 256 * MiB, min: 3, max: 200 } : { bytes: 8 * GiB, min: 5, max: 1000 };
+  const lat: Budget = sim ? { bytes: 64 * MiB, min: 3, max: 1000 } : { bytes: 2 * GiB, min: 5, max: 2000 };
+  if (o.smoke) {
+    bw.min = 3;
+    lat.min = 5;
+  }
+  const small = o.smoke ? { iters: 20, warmup: 2 } : { iters: sim ? 2000 : 5000, warmup: 200 };
+  return {
+    sizes,
+    notes,
+    latency: (s) => repeatFor(lat, s, o.smoke),
+    bandwidth: (s) => repeatFor(bw, s, o.smoke),
+    small,
+    negotiationReps: o.smoke ? 1 : 5,
+    ipcOpens: o.smoke ? 3 : 21,
+    cacheHit: o.smoke ? { batches: 3, perBatch: 1000 } : { batches: 30, perBatch: 20_000 },
+    streamSize: o.smoke ? 64 * KiB : MiB,
+  };
+}

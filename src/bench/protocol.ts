@@ -1,0 +1,106 @@
+/**
+ * What the bench runner (runner.ts) asks its two workers (worker.ts) to do,
+ * and what they answer. Rank 0 listens and exports memory; rank 1 connects,
+ * initiates, and does the receiver-side baselines (RGET is a read by the
+ * receiver, so the raw copy is timed where smcuda's copy runs).
+ */
+import type { DriverKind } from '../cuda/driver.js';
+
+/** Environment variable carrying a worker's BenchWorkerConfig. */
+export const BENCH_WORKER_ENV = 'SMCUDA_BENCH_WORKER';
+
+export interface BenchWorkerConfig {
+  rank: 0 | 1;
+  /** Device ordinal this worker uses. */
+  device: number;
+  driver: 'auto' | 'native' | 'sim';
+  /** Private directory (0700) for the sockets. */
+  dir: string;
+  /** Job token shared by the two workers. */
+  token: string;
+}
+
+export interface BenchWorkerInfo {
+  rank: number;
+  pid: number;
+  driver: DriverKind;
+  reason: string;
+  deviceCount: number;
+  device: { index: number; name: string; uuid: string; totalMemory: number };
+}
+
+/** One Transport pair ("session") with its own options. */
+export interface SessionOptions {
+  /** negotiation.ipc */
+  ipc: boolean;
+  /** false: the handle pool keeps nothing once released (cache: { maxEntries: 0 }). */
+  cache: boolean;
+  /** Count control frames by type on rank 1's channel (the negotiation figure). */
+  countFrames?: boolean;
+}
+
+/** An allocation made by rank 0 for rank 1 to open directly (not through smcuda). */
+export interface ExportedBuffer {
+  handle: Uint8Array;
+  base: bigint;
+  size: number;
+  bufferId: bigint;
+  deviceUuid: string;
+}
+
+export interface Repeat {
+  iters: number;
+  warmup: number;
+}
+
+export type BenchCommand =
+  | { op: 'open'; session: string; options: SessionOptions }
+  | { op: 'close'; session: string }
+  /** Rank 1 sends one device message to rank 0; both wait until the negotiation settles. */
+  | { op: 'negotiate'; session: string }
+  | ({ op: 'pingpong'; session: string; size: number } & Repeat)
+  | ({ op: 'oneway'; session: string; size: number; window: number } & Repeat)
+  | { op: 'export'; size: number; count: number }
+  | { op: 'unexport' }
+  | ({ op: 'raw-copy'; buffer: ExportedBuffer; size: number } & Repeat)
+  | { op: 'ipc-open'; buffers: ExportedBuffer[] }
+  | { op: 'cache-hit'; buffer: ExportedBuffer; batches: number; perBatch: number }
+  | ({ op: 'copy-completion' } & Repeat)
+  | ({ op: 'staging-baseline'; size: number } & Repeat)
+  | { op: 'socket-serve' }
+  | ({ op: 'socket-ping'; path: string; frameBytes: number } & Repeat)
+  | { op: 'frames'; session: string };
+
+/** Messages per data path, as counted by the endpoint during an operation. */
+export type PathCounts = Record<'eager' | 'rget' | 'staging', number>;
+
+export interface NegotiationResult {
+  state: string;
+  path: string[];
+  tries: number;
+  settleMs?: number;
+}
+
+export interface TimedResult {
+  seconds: number;
+  bytes: number;
+  paths?: PathCounts;
+}
+
+export interface SamplesResult {
+  /** One sample per measured iteration, in µs (or ns where named so). */
+  samples: number[];
+  paths?: PathCounts;
+}
+
+export interface IpcOpenResult {
+  openUs: number[];
+  closeUs: number[];
+}
+
+export interface FramesResult {
+  /** Frames by type name and direction, e.g. { 'IPC_REQ sent': 1 }. */
+  frames: Record<string, number>;
+  /** Negotiation frames (IPC_*) in both directions. */
+  negotiation: number;
+}

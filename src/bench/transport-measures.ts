@@ -1,0 +1,143 @@
+/**
+ * The transport's own figures, measured between the two bench workers over
+ * one endpoint: ping-pong half round trips, one-way and windowed bandwidth,
+ * and the first GPU send's negotiation. Buffers are allocated before the
+ * clock starts and freed after; the owner tells its peer to drop mappings
+ * of them (Endpoint.invalidate) before freeing, so device memory really goes.
+ */
+import type { DeviceBuffer } from '../buffers.js';
+import type { CudaDriver } from '../cuda/driver.js';
+import type { Endpoint } from '../endpoint.js';
+import type { NegotiationResult, PathCounts, Repeat, SamplesResult, TimedResult } from './protocol.js';
+
+/** Tags of the bench's messages (one per kind, so a stray message cannot match another kind). */
+const TAG = { warm: 1, ping: 2, pong: 3, stream: 4 } as const;
+
+const micros = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1000;
+
+export function sentPaths(ep: Endpoint): PathCounts {
+  const s = ep.stats().sent;
+  return { eager: s.eager.messages, rget: s.rget.messages, staging: s.staging.messages };
+}
+
+export function pathDelta(after: PathCounts, before: PathCounts): PathCounts {
+  return { eager: after.eager - before.eager, rget: after.rget - before.rget, staging: after.staging - before.staging };
+}
+
+/** Device memory for one operation: allocated now, invalidated at the peer and freed by `free()`. */
+export class OpBuffers {
+  private readonly ptrs: bigint[] = [];
+  constructor(
+    private readonly driver: CudaDriver,
+    private readonly ep: Endpoint,
+  ) {}
+
+  alloc(bytes: number): DeviceBuffer {
+    const ptr = this.driver.memAlloc(bytes);
+    this.ptrs.push(ptr);
+    return { ptr, length: bytes };
+  }
+
+  free(): void {
+    for (const ptr of this.ptrs) {
+      try {
+        this.ep.invalidate(ptr);
+      } catch {
+        // the endpoint is closed: the peer's mappings went with it
+      }
+      this.driver.memFree(ptr);
+    }
+    this.ptrs.length = 0;
+  }
+}
+
+const slice = (b: DeviceBuffer, index: number, size: number): DeviceBuffer => ({ ptr: b.ptr + BigInt(index * size), length: size });
+
+/**
+ * Initiator: send, then wait for the reply; sample = round trip / 2 in µs.
+ * Responder: receive, send back. The initiator posts its receive first.
+ */
+export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: boolean, size: number, repeat: Repeat): Promise<SamplesResult> {
+  const bufs = new OpBuffers(driver, ep);
+  try {
+    const out = bufs.alloc(size);
+    const into = bufs.alloc(size);
+    const before = sentPaths(ep);
+    const samples: number[] = [];
+    for (let i = 0; i < repeat.warmup + repeat.iters; i++) {
+      if (initiator) {
+        const t0 = process.hrtime.bigint();
+        const back = ep.recv({ tag: TAG.pong, into });
+        await ep.send(out, { tag: TAG.ping });
+        await back;
+        if (i >= repeat.warmup) samples.push(micros(t0) / 2);
+      } else {
+        await ep.recv({ tag: TAG.ping, into });
+        await ep.send(out, { tag: TAG.pong });
+      }
+    }
+    return { samples, paths: pathDelta(sentPaths(ep), before) };
+  } finally {
+    bufs.free();
+  }
+}
+
+/**
+ * `warmup + iters` messages of `size` from the sender, at most `window`
+ * outstanding (each send completes on FIN); the receiver keeps `window`
+ * receives posted into distinct slices. Timed on the sender, warm-up excluded.
+ */
+export async function oneWay(driver: CudaDriver, ep: Endpoint, sender: boolean, size: number, window: number, repeat: Repeat): Promise<TimedResult> {
+  const bufs = new OpBuffers(driver, ep);
+  try {
+    const buf = bufs.alloc(size * window);
+    const before = sentPaths(ep);
+    const run = async (count: number) => {
+      const inflight: Promise<unknown>[] = new Array(count);
+      for (let i = 0; i < count; i++) {
+        if (i >= window) await inflight[i - window];
+        const b = slice(buf, i % window, size);
+        inflight[i] = sender ? ep.send(b, { tag: TAG.stream }) : ep.recv({ tag: TAG.stream, into: b });
+      }
+      await Promise.all(inflight);
+    };
+    await run(repeat.warmup);
+    const t0 = process.hrtime.bigint();
+    await run(repeat.iters);
+    const seconds = micros(t0) / 1e6;
+    return { seconds, bytes: size * repeat.iters, paths: pathDelta(sentPaths(ep), before) };
+  } finally {
+    bufs.free();
+  }
+}
+
+/** Rank 1 sends one device message (above the eager limit) to rank 0; both wait for OK or BAD. */
+export async function negotiate(driver: CudaDriver, ep: Endpoint, initiator: boolean, timeoutMs = 30_000): Promise<NegotiationResult> {
+  const settled = new Promise<void>((resolve, reject) => {
+    const check = () => {
+      if (ep.state === 'OK' || ep.state === 'BAD') {
+        clearTimeout(timer);
+        ep.off('state', check);
+        resolve();
+      }
+    };
+    const timer = setTimeout(() => {
+      ep.off('state', check);
+      reject(new Error(`negotiation did not settle within ${timeoutMs / 1000} s (state ${ep.state})`));
+    }, timeoutMs);
+    ep.on('state', check);
+    check();
+  });
+  const bufs = new OpBuffers(driver, ep);
+  try {
+    const size = 64 << 10;
+    const b = bufs.alloc(size);
+    if (initiator) await ep.send(b, { tag: TAG.warm });
+    else await ep.recv({ tag: TAG.warm, into: b });
+    await settled;
+  } finally {
+    bufs.free();
+  }
+  const n = ep.stats().negotiation;
+  return { state: n.state, path: n.path, tries: n.tries, ...(n.settleMs !== undefined ? { settleMs: n.settleMs } : {}) };
+}

@@ -1,0 +1,160 @@
+/**
+ * One of the two `smcuda bench` worker processes (forked by runner.ts via
+ * WorkerGroup). It opens the driver on its device, then runs the commands of
+ * protocol.ts: sessions (Transport pairs with their own options) and
+ * measurements on them, and the raw baselines.
+ */
+import { join } from 'node:path';
+import { connectUnix } from '../channel/unix-channel.js';
+import type { CudaDriver } from '../cuda/driver.js';
+import { openDriver } from '../cuda/open-driver.js';
+import type { Endpoint } from '../endpoint.js';
+import { Transport } from '../transport.js';
+import { cacheHit, copyCompletion, ipcOpen, rawCopy, stagingBaseline } from './baselines.js';
+import { CountingChannel } from './counting-channel.js';
+import { BENCH_WORKER_ENV, type BenchCommand, type BenchWorkerConfig, type BenchWorkerInfo, type ExportedBuffer } from './protocol.js';
+import { type EchoServer, pingPong as socketPingPong, startEchoServer } from './socket-pingpong.js';
+import { negotiate, oneWay, pingPong } from './transport-measures.js';
+import { serveWorker } from './worker-group.js';
+
+interface Session {
+  transport: Transport;
+  endpoint: Promise<Endpoint>;
+  counter?: CountingChannel;
+}
+
+class BenchWorker {
+  private readonly sessions = new Map<string, Session>();
+  private readonly exported: bigint[] = [];
+  private readonly echoServers: EchoServer[] = [];
+  private nextSocket = 0;
+
+  constructor(
+    private readonly cfg: BenchWorkerConfig,
+    private readonly driver: CudaDriver,
+  ) {}
+
+  private get initiator(): boolean {
+    return this.cfg.rank === 1;
+  }
+
+  async handle(c: BenchCommand): Promise<unknown> {
+    const d = this.driver;
+    switch (c.op) {
+      case 'open':
+        return this.open(c.session, c.options);
+      case 'close': {
+        const s = this.sessions.get(c.session);
+        this.sessions.delete(c.session);
+        await s?.transport.close();
+        return null;
+      }
+      case 'negotiate':
+        return negotiate(d, await this.endpoint(c.session), this.initiator);
+      case 'pingpong':
+        return pingPong(d, await this.endpoint(c.session), this.initiator, c.size, c);
+      case 'oneway':
+        // rank 0 sends: RGET is then rank 1 reading rank 0's memory, as the raw copy does
+        return oneWay(d, await this.endpoint(c.session), !this.initiator, c.size, c.window, c);
+      case 'export':
+        return this.export(c.size, c.count);
+      case 'unexport':
+        for (const p of this.exported.splice(0)) d.memFree(p);
+        return null;
+      case 'raw-copy':
+        return rawCopy(d, c.buffer, c.size, c);
+      case 'ipc-open':
+        return ipcOpen(d, c.buffers);
+      case 'cache-hit':
+        return cacheHit(d, c.buffer, c.batches, c.perBatch);
+      case 'copy-completion':
+        return copyCompletion(d, c);
+      case 'staging-baseline':
+        return stagingBaseline(d, c.size, c);
+      case 'socket-serve': {
+        const server = await startEchoServer(join(this.cfg.dir, `raw-${this.nextSocket++}.sock`));
+        this.echoServers.push(server);
+        return { path: server.path };
+      }
+      case 'socket-ping':
+        return { samples: await socketPingPong(c.path, c.frameBytes, c) };
+      case 'frames': {
+        const counter = this.sessions.get(c.session)?.counter;
+        if (!counter) throw new Error(`session ${c.session} does not count frames on rank ${this.cfg.rank}`);
+        return counter.snapshot();
+      }
+    }
+  }
+
+  private async open(name: string, o: { ipc: boolean; cache: boolean; countFrames?: boolean }): Promise<null> {
+    if (this.sessions.has(name)) throw new Error(`session ${name} is already open`);
+    const transport = await Transport.create({
+      driver: this.driver,
+      id: `bench-rank${this.cfg.rank}-${name}`,
+      device: this.cfg.device,
+      token: this.cfg.token,
+      negotiation: { ipc: o.ipc },
+      ...(o.cache ? {} : { cache: { maxEntries: 0 } }),
+    });
+    const path = join(this.cfg.dir, `${name}.sock`);
+    if (this.cfg.rank === 0) {
+      const endpoint = new Promise<Endpoint>((resolve) => transport.once('endpoint', resolve));
+      this.sessions.set(name, { transport, endpoint });
+      await transport.listen(path);
+    } else {
+      const channel = await connectUnix(path);
+      const counter = o.countFrames ? new CountingChannel(channel) : undefined;
+      const endpoint = transport.attach(counter ?? channel);
+      this.sessions.set(name, { transport, endpoint, ...(counter ? { counter } : {}) });
+      await endpoint;
+    }
+    return null;
+  }
+
+  private endpoint(name: string): Promise<Endpoint> {
+    const s = this.sessions.get(name);
+    if (!s) return Promise.reject(new Error(`no session ${name} on rank ${this.cfg.rank}`));
+    return s.endpoint;
+  }
+
+  private export(size: number, count: number): ExportedBuffer[] {
+    const d = this.driver;
+    const out: ExportedBuffer[] = [];
+    for (let i = 0; i < count; i++) {
+      const base = d.memAlloc(size);
+      this.exported.push(base);
+      out.push({ handle: d.ipcGetMemHandle(base), base, size, bufferId: d.pointerAttributes(base).bufferId, deviceUuid: d.deviceInfo(this.cfg.device).uuid });
+    }
+    return out;
+  }
+
+  async shutdown(): Promise<void> {
+    for (const s of this.sessions.values()) await s.transport.close().catch(() => {});
+    this.sessions.clear();
+    await Promise.all(this.echoServers.map((s) => s.close()));
+    for (const p of this.exported.splice(0)) this.driver.memFree(p);
+    this.driver.close();
+  }
+}
+
+async function start(cfg: BenchWorkerConfig) {
+  const { driver, reason } = await openDriver({ driver: cfg.driver });
+  const deviceCount = driver.deviceCount();
+  // With fewer devices than asked for, fall back to the last one and say so in
+  // `info`: the runner then skips the across-GPU figures instead of failing.
+  const device = Math.min(cfg.device, deviceCount - 1);
+  driver.setDevice(device);
+  const dev = driver.deviceInfo(device);
+  const info: BenchWorkerInfo = {
+    rank: cfg.rank,
+    pid: process.pid,
+    driver: driver.kind,
+    reason,
+    deviceCount,
+    device: { index: device, name: dev.name, uuid: dev.uuid, totalMemory: dev.totalMemory },
+  };
+  const w = new BenchWorker({ ...cfg, device }, driver);
+  return { info, handle: (c: BenchCommand) => w.handle(c), shutdown: () => w.shutdown() };
+}
+
+serveWorker<BenchWorkerConfig, BenchCommand>(BENCH_WORKER_ENV, start);
