@@ -21,6 +21,7 @@ import { openDriver } from './cuda/open-driver.js';
 import { Endpoint } from './endpoint.js';
 import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
+import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
 import { FileTracer, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
 import { FrameType, type HelloFrame, WIRE_VERSION } from './wire/frames.js';
@@ -36,6 +37,8 @@ export interface TransportCreateOptions extends TransportOptions {
   lazyDevice?: boolean;
   /** Append a JSON-lines trace to this file (default: $SMCUDA_TRACE, else off). */
   trace?: string;
+  /** Serve a live page of this transport's endpoints on http://127.0.0.1:PORT/ (0: any free port; see `inspectUrl`). */
+  inspect?: InspectOption;
   /** How long a new connection may take to say HELLO. */
   helloTimeoutMs?: number;
 }
@@ -59,6 +62,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly sockets: UnixListener[] = [];
   private readonly pendingChannels = new Set<ControlChannel>();
   private readonly tracer: Tracer | undefined;
+  private readonly inspector: TransportInspector | undefined;
   private readonly helloTimeoutMs: number;
   private closed = false;
 
@@ -72,7 +76,9 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.id = opts.id;
     this.helloTimeoutMs = create.helloTimeoutMs ?? 10_000;
     const tracePath = create.trace ?? process.env.SMCUDA_TRACE;
-    this.tracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
+    const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
+    this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
+    this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
   }
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
@@ -96,6 +102,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     }
     const t = new Transport(driver, reason, owns, opts, options);
     if (!options.lazyDevice) t.useDevice(opts.device);
+    await t.inspector?.listen();
     return t;
   }
 
@@ -182,6 +189,25 @@ export class Transport extends EventEmitter<TransportEvents> {
     });
   }
 
+  /**
+   * Tells every peer to drop its mapping of the allocation holding `ptr`
+   * (INVALIDATE), so that freeing it really frees the device memory.
+   */
+  invalidate(ptr: bigint): void {
+    for (const ep of this.endpointsByPeer.values()) ep.invalidate(ptr);
+  }
+
+  /** Invalidates the allocation on every peer, then frees it (cuMemFree). */
+  free(ptr: bigint): void {
+    this.invalidate(ptr);
+    this.driver.memFree(ptr);
+  }
+
+  /** The inspector page's address, when created with `inspect`. */
+  get inspectUrl(): string | undefined {
+    return this.inspector?.url;
+  }
+
   endpoint(peerId: string): Endpoint | undefined {
     return this.endpointsByPeer.get(peerId);
   }
@@ -199,6 +225,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     for (const ch of this.pendingChannels) ch.close();
     await Promise.all(this.sockets.map((l) => l.close()));
     this.tracer?.close();
+    await this.inspector?.close();
     if (this.ownsDriver) this.driver.close();
   }
 

@@ -188,6 +188,27 @@ describe('device messages and the negotiation', () => {
   });
 });
 
+describe('invalidation', () => {
+  it('the owner frees through the transport: the peer drops its mapping at once', async () => {
+    pair = await makePair();
+    const { a, b } = pair;
+    const src = deviceWith(a.driver, randomBytes(64 << 10, 11));
+    let r = b.ep.recv();
+    await a.ep.send(src);
+    await r;
+    await reach(a.ep, 'OK');
+    r = b.ep.recv({ into: new Uint8Array(64 << 10) });
+    await a.ep.send(src);
+    expect((await r).path).toBe('rget');
+    expect(b.ep.stats().cache.openMappings).toBe(1);
+    a.transport.free(src.ptr);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const cache = b.ep.stats().cache;
+    expect(cache.openMappings).toBe(0);
+    expect(cache.invalidations).toBe(1);
+  });
+});
+
 describe('cancellation and loss', () => {
   it('an aborted receive that has not matched is withdrawn; the next one gets the message', async () => {
     pair = await makePair();

@@ -161,6 +161,7 @@ async function runPhase(
       fillPattern(view, seedOf(phaseNo, sizeIndex, iter, cfg.rank, dst));
       driver.memcpyHtoD(buffers.send.get(dst)!.ptr, view);
     }
+    await barrier(peers);
     const start = performance.now();
     const recvs = sources.map((src) => peers.get(src)!.recv({ tag, into: sizedView(buffers.recv.get(src)!, size) }).then((r) => ({ src, r })));
     const sends = targets.map((dst) => peers.get(dst)!.send(sizedView(buffers.send.get(dst)!, size), { tag }));
@@ -181,6 +182,20 @@ async function runPhase(
     }
   }
   return result;
+}
+
+/** Tag reserved for the demo's barrier (outside the phases' tags). */
+const BARRIER_TAG = 0xffff_ff00;
+const EMPTY = new Uint8Array(0);
+
+/**
+ * Every rank fills its buffers at its own pace; a barrier through the
+ * transport itself (an empty host message to and from every peer) keeps that
+ * out of the timed exchange.
+ */
+async function barrier(peers: Map<number, Endpoint>): Promise<void> {
+  const eps = [...peers.values()];
+  await Promise.all([...eps.map((ep) => ep.send(EMPTY, { tag: BARRIER_TAG })), ...eps.map((ep) => ep.recv({ tag: BARRIER_TAG }))]);
 }
 
 function sizedView(buf: DeviceBuffer, size: number): DeviceBuffer {
