@@ -21,6 +21,7 @@ import { SmcudaError } from '../errors.js';
 
 export type WorkerToParent =
   | { type: 'ready'; info: unknown }
+  | { type: 'start-failed'; message: string; code?: string }
   | { type: 'reply'; id: number; ok: true; result: unknown }
   | { type: 'reply'; id: number; ok: false; message: string; code?: string; stack?: string };
 
@@ -73,7 +74,6 @@ export class WorkerGroup<Command, Info> {
     const children: ChildProcess[] = [];
     const infos: Info[] = new Array(configs.length);
     let group: WorkerGroup<Command, Info> | undefined;
-    const early: Error[] = [];
     const ready = configs.map(
       (cfg, rank) =>
         new Promise<void>((resolve, reject) => {
@@ -87,13 +87,15 @@ export class WorkerGroup<Command, Info> {
             if (m.type === 'ready') {
               infos[rank] = m.info as Info;
               resolve();
+            } else if (m.type === 'start-failed') {
+              const err = new WorkerFailedError(`worker ${rank} could not start: ${m.code ? `[${m.code}] ` : ''}${m.message}`);
+              reject(err);
             } else if (group) group.onReply(rank, m);
           });
           child.on('exit', (code, signal) => {
             const err = new WorkerFailedError(`worker ${rank} exited with ${signal ?? `code ${code}`}`);
             if (group) group.onExit(err);
             else {
-              early.push(err);
               reject(err);
             }
           });
@@ -231,9 +233,9 @@ export function serveWorker<Config, Command>(
       send({ type: 'ready', info: w.info } satisfies WorkerToParent);
       for (const m of queue.splice(0)) run(m);
     },
-    (err: Error) => {
-      console.error(`worker failed to start: ${err.message}`);
-      process.exit(1);
+    (err: Error & { code?: string }) => {
+      // The parent reports it (with the other workers' fate); exit once the message is out.
+      send({ type: 'start-failed', message: err?.message ?? String(err), code: err?.code } satisfies WorkerToParent, () => process.exit(1));
     },
   );
 }
