@@ -36,6 +36,7 @@ import {
   type RgetFrame,
   type StageBeginFrame,
 } from './wire/frames.js';
+import type { ExportTable } from './exports.js';
 import { GpuWork } from './gpu-work.js';
 import type { Tracer } from './trace.js';
 
@@ -86,6 +87,8 @@ export interface EndpointContext {
   options: ResolvedOptions;
   /** This process's HELLO (id, device). */
   local: HelloFrame;
+  /** What peers need to map local allocations, shared by the transport's endpoints. */
+  exports: ExportTable;
   tracer?: Tracer;
 }
 
@@ -303,13 +306,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private sendRget(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
     const d = this.driver;
-    const range = d.memGetAddressRange(buf.ptr);
-    const offset = Number(buf.ptr - range.base);
-    if (offset + buf.length > range.size) {
-      throw new RangeError(`buffer (${buf.length} bytes at +${offset}) runs past its allocation of ${range.size} bytes`);
+    const exp = this.ctx.exports.lookup(buf.ptr);
+    const offset = Number(buf.ptr - exp.base);
+    if (offset + buf.length > exp.size) {
+      throw new RangeError(`buffer (${buf.length} bytes at +${offset}) runs past its allocation of ${exp.size} bytes`);
     }
-    const attrs = d.pointerAttributes(range.base);
-    const handle = d.ipcGetMemHandle(range.base);
     let event: bigint | undefined;
     let eventHandle: Uint8Array | null = null;
     if (options.stream !== undefined) {
@@ -323,13 +324,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       type: FrameType.RGET,
       tag,
       seq,
-      handle,
-      base: range.base,
-      allocSize: range.size,
+      handle: exp.handle,
+      base: exp.base,
+      allocSize: exp.size,
       offset,
       length: buf.length,
-      bufferId: attrs.bufferId,
-      deviceUuid: this.uuidOf(attrs.device),
+      bufferId: exp.bufferId,
+      deviceUuid: this.uuidOf(exp.device),
       event: eventHandle,
     };
     const done = this.pendSend(seq, tag, buf.length, 'rget', options.signal, () => {

@@ -19,6 +19,7 @@ import { connectUnix, listenUnix, type UnixListener } from './channel/unix-chann
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { Endpoint } from './endpoint.js';
+import { ExportTable } from './exports.js';
 import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
@@ -64,6 +65,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly tracer: Tracer | undefined;
   private readonly inspector: TransportInspector | undefined;
   private readonly helloTimeoutMs: number;
+  private readonly exports: ExportTable;
   private closed = false;
 
   private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions) {
@@ -75,6 +77,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.opts = opts;
     this.id = opts.id;
     this.helloTimeoutMs = create.helloTimeoutMs ?? 10_000;
+    this.exports = new ExportTable(driver);
     const tracePath = create.trace ?? process.env.SMCUDA_TRACE;
     const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
@@ -102,7 +105,14 @@ export class Transport extends EventEmitter<TransportEvents> {
     }
     const t = new Transport(driver, reason, owns, opts, options);
     if (!options.lazyDevice) t.useDevice(opts.device);
-    await t.inspector?.listen();
+    if (t.inspector) {
+      try {
+        await t.inspector.listen();
+      } catch (err) {
+        await t.close();
+        throw err;
+      }
+    }
     return t;
   }
 
@@ -166,7 +176,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         this.pendingChannels.delete(channel);
         this.tracer?.frame(hello.peerId, 'recv', hello);
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(channel, { driver: this.driver, options: this.opts, local: this.hello(), tracer: this.tracer }, hello);
+        const ep = new Endpoint(channel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer }, hello);
         this.endpointsByPeer.set(hello.peerId, ep);
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
@@ -200,6 +210,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   /** Invalidates the allocation on every peer, then frees it (cuMemFree). */
   free(ptr: bigint): void {
     this.invalidate(ptr);
+    this.exports.forget(this.driver.memGetAddressRange(ptr).base);
     this.driver.memFree(ptr);
   }
 

@@ -1,0 +1,58 @@
+/**
+ * The sender's side of RGET: what a peer needs to map a local allocation
+ * (base, size, buffer id, IPC handle, device UUID). Looking it up takes three
+ * driver calls (cuMemGetAddressRange, cuPointerGetAttributes,
+ * cuIpcGetMemHandle); re-sending from the same buffer is the common case, so
+ * the answer is kept per pointer and revalidated with one call: the buffer id
+ * changes when the allocation is freed and another takes its address, and a
+ * changed id means the entry is rebuilt, never reused.
+ *
+ * Bounded (the most recently used `limit` pointers), since senders may walk
+ * through many offsets of one allocation.
+ */
+import type { CudaDriver, DevicePtr } from './cuda/driver.js';
+
+export interface ExportInfo {
+  base: DevicePtr;
+  size: number;
+  bufferId: bigint;
+  handle: Uint8Array;
+  device: number;
+}
+
+export class ExportTable {
+  private readonly byPtr = new Map<DevicePtr, ExportInfo>();
+
+  constructor(
+    private readonly driver: CudaDriver,
+    private readonly limit = 256,
+  ) {}
+
+  lookup(ptr: DevicePtr): ExportInfo {
+    const attrs = this.driver.pointerAttributes(ptr);
+    const known = this.byPtr.get(ptr);
+    if (known && known.bufferId === attrs.bufferId) {
+      // Map order is insertion order: re-insert to keep the most recent last.
+      this.byPtr.delete(ptr);
+      this.byPtr.set(ptr, known);
+      return known;
+    }
+    const range = this.driver.memGetAddressRange(ptr);
+    const info: ExportInfo = {
+      base: range.base,
+      size: range.size,
+      bufferId: attrs.bufferId,
+      handle: this.driver.ipcGetMemHandle(range.base),
+      device: attrs.device,
+    };
+    this.byPtr.delete(ptr);
+    this.byPtr.set(ptr, info);
+    if (this.byPtr.size > this.limit) this.byPtr.delete(this.byPtr.keys().next().value!);
+    return info;
+  }
+
+  /** Forgets every pointer inside the allocation at `base` (it is being freed). */
+  forget(base: DevicePtr): void {
+    for (const [ptr, info] of this.byPtr) if (info.base === base) this.byPtr.delete(ptr);
+  }
+}
