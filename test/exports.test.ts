@@ -9,6 +9,7 @@ afterEach(() => d.close());
 describe('ExportTable', () => {
   it('reuses the entry for the same pointer while the allocation lives', () => {
     d = new SimulatedCudaDriver();
+    d.init();
     d.setDevice(0);
     const p = d.memAlloc(1 << 20);
     const t = new ExportTable(d);
@@ -20,6 +21,7 @@ describe('ExportTable', () => {
 
   it('a free and a new allocation at the same address: new buffer id and handle, never the old entry', () => {
     d = new SimulatedCudaDriver();
+    d.init();
     d.setDevice(0);
     const t = new ExportTable(d);
     const p = d.memAlloc(1 << 20);
@@ -35,6 +37,7 @@ describe('ExportTable', () => {
 
   it('keeps at most `limit` pointers, dropping the least recently used', () => {
     d = new SimulatedCudaDriver();
+    d.init();
     d.setDevice(0);
     const t = new ExportTable(d, 2);
     const p = d.memAlloc(1 << 20);
