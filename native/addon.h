@@ -10,4 +10,6 @@ void InitCuda(Napi::Env env, Napi::Object exports);
 void InitCompletion(Napi::Env env, Napi::Object exports);
 // shm.cc: POSIX shared memory segments mapped into ArrayBuffers.
 void InitShm(Napi::Env env, Napi::Object exports);
+// peercred.cc: SO_PEERCRED of a connected Unix socket (who is the peer).
+void InitPeerCred(Napi::Env env, Napi::Object exports);
 }  // namespace smcuda

@@ -1,0 +1,199 @@
+/**
+ * One rank of `smcuda soak`, forked by soak.ts. It connects to every other
+ * rank, then, with each peer independently, runs rounds of SOAK_WINDOW
+ * messages in each direction (soak-plan.ts) until the planned count is sent
+ * and received, checking every byte. It measures itself (RSS, open mappings,
+ * file descriptors) before, after, and after closing.
+ *
+ * Parent ⇄ worker (process.send): worker → listening | connected | progress |
+ * done | failed; parent → connect | run | exit. The worker exits when the
+ * parent goes away.
+ */
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DeviceBuffer } from '../buffers.js';
+import type { CudaDriver } from '../cuda/driver.js';
+import { openDriver } from '../cuda/open-driver.js';
+import type { Endpoint } from '../endpoint.js';
+import { Transport } from '../transport.js';
+import { checkPattern, fillPattern } from './demo-pattern.js';
+import { pairCount, planRound, roundCount, SOAK_ARENA_BYTES, SOAK_HOST_MAX, SOAK_WINDOW } from './soak-plan.js';
+
+export interface SoakWorkerConfig {
+  rank: number;
+  ranks: number;
+  dir: string;
+  count: number;
+  driver: 'auto' | 'native' | 'sim';
+  token: string;
+}
+
+export interface SoakSnapshot {
+  rssBytes: number;
+  /** V8 heap in use after a full GC (RSS alone also counts heap the GC has not handed back). */
+  heapUsedBytes: number;
+  openMappings: number;
+  fds: number;
+}
+
+export interface SoakRankReport {
+  rank: number;
+  sent: number;
+  received: number;
+  bytesReceived: number;
+  byKind: Record<string, number>;
+  seconds: number;
+  start: SoakSnapshot;
+  end: SoakSnapshot;
+  closed: SoakSnapshot;
+  mismatches: string[];
+}
+
+type ParentMessage = { type: 'connect' } | { type: 'run' } | { type: 'exit' };
+
+const DATA_TAG = 7;
+const PROGRESS_MS = 2000;
+
+const config = JSON.parse(process.env.SMCUDA_SOAK ?? 'null') as SoakWorkerConfig | null;
+if (!config || !process.send) {
+  console.error('soak-worker is started by `smcuda soak`, not by hand');
+  process.exit(2);
+}
+const orphaned = () => process.exit(1);
+process.on('disconnect', orphaned);
+
+const inbox: ParentMessage[] = [];
+let wake: (() => void) | undefined;
+process.on('message', (m: ParentMessage) => {
+  inbox.push(m);
+  wake?.();
+});
+async function next(): Promise<ParentMessage> {
+  while (inbox.length === 0) await new Promise<void>((r) => (wake = r));
+  return inbox.shift()!;
+}
+const tell = (m: object) => process.send!(m);
+
+function snapshot(endpoints: Iterable<Endpoint>): SoakSnapshot {
+  let openMappings = 0;
+  for (const ep of endpoints) openMappings += ep.stats().cache.openMappings;
+  (globalThis as { gc?: () => void }).gc?.(); // soak.ts starts workers with --expose-gc
+  const mem = process.memoryUsage();
+  return { rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, openMappings, fds: readdirSync('/proc/self/fd').length };
+}
+
+interface Tally {
+  sent: number;
+  received: number;
+  bytesReceived: number;
+  byKind: Record<string, number>;
+  mismatches: string[];
+}
+
+/** Every round with one peer: this side's sends and the peer's messages, then verification. */
+async function pairLoop(cfg: SoakWorkerConfig, driver: CudaDriver, peer: number, ep: Endpoint, tally: Tally): Promise<void> {
+  const nOut = pairCount(cfg.count, cfg.ranks, cfg.rank, peer);
+  const nIn = pairCount(cfg.count, cfg.ranks, peer, cfg.rank);
+  const rounds = roundCount(nOut, nIn);
+  const sendArena = driver.memAlloc(SOAK_ARENA_BYTES);
+  const recvArena = driver.memAlloc(SOAK_ARENA_BYTES);
+  const hostIn = new Uint8Array(SOAK_WINDOW * SOAK_HOST_MAX);
+  const staging = new Uint8Array(SOAK_ARENA_BYTES);
+  const scratch = new Uint8Array(SOAK_ARENA_BYTES);
+  try {
+    for (let round = 0; round < rounds; round++) {
+      const outgoing = planRound(cfg.rank, peer, round, nOut);
+      const incoming = planRound(peer, cfg.rank, round, nIn);
+      const recvs = incoming.map((m, k) => {
+        const into = m.kind === 'host' ? hostIn.subarray(k * SOAK_HOST_MAX, k * SOAK_HOST_MAX + m.size) : ({ ptr: recvArena + BigInt(m.offset), length: m.size } as DeviceBuffer);
+        return ep.recv({ tag: DATA_TAG, into });
+      });
+      const sends = outgoing.map((m) => {
+        if (m.kind === 'host') {
+          const bytes = new Uint8Array(m.size);
+          fillPattern(bytes, m.seed);
+          return ep.send(bytes, { tag: DATA_TAG });
+        }
+        const view = staging.subarray(m.offset, m.offset + m.size);
+        fillPattern(view, m.seed);
+        driver.memcpyHtoD(sendArena + BigInt(m.offset), view);
+        return ep.send({ ptr: sendArena + BigInt(m.offset), length: m.size }, { tag: DATA_TAG });
+      });
+      const [got] = await Promise.all([Promise.all(recvs), Promise.all(sends)]);
+      tally.sent += outgoing.length;
+      for (const [k, m] of incoming.entries()) {
+        const r = got[k]!;
+        tally.received++;
+        tally.bytesReceived += r.length;
+        tally.byKind[`${m.kind}/${r.path}`] = (tally.byKind[`${m.kind}/${r.path}`] ?? 0) + 1;
+        if (r.length !== m.size) {
+          tally.mismatches.push(`message ${m.index} from rank${peer}: ${r.length} bytes, expected ${m.size}`);
+          continue;
+        }
+        let bytes: Uint8Array;
+        if (m.kind === 'host') bytes = hostIn.subarray(k * SOAK_HOST_MAX, k * SOAK_HOST_MAX + m.size);
+        else {
+          bytes = staging.subarray(0, m.size);
+          if (m.size > 0) driver.memcpyDtoH(bytes, recvArena + BigInt(m.offset));
+        }
+        const bad = checkPattern(bytes, m.seed, scratch);
+        if (bad >= 0 && tally.mismatches.length < 100) tally.mismatches.push(`message ${m.index} (${m.kind}, ${m.size} B) from rank${peer}: byte ${bad} differs`);
+      }
+    }
+  } finally {
+    driver.memFree(sendArena);
+    driver.memFree(recvArena);
+  }
+}
+
+async function main(cfg: SoakWorkerConfig): Promise<void> {
+  const { driver } = await openDriver({ driver: cfg.driver });
+  driver.init();
+  const device = cfg.rank % driver.deviceCount();
+  const t = await Transport.create({ driver, id: `rank${cfg.rank}`, device, token: cfg.token });
+  const peers = new Map<number, Endpoint>();
+  const allConnected = new Promise<void>((resolve) => {
+    t.on('endpoint', (ep) => {
+      peers.set(Number(ep.peerId.replace('rank', '')), ep);
+      if (peers.size === cfg.ranks - 1) resolve();
+    });
+  });
+  await t.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
+  tell({ type: 'listening', rank: cfg.rank, driver: driver.kind });
+  if ((await next()).type !== 'connect') throw new Error('expected connect');
+  for (let r = 0; r < cfg.rank; r++) await t.connect(join(cfg.dir, `rank${r}.sock`));
+  await allConnected;
+  tell({ type: 'connected', rank: cfg.rank });
+  if ((await next()).type !== 'run') throw new Error('expected run');
+
+  const tally: Tally = { sent: 0, received: 0, bytesReceived: 0, byKind: {}, mismatches: [] };
+  const start = snapshot(peers.values());
+  const t0 = performance.now();
+  const progress = setInterval(() => tell({ type: 'progress', rank: cfg.rank, received: tally.received, sent: tally.sent, seconds: (performance.now() - t0) / 1000 }), PROGRESS_MS);
+  try {
+    await Promise.all([...peers.entries()].map(([peer, ep]) => pairLoop(cfg, driver, peer, ep, tally)));
+  } finally {
+    clearInterval(progress);
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const end = snapshot(peers.values());
+  // Close only once every rank is done: a peer closing first would fail our receives.
+  tell({ type: 'finished', rank: cfg.rank });
+  while ((await next()).type !== 'exit');
+  await t.close();
+  const closed = snapshot(peers.values()); // closed endpoints: every mapping released
+  driver.close();
+  const report: SoakRankReport = { rank: cfg.rank, ...tally, seconds, start, end, closed };
+  tell({ type: 'done', report });
+}
+
+main(config).then(
+  () => {
+    process.off('disconnect', orphaned);
+    process.disconnect();
+  },
+  (err: Error & { code?: string }) => {
+    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}` });
+    setTimeout(() => process.exit(1), 100);
+  },
+);
