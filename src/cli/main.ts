@@ -5,13 +5,19 @@
  */
 import { runBenchCommand } from './bench.js';
 import { runDemo } from './demo.js';
+import { runDiagram } from './diagram.js';
+import { runInspect } from './inspect.js';
 import { runProbe } from './probe.js';
+import { runTrace } from './trace-cmd.js';
 import { UsageError } from './usage.js';
 
 const commands: Record<string, { run: (argv: string[]) => Promise<number>; summary: string }> = {
   probe: { run: runProbe, summary: 'what the CUDA driver sees: devices, UUIDs, peer matrix, IPC support' },
   bench: { run: runBenchCommand, summary: 'the benchmark suite: figures beside same-run baselines, targets, JSON and plots' },
   demo: { run: runDemo, summary: 'local processes exchange GPU buffers over smcuda, verified (the main job)' },
+  diagram: { run: runDiagram, summary: 'Mermaid, DOT and SVG pictures of the protocol state machines' },
+  trace: { run: runTrace, summary: 'a recorded trace as a sequence diagram or per-endpoint timeline' },
+  inspect: { run: runInspect, summary: 'a live web page of each endpoint\'s negotiation state and cache counters' },
 };
 
 function help(): string {

@@ -1,0 +1,91 @@
+/**
+ * `smcuda trace`: a recorded trace (SMCUDA_TRACE=FILE, Transport.create({ trace }),
+ * `smcuda demo --trace FILE`) as a Mermaid sequence diagram, a per-endpoint
+ * timeline, or merged JSON records.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { toMermaidSequence } from '../diagram/sequence.js';
+import { renderTimelines, timelines } from '../diagram/timeline.js';
+import { filterTrace, mergeTraces, parseMs, parseTrace, type TraceFilter } from '../diagram/trace-records.js';
+import { UsageError } from './usage.js';
+
+const HELP = `usage: smcuda trace FILE... [options]
+
+Reads JSON-lines traces (one file written by several processes, or one file
+per process: all are merged in time order) and prints:
+
+  --format mermaid      a Mermaid sequence diagram (default): one participant
+                        per transport, an arrow per control frame labelled with
+                        its type and key fields (IPC_REQ attempt=1, RGET seq=3
+                        64 KiB), a note per negotiation change (rank0: SENT→OK)
+  --format text         per endpoint: its state changes with times, frames
+                        sent and received by type, cache events by type
+  --format json         { startUs, records: [...], endpoints: [...] }
+
+Filters:
+  --endpoint ID         ID keeps transport ID's endpoints and its peers'
+                        endpoints to it; A:B keeps the pair A–B (both sides).
+                        Repeat for several.
+  --from T  --to T      a time window, in milliseconds from the first record of
+                        the trace (before filtering): 250, 250ms or 1.5s
+  --json                same as --format json
+  -h, --help            this help
+
+Record a trace with: smcuda demo --trace run.jsonl (or SMCUDA_TRACE=run.jsonl).`;
+
+export async function runTrace(argv: string[]): Promise<number> {
+  let values: { format?: string; endpoint?: string[]; from?: string; to?: string; json?: boolean; help?: boolean };
+  let files: string[];
+  try {
+    const parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        format: { type: 'string' },
+        endpoint: { type: 'string', multiple: true },
+        from: { type: 'string' },
+        to: { type: 'string' },
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+    values = parsed.values;
+    files = parsed.positionals;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values.help) {
+    console.log(HELP);
+    return 0;
+  }
+  const format = values.json ? 'json' : (values.format ?? 'mermaid');
+  if (values.json && values.format !== undefined && values.format !== 'json') throw new UsageError('--json and --format disagree');
+  if (!['mermaid', 'text', 'json'].includes(format)) throw new UsageError(`--format must be mermaid, text or json, got '${format}'`);
+  if (files.length === 0) throw new UsageError('give the trace FILE (written with SMCUDA_TRACE=FILE or smcuda demo --trace FILE)');
+  const filter: TraceFilter = {};
+  try {
+    if (values.from !== undefined) filter.fromMs = parseMs(values.from);
+    if (values.to !== undefined) filter.toMs = parseMs(values.to);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (filter.fromMs !== undefined && filter.toMs !== undefined && filter.fromMs > filter.toMs) throw new UsageError('--from is after --to');
+  if (values.endpoint?.length) filter.endpoints = values.endpoint;
+
+  const all = mergeTraces(files.map((f) => parseTrace(readFileSync(f, 'utf8'), f)));
+  const startUs = all[0]?.t ?? 0;
+  const records = filterTrace(all, filter, startUs);
+  if (all.length === 0) console.error(`smcuda trace: ${files.join(', ')}: no records`);
+  else if (records.length === 0) console.error('smcuda trace: no record matches the filters');
+
+  if (format === 'mermaid') {
+    process.stdout.write(toMermaidSequence(records, { header: `smcuda trace ${files.join(' ')}: ${records.length} of ${all.length} records` }));
+  } else if (format === 'text') {
+    process.stdout.write(renderTimelines(timelines(records, startUs)));
+  } else {
+    console.log(JSON.stringify({ startUs, records, endpoints: timelines(records, startUs) }, null, 2));
+  }
+  return 0;
+}
