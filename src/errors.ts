@@ -80,3 +80,10 @@ export class DriverUnavailableError extends SmcudaError {
     super('SMCUDA_DRIVER_UNAVAILABLE', message, options);
   }
 }
+
+/** A connection was refused: another user's process, a directory others can enter, a wrong job token. */
+export class AccessDeniedError extends SmcudaError {
+  constructor(message: string) {
+    super('SMCUDA_ACCESS_DENIED', message);
+  }
+}
