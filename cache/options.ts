@@ -14,13 +14,19 @@ import type { HandlePoolEventListener } from './events.js';
  * buffering, a few tensors); past that, a miss costs one open (~40 µs).
  */
 export const DEFAULT_MAX_ENTRIES = 64;
-/** 4 GiB: the most peer device memory one endpoint's idle mappings may keep alive. */
-export const DEFAULT_MAX_BYTES = 4 * 1024 ** 3;
+/**
+ * 16 GiB: the most peer device memory one endpoint's idle mappings may keep
+ * alive. Large enough that one big working buffer stays mapped (on 2×H200 a
+ * 4 GiB bound made an 8 GiB send buffer reopen on every message: 68 % of raw
+ * at 1 GiB), small next to a 141 GiB device; freed memory is dropped at once
+ * by INVALIDATE and by the buffer-id check anyway.
+ */
+export const DEFAULT_MAX_BYTES = 16 * 1024 ** 3;
 
 export interface HandlePoolOptions {
   /** Most resident mappings. Default 64. `Infinity`: no limit. 0: keep nothing once released. */
   maxEntries?: number;
-  /** Most resident mapped bytes. Default 4 GiB. `Infinity`: no limit. */
+  /** Most resident mapped bytes. Default 16 GiB. `Infinity`: no limit. */
   maxBytes?: number;
   /** Both limits off. Must not be combined with finite `maxEntries`/`maxBytes`. */
   unlimited?: boolean;

@@ -80,7 +80,7 @@ describe('HandlePool: bounds', () => {
     const pool = new HandlePool(new FakeIpcDriver());
     expect([pool.maxEntries, pool.maxBytes]).toEqual([DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES]);
     expect(DEFAULT_MAX_ENTRIES).toBe(64);
-    expect(DEFAULT_MAX_BYTES).toBe(4 * 1024 ** 3);
+    expect(DEFAULT_MAX_BYTES).toBe(16 * 1024 ** 3);
   });
 
   it('evicts by count, least recently used first', async () => {
