@@ -217,7 +217,8 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       progress(`bandwidth: ${formatBytes(size)} (raw, then smcuda)`);
       const repeat = plan.bandwidth(size);
       const raw = await rawCopy(g, size, repeat);
-      const r = await oneway(g, 'default', size, 1, repeat);
+      // As osu_bw does: a window of outstanding sends, against back-to-back raw copies.
+      const r = await oneway(g, 'default', size, opts.window, repeat);
       const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
       const gbs = gbPerSecond(r.bytes, r.seconds);
       run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
@@ -344,7 +345,7 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
     progress(`same GPU: ${formatBytes(size)} (raw, then smcuda)`);
     const repeat = plan.bandwidth(size);
     const raw = await rawCopy(g, size, repeat);
-    const r = await oneway(g, 'default', size, 1, repeat);
+    const r = await oneway(g, 'default', size, run.opts.window, repeat);
     const gbs = gbPerSecond(r.bytes, r.seconds);
     const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
     run.series.push({ plot: 'bandwidth', series: 'raw cuMemcpyAsync (same GPU)', size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });

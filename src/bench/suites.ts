@@ -17,7 +17,7 @@ export type SuiteName = (typeof SUITES)[number];
 
 export const SUITE_SUMMARY: Record<SuiteName, string> = {
   latency: 'ping-pong half round trip per size; 8 B against a raw Unix-socket ping-pong',
-  bandwidth: 'one-way GPU0→GPU1 bandwidth per size (send waits FIN) against raw cuMemcpyAsync',
+  bandwidth: 'one-way GPU0→GPU1 bandwidth per size with a window of outstanding sends (as osu_bw) against back-to-back raw cuMemcpyAsync',
   streaming: '1 MiB messages with a window of outstanding sends against raw back-to-back copies',
   cache: 'cache hit against one cuIpcOpenMemHandle; 64 KiB re-sent with the cache on and off',
   ipc: 'IPC off: the staging path per size against pinned single-buffer staging',
