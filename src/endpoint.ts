@@ -845,7 +845,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   // ---------------------------------------------------------------- plumbing
 
   private gpu(): GpuWork {
-    if (!this.gpuWork) this.gpuWork = new GpuWork(this.driver);
+    if (!this.gpuWork) this.gpuWork = new GpuWork(this.driver, this.opts.completionSpinUs);
     return this.gpuWork;
   }
 

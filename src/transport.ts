@@ -85,7 +85,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   }
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
-    const opts = resolveOptions(options);
+    resolveOptions(options); // refuse bad options before opening a driver
     let driver: CudaDriver;
     let reason: string;
     let owns: boolean;
@@ -103,8 +103,8 @@ export class Transport extends EventEmitter<TransportEvents> {
       reason = opened.reason;
       owns = true;
     }
-    const t = new Transport(driver, reason, owns, opts, options);
-    if (!options.lazyDevice) t.useDevice(opts.device);
+    const t = new Transport(driver, reason, owns, resolveOptions(options, driver.kind), options);
+    if (!options.lazyDevice) t.useDevice(t.opts.device);
     if (t.inspector) {
       try {
         await t.inspector.listen();
