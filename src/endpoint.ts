@@ -562,7 +562,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       }
       const result: Received = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data };
       if (recv.stream !== undefined) recv.resolve(result); // valid once the caller's stream reaches the copy
-      await this.gpu().done(stream);
+      await this.gpu().done(stream, n);
       count(this.received, 'rget', n);
       this.sendFin(frame.seq, FinStatus.OK, '');
       if (recv.stream === undefined) recv.resolve(result);

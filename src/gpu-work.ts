@@ -4,14 +4,17 @@
  * nothing. `done(stream)` records a pooled event and resolves when the GPU
  * reaches it.
  *
- * Latency: when a copy is the only one in flight (a ping-pong, not a stream
- * of messages), `done` first polls the event on the JS thread for up to
- * `spinUs` — a small copy finishes in a few µs, while the native poller's
+ * Latency: when a small copy is the only one in flight (a ping-pong, not a
+ * stream of messages), `done` first polls the event on the JS thread for up
+ * to `spinUs` — a small copy finishes in a few µs, while the native poller's
  * hand-off to the JS thread costs ~8 µs more (measured on H200). With several
  * copies in flight it never spins: the poller batches their completions while
  * the JS thread keeps launching copies and the GPU stays busy.
  */
 import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
+
+/** Only copies this small are worth a spin: they finish within it, and a stream of them is latency-bound anyway. */
+const SPIN_MAX_BYTES = 64 << 10;
 
 export class GpuWork {
   private stream_: StreamHandle | undefined;
@@ -31,13 +34,14 @@ export class GpuWork {
     return this.stream_;
   }
 
-  /** Resolves once everything queued so far on `stream` has completed. */
-  async done(stream: StreamHandle): Promise<void> {
+  /** Resolves once everything queued so far on `stream` has completed; `bytes` is the copy just queued. */
+  async done(stream: StreamHandle, bytes = Infinity): Promise<void> {
     const ev = this.freeEvents.pop() ?? this.newEvent();
     this.inFlight++;
     try {
       this.driver.eventRecord(ev, stream);
-      if (!(this.inFlight === 1 && this.spinUs > 0 && this.spin(ev))) await this.driver.whenComplete(ev);
+      const lone = this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0;
+      if (!(lone && this.spin(ev))) await this.driver.whenComplete(ev);
     } finally {
       this.inFlight--;
       if (this.closed) this.driver.eventDestroy(ev);

@@ -48,7 +48,8 @@ export interface TransportOptions {
   /**
    * How long a lone copy's completion is polled on the JS thread before the
    * native poller takes over (µs; 0: never). Trades a little event-loop time
-   * for latency. Default: 20 on the native driver, 0 on the simulator.
+   * for latency. Default 0: on 2×H200 a 20 µs spin showed no gain over the
+   * poller within the run-to-run noise (docs/benchmarks.md).
    */
   completionSpinUs?: number;
 }
@@ -97,7 +98,7 @@ function envInt(name: string): number | undefined {
   return n;
 }
 
-export function resolveOptions(o: TransportOptions = {}, driverKind: 'native' | 'sim' = 'native'): ResolvedOptions {
+export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   const negotiation = { ...DEFAULT_NEGOTIATION, ...o.negotiation };
   positiveInt('negotiation.maxTries', negotiation.maxTries);
   positiveMs('negotiation.requestTimeoutMs', negotiation.requestTimeoutMs);
@@ -109,7 +110,7 @@ export function resolveOptions(o: TransportOptions = {}, driverKind: 'native' | 
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw new ConfigError(`id must be a non-empty string of at most 200 characters`);
   const deviceEagerLimit = o.deviceEagerLimit ?? envInt('SMCUDA_DEVICE_EAGER_LIMIT') ?? DEFAULT_DEVICE_EAGER_LIMIT;
-  const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? (driverKind === 'native' ? 20 : 0);
+  const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? 0;
   positiveInt('completionSpinUs', completionSpinUs, 0);
   positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
   const device = o.device ?? 0;

@@ -85,7 +85,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   }
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
-    resolveOptions(options); // refuse bad options before opening a driver
+    const opts = resolveOptions(options); // bad options are refused before a driver is opened
     let driver: CudaDriver;
     let reason: string;
     let owns: boolean;
@@ -103,7 +103,7 @@ export class Transport extends EventEmitter<TransportEvents> {
       reason = opened.reason;
       owns = true;
     }
-    const t = new Transport(driver, reason, owns, resolveOptions(options, driver.kind), options);
+    const t = new Transport(driver, reason, owns, opts, options);
     if (!options.lazyDevice) t.useDevice(t.opts.device);
     if (t.inspector) {
       try {
