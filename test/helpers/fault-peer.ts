@@ -21,6 +21,8 @@ export interface FaultPeerOptions {
   /** The peer's simulated world and faults. */
   sim?: SimOptions;
   device?: number;
+  /** 'sim' (default) or 'native'. */
+  driver?: 'sim' | 'native';
 }
 
 export class FaultPeer {
@@ -39,6 +41,7 @@ export class FaultPeer {
         SMCUDA_PEER_ID: o.id,
         SMCUDA_PEER_OPTS: JSON.stringify(o.transport ?? {}),
         SMCUDA_TEST_DEVICE: String(o.device ?? 1),
+        SMCUDA_TEST_DRIVER: o.driver ?? 'sim',
       },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
