@@ -284,7 +284,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     } catch {
       // the channel failed meanwhile: closing anyway
     }
-    this.shutdown(null, new ClosedError(`endpoint to ${this.peerId} was closed: ${reason}`));
+    this.shutdown(null, new ClosedError(`endpoint to ${this.peerId} was closed: ${reason}`), true);
     this.channel.close();
   }
 
@@ -437,7 +437,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
         return;
       case FrameType.CLOSE:
-        this.shutdown(null, new PeerLostError(`peer ${this.peerId} closed the endpoint: ${frame.reason}`));
+        this.shutdown(null, new PeerLostError(`peer ${this.peerId} closed the endpoint: ${frame.reason}`), true);
         this.channel.close();
         return;
       case FrameType.IPC_REQ:
@@ -878,12 +878,17 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     return new ClosedError(`endpoint to ${this.peerId} is closed${why ? `: ${why.message}` : ''}`);
   }
 
-  /** Rejects everything pending with `reason`, releases mappings, rings and GPU resources. */
-  private shutdown(error: Error | null, reason: Error): void {
+  /**
+   * Rejects everything pending with `reason`, releases mappings, rings and GPU
+   * resources. `orderly`: a close either side asked for, not a failure.
+   */
+  private shutdown(error: Error | null, reason: Error, orderly = false): void {
     this.closedWith = error;
     this.closeReason = reason;
     this.ipcOk = false;
-    this.negotiator.peerLost();
+    // An orderly close (ours, or the peer's CLOSE) leaves the negotiation's
+    // outcome as it was; a failure or a lost peer ends it BAD.
+    if (!orderly) this.negotiator.peerLost();
     this.negotiator.stop();
     for (const p of this.pendingSends.values()) {
       p.cleanup();

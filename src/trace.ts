@@ -22,13 +22,19 @@ export interface TraceRecord {
 }
 
 export interface Tracer {
-  frame(peer: string, dir: 'send' | 'recv', frame: Frame): void;
+  /** `atUs`: when it happened, if not now (e.g. a HELLO sent before the peer's id was known). */
+  frame(peer: string, dir: 'send' | 'recv', frame: Frame, atUs?: number): void;
   state(peer: string, from: string, to: string, info: { tries: number; reason?: string }): void;
   cache(peer: string, event: object): void;
   close(): void;
 }
 
 const origin = performance.timeOrigin;
+
+/** Wall-clock microseconds since the epoch, comparable across processes. */
+export function nowUs(): number {
+  return Math.round((origin + performance.now()) * 1000);
+}
 
 /** Summarises a frame for the trace: its fields, without payload bytes or handles. */
 export function describeFrame(frame: Frame): Record<string, unknown> {
@@ -58,14 +64,14 @@ export class FileTracer implements Tracer {
     this.fd = openSync(path, 'a');
   }
 
-  private write(peer: string, kind: TraceRecord['kind'], fields: Record<string, unknown>): void {
+  private write(peer: string, kind: TraceRecord['kind'], fields: Record<string, unknown>, atUs = nowUs()): void {
     if (this.fd === undefined) return;
-    const rec = { t: Math.round((origin + performance.now()) * 1000), pid: process.pid, self: this.self, peer, kind, ...fields };
+    const rec = { t: atUs, pid: process.pid, self: this.self, peer, kind, ...fields };
     writeSync(this.fd, JSON.stringify(rec, jsonSafe) + '\n');
   }
 
-  frame(peer: string, dir: 'send' | 'recv', frame: Frame): void {
-    this.write(peer, 'frame', { dir, ...describeFrame(frame) });
+  frame(peer: string, dir: 'send' | 'recv', frame: Frame, atUs?: number): void {
+    this.write(peer, 'frame', { dir, ...describeFrame(frame) }, atUs);
   }
 
   state(peer: string, from: string, to: string, info: { tries: number; reason?: string }): void {

@@ -23,7 +23,7 @@ import { ExportTable } from './exports.js';
 import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
-import { FileTracer, type Tracer } from './trace.js';
+import { FileTracer, nowUs, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
 import { FrameType, type HelloFrame, WIRE_VERSION } from './wire/frames.js';
 
@@ -152,6 +152,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   attach(channel: ControlChannel): Promise<Endpoint> {
     this.assertOpen();
     this.pendingChannels.add(channel);
+    const ourHello = this.hello();
+    let helloSentAt = 0;
     return new Promise<Endpoint>((resolve, reject) => {
       const fail = (err: Error) => {
         cleanup();
@@ -174,6 +176,8 @@ export class Transport extends EventEmitter<TransportEvents> {
         }
         cleanup();
         this.pendingChannels.delete(channel);
+        // Our HELLO left before the peer's id was known: trace it now, at the time it was sent.
+        this.tracer?.frame(hello.peerId, 'send', ourHello, helloSentAt);
         this.tracer?.frame(hello.peerId, 'recv', hello);
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
         const ep = new Endpoint(channel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer }, hello);
@@ -192,7 +196,8 @@ export class Transport extends EventEmitter<TransportEvents> {
       channel.on('frame', onFrame);
       channel.on('close', onClose);
       try {
-        channel.send(encodeFrame(this.hello()));
+        helloSentAt = nowUs();
+        channel.send(encodeFrame(ourHello));
       } catch (err) {
         fail(err as Error);
       }

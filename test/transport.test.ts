@@ -234,6 +234,20 @@ describe('cancellation and loss', () => {
     expect(Buffer.from((await r).data as Uint8Array).toString()).toBe('after');
   });
 
+  it('an orderly close keeps the negotiation outcome on both sides (OK stays OK)', async () => {
+    pair = await makePair();
+    const r = pair.b.ep.recv();
+    await pair.a.ep.send(deviceWith(pair.a.driver, randomBytes(100, 12)));
+    await r;
+    await reach(pair.a.ep, 'OK');
+    await reach(pair.b.ep, 'OK');
+    pair.a.ep.close('done');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(pair.b.ep.closed).toBe(true);
+    expect(pair.a.ep.state).toBe('OK');
+    expect(pair.b.ep.state).toBe('OK');
+  });
+
   it('losing the peer rejects pending sends and receives with PeerLostError and closes mappings', async () => {
     pair = await makePair();
     const { a, b } = pair;
