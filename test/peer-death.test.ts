@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DeviceBuffer } from '../src/buffers.js';
 import { SimulatedCudaDriver } from '../src/cuda/sim-driver.js';
+import { sweepSimSegments } from '../src/cuda/sim/sweep.js';
 import type { Endpoint } from '../src/endpoint.js';
 import { PeerLostError } from '../src/errors.js';
 import { Transport } from '../src/transport.js';
@@ -38,6 +39,7 @@ beforeEach(async () => {
 
 afterEach(async () => {
   await Promise.all(peers.splice(0).map((p) => p.kill()));
+  sweepSimSegments(); // the killed peers' simulated device memory (no exit hook ran)
   await t.close();
   driver.close();
   rmSync(dir, { recursive: true, force: true });
