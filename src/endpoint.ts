@@ -146,6 +146,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private ring: StagingRing | undefined;
   private peerRing: PeerRing | undefined;
   private gpuWork: GpuWork | undefined;
+  /**
+   * RGET receives waiting for the sender's IPC event before their copy: on
+   * peer loss they stop waiting (the event may never complete) and reject.
+   */
+  private readonly activeRgets = new Map<PendingRecv, () => void>();
   /** Receives matched to an RGET we could not map, waiting for the same message by staging. */
   private readonly restaging = new Map<number, PendingRecv>();
   /** Staged receives that failed: chunks still in flight for them are dropped. */
@@ -461,7 +466,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         case FrameType.EAGER:
           return this.deliverEager(recv, frame);
         case FrameType.RGET:
-          return void this.deliverRget(recv, frame);
+          return void this.deliverRget(recv, frame).catch((err: Error) => recv.reject(err));
         case FrameType.STAGE_BEGIN:
           return this.deliverStaged(recv, frame);
       }
@@ -540,8 +545,15 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       const src = mapping.ptr + BigInt(frame.offset);
       const stream = recv.stream ?? this.gpu().stream;
       if (frame.event) {
+        // The data is valid once the sender's stream reaches its event. Wait for
+        // it here, on the host, not with cuStreamWaitEvent: if the peer dies
+        // meanwhile, no copy is queued behind an event that can never complete,
+        // and the mapping can be closed at once.
         event = d.ipcOpenEventHandle(frame.event);
-        d.streamWaitEvent(stream, event);
+        const abandoned = new Promise<'abandoned'>((resolve) => this.activeRgets.set(recv, () => resolve('abandoned')));
+        const outcome = await Promise.race([d.whenComplete(event), abandoned]);
+        this.activeRgets.delete(recv);
+        if (outcome === 'abandoned') throw this.closeReason ?? new PeerLostError(`lost peer ${this.peerId}`);
       }
       let data: Uint8Array | DeviceBuffer;
       const into = recv.into;
@@ -567,13 +579,26 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       this.sendFin(frame.seq, FinStatus.OK, '');
       if (recv.stream === undefined) recv.resolve(result);
     } catch (err) {
-      if (allocated !== undefined) d.memFree(allocated);
+      if (allocated !== undefined) {
+        try {
+          d.memFree(allocated);
+        } catch {
+          // the context is gone: nothing left to free
+        }
+      }
       const refused = err instanceof ProtocolError;
       this.sendFin(frame.seq, refused ? FinStatus.REFUSED : FinStatus.FAILED, (err as Error).message);
       recv.reject(err as Error);
     } finally {
-      mapping?.release();
-      if (event !== undefined) d.eventDestroy(event);
+      this.activeRgets.delete(recv);
+      mapping.release();
+      if (event !== undefined) {
+        try {
+          d.eventDestroy(event);
+        } catch {
+          // the driver was closed meanwhile (peer lost, transport closed)
+        }
+      }
     }
   }
 
@@ -907,6 +932,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.activeStagedRecv = undefined;
     this.stagedRecvQueue.length = 0;
     for (const job of jobs) if (job) this.failStagedRecv(job, reason);
+    for (const abandon of this.activeRgets.values()) abandon();
+    this.activeRgets.clear();
     this.pool.close();
     this.ring?.close();
     this.ring = undefined;

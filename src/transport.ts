@@ -15,7 +15,7 @@
  */
 import { EventEmitter } from 'node:events';
 import type { ControlChannel } from './channel/channel.js';
-import { connectUnix, listenUnix, type UnixListener } from './channel/unix-channel.js';
+import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } from './channel/unix-channel.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { Endpoint } from './endpoint.js';
@@ -132,12 +132,20 @@ export class Transport extends EventEmitter<TransportEvents> {
     return dev < 0 ? '' : this.driver.deviceInfo(dev).uuid;
   }
 
-  /** Accepts peers on a Unix socket at `path` (mode 0600). */
-  async listen(path: string): Promise<void> {
+  /**
+   * Accepts peers on a Unix socket at `path` (mode 0600, in a directory only
+   * this user can use); peers of another uid and wrong tokens are refused and
+   * reported as 'refused'.
+   */
+  async listen(path: string, options: Pick<ListenUnixOptions, 'privateDir' | 'peerUids'> = {}): Promise<void> {
     this.assertOpen();
-    const listener = await listenUnix(path, (channel) => {
-      this.attach(channel).catch((err: Error) => this.emit('refused', err));
-    });
+    const listener = await listenUnix(
+      path,
+      (channel) => {
+        this.attach(channel).catch((err: Error) => this.emit('refused', err));
+      },
+      { ...options, onRefused: (err) => this.emit('refused', err) },
+    );
     this.sockets.push(listener);
   }
 

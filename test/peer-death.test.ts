@@ -172,17 +172,9 @@ describe('a peer killed with SIGKILL', () => {
 
   it('in the middle of RGETs both ways: pending operations reject, every mapping from it is closed, other endpoints keep working', rgetCase(false));
 
-  // Hangs today: a receive whose copy waits on the dead peer's IPC event is
-  // neither settled nor released by Endpoint.shutdown (it waits for a GPU
-  // event the dead peer can never complete), and when the driver closes later
-  // its clean-up throws an unhandled CUDA_ERROR_DEINITIALIZED. Runs once the
-  // "abandon RGETs of a lost peer" change is in src/endpoint.ts (see
-  // docs/reliability.md); until then only with SMCUDA_TEST_PENDING=1.
-  const pending = process.env.SMCUDA_TEST_PENDING === '1';
-  it.skipIf(!pending)(
-    `… even where the copy waits on an IPC event of the dead peer${pending ? '' : ' (skipped until Endpoint abandons RGETs of a lost peer; SMCUDA_TEST_PENDING=1 runs it)'}`,
-    rgetCase(true),
-  );
+  // A receive whose copy waits on the dead peer's IPC event can never
+  // complete on the GPU: Endpoint.shutdown settles it and releases its mapping.
+  it('… even where the copy waits on an IPC event of the dead peer', rgetCase(true));
 
   it('a new process takes its place under the same peer id, and works', async () => {
     const { peer, ep } = await connectPeer('phoenix');

@@ -8,6 +8,7 @@ import { runDemo } from './demo.js';
 import { runDiagram } from './diagram.js';
 import { runInspect } from './inspect.js';
 import { runProbe } from './probe.js';
+import { runSoak } from './soak.js';
 import { runTrace } from './trace-cmd.js';
 import { UsageError } from './usage.js';
 
@@ -18,6 +19,7 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
   diagram: { run: runDiagram, summary: 'Mermaid, DOT and SVG pictures of the protocol state machines' },
   trace: { run: runTrace, summary: 'a recorded trace as a sequence diagram or per-endpoint timeline' },
   inspect: { run: runInspect, summary: 'a live web page of each endpoint\'s negotiation state and cache counters' },
+  soak: { run: runSoak, summary: 'a long mixed run between 4 processes: RSS, mappings, fds at start and end, messages/s' },
 };
 
 function help(): string {

@@ -614,6 +614,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   }
 
   private releaseEvent(ev: SimEvent): void {
+    ev.destroyed = true;
     if (!ev.segment) return;
     if (!ev.opened) {
       try {

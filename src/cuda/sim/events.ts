@@ -12,6 +12,8 @@ import type { EventHandle, SharedSegment } from '../driver.js';
 import type { SimStream } from './streams.js';
 
 /** Bytes of the shm segment behind an interprocess event: [recorded, completed] as int32. */
+import { cudaError } from './result-codes.js';
+
 export const EVENT_STATE_BYTES = 8;
 
 export class SimEvent {
@@ -63,7 +65,11 @@ export class SimEvent {
     }
   }
 
+  /** Set by eventDestroy: its shared state is unmapped. */
+  destroyed = false;
+
   isDone(gen: number): boolean {
+    if (this.destroyed) throw cudaError('cuEventQuery', 'CUDA_ERROR_INVALID_HANDLE', 'the event was destroyed while being waited for');
     return this.completed >= gen;
   }
 }

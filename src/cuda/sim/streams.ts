@@ -201,7 +201,16 @@ export class Scheduler {
   private notify(): void {
     let remote = false;
     for (const w of this.waiters) {
-      if (w.ready()) {
+      let ready: boolean;
+      try {
+        ready = w.ready();
+      } catch (err) {
+        // e.g. the event was destroyed while someone waited for it
+        this.waiters.delete(w);
+        w.reject(err as Error);
+        continue;
+      }
+      if (ready) {
         this.waiters.delete(w);
         w.resolve();
       } else if (w.remote) {
