@@ -5,8 +5,9 @@
  * pool of opened peer handles (cache/), its GPU stream and events, and the
  * staging rings. send() and recv() pick a data path per message:
  *
- *   host data, or device data ≤ deviceEagerLimit (no stream) → EAGER (inline)
+ *   host data                                                → EAGER (inline)
  *   device data, negotiation OK                              → RGET (peer copies from an IPC mapping)
+ *   device data ≤ deviceEagerLimit, not OK, no stream        → EAGER (copied through the host)
  *   device data, otherwise                                   → staging (pinned shared host ring)
  *
  * The first device send on an endpoint in INIT starts the negotiation; the
@@ -298,8 +299,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private sendDevice(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
     const length = buf.length;
     if (this.negotiator.state === 'INIT') this.startNegotiation();
-    if (length === 0 || (length <= this.opts.deviceEagerLimit && options.stream === undefined)) {
-      // Small: one synchronous device→host copy, inline in the frame.
+    // Small and the endpoint not (yet) using IPC: one synchronous device→host
+    // copy, inline in the frame. Once IPC is OK even small messages go by RGET:
+    // one device copy with a polled completion beats two synchronous host
+    // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
+    if (length === 0 || (!this.ipcOk && length <= this.opts.deviceEagerLimit && options.stream === undefined)) {
       const data = new Uint8Array(length);
       if (length > 0) this.driver.memcpyDtoH(data, buf.ptr);
       this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: true, data });

@@ -38,7 +38,7 @@ export interface TransportOptions {
   id?: string;
   /** Device ordinal to use (made current at creation). Default 0 where the driver has a device. */
   device?: number;
-  /** Device messages up to this size travel inline through the host (eager). */
+  /** While the endpoint is not using IPC, device messages up to this size travel inline through the host (eager). */
   deviceEagerLimit?: number;
   negotiation?: Partial<NegotiationOptions>;
   staging?: Partial<StagingOptions>;
@@ -48,8 +48,9 @@ export interface TransportOptions {
   /**
    * How long a lone copy's completion is polled on the JS thread before the
    * native poller takes over (µs; 0: never). Trades a little event-loop time
-   * for latency. Default 0: on 2×H200 a 20 µs spin showed no gain over the
-   * poller within the run-to-run noise (docs/benchmarks.md).
+   * for latency. Default 20: on 2×H200 it brought an 8 B RGET ping-pong from
+   * 51 to 35 µs (docs/benchmarks.md). Only copies ≤ 64 KiB that are alone in
+   * flight spin.
    */
   completionSpinUs?: number;
 }
@@ -76,7 +77,7 @@ export const DEFAULT_NEGOTIATION: NegotiationOptions = {
 
 export const DEFAULT_STAGING: StagingOptions = { chunkSize: 4 << 20, slots: 4 };
 
-/** 8 KiB: below this one host round trip beats the RGET rendezvous's extra frame and mapping. SMCUDA_DEVICE_EAGER_LIMIT overrides the default. */
+/** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default. */
 export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
 
 function positiveInt(name: string, v: number, min = 1): number {
@@ -110,7 +111,7 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw new ConfigError(`id must be a non-empty string of at most 200 characters`);
   const deviceEagerLimit = o.deviceEagerLimit ?? envInt('SMCUDA_DEVICE_EAGER_LIMIT') ?? DEFAULT_DEVICE_EAGER_LIMIT;
-  const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? 0;
+  const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? 20;
   positiveInt('completionSpinUs', completionSpinUs, 0);
   positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
   const device = o.device ?? 0;
