@@ -37,6 +37,7 @@ import {
   type RgetFrame,
   type StageBeginFrame,
 } from './wire/frames.js';
+import { debug } from './debug.js';
 import type { ExportTable } from './exports.js';
 import { GpuWork } from './gpu-work.js';
 import type { Tracer } from './trace.js';
@@ -538,6 +539,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         // Could not map it (even after evicting): the receive stays matched and
         // the sender resends the same message by staging. Nothing is lost.
         this.restaging.set(frame.seq, recv);
+        debug('endpoint %s: cannot map RGET %d (%s): asking for it by staging', this.peerId, frame.seq, (err as Error).message);
         this.sendFin(frame.seq, FinStatus.RESTAGE, (err as Error).message);
         return;
       }
@@ -843,6 +845,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       rec.settleMs = performance.now() - this.negotiationStartedAt;
     }
     this.tracer?.state(this.peerId, previous, state, info);
+    debug('endpoint %s: %s → %s (tries %d)%s', this.peerId, previous, state, info.tries, info.reason ? `: ${info.reason}` : '');
     this.emit('state', state, previous);
   }
 
@@ -912,6 +915,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * resources. `orderly`: a close either side asked for, not a failure.
    */
   private shutdown(error: Error | null, reason: Error, orderly = false): void {
+    debug('endpoint %s: closing (%s): %s', this.peerId, orderly ? 'orderly' : 'failure', reason.message);
     this.closedWith = error;
     this.closeReason = reason;
     this.ipcOk = false;

@@ -18,6 +18,7 @@ import type { ControlChannel } from './channel/channel.js';
 import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } from './channel/unix-channel.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
+import { debug } from './debug.js';
 import { Endpoint } from './endpoint.js';
 import { ExportTable } from './exports.js';
 import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
@@ -105,6 +106,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     }
     const t = new Transport(driver, reason, owns, opts, options);
     if (!options.lazyDevice) t.useDevice(t.opts.device);
+    debug('transport %s: %s', t.id, reason);
     if (t.inspector) {
       try {
         await t.inspector.listen();
@@ -164,6 +166,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     let helloSentAt = 0;
     return new Promise<Endpoint>((resolve, reject) => {
       const fail = (err: Error) => {
+        debug('transport %s: connection %s refused: %s', this.id, channel.label, err.message);
         cleanup();
         this.pendingChannels.delete(channel);
         channel.close();
@@ -190,6 +193,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
         const ep = new Endpoint(channel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer }, hello);
         this.endpointsByPeer.set(hello.peerId, ep);
+        debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', channel.label);
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
         });

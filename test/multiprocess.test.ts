@@ -76,6 +76,15 @@ describe('smcuda demo on the simulated driver', () => {
     }
   });
 
+  it('NODE_DEBUG=smcuda logs endpoints and negotiation transitions on stderr', async () => {
+    const { stderr } = await run(process.execPath, [CLI, 'demo', '--driver', 'sim', '--json', '--sizes', '8', '--iters', '1'], {
+      env: { ...process.env, NODE_DEBUG: 'smcuda' },
+      maxBuffer: 16 << 20,
+    });
+    expect(stderr).toMatch(/SMCUDA \d+: transport rank0: endpoint to rank1/);
+    expect(stderr).toMatch(/SMCUDA \d+: endpoint rank[01]: .*→ OK/);
+  });
+
   it('bad usage exits 2 with a message; --help exits 0', async () => {
     await expect(run(process.execPath, [CLI, 'demo', '--ranks', '1'])).rejects.toMatchObject({ code: 2, stderr: expect.stringMatching(/--ranks/) });
     const help = await run(process.execPath, [CLI, 'demo', '--help']);

@@ -36,7 +36,7 @@ export interface PeerCredentialSource {
 }
 
 function addonSource(): PeerCredentialSource {
-  return loadAddon() as unknown as PeerCredentialSource;
+  return loadAddon();
 }
 
 /** The file descriptor of a connected net.Socket (Unix), or undefined when Node does not expose one. */

@@ -89,4 +89,9 @@ export interface NativeCompletion {
   completionShutdown(): void;
 }
 
-export type NativeAddon = NativeShm & NativeCuda & NativeCompletion;
+export interface NativePeerCredentials {
+  /** SO_PEERCRED of a connected Unix socket's fd: who is at the other end. */
+  peerCredentials(fd: number): { pid: number; uid: number; gid: number };
+}
+
+export type NativeAddon = NativeShm & NativeCuda & NativeCompletion & NativePeerCredentials;
