@@ -110,7 +110,7 @@ describe('smcuda diagram', () => {
     expect(r.stderr).toContain('apt-get install');
   });
 
-  it.skipIf(!findChromium())('renders SVG with Mermaid in headless Chromium (skipped: no /usr/bin/chromium)', async () => {
+  it.skipIf(!findChromium())(`renders SVG with Mermaid in headless Chromium${findChromium() ? '' : ' (skipped: no /usr/bin/chromium)'}`, async () => {
     const r = await smcuda(['diagram', '--format', 'svg']);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^<\?xml[^>]*>\s*<svg/);

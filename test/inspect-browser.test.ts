@@ -24,7 +24,7 @@ function runDemo(trace: string): Promise<number | null> {
   return new Promise((resolve) => child.once('exit', resolve));
 }
 
-describe.skipIf(!findChromium())('inspector page in headless Chromium (skipped: no /usr/bin/chromium)', () => {
+describe.skipIf(!findChromium())(`inspector page in headless Chromium${findChromium() ? '' : ' (skipped: no /usr/bin/chromium)'}`, () => {
   it('shows each endpoint of a running demo, and its state changing to OK', async () => {
     const trace = join(dir, 'demo.jsonl');
     const insp = await startInspect(trace);
