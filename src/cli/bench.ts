@@ -15,6 +15,7 @@ import type { BenchReport } from '../bench/report.js';
 import { runBench } from '../bench/runner.js';
 import { SUITE_SUMMARY, SUITES, type SuiteName } from '../bench/suites.js';
 import { renderReport } from '../bench/table.js';
+import { summarizeProfiles } from '../bench/cpu-profile.js';
 import { parseSize } from './format.js';
 import { parse, UsageError } from './usage.js';
 
@@ -38,6 +39,10 @@ ${SUITES.map((s) => `                          ${s.padEnd(12)} ${SUITE_SUMMARY[s
   --check               exit 1 when a measured figure misses its target
   --timeout SECONDS     give up after this long (default 3600)
   --json                print the JSON document instead of tables
+  --profile-summary F   instead of running: self time per function in the CPU
+                        profile F (repeatable); profile a run with
+                        node --cpu-prof --cpu-prof-dir=DIR dist/src/cli/main.js bench …
+                        (the workers inherit the flag)
   -h, --help            this help
 
 Progress goes to stderr when it is a terminal.
@@ -62,10 +67,15 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
     check: { type: 'boolean', default: false },
     timeout: { type: 'string', default: '3600' },
     json: { type: 'boolean', default: false },
+    'profile-summary': { type: 'string', multiple: true },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (a.help) {
     console.log(HELP);
+    return 0;
+  }
+  if (a['profile-summary']) {
+    console.log(summarizeProfiles(a['profile-summary']));
     return 0;
   }
   const opts = benchOptions(a);
