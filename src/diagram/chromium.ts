@@ -3,7 +3,8 @@
  * for the inspector's browser test. playwright-core downloads no browser: it
  * drives the system's Chromium (Debian: `apt-get install chromium`), found at
  * $SMCUDA_CHROMIUM or /usr/bin/chromium. Both playwright-core and mermaid are
- * development dependencies, loaded only when a picture is asked for.
+ * optional dependencies (installed by default), loaded only when a picture or
+ * the inspector page is asked for.
  */
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
