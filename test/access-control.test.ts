@@ -202,7 +202,10 @@ describe('the job token', () => {
     a.on('endpoint', (ep) => endpoints.push(ep));
     const refused = new Promise<Error & { code?: string }>((resolve) => a.once('refused', resolve));
     await a.listen(path.join(dir, 'a.sock'));
-    const connectErr = await b.connect(path.join(dir, 'a.sock')).catch((e: unknown) => e as Error & { code?: string });
+    const connectErr = (await b.connect(path.join(dir, 'a.sock')).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as Error & { code?: string };
     const err = await refused;
     expect(err.code).toBe('SMCUDA_BAD_TOKEN');
     expect(err.message).toMatch(/peer b \(pid \d+\) presented a wrong job token: refused/);

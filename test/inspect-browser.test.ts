@@ -1,3 +1,6 @@
+/// <reference lib="dom" />
+/// <reference lib="dom.iterable" />
+// (page.evaluate callbacks run in the browser: their globals are the DOM's)
 /**
  * The inspector page in a real browser: `smcuda inspect` follows the trace of
  * a 2-rank `smcuda demo`, and headless Chromium (playwright-core driving

@@ -6,7 +6,6 @@
  * Runs compiled code (dist/): `npx tsc -p .` first.
  */
 import { describe, expect, it } from 'vitest';
-// @ts-expect-error compiled JS without declarations in the test's view is fine at run time
 import { soak } from '../dist/src/cli/soak.js';
 import type { SoakReport } from '../src/cli/soak.js';
 

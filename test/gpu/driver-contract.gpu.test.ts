@@ -9,31 +9,7 @@
  */
 import type { CudaDriver } from '../../src/cuda/driver.js';
 import { driverContract } from '../driver-contract.js';
-
-interface Probe {
-  make?: () => CudaDriver;
-  devices: number;
-  skip: string | false;
-}
-
-async function probeNative(): Promise<Probe> {
-  try {
-    const { NativeCudaDriver } = await import('../../src/cuda/native-driver.js');
-    const d: CudaDriver = new NativeCudaDriver();
-    try {
-      const status = d.status();
-      if (!status.available) return { devices: 0, skip: status.reason ?? 'native driver unavailable' };
-      d.init();
-      const devices = d.deviceCount();
-      if (devices === 0) return { devices: 0, skip: 'no CUDA device visible' };
-      return { make: () => new NativeCudaDriver(), devices, skip: false };
-    } finally {
-      d.close();
-    }
-  } catch (err) {
-    return { devices: 0, skip: `native driver failed to load: ${(err as Error).message.split('\n')[0]}` };
-  }
-}
+import { probeNative } from './native-probe.js';
 
 const probe = await probeNative();
 

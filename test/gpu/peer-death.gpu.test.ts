@@ -9,32 +9,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { CudaDriver } from '../../src/cuda/driver.js';
 import type { Endpoint } from '../../src/endpoint.js';
 import { PeerLostError } from '../../src/errors.js';
 import { Transport } from '../../src/transport.js';
 import { FaultPeer, rejection, within } from '../helpers/fault-peer.js';
 import { reach } from '../helpers/transport-pair.js';
+import { probeNative } from './native-probe.js';
 
-async function probe(): Promise<{ devices: number; skip: string | false; make?: () => CudaDriver }> {
-  try {
-    const { NativeCudaDriver } = await import('../../src/cuda/native-driver.js');
-    const d = new NativeCudaDriver();
-    try {
-      const s = d.status();
-      if (!s.available) return { devices: 0, skip: s.reason ?? 'native driver unavailable' };
-      d.init();
-      const devices = d.deviceCount();
-      return devices > 0 ? { devices, skip: false, make: () => new NativeCudaDriver() } : { devices: 0, skip: 'no CUDA device' };
-    } finally {
-      d.close();
-    }
-  } catch (err) {
-    return { devices: 0, skip: `native driver failed to load: ${(err as Error).message.split('\n')[0]}` };
-  }
-}
-
-const p = await probe();
+const p = await probeNative();
 
 describe.skipIf(p.skip !== false)(`peer death on the native driver${p.skip ? ` (skipped: ${p.skip})` : ''}`, () => {
   it('SIGKILL of a peer whose memory the survivor has mapped: pending receive rejects, open mappings back to 0', async () => {

@@ -99,21 +99,5 @@ export async function rejection(p: Promise<unknown>): Promise<Error & { code?: s
   throw new Error('expected a rejection, got a result');
 }
 
-export function checksum(bytes: Uint8Array): number {
-  let s = 0;
-  for (let i = 0; i < bytes.length; i++) s = (s * 31 + bytes[i]!) >>> 0;
-  return s;
-}
-
-/** The fixture's fill pattern (xorshift bytes). */
-export function fill(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let x = seed | 1;
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
+/** The fixture's fill pattern and checksum (test/helpers/bytes.ts; the .mjs fixture has a copy). */
+export { checksum, patternBytes as fill } from './bytes.js';

@@ -61,17 +61,8 @@ export function readDevice(driver: CudaDriver, buf: DeviceBuffer): Uint8Array {
   return out;
 }
 
-export function randomBytes(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let x = seed | 1;
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
+/** Test data: the xorshift pattern of `seed` (test/helpers/bytes.ts). */
+export { patternBytes as randomBytes, sameBytes } from './bytes.js';
 
 /** Resolves once `ep` reaches `state` (or at once if it is there). */
 export function reach(ep: Endpoint, state: string, timeoutMs = 5000): Promise<void> {
@@ -89,7 +80,3 @@ export function reach(ep: Endpoint, state: string, timeoutMs = 5000): Promise<vo
   });
 }
 
-/** Byte equality that stays fast on MiB-sized buffers (vitest's deep equality walks every element). */
-export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  return Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
-}
