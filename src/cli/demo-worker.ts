@@ -9,6 +9,7 @@
  * The worker exits when the parent goes away (IPC 'disconnect').
  */
 import { join } from 'node:path';
+import { parentLink, workerConfig } from './parent-link.js';
 import type { DeviceBuffer } from '../buffers.js';
 import type { CudaDriver } from '../cuda/driver.js';
 import { openDriver } from '../cuda/open-driver.js';
@@ -42,25 +43,8 @@ export interface PhaseResult {
 
 type ParentMessage = { type: 'connect' } | { type: 'phase'; phase: Phase; sizeIndex: number } | { type: 'finish' } | { type: 'exit' };
 
-const config = JSON.parse(process.env.SMCUDA_DEMO ?? 'null') as WorkerConfig | null;
-if (!config || !process.send) {
-  console.error('demo-worker is started by `smcuda demo`, not by hand');
-  process.exit(2);
-}
-const orphaned = () => process.exit(1);
-process.on('disconnect', orphaned); // the parent is gone: never outlive it
-
-const inbox: ParentMessage[] = [];
-let wake: (() => void) | undefined;
-process.on('message', (m: ParentMessage) => {
-  inbox.push(m);
-  wake?.();
-});
-async function next(): Promise<ParentMessage> {
-  while (inbox.length === 0) await new Promise<void>((r) => (wake = r));
-  return inbox.shift()!;
-}
-const tell = (m: object) => process.send!(m);
+const config = workerConfig<WorkerConfig>('SMCUDA_DEMO', 'smcuda demo');
+const { next, tell, release } = parentLink<ParentMessage>();
 
 async function main(cfg: WorkerConfig): Promise<void> {
   const { driver, reason } = await openDriver({ driver: cfg.driver });
@@ -204,9 +188,7 @@ function sizedView(buf: DeviceBuffer, size: number): DeviceBuffer {
 
 main(config).then(
   () => {
-    // Done: let go of the parent so the event loop can end.
-    process.off('disconnect', orphaned);
-    process.disconnect();
+    release();
   },
   (err: Error & { code?: string }) => {
     tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}`, stack: err.stack });

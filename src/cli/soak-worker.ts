@@ -10,6 +10,7 @@
  * parent goes away.
  */
 import { readdirSync } from 'node:fs';
+import { parentLink, workerConfig } from './parent-link.js';
 import { join } from 'node:path';
 import type { DeviceBuffer } from '../buffers.js';
 import type { CudaDriver } from '../cuda/driver.js';
@@ -54,25 +55,8 @@ type ParentMessage = { type: 'connect' } | { type: 'run' } | { type: 'exit' };
 const DATA_TAG = 7;
 const PROGRESS_MS = 2000;
 
-const config = JSON.parse(process.env.SMCUDA_SOAK ?? 'null') as SoakWorkerConfig | null;
-if (!config || !process.send) {
-  console.error('soak-worker is started by `smcuda soak`, not by hand');
-  process.exit(2);
-}
-const orphaned = () => process.exit(1);
-process.on('disconnect', orphaned);
-
-const inbox: ParentMessage[] = [];
-let wake: (() => void) | undefined;
-process.on('message', (m: ParentMessage) => {
-  inbox.push(m);
-  wake?.();
-});
-async function next(): Promise<ParentMessage> {
-  while (inbox.length === 0) await new Promise<void>((r) => (wake = r));
-  return inbox.shift()!;
-}
-const tell = (m: object) => process.send!(m);
+const config = workerConfig<SoakWorkerConfig>('SMCUDA_SOAK', 'smcuda soak');
+const { next, tell, release } = parentLink<ParentMessage>();
 
 function snapshot(endpoints: Iterable<Endpoint>): SoakSnapshot {
   let openMappings = 0;
@@ -189,8 +173,7 @@ async function main(cfg: SoakWorkerConfig): Promise<void> {
 
 main(config).then(
   () => {
-    process.off('disconnect', orphaned);
-    process.disconnect();
+    release();
   },
   (err: Error & { code?: string }) => {
     tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}` });
