@@ -48,7 +48,7 @@ import {
 export const NEGOTIATION_STATES = ['INIT', 'SENT', 'ACKING', 'ACKED', 'OK', 'BAD'] as const;
 export type NegotiationState = (typeof NEGOTIATION_STATES)[number];
 
-/** Same shape as `NegotiationOptions` in src/options.ts, so resolved transport options pass straight through. */
+/** The negotiation knobs; src/options.ts exposes this type to transport users as `NegotiationOptions`. */
 export interface NegotiationConfig {
   /** Use CUDA IPC at all. */
   ipc: boolean;

@@ -507,14 +507,19 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     recv.resolve({ tag: frame.tag, length: n, path: 'eager', fromDevice: frame.fromDevice, data });
   }
 
+  /** A rendezvous message longer than the receive buffer: FIN TRUNCATED to the sender, TruncationError here; nothing is copied. */
+  private refusedTooSmall(recv: PendingRecv, frame: RgetFrame | StageBeginFrame): boolean {
+    const n = frame.length;
+    if (recv.into === undefined || byteLen(recv.into) >= n) return false;
+    this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLen(recv.into)} bytes is smaller than the ${n}-byte message`);
+    recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLen(recv.into)}-byte receive buffer`));
+    return true;
+  }
+
   private async deliverRget(recv: PendingRecv, frame: RgetFrame): Promise<void> {
     const d = this.driver;
     const n = frame.length;
-    if (recv.into !== undefined && byteLen(recv.into) < n) {
-      this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLen(recv.into)} bytes is smaller than the ${n}-byte message`);
-      recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLen(recv.into)}-byte receive buffer`));
-      return;
-    }
+    if (this.refusedTooSmall(recv, frame)) return;
     let mapping: Mapping | undefined;
     let event: bigint | undefined;
     let allocated: bigint | undefined;
@@ -658,11 +663,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** Receiver: a staged message matched a receive; it waits for the ring. */
   private deliverStaged(recv: PendingRecv, frame: StageBeginFrame): void {
     const n = frame.length;
-    if (recv.into !== undefined && byteLen(recv.into) < n) {
-      this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLen(recv.into)} bytes is smaller than the ${n}-byte message`);
-      recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLen(recv.into)}-byte receive buffer`));
-      return;
-    }
+    if (this.refusedTooSmall(recv, frame)) return;
     let dst: bigint | Uint8Array;
     let data: Uint8Array | DeviceBuffer;
     const into = recv.into;

@@ -2,22 +2,11 @@
  * Transport options, their defaults, and their validation. Every knob a user
  * can turn is here, with the reason for its default.
  */
+import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../machines/negotiation.js';
 import { ConfigError } from './errors.js';
 
-export interface NegotiationOptions {
-  /** Use CUDA IPC at all. false: GPU data always goes through host staging. */
-  ipc: boolean;
-  /** Use CUDA IPC between two processes on the same GPU. */
-  sameGpuIpc: boolean;
-  /** Attempts before the endpoint is BAD (the design's 5). */
-  maxTries: number;
-  /** SENT waiting for an answer; a hung or gone peer must not leave us in SENT. */
-  requestTimeoutMs: number;
-  /** ACKED waiting for CONFIRM. */
-  confirmTimeoutMs: number;
-  /** ACKING's driver checks (peer access). */
-  checkTimeoutMs: number;
-}
+/** The negotiation's knobs (ipc, sameGpuIpc, maxTries, timeouts): the machine's own config type. */
+export type NegotiationOptions = NegotiationConfig;
 
 export interface StagingOptions {
   /** Bytes per slot of the staging ring. 4 MiB: big enough to run copies near PCIe/host bandwidth, small enough to pipeline. */
@@ -66,14 +55,7 @@ export interface ResolvedOptions {
   completionSpinUs: number;
 }
 
-export const DEFAULT_NEGOTIATION: NegotiationOptions = {
-  ipc: true,
-  sameGpuIpc: true,
-  maxTries: 5,
-  requestTimeoutMs: 5_000,
-  confirmTimeoutMs: 5_000,
-  checkTimeoutMs: 5_000,
-};
+export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFIG;
 
 export const DEFAULT_STAGING: StagingOptions = { chunkSize: 4 << 20, slots: 4 };
 
