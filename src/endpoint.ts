@@ -45,7 +45,12 @@ import type { Tracer } from './trace.js';
 export interface SendOptions {
   /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
   tag?: number;
-  /** The data is valid once the work queued on this stream so far is done. */
+  /**
+   * The data is valid once the work queued on this stream so far is done.
+   * Without it, the data must already be on the device when send() is called:
+   * note that cuMemcpyHtoD from pageable memory and cuMemsetD8 may return
+   * before the device has the bytes (synchronize their stream, or pass it here).
+   */
   stream?: StreamHandle;
   /** Cancels the send if the peer has not matched it yet. */
   signal?: AbortSignal;

@@ -417,6 +417,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         const p = d.memAlloc(size);
         try {
           d.memcpyHtoD(p, data);
+          d.streamSynchronize(0n); // pageable HtoD may return before the device has the bytes
           const q = await peer.open(d.ipcGetMemHandle(p));
           expect(Buffer.compare(await peer.read(q, size), data)).toBe(0);
           // The RGET path: cuMemcpyAsync from the mapping into the child's own memory.
@@ -456,6 +457,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         const size = 2 * MiB;
         const p1 = d.memAlloc(size);
         d.memsetD8(p1, 0xaa, size);
+        d.streamSynchronize(0n); // memsets are asynchronous: finish before another process reads
         const h1 = d.ipcGetMemHandle(p1);
         const q1 = await peer.open(h1);
         expect((await peer.read(q1, 16)).every((b) => b === 0xaa)).toBe(true);
@@ -464,6 +466,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         const p2 = d.memAlloc(size);
         try {
           d.memsetD8(p2, 0xbb, size);
+          d.streamSynchronize(0n);
           const h2 = d.ipcGetMemHandle(p2);
           expect(hex(h2)).not.toBe(hex(h1));
           const q2 = await peer.open(h2);
@@ -516,6 +519,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         const p = d.memAlloc(size);
         try {
           d.memcpyHtoD(p, data);
+          d.streamSynchronize(0n);
           const info = await peer.request({ op: 'info' });
           expect(info.device).toBe(1);
           expect(info.uuid).toBe(d.deviceInfo(1).uuid);

@@ -90,7 +90,11 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
       rmSync(dir, { recursive: true, force: true });
     });
 
-    const fill = (ptr: bigint, value: number) => driver.memsetD8(ptr, value, size);
+    // cuMemsetD8 is asynchronous: the data must be on the device before a send without a stream.
+    const fill = (ptr: bigint, value: number) => {
+      driver.memsetD8(ptr, value, size);
+      driver.streamSynchronize(0n);
+    };
 
     it('after free and realloc at the same address the receiver gets the new data, never the old mapping', async () => {
       let ptr = driver.memAlloc(size);

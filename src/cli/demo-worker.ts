@@ -145,6 +145,10 @@ async function runPhase(
       fillPattern(view, seedOf(phaseNo, sizeIndex, iter, cfg.rank, dst));
       driver.memcpyHtoD(buffers.send.get(dst)!.ptr, view);
     }
+    // cuMemcpyHtoD from pageable memory may return before the bytes reach the
+    // device; a send without a stream promises they are there, so wait for the
+    // default stream (found on 2×H200: a peer read the previous iteration's bytes).
+    if (size > 0) driver.streamSynchronize(0n);
     await barrier(peers);
     const start = performance.now();
     const recvs = sources.map((src) => peers.get(src)!.recv({ tag, into: sizedView(buffers.recv.get(src)!, size) }).then((r) => ({ src, r })));
