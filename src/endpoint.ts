@@ -17,7 +17,7 @@
 import { EventEmitter } from 'node:events';
 import { HandlePool, type Mapping } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
-import { type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
+import { byteLength, type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
 import type { CudaDriver, StreamHandle } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';
@@ -38,7 +38,7 @@ import {
   type StageBeginFrame,
 } from './wire/frames.js';
 import { debug } from './debug.js';
-import type { ExportTable } from './exports.js';
+import { describeAllocation, type ExportTable } from './exports.js';
 import { GpuWork } from './gpu-work.js';
 import type { Tracer } from './trace.js';
 
@@ -277,16 +277,15 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * freeing device memory that was sent by RGET, so the memory is really freed).
    */
   invalidate(ptr: bigint): void {
-    if (this.closedWith !== undefined) return;
-    const range = this.driver.memGetAddressRange(ptr);
-    const attrs = this.driver.pointerAttributes(range.base);
-    this.sendFrame({
-      type: FrameType.INVALIDATE,
-      deviceUuid: this.uuidOf(attrs.device),
-      base: range.base,
-      bufferId: attrs.bufferId,
-    });
+    this.invalidateAllocation(describeAllocation(this.driver, ptr));
   }
+
+  /** @internal INVALIDATE for an allocation already described (Transport.free describes it once for all endpoints). */
+  invalidateAllocation(alloc: { base: bigint; bufferId: bigint; device: number }): void {
+    if (this.closedWith !== undefined) return;
+    this.sendFrame({ type: FrameType.INVALIDATE, deviceUuid: this.uuidOf(alloc.device), base: alloc.base, bufferId: alloc.bufferId });
+  }
+
 
   /** Orderly close: tells the peer, rejects what is pending, releases every mapping. */
   close(reason = 'closed by the application'): void {
@@ -515,9 +514,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** A rendezvous message longer than the receive buffer: FIN TRUNCATED to the sender, TruncationError here; nothing is copied. */
   private refusedTooSmall(recv: PendingRecv, frame: RgetFrame | StageBeginFrame): boolean {
     const n = frame.length;
-    if (recv.into === undefined || byteLen(recv.into) >= n) return false;
-    this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLen(recv.into)} bytes is smaller than the ${n}-byte message`);
-    recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLen(recv.into)}-byte receive buffer`));
+    if (recv.into === undefined || byteLength(recv.into) >= n) return false;
+    this.sendFin(frame.seq, FinStatus.TRUNCATED, `receive buffer of ${byteLength(recv.into)} bytes is smaller than the ${n}-byte message`);
+    recv.reject(new TruncationError(`message of ${n} bytes (tag ${frame.tag}) does not fit the ${byteLength(recv.into)}-byte receive buffer`));
     return true;
   }
 
@@ -967,12 +966,8 @@ function checkTag(tag: unknown): number {
   return tag;
 }
 
-function byteLen(buf: MessageBuffer): number {
-  return isDeviceBuffer(buf) ? buf.length : buf.byteLength;
-}
-
 function checkFits(into: MessageBuffer, n: number): void {
-  if (byteLen(into) < n) throw new TruncationError(`message of ${n} bytes does not fit the ${byteLen(into)}-byte receive buffer`);
+  if (byteLength(into) < n) throw new TruncationError(`message of ${n} bytes does not fit the ${byteLength(into)}-byte receive buffer`);
 }
 
 function abortReason(signal: AbortSignal): Error {

@@ -20,6 +20,13 @@ export interface ExportInfo {
   device: number;
 }
 
+/** Which allocation holds `ptr`: its base, size, buffer id and device (two driver calls). */
+export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Omit<ExportInfo, 'handle'> {
+  const attrs = driver.pointerAttributes(ptr);
+  const range = driver.memGetAddressRange(ptr);
+  return { base: range.base, size: range.size, bufferId: attrs.bufferId, device: attrs.device };
+}
+
 export class ExportTable {
   private readonly byPtr = new Map<DevicePtr, ExportInfo>();
 
@@ -42,8 +49,8 @@ export class ExportTable {
       base: range.base,
       size: range.size,
       bufferId: attrs.bufferId,
-      handle: this.driver.ipcGetMemHandle(range.base),
       device: attrs.device,
+      handle: this.driver.ipcGetMemHandle(range.base),
     };
     this.byPtr.delete(ptr);
     this.byPtr.set(ptr, info);

@@ -20,7 +20,7 @@ import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
 import { Endpoint } from './endpoint.js';
-import { ExportTable } from './exports.js';
+import { describeAllocation, ExportTable } from './exports.js';
 import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
@@ -221,14 +221,19 @@ export class Transport extends EventEmitter<TransportEvents> {
    * (INVALIDATE), so that freeing it really frees the device memory.
    */
   invalidate(ptr: bigint): void {
-    for (const ep of this.endpointsByPeer.values()) ep.invalidate(ptr);
+    this.invalidateAllocation(describeAllocation(this.driver, ptr));
   }
 
   /** Invalidates the allocation on every peer, then frees it (cuMemFree). */
   free(ptr: bigint): void {
-    this.invalidate(ptr);
-    this.exports.forget(this.driver.memGetAddressRange(ptr).base);
+    const alloc = describeAllocation(this.driver, ptr);
+    this.invalidateAllocation(alloc);
+    this.exports.forget(alloc.base);
     this.driver.memFree(ptr);
+  }
+
+  private invalidateAllocation(alloc: { base: bigint; bufferId: bigint; device: number }): void {
+    for (const ep of this.endpointsByPeer.values()) ep.invalidateAllocation(alloc);
   }
 
   /** The inspector page's address, when created with `inspect`. */
