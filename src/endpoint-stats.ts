@@ -30,8 +30,19 @@ export interface NegotiationRecord {
   settleMs?: number;
 }
 
+/** How control frames travel (channel/shm-channel.ts). */
+export interface ControlStats {
+  /** The channel's label; '+ring' when it may move frames through shared-memory rings. */
+  channel: string;
+  /** Our frames go through the peer's ring. */
+  ringOut: boolean;
+  /** The peer's frames come through our ring. */
+  ringIn: boolean;
+}
+
 export interface EndpointStats {
   peerId: string;
+  control: ControlStats;
   negotiation: NegotiationRecord;
   sent: DirectionCounters;
   received: DirectionCounters;

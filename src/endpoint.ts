@@ -19,6 +19,8 @@ import { HandlePool, type Mapping } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
 import { byteLength, type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
+import { ShmChannel } from './channel/shm-channel.js';
+import type { Spinner } from './channel/spinner.js';
 import type { CudaDriver, StreamHandle } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';
 import { count, type DataPath, type EndpointStats, newDirection, type NegotiationRecord } from './endpoint-stats.js';
@@ -97,6 +99,8 @@ export interface EndpointContext {
   /** What peers need to map local allocations, shared by the transport's endpoints. */
   exports: ExportTable;
   tracer?: Tracer;
+  /** The transport's control spinner (told when GPU completions are awaited). */
+  spinner?: Spinner;
 }
 
 interface PendingSend {
@@ -265,6 +269,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   stats(): EndpointStats & { cache: ReturnType<HandlePool['stats']> } {
     return {
       peerId: this.peerId,
+      control: {
+        channel: this.channel.label,
+        ringOut: this.channel instanceof ShmChannel && this.channel.ringOut,
+        ringIn: this.channel instanceof ShmChannel && this.channel.ringIn,
+      },
       negotiation: { ...this.negotiation, path: [...this.negotiation.path], state: this.negotiator.state },
       sent: structuredClone(this.sent),
       received: structuredClone(this.received),
@@ -464,6 +473,12 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return;
       case FrameType.HELLO:
         throw new ProtocolError(`peer ${this.peerId} sent a second HELLO`);
+      case FrameType.RING_OFFER:
+      case FrameType.RING_SWITCH:
+      case FrameType.DOORBELL:
+      case FrameType.SPILL:
+        // ShmChannel consumes these; here they come from a peer that did not announce rings in its HELLO
+        throw new ProtocolError(`peer ${this.peerId} sent a channel-layer ${FrameType[frame.type]} frame without announcing control rings`);
     }
   }
 
@@ -566,7 +581,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         // and the mapping can be closed at once.
         event = d.ipcOpenEventHandle(frame.event);
         const abandoned = new Promise<'abandoned'>((resolve) => this.activeRgets.set(recv, () => resolve('abandoned')));
-        const outcome = await Promise.race([d.whenComplete(event), abandoned]);
+        const outcome = await Promise.race([this.gpu().whenComplete(event), abandoned]);
         this.activeRgets.delete(recv);
         if (outcome === 'abandoned') throw this.closeReason ?? new PeerLostError(`lost peer ${this.peerId}`);
       }
@@ -882,7 +897,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   // ---------------------------------------------------------------- plumbing
 
   private gpu(): GpuWork {
-    if (!this.gpuWork) this.gpuWork = new GpuWork(this.driver, this.opts.completionSpinUs);
+    if (!this.gpuWork) {
+      // The simulator's copies run on the event loop: polling them on the JS thread only delays them.
+      const sim = this.driver.kind === 'sim';
+      this.gpuWork = new GpuWork(this.driver, sim ? 0 : this.opts.completionSpinUs, this.ctx.spinner, !sim);
+    }
     return this.gpuWork;
   }
 

@@ -42,6 +42,21 @@ export interface TransportOptions {
    * flight spin.
    */
   completionSpinUs?: number;
+  /**
+   * Move control frames through shared-memory rings when the peer agrees
+   * (shm-channel.ts); the channel then carries only wake-ups, large frames
+   * and the peer's death. Default true; SMCUDA_CONTROL_RING=0 turns it off.
+   */
+  controlRing?: boolean;
+  /**
+   * How long after its last frame an endpoint's ring is polled on the JS
+   * thread (µs; 0: never, wait for doorbells). Default 250: a peer's reply
+   * (an 8 B GPU copy plus its JS) comes well within it, so the socket hop is
+   * skipped both ways; 50 µs was too short on small virtual machines, whose
+   * processes wake late (docs/benchmarks.md). Costs at most that much of one
+   * core after the last frame.
+   */
+  controlSpinUs?: number;
 }
 
 export interface ResolvedOptions {
@@ -53,6 +68,8 @@ export interface ResolvedOptions {
   cache: CacheOptions;
   token: string;
   completionSpinUs: number;
+  controlRing: boolean;
+  controlSpinUs: number;
 }
 
 export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFIG;
@@ -96,7 +113,11 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? 20;
   positiveInt('completionSpinUs', completionSpinUs, 0);
   positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
+  const controlRing = o.controlRing ?? envInt('SMCUDA_CONTROL_RING') !== 0;
+  if (typeof controlRing !== 'boolean') throw new ConfigError(`controlRing must be a boolean, got ${String(controlRing)}`);
+  const controlSpinUs = o.controlSpinUs ?? envInt('SMCUDA_CONTROL_SPIN_US') ?? 250;
+  positiveInt('controlSpinUs', controlSpinUs, 0);
   const device = o.device ?? 0;
   positiveInt('device', device, 0);
-  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token: o.token ?? '', completionSpinUs };
+  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token: o.token ?? '', completionSpinUs, controlRing, controlSpinUs };
 }

@@ -15,6 +15,8 @@
  */
 import { EventEmitter } from 'node:events';
 import type { ControlChannel } from './channel/channel.js';
+import { ShmChannel } from './channel/shm-channel.js';
+import { Spinner } from './channel/spinner.js';
 import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } from './channel/unix-channel.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
@@ -26,7 +28,7 @@ import { type ResolvedOptions, resolveOptions, type TransportOptions } from './o
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
 import { FileTracer, nowUs, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
-import { FrameType, type HelloFrame, WIRE_VERSION } from './wire/frames.js';
+import { Feature, FrameType, type HelloFrame, WIRE_VERSION } from './wire/frames.js';
 
 export interface TransportCreateOptions extends TransportOptions {
   /** A driver instance, or which one to open: 'auto' (default: native where a GPU is usable, else simulated), 'native', 'sim'. */
@@ -67,6 +69,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly inspector: TransportInspector | undefined;
   private readonly helloTimeoutMs: number;
   private readonly exports: ExportTable;
+  /** Polls the endpoints' control rings after their frames (channel/spinner.ts). */
+  private readonly spinner: Spinner;
   private closed = false;
 
   private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions) {
@@ -79,6 +83,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.id = opts.id;
     this.helloTimeoutMs = create.helloTimeoutMs ?? 10_000;
     this.exports = new ExportTable(driver);
+    this.spinner = new Spinner(opts.controlSpinUs);
     const tracePath = create.trace ?? process.env.SMCUDA_TRACE;
     const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
@@ -190,10 +195,13 @@ export class Transport extends EventEmitter<TransportEvents> {
         // Our HELLO left before the peer's id was known: trace it now, at the time it was sent.
         this.tracer?.frame(hello.peerId, 'send', ourHello, helloSentAt);
         this.tracer?.frame(hello.peerId, 'recv', hello);
+        // Both sides speak the control rings: the peer's RING_OFFER follows its HELLO.
+        const ring = ((ourHello.features ?? 0) & (hello.features ?? 0) & Feature.RING) !== 0;
+        const epChannel = ring ? new ShmChannel(channel, { segments: this.driver, spinner: this.spinner }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(channel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer }, hello);
+        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer, spinner: this.spinner }, hello);
         this.endpointsByPeer.set(hello.peerId, ep);
-        debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', channel.label);
+        debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
         });
@@ -259,11 +267,20 @@ export class Transport extends EventEmitter<TransportEvents> {
     await Promise.all(this.sockets.map((l) => l.close()));
     this.tracer?.close();
     await this.inspector?.close();
+    this.spinner.stop();
     if (this.ownsDriver) this.driver.close();
   }
 
   private hello(): HelloFrame {
-    return { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: this.id, deviceUuid: this.deviceUuid, token: this.opts.token };
+    return {
+      type: FrameType.HELLO,
+      version: WIRE_VERSION,
+      pid: process.pid,
+      peerId: this.id,
+      deviceUuid: this.deviceUuid,
+      token: this.opts.token,
+      features: this.opts.controlRing ? Feature.RING : 0,
+    };
   }
 
   private checkHello(h: HelloFrame): void {

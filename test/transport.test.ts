@@ -30,6 +30,21 @@ describe('host messages', () => {
     expect(first.path).toBe('eager');
     expect(b.ep.stats().received.eager.messages).toBe(3);
     expect(a.ep.state).toBe('INIT'); // host data never starts the negotiation
+    // Both sides move their frames to the shared-memory rings after HELLO (RING_OFFER, RING_SWITCH).
+    const upgraded = () => [a.ep, b.ep].every((ep) => ep.stats().control.ringOut && ep.stats().control.ringIn);
+    for (let i = 0; i < 100 && !upgraded(); i++) await new Promise((r) => setImmediate(r));
+    for (const ep of [a.ep, b.ep]) expect(ep.stats().control).toMatchObject({ ringOut: true, ringIn: true });
+    await a.ep.send(Buffer.from('through the ring'));
+    expect(Buffer.from((await b.ep.recv()).data as Uint8Array).toString()).toBe('through the ring');
+    expect(a.ep.stats().control.channel).toMatch(/\+ring$/);
+  });
+
+  it('stay on the channel when either side turns the control rings off', async () => {
+    pair = await makePair({ b: { controlRing: false } });
+    const { a, b } = pair;
+    await a.ep.send(Buffer.from('x'));
+    expect(Buffer.from((await b.ep.recv()).data as Uint8Array).toString()).toBe('x');
+    expect(a.ep.stats().control).toMatchObject({ ringOut: false, ringIn: false });
   });
 
   it('land in a given host buffer, or in device memory', async () => {

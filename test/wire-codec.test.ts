@@ -51,6 +51,7 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
     peerId: utf8(1, MAX_PEER_ID_BYTES),
     deviceUuid: uuid,
     token: utf8(0, MAX_TOKEN_BYTES),
+    features: u32,
   }),
   fc.record({ type: fc.constant(FrameType.IPC_REQ as const), attempt, deviceUuid: uuid }),
   fc.record({ type: fc.constant(FrameType.IPC_ACK as const), attempt, ok: fc.boolean(), deviceUuid: uuid }),
@@ -100,6 +101,10 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.STAGE_ACK as const), seq: safe, slot: fc.integer({ min: 0, max: 0xffff }) }),
   fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: uuid, base: u64, bufferId: u64 }),
   fc.record({ type: fc.constant(FrameType.CLOSE as const), reason: utf8(0, MAX_STRING_BYTES) }),
+  fc.record({ type: fc.constant(FrameType.RING_OFFER as const), segment: utf8(1, MAX_SEGMENT_BYTES), capacity: u32 }),
+  fc.record({ type: fc.constant(FrameType.RING_SWITCH as const) }),
+  fc.record({ type: fc.constant(FrameType.DOORBELL as const) }),
+  fc.record({ type: fc.constant(FrameType.SPILL as const), seq: u32, frame: fc.uint8Array({ minLength: 4, maxLength: 300 }) }),
 ) as fc.Arbitrary<Frame>;
 
 const ALL_TYPES = Object.values(FrameType).filter((v): v is FrameType => typeof v === 'number');

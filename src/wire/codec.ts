@@ -217,6 +217,17 @@ function eagerHead(f: Extract<Frame, { type: FrameType.EAGER }>, withData: boole
   return w.done();
 }
 
+/** SPILL without its inner frame: header, seq u32, inner length u32 (the inner frame follows). */
+export function spillHead(seq: number, innerLength: number): Uint8Array {
+  const T = FrameType.SPILL;
+  const w = new Writer(T, SPILL_FIXED);
+  w.u32(checkInt(T, 'seq', seq, 0, U32));
+  w.u32(checkInt(T, 'frame', innerLength, HEADER_BYTES, U32));
+  return w.done();
+}
+
+const SPILL_FIXED = HEADER_BYTES + 4 + 4;
+
 /** EAGER: header, tag u32, seq u64, fromDevice u8, data length u32. */
 const EAGER_FIXED = HEADER_BYTES + 4 + 8 + 1 + 4;
 /** RGET without the optional event handle. */
@@ -236,12 +247,14 @@ export function encodeFrame(frame: Frame): Uint8Array {
       const pid = checkInt(T, 'pid', frame.pid, 0, U32);
       const nPeer = checkString(T, 'peerId', frame.peerId, 1, MAX_PEER_ID_BYTES);
       const nToken = checkString(T, 'token', frame.token, 0, MAX_TOKEN_BYTES);
-      const w = new Writer(T, HEADER_BYTES + 1 + 4 + UUID_BYTES + 2 + nPeer + 2 + nToken);
+      const features = checkInt(T, 'features', frame.features ?? 0, 0, U32);
+      const w = new Writer(T, HEADER_BYTES + 1 + 4 + UUID_BYTES + 2 + nPeer + 2 + nToken + 4);
       w.u8(version);
       w.u32(pid);
       w.uuid('deviceUuid', frame.deviceUuid);
       w.str(frame.peerId, nPeer);
       w.str(frame.token, nToken);
+      w.u32(features);
       return w.done();
     }
     case FrameType.IPC_REQ: {
@@ -366,6 +379,27 @@ export function encodeFrame(frame: Frame): Uint8Array {
       w.u64(seq);
       w.u16(slot);
       return w.done();
+    }
+    case FrameType.RING_OFFER: {
+      const T = frame.type;
+      const n = checkString(T, 'segment', frame.segment, 1, MAX_SEGMENT_BYTES);
+      const capacity = checkInt(T, 'capacity', frame.capacity, 0, U32);
+      const w = new Writer(T, HEADER_BYTES + 2 + n + 4);
+      w.str(frame.segment, n);
+      w.u32(capacity);
+      return w.done();
+    }
+    case FrameType.RING_SWITCH:
+    case FrameType.DOORBELL:
+      return new Writer(frame.type, HEADER_BYTES).done();
+    case FrameType.SPILL: {
+      const inner = frame.frame;
+      if (!(inner instanceof Uint8Array)) throw encodeError(frame.type, 'frame', `must be a Uint8Array, got ${show(inner)}`);
+      const head = spillHead(frame.seq, inner.byteLength);
+      const out = new Uint8Array(head.byteLength + inner.byteLength);
+      out.set(head);
+      out.set(inner, head.byteLength);
+      return out;
     }
     case FrameType.INVALIDATE: {
       const T = frame.type;
@@ -554,7 +588,7 @@ export function decodeFrame(bytes: Uint8Array): Frame {
       const deviceUuid = r.uuid('deviceUuid');
       const peerId = r.str('peerId', 1, MAX_PEER_ID_BYTES);
       const token = r.str('token', 0, MAX_TOKEN_BYTES);
-      frame = { type, version, pid, peerId, deviceUuid, token };
+      frame = { type, version, pid, peerId, deviceUuid, token, features: r.u32('features') };
       break;
     }
     case FrameType.IPC_REQ: {
@@ -637,6 +671,22 @@ export function decodeFrame(bytes: Uint8Array): Frame {
     case FrameType.STAGE_ACK: {
       const seq = r.u64('seq');
       frame = { type, seq, slot: r.u16('slot') };
+      break;
+    }
+    case FrameType.RING_OFFER: {
+      const segment = r.str('segment', 1, MAX_SEGMENT_BYTES);
+      frame = { type, segment, capacity: r.u32('capacity') };
+      break;
+    }
+    case FrameType.RING_SWITCH:
+    case FrameType.DOORBELL:
+      frame = { type };
+      break;
+    case FrameType.SPILL: {
+      const seq = r.u32('seq');
+      const n = r.u32('frame');
+      if (n < HEADER_BYTES) throw decodeError(type, 'frame', `must be a whole frame of at least ${HEADER_BYTES} bytes, got ${n}`);
+      frame = { type, seq, frame: r.subview('frame', n) };
       break;
     }
     case FrameType.INVALIDATE: {

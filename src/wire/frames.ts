@@ -29,7 +29,19 @@ export enum FrameType {
   STAGE_ACK = 22,
   INVALIDATE = 30,
   CLOSE = 40,
+  // Channel-layer frames (src/channel/shm-channel.ts): they upgrade a
+  // channel to shared-memory rings and never reach the endpoint.
+  RING_OFFER = 50,
+  RING_SWITCH = 51,
+  DOORBELL = 52,
+  SPILL = 53,
 }
+
+/** HELLO feature bits. */
+export const Feature = {
+  /** The sender understands RING_OFFER / RING_SWITCH / DOORBELL / SPILL (shared-memory control rings). */
+  RING: 1,
+} as const;
 
 /** First frame in each direction: who I am, what I run on. */
 export interface HelloFrame {
@@ -43,6 +55,8 @@ export interface HelloFrame {
   deviceUuid: string;
   /** Per-job secret; empty when not configured. */
   token: string;
+  /** Feature bits (Feature.*); absent: 0. */
+  features?: number;
 }
 
 /** "Can you open my IPC handles?" `attempt` counts from 1. */
@@ -200,6 +214,42 @@ export interface CloseFrame {
   reason: string;
 }
 
+/**
+ * "Send me your frames through this ring": a shared segment the offering
+ * side created and reads (shm-ring.ts). Sent once, right after HELLO.
+ */
+export interface RingOfferFrame {
+  type: FrameType.RING_OFFER;
+  segment: string;
+  /** Data bytes of the ring (a power of two). */
+  capacity: number;
+}
+
+/**
+ * The last frame the sender writes to the channel directly: from here on its
+ * frames carry a sequence number, starting at 0, and come through the
+ * receiver's ring or, when they do not fit, as SPILL frames on the channel.
+ */
+export interface RingSwitchFrame {
+  type: FrameType.RING_SWITCH;
+}
+
+/** "Look at your ring": sent on the channel when the receiver is not watching it. */
+export interface DoorbellFrame {
+  type: FrameType.DOORBELL;
+}
+
+/** Frame number `seq` of a ring-mode sender, carried on the channel (too large for the ring, or the ring was full). */
+export interface SpillFrame {
+  type: FrameType.SPILL;
+  seq: number;
+  /** The whole inner frame (a view into the received bytes). */
+  frame: Uint8Array;
+}
+
+/** Channel-layer frames: handled by ShmChannel, never by the endpoint. */
+export type ChannelFrame = RingOfferFrame | RingSwitchFrame | DoorbellFrame | SpillFrame;
+
 export type Frame =
   | HelloFrame
   | IpcReqFrame
@@ -215,7 +265,8 @@ export type Frame =
   | StageChunkFrame
   | StageAckFrame
   | InvalidateFrame
-  | CloseFrame;
+  | CloseFrame
+  | ChannelFrame;
 
 /** The negotiation frames, the only ones the IPC machine sends or consumes. */
 export type NegotiationFrame = IpcReqFrame | IpcAckFrame | IpcNotReadyFrame | IpcConfirmFrame | IpcAbortFrame;
