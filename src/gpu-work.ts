@@ -6,18 +6,25 @@
  *
  * Latency: when a small copy is the only one in flight (a ping-pong, not a
  * stream of messages), `done` first polls the event on the JS thread for up
- * to `spinUs` — a small copy finishes in a few µs, while the native poller's
- * hand-off to the JS thread costs ~8 µs more (measured on H200). With several
- * copies in flight it never spins: the poller batches their completions while
- * the JS thread keeps launching copies and the GPU stays busy.
+ * to `spinUs`, blocking — a small copy finishes in a few µs, while the native
+ * poller's hand-off to the JS thread costs ~8 µs more (measured on H200).
  */
+import type { GpuPollable, Spinner } from './channel/spinner.js';
 import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
 
 /** Only copies this small are worth a spin: they finish within it, and a stream of them is latency-bound anyway. */
 const SPIN_MAX_BYTES = 64 << 10;
 
-export class GpuWork {
+interface PolledWait {
+  ev: EventHandle;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+export class GpuWork implements GpuPollable {
   private stream_: StreamHandle | undefined;
+  /** Completions the spinner polls (in record order). */
+  private readonly polled: PolledWait[] = [];
   private readonly freeEvents: EventHandle[] = [];
   private readonly allEvents: EventHandle[] = [];
   private closed = false;
@@ -26,6 +33,13 @@ export class GpuWork {
   constructor(
     private readonly driver: CudaDriver,
     private readonly spinUs = 0,
+    /**
+     * Polls completions on the JS thread while it spins, and is told of those
+     * awaited through the event loop, so it does not hold the loop meanwhile.
+     */
+    private readonly spinner?: Spinner,
+    /** Whether eventQuery sees GPU progress without the event loop running (not on the simulator). */
+    private readonly pollable = true,
   ) {}
 
   /** This endpoint's own non-blocking stream. */
@@ -41,12 +55,68 @@ export class GpuWork {
     try {
       this.driver.eventRecord(ev, stream);
       const lone = this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0;
-      if (!(lone && this.spin(ev))) await this.driver.whenComplete(ev);
+      if (lone && this.spin(ev)) return;
+      if (this.pollable && this.spinner?.pollsGpu) await this.polledWait(ev);
+      else await this.whenComplete(ev);
     } finally {
       this.inFlight--;
       if (this.closed) this.driver.eventDestroy(ev);
       else this.freeEvents.push(ev);
     }
+  }
+
+  /** driver.whenComplete, counted on the spinner while it is awaited. */
+  async whenComplete(ev: EventHandle): Promise<void> {
+    const sp = this.spinner;
+    if (!sp) return this.driver.whenComplete(ev);
+    sp.gpuWaits++;
+    try {
+      await this.driver.whenComplete(ev);
+    } finally {
+      sp.gpuWaits--;
+    }
+  }
+
+  private polledWait(ev: EventHandle): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.polled.push({ ev, resolve, reject });
+      this.spinner!.watchGpu(this);
+    });
+  }
+
+  /**
+   * Spinner: settles the polled completions that are done, oldest first;
+   * true if any. Only the oldest is queried each time (cuEventQuery costs
+   * 0.4–1.6 µs): this endpoint's copies go in order on its stream, and a wait
+   * on another stream is at worst reported when the ones before it are.
+   */
+  pollGpu(): boolean {
+    const q = this.polled;
+    let settled = false;
+    while (q.length > 0) {
+      const w = q[0]!;
+      try {
+        if (!this.driver.eventQuery(w.ev)) break;
+      } catch (err) {
+        q.shift();
+        w.reject(err as Error);
+        settled = true;
+        continue;
+      }
+      q.shift();
+      w.resolve();
+      settled = true;
+    }
+    return settled;
+  }
+
+  get gpuPending(): boolean {
+    return this.polled.length > 0;
+  }
+
+  /** Spinner stops: the native poller takes what is still pending. */
+  handOff(): void {
+    for (const w of this.polled.splice(0)) this.whenComplete(w.ev).then(w.resolve, w.reject);
   }
 
   /** Polls `ev` for up to spinUs; true when it completed meanwhile. */
@@ -68,6 +138,7 @@ export class GpuWork {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.handOff();
     for (const ev of this.freeEvents) this.driver.eventDestroy(ev);
     this.freeEvents.length = 0;
     if (this.stream_ !== undefined) {
