@@ -94,6 +94,8 @@ class BenchWorker {
       device: this.cfg.device,
       token: this.cfg.token,
       negotiation: { ipc: o.ipc },
+      // The frame counter sees what crosses the channel it wraps; control rings would bypass it.
+      ...(o.countFrames ? { controlRing: false } : {}),
       ...(o.cache ? {} : { cache: { maxEntries: 0 } }),
     });
     const path = join(this.cfg.dir, `${name}.sock`);
