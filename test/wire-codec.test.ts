@@ -7,6 +7,7 @@ import {
   deviceUuidToBytes,
   encodeFrame,
   encodeFrameParts,
+  spillHead,
   EAGER_PARTS_THRESHOLD,
   FinStatus,
   FrameType,
@@ -221,6 +222,17 @@ describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0x01020304, seq: 2 ** 32 + 5, fromDevice: true, data: Uint8Array.of(0xaa, 0xbb) });
     expect(bytes).toEqual(hex('53 01 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
+  });
+
+  it('HELLO ends with the features word; channel-layer frames as protocol.md lays them out', () => {
+    const hello = encodeFrame({ type: FrameType.HELLO, version: 1, pid: 2, peerId: 'p', deviceUuid: '', token: '', features: 1 });
+    expect(hello).toEqual(hex('53 01 01 00  01  02000000  00000000000000000000000000000000  0100 70  0000  01000000'));
+    expect(encodeFrame({ type: FrameType.RING_OFFER, segment: '/r', capacity: 4096 })).toEqual(hex('53 01 32 00  0200 2f72  00100000'));
+    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 01 33 00'));
+    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 01 34 00'));
+    const inner = hex('53 01 34 00');
+    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 01 35 00  09000000  04000000  53013400'));
+    expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
   it('IPC_REQ: attempt u32 then the 16 UUID bytes', () => {
