@@ -35,6 +35,7 @@ import { ClosedError, ProtocolError } from '../errors.js';
 import { decodeFrame, decodeFrameType, encodeFrame, spillHead } from '../wire/codec.js';
 import { FrameType } from '../wire/frames.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
+import { sendFrameParts } from './send-parts.js';
 import { RingReader, RingWriter, ringSegmentBytes } from './shm-ring.js';
 import type { Spinnable, Spinner } from './spinner.js';
 
@@ -176,17 +177,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   }
 
   private baseSend(parts: readonly Uint8Array[]): boolean {
-    if (parts.length === 1) return this.base.send(parts[0]!);
-    if (this.base.sendParts) return this.base.sendParts(parts);
-    let n = 0;
-    for (const p of parts) n += p.byteLength;
-    const out = new Uint8Array(n);
-    let at = 0;
-    for (const p of parts) {
-      out.set(p, at);
-      at += p.byteLength;
-    }
-    return this.base.send(out);
+    return parts.length === 1 ? this.base.send(parts[0]!) : sendFrameParts(this.base, parts);
   }
 
   private readonly onBaseFrame = (bytes: Uint8Array): void => {
