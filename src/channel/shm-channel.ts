@@ -130,10 +130,8 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
 
   close(): void {
     if (this.closed_) return;
-    this.closed_ = true;
-    this.opts.spinner.forget(this);
+    this.stop();
     this.base.close();
-    this.release();
     process.nextTick(() => this.emitClose(undefined));
   }
 
@@ -280,18 +278,14 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
         // a corrupt ring at the end changes nothing: the channel is closing
       }
     }
-    this.closed_ = true;
-    this.opts.spinner.forget(this);
-    this.release();
+    this.stop();
     this.emitClose(error);
   };
 
   private fail(err: Error): void {
     debug('channel %s: %s', this.label, err.message);
     if (this.closed_) return;
-    this.closed_ = true;
-    this.opts.spinner.forget(this);
-    this.release();
+    this.stop();
     this.base.close();
     this.emitClose(err);
   }
@@ -304,6 +298,13 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     } catch {
       // already gone: nothing to remove
     }
+  }
+
+  /** No more frames either way: off the spinner, segments released. */
+  private stop(): void {
+    this.closed_ = true;
+    this.opts.spinner.forget(this);
+    this.release();
   }
 
   private release(): void {

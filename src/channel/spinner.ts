@@ -10,8 +10,9 @@
  * channel went cold, and the event loop runs its I/O and timers between two
  * callbacks. While GPU completions are awaited (`gpuWaits`), a callback makes
  * one pass only: they arrive through the event loop (the native poller's
- * hand-off; the simulator's copies), which a long spin would hold up. A channel that goes cold asks for doorbells again (watch(false))
- * and looks at its ring one last time, so nothing written meanwhile waits.
+ * hand-off; the simulator's copies), which a long spin would hold up.
+ * A channel that goes cold asks for doorbells again (watch(false)) and looks
+ * at its ring one last time, so nothing written meanwhile waits.
  *
  * It also polls the GPU completions endpoints wait for (GpuWork), so a busy
  * endpoint sees them without the native poller's hand-off.

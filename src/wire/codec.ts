@@ -28,6 +28,7 @@ import {
   WIRE_VERSION,
   type Frame,
 } from './frames.js';
+import { concatBytes } from '../channel/send-parts.js';
 import { readDeviceUuid, writeDeviceUuid } from './uuid.js';
 
 export const WIRE_MAGIC = 0x53;
@@ -395,11 +396,7 @@ export function encodeFrame(frame: Frame): Uint8Array {
     case FrameType.SPILL: {
       const inner = frame.frame;
       if (!(inner instanceof Uint8Array)) throw encodeError(frame.type, 'frame', `must be a Uint8Array, got ${show(inner)}`);
-      const head = spillHead(frame.seq, inner.byteLength);
-      const out = new Uint8Array(head.byteLength + inner.byteLength);
-      out.set(head);
-      out.set(inner, head.byteLength);
-      return out;
+      return concatBytes([spillHead(frame.seq, inner.byteLength), inner]);
     }
     case FrameType.INVALIDATE: {
       const T = frame.type;
