@@ -329,6 +329,17 @@ Napi::Value CuMemcpyAsync(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+Napi::Value CuMemcpyDtoDAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyDtoDAsync");
+  ARG_U64(dst, 0);
+  ARG_U64(src, 1);
+  ARG_SIZE(bytes, 2);
+  ARG_U64(stream, 3);
+  SMCUDA_CU(env, cuMemcpyDtoDAsync, dst, src, bytes, As<CUstream>(stream));
+  return env.Undefined();
+}
+
 Napi::Value CuMemGetAddressRange(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   SMCUDA_REQUIRE_DRIVER(env, "cuMemGetAddressRange");
@@ -360,6 +371,17 @@ Napi::Value CuPointerGetAttributes(const Napi::CallbackInfo& info) {
   out.Set("device", Napi::Number::New(env, device));
   out.Set("memoryType", Napi::Number::New(env, memoryType));
   return out;
+}
+
+// The buffer id alone (one attribute, a BigInt, no object): the per-send
+// check that an exported pointer still names the same allocation.
+Napi::Value CuPointerGetBufferId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuPointerGetAttribute");
+  ARG_U64(ptr, 0);
+  unsigned long long bufferId = 0;
+  SMCUDA_CU(env, cuPointerGetAttribute, &bufferId, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr);
+  return Big(env, bufferId);
 }
 
 // ---- pinned host memory ---------------------------------------------------------
@@ -621,8 +643,10 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
       {"cuMemcpyHtoDAsync", CuMemcpyHtoDAsync},
       {"cuMemcpyDtoHAsync", CuMemcpyDtoHAsync},
       {"cuMemcpyAsync", CuMemcpyAsync},
+      {"cuMemcpyDtoDAsync", CuMemcpyDtoDAsync},
       {"cuMemGetAddressRange", CuMemGetAddressRange},
       {"cuPointerGetAttributes", CuPointerGetAttributes},
+      {"cuPointerGetBufferId", CuPointerGetBufferId},
       {"cuMemHostAlloc", CuMemHostAlloc},
       {"cuMemFreeHost", CuMemFreeHost},
       {"cuMemHostRegister", CuMemHostRegister},

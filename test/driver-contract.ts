@@ -256,6 +256,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           const a = d.pointerAttributes(inner);
           const b = d.pointerAttributes(p);
           expect(a.bufferId).toBe(b.bufferId);
+          expect(d.bufferId(inner)).toBe(a.bufferId);
           expect(a.device).toBe(0);
           expect(a.memoryType).toBe('device');
         } finally {
@@ -284,6 +285,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           // The real driver typically hands back the same address; the simulator always does.
           if (opts.kind === 'sim') expect(p2).toBe(p1);
           expect(d.pointerAttributes(p2).bufferId).not.toBe(id1);
+          expect(d.bufferId(p2)).toBe(d.pointerAttributes(p2).bufferId);
           expect(hex(d.ipcGetMemHandle(p2))).not.toBe(hex(h1));
         } finally {
           d.memFree(p2);

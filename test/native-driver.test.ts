@@ -64,7 +64,8 @@ describe('the built addon', () => {
       'cudaStatus', 'cuInit', 'cuDeviceGetCount', 'cuDeviceGetInfo', 'cuDeviceCanAccessPeer',
       'cuDevicePrimaryCtxRetain', 'cuDevicePrimaryCtxRelease', 'cuCtxSetCurrent', 'cuMemAlloc', 'cuMemFree',
       'cuMemsetD8', 'cuMemsetD8Async', 'cuMemcpyHtoD', 'cuMemcpyDtoH', 'cuMemcpyDtoD', 'cuMemcpyHtoDAsync',
-      'cuMemcpyDtoHAsync', 'cuMemcpyAsync', 'cuMemGetAddressRange', 'cuPointerGetAttributes', 'cuMemHostAlloc',
+      'cuMemcpyDtoHAsync', 'cuMemcpyAsync', 'cuMemcpyDtoDAsync', 'cuMemGetAddressRange', 'cuPointerGetAttributes',
+      'cuPointerGetBufferId', 'cuMemHostAlloc',
       'cuMemFreeHost', 'cuMemHostRegister', 'cuMemHostUnregister', 'cuIpcGetMemHandle', 'cuIpcOpenMemHandle',
       'cuIpcCloseMemHandle', 'cuIpcGetEventHandle', 'cuIpcOpenEventHandle', 'cuStreamCreate', 'cuStreamDestroy',
       'cuStreamSynchronize', 'cuStreamWaitEvent', 'cuEventCreate', 'cuEventDestroy', 'cuEventRecord', 'cuEventQuery',
@@ -459,6 +460,8 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
       },
       attrs: { device: 1, memoryType: 'device' },
       unknownPointer: { isCudaError: true, code: 'CUDA_ERROR_INVALID_VALUE' },
+      bufferIdMatches: true,
+      unknownBufferId: { isCudaError: true, call: 'cuPointerGetAttribute' },
       range: { size: 4096 },
       pinnedLength: 32,
       pinnedLengthAfterFree: 0, // detached: JS cannot touch freed pinned memory

@@ -129,6 +129,8 @@ export interface CudaDriver {
   memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: StreamHandle): void;
   memGetAddressRange(ptr: DevicePtr): AddressRange;
   pointerAttributes(ptr: DevicePtr): PointerAttributes;
+  /** cuPointerGetAttribute(BUFFER_ID) alone: cheaper than pointerAttributes, for re-checking a known pointer on every send. */
+  bufferId(ptr: DevicePtr): bigint;
   /** cuMemHostAlloc (portable). */
   hostAlloc(bytes: number): PinnedHostBuffer;
   /** cuMemHostRegister over memory JS already has (e.g. a shared segment). Returns the unregister function. */

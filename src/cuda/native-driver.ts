@@ -293,6 +293,11 @@ export class NativeCudaDriver implements CudaDriver {
     return { bufferId: r.bufferId, device: r.device, memoryType };
   }
 
+  bufferId(ptr: DevicePtr): bigint {
+    assertPtr('ptr', ptr);
+    return this.#call((a) => a.cuPointerGetBufferId(ptr));
+  }
+
   hostAlloc(bytes: number): PinnedHostBuffer {
     assertSize('bytes', bytes);
     const buffer = this.#call((a) => a.cuMemHostAlloc(bytes));

@@ -284,6 +284,13 @@ export class SimulatedCudaDriver implements CudaDriver {
     return { bufferId: a.bufferId, device: a.device, memoryType: 'device' };
   }
 
+  bufferId(ptr: DevicePtr): bigint {
+    assertPtr('ptr', ptr);
+    const a = this.requireInit('cuPointerGetAttribute').find(ptr);
+    if (!a) throw cudaError('cuPointerGetAttribute', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
+    return a.bufferId;
+  }
+
   hostAlloc(bytes: number): PinnedHostBuffer {
     assertSize('bytes', bytes);
     this.requireContext('cuMemHostAlloc');
