@@ -490,7 +490,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         case FrameType.EAGER:
           return this.deliverEager(recv, frame);
         case FrameType.RGET:
-          return void this.deliverRget(recv, frame).catch((err: Error) => recv.reject(err));
+          return this.deliverRget(recv, frame);
         case FrameType.STAGE_BEGIN:
           return this.deliverStaged(recv, frame);
       }
@@ -535,15 +535,25 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     return true;
   }
 
-  private async deliverRget(recv: PendingRecv, frame: RgetFrame): Promise<void> {
-    const d = this.driver;
-    const n = frame.length;
+  /**
+   * RGET, receiver side. The common case — the mapping is in the pool and the
+   * sender passed no stream event — runs synchronously from the frame to the
+   * copy, and the copy's completion calls back straight into the FIN: no
+   * promise between the GPU and the answer (copyRget). A mapping to open, or
+   * an event to wait for, goes through prepareRget first.
+   */
+  private deliverRget(recv: PendingRecv, frame: RgetFrame): void {
     if (this.refusedTooSmall(recv, frame)) return;
-    let mapping: Mapping | undefined;
-    let event: bigint | undefined;
-    let allocated: bigint | undefined;
-    const req = { deviceUuid: frame.deviceUuid, base: frame.base, size: frame.allocSize, handle: frame.handle, bufferId: frame.bufferId };
-    mapping = this.pool.lookup(req);
+    const mapping = frame.event ? undefined : this.pool.lookup(rgetRequest(frame));
+    if (mapping) return this.copyRget(recv, frame, mapping, undefined);
+    this.prepareRget(recv, frame).catch((err: Error) => recv.reject(err));
+  }
+
+  /** Opens the mapping and waits for the sender's stream event, then copies. */
+  private async prepareRget(recv: PendingRecv, frame: RgetFrame): Promise<void> {
+    const d = this.driver;
+    const req = rgetRequest(frame);
+    let mapping = this.pool.lookup(req);
     if (!mapping) {
       try {
         mapping = await this.pool.acquire(req);
@@ -568,23 +578,38 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return;
       }
     }
+    let event: bigint | undefined;
+    if (frame.event) {
+      // The data is valid once the sender's stream reaches its event. Wait for
+      // it here, on the host, not with cuStreamWaitEvent: if the peer dies
+      // meanwhile, no copy is queued behind an event that can never complete,
+      // and the mapping can be closed at once.
+      try {
+        event = d.ipcOpenEventHandle(frame.event);
+        const abandoned = new Promise<'abandoned'>((resolve) => this.activeRgets.set(recv, () => resolve('abandoned')));
+        const outcome = await Promise.race([this.gpu().whenComplete(event), abandoned]);
+        if (outcome === 'abandoned') throw this.closeReason ?? new PeerLostError(`lost peer ${this.peerId}`);
+      } catch (err) {
+        this.activeRgets.delete(recv);
+        return this.finishRget(recv, frame, mapping, event, undefined, undefined, err as Error);
+      }
+      this.activeRgets.delete(recv);
+    }
+    this.copyRget(recv, frame, mapping, event);
+  }
+
+  /** Queues the copy out of the peer's memory; its completion sends the FIN (finishRget). */
+  private copyRget(recv: PendingRecv, frame: RgetFrame, mapping: Mapping, event: bigint | undefined): void {
+    const d = this.driver;
+    const n = frame.length;
+    let allocated: bigint | undefined;
     try {
       if (frame.offset + n > mapping.size) {
         throw new ProtocolError(`RGET ${frame.seq} asks for bytes ${frame.offset}..${frame.offset + n} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_RGET');
       }
       const src = mapping.ptr + BigInt(frame.offset);
-      const stream = recv.stream ?? this.gpu().stream;
-      if (frame.event) {
-        // The data is valid once the sender's stream reaches its event. Wait for
-        // it here, on the host, not with cuStreamWaitEvent: if the peer dies
-        // meanwhile, no copy is queued behind an event that can never complete,
-        // and the mapping can be closed at once.
-        event = d.ipcOpenEventHandle(frame.event);
-        const abandoned = new Promise<'abandoned'>((resolve) => this.activeRgets.set(recv, () => resolve('abandoned')));
-        const outcome = await Promise.race([this.gpu().whenComplete(event), abandoned]);
-        this.activeRgets.delete(recv);
-        if (outcome === 'abandoned') throw this.closeReason ?? new PeerLostError(`lost peer ${this.peerId}`);
-      }
+      const gpu = this.gpu();
+      const stream = recv.stream ?? gpu.stream;
       let data: Uint8Array | DeviceBuffer;
       const into = recv.into;
       if (into === undefined ? d.isReady() : isDeviceBuffer(into)) {
@@ -604,32 +629,55 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       }
       const result: Received = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data };
       if (recv.stream !== undefined) recv.resolve(result); // valid once the caller's stream reaches the copy
-      await this.gpu().done(stream, n);
-      count(this.received, 'rget', n);
-      this.sendFin(frame.seq, FinStatus.OK, '');
-      if (recv.stream === undefined) recv.resolve(result);
+      gpu.whenDone(stream, n, (err) => this.finishRget(recv, frame, mapping, event, result, allocated, err));
     } catch (err) {
-      if (allocated !== undefined) {
-        try {
-          d.memFree(allocated);
-        } catch {
-          // the context is gone: nothing left to free
-        }
-      }
-      const refused = err instanceof ProtocolError;
-      this.sendFin(frame.seq, refused ? FinStatus.REFUSED : FinStatus.FAILED, (err as Error).message);
-      recv.reject(err as Error);
-    } finally {
-      this.activeRgets.delete(recv);
-      mapping.release();
-      if (event !== undefined) {
-        try {
-          d.eventDestroy(event);
-        } catch {
-          // the driver was closed meanwhile (peer lost, transport closed)
-        }
+      this.finishRget(recv, frame, mapping, event, undefined, allocated, err as Error);
+    }
+  }
+
+  /** The copy completed (or failed): FIN to the sender, the receive settles, the mapping is released. */
+  private finishRget(
+    recv: PendingRecv,
+    frame: RgetFrame,
+    mapping: Mapping,
+    event: bigint | undefined,
+    result: Received | undefined,
+    allocated: bigint | undefined,
+    err: Error | undefined,
+  ): void {
+    mapping.release();
+    if (event !== undefined) {
+      try {
+        this.driver.eventDestroy(event);
+      } catch {
+        // the driver was closed meanwhile (peer lost, transport closed)
       }
     }
+    if (err === undefined) {
+      try {
+        count(this.received, 'rget', frame.length);
+        this.sendFin(frame.seq, FinStatus.OK, '');
+      } catch (e) {
+        err = e as Error; // the FIN could not be sent: the channel failed
+      }
+      if (err === undefined) {
+        if (recv.stream === undefined) recv.resolve(result!);
+        return;
+      }
+    }
+    if (allocated !== undefined) {
+      try {
+        this.driver.memFree(allocated);
+      } catch {
+        // the context is gone: nothing left to free
+      }
+    }
+    try {
+      this.sendFin(frame.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
+    } catch {
+      // the channel failed: the endpoint closes and the sender learns it that way
+    }
+    recv.reject(err);
   }
 
   private onFin(seq: number, status: FinStatus, message: string): void {
@@ -898,9 +946,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private gpu(): GpuWork {
     if (!this.gpuWork) {
-      // The simulator's copies run on the event loop: polling them on the JS thread only delays them.
-      const sim = this.driver.kind === 'sim';
-      this.gpuWork = new GpuWork(this.driver, sim ? 0 : this.opts.completionSpinUs, this.ctx.spinner, !sim);
+      this.gpuWork = new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.spinner);
     }
     return this.gpuWork;
   }
@@ -994,3 +1040,8 @@ function abortReason(signal: AbortSignal): Error {
 }
 
 function noop(): void {}
+
+/** What the handle pool needs to find or open the mapping an RGET reads from. */
+function rgetRequest(frame: RgetFrame) {
+  return { deviceUuid: frame.deviceUuid, base: frame.base, size: frame.allocSize, handle: frame.handle, bufferId: frame.bufferId };
+}

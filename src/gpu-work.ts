@@ -1,12 +1,17 @@
 /**
  * The GPU resources one endpoint uses for its own copies: a stream (created on
  * first use) and a pool of completion events, so the per-message path creates
- * nothing. `done(stream)` records a pooled event and resolves when the GPU
- * reaches it.
+ * nothing. `whenDone(stream, bytes, cb)` records a pooled event and calls
+ * back when the GPU reaches it (`done` is the same as a promise).
  *
- * Latency: when a small copy is the only one in flight (a ping-pong, not a
- * stream of messages), `done` first polls the event on the JS thread for up
- * to `spinUs`, blocking — a small copy finishes in a few µs, while the native
+ * Who notices the completion, cheapest first:
+ *   1. a small copy that is the only one in flight (a ping-pong, not a
+ *      stream of messages) is polled right away on the JS thread for up to
+ *      `spinUs`, blocking;
+ *   2. otherwise the transport's spinner polls it between control frames;
+ *   3. when the spinner stops (nothing for `controlSpinUs`), the native
+ *      poller (driver.whenComplete) takes it.
+ * For 1: a small copy finishes in a few µs, while the native
  * poller's hand-off to the JS thread costs ~8 µs more (measured on H200).
  */
 import type { GpuPollable, Spinner } from './channel/spinner.js';
@@ -15,10 +20,12 @@ import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
 /** Only copies this small are worth a spin: they finish within it, and a stream of them is latency-bound anyway. */
 const SPIN_MAX_BYTES = 64 << 10;
 
+/** Called once a copy's completion is known: no argument when it completed, the error when it failed. */
+export type Completion = (err?: Error) => void;
+
 interface PolledWait {
   ev: EventHandle;
-  resolve: () => void;
-  reject: (err: Error) => void;
+  cb: Completion;
 }
 
 export class GpuWork implements GpuPollable {
@@ -26,7 +33,6 @@ export class GpuWork implements GpuPollable {
   /** Completions the spinner polls (in record order). */
   private readonly polled: PolledWait[] = [];
   private readonly freeEvents: EventHandle[] = [];
-  private readonly allEvents: EventHandle[] = [];
   private closed = false;
   private inFlight = 0;
 
@@ -38,8 +44,6 @@ export class GpuWork implements GpuPollable {
      * awaited through the event loop, so it does not hold the loop meanwhile.
      */
     private readonly spinner?: Spinner,
-    /** Whether eventQuery sees GPU progress without the event loop running (not on the simulator). */
-    private readonly pollable = true,
   ) {}
 
   /** This endpoint's own non-blocking stream. */
@@ -49,20 +53,59 @@ export class GpuWork implements GpuPollable {
   }
 
   /** Resolves once everything queued so far on `stream` has completed; `bytes` is the copy just queued. */
-  async done(stream: StreamHandle, bytes = Infinity): Promise<void> {
-    const ev = this.freeEvents.pop() ?? this.newEvent();
+  done(stream: StreamHandle, bytes = Infinity): Promise<void> {
+    return new Promise<void>((resolve, reject) => this.whenDone(stream, bytes, (err) => (err ? reject(err) : resolve())));
+  }
+
+  /**
+   * Calls `cb` once everything queued so far on `stream` has completed —
+   * possibly before returning (a lone small copy seen complete by the spin).
+   * The per-message path uses this, not `done`: no promise between the GPU
+   * and the FIN that answers it.
+   */
+  whenDone(stream: StreamHandle, bytes: number, cb: Completion): void {
+    const ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
     this.inFlight++;
+    let complete: boolean;
     try {
       this.driver.eventRecord(ev, stream);
-      const lone = this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0;
-      if (lone && this.spin(ev)) return;
-      if (this.pollable && this.spinner?.pollsGpu) await this.polledWait(ev);
-      else await this.whenComplete(ev);
-    } finally {
-      this.inFlight--;
-      if (this.closed) this.driver.eventDestroy(ev);
-      else this.freeEvents.push(ev);
+      complete = this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0 && this.spin(ev);
+    } catch (err) {
+      return this.settle(ev, cb, err as Error);
     }
+    if (complete) return this.settle(ev, cb);
+    if (this.spinner?.pollsGpu) {
+      this.polled.push({ ev, cb });
+      this.spinner.watchGpu(this);
+    } else {
+      this.awaitNative(ev, cb);
+    }
+  }
+
+  /** The event is done with (back to the pool), then `cb` learns the outcome. */
+  private settle(ev: EventHandle, cb: Completion, err?: Error): void {
+    this.inFlight--;
+    if (this.closed) {
+      try {
+        this.driver.eventDestroy(ev);
+      } catch {
+        // the driver is closed: the event went with it
+      }
+    } else {
+      this.freeEvents.push(ev);
+    }
+    cb(err);
+  }
+
+  /** Through the native poller (driver.whenComplete), counted on the spinner while it is awaited. */
+  private awaitNative(ev: EventHandle, cb: Completion): void {
+    const sp = this.spinner;
+    if (sp) sp.gpuWaits++;
+    const settled = (err?: Error): void => {
+      if (sp) sp.gpuWaits--;
+      this.settle(ev, cb, err);
+    };
+    this.driver.whenComplete(ev).then(() => settled(), settled);
   }
 
   /** driver.whenComplete, counted on the spinner while it is awaited. */
@@ -77,13 +120,6 @@ export class GpuWork implements GpuPollable {
     }
   }
 
-  private polledWait(ev: EventHandle): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      this.polled.push({ ev, resolve, reject });
-      this.spinner!.watchGpu(this);
-    });
-  }
-
   /**
    * Spinner: settles the polled completions that are done, oldest first;
    * true if any. Only the oldest is queried each time (cuEventQuery costs
@@ -95,16 +131,14 @@ export class GpuWork implements GpuPollable {
     let settled = false;
     while (q.length > 0) {
       const w = q[0]!;
+      let err: Error | undefined;
       try {
         if (!this.driver.eventQuery(w.ev)) break;
-      } catch (err) {
-        q.shift();
-        w.reject(err as Error);
-        settled = true;
-        continue;
+      } catch (e) {
+        err = e as Error;
       }
       q.shift();
-      w.resolve();
+      this.settle(w.ev, w.cb, err);
       settled = true;
     }
     return settled;
@@ -116,7 +150,7 @@ export class GpuWork implements GpuPollable {
 
   /** Spinner stops: the native poller takes what is still pending. */
   handOff(): void {
-    for (const w of this.polled.splice(0)) this.whenComplete(w.ev).then(w.resolve, w.reject);
+    for (const w of this.polled.splice(0)) this.awaitNative(w.ev, w.cb);
   }
 
   /** Polls `ev` for up to spinUs; true when it completed meanwhile. */
@@ -126,12 +160,6 @@ export class GpuWork implements GpuPollable {
       if (this.driver.eventQuery(ev)) return true;
     } while (performance.now() < until);
     return false;
-  }
-
-  private newEvent(): EventHandle {
-    const ev = this.driver.eventCreate({ disableTiming: true });
-    this.allEvents.push(ev);
-    return ev;
   }
 
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
