@@ -498,8 +498,10 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('event', event);
     this.requireContext('cuEventQuery');
     const ev = this.event(event, 'cuEventQuery');
+    const target = ev.recorded;
+    if (!ev.isDone(target) && !ev.remote && ev.recordStream) this.scheduler.advance(ev.recordStream, () => ev.isDone(target));
     if (ev.error) throw ev.error;
-    return ev.isDone(ev.recorded);
+    return ev.isDone(target);
   }
 
   /** Completes the event now: drains its stream (local), or polls (another process's event). */

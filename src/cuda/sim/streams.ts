@@ -7,6 +7,11 @@
  * completes inside the call that queued it. A wait item (streamWaitEvent)
  * holds the stream until its condition is true.
  *
+ * A query (cuEventQuery) runs, without blocking, the work ahead of the
+ * event that is already due — as a GPU makes progress while the host polls
+ * it — so a process polling its events sees copies complete without handing
+ * the thread back to the event loop.
+ *
  * Synchronous drains (streamSynchronize, eventSynchronize, memFree of an
  * allocation with queued work) run the queued work to completion right
  * away, blocking the thread for any remaining simulated duration — the way a
@@ -127,6 +132,34 @@ export class Scheduler {
     }
     this.notify();
     this.pump(s);
+  }
+
+  /**
+   * Runs the work at the head of `s` that is due (its simulated duration
+   * has passed) until `until` holds, never blocking: stops at a wait that is
+   * not ready and at work still in progress.
+   */
+  advance(s: SimStream, until: () => boolean): void {
+    let ran = false;
+    while (s.queue.length > 0 && !until()) {
+      const head = s.queue[0]!;
+      if (head.kind === 'wait') {
+        if (!head.ready()) break;
+        s.queue.shift();
+        continue;
+      }
+      const elapsed = s.headStartedAt ? performance.now() - s.headStartedAt : 0;
+      if (head.durationMs > elapsed) break;
+      this.cancelHead(s);
+      s.queue.shift();
+      s.headStartedAt = 0;
+      runWork(s, head);
+      ran = true;
+    }
+    if (ran) {
+      this.notify();
+      this.pump(s);
+    }
   }
 
   /** Drains every stream whose queued work touches `target`. */
