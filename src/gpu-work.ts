@@ -34,7 +34,10 @@ export class GpuWork implements GpuPollable {
   private readonly polled: PolledWait[] = [];
   private readonly freeEvents: EventHandle[] = [];
   private closed = false;
+  /** Events recorded and not yet settled. */
   private inFlight = 0;
+  /** whenDone calls of the current synchronous run, waiting for their shared event. */
+  private batch: { stream: StreamHandle; bytes: number; cbs: Completion[] } | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -58,12 +61,37 @@ export class GpuWork implements GpuPollable {
   }
 
   /**
-   * Calls `cb` once everything queued so far on `stream` has completed —
-   * possibly before returning (a lone small copy seen complete by the spin).
+   * Calls `cb` once everything queued so far on `stream` has completed.
    * The per-message path uses this, not `done`: no promise between the GPU
    * and the FIN that answers it.
+   *
+   * Calls made in one synchronous run (the copies for all the frames one
+   * look at the control ring found) share one event, recorded after the last
+   * of them in a microtask: one cuEventRecord and one cuEventQuery (together
+   * 2–3 µs on H200) per burst instead of per message.
    */
   whenDone(stream: StreamHandle, bytes: number, cb: Completion): void {
+    const b = this.batch;
+    if (b !== undefined && b.stream === stream) {
+      b.bytes += bytes;
+      b.cbs.push(cb);
+      return;
+    }
+    if (b !== undefined) this.flush();
+    this.batch = { stream, bytes, cbs: [cb] };
+    queueMicrotask(this.flush);
+  }
+
+  /** Records the event for the open batch and starts waiting for it. */
+  private readonly flush = (): void => {
+    const b = this.batch;
+    if (b === undefined) return;
+    this.batch = undefined;
+    const cbs = b.cbs;
+    this.record(b.stream, b.bytes, cbs.length === 1 ? cbs[0]! : (err) => settleAll(cbs, err));
+  };
+
+  private record(stream: StreamHandle, bytes: number, cb: Completion): void {
     const ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
     this.inFlight++;
     let complete: boolean;
@@ -165,6 +193,7 @@ export class GpuWork implements GpuPollable {
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
   close(): void {
     if (this.closed) return;
+    this.flush();
     this.closed = true;
     this.handOff();
     for (const ev of this.freeEvents) this.driver.eventDestroy(ev);
@@ -176,6 +205,19 @@ export class GpuWork implements GpuPollable {
         // the context may already be gone at process exit; nothing else holds it
       }
       this.stream_ = undefined;
+    }
+  }
+}
+
+/** One event settled a batch: every completion learns the outcome, even if one of them throws. */
+function settleAll(cbs: readonly Completion[], err: Error | undefined): void {
+  for (const cb of cbs) {
+    try {
+      cb(err);
+    } catch (e) {
+      queueMicrotask(() => {
+        throw e; // a bug in a completion: reported, without keeping the others from running
+      });
     }
   }
 }
