@@ -279,7 +279,7 @@ export class Transport extends EventEmitter<TransportEvents> {
       peerId: this.id,
       deviceUuid: this.deviceUuid,
       token: this.opts.token,
-      features: this.opts.controlRing ? Feature.RING : 0,
+      features: (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS,
     };
   }
 

@@ -115,9 +115,12 @@ export class RingReader {
   take(): Uint8Array {
     const at = this.head & this.mask;
     const len = this.dataWords[at >>> 2]!;
-    const frame = this.data.slice(at + ENTRY_HEADER, at + ENTRY_HEADER + len);
+    // Into Node's pooled memory, not .slice(): a new ArrayBuffer per frame
+    // above 64 bytes (an RGET) cost ~2 µs, more than decoding it (measured).
+    const frame = Buffer.allocUnsafe(len);
+    frame.set(this.data.subarray(at + ENTRY_HEADER, at + ENTRY_HEADER + len));
     this.advance(align8(ENTRY_HEADER + len));
-    return frame;
+    return new Uint8Array(frame.buffer, frame.byteOffset, len);
   }
 
   /** 1: the producer need not ring the doorbell (we are watching, or one is coming). */

@@ -15,21 +15,22 @@
  * SMCUDA_PROTOCOL_VERSION. Encoding refuses frames that would not decode
  * (a bug on this side) with code SMCUDA_PROTOCOL_ENCODE.
  *
- * The per-message frames (EAGER, RGET, FIN, STAGE_*) are on the hot path:
- * one exact-size allocation per encode, a DataView over the input on decode,
- * and EAGER data decoded as a view into the input (no copy).
+ * The per-message frames (EAGER, RGET, FIN, FINS, STAGE_*) are on the hot
+ * path: one exact-size allocation (from Node's pool) per encode, and EAGER
+ * data decoded as a view into the input (no copy).
  */
 import { ProtocolError } from '../errors.js';
 import {
   FinStatus,
   FrameType,
   IPC_HANDLE_BYTES,
+  MAX_FINS,
   UUID_BYTES,
   WIRE_VERSION,
   type Frame,
 } from './frames.js';
 import { concatBytes } from '../channel/send-parts.js';
-import { readDeviceUuid, writeDeviceUuid } from './uuid.js';
+import { readDeviceUuid, type UuidNames, writeDeviceUuid } from './uuid.js';
 
 export const WIRE_MAGIC = 0x53;
 export const HEADER_BYTES = 4;
@@ -327,11 +328,24 @@ export function encodeFrame(frame: Frame): Uint8Array {
       const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
       const status = checkInt(T, 'status', frame.status, 0, 255);
       if (!isFinStatus(status)) throw encodeError(T, 'status', `must be a FinStatus (${FIN_STATUSES.join(', ')}), got ${status}`);
-      const n = checkString(T, 'message', frame.message, 0, MAX_STRING_BYTES);
+      // The common FIN (OK, no message) skips the string checks.
+      const n = frame.message === '' ? 0 : checkString(T, 'message', frame.message, 0, MAX_STRING_BYTES);
       const w = new Writer(T, HEADER_BYTES + 8 + 1 + 2 + n);
       w.u64(seq);
       w.u8(status);
       w.str(frame.message, n);
+      return w.done();
+    }
+    case FrameType.FINS: {
+      const T = frame.type;
+      const seqs = frame.seqs;
+      if (!Array.isArray(seqs) || seqs.length < 1 || seqs.length > MAX_FINS) {
+        throw encodeError(T, 'seqs', `must be an array of 1..${MAX_FINS} sequence numbers, got ${show(seqs)}`);
+      }
+      for (const seq of seqs) checkInt(T, 'seqs[]', seq, 0, MAX_SAFE);
+      const w = new Writer(T, HEADER_BYTES + 4 + 8 * seqs.length);
+      w.u32(seqs.length);
+      for (const seq of seqs) w.u64(seq);
       return w.done();
     }
     case FrameType.CANCEL: {
@@ -440,12 +454,10 @@ function decodeError(type: number, field: string, problem: string): ProtocolErro
 /** A bounds-checked cursor over one frame. Every read names its field for errors. */
 class Reader {
   pos = HEADER_BYTES;
-  /** Only for bigints (RGET, INVALIDATE): made on first use. */
-  #view: DataView | undefined;
-
   constructor(
     readonly bytes: Uint8Array,
     readonly type: number,
+    private readonly uuids: UuidNames | undefined,
   ) {}
 
   need(field: string, n: number): void {
@@ -480,11 +492,11 @@ class Reader {
   }
   big(field: string): bigint {
     this.need(field, 8);
-    const b = this.bytes;
-    this.#view ??= new DataView(b.buffer, b.byteOffset, b.byteLength);
-    const v = this.#view.getBigUint64(this.pos, true);
+    // Two u32 halves, not a DataView: making the view cost more than the reads.
+    const lo = this.#u32at(this.pos);
+    const hi = this.#u32at(this.pos + 4);
     this.pos += 8;
-    return v;
+    return hi === 0 ? BigInt(lo) : (BigInt(hi) << 32n) | BigInt(lo);
   }
   #u32at(p: number): number {
     const b = this.bytes;
@@ -520,7 +532,7 @@ class Reader {
   }
   uuid(field: string): string {
     this.need(field, UUID_BYTES);
-    const s = readDeviceUuid(this.bytes, this.pos);
+    const s = this.uuids ? this.uuids.read(this.bytes, this.pos) : readDeviceUuid(this.bytes, this.pos);
     this.pos += UUID_BYTES;
     return s;
   }
@@ -572,10 +584,13 @@ export function decodeFrameType(bytes: Uint8Array): FrameType {
  *
  * Aliasing: EAGER `data` is a view into `bytes` (no copy): keep `bytes`
  * unmodified while the data is in use. Handles are copied (64 bytes).
+ *
+ * `uuids`: the decoding endpoint's UuidNames, so a device UUID it has seen
+ * before comes back as the same string (cheaper to decode and to look up).
  */
-export function decodeFrame(bytes: Uint8Array): Frame {
+export function decodeFrame(bytes: Uint8Array, uuids?: UuidNames): Frame {
   const type = decodeFrameType(bytes);
-  const r = new Reader(bytes, type);
+  const r = new Reader(bytes, type, uuids);
   let frame: Frame;
   switch (type) {
     case FrameType.HELLO: {
@@ -640,6 +655,14 @@ export function decodeFrame(bytes: Uint8Array): Frame {
       const status = r.u8('status');
       if (!isFinStatus(status)) throw decodeError(type, 'status', `must be a FinStatus (${FIN_STATUSES.join(', ')}), got ${status}`);
       frame = { type, seq, status: status as FinStatus, message: r.str('message', 0, MAX_STRING_BYTES) };
+      break;
+    }
+    case FrameType.FINS: {
+      const n = r.u32('seqs.length');
+      if (n < 1 || n > MAX_FINS) throw decodeError(type, 'seqs.length', `must be 1..${MAX_FINS}, got ${n}`);
+      const seqs: number[] = new Array(n);
+      for (let i = 0; i < n; i++) seqs[i] = r.u64('seqs[]');
+      frame = { type, seqs };
       break;
     }
     case FrameType.CANCEL:

@@ -24,6 +24,7 @@ export enum FrameType {
   RGET = 11,
   FIN = 12,
   CANCEL = 13,
+  FINS = 14,
   STAGE_BEGIN = 20,
   STAGE_CHUNK = 21,
   STAGE_ACK = 22,
@@ -41,6 +42,8 @@ export enum FrameType {
 export const Feature = {
   /** The sender understands RING_OFFER / RING_SWITCH / DOORBELL / SPILL (shared-memory control rings). */
   RING: 1,
+  /** The sender understands FINS (several FIN OK in one frame). */
+  FINS: 2,
 } as const;
 
 /** First frame in each direction: who I am, what I run on. */
@@ -148,6 +151,20 @@ export interface FinFrame {
   status: FinStatus;
   message: string;
 }
+
+/**
+ * FIN OK for each of `seqs`, in order: what the receiver sends when one
+ * event completed several copies (a burst of RGETs), instead of one FIN per
+ * message. Only to a peer whose HELLO announced Feature.FINS.
+ */
+export interface FinsFrame {
+  type: FrameType.FINS;
+  /** 1..MAX_FINS message sequence numbers. */
+  seqs: number[];
+}
+
+/** Most sequence numbers in one FINS frame. */
+export const MAX_FINS = 1024;
 
 /**
  * The sender asks to withdraw message `seq` (its AbortSignal fired). The
@@ -260,6 +277,7 @@ export type Frame =
   | EagerFrame
   | RgetFrame
   | FinFrame
+  | FinsFrame
   | CancelFrame
   | StageBeginFrame
   | StageChunkFrame
