@@ -8,17 +8,20 @@ import { IPC_HANDLE_SIZE } from './driver.js';
 /** Largest byte count a Number carries exactly. */
 const MAX_BYTES = Number.MAX_SAFE_INTEGER;
 
+/** 2^64, made once: these checks run on every driver call of the per-message path. */
+const U64_END = 1n << 64n;
+
 export function assertPtr(name: string, value: unknown): asserts value is bigint {
   if (typeof value !== 'bigint') {
     throw new TypeError(`${name} must be a bigint device pointer, got ${describe(value)}`);
   }
-  if (value < 0n || value >= 1n << 64n) throw new RangeError(`${name} must fit in 64 unsigned bits, got ${value}`);
+  if (value < 0n || value >= U64_END) throw new RangeError(`${name} must fit in 64 unsigned bits, got ${value}`);
 }
 
 /** Streams and events: bigint handles; 0n is allowed (the default stream). */
 export function assertHandle(name: string, value: unknown): asserts value is bigint {
   if (typeof value !== 'bigint') throw new TypeError(`${name} must be a bigint handle, got ${describe(value)}`);
-  if (value < 0n || value >= 1n << 64n) throw new RangeError(`${name} must fit in 64 unsigned bits, got ${value}`);
+  if (value < 0n || value >= U64_END) throw new RangeError(`${name} must fit in 64 unsigned bits, got ${value}`);
 }
 
 export function assertSize(name: string, value: unknown): asserts value is number {
