@@ -969,7 +969,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private sendFrame(frame: Frame): void {
     if (this.channel.closed) throw this.closedError();
     this.tracer?.frame(this.peerId, 'send', frame);
-    this.channel.send(encodeFrame(frame));
+    this.channel.send(encodeFrame(frame, this.uuidNames));
   }
 
   /**

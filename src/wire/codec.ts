@@ -240,8 +240,10 @@ const RGET_FIXED = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 * 5 + UUID_BYTES 
  * view into Node's Buffer pool: mind byteOffset). Throws
  * ProtocolError (code SMCUDA_PROTOCOL_ENCODE) when a field is out of range,
  * so that nothing the peer would refuse ever leaves this process.
+ * `uuids`: the encoding endpoint's UuidNames (RGET's device UUID is then
+ * validated and converted once per device, not per frame).
  */
-export function encodeFrame(frame: Frame): Uint8Array {
+export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
   switch (frame.type) {
     case FrameType.HELLO: {
       const T = frame.type;
@@ -318,7 +320,9 @@ export function encodeFrame(frame: Frame): Uint8Array {
       w.u64(offset);
       w.u64(length);
       w.big(bufferId);
-      w.uuid('deviceUuid', frame.deviceUuid);
+      const known = uuids && typeof frame.deviceUuid === 'string' ? uuids.bytesOf(frame.deviceUuid) : undefined;
+      if (known) w.raw(known);
+      else w.uuid('deviceUuid', frame.deviceUuid);
       w.u8(event ? 1 : 0);
       if (event) w.raw(event);
       return w.done();

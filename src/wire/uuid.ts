@@ -71,7 +71,7 @@ export function readDeviceUuid(bytes: Uint8Array, offset: number): string {
 const REMEMBERED = 8;
 
 /**
- * readDeviceUuid with a memory, one per decoding endpoint: a peer names the
+ * readDeviceUuid (and writeDeviceUuid) with a memory, one per endpoint: a peer names the
  * same device in every RGET, and building the string afresh — then hashing
  * the new string again for each Map lookup keyed by it — cost ~0.7 µs per
  * frame (measured). Returns the same, already hashed, string for the same
@@ -81,6 +81,19 @@ export class UuidNames {
   private readonly keys = new Uint8Array(REMEMBERED * UUID_BYTES);
   private readonly names: string[] = [];
   private next = 0;
+  private readonly encoded = new Map<string, Uint8Array>();
+
+  /** Encoding: the 16 bytes of a valid UUID string (remembered by identity of the string's value), or undefined when it is not one. */
+  bytesOf(uuid: string): Uint8Array | undefined {
+    let b = this.encoded.get(uuid);
+    if (b === undefined) {
+      b = new Uint8Array(UUID_BYTES);
+      if (!writeDeviceUuid(uuid, b, 0)) return undefined;
+      if (this.encoded.size >= REMEMBERED) this.encoded.delete(this.encoded.keys().next().value!);
+      this.encoded.set(uuid, b);
+    }
+    return b;
+  }
 
   read(bytes: Uint8Array, offset: number): string {
     const keys = this.keys;
