@@ -77,29 +77,38 @@ export class GpuWork implements GpuPollable {
       b.cbs.push(cb);
       return;
     }
-    if (b !== undefined) this.flush();
+    if (b !== undefined) this.flushNow(false);
     this.batch = { stream, bytes, cbs: [cb] };
     queueMicrotask(this.flush);
   }
 
-  /** Records the event for the open batch and starts waiting for it. */
-  private readonly flush = (): void => {
+  /** The microtask after a run of whenDone calls. */
+  private readonly flush = (): void => this.flushNow(true);
+
+  /**
+   * Records the event for the open batch and starts waiting for it.
+   * `inline`: from the microtask, where callbacks may run at once; otherwise
+   * (inside whenDone or close) no callback runs before the caller returns.
+   */
+  private flushNow(inline: boolean): void {
     const b = this.batch;
     if (b === undefined) return;
     this.batch = undefined;
     const cbs = b.cbs;
-    this.record(b.stream, b.bytes, cbs.length === 1 ? cbs[0]! : (err) => settleAll(cbs, err));
-  };
+    this.record(b.stream, b.bytes, cbs.length === 1 ? cbs[0]! : (err) => settleAll(cbs, err), inline);
+  }
 
-  private record(stream: StreamHandle, bytes: number, cb: Completion): void {
+  private record(stream: StreamHandle, bytes: number, cb: Completion, inline: boolean): void {
     const ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
     this.inFlight++;
     let complete: boolean;
     try {
       this.driver.eventRecord(ev, stream);
-      complete = this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0 && this.spin(ev);
+      complete = inline && this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0 && this.spin(ev);
     } catch (err) {
-      return this.settle(ev, cb, err as Error);
+      if (inline) return this.settle(ev, cb, err as Error);
+      queueMicrotask(() => this.settle(ev, cb, err as Error));
+      return;
     }
     if (complete) return this.settle(ev, cb);
     if (this.spinner?.pollsGpu) {
@@ -193,7 +202,7 @@ export class GpuWork implements GpuPollable {
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
   close(): void {
     if (this.closed) return;
-    this.flush();
+    this.flushNow(false);
     this.closed = true;
     this.handOff();
     for (const ev of this.freeEvents) this.driver.eventDestroy(ev);

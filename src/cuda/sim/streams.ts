@@ -146,6 +146,7 @@ export class Scheduler {
       if (head.kind === 'wait') {
         if (!head.ready()) break;
         s.queue.shift();
+        ran = true; // the work behind it must be started (pumped) even if it is not due yet
         continue;
       }
       const elapsed = s.headStartedAt ? performance.now() - s.headStartedAt : 0;
