@@ -518,3 +518,175 @@ describe('interprocess events', () => {
     await expect(pending).rejects.toMatchObject({ code: 'SMCUDA_CLOSED' });
   });
 });
+
+describe('eventQuery runs the due work ahead of its event', () => {
+  /** An allocation holding `data`, another zeroed, and a read-back of the second. */
+  function copyPair(d: SimulatedCudaDriver, data: Uint8Array) {
+    const src = d.memAlloc(data.byteLength);
+    const dst = d.memAlloc(data.byteLength);
+    d.memcpyHtoD(src, data);
+    d.memsetD8(dst, 0, data.byteLength);
+    const read = (): Uint8Array => {
+      const out = new Uint8Array(data.byteLength);
+      d.memcpyDtoH(out, dst);
+      return out;
+    };
+    return { src, dst, read };
+  }
+  const zeros = (n: number) => new Uint8Array(n);
+
+  it('an async copy does not complete inside the call; the first query runs it and returns true', () => {
+    const d = sim();
+    const s = d.streamCreate();
+    const ev = d.eventCreate({ disableTiming: true });
+    const data = patternBytes(4096, 3);
+    const { src, dst, read } = copyPair(d, data);
+    d.memcpyAsync(dst, src, data.byteLength, s);
+    d.eventRecord(ev, s);
+    expect(read()).toEqual(zeros(data.byteLength));
+    expect(d.eventQuery(ev)).toBe(true);
+    expect(read()).toEqual(data);
+    expect(d.eventQuery(ev)).toBe(true);
+  });
+
+  it('on the default stream too, and for every kind of async work queued before the event', () => {
+    const d = sim();
+    const ev = d.eventCreate();
+    const data = patternBytes(1000, 4);
+    const p = d.memAlloc(1000);
+    const back = new Uint8Array(1000);
+    d.memcpyHtoDAsync(p, data, 0n);
+    d.memcpyDtoHAsync(back, p, 0n);
+    d.memsetD8Async(p, 7, 10, 0n);
+    d.eventRecord(ev, 0n);
+    expect(back).toEqual(zeros(1000));
+    expect(d.eventQuery(ev)).toBe(true);
+    expect(back).toEqual(data);
+    const out = new Uint8Array(10);
+    d.memcpyDtoH(out, p);
+    expect(out).toEqual(new Uint8Array(10).fill(7));
+  });
+
+  it('stops at its event: work queued after the event is left for later', async () => {
+    const d = sim();
+    const s = d.streamCreate();
+    const ev = d.eventCreate({ disableTiming: true });
+    const first = patternBytes(512, 5);
+    const second = patternBytes(512, 6);
+    const a = copyPair(d, first);
+    const b = copyPair(d, second);
+    d.memcpyAsync(a.dst, a.src, 512, s);
+    d.eventRecord(ev, s);
+    d.memcpyAsync(b.dst, b.src, 512, s);
+    expect(d.eventQuery(ev)).toBe(true);
+    expect(a.read()).toEqual(first);
+    expect(b.read()).toEqual(zeros(512));
+    const end = d.eventCreate({ disableTiming: true });
+    d.eventRecord(end, s);
+    await d.whenComplete(end);
+    expect(b.read()).toEqual(second);
+  });
+
+  it('does not complete work whose simulated duration has not elapsed', () => {
+    const d = sim();
+    const s = d.streamCreate();
+    const ev = d.eventCreate({ disableTiming: true });
+    const data = patternBytes(256, 7);
+    const { src, dst, read } = copyPair(d, data);
+    // Only this copy is slow (a copy's duration is fixed when it is queued; synchronous copies take it too).
+    // The test never comes near its end: the driver closes with it still queued.
+    d.inject({ copyDelayMs: 60_000 });
+    d.memcpyAsync(dst, src, 256, s);
+    d.inject({ copyDelayMs: 0 });
+    d.eventRecord(ev, s);
+    for (let i = 0; i < 3; i++) expect(d.eventQuery(ev)).toBe(false);
+    expect(read()).toEqual(zeros(256));
+  });
+
+  it('completes work whose simulated duration elapsed meanwhile, without the event loop turning', () => {
+    const d = sim();
+    const s = d.streamCreate();
+    const ev = d.eventCreate({ disableTiming: true });
+    const data = patternBytes(256, 8);
+    const { src, dst, read } = copyPair(d, data);
+    d.inject({ copyDelayMs: 30 });
+    d.memcpyAsync(dst, src, 256, s);
+    d.inject({ copyDelayMs: 0 });
+    d.eventRecord(ev, s);
+    // Block the thread past the copy's duration: its timer cannot fire meanwhile, so only the query can run it.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 40);
+    expect(read()).toEqual(zeros(256));
+    expect(d.eventQuery(ev)).toBe(true);
+    expect(read()).toEqual(data);
+  });
+
+  it('an event recorded behind a wait on an incomplete event reads false, and the later work does not run', async () => {
+    const d = sim();
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    const gate = d.eventCreate({ disableTiming: true });
+    const ev = d.eventCreate({ disableTiming: true });
+    const first = patternBytes(512, 9);
+    const second = patternBytes(512, 10);
+    const a = copyPair(d, first);
+    const b = copyPair(d, second);
+    d.memcpyAsync(a.dst, a.src, 512, s1);
+    d.eventRecord(gate, s1); // recorded, not yet complete
+    d.streamWaitEvent(s2, gate);
+    d.memcpyAsync(b.dst, b.src, 512, s2);
+    d.eventRecord(ev, s2);
+    expect(d.eventQuery(ev)).toBe(false);
+    expect(b.read()).toEqual(zeros(512)); // behind the wait: not run
+    expect(a.read()).toEqual(zeros(512)); // a query of ev does not run the other stream's work either
+    expect(d.eventQuery(ev)).toBe(false);
+    // Once the gate completes (its own query runs s1), a query of ev gets through the wait.
+    expect(d.eventQuery(gate)).toBe(true);
+    expect(a.read()).toEqual(first);
+    expect(d.eventQuery(ev)).toBe(true);
+    expect(b.read()).toEqual(second);
+  });
+
+  // A query that drops a ready wait (here: another instance's event completed
+  // before this instance's 1 ms poll noticed) must start the slow work behind
+  // it, or that work never becomes due.
+  it('a query that gets past a remote wait starts the slow work behind it', () => {
+    const a = sim();
+    const b = sim();
+    const as = a.streamCreate();
+    const remoteSide = a.eventCreate({ interprocess: true });
+    a.eventRecord(remoteSide, as);
+    const gate = b.ipcOpenEventHandle(a.ipcGetEventHandle(remoteSide));
+    const bs = b.streamCreate();
+    const ev = b.eventCreate({ disableTiming: true });
+    const data = patternBytes(128, 12);
+    const pair = copyPair(b, data);
+    b.streamWaitEvent(bs, gate);
+    b.inject({ copyDelayMs: 5 });
+    b.memcpyAsync(pair.dst, pair.src, 128, bs);
+    b.inject({ copyDelayMs: 0 });
+    b.eventRecord(ev, bs);
+    expect(a.eventQuery(remoteSide)).toBe(true); // the other instance's event completes
+    expect(b.eventQuery(ev)).toBe(false); // through the wait; the copy starts now
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20); // past the copy's 5 ms
+    expect(b.eventQuery(ev)).toBe(true);
+    expect(pair.read()).toEqual(data);
+  });
+
+  it('a wait on an event of another instance that is held by slow work keeps the query false', () => {
+    const a = sim({ faults: { copyDelayMs: 60_000 } });
+    const b = sim();
+    const as = a.streamCreate();
+    const remoteSide = a.eventCreate({ interprocess: true });
+    a.memsetD8Async(a.memAlloc(64), 1, 64, as);
+    a.eventRecord(remoteSide, as);
+    const gate = b.ipcOpenEventHandle(a.ipcGetEventHandle(remoteSide));
+    const bs = b.streamCreate();
+    const ev = b.eventCreate({ disableTiming: true });
+    const data = patternBytes(128, 11);
+    const pair = copyPair(b, data);
+    b.streamWaitEvent(bs, gate);
+    b.memcpyAsync(pair.dst, pair.src, 128, bs);
+    b.eventRecord(ev, bs);
+    expect(b.eventQuery(ev)).toBe(false);
+    expect(pair.read()).toEqual(zeros(128));
+  });
+});

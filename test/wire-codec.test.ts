@@ -1,3 +1,4 @@
+import { setFlagsFromString } from 'node:v8';
 import { describe, it, expect } from 'vitest';
 import { test, fc } from '@fast-check/vitest';
 import {
@@ -11,11 +12,14 @@ import {
   EAGER_PARTS_THRESHOLD,
   FinStatus,
   FrameType,
+  MAX_FINS,
   MAX_PEER_ID_BYTES,
   MAX_SEGMENT_BYTES,
   MAX_STRING_BYTES,
   MAX_TOKEN_BYTES,
   WIRE_VERSION,
+  readDeviceUuid,
+  UuidNames,
   type Frame,
 } from '../src/wire/index.js';
 import { ProtocolError } from '../src/errors.js';
@@ -80,6 +84,7 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
     })
     .map(({ bounds: [a, b, c], ...f }) => ({ ...f, offset: a, length: b - a, allocSize: c })),
   fc.record({ type: fc.constant(FrameType.FIN as const), seq: safe, status: finStatus, message: utf8(0, MAX_STRING_BYTES) }),
+  fc.record({ type: fc.constant(FrameType.FINS as const), seqs: fc.array(safe, { minLength: 1, maxLength: 20 }) }),
   fc.record({ type: fc.constant(FrameType.CANCEL as const), seq: safe }),
   fc.record({
     type: fc.constant(FrameType.STAGE_BEGIN as const),
@@ -488,5 +493,177 @@ describe('encode rules', () => {
   it('FIN status and unknown frame types', () => {
     encodeError({ type: FrameType.FIN, seq: 1, status: 42, message: '' });
     expect(encodeError({ type: 77 }).message).toMatch(/unknown type 77/);
+  });
+});
+
+// ---------------------------------------------------------------------------
+// UuidNames: readDeviceUuid with a memory of the last 8 UUIDs
+// ---------------------------------------------------------------------------
+
+// Whether two strings are one heap object: `===` compares contents, so only
+// V8's %IsSameHeapObject can tell a remembered name from a fresh equal one.
+setFlagsFromString('--allow-natives-syntax');
+const sameObject = new Function('a', 'b', 'return %IsSameHeapObject(a, b)') as (a: string, b: string) => boolean;
+
+const uuidBytes = fc.uint8Array({ minLength: 16, maxLength: 16 }).filter((b) => b.some((x) => x !== 0));
+/** `n` distinct non-zero UUIDs, as bytes. */
+const distinctUuids = (n: number): Uint8Array[] =>
+  Array.from({ length: n }, (_, i) => Uint8Array.from({ length: 16 }, (_, j) => (j === 15 ? i + 1 : j === 0 ? 0xa0 : 0x11 * (j % 3))));
+
+describe('UuidNames', () => {
+  test.prop([uuidBytes, fc.nat({ max: 40 }), fc.nat({ max: 40 })], { numRuns: 200 })(
+    'reads the same string as readDeviceUuid, at any offset, the first time and again',
+    (id, before, after) => {
+      const buf = concat([new Uint8Array(before).fill(0xff), id, new Uint8Array(after).fill(0xee)]);
+      const names = new UuidNames();
+      const want = readDeviceUuid(buf, before);
+      expect(want).toMatch(/^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+      expect(names.read(buf, before)).toBe(want);
+      expect(names.read(buf, before)).toBe(want);
+      expect(names.read(id, 0)).toBe(want);
+    },
+  );
+
+  it('all-zero bytes read as the empty string, remembered or not', () => {
+    const names = new UuidNames();
+    const zero = new Uint8Array(20);
+    expect(names.read(zero, 2)).toBe('');
+    expect(names.read(zero, 4)).toBe('');
+    const [id] = distinctUuids(1) as [Uint8Array];
+    expect(names.read(id, 0)).toBe(readDeviceUuid(id, 0));
+    expect(names.read(zero, 0)).toBe('');
+  });
+
+  it('returns the identical string object for the same 16 bytes, wherever they are', () => {
+    const names = new UuidNames();
+    const [id] = distinctUuids(1) as [Uint8Array];
+    const elsewhere = concat([new Uint8Array(7), id]);
+    const first = names.read(id, 0);
+    expect(sameObject(names.read(id, 0), first)).toBe(true);
+    expect(sameObject(names.read(elsewhere, 7), first)).toBe(true);
+    // The check can tell: readDeviceUuid builds a new (equal) string each time.
+    expect(sameObject(readDeviceUuid(id, 0), readDeviceUuid(id, 0))).toBe(false);
+  });
+
+  it('compares bytes, not buffers: bytes changed in place read as their new UUID', () => {
+    const names = new UuidNames();
+    const buf = distinctUuids(1)[0]!.slice();
+    const before = names.read(buf, 0);
+    buf[5] = buf[5]! ^ 0xff;
+    const after = names.read(buf, 0);
+    expect(after).toBe(readDeviceUuid(buf, 0));
+    expect(after).not.toBe(before);
+  });
+
+  it('remembers 8 UUIDs, replacing the oldest (round robin); more than 8 still read correctly', () => {
+    const names = new UuidNames();
+    const ids = distinctUuids(20);
+    const first = ids.slice(0, 8).map((id) => names.read(id, 0));
+    names.read(ids[8]!, 0); // a ninth: replaces the first remembered
+    ids.slice(1, 8).forEach((id, i) => expect(sameObject(names.read(id, 0), first[i + 1]!)).toBe(true));
+    const again = names.read(ids[0]!, 0); // forgotten: read afresh (and replaces the second)
+    expect(again).toBe(first[0]);
+    expect(sameObject(again, first[0]!)).toBe(false);
+    expect(sameObject(names.read(ids[1]!, 0), first[1]!)).toBe(false);
+    // Cycling through 20 (more than it remembers), every read is right.
+    for (let round = 0; round < 3; round++) for (const id of ids) expect(names.read(id, 0)).toBe(readDeviceUuid(id, 0));
+  });
+});
+
+describe('decodeFrame with a UuidNames', () => {
+  /** Frames that carry a device UUID, drawn from a pool small enough to repeat and large enough to evict. */
+  const uuidFramesArb = fc
+    .uniqueArray(uuidBytes.map(deviceUuidFromBytes), { minLength: 1, maxLength: 12 })
+    .chain((pool) => {
+      const poolUuid = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...pool) }, { weight: 1, arbitrary: fc.constant('') });
+      const rget = fc
+        .record({
+          type: fc.constant(FrameType.RGET as const),
+          tag: u32,
+          seq: safe,
+          handle,
+          base: u64,
+          bounds: fc.tuple(safe, safe, safe).map((t) => t.sort((a, b) => a - b)),
+          bufferId: u64,
+          deviceUuid: poolUuid,
+          event: fc.option(handle, { nil: null }),
+        })
+        .map(({ bounds: [a, b, c], ...f }) => ({ ...f, offset: a, length: b - a, allocSize: c }));
+      const ipcReq = fc.record({ type: fc.constant(FrameType.IPC_REQ as const), attempt, deviceUuid: poolUuid });
+      const ipcAck = fc.record({ type: fc.constant(FrameType.IPC_ACK as const), attempt, ok: fc.boolean(), deviceUuid: poolUuid });
+      const invalidate = fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: poolUuid, base: u64, bufferId: u64 });
+      return fc.array(fc.oneof(rget, ipcReq, ipcAck, invalidate) as fc.Arbitrary<Frame>, { minLength: 1, maxLength: 40 });
+    });
+
+  test.prop([uuidFramesArb], { numRuns: 150 })('one UuidNames over a stream of frames decodes the same frames as none', (frames) => {
+    const names = new UuidNames();
+    for (const f of frames) {
+      const bytes = encodeFrame(f);
+      const withNames = decodeFrame(bytes, names);
+      expect(withNames).toEqual(decodeFrame(bytes));
+      expect(withNames).toEqual(f);
+    }
+  });
+
+  test.prop([fc.array(frameArb, { minLength: 1, maxLength: 20 })], { numRuns: 100 })('every frame type decodes the same with a UuidNames', (frames) => {
+    const names = new UuidNames();
+    for (const f of frames) {
+      const bytes = encodeFrame(f);
+      expect(decodeFrame(bytes, names)).toEqual(decodeFrame(bytes));
+    }
+  });
+
+  it('frames naming the same device share one string', () => {
+    const names = new UuidNames();
+    const deviceUuid = deviceUuidFromBytes(distinctUuids(1)[0]!);
+    const a = decodeFrame(encodeFrame({ type: FrameType.IPC_REQ, attempt: 1, deviceUuid }).slice(), names);
+    const b = decodeFrame(encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid }).slice(), names);
+    if (a.type !== FrameType.IPC_REQ || b.type !== FrameType.IPC_ACK) throw new Error('wrong frame types');
+    expect(a.deviceUuid).toBe(deviceUuid);
+    expect(sameObject(a.deviceUuid, b.deviceUuid)).toBe(true);
+  });
+});
+
+describe('u64 fields at the 32-bit boundaries', () => {
+  const edges = [0n, 1n, 0xffff_ffffn, 1n << 32n, (1n << 32n) + 1n, 0x8000_0000n, 1n << 63n, (1n << 64n) - 1n, 0x1234_5678_9abc_def0n];
+
+  it.each(edges.map((v) => [v]))('RGET base and bufferId %s decode to the same bigint', (v) => {
+    const f: Frame = {
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 2,
+      handle: new Uint8Array(64).fill(3),
+      base: v,
+      allocSize: 10,
+      offset: 0,
+      length: 10,
+      bufferId: (1n << 64n) - 1n - v,
+      deviceUuid: '',
+      event: null,
+    };
+    expect(decodeFrame(encodeFrame(f))).toEqual(f);
+    const inv: Frame = { type: FrameType.INVALIDATE, deviceUuid: '', base: v, bufferId: v };
+    expect(decodeFrame(encodeFrame(inv))).toEqual(inv);
+  });
+});
+
+describe('FINS', () => {
+  it('carries 1..MAX_FINS sequence numbers, in order', () => {
+    const most: Frame = { type: FrameType.FINS, seqs: Array.from({ length: MAX_FINS }, (_, i) => MAX_SAFE - i) };
+    expect(decodeFrame(encodeFrame(most))).toEqual(most);
+    expect(decodeFrame(encodeFrame({ type: FrameType.FINS, seqs: [3, 1, 2] }))).toEqual({ type: FrameType.FINS, seqs: [3, 1, 2] });
+  });
+
+  it('refuses an empty list and one over MAX_FINS, encoding and decoding', () => {
+    encodeError({ type: FrameType.FINS, seqs: [] });
+    encodeError({ type: FrameType.FINS, seqs: new Array(MAX_FINS + 1).fill(1) });
+    encodeError({ type: FrameType.FINS, seqs: [-1] });
+    const one = encodeFrame({ type: FrameType.FINS, seqs: [7] }).slice();
+    const empty = one.slice(0, one.byteLength - 8);
+    empty.fill(0, 4, 8); // count 0, no entries
+    expect(decodeError(empty).message).toMatch(/seqs\.length/);
+    const tooMany = one.slice();
+    new DataView(tooMany.buffer).setUint32(4, MAX_FINS + 1, true);
+    expect(decodeError(tooMany).message).toMatch(/seqs\.length/);
   });
 });

@@ -1,0 +1,649 @@
+/**
+ * GpuWork (src/gpu-work.ts): the completions of an endpoint's own copies.
+ * whenDone calls of one synchronous run on one stream share one event; the
+ * event is then noticed by a spin (a lone small batch), by the spinner's
+ * pollGpu, or by the native poller (driver.whenComplete). Every test runs
+ * real copies on the simulated driver, whose eventQuery runs the work that is
+ * already due (zero simulated duration here, unless a test says otherwise).
+ */
+import { fc, test as propTest } from '@fast-check/vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { Spinner } from '../src/channel/spinner.js';
+import { Spinner as RealSpinner } from '../src/channel/spinner.js';
+import type { EventHandle, StreamHandle } from '../src/cuda/driver.js';
+import { SimulatedCudaDriver } from '../src/cuda/sim-driver.js';
+import { CudaError } from '../src/errors.js';
+import { GpuWork, type Completion } from '../src/gpu-work.js';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+const open: SimulatedCudaDriver[] = [];
+const works: GpuWork[] = [];
+
+/** An initialised simulated driver on device 0, closed after the test. */
+function sim(): SimulatedCudaDriver {
+  const d = new SimulatedCudaDriver({ env: {} });
+  open.push(d);
+  d.init();
+  d.setDevice(0);
+  return d;
+}
+
+function gpuWork(d: SimulatedCudaDriver, spinUs = 0, spinner?: Spinner): GpuWork {
+  const g = new GpuWork(d, spinUs, spinner);
+  works.push(g);
+  return g;
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+  for (const g of works.splice(0)) g.close();
+  for (const d of open.splice(0)) d.close();
+});
+
+/** Deterministic non-zero bytes. */
+function pattern(size: number, seed: number): Uint8Array {
+  const out = new Uint8Array(size);
+  for (let i = 0; i < size; i++) out[i] = ((i * 31 + seed * 7) % 255) + 1;
+  return out;
+}
+
+/**
+ * Queues a device-to-device copy of `size` pattern bytes on `stream` (the
+ * destination starts zeroed) and returns a check that reads the destination
+ * back: true once the copy has landed.
+ */
+function queueCopy(d: SimulatedCudaDriver, stream: StreamHandle, size: number, seed: number): () => boolean {
+  const want = pattern(size, seed);
+  const src = d.memAlloc(size);
+  const dst = d.memAlloc(size);
+  d.memcpyHtoD(src, want);
+  d.memsetD8(dst, 0, size);
+  d.memcpyAsync(dst, src, size, stream);
+  return () => {
+    const out = new Uint8Array(size);
+    d.memcpyDtoH(out, dst);
+    return Buffer.compare(out, want) === 0;
+  };
+}
+
+/** Lets the event loop turn until `done()` holds (bounded by turns, not by time). */
+async function until(done: () => boolean, turns = 10_000): Promise<void> {
+  for (let i = 0; i < turns && !done(); i++) await new Promise<void>((r) => setImmediate(r));
+  expect(done()).toBe(true);
+}
+
+/** A few more event-loop turns: time for a second (wrong) call to show up. */
+async function settleLoop(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
+}
+
+/** The completions of one test: how often each was called and with what. */
+function recorder() {
+  const calls: Array<Array<Error | undefined>> = [];
+  const cb = (onCall?: (err?: Error) => void): Completion => {
+    const mine: Array<Error | undefined> = [];
+    calls.push(mine);
+    return (err) => {
+      mine.push(err);
+      onCall?.(err);
+    };
+  };
+  return {
+    cb,
+    calls,
+    /** Calls so far, over all completions. */
+    total: () => calls.reduce((n, c) => n + c.length, 0),
+    /** Every completion called exactly once. */
+    allOnce: () => calls.every((c) => c.length === 1),
+  };
+}
+
+/**
+ * Errors thrown by microtasks queued with queueMicrotask (how GpuWork reports
+ * a callback that threw) are collected here instead of failing the run.
+ * Restored by vi.restoreAllMocks in afterEach.
+ */
+function catchMicrotaskErrors(): unknown[] {
+  const reported: unknown[] = [];
+  const realQueueMicrotask = globalThis.queueMicrotask;
+  vi.spyOn(globalThis, 'queueMicrotask').mockImplementation((fn) =>
+    realQueueMicrotask(() => {
+      try {
+        fn();
+      } catch (e) {
+        reported.push(e);
+      }
+    }),
+  );
+  return reported;
+}
+
+/** A Spinner stand-in that never polls by itself: the test calls pollGpu / handOff. */
+function spinnerStub() {
+  const watched: unknown[] = [];
+  const stub = {
+    pollsGpu: true,
+    gpuWaits: 0,
+    watchGpu(g: unknown) {
+      watched.push(g);
+    },
+  };
+  return { stub, spinner: stub as unknown as Spinner, watched };
+}
+
+describe('batching: one event per synchronous run and stream', () => {
+  it('three calls on one stream record one event; each callback runs once, after its copy landed', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const s = g.stream;
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const landed: boolean[] = [];
+    const checks = [1, 2, 3].map((seed) => {
+      const check = queueCopy(d, s, 4 * KiB, seed);
+      g.whenDone(s, 4 * KiB, rec.cb(() => landed.push(checks.every((c) => c()))));
+      return check;
+    });
+    expect(record).not.toHaveBeenCalled(); // recorded in a microtask, after the last call
+    await Promise.resolve();
+    expect(record).toHaveBeenCalledTimes(1);
+    expect(record.mock.calls[0]![1]).toBe(s);
+    await until(() => rec.total() === 3);
+    await settleLoop();
+    expect(rec.calls).toEqual([[undefined], [undefined], [undefined]]);
+    // Inside every callback, all three copies (queued before the shared event) had landed.
+    expect(landed).toEqual([true, true, true]);
+    expect(record).toHaveBeenCalledTimes(1);
+  });
+
+  it('calls on two streams record two events, one on each stream', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const s1 = d.streamCreate();
+    const s2 = d.streamCreate();
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const c1 = queueCopy(d, s1, 1 * KiB, 1);
+    g.whenDone(s1, 1 * KiB, rec.cb());
+    g.whenDone(s1, 1 * KiB, rec.cb());
+    const c2 = queueCopy(d, s2, 1 * KiB, 2);
+    g.whenDone(s2, 1 * KiB, rec.cb());
+    await until(() => rec.total() === 3);
+    expect(record.mock.calls.map(([, stream]) => stream)).toEqual([s1, s2]);
+    expect(new Set(record.mock.calls.map(([ev]) => ev)).size).toBe(2);
+    expect(rec.allOnce()).toBe(true);
+    expect([c1(), c2()]).toEqual([true, true]);
+  });
+
+  it('going back to a stream after another one starts a new batch (s1, s2, s1: three events)', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const s1 = d.streamCreate();
+    const s2 = d.streamCreate();
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    g.whenDone(s1, 1, rec.cb());
+    g.whenDone(s2, 1, rec.cb());
+    g.whenDone(s1, 1, rec.cb());
+    await until(() => rec.total() === 3);
+    expect(record.mock.calls.map(([, stream]) => stream)).toEqual([s1, s2, s1]);
+  });
+
+  it('two synchronous runs on the same stream record two events, and the idle event is reused', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const record = vi.spyOn(d, 'eventRecord');
+    const create = vi.spyOn(d, 'eventCreate');
+    const rec = recorder();
+    g.whenDone(g.stream, 1, rec.cb());
+    g.whenDone(g.stream, 1, rec.cb());
+    await until(() => rec.total() === 2);
+    g.whenDone(g.stream, 1, rec.cb());
+    await until(() => rec.total() === 3);
+    expect(record).toHaveBeenCalledTimes(2);
+    expect(create).toHaveBeenCalledTimes(1); // the first event went back to the pool
+    expect(record.mock.calls[0]![0]).toBe(record.mock.calls[1]![0]);
+  });
+
+  it('done() is the promise form: resolves after the copy landed', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const check = queueCopy(d, g.stream, 8 * KiB, 5);
+    const p = g.done(g.stream, 8 * KiB);
+    expect(check()).toBe(false);
+    await p;
+    expect(check()).toBe(true);
+  });
+});
+
+describe('callbacks are never called inside whenDone', () => {
+  /** Makes `calls` (stream, bytes) calls in one run; returns how many callbacks ran during each call. */
+  function callsDuringWhenDone(g: GpuWork, calls: Array<[StreamHandle, number]>, rec: ReturnType<typeof recorder>): number[] {
+    return calls.map(([s, bytes]) => {
+      const before = rec.total();
+      g.whenDone(s, bytes, rec.cb());
+      return rec.total() - before;
+    });
+  }
+
+  it('native path (spinUs 0): not inside the calls, not even when a second stream flushes the first batch', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    const rec = recorder();
+    expect(callsDuringWhenDone(g, [[s1, 16], [s1, 16], [s2, 16], [s1, 16]], rec)).toEqual([0, 0, 0, 0]);
+    expect(rec.total()).toBe(0);
+    await until(() => rec.total() === 4);
+    expect(rec.allOnce()).toBe(true);
+  });
+
+  it('spin path (spinUs > 0, one stream): the spin runs in the microtask, after the run', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const rec = recorder();
+    expect(callsDuringWhenDone(g, [[g.stream, 16], [g.stream, 16]], rec)).toEqual([0, 0]);
+    await Promise.resolve();
+    expect(rec.calls).toEqual([[undefined], [undefined]]); // the spin completed it in the flush microtask
+  });
+
+  // A call for another stream flushes the open batch at once (its event is
+  // recorded before the new copies), but none of its callbacks may run inside
+  // that call: a spin or an eventRecord error is left to a microtask.
+  it('spin path (spinUs > 0): a call for a second stream does not complete the first batch inside it', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    queueCopy(d, s1, 16, 1);
+    const rec = recorder();
+    expect(callsDuringWhenDone(g, [[s1, 16], [s2, 16]], rec)).toEqual([0, 0]);
+    await until(() => rec.total() === 2);
+  });
+
+  it('a failed eventRecord for the first batch is not reported inside the call for a second stream', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const bad = 0xdead_beefn; // no such stream: eventRecord throws CUDA_ERROR_INVALID_HANDLE
+    const rec = recorder();
+    expect(callsDuringWhenDone(g, [[bad, 16], [g.stream, 16]], rec)).toEqual([0, 0]);
+    await until(() => rec.total() === 2);
+    expect(rec.calls[0]![0]).toBeInstanceOf(CudaError);
+    expect(rec.calls[1]).toEqual([undefined]);
+  });
+
+  // The same bug's worst case: the first batch's (lone) callback throws inside
+  // the second call, which throws in turn and never registers its callback.
+  it('a throwing callback of the first batch neither escapes the call for a second stream nor loses its callback', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    catchMicrotaskErrors(); // where a fixed GpuWork may report the throw
+    const rec = recorder();
+    g.whenDone(
+      s1,
+      16,
+      rec.cb(() => {
+        throw new Error('bug in a completion');
+      }),
+    );
+    let escaped: unknown;
+    try {
+      g.whenDone(s2, 16, rec.cb());
+    } catch (e) {
+      escaped = e;
+    }
+    expect(escaped).toBeUndefined();
+    await until(() => rec.total() === 2);
+  });
+});
+
+describe('which path notices a completion', () => {
+  it('a lone small batch is spun on: settled by eventQuery in the flush microtask, no whenComplete', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const query = vi.spyOn(d, 'eventQuery');
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    const check = queueCopy(d, g.stream, 64 * KiB, 3);
+    g.whenDone(g.stream, 32 * KiB, rec.cb(() => expect(check()).toBe(true)));
+    g.whenDone(g.stream, 32 * KiB, rec.cb()); // 64 KiB in all: still small
+    await Promise.resolve();
+    expect(rec.calls).toEqual([[undefined], [undefined]]);
+    expect(query).toHaveBeenCalled();
+    expect(native).not.toHaveBeenCalled();
+  });
+
+  it('a batch over 64 KiB is not spun on: the native poller takes it', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const query = vi.spyOn(d, 'eventQuery');
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    g.whenDone(g.stream, 64 * KiB, rec.cb());
+    g.whenDone(g.stream, 1, rec.cb()); // one byte more than 64 KiB in the batch
+    await until(() => rec.total() === 2);
+    expect(query).not.toHaveBeenCalled();
+    expect(native).toHaveBeenCalledTimes(1);
+    expect(rec.allOnce()).toBe(true);
+  });
+
+  it('a small batch while another is in flight is not spun on', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    const query = vi.spyOn(d, 'eventQuery');
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    g.whenDone(s1, 1 * MiB, rec.cb()); // big: native, stays in flight
+    g.whenDone(s2, 16, rec.cb()); // small, but not alone
+    await until(() => rec.total() === 2);
+    expect(query).not.toHaveBeenCalled();
+    expect(native).toHaveBeenCalledTimes(2);
+  });
+
+  it('spinUs 0 never spins and, without a spinner, waits through driver.whenComplete', async () => {
+    const d = sim();
+    const g = gpuWork(d, 0);
+    const query = vi.spyOn(d, 'eventQuery');
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    g.whenDone(g.stream, 16, rec.cb());
+    await until(() => rec.total() === 1);
+    expect(query).not.toHaveBeenCalled();
+    expect(native).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('errors reach every callback of the batch', () => {
+  const failure = () => new CudaError('cuEventQuery', 'CUDA_ERROR_ILLEGAL_ADDRESS', 700, 'injected by the test');
+
+  it('an eventQuery that throws while spinning', async () => {
+    const d = sim();
+    const g = gpuWork(d, 1000);
+    const err = failure();
+    vi.spyOn(d, 'eventQuery').mockImplementationOnce(() => {
+      throw err;
+    });
+    const rec = recorder();
+    for (let i = 0; i < 3; i++) g.whenDone(g.stream, 16, rec.cb());
+    await until(() => rec.total() === 3);
+    await settleLoop();
+    expect(rec.calls).toEqual([[err], [err], [err]]);
+    // The event went back to the pool and works again.
+    await expect(g.done(g.stream, 16)).resolves.toBeUndefined();
+  });
+
+  it('an eventQuery that throws in pollGpu', async () => {
+    const d = sim();
+    const { spinner } = spinnerStub();
+    const g = gpuWork(d, 0, spinner);
+    const err = failure();
+    const rec = recorder();
+    for (let i = 0; i < 3; i++) g.whenDone(g.stream, 16, rec.cb());
+    await Promise.resolve();
+    vi.spyOn(d, 'eventQuery').mockImplementationOnce(() => {
+      throw err;
+    });
+    expect(g.pollGpu()).toBe(true);
+    expect(rec.calls).toEqual([[err], [err], [err]]);
+    expect(g.gpuPending).toBe(false);
+  });
+
+  it('a whenComplete that rejects', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const err = failure();
+    vi.spyOn(d, 'whenComplete').mockReturnValueOnce(Promise.reject(err));
+    const rec = recorder();
+    for (let i = 0; i < 3; i++) g.whenDone(g.stream, 16, rec.cb());
+    await until(() => rec.total() === 3);
+    expect(rec.calls).toEqual([[err], [err], [err]]);
+    await expect(g.done(g.stream)).resolves.toBeUndefined();
+  });
+
+  it('an eventRecord that throws (no such stream); done() rejects with it', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const rec = recorder();
+    g.whenDone(0xbad0n, 16, rec.cb());
+    g.whenDone(0xbad0n, 16, rec.cb());
+    await until(() => rec.total() === 2);
+    const [[a], [b]] = rec.calls as [[CudaError], [CudaError]];
+    expect(a).toBeInstanceOf(CudaError);
+    expect(a.code).toBe('CUDA_ERROR_INVALID_HANDLE');
+    expect(b).toBe(a);
+    await expect(g.done(0xbad0n)).rejects.toMatchObject({ code: 'CUDA_ERROR_INVALID_HANDLE' });
+  });
+
+  it('a callback that throws does not keep the others of its batch from running; the error is reported', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const reported = catchMicrotaskErrors();
+    const boom = new Error('bug in a completion');
+    const rec = recorder();
+    g.whenDone(g.stream, 16, rec.cb());
+    g.whenDone(
+      g.stream,
+      16,
+      rec.cb(() => {
+        throw boom;
+      }),
+    );
+    g.whenDone(g.stream, 16, rec.cb());
+    await until(() => rec.total() === 3 && reported.length > 0);
+    expect(rec.calls).toEqual([[undefined], [undefined], [undefined]]);
+    expect(reported).toEqual([boom]);
+  });
+});
+
+describe('with a spinner', () => {
+  it('polled completions are settled by pollGpu, not by the native poller', async () => {
+    const d = sim();
+    const { stub, spinner, watched } = spinnerStub();
+    const g = gpuWork(d, 0, spinner);
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    const checks = [1, 2].map((seed) => queueCopy(d, g.stream, 2 * KiB, seed));
+    g.whenDone(g.stream, 2 * KiB, rec.cb(() => expect(checks.map((c) => c())).toEqual([true, true])));
+    g.whenDone(g.stream, 2 * KiB, rec.cb());
+    expect(g.gpuPending).toBe(false); // nothing recorded yet
+    await Promise.resolve();
+    expect(watched).toEqual([g]);
+    expect(g.gpuPending).toBe(true);
+    expect(rec.total()).toBe(0);
+    expect(g.pollGpu()).toBe(true); // the query runs the due copies
+    expect(rec.calls).toEqual([[undefined], [undefined]]);
+    expect(g.gpuPending).toBe(false);
+    expect(g.pollGpu()).toBe(false);
+    await settleLoop();
+    expect(rec.allOnce()).toBe(true);
+    expect(native).not.toHaveBeenCalled();
+    expect(stub.gpuWaits).toBe(0);
+  });
+
+  it('pollGpu settles oldest first; handOff gives the rest to driver.whenComplete, counted in gpuWaits', async () => {
+    const d = sim();
+    const { stub, spinner } = spinnerStub();
+    const g = gpuWork(d, 0, spinner);
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    const events: EventHandle[] = [];
+    const realRecord = d.eventRecord.bind(d);
+    vi.spyOn(d, 'eventRecord').mockImplementation((ev, s) => {
+      events.push(ev);
+      realRecord(ev, s);
+    });
+    // The first batch's event reads as not yet complete (a long copy), however far the GPU got.
+    const realQuery = d.eventQuery.bind(d);
+    vi.spyOn(d, 'eventQuery').mockImplementation((ev) => (ev === events[0] ? false : realQuery(ev)));
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    const c1 = queueCopy(d, s1, 1 * KiB, 1);
+    g.whenDone(s1, 1 * KiB, rec.cb(() => expect(c1()).toBe(true)));
+    const c2 = queueCopy(d, s2, 1 * KiB, 2);
+    g.whenDone(s2, 1 * KiB, rec.cb(() => expect(c2()).toBe(true)));
+    g.whenDone(s2, 1 * KiB, rec.cb());
+    await Promise.resolve();
+    expect(events).toHaveLength(2);
+    expect(g.pollGpu()).toBe(false); // the second batch waits behind the first
+    expect(rec.total()).toBe(0);
+    g.handOff();
+    expect(g.gpuPending).toBe(false);
+    expect(stub.gpuWaits).toBe(2);
+    expect(native.mock.calls.map(([ev]) => ev)).toEqual(events);
+    await until(() => rec.total() === 3);
+    await settleLoop();
+    expect(rec.calls).toEqual([[undefined], [undefined], [undefined]]);
+    expect(stub.gpuWaits).toBe(0);
+  });
+
+  it('a spinner that does not poll the GPU (pollsGpu false) is passed over: native poller, counted', async () => {
+    const d = sim();
+    const { stub, spinner, watched } = spinnerStub();
+    stub.pollsGpu = false;
+    const g = gpuWork(d, 0, spinner);
+    const rec = recorder();
+    g.whenDone(g.stream, 16, rec.cb());
+    await Promise.resolve();
+    expect(watched).toEqual([]);
+    expect(stub.gpuWaits).toBe(1);
+    await until(() => rec.total() === 1);
+    expect(stub.gpuWaits).toBe(0);
+  });
+
+  it('with a real Spinner, fast and slow copies all complete once, in stream order', async () => {
+    const d = sim();
+    const spinner = new RealSpinner(250);
+    try {
+      const g = gpuWork(d, 0, spinner);
+      const rec = recorder();
+      const order: number[] = [];
+      const checks: Array<() => boolean> = [];
+      for (let run = 0; run < 4; run++) {
+        d.inject({ copyDelayMs: run % 2 === 0 ? 0 : 5 }); // every other run copies slowly
+        for (let i = 0; i < 3; i++) {
+          const n = run * 3 + i;
+          const check = queueCopy(d, g.stream, 1 * KiB, n + 1);
+          checks.push(check);
+          g.whenDone(
+            g.stream,
+            1 * KiB,
+            rec.cb(() => {
+              order.push(n);
+              expect(check()).toBe(true);
+            }),
+          );
+        }
+        await Promise.resolve();
+      }
+      await until(() => rec.total() === 12);
+      await settleLoop();
+      expect(rec.calls.every((c) => c.length === 1 && c[0] === undefined)).toBe(true);
+      expect(order).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+      expect(spinner.gpuWaits).toBe(0);
+      expect(g.gpuPending).toBe(false);
+    } finally {
+      spinner.stop();
+    }
+  });
+});
+
+describe('close()', () => {
+  it('records the open batch, destroys the stream, and destroys the event once its callbacks ran', async () => {
+    const d = sim();
+    const g = new GpuWork(d);
+    const s = g.stream;
+    const record = vi.spyOn(d, 'eventRecord');
+    const destroyStream = vi.spyOn(d, 'streamDestroy');
+    const destroyEvent = vi.spyOn(d, 'eventDestroy');
+    const rec = recorder();
+    const check = queueCopy(d, s, 4 * KiB, 9);
+    g.whenDone(s, 4 * KiB, rec.cb(() => expect(check()).toBe(true)));
+    g.whenDone(s, 4 * KiB, rec.cb());
+    g.close();
+    expect(record).toHaveBeenCalledTimes(1); // the open batch was flushed by close
+    expect(destroyStream).toHaveBeenCalledWith(s);
+    expect(destroyEvent).not.toHaveBeenCalled(); // still awaited
+    await until(() => rec.total() === 2);
+    expect(rec.calls).toEqual([[undefined], [undefined]]);
+    expect(destroyEvent).toHaveBeenCalledTimes(1);
+    expect(destroyEvent).toHaveBeenCalledWith(record.mock.calls[0]![0]);
+    g.close(); // twice is fine
+    expect(destroyStream).toHaveBeenCalledTimes(1);
+  });
+
+  it('destroys the idle (pooled) events', async () => {
+    const d = sim();
+    const g = new GpuWork(d);
+    const create = vi.spyOn(d, 'eventCreate');
+    const [s1, s2] = [d.streamCreate(), d.streamCreate()];
+    await Promise.all([g.done(s1, 16), g.done(s2, 16)]);
+    const made = create.mock.results.map((r) => r.value as EventHandle);
+    expect(made).toHaveLength(2);
+    const destroyEvent = vi.spyOn(d, 'eventDestroy');
+    g.close();
+    expect(destroyEvent.mock.calls.map(([ev]) => ev).sort()).toEqual([...made].sort());
+  });
+
+  it('hands the polled waits to the native poller', async () => {
+    const d = sim();
+    const { stub, spinner } = spinnerStub();
+    const g = new GpuWork(d, 0, spinner);
+    const native = vi.spyOn(d, 'whenComplete');
+    const rec = recorder();
+    g.whenDone(g.stream, 16, rec.cb());
+    await Promise.resolve();
+    expect(g.gpuPending).toBe(true);
+    g.close();
+    expect(g.gpuPending).toBe(false);
+    expect(native).toHaveBeenCalledTimes(1);
+    expect(stub.gpuWaits).toBe(1);
+    await until(() => rec.total() === 1);
+    expect(rec.calls).toEqual([[undefined]]);
+    expect(stub.gpuWaits).toBe(0);
+  });
+});
+
+describe('property: random bursts over 1-3 streams', () => {
+  type Mode = 'native' | 'spin' | 'stub';
+  const callArb = fc.record({ stream: fc.integer({ min: 0, max: 2 }), big: fc.boolean() });
+  const runsArb = fc.array(fc.array(callArb, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 5 });
+
+  propTest.prop([runsArb, fc.constantFrom<Mode>('native', 'spin', 'stub')], { numRuns: 60 })(
+    'every callback runs exactly once without error; one eventRecord per (run, same-stream group)',
+    async (runs, mode) => {
+      const d = sim();
+      try {
+        const { spinner } = spinnerStub();
+        const g = new GpuWork(d, mode === 'spin' ? 200 : 0, mode === 'stub' ? spinner : undefined);
+        const streams = [d.streamCreate(), d.streamCreate(), d.streamCreate()];
+        const bufs = streams.map(() => d.memAlloc(64));
+        const record = vi.spyOn(d, 'eventRecord');
+        const rec = recorder();
+        let groups = 0;
+        for (const run of runs) {
+          run.forEach((c, i) => {
+            if (i === 0 || run[i - 1]!.stream !== c.stream) groups++;
+            d.memsetD8Async(bufs[c.stream]!, i, 64, streams[c.stream]!);
+            g.whenDone(streams[c.stream]!, c.big ? 1 * MiB : 64, rec.cb());
+          });
+          await Promise.resolve(); // the run ends: its last batch is flushed
+        }
+        if (mode === 'stub') {
+          g.pollGpu();
+          g.handOff();
+        }
+        const total = runs.reduce((n, r) => n + r.length, 0);
+        await until(() => rec.total() >= total);
+        await settleLoop();
+        expect(rec.calls).toHaveLength(total);
+        expect(rec.calls.every((c) => c.length === 1 && c[0] === undefined)).toBe(true);
+        expect(record).toHaveBeenCalledTimes(groups);
+        g.close();
+      } finally {
+        vi.restoreAllMocks();
+        d.close();
+      }
+    },
+  );
+});
