@@ -131,7 +131,11 @@ export class GpuWork implements GpuPollable {
     } else {
       this.freeEvents.push(ev);
     }
-    cb(err);
+    try {
+      cb(err);
+    } catch (e) {
+      reportLater(e); // wherever the completion came from (a spin, the spinner, a promise)
+    }
   }
 
   /** Through the native poller (driver.whenComplete), counted on the spinner while it is awaited. */
@@ -224,9 +228,14 @@ function settleAll(cbs: readonly Completion[], err: Error | undefined): void {
     try {
       cb(err);
     } catch (e) {
-      queueMicrotask(() => {
-        throw e; // a bug in a completion: reported, without keeping the others from running
-      });
+      reportLater(e);
     }
   }
+}
+
+/** A completion threw (a bug): reported as an uncaught error, without keeping other completions from running. */
+function reportLater(e: unknown): void {
+  queueMicrotask(() => {
+    throw e;
+  });
 }
