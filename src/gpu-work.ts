@@ -20,6 +20,9 @@ import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
 /** Only copies this small are worth a spin: they finish within it, and a stream of them is latency-bound anyway. */
 const SPIN_MAX_BYTES = 64 << 10;
 
+/** Copies up to this much (together) share one completion event; larger ones get their own. */
+const BATCH_MAX_BYTES = 4 << 20;
+
 /** Called once a copy's completion is known: no argument when it completed, the error when it failed. */
 export type Completion = (err?: Error) => void;
 
@@ -72,7 +75,14 @@ export class GpuWork implements GpuPollable {
    */
   whenDone(stream: StreamHandle, bytes: number, cb: Completion): void {
     const b = this.batch;
-    if (b !== undefined && b.stream === stream) {
+    if (bytes > BATCH_MAX_BYTES) {
+      // A large copy (a staging chunk, a big message) gets its own event: its
+      // FIN must not wait for the copies queued after it.
+      if (b !== undefined) this.flushNow(false);
+      this.record(stream, bytes, cb, false);
+      return;
+    }
+    if (b !== undefined && b.stream === stream && b.bytes + bytes <= BATCH_MAX_BYTES) {
       b.bytes += bytes;
       b.cbs.push(cb);
       return;
