@@ -106,8 +106,6 @@ constexpr int kCudaAbiVersion = 12000;
   X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync", CUresult, (CUdeviceptr, const void*, size_t, CUstream)) \
   X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync", CUresult, (void*, CUdeviceptr, size_t, CUstream)) \
   X(cuMemcpyAsync, "cuMemcpyAsync", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))  \
-  /* -> cuMemcpyDtoDAsync_v2 */                                                               \
-  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream)) \
   /* -> cuMemGetAddressRange_v2 */                                                            \
   X(cuMemGetAddressRange, "cuMemGetAddressRange", CUresult, (CUdeviceptr*, size_t*, CUdeviceptr)) \
   X(cuPointerGetAttributes, "cuPointerGetAttributes", CUresult, (unsigned, int*, void**, CUdeviceptr)) \

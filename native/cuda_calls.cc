@@ -329,17 +329,6 @@ Napi::Value CuMemcpyAsync(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-Napi::Value CuMemcpyDtoDAsync(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyDtoDAsync");
-  ARG_U64(dst, 0);
-  ARG_U64(src, 1);
-  ARG_SIZE(bytes, 2);
-  ARG_U64(stream, 3);
-  SMCUDA_CU(env, cuMemcpyDtoDAsync, dst, src, bytes, As<CUstream>(stream));
-  return env.Undefined();
-}
-
 Napi::Value CuMemGetAddressRange(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   SMCUDA_REQUIRE_DRIVER(env, "cuMemGetAddressRange");
@@ -643,7 +632,6 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
       {"cuMemcpyHtoDAsync", CuMemcpyHtoDAsync},
       {"cuMemcpyDtoHAsync", CuMemcpyDtoHAsync},
       {"cuMemcpyAsync", CuMemcpyAsync},
-      {"cuMemcpyDtoDAsync", CuMemcpyDtoDAsync},
       {"cuMemGetAddressRange", CuMemGetAddressRange},
       {"cuPointerGetAttributes", CuPointerGetAttributes},
       {"cuPointerGetBufferId", CuPointerGetBufferId},

@@ -64,7 +64,7 @@ describe('the built addon', () => {
       'cudaStatus', 'cuInit', 'cuDeviceGetCount', 'cuDeviceGetInfo', 'cuDeviceCanAccessPeer',
       'cuDevicePrimaryCtxRetain', 'cuDevicePrimaryCtxRelease', 'cuCtxSetCurrent', 'cuMemAlloc', 'cuMemFree',
       'cuMemsetD8', 'cuMemsetD8Async', 'cuMemcpyHtoD', 'cuMemcpyDtoH', 'cuMemcpyDtoD', 'cuMemcpyHtoDAsync',
-      'cuMemcpyDtoHAsync', 'cuMemcpyAsync', 'cuMemcpyDtoDAsync', 'cuMemGetAddressRange', 'cuPointerGetAttributes',
+      'cuMemcpyDtoHAsync', 'cuMemcpyAsync', 'cuMemGetAddressRange', 'cuPointerGetAttributes',
       'cuPointerGetBufferId', 'cuMemHostAlloc',
       'cuMemFreeHost', 'cuMemHostRegister', 'cuMemHostUnregister', 'cuIpcGetMemHandle', 'cuIpcOpenMemHandle',
       'cuIpcCloseMemHandle', 'cuIpcGetEventHandle', 'cuIpcOpenEventHandle', 'cuStreamCreate', 'cuStreamDestroy',

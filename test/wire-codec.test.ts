@@ -48,6 +48,23 @@ const utf8 = (minBytes: number, maxBytes: number) =>
     .filter((s) => Buffer.byteLength(s) >= minBytes && Buffer.byteLength(s) <= maxBytes);
 const finStatus = fc.constantFrom(...(Object.values(FinStatus).filter((v) => typeof v === 'number') as FinStatus[]));
 
+/** RGET frames whose device UUID comes from `deviceUuid`; offset + length ≤ allocSize. */
+function rgetArb(deviceUuid: fc.Arbitrary<string>) {
+  return fc
+    .record({
+      type: fc.constant(FrameType.RGET as const),
+      tag: u32,
+      seq: safe,
+      handle,
+      base: u64,
+      bounds: fc.tuple(safe, safe, safe).map((t) => t.sort((a, b) => a - b)),
+      bufferId: u64,
+      deviceUuid,
+      event: fc.option(handle, { nil: null }),
+    })
+    .map(({ bounds: [a, b, c], ...f }) => ({ ...f, offset: a, length: b - a, allocSize: c }));
+}
+
 const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({
     type: fc.constant(FrameType.HELLO as const),
@@ -70,19 +87,7 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
     fromDevice: fc.boolean(),
     data: fc.uint8Array({ maxLength: 300 }),
   }),
-  fc
-    .record({
-      type: fc.constant(FrameType.RGET as const),
-      tag: u32,
-      seq: safe,
-      handle,
-      base: u64,
-      bounds: fc.tuple(safe, safe, safe).map((t) => t.sort((a, b) => a - b)),
-      bufferId: u64,
-      deviceUuid: uuid,
-      event: fc.option(handle, { nil: null }),
-    })
-    .map(({ bounds: [a, b, c], ...f }) => ({ ...f, offset: a, length: b - a, allocSize: c })),
+  rgetArb(uuid),
   fc.record({ type: fc.constant(FrameType.FIN as const), seq: safe, status: finStatus, message: utf8(0, MAX_STRING_BYTES) }),
   fc.record({ type: fc.constant(FrameType.FINS as const), seqs: fc.array(safe, { minLength: 1, maxLength: 20 }) }),
   fc.record({ type: fc.constant(FrameType.CANCEL as const), seq: safe }),
@@ -576,19 +581,7 @@ describe('decodeFrame with a UuidNames', () => {
     .uniqueArray(uuidBytes.map(deviceUuidFromBytes), { minLength: 1, maxLength: 12 })
     .chain((pool) => {
       const poolUuid = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...pool) }, { weight: 1, arbitrary: fc.constant('') });
-      const rget = fc
-        .record({
-          type: fc.constant(FrameType.RGET as const),
-          tag: u32,
-          seq: safe,
-          handle,
-          base: u64,
-          bounds: fc.tuple(safe, safe, safe).map((t) => t.sort((a, b) => a - b)),
-          bufferId: u64,
-          deviceUuid: poolUuid,
-          event: fc.option(handle, { nil: null }),
-        })
-        .map(({ bounds: [a, b, c], ...f }) => ({ ...f, offset: a, length: b - a, allocSize: c }));
+      const rget = rgetArb(poolUuid);
       const ipcReq = fc.record({ type: fc.constant(FrameType.IPC_REQ as const), attempt, deviceUuid: poolUuid });
       const ipcAck = fc.record({ type: fc.constant(FrameType.IPC_ACK as const), attempt, ok: fc.boolean(), deviceUuid: poolUuid });
       const invalidate = fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: poolUuid, base: u64, bufferId: u64 });

@@ -53,7 +53,6 @@ export interface NativeCuda {
   cuMemcpyHtoDAsync(dst: bigint, src: ArrayBuffer, offset: number, bytes: number, stream: bigint): void;
   cuMemcpyDtoHAsync(dst: ArrayBuffer, offset: number, bytes: number, src: bigint, stream: bigint): void;
   cuMemcpyAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
-  cuMemcpyDtoDAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
   cuMemGetAddressRange(ptr: bigint): { base: bigint; size: number };
   cuPointerGetAttributes(ptr: bigint): { bufferId: bigint; device: number; memoryType: number };
   cuPointerGetBufferId(ptr: bigint): bigint;
