@@ -559,19 +559,18 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    */
   private deliverRget(recv: PendingRecv, frame: RgetFrame): void {
     if (this.refusedTooSmall(recv, frame)) return;
-    const mapping = frame.event ? undefined : this.pool.lookup(rgetRequest(frame));
-    if (mapping) return this.copyRget(recv, frame, mapping, undefined);
-    this.prepareRget(recv, frame).catch((err: Error) => recv.reject(err));
+    const pooled = this.pool.lookup(rgetRequest(frame));
+    if (pooled && !frame.event) return this.copyRget(recv, frame, pooled, undefined);
+    this.prepareRget(recv, frame, pooled).catch((err: Error) => recv.reject(err));
   }
 
-  /** Opens the mapping and waits for the sender's stream event, then copies. */
-  private async prepareRget(recv: PendingRecv, frame: RgetFrame): Promise<void> {
+  /** Opens the mapping (unless `pooled` is it) and waits for the sender's stream event, then copies. */
+  private async prepareRget(recv: PendingRecv, frame: RgetFrame, pooled: Mapping | undefined): Promise<void> {
     const d = this.driver;
-    const req = rgetRequest(frame);
-    let mapping = this.pool.lookup(req);
+    let mapping = pooled;
     if (!mapping) {
       try {
-        mapping = await this.pool.acquire(req);
+        mapping = await this.pool.acquire(rgetRequest(frame));
         // The peer can make us read only what it handed us: the mapping's
         // real extent, not the peer's word for it, bounds every copy.
         const real = d.memGetAddressRange(mapping.ptr);

@@ -68,10 +68,15 @@ export class GpuWork implements GpuPollable {
    * The per-message path uses this, not `done`: no promise between the GPU
    * and the FIN that answers it.
    *
-   * Calls made in one synchronous run (the copies for all the frames one
-   * look at the control ring found) share one event, recorded after the last
-   * of them in a microtask: one cuEventRecord and one cuEventQuery (together
-   * 2–3 µs on H200) per burst instead of per message.
+   * Small calls made in one synchronous run (the copies for all the frames
+   * one look at the control ring found) share one event, recorded after the
+   * last of them in a microtask: one cuEventRecord and one cuEventQuery
+   * (together 2–3 µs on H200) per burst instead of per message. A batch
+   * holds at most BATCH_MAX_BYTES, and a larger copy gets an event of its
+   * own at once: the first copy's FIN waits for the last one's, which only
+   * pays while copies take about as long as the per-message work (on 2×H200,
+   * batching 256 MiB messages cost 8 points of bandwidth, and staging chunks
+   * half of it).
    */
   whenDone(stream: StreamHandle, bytes: number, cb: Completion): void {
     const b = this.batch;
@@ -148,15 +153,12 @@ export class GpuWork implements GpuPollable {
     }
   }
 
-  /** Through the native poller (driver.whenComplete), counted on the spinner while it is awaited. */
+  /** Through the native poller (whenComplete below), then back to the pool. */
   private awaitNative(ev: EventHandle, cb: Completion): void {
-    const sp = this.spinner;
-    if (sp) sp.gpuWaits++;
-    const settled = (err?: Error): void => {
-      if (sp) sp.gpuWaits--;
-      this.settle(ev, cb, err);
-    };
-    this.driver.whenComplete(ev).then(() => settled(), settled);
+    this.whenComplete(ev).then(
+      () => this.settle(ev, cb),
+      (err: Error) => this.settle(ev, cb, err),
+    );
   }
 
   /** driver.whenComplete, counted on the spinner while it is awaited. */
