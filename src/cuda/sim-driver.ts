@@ -278,17 +278,20 @@ export class SimulatedCudaDriver implements CudaDriver {
   }
 
   pointerAttributes(ptr: DevicePtr): PointerAttributes {
-    assertPtr('ptr', ptr);
-    const a = this.requireInit('cuPointerGetAttributes').find(ptr);
-    if (!a) throw cudaError('cuPointerGetAttributes', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
+    const a = this.attributesOf(ptr, 'cuPointerGetAttributes');
     return { bufferId: a.bufferId, device: a.device, memoryType: 'device' };
   }
 
   bufferId(ptr: DevicePtr): bigint {
+    return this.attributesOf(ptr, 'cuPointerGetAttribute').bufferId;
+  }
+
+  /** The allocation holding `ptr`, for the pointer-attribute calls (CUDA_ERROR_INVALID_VALUE when none). */
+  private attributesOf(ptr: DevicePtr, call: string): { bufferId: bigint; device: number } {
     assertPtr('ptr', ptr);
-    const a = this.requireInit('cuPointerGetAttribute').find(ptr);
-    if (!a) throw cudaError('cuPointerGetAttribute', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
-    return a.bufferId;
+    const a = this.requireInit(call).find(ptr);
+    if (!a) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
+    return a;
   }
 
   hostAlloc(bytes: number): PinnedHostBuffer {

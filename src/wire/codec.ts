@@ -29,7 +29,7 @@ import {
   WIRE_VERSION,
   type Frame,
 } from './frames.js';
-import { concatBytes } from '../channel/send-parts.js';
+import { concatBytes, copyBytes } from '../channel/send-parts.js';
 import { readDeviceUuid, type UuidNames, writeDeviceUuid } from './uuid.js';
 
 export const WIRE_MAGIC = 0x53;
@@ -527,12 +527,9 @@ class Reader {
   /** A copy of the next `n` bytes: for small fields the receiver keeps (handles). */
   copy(field: string, n: number): Uint8Array {
     this.need(field, n);
-    // From Node's pool (a fresh ArrayBuffer per handle costs more than the rest
-    // of the decode); not .slice(), which on a Buffer is a view, not a copy.
-    const b = Buffer.allocUnsafe(n);
-    b.set(this.bytes.subarray(this.pos, this.pos + n));
+    const b = copyBytes(this.bytes.subarray(this.pos, this.pos + n));
     this.pos += n;
-    return new Uint8Array(b.buffer, b.byteOffset, n);
+    return b;
   }
   uuid(field: string): string {
     this.need(field, UUID_BYTES);

@@ -71,11 +71,11 @@ export function readDeviceUuid(bytes: Uint8Array, offset: number): string {
 const REMEMBERED = 8;
 
 /**
- * readDeviceUuid (and writeDeviceUuid) with a memory, one per endpoint: a peer names the
- * same device in every RGET, and building the string afresh — then hashing
- * the new string again for each Map lookup keyed by it — cost ~0.7 µs per
- * frame (measured). Returns the same, already hashed, string for the same
- * 16 bytes.
+ * readDeviceUuid and writeDeviceUuid with a memory, one per endpoint: a peer
+ * names the same device in every RGET, and building the string afresh —
+ * then hashing the new string again for each Map lookup keyed by it — cost
+ * ~0.7 µs per frame (measured). Returns the same, already hashed, string for
+ * the same 16 bytes.
  */
 export class UuidNames {
   private readonly keys = new Uint8Array(REMEMBERED * UUID_BYTES);
@@ -83,7 +83,7 @@ export class UuidNames {
   private next = 0;
   private readonly encoded = new Map<string, Uint8Array>();
 
-  /** Encoding: the 16 bytes of a valid UUID string (remembered by identity of the string's value), or undefined when it is not one. */
+  /** Encoding: the 16 bytes of a valid UUID string (remembered per string), or undefined when it is not one. */
   bytesOf(uuid: string): Uint8Array | undefined {
     let b = this.encoded.get(uuid);
     if (b === undefined) {
