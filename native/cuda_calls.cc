@@ -115,6 +115,10 @@ Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
   out.Set("available", Napi::Boolean::New(env, available));
   if (!available) out.Set("reason", Napi::String::New(env, reason));
   out.Set("driverVersion", Napi::Number::New(env, d.driverVersion));
+  if (available)
+    out.Set("memcpyBatch", Napi::String::New(env, d.memcpyBatchV2   ? "cuMemcpyBatchAsync_v2"
+                                                : d.memcpyBatchV1 ? "cuMemcpyBatchAsync"
+                                                                  : "none"));
   return out;
 }
 
@@ -326,6 +330,82 @@ Napi::Value CuMemcpyAsync(const Napi::CallbackInfo& info) {
   ARG_SIZE(bytes, 2);
   ARG_U64(stream, 3);
   SMCUDA_CU(env, cuMemcpyAsync, dst, src, bytes, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+// A typed array argument of at least `count` elements.
+template <typename T>
+bool ArgTyped(const Napi::CallbackInfo& info, size_t i, napi_typedarray_type type, size_t count, const char* name,
+              T** out) {
+  if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != type) {
+    Napi::TypeError::New(info.Env(), std::string(name) + " has the wrong typed array type")
+        .ThrowAsJavaScriptException();
+    return false;
+  }
+  Napi::TypedArrayOf<T> a = info[i].As<Napi::TypedArrayOf<T>>();
+  if (a.ElementLength() < count) {
+    Napi::RangeError::New(info.Env(), std::string(name) + " holds fewer than " + std::to_string(count) + " entries")
+        .ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = a.Data();
+  return true;
+}
+
+constexpr size_t kMaxBatchCopies = 256;
+
+// (dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count,
+// stream, device): the first `count` copies in one cuMemcpyBatchAsync, or one
+// by one where the driver has none (or the stream is a legacy/per-thread
+// handle, which the batch call refuses).
+Napi::Value CuMemcpyBatchAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyBatchAsync");
+  ARG_SIZE(count, 3);
+  ARG_U64(stream, 4);
+  ARG_INT(device, 5);
+  if (count < 1 || count > kMaxBatchCopies) {
+    Napi::RangeError::New(env, "count must be 1.." + std::to_string(kMaxBatchCopies)).ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  uint64_t* dsts = nullptr;
+  uint64_t* srcs = nullptr;
+  double* sizeNumbers = nullptr;
+  if (!ArgTyped(info, 0, napi_biguint64_array, count, "dsts", &dsts)) return Napi::Value();
+  if (!ArgTyped(info, 1, napi_biguint64_array, count, "srcs", &srcs)) return Napi::Value();
+  if (!ArgTyped(info, 2, napi_float64_array, count, "sizes", &sizeNumbers)) return Napi::Value();
+  size_t sizes[kMaxBatchCopies];
+  for (size_t k = 0; k < count; k++) {
+    double v = sizeNumbers[k];
+    if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<uint64_t>(v))) {
+      Napi::RangeError::New(env, "sizes[" + std::to_string(k) + "] must be a non-negative safe integer")
+          .ThrowAsJavaScriptException();
+      return Napi::Value();
+    }
+    sizes[k] = static_cast<size_t>(v);
+  }
+  const DriverState& d = Driver();
+  CUstream s = As<CUstream>(stream);
+  if (stream > 2 && (d.memcpyBatchV2 || d.memcpyBatchV1)) {
+    CUmemcpyAttributes attr = {CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+                               {CU_MEM_LOCATION_TYPE_DEVICE, device},
+                               {CU_MEM_LOCATION_TYPE_DEVICE, device},
+                               0};
+    size_t attrIndex = 0;
+    size_t failIdx = 0;
+    // CUdeviceptr is unsigned long long, uint64_t unsigned long: the same 64 bits.
+    static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t), "CUdeviceptr is 64-bit");
+    CUdeviceptr* dst = reinterpret_cast<CUdeviceptr*>(dsts);
+    CUdeviceptr* src = reinterpret_cast<CUdeviceptr*>(srcs);
+    CUresult r = d.memcpyBatchV2 ? d.memcpyBatchV2(dst, src, sizes, count, &attr, &attrIndex, 1, s)
+                                 : d.memcpyBatchV1(dst, src, sizes, count, &attr, &attrIndex, 1, &failIdx, s);
+    if (r != CUDA_SUCCESS) {
+      CuError(env, "cuMemcpyBatchAsync", r).ThrowAsJavaScriptException();
+      return Napi::Value();
+    }
+    return env.Undefined();
+  }
+  for (size_t k = 0; k < count; k++) SMCUDA_CU(env, cuMemcpyAsync, dsts[k], srcs[k], sizes[k], s);
   return env.Undefined();
 }
 
@@ -632,6 +712,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
       {"cuMemcpyHtoDAsync", CuMemcpyHtoDAsync},
       {"cuMemcpyDtoHAsync", CuMemcpyDtoHAsync},
       {"cuMemcpyAsync", CuMemcpyAsync},
+      {"cuMemcpyBatchAsync", CuMemcpyBatchAsync},
       {"cuMemGetAddressRange", CuMemGetAddressRange},
       {"cuPointerGetAttributes", CuPointerGetAttributes},
       {"cuPointerGetBufferId", CuPointerGetBufferId},

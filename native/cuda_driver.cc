@@ -6,6 +6,8 @@
 //   3. dlsym cuGetProcAddress_v2, else the CUDA 11.3 cuGetProcAddress
 //   4. every entry point of SMCUDA_DRIVER_FUNCTIONS through it, by base name,
 //      with cudaVersion = kCudaAbiVersion and CU_GET_PROC_ADDRESS_DEFAULT
+//   5. the optional ones (cuMemcpyBatchAsync), with the driver's own ABI;
+//      missing is not a failure
 // Any failure leaves `available = false` and a reason that says what was
 // missing and how to fix it; the addon itself keeps working.
 #include <dlfcn.h>
@@ -85,6 +87,21 @@ DriverState Load() {
   if (!resolve(name, reinterpret_cast<void**>(&s.fn.field))) return s;
   SMCUDA_DRIVER_FUNCTIONS(SMCUDA_RESOLVE)
 #undef SMCUDA_RESOLVE
+
+  // cuGetProcAddress hands out the newest version not above the one asked
+  // for, so the version asked for must be one whose ABI we call.
+  auto optional = [&](const char* name, int version) -> void* {
+    void* fn = nullptr;
+    int status = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = v2 ? v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status)
+                    : v1(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT);
+    return r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS ? fn : nullptr;
+  };
+  if (s.driverVersion >= 13000) {
+    s.memcpyBatchV2 = reinterpret_cast<MemcpyBatchAsyncV2>(optional("cuMemcpyBatchAsync", 13000));
+  } else if (s.driverVersion >= 12080) {
+    s.memcpyBatchV1 = reinterpret_cast<MemcpyBatchAsyncV1>(optional("cuMemcpyBatchAsync", 12080));
+  }
 
   s.available = true;
   return s;

@@ -19,6 +19,12 @@ export interface ExportInfo {
   bufferId: bigint;
   handle: Uint8Array;
   device: number;
+  /**
+   * The last RGET sent from this pointer (without an event), for restampRget:
+   * it depends only on this entry and the length, and goes when the entry is
+   * rebuilt (another buffer id).
+   */
+  rget?: { length: number; frame: Uint8Array };
 }
 
 /** Which allocation holds `ptr`: its base, size, buffer id and device (two driver calls). */

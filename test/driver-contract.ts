@@ -319,6 +319,46 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         }
       });
 
+      it('memcpyBatchAsync queues several copies in one call; the batch as a whole is in stream order', async () => {
+        const size = 64 * 1024;
+        const parts = 4;
+        const data = patternBytes(size * parts, 11);
+        const a = d.memAlloc(size * parts);
+        const b = d.memAlloc(size * parts);
+        const s = d.streamCreate();
+        const ev = d.eventCreate({ disableTiming: true });
+        const out = new Uint8Array(size * parts);
+        try {
+          d.memsetD8Async(b, 0, size * parts, s);
+          d.memcpyHtoDAsync(a, data, s);
+          const dsts = new BigUint64Array(parts);
+          const srcs = new BigUint64Array(parts);
+          const sizes = new Float64Array(parts);
+          for (let k = 0; k < parts; k++) {
+            // part k of a goes to part (parts - 1 - k) of b; the last one only half
+            srcs[k] = a + BigInt(k * size);
+            dsts[k] = b + BigInt((parts - 1 - k) * size);
+            sizes[k] = k === parts - 1 ? size / 2 : size;
+          }
+          d.memcpyBatchAsync(dsts, srcs, sizes, parts, s);
+          d.memcpyDtoHAsync(out, b, s);
+          d.eventRecord(ev, s);
+          await d.whenComplete(ev);
+          for (let k = 0; k < parts; k++) {
+            const got = out.subarray((parts - 1 - k) * size, (parts - 1 - k) * size + sizes[k]!);
+            expect(Buffer.compare(got, data.subarray(k * size, k * size + sizes[k]!))).toBe(0);
+          }
+          expect(out.subarray(size / 2, size).every((x) => x === 0)).toBe(true);
+          expect(() => d.memcpyBatchAsync(dsts, srcs, sizes, 0, s)).toThrow(RangeError);
+          expect(() => d.memcpyBatchAsync(dsts, srcs, sizes, parts + 1, s)).toThrow(RangeError);
+        } finally {
+          d.eventDestroy(ev);
+          d.streamDestroy(s);
+          d.memFree(a);
+          d.memFree(b);
+        }
+      });
+
       it('streamSynchronize and eventSynchronize complete queued work', () => {
         const size = 64 * 1024;
         const p = d.memAlloc(size);

@@ -437,6 +437,157 @@ describe('errors reach every callback of the batch', () => {
   });
 });
 
+/** `count` copies of `size` pattern bytes into zeroed destinations, not yet queued: queue them with GpuWork.copy. */
+function copies(d: SimulatedCudaDriver, count: number, size: number, seed = 1) {
+  return Array.from({ length: count }, (_, k) => {
+    const want = pattern(size, seed + k);
+    const src = d.memAlloc(size);
+    const dst = d.memAlloc(size);
+    d.memcpyHtoD(src, want);
+    d.memsetD8(dst, 0, size);
+    const landed = () => {
+      const out = new Uint8Array(size);
+      d.memcpyDtoH(out, dst);
+      return Buffer.compare(out, want) === 0;
+    };
+    return { src, dst, size, landed };
+  });
+}
+
+describe('copy: the copies of one run are launched together', () => {
+  it('three small copies: nothing launched inside copy(), then one memcpyBatchAsync and one event', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const batch = vi.spyOn(d, 'memcpyBatchAsync');
+    const single = vi.spyOn(d, 'memcpyAsync');
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const cs = copies(d, 3, 4 * KiB);
+    for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb(() => expect(c.landed()).toBe(true)));
+    expect(batch).not.toHaveBeenCalled();
+    expect(single).not.toHaveBeenCalled();
+    await Promise.resolve();
+    expect(batch).toHaveBeenCalledTimes(1);
+    expect(batch.mock.calls[0]![3]).toBe(3);
+    expect(single).not.toHaveBeenCalled();
+    expect(record).toHaveBeenCalledTimes(1);
+    await until(() => rec.total() === 3);
+    await settleLoop();
+    expect(rec.calls).toEqual([[undefined], [undefined], [undefined]]);
+  });
+
+  it('a lone copy is one memcpyAsync', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const batch = vi.spyOn(d, 'memcpyBatchAsync');
+    const single = vi.spyOn(d, 'memcpyAsync');
+    const [c] = copies(d, 1, 64);
+    let landed = false;
+    g.copy(g.stream, c!.dst, c!.src, c!.size, () => (landed = c!.landed()));
+    await until(() => landed);
+    expect(single).toHaveBeenCalledTimes(1);
+    expect(batch).not.toHaveBeenCalled();
+  });
+
+  it('a copy over 4 MiB is launched inside copy(), after the open batch, with an event of its own', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const order: string[] = [];
+    const realBatch = d.memcpyBatchAsync.bind(d);
+    const realSingle = d.memcpyAsync.bind(d);
+    vi.spyOn(d, 'memcpyBatchAsync').mockImplementation((...a) => (order.push(`batch ${a[3]}`), realBatch(...a)));
+    vi.spyOn(d, 'memcpyAsync').mockImplementation((...a) => (order.push(`single ${a[2]}`), realSingle(...a)));
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const small = copies(d, 2, 1 * KiB);
+    const [big] = copies(d, 1, 4 * MiB + 1, 9);
+    for (const c of small) g.copy(g.stream, c.dst, c.src, c.size, rec.cb());
+    g.copy(g.stream, big!.dst, big!.src, big!.size, rec.cb(() => expect(big!.landed()).toBe(true)));
+    expect(order).toEqual(['batch 2', `single ${4 * MiB + 1}`]);
+    expect(record).toHaveBeenCalledTimes(2);
+    await until(() => rec.total() === 3);
+    expect(small.every((c) => c.landed())).toBe(true);
+  });
+
+  it('copies on two streams: one launch and one event on each stream', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const s2 = d.streamCreate();
+    const batch = vi.spyOn(d, 'memcpyBatchAsync');
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const [a, b, c, e] = copies(d, 4, 512);
+    g.copy(g.stream, a!.dst, a!.src, 512, rec.cb());
+    g.copy(g.stream, b!.dst, b!.src, 512, rec.cb());
+    g.copy(s2, c!.dst, c!.src, 512, rec.cb());
+    g.copy(s2, e!.dst, e!.src, 512, rec.cb());
+    await until(() => rec.total() === 4);
+    expect(batch.mock.calls.map((call) => [call[3], call[4]])).toEqual([
+      [2, g.stream],
+      [2, s2],
+    ]);
+    expect(record.mock.calls.map((call) => call[1])).toEqual([g.stream, s2]);
+    expect([a, b, c, e].every((x) => x!.landed())).toBe(true);
+  });
+
+  it('more copies than one batch takes (64) go in two launches', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const batch = vi.spyOn(d, 'memcpyBatchAsync');
+    const rec = recorder();
+    const cs = copies(d, 65, 16);
+    for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb());
+    await until(() => rec.total() === 65);
+    expect(batch.mock.calls.map((call) => call[3])).toEqual([64]);
+    expect(rec.allOnce()).toBe(true);
+    expect(cs.every((c) => c.landed())).toBe(true);
+  });
+
+  it('a batch the driver refuses is retried one by one: only the bad copy fails, never inside copy()', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    vi.spyOn(d, 'memcpyBatchAsync').mockImplementation(() => {
+      throw new CudaError('cuMemcpyBatchAsync', 'CUDA_ERROR_INVALID_VALUE', 1, 'refused');
+    });
+    const rec = recorder();
+    const [a, b] = copies(d, 2, 256);
+    g.copy(g.stream, a!.dst, a!.src, 256, rec.cb(() => expect(a!.landed()).toBe(true)));
+    g.copy(g.stream, 0xdead0000n, b!.src, 256, rec.cb()); // not an allocation: cuMemcpyAsync refuses it
+    g.copy(g.stream, b!.dst, b!.src, 256, rec.cb(() => expect(b!.landed()).toBe(true)));
+    expect(rec.total()).toBe(0);
+    await until(() => rec.total() === 3);
+    await settleLoop();
+    expect(rec.calls[0]).toEqual([undefined]);
+    expect(rec.calls[1]).toEqual([expect.any(CudaError)]);
+    expect(rec.calls[2]).toEqual([undefined]);
+  });
+
+  it('when every copy of a batch fails, no event is recorded', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const [a] = copies(d, 1, 256);
+    g.copy(g.stream, 0xdead0000n, a!.src, 256, rec.cb());
+    g.copy(g.stream, 0xdeae0000n, a!.src, 256, rec.cb());
+    await until(() => rec.total() === 2);
+    expect(rec.calls.map((c) => c[0])).toEqual([expect.any(CudaError), expect.any(CudaError)]);
+    expect(record).not.toHaveBeenCalled();
+  });
+
+  it('a whenDone that joins a batch of copies is called back after they landed', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const rec = recorder();
+    const cs = copies(d, 2, 2 * KiB);
+    for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb());
+    g.whenDone(g.stream, 0, rec.cb(() => expect(cs.every((c) => c.landed())).toBe(true)));
+    await until(() => rec.total() === 3);
+    await settleLoop();
+    expect(rec.allOnce()).toBe(true);
+  });
+});
+
 describe('with a spinner', () => {
   it('polled completions are settled by pollGpu, not by the native poller', async () => {
     const d = sim();

@@ -406,8 +406,26 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
 
   it('loads, resolves every entry point and reports the driver version', async () => {
     const { status, driverStatus } = await scenario('status');
-    expect(status).toEqual({ available: true, driverVersion: 12080 });
+    expect(status).toEqual({ available: true, driverVersion: 12080, memcpyBatch: 'cuMemcpyBatchAsync' });
     expect(driverStatus).toEqual(status);
+  });
+
+  it('queues copies in one cuMemcpyBatchAsync with the ABI of the driver, one by one without it', async () => {
+    const expected = [...Array.from({ length: 32 }, (_, i) => 65 + i), ...Array.from({ length: 32 }, (_, i) => 33 + i), ...Array.from({ length: 16 }, (_, i) => 1 + i)];
+    const runs = await Promise.all([
+      scenario('batch', { FAKE_CUDA_VERSION: '13000' }),
+      scenario('batch', { FAKE_CUDA_VERSION: '12080' }),
+      scenario('batch', { FAKE_CUDA_VERSION: '12020' }),
+    ]);
+    expect(runs.map((r) => r.memcpyBatch)).toEqual(['cuMemcpyBatchAsync_v2', 'cuMemcpyBatchAsync', 'none']);
+    for (const r of runs) {
+      expect(r.copied).toEqual(expected);
+      expect(r.legacyStream).toEqual(expected.slice(0, 64));
+      expect(r.tooMany).toMatchObject({ name: 'RangeError' });
+    }
+    // The batch entry point refuses a batch with a null pointer whole.
+    expect(runs[0]!.refused).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_INVALID_VALUE', call: 'cuMemcpyBatchAsync' });
+    expect(runs[1]!.refused).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_INVALID_VALUE', call: 'cuMemcpyBatchAsync' });
   });
 
   it('explains a driver that is too old, a missing entry point, and cuInit failures', async () => {

@@ -19,6 +19,7 @@ import {
   MAX_TOKEN_BYTES,
   WIRE_VERSION,
   readDeviceUuid,
+  restampRget,
   UuidNames,
   type Frame,
 } from '../src/wire/index.js';
@@ -227,6 +228,23 @@ describe('codec properties', () => {
 // ---------------------------------------------------------------------------
 // Layout: golden bytes that docs/protocol.md describes
 // ---------------------------------------------------------------------------
+
+describe('restampRget', () => {
+  test.prop([rgetArb(uuid).map((f) => ({ ...f, event: null })), u32, safe], { numRuns: 300 })(
+    'a template stamped with another tag and seq is byte for byte the encoding of that RGET',
+    (f, tag, seq) => {
+      const stamped = restampRget(encodeFrame(f), tag, seq);
+      expect(Buffer.from(stamped)).toEqual(Buffer.from(encodeFrame({ ...f, tag, seq })));
+      expect(decodeFrame(stamped)).toEqual({ ...f, tag, seq });
+    },
+  );
+
+  it('checks the tag and seq it stamps', () => {
+    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, handle: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
+    expect(() => restampRget(t, -1, 1)).toThrow(/'tag'/);
+    expect(() => restampRget(t, 1, 2 ** 53)).toThrow(/'seq'/);
+  });
+});
 
 describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {

@@ -52,6 +52,8 @@ export interface DriverStatus {
   reason?: string;
   /** cuDriverGetVersion, e.g. 13000; 0 where unknown. */
   driverVersion: number;
+  /** What memcpyBatchAsync calls: the driver's batch entry point, or 'none' (one copy at a time). */
+  memcpyBatch?: string;
 }
 
 export type MemoryType = 'host' | 'device' | 'array' | 'unified';
@@ -127,6 +129,14 @@ export interface CudaDriver {
   memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void;
   /** cuMemcpyAsync: unified addressing, any direction, across devices. */
   memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: StreamHandle): void;
+  /**
+   * The first `count` copies `dsts[k] <- srcs[k]` (`sizes[k]` bytes) queued on
+   * `stream` in one call: cuMemcpyBatchAsync where the driver has it (CUDA
+   * 12.8+), else one cuMemcpyAsync each. The batch runs in stream order as a
+   * whole, but its copies may run concurrently, so none may write what
+   * another reads or writes. The arrays are read during the call only.
+   */
+  memcpyBatchAsync(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count: number, stream: StreamHandle): void;
   memGetAddressRange(ptr: DevicePtr): AddressRange;
   pointerAttributes(ptr: DevicePtr): PointerAttributes;
   /** cuPointerGetAttribute(BUFFER_ID) alone: cheaper than pointerAttributes, for re-checking a known pointer on every send. */

@@ -26,7 +26,7 @@ export interface NativeShm {
 
 export interface NativeCuda {
   /** Loads libcuda.so.1 and resolves entry points; never throws. */
-  cudaStatus(): { available: boolean; reason?: string; driverVersion: number };
+  cudaStatus(): { available: boolean; reason?: string; driverVersion: number; memcpyBatch?: string };
   cuInit(): void;
   cuDeviceGetCount(): number;
   cuDeviceGetInfo(ordinal: number): {
@@ -53,6 +53,8 @@ export interface NativeCuda {
   cuMemcpyHtoDAsync(dst: bigint, src: ArrayBuffer, offset: number, bytes: number, stream: bigint): void;
   cuMemcpyDtoHAsync(dst: ArrayBuffer, offset: number, bytes: number, src: bigint, stream: bigint): void;
   cuMemcpyAsync(dst: bigint, src: bigint, bytes: number, stream: bigint): void;
+  /** `device`: the location hint for both sides (the current device). */
+  cuMemcpyBatchAsync(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count: number, stream: bigint, device: number): void;
   cuMemGetAddressRange(ptr: bigint): { base: bigint; size: number };
   cuPointerGetAttributes(ptr: bigint): { bufferId: bigint; device: number; memoryType: number };
   cuPointerGetBufferId(ptr: bigint): bigint;

@@ -31,6 +31,7 @@ import { sharedSegment } from './shared-segment.js';
 import {
   assertByte,
   assertBytes,
+  assertCopyBatch,
   assertHandle,
   assertIndex,
   assertIpcHandle,
@@ -128,7 +129,7 @@ export class NativeCudaDriver implements CudaDriver {
     try {
       const s = this.#binding().cudaStatus();
       return s.available
-        ? { available: true, driverVersion: s.driverVersion }
+        ? { available: true, driverVersion: s.driverVersion, ...(s.memcpyBatch !== undefined ? { memcpyBatch: s.memcpyBatch } : {}) }
         : { available: false, reason: s.reason ?? 'CUDA is unavailable (no reason given)', driverVersion: s.driverVersion };
     } catch (err) {
       return { available: false, reason: err instanceof Error ? err.message : String(err), driverVersion: 0 };
@@ -274,6 +275,13 @@ export class NativeCudaDriver implements CudaDriver {
     assertSize('bytes', bytes);
     assertHandle('stream', stream);
     this.#call((a) => a.cuMemcpyAsync(dst, src, bytes, stream));
+  }
+
+  memcpyBatchAsync(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count: number, stream: StreamHandle): void {
+    assertCopyBatch(dsts, srcs, sizes, count);
+    assertHandle('stream', stream);
+    const device = Math.max(0, this.#current);
+    this.#call((a) => a.cuMemcpyBatchAsync(dsts, srcs, sizes, count, stream, device));
   }
 
   memGetAddressRange(ptr: DevicePtr): AddressRange {

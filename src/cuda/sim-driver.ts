@@ -45,6 +45,7 @@ import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
   assertByte,
   assertBytes,
+  assertCopyBatch,
   assertHandle,
   assertIndex,
   assertIpcHandle,
@@ -268,6 +269,22 @@ export class SimulatedCudaDriver implements CudaDriver {
     const d = mem.view('cuMemcpyAsync', dst, bytes);
     const s = mem.view('cuMemcpyAsync', src, bytes);
     this.asyncWork(stream, 'cuMemcpyAsync', bytes, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
+  }
+
+  memcpyBatchAsync(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count: number, stream: StreamHandle): void {
+    assertCopyBatch(dsts, srcs, sizes, count);
+    assertHandle('stream', stream);
+    const mem = this.requireContext('cuMemcpyBatchAsync');
+    // Every copy is checked before any is queued, as the driver refuses a bad batch whole.
+    const copies = [];
+    for (let k = 0; k < count; k++) {
+      assertSize(`sizes[${k}]`, sizes[k]);
+      const n = sizes[k]!;
+      const d = mem.view('cuMemcpyBatchAsync', dsts[k]!, n);
+      const s = mem.view('cuMemcpyBatchAsync', srcs[k]!, n);
+      copies.push({ n, d, s });
+    }
+    for (const { n, d, s } of copies) this.asyncWork(stream, 'cuMemcpyBatchAsync', n, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
   }
 
   memGetAddressRange(ptr: DevicePtr): AddressRange {

@@ -31,6 +31,22 @@ export function assertSize(name: string, value: unknown): asserts value is numbe
   if (value < 0 || value > MAX_BYTES) throw new RangeError(`${name} must be between 0 and ${MAX_BYTES}, got ${value}`);
 }
 
+/** Most copies one memcpyBatchAsync call takes (the addon's bound). */
+export const MAX_BATCH_COPIES = 256;
+
+/** memcpyBatchAsync's arguments: typed arrays of at least `count` entries, 1 <= count <= MAX_BATCH_COPIES. */
+export function assertCopyBatch(dsts: unknown, srcs: unknown, sizes: unknown, count: unknown): asserts count is number {
+  if (!(dsts instanceof BigUint64Array)) throw new TypeError(`dsts must be a BigUint64Array, got ${describe(dsts)}`);
+  if (!(srcs instanceof BigUint64Array)) throw new TypeError(`srcs must be a BigUint64Array, got ${describe(srcs)}`);
+  if (!(sizes instanceof Float64Array)) throw new TypeError(`sizes must be a Float64Array, got ${describe(sizes)}`);
+  if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > MAX_BATCH_COPIES) {
+    throw new RangeError(`count must be an integer from 1 to ${MAX_BATCH_COPIES}, got ${describe(count)}`);
+  }
+  if (dsts.length < count || srcs.length < count || sizes.length < count) {
+    throw new RangeError(`dsts, srcs and sizes must hold at least count (${count}) entries`);
+  }
+}
+
 export function assertIndex(name: string, value: unknown): asserts value is number {
   if (typeof value !== 'number' || !Number.isInteger(value)) {
     throw new TypeError(`${name} must be an integer, got ${describe(value)}`);

@@ -236,6 +236,26 @@ const EAGER_FIXED = HEADER_BYTES + 4 + 8 + 1 + 4;
 const RGET_FIXED = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 * 5 + UUID_BYTES + 1;
 
 /**
+ * An RGET re-sent from the same buffer differs from the last one only in its
+ * tag and seq, so the sender keeps one encoding per exported pointer and
+ * length (`ExportInfo.rget`) and stamps each send's tag and seq into a copy:
+ * ~0.2 µs instead of the ~1.5 µs an RGET encode cost in a streaming profile
+ * on H200 (the BigInt writes and the checks of every field).
+ * `template` must be an RGET without an event, as encodeFrame made it.
+ */
+export function restampRget(template: Uint8Array, tag: number, seq: number): Uint8Array {
+  const T = FrameType.RGET;
+  checkInt(T, 'tag', tag, 0, U32);
+  checkInt(T, 'seq', seq, 0, MAX_SAFE);
+  const b = Buffer.allocUnsafe(template.byteLength);
+  b.set(template);
+  b.writeUInt32LE(tag, HEADER_BYTES);
+  b.writeUInt32LE(seq >>> 0, HEADER_BYTES + 4);
+  b.writeUInt32LE(Math.floor(seq / TWO_32), HEADER_BYTES + 8);
+  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+}
+
+/**
  * Encodes one frame into a new Uint8Array of exactly its size (possibly a
  * view into Node's Buffer pool: mind byteOffset). Throws
  * ProtocolError (code SMCUDA_PROTOCOL_ENCODE) when a field is out of range,
