@@ -68,9 +68,14 @@ function queueCopy(d: SimulatedCudaDriver, stream: StreamHandle, size: number, s
   };
 }
 
-/** Lets the event loop turn until `done()` holds (bounded by turns, not by time). */
-async function until(done: () => boolean, turns = 10_000): Promise<void> {
-  for (let i = 0; i < turns && !done(); i++) await new Promise<void>((r) => setImmediate(r));
+/**
+ * Lets the event loop turn until `done()` holds, for up to 5 s (a bound in
+ * turns alone failed on a fast machine: 10,000 turns passed before the 30 ms
+ * of simulated slow copies did).
+ */
+async function until(done: () => boolean, ms = 5000): Promise<void> {
+  const end = performance.now() + ms;
+  while (!done() && performance.now() < end) await new Promise<void>((r) => setImmediate(r));
   expect(done()).toBe(true);
 }
 
