@@ -818,3 +818,107 @@ describe('property: random bursts over 1-3 streams', () => {
     },
   );
 });
+
+describe('property: copies and whenDone calls mixed over 1-3 streams', () => {
+  type Mode = 'native' | 'spin' | 'stub';
+  const callArb = fc.record({
+    stream: fc.integer({ min: 0, max: 2 }),
+    bytes: fc.constantFrom(64, 1 * MiB, 3 * MiB, 4 * MiB, 5 * MiB),
+    copy: fc.boolean(),
+  });
+  const runsArb = fc.array(fc.array(callArb, { minLength: 1, maxLength: 6 }), { minLength: 1, maxLength: 4 });
+  const EDGE = 64;
+
+  propTest.prop([runsArb, fc.constantFrom<Mode>('native', 'spin', 'stub')], { numRuns: 40 })(
+    'each copy lands before its callback; launches and events follow the model; nothing runs inside a call',
+    async (runs, mode) => {
+      const d = sim();
+      try {
+        const { spinner } = spinnerStub();
+        const g = new GpuWork(d, mode === 'spin' ? 200 : 0, mode === 'stub' ? spinner : undefined);
+        const streams = [d.streamCreate(), d.streamCreate(), d.streamCreate()];
+        const src = d.memAlloc(5 * MiB);
+        const srcBytes = pattern(5 * MiB, 3);
+        d.memcpyHtoD(src, srcBytes);
+        const dstSize = 6 * 5 * MiB;
+        const dst = d.memAlloc(dstSize);
+        const record = vi.spyOn(d, 'eventRecord');
+        const single = vi.spyOn(d, 'memcpyAsync');
+        const batch = vi.spyOn(d, 'memcpyBatchAsync');
+        const rec = recorder();
+        // The model: in one synchronous run, consecutive calls on one stream
+        // share an event (and their copies one launch) while their bytes add
+        // up to at most 4 MiB; a call above 4 MiB has its own (a copy: its
+        // own cuMemcpyAsync, at once).
+        let groups = 0;
+        let singles = 0;
+        let batches = 0;
+        const closeGroup = (copies: number) => {
+          groups++;
+          if (copies === 1) singles++;
+          else if (copies > 1) batches++;
+        };
+        for (const run of runs) {
+          d.memsetD8(dst, 0, dstSize);
+          let open: { stream: number; bytes: number; copies: number } | undefined;
+          let at = 0;
+          for (const c of run) {
+            const isCopy = c.copy;
+            if (c.bytes > 4 * MiB) {
+              if (open) closeGroup(open.copies);
+              open = undefined;
+              groups++;
+              if (isCopy) singles++;
+            } else if (open && open.stream === c.stream && open.bytes + c.bytes <= 4 * MiB) {
+              open.bytes += c.bytes;
+              if (isCopy) open.copies++;
+            } else {
+              if (open) closeGroup(open.copies);
+              open = { stream: c.stream, bytes: c.bytes, copies: isCopy ? 1 : 0 };
+            }
+            const s = streams[c.stream]!;
+            const before = rec.total();
+            if (isCopy) {
+              const off = at;
+              at += c.bytes;
+              const n = c.bytes;
+              g.copy(s, dst + BigInt(off), src, n, rec.cb(() => {
+                // The first and last bytes of the copy are the source's.
+                const head = new Uint8Array(Math.min(EDGE, n));
+                const tail = new Uint8Array(Math.min(EDGE, n));
+                d.memcpyDtoH(head, dst + BigInt(off));
+                d.memcpyDtoH(tail, dst + BigInt(off + n - tail.length));
+                expect(Buffer.compare(head, srcBytes.subarray(0, head.length))).toBe(0);
+                expect(Buffer.compare(tail, srcBytes.subarray(n - tail.length, n))).toBe(0);
+              }));
+            } else {
+              d.memsetD8Async(dst + BigInt(dstSize - 64), 1, 64, s);
+              g.whenDone(s, c.bytes, rec.cb());
+            }
+            expect(rec.total()).toBe(before); // never called back inside the call
+          }
+          if (open) closeGroup(open.copies);
+          await Promise.resolve(); // the run ends: its last batch is launched and recorded
+          if (mode !== 'stub') {
+            const want = rec.calls.length;
+            await until(() => rec.total() >= want); // the destination is zeroed again by the next run
+          } else {
+            g.pollGpu();
+            g.handOff();
+            const want = rec.calls.length;
+            await until(() => rec.total() >= want);
+          }
+        }
+        await settleLoop();
+        expect(rec.calls.every((c) => c.length === 1 && c[0] === undefined)).toBe(true);
+        expect(record).toHaveBeenCalledTimes(groups);
+        expect(single).toHaveBeenCalledTimes(singles);
+        expect(batch).toHaveBeenCalledTimes(batches);
+        g.close();
+      } finally {
+        vi.restoreAllMocks();
+        d.close();
+      }
+    },
+  );
+});
