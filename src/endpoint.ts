@@ -28,7 +28,7 @@ import { ClosedError, PeerLostError, ProtocolError, SmcudaError, TruncationError
 import { MatchQueues } from './matching.js';
 import type { ResolvedOptions } from './options.js';
 import { chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging.js';
-import { decodeFrame, encodeFrame, restampRget } from './wire/codec.js';
+import { encodeFrame, restampRget, RgetDecoder } from './wire/codec.js';
 import { UuidNames } from './wire/uuid.js';
 import {
   type EagerFrame,
@@ -191,6 +191,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private finsOut: number[] = [];
   /** Device UUIDs this endpoint's frames name, decoded once (wire/uuid.ts). */
   private readonly uuidNames = new UuidNames();
+  /** Decodes frames; an RGET like the last one is that one with a new tag and seq. */
+  private readonly rgets = new RgetDecoder();
 
   constructor(
     private readonly channel: ControlChannel,
@@ -444,7 +446,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.closedWith !== undefined) return;
     let frame: Frame;
     try {
-      frame = decodeFrame(bytes, this.uuidNames);
+      frame = this.rgets.decode(bytes, this.uuidNames);
     } catch (err) {
       this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
       return;

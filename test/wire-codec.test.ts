@@ -20,6 +20,7 @@ import {
   WIRE_VERSION,
   readDeviceUuid,
   restampRget,
+  RgetDecoder,
   UuidNames,
   type Frame,
 } from '../src/wire/index.js';
@@ -243,6 +244,50 @@ describe('restampRget', () => {
     const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, handle: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
     expect(() => restampRget(t, -1, 1)).toThrow(/'tag'/);
     expect(() => restampRget(t, 1, 2 ** 53)).toThrow(/'seq'/);
+  });
+});
+
+describe('RgetDecoder', () => {
+  // Streams of frames as a receiver sees them: RGETs re-stamped from a few templates, other frames, and one-byte corruptions.
+  const rgetNoEvent = rgetArb(uuid).map((f) => ({ ...f, event: null }));
+  const step = fc.oneof(
+    fc.record({ kind: fc.constant('restamp' as const), t: fc.nat({ max: 2 }), tag: u32, seq: safe }),
+    fc.record({ kind: fc.constant('frame' as const), f: frameArb }),
+    fc.record({ kind: fc.constant('flip' as const), t: fc.nat({ max: 2 }), at: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }),
+  );
+  test.prop([fc.array(rgetNoEvent, { minLength: 3, maxLength: 3 }), fc.array(step, { maxLength: 30 })], { numRuns: 200 })(
+    'decodes every frame exactly as decodeFrame does (and throws where it throws)',
+    (templates, steps) => {
+      const rd = new RgetDecoder();
+      const names = new UuidNames();
+      const encoded = templates.map((f) => encodeFrame(f));
+      for (const st of steps) {
+        let bytes: Uint8Array;
+        if (st.kind === 'restamp') bytes = restampRget(encoded[st.t]!, st.tag, st.seq);
+        else if (st.kind === 'frame') bytes = encodeFrame(st.f);
+        else {
+          bytes = Uint8Array.from(encoded[st.t]!);
+          bytes[st.at % bytes.length]! ^= 1 << st.bit;
+        }
+        let want: unknown;
+        try {
+          want = decodeFrame(bytes);
+        } catch (err) {
+          expect(() => rd.decode(bytes, names)).toThrow((err as Error).message);
+          continue;
+        }
+        expect(rd.decode(bytes, names)).toEqual(want);
+      }
+    },
+  );
+
+  it('a seq above 2^53 in a frame otherwise like the last is refused, as decodeFrame refuses it', () => {
+    const rd = new RgetDecoder();
+    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, handle: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
+    rd.decode(t);
+    const big = Uint8Array.from(t);
+    big[15] = 0xff;
+    expect(() => rd.decode(big)).toThrow(/'seq'/);
   });
 });
 

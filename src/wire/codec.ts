@@ -577,6 +577,52 @@ class Reader {
   }
 }
 
+/** Where an RGET's offset field starts: header, tag, seq, handle, base, allocSize. */
+const RGET_OFFSET_AT = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 + 8;
+/** RGETs an RgetDecoder remembers: a sender streaming from slices of one buffer cycles through as many offsets as it has sends outstanding. */
+const RGETS_REMEMBERED = 16;
+
+/**
+ * The receiving side of restampRget: an RGET re-sent from the same buffer
+ * differs from the one before only in its tag and seq, so each endpoint
+ * keeps the last RGETs it decoded (by the low half of their offset, so a
+ * sender cycling through slices of a buffer still hits), and a frame whose
+ * other bytes are the same is that frame with the new tag and seq. One byte
+ * comparison then stands for the field checks (the bytes are those of a
+ * frame that passed them), the handle copy and the BigInt reads: 0.3 µs
+ * against 1.4 µs for decodeFrame of an RGET on the 2-core development
+ * machine.
+ */
+export class RgetDecoder {
+  private readonly known = new Map<number, { bytes: Buffer; frame: Extract<Frame, { type: FrameType.RGET }> }>();
+
+  decode(bytes: Uint8Array, uuids?: UuidNames): Frame {
+    const n = bytes.byteLength;
+    const key = n >= RGET_FIXED ? u32le(bytes, RGET_OFFSET_AT) : -1;
+    const hit = key >= 0 ? this.known.get(key) : undefined;
+    if (hit !== undefined) {
+      const last = hit.bytes;
+      if (last.byteLength === n && last.compare(bytes, 0, 4, 0, 4) === 0 && last.compare(bytes, 16, n, 16, n) === 0) {
+        const hi = u32le(bytes, 12);
+        // A seq above 2^53: decodeFrame below says so.
+        if (hi <= MAX_SAFE_HIGH) return { ...hit.frame, tag: u32le(bytes, 4), seq: hi * TWO_32 + u32le(bytes, 8) };
+      }
+    }
+    const frame = decodeFrame(bytes, uuids);
+    if (frame.type === FrameType.RGET) {
+      const copy = hit !== undefined && hit.bytes.byteLength === n ? hit.bytes : Buffer.allocUnsafe(n);
+      copy.set(bytes);
+      if (hit === undefined && this.known.size >= RGETS_REMEMBERED) this.known.clear();
+      this.known.set(key, { bytes: copy, frame });
+    }
+    return frame;
+  }
+}
+
+function u32le(b: Uint8Array, at: number): number {
+  return (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16) | (b[at + 3]! << 24)) >>> 0;
+}
+
 /** Reads the 4-byte header and returns the frame type; throws on any header fault. */
 export function decodeFrameType(bytes: Uint8Array): FrameType {
   if (!(bytes instanceof Uint8Array)) throw new ProtocolError(`A control frame must be a Uint8Array, got ${show(bytes)}. ${DECODE_HINT}`);
