@@ -116,9 +116,8 @@ export class NativeCudaDriver implements CudaDriver {
   /**
    * Calls into the addon, converting its errors. The per-message calls
    * (copies, events, buffer ids) do the same inline instead: V8 did not
-   * elide this closure around a native call, and at ~100 bytes a call the
-   * spinner's event queries alone brought a young-generation collection
-   * (0.4-1.2 ms, the GPU idle behind it) every ~12 ms while streaming.
+   * elide this closure around a native call, ~100 bytes of garbage a call,
+   * and a spinner polling an event makes about a million calls a second.
    */
   #call<T>(fn: (addon: NativeAddon) => T): T {
     const addon = this.#binding();
