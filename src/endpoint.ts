@@ -63,11 +63,7 @@ export interface SendOptions {
 
 export interface RecvOptions {
   tag?: number;
-  /**
-   * Where to put the message (host or device); must be at least as long.
-   * Default: a new buffer. Device buffers of receives outstanding together
-   * must not overlap: copies that arrive together run concurrently.
-   */
+  /** Where to put the message (host or device); must be at least as long. Default: a new buffer. */
   into?: MessageBuffer;
   /** The data is valid once this stream reaches the copy (the recv may resolve before). */
   stream?: StreamHandle;

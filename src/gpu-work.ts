@@ -62,6 +62,7 @@ export class GpuWork implements GpuPollable {
   private batch: Batch | undefined;
   /** The open batch's copies, as memcpyBatchAsync takes them; copyCb[k] indexes copy k's completion in batch.cbs. */
   private readonly dsts = new BigUint64Array(BATCH_MAX_COPIES);
+  private readonly dstEnds = new BigUint64Array(BATCH_MAX_COPIES);
   private readonly srcs = new BigUint64Array(BATCH_MAX_COPIES);
   private readonly sizes = new Float64Array(BATCH_MAX_COPIES);
   private readonly copyCb = new Array<number>(BATCH_MAX_COPIES).fill(0);
@@ -97,9 +98,10 @@ export class GpuWork implements GpuPollable {
    * cuMemcpyBatchAsync when the run ends (a microtask), followed by one
    * event. On 2xH200 four 1 MiB peer copies cost 0.8 µs each to launch that
    * way against 1.7 µs one by one, and run at 261 GB/s against 169: the GPU
-   * runs a batch's copies concurrently. So the copies of one run must not
-   * overlap (two receives posted into overlapping memory, which is an error
-   * as it is in MPI). A batch holds at most BATCH_MAX_BYTES: the first
+   * runs a batch's copies concurrently. A copy whose destination overlaps
+   * one already in the batch starts a new one (overlapsBatch), so receives
+   * into overlapping memory still land in message order. A batch holds at
+   * most BATCH_MAX_BYTES: the first
    * copy's FIN waits for the last one's, which only pays while copies take
    * about as long as the per-message work (on 2xH200, sharing the events of
    * 256 MiB messages cost 8 points of bandwidth, and of staging chunks half
@@ -116,10 +118,18 @@ export class GpuWork implements GpuPollable {
       return;
     }
     let b = this.batch;
-    if (b === undefined || b.stream !== stream || b.bytes + bytes > BATCH_MAX_BYTES || b.copies === BATCH_MAX_COPIES) {
+    const end = dst + BigInt(bytes);
+    if (
+      b === undefined ||
+      b.stream !== stream ||
+      b.bytes + bytes > BATCH_MAX_BYTES ||
+      b.copies === BATCH_MAX_COPIES ||
+      this.overlapsBatch(b, dst, end)
+    ) {
       b = this.open(stream);
     }
     const k = b.copies++;
+    this.dstEnds[k] = end;
     this.dsts[k] = dst;
     this.srcs[k] = src;
     this.sizes[k] = bytes;
@@ -148,7 +158,18 @@ export class GpuWork implements GpuPollable {
     b.cbs.push(cb);
   }
 
-  /** Closes the open batch (another stream, or full) and opens an empty one on `stream`. */
+  /**
+   * Whether [dst, end) overlaps a destination of the open batch. Its copies
+   * run in any order, so a copy into memory another one writes (receives
+   * posted into overlapping buffers) starts a new batch: stream order, as
+   * with single copies, keeps the later message's bytes.
+   */
+  private overlapsBatch(b: Batch, dst: bigint, end: bigint): boolean {
+    for (let k = 0; k < b.copies; k++) if (dst < this.dstEnds[k]! && this.dsts[k]! < end) return true;
+    return false;
+  }
+
+  /** Closes the open batch (another stream, full, or overlapping) and opens an empty one on `stream`. */
   private open(stream: StreamHandle): Batch {
     if (this.batch !== undefined) this.flushNow(false);
     const b: Batch = { stream, bytes: 0, cbs: [], copies: 0 };

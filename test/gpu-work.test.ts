@@ -580,6 +580,29 @@ describe('copy: the copies of one run are launched together', () => {
     expect(record).not.toHaveBeenCalled();
   });
 
+  it('a copy into memory another copy of the batch writes starts a new batch: the later copy wins', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const batch = vi.spyOn(d, 'memcpyBatchAsync');
+    const single = vi.spyOn(d, 'memcpyAsync');
+    const record = vi.spyOn(d, 'eventRecord');
+    const rec = recorder();
+    const [a, b, c] = copies(d, 3, 4 * KiB);
+    const want = pattern(4 * KiB, 2); // copies() fills source k with pattern(size, 1 + k)
+    g.copy(g.stream, a!.dst, a!.src, 4 * KiB, rec.cb());
+    g.copy(g.stream, c!.dst, c!.src, 4 * KiB, rec.cb());
+    // b's bytes into a's destination, shifted by 1 KiB: overlaps the first copy
+    g.copy(g.stream, a!.dst + 1024n, b!.src, 3 * KiB, rec.cb());
+    await until(() => rec.total() === 3);
+    expect(batch.mock.calls.map((call) => call[3])).toEqual([2]);
+    expect(single).toHaveBeenCalledTimes(1);
+    expect(record).toHaveBeenCalledTimes(2);
+    const out = new Uint8Array(4 * KiB);
+    d.memcpyDtoH(out, a!.dst);
+    expect(Buffer.compare(out.subarray(1024), want.subarray(0, 3 * KiB))).toBe(0);
+    expect(c!.landed()).toBe(true);
+  });
+
   it('a whenDone that joins a batch of copies is called back after they landed', async () => {
     const d = sim();
     const g = gpuWork(d);
