@@ -459,13 +459,16 @@ function copies(d: SimulatedCudaDriver, count: number, size: number, seed = 1) {
   });
 }
 
+/** Spies on the driver calls that launch copies and record their events. */
+function launchSpies(d: SimulatedCudaDriver) {
+  return { batch: vi.spyOn(d, 'memcpyBatchAsync'), single: vi.spyOn(d, 'memcpyAsync'), record: vi.spyOn(d, 'eventRecord') };
+}
+
 describe('copy: the copies of one run are launched together', () => {
   it('three small copies: nothing launched inside copy(), then one memcpyBatchAsync and one event', async () => {
     const d = sim();
     const g = gpuWork(d);
-    const batch = vi.spyOn(d, 'memcpyBatchAsync');
-    const single = vi.spyOn(d, 'memcpyAsync');
-    const record = vi.spyOn(d, 'eventRecord');
+    const { batch, single, record } = launchSpies(d);
     const rec = recorder();
     const cs = copies(d, 3, 4 * KiB);
     for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb(() => expect(c.landed()).toBe(true)));
@@ -583,9 +586,7 @@ describe('copy: the copies of one run are launched together', () => {
   it('a copy into memory another copy of the batch writes starts a new batch: the later copy wins', async () => {
     const d = sim();
     const g = gpuWork(d);
-    const batch = vi.spyOn(d, 'memcpyBatchAsync');
-    const single = vi.spyOn(d, 'memcpyAsync');
-    const record = vi.spyOn(d, 'eventRecord');
+    const { batch, single, record } = launchSpies(d);
     const rec = recorder();
     const [a, b, c] = copies(d, 3, 4 * KiB);
     const want = pattern(4 * KiB, 2); // copies() fills source k with pattern(size, 1 + k)
