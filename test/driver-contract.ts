@@ -17,6 +17,7 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CudaDriver, DriverKind } from '../src/cuda/driver.js';
 import { CudaError } from '../src/errors.js';
+import { patternBytes } from './helpers/bytes.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const IPC_PEER_FIXTURE = join(here, 'fixtures', 'ipc-peer.mjs');
@@ -109,18 +110,6 @@ export class IpcPeer {
 export const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
 export const unhex = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'hex'));
 
-/** Deterministic pseudo-random bytes (fast for MiB sizes, unlike generating them with fast-check). */
-export function patternBytes(size: number, seed: number): Uint8Array {
-  const out = new Uint8Array(size);
-  let x = seed | 1;
-  for (let i = 0; i < size; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
-}
 
 function expectCudaError(fn: () => unknown, code?: string): CudaError {
   let caught: unknown;

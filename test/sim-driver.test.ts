@@ -17,7 +17,8 @@ import { DEFAULT_SIM_DEVICES, simEnv, type SimDevice } from '../src/cuda/sim/con
 import { decodeHandle, encodeHandle, type SimHandle } from '../src/cuda/sim/ipc-handle.js';
 import { sweepSimSegments } from '../src/cuda/sim/sweep.js';
 import { CudaError, ConfigError } from '../src/errors.js';
-import { IpcPeer, patternBytes } from './driver-contract.js';
+import { IpcPeer } from './driver-contract.js';
+import { patternBytes } from './helpers/bytes.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MiB = 1024 * 1024;

@@ -1,7 +1,8 @@
 /**
- * Test data and byte checks shared by the transport tests. The .mjs fixtures
- * that child processes run (test/fixtures/) carry a copy of `patternBytes`
- * and `checksum`, since they cannot import TypeScript: keep them identical.
+ * Test data and byte checks shared by the tests. The .mjs fixtures that
+ * child processes run cannot import TypeScript: test/fixtures/peer-data.mjs
+ * carries a copy of `patternBytes` (as `fill`) and `checksum`; keep them
+ * identical.
  */
 
 /** `n` bytes of the xorshift pattern of `seed`. */
