@@ -33,6 +33,7 @@ export function frameLabel(rec: Record<string, unknown>): string {
       if (n('data') !== undefined) parts.push(formatBytes(n('data')!));
       break;
     case 'RGET':
+    case 'STAGE_BEGIN':
       field('tag');
       field('seq');
       if (n('length') !== undefined) parts.push(formatBytes(n('length')!));
@@ -40,11 +41,6 @@ export function frameLabel(rec: Record<string, unknown>): string {
     case 'FIN':
       field('seq');
       parts.push(n('status') !== undefined ? (FinStatus[n('status')!] ?? String(rec.status)) : '');
-      break;
-    case 'STAGE_BEGIN':
-      field('tag');
-      field('seq');
-      if (n('length') !== undefined) parts.push(formatBytes(n('length')!));
       break;
     case 'STAGE_CHUNK':
       field('seq');
