@@ -640,30 +640,28 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       const gpu = this.gpu();
       const stream = recv.stream ?? gpu.stream;
       const into = recv.into;
-      let result: Received;
-      const done = (err?: Error) => this.finishRget(recv, frame, mapping, event, result, allocated, err);
+      let dst: DeviceBuffer | undefined;
+      let host: Uint8Array | undefined;
       if (into === undefined ? d.isReady() : isDeviceBuffer(into)) {
-        let dst: DeviceBuffer;
         if (into === undefined) {
           allocated = d.memAlloc(n);
           dst = { ptr: allocated, length: n, device: d.currentDevice() };
         } else {
           dst = into as DeviceBuffer;
         }
-        result = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data: dst };
-        if (recv.stream === undefined) {
-          // Launched with the other copies of this run, in one batch (GpuWork.copy).
-          gpu.copy(stream, dst.ptr, src, n, done);
-          return;
-        }
-        // The caller's stream: queued now, and the receive resolves at once
-        // (the data is valid once that stream reaches the copy).
-        d.memcpyAsync(dst.ptr, src, n, stream);
       } else {
-        const host = into === undefined ? new Uint8Array(n) : hostBytes(into as ArrayBufferView).subarray(0, n);
-        d.memcpyDtoHAsync(host, src, stream);
-        result = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data: host };
+        host = into === undefined ? new Uint8Array(n) : hostBytes(into as ArrayBufferView).subarray(0, n);
       }
+      const result: Received = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data: dst ?? host! };
+      const done = (err?: Error) => this.finishRget(recv, frame, mapping, event, result, allocated, err);
+      if (dst !== undefined && recv.stream === undefined) {
+        // Launched with the other copies of this run, in one batch (GpuWork.copy).
+        gpu.copy(stream, dst.ptr, src, n, done);
+        return;
+      }
+      if (dst !== undefined) d.memcpyAsync(dst.ptr, src, n, stream);
+      else d.memcpyDtoHAsync(host!, src, stream);
+      // On the caller's stream the receive resolves at once: the data is valid once that stream reaches the copy.
       if (recv.stream !== undefined) recv.resolve(result);
       gpu.whenDone(stream, n, done);
     } catch (err) {

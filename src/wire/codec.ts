@@ -234,6 +234,10 @@ const SPILL_FIXED = HEADER_BYTES + 4 + 4;
 const EAGER_FIXED = HEADER_BYTES + 4 + 8 + 1 + 4;
 /** RGET without the optional event handle. */
 const RGET_FIXED = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 * 5 + UUID_BYTES + 1;
+/** Where RGET's tag (u32) and seq (u64) sit; what restampRget writes and RgetDecoder reads, and nothing else differs between re-sends. */
+const RGET_TAG_AT = HEADER_BYTES;
+const RGET_SEQ_AT = HEADER_BYTES + 4;
+const RGET_STAMP_END = RGET_SEQ_AT + 8;
 
 /**
  * An RGET re-sent from the same buffer differs from the last one only in its
@@ -249,9 +253,9 @@ export function restampRget(template: Uint8Array, tag: number, seq: number): Uin
   checkInt(T, 'seq', seq, 0, MAX_SAFE);
   const b = Buffer.allocUnsafe(template.byteLength);
   b.set(template);
-  b.writeUInt32LE(tag, HEADER_BYTES);
-  b.writeUInt32LE(seq >>> 0, HEADER_BYTES + 4);
-  b.writeUInt32LE(Math.floor(seq / TWO_32), HEADER_BYTES + 8);
+  b.writeUInt32LE(tag, RGET_TAG_AT);
+  b.writeUInt32LE(seq >>> 0, RGET_SEQ_AT);
+  b.writeUInt32LE(Math.floor(seq / TWO_32), RGET_SEQ_AT + 4);
   return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }
 
@@ -501,15 +505,15 @@ class Reader {
   }
   u32(field: string): number {
     this.need(field, 4);
-    const v = this.#u32at(this.pos);
+    const v = u32le(this.bytes, this.pos);
     this.pos += 4;
     return v;
   }
   /** A u64 that must be a safe integer. */
   u64(field: string): number {
     this.need(field, 8);
-    const lo = this.#u32at(this.pos);
-    const hi = this.#u32at(this.pos + 4);
+    const lo = u32le(this.bytes, this.pos);
+    const hi = u32le(this.bytes, this.pos + 4);
     if (hi > MAX_SAFE_HIGH) throw decodeError(this.type, field, `is ${BigInt(hi) * BigInt(TWO_32) + BigInt(lo)}, above Number.MAX_SAFE_INTEGER`);
     this.pos += 8;
     return hi * TWO_32 + lo;
@@ -517,14 +521,10 @@ class Reader {
   big(field: string): bigint {
     this.need(field, 8);
     // Two u32 halves, not a DataView: making the view cost more than the reads.
-    const lo = this.#u32at(this.pos);
-    const hi = this.#u32at(this.pos + 4);
+    const lo = u32le(this.bytes, this.pos);
+    const hi = u32le(this.bytes, this.pos + 4);
     this.pos += 8;
     return hi === 0 ? BigInt(lo) : (BigInt(hi) << 32n) | BigInt(lo);
-  }
-  #u32at(p: number): number {
-    const b = this.bytes;
-    return (b[p]! | (b[p + 1]! << 8) | (b[p + 2]! << 16)) + b[p + 3]! * 0x100_0000;
   }
   bool(field: string): boolean {
     const v = this.u8(field);
@@ -602,10 +602,14 @@ export class RgetDecoder {
     const hit = key >= 0 ? this.known.get(key) : undefined;
     if (hit !== undefined) {
       const last = hit.bytes;
-      if (last.byteLength === n && last.compare(bytes, 0, 4, 0, 4) === 0 && last.compare(bytes, 16, n, 16, n) === 0) {
-        const hi = u32le(bytes, 12);
+      if (
+        last.byteLength === n &&
+        last.compare(bytes, 0, RGET_TAG_AT, 0, RGET_TAG_AT) === 0 &&
+        last.compare(bytes, RGET_STAMP_END, n, RGET_STAMP_END, n) === 0
+      ) {
+        const hi = u32le(bytes, RGET_SEQ_AT + 4);
         // A seq above 2^53: decodeFrame below says so.
-        if (hi <= MAX_SAFE_HIGH) return { ...hit.frame, tag: u32le(bytes, 4), seq: hi * TWO_32 + u32le(bytes, 8) };
+        if (hi <= MAX_SAFE_HIGH) return { ...hit.frame, tag: u32le(bytes, RGET_TAG_AT), seq: hi * TWO_32 + u32le(bytes, RGET_SEQ_AT) };
       }
     }
     const frame = decodeFrame(bytes, uuids);
@@ -619,8 +623,9 @@ export class RgetDecoder {
   }
 }
 
+/** The little-endian u32 at `at` (the caller has checked the bounds). */
 function u32le(b: Uint8Array, at: number): number {
-  return (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16) | (b[at + 3]! << 24)) >>> 0;
+  return (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16)) + b[at + 3]! * 0x100_0000;
 }
 
 /** Reads the 4-byte header and returns the frame type; throws on any header fault. */
