@@ -7,7 +7,7 @@ import { Spinner } from '../src/channel/spinner.js';
 import type { CudaDriver } from '../src/cuda/driver.js';
 import { openDriver } from '../src/cuda/open-driver.js';
 import { ProtocolError } from '../src/errors.js';
-import { encodeFrame } from '../src/wire/codec.js';
+import { decodeFrameType, encodeFrame } from '../src/wire/codec.js';
 import { FrameType } from '../src/wire/frames.js';
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
@@ -160,6 +160,34 @@ describe('ShmChannel over a memory channel', () => {
     await until(() => closedAfter >= 0, 'close');
     expect(closedAfter).toBe(10);
     stop();
+  });
+
+  it('a DOORBELL that arrives while the reader is watched leaves its bell at "watching": the next writes do not ring', async () => {
+    // Spinner stand-ins: the test polls and watches by hand (a real spinner holds the thread while it spins).
+    const stub = { kick: () => {}, forget: () => {} } as unknown as Spinner;
+    const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
+    const a = new ShmChannel(ma, { segments: driver, spinner: stub, capacity: 4096, maxRingFrame: 512 });
+    const b = new ShmChannel(mb, { segments: driver, spinner: stub, capacity: 4096, maxRingFrame: 512 });
+    let bells = 0;
+    const send = ma.send.bind(ma);
+    ma.send = (f: Uint8Array) => {
+      if (decodeFrameType(f) === FrameType.DOORBELL) bells++;
+      return send(f);
+    };
+    const got: Uint8Array[] = [];
+    b.on('frame', (f) => got.push(f));
+    await until(() => a.ringOut && b.ringIn, 'the upgrade');
+    b.watch(true); // what the spinner does when b turns hot
+    send(encodeFrame({ type: FrameType.DOORBELL })); // one that was in flight arrives now
+    await tick();
+    for (let i = 0; i < 3; i++) a.send(frame(i, 8));
+    expect(b.poll()).toBe(true);
+    expect(got).toHaveLength(3);
+    expect(bells).toBe(0);
+    b.watch(false); // cold: the next write rings
+    a.send(frame(3, 8));
+    expect(bells).toBe(1);
+    a.close();
   });
 
   it('a peer that writes to the channel after RING_SWITCH is refused with a ProtocolError', async () => {

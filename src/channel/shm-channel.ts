@@ -67,6 +67,9 @@ type Segment = ReturnType<SegmentProvider['shmCreate']>;
 export class ShmChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel, Spinnable {
   readonly label: string;
   hotUntil = 0;
+  kicked = false;
+  /** The spinner polls our ring (watch(true)): the peer need not ring. */
+  private watching = false;
   private readonly base: ControlChannel;
   private readonly opts: Required<Omit<ShmChannelOptions, 'segments' | 'spinner'>> & ShmChannelOptions;
   // inbound: our ring
@@ -143,6 +146,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   }
 
   watch(on: boolean): void {
+    this.watching = on;
     if (!this.reader || this.closed_) return;
     this.reader.setBell(on ? 1 : 0);
     if (!on) this.safePump();
@@ -196,7 +200,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           return;
         case FrameType.DOORBELL:
           if (!this.peerSwitched) throw new ProtocolError(`${this.label}: DOORBELL before RING_SWITCH`);
-          this.reader!.setBell(0);
+          // The bell's claim is over. Back to "watching" while the spinner
+          // polls us: clearing it then made the peer ring again after its
+          // next write, a socket write and read for nothing.
+          this.reader!.setBell(this.watching ? 1 : 0);
           this.pump();
           return;
         case FrameType.SPILL: {
