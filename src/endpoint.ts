@@ -117,8 +117,11 @@ interface PendingSend {
   cleanup: () => void;
   cancelRequested: boolean;
   signal: AbortSignal | undefined;
-  /** RGET sends: announce the same message again by staging (the peer could not map it). */
-  restage?: () => void;
+  /**
+   * RGET sends: what to announce again by staging if the peer cannot map it
+   * (plain fields, not a closure: this is made for every send).
+   */
+  restage?: { buf: DeviceBuffer; stream: StreamHandle | undefined };
 }
 
 interface PendingRecv {
@@ -357,10 +360,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     const seq = this.nextSeq++;
     const length = buf.length;
-    const done = this.pendSend(seq, tag, length, 'rget', options.signal, () => {
-      if (event !== undefined) d.eventDestroy(event);
-    });
-    this.pendingSends.get(seq)!.restage = () => this.announceStaged(buf, tag, seq, options.stream);
+    const done = this.pendSend(seq, tag, length, 'rget', options.signal, event === undefined ? noop : () => d.eventDestroy(event));
+    this.pendingSends.get(seq)!.restage = { buf, stream: options.stream };
     const last = exp.rget;
     if (eventHandle === null && last !== undefined && last.length === length && this.tracer === undefined) {
       // Re-sent from the same buffer: the last encoding with this tag and seq.
@@ -723,7 +724,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       if (!restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
       p.restage = undefined;
       p.path = 'staging';
-      restage();
+      this.announceStaged(restage.buf, p.tag, seq, restage.stream);
       return;
     }
     this.pendingSends.delete(seq);
