@@ -242,10 +242,10 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     else {
       const size = plan.streamSize;
       progress(`streaming: ${formatBytes(size)}, window ${opts.window}`);
-      const repeat = plan.bandwidth(size);
+      const repeat = plan.streaming;
       const raw = await rawCopy(g, size, repeat);
       const r = await oneway(g, 'default', size, opts.window, repeat);
-      run.figures.push(figure(run, spec, gbPerSecond(r.bytes, r.seconds), gbPerSecond(raw.bytes, raw.seconds), { paths: r.paths!, details: { size, window: opts.window, iterations: repeat.iters } }));
+      run.figures.push(figure(run, spec, gbPerSecond(r.bytes, r.seconds), gbPerSecond(raw.bytes, raw.seconds), { paths: r.paths!, details: { size, window: opts.window, iterations: repeat.iters, warmup: repeat.warmup } }));
     }
   }
 
