@@ -20,28 +20,18 @@
 // Example (GPU machine, repository root):
 //   SMCUDA_ADDON=$PWD/build/Release/smcuda.node SIZE=8 N=20000 \
 //     bash .gpu/boot.sh node docs/bench/scripts/pingpong.mjs
-import { mkdtempSync, chmodSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, chmodSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL, fileURLToPath } from 'node:url';
 import { fork } from 'node:child_process';
-import { Session } from 'node:inspector/promises';
+import { profileTo } from './cpu-profile.mjs';
 
 const lib = process.env.DIST
   ? pathToFileURL(resolve(process.env.DIST, 'src/index.js')).href
   : new URL('../../../dist/src/index.js', import.meta.url).href;
 const { Transport } = await import(lib);
 
-const prof = async (tag, fn) => {
-  if (!process.env.PROF) return fn();
-  const s = new Session();
-  s.connect();
-  await s.post('Profiler.enable');
-  await s.post('Profiler.setSamplingInterval', { interval: 10 });
-  await s.post('Profiler.start');
-  await fn();
-  const { profile } = await s.post('Profiler.stop');
-  writeFileSync(`${process.env.PROF}/${tag}.cpuprofile`, JSON.stringify(profile));
-};
+const prof = (tag, fn) => (process.env.PROF ? profileTo(process.env.PROF, tag, 10, fn) : fn());
 
 const opts = JSON.parse(process.env.OPTS ?? '{}');
 const size = Number(process.env.SIZE ?? 8);

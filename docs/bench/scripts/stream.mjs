@@ -21,12 +21,12 @@
 // Example (GPU machine, repository root):
 //   SMCUDA_ADDON=$PWD/build/Release/smcuda.node SIZE=1048576 W=8 N=20000 REPS=3 \
 //     bash .gpu/boot.sh node docs/bench/scripts/stream.mjs
-import { mkdtempSync, chmodSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, chmodSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL, fileURLToPath } from 'node:url';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { fork } from 'node:child_process';
-import { Session } from 'node:inspector/promises';
+import { profileTo } from './cpu-profile.mjs';
 
 const lib = process.env.DIST
   ? pathToFileURL(resolve(process.env.DIST, 'src/index.js')).href
@@ -34,16 +34,7 @@ const lib = process.env.DIST
 const { Transport } = await import(lib);
 
 // PROF=dir: a CPU profile (20 µs sampling) of the last window in each process
-const prof = async (tag, fn) => {
-  const s = new Session();
-  s.connect();
-  await s.post('Profiler.enable');
-  await s.post('Profiler.setSamplingInterval', { interval: 20 });
-  await s.post('Profiler.start');
-  await fn();
-  const { profile } = await s.post('Profiler.stop');
-  writeFileSync(`${process.env.PROF}/${tag}.cpuprofile`, JSON.stringify(profile));
-};
+const prof = (tag, fn) => profileTo(process.env.PROF, tag, 20, fn);
 const maybeProf = (tag, last, fn) => (process.env.PROF && last ? prof(tag, fn) : fn());
 
 const SIZE = Number(process.env.SIZE ?? 1 << 20);
