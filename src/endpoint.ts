@@ -360,8 +360,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     const seq = this.nextSeq++;
     const length = buf.length;
-    const done = this.pendSend(seq, tag, length, 'rget', options.signal, event === undefined ? noop : () => d.eventDestroy(event));
-    this.pendingSends.get(seq)!.restage = { buf, stream: options.stream };
+    const release = event === undefined ? noop : () => d.eventDestroy(event);
+    const done = this.pendSend(seq, tag, length, 'rget', options.signal, release, { buf, stream: options.stream });
     const last = exp.rget;
     if (eventHandle === null && last !== undefined && last.length === length && this.tracer === undefined) {
       // Re-sent from the same buffer: the last encoding with this tag and seq.
@@ -413,10 +413,18 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     });
   }
 
-  /** Registers a send that completes on FIN; wires its AbortSignal to CANCEL. */
-  private pendSend(seq: number, tag: number, length: number, path: DataPath, signal: AbortSignal | undefined, release: () => void): Promise<void> {
+  /** Registers a send that completes on FIN; wires its AbortSignal to CANCEL. `restage`: see PendingSend. */
+  private pendSend(
+    seq: number,
+    tag: number,
+    length: number,
+    path: DataPath,
+    signal: AbortSignal | undefined,
+    release: () => void,
+    restage?: PendingSend['restage'],
+  ): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      const p: PendingSend = { seq, tag, length, path, resolve, reject, cleanup: release, cancelRequested: false, signal };
+      const p: PendingSend = { seq, tag, length, path, resolve, reject, cleanup: release, cancelRequested: false, signal, restage };
       if (signal) {
         const onAbort = () => {
           if (p.cancelRequested || !this.pendingSends.has(seq)) return;

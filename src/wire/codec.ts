@@ -156,13 +156,8 @@ class Writer {
     this.pos += 2;
   }
   u32(v: number): void {
-    const b = this.buf;
-    const p = this.pos;
-    b[p] = v;
-    b[p + 1] = v >>> 8;
-    b[p + 2] = v >>> 16;
-    b[p + 3] = v >>> 24;
-    this.pos = p + 4;
+    putU32le(this.buf, this.pos, v);
+    this.pos += 4;
   }
   /** A safe integer as u64: two u32 halves, no BigInt on the hot path. */
   u64(v: number): void {
@@ -251,12 +246,11 @@ export function restampRget(template: Uint8Array, tag: number, seq: number): Uin
   const T = FrameType.RGET;
   checkInt(T, 'tag', tag, 0, U32);
   checkInt(T, 'seq', seq, 0, MAX_SAFE);
-  const b = Buffer.allocUnsafe(template.byteLength);
-  b.set(template);
-  b.writeUInt32LE(tag, RGET_TAG_AT);
-  b.writeUInt32LE(seq >>> 0, RGET_SEQ_AT);
-  b.writeUInt32LE(Math.floor(seq / TWO_32), RGET_SEQ_AT + 4);
-  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  const b = copyBytes(template);
+  putU32le(b, RGET_TAG_AT, tag);
+  putU32le(b, RGET_SEQ_AT, seq >>> 0);
+  putU32le(b, RGET_SEQ_AT + 4, Math.floor(seq / TWO_32));
+  return b;
 }
 
 /**
@@ -626,6 +620,14 @@ export class RgetDecoder {
 /** The little-endian u32 at `at` (the caller has checked the bounds). */
 function u32le(b: Uint8Array, at: number): number {
   return (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16)) + b[at + 3]! * 0x100_0000;
+}
+
+/** Writes `v` (0..2^32-1) as a little-endian u32 at `at` (the caller has checked the bounds). */
+function putU32le(b: Uint8Array, at: number, v: number): void {
+  b[at] = v;
+  b[at + 1] = v >>> 8;
+  b[at + 2] = v >>> 16;
+  b[at + 3] = v >>> 24;
 }
 
 /** Reads the 4-byte header and returns the frame type; throws on any header fault. */
