@@ -447,11 +447,15 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   // ---------------------------------------------------------- frame handling
 
-  private readonly onFrame = (bytes: Uint8Array): void => {
+  /** `transient`: `bytes` is a view of the channel's ring, gone after this call (ControlChannel). */
+  private readonly onFrame = (bytes: Uint8Array, transient?: boolean): void => {
     if (this.closedWith !== undefined) return;
     let frame: Frame;
     try {
       frame = this.rgets.decode(bytes, this.uuidNames);
+      // EAGER data is a view of the frame (decodeFrame): its own copy. ShmChannel
+      // copies EAGER entries itself; this is a peer rewriting an entry under us.
+      if (transient === true && frame.type === FrameType.EAGER) frame = { ...frame, data: frame.data.slice() };
     } catch (err) {
       this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
       return;

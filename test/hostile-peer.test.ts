@@ -199,4 +199,15 @@ describe('frames for messages that do not exist', () => {
       attacker.shmUnlink(seg.name);
     }
   });
+
+  it('an EAGER frame handed over as a ring view (a peer that rewrote its entry after the channel looked) is copied before the view is reused', async () => {
+    const p = await peer();
+    const bytes = encodeFrame({ type: FrameType.EAGER, tag: 7, seq: 1, fromDevice: false, data: Uint8Array.from([1, 2, 3, 4]) });
+    // What ShmChannel does with a non-EAGER entry: the frame is a view, valid during the call only.
+    const channel = (p.ep as unknown as { channel: { emit(e: 'frame', b: Uint8Array, transient: boolean): void } }).channel;
+    channel.emit('frame', bytes, true);
+    bytes.fill(0xff); // the ring reuses the entry's space
+    const r = await p.ep.recv({ tag: 7 }); // matched from the unexpected queue, after the reuse
+    expect([...(r.data as Uint8Array)]).toEqual([1, 2, 3, 4]);
+  });
 });

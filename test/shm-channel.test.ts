@@ -38,10 +38,19 @@ describe('shm ring', () => {
         if (writer.tryWrite(seq, [payload.subarray(0, n >> 1), payload.subarray(n >> 1)], n)) pending.push({ seq: seq++, bytes: payload });
         else expect(pending.length).toBeGreaterThan(0); // refused only when something is unread
         if (drain) {
+          let filled = false;
           while (pending.length > 0) {
             const want = pending.shift()!;
             expect(reader.peekSeq()).toBe(want.seq);
-            expect(Buffer.from(reader.take()).equals(Buffer.from(want.bytes))).toBe(true);
+            const entry = reader.peek();
+            if (!filled) {
+              // A peeked entry stays put until consumed: the writer cannot reuse its space meanwhile.
+              filled = true;
+              const fill = new Uint8Array(64).fill(0xee);
+              while (writer.tryWrite(seq, [fill], 64)) pending.push({ seq: seq++, bytes: fill });
+            }
+            expect(Buffer.from(entry).equals(Buffer.from(want.bytes))).toBe(true);
+            reader.consume();
           }
           expect(reader.peekSeq()).toBe(-1);
         }

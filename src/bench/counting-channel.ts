@@ -26,9 +26,9 @@ export class CountingChannel extends EventEmitter<ControlChannelEvents> implemen
 
   constructor(private readonly inner: ControlChannel) {
     super();
-    inner.on('frame', (frame) => {
+    inner.on('frame', (frame, transient) => {
       this.count(frame, 'received');
-      this.emit('frame', frame);
+      this.emit('frame', frame, transient);
     });
     inner.on('drain', () => this.emit('drain'));
     inner.on('close', (error) => (error ? this.emit('close', error) : this.emit('close')));

@@ -15,11 +15,14 @@
  *    (peer reset, bad framing) and without one on an orderly close (either
  *    side called close(), or the peer ended the stream).
  *  - After 'close', `send` throws ClosedError.
+ *  - A 'frame' whose `transient` is true is a view of memory the channel
+ *    reuses once the listeners return (ShmChannel's ring): a listener
+ *    copies what it keeps. Other frames are the listener's.
  */
 import type { EventEmitter } from 'node:events';
 
 export interface ControlChannelEvents {
-  frame: [frame: Uint8Array];
+  frame: [frame: Uint8Array, transient?: boolean];
   drain: [];
   close: [error?: Error];
 }

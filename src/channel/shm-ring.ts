@@ -30,7 +30,6 @@
  * load of the other's word not being reordered, which Atomics gives.
  */
 import { ProtocolError } from '../errors.js';
-import { copyBytes } from './send-parts.js';
 
 export const RING_MAGIC = 0x31524d53; // 'SMR1'
 export const RING_HEADER_BYTES = 256;
@@ -64,6 +63,8 @@ export class RingReader {
   private readonly mask: number;
   /** Authoritative consumer position (the shared copy is for the producer). */
   private head = 0;
+  /** The size of the entry peek() returned, as peekSeq() checked it. */
+  private peeked = 0;
 
   constructor(bytes: Uint8Array, capacity: number) {
     checkCapacity(capacity);
@@ -112,14 +113,22 @@ export class RingReader {
     }
   }
 
-  /** Copies the next entry out (call after peekSeq() ≥ 0) and frees its space. */
-  take(): Uint8Array {
+  /**
+   * The next entry's bytes where they lie (call after peekSeq() ≥ 0): no
+   * copy. They stay put until consume(); the producer may still scribble on
+   * them (a broken or hostile one), so read each byte once.
+   */
+  peek(): Uint8Array {
     const at = this.head & this.mask;
     const len = this.dataWords[at >>> 2]!;
-    // Pooled, not .slice(): a new ArrayBuffer for every RGET cost more than decoding it.
-    const frame = copyBytes(this.data.subarray(at + ENTRY_HEADER, at + ENTRY_HEADER + len));
-    this.advance(align8(ENTRY_HEADER + len));
-    return frame;
+    this.peeked = align8(ENTRY_HEADER + len);
+    return this.data.subarray(at + ENTRY_HEADER, at + ENTRY_HEADER + len);
+  }
+
+  /** Frees the entry peek() returned. */
+  consume(): void {
+    this.advance(this.peeked);
+    this.peeked = 0;
   }
 
   /** 1: the producer need not ring the doorbell (we are watching, or one is coming). */

@@ -590,31 +590,41 @@ const RGETS_REMEMBERED = 16;
 export class RgetDecoder {
   private readonly known = new Map<number, { bytes: Buffer; frame: Extract<Frame, { type: FrameType.RGET }> }>();
 
+  /**
+   * `bytes` may be a view of memory the peer can still write (a ring entry):
+   * each byte is read once, and an RGET is copied before it is decoded, so
+   * the frame remembered is the frame its bytes say.
+   */
   decode(bytes: Uint8Array, uuids?: UuidNames): Frame {
     const n = bytes.byteLength;
     const key = n >= RGET_FIXED ? u32le(bytes, RGET_OFFSET_AT) : -1;
     const hit = key >= 0 ? this.known.get(key) : undefined;
     if (hit !== undefined) {
       const last = hit.bytes;
-      if (
-        last.byteLength === n &&
-        last.compare(bytes, 0, RGET_TAG_AT, 0, RGET_TAG_AT) === 0 &&
-        last.compare(bytes, RGET_STAMP_END, n, RGET_STAMP_END, n) === 0
-      ) {
+      // Compared here, not by Buffer.compare: two native calls cost more than the loop.
+      if (last.byteLength === n && sameBytes(last, bytes, 0, RGET_TAG_AT) && sameBytes(last, bytes, RGET_STAMP_END, n)) {
         const hi = u32le(bytes, RGET_SEQ_AT + 4);
         // A seq above 2^53: decodeFrame below says so.
         if (hi <= MAX_SAFE_HIGH) return { ...hit.frame, tag: u32le(bytes, RGET_TAG_AT), seq: hi * TWO_32 + u32le(bytes, RGET_SEQ_AT) };
       }
     }
-    const frame = decodeFrame(bytes, uuids);
+    if (n < HEADER_BYTES || bytes[2] !== FrameType.RGET) return decodeFrame(bytes, uuids);
+    const copy = hit !== undefined && hit.bytes.byteLength === n ? hit.bytes : Buffer.allocUnsafe(n);
+    copy.set(bytes);
+    if (hit !== undefined) this.known.delete(key); // its bytes are being replaced: a frame that fails to decode leaves no stale entry
+    const frame = decodeFrame(copy, uuids);
     if (frame.type === FrameType.RGET) {
-      const copy = hit !== undefined && hit.bytes.byteLength === n ? hit.bytes : Buffer.allocUnsafe(n);
-      copy.set(bytes);
       if (hit === undefined && this.known.size >= RGETS_REMEMBERED) this.known.clear();
       this.known.set(key, { bytes: copy, frame });
     }
     return frame;
   }
+}
+
+/** Whether a[from..to) and b[from..to) hold the same bytes (the caller has checked the lengths). */
+function sameBytes(a: Uint8Array, b: Uint8Array, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** The little-endian u32 at `at` (the caller has checked the bounds). */
