@@ -8,6 +8,7 @@
 //   DIST   directory holding the compiled library (src/index.js); default: this repository's dist/
 //   SIZE   message size in bytes (default 1048576)
 //   W      sends/receives outstanding (default 8)
+//   RW     receives outstanding, when not W (a sender that runs ahead of the receiver's window)
 //   N      messages per timed window (default 20000)
 //   REPS   timed windows (default 3)
 //   WARM   warm-up messages before the first window (default max(200, N/10))
@@ -85,13 +86,14 @@ if (process.argv[2] === 'child') {
     read() { return ` q/msg ${(c.q / N).toFixed(2)} cpl ${Object.entries(c.hist).map(([k, v]) => k + ':' + v).join(',')}`; },
   };
   const eb = await b.connect(process.argv[3]);
-  const buf = d.memAlloc(SIZE * W);
-  const ro = [...Array(W)].map((_, k) => ({ tag: 4, into: { ptr: buf + BigInt(k * SIZE), length: SIZE } }));
+  const RW = Number(process.env.RW ?? W);
+  const buf = d.memAlloc(SIZE * RW);
+  const ro = [...Array(RW)].map((_, k) => ({ tag: 4, into: { ptr: buf + BigInt(k * SIZE), length: SIZE } }));
   const run = async (count) => {
     const fl = [];
     for (let i = 0; i < count; i++) {
-      const k = i % W;
-      if (i >= W) await fl[k];
+      const k = i % RW;
+      if (i >= RW) await fl[k];
       fl[k] = eb.recv(ro[k]);
     }
     await Promise.all(fl);
