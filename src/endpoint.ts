@@ -19,6 +19,7 @@ import { HandlePool, type Mapping } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
 import { byteLength, type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
+import { copyBytes } from './channel/send-parts.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import type { Spinner } from './channel/spinner.js';
 import type { CudaDriver, StreamHandle } from './cuda/driver.js';
@@ -453,9 +454,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     let frame: Frame;
     try {
       frame = this.rgets.decode(bytes, this.uuidNames);
-      // EAGER data is a view of the frame (decodeFrame): its own copy. ShmChannel
-      // copies EAGER entries itself; this is a peer rewriting an entry under us.
-      if (transient === true && frame.type === FrameType.EAGER) frame = { ...frame, data: frame.data.slice() };
+      // EAGER data is a view of the frame (decodeFrame), and may wait in the
+      // unexpected queue: its own copy. Nothing else keeps the frame's bytes.
+      if (transient === true && frame.type === FrameType.EAGER) frame = { ...frame, data: copyBytes(frame.data) };
     } catch (err) {
       this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
       return;

@@ -200,10 +200,10 @@ describe('frames for messages that do not exist', () => {
     }
   });
 
-  it('an EAGER frame handed over as a ring view (a peer that rewrote its entry after the channel looked) is copied before the view is reused', async () => {
+  it('an EAGER frame handed over as a ring view is copied before the view is reused, even while it waits unmatched', async () => {
     const p = await peer();
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 7, seq: 1, fromDevice: false, data: Uint8Array.from([1, 2, 3, 4]) });
-    // What ShmChannel does with a non-EAGER entry: the frame is a view, valid during the call only.
+    // What ShmChannel does with a ring entry: the frame is a view, valid during the call only.
     const channel = (p.ep as unknown as { channel: { emit(e: 'frame', b: Uint8Array, transient: boolean): void } }).channel;
     channel.emit('frame', bytes, true);
     bytes.fill(0xff); // the ring reuses the entry's space

@@ -39,6 +39,24 @@ describe('host messages', () => {
     expect(a.ep.stats().control.channel).toMatch(/\+ring$/);
   });
 
+  it('through the rings, messages that wait unmatched keep their bytes while the ring reuses its space', async () => {
+    pair = await makePair();
+    const { a, b } = pair;
+    const upgraded = () => [a.ep, b.ep].every((ep) => ep.stats().control.ringOut && ep.stats().control.ringIn);
+    for (let i = 0; i < 100 && !upgraded(); i++) await new Promise((r) => setImmediate(r));
+    expect(upgraded()).toBe(true);
+    // 300 × 2 KiB in bursts of 20 that b takes off the ring in between: more than
+    // the 256 KiB ring holds, so later ones are written where earlier ones lay,
+    // all before any receive is posted.
+    const sent = Array.from({ length: 300 }, (_, i) => randomBytes(2048, 2 * i + 1));
+    for (let i = 0; i < sent.length; i++) {
+      await a.ep.send(sent[i]!, { tag: 3 });
+      if (i % 20 === 19) await new Promise((r) => setTimeout(r, 2));
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    for (const want of sent) expect(sameBytes((await b.ep.recv({ tag: 3 })).data as Uint8Array, want)).toBe(true);
+  });
+
   it('stay on the channel when either side turns the control rings off', async () => {
     pair = await makePair({ b: { controlRing: false } });
     const { a, b } = pair;
