@@ -33,7 +33,7 @@ export class AddonLoadError extends SmcudaError {
   constructor(causes: string[]) {
     super(
       'SMCUDA_ADDON_LOAD',
-      ['Could not load the smcuda native addon (build/Release/smcuda.node).', ...causes.map((c) => `  - ${c}`)].join('\n'),
+      ['Could not load the smcuda native addon.', ...causes.map((c) => `  - ${c}`)].join('\n'),
     );
     this.causes = causes;
   }

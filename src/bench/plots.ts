@@ -21,7 +21,7 @@ export class PlotsUnavailableError extends SmcudaError {
   constructor(cause: unknown) {
     super(
       'SMCUDA_BENCH_PLOTS_UNAVAILABLE',
-      `cannot draw plots: the optional dependency 'vega' did not load (${(cause as Error)?.message ?? String(cause)}). Install it with 'npm install vega' (it is pure JavaScript), or leave out --out to skip the plots.`,
+      `cannot draw plots: the optional peer dependency 'vega' did not load (${(cause as Error)?.message ?? String(cause)}). Install it with 'npm install vega' (it is pure JavaScript), or leave out --out to skip the plots.`,
       { cause },
     );
   }

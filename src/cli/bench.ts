@@ -34,7 +34,7 @@ per 8 B message against a raw Unix-socket ping-pong.
 ${SUITES.map((s) => `                          ${s.padEnd(12)} ${SUITE_SUMMARY[s]}`).join('\n')}
   --window W            outstanding sends in the streaming suite (default 8)
   --out DIR             write DIR/bench.json, DIR/bandwidth.svg, DIR/latency.svg
-                        (plots need the optional dependency 'vega')
+                        (plots need the optional peer dependency 'vega': npm install vega)
   --smoke               tiny sizes and few iterations: checks the suite works (CI)
   --check               exit 1 when a measured figure misses its target
   --timeout SECONDS     give up after this long (default 3600)

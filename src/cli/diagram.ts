@@ -28,7 +28,7 @@ timeouts — labelled "trigger [condition] / frames sent".
 Examples:
   smcuda diagram                                   # Mermaid stateDiagram-v2 on stdout
   smcuda diagram --format dot | dot -Tpng > n.png  # with Graphviz installed
-  npm run diagrams                                 # regenerate docs/diagrams/`;
+  smcuda diagram --format mermaid,dot,svg --out docs/diagrams   # all pictures into a folder`;
 
 export async function runDiagram(argv: string[]): Promise<number> {
   const a = parse(argv, {

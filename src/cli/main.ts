@@ -11,6 +11,7 @@ import { runProbe } from './probe.js';
 import { runSoak } from './soak.js';
 import { runTrace } from './trace-cmd.js';
 import { UsageError } from './usage.js';
+import { packageVersion } from './version.js';
 
 const commands: Record<string, { run: (argv: string[]) => Promise<number>; summary: string }> = {
   probe: { run: runProbe, summary: 'what the CUDA driver sees: devices, UUIDs, peer matrix, IPC support' },
@@ -25,7 +26,7 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
 function help(): string {
   const lines = ['usage: smcuda <command> [options]', '', 'commands:'];
   for (const [name, c] of Object.entries(commands)) lines.push(`  ${name.padEnd(8)} ${c.summary}`);
-  lines.push('', "Run 'smcuda <command> --help' for a command's options.");
+  lines.push('', "Run 'smcuda <command> --help' for a command's options; 'smcuda --version' prints the version.");
   return lines.join('\n');
 }
 
@@ -34,6 +35,10 @@ async function main(argv: string[]): Promise<number> {
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     console.log(help());
     return name ? 0 : 2;
+  }
+  if (name === '--version' || name === '-v' || name === 'version') {
+    console.log(packageVersion());
+    return 0;
   }
   const cmd = commands[name];
   if (!cmd) {

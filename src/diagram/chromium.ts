@@ -3,8 +3,9 @@
  * for the inspector's browser test. playwright-core downloads no browser: it
  * drives the system's Chromium (Debian: `apt-get install chromium`), found at
  * $SMCUDA_CHROMIUM or /usr/bin/chromium. Both playwright-core and mermaid are
- * optional dependencies (installed by default), loaded only when a picture or
- * the inspector page is asked for.
+ * optional peer dependencies (a user installs them beside smcuda; our own
+ * tests have them as dev dependencies), loaded only when a picture or the
+ * inspector page is asked for.
  */
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -49,7 +50,7 @@ export async function launchChromium(): Promise<Browser> {
   try {
     ({ chromium } = await import('playwright-core'));
   } catch (err) {
-    throw new ChromiumUnavailableError(`rendering SVG needs the development dependency playwright-core (npm install --save-dev playwright-core): ${(err as Error).message}`);
+    throw new ChromiumUnavailableError(`rendering SVG needs the optional peer dependency playwright-core: install it beside smcuda with 'npm install playwright-core mermaid': ${(err as Error).message}`);
   }
   return chromium.launch({ executablePath, args: CHROMIUM_ARGS, headless: true });
 }
@@ -60,6 +61,6 @@ export function mermaidBundlePath(): string {
   try {
     return require.resolve('mermaid/dist/mermaid.min.js');
   } catch (err) {
-    throw new ChromiumUnavailableError(`drawing diagrams in a browser needs the development dependency mermaid (npm install --save-dev mermaid): ${(err as Error).message}`);
+    throw new ChromiumUnavailableError(`drawing diagrams in a browser needs the optional peer dependency mermaid: install it beside smcuda with 'npm install mermaid playwright-core': ${(err as Error).message}`);
   }
 }

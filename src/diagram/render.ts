@@ -11,7 +11,7 @@ export type DiagramFormat = (typeof DIAGRAM_FORMATS)[number];
 export const FILE_EXTENSION: Record<DiagramFormat, string> = { mermaid: 'mmd', dot: 'dot', svg: 'svg' };
 
 export function header(m: DrawableMachine): string {
-  return `generated from ${m.source} by \`npm run diagrams\` (smcuda diagram): do not edit`;
+  return `generated from ${m.source} by \`smcuda diagram\`: do not edit`;
 }
 
 export function graphOf(m: DrawableMachine): MachineGraph {
