@@ -109,7 +109,7 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
   // collections pause a process 0.4-0.9 ms every ~20-50 ms, so a 23 ms point
   // (the former 8 GiB budget at 16 MiB) read 100 % of raw or 92 % depending
   // on whether one fell into it; a longer point pays them at their real rate
-  // (2000 x 16 MiB: 96.6-100.2 % of raw on 2xH200, docs/bench/steady-state.txt).
+  // (2000 x 16 MiB: 96.6-100.2 % of raw on 2xH200, test/bench-history/steady-state.txt).
   const bw: Budget = sim ? { bytes: 256 * MiB, min: 3, max: 200 } : { bytes: 32 * GiB, min: 32, max: 4000 };
   // Small messages run long enough for the per-message path to reach V8's optimised code and stay there.
   const lat: Budget = sim ? { bytes: 64 * MiB, min: 3, max: 5000 } : { bytes: 2 * GiB, min: 5, max: 10_000 };
