@@ -15,6 +15,7 @@ import type { CudaDriver } from '../cuda/driver.js';
 import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
+import { currentRuntime } from './runtimes.js';
 import { checkPattern, fillPattern, seedOf } from './demo-pattern.js';
 
 export interface WorkerConfig {
@@ -70,7 +71,7 @@ async function main(cfg: WorkerConfig): Promise<void> {
     if (expected === 0) resolve();
   });
   await t.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
-  tell({ type: 'listening', rank: cfg.rank, driver: driver.kind, reason, device: { index: device, name: info.name, uuid: info.uuid } });
+  tell({ type: 'listening', rank: cfg.rank, runtime: currentRuntime(), driver: driver.kind, reason, device: { index: device, name: info.name, uuid: info.uuid } });
 
   const m = await next();
   if (m.type !== 'connect') throw new Error(`expected connect, got ${m.type}`);

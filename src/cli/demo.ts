@@ -12,6 +12,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes, gbps, parseSize, table } from './format.js';
 import type { Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
+import { mpsStatus, sharedGpuAdvice } from './mps.js';
+import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
 
 const DEFAULT_SIZES = '0,8,4K,64K,1M,16M,64M';
@@ -29,13 +31,19 @@ Without a GPU it runs on the simulated driver and says so.
   --iters K             iterations per size and pattern (default 3)
   --driver KIND         auto | native | sim (default auto)
   --ipc on|off          CUDA IPC (default on); off: GPU data goes through staging
+  --runtime LIST        node | bun | deno, comma-separated: rank i runs under the
+                        i-th, round robin (default node); bun and deno are found
+                        on PATH or in node_modules/.bin (npm install bun deno)
   --trace FILE          append a JSON-lines trace of every frame and transition
   --timeout SECONDS     give up after this long (default 600)
   --json                print one JSON object (below) instead of tables
   -h, --help            this help
 
-JSON output: { driver: { kind, reason }, ranks, sizes, iters, ipc,
-  devices: [{ rank, index, name, uuid }],
+When ranks share a GPU and the CUDA Multi-Process Service is not running, it
+says what that costs and how to start MPS.
+
+JSON output: { driver: { kind, reason }, ranks, sizes, iters, ipc, mps,
+  devices: [{ rank, runtime, index, name, uuid }],
   phases: [{ phase: 'ring'|'alltoall', size, messages, bytes, seconds, gbPerSecond }],
   endpoints: [{ rank, peer, negotiation: { state, path, tries, reason?, settleMs? },
                 sent/received: { eager|rget|staging: { messages, bytes } }, cache: {...} }],
@@ -49,6 +57,8 @@ export interface DemoOptions {
   ipc: boolean;
   trace?: string;
   timeoutMs: number;
+  /** Rank i runs under runtimes[i % runtimes.length] (default: node). */
+  runtimes?: RuntimeCommand[];
 }
 
 export async function runDemo(argv: string[]): Promise<number> {
@@ -58,6 +68,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     iters: { type: 'string', default: '3' },
     driver: { type: 'string', default: 'auto' },
     ipc: { type: 'string', default: 'on' },
+    runtime: { type: 'string', default: 'node' },
     trace: { type: 'string' },
     timeout: { type: 'string', default: '600' },
     json: { type: 'boolean', default: false },
@@ -79,9 +90,12 @@ export async function runDemo(argv: string[]): Promise<number> {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  const names = a.runtime!.split(',').map((r) => r.trim());
+  for (const r of names) if (!(RUNTIMES as readonly string[]).includes(r)) throw new UsageError(`--runtime takes ${RUNTIMES.join(', ')} (comma-separated), got '${r}'`);
+  const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
-  const opts: DemoOptions = { ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', timeoutMs: timeout * 1000, ...(a.trace ? { trace: a.trace } : {}) };
+  const opts: DemoOptions = { ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', timeoutMs: timeout * 1000, runtimes, ...(a.trace ? { trace: a.trace } : {}) };
 
   const progress = a.json ? () => {} : (line: string) => console.log(line);
   const report = await demo(opts, progress);
@@ -96,7 +110,9 @@ export interface DemoReport {
   sizes: number[];
   iters: number;
   ipc: boolean;
-  devices: { rank: number; index: number; name: string; uuid: string }[];
+  /** The CUDA Multi-Process Service, and whether ranks share a GPU without it. */
+  mps: { active: boolean; sharedGpuWithoutMps: boolean };
+  devices: { rank: number; runtime: string; index: number; name: string; uuid: string }[];
   phases: { phase: Phase; size: number; messages: number; bytes: number; seconds: number; gbPerSecond: number }[];
   endpoints: Array<Record<string, unknown> & { rank: number; peer: number }>;
   verified: boolean;
@@ -105,7 +121,7 @@ export interface DemoReport {
 }
 
 type WorkerMessage =
-  | { type: 'listening'; rank: number; driver: string; reason: string; device: { index: number; name: string; uuid: string } }
+  | { type: 'listening'; rank: number; runtime: string; driver: string; reason: string; device: { index: number; name: string; uuid: string } }
   | { type: 'connected'; rank: number }
   | { type: 'phase-done'; rank: number; result: PhaseResult }
   | { type: 'report'; rank: number; endpoints: DemoReport['endpoints'] }
@@ -142,7 +158,13 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     const listening = collect('listening');
     for (let rank = 0; rank < opts.ranks; rank++) {
       const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, token, ...(opts.trace ? { trace: opts.trace } : {}) };
-      const child = fork(workerPath, [], { env: { ...process.env, SMCUDA_DEMO: JSON.stringify(cfg) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const runtime = opts.runtimes?.[rank % opts.runtimes.length];
+      // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one fork serves all three.
+      const child = fork(workerPath, [], {
+        env: { ...process.env, SMCUDA_DEMO: JSON.stringify(cfg) },
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        ...(runtime ? { execPath: runtime.command, execArgv: runtime.args } : {}),
+      });
       children.push(child);
       child.on('message', (m: WorkerMessage) => {
         if (m.type === 'failed') {
@@ -166,7 +188,10 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     hello.sort((a, b) => a.rank - b.rank);
     const first = hello[0]!;
     progress(`smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}`);
-    for (const h of hello) progress(`  rank${h.rank}: device ${h.device.index} ${h.device.name} ${h.device.uuid}`);
+    for (const h of hello) progress(`  rank${h.rank} (${h.runtime}): device ${h.device.index} ${h.device.name} ${h.device.uuid}`);
+    const mps = mpsStatus();
+    const sharing = first.driver === 'native' && new Set(hello.map((h) => h.device.uuid)).size < hello.length;
+    for (const line of sharedGpuAdvice(sharing, mps)) progress(line);
 
     const connected = collect('connected');
     for (const c of children) c.send({ type: 'connect' });
@@ -199,7 +224,8 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
       sizes: opts.sizes,
       iters: opts.iters,
       ipc: opts.ipc,
-      devices: hello.map((h) => ({ rank: h.rank, ...h.device })),
+      mps: { active: mps.active, sharedGpuWithoutMps: sharing && !mps.active },
+      devices: hello.map((h) => ({ rank: h.rank, runtime: h.runtime, ...h.device })),
       phases,
       endpoints,
       verified: mismatches.length === 0,

@@ -9,13 +9,16 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { CudaDriver, DeviceInfo } from '../cuda/driver.js';
 import { openDriver } from '../cuda/open-driver.js';
+import { mpsStatus, MPS_START_COMMAND, type MpsStatus } from './mps.js';
 import { parse } from './usage.js';
 
 const HELP = `usage: smcuda probe [--json] [--driver native|sim]
 
 Reports whether the CUDA driver is available (and why not), its version, the
 devices (index, name, UUID, PCI bus id, compute capability, memory), the
-peer-access matrix, and whether legacy CUDA IPC works between two processes.
+peer-access matrix, whether legacy CUDA IPC works between two processes, and
+whether the CUDA Multi-Process Service (MPS) is running (processes sharing a
+GPU need it for low latency; start it with nvidia-cuda-mps-control -d).
 
   --driver native|sim  which driver to probe (default: native)
   --json               print one JSON object
@@ -30,6 +33,8 @@ export interface ProbeReport {
   /** peerAccess[i][j]: cuDeviceCanAccessPeer(i, j) */
   peerAccess: boolean[][];
   ipc: { supported: boolean; detail: string };
+  /** The CUDA Multi-Process Service: whether its control socket is in its pipe directory. */
+  mps: MpsStatus;
 }
 
 export async function runProbe(argv: string[]): Promise<number> {
@@ -50,6 +55,10 @@ export async function runProbe(argv: string[]): Promise<number> {
 }
 
 export async function probe(kind: 'native' | 'sim'): Promise<ProbeReport> {
+  return { ...(await probeDriver(kind)), mps: mpsStatus() };
+}
+
+async function probeDriver(kind: 'native' | 'sim'): Promise<Omit<ProbeReport, 'mps'>> {
   let driver: CudaDriver;
   try {
     driver = (await openDriver({ driver: kind })).driver;
@@ -101,6 +110,7 @@ function render(r: ProbeReport): string {
     lines.push(`CUDA driver (${r.driver}): unavailable`);
     lines.push(`  reason: ${r.reason ?? 'unknown'}`);
     lines.push(`  smcuda still works here on the simulated driver: smcuda demo --driver sim`);
+    lines.push(mpsLine(r.mps));
     return lines.join('\n');
   }
   const v = r.driverVersion;
@@ -115,5 +125,11 @@ function render(r: ProbeReport): string {
     r.peerAccess.forEach((row, i) => lines.push(`  [${i}]  ` + row.map((ok, j) => (i === j ? '-' : ok ? 'yes' : 'no').padEnd(5)).join('')));
   }
   lines.push(`legacy IPC: ${r.ipc.supported ? 'works' : 'does not work'} (${r.ipc.detail})`);
+  lines.push(mpsLine(r.mps));
   return lines.join('\n');
+}
+
+function mpsLine(m: MpsStatus): string {
+  if (m.active) return `MPS: running (control socket in ${m.pipeDirectory}${m.controlPid ? `, nvidia-cuda-mps-control pid ${m.controlPid}` : ''})`;
+  return `MPS: not running (no control socket in ${m.pipeDirectory}); ranks sharing a GPU want it: ${MPS_START_COMMAND}`;
 }
