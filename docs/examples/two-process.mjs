@@ -71,10 +71,13 @@ async function rank1() {
       const host = new Uint8Array(SIZE);
       for (let i = 0; i < SIZE; i++) host[i] = byteAt(i);
       t.driver.memcpyHtoD(ptr, host); // synchronous: the bytes are on the device when it returns
-      for (let n = 0; n < 2; n++) {
-        await ep.send({ ptr, length: SIZE }, { tag: TAG }); // resolves when the buffer may be reused
-        console.log(`rank1: sent ${SIZE} bytes of device memory`);
-      }
+      // The first device send starts the CUDA IPC negotiation; wait for it to
+      // settle (a real application just keeps sending) so the second goes by RGET.
+      const settled = new Promise((resolve) => ep.on('state', (s) => (s === 'OK' || s === 'BAD') && resolve(s)));
+      await ep.send({ ptr, length: SIZE }, { tag: TAG }); // resolves when the buffer may be reused
+      console.log(`rank1: sent ${SIZE} bytes of device memory; negotiation ${await settled}`);
+      await ep.send({ ptr, length: SIZE }, { tag: TAG });
+      console.log(`rank1: sent ${SIZE} bytes of device memory`);
     } finally {
       t.driver.memFree(ptr);
     }

@@ -16,6 +16,7 @@ import { runBench } from '../bench/runner.js';
 import { SUITE_SUMMARY, SUITES, type SuiteName } from '../bench/suites.js';
 import { renderReport } from '../bench/table.js';
 import { summarizeProfiles } from '../bench/cpu-profile.js';
+import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { parseSize } from './format.js';
 import { parse, UsageError } from './usage.js';
 
@@ -45,7 +46,9 @@ ${SUITES.map((s) => `                          ${s.padEnd(12)} ${SUITE_SUMMARY[s
                         (the workers inherit the flag)
   -h, --help            this help
 
-Progress goes to stderr when it is a terminal.
+Progress goes to stderr when it is a terminal. On the native driver, when both
+workers of a layout share a GPU and the CUDA Multi-Process Service is not
+running, a note says what that costs and how to start it (also in notes).
 
 JSON: { tool, version, date, durationMs,
   machine: { driver, driverReason, node, platform, arch, cpus, cpuModel, hostname, devices: [...] },
@@ -87,6 +90,10 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
   } finally {
     if (tty) process.stderr.write('\r\x1b[K');
   }
+  for (const line of mpsAdvice(report)) {
+    console.error(`smcuda bench: ${line}`);
+    report.notes.push(line);
+  }
   if (a.out) writeOutputs(a.out, report, await plots(report));
   if (a.json) console.log(JSON.stringify(report, null, 2));
   else console.log(renderReport(report));
@@ -118,6 +125,20 @@ function benchOptions(a: { driver?: string; sizes?: string; suite?: string; wind
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds, got ${a.timeout}`);
   return { driver: a.driver as BenchOptions['driver'], ...(sizes ? { sizes } : {}), suites, smoke: a.smoke === true, window, timeoutMs: timeout * 1000 };
+}
+
+/** What sharing a GPU without MPS costs, when a layout of this run put both workers on one GPU and MPS is not running. */
+function mpsAdvice(report: BenchReport): string[] {
+  if (report.machine.driver !== 'native') return [];
+  const uuids = new Map<string, Set<string>>();
+  let sharing = false;
+  for (const d of report.machine.devices) {
+    const seen = uuids.get(d.layout) ?? new Set<string>();
+    if (seen.has(d.uuid)) sharing = true;
+    seen.add(d.uuid);
+    uuids.set(d.layout, seen);
+  }
+  return sharedGpuAdvice(sharing, mpsStatus()).map((l) => l.trim());
 }
 
 /** The plots, or none (with a warning) where the optional charting library is missing. */

@@ -9,6 +9,8 @@ import { accessSync, constants } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+const PACKAGE_DIR = dirname(fileURLToPath(import.meta.url));
+
 export const RUNTIMES = ['node', 'bun', 'deno'] as const;
 export type RuntimeName = (typeof RUNTIMES)[number];
 
@@ -38,9 +40,8 @@ function binFoldersAbove(dir: string): string[] {
 }
 
 /** Where `name` is looked for, in order. */
-export function searchPath(env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): string[] {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const dirs = [...(env.PATH ?? '').split(delimiter).filter(Boolean), ...binFoldersAbove(cwd), ...binFoldersAbove(here)];
+export function searchPath(env: NodeJS.ProcessEnv = process.env, from: string[] = [process.cwd(), PACKAGE_DIR]): string[] {
+  const dirs = [...(env.PATH ?? '').split(delimiter).filter(Boolean), ...from.flatMap(binFoldersAbove)];
   return [...new Set(dirs)];
 }
 
@@ -54,10 +55,11 @@ export class RuntimeNotFoundError extends Error {
   }
 }
 
-export function findRuntime(name: RuntimeName, env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): RuntimeCommand {
+/** `from`: folders whose node_modules/.bin (and their parents') are searched after PATH: the current directory and this package's. */
+export function findRuntime(name: RuntimeName, env: NodeJS.ProcessEnv = process.env, from?: string[]): RuntimeCommand {
   const args = name === 'deno' ? ['run', '-A'] : [];
   if (name === 'node' && !process.versions.bun && !process.versions.deno) return { name, command: process.execPath, args };
-  const looked = searchPath(env, cwd);
+  const looked = searchPath(env, from);
   for (const dir of looked) {
     const file = join(dir, name);
     if (executable(file)) return { name, command: file, args };
