@@ -4,7 +4,7 @@
  * all-to-all at several sizes, verify every byte, and report each endpoint's
  * negotiation and data paths. The children never outlive this process.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, fork, spawn, type StdioOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -159,12 +159,11 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     for (let rank = 0; rank < opts.ranks; rank++) {
       const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, token, ...(opts.trace ? { trace: opts.trace } : {}) };
       const runtime = opts.runtimes?.[rank % opts.runtimes.length];
-      // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one fork serves all three.
-      const child = fork(workerPath, [], {
-        env: { ...process.env, SMCUDA_DEMO: JSON.stringify(cfg) },
-        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-        ...(runtime ? { execPath: runtime.command, execArgv: runtime.args } : {}),
-      });
+      // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one IPC channel serves all
+      // three. spawn, not fork: Deno's fork rewrites the arguments as if the child were Deno.
+      const env = { ...process.env, SMCUDA_DEMO: JSON.stringify(cfg) };
+      const stdio: StdioOptions = ['ignore', 'inherit', 'inherit', 'ipc'];
+      const child = runtime ? spawn(runtime.command, [...runtime.args, workerPath], { env, stdio }) : fork(workerPath, [], { env, stdio });
       children.push(child);
       child.on('message', (m: WorkerMessage) => {
         if (m.type === 'failed') {
