@@ -3,7 +3,8 @@
 //
 //   node native/build-addon.mjs               the package's install step: nothing to do when a prebuilt
 //                                             addon in prebuilds/ fits this machine (and this is not a
-//                                             git checkout); otherwise builds from source
+//                                             git checkout, nor SMCUDA_BUILD_FROM_SOURCE=1); otherwise
+//                                             builds from source
 //   node native/build-addon.mjs --from-source always builds build/Release/smcuda.node (cmake >= 3.15, g++)
 //   node native/build-addon.mjs --prebuild [--arch x64|arm64]
 //                                             builds prebuilds/linux-<arch>/smcuda.napi.glibc.node with
@@ -16,7 +17,7 @@ import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -100,10 +101,12 @@ if (args[0] === '--prebuild') {
 } else if (args.length > 0) {
   fail(`unknown arguments: ${args.join(' ')} (expected nothing, --from-source or --prebuild [--arch x64|arm64])`);
 } else {
-  // A contributor's checkout builds its own addon (the tests then run what the sources say).
-  // Elsewhere the package's own matching rule decides (dist/ ships in the package).
-  const checkout = existsSync(join(root, '.git'));
-  const fit = checkout ? undefined : (await import('../dist/src/cuda/prebuild.js')).prebuildFor(root);
+  // A contributor's checkout builds its own addon (the tests then run what the sources say), as does
+  // SMCUDA_BUILD_FROM_SOURCE=1. Elsewhere the package's own matching rule decides (dist/ ships in the
+  // package; a source tree without dist/ has not compiled it yet, and builds).
+  const fromSource = existsSync(join(root, '.git')) || process.env.SMCUDA_BUILD_FROM_SOURCE === '1';
+  const matcher = join(root, 'dist', 'src', 'cuda', 'prebuild.js');
+  const fit = fromSource || !existsSync(matcher) ? undefined : (await import(pathToFileURL(matcher).href)).prebuildFor(root);
   if (fit?.file) {
     console.log(`smcuda: using the prebuilt addon ${relative(root, fit.file)}`);
   } else {

@@ -1,6 +1,6 @@
 /** docs/examples run as a user runs them (`node <file>`), on the simulated driver here. */
 import { execFile } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
@@ -13,6 +13,11 @@ describe('docs/examples', () => {
 
   it('has the examples the README links', () => {
     expect(files).toEqual(expect.arrayContaining(['two-process.mjs', 'own-control-plane.mjs']));
+  });
+
+  it('the README shows two-process.mjs whole, as it is run here', () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    expect(readme).toContain('```js\n' + readFileSync(join(EXAMPLES, 'two-process.mjs'), 'utf8') + '```');
   });
 
   it('two-process.mjs moves device memory between two processes, staging then RGET, every byte checked', async () => {
