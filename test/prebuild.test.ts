@@ -43,11 +43,11 @@ describe('prebuildFor', () => {
 });
 
 describe('prebuilds/linux-x64', () => {
-  it('loads here and exports what the sources build (else run `npm run prebuild`)', () => {
+  it('loads here and exports what the sources build (else run `npm run build:prebuilds`)', () => {
     const built = join(ROOT, 'build/Release/smcuda.node');
     const prebuilt = exportsOf(X64);
     expect(prebuilt.length).toBeGreaterThan(40);
-    if (existsSync(built)) expect(prebuilt, 'the prebuilt addon is older than native/: run `npm run prebuild` and commit prebuilds/').toEqual(exportsOf(built));
+    if (existsSync(built)) expect(prebuilt, 'the prebuilt addon is older than native/: run `npm run build:prebuilds` and commit prebuilds/').toEqual(exportsOf(built));
   });
 
   it.skipIf(!has('objdump'))(`needs no newer glibc than its manifest, and no libstdc++${has('objdump') ? '' : ' (skipped: no objdump)'}`, () => {
