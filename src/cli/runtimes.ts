@@ -8,6 +8,7 @@
 import { accessSync, constants } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { SmcudaError } from '../errors.js';
 
 const PACKAGE_DIR = dirname(fileURLToPath(import.meta.url));
 
@@ -45,10 +46,10 @@ export function searchPath(env: NodeJS.ProcessEnv = process.env, from: string[] 
   return [...new Set(dirs)];
 }
 
-export class RuntimeNotFoundError extends Error {
-  readonly code = 'SMCUDA_RUNTIME_NOT_FOUND';
+export class RuntimeNotFoundError extends SmcudaError {
   constructor(name: string, looked: string[]) {
     super(
+      'SMCUDA_RUNTIME_NOT_FOUND',
       `runtime '${name}' not found on PATH or in node_modules/.bin (looked in ${looked.length} folders). ` +
         `Install it with 'npm install ${name}' in this project (the package ships the executable), or put it on PATH.`,
     );
