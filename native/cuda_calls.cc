@@ -970,7 +970,7 @@ Napi::Value CuPointerGetMemoryInfo(const Napi::CallbackInfo& info) {
   unsigned memoryType = 0;
   unsigned long long bufferId = 0;
   int device = -1;
-  int legacy = 0;
+  unsigned long long legacy = 0;  // cuda.h documents a bool: 8 zeroed bytes hold any width the driver writes
   CUdeviceptr rangeStart = 0;
   size_t rangeSize = 0;
   int attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,

@@ -144,6 +144,24 @@ describe('FdChannel in one process', () => {
   });
 });
 
+describe('FdListener admission', () => {
+  it('a connection that never presents its token is closed after the admission timeout', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
+    const refused: Error[] = [];
+    const listener = new FdListener(join(dir, 'fd.sock'), { admissionTimeoutMs: 100, onRefused: (e) => refused.push(e) });
+    try {
+      const silent = new FdChannel(addon.fdConnect(listener.path)); // connects, says nothing
+      const lost = new Promise<Error | undefined>((resolve) => silent.start({ message: () => {}, close: resolve }));
+      expect(await lost).toBeInstanceOf(PeerLostError);
+      expect(refused.map((e) => e.message)).toEqual([expect.stringMatching(/presented no token within 100 ms/)]);
+    } finally {
+      listener.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+    expect(openFds()).toBe(fdsAtStart);
+  });
+});
+
 describe('FdChannel between two processes', () => {
   it('the child reads a memfd the parent sent, and sends one back', async () => {
     const peer = await FdPeer.start();

@@ -40,6 +40,10 @@ export const FD_TOKEN_BYTES = 32;
 const POLLIN = 0x1;
 const POLLOUT = 0x4;
 const TOKEN_MAGIC = Buffer.from('SMFD1');
+/** After a failed accept (out of descriptors), wait this long before trying again. */
+const ACCEPT_RETRY_MS = 50;
+/** A connection that has not presented its token by then is closed. */
+const ADMISSION_TIMEOUT_MS = 10_000;
 
 export type FdNative = NativeFdPassing & NativePeerCredentials;
 
@@ -319,7 +323,14 @@ export class FdListener {
 
   constructor(
     readonly path: string,
-    private readonly options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string; onRefused?: (err: Error) => void } = {},
+    private readonly options: FdChannelOptions & {
+      peerUids?: PeerUidPolicy;
+      label?: string;
+      /** Told of every connection refused (wrong uid, wrong or no token) and of failed accepts. */
+      onRefused?: (err: Error) => void;
+      /** A connection that presents no token within this is closed (default 10 s). */
+      admissionTimeoutMs?: number;
+    } = {},
   ) {
     this.#native = options.native ?? loadAddon();
     this.#fd = this.#native.fdListen(path);
@@ -371,9 +382,13 @@ export class FdListener {
       try {
         sock = this.#native.fdAccept(this.#fd);
       } catch (err) {
-        // EMFILE here leaves the connection in the backlog; it is retried on the next readiness.
+        // EMFILE/ENFILE leave the connection in the backlog, still readable:
+        // try again a little later rather than spin on it.
         this.#refuse(err as Error);
-        break;
+        setTimeout(() => {
+          if (!this.#closed) this.#native.fdWatchArm(this.#watch, POLLIN, false);
+        }, ACCEPT_RETRY_MS).unref();
+        return;
       }
       if (sock === null) break;
       this.#admit(sock);
@@ -395,6 +410,14 @@ export class FdListener {
     }
     this.#unadmitted.add(channel);
     let admitted = false;
+    const limit = this.options.admissionTimeoutMs ?? ADMISSION_TIMEOUT_MS;
+    const timer = setTimeout(() => {
+      if (admitted || channel.closed) return;
+      this.#unadmitted.delete(channel);
+      channel.close();
+      this.#refuse(new AccessDeniedError(`${label}: closed a descriptor connection from pid ${channel.peer?.pid} that presented no token within ${limit} ms`));
+    }, limit);
+    timer.unref();
     channel.start({
       message: (msg) => {
         if (admitted) return; // not reached: the handler is replaced on admission
@@ -404,6 +427,7 @@ export class FdListener {
         const key = ok ? m.subarray(TOKEN_MAGIC.byteLength).toString('hex') : '';
         const waiter = ok ? this.#expected.get(key) : undefined;
         this.#unadmitted.delete(channel);
+        clearTimeout(timer);
         if (!waiter || !timingSafeEqual(Buffer.from(key, 'hex'), m.subarray(TOKEN_MAGIC.byteLength))) {
           channel.close();
           this.#refuse(new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its first message is not an expected token`));
@@ -415,7 +439,10 @@ export class FdListener {
         channel.pause(); // what follows the token waits in the kernel until the new owner calls start()
         waiter.resolve(channel);
       },
-      close: () => this.#unadmitted.delete(channel),
+      close: () => {
+        clearTimeout(timer);
+        this.#unadmitted.delete(channel);
+      },
     });
   }
 }
