@@ -109,6 +109,14 @@ describe('FdChannel in one process', () => {
     expect(b.closed).toBe(true);
   });
 
+  it('sending to a peer that closed is PeerLostError, and later sends are refused', async () => {
+    const [a, b] = FdChannel.pair();
+    b.close();
+    await expect(a.send(undefined, Buffer.from('x'))).rejects.toThrow(PeerLostError);
+    expect(a.closed).toBe(true);
+    await expect(a.send(undefined, Buffer.from('y'))).rejects.toThrow(ClosedError);
+  });
+
   it('a connection from a uid the policy does not allow is refused on both sides', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
     const refused: Error[] = [];

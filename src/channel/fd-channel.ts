@@ -100,19 +100,36 @@ export class FdChannel {
   readonly #ref: boolean;
   #closed = false;
 
-  /** Takes ownership of a connected SEQPACKET socket. */
+  /** Takes ownership of a connected SEQPACKET socket: closed here if the channel cannot be made. */
   constructor(sock: number, options: FdChannelOptions = {}, readonly peer?: PeerCredentials) {
     this.#native = options.native ?? loadAddon();
     this.#sock = sock;
     this.#ref = options.ref ?? false;
-    this.#watch = this.#native.fdWatchStart(sock, (revents) => this.#ready(revents));
+    try {
+      this.#watch = this.#native.fdWatchStart(sock, (revents) => this.#ready(revents));
+    } catch (err) {
+      this.#native.fdClose(sock);
+      throw new DescriptorError('SMCUDA_FD_CHANNEL', `cannot watch the descriptor channel: ${(err as Error).message}`, { cause: err });
+    }
   }
 
   /** Two connected channels in this process (tests; in-process peers). */
   static pair(options: FdChannelOptions = {}): [FdChannel, FdChannel] {
     const native = options.native ?? loadAddon();
     const [a, b] = native.fdSocketPair();
-    return [new FdChannel(a, { ...options, native }), new FdChannel(b, { ...options, native })];
+    let first: FdChannel;
+    try {
+      first = new FdChannel(a, { ...options, native });
+    } catch (err) {
+      native.fdClose(b);
+      throw err;
+    }
+    try {
+      return [first, new FdChannel(b, { ...options, native })];
+    } catch (err) {
+      first.close();
+      throw err;
+    }
   }
 
   /**
@@ -136,15 +153,15 @@ export class FdChannel {
         throw new DescriptorError('SMCUDA_FD_CHANNEL', `${label}: cannot connect the descriptor channel at ${path}: ${(err as Error).message}`, { cause: err });
       }
     }
-    let channel: FdChannel;
+    let cred: PeerCredentials;
     try {
-      const cred = native.peerCredentials(sock);
+      cred = native.peerCredentials(sock);
       checkUid(cred, options.peerUids ?? 'same', label);
-      channel = new FdChannel(sock, { ...options, native }, cred);
     } catch (err) {
       native.fdClose(sock);
       throw err;
     }
+    const channel = new FdChannel(sock, { ...options, native }, cred); // closes sock itself on failure
     try {
       await channel.send(undefined, Buffer.concat([TOKEN_MAGIC, token]));
     } catch (err) {
@@ -399,12 +416,18 @@ export class FdListener {
   #admit(sock: number): void {
     const label = this.options.label ?? 'smcuda';
     let channel: FdChannel;
+    let cred: PeerCredentials;
     try {
-      const cred = this.#native.peerCredentials(sock);
+      cred = this.#native.peerCredentials(sock);
       checkUid(cred, this.options.peerUids ?? 'same', label);
-      channel = new FdChannel(sock, { ...this.options, native: this.#native }, cred);
     } catch (err) {
       this.#native.fdClose(sock);
+      this.#refuse(err as Error);
+      return;
+    }
+    try {
+      channel = new FdChannel(sock, { ...this.options, native: this.#native }, cred); // closes sock on failure
+    } catch (err) {
       this.#refuse(err as Error);
       return;
     }
