@@ -982,13 +982,14 @@ Napi::Value CuPointerGetMemoryInfo(const Napi::CallbackInfo& info) {
   CUmemoryPool pool = nullptr;
   int attrs2[2] = {CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE};
   void* data2[2] = {&allowed, &pool};
-  if (memoryType != 0) SMCUDA_CU(env, cuPointerGetAttributes, 2u, attrs2, data2, ptr);
+  // Only device memory can be VMM or pool memory; other kinds need not answer these.
+  if (memoryType == CU_MEMORYTYPE_DEVICE) SMCUDA_CU(env, cuPointerGetAttributes, 2u, attrs2, data2, ptr);
   size_t mappingSize = 0;
   void* mappingBase = nullptr;
   int attrs3[2] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
   void* data3[2] = {&mappingBase, &mappingSize};
   // Optional: drivers before these attributes refuse them; 0 then means unknown.
-  if (memoryType != 0 && Fn().cuPointerGetAttributes(2u, attrs3, data3, ptr) != CUDA_SUCCESS) {
+  if (memoryType == CU_MEMORYTYPE_DEVICE && Fn().cuPointerGetAttributes(2u, attrs3, data3, ptr) != CUDA_SUCCESS) {
     mappingSize = 0;
     mappingBase = nullptr;
   }
