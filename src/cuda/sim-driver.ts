@@ -9,6 +9,10 @@
  * injected faults come from options or the environment (sim/config.ts), so
  * child processes inherit them.
  *
+ * VMM and pool memory (vmmAlloc, memPoolCreate) is made of real memfds
+ * mapped into host address ranges (sim/fd-memory.ts), so their descriptors
+ * can be passed to and imported by another process for real.
+ *
  * Where the real driver's behaviour matters to smcuda, the simulator copies
  * it: memAlloc before setDevice → CUDA_ERROR_INVALID_CONTEXT; double free and
  * garbage or stale IPC handles → CUDA_ERROR_INVALID_VALUE; opening one's own
