@@ -279,6 +279,11 @@ export class FdChannel {
         this.#shutdown(new PeerLostError('the descriptor channel\'s peer closed it'), true);
         return;
       }
+      if (r.dropped && r.fd >= 0) {
+        // Part of the descriptors came, part were dropped: not something smcuda sends.
+        this.#native.fdClose(r.fd);
+        r.extra = 1;
+      }
       if (r.truncated || r.extra > 0) {
         // The addon closed every descriptor of such a message already.
         this.#shutdown(
