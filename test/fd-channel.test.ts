@@ -109,6 +109,20 @@ describe('FdChannel in one process', () => {
     expect(b.closed).toBe(true);
   });
 
+  it('a message too long for the channel fails it and its descriptor is closed, not leaked', async () => {
+    const [sa, sb] = addon.fdSocketPair();
+    const b = new FdChannel(sb);
+    const fd = memfdWith(Buffer.from('x'));
+    const long = new Uint8Array(FD_MESSAGE_MAX + 100);
+    expect(addon.fdSend(sa, fd, long.buffer, 0, long.byteLength)).toBe(true);
+    addon.fdClose(fd);
+    const closed = new Promise<Error | undefined>((resolve) => b.start({ message: () => {}, close: resolve }));
+    const err = await closed;
+    expect(err).toBeInstanceOf(DescriptorError);
+    expect((err as DescriptorError).code).toBe('SMCUDA_FD_CHANNEL');
+    addon.fdClose(sa);
+  });
+
   it('sending to a peer that closed is PeerLostError, and later sends are refused', async () => {
     const [a, b] = FdChannel.pair();
     b.close();
