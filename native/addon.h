@@ -12,4 +12,8 @@ void InitCompletion(Napi::Env env, Napi::Object exports);
 void InitShm(Napi::Env env, Napi::Object exports);
 // peercred.cc: SO_PEERCRED of a connected Unix socket (who is the peer).
 void InitPeerCred(Napi::Env env, Napi::Object exports);
+// fd_passing.cc: SCM_RIGHTS over Unix SOCK_SEQPACKET sockets, fd readiness, memfd.
+void InitFdPassing(Napi::Env env, Napi::Object exports);
+// host_mapping.cc: host address ranges made of file mappings (the simulator's VMM).
+void InitHostMapping(Napi::Env env, Napi::Object exports);
 }  // namespace smcuda

@@ -26,6 +26,8 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef unsigned long long cuuint64_t;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUmemPoolHandle_st* CUmemoryPool;
 
 constexpr size_t CU_IPC_HANDLE_SIZE = 64;
 struct CUipcMemHandle { char reserved[CU_IPC_HANDLE_SIZE]; };
@@ -45,6 +47,13 @@ constexpr int CU_POINTER_ATTRIBUTE_CONTEXT = 1;
 constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;  // CUmemorytype, unsigned int
 constexpr int CU_POINTER_ATTRIBUTE_BUFFER_ID = 7;    // unsigned long long
 constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;  // int
+constexpr int CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10;  // int (bool)
+constexpr int CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11;  // CUdeviceptr
+constexpr int CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;        // size_t
+constexpr int CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES = 14;  // unsigned long long (CUmemAllocationHandleType bits)
+constexpr int CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17;    // CUmemoryPool
+constexpr int CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18;      // size_t (CUDA 12.x)
+constexpr int CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19; // void* (CUDA 12.x)
 
 // CUmemorytype: 1 host, 2 device, 3 array, 4 unified; 0 = not a CUDA pointer.
 constexpr unsigned CU_MEMORYTYPE_HOST = 1;
@@ -135,6 +144,44 @@ constexpr int kCudaAbiVersion = 12000;
   /* CUDA 12.0 ABI: the original cuEventElapsedTime (12.8 added a _v2) */                     \
   X(cuEventElapsedTime, "cuEventElapsedTime", CUresult, (float*, CUevent, CUevent))
 
+// The virtual memory management (CUDA 10.2) and stream-ordered pool (11.2)
+// entry points: resolved like the others, but their absence only turns off
+// descriptor-exported memory (`fdMemory` in cudaStatus), not the driver.
+#define SMCUDA_VMM_FUNCTIONS(X)                                                                  \
+  X(cuMemCreate, "cuMemCreate", CUresult,                                                        \
+    (CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long))     \
+  X(cuMemRelease, "cuMemRelease", CUresult, (CUmemGenericAllocationHandle))                      \
+  X(cuMemAddressReserve, "cuMemAddressReserve", CUresult,                                        \
+    (CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long))                             \
+  X(cuMemAddressFree, "cuMemAddressFree", CUresult, (CUdeviceptr, size_t))                       \
+  X(cuMemMap, "cuMemMap", CUresult,                                                              \
+    (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))             \
+  X(cuMemUnmap, "cuMemUnmap", CUresult, (CUdeviceptr, size_t))                                   \
+  X(cuMemSetAccess, "cuMemSetAccess", CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc*, size_t)) \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", CUresult,                    \
+    (size_t*, const CUmemAllocationProp*, int))                                                  \
+  X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", CUresult,                        \
+    (CUmemGenericAllocationHandle*, void*))                                                      \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", CUresult,                      \
+    (void*, CUmemGenericAllocationHandle, int, unsigned long long))                              \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", CUresult,                  \
+    (CUmemGenericAllocationHandle*, void*, int))                                                 \
+  X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", CUresult,  \
+    (CUmemAllocationProp*, CUmemGenericAllocationHandle))                                        \
+  X(cuMemPoolCreate, "cuMemPoolCreate", CUresult, (CUmemoryPool*, const CUmemPoolProps*))        \
+  X(cuMemPoolDestroy, "cuMemPoolDestroy", CUresult, (CUmemoryPool))                              \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", CUresult,                                \
+    (CUdeviceptr*, size_t, CUmemoryPool, CUstream))                                              \
+  X(cuMemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr, CUstream))                         \
+  X(cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle", CUresult,              \
+    (void*, CUmemoryPool, int, unsigned long long))                                              \
+  X(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle", CUresult,          \
+    (CUmemoryPool*, void*, int, unsigned long long))                                             \
+  X(cuMemPoolExportPointer, "cuMemPoolExportPointer", CUresult, (CUmemPoolPtrExportData*, CUdeviceptr)) \
+  X(cuMemPoolImportPointer, "cuMemPoolImportPointer", CUresult,                                  \
+    (CUdeviceptr*, CUmemoryPool, CUmemPoolPtrExportData*))                                       \
+  X(cuMemPoolSetAccess, "cuMemPoolSetAccess", CUresult, (CUmemoryPool, const CUmemAccessDesc*, size_t))
+
 // ---- optional entry points ---------------------------------------------------
 // Used when the driver has them, never required. cuMemcpyBatchAsync (CUDA
 // 12.8) queues many copies in one call, and the GPU may run them at once: on
@@ -153,6 +200,46 @@ struct CUmemcpyAttributes {
 };
 constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 1;
 constexpr int CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1;
+
+// ---- virtual memory management and stream-ordered pools (cuda.h, CUDA 12) ---
+constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 1;
+constexpr int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1;
+constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
+constexpr int CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0;
+
+struct CUmemAllocationProp {
+  int type;                  // CUmemAllocationType
+  int requestedHandleTypes;  // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes in cuda.h");
+
+struct CUmemAccessDesc {
+  CUmemLocation location;
+  int flags;  // CUmemAccess_flags
+};
+static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes in cuda.h");
+
+struct CUmemPoolProps {
+  int allocType;    // CUmemAllocationType
+  int handleTypes;  // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32SecurityAttributes;
+  size_t maxSize;  // CUDA 12.2+; 0 (no limit) is what older drivers read as reserved
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes in cuda.h");
+
+constexpr size_t CU_MEM_POOL_PTR_EXPORT_DATA_SIZE = 64;
+struct CUmemPoolPtrExportData { unsigned char reserved[CU_MEM_POOL_PTR_EXPORT_DATA_SIZE]; };
 typedef CUresult (*MemcpyBatchAsyncV2)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*, size_t*,
                                        size_t, CUstream);
 typedef CUresult (*MemcpyBatchAsyncV1)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*, size_t*,
@@ -161,6 +248,7 @@ typedef CUresult (*MemcpyBatchAsyncV1)(CUdeviceptr*, CUdeviceptr*, size_t*, size
 struct DriverTable {
 #define SMCUDA_FIELD(field, name, ret, params) ret(*field) params = nullptr;
   SMCUDA_DRIVER_FUNCTIONS(SMCUDA_FIELD)
+  SMCUDA_VMM_FUNCTIONS(SMCUDA_FIELD)
 #undef SMCUDA_FIELD
 };
 
@@ -173,6 +261,9 @@ struct DriverState {
   // At most one is set: v2 on CUDA 13 drivers, v1 on 12.8 and 12.9.
   MemcpyBatchAsyncV2 memcpyBatchV2 = nullptr;
   MemcpyBatchAsyncV1 memcpyBatchV1 = nullptr;
+  // Every SMCUDA_VMM_FUNCTIONS entry resolved; else vmmReason says which was missing.
+  bool vmm = false;
+  std::string vmmReason;
 };
 
 // Loads libcuda.so.1 and resolves the table on first call (thread-safe);
@@ -194,8 +285,21 @@ Napi::Error CuError(Napi::Env env, const std::string& call, CUresult r, const st
                     const std::string& detail);
 // The Error thrown when libcuda cannot be used: code 'SMCUDA_DRIVER_UNAVAILABLE'.
 Napi::Error NoDriverError(Napi::Env env, const char* call);
+// The Error thrown when the VMM/pool entry points are missing (code 'SMCUDA_DRIVER_UNAVAILABLE').
+Napi::Error NoVmmError(Napi::Env env, const char* call);
 // cuInit's failure as a status reason, with a fix where one is known.
 std::string InitFailureReason(CUresult r);
+
+// Like SMCUDA_REQUIRE_DRIVER, and the VMM/pool entry points are there too;
+// throws SMCUDA_DRIVER_UNAVAILABLE with the reason otherwise.
+#define SMCUDA_REQUIRE_VMM(env, call)                                  \
+  do {                                                                 \
+    SMCUDA_REQUIRE_DRIVER(env, call);                                  \
+    if (!::smcuda::Driver().vmm) {                                     \
+      ::smcuda::NoVmmError((env), (call)).ThrowAsJavaScriptException(); \
+      return Napi::Value();                                            \
+    }                                                                  \
+  } while (0)
 
 // One check for every driver call (one prefix, one macro): inside a function
 // returning Napi::Value, calls Driver().fn.<f>(args...) and on failure throws

@@ -115,6 +115,10 @@ Napi::Value CudaStatus(const Napi::CallbackInfo& info) {
   out.Set("available", Napi::Boolean::New(env, available));
   if (!available) out.Set("reason", Napi::String::New(env, reason));
   out.Set("driverVersion", Napi::Number::New(env, d.driverVersion));
+  if (available) {
+    out.Set("fdMemory", Napi::Boolean::New(env, d.vmm));
+    if (!d.vmm) out.Set("fdMemoryReason", Napi::String::New(env, d.vmmReason));
+  }
   if (available)
     out.Set("memcpyBatch", Napi::String::New(env, d.memcpyBatchV2   ? "cuMemcpyBatchAsync_v2"
                                                 : d.memcpyBatchV1 ? "cuMemcpyBatchAsync"
@@ -686,6 +690,323 @@ Napi::Value CuEventElapsedTime(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, ms);
 }
 
+// ---- virtual memory management and stream-ordered pools ---------------------------
+// Every allocation made here asks for POSIX file descriptor handles, so it can
+// be exported; everything is on the device given (an ordinal of this process).
+
+bool DeviceOf(Napi::Env env, int ordinal, CUdevice* out) {
+  CUresult r = Fn().cuDeviceGet(out, ordinal);
+  if (r != CUDA_SUCCESS) {
+    CuError(env, "cuDeviceGet", r).ThrowAsJavaScriptException();
+    return false;
+  }
+  return true;
+}
+
+CUmemAllocationProp FdAllocationProp(CUdevice dev) {
+  CUmemAllocationProp prop;
+  std::memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  return prop;
+}
+
+CUmemAccessDesc ReadWrite(CUdevice dev) {
+  CUmemAccessDesc d;
+  std::memset(&d, 0, sizeof d);
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = dev;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return d;
+}
+
+// A POSIX fd travels through the driver's `void*` shareable handle slot.
+void* FdSlot(int fd) { return reinterpret_cast<void*>(static_cast<uintptr_t>(fd)); }
+
+Napi::Value CuMemGetAllocationGranularity(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemGetAllocationGranularity");
+  ARG_INT(device, 0);
+  CUdevice dev = 0;
+  if (!DeviceOf(env, device, &dev)) return Napi::Value();
+  CUmemAllocationProp prop = FdAllocationProp(dev);
+  size_t g = 0;
+  SMCUDA_CU(env, cuMemGetAllocationGranularity, &g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  return Napi::Number::New(env, static_cast<double>(g));
+}
+
+Napi::Value CuMemCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemCreate");
+  ARG_SIZE(bytes, 0);
+  ARG_INT(device, 1);
+  CUdevice dev = 0;
+  if (!DeviceOf(env, device, &dev)) return Napi::Value();
+  CUmemAllocationProp prop = FdAllocationProp(dev);
+  CUmemGenericAllocationHandle h = 0;
+  SMCUDA_CU(env, cuMemCreate, &h, bytes, &prop, 0ull);
+  return Big(env, h);
+}
+
+Napi::Value CuMemRelease(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemRelease");
+  ARG_U64(handle, 0);
+  SMCUDA_CU(env, cuMemRelease, handle);
+  return env.Undefined();
+}
+
+Napi::Value CuMemAddressReserve(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemAddressReserve");
+  ARG_SIZE(bytes, 0);
+  ARG_SIZE(alignment, 1);
+  CUdeviceptr p = 0;
+  SMCUDA_CU(env, cuMemAddressReserve, &p, bytes, alignment, 0ull, 0ull);
+  return Big(env, p);
+}
+
+Napi::Value CuMemAddressFree(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemAddressFree");
+  ARG_U64(ptr, 0);
+  ARG_SIZE(bytes, 1);
+  SMCUDA_CU(env, cuMemAddressFree, ptr, bytes);
+  return env.Undefined();
+}
+
+Napi::Value CuMemMap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemMap");
+  ARG_U64(ptr, 0);
+  ARG_SIZE(bytes, 1);
+  ARG_U64(handle, 2);
+  SMCUDA_CU(env, cuMemMap, ptr, bytes, 0, handle, 0ull);
+  return env.Undefined();
+}
+
+Napi::Value CuMemUnmap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemUnmap");
+  ARG_U64(ptr, 0);
+  ARG_SIZE(bytes, 1);
+  SMCUDA_CU(env, cuMemUnmap, ptr, bytes);
+  return env.Undefined();
+}
+
+Napi::Value CuMemSetAccess(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemSetAccess");
+  ARG_U64(ptr, 0);
+  ARG_SIZE(bytes, 1);
+  ARG_INT(device, 2);
+  CUdevice dev = 0;
+  if (!DeviceOf(env, device, &dev)) return Napi::Value();
+  CUmemAccessDesc d = ReadWrite(dev);
+  SMCUDA_CU(env, cuMemSetAccess, ptr, bytes, &d, 1);
+  return env.Undefined();
+}
+
+Napi::Value CuMemRetainAllocationHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemRetainAllocationHandle");
+  ARG_U64(ptr, 0);
+  CUmemGenericAllocationHandle h = 0;
+  SMCUDA_CU(env, cuMemRetainAllocationHandle, &h, As<void*>(ptr));
+  return Big(env, h);
+}
+
+// -> a new file descriptor, owned by the caller
+Napi::Value CuMemExportToShareableHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemExportToShareableHandle");
+  ARG_U64(handle, 0);
+  int fd = -1;
+  SMCUDA_CU(env, cuMemExportToShareableHandle, &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
+  return Napi::Number::New(env, fd);
+}
+
+// The fd stays the caller's: the driver takes its own reference.
+Napi::Value CuMemImportFromShareableHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemImportFromShareableHandle");
+  ARG_INT(fd, 0);
+  CUmemGenericAllocationHandle h = 0;
+  SMCUDA_CU(env, cuMemImportFromShareableHandle, &h, FdSlot(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  return Big(env, h);
+}
+
+Napi::Value CuMemGetAllocationPropertiesFromHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemGetAllocationPropertiesFromHandle");
+  ARG_U64(handle, 0);
+  CUmemAllocationProp prop;
+  std::memset(&prop, 0, sizeof prop);
+  SMCUDA_CU(env, cuMemGetAllocationPropertiesFromHandle, &prop, handle);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("type", Napi::Number::New(env, prop.type));
+  out.Set("handleTypes", Napi::Number::New(env, prop.requestedHandleTypes));
+  out.Set("locationType", Napi::Number::New(env, prop.location.type));
+  out.Set("device", Napi::Number::New(env, prop.location.id));
+  return out;
+}
+
+Napi::Value CuMemPoolCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolCreate");
+  ARG_INT(device, 0);
+  ARG_SIZE(maxSize, 1);
+  CUdevice dev = 0;
+  if (!DeviceOf(env, device, &dev)) return Napi::Value();
+  CUmemPoolProps props;
+  std::memset(&props, 0, sizeof props);
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = dev;
+  props.maxSize = maxSize;
+  CUmemoryPool pool = nullptr;
+  SMCUDA_CU(env, cuMemPoolCreate, &pool, &props);
+  return Big(env, pool);
+}
+
+Napi::Value CuMemPoolDestroy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolDestroy");
+  ARG_U64(pool, 0);
+  SMCUDA_CU(env, cuMemPoolDestroy, As<CUmemoryPool>(pool));
+  return env.Undefined();
+}
+
+Napi::Value CuMemAllocFromPoolAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemAllocFromPoolAsync");
+  ARG_SIZE(bytes, 0);
+  ARG_U64(pool, 1);
+  ARG_U64(stream, 2);
+  CUdeviceptr p = 0;
+  SMCUDA_CU(env, cuMemAllocFromPoolAsync, &p, bytes, As<CUmemoryPool>(pool), As<CUstream>(stream));
+  return Big(env, p);
+}
+
+Napi::Value CuMemFreeAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemFreeAsync");
+  ARG_U64(ptr, 0);
+  ARG_U64(stream, 1);
+  SMCUDA_CU(env, cuMemFreeAsync, ptr, As<CUstream>(stream));
+  return env.Undefined();
+}
+
+// -> a new file descriptor, owned by the caller
+Napi::Value CuMemPoolExportToShareableHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolExportToShareableHandle");
+  ARG_U64(pool, 0);
+  int fd = -1;
+  SMCUDA_CU(env, cuMemPoolExportToShareableHandle, &fd, As<CUmemoryPool>(pool), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0ull);
+  return Napi::Number::New(env, fd);
+}
+
+Napi::Value CuMemPoolImportFromShareableHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolImportFromShareableHandle");
+  ARG_INT(fd, 0);
+  CUmemoryPool pool = nullptr;
+  SMCUDA_CU(env, cuMemPoolImportFromShareableHandle, &pool, FdSlot(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0ull);
+  return Big(env, pool);
+}
+
+Napi::Value CuMemPoolExportPointer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolExportPointer");
+  ARG_U64(ptr, 0);
+  CUmemPoolPtrExportData data;
+  std::memset(&data, 0, sizeof data);
+  SMCUDA_CU(env, cuMemPoolExportPointer, &data, ptr);
+  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, sizeof data);
+  std::memcpy(ab.Data(), &data, sizeof data);
+  return ab;
+}
+
+Napi::Value CuMemPoolImportPointer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolImportPointer");
+  ARG_U64(pool, 0);
+  ARG_SIZE(offset, 2);
+  void* src = nullptr;
+  if (!ArgHostRange(info, 1, offset, CU_MEM_POOL_PTR_EXPORT_DATA_SIZE, "data", &src)) return Napi::Value();
+  CUmemPoolPtrExportData data;
+  std::memcpy(&data, src, sizeof data);
+  CUdeviceptr p = 0;
+  SMCUDA_CU(env, cuMemPoolImportPointer, &p, As<CUmemoryPool>(pool), &data);
+  return Big(env, p);
+}
+
+Napi::Value CuMemPoolSetAccess(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_VMM(env, "cuMemPoolSetAccess");
+  ARG_U64(pool, 0);
+  ARG_INT(device, 1);
+  CUdevice dev = 0;
+  if (!DeviceOf(env, device, &dev)) return Napi::Value();
+  CUmemAccessDesc d = ReadWrite(dev);
+  SMCUDA_CU(env, cuMemPoolSetAccess, As<CUmemoryPool>(pool), &d, 1);
+  return env.Undefined();
+}
+
+// What kind of memory `ptr` is: the attributes that decide how it can be
+// exported. { memoryType, bufferId, device, legacyIpc, rangeStart, rangeSize,
+// allowedHandleTypes, mempool, mappingBase, mappingSize } — mappingBase and
+// mappingSize are 0 where the driver does not know those attributes (before
+// CUDA 12.x); rangeStart/rangeSize then name the mapping.
+Napi::Value CuPointerGetMemoryInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuPointerGetAttributes");
+  ARG_U64(ptr, 0);
+  unsigned memoryType = 0;
+  unsigned long long bufferId = 0;
+  int device = -1;
+  unsigned long long legacy = 0;  // cuda.h documents a bool: 8 zeroed bytes hold any width the driver writes
+  CUdeviceptr rangeStart = 0;
+  size_t rangeSize = 0;
+  int attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[6] = {&memoryType, &bufferId, &device, &legacy, &rangeStart, &rangeSize};
+  SMCUDA_CU(env, cuPointerGetAttributes, 6u, attrs, data, ptr);
+  unsigned long long allowed = 0;
+  CUmemoryPool pool = nullptr;
+  int attrs2[2] = {CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE};
+  void* data2[2] = {&allowed, &pool};
+  // Only device memory can be VMM or pool memory; other kinds need not answer these.
+  if (memoryType == CU_MEMORYTYPE_DEVICE) SMCUDA_CU(env, cuPointerGetAttributes, 2u, attrs2, data2, ptr);
+  size_t mappingSize = 0;
+  void* mappingBase = nullptr;
+  int attrs3[2] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+  void* data3[2] = {&mappingBase, &mappingSize};
+  // Optional: drivers before these attributes refuse them; 0 then means unknown.
+  if (memoryType == CU_MEMORYTYPE_DEVICE && Fn().cuPointerGetAttributes(2u, attrs3, data3, ptr) != CUDA_SUCCESS) {
+    mappingSize = 0;
+    mappingBase = nullptr;
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("memoryType", Napi::Number::New(env, memoryType));
+  out.Set("bufferId", Big(env, bufferId));
+  out.Set("device", Napi::Number::New(env, device));
+  out.Set("legacyIpc", Napi::Boolean::New(env, legacy != 0));
+  out.Set("rangeStart", Big(env, rangeStart));
+  out.Set("rangeSize", Napi::Number::New(env, static_cast<double>(rangeSize)));
+  out.Set("allowedHandleTypes", Napi::Number::New(env, static_cast<double>(allowed)));
+  out.Set("mempool", Big(env, pool));
+  out.Set("mappingBase", Big(env, mappingBase));
+  out.Set("mappingSize", Napi::Number::New(env, static_cast<double>(mappingSize)));
+  return out;
+}
+
 }  // namespace
 
 void InitCuda(Napi::Env env, Napi::Object exports) {
@@ -735,6 +1056,28 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
       {"cuEventQuery", CuEventQuery},
       {"cuEventSynchronize", CuEventSynchronize},
       {"cuEventElapsedTime", CuEventElapsedTime},
+      {"cuMemGetAllocationGranularity", CuMemGetAllocationGranularity},
+      {"cuMemCreate", CuMemCreate},
+      {"cuMemRelease", CuMemRelease},
+      {"cuMemAddressReserve", CuMemAddressReserve},
+      {"cuMemAddressFree", CuMemAddressFree},
+      {"cuMemMap", CuMemMap},
+      {"cuMemUnmap", CuMemUnmap},
+      {"cuMemSetAccess", CuMemSetAccess},
+      {"cuMemRetainAllocationHandle", CuMemRetainAllocationHandle},
+      {"cuMemExportToShareableHandle", CuMemExportToShareableHandle},
+      {"cuMemImportFromShareableHandle", CuMemImportFromShareableHandle},
+      {"cuMemGetAllocationPropertiesFromHandle", CuMemGetAllocationPropertiesFromHandle},
+      {"cuMemPoolCreate", CuMemPoolCreate},
+      {"cuMemPoolDestroy", CuMemPoolDestroy},
+      {"cuMemAllocFromPoolAsync", CuMemAllocFromPoolAsync},
+      {"cuMemFreeAsync", CuMemFreeAsync},
+      {"cuMemPoolExportToShareableHandle", CuMemPoolExportToShareableHandle},
+      {"cuMemPoolImportFromShareableHandle", CuMemPoolImportFromShareableHandle},
+      {"cuMemPoolExportPointer", CuMemPoolExportPointer},
+      {"cuMemPoolImportPointer", CuMemPoolImportPointer},
+      {"cuMemPoolSetAccess", CuMemPoolSetAccess},
+      {"cuPointerGetMemoryInfo", CuPointerGetMemoryInfo},
   };
   for (const Entry& e : kEntries) exports.Set(e.name, Napi::Function::New(env, e.fn, e.name));
 }

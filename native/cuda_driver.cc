@@ -6,7 +6,9 @@
 //   3. dlsym cuGetProcAddress_v2, else the CUDA 11.3 cuGetProcAddress
 //   4. every entry point of SMCUDA_DRIVER_FUNCTIONS through it, by base name,
 //      with cudaVersion = kCudaAbiVersion and CU_GET_PROC_ADDRESS_DEFAULT
-//   5. the optional ones (cuMemcpyBatchAsync), with the driver's own ABI;
+//   5. the VMM/pool entry points (SMCUDA_VMM_FUNCTIONS) the same way; a
+//      missing one turns off descriptor-exported memory only (`vmm`)
+//   6. the optional ones (cuMemcpyBatchAsync), with the driver's own ABI;
 //      missing is not a failure
 // Any failure leaves `available = false` and a reason that says what was
 // missing and how to fix it; the addon itself keeps working.
@@ -87,6 +89,21 @@ DriverState Load() {
   if (!resolve(name, reinterpret_cast<void**>(&s.fn.field))) return s;
   SMCUDA_DRIVER_FUNCTIONS(SMCUDA_RESOLVE)
 #undef SMCUDA_RESOLVE
+
+  // Missing VMM/pool entry points disable descriptor-exported memory only.
+  s.vmm = true;
+  auto resolveVmm = [&](const char* name, void** slot) {
+    if (!s.vmm) return;
+    std::string saved = s.reason;
+    if (!resolve(name, slot)) {
+      s.vmm = false;
+      s.vmmReason = s.reason;
+    }
+    s.reason = saved;
+  };
+#define SMCUDA_RESOLVE_VMM(field, name, ret, params) resolveVmm(name, reinterpret_cast<void**>(&s.fn.field));
+  SMCUDA_VMM_FUNCTIONS(SMCUDA_RESOLVE_VMM)
+#undef SMCUDA_RESOLVE_VMM
 
   // cuGetProcAddress hands out the newest version not above the one asked
   // for, so the version asked for must be one whose ABI we call.
@@ -211,6 +228,14 @@ Napi::Error CuError(Napi::Env env, const char* call, CUresult r) {
 
 Napi::Error NoDriverError(Napi::Env env, const char* call) {
   Napi::Error e = Napi::Error::New(env, std::string(call) + ": CUDA is unavailable: " + Driver().reason);
+  e.Set("code", Napi::String::New(env, "SMCUDA_DRIVER_UNAVAILABLE"));
+  e.Set("call", Napi::String::New(env, call));
+  return e;
+}
+
+Napi::Error NoVmmError(Napi::Env env, const char* call) {
+  Napi::Error e = Napi::Error::New(env, std::string(call) + ": the driver lacks the virtual memory management / memory pool "
+                                                            "entry points: " + Driver().vmmReason);
   e.Set("code", Napi::String::New(env, "SMCUDA_DRIVER_UNAVAILABLE"));
   e.Set("call", Napi::String::New(env, call));
   return e;

@@ -6,6 +6,8 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   smcuda::InitCompletion(env, exports);
   smcuda::InitShm(env, exports);
   smcuda::InitPeerCred(env, exports);
+  smcuda::InitFdPassing(env, exports);
+  smcuda::InitHostMapping(env, exports);
   return exports;
 }
 

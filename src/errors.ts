@@ -87,3 +87,19 @@ export class AccessDeniedError extends SmcudaError {
     super('SMCUDA_ACCESS_DENIED', message);
   }
 }
+
+/**
+ * A file descriptor could not be passed between processes. `code`:
+ * 'SMCUDA_FD_EMFILE' — this process had no free descriptor slot, so the
+ * kernel dropped the descriptor that came with `meta` (raise `ulimit -n`, or
+ * fewer cached imports); 'SMCUDA_FD_CHANNEL' — the descriptor channel failed
+ * or carried a message it must not (too long, several descriptors).
+ */
+export class DescriptorError extends SmcudaError {
+  /** The message the lost descriptor came with, where known. */
+  readonly meta: Uint8Array | undefined;
+  constructor(code: 'SMCUDA_FD_EMFILE' | 'SMCUDA_FD_CHANNEL', message: string, options?: { cause?: unknown; meta?: Uint8Array }) {
+    super(code, message, options);
+    this.meta = options?.meta;
+  }
+}

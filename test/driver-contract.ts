@@ -17,6 +17,7 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CudaDriver, DriverKind } from '../src/cuda/driver.js';
 import { CudaError } from '../src/errors.js';
+import { fdMemoryCases } from './driver-contract-fd.js';
 import { patternBytes } from './helpers/bytes.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -429,6 +430,8 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         }
       });
     });
+
+    fdMemoryCases(() => d, opts);
 
     describe('IPC with a second process', () => {
       let peer: IpcPeer;

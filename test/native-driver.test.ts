@@ -406,7 +406,14 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
 
   it('loads, resolves every entry point and reports the driver version', async () => {
     const { status, driverStatus } = await scenario('status');
-    expect(status).toEqual({ available: true, driverVersion: 12080, memcpyBatch: 'cuMemcpyBatchAsync' });
+    // The fake driver has no VMM/pool entry points: that turns off fd-shared memory only.
+    expect(status).toEqual({
+      available: true,
+      driverVersion: 12080,
+      memcpyBatch: 'cuMemcpyBatchAsync',
+      fdMemory: false,
+      fdMemoryReason: expect.stringMatching(/does not provide cuMemCreate .*update the NVIDIA driver/),
+    });
     expect(driverStatus).toEqual(status);
   });
 

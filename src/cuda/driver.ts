@@ -31,6 +31,9 @@ export type EventHandle = bigint;
 /** Size in bytes of CUipcMemHandle and CUipcEventHandle. */
 export const IPC_HANDLE_SIZE = 64;
 
+/** Size in bytes of CUmemPoolPtrExportData. */
+export const POOL_EXPORT_DATA_SIZE = 64;
+
 export type DriverKind = 'native' | 'sim';
 
 export interface DeviceInfo {
@@ -54,6 +57,106 @@ export interface DriverStatus {
   driverVersion: number;
   /** What memcpyBatchAsync calls: the driver's batch entry point, or 'none' (one copy at a time). */
   memcpyBatch?: string;
+  /** Whether VMM and pool memory can be made, exported and imported by file descriptor (when available). */
+  fdMemory?: boolean;
+  /** Why not, where `fdMemory` is false. */
+  fdMemoryReason?: string;
+}
+
+// -- memory shared by file descriptor ---------------------------------------------
+
+/**
+ * How an allocation can be shared with another process:
+ *  - 'legacy-ipc': cuMemAlloc memory; cuIpcGetMemHandle works.
+ *  - 'vmm': cuMemCreate chunks mapped into a reserved range, created with
+ *    POSIX file descriptor handles; exported chunk by chunk (vmmExport).
+ *  - 'pool': from a stream-ordered pool created with POSIX file descriptor
+ *    handles; the pool is exported once (memPoolExport), each allocation by
+ *    memPoolExportPointer.
+ *  - 'other': none of these (host, managed, a pool or VMM allocation without
+ *    fd handles, another process's memory): `reason` says which.
+ */
+export type MemoryKind = 'legacy-ipc' | 'vmm' | 'pool' | 'other';
+
+/** An opaque memory pool handle (CUmemoryPool). */
+export type PoolHandle = bigint;
+
+export interface MemoryKindInfo {
+  kind: MemoryKind;
+  /** For 'other': why this memory cannot be shared, for stats and NODE_DEBUG=smcuda. */
+  reason?: string;
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID: the cache key's revalidation. */
+  bufferId: bigint;
+  /** The device the memory is on, as this process numbers it. */
+  device: number;
+  /** 'pool': the pool the allocation came from. */
+  pool?: PoolHandle;
+  /** 'vmm': the mapped chunk holding the pointer. */
+  chunk?: AddressRange;
+}
+
+export interface VmmAllocOptions {
+  /** Physical chunks (separate cuMemCreate allocations) mapped one after another; default 1. */
+  chunks?: number;
+}
+
+export interface VmmAllocation {
+  ptr: DevicePtr;
+  /** Bytes mapped: the request rounded up to whole chunks. */
+  size: number;
+  chunkSize: number;
+  chunks: number;
+}
+
+/** One chunk of a VMM range, by descriptor; `offset` is from the first exported chunk's base. */
+export interface FdChunk {
+  fd: number;
+  offset: number;
+  size: number;
+}
+
+export interface VmmExport {
+  /** Base of the first chunk the exported bytes touch: the importer maps chunk k at its base + chunks[k].offset. */
+  base: DevicePtr;
+  /** From `base` to the end of the last chunk. */
+  size: number;
+  /** New descriptors, one per chunk, owned by the caller: send them, then close them (closeFd). */
+  chunks: FdChunk[];
+}
+
+export interface VmmImportOptions {
+  /** The device (an ordinal of this process) the exporter said the memory is on; refused if the descriptor names another. */
+  device?: number;
+}
+
+export interface VmmImport {
+  /** Where the first chunk is mapped here: the exporter's pointer p is at ptr + (p - export.base). */
+  ptr: DevicePtr;
+  size: number;
+}
+
+export interface MemPoolOptions {
+  /** Most bytes the pool may hold; 0 or absent: no limit of its own. */
+  maxSize?: number;
+}
+
+export interface PoolImportOptions {
+  /** The device (an ordinal of this process) the pool is on; access is granted to the current device when it differs. */
+  device?: number;
+}
+
+/** What this driver instance holds of the fd-shared kinds: every count goes back to its start when all is undone. */
+export interface FdMemoryResources {
+  /** Address ranges reserved (own VMM allocations and VMM imports). */
+  reservations: number;
+  /** Chunks mapped into them. */
+  mappings: number;
+  /** Pools created here and not destroyed. */
+  pools: number;
+  /** Pools imported from other processes and not released. */
+  importedPools: number;
+  /** Pointers imported from other processes' pools and not released. */
+  importedPointers: number;
 }
 
 export type MemoryType = 'host' | 'device' | 'array' | 'unified';
@@ -154,6 +257,45 @@ export interface CudaDriver {
   ipcCloseMemHandle(ptr: DevicePtr): void;
   ipcGetEventHandle(event: EventHandle): Uint8Array;
   ipcOpenEventHandle(handle: Uint8Array): EventHandle;
+
+  // -- memory shared by file descriptor: VMM and stream-ordered pools ----------
+  // Every descriptor a call returns is new and the caller's; every descriptor
+  // a call takes stays the caller's (close it with closeFd once imported).
+  /** cuMemCreate `chunks` chunks (POSIX fd handle type) mapped contiguously into one reserved range, read-write for the current device. */
+  vmmAlloc(bytes: number, options?: VmmAllocOptions): VmmAllocation;
+  /** Undoes vmmAlloc: unmaps every chunk (the memory goes when no process maps it) and frees the range. */
+  vmmFree(ptr: DevicePtr): void;
+  /** cuMemPoolCreate on the current device with the POSIX fd handle type. */
+  memPoolCreate(options?: MemPoolOptions): PoolHandle;
+  memPoolDestroy(pool: PoolHandle): void;
+  /** cuMemAllocFromPoolAsync: usable in `stream` order (and by others once `stream` is synchronized). */
+  memAllocFromPoolAsync(bytes: number, pool: PoolHandle, stream: StreamHandle): DevicePtr;
+  /** cuMemFreeAsync: back to its pool in `stream` order. */
+  memFreeAsync(ptr: DevicePtr, stream: StreamHandle): void;
+  /** Which way `ptr`'s allocation can be shared (never throws for device memory; unknown pointers: CUDA_ERROR_INVALID_VALUE). */
+  memoryKind(ptr: DevicePtr): MemoryKindInfo;
+  /** A descriptor for every chunk that [ptr, ptr+bytes) touches (cuMemRetainAllocationHandle + cuMemExportToShareableHandle). */
+  vmmExport(ptr: DevicePtr, bytes: number): VmmExport;
+  /** Imports the chunks, reserves one range, maps them at their offsets, grants the current device access. All or nothing. */
+  vmmImport(chunks: readonly FdChunk[], options?: VmmImportOptions): VmmImport;
+  /** Undoes vmmImport: unmaps, releases, frees the range. */
+  vmmRelease(ptr: DevicePtr): void;
+  /** cuMemPoolExportToShareableHandle: a descriptor for the whole pool (send once per peer). */
+  memPoolExport(pool: PoolHandle): number;
+  /** cuMemPoolExportPointer: 64 bytes naming one allocation of an exported pool. */
+  memPoolExportPointer(ptr: DevicePtr): Uint8Array;
+  /** cuMemPoolImportFromShareableHandle (+ access for the current device where the pool is on another). */
+  memPoolImport(fd: number, options?: PoolImportOptions): PoolHandle;
+  /** cuMemPoolImportPointer: the exporter's allocation, mapped here. */
+  memPoolImportPointer(pool: PoolHandle, data: Uint8Array): DevicePtr;
+  /** Undoes memPoolImportPointer (before the exporter frees the allocation). */
+  memPoolReleasePointer(ptr: DevicePtr): void;
+  /** Undoes memPoolImport (after its pointers are released). */
+  memPoolRelease(pool: PoolHandle): void;
+  /** close(2) a descriptor a call here returned or one received from a peer. */
+  closeFd(fd: number): void;
+  /** What this instance holds of the fd-shared kinds (for leak checks). */
+  fdMemoryResources(): FdMemoryResources;
 
   // -- streams and events -----------------------------------------------------
   streamCreate(): StreamHandle;

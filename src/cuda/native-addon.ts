@@ -26,7 +26,7 @@ export interface NativeShm {
 
 export interface NativeCuda {
   /** Loads libcuda.so.1 and resolves entry points; never throws. */
-  cudaStatus(): { available: boolean; reason?: string; driverVersion: number; memcpyBatch?: string };
+  cudaStatus(): { available: boolean; reason?: string; driverVersion: number; memcpyBatch?: string; fdMemory?: boolean; fdMemoryReason?: string };
   cuInit(): void;
   cuDeviceGetCount(): number;
   cuDeviceGetInfo(ordinal: number): {
@@ -79,6 +79,92 @@ export interface NativeCuda {
   cuEventQuery(event: bigint): boolean;
   cuEventSynchronize(event: bigint): void;
   cuEventElapsedTime(start: bigint, end: bigint): number;
+
+  // -- virtual memory management and pools (POSIX fd handle type throughout) --
+  cuMemGetAllocationGranularity(device: number): number;
+  cuMemCreate(bytes: number, device: number): bigint;
+  cuMemRelease(handle: bigint): void;
+  cuMemAddressReserve(bytes: number, alignment: number): bigint;
+  cuMemAddressFree(ptr: bigint, bytes: number): void;
+  /** Maps the whole allocation (offset 0) at ptr. */
+  cuMemMap(ptr: bigint, bytes: number, handle: bigint): void;
+  cuMemUnmap(ptr: bigint, bytes: number): void;
+  /** Read-write access for `device`. */
+  cuMemSetAccess(ptr: bigint, bytes: number, device: number): void;
+  cuMemRetainAllocationHandle(ptr: bigint): bigint;
+  /** A new fd, the caller's to close. */
+  cuMemExportToShareableHandle(handle: bigint): number;
+  /** The fd stays the caller's. */
+  cuMemImportFromShareableHandle(fd: number): bigint;
+  cuMemGetAllocationPropertiesFromHandle(handle: bigint): { type: number; handleTypes: number; locationType: number; device: number };
+  cuMemPoolCreate(device: number, maxSize: number): bigint;
+  cuMemPoolDestroy(pool: bigint): void;
+  cuMemAllocFromPoolAsync(bytes: number, pool: bigint, stream: bigint): bigint;
+  cuMemFreeAsync(ptr: bigint, stream: bigint): void;
+  cuMemPoolExportToShareableHandle(pool: bigint): number;
+  cuMemPoolImportFromShareableHandle(fd: number): bigint;
+  /** CUmemPoolPtrExportData: 64 bytes. */
+  cuMemPoolExportPointer(ptr: bigint): ArrayBuffer;
+  cuMemPoolImportPointer(pool: bigint, data: ArrayBuffer, offset: number): bigint;
+  cuMemPoolSetAccess(pool: bigint, device: number): void;
+  /** The attributes that say how `ptr` can be shared; mappingBase/mappingSize 0 where the driver lacks them. */
+  cuPointerGetMemoryInfo(ptr: bigint): NativeMemoryInfo;
+}
+
+export interface NativeMemoryInfo {
+  memoryType: number;
+  bufferId: bigint;
+  device: number;
+  legacyIpc: boolean;
+  rangeStart: bigint;
+  rangeSize: number;
+  allowedHandleTypes: number;
+  mempool: bigint;
+  mappingBase: bigint;
+  mappingSize: number;
+}
+
+/** One message from fdRecv. */
+export interface NativeFdMessage {
+  bytes: number;
+  /** The descriptor that came with it, now this process's; -1 when none. */
+  fd: number;
+  /** The message was longer than the buffer (any descriptor was closed). */
+  truncated: boolean;
+  /** The kernel dropped a descriptor: no free slot here (EMFILE). */
+  dropped: boolean;
+  /** More than one descriptor came; all were closed. */
+  extra: number;
+}
+
+export interface NativeFdPassing {
+  /** Listening Unix SOCK_SEQPACKET socket at `path` (mode 0600), nonblocking. */
+  fdListen(path: string): number;
+  /** A connected socket, or null when none is waiting. */
+  fdAccept(listenFd: number): number | null;
+  fdConnect(path: string): number;
+  fdSocketPair(): [number, number];
+  /** false: would block (arm the watch for writability). */
+  fdSend(sock: number, fd: number, bytes: ArrayBuffer, offset: number, length: number): boolean;
+  /** null: would block. */
+  fdRecv(sock: number, buffer: ArrayBuffer): NativeFdMessage | null;
+  fdClose(fd: number): void;
+  memfdCreate(name: string, bytes: number): number;
+  fdResize(fd: number, bytes: number): void;
+  fdSize(fd: number): number;
+  /** A one-shot readiness watch on `fd`; `callback(revents)` runs on the JS thread. */
+  fdWatchStart(fd: number, callback: (revents: number) => void): object;
+  /** events: 1 readable, 4 writable; ref: keep the process alive while armed. */
+  fdWatchArm(watch: object, events: number, ref: boolean): void;
+  fdWatchStop(watch: object): void;
+}
+
+/** Host address ranges made of file mappings (the simulator's VMM). */
+export interface NativeHostMapping {
+  hostReserve(bytes: number): ArrayBuffer;
+  hostMapFd(range: ArrayBuffer, offset: number, length: number, fd: number, fdOffset: number): void;
+  hostUnmapRange(range: ArrayBuffer, offset: number, length: number): void;
+  hostRelease(range: ArrayBuffer): void;
 }
 
 export interface NativeCompletion {
@@ -97,4 +183,4 @@ export interface NativePeerCredentials {
   peerCredentials(fd: number): { pid: number; uid: number; gid: number };
 }
 
-export type NativeAddon = NativeShm & NativeCuda & NativeCompletion & NativePeerCredentials;
+export type NativeAddon = NativeShm & NativeCuda & NativeCompletion & NativePeerCredentials & NativeFdPassing & NativeHostMapping;

@@ -20,7 +20,18 @@ import type {
   DriverStatus,
   EventHandle,
   EventOptions,
+  FdChunk,
+  FdMemoryResources,
+  MemoryKindInfo,
   MemoryType,
+  MemPoolOptions,
+  PoolHandle,
+  PoolImportOptions,
+  VmmAllocation,
+  VmmAllocOptions,
+  VmmExport,
+  VmmImport,
+  VmmImportOptions,
   PinnedHostBuffer,
   PointerAttributes,
   SharedSegment,
@@ -31,7 +42,12 @@ import { sharedSegment } from './shared-segment.js';
 import {
   assertByte,
   assertBytes,
+  assertChunkCount,
   assertCopyBatch,
+  assertFd,
+  assertFdChunks,
+  assertOptions,
+  assertPoolExportData,
   assertHandle,
   assertIndex,
   assertIpcHandle,
@@ -46,6 +62,16 @@ const CU_EVENT_INTERPROCESS = 0x4;
 
 /** CUmemorytype values (cuda.h); 0 means CUDA does not know the pointer. */
 const MEMORY_TYPES: Record<number, MemoryType> = { 1: 'host', 2: 'device', 3: 'array', 4: 'unified' };
+
+/** CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, as a bit of CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES. */
+const POSIX_FD_HANDLE = 1;
+
+/** A range this driver reserved and mapped chunks into (own VMM allocation or VMM import). */
+interface MappedRange {
+  size: number;
+  /** Offsets and sizes of the chunks mapped, in order. */
+  chunks: Array<{ offset: number; size: number }>;
+}
 
 /** The native error shape (see native-addon.ts). */
 interface NativeError {
@@ -101,6 +127,12 @@ export class NativeCudaDriver implements CudaDriver {
   readonly #contexts = new Map<number, bigint>();
   /** Rejecters of this driver's pending whenComplete promises, for close(). */
   readonly #pending = new Set<(err: Error) => void>();
+  /** Own VMM allocations and VMM imports, by base: what to unmap and free. */
+  readonly #ownRanges = new Map<DevicePtr, MappedRange>();
+  readonly #importedRanges = new Map<DevicePtr, MappedRange>();
+  readonly #pools = new Set<PoolHandle>();
+  readonly #importedPools = new Set<PoolHandle>();
+  readonly #importedPointers = new Set<DevicePtr>();
 
   /** `addon`: inject a binding (tests); by default the built addon is loaded on first use. */
   constructor(addon?: NativeAddon) {
@@ -134,7 +166,13 @@ export class NativeCudaDriver implements CudaDriver {
     try {
       const s = this.#binding().cudaStatus();
       return s.available
-        ? { available: true, driverVersion: s.driverVersion, ...(s.memcpyBatch !== undefined ? { memcpyBatch: s.memcpyBatch } : {}) }
+        ? {
+            available: true,
+            driverVersion: s.driverVersion,
+            ...(s.memcpyBatch !== undefined ? { memcpyBatch: s.memcpyBatch } : {}),
+            ...(s.fdMemory !== undefined ? { fdMemory: s.fdMemory } : {}),
+            ...(s.fdMemoryReason !== undefined ? { fdMemoryReason: s.fdMemoryReason } : {}),
+          }
         : { available: false, reason: s.reason ?? 'CUDA is unavailable (no reason given)', driverVersion: s.driverVersion };
     } catch (err) {
       return { available: false, reason: err instanceof Error ? err.message : String(err), driverVersion: 0 };
@@ -379,6 +417,280 @@ export class NativeCudaDriver implements CudaDriver {
     assertIpcHandle('handle', handle);
     const [buf, off] = hostRange('handle', handle);
     return this.#call((a) => a.cuIpcOpenEventHandle(buf, off));
+  }
+
+  // -- memory shared by file descriptor ---------------------------------------------
+
+  /** The current device, or CUDA_ERROR_INVALID_CONTEXT as the driver would say. */
+  #device(call: string): number {
+    if (this.#current < 0) throw new CudaError(call, 'CUDA_ERROR_INVALID_CONTEXT', 201, 'no current device: call setDevice(index) first');
+    return this.#current;
+  }
+
+  /** Unmaps the chunks mapped so far and frees the range; the first error is kept for the caller's. */
+  #unmapRange(base: DevicePtr, range: MappedRange): unknown {
+    let first: unknown;
+    for (const c of range.chunks) {
+      try {
+        this.#call((a) => a.cuMemUnmap(base + BigInt(c.offset), c.size));
+      } catch (err) {
+        first ??= err;
+      }
+    }
+    try {
+      this.#call((a) => a.cuMemAddressFree(base, range.size));
+    } catch (err) {
+      first ??= err;
+    }
+    return first;
+  }
+
+  /**
+   * Reserves `size` bytes and maps one allocation handle per chunk, from
+   * `handleOf(k)`; the handles are released once mapped (the mapping keeps
+   * the memory). Any failure undoes everything done so far.
+   */
+  #mapChunks(call: string, size: number, chunks: ReadonlyArray<{ offset: number; size: number }>, handleOf: (k: number) => bigint): DevicePtr {
+    const device = this.#device(call);
+    const base = this.#call((a) => a.cuMemAddressReserve(size, 0));
+    const range: MappedRange = { size, chunks: [] };
+    try {
+      chunks.forEach((c, k) => {
+        const handle = handleOf(k);
+        try {
+          this.#call((a) => a.cuMemMap(base + BigInt(c.offset), c.size, handle));
+        } finally {
+          this.#call((a) => a.cuMemRelease(handle));
+        }
+        range.chunks.push({ offset: c.offset, size: c.size });
+      });
+      this.#call((a) => a.cuMemSetAccess(base, size, device));
+    } catch (err) {
+      this.#unmapRange(base, range);
+      throw err;
+    }
+    return base;
+  }
+
+  vmmAlloc(bytes: number, options: VmmAllocOptions = {}): VmmAllocation {
+    assertSize('bytes', bytes);
+    assertOptions('options', options);
+    const count = options.chunks ?? 1;
+    assertChunkCount('options.chunks', count);
+    if (bytes === 0) throw new RangeError('bytes must be at least 1');
+    const device = this.#device('cuMemCreate');
+    const granularity = this.#call((a) => a.cuMemGetAllocationGranularity(device));
+    const chunkSize = Math.ceil(Math.ceil(bytes / count) / granularity) * granularity;
+    const size = chunkSize * count;
+    const chunks = Array.from({ length: count }, (_, k) => ({ offset: k * chunkSize, size: chunkSize }));
+    const ptr = this.#mapChunks('cuMemCreate', size, chunks, () => this.#call((a) => a.cuMemCreate(chunkSize, device)));
+    this.#ownRanges.set(ptr, { size, chunks });
+    return { ptr, size, chunkSize, chunks: count };
+  }
+
+  vmmFree(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const range = this.#ownRanges.get(ptr);
+    if (!range) throw new CudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${ptr.toString(16)} is not the base of a vmmAlloc allocation of this driver (freed already?)`);
+    this.#ownRanges.delete(ptr);
+    const err = this.#unmapRange(ptr, range);
+    if (err !== undefined) throw err;
+  }
+
+  memPoolCreate(options: MemPoolOptions = {}): PoolHandle {
+    assertOptions('options', options);
+    const maxSize = options.maxSize ?? 0;
+    assertSize('options.maxSize', maxSize);
+    const device = this.#device('cuMemPoolCreate');
+    const pool = this.#call((a) => a.cuMemPoolCreate(device, maxSize));
+    this.#pools.add(pool);
+    return pool;
+  }
+
+  memPoolDestroy(pool: PoolHandle): void {
+    assertHandle('pool', pool);
+    this.#call((a) => a.cuMemPoolDestroy(pool));
+    this.#pools.delete(pool);
+  }
+
+  memAllocFromPoolAsync(bytes: number, pool: PoolHandle, stream: StreamHandle): DevicePtr {
+    assertSize('bytes', bytes);
+    assertHandle('pool', pool);
+    assertHandle('stream', stream);
+    return this.#call((a) => a.cuMemAllocFromPoolAsync(bytes, pool, stream));
+  }
+
+  memFreeAsync(ptr: DevicePtr, stream: StreamHandle): void {
+    assertPtr('ptr', ptr);
+    assertHandle('stream', stream);
+    this.#call((a) => a.cuMemFreeAsync(ptr, stream));
+  }
+
+  memoryKind(ptr: DevicePtr): MemoryKindInfo {
+    assertPtr('ptr', ptr);
+    const i = this.#call((a) => a.cuPointerGetMemoryInfo(ptr));
+    const memoryType = MEMORY_TYPES[i.memoryType];
+    if (memoryType === undefined) {
+      throw new CudaError('cuPointerGetAttributes', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${ptr.toString(16)} is not memory CUDA knows`);
+    }
+    const base = { bufferId: i.bufferId, device: i.device };
+    if (memoryType !== 'device') return { ...base, kind: 'other', reason: `${memoryType} memory: only device memory is shared` };
+    if (i.legacyIpc) return { ...base, kind: 'legacy-ipc' };
+    const fdAllowed = (i.allowedHandleTypes & POSIX_FD_HANDLE) !== 0;
+    if (i.mempool !== 0n) {
+      return fdAllowed
+        ? { ...base, kind: 'pool', pool: i.mempool }
+        : { ...base, kind: 'other', reason: 'from a memory pool created without POSIX file descriptor handles (e.g. the default pool of cudaMallocAsync)' };
+    }
+    if (fdAllowed) {
+      const chunk = i.mappingSize > 0 ? { base: i.mappingBase, size: i.mappingSize } : { base: i.rangeStart, size: i.rangeSize };
+      return { ...base, kind: 'vmm', chunk };
+    }
+    return { ...base, kind: 'other', reason: 'not IPC capable: a cuMemCreate allocation without POSIX file descriptor handles, or memory of another process' };
+  }
+
+  vmmExport(ptr: DevicePtr, bytes: number): VmmExport {
+    assertPtr('ptr', ptr);
+    assertSize('bytes', bytes);
+    const end = ptr + BigInt(Math.max(1, bytes));
+    const chunks: FdChunk[] = [];
+    let base: DevicePtr | undefined;
+    try {
+      for (let p = ptr; p < end; ) {
+        const kind = this.memoryKind(p);
+        if (kind.kind !== 'vmm' || !kind.chunk || kind.chunk.size === 0) {
+          throw new CudaError('cuMemExportToShareableHandle', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${p.toString(16)} is not VMM memory with POSIX fd handles (${kind.reason ?? kind.kind})`);
+        }
+        const chunk = kind.chunk;
+        base ??= chunk.base;
+        const handle = this.#call((a) => a.cuMemRetainAllocationHandle(chunk.base));
+        let fd: number;
+        try {
+          fd = this.#call((a) => a.cuMemExportToShareableHandle(handle));
+        } finally {
+          this.#call((a) => a.cuMemRelease(handle));
+        }
+        chunks.push({ fd, offset: Number(chunk.base - base), size: chunk.size });
+        p = chunk.base + BigInt(chunk.size);
+      }
+    } catch (err) {
+      for (const c of chunks) this.#closeQuietly(c.fd);
+      throw err;
+    }
+    const last = chunks[chunks.length - 1]!;
+    return { base: base!, size: last.offset + last.size, chunks };
+  }
+
+  vmmImport(chunks: readonly FdChunk[], options: VmmImportOptions = {}): VmmImport {
+    assertFdChunks('chunks', chunks);
+    assertOptions('options', options);
+    if (options.device !== undefined) assertIndex('options.device', options.device);
+    const last = chunks[chunks.length - 1]!;
+    const size = last.offset + last.size;
+    const ptr = this.#mapChunks('cuMemImportFromShareableHandle', size, chunks, (k) => {
+      const handle = this.#call((a) => a.cuMemImportFromShareableHandle(chunks[k]!.fd));
+      if (options.device !== undefined) {
+        try {
+          const prop = this.#call((a) => a.cuMemGetAllocationPropertiesFromHandle(handle));
+          if (prop.device !== options.device) {
+            throw new CudaError('cuMemImportFromShareableHandle', 'CUDA_ERROR_INVALID_DEVICE', 101, `chunk ${k} is memory of device ${prop.device}, the exporter promised device ${options.device}`);
+          }
+        } catch (err) {
+          this.#call((a) => a.cuMemRelease(handle));
+          throw err;
+        }
+      }
+      return handle;
+    });
+    this.#importedRanges.set(ptr, { size, chunks: chunks.map((c) => ({ offset: c.offset, size: c.size })) });
+    return { ptr, size };
+  }
+
+  vmmRelease(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const range = this.#importedRanges.get(ptr);
+    if (!range) throw new CudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${ptr.toString(16)} is not a vmmImport of this driver (released already?)`);
+    this.#importedRanges.delete(ptr);
+    const err = this.#unmapRange(ptr, range);
+    if (err !== undefined) throw err;
+  }
+
+  memPoolExport(pool: PoolHandle): number {
+    assertHandle('pool', pool);
+    return this.#call((a) => a.cuMemPoolExportToShareableHandle(pool));
+  }
+
+  memPoolExportPointer(ptr: DevicePtr): Uint8Array {
+    assertPtr('ptr', ptr);
+    return new Uint8Array(this.#call((a) => a.cuMemPoolExportPointer(ptr)));
+  }
+
+  memPoolImport(fd: number, options: PoolImportOptions = {}): PoolHandle {
+    assertFd('fd', fd);
+    assertOptions('options', options);
+    if (options.device !== undefined) assertIndex('options.device', options.device);
+    const current = this.#device('cuMemPoolImportFromShareableHandle');
+    const pool = this.#call((a) => a.cuMemPoolImportFromShareableHandle(fd));
+    // The pool's own device always has access; another device must be granted it.
+    if (options.device !== undefined && options.device !== current) {
+      try {
+        this.#call((a) => a.cuMemPoolSetAccess(pool, current));
+      } catch (err) {
+        this.#call((a) => a.cuMemPoolDestroy(pool));
+        throw err;
+      }
+    }
+    this.#importedPools.add(pool);
+    return pool;
+  }
+
+  memPoolImportPointer(pool: PoolHandle, data: Uint8Array): DevicePtr {
+    assertHandle('pool', pool);
+    assertPoolExportData('data', data);
+    const [buf, off] = hostRange('data', data);
+    const ptr = this.#call((a) => a.cuMemPoolImportPointer(pool, buf, off));
+    this.#importedPointers.add(ptr);
+    return ptr;
+  }
+
+  memPoolReleasePointer(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    if (!this.#importedPointers.has(ptr)) throw new CudaError('cuMemFree', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${ptr.toString(16)} is not a pointer imported by memPoolImportPointer (released already?)`);
+    this.#call((a) => a.cuMemFree(ptr));
+    this.#importedPointers.delete(ptr);
+  }
+
+  memPoolRelease(pool: PoolHandle): void {
+    assertHandle('pool', pool);
+    if (!this.#importedPools.has(pool)) throw new CudaError('cuMemPoolDestroy', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${pool.toString(16)} is not a pool imported by memPoolImport (released already?)`);
+    this.#call((a) => a.cuMemPoolDestroy(pool));
+    this.#importedPools.delete(pool);
+  }
+
+  closeFd(fd: number): void {
+    assertFd('fd', fd);
+    this.#call((a) => a.fdClose(fd));
+  }
+
+  fdMemoryResources(): FdMemoryResources {
+    let mappings = 0;
+    for (const r of this.#ownRanges.values()) mappings += r.chunks.length;
+    for (const r of this.#importedRanges.values()) mappings += r.chunks.length;
+    return {
+      reservations: this.#ownRanges.size + this.#importedRanges.size,
+      mappings,
+      pools: this.#pools.size,
+      importedPools: this.#importedPools.size,
+      importedPointers: this.#importedPointers.size,
+    };
+  }
+
+  #closeQuietly(fd: number): void {
+    try {
+      this.#call((a) => a.fdClose(fd));
+    } catch {
+      // Already closed: nothing left to release.
+    }
   }
 
   // -- streams and events -----------------------------------------------------

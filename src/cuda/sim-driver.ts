@@ -9,6 +9,10 @@
  * injected faults come from options or the environment (sim/config.ts), so
  * child processes inherit them.
  *
+ * VMM and pool memory (vmmAlloc, memPoolCreate) is made of real memfds
+ * mapped into host address ranges (sim/fd-memory.ts), so their descriptors
+ * can be passed to and imported by another process for real.
+ *
  * Where the real driver's behaviour matters to smcuda, the simulator copies
  * it: memAlloc before setDevice → CUDA_ERROR_INVALID_CONTEXT; double free and
  * garbage or stale IPC handles → CUDA_ERROR_INVALID_VALUE; opening one's own
@@ -28,15 +32,28 @@ import type {
   DriverStatus,
   EventHandle,
   EventOptions,
+  FdChunk,
+  FdMemoryResources,
+  MemoryKindInfo,
+  MemPoolOptions,
   PinnedHostBuffer,
+  PoolHandle,
+  PoolImportOptions,
+  VmmAllocation,
+  VmmAllocOptions,
+  VmmExport,
+  VmmImport,
+  VmmImportOptions,
   PointerAttributes,
   SharedSegment,
   StreamHandle,
 } from './driver.js';
-import type { NativeShm } from './native-addon.js';
+import type { NativeFdPassing, NativeHostMapping, NativeShm } from './native-addon.js';
 import { resolveSimWorld, type SimDevice, type SimFaults, type SimOptions, type SimWorld } from './sim/config.js';
 import { EVENT_STATE_BYTES, SimEvent } from './sim/events.js';
 import { FaultState } from './sim/faults.js';
+import { FdFaultState, type SimFdFaults } from './sim/fd-faults.js';
+import { SIM_GRANULARITY, SimFdMemory } from './sim/fd-memory.js';
 import { decodeHandle, encodeHandle, segmentName, type SimHandle } from './sim/ipc-handle.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { cudaError } from './sim/result-codes.js';
@@ -45,7 +62,12 @@ import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
   assertByte,
   assertBytes,
+  assertChunkCount,
   assertCopyBatch,
+  assertFd,
+  assertFdChunks,
+  assertOptions,
+  assertPoolExportData,
   assertHandle,
   assertIndex,
   assertIpcHandle,
@@ -57,6 +79,8 @@ import {
 export interface SimDriverOptions extends SimOptions {
   /** The shared-memory calls; default: the native addon's. Injectable for tests. */
   shm?: NativeShm;
+  /** The descriptor and host-mapping calls behind VMM/pool memory; default: the native addon's. */
+  fdNative?: NativeFdPassing & NativeHostMapping;
   /** Where SMCUDA_SIM / SMCUDA_SIM_VISIBLE are read; default process.env. */
   env?: Record<string, string | undefined>;
 }
@@ -75,6 +99,9 @@ export class SimulatedCudaDriver implements CudaDriver {
   readonly instance = (Math.random() * 0x1_0000_0000) >>> 0;
 
   private readonly shm: NativeShm | undefined;
+  private readonly fdNative: (NativeFdPassing & NativeHostMapping) | undefined;
+  private readonly fdFaults: FdFaultState;
+  private fdMemory: SimFdMemory | undefined;
   private readonly loadError: Error | undefined;
   private readonly faults: FaultState;
   private readonly visibleDevices: SimDevice[];
@@ -89,10 +116,11 @@ export class SimulatedCudaDriver implements CudaDriver {
   private exitHook: (() => void) | undefined;
 
   constructor(options: SimDriverOptions = {}) {
-    const { shm, env, ...world } = options;
+    const { shm, fdNative, env, ...world } = options;
     this.world = resolveSimWorld(world, env ?? process.env);
     this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);
     this.faults = new FaultState(this.world.faults, this.world.devices);
+    this.fdFaults = new FdFaultState(FdFaultState.fromEnv(env ?? process.env));
     if (shm) {
       this.shm = shm;
     } else {
@@ -102,6 +130,20 @@ export class SimulatedCudaDriver implements CudaDriver {
         this.loadError = err as Error;
       }
     }
+    if (fdNative) {
+      this.fdNative = fdNative;
+    } else if (!this.loadError) {
+      try {
+        this.fdNative = loadAddon();
+      } catch {
+        // Only fd-shared memory needs it: status() says fdMemory: false.
+      }
+    }
+  }
+
+  /** Changes the injected faults of the fd-shared memory kinds (see sim/fd-faults.ts). */
+  injectFdFaults(faults: SimFdFaults): void {
+    this.fdFaults.inject(faults);
   }
 
   /** Changes the injected faults of this instance (the named ones; others stay). */
@@ -116,7 +158,9 @@ export class SimulatedCudaDriver implements CudaDriver {
       const reason = this.loadError instanceof AddonLoadError ? this.loadError.causes.join('; ') : this.loadError.message;
       return { available: false, reason: `the simulator needs the addon's shared memory: ${reason}`, driverVersion: 0 };
     }
-    return { available: true, driverVersion: SIM_DRIVER_VERSION };
+    return this.fdNative
+      ? { available: true, driverVersion: SIM_DRIVER_VERSION, fdMemory: true }
+      : { available: true, driverVersion: SIM_DRIVER_VERSION, fdMemory: false, fdMemoryReason: 'the addon has no descriptor calls' };
   }
 
   init(): void {
@@ -129,6 +173,15 @@ export class SimulatedCudaDriver implements CudaDriver {
       instance: this.instance,
       devices: this.visibleDevices,
     });
+    const memory = this.memory;
+    if (this.fdNative) {
+      this.fdMemory = new SimFdMemory({
+        native: this.fdNative,
+        devices: this.visibleDevices,
+        newBufferId: () => memory.newBufferId(),
+        importFailure: () => this.fdFaults.importFailure(),
+      });
+    }
     this.initialized = true;
   }
 
@@ -207,7 +260,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     assertByte('value', value);
     assertSize('bytes', bytes);
-    const v = this.requireContext('cuMemsetD8').view('cuMemsetD8', ptr, bytes);
+    const v = this.viewOf(this.requireContext('cuMemsetD8'), 'cuMemsetD8', ptr, bytes);
     this.syncWork(bytes, () => v.bytes.fill(value));
   }
 
@@ -216,21 +269,21 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertByte('value', value);
     assertSize('bytes', bytes);
     assertHandle('stream', stream);
-    const v = this.requireContext('cuMemsetD8Async').view('cuMemsetD8Async', ptr, bytes);
+    const v = this.viewOf(this.requireContext('cuMemsetD8Async'), 'cuMemsetD8Async', ptr, bytes);
     this.asyncWork(stream, 'cuMemsetD8Async', bytes, [v.alloc], () => v.bytes.fill(value));
   }
 
   memcpyHtoD(dst: DevicePtr, src: Uint8Array): void {
     assertPtr('dst', dst);
     assertBytes('src', src);
-    const d = this.requireContext('cuMemcpyHtoD').view('cuMemcpyHtoD', dst, src.byteLength);
+    const d = this.viewOf(this.requireContext('cuMemcpyHtoD'), 'cuMemcpyHtoD', dst, src.byteLength);
     this.syncWork(src.byteLength, () => d.bytes.set(src));
   }
 
   memcpyDtoH(dst: Uint8Array, src: DevicePtr): void {
     assertBytes('dst', dst);
     assertPtr('src', src);
-    const s = this.requireContext('cuMemcpyDtoH').view('cuMemcpyDtoH', src, dst.byteLength);
+    const s = this.viewOf(this.requireContext('cuMemcpyDtoH'), 'cuMemcpyDtoH', src, dst.byteLength);
     this.syncWork(dst.byteLength, () => dst.set(s.bytes));
   }
 
@@ -239,8 +292,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('src', src);
     assertSize('bytes', bytes);
     const mem = this.requireContext('cuMemcpyDtoD');
-    const d = mem.view('cuMemcpyDtoD', dst, bytes);
-    const s = mem.view('cuMemcpyDtoD', src, bytes);
+    const d = this.viewOf(mem, 'cuMemcpyDtoD', dst, bytes);
+    const s = this.viewOf(mem, 'cuMemcpyDtoD', src, bytes);
     this.syncWork(bytes, () => d.bytes.set(s.bytes));
   }
 
@@ -248,7 +301,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('dst', dst);
     assertBytes('src', src);
     assertHandle('stream', stream);
-    const d = this.requireContext('cuMemcpyHtoDAsync').view('cuMemcpyHtoDAsync', dst, src.byteLength);
+    const d = this.viewOf(this.requireContext('cuMemcpyHtoDAsync'), 'cuMemcpyHtoDAsync', dst, src.byteLength);
     this.asyncWork(stream, 'cuMemcpyHtoDAsync', src.byteLength, [d.alloc], () => d.bytes.set(src));
   }
 
@@ -256,7 +309,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertBytes('dst', dst);
     assertPtr('src', src);
     assertHandle('stream', stream);
-    const s = this.requireContext('cuMemcpyDtoHAsync').view('cuMemcpyDtoHAsync', src, dst.byteLength);
+    const s = this.viewOf(this.requireContext('cuMemcpyDtoHAsync'), 'cuMemcpyDtoHAsync', src, dst.byteLength);
     this.asyncWork(stream, 'cuMemcpyDtoHAsync', dst.byteLength, [s.alloc], () => dst.set(s.bytes));
   }
 
@@ -266,8 +319,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertSize('bytes', bytes);
     assertHandle('stream', stream);
     const mem = this.requireContext('cuMemcpyAsync');
-    const d = mem.view('cuMemcpyAsync', dst, bytes);
-    const s = mem.view('cuMemcpyAsync', src, bytes);
+    const d = this.viewOf(mem, 'cuMemcpyAsync', dst, bytes);
+    const s = this.viewOf(mem, 'cuMemcpyAsync', src, bytes);
     this.asyncWork(stream, 'cuMemcpyAsync', bytes, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
   }
 
@@ -280,8 +333,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     for (let k = 0; k < count; k++) {
       assertSize(`sizes[${k}]`, sizes[k]);
       const n = sizes[k]!;
-      const d = mem.view('cuMemcpyBatchAsync', dsts[k]!, n);
-      const s = mem.view('cuMemcpyBatchAsync', srcs[k]!, n);
+      const d = this.viewOf(mem, 'cuMemcpyBatchAsync', dsts[k]!, n);
+      const s = this.viewOf(mem, 'cuMemcpyBatchAsync', srcs[k]!, n);
       copies.push({ n, d, s });
     }
     for (const { n, d, s } of copies) this.asyncWork(stream, 'cuMemcpyBatchAsync', n, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
@@ -289,6 +342,8 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   memGetAddressRange(ptr: DevicePtr): AddressRange {
     assertPtr('ptr', ptr);
+    const fr = this.fdMemory?.rangeOf(ptr);
+    if (fr) return fr;
     const a = this.requireContext('cuMemGetAddressRange').find(ptr);
     if (!a) throw cudaError('cuMemGetAddressRange', 'CUDA_ERROR_NOT_FOUND', `${hex(ptr)} is not in any allocation of this process`);
     return { base: a.ptr, size: a.size };
@@ -306,7 +361,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   /** The allocation holding `ptr`, for the pointer-attribute calls (CUDA_ERROR_INVALID_VALUE when none). */
   private attributesOf(ptr: DevicePtr, call: string): { bufferId: bigint; device: number } {
     assertPtr('ptr', ptr);
-    const a = this.requireInit(call).find(ptr);
+    const a = this.requireInit(call).find(ptr) ?? this.fdMemory?.find(ptr);
     if (!a) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
     return a;
   }
@@ -412,6 +467,173 @@ export class SimulatedCudaDriver implements CudaDriver {
     ev.ipcHandle = handle.slice();
     this.events.set(ev.handle, ev);
     return ev.handle;
+  }
+
+  // -- memory shared by file descriptor ------------------------------------------------
+
+  private requireFd(call: string): SimFdMemory {
+    this.requireContext(call);
+    if (!this.fdMemory) throw cudaError(call, 'CUDA_ERROR_NOT_SUPPORTED', 'the addon has no descriptor calls: rebuild it (npm run build:native)');
+    return this.fdMemory;
+  }
+
+  vmmAlloc(bytes: number, options: VmmAllocOptions = {}): VmmAllocation {
+    assertSize('bytes', bytes);
+    assertOptions('options', options);
+    const count = options.chunks ?? 1;
+    assertChunkCount('options.chunks', count);
+    if (bytes === 0) throw new RangeError('bytes must be at least 1');
+    const fd = this.requireFd('cuMemCreate');
+    const chunkSize = Math.ceil(Math.ceil(bytes / count) / SIM_GRANULARITY) * SIM_GRANULARITY;
+    const r = fd.vmmAlloc(this.current, chunkSize, count);
+    return { ptr: r.base, size: r.size, chunkSize, chunks: count };
+  }
+
+  vmmFree(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const fd = this.requireFd('cuMemUnmap');
+    const r = fd.find(ptr);
+    if (!r || r.kind !== 'vmm' || r.base !== ptr) {
+      throw cudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not the base of a vmmAlloc allocation of this driver (freed already?)`);
+    }
+    this.scheduler.drainTouching(r);
+    fd.unmap(r);
+  }
+
+  memPoolCreate(options: MemPoolOptions = {}): PoolHandle {
+    assertOptions('options', options);
+    const maxSize = options.maxSize ?? 0;
+    assertSize('options.maxSize', maxSize);
+    return this.requireFd('cuMemPoolCreate').poolCreate(this.current, maxSize).handle;
+  }
+
+  memPoolDestroy(pool: PoolHandle): void {
+    assertHandle('pool', pool);
+    const fd = this.requireFd('cuMemPoolDestroy');
+    fd.poolDestroy(fd.pool(pool, 'cuMemPoolDestroy', false));
+  }
+
+  memAllocFromPoolAsync(bytes: number, pool: PoolHandle, stream: StreamHandle): DevicePtr {
+    assertSize('bytes', bytes);
+    assertHandle('pool', pool);
+    assertHandle('stream', stream);
+    const fd = this.requireFd('cuMemAllocFromPoolAsync');
+    this.scheduler.get(stream, 'cuMemAllocFromPoolAsync');
+    if (bytes === 0) throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', 'cannot allocate 0 bytes');
+    const p = fd.pool(pool, 'cuMemAllocFromPoolAsync', false);
+    if (p.device !== this.current) throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', `the pool is on device ${p.device}, the current device is ${this.current}`);
+    return fd.poolAlloc(p, bytes).base;
+  }
+
+  memFreeAsync(ptr: DevicePtr, stream: StreamHandle): void {
+    assertPtr('ptr', ptr);
+    assertHandle('stream', stream);
+    const fd = this.requireFd('cuMemFreeAsync');
+    const r = fd.find(ptr);
+    if (!r || r.kind !== 'pool' || r.base !== ptr) {
+      throw cudaError('cuMemFreeAsync', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not an allocation from memAllocFromPoolAsync (freed already?)`);
+    }
+    // Unusable at once (as after the real call); returned to the pool in stream order.
+    this.asyncWork(stream, 'cuMemFreeAsync', 0, [r], () => fd.poolFree(r));
+  }
+
+  memoryKind(ptr: DevicePtr): MemoryKindInfo {
+    assertPtr('ptr', ptr);
+    const call = 'cuPointerGetAttributes';
+    const mem = this.requireInit(call);
+    const r = this.fdMemory?.find(ptr);
+    if (r) {
+      const base = { bufferId: r.bufferId, device: r.device };
+      if (r.kind === 'vmm') return { ...base, kind: 'vmm', chunk: this.fdMemory!.rangeOf(ptr)! };
+      if (r.kind === 'pool') return { ...base, kind: 'pool', pool: r.pool!.handle };
+      return { ...base, kind: 'other', reason: 'memory imported from another process' };
+    }
+    const a = mem.find(ptr);
+    if (!a) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
+    if (a.opened) return { kind: 'other', reason: 'an IPC mapping of another process\'s memory', bufferId: a.bufferId, device: a.device };
+    return { kind: 'legacy-ipc', bufferId: a.bufferId, device: a.device };
+  }
+
+  vmmExport(ptr: DevicePtr, bytes: number): VmmExport {
+    assertPtr('ptr', ptr);
+    assertSize('bytes', bytes);
+    return this.requireFd('cuMemExportToShareableHandle').vmmExport(ptr, bytes);
+  }
+
+  vmmImport(chunks: readonly FdChunk[], options: VmmImportOptions = {}): VmmImport {
+    assertFdChunks('chunks', chunks);
+    assertOptions('options', options);
+    if (options.device !== undefined) assertIndex('options.device', options.device);
+    const r = this.requireFd('cuMemImportFromShareableHandle').vmmImport(this.current, chunks, options.device);
+    return { ptr: r.base, size: r.size };
+  }
+
+  vmmRelease(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const fd = this.requireFd('cuMemUnmap');
+    const r = fd.find(ptr);
+    if (!r || r.kind !== 'vmm-import' || r.base !== ptr) {
+      throw cudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a vmmImport of this driver (released already?)`);
+    }
+    this.scheduler.drainTouching(r);
+    fd.unmap(r);
+  }
+
+  memPoolExport(pool: PoolHandle): number {
+    assertHandle('pool', pool);
+    const fd = this.requireFd('cuMemPoolExportToShareableHandle');
+    return fd.poolExport(fd.pool(pool, 'cuMemPoolExportToShareableHandle', false));
+  }
+
+  memPoolExportPointer(ptr: DevicePtr): Uint8Array {
+    assertPtr('ptr', ptr);
+    const fd = this.requireFd('cuMemPoolExportPointer');
+    const r = fd.find(ptr);
+    if (!r || r.kind !== 'pool' || r.base !== ptr) {
+      throw cudaError('cuMemPoolExportPointer', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not the start of an allocation from an own pool`);
+    }
+    return fd.exportPointer(r);
+  }
+
+  memPoolImport(fd: number, options: PoolImportOptions = {}): PoolHandle {
+    assertFd('fd', fd);
+    assertOptions('options', options);
+    if (options.device !== undefined) assertIndex('options.device', options.device);
+    return this.requireFd('cuMemPoolImportFromShareableHandle').poolImport(fd, options.device).handle;
+  }
+
+  memPoolImportPointer(pool: PoolHandle, data: Uint8Array): DevicePtr {
+    assertHandle('pool', pool);
+    assertPoolExportData('data', data);
+    const fd = this.requireFd('cuMemPoolImportPointer');
+    return fd.importPointer(fd.pool(pool, 'cuMemPoolImportPointer', true), this.current, data).base;
+  }
+
+  memPoolReleasePointer(ptr: DevicePtr): void {
+    assertPtr('ptr', ptr);
+    const fd = this.requireFd('cuMemFree');
+    const r = fd.find(ptr);
+    if (!r || r.kind !== 'pool-import' || r.base !== ptr) {
+      throw cudaError('cuMemFree', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a pointer imported by memPoolImportPointer (released already?)`);
+    }
+    this.scheduler.drainTouching(r);
+    fd.releasePointer(r);
+  }
+
+  memPoolRelease(pool: PoolHandle): void {
+    assertHandle('pool', pool);
+    const fd = this.requireFd('cuMemPoolDestroy');
+    fd.poolRelease(fd.pool(pool, 'cuMemPoolDestroy', true));
+  }
+
+  closeFd(fd: number): void {
+    assertFd('fd', fd);
+    if (!this.fdNative) throw cudaError('close', 'CUDA_ERROR_NOT_SUPPORTED', 'the addon has no descriptor calls');
+    this.fdNative.fdClose(fd);
+  }
+
+  fdMemoryResources(): FdMemoryResources {
+    return this.fdMemory?.resources() ?? { reservations: 0, mappings: 0, pools: 0, importedPools: 0, importedPointers: 0 };
   }
 
   // -- streams and events ---------------------------------------------------------------
@@ -597,6 +819,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     for (const ev of this.events.values()) this.releaseEvent(ev);
     this.events.clear();
     this.memory?.closeAll();
+    this.fdMemory?.closeAll();
     if (this.exitHook) process.removeListener('exit', this.exitHook);
     this.exitHook = undefined;
     this.initialized = false;
@@ -653,6 +876,12 @@ export class SimulatedCudaDriver implements CudaDriver {
       }
     }
     ev.segment.close();
+  }
+
+  /** The bytes [ptr, ptr+bytes): fd-shared memory (VMM, pools) or cuMemAlloc memory and IPC mappings. */
+  private viewOf(mem: SimMemory, call: string, ptr: DevicePtr, bytes: number): { alloc: object; bytes: Uint8Array } {
+    if (this.fdMemory?.find(ptr)) return this.fdMemory.view(call, ptr, bytes);
+    return mem.view(call, ptr, bytes);
   }
 
   /** Synchronous work: ordered after the default stream's queued work, blocking for its simulated duration. */

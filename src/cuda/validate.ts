@@ -3,7 +3,7 @@
  * with a TypeError or RangeError that names the argument, before any driver
  * (native or simulated) sees it.
  */
-import { IPC_HANDLE_SIZE } from './driver.js';
+import { IPC_HANDLE_SIZE, POOL_EXPORT_DATA_SIZE, type FdChunk } from './driver.js';
 
 /** Largest byte count a Number carries exactly. */
 const MAX_BYTES = Number.MAX_SAFE_INTEGER;
@@ -84,4 +84,45 @@ function describe(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
   return `${typeof value} ${String(value).slice(0, 40)}`;
+}
+
+/** A file descriptor number: a non-negative int32. */
+export function assertFd(name: string, value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`${name} must be an integer file descriptor, got ${describe(value)}`);
+  if (value < 0 || value > 0x7fffffff) throw new RangeError(`${name} must be a non-negative int32, got ${value}`);
+}
+
+/** vmmAlloc's chunk count: 1..4096. */
+export function assertChunkCount(name: string, value: unknown): asserts value is number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`${name} must be an integer, got ${describe(value)}`);
+  if (value < 1 || value > 4096) throw new RangeError(`${name} must be between 1 and 4096, got ${value}`);
+}
+
+/** vmmImport's chunks: at least one; offsets start at 0, ascending, each chunk ending where the next begins. */
+export function assertFdChunks(name: string, value: unknown): asserts value is readonly FdChunk[] {
+  if (!Array.isArray(value)) throw new TypeError(`${name} must be an array of { fd, offset, size }, got ${describe(value)}`);
+  if (value.length === 0 || value.length > 4096) throw new RangeError(`${name} must hold 1 to 4096 chunks, got ${value.length}`);
+  let next = 0;
+  value.forEach((c: unknown, k) => {
+    if (typeof c !== 'object' || c === null) throw new TypeError(`${name}[${k}] must be { fd, offset, size }, got ${describe(c)}`);
+    const { fd, offset, size } = c as Record<string, unknown>;
+    assertFd(`${name}[${k}].fd`, fd);
+    assertSize(`${name}[${k}].offset`, offset);
+    assertSize(`${name}[${k}].size`, size);
+    if (size === 0) throw new RangeError(`${name}[${k}].size must not be 0`);
+    if (offset !== next) throw new RangeError(`${name}[${k}].offset must be ${next} (chunks are contiguous from 0), got ${offset}`);
+    next = (offset as number) + (size as number);
+  });
+}
+
+export function assertPoolExportData(name: string, value: unknown): asserts value is Uint8Array {
+  assertBytes(name, value);
+  if (value.byteLength !== POOL_EXPORT_DATA_SIZE) {
+    throw new RangeError(`${name} must be ${POOL_EXPORT_DATA_SIZE} bytes (a CUmemPoolPtrExportData), got ${value.byteLength}`);
+  }
+}
+
+/** An options object, or undefined. */
+export function assertOptions(name: string, value: unknown): asserts value is object | undefined {
+  if (value !== undefined && (typeof value !== 'object' || value === null)) throw new TypeError(`${name} must be an object, got ${describe(value)}`);
 }

@@ -1,0 +1,476 @@
+/**
+ * A channel for file descriptors between two processes: SCM_RIGHTS over a
+ * Unix SOCK_SEQPACKET socket driven by the addon (native/fd_passing.cc).
+ *
+ * Why a connection of its own, beside the endpoint's control socket, rather
+ * than sendmsg on the control socket's fd: Node owns that socket's stream;
+ * libuv reads it with read(), which makes the kernel discard any descriptor
+ * in flight, and bytes sent beside its writes would interleave with frames.
+ * A second socket keeps Node's stream untouched, keeps each descriptor with
+ * the message that names it (SEQPACKET keeps message boundaries), and gets
+ * the same admission as the control socket: it lives beside the control
+ * socket in the same private directory (0700, socket 0600), the peer's uid
+ * is checked with SO_PEERCRED, and its first message must be a token the two
+ * sides agreed on the authenticated control channel, which binds it to that
+ * connection.
+ *
+ * Ownership: `send` never takes the caller's descriptor (the kernel passes a
+ * duplicate): close it once the promise settles. A received descriptor is
+ * the message handler's from the moment it is called; every descriptor the
+ * channel does not hand out (a message too long, several descriptors, a
+ * refused connection) is closed here. When this process has no free slot
+ * the kernel drops the descriptor: the handler then gets the message with
+ * `lost` set (DescriptorError 'SMCUDA_FD_EMFILE') and no descriptor, so the
+ * caller can fall back for that one message.
+ *
+ * Readiness comes from a one-shot poll watcher in the addon (never blocks the
+ * event loop). The watcher keeps the process alive only while sends are
+ * waiting for room, or while reading if `ref` is set.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import { loadAddon } from '../cuda/addon.js';
+import type { NativeFdPassing, NativePeerCredentials } from '../cuda/native-addon.js';
+import { AccessDeniedError, ClosedError, DescriptorError, PeerLostError, SmcudaError } from '../errors.js';
+import type { PeerCredentials, PeerUidPolicy } from './peer-credentials.js';
+
+/** Longest message (metadata) a channel carries. */
+export const FD_MESSAGE_MAX = 4096;
+/** Bytes of the admission token. */
+export const FD_TOKEN_BYTES = 32;
+const POLLIN = 0x1;
+const POLLOUT = 0x4;
+const TOKEN_MAGIC = Buffer.from('SMFD1');
+/** After a failed accept (out of descriptors), wait this long before trying again. */
+const ACCEPT_RETRY_MS = 50;
+/** A connection that has not presented its token by then is closed. */
+const ADMISSION_TIMEOUT_MS = 10_000;
+
+export type FdNative = NativeFdPassing & NativePeerCredentials;
+
+export interface FdMessage {
+  meta: Uint8Array;
+  /** The descriptor that came with it, now the handler's to close; undefined when none came or it was lost. */
+  fd: number | undefined;
+  /** Set when a descriptor was sent but could not be received here (EMFILE). */
+  lost?: DescriptorError;
+}
+
+export interface FdChannelHandlers {
+  message(msg: FdMessage): void;
+  /** The channel failed or the peer closed it; it is closed now. */
+  close?(err: Error | undefined): void;
+}
+
+export interface FdChannelOptions {
+  /** Keep the process alive while waiting for messages (default false: the control channel does that). */
+  ref?: boolean;
+  native?: FdNative;
+}
+
+interface PendingSend {
+  fd: number;
+  meta: Uint8Array;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+function errnoCode(err: unknown): string | undefined {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+function checkUid(cred: PeerCredentials, policy: PeerUidPolicy, label: string): void {
+  if (policy === 'any') return;
+  const allowed = policy === 'same' ? [process.getuid!()] : policy;
+  if (!allowed.includes(cred.uid)) {
+    throw new AccessDeniedError(
+      `${label}: refused a descriptor connection from pid ${cred.pid}, uid ${cred.uid}: only uid ${allowed.join(', ')} may connect. ` +
+        'Run every process of the job as the same user (or list the other uid in peerUids).',
+    );
+  }
+}
+
+export class FdChannel {
+  readonly #native: FdNative;
+  #sock: number;
+  readonly #watch: object;
+  readonly #queue: PendingSend[] = [];
+  readonly #buffer = new ArrayBuffer(FD_MESSAGE_MAX + 1);
+  #handlers: FdChannelHandlers | undefined;
+  readonly #ref: boolean;
+  #closed = false;
+
+  /** Takes ownership of a connected SEQPACKET socket: closed here if the channel cannot be made. */
+  constructor(sock: number, options: FdChannelOptions = {}, readonly peer?: PeerCredentials) {
+    this.#native = options.native ?? loadAddon();
+    this.#sock = sock;
+    this.#ref = options.ref ?? false;
+    try {
+      this.#watch = this.#native.fdWatchStart(sock, (revents) => this.#ready(revents));
+    } catch (err) {
+      this.#native.fdClose(sock);
+      throw new DescriptorError('SMCUDA_FD_CHANNEL', `cannot watch the descriptor channel: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** Two connected channels in this process (tests; in-process peers). */
+  static pair(options: FdChannelOptions = {}): [FdChannel, FdChannel] {
+    const native = options.native ?? loadAddon();
+    const [a, b] = native.fdSocketPair();
+    let first: FdChannel;
+    try {
+      first = new FdChannel(a, { ...options, native });
+    } catch (err) {
+      native.fdClose(b);
+      throw err;
+    }
+    try {
+      return [first, new FdChannel(b, { ...options, native })];
+    } catch (err) {
+      first.close();
+      throw err;
+    }
+  }
+
+  /**
+   * Connects to a listener's path, checks who listens there (uid policy) and
+   * presents `token` (agreed on the authenticated control channel).
+   */
+  static async connect(path: string, token: Uint8Array, options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string } = {}): Promise<FdChannel> {
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
+    const native = options.native ?? loadAddon();
+    const label = options.label ?? 'smcuda';
+    let sock = -1;
+    for (let attempt = 0; sock < 0; attempt++) {
+      try {
+        sock = native.fdConnect(path);
+      } catch (err) {
+        // A full backlog says EAGAIN for Unix sockets: the listener is busy, not gone.
+        if (errnoCode(err) === 'EAGAIN' && attempt < 50) {
+          await new Promise((r) => setTimeout(r, 2));
+          continue;
+        }
+        throw new DescriptorError('SMCUDA_FD_CHANNEL', `${label}: cannot connect the descriptor channel at ${path}: ${(err as Error).message}`, { cause: err });
+      }
+    }
+    let cred: PeerCredentials;
+    try {
+      cred = native.peerCredentials(sock);
+      checkUid(cred, options.peerUids ?? 'same', label);
+    } catch (err) {
+      native.fdClose(sock);
+      throw err;
+    }
+    const channel = new FdChannel(sock, { ...options, native }, cred); // closes sock itself on failure
+    try {
+      await channel.send(undefined, Buffer.concat([TOKEN_MAGIC, token]));
+    } catch (err) {
+      channel.close();
+      throw err;
+    }
+    return channel;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Starts delivering messages to `handlers` (messages wait in the kernel until then). */
+  start(handlers: FdChannelHandlers): void {
+    if (this.#closed) throw new ClosedError('the descriptor channel is closed');
+    this.#handlers = handlers;
+    this.#arm();
+    // Messages that came before the watch was armed are read on the next turn.
+    setImmediate(() => {
+      if (this.#handlers === handlers) this.#drain();
+    });
+  }
+
+  /** Stops delivering messages; they wait in the kernel until `start` again. */
+  pause(): void {
+    this.#handlers = undefined;
+    this.#arm();
+  }
+
+  /**
+   * Sends `meta` (1..FD_MESSAGE_MAX bytes) with `fd` (or none). Resolves once
+   * the kernel has the message (the peer then holds its own duplicate of the
+   * descriptor); `fd` stays the caller's.
+   */
+  send(fd: number | undefined, meta: Uint8Array): Promise<void> {
+    if (fd !== undefined && (!Number.isInteger(fd) || fd < 0 || fd > 0x7fffffff)) {
+      return Promise.reject(new RangeError(`fd must be a non-negative int32 or undefined, got ${String(fd)}`));
+    }
+    if (!(meta instanceof Uint8Array) || meta.byteLength < 1 || meta.byteLength > FD_MESSAGE_MAX) {
+      return Promise.reject(new RangeError(`meta must be 1..${FD_MESSAGE_MAX} bytes`));
+    }
+    if (this.#closed) return Promise.reject(new ClosedError('the descriptor channel is closed'));
+    return new Promise<void>((resolve, reject) => {
+      this.#queue.push({ fd: fd ?? -1, meta: meta.slice(), resolve, reject });
+      if (this.#queue.length === 1) this.#flush();
+    });
+  }
+
+  /** Closes the socket; pending sends reject with ClosedError. Idempotent. */
+  close(): void {
+    this.#shutdown(undefined, false);
+  }
+
+  // -- internals --------------------------------------------------------------------
+
+  #ready(revents: number): void {
+    if (this.#closed) return;
+    if (revents & POLLOUT || revents & ~(POLLIN | POLLOUT)) this.#flush();
+    if (this.#closed) return;
+    if (this.#handlers) this.#drain();
+    if (!this.#closed) this.#arm();
+  }
+
+  #arm(): void {
+    if (this.#closed) return;
+    const events = (this.#handlers ? POLLIN : 0) | (this.#queue.length > 0 ? POLLOUT : 0);
+    this.#native.fdWatchArm(this.#watch, events, this.#queue.length > 0 || (this.#ref && this.#handlers !== undefined));
+  }
+
+  #flush(): void {
+    while (this.#queue.length > 0 && !this.#closed) {
+      const next = this.#queue[0]!;
+      let sent: boolean;
+      try {
+        const buf = next.meta.buffer as ArrayBuffer;
+        sent = this.#native.fdSend(this.#sock, next.fd, buf, next.meta.byteOffset, next.meta.byteLength);
+      } catch (err) {
+        const code = errnoCode(err);
+        const lost = code === 'EPIPE' || code === 'ECONNRESET' || code === 'ENOTCONN';
+        this.#shutdown(
+          lost
+            ? new PeerLostError(`the descriptor channel's peer went away (${code})`, { cause: err })
+            : new DescriptorError('SMCUDA_FD_CHANNEL', `sending on the descriptor channel failed: ${(err as Error).message}`, { cause: err }),
+          true,
+        );
+        return;
+      }
+      if (!sent) {
+        this.#arm(); // wait for room
+        return;
+      }
+      this.#queue.shift();
+      next.resolve();
+    }
+  }
+
+  #drain(): void {
+    while (!this.#closed && this.#handlers) {
+      let r;
+      try {
+        r = this.#native.fdRecv(this.#sock, this.#buffer);
+      } catch (err) {
+        const code = errnoCode(err);
+        this.#shutdown(
+          code === 'ECONNRESET'
+            ? new PeerLostError('the descriptor channel\'s peer went away (ECONNRESET)', { cause: err })
+            : new DescriptorError('SMCUDA_FD_CHANNEL', `receiving on the descriptor channel failed: ${(err as Error).message}`, { cause: err }),
+          true,
+        );
+        return;
+      }
+      if (r === null) return;
+      if (r.bytes === 0 && r.fd < 0 && !r.dropped) {
+        this.#shutdown(new PeerLostError('the descriptor channel\'s peer closed it'), true);
+        return;
+      }
+      if (r.dropped && r.fd >= 0) {
+        // Part of the descriptors came, part were dropped: not something smcuda sends.
+        this.#native.fdClose(r.fd);
+        r.extra = 1;
+      }
+      if (r.truncated || r.extra > 0) {
+        // The addon closed every descriptor of such a message already.
+        this.#shutdown(
+          new DescriptorError('SMCUDA_FD_CHANNEL', r.truncated ? `the peer sent a message longer than ${FD_MESSAGE_MAX} bytes` : `the peer sent ${r.extra + 1} descriptors in one message`),
+          true,
+        );
+        return;
+      }
+      const meta = new Uint8Array(this.#buffer.slice(0, r.bytes));
+      const msg: FdMessage = { meta, fd: r.fd >= 0 ? r.fd : undefined };
+      if (r.dropped) {
+        msg.lost = new DescriptorError(
+          'SMCUDA_FD_EMFILE',
+          'a descriptor from the peer was dropped: this process has no free descriptor slot (EMFILE). Raise `ulimit -n` or hold fewer imports.',
+          { meta },
+        );
+      }
+      try {
+        this.#handlers!.message(msg);
+      } catch (err) {
+        // The handler owns the descriptor from the call on; its failure is the channel's failure.
+        this.#shutdown(err instanceof SmcudaError ? err : new DescriptorError('SMCUDA_FD_CHANNEL', `the message handler failed: ${(err as Error).message}`, { cause: err }), true);
+        return;
+      }
+    }
+  }
+
+  #shutdown(err: Error | undefined, notify: boolean): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#native.fdWatchStop(this.#watch);
+    try {
+      this.#native.fdClose(this.#sock);
+    } catch {
+      // closed already
+    }
+    this.#sock = -1;
+    const reason = err ?? new ClosedError('the descriptor channel was closed');
+    for (const p of this.#queue.splice(0)) p.reject(reason);
+    if (notify) this.#handlers?.close?.(err);
+    else this.#handlers?.close?.(undefined);
+  }
+}
+
+/**
+ * The listening side: a SEQPACKET socket at `path` (mode 0600; put it beside
+ * the control socket, in the same private directory). Each connection is
+ * admitted when its peer's uid passes the policy and its first message is a
+ * token handed to `expect`; anything else is closed.
+ */
+export class FdListener {
+  readonly #native: FdNative;
+  #fd: number;
+  readonly #watch: object;
+  readonly #expected = new Map<string, { resolve: (c: FdChannel) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  /** Connections accepted and waiting for their token. */
+  readonly #unadmitted = new Set<FdChannel>();
+  #closed = false;
+
+  constructor(
+    readonly path: string,
+    private readonly options: FdChannelOptions & {
+      peerUids?: PeerUidPolicy;
+      label?: string;
+      /** Told of every connection refused (wrong uid, wrong or no token) and of failed accepts. */
+      onRefused?: (err: Error) => void;
+      /** A connection that presents no token within this is closed (default 10 s). */
+      admissionTimeoutMs?: number;
+    } = {},
+  ) {
+    this.#native = options.native ?? loadAddon();
+    this.#fd = this.#native.fdListen(path);
+    this.#watch = this.#native.fdWatchStart(this.#fd, () => this.#accept());
+    this.#native.fdWatchArm(this.#watch, POLLIN, false);
+  }
+
+  /** Resolves with the connection that presents `token` (timeoutMs: then DescriptorError). */
+  expect(token: Uint8Array, timeoutMs = 10_000): Promise<FdChannel> {
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
+    if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
+    const key = Buffer.from(token).toString('hex');
+    return new Promise<FdChannel>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#expected.delete(key);
+        reject(new DescriptorError('SMCUDA_FD_CHANNEL', `no descriptor connection presented the expected token within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#expected.set(key, { resolve, reject, timer });
+    });
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#native.fdWatchStop(this.#watch);
+    try {
+      this.#native.fdClose(this.#fd);
+    } catch {
+      // closed already
+    }
+    this.#fd = -1;
+    for (const c of this.#unadmitted) c.close();
+    this.#unadmitted.clear();
+    for (const w of this.#expected.values()) {
+      clearTimeout(w.timer);
+      w.reject(new ClosedError('the descriptor listener was closed'));
+    }
+    this.#expected.clear();
+  }
+
+  #refuse(err: Error): void {
+    this.options.onRefused?.(err);
+  }
+
+  #accept(): void {
+    if (this.#closed) return;
+    for (;;) {
+      let sock: number | null;
+      try {
+        sock = this.#native.fdAccept(this.#fd);
+      } catch (err) {
+        // EMFILE/ENFILE leave the connection in the backlog, still readable:
+        // try again a little later rather than spin on it.
+        this.#refuse(err as Error);
+        setTimeout(() => {
+          if (!this.#closed) this.#native.fdWatchArm(this.#watch, POLLIN, false);
+        }, ACCEPT_RETRY_MS).unref();
+        return;
+      }
+      if (sock === null) break;
+      this.#admit(sock);
+    }
+    if (!this.#closed) this.#native.fdWatchArm(this.#watch, POLLIN, false);
+  }
+
+  #admit(sock: number): void {
+    const label = this.options.label ?? 'smcuda';
+    let channel: FdChannel;
+    let cred: PeerCredentials;
+    try {
+      cred = this.#native.peerCredentials(sock);
+      checkUid(cred, this.options.peerUids ?? 'same', label);
+    } catch (err) {
+      this.#native.fdClose(sock);
+      this.#refuse(err as Error);
+      return;
+    }
+    try {
+      channel = new FdChannel(sock, { ...this.options, native: this.#native }, cred); // closes sock on failure
+    } catch (err) {
+      this.#refuse(err as Error);
+      return;
+    }
+    this.#unadmitted.add(channel);
+    let admitted = false;
+    const limit = this.options.admissionTimeoutMs ?? ADMISSION_TIMEOUT_MS;
+    const timer = setTimeout(() => {
+      if (admitted || channel.closed) return;
+      this.#unadmitted.delete(channel);
+      channel.close();
+      this.#refuse(new AccessDeniedError(`${label}: closed a descriptor connection from pid ${channel.peer?.pid} that presented no token within ${limit} ms`));
+    }, limit);
+    timer.unref();
+    channel.start({
+      message: (msg) => {
+        if (admitted) return; // not reached: the handler is replaced on admission
+        if (msg.fd !== undefined) this.#native.fdClose(msg.fd); // a descriptor before admission is refused
+        const m = Buffer.from(msg.meta);
+        const ok = m.byteLength === TOKEN_MAGIC.byteLength + FD_TOKEN_BYTES && m.subarray(0, TOKEN_MAGIC.byteLength).equals(TOKEN_MAGIC);
+        const key = ok ? m.subarray(TOKEN_MAGIC.byteLength).toString('hex') : '';
+        const waiter = ok ? this.#expected.get(key) : undefined;
+        this.#unadmitted.delete(channel);
+        clearTimeout(timer);
+        if (!waiter || !timingSafeEqual(Buffer.from(key, 'hex'), m.subarray(TOKEN_MAGIC.byteLength))) {
+          channel.close();
+          this.#refuse(new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its first message is not an expected token`));
+          return;
+        }
+        admitted = true;
+        this.#expected.delete(key);
+        clearTimeout(waiter.timer);
+        channel.pause(); // what follows the token waits in the kernel until the new owner calls start()
+        waiter.resolve(channel);
+      },
+      close: () => {
+        clearTimeout(timer);
+        this.#unadmitted.delete(channel);
+      },
+    });
+  }
+}
