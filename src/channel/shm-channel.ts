@@ -6,7 +6,7 @@
  *
  * Why: a Unix-socket hop costs ~5 µs each way in Node, more than an 8 B GPU
  * copy. A frame written to the peer's ring is seen by a spinning peer in
- * under a µs (spinner.ts), and a busy peer reads many frames per wake-up.
+ * under a µs (the transport's progress engine, src/progress/engine.ts), and a busy peer reads many frames per wake-up.
  *
  * Upgrade, each direction on its own (after HELLO, when both HELLOs carry
  * Feature.RING):
@@ -37,7 +37,7 @@ import { FrameType } from '../wire/frames.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import { sendFrameParts } from './send-parts.js';
 import { RingReader, RingWriter, ringSegmentBytes } from './shm-ring.js';
-import type { Spinnable, Spinner } from './spinner.js';
+import type { ProgressEngine, ProgressSource } from '../progress/engine.js';
 
 /** The shared-memory calls a ShmChannel needs (the CudaDriver has them). */
 export interface SegmentProvider {
@@ -48,7 +48,8 @@ export interface SegmentProvider {
 
 export interface ShmChannelOptions {
   segments: SegmentProvider;
-  spinner: Spinner;
+  /** The transport's progress engine: it polls our ring while frames flow. */
+  progress: ProgressEngine;
   /** Data bytes of the ring this side reads. Default 256 KiB. */
   capacity?: number;
   /** Frames up to this size go through the ring. Default 16 KiB. */
@@ -64,14 +65,14 @@ const U32_HALF = 0x8000_0000;
 
 type Segment = ReturnType<SegmentProvider['shmCreate']>;
 
-export class ShmChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel, Spinnable {
+export class ShmChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel, ProgressSource {
   readonly label: string;
   hotUntil = 0;
   kicked = false;
-  /** The spinner polls our ring (watch(true)): the peer need not ring. */
+  /** The progress engine polls our ring (watch(true)): the peer need not ring. */
   private watching = false;
   private readonly base: ControlChannel;
-  private readonly opts: Required<Omit<ShmChannelOptions, 'segments' | 'spinner'>> & ShmChannelOptions;
+  private readonly opts: Required<Omit<ShmChannelOptions, 'segments' | 'progress'>> & ShmChannelOptions;
   // inbound: our ring
   private inSegment: Segment | undefined;
   private inLinked = false;
@@ -117,7 +118,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
 
   sendParts(parts: readonly Uint8Array[]): boolean {
     if (this.closed_) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
-    this.opts.spinner.kick(this);
+    this.opts.progress.kick(this);
     const w = this.writer;
     if (!w) return this.baseSend(parts);
     let length = 0;
@@ -138,7 +139,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     process.nextTick(() => this.emitClose(undefined));
   }
 
-  // ------------------------------------------------------------ Spinnable
+  // ------------------------------------------------------------ ProgressSource
 
   poll(): boolean {
     if (!this.peerSwitched || this.closed_ || !this.reader!.ready) return false;
@@ -152,7 +153,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     if (!on) this.safePump();
   }
 
-  /** pump() from the spinner: a corrupt ring fails this channel, never the process. */
+  /** pump() from the progress engine: a corrupt ring fails this channel, never the process. */
   private safePump(): boolean {
     try {
       return this.pump();
@@ -195,12 +196,12 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           decodeFrame(bytes);
           this.peerSwitched = true;
           this.unlinkIn(); // the peer has it mapped
-          this.opts.spinner.kick(this);
+          this.opts.progress.kick(this);
           this.pump();
           return;
         case FrameType.DOORBELL:
           if (!this.peerSwitched) throw new ProtocolError(`${this.label}: DOORBELL before RING_SWITCH`);
-          // The bell's claim is over. Back to "watching" while the spinner
+          // The bell's claim is over. Back to "watching" while the engine
           // polls us: clearing it then made the peer ring again after its
           // next write, a socket write and read for nothing.
           this.reader!.setBell(this.watching ? 1 : 0);
@@ -216,7 +217,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
         }
         default:
           if (this.peerSwitched) throw new ProtocolError(`${this.label}: a ${FrameType[type]} frame written to the channel after RING_SWITCH`);
-          this.opts.spinner.kick(this);
+          this.opts.progress.kick(this);
           this.emit('frame', bytes);
       }
     } catch (err) {
@@ -274,7 +275,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
 
   private deliver(frame: Uint8Array, transient: boolean): void {
     this.expected = (this.expected + 1) >>> 0;
-    this.opts.spinner.kick(this);
+    this.opts.progress.kick(this);
     this.emit('frame', frame, transient);
   }
 
@@ -313,10 +314,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     }
   }
 
-  /** No more frames either way: off the spinner, segments released. */
+  /** No more frames either way: off the progress engine, segments released. */
   private stop(): void {
     this.closed_ = true;
-    this.opts.spinner.forget(this);
+    this.opts.progress.forget(this);
     this.release();
   }
 
