@@ -19,7 +19,7 @@ import { HandlePool, type Mapping } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
 import { byteLength, type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
-import { copyBytes } from './channel/send-parts.js';
+import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import type { CudaDriver, StreamHandle } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fc, test } from '@fast-check/vitest';
 import { createMemoryChannelPair, type MemoryChannel } from '../src/channel/memory-channel.js';
+import { concatBytes } from '../src/channel/bytes.js';
+import type { ControlChannel } from '../src/channel/channel.js';
 import { RingReader, RingWriter, ringSegmentBytes } from '../src/channel/shm-ring.js';
 import { ShmChannel, type SegmentProvider } from '../src/channel/shm-channel.js';
 import { ProgressEngine } from '../src/progress/engine.js';
@@ -130,6 +132,27 @@ describe('ShmChannel over a memory channel', () => {
       stop();
     },
   );
+
+  it('a frame too large for the ring is spilled to a channel with sendParts as two parts, the frame itself not copied', async () => {
+    const { a, b, ma, stop } = pair({ maxRingFrame: 512 });
+    const parts: Uint8Array[][] = [];
+    // A channel with sendParts (as UnixChannel): record the parts, then deliver them joined.
+    (ma as ControlChannel).sendParts = (ps) => {
+      parts.push([...ps]);
+      return ma.send(concatBytes(ps));
+    };
+    const got: Uint8Array[] = [];
+    b.on('frame', (f) => got.push(f));
+    await until(() => a.ringOut, 'the upgrade');
+    const big = frame(1, 2000);
+    a.send(big);
+    await until(() => got.length === 1, 'the spilled frame');
+    expect(parts).toHaveLength(1);
+    expect(parts[0]![1]).toBe(big); // handed over as is
+    expect(Buffer.from(got[0]!).equals(Buffer.from(big))).toBe(true);
+    a.close();
+    stop();
+  });
 
   it('a side that cannot create a ring is written to on the channel; it still writes into the peer ring', async () => {
     const noShm: SegmentProvider = {

@@ -35,7 +35,7 @@ import { ClosedError, ProtocolError } from '../errors.js';
 import { decodeFrame, decodeFrameType, encodeFrame, spillHead } from '../wire/codec.js';
 import { FrameType } from '../wire/frames.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
-import { sendFrameParts } from './send-parts.js';
+import { sendFrameParts } from './bytes.js';
 import { RingReader, RingWriter, ringSegmentBytes } from './shm-ring.js';
 import type { ProgressEngine, ProgressSource } from '../progress/engine.js';
 
@@ -62,6 +62,7 @@ export const DEFAULT_MAX_RING_FRAME = 16 << 10;
 const DOORBELL = encodeFrame({ type: FrameType.DOORBELL });
 const RING_SWITCH = encodeFrame({ type: FrameType.RING_SWITCH });
 const U32_HALF = 0x8000_0000;
+const EMPTY = new Uint8Array(0);
 
 type Segment = ReturnType<SegmentProvider['shmCreate']>;
 
@@ -84,6 +85,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   private outSegment: Segment | undefined;
   private writer: RingWriter | undefined;
   private outSeq = 0;
+  private readonly onePart: Uint8Array[] = [EMPTY];
   private closed_ = false;
   private closeEmitted = false;
 
@@ -113,23 +115,23 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   }
 
   send(frame: Uint8Array): boolean {
-    return this.sendParts([frame]);
-  }
-
-  sendParts(parts: readonly Uint8Array[]): boolean {
     if (this.closed_) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
     this.opts.progress.kick(this);
     const w = this.writer;
-    if (!w) return this.baseSend(parts);
-    let length = 0;
-    for (const p of parts) length += p.byteLength;
+    if (!w) return this.base.send(frame);
+    const length = frame.byteLength;
     const seq = this.outSeq;
     this.outSeq = (seq + 1) >>> 0;
-    if (length <= w.maxFrame && w.tryWrite(seq, parts, length)) {
+    const one = this.onePart;
+    one[0] = frame; // the ring writer takes parts; one array for every send, none allocated per frame
+    const written = length <= w.maxFrame && w.tryWrite(seq, one, length);
+    one[0] = EMPTY;
+    if (written) {
       if (w.needsDoorbell()) this.base.send(DOORBELL);
       return true;
     }
-    return this.baseSend([spillHead(seq, length), ...parts]);
+    // Through the channel, not copied into a SPILL frame first (bytes.ts: sendFrameParts).
+    return sendFrameParts(this.base, [spillHead(seq, length), frame]);
   }
 
   close(): void {
@@ -177,10 +179,6 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
       debug('channel %s: no control ring of our own (%s); the peer writes to the channel', this.label, (err as Error).message);
       this.release();
     }
-  }
-
-  private baseSend(parts: readonly Uint8Array[]): boolean {
-    return parts.length === 1 ? this.base.send(parts[0]!) : sendFrameParts(this.base, parts);
   }
 
   private readonly onBaseFrame = (bytes: Uint8Array): void => {
