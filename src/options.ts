@@ -1,8 +1,11 @@
 /**
  * Transport options, their defaults, and their validation. Every knob a user
- * can turn is here, with the reason for its default.
+ * can turn is here, with the reason for its default; this is the one
+ * validator (the negotiation's knobs included: machines/ callers use
+ * validateNegotiationOptions). Environment overrides come from src/env.ts.
  */
 import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../machines/negotiation.js';
+import { envTransportDefaults } from './env.js';
 import { ConfigError } from './errors.js';
 
 /** The negotiation's knobs (ipc, sameGpuIpc, maxTries, timeouts): the machine's own config type. */
@@ -45,7 +48,7 @@ export interface TransportOptions {
   /**
    * Move control frames through shared-memory rings when the peer agrees
    * (shm-channel.ts); the channel then carries only wake-ups, large frames
-   * and the peer's death. Default true; SMCUDA_CONTROL_RING=0 turns it off.
+   * and the peer's death. Default true (SMCUDA_CONTROL_RING, src/env.ts).
    */
   controlRing?: boolean;
   /**
@@ -76,7 +79,7 @@ export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFI
 
 export const DEFAULT_STAGING: StagingOptions = { chunkSize: 4 << 20, slots: 4 };
 
-/** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default. */
+/** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default (src/env.ts). */
 export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
 
 function positiveInt(name: string, v: number, min = 1): number {
@@ -84,38 +87,53 @@ function positiveInt(name: string, v: number, min = 1): number {
   return v;
 }
 
+/** Longest timer Node keeps: a longer delay fires after 1 ms instead (with a warning). */
+const MAX_TIMER_MS = 0x7fff_ffff;
+
 function positiveMs(name: string, v: number): number {
-  if (typeof v !== 'number' || !(v > 0)) throw new ConfigError(`${name} must be a positive number of milliseconds, got ${v}`);
+  if (typeof v !== 'number' || !(v > 0) || v > MAX_TIMER_MS) {
+    throw new ConfigError(`${name} must be a positive number of milliseconds up to ${MAX_TIMER_MS}, got ${v}`);
+  }
   return v;
 }
 
-/** Reads an integer default from the environment (for tuning without code changes), or undefined. */
-function envInt(name: string): number | undefined {
-  const v = process.env[name];
-  if (v === undefined || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new ConfigError(`${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
+function bool(name: string, v: unknown): boolean {
+  if (typeof v !== 'boolean') throw new ConfigError(`${name} must be true or false, got ${String(v)}`);
+  return v;
+}
+
+/**
+ * The negotiation's knobs over their defaults, validated: the one set of
+ * rules, for Transport options and for a Negotiator built directly.
+ * maxTries ≥ 1 (`ipc: false` is how to never negotiate); timeouts positive and
+ * within what a Node timer keeps.
+ */
+export function validateNegotiationOptions(o: Partial<NegotiationOptions> | undefined): NegotiationOptions {
+  const n = { ...DEFAULT_NEGOTIATION, ...o };
+  bool('negotiation.ipc', n.ipc);
+  bool('negotiation.sameGpuIpc', n.sameGpuIpc);
+  positiveInt('negotiation.maxTries', n.maxTries);
+  positiveMs('negotiation.requestTimeoutMs', n.requestTimeoutMs);
+  positiveMs('negotiation.confirmTimeoutMs', n.confirmTimeoutMs);
+  positiveMs('negotiation.checkTimeoutMs', n.checkTimeoutMs);
   return n;
 }
 
 export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
-  const negotiation = { ...DEFAULT_NEGOTIATION, ...o.negotiation };
-  positiveInt('negotiation.maxTries', negotiation.maxTries);
-  positiveMs('negotiation.requestTimeoutMs', negotiation.requestTimeoutMs);
-  positiveMs('negotiation.confirmTimeoutMs', negotiation.confirmTimeoutMs);
-  positiveMs('negotiation.checkTimeoutMs', negotiation.checkTimeoutMs);
+  const negotiation = validateNegotiationOptions(o.negotiation);
+  const env = envTransportDefaults();
   const staging = { ...DEFAULT_STAGING, ...o.staging };
   positiveInt('staging.chunkSize', staging.chunkSize, 4096);
   positiveInt('staging.slots', staging.slots, 2);
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw new ConfigError(`id must be a non-empty string of at most 200 characters`);
-  const deviceEagerLimit = o.deviceEagerLimit ?? envInt('SMCUDA_DEVICE_EAGER_LIMIT') ?? DEFAULT_DEVICE_EAGER_LIMIT;
-  const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? 20;
+  const deviceEagerLimit = o.deviceEagerLimit ?? env.deviceEagerLimit ?? DEFAULT_DEVICE_EAGER_LIMIT;
+  const completionSpinUs = o.completionSpinUs ?? env.completionSpinUs ?? 20;
   positiveInt('completionSpinUs', completionSpinUs, 0);
   positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
-  const controlRing = o.controlRing ?? envInt('SMCUDA_CONTROL_RING') !== 0;
+  const controlRing = o.controlRing ?? env.controlRing ?? true;
   if (typeof controlRing !== 'boolean') throw new ConfigError(`controlRing must be a boolean, got ${String(controlRing)}`);
-  const controlSpinUs = o.controlSpinUs ?? envInt('SMCUDA_CONTROL_SPIN_US') ?? 250;
+  const controlSpinUs = o.controlSpinUs ?? env.controlSpinUs ?? 250;
   positiveInt('controlSpinUs', controlSpinUs, 0);
   const device = o.device ?? 0;
   positiveInt('device', device, 0);

@@ -17,6 +17,7 @@ import { EventEmitter } from 'node:events';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { ProgressEngine } from './progress/engine.js';
+import { envTracePath } from './env.js';
 import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } from './channel/unix-channel.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
@@ -84,7 +85,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.helloTimeoutMs = create.helloTimeoutMs ?? 10_000;
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
-    const tracePath = create.trace ?? process.env.SMCUDA_TRACE;
+    const tracePath = create.trace ?? envTracePath();
     const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;

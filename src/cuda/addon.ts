@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { envAddonPath } from '../env.js';
 import { AddonLoadError } from '../errors.js';
 import type { NativeAddon } from './native-addon.js';
 
@@ -30,8 +31,9 @@ let loaded: NativeAddon | undefined;
 export function loadAddon(): NativeAddon {
   if (loaded) return loaded;
   const root = packageRoot();
-  const candidates = process.env.SMCUDA_ADDON
-    ? [process.env.SMCUDA_ADDON]
+  const fromEnv = envAddonPath();
+  const candidates = fromEnv
+    ? [fromEnv]
     : [join(root, 'build', 'Release', 'smcuda.node'), join(root, 'build', 'Debug', 'smcuda.node')];
   const causes: string[] = [];
   if (process.platform !== 'linux') {

@@ -18,6 +18,7 @@
  * streams; releaseDevices keeps allocations; pointerAttributes of an unknown
  * pointer throws CUDA_ERROR_INVALID_VALUE.
  */
+import { envSim } from '../env.js';
 import { AddonLoadError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import type {
@@ -90,7 +91,7 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   constructor(options: SimDriverOptions = {}) {
     const { shm, env, ...world } = options;
-    this.world = resolveSimWorld(world, env ?? process.env);
+    this.world = resolveSimWorld(world, env ?? envSim());
     this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);
     this.faults = new FaultState(this.world.faults, this.world.devices);
     if (shm) {
