@@ -77,16 +77,9 @@ export class GpuEventQueue implements ProgressSource {
    * is not ours, so it is not polled in order with our own events.
    */
   whenEvent(ev: EventHandle, cb: Completion): void {
-    this.engine.beginLoopWait();
-    this.driver.whenComplete(ev).then(
-      () => {
-        this.engine.endLoopWait();
-        callReporting(cb, undefined);
-      },
-      (err: Error) => {
-        this.engine.endLoopWait();
-        callReporting(cb, err);
-      },
+    this.native(ev).then(
+      () => callReporting(cb, undefined),
+      (err: Error) => callReporting(cb, err),
     );
   }
 
@@ -143,25 +136,22 @@ export class GpuEventQueue implements ProgressSource {
     callReporting(cb, err); // wherever the completion came from (a spin, the engine, the native thread)
   }
 
-  /** Through the native completion thread, counted on the engine while it is awaited, then back to the pool. */
+  /** Through the native completion thread, then back to the pool. */
   private awaitNative(ev: EventHandle, cb: Completion): void {
-    this.engine.beginLoopWait();
-    let p: Promise<void>;
-    try {
-      p = this.driver.whenComplete(ev);
-    } catch (err) {
-      p = Promise.reject(err as Error);
-    }
-    p.then(
-      () => {
-        this.engine.endLoopWait();
-        this.settle(ev, cb);
-      },
-      (err: Error) => {
-        this.engine.endLoopWait();
-        this.settle(ev, cb, err);
-      },
+    this.native(ev).then(
+      () => this.settle(ev, cb),
+      (err: Error) => this.settle(ev, cb, err),
     );
+  }
+
+  /** driver.whenComplete, counted on the engine while it is awaited (its callbacks then make one pass each). */
+  private async native(ev: EventHandle): Promise<void> {
+    this.engine.beginLoopWait();
+    try {
+      await this.driver.whenComplete(ev);
+    } finally {
+      this.engine.endLoopWait();
+    }
   }
 
   /** Stops polling (the native thread takes pending waits) and destroys idle events; awaited ones are destroyed when they settle. */
