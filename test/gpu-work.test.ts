@@ -742,6 +742,38 @@ describe('with a spinner', () => {
   });
 });
 
+describe('whenEvent (a peer\'s event)', () => {
+  it('is awaited through the native thread, counted on the engine meanwhile, and calls back once', async () => {
+    const d = sim();
+    const { stub, spinner } = spinnerStub();
+    const g = gpuWork(d, 1000, spinner);
+    const native = vi.spyOn(d, 'whenComplete');
+    const ev = d.eventCreate({ disableTiming: true });
+    const check = queueCopy(d, g.stream, 4 * KiB, 4);
+    d.eventRecord(ev, g.stream);
+    const rec = recorder();
+    g.whenEvent(ev, rec.cb(() => expect(check()).toBe(true)));
+    expect(native).toHaveBeenCalledWith(ev);
+    expect(stub.gpuWaits).toBe(1);
+    await until(() => rec.total() === 1);
+    await settleLoop();
+    expect(rec.calls).toEqual([[undefined]]);
+    expect(stub.gpuWaits).toBe(0);
+    d.eventDestroy(ev); // not the queue's: the caller's to destroy
+  });
+
+  it('a failed wait reaches the callback', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const err = new CudaError('cuEventQuery', 'CUDA_ERROR_ILLEGAL_ADDRESS', 700, 'injected by the test');
+    vi.spyOn(d, 'whenComplete').mockReturnValueOnce(Promise.reject(err));
+    const rec = recorder();
+    g.whenEvent(1n as EventHandle, rec.cb());
+    await until(() => rec.total() === 1);
+    expect(rec.calls).toEqual([[err]]);
+  });
+});
+
 describe('close()', () => {
   it('records the open batch, destroys the stream, and destroys the event once its callbacks ran', async () => {
     const d = sim();
