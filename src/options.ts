@@ -105,14 +105,15 @@ function bool(name: string, v: unknown): boolean {
 /**
  * The negotiation's knobs over their defaults, validated: the one set of
  * rules, for Transport options and for a Negotiator built directly.
- * maxTries ≥ 1 (`ipc: false` is how to never negotiate); timeouts positive and
- * within what a Node timer keeps.
+ * maxTries ≥ 0 (0: the first GPU send gives up at once, telling the peer
+ * with IPC_ABORT; `ipc: false` never negotiates at all); timeouts positive
+ * and within what a Node timer keeps.
  */
 export function validateNegotiationOptions(o: Partial<NegotiationOptions> | undefined): NegotiationOptions {
   const n = { ...DEFAULT_NEGOTIATION, ...o };
   bool('negotiation.ipc', n.ipc);
   bool('negotiation.sameGpuIpc', n.sameGpuIpc);
-  positiveInt('negotiation.maxTries', n.maxTries);
+  positiveInt('negotiation.maxTries', n.maxTries, 0);
   positiveMs('negotiation.requestTimeoutMs', n.requestTimeoutMs);
   positiveMs('negotiation.confirmTimeoutMs', n.confirmTimeoutMs);
   positiveMs('negotiation.checkTimeoutMs', n.checkTimeoutMs);

@@ -15,7 +15,7 @@ describe('validateNegotiationOptions', () => {
   });
 
   const bad: Array<[string, Record<string, unknown>]> = [
-    ['maxTries', { maxTries: 0 }],
+    ['maxTries', { maxTries: -1 }],
     ['maxTries', { maxTries: 1.5 }],
     ['requestTimeoutMs', { requestTimeoutMs: 0 }],
     ['requestTimeoutMs', { requestTimeoutMs: Infinity }], // a Node timer would fire after 1 ms
@@ -31,6 +31,10 @@ describe('validateNegotiationOptions', () => {
       expect(() => resolveOptions({ negotiation: o })).toThrow(`negotiation.${field}`);
     });
   }
+
+  it('maxTries 0 is valid (the machine gives up at the first GPU send), as a Negotiator built directly takes it', () => {
+    expect(validateNegotiationOptions({ maxTries: 0 }).maxTries).toBe(0);
+  });
 
   it('resolveOptions returns the validated negotiation options', () => {
     expect(resolveOptions({ negotiation: { checkTimeoutMs: 10 } }).negotiation).toEqual({ ...DEFAULT_NEGOTIATION_CONFIG, checkTimeoutMs: 10 });
