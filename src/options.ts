@@ -38,8 +38,9 @@ export interface TransportOptions {
   /** Per-job secret carried by HELLO; a peer with another token is refused. */
   token?: string;
   /**
-   * How long a lone copy's completion is polled on the JS thread before the
-   * native poller takes over (µs; 0: never). Trades a little event-loop time
+   * How long a lone copy's completion is polled inline, blocking, on the JS
+   * thread before the progress engine takes it (µs; 0: never; step 1 of the
+   * engine's policy, docs/architecture.md#progress). Trades a little event-loop time
    * for latency. Default 20: on 2×H200 it brought an 8 B RGET ping-pong from
    * 51 to 35 µs (docs/benchmarks.md). Only copies ≤ 64 KiB that are alone in
    * flight spin.
@@ -52,8 +53,9 @@ export interface TransportOptions {
    */
   controlRing?: boolean;
   /**
-   * How long after its last frame an endpoint's ring is polled on the JS
-   * thread (µs; 0: never, wait for doorbells). Default 250: a peer's reply
+   * How long after its last activity a source (an endpoint's ring, its GPU
+   * event queue) is polled by the transport's progress engine (µs; 0: never:
+   * rings wait for doorbells, completions for the native thread). Default 250: a peer's reply
    * (an 8 B GPU copy plus its JS) comes well within it, so the socket hop is
    * skipped both ways; 50 µs was too short on small virtual machines, whose
    * processes wake late (docs/benchmarks.md). Costs at most that much of one
