@@ -19,9 +19,8 @@ import { HandlePool, type Mapping } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
 import { byteLength, type DeviceBuffer, type MessageBuffer, checkMessageBuffer, hostBytes, isDeviceBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
-import { copyBytes } from './channel/send-parts.js';
+import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
-import type { Spinner } from './channel/spinner.js';
 import type { CudaDriver, StreamHandle } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';
 import { count, type DataPath, type EndpointStats, newDirection, type NegotiationRecord } from './endpoint-stats.js';
@@ -46,6 +45,7 @@ import {
 import { debug } from './debug.js';
 import { describeAllocation, type ExportTable } from './exports.js';
 import { GpuWork } from './gpu-work.js';
+import type { ProgressEngine } from './progress/engine.js';
 import type { Tracer } from './trace.js';
 
 export interface SendOptions {
@@ -103,8 +103,8 @@ export interface EndpointContext {
   /** What peers need to map local allocations, shared by the transport's endpoints. */
   exports: ExportTable;
   tracer?: Tracer;
-  /** The transport's control spinner (told when GPU completions are awaited). */
-  spinner?: Spinner;
+  /** The transport's progress engine (it polls this endpoint's GPU completions). */
+  progress?: ProgressEngine;
 }
 
 interface PendingSend {
@@ -630,7 +630,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       try {
         event = d.ipcOpenEventHandle(frame.event);
         const abandoned = new Promise<'abandoned'>((resolve) => this.activeRgets.set(recv, () => resolve('abandoned')));
-        const outcome = await Promise.race([this.gpu().whenComplete(event), abandoned]);
+        const gpu = this.gpu();
+        const peerDone = new Promise<void>((resolve, reject) => gpu.whenEvent(event!, (err) => (err ? reject(err) : resolve())));
+        const outcome = await Promise.race([peerDone, abandoned]);
         if (outcome === 'abandoned') throw this.closeReason ?? new PeerLostError(`lost peer ${this.peerId}`);
       } catch (err) {
         this.activeRgets.delete(recv);
@@ -860,16 +862,12 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const length = Math.min(ring.options.chunkSize, staged.length - offset);
     staged.next += length;
     this.driver.memcpyDtoHAsync(ring.slot(slot, length), staged.src + BigInt(offset), staged.stream);
-    this.gpu()
-      .done(staged.stream)
-      .then(
-        () => {
-          if (this.closedWith === undefined && this.stagedSends.has(seq)) {
-            this.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
-          }
-        },
-        (err: Error) => this.failPendingSend(seq, err),
-      );
+    this.gpu().whenDone(staged.stream, Infinity, (err) => {
+      if (err) this.failPendingSend(seq, err);
+      else if (this.closedWith === undefined && this.stagedSends.has(seq)) {
+        this.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
+      }
+    });
   }
 
   /** Receiver: chunk `offset..offset+length` of the active staged message is in `slot`. */
@@ -892,15 +890,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       const stream = job.recv.stream ?? this.gpu().stream;
       this.driver.memcpyHtoDAsync(job.dst + BigInt(offset), src, stream);
       job.inFlight++;
-      this.gpu()
-        .done(stream)
-        .then(
-          () => {
-            job.inFlight--;
-            if (this.closedWith === undefined && !job.failed) finishChunk();
-          },
-          (err: Error) => this.failStagedRecv(job, err),
-        );
+      this.gpu().whenDone(stream, Infinity, (err) => {
+        if (err) return this.failStagedRecv(job, err);
+        job.inFlight--;
+        if (this.closedWith === undefined && !job.failed) finishChunk();
+      });
     } else {
       job.dst.set(src, offset);
       finishChunk();
@@ -994,7 +988,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private gpu(): GpuWork {
     if (!this.gpuWork) {
-      this.gpuWork = new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.spinner);
+      this.gpuWork = new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress);
     }
     return this.gpuWork;
   }

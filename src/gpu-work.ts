@@ -1,38 +1,27 @@
 /**
- * The GPU resources one endpoint uses for its own copies: a stream (created on
- * first use) and a pool of completion events, so the per-message path creates
- * nothing. `copy(stream, dst, src, bytes, cb)` queues a device copy and calls
- * back once it completed; `whenDone(stream, bytes, cb)` does the same for work
- * the caller queued itself (`done` is that as a promise).
+ * The GPU work of one endpoint: its stream (created on first use), its
+ * completion tracking (a GpuEventQueue, which the transport's progress
+ * engine polls: src/progress/) and the copy batcher. `copy(stream, dst, src,
+ * bytes, cb)` queues a device copy and calls back once it completed;
+ * `whenDone(stream, bytes, cb)` does the same for work the caller queued
+ * itself; `whenEvent(ev, cb)` for a peer's event. Callbacks only: see
+ * gpu-event-queue.ts for why.
  *
  * Small copies of one synchronous run (the RGETs one look at the control ring
  * found) are launched together, by one cuMemcpyBatchAsync, when the run ends;
  * they share one completion event. See `copy`.
- *
- * Who notices the completion, cheapest first:
- *   1. a small copy that is the only one in flight (a ping-pong, not a
- *      stream of messages) is polled right away on the JS thread for up to
- *      `spinUs`, blocking;
- *   2. otherwise the transport's spinner polls it between control frames;
- *   3. when the spinner stops (nothing for `controlSpinUs`), the native
- *      poller (driver.whenComplete) takes it.
- * For 1: a small copy finishes in a few µs, while the native
- * poller's hand-off to the JS thread costs ~8 µs more (measured on H200).
  */
-import type { GpuPollable, Spinner } from './channel/spinner.js';
 import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
+import { ProgressEngine } from './progress/engine.js';
+import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
 
-/** Only copies this small are worth a spin: they finish within it, and a stream of them is latency-bound anyway. */
-const SPIN_MAX_BYTES = 64 << 10;
+export type { Completion } from './progress/gpu-event-queue.js';
 
 /** Copies up to this much (together) share one completion event; larger ones get their own. */
 const BATCH_MAX_BYTES = 4 << 20;
 
 /** Most copies launched by one batch call. */
 const BATCH_MAX_COPIES = 64;
-
-/** Called once a copy's completion is known: no argument when it completed, the error when it failed. */
-export type Completion = (err?: Error) => void;
 
 /** The calls of one synchronous run on one stream, closed (launched and recorded) in a microtask. */
 interface Batch {
@@ -45,19 +34,11 @@ interface Batch {
 
 const NOOP: Completion = () => {};
 
-interface PolledWait {
-  ev: EventHandle;
-  cb: Completion;
-}
-
-export class GpuWork implements GpuPollable {
+export class GpuWork {
   private stream_: StreamHandle | undefined;
-  /** Completions the spinner polls (in record order). */
-  private readonly polled: PolledWait[] = [];
-  private readonly freeEvents: EventHandle[] = [];
+  /** Completion tracking: the events this endpoint waits for, polled by the progress engine. */
+  readonly events: GpuEventQueue;
   private closed = false;
-  /** Events recorded and not yet settled. */
-  private inFlight = 0;
   /** copy and whenDone calls of the current synchronous run, waiting for their launch and shared event. */
   private batch: Batch | undefined;
   /** The open batch's copies, as memcpyBatchAsync takes them; copyCb[k] indexes copy k's completion in batch.cbs. */
@@ -69,23 +50,22 @@ export class GpuWork implements GpuPollable {
 
   constructor(
     private readonly driver: CudaDriver,
-    private readonly spinUs = 0,
+    /** How long a lone small copy's completion is polled inline (µs; 0: never). */
+    spinUs = 0,
     /**
-     * Polls completions on the JS thread while it spins, and is told of those
-     * awaited through the event loop, so it does not hold the loop meanwhile.
+     * The transport's progress engine, which polls this endpoint's completions
+     * between event-loop turns. Without one (tests, tools), an engine that
+     * never polls: inline spins, then the native completion thread.
      */
-    private readonly spinner?: Spinner,
-  ) {}
+    engine: ProgressEngine = new ProgressEngine(0),
+  ) {
+    this.events = new GpuEventQueue(driver, engine, spinUs);
+  }
 
   /** This endpoint's own non-blocking stream. */
   get stream(): StreamHandle {
     if (this.stream_ === undefined) this.stream_ = this.driver.streamCreate();
     return this.stream_;
-  }
-
-  /** Resolves once everything queued so far on `stream` has completed; `bytes` is the copy just queued. */
-  done(stream: StreamHandle, bytes = Infinity): Promise<void> {
-    return new Promise<void>((resolve, reject) => this.whenDone(stream, bytes, (err) => (err ? reject(err) : resolve())));
   }
 
   /**
@@ -114,7 +94,7 @@ export class GpuWork implements GpuPollable {
     if (bytes > BATCH_MAX_BYTES) {
       this.flushNow(false);
       this.driver.memcpyAsync(dst, src, bytes, stream);
-      this.record(stream, bytes, cb, false);
+      this.events.record(stream, bytes, cb, false);
       return;
     }
     let b = this.batch;
@@ -149,7 +129,7 @@ export class GpuWork implements GpuPollable {
       // A large copy (a staging chunk, a big message) gets its own event: its
       // FIN must not wait for the copies queued after it.
       this.flushNow(false);
-      this.record(stream, bytes, cb, false);
+      this.events.record(stream, bytes, cb, false);
       return;
     }
     let b = this.batch;
@@ -204,7 +184,7 @@ export class GpuWork implements GpuPollable {
         if (failed.length === b.copies && cbs.every((cb) => cb === NOOP)) return;
       }
     }
-    this.record(b.stream, b.bytes, cbs.length === 1 ? cbs[0]! : (err) => settleAll(cbs, err), inline);
+    this.events.record(b.stream, b.bytes, cbs.length === 1 ? cbs[0]! : (err) => settleAll(cbs, err), inline);
   }
 
   /** The batch's copies in one call; the ones that could not be queued, with why. */
@@ -230,106 +210,9 @@ export class GpuWork implements GpuPollable {
     return failed;
   }
 
-  private record(stream: StreamHandle, bytes: number, cb: Completion, inline: boolean): void {
-    const ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
-    this.inFlight++;
-    let complete: boolean;
-    try {
-      this.driver.eventRecord(ev, stream);
-      complete = inline && this.inFlight === 1 && bytes <= SPIN_MAX_BYTES && this.spinUs > 0 && this.spin(ev);
-    } catch (err) {
-      if (inline) return this.settle(ev, cb, err as Error);
-      queueMicrotask(() => this.settle(ev, cb, err as Error));
-      return;
-    }
-    if (complete) return this.settle(ev, cb);
-    if (this.spinner?.pollsGpu) {
-      this.polled.push({ ev, cb });
-      this.spinner.watchGpu(this);
-    } else {
-      this.awaitNative(ev, cb);
-    }
-  }
-
-  /** The event is done with (back to the pool), then `cb` learns the outcome. */
-  private settle(ev: EventHandle, cb: Completion, err?: Error): void {
-    this.inFlight--;
-    if (this.closed) {
-      try {
-        this.driver.eventDestroy(ev);
-      } catch {
-        // the driver is closed: the event went with it
-      }
-    } else {
-      this.freeEvents.push(ev);
-    }
-    try {
-      cb(err);
-    } catch (e) {
-      reportLater(e); // wherever the completion came from (a spin, the spinner, a promise)
-    }
-  }
-
-  /** Through the native poller (whenComplete below), then back to the pool. */
-  private awaitNative(ev: EventHandle, cb: Completion): void {
-    this.whenComplete(ev).then(
-      () => this.settle(ev, cb),
-      (err: Error) => this.settle(ev, cb, err),
-    );
-  }
-
-  /** driver.whenComplete, counted on the spinner while it is awaited. */
-  async whenComplete(ev: EventHandle): Promise<void> {
-    const sp = this.spinner;
-    if (!sp) return this.driver.whenComplete(ev);
-    sp.gpuWaits++;
-    try {
-      await this.driver.whenComplete(ev);
-    } finally {
-      sp.gpuWaits--;
-    }
-  }
-
-  /**
-   * Spinner: settles the polled completions that are done, oldest first;
-   * true if any. Only the oldest is queried each time (cuEventQuery costs
-   * 0.4–1.6 µs): this endpoint's copies go in order on its stream, and a wait
-   * on another stream is at worst reported when the ones before it are.
-   */
-  pollGpu(): boolean {
-    const q = this.polled;
-    let settled = false;
-    while (q.length > 0) {
-      const w = q[0]!;
-      let err: Error | undefined;
-      try {
-        if (!this.driver.eventQuery(w.ev)) break;
-      } catch (e) {
-        err = e as Error;
-      }
-      q.shift();
-      this.settle(w.ev, w.cb, err);
-      settled = true;
-    }
-    return settled;
-  }
-
-  get gpuPending(): boolean {
-    return this.polled.length > 0;
-  }
-
-  /** Spinner stops: the native poller takes what is still pending. */
-  handOff(): void {
-    for (const w of this.polled.splice(0)) this.awaitNative(w.ev, w.cb);
-  }
-
-  /** Polls `ev` for up to spinUs; true when it completed meanwhile. */
-  private spin(ev: EventHandle): boolean {
-    const until = performance.now() + this.spinUs / 1000;
-    do {
-      if (this.driver.eventQuery(ev)) return true;
-    } while (performance.now() < until);
-    return false;
+  /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed. */
+  whenEvent(ev: EventHandle, cb: Completion): void {
+    this.events.whenEvent(ev, cb);
   }
 
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
@@ -337,9 +220,7 @@ export class GpuWork implements GpuPollable {
     if (this.closed) return;
     this.flushNow(false);
     this.closed = true;
-    this.handOff();
-    for (const ev of this.freeEvents) this.driver.eventDestroy(ev);
-    this.freeEvents.length = 0;
+    this.events.close();
     if (this.stream_ !== undefined) {
       try {
         this.driver.streamDestroy(this.stream_);
@@ -354,19 +235,4 @@ export class GpuWork implements GpuPollable {
 /** One event settled a batch: every completion learns the outcome, even if one of them throws. */
 function settleAll(cbs: readonly Completion[], err: Error | undefined): void {
   for (const cb of cbs) callReporting(cb, err);
-}
-
-function callReporting(cb: Completion, err: Error | undefined): void {
-  try {
-    cb(err);
-  } catch (e) {
-    reportLater(e);
-  }
-}
-
-/** A completion threw (a bug): reported as an uncaught error, without keeping other completions from running. */
-function reportLater(e: unknown): void {
-  queueMicrotask(() => {
-    throw e;
-  });
 }

@@ -1,8 +1,11 @@
 /**
  * Transport options, their defaults, and their validation. Every knob a user
- * can turn is here, with the reason for its default.
+ * can turn is here, with the reason for its default; this is the one
+ * validator (the negotiation's knobs included: machines/ callers use
+ * validateNegotiationOptions). Environment overrides come from src/env.ts.
  */
 import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../machines/negotiation.js';
+import { envTransportDefaults } from './env.js';
 import { ConfigError } from './errors.js';
 
 /** The negotiation's knobs (ipc, sameGpuIpc, maxTries, timeouts): the machine's own config type. */
@@ -35,8 +38,9 @@ export interface TransportOptions {
   /** Per-job secret carried by HELLO; a peer with another token is refused. */
   token?: string;
   /**
-   * How long a lone copy's completion is polled on the JS thread before the
-   * native poller takes over (µs; 0: never). Trades a little event-loop time
+   * How long a lone copy's completion is polled inline, blocking, on the JS
+   * thread before the progress engine takes it (µs; 0: never; step 1 of the
+   * engine's policy, docs/architecture.md#progress). Trades a little event-loop time
    * for latency. Default 20: on 2×H200 it brought an 8 B RGET ping-pong from
    * 51 to 35 µs (docs/benchmarks.md). Only copies ≤ 64 KiB that are alone in
    * flight spin.
@@ -45,12 +49,13 @@ export interface TransportOptions {
   /**
    * Move control frames through shared-memory rings when the peer agrees
    * (shm-channel.ts); the channel then carries only wake-ups, large frames
-   * and the peer's death. Default true; SMCUDA_CONTROL_RING=0 turns it off.
+   * and the peer's death. Default true (SMCUDA_CONTROL_RING, src/env.ts).
    */
   controlRing?: boolean;
   /**
-   * How long after its last frame an endpoint's ring is polled on the JS
-   * thread (µs; 0: never, wait for doorbells). Default 250: a peer's reply
+   * How long after its last activity a source (an endpoint's ring, its GPU
+   * event queue) is polled by the transport's progress engine (µs; 0: never:
+   * rings wait for doorbells, completions for the native thread). Default 250: a peer's reply
    * (an 8 B GPU copy plus its JS) comes well within it, so the socket hop is
    * skipped both ways; 50 µs was too short on small virtual machines, whose
    * processes wake late (docs/benchmarks.md). Costs at most that much of one
@@ -76,7 +81,7 @@ export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFI
 
 export const DEFAULT_STAGING: StagingOptions = { chunkSize: 4 << 20, slots: 4 };
 
-/** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default. */
+/** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default (src/env.ts). */
 export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
 
 function positiveInt(name: string, v: number, min = 1): number {
@@ -84,38 +89,54 @@ function positiveInt(name: string, v: number, min = 1): number {
   return v;
 }
 
+/** Longest timer Node keeps: a longer delay fires after 1 ms instead (with a warning). */
+const MAX_TIMER_MS = 0x7fff_ffff;
+
 function positiveMs(name: string, v: number): number {
-  if (typeof v !== 'number' || !(v > 0)) throw new ConfigError(`${name} must be a positive number of milliseconds, got ${v}`);
+  if (typeof v !== 'number' || !(v > 0) || v > MAX_TIMER_MS) {
+    throw new ConfigError(`${name} must be a positive number of milliseconds up to ${MAX_TIMER_MS}, got ${v}`);
+  }
   return v;
 }
 
-/** Reads an integer default from the environment (for tuning without code changes), or undefined. */
-function envInt(name: string): number | undefined {
-  const v = process.env[name];
-  if (v === undefined || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new ConfigError(`${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
+function bool(name: string, v: unknown): boolean {
+  if (typeof v !== 'boolean') throw new ConfigError(`${name} must be true or false, got ${String(v)}`);
+  return v;
+}
+
+/**
+ * The negotiation's knobs over their defaults, validated: the one set of
+ * rules, for Transport options and for a Negotiator built directly.
+ * maxTries ≥ 0 (0: the first GPU send gives up at once, telling the peer
+ * with IPC_ABORT; `ipc: false` never negotiates at all); timeouts positive
+ * and within what a Node timer keeps.
+ */
+export function validateNegotiationOptions(o: Partial<NegotiationOptions> | undefined): NegotiationOptions {
+  const n = { ...DEFAULT_NEGOTIATION, ...o };
+  bool('negotiation.ipc', n.ipc);
+  bool('negotiation.sameGpuIpc', n.sameGpuIpc);
+  positiveInt('negotiation.maxTries', n.maxTries, 0);
+  positiveMs('negotiation.requestTimeoutMs', n.requestTimeoutMs);
+  positiveMs('negotiation.confirmTimeoutMs', n.confirmTimeoutMs);
+  positiveMs('negotiation.checkTimeoutMs', n.checkTimeoutMs);
   return n;
 }
 
 export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
-  const negotiation = { ...DEFAULT_NEGOTIATION, ...o.negotiation };
-  positiveInt('negotiation.maxTries', negotiation.maxTries);
-  positiveMs('negotiation.requestTimeoutMs', negotiation.requestTimeoutMs);
-  positiveMs('negotiation.confirmTimeoutMs', negotiation.confirmTimeoutMs);
-  positiveMs('negotiation.checkTimeoutMs', negotiation.checkTimeoutMs);
+  const negotiation = validateNegotiationOptions(o.negotiation);
+  const env = envTransportDefaults();
   const staging = { ...DEFAULT_STAGING, ...o.staging };
   positiveInt('staging.chunkSize', staging.chunkSize, 4096);
   positiveInt('staging.slots', staging.slots, 2);
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw new ConfigError(`id must be a non-empty string of at most 200 characters`);
-  const deviceEagerLimit = o.deviceEagerLimit ?? envInt('SMCUDA_DEVICE_EAGER_LIMIT') ?? DEFAULT_DEVICE_EAGER_LIMIT;
-  const completionSpinUs = o.completionSpinUs ?? envInt('SMCUDA_COMPLETION_SPIN_US') ?? 20;
+  const deviceEagerLimit = o.deviceEagerLimit ?? env.deviceEagerLimit ?? DEFAULT_DEVICE_EAGER_LIMIT;
+  const completionSpinUs = o.completionSpinUs ?? env.completionSpinUs ?? 20;
   positiveInt('completionSpinUs', completionSpinUs, 0);
   positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
-  const controlRing = o.controlRing ?? envInt('SMCUDA_CONTROL_RING') !== 0;
+  const controlRing = o.controlRing ?? env.controlRing ?? true;
   if (typeof controlRing !== 'boolean') throw new ConfigError(`controlRing must be a boolean, got ${String(controlRing)}`);
-  const controlSpinUs = o.controlSpinUs ?? envInt('SMCUDA_CONTROL_SPIN_US') ?? 250;
+  const controlSpinUs = o.controlSpinUs ?? env.controlSpinUs ?? 250;
   positiveInt('controlSpinUs', controlSpinUs, 0);
   const device = o.device ?? 0;
   positiveInt('device', device, 0);

@@ -16,7 +16,8 @@
 import { EventEmitter } from 'node:events';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
-import { Spinner } from './channel/spinner.js';
+import { ProgressEngine } from './progress/engine.js';
+import { envTracePath } from './env.js';
 import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } from './channel/unix-channel.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
@@ -69,8 +70,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly inspector: TransportInspector | undefined;
   private readonly helloTimeoutMs: number;
   private readonly exports: ExportTable;
-  /** Polls the endpoints' control rings after their frames (channel/spinner.ts). */
-  private readonly spinner: Spinner;
+  /** Polls the endpoints' control rings and GPU completions (src/progress/engine.ts). */
+  private readonly progress: ProgressEngine;
   private closed = false;
 
   private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions) {
@@ -83,8 +84,8 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.id = opts.id;
     this.helloTimeoutMs = create.helloTimeoutMs ?? 10_000;
     this.exports = new ExportTable(driver);
-    this.spinner = new Spinner(opts.controlSpinUs);
-    const tracePath = create.trace ?? process.env.SMCUDA_TRACE;
+    this.progress = new ProgressEngine(opts.controlSpinUs);
+    const tracePath = create.trace ?? envTracePath();
     const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
@@ -197,9 +198,9 @@ export class Transport extends EventEmitter<TransportEvents> {
         this.tracer?.frame(hello.peerId, 'recv', hello);
         // Both sides speak the control rings: the peer's RING_OFFER follows its HELLO.
         const ring = ((ourHello.features ?? 0) & (hello.features ?? 0) & Feature.RING) !== 0;
-        const epChannel = ring ? new ShmChannel(channel, { segments: this.driver, spinner: this.spinner }) : channel;
+        const epChannel = ring ? new ShmChannel(channel, { segments: this.driver, progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer, spinner: this.spinner }, hello);
+        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer, progress: this.progress }, hello);
         this.endpointsByPeer.set(hello.peerId, ep);
         debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
         ep.once('close', () => {
@@ -267,7 +268,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     await Promise.all(this.sockets.map((l) => l.close()));
     this.tracer?.close();
     await this.inspector?.close();
-    this.spinner.stop();
+    this.progress.stop();
     if (this.ownsDriver) this.driver.close();
   }
 

@@ -1,19 +1,18 @@
 /**
  * GpuWork (src/gpu-work.ts): the completions of an endpoint's own copies.
  * whenDone calls of one synchronous run on one stream share one event; the
- * event is then noticed by a spin (a lone small batch), by the spinner's
- * pollGpu, or by the native poller (driver.whenComplete). Every test runs
+ * event is then noticed by a spin (a lone small batch), by the progress
+ * engine's poll of its event queue, or by the native completion thread (driver.whenComplete). Every test runs
  * real copies on the simulated driver, whose eventQuery runs the work that is
  * already due (zero simulated duration here, unless a test says otherwise).
  */
 import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { Spinner } from '../src/channel/spinner.js';
-import { Spinner as RealSpinner } from '../src/channel/spinner.js';
 import type { EventHandle, StreamHandle } from '../src/cuda/driver.js';
 import { SimulatedCudaDriver } from '../src/cuda/sim-driver.js';
 import { CudaError } from '../src/errors.js';
 import { GpuWork, type Completion } from '../src/gpu-work.js';
+import { ProgressEngine, type ProgressSource } from '../src/progress/engine.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -30,10 +29,15 @@ function sim(): SimulatedCudaDriver {
   return d;
 }
 
-function gpuWork(d: SimulatedCudaDriver, spinUs = 0, spinner?: Spinner): GpuWork {
-  const g = new GpuWork(d, spinUs, spinner);
+function gpuWork(d: SimulatedCudaDriver, spinUs = 0, engine?: ProgressEngine): GpuWork {
+  const g = new GpuWork(d, spinUs, engine);
   works.push(g);
   return g;
+}
+
+/** whenDone as a promise (GpuWork itself only calls back). */
+function done(g: GpuWork, stream: StreamHandle, bytes = Infinity): Promise<void> {
+  return new Promise<void>((resolve, reject) => g.whenDone(stream, bytes, (err) => (err ? reject(err) : resolve())));
 }
 
 afterEach(() => {
@@ -125,17 +129,27 @@ function catchMicrotaskErrors(): unknown[] {
   return reported;
 }
 
-/** A Spinner stand-in that never polls by itself: the test calls pollGpu / handOff. */
+/** A progress engine that never polls by itself: the test calls events.poll() / events.watch(false). */
+class ManualEngine extends ProgressEngine {
+  readonly watched: ProgressSource[] = [];
+  pollsGpu = true;
+  constructor() {
+    super(1000);
+  }
+  override get polling(): boolean {
+    return this.pollsGpu;
+  }
+  override kick(src: ProgressSource): void {
+    this.watched.push(src);
+  }
+  get gpuWaits(): number {
+    return this.loopWaiting;
+  }
+}
+
 function spinnerStub() {
-  const watched: unknown[] = [];
-  const stub = {
-    pollsGpu: true,
-    gpuWaits: 0,
-    watchGpu(g: unknown) {
-      watched.push(g);
-    },
-  };
-  return { stub, spinner: stub as unknown as Spinner, watched };
+  const stub = new ManualEngine();
+  return { stub, spinner: stub, watched: stub.watched };
 }
 
 describe('batching: one event per synchronous run and stream', () => {
@@ -212,11 +226,11 @@ describe('batching: one event per synchronous run and stream', () => {
     expect(record.mock.calls[0]![0]).toBe(record.mock.calls[1]![0]);
   });
 
-  it('done() is the promise form: resolves after the copy landed', async () => {
+  it('whenDone calls back after the copy landed', async () => {
     const d = sim();
     const g = gpuWork(d);
     const check = queueCopy(d, g.stream, 8 * KiB, 5);
-    const p = g.done(g.stream, 8 * KiB);
+    const p = done(g, g.stream, 8 * KiB);
     expect(check()).toBe(false);
     await p;
     expect(check()).toBe(true);
@@ -376,7 +390,7 @@ describe('errors reach every callback of the batch', () => {
     await settleLoop();
     expect(rec.calls).toEqual([[err], [err], [err]]);
     // The event went back to the pool and works again.
-    await expect(g.done(g.stream, 16)).resolves.toBeUndefined();
+    await expect(done(g, g.stream, 16)).resolves.toBeUndefined();
   });
 
   it('an eventQuery that throws in pollGpu', async () => {
@@ -390,9 +404,9 @@ describe('errors reach every callback of the batch', () => {
     vi.spyOn(d, 'eventQuery').mockImplementationOnce(() => {
       throw err;
     });
-    expect(g.pollGpu()).toBe(true);
+    expect(g.events.poll()).toBe(true);
     expect(rec.calls).toEqual([[err], [err], [err]]);
-    expect(g.gpuPending).toBe(false);
+    expect(g.events.pending).toBe(false);
   });
 
   it('a whenComplete that rejects', async () => {
@@ -404,10 +418,10 @@ describe('errors reach every callback of the batch', () => {
     for (let i = 0; i < 3; i++) g.whenDone(g.stream, 16, rec.cb());
     await until(() => rec.total() === 3);
     expect(rec.calls).toEqual([[err], [err], [err]]);
-    await expect(g.done(g.stream)).resolves.toBeUndefined();
+    await expect(done(g, g.stream)).resolves.toBeUndefined();
   });
 
-  it('an eventRecord that throws (no such stream); done() rejects with it', async () => {
+  it('an eventRecord that throws (no such stream); a later wait on it fails with it too', async () => {
     const d = sim();
     const g = gpuWork(d);
     const rec = recorder();
@@ -418,7 +432,7 @@ describe('errors reach every callback of the batch', () => {
     expect(a).toBeInstanceOf(CudaError);
     expect(a.code).toBe('CUDA_ERROR_INVALID_HANDLE');
     expect(b).toBe(a);
-    await expect(g.done(0xbad0n)).rejects.toMatchObject({ code: 'CUDA_ERROR_INVALID_HANDLE' });
+    await expect(done(g, 0xbad0n)).rejects.toMatchObject({ code: 'CUDA_ERROR_INVALID_HANDLE' });
   });
 
   it('a callback that throws does not keep the others of its batch from running; the error is reported', async () => {
@@ -627,15 +641,15 @@ describe('with a spinner', () => {
     const checks = [1, 2].map((seed) => queueCopy(d, g.stream, 2 * KiB, seed));
     g.whenDone(g.stream, 2 * KiB, rec.cb(() => expect(checks.map((c) => c())).toEqual([true, true])));
     g.whenDone(g.stream, 2 * KiB, rec.cb());
-    expect(g.gpuPending).toBe(false); // nothing recorded yet
+    expect(g.events.pending).toBe(false); // nothing recorded yet
     await Promise.resolve();
-    expect(watched).toEqual([g]);
-    expect(g.gpuPending).toBe(true);
+    expect(watched).toEqual([g.events]);
+    expect(g.events.pending).toBe(true);
     expect(rec.total()).toBe(0);
-    expect(g.pollGpu()).toBe(true); // the query runs the due copies
+    expect(g.events.poll()).toBe(true); // the query runs the due copies
     expect(rec.calls).toEqual([[undefined], [undefined]]);
-    expect(g.gpuPending).toBe(false);
-    expect(g.pollGpu()).toBe(false);
+    expect(g.events.pending).toBe(false);
+    expect(g.events.poll()).toBe(false);
     await settleLoop();
     expect(rec.allOnce()).toBe(true);
     expect(native).not.toHaveBeenCalled();
@@ -665,10 +679,10 @@ describe('with a spinner', () => {
     g.whenDone(s2, 1 * KiB, rec.cb());
     await Promise.resolve();
     expect(events).toHaveLength(2);
-    expect(g.pollGpu()).toBe(false); // the second batch waits behind the first
+    expect(g.events.poll()).toBe(false); // the second batch waits behind the first
     expect(rec.total()).toBe(0);
-    g.handOff();
-    expect(g.gpuPending).toBe(false);
+    g.events.watch(false);
+    expect(g.events.pending).toBe(false);
     expect(stub.gpuWaits).toBe(2);
     expect(native.mock.calls.map(([ev]) => ev)).toEqual(events);
     await until(() => rec.total() === 3);
@@ -693,7 +707,7 @@ describe('with a spinner', () => {
 
   it('with a real Spinner, fast and slow copies all complete once, in stream order', async () => {
     const d = sim();
-    const spinner = new RealSpinner(250);
+    const spinner = new ProgressEngine(250);
     try {
       const g = gpuWork(d, 0, spinner);
       const rec = recorder();
@@ -720,11 +734,43 @@ describe('with a spinner', () => {
       await settleLoop();
       expect(rec.calls.every((c) => c.length === 1 && c[0] === undefined)).toBe(true);
       expect(order).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
-      expect(spinner.gpuWaits).toBe(0);
-      expect(g.gpuPending).toBe(false);
+      expect(spinner.loopWaiting).toBe(0);
+      expect(g.events.pending).toBe(false);
     } finally {
       spinner.stop();
     }
+  });
+});
+
+describe('whenEvent (a peer\'s event)', () => {
+  it('is awaited through the native thread, counted on the engine meanwhile, and calls back once', async () => {
+    const d = sim();
+    const { stub, spinner } = spinnerStub();
+    const g = gpuWork(d, 1000, spinner);
+    const native = vi.spyOn(d, 'whenComplete');
+    const ev = d.eventCreate({ disableTiming: true });
+    const check = queueCopy(d, g.stream, 4 * KiB, 4);
+    d.eventRecord(ev, g.stream);
+    const rec = recorder();
+    g.whenEvent(ev, rec.cb(() => expect(check()).toBe(true)));
+    expect(native).toHaveBeenCalledWith(ev);
+    expect(stub.gpuWaits).toBe(1);
+    await until(() => rec.total() === 1);
+    await settleLoop();
+    expect(rec.calls).toEqual([[undefined]]);
+    expect(stub.gpuWaits).toBe(0);
+    d.eventDestroy(ev); // not the queue's: the caller's to destroy
+  });
+
+  it('a failed wait reaches the callback', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    const err = new CudaError('cuEventQuery', 'CUDA_ERROR_ILLEGAL_ADDRESS', 700, 'injected by the test');
+    vi.spyOn(d, 'whenComplete').mockReturnValueOnce(Promise.reject(err));
+    const rec = recorder();
+    g.whenEvent(1n as EventHandle, rec.cb());
+    await until(() => rec.total() === 1);
+    expect(rec.calls).toEqual([[err]]);
   });
 });
 
@@ -757,7 +803,7 @@ describe('close()', () => {
     const g = new GpuWork(d);
     const create = vi.spyOn(d, 'eventCreate');
     const [s1, s2] = [d.streamCreate(), d.streamCreate()];
-    await Promise.all([g.done(s1, 16), g.done(s2, 16)]);
+    await Promise.all([done(g, s1, 16), done(g, s2, 16)]);
     const made = create.mock.results.map((r) => r.value as EventHandle);
     expect(made).toHaveLength(2);
     const destroyEvent = vi.spyOn(d, 'eventDestroy');
@@ -773,9 +819,9 @@ describe('close()', () => {
     const rec = recorder();
     g.whenDone(g.stream, 16, rec.cb());
     await Promise.resolve();
-    expect(g.gpuPending).toBe(true);
+    expect(g.events.pending).toBe(true);
     g.close();
-    expect(g.gpuPending).toBe(false);
+    expect(g.events.pending).toBe(false);
     expect(native).toHaveBeenCalledTimes(1);
     expect(stub.gpuWaits).toBe(1);
     await until(() => rec.total() === 1);
@@ -869,8 +915,8 @@ describe('property: copies and whenDone calls mixed over 1-3 streams', () => {
             const want = rec.calls.length;
             await until(() => rec.total() >= want); // the destination is zeroed again by the next run
           } else {
-            g.pollGpu();
-            g.handOff();
+            g.events.poll();
+            g.events.watch(false);
             const want = rec.calls.length;
             await until(() => rec.total() >= want);
           }

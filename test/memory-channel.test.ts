@@ -1,7 +1,7 @@
 import { describe, it, expect } from 'vitest';
 import { test, fc } from '@fast-check/vitest';
 import { createMemoryChannelPair, type MemoryChannel } from '../src/channel/memory-channel.js';
-import { sendFrameParts } from '../src/channel/send-parts.js';
+import { sendFrameParts } from '../src/channel/bytes.js';
 import { ClosedError, ConfigError, PeerLostError } from '../src/errors.js';
 
 /** Everything `ch` receives, as arrays of numbers for easy comparison. */
@@ -42,7 +42,7 @@ describe('memory channel: default delivery', () => {
     b.on('frame', (f) => got.push(f));
     const buf = Uint8Array.of(1, 2, 3);
     a.send(buf);
-    a.sendParts([buf, buf]);
+    sendFrameParts(a, [buf, buf]);
     buf.fill(9);
     await tick();
     await tick();
@@ -54,7 +54,7 @@ describe('memory channel: default delivery', () => {
     expect(got[0]!.buffer).not.toBe(buf.buffer);
   });
 
-  it('sendFrameParts uses sendParts: one frame, concatenated', async () => {
+  it('sendFrameParts on a channel without sendParts: one frame, concatenated', async () => {
     const [a, b] = createMemoryChannelPair({ manual: true });
     const atB = collect(b);
     sendFrameParts(a, [Uint8Array.of(1), new Uint8Array(0), Uint8Array.of(2, 3)]);

@@ -1,9 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fc, test } from '@fast-check/vitest';
 import { createMemoryChannelPair, type MemoryChannel } from '../src/channel/memory-channel.js';
+import { concatBytes } from '../src/channel/bytes.js';
+import type { ControlChannel } from '../src/channel/channel.js';
 import { RingReader, RingWriter, ringSegmentBytes } from '../src/channel/shm-ring.js';
 import { ShmChannel, type SegmentProvider } from '../src/channel/shm-channel.js';
-import { Spinner } from '../src/channel/spinner.js';
+import { ProgressEngine } from '../src/progress/engine.js';
 import type { CudaDriver } from '../src/cuda/driver.js';
 import { openDriver } from '../src/cuda/open-driver.js';
 import { ProtocolError } from '../src/errors.js';
@@ -99,10 +101,10 @@ describe('ShmChannel over a memory channel', () => {
 
   function pair(o: { spinUs?: number; capacity?: number; maxRingFrame?: number; segmentsB?: SegmentProvider } = {}) {
     const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
-    const spA = new Spinner(o.spinUs ?? 100);
-    const spB = new Spinner(o.spinUs ?? 100);
-    const a = new ShmChannel(ma, { segments: driver, spinner: spA, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
-    const b = new ShmChannel(mb, { segments: o.segmentsB ?? driver, spinner: spB, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
+    const spA = new ProgressEngine(o.spinUs ?? 100);
+    const spB = new ProgressEngine(o.spinUs ?? 100);
+    const a = new ShmChannel(ma, { segments: driver, progress: spA, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
+    const b = new ShmChannel(mb, { segments: o.segmentsB ?? driver, progress: spB, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
     return { a, b, ma, mb, stop: () => (spA.stop(), spB.stop()) };
   }
 
@@ -130,6 +132,27 @@ describe('ShmChannel over a memory channel', () => {
       stop();
     },
   );
+
+  it('a frame too large for the ring is spilled to a channel with sendParts as two parts, the frame itself not copied', async () => {
+    const { a, b, ma, stop } = pair({ maxRingFrame: 512 });
+    const parts: Uint8Array[][] = [];
+    // A channel with sendParts (as UnixChannel): record the parts, then deliver them joined.
+    (ma as ControlChannel).sendParts = (ps) => {
+      parts.push([...ps]);
+      return ma.send(concatBytes(ps));
+    };
+    const got: Uint8Array[] = [];
+    b.on('frame', (f) => got.push(f));
+    await until(() => a.ringOut, 'the upgrade');
+    const big = frame(1, 2000);
+    a.send(big);
+    await until(() => got.length === 1, 'the spilled frame');
+    expect(parts).toHaveLength(1);
+    expect(parts[0]![1]).toBe(big); // handed over as is
+    expect(Buffer.from(got[0]!).equals(Buffer.from(big))).toBe(true);
+    a.close();
+    stop();
+  });
 
   it('a side that cannot create a ring is written to on the channel; it still writes into the peer ring', async () => {
     const noShm: SegmentProvider = {
@@ -172,11 +195,11 @@ describe('ShmChannel over a memory channel', () => {
   });
 
   it('a DOORBELL that arrives while the reader is watched leaves its bell at "watching": the next writes do not ring', async () => {
-    // Spinner stand-ins: the test polls and watches by hand (a real spinner holds the thread while it spins).
-    const stub = { kick: () => {}, forget: () => {} } as unknown as Spinner;
+    // Progress-engine stand-ins: the test polls and watches by hand (a real engine holds the thread while it spins).
+    const stub = { kick: () => {}, forget: () => {} } as unknown as ProgressEngine;
     const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
-    const a = new ShmChannel(ma, { segments: driver, spinner: stub, capacity: 4096, maxRingFrame: 512 });
-    const b = new ShmChannel(mb, { segments: driver, spinner: stub, capacity: 4096, maxRingFrame: 512 });
+    const a = new ShmChannel(ma, { segments: driver, progress: stub, capacity: 4096, maxRingFrame: 512 });
+    const b = new ShmChannel(mb, { segments: driver, progress: stub, capacity: 4096, maxRingFrame: 512 });
     let bells = 0;
     const send = ma.send.bind(ma);
     ma.send = (f: Uint8Array) => {
@@ -186,7 +209,7 @@ describe('ShmChannel over a memory channel', () => {
     const got: Uint8Array[] = [];
     b.on('frame', (f) => got.push(f));
     await until(() => a.ringOut && b.ringIn, 'the upgrade');
-    b.watch(true); // what the spinner does when b turns hot
+    b.watch(true); // what the engine does when b turns hot
     send(encodeFrame({ type: FrameType.DOORBELL })); // one that was in flight arrives now
     await tick();
     for (let i = 0; i < 3; i++) a.send(frame(i, 8));

@@ -7,9 +7,7 @@ import {
   deviceUuidFromBytes,
   deviceUuidToBytes,
   encodeFrame,
-  encodeFrameParts,
   spillHead,
-  EAGER_PARTS_THRESHOLD,
   FinStatus,
   FrameType,
   MAX_FINS,
@@ -163,7 +161,6 @@ describe('codec properties', () => {
   test.prop([frameArb], { numRuns: 400 })('decode(encode(f)) is f, for every frame type', (f) => {
     const bytes = encodeFrame(f);
     expect(decodeFrame(bytes)).toEqual(f);
-    expect(concat(encodeFrameParts(f))).toEqual(bytes);
   });
 
   it('the arbitrary covers every frame type', () => {
@@ -369,15 +366,6 @@ describe('layout', () => {
     const decoded = decodeFrame(r) as Extract<Frame, { type: FrameType.RGET }>;
     r.fill(0);
     expect(decoded.handle).toEqual(new Uint8Array(64).fill(3));
-  });
-
-  it('encodeFrameParts keeps a large EAGER payload apart, without copying it', () => {
-    const data = new Uint8Array(EAGER_PARTS_THRESHOLD).fill(5);
-    const parts = encodeFrameParts({ type: FrameType.EAGER, tag: 1, seq: 1, fromDevice: false, data });
-    expect(parts).toHaveLength(2);
-    expect(parts[1]).toBe(data);
-    expect(parts[0]!.byteLength).toBe(21);
-    expect(encodeFrameParts({ type: FrameType.EAGER, tag: 1, seq: 1, fromDevice: false, data: data.subarray(1) })).toHaveLength(1);
   });
 
   it('device UUIDs: upper case is accepted and decoded lower case; the all-zero UUID is reserved', () => {

@@ -4,8 +4,8 @@
  * ("first GPU send → endpoint OK in control round trips") counts IPC_*
  * frames on the initiator's channel, which sees both directions.
  *
- * It has no sendParts, so the endpoint hands it whole frames; it is only
- * used on the negotiation's own sessions, never where speed is measured.
+ * It is only used on the negotiation's own sessions, never where speed is
+ * measured.
  */
 import { EventEmitter } from 'node:events';
 import type { ControlChannel, ControlChannelEvents } from '../channel/channel.js';

@@ -33,10 +33,10 @@ export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
   readonly closed: boolean;
   send(frame: Uint8Array): boolean;
   /**
-   * Optional: sends ONE frame made of `parts` (their concatenation), so that
-   * a large payload (encodeFrameParts) is written without being copied into
-   * a single buffer first. Same rules as `send`. Callers fall back to
-   * `send(concat(parts))` where a channel lacks it.
+   * Optional: sends ONE frame made of `parts` (their concatenation) without
+   * copying them into a single buffer first. ShmChannel spills frames too
+   * large for its ring this way (a SPILL head, then the frame). Same rules
+   * as `send`; where a channel lacks it, the parts are joined and sent.
    */
   sendParts?(parts: readonly Uint8Array[]): boolean;
   close(): void;

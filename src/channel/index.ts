@@ -7,4 +7,4 @@ export type * from './channel.js';
 export * from './memory-channel.js';
 export * from './unix-channel.js';
 export * from './framing.js';
-export * from './send-parts.js';
+export * from './bytes.js';

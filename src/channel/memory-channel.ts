@@ -27,7 +27,6 @@
 import { EventEmitter } from 'node:events';
 import { ClosedError, ConfigError, PeerLostError } from '../errors.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
-import { concatBytes } from './send-parts.js';
 
 export interface DeliveryInfo {
   /** Label of the sending end, e.g. 'memory:a->b'. */
@@ -85,12 +84,6 @@ export class MemoryChannel extends EventEmitter<ControlChannelEvents> implements
   send(frame: Uint8Array): boolean {
     if (!(frame instanceof Uint8Array)) throw new TypeError(`${this.label}: send() takes a Uint8Array frame`);
     return this.#enqueue(new Uint8Array(frame));
-  }
-
-  sendParts(parts: readonly Uint8Array[]): boolean {
-    const whole = concatBytes(parts);
-    // concatBytes returns a single part as is: copy it like send() does.
-    return this.#enqueue(parts.length === 1 ? new Uint8Array(whole) : whole);
   }
 
   /** Orderly close: this end closes now; the peer closes once everything sent before has been delivered. */

@@ -6,7 +6,7 @@
  *
  * Why: a Unix-socket hop costs ~5 µs each way in Node, more than an 8 B GPU
  * copy. A frame written to the peer's ring is seen by a spinning peer in
- * under a µs (spinner.ts), and a busy peer reads many frames per wake-up.
+ * under a µs (the transport's progress engine, src/progress/engine.ts), and a busy peer reads many frames per wake-up.
  *
  * Upgrade, each direction on its own (after HELLO, when both HELLOs carry
  * Feature.RING):
@@ -35,9 +35,9 @@ import { ClosedError, ProtocolError } from '../errors.js';
 import { decodeFrame, decodeFrameType, encodeFrame, spillHead } from '../wire/codec.js';
 import { FrameType } from '../wire/frames.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
-import { sendFrameParts } from './send-parts.js';
+import { sendFrameParts } from './bytes.js';
 import { RingReader, RingWriter, ringSegmentBytes } from './shm-ring.js';
-import type { Spinnable, Spinner } from './spinner.js';
+import type { ProgressEngine, ProgressSource } from '../progress/engine.js';
 
 /** The shared-memory calls a ShmChannel needs (the CudaDriver has them). */
 export interface SegmentProvider {
@@ -48,7 +48,8 @@ export interface SegmentProvider {
 
 export interface ShmChannelOptions {
   segments: SegmentProvider;
-  spinner: Spinner;
+  /** The transport's progress engine: it polls our ring while frames flow. */
+  progress: ProgressEngine;
   /** Data bytes of the ring this side reads. Default 256 KiB. */
   capacity?: number;
   /** Frames up to this size go through the ring. Default 16 KiB. */
@@ -61,17 +62,18 @@ export const DEFAULT_MAX_RING_FRAME = 16 << 10;
 const DOORBELL = encodeFrame({ type: FrameType.DOORBELL });
 const RING_SWITCH = encodeFrame({ type: FrameType.RING_SWITCH });
 const U32_HALF = 0x8000_0000;
+const EMPTY = new Uint8Array(0);
 
 type Segment = ReturnType<SegmentProvider['shmCreate']>;
 
-export class ShmChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel, Spinnable {
+export class ShmChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel, ProgressSource {
   readonly label: string;
   hotUntil = 0;
   kicked = false;
-  /** The spinner polls our ring (watch(true)): the peer need not ring. */
+  /** The progress engine polls our ring (watch(true)): the peer need not ring. */
   private watching = false;
   private readonly base: ControlChannel;
-  private readonly opts: Required<Omit<ShmChannelOptions, 'segments' | 'spinner'>> & ShmChannelOptions;
+  private readonly opts: Required<Omit<ShmChannelOptions, 'segments' | 'progress'>> & ShmChannelOptions;
   // inbound: our ring
   private inSegment: Segment | undefined;
   private inLinked = false;
@@ -83,6 +85,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   private outSegment: Segment | undefined;
   private writer: RingWriter | undefined;
   private outSeq = 0;
+  private readonly onePart: Uint8Array[] = [EMPTY];
   private closed_ = false;
   private closeEmitted = false;
 
@@ -112,23 +115,23 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   }
 
   send(frame: Uint8Array): boolean {
-    return this.sendParts([frame]);
-  }
-
-  sendParts(parts: readonly Uint8Array[]): boolean {
     if (this.closed_) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
-    this.opts.spinner.kick(this);
+    this.opts.progress.kick(this);
     const w = this.writer;
-    if (!w) return this.baseSend(parts);
-    let length = 0;
-    for (const p of parts) length += p.byteLength;
+    if (!w) return this.base.send(frame);
+    const length = frame.byteLength;
     const seq = this.outSeq;
     this.outSeq = (seq + 1) >>> 0;
-    if (length <= w.maxFrame && w.tryWrite(seq, parts, length)) {
+    const one = this.onePart;
+    one[0] = frame; // the ring writer takes parts; one array for every send, none allocated per frame
+    const written = length <= w.maxFrame && w.tryWrite(seq, one, length);
+    one[0] = EMPTY;
+    if (written) {
       if (w.needsDoorbell()) this.base.send(DOORBELL);
       return true;
     }
-    return this.baseSend([spillHead(seq, length), ...parts]);
+    // Through the channel, not copied into a SPILL frame first (bytes.ts: sendFrameParts).
+    return sendFrameParts(this.base, [spillHead(seq, length), frame]);
   }
 
   close(): void {
@@ -138,7 +141,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     process.nextTick(() => this.emitClose(undefined));
   }
 
-  // ------------------------------------------------------------ Spinnable
+  // ------------------------------------------------------------ ProgressSource
 
   poll(): boolean {
     if (!this.peerSwitched || this.closed_ || !this.reader!.ready) return false;
@@ -152,7 +155,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     if (!on) this.safePump();
   }
 
-  /** pump() from the spinner: a corrupt ring fails this channel, never the process. */
+  /** pump() from the progress engine: a corrupt ring fails this channel, never the process. */
   private safePump(): boolean {
     try {
       return this.pump();
@@ -178,10 +181,6 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     }
   }
 
-  private baseSend(parts: readonly Uint8Array[]): boolean {
-    return parts.length === 1 ? this.base.send(parts[0]!) : sendFrameParts(this.base, parts);
-  }
-
   private readonly onBaseFrame = (bytes: Uint8Array): void => {
     if (this.closed_) return;
     try {
@@ -195,12 +194,12 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           decodeFrame(bytes);
           this.peerSwitched = true;
           this.unlinkIn(); // the peer has it mapped
-          this.opts.spinner.kick(this);
+          this.opts.progress.kick(this);
           this.pump();
           return;
         case FrameType.DOORBELL:
           if (!this.peerSwitched) throw new ProtocolError(`${this.label}: DOORBELL before RING_SWITCH`);
-          // The bell's claim is over. Back to "watching" while the spinner
+          // The bell's claim is over. Back to "watching" while the engine
           // polls us: clearing it then made the peer ring again after its
           // next write, a socket write and read for nothing.
           this.reader!.setBell(this.watching ? 1 : 0);
@@ -216,7 +215,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
         }
         default:
           if (this.peerSwitched) throw new ProtocolError(`${this.label}: a ${FrameType[type]} frame written to the channel after RING_SWITCH`);
-          this.opts.spinner.kick(this);
+          this.opts.progress.kick(this);
           this.emit('frame', bytes);
       }
     } catch (err) {
@@ -274,7 +273,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
 
   private deliver(frame: Uint8Array, transient: boolean): void {
     this.expected = (this.expected + 1) >>> 0;
-    this.opts.spinner.kick(this);
+    this.opts.progress.kick(this);
     this.emit('frame', frame, transient);
   }
 
@@ -313,10 +312,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     }
   }
 
-  /** No more frames either way: off the spinner, segments released. */
+  /** No more frames either way: off the progress engine, segments released. */
   private stop(): void {
     this.closed_ = true;
-    this.opts.spinner.forget(this);
+    this.opts.progress.forget(this);
     this.release();
   }
 

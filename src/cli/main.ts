@@ -10,6 +10,7 @@ import { runInspect } from './inspect.js';
 import { runProbe } from './probe.js';
 import { runSoak } from './soak.js';
 import { runTrace } from './trace-cmd.js';
+import { ENV_OVERRIDES } from '../env.js';
 import { UsageError } from './usage.js';
 import { packageVersion } from './version.js';
 
@@ -26,7 +27,8 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
 function help(): string {
   const lines = ['usage: smcuda <command> [options]', '', 'commands:'];
   for (const [name, c] of Object.entries(commands)) lines.push(`  ${name.padEnd(8)} ${c.summary}`);
-  lines.push('', "Run 'smcuda <command> --help' for a command's options; 'smcuda --version' prints the version.");
+  lines.push('', "Run 'smcuda <command> --help' for a command's options; 'smcuda --version' prints the version.", '', 'environment (read by every command and worker; docs/debugging.md):');
+  for (const e of ENV_OVERRIDES) lines.push(`  ${e.name.padEnd(26)} ${e.value}; default ${e.default}`);
   return lines.join('\n');
 }
 

@@ -10,6 +10,7 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { envAddonPath } from '../env.js';
 import { AddonLoadError } from '../errors.js';
 import type { NativeAddon } from './native-addon.js';
 import { prebuildFor } from './prebuild.js';
@@ -47,14 +48,15 @@ export function loadAddon(): NativeAddon {
   const root = packageRoot();
   const build = buildCommand(root);
   const needs = 'it needs cmake >= 3.15 and a C++17 compiler (Debian/Ubuntu: apt-get install -y cmake g++), no CUDA toolkit';
+  const fromEnv = envAddonPath();
   const causes: string[] = [];
   if (process.platform !== 'linux') {
     causes.push(`platform is ${process.platform}: smcuda supports Linux only (CUDA IPC and POSIX shared memory).`);
   }
   let candidates: string[];
-  if (process.env.SMCUDA_ADDON) {
-    candidates = [process.env.SMCUDA_ADDON];
-    if (!existsSync(process.env.SMCUDA_ADDON)) causes.push(`SMCUDA_ADDON=${process.env.SMCUDA_ADDON} does not exist: unset it to use the package's own addon.`);
+  if (fromEnv) {
+    candidates = [fromEnv];
+    if (!existsSync(fromEnv)) causes.push(`SMCUDA_ADDON=${fromEnv} does not exist: unset it to use the package's own addon.`);
   } else {
     candidates = [join(root, 'build', 'Release', 'smcuda.node'), join(root, 'build', 'Debug', 'smcuda.node')].filter((f) => existsSync(f));
     const prebuilt = prebuildFor(root);

@@ -149,7 +149,7 @@ export class NativeCudaDriver implements CudaDriver {
    * Calls into the addon, converting its errors. The per-message calls
    * (copies, events, buffer ids) do the same inline instead: V8 did not
    * elide this closure around a native call, ~100 bytes of garbage a call,
-   * and a spinner polling an event makes about a million calls a second.
+   * and the progress engine polling an event makes about a million calls a second.
    */
   #call<T>(fn: (addon: NativeAddon) => T): T {
     const addon = this.#binding();

@@ -22,6 +22,7 @@
  * streams; releaseDevices keeps allocations; pointerAttributes of an unknown
  * pointer throws CUDA_ERROR_INVALID_VALUE.
  */
+import { envSim, envSimFdFaults } from '../env.js';
 import { AddonLoadError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import type {
@@ -117,10 +118,10 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   constructor(options: SimDriverOptions = {}) {
     const { shm, fdNative, env, ...world } = options;
-    this.world = resolveSimWorld(world, env ?? process.env);
+    this.world = resolveSimWorld(world, env ?? envSim());
     this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);
     this.faults = new FaultState(this.world.faults, this.world.devices);
-    this.fdFaults = new FdFaultState(FdFaultState.fromEnv(env ?? process.env));
+    this.fdFaults = new FdFaultState(FdFaultState.fromEnv(env ?? envSimFdFaults()));
     if (shm) {
       this.shm = shm;
     } else {

@@ -9,6 +9,7 @@
  */
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { type Env, envChromium } from '../env.js';
 import { SmcudaError } from '../errors.js';
 import type { Browser } from 'playwright-core';
 
@@ -25,8 +26,8 @@ export const CHROMIUM_ARGS = [
 ];
 
 /** The Chromium executable, or undefined where none is installed. */
-export function findChromium(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  const fromEnv = env.SMCUDA_CHROMIUM;
+export function findChromium(env?: Env): string | undefined {
+  const fromEnv = envChromium(env);
   if (fromEnv) return existsSync(fromEnv) ? fromEnv : undefined;
   return CHROMIUM_CANDIDATES.find((p) => existsSync(p));
 }
@@ -41,7 +42,7 @@ export async function launchChromium(): Promise<Browser> {
   const executablePath = findChromium();
   if (!executablePath) {
     throw new ChromiumUnavailableError(
-      `rendering SVG needs Chromium, and none was found (${process.env.SMCUDA_CHROMIUM ? `SMCUDA_CHROMIUM=${process.env.SMCUDA_CHROMIUM} does not exist` : `looked for ${CHROMIUM_CANDIDATES.join(', ')}`}). ` +
+      `rendering SVG needs Chromium, and none was found (${envChromium() ? `SMCUDA_CHROMIUM=${envChromium()} does not exist` : `looked for ${CHROMIUM_CANDIDATES.join(', ')}`}). ` +
         'Install it (Debian/Ubuntu: apt-get install -y --no-install-recommends chromium) or set SMCUDA_CHROMIUM; ' +
         'the Mermaid and DOT formats need no browser.',
     );

@@ -29,7 +29,7 @@ import {
   WIRE_VERSION,
   type Frame,
 } from './frames.js';
-import { concatBytes, copyBytes } from '../channel/send-parts.js';
+import { concatBytes, copyBytes } from '../channel/bytes.js';
 import { readDeviceUuid, type UuidNames, writeDeviceUuid } from './uuid.js';
 
 export const WIRE_MAGIC = 0x53;
@@ -44,8 +44,6 @@ export const MAX_PEER_ID_BYTES = 256;
 export const MAX_SEGMENT_BYTES = 255;
 /** Largest EAGER payload the u32 length prefix can carry. */
 export const MAX_EAGER_BYTES = 0xffff_ffff;
-/** EAGER payloads at least this large are kept apart by encodeFrameParts (not copied). */
-export const EAGER_PARTS_THRESHOLD = 16 * 1024;
 
 export const ENCODE_ERROR_CODE = 'SMCUDA_PROTOCOL_ENCODE';
 export const VERSION_ERROR_CODE = 'SMCUDA_PROTOCOL_VERSION';
@@ -196,8 +194,8 @@ const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 const U32 = 0xffff_ffff;
 const U16 = 0xffff;
 
-/** Encodes an EAGER frame without its data: the header up to and including the data length. */
-function eagerHead(f: Extract<Frame, { type: FrameType.EAGER }>, withData: boolean): Uint8Array {
+/** Encodes an EAGER frame: the header, the data length, the data. */
+function encodeEager(f: Extract<Frame, { type: FrameType.EAGER }>): Uint8Array {
   const T = FrameType.EAGER;
   const tag = checkInt(T, 'tag', f.tag, 0, U32);
   const seq = checkInt(T, 'seq', f.seq, 0, MAX_SAFE);
@@ -205,12 +203,12 @@ function eagerHead(f: Extract<Frame, { type: FrameType.EAGER }>, withData: boole
   const data = f.data;
   if (!(data instanceof Uint8Array)) throw encodeError(T, 'data', `must be a Uint8Array, got ${show(data)}`);
   if (data.byteLength > MAX_EAGER_BYTES) throw encodeError(T, 'data', `must be at most ${MAX_EAGER_BYTES} bytes, got ${data.byteLength}`);
-  const w = new Writer(T, EAGER_FIXED + (withData ? data.byteLength : 0));
+  const w = new Writer(T, EAGER_FIXED + data.byteLength);
   w.u32(tag);
   w.u64(seq);
   w.u8(fromDevice ? 1 : 0);
   w.u32(data.byteLength);
-  if (withData) w.raw(data);
+  w.raw(data);
   return w.done();
 }
 
@@ -314,7 +312,7 @@ export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
       return w.done();
     }
     case FrameType.EAGER:
-      return eagerHead(frame, true);
+      return encodeEager(frame);
     case FrameType.RGET: {
       const T = frame.type;
       const tag = checkInt(T, 'tag', frame.tag, 0, U32);
@@ -450,19 +448,6 @@ export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
       throw new ProtocolError(`Cannot encode a frame of unknown type ${show(type)}. ${ENCODE_HINT}`, ENCODE_ERROR_CODE);
     }
   }
-}
-
-/**
- * Like encodeFrame, but returns the frame as parts whose concatenation is the
- * frame, so that a large EAGER payload is written by the channel
- * (ControlChannel.sendParts) without being copied into a new frame first.
- * Every frame but a large EAGER is one part.
- */
-export function encodeFrameParts(frame: Frame): Uint8Array[] {
-  if (frame.type === FrameType.EAGER && frame.data instanceof Uint8Array && frame.data.byteLength >= EAGER_PARTS_THRESHOLD) {
-    return [eagerHead(frame, false), frame.data];
-  }
-  return [encodeFrame(frame)];
 }
 
 // ---------------------------------------------------------------------------

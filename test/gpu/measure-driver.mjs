@@ -6,7 +6,7 @@
 // Not a test: speed targets live in `smcuda bench`.
 import { fork } from 'node:child_process';
 import { NativeCudaDriver } from '../../dist/src/cuda/native-driver.js';
-import { measureCompletionLatency } from '../../dist/src/cuda/completion-latency.js';
+import { measureCompletionLatency } from '../../dist/src/bench/completion-latency.js';
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const us = (t0) => Number(process.hrtime.bigint() - t0) / 1000;

@@ -12,6 +12,7 @@
  * Precedence, field by field: constructor options, then SMCUDA_SIM_VISIBLE
  * (for `visible` only), then SMCUDA_SIM, then the defaults below.
  */
+import { envSim } from '../../env.js';
 import { ConfigError } from '../../errors.js';
 import { isCudaErrorName, type CudaErrorName } from './result-codes.js';
 
@@ -109,7 +110,7 @@ export function simEnv(options: SimOptions): Record<string, string> {
 }
 
 /** Builds the world from options and environment; throws ConfigError with what to fix. */
-export function resolveSimWorld(options: SimOptions = {}, env: Record<string, string | undefined> = process.env): SimWorld {
+export function resolveSimWorld(options: SimOptions = {}, env: Record<string, string | undefined> = envSim()): SimWorld {
   const fromEnv = parseEnvOptions(env.SMCUDA_SIM);
   const devices = checkDevices(options.devices ?? fromEnv.devices ?? DEFAULT_SIM_DEVICES.map((d) => ({ ...d })));
   const visibleSpec = options.visible ?? env.SMCUDA_SIM_VISIBLE ?? fromEnv.visible;

@@ -1,5 +1,5 @@
 /**
- * Benchmark helper (not a test): how long after the GPU finishes does
+ * Benchmark of the driver layer (not a test): how long after the GPU finishes does
  * `whenComplete` resolve? The lead runs it on the GPU machine.
  *
  * Method (differential, because the moment the GPU finished is not directly
@@ -16,7 +16,7 @@
  *    and 99th percentile, in microseconds.
  */
 import { ConfigError } from '../errors.js';
-import type { CudaDriver } from './driver.js';
+import type { CudaDriver } from '../cuda/driver.js';
 
 export interface CompletionLatency {
   /** Median extra time from GPU completion to promise resolution, µs. */

@@ -1,7 +1,8 @@
 /**
- * Frame bytes: sending a frame given as parts (codec.encodeFrameParts) on any
- * channel — through `sendParts` where the channel has it (no copy), else
- * concatenated — and copying bytes out of memory that will be reused.
+ * Frame bytes: one frame given as parts (a SPILL: its head, then the frame it
+ * carries), sent through `sendParts` where the channel has it and joined
+ * where not, and copies of bytes out of memory that will be reused (a ring
+ * entry).
  */
 import type { ControlChannel } from './channel.js';
 
@@ -31,7 +32,12 @@ export function copyBytes(src: Uint8Array): Uint8Array {
   return new Uint8Array(b.buffer, b.byteOffset, src.byteLength);
 }
 
-/** Sends the concatenation of `parts` as one frame; returns what `send` returns. */
+/**
+ * Sends the concatenation of `parts` as one frame; returns what `send` returns.
+ * Through `sendParts` the frame is not copied: ShmChannel's SPILL of a 16 MiB
+ * host message over a Unix socket took 9–18 ms that way against 24–26 ms
+ * joined first (development machine, one frame at a time).
+ */
 export function sendFrameParts(channel: ControlChannel, parts: readonly Uint8Array[]): boolean {
   return channel.sendParts ? channel.sendParts(parts) : channel.send(concatBytes(parts));
 }

@@ -1,0 +1,122 @@
+/**
+ * Every environment variable smcuda reads, in one place: what it overrides,
+ * its default, and its validation. Library and driver code read the
+ * environment only through this module (test/env.test.ts checks that, and
+ * that docs/debugging.md's table lists exactly these). A malformed value is a
+ * ConfigError naming the variable, never silently ignored.
+ *
+ * Options given in code (TransportOptions) win over the environment; the
+ * environment wins over the defaults. The variables are meant for tuning and
+ * debugging a deployed program without changing its code.
+ */
+import { ConfigError } from './errors.js';
+
+/** The environment a reader looks at (process.env unless a caller passes its own, as tests and child processes do). */
+export type Env = Readonly<Record<string, string | undefined>>;
+
+export interface EnvOverride {
+  readonly name: string;
+  /** What a value looks like. */
+  readonly value: string;
+  /** The default, as a user would write it. */
+  readonly default: string;
+  /** What it overrides or does. */
+  readonly effect: string;
+}
+
+/** The table docs/debugging.md shows (kept in step by test/env.test.ts). */
+export const ENV_OVERRIDES: readonly EnvOverride[] = [
+  { name: 'SMCUDA_TRACE', value: 'file path', default: 'off', effect: 'append a JSON-lines trace of every transport to this file (`Transport.create({ trace })` wins)' },
+  { name: 'SMCUDA_CONTROL_RING', value: '0 or 1', default: '1', effect: 'the `controlRing` option: 0 keeps control frames on the socket (no shared-memory rings)' },
+  { name: 'SMCUDA_CONTROL_SPIN_US', value: 'integer µs ≥ 0', default: '250', effect: 'the `controlSpinUs` option: how long the progress engine polls after the last activity (0: wake-ups only)' },
+  { name: 'SMCUDA_COMPLETION_SPIN_US', value: 'integer µs ≥ 0', default: '20', effect: 'the `completionSpinUs` option: inline poll of a lone small copy before the progress engine takes it' },
+  { name: 'SMCUDA_POLL_SPIN_US', value: 'integer µs ≥ 0', default: '20000', effect: 'how long the native completion thread spins after its last completion before it sleeps (read by native/completion.cc when the thread starts; checked when a Transport is created)' },
+  { name: 'SMCUDA_DEVICE_EAGER_LIMIT', value: 'integer bytes ≥ 0', default: '8192', effect: 'the `deviceEagerLimit` option: device messages up to this size go inline through the host while IPC is not in use' },
+  { name: 'SMCUDA_ADDON', value: 'file path', default: 'build/Release/smcuda.node', effect: 'load the native addon from this file' },
+  { name: 'SMCUDA_SIM', value: 'JSON (SimOptions)', default: 'two simulated GPUs', effect: "the simulated driver's world: devices, peer access, faults (src/cuda/sim/config.ts)" },
+  { name: 'SMCUDA_SIM_FD_FAULTS', value: 'JSON (SimFdFaults)', default: 'none', effect: "faults the simulated driver injects into VMM/pool memory imports (src/cuda/sim/fd-faults.ts)" },
+  { name: 'SMCUDA_SIM_VISIBLE', value: 'comma-separated indices or UUIDs', default: 'all', effect: 'which simulated devices this process sees (as CUDA_VISIBLE_DEVICES)' },
+  { name: 'SMCUDA_CHROMIUM', value: 'file path', default: 'a system Chromium', effect: 'the browser `smcuda diagram --format svg` and the docs tests drive' },
+  { name: 'NODE_DEBUG', value: 'list containing smcuda', default: 'off', effect: "debug lines on stderr (util.debuglog('smcuda')); the CLI also prints stacks" },
+];
+
+/**
+ * Variables a parent process sets for the child it forks (the CLI's demo,
+ * soak and bench workers): plumbing, not overrides, so not in the table.
+ */
+export const CHILD_CONFIG_VARIABLES: readonly string[] = ['SMCUDA_DEMO', 'SMCUDA_SOAK', 'SMCUDA_BENCH_WORKER'];
+
+/** The defaults TransportOptions take from the environment; absent where the variable is unset or empty. */
+export interface EnvTransportDefaults {
+  deviceEagerLimit?: number;
+  completionSpinUs?: number;
+  controlRing?: boolean;
+  controlSpinUs?: number;
+}
+
+function raw(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v === '' ? undefined : v;
+}
+
+function nonNegativeInt(env: Env, name: string): number | undefined {
+  const v = raw(env, name);
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!/^\s*\d+\s*$/.test(v) || !Number.isSafeInteger(n)) {
+    throw new ConfigError(`${name} must be a non-negative integer, got ${JSON.stringify(v)}: fix or unset it`);
+  }
+  return n;
+}
+
+function flag(env: Env, name: string): boolean | undefined {
+  const v = raw(env, name);
+  if (v === undefined) return undefined;
+  if (v === '0') return false;
+  if (v === '1') return true;
+  throw new ConfigError(`${name} must be 0 or 1, got ${JSON.stringify(v)}: fix or unset it`);
+}
+
+/**
+ * The TransportOptions defaults the environment sets, validated. Also checks
+ * SMCUDA_POLL_SPIN_US, which the native completion thread reads (it would
+ * otherwise ignore a malformed value without a word).
+ */
+export function envTransportDefaults(env: Env = process.env): EnvTransportDefaults {
+  nonNegativeInt(env, 'SMCUDA_POLL_SPIN_US');
+  const out: EnvTransportDefaults = {};
+  const deviceEagerLimit = nonNegativeInt(env, 'SMCUDA_DEVICE_EAGER_LIMIT');
+  if (deviceEagerLimit !== undefined) out.deviceEagerLimit = deviceEagerLimit;
+  const completionSpinUs = nonNegativeInt(env, 'SMCUDA_COMPLETION_SPIN_US');
+  if (completionSpinUs !== undefined) out.completionSpinUs = completionSpinUs;
+  const controlRing = flag(env, 'SMCUDA_CONTROL_RING');
+  if (controlRing !== undefined) out.controlRing = controlRing;
+  const controlSpinUs = nonNegativeInt(env, 'SMCUDA_CONTROL_SPIN_US');
+  if (controlSpinUs !== undefined) out.controlSpinUs = controlSpinUs;
+  return out;
+}
+
+/** SMCUDA_TRACE: the trace file every transport of this process appends to, if set. */
+export function envTracePath(env: Env = process.env): string | undefined {
+  return raw(env, 'SMCUDA_TRACE');
+}
+
+/** SMCUDA_ADDON: where to load the native addon from, if set. */
+export function envAddonPath(env: Env = process.env): string | undefined {
+  return raw(env, 'SMCUDA_ADDON');
+}
+
+/** SMCUDA_CHROMIUM: the browser to drive, if set. */
+export function envChromium(env: Env = process.env): string | undefined {
+  return raw(env, 'SMCUDA_CHROMIUM');
+}
+
+/** SMCUDA_SIM and SMCUDA_SIM_VISIBLE, unparsed: src/cuda/sim/config.ts parses and validates them. */
+export function envSim(env: Env = process.env): { SMCUDA_SIM?: string; SMCUDA_SIM_VISIBLE?: string } {
+  return { SMCUDA_SIM: raw(env, 'SMCUDA_SIM'), SMCUDA_SIM_VISIBLE: raw(env, 'SMCUDA_SIM_VISIBLE') };
+}
+
+/** SMCUDA_SIM_FD_FAULTS, unparsed: src/cuda/sim/fd-faults.ts parses and validates it. */
+export function envSimFdFaults(env: Env = process.env): { SMCUDA_SIM_FD_FAULTS?: string } {
+  return { SMCUDA_SIM_FD_FAULTS: raw(env, 'SMCUDA_SIM_FD_FAULTS') };
+}
