@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { connectUnix, listenUnix, type UnixChannel, type UnixListener } from '../src/channel/unix-channel.js';
 import { FrameReader, lengthPrefix } from '../src/channel/framing.js';
-import { ClosedError, ConfigError, PeerLostError, ProtocolError } from '../src/errors.js';
+import { ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError } from '../src/errors.js';
 
 let dir: string;
 const listeners: UnixListener[] = [];
@@ -115,9 +115,11 @@ describe('unix channel: connection', () => {
     expect(client.closed || server.closed).toBe(false);
   });
 
-  it('connecting where nothing listens fails with PeerLostError saying so', async () => {
+  it('connecting where nothing listens fails with NoListenerError (not a lost peer) saying so', async () => {
     const err = await connectUnix(path.join(dir, 'nobody.sock')).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(PeerLostError);
+    expect(err).toBeInstanceOf(NoListenerError);
+    expect(err).not.toBeInstanceOf(PeerLostError);
+    expect((err as NoListenerError).code).toBe('SMCUDA_NO_LISTENER');
     expect((err as Error).message).toMatch(/ENOENT.*nothing listens/);
   });
 
