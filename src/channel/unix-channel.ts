@@ -450,6 +450,7 @@ function fsError(err: unknown, path: string, what: string): SmcudaError {
   if (e.code === 'EACCES' || e.code === 'EPERM') {
     return new AccessDeniedError(`${what} (${e.code}): permission denied on ${path} or its directory: use a directory of your own (mode 0700)`);
   }
+  if (e.code === 'ENOENT') return new ConfigError(`${what} (ENOENT): the directory of ${path} does not exist: create it (mode 0700) first`);
   return new ConfigError(`${what} (${e.code ?? e.message}): ${e.message}`);
 }
 
@@ -523,7 +524,7 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
   });
   const bound = bindName(path) ?? path;
   await new Promise<void>((resolve, reject) => {
-    const onError = (err: NodeJS.ErrnoException) => reject(socketError(err, path, `Cannot listen at ${path}`, (m) => new ConfigError(m)));
+    const onError = (err: NodeJS.ErrnoException) => reject(fsError(err, path, `Cannot listen at ${path}`));
     server.once('error', onError);
     server.listen({ path: bound }, () => {
       server.off('error', onError);
