@@ -524,12 +524,15 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
   });
   const bound = bindName(path) ?? path;
   await new Promise<void>((resolve, reject) => {
-    const onError = (err: NodeJS.ErrnoException) => reject(fsError(err, path, `Cannot listen at ${path}`));
-    server.once('error', onError);
+    server.once('error', reject);
     server.listen({ path: bound }, () => {
-      server.off('error', onError);
+      server.off('error', reject);
       resolve();
     });
+  }).catch(async (err: NodeJS.ErrnoException) => {
+    // libuv reports bind()'s ENOENT (no such directory) as EACCES.
+    if (err.code === 'EACCES' && !(await fsp.stat(dirname(path)).then(() => true, () => false))) err.code = 'ENOENT';
+    throw fsError(err, path, `Cannot listen at ${path}`);
   });
   const abandon = (err: SmcudaError): Promise<never> =>
     new Promise((_, reject) => {
