@@ -272,7 +272,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         cleanup();
         this.pendingChannels.delete(channel);
         channel.handshakeDone?.();
-        // Both sides speak the control rings: the peer's RING_OFFER follows its HELLO.
+        // Both sides speak the control rings: the peer's RING_OFFER follows its PROOF.
         const ring = ((ourHello.features ?? 0) & (hello.features ?? 0) & Feature.RING) !== 0;
         const epChannel = ring ? new ShmChannel(channel, { segments: this.driver, spinner: this.spinner }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.

@@ -4,7 +4,7 @@
  *
  *  - little-endian; a 4-byte header: magic 0x53 ('S'), WIRE_VERSION, type, flags (0);
  *  - then the fixed fields of the type, then at most one variable part last
- *    or, for HELLO, two;
+ *    (HELLO: its peer id, then the 32-byte nonce and the features word);
  *  - u32 tag, u64 seq/offset/length (as JS numbers, ≤ Number.MAX_SAFE_INTEGER),
  *    u64 bigints, 16-byte device UUIDs, 64-byte IPC handles, u8 enums and booleans,
  *    u16-length UTF-8 strings, u32-length data.

@@ -250,7 +250,7 @@ export interface CloseFrame {
 
 /**
  * "Send me your frames through this ring": a shared segment the offering
- * side created and reads (shm-ring.ts). Sent once, right after HELLO.
+ * side created and reads (shm-ring.ts). Sent once, right after the handshake (HELLO, PROOF).
  */
 export interface RingOfferFrame {
   type: FrameType.RING_OFFER;
