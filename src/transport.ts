@@ -177,13 +177,16 @@ export class Transport extends EventEmitter<TransportEvents> {
       ...options,
       onRefused: (err) => this.emit('refused', err),
     });
-    const listener = await this.whileOpen(setup);
-    if (this.closed) {
-      // close() ran while the socket was being set up: nothing may be left listening.
-      await listener.close();
-      throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
-    }
-    this.sockets.push(listener);
+    await this.whileOpen(
+      setup.then(async (listener) => {
+        if (this.closed) {
+          // close() ran while the socket was being set up: nothing may be left listening.
+          await listener.close();
+          throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
+        }
+        this.sockets.push(listener);
+      }),
+    );
   }
 
   /** Connects to a peer listening at `path`. Rejects with NoListenerError when nothing listens there. */
@@ -197,7 +200,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     return this.attach(channel);
   }
 
-  /** Tracks a listen/connect set-up so that close() can wait for it. */
+  /** Tracks a listen/connect socket set-up (not a handshake: close() ends those) so that close() can wait for it. */
   private whileOpen<T>(setup: Promise<T>): Promise<T> {
     this.settingUp.add(setup);
     const done = () => this.settingUp.delete(setup);
