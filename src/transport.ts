@@ -219,7 +219,7 @@ export class Transport extends EventEmitter<TransportEvents> {
       // A connection closed before it sent anything presented nothing to refuse:
       // another listener's liveness probe of this path looks like that.
       if (probe) debug('transport %s: %s closed before its first frame (a probe?)', this.id, channel.label);
-      else this.emit('refused', err);
+      else if (!(err instanceof ClosedError)) this.emit('refused', err); // ClosedError: our own close() ended it
     });
   }
 

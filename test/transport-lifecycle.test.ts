@@ -168,6 +168,21 @@ describe('close() and what follows it', () => {
     await t.close();
     expect(await attached).toBeInstanceOf(ClosedError);
   });
+
+  it("close() with accepted connections still in their handshake ends them without reporting them as 'refused'", async () => {
+    const t = await transport('listener');
+    const refused: Error[] = [];
+    t.on('refused', (e) => refused.push(e));
+    const p = path.join(dir, 'l.sock');
+    await t.listen(p);
+    const s = await raw(p);
+    const closed = new Promise<void>((r) => s.once('close', () => r()));
+    s.write(Buffer.from([1])); // a byte of a frame: the connection is not a silent probe
+    await new Promise((r) => s.once('data', r)); // the listener's HELLO: it is in its handshake
+    await t.close();
+    await closed;
+    expect(refused).toEqual([]);
+  });
 });
 
 describe("listen()'s stale-socket probe", () => {
