@@ -516,7 +516,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.negotiator.receive(frame as NegotiationFrame);
         return;
       case FrameType.HELLO:
-        throw new ProtocolError(`peer ${this.peerId} sent a second HELLO`);
+      case FrameType.PROOF:
+        throw new ProtocolError(`peer ${this.peerId} sent a handshake frame (${FrameType[frame.type]}) after the handshake`);
       case FrameType.RING_OFFER:
       case FrameType.RING_SWITCH:
       case FrameType.DOORBELL:

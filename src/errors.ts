@@ -83,8 +83,22 @@ export class DriverUnavailableError extends SmcudaError {
 
 /** A connection was refused: another user's process, a directory others can enter, a wrong job token. */
 export class AccessDeniedError extends SmcudaError {
+  constructor(message: string, code = 'SMCUDA_ACCESS_DENIED') {
+    super(code, message);
+  }
+}
+
+/** The peer could not prove that it knows the job token (handshake PROOF missing or wrong): refused, on either side. */
+export class BadTokenError extends AccessDeniedError {
   constructor(message: string) {
-    super('SMCUDA_ACCESS_DENIED', message);
+    super(message, 'SMCUDA_BAD_TOKEN');
+  }
+}
+
+/** Nothing accepts connections at the path given to connect (no socket file, or its process exited). */
+export class NoListenerError extends SmcudaError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('SMCUDA_NO_LISTENER', message, options);
   }
 }
 

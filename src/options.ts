@@ -7,6 +7,7 @@
 import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../machines/negotiation.js';
 import { envTransportDefaults } from './env.js';
 import { ConfigError } from './errors.js';
+import { MAX_PEER_ID_BYTES, MAX_TOKEN_BYTES } from './wire/codec.js';
 
 /** The negotiation's knobs (ipc, sameGpuIpc, maxTries, timeouts): the machine's own config type. */
 export type NegotiationOptions = NegotiationConfig;
@@ -26,7 +27,11 @@ export interface CacheOptions {
 }
 
 export interface TransportOptions {
-  /** This transport's id, unique in the job; also the negotiation tie-break. Default: `<pid>-<random>`. */
+  /**
+   * This transport's id, unique in the job; also the negotiation tie-break.
+   * 1..256 UTF-8 bytes (what HELLO carries), no control characters (it shows
+   * in logs, traces and diagrams). Default: `<pid>-<random>`.
+   */
   id?: string;
   /** Device ordinal to use (made current at creation). Default 0 where the driver has a device. */
   device?: number;
@@ -35,7 +40,12 @@ export interface TransportOptions {
   negotiation?: Partial<NegotiationOptions>;
   staging?: Partial<StagingOptions>;
   cache?: CacheOptions;
-  /** Per-job secret carried by HELLO; a peer with another token is refused. */
+  /**
+   * Per-job secret, at most 256 UTF-8 bytes. It never leaves this process:
+   * the handshake proves it by HMAC over fresh nonces, and a peer that
+   * cannot is refused. Make it long and random (≥ 16 random bytes, e.g.
+   * hex): a peer that connects can try guesses offline against its proof.
+   */
   token?: string;
   /**
    * How long a lone copy's completion is polled inline, blocking, on the JS
@@ -122,6 +132,15 @@ export function validateNegotiationOptions(o: Partial<NegotiationOptions> | unde
   return n;
 }
 
+/** A string option that must be well-formed Unicode of `min..max` UTF-8 bytes (the limit the wire, or the handshake, has for it). */
+function checkWireString(name: string, v: unknown, min: number, max: number): void {
+  if (typeof v !== 'string') throw new ConfigError(`${name} must be a string, got ${typeof v}`);
+  // A lone surrogate becomes U+FFFD in UTF-8: two different ids (or tokens) would be the same on the wire.
+  if (!(v as string & { isWellFormed(): boolean }).isWellFormed()) throw new ConfigError(`${name} contains a lone UTF-16 surrogate (not valid Unicode)`);
+  const n = Buffer.byteLength(v, 'utf8');
+  if (n < min || n > max) throw new ConfigError(`${name} must be ${min}..${max} UTF-8 bytes, got ${n}${name === 'id' && n > max ? ': use a shorter id' : ''}`);
+}
+
 export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   const negotiation = validateNegotiationOptions(o.negotiation);
   const env = envTransportDefaults();
@@ -129,7 +148,11 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   positiveInt('staging.chunkSize', staging.chunkSize, 4096);
   positiveInt('staging.slots', staging.slots, 2);
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
-  if (typeof id !== 'string' || id.length === 0 || id.length > 200) throw new ConfigError(`id must be a non-empty string of at most 200 characters`);
+  checkWireString('id', id, 1, MAX_PEER_ID_BYTES);
+  // Control characters would garble logs, traces and diagrams (and let an id fake a log line).
+  if (/[\u0000-\u001f\u007f]/.test(id)) throw new ConfigError(`id must not contain control characters, got ${JSON.stringify(id)}`);
+  const token = o.token ?? '';
+  checkWireString('token', token, 0, MAX_TOKEN_BYTES);
   const deviceEagerLimit = o.deviceEagerLimit ?? env.deviceEagerLimit ?? DEFAULT_DEVICE_EAGER_LIMIT;
   const completionSpinUs = o.completionSpinUs ?? env.completionSpinUs ?? 20;
   positiveInt('completionSpinUs', completionSpinUs, 0);
@@ -140,5 +163,5 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   positiveInt('controlSpinUs', controlSpinUs, 0);
   const device = o.device ?? 0;
   positiveInt('device', device, 0);
-  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token: o.token ?? '', completionSpinUs, controlRing, controlSpinUs };
+  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token, completionSpinUs, controlRing, controlSpinUs };
 }

@@ -9,27 +9,30 @@
  * A runtime with its own control plane calls `attach(channel)` with any
  * ControlChannel instead of listen/connect.
  *
- * Connection set-up: each side sends HELLO (wire version, pid, transport id,
- * device UUID, job token) as its first frame; the endpoint exists once the
- * peer's HELLO has arrived and checked out.
+ * Connection set-up (src/auth/handshake.ts): each side sends HELLO (wire
+ * version, pid, transport id, device UUID, a fresh nonce) as its first frame,
+ * then PROOF, an HMAC of both nonces keyed with the job token; the token
+ * itself never crosses the wire. The endpoint exists once the peer's PROOF
+ * has verified. Until then a Unix channel takes only handshake-sized frames.
  */
 import { EventEmitter } from 'node:events';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { ProgressEngine } from './progress/engine.js';
 import { envTracePath } from './env.js';
-import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } from './channel/unix-channel.js';
+import { connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
+import { Handshake, MAX_HANDSHAKE_FRAME_BYTES } from './auth/handshake.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
 import { Endpoint } from './endpoint.js';
 import { describeAllocation, ExportTable } from './exports.js';
-import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
+import { ClosedError, ConfigError, PeerLostError, ProtocolError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
 import { FileTracer, nowUs, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
-import { Feature, FrameType, type HelloFrame, WIRE_VERSION } from './wire/frames.js';
+import { Feature, FrameType, type HelloFrame, NONCE_BYTES, WIRE_VERSION } from './wire/frames.js';
 
 export interface TransportCreateOptions extends TransportOptions {
   /** A driver instance, or which one to open: 'auto' (default: native where a GPU is usable, else simulated), 'native', 'sim'. */
@@ -44,14 +47,24 @@ export interface TransportCreateOptions extends TransportOptions {
   trace?: string;
   /** Serve a live page of this transport's endpoints on http://127.0.0.1:PORT/ (0: any free port; see `inspectUrl`). */
   inspect?: InspectOption;
-  /** How long a new connection may take to say HELLO. */
+  /** How long a new connection may take to complete the handshake (HELLO and PROOF). Default 10000. */
   helloTimeoutMs?: number;
+  /**
+   * On Unix sockets: a frame begun must be complete within this many ms, or
+   * the connection is dropped (a peer trickling a frame). Default 30000; 0: no limit.
+   */
+  frameTimeoutMs?: number;
 }
 
 export interface TransportEvents {
   /** A new endpoint (accepted or connected). */
   endpoint: [endpoint: Endpoint];
-  /** A connection that failed before it became an endpoint (bad HELLO, wrong token, …). */
+  /**
+   * A connection that failed before it became an endpoint (bad HELLO, wrong
+   * token, oversized or unexpected frame, handshake timeout, …). A connection
+   * closed before sending anything (such as another listener's liveness
+   * probe) is not reported.
+   */
   refused: [error: Error];
 }
 
@@ -69,6 +82,9 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly tracer: Tracer | undefined;
   private readonly inspector: TransportInspector | undefined;
   private readonly helloTimeoutMs: number;
+  private readonly channelOptions: UnixChannelOptions;
+  /** listen() and connect() calls still setting up their socket: close() waits for them. */
+  private readonly settingUp = new Set<Promise<unknown>>();
   private readonly exports: ExportTable;
   /** Polls the endpoints' control rings and GPU completions (src/progress/engine.ts). */
   private readonly progress: ProgressEngine;
@@ -83,6 +99,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.opts = opts;
     this.id = opts.id;
     this.helloTimeoutMs = create.helloTimeoutMs ?? 10_000;
+    this.channelOptions = { handshakeFrameBytes: MAX_HANDSHAKE_FRAME_BYTES, frameTimeoutMs: create.frameTimeoutMs };
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
     const tracePath = create.trace ?? envTracePath();
@@ -93,6 +110,14 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
     const opts = resolveOptions(options); // bad options are refused before a driver is opened
+    const helloMs = options.helloTimeoutMs;
+    if (helloMs !== undefined && (typeof helloMs !== 'number' || !(helloMs > 0) || helloMs > 2 ** 31 - 1)) {
+      throw new ConfigError(`helloTimeoutMs must be a positive number of milliseconds (at most 2147483647), got ${String(helloMs)}`);
+    }
+    const frameMs = options.frameTimeoutMs;
+    if (frameMs !== undefined && (typeof frameMs !== 'number' || !(frameMs >= 0) || frameMs > 2 ** 31 - 1)) {
+      throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
+    }
     let driver: CudaDriver;
     let reason: string;
     let owns: boolean;
@@ -126,6 +151,7 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   /** Initialises CUDA on `device` (if not yet): from now on IPC requests are answered. */
   useDevice(device: number = this.opts.device): void {
+    this.assertOpen();
     this.driver.init();
     const count = this.driver.deviceCount();
     if (device >= count) {
@@ -147,29 +173,70 @@ export class Transport extends EventEmitter<TransportEvents> {
    */
   async listen(path: string, options: Pick<ListenUnixOptions, 'privateDir' | 'peerUids'> = {}): Promise<void> {
     this.assertOpen();
-    const listener = await listenUnix(
-      path,
-      (channel) => {
-        this.attach(channel).catch((err: Error) => this.emit('refused', err));
-      },
-      { ...options, onRefused: (err) => this.emit('refused', err) },
+    const setup = listenUnix(path, (channel) => this.accept(channel), {
+      ...this.channelOptions,
+      ...options,
+      onRefused: (err) => this.emit('refused', err),
+    });
+    await this.whileOpen(
+      setup.then(async (listener) => {
+        if (this.closed) {
+          // close() ran while the socket was being set up: nothing may be left listening.
+          await listener.close();
+          throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
+        }
+        this.sockets.push(listener);
+      }),
     );
-    this.sockets.push(listener);
   }
 
-  /** Connects to a peer listening at `path`. */
+  /** Connects to a peer listening at `path`. Rejects with NoListenerError when nothing listens there. */
   async connect(path: string): Promise<Endpoint> {
     this.assertOpen();
-    const channel = await connectUnix(path);
+    const channel = await this.whileOpen(connectUnix(path, this.channelOptions));
+    if (this.closed) {
+      channel.close();
+      throw new ClosedError(`transport ${this.id} was closed while connect(${path}) was in progress`);
+    }
     return this.attach(channel);
   }
 
-  /** Makes an endpoint over any ControlChannel (HELLO exchange first). */
+  /** Tracks a listen/connect socket set-up (not a handshake: close() ends those) so that close() can wait for it. */
+  private whileOpen<T>(setup: Promise<T>): Promise<T> {
+    this.settingUp.add(setup);
+    const done = () => this.settingUp.delete(setup);
+    setup.then(done, done);
+    return setup;
+  }
+
+  /** A listener's new channel: the handshake, then an endpoint; failures are 'refused'. */
+  private accept(channel: ControlChannel): void {
+    if (this.closed) {
+      channel.close();
+      return;
+    }
+    let probe = false;
+    this.handshake(channel, () => (probe = true)).catch((err: Error) => {
+      // A connection closed before it sent anything presented nothing to refuse:
+      // another listener's liveness probe of this path looks like that.
+      if (probe) debug('transport %s: %s closed before its first frame (a probe?)', this.id, channel.label);
+      else if (!(err instanceof ClosedError)) this.emit('refused', err); // ClosedError: our own close() ended it
+    });
+  }
+
+  /** Makes an endpoint over any ControlChannel (the HELLO/PROOF handshake first). */
   attach(channel: ControlChannel): Promise<Endpoint> {
     this.assertOpen();
+    return this.handshake(channel);
+  }
+
+  /** `onSilentClose`: called (before the rejection) when the peer closes the channel before its first frame. */
+  private handshake(channel: ControlChannel, onSilentClose?: () => void): Promise<Endpoint> {
     this.pendingChannels.add(channel);
-    const ourHello = this.hello();
+    const hs = new Handshake({ id: this.id, token: this.opts.token, deviceUuid: this.deviceUuid, features: this.features(), peerPid: channel.peerPid });
+    const ourHello = hs.hello;
     let helloSentAt = 0;
+    let frames = 0;
     return new Promise<Endpoint>((resolve, reject) => {
       const fail = (err: Error) => {
         debug('transport %s: connection %s refused: %s', this.id, channel.label, err.message);
@@ -178,25 +245,38 @@ export class Transport extends EventEmitter<TransportEvents> {
         channel.close();
         reject(err);
       };
-      const timer = setTimeout(() => fail(new PeerLostError(`no HELLO from ${channel.label} within ${this.helloTimeoutMs} ms`)), this.helloTimeoutMs);
-      const onClose = (err?: Error) => fail(new PeerLostError(`${channel.label} closed before HELLO${err ? `: ${err.message}` : ''}`, { cause: err }));
+      const timer = setTimeout(() => fail(new PeerLostError(`${channel.label} did not complete the handshake within ${this.helloTimeoutMs} ms`)), this.helloTimeoutMs);
+      const onClose = (err?: Error) => {
+        if (this.closed) return fail(new ClosedError(`transport ${this.id} was closed during the handshake with ${channel.label}`));
+        if (err instanceof ProtocolError) return fail(err);
+        if (frames === 0) onSilentClose?.();
+        fail(new PeerLostError(`${channel.label} closed during the handshake${err ? `: ${err.message}` : ''}`, { cause: err }));
+      };
       const onFrame = (bytes: Uint8Array) => {
+        frames++;
         let hello: HelloFrame;
         try {
           const frame = decodeFrame(bytes);
-          if (frame.type !== FrameType.HELLO) throw new ProtocolError(`expected HELLO first, got frame type ${FrameType[frame.type]}`);
-          hello = frame;
-          this.checkHello(hello);
+          const step = hs.receive(frame);
+          this.checkPeerId(step.peer);
+          if (step.kind === 'proof') {
+            // Our HELLO left before the peer's id was known: trace it now, at the time it was sent.
+            this.tracer?.frame(step.peer.peerId, 'send', ourHello, helloSentAt);
+            this.tracer?.frame(step.peer.peerId, 'recv', step.peer);
+            channel.send(encodeFrame(step.proof));
+            this.tracer?.frame(step.peer.peerId, 'send', step.proof);
+            return;
+          }
+          hello = step.peer;
+          this.tracer?.frame(hello.peerId, 'recv', frame);
         } catch (err) {
           fail(err as Error);
           return;
         }
         cleanup();
         this.pendingChannels.delete(channel);
-        // Our HELLO left before the peer's id was known: trace it now, at the time it was sent.
-        this.tracer?.frame(hello.peerId, 'send', ourHello, helloSentAt);
-        this.tracer?.frame(hello.peerId, 'recv', hello);
-        // Both sides speak the control rings: the peer's RING_OFFER follows its HELLO.
+        channel.handshakeDone?.();
+        // Both sides speak the control rings: the peer's RING_OFFER follows its PROOF.
         const ring = ((ourHello.features ?? 0) & (hello.features ?? 0) & Feature.RING) !== 0;
         const epChannel = ring ? new ShmChannel(channel, { segments: this.driver, progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
@@ -230,11 +310,13 @@ export class Transport extends EventEmitter<TransportEvents> {
    * (INVALIDATE), so that freeing it really frees the device memory.
    */
   invalidate(ptr: bigint): void {
+    this.assertOpen();
     this.invalidateAllocation(describeAllocation(this.driver, ptr));
   }
 
   /** Invalidates the allocation on every peer, then frees it (cuMemFree). */
   free(ptr: bigint): void {
+    this.assertOpen();
     const alloc = describeAllocation(this.driver, ptr);
     this.invalidateAllocation(alloc);
     this.exports.forget(alloc.base);
@@ -258,10 +340,15 @@ export class Transport extends EventEmitter<TransportEvents> {
     return [...this.endpointsByPeer.values()];
   }
 
-  /** Closes every endpoint and listener, then the driver if this transport opened it. */
+  /**
+   * Closes every endpoint and listener, then the driver if this transport
+   * opened it. A listen() or connect() still in progress rejects with
+   * ClosedError and leaves nothing open; every later call throws ClosedError.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await Promise.allSettled([...this.settingUp]);
     for (const ep of this.endpointsByPeer.values()) ep.close('transport closed');
     this.endpointsByPeer.clear();
     for (const ch of this.pendingChannels) ch.close();
@@ -272,30 +359,22 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (this.ownsDriver) this.driver.close();
   }
 
-  private hello(): HelloFrame {
-    return {
-      type: FrameType.HELLO,
-      version: WIRE_VERSION,
-      pid: process.pid,
-      peerId: this.id,
-      deviceUuid: this.deviceUuid,
-      token: this.opts.token,
-      features: (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS,
-    };
+  private features(): number {
+    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS;
   }
 
-  private checkHello(h: HelloFrame): void {
-    if (h.version < 1) throw new ProtocolError(`peer speaks wire version ${h.version}; this side needs ≥ 1`, 'SMCUDA_PROTOCOL_VERSION');
-    if (h.token !== this.opts.token) {
-      throw new SmcudaError('SMCUDA_BAD_TOKEN', `peer ${h.peerId} (pid ${h.pid}) presented a wrong job token: refused. Give both sides the same 'token' option.`);
-    }
-    if (h.peerId === this.id) throw new ProtocolError(`peer claims this transport's own id ${h.peerId}`, 'SMCUDA_DUPLICATE_PEER');
+  /** This process's HELLO as the endpoint keeps it (the nonce is the handshake's business). */
+  private hello(): HelloFrame {
+    return { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: this.id, deviceUuid: this.deviceUuid, nonce: new Uint8Array(NONCE_BYTES), features: this.features() };
+  }
+
+  private checkPeerId(h: HelloFrame): void {
     if (this.endpointsByPeer.has(h.peerId)) {
       throw new ProtocolError(`a peer with id ${h.peerId} is already connected; ids must be unique in a job`, 'SMCUDA_DUPLICATE_PEER');
     }
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new SmcudaError('SMCUDA_CLOSED', 'transport is closed');
+    if (this.closed) throw new ClosedError(`transport ${this.id} is closed: create a new Transport`);
   }
 }

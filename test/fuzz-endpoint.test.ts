@@ -13,7 +13,7 @@ import type { Endpoint } from '../src/endpoint.js';
 import { ProtocolError } from '../src/errors.js';
 import { Transport } from '../src/transport.js';
 import { encodeFrame } from '../src/wire/codec.js';
-import { FinStatus, type Frame, FrameType } from '../src/wire/frames.js';
+import { FinStatus, type Frame, FrameType, NONCE_BYTES, WIRE_VERSION } from '../src/wire/frames.js';
 import { rawPeer, type RawPeer } from './helpers/raw-peer.js';
 
 let driver: SimulatedCudaDriver;
@@ -102,7 +102,7 @@ describe('a live endpoint under bad frames', () => {
 
   it('a frame right after HELLO that is a second HELLO, or of an unknown type, closes only that endpoint', async () => {
     const p = await rawPeer(t, `fuzz-${++n}`);
-    p.send({ type: FrameType.HELLO, version: 1, pid: 1, peerId: 'again', deviceUuid: '', token: '' });
+    p.send({ type: FrameType.HELLO, version: WIRE_VERSION, pid: 1, peerId: 'again', deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) });
     await p.settle();
     expect(p.closeError()).toBeInstanceOf(ProtocolError);
     const q = await rawPeer(t, `fuzz-${++n}`);

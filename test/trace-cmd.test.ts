@@ -46,7 +46,11 @@ describe('smcuda trace', () => {
     expect(out.startsWith('sequenceDiagram\n')).toBe(true);
     const alias = (id: string) => new RegExp(`participant (P\\d+) as ${id}\\n`).exec(out)![1]!;
     const [a0, a1] = [alias('rank0'), alias('rank1')];
-    expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): HELLO pid=\\d+ v1`));
+    expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): HELLO pid=\\d+ v2`));
+    // The handshake's proofs, both ways, each after the HELLOs (no secret in the label).
+    expect(out).toMatch(new RegExp(`${a0}->>${a1}: PROOF\\n`));
+    expect(out).toMatch(new RegExp(`${a1}->>${a0}: PROOF\\n`));
+    expect(out.indexOf('HELLO')).toBeLessThan(out.indexOf('PROOF'));
     expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): IPC_REQ attempt=1\\n`));
     expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): IPC_ACK attempt=1 ok\\n`));
     expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): IPC_CONFIRM attempt=1\\n`));

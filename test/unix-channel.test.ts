@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { connectUnix, listenUnix, type UnixChannel, type UnixListener } from '../src/channel/unix-channel.js';
 import { FrameReader, lengthPrefix } from '../src/channel/framing.js';
-import { ClosedError, ConfigError, PeerLostError, ProtocolError } from '../src/errors.js';
+import { ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError } from '../src/errors.js';
 
 let dir: string;
 const listeners: UnixListener[] = [];
@@ -115,9 +115,11 @@ describe('unix channel: connection', () => {
     expect(client.closed || server.closed).toBe(false);
   });
 
-  it('connecting where nothing listens fails with PeerLostError saying so', async () => {
+  it('connecting where nothing listens fails with NoListenerError (not a lost peer) saying so', async () => {
     const err = await connectUnix(path.join(dir, 'nobody.sock')).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(PeerLostError);
+    expect(err).toBeInstanceOf(NoListenerError);
+    expect(err).not.toBeInstanceOf(PeerLostError);
+    expect((err as NoListenerError).code).toBe('SMCUDA_NO_LISTENER');
     expect((err as Error).message).toMatch(/ENOENT.*nothing listens/);
   });
 
@@ -313,5 +315,119 @@ describe('unix channel: close and failure', () => {
     expect(err).toBeInstanceOf(PeerLostError);
     expect(err!.message).toMatch(/ECONNRESET|EPIPE/);
     expect(() => server.send(Uint8Array.of(1))).toThrow(ClosedError);
+  });
+});
+
+describe('unix channel: before the handshake, and frames that never finish', () => {
+  it('until handshakeDone(), a frame above handshakeFrameBytes is refused from its prefix: a 200 MiB announcement (within maxFrameBytes) closes the channel, nothing of it is buffered', async () => {
+    let accept!: (ch: UnixChannel) => void;
+    const accepted = new Promise<UnixChannel>((r) => (accept = r));
+    const l = await listen(accept, { handshakeFrameBytes: 512 });
+    const raw = await rawClient(l.path);
+    const server = await accepted;
+    const closed = closeEvent(server);
+    const rawClosed = new Promise<void>((r) => raw.once('close', () => r()));
+    raw.on('error', () => {});
+    // The announcement, then as much body as the socket takes.
+    raw.write(lengthPrefix(200 * MiB));
+    raw.write(Buffer.alloc(256 * 1024, 0x41));
+    const err = await closed;
+    expect(err).toBeInstanceOf(ProtocolError);
+    expect(err!.message).toMatch(/has not completed the handshake announced a frame of 209715200 bytes.*at most 512/);
+    expect(server.bufferedBytes).toBeLessThanOrEqual(512);
+    await rawClosed; // the peer is dropped, not kept waiting
+  });
+
+  it('handshake-sized frames pass before handshakeDone(); larger ones after it', async () => {
+    const { client, server } = await pair({ handshakeFrameBytes: 512 });
+    const got: number[] = [];
+    server.on('frame', (f) => got.push(f.byteLength));
+    expect(server.frameLimit).toBe(512);
+    client.send(new Uint8Array(512));
+    await new Promise((r) => server.once('frame', r));
+    server.handshakeDone();
+    expect(server.frameLimit).toBe(256 * MiB);
+    client.send(new Uint8Array(MiB));
+    await new Promise((r) => server.once('frame', r));
+    expect(got).toEqual([512, MiB]);
+  });
+
+  it('a frame that trickles in one byte at a time is dropped after frameTimeoutMs', async () => {
+    let accept!: (ch: UnixChannel) => void;
+    const accepted = new Promise<UnixChannel>((r) => (accept = r));
+    const l = await listen(accept, { frameTimeoutMs: 300 });
+    const raw = await rawClient(l.path);
+    raw.on('error', () => {});
+    const server = await accepted;
+    const closed = closeEvent(server);
+    raw.write(lengthPrefix(100));
+    const drip = setInterval(() => raw.write(Buffer.of(1)), 50);
+    try {
+      const err = await closed;
+      expect(err).toBeInstanceOf(ProtocolError);
+      expect((err as ProtocolError).code).toBe('SMCUDA_PROTOCOL_FRAME_TIMEOUT');
+      expect(err!.message).toMatch(/still incomplete.*frameTimeoutMs \(300\)/);
+    } finally {
+      clearInterval(drip);
+    }
+  });
+
+  it('the frame timeout is per frame: frames that each finish in time pass, however long the stream lasts', async () => {
+    let accept!: (ch: UnixChannel) => void;
+    const accepted = new Promise<UnixChannel>((r) => (accept = r));
+    const l = await listen(accept, { frameTimeoutMs: 1000 });
+    const raw = await rawClient(l.path);
+    const server = await accepted;
+    let closedEarly = false;
+    server.once('close', () => (closedEarly = true));
+    const got: Uint8Array[] = [];
+    server.on('frame', (f) => got.push(f.slice()));
+    // 5 frames, each sent in two halves 300 ms apart: 1.5 s in all, each frame well within 1 s.
+    for (let i = 0; i < 5; i++) {
+      const f = framed([new Uint8Array(8).fill(i)]);
+      raw.write(f.subarray(0, 6));
+      await new Promise((r) => setTimeout(r, 300));
+      raw.write(f.subarray(6));
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    expect(closedEarly).toBe(false);
+    expect(got.map((f) => f[0])).toEqual([0, 1, 2, 3, 4]);
+  });
+
+  it('refuses a bad handshakeFrameBytes or frameTimeoutMs', async () => {
+    await expect(listenUnix(path.join(dir, 'y.sock'), () => {}, { handshakeFrameBytes: 0 })).rejects.toBeInstanceOf(ConfigError);
+    await expect(listenUnix(path.join(dir, 'y.sock'), () => {}, { maxFrameBytes: 100, handshakeFrameBytes: 101 })).rejects.toBeInstanceOf(ConfigError);
+    await expect(listenUnix(path.join(dir, 'y.sock'), () => {}, { frameTimeoutMs: -1 })).rejects.toBeInstanceOf(ConfigError);
+  });
+});
+
+describe('unix channel: the listener removes only its own socket', () => {
+  it('close() leaves an unrelated file put at the path after listen()', async () => {
+    const l = await listen();
+    fs.unlinkSync(l.path);
+    fs.writeFileSync(l.path, 'not yours');
+    await l.close();
+    expect(fs.readFileSync(l.path, 'utf8')).toBe('not yours');
+  });
+
+  it("close() leaves another listener's socket at the path, and that listener keeps accepting", async () => {
+    const first = await listen();
+    fs.unlinkSync(first.path); // as an operator (or a new run of the job) would clear it
+    const accepted: UnixChannel[] = [];
+    const second = await listenUnix(first.path, (ch) => accepted.push(ch));
+    listeners.push(second);
+    await first.close();
+    expect(fs.lstatSync(first.path).isSocket()).toBe(true);
+    const client = await connectUnix(first.path);
+    client.close();
+    expect(accepted).toHaveLength(1);
+  });
+
+  it('the socket is never at the path with a mode other than 0600, and no temporary name is left', async () => {
+    const l = await listen();
+    expect(fs.lstatSync(l.path).mode & 0o777).toBe(0o600);
+    expect(fs.readdirSync(dir)).toEqual(['s.sock']);
+    await l.close();
+    expect(fs.readdirSync(dir)).toEqual([]);
   });
 });

@@ -14,7 +14,8 @@ import {
   MAX_PEER_ID_BYTES,
   MAX_SEGMENT_BYTES,
   MAX_STRING_BYTES,
-  MAX_TOKEN_BYTES,
+  NONCE_BYTES,
+  PROOF_BYTES,
   WIRE_VERSION,
   readDeviceUuid,
   restampRget,
@@ -72,8 +73,12 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
     pid: u32,
     peerId: utf8(1, MAX_PEER_ID_BYTES),
     deviceUuid: uuid,
-    token: utf8(0, MAX_TOKEN_BYTES),
+    nonce: fc.uint8Array({ minLength: NONCE_BYTES, maxLength: NONCE_BYTES }),
     features: u32,
+  }),
+  fc.record({
+    type: fc.constant(FrameType.PROOF as const),
+    proof: fc.uint8Array({ minLength: PROOF_BYTES, maxLength: PROOF_BYTES }),
   }),
   fc.record({ type: fc.constant(FrameType.IPC_REQ as const), attempt, deviceUuid: uuid }),
   fc.record({ type: fc.constant(FrameType.IPC_ACK as const), attempt, ok: fc.boolean(), deviceUuid: uuid }),
@@ -298,28 +303,30 @@ describe('RgetDecoder', () => {
 describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0x01020304, seq: 2 ** 32 + 5, fromDevice: true, data: Uint8Array.of(0xaa, 0xbb) });
-    expect(bytes).toEqual(hex('53 01 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
+    expect(bytes).toEqual(hex('53 02 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
   });
 
-  it('HELLO ends with the features word; channel-layer frames as protocol.md lays them out', () => {
-    const hello = encodeFrame({ type: FrameType.HELLO, version: 1, pid: 2, peerId: 'p', deviceUuid: '', token: '', features: 1 });
-    expect(hello).toEqual(hex('53 01 01 00  01  02000000  00000000000000000000000000000000  0100 70  0000  01000000'));
-    expect(encodeFrame({ type: FrameType.RING_OFFER, segment: '/r', capacity: 4096 })).toEqual(hex('53 01 32 00  0200 2f72  00100000'));
-    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 01 33 00'));
-    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 01 34 00'));
-    const inner = hex('53 01 34 00');
-    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 01 35 00  09000000  04000000  53013400'));
+  it('HELLO: the 32-byte nonce, then the features word; PROOF: the 32-byte HMAC; channel-layer frames as protocol.md lays them out', () => {
+    const nonce = new Uint8Array(NONCE_BYTES).fill(0xab);
+    const hello = encodeFrame({ type: FrameType.HELLO, version: 2, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
+    expect(hello).toEqual(hex(`53 02 01 00  02  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
+    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 02 07 00  ${'cd'.repeat(32)}`));
+    expect(encodeFrame({ type: FrameType.RING_OFFER, segment: '/r', capacity: 4096 })).toEqual(hex('53 02 32 00  0200 2f72  00100000'));
+    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 02 33 00'));
+    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 02 34 00'));
+    const inner = hex('53 02 34 00');
+    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 02 35 00  09000000  04000000  53023400'));
     expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
   it('IPC_REQ: attempt u32 then the 16 UUID bytes', () => {
     const bytes = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff' });
-    expect(bytes).toEqual(hex('53 01 02 00  03000000  00112233445566778899aabbccddeeff'));
+    expect(bytes).toEqual(hex('53 02 02 00  03000000  00112233445566778899aabbccddeeff'));
   });
 
   it('FIN: seq u64, status u8, message as u16 length + UTF-8', () => {
     const bytes = encodeFrame({ type: FrameType.FIN, seq: 7, status: FinStatus.TRUNCATED, message: 'é' });
-    expect(bytes).toEqual(hex('53 01 0c 00  0700000000000000  03  0200 c3a9'));
+    expect(bytes).toEqual(hex('53 02 0c 00  0700000000000000  03  0200 c3a9'));
   });
 
   it('RGET: 137 bytes without an event, 201 with one', () => {
@@ -384,7 +391,7 @@ describe('layout', () => {
 const eager = () => encodeFrame({ type: FrameType.EAGER, tag: 1, seq: 2, fromDevice: false, data: Uint8Array.of(1, 2, 3) }).slice();
 const rget = (event: Uint8Array | null = null) =>
   encodeFrame({ type: FrameType.RGET, tag: 1, seq: 2, handle: new Uint8Array(64), base: 0n, allocSize: 100, offset: 10, length: 90, bufferId: 1n, deviceUuid: '', event }).slice();
-const hello = (peerId = 'p', token = '') => encodeFrame({ type: FrameType.HELLO, version: 1, pid: 1, peerId, deviceUuid: '', token }).slice();
+const hello = (peerId = 'p') => encodeFrame({ type: FrameType.HELLO, version: WIRE_VERSION, pid: 1, peerId, deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) }).slice();
 const dv = (b: Uint8Array) => new DataView(b.buffer, b.byteOffset, b.byteLength);
 
 describe('decode rules', () => {
@@ -469,7 +476,7 @@ describe('decode rules', () => {
     const overlong = encodeFrame({ type: FrameType.CLOSE, reason: 'ab' }).slice();
     overlong.set([0xc0, 0xaf], 6); // over-long encoding of '/'
     expect(decodeError(overlong).message).toMatch(/not valid UTF-8/);
-    const long = concat([Uint8Array.of(0x53, 1, FrameType.IPC_ABORT, 0, 0x01, 0x10), new Uint8Array(4097).fill(0x61)]);
+    const long = concat([Uint8Array.of(0x53, WIRE_VERSION, FrameType.IPC_ABORT, 0, 0x01, 0x10), new Uint8Array(4097).fill(0x61)]);
     expect(decodeError(long).message).toMatch(/IPC_ABORT frame: 'reason' must be 0..4096 UTF-8 bytes, got 4097/);
     const past = encodeFrame({ type: FrameType.CLOSE, reason: 'ab' }).slice();
     dv(past).setUint16(4, 3, true);
@@ -479,11 +486,13 @@ describe('decode rules', () => {
     expect(decodeError(noPeer).message).toMatch(/HELLO frame/);
   });
 
-  it('HELLO: token at most 256 bytes, version at least 1', () => {
-    const h = hello('p', 'x'.repeat(256));
-    expect(decodeFrame(h)).toMatchObject({ token: 'x'.repeat(256) });
-    const long = concat([h.subarray(0, 28), Uint8Array.of(1, 1), new Uint8Array(257).fill(0x78)]);
-    expect(decodeError(long).message).toMatch(/HELLO frame: 'token' must be 0..256 UTF-8 bytes, got 257/);
+  it('HELLO: exactly a 32-byte nonce (no token), version at least 1; PROOF: exactly 32 bytes', () => {
+    const h = hello('p');
+    expect(decodeFrame(h)).not.toHaveProperty('token');
+    expect(decodeError(h.subarray(0, h.byteLength - 5)).message).toMatch(/HELLO frame/);
+    const proof = encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES) }).slice();
+    expect(decodeError(proof.subarray(0, proof.byteLength - 1)).message).toMatch(/PROOF frame: 'proof'/);
+    expect(decodeError(concat([proof, Uint8Array.of(0)])).message).toMatch(/PROOF frame/);
     const v0 = hello();
     v0[4] = 0;
     expect(decodeError(v0).message).toMatch(/HELLO frame: 'version' must be at least 1/);
@@ -546,8 +555,9 @@ describe('encode rules', () => {
   it('strings: lone surrogates, sizes, UUIDs', () => {
     expect(encodeError({ type: FrameType.CLOSE, reason: 'a\ud800' }).message).toMatch(/lone UTF-16 surrogate/);
     encodeError({ type: FrameType.CLOSE, reason: 'x'.repeat(MAX_STRING_BYTES + 1) });
-    encodeError({ type: FrameType.HELLO, version: 1, pid: 1, peerId: '', deviceUuid: '', token: '' });
-    encodeError({ type: FrameType.HELLO, version: 1, pid: 1, peerId: 'p', deviceUuid: '', token: 'x'.repeat(257) });
+    encodeError({ type: FrameType.HELLO, version: 1, pid: 1, peerId: '', deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) });
+    encodeError({ type: FrameType.HELLO, version: 1, pid: 1, peerId: 'p', deviceUuid: '', nonce: new Uint8Array(16) });
+    encodeError({ type: FrameType.PROOF, proof: new Uint8Array(31) });
     encodeError({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 1, segment: '', chunkSize: 1, slots: 1 });
     expect(encodeError({ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-1' }).message).toMatch(/IPC_REQ frame: 'deviceUuid'/);
     encodeError({ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-00000000-0000-0000-0000-000000000000' });

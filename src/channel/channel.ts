@@ -31,6 +31,13 @@ export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
   /** For logs and traces, e.g. 'unix:/run/smcuda/job.sock' or 'memory:a->b'. */
   readonly label: string;
   readonly closed: boolean;
+  /** Optional: the peer's pid as the kernel reports it (SO_PEERCRED); the handshake binds its proofs to it. */
+  readonly peerPid?: number;
+  /**
+   * Optional: the peer is authenticated, so lift the small frame bound the
+   * channel applied before (UnixChannel's `handshakeFrameBytes`).
+   */
+  handshakeDone?(): void;
   send(frame: Uint8Array): boolean;
   /**
    * Optional: sends ONE frame made of `parts` (their concatenation) without

@@ -5,8 +5,10 @@
  * FrameReader turns arbitrary chunks back into whole frames. A frame that
  * lies inside one chunk is handed on as a view of that chunk (no copy); a
  * frame split across chunks is assembled in one buffer of its exact size
- * (one copy). Lengths above `maxFrameBytes` are refused before anything is
- * allocated, so a peer cannot make this process allocate 4 GiB.
+ * (one copy). Lengths above the current limit are refused from the prefix
+ * alone, before anything is allocated or buffered, so a peer cannot make this
+ * process allocate 4 GiB; before authentication the limit is the handshake's
+ * few hundred bytes (setLimit).
  */
 import { ProtocolError } from '../errors.js';
 
@@ -31,11 +33,27 @@ export class FrameReader {
   /** The frame being assembled from several chunks, and how much of it is in. */
   #body: Uint8Array | null = null;
   #bodyHave = 0;
+  #max: number;
+  #tooLarge: (len: number, max: number) => ProtocolError = (len, max) => frameTooLarge('The peer announced', len, max);
+  /** Frames completed so far (a partial frame's progress is told apart from the next one by it). */
+  framesDone = 0;
 
   constructor(
-    private readonly maxFrameBytes: number,
+    maxFrameBytes: number,
     private readonly onFrame: (frame: Uint8Array) => void,
-  ) {}
+  ) {
+    this.#max = maxFrameBytes;
+  }
+
+  /** From the next prefix on, lengths above `max` are refused with `tooLarge(len, max)` (default: frameTooLarge). */
+  setLimit(max: number, tooLarge?: (len: number, max: number) => ProtocolError): void {
+    this.#max = max;
+    this.#tooLarge = tooLarge ?? ((len, m) => frameTooLarge('The peer announced', len, m));
+  }
+
+  get limit(): number {
+    return this.#max;
+  }
 
   /** Bytes held of an incomplete frame (prefix included); 0 between frames. */
   get buffered(): number {
@@ -55,6 +73,7 @@ export class FrameReader {
         pos += take;
         if (this.#bodyHave === body.byteLength) {
           this.#body = null;
+          this.framesDone++;
           this.onFrame(body);
         }
         continue;
@@ -71,11 +90,12 @@ export class FrameReader {
         const p = this.#prefix;
         len = (p[0]! | (p[1]! << 8) | (p[2]! << 16)) + p[3]! * 0x100_0000;
       }
-      if (len > this.maxFrameBytes) throw frameTooLarge('The peer announced', len, this.maxFrameBytes);
+      if (len > this.#max) throw this.#tooLarge(len, this.#max);
       if (n - pos >= len) {
         // The whole frame is in this chunk: hand on a view.
         const frame = chunk.subarray(pos, pos + len);
         pos += len;
+        this.framesDone++;
         this.onFrame(frame);
       } else {
         // allocUnsafe: every byte is about to be overwritten.

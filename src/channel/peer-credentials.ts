@@ -1,6 +1,6 @@
 /**
  * Who may connect: the two checks a Unix control socket gets besides its own
- * file mode (0600) and the HELLO's job token.
+ * file mode (0600) and the handshake's proof of the job token (src/auth).
  *
  *  1. Its directory is private: owned by this user, no access for group or
  *     others (0700). A socket file is chmod'ed only after bind(), so in a

@@ -14,6 +14,12 @@
  *    Reset, broken pipe → PeerLostError. Bad framing, oversized frame, or an
  *    end in the middle of a frame → ProtocolError.
  *
+ * Two bounds keep a peer from holding this process's memory or a half-read
+ * frame forever: before the handshake is done (`handshakeFrameBytes`, lifted
+ * by handshakeDone()) a frame may be only a few hundred bytes, refused from
+ * its length prefix alone; and a frame begun must be complete within
+ * `frameTimeoutMs`, or the channel fails (a peer trickling one byte a second).
+ *
  * Note that a peer process that dies with nothing unread looks like an
  * orderly end: the endpoint protocol tells the two apart (a CLOSE frame comes
  * first on an orderly close).
@@ -22,8 +28,9 @@ import { EventEmitter } from 'node:events';
 import { promises as fsp } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
-import { AccessDeniedError, ClosedError, ConfigError, PeerLostError, ProtocolError } from '../errors.js';
-import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerUidPolicy } from './peer-credentials.js';
+import { randomBytes } from 'node:crypto';
+import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
+import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import {
   DEFAULT_MAX_FRAME_BYTES,
@@ -39,12 +46,26 @@ const COPY_WRITE_BYTES = 16 * 1024;
 /** Linux sun_path holds 108 bytes including the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
 export const DEFAULT_CLOSE_TIMEOUT_MS = 1000;
+/**
+ * A frame begun must be whole within 30 s. A 256 MiB frame (the default
+ * limit) crosses a Unix socket in well under a second; the margin is for a
+ * writer whose event loop is busy elsewhere.
+ */
+export const DEFAULT_FRAME_TIMEOUT_MS = 30_000;
 
 export interface UnixChannelOptions {
   /** Largest frame sent or accepted, in bytes. Default 256 MiB; at most 2^32 - 1. */
   maxFrameBytes?: number;
   /** After close(), how long to wait for the peer to end before destroying the socket. Default 1000 ms. */
   closeTimeoutMs?: number;
+  /**
+   * Until handshakeDone() is called, refuse (and fail the channel on) any
+   * frame longer than this, from its length prefix, before buffering it.
+   * Default: no such bound (maxFrameBytes applies from the start).
+   */
+  handshakeFrameBytes?: number;
+  /** A frame begun must be complete within this many ms, or the channel fails with ProtocolError. Default 30000; 0: no limit. */
+  frameTimeoutMs?: number;
 }
 
 export interface ConnectUnixOptions extends UnixChannelOptions {
@@ -83,6 +104,8 @@ export interface UnixListener {
 interface ResolvedOptions {
   maxFrameBytes: number;
   closeTimeoutMs: number;
+  handshakeFrameBytes: number | undefined;
+  frameTimeoutMs: number;
 }
 
 function resolveOptions(opts: UnixChannelOptions | undefined): ResolvedOptions {
@@ -94,7 +117,15 @@ function resolveOptions(opts: UnixChannelOptions | undefined): ResolvedOptions {
   if (typeof closeTimeoutMs !== 'number' || !(closeTimeoutMs >= 0)) {
     throw new ConfigError(`closeTimeoutMs must be a non-negative number, got ${String(closeTimeoutMs)}`);
   }
-  return { maxFrameBytes, closeTimeoutMs };
+  const handshakeFrameBytes = opts?.handshakeFrameBytes;
+  if (handshakeFrameBytes !== undefined && (!Number.isInteger(handshakeFrameBytes) || handshakeFrameBytes < 1 || handshakeFrameBytes > maxFrameBytes)) {
+    throw new ConfigError(`handshakeFrameBytes must be an integer in 1..maxFrameBytes (${maxFrameBytes}), got ${String(handshakeFrameBytes)}`);
+  }
+  const frameTimeoutMs = opts?.frameTimeoutMs ?? DEFAULT_FRAME_TIMEOUT_MS;
+  if (typeof frameTimeoutMs !== 'number' || !(frameTimeoutMs >= 0) || frameTimeoutMs > 2 ** 31 - 1) {
+    throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameTimeoutMs)}`);
+  }
+  return { maxFrameBytes, closeTimeoutMs, handshakeFrameBytes, frameTimeoutMs };
 }
 
 /** What an errno from a Unix socket means, and what to do about it. */
@@ -119,6 +150,8 @@ function explain(err: NodeJS.ErrnoException, path: string): string {
 
 export class UnixChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel {
   readonly label: string;
+  /** The peer's pid as the kernel recorded it at connect (SO_PEERCRED), where it could be read. */
+  readonly peerPid: number | undefined;
   readonly #socket: net.Socket;
   readonly #opts: ResolvedOptions;
   readonly #reader: FrameReader;
@@ -127,16 +160,29 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   /** The first failure seen; reported by 'close'. */
   #error: Error | undefined;
   #closeTimer: NodeJS.Timeout | undefined;
+  /** The partial frame being timed: when it began (performance.now) and the reader's framesDone then. */
+  #partialSince = 0;
+  #partialFrame = -1;
+  #frameTimer: NodeJS.Timeout | undefined;
 
-  /** Wraps a connected socket; use connectUnix / listenUnix. */
-  constructor(socket: net.Socket, label: string, opts?: UnixChannelOptions) {
+  /** Wraps a connected socket; use connectUnix / listenUnix. `peer`: its credentials, if already read. */
+  constructor(socket: net.Socket, label: string, opts?: UnixChannelOptions, peer?: PeerCredentials) {
     super();
     this.label = label;
     this.#socket = socket;
     this.#opts = resolveOptions(opts);
+    this.peerPid = peer?.pid ?? readPeerPid(socket);
     this.#reader = new FrameReader(this.#opts.maxFrameBytes, (frame) => {
       if (!this.#closed) this.emit('frame', frame);
     });
+    const bound = this.#opts.handshakeFrameBytes;
+    if (bound !== undefined) {
+      this.#reader.setLimit(
+        bound,
+        (len, max) =>
+          new ProtocolError(`${label}: a peer that has not completed the handshake announced a frame of ${len} bytes; until it has, frames of at most ${max} bytes are accepted: refused`, 'SMCUDA_PROTOCOL_FRAME_SIZE'),
+      );
+    }
     socket.on('data', (chunk: Buffer) => {
       if (this.#closed) return;
       try {
@@ -144,7 +190,9 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       } catch (err) {
         if (!(err instanceof ProtocolError)) throw err;
         this.#fail(err);
+        return;
       }
+      if (this.#opts.frameTimeoutMs > 0) this.#timePartialFrame();
     });
     socket.on('drain', () => {
       if (!this.#closed) this.emit('drain');
@@ -160,6 +208,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
     });
     socket.on('close', () => {
       clearTimeout(this.#closeTimer);
+      clearTimeout(this.#frameTimer);
       this.#closed = true;
       this.#emitClose(this.#error);
     });
@@ -167,6 +216,64 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
 
   get closed(): boolean {
     return this.#closed;
+  }
+
+  /** Bytes held of a frame not yet complete (0 between frames): what a peer can make this channel hold. */
+  get bufferedBytes(): number {
+    return this.#reader.buffered;
+  }
+
+  /** The largest frame accepted now: handshakeFrameBytes until handshakeDone(), then maxFrameBytes. */
+  get frameLimit(): number {
+    return this.#reader.limit;
+  }
+
+  /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
+  handshakeDone(): void {
+    this.#reader.setLimit(this.#opts.maxFrameBytes);
+  }
+
+  /**
+   * Keeps a timer on the frame in progress. Runs after each chunk; costs a
+   * comparison unless a new frame was left incomplete.
+   */
+  #timePartialFrame(): void {
+    if (this.#reader.buffered === 0) {
+      if (this.#frameTimer !== undefined) {
+        clearTimeout(this.#frameTimer);
+        this.#frameTimer = undefined;
+      }
+      this.#partialFrame = -1;
+      return;
+    }
+    if (this.#partialFrame === this.#reader.framesDone) return; // the same frame, still coming
+    this.#partialFrame = this.#reader.framesDone;
+    this.#partialSince = performance.now();
+    if (this.#frameTimer === undefined) this.#armFrameTimer(this.#opts.frameTimeoutMs);
+  }
+
+  #armFrameTimer(ms: number): void {
+    this.#frameTimer = setTimeout(() => {
+      // Read what has arrived first (setImmediate runs after the poll phase):
+      // after a long stall of this process's own event loop, the rest of the
+      // frame may be waiting in the socket.
+      setImmediate(() => {
+        this.#frameTimer = undefined;
+        if (this.#closed || this.#reader.buffered === 0) return;
+        const age = performance.now() - this.#partialSince;
+        if (this.#partialFrame === this.#reader.framesDone && age >= this.#opts.frameTimeoutMs) {
+          this.#fail(
+            new ProtocolError(
+              `${this.label}: a frame begun ${Math.round(age)} ms ago is still incomplete (${this.#reader.buffered} bytes in), above frameTimeoutMs (${this.#opts.frameTimeoutMs}): the peer is stalled or hostile; closed`,
+              'SMCUDA_PROTOCOL_FRAME_TIMEOUT',
+            ),
+          );
+          return;
+        }
+        this.#armFrameTimer(Math.max(1, this.#opts.frameTimeoutMs - age));
+      });
+    }, ms);
+    this.#frameTimer.unref();
   }
 
   // No write coalescing (cork until the next tick): measured on 2×H200 it cost
@@ -236,6 +343,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   #fail(error: Error): void {
     this.#error ??= error;
     this.#closed = true;
+    clearTimeout(this.#frameTimer);
     this.#socket.destroy();
   }
 
@@ -254,7 +362,40 @@ function checkPath(path: string): void {
   }
 }
 
-/** Connects to a listener at `path`. Rejects with PeerLostError saying why (nothing there, stale socket, permissions). */
+/** The kernel's pid for the peer of `socket`, or undefined where it cannot be read (no addon, closed already). */
+function readPeerPid(socket: net.Socket): number | undefined {
+  try {
+    return socketPeerCredentials(socket).pid;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * An errno from the socket layer or the file system as a typed error that
+ * says what to do: nothing listening → NoListenerError, permission →
+ * AccessDeniedError, anything else → `other`.
+ */
+function socketError(err: NodeJS.ErrnoException, path: string, what: string, other: (message: string) => SmcudaError): SmcudaError {
+  const message = `${what} (${err.code ?? err.message}): ${explain(err, path)}`;
+  switch (err.code) {
+    case 'ENOENT':
+    case 'ECONNREFUSED':
+      return new NoListenerError(message, { cause: err });
+    case 'EACCES':
+    case 'EPERM':
+      return new AccessDeniedError(message);
+    default:
+      return other(message);
+  }
+}
+
+/**
+ * Connects to a listener at `path`. Rejects with NoListenerError when nothing
+ * accepts there (no socket file, or its process exited), AccessDeniedError on
+ * a permission error or a listener of another uid, PeerLostError otherwise
+ * (timeout, reset), each saying what to do.
+ */
 export async function connectUnix(path: string, opts?: ConnectUnixOptions): Promise<UnixChannel> {
   checkPath(path);
   const resolved = resolveOptions(opts);
@@ -265,7 +406,7 @@ export async function connectUnix(path: string, opts?: ConnectUnixOptions): Prom
     const onError = (err: NodeJS.ErrnoException) => {
       clearTimeout(timer);
       socket.destroy();
-      reject(new PeerLostError(`Could not connect to unix:${path} (${err.code ?? err.message}): ${explain(err, path)}`, { cause: err }));
+      reject(socketError(err, path, `Could not connect to unix:${path}`, (m) => new PeerLostError(m, { cause: err })));
     };
     socket.once('error', onError);
     if (opts?.timeoutMs !== undefined) {
@@ -274,14 +415,15 @@ export async function connectUnix(path: string, opts?: ConnectUnixOptions): Prom
     socket.once('connect', () => {
       clearTimeout(timer);
       socket.off('error', onError);
+      let cred: PeerCredentials | undefined;
       try {
-        checkPeer(socket, peerUids, `unix:${path}`);
+        cred = checkPeer(socket, peerUids, `unix:${path}`);
       } catch (err) {
         socket.destroy();
         reject(err);
         return;
       }
-      resolve(new UnixChannel(socket, `unix:${path}`, resolved));
+      resolve(new UnixChannel(socket, `unix:${path}`, resolved, cred));
     });
   });
 }
@@ -297,9 +439,19 @@ function isListening(path: string): Promise<boolean> {
     probe.once('error', (err: NodeJS.ErrnoException) => {
       probe.destroy();
       if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT') resolve(false);
-      else reject(new ConfigError(`Cannot tell whether ${path} is in use (${err.code}): ${explain(err, path)}`));
+      else reject(socketError(err, path, `Cannot tell whether ${path} is in use`, (m) => new ConfigError(m)));
     });
   });
+}
+
+/** An fs errno on `path` as a typed error (AccessDeniedError for permissions, else ConfigError). */
+function fsError(err: unknown, path: string, what: string): SmcudaError {
+  const e = err as NodeJS.ErrnoException;
+  if (e.code === 'EACCES' || e.code === 'EPERM') {
+    return new AccessDeniedError(`${what} (${e.code}): permission denied on ${path} or its directory: use a directory of your own (mode 0700)`);
+  }
+  if (e.code === 'ENOENT') return new ConfigError(`${what} (ENOENT): the directory of ${path} does not exist: create it (mode 0700) first`);
+  return new ConfigError(`${what} (${e.code ?? e.message}): ${e.message}`);
 }
 
 /** Removes a stale socket file at `path`; refuses to touch a live socket or anything that is not a socket. */
@@ -309,13 +461,26 @@ async function clearStaleSocket(path: string): Promise<void> {
     st = await fsp.lstat(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw err;
+    throw fsError(err, path, `Cannot look at ${path}`);
   }
   if (!st.isSocket()) throw new ConfigError(`${path} exists and is not a socket: refusing to replace it; choose another path or remove it`);
   if (await isListening(path)) throw new ConfigError(`Another process is listening at ${path}: stop it, or choose another path`);
   await fsp.unlink(path).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== 'ENOENT') throw err;
+    if (err.code !== 'ENOENT') throw fsError(err, path, `Cannot remove the stale socket ${path}`);
   });
+}
+
+/**
+ * A name next to `path` to bind first: libuv unlinks the path it bound when
+ * the server closes, whatever is there by then, so the server binds this
+ * name and the socket reaches `path` by link() (see listenUnix). Undefined
+ * when no such name fits in sun_path.
+ */
+function bindName(path: string): string | undefined {
+  const dir = dirname(path);
+  const room = MAX_SOCKET_PATH_BYTES - Buffer.byteLength(dir) - 2; // '/' and '.'
+  if (room < 1) return undefined;
+  return `${dir}/.${randomBytes(8).toString('hex').slice(0, Math.min(12, room))}`;
 }
 
 /**
@@ -326,9 +491,11 @@ async function clearStaleSocket(path: string): Promise<void> {
  * replaced; a live one, or a file that is not a socket, is refused
  * (ConfigError).
  *
- * The socket file is chmod'ed to 0600 as soon as it exists; under a umask
- * that leaves it writable by others there is a brief window before that, so
- * keep the socket in a private (0700) directory where that matters.
+ * The socket is bound under a random name next to `path`, made 0600, and only
+ * then linked to `path` (link() never replaces a file that appeared there
+ * meanwhile): `path` is never reachable with another mode. close() removes
+ * `path` only if it is still this socket (same device and inode), so it
+ * leaves alone whatever another process put there after listen().
  */
 export async function listenUnix(path: string, onChannel: (channel: UnixChannel) => void, opts?: ListenUnixOptions): Promise<UnixListener> {
   checkPath(path);
@@ -341,32 +508,54 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
   const channels = new Set<UnixChannel>();
   let accepted = 0;
   const server = net.createServer({ allowHalfOpen: false }, (socket) => {
+    let cred: PeerCredentials | undefined;
     try {
-      checkPeer(socket, peerUids, `unix:${path}`);
+      cred = checkPeer(socket, peerUids, `unix:${path}`);
     } catch (err) {
       // Never becomes a channel: the peer sees the connection closed at once.
       socket.destroy();
       refused(err as AccessDeniedError);
       return;
     }
-    const channel = new UnixChannel(socket, `unix:${path}#${++accepted}`, resolved);
+    const channel = new UnixChannel(socket, `unix:${path}#${++accepted}`, resolved, cred);
     channels.add(channel);
     channel.once('close', () => channels.delete(channel));
     onChannel(channel);
   });
+  const bound = bindName(path) ?? path;
   await new Promise<void>((resolve, reject) => {
-    const onError = (err: NodeJS.ErrnoException) => reject(new ConfigError(`Cannot listen at ${path} (${err.code}): ${explain(err, path)}`));
-    server.once('error', onError);
-    server.listen({ path }, () => {
-      server.off('error', onError);
+    server.once('error', reject);
+    server.listen({ path: bound }, () => {
+      server.off('error', reject);
       resolve();
     });
+  }).catch(async (err: NodeJS.ErrnoException) => {
+    // libuv reports bind()'s ENOENT (no such directory) as EACCES.
+    if (err.code === 'EACCES' && !(await fsp.stat(dirname(path)).then(() => true, () => false))) err.code = 'ENOENT';
+    throw fsError(err, path, `Cannot listen at ${path}`);
   });
+  const abandon = (err: SmcudaError): Promise<never> =>
+    new Promise((_, reject) => {
+      server.close(() => reject(err)); // libuv unlinks `bound`
+    });
+  let identity: { dev: number; ino: number };
   try {
-    await fsp.chmod(path, 0o600);
+    await fsp.chmod(bound, 0o600);
+    const st = await fsp.lstat(bound);
+    identity = { dev: st.dev, ino: st.ino };
   } catch (err) {
-    server.close();
-    throw new ConfigError(`Cannot make ${path} private (chmod 0600): ${(err as Error).message}`);
+    return abandon(fsError(err, bound, `Cannot make ${path} private (chmod 0600)`));
+  }
+  if (bound !== path) {
+    try {
+      await fsp.link(bound, path);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      return abandon(
+        e.code === 'EEXIST' ? new ConfigError(`${path} appeared while this listener was starting (another process?): refusing to replace it; choose another path`) : fsError(err, path, `Cannot listen at ${path}`),
+      );
+    }
+    await fsp.unlink(bound).catch(() => {}); // libuv's unlink at close would remove it anyway
   }
   server.on('error', (err) => (opts?.onError ? opts.onError(err) : process.emitWarning(`smcuda listener at ${path}: ${err.message}`)));
 
@@ -375,12 +564,21 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
     path,
     channels,
     close() {
-      closing ??= new Promise<void>((resolve) => {
-        // server.close() calls back once every accepted connection is gone;
-        // libuv removes the socket file itself when the server closes.
-        server.close(() => resolve());
-        for (const channel of channels) channel.close();
-      });
+      closing ??= (async () => {
+        // Remove `path` only while it is still our socket: an unrelated file
+        // or another listener's socket put there since listen() stays.
+        try {
+          const st = await fsp.lstat(path);
+          if (st.dev === identity.dev && st.ino === identity.ino) await fsp.unlink(path);
+        } catch {
+          // gone already, or not ours to judge: leave it
+        }
+        await new Promise<void>((resolve) => {
+          // Resolves once every accepted connection is gone.
+          server.close(() => resolve());
+          for (const channel of channels) channel.close();
+        });
+      })();
       return closing;
     },
   };

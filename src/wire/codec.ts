@@ -4,7 +4,7 @@
  *
  *  - little-endian; a 4-byte header: magic 0x53 ('S'), WIRE_VERSION, type, flags (0);
  *  - then the fixed fields of the type, then at most one variable part last
- *    or, for HELLO, two;
+ *    (HELLO: its peer id, then the 32-byte nonce and the features word);
  *  - u32 tag, u64 seq/offset/length (as JS numbers, ≤ Number.MAX_SAFE_INTEGER),
  *    u64 bigints, 16-byte device UUIDs, 64-byte IPC handles, u8 enums and booleans,
  *    u16-length UTF-8 strings, u32-length data.
@@ -25,6 +25,8 @@ import {
   FrameType,
   IPC_HANDLE_BYTES,
   MAX_FINS,
+  NONCE_BYTES,
+  PROOF_BYTES,
   UUID_BYTES,
   WIRE_VERSION,
   type Frame,
@@ -36,7 +38,7 @@ export const WIRE_MAGIC = 0x53;
 export const HEADER_BYTES = 4;
 /** Largest reason / message / peer id string, in UTF-8 bytes. */
 export const MAX_STRING_BYTES = 4096;
-/** Largest HELLO token, in UTF-8 bytes. */
+/** Largest job token, in UTF-8 bytes (it is an HMAC key and never travels; the limit is the one it had on the wire). */
 export const MAX_TOKEN_BYTES = 256;
 /** Largest HELLO peer id, in UTF-8 bytes (it must not be empty). */
 export const MAX_PEER_ID_BYTES = 256;
@@ -106,6 +108,11 @@ function checkHandle(type: FrameType, field: string, v: unknown): Uint8Array {
   if (!(v instanceof Uint8Array) || v.byteLength !== IPC_HANDLE_BYTES) {
     throw encodeError(type, field, `must be a Uint8Array of exactly ${IPC_HANDLE_BYTES} bytes, got ${show(v)}`);
   }
+  return v;
+}
+
+function checkBytes(type: FrameType, field: string, v: unknown, n: number): Uint8Array {
+  if (!(v instanceof Uint8Array) || v.byteLength !== n) throw encodeError(type, field, `must be a Uint8Array of exactly ${n} bytes, got ${show(v)}`);
   return v;
 }
 
@@ -266,15 +273,20 @@ export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
       const version = checkInt(T, 'version', frame.version, 1, 255);
       const pid = checkInt(T, 'pid', frame.pid, 0, U32);
       const nPeer = checkString(T, 'peerId', frame.peerId, 1, MAX_PEER_ID_BYTES);
-      const nToken = checkString(T, 'token', frame.token, 0, MAX_TOKEN_BYTES);
+      const nonce = checkBytes(T, 'nonce', frame.nonce, NONCE_BYTES);
       const features = checkInt(T, 'features', frame.features ?? 0, 0, U32);
-      const w = new Writer(T, HEADER_BYTES + 1 + 4 + UUID_BYTES + 2 + nPeer + 2 + nToken + 4);
+      const w = new Writer(T, HEADER_BYTES + 1 + 4 + UUID_BYTES + 2 + nPeer + NONCE_BYTES + 4);
       w.u8(version);
       w.u32(pid);
       w.uuid('deviceUuid', frame.deviceUuid);
       w.str(frame.peerId, nPeer);
-      w.str(frame.token, nToken);
+      w.raw(nonce);
       w.u32(features);
+      return w.done();
+    }
+    case FrameType.PROOF: {
+      const w = new Writer(frame.type, HEADER_BYTES + PROOF_BYTES);
+      w.raw(checkBytes(frame.type, 'proof', frame.proof, PROOF_BYTES));
       return w.done();
     }
     case FrameType.IPC_REQ: {
@@ -668,10 +680,13 @@ export function decodeFrame(bytes: Uint8Array, uuids?: UuidNames): Frame {
       const pid = r.u32('pid');
       const deviceUuid = r.uuid('deviceUuid');
       const peerId = r.str('peerId', 1, MAX_PEER_ID_BYTES);
-      const token = r.str('token', 0, MAX_TOKEN_BYTES);
-      frame = { type, version, pid, peerId, deviceUuid, token, features: r.u32('features') };
+      const nonce = r.copy('nonce', NONCE_BYTES);
+      frame = { type, version, pid, peerId, deviceUuid, nonce, features: r.u32('features') };
       break;
     }
+    case FrameType.PROOF:
+      frame = { type, proof: r.copy('proof', PROOF_BYTES) };
+      break;
     case FrameType.IPC_REQ: {
       const attempt = r.u32min('attempt', 1);
       frame = { type, attempt, deviceUuid: r.uuid('deviceUuid') };

@@ -8,10 +8,15 @@
  * flags (0).
  */
 
-export const WIRE_VERSION = 1;
+/** 2: HELLO carries a nonce instead of the job token, and PROOF follows it (src/auth/handshake.ts). */
+export const WIRE_VERSION = 2;
 export const IPC_HANDLE_BYTES = 64;
 /** Device UUIDs travel as their 16 raw bytes; in JS they are the 'GPU-…' string. */
 export const UUID_BYTES = 16;
+/** HELLO's fresh random challenge. */
+export const NONCE_BYTES = 32;
+/** PROOF's HMAC-SHA256. */
+export const PROOF_BYTES = 32;
 
 export enum FrameType {
   HELLO = 1,
@@ -20,6 +25,8 @@ export enum FrameType {
   IPC_NOTREADY = 4,
   IPC_CONFIRM = 5,
   IPC_ABORT = 6,
+  /** The handshake's second frame, after HELLO: HMAC proof of the job token (src/auth/handshake.ts). */
+  PROOF = 7,
   EAGER = 10,
   RGET = 11,
   FIN = 12,
@@ -56,10 +63,20 @@ export interface HelloFrame {
   peerId: string;
   /** UUID of the sender's current device, or '' when it uses no GPU (yet). */
   deviceUuid: string;
-  /** Per-job secret; empty when not configured. */
-  token: string;
+  /** NONCE_BYTES fresh random bytes: the challenge the peer's PROOF must cover. The job token itself never travels. */
+  nonce: Uint8Array;
   /** Feature bits (Feature.*); absent: 0. */
   features?: number;
+}
+
+/**
+ * Second frame in each direction: HMAC-SHA256, keyed with the job token,
+ * over the wire version, both ids, both pids and both nonces, the sender's
+ * first (src/auth/handshake.ts says exactly what).
+ */
+export interface ProofFrame {
+  type: FrameType.PROOF;
+  proof: Uint8Array;
 }
 
 /** "Can you open my IPC handles?" `attempt` counts from 1. */
@@ -233,7 +250,7 @@ export interface CloseFrame {
 
 /**
  * "Send me your frames through this ring": a shared segment the offering
- * side created and reads (shm-ring.ts). Sent once, right after HELLO.
+ * side created and reads (shm-ring.ts). Sent once, right after the handshake (HELLO, PROOF).
  */
 export interface RingOfferFrame {
   type: FrameType.RING_OFFER;
@@ -269,6 +286,7 @@ export type ChannelFrame = RingOfferFrame | RingSwitchFrame | DoorbellFrame | Sp
 
 export type Frame =
   | HelloFrame
+  | ProofFrame
   | IpcReqFrame
   | IpcAckFrame
   | IpcNotReadyFrame
