@@ -47,6 +47,7 @@ import { debug } from './debug.js';
 import { describeAllocation, type ExportTable } from './exports.js';
 import { GpuWork } from './gpu-work.js';
 import type { Tracer } from './trace.js';
+import { newSegmentName } from './segment-owner.js';
 
 export interface SendOptions {
   /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
@@ -769,7 +770,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private stagingRing(): StagingRing {
     if (!this.ring) {
-      const name = `/smcuda-stg-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+      const name = newSegmentName('stg'); // owner-stamped: swept if we die before the receiver unlinks it
       this.ring = new StagingRing(this.driver, this.opts.staging, name);
     }
     return this.ring;

@@ -21,6 +21,7 @@ import { connectUnix, listenUnix, type ListenUnixOptions, type UnixListener } fr
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
+import { sweepDeadSegments } from './segment-owner.js';
 import { Endpoint } from './endpoint.js';
 import { describeAllocation, ExportTable } from './exports.js';
 import { ConfigError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
@@ -92,6 +93,10 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
     const opts = resolveOptions(options); // bad options are refused before a driver is opened
+    // Segments of processes that died without cleaning up (SIGKILL, a staged send never granted):
+    // only dead owners' on this boot and in this pid namespace, of this uid (src/segment-owner.ts).
+    const swept = sweepDeadSegments();
+    if (swept.length > 0) debug('transport: removed %d shared-memory segment(s) of dead processes: %s', swept.length, swept.join(', '));
     let driver: CudaDriver;
     let reason: string;
     let owns: boolean;

@@ -38,6 +38,7 @@ import { resolveSimWorld, type SimDevice, type SimFaults, type SimOptions, type 
 import { EVENT_STATE_BYTES, SimEvent } from './sim/events.js';
 import { FaultState } from './sim/faults.js';
 import { decodeHandle, encodeHandle, segmentName, type SimHandle } from './sim/ipc-handle.js';
+import { localOwner } from '../segment-owner.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { cudaError } from './sim/result-codes.js';
 import { sharedSegment } from './shared-segment.js';
@@ -126,6 +127,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.memory = new SimMemory({
       shm: this.shm!,
       pid: process.pid,
+      start: localOwner().start,
       instance: this.instance,
       devices: this.visibleDevices,
     });
@@ -473,6 +475,7 @@ export class SimulatedCudaDriver implements CudaDriver {
         size: 0,
         bufferId: 0n,
         pid: process.pid,
+        start: localOwner().start,
         counter,
         nonce,
         instance: this.instance,
