@@ -394,6 +394,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 
   private sendStaged(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
+    // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.
+    this.stagingRing();
     const seq = this.nextSeq++;
     const done = this.pendSend(seq, tag, buf.length, 'staging', options.signal, noop);
     this.announceStaged(buf, tag, seq, options.stream);

@@ -39,9 +39,9 @@ import { EVENT_STATE_BYTES, SimEvent } from './sim/events.js';
 import { FaultState } from './sim/faults.js';
 import { decodeHandle, encodeHandle, segmentName, type SimHandle } from './sim/ipc-handle.js';
 import { localOwner } from '../segment-owner.js';
+import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { cudaError } from './sim/result-codes.js';
-import { sharedSegment } from './shared-segment.js';
 import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
   assertByte,
@@ -577,8 +577,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   shmCreate(name: string, bytes: number): SharedSegment {
     assertName('name', name);
     assertSize('bytes', bytes);
-    const shm = this.requireShm();
-    return sharedSegment(name, shm.shmCreate(name, bytes), (b) => shm.shmClose(b));
+    return createSharedSegment(this.requireShm(), name, bytes);
   }
 
   shmOpen(name: string): SharedSegment {
