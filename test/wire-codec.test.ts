@@ -18,6 +18,7 @@ import {
   MAX_STRING_BYTES,
   MAX_TOKEN_BYTES,
   WIRE_VERSION,
+  IPC_PROBE_BYTES,
   readDeviceUuid,
   restampRget,
   RgetDecoder,
@@ -301,28 +302,36 @@ describe('RgetDecoder', () => {
 describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0x01020304, seq: 2 ** 32 + 5, fromDevice: true, data: Uint8Array.of(0xaa, 0xbb) });
-    expect(bytes).toEqual(hex('53 01 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
+    expect(bytes).toEqual(hex('53 02 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
   });
 
   it('HELLO ends with the features word; channel-layer frames as protocol.md lays them out', () => {
     const hello = encodeFrame({ type: FrameType.HELLO, version: 1, pid: 2, peerId: 'p', deviceUuid: '', token: '', features: 1 });
-    expect(hello).toEqual(hex('53 01 01 00  01  02000000  00000000000000000000000000000000  0100 70  0000  01000000'));
-    expect(encodeFrame({ type: FrameType.RING_OFFER, segment: '/r', capacity: 4096 })).toEqual(hex('53 01 32 00  0200 2f72  00100000'));
-    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 01 33 00'));
-    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 01 34 00'));
-    const inner = hex('53 01 34 00');
-    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 01 35 00  09000000  04000000  53013400'));
+    expect(hello).toEqual(hex('53 02 01 00  01  02000000  00000000000000000000000000000000  0100 70  0000  01000000'));
+    expect(encodeFrame({ type: FrameType.RING_OFFER, segment: '/r', capacity: 4096 })).toEqual(hex('53 02 32 00  0200 2f72  00100000'));
+    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 02 33 00'));
+    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 02 34 00'));
+    const inner = hex('53 02 34 00');
+    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 02 35 00  09000000  04000000  53023400'));
     expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
-  it('IPC_REQ: attempt u32 then the 16 UUID bytes', () => {
+  it('IPC_REQ: attempt u32, the 16 UUID bytes, then a probe-present byte and the probe', () => {
     const bytes = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff' });
-    expect(bytes).toEqual(hex('53 01 02 00  03000000  00112233445566778899aabbccddeeff'));
+    expect(bytes).toEqual(hex('53 02 02 00  03000000  00112233445566778899aabbccddeeff  00'));
+    const probe = new Uint8Array(IPC_PROBE_BYTES).map((_, i) => i);
+    const withProbe = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
+    expect(withProbe.byteLength).toBe(4 + 4 + 16 + 1 + IPC_PROBE_BYTES);
+    expect(withProbe[24]).toBe(1);
+    expect(decodeFrame(withProbe.slice())).toEqual({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
+    const ack = encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '', probe });
+    expect(decodeFrame(ack.slice())).toEqual({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '', probe });
+    expect(() => encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '', probe: new Uint8Array(3) })).toThrow(/'probe'/);
   });
 
   it('FIN: seq u64, status u8, message as u16 length + UTF-8', () => {
     const bytes = encodeFrame({ type: FrameType.FIN, seq: 7, status: FinStatus.TRUNCATED, message: 'é' });
-    expect(bytes).toEqual(hex('53 01 0c 00  0700000000000000  03  0200 c3a9'));
+    expect(bytes).toEqual(hex('53 02 0c 00  0700000000000000  03  0200 c3a9'));
   });
 
   it('RGET: 137 bytes without an event, 201 with one', () => {
@@ -356,7 +365,7 @@ describe('layout', () => {
     expect(encodeFrame({ type: FrameType.STAGE_ACK, seq: 1, slot: 2 }).byteLength).toBe(14);
     expect(encodeFrame({ type: FrameType.STAGE_CHUNK, seq: 1, slot: 2, offset: 3, length: 4 }).byteLength).toBe(26);
     expect(encodeFrame({ type: FrameType.INVALIDATE, deviceUuid: '', base: 1n, bufferId: 2n }).byteLength).toBe(36);
-    expect(encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '' }).byteLength).toBe(25);
+    expect(encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '' }).byteLength).toBe(26); // + probe-present byte
     expect(encodeFrame({ type: FrameType.IPC_NOTREADY, attempt: 1 }).byteLength).toBe(8);
   });
 
@@ -481,7 +490,7 @@ describe('decode rules', () => {
     const overlong = encodeFrame({ type: FrameType.CLOSE, reason: 'ab' }).slice();
     overlong.set([0xc0, 0xaf], 6); // over-long encoding of '/'
     expect(decodeError(overlong).message).toMatch(/not valid UTF-8/);
-    const long = concat([Uint8Array.of(0x53, 1, FrameType.IPC_ABORT, 0, 0x01, 0x10), new Uint8Array(4097).fill(0x61)]);
+    const long = concat([Uint8Array.of(0x53, WIRE_VERSION, FrameType.IPC_ABORT, 0, 0x01, 0x10), new Uint8Array(4097).fill(0x61)]);
     expect(decodeError(long).message).toMatch(/IPC_ABORT frame: 'reason' must be 0..4096 UTF-8 bytes, got 4097/);
     const past = encodeFrame({ type: FrameType.CLOSE, reason: 'ab' }).slice();
     dv(past).setUint16(4, 3, true);
