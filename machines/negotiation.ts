@@ -8,15 +8,24 @@
  *   ACKING  the peer asked; I am deciding what to answer (peer access check)
  *   ACKED   I answered IPC_ACK(ok) and wait for IPC_CONFIRM
  *   OK      IPC in use on this endpoint (may still go BAD on PEER_LOST/ABORT)
+ *
+ * OK means IPC works between these two processes, not only that
+ * cuDeviceCanAccessPeer said yes: each side's IPC_REQ / IPC_ACK(ok) carries a
+ * probe (src/ipc-probe.ts: a small allocation holding a random value), and
+ * the other side opens it and reads the value back before it answers yes
+ * (ACKING) or confirms (SENT). A probe that does not open is BAD on both
+ * sides (ACK(no), or ABORT instead of CONFIRM), still in 1.5 round trips.
  *   BAD     no IPC on this endpoint, for good (it still answers IPC_REQ with no)
  *
- * The machine never touches bytes or the driver directly: it is given
- *  - `send(frame)`: the endpoint encodes and writes the frame;
- *  - `checkReady()` / `checkPeerAccess(uuid)`: driver questions, run as invoked
- *    promise actors (so they are visible, cancellable and time-bounded).
- * They come in through the actor's `input`. Tests (or a different driver
- * binding) may also replace the two invoked actors with
- * `negotiationMachine.provide({ actors: { checkReady, checkPeerAccess } })`.
+ * The machine never touches bytes or the driver directly. Its effects are
+ * named in `setup()` and supplied with `negotiationMachine.provide(...)`
+ * (negotiator.ts does it for an endpoint; tests provide their own):
+ *  - action `send` (params `{ frame }`): the endpoint encodes and writes the frame;
+ *  - actors `checkReady`, `checkPeerAccess`, `openProbe`: driver questions,
+ *    run as invoked promise actors (visible, cancellable, time-bounded).
+ * Unprovided, `send` throws and the actors reject (no IPC). The context is
+ * plain, serialisable data (ids, options, counters, hex probes), so an actor's
+ * persisted snapshot can be stored and restored.
  *
  * Who tells whom when going BAD (this is what makes both sides agree):
  *  - my own decision (timeout, tries exhausted, IPC off on GPU send): IPC_ABORT;
@@ -73,22 +82,30 @@ export const DEFAULT_NEGOTIATION_CONFIG: Readonly<NegotiationConfig> = Object.fr
   checkTimeoutMs: 5_000,
 });
 
-/** What `checkReady` answers: is CUDA initialised in this process, and my device's UUID ('GPU-…'). */
+/**
+ * What `checkReady` answers: is CUDA initialised in this process, my device's
+ * UUID ('GPU-…'), and my exported probe (IPC_PROBE_BYTES, src/ipc-probe.ts;
+ * absent when it could not be made: the peer then refuses IPC).
+ */
 export interface ReadyCheck {
   ready: boolean;
   deviceUuid: string;
+  probe?: Uint8Array;
 }
 
-/** What the endpoint gives the machine. */
+/** The effects an endpoint supplies (negotiator.ts turns them into `provide`d actions and actors). */
 export interface NegotiationIO {
-  /** Send one negotiation frame to the peer (the endpoint encodes it). Must not throw; see NegotiationActor. */
+  /** Send one negotiation frame to the peer (the endpoint encodes it). Must not throw; see Negotiator. */
   send(frame: NegotiationFrame): void;
   checkReady(): Promise<ReadyCheck>;
   /** Can my current device and the device `peerUuid` access each other? Never called for the same UUID. */
   checkPeerAccess(peerUuid: string): Promise<boolean>;
+  /** Open the peer's probe (on device `peerUuid`) and read its value; reject with the reason when that fails. */
+  openProbe(peerUuid: string, probe: Uint8Array): Promise<void>;
 }
 
-export interface NegotiationInput extends NegotiationIO {
+/** The actor's input: plain data. */
+export interface NegotiationInput {
   /** This side's transport id (HELLO.peerId as I sent it). */
   localId: string;
   /** The peer's transport id. The LOWER id (string comparison) wins a simultaneous request. */
@@ -108,6 +125,7 @@ export type BadReasonCode =
   | 'REQUEST_TIMEOUT'
   | 'CONFIRM_TIMEOUT'
   | 'PEER_LOST'
+  | 'PROBE_FAILED'
   | 'PROTOCOL';
 
 const REASON_TEXT: Record<BadReasonCode, string> = {
@@ -121,10 +139,12 @@ const REASON_TEXT: Record<BadReasonCode, string> = {
   REQUEST_TIMEOUT: 'no answer to IPC_REQ in time (negotiation.requestTimeoutMs): the peer is hung or gone',
   CONFIRM_TIMEOUT: 'no IPC_CONFIRM in time (negotiation.confirmTimeoutMs): the peer is hung or gone',
   PEER_LOST: 'the peer went away',
+  PROBE_FAILED: "peer access said yes, but the peer's probe allocation could not be opened and read (IPC does not work between these processes)",
   PROTOCOL: 'IPC_REQ while OK: the peer lost its negotiation state (restarted?); IPC is dropped on this endpoint',
 };
 
-export interface NegotiationContext extends NegotiationIO {
+/** Plain data only (JSON-serialisable): the actor's snapshot can be persisted and restored. */
+export interface NegotiationContext {
   localId: string;
   peerId: string;
   options: NegotiationConfig;
@@ -134,6 +154,10 @@ export interface NegotiationContext extends NegotiationIO {
   localUuid: string;
   /** The peer's device UUID, from its IPC_REQ or IPC_ACK ('' before). */
   peerUuid: string;
+  /** My probe, hex ('' none), from checkReady; sent in IPC_REQ and IPC_ACK(ok). */
+  localProbe: string;
+  /** The peer's probe, hex ('' none), from its IPC_REQ or IPC_ACK(ok). */
+  peerProbe: string;
   /** Attempt number of the peer's request I am answering (echoed in ACK/NOTREADY, expected in CONFIRM). */
   answering: number;
   /** Set when BAD. */
@@ -208,18 +232,40 @@ function outputOf<T>(event: unknown): T | undefined {
 }
 
 /** A check result counts as ready only with a device UUID to send. */
-function normaliseReady(r: ReadyCheck | undefined): ReadyCheck {
+function normaliseReady(r: ReadyCheck | undefined): { ready: boolean; deviceUuid: string; probe: string } {
   const ready = !!r && r.ready === true && typeof r.deviceUuid === 'string' && r.deviceUuid.length > 0;
-  return { ready, deviceUuid: ready ? r!.deviceUuid : '' };
+  const probe = ready && r!.probe instanceof Uint8Array ? toHex(r!.probe) : '';
+  return { ready, deviceUuid: ready ? r!.deviceUuid : '', probe };
 }
 
-/** Inputs of the two invoked check actors (for replacements given to `negotiationMachine.provide`). */
-export interface CheckReadyInput {
-  checkReady: () => Promise<ReadyCheck>;
+/** Probes live in the context as hex (plain data); frames carry bytes. */
+export function toHex(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
 }
+export function fromHex(hex: string): Uint8Array {
+  return new Uint8Array(Buffer.from(hex, 'hex'));
+}
+const probeField = (hex: string): { probe?: Uint8Array } => (hex ? { probe: fromHex(hex) } : {});
+
+/** Inputs of the invoked actors (what a `provide`d replacement receives). */
+export type CheckReadyInput = undefined;
 export interface CheckPeerAccessInput {
-  checkPeerAccess: (uuid: string) => Promise<boolean>;
   peerUuid: string;
+}
+export interface OpenProbeInput {
+  peerUuid: string;
+  /** The peer's probe (IPC_PROBE_BYTES). */
+  probe: Uint8Array;
+}
+
+/** An invoked actor's rejection, as text for the BAD reason. */
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** What an effect that was not provided does: refuse loudly (send) or answer no (actors). */
+function notProvided(what: string): Error {
+  return new Error(`negotiationMachine: no ${what} was provided; use negotiationMachine.provide(...) (negotiator.ts does)`);
 }
 
 const BAD = '#negotiation.BAD';
@@ -229,7 +275,7 @@ const ACKING = '#negotiation.ACKING';
 const ACKED = '#negotiation.ACKED';
 const OK = '#negotiation.OK';
 
-export const negotiationMachine = setup({
+const base = setup({
   types: {} as {
     context: NegotiationContext;
     events: NegotiationEvent;
@@ -237,14 +283,18 @@ export const negotiationMachine = setup({
     tags: 'stable';
   },
   actors: {
-    /** Is CUDA initialised here, and which device am I on? Rejections and hangs count as "not ready". */
-    checkReady: fromPromise<ReadyCheck, CheckReadyInput>(async ({ input }) =>
-      normaliseReady(await input.checkReady()),
-    ),
+    /** Is CUDA initialised here, which device am I on, and my probe. Rejections and hangs count as "not ready". */
+    checkReady: fromPromise<ReadyCheck, CheckReadyInput>(async () => {
+      throw notProvided('checkReady actor');
+    }),
     /** Peer access between my device and the peer's (different UUIDs only). Rejections and hangs count as "no". */
-    checkPeerAccess: fromPromise<boolean, CheckPeerAccessInput>(
-      async ({ input }) => (await input.checkPeerAccess(input.peerUuid)) === true,
-    ),
+    checkPeerAccess: fromPromise<boolean, CheckPeerAccessInput>(async () => {
+      throw notProvided('checkPeerAccess actor');
+    }),
+    /** Open the peer's probe and read its value. Resolves: IPC works; rejections and hangs: it does not. */
+    openProbe: fromPromise<void, OpenProbeInput>(async () => {
+      throw notProvided('openProbe actor');
+    }),
   },
   guards: {
     ipcDisabled: ({ context }) => !context.options.ipc,
@@ -257,10 +307,11 @@ export const negotiationMachine = setup({
     /** Simultaneous requests: the lower transport id's request wins. */
     localWinsTie: ({ context }) => context.localId < context.peerId,
     peerHasNoDevice: ({ context }) => context.peerUuid === '',
+    peerHasNoProbe: ({ context }) => context.peerProbe === '',
     sameDevice: ({ context }) => context.peerUuid === context.localUuid,
     sameGpuIpcAllowed: ({ context }) => context.options.sameGpuIpc,
     /** On checkReady's done event. */
-    isReady: ({ event }) => outputOf<ReadyCheck>(event)?.ready === true,
+    isReady: ({ event }) => normaliseReady(outputOf<ReadyCheck>(event)).ready,
     /** On checkPeerAccess's done event. */
     hasPeerAccess: ({ event }) => outputOf<boolean>(event) === true,
   },
@@ -270,31 +321,29 @@ export const negotiationMachine = setup({
     checkTimeout: ({ context }) => context.options.checkTimeoutMs,
   },
   actions: {
+    /** The one outward effect: hand a frame to the endpoint. Provided by whoever runs the machine. */
+    send: (_, _params: { frame: NegotiationFrame }) => {
+      throw notProvided('send action');
+    },
     recordState: assign({
       path: ({ context }, params: { state: NegotiationState }) => [...context.path, params.state],
     }),
     countIgnored: assign({ ignored: ({ context }) => context.ignored + 1 }),
     /** Remember the peer's request (its attempt and device) so that ACKING can answer it. */
     acceptRequest: assign(({ event }) =>
-      event.type === 'IPC_REQ' ? { answering: event.frame.attempt, peerUuid: event.frame.deviceUuid } : {},
+      event.type === 'IPC_REQ'
+        ? { answering: event.frame.attempt, peerUuid: event.frame.deviceUuid, peerProbe: event.frame.probe ? toHex(event.frame.probe) : '' }
+        : {},
     ),
-    storeLocalUuid: assign({ localUuid: (_, params: { uuid: string }) => params.uuid }),
-    storePeerUuidFromAck: assign(({ event }) => (event.type === 'IPC_ACK' ? { peerUuid: event.frame.deviceUuid } : {})),
+    /** checkReady said ready: my device and my probe. */
+    storeReady: assign((_, params: { output: ReadyCheck | undefined }) => {
+      const r = normaliseReady(params.output);
+      return { localUuid: r.deviceUuid, localProbe: r.probe };
+    }),
+    storePeerFromAck: assign(({ event }) =>
+      event.type === 'IPC_ACK' ? { peerUuid: event.frame.deviceUuid, peerProbe: event.frame.probe ? toHex(event.frame.probe) : '' } : {},
+    ),
     countTry: assign({ tries: ({ context }) => context.tries + 1 }),
-    sendRequest: ({ context }) => context.send({ type: FrameType.IPC_REQ, attempt: context.tries, deviceUuid: context.localUuid }),
-    sendNotReady: ({ context }) => context.send({ type: FrameType.IPC_NOTREADY, attempt: context.answering }),
-    answerYes: ({ context }) =>
-      context.send({ type: FrameType.IPC_ACK, attempt: context.answering, ok: true, deviceUuid: context.localUuid }),
-    /** Answer a request with no. `attempt` from the request being answered (BAD answers any request). */
-    answerNo: ({ context, event }) =>
-      context.send({
-        type: FrameType.IPC_ACK,
-        attempt: event.type === 'IPC_REQ' ? event.frame.attempt : context.answering,
-        ok: false,
-        deviceUuid: context.localUuid,
-      }),
-    sendConfirm: ({ context }) => context.send({ type: FrameType.IPC_CONFIRM, attempt: context.tries }),
-    sendAbort: ({ context }) => context.send({ type: FrameType.IPC_ABORT, reason: `${context.reasonCode}: ${context.reason}` }),
     setReason: assign((_, params: { code: BadReasonCode; detail?: string }) => ({
       reasonCode: params.code,
       reason: params.detail ? `${REASON_TEXT[params.code]}: ${params.detail}` : REASON_TEXT[params.code],
@@ -309,7 +358,30 @@ export const negotiationMachine = setup({
       else enqueue.assign({ ignored: ({ context }) => context.ignored + 1 });
     }),
   },
-}).createMachine({
+});
+
+/** The named `send` action with a frame built from the context (and the event). */
+const sendWith = (build: (context: NegotiationContext, event: NegotiationEvent) => NegotiationFrame) =>
+  base.createAction(enqueueActions(({ context, event, enqueue }) => enqueue({ type: 'send', params: { frame: build(context, event) } })));
+
+export const negotiationMachine = base
+  .extend({
+    actions: {
+      sendRequest: sendWith((c) => ({ type: FrameType.IPC_REQ, attempt: c.tries, deviceUuid: c.localUuid, ...probeField(c.localProbe) })),
+      sendNotReady: sendWith((c) => ({ type: FrameType.IPC_NOTREADY, attempt: c.answering })),
+      answerYes: sendWith((c) => ({ type: FrameType.IPC_ACK, attempt: c.answering, ok: true, deviceUuid: c.localUuid, ...probeField(c.localProbe) })),
+      /** Answer a request with no. `attempt` from the request being answered (BAD answers any request). */
+      answerNo: sendWith((c, event) => ({
+        type: FrameType.IPC_ACK,
+        attempt: event.type === 'IPC_REQ' ? event.frame.attempt : c.answering,
+        ok: false,
+        deviceUuid: c.localUuid,
+      })),
+      sendConfirm: sendWith((c) => ({ type: FrameType.IPC_CONFIRM, attempt: c.tries })),
+      sendAbort: sendWith((c) => ({ type: FrameType.IPC_ABORT, reason: `${c.reasonCode}: ${c.reason}` })),
+    },
+  })
+  .createMachine({
   id: 'negotiation',
   description: 'Per-endpoint CUDA IPC negotiation (smcuda handshake): lazy, tie-broken by transport id, time-bounded.',
   initial: 'INIT',
@@ -317,12 +389,11 @@ export const negotiationMachine = setup({
     localId: input.localId,
     peerId: input.peerId,
     options: resolveNegotiationConfig(input.options),
-    send: input.send,
-    checkReady: input.checkReady,
-    checkPeerAccess: input.checkPeerAccess,
     tries: 0,
     localUuid: '',
     peerUuid: '',
+    localProbe: '',
+    peerProbe: '',
     answering: 0,
     reasonCode: null,
     reason: '',
@@ -381,16 +452,11 @@ export const negotiationMachine = setup({
           invoke: {
             id: 'readyToSend',
             src: 'checkReady',
-            input: ({ context }) => ({ checkReady: context.checkReady }),
             onDone: [
               {
                 guard: 'isReady',
                 target: SENT,
-                actions: [
-                  { type: 'storeLocalUuid', params: ({ event }) => ({ uuid: event.output.deviceUuid }) },
-                  'countTry',
-                  'sendRequest',
-                ],
+                actions: [{ type: 'storeReady', params: ({ event }) => ({ output: event.output }) }, 'countTry', 'sendRequest'],
                 description: 'Ready: send IPC_REQ{attempt = ++tries}.',
               },
               { target: 'idle', description: 'Not ready: try again on the next GPU send.' },
@@ -411,12 +477,11 @@ export const negotiationMachine = setup({
           invoke: {
             id: 'readyToAnswer',
             src: 'checkReady',
-            input: ({ context }) => ({ checkReady: context.checkReady }),
             onDone: [
               {
                 guard: 'isReady',
                 target: ACKING,
-                actions: { type: 'storeLocalUuid', params: ({ event }) => ({ uuid: event.output.deviceUuid }) },
+                actions: { type: 'storeReady', params: ({ event }) => ({ output: event.output }) },
               },
               { target: 'idle', actions: 'sendNotReady', description: 'Not ready: the peer retries later.' },
             ],
@@ -428,7 +493,7 @@ export const negotiationMachine = setup({
     },
 
     SENT: {
-      description: 'IPC_REQ sent; waiting for IPC_ACK or IPC_NOTREADY (bounded by requestTimeoutMs).',
+      description: 'IPC_REQ sent; waiting for IPC_ACK or IPC_NOTREADY, then opening the peer\'s probe (bounded by requestTimeoutMs).',
       entry: { type: 'recordState', params: { state: 'SENT' } },
       after: {
         requestTimeout: {
@@ -436,45 +501,78 @@ export const negotiationMachine = setup({
           actions: [{ type: 'setReason', params: { code: 'REQUEST_TIMEOUT' } }, 'sendAbort'],
         },
       },
-      on: {
-        IPC_ACK: [
-          {
-            guard: and(['answersMyRequest', 'ackSaysOk']),
-            target: OK,
-            actions: ['storePeerUuidFromAck', 'sendConfirm'],
-            description: 'ACK(ok): confirm, IPC in use.',
+      initial: 'waiting',
+      states: {
+        waiting: {
+          on: {
+            IPC_ACK: [
+              {
+                guard: and(['answersMyRequest', 'ackSaysOk']),
+                target: 'openingProbe',
+                actions: 'storePeerFromAck',
+                description: "ACK(ok): open the peer's probe before confirming.",
+              },
+              {
+                guard: 'answersMyRequest',
+                target: BAD,
+                actions: ['storePeerFromAck', { type: 'setReason', params: { code: 'PEER_REFUSED' } }],
+                description: 'ACK(no): the peer is BAD already.',
+              },
+            ],
+            IPC_NOTREADY: [
+              {
+                guard: and(['answersMyRequest', 'triesExhausted']),
+                target: BAD,
+                actions: [{ type: 'setReason', params: { code: 'TRIES_EXHAUSTED' } }, 'sendAbort'],
+              },
+              {
+                guard: 'answersMyRequest',
+                target: INIT,
+                description: 'The peer has no CUDA yet: retry on my next GPU send.',
+              },
+            ],
+            IPC_REQ: [
+              {
+                guard: 'localWinsTie',
+                actions: 'countIgnored',
+                description: 'Both asked at once and my id is lower: my request stands; the peer will answer it.',
+              },
+              {
+                target: ACKING,
+                actions: 'acceptRequest',
+                description: "Both asked at once and the peer's id is lower: drop mine, answer theirs.",
+              },
+            ],
           },
-          {
-            guard: 'answersMyRequest',
+        },
+        openingProbe: {
+          description: "The peer said yes: open its probe and read the value (bounded by checkTimeoutMs); only then confirm.",
+          always: {
+            guard: 'peerHasNoProbe',
             target: BAD,
-            actions: ['storePeerUuidFromAck', { type: 'setReason', params: { code: 'PEER_REFUSED' } }],
-            description: 'ACK(no): the peer is BAD already.',
+            actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'the answer carries no probe' } }, 'sendAbort'],
           },
-        ],
-        IPC_NOTREADY: [
-          {
-            guard: and(['answersMyRequest', 'triesExhausted']),
-            target: BAD,
-            actions: [{ type: 'setReason', params: { code: 'TRIES_EXHAUSTED' } }, 'sendAbort'],
+          invoke: {
+            id: 'peerProbeOfAck',
+            src: 'openProbe',
+            input: ({ context }) => ({ peerUuid: context.peerUuid, probe: fromHex(context.peerProbe) }),
+            onDone: { target: OK, actions: 'sendConfirm', description: 'Read back: confirm, IPC in use.' },
+            onError: {
+              target: BAD,
+              actions: [
+                { type: 'setReason', params: ({ event }) => ({ code: 'PROBE_FAILED' as const, detail: errorText(event.error) }) },
+                'sendAbort',
+              ],
+              description: 'The probe does not open: abort (the peer, in ACKED, goes BAD too).',
+            },
           },
-          {
-            guard: 'answersMyRequest',
-            target: INIT,
-            description: 'The peer has no CUDA yet: retry on my next GPU send.',
+          after: {
+            checkTimeout: {
+              target: BAD,
+              actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'opening it did not finish in time' } }, 'sendAbort'],
+            },
           },
-        ],
-        IPC_REQ: [
-          {
-            guard: 'localWinsTie',
-            actions: 'countIgnored',
-            description: 'Both asked at once and my id is lower: my request stands; the peer will answer it.',
-          },
-          {
-            target: ACKING,
-            actions: 'acceptRequest',
-            description: "Both asked at once and the peer's id is lower: drop mine, answer theirs.",
-          },
-        ],
+        },
       },
     },
 
@@ -497,9 +595,8 @@ export const negotiationMachine = setup({
             },
             {
               guard: and(['sameDevice', 'sameGpuIpcAllowed']),
-              target: ACKED,
-              actions: 'answerYes',
-              description: 'Same GPU (same UUID): yes.',
+              target: 'openingProbe',
+              description: 'Same GPU (same UUID): yes, once its probe opens.',
             },
             {
               guard: 'sameDevice',
@@ -513,9 +610,9 @@ export const negotiationMachine = setup({
           invoke: {
             id: 'peerAccess',
             src: 'checkPeerAccess',
-            input: ({ context }) => ({ checkPeerAccess: context.checkPeerAccess, peerUuid: context.peerUuid }),
+            input: ({ context }) => ({ peerUuid: context.peerUuid }),
             onDone: [
-              { guard: 'hasPeerAccess', target: ACKED, actions: 'answerYes' },
+              { guard: 'hasPeerAccess', target: 'openingProbe' },
               {
                 target: BAD,
                 actions: [{ type: 'setReason', params: { code: 'NO_PEER_ACCESS' } }, 'answerNo'],
@@ -533,6 +630,33 @@ export const negotiationMachine = setup({
             checkTimeout: {
               target: BAD,
               actions: [{ type: 'setReason', params: { code: 'CHECK_TIMEOUT' } }, 'answerNo'],
+            },
+          },
+        },
+        openingProbe: {
+          description: "Open the requester's probe and read the value (bounded by checkTimeoutMs); only then answer yes.",
+          always: {
+            guard: 'peerHasNoProbe',
+            target: BAD,
+            actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'the request carries no probe' } }, 'answerNo'],
+          },
+          invoke: {
+            id: 'peerProbeOfRequest',
+            src: 'openProbe',
+            input: ({ context }) => ({ peerUuid: context.peerUuid, probe: fromHex(context.peerProbe) }),
+            onDone: { target: ACKED, actions: 'answerYes' },
+            onError: {
+              target: BAD,
+              actions: [
+                { type: 'setReason', params: ({ event }) => ({ code: 'PROBE_FAILED' as const, detail: errorText(event.error) }) },
+                'answerNo',
+              ],
+            },
+          },
+          after: {
+            checkTimeout: {
+              target: BAD,
+              actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'opening it did not finish in time' } }, 'answerNo'],
             },
           },
         },

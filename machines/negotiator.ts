@@ -4,13 +4,17 @@
  * the top-level state into plain fields, so that the per-message hot path
  * reads `negotiator.ok` and never touches XState.
  *
- *   const n = createNegotiator({ localId, peerId, options, send, checkReady, checkPeerAccess,
+ *   const n = createNegotiator({ localId, peerId, options, send, checkReady, checkPeerAccess, openProbe,
  *                                onStateChange: (state, previous, info) => … });
+ *
+ * The effects (send, checkReady, checkPeerAccess, openProbe) become the
+ * machine's named action and actors through `machine.provide(...)`; the
+ * actor's input and context hold plain data only.
  *   n.gpuSend();            // before the first GPU send (only acts in INIT)
  *   n.receive(frame);       // a negotiation frame arrived
  *   n.peerLost(); n.stop(); // channel closed
  */
-import { createActor, type Actor, type ActorOptions, type InspectionEvent, type Observer } from 'xstate';
+import { createActor, fromPromise, type Actor, type ActorOptions, type InspectionEvent, type Observer } from 'xstate';
 import { ConfigError } from '../src/errors.js';
 import type { NegotiationFrame } from '../src/wire/frames.js';
 import {
@@ -21,8 +25,13 @@ import {
   type BadReasonCode,
   type NegotiationConfig,
   type NegotiationContext,
+  type NegotiationIO,
   type NegotiationInput,
   type NegotiationMachine,
+  type CheckPeerAccessInput,
+  type CheckReadyInput,
+  type OpenProbeInput,
+  type ReadyCheck,
   type NegotiationSnapshot,
   type NegotiationState,
 } from './negotiation.js';
@@ -40,18 +49,25 @@ export interface StateChangeInfo {
 
 export type StateChangeListener = (state: NegotiationState, previous: NegotiationState, info: StateChangeInfo) => void;
 
-export interface NegotiatorParams extends NegotiationInput {
+export interface NegotiatorParams extends NegotiationInput, Partial<Omit<NegotiationIO, 'send'>> {
+  /** Send one negotiation frame (the endpoint encodes it). A throw is taken as the channel gone (PEER_LOST). */
+  send: NegotiationIO['send'];
   /** Called for every top-level state entered, in order, including pass-through ones (SENT→ACKING→ACKED). */
   onStateChange?: StateChangeListener;
   /** XState clock (tests pass a SimulatedClock); default: real timers. */
   clock?: Clock;
   /** XState inspection (tracing, Stately inspector). */
   inspect?: Observer<InspectionEvent> | ((event: InspectionEvent) => void);
-  /** The machine to run, e.g. `negotiationMachine.provide({ actors: … })`; default negotiationMachine. */
+  /**
+   * The machine to run, e.g. `negotiationMachine.provide({ actors: … })`;
+   * default negotiationMachine. The effects given here are provided on top of
+   * it; checkReady, checkPeerAccess and openProbe may be left out when this
+   * machine already provides them.
+   */
   machine?: NegotiationMachine;
 }
 
-function validate(params: NegotiationInput): NegotiationConfig {
+function validate(params: NegotiatorParams): NegotiationConfig {
   const { localId, peerId } = params;
   if (typeof localId !== 'string' || localId === '' || typeof peerId !== 'string' || peerId === '') {
     throw new ConfigError(`negotiation needs two non-empty transport ids, got localId=${String(localId)} peerId=${String(peerId)}`);
@@ -59,8 +75,11 @@ function validate(params: NegotiationInput): NegotiationConfig {
   if (localId === peerId) {
     throw new ConfigError(`local and peer transport ids are both '${localId}': ids must be unique in the job (they break negotiation ties)`);
   }
-  for (const fn of ['send', 'checkReady', 'checkPeerAccess'] as const) {
-    if (typeof params[fn] !== 'function') throw new ConfigError(`negotiation needs a ${fn} function`);
+  if (typeof params.send !== 'function') throw new ConfigError('negotiation needs a send function');
+  for (const fn of ['checkReady', 'checkPeerAccess', 'openProbe'] as const) {
+    const given = (params as unknown as Record<string, unknown>)[fn];
+    if (given === undefined && params.machine) continue; // the given machine provides it
+    if (typeof given !== 'function') throw new ConfigError(`negotiation needs a ${fn} function`);
   }
   const o = resolveNegotiationConfig(params.options);
   if (!Number.isInteger(o.maxTries) || o.maxTries < 0) {
@@ -86,24 +105,30 @@ export class Negotiator {
   constructor(params: NegotiatorParams) {
     const options = validate(params);
     if (params.onStateChange) this.#listeners.add(params.onStateChange);
-    const input: NegotiationInput = {
-      localId: params.localId,
-      peerId: params.peerId,
-      options,
-      // A send that throws must not crash the actor mid-transition: record it and
-      // treat the peer as lost once this transition is done.
-      send: (frame) => {
-        try {
-          params.send(frame);
-        } catch (err) {
-          this.sendError ??= err;
-          queueMicrotask(() => this.peerLost());
-        }
+    const input: NegotiationInput = { localId: params.localId, peerId: params.peerId, options };
+    const { checkReady, checkPeerAccess, openProbe } = params;
+    const machine = (params.machine ?? negotiationMachine).provide({
+      actions: {
+        // A send that throws must not crash the actor mid-transition: record it and
+        // treat the peer as lost once this transition is done.
+        send: (_, { frame }) => {
+          try {
+            params.send(frame);
+          } catch (err) {
+            this.sendError ??= err;
+            queueMicrotask(() => this.peerLost());
+          }
+        },
       },
-      checkReady: () => params.checkReady(),
-      checkPeerAccess: (uuid) => params.checkPeerAccess(uuid),
-    };
-    this.actor = createActor(params.machine ?? negotiationMachine, {
+      actors: {
+        ...(checkReady ? { checkReady: fromPromise<ReadyCheck, CheckReadyInput>(() => checkReady()) } : {}),
+        ...(checkPeerAccess
+          ? { checkPeerAccess: fromPromise<boolean, CheckPeerAccessInput>(async ({ input }) => (await checkPeerAccess(input.peerUuid)) === true) }
+          : {}),
+        ...(openProbe ? { openProbe: fromPromise<void, OpenProbeInput>(({ input }) => openProbe(input.peerUuid, input.probe)) } : {}),
+      },
+    });
+    this.actor = createActor(machine, {
       input,
       ...(params.clock ? { clock: params.clock } : {}),
       ...(params.inspect ? { inspect: params.inspect } : {}),

@@ -47,6 +47,8 @@ import { describeAllocation, type ExportTable } from './exports.js';
 import { GpuWork } from './gpu-work.js';
 import type { ProgressEngine } from './progress/engine.js';
 import type { Tracer } from './trace.js';
+import { newSegmentName } from './segment-owner.js';
+import { ExportedProbe, verifyPeerProbe } from './ipc-probe.js';
 
 export interface SendOptions {
   /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
@@ -182,6 +184,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly negotiation: NegotiationRecord = { state: 'INIT', path: ['INIT'], tries: 0 };
   private negotiationStartedAt = 0;
   private readonly uuidByOrdinal = new Map<number, string>();
+  /** My allocation the peer opens during the negotiation, to prove IPC works. */
+  private probe: ExportedProbe | undefined;
   /** Hot-path copy of `negotiator.state === 'OK'`. */
   private ipcOk = false;
   private readonly tracer: Tracer | undefined;
@@ -216,8 +220,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       peerId: peer.peerId,
       options: this.opts.negotiation,
       send: (frame) => this.sendFrame(frame),
-      checkReady: async () => ({ ready: this.driver.isReady(), deviceUuid: this.localUuid() }),
+      checkReady: async () => {
+        const ready = this.driver.isReady();
+        return { ready, deviceUuid: this.localUuid(), probe: ready ? this.ownProbe() : undefined };
+      },
       checkPeerAccess: async (peerUuid) => this.canAccessPeer(peerUuid),
+      // Through the pool: the first real message finds the peer's context mapped.
+      openProbe: (peerUuid, probe) => verifyPeerProbe(this.driver, this.pool, probe, peerUuid),
       onStateChange: (state, previous, info) => this.onNegotiationState(state, previous, info),
     });
     channel.on('frame', this.onFrame);
@@ -393,6 +402,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 
   private sendStaged(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
+    // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.
+    this.stagingRing();
     const seq = this.nextSeq++;
     const done = this.pendSend(seq, tag, buf.length, 'staging', options.signal, noop);
     this.announceStaged(buf, tag, seq, options.stream);
@@ -772,7 +783,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private stagingRing(): StagingRing {
     if (!this.ring) {
-      const name = `/smcuda-stg-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+      const name = newSegmentName('stg'); // owner-stamped: swept if we die before the receiver unlinks it
       this.ring = new StagingRing(this.driver, this.opts.staging, name);
     }
     return this.ring;
@@ -960,6 +971,17 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.emit('state', state, previous);
   }
 
+  /** My probe for the negotiation (ipc-probe.ts), made once; undefined if it cannot be (the peer then refuses IPC). */
+  private ownProbe(): Uint8Array | undefined {
+    try {
+      this.probe ??= ExportedProbe.create(this.driver);
+      return this.probe.bytes;
+    } catch (err) {
+      debug('endpoint %s: no IPC probe (%s): IPC will be refused', this.peerId, (err as Error).message);
+      return undefined;
+    }
+  }
+
   private localUuid(): string {
     const dev = this.driver.currentDevice();
     return dev < 0 ? '' : this.uuidOf(dev);
@@ -1085,6 +1107,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     for (const abandon of this.activeRgets.values()) abandon();
     this.activeRgets.clear();
     this.pool.close();
+    this.probe?.free();
     this.ring?.close();
     this.ring = undefined;
     this.peerRing?.close();

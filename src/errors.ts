@@ -117,3 +117,23 @@ export class DescriptorError extends SmcudaError {
     this.meta = options?.meta;
   }
 }
+
+/**
+ * A shared-memory segment (control ring, staging ring, simulated device
+ * memory) could not be created for lack of room in /dev/shm (a container's
+ * default is 64 MiB). The message names the directory, its size and free
+ * space, what was asked for, and the option that shrinks it.
+ */
+export class ShmSpaceError extends SmcudaError {
+  constructor(
+    message: string,
+    readonly dir: string,
+    readonly requested: number,
+    /** Size and free bytes of `dir` (undefined where they cannot be read). */
+    readonly size: number | undefined,
+    readonly free: number | undefined,
+    options?: { cause?: unknown },
+  ) {
+    super('SMCUDA_SHM_FULL', message, options);
+  }
+}

@@ -25,6 +25,7 @@ import { Handshake, MAX_HANDSHAKE_FRAME_BYTES } from './auth/handshake.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
+import { sweepDeadSegments } from './segment-owner.js';
 import { Endpoint } from './endpoint.js';
 import { describeAllocation, ExportTable } from './exports.js';
 import { ClosedError, ConfigError, PeerLostError, ProtocolError } from './errors.js';
@@ -118,6 +119,10 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (frameMs !== undefined && (typeof frameMs !== 'number' || !(frameMs >= 0) || frameMs > 2 ** 31 - 1)) {
       throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
     }
+    // Segments of processes that died without cleaning up (SIGKILL, a staged send never granted):
+    // only dead owners' on this boot and in this pid namespace, of this uid (src/segment-owner.ts).
+    const swept = sweepDeadSegments();
+    if (swept.length > 0) debug('transport: removed %d shared-memory segment(s) of dead processes: %s', swept.length, swept.join(', '));
     let driver: CudaDriver;
     let reason: string;
     let owns: boolean;

@@ -28,11 +28,12 @@ describe('graph of the negotiation machine', () => {
     expect(graph.states.map((s) => s.id)).toEqual([...NEGOTIATION_STATES]);
     expect(graph.initial).toBe('INIT');
     expect(graph.states.find((s) => s.id === 'INIT')!.children.map((c) => c.key)).toEqual(['idle', 'checkingSend', 'checkingRequest']);
-    expect(graph.states.find((s) => s.id === 'ACKING')!.children.map((c) => c.key)).toEqual(['deciding', 'checkingPeerAccess']);
+    expect(graph.states.find((s) => s.id === 'SENT')!.children.map((c) => c.key)).toEqual(['waiting', 'openingProbe']);
+    expect(graph.states.find((s) => s.id === 'ACKING')!.children.map((c) => c.key)).toEqual(['deciding', 'checkingPeerAccess', 'openingProbe']);
   });
 
   it("includes ACKING.deciding's eventless branches, with their guards in words", () => {
-    expect(edge('ACKING.deciding', 'ACKED', 'always [same GPU and same-GPU IPC on] / send IPC_ACK(yes)')?.kind).toBe('always');
+    expect(edge('ACKING.deciding', 'ACKING.openingProbe', 'always [same GPU and same-GPU IPC on]')?.kind).toBe('always');
     expect(edge('ACKING.deciding', 'BAD', 'always [same GPU and same-GPU IPC off] / send IPC_ACK(no)')).toBeDefined();
     expect(edge('ACKING.deciding', 'ACKING.checkingPeerAccess', 'always [else]')).toBeDefined();
   });
@@ -46,10 +47,18 @@ describe('graph of the negotiation machine', () => {
   });
 
   it('shows the tie-break and the retry as event edges', () => {
-    expect(edge('SENT', undefined, 'IPC_REQ [my id is lower] / ignore')).toBeDefined();
-    expect(edge('SENT', 'ACKING', "IPC_REQ [peer's id is lower]")).toBeDefined();
-    expect(edge('SENT', 'INIT', 'IPC_NOTREADY [my attempt and tries left]')).toBeDefined();
-    expect(edge('SENT', 'OK', 'IPC_ACK [my attempt and ok] / send IPC_CONFIRM')).toBeDefined();
+    expect(edge('SENT.waiting', undefined, 'IPC_REQ [my id is lower] / ignore')).toBeDefined();
+    expect(edge('SENT.waiting', 'ACKING', "IPC_REQ [peer's id is lower]")).toBeDefined();
+    expect(edge('SENT.waiting', 'INIT', 'IPC_NOTREADY [my attempt and tries left]')).toBeDefined();
+    expect(edge('SENT.waiting', 'SENT.openingProbe', 'IPC_ACK [my attempt and ok]')).toBeDefined();
+  });
+
+  it("shows the probe: opened before ACK(yes) and before CONFIRM, a failure BAD on both paths", () => {
+    expect(edge('ACKING.checkingPeerAccess', 'ACKING.openingProbe', 'checkPeerAccess done [peer access]')?.kind).toBe('done');
+    expect(edge('ACKING.openingProbe', 'ACKED', 'openProbe done / send IPC_ACK(yes)')?.kind).toBe('done');
+    expect(edge('ACKING.openingProbe', 'BAD', 'openProbe failed / send IPC_ACK(no)')?.kind).toBe('error');
+    expect(edge('SENT.openingProbe', 'OK', 'openProbe done / send IPC_CONFIRM')?.kind).toBe('done');
+    expect(edge('SENT.openingProbe', 'BAD', 'openProbe failed / send IPC_ABORT')?.kind).toBe('error');
   });
 
   it('draws transitions declared on the root from "any state"', () => {
@@ -65,8 +74,9 @@ describe('smcuda diagram', () => {
     expect(r.stdout).toContain('stateDiagram-v2');
     expect(r.stdout).toContain('state INIT {');
     expect(r.stdout).toContain('state ACKING {');
-    expect(r.stdout).toContain('ACKING_deciding --> ACKED : always [same GPU and same-GPU IPC on] / send IPC_ACK(yes)');
-    expect(r.stdout).toContain('SENT --> OK : IPC_ACK [my attempt and ok] / send IPC_CONFIRM');
+    expect(r.stdout).toContain('state SENT {');
+    expect(r.stdout).toContain('ACKING_openingProbe --> ACKED : openProbe done / send IPC_ACK(yes)');
+    expect(r.stdout).toContain('SENT_openingProbe --> OK : openProbe done / send IPC_CONFIRM');
     expect(r.stdout).toBe(mermaidOf(negotiation));
   });
 
@@ -77,7 +87,7 @@ describe('smcuda diagram', () => {
     expect(r.stdout).toContain('digraph "negotiation" {');
     expect(r.stdout).toContain('subgraph "cluster_INIT"');
     expect(r.stdout).toContain('lhead="cluster_ACKING"');
-    expect(r.stdout).toMatch(/SENT -> BAD \[label="[^"]*after requestTimeoutMs \/ send IPC_ABORT"/);
+    expect(r.stdout).toMatch(/SENT_waiting -> BAD \[label="after requestTimeoutMs \/ send IPC_ABORT"[^\]]*ltail="cluster_SENT"/);
     expect(r.stdout.trim().endsWith('}')).toBe(true);
   });
 

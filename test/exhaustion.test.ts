@@ -15,14 +15,15 @@ function mySegments(): string[] {
   return readdirSync('/dev/shm').filter((n) => n.includes(`-${process.pid}-`) && n.startsWith('smcuda-'));
 }
 
-async function negotiate(p: Pair): Promise<void> {
+async function negotiate(p: Pair, outcome: 'OK' | 'BAD' = 'OK'): Promise<void> {
   const warm = deviceWith(p.a.driver, randomBytes(64 << 10, 1));
   const got = p.b.ep.recv({ tag: 999 });
   await p.a.ep.send(warm, { tag: 999 });
   const r = await got;
   p.b.driver.memFree((r.data as DeviceBuffer).ptr);
   p.a.driver.memFree(warm.ptr);
-  await reach(p.a.ep, 'OK');
+  await reach(p.a.ep, outcome);
+  await reach(p.b.ep, outcome);
 }
 
 /** Sends `count` device messages from `count` different allocations, `concurrency` at a time, and checks each. */
@@ -76,10 +77,10 @@ describe('exhaustion', () => {
     expect(mySegments()).toEqual([]);
   });
 
-  it('every open failing (maxOpenMappings 0): everything still arrives, by staging', async () => {
+  it('every open failing (maxOpenMappings 0): the negotiation ends BAD (its probe does not open); everything arrives by staging', async () => {
     const p = await makePair({ simB: { faults: { maxOpenMappings: 0 } } });
     try {
-      await negotiate(p);
+      await negotiate(p, 'BAD');
       const { paths } = await blast(p, 8, 32 << 10, 2);
       expect(paths.staging).toBe(8);
     } finally {

@@ -14,7 +14,7 @@ import { fc, test } from '@fast-check/vitest';
 import type { NegotiationConfig } from '../machines/index.js';
 import { SimulatedClock } from 'xstate';
 import { FrameType, type NegotiationFrame } from '../src/wire/frames.js';
-import { Side, allowedSend } from './helpers/negotiation-harness.js';
+import { Side, allowedSend, probeOf } from './helpers/negotiation-harness.js';
 
 const TIMEOUTS = { requestTimeoutMs: 100, confirmTimeoutMs: 150, checkTimeoutMs: 50 };
 const PAST_ALL_TIMEOUTS = 1_000;
@@ -38,6 +38,8 @@ const sideScenario = fc.record({
   ready: fc.array(answer, { maxLength: 4 }),
   finallyReady: fc.boolean(),
   access: answer,
+  /** Opening the other side's IPC probe: true reads it back, false reads another value, 'throw' the open fails. */
+  probe: answer,
   /** GPU sends scheduled at the start. */
   sends: fc.integer({ min: 0, max: 3 }),
 });
@@ -94,7 +96,11 @@ function wire(s: fc.Scheduler, sc: Scenario) {
       checkReady: s.scheduleFunction(async function checkReady() {
         const r = readyAnswers.length > 0 ? readyAnswers.shift()! : finallyReady[which];
         if (r === 'throw') throw new Error('simulated cuInit failure');
-        return { ready: r, deviceUuid: r ? uuid : '' };
+        return r ? { ready: r, deviceUuid: uuid, probe: probeOf(uuid) } : { ready: r, deviceUuid: '' };
+      }),
+      openProbe: s.scheduleFunction(async function openProbe(_peerUuid: string, _probe: Uint8Array) {
+        if (cfg.probe === 'throw') throw new Error('simulated cuIpcOpenMemHandle failure');
+        if (!cfg.probe) throw new Error("the peer's probe read back another value");
       }),
       checkPeerAccess: s.scheduleFunction(async function checkPeerAccess(_peerUuid: string) {
         if (cfg.access === 'throw') throw new Error('simulated cuDeviceCanAccessPeer failure');

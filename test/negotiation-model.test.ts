@@ -100,7 +100,7 @@ class Deliver extends Step {
 class SetEnv extends Step {
   constructor(
     readonly s: Which,
-    readonly key: 'ready' | 'access',
+    readonly key: 'ready' | 'access' | 'probe',
     readonly mode: CheckMode,
   ) {
     super();
@@ -153,6 +153,7 @@ const command = fc.oneof(
   { arbitrary: which.map((s) => new Deliver(s)), weight: 60 },
   { arbitrary: fc.tuple(which, mode).map(([s, m]) => new SetEnv(s, 'ready', m)), weight: 15 },
   { arbitrary: fc.tuple(which, mode).map(([s, m]) => new SetEnv(s, 'access', m)), weight: 8 },
+  { arbitrary: fc.tuple(which, mode).map(([s, m]) => new SetEnv(s, 'probe', m)), weight: 8 },
   { arbitrary: fc.constant(new AdvanceTime()), weight: 6 },
   { arbitrary: fc.constant(new LoseChannel()), weight: 1 },
 );
@@ -177,6 +178,9 @@ const setup = fc.record({
   bReady: mode,
   aAccess: mode,
   bAccess: mode,
+  /** Opening the other side's IPC probe. */
+  aProbe: mode,
+  bProbe: mode,
   /** Whether each side initialises CUDA eventually (drain); if neither does, A does. */
   aEventuallyReady: fc.boolean(),
   bEventuallyReady: fc.boolean(),
@@ -185,8 +189,8 @@ const setup = fc.record({
 type Setup = typeof setup extends fc.Arbitrary<infer T> ? T : never;
 
 function build(cfg: Setup): { model: RefPair; real: Pair } {
-  const aEnv: SideEnv = { ready: cfg.aReady, access: cfg.aAccess, uuid: cfg.sameGpu ? 'GPU-same' : 'GPU-aaaa' };
-  const bEnv: SideEnv = { ready: cfg.bReady, access: cfg.bAccess, uuid: cfg.sameGpu ? 'GPU-same' : 'GPU-bbbb' };
+  const aEnv: SideEnv = { ready: cfg.aReady, access: cfg.aAccess, probe: cfg.aProbe, uuid: cfg.sameGpu ? 'GPU-same' : 'GPU-aaaa' };
+  const bEnv: SideEnv = { ready: cfg.bReady, access: cfg.bAccess, probe: cfg.bProbe, uuid: cfg.sameGpu ? 'GPU-same' : 'GPU-bbbb' };
   const [aId, bId] = cfg.aLower ? ['host-1', 'host-2'] : ['host-2', 'host-1'];
   const aOptions = { ...cfg.aOptions, ...TIMEOUTS };
   const bOptions = { ...cfg.bOptions, ...TIMEOUTS };
@@ -208,6 +212,7 @@ async function drain(m: RefPair, r: Pair, cfg: Setup): Promise<void> {
   ] as const) {
     if (env.ready === 'hang' || eventually) env.ready = 'yes';
     if (env.access === 'hang') env.access = 'yes';
+    if (env.probe === 'hang') env.probe = 'yes';
   }
   if (r.a.env.ready !== 'yes' && r.b.env.ready !== 'yes') r.a.env.ready = 'yes';
   const settled = () => ['OK', 'BAD'].includes(r.a.state) && ['OK', 'BAD'].includes(r.b.state);

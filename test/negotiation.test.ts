@@ -11,12 +11,14 @@ import {
   negotiationMachine,
   statePath,
   type NegotiationState,
+  type CheckPeerAccessInput,
   type CheckReadyInput,
+  type OpenProbeInput,
   type ReadyCheck,
 } from '../machines/index.js';
 import { SmcudaError } from '../src/errors.js';
 import { FrameType, type NegotiationFrame } from '../src/wire/frames.js';
-import { Pair, flush } from './helpers/negotiation-harness.js';
+import { Pair, flush, probeOf } from './helpers/negotiation-harness.js';
 
 const T = { requestTimeoutMs: 100, confirmTimeoutMs: 200, checkTimeoutMs: 50 };
 const LONG = 1_000; // past every timeout above
@@ -27,7 +29,21 @@ async function exchange(p: Pair): Promise<void> {
   while (p.deliver('a') || p.deliver('b')) await flush();
 }
 
-const req = (attempt: number, deviceUuid = 'GPU-peer'): NegotiationFrame => ({ type: FrameType.IPC_REQ, attempt, deviceUuid });
+const req = (attempt: number, deviceUuid = 'GPU-peer'): NegotiationFrame => ({ type: FrameType.IPC_REQ, attempt, deviceUuid, probe: probeOf(deviceUuid) });
+/** ACK(ok) carrying the answering side's probe. */
+const ackOk = (attempt: number, deviceUuid = 'GPU-x'): NegotiationFrame => ({ type: FrameType.IPC_ACK, attempt, ok: true, deviceUuid, probe: probeOf(deviceUuid) });
+
+/** The machine with its effects provided the XState way: frames into `sent`, ready on `uuid`, every check yes. */
+function provided(sent: NegotiationFrame[], uuid: string) {
+  return negotiationMachine.provide({
+    actions: { send: (_, { frame }) => void sent.push(frame) },
+    actors: {
+      checkReady: fromPromise<ReadyCheck, CheckReadyInput>(async () => ({ ready: true, deviceUuid: uuid, probe: probeOf(uuid) })),
+      checkPeerAccess: fromPromise<boolean, CheckPeerAccessInput>(async () => true),
+      openProbe: fromPromise<void, OpenProbeInput>(async () => {}),
+    },
+  });
+}
 
 describe('negotiation: the happy path', () => {
   it('A asks, B checks peer access and answers yes, A confirms: both OK', async () => {
@@ -37,7 +53,7 @@ describe('negotiation: the happy path', () => {
     p.a.n.gpuSend();
     await flush();
     expect(p.a.state).toBe('SENT');
-    expect(p.ab).toEqual([{ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-aaaa' }]);
+    expect(p.ab).toEqual([{ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-aaaa', probe: probeOf('GPU-aaaa') }]);
     await exchange(p);
     expect([p.a.state, p.b.state]).toEqual(['OK', 'OK']);
     expect(p.a.n.ok && p.b.n.ok).toBe(true);
@@ -47,7 +63,7 @@ describe('negotiation: the happy path', () => {
     expect(bStates).toEqual(['ACKING', 'ACKED', 'OK']);
     expect(p.b.accessAsked).toEqual(['GPU-aaaa']);
     expect(p.a.sentTypes).toEqual(['IPC_REQ', 'IPC_CONFIRM']);
-    expect(p.b.sent.map((r) => r.frame)).toEqual([{ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: 'GPU-bbbb' }]);
+    expect(p.b.sent.map((r) => r.frame)).toEqual([{ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: 'GPU-bbbb', probe: probeOf('GPU-bbbb') }]);
     expect(p.a.n.context.peerUuid).toBe('GPU-bbbb');
     expect(p.b.n.context.peerUuid).toBe('GPU-aaaa');
     expect(p.a.n.tries).toBe(1);
@@ -153,7 +169,7 @@ describe('negotiation: NOT_READY and tries', () => {
     p.b.env.ready = 'yes';
     p.a.n.gpuSend();
     await flush();
-    expect(p.ab).toEqual([{ type: FrameType.IPC_REQ, attempt: 2, deviceUuid: 'GPU-aaaa' }]);
+    expect(p.ab).toEqual([{ type: FrameType.IPC_REQ, attempt: 2, deviceUuid: 'GPU-aaaa', probe: probeOf('GPU-aaaa') }]);
     await exchange(p);
     expect([p.a.state, p.b.state]).toEqual(['OK', 'OK']);
     expect(p.a.n.tries).toBe(2);
@@ -295,6 +311,7 @@ describe('negotiation: timeouts and lost peers', () => {
         send: (f) => sent.push(f),
         checkReady: async () => ({ ready: true, deviceUuid: 'GPU-x' }),
         checkPeerAccess: async () => true,
+        openProbe: async () => {},
       });
       n.gpuSend();
       await vi.advanceTimersByTimeAsync(1);
@@ -379,16 +396,17 @@ describe('negotiation: requests in stable states, unexpected frames', () => {
   it('late and foreign frames are ignored and counted, never thrown', async () => {
     const p = new Pair();
     const n = p.a.n;
-    n.receive({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: 'GPU-x' }); // INIT
+    n.receive(ackOk(1)); // INIT
     n.receive({ type: FrameType.IPC_NOTREADY, attempt: 1 }); // INIT
     n.receive({ type: FrameType.IPC_CONFIRM, attempt: 1 }); // INIT
     expect(n.state).toBe('INIT');
     n.gpuSend();
     await flush();
-    n.receive({ type: FrameType.IPC_ACK, attempt: 7, ok: true, deviceUuid: 'GPU-x' }); // wrong attempt
+    n.receive(ackOk(7)); // wrong attempt
     n.receive({ type: FrameType.IPC_NOTREADY, attempt: 7 });
     expect(n.state).toBe('SENT');
-    n.receive({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: 'GPU-x' });
+    n.receive(ackOk(1));
+    await flush(); // the peer's probe opens
     expect(n.state).toBe('OK');
     n.receive({ type: FrameType.IPC_CONFIRM, attempt: 1 }); // OK
     n.receive({ type: FrameType.IPC_ACK, attempt: 1, ok: false, deviceUuid: 'GPU-x' });
@@ -415,20 +433,12 @@ describe('negotiation: the machine and its wrapper', () => {
 
   it('accepts raw { type: FRAME } events on a bare actor; statePath reads its path', async () => {
     const sent: NegotiationFrame[] = [];
-    const actor = createActor(negotiationMachine, {
-      input: {
-        localId: 'b',
-        peerId: 'a',
-        send: (f) => sent.push(f),
-        checkReady: async () => ({ ready: true, deviceUuid: 'GPU-b' }),
-        checkPeerAccess: async () => true,
-      },
-    }).start();
+    const actor = createActor(provided(sent, 'GPU-b'), { input: { localId: 'b', peerId: 'a' } }).start();
     actor.send({ type: 'FRAME', frame: req(1, 'GPU-a') });
     await flush();
     actor.send({ type: 'FRAME', frame: { type: FrameType.IPC_CONFIRM, attempt: 1 } });
     expect(statePath(actor)).toBe('INIT→ACKING→ACKED→OK');
-    expect(sent).toEqual([{ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: 'GPU-b' }]);
+    expect(sent).toEqual([{ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: 'GPU-b', probe: probeOf('GPU-b') }]);
     actor.stop();
   });
 
@@ -440,8 +450,9 @@ describe('negotiation: the machine and its wrapper', () => {
       send: (f: NegotiationFrame) => sent.push(f),
       checkReady: async () => ({ ready: true, deviceUuid: 'GPU-b' }),
       checkPeerAccess: async () => true,
+      openProbe: async () => {},
     };
-    const actor = createActor(negotiationMachine, { input }).start();
+    const actor = createActor(provided(sent, 'GPU-b'), { input: { localId: 'b', peerId: 'a' } }).start();
     const fin = { type: FrameType.FIN, seq: 1, status: 0, message: '' } as unknown as NegotiationFrame;
     actor.send({ type: 'FRAME', frame: fin });
     expect(actor.getSnapshot().context.ignored).toBe(1);
@@ -460,14 +471,8 @@ describe('negotiation: the machine and its wrapper', () => {
       },
     });
     const sent: NegotiationFrame[] = [];
-    const n = createNegotiator({
-      machine,
-      localId: 'a',
-      peerId: 'b',
-      send: (f) => sent.push(f),
-      checkReady: async () => ({ ready: false, deviceUuid: '' }),
-      checkPeerAccess: async () => true,
-    });
+    // checkReady is left out: the machine provides it (the effects given to the negotiator go on top).
+    const n = createNegotiator({ machine, localId: 'a', peerId: 'b', send: (f) => sent.push(f) });
     n.gpuSend();
     await flush();
     expect(sent).toEqual([{ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-provided' }]);
@@ -484,6 +489,7 @@ describe('negotiation: the machine and its wrapper', () => {
       },
       checkReady: async () => ({ ready: true, deviceUuid: 'GPU-x' }),
       checkPeerAccess: async () => true,
+      openProbe: async () => {},
     });
     n.gpuSend();
     await flush();
@@ -505,6 +511,9 @@ describe('negotiation: the machine and its wrapper', () => {
       checkPeerAccess: () => {
         throw new Error('no peer');
       },
+      openProbe: () => {
+        throw new Error('no probe');
+      },
     });
     n.gpuSend();
     n.receive(req(1, 'GPU-a'));
@@ -525,6 +534,7 @@ describe('negotiation: the machine and its wrapper', () => {
         send: () => {},
         checkReady: async () => ({ ready: true, deviceUuid: 'GPU-x' }),
         checkPeerAccess: async () => true,
+        openProbe: async () => {},
         ...params,
       });
     expect(make).toThrow(SmcudaError);

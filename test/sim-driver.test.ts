@@ -123,6 +123,7 @@ describe('IPC handles', () => {
     size: fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
     bufferId: fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }),
     pid: fc.integer({ min: 0, max: 0xffffffff }),
+    start: fc.integer({ min: 0, max: 0xffffffff }),
     counter: fc.integer({ min: 0, max: 0xffffffff }),
     nonce: fc.integer({ min: 0, max: 0xffffffff }),
     instance: fc.integer({ min: 0, max: 0xffffffff }),

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { filterTrace, mergeTraces, parseMs, parseTrace } from '../src/diagram/trace-records.js';
 import type { TraceRecord } from '../src/trace.js';
 import { smcuda } from './helpers/cli.js';
+import { WIRE_VERSION } from '../src/wire/frames.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'smcuda-trace-test-'));
 const trace = join(dir, 'run.jsonl');
@@ -46,7 +47,7 @@ describe('smcuda trace', () => {
     expect(out.startsWith('sequenceDiagram\n')).toBe(true);
     const alias = (id: string) => new RegExp(`participant (P\\d+) as ${id}\\n`).exec(out)![1]!;
     const [a0, a1] = [alias('rank0'), alias('rank1')];
-    expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): HELLO pid=\\d+ v2`));
+    expect(out).toMatch(new RegExp(`(${a0}->>${a1}|${a1}->>${a0}): HELLO pid=\\d+ v${WIRE_VERSION}`));
     // The handshake's proofs, both ways, each after the HELLOs (no secret in the label).
     expect(out).toMatch(new RegExp(`${a0}->>${a1}: PROOF\\n`));
     expect(out).toMatch(new RegExp(`${a1}->>${a0}: PROOF\\n`));
@@ -69,7 +70,7 @@ describe('smcuda trace', () => {
     expect(r.stdout).toMatch(/\+\d+\.\d{3} ms {2}INIT→SENT/);
     expect(r.stdout).toMatch(/(SENT|ACKED)→OK/);
     expect(r.stdout).toMatch(/frames sent: .*IPC_REQ 1/);
-    expect(r.stdout).toMatch(/cache events: .*miss 1/);
+    expect(r.stdout).toMatch(/cache events: .*miss 2/); // the peer's negotiation probe, then the first RGET's buffer
   });
 
   it('filters by endpoint, and by a time window relative to the start', async () => {

@@ -17,6 +17,7 @@ import {
   NONCE_BYTES,
   PROOF_BYTES,
   WIRE_VERSION,
+  IPC_PROBE_BYTES,
   readDeviceUuid,
   restampRget,
   RgetDecoder,
@@ -319,9 +320,17 @@ describe('layout', () => {
     expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
-  it('IPC_REQ: attempt u32 then the 16 UUID bytes', () => {
+  it('IPC_REQ: attempt u32, the 16 UUID bytes, then a probe-present byte and the probe', () => {
     const bytes = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff' });
-    expect(bytes).toEqual(hex('53 02 02 00  03000000  00112233445566778899aabbccddeeff'));
+    expect(bytes).toEqual(hex('53 02 02 00  03000000  00112233445566778899aabbccddeeff  00'));
+    const probe = new Uint8Array(IPC_PROBE_BYTES).map((_, i) => i);
+    const withProbe = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
+    expect(withProbe.byteLength).toBe(4 + 4 + 16 + 1 + IPC_PROBE_BYTES);
+    expect(withProbe[24]).toBe(1);
+    expect(decodeFrame(withProbe.slice())).toEqual({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
+    const ack = encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '', probe });
+    expect(decodeFrame(ack.slice())).toEqual({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '', probe });
+    expect(() => encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '', probe: new Uint8Array(3) })).toThrow(/'probe'/);
   });
 
   it('FIN: seq u64, status u8, message as u16 length + UTF-8', () => {
@@ -360,7 +369,7 @@ describe('layout', () => {
     expect(encodeFrame({ type: FrameType.STAGE_ACK, seq: 1, slot: 2 }).byteLength).toBe(14);
     expect(encodeFrame({ type: FrameType.STAGE_CHUNK, seq: 1, slot: 2, offset: 3, length: 4 }).byteLength).toBe(26);
     expect(encodeFrame({ type: FrameType.INVALIDATE, deviceUuid: '', base: 1n, bufferId: 2n }).byteLength).toBe(36);
-    expect(encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '' }).byteLength).toBe(25);
+    expect(encodeFrame({ type: FrameType.IPC_ACK, attempt: 1, ok: true, deviceUuid: '' }).byteLength).toBe(26); // + probe-present byte
     expect(encodeFrame({ type: FrameType.IPC_NOTREADY, attempt: 1 }).byteLength).toBe(8);
   });
 

@@ -38,6 +38,7 @@ import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import { sendFrameParts } from './bytes.js';
 import { RingReader, RingWriter, ringSegmentBytes } from './shm-ring.js';
 import type { ProgressEngine, ProgressSource } from '../progress/engine.js';
+import { newSegmentName } from '../segment-owner.js';
 
 /** The shared-memory calls a ShmChannel needs (the CudaDriver has them). */
 export interface SegmentProvider {
@@ -168,7 +169,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   // ------------------------------------------------------------ internals
 
   private offer(): void {
-    const name = `/smcuda-ctl-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+    const name = newSegmentName('ctl'); // owner-stamped: swept if we die before the peer unlinks it
     try {
       const seg = this.opts.segments.shmCreate(name, ringSegmentBytes(this.opts.capacity));
       this.inSegment = seg;

@@ -38,7 +38,7 @@ import type {
   StreamHandle,
 } from './driver.js';
 import type { NativeAddon } from './native-addon.js';
-import { sharedSegment } from './shared-segment.js';
+import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import {
   assertByte,
   assertBytes,
@@ -798,7 +798,7 @@ export class NativeCudaDriver implements CudaDriver {
     assertName('name', name);
     assertSize('bytes', bytes);
     const addon = this.#binding();
-    return sharedSegment(name, this.#call((a) => a.shmCreate(name, bytes)), (b) => this.#call(() => addon.shmClose(b)));
+    return createSharedSegment(addon, name, bytes, (fn) => this.#call(fn));
   }
 
   shmOpen(name: string): SharedSegment {

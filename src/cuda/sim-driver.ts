@@ -56,9 +56,10 @@ import { FaultState } from './sim/faults.js';
 import { FdFaultState, type SimFdFaults } from './sim/fd-faults.js';
 import { SIM_GRANULARITY, SimFdMemory } from './sim/fd-memory.js';
 import { decodeHandle, encodeHandle, segmentName, type SimHandle } from './sim/ipc-handle.js';
+import { localOwner } from '../segment-owner.js';
+import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { cudaError } from './sim/result-codes.js';
-import { sharedSegment } from './shared-segment.js';
 import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
   assertByte,
@@ -171,6 +172,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.memory = new SimMemory({
       shm: this.shm!,
       pid: process.pid,
+      start: localOwner().start,
       instance: this.instance,
       devices: this.visibleDevices,
     });
@@ -696,6 +698,7 @@ export class SimulatedCudaDriver implements CudaDriver {
         size: 0,
         bufferId: 0n,
         pid: process.pid,
+        start: localOwner().start,
         counter,
         nonce,
         instance: this.instance,
@@ -797,8 +800,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   shmCreate(name: string, bytes: number): SharedSegment {
     assertName('name', name);
     assertSize('bytes', bytes);
-    const shm = this.requireShm();
-    return sharedSegment(name, shm.shmCreate(name, bytes), (b) => shm.shmClose(b));
+    return createSharedSegment(this.requireShm(), name, bytes);
   }
 
   shmOpen(name: string): SharedSegment {

@@ -24,6 +24,7 @@ import {
   FinStatus,
   FrameType,
   IPC_HANDLE_BYTES,
+  IPC_PROBE_BYTES,
   MAX_FINS,
   NONCE_BYTES,
   PROOF_BYTES,
@@ -101,6 +102,21 @@ function checkBig(type: FrameType, field: string, v: unknown): bigint {
 
 function checkBool(type: FrameType, field: string, v: unknown): boolean {
   if (typeof v !== 'boolean') throw encodeError(type, field, `must be a boolean, got ${show(v)}`);
+  return v;
+}
+
+/** Presence byte, then the probe's bytes if present. */
+function writeProbe(w: Writer, probe: Uint8Array | undefined): void {
+  w.u8(probe ? 1 : 0);
+  if (probe) w.raw(probe);
+}
+
+/** An optional IPC probe: absent, or exactly IPC_PROBE_BYTES. */
+function checkProbe(type: FrameType, v: unknown): Uint8Array | undefined {
+  if (v === undefined) return undefined;
+  if (!(v instanceof Uint8Array) || v.byteLength !== IPC_PROBE_BYTES) {
+    throw encodeError(type, 'probe', `must be absent or a Uint8Array of exactly ${IPC_PROBE_BYTES} bytes, got ${show(v)}`);
+  }
   return v;
 }
 
@@ -292,19 +308,23 @@ export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
     case FrameType.IPC_REQ: {
       const T = frame.type;
       const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
-      const w = new Writer(T, HEADER_BYTES + 4 + UUID_BYTES);
+      const probe = checkProbe(T, frame.probe);
+      const w = new Writer(T, HEADER_BYTES + 4 + UUID_BYTES + 1 + (probe ? IPC_PROBE_BYTES : 0));
       w.u32(attempt);
       w.uuid('deviceUuid', frame.deviceUuid);
+      writeProbe(w, probe);
       return w.done();
     }
     case FrameType.IPC_ACK: {
       const T = frame.type;
       const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
       const ok = checkBool(T, 'ok', frame.ok);
-      const w = new Writer(T, HEADER_BYTES + 4 + 1 + UUID_BYTES);
+      const probe = checkProbe(T, frame.probe);
+      const w = new Writer(T, HEADER_BYTES + 4 + 1 + UUID_BYTES + 1 + (probe ? IPC_PROBE_BYTES : 0));
       w.u32(attempt);
       w.u8(ok ? 1 : 0);
       w.uuid('deviceUuid', frame.deviceUuid);
+      writeProbe(w, probe);
       return w.done();
     }
     case FrameType.IPC_NOTREADY:
@@ -689,13 +709,15 @@ export function decodeFrame(bytes: Uint8Array, uuids?: UuidNames): Frame {
       break;
     case FrameType.IPC_REQ: {
       const attempt = r.u32min('attempt', 1);
-      frame = { type, attempt, deviceUuid: r.uuid('deviceUuid') };
+      const deviceUuid = r.uuid('deviceUuid');
+      frame = r.bool('probe.present') ? { type, attempt, deviceUuid, probe: r.copy('probe', IPC_PROBE_BYTES) } : { type, attempt, deviceUuid };
       break;
     }
     case FrameType.IPC_ACK: {
       const attempt = r.u32min('attempt', 1);
       const ok = r.bool('ok');
-      frame = { type, attempt, ok, deviceUuid: r.uuid('deviceUuid') };
+      const deviceUuid = r.uuid('deviceUuid');
+      frame = r.bool('probe.present') ? { type, attempt, ok, deviceUuid, probe: r.copy('probe', IPC_PROBE_BYTES) } : { type, attempt, ok, deviceUuid };
       break;
     }
     case FrameType.IPC_NOTREADY:

@@ -8,9 +8,18 @@
  * flags (0).
  */
 
-/** 2: HELLO carries a nonce instead of the job token, and PROOF follows it (src/auth/handshake.ts). */
+/**
+ * 2: HELLO carries a nonce instead of the job token, and PROOF follows it
+ * (src/auth/handshake.ts); IPC_REQ and IPC_ACK(ok) carry an IPC probe (src/ipc-probe.ts).
+ */
 export const WIRE_VERSION = 2;
 export const IPC_HANDLE_BYTES = 64;
+/**
+ * An IPC probe (src/ipc-probe.ts): the IPC handle of a small allocation of the
+ * sender's (64 bytes), its base, size and buffer id (u64 each), and the random
+ * 8-byte value written at its start. Opaque to the codec.
+ */
+export const IPC_PROBE_BYTES = IPC_HANDLE_BYTES + 4 * 8;
 /** Device UUIDs travel as their 16 raw bytes; in JS they are the 'GPU-…' string. */
 export const UUID_BYTES = 16;
 /** HELLO's fresh random challenge. */
@@ -84,6 +93,8 @@ export interface IpcReqFrame {
   type: FrameType.IPC_REQ;
   attempt: number;
   deviceUuid: string;
+  /** IPC_PROBE_BYTES: an allocation of mine the peer must open and read before it answers yes. Absent: none. */
+  probe?: Uint8Array;
 }
 
 /** The answer to IPC_REQ from a peer that is ready. */
@@ -92,6 +103,8 @@ export interface IpcAckFrame {
   attempt: number;
   ok: boolean;
   deviceUuid: string;
+  /** With ok: my probe, which the requester opens and reads before IPC_CONFIRM. Absent: none. */
+  probe?: Uint8Array;
 }
 
 /** The answer to IPC_REQ from a peer that has not initialised CUDA yet. */

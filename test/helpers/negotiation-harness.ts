@@ -6,7 +6,7 @@
  */
 import { SimulatedClock } from 'xstate';
 import { createNegotiator, topState, type NegotiationConfig, type NegotiationSnapshot, type NegotiationState, type Negotiator } from '../../machines/index.js';
-import { FrameType, type NegotiationFrame } from '../../src/wire/frames.js';
+import { FrameType, IPC_PROBE_BYTES, type NegotiationFrame } from '../../src/wire/frames.js';
 
 /** How a driver check behaves: answer yes/no, never answer, or fail. */
 export type CheckMode = 'yes' | 'no' | 'hang' | 'throw';
@@ -14,7 +14,16 @@ export type CheckMode = 'yes' | 'no' | 'hang' | 'throw';
 export interface SideEnv {
   ready: CheckMode;
   access: CheckMode;
+  /** Opening the peer's probe: 'yes' reads the value back; 'no' reads another value; 'throw' the open fails. Default 'yes'. */
+  probe?: CheckMode;
   uuid: string;
+}
+
+/** A side's probe (IPC_PROBE_BYTES), told apart by its device UUID. */
+export function probeOf(uuid: string): Uint8Array {
+  const out = new Uint8Array(IPC_PROBE_BYTES);
+  for (let i = 0; i < uuid.length && i < out.length; i++) out[i] = uuid.charCodeAt(i);
+  return out;
 }
 
 export interface SendRecord {
@@ -64,6 +73,7 @@ export interface SideParams {
   /** Replace the check implementations (e.g. with fast-check scheduled functions). */
   checkReady?: () => Promise<{ ready: boolean; deviceUuid: string }>;
   checkPeerAccess?: (uuid: string) => Promise<boolean>;
+  openProbe?: (uuid: string, probe: Uint8Array) => Promise<void>;
 }
 
 export class Side {
@@ -71,6 +81,8 @@ export class Side {
   readonly env: SideEnv;
   readonly sent: SendRecord[] = [];
   readonly accessAsked: string[] = [];
+  /** Probes this side was asked to open, with the device named: 'GPU-…'. */
+  readonly probesOpened: Array<{ uuid: string; probe: Uint8Array }> = [];
   readyChecks = 0;
   #pending: SendRecord[] = [];
   #last: NegotiationState = 'INIT';
@@ -92,13 +104,25 @@ export class Side {
         params.checkReady ??
         (() => {
           this.readyChecks++;
-          return answer(this.env.ready, () => ({ ready: true, deviceUuid: this.env.uuid }), () => ({ ready: false, deviceUuid: '' }));
+          return answer(
+            this.env.ready,
+            () => ({ ready: true, deviceUuid: this.env.uuid, probe: probeOf(this.env.uuid) }),
+            () => ({ ready: false, deviceUuid: '' }),
+          );
         }),
       checkPeerAccess:
         params.checkPeerAccess ??
         ((uuid) => {
           this.accessAsked.push(uuid);
           return answer(this.env.access, () => true, () => false);
+        }),
+      openProbe:
+        params.openProbe ??
+        ((uuid, probe) => {
+          this.probesOpened.push({ uuid, probe });
+          const mode = this.env.probe ?? 'yes';
+          if (mode === 'no') return Promise.reject(new Error("the peer's probe allocation opened, but read back another value"));
+          return answer(mode, () => undefined, () => undefined);
         }),
     });
     this.n.actor.subscribe((snapshot) => {

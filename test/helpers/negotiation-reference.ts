@@ -3,14 +3,15 @@
  * the brief as a plain transition function (no XState), for model-based tests.
  * It assumes driver checks settle before the next command (the test flushes),
  * so a check is just its current answer: 'yes', 'no', 'throw' (a failed check),
- * or 'hang' (the check stays pending until a timeout).
+ * or 'hang' (the check stays pending until a timeout). Opening the peer's
+ * probe (env.probe) is such a check too: 'no' and 'throw' both mean it failed.
  *
  * States are the machine's top-level states plus the two INIT sub-states a
  * pending check can leave observable: 'INIT.checkingSend', 'INIT.checkingRequest'.
  */
 import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../../machines/index.js';
 import { FrameType, type NegotiationFrame } from '../../src/wire/frames.js';
-import type { SideEnv } from './negotiation-harness.js';
+import { probeOf, type SideEnv } from './negotiation-harness.js';
 
 export type RefState = 'INIT' | 'INIT.checkingSend' | 'INIT.checkingRequest' | 'SENT' | 'ACKING' | 'ACKED' | 'OK' | 'BAD';
 
@@ -21,6 +22,10 @@ export class RefSide {
   localUuid = '';
   peerUuid = '';
   ignored = 0;
+  /** The peer's request or ACK(ok) carried a probe. */
+  peerProbe = false;
+  /** SENT, opening the probe of the peer's ACK(ok) (hung): answers are ignored until the timeout. */
+  openingProbe = false;
   readonly options: NegotiationConfig;
   /** Frames sent and not yet delivered, oldest first. */
   readonly outbox: NegotiationFrame[] = [];
@@ -40,12 +45,17 @@ export class RefSide {
 
   private abort(): void {
     this.state = 'BAD';
+    this.openingProbe = false;
     this.emit({ type: FrameType.IPC_ABORT, reason: '' });
   }
 
   private ack(ok: boolean, attempt = this.answering): void {
     this.state = ok ? 'ACKED' : 'BAD';
-    this.emit({ type: FrameType.IPC_ACK, attempt, ok, deviceUuid: this.localUuid });
+    this.emit(
+      ok
+        ? { type: FrameType.IPC_ACK, attempt, ok, deviceUuid: this.localUuid, probe: probeOf(this.localUuid) }
+        : { type: FrameType.IPC_ACK, attempt, ok, deviceUuid: this.localUuid },
+    );
   }
 
   private notReady(): void {
@@ -61,7 +71,7 @@ export class RefSide {
         this.localUuid = this.env.uuid;
         this.tries++;
         this.state = 'SENT';
-        return this.emit({ type: FrameType.IPC_REQ, attempt: this.tries, deviceUuid: this.localUuid });
+        return this.emit({ type: FrameType.IPC_REQ, attempt: this.tries, deviceUuid: this.localUuid, probe: probeOf(this.localUuid) });
       case 'hang':
         this.state = 'INIT.checkingSend';
         return;
@@ -88,8 +98,21 @@ export class RefSide {
   private decide(): void {
     this.state = 'ACKING';
     if (!this.options.ipc || this.peerUuid === '') return this.ack(false);
-    if (this.peerUuid === this.localUuid) return this.ack(this.options.sameGpuIpc);
+    if (this.peerUuid === this.localUuid) return this.options.sameGpuIpc ? this.openPeerProbe() : this.ack(false);
     switch (this.env.access) {
+      case 'yes':
+        return this.openPeerProbe();
+      case 'hang':
+        return; // stays ACKING until the check timeout
+      default:
+        return this.ack(false);
+    }
+  }
+
+  /** ACKING: open the requester's probe before answering yes. */
+  private openPeerProbe(): void {
+    if (!this.peerProbe) return this.ack(false);
+    switch (this.env.probe ?? 'yes') {
       case 'yes':
         return this.ack(true);
       case 'hang':
@@ -110,6 +133,7 @@ export class RefSide {
         const accept = () => {
           this.answering = frame.attempt;
           this.peerUuid = frame.deviceUuid;
+          this.peerProbe = frame.probe !== undefined;
         };
         if (s === 'INIT') {
           accept();
@@ -120,7 +144,7 @@ export class RefSide {
           return this.checkForRequest();
         }
         if (s === 'SENT') {
-          if (this.id < this.peerId) {
+          if (this.openingProbe || this.id < this.peerId) {
             this.ignored++;
             return;
           }
@@ -132,19 +156,30 @@ export class RefSide {
         return;
       }
       case FrameType.IPC_ACK:
-        if (s === 'SENT' && frame.attempt === this.tries) {
+        if (s === 'SENT' && !this.openingProbe && frame.attempt === this.tries) {
           this.peerUuid = frame.deviceUuid;
+          this.peerProbe = frame.probe !== undefined;
           if (!frame.ok) {
             this.state = 'BAD';
             return;
           }
-          this.state = 'OK';
-          return this.emit({ type: FrameType.IPC_CONFIRM, attempt: this.tries });
+          // Open the answer's probe before confirming.
+          if (!this.peerProbe) return this.abort();
+          switch (this.env.probe ?? 'yes') {
+            case 'yes':
+              this.state = 'OK';
+              return this.emit({ type: FrameType.IPC_CONFIRM, attempt: this.tries });
+            case 'hang':
+              this.openingProbe = true;
+              return;
+            default:
+              return this.abort();
+          }
         }
         this.ignored++;
         return;
       case FrameType.IPC_NOTREADY:
-        if (s === 'SENT' && frame.attempt === this.tries) {
+        if (s === 'SENT' && !this.openingProbe && frame.attempt === this.tries) {
           if (this.tries >= this.options.maxTries) return this.abort();
           this.state = 'INIT';
           return;
@@ -178,6 +213,7 @@ export class RefSide {
 
   peerLost(): void {
     this.state = 'BAD';
+    this.openingProbe = false;
   }
 }
 

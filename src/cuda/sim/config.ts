@@ -48,6 +48,12 @@ export interface SimFaults {
   copyDelayMs?: number;
   /** Each copy takes bytes / (GB/s) on top of copyDelayMs. */
   copyBandwidthGBs?: number;
+  /**
+   * Peer access says yes, yet every ipcOpenMemHandle fails with this code
+   * (true: CUDA_ERROR_OPERATING_SYSTEM), as between containers that do not
+   * share an IPC namespace, or under some drivers. false: off.
+   */
+  ipcOpenFails?: boolean | string;
 }
 
 export interface SimOptions {
@@ -68,6 +74,7 @@ export interface ResolvedFaults {
   maxOpenMappings: { limit: number; code: CudaErrorName };
   copyDelayMs: number;
   copyBandwidthGBs: number;
+  ipcOpenFails: CudaErrorName | null;
 }
 
 export interface SimWorld {
@@ -149,6 +156,7 @@ export function resolveFaults(f: SimFaults, devices: SimDevice[]): ResolvedFault
     },
     copyDelayMs: nonNegative('faults.copyDelayMs', f.copyDelayMs ?? 0),
     copyBandwidthGBs: nonNegative('faults.copyBandwidthGBs', f.copyBandwidthGBs ?? 0),
+    ipcOpenFails: resolveIpcOpenFails(f.ipcOpenFails),
   };
 }
 
@@ -221,4 +229,11 @@ function errorName(what: string, code: string): CudaErrorName {
 function nonNegative(what: string, n: unknown): number {
   if (typeof n !== 'number' || !(n >= 0)) throw new ConfigError(`${what} must be a non-negative number, got ${String(n)}`);
   return n;
+}
+
+function resolveIpcOpenFails(v: SimFaults['ipcOpenFails']): CudaErrorName | null {
+  if (v === undefined || v === false) return null;
+  if (v === true) return 'CUDA_ERROR_OPERATING_SYSTEM';
+  if (typeof v !== 'string') throw new ConfigError(`faults.ipcOpenFails must be a boolean or a CUDA error name, got ${String(v)}`);
+  return errorName('faults.ipcOpenFails', v);
 }

@@ -36,6 +36,7 @@ export class FaultState {
       maxOpenMappings: this.faults.maxOpenMappings,
       copyDelayMs: this.faults.copyDelayMs,
       copyBandwidthGBs: this.faults.copyBandwidthGBs,
+      ipcOpenFails: this.faults.ipcOpenFails ?? false,
       ...f,
     };
     this.faults = resolveFaults(merged, this.devices);
@@ -63,6 +64,7 @@ export class FaultState {
 
   /** The error a new IPC mapping must fail with now, if any (consumes a queued failure). */
   openFailure(openMappings: number): CudaErrorName | undefined {
+    if (this.faults.ipcOpenFails) return this.faults.ipcOpenFails;
     const queued = this.pendingOpenFailures.shift();
     if (queued) return queued;
     const rate = this.faults.openFailureRate;

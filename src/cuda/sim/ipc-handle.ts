@@ -16,18 +16,21 @@
  *   32   4    random nonce of the segment
  *   36   4    owner driver instance tag (random per SimulatedCudaDriver)
  *   40  16    owner device UUID, raw bytes
- *   56   4    reserved (0)
+ *   56   4    owner start time (clock ticks since boot, mod 2^32; segment-owner.ts)
  *   60   4    FNV-1a checksum of bytes 0..59
  *
- * The segment name is derived from (kind, pid, counter, nonce), so a handle
- * never carries free text. A new allocation always gets a new counter and
+ * The segment name is derived from (kind, pid, start, counter, nonce) plus
+ * this machine's boot id and pid namespace (segment-owner.ts: the owner stamp
+ * that lets a sweep tell a dead owner's segment from a live one's), so a
+ * handle never carries free text. A new allocation always gets a new counter and
  * nonce, so after free + realloc at the same address the handle bytes differ.
  */
 import { IPC_HANDLE_SIZE } from '../driver.js';
+import { localOwner, segmentName as ownedName } from '../../segment-owner.js';
 
 export const SIM_SHM_PREFIX = '/smcuda-sim-';
 const MAGIC = 0x534d4353;
-const VERSION = 1;
+const VERSION = 2; // 2: owner start time at offset 56
 
 export type HandleKind = 'memory' | 'event';
 
@@ -36,6 +39,8 @@ export interface SimHandle {
   size: number;
   bufferId: bigint;
   pid: number;
+  /** Owner's start time (src/segment-owner.ts), so the segment name can be swept once the owner is gone. */
+  start: number;
   counter: number;
   nonce: number;
   /** Random tag of the owning driver instance: opening one's own handle is refused, as CUDA does. */
@@ -44,9 +49,11 @@ export interface SimHandle {
   uuid: string;
 }
 
-export function segmentName(h: Pick<SimHandle, 'kind' | 'pid' | 'counter' | 'nonce'>): string {
+/** The segment behind a handle. Boot id and pid namespace are the opener's: simulated IPC stays on one machine and namespace. */
+export function segmentName(h: Pick<SimHandle, 'kind' | 'pid' | 'start' | 'counter' | 'nonce'>): string {
   const k = h.kind === 'memory' ? 'm' : 'e';
-  return `${SIM_SHM_PREFIX}${h.pid}-${k}${h.counter}-${h.nonce.toString(16).padStart(8, '0')}`;
+  const { boot, pidns } = localOwner();
+  return ownedName('sim', `${k}${h.counter}-${h.nonce.toString(16).padStart(8, '0')}`, { pid: h.pid, start: h.start, boot, pidns });
 }
 
 export function encodeHandle(h: SimHandle): Uint8Array {
@@ -62,6 +69,7 @@ export function encodeHandle(h: SimHandle): Uint8Array {
   v.setUint32(32, h.nonce, true);
   v.setUint32(36, h.instance, true);
   out.set(uuidToBytes(h.uuid), 40);
+  v.setUint32(56, h.start >>> 0, true);
   v.setUint32(60, fnv1a(out.subarray(0, 60)), true);
   return out;
 }
@@ -84,6 +92,7 @@ export function decodeHandle(bytes: Uint8Array, kind: HandleKind): SimHandle | u
     counter: v.getUint32(28, true),
     nonce: v.getUint32(32, true),
     instance: v.getUint32(36, true),
+    start: v.getUint32(56, true),
     uuid: bytesToUuid(bytes.subarray(40, 56)),
   };
 }

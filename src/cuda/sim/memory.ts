@@ -39,6 +39,8 @@ export interface Allocation {
 export interface MemoryOwner {
   shm: NativeShm;
   pid: number;
+  /** Start time of the owning process (src/segment-owner.ts): part of every segment name. */
+  start: number;
   /** Random tag of the driver instance (see ipc-handle.ts). */
   instance: number;
   /** Per ordinal: the device UUID and the bytes one may allocate. */
@@ -79,7 +81,7 @@ export class SimMemory {
     for (let attempt = 0; ; attempt++) {
       const counter = this.nextCounter();
       const nonce = randomU32();
-      const name = segmentName({ kind, pid: this.owner.pid, counter, nonce });
+      const name = segmentName({ kind, pid: this.owner.pid, start: this.owner.start, counter, nonce });
       try {
         return { segment: sharedSegment(name, this.owner.shm.shmCreate(name, bytes), (b) => this.owner.shm.shmClose(b)), counter, nonce };
       } catch (err) {
@@ -102,6 +104,7 @@ export class SimMemory {
       size,
       bufferId,
       pid: this.owner.pid,
+      start: this.owner.start,
       counter,
       nonce,
       instance: this.owner.instance,
