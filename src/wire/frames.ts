@@ -142,6 +142,14 @@ export enum FinStatus {
    * the same message again by staging, under the same seq.
    */
   RESTAGE = 5,
+  /**
+   * Sent by the SENDER of message `seq` (the other FINs come from its
+   * receiver): it could not supply the data (the source was freed or is
+   * invalid, its stream is bogus, a copy into the staging ring failed). The
+   * receiver rejects the receive matched to `seq` (or drops the message if
+   * none matched yet) and answers nothing; the endpoint stays open.
+   */
+  SENDER_FAILED = 6,
 }
 
 /** The receiver is done with message `seq`: the sender may reuse its buffer. */
