@@ -32,8 +32,10 @@ import { checkStagedSource, chunkCount, PeerRing, type StagedRecv, type StagedSe
 import { encodeFrame, restampRget, RgetDecoder } from './wire/codec.js';
 import { UuidNames } from './wire/uuid.js';
 import {
+  CREDIT_STEP,
   type EagerFrame,
   Feature,
+  MESSAGE_COST,
   FinStatus,
   type Frame,
   FrameType,
@@ -136,6 +138,27 @@ interface PendingRecv {
 
 type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
 
+/** A send waiting for room in the peer's window (maxUnreadBytes). */
+interface WindowWait {
+  buffer: MessageBuffer;
+  tag: number;
+  options: SendOptions;
+  resolve: () => void;
+  reject: (err: Error) => void;
+  cleanup: () => void;
+}
+
+/** What this endpoint holds for its peer and the peer for it (backpressure; see options.maxUnreadBytes). */
+export interface FlowStats {
+  maxUnreadBytes: number;
+  /** Bytes sent (inline data + 64 per message) that the peer has not reported received. */
+  unreadBytes: number;
+  /** Sends waiting for the peer to receive. */
+  waitingSends: number;
+  /** Messages of the peer's that arrived here and wait for a receive. */
+  unexpectedMessages: number;
+}
+
 /** A staged receive waiting for, or using, this direction's ring. */
 interface StagedRecvJob extends StagedRecv {
   recv: PendingRecv;
@@ -193,6 +216,15 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly uuidNames = new UuidNames();
   /** Decodes frames; an RGET like the last one is that one with a new tag and seq. */
   private readonly rgets = new RgetDecoder();
+  // Backpressure (CREDIT, frames.ts). Sender: what we sent, in flow-control
+  // bytes, what the peer reported received, and the sends waiting for room.
+  private sentCost = 0;
+  private peerConsumed = 0;
+  private readonly windowWait: WindowWait[] = [];
+  // Receiver: what our receives matched of the peer's messages, and the last total reported.
+  private consumedCost = 0;
+  private reportedCost = 0;
+  private creditQueued = false;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -245,10 +277,16 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
     if (this.closedWith !== undefined) return Promise.reject(this.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
+    if (this.windowWait.length > 0 || !this.windowAllows(buffer, options)) return this.waitForWindow(buffer, tag, options);
+    return this.sendNow(buffer, tag, options);
+  }
+
+  private sendNow(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
     try {
       if (!isDeviceBuffer(buffer)) {
         const data = hostBytes(buffer);
         this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: false, data });
+        this.sentCost += data.byteLength + MESSAGE_COST;
         count(this.sent, 'eager', data.byteLength);
         return Promise.resolve();
       }
@@ -257,6 +295,85 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       return Promise.reject(err);
     }
   }
+
+  // ------------------------------------------------------------ backpressure
+
+  /** Whether a device send goes inline (EAGER): the rule sendDevice applies. */
+  private deviceEager(length: number, options: SendOptions): boolean {
+    return length === 0 || (!this.ipcOk && length <= this.opts.deviceEagerLimit && options.stream === undefined);
+  }
+
+  /**
+   * Room for this message in the peer's window? Less than CREDIT_STEP unread
+   * always is: the peer reports its receives in steps of CREDIT_STEP, so
+   * that much may be read already and not reported, and a message larger
+   * than the window must still go once the peer has read everything.
+   */
+  private windowAllows(buffer: MessageBuffer, options: SendOptions): boolean {
+    const unread = this.sentCost - this.peerConsumed;
+    if (unread < CREDIT_STEP) return true;
+    const inline = !isDeviceBuffer(buffer) ? byteLength(buffer) : this.deviceEager(buffer.length, options) ? buffer.length : 0;
+    return unread + inline + MESSAGE_COST <= this.opts.maxUnreadBytes;
+  }
+
+  /** The peer holds its share of unread messages: this send waits, in order, for its CREDIT. */
+  private waitForWindow(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const w: WindowWait = { buffer, tag, options, resolve, reject, cleanup: noop };
+      const signal = options.signal;
+      if (signal) {
+        const onAbort = () => {
+          const i = this.windowWait.indexOf(w);
+          if (i < 0) return;
+          this.windowWait.splice(i, 1);
+          reject(abortReason(signal));
+          this.drainWindow(); // the sends behind it may fit
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        w.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      this.windowWait.push(w);
+    });
+  }
+
+  private drainWindow(): void {
+    while (this.windowWait.length > 0 && this.closedWith === undefined) {
+      const w = this.windowWait[0]!;
+      if (!this.windowAllows(w.buffer, w.options)) return;
+      this.windowWait.shift();
+      w.cleanup();
+      this.sendNow(w.buffer, w.tag, w.options).then(w.resolve, w.reject);
+    }
+  }
+
+  /** Sender: the peer's receives have matched `consumed` bytes of our messages in all. */
+  private onCredit(consumed: number): void {
+    if (consumed < this.peerConsumed || consumed > this.sentCost) {
+      throw new ProtocolError(`CREDIT reports ${consumed} bytes received, outside ${this.peerConsumed}..${this.sentCost}`, 'SMCUDA_BAD_CREDIT');
+    }
+    this.peerConsumed = consumed;
+    this.drainWindow();
+  }
+
+  /** Receiver: one of the peer's messages left the unexpected queue (matched or withdrawn). */
+  private consumed(frame: Arrival): void {
+    this.consumedCost += (frame.type === FrameType.EAGER ? frame.data.byteLength : 0) + MESSAGE_COST;
+    if (!this.creditQueued && this.consumedCost - this.reportedCost >= CREDIT_STEP) {
+      this.creditQueued = true;
+      queueMicrotask(this.flushCredit); // one CREDIT for a burst of receives
+    }
+  }
+
+  private readonly flushCredit = (): void => {
+    this.creditQueued = false;
+    if (this.closedWith !== undefined || this.channel.closed) return;
+    this.reportedCost = this.consumedCost;
+    try {
+      this.sendFrame({ type: FrameType.CREDIT, consumed: this.consumedCost });
+    } catch {
+      // the channel failed: the endpoint closes
+    }
+  };
 
   /** Receives the next message with `tag` (MPI order). */
   recv(options: RecvOptions = {}): Promise<Received> {
@@ -282,7 +399,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 
   /** Counters and the negotiation record (plain data; safe to JSON.stringify). */
-  stats(): EndpointStats & { cache: ReturnType<HandlePool['stats']> } {
+  stats(): EndpointStats & { cache: ReturnType<HandlePool['stats']>; flow: FlowStats } {
     return {
       peerId: this.peerId,
       control: {
@@ -294,6 +411,12 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       sent: structuredClone(this.sent),
       received: structuredClone(this.received),
       cache: this.pool.stats(),
+      flow: {
+        maxUnreadBytes: this.opts.maxUnreadBytes,
+        unreadBytes: this.sentCost - this.peerConsumed,
+        waitingSends: this.windowWait.length,
+        unexpectedMessages: this.matches.unexpectedCount,
+      },
     };
   }
 
@@ -334,10 +457,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     // copy, inline in the frame. Once IPC is OK even small messages go by RGET:
     // one device copy with a polled completion beats two synchronous host
     // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
-    if (length === 0 || (!this.ipcOk && length <= this.opts.deviceEagerLimit && options.stream === undefined)) {
+    if (this.deviceEager(length, options)) {
       const data = new Uint8Array(length);
       if (length > 0) this.driver.memcpyDtoH(data, buf.ptr);
       this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: true, data });
+      this.sentCost += length + MESSAGE_COST;
       count(this.sent, 'eager', length);
       return Promise.resolve();
     }
@@ -370,6 +494,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const done = this.pendSend(seq, tag, length, 'rget', options.signal, release, { buf, stream: options.stream });
     try {
       this.announceRget(exp, buf, tag, seq, offset, eventHandle);
+      this.sentCost += MESSAGE_COST;
     } catch (err) {
       this.failPendingSend(seq, err as Error); // releases the event; `done` rejects
     }
@@ -412,6 +537,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const done = this.pendSend(seq, tag, buf.length, 'staging', options.signal, noop);
     try {
       this.announceStaged(buf, tag, seq, options.stream);
+      this.sentCost += MESSAGE_COST;
     } catch (err) {
       this.failPendingSend(seq, err as Error);
     }
@@ -516,6 +642,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return;
       case FrameType.CANCEL:
         return this.onCancel(frame.seq);
+      case FrameType.CREDIT:
+        return this.onCredit(frame.consumed);
       case FrameType.STAGE_ACK:
         return this.onStageGrant(frame.seq, frame.slot);
       case FrameType.STAGE_CHUNK:
@@ -549,6 +677,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** A posted receive met its message. */
   private deliver(recv: PendingRecv, frame: Arrival): void {
     recv.cleanup();
+    this.consumed(frame);
     try {
       switch (frame.type) {
         case FrameType.EAGER:
@@ -805,7 +934,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private onCancel(seq: number): void {
     // Withdraw the message if no receive has matched it yet; otherwise the
     // transfer completes and its own FIN answers the sender.
-    if (this.matches.withdrawArrival((a) => a.seq === seq)) this.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
+    const withdrawn = this.matches.withdrawArrival((a) => a.seq === seq);
+    if (withdrawn) {
+      this.consumed(withdrawn);
+      this.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
+    }
   }
 
   // ----------------------------------------------------------------- staging
@@ -966,7 +1099,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     // Not matched yet: the message is withdrawn, as a cancelled one is. Anything
     // else (already failed here, or unknown) needs no answer.
-    this.matches.withdrawArrival((a) => a.seq === seq);
+    const withdrawn = this.matches.withdrawArrival((a) => a.seq === seq);
+    if (withdrawn) this.consumed(withdrawn);
   }
 
   /** Receiver: chunk `offset..offset+length` of the active staged message is in `slot`. */
@@ -1190,6 +1324,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     this.pendingSends.clear();
     this.stagedSends.clear();
+    for (const w of this.windowWait.splice(0)) {
+      w.cleanup();
+      w.reject(reason);
+    }
     const { posted } = this.matches.drain();
     posted.push(...this.restaging.values());
     this.restaging.clear();
