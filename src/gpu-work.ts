@@ -231,7 +231,26 @@ export class GpuWork implements GpuPollable {
   }
 
   private record(stream: StreamHandle, bytes: number, cb: Completion, inline: boolean): void {
-    const ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
+    let ev: EventHandle;
+    try {
+      ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
+    } catch {
+      // No event to wait with (the driver is out of resources): wait for the
+      // stream itself, blocking but rare, so the work queued on it is really
+      // done before `cb` lets anyone reuse its memory; or fail it with why.
+      const finish = () => {
+        let failure: Error | undefined;
+        try {
+          this.driver.streamSynchronize(stream);
+        } catch (e) {
+          failure = e as Error;
+        }
+        callReporting(cb, failure === undefined ? undefined : failure);
+      };
+      if (inline) finish();
+      else queueMicrotask(finish);
+      return;
+    }
     this.inFlight++;
     let complete: boolean;
     try {
@@ -338,7 +357,13 @@ export class GpuWork implements GpuPollable {
     this.flushNow(false);
     this.closed = true;
     this.handOff();
-    for (const ev of this.freeEvents) this.driver.eventDestroy(ev);
+    for (const ev of this.freeEvents) {
+      try {
+        this.driver.eventDestroy(ev);
+      } catch {
+        // the driver is closed: the event went with it
+      }
+    }
     this.freeEvents.length = 0;
     if (this.stream_ !== undefined) {
       try {
