@@ -150,7 +150,15 @@ describe('an internal failure fails one operation or closes the endpoint, never 
           }
         },
       ),
-      { numRuns: 120 },
+      {
+        numRuns: 120,
+        examples: [
+          // stalled before: the receiver's allocation for a staged message failed and its sender never heard (no FIN)
+          ['memAlloc', 'b', 1, false, [20_000], [false, false, false, false, false]],
+          // stalled before: the completion event of a staging copy could not be created (GpuWork threw out of its microtask)
+          ['eventCreate', 'a', 1, false, [9000], [false, false, false, false, false]],
+        ],
+      },
     );
   }, 120_000);
 });
