@@ -1050,7 +1050,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       return this.abortStagedSend(staged, err as Error);
     }
     staged.inFlight++;
-    this.gpu().whenDone(staged.stream, length, (err) => {
+    // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
+    this.gpu().whenDone(staged.stream, Infinity, (err) => {
       staged.inFlight--;
       if (err) return this.abortStagedSend(staged, err);
       if (staged.failed) return this.abortStagedSend(staged, staged.failed);
@@ -1132,7 +1133,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return this.failStagedRecv(job, err as Error);
       }
       job.inFlight++;
-      this.gpu().whenDone(stream, length, (err) => {
+      // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
+      this.gpu().whenDone(stream, Infinity, (err) => {
         job.inFlight--;
         if (err) return this.failStagedRecv(job, err);
         if (job.failed) return this.nextAfterFailed(job);
