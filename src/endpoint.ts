@@ -32,10 +32,8 @@ import { checkStagedSource, chunkCount, PeerRing, type StagedRecv, type StagedSe
 import { encodeFrame, restampRget, RgetDecoder } from './wire/codec.js';
 import { UuidNames } from './wire/uuid.js';
 import {
-  CREDIT_STEP,
   type EagerFrame,
   Feature,
-  MESSAGE_COST,
   FinStatus,
   type Frame,
   FrameType,
@@ -47,6 +45,7 @@ import {
 } from './wire/frames.js';
 import { debug } from './debug.js';
 import { describeAllocation, type ExportTable } from './exports.js';
+import { FlowControl } from './flow-control.js';
 import { GpuWork } from './gpu-work.js';
 import type { Tracer } from './trace.js';
 
@@ -138,16 +137,6 @@ interface PendingRecv {
 
 type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
 
-/** A send waiting for room in the peer's window (maxUnreadBytes). */
-interface WindowWait {
-  buffer: MessageBuffer;
-  tag: number;
-  options: SendOptions;
-  resolve: () => void;
-  reject: (err: Error) => void;
-  cleanup: () => void;
-}
-
 /** What this endpoint holds for its peer and the peer for it (backpressure; see options.maxUnreadBytes). */
 export interface FlowStats {
   maxUnreadBytes: number;
@@ -216,15 +205,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly uuidNames = new UuidNames();
   /** Decodes frames; an RGET like the last one is that one with a new tag and seq. */
   private readonly rgets = new RgetDecoder();
-  // Backpressure (CREDIT, frames.ts). Sender: what we sent, in flow-control
-  // bytes, what the peer reported received, and the sends waiting for room.
-  private sentCost = 0;
-  private peerConsumed = 0;
-  private readonly windowWait: WindowWait[] = [];
-  // Receiver: what our receives matched of the peer's messages, and the last total reported.
-  private consumedCost = 0;
-  private reportedCost = 0;
-  private creditQueued = false;
+  /** Backpressure: what the peer holds unread of ours, and the sends waiting for room (flow-control.ts). */
+  private readonly flow: FlowControl;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -239,6 +221,14 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.peerPid = peer.pid;
     this.peerDeviceUuid = peer.deviceUuid;
     this.fins = ((ctx.local.features ?? 0) & (peer.features ?? 0) & Feature.FINS) !== 0;
+    this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
+      if (this.closedWith !== undefined || this.channel.closed) return;
+      try {
+        this.sendFrame({ type: FrameType.CREDIT, consumed });
+      } catch {
+        // the channel failed: the endpoint closes
+      }
+    });
     this.pool = new HandlePool(this.driver, {
       ...this.opts.cache,
       onEvent: this.tracer ? (ev) => this.tracer!.cache(this.peerId, ev) : undefined,
@@ -277,7 +267,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
     if (this.closedWith !== undefined) return Promise.reject(this.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    if (this.windowWait.length > 0 || !this.windowAllows(buffer, options)) return this.waitForWindow(buffer, tag, options);
+    if (!this.flow.mayGo(this.inlineBytes(buffer, options))) {
+      return this.flow.wait({ inline: () => this.inlineBytes(buffer, options), go: () => this.sendNow(buffer, tag, options) }, options.signal, abortReason);
+    }
     return this.sendNow(buffer, tag, options);
   }
 
@@ -286,7 +278,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       if (!isDeviceBuffer(buffer)) {
         const data = hostBytes(buffer);
         this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: false, data });
-        this.sentCost += data.byteLength + MESSAGE_COST;
+        this.flow.charge(data.byteLength);
         count(this.sent, 'eager', data.byteLength);
         return Promise.resolve();
       }
@@ -303,77 +295,16 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     return length === 0 || (!this.ipcOk && length <= this.opts.deviceEagerLimit && options.stream === undefined);
   }
 
-  /**
-   * Room for this message in the peer's window? Less than CREDIT_STEP unread
-   * always is: the peer reports its receives in steps of CREDIT_STEP, so
-   * that much may be read already and not reported, and a message larger
-   * than the window must still go once the peer has read everything.
-   */
-  private windowAllows(buffer: MessageBuffer, options: SendOptions): boolean {
-    const unread = this.sentCost - this.peerConsumed;
-    if (unread < CREDIT_STEP) return true;
-    const inline = !isDeviceBuffer(buffer) ? byteLength(buffer) : this.deviceEager(buffer.length, options) ? buffer.length : 0;
-    return unread + inline + MESSAGE_COST <= this.opts.maxUnreadBytes;
-  }
-
-  /** The peer holds its share of unread messages: this send waits, in order, for its CREDIT. */
-  private waitForWindow(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const w: WindowWait = { buffer, tag, options, resolve, reject, cleanup: noop };
-      const signal = options.signal;
-      if (signal) {
-        const onAbort = () => {
-          const i = this.windowWait.indexOf(w);
-          if (i < 0) return;
-          this.windowWait.splice(i, 1);
-          reject(abortReason(signal));
-          this.drainWindow(); // the sends behind it may fit
-        };
-        signal.addEventListener('abort', onAbort, { once: true });
-        w.cleanup = () => signal.removeEventListener('abort', onAbort);
-      }
-      this.windowWait.push(w);
-    });
-  }
-
-  private drainWindow(): void {
-    while (this.windowWait.length > 0 && this.closedWith === undefined) {
-      const w = this.windowWait[0]!;
-      if (!this.windowAllows(w.buffer, w.options)) return;
-      this.windowWait.shift();
-      w.cleanup();
-      this.sendNow(w.buffer, w.tag, w.options).then(w.resolve, w.reject);
-    }
-  }
-
-  /** Sender: the peer's receives have matched `consumed` bytes of our messages in all. */
-  private onCredit(consumed: number): void {
-    if (consumed < this.peerConsumed || consumed > this.sentCost) {
-      throw new ProtocolError(`CREDIT reports ${consumed} bytes received, outside ${this.peerConsumed}..${this.sentCost}`, 'SMCUDA_BAD_CREDIT');
-    }
-    this.peerConsumed = consumed;
-    this.drainWindow();
+  /** The bytes a message would carry inline if sent now (what it weighs in the peer's window). */
+  private inlineBytes(buffer: MessageBuffer, options: SendOptions): number {
+    if (!isDeviceBuffer(buffer)) return byteLength(buffer);
+    return this.deviceEager(buffer.length, options) ? buffer.length : 0;
   }
 
   /** Receiver: one of the peer's messages left the unexpected queue (matched or withdrawn). */
   private consumed(frame: Arrival): void {
-    this.consumedCost += (frame.type === FrameType.EAGER ? frame.data.byteLength : 0) + MESSAGE_COST;
-    if (!this.creditQueued && this.consumedCost - this.reportedCost >= CREDIT_STEP) {
-      this.creditQueued = true;
-      queueMicrotask(this.flushCredit); // one CREDIT for a burst of receives
-    }
+    this.flow.received(frame.type === FrameType.EAGER ? frame.data.byteLength : 0);
   }
-
-  private readonly flushCredit = (): void => {
-    this.creditQueued = false;
-    if (this.closedWith !== undefined || this.channel.closed) return;
-    this.reportedCost = this.consumedCost;
-    try {
-      this.sendFrame({ type: FrameType.CREDIT, consumed: this.consumedCost });
-    } catch {
-      // the channel failed: the endpoint closes
-    }
-  };
 
   /** Receives the next message with `tag` (MPI order). */
   recv(options: RecvOptions = {}): Promise<Received> {
@@ -413,8 +344,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       cache: this.pool.stats(),
       flow: {
         maxUnreadBytes: this.opts.maxUnreadBytes,
-        unreadBytes: this.sentCost - this.peerConsumed,
-        waitingSends: this.windowWait.length,
+        unreadBytes: this.flow.unread,
+        waitingSends: this.flow.waiting,
         unexpectedMessages: this.matches.unexpectedCount,
       },
     };
@@ -461,7 +392,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       const data = new Uint8Array(length);
       if (length > 0) this.driver.memcpyDtoH(data, buf.ptr);
       this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: true, data });
-      this.sentCost += length + MESSAGE_COST;
+      this.flow.charge(length);
       count(this.sent, 'eager', length);
       return Promise.resolve();
     }
@@ -494,7 +425,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const done = this.pendSend(seq, tag, length, 'rget', options.signal, release, { buf, stream: options.stream });
     try {
       this.announceRget(exp, buf, tag, seq, offset, eventHandle);
-      this.sentCost += MESSAGE_COST;
+      this.flow.charge(0);
     } catch (err) {
       this.failPendingSend(seq, err as Error); // releases the event; `done` rejects
     }
@@ -537,7 +468,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const done = this.pendSend(seq, tag, buf.length, 'staging', options.signal, noop);
     try {
       this.announceStaged(buf, tag, seq, options.stream);
-      this.sentCost += MESSAGE_COST;
+      this.flow.charge(0);
     } catch (err) {
       this.failPendingSend(seq, err as Error);
     }
@@ -643,7 +574,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       case FrameType.CANCEL:
         return this.onCancel(frame.seq);
       case FrameType.CREDIT:
-        return this.onCredit(frame.consumed);
+        return this.flow.credit(frame.consumed);
       case FrameType.STAGE_ACK:
         return this.onStageGrant(frame.seq, frame.slot);
       case FrameType.STAGE_CHUNK:
@@ -1326,10 +1257,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     this.pendingSends.clear();
     this.stagedSends.clear();
-    for (const w of this.windowWait.splice(0)) {
-      w.cleanup();
-      w.reject(reason);
-    }
+    this.flow.close(reason);
     const { posted } = this.matches.drain();
     posted.push(...this.restaging.values());
     this.restaging.clear();
