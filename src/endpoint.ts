@@ -260,6 +260,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /**
    * Sends one message. Resolves when the buffer may be reused: at once for
    * eager messages (the bytes were copied), on FIN for RGET and staging.
+   * When the peer already holds `maxUnreadBytes` of unreceived messages, the
+   * send first waits, in order, for the peer to receive (backpressure); it
+   * rejects if the endpoint closes or the peer is lost meanwhile.
    */
   send(buffer: MessageBuffer, options: SendOptions = {}): Promise<void> {
     checkMessageBuffer('buffer', buffer);
