@@ -27,7 +27,7 @@ import { count, type DataPath, type EndpointStats, newDirection, type Negotiatio
 import { ClosedError, PeerLostError, ProtocolError, SmcudaError, TruncationError } from './errors.js';
 import { MatchQueues } from './matching.js';
 import type { ResolvedOptions } from './options.js';
-import { chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging.js';
+import { checkStagedSource, chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging.js';
 import { encodeFrame, restampRget, RgetDecoder } from './wire/codec.js';
 import { UuidNames } from './wire/uuid.js';
 import {
@@ -44,6 +44,7 @@ import {
 } from './wire/frames.js';
 import { debug } from './debug.js';
 import { describeAllocation, type ExportTable } from './exports.js';
+import { FlowControl } from './flow-control.js';
 import { GpuWork } from './gpu-work.js';
 import type { ProgressEngine } from './progress/engine.js';
 import type { Tracer } from './trace.js';
@@ -138,6 +139,17 @@ interface PendingRecv {
 
 type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
 
+/** What this endpoint holds for its peer and the peer for it (backpressure; see options.maxUnreadBytes). */
+export interface FlowStats {
+  maxUnreadBytes: number;
+  /** Bytes sent (inline data + 64 per message) that the peer has not reported received. */
+  unreadBytes: number;
+  /** Sends waiting for the peer to receive. */
+  waitingSends: number;
+  /** Messages of the peer's that arrived here and wait for a receive. */
+  unexpectedMessages: number;
+}
+
 /** A staged receive waiting for, or using, this direction's ring. */
 interface StagedRecvJob extends StagedRecv {
   recv: PendingRecv;
@@ -197,6 +209,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly uuidNames = new UuidNames();
   /** Decodes frames; an RGET like the last one is that one with a new tag and seq. */
   private readonly rgets = new RgetDecoder();
+  /** Backpressure: what the peer holds unread of ours, and the sends waiting for room (flow-control.ts). */
+  private readonly flow: FlowControl;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -211,6 +225,14 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.peerPid = peer.pid;
     this.peerDeviceUuid = peer.deviceUuid;
     this.fins = ((ctx.local.features ?? 0) & (peer.features ?? 0) & Feature.FINS) !== 0;
+    this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
+      if (this.closedWith !== undefined || this.channel.closed) return;
+      try {
+        this.sendFrame({ type: FrameType.CREDIT, consumed });
+      } catch {
+        // the channel failed: the endpoint closes
+      }
+    });
     this.pool = new HandlePool(this.driver, {
       ...this.opts.cache,
       onEvent: this.tracer ? (ev) => this.tracer!.cache(this.peerId, ev) : undefined,
@@ -247,6 +269,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /**
    * Sends one message. Resolves when the buffer may be reused: at once for
    * eager messages (the bytes were copied), on FIN for RGET and staging.
+   * When the peer already holds `maxUnreadBytes` of unreceived messages, the
+   * send first waits, in order, for the peer to receive (backpressure); it
+   * rejects if the endpoint closes or the peer is lost meanwhile.
    */
   send(buffer: MessageBuffer, options: SendOptions = {}): Promise<void> {
     checkMessageBuffer('buffer', buffer);
@@ -254,10 +279,18 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
     if (this.closedWith !== undefined) return Promise.reject(this.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
+    if (!this.flow.mayGo(this.inlineBytes(buffer, options))) {
+      return this.flow.wait({ inline: () => this.inlineBytes(buffer, options), go: () => this.sendNow(buffer, tag, options) }, options.signal, abortReason);
+    }
+    return this.sendNow(buffer, tag, options);
+  }
+
+  private sendNow(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
     try {
       if (!isDeviceBuffer(buffer)) {
         const data = hostBytes(buffer);
         this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: false, data });
+        this.flow.charge(data.byteLength);
         count(this.sent, 'eager', data.byteLength);
         return Promise.resolve();
       }
@@ -265,6 +298,24 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  // ------------------------------------------------------------ backpressure
+
+  /** Whether a device send goes inline (EAGER): the rule sendDevice applies. */
+  private deviceEager(length: number, options: SendOptions): boolean {
+    return length === 0 || (!this.ipcOk && length <= this.opts.deviceEagerLimit && options.stream === undefined);
+  }
+
+  /** The bytes a message would carry inline if sent now (what it weighs in the peer's window). */
+  private inlineBytes(buffer: MessageBuffer, options: SendOptions): number {
+    if (!isDeviceBuffer(buffer)) return byteLength(buffer);
+    return this.deviceEager(buffer.length, options) ? buffer.length : 0;
+  }
+
+  /** Receiver: one of the peer's messages left the unexpected queue (matched or withdrawn). */
+  private consumed(frame: Arrival): void {
+    this.flow.received(frame.type === FrameType.EAGER ? frame.data.byteLength : 0);
   }
 
   /** Receives the next message with `tag` (MPI order). */
@@ -291,7 +342,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 
   /** Counters and the negotiation record (plain data; safe to JSON.stringify). */
-  stats(): EndpointStats & { cache: ReturnType<HandlePool['stats']> } {
+  stats(): EndpointStats & { cache: ReturnType<HandlePool['stats']>; flow: FlowStats } {
     return {
       peerId: this.peerId,
       control: {
@@ -303,6 +354,12 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       sent: structuredClone(this.sent),
       received: structuredClone(this.received),
       cache: this.pool.stats(),
+      flow: {
+        maxUnreadBytes: this.opts.maxUnreadBytes,
+        unreadBytes: this.flow.unread,
+        waitingSends: this.flow.waiting,
+        unexpectedMessages: this.matches.unexpectedCount,
+      },
     };
   }
 
@@ -343,10 +400,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     // copy, inline in the frame. Once IPC is OK even small messages go by RGET:
     // one device copy with a polled completion beats two synchronous host
     // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
-    if (length === 0 || (!this.ipcOk && length <= this.opts.deviceEagerLimit && options.stream === undefined)) {
+    if (this.deviceEager(length, options)) {
       const data = new Uint8Array(length);
       if (length > 0) this.driver.memcpyDtoH(data, buf.ptr);
       this.sendFrame({ type: FrameType.EAGER, tag, seq: this.nextSeq++, fromDevice: true, data });
+      this.flow.charge(length);
       count(this.sent, 'eager', length);
       return Promise.resolve();
     }
@@ -365,18 +423,34 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (options.stream !== undefined) {
       // The peer orders its copy after our stream's work through an IPC event.
       event = d.eventCreate({ interprocess: true, disableTiming: true });
-      d.eventRecord(event, options.stream);
-      eventHandle = d.ipcGetEventHandle(event);
+      try {
+        d.eventRecord(event, options.stream);
+        eventHandle = d.ipcGetEventHandle(event);
+      } catch (err) {
+        destroyEvent(d, event); // a bogus stream must not leak the event
+        throw err;
+      }
     }
     const seq = this.nextSeq++;
     const length = buf.length;
-    const release = event === undefined ? noop : () => d.eventDestroy(event);
+    const release = event === undefined ? noop : () => destroyEvent(d, event);
     const done = this.pendSend(seq, tag, length, 'rget', options.signal, release, { buf, stream: options.stream });
+    try {
+      this.announceRget(exp, buf, tag, seq, offset, eventHandle);
+      this.flow.charge(0);
+    } catch (err) {
+      this.failPendingSend(seq, err as Error); // releases the event; `done` rejects
+    }
+    return done;
+  }
+
+  private announceRget(exp: ReturnType<ExportTable['lookup']>, buf: DeviceBuffer, tag: number, seq: number, offset: number, eventHandle: Uint8Array | null): void {
+    const length = buf.length;
     const last = exp.rget;
     if (eventHandle === null && last !== undefined && last.length === length && this.tracer === undefined) {
       // Re-sent from the same buffer: the last encoding with this tag and seq.
       this.sendBytes(restampRget(last.frame, tag, seq));
-      return done;
+      return;
     }
     const frame: RgetFrame = {
       type: FrameType.RGET,
@@ -398,22 +472,27 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       if (eventHandle === null) exp.rget = { length, frame: bytes.slice() }; // its own memory, not a pool slab
       this.sendBytes(bytes);
     }
-    return done;
   }
 
   private sendStaged(buf: DeviceBuffer, tag: number, options: SendOptions): Promise<void> {
+    checkStagedSource(this.driver, buf); // a bad source fails this send() alone, before anything is announced
     // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.
     this.stagingRing();
     const seq = this.nextSeq++;
     const done = this.pendSend(seq, tag, buf.length, 'staging', options.signal, noop);
-    this.announceStaged(buf, tag, seq, options.stream);
+    try {
+      this.announceStaged(buf, tag, seq, options.stream);
+      this.flow.charge(0);
+    } catch (err) {
+      this.failPendingSend(seq, err as Error);
+    }
     return done;
   }
 
   /** STAGE_BEGIN for message `seq`; its chunks follow the receiver's grants. */
   private announceStaged(buf: DeviceBuffer, tag: number, seq: number, stream: StreamHandle | undefined): void {
     const ring = this.stagingRing();
-    this.stagedSends.set(seq, { seq, src: buf.ptr, length: buf.length, next: 0, stream: stream ?? this.gpu().stream });
+    this.stagedSends.set(seq, { seq, src: buf.ptr, length: buf.length, next: 0, stream: stream ?? this.gpu().stream, inFlight: 0 });
     this.sendFrame({
       type: FrameType.STAGE_BEGIN,
       tag,
@@ -500,6 +579,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return;
       }
       case FrameType.FIN:
+        if (frame.status === FinStatus.SENDER_FAILED) return this.onSenderFailed(frame.seq, frame.message);
         return this.onFin(frame.seq, frame.status, frame.message);
       case FrameType.FINS:
         if (!this.fins) throw new ProtocolError(`peer ${this.peerId} sent FINS without both HELLOs announcing it`);
@@ -507,6 +587,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return;
       case FrameType.CANCEL:
         return this.onCancel(frame.seq);
+      case FrameType.CREDIT:
+        return this.flow.credit(frame.consumed);
       case FrameType.STAGE_ACK:
         return this.onStageGrant(frame.seq, frame.slot);
       case FrameType.STAGE_CHUNK:
@@ -541,6 +623,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** A posted receive met its message. */
   private deliver(recv: PendingRecv, frame: Arrival): void {
     recv.cleanup();
+    this.consumed(frame);
     try {
       switch (frame.type) {
         case FrameType.EAGER:
@@ -551,8 +634,25 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
           return this.deliverStaged(recv, frame);
       }
     } catch (err) {
-      recv.reject(err as Error);
+      this.failArrival(recv, frame, err as Error);
     }
+  }
+
+  /**
+   * A matched message could not be received (no memory for it, a bad `into`,
+   * a bad request): its receive rejects, and the sender of a rendezvous
+   * message — which waits for a FIN — gets one with the status. The endpoint
+   * stays open.
+   */
+  private failArrival(recv: PendingRecv, frame: Arrival, err: Error): void {
+    if (frame.type !== FrameType.EAGER) {
+      try {
+        this.sendFin(frame.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
+      } catch {
+        // the channel failed: the endpoint closes and the sender learns it that way
+      }
+    }
+    recv.reject(err);
   }
 
   private deliverEager(recv: PendingRecv, frame: EagerFrame): void {
@@ -602,7 +702,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.refusedTooSmall(recv, frame)) return;
     const pooled = this.pool.lookup(rgetRequest(frame));
     if (pooled && !frame.event) return this.copyRget(recv, frame, pooled, undefined);
-    this.prepareRget(recv, frame, pooled).catch((err: Error) => recv.reject(err));
+    this.prepareRget(recv, frame, pooled).catch((err: Error) => this.failArrival(recv, frame, err));
   }
 
   /** Opens the mapping (unless `pooled` is it) and waits for the sender's stream event, then copies. */
@@ -751,7 +851,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       if (!restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
       p.restage = undefined;
       p.path = 'staging';
-      this.announceStaged(restage.buf, p.tag, seq, restage.stream);
+      try {
+        checkStagedSource(this.driver, restage.buf);
+        this.announceStaged(restage.buf, p.tag, seq, restage.stream);
+      } catch (err) {
+        // the source went bad meanwhile: this send fails, and the receive waiting for it learns why
+        this.failSendAndTell(seq, err as Error);
+      }
       return;
     }
     this.pendingSends.delete(seq);
@@ -776,7 +882,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private onCancel(seq: number): void {
     // Withdraw the message if no receive has matched it yet; otherwise the
     // transfer completes and its own FIN answers the sender.
-    if (this.matches.withdrawArrival((a) => a.seq === seq)) this.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
+    const withdrawn = this.matches.withdrawArrival((a) => a.seq === seq);
+    if (withdrawn) {
+      this.consumed(withdrawn);
+      this.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
+    }
   }
 
   // ----------------------------------------------------------------- staging
@@ -791,6 +901,14 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   /** Receiver: a staged message matched a receive; it waits for the ring. */
   private deliverStaged(recv: PendingRecv, frame: StageBeginFrame): void {
+    try {
+      this.queueStagedRecv(recv, frame);
+    } catch (err) {
+      this.failArrival(recv, frame, err as Error); // e.g. no device memory for it: FIN FAILED, the sender settles
+    }
+  }
+
+  private queueStagedRecv(recv: PendingRecv, frame: StageBeginFrame): void {
     const n = frame.length;
     if (this.refusedTooSmall(recv, frame)) return;
     let dst: bigint | Uint8Array;
@@ -869,17 +987,69 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     if (slot >= ring.options.slots) throw new ProtocolError(`STAGE_ACK grants slot ${slot} of a ${ring.options.slots}-slot ring`);
     ring.unlink(); // the receiver has the segment open now
-    if (staged.next >= staged.length) return;
+    if (staged.failed || staged.next >= staged.length) return;
     const offset = staged.next;
     const length = Math.min(ring.options.chunkSize, staged.length - offset);
     staged.next += length;
-    this.driver.memcpyDtoHAsync(ring.slot(slot, length), staged.src + BigInt(offset), staged.stream);
+    try {
+      // Fails for a source freed meanwhile or a bogus stream: this send alone fails.
+      this.driver.memcpyDtoHAsync(ring.slot(slot, length), staged.src + BigInt(offset), staged.stream);
+    } catch (err) {
+      return this.abortStagedSend(staged, err as Error);
+    }
+    staged.inFlight++;
+    // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
     this.gpu().whenDone(staged.stream, Infinity, (err) => {
-      if (err) this.failPendingSend(seq, err);
-      else if (this.closedWith === undefined && this.stagedSends.has(seq)) {
+      staged.inFlight--;
+      if (err) return this.abortStagedSend(staged, err);
+      if (staged.failed) return this.abortStagedSend(staged, staged.failed);
+      if (this.closedWith !== undefined || !this.stagedSends.has(seq)) return;
+      try {
         this.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
+      } catch (e) {
+        this.failPendingSend(seq, e as Error); // the channel failed: the endpoint is closing
       }
     });
+  }
+
+  /**
+   * Sender: staged message `seq` cannot be supplied. Once none of its copies
+   * is in flight, the send rejects and the receiver is told (FIN
+   * SENDER_FAILED), so that its receive fails too; the endpoint stays open.
+   */
+  private abortStagedSend(staged: StagedSend, err: Error): void {
+    staged.failed ??= err;
+    if (staged.inFlight === 0) this.failSendAndTell(staged.seq, staged.failed);
+  }
+
+  private failSendAndTell(seq: number, err: Error): void {
+    if (!this.pendingSends.has(seq)) return;
+    this.failPendingSend(seq, err);
+    try {
+      this.sendFin(seq, FinStatus.SENDER_FAILED, err.message);
+    } catch {
+      // the channel failed: the endpoint closes and the receiver learns it that way
+    }
+  }
+
+  /** Receiver: the sender of message `seq` could not supply it (FIN SENDER_FAILED). */
+  private onSenderFailed(seq: number, message: string): void {
+    const err = new SmcudaError('SMCUDA_SENDER_FAILED', `peer ${this.peerId} could not send message ${seq}: ${message}; the message is lost, the endpoint stays open`);
+    const job = this.activeStagedRecv?.seq === seq ? this.activeStagedRecv : this.stagedRecvQueue.find((j) => j.seq === seq);
+    if (job) {
+      const i = this.stagedRecvQueue.indexOf(job);
+      if (i >= 0) this.stagedRecvQueue.splice(i, 1);
+      return this.failStagedRecv(job, err, false);
+    }
+    const waiting = this.restaging.get(seq);
+    if (waiting) {
+      this.restaging.delete(seq);
+      return waiting.reject(err);
+    }
+    // Not matched yet: the message is withdrawn, as a cancelled one is. Anything
+    // else (already failed here, or unknown) needs no answer.
+    const withdrawn = this.matches.withdrawArrival((a) => a.seq === seq);
+    if (withdrawn) this.consumed(withdrawn);
   }
 
   /** Receiver: chunk `offset..offset+length` of the active staged message is in `slot`. */
@@ -894,18 +1064,29 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (job.failed) return;
     const src = ring.slot(slot, length);
     const finishChunk = () => {
-      job.received += length;
-      if (job.granted < chunkCount(job.length, job.chunkSize)) this.grant(job, slot);
-      if (job.received === job.length) this.finishStagedRecv(job);
+      try {
+        job.received += length;
+        if (job.granted < chunkCount(job.length, job.chunkSize)) this.grant(job, slot);
+        if (job.received === job.length) this.finishStagedRecv(job);
+      } catch (err) {
+        this.failStagedRecv(job, err as Error); // the channel failed: the endpoint is closing
+      }
     };
     if (typeof job.dst === 'bigint') {
       const stream = job.recv.stream ?? this.gpu().stream;
-      this.driver.memcpyHtoDAsync(job.dst + BigInt(offset), src, stream);
+      try {
+        // Fails for a bad `into` (freed, too short for the driver): this receive alone fails.
+        this.driver.memcpyHtoDAsync(job.dst + BigInt(offset), src, stream);
+      } catch (err) {
+        return this.failStagedRecv(job, err as Error);
+      }
       job.inFlight++;
+      // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
       this.gpu().whenDone(stream, Infinity, (err) => {
-        if (err) return this.failStagedRecv(job, err);
         job.inFlight--;
-        if (this.closedWith === undefined && !job.failed) finishChunk();
+        if (err) return this.failStagedRecv(job, err);
+        if (job.failed) return this.nextAfterFailed(job);
+        if (this.closedWith === undefined) finishChunk();
       });
     } else {
       job.dst.set(src, offset);
@@ -920,8 +1101,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.startNextStagedRecv();
   }
 
-  private failStagedRecv(job: StagedRecvJob, err: Error): void {
-    if (job.failed) return;
+  /** `tell`: FIN the sender with the status (not when the sender is the one who failed it). */
+  private failStagedRecv(job: StagedRecvJob, err: Error, tell = true): void {
+    if (job.failed) return this.nextAfterFailed(job);
     job.failed = true;
     this.failedStaged.add(job.seq);
     if (job.recv.into === undefined && typeof job.dst === 'bigint') {
@@ -932,12 +1114,20 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       }
     }
     try {
-      this.sendFin(job.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
+      if (tell) this.sendFin(job.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
     } catch {
       // closing
     }
     job.recv.reject(err);
-    if (this.activeStagedRecv === job) this.startNextStagedRecv();
+    this.nextAfterFailed(job);
+  }
+
+  /**
+   * The ring goes to the next staged receive once no copy out of it is in
+   * flight for the failed one: a slot granted again must not still be read.
+   */
+  private nextAfterFailed(job: StagedRecvJob): void {
+    if (this.activeStagedRecv === job && job.inFlight === 0) this.startNextStagedRecv();
   }
 
   private failPendingSend(seq: number, err: Error): void {
@@ -1053,6 +1243,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private sendFin(seq: number, status: FinStatus, message: string): void {
     if (this.closedWith !== undefined || this.channel.closed) return;
+    // The wire carries at most 4096 bytes of message (a long driver or nested error must not make the FIN itself fail).
+    if (message.length > 1000) message = `${message.slice(0, 1000)}…`;
     this.sendFrame({ type: FrameType.FIN, seq, status, message });
   }
 
@@ -1093,6 +1285,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     this.pendingSends.clear();
     this.stagedSends.clear();
+    this.flow.close(reason);
     const { posted } = this.matches.drain();
     posted.push(...this.restaging.values());
     this.restaging.clear();
@@ -1135,6 +1328,14 @@ function abortReason(signal: AbortSignal): Error {
 }
 
 function noop(): void {}
+
+function destroyEvent(d: CudaDriver, event: bigint): void {
+  try {
+    d.eventDestroy(event);
+  } catch {
+    // the driver was closed meanwhile: nothing left to destroy
+  }
+}
 
 /** What the handle pool needs to find or open the mapping an RGET reads from. */
 function rgetRequest(frame: RgetFrame) {

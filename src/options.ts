@@ -72,6 +72,18 @@ export interface TransportOptions {
    * core after the last frame.
    */
   controlSpinUs?: number;
+  /**
+   * Backpressure: the most an endpoint lets its peer hold unread — bytes of
+   * messages sent that no receive of the peer has matched yet, counting each
+   * message's inline data plus 64 bytes (so RGET and staged messages, whose
+   * data stays in the sender's buffer, count 64). Past it, send() waits, in
+   * order, until the peer receives (it rejects if the endpoint closes or the
+   * peer is lost meanwhile, or its signal aborts); a peer that never receives
+   * holds at most this much of this process's data, plus one message when a
+   * message larger than the rest of the window is let through because less
+   * than 64 KiB is unread. Default 64 MiB; at least 64 KiB.
+   */
+  maxUnreadBytes?: number;
 }
 
 export interface ResolvedOptions {
@@ -85,7 +97,11 @@ export interface ResolvedOptions {
   completionSpinUs: number;
   controlRing: boolean;
   controlSpinUs: number;
+  maxUnreadBytes: number;
 }
+
+/** 64 MiB: room for many large host messages in flight (a 1 MiB stream keeps 64 unread), while a peer that never receives cannot grow this process without bound. */
+export const DEFAULT_MAX_UNREAD_BYTES = 64 << 20;
 
 export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFIG;
 
@@ -163,5 +179,7 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   positiveInt('controlSpinUs', controlSpinUs, 0);
   const device = o.device ?? 0;
   positiveInt('device', device, 0);
-  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token, completionSpinUs, controlRing, controlSpinUs };
+  const maxUnreadBytes = o.maxUnreadBytes ?? DEFAULT_MAX_UNREAD_BYTES;
+  positiveInt('maxUnreadBytes', maxUnreadBytes, 64 << 10);
+  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token, completionSpinUs, controlRing, controlSpinUs, maxUnreadBytes };
 }

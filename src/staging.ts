@@ -100,6 +100,29 @@ export interface StagedSend {
   /** Next byte to copy into a granted slot. */
   next: number;
   stream: StreamHandle;
+  /** Device→host copies into the ring still running. */
+  inFlight: number;
+  /**
+   * Why the send failed (a copy out of the source failed). It settles, and
+   * its receiver is told (FIN SENDER_FAILED), once no copy of it is in
+   * flight: the source is not the caller's again, and no slot the receiver
+   * hands to the next message is still being written, before that.
+   */
+  failed?: Error;
+}
+
+/**
+ * Throws unless `buf` lies inside one live device allocation. Checked before
+ * a staged message is announced — as RGET's export lookup does — so that a
+ * freed or invalid source fails its send() at once and the peer never hears
+ * of it.
+ */
+export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; length: number }): void {
+  const range = driver.memGetAddressRange(buf.ptr);
+  const end = range.base + BigInt(range.size);
+  if (buf.ptr + BigInt(buf.length) > end) {
+    throw new RangeError(`buffer (${buf.length} bytes at +${buf.ptr - range.base}) runs past its allocation of ${range.size} bytes`);
+  }
 }
 
 /** A staged receive in progress on the receiver. */

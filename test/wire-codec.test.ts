@@ -97,6 +97,7 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.FIN as const), seq: safe, status: finStatus, message: utf8(0, MAX_STRING_BYTES) }),
   fc.record({ type: fc.constant(FrameType.FINS as const), seqs: fc.array(safe, { minLength: 1, maxLength: 20 }) }),
   fc.record({ type: fc.constant(FrameType.CANCEL as const), seq: safe }),
+  fc.record({ type: fc.constant(FrameType.CREDIT as const), consumed: safe }),
   fc.record({
     type: fc.constant(FrameType.STAGE_BEGIN as const),
     tag: u32,

@@ -26,6 +26,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { ClosedError, ConfigError, PeerLostError } from '../errors.js';
+import { frameTooLarge } from './framing.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 
 export interface DeliveryInfo {
@@ -46,6 +47,8 @@ export interface MemoryChannelOptions {
   delay?: number | ((frame: Uint8Array | null, from: string) => number);
   /** Queued bytes per direction at which send() starts returning false ('drain' follows). Default Infinity. */
   highWaterMark?: number;
+  /** send() refuses larger frames, before queueing anything, as UnixChannel's maxFrameBytes does. Default Infinity. */
+  maxFrameBytes?: number;
 }
 
 /** An item in one direction's queue. */
@@ -138,6 +141,8 @@ export class MemoryChannel extends EventEmitter<ControlChannelEvents> implements
 
   #enqueue(copy: Uint8Array): boolean {
     if (this.#closed) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
+    const max = this.options.maxFrameBytes ?? Infinity;
+    if (copy.byteLength > max) throw frameTooLarge(`${this.label}: refusing to send`, copy.byteLength, max);
     if (this.#hung) return true;
     this.#queuedBytes += copy.byteLength;
     this.#push(copy, copy);

@@ -64,6 +64,8 @@ const DOORBELL = encodeFrame({ type: FrameType.DOORBELL });
 const RING_SWITCH = encodeFrame({ type: FrameType.RING_SWITCH });
 const U32_HALF = 0x8000_0000;
 const EMPTY = new Uint8Array(0);
+/** The smallest ring entry: 8 bytes of entry header and a 4-byte frame header, padded to 8 (shm-ring.ts). */
+const MIN_RING_ENTRY = 16;
 
 type Segment = ReturnType<SegmentProvider['shmCreate']>;
 
@@ -122,17 +124,24 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     if (!w) return this.base.send(frame);
     const length = frame.byteLength;
     const seq = this.outSeq;
-    this.outSeq = (seq + 1) >>> 0;
     const one = this.onePart;
     one[0] = frame; // the ring writer takes parts; one array for every send, none allocated per frame
     const written = length <= w.maxFrame && w.tryWrite(seq, one, length);
     one[0] = EMPTY;
     if (written) {
+      this.outSeq = (seq + 1) >>> 0;
       if (w.needsDoorbell()) this.base.send(DOORBELL);
       return true;
     }
-    // Through the channel, not copied into a SPILL frame first (bytes.ts: sendFrameParts).
-    return sendFrameParts(this.base, [spillHead(seq, length), frame]);
+    // The sequence number is taken only once the SPILL is accepted: a frame
+    // the channel refuses (above its maxFrameBytes, checked before anything
+    // is written) then fails alone, instead of leaving the peer waiting
+    // forever for a number that never comes, behind which every later frame
+    // would queue. Through the channel, not copied into a SPILL frame first
+    // (bytes.ts: sendFrameParts).
+    const ok = sendFrameParts(this.base, [spillHead(seq, length), frame]);
+    this.outSeq = (seq + 1) >>> 0;
+    return ok;
   }
 
   close(): void {
@@ -210,6 +219,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           if (!this.peerSwitched) throw new ProtocolError(`${this.label}: SPILL before RING_SWITCH`);
           const f = decodeFrame(bytes);
           if (f.type !== FrameType.SPILL) return;
+          this.checkSpill(f.seq);
           this.spills.push({ seq: f.seq, frame: f.frame });
           this.pump();
           return;
@@ -241,6 +251,25 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     }
     this.base.send(RING_SWITCH);
     debug('channel %s: frames to the peer go through its ring %s (%d bytes)', this.label, f.segment, f.capacity);
+  }
+
+  /**
+   * A SPILL may run ahead of the next expected frame only by frames already
+   * in our ring: the writer puts a frame in the ring before it sends any
+   * later one as a SPILL, and the smallest ring entry takes 16 bytes, so at
+   * most capacity / 16 frames lie between. One further ahead, behind the
+   * expected frame, repeated or out of order can only come from a broken or
+   * hostile peer: a protocol error that closes the channel, instead of a
+   * buffer of SPILLs that grows without bound and a reader that waits forever.
+   */
+  private checkSpill(seq: number): void {
+    const ahead = (seq - this.expected) >>> 0;
+    const window = this.reader!.capacity / MIN_RING_ENTRY;
+    const last = this.spills.length > 0 ? this.spills[this.spills.length - 1]!.seq : undefined;
+    const afterLast = last === undefined ? 1 : (seq - last) >>> 0; // SPILLs come in order: each after the one before
+    if (ahead >= window || afterLast === 0 || afterLast >= window) {
+      throw new ProtocolError(`${this.label}: SPILL ${seq} is outside the window of ${window} frames after ${this.expected} (repeated, out of order or too far ahead)`);
+    }
   }
 
   /** Delivers ring entries and SPILLs in sequence order; true if any was delivered. */

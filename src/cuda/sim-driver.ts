@@ -148,6 +148,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.fdFaults.inject(faults);
   }
 
+  /** Events of this instance not destroyed yet (tests count them to find leaks). */
+  get liveEvents(): number {
+    return this.events.size;
+  }
+
   /** Changes the injected faults of this instance (the named ones; others stay). */
   inject(faults: SimFaults): void {
     this.faults.inject(faults);

@@ -56,7 +56,26 @@ export class GpuEventQueue implements ProgressSource {
    * microtask of its own); otherwise no callback runs before it returns.
    */
   record(stream: StreamHandle, bytes: number, cb: Completion, inline: boolean): void {
-    const ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
+    let ev: EventHandle;
+    try {
+      ev = this.freeEvents.pop() ?? this.driver.eventCreate({ disableTiming: true });
+    } catch {
+      // No event to wait with (the driver is out of resources): wait for the
+      // stream itself, blocking but rare, so the work queued on it is really
+      // done before `cb` lets anyone reuse its memory; or fail it with why.
+      const finish = () => {
+        let failure: Error | undefined;
+        try {
+          this.driver.streamSynchronize(stream);
+        } catch (e) {
+          failure = e as Error;
+        }
+        callReporting(cb, failure);
+      };
+      if (inline) finish();
+      else queueMicrotask(finish);
+      return;
+    }
     this.inFlight++;
     try {
       this.driver.eventRecord(ev, stream);
@@ -160,7 +179,13 @@ export class GpuEventQueue implements ProgressSource {
     this.closed = true;
     this.engine.forget(this);
     this.watch(false);
-    for (const ev of this.freeEvents) this.driver.eventDestroy(ev);
+    for (const ev of this.freeEvents) {
+      try {
+        this.driver.eventDestroy(ev);
+      } catch {
+        // the driver is closed: the event went with it
+      }
+    }
     this.freeEvents.length = 0;
   }
 }

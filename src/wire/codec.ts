@@ -407,6 +407,13 @@ export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
       w.u64(seq);
       return w.done();
     }
+    case FrameType.CREDIT: {
+      const T = frame.type;
+      const consumed = checkInt(T, 'consumed', frame.consumed, 0, MAX_SAFE);
+      const w = new Writer(T, HEADER_BYTES + 8);
+      w.u64(consumed);
+      return w.done();
+    }
     case FrameType.STAGE_BEGIN: {
       const T = frame.type;
       const tag = checkInt(T, 'tag', frame.tag, 0, U32);
@@ -773,6 +780,9 @@ export function decodeFrame(bytes: Uint8Array, uuids?: UuidNames): Frame {
     }
     case FrameType.CANCEL:
       frame = { type, seq: r.u64('seq') };
+      break;
+    case FrameType.CREDIT:
+      frame = { type, consumed: r.u64('consumed') };
       break;
     case FrameType.STAGE_BEGIN: {
       const tag = r.u32('tag');

@@ -41,6 +41,7 @@ export enum FrameType {
   FIN = 12,
   CANCEL = 13,
   FINS = 14,
+  CREDIT = 15,
   STAGE_BEGIN = 20,
   STAGE_CHUNK = 21,
   STAGE_ACK = 22,
@@ -172,6 +173,14 @@ export enum FinStatus {
    * the same message again by staging, under the same seq.
    */
   RESTAGE = 5,
+  /**
+   * Sent by the SENDER of message `seq` (the other FINs come from its
+   * receiver): it could not supply the data (the source was freed or is
+   * invalid, its stream is bogus, a copy into the staging ring failed). The
+   * receiver rejects the receive matched to `seq` (or drops the message if
+   * none matched yet) and answers nothing; the endpoint stays open.
+   */
+  SENDER_FAILED = 6,
 }
 
 /** The receiver is done with message `seq`: the sender may reuse its buffer. */
@@ -195,6 +204,24 @@ export interface FinsFrame {
 
 /** Most sequence numbers in one FINS frame. */
 export const MAX_FINS = 1024;
+
+/**
+ * Flow control: the receiver has matched messages worth `consumed` bytes in
+ * all, since the endpoint opened (a running total, so a lost or repeated
+ * report does no harm). A message is worth its inline data (EAGER) plus
+ * MESSAGE_COST bytes. The receiver reports each time the total grew by
+ * CREDIT_STEP since its last report; the sender keeps what it sent minus
+ * this total under its `maxUnreadBytes` (options.ts), sends beyond that wait.
+ */
+export interface CreditFrame {
+  type: FrameType.CREDIT;
+  consumed: number;
+}
+
+/** What one message costs in flow control, on top of its inline data: its frame and bookkeeping. */
+export const MESSAGE_COST = 64;
+/** The receiver reports consumption (CREDIT) once this many bytes were matched since its last report. */
+export const CREDIT_STEP = 64 << 10;
 
 /**
  * The sender asks to withdraw message `seq` (its AbortSignal fired). The
@@ -309,6 +336,7 @@ export type Frame =
   | RgetFrame
   | FinFrame
   | FinsFrame
+  | CreditFrame
   | CancelFrame
   | StageBeginFrame
   | StageChunkFrame

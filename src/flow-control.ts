@@ -1,0 +1,137 @@
+/**
+ * Backpressure for one endpoint: the peer holds at most `maxUnreadBytes`
+ * (options.ts) of our messages that no receive of its has matched.
+ *
+ * A message is worth its inline data (EAGER) plus MESSAGE_COST bytes; RGET
+ * and staged messages keep their data in the sender's buffer and are worth
+ * MESSAGE_COST. The receiver reports the running total it has matched in a
+ * CREDIT frame each time it grew by CREDIT_STEP (frames.ts); the sender keeps
+ * what it sent minus that total under the limit. A send that does not fit
+ * waits, and every later send queues behind it, so order is kept.
+ *
+ * While less than CREDIT_STEP is unread any message goes, however large: the
+ * peer may have read it all without reporting it yet, and a message larger
+ * than the window must still go once the peer has read everything. So a
+ * peer that never receives holds at most the limit plus one message.
+ */
+import { ProtocolError } from './errors.js';
+import { CREDIT_STEP, MESSAGE_COST } from './wire/frames.js';
+
+/** A send waiting for room. */
+export interface WaitingSend {
+  /** Inline bytes it would carry if sent now (its path may change while it waits). */
+  inline(): number;
+  /** Sends it; the caller's promise settles as this one does. */
+  go(): Promise<void>;
+}
+
+interface Queued {
+  send: WaitingSend;
+  resolve: () => void;
+  reject: (err: Error) => void;
+  cleanup: () => void;
+}
+
+export class FlowControl {
+  // sender side
+  private sent = 0;
+  private peerConsumed = 0;
+  private readonly queue: Queued[] = [];
+  // receiver side
+  private consumed = 0;
+  private reported = 0;
+  private creditQueued = false;
+
+  constructor(
+    readonly maxUnreadBytes: number,
+    /** Sends CREDIT{consumed} to the peer (unless the endpoint is closing). */
+    private readonly sendCredit: (consumed: number) => void,
+  ) {}
+
+  /** Bytes sent that the peer has not reported received. */
+  get unread(): number {
+    return this.sent - this.peerConsumed;
+  }
+
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  /** Whether a message carrying `inline` bytes may go now (nothing queued before it, and room). */
+  mayGo(inline: number): boolean {
+    return this.queue.length === 0 && this.fits(inline);
+  }
+
+  /** A message carrying `inline` bytes left. */
+  charge(inline: number): void {
+    this.sent += inline + MESSAGE_COST;
+  }
+
+  /** Queues `send` until it fits; rejects with the signal's reason if it aborts first. */
+  wait(send: WaitingSend, signal: AbortSignal | undefined, abortReason: (s: AbortSignal) => Error): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const q: Queued = { send, resolve, reject, cleanup: noop };
+      if (signal) {
+        const onAbort = () => {
+          const i = this.queue.indexOf(q);
+          if (i < 0) return;
+          this.queue.splice(i, 1);
+          reject(abortReason(signal));
+          this.drain(); // the sends behind it may fit
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        q.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      this.queue.push(q);
+    });
+  }
+
+  /** CREDIT from the peer: its receives have matched `consumed` bytes of ours in all. */
+  credit(consumed: number): void {
+    if (consumed < this.peerConsumed || consumed > this.sent) {
+      throw new ProtocolError(`CREDIT reports ${consumed} bytes received, outside ${this.peerConsumed}..${this.sent}`, 'SMCUDA_BAD_CREDIT');
+    }
+    this.peerConsumed = consumed;
+    this.drain();
+  }
+
+  /** The endpoint closed: every waiting send rejects with `reason`. */
+  close(reason: Error): void {
+    for (const q of this.queue.splice(0)) {
+      q.cleanup();
+      q.reject(reason);
+    }
+  }
+
+  /** Receiver: one of the peer's messages, carrying `inline` bytes, was matched (or withdrawn). */
+  received(inline: number): void {
+    this.consumed += inline + MESSAGE_COST;
+    if (!this.creditQueued && this.consumed - this.reported >= CREDIT_STEP) {
+      this.creditQueued = true;
+      queueMicrotask(this.flushCredit); // one CREDIT for a burst of receives
+    }
+  }
+
+  private readonly flushCredit = (): void => {
+    this.creditQueued = false;
+    this.reported = this.consumed;
+    this.sendCredit(this.consumed);
+  };
+
+  private fits(inline: number): boolean {
+    const unread = this.unread;
+    return unread < CREDIT_STEP || unread + inline + MESSAGE_COST <= this.maxUnreadBytes;
+  }
+
+  private drain(): void {
+    while (this.queue.length > 0) {
+      const q = this.queue[0]!;
+      if (!this.fits(q.send.inline())) return;
+      this.queue.shift();
+      q.cleanup();
+      q.send.go().then(q.resolve, q.reject);
+    }
+  }
+}
+
+function noop(): void {}
