@@ -16,8 +16,11 @@ export type HandlePoolEventType =
 
 export interface HandlePoolEvent {
   type: HandlePoolEventType;
-  /** The mapping's kind (the request's, for hit/miss). */
-  kind: MappingKind;
+  /**
+   * The mapping's kind (the request's, for hit/miss). Not named `kind`: trace
+   * records spread the event beside their own `kind: 'cache'`.
+   */
+  mappingKind: MappingKind;
   deviceUuid: string;
   base: bigint;
   size: number;

@@ -598,7 +598,7 @@ export class HandlePool implements EntryOwner {
     src: { kind?: MappingKind; deviceUuid: string; base: bigint; size: number; bufferId: bigint; ptr?: bigint },
     extra?: Pick<HandlePoolEvent, 'reason' | 'code' | 'ms'>,
   ): void {
-    const event: HandlePoolEvent = { type, kind: src.kind ?? 'legacy-ipc', deviceUuid: src.deviceUuid, base: src.base, size: src.size, bufferId: src.bufferId };
+    const event: HandlePoolEvent = { type, mappingKind: src.kind ?? 'legacy-ipc', deviceUuid: src.deviceUuid, base: src.base, size: src.size, bufferId: src.bufferId };
     if (src.ptr !== undefined) event.ptr = src.ptr;
     if (extra?.reason !== undefined) event.reason = extra.reason;
     if (extra?.code !== undefined) event.code = extra.code;

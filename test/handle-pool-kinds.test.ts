@@ -11,7 +11,7 @@
  *    a pointer in use, requests a pool cannot undo are refused.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { HandlePool, type ImportRequest, type Mapping } from '../cache/index.js';
+import { HandlePool, type HandlePoolEvent, type ImportRequest, type Mapping } from '../cache/index.js';
 import type { FdChunk } from '../src/cuda/driver.js';
 import { SimulatedCudaDriver } from '../src/cuda/sim-driver.js';
 import { CudaError } from '../src/errors.js';
@@ -271,6 +271,20 @@ describe('HandlePool with the fake driver: import requests', () => {
     await expect(pool.acquireImport({ ...fake.importRequest(v), peerPool: { key: 'k', open: () => 1n } })).rejects.toThrow(/for 'pool' requests only/);
     await expect(pool.acquireImport({ ...fake.importRequest(v), kind: 'nope' as 'vmm' })).rejects.toThrow(TypeError);
     expect(fake.openCalls).toBe(0);
+  });
+
+  it('trace events carry the mapping kind as mappingKind (a trace record has its own `kind`)', async () => {
+    const fake = new FakeIpcDriver();
+    const events: HandlePoolEvent[] = [];
+    const pool = new HandlePool(fake, { onEvent: (e) => events.push(e) });
+    (await pool.acquireImport(fake.importRequest(fake.allocate(GPU, X, MiB, 'vmm')))).release();
+    pool.close();
+    expect(events.map((e) => [e.type, e.mappingKind])).toEqual([
+      ['miss', 'vmm'],
+      ['open', 'vmm'],
+      ['close', 'vmm'],
+    ]);
+    expect(events.every((e) => !('kind' in e))).toBe(true);
   });
 
   it('a pool import that fails is forgotten: the next request imports again', async () => {

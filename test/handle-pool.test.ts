@@ -436,7 +436,7 @@ describe('HandlePool: counters and events', () => {
         pool: { opens: 0, openFailures: 0, closes: 0, openMappings: 0, mappedBytes: 0, totalOpenMs: 0, lastOpenMs: 0 },
       },
     });
-    expect(events.every((e) => e.kind === 'legacy-ipc')).toBe(true);
+    expect(events.every((e) => e.mappingKind === 'legacy-ipc')).toBe(true);
     expect(events.map((e) => e.type)).toEqual([
       'miss', 'open', 'hit', 'miss', 'open', 'evict', 'close', 'stale', 'close', 'miss', 'open-failed', 'miss', 'open', 'invalidate', 'close',
     ]);
