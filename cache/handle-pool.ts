@@ -216,11 +216,21 @@ export class HandlePool implements EntryOwner {
    * reach the caller as they are (after evict-and-retry for resource errors).
    */
   async acquireImport(req: ImportRequest): Promise<Mapping> {
-    let disposeHere = true;
+    // Whoever no longer needs the request's descriptors disposes it: this call
+    // (hit, join, refusal), or the open it starts (when that open is done).
+    let owned = true;
+    const release = (): void => {
+      if (!owned) return;
+      owned = false;
+      if (req.dispose !== undefined) disposeSafely(req.dispose);
+    };
     try {
-      return await this.#acquire(req, () => checkImportRequest(req, this.#driver), () => (disposeHere = false));
+      return await this.#acquire(req, () => checkImportRequest(req, this.#driver), {
+        opening: () => (owned = false),
+        joining: release,
+      });
     } finally {
-      if (disposeHere) req.dispose?.();
+      release();
     }
   }
 
@@ -251,7 +261,7 @@ export class HandlePool implements EntryOwner {
     return this.#peerPools.drop(key) || dropped;
   }
 
-  async #acquire(req: ImportRequest, check: () => void, opening?: () => void): Promise<Mapping> {
+  async #acquire(req: ImportRequest, check: () => void, hooks?: { opening(): void; joining(): void }): Promise<Mapping> {
     const identity = req.identity ?? NO_IDENTITY;
     for (;;) {
       if (this.#closed) throw new ClosedError('handle pool is closed (its endpoint closed or lost its peer); open a new endpoint');
@@ -272,8 +282,9 @@ export class HandlePool implements EntryOwner {
       if (pending !== undefined) {
         pending.waiters++;
         open = pending;
+        hooks?.joining(); // that open has its own descriptors: ours are not needed
       } else {
-        opening?.(); // the open now owns the request's dispose
+        hooks?.opening(); // the open now owns the request's dispose
         open = this.#startOpen(key, req, identity);
       }
       // The entry arrives with one reference per waiter already counted, so no
@@ -466,15 +477,7 @@ export class HandlePool implements EntryOwner {
       }
     } finally {
       if (this.#pending.get(key) === p) this.#pending.delete(key);
-      if (p.dispose !== undefined) {
-        try {
-          p.dispose();
-        } catch (err) {
-          queueMicrotask(() => {
-            throw err;
-          });
-        }
-      }
+      if (p.dispose !== undefined) disposeSafely(p.dispose);
     }
   }
 
@@ -619,6 +622,17 @@ function keyOf(deviceUuid: string, base: bigint): string {
 }
 
 const NO_IDENTITY = new Uint8Array(0);
+
+/** A throwing dispose must not change what the acquisition returns: its error is reported outside. */
+function disposeSafely(dispose: () => void): void {
+  try {
+    dispose();
+  } catch (err) {
+    queueMicrotask(() => {
+      throw err;
+    });
+  }
+}
 
 /** Marks a request from `acquire`: opened with the driver's cuIpcOpenMemHandle on the pending copy of the handle. */
 const OPEN_IPC_HANDLE = (): never => {
