@@ -275,6 +275,25 @@ describe('HandlePool with the fake driver: import requests', () => {
     expect(fake.openCalls).toBe(0);
   });
 
+  it('dropPeerPool during a pointer import: the waiter gets its mapping, the pool keeps nothing, both undone on release', async () => {
+    const fake = new FakeIpcDriver();
+    const pool = new HandlePool(fake);
+    const p = fake.allocate(GPU, X, MiB, 'pool', 'pp');
+    fake.pauseOpens();
+    const pending = pool.acquireImport(fake.importRequest(p));
+    await new Promise((r) => setTimeout(r, 0)); // the pool import is done, the pointer import waits
+    expect(fake.importedPools).toBe(1);
+    expect(pool.dropPeerPool('pp')).toBe(true);
+    fake.resumeOpens();
+    const m = await pending;
+    expect(fake.allocAt(m.ptr)).toBe(p);
+    expect(pool.stats()).toMatchObject({ residentEntries: 0, openMappings: 1, importedPools: 1 });
+    expect(pool.lookupImport(fake.importRequest(p))).toBeUndefined();
+    m.release();
+    expect([fake.mappedCount, fake.importedPools, fake.badPoolReleases.length]).toEqual([0, 0, 0]);
+    expect(pool.stats()).toMatchObject({ openMappings: 0, importedPools: 0, poolReleases: 1 });
+  });
+
   it('trace events carry the mapping kind as mappingKind (a trace record has its own `kind`)', async () => {
     const fake = new FakeIpcDriver();
     const events: HandlePoolEvent[] = [];
