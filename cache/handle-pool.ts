@@ -253,6 +253,8 @@ export class HandlePool implements EntryOwner {
     }
     for (const [k, p] of this.#pending) {
       if (p.peerPool?.key === key) {
+        this.#counters.invalidations++; // as invalidate() counts an open in flight
+        if (this.#onEvent !== undefined) this.#trace('invalidate', p);
         p.dropped = true;
         this.#pending.delete(k);
         dropped = true;

@@ -287,7 +287,7 @@ describe('HandlePool with the fake driver: import requests', () => {
     fake.resumeOpens();
     const m = await pending;
     expect(fake.allocAt(m.ptr)).toBe(p);
-    expect(pool.stats()).toMatchObject({ residentEntries: 0, openMappings: 1, importedPools: 1 });
+    expect(pool.stats()).toMatchObject({ residentEntries: 0, openMappings: 1, importedPools: 1, invalidations: 1 });
     expect(pool.lookupImport(fake.importRequest(p))).toBeUndefined();
     m.release();
     expect([fake.mappedCount, fake.importedPools, fake.badPoolReleases.length]).toEqual([0, 0, 0]);
