@@ -206,8 +206,14 @@ main(config).then(
   () => {
     release();
   },
-  (err: Error & { code?: string }) => {
-    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}`, stack: err.stack });
+  (err: Error & { code?: string; call?: string }) => {
+    // An endpoint without the descriptor data path exports every GPU send by cuIpcGetMemHandle,
+    // which VMM and pool memory refuse: say so, and what works meanwhile.
+    const hint =
+      config.memory !== 'legacy' && err.call === 'cuIpcGetMemHandle'
+        ? ` (sending ${config.memory} memory: this endpoint cannot export it for RGET; --ipc off moves it by staging)`
+        : '';
+    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}${hint}`, stack: err.stack });
     setTimeout(() => process.exit(1), 100);
   },
 );
