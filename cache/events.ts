@@ -2,7 +2,7 @@
  * Trace events of a handle pool, for `onEvent`. The pool builds an event only
  * when a listener was given, so tracing costs nothing when off.
  */
-import type { DetachReason } from './mapping.js';
+import type { DetachReason, MappingKind } from './mapping.js';
 
 export type HandlePoolEventType =
   | 'hit' // a valid resident mapping was handed out
@@ -16,6 +16,11 @@ export type HandlePoolEventType =
 
 export interface HandlePoolEvent {
   type: HandlePoolEventType;
+  /**
+   * The mapping's kind (the request's, for hit/miss). Not named `kind`: trace
+   * records spread the event beside their own `kind: 'cache'`.
+   */
+  mappingKind: MappingKind;
   deviceUuid: string;
   base: bigint;
   size: number;

@@ -1,14 +1,19 @@
 /**
- * HandlePool: the per-endpoint pool of opened remote CUDA IPC handles.
+ * HandlePool: the per-endpoint pool of mapped remote allocations, of every
+ * kind (legacy CUDA IPC handles, VMM chunks and pool pointers imported by
+ * descriptor).
  *
  * A receiver doing RGET asks the pool for a mapping of the sender's
- * allocation; the pool opens the IPC handle once and hands the same mapping
+ * allocation; the pool opens (imports) it once and hands the same mapping
  * out again while it stays valid. docs/cache.md walks through the design;
  * the short version:
  *
  *  - Keyed by (device UUID, base). An entry answers a request only if the
- *    handle bytes, buffer id and size also match; otherwise it is stale
- *    (the owner freed and reallocated at that address) and is dropped.
+ *    kind, identity bytes (legacy: the handle), buffer id and size also
+ *    match; otherwise it is stale (the owner freed and reallocated at that
+ *    address) and is dropped.
+ *  - Each entry knows its kind and so its undo (cache/mapping.ts); 'pool'
+ *    entries share their peer pool's import (cache/peer-pools.ts).
  *  - Recency comes from lru-cache. Eviction is ours: lru-cache's own `max`
  *    would evict the least recently used entry even while a copy uses it,
  *    and its `dispose` cannot veto. So lru-cache is configured with no
@@ -21,13 +26,26 @@
  *    misses on one allocation share one open.
  */
 import { LRUCache } from 'lru-cache';
-import type { DevicePtr } from '../src/cuda/driver.js';
+import type { DevicePtr, PoolHandle } from '../src/cuda/driver.js';
 import { assertHandle, assertIpcHandle, assertPtr, assertSize } from '../src/cuda/validate.js';
 import { ClosedError, CudaError } from '../src/errors.js';
 import type { HandlePoolEvent, HandlePoolEventListener } from './events.js';
-import { type DetachReason, type EntryOwner, Lease, type Mapping, type MappingRequest, PoolEntry, sameBytes } from './mapping.js';
+import {
+  type DetachReason,
+  type EntryOwner,
+  type ImportRequest,
+  Lease,
+  MAPPING_KINDS,
+  type Mapping,
+  type MappingKind,
+  type MappingRequest,
+  type PeerPoolRef,
+  PoolEntry,
+  sameBytes,
+} from './mapping.js';
 import { type HandlePoolOptions, resolveBounds } from './options.js';
-import { type HandlePoolStats, PoolCounters } from './stats.js';
+import { PeerPools, type PeerPool } from './peer-pools.js';
+import { type HandlePoolStats, type KindStats, PoolCounters } from './stats.js';
 
 /**
  * The IPC part of the CUDA driver that the pool needs. `Pick<CudaDriver,
@@ -39,8 +57,22 @@ export interface IpcDriver {
   ipcCloseMemHandle(ptr: DevicePtr): void;
 }
 
+/**
+ * The undo calls of the descriptor kinds (`CudaDriver` has them). A pool
+ * made over an `IpcDriver` alone refuses 'vmm' and 'pool' requests with a
+ * TypeError before opening anything.
+ */
+export interface FdUndoDriver {
+  vmmRelease(ptr: DevicePtr): void;
+  memPoolReleasePointer(ptr: DevicePtr): void;
+  memPoolRelease(pool: PoolHandle): void;
+}
+
+export type MappingDriver = IpcDriver & Partial<FdUndoDriver>;
+
 /** One resident mapping, as `entries()` describes it. */
 export interface ResidentEntryInfo {
+  kind: MappingKind;
   deviceUuid: string;
   base: bigint;
   size: number;
@@ -49,6 +81,8 @@ export interface ResidentEntryInfo {
   ptr: DevicePtr;
   /** Unreleased acquisitions. */
   users: number;
+  /** 'pool': the peer pool's key. */
+  peerPool?: string;
 }
 
 /** Open failures that mean "out of some resource": evicting may help, so the pool evicts and retries. */
@@ -60,12 +94,17 @@ export const RETRYABLE_OPEN_ERRORS: ReadonlySet<string> = new Set([
 
 /** One open in flight; concurrent misses on the same allocation join it. */
 interface PendingOpen {
+  readonly kind: MappingKind;
   readonly deviceUuid: string;
   readonly base: bigint;
   readonly end: bigint;
   readonly size: number;
+  /** Identity bytes (legacy: the IPC handle), a private copy. */
   readonly handle: Uint8Array;
   readonly bufferId: bigint;
+  readonly open: (pool?: PoolHandle) => DevicePtr | PromiseLike<DevicePtr>;
+  readonly peerPool: PeerPoolRef | undefined;
+  readonly dispose: (() => void) | undefined;
   /** Acquisitions waiting for this open; the entry starts with this many references. */
   waiters: number;
   /** Invalidated while opening: the entry goes to the waiters but never into the pool. */
@@ -79,7 +118,8 @@ export class HandlePool implements EntryOwner {
   readonly maxEntries: number;
   readonly maxBytes: number;
 
-  readonly #driver: IpcDriver;
+  readonly #driver: MappingDriver;
+  readonly #peerPools: PeerPools;
   readonly #onEvent: HandlePoolEventListener | undefined;
   readonly #now: () => number;
   readonly #counters = new PoolCounters();
@@ -90,18 +130,28 @@ export class HandlePool implements EntryOwner {
   readonly #pending = new Map<string, PendingOpen>();
   /** Detached entries still held by a user: open, never handed out again, closed on last release. */
   readonly #detachedInUse = new Set<PoolEntry>();
+  /** Per-kind opens and open mappings; the totals above are their sums. */
+  readonly #byKind: Record<MappingKind, KindStats> = {
+    'legacy-ipc': newKindStats(),
+    vmm: newKindStats(),
+    pool: newKindStats(),
+  };
   #residentBytes = 0;
   #openMappings = 0;
   #mappedBytes = 0;
   #closed = false;
 
-  constructor(driver: IpcDriver, options: HandlePoolOptions = {}) {
+  constructor(driver: MappingDriver, options: HandlePoolOptions = {}) {
     const bounds = resolveBounds(options);
     this.maxEntries = bounds.maxEntries;
     this.maxBytes = bounds.maxBytes;
     this.#driver = driver;
     this.#onEvent = options.onEvent;
     this.#now = options.now ?? (() => performance.now());
+    this.#peerPools = new PeerPools(
+      (pool) => this.#driver.memPoolRelease!(pool),
+      () => this.#counters.closeFailures++,
+    );
     this.#lru = new LRUCache<string, PoolEntry>({
       // lru-cache insists on a bound; this one is never reached. Ours are in #enforceBounds.
       maxSize: Number.MAX_SAFE_INTEGER,
@@ -121,9 +171,18 @@ export class HandlePool implements EntryOwner {
    * opens; on undefined call `acquire`.
    */
   lookup(req: MappingRequest): Mapping | undefined {
-    const entry = this.#index.get(req.deviceUuid)?.get(req.base);
+    return this.#lookup('legacy-ipc', req.deviceUuid, req.base, req.size, req.bufferId, req.handle);
+  }
+
+  /** `lookup` for a request of any kind: never opens, never calls `open` or `dispose`. */
+  lookupImport(req: ImportRequest): Mapping | undefined {
+    return this.#lookup(req.kind, req.deviceUuid, req.base, req.size, req.bufferId, req.identity ?? NO_IDENTITY);
+  }
+
+  #lookup(kind: MappingKind, deviceUuid: string, base: bigint, size: number, bufferId: bigint, identity: Uint8Array): Mapping | undefined {
+    const entry = this.#index.get(deviceUuid)?.get(base);
     if (entry === undefined) return undefined;
-    if (entry.matches(req)) {
+    if (entry.matches(kind, bufferId, size, identity)) {
       entry.refs++;
       this.#lru.get(entry.key); // touch: most recently used
       this.#counters.hits++;
@@ -135,15 +194,85 @@ export class HandlePool implements EntryOwner {
   }
 
   /** A mapping of the requested allocation: from the pool, or opened (and kept) now. */
-  async acquire(req: MappingRequest): Promise<Mapping> {
+  acquire(req: MappingRequest): Promise<Mapping> {
+    return this.#acquire(
+      {
+        kind: 'legacy-ipc',
+        deviceUuid: req.deviceUuid,
+        base: req.base,
+        size: req.size,
+        bufferId: req.bufferId,
+        identity: req.handle,
+        open: OPEN_IPC_HANDLE,
+      },
+      () => checkRequest(req),
+    );
+  }
+
+  /**
+   * A lease on the mapping of a remote allocation of any kind: from the
+   * pool, or opened now by `req.open` (and kept). `req.dispose` is called
+   * exactly once, whatever happens (see ImportRequest). Failures of `open`
+   * reach the caller as they are (after evict-and-retry for resource errors).
+   */
+  async acquireImport(req: ImportRequest): Promise<Mapping> {
+    // Whoever no longer needs the request's descriptors disposes it: this call
+    // (hit, join, refusal), or the open it starts (when that open is done).
+    let owned = true;
+    const release = (): void => {
+      if (!owned) return;
+      owned = false;
+      if (req.dispose !== undefined) disposeSafely(req.dispose);
+    };
+    try {
+      return await this.#acquire(req, () => checkImportRequest(req, this.#driver), {
+        opening: () => (owned = false),
+        joining: release,
+      });
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Drops the imported peer pool `key` because its owner destroyed it or the
+   * peer went away: its resident pointer mappings are invalidated, and the
+   * pool import is released (memPoolRelease) once the last of them is
+   * released. A later request for that key imports the pool afresh.
+   * Returns whether anything was dropped.
+   */
+  dropPeerPool(key: string): boolean {
+    let dropped = false;
+    for (const entry of [...this.#lru.values()]) {
+      if (entry.peerPool?.key === key && !entry.peerPool.dropped) {
+        this.#counters.invalidations++;
+        if (this.#onEvent !== undefined) this.#trace('invalidate', entry);
+        this.#detach(entry, 'invalidated');
+        dropped = true;
+      }
+    }
+    for (const [k, p] of this.#pending) {
+      if (p.peerPool?.key === key) {
+        this.#counters.invalidations++; // as invalidate() counts an open in flight
+        if (this.#onEvent !== undefined) this.#trace('invalidate', p);
+        p.dropped = true;
+        this.#pending.delete(k);
+        dropped = true;
+      }
+    }
+    return this.#peerPools.drop(key) || dropped;
+  }
+
+  async #acquire(req: ImportRequest, check: () => void, hooks?: { opening(): void; joining(): void }): Promise<Mapping> {
+    const identity = req.identity ?? NO_IDENTITY;
     for (;;) {
       if (this.#closed) throw new ClosedError('handle pool is closed (its endpoint closed or lost its peer); open a new endpoint');
-      const hit = this.lookup(req);
+      const hit = this.#lookup(req.kind, req.deviceUuid, req.base, req.size, req.bufferId, identity);
       if (hit !== undefined) return hit;
-      checkRequest(req);
+      check();
       const key = keyOf(req.deviceUuid, req.base);
       const pending = this.#pending.get(key);
-      if (pending !== undefined && !pendingMatches(pending, req)) {
+      if (pending !== undefined && !pendingMatches(pending, req.kind, req.bufferId, req.size, identity)) {
         // Another allocation at this address is being opened: let it settle, then look again
         // (its entry will be stale for this request and be replaced).
         await pending.promise.catch(() => undefined);
@@ -155,8 +284,10 @@ export class HandlePool implements EntryOwner {
       if (pending !== undefined) {
         pending.waiters++;
         open = pending;
+        hooks?.joining(); // that open has its own descriptors: ours are not needed
       } else {
-        open = this.#startOpen(key, req);
+        hooks?.opening(); // the open now owns the request's dispose
+        open = this.#startOpen(key, req, identity);
       }
       // The entry arrives with one reference per waiter already counted, so no
       // eviction between the open and this continuation can close it.
@@ -200,6 +331,7 @@ export class HandlePool implements EntryOwner {
     this.#closed = true;
     for (const entry of [...this.#lru.values()]) this.#detach(entry, 'closed');
     this.#pending.clear();
+    this.#peerPools.dropAll();
   }
 
   stats(): HandlePoolStats {
@@ -223,6 +355,14 @@ export class HandlePool implements EntryOwner {
       idleEntries: idle,
       totalOpenMs: c.totalOpenMs,
       lastOpenMs: c.lastOpenMs,
+      importedPools: this.#peerPools.held,
+      poolImports: this.#peerPools.imports,
+      poolReleases: this.#peerPools.releases,
+      byKind: {
+        'legacy-ipc': { ...this.#byKind['legacy-ipc'] },
+        vmm: { ...this.#byKind.vmm },
+        pool: { ...this.#byKind.pool },
+      },
     };
   }
 
@@ -230,7 +370,10 @@ export class HandlePool implements EntryOwner {
   entries(): ResidentEntryInfo[] {
     const out: ResidentEntryInfo[] = [];
     for (const e of this.#lru.rvalues()) {
-      if (e !== undefined) out.push({ deviceUuid: e.deviceUuid, base: e.base, size: e.size, bufferId: e.bufferId, ptr: e.ptr, users: e.refs });
+      if (e === undefined) continue;
+      const info: ResidentEntryInfo = { kind: e.kind, deviceUuid: e.deviceUuid, base: e.base, size: e.size, bufferId: e.bufferId, ptr: e.ptr, users: e.refs };
+      if (e.peerPool !== undefined) info.peerPool = e.peerPool.key;
+      out.push(info);
     }
     return out;
   }
@@ -248,18 +391,24 @@ export class HandlePool implements EntryOwner {
 
   // -- opening -----------------------------------------------------------------
 
-  #startOpen(key: string, req: MappingRequest): PendingOpen {
+  #startOpen(key: string, req: ImportRequest, identity: Uint8Array): PendingOpen {
     const pending: PendingOpen = {
+      kind: req.kind,
       deviceUuid: req.deviceUuid,
       base: req.base,
       end: req.base + BigInt(req.size),
       size: req.size,
-      handle: Uint8Array.from(req.handle),
+      handle: Uint8Array.from(identity),
       bufferId: req.bufferId,
+      open: undefined as unknown as PendingOpen['open'],
+      peerPool: req.peerPool,
+      dispose: req.dispose,
       waiters: 1,
       dropped: false,
       promise: undefined as unknown as Promise<PoolEntry>,
     };
+    // The handle is opened from the private copy: a retry may come after the frame's bytes were reused.
+    (pending as { open: PendingOpen['open'] }).open = req.open === OPEN_IPC_HANDLE ? () => this.#driver.ipcOpenMemHandle(pending.handle) : req.open;
     this.#pending.set(key, pending);
     pending.promise = this.#open(key, pending);
     return pending;
@@ -271,14 +420,29 @@ export class HandlePool implements EntryOwner {
       for (;;) {
         const t0 = this.#now();
         let ptr: DevicePtr;
+        let peerPool: PeerPool | undefined;
         try {
-          ptr = await this.#driver.ipcOpenMemHandle(p.handle);
+          if (p.peerPool !== undefined) {
+            peerPool = await this.#peerPools.hold(p.peerPool);
+            try {
+              ptr = await p.open(peerPool.handle);
+            } catch (err) {
+              this.#peerPools.unhold(peerPool);
+              throw err;
+            }
+          } else {
+            ptr = await p.open();
+          }
         } catch (err) {
           const ms = this.#now() - t0;
           this.#counters.openFailures++;
           this.#counters.recordOpenTime(ms);
+          const k = this.#byKind[p.kind];
+          k.openFailures++;
+          k.totalOpenMs += ms;
+          k.lastOpenMs = ms;
           if (this.#onEvent !== undefined) this.#trace('open-failed', p, { code: codeOf(err), ms });
-          if (this.#closed) throw new ClosedError('handle pool closed while opening an IPC handle');
+          if (this.#closed) throw new ClosedError(`handle pool closed while opening a ${p.kind} mapping`);
           if (!this.#makeRoomToRetry(p, err)) throw err;
           continue;
         }
@@ -287,16 +451,23 @@ export class HandlePool implements EntryOwner {
         this.#counters.recordOpenTime(ms);
         this.#openMappings++;
         this.#mappedBytes += p.size;
-        const entry = new PoolEntry(key, p.deviceUuid, p.base, p.size, p.handle, p.bufferId, ptr);
+        const k = this.#byKind[p.kind];
+        k.opens++;
+        k.openMappings++;
+        k.mappedBytes += p.size;
+        k.totalOpenMs += ms;
+        k.lastOpenMs = ms;
+        const entry = new PoolEntry(key, p.kind, p.deviceUuid, p.base, p.size, p.handle, p.bufferId, ptr);
+        entry.peerPool = peerPool;
         if (this.#onEvent !== undefined) this.#trace('open', entry, { ms });
         if (this.#closed) {
           entry.resident = false;
           entry.detachReason = 'closed';
           this.#close(entry);
-          throw new ClosedError('handle pool closed while opening an IPC handle');
+          throw new ClosedError(`handle pool closed while opening a ${p.kind} mapping`);
         }
         entry.refs = p.waiters;
-        if (p.dropped) {
+        if (p.dropped || peerPool?.dropped === true) {
           entry.resident = false;
           entry.detachReason = 'invalidated';
           this.#detachedInUse.add(entry);
@@ -308,6 +479,7 @@ export class HandlePool implements EntryOwner {
       }
     } finally {
       if (this.#pending.get(key) === p) this.#pending.delete(key);
+      if (p.dispose !== undefined) disposeSafely(p.dispose);
     }
   }
 
@@ -321,8 +493,10 @@ export class HandlePool implements EntryOwner {
   #makeRoomToRetry(p: PendingOpen, err: unknown): boolean {
     if (!(err instanceof CudaError) || !RETRYABLE_OPEN_ERRORS.has(err.code)) return false;
     const byBase = this.#index.get(p.deviceUuid);
-    if (byBase !== undefined) {
-      const overlapping = [...byBase.values()].filter((e) => e.overlaps(p.deviceUuid, p.base, p.end));
+    // Overlap means staleness for legacy mappings only: descriptor imports of
+    // one VMM range may overlap legitimately (each has its own reservation).
+    if (byBase !== undefined && p.kind === 'legacy-ipc') {
+      const overlapping = [...byBase.values()].filter((e) => e.kind === 'legacy-ipc' && e.overlaps(p.deviceUuid, p.base, p.end));
       let closedOne = false;
       for (const entry of overlapping) {
         if (entry.refs === 0) closedOne = true;
@@ -330,8 +504,8 @@ export class HandlePool implements EntryOwner {
       }
       if (closedOne) return true;
     }
-    if (err.code === 'CUDA_ERROR_ALREADY_MAPPED') {
-      for (const entry of this.#detachedInUse) if (entry.overlaps(p.deviceUuid, p.base, p.end)) return false;
+    if (err.code === 'CUDA_ERROR_ALREADY_MAPPED' && p.kind === 'legacy-ipc') {
+      for (const entry of this.#detachedInUse) if (entry.kind === 'legacy-ipc' && entry.overlaps(p.deviceUuid, p.base, p.end)) return false;
     }
     for (const entry of this.#lru.rvalues()) {
       if (entry !== undefined && entry.refs === 0) {
@@ -403,14 +577,22 @@ export class HandlePool implements EntryOwner {
     this.#openMappings--;
     this.#mappedBytes -= entry.size;
     this.#counters.closes++;
+    const k = this.#byKind[entry.kind];
+    k.openMappings--;
+    k.mappedBytes -= entry.size;
+    k.closes++;
     let code: string | undefined;
     try {
-      this.#driver.ipcCloseMemHandle(entry.ptr);
+      if (entry.kind === 'legacy-ipc') this.#driver.ipcCloseMemHandle(entry.ptr);
+      else if (entry.kind === 'vmm') this.#driver.vmmRelease!(entry.ptr);
+      else this.#driver.memPoolReleasePointer!(entry.ptr);
     } catch (err) {
       // Nothing a caller could do: the mapping is forgotten either way.
       this.#counters.closeFailures++;
       code = codeOf(err);
     }
+    // The pointer first: the driver refuses to release a pool with imported pointers left.
+    if (entry.peerPool !== undefined) this.#peerPools.unhold(entry.peerPool);
     if (this.#onEvent !== undefined) this.#trace('close', entry, { reason: entry.detachReason, code });
   }
 
@@ -418,10 +600,10 @@ export class HandlePool implements EntryOwner {
 
   #trace(
     type: HandlePoolEvent['type'],
-    src: { deviceUuid: string; base: bigint; size: number; bufferId: bigint; ptr?: bigint },
+    src: { kind?: MappingKind; deviceUuid: string; base: bigint; size: number; bufferId: bigint; ptr?: bigint },
     extra?: Pick<HandlePoolEvent, 'reason' | 'code' | 'ms'>,
   ): void {
-    const event: HandlePoolEvent = { type, deviceUuid: src.deviceUuid, base: src.base, size: src.size, bufferId: src.bufferId };
+    const event: HandlePoolEvent = { type, mappingKind: src.kind ?? 'legacy-ipc', deviceUuid: src.deviceUuid, base: src.base, size: src.size, bufferId: src.bufferId };
     if (src.ptr !== undefined) event.ptr = src.ptr;
     if (extra?.reason !== undefined) event.reason = extra.reason;
     if (extra?.code !== undefined) event.code = extra.code;
@@ -441,8 +623,30 @@ function keyOf(deviceUuid: string, base: bigint): string {
   return `${deviceUuid}:${base.toString(16)}`;
 }
 
-function pendingMatches(p: PendingOpen, req: MappingRequest): boolean {
-  return p.bufferId === req.bufferId && p.size === req.size && sameBytes(p.handle, req.handle);
+const NO_IDENTITY = new Uint8Array(0);
+
+/** A throwing dispose must not change what the acquisition returns: its error is reported outside. */
+function disposeSafely(dispose: () => void): void {
+  try {
+    dispose();
+  } catch (err) {
+    queueMicrotask(() => {
+      throw err;
+    });
+  }
+}
+
+/** Marks a request from `acquire`: opened with the driver's cuIpcOpenMemHandle on the pending copy of the handle. */
+const OPEN_IPC_HANDLE = (): never => {
+  throw new Error('internal: OPEN_IPC_HANDLE is a marker, never called');
+};
+
+function newKindStats(): KindStats {
+  return { opens: 0, openFailures: 0, closes: 0, openMappings: 0, mappedBytes: 0, totalOpenMs: 0, lastOpenMs: 0 };
+}
+
+function pendingMatches(p: PendingOpen, kind: MappingKind, bufferId: bigint, size: number, identity: Uint8Array): boolean {
+  return p.kind === kind && p.bufferId === bufferId && p.size === size && sameBytes(p.handle, identity);
 }
 
 function codeOf(err: unknown): string | undefined {
@@ -458,4 +662,35 @@ function checkRequest(req: MappingRequest): void {
   assertSize('size', req.size);
   assertIpcHandle('handle', req.handle);
   assertHandle('bufferId', req.bufferId);
+}
+
+const UNDO: Record<Exclude<MappingKind, 'legacy-ipc'>, ReadonlyArray<keyof FdUndoDriver>> = {
+  vmm: ['vmmRelease'],
+  pool: ['memPoolReleasePointer', 'memPoolRelease'],
+};
+
+/** Checked on the miss path only, before anything is opened. */
+function checkImportRequest(req: ImportRequest, driver: MappingDriver): void {
+  if (!MAPPING_KINDS.includes(req.kind)) throw new TypeError(`kind must be one of ${MAPPING_KINDS.join(', ')}, got ${String(req.kind)}`);
+  if (typeof req.deviceUuid !== 'string' || req.deviceUuid.length === 0) {
+    throw new TypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
+  }
+  assertPtr('base', req.base);
+  assertSize('size', req.size);
+  assertHandle('bufferId', req.bufferId);
+  if (req.identity !== undefined && !(req.identity instanceof Uint8Array)) throw new TypeError('identity must be a Uint8Array');
+  if (typeof req.open !== 'function') throw new TypeError('open must be a function that maps the allocation and returns its local pointer');
+  if (req.kind === 'pool') {
+    if (req.peerPool === undefined || typeof req.peerPool.key !== 'string' || typeof req.peerPool.open !== 'function') {
+      throw new TypeError("a 'pool' request needs peerPool: { key, open() } naming the peer's pool");
+    }
+  } else if (req.peerPool !== undefined) {
+    throw new TypeError(`peerPool is for 'pool' requests only, not '${req.kind}'`);
+  }
+  if (req.kind !== 'legacy-ipc') {
+    const missing = UNDO[req.kind].filter((m) => typeof driver[m] !== 'function');
+    if (missing.length > 0) {
+      throw new TypeError(`this handle pool's driver cannot undo a '${req.kind}' mapping (no ${missing.join(', ')}); give the pool a CudaDriver`);
+    }
+  }
 }

@@ -41,6 +41,26 @@ export interface HandlePoolStats {
   totalOpenMs: number;
   /** Duration of the latest driver open call, in milliseconds. */
   lastOpenMs: number;
+  /** Peer pools imported and not yet released (shared by their 'pool' mappings). */
+  importedPools: number;
+  /** Peer pool imports made, and released. */
+  poolImports: number;
+  poolReleases: number;
+  /** The opens, closes and open mappings above, per kind. */
+  byKind: Record<'legacy-ipc' | 'vmm' | 'pool', KindStats>;
+}
+
+/** Per-kind part of HandlePoolStats. */
+export interface KindStats {
+  opens: number;
+  /** Failed opens (a failed peer pool import counts for 'pool'). */
+  openFailures: number;
+  closes: number;
+  openMappings: number;
+  mappedBytes: number;
+  /** Time in opens of this kind (failed ones included), in milliseconds. */
+  totalOpenMs: number;
+  lastOpenMs: number;
 }
 
 /** The counters the pool increments; the gauges (open/resident/idle) are computed by the pool. */

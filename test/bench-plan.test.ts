@@ -38,4 +38,14 @@ describe('makePlan', () => {
     expect(plan.sizes).not.toContain(GiB);
     expect(plan.notes.join(' ')).toMatch(/left out for lack of device memory: 1 GiB/);
   });
+
+  it('moves 256 MiB per memory kind on a GPU, less on the simulator and in smoke runs, halved where it does not fit', () => {
+    const memory = opts({ suites: ['memory'] });
+    expect(makePlan(memory, 'native', bigGpu).memorySize).toBe(256 * MiB);
+    expect(makePlan(memory, 'sim', { deviceBytes: 8 * GiB }).memorySize).toBe(64 * MiB);
+    expect(makePlan(opts({ suites: ['memory'], smoke: true }), 'native', bigGpu).memorySize).toBe(64 << 10);
+    const small = makePlan(memory, 'native', { deviceBytes: GiB });
+    expect(small.memorySize).toBe(128 * MiB); // vmm-chunked holds twice the message: 2.5 × 512 MiB > 0.9 GiB
+    expect(small.notes.join(' ')).toMatch(/memory suite: 128 MiB transfers instead of 256 MiB, for lack of device memory/);
+  });
 });

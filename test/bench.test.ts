@@ -66,6 +66,33 @@ describe('smcuda bench --smoke on the simulated driver', () => {
     expect(stdout).not.toMatch(/bandwidth, 16 MiB/);
   });
 
+  it('the memory suite: per kind a transfer figure beside its raw copy, a first import beside cuIpcOpenMemHandle, and a cache hit', async () => {
+    const { stdout } = await cli(['--smoke', '--json', '--driver', 'sim', '--suite', 'memory']);
+    const doc = JSON.parse(stdout);
+    const kinds = ['legacy', 'vmm', 'vmm-chunked', 'pool'];
+    const byName = new Map(doc.figures.map((f: { name: string }) => [f.name, f]));
+    expect(doc.figures.every((f: { suite: string }) => f.suite === 'memory')).toBe(true);
+    expect(doc.figures).toHaveLength(3 * kinds.length);
+    const legacyImport = byName.get('memory legacy: first import of an allocation') as { value: number };
+    for (const kind of kinds) {
+      const transfer = byName.get(`memory ${kind}: one GPU, two processes, 256 MiB`) as Record<string, unknown>;
+      expect(transfer).toMatchObject({ unit: 'GB/s', baselineName: `raw cuMemcpyAsync over an already open ${kind} mapping`, target: { on: 'ratio', bound: 0.95 } });
+      // On the simulator it is skipped: a GPU target, or (until the endpoint sends this kind) the endpoint's error.
+      expect(transfer.skipped).toMatch(kind === 'legacy' ? /simulated driver/ : /simulated driver|smcuda could not send/);
+      const imp = byName.get(`memory ${kind}: first import of an allocation`) as { value: number; baseline: number; baselineName: string; details: Record<string, unknown> };
+      expect(imp.value).toBeGreaterThan(0);
+      expect(imp.baseline).toBe(legacyImport.value);
+      expect(imp.baselineName).toBe('one cuIpcOpenMemHandle (memory legacy)');
+      if (kind === 'pool') expect(imp.details.poolImportUs).toBeGreaterThan(0);
+      const hit = byName.get(`memory ${kind}: cache hit (HandlePool lookupImport + release)`) as { value: number; baseline: number; target: { bound: number } };
+      expect(hit.value).toBeGreaterThan(0);
+      expect(hit.baseline).toBe(imp.value);
+      expect(hit.target.bound).toBe(1);
+      // The raw copy over an open mapping of the kind is measured in the same run.
+      expect(doc.series.some((p: { series: string; value: number }) => p.series === `raw cuMemcpyAsync, ${kind} memory (one GPU)` && p.value > 0)).toBe(true);
+    }
+  });
+
   it('refuses bad usage with exit code 2', async () => {
     await expect(cli(['--suite', 'nope'])).rejects.toMatchObject({ code: 2 });
     await expect(cli(['--sizes', '0'])).rejects.toMatchObject({ code: 2 });

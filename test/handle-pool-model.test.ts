@@ -12,11 +12,20 @@
  *    driver references the fake holds.
  * At the end, after releasing everything and close(): every open was closed
  * exactly once and nothing is mapped.
+ *
+ * Mixed kinds: each allocation is legacy-ipc, vmm or pool (a reallocation may
+ * change the kind at an address, which makes the old mapping stale). Legacy
+ * ones go through `acquire`/`lookup` or `acquireImport`; the others through
+ * `acquireImport`/`lookupImport` with the fake's importers. Only legacy
+ * mappings obey the overlap rule (ALREADY_MAPPED). Pool mappings share their
+ * peer pool's import, which must be released only when dropped and unused:
+ * the imported pools equal the model's, the fake never sees a pool released
+ * with pointers left, and every acquireImport disposes its request once.
  */
 import { isDeepStrictEqual, inspect } from 'node:util';
 import { describe, expect } from 'vitest';
 import { fc, test } from '@fast-check/vitest';
-import { HandlePool, RETRYABLE_OPEN_ERRORS, type Mapping, type MappingRequest } from '../cache/index.js';
+import { HandlePool, MAPPING_KINDS, RETRYABLE_OPEN_ERRORS, type Mapping, type MappingKind } from '../cache/index.js';
 import { ClosedError, CudaError } from '../src/errors.js';
 import { FakeIpcDriver, type RemoteAlloc } from './helpers/fake-ipc-driver.js';
 
@@ -30,10 +39,11 @@ const LAYOUT = [
   { at: 4, units: 3 },
 ];
 const SLOTS = DEVICES.flatMap((deviceUuid) => LAYOUT.map(({ at, units }) => ({ deviceUuid, base: X + BigInt(at * UNIT), size: units * UNIT })));
+const poolKeyOf = (deviceUuid: string): string => `${deviceUuid}/pool`;
 const OPEN_CODES = ['CUDA_ERROR_ALREADY_MAPPED', 'CUDA_ERROR_OUT_OF_MEMORY', 'CUDA_ERROR_TOO_MANY_PEERS', 'CUDA_ERROR_INVALID_VALUE'];
 
 function overlaps(a: RemoteAlloc, b: RemoteAlloc): boolean {
-  return a.deviceUuid === b.deviceUuid && a.base < b.base + BigInt(b.size) && b.base < a.base + BigInt(a.size);
+  return a.kind === 'legacy-ipc' && b.kind === 'legacy-ipc' && a.deviceUuid === b.deviceUuid && a.base < b.base + BigInt(b.size) && b.base < a.base + BigInt(a.size);
 }
 
 // -- the reference model ----------------------------------------------------------
@@ -41,11 +51,22 @@ function overlaps(a: RemoteAlloc, b: RemoteAlloc): boolean {
 interface ModelEntry {
   alloc: RemoteAlloc;
   refs: number;
+  /** 'pool': the peer pool import it holds. */
+  pool?: ModelPool;
+}
+
+interface ModelPool {
+  key: string;
+  dropped: boolean;
 }
 
 type Outcome = { kind: 'hit' | 'opened' | 'miss-lookup'; entry?: ModelEntry } | { kind: 'error'; code: string };
 
 class PoolModel {
+  /** Peer pools imported: dropped ones stay until their last pointer entry is closed. */
+  pools: ModelPool[] = [];
+  /** The pool the latest successful open used. */
+  private openedFrom: ModelPool | undefined;
   /** Resident entries, least recently used first. */
   resident: ModelEntry[] = [];
   /** Out of the pool but still in use. */
@@ -89,7 +110,8 @@ class PoolModel {
       const code = this.driverOpen(alloc);
       if (code === undefined) {
         this.c.opens++;
-        const entry = { alloc, refs: 1 };
+        const entry: ModelEntry = { alloc, refs: 1 };
+        if (this.openedFrom !== undefined) entry.pool = this.openedFrom;
         this.resident.push(entry);
         this.enforceBounds();
         return { kind: 'opened', entry };
@@ -120,6 +142,7 @@ class PoolModel {
     if (d >= 0) {
       this.detached.splice(d, 1);
       this.c.closes++;
+      this.collectPools();
     } else {
       this.enforceBounds();
     }
@@ -137,14 +160,53 @@ class PoolModel {
     if (this.closed) return;
     this.closed = true;
     for (const e of [...this.resident]) this.detach(e);
+    for (const p of this.pools) p.dropped = true;
+    this.collectPools();
+  }
+
+  /** dropPeerPool: its resident pointers are invalidated, the import goes once unused. */
+  dropPool(key: string): boolean {
+    let dropped = false;
+    {
+      for (const e of [...this.resident]) {
+        if (e.alloc.poolKey === key && e.alloc.kind === 'pool') {
+          this.c.invalidations++;
+          this.detach(e);
+          dropped = true;
+        }
+      }
+    }
+    const pool = this.pools.find((p) => p.key === key && !p.dropped);
+    if (pool !== undefined) {
+      pool.dropped = true;
+      dropped = true;
+    }
+    this.collectPools();
+    return dropped;
+  }
+
+  /** Dropped pools no open pointer entry uses are released. */
+  collectPools(): void {
+    const used = new Set([...this.resident, ...this.detached].map((e) => e.pool));
+    this.pools = this.pools.filter((p) => !p.dropped || used.has(p));
+  }
+
+  openOf(kind: MappingKind): number {
+    return [...this.resident, ...this.detached].filter((e) => e.alloc.kind === kind).length;
   }
 
   /** What the fake driver does on open: undefined for success, else the error code. */
   private driverOpen(alloc: RemoteAlloc): string | undefined {
+    // The peer pool is imported first (the fake never refuses it) and kept even if the pointer fails.
+    this.openedFrom = undefined;
+    if (alloc.kind === 'pool') {
+      this.openedFrom = this.pools.find((p) => p.key === alloc.poolKey && !p.dropped);
+      if (this.openedFrom === undefined) this.pools.push((this.openedFrom = { key: alloc.poolKey!, dropped: false }));
+    }
     const injected = this.failures.shift();
     if (injected !== undefined) return injected;
     const open = [...this.resident, ...this.detached].map((e) => e.alloc);
-    if (open.includes(alloc)) return undefined;
+    if (alloc.kind !== 'legacy-ipc' || open.includes(alloc)) return undefined;
     if (this.overlapRule && open.some((o) => overlaps(o, alloc))) return 'CUDA_ERROR_ALREADY_MAPPED';
     return undefined;
   }
@@ -170,6 +232,7 @@ class PoolModel {
     this.resident.splice(this.resident.indexOf(e), 1);
     if (e.refs === 0) this.c.closes++;
     else this.detached.push(e);
+    this.collectPools();
   }
 }
 
@@ -207,7 +270,7 @@ function settle(m: Model, r: Real, alloc: RemoteAlloc, got: Mapping | { error: u
     return;
   }
   same(want.kind === 'hit' || want.kind === 'opened', true, () => `acquire succeeded, but the model says ${inspect(want)}`);
-  same(r.fake.allocAt(got.ptr) === alloc && got.size === alloc.size, true, 'the mapping is of the requested allocation');
+  same(r.fake.allocAt(got.ptr) === alloc && got.size === alloc.size && got.kind === alloc.kind, true, 'the mapping is of the requested allocation');
   r.leases.push({ mapping: got, alloc, entry: (want as { entry: ModelEntry }).entry });
   void m;
 }
@@ -216,28 +279,45 @@ async function attempt(p: Promise<Mapping>): Promise<Mapping | { error: unknown 
   return p.catch((error: unknown) => ({ error }));
 }
 
+/**
+ * One acquisition the way a data path of the alloc's kind asks: legacy by
+ * `acquire` (or, `viaImport`, by acquireImport with the handle as identity),
+ * the others by acquireImport. Checks the request was disposed exactly once.
+ */
+async function acquireAs(r: Real, alloc: RemoteAlloc, viaImport: boolean): Promise<Mapping | { error: unknown }> {
+  if (alloc.kind === 'legacy-ipc' && !viaImport) return attempt(r.pool.acquire(r.fake.request(alloc)));
+  const disposed = { count: 0 };
+  const got = await attempt(r.pool.acquireImport(r.fake.importRequest(alloc, disposed)));
+  same(disposed.count, 1, 'acquireImport disposed its request once');
+  return got;
+}
+
+function lookupAs(r: Real, alloc: RemoteAlloc): Mapping | undefined {
+  return alloc.kind === 'legacy-ipc' ? r.pool.lookup(r.fake.request(alloc)) : r.pool.lookupImport(r.fake.importRequest(alloc));
+}
+
 class AcquireCmd implements Cmd {
   constructor(
     readonly slot: number,
     readonly lookupFirst: boolean,
+    readonly viaImport = false,
   ) {}
   check(m: Readonly<Model>): boolean {
     return m.slots[this.slot] !== undefined;
   }
   async run(m: Model, r: Real): Promise<void> {
     const alloc = m.slots[this.slot]!;
-    const req = r.fake.request(alloc);
     if (this.lookupFirst) {
       const want = m.pool.closed ? ({ kind: 'miss-lookup' } as Outcome) : m.pool.lookup(alloc);
-      const got = r.pool.lookup(req);
+      const got = lookupAs(r, alloc);
       same(got !== undefined, want.kind === 'hit', 'lookup hit as predicted');
       if (got !== undefined) return settle(m, r, alloc, got, want);
     }
     const want = m.pool.acquire(alloc);
-    settle(m, r, alloc, await attempt(r.pool.acquire(req)), want);
+    settle(m, r, alloc, await acquireAs(r, alloc, this.viaImport), want);
   }
   toString(): string {
-    return `${this.lookupFirst ? 'lookup+' : ''}acquire(${this.slot})`;
+    return `${this.lookupFirst ? 'lookup+' : ''}acquire${this.viaImport ? 'Import' : ''}(${this.slot})`;
   }
 }
 
@@ -248,14 +328,19 @@ class AcquireTwiceCmd implements Cmd {
   }
   async run(m: Model, r: Real): Promise<void> {
     const alloc = m.slots[this.slot]!;
-    const req: MappingRequest = r.fake.request(alloc);
-    const both = [attempt(r.pool.acquire(req)), attempt(r.pool.acquire({ ...req, handle: Uint8Array.from(req.handle) }))];
+    const both = [acquireAs(r, alloc, false), acquireAs(r, alloc, true)];
     const [g1, g2] = await Promise.all(both);
     const w1 = m.pool.acquire(alloc);
     let w2: Outcome;
     if (w1.kind === 'opened') {
       m.pool.join(w1.entry!);
       w2 = w1; // the second joined the first one's open
+    } else if (w1.kind === 'error' && w1.code !== 'SMCUDA_CLOSED' && alloc.kind === 'pool') {
+      // A pool open awaits the peer pool's import before its pointer, so the
+      // second acquisition joins it even when it fails (a legacy or vmm open
+      // fails synchronously, before the second one asks).
+      m.pool.c.misses++;
+      w2 = w1;
     } else {
       w2 = m.pool.acquire(alloc); // a hit, or the first failed before the second asked
     }
@@ -287,25 +372,28 @@ class ReleaseCmd implements Cmd {
   }
 }
 
-/** The remote side frees what covers the slot and allocates there again: new handle bytes and buffer id. */
+/** The remote side frees what covers the slot and allocates there again (of `kind`): new handle bytes and buffer id. */
 class ReallocCmd implements Cmd {
-  constructor(readonly slot: number) {}
+  constructor(
+    readonly slot: number,
+    readonly kind: MappingKind = 'legacy-ipc',
+  ) {}
   check(): boolean {
     return true;
   }
   async run(m: Model, r: Real): Promise<void> {
     const { deviceUuid, base, size } = SLOTS[this.slot]!;
-    const fresh = { deviceUuid, base, size } as RemoteAlloc;
+    const fresh = { deviceUuid, base, size, kind: 'legacy-ipc' } as RemoteAlloc; // frees whatever overlaps, of any kind
     m.slots.forEach((a, i) => {
-      if (a !== undefined && overlaps(a, fresh)) {
+      if (a !== undefined && overlaps({ ...a, kind: 'legacy-ipc' }, fresh)) {
         r.fake.free(a);
         m.slots[i] = undefined;
       }
     });
-    m.slots[this.slot] = r.fake.allocate(deviceUuid, base, size);
+    m.slots[this.slot] = r.fake.allocate(deviceUuid, base, size, this.kind, poolKeyOf(deviceUuid));
   }
   toString(): string {
-    return `realloc(${this.slot})`;
+    return `realloc(${this.slot}, ${this.kind})`;
   }
 }
 
@@ -345,6 +433,21 @@ class InjectCmd implements Cmd {
   }
 }
 
+/** The owner destroyed its pool (or the peer went): dropPeerPool. */
+class DropPoolCmd implements Cmd {
+  constructor(readonly device: number) {}
+  check(): boolean {
+    return true;
+  }
+  async run(m: Model, r: Real): Promise<void> {
+    const key = poolKeyOf(DEVICES[this.device]!);
+    same(r.pool.dropPeerPool(key), m.pool.dropPool(key), 'dropPeerPool result');
+  }
+  toString(): string {
+    return `dropPeerPool(${this.device})`;
+  }
+}
+
 class CloseCmd implements Cmd {
   check(): boolean {
     return true;
@@ -372,10 +475,18 @@ function checkInvariants(m: Model, r: Real): void {
   const withinBounds = s.residentEntries <= r.pool.maxEntries && s.residentBytes <= r.pool.maxBytes;
   same(withinBounds || s.idleEntries === 0, true, () => `bounds (${inspect(s)})`);
   same(s.openMappings, r.fake.openReferences, 'open mappings = driver references');
+  same(r.fake.badPoolReleases, [], 'no pool released with pointers left');
   const p = m.pool;
-  const { totalOpenMs, lastOpenMs, ...counted } = s;
+  const { totalOpenMs, lastOpenMs, importedPools, poolImports, poolReleases, byKind, ...counted } = s;
   void totalOpenMs;
   void lastOpenMs;
+  same([importedPools, r.fake.importedPools], [p.pools.length, p.pools.length], 'imported peer pools');
+  same(poolImports - poolReleases, importedPools, 'pool imports - releases = imported pools');
+  same(
+    MAPPING_KINDS.map((k) => byKind[k].openMappings),
+    MAPPING_KINDS.map((k) => p.openOf(k)),
+    'open mappings per kind',
+  );
   same(
     counted,
     {
@@ -391,22 +502,25 @@ function checkInvariants(m: Model, r: Real): void {
   );
   // Same resident allocations, same users, same recency order.
   same(
-    r.pool.entries().map((e) => [e.bufferId, e.users]),
-    p.resident.map((e) => [e.alloc.bufferId, e.refs]),
+    r.pool.entries().map((e) => [e.bufferId, e.kind, e.users]),
+    p.resident.map((e) => [e.alloc.bufferId, e.alloc.kind, e.refs]),
     'resident entries, least recently used first',
   );
 }
 
 /** Few slots, the first device's more often: repeats (hits, staleness, overlaps) must be common. */
 const slot = fc.oneof({ weight: 3, arbitrary: fc.nat(LAYOUT.length - 1) }, { weight: 1, arbitrary: fc.nat(SLOTS.length - 1) });
+/** Legacy half the time (the overlap rule needs two), the descriptor kinds the rest. */
+const kind = fc.constantFrom<MappingKind>('legacy-ipc', 'legacy-ipc', 'vmm', 'pool');
 /** Weighted so that runs are long and interesting: mostly acquisitions and releases; close is rare. */
 const command: fc.Arbitrary<Cmd> = fc.oneof(
-  { weight: 30, arbitrary: fc.tuple(slot, fc.boolean()).map(([s, l]) => new AcquireCmd(s, l)) },
+  { weight: 30, arbitrary: fc.tuple(slot, fc.boolean(), fc.boolean()).map(([s, l, i]) => new AcquireCmd(s, l, i)) },
   { weight: 5, arbitrary: slot.map((s) => new AcquireTwiceCmd(s)) },
   { weight: 20, arbitrary: fc.tuple(fc.nat(15), fc.boolean()).map(([i, t]) => new ReleaseCmd(i, t)) },
-  { weight: 8, arbitrary: slot.map((s) => new ReallocCmd(s)) },
+  { weight: 8, arbitrary: fc.tuple(slot, kind).map(([s, k]) => new ReallocCmd(s, k)) },
   // The overlapping slots, more often: the free / realloc / ALREADY_MAPPED path.
-  { weight: 8, arbitrary: fc.constantFrom(0, 1, LAYOUT.length, LAYOUT.length + 1).map((s) => new ReallocCmd(s)) },
+  { weight: 8, arbitrary: fc.tuple(fc.constantFrom(0, 1, LAYOUT.length, LAYOUT.length + 1), kind).map(([s, k]) => new ReallocCmd(s, k)) },
+  { weight: 2, arbitrary: fc.nat(DEVICES.length - 1).map((d) => new DropPoolCmd(d)) },
   {
     weight: 5,
     arbitrary: fc.tuple(slot, fc.constantFrom('any' as const, 'current' as const, 'other' as const)).map(([s, mode]) => new InvalidateCmd(s, mode)),
@@ -434,7 +548,7 @@ describe('HandlePool against its model', () => {
     });
     const pool = new HandlePool(fake, { maxEntries: cfg.maxEntries, maxBytes: cfg.maxBytes });
     const slots: Array<RemoteAlloc | undefined> = SLOTS.map(({ deviceUuid, base, size }, i) =>
-      LAYOUT[i % LAYOUT.length]!.at === 1 ? undefined : fake.allocate(deviceUuid, base, size),
+      LAYOUT[i % LAYOUT.length]!.at === 1 ? undefined : fake.allocate(deviceUuid, base, size, MAPPING_KINDS[i % MAPPING_KINDS.length], poolKeyOf(deviceUuid)),
     );
     const model: Model = { pool: new PoolModel(cfg.maxEntries, cfg.maxBytes, cfg.overlapRule), slots };
     const real: Real = { pool, fake, leases, violations };
@@ -457,5 +571,8 @@ describe('HandlePool against its model', () => {
     for (const [serial, opens] of fake.opensBySerial) expect(fake.closesBySerial.get(serial) ?? 0).toBe(opens);
     expect(pool.stats()).toMatchObject({ openMappings: 0, mappedBytes: 0, residentEntries: 0 });
     expect(pool.stats().closes).toBe(pool.stats().opens);
+    expect(fake.importedPools).toBe(0);
+    expect(fake.badPoolReleases).toEqual([]);
+    expect(pool.stats()).toMatchObject({ importedPools: 0 });
   });
 });

@@ -427,7 +427,16 @@ describe('HandlePool: counters and events', () => {
       idleEntries: 0,
       totalOpenMs: 20,
       lastOpenMs: 5,
+      importedPools: 0,
+      poolImports: 0,
+      poolReleases: 0,
+      byKind: {
+        'legacy-ipc': { opens: 3, openFailures: 1, closes: 3, openMappings: 0, mappedBytes: 0, totalOpenMs: 20, lastOpenMs: 5 },
+        vmm: { opens: 0, openFailures: 0, closes: 0, openMappings: 0, mappedBytes: 0, totalOpenMs: 0, lastOpenMs: 0 },
+        pool: { opens: 0, openFailures: 0, closes: 0, openMappings: 0, mappedBytes: 0, totalOpenMs: 0, lastOpenMs: 0 },
+      },
     });
+    expect(events.every((e) => e.mappingKind === 'legacy-ipc')).toBe(true);
     expect(events.map((e) => e.type)).toEqual([
       'miss', 'open', 'hit', 'miss', 'open', 'evict', 'close', 'stale', 'close', 'miss', 'open-failed', 'miss', 'open', 'invalidate', 'close',
     ]);

@@ -48,6 +48,8 @@ export interface Plan {
   ipcOpens: number;
   cacheHit: { batches: number; perBatch: number };
   streamSize: number;
+  /** The memory suite's transfer size: 256 MiB, less on the simulator, in smoke runs, or where it does not fit. */
+  memorySize: number;
   /** The streaming figure: long, and measured after V8 and the heap reached their steady state. */
   streaming: Repeat;
 }
@@ -118,6 +120,13 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
     lat.min = 5;
   }
   const small = o.smoke ? { iters: 20, warmup: 2 } : { iters: sim ? 2000 : 5000, warmup: 200 };
+  let memorySize = o.smoke ? 64 * KiB : sim ? SIM_SIZE_CAP : 256 * MiB;
+  if (o.suites.includes('memory')) {
+    // vmm-chunked allocates twice the message (demo-memory.ts); halve until both sides' buffers fit.
+    const wanted = memorySize;
+    while (memorySize > 64 * KiB && !fits(2 * memorySize)) memorySize /= 2;
+    if (memorySize !== wanted) notes.push(`memory suite: ${formatBytes(memorySize)} transfers instead of ${formatBytes(wanted)}, for lack of ${sim ? '/dev/shm space' : 'device memory'}`);
+  }
   return {
     sizes,
     notes,
@@ -128,6 +137,7 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
     ipcOpens: o.smoke ? 3 : 21,
     cacheHit: o.smoke ? { batches: 3, perBatch: 1000 } : { batches: 30, perBatch: 20_000 },
     streamSize: o.smoke ? 64 * KiB : MiB,
+    memorySize,
     // 20,000 messages (~110-160 ms on 2xH200) after 40,000 of warm-up. A fresh
     // process streams 1 MiB at 105-120 GB/s for its first ~20,000 messages,
     // while V8 still optimises (and deoptimises) the per-message path and

@@ -4,7 +4,9 @@
  * initiates, and does the receiver-side baselines (RGET is a read by the
  * receiver, so the raw copy is timed where smcuda's copy runs).
  */
+import type { MemoryOption } from '../cli/demo-memory.js';
 import type { DriverKind } from '../cuda/driver.js';
+import type { KindExport } from './memory-kinds.js';
 
 /** Environment variable carrying a worker's BenchWorkerConfig. */
 export const BENCH_WORKER_ENV = 'SMCUDA_BENCH_WORKER';
@@ -59,7 +61,8 @@ export type BenchCommand =
   /** Rank 1 sends one device message to rank 0; both wait until the negotiation settles. */
   | { op: 'negotiate'; session: string }
   | ({ op: 'pingpong'; session: string; size: number } & Repeat)
-  | ({ op: 'oneway'; session: string; size: number; window: number } & Repeat)
+  /** `memory`: both sides' buffers of that kind (default legacy, cuMemAlloc). */
+  | ({ op: 'oneway'; session: string; size: number; window: number; memory?: MemoryOption } & Repeat)
   | { op: 'export'; size: number; count: number }
   | { op: 'unexport' }
   | ({ op: 'raw-copy'; buffer: ExportedBuffer; size: number } & Repeat)
@@ -69,7 +72,27 @@ export type BenchCommand =
   | ({ op: 'staging-baseline'; size: number } & Repeat)
   | { op: 'socket-serve' }
   | ({ op: 'socket-ping'; path: string; frameBytes: number } & Repeat)
-  | { op: 'frames'; session: string };
+  | { op: 'frames'; session: string }
+  // The memory suite (memory-kinds.ts): a descriptor channel from rank 1 to rank 0, exports of each kind,
+  // and a probe of whether the endpoint can send a kind at all (rank 1 posts a receive, rank 0 sends one
+  // message, rank 1 then waits for it, or cancels it where the send failed).
+  | { op: 'fd-listen' }
+  | { op: 'fd-accept' }
+  | { op: 'fd-connect'; path: string; token: Uint8Array }
+  | { op: 'kind-export'; kind: MemoryOption; size: number; count: number }
+  | { op: 'kind-unexport' }
+  | { op: 'kind-open'; exports: KindExport[]; batches: number; perBatch: number }
+  | ({ op: 'kind-raw-copy'; export: KindExport } & Repeat)
+  | { op: 'probe-recv'; session: string; size: number; memory: MemoryOption }
+  | { op: 'probe-send'; session: string; size: number; memory: MemoryOption }
+  | { op: 'probe-finish'; session: string; abort: boolean };
+
+/** Whether one message of a memory kind went through, and the error where not. */
+export interface ProbeResult {
+  ok: boolean;
+  error?: string;
+  paths?: PathCounts;
+}
 
 /** Messages per data path, as counted by the endpoint during an operation. */
 export type PathCounts = Record<'eager' | 'rget' | 'staging', number>;

@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { MEMORY_OPTIONS, type MemoryOption } from '../cli/demo-memory.js';
 import { formatBytes } from '../cli/format.js';
 import { type Figure, measured, skipped } from './figures.js';
 import { type BenchOptions, makePlan, type Plan, shmFreeBytes } from './plan.js';
@@ -21,10 +22,12 @@ import {
   type FramesResult,
   type IpcOpenResult,
   type NegotiationResult,
+  type ProbeResult,
   type SamplesResult,
   type SessionOptions,
   type TimedResult,
 } from './protocol.js';
+import type { KindExport, KindOpenResult } from './memory-kinds.js';
 import type { BenchReport, MachineInfo, SeriesPoint } from './report.js';
 import { gbPerSecond, median, summarize } from './stats.js';
 import {
@@ -32,6 +35,9 @@ import {
   CACHE_SIZE,
   FIG,
   HEADLINE_SIZE,
+  MEMORY_FIG,
+  MEMORY_OPEN_SIZE,
+  MEMORY_TARGET_SIZE,
   SAME_GPU_TARGET_SIZE,
   type ScopedSpec,
   STAGING_TARGET_SIZE,
@@ -102,6 +108,11 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         await same.close();
       }
     }
+    if (wants('memory')) {
+      const mem = await start('memory', [0, 0]);
+      await runMemory(run, mem);
+      await mem.close();
+    }
   } finally {
     clearTimeout(timer);
     for (const g of groups) g.abort(new WorkerFailedError('bench ended'));
@@ -164,8 +175,8 @@ async function pingpong(g: Group, session: string, size: number, repeat: { iters
   return r1; // rank 1 initiates and times
 }
 
-async function oneway(g: Group, session: string, size: number, window: number, repeat: { iters: number; warmup: number }): Promise<TimedResult> {
-  const cmd: BenchCommand = { op: 'oneway', session, size, window, ...repeat };
+async function oneway(g: Group, session: string, size: number, window: number, repeat: { iters: number; warmup: number }, memory?: MemoryOption): Promise<TimedResult> {
+  const cmd: BenchCommand = { op: 'oneway', session, size, window, ...repeat, ...(memory ? { memory } : {}) };
   const [r0] = await both<TimedResult, TimedResult>(g, cmd, cmd);
   return r0; // rank 0 sends and times
 }
@@ -355,6 +366,74 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
   await both(g, { op: 'close', session: 'default' }, { op: 'close', session: 'default' });
   if (!target) run.figures.push(skipped(FIG.sameGpu, `${formatBytes(SAME_GPU_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
   else run.figures.push(figure(run, FIG.sameGpu, target.gbs, target.raw, { paths: target.paths, details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations } }));
+}
+
+// ------------------------------------------------------------- memory kinds
+
+/**
+ * Per kind, both workers on device 0: the first import of an allocation and
+ * a cache hit on it (raw driver calls and HandlePool, not the transport),
+ * then a transfer against raw copies over an open mapping of that kind. The
+ * transfer is measured only where one probe message of that kind went
+ * through the endpoint; otherwise the figure is skipped with the endpoint's error.
+ */
+async function runMemory(run: Run, g: Group): Promise<void> {
+  const { plan, progress } = run;
+  const { path, token } = await g.call<{ path: string; token: Uint8Array }>(0, { op: 'fd-listen' });
+  await g.call(1, { op: 'fd-connect', path, token });
+  await g.call(0, { op: 'fd-accept' });
+  await openSession(g, 'memory', { ipc: true, cache: true });
+  await negotiateSession(g, 'memory');
+  const size = plan.memorySize;
+  const costs = new Map<MemoryOption, { open: ReturnType<typeof summarize>; hit: ReturnType<typeof summarize>; result: KindOpenResult }>();
+  for (const kind of MEMORY_OPTIONS) {
+    progress(`memory ${kind}: first imports, then cache hits`);
+    const exports = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size: MEMORY_OPEN_SIZE, count: plan.ipcOpens + 1 });
+    let result: KindOpenResult;
+    try {
+      result = await g.call<KindOpenResult>(1, { op: 'kind-open', exports, ...plan.cacheHit });
+    } finally {
+      await g.call(0, { op: 'kind-unexport' });
+    }
+    // The first import in a process sets up peer access (milliseconds on a GPU): not the per-import cost.
+    const open = summarize(result.openUs.length > 1 ? result.openUs.slice(1) : result.openUs);
+    costs.set(kind, { open, hit: summarize(result.hitNs.map((ns) => ns / 1000)), result });
+
+    progress(`memory ${kind}: ${formatBytes(size)} (raw, then smcuda)`);
+    const repeat = plan.bandwidth(size);
+    const [exp] = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size, count: 1 });
+    let raw: TimedResult;
+    try {
+      raw = await g.call<TimedResult>(1, { op: 'kind-raw-copy', export: exp!, ...repeat });
+    } finally {
+      await g.call(0, { op: 'kind-unexport' });
+    }
+    const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
+    run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (one GPU)`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
+    await g.call(1, { op: 'probe-recv', session: 'memory', size, memory: kind });
+    const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session: 'memory', size, memory: kind });
+    const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session: 'memory', abort: !sent.ok });
+    const spec = MEMORY_FIG.transfer(kind);
+    if (!sent.ok || !got.ok) {
+      const why = `smcuda could not send ${kind} memory here: ${sent.error ?? got.error}`;
+      run.figures.push(skipped(spec, why));
+      continue;
+    }
+    const r = await oneway(g, 'memory', size, run.opts.window, repeat, kind);
+    const gbs = gbPerSecond(r.bytes, r.seconds);
+    run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (one GPU)`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
+    if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
+    else if (size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
+    else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters } }));
+  }
+  await both(g, { op: 'close', session: 'memory' }, { op: 'close', session: 'memory' });
+  const legacyOpen = costs.get('legacy')!.open.median;
+  for (const [kind, c] of costs) {
+    const details: Record<string, unknown> = { close: summarize(c.result.closeUs), firstImportUs: c.result.openUs[0], allocationBytes: MEMORY_OPEN_SIZE };
+    if (c.result.poolImportUs !== undefined) details.poolImportUs = c.result.poolImportUs;
+    run.figures.push(figure(run, MEMORY_FIG.import(kind), c.open.median, legacyOpen, { stats: c.open, details }));
+    run.figures.push(figure(run, MEMORY_FIG.hit(kind), c.hit.median, c.open.median, { stats: c.hit }));
+  }
 }
 
 function packageVersion(): string {

@@ -10,9 +10,10 @@
  *  - 'sim': measured anywhere, but the target holds only on the simulator
  *    (on a GPU the message also carries real copies).
  */
+import type { MemoryOption } from '../cli/demo-memory.js';
 import { atLeast, atMost, type FigureSpec } from './figures.js';
 
-export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation'] as const;
+export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory'] as const;
 export type SuiteName = (typeof SUITES)[number];
 
 export const SUITE_SUMMARY: Record<SuiteName, string> = {
@@ -23,6 +24,7 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   ipc: 'IPC off: the staging path per size against pinned single-buffer staging',
   'same-gpu': 'two processes on one GPU against raw copies',
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
+  memory: 'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
 };
 
 export type Scope = 'gpu' | 'any' | 'sim';
@@ -45,6 +47,36 @@ export const SAME_GPU_TARGET_SIZE = 256 * MiB;
 export const STREAM_SIZE = MiB;
 export const CACHE_SIZE = 64 << 10;
 export const HEADLINE_SIZE = 8;
+export const MEMORY_TARGET_SIZE = 256 * MiB;
+/** Allocations whose import is timed (as the cache suite's opens). */
+export const MEMORY_OPEN_SIZE = 2 * MiB;
+
+/** The memory suite's figures, one set per kind. */
+export const MEMORY_FIG = {
+  transfer: (kind: MemoryOption): ScopedSpec => ({
+    name: `memory ${kind}: one GPU, two processes, 256 MiB`,
+    suite: 'memory',
+    unit: 'GB/s',
+    baselineName: `raw cuMemcpyAsync over an already open ${kind} mapping`,
+    target: atLeast(0.95, '≥ 95 % of raw', 'ratio'),
+    scope: 'gpu',
+  }),
+  import: (kind: MemoryOption): ScopedSpec => ({
+    name: `memory ${kind}: first import of an allocation`,
+    suite: 'memory',
+    unit: 'µs',
+    baselineName: 'one cuIpcOpenMemHandle (memory legacy)',
+    scope: 'any',
+  }),
+  hit: (kind: MemoryOption): ScopedSpec => ({
+    name: `memory ${kind}: cache hit (HandlePool lookupImport + release)`,
+    suite: 'memory',
+    unit: 'µs',
+    baselineName: `first import of ${kind} memory`,
+    target: atMost(1, '≤ 1 µs'),
+    scope: 'any',
+  }),
+};
 
 export const FIG = {
   streaming: (window: number): ScopedSpec => ({

@@ -6,12 +6,13 @@
  * of them (Endpoint.invalidate) before freeing, so device memory really goes.
  */
 import type { DeviceBuffer } from '../buffers.js';
+import { allocDemoMemory, type DemoMemory, type MemoryOption } from '../cli/demo-memory.js';
 import type { CudaDriver } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
-import type { NegotiationResult, PathCounts, Repeat, SamplesResult, TimedResult } from './protocol.js';
+import type { NegotiationResult, PathCounts, ProbeResult, Repeat, SamplesResult, TimedResult } from './protocol.js';
 
 /** Tags of the bench's messages (one per kind, so a stray message cannot match another kind). */
-const TAG = { warm: 1, ping: 2, pong: 3, stream: 4 } as const;
+const TAG = { warm: 1, ping: 2, pong: 3, stream: 4, probe: 5 } as const;
 
 const micros = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1000;
 
@@ -24,15 +25,27 @@ export function pathDelta(after: PathCounts, before: PathCounts): PathCounts {
   return { eager: after.eager - before.eager, rget: after.rget - before.rget, staging: after.staging - before.staging };
 }
 
-/** Device memory for one operation: allocated now, invalidated at the peer and freed by `free()`. */
+/**
+ * Device memory for one operation: allocated now (cuMemAlloc, or of another
+ * kind: demo-memory.ts), invalidated at the peer and freed by `free()`.
+ */
 export class OpBuffers {
   private readonly ptrs: bigint[] = [];
+  private readonly memory: DemoMemory | undefined;
   constructor(
     private readonly driver: CudaDriver,
     private readonly ep: Endpoint,
-  ) {}
+    kind: MemoryOption = 'legacy',
+  ) {
+    if (kind !== 'legacy') this.memory = allocDemoMemory(driver, kind);
+  }
 
   alloc(bytes: number): DeviceBuffer {
+    if (this.memory) {
+      const view = this.memory.alloc(bytes).view(bytes);
+      this.ptrs.push(view.ptr);
+      return view;
+    }
     const ptr = this.driver.memAlloc(bytes);
     this.ptrs.push(ptr);
     return { ptr, length: bytes };
@@ -43,10 +56,11 @@ export class OpBuffers {
       try {
         this.ep.invalidate(ptr);
       } catch {
-        // the endpoint is closed: the peer's mappings went with it
+        // the endpoint is closed (the peer's mappings went with it), or it never exported this memory
       }
-      this.driver.memFree(ptr);
+      if (!this.memory) this.driver.memFree(ptr);
     }
+    this.memory?.freeAll();
     this.ptrs.length = 0;
   }
 }
@@ -87,8 +101,16 @@ export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: bool
  * outstanding (each send completes on FIN); the receiver keeps `window`
  * receives posted into distinct slices. Timed on the sender, warm-up excluded.
  */
-export async function oneWay(driver: CudaDriver, ep: Endpoint, sender: boolean, size: number, window: number, repeat: Repeat): Promise<TimedResult> {
-  const bufs = new OpBuffers(driver, ep);
+export async function oneWay(
+  driver: CudaDriver,
+  ep: Endpoint,
+  sender: boolean,
+  size: number,
+  window: number,
+  repeat: Repeat,
+  memory: MemoryOption = 'legacy',
+): Promise<TimedResult> {
+  const bufs = new OpBuffers(driver, ep, memory);
   try {
     const buf = bufs.alloc(size * window);
     const before = sentPaths(ep);
@@ -147,4 +169,49 @@ export async function negotiate(driver: CudaDriver, ep: Endpoint, initiator: boo
   }
   const n = ep.stats().negotiation;
   return { state: n.state, path: n.path, tries: n.tries, ...(n.settleMs !== undefined ? { settleMs: n.settleMs } : {}) };
+}
+
+/**
+ * Whether the endpoint can send one `size`-byte message from `memory` of a
+ * kind at all, without leaving either side waiting: the receiver posts its
+ * receive (`postProbe`), the sender sends (`probeSend`), and the receiver
+ * then waits for the message, or cancels its receive where the send failed
+ * (`finish`).
+ */
+export function postProbe(driver: CudaDriver, ep: Endpoint, size: number, memory: MemoryOption): { finish(abort: boolean): Promise<ProbeResult> } {
+  const bufs = new OpBuffers(driver, ep, memory);
+  const controller = new AbortController();
+  const received = ep.recv({ tag: TAG.probe, into: bufs.alloc(size), signal: controller.signal });
+  received.catch(() => {}); // settled in finish()
+  return {
+    async finish(abort) {
+      try {
+        if (abort) controller.abort();
+        await received;
+        return { ok: true };
+      } catch (err) {
+        return { ok: false, error: describe(err) };
+      } finally {
+        bufs.free();
+      }
+    },
+  };
+}
+
+export async function probeSend(driver: CudaDriver, ep: Endpoint, size: number, memory: MemoryOption): Promise<ProbeResult> {
+  const bufs = new OpBuffers(driver, ep, memory);
+  try {
+    const before = sentPaths(ep);
+    await ep.send(bufs.alloc(size), { tag: TAG.probe });
+    return { ok: true, paths: pathDelta(sentPaths(ep), before) };
+  } catch (err) {
+    return { ok: false, error: describe(err) };
+  } finally {
+    bufs.free();
+  }
+}
+
+function describe(err: unknown): string {
+  const e = err as Error & { code?: string };
+  return `${e.code ? `[${e.code}] ` : ''}${e.message ?? String(err)}`;
 }

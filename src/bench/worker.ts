@@ -14,7 +14,8 @@ import { cacheHit, copyCompletion, ipcOpen, rawCopy, stagingBaseline } from './b
 import { CountingChannel } from './counting-channel.js';
 import { BENCH_WORKER_ENV, type BenchCommand, type BenchWorkerConfig, type BenchWorkerInfo, type ExportedBuffer } from './protocol.js';
 import { type EchoServer, pingPong as socketPingPong, startEchoServer } from './socket-pingpong.js';
-import { negotiate, oneWay, pingPong } from './transport-measures.js';
+import { KindExporter, KindImporter } from './memory-kinds.js';
+import { negotiate, oneWay, pingPong, postProbe, probeSend } from './transport-measures.js';
 import { serveWorker } from './worker-group.js';
 
 interface Session {
@@ -28,6 +29,9 @@ class BenchWorker {
   private readonly exported: bigint[] = [];
   private readonly echoServers: EchoServer[] = [];
   private nextSocket = 0;
+  private exporter: KindExporter | undefined;
+  private importer: KindImporter | undefined;
+  private probe: { finish(abort: boolean): Promise<unknown> } | undefined;
 
   constructor(
     private readonly cfg: BenchWorkerConfig,
@@ -55,7 +59,7 @@ class BenchWorker {
         return pingPong(d, await this.endpoint(c.session), this.initiator, c.size, c);
       case 'oneway':
         // rank 0 sends: RGET is then rank 1 reading rank 0's memory, as the raw copy does
-        return oneWay(d, await this.endpoint(c.session), !this.initiator, c.size, c.window, c);
+        return oneWay(d, await this.endpoint(c.session), !this.initiator, c.size, c.window, c, c.memory);
       case 'export':
         return this.export(c.size, c.count);
       case 'unexport':
@@ -78,6 +82,37 @@ class BenchWorker {
       }
       case 'socket-ping':
         return { samples: await socketPingPong(c.path, c.frameBytes, c) };
+      case 'fd-listen':
+        this.exporter ??= new KindExporter(d, d.deviceInfo(this.cfg.device).uuid);
+        return this.exporter.listen(this.cfg.dir);
+      case 'fd-accept':
+        await this.kindExporter().accept();
+        return null;
+      case 'fd-connect':
+        this.importer ??= new KindImporter(d, this.cfg.device);
+        await this.importer.connect(c.path, c.token);
+        return null;
+      case 'kind-export':
+        return this.kindExporter().export(c.kind, c.size, c.count);
+      case 'kind-unexport':
+        this.kindExporter().unexport();
+        return null;
+      case 'kind-open':
+        return this.kindImporter().open(c.exports, c.batches, c.perBatch);
+      case 'kind-raw-copy':
+        return this.kindImporter().rawCopy(c.export, c);
+      case 'probe-recv':
+        if (this.probe) throw new Error('a probe is pending already');
+        this.probe = postProbe(d, await this.endpoint(c.session), c.size, c.memory);
+        return null;
+      case 'probe-send':
+        return probeSend(d, await this.endpoint(c.session), c.size, c.memory);
+      case 'probe-finish': {
+        const probe = this.probe;
+        this.probe = undefined;
+        if (!probe) throw new Error('no probe is pending');
+        return probe.finish(c.abort);
+      }
       case 'frames': {
         const counter = this.sessions.get(c.session)?.counter;
         if (!counter) throw new Error(`session ${c.session} does not count frames on rank ${this.cfg.rank}`);
@@ -113,6 +148,16 @@ class BenchWorker {
     return null;
   }
 
+  private kindExporter(): KindExporter {
+    if (!this.exporter) throw new Error(`no descriptor channel on rank ${this.cfg.rank}: fd-listen first`);
+    return this.exporter;
+  }
+
+  private kindImporter(): KindImporter {
+    if (!this.importer) throw new Error(`no descriptor channel on rank ${this.cfg.rank}: fd-connect first`);
+    return this.importer;
+  }
+
   private endpoint(name: string): Promise<Endpoint> {
     const s = this.sessions.get(name);
     if (!s) return Promise.reject(new Error(`no session ${name} on rank ${this.cfg.rank}`));
@@ -135,6 +180,8 @@ class BenchWorker {
     this.sessions.clear();
     await Promise.all(this.echoServers.map((s) => s.close()));
     for (const p of this.exported.splice(0)) this.driver.memFree(p);
+    this.importer?.close();
+    this.exporter?.close();
     this.driver.close();
   }
 }

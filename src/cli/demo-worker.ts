@@ -10,8 +10,8 @@
  */
 import { join } from 'node:path';
 import { parentLink, workerConfig } from './parent-link.js';
-import type { DeviceBuffer } from '../buffers.js';
 import type { CudaDriver } from '../cuda/driver.js';
+import { allocDemoMemory, type DemoBuffer, type DemoMemory, type MemoryOption } from './demo-memory.js';
 import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
@@ -26,6 +26,8 @@ export interface WorkerConfig {
   iters: number;
   driver: 'auto' | 'native' | 'sim';
   ipc: boolean;
+  /** How the send and receive buffers are allocated (demo-memory.ts). */
+  memory: MemoryOption;
   token: string;
   trace?: string;
 }
@@ -40,6 +42,18 @@ export interface PhaseResult {
   bytesReceived: number;
   messages: number;
   mismatches: string[];
+}
+
+/** What the rank's buffers are, as the driver sees them: for the report's memory section. */
+export interface MemoryReport {
+  rank: number;
+  /** driver.memoryKind of a send buffer: how it could be shared. */
+  kind: string;
+  /** Why it cannot be shared, where kind is 'other'. */
+  reason?: string;
+  /** vmm-chunked: the chunk size, and how many chunks the largest message touches. */
+  chunkSize?: number;
+  chunksTouched?: number;
 }
 
 type ParentMessage = { type: 'connect' } | { type: 'phase'; phase: Phase; sizeIndex: number } | { type: 'finish' } | { type: 'exit' };
@@ -80,7 +94,9 @@ async function main(cfg: WorkerConfig): Promise<void> {
   tell({ type: 'connected', rank: cfg.rank });
 
   const maxSize = Math.max(0, ...cfg.sizes);
-  const buffers = allocBuffers(driver, cfg.ranks, cfg.rank, maxSize);
+  const memory = allocDemoMemory(driver, cfg.memory);
+  const buffers = allocBuffers(memory, cfg.ranks, cfg.rank, maxSize);
+  tell({ type: 'memory', rank: cfg.rank, memory: { rank: cfg.rank, ...memory.describe([...buffers.send.values()][0], maxSize) } });
   const host = new Uint8Array(maxSize);
   const scratch = new Uint8Array(maxSize);
   try {
@@ -99,25 +115,24 @@ async function main(cfg: WorkerConfig): Promise<void> {
     while ((await next()).type !== 'exit');
   } finally {
     await t.close();
-    for (const b of [...buffers.send.values(), ...buffers.recv.values()]) if (b.length > 0) driver.memFree(b.ptr);
+    memory.freeAll();
     driver.close();
   }
 }
 
 interface Buffers {
-  send: Map<number, DeviceBuffer>;
-  recv: Map<number, DeviceBuffer>;
+  send: Map<number, DemoBuffer>;
+  recv: Map<number, DemoBuffer>;
 }
 
-/** One send and one receive buffer per peer, each of the largest size. */
-function allocBuffers(driver: CudaDriver, ranks: number, rank: number, size: number): Buffers {
-  const send = new Map<number, DeviceBuffer>();
-  const recv = new Map<number, DeviceBuffer>();
+/** One send and one receive buffer per peer, each for messages up to the largest size. */
+function allocBuffers(memory: DemoMemory, ranks: number, rank: number, size: number): Buffers {
+  const send = new Map<number, DemoBuffer>();
+  const recv = new Map<number, DemoBuffer>();
   for (let r = 0; r < ranks; r++) {
     if (r === rank) continue;
-    const make = (): DeviceBuffer => (size > 0 ? { ptr: driver.memAlloc(size), length: size } : { ptr: 0n, length: 0 });
-    send.set(r, make());
-    recv.set(r, make());
+    send.set(r, memory.alloc(size));
+    recv.set(r, memory.alloc(size));
   }
   return { send, recv };
 }
@@ -144,7 +159,7 @@ async function runPhase(
       if (size === 0) continue;
       const view = host.subarray(0, size);
       fillPattern(view, seedOf(phaseNo, sizeIndex, iter, cfg.rank, dst));
-      driver.memcpyHtoD(buffers.send.get(dst)!.ptr, view);
+      driver.memcpyHtoD(buffers.send.get(dst)!.view(size).ptr, view);
     }
     // cuMemcpyHtoD from pageable memory may return before the bytes reach the
     // device; a send without a stream promises they are there, so wait for the
@@ -152,8 +167,8 @@ async function runPhase(
     if (size > 0) driver.streamSynchronize(0n);
     await barrier(peers);
     const start = performance.now();
-    const recvs = sources.map((src) => peers.get(src)!.recv({ tag, into: sizedView(buffers.recv.get(src)!, size) }).then((r) => ({ src, r })));
-    const sends = targets.map((dst) => peers.get(dst)!.send(sizedView(buffers.send.get(dst)!, size), { tag }));
+    const recvs = sources.map((src) => peers.get(src)!.recv({ tag, into: buffers.recv.get(src)!.view(size) }).then((r) => ({ src, r })));
+    const sends = targets.map((dst) => peers.get(dst)!.send(buffers.send.get(dst)!.view(size), { tag }));
     const [received] = await Promise.all([Promise.all(recvs), Promise.all(sends)]);
     result.seconds += (performance.now() - start) / 1000;
     for (const { src, r } of received) {
@@ -165,7 +180,7 @@ async function runPhase(
       }
       if (size === 0) continue;
       const got = host.subarray(0, size);
-      driver.memcpyDtoH(got, buffers.recv.get(src)!.ptr);
+      driver.memcpyDtoH(got, buffers.recv.get(src)!.view(size).ptr);
       const bad = checkPattern(got, seedOf(phaseNo, sizeIndex, iter, src, cfg.rank), scratch);
       if (bad >= 0) result.mismatches.push(`${phase} ${size} B iter ${iter} from rank${src}: byte ${bad} differs`);
     }
@@ -187,16 +202,18 @@ async function barrier(peers: Map<number, Endpoint>): Promise<void> {
   await Promise.all([...eps.map((ep) => ep.send(EMPTY, { tag: BARRIER_TAG })), ...eps.map((ep) => ep.recv({ tag: BARRIER_TAG }))]);
 }
 
-function sizedView(buf: DeviceBuffer, size: number): DeviceBuffer {
-  return { ptr: buf.ptr, length: size };
-}
-
 main(config).then(
   () => {
     release();
   },
-  (err: Error & { code?: string }) => {
-    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}`, stack: err.stack });
+  (err: Error & { code?: string; call?: string }) => {
+    // An endpoint without the descriptor data path exports every GPU send by cuIpcGetMemHandle,
+    // which VMM and pool memory refuse: say so, and what works meanwhile.
+    const hint =
+      config.memory !== 'legacy' && err.call === 'cuIpcGetMemHandle'
+        ? ` (sending ${config.memory} memory: this endpoint cannot export it for RGET; --ipc off moves it by staging)`
+        : '';
+    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}${hint}`, stack: err.stack });
     setTimeout(() => process.exit(1), 100);
   },
 );

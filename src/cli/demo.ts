@@ -11,7 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes, gbps, parseSize, table } from './format.js';
-import type { Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
+import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
+import type { MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
 import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
@@ -31,6 +32,11 @@ Without a GPU it runs on the simulated driver and says so.
   --iters K             iterations per size and pattern (default 3)
   --driver KIND         auto | native | sim (default auto)
   --ipc on|off          CUDA IPC (default on); off: GPU data goes through staging
+  --memory KIND         legacy | vmm | vmm-chunked | pool (default legacy): how the
+                        ranks' buffers are allocated: cuMemAlloc, one cuMemCreate
+                        chunk, four chunks with every message spanning two, or
+                        cuMemAllocFromPoolAsync from a pool; the report says which
+                        data path moved the large messages
   --runtime LIST        node | bun | deno, comma-separated: rank i runs under the
                         i-th, round robin (default node); bun and deno are found
                         on PATH or in node_modules/.bin (npm install bun deno)
@@ -43,6 +49,8 @@ When ranks share a GPU and the CUDA Multi-Process Service is not running, it
 says what that costs and how to start MPS.
 
 JSON output: { driver: { kind, reason }, ranks, sizes, iters, ipc, mps,
+  memory: { option, buffers: [{ rank, kind, reason?, chunkSize?, chunksTouched? }],
+            largeMessages: { rget, staging } },
   devices: [{ rank, runtime, index, name, uuid }],
   phases: [{ phase: 'ring'|'alltoall', size, messages, bytes, seconds, gbPerSecond }],
   endpoints: [{ rank, peer, negotiation: { state, path, tries, reason?, settleMs? },
@@ -55,6 +63,8 @@ export interface DemoOptions {
   iters: number;
   driver: 'auto' | 'native' | 'sim';
   ipc: boolean;
+  /** How the ranks allocate their buffers (default legacy). */
+  memory?: MemoryOption;
   trace?: string;
   timeoutMs: number;
   /** Rank i runs under runtimes[i % runtimes.length] (default: node). */
@@ -68,6 +78,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     iters: { type: 'string', default: '3' },
     driver: { type: 'string', default: 'auto' },
     ipc: { type: 'string', default: 'on' },
+    memory: { type: 'string', default: 'legacy' },
     runtime: { type: 'string', default: 'node' },
     trace: { type: 'string' },
     timeout: { type: 'string', default: '600' },
@@ -84,6 +95,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   if (!Number.isInteger(iters) || iters < 1) throw new UsageError(`--iters must be a positive integer, got ${a.iters}`);
   if (!['auto', 'native', 'sim'].includes(a.driver!)) throw new UsageError(`--driver must be auto, native or sim, got ${a.driver}`);
   if (a.ipc !== 'on' && a.ipc !== 'off') throw new UsageError(`--ipc must be on or off, got ${a.ipc}`);
+  if (!isMemoryOption(a.memory!)) throw new UsageError(`--memory must be one of ${MEMORY_OPTIONS.join(', ')}, got ${a.memory}`);
   let sizes: number[];
   try {
     sizes = a.sizes!.split(',').map(parseSize);
@@ -95,7 +107,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
-  const opts: DemoOptions = { ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', timeoutMs: timeout * 1000, runtimes, ...(a.trace ? { trace: a.trace } : {}) };
+  const opts: DemoOptions = { ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', memory: a.memory, timeoutMs: timeout * 1000, runtimes, ...(a.trace ? { trace: a.trace } : {}) };
 
   const progress = a.json ? () => {} : (line: string) => console.log(line);
   const report = await demo(opts, progress);
@@ -110,6 +122,11 @@ export interface DemoReport {
   sizes: number[];
   iters: number;
   ipc: boolean;
+  /**
+   * The ranks' buffers: what the driver says of them, and by which data path
+   * the messages that were not eager (the large ones) arrived, over all endpoints.
+   */
+  memory: { option: MemoryOption; buffers: Omit<MemoryReport, never>[]; largeMessages: { rget: number; staging: number } };
   /** The CUDA Multi-Process Service, and whether ranks share a GPU without it. */
   mps: { active: boolean; sharedGpuWithoutMps: boolean };
   devices: { rank: number; runtime: string; index: number; name: string; uuid: string }[];
@@ -123,6 +140,7 @@ export interface DemoReport {
 type WorkerMessage =
   | { type: 'listening'; rank: number; runtime: string; driver: string; reason: string; device: { index: number; name: string; uuid: string } }
   | { type: 'connected'; rank: number }
+  | { type: 'memory'; rank: number; memory: MemoryReport }
   | { type: 'phase-done'; rank: number; result: PhaseResult }
   | { type: 'report'; rank: number; endpoints: DemoReport['endpoints'] }
   | { type: 'failed'; rank: number; message: string; stack?: string };
@@ -130,6 +148,7 @@ type WorkerMessage =
 /** Runs the demo; rejects on any worker failure or the timeout, after killing every worker. */
 export async function demo(opts: DemoOptions, progress: (line: string) => void = () => {}): Promise<DemoReport> {
   const started = performance.now();
+  const memory = opts.memory ?? 'legacy';
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-demo-')); // mode 0700: only we can reach the sockets
   const token = randomBytes(16).toString('hex');
   const workerPath = fileURLToPath(new URL('./demo-worker.js', import.meta.url));
@@ -157,7 +176,7 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
   try {
     const listening = collect('listening');
     for (let rank = 0; rank < opts.ranks; rank++) {
-      const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, token, ...(opts.trace ? { trace: opts.trace } : {}) };
+      const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, memory, token, ...(opts.trace ? { trace: opts.trace } : {}) };
       const runtime = opts.runtimes?.[rank % opts.runtimes.length];
       // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one IPC channel serves all
       // three. spawn, not fork: Deno's fork rewrites the arguments as if the child were Deno.
@@ -186,15 +205,18 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     const hello = (await until(listening)) as Extract<WorkerMessage, { type: 'listening' }>[];
     hello.sort((a, b) => a.rank - b.rank);
     const first = hello[0]!;
-    progress(`smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}`);
+    progress(`smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}; memory ${memory}`);
     for (const h of hello) progress(`  rank${h.rank} (${h.runtime}): device ${h.device.index} ${h.device.name} ${h.device.uuid}`);
     const mps = mpsStatus();
     const sharing = first.driver === 'native' && new Set(hello.map((h) => h.device.uuid)).size < hello.length;
     for (const line of sharedGpuAdvice(sharing, mps)) progress(line);
 
     const connected = collect('connected');
+    const described = collect('memory');
     for (const c of children) c.send({ type: 'connect' });
     await until(connected);
+    const buffers = ((await until(described)) as Extract<WorkerMessage, { type: 'memory' }>[]).map((m) => m.memory).sort((a, b) => a.rank - b.rank);
+    for (const b of buffers) progress(`  rank${b.rank} buffers: ${describeBuffers(b)}`);
 
     const phases: DemoReport['phases'] = [];
     const mismatches: string[] = [];
@@ -217,12 +239,19 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     const endpoints = ((await until(reports)) as Extract<WorkerMessage, { type: 'report' }>[]).flatMap((m) => m.endpoints).sort((a, b) => a.rank - b.rank || a.peer - b.peer);
     for (const c of children) c.send({ type: 'exit' });
     await until(Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', r))))));
+    const largeMessages = { rget: 0, staging: 0 };
+    for (const e of endpoints) {
+      const received = e.received as Record<'rget' | 'staging', { messages: number }>;
+      largeMessages.rget += received.rget.messages;
+      largeMessages.staging += received.staging.messages;
+    }
     return {
       driver: { kind: first.driver, reason: first.reason },
       ranks: opts.ranks,
       sizes: opts.sizes,
       iters: opts.iters,
       ipc: opts.ipc,
+      memory: { option: memory, buffers, largeMessages },
       mps: { active: mps.active, sharedGpuWithoutMps: sharing && !mps.active },
       devices: hello.map((h) => ({ rank: h.rank, runtime: h.runtime, ...h.device })),
       phases,
@@ -264,9 +293,33 @@ function render(r: DemoReport): string {
     ]);
   }
   lines.push(table(rows).replace(/^/gm, '  '));
+  lines.push('');
+  lines.push(memoryLine(r));
   const total = r.phases.reduce((s, p) => s + p.messages, 0);
   lines.push('');
   if (r.verified) lines.push(`verified: all ${total} messages byte-exact (${(r.durationMs / 1000).toFixed(1)} s)`);
   else lines.push(`NOT verified: ${r.mismatches.length} mismatches\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
   return lines.join('\n');
+}
+
+function describeBuffers(b: MemoryReport): string {
+  let out = b.kind === 'none' ? 'none (all sizes 0)' : `the driver sees ${b.kind} memory`;
+  if (b.reason !== undefined) out += ` (${b.reason})`;
+  if (b.chunksTouched !== undefined) out += `; the largest message spans ${b.chunksTouched} chunks of ${formatBytes(b.chunkSize!)}`;
+  return out;
+}
+
+/** Which data path moved the large (not eager) messages, and what the endpoints said about it. */
+function memoryLine(r: DemoReport): string {
+  const { rget, staging } = r.memory.largeMessages;
+  const kinds = [...new Set(r.memory.buffers.map((b) => b.kind))].join(', ');
+  let line = `memory ${r.memory.option} (driver: ${kinds}): large messages by RGET ${rget}, by staging ${staging}`;
+  if (rget + staging === 0) return `${line} (no message was large enough to leave the eager path)`;
+  if (staging > 0) {
+    const reasons = [...new Set(r.endpoints.map((e) => (e.negotiation as { reason?: string }).reason).filter((x) => x !== undefined))];
+    if (!r.ipc) line += ' — IPC is off';
+    else if (reasons.length > 0) line += ` — negotiation: ${reasons.join('; ')}`;
+    else line += ' — the endpoints report no reason';
+  }
+  return line;
 }
