@@ -8,7 +8,7 @@
  * where the native build is missing.
  */
 import type { CudaDriver } from '../../src/cuda/driver.js';
-import { driverContract } from '../driver-contract.js';
+import { driverContract } from '../helpers/driver-contract.js';
 import { probeNative } from './native-probe.js';
 
 const probe = await probeNative();
