@@ -1,5 +1,5 @@
 /**
- * The CudaDriver contract (../driver-contract.ts) on the native driver, over
+ * The CudaDriver contract (../helpers/driver-contract.ts) on the native driver, over
  * the real libcuda.so.1. Where no GPU is usable (no addon, no libcuda, no
  * device) every case is reported as skipped, with the reason in the suite
  * name; the cross-device cases need 2 devices.

@@ -1,6 +1,6 @@
 /**
  * The CudaDriver contract: one list of cases that every driver must pass.
- * test/driver-contract.test.ts runs it on the simulator (always);
+ * test/unit/cuda/driver-contract.test.ts runs it on the simulator (always);
  * test/gpu/driver-contract.gpu.test.ts runs it on the native driver where a
  * GPU is present, and reports every case as skipped where not.
  *
