@@ -99,5 +99,5 @@ export async function rejection(p: Promise<unknown>): Promise<Error & { code?: s
   throw new Error('expected a rejection, got a result');
 }
 
-/** The fixture's fill pattern and checksum (test/helpers/bytes.ts; the .mjs fixture has a copy). */
+/** The test data (src/cli/demo-pattern.ts; the .mjs fixture imports it from dist/). */
 export { checksum, patternBytes as fill } from './bytes.js';
