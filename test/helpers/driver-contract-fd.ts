@@ -12,7 +12,8 @@ import type { CudaDriver, FdMemoryResources, VmmExport } from '../../src/cuda/dr
 import { CudaError } from '../../src/errors.js';
 import type { ContractOptions } from './driver-contract.js';
 import { patternBytes } from './bytes.js';
-import { FdPeer, openFds, type FdPeerError } from './fd-peer.js';
+import type { WorkerCommandError } from './child.js';
+import { FdPeer, openFds } from './fd-peer.js';
 
 const MiB = 1024 * 1024;
 const NONE: FdMemoryResources = { reservations: 0, mappings: 0, pools: 0, importedPools: 0, importedPointers: 0 };
@@ -32,7 +33,7 @@ async function expectPeerCuda(p: Promise<unknown>, code?: string): Promise<void>
   const err = (await p.then(
     () => undefined,
     (e: unknown) => e,
-  )) as FdPeerError | undefined;
+  )) as WorkerCommandError | undefined;
   expect(err, 'the child should have refused').toBeDefined();
   expect(err!.code).toMatch(code ? new RegExp(`^${code}$`) : /^CUDA_ERROR_/);
 }
@@ -165,8 +166,8 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
       let childStart: Record<string, unknown>;
       beforeAll(async () => {
         peer = await FdPeer.start({ kind: opts.kind, env: opts.childEnv });
-        await peer.request({ op: 'openDriver' });
-        childStart = await peer.request({ op: 'resources' });
+        await peer.call('openDriver');
+        childStart = await peer.call('resources');
       });
       afterAll(async () => {
         await peer?.stop();
@@ -180,7 +181,7 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
        * (device files), so there only the driver's resources are counted.
        */
       async function childIsClean(): Promise<void> {
-        const { fds, ...held } = await peer.request({ op: 'resources' });
+        const { fds, ...held } = await peer.call('resources');
         expect(held).toEqual(NONE);
         if (opts.kind === 'sim') expect(fds).toBe(childStart.fds);
       }
@@ -195,12 +196,12 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
           const ex = d.vmmExport(v.ptr, size);
           expect(ex.chunks.length).toBe(1);
           const ids = await passChunks(peer, d, ex);
-          const im = await peer.request({ op: 'importVmm', chunks: ids, device: 0 });
+          const im = await peer.call('importVmm', { chunks: ids, device: 0 });
           const at = (BigInt(im.ptr as string) + (v.ptr - ex.base)).toString();
-          expect((await peer.request({ op: 'read', ptr: at, length: size })).hex).toBe(Buffer.from(data).toString('hex'));
-          expect((await peer.request({ op: 'copyVia', ptr: at, length: size })).hex).toBe(Buffer.from(data).toString('hex'));
-          expect(await peer.request({ op: 'resources' })).toMatchObject({ reservations: 1, mappings: 1 });
-          await peer.request({ op: 'releaseVmm', ptr: im.ptr });
+          expect((await peer.call('read', { ptr: at, length: size })).hex).toBe(Buffer.from(data).toString('hex'));
+          expect((await peer.call('copyVia', { ptr: at, length: size })).hex).toBe(Buffer.from(data).toString('hex'));
+          expect(await peer.call('resources')).toMatchObject({ reservations: 1, mappings: 1 });
+          await peer.call('releaseVmm', { ptr: im.ptr });
           await childIsClean();
         } finally {
           d.vmmFree(v.ptr);
@@ -220,14 +221,14 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
           expect(ex.chunks.length).toBe(3);
           expect(ex.base).toBe(v.ptr);
           const ids = await passChunks(peer, d, ex);
-          const im = await peer.request({ op: 'importVmm', chunks: ids, device: 0 });
+          const im = await peer.call('importVmm', { chunks: ids, device: 0 });
           expect(im.size).toBe(3 * v.chunkSize);
           const at = (BigInt(im.ptr as string) + BigInt(start)).toString();
           const want = Buffer.from(data.subarray(start, start + length)).toString('hex');
-          expect((await peer.request({ op: 'read', ptr: at, length })).hex).toBe(want);
-          expect((await peer.request({ op: 'copyVia', ptr: at, length })).hex).toBe(want);
-          expect(await peer.request({ op: 'resources' })).toMatchObject({ reservations: 1, mappings: 3 });
-          await peer.request({ op: 'releaseVmm', ptr: im.ptr });
+          expect((await peer.call('read', { ptr: at, length })).hex).toBe(want);
+          expect((await peer.call('copyVia', { ptr: at, length })).hex).toBe(want);
+          expect(await peer.call('resources')).toMatchObject({ reservations: 1, mappings: 3 });
+          await peer.call('releaseVmm', { ptr: im.ptr });
           await childIsClean();
         } finally {
           d.vmmFree(v.ptr);
@@ -251,15 +252,15 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
           } finally {
             d.closeFd(fd);
           }
-          const imported = await peer.request({ op: 'importPool', id: got.id, device: 0 });
+          const imported = await peer.call('importPool', { id: got.id, device: 0 });
           for (const [i, p] of ptrs.entries()) {
             const data = Buffer.from(d.memPoolExportPointer(p)).toString('hex');
             expect(data.length).toBe(128);
-            const ip = await peer.request({ op: 'importPointer', pool: imported.pool, data });
-            expect((await peer.request({ op: 'copyVia', ptr: ip.ptr, length: sizes[i] })).hex).toBe(Buffer.from(datas[i]!).toString('hex'));
-            await peer.request({ op: 'releasePointer', ptr: ip.ptr });
+            const ip = await peer.call('importPointer', { pool: imported.pool, data });
+            expect((await peer.call('copyVia', { ptr: ip.ptr, length: sizes[i] })).hex).toBe(Buffer.from(datas[i]!).toString('hex'));
+            await peer.call('releasePointer', { ptr: ip.ptr });
           }
-          await peer.request({ op: 'releasePool', pool: imported.pool });
+          await peer.call('releasePool', { pool: imported.pool });
           await childIsClean();
         } finally {
           for (const p of ptrs) d.memFreeAsync(p, stream);
@@ -276,7 +277,7 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
           const ex = d.vmmExport(v.ptr, MiB);
           const ids = await passChunks(peer, d, ex);
           // The exporter promises twice the chunk it sent.
-          await expectPeerCuda(peer.request({ op: 'importVmm', chunks: [{ ...ids[0]!, size: 2 * ids[0]!.size }], device: 0 }));
+          await expectPeerCuda(peer.call('importVmm', { chunks: [{ ...ids[0]!, size: 2 * ids[0]!.size }], device: 0 }));
           await childIsClean();
           // A memfd that is no GPU memory at all.
           const { loadAddon } = await import('../../src/cuda/addon.js');
@@ -287,7 +288,7 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
           } finally {
             d.closeFd(bogus);
           }
-          await expectPeerCuda(peer.request({ op: 'importVmm', chunks: [{ id: got.id, offset: 0, size: v.chunkSize }] }));
+          await expectPeerCuda(peer.call('importVmm', { chunks: [{ id: got.id, offset: 0, size: v.chunkSize }] }));
           await childIsClean();
         } finally {
           d.vmmFree(v.ptr);
@@ -306,7 +307,7 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
         try {
           const ex = d.vmmExport(v.ptr, MiB);
           const ids = await passChunks(peer, d, ex);
-          await expectPeerCuda(peer.request({ op: 'importVmm', chunks: ids, device: 0 }), 'CUDA_ERROR_INVALID_DEVICE');
+          await expectPeerCuda(peer.call('importVmm', { chunks: ids, device: 0 }), 'CUDA_ERROR_INVALID_DEVICE');
           await childIsClean();
         } finally {
           d.vmmFree(v.ptr);

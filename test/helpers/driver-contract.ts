@@ -6,12 +6,10 @@
  *
  * IPC cases use a REAL second process (test/fixtures/ipc-peer.mjs, compiled
  * code: `npx tsc -p .` first) that opens the same driver kind through
- * openDriver and takes commands over stdin/stdout (IpcPeer below).
+ * openDriver and serves the worker protocol (IpcPeer below).
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,9 +17,9 @@ import type { CudaDriver, DriverKind } from '../../src/cuda/driver.js';
 import { CudaError } from '../../src/errors.js';
 import { fdMemoryCases } from './driver-contract-fd.js';
 import { patternBytes } from './bytes.js';
+import { spawnPeer, type WorkerClient } from './child.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-export const IPC_PEER_FIXTURE = join(here, '..', 'fixtures', 'ipc-peer.mjs');
 const COMPILED_OPEN_DRIVER = join(here, '..', '..', 'dist', 'src', 'cuda', 'open-driver.js');
 
 const MiB = 1024 * 1024;
@@ -39,72 +37,33 @@ export interface ContractOptions {
 
 // -- a second process ---------------------------------------------------------------
 
-export interface PeerError extends Error {
-  code: string | null;
-}
-
-/** A child process running test/fixtures/ipc-peer.mjs; one JSON line per command. */
+/** A child process running test/fixtures/ipc-peer.mjs, over the worker protocol (test/helpers/child.ts). */
 export class IpcPeer {
-  private readonly pending: Array<{ resolve: (v: Record<string, unknown>) => void; reject: (e: Error) => void }> = [];
-  private stderr = '';
-  private exited: Error | undefined;
+  private constructor(private readonly client: WorkerClient) {}
 
-  private constructor(private readonly child: ChildProcessWithoutNullStreams) {
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      const waiter = this.pending.shift();
-      if (!waiter) return;
-      const reply = JSON.parse(line) as Record<string, unknown> & { error?: { code: string | null; message: string } };
-      if (reply.error) {
-        const err = new Error(`peer: ${reply.error.message}`) as PeerError;
-        err.code = reply.error.code;
-        waiter.reject(err);
-      } else {
-        waiter.resolve(reply);
-      }
-    });
-    child.stderr.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    child.on('exit', (code, signal) => {
-      this.exited = new Error(`ipc peer exited (code ${code}, signal ${signal}): ${this.stderr.trim() || 'no stderr'}`);
-      for (const w of this.pending.splice(0)) w.reject(this.exited);
-    });
-  }
-
-  /** Starts a peer that opens driver `kind` on `device`. */
+  /** Starts a peer that opens driver `kind` on `device`; rejects with the child's stderr if it could not start. */
   static async start(kind: DriverKind, device: number, env: Record<string, string> = {}): Promise<IpcPeer> {
     if (!existsSync(COMPILED_OPEN_DRIVER)) {
       throw new Error(`${COMPILED_OPEN_DRIVER} is missing: build with \`npx tsc -p .\` before running the IPC tests`);
     }
-    const child = spawn(process.execPath, [IPC_PEER_FIXTURE], {
-      env: { ...process.env, ...env, SMCUDA_CONTRACT_DRIVER: kind, SMCUDA_CONTRACT_DEVICE: String(device) },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    const peer = new IpcPeer(child);
-    await peer.request({ op: 'info' }); // fails here, with the child's stderr, if it could not start
-    return peer;
+    return new IpcPeer(await spawnPeer('ipc-peer.mjs', { env: { ...env, SMCUDA_CONTRACT_DRIVER: kind, SMCUDA_CONTRACT_DEVICE: String(device) } }));
   }
 
-  request(cmd: Record<string, unknown>): Promise<Record<string, unknown>> {
-    if (this.exited) return Promise.reject(this.exited);
-    return new Promise((resolve, reject) => {
-      this.pending.push({ resolve, reject });
-      this.child.stdin.write(JSON.stringify(cmd) + '\n');
-    });
+  /** Runs `cmd` in the child; a failure rejects with its error code (WorkerCommandError). */
+  call(cmd: string, args: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    return this.client.call(cmd, args);
   }
 
   async open(handle: Uint8Array): Promise<bigint> {
-    return BigInt((await this.request({ op: 'open', handle: hex(handle) })).ptr as string);
+    return BigInt((await this.call('open', { handle: hex(handle) })).ptr as string);
   }
 
   async read(ptr: bigint, length: number): Promise<Uint8Array> {
-    return unhex((await this.request({ op: 'read', ptr: ptr.toString(), length })).hex as string);
+    return unhex((await this.call('read', { ptr: ptr.toString(), length })).hex as string);
   }
 
-  async stop(): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-    this.child.stdin.write(JSON.stringify({ op: 'exit' }) + '\n');
-    this.child.stdin.end();
-    await gone;
+  stop(): Promise<void> {
+    return this.client.exit();
   }
 }
 
@@ -455,14 +414,14 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           const q = await peer.open(d.ipcGetMemHandle(p));
           expect(Buffer.compare(await peer.read(q, size), data)).toBe(0);
           // The RGET path: cuMemcpyAsync from the mapping into the child's own memory.
-          const via = unhex((await peer.request({ op: 'copyVia', ptr: q.toString(), length: size })).hex as string);
+          const via = unhex((await peer.call('copyVia', { ptr: q.toString(), length: size })).hex as string);
           expect(Buffer.compare(via, data)).toBe(0);
           const reply = patternBytes(4096, 777);
-          await peer.request({ op: 'write', ptr: (q + 1000n).toString(), hex: hex(reply) });
-          const attrs = await peer.request({ op: 'attrs', ptr: (q + 5n).toString() });
+          await peer.call('write', { ptr: (q + 1000n).toString(), hex: hex(reply) });
+          const attrs = await peer.call('attrs', { ptr: (q + 5n).toString() });
           expect(attrs.device).toBe(0);
           expect(attrs.memoryType).toBe('device');
-          await peer.request({ op: 'close', ptr: q.toString() });
+          await peer.call('close', { ptr: q.toString() });
           const out = new Uint8Array(size);
           d.memcpyDtoH(out, p);
           expect(Buffer.compare(out.subarray(1000, 1000 + 4096), reply)).toBe(0);
@@ -480,8 +439,8 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           const q1 = await peer.open(h);
           const q2 = await peer.open(h);
           expect(q2).toBe(q1);
-          await peer.request({ op: 'close', ptr: q1.toString() });
-          await peer.request({ op: 'close', ptr: q2.toString() });
+          await peer.call('close', { ptr: q1.toString() });
+          await peer.call('close', { ptr: q2.toString() });
         } finally {
           d.memFree(p);
         }
@@ -495,7 +454,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         const h1 = d.ipcGetMemHandle(p1);
         const q1 = await peer.open(h1);
         expect((await peer.read(q1, 16)).every((b) => b === 0xaa)).toBe(true);
-        await peer.request({ op: 'close', ptr: q1.toString() });
+        await peer.call('close', { ptr: q1.toString() });
         d.memFree(p1);
         const p2 = d.memAlloc(size);
         try {
@@ -505,7 +464,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           expect(hex(h2)).not.toBe(hex(h1));
           const q2 = await peer.open(h2);
           expect((await peer.read(q2, 16)).every((b) => b === 0xbb)).toBe(true);
-          await peer.request({ op: 'close', ptr: q2.toString() });
+          await peer.call('close', { ptr: q2.toString() });
         } finally {
           d.memFree(p2);
         }
@@ -522,12 +481,12 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           expectCudaError(() => d.ipcGetEventHandle(local), 'CUDA_ERROR_INVALID_HANDLE'); // as the real driver answers
           d.eventDestroy(local);
           const q = await peer.open(d.ipcGetMemHandle(p));
-          const remote = (await peer.request({ op: 'openEvent', handle: hex(d.ipcGetEventHandle(ev)) })).event as string;
+          const remote = (await peer.call('openEvent', { handle: hex(d.ipcGetEventHandle(ev)) })).event as string;
           d.memcpyHtoDAsync(p, data, s);
           d.eventRecord(ev, s);
-          await peer.request({ op: 'waitEvent', event: remote });
+          await peer.call('waitEvent', { event: remote });
           expect(Buffer.compare(await peer.read(q, size), data)).toBe(0);
-          await peer.request({ op: 'close', ptr: q.toString() });
+          await peer.call('close', { ptr: q.toString() });
         } finally {
           d.streamSynchronize(s);
           d.eventDestroy(ev);
@@ -554,15 +513,15 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         try {
           d.memcpyHtoD(p, data);
           d.streamSynchronize(0n);
-          const info = await peer.request({ op: 'info' });
+          const info = await peer.call('info');
           expect(info.device).toBe(1);
           expect(info.uuid).toBe(d.deviceInfo(1).uuid);
           const q = await peer.open(d.ipcGetMemHandle(p));
-          const attrs = await peer.request({ op: 'attrs', ptr: q.toString() });
+          const attrs = await peer.call('attrs', { ptr: q.toString() });
           expect(attrs.device).toBe(1); // the opener's device: the real driver reports the context that mapped it
-          const via = unhex((await peer.request({ op: 'copyVia', ptr: q.toString(), length: size })).hex as string);
+          const via = unhex((await peer.call('copyVia', { ptr: q.toString(), length: size })).hex as string);
           expect(Buffer.compare(via, data)).toBe(0);
-          await peer.request({ op: 'close', ptr: q.toString() });
+          await peer.call('close', { ptr: q.toString() });
         } finally {
           d.memFree(p);
         }

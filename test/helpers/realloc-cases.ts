@@ -9,7 +9,6 @@
  * Also measures, in the receiving process, the cost of a cache miss (one
  * cuIpcOpenMemHandle) and of a hit, and prints them (not asserted).
  */
-import { type ChildProcess, fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,40 +17,20 @@ import type { CudaDriver } from '../../src/cuda/driver.js';
 import type { Endpoint } from '../../src/endpoint.js';
 import { Transport } from '../../src/transport.js';
 import { checksum } from './bytes.js';
+import { spawnPeer, type WorkerClient } from './child.js';
 
-interface Reply {
-  ok: boolean;
-  error?: string;
-  [k: string]: unknown;
+/** What test/fixtures/transport-peer.mjs answers. */
+interface Received {
+  length: number;
+  path: string;
+  sum: number;
+  /** The first 16 bytes, hex. */
+  head: string;
 }
 
-class Peer {
-  private readonly waiting: ((r: Reply) => void)[] = [];
-  constructor(readonly child: ChildProcess) {
-    child.on('message', (m: Reply) => this.waiting.shift()?.(m));
-  }
-  static async start(socket: string, kind: string, device: number): Promise<{ peer: Peer; hello: Reply }> {
-    const child = fork(new URL('../fixtures/transport-peer.mjs', import.meta.url).pathname, [socket], {
-      env: { ...process.env, SMCUDA_TEST_DRIVER: kind, SMCUDA_TEST_DEVICE: String(device) },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    const peer = new Peer(child);
-    const hello = await peer.next();
-    return { peer, hello };
-  }
-  next(): Promise<Reply> {
-    return new Promise((resolve, reject) => {
-      this.waiting.push((r) => (r.ok ? resolve(r) : reject(new Error(r.error))));
-      this.child.once('exit', (code) => reject(new Error(`peer exited with ${code}`)));
-    });
-  }
-  async ask(m: object): Promise<Reply> {
-    const reply = this.next();
-    this.child.send(m);
-    return reply;
-  }
+function startPeer(socket: string, kind: string, device: number): Promise<WorkerClient<{ uuid: string }>> {
+  return spawnPeer('transport-peer.mjs', { args: [socket], env: { SMCUDA_TEST_DRIVER: kind, SMCUDA_TEST_DEVICE: String(device) } });
 }
-
 
 export interface ReallocCaseOptions {
   kind: 'sim' | 'native';
@@ -67,7 +46,7 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
     let driver: CudaDriver;
     let t: Transport;
     let ep: Endpoint;
-    let peer: Peer;
+    let peer: WorkerClient<{ uuid: string }>;
     const size = 4 << 20;
 
     beforeAll(async () => {
@@ -76,15 +55,12 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
       t = await Transport.create({ driver, id: 'sender', device: o.devices[0] });
       await t.listen(join(dir, 's.sock'));
       const accepted = new Promise<Endpoint>((r) => t.once('endpoint', r));
-      ({ peer } = await Peer.start(join(dir, 's.sock'), o.kind, o.devices[1]));
+      peer = await startPeer(join(dir, 's.sock'), o.kind, o.devices[1]);
       ep = await accepted;
     });
 
     afterAll(async () => {
-      if (peer) {
-        peer.child.send({ cmd: 'exit' });
-        await new Promise((r) => peer.child.once('exit', r));
-      }
+      await peer?.exit();
       await t?.close();
       driver?.close();
       rmSync(dir, { recursive: true, force: true });
@@ -100,12 +76,12 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
       let ptr = driver.memAlloc(size);
       fill(ptr, 0x11);
       // 1st send: starts the negotiation (goes by staging); then RGET once OK
-      let reply = peer.ask({ cmd: 'recv', tag: 1 });
+      let reply = peer.call<Received>('recv', { tag: 1 });
       await ep.send({ ptr, length: size }, { tag: 1 });
       await reply;
       for (let i = 0; i < 200 && ep.state !== 'OK'; i++) await new Promise((r) => setTimeout(r, 10));
       expect(ep.state).toBe('OK');
-      reply = peer.ask({ cmd: 'recv', tag: 1 });
+      reply = peer.call<Received>('recv', { tag: 1 });
       await ep.send({ ptr, length: size }, { tag: 1 });
       const first = await reply;
       expect(first.path).toBe('rget');
@@ -121,12 +97,12 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
       expect(newAttrs.bufferId).not.toBe(oldAttrs.bufferId);
       expect(Buffer.from(driver.ipcGetMemHandle(ptr)).toString('hex')).not.toBe(oldHandle);
 
-      reply = peer.ask({ cmd: 'recv', tag: 1 });
+      reply = peer.call<Received>('recv', { tag: 1 });
       await ep.send({ ptr, length: size }, { tag: 1 });
       const second = await reply;
       expect(second.sum).toBe(checksum(new Uint8Array(size).fill(0x22)));
       expect(second.head).toBe('22'.repeat(16));
-      const { stats } = (await peer.ask({ cmd: 'stats' })) as unknown as { stats: { cache: { stale: number; misses: number } } };
+      const { stats } = await peer.call<{ stats: { cache: { stale: number; misses: number } } }>('stats');
       // the same address again: detected stale (or, where the driver moved it, a plain miss)
       expect(stats.cache.stale + stats.cache.misses).toBeGreaterThanOrEqual(2);
       console.log(`[${name}] realloc returned the same address: ${ptr === oldPtr}; receiver cache ${JSON.stringify(stats.cache)}`);
@@ -145,7 +121,7 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
           handle: Buffer.from(driver.ipcGetMemHandle(range.base)).toString('hex'),
           bufferId: attrs.bufferId.toString(),
         };
-        const r = (await peer.ask({ cmd: 'cache-cost', req, hits: 100_000 })) as unknown as { missUs: number; hitNs: number; stats: { hits: number; misses: number; opens: number; closes: number } };
+        const r = await peer.call<{ missUs: number; hitNs: number; stats: { hits: number; misses: number; opens: number; closes: number } }>('cache-cost', { req, hits: 100_000 });
         // Printed for the record; speed targets live in `smcuda bench`, not in tests.
         console.log(`[${name}] cache miss (cuIpcOpenMemHandle through the pool): ${r.missUs.toFixed(1)} µs; hit: ${r.hitNs.toFixed(0)} ns`);
         expect(r.stats.misses).toBe(1);

@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../src/cuda/sim-driver.js';
 import type { Endpoint } from '../../src/endpoint.js';
 import { Transport } from '../../src/transport.js';
-import { checksum, FaultPeer, fill, within } from '../helpers/fault-peer.js';
+import { checksum, FaultPeer, type FaultPeerResults, fill, within } from '../helpers/fault-peer.js';
 
 const MIB = 1 << 20;
 const COUNT = 300;
@@ -43,7 +43,7 @@ describe('backpressure between processes', () => {
       expect(ep.stats().flow.unreadBytes).toBeLessThanOrEqual(WINDOW + MIB);
       // far below the 300 MiB an unbounded sender copies into its socket buffers
       expect(rssGrowth).toBeLessThan(150 * MIB);
-      const got = await within(peer.ask({ cmd: 'recv', tag: 4, count: COUNT }), 60_000, 'the peer receiving');
+      const got = await within(peer.call<FaultPeerResults['recv']>('recv', { tag: 4, count: COUNT }), 60_000, 'the peer receiving');
       await within(Promise.all(sends), 10_000, 'the sends');
       const received = got.received as { length: number; sum: number }[];
       expect(received).toHaveLength(COUNT);

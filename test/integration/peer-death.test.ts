@@ -19,7 +19,8 @@ import { sweepSimSegments } from '../../src/cuda/sim/sweep.js';
 import type { Endpoint } from '../../src/endpoint.js';
 import { PeerLostError } from '../../src/errors.js';
 import { Transport } from '../../src/transport.js';
-import { checksum, FaultPeer, fill, rejection, within } from '../helpers/fault-peer.js';
+import { WorkerFailedError } from '../helpers/child.js';
+import { checksum, FaultPeer, type FaultPeerResults, fill, rejection, within } from '../helpers/fault-peer.js';
 import { reach } from '../helpers/transport-pair.js';
 
 const BOUND_MS = 2000;
@@ -84,11 +85,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** A round trip both ways proves an endpoint works. */
 async function roundTrip(peer: FaultPeer, ep: Endpoint, seed: number): Promise<void> {
   const bytes = fill(256 << 10, seed);
-  const theirs = peer.ask({ cmd: 'recv', tag: 50, count: 1 });
+  const theirs = peer.call<FaultPeerResults['recv']>('recv', { tag: 50, count: 1 });
   await ep.send(device(bytes), { tag: 50 });
   expect(((await theirs).received as { sum: number }[])[0]!.sum).toBe(checksum(bytes));
   const mine = ep.recv({ tag: 51 });
-  peer.tell({ cmd: 'send', tag: 51, size: 256 << 10, count: 1, seed });
+  await peer.call('send', { tag: 51, size: 256 << 10, count: 1, seed });
   expect(checksum(readBack(await mine))).toBe(checksum(fill(256 << 10, seed)));
 }
 
@@ -102,8 +103,8 @@ describe('a peer killed with SIGKILL', () => {
     });
     const incoming = ep.recv({ tag: 1 }); // the peer's 8 MiB: 128 slow chunks
     const never = ep.recv({ tag: 9 }); // posted, nothing will come
-    const issued = peer.ask({ cmd: 'send', tag: 1, size: 8 * MiB, count: 1, seed: 1 });
-    peer.tell({ cmd: 'recv', tag: 2, count: 1 });
+    const issued = peer.call('send', { tag: 1, size: 8 * MiB, count: 1, seed: 1 });
+    const theirRecv = peer.call('recv', { tag: 2, count: 1 }); // ends with the peer
     const outgoing = ep.send(device(fill(8 * MiB, 2)), { tag: 2 }); // matched by the peer, slow
     const unmatched = ep.send(device(fill(1 * MiB, 3)), { tag: 3 }); // the peer never posts tag 3
     await issued;
@@ -111,6 +112,7 @@ describe('a peer killed with SIGKILL', () => {
     // Handlers first: the channel may report the death before the exit event.
     const errors = Object.entries({ incoming, never, outgoing, unmatched }).map(([what, p]) => [what, within(rejection(p), BOUND_MS, what)] as const);
     await peer.kill();
+    await expect(theirRecv).rejects.toBeInstanceOf(WorkerFailedError);
     for (const [what, p] of errors) {
       const err = await p;
       expect(err, what).toBeInstanceOf(PeerLostError);
@@ -127,7 +129,7 @@ describe('a peer killed with SIGKILL', () => {
     const { peer: bystander, ep: epB } = await connectPeer('bystander');
     const { peer, ep } = await connectPeer('victim');
     // Negotiate IPC: the first device message starts it (and goes by staging).
-    const warm = peer.ask({ cmd: 'recv', tag: 0, count: 1 });
+    const warm = peer.call<FaultPeerResults['recv']>('recv', { tag: 0, count: 1 });
     await ep.send(device(fill(64 << 10, 9)), { tag: 0 });
     await warm;
     await reach(ep, 'OK');
@@ -139,7 +141,7 @@ describe('a peer killed with SIGKILL', () => {
     const incoming = ep.recv({ tag: 5 });
     const more = ep.recv({ tag: 5 });
     if (!waitOnPeerEvent) driver.inject({ copyDelayMs: 400 }); // our own copies are slow instead
-    await peer.ask({ cmd: 'send', tag: 5, size: 4 * MiB, count: 2, seed: 5, stream: waitOnPeerEvent });
+    await peer.call('send', { tag: 5, size: 4 * MiB, count: 2, seed: 5, stream: waitOnPeerEvent });
     for (let i = 0; i < 200 && ep.stats().cache.openMappings === 0; i++) await sleep(10);
     expect(ep.stats().cache.openMappings).toBeGreaterThan(0);
 

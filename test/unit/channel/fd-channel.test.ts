@@ -188,7 +188,7 @@ describe('FdChannel between two processes', () => {
   it('the child reads a memfd the parent sent, and sends one back', async () => {
     const peer = await FdPeer.start();
     try {
-      const childStart = (await peer.request({ op: 'info' })).fds as number;
+      const childStart = (await peer.call('info')).fds as number;
       const data = patternBytes(5000, 99);
       const fd = memfdWith(data);
       const got = await peer.pass(fd, { what: 'memfd' }, data.byteLength);
@@ -197,11 +197,11 @@ describe('FdChannel between two processes', () => {
       expect(got.hasFd).toBe(true);
       expect(got.size).toBe(5000);
       expect(got.hex).toBe(Buffer.from(data).toString('hex'));
-      await peer.request({ op: 'closeFd', id: got.id });
-      expect((await peer.request({ op: 'info' })).fds).toBe(childStart);
+      await peer.call('closeFd', { id: got.id });
+      expect((await peer.call('info')).fds).toBe(childStart);
 
       const back = collect(peer.channel, 1);
-      await peer.request({ op: 'sendMemfd', meta: 'back', hex: 'c0ffee' });
+      await peer.call('sendMemfd', { meta: 'back', hex: 'c0ffee' });
       const [m] = await back;
       expect(Buffer.from(m!.meta).toString()).toBe('back');
       expect(readAll(m!.fd!, 3).toString('hex')).toBe('c0ffee');
@@ -215,19 +215,19 @@ describe('FdChannel between two processes', () => {
   it('a child out of descriptor slots gets a typed EMFILE loss with the metadata, then recovers', async () => {
     const peer = await FdPeer.start({ fdLimit: 64 });
     try {
-      const filled = (await peer.request({ op: 'fill' })).count as number;
+      const filled = (await peer.call('fill')).count as number;
       expect(filled).toBeGreaterThan(0);
       const fd = memfdWith(Buffer.from('lost'));
       const lost = await peer.pass(fd, { n: 1 });
       expect(lost.lost).toBe('SMCUDA_FD_EMFILE');
       expect(lost.hasFd).toBe(false);
       expect(lost.meta).toBe('{"n":1}');
-      await peer.request({ op: 'unfill' });
+      await peer.call('unfill');
       const ok = await peer.pass(fd, { n: 2 }, 4);
       addon.fdClose(fd);
       expect(ok.lost).toBeNull();
       expect(ok.hex).toBe(Buffer.from('lost').toString('hex'));
-      await peer.request({ op: 'closeFd', id: ok.id });
+      await peer.call('closeFd', { id: ok.id });
     } finally {
       await peer.stop();
     }

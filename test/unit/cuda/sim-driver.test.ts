@@ -446,10 +446,10 @@ describe('the world from the environment', () => {
     d.memcpyHtoD(p, data);
     const peer = await IpcPeer.start('sim', 0, { SMCUDA_SIM_VISIBLE: '1' });
     try {
-      const info = await peer.request({ op: 'info' });
+      const info = await peer.call('info');
       expect(info.uuid).toBe(GPU1);
       const q = await peer.open(d.ipcGetMemHandle(p));
-      expect((await peer.request({ op: 'attrs', ptr: q.toString() })).device).toBe(0);
+      expect((await peer.call('attrs', { ptr: q.toString() })).device).toBe(0);
       expect(Buffer.compare(await peer.read(q, MiB), data)).toBe(0);
     } finally {
       await peer.stop();
