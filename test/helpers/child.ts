@@ -4,6 +4,12 @@
  * so a test writes `const peer = await spawnPeer('fault-peer.mjs'); await
  * peer.call('recv', { tag: 1 })`, and a failure inside the peer rejects with
  * its error code. Fixtures run compiled code: `npx tsc -p .` first.
+ *
+ * Three fixtures stay one-shot scripts that print one JSON line, because how
+ * the process ends is what they test and an IPC channel would keep it alive:
+ * native-fake-cuda.mjs (an idle poller must not hold the process),
+ * sim-exit-without-close.mjs (exit hooks) and small-shm.mjs (runs inside a
+ * private mount namespace through a shell).
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';

@@ -4,38 +4,29 @@
  * Transport is created — and only those: never a live process's, never
  * another boot's, namespace's or user's.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Transport } from '../../src/index.js';
+import { spawnPeer, type WorkerClient } from '../helpers/child.js';
 import { localOwner, parseSegmentName, processStartTime, segmentName, sweepDeadSegments } from '../../src/segment-owner.js';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const children: ChildProcess[] = [];
+const children: WorkerClient[] = [];
 
-afterEach(() => {
-  for (const c of children.splice(0)) c.kill('SIGKILL');
+afterEach(async () => {
+  for (const c of children.splice(0)) await c.kill();
 });
 
 /** Starts the fixture; resolves with its pid and the segments it made once they exist. */
-async function owner(): Promise<{ child: ChildProcess; pid: number; owned: string[] }> {
-  const child = spawn(process.execPath, [join(here, '..', 'fixtures', 'segment-owner.mjs')], { stdio: ['ignore', 'pipe', 'inherit'] });
+async function owner(): Promise<{ child: WorkerClient; pid: number; owned: string[] }> {
+  const child = await spawnPeer<{ pid: number; owned: string[] }>('segment-owner.mjs');
   children.push(child);
-  const line = await new Promise<string>((resolve, reject) => {
-    child.stdout!.once('data', (d: Buffer) => resolve(d.toString()));
-    child.once('exit', (code) => reject(new Error(`fixture exited with ${code}`)));
-  });
-  const { pid, owned } = JSON.parse(line) as { pid: number; owned: string[] };
-  return { child, pid, owned };
+  return { child, ...child.ready };
 }
 
-async function kill(child: ChildProcess): Promise<void> {
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGKILL');
-  await exited;
+async function kill(child: WorkerClient): Promise<void> {
+  await child.kill();
 }
 
 const inShm = (names: string[]) => names.filter((n) => existsSync(join('/dev/shm', n)));
