@@ -1,7 +1,7 @@
 /**
  * Every environment variable smcuda reads, in one place: what it overrides,
  * its default, and its validation. Library and driver code read the
- * environment only through this module (test/env.test.ts checks that, and
+ * environment only through this module (test/unit/core/env.test.ts checks that, and
  * that docs/debugging.md's table lists exactly these). A malformed value is a
  * ConfigError naming the variable, never silently ignored.
  *
@@ -24,7 +24,7 @@ export interface EnvOverride {
   readonly effect: string;
 }
 
-/** The table docs/debugging.md shows (kept in step by test/env.test.ts). */
+/** The table docs/debugging.md shows (kept in step by test/unit/core/env.test.ts). */
 export const ENV_OVERRIDES: readonly EnvOverride[] = [
   { name: 'SMCUDA_TRACE', value: 'file path', default: 'off', effect: 'append a JSON-lines trace of every transport to this file (`Transport.create({ trace })` wins)' },
   { name: 'SMCUDA_CONTROL_RING', value: '0 or 1', default: '1', effect: 'the `controlRing` option: 0 keeps control frames on the socket (no shared-memory rings)' },

@@ -1,7 +1,10 @@
 /**
- * The demo's test data: each message's bytes are a function of (phase, size,
- * iteration, source rank, destination rank), so a message delivered to the
- * wrong place, in the wrong order, or partly is caught byte for byte.
+ * The one test-data pattern: `smcuda demo` and `smcuda soak` fill their
+ * messages with it, and so do the tests and their child-process fixtures
+ * (which import it from dist/). In the demo each message's bytes are a
+ * function of (phase, size, iteration, source rank, destination rank), so a
+ * message delivered to the wrong place, in the wrong order, or partly is
+ * caught byte for byte.
  */
 
 export function seedOf(phase: number, sizeIndex: number, iter: number, src: number, dst: number): number {
@@ -31,4 +34,18 @@ export function checkPattern(data: Uint8Array, seed: number, scratch: Uint8Array
   if (Buffer.from(data.buffer, data.byteOffset, data.byteLength).equals(Buffer.from(expected.buffer, expected.byteOffset, expected.byteLength))) return -1;
   for (let i = 0; i < data.byteLength; i++) if (data[i] !== expected[i]) return i;
   return -1;
+}
+
+/** `n` fresh bytes of the pattern of `seed`. */
+export function patternBytes(n: number, seed: number): Uint8Array {
+  const out = new Uint8Array(n);
+  fillPattern(out, seed);
+  return out;
+}
+
+/** A 32-bit rolling checksum: what a process reports of bytes it received, instead of the bytes. */
+export function checksum(bytes: Uint8Array): number {
+  let s = 0;
+  for (let i = 0; i < bytes.length; i++) s = (s * 31 + bytes[i]!) >>> 0;
+  return s;
 }

@@ -5,12 +5,14 @@
  * and received, checking every byte. It measures itself (RSS, open mappings,
  * file descriptors) before, after, and after closing.
  *
- * Parent ⇄ worker (process.send): worker → listening | connected | progress |
- * done | failed; parent → connect | run | exit. The worker exits when the
- * parent goes away.
+ * It speaks the worker protocol (worker-protocol.ts): ready (listening, with
+ * its driver) → `connect` (to every rank) → `run` (reporting 'progress'
+ * events; answers once its own messages are done) → `close` (once every rank
+ * is done: closes, answers its report) → `exit`. It exits when the parent
+ * goes away.
  */
 import { readdirSync } from 'node:fs';
-import { parentLink, workerConfig } from './parent-link.js';
+import { workerConfig } from './parent-link.js';
 import { join } from 'node:path';
 import type { DeviceBuffer } from '../buffers.js';
 import type { CudaDriver } from '../cuda/driver.js';
@@ -18,6 +20,7 @@ import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
 import { checkPattern, fillPattern } from './demo-pattern.js';
+import { serveRequests } from './worker-protocol.js';
 import { pairCount, planRound, roundCount, SOAK_ARENA_BYTES, SOAK_HOST_MAX, SOAK_WINDOW } from './soak-plan.js';
 
 export interface SoakWorkerConfig {
@@ -50,13 +53,10 @@ export interface SoakRankReport {
   mismatches: string[];
 }
 
-type ParentMessage = { type: 'connect' } | { type: 'run' } | { type: 'exit' };
-
 const DATA_TAG = 7;
 const PROGRESS_MS = 2000;
 
 const config = workerConfig<SoakWorkerConfig>('SMCUDA_SOAK', 'smcuda soak');
-const { next, tell, release } = parentLink<ParentMessage>();
 
 function snapshot(endpoints: Iterable<Endpoint>): SoakSnapshot {
   let openMappings = 0;
@@ -130,7 +130,27 @@ async function pairLoop(cfg: SoakWorkerConfig, driver: CudaDriver, peer: number,
   }
 }
 
-async function main(cfg: SoakWorkerConfig): Promise<void> {
+/** What a rank says when it is listening. */
+export interface SoakWorkerReady {
+  rank: number;
+  driver: string;
+}
+
+type Commands = Record<'connect' | 'run' | 'close', (args: unknown) => Promise<unknown>>;
+
+let commands: Commands | undefined;
+let closeAll: (() => Promise<void>) | undefined;
+// Requests wait for 'ready', so `commands` is set whenever one runs.
+const link = serveRequests(
+  (cmd, args) => {
+    const run = commands![cmd as keyof Commands];
+    if (!run) throw new Error(`unknown command ${JSON.stringify(cmd)}: a soak rank takes connect, run, close, exit`);
+    return run(args);
+  },
+  { onExit: () => closeAll?.() },
+);
+
+async function start(cfg: SoakWorkerConfig): Promise<SoakWorkerReady> {
   const { driver } = await openDriver({ driver: cfg.driver });
   driver.init();
   const device = cfg.rank % driver.deviceCount();
@@ -143,40 +163,49 @@ async function main(cfg: SoakWorkerConfig): Promise<void> {
     });
   });
   await t.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
-  tell({ type: 'listening', rank: cfg.rank, driver: driver.kind });
-  if ((await next()).type !== 'connect') throw new Error('expected connect');
-  for (let r = 0; r < cfg.rank; r++) await t.connect(join(cfg.dir, `rank${r}.sock`));
-  await allConnected;
-  tell({ type: 'connected', rank: cfg.rank });
-  if ((await next()).type !== 'run') throw new Error('expected run');
 
   const tally: Tally = { sent: 0, received: 0, bytesReceived: 0, byKind: {}, mismatches: [] };
-  const start = snapshot(peers.values());
-  const t0 = performance.now();
-  const progress = setInterval(() => tell({ type: 'progress', rank: cfg.rank, received: tally.received, sent: tally.sent, seconds: (performance.now() - t0) / 1000 }), PROGRESS_MS);
-  try {
-    await Promise.all([...peers.entries()].map(([peer, ep]) => pairLoop(cfg, driver, peer, ep, tally)));
-  } finally {
-    clearInterval(progress);
-  }
-  const seconds = (performance.now() - t0) / 1000;
-  const end = snapshot(peers.values());
-  // Close only once every rank is done: a peer closing first would fail our receives.
-  tell({ type: 'finished', rank: cfg.rank });
-  while ((await next()).type !== 'exit');
-  await t.close();
-  const closed = snapshot(peers.values()); // closed endpoints: every mapping released
-  driver.close();
-  const report: SoakRankReport = { rank: cfg.rank, ...tally, seconds, start, end, closed };
-  tell({ type: 'done', report });
+  let ran: { seconds: number; start: SoakSnapshot; end: SoakSnapshot } | undefined;
+  let transportClosed: Promise<void> | undefined;
+  let driverClosed = false;
+  const closeTransport = () => (transportClosed ??= t.close());
+  const closeDriver = () => {
+    if (!driverClosed) driver.close();
+    driverClosed = true;
+  };
+  closeAll = async () => {
+    await closeTransport();
+    closeDriver();
+  };
+  commands = {
+    async connect() {
+      for (let r = 0; r < cfg.rank; r++) await t.connect(join(cfg.dir, `rank${r}.sock`));
+      await allConnected;
+    },
+    async run() {
+      const begin = snapshot(peers.values());
+      const t0 = performance.now();
+      const progress = setInterval(() => link.emit('progress', { rank: cfg.rank, received: tally.received, sent: tally.sent, seconds: (performance.now() - t0) / 1000 }), PROGRESS_MS);
+      try {
+        await Promise.all([...peers.entries()].map(([peer, ep]) => pairLoop(cfg, driver, peer, ep, tally)));
+      } finally {
+        clearInterval(progress);
+      }
+      ran = { seconds: (performance.now() - t0) / 1000, start: begin, end: snapshot(peers.values()) };
+    },
+    // Only once every rank is done: a peer closing first would fail our receives.
+    async close(): Promise<SoakRankReport> {
+      if (!ran) throw new Error('close before run: nothing to report');
+      await closeTransport();
+      const after = snapshot(peers.values()); // closed endpoints: every mapping released
+      closeDriver();
+      return { rank: cfg.rank, ...tally, ...ran, closed: after };
+    },
+  };
+  return { rank: cfg.rank, driver: driver.kind };
 }
 
-main(config).then(
-  () => {
-    release();
-  },
-  (err: Error & { code?: string }) => {
-    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}` });
-    setTimeout(() => process.exit(1), 100);
-  },
+start(config).then(
+  (ready) => link.ready(ready),
+  (err: unknown) => link.startFailed(err),
 );

@@ -8,14 +8,14 @@
  * the command prints them and the message rate. A leak shows as growth from
  * start to end that does not scale away with a longer run.
  */
-import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes, table } from './format.js';
-import type { SoakRankReport, SoakWorkerConfig } from './soak-worker.js';
+import type { SoakRankReport, SoakWorkerConfig, SoakWorkerReady } from './soak-worker.js';
+import { WorkerClient } from './worker-protocol.js';
 import { parseArgs } from 'node:util';
 import { UsageError } from './usage.js';
 
@@ -50,14 +50,6 @@ export interface SoakReport {
   mismatches: string[];
   rankReports: SoakRankReport[];
 }
-
-type WorkerMessage =
-  | { type: 'listening'; rank: number; driver: string }
-  | { type: 'connected'; rank: number }
-  | { type: 'progress'; rank: number; received: number; sent: number; seconds: number }
-  | { type: 'finished'; rank: number }
-  | { type: 'done'; report: SoakRankReport }
-  | { type: 'failed'; rank: number; message: string };
 
 export async function runSoak(argv: string[]): Promise<number> {
   let a: { ranks?: string; driver?: string; timeout?: string; quiet?: boolean; json?: boolean; help?: boolean };
@@ -102,69 +94,49 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-soak-')); // 0700: only this user reaches the sockets
   const token = randomBytes(16).toString('hex');
   const workerPath = fileURLToPath(new URL('./soak-worker.js', import.meta.url));
-  const children: ChildProcess[] = [];
-  const killAll = () => {
-    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-  };
-  process.once('exit', killAll);
-  const waiters = new Map<string, { items: WorkerMessage[]; resolve: (items: WorkerMessage[]) => void }>();
-  let failure: ((err: Error) => void) | undefined;
-  const failed = new Promise<never>((_, reject) => (failure = reject));
-  failed.catch(() => {});
-  const collect = (type: WorkerMessage['type']) => new Promise<WorkerMessage[]>((resolve) => waiters.set(type, { items: [], resolve }));
-  const until = <T>(p: Promise<T>) => Promise.race([p, failed]);
+  const workers: WorkerClient<SoakWorkerReady>[] = [];
   const received = new Array<number>(opts.ranks).fill(0);
-  const timer = setTimeout(() => failure?.(new Error(`soak did not finish within ${opts.timeoutMs / 1000} s; received so far: ${received.reduce((s, n) => s + n, 0)}`)), opts.timeoutMs);
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`soak did not finish within ${opts.timeoutMs / 1000} s; received so far: ${received.reduce((s, n) => s + n, 0)}`)), opts.timeoutMs);
+  });
+  timedOut.catch(() => {});
+  const until = <T>(p: Promise<T>) => Promise.race([p, timedOut]);
+  /** `cmd` on every rank; the first failure (a rank's error, or a rank that exited) ends the soak. */
+  const everyRank = <T>(cmd: string) => until(Promise.all(workers.map((w) => w.call<T>(cmd))));
   const started = performance.now();
   try {
-    const listening = collect('listening');
-    for (let rank = 0; rank < opts.ranks; rank++) {
+    const starting = Array.from({ length: opts.ranks }, (_, rank) => {
       const cfg: SoakWorkerConfig = { rank, ranks: opts.ranks, dir, count: opts.count, driver: opts.driver, token };
-      const child = fork(workerPath, [], { env: { ...process.env, SMCUDA_SOAK: JSON.stringify(cfg) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: ['--expose-gc'] });
-      children.push(child);
-      child.on('message', (m: WorkerMessage) => {
-        if (m.type === 'failed') return failure?.(new Error(`rank ${m.rank} failed: ${m.message}`));
-        if (m.type === 'progress') {
-          received[m.rank] = m.received;
-          if (m.rank === 0) {
-            const total = received.reduce((s, n) => s + n, 0);
-            progress(`  ${m.seconds.toFixed(0)} s: ${total} of ${opts.count} messages received (${(total / m.seconds).toFixed(0)}/s)`);
-          }
-          return;
+      return WorkerClient.start<SoakWorkerReady>(workerPath, { name: `rank ${rank}`, env: { SMCUDA_SOAK: JSON.stringify(cfg) }, execArgv: ['--expose-gc'], readyTimeoutMs: opts.timeoutMs });
+    });
+    const settled = await Promise.allSettled(starting);
+    for (const s of settled) if (s.status === 'fulfilled') workers.push(s.value);
+    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    for (const w of workers) {
+      w.on('progress', (m: { rank: number; received: number; seconds: number }) => {
+        received[m.rank] = m.received;
+        if (m.rank === 0) {
+          const total = received.reduce((s, n) => s + n, 0);
+          progress(`  ${m.seconds.toFixed(0)} s: ${total} of ${opts.count} messages received (${(total / m.seconds).toFixed(0)}/s)`);
         }
-        const w = waiters.get(m.type);
-        if (!w) return;
-        w.items.push(m);
-        if (w.items.length === opts.ranks) {
-          waiters.delete(m.type);
-          w.resolve(w.items);
-        }
-      });
-      child.on('exit', (code, signal) => {
-        if (code !== 0) failure?.(new Error(`rank ${rank} exited with ${signal ?? `code ${code}`} before the soak finished`));
       });
     }
-    const hello = (await until(listening)) as Extract<WorkerMessage, { type: 'listening' }>[];
-    progress(`smcuda soak: ${opts.count} messages between ${opts.ranks} processes on the ${hello[0]!.driver} driver`);
-    const connected = collect('connected');
-    for (const c of children) c.send({ type: 'connect' });
-    await until(connected);
-    const finished = collect('finished');
-    for (const c of children) c.send({ type: 'run' });
-    await until(finished);
-    const done = collect('done');
-    for (const c of children) c.send({ type: 'exit' });
-    const rankReports = ((await until(done)) as Extract<WorkerMessage, { type: 'done' }>[]).map((m) => m.report).sort((x, y) => x.rank - y.rank);
+    progress(`smcuda soak: ${opts.count} messages between ${opts.ranks} processes on the ${workers[0]!.ready.driver} driver`);
+    await everyRank('connect');
+    await everyRank('run');
+    const rankReports = (await everyRank<SoakRankReport>('close')).sort((x, y) => x.rank - y.rank);
+    await until(Promise.all(workers.map((w) => w.exit())));
     const seconds = Math.max(...rankReports.map((r) => r.seconds));
     const total = rankReports.reduce((s, r) => s + r.received, 0);
     const mismatches = rankReports.flatMap((r) => r.mismatches.map((m) => `rank${r.rank}: ${m}`));
     if (total !== opts.count) mismatches.push(`${total} messages received, ${opts.count} sent`);
     progress(`  done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-    return { count: opts.count, ranks: opts.ranks, driver: hello[0]!.driver, seconds, messagesPerSecond: seconds > 0 ? total / seconds : 0, verified: mismatches.length === 0, mismatches, rankReports };
+    return { count: opts.count, ranks: opts.ranks, driver: workers[0]!.ready.driver, seconds, messagesPerSecond: seconds > 0 ? total / seconds : 0, verified: mismatches.length === 0, mismatches, rankReports };
   } finally {
     clearTimeout(timer);
-    killAll();
-    process.off('exit', killAll);
+    await Promise.all(workers.map((w) => w.kill()));
     rmSync(dir, { recursive: true, force: true });
   }
 }

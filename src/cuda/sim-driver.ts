@@ -22,6 +22,7 @@
  * streams; releaseDevices keeps allocations; pointerAttributes of an unknown
  * pointer throws CUDA_ERROR_INVALID_VALUE.
  */
+import { debug } from '../debug.js';
 import { envSim, envSimFdFaults } from '../env.js';
 import { AddonLoadError } from '../errors.js';
 import { loadAddon } from './addon.js';
@@ -59,6 +60,7 @@ import { decodeHandle, encodeHandle, segmentName, type SimHandle } from './sim/i
 import { localOwner } from '../segment-owner.js';
 import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
+import { mulberry32, shuffle } from './sim/prng.js';
 import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
@@ -106,6 +108,8 @@ export class SimulatedCudaDriver implements CudaDriver {
   private fdMemory: SimFdMemory | undefined;
   private readonly loadError: Error | undefined;
   private readonly faults: FaultState;
+  /** Draws the order of a batch's copies (seeded by world.batchOrderSeed). */
+  private readonly batchOrder: () => number;
   private readonly visibleDevices: SimDevice[];
   private memory: SimMemory | undefined;
   private readonly scheduler = new Scheduler();
@@ -122,6 +126,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.world = resolveSimWorld(world, env ?? envSim());
     this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);
     this.faults = new FaultState(this.world.faults, this.world.devices);
+    this.batchOrder = mulberry32(this.world.batchOrderSeed);
+    debug('sim driver %d: a batch runs its copies in a seeded order, seed %d (replay: SMCUDA_SIM={"batchOrderSeed":%d})', this.instance, this.world.batchOrderSeed, this.world.batchOrderSeed);
     this.fdFaults = new FdFaultState(FdFaultState.fromEnv(env ?? envSimFdFaults()));
     if (shm) {
       this.shm = shm;
@@ -345,6 +351,10 @@ export class SimulatedCudaDriver implements CudaDriver {
       const s = this.viewOf(mem, 'cuMemcpyBatchAsync', srcs[k]!, n);
       copies.push({ n, d, s });
     }
+    // A GPU runs a batch's copies concurrently, in no promised order; so does
+    // the simulator (seeded), or code that relies on their order passes here
+    // and fails on a GPU.
+    shuffle(copies, this.batchOrder);
     for (const { n, d, s } of copies) this.asyncWork(stream, 'cuMemcpyBatchAsync', n, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
   }
 

@@ -1,5 +1,5 @@
 /**
- * The CudaDriver contract (../driver-contract.ts) on the native driver, over
+ * The CudaDriver contract (../helpers/driver-contract.ts) on the native driver, over
  * the real libcuda.so.1. Where no GPU is usable (no addon, no libcuda, no
  * device) every case is reported as skipped, with the reason in the suite
  * name; the cross-device cases need 2 devices.
@@ -8,7 +8,7 @@
  * where the native build is missing.
  */
 import type { CudaDriver } from '../../src/cuda/driver.js';
-import { driverContract } from '../driver-contract.js';
+import { driverContract } from '../helpers/driver-contract.js';
 import { probeNative } from './native-probe.js';
 
 const probe = await probeNative();

@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 import type { Endpoint } from '../../src/endpoint.js';
 import { CudaError } from '../../src/errors.js';
 import { Transport } from '../../src/transport.js';
-import { checksum, FaultPeer, fill, rejection, within } from '../helpers/fault-peer.js';
+import { checksum, FaultPeer, type FaultPeerResults, fill, rejection, within } from '../helpers/fault-peer.js';
 import { probeNative } from './native-probe.js';
 
 const p = await probeNative();
@@ -38,7 +38,7 @@ describe.skipIf(p.skip !== false)(`staging fails alone on the native driver${p.s
       const bytes = fill(size, 5);
       const src = driver.memAlloc(size);
       driver.memcpyHtoD(src, bytes);
-      const got = peer.ask({ cmd: 'recv', tag: 1, count: 1 });
+      const got = peer.call<FaultPeerResults['recv']>('recv', { tag: 1, count: 1 });
       await within(ep.send({ ptr: src, length: size }, { tag: 1 }), 10_000, 'the good send');
       const received = (await within(got, 10_000, 'the receive')).received as { length: number; path: string; sum: number }[];
       expect(received).toEqual([{ length: size, path: 'staging', sum: checksum(bytes) }]);

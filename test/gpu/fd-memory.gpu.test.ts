@@ -34,7 +34,7 @@ describe.skipIf(Boolean(probe.skip))(`fd-shared memory between two processes, 25
     d.init();
     d.setDevice(0);
     peer = await FdPeer.start({ kind: 'native' });
-    await peer.request({ op: 'openDriver' });
+    await peer.call('openDriver');
   }, 60_000);
   afterAll(async () => {
     await peer?.stop();
@@ -51,12 +51,12 @@ describe.skipIf(Boolean(probe.skip))(`fd-shared memory between two processes, 25
         d.closeFd(c.fd);
       }
     }
-    const im = await peer.request({ op: 'importVmm', chunks: ids, device: 0 });
+    const im = await peer.call('importVmm', { chunks: ids, device: 0 });
     return { ptr: BigInt(im.ptr as string), size: im.size as number };
   }
 
   async function expectArrives(at: DevicePtr, expected: Uint8Array): Promise<void> {
-    const r = await peer.request({ op: 'sha', ptr: at.toString(), length: expected.byteLength });
+    const r = await peer.call('sha', { ptr: at.toString(), length: expected.byteLength });
     expect(r.sha256).toBe(sha(expected));
   }
 
@@ -68,8 +68,8 @@ describe.skipIf(Boolean(probe.skip))(`fd-shared memory between two processes, 25
       const ex = d.vmmExport(v.ptr, SIZE);
       const im = await importVmm(ex);
       await expectArrives(im.ptr + (v.ptr - ex.base), data);
-      await peer.request({ op: 'releaseVmm', ptr: im.ptr.toString() });
-      expect(await peer.request({ op: 'resources' })).toMatchObject(NONE);
+      await peer.call('releaseVmm', { ptr: im.ptr.toString() });
+      expect(await peer.call('resources')).toMatchObject(NONE);
     } finally {
       d.vmmFree(v.ptr);
     }
@@ -86,8 +86,8 @@ describe.skipIf(Boolean(probe.skip))(`fd-shared memory between two processes, 25
       expect(ex.chunks.length).toBe(8);
       const im = await importVmm(ex);
       await expectArrives(im.ptr + BigInt(start), data.subarray(start, start + length));
-      await peer.request({ op: 'releaseVmm', ptr: im.ptr.toString() });
-      expect(await peer.request({ op: 'resources' })).toMatchObject(NONE);
+      await peer.call('releaseVmm', { ptr: im.ptr.toString() });
+      expect(await peer.call('resources')).toMatchObject(NONE);
     } finally {
       d.vmmFree(v.ptr);
     }
@@ -108,12 +108,12 @@ describe.skipIf(Boolean(probe.skip))(`fd-shared memory between two processes, 25
       } finally {
         d.closeFd(fd);
       }
-      const ip = await peer.request({ op: 'importPool', id: got.id, device: 0 });
-      const ptr = await peer.request({ op: 'importPointer', pool: ip.pool, data: Buffer.from(d.memPoolExportPointer(p)).toString('hex') });
+      const ip = await peer.call('importPool', { id: got.id, device: 0 });
+      const ptr = await peer.call('importPointer', { pool: ip.pool, data: Buffer.from(d.memPoolExportPointer(p)).toString('hex') });
       await expectArrives(BigInt(ptr.ptr as string), data);
-      await peer.request({ op: 'releasePointer', ptr: ptr.ptr });
-      await peer.request({ op: 'releasePool', pool: ip.pool });
-      expect(await peer.request({ op: 'resources' })).toMatchObject(NONE);
+      await peer.call('releasePointer', { ptr: ptr.ptr });
+      await peer.call('releasePool', { pool: ip.pool });
+      expect(await peer.call('resources')).toMatchObject(NONE);
     } finally {
       d.memFreeAsync(p, stream);
       d.streamSynchronize(stream);

@@ -29,7 +29,7 @@ describe.skipIf(p.skip !== false)(`IPC probe on the native driver${p.skip ? ` (s
       peer = await FaultPeer.start(join(dir, 'r.sock'), { id: 'sender', driver: 'native', device: p.devices > 1 ? 1 : 0 });
       const ep = await accepted;
       const first = ep.recv({ tag: 1 });
-      await peer.ask({ cmd: 'send', tag: 1, size: 4 << 20, count: 1, seed: 1 });
+      await peer.call('send', { tag: 1, size: 4 << 20, count: 1, seed: 1 });
       const r1 = await first;
       if ('ptr' in r1.data) driver.memFree(r1.data.ptr);
       await reach(ep, 'OK');
@@ -38,7 +38,7 @@ describe.skipIf(p.skip !== false)(`IPC probe on the native driver${p.skip ? ` (s
       expect(s.cache.openMappings).toBe(1); // the peer's probe, opened during the negotiation
       expect(s.cache.misses).toBe(1);
       const second = ep.recv({ tag: 1 });
-      await peer.ask({ cmd: 'send', tag: 1, size: 4 << 20, count: 1, seed: 2 });
+      await peer.call('send', { tag: 1, size: 4 << 20, count: 1, seed: 2 });
       const r2 = await second;
       expect(r2.path).toBe('rget');
       if ('ptr' in r2.data) driver.memFree(r2.data.ptr);

@@ -32,7 +32,7 @@ describe.skipIf(p.skip !== false)(`peer death on the native driver${p.skip ? ` (
       // the first device message negotiates IPC (staged), the next ones go by RGET
       for (let i = 0; i < 3; i++) {
         const got = ep.recv({ tag: 1 });
-        await peer.ask({ cmd: 'send', tag: 1, size: 4 << 20, count: 1, seed: i });
+        await peer.call('send', { tag: 1, size: 4 << 20, count: 1, seed: i });
         const r = await got;
         if ('ptr' in r.data) driver.memFree(r.data.ptr);
         if (i === 0) await reach(ep, 'OK');

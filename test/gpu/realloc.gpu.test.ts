@@ -3,7 +3,7 @@
  * driver: same GPU, and across two GPUs where there are two. Skipped, visibly,
  * where no GPU is usable.
  */
-import { reallocCases } from '../realloc-cases.js';
+import { reallocCases } from '../helpers/realloc-cases.js';
 import { probeNative } from './native-probe.js';
 
 const p = await probeNative();

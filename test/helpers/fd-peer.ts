@@ -3,34 +3,24 @@
  * FdListener of this process: descriptors go to it over a real Unix socket
  * (SCM_RIGHTS), and it imports what they name with its own driver.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { FD_TOKEN_BYTES, FdListener, type FdChannel } from '../../src/channel/fd-channel.js';
 import type { DriverKind } from '../../src/cuda/driver.js';
+import { spawnPeer, type WorkerClient } from './child.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const FIXTURE = join(here, '..', 'fixtures', 'fd-peer.mjs');
 const COMPILED = join(here, '..', '..', 'dist', 'src', 'channel', 'fd-channel.js');
-
-export interface FdPeerError extends Error {
-  code: string | null;
-}
 
 /** Descriptors open in this process now. */
 export const openFds = (): number => readdirSync('/proc/self/fd').length;
 
 export class FdPeer {
-  private readonly pending: Array<{ resolve: (v: Record<string, unknown>) => void; reject: (e: Error) => void }> = [];
-  private stderr = '';
-  private exited: Error | undefined;
-
   private constructor(
-    private readonly child: ChildProcessWithoutNullStreams,
+    private readonly client: WorkerClient,
     /** The parent's end of the descriptor channel. */
     readonly channel: FdChannel,
     private readonly listener: FdListener,
@@ -47,74 +37,39 @@ export class FdPeer {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
     const path = join(dir, 'fd.sock');
     const listener = new FdListener(path);
-    const env = {
-      ...process.env,
-      ...options.env,
-      SMCUDA_CONTRACT_DRIVER: options.kind ?? 'sim',
-      SMCUDA_CONTRACT_DEVICE: String(options.device ?? 0),
-    };
-    const child =
-      options.fdLimit !== undefined
-        ? spawn('/bin/sh', ['-c', `ulimit -n ${options.fdLimit} && exec "$0" "$1"`, process.execPath, FIXTURE], { env, stdio: ['pipe', 'pipe', 'pipe'] })
-        : spawn(process.execPath, [FIXTURE], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-    const token = randomBytes(FD_TOKEN_BYTES);
-    const admitted = listener.expect(token);
-    const peer = new FdPeer(child, undefined as unknown as FdChannel, listener, dir);
-    peer.listen();
+    let client: WorkerClient | undefined;
     try {
-      await peer.request({ op: 'connect', path, token: token.toString('hex') });
-      const channel = await admitted;
-      (peer as unknown as { channel: FdChannel }).channel = channel;
-      return peer;
+      client = await spawnPeer('fd-peer.mjs', {
+        env: { ...options.env, SMCUDA_CONTRACT_DRIVER: options.kind ?? 'sim', SMCUDA_CONTRACT_DEVICE: String(options.device ?? 0) },
+        ...(options.fdLimit !== undefined ? { launcher: ['/bin/sh', ['-c', `ulimit -n ${options.fdLimit} && exec "$0" "$1"`, process.execPath]] } : {}),
+      });
+      const token = randomBytes(FD_TOKEN_BYTES);
+      const admitted = listener.expect(token);
+      await client.call('connect', { path, token: token.toString('hex') });
+      return new FdPeer(client, await admitted, listener, dir);
     } catch (err) {
-      await peer.stop();
+      await client?.exit();
+      listener.close();
+      rmSync(dir, { recursive: true, force: true });
       throw err;
     }
   }
 
-  private listen(): void {
-    createInterface({ input: this.child.stdout }).on('line', (line) => {
-      const waiter = this.pending.shift();
-      if (!waiter) return;
-      const reply = JSON.parse(line) as Record<string, unknown> & { error?: { code: string | null; message: string } };
-      if (reply.error) {
-        const err = new Error(`peer: ${reply.error.message}`) as FdPeerError;
-        err.code = reply.error.code;
-        waiter.reject(err);
-      } else {
-        waiter.resolve(reply);
-      }
-    });
-    this.child.stderr.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    this.child.on('exit', (code, signal) => {
-      this.exited = new Error(`fd peer exited (code ${code}, signal ${signal}): ${this.stderr.trim() || 'no stderr'}`);
-      for (const w of this.pending.splice(0)) w.reject(this.exited);
-    });
-  }
-
-  request(cmd: Record<string, unknown>): Promise<Record<string, unknown>> {
-    if (this.exited) return Promise.reject(this.exited);
-    return new Promise((resolve, reject) => {
-      this.pending.push({ resolve, reject });
-      this.child.stdin.write(JSON.stringify(cmd) + '\n');
-    });
+  /** Runs `cmd` in the child; a failure rejects with its error code (WorkerCommandError). */
+  call(cmd: string, args: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    return this.client.call(cmd, args);
   }
 
   /** Sends `fd` with a JSON meta, then asks the child to receive it; returns the child's view of it. */
   async pass(fd: number | undefined, meta: unknown, peek = 0): Promise<Record<string, unknown>> {
     await this.channel.send(fd, Buffer.from(JSON.stringify(meta)));
-    return this.request({ op: 'recv', peek });
+    return this.call('recv', { peek });
   }
 
   async stop(): Promise<void> {
-    this.channel?.close();
+    this.channel.close();
     this.listener.close();
-    if (!this.exited) {
-      const gone = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-      this.child.stdin.write(JSON.stringify({ op: 'exit' }) + '\n');
-      this.child.stdin.end();
-      await gone;
-    }
+    await this.client.exit();
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

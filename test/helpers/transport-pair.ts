@@ -61,7 +61,7 @@ export function readDevice(driver: CudaDriver, buf: DeviceBuffer): Uint8Array {
   return out;
 }
 
-/** Test data: the xorshift pattern of `seed` (test/helpers/bytes.ts). */
+/** Test data: the pattern of `seed` (src/cli/demo-pattern.ts). */
 export { patternBytes as randomBytes, sameBytes } from './bytes.js';
 
 /** Resolves once `ep` reaches `state` (or at once if it is there). */

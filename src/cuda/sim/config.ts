@@ -63,6 +63,12 @@ export interface SimOptions {
   /** Which world devices this process sees, in ordinal order: '1,0', 'GPU-…', or a list. */
   visible?: string | Array<DeviceRef>;
   faults?: SimFaults;
+  /**
+   * The seed of the order in which cuMemcpyBatchAsync runs a batch's copies
+   * (a GPU runs them concurrently, in no order it promises). Default: a
+   * random seed per driver, which `batchOrderSeed` on the driver reports.
+   */
+  batchOrderSeed?: number;
 }
 
 /** Resolved faults: every option validated, codes typed. */
@@ -85,6 +91,8 @@ export interface SimWorld {
   /** Peer access by UUID, before faults. */
   peerPairs: 'all' | 'none' | Array<[string, string]>;
   faults: ResolvedFaults;
+  /** The seed of the batch copy order (given, or drawn for this driver). */
+  batchOrderSeed: number;
 }
 
 const GiB = 1024 ** 3;
@@ -126,7 +134,8 @@ export function resolveSimWorld(options: SimOptions = {}, env: Record<string, st
   const peerPairs =
     peerSpec === 'all' || peerSpec === 'none' ? peerSpec : peerSpec.map((p) => resolvePair(p, devices, 'peerAccess'));
   const faults = resolveFaults({ ...fromEnv.faults, ...options.faults }, devices);
-  return { devices, visible, peerPairs, faults };
+  const batchOrderSeed = resolveSeed(options.batchOrderSeed ?? fromEnv.batchOrderSeed);
+  return { devices, visible, peerPairs, faults, batchOrderSeed };
 }
 
 /** Validates and fills in a fault set (used at start and by `inject`). */
@@ -158,6 +167,14 @@ export function resolveFaults(f: SimFaults, devices: SimDevice[]): ResolvedFault
     copyBandwidthGBs: nonNegative('faults.copyBandwidthGBs', f.copyBandwidthGBs ?? 0),
     ipcOpenFails: resolveIpcOpenFails(f.ipcOpenFails),
   };
+}
+
+function resolveSeed(seed: number | undefined): number {
+  if (seed === undefined) return (Math.random() * 0x1_0000_0000) >>> 0;
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffff_ffff) {
+    throw new ConfigError(`batchOrderSeed must be an integer from 0 to 4294967295, got ${JSON.stringify(seed)}`);
+  }
+  return seed;
 }
 
 function parseEnvOptions(text: string | undefined): SimOptions {

@@ -4,6 +4,7 @@
  * Set from the configuration at start and replaced by `inject`.
  */
 import { resolveFaults, type ResolvedFaults, type SimDevice, type SimFaults } from './config.js';
+import { mulberry32 } from './prng.js';
 import type { CudaErrorName } from './result-codes.js';
 
 export class FaultState {
@@ -80,16 +81,4 @@ export class FaultState {
     const bw = this.faults.copyBandwidthGBs;
     return this.faults.copyDelayMs + (bw > 0 ? bytes / (bw * 1e6) : 0);
   }
-}
-
-/** Small seeded PRNG (mulberry32): deterministic fault sequences from a seed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }

@@ -1,0 +1,116 @@
+/**
+ * smcuda as a user gets it: `npm pack`, installed into a fresh project with
+ * dev dependencies omitted and no cmake or compiler on PATH (so the prebuilt
+ * addon must serve), then a strict TypeScript consumer type-checked with
+ * NodeNext and with bundler resolution, a CommonJS require(), the README's
+ * two-process transfer and `npx smcuda demo` on the simulated driver. Needs
+ * the npm registry (the package's dependencies); nothing else from the network.
+ */
+import { execFile, execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+const run = promisify(execFile);
+
+let dir = '';
+let project = '';
+let env: NodeJS.ProcessEnv = {};
+let packed: { files: { path: string }[]; unpackedSize: number; filename: string };
+
+/** A PATH holding node, npm, npx and sh (npm runs scripts with it) only: no cmake, g++, cc or make. */
+function bareBin(into: string): string {
+  const bin = join(into, 'bin');
+  mkdirSync(bin);
+  symlinkSync(process.execPath, join(bin, 'node'));
+  symlinkSync('/bin/sh', join(bin, 'sh'));
+  for (const tool of ['npm', 'npx']) {
+    symlinkSync(realpathSync(execFileSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).trim()), join(bin, tool));
+  }
+  return bin;
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'smcuda-consumer-'));
+  const out = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], { cwd: ROOT, maxBuffer: 64 << 20 });
+  packed = JSON.parse(out.stdout)[0];
+  project = join(dir, 'app');
+  mkdirSync(project);
+  writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }, null, 2));
+  env = { HOME: process.env.HOME, PATH: bareBin(dir), npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false' };
+  await run('npm', ['install', '--omit=dev', '--prefer-offline', '--no-audit', '--no-fund', join(dir, packed.filename)], { cwd: project, env, timeout: 240_000 });
+}, 300_000);
+
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('the packed package', () => {
+  it('ships the prebuilt addons, LICENSE, the sources its maps point at, and no measurement history or build output', () => {
+    const files = packed.files.map((f) => f.path);
+    for (const f of ['LICENSE', 'README.md', 'prebuilds/linux-x64/smcuda.napi.glibc.node', 'prebuilds/linux-arm64/smcuda.napi.glibc.node', 'native/build-addon.mjs', 'src/index.ts', 'dist/src/index.js', 'dist/src/index.js.map', 'docs/benchmarks.md']) {
+      expect(files, f).toContain(f);
+    }
+    expect(files.filter((f) => /^(test|build)\/|bench-history|docs\/bench\/(run-|scripts|profile)|\.test\.ts$/.test(f))).toEqual([]);
+  });
+});
+
+describe('installed into a fresh project, no compiler, dev dependencies omitted', () => {
+  it('has no cmake or compiler on this PATH, and no heavy optional peers installed', async () => {
+    for (const tool of ['cmake', 'g++', 'c++', 'cc', 'make']) {
+      await expect(run('sh', ['-c', `command -v ${tool}`], { env })).rejects.toThrow();
+    }
+    for (const heavy of ['mermaid', 'playwright-core', 'vega', 'bun', 'deno', 'vitest', 'typescript']) {
+      expect(existsSync(join(project, 'node_modules', heavy)), heavy).toBe(false);
+    }
+    expect(existsSync(join(project, 'node_modules/smcuda/build'))).toBe(false);
+  });
+
+  it('loads the prebuilt addon', async () => {
+    const { stdout } = await run('node', ['--input-type=module', '-e', "import { openDriver } from 'smcuda'; const { kind, reason } = await openDriver({ driver: 'auto' }); console.log(kind, reason);"], { cwd: project, env });
+    expect(stdout).toMatch(/^sim simulated driver/);
+  });
+
+  it('type-checks a strict TypeScript consumer with module NodeNext and with bundler resolution', async () => {
+    copyFileSync(join(ROOT, 'test/fixtures/consumer.ts'), join(project, 'consumer.ts'));
+    const tsc = join(ROOT, 'node_modules/typescript/bin/tsc');
+    const common = { strict: true, noEmit: true, skipLibCheck: false, target: 'ES2022', lib: ['ES2023'], types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] };
+    for (const [name, options] of [
+      ['nodenext', { module: 'NodeNext', moduleResolution: 'NodeNext' }],
+      ['bundler', { module: 'ESNext', moduleResolution: 'bundler' }],
+    ] as const) {
+      writeFileSync(join(project, `tsconfig.${name}.json`), JSON.stringify({ compilerOptions: { ...common, ...options }, files: ['consumer.ts'] }));
+      const r = await run('node', [tsc, '-p', `tsconfig.${name}.json`], { cwd: project, env }).catch((e: { stdout: string }) => e);
+      expect('code' in r ? r.stdout : '', `tsc (${name})`).toBe('');
+    }
+  }, 120_000);
+
+  it.skipIf(!process.features.require_module)(`can be require()d from CommonJS${process.features.require_module ? '' : ' (skipped: this Node.js has no require(esm); 20.19+ / 22.12+)'}`, async () => {
+    writeFileSync(join(project, 'consumer.cjs'), "const s = require('smcuda'); console.log(typeof s.Transport.create, typeof s.isDeviceBuffer, s.isDeviceBuffer({ ptr: 1n, length: 1 }));\n");
+    const { stdout } = await run('node', ['consumer.cjs'], { cwd: project, env });
+    expect(stdout.trim()).toBe('function function true');
+  });
+
+  it("source maps resolve to the shipped sources", () => {
+    const pkg = join(project, 'node_modules/smcuda');
+    const map = JSON.parse(readFileSync(join(pkg, 'dist/src/endpoint.js.map'), 'utf8')) as { sources: string[] };
+    for (const s of map.sources) expect(existsSync(resolve(pkg, 'dist/src', s)), s).toBe(true);
+  });
+
+  it('runs the README two-process example: device memory between two processes, every byte checked', async () => {
+    copyFileSync(join(ROOT, 'docs/examples/two-process.mjs'), join(project, 'two-process.mjs'));
+    const { stdout } = await run('node', ['two-process.mjs'], { cwd: project, env, timeout: 60_000 });
+    expect(stdout).toMatch(/received 1048576 bytes by rget .* every byte checked/);
+  }, 90_000);
+
+  it('runs `npx smcuda demo` and `npx smcuda --version`', async () => {
+    const demo = await run('npx', ['smcuda', 'demo', '--driver', 'sim', '--sizes', '8,64K,1M', '--iters', '1'], { cwd: project, env, timeout: 90_000 });
+    expect(demo.stdout).toMatch(/verified: all \d+ messages byte-exact/);
+    const version = await run('npx', ['smcuda', '--version'], { cwd: project, env });
+    expect(version.stdout.trim()).toBe(PKG.version);
+  }, 120_000);
+});

@@ -1,0 +1,36 @@
+/** docs/examples run as a user runs them (`node <file>`), on the simulated driver here. */
+import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const EXAMPLES = new URL('../../docs/examples/', import.meta.url).pathname;
+const run = promisify(execFile);
+
+describe('docs/examples', () => {
+  const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.mjs'));
+
+  it('has the examples the README links', () => {
+    expect(files).toEqual(expect.arrayContaining(['two-process.mjs', 'own-control-plane.mjs']));
+  });
+
+  it('the README shows two-process.mjs whole, as it is run here', () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    expect(readme).toContain('```js\n' + readFileSync(join(EXAMPLES, 'two-process.mjs'), 'utf8') + '```');
+  });
+
+  it('two-process.mjs moves device memory between two processes, staging then RGET, every byte checked', async () => {
+    const { stdout } = await run(process.execPath, [join(EXAMPLES, 'two-process.mjs')], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    expect(stdout).toContain('simulated driver');
+    expect(stdout).toMatch(/received 1048576 bytes by staging .* every byte checked/);
+    expect(stdout).toMatch(/received 1048576 bytes by rget .* every byte checked/);
+    expect(stdout).toContain('negotiation INIT');
+  });
+
+  it('own-control-plane.mjs carries the control frames over the runtime own channel via attach()', async () => {
+    const { stdout } = await run(process.execPath, [join(EXAMPLES, 'own-control-plane.mjs')], { timeout: 60_000 });
+    expect(stdout).toMatch(/parent: 262144 device bytes by \w+ over child's own channel, every byte checked/);
+    expect(stdout).toContain('child: parent says thanks');
+  });
+});
