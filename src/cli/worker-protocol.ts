@@ -258,7 +258,9 @@ export class WorkerClient<Ready = unknown> extends EventEmitter {
           reject(new WorkerFailedError(why(`could not start: ${e.code ? `[${e.code}] ` : ''}${e.message}`)));
         }
       });
-      child.once('error', (err) => {
+      child.on('error', (err) => {
+        // Could not be started, or a message could not be sent (the channel closed under it).
+        if (client) return client.fail(new WorkerFailedError(why(`cannot be reached: ${err.message}`), { cause: err }));
         clearTimeout(timer);
         reject(new WorkerFailedError(why(`could not start: ${err.message}`), { cause: err }));
       });
