@@ -15,6 +15,7 @@ import {
   FRAME_SCHEMAS,
   fieldOffset,
   FrameType,
+  HandleKind,
   minFrameBytes,
   WIRE_VERSION,
   type Field,
@@ -71,8 +72,27 @@ function fieldArb(f: Field): fc.Arbitrary<unknown> {
       return fc.option(fc.uint8Array({ minLength: f.size, maxLength: f.size }), { nil: f.absent });
     case 'u64list':
       return fc.array(int(0, Number.MAX_SAFE_INTEGER), { minLength: f.min, maxLength: Math.min(f.max, 20) });
+    case 'extents':
+      // Contiguous from 0, as an FD_OFFER's chunks must be (see FIXUPS for the rest of its relation).
+      return fc.array(int(1, 2 ** 40), { minLength: f.min, maxLength: Math.min(f.max, 8) }).map((sizes) => {
+        let at = 0;
+        return sizes.map((size) => ({ offset: (at += size) - size, size }));
+      });
   }
 }
+
+/**
+ * Relations that tie several fields together, made to hold rather than
+ * filtered for (random values would almost never satisfy them).
+ */
+const FIXUPS: Partial<Record<FrameType, (f: Record<string, unknown>) => Record<string, unknown>>> = {
+  [FrameType.FD_OFFER]: (f) => {
+    const chunks = f.chunks as { offset: number; size: number }[];
+    if (f.kind === HandleKind.POOL) return { ...f, chunks: [], size: Math.max(1, f.size as number) };
+    const tiled = chunks.length > 0 ? chunks : [{ offset: 0, size: 1 }];
+    return { ...f, poolId: 0, chunks: tiled, size: tiled.reduce((n, c) => n + c.size, 0) };
+  },
+};
 
 /** Frames of one type, generated from its schema; an absent `undefined` field is left out, as decode leaves it out. */
 function schemaArb(s: FrameSchema): fc.Arbitrary<Frame> {
@@ -80,8 +100,9 @@ function schemaArb(s: FrameSchema): fc.Arbitrary<Frame> {
   for (const f of s.fields) parts[f.name] = fieldArb(f);
   return fc
     .record(parts)
+    .map((r) => FIXUPS[s.type]?.(r) ?? r)
     .map((r) => Object.fromEntries(Object.entries(r).filter(([, v]) => v !== undefined)) as unknown as Frame)
-    .filter((f) => s.relation?.(f as unknown as Record<string, number>, true) === undefined);
+    .filter((f) => s.relation?.(f as unknown as Record<string, unknown>, true) === undefined);
 }
 
 const anyFrame = fc.oneof(...FRAME_SCHEMAS.map(schemaArb));
@@ -123,6 +144,11 @@ describe('the schema covers the wire', () => {
     [FrameType.STAGE_CHUNK]: { seq: true, slot: true, offset: true, length: true },
     [FrameType.STAGE_ACK]: { seq: true, slot: true },
     [FrameType.INVALIDATE]: { deviceUuid: true, base: true, bufferId: true },
+    [FrameType.RGET_FD]: { tag: true, seq: true, kind: true, base: true, allocSize: true, offset: true, length: true, bufferId: true, deviceUuid: true, event: true },
+    [FrameType.FD_OFFER]: { kind: true, bufferId: true, deviceUuid: true, base: true, size: true, poolId: true, exportData: true, chunks: true },
+    [FrameType.FD_POOL]: { poolId: true, deviceUuid: true },
+    [FrameType.FD_RELEASE]: { kind: true, id: true, base: true },
+    [FrameType.FD_DESCRIPTOR]: { kind: true, id: true, base: true, index: true },
     [FrameType.CLOSE]: { reason: true },
     [FrameType.RING_OFFER]: { segment: true, capacity: true },
     [FrameType.RING_SWITCH]: {},

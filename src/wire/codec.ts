@@ -110,6 +110,17 @@ function checkData(type: FrameType, field: string, v: unknown, min: number, max:
   return v;
 }
 
+/** min..max {offset, size} pairs of safe integers. */
+function checkExtents(type: FrameType, field: string, v: unknown, min: number, max: number): Array<{ offset: number; size: number }> {
+  if (!Array.isArray(v) || v.length < min || v.length > max) throw encodeError(type, field, `must be an array of ${min}..${max} {offset, size}, got ${show(v)}`);
+  for (const x of v as Array<{ offset?: unknown; size?: unknown } | null>) {
+    if (typeof x !== 'object' || x === null) throw encodeError(type, `${field}[]`, `must be an {offset, size} object, got ${show(x)}`);
+    checkInt(type, `${field}[].offset`, x.offset, 0, MAX_SAFE);
+    checkInt(type, `${field}[].size`, x.size, 0, MAX_SAFE);
+  }
+  return v as Array<{ offset: number; size: number }>;
+}
+
 /** min..max safe integers. */
 function checkList(type: FrameType, field: string, v: unknown, min: number, max: number): number[] {
   if (!Array.isArray(v) || v.length < min || v.length > max) throw encodeError(type, field, `must be an array of ${min}..${max} sequence numbers, got ${show(v)}`);
@@ -244,7 +255,7 @@ export function restampRget(template: Uint8Array, tag: number, seq: number): Uin
   return b;
 }
 
-const PRIMITIVES = { Writer, checkInt, checkBig, checkBool, checkBytes, checkOptional, checkString, checkEnum, checkData, checkList, encodeError, decodeError };
+const PRIMITIVES = { Writer, checkInt, checkBig, checkBool, checkBytes, checkOptional, checkString, checkEnum, checkData, checkList, checkExtents, encodeError, decodeError };
 /** The compiled encoder and decoder of each frame type, by type number. */
 const ENCODERS: FrameEncoder[] = [];
 const DECODERS: FrameDecoder[] = [];

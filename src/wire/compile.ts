@@ -33,6 +33,7 @@ export interface CodecPrimitives {
   checkEnum(type: FrameType, field: string, v: unknown, values: Record<string, string | number>, label: string): number;
   checkData(type: FrameType, field: string, v: unknown, min: number, max: number): Uint8Array;
   checkList(type: FrameType, field: string, v: unknown, min: number, max: number): number[];
+  checkExtents(type: FrameType, field: string, v: unknown, min: number, max: number): Array<{ offset: number; size: number }>;
   encodeError(type: FrameType, field: string, problem: string): Error;
   decodeError(type: number, field: string, problem: string): Error;
 }
@@ -125,6 +126,11 @@ function encoderSource(s: FrameSchema, K: Consts): string {
         sizes.push(`8 * ${v}.length`);
         write.push(`w.u32(${v}.length);`, `for (let i = 0; i < ${v}.length; i++) w.u64(${v}[i]);`);
         break;
+      case 'extents':
+        check.push(`const ${v} = P.checkExtents(${T}, ${q}, ${get}, ${f.min}, ${f.max});`);
+        sizes.push(`16 * ${v}.length`);
+        write.push(`w.u16(${v}.length);`, `for (let i = 0; i < ${v}.length; i++) { w.u64(${v}[i].offset); w.u64(${v}[i].size); }`);
+        break;
     }
     fixed += minBytes(f);
   });
@@ -198,6 +204,17 @@ function decoderSource(s: FrameSchema, K: Consts): string {
           `if (n${i} < ${f.min} || n${i} > ${f.max}) throw P.decodeError(${T}, ${qn}, 'must be ${f.min}..${f.max}, got ' + n${i});`,
           `const ${v} = new Array(n${i});`,
           `for (let i = 0; i < n${i}; i++) ${v}[i] = r.u64(${JSON.stringify(`${f.name}[]`)});`,
+        );
+        break;
+      }
+      case 'extents': {
+        const qn = JSON.stringify(`${f.name}.length`);
+        const qe = JSON.stringify(`${f.name}[]`);
+        out.push(
+          `const n${i} = r.u16(${qn});`,
+          `if (n${i} < ${f.min} || n${i} > ${f.max}) throw P.decodeError(${T}, ${qn}, 'must be ${f.min}..${f.max}, got ' + n${i});`,
+          `const ${v} = new Array(n${i});`,
+          `for (let i = 0; i < n${i}; i++) { const offset = r.u64(${qe}); ${v}[i] = { offset, size: r.u64(${qe}) }; }`,
         );
         break;
       }

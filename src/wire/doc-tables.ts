@@ -77,6 +77,13 @@ function rowsOf(f: Field): Row[] {
         { size: `8·${V}`, type: `u64 (number) × ${V}`, field: f.name, meaning: f.doc, validation: joinRule(`each ${MAX_SAFE_TEXT}`, f.rule) },
       ];
     }
+    case 'extents': {
+      const V = f.sizeVar;
+      return [
+        { size: '2', type: 'u16', field: `${f.name}.length`, meaning: `${V}, how many follow`, validation: `${f.min}..${f.max}` },
+        { size: `16·${V}`, type: `(u64 offset, u64 size) × ${V}`, field: f.name, meaning: f.doc, validation: joinRule(`each ${MAX_SAFE_TEXT}`, f.rule) },
+      ];
+    }
   }
 }
 
@@ -92,6 +99,8 @@ function advance(f: Field): { bytes: number; term?: string } {
       return { bytes: 4, term: f.sizeVar };
     case 'u64list':
       return { bytes: 4, term: `8·${f.sizeVar}` };
+    case 'extents':
+      return { bytes: 2, term: `16·${f.sizeVar}` };
     case 'optional':
       return { bytes: 1, term: `(${f.size} if ${f.name}.present)` };
     default:
@@ -123,7 +132,7 @@ export function frameTable(type: FrameType): string {
 
 /** Bytes of the prefix row of a two-row field (length or presence). */
 function minPrefix(f: Field): number {
-  return f.kind === 'optional' ? 1 : 4;
+  return f.kind === 'optional' ? 1 : f.kind === 'extents' ? 2 : 4;
 }
 
 const BLOCK = /<!-- frame-table ([A-Z_]+) -->\n[\s\S]*?<!-- \/frame-table -->/g;

@@ -10,6 +10,9 @@
 import {
   FinStatus,
   FrameType,
+  HandleKind,
+  MAX_FD_CHUNKS,
+  POOL_EXPORT_BYTES,
   IPC_HANDLE_BYTES,
   IPC_PROBE_BYTES,
   MAX_FINS,
@@ -43,7 +46,8 @@ interface Base<N extends string> {
  * that must be one of `values`; string: u16 length + UTF-8; data: u32 length
  * + bytes, a view on decode; frame: the same, holding a whole inner frame;
  * optional: a presence byte (`<name>.present`) then `size` bytes, absent as
- * `absent`; u64list: u32 count then that many u64.
+ * `absent`; u64list: u32 count then that many u64; extents: u16 count then
+ * that many {offset u64, size u64} (safe integers).
  */
 export type Field<N extends string = string> =
   | (Base<N> & { kind: 'u8' | 'u16' | 'u32'; min?: number; max?: number; default?: number })
@@ -54,13 +58,14 @@ export type Field<N extends string = string> =
   | (Base<N> & { kind: 'string'; min: number; max: number; sizeVar: string })
   | (Base<N> & { kind: 'data' | 'frame'; sizeVar: string })
   | (Base<N> & { kind: 'optional'; size: number; absent: null | undefined; label: string })
-  | (Base<N> & { kind: 'u64list'; min: number; max: number; sizeVar: string });
+  | (Base<N> & { kind: 'u64list'; min: number; max: number; sizeVar: string })
+  | (Base<N> & { kind: 'extents'; min: number; max: number; sizeVar: string });
 
 /**
  * A check across fields: returns the problem (the field it names, and the
  * text) or undefined. `encoding`: worded for a local bug, else for a peer's.
  */
-export type Relation = (f: Record<string, number>, encoding: boolean) => { field: string; problem: string } | undefined;
+export type Relation = (f: Readonly<Record<string, unknown>>, encoding: boolean) => { field: string; problem: string } | undefined;
 
 export interface FrameSchema {
   type: FrameType;
@@ -81,6 +86,9 @@ const deviceUuid = (doc: string) => ({ kind: 'uuid', name: 'deviceUuid', doc }) 
 const reason = (doc: string) => ({ kind: 'string', name: 'reason', min: 0, max: MAX_STRING_BYTES, sizeVar: 'R', doc }) as const;
 const probe = (doc: string) => ({ kind: 'optional', name: 'probe', size: IPC_PROBE_BYTES, absent: undefined, label: 'bytes', doc }) as const;
 
+/** The kinds a descriptor frame can name: HandleKind without LEGACY (which is RGET's). */
+const FD_KINDS: Record<string, string | number> = { VMM: HandleKind.VMM, POOL: HandleKind.POOL, [HandleKind.VMM]: 'VMM', [HandleKind.POOL]: 'POOL' };
+
 /** Offsets of RGET's fields are what restampRget and RgetDecoder use: see fieldOffset. */
 export const FRAME_SCHEMAS: readonly FrameSchema[] = [
   frame(FrameType.HELLO, [
@@ -93,7 +101,7 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
       kind: 'u32',
       name: 'features',
       default: 0,
-      doc: 'bit 0 (`Feature.RING`): the sender speaks the control rings; bit 1 (`Feature.FINS`): it understands FINS',
+      doc: 'bit 0 (`Feature.RING`): the sender speaks the control rings; bit 1 (`Feature.FINS`): it understands FINS; bit 2 (`Feature.FD_MEMORY`): it imports VMM and pool memory by file descriptor (RGET_FD, FD_* frames, the descriptor channel)',
       rule: 'unknown bits ignored',
     },
   ]),
@@ -181,6 +189,57 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { kind: 'big', name: 'base', doc: 'allocation base' },
     { kind: 'big', name: 'bufferId', doc: "allocation's buffer id" },
   ]),
+  frame(
+    FrameType.RGET_FD,
+    [
+      { ...tag, doc: 'message tag' },
+      { ...seq, doc: 'message number' },
+      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: '`HandleKind`: 1 VMM, 2 POOL' },
+      { kind: 'big', name: 'base', doc: 'base of the offered range (the FD_OFFER with this bufferId and base)' },
+      { kind: 'u64', name: 'allocSize', doc: 'size of the offered range' },
+      { kind: 'u64', name: 'offset', doc: 'message start inside the range' },
+      { kind: 'u64', name: 'length', doc: 'message length', rule: '**offset + length ≤ allocSize**' },
+      { kind: 'big', name: 'bufferId', doc: '`CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation' },
+      deviceUuid('device of the allocation'),
+      { kind: 'optional', name: 'event', size: IPC_HANDLE_BYTES, absent: null, label: 'handle', doc: "IPC event to wait on before reading (the send's stream)" },
+    ],
+    withinAllocation,
+  ),
+  frame(
+    FrameType.FD_OFFER,
+    [
+      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: '`HandleKind`: 1 VMM (descriptors follow, one per chunk), 2 POOL (none follow)' },
+      { kind: 'big', name: 'bufferId', doc: '`CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation; with base, the key of the import' },
+      deviceUuid('device of the allocation'),
+      { kind: 'big', name: 'base', doc: "VMM: base of the first chunk exported; POOL: the allocation's base" },
+      { kind: 'u64', name: 'size', doc: 'bytes from base: to the end of the last chunk (VMM), the allocation (POOL)', rule: '≥ 1' },
+      { kind: 'u32', name: 'poolId', doc: 'POOL: the id its FD_POOL gave the pool; VMM: 0', rule: 'VMM: 0' },
+      { kind: 'bytes', name: 'exportData', size: POOL_EXPORT_BYTES, doc: "POOL: `cuMemPoolExportPointer`'s data; VMM: zero" },
+      { kind: 'extents', name: 'chunks', min: 0, max: MAX_FD_CHUNKS, sizeVar: 'C', doc: "VMM: each chunk's offset from base and size, in order; descriptor k is chunk k", rule: 'VMM: 1 or more, contiguous from 0 to size; POOL: none' },
+    ],
+    offerShape,
+  ),
+  frame(FrameType.FD_POOL, [
+    { kind: 'u32', name: 'poolId', doc: "the sender's number for the pool, which its FD_OFFERs name" },
+    deviceUuid('device of the pool'),
+  ]),
+  frame(
+    FrameType.FD_RELEASE,
+    [
+      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: '`HandleKind` of the import dropped' },
+      { kind: 'big', name: 'id', doc: 'an allocation: its bufferId; a pool (kind POOL, base 0): its poolId' },
+      { kind: 'big', name: 'base', doc: "an allocation: the offer's base; a pool: 0" },
+    ],
+  ),
+  frame(
+    FrameType.FD_DESCRIPTOR,
+    [
+      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: 'VMM: a chunk of an offer; POOL: a pool' },
+      { kind: 'big', name: 'id', doc: "VMM: the offer's bufferId; POOL: the poolId" },
+      { kind: 'big', name: 'base', doc: "VMM: the offer's base; POOL: 0" },
+      { kind: 'u16', name: 'index', doc: "VMM: the chunk's index in the offer; POOL: 0", rule: '< the offer\'s chunk count' },
+    ],
+  ),
   frame(FrameType.CLOSE, [reason('for logs')]),
   frame(FrameType.RING_OFFER, [
     { kind: 'string', name: 'segment', min: 1, max: MAX_SEGMENT_BYTES, sizeVar: 'S', doc: 'the POSIX shm name of a ring the sender reads', rule: 'the receiver checks the mapped segment' },
@@ -194,19 +253,36 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
   ]),
 ];
 
-function withinAllocation(f: Record<string, number>, encoding: boolean): { field: string; problem: string } | undefined {
+function withinAllocation(frame: Readonly<Record<string, unknown>>, encoding: boolean): { field: string; problem: string } | undefined {
   // Both are ≤ 2^53-1, so the sum is exact enough to compare: a sum above
   // 2^53 is above any safe allocSize whatever its rounding.
-  const { offset, length, allocSize } = f as { offset: number; length: number; allocSize: number };
+  const { offset, length, allocSize } = frame as { offset: number; length: number; allocSize: number };
   if (offset + length <= allocSize) return undefined;
   return encoding
     ? { field: 'offset', problem: `+ 'length' (${offset} + ${length}) must not exceed 'allocSize' (${allocSize})` }
     : { field: 'offset', problem: `+ 'length' (${offset} + ${length}) exceeds 'allocSize' (${allocSize}): the peer points outside its allocation` };
 }
 
-function withinSafe(f: Record<string, number>, encoding: boolean): { field: string; problem: string } | undefined {
-  if (f.offset! + f.length! <= Number.MAX_SAFE_INTEGER) return undefined;
+function withinSafe(frame: Readonly<Record<string, unknown>>, encoding: boolean): { field: string; problem: string } | undefined {
+  const f = frame as { offset: number; length: number };
+  if (f.offset + f.length <= Number.MAX_SAFE_INTEGER) return undefined;
   return { field: 'offset', problem: encoding ? `+ 'length' must not exceed ${Number.MAX_SAFE_INTEGER}` : `+ 'length' exceeds Number.MAX_SAFE_INTEGER` };
+}
+
+/** FD_OFFER: VMM chunks tile [0, size) in order, from pool 0; POOL: no chunks. */
+function offerShape(frame: Readonly<Record<string, unknown>>): { field: string; problem: string } | undefined {
+  const f = frame as { kind: HandleKind; size: number; poolId: number; chunks: { offset: number; size: number }[] };
+  if (f.size < 1) return { field: 'size', problem: 'must be at least 1, got 0' };
+  if (f.kind === HandleKind.POOL) return f.chunks.length === 0 ? undefined : { field: 'chunks', problem: `must be empty for a POOL offer, got ${f.chunks.length}` };
+  if (f.poolId !== 0) return { field: 'poolId', problem: `must be 0 for a VMM offer, got ${f.poolId}` };
+  if (f.chunks.length === 0) return { field: 'chunks', problem: 'must list at least one chunk for a VMM offer' };
+  let end = 0;
+  for (let i = 0; i < f.chunks.length; i++) {
+    const c = f.chunks[i]!;
+    if (c.offset !== end || c.size < 1) return { field: 'chunks', problem: `[${i}] must start at ${end} and hold at least 1 byte, got offset ${c.offset}, size ${c.size}` };
+    end += c.size;
+  }
+  return end === f.size ? undefined : { field: 'chunks', problem: `end at ${end}, not at 'size' (${f.size})` };
 }
 
 const BY_TYPE = new Map(FRAME_SCHEMAS.map((s) => [s.type, s]));
@@ -250,6 +326,8 @@ export function minBytes(f: Field): number {
     case 'frame':
     case 'u64list':
       return 4;
+    case 'extents':
+      return 2;
     case 'optional':
       return 1;
     default:
