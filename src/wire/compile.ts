@@ -240,9 +240,8 @@ export function compileFrame(s: FrameSchema, P: CodecPrimitives): CompiledCodec 
   const K = new Consts();
   const enc = encoderSource(s, K);
   const dec = decoderSource(s, K);
-  // eslint-disable-next-line @typescript-eslint/no-implied-eval -- see the file's comment: source built from the schema's constants only
+  // Source built from the schema's constants only (see the file's comment).
   const encode = new Function('P', 'K', `return function encode(f, uuids) {\n${enc}\n};`)(P, K.list) as FrameEncoder;
-  // eslint-disable-next-line @typescript-eslint/no-implied-eval
   const decode = new Function('P', 'K', `return function decode(r) {\n${dec}\n};`)(P, K.list) as FrameDecoder;
   return { encode, decode, source: { encode: enc, decode: dec } };
 }
