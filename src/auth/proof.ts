@@ -43,12 +43,17 @@ function str(s: string): Buffer {
 
 /** The PROOF_BYTES proof that `token` holder `senderId` sends to `receiverId`. */
 export function computeProof(token: string, p: ProofInput): Uint8Array {
+  return transcriptMac(LABEL, token, p);
+}
+
+/** HMAC-SHA256 keyed with `token` over `label` and the handshake fields of `p`, in the order the file's comment gives. */
+export function transcriptMac(label: Uint8Array, token: string, p: ProofInput): Uint8Array {
   const fixed = Buffer.allocUnsafe(9);
   fixed.writeUInt8(p.version, 0);
   fixed.writeUInt32LE(p.senderPid >>> 0, 1);
   fixed.writeUInt32LE(p.receiverPid >>> 0, 5);
   const mac = createHmac('sha256', Buffer.from(token, 'utf8'));
-  for (const part of [LABEL, fixed, str(p.senderId), str(p.receiverId), p.senderNonce, p.receiverNonce]) mac.update(part);
+  for (const part of [label, fixed, str(p.senderId), str(p.receiverId), p.senderNonce, p.receiverNonce]) mac.update(part);
   return new Uint8Array(mac.digest());
 }
 

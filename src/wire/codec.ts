@@ -1,6 +1,8 @@
 /**
- * The binary codec of control frames (frames.ts). Layout, field by field, in
- * docs/protocol.md; in brief:
+ * The binary codec of control frames (frames.ts). Each frame's layout is its
+ * schema (schema.ts), compiled here into one encoder and one decoder per type
+ * (compile.ts); docs/protocol.md's field tables are rendered from the same
+ * schema. In brief:
  *
  *  - little-endian; a 4-byte header: magic 0x53 ('S'), WIRE_VERSION, type, flags (0);
  *  - then the fixed fields of the type, then at most one variable part last
@@ -20,33 +22,16 @@
  * data decoded as a view into the input (no copy).
  */
 import { ProtocolError } from '../errors.js';
-import {
-  FinStatus,
-  FrameType,
-  IPC_HANDLE_BYTES,
-  IPC_PROBE_BYTES,
-  MAX_FINS,
-  NONCE_BYTES,
-  PROOF_BYTES,
-  UUID_BYTES,
-  WIRE_VERSION,
-  type Frame,
-} from './frames.js';
-import { concatBytes, copyBytes } from '../channel/bytes.js';
+import { FrameType, UUID_BYTES, WIRE_VERSION, type Frame } from './frames.js';
+import { copyBytes } from '../channel/bytes.js';
+import { compileFrame, type FrameDecoder, type FrameEncoder } from './compile.js';
+import { FRAME_SCHEMAS, fieldOffset, HEADER_BYTES, minFrameBytes } from './schema.js';
 import { readDeviceUuid, type UuidNames, writeDeviceUuid } from './uuid.js';
 
 export const WIRE_MAGIC = 0x53;
-export const HEADER_BYTES = 4;
-/** Largest reason / message / peer id string, in UTF-8 bytes. */
-export const MAX_STRING_BYTES = 4096;
+export { HEADER_BYTES, MAX_EAGER_BYTES, MAX_PEER_ID_BYTES, MAX_SEGMENT_BYTES, MAX_STRING_BYTES } from './schema.js';
 /** Largest job token, in UTF-8 bytes (it is an HMAC key and never travels; the limit is the one it had on the wire). */
 export const MAX_TOKEN_BYTES = 256;
-/** Largest HELLO peer id, in UTF-8 bytes (it must not be empty). */
-export const MAX_PEER_ID_BYTES = 256;
-/** Largest staging segment name, in UTF-8 bytes (NAME_MAX); it must not be empty. */
-export const MAX_SEGMENT_BYTES = 255;
-/** Largest EAGER payload the u32 length prefix can carry. */
-export const MAX_EAGER_BYTES = 0xffff_ffff;
 
 export const ENCODE_ERROR_CODE = 'SMCUDA_PROTOCOL_ENCODE';
 export const VERSION_ERROR_CODE = 'SMCUDA_PROTOCOL_VERSION';
@@ -55,11 +40,6 @@ const TWO_32 = 0x1_0000_0000;
 const MAX_U64 = (1n << 64n) - 1n;
 /** High word of Number.MAX_SAFE_INTEGER (2^53 - 1). */
 const MAX_SAFE_HIGH = 0x1f_ffff;
-/** FinStatus values in numeric order, for range checks and messages. */
-const FIN_STATUSES = Object.values(FinStatus).filter((v): v is number => typeof v === 'number');
-function isFinStatus(v: number): boolean {
-  return FinStatus[v] !== undefined;
-}
 
 const utf8Decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const utf8Encoder = new TextEncoder();
@@ -105,26 +85,47 @@ function checkBool(type: FrameType, field: string, v: unknown): boolean {
   return v;
 }
 
-/** Presence byte, then the probe's bytes if present. */
-function writeProbe(w: Writer, probe: Uint8Array | undefined): void {
-  w.u8(probe ? 1 : 0);
-  if (probe) w.raw(probe);
-}
-
-/** An optional IPC probe: absent, or exactly IPC_PROBE_BYTES. */
-function checkProbe(type: FrameType, v: unknown): Uint8Array | undefined {
-  if (v === undefined) return undefined;
-  if (!(v instanceof Uint8Array) || v.byteLength !== IPC_PROBE_BYTES) {
-    throw encodeError(type, 'probe', `must be absent or a Uint8Array of exactly ${IPC_PROBE_BYTES} bytes, got ${show(v)}`);
+/** An optional fixed-size field: `absent`, or exactly `n` bytes. */
+function checkOptional(type: FrameType, field: string, v: unknown, n: number, absent: null | undefined): Uint8Array | null | undefined {
+  if (v === absent) return absent;
+  if (!(v instanceof Uint8Array) || v.byteLength !== n) {
+    throw encodeError(type, field, `must be ${absent === undefined ? 'absent' : 'null'} or a Uint8Array of exactly ${n} bytes, got ${show(v)}`);
   }
   return v;
 }
 
-function checkHandle(type: FrameType, field: string, v: unknown): Uint8Array {
-  if (!(v instanceof Uint8Array) || v.byteLength !== IPC_HANDLE_BYTES) {
-    throw encodeError(type, field, `must be a Uint8Array of exactly ${IPC_HANDLE_BYTES} bytes, got ${show(v)}`);
+/** A u8 enum: one of `values`' numbers. */
+function checkEnum(type: FrameType, field: string, v: unknown, values: Record<string, string | number>, label: string): number {
+  const n = checkInt(type, field, v, 0, 255);
+  if (values[n] === undefined) {
+    throw encodeError(type, field, `must be a ${label} (${Object.values(values).filter((x) => typeof x === 'number').join(', ')}), got ${n}`);
   }
+  return n;
+}
+
+/** Length-prefixed bytes of min..max bytes. */
+function checkData(type: FrameType, field: string, v: unknown, min: number, max: number): Uint8Array {
+  if (!(v instanceof Uint8Array)) throw encodeError(type, field, `must be a Uint8Array, got ${show(v)}`);
+  if (v.byteLength < min || v.byteLength > max) throw encodeError(type, field, `must be ${min}..${max} bytes, got ${v.byteLength}`);
   return v;
+}
+
+/** min..max {offset, size} pairs of safe integers. */
+function checkExtents(type: FrameType, field: string, v: unknown, min: number, max: number): Array<{ offset: number; size: number }> {
+  if (!Array.isArray(v) || v.length < min || v.length > max) throw encodeError(type, field, `must be an array of ${min}..${max} {offset, size}, got ${show(v)}`);
+  for (const x of v as Array<{ offset?: unknown; size?: unknown } | null>) {
+    if (typeof x !== 'object' || x === null) throw encodeError(type, `${field}[]`, `must be an {offset, size} object, got ${show(x)}`);
+    checkInt(type, `${field}[].offset`, x.offset, 0, MAX_SAFE);
+    checkInt(type, `${field}[].size`, x.size, 0, MAX_SAFE);
+  }
+  return v as Array<{ offset: number; size: number }>;
+}
+
+/** min..max safe integers. */
+function checkList(type: FrameType, field: string, v: unknown, min: number, max: number): number[] {
+  if (!Array.isArray(v) || v.length < min || v.length > max) throw encodeError(type, field, `must be an array of ${min}..${max} sequence numbers, got ${show(v)}`);
+  for (const x of v) checkInt(type, `${field}[]`, x, 0, MAX_SAFE);
+  return v as number[];
 }
 
 function checkBytes(type: FrameType, field: string, v: unknown, n: number): Uint8Array {
@@ -217,24 +218,6 @@ const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 const U32 = 0xffff_ffff;
 const U16 = 0xffff;
 
-/** Encodes an EAGER frame: the header, the data length, the data. */
-function encodeEager(f: Extract<Frame, { type: FrameType.EAGER }>): Uint8Array {
-  const T = FrameType.EAGER;
-  const tag = checkInt(T, 'tag', f.tag, 0, U32);
-  const seq = checkInt(T, 'seq', f.seq, 0, MAX_SAFE);
-  const fromDevice = checkBool(T, 'fromDevice', f.fromDevice);
-  const data = f.data;
-  if (!(data instanceof Uint8Array)) throw encodeError(T, 'data', `must be a Uint8Array, got ${show(data)}`);
-  if (data.byteLength > MAX_EAGER_BYTES) throw encodeError(T, 'data', `must be at most ${MAX_EAGER_BYTES} bytes, got ${data.byteLength}`);
-  const w = new Writer(T, EAGER_FIXED + data.byteLength);
-  w.u32(tag);
-  w.u64(seq);
-  w.u8(fromDevice ? 1 : 0);
-  w.u32(data.byteLength);
-  w.raw(data);
-  return w.done();
-}
-
 /** SPILL without its inner frame: header, seq u32, inner length u32 (the inner frame follows). */
 export function spillHead(seq: number, innerLength: number): Uint8Array {
   const T = FrameType.SPILL;
@@ -244,16 +227,14 @@ export function spillHead(seq: number, innerLength: number): Uint8Array {
   return w.done();
 }
 
-const SPILL_FIXED = HEADER_BYTES + 4 + 4;
-
-/** EAGER: header, tag u32, seq u64, fromDevice u8, data length u32. */
-const EAGER_FIXED = HEADER_BYTES + 4 + 8 + 1 + 4;
+const SPILL_FIXED = minFrameBytes(FrameType.SPILL);
 /** RGET without the optional event handle. */
-const RGET_FIXED = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 * 5 + UUID_BYTES + 1;
+const RGET_FIXED = minFrameBytes(FrameType.RGET);
 /** Where RGET's tag (u32) and seq (u64) sit; what restampRget writes and RgetDecoder reads, and nothing else differs between re-sends. */
-const RGET_TAG_AT = HEADER_BYTES;
-const RGET_SEQ_AT = HEADER_BYTES + 4;
+const RGET_TAG_AT = fieldOffset(FrameType.RGET, 'tag');
+const RGET_SEQ_AT = fieldOffset(FrameType.RGET, 'seq');
 const RGET_STAMP_END = RGET_SEQ_AT + 8;
+if (RGET_TAG_AT + 4 !== RGET_SEQ_AT) throw new Error('codec: restampRget expects RGET tag and seq adjacent');
 
 /**
  * An RGET re-sent from the same buffer differs from the last one only in its
@@ -274,219 +255,32 @@ export function restampRget(template: Uint8Array, tag: number, seq: number): Uin
   return b;
 }
 
+const PRIMITIVES = { Writer, checkInt, checkBig, checkBool, checkBytes, checkOptional, checkString, checkEnum, checkData, checkList, checkExtents, encodeError, decodeError };
+/** The compiled encoder and decoder of each frame type, by type number. */
+const ENCODERS: FrameEncoder[] = [];
+const DECODERS: FrameDecoder[] = [];
+for (const s of FRAME_SCHEMAS) {
+  const c = compileFrame(s, PRIMITIVES as never);
+  ENCODERS[s.type] = c.encode;
+  DECODERS[s.type] = c.decode;
+}
+for (const t of Object.values(FrameType)) {
+  if (typeof t === 'number' && DECODERS[t] === undefined) throw new Error(`codec: frame type ${FrameType[t]} has no schema`);
+}
+
 /**
  * Encodes one frame into a new Uint8Array of exactly its size (possibly a
  * view into Node's Buffer pool: mind byteOffset). Throws
  * ProtocolError (code SMCUDA_PROTOCOL_ENCODE) when a field is out of range,
  * so that nothing the peer would refuse ever leaves this process.
- * `uuids`: the encoding endpoint's UuidNames (RGET's device UUID is then
+ * `uuids`: the encoding endpoint's UuidNames (a device UUID is then
  * validated and converted once per device, not per frame).
  */
 export function encodeFrame(frame: Frame, uuids?: UuidNames): Uint8Array {
-  switch (frame.type) {
-    case FrameType.HELLO: {
-      const T = frame.type;
-      const version = checkInt(T, 'version', frame.version, 1, 255);
-      const pid = checkInt(T, 'pid', frame.pid, 0, U32);
-      const nPeer = checkString(T, 'peerId', frame.peerId, 1, MAX_PEER_ID_BYTES);
-      const nonce = checkBytes(T, 'nonce', frame.nonce, NONCE_BYTES);
-      const features = checkInt(T, 'features', frame.features ?? 0, 0, U32);
-      const w = new Writer(T, HEADER_BYTES + 1 + 4 + UUID_BYTES + 2 + nPeer + NONCE_BYTES + 4);
-      w.u8(version);
-      w.u32(pid);
-      w.uuid('deviceUuid', frame.deviceUuid);
-      w.str(frame.peerId, nPeer);
-      w.raw(nonce);
-      w.u32(features);
-      return w.done();
-    }
-    case FrameType.PROOF: {
-      const w = new Writer(frame.type, HEADER_BYTES + PROOF_BYTES);
-      w.raw(checkBytes(frame.type, 'proof', frame.proof, PROOF_BYTES));
-      return w.done();
-    }
-    case FrameType.IPC_REQ: {
-      const T = frame.type;
-      const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
-      const probe = checkProbe(T, frame.probe);
-      const w = new Writer(T, HEADER_BYTES + 4 + UUID_BYTES + 1 + (probe ? IPC_PROBE_BYTES : 0));
-      w.u32(attempt);
-      w.uuid('deviceUuid', frame.deviceUuid);
-      writeProbe(w, probe);
-      return w.done();
-    }
-    case FrameType.IPC_ACK: {
-      const T = frame.type;
-      const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
-      const ok = checkBool(T, 'ok', frame.ok);
-      const probe = checkProbe(T, frame.probe);
-      const w = new Writer(T, HEADER_BYTES + 4 + 1 + UUID_BYTES + 1 + (probe ? IPC_PROBE_BYTES : 0));
-      w.u32(attempt);
-      w.u8(ok ? 1 : 0);
-      w.uuid('deviceUuid', frame.deviceUuid);
-      writeProbe(w, probe);
-      return w.done();
-    }
-    case FrameType.IPC_NOTREADY:
-    case FrameType.IPC_CONFIRM: {
-      const T = frame.type;
-      const attempt = checkInt(T, 'attempt', frame.attempt, 1, U32);
-      const w = new Writer(T, HEADER_BYTES + 4);
-      w.u32(attempt);
-      return w.done();
-    }
-    case FrameType.IPC_ABORT:
-    case FrameType.CLOSE: {
-      const T = frame.type;
-      const n = checkString(T, 'reason', frame.reason, 0, MAX_STRING_BYTES);
-      const w = new Writer(T, HEADER_BYTES + 2 + n);
-      w.str(frame.reason, n);
-      return w.done();
-    }
-    case FrameType.EAGER:
-      return encodeEager(frame);
-    case FrameType.RGET: {
-      const T = frame.type;
-      const tag = checkInt(T, 'tag', frame.tag, 0, U32);
-      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
-      const handle = checkHandle(T, 'handle', frame.handle);
-      const base = checkBig(T, 'base', frame.base);
-      const allocSize = checkInt(T, 'allocSize', frame.allocSize, 0, MAX_SAFE);
-      const offset = checkInt(T, 'offset', frame.offset, 0, MAX_SAFE);
-      const length = checkInt(T, 'length', frame.length, 0, MAX_SAFE);
-      if (offset + length > allocSize) {
-        throw encodeError(T, 'offset', `+ 'length' (${offset} + ${length}) must not exceed 'allocSize' (${allocSize})`);
-      }
-      const bufferId = checkBig(T, 'bufferId', frame.bufferId);
-      const event = frame.event === null ? null : checkHandle(T, 'event', frame.event);
-      const w = new Writer(T, RGET_FIXED + (event ? IPC_HANDLE_BYTES : 0));
-      w.u32(tag);
-      w.u64(seq);
-      w.raw(handle);
-      w.big(base);
-      w.u64(allocSize);
-      w.u64(offset);
-      w.u64(length);
-      w.big(bufferId);
-      const known = uuids && typeof frame.deviceUuid === 'string' ? uuids.bytesOf(frame.deviceUuid) : undefined;
-      if (known) w.raw(known);
-      else w.uuid('deviceUuid', frame.deviceUuid);
-      w.u8(event ? 1 : 0);
-      if (event) w.raw(event);
-      return w.done();
-    }
-    case FrameType.FIN: {
-      const T = frame.type;
-      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
-      const status = checkInt(T, 'status', frame.status, 0, 255);
-      if (!isFinStatus(status)) throw encodeError(T, 'status', `must be a FinStatus (${FIN_STATUSES.join(', ')}), got ${status}`);
-      // The common FIN (OK, no message) skips the string checks.
-      const n = frame.message === '' ? 0 : checkString(T, 'message', frame.message, 0, MAX_STRING_BYTES);
-      const w = new Writer(T, HEADER_BYTES + 8 + 1 + 2 + n);
-      w.u64(seq);
-      w.u8(status);
-      w.str(frame.message, n);
-      return w.done();
-    }
-    case FrameType.FINS: {
-      const T = frame.type;
-      const seqs = frame.seqs;
-      if (!Array.isArray(seqs) || seqs.length < 1 || seqs.length > MAX_FINS) {
-        throw encodeError(T, 'seqs', `must be an array of 1..${MAX_FINS} sequence numbers, got ${show(seqs)}`);
-      }
-      for (const seq of seqs) checkInt(T, 'seqs[]', seq, 0, MAX_SAFE);
-      const w = new Writer(T, HEADER_BYTES + 4 + 8 * seqs.length);
-      w.u32(seqs.length);
-      for (const seq of seqs) w.u64(seq);
-      return w.done();
-    }
-    case FrameType.CANCEL: {
-      const T = frame.type;
-      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
-      const w = new Writer(T, HEADER_BYTES + 8);
-      w.u64(seq);
-      return w.done();
-    }
-    case FrameType.CREDIT: {
-      const T = frame.type;
-      const consumed = checkInt(T, 'consumed', frame.consumed, 0, MAX_SAFE);
-      const w = new Writer(T, HEADER_BYTES + 8);
-      w.u64(consumed);
-      return w.done();
-    }
-    case FrameType.STAGE_BEGIN: {
-      const T = frame.type;
-      const tag = checkInt(T, 'tag', frame.tag, 0, U32);
-      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
-      const length = checkInt(T, 'length', frame.length, 0, MAX_SAFE);
-      const chunkSize = checkInt(T, 'chunkSize', frame.chunkSize, 1, U32);
-      const slots = checkInt(T, 'slots', frame.slots, 1, U16);
-      const n = checkString(T, 'segment', frame.segment, 1, MAX_SEGMENT_BYTES);
-      const w = new Writer(T, HEADER_BYTES + 4 + 8 + 8 + 4 + 2 + 2 + n);
-      w.u32(tag);
-      w.u64(seq);
-      w.u64(length);
-      w.u32(chunkSize);
-      w.u16(slots);
-      w.str(frame.segment, n);
-      return w.done();
-    }
-    case FrameType.STAGE_CHUNK: {
-      const T = frame.type;
-      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
-      const slot = checkInt(T, 'slot', frame.slot, 0, U16);
-      const offset = checkInt(T, 'offset', frame.offset, 0, MAX_SAFE);
-      const length = checkInt(T, 'length', frame.length, 1, U32);
-      if (offset + length > MAX_SAFE) throw encodeError(T, 'offset', `+ 'length' must not exceed ${MAX_SAFE}`);
-      const w = new Writer(T, HEADER_BYTES + 8 + 2 + 8 + 4);
-      w.u64(seq);
-      w.u16(slot);
-      w.u64(offset);
-      w.u32(length);
-      return w.done();
-    }
-    case FrameType.STAGE_ACK: {
-      const T = frame.type;
-      const seq = checkInt(T, 'seq', frame.seq, 0, MAX_SAFE);
-      const slot = checkInt(T, 'slot', frame.slot, 0, U16);
-      const w = new Writer(T, HEADER_BYTES + 8 + 2);
-      w.u64(seq);
-      w.u16(slot);
-      return w.done();
-    }
-    case FrameType.RING_OFFER: {
-      const T = frame.type;
-      const n = checkString(T, 'segment', frame.segment, 1, MAX_SEGMENT_BYTES);
-      const capacity = checkInt(T, 'capacity', frame.capacity, 0, U32);
-      const w = new Writer(T, HEADER_BYTES + 2 + n + 4);
-      w.str(frame.segment, n);
-      w.u32(capacity);
-      return w.done();
-    }
-    case FrameType.RING_SWITCH:
-    case FrameType.DOORBELL:
-      return new Writer(frame.type, HEADER_BYTES).done();
-    case FrameType.SPILL: {
-      const inner = frame.frame;
-      if (!(inner instanceof Uint8Array)) throw encodeError(frame.type, 'frame', `must be a Uint8Array, got ${show(inner)}`);
-      return concatBytes([spillHead(frame.seq, inner.byteLength), inner]);
-    }
-    case FrameType.INVALIDATE: {
-      const T = frame.type;
-      const base = checkBig(T, 'base', frame.base);
-      const bufferId = checkBig(T, 'bufferId', frame.bufferId);
-      const w = new Writer(T, HEADER_BYTES + UUID_BYTES + 8 + 8);
-      w.uuid('deviceUuid', frame.deviceUuid);
-      w.big(base);
-      w.big(bufferId);
-      return w.done();
-    }
-    default: {
-      const unknown: never = frame;
-      const type = (unknown as { type?: unknown }).type;
-      throw new ProtocolError(`Cannot encode a frame of unknown type ${show(type)}. ${ENCODE_HINT}`, ENCODE_ERROR_CODE);
-    }
-  }
+  const type = (frame as { type?: unknown }).type;
+  const encode = typeof type === 'number' ? ENCODERS[type] : undefined;
+  if (encode === undefined) throw new ProtocolError(`Cannot encode a frame of unknown type ${show(type)}. ${ENCODE_HINT}`, ENCODE_ERROR_CODE);
+  return encode(frame, uuids);
 }
 
 // ---------------------------------------------------------------------------
@@ -595,8 +389,8 @@ class Reader {
   }
 }
 
-/** Where an RGET's offset field starts: header, tag, seq, handle, base, allocSize. */
-const RGET_OFFSET_AT = HEADER_BYTES + 4 + 8 + IPC_HANDLE_BYTES + 8 + 8;
+/** Where an RGET's offset field starts: RgetDecoder's key. */
+const RGET_OFFSET_AT = fieldOffset(FrameType.RGET, 'offset');
 /** RGETs an RgetDecoder remembers: a sender streaming from slices of one buffer cycles through as many offsets as it has sends outstanding. */
 const RGETS_REMEMBERED = 16;
 
@@ -699,144 +493,7 @@ export function decodeFrameType(bytes: Uint8Array): FrameType {
 export function decodeFrame(bytes: Uint8Array, uuids?: UuidNames): Frame {
   const type = decodeFrameType(bytes);
   const r = new Reader(bytes, type, uuids);
-  let frame: Frame;
-  switch (type) {
-    case FrameType.HELLO: {
-      const version = r.u8('version');
-      if (version === 0) throw decodeError(type, 'version', 'must be at least 1, got 0');
-      const pid = r.u32('pid');
-      const deviceUuid = r.uuid('deviceUuid');
-      const peerId = r.str('peerId', 1, MAX_PEER_ID_BYTES);
-      const nonce = r.copy('nonce', NONCE_BYTES);
-      frame = { type, version, pid, peerId, deviceUuid, nonce, features: r.u32('features') };
-      break;
-    }
-    case FrameType.PROOF:
-      frame = { type, proof: r.copy('proof', PROOF_BYTES) };
-      break;
-    case FrameType.IPC_REQ: {
-      const attempt = r.u32min('attempt', 1);
-      const deviceUuid = r.uuid('deviceUuid');
-      frame = r.bool('probe.present') ? { type, attempt, deviceUuid, probe: r.copy('probe', IPC_PROBE_BYTES) } : { type, attempt, deviceUuid };
-      break;
-    }
-    case FrameType.IPC_ACK: {
-      const attempt = r.u32min('attempt', 1);
-      const ok = r.bool('ok');
-      const deviceUuid = r.uuid('deviceUuid');
-      frame = r.bool('probe.present') ? { type, attempt, ok, deviceUuid, probe: r.copy('probe', IPC_PROBE_BYTES) } : { type, attempt, ok, deviceUuid };
-      break;
-    }
-    case FrameType.IPC_NOTREADY:
-    case FrameType.IPC_CONFIRM:
-      frame = { type, attempt: r.u32min('attempt', 1) };
-      break;
-    case FrameType.IPC_ABORT:
-    case FrameType.CLOSE:
-      frame = { type, reason: r.str('reason', 0, MAX_STRING_BYTES) };
-      break;
-    case FrameType.EAGER: {
-      const tag = r.u32('tag');
-      const seq = r.u64('seq');
-      const fromDevice = r.bool('fromDevice');
-      const n = r.u32('data.length');
-      frame = { type, tag, seq, fromDevice, data: r.subview('data', n) };
-      break;
-    }
-    case FrameType.RGET: {
-      const tag = r.u32('tag');
-      const seq = r.u64('seq');
-      const handle = r.copy('handle', IPC_HANDLE_BYTES);
-      const base = r.big('base');
-      const allocSize = r.u64('allocSize');
-      const offset = r.u64('offset');
-      const length = r.u64('length');
-      // Both are ≤ 2^53-1, so the sum is exact enough to compare: a sum above
-      // 2^53 is above any safe allocSize whatever its rounding.
-      if (offset + length > allocSize) {
-        throw decodeError(type, 'offset', `+ 'length' (${offset} + ${length}) exceeds 'allocSize' (${allocSize}): the peer points outside its allocation`);
-      }
-      const bufferId = r.big('bufferId');
-      const deviceUuid = r.uuid('deviceUuid');
-      const hasEvent = r.bool('event.present');
-      const event = hasEvent ? r.copy('event', IPC_HANDLE_BYTES) : null;
-      frame = { type, tag, seq, handle, base, allocSize, offset, length, bufferId, deviceUuid, event };
-      break;
-    }
-    case FrameType.FIN: {
-      const seq = r.u64('seq');
-      const status = r.u8('status');
-      if (!isFinStatus(status)) throw decodeError(type, 'status', `must be a FinStatus (${FIN_STATUSES.join(', ')}), got ${status}`);
-      frame = { type, seq, status: status as FinStatus, message: r.str('message', 0, MAX_STRING_BYTES) };
-      break;
-    }
-    case FrameType.FINS: {
-      const n = r.u32('seqs.length');
-      if (n < 1 || n > MAX_FINS) throw decodeError(type, 'seqs.length', `must be 1..${MAX_FINS}, got ${n}`);
-      const seqs: number[] = new Array(n);
-      for (let i = 0; i < n; i++) seqs[i] = r.u64('seqs[]');
-      frame = { type, seqs };
-      break;
-    }
-    case FrameType.CANCEL:
-      frame = { type, seq: r.u64('seq') };
-      break;
-    case FrameType.CREDIT:
-      frame = { type, consumed: r.u64('consumed') };
-      break;
-    case FrameType.STAGE_BEGIN: {
-      const tag = r.u32('tag');
-      const seq = r.u64('seq');
-      const length = r.u64('length');
-      const chunkSize = r.u32min('chunkSize', 1);
-      const slots = r.u16('slots');
-      if (slots === 0) throw decodeError(type, 'slots', 'must be at least 1, got 0');
-      const segment = r.str('segment', 1, MAX_SEGMENT_BYTES);
-      frame = { type, tag, seq, length, segment, chunkSize, slots };
-      break;
-    }
-    case FrameType.STAGE_CHUNK: {
-      const seq = r.u64('seq');
-      const slot = r.u16('slot');
-      const offset = r.u64('offset');
-      const length = r.u32min('length', 1);
-      if (offset + length > MAX_SAFE) throw decodeError(type, 'offset', `+ 'length' exceeds Number.MAX_SAFE_INTEGER`);
-      frame = { type, seq, slot, offset, length };
-      break;
-    }
-    case FrameType.STAGE_ACK: {
-      const seq = r.u64('seq');
-      frame = { type, seq, slot: r.u16('slot') };
-      break;
-    }
-    case FrameType.RING_OFFER: {
-      const segment = r.str('segment', 1, MAX_SEGMENT_BYTES);
-      frame = { type, segment, capacity: r.u32('capacity') };
-      break;
-    }
-    case FrameType.RING_SWITCH:
-    case FrameType.DOORBELL:
-      frame = { type };
-      break;
-    case FrameType.SPILL: {
-      const seq = r.u32('seq');
-      const n = r.u32('frame');
-      if (n < HEADER_BYTES) throw decodeError(type, 'frame', `must be a whole frame of at least ${HEADER_BYTES} bytes, got ${n}`);
-      frame = { type, seq, frame: r.subview('frame', n) };
-      break;
-    }
-    case FrameType.INVALIDATE: {
-      const deviceUuid = r.uuid('deviceUuid');
-      const base = r.big('base');
-      frame = { type, deviceUuid, base, bufferId: r.big('bufferId') };
-      break;
-    }
-    default: {
-      // decodeFrameType admits only known types; a new FrameType without a case lands here.
-      const missing: never = type;
-      throw new ProtocolError(`codec has no decoder for frame type ${missing as number}`);
-    }
-  }
+  const frame = DECODERS[type]!(r);
   r.end();
   return frame;
 }

@@ -42,10 +42,18 @@ export enum FrameType {
   CANCEL = 13,
   FINS = 14,
   CREDIT = 15,
+  /** RGET of memory shared by file descriptor (HandleKind.VMM / POOL); only to a peer whose HELLO announced Feature.FD_MEMORY. */
+  RGET_FD = 16,
   STAGE_BEGIN = 20,
   STAGE_CHUNK = 21,
   STAGE_ACK = 22,
   INVALIDATE = 30,
+  // File-descriptor memory (issue 18): only to a peer whose HELLO announced Feature.FD_MEMORY.
+  FD_OFFER = 31,
+  FD_POOL = 32,
+  FD_RELEASE = 33,
+  /** Never on the control channel: the metadata of each message on the descriptor channel (src/channel/fd-channel.ts). */
+  FD_DESCRIPTOR = 34,
   CLOSE = 40,
   // Channel-layer frames (src/channel/shm-channel.ts): they upgrade a
   // channel to shared-memory rings and never reach the endpoint.
@@ -61,7 +69,28 @@ export const Feature = {
   RING: 1,
   /** The sender understands FINS (several FIN OK in one frame). */
   FINS: 2,
+  /**
+   * The sender can import VMM and pool memory by file descriptor: it
+   * understands FD_OFFER / FD_POOL / FD_RELEASE / RGET_FD and takes part in
+   * the descriptor channel. Only when both HELLOs set it are those frames sent.
+   */
+  FD_MEMORY: 4,
 } as const;
+
+/** How the memory an RGET names is shared. LEGACY is RGET (11) itself; RGET_FD carries VMM or POOL. */
+export enum HandleKind {
+  /** cuIpcGetMemHandle (cuMemAlloc memory): RGET's `handle`. */
+  LEGACY = 0,
+  /** cuMemCreate chunks mapped into one range, one POSIX descriptor per chunk (cuMemExportToShareableHandle). */
+  VMM = 1,
+  /** An allocation of a pool made with POSIX-descriptor handles: the pool's descriptor once, then 64 bytes per allocation. */
+  POOL = 2,
+}
+
+/** Size of CUmemPoolPtrExportData. */
+export const POOL_EXPORT_BYTES = 64;
+/** Most chunks (descriptors) one FD_OFFER announces. */
+export const MAX_FD_CHUNKS = 1024;
 
 /** First frame in each direction: who I am, what I run on. */
 export interface HelloFrame {
@@ -274,6 +303,88 @@ export interface StageAckFrame {
   slot: number;
 }
 
+/**
+ * "Read my device memory" for memory shared by descriptor: RGET without the
+ * IPC handle, with the kind. Names a range the receiver was offered
+ * (FD_OFFER with the same bufferId and base) and should hold imported.
+ */
+export interface RgetFdFrame {
+  type: FrameType.RGET_FD;
+  tag: number;
+  seq: number;
+  /** HandleKind.VMM or HandleKind.POOL. */
+  kind: HandleKind;
+  /** The offered range (FD_OFFER base and size), as the sender sees it. */
+  base: bigint;
+  allocSize: number;
+  /** Where the message starts inside that range, and its length. */
+  offset: number;
+  length: number;
+  bufferId: bigint;
+  deviceUuid: string;
+  event: Uint8Array | null;
+}
+
+/** One chunk of an offered VMM range: where it is mapped from the range's base, and its size. */
+export interface FdExtent {
+  offset: number;
+  size: number;
+}
+
+/**
+ * Sender → receiver: "here is a range of my memory to import". VMM: one
+ * descriptor per chunk follows on the descriptor channel (FD_DESCRIPTOR
+ * {VMM, bufferId, base, index}); POOL: none (the pool's came with FD_POOL),
+ * the 64 bytes of `exportData` name the allocation.
+ */
+export interface FdOfferFrame {
+  type: FrameType.FD_OFFER;
+  kind: HandleKind;
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation: with `base`, the key of the import. */
+  bufferId: bigint;
+  deviceUuid: string;
+  /** VMM: the base of the first chunk exported (vmmExport's base); POOL: the allocation's base. */
+  base: bigint;
+  /** Bytes from `base`: VMM, to the end of the last chunk; POOL, the allocation's size. */
+  size: number;
+  /** POOL: the id FD_POOL gave the pool; VMM: 0. */
+  poolId: number;
+  /** POOL: cuMemPoolExportPointer's data; VMM: all zero. */
+  exportData: Uint8Array;
+  /** VMM: 1..MAX_FD_CHUNKS chunks, contiguous from offset 0 to `size`; POOL: none. */
+  chunks: FdExtent[];
+}
+
+/** Sender → receiver: pool `poolId` (the sender's numbering), whose descriptor follows (FD_DESCRIPTOR{POOL, poolId, 0, 0}). Once per pool per peer. */
+export interface FdPoolFrame {
+  type: FrameType.FD_POOL;
+  poolId: number;
+  deviceUuid: string;
+}
+
+/**
+ * Receiver → sender: "I no longer hold this import" (evicted, or it failed):
+ * offer it again before naming it. VMM/POOL allocation: `id` is its bufferId
+ * and `base` the offered base; a pool (kind POOL, base 0): `id` is the poolId.
+ */
+export interface FdReleaseFrame {
+  type: FrameType.FD_RELEASE;
+  kind: HandleKind;
+  id: bigint;
+  base: bigint;
+}
+
+/** The metadata of one descriptor-channel message: which descriptor this is. Never sent on the control channel. */
+export interface FdDescriptorFrame {
+  type: FrameType.FD_DESCRIPTOR;
+  /** VMM: a chunk of offer (bufferId = id, base); POOL: the pool `id` (base 0, index 0). */
+  kind: HandleKind;
+  id: bigint;
+  base: bigint;
+  /** VMM: the chunk's index in the offer's `chunks`. */
+  index: number;
+}
+
 /** The sender freed or released an allocation: drop any mapping of it. */
 export interface InvalidateFrame {
   type: FrameType.INVALIDATE;
@@ -342,6 +453,11 @@ export type Frame =
   | StageChunkFrame
   | StageAckFrame
   | InvalidateFrame
+  | RgetFdFrame
+  | FdOfferFrame
+  | FdPoolFrame
+  | FdReleaseFrame
+  | FdDescriptorFrame
   | CloseFrame
   | ChannelFrame;
 

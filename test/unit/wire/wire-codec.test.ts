@@ -10,6 +10,7 @@ import {
   spillHead,
   FinStatus,
   FrameType,
+  HandleKind,
   MAX_FINS,
   MAX_PEER_ID_BYTES,
   MAX_SEGMENT_BYTES,
@@ -119,6 +120,34 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.STAGE_ACK as const), seq: safe, slot: fc.integer({ min: 0, max: 0xffff }) }),
   fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: uuid, base: u64, bufferId: u64 }),
   fc.record({ type: fc.constant(FrameType.CLOSE as const), reason: utf8(0, MAX_STRING_BYTES) }),
+  rgetArb(uuid).map(({ handle: _, ...f }) => ({ ...f, type: FrameType.RGET_FD as const, kind: HandleKind.VMM })),
+  fc.record({
+    type: fc.constant(FrameType.FD_OFFER as const),
+    kind: fc.constant(HandleKind.VMM),
+    bufferId: u64,
+    deviceUuid: uuid,
+    base: u64,
+    sizes: fc.array(fc.integer({ min: 1, max: 2 ** 40 }), { minLength: 1, maxLength: 6 }),
+    exportData: fc.constant(new Uint8Array(64)),
+  }).map(({ sizes, ...f }) => {
+    let at = 0;
+    const chunks = sizes.map((size) => ({ offset: (at += size) - size, size }));
+    return { ...f, size: at, poolId: 0, chunks };
+  }),
+  fc.record({
+    type: fc.constant(FrameType.FD_OFFER as const),
+    kind: fc.constant(HandleKind.POOL),
+    bufferId: u64,
+    deviceUuid: uuid,
+    base: u64,
+    size: fc.integer({ min: 1, max: MAX_SAFE }),
+    poolId: u32,
+    exportData: handle,
+    chunks: fc.constant([]),
+  }),
+  fc.record({ type: fc.constant(FrameType.FD_POOL as const), poolId: u32, deviceUuid: uuid }),
+  fc.record({ type: fc.constant(FrameType.FD_RELEASE as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64 }),
+  fc.record({ type: fc.constant(FrameType.FD_DESCRIPTOR as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64, index: fc.integer({ min: 0, max: 0xffff }) }),
   fc.record({ type: fc.constant(FrameType.RING_OFFER as const), segment: utf8(1, MAX_SEGMENT_BYTES), capacity: u32 }),
   fc.record({ type: fc.constant(FrameType.RING_SWITCH as const) }),
   fc.record({ type: fc.constant(FrameType.DOORBELL as const) }),
@@ -715,6 +744,53 @@ describe('u64 fields at the 32-bit boundaries', () => {
     expect(decodeFrame(encodeFrame(f))).toEqual(f);
     const inv: Frame = { type: FrameType.INVALIDATE, deviceUuid: '', base: v, bufferId: v };
     expect(decodeFrame(encodeFrame(inv))).toEqual(inv);
+  });
+});
+
+describe('file-descriptor memory frames', () => {
+  const offer = {
+    type: FrameType.FD_OFFER as const,
+    kind: HandleKind.VMM,
+    bufferId: 5n,
+    deviceUuid: '',
+    base: 0x1000n,
+    size: 6,
+    poolId: 0,
+    exportData: new Uint8Array(64),
+    chunks: [
+      { offset: 0, size: 2 },
+      { offset: 2, size: 4 },
+    ],
+  };
+
+  it('RGET_FD: RGET without the handle, with the kind after seq', () => {
+    const bytes = encodeFrame({ type: FrameType.RGET_FD, tag: 1, seq: 2, kind: HandleKind.POOL, base: 3n, allocSize: 10, offset: 4, length: 6, bufferId: 7n, deviceUuid: '', event: null });
+    expect(bytes).toEqual(
+      hex(`53 ${WIRE_VERSION.toString(16).padStart(2, '0')} 10 00  01000000  0200000000000000  02  0300000000000000  0a00000000000000  0400000000000000  0600000000000000  0700000000000000  ${'00'.repeat(16)}  00`),
+    );
+  });
+
+  it('FD_OFFER: the chunks as a u16 count and (offset, size) pairs, last', () => {
+    const bytes = encodeFrame(offer);
+    expect(bytes.byteLength).toBe(115 + 2 * 16);
+    expect(dv(bytes).getUint16(113, true)).toBe(2);
+    expect(dv(bytes).getBigUint64(115 + 16, true)).toBe(2n);
+    expect(decodeFrame(bytes)).toEqual(offer);
+  });
+
+  it('FD_OFFER: VMM chunks must tile 0..size, a POOL offer has none; both ways', () => {
+    expect(encodeError({ ...offer, size: 7 }).message).toMatch(/FD_OFFER frame: 'chunks' end at 6, not at 'size' \(7\)/);
+    expect(encodeError({ ...offer, chunks: [{ offset: 0, size: 2 }, { offset: 3, size: 3 }] }).message).toMatch(/'chunks' \[1\] must start at 2/);
+    expect(encodeError({ ...offer, chunks: [] }).message).toMatch(/at least one chunk/);
+    expect(encodeError({ ...offer, poolId: 1 }).message).toMatch(/'poolId' must be 0 for a VMM offer/);
+    expect(encodeError({ ...offer, kind: HandleKind.POOL }).message).toMatch(/'chunks' must be empty for a POOL offer/);
+    expect(encodeError({ ...offer, kind: HandleKind.LEGACY }).message).toMatch(/'kind' must be a HandleKind other than LEGACY/);
+    const bad = encodeFrame(offer).slice();
+    dv(bad).setBigUint64(115 + 16 + 8, 5n, true); // second chunk 5 bytes: ends at 7, size says 6
+    expect(decodeError(bad).message).toMatch(/Malformed FD_OFFER frame: 'chunks' end at 7/);
+    const legacy = encodeFrame({ type: FrameType.FD_RELEASE, kind: HandleKind.VMM, id: 1n, base: 0n }).slice();
+    legacy[4] = HandleKind.LEGACY;
+    expect(decodeError(legacy).message).toMatch(/FD_RELEASE frame: 'kind' must be a HandleKind other than LEGACY/);
   });
 });
 
