@@ -21,11 +21,11 @@ import {
   type Field,
   type Frame,
   type FrameSchema,
-} from '../src/wire/index.js';
-import { framesWithTables, frameTable, renderFrameTables } from '../src/wire/doc-tables.js';
-import { ProtocolError } from '../src/errors.js';
+} from '../../../src/wire/index.js';
+import { framesWithTables, frameTable, renderFrameTables } from '../../../src/wire/doc-tables.js';
+import { ProtocolError } from '../../../src/errors.js';
 
-const PROTOCOL_MD = new URL('../docs/protocol.md', import.meta.url).pathname;
+const PROTOCOL_MD = new URL('../../../docs/protocol.md', import.meta.url).pathname;
 
 /** Integers biased to small values, so that relations between fields (offset + length ≤ allocSize) hold often. */
 const int = (min: number, max: number) => fc.oneof(fc.integer({ min, max: Math.min(max, min + 1000) }), fc.integer({ min, max }));

@@ -1,9 +1,9 @@
 /** The descriptor channel's token, derived from the handshake (src/auth/fd-token.ts). */
 import { describe, expect, it } from 'vitest';
 import { fc, test } from '@fast-check/vitest';
-import { fdChannelToken, type FdTokenInput } from '../src/auth/fd-token.js';
-import { computeProof } from '../src/auth/proof.js';
-import { FD_TOKEN_BYTES } from '../src/channel/fd-channel.js';
+import { fdChannelToken, type FdTokenInput } from '../../../src/auth/fd-token.js';
+import { computeProof } from '../../../src/auth/proof.js';
+import { FD_TOKEN_BYTES } from '../../../src/channel/fd-channel.js';
 
 const nonce = fc.uint8Array({ minLength: 32, maxLength: 32 });
 const input = fc.record({
