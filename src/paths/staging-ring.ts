@@ -20,8 +20,8 @@
  * receiver among the messages it has matched, so an unmatched message never
  * holds the ring and no receive order can deadlock.
  */
-import type { CudaDriver, DevicePtr, SharedSegment, StreamHandle } from './cuda/driver.js';
-import type { StagingOptions } from './options.js';
+import type { CudaDriver, DevicePtr, SharedSegment, StreamHandle } from '../cuda/driver.js';
+import type { StagingOptions } from '../options.js';
 
 /** The sender's side of one direction's ring. */
 export class StagingRing {
