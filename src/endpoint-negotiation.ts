@@ -1,9 +1,9 @@
 /**
  * The endpoint's side of the IPC negotiation (machines/): the effects the
  * actor asks for (is CUDA ready, can the devices reach each other, open the
- * peer's probe), the probe this side exports (ipc-probe.ts), device UUIDs by
- * ordinal, and the record stats() reports. The hot path reads `ipcOk`, a
- * boolean copy of "the state is OK": it never touches the actor.
+ * peer's probe), the probe this side exports (ipc-probe.ts), and the record
+ * stats() reports. The hot path never touches the actor: it reads the link's
+ * `ipcOk`, which the endpoint sets on each transition (onState).
  */
 import type { HandlePool } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
@@ -24,18 +24,17 @@ export interface NegotiationLinkOptions {
   pool: HandlePool;
   tracer: Tracer | undefined;
   sendFrame: (frame: Frame) => void;
+  /** Device UUID by ordinal (the link's table). */
+  uuidOf: (ordinal: number) => string;
   /** After every transition (the endpoint emits 'state'). */
   onState: (state: NegotiationState, previous: NegotiationState) => void;
 }
 
 export class NegotiationLink {
-  /** Hot-path copy of `state === 'OK'` (false once the endpoint closes). */
-  ipcOk = false;
   readonly record: NegotiationRecord = { state: 'INIT', path: ['INIT'], tries: 0 };
   private readonly negotiator: Negotiator;
   private readonly driver: CudaDriver;
   private startedAt = 0;
-  private readonly uuidByOrdinal = new Map<number, string>();
   /** My allocation the peer opens during the negotiation, to prove IPC works. */
   private probe: ExportedProbe | undefined;
 
@@ -74,23 +73,12 @@ export class NegotiationLink {
 
   /** The endpoint closes; `orderly` (either side's close) leaves the outcome as it was, else it ends BAD. */
   stop(orderly: boolean): void {
-    this.ipcOk = false;
     if (!orderly) this.negotiator.peerLost();
     this.negotiator.stop();
     this.probe?.free();
   }
 
-  uuidOf(ordinal: number): string {
-    let uuid = this.uuidByOrdinal.get(ordinal);
-    if (uuid === undefined) {
-      uuid = this.driver.deviceInfo(ordinal).uuid;
-      this.uuidByOrdinal.set(ordinal, uuid);
-    }
-    return uuid;
-  }
-
   private onState(state: NegotiationState, previous: NegotiationState, info: { tries: number; reason?: string }): void {
-    this.ipcOk = state === 'OK';
     const rec = this.record;
     rec.state = state;
     rec.path.push(state);
@@ -117,7 +105,7 @@ export class NegotiationLink {
 
   private localUuid(): string {
     const dev = this.driver.currentDevice();
-    return dev < 0 ? '' : this.uuidOf(dev);
+    return dev < 0 ? '' : this.o.uuidOf(dev);
   }
 
   /** Both directions: each side will open the other's handles. Devices by UUID, never by ordinal. */
@@ -126,7 +114,7 @@ export class NegotiationLink {
     if (local < 0) return false;
     const n = this.driver.deviceCount();
     for (let i = 0; i < n; i++) {
-      if (this.uuidOf(i) === peerUuid) return this.driver.canAccessPeer(local, i) && this.driver.canAccessPeer(i, local);
+      if (this.o.uuidOf(i) === peerUuid) return this.driver.canAccessPeer(local, i) && this.driver.canAccessPeer(i, local);
     }
     return false; // the peer's device is not visible here: its handles cannot be opened
   }

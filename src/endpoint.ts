@@ -13,43 +13,28 @@
  * never waits on, or even touches, the state machine: it reads `ipcOk`.
  */
 import { EventEmitter } from 'node:events';
-import { HandlePool } from '../cache/index.js';
+import type { HandlePool } from '../cache/index.js';
 import type { NegotiationState } from '../machines/index.js';
 import { checkMessageBuffer, isDeviceBuffer, type MessageBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
 import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
-import type { CudaDriver, StreamHandle } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';
-import { type DataPath as PathKind, type EndpointStats, newDirection } from './endpoint-stats.js';
-import { NegotiationLink } from './endpoint-negotiation.js';
-import { ClosedError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
-import { describeAllocation, type ExportTable } from './exports.js';
-import { FinBatcher } from './fin-batcher.js';
-import { FlowControl } from './flow-control.js';
-import { GpuWork } from './gpu-work.js';
-import { MatchQueues } from './matching.js';
-import type { ResolvedOptions } from './options.js';
-import { createPaths, type Arrival, type DataPath, type PathContext, type PendingRecv, type Received, type SendOptions } from './paths/index.js';
-import { abortReason, PendingSends } from './paths/pending-sends.js';
-import type { ProgressEngine } from './progress/engine.js';
 import { debug } from './debug.js';
-import type { Tracer } from './trace.js';
-import { encodeFrame, RgetDecoder } from './wire/codec.js';
-import { Feature, FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame } from './wire/frames.js';
-import { UuidNames } from './wire/uuid.js';
+import { EndpointLink, type EndpointContext } from './endpoint-link.js';
+import { NegotiationLink } from './endpoint-negotiation.js';
+import type { DataPath as PathKind, EndpointStats } from './endpoint-stats.js';
+import { ClosedError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
+import { describeAllocation } from './exports.js';
+import type { FlowStats } from './flow-control.js';
+import { MatchQueues } from './matching.js';
+import { createPaths, type Arrival, type DataPath, type PendingRecv, type Received, type RecvOptions, type SendOptions } from './paths/index.js';
+import { abortReason } from './paths/pending-sends.js';
+import { RgetDecoder } from './wire/codec.js';
+import { FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame } from './wire/frames.js';
 
-export type { SendOptions, Received };
-
-export interface RecvOptions {
-  tag?: number;
-  /** Where to put the message (host or device); must be at least as long. Default: a new buffer. */
-  into?: MessageBuffer;
-  /** The data is valid once this stream reaches the copy (the recv may resolve before). */
-  stream?: StreamHandle;
-  /** Cancels the receive if no message has matched it yet. */
-  signal?: AbortSignal;
-}
+export type { SendOptions, RecvOptions, Received };
+export type { FlowStats, EndpointContext };
 
 export interface EndpointEvents {
   /** The negotiation entered a state. */
@@ -58,63 +43,22 @@ export interface EndpointEvents {
   close: [error?: Error];
 }
 
-/** What the Transport hands every endpoint. */
-export interface EndpointContext {
-  driver: CudaDriver;
-  options: ResolvedOptions;
-  /** This process's HELLO (id, device). */
-  local: HelloFrame;
-  /** What peers need to map local allocations, shared by the transport's endpoints. */
-  exports: ExportTable;
-  tracer?: Tracer;
-  /** The transport's progress engine (it polls this endpoint's GPU completions). */
-  progress?: ProgressEngine;
-}
-
-/** What this endpoint holds for its peer and the peer for it (backpressure; see options.maxUnreadBytes). */
-export interface FlowStats {
-  maxUnreadBytes: number;
-  /** Bytes sent (inline data + 64 per message) that the peer has not reported received. */
-  unreadBytes: number;
-  /** Sends waiting for the peer to receive. */
-  waitingSends: number;
-  /** Messages of the peer's that arrived here and wait for a receive. */
-  unexpectedMessages: number;
-}
-
 export class Endpoint extends EventEmitter<EndpointEvents> {
   readonly peerId: string;
   readonly peerPid: number;
   readonly peerDeviceUuid: string;
 
-  private readonly driver: CudaDriver;
-  private readonly opts: ResolvedOptions;
-  private readonly pool: HandlePool;
+  /** The link to the peer the paths share: frames, FINs, seqs, pending sends, flow, counters, closed state. */
+  private readonly link: EndpointLink;
   private readonly neg: NegotiationLink;
   private readonly matches = new MatchQueues<PendingRecv, Arrival>();
-  private readonly sends: PendingSends;
   private readonly paths: readonly DataPath[];
   /** The path whose arrival (or own control frame) each frame type is, by FrameType. */
   private readonly byArrival: (DataPath | undefined)[] = [];
   private readonly byControl: (DataPath | undefined)[] = [];
   private readonly byKind = {} as Record<PathKind, DataPath>;
-  /** Receives matched to a message that the sender announces again (an RGET we could not map, coming by staging). */
-  private readonly resends = new Map<number, PendingRecv>();
-  private gpuWork: GpuWork | undefined;
-  private nextSeq = 1;
-  private closedWith: Error | null | undefined; // undefined: open; null: closed cleanly
-  /** What pending operations were rejected with when the endpoint closed. */
-  private closeReason: Error | undefined;
-  private readonly sent = newDirection();
-  private readonly received = newDirection();
-  private readonly tracer: Tracer | undefined;
-  private readonly fins: FinBatcher;
-  /** Device UUIDs this endpoint's frames name, decoded once (wire/uuid.ts). */
-  private readonly uuidNames = new UuidNames();
   /** Decodes frames; an RGET like the last one is that one with a new tag and seq. */
   private readonly rgets = new RgetDecoder();
-  /** Backpressure: what the peer holds unread of ours, and the sends waiting for room (flow-control.ts). */
-  private readonly flow: FlowControl;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -122,49 +66,25 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     peer: HelloFrame,
   ) {
     super();
-    const driver = (this.driver = ctx.driver);
-    this.opts = ctx.options;
-    const tracer = (this.tracer = ctx.tracer);
     this.peerId = peer.peerId;
     this.peerPid = peer.pid;
     this.peerDeviceUuid = peer.deviceUuid;
-    const sendFrame = (frame: Frame) => this.sendFrame(frame);
-    const open = () => this.closedWith === undefined && !this.channel.closed;
-    this.fins = new FinBatcher(((ctx.local.features ?? 0) & (peer.features ?? 0) & Feature.FINS) !== 0, sendFrame, open);
-    this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
-      if (!open()) return;
-      try {
-        this.sendFrame({ type: FrameType.CREDIT, consumed });
-      } catch {
-        // the channel failed: the endpoint closes
-      }
-    });
-    this.sends = new PendingSends(this.peerId, this.sent, (seq) => this.sendFrame({ type: FrameType.CANCEL, seq }));
-    const pool = (this.pool = new HandlePool(driver, { ...this.opts.cache, onEvent: tracer ? (ev) => tracer.cache(this.peerId, ev) : undefined }));
-    const neg = (this.neg = new NegotiationLink({
-      driver, localId: ctx.local.peerId, peerId: peer.peerId, options: this.opts.negotiation, pool, tracer, sendFrame,
-      onState: (state, previous) => this.emit('state', state, previous),
-    }));
-    const ep = this; // eslint-disable-line @typescript-eslint/no-this-alias -- the paths' view of this endpoint
-    const pathCtx: PathContext = {
-      driver, opts: this.opts, peerId: this.peerId, tracer, exports: ctx.exports, pool, uuidNames: this.uuidNames,
-      sends: this.sends, sent: this.sent, received: this.received, flow: this.flow, fins: this.fins,
-      get ipcOk() { return neg.ipcOk; },
-      get closed() { return ep.closedWith !== undefined; },
-      closedError: () => this.closedError(),
-      nextSeq: () => this.nextSeq++,
-      gpu: () => (this.gpuWork ??= new GpuWork(driver, this.opts.completionSpinUs, ctx.progress)),
-      uuidOf: (ordinal) => neg.uuidOf(ordinal),
-      sendFrame,
-      sendBytes: (bytes) => {
-        if (this.channel.closed) throw this.closedError();
-        this.channel.send(bytes);
+    const link = (this.link = new EndpointLink(channel, ctx, peer.peerId, peer.features ?? 0));
+    this.neg = new NegotiationLink({
+      driver: ctx.driver,
+      localId: ctx.local.peerId,
+      peerId: peer.peerId,
+      options: ctx.options.negotiation,
+      pool: link.pool,
+      tracer: ctx.tracer,
+      sendFrame: (frame) => link.sendFrame(frame),
+      uuidOf: (ordinal) => link.uuidOf(ordinal),
+      onState: (state, previous) => {
+        link.ipcOk = state === 'OK';
+        this.emit('state', state, previous);
       },
-      sendFin: (seq, status, message) => this.sendFin(seq, status, message),
-      expectResend: (seq, recv) => this.resends.set(seq, recv),
-      failArrival: (recv, frame, err) => this.failArrival(recv, frame, err),
-    };
-    this.paths = createPaths(pathCtx);
+    });
+    this.paths = createPaths(link);
     for (const p of this.paths) {
       this.byKind[p.kind] = p;
       for (const t of p.arrivals) this.byArrival[t] = p;
@@ -182,7 +102,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 
   get closed(): boolean {
-    return this.closedWith !== undefined;
+    return this.link.closed;
   }
 
   /**
@@ -196,13 +116,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     checkMessageBuffer('buffer', buffer);
     const tag = checkTag(options.tag);
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
-    if (this.closedWith !== undefined) return Promise.reject(this.closedError());
+    if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
     const path = this.pathFor(buffer, options);
-    if (!this.flow.mayGo(path.inlineBytes(buffer))) {
+    if (!this.link.flow.mayGo(path.inlineBytes(buffer))) {
       // Its path may change while it waits (the negotiation may end meanwhile): asked again.
       const waiting = { inline: () => this.pathFor(buffer, options).inlineBytes(buffer), go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options) };
-      return this.flow.wait(waiting, options.signal, abortReason);
+      return this.link.flow.wait(waiting, options.signal, abortReason);
     }
     return this.sendBy(path, buffer, tag, options);
   }
@@ -228,7 +148,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const tag = checkTag(options.tag);
     if (options.into !== undefined) checkMessageBuffer('options.into', options.into);
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
-    if (this.closedWith !== undefined) return Promise.reject(this.closedError());
+    if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
     return new Promise<Received>((resolve, reject) => {
       const recv: PendingRecv = { tag, into: options.into, stream: options.stream, resolve, reject, cleanup: noop };
@@ -257,10 +177,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         ringIn: this.channel instanceof ShmChannel && this.channel.ringIn,
       },
       negotiation: { ...rec, path: [...rec.path], state: this.neg.state },
-      sent: structuredClone(this.sent),
-      received: structuredClone(this.received),
-      cache: this.pool.stats(),
-      flow: { maxUnreadBytes: this.opts.maxUnreadBytes, unreadBytes: this.flow.unread, waitingSends: this.flow.waiting, unexpectedMessages: this.matches.unexpectedCount },
+      sent: structuredClone(this.link.sent),
+      received: structuredClone(this.link.received),
+      cache: this.link.pool.stats(),
+      flow: this.link.flow.stats(this.matches.unexpectedCount),
     };
   }
 
@@ -269,21 +189,21 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * freeing device memory that was sent by RGET, so the memory is really freed).
    */
   invalidate(ptr: bigint): void {
-    this.invalidateAllocation(describeAllocation(this.driver, ptr));
+    this.invalidateAllocation(describeAllocation(this.link.driver, ptr));
   }
 
   /** @internal INVALIDATE for an allocation already described (Transport.free describes it once for all endpoints). */
   invalidateAllocation(alloc: { base: bigint; bufferId: bigint; device: number }): void {
-    if (this.closedWith !== undefined) return;
-    this.sendFrame({ type: FrameType.INVALIDATE, deviceUuid: this.neg.uuidOf(alloc.device), base: alloc.base, bufferId: alloc.bufferId });
+    if (this.link.closed) return;
+    this.link.sendFrame({ type: FrameType.INVALIDATE, deviceUuid: this.link.uuidOf(alloc.device), base: alloc.base, bufferId: alloc.bufferId });
   }
 
   /** Orderly close: tells the peer, rejects what is pending, releases every mapping. */
   close(reason = 'closed by the application'): void {
-    if (this.closedWith !== undefined) return;
+    if (this.link.closed) return;
     try {
-      this.fins.flush(); // receives already resolved: their senders learn it before CLOSE
-      if (!this.channel.closed) this.sendFrame({ type: FrameType.CLOSE, reason });
+      this.link.fins.flush(); // receives already resolved: their senders learn it before CLOSE
+      if (!this.channel.closed) this.link.sendFrame({ type: FrameType.CLOSE, reason });
     } catch {
       // the channel failed meanwhile: closing anyway
     }
@@ -295,10 +215,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   /** `transient`: `bytes` is a view of the channel's ring, gone after this call (ControlChannel). */
   private readonly onFrame = (bytes: Uint8Array, transient?: boolean): void => {
-    if (this.closedWith !== undefined) return;
+    if (this.link.closed) return;
     let frame: Frame;
     try {
-      frame = this.rgets.decode(bytes, this.uuidNames);
+      frame = this.rgets.decode(bytes, this.link.uuidNames);
       // EAGER data is a view of the frame (decodeFrame), and may wait in the
       // unexpected queue: its own copy. Nothing else keeps the frame's bytes.
       if (transient === true && frame.type === FrameType.EAGER) frame = { ...frame, data: copyBytes(frame.data) };
@@ -306,7 +226,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
       return;
     }
-    this.tracer?.frame(this.peerId, 'recv', frame);
+    this.link.tracer?.frame(this.peerId, 'recv', frame);
     try {
       this.dispatch(frame);
     } catch (err) {
@@ -318,10 +238,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const path = this.byArrival[frame.type];
     if (path !== undefined) {
       const arrival = frame as Arrival;
-      const waiting = this.resends.size > 0 ? this.resends.get(arrival.seq) : undefined;
+      const waiting = this.link.resends.size > 0 ? this.link.resends.get(arrival.seq) : undefined;
       if (waiting) {
         // announced again (an RGET we could not map, now by staging): already matched
-        this.resends.delete(arrival.seq);
+        this.link.resends.delete(arrival.seq);
         return this.receiveOn(path, waiting, arrival);
       }
       const recv = this.matches.arrive(arrival.tag, arrival);
@@ -335,15 +255,15 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         if (frame.status === FinStatus.SENDER_FAILED) return this.onSenderFailed(frame.seq, frame.message);
         return this.onFin(frame.seq, frame.status, frame.message);
       case FrameType.FINS:
-        if (!this.fins.enabled) throw new ProtocolError(`peer ${this.peerId} sent FINS without both HELLOs announcing it`);
+        if (!this.link.fins.enabled) throw new ProtocolError(`peer ${this.peerId} sent FINS without both HELLOs announcing it`);
         for (const seq of frame.seqs) this.onFin(seq, FinStatus.OK, '');
         return;
       case FrameType.CANCEL:
         return this.onCancel(frame.seq);
       case FrameType.CREDIT:
-        return this.flow.credit(frame.consumed);
+        return this.link.flow.credit(frame.consumed);
       case FrameType.INVALIDATE:
-        this.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
+        this.link.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
         return;
       case FrameType.CLOSE:
         this.shutdown(null, new PeerLostError(`peer ${this.peerId} closed the endpoint: ${frame.reason}`), true);
@@ -372,7 +292,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** A posted receive met its message: it leaves the unexpected queue (flow control) and goes to its path. */
   private deliver(recv: PendingRecv, frame: Arrival): void {
     recv.cleanup();
-    this.flow.received(frame.type === FrameType.EAGER ? frame.data.byteLength : 0);
+    this.link.flow.received(frame.type === FrameType.EAGER ? frame.data.byteLength : 0);
     this.receiveOn(this.byArrival[frame.type]!, recv, frame);
   }
 
@@ -380,37 +300,25 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     try {
       path.receive(recv, frame);
     } catch (err) {
-      this.failArrival(recv, frame, err as Error);
+      this.link.failArrival(recv, frame, err as Error);
     }
-  }
-
-  /** See PathContext.failArrival. */
-  private failArrival(recv: PendingRecv, frame: Arrival, err: Error): void {
-    if (frame.type !== FrameType.EAGER) {
-      try {
-        this.sendFin(frame.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
-      } catch {
-        // the channel failed: the endpoint closes and the sender learns it that way
-      }
-    }
-    recv.reject(err);
   }
 
   private onFin(seq: number, status: FinStatus, message: string): void {
-    const p = this.sends.get(seq);
+    const p = this.link.sends.get(seq);
     if (!p) throw new ProtocolError(`FIN for message ${seq}, which is not pending`, 'SMCUDA_BAD_FIN');
     if (status !== FinStatus.OK && this.byKind[p.path].onFin(seq, status, message)) return;
     if (status === FinStatus.RESTAGE) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
-    this.sends.settle(p, status, message);
+    this.link.sends.settle(p, status, message);
   }
 
   /** Receiver: the sender of message `seq` could not supply it (FIN SENDER_FAILED). */
   private onSenderFailed(seq: number, message: string): void {
     const err = new SmcudaError('SMCUDA_SENDER_FAILED', `peer ${this.peerId} could not send message ${seq}: ${message}; the message is lost, the endpoint stays open`);
     for (const path of this.paths) if (path.senderFailed(seq, err)) return;
-    const waiting = this.resends.get(seq);
+    const waiting = this.link.resends.get(seq);
     if (waiting) {
-      this.resends.delete(seq);
+      this.link.resends.delete(seq);
       return waiting.reject(err);
     }
     // Not matched yet: the message is withdrawn, as a cancelled one is. Anything
@@ -421,46 +329,27 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private onCancel(seq: number): void {
     // Withdraw the message if no receive has matched it yet; otherwise the
     // transfer completes and its own FIN answers the sender.
-    if (this.withdraw(seq)) this.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
+    if (this.withdraw(seq)) this.link.sendFin(seq, FinStatus.CANCELLED, 'cancelled by the sender');
   }
 
   private withdraw(seq: number): boolean {
     const withdrawn = this.matches.withdrawArrival((a) => a.seq === seq);
-    if (withdrawn) this.flow.received(withdrawn.type === FrameType.EAGER ? withdrawn.data.byteLength : 0);
+    if (withdrawn) this.link.flow.received(withdrawn.type === FrameType.EAGER ? withdrawn.data.byteLength : 0);
     return withdrawn !== undefined;
   }
 
   // ---------------------------------------------------------------- plumbing
 
-  private sendFrame(frame: Frame): void {
-    if (this.channel.closed) throw this.closedError();
-    this.tracer?.frame(this.peerId, 'send', frame);
-    this.channel.send(encodeFrame(frame, this.uuidNames));
-  }
-
-  private sendFin(seq: number, status: FinStatus, message: string): void {
-    if (this.closedWith !== undefined || this.channel.closed) return;
-    // The wire carries at most 4096 bytes of message (a long driver or nested error must not make the FIN itself fail).
-    if (message.length > 1000) message = `${message.slice(0, 1000)}…`;
-    this.sendFrame({ type: FrameType.FIN, seq, status, message });
-  }
-
   private readonly onChannelClose = (error?: Error): void => {
-    if (this.closedWith !== undefined) return;
+    if (this.link.closed) return;
     this.shutdown(error ?? null, new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed)'}`, { cause: error }));
   };
 
   /** A failure on this endpoint only (bad frame, protocol violation): close it. */
   private fail(err: Error): void {
-    if (this.closedWith !== undefined) return;
+    if (this.link.closed) return;
     this.shutdown(err, err);
     this.channel.close();
-  }
-
-  private closedError(): Error {
-    const why = this.closeReason;
-    if (why instanceof PeerLostError || this.closedWith) return new PeerLostError(`endpoint to ${this.peerId} is closed: ${(why ?? this.closedWith)!.message}`);
-    return new ClosedError(`endpoint to ${this.peerId} is closed${why ? `: ${why.message}` : ''}`);
   }
 
   /**
@@ -469,23 +358,23 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    */
   private shutdown(error: Error | null, reason: Error, orderly = false): void {
     debug('endpoint %s: closing (%s): %s', this.peerId, orderly ? 'orderly' : 'failure', reason.message);
-    this.closedWith = error;
-    this.closeReason = reason;
+    this.link.closedWith = error;
+    this.link.closeReason = reason;
+    this.link.ipcOk = false;
     // An orderly close (ours, or the peer's CLOSE) leaves the negotiation's
     // outcome as it was; a failure or a lost peer ends it BAD.
     this.neg.stop(orderly);
-    this.sends.close(reason);
-    this.flow.close(reason);
+    this.link.sends.close(reason);
+    this.link.flow.close(reason);
     const { posted } = this.matches.drain();
-    posted.push(...this.resends.values());
-    this.resends.clear();
+    posted.push(...this.link.resends.values());
+    this.link.resends.clear();
     for (const r of posted) {
       r.cleanup();
       r.reject(reason);
     }
     for (const path of this.paths) path.close(reason);
-    this.pool.close();
-    this.gpuWork?.close();
+    this.link.close();
     this.channel.off('frame', this.onFrame);
     this.emit('close', error ?? undefined);
   }

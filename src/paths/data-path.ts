@@ -56,6 +56,16 @@ export interface SendOptions {
   signal?: AbortSignal;
 }
 
+export interface RecvOptions {
+  tag?: number;
+  /** Where to put the message (host or device); must be at least as long. Default: a new buffer. */
+  into?: MessageBuffer;
+  /** The data is valid once this stream reaches the copy (the recv may resolve before). */
+  stream?: StreamHandle;
+  /** Cancels the receive if no message has matched it yet. */
+  signal?: AbortSignal;
+}
+
 /** What one received message resolves to (public: Received in endpoint.ts). */
 export interface Received {
   tag: number;

@@ -15,4 +15,4 @@ export function createPaths(ctx: PathContext): DataPath[] {
   return [new EagerPath(ctx), new RgetPath(ctx, staging), staging];
 }
 
-export type { DataPath, PathContext, PendingRecv, Received, SendOptions, Arrival } from './data-path.js';
+export type { DataPath, PathContext, PendingRecv, Received, RecvOptions, SendOptions, Arrival } from './data-path.js';
