@@ -13,7 +13,7 @@
  * whose completion calls straight into the FIN — no promise between the GPU
  * and the answer.
  */
-import type { Mapping } from '../../cache/index.js';
+import type { Mapping, MappingRequest } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
 import { count } from '../endpoint-stats.js';
@@ -31,11 +31,16 @@ export interface Resender {
   resend(seq: number, buf: DeviceBuffer, stream: StreamHandle | undefined): void;
 }
 
-/** One RGET receive from its copy to its FIN (one object per message, handed to finish). */
-interface RgetCopy {
+/**
+ * One RGET receive from the frame to its FIN, handed along as one object.
+ * It is also the request the handle pool looks the mapping up by: one
+ * allocation per message for both, as the request alone cost before.
+ */
+interface RgetCopy extends MappingRequest {
   recv: PendingRecv;
   frame: RgetFrame;
-  mapping: Mapping;
+  /** Set once the mapping is found or opened. */
+  mapping: Mapping | undefined;
   /** The sender's IPC event, opened here (destroyed once done). */
   event: bigint | undefined;
   /** What the receive resolves to (undefined until the copy is queued). */
@@ -167,19 +172,31 @@ export class RgetPath implements DataPath {
   receive(recv: PendingRecv, arrival: Arrival): void {
     const frame = arrival as RgetFrame;
     if (refuseTooSmall(this.ctx, recv, frame)) return;
-    const pooled = this.ctx.pool.lookup(rgetRequest(frame));
-    if (pooled && !frame.event) return this.copy({ recv, frame, mapping: pooled, event: undefined, result: undefined });
-    this.prepare(recv, frame, pooled).catch((err: Error) => this.ctx.failArrival(recv, frame, err));
+    const job: RgetCopy = {
+      deviceUuid: frame.deviceUuid,
+      base: frame.base,
+      size: frame.allocSize,
+      handle: frame.handle,
+      bufferId: frame.bufferId,
+      recv,
+      frame,
+      mapping: undefined,
+      event: undefined,
+      result: undefined,
+    };
+    job.mapping = this.ctx.pool.lookup(job);
+    if (job.mapping !== undefined && !frame.event) return this.copy(job);
+    this.prepare(job).catch((err: Error) => this.ctx.failArrival(recv, frame, err));
   }
 
-  /** Opens the mapping (unless `pooled` is it) and waits for the sender's stream event, then copies. */
-  private async prepare(recv: PendingRecv, frame: RgetFrame, pooled: Mapping | undefined): Promise<void> {
+  /** Opens the mapping (unless the pool had it) and waits for the sender's stream event, then copies. */
+  private async prepare(job: RgetCopy): Promise<void> {
+    const { recv, frame } = job;
     const ctx = this.ctx;
     const d = ctx.driver;
-    let mapping = pooled;
-    if (!mapping) {
+    if (job.mapping === undefined) {
       try {
-        mapping = await ctx.pool.acquire(rgetRequest(frame));
+        const mapping = (job.mapping = await ctx.pool.acquire(job));
         // The peer can make us read only what it handed us: the mapping's
         // real extent, not the peer's word for it, bounds every copy.
         const real = d.memGetAddressRange(mapping.ptr);
@@ -201,7 +218,6 @@ export class RgetPath implements DataPath {
         return;
       }
     }
-    const job: RgetCopy = { recv, frame, mapping, event: undefined, result: undefined };
     if (frame.event) {
       // The data is valid once the sender's stream reaches its event. Wait for
       // it here, on the host, not with cuStreamWaitEvent: if the peer dies
@@ -226,7 +242,8 @@ export class RgetPath implements DataPath {
 
   /** Queues the copy out of the peer's memory; its completion sends the FIN (finish). */
   private copy(job: RgetCopy): void {
-    const { recv, frame, mapping } = job;
+    const { recv, frame } = job;
+    const mapping = job.mapping!;
     const ctx = this.ctx;
     const d = ctx.driver;
     const n = frame.length;
@@ -262,7 +279,7 @@ export class RgetPath implements DataPath {
   private finish(job: RgetCopy, err: Error | undefined): void {
     const ctx = this.ctx;
     const { recv, frame } = job;
-    job.mapping.release();
+    job.mapping!.release();
     if (job.event !== undefined) destroyEvent(ctx.driver, job.event);
     if (err === undefined) {
       try {
@@ -301,9 +318,4 @@ function destroyEvent(d: CudaDriver, event: bigint): void {
   } catch {
     // the driver was closed meanwhile: nothing left to destroy
   }
-}
-
-/** What the handle pool needs to find or open the mapping an RGET reads from. */
-function rgetRequest(frame: RgetFrame) {
-  return { deviceUuid: frame.deviceUuid, base: frame.base, size: frame.allocSize, handle: frame.handle, bufferId: frame.bufferId };
 }
