@@ -158,8 +158,9 @@ export interface DataPath {
   /** One of `controls` arrived. Throwing is a protocol failure: the endpoint closes. */
   onFrame(frame: Frame): void;
   /**
-   * Sender: a FIN other than OK/error for one of this path's sends (RESTAGE):
-   * true if handled. The endpoint settles every other FIN itself.
+   * Sender: a FIN other than OK for one of this path's sends: true if the
+   * path handled it (RGET takes RESTAGE); otherwise the endpoint settles
+   * the send (PendingSends.settle).
    */
   onFin(seq: number, status: FinStatus, message: string): boolean;
   /** Receiver: the sender of `seq` failed it (FIN SENDER_FAILED): true if this path was receiving it. */
