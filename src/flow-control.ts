@@ -17,6 +17,17 @@
 import { ProtocolError } from './errors.js';
 import { CREDIT_STEP, MESSAGE_COST } from './wire/frames.js';
 
+/** What this endpoint holds for its peer and the peer for it (backpressure; see options.maxUnreadBytes). */
+export interface FlowStats {
+  maxUnreadBytes: number;
+  /** Bytes sent (inline data + 64 per message) that the peer has not reported received. */
+  unreadBytes: number;
+  /** Sends waiting for the peer to receive. */
+  waitingSends: number;
+  /** Messages of the peer's that arrived here and wait for a receive. */
+  unexpectedMessages: number;
+}
+
 /** A send waiting for room. */
 export interface WaitingSend {
   /** Inline bytes it would carry if sent now (its path may change while it waits). */
@@ -55,6 +66,11 @@ export class FlowControl {
 
   get waiting(): number {
     return this.queue.length;
+  }
+
+  /** `unexpected`: the peer's messages waiting here for a receive (the endpoint's matching counts them). */
+  stats(unexpected: number): FlowStats {
+    return { maxUnreadBytes: this.maxUnreadBytes, unreadBytes: this.unread, waitingSends: this.queue.length, unexpectedMessages: unexpected };
   }
 
   /** Whether a message carrying `inline` bytes may go now (nothing queued before it, and room). */

@@ -1,27 +1,15 @@
 /**
- * Pipelined host staging: how device data crosses an endpoint that is not
- * (yet, or ever) using CUDA IPC.
+ * The staging ring: how device data crosses an endpoint that is not (yet,
+ * or ever) using CUDA IPC. The protocol that drives it is staging.ts.
  *
  * Each direction of an endpoint has one ring: a POSIX shared-memory segment
  * made by the sender, of `slots` slots of `chunkSize` bytes, pinned on both
- * sides (cuMemHostRegister) so that both copies are real DMA. The protocol is
- * a rendezvous with credits (frames.ts, "Staging"):
- *
- *   sender                                   receiver
- *   STAGE_BEGIN(seq, len, segment) ───────▶  waits for a matching recv
- *                                  ◀───────  STAGE_ACK(seq, slot) × slots   (grant)
- *   D→H chunk into slot; STAGE_CHUNK ──────▶ H→D from slot; STAGE_ACK again if more
- *   ...                                      ...
- *                                  ◀───────  FIN(seq) after the last byte
- *
- * While the receiver copies slot k host→device, the sender is already copying
- * chunk k+1 device→host into another slot: the two sides overlap. Only one
- * staged message per direction uses the ring at a time, chosen by the
- * receiver among the messages it has matched, so an unmatched message never
- * holds the ring and no receive order can deadlock.
+ * sides (cuMemHostRegister) so that both copies are real DMA. While the
+ * receiver copies slot k host→device, the sender is already copying chunk
+ * k+1 device→host into another slot: the two sides overlap.
  */
-import type { CudaDriver, DevicePtr, SharedSegment, StreamHandle } from './cuda/driver.js';
-import type { StagingOptions } from './options.js';
+import type { CudaDriver, DevicePtr, SharedSegment, StreamHandle } from '../cuda/driver.js';
+import type { StagingOptions } from '../options.js';
 
 /** The sender's side of one direction's ring. */
 export class StagingRing {

@@ -1,0 +1,155 @@
+/**
+ * The link to one peer that the endpoint and its data paths share (the
+ * PathContext the paths see): frames out (encoded, traced), FINs and their
+ * batching, message seqs, the sends waiting for FIN, backpressure, the
+ * per-path counters, the handle pool, the GPU work, and whether the endpoint
+ * is closed. The endpoint owns the lifecycle: it sets `ipcOk` on each
+ * negotiation transition and `closedWith`/`closeReason` when it closes.
+ */
+import { HandlePool } from '../cache/index.js';
+import type { ControlChannel } from './channel/channel.js';
+import type { CudaDriver } from './cuda/driver.js';
+import { newDirection } from './endpoint-stats.js';
+import { ClosedError, PeerLostError, ProtocolError } from './errors.js';
+import type { ExportTable } from './exports.js';
+import { FinBatcher } from './fin-batcher.js';
+import { FlowControl } from './flow-control.js';
+import { GpuWork } from './gpu-work.js';
+import type { ResolvedOptions } from './options.js';
+import type { Arrival, PathContext, PendingRecv } from './paths/data-path.js';
+import { PendingSends } from './paths/pending-sends.js';
+import type { ProgressEngine } from './progress/engine.js';
+import type { Tracer } from './trace.js';
+import { encodeFrame } from './wire/codec.js';
+import { Feature, FinStatus, type Frame, FrameType, type HelloFrame } from './wire/frames.js';
+import { UuidNames } from './wire/uuid.js';
+
+/** What the Transport hands every endpoint. */
+export interface EndpointContext {
+  driver: CudaDriver;
+  options: ResolvedOptions;
+  /** This process's HELLO (id, device). */
+  local: HelloFrame;
+  /** What peers need to map local allocations, shared by the transport's endpoints. */
+  exports: ExportTable;
+  tracer?: Tracer;
+  /** The transport's progress engine (it polls this endpoint's GPU completions). */
+  progress?: ProgressEngine;
+}
+
+export class EndpointLink implements PathContext {
+  readonly driver: CudaDriver;
+  readonly opts: ResolvedOptions;
+  readonly tracer: Tracer | undefined;
+  readonly exports: ExportTable;
+  readonly pool: HandlePool;
+  /** Device UUIDs this endpoint's frames name, decoded once (wire/uuid.ts). */
+  readonly uuidNames = new UuidNames();
+  readonly sends: PendingSends;
+  readonly sent = newDirection();
+  readonly received = newDirection();
+  /** Backpressure: what the peer holds unread of ours, and the sends waiting for room (flow-control.ts). */
+  readonly flow: FlowControl;
+  readonly fins: FinBatcher;
+  /** Hot-path copy of `negotiation state === 'OK'` (the endpoint keeps it). */
+  ipcOk = false;
+  closedWith: Error | null | undefined; // undefined: open; null: closed cleanly
+  /** What pending operations were rejected with when the endpoint closed. */
+  closeReason: Error | undefined;
+  /** Receives matched to a message that the sender announces again (an RGET we could not map, coming by staging). */
+  readonly resends = new Map<number, PendingRecv>();
+  private readonly uuidByOrdinal = new Map<number, string>();
+  private gpuWork: GpuWork | undefined;
+  private seq = 1;
+
+  constructor(
+    private readonly channel: ControlChannel,
+    private readonly ctx: EndpointContext,
+    readonly peerId: string,
+    peerFeatures: number,
+  ) {
+    const driver = (this.driver = ctx.driver);
+    this.opts = ctx.options;
+    const tracer = (this.tracer = ctx.tracer);
+    this.exports = ctx.exports;
+    const open = () => this.closedWith === undefined && !this.channel.closed;
+    this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
+    this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
+      if (!open()) return;
+      try {
+        this.sendFrame({ type: FrameType.CREDIT, consumed });
+      } catch {
+        // the channel failed: the endpoint closes
+      }
+    });
+    this.sends = new PendingSends(peerId, this.sent, (seq) => this.sendFrame({ type: FrameType.CANCEL, seq }));
+    this.pool = new HandlePool(driver, { ...this.opts.cache, onEvent: tracer ? (ev) => tracer.cache(peerId, ev) : undefined });
+  }
+
+  get closed(): boolean {
+    return this.closedWith !== undefined;
+  }
+
+  nextSeq(): number {
+    return this.seq++;
+  }
+
+  gpu(): GpuWork {
+    return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress));
+  }
+
+  sendFrame(frame: Frame): void {
+    if (this.channel.closed) throw this.closedError();
+    this.tracer?.frame(this.peerId, 'send', frame);
+    this.channel.send(encodeFrame(frame, this.uuidNames));
+  }
+
+  sendBytes(bytes: Uint8Array): void {
+    if (this.channel.closed) throw this.closedError();
+    this.channel.send(bytes);
+  }
+
+  sendFin(seq: number, status: FinStatus, message: string): void {
+    if (this.closedWith !== undefined || this.channel.closed) return;
+    // The wire carries at most 4096 bytes of message (a long driver or nested error must not make the FIN itself fail).
+    if (message.length > 1000) message = `${message.slice(0, 1000)}…`;
+    this.sendFrame({ type: FrameType.FIN, seq, status, message });
+  }
+
+  uuidOf(ordinal: number): string {
+    let uuid = this.uuidByOrdinal.get(ordinal);
+    if (uuid === undefined) {
+      uuid = this.driver.deviceInfo(ordinal).uuid;
+      this.uuidByOrdinal.set(ordinal, uuid);
+    }
+    return uuid;
+  }
+
+  /** See PathContext.failArrival. */
+  failArrival(recv: PendingRecv, frame: Arrival, err: Error): void {
+    if (frame.type !== FrameType.EAGER) {
+      try {
+        this.sendFin(frame.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
+      } catch {
+        // the channel failed: the endpoint closes and the sender learns it that way
+      }
+    }
+    recv.reject(err);
+  }
+
+  expectResend(seq: number, recv: PendingRecv): void {
+    this.resends.set(seq, recv);
+  }
+
+  closedError(): Error {
+    const why = this.closeReason;
+    if (why instanceof PeerLostError || this.closedWith) return new PeerLostError(`endpoint to ${this.peerId} is closed: ${(why ?? this.closedWith)!.message}`);
+    return new ClosedError(`endpoint to ${this.peerId} is closed${why ? `: ${why.message}` : ''}`);
+  }
+
+  /** The endpoint closed (its paths first): every mapping of the peer's memory closes, the GPU work stops. */
+  close(): void {
+    this.pool.close();
+    this.gpuWork?.close();
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * A data path: one way a message's bytes cross an endpoint (EAGER inline,
+ * RGET by CUDA IPC, staging through a pinned shared ring). Each path is one
+ * object holding both its sides — the sender's `send` and the receiver's
+ * `receive` — and the endpoint dispatches to it; the endpoint itself only
+ * matches, routes frames and keeps the lifecycle.
+ *
+ * How a new path plugs in (e.g. memory exported by file descriptor, VMM or
+ * pool allocations: docs/cache.md "Memory kinds"):
+ *   1. its frames in src/wire/frames.ts (the codec is the wire's business);
+ *   2. one file, src/paths/<name>.ts, with a class implementing DataPath:
+ *      `arrivals` names the frame that announces a message (it is matched
+ *      against receives, then handed to `receive`), `controls` the frames of
+ *      its own protocol (handed to `onFrame`), `canSend` says which sends it
+ *      takes;
+ *   3. one line in src/paths/index.ts's `createPaths`, in the order paths are
+ *      asked (the first whose `canSend` is true carries the message), and its
+ *      name in endpoint-stats.ts's DataPath (the counters);
+ *   4. its arrival frame in `Arrival` below, and a test file
+ *      test/unit/paths/paths-<name>.test.ts driving it through test/helpers/path-harness.ts.
+ * Nothing in the endpoint changes: it routes frames by `arrivals` and
+ * `controls`, settles FINs through PendingSends, and asks `onFin` and
+ * `senderFailed` for the rest.
+ *
+ * Hot-path rule (8 B ping-pong ~12 µs, 1 MiB streaming ~190 GB/s on H200):
+ * `canSend`, `send` and `receive` run per message, so they allocate no
+ * closure, promise or object beyond what the message needs (EAGER: the
+ * frame; RGET: the FIN's promise, one job object, one completion) and queue
+ * no microtask; the endpoint's dispatch to them is one array index and a
+ * virtual call.
+ */
+import type { HandlePool } from '../../cache/index.js';
+import type { MessageBuffer, DeviceBuffer } from '../buffers.js';
+import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
+import type { DataPath as PathKind, DirectionCounters } from '../endpoint-stats.js';
+import type { ExportTable } from '../exports.js';
+import type { FinBatcher } from '../fin-batcher.js';
+import type { FlowControl } from '../flow-control.js';
+import type { GpuWork } from '../gpu-work.js';
+import type { ResolvedOptions } from '../options.js';
+import type { Tracer } from '../trace.js';
+import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
+import type { UuidNames } from '../wire/uuid.js';
+import type { PendingSends } from './pending-sends.js';
+
+export type { PathKind };
+
+/** A frame that announces a message (it carries tag and seq, and is matched against receives). */
+export type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
+
+export interface SendOptions {
+  /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
+  tag?: number;
+  /**
+   * The data is valid once the work queued on this stream so far is done.
+   * Without it, the data must already be on the device when send() is called:
+   * note that cuMemcpyHtoD from pageable memory and cuMemsetD8 may return
+   * before the device has the bytes (synchronize their stream, or pass it here).
+   */
+  stream?: StreamHandle;
+  /** Cancels the send if the peer has not matched it yet. */
+  signal?: AbortSignal;
+}
+
+export interface RecvOptions {
+  tag?: number;
+  /** Where to put the message (host or device); must be at least as long. Default: a new buffer. */
+  into?: MessageBuffer;
+  /** The data is valid once this stream reaches the copy (the recv may resolve before). */
+  stream?: StreamHandle;
+  /** Cancels the receive if no message has matched it yet. */
+  signal?: AbortSignal;
+}
+
+/** What one received message resolves to (public: Received in endpoint.ts). */
+export interface Received {
+  tag: number;
+  length: number;
+  path: PathKind;
+  /** Whether the sender's buffer was device memory. */
+  fromDevice: boolean;
+  /**
+   * `into` when given (a view of exactly `length` bytes for host buffers);
+   * otherwise host bytes, or — for device messages where this process has a
+   * device — a new device allocation owned by the caller (free it with
+   * `driver.memFree(data.ptr)`).
+   */
+  data: Uint8Array | DeviceBuffer;
+}
+
+/** A posted receive. */
+export interface PendingRecv {
+  tag: number;
+  into: MessageBuffer | undefined;
+  stream: StreamHandle | undefined;
+  resolve: (r: Received) => void;
+  reject: (err: Error) => void;
+  cleanup: () => void;
+}
+
+/** What the endpoint lends its paths: the link to the peer and the shared per-endpoint state. */
+export interface PathContext {
+  readonly driver: CudaDriver;
+  readonly opts: ResolvedOptions;
+  readonly peerId: string;
+  readonly tracer: Tracer | undefined;
+  /** Local allocations peers map (shared by the transport's endpoints). */
+  readonly exports: ExportTable;
+  /** The peer's allocations opened here. */
+  readonly pool: HandlePool;
+  readonly uuidNames: UuidNames;
+  /** Sender: sends waiting for their FIN. */
+  readonly sends: PendingSends;
+  readonly sent: DirectionCounters;
+  readonly received: DirectionCounters;
+  readonly flow: FlowControl;
+  readonly fins: FinBatcher;
+  /** Hot-path copy of "the negotiation is OK". */
+  readonly ipcOk: boolean;
+  /** The endpoint closed (or is closing). */
+  readonly closed: boolean;
+  /** What a pending operation rejects with once the endpoint is closed. */
+  closedError(): Error;
+  nextSeq(): number;
+  /** The endpoint's stream, events and copy batcher (made on first use). */
+  gpu(): GpuWork;
+  uuidOf(ordinal: number): string;
+  /** Encodes (and traces) a frame and sends it; throws if the channel is closed. */
+  sendFrame(frame: Frame): void;
+  /** Sends an already encoded frame (the caller traced it). */
+  sendBytes(bytes: Uint8Array): void;
+  /** A FIN with a status (dropped once the endpoint is closed; long messages are cut). */
+  sendFin(seq: number, status: FinStatus, message: string): void;
+  /** Receiver: `recv` stays matched and waits for message `seq` to be announced again (by staging). */
+  expectResend(seq: number, recv: PendingRecv): void;
+  /**
+   * Receiver: a matched message could not be received (no memory, a bad
+   * `into`, a bad request): the receive rejects and, for a rendezvous
+   * message, the sender gets FIN REFUSED/FAILED. The endpoint stays open.
+   */
+  failArrival(recv: PendingRecv, frame: Arrival, err: Error): void;
+}
+
+export interface DataPath {
+  readonly kind: PathKind;
+  /** Frame types that announce this path's messages (matched, then `receive`d). */
+  readonly arrivals: readonly FrameType[];
+  /** Frame types of this path's own protocol, handed to `onFrame`. */
+  readonly controls: readonly FrameType[];
+  /** Sender: whether this path carries `buf` now. */
+  canSend(buf: MessageBuffer, options: SendOptions): boolean;
+  /** Bytes `buf` would carry inline in the control channel (what it weighs in the peer's window). */
+  inlineBytes(buf: MessageBuffer): number;
+  /** Sender: sends it; resolves when the buffer may be reused. May throw (the send rejects). */
+  send(buf: MessageBuffer, tag: number, options: SendOptions): Promise<void>;
+  /** Receiver: a posted receive met one of this path's arrivals (throwing fails that arrival alone). */
+  receive(recv: PendingRecv, frame: Arrival): void;
+  /** One of `controls` arrived. Throwing is a protocol failure: the endpoint closes. */
+  onFrame(frame: Frame): void;
+  /**
+   * Sender: a FIN other than OK for one of this path's sends: true if the
+   * path handled it (RGET takes RESTAGE); otherwise the endpoint settles
+   * the send (PendingSends.settle).
+   */
+  onFin(seq: number, status: FinStatus, message: string): boolean;
+  /** Receiver: the sender of `seq` failed it (FIN SENDER_FAILED): true if this path was receiving it. */
+  senderFailed(seq: number, err: Error): boolean;
+  /** The endpoint closes: reject what is in progress with `reason`, release resources. */
+  close(reason: Error): void;
+}

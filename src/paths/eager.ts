@@ -1,0 +1,78 @@
+/**
+ * EAGER: the bytes travel inline in the control frame. Host data always;
+ * device data when the endpoint is not (yet) using IPC, the message is at
+ * most `deviceEagerLimit` bytes and no stream orders it (one synchronous
+ * device→host copy on the sender, host→device on the receiver). A send
+ * resolves at once: the bytes were copied.
+ */
+import { byteLength, isDeviceBuffer, hostBytes, type MessageBuffer } from '../buffers.js';
+import { count } from '../endpoint-stats.js';
+import { type Frame, FrameType, type EagerFrame } from '../wire/frames.js';
+import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
+import { receiveTarget } from './receive-target.js';
+
+export class EagerPath implements DataPath {
+  readonly kind = 'eager';
+  readonly arrivals = [FrameType.EAGER] as const;
+  readonly controls = [] as const;
+
+  constructor(private readonly ctx: PathContext) {}
+
+  canSend(buf: MessageBuffer, options: SendOptions): boolean {
+    if (!isDeviceBuffer(buf)) return true;
+    // Small and the endpoint not (yet) using IPC: one synchronous device→host
+    // copy, inline in the frame. Once IPC is OK even small messages go by RGET:
+    // one device copy with a polled completion beats two synchronous host
+    // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
+    const n = buf.length;
+    return n === 0 || (!this.ctx.ipcOk && n <= this.ctx.opts.deviceEagerLimit && options.stream === undefined);
+  }
+
+  inlineBytes(buf: MessageBuffer): number {
+    return byteLength(buf);
+  }
+
+  send(buf: MessageBuffer, tag: number): Promise<void> {
+    const ctx = this.ctx;
+    let data: Uint8Array;
+    let fromDevice = false;
+    if (isDeviceBuffer(buf)) {
+      data = new Uint8Array(buf.length);
+      if (buf.length > 0) ctx.driver.memcpyDtoH(data, buf.ptr);
+      fromDevice = true;
+    } else {
+      data = hostBytes(buf);
+    }
+    ctx.sendFrame({ type: FrameType.EAGER, tag, seq: ctx.nextSeq(), fromDevice, data });
+    ctx.flow.charge(data.byteLength);
+    count(ctx.sent, 'eager', data.byteLength);
+    return Promise.resolve();
+  }
+
+  receive(recv: PendingRecv, arrival: Arrival): void {
+    const frame = arrival as EagerFrame;
+    const ctx = this.ctx;
+    const n = frame.data.byteLength;
+    count(ctx.received, 'eager', n);
+    // A new buffer goes on the device for device data where there is one (frame.data may be a view of a larger receive buffer: always copied).
+    const data = receiveTarget(ctx.driver, recv.into, n, recv.into === undefined && frame.fromDevice && n > 0 && ctx.driver.isReady());
+    if (isDeviceBuffer(data)) {
+      if (n > 0) ctx.driver.memcpyHtoD(data.ptr, frame.data);
+    } else {
+      data.set(frame.data);
+    }
+    recv.resolve({ tag: frame.tag, length: n, path: 'eager', fromDevice: frame.fromDevice, data });
+  }
+
+  onFrame(_frame: Frame): void {}
+
+  onFin(): boolean {
+    return false;
+  }
+
+  senderFailed(): boolean {
+    return false;
+  }
+
+  close(): void {}
+}

@@ -1,0 +1,18 @@
+/**
+ * The data paths an endpoint uses, in the order a send asks them: the first
+ * whose canSend is true carries the message (data-path.ts says how a new
+ * path plugs in: its file, and one line here).
+ */
+import type { DataPath, PathContext } from './data-path.js';
+import { EagerPath } from './eager.js';
+import { RgetPath } from './rget.js';
+import { StagingPath } from './staging.js';
+
+export function createPaths(ctx: PathContext): DataPath[] {
+  const staging = new StagingPath(ctx);
+  // EAGER first (host data; small device data before IPC is OK), then RGET
+  // (IPC OK; an RGET the peer cannot map falls back to staging), staging last.
+  return [new EagerPath(ctx), new RgetPath(ctx, staging), staging];
+}
+
+export type { DataPath, PathContext, PendingRecv, Received, RecvOptions, SendOptions, Arrival } from './data-path.js';

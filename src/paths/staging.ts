@@ -1,0 +1,331 @@
+/**
+ * Staging: device data through a pinned shared host ring (staging-ring.ts),
+ * for endpoints not (yet, or ever) using CUDA IPC. Both sides of the
+ * protocol (docs/protocol.md, "Staging"):
+ *
+ *   sender                                   receiver
+ *   STAGE_BEGIN(seq, len, segment) ───────▶  waits for a matching recv
+ *                                  ◀───────  STAGE_ACK(seq, slot) × slots   (grant)
+ *   D→H chunk into slot; STAGE_CHUNK ──────▶ H→D from slot; STAGE_ACK again if more
+ *   ...                                      ...
+ *                                  ◀───────  FIN(seq) after the last byte
+ *
+ * Only one staged message per direction uses the ring at a time, chosen by
+ * the receiver among the messages it has matched (a queue of jobs), so an
+ * unmatched message never holds the ring and no receive order can deadlock.
+ * A failure fails that one message on both sides and the endpoint stays
+ * open: a bad source fails send() before anything is announced; a receiver
+ * that cannot take it answers FIN FAILED; a sender that cannot supply a chunk
+ * answers FIN SENDER_FAILED once none of its copies is in flight.
+ */
+import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
+import type { StreamHandle } from '../cuda/driver.js';
+import { count } from '../endpoint-stats.js';
+import { ProtocolError } from '../errors.js';
+import { newSegmentName } from '../segment-owner.js';
+import { FinStatus, type Frame, FrameType, type StageBeginFrame } from '../wire/frames.js';
+import type { Arrival, DataPath, PathContext, PendingRecv, Received, SendOptions } from './data-path.js';
+import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.js';
+import type { Resender } from './rget.js';
+import { checkStagedSource, chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging-ring.js';
+
+/** A staged receive waiting for, or using, this direction's ring. */
+interface StagedRecvJob extends StagedRecv {
+  recv: PendingRecv;
+  /** Where the bytes go: a device pointer or host bytes. */
+  dst: bigint | Uint8Array;
+  result: Received;
+  /** Copies out of the ring still in progress. */
+  inFlight: number;
+  failed: boolean;
+}
+
+export class StagingPath implements DataPath, Resender {
+  readonly kind = 'staging';
+  readonly arrivals = [FrameType.STAGE_BEGIN] as const;
+  readonly controls = [FrameType.STAGE_ACK, FrameType.STAGE_CHUNK] as const;
+  // sender side
+  private ring: StagingRing | undefined;
+  private readonly staged = new Map<number, StagedSend>();
+  // receiver side
+  private peerRing: PeerRing | undefined;
+  private readonly queue: StagedRecvJob[] = [];
+  private active: StagedRecvJob | undefined;
+  /** Staged receives that failed: chunks still in flight for them are dropped. */
+  private readonly failedSeqs = new Set<number>();
+
+  constructor(private readonly ctx: PathContext) {}
+
+  /** Any device message the paths before it did not take. */
+  canSend(buf: MessageBuffer): boolean {
+    return isDeviceBuffer(buf);
+  }
+
+  inlineBytes(): number {
+    return 0;
+  }
+
+  // ------------------------------------------------------------------ sender
+
+  send(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
+    const buf = buffer as DeviceBuffer;
+    const ctx = this.ctx;
+    checkStagedSource(ctx.driver, buf); // a bad source fails this send() alone, before anything is announced
+    // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.
+    this.sendRing();
+    const seq = ctx.nextSeq();
+    const done = ctx.sends.pend(seq, tag, buf.length, 'staging', options.signal, () => this.staged.delete(seq));
+    try {
+      this.announce(buf, tag, seq, options.stream);
+      ctx.flow.charge(0);
+    } catch (err) {
+      ctx.sends.fail(seq, err as Error);
+    }
+    return done;
+  }
+
+  /** An RGET the peer could not map, announced again by staging (Resender). */
+  resend(seq: number, buf: DeviceBuffer, stream: StreamHandle | undefined): void {
+    const p = this.ctx.sends.get(seq)!;
+    checkStagedSource(this.ctx.driver, buf);
+    const release = p.cleanup;
+    p.cleanup = () => {
+      release();
+      this.staged.delete(seq);
+    };
+    this.announce(buf, p.tag, seq, stream);
+  }
+
+  private sendRing(): StagingRing {
+    if (!this.ring) {
+      const name = newSegmentName('stg'); // owner-stamped: swept if we die before the receiver unlinks it
+      this.ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging, name);
+    }
+    return this.ring;
+  }
+
+  /** STAGE_BEGIN for message `seq`; its chunks follow the receiver's grants. */
+  private announce(buf: DeviceBuffer, tag: number, seq: number, stream: StreamHandle | undefined): void {
+    const ring = this.sendRing();
+    this.staged.set(seq, { seq, src: buf.ptr, length: buf.length, next: 0, stream: stream ?? this.ctx.gpu().stream, inFlight: 0 });
+    this.ctx.sendFrame({
+      type: FrameType.STAGE_BEGIN,
+      tag,
+      seq,
+      length: buf.length,
+      segment: ring.segment.name,
+      chunkSize: ring.options.chunkSize,
+      slots: ring.options.slots,
+    });
+  }
+
+  onFrame(frame: Frame): void {
+    if (frame.type === FrameType.STAGE_ACK) return this.onGrant(frame.seq, frame.slot);
+    if (frame.type === FrameType.STAGE_CHUNK) return this.onChunk(frame.seq, frame.slot, frame.offset, frame.length);
+  }
+
+  /** Sender: the receiver granted `slot` to message `seq`: fill it with the next chunk. */
+  private onGrant(seq: number, slot: number): void {
+    const ctx = this.ctx;
+    const staged = this.staged.get(seq);
+    const ring = this.ring;
+    if (!staged || !ring) {
+      if (ctx.sends.has(seq)) throw new ProtocolError(`STAGE_ACK for message ${seq}, which is not staged`);
+      return; // the send was cancelled or failed meanwhile
+    }
+    if (slot >= ring.options.slots) throw new ProtocolError(`STAGE_ACK grants slot ${slot} of a ${ring.options.slots}-slot ring`);
+    ring.unlink(); // the receiver has the segment open now
+    if (staged.failed || staged.next >= staged.length) return;
+    const offset = staged.next;
+    const length = Math.min(ring.options.chunkSize, staged.length - offset);
+    staged.next += length;
+    try {
+      // Fails for a source freed meanwhile or a bogus stream: this send alone fails.
+      ctx.driver.memcpyDtoHAsync(ring.slot(slot, length), staged.src + BigInt(offset), staged.stream);
+    } catch (err) {
+      return this.abortSend(staged, err as Error);
+    }
+    staged.inFlight++;
+    // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
+    ctx.gpu().whenDone(staged.stream, Infinity, (err) => {
+      staged.inFlight--;
+      if (err) return this.abortSend(staged, err);
+      if (staged.failed) return this.abortSend(staged, staged.failed);
+      if (ctx.closed || !this.staged.has(seq)) return;
+      try {
+        ctx.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
+      } catch (e) {
+        ctx.sends.fail(seq, e as Error); // the channel failed: the endpoint is closing
+      }
+    });
+  }
+
+  /**
+   * Sender: staged message `seq` cannot be supplied. Once none of its copies
+   * is in flight, the send rejects and the receiver is told (FIN
+   * SENDER_FAILED), so that its receive fails too; the endpoint stays open.
+   */
+  private abortSend(staged: StagedSend, err: Error): void {
+    staged.failed ??= err;
+    if (staged.inFlight !== 0 || !this.ctx.sends.has(staged.seq)) return;
+    this.ctx.sends.fail(staged.seq, staged.failed);
+    try {
+      this.ctx.sendFin(staged.seq, FinStatus.SENDER_FAILED, staged.failed.message);
+    } catch {
+      // the channel failed: the endpoint closes and the receiver learns it that way
+    }
+  }
+
+  onFin(): boolean {
+    return false;
+  }
+
+  // ---------------------------------------------------------------- receiver
+
+  /** A staged message matched a receive; it waits for the ring. */
+  receive(recv: PendingRecv, arrival: Arrival): void {
+    const frame = arrival as StageBeginFrame;
+    const n = frame.length;
+    if (refuseTooSmall(this.ctx, recv, frame)) return;
+    const data = receiveTarget(this.ctx.driver, recv.into, n, this.ctx.driver.isReady());
+    this.queue.push({
+      seq: frame.seq,
+      length: n,
+      granted: 0,
+      received: 0,
+      chunkSize: frame.chunkSize,
+      slots: frame.slots,
+      segment: frame.segment,
+      recv,
+      dst: isDeviceBuffer(data) ? data.ptr : data,
+      result: { tag: frame.tag, length: n, path: 'staging', fromDevice: true, data },
+      inFlight: 0,
+      failed: false,
+    });
+    if (!this.active) this.startNext();
+  }
+
+  private startNext(): void {
+    const ctx = this.ctx;
+    if (ctx.closed) return;
+    const job = this.queue.shift();
+    this.active = job;
+    if (!job) return;
+    try {
+      if (!this.peerRing || this.peerRing.segment.name !== job.segment) {
+        this.peerRing?.close();
+        this.peerRing = undefined;
+        const seg = ctx.driver.shmOpen(job.segment);
+        if (seg.bytes.byteLength < job.chunkSize * job.slots) {
+          seg.close();
+          throw new ProtocolError(`staging segment ${job.segment} is ${seg.bytes.byteLength} bytes, less than ${job.slots} × ${job.chunkSize}`);
+        }
+        this.peerRing = new PeerRing(ctx.driver, seg, job.chunkSize, job.slots);
+      }
+      const grants = Math.min(job.slots, chunkCount(job.length, job.chunkSize));
+      for (let slot = 0; slot < grants; slot++) this.grant(job, slot);
+    } catch (err) {
+      this.failRecv(job, err as Error);
+    }
+  }
+
+  private grant(job: StagedRecvJob, slot: number): void {
+    job.granted++;
+    this.ctx.sendFrame({ type: FrameType.STAGE_ACK, seq: job.seq, slot });
+  }
+
+  /** Receiver: chunk `offset..offset+length` of the active staged message is in `slot`. */
+  private onChunk(seq: number, slot: number, offset: number, length: number): void {
+    const ctx = this.ctx;
+    const job = this.active;
+    const ring = this.peerRing;
+    if (this.failedSeqs.has(seq)) return; // its FIN(FAILED) is on the way to the sender
+    if (!job || job.seq !== seq || !ring) throw new ProtocolError(`STAGE_CHUNK for message ${seq}, which is not being received`);
+    if (slot >= job.slots || length > job.chunkSize || offset + length > job.length) {
+      throw new ProtocolError(`STAGE_CHUNK ${seq}: slot ${slot}, bytes ${offset}..${offset + length} outside the message or ring`);
+    }
+    if (job.failed) return;
+    const src = ring.slot(slot, length);
+    const finishChunk = () => {
+      try {
+        job.received += length;
+        if (job.granted < chunkCount(job.length, job.chunkSize)) this.grant(job, slot);
+        if (job.received === job.length) this.finishRecv(job);
+      } catch (err) {
+        this.failRecv(job, err as Error); // the channel failed: the endpoint is closing
+      }
+    };
+    if (typeof job.dst === 'bigint') {
+      const stream = job.recv.stream ?? ctx.gpu().stream;
+      try {
+        // Fails for a bad `into` (freed, too short for the driver): this receive alone fails.
+        ctx.driver.memcpyHtoDAsync(job.dst + BigInt(offset), src, stream);
+      } catch (err) {
+        return this.failRecv(job, err as Error);
+      }
+      job.inFlight++;
+      // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
+      ctx.gpu().whenDone(stream, Infinity, (err) => {
+        job.inFlight--;
+        if (err) return this.failRecv(job, err);
+        if (job.failed) return this.nextAfterFailed(job);
+        if (!ctx.closed) finishChunk();
+      });
+    } else {
+      job.dst.set(src, offset);
+      finishChunk();
+    }
+  }
+
+  private finishRecv(job: StagedRecvJob): void {
+    count(this.ctx.received, 'staging', job.length);
+    this.ctx.sendFin(job.seq, FinStatus.OK, '');
+    job.recv.resolve(job.result);
+    this.startNext();
+  }
+
+  /** `tell`: FIN the sender with the status (not when the sender is the one who failed it). */
+  private failRecv(job: StagedRecvJob, err: Error, tell = true): void {
+    if (job.failed) return this.nextAfterFailed(job);
+    job.failed = true;
+    this.failedSeqs.add(job.seq);
+    releaseTarget(this.ctx.driver, job.recv.into, job.result.data);
+    try {
+      if (tell) this.ctx.sendFin(job.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
+    } catch {
+      // closing
+    }
+    job.recv.reject(err);
+    this.nextAfterFailed(job);
+  }
+
+  /**
+   * The ring goes to the next staged receive once no copy out of it is in
+   * flight for the failed one: a slot granted again must not still be read.
+   */
+  private nextAfterFailed(job: StagedRecvJob): void {
+    if (this.active === job && job.inFlight === 0) this.startNext();
+  }
+
+  /** Receiver: the sender of message `seq` could not supply it (FIN SENDER_FAILED). */
+  senderFailed(seq: number, err: Error): boolean {
+    const job = this.active?.seq === seq ? this.active : this.queue.find((j) => j.seq === seq);
+    if (!job) return false;
+    const i = this.queue.indexOf(job);
+    if (i >= 0) this.queue.splice(i, 1);
+    this.failRecv(job, err, false);
+    return true;
+  }
+
+  close(reason: Error): void {
+    this.staged.clear();
+    const jobs = [this.active, ...this.queue];
+    this.active = undefined;
+    this.queue.length = 0;
+    for (const job of jobs) if (job) this.failRecv(job, reason);
+    this.ring?.close();
+    this.ring = undefined;
+    this.peerRing?.close();
+    this.peerRing = undefined;
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * One side of a connection for driving a data path (src/paths/) on its own:
+ * a real EndpointLink — the PathContext the endpoint hands its paths — over
+ * a fake control channel that records every frame sent, decoded, on a
+ * simulated driver. No endpoint and no matching: a test hands a path its
+ * arrivals and frames itself, and reads what it answered.
+ */
+import { EventEmitter } from 'node:events';
+import type { ControlChannel } from '../../src/channel/channel.js';
+import { SimulatedCudaDriver } from '../../src/cuda/sim-driver.js';
+import { EndpointLink } from '../../src/endpoint-link.js';
+import { ExportTable } from '../../src/exports.js';
+import { resolveOptions, type TransportOptions } from '../../src/options.js';
+import type { PendingRecv, Received } from '../../src/paths/data-path.js';
+import type { Tracer } from '../../src/trace.js';
+import { decodeFrame } from '../../src/wire/codec.js';
+import { Feature, type Frame, FrameType, type HelloFrame } from '../../src/wire/frames.js';
+
+export interface PathSide {
+  driver: SimulatedCudaDriver;
+  link: EndpointLink;
+  /** Every frame the side sent, decoded, in order. */
+  frames: Frame[];
+  /** The raw bytes of each frame sent (same order). */
+  bytes: Uint8Array[];
+  /** Takes the frames sent so far (and forgets them). */
+  take(): Frame[];
+  close(): void;
+}
+
+class RecordingChannel extends EventEmitter implements Pick<ControlChannel, 'label' | 'closed' | 'send' | 'close'> {
+  readonly label = 'recording';
+  closed = false;
+  constructor(private readonly side: { frames: Frame[]; bytes: Uint8Array[] }) {
+    super();
+  }
+  send(frame: Uint8Array): boolean {
+    this.side.bytes.push(frame.slice());
+    this.side.frames.push(decodeFrame(frame.slice()));
+    return true;
+  }
+  close(): void {
+    this.closed = true;
+  }
+}
+
+export function pathSide(device: number, o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean } = {}): PathSide {
+  const driver = new SimulatedCudaDriver({ env: {} });
+  driver.init();
+  driver.setDevice(device);
+  const rec = { frames: [] as Frame[], bytes: [] as Uint8Array[] };
+  const channel = new RecordingChannel(rec);
+  const features = o.fins === false ? 0 : Feature.FINS;
+  const local = { type: FrameType.HELLO, version: 2, pid: process.pid, peerId: `side${device}`, deviceUuid: '', nonce: new Uint8Array(32), features } as HelloFrame;
+  const link = new EndpointLink(channel as unknown as ControlChannel, { driver, options: resolveOptions(o.options ?? {}), local, exports: new ExportTable(driver), tracer: o.tracer }, `peer-of-${device}`, features);
+  link.ipcOk = o.ipcOk ?? false;
+  return {
+    driver,
+    link,
+    frames: rec.frames,
+    bytes: rec.bytes,
+    take: () => rec.frames.splice(0),
+    close: () => {
+      link.closedWith = null;
+      link.close();
+      driver.close();
+    },
+  };
+}
+
+/** A posted receive and the promise it settles. */
+export function pendingRecv(tag: number, into?: PendingRecv['into'], stream?: PendingRecv['stream']): { recv: PendingRecv; result: Promise<Received> } {
+  let recv!: PendingRecv;
+  const result = new Promise<Received>((resolve, reject) => {
+    recv = { tag, into, stream, resolve, reject, cleanup: () => {} };
+  });
+  result.catch(() => {}); // a test that expects a rejection awaits it itself
+  return { recv, result };
+}
+
+/** Resolves once `cond()` holds (polls the event loop: simulated copies complete there). */
+export async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setImmediate(r));
+  }
+}
