@@ -20,6 +20,7 @@ import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
 import { checkPattern, fillPattern } from './demo-pattern.js';
+import { parseSegmentName } from '../segment-owner.js';
 import { serveRequests } from './worker-protocol.js';
 import { pairCount, planRound, roundCount, SOAK_ARENA_BYTES, SOAK_HOST_MAX, SOAK_WINDOW } from './soak-plan.js';
 
@@ -38,6 +39,8 @@ export interface SoakSnapshot {
   heapUsedBytes: number;
   openMappings: number;
   fds: number;
+  /** Entries in /dev/shm this process owns (control and staging rings, simulated device memory: src/segment-owner.ts). */
+  shmSegments: number;
 }
 
 export interface SoakRankReport {
@@ -63,7 +66,13 @@ function snapshot(endpoints: Iterable<Endpoint>): SoakSnapshot {
   for (const ep of endpoints) openMappings += ep.stats().cache.openMappings;
   (globalThis as { gc?: () => void }).gc?.(); // soak.ts starts workers with --expose-gc
   const mem = process.memoryUsage();
-  return { rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, openMappings, fds: readdirSync('/proc/self/fd').length };
+  return { rssBytes: mem.rss, heapUsedBytes: mem.heapUsed, openMappings, fds: readdirSync('/proc/self/fd').length, shmSegments: ownSegments() };
+}
+
+function ownSegments(): number {
+  let n = 0;
+  for (const name of readdirSync('/dev/shm')) if (parseSegmentName(name)?.owner.pid === process.pid) n++;
+  return n;
 }
 
 interface Tally {

@@ -23,8 +23,9 @@ const HELP = `usage: smcuda soak COUNT [options]
 
 Runs COUNT messages between local processes (mixed sizes: mostly small host
 messages, some device messages by eager, RGET and staging), verifies every
-byte, and reports per rank RSS, open IPC mappings and file descriptors at the
-start, at the end and after closing, and the messages per second.
+byte, and reports per rank RSS, open IPC mappings, file descriptors and the
+/dev/shm segments it owns at the start, at the end and after closing, and
+the messages per second.
 
   --ranks N             processes (default 4)
   --driver KIND         auto | native | sim (default auto)
@@ -142,7 +143,7 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
 }
 
 function render(r: SoakReport): string {
-  const rows = [['rank', 'sent', 'received', 'RSS start → end → closed', 'heap used (after GC)', 'open mappings', 'fds', 'seconds']];
+  const rows = [['rank', 'sent', 'received', 'RSS start → end → closed', 'heap used (after GC)', 'open mappings', 'fds', '/dev/shm', 'seconds']];
   const mb = (n: number) => formatBytes(n);
   for (const x of r.rankReports) {
     rows.push([
@@ -153,6 +154,7 @@ function render(r: SoakReport): string {
       `${mb(x.start.heapUsedBytes)} → ${mb(x.end.heapUsedBytes)} → ${mb(x.closed.heapUsedBytes)}`,
       `${x.start.openMappings} → ${x.end.openMappings} → ${x.closed.openMappings}`,
       `${x.start.fds} → ${x.end.fds} → ${x.closed.fds}`,
+      `${x.start.shmSegments} → ${x.end.shmSegments} → ${x.closed.shmSegments}`,
       x.seconds.toFixed(1),
     ]);
   }

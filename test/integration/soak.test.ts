@@ -18,6 +18,7 @@ describe('smcuda soak', () => {
     for (const r of report.rankReports) {
       expect(r.closed.openMappings).toBe(0);
       expect(r.closed.fds).toBeLessThanOrEqual(r.start.fds);
+      expect(r.closed.shmSegments).toBe(0); // rings and simulated device memory are gone with the transport
     }
     console.log(`[soak] ${report.count} messages, ${report.messagesPerSecond.toFixed(0)}/s; heap after GC per rank: ${report.rankReports.map((r) => `${(r.start.heapUsedBytes / 2 ** 20).toFixed(1)}→${(r.end.heapUsedBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`);
   }, 60_000);
