@@ -2,7 +2,7 @@
  * docs/protocol.md's per-frame field tables, rendered from the frame schema
  * (schema.ts). Each table sits between `<!-- frame-table NAME -->` and
  * `<!-- /frame-table -->`; the prose around it is the document's own.
- * `npm run protocol-tables` rewrites them; test/wire-schema.test.ts fails
+ * `npm run protocol-tables` rewrites them; test/unit/wire/wire-schema.test.ts fails
  * when the committed document is out of step with the schema.
  */
 import { readFileSync, writeFileSync } from 'node:fs';

@@ -4,7 +4,7 @@
  * the RGET fast path takes its field offsets from it (fieldOffset), and
  * docs/protocol.md's field tables are rendered from it (doc-tables.ts), so a
  * layout is written once, here. frames.ts keeps the TypeScript view; each
- * field's name is checked against it (FieldOf) and test/wire-schema.test.ts
+ * field's name is checked against it (FieldOf) and test/unit/wire/wire-schema.test.ts
  * checks that every field of the view is in the schema.
  */
 import {
