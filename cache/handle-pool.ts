@@ -1,4 +1,9 @@
 /**
+ * One file over 500 lines, as one concept: the pool's bounds, leases,
+ * staleness, eviction-and-retry and invalidation act on one LRU and one set
+ * of counters; the per-kind undo and the shared pool imports already live
+ * beside it (mapping.ts, peer-pools.ts).
+ *
  * HandlePool: the per-endpoint pool of mapped remote allocations, of every
  * kind (legacy CUDA IPC handles, VMM chunks and pool pointers imported by
  * descriptor).

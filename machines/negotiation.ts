@@ -1,4 +1,8 @@
 /**
+ * One file over 500 lines, as one concept: the machine definition is one
+ * declarative object (states, guards, named effects) that the diagrams and
+ * the model tests read whole; splitting it would split the picture.
+ *
  * The per-endpoint CUDA IPC negotiation (the smcuda handshake of the design
  * document, seeds/001), as an XState v5 machine. One actor per endpoint; both
  * directions share it: whichever side sends a GPU buffer first starts it.

@@ -1,3 +1,7 @@
+// One file over 500 lines, as one concept: the table of driver-call bindings,
+// each a few lines of argument checks around one cu* call through SMCUDA_CU;
+// the set is fixed by src/cuda/native-addon.ts.
+//
 // One JS function per driver call, exactly as src/cuda/native-addon.ts
 // declares them. Thin on purpose: NativeCudaDriver validates in TypeScript;
 // here arguments are only checked enough that a wrong type can never turn

@@ -1,4 +1,9 @@
 /**
+ * One file over 500 lines, as one concept: a Unix-socket ControlChannel and
+ * its listener share the socket life cycle (bind, 0600, peer credentials,
+ * unlink only our own inode, the two frame bounds); split, each half would
+ * need the other's state.
+ *
  * ControlChannel over a Unix domain stream socket, framed by a u32 length
  * prefix (framing.ts).
  *

@@ -1,4 +1,8 @@
 /**
+ * One file over 500 lines, as one concept: one method per CudaDriver call,
+ * each a validation plus one addon call and its error mapping; the contract
+ * (driver.ts) fixes the set, so the length follows the contract's.
+ *
  * `CudaDriver` over the native addon (native/cuda_*.cc, native/completion.cc,
  * native/shm.cc), i.e. over the real libcuda.so.1.
  *

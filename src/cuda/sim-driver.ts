@@ -1,4 +1,9 @@
 /**
+ * One file over 500 lines, as one concept: the CudaDriver contract over
+ * simulated memory, one method per call; memory, streams, events, IPC
+ * handles, fd memory and faults already live in sim/, this file only wires
+ * them to the contract.
+ *
  * SimulatedCudaDriver: the CudaDriver contract without a GPU.
  *
  * "Device memory" is POSIX shared memory (sim/memory.ts), so two real
