@@ -212,7 +212,8 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       events.off('newListener', onListener);
       clearImmediate(fallback);
       // resume() flows on a later tick, after a listener being added is in place.
-      if (!this.#closed) socket.resume();
+      // Also once closed: the peer's end is read, so the socket goes (no closeTimeoutMs wait).
+      socket.resume();
     };
     const onListener = (event: string | symbol) => {
       if (event === 'frame') start();
