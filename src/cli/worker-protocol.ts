@@ -1,7 +1,9 @@
 /**
  * The one protocol between a parent and a child process it drives: the
- * workers of `smcuda bench` and `smcuda soak`, and the tests' peer fixtures.
- * It runs over Node's IPC channel (fork, or spawn with an 'ipc' stdio slot).
+ * ranks of `smcuda demo` and `smcuda soak`, the workers of `smcuda bench`,
+ * and the tests' peer fixtures. It runs over Node's IPC channel (fork, or
+ * spawn with an 'ipc' stdio slot); Bun and Deno speak that channel's JSON
+ * form too, so a `launcher` can start a worker under either (demo --runtime).
  *
  *   parent → worker   { id, cmd, args }                 a request
  *   worker → parent   { id, ok: true, result }           its answer
@@ -178,6 +180,20 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
       send({ event: 'start-failed', error: toWireError(err) } satisfies WorkerEvent, undefined, undefined, () => process.exit(1));
     },
   };
+}
+
+/**
+ * The config a parent hands its worker as JSON in `envVar`; exits with code 2
+ * and a message when the module was not started by `command` (no config, or
+ * no IPC channel).
+ */
+export function workerConfig<T>(envVar: string, command: string): T {
+  const cfg = JSON.parse(process.env[envVar] ?? 'null') as T | null;
+  if (!cfg || !process.send) {
+    console.error(`this worker is started by \`${command}\`, not by hand`);
+    process.exit(2);
+  }
+  return cfg;
 }
 
 // -- the parent's side ----------------------------------------------------------
