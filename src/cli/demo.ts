@@ -17,7 +17,7 @@ import type { DemoReportEndpoint, DemoWorkerReady, MemoryReport, Phase, PhaseRes
 import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
-import { WorkerClient, WorkerFailedError } from './worker-protocol.js';
+import { type StartWorkerOptions, startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
 
 const DEFAULT_SIZES = '0,8,4K,64K,1M,16M,64M';
 
@@ -167,22 +167,14 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
   /** `cmd` on every rank; the first failure (a rank's error, or a rank that exited) ends the demo. */
   const everyRank = <T>(cmd: string, args?: unknown) => until(Promise.all(workers.map((w) => w.call<T>(cmd, args))));
   try {
-    const starting = Array.from({ length: opts.ranks }, (_, rank) => {
+    const options = Array.from({ length: opts.ranks }, (_, rank): StartWorkerOptions => {
       const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, memory, token, ...(opts.trace ? { trace: opts.trace } : {}) };
       const runtime = opts.runtimes?.[rank % opts.runtimes.length];
       // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one channel serves all
       // three. A launcher (spawn), not fork: Deno's fork rewrites the arguments as if the child were Deno.
-      return WorkerClient.start<DemoWorkerReady>(workerPath, {
-        name: `rank ${rank}`,
-        env: { SMCUDA_DEMO: JSON.stringify(cfg) },
-        readyTimeoutMs: opts.timeoutMs,
-        ...(runtime ? { launcher: [runtime.command, runtime.args] as [string, string[]] } : {}),
-      });
+      return { name: `rank ${rank}`, env: { SMCUDA_DEMO: JSON.stringify(cfg) }, readyTimeoutMs: opts.timeoutMs, ...(runtime ? { launcher: [runtime.command, runtime.args] } : {}) };
     });
-    const settled = await until(Promise.allSettled(starting));
-    for (const s of settled) if (s.status === 'fulfilled') workers.push(s.value);
-    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-    if (failed) throw failed.reason;
+    workers.push(...(await until(startWorkers<DemoWorkerReady>(workerPath, options))));
     const hello = workers.map((w) => w.ready);
     const first = hello[0]!;
     progress(`smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}; memory ${memory}`);

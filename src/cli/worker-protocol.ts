@@ -343,3 +343,19 @@ export class WorkerClient<Ready = unknown> extends EventEmitter {
     }
   }
 }
+
+/**
+ * Starts one worker of `modulePath` per entry of `options`, all at once, and
+ * waits until every one is ready. If any cannot start, kills those that did
+ * and rejects with the first failure: a group starts whole or not at all.
+ */
+export async function startWorkers<Ready = unknown>(modulePath: string, options: readonly StartWorkerOptions[]): Promise<WorkerClient<Ready>[]> {
+  const settled = await Promise.allSettled(options.map((o) => WorkerClient.start<Ready>(modulePath, o)));
+  const workers = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) {
+    await Promise.all(workers.map((w) => w.kill()));
+    throw failed.reason;
+  }
+  return workers;
+}
