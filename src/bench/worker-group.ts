@@ -16,7 +16,7 @@
  *   (it exits when the channel closes, and the group SIGKILLs what is left on
  *   close, on exit and on SIGINT/SIGTERM).
  */
-import { serveRequests, WorkerClient, WorkerFailedError } from '../cli/worker-protocol.js';
+import { serveRequests, startWorkers, type WorkerClient, WorkerFailedError } from '../cli/worker-protocol.js';
 
 export { WorkerFailedError } from '../cli/worker-protocol.js';
 
@@ -54,21 +54,15 @@ export class WorkerGroup<Command extends { op: string }, Info> {
   }
 
   static async start<Command extends { op: string }, Info>(modulePath: string, configs: readonly object[], options: StartOptions): Promise<WorkerGroup<Command, Info>> {
-    const starting = configs.map((cfg, rank) =>
-      WorkerClient.start<Info>(modulePath, {
+    const workers = await startWorkers<Info>(
+      modulePath,
+      configs.map((cfg, rank) => ({
         name: `worker ${rank}`,
         env: { ...options.env, [options.envVar]: JSON.stringify(cfg) },
-        serialization: 'advanced',
+        serialization: 'advanced' as const,
         ...(options.readyTimeoutMs !== undefined ? { readyTimeoutMs: options.readyTimeoutMs } : {}),
-      }),
+      })),
     );
-    const settled = await Promise.allSettled(starting);
-    const workers = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-    if (failed) {
-      await Promise.all(workers.map((w) => w.kill()));
-      throw failed.reason;
-    }
     return new WorkerGroup<Command, Info>(workers);
   }
 

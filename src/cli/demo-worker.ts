@@ -1,15 +1,20 @@
 /**
- * One rank of `smcuda demo`, forked by demo.ts. It creates a Transport on its
- * own device, listens on its socket, connects to every lower rank, then runs
- * the phases the parent orders, verifying every message it receives.
+ * One rank of `smcuda demo`, started by demo.ts under node, bun or deno. It
+ * creates a Transport on its own device, listens on its socket, connects to
+ * every lower rank, then runs the phases the parent orders, verifying every
+ * message it receives.
  *
- * Parent ⇄ worker messages (process.send):
- *   worker → parent: listening | connected | phase-done | report | failed
- *   parent → worker: connect | phase | finish (report your stats) | exit (close)
- * The worker exits when the parent goes away (IPC 'disconnect').
+ * It speaks the worker protocol (worker-protocol.ts), one request at a time:
+ *   ready (listening: rank, runtime, driver, device)
+ *   → `connect` (to every lower rank, until every peer is there; answers its MemoryReport)
+ *   → `phase` { phase, sizeIndex } (answers its PhaseResult), once per phase and size
+ *   → `report` (answers its endpoints' stats)
+ *   → `exit` (closes the transport, frees its memory; the parent sends it only
+ *     once every rank has reported, since a peer closing first would turn our
+ *     endpoints BAD).
+ * It exits when the parent goes away.
  */
 import { join } from 'node:path';
-import { parentLink, workerConfig } from './parent-link.js';
 import type { CudaDriver } from '../cuda/driver.js';
 import { allocDemoMemory, type DemoBuffer, type DemoMemory, type MemoryOption } from './demo-memory.js';
 import { openDriver } from '../cuda/open-driver.js';
@@ -17,6 +22,7 @@ import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
 import { currentRuntime } from './runtimes.js';
 import { checkPattern, fillPattern, seedOf } from './demo-pattern.js';
+import { serveRequests, WorkerFailedError, workerConfig } from './worker-protocol.js';
 
 export interface WorkerConfig {
   rank: number;
@@ -56,68 +62,105 @@ export interface MemoryReport {
   chunksTouched?: number;
 }
 
-type ParentMessage = { type: 'connect' } | { type: 'phase'; phase: Phase; sizeIndex: number } | { type: 'finish' } | { type: 'exit' };
+/** What a rank says with 'ready': it is listening. */
+export interface DemoWorkerReady {
+  rank: number;
+  runtime: string;
+  driver: string;
+  reason: string;
+  device: { index: number; name: string; uuid: string };
+}
 
 const config = workerConfig<WorkerConfig>('SMCUDA_DEMO', 'smcuda demo');
-const { next, tell, release } = parentLink<ParentMessage>();
 
-async function main(cfg: WorkerConfig): Promise<void> {
+interface Commands {
+  connect(): Promise<MemoryReport>;
+  phase(args: { phase: Phase; sizeIndex: number }): Promise<PhaseResult>;
+  report(): DemoReportEndpoint[];
+}
+export type DemoReportEndpoint = Record<string, unknown> & { rank: number; peer: number };
+
+let commands: Commands | undefined;
+let cleanUp: (() => Promise<void>) | undefined;
+// Requests wait for 'ready', so `commands` is set whenever one runs.
+const link = serveRequests(
+  (cmd, args) => {
+    const run = commands![cmd as keyof Commands] as ((args: unknown) => unknown) | undefined;
+    if (!run) throw new WorkerFailedError(`unknown command ${JSON.stringify(cmd)}: a demo rank takes connect, phase, report, exit`);
+    return run(args);
+  },
+  { sequential: true, onExit: () => cleanUp?.() },
+);
+
+async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
   const { driver, reason } = await openDriver({ driver: cfg.driver });
   driver.init();
+  let t: Transport | undefined;
+  let memory: DemoMemory | undefined;
+  cleanUp = async () => {
+    await t?.close();
+    memory?.freeAll();
+    driver.close();
+  };
   const device = cfg.rank % driver.deviceCount();
-  const t = await Transport.create({
+  const transport = (t = await Transport.create({
     driver,
     id: `rank${cfg.rank}`,
     device,
     token: cfg.token,
     negotiation: { ipc: cfg.ipc },
     ...(cfg.trace ? { trace: cfg.trace } : {}),
-  });
+  }));
   const info = driver.deviceInfo(device);
   const peers = new Map<number, Endpoint>();
   const expected = cfg.ranks - 1;
   const allConnected = new Promise<void>((resolve) => {
-    const add = (ep: Endpoint) => {
+    transport.on('endpoint', (ep: Endpoint) => {
       peers.set(Number(ep.peerId.replace('rank', '')), ep);
       if (peers.size === expected) resolve();
-    };
-    t.on('endpoint', add);
+    });
     if (expected === 0) resolve();
   });
-  await t.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
-  tell({ type: 'listening', rank: cfg.rank, runtime: currentRuntime(), driver: driver.kind, reason, device: { index: device, name: info.name, uuid: info.uuid } });
-
-  const m = await next();
-  if (m.type !== 'connect') throw new Error(`expected connect, got ${m.type}`);
-  for (let r = 0; r < cfg.rank; r++) await t.connect(join(cfg.dir, `rank${r}.sock`));
-  await allConnected;
-  tell({ type: 'connected', rank: cfg.rank });
+  await transport.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
 
   const maxSize = Math.max(0, ...cfg.sizes);
-  const memory = allocDemoMemory(driver, cfg.memory);
-  const buffers = allocBuffers(memory, cfg.ranks, cfg.rank, maxSize);
-  tell({ type: 'memory', rank: cfg.rank, memory: { rank: cfg.rank, ...memory.describe([...buffers.send.values()][0], maxSize) } });
+  let buffers: Buffers | undefined;
   const host = new Uint8Array(maxSize);
   const scratch = new Uint8Array(maxSize);
-  try {
-    for (;;) {
-      const msg = await next();
-      if (msg.type === 'finish') break;
-      if (msg.type !== 'phase') continue;
-      const result = await runPhase(cfg, driver, peers, buffers, host, scratch, msg.phase, msg.sizeIndex);
-      tell({ type: 'phase-done', rank: cfg.rank, result });
-    }
-    const endpoints = [...peers.entries()]
-      .sort((a, b) => a[0] - b[0])
-      .map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
-    tell({ type: 'report', rank: cfg.rank, endpoints });
-    // Close only once every rank has reported: a peer closing first would turn our endpoints BAD.
-    while ((await next()).type !== 'exit');
-  } finally {
-    await t.close();
-    memory.freeAll();
-    driver.close();
+  commands = {
+    async connect() {
+      for (let r = 0; r < cfg.rank; r++) await transport.connect(join(cfg.dir, `rank${r}.sock`));
+      await allConnected;
+      memory = allocDemoMemory(driver, cfg.memory);
+      buffers = allocBuffers(memory, cfg.ranks, cfg.rank, maxSize);
+      return { rank: cfg.rank, ...memory.describe([...buffers.send.values()][0], maxSize) };
+    },
+    async phase({ phase, sizeIndex }) {
+      if (!buffers) throw new WorkerFailedError('phase before connect: the parent sends connect first');
+      try {
+        return await runPhase(cfg, driver, peers, buffers, host, scratch, phase, sizeIndex);
+      } catch (err) {
+        throw withHint(err, cfg.memory);
+      }
+    },
+    report() {
+      return [...peers.entries()].sort((a, b) => a[0] - b[0]).map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
+    },
+  };
+  return { rank: cfg.rank, runtime: currentRuntime(), driver: driver.kind, reason, device: { index: device, name: info.name, uuid: info.uuid } };
+}
+
+/**
+ * An endpoint without the descriptor data path exports every GPU send by
+ * cuIpcGetMemHandle, which VMM and pool memory refuse: the error says so, and
+ * what works meanwhile (its code stays the driver's).
+ */
+function withHint(err: unknown, memory: MemoryOption): unknown {
+  const e = err as Error & { call?: string };
+  if (memory !== 'legacy' && e?.call === 'cuIpcGetMemHandle') {
+    e.message += ` (sending ${memory} memory: this endpoint cannot export it for RGET; --ipc off moves it by staging)`;
   }
+  return err;
 }
 
 interface Buffers {
@@ -202,18 +245,10 @@ async function barrier(peers: Map<number, Endpoint>): Promise<void> {
   await Promise.all([...eps.map((ep) => ep.send(EMPTY, { tag: BARRIER_TAG })), ...eps.map((ep) => ep.recv({ tag: BARRIER_TAG }))]);
 }
 
-main(config).then(
-  () => {
-    release();
-  },
-  (err: Error & { code?: string; call?: string }) => {
-    // An endpoint without the descriptor data path exports every GPU send by cuIpcGetMemHandle,
-    // which VMM and pool memory refuse: say so, and what works meanwhile.
-    const hint =
-      config.memory !== 'legacy' && err.call === 'cuIpcGetMemHandle'
-        ? ` (sending ${config.memory} memory: this endpoint cannot export it for RGET; --ipc off moves it by staging)`
-        : '';
-    tell({ type: 'failed', rank: config.rank, message: `${err.code ? `[${err.code}] ` : ''}${err.message}${hint}`, stack: err.stack });
-    setTimeout(() => process.exit(1), 100);
+start(config).then(
+  (ready) => link.ready(ready),
+  async (err: unknown) => {
+    await cleanUp?.().catch(() => {}); // the start failure is the error to report
+    link.startFailed(err);
   },
 );

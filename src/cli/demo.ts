@@ -2,9 +2,10 @@
  * `smcuda demo`, the main job: N local processes (demo-worker.ts), each with
  * its own Transport over Unix sockets, exchange GPU buffers in a ring and
  * all-to-all at several sizes, verify every byte, and report each endpoint's
- * negotiation and data paths. The children never outlive this process.
+ * negotiation and data paths. The ranks are driven over the worker protocol
+ * (worker-protocol.ts): each phase is a command to every rank, and its result
+ * the rank's answer. The children never outlive this process.
  */
-import { type ChildProcess, fork, spawn, type StdioOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,10 +13,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes, gbps, parseSize, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
-import type { MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
+import type { DemoReportEndpoint, DemoWorkerReady, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
 import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
+import { type StartWorkerOptions, startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
 
 const DEFAULT_SIZES = '0,8,4K,64K,1M,16M,64M';
 
@@ -131,19 +133,11 @@ export interface DemoReport {
   mps: { active: boolean; sharedGpuWithoutMps: boolean };
   devices: { rank: number; runtime: string; index: number; name: string; uuid: string }[];
   phases: { phase: Phase; size: number; messages: number; bytes: number; seconds: number; gbPerSecond: number }[];
-  endpoints: Array<Record<string, unknown> & { rank: number; peer: number }>;
+  endpoints: DemoReportEndpoint[];
   verified: boolean;
   mismatches: string[];
   durationMs: number;
 }
-
-type WorkerMessage =
-  | { type: 'listening'; rank: number; runtime: string; driver: string; reason: string; device: { index: number; name: string; uuid: string } }
-  | { type: 'connected'; rank: number }
-  | { type: 'memory'; rank: number; memory: MemoryReport }
-  | { type: 'phase-done'; rank: number; result: PhaseResult }
-  | { type: 'report'; rank: number; endpoints: DemoReport['endpoints'] }
-  | { type: 'failed'; rank: number; message: string; stack?: string };
 
 /** Runs the demo; rejects on any worker failure or the timeout, after killing every worker. */
 export async function demo(opts: DemoOptions, progress: (line: string) => void = () => {}): Promise<DemoReport> {
@@ -152,9 +146,9 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-demo-')); // mode 0700: only we can reach the sockets
   const token = randomBytes(16).toString('hex');
   const workerPath = fileURLToPath(new URL('./demo-worker.js', import.meta.url));
-  const children: ChildProcess[] = [];
+  const workers: WorkerClient<DemoWorkerReady>[] = [];
   const killAll = () => {
-    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
   };
   process.once('exit', killAll);
   const onSignal = (sig: NodeJS.Signals) => {
@@ -164,46 +158,24 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
 
-  const waiters = new Map<string, { count: number; items: WorkerMessage[]; resolve: (items: WorkerMessage[]) => void }>();
-  let failure: ((err: Error) => void) | undefined;
-  const failed = new Promise<never>((_, reject) => (failure = reject));
-  failed.catch(() => {});
-  const collect = (type: WorkerMessage['type']) =>
-    new Promise<WorkerMessage[]>((resolve) => waiters.set(type, { count: opts.ranks, items: [], resolve }));
-  const until = <T>(p: Promise<T>) => Promise.race([p, failed]);
-
-  const timer = setTimeout(() => failure?.(new Error(`demo did not finish within ${opts.timeoutMs / 1000} s`)), opts.timeoutMs);
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new WorkerFailedError(`demo did not finish within ${opts.timeoutMs / 1000} s`)), opts.timeoutMs);
+  });
+  timedOut.catch(() => {});
+  const until = <T>(p: Promise<T>) => Promise.race([p, timedOut]);
+  /** `cmd` on every rank; the first failure (a rank's error, or a rank that exited) ends the demo. */
+  const everyRank = <T>(cmd: string, args?: unknown) => until(Promise.all(workers.map((w) => w.call<T>(cmd, args))));
   try {
-    const listening = collect('listening');
-    for (let rank = 0; rank < opts.ranks; rank++) {
+    const options = Array.from({ length: opts.ranks }, (_, rank): StartWorkerOptions => {
       const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, memory, token, ...(opts.trace ? { trace: opts.trace } : {}) };
       const runtime = opts.runtimes?.[rank % opts.runtimes.length];
-      // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one IPC channel serves all
-      // three. spawn, not fork: Deno's fork rewrites the arguments as if the child were Deno.
-      const env = { ...process.env, SMCUDA_DEMO: JSON.stringify(cfg) };
-      const stdio: StdioOptions = ['ignore', 'inherit', 'inherit', 'ipc'];
-      const child = runtime ? spawn(runtime.command, [...runtime.args, workerPath], { env, stdio }) : fork(workerPath, [], { env, stdio });
-      children.push(child);
-      child.on('message', (m: WorkerMessage) => {
-        if (m.type === 'failed') {
-          failure?.(new Error(`rank ${m.rank} failed: ${m.message}`));
-          return;
-        }
-        const w = waiters.get(m.type);
-        if (w) {
-          w.items.push(m);
-          if (w.items.length === w.count) {
-            waiters.delete(m.type);
-            w.resolve(w.items);
-          }
-        }
-      });
-      child.on('exit', (code, signal) => {
-        if (code !== 0) failure?.(new Error(`rank ${rank} exited with ${signal ?? `code ${code}`} before the demo finished`));
-      });
-    }
-    const hello = (await until(listening)) as Extract<WorkerMessage, { type: 'listening' }>[];
-    hello.sort((a, b) => a.rank - b.rank);
+      // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one channel serves all
+      // three. A launcher (spawn), not fork: Deno's fork rewrites the arguments as if the child were Deno.
+      return { name: `rank ${rank}`, env: { SMCUDA_DEMO: JSON.stringify(cfg) }, readyTimeoutMs: opts.timeoutMs, ...(runtime ? { launcher: [runtime.command, runtime.args] } : {}) };
+    });
+    workers.push(...(await until(startWorkers<DemoWorkerReady>(workerPath, options))));
+    const hello = workers.map((w) => w.ready);
     const first = hello[0]!;
     progress(`smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}; memory ${memory}`);
     for (const h of hello) progress(`  rank${h.rank} (${h.runtime}): device ${h.device.index} ${h.device.name} ${h.device.uuid}`);
@@ -211,20 +183,14 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     const sharing = first.driver === 'native' && new Set(hello.map((h) => h.device.uuid)).size < hello.length;
     for (const line of sharedGpuAdvice(sharing, mps)) progress(line);
 
-    const connected = collect('connected');
-    const described = collect('memory');
-    for (const c of children) c.send({ type: 'connect' });
-    await until(connected);
-    const buffers = ((await until(described)) as Extract<WorkerMessage, { type: 'memory' }>[]).map((m) => m.memory).sort((a, b) => a.rank - b.rank);
+    const buffers = await everyRank<MemoryReport>('connect');
     for (const b of buffers) progress(`  rank${b.rank} buffers: ${describeBuffers(b)}`);
 
     const phases: DemoReport['phases'] = [];
     const mismatches: string[] = [];
     for (const phase of ['ring', 'alltoall'] as Phase[]) {
       for (let sizeIndex = 0; sizeIndex < opts.sizes.length; sizeIndex++) {
-        const done = collect('phase-done');
-        for (const c of children) c.send({ type: 'phase', phase, sizeIndex });
-        const results = ((await until(done)) as Extract<WorkerMessage, { type: 'phase-done' }>[]).map((m) => m.result);
+        const results = await everyRank<PhaseResult>('phase', { phase, sizeIndex });
         const bytes = results.reduce((s, r) => s + r.bytesReceived, 0);
         const seconds = Math.max(...results.map((r) => r.seconds));
         const messages = results.reduce((s, r) => s + r.messages, 0);
@@ -234,11 +200,13 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
         progress(`  ${phase.padEnd(8)} ${formatBytes(row.size).padStart(8)}  ${String(messages).padStart(4)} msgs  ${gbps(bytes, seconds).padStart(8)} GB/s${results.some((r) => r.mismatches.length) ? '  MISMATCH' : ''}`);
       }
     }
-    const reports = collect('report');
-    for (const c of children) c.send({ type: 'finish' });
-    const endpoints = ((await until(reports)) as Extract<WorkerMessage, { type: 'report' }>[]).flatMap((m) => m.endpoints).sort((a, b) => a.rank - b.rank || a.peer - b.peer);
-    for (const c of children) c.send({ type: 'exit' });
-    await until(Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', r))))));
+    const endpoints = (await everyRank<DemoReportEndpoint[]>('report')).flat().sort((a, b) => a.rank - b.rank || a.peer - b.peer);
+    // Every rank has reported, so none can turn another's endpoints BAD by closing first.
+    await until(Promise.all(workers.map((w) => w.exit())));
+    for (const w of workers) {
+      const { code, signal } = await w.exited;
+      if (code !== 0) throw new WorkerFailedError(`${w.name} exited with ${signal ?? `code ${code}`} while closing`);
+    }
     const largeMessages = { rget: 0, staging: 0 };
     for (const e of endpoints) {
       const received = e.received as Record<'rget' | 'staging', { messages: number }>;
@@ -262,7 +230,7 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     };
   } finally {
     clearTimeout(timer);
-    killAll();
+    await Promise.all(workers.map((w) => w.kill()));
     process.off('exit', killAll);
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -12,7 +12,6 @@
  * goes away.
  */
 import { readdirSync } from 'node:fs';
-import { workerConfig } from './parent-link.js';
 import { join } from 'node:path';
 import type { DeviceBuffer } from '../buffers.js';
 import type { CudaDriver } from '../cuda/driver.js';
@@ -21,7 +20,7 @@ import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
 import { checkPattern, fillPattern } from './demo-pattern.js';
 import { parseSegmentName } from '../segment-owner.js';
-import { serveRequests } from './worker-protocol.js';
+import { serveRequests, workerConfig } from './worker-protocol.js';
 import { pairCount, planRound, roundCount, SOAK_ARENA_BYTES, SOAK_HOST_MAX, SOAK_WINDOW } from './soak-plan.js';
 
 export interface SoakWorkerConfig {

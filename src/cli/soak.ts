@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes, table } from './format.js';
 import type { SoakRankReport, SoakWorkerConfig, SoakWorkerReady } from './soak-worker.js';
-import { WorkerClient } from './worker-protocol.js';
+import { startWorkers, type WorkerClient } from './worker-protocol.js';
 import { parseArgs } from 'node:util';
 import { UsageError } from './usage.js';
 
@@ -107,14 +107,11 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
   const everyRank = <T>(cmd: string) => until(Promise.all(workers.map((w) => w.call<T>(cmd))));
   const started = performance.now();
   try {
-    const starting = Array.from({ length: opts.ranks }, (_, rank) => {
+    const options = Array.from({ length: opts.ranks }, (_, rank) => {
       const cfg: SoakWorkerConfig = { rank, ranks: opts.ranks, dir, count: opts.count, driver: opts.driver, token };
-      return WorkerClient.start<SoakWorkerReady>(workerPath, { name: `rank ${rank}`, env: { SMCUDA_SOAK: JSON.stringify(cfg) }, execArgv: ['--expose-gc'], readyTimeoutMs: opts.timeoutMs });
+      return { name: `rank ${rank}`, env: { SMCUDA_SOAK: JSON.stringify(cfg) }, execArgv: ['--expose-gc'], readyTimeoutMs: opts.timeoutMs };
     });
-    const settled = await Promise.allSettled(starting);
-    for (const s of settled) if (s.status === 'fulfilled') workers.push(s.value);
-    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-    if (failed) throw failed.reason;
+    workers.push(...(await startWorkers<SoakWorkerReady>(workerPath, options)));
     for (const w of workers) {
       w.on('progress', (m: { rank: number; received: number; seconds: number }) => {
         received[m.rank] = m.received;

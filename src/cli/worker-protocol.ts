@@ -1,7 +1,9 @@
 /**
  * The one protocol between a parent and a child process it drives: the
- * workers of `smcuda bench` and `smcuda soak`, and the tests' peer fixtures.
- * It runs over Node's IPC channel (fork, or spawn with an 'ipc' stdio slot).
+ * ranks of `smcuda demo` and `smcuda soak`, the workers of `smcuda bench`,
+ * and the tests' peer fixtures. It runs over Node's IPC channel (fork, or
+ * spawn with an 'ipc' stdio slot); Bun and Deno speak that channel's JSON
+ * form too, so a `launcher` can start a worker under either (demo --runtime).
  *
  *   parent → worker   { id, cmd, args }                 a request
  *   worker → parent   { id, ok: true, result }           its answer
@@ -180,6 +182,20 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
   };
 }
 
+/**
+ * The config a parent hands its worker as JSON in `envVar`; exits with code 2
+ * and a message when the module was not started by `command` (no config, or
+ * no IPC channel).
+ */
+export function workerConfig<T>(envVar: string, command: string): T {
+  const cfg = JSON.parse(process.env[envVar] ?? 'null') as T | null;
+  if (!cfg || !process.send) {
+    console.error(`this worker is started by \`${command}\`, not by hand`);
+    process.exit(2);
+  }
+  return cfg;
+}
+
 // -- the parent's side ----------------------------------------------------------
 
 export interface StartWorkerOptions {
@@ -326,4 +342,20 @@ export class WorkerClient<Ready = unknown> extends EventEmitter {
       this.emit(m.event, (m as { data?: unknown }).data);
     }
   }
+}
+
+/**
+ * Starts one worker of `modulePath` per entry of `options`, all at once, and
+ * waits until every one is ready. If any cannot start, kills those that did
+ * and rejects with the first failure: a group starts whole or not at all.
+ */
+export async function startWorkers<Ready = unknown>(modulePath: string, options: readonly StartWorkerOptions[]): Promise<WorkerClient<Ready>[]> {
+  const settled = await Promise.allSettled(options.map((o) => WorkerClient.start<Ready>(modulePath, o)));
+  const workers = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) {
+    await Promise.all(workers.map((w) => w.kill()));
+    throw failed.reason;
+  }
+  return workers;
 }

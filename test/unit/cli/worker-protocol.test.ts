@@ -1,12 +1,14 @@
 /**
- * The one child-process protocol (src/cli/worker-protocol.ts) of the bench
- * and soak workers and the tests' peer fixtures, against a real child
+ * The one child-process protocol (src/cli/worker-protocol.ts) of the demo,
+ * bench and soak workers and the tests' peer fixtures, against a real child
  * (test/fixtures/protocol-peer.mjs).
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { type StartWorkerOptions, startWorkers } from '../../../src/cli/worker-protocol.js';
 import { spawnPeer, WorkerCommandError, WorkerFailedError, type WorkerClient } from '../../helpers/child.js';
 
 const started: WorkerClient[] = [];
@@ -88,5 +90,32 @@ describe('the worker protocol', () => {
     w.disconnect();
     expect(await w.exited).toEqual({ code: 0, signal: null });
     expect(existsSync(marker)).toBe(true);
+  });
+});
+
+describe('startWorkers', () => {
+  const fixture = fileURLToPath(new URL('../../fixtures/protocol-peer.mjs', import.meta.url));
+  const quiet: StartWorkerOptions = { stdio: ['ignore', 'inherit', 'pipe'] };
+
+  it('starts a group whole: every worker ready, in the order asked', async () => {
+    const ws = await startWorkers<{ pid: number }>(fixture, [{ ...quiet, name: 'a' }, { ...quiet, name: 'b' }]);
+    started.push(...ws);
+    expect(ws.map((w) => w.name)).toEqual(['a', 'b']);
+    for (const w of ws) expect(w.ready.pid).toBe(w.child.pid);
+  });
+
+  it('or not at all: one that cannot start rejects the group, and those that started are killed', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-proto-'));
+    dirs.push(dir);
+    const pidFile = join(dir, 'pids');
+    // The shell records the worker's pid, then becomes it (exec keeps the pid).
+    const launcher: [string, string[]] = ['/bin/sh', ['-c', `echo $$ >> '${pidFile}' && exec '${process.execPath}' "$0"`]];
+    const opts = [{ name: 'ok 0' }, { name: 'bad', env: { SMCUDA_TEST_START: 'fail' } }, { name: 'ok 2' }];
+    const err = await startWorkers(fixture, opts.map((o) => ({ ...quiet, ...o, launcher }))).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(WorkerFailedError);
+    expect((err as Error).message).toMatch(/bad could not start: \[SMCUDA_NO_DEVICE\] no device here/);
+    const pids = readFileSync(pidFile, 'utf8').trim().split('\n').map(Number);
+    expect(pids).toHaveLength(3);
+    for (const pid of pids) expect(() => process.kill(pid, 0), `pid ${pid} still runs`).toThrow(/ESRCH/);
   });
 });
