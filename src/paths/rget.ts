@@ -63,8 +63,20 @@ export class RgetPath implements DataPath {
     private readonly fallback: Resender,
   ) {}
 
+  /**
+   * Legacy-IPC memory only (cuIpcGetMemHandle refuses VMM and pool memory:
+   * those go by RGET_FD or staging). The export entry looked up here is the
+   * one `send` uses next (the endpoint calls them back to back).
+   */
   canSend(buf: MessageBuffer): boolean {
-    return this.ctx.ipcOk && isDeviceBuffer(buf);
+    if (!this.ctx.ipcOk || !isDeviceBuffer(buf)) return false;
+    let exp: ExportInfo;
+    try {
+      exp = this.ctx.exports.lookup(buf.ptr);
+    } catch {
+      return true; // a bad pointer: send() looks it up again and rejects with the driver's error, as before
+    }
+    return exp.kind === 'legacy-ipc';
   }
 
   inlineBytes(): number {
