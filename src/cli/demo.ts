@@ -241,8 +241,9 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     await until(Promise.all(children.map((c) => (c.exitCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', r))))));
     const largeMessages = { rget: 0, staging: 0 };
     for (const e of endpoints) {
-      const received = e.received as Record<'rget' | 'staging', { messages: number }>;
-      largeMessages.rget += received.rget.messages;
+      const received = e.received as Record<'rget' | 'rget-fd' | 'staging', { messages: number }>;
+      // RGET by IPC handle or by descriptor (VMM, pool memory): both are RGET
+      largeMessages.rget += received.rget.messages + (received['rget-fd']?.messages ?? 0);
       largeMessages.staging += received.staging.messages;
     }
     return {
