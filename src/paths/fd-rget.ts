@@ -561,6 +561,7 @@ export class FdRgetPath implements DataPath {
       }
     } catch (err) {
       if (ctx.closed) return job.recv.reject(ctx.closedError());
+      if (this.closeReason !== undefined) return job.recv.reject(this.closeReason); // the endpoint is closing
       return this.restage(job, err as Error);
     }
     if (frame.event) {
