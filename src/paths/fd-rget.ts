@@ -592,13 +592,14 @@ export class FdRgetPath implements DataPath {
     ctx.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
     this.release(frame.kind, frame.bufferId, frame.base);
     if (frame.kind === HandleKind.POOL && inc !== undefined) {
-      const p = this.pools.get(inc.frame.poolId);
-      if (p !== undefined && !p.imported) {
-        // the pool itself never got imported: the sender sends it again
-        if (p.fd !== undefined) closeFd(ctx.driver, p.fd);
-        this.pools.delete(inc.frame.poolId);
-        this.release(HandleKind.POOL, BigInt(inc.frame.poolId), 0n);
-      }
+      // The pool import may be what failed, or stale (the sender destroyed the
+      // pool and its handle was reused): drop it, and the sender sends it again.
+      const poolId = inc.frame.poolId;
+      const p = this.pools.get(poolId);
+      if (p?.fd !== undefined) closeFd(ctx.driver, p.fd);
+      this.pools.delete(poolId);
+      ctx.pool.dropPeerPool(this.poolKey(poolId));
+      this.release(HandleKind.POOL, BigInt(poolId), 0n);
     }
   }
 

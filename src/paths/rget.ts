@@ -76,8 +76,15 @@ export class RgetPath implements DataPath {
     } catch {
       return true; // a bad pointer: send() looks it up again and rejects with the driver's error, as before
     }
-    return exp.kind === 'legacy-ipc';
+    if (exp.kind !== 'legacy-ipc') return false;
+    this.checked = exp;
+    this.checkedPtr = buf.ptr;
+    return true;
   }
+
+  /** The entry canSend just looked up for `send` (one revalidation per message, not two). */
+  private checked: ExportInfo | undefined;
+  private checkedPtr = 0n;
 
   inlineBytes(): number {
     return 0;
@@ -89,7 +96,9 @@ export class RgetPath implements DataPath {
     const buf = buffer as DeviceBuffer;
     const ctx = this.ctx;
     const d = ctx.driver;
-    const exp = ctx.exports.lookup(buf.ptr);
+    const checked = this.checked;
+    this.checked = undefined;
+    const exp = checked !== undefined && this.checkedPtr === buf.ptr ? checked : ctx.exports.lookup(buf.ptr);
     const offset = Number(buf.ptr - exp.base);
     if (offset + buf.length > exp.size) {
       throw new RangeError(`buffer (${buf.length} bytes at +${offset}) runs past its allocation of ${exp.size} bytes`);

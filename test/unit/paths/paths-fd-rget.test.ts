@@ -156,6 +156,42 @@ describe('the descriptor path', () => {
     expect(r.driver.fdMemoryResources()).toMatchObject({ reservations: 0, mappings: 0 });
   });
 
+  it('pool memory: FD_POOL and its descriptor once, then FD_OFFERs; a failed import releases the pool too, and the sender sends it again', async () => {
+    const { s, r, sender, receiver } = pair();
+    const stream = s.driver.streamCreate();
+    const pool = s.driver.memPoolCreate();
+    const ptr = s.driver.memAllocFromPoolAsync(1 << 20, pool, stream);
+    s.driver.streamSynchronize(stream);
+    const data = patternBytes(1 << 20, 8);
+    s.driver.memcpyHtoD(ptr, data);
+    const buf = { ptr, length: 1 << 20 };
+    void sender.send(buf, 1, {}).catch(() => {});
+    const first = s.take();
+    expect(first.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
+    const got = await deliver(first, receiver)[0]!;
+    expect(got.path).toBe('rget-fd');
+    const out = new Uint8Array(1 << 20);
+    r.driver.memcpyDtoH(out, (got.data as DeviceBuffer).ptr);
+    expect(sameBytes(out, data)).toBe(true);
+    r.driver.memFree((got.data as DeviceBuffer).ptr);
+    // the receiver's import goes (evicted); the next message from the pool cannot be imported (injected failure)
+    r.link.pool.invalidate(first[1]!.type === FrameType.FD_OFFER ? first[1]!.deviceUuid : '', ptr);
+    r.driver.injectFdFaults({ importFailures: ['CUDA_ERROR_INVALID_VALUE'] });
+    void sender.send(buf, 1, {}).catch(() => {});
+    r.take();
+    deliver(s.take(), receiver);
+    await until(() => fins(r).some((f) => f.status === FinStatus.RESTAGE), 'FIN RESTAGE');
+    const releases = r.frames.filter((f) => f.type === FrameType.FD_RELEASE);
+    expect(releases).toEqual([
+      { type: FrameType.FD_RELEASE, kind: HandleKind.POOL, id: 0n + BigInt((first[1] as { bufferId: bigint }).bufferId), base: ptr },
+      { type: FrameType.FD_RELEASE, kind: HandleKind.POOL, id: 1n, base: 0n },
+    ]);
+    for (const f of releases) sender.onFrame(f);
+    void sender.send(buf, 1, {}).catch(() => {});
+    expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(s.link.fdStats.pools).toBe(2);
+  });
+
   it('FD frames from a peer that did not announce FD_MEMORY are a protocol error', () => {
     const { r, receiver } = pair({ agreed: false });
     const [offer, rget] = offerWithoutDescriptors(r);
