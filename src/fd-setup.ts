@@ -95,7 +95,14 @@ export function setUpFdChannel(ep: Endpoint, role: FdRole | undefined, jobToken:
       : role.listener.listener.expect(token)
     : FdChannel.connect(fdSocketPath(role.connectTo), token, { peerUids, label: `fd:${ep.peerId}` });
   made.then(
-    (channel) => ep.attachFdChannel(channel),
+    (channel) => {
+      try {
+        ep.attachFdChannel(channel);
+      } catch (err) {
+        channel.close(); // closed meanwhile: as if it had never been made
+        debug('endpoint %s: descriptor channel lost at once (%s)', ep.peerId, (err as Error).message);
+      }
+    },
     (err: Error) => debug('endpoint %s: no descriptor channel (%s): VMM and pool memory goes by staging', ep.peerId, err.message),
   );
 }
