@@ -217,6 +217,10 @@ describe('RGET_FD between two processes (simulated driver)', () => {
     await s.peer.call('unhog');
     const outcome = await outcomes;
     if (outcome[0].status === 'fulfilled') expect(outcome[0].value).toMatchObject({ path: 'staging', sum: checksum(data) });
+    // the descriptor was lost (EMFILE): the receiver answered RESTAGE and FD_RELEASE (the staged resend may then fail alone: no slot for its memory either)
+    const peerFd = (await s.peer.call<{ stats: { fd: Record<string, number> } }>('stats')).stats.fd;
+    expect(peerFd.restaged).toBe(1);
+    expect(peerFd.releasesSent).toBe(1);
     const second = s.peer.call<{ path: string; sum: number }>('recv', { tag: 1 });
     await s.ep.send(mem.buf, { tag: 1 });
     expect(await second).toEqual({ length: size, path: 'rget-fd', sum: checksum(data) });
