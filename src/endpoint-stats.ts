@@ -4,7 +4,8 @@
  * the hot path without allocation.
  */
 
-export type DataPath = 'eager' | 'rget' | 'staging';
+/** 'rget-fd': RGET of VMM or pool memory imported by file descriptor (paths/fd-rget.ts). */
+export type DataPath = 'eager' | 'rget' | 'rget-fd' | 'staging';
 
 export interface PathCounters {
   messages: number;
@@ -14,7 +15,30 @@ export interface PathCounters {
 export interface DirectionCounters {
   eager: PathCounters;
   rget: PathCounters;
+  'rget-fd': PathCounters;
   staging: PathCounters;
+}
+
+/** The descriptor path's own counters (paths/fd-rget.ts). */
+export interface FdPathStats {
+  /** Both HELLOs announced Feature.FD_MEMORY. */
+  agreed: boolean;
+  /** The descriptor channel is up (false until set up, and after it failed). */
+  channel: boolean;
+  /** Sender: FD_OFFERs sent, descriptors sent (VMM chunks and pools), FD_POOLs sent, FD_RELEASEs received. */
+  offers: number;
+  descriptorsSent: number;
+  pools: number;
+  releasesReceived: number;
+  /** Receiver: descriptors received, imports made, RGET_FDs answered with RESTAGE, FD_RELEASEs sent. */
+  descriptorsReceived: number;
+  imports: number;
+  restaged: number;
+  releasesSent: number;
+}
+
+export function newFdStats(agreed: boolean): FdPathStats {
+  return { agreed, channel: false, offers: 0, descriptorsSent: 0, pools: 0, releasesReceived: 0, descriptorsReceived: 0, imports: 0, restaged: 0, releasesSent: 0 };
 }
 
 export interface NegotiationRecord {
@@ -46,12 +70,16 @@ export interface EndpointStats {
   negotiation: NegotiationRecord;
   sent: DirectionCounters;
   received: DirectionCounters;
+  /** Device messages sent by staging, by why no faster path took them (e.g. the memory kind, a peer without FD_MEMORY). */
+  stagingReasons: Record<string, number>;
+  fd: FdPathStats;
 }
 
 export function newDirection(): DirectionCounters {
   return {
     eager: { messages: 0, bytes: 0 },
     rget: { messages: 0, bytes: 0 },
+    'rget-fd': { messages: 0, bytes: 0 },
     staging: { messages: 0, bytes: 0 },
   };
 }

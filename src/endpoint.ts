@@ -17,6 +17,7 @@ import type { HandlePool } from '../cache/index.js';
 import type { NegotiationState } from '../machines/index.js';
 import { checkMessageBuffer, isDeviceBuffer, type MessageBuffer } from './buffers.js';
 import type { ControlChannel } from './channel/channel.js';
+import type { FdChannel } from './channel/fd-channel.js';
 import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { assertHandle } from './cuda/validate.js';
@@ -179,6 +180,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       negotiation: { ...rec, path: [...rec.path], state: this.neg.state },
       sent: structuredClone(this.link.sent),
       received: structuredClone(this.link.received),
+      stagingReasons: { ...this.link.stagingReasons },
+      fd: { ...this.link.fdStats },
       cache: this.link.pool.stats(),
       flow: this.link.flow.stats(this.matches.unexpectedCount),
     };
@@ -196,6 +199,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   invalidateAllocation(alloc: { base: bigint; bufferId: bigint; device: number }): void {
     if (this.link.closed) return;
     this.link.sendFrame({ type: FrameType.INVALIDATE, deviceUuid: this.link.uuidOf(alloc.device), base: alloc.base, bufferId: alloc.bufferId });
+  }
+
+  /** @internal The transport made the descriptor channel to this peer (docs/protocol.md, "File-descriptor memory"). */
+  attachFdChannel(channel: FdChannel): void {
+    this.link.attachFd(channel);
   }
 
   /** Orderly close: tells the peer, rejects what is pending, releases every mapping. */

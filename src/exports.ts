@@ -11,14 +11,26 @@
  * Bounded (the most recently used `limit` pointers), since senders may walk
  * through many offsets of one allocation.
  */
-import type { CudaDriver, DevicePtr } from './cuda/driver.js';
+import type { CudaDriver, DevicePtr, MemoryKind, PoolHandle } from './cuda/driver.js';
+
+const NO_HANDLE = new Uint8Array(0);
 
 export interface ExportInfo {
   base: DevicePtr;
   size: number;
   bufferId: bigint;
+  /** 'legacy-ipc': the IPC handle; other kinds have none (empty). */
   handle: Uint8Array;
   device: number;
+  /**
+   * How the allocation can be shared (driver.memoryKind, classified once per
+   * entry): legacy-ipc → RGET; vmm / pool → RGET_FD (paths/fd-rget.ts);
+   * other → staging, `reason` says why.
+   */
+  kind: MemoryKind;
+  reason?: string;
+  /** 'pool': the pool the allocation came from. */
+  pool?: PoolHandle;
   /**
    * The last RGET sent from this pointer (without an event), for restampRget:
    * it depends only on this entry and the length, and goes when the entry is
@@ -28,7 +40,7 @@ export interface ExportInfo {
 }
 
 /** Which allocation holds `ptr`: its base, size, buffer id and device (two driver calls). */
-export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Omit<ExportInfo, 'handle'> {
+export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Pick<ExportInfo, 'base' | 'size' | 'bufferId' | 'device'> {
   const attrs = driver.pointerAttributes(ptr);
   const range = driver.memGetAddressRange(ptr);
   return { base: range.base, size: range.size, bufferId: attrs.bufferId, device: attrs.device };
@@ -52,13 +64,19 @@ export class ExportTable {
     }
     const attrs = this.driver.pointerAttributes(ptr);
     const range = this.driver.memGetAddressRange(ptr);
+    // cuIpcGetMemHandle refuses VMM and pool memory (CUDA_ERROR_INVALID_VALUE):
+    // ask for a handle only where the allocation has one.
+    const kind = this.driver.memoryKind(ptr);
     const info: ExportInfo = {
       base: range.base,
       size: range.size,
       bufferId: attrs.bufferId,
       device: attrs.device,
-      handle: this.driver.ipcGetMemHandle(range.base),
+      handle: kind.kind === 'legacy-ipc' ? this.driver.ipcGetMemHandle(range.base) : NO_HANDLE,
+      kind: kind.kind,
     };
+    if (kind.reason !== undefined) info.reason = kind.reason;
+    if (kind.pool !== undefined) info.pool = kind.pool;
     this.byPtr.delete(ptr);
     this.byPtr.set(ptr, info);
     if (this.byPtr.size > this.limit) this.byPtr.delete(this.byPtr.keys().next().value!);

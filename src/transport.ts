@@ -27,6 +27,7 @@ import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
 import { sweepDeadSegments } from './segment-owner.js';
 import { Endpoint } from './endpoint.js';
+import { type FdRole, OwnedFdListener, setUpFdChannel } from './fd-setup.js';
 import { describeAllocation, ExportTable } from './exports.js';
 import { ClosedError, ConfigError, PeerLostError, ProtocolError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
@@ -79,6 +80,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly ownsDriver: boolean;
   private readonly endpointsByPeer = new Map<string, Endpoint>();
   private readonly sockets: UnixListener[] = [];
+  /** The descriptor sockets beside the control sockets (fd-setup.ts). */
+  private readonly fdListeners: OwnedFdListener[] = [];
   private readonly pendingChannels = new Set<ControlChannel>();
   private readonly tracer: Tracer | undefined;
   private readonly inspector: TransportInspector | undefined;
@@ -178,7 +181,8 @@ export class Transport extends EventEmitter<TransportEvents> {
    */
   async listen(path: string, options: Pick<ListenUnixOptions, 'privateDir' | 'peerUids'> = {}): Promise<void> {
     this.assertOpen();
-    const setup = listenUnix(path, (channel) => this.accept(channel), {
+    const fd: { listener: OwnedFdListener | undefined } = { listener: undefined };
+    const setup = listenUnix(path, (channel) => this.accept(channel, fd), {
       ...this.channelOptions,
       ...options,
       onRefused: (err) => this.emit('refused', err),
@@ -191,6 +195,10 @@ export class Transport extends EventEmitter<TransportEvents> {
           throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
         }
         this.sockets.push(listener);
+        if (this.fdCapable()) {
+          fd.listener = OwnedFdListener.open(path, { peerUids: options.peerUids, onRefused: (err) => this.emit('refused', err) });
+          if (fd.listener) this.fdListeners.push(fd.listener);
+        }
       }),
     );
   }
@@ -203,7 +211,7 @@ export class Transport extends EventEmitter<TransportEvents> {
       channel.close();
       throw new ClosedError(`transport ${this.id} was closed while connect(${path}) was in progress`);
     }
-    return this.attach(channel);
+    return this.handshake(channel, undefined, { connectTo: path });
   }
 
   /** Tracks a listen/connect socket set-up (not a handshake: close() ends those) so that close() can wait for it. */
@@ -215,13 +223,13 @@ export class Transport extends EventEmitter<TransportEvents> {
   }
 
   /** A listener's new channel: the handshake, then an endpoint; failures are 'refused'. */
-  private accept(channel: ControlChannel): void {
+  private accept(channel: ControlChannel, fd: FdRole): void {
     if (this.closed) {
       channel.close();
       return;
     }
     let probe = false;
-    this.handshake(channel, () => (probe = true)).catch((err: Error) => {
+    this.handshake(channel, () => (probe = true), fd).catch((err: Error) => {
       // A connection closed before it sent anything presented nothing to refuse:
       // another listener's liveness probe of this path looks like that.
       if (probe) debug('transport %s: %s closed before its first frame (a probe?)', this.id, channel.label);
@@ -235,8 +243,11 @@ export class Transport extends EventEmitter<TransportEvents> {
     return this.handshake(channel);
   }
 
-  /** `onSilentClose`: called (before the rejection) when the peer closes the channel before its first frame. */
-  private handshake(channel: ControlChannel, onSilentClose?: () => void): Promise<Endpoint> {
+  /**
+   * `onSilentClose`: called (before the rejection) when the peer closes the channel before its first frame.
+   * `fd`: this connection's side of the descriptor channel (none for attached channels).
+   */
+  private handshake(channel: ControlChannel, onSilentClose?: () => void, fd?: FdRole): Promise<Endpoint> {
     this.pendingChannels.add(channel);
     const hs = new Handshake({ id: this.id, token: this.opts.token, deviceUuid: this.deviceUuid, features: this.features(), peerPid: channel.peerPid });
     const ourHello = hs.hello;
@@ -291,6 +302,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
         });
+        setUpFdChannel(ep, fd, this.opts.token, ourHello, hello);
         this.emit('endpoint', ep);
         resolve(ep);
       };
@@ -358,6 +370,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.endpointsByPeer.clear();
     for (const ch of this.pendingChannels) ch.close();
     await Promise.all(this.sockets.map((l) => l.close()));
+    for (const l of this.fdListeners) l.close();
     this.tracer?.close();
     await this.inspector?.close();
     this.progress.stop();
@@ -365,8 +378,14 @@ export class Transport extends EventEmitter<TransportEvents> {
   }
 
   private features(): number {
-    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS;
+    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS | (this.fdCapable() ? Feature.FD_MEMORY : 0);
   }
+
+  /** Whether this driver can export and import VMM and pool memory by descriptor (then HELLO announces FD_MEMORY). */
+  private fdCapable(): boolean {
+    return (this.fdMemory ??= this.driver.status().fdMemory === true);
+  }
+  private fdMemory: boolean | undefined;
 
   /** This process's HELLO as the endpoint keeps it (the nonce is the handshake's business). */
   private hello(): HelloFrame {

@@ -341,6 +341,8 @@ export class FdListener {
   readonly #expected = new Map<string, { resolve: (c: FdChannel) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   /** Connections accepted and waiting for their token. */
   readonly #unadmitted = new Set<FdChannel>();
+  /** Connections that presented a well-formed token before expect() was called with it, by token (hex). */
+  readonly #early = new Map<string, { channel: FdChannel; admit: () => void }>();
   #closed = false;
 
   constructor(
@@ -365,6 +367,14 @@ export class FdListener {
     if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
     const key = Buffer.from(token).toString('hex');
+    const early = this.#early.get(key);
+    if (early !== undefined) {
+      // It presented this token before we expected it (parked, paused): admit it now.
+      this.#early.delete(key);
+      this.#unadmitted.delete(early.channel);
+      early.admit();
+      return Promise.resolve(early.channel);
+    }
     return new Promise<FdChannel>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.#expected.delete(key);
@@ -386,6 +396,7 @@ export class FdListener {
     this.#fd = -1;
     for (const c of this.#unadmitted) c.close();
     this.#unadmitted.clear();
+    this.#early.clear();
     for (const w of this.#expected.values()) {
       clearTimeout(w.timer);
       w.reject(new ClosedError('the descriptor listener was closed'));
@@ -441,9 +452,12 @@ export class FdListener {
     const limit = this.options.admissionTimeoutMs ?? ADMISSION_TIMEOUT_MS;
     const timer = setTimeout(() => {
       if (admitted || channel.closed) return;
+      let parked = false;
+      for (const [k, e] of this.#early) if (e.channel === channel) parked = this.#early.delete(k);
       this.#unadmitted.delete(channel);
       channel.close();
-      this.#refuse(new AccessDeniedError(`${label}: closed a descriptor connection from pid ${channel.peer?.pid} that presented no token within ${limit} ms`));
+      const what = parked ? 'presented a token nobody expected' : 'presented no token';
+      this.#refuse(new AccessDeniedError(`${label}: closed a descriptor connection from pid ${channel.peer?.pid} that ${what} within ${limit} ms`));
     }, limit);
     timer.unref();
     channel.start({
@@ -454,6 +468,14 @@ export class FdListener {
         const ok = m.byteLength === TOKEN_MAGIC.byteLength + FD_TOKEN_BYTES && m.subarray(0, TOKEN_MAGIC.byteLength).equals(TOKEN_MAGIC);
         const key = ok ? m.subarray(TOKEN_MAGIC.byteLength).toString('hex') : '';
         const waiter = ok ? this.#expected.get(key) : undefined;
+        if (ok && !waiter) {
+          // A well-formed token nobody expects yet: the connecting side may finish
+          // its handshake before this side calls expect(). Park it (paused: what
+          // follows waits in the kernel) until expect() or the admission timeout.
+          channel.pause();
+          this.#early.set(key, { channel, admit: () => ((admitted = true), clearTimeout(timer)) });
+          return;
+        }
         this.#unadmitted.delete(channel);
         clearTimeout(timer);
         if (!waiter || !timingSafeEqual(Buffer.from(key, 'hex'), m.subarray(TOKEN_MAGIC.byteLength))) {
@@ -470,6 +492,7 @@ export class FdListener {
       close: () => {
         clearTimeout(timer);
         this.#unadmitted.delete(channel);
+        for (const [k, e] of this.#early) if (e.channel === channel) this.#early.delete(k);
       },
     });
   }

@@ -209,8 +209,9 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     }
     const largeMessages = { rget: 0, staging: 0 };
     for (const e of endpoints) {
-      const received = e.received as Record<'rget' | 'staging', { messages: number }>;
-      largeMessages.rget += received.rget.messages;
+      const received = e.received as Record<'rget' | 'rget-fd' | 'staging', { messages: number }>;
+      // RGET by IPC handle or by descriptor (VMM, pool memory): both are RGET
+      largeMessages.rget += received.rget.messages + (received['rget-fd']?.messages ?? 0);
       largeMessages.staging += received.staging.messages;
     }
     return {

@@ -32,21 +32,22 @@
 import type { HandlePool } from '../../cache/index.js';
 import type { MessageBuffer, DeviceBuffer } from '../buffers.js';
 import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
-import type { DataPath as PathKind, DirectionCounters } from '../endpoint-stats.js';
+import type { DataPath as PathKind, DirectionCounters, FdPathStats } from '../endpoint-stats.js';
 import type { ExportTable } from '../exports.js';
 import type { FinBatcher } from '../fin-batcher.js';
 import type { FlowControl } from '../flow-control.js';
 import type { GpuWork } from '../gpu-work.js';
 import type { ResolvedOptions } from '../options.js';
 import type { Tracer } from '../trace.js';
-import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
+import type { EagerFrame, FinStatus, Frame, FrameType, RgetFdFrame, RgetFrame, StageBeginFrame } from '../wire/frames.js';
+import type { FdChannel } from '../channel/fd-channel.js';
 import type { UuidNames } from '../wire/uuid.js';
 import type { PendingSends } from './pending-sends.js';
 
 export type { PathKind };
 
 /** A frame that announces a message (it carries tag and seq, and is matched against receives). */
-export type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
+export type Arrival = EagerFrame | RgetFrame | RgetFdFrame | StageBeginFrame;
 
 export interface SendOptions {
   /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
@@ -117,6 +118,14 @@ export interface PathContext {
   readonly fins: FinBatcher;
   /** Hot-path copy of "the negotiation is OK". */
   readonly ipcOk: boolean;
+  /** Both HELLOs announced Feature.FD_MEMORY (the descriptor path may be used once its channel is up). */
+  readonly fdAgreed: boolean;
+  /** The descriptor path's counters. */
+  readonly fdStats: FdPathStats;
+  /** Staged device messages by reason (stats().stagingReasons). */
+  readonly stagingReasons: Record<string, number>;
+  /** Who takes the descriptor channel once the transport has made it (the descriptor path sets it). */
+  onFdChannel: ((channel: FdChannel) => void) | undefined;
   /** The endpoint closed (or is closing). */
   readonly closed: boolean;
   /** What a pending operation rejects with once the endpoint is closed. */

@@ -5,14 +5,19 @@
  */
 import type { DataPath, PathContext } from './data-path.js';
 import { EagerPath } from './eager.js';
+import { FdRgetPath } from './fd-rget.js';
 import { RgetPath } from './rget.js';
 import { StagingPath } from './staging.js';
 
 export function createPaths(ctx: PathContext): DataPath[] {
   const staging = new StagingPath(ctx);
+  const fd = new FdRgetPath(ctx, staging);
+  staging.reasonOf = (buf) => fd.stagingReason(buf);
   // EAGER first (host data; small device data before IPC is OK), then RGET
-  // (IPC OK; an RGET the peer cannot map falls back to staging), staging last.
-  return [new EagerPath(ctx), new RgetPath(ctx, staging), staging];
+  // (IPC OK, legacy-IPC memory), RGET_FD (IPC OK, VMM or pool memory, a peer
+  // with FD_MEMORY and the descriptor channel up); each falls back to staging
+  // for a message the peer cannot map. Staging last.
+  return [new EagerPath(ctx), new RgetPath(ctx, staging), fd, staging];
 }
 
 export type { DataPath, PathContext, PendingRecv, Received, RecvOptions, SendOptions, Arrival } from './data-path.js';

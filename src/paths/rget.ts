@@ -63,9 +63,28 @@ export class RgetPath implements DataPath {
     private readonly fallback: Resender,
   ) {}
 
+  /**
+   * Legacy-IPC memory only (cuIpcGetMemHandle refuses VMM and pool memory:
+   * those go by RGET_FD or staging). The export entry looked up here is the
+   * one `send` uses next (the endpoint calls them back to back).
+   */
   canSend(buf: MessageBuffer): boolean {
-    return this.ctx.ipcOk && isDeviceBuffer(buf);
+    if (!this.ctx.ipcOk || !isDeviceBuffer(buf)) return false;
+    let exp: ExportInfo;
+    try {
+      exp = this.ctx.exports.lookup(buf.ptr);
+    } catch {
+      return true; // a bad pointer: send() looks it up again and rejects with the driver's error, as before
+    }
+    if (exp.kind !== 'legacy-ipc') return false;
+    this.checked = exp;
+    this.checkedPtr = buf.ptr;
+    return true;
   }
+
+  /** The entry canSend just looked up for `send` (one revalidation per message, not two). */
+  private checked: ExportInfo | undefined;
+  private checkedPtr = 0n;
 
   inlineBytes(): number {
     return 0;
@@ -77,7 +96,9 @@ export class RgetPath implements DataPath {
     const buf = buffer as DeviceBuffer;
     const ctx = this.ctx;
     const d = ctx.driver;
-    const exp = ctx.exports.lookup(buf.ptr);
+    const checked = this.checked;
+    this.checked = undefined;
+    const exp = checked !== undefined && this.checkedPtr === buf.ptr ? checked : ctx.exports.lookup(buf.ptr);
     const offset = Number(buf.ptr - exp.base);
     if (offset + buf.length > exp.size) {
       throw new RangeError(`buffer (${buf.length} bytes at +${offset}) runs past its allocation of ${exp.size} bytes`);

@@ -100,16 +100,28 @@ export interface StagedSend {
 }
 
 /**
- * Throws unless `buf` lies inside one live device allocation. Checked before
- * a staged message is announced — as RGET's export lookup does — so that a
- * freed or invalid source fails its send() at once and the peer never hears
- * of it.
+ * Throws unless `buf` lies inside live device memory: one allocation, or
+ * contiguous mapped ranges (a VMM range of several cuMemCreate chunks, as
+ * expandable segments make, where cuMemGetAddressRange answers one chunk's
+ * range: walk range after range). Checked before a staged message is
+ * announced — as RGET's export lookup does — so that a freed or invalid
+ * source fails its send() at once and the peer never hears of it.
  */
 export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; length: number }): void {
-  const range = driver.memGetAddressRange(buf.ptr);
-  const end = range.base + BigInt(range.size);
-  if (buf.ptr + BigInt(buf.length) > end) {
-    throw new RangeError(`buffer (${buf.length} bytes at +${buf.ptr - range.base}) runs past its allocation of ${range.size} bytes`);
+  const first = driver.memGetAddressRange(buf.ptr);
+  const want = buf.ptr + BigInt(buf.length);
+  let end = first.base + BigInt(first.size);
+  while (want > end) {
+    let next: { base: DevicePtr; size: number } | undefined;
+    try {
+      next = driver.memGetAddressRange(end);
+    } catch {
+      next = undefined; // nothing mapped right after this range
+    }
+    if (next === undefined || next.base !== end || next.size <= 0) {
+      throw new RangeError(`buffer (${buf.length} bytes at +${buf.ptr - first.base}) runs past its allocation: mapped memory ends ${end - buf.ptr} bytes after its start`);
+    }
+    end += BigInt(next.size);
   }
 }
 

@@ -27,6 +27,7 @@ import { FinStatus, type Frame, FrameType, type StageBeginFrame } from '../wire/
 import type { Arrival, DataPath, PathContext, PendingRecv, Received, SendOptions } from './data-path.js';
 import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.js';
 import type { Resender } from './rget.js';
+import { debug } from '../debug.js';
 import { checkStagedSource, chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging-ring.js';
 
 /** A staged receive waiting for, or using, this direction's ring. */
@@ -54,6 +55,9 @@ export class StagingPath implements DataPath, Resender {
   /** Staged receives that failed: chunks still in flight for them are dropped. */
   private readonly failedSeqs = new Set<number>();
 
+  /** Why a device message comes to staging (set by createPaths: the descriptor path knows); counted in stats().stagingReasons. */
+  reasonOf: ((buf: DeviceBuffer) => string) | undefined;
+
   constructor(private readonly ctx: PathContext) {}
 
   /** Any device message the paths before it did not take. */
@@ -71,6 +75,11 @@ export class StagingPath implements DataPath, Resender {
     const buf = buffer as DeviceBuffer;
     const ctx = this.ctx;
     checkStagedSource(ctx.driver, buf); // a bad source fails this send() alone, before anything is announced
+    if (this.reasonOf !== undefined) {
+      const why = this.reasonOf(buf);
+      ctx.stagingReasons[why] = (ctx.stagingReasons[why] ?? 0) + 1;
+      debug('endpoint %s: %d-byte device message by staging: %s', ctx.peerId, buf.length, why);
+    }
     // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.
     this.sendRing();
     const seq = ctx.nextSeq();

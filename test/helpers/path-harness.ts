@@ -44,13 +44,13 @@ class RecordingChannel extends EventEmitter implements Pick<ControlChannel, 'lab
   }
 }
 
-export function pathSide(device: number, o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean } = {}): PathSide {
+export function pathSide(device: number, o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean; fdMemory?: boolean } = {}): PathSide {
   const driver = new SimulatedCudaDriver({ env: {} });
   driver.init();
   driver.setDevice(device);
   const rec = { frames: [] as Frame[], bytes: [] as Uint8Array[] };
   const channel = new RecordingChannel(rec);
-  const features = o.fins === false ? 0 : Feature.FINS;
+  const features = (o.fins === false ? 0 : Feature.FINS) | (o.fdMemory === true ? Feature.FD_MEMORY : 0);
   const local = { type: FrameType.HELLO, version: 2, pid: process.pid, peerId: `side${device}`, deviceUuid: '', nonce: new Uint8Array(32), features } as HelloFrame;
   const link = new EndpointLink(channel as unknown as ControlChannel, { driver, options: resolveOptions(o.options ?? {}), local, exports: new ExportTable(driver), tracer: o.tracer }, `peer-of-${device}`, features);
   link.ipcOk = o.ipcOk ?? false;

@@ -72,12 +72,18 @@ describe('smcuda demo --memory', () => {
     expect(r.stderr).toMatch(/--memory must be one of legacy, vmm, vmm-chunked, pool, got managed/);
   });
 
-  // Acceptance of issue 18, pending the endpoint's descriptor data path: today
-  // a send from VMM memory with IPC on fails (cuIpcGetMemHandle refuses it)
-  // instead of going by RGET, or by staging for a peer without the feature.
-  // When the data path lands this starts passing: turn `it.fails` into `it`.
-  it.fails('--memory vmm with IPC on: large messages by RGET (needs the endpoint fd data path)', async () => {
+  // Acceptance of issue 18: VMM and pool memory moves by RGET (by descriptor,
+  // RGET_FD), not staging; before the descriptor path a send from VMM memory
+  // with IPC on failed (cuIpcGetMemHandle refuses it).
+  it('--memory vmm with IPC on: large messages by RGET (RGET_FD: by descriptor)', async () => {
     const r = await demo(['--memory', 'vmm']);
+    expect(r.verified).toBe(true);
+    expect(r.memory.largeMessages.rget).toBeGreaterThan(0);
+    expect(r.memory.largeMessages.staging).toBe(0);
+  });
+
+  it.each(['vmm-chunked', 'pool'])('--memory %s with IPC on: large messages by RGET, every byte verified', async (option) => {
+    const r = await demo(['--memory', option]);
     expect(r.verified).toBe(true);
     expect(r.memory.largeMessages.rget).toBeGreaterThan(0);
     expect(r.memory.largeMessages.staging).toBe(0);

@@ -147,10 +147,10 @@ describe('FdChannel in one process', () => {
     expect(refused.every((e) => e instanceof AccessDeniedError)).toBe(true);
   });
 
-  it('a connection that presents a wrong token is closed and never admitted', async () => {
+  it('a connection that presents a wrong token is closed and never admitted (once the admission time is up)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
     const refused: Error[] = [];
-    const listener = new FdListener(join(dir, 'fd.sock'), { onRefused: (e) => refused.push(e) });
+    const listener = new FdListener(join(dir, 'fd.sock'), { admissionTimeoutMs: 200, onRefused: (e) => refused.push(e) });
     try {
       const expected = listener.expect(randomBytes(FD_TOKEN_BYTES), 300);
       const wrong = await FdChannel.connect(listener.path, randomBytes(FD_TOKEN_BYTES));
@@ -167,6 +167,31 @@ describe('FdChannel in one process', () => {
 });
 
 describe('FdListener admission', () => {
+  it('a token presented before expect() is held (paused) and admitted when expect() comes; what followed it is delivered', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
+    const refused: Error[] = [];
+    const listener = new FdListener(join(dir, 'fd.sock'), { onRefused: (e) => refused.push(e) });
+    try {
+      const token = randomBytes(FD_TOKEN_BYTES);
+      const early = await FdChannel.connect(listener.path, token);
+      const fd = memfdWith(Buffer.from('after the token'));
+      await early.send(fd, Buffer.from('first'));
+      addon.fdClose(fd);
+      await new Promise((r) => setTimeout(r, 50)); // the listener has read the token by now, with nobody expecting it
+      const admitted = await listener.expect(token, 1000);
+      const [m] = await collect(admitted, 1);
+      expect(Buffer.from(m!.meta).toString()).toBe('first');
+      expect(readAll(m!.fd!, 15).toString()).toBe('after the token');
+      addon.fdClose(m!.fd!);
+      expect(refused).toEqual([]);
+      admitted.close();
+      early.close();
+    } finally {
+      listener.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a connection that never presents its token is closed after the admission timeout', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
     const refused: Error[] = [];
