@@ -138,11 +138,16 @@ class BenchWorker {
       const endpoint = new Promise<Endpoint>((resolve) => transport.once('endpoint', resolve));
       this.sessions.set(name, { transport, endpoint });
       await transport.listen(path);
+    } else if (o.countFrames) {
+      // Attached through the counter: such an endpoint has no descriptor channel (no VMM/pool memory by RGET).
+      const counter = new CountingChannel(await connectUnix(path));
+      const endpoint = transport.attach(counter);
+      this.sessions.set(name, { transport, endpoint, counter });
+      await endpoint;
     } else {
-      const channel = await connectUnix(path);
-      const counter = o.countFrames ? new CountingChannel(channel) : undefined;
-      const endpoint = transport.attach(counter ?? channel);
-      this.sessions.set(name, { transport, endpoint, ...(counter ? { counter } : {}) });
+      // connect(), as a user would: the descriptor channel comes with it, so VMM and pool memory go by RGET_FD.
+      const endpoint = transport.connect(path);
+      this.sessions.set(name, { transport, endpoint });
       await endpoint;
     }
     return null;

@@ -28,7 +28,7 @@ import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
 import type { CudaDriver, DevicePtr, PoolHandle, StreamHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { count } from '../endpoint-stats.js';
-import { DescriptorError, ProtocolError } from '../errors.js';
+import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { decodeFrame, encodeFrame } from '../wire/codec.js';
 import {
@@ -171,7 +171,15 @@ export class FdRgetPath implements DataPath {
     const ctx = this.ctx;
     const d = ctx.driver;
     const exp = ctx.exports.lookup(buf.ptr);
-    const offer = this.offerFor(exp, buf);
+    let offer: Offer;
+    try {
+      offer = this.offerFor(exp, buf);
+    } catch (err) {
+      if (!(err instanceof CudaError)) throw err;
+      // The driver would not export it (cuMemPoolExportPointer was seen to refuse
+      // a pool allocation now and then on an H100): this message goes by staging.
+      return this.sendByStaging(buf, tag, options, `${exp.kind} memory, export failed: ${err.message}`);
+    }
     let event: bigint | undefined;
     let eventHandle: Uint8Array | null = null;
     if (options.stream !== undefined) {
@@ -202,6 +210,21 @@ export class FdRgetPath implements DataPath {
         event: eventHandle,
       });
       ctx.flow.charge(0);
+    } catch (err) {
+      ctx.sends.fail(seq, err as Error);
+    }
+    return done;
+  }
+
+  /** `buf` by staging under a seq of its own, the reason counted (stats().stagingReasons). */
+  private sendByStaging(buf: DeviceBuffer, tag: number, options: SendOptions, why: string): Promise<void> {
+    const ctx = this.ctx;
+    ctx.stagingReasons[why] = (ctx.stagingReasons[why] ?? 0) + 1;
+    debug('endpoint %s: %s; by staging', ctx.peerId, why);
+    const seq = ctx.nextSeq();
+    const done = ctx.sends.pend(seq, tag, buf.length, 'staging', options.signal, noop);
+    try {
+      this.fallback.resend(seq, buf, options.stream);
     } catch (err) {
       ctx.sends.fail(seq, err as Error);
     }

@@ -5,10 +5,10 @@
  * frames between them.
  */
 import { readdirSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import { FdChannel } from '../../../src/channel/fd-channel.js';
-import { PeerLostError, ProtocolError } from '../../../src/errors.js';
+import { CudaError, PeerLostError, ProtocolError } from '../../../src/errors.js';
 import { FdRgetPath } from '../../../src/paths/fd-rget.js';
 import { RgetPath, type Resender } from '../../../src/paths/rget.js';
 import { FinStatus, type FinFrame, type Frame, FrameType, HandleKind, type RgetFdFrame } from '../../../src/wire/frames.js';
@@ -190,6 +190,24 @@ describe('the descriptor path', () => {
     void sender.send(buf, 1, {}).catch(() => {});
     expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
     expect(s.link.fdStats.pools).toBe(2);
+  });
+
+  it('memory the driver will not export (cuMemPoolExportPointer refuses it) goes by staging under its own seq, the reason counted', () => {
+    const { s, sender } = pair();
+    const stream = s.driver.streamCreate();
+    const pool = s.driver.memPoolCreate();
+    const ptr = s.driver.memAllocFromPoolAsync(1 << 20, pool, stream);
+    s.driver.streamSynchronize(stream);
+    const refuse = vi.spyOn(s.driver, 'memPoolExportPointer').mockImplementation(() => {
+      throw new CudaError('cuMemPoolExportPointer', 'CUDA_ERROR_INVALID_VALUE', 1, 'injected');
+    });
+    const before = resent.length;
+    void sender.send({ ptr, length: 1 << 20 }, 1, {}).catch(() => {});
+    refuse.mockRestore();
+    expect(resent.length).toBe(before + 1); // handed to staging, not rejected
+    expect(s.link.sends.get(resent.at(-1)!)?.path).toBe('staging');
+    expect(s.take().map((f) => f.type)).not.toContain(FrameType.RGET_FD);
+    expect(Object.keys(s.link.stagingReasons).some((k) => k.startsWith('pool memory, export failed'))).toBe(true);
   });
 
   it('FD frames from a peer that did not announce FD_MEMORY are a protocol error', () => {
