@@ -21,13 +21,17 @@
  * goes wrong for one message (import fails, a descriptor lost to EMFILE, an
  * offer that does not match, time out) answers that message with FIN
  * RESTAGE and FD_RELEASE: it goes by staging, the next one offers afresh.
+ *
+ * One file over 500 lines, as one concept: both sides of one exchange
+ * (offers, descriptors, the wait for two sockets to line up, imports,
+ * release), as rget.ts holds both sides of RGET; the copy itself is shared
+ * with RGET (remote-copy.ts).
  */
-import type { ImportRequest, Mapping } from '../../cache/index.js';
+import type { ImportRequest } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
 import type { CudaDriver, DevicePtr, PoolHandle, StreamHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
-import { count } from '../endpoint-stats.js';
 import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { decodeFrame, encodeFrame } from '../wire/codec.js';
@@ -41,9 +45,10 @@ import {
   POOL_EXPORT_BYTES,
   type RgetFdFrame,
 } from '../wire/frames.js';
-import type { Arrival, DataPath, PathContext, PendingRecv, Received, SendOptions } from './data-path.js';
+import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
 import type { Resender } from './rget.js';
-import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.js';
+import { refuseTooSmall } from './receive-target.js';
+import { destroyEvent, finishRemoteCopy, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 
 /** Sender: a range offered to the peer (FD_OFFER sent). */
 interface Offer {
@@ -83,12 +88,8 @@ interface Waiter {
   timer: NodeJS.Timeout;
 }
 
-interface FdCopy {
-  recv: PendingRecv;
+interface FdCopy extends RemoteCopy {
   frame: RgetFdFrame;
-  mapping: Mapping | undefined;
-  event: bigint | undefined;
-  result: Received | undefined;
 }
 
 const ZERO_EXPORT = new Uint8Array(POOL_EXPORT_BYTES);
@@ -642,53 +643,11 @@ export class FdRgetPath implements DataPath {
   }
 
   private copy(job: FdCopy): void {
-    const { recv, frame } = job;
-    const mapping = job.mapping!;
-    const ctx = this.ctx;
-    const d = ctx.driver;
-    const n = frame.length;
-    try {
-      const src = mapping.ptr + BigInt(frame.offset);
-      const gpu = ctx.gpu();
-      const stream = recv.stream ?? gpu.stream;
-      const data = receiveTarget(d, recv.into, n, d.isReady());
-      job.result = { tag: frame.tag, length: n, path: 'rget-fd', fromDevice: true, data };
-      const done = (err?: Error) => this.finish(job, err);
-      if (isDeviceBuffer(data)) {
-        if (recv.stream === undefined) {
-          gpu.copy(stream, data.ptr, src, n, done);
-          return;
-        }
-        d.memcpyAsync(data.ptr, src, n, stream);
-      } else {
-        d.memcpyDtoHAsync(data, src, stream);
-      }
-      if (recv.stream !== undefined) recv.resolve(job.result);
-      gpu.whenDone(stream, n, done);
-    } catch (err) {
-      this.finish(job, err as Error);
-    }
+    launchRemoteCopy(this.ctx, job, job.mapping!.ptr + BigInt(job.frame.offset), 'rget-fd', (err) => this.finish(job, err));
   }
 
   private finish(job: FdCopy, err: Error | undefined): void {
-    const ctx = this.ctx;
-    const { recv, frame } = job;
-    job.mapping?.release();
-    if (job.event !== undefined) destroyEvent(ctx.driver, job.event);
-    if (err === undefined) {
-      try {
-        count(ctx.received, 'rget-fd', frame.length);
-        ctx.fins.ok(frame.seq);
-      } catch (e) {
-        err = e as Error;
-      }
-      if (err === undefined) {
-        if (recv.stream === undefined) recv.resolve(job.result!);
-        return;
-      }
-    }
-    releaseTarget(ctx.driver, recv.into, job.result?.data);
-    ctx.failArrival(recv, frame, err);
+    finishRemoteCopy(this.ctx, job, 'rget-fd', err);
   }
 
   /**
@@ -771,10 +730,3 @@ function closeFd(d: CudaDriver, fd: number): void {
   }
 }
 
-function destroyEvent(d: CudaDriver, event: bigint): void {
-  try {
-    d.eventDestroy(event);
-  } catch {
-    // the driver was closed meanwhile
-  }
-}

@@ -13,17 +13,17 @@
  * whose completion calls straight into the FIN — no promise between the GPU
  * and the answer.
  */
-import type { Mapping, MappingRequest } from '../../cache/index.js';
+import type { MappingRequest } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
-import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
-import { count } from '../endpoint-stats.js';
+import type { StreamHandle } from '../cuda/driver.js';
 import { PeerLostError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { debug } from '../debug.js';
 import { encodeFrame, restampRget } from '../wire/codec.js';
 import { type Frame, FinStatus, FrameType, type RgetFrame } from '../wire/frames.js';
-import type { Arrival, DataPath, PathContext, PendingRecv, Received, SendOptions } from './data-path.js';
-import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.js';
+import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
+import { refuseTooSmall } from './receive-target.js';
+import { destroyEvent, finishRemoteCopy, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 
 /** Where an RGET whose peer cannot map it is sent again (the staging path). */
 export interface Resender {
@@ -36,15 +36,8 @@ export interface Resender {
  * It is also the request the handle pool looks the mapping up by: one
  * allocation per message for both, as the request alone cost before.
  */
-interface RgetCopy extends MappingRequest {
-  recv: PendingRecv;
+interface RgetCopy extends MappingRequest, RemoteCopy {
   frame: RgetFrame;
-  /** Set once the mapping is found or opened. */
-  mapping: Mapping | undefined;
-  /** The sender's IPC event, opened here (destroyed once done). */
-  event: bigint | undefined;
-  /** What the receive resolves to (undefined until the copy is queued). */
-  result: Received | undefined;
 }
 
 export class RgetPath implements DataPath {
@@ -263,59 +256,17 @@ export class RgetPath implements DataPath {
 
   /** Queues the copy out of the peer's memory; its completion sends the FIN (finish). */
   private copy(job: RgetCopy): void {
-    const { recv, frame } = job;
+    const { frame } = job;
     const mapping = job.mapping!;
-    const ctx = this.ctx;
-    const d = ctx.driver;
-    const n = frame.length;
-    try {
-      if (frame.offset + n > mapping.size) {
-        throw new ProtocolError(`RGET ${frame.seq} asks for bytes ${frame.offset}..${frame.offset + n} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_RGET');
-      }
-      const src = mapping.ptr + BigInt(frame.offset);
-      const gpu = ctx.gpu();
-      const stream = recv.stream ?? gpu.stream;
-      const data = receiveTarget(d, recv.into, n, d.isReady());
-      job.result = { tag: frame.tag, length: n, path: 'rget', fromDevice: true, data };
-      const done = (err?: Error) => this.finish(job, err);
-      if (isDeviceBuffer(data)) {
-        if (recv.stream === undefined) {
-          // Launched with the other copies of this run, in one batch (GpuWork.copy).
-          gpu.copy(stream, data.ptr, src, n, done);
-          return;
-        }
-        d.memcpyAsync(data.ptr, src, n, stream);
-      } else {
-        d.memcpyDtoHAsync(data, src, stream);
-      }
-      // On the caller's stream the receive resolves at once: the data is valid once that stream reaches the copy.
-      if (recv.stream !== undefined) recv.resolve(job.result);
-      gpu.whenDone(stream, n, done);
-    } catch (err) {
-      this.finish(job, err as Error);
+    if (frame.offset + frame.length > mapping.size) {
+      return this.finish(job, new ProtocolError(`RGET ${frame.seq} asks for bytes ${frame.offset}..${frame.offset + frame.length} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_RGET'));
     }
+    launchRemoteCopy(this.ctx, job, mapping.ptr + BigInt(frame.offset), 'rget', (err) => this.finish(job, err));
   }
 
   /** The copy completed (or failed): FIN to the sender, the receive settles, the mapping is released. */
   private finish(job: RgetCopy, err: Error | undefined): void {
-    const ctx = this.ctx;
-    const { recv, frame } = job;
-    job.mapping!.release();
-    if (job.event !== undefined) destroyEvent(ctx.driver, job.event);
-    if (err === undefined) {
-      try {
-        count(ctx.received, 'rget', frame.length);
-        ctx.fins.ok(frame.seq);
-      } catch (e) {
-        err = e as Error; // the FIN could not be sent: the channel failed
-      }
-      if (err === undefined) {
-        if (recv.stream === undefined) recv.resolve(job.result!);
-        return;
-      }
-    }
-    releaseTarget(ctx.driver, recv.into, job.result?.data);
-    ctx.failArrival(recv, frame, err);
+    finishRemoteCopy(this.ctx, job, 'rget', err);
   }
 
   onFrame(_frame: Frame): void {}
@@ -333,10 +284,3 @@ export class RgetPath implements DataPath {
 
 function noop(): void {}
 
-function destroyEvent(d: CudaDriver, event: bigint): void {
-  try {
-    d.eventDestroy(event);
-  } catch {
-    // the driver was closed meanwhile: nothing left to destroy
-  }
-}
