@@ -30,7 +30,7 @@
 import type { ImportRequest } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
-import type { CudaDriver, DevicePtr, PoolHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
@@ -46,7 +46,7 @@ import {
   type RgetFdFrame,
 } from '../wire/frames.js';
 import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
-import type { Resender } from './rget.js';
+import { type Resender, restageOnFin } from './rget.js';
 import { refuseTooSmall } from './receive-target.js';
 import { destroyEvent, finishRemoteCopy, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 
@@ -325,23 +325,7 @@ export class FdRgetPath implements DataPath {
 
   /** FIN RESTAGE: the peer could not import our memory; the message goes by staging under the same seq. */
   onFin(seq: number, status: FinStatus): boolean {
-    if (status !== FinStatus.RESTAGE) return false;
-    const p = this.ctx.sends.get(seq);
-    const restage = p?.restage;
-    if (!p || !restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET_FD`, 'SMCUDA_BAD_FIN');
-    p.restage = undefined;
-    p.path = 'staging';
-    try {
-      this.fallback.resend(seq, restage.buf as DeviceBuffer, restage.stream as StreamHandle | undefined);
-    } catch (err) {
-      this.ctx.sends.fail(seq, err as Error);
-      try {
-        this.ctx.sendFin(seq, FinStatus.SENDER_FAILED, (err as Error).message);
-      } catch {
-        // the channel failed: the endpoint closes
-      }
-    }
-    return true;
+    return restageOnFin(this.ctx, this.fallback, seq, status, 'RGET_FD');
   }
 
   // ---------------------------------------------------------------- receiver

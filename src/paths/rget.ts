@@ -156,24 +156,7 @@ export class RgetPath implements DataPath {
 
   /** FIN RESTAGE: the peer could not map our memory; its receive waits for the same message by staging. */
   onFin(seq: number, status: FinStatus): boolean {
-    if (status !== FinStatus.RESTAGE) return false;
-    const p = this.ctx.sends.get(seq);
-    const restage = p?.restage;
-    if (!p || !restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
-    p.restage = undefined;
-    p.path = 'staging';
-    try {
-      this.fallback.resend(seq, restage.buf as DeviceBuffer, restage.stream as StreamHandle | undefined);
-    } catch (err) {
-      // the source went bad meanwhile: this send fails, and the receive waiting for it learns why
-      this.ctx.sends.fail(seq, err as Error);
-      try {
-        this.ctx.sendFin(seq, FinStatus.SENDER_FAILED, (err as Error).message);
-      } catch {
-        // the channel failed: the endpoint closes and the receiver learns it that way
-      }
-    }
-    return true;
+    return restageOnFin(this.ctx, this.fallback, seq, status, 'RGET');
   }
 
   // ---------------------------------------------------------------- receiver
@@ -284,3 +267,27 @@ export class RgetPath implements DataPath {
 
 function noop(): void {}
 
+/**
+ * FIN RESTAGE for a message sent by RGET or RGET_FD: it goes by staging
+ * under the same seq (the peer's receive waits for it); if it cannot (the
+ * source went bad meanwhile), the send fails and the receiver learns why.
+ */
+export function restageOnFin(ctx: PathContext, fallback: Resender, seq: number, status: FinStatus, sentBy: string): boolean {
+  if (status !== FinStatus.RESTAGE) return false;
+  const p = ctx.sends.get(seq);
+  const restage = p?.restage;
+  if (!p || !restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by ${sentBy}`, 'SMCUDA_BAD_FIN');
+  p.restage = undefined;
+  p.path = 'staging';
+  try {
+    fallback.resend(seq, restage.buf as DeviceBuffer, restage.stream as StreamHandle | undefined);
+  } catch (err) {
+    ctx.sends.fail(seq, err as Error);
+    try {
+      ctx.sendFin(seq, FinStatus.SENDER_FAILED, (err as Error).message);
+    } catch {
+      // the channel failed: the endpoint closes and the receiver learns it that way
+    }
+  }
+  return true;
+}
