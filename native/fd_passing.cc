@@ -367,9 +367,8 @@ void WatchLoop(Watch* w) {
   }
 }
 
-void FinalizeWatch(napi_env, void* data, void*) {
-  // fdWatchStop joins the thread; a watch dropped without stop is stopped here.
-  auto* w = static_cast<Watch*>(data);
+// Wakes the thread, joins it, releases the callback and frees the watch.
+void StopWatch(Watch* w) {
   {
     std::lock_guard<std::mutex> lock(w->mu);
     w->stopping = true;
@@ -382,6 +381,11 @@ void FinalizeWatch(napi_env, void* data, void*) {
   w->tsfn.Release();
   close(w->wake);
   delete w;
+}
+
+void FinalizeWatch(napi_env, void* data, void*) {
+  // fdWatchStop joins the thread; a watch dropped without stop is stopped here.
+  StopWatch(static_cast<Watch*>(data));
 }
 
 Watch* ArgWatch(const Napi::CallbackInfo& info, size_t i) {
@@ -453,19 +457,7 @@ Napi::Value FdWatchStop(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   void* data = nullptr;
   if (!info[0].IsObject() || napi_remove_wrap(env, info[0], &data) != napi_ok || !data) return env.Undefined();
-  auto* w = static_cast<Watch*>(data);
-  {
-    std::lock_guard<std::mutex> lock(w->mu);
-    w->stopping = true;
-  }
-  uint64_t one = 1;
-  ssize_t ignored = write(w->wake, &one, sizeof one);
-  (void)ignored;
-  w->cv.notify_all();
-  if (w->thread.joinable()) w->thread.join();
-  w->tsfn.Release();
-  close(w->wake);
-  delete w;
+  StopWatch(static_cast<Watch*>(data));
   return env.Undefined();
 }
 
