@@ -196,6 +196,64 @@ export interface EventOptions {
   disableTiming?: boolean;
 }
 
+// -- GPU-driven work: stream memory operations, graphs, modules, kernels ------
+
+/** An opaque CUDA graph handle (CUgraph), from `streamEndCapture`. */
+export type GraphHandle = bigint;
+/** An opaque executable graph handle (CUgraphExec), from `graphInstantiate`. */
+export type GraphExecHandle = bigint;
+/** An opaque loaded module (CUmodule or CUlibrary), from `moduleLoadData`. */
+export type ModuleHandle = bigint;
+/** An opaque kernel (CUfunction), from `moduleGetFunction`. */
+export type FunctionHandle = bigint;
+
+/**
+ * When a stream wait on a memory word is satisfied
+ * (CU_STREAM_WAIT_VALUE_GEQ / EQ / AND / NOR). 'geq' compares as unsigned
+ * with wrap-around, as the driver does: (int32)(*addr - value) >= 0.
+ */
+export type WaitCondition = 'geq' | 'eq' | 'and' | 'nor';
+
+/**
+ * One operation of `streamBatchMemOp` (cuStreamBatchMemOp_v2). `addr` is
+ * device memory (own or mapped from a peer) or registered host memory; 32-bit
+ * values are given as numbers, 64-bit ones as bigints.
+ */
+export type StreamMemOp =
+  | { op: 'wait32'; addr: DevicePtr; value: number; condition: WaitCondition; flush?: boolean }
+  | { op: 'wait64'; addr: DevicePtr; value: bigint; condition: WaitCondition; flush?: boolean }
+  | { op: 'write32'; addr: DevicePtr; value: number; noMemoryBarrier?: boolean }
+  | { op: 'write64'; addr: DevicePtr; value: bigint; noMemoryBarrier?: boolean }
+  /** CU_STREAM_MEM_OP_BARRIER: earlier writes of this stream are visible to everyone before later ones. */
+  | { op: 'barrier' };
+
+/** How a capture treats other threads' unsafe calls (CU_STREAM_CAPTURE_MODE_*). */
+export type CaptureMode = 'global' | 'thread-local' | 'relaxed';
+
+/**
+ * One kernel argument, typed as the PTX entry declares it: 'ptr' and 'u64'
+ * are .u64 (bigint), 'u32' / 'i32' are .u32 / .s32, 'f32' / 'f64' floats.
+ * The simulated driver hands the same list, in order, to its TypeScript twin
+ * of the kernel.
+ */
+export type KernelArg =
+  | { type: 'ptr' | 'u64' | 'i64'; value: bigint }
+  | { type: 'u32' | 'i32' | 'f32' | 'f64'; value: number };
+
+export interface LaunchConfig {
+  grid: [x: number, y?: number, z?: number];
+  block: [x: number, y?: number, z?: number];
+  /** Dynamic shared memory per block, bytes; default 0. */
+  sharedMemBytes?: number;
+}
+
+/** What a loaded module cost, for probe and bench: the first load of a PTX text JIT-compiles it (cached by the driver). */
+export interface ModuleLoadInfo {
+  module: ModuleHandle;
+  /** Wall time of the load call in milliseconds. */
+  loadMs: number;
+}
+
 export interface CudaDriver {
   readonly kind: DriverKind;
 
@@ -315,6 +373,43 @@ export interface CudaDriver {
    * and without holding a libuv pool thread per pending event.
    */
   whenComplete(event: EventHandle): Promise<void>;
+
+  // -- GPU-driven work ----------------------------------------------------------
+  // Stream memory operations come from cuGetProcAddress asking for the v2
+  // entry points (CUDA >= 11.7), as NCCL does: the old ones fail on some drivers.
+  /** Whether stream memory operations, capture and kernels work here (DriverStatus-like: never throws). */
+  gpuDrivenStatus(): { streamMemOps: boolean; waitValueNor: boolean; memOps64: boolean; graphs: boolean; modules: boolean; reason?: string };
+  /** cuStreamWaitValue32_v2: `stream` holds until the 32-bit word at `addr` meets `condition` against `value`. */
+  streamWaitValue32(stream: StreamHandle, addr: DevicePtr, value: number, condition: WaitCondition): void;
+  /** cuStreamWaitValue64_v2. */
+  streamWaitValue64(stream: StreamHandle, addr: DevicePtr, value: bigint, condition: WaitCondition): void;
+  /** cuStreamWriteValue32_v2: writes `value` at `addr` once the stream's earlier work is done. */
+  streamWriteValue32(stream: StreamHandle, addr: DevicePtr, value: number): void;
+  /** cuStreamWriteValue64_v2. */
+  streamWriteValue64(stream: StreamHandle, addr: DevicePtr, value: bigint): void;
+  /** cuStreamBatchMemOp_v2: the operations in order, as one stream item. */
+  streamBatchMemOp(stream: StreamHandle, ops: readonly StreamMemOp[]): void;
+
+  /** cuStreamBeginCapture_v2: work queued on `stream` from now on is recorded, not run. */
+  streamBeginCapture(stream: StreamHandle, mode?: CaptureMode): void;
+  /** cuStreamEndCapture: the recorded graph (the caller destroys it). */
+  streamEndCapture(stream: StreamHandle): GraphHandle;
+  /** cuStreamIsCapturing: true while `stream` records. */
+  streamIsCapturing(stream: StreamHandle): boolean;
+  /** cuGraphInstantiateWithFlags(0). */
+  graphInstantiate(graph: GraphHandle): GraphExecHandle;
+  /** cuGraphLaunch: replays the recorded operations on `stream`. */
+  graphLaunch(exec: GraphExecHandle, stream: StreamHandle): void;
+  graphExecDestroy(exec: GraphExecHandle): void;
+  graphDestroy(graph: GraphHandle): void;
+
+  /** cuModuleLoadData (or cuLibraryLoadData) of PTX text, JIT-compiled by the driver for the current device; no toolkit needed. */
+  moduleLoadData(ptx: string): ModuleLoadInfo;
+  moduleUnload(module: ModuleHandle): void;
+  /** cuModuleGetFunction: the `.entry` named `name`. */
+  moduleGetFunction(module: ModuleHandle, name: string): FunctionHandle;
+  /** cuLaunchKernel with the arguments packed as the entry declares them. */
+  launchKernel(fn: FunctionHandle, config: LaunchConfig, args: readonly KernelArg[], stream: StreamHandle): void;
 
   // -- shared host memory (for the simulator and for host staging) -------------
   shmCreate(name: string, bytes: number): SharedSegment;

@@ -16,7 +16,9 @@
  */
 import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
+import { notSupported } from './not-supported.js';
 import type {
+  ModuleLoadInfo,
   AddressRange,
   CudaDriver,
   DeviceInfo,
@@ -822,6 +824,27 @@ export class NativeCudaDriver implements CudaDriver {
    * belongs to the addon instance (one per Node environment) and restarts on
    * the next whenComplete of any driver.
    */
+
+  // -- GPU-driven work: placeholders until each driver implements them ----------
+  gpuDrivenStatus() {
+    return { streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason: 'not implemented by this driver yet' };
+  }
+  streamWaitValue32(): void { throw notSupported('cuStreamWaitValue32_v2'); }
+  streamWaitValue64(): void { throw notSupported('cuStreamWaitValue64_v2'); }
+  streamWriteValue32(): void { throw notSupported('cuStreamWriteValue32_v2'); }
+  streamWriteValue64(): void { throw notSupported('cuStreamWriteValue64_v2'); }
+  streamBatchMemOp(): void { throw notSupported('cuStreamBatchMemOp_v2'); }
+  streamBeginCapture(): void { throw notSupported('cuStreamBeginCapture_v2'); }
+  streamEndCapture(): bigint { throw notSupported('cuStreamEndCapture'); }
+  streamIsCapturing(): boolean { return false; }
+  graphInstantiate(): bigint { throw notSupported('cuGraphInstantiateWithFlags'); }
+  graphLaunch(): void { throw notSupported('cuGraphLaunch'); }
+  graphExecDestroy(): void { throw notSupported('cuGraphExecDestroy'); }
+  graphDestroy(): void { throw notSupported('cuGraphDestroy'); }
+  moduleLoadData(): ModuleLoadInfo { throw notSupported('cuModuleLoadData'); }
+  moduleUnload(): void { throw notSupported('cuModuleUnload'); }
+  moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
+  launchKernel(): void { throw notSupported('cuLaunchKernel'); }
   close(): void {
     const closed = new ClosedError('the CUDA driver was closed while waiting for an event');
     for (const reject of this.#pending) reject(closed);

@@ -31,7 +31,9 @@ import { debug } from '../debug.js';
 import { envSim, envSimFdFaults } from '../env.js';
 import { AddonLoadError } from '../errors.js';
 import { loadAddon } from './addon.js';
+import { notSupported } from './not-supported.js';
 import type {
+  ModuleLoadInfo,
   AddressRange,
   CudaDriver,
   DeviceInfo,
@@ -835,6 +837,27 @@ export class SimulatedCudaDriver implements CudaDriver {
   }
 
   /** Frees and unlinks everything this instance made, unmaps what it opened, stops its timers. */
+
+  // -- GPU-driven work: placeholders until each driver implements them ----------
+  gpuDrivenStatus() {
+    return { streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason: 'not implemented by this driver yet' };
+  }
+  streamWaitValue32(): void { throw notSupported('cuStreamWaitValue32_v2'); }
+  streamWaitValue64(): void { throw notSupported('cuStreamWaitValue64_v2'); }
+  streamWriteValue32(): void { throw notSupported('cuStreamWriteValue32_v2'); }
+  streamWriteValue64(): void { throw notSupported('cuStreamWriteValue64_v2'); }
+  streamBatchMemOp(): void { throw notSupported('cuStreamBatchMemOp_v2'); }
+  streamBeginCapture(): void { throw notSupported('cuStreamBeginCapture_v2'); }
+  streamEndCapture(): bigint { throw notSupported('cuStreamEndCapture'); }
+  streamIsCapturing(): boolean { return false; }
+  graphInstantiate(): bigint { throw notSupported('cuGraphInstantiateWithFlags'); }
+  graphLaunch(): void { throw notSupported('cuGraphLaunch'); }
+  graphExecDestroy(): void { throw notSupported('cuGraphExecDestroy'); }
+  graphDestroy(): void { throw notSupported('cuGraphDestroy'); }
+  moduleLoadData(): ModuleLoadInfo { throw notSupported('cuModuleLoadData'); }
+  moduleUnload(): void { throw notSupported('cuModuleUnload'); }
+  moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
+  launchKernel(): void { throw notSupported('cuLaunchKernel'); }
   close(): void {
     if (this.closed) return;
     this.closed = true;
