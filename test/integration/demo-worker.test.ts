@@ -51,7 +51,14 @@ describe('a demo rank over the worker protocol', () => {
     const results = await Promise.all(ws.map((w) => w.call<PhaseResult>('phase', { phase: 'ring', sizeIndex: 1 })));
     for (const r of results) expect(r).toMatchObject({ phase: 'ring', size: 64 * 1024, messages: 1, bytesReceived: 64 * 1024, mismatches: [] });
 
-    const endpoints = (await Promise.all(ws.map((w) => w.call<DemoReportEndpoint[]>('report')))).flat();
+    // The side that answered ACK(yes) reaches OK when the initiator's confirmation arrives, which may
+    // be after the phase's messages were delivered: ask again until both sides have settled (bounded).
+    const report = async () => (await Promise.all(ws.map((w) => w.call<DemoReportEndpoint[]>('report')))).flat();
+    let endpoints = await report();
+    for (let tries = 0; tries < 100 && endpoints.some((e) => !['OK', 'BAD'].includes((e.negotiation as { state: string }).state)); tries++) {
+      await new Promise((r) => setTimeout(r, 50));
+      endpoints = await report();
+    }
     expect(endpoints.map((e) => [e.rank, e.peer])).toEqual([
       [0, 1],
       [1, 0],
