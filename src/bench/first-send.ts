@@ -1,0 +1,94 @@
+/**
+ * The first-send suite's instruments: a fresh pair of processes, a fresh
+ * endpoint, one device message from rank 1 to rank 0, timed from rank 1's
+ * send() to rank 0's delivery on one clock shared by the processes
+ * (performance.timeOrigin + now()), with what happened in between:
+ *  - every negotiation state each side entered, and when;
+ *  - every driver call of the kinds that cost milliseconds the first time
+ *    (the first cuIpcOpenMemHandle of a peer's memory sets up peer access;
+ *    the probe open; the data's open), and how long each took.
+ * `breakdown` turns the two sides' records into where the milliseconds went.
+ */
+import type { CudaDriver } from '../cuda/driver.js';
+import type { Endpoint } from '../endpoint.js';
+import type { FirstSendResult, PathCounts } from './protocol.js';
+
+/** Milliseconds since the epoch, with the resolution of performance.now(): comparable between processes of one host. */
+export const epochMs = (): number => performance.timeOrigin + performance.now();
+
+/** Driver calls timed by `timedDriver`: the ones that open a peer's memory or ask about peer access. */
+export const TIMED_CALLS = ['ipcOpenMemHandle', 'ipcCloseMemHandle', 'canAccessPeer', 'vmmImport', 'memPoolImport', 'memPoolImportPointer', 'ipcGetMemHandle'] as const;
+
+export interface CallRecord {
+  call: string;
+  at: number;
+  ms: number;
+}
+
+/**
+ * `driver` with the TIMED_CALLS recorded into `calls`. Methods run on the
+ * driver itself (not the proxy): drivers keep private fields.
+ */
+export function timedDriver(driver: CudaDriver, calls: CallRecord[]): CudaDriver {
+  const timed = new Set<string>(TIMED_CALLS);
+  return new Proxy(driver, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target) as unknown;
+      if (typeof value !== 'function') return value;
+      const fn = value as (...a: unknown[]) => unknown;
+      if (typeof prop !== 'string' || !timed.has(prop)) return fn.bind(target);
+      return (...args: unknown[]) => {
+        const at = epochMs();
+        try {
+          return fn.apply(target, args);
+        } finally {
+          calls.push({ call: prop, at, ms: epochMs() - at });
+        }
+      };
+    },
+  });
+}
+
+/** Records each negotiation state `ep` enters from now on. */
+export function recordStates(ep: Endpoint): Array<{ state: string; at: number }> {
+  const states: Array<{ state: string; at: number }> = [];
+  ep.on('state', (state: string) => states.push({ state, at: epochMs() }));
+  return states;
+}
+
+export interface FirstSendBreakdown {
+  /** rank 1's send() → rank 0's recv resolved. */
+  totalMs: number;
+  /** Where the negotiation stood when the message was sent (INIT: it had not started). */
+  stateAtSend: string;
+  /** The longest peer open on each side (the first one of a process sets up peer access). */
+  firstOpenMs: { initiator: number; responder: number };
+  /** All timed driver calls between send and delivery, both sides, summed. */
+  driverMs: number;
+  /** Negotiation states entered between send and delivery, ms after the send, by side. */
+  states: { initiator: Array<{ state: string; ms: number }>; responder: Array<{ state: string; ms: number }> };
+  /** The rest: control hops, JavaScript, the copy itself. */
+  otherMs: number;
+  paths?: PathCounts;
+}
+
+export function breakdown(initiator: FirstSendResult, responder: FirstSendResult): FirstSendBreakdown {
+  const t0 = initiator.at;
+  const t1 = responder.at;
+  const inWindow = (at: number) => at >= t0 && at <= t1;
+  const calls = [...initiator.calls, ...responder.calls].filter((c) => inWindow(c.at));
+  const opens = (r: FirstSendResult) => Math.max(0, ...r.calls.filter((c) => c.call !== 'canAccessPeer' && c.call !== 'ipcGetMemHandle').map((c) => c.ms));
+  const before = initiator.states.filter((s) => s.at <= t0);
+  const rel = (r: FirstSendResult) => r.states.filter((s) => inWindow(s.at)).map((s) => ({ state: s.state, ms: s.at - t0 }));
+  const driverMs = calls.reduce((a, c) => a + c.ms, 0);
+  const totalMs = t1 - t0;
+  return {
+    totalMs,
+    stateAtSend: before.length > 0 ? before[before.length - 1]!.state : 'INIT',
+    firstOpenMs: { initiator: opens(initiator), responder: opens(responder) },
+    driverMs,
+    states: { initiator: rel(initiator), responder: rel(responder) },
+    otherMs: Math.max(0, totalMs - driverMs),
+    ...(initiator.paths ? { paths: initiator.paths } : {}),
+  };
+}
