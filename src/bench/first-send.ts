@@ -70,6 +70,8 @@ export interface FirstSendBreakdown {
   /** The rest: control hops, JavaScript, the copy itself. */
   otherMs: number;
   paths?: PathCounts;
+  /** Endpoint.negotiate() before the send (the prepared variant), ms. */
+  negotiateMs?: number;
 }
 
 export function breakdown(initiator: FirstSendResult, responder: FirstSendResult): FirstSendBreakdown {
@@ -90,5 +92,6 @@ export function breakdown(initiator: FirstSendResult, responder: FirstSendResult
     states: { initiator: rel(initiator), responder: rel(responder) },
     otherMs: Math.max(0, totalMs - driverMs),
     ...(initiator.paths ? { paths: initiator.paths } : {}),
+    ...(initiator.negotiateMs !== undefined ? { negotiateMs: initiator.negotiateMs } : {}),
   };
 }

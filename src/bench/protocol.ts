@@ -98,7 +98,7 @@ export type BenchCommand =
   /** Raw copies from several peers' exported buffers, round-robin on one stream (all-to-all baseline). */
   | ({ op: 'raw-copy-many'; buffers: ExportedBuffer[]; size: number } & Repeat)
   /** A fresh session's first device message, timed from rank 1's send to rank 0's delivery. */
-  | { op: 'first-send'; session: string; size: number }
+  | { op: 'first-send'; session: string; size: number; negotiateFirst?: boolean }
   // The all-to-all group (all-to-all.ts): every rank listens, connects to the ranks below it, then exchanges.
   | { op: 'a2a-listen' }
   | { op: 'a2a-connect'; ranks: number }
@@ -121,6 +121,8 @@ export interface FirstSendResult {
   calls: Array<{ call: string; at: number; ms: number }>;
   paths?: PathCounts;
   settleMs?: number;
+  /** negotiateFirst: how long Endpoint.negotiate() took on rank 1, before the send. */
+  negotiateMs?: number;
 }
 
 /** Whether one message of a memory kind went through, and the error where not. */

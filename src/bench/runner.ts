@@ -127,14 +127,16 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       await mem.close();
     }
     if (wants('first-send')) {
-      const reps: FirstSendBreakdown[] = [];
-      for (let i = 0; i < plan.firstSend.reps; i++) {
-        progress(`first send: fresh processes ${i + 1}/${plan.firstSend.reps}`);
-        const g = await start(`first${i}`, [0, 1]);
-        reps.push(await firstSendOnce(run, g));
-        await g.close();
+      for (const prepared of [false, true]) {
+        const reps: FirstSendBreakdown[] = [];
+        for (let i = 0; i < plan.firstSend.reps; i++) {
+          progress(`first send${prepared ? ', negotiated at connect' : ''}: fresh processes ${i + 1}/${plan.firstSend.reps}`);
+          const g = await start(`first${prepared ? 'p' : ''}${i}`, [0, 1]);
+          reps.push(await firstSendOnce(run, g, prepared));
+          await g.close();
+        }
+        firstSendFigure(run, reps, prepared);
       }
-      firstSendFigure(run, reps);
     }
     if (wants('all-to-all')) {
       progress(`all-to-all: starting ${A2A_RANKS} workers on 2 devices`);
@@ -478,8 +480,10 @@ async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promise<void
   const { path, token } = await g.call<{ path: string; token: Uint8Array }>(0, { op: 'fd-listen' });
   await g.call(1, { op: 'fd-connect', path, token });
   await g.call(0, { op: 'fd-accept' });
-  await openSession(g, 'memory', { ipc: true, cache: true });
-  await negotiateSession(g, 'memory');
+  let session = 'memory';
+  let fresh = 0;
+  await openSession(g, session, { ipc: true, cache: true });
+  await negotiateSession(g, session);
   const sizes = across ? plan.memoryAcrossSizes : [plan.memorySize];
   const costs = new Map<MemoryOption, { open: ReturnType<typeof summarize>; hit: ReturnType<typeof summarize>; result: KindOpenResult }>();
   for (const kind of MEMORY_OPTIONS) {
@@ -507,15 +511,27 @@ async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promise<void
       }
       const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
       run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
-      await g.call(1, { op: 'probe-recv', session: 'memory', size, memory: kind });
-      const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session: 'memory', size, memory: kind });
-      const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session: 'memory', abort: !sent.ok });
+      await g.call(1, { op: 'probe-recv', session, size, memory: kind });
+      const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session, size, memory: kind });
+      const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session, abort: !sent.ok });
       const spec = across ? MEMORY_FIG.transfer(kind, layout, size) : MEMORY_FIG.transfer(kind);
       if (!sent.ok || !got.ok) {
         run.figures.push(skipped(spec, `smcuda could not send ${kind} memory here: ${sent.error ?? got.error}`));
         continue;
       }
-      const r = await oneway(g, 'memory', size, run.opts.window, repeat, kind);
+      // A transfer that fails (the endpoint closes) is reported with both ranks' errors; the next gets a fresh session.
+      const cmd: BenchCommand = { op: 'oneway', session, size, window: run.opts.window, ...repeat, memory: kind };
+      const [s0, s1] = await Promise.allSettled([g.call<TimedResult>(0, cmd), g.call<TimedResult>(1, cmd)]);
+      if (s0.status === 'rejected' || s1.status === 'rejected') {
+        const why = [s0, s1].map((x, rank) => (x.status === 'rejected' ? `rank ${rank}: ${(x.reason as Error).message}` : '')).filter(Boolean).join('; ');
+        run.figures.push(skipped(spec, `the ${kind} transfer failed: ${why}`));
+        await both(g, { op: 'close', session }, { op: 'close', session }).catch(() => {});
+        session = `memory-${++fresh}`;
+        await openSession(g, session, { ipc: true, cache: true });
+        await negotiateSession(g, session);
+        continue;
+      }
+      const r = s0.value;
       const gbs = gbPerSecond(r.bytes, r.seconds);
       run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
       if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
@@ -523,7 +539,7 @@ async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promise<void
       else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters } }));
     }
   }
-  await both(g, { op: 'close', session: 'memory' }, { op: 'close', session: 'memory' });
+  await both(g, { op: 'close', session }, { op: 'close', session });
   const legacyOpen = costs.get('legacy')!.open.median;
   for (const [kind, c] of costs) {
     const details: Record<string, unknown> = { close: summarize(c.result.closeUs), firstImportUs: c.result.openUs[0], allocationBytes: MEMORY_OPEN_SIZE };
@@ -536,15 +552,15 @@ async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promise<void
 // ------------------------------------------------------------- first send
 
 /** One fresh pair of processes: rank 1's first device message to rank 0, and where its time went. */
-async function firstSendOnce(run: Run, g: Group): Promise<FirstSendBreakdown> {
+async function firstSendOnce(run: Run, g: Group, negotiateFirst: boolean): Promise<FirstSendBreakdown> {
   await openSession(g, 'first', { ipc: true, cache: true, timeCalls: true });
-  const cmd: BenchCommand = { op: 'first-send', session: 'first', size: run.plan.firstSend.size };
+  const cmd: BenchCommand = { op: 'first-send', session: 'first', size: run.plan.firstSend.size, negotiateFirst };
   const [responder, initiator] = await both<FirstSendResult, FirstSendResult>(g, cmd, cmd);
   await both(g, { op: 'close', session: 'first' }, { op: 'close', session: 'first' });
   return breakdown(initiator, responder);
 }
 
-function firstSendFigure(run: Run, reps: FirstSendBreakdown[]): void {
+function firstSendFigure(run: Run, reps: FirstSendBreakdown[], prepared: boolean): void {
   const total = summarize(reps.map((r) => r.totalMs));
   const med = (f: (r: FirstSendBreakdown) => number) => median(reps.map(f));
   const details = {
@@ -555,10 +571,11 @@ function firstSendFigure(run: Run, reps: FirstSendBreakdown[]): void {
       firstPeerOpenResponder: med((r) => r.firstOpenMs.responder),
       driverCallsOnTheWay: med((r) => r.driverMs),
       controlHopsAndJs: med((r) => r.otherMs),
+      ...(prepared ? { negotiateAfterConnect: med((r) => r.negotiateMs ?? NaN) } : {}),
     },
     each: reps,
   };
-  run.figures.push(figure(run, FIG.firstSend, total.median, null, { stats: total, details }));
+  run.figures.push(figure(run, prepared ? FIG.firstSendPrepared : FIG.firstSend, total.median, null, { stats: total, details }));
 }
 
 // ------------------------------------------------------------- all-to-all

@@ -148,6 +148,13 @@ export const FIG = {
     target: atMost(5, '≤ 5 ms'),
     scope: 'gpu-target',
   },
+  firstSendPrepared: {
+    name: 'first GPU send → first message delivered, endpoint.negotiate() after connect (fresh processes)',
+    suite: 'first-send',
+    unit: 'ms',
+    target: atMost(5, '≤ 5 ms'),
+    scope: 'gpu-target',
+  },
   sameGpuMid: {
     name: 'same GPU, two processes, 1–16 MiB (worst size)',
     suite: 'same-gpu',

@@ -138,8 +138,15 @@ class BenchWorker {
       case 'first-send': {
         const s = this.sessions.get(c.session);
         if (!s?.calls || !s.states) throw new Error(`session ${c.session} does not time its calls on rank ${this.cfg.rank}`);
-        const r = await firstSend(d, await s.endpoint, this.initiator, c.size);
-        return { ...r, states: s.states, calls: s.calls };
+        const ep = await s.endpoint;
+        let negotiateMs: number | undefined;
+        if (c.negotiateFirst && this.initiator) {
+          const t0 = performance.now();
+          await ep.negotiate();
+          negotiateMs = performance.now() - t0;
+        }
+        const r = await firstSend(d, ep, this.initiator, c.size);
+        return { ...r, states: s.states, calls: s.calls, ...(negotiateMs !== undefined ? { negotiateMs } : {}) };
       }
       case 'a2a-listen':
         this.a2a ??= new AllToAll(d, this.cfg);
