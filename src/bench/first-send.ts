@@ -4,9 +4,9 @@
  * send() to rank 0's delivery on one clock shared by the processes
  * (performance.timeOrigin + now()), with what happened in between:
  *  - every negotiation state each side entered, and when;
- *  - every driver call of the kinds that cost milliseconds the first time
- *    (the first cuIpcOpenMemHandle of a peer's memory sets up peer access;
- *    the probe open; the data's open), and how long each took.
+ *  - every driver call and how long it took (the first cuIpcOpenMemHandle
+ *    of a peer's memory sets up peer access; then the probe open, the
+ *    data's open).
  * `breakdown` turns the two sides' records into where the milliseconds went.
  */
 import type { CudaDriver } from '../cuda/driver.js';
@@ -16,8 +16,8 @@ import type { FirstSendResult, PathCounts } from './protocol.js';
 /** Milliseconds since the epoch, with the resolution of performance.now(): comparable between processes of one host. */
 export const epochMs = (): number => performance.timeOrigin + performance.now();
 
-/** Driver calls timed by `timedDriver`: the ones that open a peer's memory or ask about peer access. */
-export const TIMED_CALLS = ['ipcOpenMemHandle', 'ipcCloseMemHandle', 'canAccessPeer', 'vmmImport', 'memPoolImport', 'memPoolImportPointer', 'ipcGetMemHandle'] as const;
+/** Driver calls that open a peer's memory: the first one of a process also sets up peer access. */
+export const OPEN_CALLS = ['ipcOpenMemHandle', 'vmmImport', 'memPoolImport', 'memPoolImportPointer'] as const;
 
 export interface CallRecord {
   call: string;
@@ -26,17 +26,17 @@ export interface CallRecord {
 }
 
 /**
- * `driver` with the TIMED_CALLS recorded into `calls`. Methods run on the
- * driver itself (not the proxy): drivers keep private fields.
+ * `driver` with every call recorded into `calls` (name, start, duration).
+ * Methods run on the driver itself (not the proxy): drivers keep private
+ * fields. Only for the first-send suite: a few hundred calls, not a hot path.
  */
 export function timedDriver(driver: CudaDriver, calls: CallRecord[]): CudaDriver {
-  const timed = new Set<string>(TIMED_CALLS);
   return new Proxy(driver, {
     get(target, prop) {
       const value = Reflect.get(target, prop, target) as unknown;
       if (typeof value !== 'function') return value;
       const fn = value as (...a: unknown[]) => unknown;
-      if (typeof prop !== 'string' || !timed.has(prop)) return fn.bind(target);
+      if (typeof prop !== 'string') return fn.bind(target);
       return (...args: unknown[]) => {
         const at = epochMs();
         try {
@@ -69,6 +69,8 @@ export interface FirstSendBreakdown {
   states: { initiator: Array<{ state: string; ms: number }>; responder: Array<{ state: string; ms: number }> };
   /** The rest: control hops, JavaScript, the copy itself. */
   otherMs: number;
+  /** The slowest driver calls of either side since the endpoint opened (ms relative to the send: negative = before it). */
+  slowest: Array<{ side: 'initiator' | 'responder'; call: string; atMs: number; ms: number }>;
   paths?: PathCounts;
   /** Endpoint.negotiate() before the send (the prepared variant), ms. */
   negotiateMs?: number;
@@ -79,7 +81,14 @@ export function breakdown(initiator: FirstSendResult, responder: FirstSendResult
   const t1 = responder.at;
   const inWindow = (at: number) => at >= t0 && at <= t1;
   const calls = [...initiator.calls, ...responder.calls].filter((c) => inWindow(c.at));
-  const opens = (r: FirstSendResult) => Math.max(0, ...r.calls.filter((c) => c.call !== 'canAccessPeer' && c.call !== 'ipcGetMemHandle').map((c) => c.ms));
+  const openCalls = new Set<string>(OPEN_CALLS);
+  const opens = (r: FirstSendResult) => Math.max(0, ...r.calls.filter((c) => openCalls.has(c.call)).map((c) => c.ms));
+  const slowest = [
+    ...initiator.calls.map((c) => ({ side: 'initiator' as const, call: c.call, atMs: c.at - t0, ms: c.ms })),
+    ...responder.calls.map((c) => ({ side: 'responder' as const, call: c.call, atMs: c.at - t0, ms: c.ms })),
+  ]
+    .sort((a, b) => b.ms - a.ms)
+    .slice(0, 8);
   const before = initiator.states.filter((s) => s.at <= t0);
   const rel = (r: FirstSendResult) => r.states.filter((s) => inWindow(s.at)).map((s) => ({ state: s.state, ms: s.at - t0 }));
   const driverMs = calls.reduce((a, c) => a + c.ms, 0);
@@ -91,6 +100,7 @@ export function breakdown(initiator: FirstSendResult, responder: FirstSendResult
     driverMs,
     states: { initiator: rel(initiator), responder: rel(responder) },
     otherMs: Math.max(0, totalMs - driverMs),
+    slowest,
     ...(initiator.paths ? { paths: initiator.paths } : {}),
     ...(initiator.negotiateMs !== undefined ? { negotiateMs: initiator.negotiateMs } : {}),
   };

@@ -117,7 +117,7 @@ export interface FirstSendResult {
   at: number;
   /** Each negotiation state this side entered, and when. */
   states: Array<{ state: string; at: number }>;
-  /** Each driver call of the open/peer kind the endpoint made, and how long it took. */
+  /** Each driver call the endpoint made, and how long it took. */
   calls: Array<{ call: string; at: number; ms: number }>;
   paths?: PathCounts;
   settleMs?: number;

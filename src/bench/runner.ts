@@ -570,6 +570,7 @@ function firstSendFigure(run: Run, reps: FirstSendBreakdown[], prepared: boolean
       firstPeerOpenInitiator: med((r) => r.firstOpenMs.initiator),
       firstPeerOpenResponder: med((r) => r.firstOpenMs.responder),
       driverCallsOnTheWay: med((r) => r.driverMs),
+      stateAtSend: reps.map((r) => r.stateAtSend).join(','),
       controlHopsAndJs: med((r) => r.otherMs),
       ...(prepared ? { negotiateAfterConnect: med((r) => r.negotiateMs ?? NaN) } : {}),
     },
