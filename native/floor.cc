@@ -111,7 +111,7 @@ class FloorWorker : public Napi::AsyncWorker {
       }
       if (v >= k) return true;
       if ((spins & 4095) == 0 && Clock::now() > deadline) {
-        error_ = "the peer of the native floor did not answer within " + std::to_string(job_.timeoutMs) + " ms";
+        error_ = "the peer of the native floor did not answer within " + std::to_string(static_cast<long long>(job_.timeoutMs)) + " ms";
         return false;
       }
     }
