@@ -94,7 +94,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly progress: ProgressEngine;
   private closed = false;
 
-  private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions) {
+  private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions, fileTracer: FileTracer | undefined) {
     super();
     this.driver = driver;
     this.driverKind = driver.kind;
@@ -106,8 +106,6 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.channelOptions = { handshakeFrameBytes: MAX_HANDSHAKE_FRAME_BYTES, frameTimeoutMs: create.frameTimeoutMs };
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
-    const tracePath = create.trace ?? envTracePath();
-    const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
   }
@@ -122,6 +120,9 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (frameMs !== undefined && (typeof frameMs !== 'number' || !(frameMs >= 0) || frameMs > 2 ** 31 - 1)) {
       throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
     }
+    // The trace file first: a path it must refuse (a link, another user's file) fails before anything is opened.
+    const tracePath = options.trace ?? envTracePath();
+    const fileTracer = tracePath ? new FileTracer(tracePath, opts.id) : undefined;
     // Segments of processes that died without cleaning up (SIGKILL, a staged send never granted):
     // only dead owners' on this boot and in this pid namespace, of this uid (src/segment-owner.ts).
     const swept = sweepDeadSegments();
@@ -136,14 +137,18 @@ export class Transport extends EventEmitter<TransportEvents> {
     } else {
       const choice = options.driver ?? 'auto';
       if (choice !== 'auto' && choice !== 'native' && choice !== 'sim') {
+        fileTracer?.close();
         throw new ConfigError(`driver must be 'auto', 'native', 'sim' or a CudaDriver, got ${String(choice)}`);
       }
-      const opened = await openDriver({ driver: choice });
+      const opened = await openDriver({ driver: choice }).catch((err: unknown) => {
+        fileTracer?.close();
+        throw err;
+      });
       driver = opened.driver;
       reason = opened.reason;
       owns = true;
     }
-    const t = new Transport(driver, reason, owns, opts, options);
+    const t = new Transport(driver, reason, owns, opts, options, fileTracer);
     if (!options.lazyDevice) t.useDevice(t.opts.device);
     debug('transport %s: %s', t.id, reason);
     if (t.inspector) {
