@@ -38,18 +38,14 @@ export class OwnedFdListener {
 
   /**
    * Serves the descriptor socket of the control socket just bound at
-   * `controlPath`. A file already at `<path>.fd` is a dead listener's (a live
-   * one would still hold the control socket, which listen refused), so it
-   * is replaced. Undefined when it cannot be made (then peers get staging).
+   * `controlPath`. Nothing at `<path>.fd` is removed here (Transport.listen
+   * has removed a dead process's socket there, and refused anything else):
+   * a file that appeared meanwhile makes the bind fail. Undefined when it
+   * cannot be made (then peers get staging).
    */
   static open(controlPath: string, options: { peerUids?: PeerUidPolicy; onRefused?: (err: Error) => void }): OwnedFdListener | undefined {
     const path = fdSocketPath(controlPath);
     try {
-      try {
-        unlinkSync(path);
-      } catch {
-        // none there
-      }
       return new OwnedFdListener(path, new FdListener(path, { peerUids: options.peerUids, label: `fd:${path}`, onRefused: options.onRefused }));
     } catch (err) {
       debug('transport: no descriptor channel at %s (%s): peers get staging for VMM and pool memory', path, (err as Error).message);

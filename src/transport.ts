@@ -20,14 +20,14 @@ import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { ProgressEngine } from './progress/engine.js';
 import { envTracePath } from './env.js';
-import { connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
+import { clearStaleSocket, connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
 import { Handshake, MAX_HANDSHAKE_FRAME_BYTES } from './auth/handshake.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
 import { sweepDeadSegments } from './segment-owner.js';
 import { Endpoint } from './endpoint.js';
-import { type FdRole, OwnedFdListener, setUpFdChannel } from './fd-setup.js';
+import { type FdRole, fdSocketPath, OwnedFdListener, setUpFdChannel } from './fd-setup.js';
 import { describeAllocation, ExportTable } from './exports.js';
 import { ClosedError, ConfigError, PeerLostError, ProtocolError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
@@ -198,6 +198,13 @@ export class Transport extends EventEmitter<TransportEvents> {
           // close() ran while the socket was being set up: nothing may be left listening.
           await listener.close();
           throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
+        }
+        if (this.fdCapable()) {
+          // Only a dead process's socket is replaced at <path>.fd; a user's file or a live socket there fails listen().
+          await clearStaleSocket(fdSocketPath(path)).catch(async (err: unknown) => {
+            await listener.close();
+            throw err;
+          });
         }
         this.sockets.push(listener);
         if (this.fdCapable()) {

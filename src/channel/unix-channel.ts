@@ -470,6 +470,8 @@ function isListening(path: string): Promise<boolean> {
     probe.once('error', (err: NodeJS.ErrnoException) => {
       probe.destroy();
       if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT') resolve(false);
+      // A live socket of another type (a descriptor listener is SOCK_SEQPACKET): in use.
+      else if (err.code === 'EPROTOTYPE') resolve(true);
       else reject(socketError(err, path, `Cannot tell whether ${path} is in use`, (m) => new ConfigError(m)));
     });
   });
@@ -485,8 +487,12 @@ function fsError(err: unknown, path: string, what: string): SmcudaError {
   return new ConfigError(`${what} (${e.code ?? e.message}): ${e.message}`);
 }
 
-/** Removes a stale socket file at `path`; refuses to touch a live socket or anything that is not a socket. */
-async function clearStaleSocket(path: string): Promise<void> {
+/**
+ * Removes a stale socket file at `path` (one nobody listens on: a dead
+ * process's); refuses to touch a live socket (of any type) or anything that
+ * is not a socket: ConfigError.
+ */
+export async function clearStaleSocket(path: string): Promise<void> {
   let st;
   try {
     st = await fsp.lstat(path);
