@@ -47,7 +47,7 @@ export interface TransportCreateOptions extends TransportOptions {
   lazyDevice?: boolean;
   /** Append a JSON-lines trace to this file (default: $SMCUDA_TRACE, else off). */
   trace?: string;
-  /** Serve a live page of this transport's endpoints on http://127.0.0.1:PORT/ (0: any free port; see `inspectUrl`). */
+  /** Serve a live page of this transport's endpoints on http://127.0.0.1:PORT/SECRET/ (0: any free port; see `inspectUrl`). */
   inspect?: InspectOption;
   /** How long a new connection may take to complete the handshake (HELLO and PROOF). Default 10000. */
   helloTimeoutMs?: number;
