@@ -34,7 +34,7 @@ import { type ResolvedOptions, resolveOptions, type TransportOptions } from './o
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
 import { FileTracer, nowUs, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
-import { Feature, FrameType, type HelloFrame, NONCE_BYTES, WIRE_VERSION } from './wire/frames.js';
+import { Feature, type Frame, FrameType, type HelloFrame, NONCE_BYTES, WIRE_VERSION } from './wire/frames.js';
 
 export interface TransportCreateOptions extends TransportOptions {
   /** A driver instance, or which one to open: 'auto' (default: native where a GPU is usable, else simulated), 'native', 'sim'. */
@@ -265,6 +265,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     const ourHello = hs.hello;
     let helloSentAt = 0;
     let frames = 0;
+    const handshakeFrames: ['send' | 'recv', Frame, number][] = [];
     return new Promise<Endpoint>((resolve, reject) => {
       const fail = (err: Error) => {
         debug('transport %s: connection %s refused: %s', this.id, channel.label, err.message);
@@ -288,14 +289,15 @@ export class Transport extends EventEmitter<TransportEvents> {
           const step = hs.receive(frame);
           this.checkPeerId(step.peer);
           if (step.kind === 'proof') {
-            // Our HELLO left before the peer's id was known: trace it now, at the time it was sent.
-            this.tracer?.frame(step.peer.peerId, 'send', ourHello, helloSentAt);
-            this.tracer?.frame(step.peer.peerId, 'recv', step.peer);
+            // Traced only once the peer has proved the token (below): a peer that fails the PROOF never
+            // reaches the trace or the inspector page, whatever id it claimed.
+            handshakeFrames.push(['send', ourHello, helloSentAt], ['recv', step.peer, nowUs()]);
             channel.send(encodeFrame(step.proof));
-            this.tracer?.frame(step.peer.peerId, 'send', step.proof);
+            handshakeFrames.push(['send', step.proof, nowUs()]);
             return;
           }
           hello = step.peer;
+          for (const [dir, f, at] of handshakeFrames) this.tracer?.frame(hello.peerId, dir, f, at);
           this.tracer?.frame(hello.peerId, 'recv', frame);
         } catch (err) {
           fail(err as Error);
