@@ -350,7 +350,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private readonly onChannelClose = (error?: Error): void => {
     if (this.link.closed) return;
-    this.shutdown(error ?? null, new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed)'}`, { cause: error }));
+    // No CLOSE frame came first: the peer is lost. 'close' gives the channel's error, or (a killed
+    // peer's socket just ends) PeerLostError: never nothing.
+    const lost = new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed without CLOSE)'}`, { cause: error });
+    this.shutdown(error ?? lost, lost);
   };
 
   /** A failure on this endpoint only (bad frame, protocol violation): close it. */
