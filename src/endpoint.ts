@@ -91,6 +91,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       for (const t of p.arrivals) this.byArrival[t] = p;
       for (const t of p.controls) this.byControl[t] = p;
     }
+    // What the channel may still buffer for the peer: the budget less what the peer's unmatched messages hold.
+    channel.limitBuffered?.(() => link.flow.maxBufferedBytes - link.flow.held);
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);
   }
@@ -252,6 +254,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.link.resends.delete(arrival.seq);
         return this.receiveOn(path, waiting, arrival);
       }
+      // Counted before it is queued: past maxBufferedBytes the endpoint fails (PeerLimitError) and nothing is kept.
+      this.link.flow.arrived(arrival.type === FrameType.EAGER ? arrival.data.byteLength : 0);
       const recv = this.matches.arrive(arrival.tag, arrival);
       if (recv) this.deliver(recv, arrival);
       return;

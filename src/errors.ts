@@ -119,6 +119,19 @@ export class DescriptorError extends SmcudaError {
 }
 
 /**
+ * A peer made this endpoint hold more for it than the endpoint's bound
+ * allows: 'SMCUDA_PEER_BUFFER_LIMIT' — unexpected messages and partly
+ * arrived frames over `maxBufferedBytes`; 'SMCUDA_PEER_FD_LIMIT' — more
+ * descriptors than `maxPeerDescriptors`. That endpoint closes with it (every
+ * pending operation on it rejects); the transport's other endpoints carry on.
+ */
+export class PeerLimitError extends SmcudaError {
+  constructor(code: 'SMCUDA_PEER_BUFFER_LIMIT' | 'SMCUDA_PEER_FD_LIMIT', message: string) {
+    super(code, message);
+  }
+}
+
+/**
  * A shared-memory segment (control ring, staging ring, simulated device
  * memory) could not be created for lack of room in /dev/shm (a container's
  * default is 64 MiB). The message names the directory, its size and free

@@ -37,7 +37,7 @@ import { promises as fsp } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
+import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLimitError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import {
@@ -196,7 +196,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       try {
         this.#reader.push(chunk);
       } catch (err) {
-        if (!(err instanceof ProtocolError)) throw err;
+        if (!(err instanceof ProtocolError) && !(err instanceof PeerLimitError)) throw err;
         this.#fail(err);
         return;
       }
@@ -259,7 +259,12 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
     return this.#reader.limit;
   }
 
-  /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
+  /** After the handshake: a frame larger than `room()` is refused from its prefix (PeerLimitError; ControlChannel.limitBuffered). */
+  limitBuffered(room: () => number): void {
+    this.#reader.setRoom(room);
+  }
+
+    /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
   handshakeDone(): void {
     this.#reader.setLimit(this.#opts.maxFrameBytes);
   }
