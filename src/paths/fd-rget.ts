@@ -32,7 +32,7 @@ import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffer
 import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
 import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
-import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
+import { CudaError, DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { decodeFrame, encodeFrame } from '../wire/codec.js';
 import {
@@ -384,7 +384,19 @@ export class FdRgetPath implements DataPath {
       debug('endpoint %s: bad descriptor-channel message: %s', this.ctx.peerId, (err as Error).message);
       return;
     }
-    if (msg.fd !== undefined) this.ctx.fdStats.descriptorsReceived++;
+    if (msg.fd !== undefined) {
+      this.ctx.fdStats.descriptorsReceived++;
+      // Bounded: a peer may not make this endpoint hold more of its descriptors than maxPeerDescriptors
+      // (offers not yet imported, pools not yet imported, descriptors ahead of their offer).
+      const max = this.ctx.opts.maxPeerDescriptors;
+      if (this.heldDescriptors() >= max) {
+        closeFd(this.ctx.driver, msg.fd);
+        this.ctx.failEndpoint(
+          new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} sent more descriptors than this endpoint holds for a peer (maxPeerDescriptors ${max}) before any was imported: refused`),
+        );
+        return;
+      }
+    }
     const poolKey = `pool:${meta.id}`;
     if (meta.kind === HandleKind.POOL) {
       const p = this.pools.get(Number(meta.id));
@@ -408,6 +420,15 @@ export class FdRgetPath implements DataPath {
       this.chunkFd(inc, meta.index, msg.fd);
     }
     this.changed();
+  }
+
+  /** Descriptors of the peer's held here now (closed once imported, refused, or timed out). */
+  private heldDescriptors(): number {
+    let n = 0;
+    for (const e of this.early.values()) n += e.fds.size;
+    for (const p of this.pools.values()) if (p.fd !== undefined) n++;
+    for (const inc of this.incoming.values()) if (inc.have > 0) for (const fd of inc.fds) if (fd !== undefined) n++;
+    return n;
   }
 
   private chunkFd(inc: Incoming, index: number, fd: number | undefined): void {
