@@ -154,13 +154,6 @@ export class EndpointLink implements PathContext {
     this.onFdChannel(channel);
   }
 
-  /** Set by the endpoint: closes it with `err` (a failure of this endpoint only). */
-  onFail: ((err: Error) => void) | undefined;
-
-  failEndpoint(err: Error): void {
-    this.onFail?.(err);
-  }
-
   closedError(): Error {
     const why = this.closeReason;
     if (why instanceof PeerLostError || this.closedWith) return new PeerLostError(`endpoint to ${this.peerId} is closed: ${(why ?? this.closedWith)!.message}`);

@@ -85,7 +85,6 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.emit('state', state, previous);
       },
     });
-    link.onFail = (err) => this.fail(err);
     this.paths = createPaths(link);
     for (const p of this.paths) {
       this.byKind[p.kind] = p;

@@ -101,9 +101,11 @@ export interface TransportOptions {
   /**
    * The most descriptors an endpoint holds that its peer sent (imported
    * VMM chunks and pools cached for later RGET_FDs, and those of an offer
-   * still arriving). Past it, the endpoint closes with `PeerLimitError`
-   * ('SMCUDA_PEER_FD_LIMIT'); a descriptor that answers no outstanding
-   * offer is closed at once. Default 64; at least 1.
+   * still arriving, or ahead of its offer). One past it is closed at once
+   * and counts as lost (`PeerLimitError`, 'SMCUDA_PEER_FD_LIMIT'): the
+   * message of its offer goes by staging, as when a descriptor is lost to
+   * EMFILE, so a message spanning more chunks than this always goes by
+   * staging. Default 64; at least 1.
    */
   maxPeerDescriptors?: number;
 }

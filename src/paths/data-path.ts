@@ -130,8 +130,6 @@ export interface PathContext {
   readonly closed: boolean;
   /** What a pending operation rejects with once the endpoint is closed. */
   closedError(): Error;
-  /** The peer broke a bound outside the control channel (descriptors): the endpoint closes with `err`. */
-  failEndpoint(err: Error): void;
   nextSeq(): number;
   /** The endpoint's stream, events and copy batcher (made on first use). */
   gpu(): GpuWork;
