@@ -316,7 +316,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
         });
-        setUpFdChannel(ep, fd, this.opts.token, ourHello, hello);
+        setUpFdChannel(ep, fd, this.opts.token, ourHello, hello, undefined, channel.peerPid ?? hello.pid);
         this.emit('endpoint', ep);
         resolve(ep);
       };

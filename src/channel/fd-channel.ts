@@ -133,10 +133,17 @@ export class FdChannel {
   }
 
   /**
-   * Connects to a listener's path, checks who listens there (uid policy) and
-   * presents `token` (agreed on the authenticated control channel).
+   * Connects to a listener's path, checks who listens there (uid policy; and
+   * `listenerPid`: the process that authenticated on the control channel,
+   * as the kernel reports it) and only then presents `token` (agreed on the
+   * authenticated control channel). Another process listening at the path
+   * (an impostor that moved the real socket aside) gets no byte.
    */
-  static async connect(path: string, token: Uint8Array, options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string } = {}): Promise<FdChannel> {
+  static async connect(
+    path: string,
+    token: Uint8Array,
+    options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string; listenerPid?: number } = {},
+  ): Promise<FdChannel> {
     if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
     const native = options.native ?? loadAddon();
     const label = options.label ?? 'smcuda';
@@ -157,6 +164,12 @@ export class FdChannel {
     try {
       cred = native.peerCredentials(sock);
       checkUid(cred, options.peerUids ?? 'same', label);
+      if (options.listenerPid !== undefined && cred.pid !== options.listenerPid) {
+        throw new AccessDeniedError(
+          `${label}: the descriptor socket ${path} is served by pid ${cred.pid}, not by pid ${options.listenerPid} that authenticated on the control channel: refused, nothing sent`,
+          'SMCUDA_PEER_PID',
+        );
+      }
     } catch (err) {
       native.fdClose(sock);
       throw err;
@@ -338,7 +351,7 @@ export class FdListener {
   readonly #native: FdNative;
   #fd: number;
   readonly #watch: object;
-  readonly #expected = new Map<string, { resolve: (c: FdChannel) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  readonly #expected = new Map<string, { resolve: (c: FdChannel) => void; reject: (e: Error) => void; timer: NodeJS.Timeout; pid: number | undefined }>();
   /** Connections accepted and waiting for their token. */
   readonly #unadmitted = new Set<FdChannel>();
   /** Connections that presented a well-formed token before expect() was called with it, by token (hex). */
@@ -362,8 +375,12 @@ export class FdListener {
     this.#native.fdWatchArm(this.#watch, POLLIN, false);
   }
 
-  /** Resolves with the connection that presents `token` (timeoutMs: then DescriptorError). */
-  expect(token: Uint8Array, timeoutMs = 10_000): Promise<FdChannel> {
+  /**
+   * Resolves with the connection that presents `token` (timeoutMs: then
+   * DescriptorError). `peerPid`: it must come from this process (SO_PEERCRED),
+   * the one that authenticated on the control channel; else AccessDeniedError.
+   */
+  expect(token: Uint8Array, timeoutMs = 10_000, peerPid?: number): Promise<FdChannel> {
     if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
     const key = Buffer.from(token).toString('hex');
@@ -373,6 +390,8 @@ export class FdListener {
       this.#early.delete(key);
       this.#unadmitted.delete(early.channel);
       early.admit();
+      const wrong = this.#wrongPid(early.channel, peerPid);
+      if (wrong) return Promise.reject(wrong);
       return Promise.resolve(early.channel);
     }
     return new Promise<FdChannel>((resolve, reject) => {
@@ -380,7 +399,7 @@ export class FdListener {
         this.#expected.delete(key);
         reject(new DescriptorError('SMCUDA_FD_CHANNEL', `no descriptor connection presented the expected token within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.#expected.set(key, { resolve, reject, timer });
+      this.#expected.set(key, { resolve, reject, timer, pid: peerPid });
     });
   }
 
@@ -402,6 +421,18 @@ export class FdListener {
       w.reject(new ClosedError('the descriptor listener was closed'));
     }
     this.#expected.clear();
+  }
+
+  /** The connection is not from `pid`: closed, refused, and the error to reject with. */
+  #wrongPid(channel: FdChannel, pid: number | undefined): Error | undefined {
+    if (pid === undefined || channel.peer?.pid === pid) return undefined;
+    channel.close();
+    const err = new AccessDeniedError(
+      `${this.options.label ?? 'smcuda'}: a descriptor connection from pid ${channel.peer?.pid} presented the token of pid ${pid}: refused`,
+      'SMCUDA_PEER_PID',
+    );
+    this.#refuse(err);
+    return err;
   }
 
   #refuse(err: Error): void {
@@ -486,6 +517,8 @@ export class FdListener {
         admitted = true;
         this.#expected.delete(key);
         clearTimeout(waiter.timer);
+        const wrong = this.#wrongPid(channel, waiter.pid);
+        if (wrong) return waiter.reject(wrong);
         channel.pause(); // what follows the token waits in the kernel until the new owner calls start()
         waiter.resolve(channel);
       },
