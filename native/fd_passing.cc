@@ -1,5 +1,7 @@
 // File descriptors between processes: SCM_RIGHTS over a Unix SOCK_SEQPACKET
 // socket, plus the few fd calls the rest needs (memfd, fstat, close).
+// One file over 500 lines, as one concept: those sockets and the one
+// readiness loop that drives them.
 //
 // Node's sockets cannot carry descriptors (libuv's non-IPC pipes read() and
 // the kernel drops every descriptor in flight), so the descriptor channel is

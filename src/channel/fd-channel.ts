@@ -2,6 +2,11 @@
  * A channel for file descriptors between two processes: SCM_RIGHTS over a
  * Unix SOCK_SEQPACKET socket driven by the addon (native/fd_passing.cc).
  *
+ * One file over 500 lines, as one concept: the channel and its listener
+ * share one socket's life cycle (readiness watch, credentials, the token and
+ * the pid that admit a connection), as unix-channel.ts does for the control
+ * socket.
+ *
  * Why a connection of its own, beside the endpoint's control socket, rather
  * than sendmsg on the control socket's fd: Node owns that socket's stream;
  * libuv reads it with read(), which makes the kernel discard any descriptor
