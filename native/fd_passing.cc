@@ -437,7 +437,12 @@ struct Poller {
         std::lock_guard<std::mutex> lock(mu);
         for (int i = 0; i < n; i++) {
           if (events[i].data.u64 == 0) return;  // stop
-          ready.push_back(Ready{events[i].data.u64, static_cast<int>(events[i].events)});
+          try {
+            ready.push_back(Ready{events[i].data.u64, static_cast<int>(events[i].events)});
+          } catch (const std::exception&) {
+            // No memory for the queue: this event is lost (its socket stays disarmed) rather than the
+            // process aborting on an exception thrown out of a thread.
+          }
         }
         if (!ready.empty() && !scheduled) call = scheduled = true;
       }
@@ -510,7 +515,11 @@ void DeliverReady(Napi::Env env, Napi::Function, Poller* poller, std::vector<Rea
       // A callback threw (the process's uncaught exception, as for any callback):
       // the rest are served on the next call, not lost.
       std::lock_guard<std::mutex> lock(poller->mu);
-      poller->ready.insert(poller->ready.begin(), batch.begin() + static_cast<std::ptrdiff_t>(i), batch.end());
+      try {
+        poller->ready.insert(poller->ready.begin(), batch.begin() + static_cast<std::ptrdiff_t>(i), batch.end());
+      } catch (const std::exception&) {
+        return;  // no memory: those events are lost, never an exception out of here
+      }
       if (!poller->scheduled) {
         poller->scheduled = true;
         poller->tsfn.NonBlockingCall();
