@@ -49,7 +49,7 @@ const POLLERR = 0x8;
 const POLLHUP = 0x10;
 const POLLRDHUP = 0x2000;
 /** Connections accepted and not yet admitted (no token yet, or one nobody expects yet) a listener keeps at most. */
-const MAX_UNADMITTED = 16;
+const MAX_UNADMITTED = 64;
 const TOKEN_MAGIC = Buffer.from('SMFD1');
 /** After a failed accept (out of descriptors), wait this long before trying again. */
 const ACCEPT_RETRY_MS = 50;
@@ -397,10 +397,11 @@ export class FdListener {
       /** A connection that presents no token within this is closed (default 10 s). */
       admissionTimeoutMs?: number;
       /**
-       * Connections not yet admitted kept at most (default 16); a new one past
-       * it evicts the oldest (closed, refused), so a flood of token-less
-       * connections cannot hold the listener's descriptors, nor keep out a
-       * connector that presents its token at once.
+       * Connections not yet admitted kept at most (default 64: that many ranks
+       * may connect at once, each token parked until this side has checked
+       * its PROOF); a new one past it evicts the oldest (closed, refused), so
+       * a flood of token-less connections cannot hold the listener's
+       * descriptors, nor keep out a connector that presents its token at once.
        */
       maxUnadmitted?: number;
     } = {},

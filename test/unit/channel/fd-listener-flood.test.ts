@@ -50,11 +50,11 @@ describe('a descriptor listener flooded with token-less connections', () => {
       clients.push(addon.fdConnect(listener.path));
       if (i % 50 === 49) await new Promise((r) => setTimeout(r, 20)); // let it accept (the backlog is finite)
     }
-    await until(() => refused.length >= 300 - 16, 10_000);
+    await until(() => refused.length >= 300 - 64, 10_000);
     expect(threads() - before).toBeLessThanOrEqual(1); // the one readiness loop, if this file started it
-    expect(refused.length).toBe(300 - 16);
-    expect(refused.every((e) => e instanceof AccessDeniedError && /16 were waiting for admission, a newer one came/.test(e.message))).toBe(true);
-    expect(fds() - fdsBefore - clients.length).toBeLessThanOrEqual(16); // the listener's side: the 16 newest
+    expect(refused.length).toBe(300 - 64);
+    expect(refused.every((e) => e instanceof AccessDeniedError && /64 were waiting for admission, a newer one came/.test(e.message))).toBe(true);
+    expect(fds() - fdsBefore - clients.length).toBeLessThanOrEqual(64); // the listener's side: the 64 newest
   });
 
   it('a connection parked with a token nobody expects yet is closed as soon as its client hangs up, not at the admission timeout', async () => {
