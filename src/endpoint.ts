@@ -91,6 +91,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       for (const t of p.arrivals) this.byArrival[t] = p;
       for (const t of p.controls) this.byControl[t] = p;
     }
+    // What the channel may still buffer for the peer: the budget less what the peer's unmatched messages hold.
+    channel.limitBuffered?.(() => link.flow.maxBufferedBytes - link.flow.held);
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);
   }
@@ -284,6 +286,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.link.resends.delete(arrival.seq);
         return this.receiveOn(path, waiting, arrival);
       }
+      // Counted before it is queued: past maxBufferedBytes the endpoint fails (PeerLimitError) and nothing is kept.
+      this.link.flow.arrived(arrival.type === FrameType.EAGER ? arrival.data.byteLength : 0);
       const recv = this.matches.arrive(arrival.tag, arrival);
       if (recv) this.deliver(recv, arrival);
       return;
@@ -382,7 +386,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private readonly onChannelClose = (error?: Error): void => {
     if (this.link.closed) return;
-    this.shutdown(error ?? null, new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed)'}`, { cause: error }));
+    // No CLOSE frame came first: the peer is lost. 'close' gives the channel's error, or (a killed
+    // peer's socket just ends) PeerLostError: never nothing.
+    const lost = new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed without CLOSE)'}`, { cause: error });
+    this.shutdown(error ?? lost, lost);
   };
 
   /** A failure on this endpoint only (bad frame, protocol violation): close it. */

@@ -32,7 +32,7 @@ import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffer
 import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
 import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
-import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
+import { CudaError, DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { decodeFrame, encodeFrame } from '../wire/codec.js';
 import {
@@ -384,30 +384,56 @@ export class FdRgetPath implements DataPath {
       debug('endpoint %s: bad descriptor-channel message: %s', this.ctx.peerId, (err as Error).message);
       return;
     }
-    if (msg.fd !== undefined) this.ctx.fdStats.descriptorsReceived++;
+    let fd = msg.fd;
+    let lost: Error | undefined = msg.lost;
+    if (fd !== undefined) {
+      this.ctx.fdStats.descriptorsReceived++;
+      // Bounded: a peer may not make this endpoint hold more of its descriptors than maxPeerDescriptors
+      // (offers and pools not yet imported, descriptors ahead of their offer). One past it is closed at
+      // once and counts as lost: its offer's message goes by staging (FIN RESTAGE), as for EMFILE, so an
+      // honest peer with one large or many unexpected offers loses nothing, and a hoarding one holds no more.
+      const max = this.ctx.opts.maxPeerDescriptors;
+      if (this.heldDescriptors() >= max) {
+        closeFd(this.ctx.driver, fd);
+        fd = undefined;
+        this.ctx.fdStats.descriptorsRefused++;
+        lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`);
+      }
+    }
     const poolKey = `pool:${meta.id}`;
     if (meta.kind === HandleKind.POOL) {
       const p = this.pools.get(Number(meta.id));
-      if (msg.lost !== undefined) {
-        if (p !== undefined) p.lost = msg.lost;
+      if (lost !== undefined) {
+        if (p !== undefined) p.lost = lost;
       } else if (p === undefined || p.arrived) {
-        this.hold(poolKey, 0, msg.fd);
+        this.hold(poolKey, 0, fd);
       } else {
-        this.poolFd(Number(meta.id), msg.fd);
+        this.poolFd(Number(meta.id), fd);
       }
       return this.changed();
     }
     const key = offerKey(meta.id, meta.base);
     const inc = this.incoming.get(key);
-    if (msg.lost !== undefined) {
-      if (inc !== undefined) inc.lost = msg.lost;
-      debug('endpoint %s: descriptor %d of offer %s lost: %s', this.ctx.peerId, meta.index, key, msg.lost.message);
+    if (lost !== undefined) {
+      if (inc !== undefined) inc.lost = lost;
+      debug('endpoint %s: descriptor %d of offer %s lost: %s', this.ctx.peerId, meta.index, key, lost.message);
+    } else if (inc !== undefined && inc.lost !== undefined && fd !== undefined) {
+      closeFd(this.ctx.driver, fd); // its offer is refused already: nothing will import it
     } else if (inc === undefined || inc.fds[meta.index] !== undefined || inc.have === inc.fds.length) {
-      this.hold(key, meta.index, msg.fd); // before its offer (or for the next one)
+      this.hold(key, meta.index, fd); // before its offer (or for the next one)
     } else {
-      this.chunkFd(inc, meta.index, msg.fd);
+      this.chunkFd(inc, meta.index, fd);
     }
     this.changed();
+  }
+
+  /** Descriptors of the peer's held here now (closed once imported, refused, or timed out). */
+  private heldDescriptors(): number {
+    let n = 0;
+    for (const e of this.early.values()) n += e.fds.size;
+    for (const p of this.pools.values()) if (p.fd !== undefined) n++;
+    for (const inc of this.incoming.values()) if (inc.have > 0) for (const fd of inc.fds) if (fd !== undefined) n++;
+    return n;
   }
 
   private chunkFd(inc: Incoming, index: number, fd: number | undefined): void {

@@ -61,6 +61,11 @@ export function finishRemoteCopy(ctx: PathContext, job: RemoteCopy, path: 'rget'
   const { recv, frame } = job;
   job.mapping?.release();
   if (job.event !== undefined) destroyEvent(ctx.driver, job.event);
+  if (err === undefined && ctx.closed && recv.stream === undefined) {
+    // The endpoint closed while the copy ran: its FIN can no longer reach the sender, whose send
+    // fails with the close; so does this receive, so that both sides agree on the message.
+    err = ctx.closedError();
+  }
   if (err === undefined) {
     try {
       count(ctx.received, path, frame.length);
