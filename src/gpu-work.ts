@@ -11,7 +11,7 @@
  * found) are launched together, by one cuMemcpyBatchAsync, when the run ends;
  * they share one completion event. See `copy`.
  */
-import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
+import { type CudaDriver, type EventHandle, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
 import { ProgressEngine } from './progress/engine.js';
 import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
 
@@ -191,16 +191,21 @@ export class GpuWork {
   private launch(b: Batch): Array<[number, Error]> | undefined {
     const n = b.copies;
     const d = this.driver;
+    let from: number;
     try {
       if (n === 1) d.memcpyAsync(this.dsts[0]!, this.srcs[0]!, this.sizes[0]!, b.stream);
       else d.memcpyBatchAsync(this.dsts, this.srcs, this.sizes, n, b.stream);
       return undefined;
     } catch (err) {
       if (n === 1) return [[0, err as Error]];
+      // The batch call queues all or none; a driver without one queues copy
+      // by copy and stops at the first failure, with copies 0..queued-1
+      // already queued (they run, and complete with the batch's event).
+      from = queuedBeforeFailure(err, n);
     }
-    // The driver refuses a batch whole: one by one, only the bad copies fail.
+    // The rest one by one, so only the bad copies fail.
     const failed: Array<[number, Error]> = [];
-    for (let k = 0; k < n; k++) {
+    for (let k = from; k < n; k++) {
       try {
         d.memcpyAsync(this.dsts[k]!, this.srcs[k]!, this.sizes[k]!, b.stream);
       } catch (err) {

@@ -86,6 +86,7 @@ interface NativeError {
   result?: unknown;
   detail?: unknown;
   message?: unknown;
+  queued?: unknown;
 }
 
 /** Turns an error thrown by the addon into the typed error smcuda promises. */
@@ -100,6 +101,8 @@ export function fromNativeError(err: unknown): unknown {
     const detail = typeof e.detail === 'string' && e.detail !== '' ? e.detail : detailOf(message);
     const converted = new CudaError(e.call, code, e.result, detail);
     (converted as { cause?: unknown }).cause = err;
+    // memcpyBatchAsync one by one: the copies queued before the failing one.
+    if (typeof e.queued === 'number') (converted as { queued?: number }).queued = e.queued;
     return converted;
   }
   if (code === 'SMCUDA_CLOSED') return new ClosedError(message);

@@ -429,6 +429,9 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
       expect(r.copied).toEqual(expected);
       expect(r.legacyStream).toEqual(expected.slice(0, 64));
       expect(r.tooMany).toMatchObject({ name: 'RangeError' });
+      // One by one, a refused copy says how many were queued before it (and they ran).
+      expect(r.stoppedAt).toMatchObject({ isCudaError: true, call: 'cuMemcpyAsync', queued: 1 });
+      expect(r.afterStop).toEqual([...expected.slice(0, 32), ...Array.from({ length: 48 }, () => 0)]);
     }
     // The batch entry point refuses a batch with a null pointer whole.
     expect(runs[0]!.refused).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_INVALID_VALUE', call: 'cuMemcpyBatchAsync' });
