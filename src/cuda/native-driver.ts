@@ -136,6 +136,9 @@ export class NativeCudaDriver implements CudaDriver {
   readonly #contexts = new Map<number, bigint>();
   /** Rejecters of this driver's pending whenComplete promises, for close(). */
   readonly #pending = new Set<(err: Error) => void>();
+  /** This driver's client of the addon's completion poller (completionOpen), once it waited. */
+  #completionClient: number | undefined;
+  #completionOpen = false;
   /** Own VMM allocations and VMM imports, by base: what to unmap and free. */
   readonly #ownRanges = new Map<DevicePtr, MappedRange>();
   readonly #importedRanges = new Map<DevicePtr, MappedRange>();
@@ -782,7 +785,12 @@ export class NativeCudaDriver implements CudaDriver {
     }
     let native: Promise<void>;
     try {
-      native = this.#binding().whenEventComplete(event, ctx);
+      const a = this.#binding();
+      if (!this.#completionOpen) {
+        this.#completionClient = a.completionOpen();
+        this.#completionOpen = true;
+      }
+      native = a.whenEventComplete(event, ctx, this.#completionClient);
     } catch (err) {
       return Promise.reject(fromNativeError(err));
     }
@@ -821,12 +829,6 @@ export class NativeCudaDriver implements CudaDriver {
     this.#call((a) => a.shmUnlink(name));
   }
 
-  /**
-   * Rejects this driver's pending whenComplete promises (ClosedError), stops
-   * the poller thread and releases the retained primary contexts. The poller
-   * belongs to the addon instance (one per Node environment) and restarts on
-   * the next whenComplete of any driver.
-   */
 
   // -- GPU-driven work: placeholders until each driver implements them ----------
   gpuDrivenStatus() {
@@ -848,13 +850,23 @@ export class NativeCudaDriver implements CudaDriver {
   moduleUnload(): void { throw notSupported('cuModuleUnload'); }
   moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
   launchKernel(): void { throw notSupported('cuLaunchKernel'); }
+  /**
+   * Rejects this driver's pending whenComplete promises (ClosedError), and
+   * only this driver's: it closes its own client of the addon's completion
+   * poller (one thread per Node environment, shared by every driver object),
+   * after which the thread no longer queries this driver's events; other
+   * drivers' waits go on. Then releases the retained primary contexts.
+   */
   close(): void {
     const closed = new ClosedError('the CUDA driver was closed while waiting for an event');
     for (const reject of this.#pending) reject(closed);
     this.#pending.clear();
     if (this.#addon === undefined) return; // never loaded: nothing to release
     try {
-      this.#addon.completionShutdown();
+      if (this.#completionOpen) {
+        this.#completionOpen = false;
+        this.#addon.completionClose(this.#completionClient!);
+      }
     } finally {
       this.releaseDevices();
       this.#initialised = false;
