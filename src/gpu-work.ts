@@ -11,7 +11,7 @@
  * found) are launched together, by one cuMemcpyBatchAsync, when the run ends;
  * they share one completion event. See `copy`.
  */
-import { type CudaDriver, type EventHandle, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
+import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
 import { ProgressEngine } from './progress/engine.js';
 import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
 
@@ -215,6 +215,27 @@ export class GpuWork {
     return failed;
   }
 
+  /**
+   * Whether the work queued so far on the legacy default stream (and so on
+   * every blocking stream) is done: one event recorded there and queried.
+   * A device send without a stream asks this first (Endpoint.send): when
+   * work is still in flight, the send is ordered after that stream. False
+   * when the driver refuses either call (the ordered send then reports why).
+   */
+  legacyStreamIdle(): boolean {
+    const d = this.driver;
+    try {
+      const ev = (this.legacyEvent ??= d.eventCreate({ disableTiming: true }));
+      d.eventRecord(ev, LEGACY_STREAM);
+      return d.eventQuery(ev);
+    } catch {
+      return false;
+    }
+  }
+
+  /** legacyStreamIdle's event, re-recorded on each call (a later record only waits longer). */
+  private legacyEvent: EventHandle | undefined;
+
   /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed. */
   whenEvent(ev: EventHandle, cb: Completion): void {
     this.events.whenEvent(ev, cb);
@@ -226,6 +247,14 @@ export class GpuWork {
     this.flushNow(false);
     this.closed = true;
     this.events.close();
+    if (this.legacyEvent !== undefined) {
+      try {
+        this.driver.eventDestroy(this.legacyEvent);
+      } catch {
+        // the driver is closed: the event went with it
+      }
+      this.legacyEvent = undefined;
+    }
     if (this.stream_ !== undefined) {
       try {
         this.driver.streamDestroy(this.stream_);

@@ -25,6 +25,13 @@
 export type DevicePtr = bigint;
 /** An opaque stream handle (CUstream). `0n` is the legacy default stream. */
 export type StreamHandle = bigint;
+/**
+ * The legacy default stream (the NULL stream). Work recorded on it waits for
+ * the work queued before it on every blocking stream, including the
+ * per-thread default streams: what a synchronous-looking call such as a
+ * pageable cuMemcpyHtoD or cuMemsetD8 may leave in flight.
+ */
+export const LEGACY_STREAM: StreamHandle = 0n;
 /** An opaque event handle (CUevent). */
 export type EventHandle = bigint;
 

@@ -282,6 +282,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertByte('value', value);
     assertSize('bytes', bytes);
     const v = this.viewOf(this.requireContext('cuMemsetD8'), 'cuMemsetD8', ptr, bytes);
+    if (this.faults.pageableLagMs > 0) return this.lagging('cuMemsetD8', v.alloc, () => v.bytes.fill(value));
     this.syncWork(bytes, () => v.bytes.fill(value));
   }
 
@@ -298,6 +299,10 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('dst', dst);
     assertBytes('src', src);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoD'), 'cuMemcpyHtoD', dst, src.byteLength);
+    if (this.faults.pageableLagMs > 0) {
+      const staged = src.slice(); // the driver copies pageable bytes out before returning
+      return this.lagging('cuMemcpyHtoD', d.alloc, () => d.bytes.set(staged));
+    }
     this.syncWork(src.byteLength, () => d.bytes.set(src));
   }
 
@@ -935,6 +940,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.scheduler.drain(this.scheduler.get(0n, 'cuStreamSynchronize'));
     sleepSync(this.faults.copyMs(bytes));
     run();
+  }
+
+  /** A synchronous call that returns before the device has the bytes (faults.pageableLagMs): queued on the legacy stream. */
+  private lagging(call: string, touches: object, run: () => void): void {
+    this.scheduler.enqueue(this.scheduler.get(0n, call), { kind: 'work', durationMs: this.faults.pageableLagMs, touches: [touches], run });
   }
 
   private asyncWork(stream: StreamHandle, call: string, bytes: number, touches: object[], run: () => void): void {
