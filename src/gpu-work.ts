@@ -241,6 +241,11 @@ export class GpuWork {
     this.events.whenEvent(ev, cb);
   }
 
+  /** Destroys the peer event `ev` once no wait on it is in flight (GpuEventQueue.retire). */
+  retireEvent(ev: EventHandle): void {
+    this.events.retire(ev);
+  }
+
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
   close(): void {
     if (this.closed) return;
