@@ -545,6 +545,15 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
     });
   });
 
+  it('completionClose returns once the thread no longer queries the closed client\'s events (destroyed right after: never queried again)', async () => {
+    const { stdout, stderr } = await run(process.execPath, [fixture, 'close-then-destroy'], {
+      env: { ...process.env, LD_LIBRARY_PATH: libDir },
+      timeout: 20_000,
+    });
+    expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toMatchObject({ rejected: 32, busy: { resolved: false, error: { code: 'SMCUDA_CLOSED' } } });
+    expect(stderr).not.toMatch(/cuEventQuery of a destroyed event/);
+  });
+
   it('completionShutdown rejects pending waits with SMCUDA_CLOSED', async () => {
     const out = await scenario('raw-shutdown');
     expect(out.stuck).toMatchObject({ resolved: false, error: { code: 'SMCUDA_CLOSED' } });
