@@ -75,8 +75,8 @@ export interface FdUndoDriver {
 }
 
 /**
- * The driver the pool maps with. With `memGetAddressRange` and `bufferId`
- * (CudaDriver has them), every mapping's real extent is checked before it
+ * The driver the pool maps with. With `memGetAddressRange` (CudaDriver has
+ * it), every mapping's real extent is checked before it
  * enters the pool (extent.ts); a mapping that does not hold what the peer
  * claims is closed at once and the acquire fails with SMCUDA_BAD_EXTENT.
  */
@@ -475,7 +475,7 @@ export class HandlePool implements EntryOwner {
         if (this.#onEvent !== undefined) this.#trace('open', entry, { ms });
         // The peer's word for the size bounds every later copy: check it once, here, for every kind.
         const d = this.#driver;
-        const bad = d.memGetAddressRange !== undefined && d.bufferId !== undefined ? extentProblem(d as ExtentDriver, p.kind, ptr, p.size) : undefined;
+        const bad = d.memGetAddressRange !== undefined ? extentProblem(d as ExtentDriver, p.kind, ptr, p.size) : undefined;
         if (bad !== undefined) {
           entry.resident = false;
           entry.detachReason = 'invalidated';
