@@ -103,6 +103,22 @@ bool ArgFd(const Napi::CallbackInfo& info, size_t i, int* out, bool allowNone = 
   return true;
 }
 
+// A size in bytes: a number that is a non-negative safe integer (NaN,
+// negatives, fractions and values past 2^53 are refused before any cast).
+bool ArgBytes(const Napi::CallbackInfo& info, size_t i, off_t* out) {
+  if (!info[i].IsNumber()) {
+    Napi::TypeError::New(info.Env(), "bytes must be a number").ThrowAsJavaScriptException();
+    return false;
+  }
+  double v = info[i].As<Napi::Number>().DoubleValue();
+  if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<int64_t>(v))) {
+    Napi::RangeError::New(info.Env(), "bytes must be a non-negative safe integer").ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = static_cast<off_t>(v);
+  return true;
+}
+
 bool ArgPath(const Napi::CallbackInfo& info, size_t i, sockaddr_un* addr) {
   if (!info[i].IsString()) {
     Napi::TypeError::New(info.Env(), "path must be a string").ThrowAsJavaScriptException();
@@ -290,19 +306,16 @@ Napi::Value FdClose(const Napi::CallbackInfo& info) {
 // memfdCreate(name, bytes) -> fd of an anonymous shared file of `bytes` bytes.
 Napi::Value MemfdCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsString() || !info[1].IsNumber()) {
+  if (!info[0].IsString()) {
     Napi::TypeError::New(env, "memfdCreate(name, bytes)").ThrowAsJavaScriptException();
     return Napi::Value();
   }
   std::string name = info[0].As<Napi::String>().Utf8Value();
-  double bytes = info[1].As<Napi::Number>().DoubleValue();
-  if (!(bytes >= 0 && bytes <= 9007199254740991.0)) {
-    Napi::RangeError::New(env, "bytes must be a non-negative safe integer").ThrowAsJavaScriptException();
-    return Napi::Value();
-  }
+  off_t bytes = 0;
+  if (!ArgBytes(info, 1, &bytes)) return Napi::Value();
   int fd = static_cast<int>(syscall(SYS_memfd_create, name.c_str(), 1u /* MFD_CLOEXEC */));
   if (fd < 0) return ThrowFdErrno(env, "memfd_create", errno, name);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (ftruncate(fd, bytes) != 0) {
     int err = errno;
     close(fd);
     return ThrowFdErrno(env, "ftruncate", err, name);
@@ -314,8 +327,9 @@ Napi::Value MemfdCreate(const Napi::CallbackInfo& info) {
 Napi::Value FdResize(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = -1;
-  if (!ArgFd(info, 0, &fd) || !info[1].IsNumber()) return Napi::Value();
-  if (ftruncate(fd, static_cast<off_t>(info[1].As<Napi::Number>().DoubleValue())) != 0)
+  off_t bytes = 0;
+  if (!ArgFd(info, 0, &fd) || !ArgBytes(info, 1, &bytes)) return Napi::Value();
+  if (ftruncate(fd, bytes) != 0)
     return ThrowFdErrno(env, "ftruncate", errno);
   return env.Undefined();
 }
@@ -599,8 +613,19 @@ Napi::Value FdWatchArm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Watch* w = ArgWatch(info, 0);
   if (!w) return Napi::Value();
-  uint32_t events = static_cast<uint32_t>(info[1].As<Napi::Number>().Int32Value()) & (EPOLLIN | EPOLLOUT | EPOLLRDHUP);
-  int err = w->poller->Arm(env, w, events, info[2].ToBoolean().Value());
+  if (!info[1].IsNumber() || !info[2].IsBoolean()) {
+    Napi::TypeError::New(env, "fdWatchArm(watch, events: number, ref: boolean)").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  double mask = info[1].As<Napi::Number>().DoubleValue();
+  const uint32_t allowed = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
+  if (!(mask >= 0 && mask <= allowed) || mask != static_cast<double>(static_cast<uint32_t>(mask)) ||
+      (static_cast<uint32_t>(mask) & ~allowed) != 0) {
+    Napi::RangeError::New(env, "events must be a mask of 1 (readable), 4 (writable) and 0x2000 (peer hung up), or 0").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  uint32_t events = static_cast<uint32_t>(mask);
+  int err = w->poller->Arm(env, w, events, info[2].As<Napi::Boolean>().Value());
   if (err != 0) return ThrowFdErrno(env, "epoll_ctl", err);
   return env.Undefined();
 }

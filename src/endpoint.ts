@@ -20,6 +20,7 @@ import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel } from './channel/fd-channel.js';
 import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
+import { LEGACY_STREAM } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';
 import { debug } from './debug.js';
 import { EndpointLink, type EndpointContext } from './endpoint-link.js';
@@ -151,9 +152,24 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     checkMessageBuffer('buffer', buffer);
     const tag = checkTag(options.tag);
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
+    if (options.ready !== undefined && typeof options.ready !== 'boolean') throw new TypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    const path = this.pathFor(buffer, options);
+    let path = this.pathFor(buffer, options);
+    if (
+      options.stream === undefined &&
+      options.ready !== true &&
+      path.kind !== 'eager' && // EAGER's cuMemcpyDtoH is itself ordered after the legacy stream
+      isDeviceBuffer(buffer) &&
+      buffer.length > 0 &&
+      !this.link.gpu().legacyStreamIdle()
+    ) {
+      // Work queued before this send on the legacy default stream is still in
+      // flight (a pageable cuMemcpyHtoD returns before the DMA is done): the
+      // message is ordered after it, as if sent with that stream.
+      options = { ...options, stream: LEGACY_STREAM };
+      path = this.pathFor(buffer, options);
+    }
     if (!this.link.flow.mayGo(path.inlineBytes(buffer))) {
       // Its path may change while it waits (the negotiation may end meanwhile): asked again.
       const waiting = { inline: () => this.pathFor(buffer, options).inlineBytes(buffer), go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options) };
