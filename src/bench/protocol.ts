@@ -7,6 +7,7 @@
 import type { MemoryOption } from '../cli/demo-memory.js';
 import type { DriverKind } from '../cuda/driver.js';
 import type { KindExport } from './memory-kinds.js';
+import type { SuiteCommand } from './worker-suites.js';
 
 /** Environment variable carrying a worker's BenchWorkerConfig. */
 export const BENCH_WORKER_ENV = 'SMCUDA_BENCH_WORKER';
@@ -85,7 +86,9 @@ export type BenchCommand =
   | ({ op: 'kind-raw-copy'; export: KindExport } & Repeat)
   | { op: 'probe-recv'; session: string; size: number; memory: MemoryOption }
   | { op: 'probe-send'; session: string; size: number; memory: MemoryOption }
-  | { op: 'probe-finish'; session: string; abort: boolean };
+  | { op: 'probe-finish'; session: string; abort: boolean }
+  // The graph and collectives suites (worker-suites.ts).
+  | SuiteCommand;
 
 /** Whether one message of a memory kind went through, and the error where not. */
 export interface ProbeResult {

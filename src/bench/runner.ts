@@ -44,22 +44,17 @@ import {
   type SuiteName,
 } from './suites.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
+import { gpuOnly, type Progress, scopedFigure, type SuiteContext } from './suite-context.js';
+import { runGraphSuite } from './graph-suite.js';
+import { runCollectivesSuite } from './collectives-suite.js';
 
 type Group = WorkerGroup<BenchCommand, BenchWorkerInfo>;
-export type Progress = (line: string) => void;
+export type { Progress } from './suite-context.js';
 
 const SUITES_ACROSS: SuiteName[] = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'negotiation'];
 
 /** One run's state, passed to each suite. */
-interface Run {
-  opts: BenchOptions;
-  plan: Plan;
-  sim: boolean;
-  figures: Figure[];
-  series: SeriesPoint[];
-  notes: string[];
-  progress: Progress;
-}
+type Run = SuiteContext;
 
 export async function runBench(opts: BenchOptions, progress: Progress = () => {}): Promise<BenchReport> {
   const started = performance.now();
@@ -99,6 +94,8 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       if (!twoDevices) run.notes.push('one device visible: the GPU0→GPU1 figures ran with both workers on that device');
       await runAcross(run, across, twoDevices);
     }
+    if (wants('graph')) await runGraphSuite(run, across, { twoDevices, driverKind: first.driver });
+    if (wants('collectives')) await runCollectivesSuite(run, across, { twoDevices, dir: join(dir, 'across') });
     await across.close();
     if (wants('same-gpu')) {
       if (sim) figures.push(skipped(FIG.sameGpu, gpuOnly()));
@@ -141,17 +138,9 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   };
 }
 
-function gpuOnly(): string {
-  return 'GPU target: not meaningful on the simulated driver (its copies are host memcpy); run with --driver native on a GPU machine';
-}
-
-/** A figure of `spec`: skipped on the simulator when its target is a GPU one; the 'sim' scope's target dropped on a GPU. */
+/** A figure of `spec`, scoped as suite-context.ts says. */
 function figure(run: Run, spec: ScopedSpec, value: number, baseline: number | null, extra: Parameters<typeof measured>[3] = {}): Figure {
-  if (spec.scope === 'sim' && !run.sim) {
-    const { target: _t, ...rest } = spec;
-    return measured(rest, value, baseline, extra);
-  }
-  return measured(spec, value, baseline, extra);
+  return scopedFigure(run.sim, spec, value, baseline, extra);
 }
 
 // ------------------------------------------------------------ across GPUs

@@ -13,7 +13,7 @@
 import type { MemoryOption } from '../cli/demo-memory.js';
 import { atLeast, atMost, type FigureSpec } from './figures.js';
 
-export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory'] as const;
+export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory', 'graph', 'collectives'] as const;
 export type SuiteName = (typeof SUITES)[number];
 
 export const SUITE_SUMMARY: Record<SuiteName, string> = {
@@ -24,6 +24,8 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   ipc: 'IPC off: the staging path per size against pinned single-buffer staging',
   'same-gpu': 'two processes on one GPU against raw copies',
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
+  graph: 'GPU-driven ping-pong (8 B, 1 MiB): raw stream mem-ops host-enqueued and in a CUDA graph, beside the host-driven path',
+  collectives: 'allreduce f32 per size: host-staged as seed 003 (pageable, pinned) and NCCL through PyTorch where torch imports',
   memory: 'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
 };
 

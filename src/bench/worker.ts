@@ -17,6 +17,7 @@ import { type EchoServer, pingPong as socketPingPong, startEchoServer } from './
 import { KindExporter, KindImporter } from './memory-kinds.js';
 import { negotiate, oneWay, pingPong, postProbe, probeSend } from './transport-measures.js';
 import { serveWorker } from './worker-group.js';
+import { isSuiteCommand, SuiteWorker } from './worker-suites.js';
 
 interface Session {
   transport: Transport;
@@ -32,11 +33,14 @@ class BenchWorker {
   private exporter: KindExporter | undefined;
   private importer: KindImporter | undefined;
   private probe: { finish(abort: boolean): Promise<unknown> } | undefined;
+  private readonly suites: SuiteWorker;
 
   constructor(
     private readonly cfg: BenchWorkerConfig,
     private readonly driver: CudaDriver,
-  ) {}
+  ) {
+    this.suites = new SuiteWorker(driver, cfg, (session) => this.endpoint(session));
+  }
 
   private get initiator(): boolean {
     return this.cfg.rank === 1;
@@ -44,6 +48,7 @@ class BenchWorker {
 
   async handle(c: BenchCommand): Promise<unknown> {
     const d = this.driver;
+    if (isSuiteCommand(c)) return this.suites.handle(c);
     switch (c.op) {
       case 'open':
         return this.open(c.session, c.options);
@@ -181,6 +186,7 @@ class BenchWorker {
   }
 
   async shutdown(): Promise<void> {
+    await this.suites.shutdown().catch(() => {});
     for (const s of this.sessions.values()) await s.transport.close().catch(() => {});
     this.sessions.clear();
     await Promise.all(this.echoServers.map((s) => s.close()));
