@@ -86,6 +86,7 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { twoD
   const timeoutMs = Math.min(run.opts.timeoutMs, 300_000);
   const { segment } = await g.call<{ segment: string }>(0, { op: 'staged-create', ranks, maxBytes, timeoutMs });
   const staged = new Map<string, Summary>();
+  const phases = new Map<string, StagedAllreduceResult['breakdown']>();
   const wrong: string[] = [];
   try {
     await Promise.all(Array.from({ length: ranks - 1 }, (_, k) => g.call(k + 1, { op: 'staged-open', segment, ranks, maxBytes, timeoutMs })));
@@ -94,6 +95,7 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { twoD
       const perRun: number[] = [];
       for (let k = 0; k < plan.runs; k++) {
         const results = await all<StagedAllreduceResult>({ op: 'staged-allreduce', bytes, pinned, reduce, ...plan.staged(bytes) });
+        phases.set(`${pinned}/${bytes}`, results[0]!.breakdown);
         if (k === 0) for (const [r, x] of results.entries()) if (!x.verified) wrong.push(`rank ${r}, ${formatBytes(bytes)} ${pinned ? 'pinned' : 'pageable'}: ${x.mismatches} elements`);
         perRun.push(Math.max(...results.map((x) => summarize(x.samples).median)));
       }
@@ -105,7 +107,7 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { twoD
         run.progress(`collectives: ${series}, ${formatBytes(size)}`);
         const s = await measure(size, pinned, 'sum');
         staged.set(`${pinned}/${size}`, s);
-        run.series.push({ plot: 'allreduce', series, size, value: s.median, unit: 'µs', p10: s.min, p90: s.max, iterations: plan.staged(size).iters * plan.runs });
+        run.series.push({ plot: 'allreduce', series, size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.staged(size).iters * plan.runs });
       }
       run.progress(`collectives: gradient average ${formatBytes(plan.gradientBytes)}, ${series}`);
       staged.set(`${pinned}/gradient`, await measure(plan.gradientBytes, pinned, 'avg'));
@@ -120,7 +122,14 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { twoD
   run.figures.push(
     scopedFigure(run.sim, COLLECTIVE_FIG.stagedPinned(plan.gradientBytes), pinned.median / 1000, pageable.median / 1000, {
       stats: ms(pinned),
-      details: { bytes: plan.gradientBytes, ranks, runs: plan.runs, pageable: ms(pageable), verified: wrong.length === 0 },
+      details: {
+        bytes: plan.gradientBytes,
+        ranks,
+        runs: plan.runs,
+        pageable: ms(pageable),
+        phasesUs: { pinned: phases.get(`true/${plan.gradientBytes}`), pageable: phases.get(`false/${plan.gradientBytes}`) },
+        verified: wrong.length === 0,
+      },
     }),
   );
 
@@ -141,7 +150,8 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { twoD
       nccl = outcome.report;
       run.notes.push(`collectives: NCCL baseline: torch ${nccl.torch}, NCCL ${nccl.nccl}, CUDA ${nccl.cuda ?? '?'}, ${nccl.ranks} ranks on ${nccl.devices.join(', ')}; result ${nccl.verified ? 'verified' : 'WRONG'}`);
       for (const p of nccl.results) {
-        run.series.push({ plot: 'allreduce', series: p.mode === 'graph' ? 'NCCL (PyTorch) in a CUDA graph' : 'NCCL (PyTorch), stream time', size: p.size, value: p.median, unit: 'µs', p10: p.min, p90: p.max, iterations: p.iters * p.runsUs.length });
+        const s = summarize(p.runsUs);
+        run.series.push({ plot: 'allreduce', series: p.mode === 'graph' ? 'NCCL (PyTorch) in a CUDA graph' : 'NCCL (PyTorch), stream time', size: p.size, value: p.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: p.iters * p.runsUs.length });
       }
     }
   }
@@ -175,7 +185,7 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
     for (const { size, spec } of targets) {
       run.progress(`collectives: smcuda allreduce ${formatBytes(size)}`);
       const { s, algorithm } = await time(size);
-      run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.min, p90: s.max, iterations: plan.device(size).iters * plan.runs });
+      run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.device(size).iters * plan.runs });
       const base = ncclAt(nccl, size);
       const details = { size, runs: plan.runs, algorithm, ncclRunsUs: base?.runsUs };
       if (spec.unit === 'GB/s') run.figures.push(scopedFigure(false, spec, bus(size, s.median), base?.busGBs ?? null, { details: { ...details, stats: s } }));

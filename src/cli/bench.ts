@@ -56,7 +56,7 @@ JSON: { tool, version, date, durationMs,
   figures: [{ name, suite, value, unit, baseline, baselineName, ratio,
               target: { on: 'value'|'ratio', relation: '>='|'<=', bound, text } | null,
               met: boolean | null, skipped?, stats?: { n, median, p10, p90, min, max }, paths?, details? }],
-  series: [{ plot: 'bandwidth'|'latency', series, size, value, unit, p10?, p90?, iterations?, paths? }],
+  series: [{ plot: 'bandwidth'|'latency'|'allreduce', series, size, value, unit, p10?, p90?, iterations?, paths? }],
   notes: string[], files?: string[] }`;
 
 export async function runBenchCommand(argv: string[]): Promise<number> {
