@@ -1,6 +1,7 @@
 /**
  * `smcuda bench --suite collectives` (issue 26, item 6): allreduce f32 among
- * the two workers (one per GPU), per size.
+ * the ranks (the two across workers, one per GPU; or --ranks N workers
+ * spread over the visible GPUs), per size.
  *
  *  - host-staged, as seed 003 (host-staged-allreduce.ts): pageable, and
  *    pinned as a second baseline; every rank checks the first call of each
@@ -73,12 +74,12 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
   return { sizes, gradientBytes: gradient, runs: opts.smoke ? 2 : sim ? 3 : 5, staged: repeat(stagedBudget), device: repeat(deviceBudget), notes };
 }
 
-export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { twoDevices: boolean; dir: string }): Promise<void> {
+export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devices: number; dir: string }): Promise<void> {
   const ranks = g.size;
   const shm = shmFreeBytes();
   const plan = collectivesPlan(run, ranks, { ...(shm !== undefined ? { shmBytes: shm } : {}), hostBytes: freemem() });
   run.notes.push(...plan.notes);
-  if (!o.twoDevices) run.notes.push('collectives: one device visible, both ranks ran on it');
+  run.notes.push(`collectives: ${ranks} rank${ranks === 1 ? '' : 's'} on ${o.devices} GPU${o.devices === 1 ? '' : 's'}`);
   const all = <R>(cmd: BenchCommand) => Promise.all(Array.from({ length: ranks }, (_, r) => g.call<R>(r, cmd)));
 
   // -- seed 003's host staging, pageable and pinned

@@ -13,7 +13,8 @@ import type { SuiteCommand } from './worker-suites.js';
 export const BENCH_WORKER_ENV = 'SMCUDA_BENCH_WORKER';
 
 export interface BenchWorkerConfig {
-  rank: 0 | 1;
+  /** 0 or 1 in the pair layouts; 0..N-1 in the collectives suite's own group (--ranks N). */
+  rank: number;
   /** Device ordinal this worker uses. */
   device: number;
   driver: 'auto' | 'native' | 'sim';

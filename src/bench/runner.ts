@@ -71,8 +71,8 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   const timer = setTimeout(() => {
     for (const g of groups) g.abort(new WorkerFailedError(`bench did not finish within ${opts.timeoutMs / 1000} s`));
   }, opts.timeoutMs);
-  const start = async (layout: string, devs: [number, number]) => {
-    const configs: BenchWorkerConfig[] = devs.map((device, rank) => ({ rank: rank as 0 | 1, device, driver: opts.driver, dir: join(dir, layout), token }));
+  const start = async (layout: string, devs: number[]) => {
+    const configs: BenchWorkerConfig[] = devs.map((device, rank) => ({ rank, device, driver: opts.driver, dir: join(dir, layout), token }));
     mkdirSync(join(dir, layout), { mode: 0o700 });
     const g = await WorkerGroup.start<BenchCommand, BenchWorkerInfo>(fileURLToPath(new URL('./worker.js', import.meta.url)), configs, { envVar: BENCH_WORKER_ENV });
     groups.push(g);
@@ -95,8 +95,16 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       await runAcross(run, across, twoDevices);
     }
     if (wants('graph')) await runGraphSuite(run, across, { twoDevices, driverKind: first.driver });
-    if (wants('collectives')) await runCollectivesSuite(run, across, { twoDevices, dir: join(dir, 'across') });
+    const ranks = opts.ranks ?? 2;
+    if (wants('collectives') && ranks === 2) await runCollectivesSuite(run, across, { devices: twoDevices ? 2 : 1, dir: join(dir, 'across') });
     await across.close();
+    if (wants('collectives') && ranks !== 2) {
+      // --ranks N: a group of its own, rank r on device r mod (visible devices).
+      const visible = first.deviceCount;
+      const group = await start('collectives', Array.from({ length: ranks }, (_, r) => r % visible));
+      await runCollectivesSuite(run, group, { devices: new Set(group.infos.map((i) => i.device.uuid)).size, dir: join(dir, 'collectives') });
+      await group.close();
+    }
     if (wants('same-gpu')) {
       if (sim) figures.push(skipped(FIG.sameGpu, gpuOnly()));
       else {

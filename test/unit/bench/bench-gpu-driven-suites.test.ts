@@ -61,4 +61,19 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
     const series = new Set(doc.series.filter((p) => p.plot === 'allreduce').map((p) => p.series));
     expect(series).toEqual(new Set(['host-staged as seed 003, pageable', 'host-staged as seed 003, pinned']));
   });
+
+  it('--ranks 3: the collectives suite runs its own group of three workers over the visible devices, and verifies on every rank', async () => {
+    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'collectives', '--ranks', '3'], { maxBuffer: 16 << 20, timeout: 120_000 });
+    const doc = JSON.parse(stdout) as { figures: Fig[]; notes: string[]; machine: { devices: Array<{ layout: string; rank: number }> } };
+    expect(doc.machine.devices.filter((d) => d.layout === 'collectives').map((d) => d.rank)).toEqual([0, 1, 2]);
+    const staged = doc.figures.find((f) => f.name.startsWith('host-staged allreduce avg of'))!;
+    expect(staged.details).toMatchObject({ verified: true, ranks: 3 });
+    expect(doc.notes).toContain('collectives: 3 ranks on 2 GPUs');
+  });
+
+  it('refuses --ranks outside 1..64 with exit code 2', async () => {
+    const err = await run(process.execPath, [CLI, 'bench', '--driver', 'sim', '--suite', 'collectives', '--ranks', '0']).catch((e: { code: number; stderr: string }) => e);
+    expect(err).toMatchObject({ code: 2 });
+    expect((err as { stderr: string }).stderr).toMatch(/--ranks must be an integer from 1 to 64/);
+  });
 });
