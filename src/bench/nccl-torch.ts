@@ -86,7 +86,7 @@ export async function runNcclAllreduce(r: NcclRequest): Promise<NcclOutcome> {
       const child = spawn(python, [ncclScriptPath(), ...scriptArgs(r, out)], {
         stdio: ['ignore', 'ignore', 'pipe'],
         // Multicast off whatever the caller's environment says (see the GPU machines' notes).
-        env: { ...process.env, NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', NVSHMEM_DISABLE_NVLS: '1' },
+        env: { ...process.env, NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', NVSHMEM_DISABLE_NVLS: '1', PYTHONDONTWRITEBYTECODE: '1' },
       });
       let err = '';
       child.stderr.setEncoding('utf8');

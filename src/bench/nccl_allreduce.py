@@ -104,7 +104,8 @@ def rank_main(rank, a, init_file):
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            # thread_local: ProcessGroupNCCL's watchdog thread queries events while this thread captures.
+            with capture(torch, g):
                 for _ in range(a.graph_calls):
                     dist.all_reduce(x)
             g.replay()
@@ -133,6 +134,13 @@ def rank_main(rank, a, init_file):
         )
     dist.barrier()
     dist.destroy_process_group()
+
+
+def capture(torch, g):
+    try:
+        return torch.cuda.graph(g, capture_error_mode="thread_local")
+    except TypeError:  # torch < 2.1
+        return torch.cuda.graph(g)
 
 
 def nccl_version(torch):

@@ -9,6 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ncclAt, ncclScriptPath, parseNcclOutput, runNcclAllreduce, scriptArgs } from '../../../src/bench/nccl-torch.js';
 import { ProtocolError } from '../../../src/errors.js';
@@ -114,5 +115,24 @@ describe('runNcclAllreduce', () => {
   it.skipIf(!hasPython || hasTorch)('the real script, where python3 cannot import torch: skipped with that note', async () => {
     const out = await runNcclAllreduce(request);
     expect(out).toEqual({ skipped: expect.stringMatching(/^python3 cannot import torch/) });
+  });
+
+  it.skipIf(!hasPython)('the real script over a stand-in torch (test/fixtures/fake-torch, one rank): its JSON reads back, a stream point per size and a graph point where asked', async () => {
+    const saved = process.env.PYTHONPATH;
+    process.env.PYTHONPATH = fileURLToPath(new URL('../../fixtures/fake-torch', import.meta.url));
+    try {
+      const out = await runNcclAllreduce({ ranks: 1, sizes: [8, 4096], graphSizes: [8], runs: 3, maxIters: 10, graphCalls: 4, timeoutMs: 30_000 });
+      expect('report' in out).toBe(true);
+      if (!('report' in out)) return;
+      expect(out.report).toMatchObject({ torch: '0.0.0+fake', nccl: '2.0.0', ranks: 1, verified: true, devices: ['Fake GPU'] });
+      expect(out.report.results.map((p) => [p.size, p.mode, p.iters, p.runsUs.length])).toEqual([
+        [8, 'stream', 10, 3],
+        [8, 'graph', 4, 3],
+        [4096, 'stream', 10, 3],
+      ]);
+    } finally {
+      if (saved === undefined) delete process.env.PYTHONPATH;
+      else process.env.PYTHONPATH = saved;
+    }
   });
 });
