@@ -20,8 +20,8 @@ import { formatBytes } from '../cli/format.js';
 import { type Figure, skipped } from './figures.js';
 import { GRAPH_FIG, GRAPH_SIZES, GRAPH_TRANSFERS, type GpuDrivenStatus, graphsMissing, type GraphSize, halfRoundTripGBs, memOpsMissing, SMCUDA_GRAPH_FIGURES } from './graph-figures.js';
 import type { MemOpGraphResult, MemOpHostResult } from './memop-pingpong.js';
-import type { BenchCommand, BenchWorkerInfo, Repeat } from './protocol.js';
-import { summarize, type Summary } from './stats.js';
+import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, Repeat, TimedResult } from './protocol.js';
+import { gbPerSecond, summarize, type Summary } from './stats.js';
 import { gpuOnly, scopedFigure, type SuiteContext } from './suite-context.js';
 import { FIG } from './suites.js';
 import { SMCUDA_GRAPH_PINGPONG } from './under-test.js';
@@ -103,10 +103,19 @@ export async function runGraphSuite(run: SuiteContext, g: Group, o: { twoDevices
         }
         r.graph = summarize(graph.map((x) => x.halfRoundTripUs!));
         r.replayHost = summarize(graph.map((x) => summarize(x.hostUsPerReplay!).median));
+        // Back-to-back copies of the same size over an open mapping: what "raw copy bandwidth" means elsewhere in the bench.
+        const copy = size > 8 ? await rawCopyGBs(g, size, plan.host) : undefined;
         run.figures.push(
           scopedFigure(run.sim, GRAPH_FIG.rawGraph(size), r.graph.median, r.host.median, {
             stats: r.graph,
-            details: { size, transfersPerGraph: GRAPH_TRANSFERS, replaysPerRun: plan.graph.replays, runs: plan.runs, hostUsPerReplay: r.replayHost },
+            details: {
+              size,
+              transfersPerGraph: GRAPH_TRANSFERS,
+              replaysPerRun: plan.graph.replays,
+              runs: plan.runs,
+              hostUsPerReplay: r.replayHost,
+              ...(copy !== undefined ? { halfRoundTripGBs: halfRoundTripGBs(size, r.graph.median), rawBackToBackCopyGBs: copy } : {}),
+            },
           }),
         );
       }
@@ -167,6 +176,17 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: 
   for (const spec of SMCUDA_GRAPH_FIGURES) {
     const f = out.find((x) => x.name === spec.name);
     if (f) run.figures.push(f);
+  }
+}
+
+/** Rank 1 copies from rank 0's fresh allocation back to back (baselines.ts rawCopy), GB/s. */
+async function rawCopyGBs(g: Group, size: number, repeat: Repeat): Promise<number> {
+  const [buffer] = await g.call<ExportedBuffer[]>(0, { op: 'export', size, count: 1 });
+  try {
+    const t = await g.call<TimedResult>(1, { op: 'raw-copy', buffer: buffer!, size, ...repeat });
+    return gbPerSecond(t.bytes, t.seconds);
+  } finally {
+    await g.call(0, { op: 'unexport' });
   }
 }
 
