@@ -2,7 +2,9 @@
  * Runs the suites: forks two workers per layout ("across": devices 0 and 1;
  * "same": both on device 0), drives the measurements of protocol.ts, and
  * turns results into figures (each beside its baseline from this same run)
- * and plot series.
+ * and plot series. The graph and collectives suites run on the across
+ * workers (graph-suite.ts, collectives-suite.ts; --ranks N gives the
+ * collectives a group of N workers of their own).
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -12,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { MEMORY_OPTIONS, type MemoryOption } from '../cli/demo-memory.js';
 import { formatBytes } from '../cli/format.js';
 import { type Figure, measured, skipped } from './figures.js';
-import { type BenchOptions, makePlan, type Plan, shmFreeBytes } from './plan.js';
+import { type BenchOptions, makePlan, shmFreeBytes } from './plan.js';
 import {
   BENCH_WORKER_ENV,
   type BenchCommand,
