@@ -11,6 +11,20 @@
  *   - SMCUDA_GRAPH_PINGPONG.factory: per worker, from the bench session's
  *     endpoint, `graphPingPong(...)`: persistent transfers (issue 25) in each
  *     direction captured `transfers` times in a graph and replayed.
+ *
+ * For instance, for a Communicator created from a directory with an
+ * `allreduce(send, recv, count, options)` that enqueues on `options.stream`
+ * (names to adapt to the merged API):
+ *
+ *   SMCUDA_COLLECTIVES.factory = async (ctx) => {
+ *     const comm = await Communicator.fromDirectory(ctx.dir, { rank: ctx.rank, size: ctx.ranks, driver: ctx.driver, device: ctx.device, timeoutMs: ctx.timeoutMs });
+ *     return {
+ *       capturable: true,
+ *       collectiveUnderTest: (c) => comm.allreduce(c.send, c.recv, c.count, { dtype: c.dtype, op: c.reduce, stream: c.stream, algorithm: c.algorithm }),
+ *       algorithmFor: (bytes, dtype) => comm.algorithmFor('allreduce', bytes, dtype),
+ *       close: () => comm.close(),
+ *     };
+ *   };
  */
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';

@@ -5,6 +5,7 @@
  * (host-staged-allreduce.ts), and smcuda's own side through the interfaces
  * of under-test.ts.
  */
+import { mkdirSync } from 'node:fs';
 import type { CudaDriver } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import type { Algorithm } from './collective-figures.js';
@@ -120,6 +121,7 @@ export class SuiteWorker {
       case 'sut-collective-open': {
         if (!SMCUDA_COLLECTIVES.factory) throw new Error(SMCUDA_COLLECTIVES.missing);
         if (this.#sut) throw new Error('the collective under test is open already');
+        mkdirSync(c.dir, { recursive: true, mode: 0o700 }); // the rendezvous directory, inside the run's private one
         this.#sut = await SMCUDA_COLLECTIVES.factory({ driver: d, rank: this.cfg.rank, ranks: c.ranks, device: this.cfg.device, dir: c.dir, token: this.cfg.token, timeoutMs: c.timeoutMs });
         return null;
       }
