@@ -125,12 +125,13 @@ describe('host-staged allreduce between two bench worker processes (sim driver)'
     await g.call(0, { op: 'staged-unlink' });
     for (const pinned of [false, true]) {
       for (const bytes of [4, 12, 4096, maxBytes]) {
-        const cmd: BenchCommand = { op: 'staged-allreduce', bytes, pinned, reduce: 'sum', iters: 3, warmup: 1 };
+        const cmd: BenchCommand = { op: 'staged-allreduce', bytes, pinned, reduce: 'sum', verify: true, iters: 3, warmup: 1 };
         const rs = await Promise.all([g.call<StagedAllreduceResult>(0, cmd), g.call<StagedAllreduceResult>(1, cmd)]);
         for (const r of rs) {
           expect(r, `${bytes} B ${pinned ? 'pinned' : 'pageable'}`).toMatchObject({ verified: true, mismatches: 0 });
           expect(r.samples).toHaveLength(3);
           expect(r.samples.every((x) => x > 0)).toBe(true);
+          expect(r.breakdown.reduceUs).toBeLessThanOrEqual(r.breakdown.exchangeUs);
         }
       }
     }
