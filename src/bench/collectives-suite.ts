@@ -27,7 +27,8 @@ import { ncclAt, type NcclOutcome, type NcclReport, runNcclAllreduce } from './n
 import { shmFreeBytes } from './plan.js';
 import type { BenchCommand, BenchWorkerInfo, Repeat } from './protocol.js';
 import { summarize, type Summary } from './stats.js';
-import { gpuOnly, scopedFigure, type SuiteContext } from './suite-context.js';
+import { gpuOnly, guarded, scopedFigure, type SuiteContext } from './suite-context.js';
+import type { ScopedSpec } from './suites.js';
 import { type CollectiveTiming, SMCUDA_COLLECTIVES } from './under-test.js';
 import type { WorkerGroup } from './worker-group.js';
 import type { StagedAllreduceResult } from './worker-suites.js';
@@ -85,54 +86,57 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
   // -- seed 003's host staging, pageable and pinned
   const maxBytes = Math.max(plan.gradientBytes, ...plan.sizes);
   const timeoutMs = Math.min(run.opts.timeoutMs, 300_000);
-  const { segment } = await g.call<{ segment: string }>(0, { op: 'staged-create', ranks, maxBytes, timeoutMs });
   const staged = new Map<string, Summary>();
   const phases = new Map<string, StagedAllreduceResult['breakdown']>();
   const wrong: string[] = [];
-  try {
-    await Promise.all(Array.from({ length: ranks - 1 }, (_, k) => g.call(k + 1, { op: 'staged-open', segment, ranks, maxBytes, timeoutMs })));
-    await g.call(0, { op: 'staged-unlink' });
-    const measure = async (bytes: number, pinned: boolean, reduce: 'sum' | 'avg'): Promise<Summary> => {
-      const perRun: number[] = [];
-      for (let k = 0; k < plan.runs; k++) {
-        const results = await all<StagedAllreduceResult>({ op: 'staged-allreduce', bytes, pinned, reduce, verify: k === 0, ...plan.staged(bytes) });
-        phases.set(`${pinned}/${bytes}`, results[0]!.breakdown);
-        for (const [r, x] of results.entries()) if (x.verified === false) wrong.push(`rank ${r}, ${formatBytes(bytes)} ${pinned ? 'pinned' : 'pageable'}: ${x.mismatches} elements`);
-        perRun.push(Math.max(...results.map((x) => summarize(x.samples).median)));
+  const stagedSpec = COLLECTIVE_FIG.stagedPinned(plan.gradientBytes);
+  await guarded(run, 'collectives: host staging', [stagedSpec], async () => {
+    const { segment } = await g.call<{ segment: string }>(0, { op: 'staged-create', ranks, maxBytes, timeoutMs });
+    try {
+      await Promise.all(Array.from({ length: ranks - 1 }, (_, k) => g.call(k + 1, { op: 'staged-open', segment, ranks, maxBytes, timeoutMs })));
+      await g.call(0, { op: 'staged-unlink' });
+      const measure = async (bytes: number, pinned: boolean, reduce: 'sum' | 'avg'): Promise<Summary> => {
+        const perRun: number[] = [];
+        for (let k = 0; k < plan.runs; k++) {
+          const results = await all<StagedAllreduceResult>({ op: 'staged-allreduce', bytes, pinned, reduce, verify: k === 0, ...plan.staged(bytes) });
+          phases.set(`${pinned}/${bytes}`, results[0]!.breakdown);
+          for (const [r, x] of results.entries()) if (x.verified === false) wrong.push(`rank ${r}, ${formatBytes(bytes)} ${pinned ? 'pinned' : 'pageable'}: ${x.mismatches} elements`);
+          perRun.push(Math.max(...results.map((x) => summarize(x.samples).median)));
+        }
+        return summarize(perRun);
+      };
+      for (const pinned of [false, true]) {
+        const series = `host-staged as seed 003, ${pinned ? 'pinned' : 'pageable'}`;
+        for (const size of plan.sizes) {
+          run.progress(`collectives: ${series}, ${formatBytes(size)}`);
+          const s = await measure(size, pinned, 'sum');
+          staged.set(`${pinned}/${size}`, s);
+          run.series.push({ plot: 'allreduce', series, size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.staged(size).iters * plan.runs });
+        }
+        run.progress(`collectives: gradient average ${formatBytes(plan.gradientBytes)}, ${series}`);
+        staged.set(`${pinned}/gradient`, await measure(plan.gradientBytes, pinned, 'avg'));
       }
-      return summarize(perRun);
-    };
-    for (const pinned of [false, true]) {
-      const series = `host-staged as seed 003, ${pinned ? 'pinned' : 'pageable'}`;
-      for (const size of plan.sizes) {
-        run.progress(`collectives: ${series}, ${formatBytes(size)}`);
-        const s = await measure(size, pinned, 'sum');
-        staged.set(`${pinned}/${size}`, s);
-        run.series.push({ plot: 'allreduce', series, size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.staged(size).iters * plan.runs });
-      }
-      run.progress(`collectives: gradient average ${formatBytes(plan.gradientBytes)}, ${series}`);
-      staged.set(`${pinned}/gradient`, await measure(plan.gradientBytes, pinned, 'avg'));
+    } finally {
+      await all({ op: 'staged-close' });
     }
-  } finally {
-    await all({ op: 'staged-close' });
-  }
-  if (wrong.length > 0) run.notes.push(`collectives: the host-staged allreduce gave wrong averages: ${wrong.join('; ')}`);
-  const pageable = staged.get('false/gradient')!;
-  const pinned = staged.get('true/gradient')!;
-  const ms = (s: Summary): Summary => ({ n: s.n, median: s.median / 1000, p10: s.p10 / 1000, p90: s.p90 / 1000, min: s.min / 1000, max: s.max / 1000 });
-  run.figures.push(
-    scopedFigure(run.sim, COLLECTIVE_FIG.stagedPinned(plan.gradientBytes), pinned.median / 1000, pageable.median / 1000, {
-      stats: ms(pinned),
-      details: {
-        bytes: plan.gradientBytes,
-        ranks,
-        runs: plan.runs,
-        pageable: ms(pageable),
-        phasesUs: { pinned: phases.get(`true/${plan.gradientBytes}`), pageable: phases.get(`false/${plan.gradientBytes}`) },
-        verified: wrong.length === 0,
-      },
-    }),
-  );
+    if (wrong.length > 0) run.notes.push(`collectives: the host-staged allreduce gave wrong averages: ${wrong.join('; ')}`);
+    const pageable = staged.get('false/gradient')!;
+    const pinned = staged.get('true/gradient')!;
+    const ms = (s: Summary): Summary => ({ n: s.n, median: s.median / 1000, p10: s.p10 / 1000, p90: s.p90 / 1000, min: s.min / 1000, max: s.max / 1000 });
+    run.figures.push(
+      scopedFigure(run.sim, stagedSpec, pinned.median / 1000, pageable.median / 1000, {
+        stats: ms(pinned),
+        details: {
+          bytes: plan.gradientBytes,
+          ranks,
+          runs: plan.runs,
+          pageable: ms(pageable),
+          phasesUs: { pinned: phases.get(`true/${plan.gradientBytes}`), pageable: phases.get(`false/${plan.gradientBytes}`) },
+          verified: wrong.length === 0,
+        },
+      }),
+    );
+  });
 
   // -- NCCL through PyTorch
   let nccl: NcclReport | undefined;
@@ -145,7 +149,7 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
       graphSizes: GRAPH_COLLECTIVE_SIZES.filter((s) => plan.sizes.includes(s)),
       runs: plan.runs,
       timeoutMs: Math.min(run.opts.timeoutMs, 1_800_000),
-    });
+    }).catch((err: unknown): NcclOutcome => ({ skipped: `it failed: ${(err as Error)?.message ?? String(err)}` }));
     if ('skipped' in outcome) run.notes.push(`collectives: NCCL baseline skipped: ${outcome.skipped}`);
     else {
       nccl = outcome.report;
@@ -157,16 +161,22 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
     }
   }
 
-  await smcudaFigures(run, g, plan, nccl, pageable, o.dir);
+  await guarded(run, 'collectives: smcuda', smcudaSpecs(plan), () => smcudaFigures(run, g, plan, nccl, staged.get('false/gradient'), o.dir));
+}
+
+/** smcuda's figures for this plan: the table's sizes that were measured, 8 B in a graph, each algorithm, the gradient. */
+function smcudaSpecs(plan: CollectivesPlan): ScopedSpec[] {
+  const targets = plan.sizes.flatMap((size) => allreduceSpec(size) ?? []);
+  return [...targets, COLLECTIVE_FIG.graph8, ...ALGORITHMS.map(COLLECTIVE_FIG.algorithm), COLLECTIVE_FIG.gradient];
 }
 
 /** smcuda's figures: measured where a Communicator is plugged in (under-test.ts) and on a GPU, else skipped with why. */
-async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan, nccl: NcclReport | undefined, pageable: Summary, dir: string): Promise<void> {
+async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan, nccl: NcclReport | undefined, pageable: Summary | undefined, dir: string): Promise<void> {
   const targets = plan.sizes.flatMap((size) => {
     const spec = allreduceSpec(size);
     return spec ? [{ size, spec }] : [];
   });
-  const specs = [...targets.map((t) => t.spec), COLLECTIVE_FIG.graph8, ...ALGORITHMS.map(COLLECTIVE_FIG.algorithm), COLLECTIVE_FIG.gradient];
+  const specs = smcudaSpecs(plan);
   const reason = SMCUDA_COLLECTIVES.factory ? (run.sim ? gpuOnly() : undefined) : SMCUDA_COLLECTIVES.missing;
   if (reason) {
     for (const spec of specs) run.figures.push(skipped(spec, reason));
@@ -205,7 +215,7 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
     await tryFigure(run, COLLECTIVE_FIG.gradient, async () => {
       const { s, algorithm } = await time(plan.gradientBytes, { reduce: 'avg' });
       const ms = s.median / 1000;
-      return scopedFigure(false, COLLECTIVE_FIG.gradient, ms, pageable.median / 1000, { details: { bytes: plan.gradientBytes, algorithm, stats: s } });
+      return scopedFigure(false, COLLECTIVE_FIG.gradient, ms, pageable ? pageable.median / 1000 : null, { details: { bytes: plan.gradientBytes, algorithm, stats: s } });
     });
   } finally {
     await all({ op: 'sut-collective-close' });

@@ -22,7 +22,7 @@ import { GRAPH_FIG, GRAPH_SIZES, GRAPH_TRANSFERS, type GpuDrivenStatus, graphsMi
 import type { MemOpGraphResult, MemOpHostResult } from './memop-pingpong.js';
 import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, Repeat, TimedResult } from './protocol.js';
 import { gbPerSecond, summarize, type Summary } from './stats.js';
-import { gpuOnly, scopedFigure, type SuiteContext } from './suite-context.js';
+import { gpuOnly, guarded, scopedFigure, type SuiteContext } from './suite-context.js';
 import { FIG } from './suites.js';
 import { SMCUDA_GRAPH_PINGPONG } from './under-test.js';
 import type { WorkerGroup } from './worker-group.js';
@@ -60,82 +60,92 @@ export async function runGraphSuite(run: SuiteContext, g: Group, o: { twoDevices
   const why = graphSkipReasons(statuses, o.driverKind);
   if (!o.twoDevices) run.notes.push('graph suite: one device visible, both workers ran on it');
   const hostDriven = hostDrivenReference(run);
-  const raw = new Map<GraphSize, { host?: Summary; enqueue?: Summary; graph?: Summary; replayHost?: Summary }>();
+  const raw: RawResults = new Map();
 
   if (why.memOps) {
     for (const size of GRAPH_SIZES) run.figures.push(skipped(GRAPH_FIG.rawHost(size), why.memOps), skipped(GRAPH_FIG.rawGraph(size), why.memOps));
     run.figures.push(skipped(GRAPH_FIG.rawReplayHost, why.memOps));
   } else {
-    const timeoutMs = Math.min(run.opts.timeoutMs, 120_000);
-    const [{ handle: h0 }, { handle: h1 }] = await Promise.all([
-      g.call<{ handle: Uint8Array }>(0, { op: 'memop-prepare', maxSize: 1 << 20, timeoutMs }),
-      g.call<{ handle: Uint8Array }>(1, { op: 'memop-prepare', maxSize: 1 << 20, timeoutMs }),
-    ]);
-    try {
-      await Promise.all([g.call(0, { op: 'memop-connect', handle: h1 }), g.call(1, { op: 'memop-connect', handle: h0 })]);
-      for (const size of GRAPH_SIZES) {
-        const r: { host?: Summary; enqueue?: Summary; graph?: Summary; replayHost?: Summary } = {};
-        raw.set(size, r);
-        run.progress(`graph: raw mem-op ping-pong ${formatBytes(size)}, host-enqueued`);
-        const host: MemOpHostResult[] = [];
-        for (let k = 0; k < plan.runs; k++) {
-          const cmd: BenchCommand = { op: 'memop-host', size, ...plan.host };
-          host.push((await Promise.all([g.call<MemOpHostResult>(0, cmd), g.call<MemOpHostResult>(1, cmd)]))[1]);
-        }
-        r.host = summarize(host.map((x) => x.halfRoundTripUs!));
-        r.enqueue = summarize(host.map((x) => x.hostEnqueueUs!));
-        const ref = hostDriven.get(size);
-        run.figures.push(
-          scopedFigure(run.sim, GRAPH_FIG.rawHost(size), r.host.median, ref?.value ?? null, {
-            stats: r.host,
-            details: { size, iterationsPerRun: plan.host.iters, runs: plan.runs, hostEnqueueUsPerIteration: r.enqueue, hostDriven: ref?.from ?? 'not measured in this run: add latency to --suite' },
-          }),
-        );
-        if (why.graphs) {
-          run.figures.push(skipped(GRAPH_FIG.rawGraph(size), why.graphs));
-          continue;
-        }
-        run.progress(`graph: raw mem-op ping-pong ${formatBytes(size)}, graph of ${GRAPH_TRANSFERS}`);
-        const graph: MemOpGraphResult[] = [];
-        for (let k = 0; k < plan.runs; k++) {
-          const cmd: BenchCommand = { op: 'memop-graph', size, transfers: GRAPH_TRANSFERS, ...plan.graph };
-          graph.push((await Promise.all([g.call<MemOpGraphResult>(0, cmd), g.call<MemOpGraphResult>(1, cmd)]))[1]);
-        }
-        r.graph = summarize(graph.map((x) => x.halfRoundTripUs!));
-        r.replayHost = summarize(graph.map((x) => summarize(x.hostUsPerReplay!).median));
-        // Back-to-back copies of the same size over an open mapping: what "raw copy bandwidth" means elsewhere in the bench.
-        const copy = size > 8 ? await rawCopyGBs(g, size, plan.host) : undefined;
-        run.figures.push(
-          scopedFigure(run.sim, GRAPH_FIG.rawGraph(size), r.graph.median, r.host.median, {
-            stats: r.graph,
-            details: {
-              size,
-              transfersPerGraph: GRAPH_TRANSFERS,
-              replaysPerRun: plan.graph.replays,
-              runs: plan.runs,
-              hostUsPerReplay: r.replayHost,
-              ...(copy !== undefined ? { halfRoundTripGBs: halfRoundTripGBs(size, r.graph.median), rawBackToBackCopyGBs: copy } : {}),
-            },
-          }),
-        );
-      }
-      const small = raw.get(8);
-      if (why.graphs) run.figures.push(skipped(GRAPH_FIG.rawReplayHost, why.graphs));
-      else if (small?.replayHost && small.enqueue) {
-        run.figures.push(scopedFigure(run.sim, GRAPH_FIG.rawReplayHost, small.replayHost.median, small.enqueue.median * GRAPH_TRANSFERS, { stats: small.replayHost }));
-      }
-    } finally {
-      await Promise.all([g.call(0, { op: 'memop-close' }), g.call(1, { op: 'memop-close' })]);
-    }
+    const rawSpecs = [...GRAPH_SIZES.flatMap((size) => [GRAPH_FIG.rawHost(size), GRAPH_FIG.rawGraph(size)]), GRAPH_FIG.rawReplayHost];
+    await guarded(run, 'graph suite: raw mem-op ping-pong', rawSpecs, () => rawPingPong(run, g, plan, why, raw, hostDriven));
   }
 
-  await smcudaFigures(run, g, plan, why, raw);
+  await guarded(run, 'graph suite: smcuda persistent transfers', SMCUDA_GRAPH_FIGURES, () => smcudaFigures(run, g, plan, why, raw));
 
-  if (!NATIVE_FLOOR.measure) run.figures.push(skipped(GRAPH_FIG.nativeFloor, NATIVE_FLOOR.missing));
-  else if (run.sim) run.figures.push(skipped(GRAPH_FIG.nativeFloor, gpuOnly()));
-  else {
-    const floor = await NATIVE_FLOOR.measure(run, g);
-    run.figures.push(scopedFigure(run.sim, GRAPH_FIG.nativeFloor, floor.median, null, { stats: floor }));
+  await guarded(run, 'graph suite: native floor', [GRAPH_FIG.nativeFloor], async () => {
+    if (!NATIVE_FLOOR.measure) run.figures.push(skipped(GRAPH_FIG.nativeFloor, NATIVE_FLOOR.missing));
+    else if (run.sim) run.figures.push(skipped(GRAPH_FIG.nativeFloor, gpuOnly()));
+    else {
+      const floor = await NATIVE_FLOOR.measure(run, g);
+      run.figures.push(scopedFigure(run.sim, GRAPH_FIG.nativeFloor, floor.median, null, { stats: floor }));
+    }
+  });
+}
+
+type RawResults = Map<GraphSize, { host?: Summary; enqueue?: Summary; graph?: Summary; replayHost?: Summary }>;
+
+/** The raw ping-pong, host-enqueued and in a graph, at each size; its figures go to `run`, its summaries to `raw`. */
+async function rawPingPong(run: SuiteContext, g: Group, plan: GraphPlan, why: { graphs?: string }, raw: RawResults, hostDriven: Map<number, { value: number; from: string }>): Promise<void> {
+  const timeoutMs = Math.min(run.opts.timeoutMs, 120_000);
+  const [{ handle: h0 }, { handle: h1 }] = await Promise.all([
+    g.call<{ handle: Uint8Array }>(0, { op: 'memop-prepare', maxSize: 1 << 20, timeoutMs }),
+    g.call<{ handle: Uint8Array }>(1, { op: 'memop-prepare', maxSize: 1 << 20, timeoutMs }),
+  ]);
+  try {
+    await Promise.all([g.call(0, { op: 'memop-connect', handle: h1 }), g.call(1, { op: 'memop-connect', handle: h0 })]);
+    for (const size of GRAPH_SIZES) {
+      const r: { host?: Summary; enqueue?: Summary; graph?: Summary; replayHost?: Summary } = {};
+      raw.set(size, r);
+      run.progress(`graph: raw mem-op ping-pong ${formatBytes(size)}, host-enqueued`);
+      const host: MemOpHostResult[] = [];
+      for (let k = 0; k < plan.runs; k++) {
+        const cmd: BenchCommand = { op: 'memop-host', size, ...plan.host };
+        host.push((await Promise.all([g.call<MemOpHostResult>(0, cmd), g.call<MemOpHostResult>(1, cmd)]))[1]);
+      }
+      r.host = summarize(host.map((x) => x.halfRoundTripUs!));
+      r.enqueue = summarize(host.map((x) => x.hostEnqueueUs!));
+      const ref = hostDriven.get(size);
+      run.figures.push(
+        scopedFigure(run.sim, GRAPH_FIG.rawHost(size), r.host.median, ref?.value ?? null, {
+          stats: r.host,
+          details: { size, iterationsPerRun: plan.host.iters, runs: plan.runs, hostEnqueueUsPerIteration: r.enqueue, hostDriven: ref?.from ?? 'not measured in this run: add latency to --suite' },
+        }),
+      );
+      if (why.graphs) {
+        run.figures.push(skipped(GRAPH_FIG.rawGraph(size), why.graphs));
+        continue;
+      }
+      run.progress(`graph: raw mem-op ping-pong ${formatBytes(size)}, graph of ${GRAPH_TRANSFERS}`);
+      const graph: MemOpGraphResult[] = [];
+      for (let k = 0; k < plan.runs; k++) {
+        const cmd: BenchCommand = { op: 'memop-graph', size, transfers: GRAPH_TRANSFERS, ...plan.graph };
+        graph.push((await Promise.all([g.call<MemOpGraphResult>(0, cmd), g.call<MemOpGraphResult>(1, cmd)]))[1]);
+      }
+      r.graph = summarize(graph.map((x) => x.halfRoundTripUs!));
+      r.replayHost = summarize(graph.map((x) => summarize(x.hostUsPerReplay!).median));
+      // Back-to-back copies of the same size over an open mapping: what "raw copy bandwidth" means elsewhere in the bench.
+      const copy = size > 8 ? await rawCopyGBs(g, size, plan.host) : undefined;
+      run.figures.push(
+        scopedFigure(run.sim, GRAPH_FIG.rawGraph(size), r.graph.median, r.host.median, {
+          stats: r.graph,
+          details: {
+            size,
+            transfersPerGraph: GRAPH_TRANSFERS,
+            replaysPerRun: plan.graph.replays,
+            runs: plan.runs,
+            hostUsPerReplay: r.replayHost,
+            ...(copy !== undefined ? { halfRoundTripGBs: halfRoundTripGBs(size, r.graph.median), rawBackToBackCopyGBs: copy } : {}),
+          },
+        }),
+      );
+    }
+    const small = raw.get(8);
+    if (why.graphs) run.figures.push(skipped(GRAPH_FIG.rawReplayHost, why.graphs));
+    else if (small?.replayHost && small.enqueue) {
+      run.figures.push(scopedFigure(run.sim, GRAPH_FIG.rawReplayHost, small.replayHost.median, small.enqueue.median * GRAPH_TRANSFERS, { stats: small.replayHost }));
+    }
+  } finally {
+    await Promise.all([g.call(0, { op: 'memop-close' }), g.call(1, { op: 'memop-close' })]);
   }
 }
 

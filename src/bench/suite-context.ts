@@ -3,7 +3,7 @@
  * its figures, series and notes go, and the rule for scoped figures (a GPU
  * target is skipped on the simulator; a 'sim' target is dropped on a GPU).
  */
-import { type Figure, measured } from './figures.js';
+import { type Figure, type FigureSpec, measured, skipped } from './figures.js';
 import type { BenchOptions, Plan } from './plan.js';
 import type { SeriesPoint } from './report.js';
 import type { ScopedSpec } from './suites.js';
@@ -31,4 +31,20 @@ export function scopedFigure(sim: boolean, spec: ScopedSpec, value: number, base
     return measured(rest, value, baseline, extra);
   }
   return measured(spec, value, baseline, extra);
+}
+
+/**
+ * Runs one part of a suite; where it throws, each of `specs` it did not list
+ * yet is listed as skipped with the error, and a note says so, so that one
+ * failing baseline does not cost the run its other figures.
+ */
+export async function guarded(run: SuiteContext, what: string, specs: readonly FigureSpec[], body: () => Promise<void>): Promise<void> {
+  try {
+    await body();
+  } catch (err) {
+    const message = `${what} failed: ${(err as Error)?.message ?? String(err)}`;
+    run.notes.push(message);
+    const listed = new Set(run.figures.map((f) => f.name));
+    for (const spec of specs) if (!listed.has(spec.name)) run.figures.push(skipped(spec, message));
+  }
 }
