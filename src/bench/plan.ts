@@ -28,6 +28,8 @@ export interface BenchOptions {
   smoke: boolean;
   /** Outstanding sends in the streaming suite. */
   window: number;
+  /** Ranks of the collectives suite (default 2, one per GPU of the across layout). */
+  ranks?: number;
   timeoutMs: number;
 }
 

@@ -7,12 +7,13 @@
 import type { MemoryOption } from '../cli/demo-memory.js';
 import type { DriverKind } from '../cuda/driver.js';
 import type { KindExport } from './memory-kinds.js';
+import type { SuiteCommand } from './worker-suites.js';
 
 /** Environment variable carrying a worker's BenchWorkerConfig. */
 export const BENCH_WORKER_ENV = 'SMCUDA_BENCH_WORKER';
 
 export interface BenchWorkerConfig {
-  /** 0 and 1 in a pair; 0…n-1 in the all-to-all group. */
+  /** 0 and 1 in a pair; 0…n-1 in the all-to-all group and the collectives suite's group (--ranks N). */
   rank: number;
   /** Device ordinal this worker uses. */
   device: number;
@@ -103,7 +104,9 @@ export type BenchCommand =
   | { op: 'a2a-listen' }
   | { op: 'a2a-connect'; ranks: number }
   | ({ op: 'a2a-run'; size: number } & Repeat)
-  | { op: 'a2a-close' };
+  | { op: 'a2a-close' }
+  // The graph and collectives suites (worker-suites.ts).
+  | SuiteCommand;
 
 /** Both directions of `bidir` on one rank. */
 export interface BidirResult {

@@ -6,7 +6,8 @@
 import type { Figure } from './figures.js';
 
 export interface SeriesPoint {
-  plot: 'bandwidth' | 'latency';
+  /** allreduce: time per call against size (the collectives suite; not drawn, listed by size). */
+  plot: 'bandwidth' | 'latency' | 'allreduce';
   /** Legend entry, e.g. 'smcuda RGET (GPU0→GPU1)'. */
   series: string;
   size: number;

@@ -35,8 +35,13 @@ export function gpuOnly(): string {
 
 /** A figure of `spec`: skipped on the simulator when its target is a GPU one; the 'sim' scope's target dropped on a GPU. */
 export function figure(run: Run, spec: ScopedSpec, value: number, baseline: number | null, extra: Parameters<typeof measured>[3] = {}): Figure {
+  return scopedFigure(run.sim, spec, value, baseline, extra);
+}
+
+/** The rule of `figure`, for a run known only by whether it is on the simulator. */
+export function scopedFigure(sim: boolean, spec: ScopedSpec, value: number, baseline: number | null, extra: Parameters<typeof measured>[3] = {}): Figure {
   // 'gpu-target': measured anywhere, held to its target only on a GPU.
-  if ((spec.scope === 'sim' && !run.sim) || (spec.scope === 'gpu-target' && run.sim)) {
+  if ((spec.scope === 'sim' && !sim) || (spec.scope === 'gpu-target' && sim)) {
     const { target: _t, ...rest } = spec;
     return measured(rest, value, baseline, extra);
   }

@@ -4,7 +4,9 @@
  * fresh pairs for the first send, 8 workers for the all-to-all), drives the
  * measurements of protocol.ts, and turns results into figures (each beside
  * its baseline, and latencies beside the native floor, from this same run)
- * and plot series.
+ * and plot series. The graph and collectives suites run on the across
+ * workers (graph-suite.ts, collectives-suite.ts; --ranks N gives the
+ * collectives a group of N workers of their own).
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -46,6 +48,8 @@ import {
 import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
 import { firstSendFigure, firstSendOnce, runAllToAll, runMemory } from './run-groups.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
+import { runGraphSuite } from './graph-suite.js';
+import { runCollectivesSuite } from './collectives-suite.js';
 
 export type { Progress } from './run-context.js';
 
@@ -87,7 +91,17 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       if (!twoDevices) run.notes.push('one device visible: the GPU0→GPU1 figures ran with both workers on that device');
       await runAcross(run, across, twoDevices);
     }
+    if (wants('graph')) await runGraphSuite(run, across, { twoDevices, driverKind: first.driver });
+    const ranks = opts.ranks ?? 2;
+    if (wants('collectives') && ranks === 2) await runCollectivesSuite(run, across, { devices: twoDevices ? 2 : 1, dir: join(dir, 'across') });
     await across.close();
+    if (wants('collectives') && ranks !== 2) {
+      // --ranks N: a group of its own, rank r on device r mod (visible devices).
+      const visible = first.deviceCount;
+      const group = await start('collectives', Array.from({ length: ranks }, (_, r) => r % visible));
+      await runCollectivesSuite(run, group, { devices: new Set(group.infos.map((i) => i.device.uuid)).size, dir: join(dir, 'collectives') });
+      await group.close();
+    }
     if (wants('same-gpu')) {
       if (sim) figures.push(skipped(FIG.sameGpu, gpuOnly()));
       else {

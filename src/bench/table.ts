@@ -51,7 +51,7 @@ export function renderReport(r: BenchReport): string {
     out.push('', 'skipped:');
     for (const [why, names] of reasons) out.push(`  ${why}:`, ...names.map((n) => `    ${n}`));
   }
-  for (const plot of ['bandwidth', 'latency'] as const) {
+  for (const plot of ['bandwidth', 'latency', 'allreduce'] as const) {
     const points = r.series.filter((p) => p.plot === plot);
     if (points.length === 0) continue;
     const names = [...new Set(points.map((p) => p.series))];

@@ -20,6 +20,7 @@ import { type CallRecord, recordStates, timedDriver } from './first-send.js';
 import { FloorSide } from './native-floor.js';
 import { bidirectional, firstSend, negotiate, oneWay, pingPong, postProbe, probeSend } from './transport-measures.js';
 import { serveWorker } from './worker-group.js';
+import { isSuiteCommand, SuiteWorker } from './worker-suites.js';
 
 interface Session {
   transport: Transport;
@@ -40,11 +41,14 @@ class BenchWorker {
   private probe: { finish(abort: boolean): Promise<unknown> } | undefined;
   private floor: FloorSide | undefined;
   private a2a: AllToAll | undefined;
+  private readonly suites: SuiteWorker;
 
   constructor(
     private readonly cfg: BenchWorkerConfig,
     private readonly driver: CudaDriver,
-  ) {}
+  ) {
+    this.suites = new SuiteWorker(driver, cfg, (session) => this.endpoint(session));
+  }
 
   private get initiator(): boolean {
     // in the pairs, rank 1 initiates (and times)
@@ -53,6 +57,7 @@ class BenchWorker {
 
   async handle(c: BenchCommand): Promise<unknown> {
     const d = this.driver;
+    if (isSuiteCommand(c)) return this.suites.handle(c);
     switch (c.op) {
       case 'open':
         return this.open(c.session, c.options);
@@ -252,6 +257,7 @@ class BenchWorker {
   }
 
   async shutdown(): Promise<void> {
+    await this.suites.shutdown().catch(() => {});
     for (const s of this.sessions.values()) await s.transport.close().catch(() => {});
     this.sessions.clear();
     await Promise.all(this.echoServers.map((s) => s.close()));

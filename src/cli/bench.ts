@@ -34,6 +34,8 @@ per 8 B message against a raw Unix-socket ping-pong.
   --suite LIST          suites to run, comma-separated (default all):
 ${SUITES.map((s) => `                          ${s.padEnd(12)} ${SUITE_SUMMARY[s]}`).join('\n')}
   --window W            outstanding sends in the streaming suite (default 8)
+  --ranks N             ranks of the collectives suite, spread over the visible
+                        GPUs (default 2: one per GPU of the across layout)
   --out DIR             write DIR/bench.json, DIR/bandwidth.svg, DIR/latency.svg
                         (plots need the optional peer dependency 'vega': npm install vega)
   --smoke               tiny sizes and few iterations: checks the suite works (CI)
@@ -57,7 +59,7 @@ JSON: { tool, version, date, durationMs,
   figures: [{ name, suite, value, unit, baseline, baselineName, ratio,
               target: { on: 'value'|'ratio', relation: '>='|'<=', bound, text } | null,
               met: boolean | null, skipped?, stats?: { n, median, p10, p90, min, max }, paths?, details? }],
-  series: [{ plot: 'bandwidth'|'latency', series, size, value, unit, p10?, p90?, iterations?, paths? }],
+  series: [{ plot: 'bandwidth'|'latency'|'allreduce', series, size, value, unit, p10?, p90?, iterations?, paths? }],
   notes: string[], files?: string[] }`;
 
 export async function runBenchCommand(argv: string[]): Promise<number> {
@@ -66,6 +68,7 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
     sizes: { type: 'string' },
     suite: { type: 'string' },
     window: { type: 'string', default: '8' },
+    ranks: { type: 'string', default: '2' },
     out: { type: 'string' },
     smoke: { type: 'boolean', default: false },
     check: { type: 'boolean', default: false },
@@ -104,7 +107,7 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
   return 0;
 }
 
-function benchOptions(a: { driver?: string; sizes?: string; suite?: string; window?: string; smoke?: boolean; timeout?: string }): BenchOptions {
+function benchOptions(a: { driver?: string; sizes?: string; suite?: string; window?: string; ranks?: string; smoke?: boolean; timeout?: string }): BenchOptions {
   if (!['auto', 'native', 'sim'].includes(a.driver!)) throw new UsageError(`--driver must be auto, native or sim, got ${a.driver}`);
   let sizes: number[] | undefined;
   if (a.sizes !== undefined) {
@@ -125,9 +128,11 @@ function benchOptions(a: { driver?: string; sizes?: string; suite?: string; wind
   }
   const window = Number(a.window);
   if (!Number.isInteger(window) || window < 1 || window > 1024) throw new UsageError(`--window must be an integer from 1 to 1024, got ${a.window}`);
+  const ranks = Number(a.ranks);
+  if (!Number.isInteger(ranks) || ranks < 1 || ranks > 64) throw new UsageError(`--ranks must be an integer from 1 to 64, got ${a.ranks}`);
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds, got ${a.timeout}`);
-  return { driver: a.driver as BenchOptions['driver'], ...(sizes ? { sizes } : {}), suites, smoke: a.smoke === true, window, timeoutMs: timeout * 1000 };
+  return { driver: a.driver as BenchOptions['driver'], ...(sizes ? { sizes } : {}), suites, smoke: a.smoke === true, window, ranks, timeoutMs: timeout * 1000 };
 }
 
 /** What sharing a GPU without MPS costs, when a layout of this run put both workers on one GPU and MPS is not running. */

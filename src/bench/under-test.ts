@@ -1,0 +1,161 @@
+/**
+ * smcuda's own side of the graph and collectives suites, as two small
+ * interfaces, and how a bench worker times them. The suites' baselines run
+ * without these; smcuda's figures are listed as skipped (with `missing`)
+ * until an implementation is plugged in below:
+ *
+ *   - SMCUDA_COLLECTIVES.factory: per rank, from the rendezvous directory and
+ *     job token the bench gives (or the driver alone), something with
+ *     `collectiveUnderTest(call)` that enqueues one collective on a stream
+ *     (the Communicator of issue 26 in a few lines);
+ *   - SMCUDA_GRAPH_PINGPONG.factory: per worker, from the bench session's
+ *     endpoint, `graphPingPong(...)`: persistent transfers (issue 25) in each
+ *     direction captured `transfers` times in a graph and replayed.
+ *
+ * For instance, for a Communicator created from a directory with an
+ * `allreduce(send, recv, count, options)` that enqueues on `options.stream`
+ * (names to adapt to the merged API):
+ *
+ *   SMCUDA_COLLECTIVES.factory = async (ctx) => {
+ *     const comm = await Communicator.fromDirectory(ctx.dir, { rank: ctx.rank, size: ctx.ranks, driver: ctx.driver, device: ctx.device, timeoutMs: ctx.timeoutMs });
+ *     return {
+ *       capturable: true,
+ *       collectiveUnderTest: (c) => comm.allreduce(c.send, c.recv, c.count, { dtype: c.dtype, op: c.reduce, stream: c.stream, algorithm: c.algorithm }),
+ *       algorithmFor: (bytes, dtype) => comm.algorithmFor('allreduce', bytes, dtype),
+ *       close: () => comm.close(),
+ *     };
+ *   };
+ */
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { Endpoint } from '../endpoint.js';
+import type { Algorithm } from './collective-figures.js';
+import type { MemOpGraphResult, PingPongRole } from './memop-pingpong.js';
+import type { Repeat } from './protocol.js';
+import { withinMs } from './stuck.js';
+
+export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
+export type Dtype = 'f32' | 'f16' | 'bf16' | 'f64' | 'i32' | 'i64' | 'u8';
+
+export interface CollectiveCall {
+  op: 'allreduce';
+  reduce: ReduceOp;
+  dtype: Dtype;
+  /** Elements, not bytes. */
+  count: number;
+  send: DevicePtr;
+  /** Equal to `send` for in place. */
+  recv: DevicePtr;
+  stream: StreamHandle;
+  /** Force an algorithm (the per-algorithm figures); absent: the implementation chooses by size. */
+  algorithm?: Algorithm;
+}
+
+export interface CollectiveUnderTest {
+  /** Enqueues one collective on `call.stream`, stream-ordered as gloo's: inputs read when the stream reaches it, outputs valid at its end. */
+  collectiveUnderTest(call: CollectiveCall): void | Promise<void>;
+  /** The algorithm an unforced call of `bytes` takes (reported beside the figure). */
+  algorithmFor?(bytes: number, dtype: Dtype): string;
+  /** Whether calls on the same buffers can be captured in a CUDA graph and replayed. */
+  readonly capturable: boolean;
+  close(): Promise<void>;
+}
+
+export interface CollectiveRankContext {
+  driver: CudaDriver;
+  rank: number;
+  ranks: number;
+  device: number;
+  /** A private directory (0700) the ranks share, for a directory rendezvous. */
+  dir: string;
+  /** The job token the ranks share. */
+  token: string;
+  timeoutMs: number;
+}
+
+export interface PingPongUnderTest {
+  /**
+   * Both sides call it with the same arguments: `size` bytes each way per
+   * iteration as persistent transfers, `transfers` iterations captured in
+   * one graph, replayed `warmup` + `replays` times on `stream`. The
+   * initiator returns the times as MemOpGraphResult does.
+   */
+  graphPingPong(args: { role: PingPongRole; size: number; transfers: number; replays: number; warmup: number; stream: StreamHandle }): Promise<MemOpGraphResult>;
+  close(): Promise<void>;
+}
+
+export interface PingPongContext {
+  driver: CudaDriver;
+  endpoint: Endpoint;
+  rank: number;
+  device: number;
+}
+
+/** The Communicator of issue 26 goes here. */
+export const SMCUDA_COLLECTIVES: { factory?: (ctx: CollectiveRankContext) => Promise<CollectiveUnderTest>; missing: string } = {
+  missing: "smcuda's Communicator (issue 26) is not in this build",
+};
+
+/** Persistent transfers of issue 25 go here. */
+export const SMCUDA_GRAPH_PINGPONG: { factory?: (ctx: PingPongContext) => Promise<PingPongUnderTest>; missing: string } = {
+  missing: "smcuda's persistent transfers (issue 25) are not in this build",
+};
+
+/** One run of a collective: `iters` calls enqueued back to back, then the host waits for the stream (stream time, host-synchronised, as NCCL's figures). */
+export interface CollectiveTiming {
+  /** µs per call, one sample per run. */
+  runsUs: number[];
+  algorithm?: string;
+}
+
+/**
+ * Times `runs` runs of `repeat.iters` calls of allreduce f32 (sum unless `reduce`) over `bytes`
+ * (in place on `buffer`), after `repeat.warmup` calls. Graph mode: the
+ * calls of one run are captured once and the graph replayed per run.
+ */
+export async function timeCollective(
+  driver: CudaDriver,
+  sut: CollectiveUnderTest,
+  buffer: DevicePtr,
+  bytes: number,
+  o: Repeat & { runs: number; reduce?: ReduceOp; algorithm?: Algorithm; graph?: boolean; timeoutMs: number },
+): Promise<CollectiveTiming> {
+  const stream = driver.streamCreate();
+  const done = driver.eventCreate({ disableTiming: true });
+  const call: CollectiveCall = { op: 'allreduce', reduce: o.reduce ?? 'sum', dtype: 'f32', count: bytes / 4, send: buffer, recv: buffer, stream, ...(o.algorithm ? { algorithm: o.algorithm } : {}) };
+  const sync = async (what: string) => {
+    driver.eventRecord(done, stream);
+    await withinMs(driver.whenComplete(done), o.timeoutMs, what);
+  };
+  let exec: bigint | undefined;
+  let graph: bigint | undefined;
+  try {
+    for (let i = 0; i < o.warmup; i++) await sut.collectiveUnderTest(call);
+    await sync('allreduce warm-up');
+    if (o.graph) {
+      driver.streamBeginCapture(stream);
+      try {
+        for (let i = 0; i < o.iters; i++) await sut.collectiveUnderTest(call);
+      } finally {
+        graph = driver.streamEndCapture(stream);
+      }
+      exec = driver.graphInstantiate(graph);
+      driver.graphLaunch(exec, stream);
+      await sync('allreduce graph warm-up');
+    }
+    const runsUs: number[] = [];
+    for (let r = 0; r < o.runs; r++) {
+      const t0 = process.hrtime.bigint();
+      if (exec !== undefined) driver.graphLaunch(exec, stream);
+      else for (let i = 0; i < o.iters; i++) await sut.collectiveUnderTest(call);
+      await sync(`allreduce run ${r + 1}`);
+      runsUs.push(Number(process.hrtime.bigint() - t0) / 1000 / Math.max(1, o.iters));
+    }
+    const algorithm = o.algorithm ?? sut.algorithmFor?.(bytes, 'f32');
+    return { runsUs, ...(algorithm ? { algorithm } : {}) };
+  } finally {
+    if (exec !== undefined) driver.graphExecDestroy(exec);
+    if (graph !== undefined) driver.graphDestroy(graph);
+    driver.eventDestroy(done);
+    driver.streamDestroy(stream);
+  }
+}
