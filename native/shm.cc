@@ -78,8 +78,10 @@ void FinalizeMapping(napi_env /*env*/, void* data, void* /*hint*/) {
 }
 
 // Wraps a mapping of `fd` (`length` bytes) into an external ArrayBuffer.
-// Closes nothing: the caller owns `fd`. Returns an empty value on error
-// (an exception is pending).
+// Closes nothing: the caller owns `fd`. Returns an empty value on error,
+// with exactly one exception pending: a second napi_throw while one is
+// pending is a fatal error (the process aborts), so every failure below
+// clears what the engine left pending before throwing its own.
 Napi::Value MapToArrayBuffer(Napi::Env env, int fd, size_t length, const std::string& name) {
   void* addr = nullptr;
   Napi::ArrayBuffer ab;
@@ -91,14 +93,26 @@ Napi::Value MapToArrayBuffer(Napi::Env env, int fd, size_t length, const std::st
     }
     // No finalizer on the buffer itself: the wrap below owns the mapping.
     ab = Napi::ArrayBuffer::New(env, addr, length);
+    if (env.IsExceptionPending() || ab.IsEmpty()) {
+      // Larger than an ArrayBuffer may be in this runtime (Node 20: 4 GiB).
+      if (env.IsExceptionPending()) env.GetAndClearPendingException();
+      munmap(addr, length);
+      Napi::RangeError e = Napi::RangeError::New(env, "segment '" + name + "' of " + std::to_string(length) +
+                                                          " bytes is larger than an ArrayBuffer may be in this runtime");
+      e.Set("code", Napi::String::New(env, "EFBIG"));
+      e.ThrowAsJavaScriptException();
+      return Napi::Value();
+    }
   } else {
     ab = Napi::ArrayBuffer::New(env, 0);
+    if (env.IsExceptionPending()) return Napi::Value();
   }
   auto* m = new Mapping{addr, length};
   napi_status st = napi_wrap(env, ab, m, FinalizeMapping, nullptr, nullptr);
   if (st != napi_ok) {
     if (addr) munmap(addr, length);
     delete m;
+    if (env.IsExceptionPending()) env.GetAndClearPendingException();
     Napi::Error::New(env, "napi_wrap failed on a shared-memory ArrayBuffer").ThrowAsJavaScriptException();
     return Napi::Value();
   }
@@ -160,11 +174,26 @@ Napi::Value ShmCreate(const Napi::CallbackInfo& info) {
   return ab;
 }
 
-// shmOpen(name): existing segment, size from fstat.
+// shmOpen(name[, bytes]): existing segment, size from fstat. With `bytes`
+// (the size a peer announced), a segment of any other size is refused
+// before anything is mapped: a peer cannot make this process map more than
+// it agreed to (a sparse 8 GiB segment), nor less than it will touch.
 Napi::Value ShmOpen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string name;
   if (!GetName(info, &name)) return env.Undefined();
+  double expected = -1;
+  if (info.Length() >= 2 && !info[1].IsUndefined()) {
+    if (!info[1].IsNumber()) {
+      ThrowType(env, "bytes must be a non-negative integer or undefined");
+      return env.Undefined();
+    }
+    expected = info[1].As<Napi::Number>().DoubleValue();
+    if (!(expected >= 0) || expected != static_cast<double>(static_cast<int64_t>(expected))) {
+      Napi::RangeError::New(env, "bytes must be a non-negative integer").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
   int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) {
     ThrowErrno(env, "shm_open", errno, name);
@@ -175,6 +204,14 @@ Napi::Value ShmOpen(const Napi::CallbackInfo& info) {
     int err = errno;
     close(fd);
     ThrowErrno(env, "fstat", err, name);
+    return env.Undefined();
+  }
+  if (expected >= 0 && static_cast<double>(st.st_size) != expected) {
+    close(fd);
+    Napi::Error e = Napi::Error::New(env, "segment '" + name + "' is " + std::to_string(st.st_size) + " bytes, not the " +
+                                              std::to_string(static_cast<int64_t>(expected)) + " announced: refused, not mapped");
+    e.Set("code", Napi::String::New(env, "ESIZE"));
+    e.ThrowAsJavaScriptException();
     return env.Undefined();
   }
   Napi::Value ab = MapToArrayBuffer(env, fd, static_cast<size_t>(st.st_size), name);

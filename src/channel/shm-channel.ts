@@ -43,7 +43,8 @@ import { newSegmentName } from '../segment-owner.js';
 /** The shared-memory calls a ShmChannel needs (the CudaDriver has them). */
 export interface SegmentProvider {
   shmCreate(name: string, bytes: number): { readonly name: string; readonly bytes: Uint8Array; close(): void };
-  shmOpen(name: string): { readonly name: string; readonly bytes: Uint8Array; close(): void };
+  /** `bytes`: the size the peer announced; a segment of another size is refused (code 'ESIZE') before it is mapped. */
+  shmOpen(name: string, bytes?: number): { readonly name: string; readonly bytes: Uint8Array; close(): void };
   shmUnlink(name: string): void;
 }
 
@@ -55,10 +56,14 @@ export interface ShmChannelOptions {
   capacity?: number;
   /** Frames up to this size go through the ring. Default 16 KiB. */
   maxRingFrame?: number;
+  /** The largest ring (data bytes) a peer may offer; a larger offer fails the channel before anything is mapped. Default 16 MiB. */
+  maxPeerCapacity?: number;
 }
 
 export const DEFAULT_RING_CAPACITY = 256 << 10;
 export const DEFAULT_MAX_RING_FRAME = 16 << 10;
+/** 16 MiB: 64 times the default ring; a peer offering more is broken or hostile. */
+export const DEFAULT_MAX_PEER_RING_CAPACITY = 16 << 20;
 
 const DOORBELL = encodeFrame({ type: FrameType.DOORBELL });
 const RING_SWITCH = encodeFrame({ type: FrameType.RING_SWITCH });
@@ -96,7 +101,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     super();
     this.base = base;
     this.label = `${base.label}+ring`;
-    this.opts = { capacity: DEFAULT_RING_CAPACITY, maxRingFrame: DEFAULT_MAX_RING_FRAME, ...opts };
+    this.opts = { capacity: DEFAULT_RING_CAPACITY, maxRingFrame: DEFAULT_MAX_RING_FRAME, maxPeerCapacity: DEFAULT_MAX_PEER_RING_CAPACITY, ...opts };
     base.on('frame', this.onBaseFrame);
     base.on('drain', this.onBaseDrain);
     base.on('close', this.onBaseClose);
@@ -238,14 +243,22 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     const f = decodeFrame(bytes);
     if (f.type !== FrameType.RING_OFFER) return;
     if (this.outSegment || this.writer) throw new ProtocolError(`${this.label}: a second RING_OFFER`);
+    // Checked before anything is mapped: a peer names the size, this side bounds it.
+    const c = f.capacity;
+    if (c < 4096 || c > this.opts.maxPeerCapacity || (c & (c - 1)) !== 0) {
+      throw new ProtocolError(`${this.label}: RING_OFFER of a ${c}-byte ring: a ring must be a power of two of 4096..${this.opts.maxPeerCapacity} bytes; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+    }
     let seg: Segment | undefined;
     try {
-      seg = this.opts.segments.shmOpen(f.segment);
+      seg = this.opts.segments.shmOpen(f.segment, ringSegmentBytes(c));
       this.writer = new RingWriter(seg.bytes, f.capacity, this.opts.maxRingFrame);
       this.outSegment = seg;
     } catch (err) {
       seg?.close();
       this.writer = undefined;
+      if ((err as { code?: unknown }).code === 'ESIZE') {
+        throw new ProtocolError(`${this.label}: the peer's ring ${f.segment} is not the size its RING_OFFER announced: ${(err as Error).message}`, 'SMCUDA_BAD_SEGMENT');
+      }
       debug('channel %s: cannot use the peer ring %s (%s): staying on the channel', this.label, f.segment, (err as Error).message);
       return;
     }

@@ -15,8 +15,8 @@
 export interface NativeShm {
   /** shm_open(O_CREAT|O_EXCL, 0600) + ftruncate + mmap. The ArrayBuffer is external and unmapped when `shmClose` is called (or at GC if never). */
   shmCreate(name: string, bytes: number): ArrayBuffer;
-  /** shm_open + fstat + mmap of an existing segment. */
-  shmOpen(name: string): ArrayBuffer;
+  /** shm_open + fstat + mmap of an existing segment; with `bytes`, one of another size is refused (code 'ESIZE') before it is mapped. */
+  shmOpen(name: string, bytes?: number): ArrayBuffer;
   /** munmap the mapping behind this ArrayBuffer (it is detached afterwards). */
   shmClose(buffer: ArrayBuffer): void;
   shmUnlink(name: string): void;

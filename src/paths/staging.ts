@@ -224,10 +224,18 @@ export class StagingPath implements DataPath, Resender {
       if (!this.peerRing || this.peerRing.segment.name !== job.segment) {
         this.peerRing?.close();
         this.peerRing = undefined;
-        const seg = ctx.driver.shmOpen(job.segment);
-        if (seg.bytes.byteLength < job.chunkSize * job.slots) {
-          seg.close();
-          throw new ProtocolError(`staging segment ${job.segment} is ${seg.bytes.byteLength} bytes, less than ${job.slots} × ${job.chunkSize}`);
+        // The peer names the size; this side bounds it before anything is mapped (staging.maxPeerBytes).
+        const bytes = job.chunkSize * job.slots;
+        const max = ctx.opts.staging.maxPeerBytes;
+        if (bytes > max) {
+          throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a staging ring of ${job.slots} × ${job.chunkSize} = ${bytes} bytes, more than staging.maxPeerBytes (${max}); refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+        }
+        let seg;
+        try {
+          seg = ctx.driver.shmOpen(job.segment, bytes);
+        } catch (err) {
+          if ((err as { code?: unknown }).code !== 'ESIZE') throw err;
+          throw new ProtocolError(`staging segment ${job.segment} is not the ${job.slots} × ${job.chunkSize} bytes its STAGE_BEGIN announced: refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
         }
         this.peerRing = new PeerRing(ctx.driver, seg, job.chunkSize, job.slots);
       }
