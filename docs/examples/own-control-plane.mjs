@@ -6,8 +6,11 @@
 //
 // Here the runtime's channel is Node's IPC between a parent and the child it
 // forked (structured clone, so frames stay binary). smcuda needs only that
-// whole frames arrive in order, and a 'close' once; the data itself moves by
-// CUDA IPC or staging, not through this channel.
+// whole frames arrive in order, and a 'close' once. Device data moves by CUDA
+// IPC once negotiated; until then, since this channel cannot carry file
+// descriptors and so no shared ring can reach the peer, it travels inline on
+// this channel (attach(channel, { descriptors }) takes a descriptor channel
+// where the runtime has one: docs/reliability.md, "Trust").
 import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';

@@ -29,7 +29,7 @@
  */
 import type { ImportRequest } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
-import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
+import type { FdChannel, FdChannelHandlers, FdMessage } from '../channel/fd-channel.js';
 import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
@@ -120,11 +120,12 @@ export class FdRgetPath implements DataPath {
     if (ctx.fdAgreed) ctx.onFdChannel = (channel) => this.attach(channel);
   }
 
-  private attach(channel: FdChannel): void {
-    if (this.closeReason !== undefined || this.channel !== undefined) return channel.close();
+  /** The link started the channel; it routes this path's messages (FD_DESCRIPTOR) here. */
+  private attach(channel: FdChannel): FdChannelHandlers | undefined {
+    if (this.closeReason !== undefined || this.channel !== undefined) return undefined;
     this.channel = channel;
     this.ctx.fdStats.channel = true;
-    channel.start({
+    return {
       message: (msg) => this.onDescriptor(msg),
       close: (err) => {
         // The descriptor channel failed: from now on this peer is one without FD_MEMORY (staging), never an error.
@@ -133,7 +134,7 @@ export class FdRgetPath implements DataPath {
         this.channel = undefined;
         this.changed();
       },
-    });
+    };
   }
 
   canSend(buf: MessageBuffer): boolean {
