@@ -53,6 +53,9 @@ export interface TransportOptions {
    * the handshake proves it by HMAC over fresh nonces, and a peer that
    * cannot is refused. Make it long and random (≥ 16 random bytes, e.g.
    * hex): a peer that connects can try guesses offline against its proof.
+   * Default '': then any process of the same user that can reach the socket
+   * authenticates, and Transport.create warns once per process
+   * (`SMCUDA_NO_TOKEN`). The CLI makes a fresh one for every job it starts.
    */
   token?: string;
   /**

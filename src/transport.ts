@@ -65,6 +65,23 @@ export interface TransportCreateOptions extends TransportOptions {
   frameTimeoutMs?: number;
 }
 
+let warnedNoToken = false;
+
+/**
+ * Once per process: a transport without a job token admits any process of
+ * the same user that can reach its socket (docs/reliability.md, "Trust").
+ * The CLI makes one per job; a library user passes `token`.
+ */
+function warnNoToken(): void {
+  if (warnedNoToken) return;
+  warnedNoToken = true;
+  process.emitWarning(
+    'smcuda: a Transport was created without a job token: any process of this user that can reach its socket can connect as a peer. ' +
+      "Pass `token` (e.g. crypto.randomBytes(16).toString('hex'), shared by the job's processes) to Transport.create.",
+    { type: 'SmcudaWarning', code: 'SMCUDA_NO_TOKEN' },
+  );
+}
+
 export interface TransportEvents {
   /** A new endpoint (accepted or connected). */
   endpoint: [endpoint: Endpoint];
@@ -121,6 +138,7 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
     const opts = resolveOptions(options); // bad options are refused before a driver is opened
+    if (opts.token === '') warnNoToken();
     const helloMs = options.helloTimeoutMs;
     if (helloMs !== undefined && (typeof helloMs !== 'number' || !(helloMs > 0) || helloMs > 2 ** 31 - 1)) {
       throw new ConfigError(`helloTimeoutMs must be a positive number of milliseconds (at most 2147483647), got ${String(helloMs)}`);
