@@ -62,6 +62,8 @@ export class EndpointLink implements PathContext {
   /** Both HELLOs announced Feature.DESCRIPTORS: a descriptor channel is (being) set up, and the rings travel on it. */
   readonly descriptorsAgreed: boolean;
   readonly segments: SegmentExchange;
+  /** The descriptor channel, once attached (closed with the endpoint). */
+  private fdChannel: FdChannel | undefined;
   /** The endpoint's failure (set by the endpoint): a peer that breaks the descriptor channel's rules fails it. */
   onProtocolError: ((err: Error) => void) | undefined;
   closedWith: Error | null | undefined; // undefined: open; null: closed cleanly
@@ -164,6 +166,7 @@ export class EndpointLink implements PathContext {
   attachFd(channel: FdChannel): void {
     if (this.closed || !this.descriptorsAgreed) return channel.close();
     const rget = this.onFdChannel?.(channel);
+    this.fdChannel = channel;
     this.segments.attach(channel);
     channel.start({
       message: (msg) => this.onFdMessage(msg, rget),
@@ -216,6 +219,8 @@ export class EndpointLink implements PathContext {
   /** The endpoint closed (its paths first): every mapping of the peer's memory closes, the GPU work stops. */
   close(): void {
     this.segments.close(this.closeReason ?? new ClosedError(`endpoint to ${this.peerId} is closed`));
+    this.fdChannel?.close(); // the descriptor path closes it too where it has it; idempotent
+    this.fdChannel = undefined;
     this.pool.close();
     this.gpuWork?.close();
   }

@@ -96,9 +96,12 @@ export class SegmentExchange {
   }
 
   #pass(kind: SegmentKind, seg: MappedSegment): Promise<void> {
-    const fd = seg.fd;
-    if (fd === undefined) return Promise.reject(new RangeError('this segment was passed already'));
-    return this.#channel!.send(fd, encodeFrame({ type: FrameType.SEGMENT, kind, bytes: seg.bytes.byteLength })).then(() => seg.releaseFd());
+    const bytes = seg.bytes.byteLength;
+    const lent = seg.lendFd(); // kept open while the channel's queue names it, closed once passed (or failed)
+    if (lent === undefined) return Promise.reject(new RangeError('this segment was passed already'));
+    const sent = this.#channel!.send(lent.fd, encodeFrame({ type: FrameType.SEGMENT, kind, bytes }));
+    sent.then(lent.settled, lent.settled);
+    return sent;
   }
 
   /**

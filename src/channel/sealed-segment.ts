@@ -24,15 +24,23 @@ export interface MappedSegment {
   readonly fd: number | undefined;
   /** Closes the descriptor now (it has been passed: the peer holds its own). */
   releaseFd(): void;
+  /**
+   * The descriptor for a send in flight (undefined if already passed or
+   * lent): until `settled()`, close() leaves it open (the channel's queue
+   * still names it, and a number closed and reused would pass another
+   * file); `settled()` closes it.
+   */
+  lendFd(): { fd: number; settled(): void } | undefined;
   close(): void;
 }
 
 function mapped(native: SegmentNative, buffer: ArrayBuffer, fd: number | undefined): MappedSegment {
   let open = true;
   let held = fd;
+  let lent = false;
   const bytes = new Uint8Array(buffer);
   const releaseFd = () => {
-    if (held === undefined) return;
+    if (held === undefined || lent) return;
     const f = held;
     held = undefined;
     try {
@@ -49,6 +57,17 @@ function mapped(native: SegmentNative, buffer: ArrayBuffer, fd: number | undefin
       return held;
     },
     releaseFd,
+    lendFd() {
+      if (held === undefined || lent) return undefined;
+      lent = true;
+      return {
+        fd: held,
+        settled: () => {
+          lent = false;
+          releaseFd();
+        },
+      };
+    },
     close() {
       releaseFd();
       if (!open) return;
