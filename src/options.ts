@@ -69,6 +69,7 @@ export interface TransportOptions {
   completionSpinUs?: number;
   /**
    * Move control frames through shared-memory rings when the peer agrees
+   * and a descriptor channel carries the rings' sealed segments
    * (shm-channel.ts); the channel then carries only wake-ups, large frames
    * and the peer's death. Default true (SMCUDA_CONTROL_RING, src/env.ts).
    */

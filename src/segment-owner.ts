@@ -10,7 +10,9 @@
  *
  *   /smcuda-<kind>-<pid>-<start>.<boot>.<pidns>-<rest>
  *
- *   kind   ctl (control ring), stg (staging ring), sim (simulated device memory)
+ *   kind   sim (simulated device memory); ctl and stg (control and staging rings)
+ *          come only from older versions, whose rings had names: rings are
+ *          sealed anonymous segments now (src/channel/sealed-segment.ts)
  *   pid    the owner's pid
  *   start  the owner's start time (/proc/<pid>/stat field 22, clock ticks, mod 2^32):
  *          a pid reused by a later process has another start time
