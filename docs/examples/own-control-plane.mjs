@@ -29,9 +29,11 @@ class IpcControlChannel extends EventEmitter {
     };
     link.on('message', this.onMessage);
     link.once('disconnect', () => this.finish());
+    // A frame sent as the other side exits fails later, as an 'error' on the ChildProcess: the channel is gone.
+    if (link !== process) link.on('error', () => this.finish());
   }
   send(frame) {
-    if (this.closed) throw Object.assign(new Error(`${this.label} is closed`), { code: 'SMCUDA_CLOSED' });
+    if (this.closed || !this.link.connected) throw Object.assign(new Error(`${this.label} is closed`), { code: 'SMCUDA_CLOSED' });
     return this.link.send({ smcuda: frame }); // false: above the high-water mark; the frame is still queued
   }
   close() {
