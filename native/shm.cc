@@ -1,7 +1,13 @@
-// POSIX shared memory segments, mapped into external ArrayBuffers.
+// Shared memory segments, mapped into external ArrayBuffers.
 //
-// Used by the simulated CUDA driver (each "device allocation" is a segment
-// another process can open) and by host staging (pinned shared buffers).
+// Named POSIX segments (shm_open) are used by the simulated CUDA driver (each
+// "device allocation" is a segment another process can open by name).
+// Anonymous sealed segments (memfd_create) carry a job's control and staging
+// rings: they have no name another process could open, and are handed to the
+// authenticated peer as descriptors (src/channel/sealed-segment.ts). Sealed
+// against shrinking and growing, a peer cannot truncate one under our
+// mapping (which would SIGBUS us); the receiver checks the seals and the size
+// before it maps (sealedMap).
 //
 // Ownership: every ArrayBuffer handed to JS carries a `Mapping` attached with
 // napi_wrap. shmClose removes the wrap, munmaps and detaches the buffer, so JS
@@ -14,7 +20,9 @@
 #include <string>
 
 #include <fcntl.h>
+#include <linux/memfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,8 +86,10 @@ void FinalizeMapping(napi_env /*env*/, void* data, void* /*hint*/) {
 }
 
 // Wraps a mapping of `fd` (`length` bytes) into an external ArrayBuffer.
-// Closes nothing: the caller owns `fd`. Returns an empty value on error
-// (an exception is pending).
+// Closes nothing: the caller owns `fd`. Returns an empty value on error,
+// with exactly one exception pending: a second napi_throw while one is
+// pending is a fatal error (the process aborts), so every failure below
+// clears what the engine left pending before throwing its own.
 Napi::Value MapToArrayBuffer(Napi::Env env, int fd, size_t length, const std::string& name) {
   void* addr = nullptr;
   Napi::ArrayBuffer ab;
@@ -91,14 +101,26 @@ Napi::Value MapToArrayBuffer(Napi::Env env, int fd, size_t length, const std::st
     }
     // No finalizer on the buffer itself: the wrap below owns the mapping.
     ab = Napi::ArrayBuffer::New(env, addr, length);
+    if (env.IsExceptionPending() || ab.IsEmpty()) {
+      // Larger than an ArrayBuffer may be in this runtime (Node 20: 4 GiB).
+      if (env.IsExceptionPending()) env.GetAndClearPendingException();
+      munmap(addr, length);
+      Napi::RangeError e = Napi::RangeError::New(env, "segment '" + name + "' of " + std::to_string(length) +
+                                                          " bytes is larger than an ArrayBuffer may be in this runtime");
+      e.Set("code", Napi::String::New(env, "EFBIG"));
+      e.ThrowAsJavaScriptException();
+      return Napi::Value();
+    }
   } else {
     ab = Napi::ArrayBuffer::New(env, 0);
+    if (env.IsExceptionPending()) return Napi::Value();
   }
   auto* m = new Mapping{addr, length};
   napi_status st = napi_wrap(env, ab, m, FinalizeMapping, nullptr, nullptr);
   if (st != napi_ok) {
     if (addr) munmap(addr, length);
     delete m;
+    if (env.IsExceptionPending()) env.GetAndClearPendingException();
     Napi::Error::New(env, "napi_wrap failed on a shared-memory ArrayBuffer").ThrowAsJavaScriptException();
     return Napi::Value();
   }
@@ -161,11 +183,26 @@ Napi::Value ShmCreate(const Napi::CallbackInfo& info) {
   return ab;
 }
 
-// shmOpen(name): existing segment, size from fstat.
+// shmOpen(name[, bytes]): existing segment, size from fstat. With `bytes`
+// (the size a peer announced), a segment of any other size is refused
+// before anything is mapped: a peer cannot make this process map more than
+// it agreed to (a sparse 8 GiB segment), nor less than it will touch.
 Napi::Value ShmOpen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string name;
   if (!GetName(info, &name)) return env.Undefined();
+  double expected = -1;
+  if (info.Length() >= 2 && !info[1].IsUndefined()) {
+    if (!info[1].IsNumber()) {
+      ThrowType(env, "bytes must be a non-negative integer or undefined");
+      return env.Undefined();
+    }
+    expected = info[1].As<Napi::Number>().DoubleValue();
+    if (!(expected >= 0) || expected != static_cast<double>(static_cast<int64_t>(expected))) {
+      Napi::RangeError::New(env, "bytes must be a non-negative integer").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+  }
   int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) {
     ThrowErrno(env, "shm_open", errno, name);
@@ -176,6 +213,14 @@ Napi::Value ShmOpen(const Napi::CallbackInfo& info) {
     int err = errno;
     close(fd);
     ThrowErrno(env, "fstat", err, name);
+    return env.Undefined();
+  }
+  if (expected >= 0 && static_cast<double>(st.st_size) != expected) {
+    close(fd);
+    Napi::Error e = Napi::Error::New(env, "segment '" + name + "' is " + std::to_string(st.st_size) + " bytes, not the " +
+                                              std::to_string(static_cast<int64_t>(expected)) + " announced: refused, not mapped");
+    e.Set("code", Napi::String::New(env, "ESIZE"));
+    e.ThrowAsJavaScriptException();
     return env.Undefined();
   }
   Napi::Value ab = MapToArrayBuffer(env, fd, static_cast<size_t>(st.st_size), name);
@@ -223,6 +268,119 @@ Napi::Value ShmUnlink(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The seals every ring segment carries: no shrinking (a peer's mapping would
+// SIGBUS), no growing (its size is what was announced), and no further seals
+// (F_SEAL_WRITE/FUTURE_WRITE could not be added to make our writes fail).
+constexpr int kRingSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+void ThrowCode(Napi::Env env, const char* code, const std::string& msg) {
+  Napi::Error e = Napi::Error::New(env, msg);
+  e.Set("code", Napi::String::New(env, code));
+  e.ThrowAsJavaScriptException();
+}
+
+bool GetBytes(const Napi::CallbackInfo& info, size_t i, double* out) {
+  if (info.Length() <= i || !info[i].IsNumber()) {
+    ThrowType(info.Env(), "bytes must be a non-negative integer");
+    return false;
+  }
+  double b = info[i].As<Napi::Number>().DoubleValue();
+  if (!(b >= 0) || b != static_cast<double>(static_cast<int64_t>(b))) {
+    Napi::RangeError::New(info.Env(), "bytes must be a non-negative integer").ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = b;
+  return true;
+}
+
+// sealedCreate(label, bytes[, seal = true]) -> { fd, buffer }: an anonymous
+// segment (memfd_create, close-on-exec), sized, every page reserved, sealed
+// (kRingSeals) and mapped. The caller owns `fd` (pass it, then fdClose it).
+// `seal` false exists only to play a hostile peer in tests.
+Napi::Value SealedCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) {
+    ThrowType(env, "label must be a string");
+    return env.Undefined();
+  }
+  std::string label = info[0].As<Napi::String>().Utf8Value();
+  double bytes;
+  if (!GetBytes(info, 1, &bytes)) return env.Undefined();
+  bool seal = info.Length() < 3 || !info[2].IsBoolean() || info[2].As<Napi::Boolean>().Value();
+  int fd = static_cast<int>(syscall(SYS_memfd_create, label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd < 0) {
+    ThrowErrno(env, "memfd_create", errno, label);
+    return env.Undefined();
+  }
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    ThrowErrno(env, "ftruncate", err, label);
+    return env.Undefined();
+  }
+  if (bytes > 0) {
+    // Reserve the pages now: memory short shows here (ENOSPC/ENOMEM), not as a SIGBUS at first touch.
+    int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+      close(fd);
+      ThrowErrno(env, "posix_fallocate", err, label);
+      return env.Undefined();
+    }
+  }
+  if (seal && fcntl(fd, F_ADD_SEALS, kRingSeals) != 0) {
+    int err = errno;
+    close(fd);
+    ThrowErrno(env, "fcntl(F_ADD_SEALS)", err, label);
+    return env.Undefined();
+  }
+  Napi::Value ab = MapToArrayBuffer(env, fd, static_cast<size_t>(bytes), label);
+  if (ab.IsEmpty()) {
+    close(fd);
+    return env.Undefined();
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("fd", Napi::Number::New(env, fd));
+  out.Set("buffer", ab);
+  return out;
+}
+
+// sealedMap(fd, bytes) -> buffer: maps a segment a peer handed over, only if
+// it carries kRingSeals (code 'ESEALS': anything else, a file that cannot be
+// sealed included) and is exactly `bytes` long (code 'ESIZE'). Checked before
+// mmap; the seals make both facts permanent. Does not close `fd`.
+Napi::Value SealedMap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) {
+    ThrowType(env, "fd must be a non-negative integer");
+    return env.Undefined();
+  }
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  double bytes;
+  if (!GetBytes(info, 1, &bytes)) return env.Undefined();
+  std::string what = "descriptor " + std::to_string(fd);
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kRingSeals) != kRingSeals) {
+    ThrowCode(env, "ESEALS",
+              what + (seals < 0 ? " is not a sealable anonymous segment (" + std::string(std::strerror(errno)) + ")"
+                                : " lacks the seals F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL") +
+                  ": refused, not mapped");
+    return env.Undefined();
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    ThrowErrno(env, "fstat", errno, what);
+    return env.Undefined();
+  }
+  if (static_cast<double>(st.st_size) != bytes) {
+    ThrowCode(env, "ESIZE", what + " is " + std::to_string(st.st_size) + " bytes, not the " +
+                                std::to_string(static_cast<int64_t>(bytes)) + " announced: refused, not mapped");
+    return env.Undefined();
+  }
+  Napi::Value ab = MapToArrayBuffer(env, fd, static_cast<size_t>(bytes), what);
+  if (ab.IsEmpty()) return env.Undefined();
+  return ab;
+}
+
 // bufferAddress(buffer): address of the first byte, for cuMemHostRegister.
 Napi::Value BufferAddress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -241,6 +399,8 @@ void InitShm(Napi::Env env, Napi::Object exports) {
   exports.Set("shmOpen", Napi::Function::New(env, ShmOpen, "shmOpen"));
   exports.Set("shmClose", Napi::Function::New(env, ShmClose, "shmClose"));
   exports.Set("shmUnlink", Napi::Function::New(env, ShmUnlink, "shmUnlink"));
+  exports.Set("sealedCreate", Napi::Function::New(env, SealedCreate, "sealedCreate"));
+  exports.Set("sealedMap", Napi::Function::New(env, SealedMap, "sealedMap"));
   exports.Set("bufferAddress", Napi::Function::New(env, BufferAddress, "bufferAddress"));
 }
 

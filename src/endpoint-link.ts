@@ -8,10 +8,10 @@
  */
 import { HandlePool } from '../cache/index.js';
 import type { ControlChannel } from './channel/channel.js';
-import type { FdChannel } from './channel/fd-channel.js';
+import type { FdChannel, FdChannelHandlers, FdMessage } from './channel/fd-channel.js';
 import type { CudaDriver } from './cuda/driver.js';
 import { type FdPathStats, newDirection, newFdStats } from './endpoint-stats.js';
-import { ClosedError, PeerLostError, ProtocolError } from './errors.js';
+import { ClosedError, DescriptorError, PeerLostError, ProtocolError } from './errors.js';
 import type { ExportTable } from './exports.js';
 import { FinBatcher } from './fin-batcher.js';
 import { FlowControl } from './flow-control.js';
@@ -21,7 +21,8 @@ import type { Arrival, PathContext, PendingRecv } from './paths/data-path.js';
 import { PendingSends } from './paths/pending-sends.js';
 import type { ProgressEngine } from './progress/engine.js';
 import type { Tracer } from './trace.js';
-import { encodeFrame } from './wire/codec.js';
+import { SegmentExchange } from './segment-exchange.js';
+import { decodeFrame, decodeFrameType, encodeFrame } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame } from './wire/frames.js';
 import { UuidNames } from './wire/uuid.js';
 
@@ -57,7 +58,14 @@ export class EndpointLink implements PathContext {
   readonly fdAgreed: boolean;
   readonly fdStats: FdPathStats;
   readonly stagingReasons: Record<string, number> = {};
-  onFdChannel: ((channel: FdChannel) => void) | undefined;
+  onFdChannel: ((channel: FdChannel) => FdChannelHandlers | undefined) | undefined;
+  /** Both HELLOs announced Feature.DESCRIPTORS: a descriptor channel is (being) set up, and the rings travel on it. */
+  readonly descriptorsAgreed: boolean;
+  readonly segments: SegmentExchange;
+  /** The descriptor channel, once attached (closed with the endpoint). */
+  private fdChannel: FdChannel | undefined;
+  /** The endpoint's failure (set by the endpoint): a peer that breaks the descriptor channel's rules fails it. */
+  onProtocolError: ((err: Error) => void) | undefined;
   closedWith: Error | null | undefined; // undefined: open; null: closed cleanly
   /** What pending operations were rejected with when the endpoint closed. */
   closeReason: Error | undefined;
@@ -78,7 +86,9 @@ export class EndpointLink implements PathContext {
     const tracer = (this.tracer = ctx.tracer);
     this.exports = ctx.exports;
     const open = () => this.closedWith === undefined && !this.channel.closed;
-    this.fdAgreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
+    this.descriptorsAgreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.DESCRIPTORS) !== 0;
+    this.segments = new SegmentExchange(this.descriptorsAgreed, peerId, (fd) => closeFd(driver, fd));
+    this.fdAgreed = this.descriptorsAgreed && ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
     this.fdStats = newFdStats(this.fdAgreed);
     this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
     this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
@@ -148,10 +158,56 @@ export class EndpointLink implements PathContext {
     this.resends.set(seq, recv);
   }
 
-  /** The transport made the descriptor channel: the descriptor path takes it (closed here if none does, or once closed). */
+  /**
+   * The transport made the descriptor channel: the link starts it and routes
+   * its messages: SEGMENT (sealed rings) to `segments`, FD_DESCRIPTOR to the
+   * descriptor path (closed at once where there is none).
+   */
   attachFd(channel: FdChannel): void {
-    if (this.closed || this.onFdChannel === undefined) return channel.close();
-    this.onFdChannel(channel);
+    if (this.closed || !this.descriptorsAgreed) return channel.close();
+    const rget = this.onFdChannel?.(channel);
+    this.fdChannel = channel;
+    this.segments.attach(channel);
+    channel.start({
+      message: (msg) => this.onFdMessage(msg, rget),
+      close: (err) => {
+        rget?.close?.(err);
+        this.segments.down(err ?? new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.peerId} closed`));
+      },
+    });
+  }
+
+  failEndpoint(err: Error): void {
+    this.onProtocolError?.(err);
+  }
+
+  /** The transport could not make the descriptor channel: no rings or staging with this peer. */
+  descriptorsFailed(err: Error): void {
+    this.segments.down(err);
+  }
+
+  private onFdMessage(msg: FdMessage, rget: FdChannelHandlers | undefined): void {
+    let type: FrameType | undefined;
+    try {
+      type = decodeFrameType(msg.meta);
+    } catch {
+      type = undefined;
+    }
+    if (type !== FrameType.SEGMENT) {
+      if (rget !== undefined) return rget.message(msg);
+      if (msg.fd !== undefined) closeFd(this.driver, msg.fd); // unsolicited: closed at once
+      return;
+    }
+    try {
+      const f = decodeFrame(msg.meta);
+      if (f.type !== FrameType.SEGMENT) return;
+      if (msg.lost !== undefined) return this.segments.down(msg.lost); // its consumers learn it; rings already mapped stay
+      if (msg.fd === undefined) throw new ProtocolError(`peer ${this.peerId} sent a SEGMENT without a descriptor`, 'SMCUDA_BAD_SEGMENT');
+      this.segments.receive(f.kind, msg.fd, f.bytes);
+    } catch (err) {
+      if (msg.fd !== undefined && !(err instanceof ProtocolError && err.code === 'SMCUDA_BAD_SEGMENT')) closeFd(this.driver, msg.fd);
+      this.onProtocolError?.(err instanceof Error ? err : new ProtocolError(String(err)));
+    }
   }
 
   closedError(): Error {
@@ -162,7 +218,18 @@ export class EndpointLink implements PathContext {
 
   /** The endpoint closed (its paths first): every mapping of the peer's memory closes, the GPU work stops. */
   close(): void {
+    this.segments.close(this.closeReason ?? new ClosedError(`endpoint to ${this.peerId} is closed`));
+    this.fdChannel?.close(); // the descriptor path closes it too where it has it; idempotent
+    this.fdChannel = undefined;
     this.pool.close();
     this.gpuWork?.close();
+  }
+}
+
+function closeFd(d: CudaDriver, fd: number): void {
+  try {
+    d.closeFd(fd);
+  } catch {
+    // closed already
   }
 }

@@ -33,7 +33,7 @@ import { MatchQueues } from './matching.js';
 import { createPaths, type Arrival, type DataPath, type PendingRecv, type Received, type RecvOptions, type SendOptions } from './paths/index.js';
 import { abortReason } from './paths/pending-sends.js';
 import { RgetDecoder } from './wire/codec.js';
-import { FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame } from './wire/frames.js';
+import { FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
 
 export type { SendOptions, RecvOptions, Received };
 export type { FlowStats, EndpointContext };
@@ -94,6 +94,21 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     // What the channel may still buffer for the peer: the budget less what the peer's unmatched messages hold.
     channel.limitBuffered?.(() => link.flow.maxBufferedBytes - link.flow.held);
+    link.onProtocolError = (err) => this.fail(err);
+    if (channel instanceof ShmChannel) {
+      // The control rings travel as sealed segments on the descriptor channel (the segment exchange).
+      channel.useSegments({
+        send: (seg) => link.segments.send(SegmentKind.CONTROL_RING, seg),
+        take: (taker) => link.segments.take(SegmentKind.CONTROL_RING, taker),
+        closeFd: (fd) => {
+          try {
+            ctx.driver.closeFd(fd);
+          } catch {
+            // closed already
+          }
+        },
+      });
+    }
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);
   }
@@ -254,6 +269,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** @internal The transport made the descriptor channel to this peer (docs/protocol.md, "File-descriptor memory"). */
   attachFdChannel(channel: FdChannel): void {
     this.link.attachFd(channel);
+  }
+
+  /** @internal The transport could not make the descriptor channel: nothing is shared by memory with this peer. */
+  descriptorsFailed(err: Error): void {
+    this.link.descriptorsFailed(err);
   }
 
   /** Orderly close: tells the peer, rejects what is pending, releases every mapping. */

@@ -3,12 +3,13 @@
  * "File-descriptor memory"): the listening side serves an FdListener at
  * `<control socket path>.fd`, beside the control socket in its private
  * directory; after an authenticated handshake in which both HELLOs announced
- * Feature.FD_MEMORY, the connecting side connects there and presents the
+ * Feature.DESCRIPTORS, the connecting side connects there and presents the
  * token both derive from the handshake (auth/fd-token.ts), once the kernel
  * says the socket there is served by the very process that authenticated
- * (SO_PEERCRED pid; the listener checks the connector's the same way). Any failure
- * leaves the endpoint as one to a peer without FD_MEMORY: such memory goes
- * by staging, never an error.
+ * (SO_PEERCRED pid; the listener checks the connector's the same way). The
+ * sealed ring segments travel on it, and with FD_MEMORY, VMM and pool
+ * memory. Any failure leaves the endpoint as one without a descriptor
+ * channel: nothing shared by memory, every message inline, never an error.
  */
 import { statSync, unlinkSync } from 'node:fs';
 import { fdChannelToken } from './auth/fd-token.js';
@@ -84,7 +85,7 @@ export function setUpFdChannel(
   /** The peer's pid as the kernel reported it on the control channel (else its HELLO's, which the handshake bound to it). */
   peerPid: number = peer.pid,
 ): void {
-  if (role === undefined || ((local.features ?? 0) & (peer.features ?? 0) & Feature.FD_MEMORY) === 0) return;
+  if (role === undefined || ((local.features ?? 0) & (peer.features ?? 0) & Feature.DESCRIPTORS) === 0) return;
   const listening = 'listener' in role;
   const [l, c] = listening ? [local, peer] : [peer, local];
   const token = fdChannelToken(jobToken, {
@@ -111,6 +112,9 @@ export function setUpFdChannel(
         debug('endpoint %s: descriptor channel lost at once (%s)', ep.peerId, (err as Error).message);
       }
     },
-    (err: Error) => debug('endpoint %s: no descriptor channel (%s): VMM and pool memory goes by staging', ep.peerId, err.message),
+    (err: Error) => {
+      debug('endpoint %s: no descriptor channel (%s): no rings, no staging; VMM and pool memory and staged messages go inline', ep.peerId, err.message);
+      ep.descriptorsFailed(err);
+    },
   );
 }

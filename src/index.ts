@@ -12,3 +12,4 @@ export type { ControlChannel, ControlChannelEvents } from './channel/channel.js'
 export type * from './cuda/driver.js';
 export { openDriver } from './cuda/open-driver.js';
 export { FileTracer, type Tracer, type TraceRecord } from './trace.js';
+export { FdChannel } from './channel/fd-channel.js';

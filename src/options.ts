@@ -5,6 +5,7 @@
  * validateNegotiationOptions). Environment overrides come from src/env.ts.
  */
 import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../machines/negotiation.js';
+import { resolveBounds } from '../cache/options.js';
 import { envTransportDefaults } from './env.js';
 import { ConfigError } from './errors.js';
 import { MAX_PEER_ID_BYTES, MAX_TOKEN_BYTES } from './wire/codec.js';
@@ -17,6 +18,13 @@ export interface StagingOptions {
   chunkSize: number;
   /** Slots in the ring; ≥2 so device→host on one side overlaps host→device on the other. */
   slots: number;
+  /**
+   * The largest staging ring (chunkSize × slots bytes) a peer may name in
+   * STAGE_BEGIN: a larger one is refused before it is mapped (that message
+   * fails, FIN REFUSED). Default: the larger of this side's own ring and
+   * 256 MiB; at most MAX_STAGING_BYTES.
+   */
+  maxPeerBytes: number;
 }
 
 export interface CacheOptions {
@@ -45,6 +53,9 @@ export interface TransportOptions {
    * the handshake proves it by HMAC over fresh nonces, and a peer that
    * cannot is refused. Make it long and random (≥ 16 random bytes, e.g.
    * hex): a peer that connects can try guesses offline against its proof.
+   * Default '': then any process of the same user that can reach the socket
+   * authenticates, and Transport.create warns once per process
+   * (`SMCUDA_NO_TOKEN`). The CLI makes a fresh one for every job it starts.
    */
   token?: string;
   /**
@@ -58,6 +69,7 @@ export interface TransportOptions {
   completionSpinUs?: number;
   /**
    * Move control frames through shared-memory rings when the peer agrees
+   * and a descriptor channel carries the rings' sealed segments
    * (shm-channel.ts); the channel then carries only wake-ups, large frames
    * and the peer's death. Default true (SMCUDA_CONTROL_RING, src/env.ts).
    */
@@ -135,14 +147,48 @@ export const DEFAULT_MAX_PEER_DESCRIPTORS = 64;
 
 export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFIG;
 
-export const DEFAULT_STAGING: StagingOptions = { chunkSize: 4 << 20, slots: 4 };
+export const DEFAULT_STAGING: Omit<StagingOptions, 'maxPeerBytes'> = { chunkSize: 4 << 20, slots: 4 };
+
+/**
+ * 2 GiB: the largest staging ring (chunkSize × slots), this side's or a
+ * peer's. A ring is one mapping seen as one ArrayBuffer, and Node 20's
+ * ArrayBuffers end at 4 GiB; bandwidth stopped growing long before (a few
+ * MiB per chunk pipelines fully), and each ring is pinned host memory.
+ */
+export const MAX_STAGING_BYTES = 2 ** 31;
+/** 256 MiB: a peer's ring this side maps without being told to (staging.maxPeerBytes). */
+export const DEFAULT_MAX_PEER_STAGING_BYTES = 256 << 20;
+/** Slots are a u16 on the wire (STAGE_BEGIN). */
+const MAX_STAGING_SLOTS = 0xffff;
 
 /** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default (src/env.ts). */
 export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
 
-function positiveInt(name: string, v: number, min = 1): number {
-  if (!Number.isInteger(v) || v < min) throw new ConfigError(`${name} must be an integer ≥ ${min}, got ${v}`);
+function positiveInt(name: string, v: number, min = 1, max = Number.MAX_SAFE_INTEGER): number {
+  if (!Number.isInteger(v) || v < min || v > max) {
+    throw new ConfigError(`${name} must be an integer ≥ ${min}${max < Number.MAX_SAFE_INTEGER ? ` and ≤ ${max}` : ''}, got ${String(v)}`);
+  }
   return v;
+}
+
+/** An options group must be a plain object when given (a number or string would be spread into nothing). */
+function group(name: string, v: unknown): void {
+  if (v !== undefined && (typeof v !== 'object' || v === null || Array.isArray(v))) throw new ConfigError(`${name} must be an object, got ${String(v)}`);
+}
+
+/** staging: chunkSize, slots, and their product, within what one mapping and the wire can hold. */
+function validateStaging(o: Partial<StagingOptions> | undefined): StagingOptions {
+  group('staging', o);
+  const s = { ...DEFAULT_STAGING, ...o };
+  positiveInt('staging.chunkSize', s.chunkSize, 4096, MAX_STAGING_BYTES / 2);
+  positiveInt('staging.slots', s.slots, 2, MAX_STAGING_SLOTS);
+  const ring = s.chunkSize * s.slots;
+  if (ring > MAX_STAGING_BYTES) {
+    throw new ConfigError(`staging.chunkSize × staging.slots (${s.chunkSize} × ${s.slots} = ${ring} bytes) must be at most ${MAX_STAGING_BYTES} (2 GiB): use smaller chunks or fewer slots`);
+  }
+  const maxPeerBytes = o?.maxPeerBytes ?? Math.max(ring, DEFAULT_MAX_PEER_STAGING_BYTES);
+  positiveInt('staging.maxPeerBytes', maxPeerBytes, 8192, MAX_STAGING_BYTES);
+  return { chunkSize: s.chunkSize, slots: s.slots, maxPeerBytes };
 }
 
 /** Longest timer Node keeps: a longer delay fires after 1 ms instead (with a warning). */
@@ -168,6 +214,7 @@ function bool(name: string, v: unknown): boolean {
  * and within what a Node timer keeps.
  */
 export function validateNegotiationOptions(o: Partial<NegotiationOptions> | undefined): NegotiationOptions {
+  group('negotiation', o);
   const n = { ...DEFAULT_NEGOTIATION, ...o };
   bool('negotiation.ipc', n.ipc);
   bool('negotiation.sameGpuIpc', n.sameGpuIpc);
@@ -188,11 +235,13 @@ function checkWireString(name: string, v: unknown, min: number, max: number): vo
 }
 
 export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
+  if (typeof o !== 'object' || o === null) throw new ConfigError(`transport options must be an object, got ${String(o)}`);
   const negotiation = validateNegotiationOptions(o.negotiation);
   const env = envTransportDefaults();
-  const staging = { ...DEFAULT_STAGING, ...o.staging };
-  positiveInt('staging.chunkSize', staging.chunkSize, 4096);
-  positiveInt('staging.slots', staging.slots, 2);
+  const staging = validateStaging(o.staging);
+  // The cache's own rules, now: an invalid bound would otherwise throw at the first connect, from a socket handler.
+  group('cache', o.cache);
+  resolveBounds({ ...o.cache });
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   checkWireString('id', id, 1, MAX_PEER_ID_BYTES);
   // Control characters would garble logs, traces and diagrams (and let an id fake a log line).

@@ -10,7 +10,9 @@
  *
  *   /smcuda-<kind>-<pid>-<start>.<boot>.<pidns>-<rest>
  *
- *   kind   ctl (control ring), stg (staging ring), sim (simulated device memory)
+ *   kind   sim (simulated device memory); ctl and stg (control and staging rings)
+ *          come only from older versions, whose rings had names: rings are
+ *          sealed anonymous segments now (src/channel/sealed-segment.ts)
  *   pid    the owner's pid
  *   start  the owner's start time (/proc/<pid>/stat field 22, clock ticks, mod 2^32):
  *          a pid reused by a later process has another start time
@@ -23,7 +25,11 @@
  * namespace (so the pid means what it says here: a process in a container
  * that shares /dev/shm with other namespaces never judges their owners), the
  * file belongs to this uid, and its owner is gone — kill(pid, 0) says ESRCH,
- * or the pid now belongs to a process with another start time.
+ * or the pid now belongs to a process with another start time. The start
+ * time is read from /proc only where /proc is this pid namespace's own
+ * (/proc/self is our pid): in a pid namespace that sees the host's /proc,
+ * /proc/<pid> is another process, so there only ESRCH proves an owner dead
+ * (issue 23 finding 11: a live owner's segment was unlinked there).
  */
 import { lstatSync, readdirSync, readFileSync, readlinkSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
@@ -50,10 +56,10 @@ export interface ParsedSegmentName {
 const NAME = /^\/?smcuda-(ctl|stg|sim)-(\d{1,10})-(\d{1,10})\.([0-9a-f]{8})\.(\d{1,20})-([A-Za-z0-9-]{1,64})$/;
 
 /** Start time of `pid` (clock ticks since boot, mod 2^32), or undefined if it cannot be read (gone). */
-export function processStartTime(pid: number | 'self'): number | undefined {
+export function processStartTime(pid: number | 'self', proc = '/proc'): number | undefined {
   let stat: string;
   try {
-    stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    stat = readFileSync(`${proc}/${pid}/stat`, 'latin1');
   } catch {
     return undefined;
   }
@@ -116,22 +122,45 @@ export function parseSegmentName(name: string): ParsedSegmentName | undefined {
   };
 }
 
-/** Is the process that stamped `owner` still running? (Same boot and namespace assumed.) */
-export function ownerAlive(owner: SegmentOwner): boolean {
+/** kill(pid, 0) says no such process (ESRCH): proof that it is gone. */
+function noSuchProcess(pid: number): boolean {
   try {
-    process.kill(owner.pid, 0);
+    process.kill(pid, 0);
+    return false;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false;
-    // EPERM: a process of another user has this pid: not our owner unless the start time says so.
+    // EPERM: a process of another user has this pid.
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
   }
-  const start = processStartTime(owner.pid);
-  if (start === undefined) return false; // exited between the two looks
+}
+
+/** Whether `proc` shows this process's pid namespace: its `self` is our pid (not so where a pid namespace sees the host's /proc). */
+export function procIsOurs(proc = '/proc'): boolean {
+  try {
+    return readlinkSync(`${proc}/self`) === String(process.pid);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Is the process that stamped `owner` still running? (Same boot and
+ * namespace assumed.) True unless its death is proven: ESRCH, or — where
+ * `proc` is this namespace's own — another start time for its pid.
+ */
+export function ownerAlive(owner: SegmentOwner, proc = '/proc'): boolean {
+  if (noSuchProcess(owner.pid)) return false;
+  // Without our own /proc, /proc/<pid> is some other process: its start time proves nothing.
+  if (!procIsOurs(proc)) return true;
+  const start = processStartTime(owner.pid, proc);
+  if (start === undefined) return !noSuchProcess(owner.pid); // unreadable: dead only if it exited between the two looks
   return start === owner.start;
 }
 
 export interface SweepOptions {
   /** Where POSIX shared memory lives (shm_open's directory on Linux). */
   dir?: string;
+  /** Where procfs is mounted (default /proc). */
+  proc?: string;
   /** Only these kinds (default: all). */
   kinds?: readonly SegmentKind[];
 }
@@ -165,7 +194,7 @@ export function sweepDeadSegments(options: SweepOptions = {}): string[] {
     try {
       const st = lstatSync(path);
       if (!st.isFile() || st.uid !== uid) continue;
-      if (ownerAlive(o)) continue;
+      if (ownerAlive(o, options.proc)) continue;
       unlinkSync(path);
       removed.push(name);
     } catch {

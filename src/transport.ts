@@ -7,7 +7,12 @@
  *   t.on('endpoint', (ep) => ep.recv({ tag: 1 }));
  *
  * A runtime with its own control plane calls `attach(channel)` with any
- * ControlChannel instead of listen/connect.
+ * ControlChannel instead of listen/connect. Shared memory with a peer (the
+ * control rings, the staging rings) needs a descriptor channel: listen and
+ * connect make one beside the socket; attach() has one only if it is given
+ * (`descriptors`). Without one, nothing is shared by memory: every frame and
+ * every device message that would be staged travels on the channel itself
+ * (docs/reliability.md, "Trust").
  *
  * Connection set-up (src/auth/handshake.ts): each side sends HELLO (wire
  * version, pid, transport id, device UUID, a fresh nonce) as its first frame,
@@ -24,6 +29,8 @@ import { clearStaleSocket, connectUnix, listenUnix, type ListenUnixOptions, type
 import { Handshake, MAX_HANDSHAKE_FRAME_BYTES } from './auth/handshake.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
+import { loadAddon } from './cuda/addon.js';
+import type { FdChannel } from './channel/fd-channel.js';
 import { debug } from './debug.js';
 import { sweepDeadSegments } from './segment-owner.js';
 import { Endpoint } from './endpoint.js';
@@ -56,6 +63,23 @@ export interface TransportCreateOptions extends TransportOptions {
    * the connection is dropped (a peer trickling a frame). Default 30000; 0: no limit.
    */
   frameTimeoutMs?: number;
+}
+
+let warnedNoToken = false;
+
+/**
+ * Once per process: a transport without a job token admits any process of
+ * the same user that can reach its socket (docs/reliability.md, "Trust").
+ * The CLI makes one per job; a library user passes `token`.
+ */
+function warnNoToken(): void {
+  if (warnedNoToken) return;
+  warnedNoToken = true;
+  process.emitWarning(
+    'smcuda: a Transport was created without a job token: any process of this user that can reach its socket can connect as a peer. ' +
+      "Pass `token` (e.g. crypto.randomBytes(16).toString('hex'), shared by the job's processes) to Transport.create.",
+    { type: 'SmcudaWarning', code: 'SMCUDA_NO_TOKEN' },
+  );
 }
 
 export interface TransportEvents {
@@ -112,6 +136,7 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
     const opts = resolveOptions(options); // bad options are refused before a driver is opened
+    if (opts.token === '') warnNoToken();
     const helloMs = options.helloTimeoutMs;
     if (helloMs !== undefined && (typeof helloMs !== 'number' || !(helloMs > 0) || helloMs > 2 ** 31 - 1)) {
       throw new ConfigError(`helloTimeoutMs must be a positive number of milliseconds (at most 2147483647), got ${String(helloMs)}`);
@@ -199,7 +224,7 @@ export class Transport extends EventEmitter<TransportEvents> {
           await listener.close();
           throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
         }
-        if (this.fdCapable()) {
+        if (this.descriptorsCapable()) {
           // Only a dead process's socket is replaced at <path>.fd; a user's file or a live socket there fails listen().
           await clearStaleSocket(fdSocketPath(path)).catch(async (err: unknown) => {
             await listener.close();
@@ -207,7 +232,7 @@ export class Transport extends EventEmitter<TransportEvents> {
           });
         }
         this.sockets.push(listener);
-        if (this.fdCapable()) {
+        if (this.descriptorsCapable()) {
           fd.listener = OwnedFdListener.open(path, { peerUids: options.peerUids, onRefused: (err) => this.emit('refused', err) });
           if (fd.listener) this.fdListeners.push(fd.listener);
         }
@@ -249,19 +274,31 @@ export class Transport extends EventEmitter<TransportEvents> {
     });
   }
 
-  /** Makes an endpoint over any ControlChannel (the HELLO/PROOF handshake first). */
-  attach(channel: ControlChannel): Promise<Endpoint> {
+  /**
+   * Makes an endpoint over any ControlChannel (the HELLO/PROOF handshake
+   * first). `descriptors`: a descriptor channel connected to the same peer
+   * (FdChannel, e.g. one end of `FdChannel.pair()` for a peer in this
+   * process); the application vouches that it reaches the peer at the other
+   * end of `channel`. With it, rings and staging work as over listen/connect;
+   * without it nothing is shared by memory with that peer.
+   */
+  attach(channel: ControlChannel, options: { descriptors?: FdChannel } = {}): Promise<Endpoint> {
     this.assertOpen();
-    return this.handshake(channel);
+    const given = options.descriptors;
+    const p = this.handshake(channel, undefined, given !== undefined ? { given } : undefined);
+    if (given !== undefined) p.catch(() => given.close());
+    return p;
   }
 
   /**
    * `onSilentClose`: called (before the rejection) when the peer closes the channel before its first frame.
    * `fd`: this connection's side of the descriptor channel (none for attached channels).
    */
-  private handshake(channel: ControlChannel, onSilentClose?: () => void, fd?: FdRole): Promise<Endpoint> {
+  private handshake(channel: ControlChannel, onSilentClose?: () => void, fd?: FdRole | { given: FdChannel }): Promise<Endpoint> {
     this.pendingChannels.add(channel);
-    const hs = new Handshake({ id: this.id, token: this.opts.token, deviceUuid: this.deviceUuid, features: this.features(), peerPid: channel.peerPid });
+    // Shared memory only where descriptors can travel: our listener's or connector's descriptor socket, or one given to attach().
+    const descriptors = fd !== undefined && ('given' in fd || ('listener' in fd ? fd.listener !== undefined : this.descriptorsCapable()));
+    const hs = new Handshake({ id: this.id, token: this.opts.token, deviceUuid: this.deviceUuid, features: this.features(descriptors), peerPid: channel.peerPid });
     const ourHello = hs.hello;
     let helloSentAt = 0;
     let frames = 0;
@@ -306,17 +343,23 @@ export class Transport extends EventEmitter<TransportEvents> {
         cleanup();
         this.pendingChannels.delete(channel);
         channel.handshakeDone?.();
-        // Both sides speak the control rings: the peer's RING_OFFER follows its PROOF.
-        const ring = ((ourHello.features ?? 0) & (hello.features ?? 0) & Feature.RING) !== 0;
-        const epChannel = ring ? new ShmChannel(channel, { segments: this.driver, progress: this.progress }) : channel;
+        // Both sides speak the control rings and pass descriptors: the rings upgrade once the descriptor channel is up.
+        const both = (ourHello.features ?? 0) & (hello.features ?? 0);
+        const ring = (both & Feature.RING) !== 0 && (both & Feature.DESCRIPTORS) !== 0;
+        const epChannel = ring ? new ShmChannel(channel, { progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(), exports: this.exports, tracer: this.tracer, progress: this.progress }, hello);
+        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress }, hello);
         this.endpointsByPeer.set(hello.peerId, ep);
         debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
         });
-        setUpFdChannel(ep, fd, this.opts.token, ourHello, hello, undefined, channel.peerPid ?? hello.pid);
+        if (fd !== undefined && 'given' in fd) {
+          if ((both & Feature.DESCRIPTORS) !== 0) ep.attachFdChannel(fd.given);
+          else fd.given.close();
+        } else {
+          setUpFdChannel(ep, fd, this.opts.token, ourHello, hello, undefined, channel.peerPid ?? hello.pid);
+        }
         this.emit('endpoint', ep);
         resolve(ep);
       };
@@ -391,9 +434,25 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (this.ownsDriver) this.driver.close();
   }
 
-  private features(): number {
-    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS | (this.fdCapable() ? Feature.FD_MEMORY : 0);
+  /** `descriptors`: this connection has (or will have) a descriptor channel. */
+  private features(descriptors: boolean): number {
+    if (!descriptors) return Feature.FINS;
+    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS | Feature.DESCRIPTORS | (this.fdCapable() ? Feature.FD_MEMORY : 0);
   }
+
+  /** Whether the addon can make sealed segments and pass descriptors (then listen/connect make a descriptor channel). */
+  private descriptorsCapable(): boolean {
+    if (this.descriptors === undefined) {
+      try {
+        const a = loadAddon() as Partial<ReturnType<typeof loadAddon>>;
+        this.descriptors = typeof a.sealedCreate === 'function' && typeof a.fdListen === 'function';
+      } catch {
+        this.descriptors = false;
+      }
+    }
+    return this.descriptors;
+  }
+  private descriptors: boolean | undefined;
 
   /** Whether this driver can export and import VMM and pool memory by descriptor (then HELLO announces FD_MEMORY). */
   private fdCapable(): boolean {
@@ -402,8 +461,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   private fdMemory: boolean | undefined;
 
   /** This process's HELLO as the endpoint keeps it (the nonce is the handshake's business). */
-  private hello(): HelloFrame {
-    return { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: this.id, deviceUuid: this.deviceUuid, nonce: new Uint8Array(NONCE_BYTES), features: this.features() };
+  private hello(descriptors: boolean): HelloFrame {
+    return { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: this.id, deviceUuid: this.deviceUuid, nonce: new Uint8Array(NONCE_BYTES), features: this.features(descriptors) };
   }
 
   private checkPeerId(h: HelloFrame): void {

@@ -6,8 +6,11 @@
 //
 // Here the runtime's channel is Node's IPC between a parent and the child it
 // forked (structured clone, so frames stay binary). smcuda needs only that
-// whole frames arrive in order, and a 'close' once; the data itself moves by
-// CUDA IPC or staging, not through this channel.
+// whole frames arrive in order, and a 'close' once. Device data moves by CUDA
+// IPC once negotiated; until then, since this channel cannot carry file
+// descriptors and so no shared ring can reach the peer, it travels inline on
+// this channel (attach(channel, { descriptors }) takes a descriptor channel
+// where the runtime has one: docs/reliability.md, "Trust").
 import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
@@ -26,9 +29,11 @@ class IpcControlChannel extends EventEmitter {
     };
     link.on('message', this.onMessage);
     link.once('disconnect', () => this.finish());
+    // A frame sent as the other side exits fails later, as an 'error' on the ChildProcess: the channel is gone.
+    if (link !== process) link.on('error', () => this.finish());
   }
   send(frame) {
-    if (this.closed) throw Object.assign(new Error(`${this.label} is closed`), { code: 'SMCUDA_CLOSED' });
+    if (this.closed || !this.link.connected) throw Object.assign(new Error(`${this.label} is closed`), { code: 'SMCUDA_CLOSED' });
     return this.link.send({ smcuda: frame }); // false: above the high-water mark; the frame is still queued
   }
   close() {

@@ -9,10 +9,16 @@
  * under a µs (the transport's progress engine, src/progress/engine.ts), and a busy peer reads many frames per wake-up.
  *
  * Upgrade, each direction on its own (after HELLO, when both HELLOs carry
- * Feature.RING):
- *   1. Each side creates a ring it will read and sends RING_OFFER{segment,
- *      capacity} on the channel.
- *   2. On the peer's offer, a side maps the peer's ring and sends RING_SWITCH:
+ * Feature.RING and Feature.DESCRIPTORS, once the descriptor channel is up):
+ *   1. Each side creates a ring it will read, a sealed anonymous segment
+ *      (sealed-segment.ts: no name, cannot shrink or grow), passes its
+ *      descriptor on the descriptor channel (SEGMENT{CONTROL_RING}; the
+ *      endpoint's segment exchange carries it) and sends RING_OFFER{capacity}
+ *      on the channel.
+ *   2. Once it has both the peer's offer and its descriptor (they travel on
+ *      two sockets: either may come first), a side checks the capacity and
+ *      the segment (seals, size) against its limits, maps the peer's ring and
+ *      sends RING_SWITCH:
  *      its last frame written to the channel directly. Every later frame gets
  *      a sequence number (from 0) and goes into the ring, or — too large, or
  *      the ring full — onto the channel as SPILL{seq, frame}.
@@ -38,27 +44,35 @@ import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import { sendFrameParts } from './bytes.js';
 import { RingReader, RingWriter, ringSegmentBytes } from './shm-ring.js';
 import type { ProgressEngine, ProgressSource } from '../progress/engine.js';
-import { newSegmentName } from '../segment-owner.js';
+import { createSealedSegment, type MappedSegment, mapPeerSegment, type SegmentNative } from './sealed-segment.js';
 
-/** The shared-memory calls a ShmChannel needs (the CudaDriver has them). */
-export interface SegmentProvider {
-  shmCreate(name: string, bytes: number): { readonly name: string; readonly bytes: Uint8Array; close(): void };
-  shmOpen(name: string): { readonly name: string; readonly bytes: Uint8Array; close(): void };
-  shmUnlink(name: string): void;
+/** How ring segments travel between the two sides (the endpoint's segment exchange, on its descriptor channel). */
+export interface RingSegmentPort {
+  /** Passes our ring's descriptor; resolves once the kernel has it, rejects where there is no descriptor channel. */
+  send(segment: MappedSegment): Promise<void>;
+  /** Hands the peer's ring descriptor (ours to close) and announced size to `taker` when it comes. */
+  take(taker: (segment: { fd: number; bytes: number }) => void): void;
+  /** Closes a descriptor of the peer's we do not map. */
+  closeFd(fd: number): void;
 }
 
 export interface ShmChannelOptions {
-  segments: SegmentProvider;
+  /** The addon's sealed-segment calls (default: the addon). */
+  native?: SegmentNative;
   /** The transport's progress engine: it polls our ring while frames flow. */
   progress: ProgressEngine;
   /** Data bytes of the ring this side reads. Default 256 KiB. */
   capacity?: number;
   /** Frames up to this size go through the ring. Default 16 KiB. */
   maxRingFrame?: number;
+  /** The largest ring (data bytes) a peer may offer; a larger offer fails the channel before anything is mapped. Default 16 MiB. */
+  maxPeerCapacity?: number;
 }
 
 export const DEFAULT_RING_CAPACITY = 256 << 10;
 export const DEFAULT_MAX_RING_FRAME = 16 << 10;
+/** 16 MiB: 64 times the default ring; a peer offering more is broken or hostile. */
+export const DEFAULT_MAX_PEER_RING_CAPACITY = 16 << 20;
 
 const DOORBELL = encodeFrame({ type: FrameType.DOORBELL });
 const RING_SWITCH = encodeFrame({ type: FrameType.RING_SWITCH });
@@ -67,8 +81,6 @@ const EMPTY = new Uint8Array(0);
 /** The smallest ring entry: 8 bytes of entry header and a 4-byte frame header, padded to 8 (shm-ring.ts). */
 const MIN_RING_ENTRY = 16;
 
-type Segment = ReturnType<SegmentProvider['shmCreate']>;
-
 export class ShmChannel extends EventEmitter<ControlChannelEvents> implements ControlChannel, ProgressSource {
   readonly label: string;
   hotUntil = 0;
@@ -76,10 +88,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   /** The progress engine polls our ring (watch(true)): the peer need not ring. */
   private watching = false;
   private readonly base: ControlChannel;
-  private readonly opts: Required<Omit<ShmChannelOptions, 'segments' | 'progress'>> & ShmChannelOptions;
+  private readonly opts: Required<Omit<ShmChannelOptions, 'native' | 'progress'>> & ShmChannelOptions;
+  private port: RingSegmentPort | undefined;
   // inbound: our ring
-  private inSegment: Segment | undefined;
-  private inLinked = false;
+  private inSegment: MappedSegment | undefined;
   private reader: RingReader | undefined;
   private peerSwitched = false;
   private expected = 0;
@@ -87,8 +99,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   /** Bytes of `spills`, and the endpoint's budget they count against (limitBuffered). */
   private spilledBytes = 0;
   private room: (() => number) | undefined;
-  // outbound: the peer's ring
-  private outSegment: Segment | undefined;
+  // outbound: the peer's ring, once both its offer and its descriptor are here
+  private offeredCapacity: number | undefined;
+  private peerFd: { fd: number; bytes: number } | undefined;
+  private outSegment: MappedSegment | undefined;
   private writer: RingWriter | undefined;
   private outSeq = 0;
   private readonly onePart: Uint8Array[] = [EMPTY];
@@ -99,10 +113,21 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     super();
     this.base = base;
     this.label = `${base.label}+ring`;
-    this.opts = { capacity: DEFAULT_RING_CAPACITY, maxRingFrame: DEFAULT_MAX_RING_FRAME, ...opts };
+    this.opts = { capacity: DEFAULT_RING_CAPACITY, maxRingFrame: DEFAULT_MAX_RING_FRAME, maxPeerCapacity: DEFAULT_MAX_PEER_RING_CAPACITY, ...opts };
     base.on('frame', this.onBaseFrame);
     base.on('drain', this.onBaseDrain);
     base.on('close', this.onBaseClose);
+  }
+
+  /**
+   * How ring segments travel (the endpoint's descriptor channel): from now
+   * on this side offers its ring and takes the peer's. Without it the
+   * channel never upgrades: every frame stays on the channel underneath.
+   */
+  useSegments(port: RingSegmentPort): void {
+    if (this.port !== undefined || this.closed_) return;
+    this.port = port;
+    port.take((seg) => this.onPeerSegment(seg));
     this.offer();
   }
 
@@ -187,17 +212,36 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   // ------------------------------------------------------------ internals
 
   private offer(): void {
-    const name = newSegmentName('ctl'); // owner-stamped: swept if we die before the peer unlinks it
+    const port = this.port!;
+    let seg: MappedSegment;
     try {
-      const seg = this.opts.segments.shmCreate(name, ringSegmentBytes(this.opts.capacity));
+      seg = createSealedSegment(ringSegmentBytes(this.opts.capacity), 'smcuda-ctl', this.opts.native);
       this.inSegment = seg;
-      this.inLinked = true;
       this.reader = new RingReader(seg.bytes, this.opts.capacity);
-      this.base.send(encodeFrame({ type: FrameType.RING_OFFER, segment: name, capacity: this.opts.capacity }));
     } catch (err) {
       debug('channel %s: no control ring of our own (%s); the peer writes to the channel', this.label, (err as Error).message);
       this.release();
+      return;
     }
+    // The descriptor first, then the offer (the peer copes with either order: two sockets).
+    port.send(seg).then(
+      () => {
+        if (this.closed_ || this.inSegment !== seg) return;
+        try {
+          this.base.send(encodeFrame({ type: FrameType.RING_OFFER, capacity: this.opts.capacity }));
+        } catch (err) {
+          debug('channel %s: RING_OFFER not sent (%s)', this.label, (err as Error).message);
+        }
+      },
+      (err: Error) => {
+        debug('channel %s: our ring could not be passed (%s); the peer writes to the channel', this.label, err.message);
+        if (!this.closed_ && !this.peerSwitched && this.inSegment === seg) {
+          this.reader = undefined;
+          this.inSegment = undefined;
+          seg.close();
+        }
+      },
+    );
   }
 
   private readonly onBaseFrame = (bytes: Uint8Array): void => {
@@ -212,7 +256,6 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           if (this.peerSwitched) throw new ProtocolError(`${this.label}: a second RING_SWITCH`);
           decodeFrame(bytes);
           this.peerSwitched = true;
-          this.unlinkIn(); // the peer has it mapped
           this.opts.progress.kick(this);
           this.pump();
           return;
@@ -251,20 +294,58 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   private onOffer(bytes: Uint8Array): void {
     const f = decodeFrame(bytes);
     if (f.type !== FrameType.RING_OFFER) return;
-    if (this.outSegment || this.writer) throw new ProtocolError(`${this.label}: a second RING_OFFER`);
-    let seg: Segment | undefined;
+    if (this.offeredCapacity !== undefined) throw new ProtocolError(`${this.label}: a second RING_OFFER`);
+    if (this.port === undefined) throw new ProtocolError(`${this.label}: RING_OFFER, but there is no descriptor channel for its segment`, 'SMCUDA_BAD_SEGMENT');
+    // Checked before anything is mapped: a peer names the size, this side bounds it.
+    const c = f.capacity;
+    if (c < 4096 || c > this.opts.maxPeerCapacity || (c & (c - 1)) !== 0) {
+      throw new ProtocolError(`${this.label}: RING_OFFER of a ${c}-byte ring: a ring must be a power of two of 4096..${this.opts.maxPeerCapacity} bytes; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+    }
+    this.offeredCapacity = c;
+    this.upgrade();
+  }
+
+  /** The peer's ring descriptor (SEGMENT{CONTROL_RING}): ours to close. */
+  private onPeerSegment(seg: { fd: number; bytes: number }): void {
+    if (this.closed_ || this.peerFd !== undefined || this.outSegment !== undefined) {
+      this.port!.closeFd(seg.fd);
+      return;
+    }
+    this.peerFd = seg;
     try {
-      seg = this.opts.segments.shmOpen(f.segment);
-      this.writer = new RingWriter(seg.bytes, f.capacity, this.opts.maxRingFrame);
+      if (seg.bytes > ringSegmentBytes(this.opts.maxPeerCapacity)) {
+        throw new ProtocolError(`${this.label}: the peer's ring segment of ${seg.bytes} bytes is larger than a ring of ${this.opts.maxPeerCapacity} bytes; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+      }
+      this.upgrade();
+    } catch (err) {
+      this.fail(err instanceof Error ? err : new ProtocolError(String(err)));
+    }
+  }
+
+  /** Both the offer and the descriptor are here: check, map, switch. Throws ProtocolError for a segment that is not what was offered. */
+  private upgrade(): void {
+    const c = this.offeredCapacity;
+    const got = this.peerFd;
+    if (c === undefined || got === undefined || this.writer !== undefined) return;
+    this.peerFd = undefined;
+    if (got.bytes !== ringSegmentBytes(c)) {
+      this.port!.closeFd(got.fd);
+      throw new ProtocolError(`${this.label}: the peer's ring segment is ${got.bytes} bytes, not the ${ringSegmentBytes(c)} its RING_OFFER of ${c} needs; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+    }
+    let seg: MappedSegment | undefined;
+    try {
+      seg = mapPeerSegment(got.fd, got.bytes, 'control ring', this.opts.native); // checks seals and size; closes the descriptor
+      this.writer = new RingWriter(seg.bytes, c, this.opts.maxRingFrame);
       this.outSegment = seg;
     } catch (err) {
       seg?.close();
       this.writer = undefined;
-      debug('channel %s: cannot use the peer ring %s (%s): staying on the channel', this.label, f.segment, (err as Error).message);
+      if (err instanceof ProtocolError) throw err; // unsealed, another size, not a ring: the peer is broken or hostile
+      debug('channel %s: cannot map the peer ring (%s): staying on the channel', this.label, (err as Error).message);
       return;
     }
     this.base.send(RING_SWITCH);
-    debug('channel %s: frames to the peer go through its ring %s (%d bytes)', this.label, f.segment, f.capacity);
+    debug('channel %s: frames to the peer go through its ring (%d bytes)', this.label, c);
   }
 
   /**
@@ -348,16 +429,6 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     this.emitClose(err);
   }
 
-  private unlinkIn(): void {
-    if (!this.inLinked || !this.inSegment) return;
-    this.inLinked = false;
-    try {
-      this.opts.segments.shmUnlink(this.inSegment.name);
-    } catch {
-      // already gone: nothing to remove
-    }
-  }
-
   /** No more frames either way: off the progress engine, segments released. */
   private stop(): void {
     this.closed_ = true;
@@ -366,7 +437,8 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   }
 
   private release(): void {
-    this.unlinkIn();
+    if (this.peerFd !== undefined) this.port?.closeFd(this.peerFd.fd);
+    this.peerFd = undefined;
     this.reader = undefined;
     this.writer = undefined;
     this.inSegment?.close();

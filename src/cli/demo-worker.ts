@@ -12,8 +12,11 @@
  *   → `exit` (closes the transport, frees its memory; the parent sends it only
  *     once every rank has reported, since a peer closing first would turn our
  *     endpoints BAD).
- * It exits when the parent goes away.
+ * It exits when the parent goes away (its IPC channel closes: even a
+ * SIGKILLed parent), closing its transport; the last rank to go removes the
+ * job's socket folder, which the parent can no longer do.
  */
+import { rmdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CudaDriver } from '../cuda/driver.js';
 import { allocDemoMemory, type DemoBuffer, type DemoMemory, type MemoryOption } from './demo-memory.js';
@@ -101,6 +104,7 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
     await t?.close();
     memory?.freeAll();
     driver.close();
+    removeIfEmpty(cfg.dir);
   };
   const device = cfg.rank % driver.deviceCount();
   const transport = (t = await Transport.create({
@@ -148,6 +152,20 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
     },
   };
   return { rank: cfg.rank, runtime: currentRuntime(), driver: driver.kind, reason, device: { index: device, name: info.name, uuid: info.uuid } };
+}
+
+/**
+ * The job's socket folder, once no rank's socket is left in it: each rank
+ * tries after closing its transport (which removes its own sockets), so the
+ * last one to leave removes it, whether the parent ended the demo or died.
+ * rmdir removes only an empty folder: nothing else is ever deleted.
+ */
+function removeIfEmpty(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    // other ranks' sockets are still there (the last rank removes it), or it is gone already
+  }
 }
 
 /**

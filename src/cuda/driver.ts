@@ -428,7 +428,11 @@ export interface CudaDriver {
 
   // -- shared host memory (for the simulator and for host staging) -------------
   shmCreate(name: string, bytes: number): SharedSegment;
-  shmOpen(name: string): SharedSegment;
+  /**
+   * Maps an existing segment. `bytes`: the size its creator announced (a
+   * peer): a segment of any other size is refused before it is mapped.
+   */
+  shmOpen(name: string, bytes?: number): SharedSegment;
   shmUnlink(name: string): void;
 
   /** Releases everything this driver instance holds (poller thread, contexts). */

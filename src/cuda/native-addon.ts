@@ -15,11 +15,19 @@
 export interface NativeShm {
   /** shm_open(O_CREAT|O_EXCL, 0600) + ftruncate + mmap. The ArrayBuffer is external and unmapped when `shmClose` is called (or at GC if never). */
   shmCreate(name: string, bytes: number): ArrayBuffer;
-  /** shm_open + fstat + mmap of an existing segment. */
-  shmOpen(name: string): ArrayBuffer;
+  /** shm_open + fstat + mmap of an existing segment; with `bytes`, one of another size is refused (code 'ESIZE') before it is mapped. */
+  shmOpen(name: string, bytes?: number): ArrayBuffer;
   /** munmap the mapping behind this ArrayBuffer (it is detached afterwards). */
   shmClose(buffer: ArrayBuffer): void;
   shmUnlink(name: string): void;
+  /**
+   * An anonymous segment (memfd_create), sized, pages reserved, sealed
+   * against shrinking, growing and further seals (unless `seal` is false:
+   * tests playing a hostile peer), and mapped. The caller owns `fd`.
+   */
+  sealedCreate(label: string, bytes: number, seal?: boolean): { fd: number; buffer: ArrayBuffer };
+  /** Maps a peer's segment only if it carries those seals (else code 'ESEALS') and is exactly `bytes` long (else 'ESIZE'); `fd` stays the caller's. */
+  sealedMap(fd: number, bytes: number): ArrayBuffer;
   /** Address of the first byte of an ArrayBuffer's backing store (for cuMemHostRegister). */
   bufferAddress(buffer: ArrayBuffer): bigint;
 }

@@ -849,10 +849,11 @@ export class NativeCudaDriver implements CudaDriver {
     return createSharedSegment(addon, name, bytes, (fn) => this.#call(fn));
   }
 
-  shmOpen(name: string): SharedSegment {
+  shmOpen(name: string, bytes?: number): SharedSegment {
     assertName('name', name);
+    if (bytes !== undefined) assertSize('bytes', bytes);
     const addon = this.#binding();
-    return sharedSegment(name, this.#call((a) => a.shmOpen(name)), (b) => this.#call(() => addon.shmClose(b)));
+    return sharedSegment(name, this.#call((a) => a.shmOpen(name, bytes)), (b) => this.#call(() => addon.shmClose(b)));
   }
 
   shmUnlink(name: string): void {

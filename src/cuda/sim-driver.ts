@@ -857,10 +857,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     return createSharedSegment(this.requireShm(), name, bytes);
   }
 
-  shmOpen(name: string): SharedSegment {
+  shmOpen(name: string, bytes?: number): SharedSegment {
     assertName('name', name);
+    if (bytes !== undefined) assertSize('bytes', bytes);
     const shm = this.requireShm();
-    return sharedSegment(name, shm.shmOpen(name), (b) => shm.shmClose(b));
+    return sharedSegment(name, shm.shmOpen(name, bytes), (b) => shm.shmClose(b));
   }
 
   shmUnlink(name: string): void {

@@ -40,7 +40,8 @@ import type { GpuWork } from '../gpu-work.js';
 import type { ResolvedOptions } from '../options.js';
 import type { Tracer } from '../trace.js';
 import type { EagerFrame, FinStatus, Frame, FrameType, RgetFdFrame, RgetFrame, StageBeginFrame } from '../wire/frames.js';
-import type { FdChannel } from '../channel/fd-channel.js';
+import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
+import type { SegmentExchange } from '../segment-exchange.js';
 import type { UuidNames } from '../wire/uuid.js';
 import type { PendingSends } from './pending-sends.js';
 
@@ -133,8 +134,16 @@ export interface PathContext {
   readonly fdStats: FdPathStats;
   /** Staged device messages by reason (stats().stagingReasons). */
   readonly stagingReasons: Record<string, number>;
-  /** Who takes the descriptor channel once the transport has made it (the descriptor path sets it). */
-  onFdChannel: ((channel: FdChannel) => void) | undefined;
+  /**
+   * Who takes the descriptor channel's FD_DESCRIPTOR messages once the
+   * transport has made it (the descriptor path sets it; the link starts the
+   * channel and routes SEGMENT messages to `segments`).
+   */
+  onFdChannel: ((channel: FdChannel) => FdChannelHandlers | undefined) | undefined;
+  /** The sealed ring segments exchanged with the peer (staging rings). */
+  readonly segments: SegmentExchange;
+  /** A peer that breaks the rules outside a frame handler (a bad ring segment): the endpoint fails with `err`. */
+  failEndpoint(err: Error): void;
   /** The endpoint closed (or is closing). */
   readonly closed: boolean;
   /** What a pending operation rejects with once the endpoint is closed. */

@@ -4,6 +4,12 @@
  * most `deviceEagerLimit` bytes and no stream orders it (one synchronous
  * device→host copy on the sender, host→device on the receiver). A send
  * resolves at once: the bytes were copied.
+ *
+ * Where nothing can be shared by memory with the peer (no descriptor
+ * channel: attach() without one, or its set-up failed; docs/reliability.md,
+ * "Trust"), the staging path hands its messages here, of any size: a ring
+ * could reach the peer only as a descriptor. A send with a stream then waits
+ * for that stream first.
  */
 import { byteLength, isDeviceBuffer, hostBytes, type MessageBuffer } from '../buffers.js';
 import { count } from '../endpoint-stats.js';
@@ -32,11 +38,12 @@ export class EagerPath implements DataPath {
     return byteLength(buf);
   }
 
-  send(buf: MessageBuffer, tag: number): Promise<void> {
+  send(buf: MessageBuffer, tag: number, options?: SendOptions): Promise<void> {
     const ctx = this.ctx;
     let data: Uint8Array;
     let fromDevice = false;
     if (isDeviceBuffer(buf)) {
+      if (options?.stream !== undefined && buf.length > 0) ctx.driver.streamSynchronize(options.stream); // the data is what the stream's work left
       data = new Uint8Array(buf.length);
       if (buf.length > 0) ctx.driver.memcpyDtoH(data, buf.ptr);
       fromDevice = true;

@@ -24,7 +24,7 @@
  * FD_RELEASE: it goes by staging, the next one offers afresh.
  */
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
-import type { FdChannel } from '../channel/fd-channel.js';
+import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { CudaError, DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
@@ -83,11 +83,12 @@ export class FdRgetPath implements DataPath {
     if (ctx.fdAgreed) ctx.onFdChannel = (channel) => this.attach(channel);
   }
 
-  private attach(channel: FdChannel): void {
-    if (this.closeReason !== undefined || this.channel !== undefined) return channel.close();
+  /** The link started the channel; it routes this path's messages (FD_DESCRIPTOR) here. */
+  private attach(channel: FdChannel): FdChannelHandlers | undefined {
+    if (this.closeReason !== undefined || this.channel !== undefined) return undefined;
     this.channel = channel;
     this.ctx.fdStats.channel = true;
-    channel.start({
+    return {
       message: (msg) => this.table.onDescriptor(msg),
       close: (err) => {
         // The descriptor channel failed: from now on this peer is one without FD_MEMORY (staging), never an error.
@@ -96,7 +97,7 @@ export class FdRgetPath implements DataPath {
         this.channel = undefined;
         this.table.changed();
       },
-    });
+    };
   }
 
   canSend(buf: MessageBuffer): boolean {

@@ -2,32 +2,33 @@
  * The staging ring: how device data crosses an endpoint that is not (yet,
  * or ever) using CUDA IPC. The protocol that drives it is staging.ts.
  *
- * Each direction of an endpoint has one ring: a POSIX shared-memory segment
- * made by the sender, of `slots` slots of `chunkSize` bytes, pinned on both
- * sides (cuMemHostRegister) so that both copies are real DMA. While the
- * receiver copies slot k host→device, the sender is already copying chunk
- * k+1 device→host into another slot: the two sides overlap.
+ * Each direction of an endpoint has one ring: a sealed anonymous segment
+ * (src/channel/sealed-segment.ts: no name in /dev/shm, cannot shrink or
+ * grow) made by the sender, of `slots` slots of `chunkSize` bytes, passed to
+ * the receiver on the descriptor channel and pinned on both sides
+ * (cuMemHostRegister) so that both copies are real DMA. While the receiver
+ * copies slot k host→device, the sender is already copying chunk k+1
+ * device→host into another slot: the two sides overlap.
  */
-import type { CudaDriver, DevicePtr, SharedSegment, StreamHandle } from '../cuda/driver.js';
+import { createSealedSegment, type MappedSegment } from '../channel/sealed-segment.js';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { StagingOptions } from '../options.js';
 
 /** The sender's side of one direction's ring. */
 export class StagingRing {
-  readonly segment: SharedSegment;
+  readonly segment: MappedSegment;
   private readonly unregister: () => void;
-  private unlinked = false;
 
   constructor(
-    private readonly driver: CudaDriver,
-    readonly options: StagingOptions,
-    name: string,
+    driver: CudaDriver,
+    readonly options: Pick<StagingOptions, 'chunkSize' | 'slots'>,
+    create: (bytes: number) => MappedSegment = (bytes) => createSealedSegment(bytes, 'smcuda-stg'),
   ) {
-    this.segment = driver.shmCreate(name, options.chunkSize * options.slots);
+    this.segment = create(options.chunkSize * options.slots);
     try {
       this.unregister = driver.hostRegister(this.segment.bytes);
     } catch (err) {
       this.segment.close();
-      driver.shmUnlink(name);
       throw err;
     }
   }
@@ -37,31 +38,19 @@ export class StagingRing {
     return this.segment.bytes.subarray(start, start + length);
   }
 
-  /** The receiver has the segment open (it granted a slot): the name is no longer needed. */
-  unlink(): void {
-    if (this.unlinked) return;
-    this.unlinked = true;
-    try {
-      this.driver.shmUnlink(this.segment.name);
-    } catch {
-      // already gone: nothing to free
-    }
-  }
-
   close(): void {
-    this.unlink();
     this.unregister();
     this.segment.close();
   }
 }
 
-/** The receiver's view of the peer's ring: opened by name on the first grant. */
+/** The receiver's view of the peer's ring: mapped from the descriptor it passed. */
 export class PeerRing {
   private readonly unregister: () => void;
 
   constructor(
     driver: CudaDriver,
-    readonly segment: SharedSegment,
+    readonly segment: MappedSegment,
     readonly chunkSize: number,
     readonly slots: number,
   ) {
@@ -135,7 +124,6 @@ export interface StagedRecv {
   received: number;
   chunkSize: number;
   slots: number;
-  segment: string;
 }
 
 export function chunkCount(length: number, chunkSize: number): number {

@@ -4,7 +4,9 @@
  * protocol (docs/protocol.md, "Staging"):
  *
  *   sender                                   receiver
- *   STAGE_BEGIN(seq, len, segment) ───────▶  waits for a matching recv
+ *   SEGMENT{STAGING_RING} ═══════════════▶  (once per endpoint and direction,
+ *                                            on the descriptor channel)
+ *   STAGE_BEGIN(seq, len, shape) ─────────▶  waits for a matching recv and the ring
  *                                  ◀───────  STAGE_ACK(seq, slot) × slots   (grant)
  *   D→H chunk into slot; STAGE_CHUNK ──────▶ H→D from slot; STAGE_ACK again if more
  *   ...                                      ...
@@ -21,9 +23,10 @@
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { StreamHandle } from '../cuda/driver.js';
 import { count } from '../endpoint-stats.js';
-import { ProtocolError } from '../errors.js';
-import { newSegmentName } from '../segment-owner.js';
-import { FinStatus, type Frame, FrameType, type StageBeginFrame } from '../wire/frames.js';
+import { type MappedSegment, mapPeerSegment } from '../channel/sealed-segment.js';
+import { DescriptorError, ProtocolError } from '../errors.js';
+import type { PeerSegment } from '../segment-exchange.js';
+import { FinStatus, type Frame, FrameType, SegmentKind, type StageBeginFrame } from '../wire/frames.js';
 import type { Arrival, DataPath, PathContext, PendingRecv, Received, SendOptions } from './data-path.js';
 import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.js';
 import type { Resender } from './rget.js';
@@ -52,6 +55,14 @@ export class StagingPath implements DataPath, Resender {
   private readonly staged = new Map<number, StagedSend>();
   // receiver side
   private peerRing: PeerRing | undefined;
+  /** The peer's ring descriptor, held until the first STAGE_BEGIN gives its shape (ours to close). */
+  private peerSegment: PeerSegment | undefined;
+  /** Why the peer's ring could not be mapped (then no staged message of the peer can be received). */
+  private ringLost: Error | undefined;
+  /** The peer's ring, mapped (PeerRing pins it). */
+  private peerMapped: MappedSegment | undefined;
+  /** The active job waits for the peer's ring descriptor. */
+  private waitingRing = false;
   private readonly queue: StagedRecvJob[] = [];
   private active: StagedRecvJob | undefined;
   /** Staged receives that failed: chunks still in flight for them are dropped. */
@@ -66,19 +77,33 @@ export class StagingPath implements DataPath, Resender {
   /** Rings closed while copies were in flight: released by the last copy's completion. */
   private ringClosing: StagingRing | undefined;
   private peerRingClosing: PeerRing | undefined;
+  private peerMappedClosing: MappedSegment | undefined;
+
+  /** Where there is no descriptor channel (no ring can reach the peer): the message goes inline instead (set by createPaths: EAGER). */
+  inline: ((buf: MessageBuffer, tag: number, options: SendOptions) => Promise<void>) | undefined;
 
   /** Why a device message comes to staging (set by createPaths: the descriptor path knows); counted in stats().stagingReasons. */
   reasonOf: ((buf: DeviceBuffer) => string) | undefined;
 
-  constructor(private readonly ctx: PathContext) {}
+  constructor(private readonly ctx: PathContext) {
+    ctx.segments.take(SegmentKind.STAGING_RING, (seg) => {
+      if (this.peerSegment !== undefined || this.peerMapped !== undefined || ctx.closed) return closeFdQuietly(ctx, seg.fd);
+      this.peerSegment = seg;
+      if (this.waitingRing && this.active) this.start(this.active);
+    });
+    ctx.segments.onDown((err) => {
+      // No ring can come any more: the staged receive waiting for one fails (and the next, in turn).
+      if (this.waitingRing && this.active) this.failRecv(this.active, err);
+    });
+  }
 
   /** Any device message the paths before it did not take. */
   canSend(buf: MessageBuffer): boolean {
     return isDeviceBuffer(buf);
   }
 
-  inlineBytes(): number {
-    return 0;
+  inlineBytes(buf: MessageBuffer): number {
+    return this.ctx.segments.state === 'none' && this.inline !== undefined ? (buf as DeviceBuffer).length : 0;
   }
 
   // ------------------------------------------------------------------ sender
@@ -86,13 +111,14 @@ export class StagingPath implements DataPath, Resender {
   send(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
     const buf = buffer as DeviceBuffer;
     const ctx = this.ctx;
+    if (ctx.segments.state === 'none' && this.inline !== undefined) return this.inline(buf, tag, options);
     checkStagedSource(ctx.driver, buf); // a bad source fails this send() alone, before anything is announced
     if (this.reasonOf !== undefined) {
       const why = this.reasonOf(buf);
       ctx.stagingReasons[why] = (ctx.stagingReasons[why] ?? 0) + 1;
       debug('endpoint %s: %d-byte device message by staging: %s', ctx.peerId, buf.length, why);
     }
-    // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.
+    // The ring first: one that cannot be made (no memory, no descriptor channel) fails this send before it uses a seq.
     this.sendRing();
     const seq = ctx.nextSeq();
     const done = ctx.sends.pend(seq, tag, buf.length, 'staging', options.signal, () => this.staged.delete(seq));
@@ -119,8 +145,12 @@ export class StagingPath implements DataPath, Resender {
 
   private sendRing(): StagingRing {
     if (!this.ring) {
-      const name = newSegmentName('stg'); // owner-stamped: swept if we die before the receiver unlinks it
-      this.ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging, name);
+      const segments = this.ctx.segments;
+      if (segments.state === 'none') throw segments.downError!;
+      const ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging);
+      this.ring = ring;
+      // Passed once; the receiver grants nothing before it has it. A failure shows there (its exchange goes down: FIN FAILED).
+      segments.send(SegmentKind.STAGING_RING, ring.segment).catch((err: Error) => debug('endpoint %s: staging ring not passed: %s', this.ctx.peerId, err.message));
     }
     return this.ring;
   }
@@ -134,7 +164,6 @@ export class StagingPath implements DataPath, Resender {
       tag,
       seq,
       length: buf.length,
-      segment: ring.segment.name,
       chunkSize: ring.options.chunkSize,
       slots: ring.options.slots,
     });
@@ -155,7 +184,6 @@ export class StagingPath implements DataPath, Resender {
       return; // the send was cancelled or failed meanwhile
     }
     if (slot >= ring.options.slots) throw new ProtocolError(`STAGE_ACK grants slot ${slot} of a ${ring.options.slots}-slot ring`);
-    ring.unlink(); // the receiver has the segment open now
     if (staged.failed || staged.next >= staged.length) return;
     const offset = staged.next;
     const length = Math.min(ring.options.chunkSize, staged.length - offset);
@@ -218,7 +246,6 @@ export class StagingPath implements DataPath, Resender {
       received: 0,
       chunkSize: frame.chunkSize,
       slots: frame.slots,
-      segment: frame.segment,
       recv,
       dst: isDeviceBuffer(data) ? data.ptr : data,
       result: { tag: frame.tag, length: n, path: 'staging', fromDevice: true, data },
@@ -229,21 +256,56 @@ export class StagingPath implements DataPath, Resender {
   }
 
   private startNext(): void {
-    const ctx = this.ctx;
-    if (ctx.closed) return;
+    if (this.ctx.closed) return;
     const job = this.queue.shift();
     this.active = job;
-    if (!job) return;
+    this.waitingRing = false;
+    if (job) this.start(job);
+  }
+
+  /** The active job gets the ring: every slot granted, once the peer's ring is mapped. */
+  private start(job: StagedRecvJob): void {
+    const ctx = this.ctx;
+    this.waitingRing = false;
     try {
-      if (!this.peerRing || this.peerRing.segment.name !== job.segment) {
-        this.peerRing?.close();
-        this.peerRing = undefined;
-        const seg = ctx.driver.shmOpen(job.segment);
-        if (seg.bytes.byteLength < job.chunkSize * job.slots) {
-          seg.close();
-          throw new ProtocolError(`staging segment ${job.segment} is ${seg.bytes.byteLength} bytes, less than ${job.slots} × ${job.chunkSize}`);
+      if (!this.peerRing) {
+        // The peer names the shape; this side bounds it before anything is mapped (staging.maxPeerBytes).
+        const bytes = job.chunkSize * job.slots;
+        const max = ctx.opts.staging.maxPeerBytes;
+        if (bytes > max) {
+          throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a staging ring of ${job.slots} × ${job.chunkSize} = ${bytes} bytes, more than staging.maxPeerBytes (${max}); refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
         }
-        this.peerRing = new PeerRing(ctx.driver, seg, job.chunkSize, job.slots);
+        if (this.peerMapped === undefined) {
+          const seg = this.peerSegment;
+          if (seg === undefined) {
+            if (this.ringLost !== undefined) throw this.ringLost;
+            if (ctx.segments.state === 'none') {
+              throw new DescriptorError('SMCUDA_FD_CHANNEL', `staged message ${job.seq}: the peer's staging ring never came (${ctx.segments.downError?.message ?? 'no descriptor channel'})`);
+            }
+            this.waitingRing = true; // granted when it comes
+            return;
+          }
+          this.peerSegment = undefined;
+          try {
+            if (seg.bytes !== bytes) {
+              closeFdQuietly(ctx, seg.fd);
+              throw new ProtocolError(`the peer's staging ring is ${seg.bytes} bytes, not the ${job.slots} × ${job.chunkSize} its STAGE_BEGIN says; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+            }
+            this.peerMapped = mapPeerSegment(seg.fd, seg.bytes, 'staging ring'); // checks seals and size; closes the descriptor
+          } catch (err) {
+            this.ringLost = err as Error; // its descriptor is gone: every later staged message fails the same way
+            this.failRecv(job, err as Error);
+            // A segment that is not what was announced (or not sealed): the peer is broken or hostile; this endpoint fails alone.
+            if (err instanceof ProtocolError) ctx.failEndpoint(err);
+            return;
+          }
+        } else if (this.peerMapped.bytes.byteLength !== bytes) {
+          throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerMapped.bytes.byteLength} bytes`);
+        }
+        // Pinned here (a failure fails this message; the mapping stays for the next).
+        this.peerRing = new PeerRing(ctx.driver, this.peerMapped, job.chunkSize, job.slots);
+      } else if (this.peerRing.chunkSize !== job.chunkSize || this.peerRing.slots !== job.slots) {
+        throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerRing.slots} × ${this.peerRing.chunkSize}`);
       }
       const grants = Math.min(job.slots, chunkCount(job.length, job.chunkSize));
       for (let slot = 0; slot < grants; slot++) this.grant(job, slot);
@@ -360,6 +422,11 @@ export class StagingPath implements DataPath, Resender {
     this.ring = undefined;
     this.peerRingClosing = this.peerRing;
     this.peerRing = undefined;
+    // The peer's segment stays mapped until its registration is gone.
+    this.peerMappedClosing = this.peerMapped;
+    this.peerMapped = undefined;
+    if (this.peerSegment !== undefined) closeFdQuietly(this.ctx, this.peerSegment.fd);
+    this.peerSegment = undefined;
     this.releaseRings();
   }
 
@@ -369,9 +436,11 @@ export class StagingPath implements DataPath, Resender {
       closeQuietly(this.ringClosing);
       this.ringClosing = undefined;
     }
-    if (this.peerRingClosing !== undefined && this.peerRingCopies === 0) {
-      closeQuietly(this.peerRingClosing);
+    if (this.peerRingCopies === 0) {
+      if (this.peerRingClosing !== undefined) closeQuietly(this.peerRingClosing);
       this.peerRingClosing = undefined;
+      this.peerMappedClosing?.close();
+      this.peerMappedClosing = undefined;
     }
   }
 }
@@ -382,5 +451,13 @@ function closeQuietly(ring: { close(): void }): void {
     ring.close();
   } catch {
     // the driver was closed: its registrations went with it
+  }
+}
+
+function closeFdQuietly(ctx: PathContext, fd: number): void {
+  try {
+    ctx.driver.closeFd(fd);
+  } catch {
+    // closed already
   }
 }

@@ -12,7 +12,7 @@
  * 2: HELLO carries a nonce instead of the job token, and PROOF follows it
  * (src/auth/handshake.ts); IPC_REQ and IPC_ACK(ok) carry an IPC probe (src/ipc-probe.ts).
  */
-export const WIRE_VERSION = 2;
+export const WIRE_VERSION = 3;
 export const IPC_HANDLE_BYTES = 64;
 /**
  * An IPC probe (src/ipc-probe.ts): the IPC handle of a small allocation of the
@@ -54,6 +54,8 @@ export enum FrameType {
   FD_RELEASE = 33,
   /** Never on the control channel: the metadata of each message on the descriptor channel (src/channel/fd-channel.ts). */
   FD_DESCRIPTOR = 34,
+  /** Never on the control channel: the metadata of a sealed ring segment's descriptor on the descriptor channel (src/channel/sealed-segment.ts). */
+  SEGMENT = 35,
   CLOSE = 40,
   // Channel-layer frames (src/channel/shm-channel.ts): they upgrade a
   // channel to shared-memory rings and never reach the endpoint.
@@ -75,7 +77,24 @@ export const Feature = {
    * the descriptor channel. Only when both HELLOs set it are those frames sent.
    */
   FD_MEMORY: 4,
+  /**
+   * The sender takes part in the endpoint's descriptor channel (a Unix
+   * socket beside the control socket, or one given to attach()): the control
+   * and staging rings are sealed anonymous segments passed on it (SEGMENT).
+   * Where either HELLO lacks it there is no shared memory between the two:
+   * no control rings, and device messages that would be staged travel
+   * inline (EAGER) on the control channel.
+   */
+  DESCRIPTORS: 8,
 } as const;
+
+/** Which ring a SEGMENT descriptor is. */
+export enum SegmentKind {
+  /** The control ring the sender reads (its RING_OFFER gives the capacity). */
+  CONTROL_RING = 1,
+  /** The sender's staging ring for this direction (its STAGE_BEGINs give the shape). */
+  STAGING_RING = 2,
+}
 
 /** How the memory an RGET names is shared. LEGACY is RGET (11) itself; RGET_FD carries VMM or POOL. */
 export enum HandleKind {
@@ -266,8 +285,9 @@ export interface CancelFrame {
  * Staging (device data while the endpoint is not OK): a rendezvous with
  * credits, so that an unmatched staged message never holds the ring.
  *  1. The sender announces the message: STAGE_BEGIN (no data). Its staging
- *     segment for this direction is a ring of `slots` slots of `chunkSize`
- *     bytes, shared and pinned.
+ *     ring for this direction is `slots` slots of `chunkSize` bytes, shared
+ *     and pinned: a sealed segment passed once on the descriptor channel
+ *     (SEGMENT{STAGING_RING}); the receiver grants nothing until it has it.
  *  2. When a receive matches it, and no other staged message of this
  *     direction is being received, the receiver grants every slot to it: one
  *     STAGE_ACK{seq, slot} per slot.
@@ -281,8 +301,6 @@ export interface StageBeginFrame {
   tag: number;
   seq: number;
   length: number;
-  /** Name of the sender's staging segment for this direction. */
-  segment: string;
   chunkSize: number;
   slots: number;
 }
@@ -385,6 +403,18 @@ export interface FdDescriptorFrame {
   index: number;
 }
 
+/**
+ * The metadata of a descriptor-channel message carrying a sealed ring
+ * segment (memfd, sealed against shrinking and growing). Never sent on the
+ * control channel. One per kind per endpoint and direction.
+ */
+export interface SegmentFrame {
+  type: FrameType.SEGMENT;
+  kind: SegmentKind;
+  /** The segment's size; the receiver maps it only if the descriptor's size and seals agree. */
+  bytes: number;
+}
+
 /** The sender freed or released an allocation: drop any mapping of it. */
 export interface InvalidateFrame {
   type: FrameType.INVALIDATE;
@@ -400,12 +430,12 @@ export interface CloseFrame {
 }
 
 /**
- * "Send me your frames through this ring": a shared segment the offering
- * side created and reads (shm-ring.ts). Sent once, right after the handshake (HELLO, PROOF).
+ * "Send me your frames through this ring": a sealed segment the offering
+ * side created and reads (shm-ring.ts), whose descriptor it passes on the
+ * descriptor channel (SEGMENT{CONTROL_RING}). Sent once, when that channel is up.
  */
 export interface RingOfferFrame {
   type: FrameType.RING_OFFER;
-  segment: string;
   /** Data bytes of the ring (a power of two). */
   capacity: number;
 }
@@ -458,6 +488,7 @@ export type Frame =
   | FdPoolFrame
   | FdReleaseFrame
   | FdDescriptorFrame
+  | SegmentFrame
   | CloseFrame
   | ChannelFrame;
 

@@ -18,6 +18,7 @@ import {
   MAX_FINS,
   NONCE_BYTES,
   PROOF_BYTES,
+  SegmentKind,
   type Frame,
 } from './frames.js';
 
@@ -87,6 +88,12 @@ const reason = (doc: string) => ({ kind: 'string', name: 'reason', min: 0, max: 
 const probe = (doc: string) => ({ kind: 'optional', name: 'probe', size: IPC_PROBE_BYTES, absent: undefined, label: 'bytes', doc }) as const;
 
 /** The kinds a descriptor frame can name: HandleKind without LEGACY (which is RGET's). */
+const SEGMENT_KINDS: Record<string, string | number> = {
+  CONTROL_RING: SegmentKind.CONTROL_RING,
+  STAGING_RING: SegmentKind.STAGING_RING,
+  [SegmentKind.CONTROL_RING]: 'CONTROL_RING',
+  [SegmentKind.STAGING_RING]: 'STAGING_RING',
+};
 const FD_KINDS: Record<string, string | number> = { VMM: HandleKind.VMM, POOL: HandleKind.POOL, [HandleKind.VMM]: 'VMM', [HandleKind.POOL]: 'POOL' };
 
 /** Offsets of RGET's fields are what restampRget and RgetDecoder use: see fieldOffset. */
@@ -101,7 +108,7 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
       kind: 'u32',
       name: 'features',
       default: 0,
-      doc: 'bit 0 (`Feature.RING`): the sender speaks the control rings; bit 1 (`Feature.FINS`): it understands FINS; bit 2 (`Feature.FD_MEMORY`): it imports VMM and pool memory by file descriptor (RGET_FD, FD_* frames, the descriptor channel)',
+      doc: 'bit 0 (`Feature.RING`): the sender speaks the control rings; bit 1 (`Feature.FINS`): it understands FINS; bit 2 (`Feature.FD_MEMORY`): it imports VMM and pool memory by file descriptor (RGET_FD, FD_* frames); bit 3 (`Feature.DESCRIPTORS`): it takes part in the descriptor channel, on which the sealed ring segments travel (SEGMENT); rings and staging need it on both sides',
       rule: 'unknown bits ignored',
     },
   ]),
@@ -167,8 +174,7 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { ...seq, doc: 'message number' },
     { kind: 'u64', name: 'length', doc: 'message length' },
     { kind: 'u32', name: 'chunkSize', min: 1, doc: 'bytes per slot' },
-    { kind: 'u16', name: 'slots', min: 1, doc: 'slots in the ring' },
-    { kind: 'string', name: 'segment', min: 1, max: MAX_SEGMENT_BYTES, sizeVar: 'S', doc: "name of the sender's staging segment for this direction" },
+    { kind: 'u16', name: 'slots', min: 1, doc: 'slots in the ring', rule: "(receiver: chunkSize × slots is the size of the sender's SEGMENT{STAGING_RING}, ≤ staging.maxPeerBytes)" },
   ]),
   frame(
     FrameType.STAGE_CHUNK,
@@ -240,10 +246,13 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
       { kind: 'u16', name: 'index', doc: "VMM: the chunk's index in the offer; POOL: 0", rule: '< the offer\'s chunk count' },
     ],
   ),
+  frame(FrameType.SEGMENT, [
+    { kind: 'enum', name: 'kind', values: SEGMENT_KINDS, label: 'SegmentKind', doc: '`SegmentKind`: 1 CONTROL_RING (the ring the sender reads), 2 STAGING_RING (its staging ring for this direction)' },
+    { kind: 'u64', name: 'bytes', doc: 'the segment size', rule: 'the receiver maps the descriptor only if it is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) and exactly this size' },
+  ]),
   frame(FrameType.CLOSE, [reason('for logs')]),
   frame(FrameType.RING_OFFER, [
-    { kind: 'string', name: 'segment', min: 1, max: MAX_SEGMENT_BYTES, sizeVar: 'S', doc: 'the POSIX shm name of a ring the sender reads', rule: 'the receiver checks the mapped segment' },
-    { kind: 'u32', name: 'capacity', doc: 'data bytes of the ring, a power of two' },
+    { kind: 'u32', name: 'capacity', doc: 'data bytes of the ring, a power of two', rule: "(receiver: 4096..16 MiB; its SEGMENT{CONTROL_RING} is 256 + capacity bytes)" },
   ]),
   frame(FrameType.RING_SWITCH, []),
   frame(FrameType.DOORBELL, []),

@@ -14,7 +14,8 @@ import { resolveOptions, type TransportOptions } from '../../src/options.js';
 import type { PendingRecv, Received } from '../../src/paths/data-path.js';
 import type { Tracer } from '../../src/trace.js';
 import { decodeFrame } from '../../src/wire/codec.js';
-import { Feature, type Frame, FrameType, type HelloFrame } from '../../src/wire/frames.js';
+import { FdChannel } from '../../src/channel/fd-channel.js';
+import { Feature, type Frame, FrameType, type HelloFrame, WIRE_VERSION } from '../../src/wire/frames.js';
 
 export interface PathSide {
   driver: SimulatedCudaDriver;
@@ -44,14 +45,19 @@ class RecordingChannel extends EventEmitter implements Pick<ControlChannel, 'lab
   }
 }
 
-export function pathSide(device: number, o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean; fdMemory?: boolean } = {}): PathSide {
+/**
+ * `descriptors` (default true): both sides announced Feature.DESCRIPTORS, so
+ * the link waits for a descriptor channel (connectDescriptors) for its rings;
+ * false: it has none (staged messages go inline).
+ */
+export function pathSide(device: number, o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean; fdMemory?: boolean; descriptors?: boolean } = {}): PathSide {
   const driver = new SimulatedCudaDriver({ env: {} });
   driver.init();
   driver.setDevice(device);
   const rec = { frames: [] as Frame[], bytes: [] as Uint8Array[] };
   const channel = new RecordingChannel(rec);
-  const features = (o.fins === false ? 0 : Feature.FINS) | (o.fdMemory === true ? Feature.FD_MEMORY : 0);
-  const local = { type: FrameType.HELLO, version: 2, pid: process.pid, peerId: `side${device}`, deviceUuid: '', nonce: new Uint8Array(32), features } as HelloFrame;
+  const features = (o.fins === false ? 0 : Feature.FINS) | (o.fdMemory === true ? Feature.FD_MEMORY : 0) | (o.descriptors === false ? 0 : Feature.DESCRIPTORS);
+  const local = { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: `side${device}`, deviceUuid: '', nonce: new Uint8Array(32), features } as HelloFrame;
   const link = new EndpointLink(channel as unknown as ControlChannel, { driver, options: resolveOptions(o.options ?? {}), local, exports: new ExportTable(driver), tracer: o.tracer }, `peer-of-${device}`, features);
   link.ipcOk = o.ipcOk ?? false;
   return {
@@ -66,6 +72,13 @@ export function pathSide(device: number, o: { options?: TransportOptions; tracer
       driver.close();
     },
   };
+}
+
+/** Joins two sides' links by a real descriptor channel (a socketpair): their ring segments travel on it. */
+export function connectDescriptors(a: PathSide, b: PathSide): void {
+  const [x, y] = FdChannel.pair();
+  a.link.attachFd(x);
+  b.link.attachFd(y);
 }
 
 /** A posted receive and the promise it settles. */

@@ -9,10 +9,14 @@ import type { Endpoint } from '../../src/endpoint.js';
 import type { Transport } from '../../src/transport.js';
 import { decodeFrame, encodeFrame } from '../../src/wire/codec.js';
 import { Handshake } from '../../src/auth/handshake.js';
-import { type Frame, FrameType } from '../../src/wire/frames.js';
+import { Feature, type Frame, FrameType } from '../../src/wire/frames.js';
+import { FdChannel } from '../../src/channel/fd-channel.js';
+import { loadAddon } from '../../src/cuda/addon.js';
 
 export interface RawPeer {
   ep: Endpoint;
+  /** Our end of the descriptor channel (rawPeer with `descriptors: true`): send any descriptor with any metadata. */
+  fd?: FdChannel;
   channel: MemoryChannel;
   /** Frames the endpoint sent us, decoded (HELLO and PROOF first). */
   received: Frame[];
@@ -23,10 +27,13 @@ export interface RawPeer {
   settle(): Promise<void>;
 }
 
-export async function rawPeer(t: Transport, peerId: string, deviceUuid = '', token = ''): Promise<RawPeer> {
+/** `o.descriptors`: announce Feature.DESCRIPTORS and hand the transport a descriptor channel to us (`features`: more bits). */
+export async function rawPeer(t: Transport, peerId: string, deviceUuid = '', token = '', o: { descriptors?: boolean; features?: number } = {}): Promise<RawPeer> {
   const [mine, theirs] = createMemoryChannelPair({ names: [peerId, t.id] });
   const received: Frame[] = [];
-  const hs = new Handshake({ id: peerId, token, deviceUuid, features: 0, pid: 1 });
+  const [ourFd, theirFd] = o.descriptors ? FdChannel.pair() : [undefined, undefined];
+  const features = (o.descriptors ? Feature.DESCRIPTORS : 0) | (o.features ?? 0);
+  const hs = new Handshake({ id: peerId, token, deviceUuid, features, pid: 1 });
   mine.on('frame', (bytes) => {
     const frame = decodeFrame(bytes);
     received.push(frame);
@@ -35,13 +42,15 @@ export async function rawPeer(t: Transport, peerId: string, deviceUuid = '', tok
       if (step.kind === 'proof') mine.send(encodeFrame(step.proof));
     }
   });
-  const attached = t.attach(theirs);
+  const attached = t.attach(theirs, { descriptors: theirFd });
   mine.send(encodeFrame(hs.hello));
   const ep = await attached;
   let closeError: Error | undefined;
   ep.once('close', (err) => (closeError = err));
+  ourFd?.start({ message: (m) => m.fd !== undefined && loadAddon().fdClose(m.fd) });
   return {
     ep,
+    fd: ourFd,
     channel: mine,
     received,
     closeError: () => closeError,

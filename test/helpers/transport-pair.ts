@@ -1,9 +1,13 @@
 /**
  * Two Transports in one test process, each on its own simulated driver
  * instance (a separate "process" to the simulator), joined by an in-memory
- * channel pair. Device helpers fill and read simulated device memory.
+ * channel pair, and a descriptor channel (a socketpair, FdChannel.pair())
+ * given to attach(), as listen/connect would make one, so that rings and
+ * staging work as between processes (`descriptors: false`: none, and nothing
+ * is shared by memory). Device helpers fill and read simulated device memory.
  */
 import { createMemoryChannelPair, type MemoryChannelOptions } from '../../src/channel/memory-channel.js';
+import { FdChannel } from '../../src/channel/fd-channel.js';
 import type { CudaDriver } from '../../src/cuda/driver.js';
 import { SimulatedCudaDriver, type SimDriverOptions } from '../../src/cuda/sim-driver.js';
 import type { Endpoint } from '../../src/endpoint.js';
@@ -28,13 +32,14 @@ export async function makeSide(id: string, device: number, opts: TransportCreate
 }
 
 export async function makePair(
-  options: { a?: TransportCreateOptions; b?: TransportCreateOptions; simA?: SimDriverOptions; simB?: SimDriverOptions; channel?: MemoryChannelOptions; devices?: [number, number] } = {},
+  options: { a?: TransportCreateOptions; b?: TransportCreateOptions; simA?: SimDriverOptions; simB?: SimDriverOptions; channel?: MemoryChannelOptions; devices?: [number, number]; descriptors?: boolean } = {},
 ): Promise<Pair> {
   const [devA, devB] = options.devices ?? [0, 1];
   const a = await makeSide('a', devA, options.a, options.simA);
   const b = await makeSide('b', devB, options.b, options.simB);
   const [ca, cb] = createMemoryChannelPair({ names: ['a', 'b'], ...options.channel });
-  const [epA, epB] = await Promise.all([a.transport.attach(ca), b.transport.attach(cb)]);
+  const [da, db] = options.descriptors === false ? [undefined, undefined] : FdChannel.pair();
+  const [epA, epB] = await Promise.all([a.transport.attach(ca, { descriptors: da }), b.transport.attach(cb, { descriptors: db })]);
   return {
     a: { ...a, ep: epA },
     b: { ...b, ep: epB },

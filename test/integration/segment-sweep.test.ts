@@ -4,9 +4,11 @@
  * Transport is created — and only those: never a live process's, never
  * another boot's, namespace's or user's.
  */
+import { execFileSync, spawnSync } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Transport } from '../../src/index.js';
 import { spawnPeer, type WorkerClient } from '../helpers/child.js';
@@ -90,5 +92,26 @@ describe('sweeping the segments of dead owners', () => {
       const left = readdirSync(dir).sort();
       expect(left).toEqual([live, otherBoot, otherNs, ...(canChown ? [otherUid] : []), foreign, unrelated].sort());
     });
+  });
+});
+
+const canUnsharePid = process.getuid?.() === 0 && spawnSync('unshare', ['--pid', '--fork', 'true']).status === 0;
+
+describe.skipIf(!canUnsharePid)('in a pid namespace without its own /proc (unshare --pid --fork, host /proc)', () => {
+  it("a live owner's segment is never swept (its pid means another process in /proc); once it is SIGKILLed, it is", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-pidns-'));
+    try {
+      const fixture = fileURLToPath(new URL('../fixtures/pidns-sweep.mjs', import.meta.url));
+      const stdout = execFileSync('unshare', ['--pid', '--fork', process.execPath, fixture, dir], { encoding: 'utf8', timeout: 30_000 });
+      const out = JSON.parse(stdout) as { pid: number; ownerPid: number; procSelf: string; sweptWhileAlive: string[]; keptWhileAlive: boolean; sweptAfterDeath: string[]; goneAfterDeath: boolean };
+      expect(out.pid).toBe(1); // the namespace's first process
+      expect(out.procSelf).not.toBe('1'); // /proc is the host's: it names us by the host's pid
+      expect(out.sweptWhileAlive).toEqual([]);
+      expect(out.keptWhileAlive).toBe(true);
+      expect(out.sweptAfterDeath).toHaveLength(1);
+      expect(out.goneAfterDeath).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -9,12 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryChannelPair } from '../../../src/channel/memory-channel.js';
 import { ShmChannel } from '../../../src/channel/shm-channel.js';
 import { ProgressEngine } from '../../../src/progress/engine.js';
-import type { CudaDriver } from '../../../src/cuda/driver.js';
-import { openDriver } from '../../../src/cuda/open-driver.js';
 import { ProtocolError } from '../../../src/errors.js';
 import { encodeFrame } from '../../../src/wire/codec.js';
 import { FrameType } from '../../../src/wire/frames.js';
 import { makePair } from '../../helpers/transport-pair.js';
+import { ringPortPair } from '../../helpers/ring-ports.js';
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
@@ -27,23 +26,21 @@ async function until(cond: () => boolean, what: string): Promise<void> {
   if (!cond()) throw new Error(`timed out waiting for ${what}`);
 }
 
-let driver: CudaDriver;
-beforeAll(async () => {
-  driver = (await openDriver({ driver: 'sim' })).driver;
-});
-afterAll(() => driver.close());
 
 function pair(maxFrameBytes?: number) {
   const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'], maxFrameBytes });
   const spA = new ProgressEngine(0);
   const spB = new ProgressEngine(0);
-  const a = new ShmChannel(ma, { segments: driver, progress: spA, capacity: 4096, maxRingFrame: 512 });
-  const b = new ShmChannel(mb, { segments: driver, progress: spB, capacity: 4096, maxRingFrame: 512 });
+  const ports = ringPortPair();
+  const a = new ShmChannel(ma, { progress: spA, capacity: 4096, maxRingFrame: 512 });
+  const b = new ShmChannel(mb, { progress: spB, capacity: 4096, maxRingFrame: 512 });
+  a.useSegments(ports.a);
+  b.useSegments(ports.b);
   const got: Uint8Array[] = [];
   b.on('frame', (f) => got.push(f.slice()));
   let closedWith: Error | undefined | null = null;
   b.on('close', (err) => (closedWith = err));
-  return { a, b, ma, mb, got, closed: () => closedWith, stop: () => (spA.stop(), spB.stop(), a.close(), b.close()) };
+  return { a, b, ma, mb, got, closed: () => closedWith, stop: () => (spA.stop(), spB.stop(), a.close(), b.close(), ports.close()) };
 }
 
 describe('a live control ring', () => {

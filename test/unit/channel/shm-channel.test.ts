@@ -4,10 +4,11 @@ import { createMemoryChannelPair, type MemoryChannel } from '../../../src/channe
 import { concatBytes } from '../../../src/channel/bytes.js';
 import type { ControlChannel } from '../../../src/channel/channel.js';
 import { RingReader, RingWriter, ringSegmentBytes } from '../../../src/channel/shm-ring.js';
-import { ShmChannel, type SegmentProvider } from '../../../src/channel/shm-channel.js';
+import { ShmChannel } from '../../../src/channel/shm-channel.js';
+import { loadAddon } from '../../../src/cuda/addon.js';
+import type { SegmentNative } from '../../../src/channel/sealed-segment.js';
+import { ringPortPair } from '../../helpers/ring-ports.js';
 import { ProgressEngine } from '../../../src/progress/engine.js';
-import type { CudaDriver } from '../../../src/cuda/driver.js';
-import { openDriver } from '../../../src/cuda/open-driver.js';
 import { ProtocolError } from '../../../src/errors.js';
 import { decodeFrameType, encodeFrame } from '../../../src/wire/codec.js';
 import { FrameType } from '../../../src/wire/frames.js';
@@ -93,19 +94,17 @@ describe('shm ring', () => {
 });
 
 describe('ShmChannel over a memory channel', () => {
-  let driver: CudaDriver;
-  beforeAll(async () => {
-    driver = (await openDriver({ driver: 'sim' })).driver;
-  });
-  afterAll(() => driver.close());
 
-  function pair(o: { spinUs?: number; capacity?: number; maxRingFrame?: number; segmentsB?: SegmentProvider } = {}) {
+  function pair(o: { spinUs?: number; capacity?: number; maxRingFrame?: number; nativeB?: SegmentNative } = {}) {
     const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
     const spA = new ProgressEngine(o.spinUs ?? 100);
     const spB = new ProgressEngine(o.spinUs ?? 100);
-    const a = new ShmChannel(ma, { segments: driver, progress: spA, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
-    const b = new ShmChannel(mb, { segments: o.segmentsB ?? driver, progress: spB, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
-    return { a, b, ma, mb, stop: () => (spA.stop(), spB.stop()) };
+    const ports = ringPortPair();
+    const a = new ShmChannel(ma, { progress: spA, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
+    const b = new ShmChannel(mb, { native: o.nativeB, progress: spB, capacity: o.capacity ?? 4096, maxRingFrame: o.maxRingFrame ?? 512 });
+    a.useSegments(ports.a);
+    b.useSegments(ports.b);
+    return { a, b, ma, mb, stop: () => (spA.stop(), spB.stop(), ports.close()) };
   }
 
   async function until(cond: () => boolean, what: string): Promise<void> {
@@ -155,14 +154,16 @@ describe('ShmChannel over a memory channel', () => {
   });
 
   it('a side that cannot create a ring is written to on the channel; it still writes into the peer ring', async () => {
-    const noShm: SegmentProvider = {
-      shmCreate: () => {
-        throw new Error('no /dev/shm here');
+    const addon = loadAddon();
+    const noMemory: SegmentNative = {
+      sealedCreate: () => {
+        throw Object.assign(new Error('posix_fallocate failed: ENOMEM'), { code: 'ENOMEM' });
       },
-      shmOpen: (name) => driver.shmOpen(name),
-      shmUnlink: (name) => driver.shmUnlink(name),
+      sealedMap: (fd, bytes) => addon.sealedMap(fd, bytes),
+      shmClose: (b) => addon.shmClose(b),
+      fdClose: (fd) => addon.fdClose(fd),
     };
-    const { a, b, stop } = pair({ segmentsB: noShm });
+    const { a, b, stop } = pair({ nativeB: noMemory });
     const atA: Uint8Array[] = [];
     const atB: Uint8Array[] = [];
     a.on('frame', (f) => atA.push(f));
@@ -198,8 +199,11 @@ describe('ShmChannel over a memory channel', () => {
     // Progress-engine stand-ins: the test polls and watches by hand (a real engine holds the thread while it spins).
     const stub = { kick: () => {}, forget: () => {} } as unknown as ProgressEngine;
     const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
-    const a = new ShmChannel(ma, { segments: driver, progress: stub, capacity: 4096, maxRingFrame: 512 });
-    const b = new ShmChannel(mb, { segments: driver, progress: stub, capacity: 4096, maxRingFrame: 512 });
+    const ports = ringPortPair();
+    const a = new ShmChannel(ma, { progress: stub, capacity: 4096, maxRingFrame: 512 });
+    const b = new ShmChannel(mb, { progress: stub, capacity: 4096, maxRingFrame: 512 });
+    a.useSegments(ports.a);
+    b.useSegments(ports.b);
     let bells = 0;
     const send = ma.send.bind(ma);
     ma.send = (f: Uint8Array) => {
@@ -220,6 +224,7 @@ describe('ShmChannel over a memory channel', () => {
     a.send(frame(3, 8));
     expect(bells).toBe(1);
     a.close();
+    ports.close();
   });
 
   it('a peer that writes to the channel after RING_SWITCH is refused with a ProtocolError', async () => {

@@ -37,7 +37,7 @@ const SAMPLES: Frame[] = [
   { type: FrameType.RGET, tag: 3, seq: 1, handle: new Uint8Array(64).fill(9), base: 0x7000_0000n, allocSize: 4096, offset: 0, length: 4096, bufferId: 5n, deviceUuid: UUID, event: null },
   { type: FrameType.FIN, seq: 1, status: FinStatus.OK, message: 'ok' },
   { type: FrameType.CANCEL, seq: 1 },
-  { type: FrameType.STAGE_BEGIN, tag: 3, seq: 1, length: 8192, chunkSize: 4096, slots: 2, segment: '/smcuda-stg-none' },
+  { type: FrameType.STAGE_BEGIN, tag: 3, seq: 1, length: 8192, chunkSize: 4096, slots: 2 },
   { type: FrameType.STAGE_CHUNK, seq: 1, slot: 0, offset: 0, length: 4096 },
   { type: FrameType.STAGE_ACK, seq: 1, slot: 0 },
   { type: FrameType.INVALIDATE, deviceUuid: UUID, base: 0x7000_0000n, bufferId: 5n },

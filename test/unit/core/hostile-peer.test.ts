@@ -10,7 +10,8 @@ import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { ProtocolError } from '../../../src/errors.js';
 import { Transport } from '../../../src/transport.js';
 import { encodeFrame } from '../../../src/wire/codec.js';
-import { FinStatus, type FinFrame, FrameType, type RgetFrame } from '../../../src/wire/frames.js';
+import { FinStatus, type FinFrame, FrameType, type RgetFrame, SegmentKind } from '../../../src/wire/frames.js';
+import { loadAddon } from '../../../src/cuda/addon.js';
 import { rawPeer, type RawPeer } from '../../helpers/raw-peer.js';
 
 let victim: SimulatedCudaDriver;
@@ -72,6 +73,11 @@ function exported(size: number): RgetFrame {
 
 function fins(p: RawPeer): FinFrame[] {
   return p.received.filter((f): f is FinFrame => f.type === FrameType.FIN);
+}
+
+async function until(cond: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond() && Date.now() < end) await new Promise((r) => setTimeout(r, 2));
 }
 
 async function outcome<T>(p: Promise<T>): Promise<{ value?: T; error?: Error }> {
@@ -165,11 +171,11 @@ describe('frames for messages that do not exist', () => {
     expect(p.closeError()).toBeInstanceOf(ProtocolError);
   });
 
-  it('a STAGE_BEGIN naming a segment that does not exist: refused, nothing copied', async () => {
+  it('a STAGE_BEGIN from a peer without a descriptor channel (no ring can have come): refused, nothing copied', async () => {
     const p = await peer();
     const g = guardedBuffer(65536);
     const recv = outcome(p.ep.recv({ tag: 1, into: g.buf }));
-    p.send({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 65536, chunkSize: 4096, slots: 2, segment: '/smcuda-stg-nonexistent' });
+    p.send({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 65536, chunkSize: 4096, slots: 2 });
     await p.settle();
     expect(fins(p)[0]).toMatchObject({ seq: 1 });
     expect([FinStatus.REFUSED, FinStatus.FAILED]).toContain(fins(p)[0]!.status);
@@ -178,15 +184,17 @@ describe('frames for messages that do not exist', () => {
     expect(p.received.some((f) => f.type === FrameType.STAGE_ACK)).toBe(false);
   });
 
-  it('a STAGE_BEGIN whose segment is smaller than slots × chunkSize: FIN REFUSED, no slot granted, nothing copied', async () => {
-    const p = await peer();
-    const seg = attacker.shmCreate(`/smcuda-stg-test-${process.pid}-small`, 4096);
+  it('a STAGE_BEGIN whose ring segment is smaller than slots × chunkSize: FIN REFUSED, no slot granted, nothing copied, the endpoint fails alone', async () => {
+    const p = await rawPeer(t, `attacker-${++n}`, attacker.deviceInfo(1).uuid, '', { descriptors: true });
+    const addon = loadAddon();
+    const seg = addon.sealedCreate('smcuda-test-small', 4096);
     try {
-      seg.bytes.fill(0x42);
+      new Uint8Array(seg.buffer).fill(0x42);
+      await p.fd!.send(seg.fd, encodeFrame({ type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 4096 }));
       const g = guardedBuffer(65536);
       const recv = outcome(p.ep.recv({ tag: 1, into: g.buf }));
-      p.send({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 65536, chunkSize: 32768, slots: 2, segment: seg.name });
-      await p.settle();
+      p.send({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 65536, chunkSize: 32768, slots: 2 });
+      await until(() => fins(p).length > 0);
       // a chunk sent anyway, as if granted
       p.send({ type: FrameType.STAGE_CHUNK, seq: 1, slot: 0, offset: 0, length: 32768 });
       await p.settle();
@@ -194,9 +202,10 @@ describe('frames for messages that do not exist', () => {
       expect(p.received.some((f) => f.type === FrameType.STAGE_ACK)).toBe(false);
       expect((await recv).error).toBeInstanceOf(ProtocolError);
       expect(g.untouched()).toBe(true);
+      expect(p.closeError()).toMatchObject({ code: 'SMCUDA_BAD_SEGMENT' });
     } finally {
-      seg.close();
-      attacker.shmUnlink(seg.name);
+      addon.fdClose(seg.fd);
+      addon.shmClose(seg.buffer);
     }
   });
 

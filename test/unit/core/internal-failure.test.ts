@@ -157,6 +157,8 @@ describe('an internal failure fails one operation or closes the endpoint, never 
           ['memAlloc', 'b', 1, false, [20_000], [false, false, false, false, false]],
           // stalled before: the completion event of a staging copy could not be created (GpuWork threw out of its microtask)
           ['eventCreate', 'a', 1, false, [9000], [false, false, false, false, false]],
+          // the receiver could not pin the peer's staging ring: that message fails, and the next staged one must still get the ring
+          ['hostRegister', 'b', 1, false, [20_000, 20_000], [false, false, false, false, false]],
         ],
       },
     );

@@ -25,6 +25,7 @@ import { decodeFrame, encodeFrame } from '../../../src/wire/codec.js';
 import { type Frame, FrameType } from '../../../src/wire/frames.js';
 import { rawPeer } from '../../helpers/raw-peer.js';
 import { makePair } from '../../helpers/transport-pair.js';
+import { ringPortPair } from '../../helpers/ring-ports.js';
 
 const MiB = 1 << 20;
 const tick = () => new Promise<void>((r) => setImmediate(r));
@@ -99,8 +100,11 @@ describe('maxBufferedBytes', () => {
     it('count against the bound: past it, the channel closes with PeerLimitError', async () => {
       const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
       const [ea, eb] = [new ProgressEngine(0), new ProgressEngine(0)];
-      const a = new ShmChannel(ma, { segments: driver, progress: ea, capacity: 4096, maxRingFrame: 512 });
-      const b = new ShmChannel(mb, { segments: driver, progress: eb, capacity: 4096, maxRingFrame: 512 });
+      const ports = ringPortPair();
+      const a = new ShmChannel(ma, { progress: ea, capacity: 4096, maxRingFrame: 512 });
+      const b = new ShmChannel(mb, { progress: eb, capacity: 4096, maxRingFrame: 512 });
+      a.useSegments(ports.a);
+      b.useSegments(ports.b);
       let closedWith: Error | undefined | null = null;
       b.on('close', (e) => (closedWith = e));
       b.limitBuffered(() => 10_000);
@@ -119,6 +123,7 @@ describe('maxBufferedBytes', () => {
         eb.stop();
         a.close();
         b.close();
+        ports.close();
       }
     });
   });

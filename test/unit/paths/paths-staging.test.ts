@@ -10,7 +10,7 @@ import { ProtocolError, SmcudaError } from '../../../src/errors.js';
 import { StagingPath } from '../../../src/paths/staging.js';
 import { FinStatus, type Frame, FrameType, type StageBeginFrame } from '../../../src/wire/frames.js';
 import { patternBytes, sameBytes } from '../../helpers/bytes.js';
-import { pathSide, pendingRecv, type PathSide, until } from '../../helpers/path-harness.js';
+import { connectDescriptors, pathSide, pendingRecv, type PathSide, until } from '../../helpers/path-harness.js';
 
 const KiB = 1024;
 const sides: PathSide[] = [];
@@ -52,12 +52,13 @@ describe('StagingPath', () => {
     const { s, path } = side(0);
     expect(path.canSend(deviceWith(s, new Uint8Array(4)))).toBe(true);
     expect(path.canSend(new Uint8Array(4))).toBe(false);
-    expect(path.inlineBytes()).toBe(0);
+    expect(path.inlineBytes(deviceWith(s, new Uint8Array(4)))).toBe(0); // its ring will reach the peer: nothing inline
   });
 
   it('moves a message of several chunks through a 2-slot ring, byte-exact, then FIN OK', async () => {
     const a = side(0);
     const b = side(1);
+    connectDescriptors(a.s, b.s);
     const data = patternBytes(10 * KiB + 123, 9);
     const sent = a.path.send(deviceWith(a.s, data), 4, {});
     const begin = a.s.take()[0] as StageBeginFrame;
@@ -83,6 +84,7 @@ describe('StagingPath', () => {
   it('into host bytes, and two queued messages take the ring one after the other', async () => {
     const a = side(0);
     const b = side(1);
+    connectDescriptors(a.s, b.s);
     const d1 = patternBytes(5 * KiB, 1);
     const d2 = patternBytes(3 * KiB, 2);
     void a.path.send(deviceWith(a.s, d1), 1, {});
@@ -113,6 +115,7 @@ describe('StagingPath', () => {
   it('a chunk outside the message or ring, or for a message not being received, is a protocol error', () => {
     const a = side(0);
     const b = side(1);
+    connectDescriptors(a.s, b.s);
     void a.path.send(deviceWith(a.s, patternBytes(8 * KiB, 3)), 1, {});
     const begin = a.s.take()[0] as StageBeginFrame;
     b.path.receive(pendingRecv(1).recv, begin);
@@ -125,6 +128,7 @@ describe('StagingPath', () => {
   it('FIN SENDER_FAILED fails the receive alone, without a FIN back; the ring goes to the next message', async () => {
     const a = side(0);
     const b = side(1);
+    connectDescriptors(a.s, b.s);
     const d2 = patternBytes(2 * KiB, 4);
     void a.path.send(deviceWith(a.s, patternBytes(8 * KiB, 3)), 1, {});
     void a.path.send(deviceWith(a.s, d2), 1, {});
@@ -151,6 +155,7 @@ describe('StagingPath', () => {
   it('close rejects the receives waiting for the ring', async () => {
     const a = side(0);
     const b = side(1);
+    connectDescriptors(a.s, b.s);
     void a.path.send(deviceWith(a.s, patternBytes(8 * KiB, 3)), 1, {});
     void a.path.send(deviceWith(a.s, patternBytes(8 * KiB, 3)), 1, {});
     const [b1, b2] = a.s.take() as StageBeginFrame[];

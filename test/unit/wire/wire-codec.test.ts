@@ -13,7 +13,6 @@ import {
   HandleKind,
   MAX_FINS,
   MAX_PEER_ID_BYTES,
-  MAX_SEGMENT_BYTES,
   MAX_STRING_BYTES,
   NONCE_BYTES,
   PROOF_BYTES,
@@ -23,6 +22,7 @@ import {
   restampRget,
   RgetDecoder,
   UuidNames,
+  SegmentKind,
   type Frame,
 } from '../../../src/wire/index.js';
 import { ProtocolError } from '../../../src/errors.js';
@@ -104,7 +104,6 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
     tag: u32,
     seq: safe,
     length: safe,
-    segment: utf8(1, MAX_SEGMENT_BYTES),
     chunkSize: fc.integer({ min: 1, max: 0xffff_ffff }),
     slots: fc.integer({ min: 1, max: 0xffff }),
   }),
@@ -148,7 +147,8 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.FD_POOL as const), poolId: u32, deviceUuid: uuid }),
   fc.record({ type: fc.constant(FrameType.FD_RELEASE as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64 }),
   fc.record({ type: fc.constant(FrameType.FD_DESCRIPTOR as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64, index: fc.integer({ min: 0, max: 0xffff }) }),
-  fc.record({ type: fc.constant(FrameType.RING_OFFER as const), segment: utf8(1, MAX_SEGMENT_BYTES), capacity: u32 }),
+  fc.record({ type: fc.constant(FrameType.SEGMENT as const), kind: fc.constantFrom(SegmentKind.CONTROL_RING, SegmentKind.STAGING_RING), bytes: safe }),
+  fc.record({ type: fc.constant(FrameType.RING_OFFER as const), capacity: u32 }),
   fc.record({ type: fc.constant(FrameType.RING_SWITCH as const) }),
   fc.record({ type: fc.constant(FrameType.DOORBELL as const) }),
   fc.record({ type: fc.constant(FrameType.SPILL as const), seq: u32, frame: fc.uint8Array({ minLength: 4, maxLength: 300 }) }),
@@ -334,25 +334,26 @@ describe('RgetDecoder', () => {
 describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0x01020304, seq: 2 ** 32 + 5, fromDevice: true, data: Uint8Array.of(0xaa, 0xbb) });
-    expect(bytes).toEqual(hex('53 02 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
+    expect(bytes).toEqual(hex('53 03 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
   });
 
   it('HELLO: the 32-byte nonce, then the features word; PROOF: the 32-byte HMAC; channel-layer frames as protocol.md lays them out', () => {
     const nonce = new Uint8Array(NONCE_BYTES).fill(0xab);
-    const hello = encodeFrame({ type: FrameType.HELLO, version: 2, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
-    expect(hello).toEqual(hex(`53 02 01 00  02  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
-    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 02 07 00  ${'cd'.repeat(32)}`));
-    expect(encodeFrame({ type: FrameType.RING_OFFER, segment: '/r', capacity: 4096 })).toEqual(hex('53 02 32 00  0200 2f72  00100000'));
-    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 02 33 00'));
-    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 02 34 00'));
-    const inner = hex('53 02 34 00');
-    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 02 35 00  09000000  04000000  53023400'));
+    const hello = encodeFrame({ type: FrameType.HELLO, version: 3, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
+    expect(hello).toEqual(hex(`53 03 01 00  03  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
+    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 03 07 00  ${'cd'.repeat(32)}`));
+    expect(encodeFrame({ type: FrameType.RING_OFFER, capacity: 4096 })).toEqual(hex('53 03 32 00  00100000'));
+    expect(encodeFrame({ type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 })).toEqual(hex('53 03 23 00  02  0020000000000000'));
+    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 03 33 00'));
+    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 03 34 00'));
+    const inner = hex('53 03 34 00');
+    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 03 35 00  09000000  04000000  53033400'));
     expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
   it('IPC_REQ: attempt u32, the 16 UUID bytes, then a probe-present byte and the probe', () => {
     const bytes = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff' });
-    expect(bytes).toEqual(hex('53 02 02 00  03000000  00112233445566778899aabbccddeeff  00'));
+    expect(bytes).toEqual(hex('53 03 02 00  03000000  00112233445566778899aabbccddeeff  00'));
     const probe = new Uint8Array(IPC_PROBE_BYTES).map((_, i) => i);
     const withProbe = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
     expect(withProbe.byteLength).toBe(4 + 4 + 16 + 1 + IPC_PROBE_BYTES);
@@ -365,7 +366,7 @@ describe('layout', () => {
 
   it('FIN: seq u64, status u8, message as u16 length + UTF-8', () => {
     const bytes = encodeFrame({ type: FrameType.FIN, seq: 7, status: FinStatus.TRUNCATED, message: 'é' });
-    expect(bytes).toEqual(hex('53 02 0c 00  0700000000000000  03  0200 c3a9'));
+    expect(bytes).toEqual(hex('53 03 0c 00  0700000000000000  03  0200 c3a9'));
   });
 
   it('RGET: 137 bytes without an event, 201 with one', () => {
@@ -537,18 +538,15 @@ describe('decode rules', () => {
     expect(decodeError(v0).message).toMatch(/HELLO frame: 'version' must be at least 1/);
   });
 
-  it('STAGE_BEGIN: chunkSize and slots at least 1, segment not empty; STAGE_CHUNK length at least 1', () => {
+  it('STAGE_BEGIN: chunkSize and slots at least 1; STAGE_CHUNK length at least 1', () => {
     const begin = () =>
-      encodeFrame({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 10, segment: '/s', chunkSize: 4, slots: 2 }).slice();
+      encodeFrame({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 10, chunkSize: 4, slots: 2 }).slice();
     const c = begin();
     dv(c).setUint32(24, 0, true);
     expect(decodeError(c).message).toMatch(/STAGE_BEGIN frame: 'chunkSize' must be at least 1/);
     const s = begin();
     dv(s).setUint16(28, 0, true);
     expect(decodeError(s).message).toMatch(/STAGE_BEGIN frame: 'slots' must be at least 1/);
-    const seg = begin().subarray(0, 32);
-    dv(seg).setUint16(30, 0, true);
-    expect(decodeError(seg).message).toMatch(/STAGE_BEGIN frame: 'segment' must be 1..255/);
     const chunk = encodeFrame({ type: FrameType.STAGE_CHUNK, seq: 1, slot: 0, offset: 0, length: 1 }).slice();
     dv(chunk).setUint32(22, 0, true);
     expect(decodeError(chunk).message).toMatch(/STAGE_CHUNK frame: 'length' must be at least 1/);
@@ -597,7 +595,7 @@ describe('encode rules', () => {
     encodeError({ type: FrameType.HELLO, version: 1, pid: 1, peerId: '', deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) });
     encodeError({ type: FrameType.HELLO, version: 1, pid: 1, peerId: 'p', deviceUuid: '', nonce: new Uint8Array(16) });
     encodeError({ type: FrameType.PROOF, proof: new Uint8Array(31) });
-    encodeError({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 1, segment: '', chunkSize: 1, slots: 1 });
+    encodeError({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 1, chunkSize: 0, slots: 1 });
     expect(encodeError({ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-1' }).message).toMatch(/IPC_REQ frame: 'deviceUuid'/);
     encodeError({ type: FrameType.IPC_REQ, attempt: 1, deviceUuid: 'GPU-00000000-0000-0000-0000-000000000000' });
   });
