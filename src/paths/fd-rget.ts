@@ -27,7 +27,7 @@
  * release), as rget.ts holds both sides of RGET; the copy itself is shared
  * with RGET (remote-copy.ts).
  */
-import type { ImportRequest } from '../../cache/index.js';
+import type { ImportRequest, Mapping } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
 import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
@@ -144,6 +144,35 @@ export class FdRgetPath implements DataPath {
     } catch {
       return false; // staging refuses it with the driver's error
     }
+  }
+
+  /**
+   * Registration (src/persistent/remote-memory.ts): makes sure the peer holds
+   * an offer (and its descriptors) covering `buf`, as before an RGET_FD, and
+   * says which offer names it.
+   */
+  offerForRegistration(exp: ExportInfo, buf: DeviceBuffer): { kind: HandleKind; base: bigint; size: number; bufferId: bigint } {
+    if (this.channel === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is not up: ${exp.kind} memory cannot be registered with this peer`);
+    const o = this.offerFor(exp, buf);
+    return { kind: o.kind, base: o.base, size: o.size, bufferId: o.bufferId };
+  }
+
+  /** Registration: the import of the peer's offer (bufferId, base), once it and its descriptors are in (bounded as for RGET_FD). */
+  async importForRegistration(bufferId: bigint, base: bigint, kind: HandleKind, size: number): Promise<Mapping> {
+    const key = offerKey(bufferId, base);
+    await this.waitFor(() => {
+      if (this.closeReason !== undefined) return true;
+      const inc = this.incoming.get(key);
+      if (inc === undefined) return false;
+      if (inc.lost !== undefined || inc.frame.kind === HandleKind.VMM) return inc.lost !== undefined || inc.have === inc.fds.length;
+      const p = this.pools.get(inc.frame.poolId);
+      return p !== undefined && (p.arrived || p.lost !== undefined || p.imported);
+    }, `registration of ${HandleKind[kind]} memory at 0x${base.toString(16)}: the offer and its descriptors did not arrive within ${this.ctx.opts.negotiation.checkTimeoutMs} ms`);
+    if (this.closeReason !== undefined) throw this.closeReason;
+    const inc = this.incoming.get(key)!;
+    if (inc.lost !== undefined) throw inc.lost;
+    if (inc.frame.kind !== kind || inc.frame.size < size) throw new ProtocolError(`the registration names a ${HandleKind[kind]} range of ${size} bytes, the offer is ${HandleKind[inc.frame.kind]} of ${inc.frame.size}`, 'SMCUDA_BAD_REGISTRATION');
+    return this.ctx.pool.acquireImport(inc.req);
   }
 
   /** Why a device message goes by staging instead (stats().stagingReasons). */
