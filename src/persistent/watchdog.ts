@@ -114,6 +114,11 @@ export class Watchdog {
     return (this.stream ??= this.driver.streamCreate());
   }
 
+  /** @internal One tick now (tests drive the watchdog by hand). */
+  tickNow(): Promise<void> {
+    return this.tick();
+  }
+
   private async tick(): Promise<void> {
     if (this.busy || this.closed) return;
     this.busy = true;
