@@ -21,7 +21,6 @@ import type { Arrival, PathContext, PendingRecv } from './paths/data-path.js';
 import { PendingSends } from './paths/pending-sends.js';
 import type { ProgressEngine } from './progress/engine.js';
 import type { Watchdog } from './persistent/watchdog.js';
-import type { PersistentEvents } from './persistent/transfers.js';
 import type { Tracer } from './trace.js';
 import { encodeFrame } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame } from './wire/frames.js';
@@ -40,8 +39,6 @@ export interface EndpointContext {
   progress?: ProgressEngine;
   /** The transport's watchdog over persistent transfers (an endpoint made without one makes its own). */
   watchdog?: Watchdog;
-  /** Who hears of persistent transfers' states (the transport's tracer and machines). */
-  persistentEvents?: PersistentEvents;
 }
 
 export class EndpointLink implements PathContext {

@@ -188,9 +188,10 @@ export class Registrations {
     for (const w of this.waiting.values()) w.reject(reason);
     this.waiting.clear();
     this.early.clear();
-    for (const reg of this.live.values()) {
-      const users = [...reg.users];
-      for (const u of users) u.close(reason);
+    // Every registration's users are taken before any is closed (a closed user leaves them all).
+    const regs = [...this.live.values()].map((reg) => ({ reg, users: [...reg.users] }));
+    for (const { users } of regs) for (const u of users) u.close(reason);
+    for (const { reg, users } of regs) {
       // Work already queued may still write through the peer's mapping (its waits were just
       // released): unmap once it has passed, never under it.
       void Promise.all(users.map((u) => u.quiesce())).finally(() => reg.release());

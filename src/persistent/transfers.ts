@@ -14,6 +14,8 @@
  * finish fails the transfer on both sides within `timeoutMs` instead of
  * hanging a stream.
  */
+import { createActor, type Actor } from 'xstate';
+import { persistentMachine, type PersistentMachineState } from '../../machines/persistent.js';
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import { assertHandle } from '../cuda/validate.js';
 import { debug } from '../debug.js';
@@ -22,6 +24,7 @@ import { FrameType, PtRole, type PtFailFrame, type PtOfferFrame } from '../wire/
 import { awaitedOffset, peerAwaitedOffset, receiverSteps, senderSteps, SLOT_BYTES, slotAddress, type StartStep } from './flags.js';
 import type { Registration, Registrations } from './registrations.js';
 import type { RemoteMemoryContext } from './remote-memory.js';
+import type { Tracer } from '../trace.js';
 import type { WatchedBlock, WatchedTransfer, Watchdog } from './watchdog.js';
 
 export type PersistentRole = 'send' | 'recv';
@@ -36,9 +39,20 @@ export interface PersistentOptions {
   offset?: number;
 }
 
-/** What a transfer reports of its life (the machine in machines/persistent.ts follows it). */
-export interface PersistentEvents {
-  onState?(t: PersistentTransfer, state: PersistentState | 'replaying' | 'stuck', detail?: string): void;
+type PersistentActor = Actor<typeof persistentMachine>;
+
+/** The transfer's life as a machine (machines/persistent.ts), traced at every change of state. */
+function startMachine(owner: PersistentTransfers, id: number, role: PersistentRole): PersistentActor {
+  const actor = createActor(persistentMachine, { input: { id, role, peerId: owner.peerId } });
+  let prev = actor.getSnapshot().value as string;
+  actor.subscribe((snap) => {
+    const next = snap.value as string;
+    if (next === prev) return;
+    owner.tracer?.persistent?.(owner.peerId, id, prev, next, snap.context.failure ? { role, reason: snap.context.failure } : { role });
+    prev = next;
+  });
+  actor.start();
+  return actor;
 }
 
 export class PersistentTransfer implements WatchedTransfer {
@@ -68,6 +82,8 @@ export class PersistentTransfer implements WatchedTransfer {
     readonly registration: Registration,
     /** The peer's flag block, as mapped here. */
     private readonly peerFlags: Registration,
+    /** Its life (machines/persistent.ts). */
+    private readonly actor: PersistentActor,
   ) {
     const a = slotAddress(ownAwaited - BigInt(awaitedOffset(role)), peerWord - BigInt(peerAwaitedOffset(role)), 0);
     this.steps = role === 'send' ? senderSteps(a) : receiverSteps(a);
@@ -75,6 +91,17 @@ export class PersistentTransfer implements WatchedTransfer {
 
   get failed(): boolean {
     return this.state !== 'armed';
+  }
+
+  /** Where its machine is: registered, armed, replaying, stuck or closed. */
+  get machineState(): PersistentMachineState {
+    return this.actor.getSnapshot().value as PersistentMachineState;
+  }
+
+  /** @internal The watchdog's reading this tick: a start in progress or not. */
+  observed(inProgress: boolean): void {
+    if (inProgress) this.actor.send({ type: 'BUSY' });
+    else if (this.inFlight.size === 0) this.actor.send({ type: 'IDLE' });
   }
 
   /**
@@ -91,7 +118,7 @@ export class PersistentTransfer implements WatchedTransfer {
       else if (this.length > 0) d.memcpyAsync(this.dst, this.src, this.length, stream);
     }
     this.starts++;
-    this.owner.events.onState?.(this, 'replaying');
+    this.actor.send({ type: 'START' });
     if (!d.streamIsCapturing(stream)) {
       // Deregistration waits for eager starts; captured ones are the graph owner's to synchronize.
       const ev = d.eventCreate({ disableTiming: true });
@@ -101,6 +128,7 @@ export class PersistentTransfer implements WatchedTransfer {
         .catch(() => undefined)
         .finally(() => {
           this.inFlight.delete(ev);
+          if (this.inFlight.size === 0) this.actor.send({ type: 'IDLE' });
           try {
             d.eventDestroy(ev);
           } catch {
@@ -127,7 +155,7 @@ export class PersistentTransfer implements WatchedTransfer {
 
   /** @internal The watchdog found this transfer's start stuck. */
   stuck(ms: number): void {
-    this.owner.events.onState?.(this, 'stuck', `${ms} ms`);
+    this.actor.send({ type: 'STUCK' });
     this.fail(
       new PersistentTransferError(
         'SMCUDA_PERSISTENT_STUCK',
@@ -161,7 +189,8 @@ export class PersistentTransfer implements WatchedTransfer {
     const peer = this.peerAwaited();
     this.owner.watchdog.poison(peer !== undefined ? [this.ownAwaited, peer] : [this.ownAwaited]);
     if (tell) this.owner.tellPeer(this.id, this.error.message);
-    this.owner.events.onState?.(this, state, this.error.code);
+    this.actor.send(this.error.code === 'SMCUDA_PERSISTENT_CLOSED' ? { type: 'CLOSE' } : { type: 'FAIL', code: this.error.code });
+    this.actor.stop();
     for (const w of this.failedWaiters.splice(0)) w(this.error);
   }
 
@@ -191,16 +220,17 @@ export class PersistentTransfers {
   private closeReason: Error | undefined;
   readonly peerId: string;
   readonly driver: CudaDriver;
+  readonly tracer: Tracer | undefined;
 
   constructor(
     private readonly ctx: RemoteMemoryContext,
     private readonly registrations: Registrations,
     readonly watchdog: Watchdog,
     private readonly flagSlots: number,
-    readonly events: PersistentEvents = {},
   ) {
     this.peerId = ctx.link.peerId;
     this.driver = ctx.link.driver;
+    this.tracer = ctx.link.tracer;
   }
 
   /** Transfers not closed (failed ones included until closed). */
@@ -230,6 +260,7 @@ export class PersistentTransfers {
     this.ctx.link.sendFrame({ type: FrameType.PT_OFFER, ptId: id, role: role === 'send' ? PtRole.SEND : PtRole.RECV, regId: reg.id, offset, length, flagRegId: this.flagRegId, slot });
     const reserved = { slot };
     this.reserved.add(reserved.slot);
+    const actor = startMachine(this, id, role);
     try {
       const [peer, block] = await Promise.all([this.offerOf(id), flags]);
       if (this.closeReason) throw this.closeReason;
@@ -256,6 +287,7 @@ export class PersistentTransfers {
         this,
         reg,
         peerFlags,
+        actor,
       );
       block.used[slot] = t;
       this.live.set(id, t);
@@ -266,11 +298,13 @@ export class PersistentTransfers {
         for (const r of [reg, block.registration, peerFlags]) r.users.delete(user);
       };
       const early = this.failedEarly.get(id);
+      actor.send({ type: 'MATCHED' });
       if (early !== undefined) t.fail(new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId} failed persistent transfer ${id}: ${early}`), false);
-      this.events.onState?.(t, 'armed');
       return t;
     } catch (err) {
       this.waiting.delete(id);
+      actor.send({ type: 'FAIL', code: (err as { code?: string }).code ?? 'SMCUDA_PERSISTENT_MISMATCH' });
+      actor.stop();
       throw err;
     } finally {
       this.reserved.delete(reserved.slot);

@@ -33,6 +33,8 @@ export interface WatchedTransfer {
   stuckTicks: number;
   /** The watchdog found it stuck: fail it (it poisons the waits itself). */
   stuck(ms: number): void;
+  /** This tick's reading: a start in progress (ARRIVE = 1) or not. */
+  observed?(inProgress: boolean): void;
 }
 
 export interface WatchedBlock {
@@ -148,6 +150,7 @@ export class Watchdog {
           const arrive = view.getBigUint64(at + ARRIVE, true);
           const stamp = view.getBigUint64(at + STAMP, true);
           t.stuckTicks = arrive === 1n && stamp === 1n ? t.stuckTicks + 1 : 0;
+          t.observed?.(arrive === 1n);
           const ms = Math.max(0, t.stuckTicks - 1) * this.tickMs;
           if (ms >= this.timeoutMs) {
             t.stuck(ms);

@@ -5,6 +5,9 @@
  * graphs replay them, the watchdog turns a stuck start into a typed error
  * on both sides, and closing or deregistering fails transfers cleanly.
  */
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
@@ -97,6 +100,29 @@ describe('persistent transfers', () => {
     const moved = (st: ReturnType<typeof p.a.ep.stats>) => Object.values(st.sent).reduce((k, c) => k + c.messages, 0) + Object.values(st.received).reduce((k, c) => k + c.messages, 0);
     expect(moved(p.a.ep.stats()) + moved(p.b.ep.stats())).toBe(0);
     expect(ta.state).toBe('armed');
+  });
+
+  it("follows each transfer's life in its machine, and traces every change of state", async () => {
+    const trace = join(mkdtempSync(join(tmpdir(), 'smcuda-pt-')), 'a.jsonl');
+    pair = await makePair({ a: { trace, persistent: { timeoutMs: 120 } }, b: { persistent: { timeoutMs: 120 } } });
+    const p = pair;
+    const { ta, tb } = await transferPair(p, 128);
+    expect(ta.machineState).toBe('armed');
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    ta.start(sa);
+    expect(ta.machineState).toBe('replaying');
+    tb.start(sb);
+    await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
+    for (let k = 0; k < 100 && ta.machineState !== 'armed'; k++) await new Promise((r) => setTimeout(r, 5));
+    expect(ta.machineState).toBe('armed');
+    ta.start(sa); // a round the receiver never starts: stuck, then closed
+    await ta.whenFailed();
+    expect(ta.machineState).toBe('closed');
+    await p.a.transport.close();
+    const recs = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => r.kind === 'persistent');
+    expect(recs.map((r) => `${r.from}→${r.to}`)).toEqual(['registered→armed', 'armed→replaying', 'replaying→armed', 'armed→replaying', 'replaying→stuck', 'stuck→closed']);
+    expect(recs.at(-1)).toMatchObject({ transfer: ta.id, role: 'send', reason: 'SMCUDA_PERSISTENT_STUCK', peer: 'b' });
   });
 
   it('the receiver starting first waits; the sender never overwrites a round the receiver has not released', async () => {
