@@ -26,7 +26,7 @@
  *   STAMP   (own block)        the watchdog writes 1 every tick; own stream writes 0 when a start finishes
  *
  * Sender start:   [ARRIVE=1, wait READY>=1, READY=0] copy src -> peer dst [peer DONE=1, ARRIVE=0, STAMP=0]
- * Receiver start: [peer READY=1, ARRIVE=1, wait DONE>=1, DONE=0, ARRIVE=0, STAMP=0]
+ * Receiver start: [peer READY=1, ARRIVE=1] [wait DONE>=1, DONE=0, ARRIVE=0, STAMP=0]
  *
  * The receiver announces READY at the start of its round, after whatever
  * its stream did with the previous round's bytes, so the sender never
@@ -90,6 +90,12 @@ export function senderSteps(a: SlotAddress): StartStep[] {
   ];
 }
 
+/**
+ * The receiver's start in two batches: `post` (READY to the peer) and
+ * `wait` (for DONE). `start` queues both; `startGroup` queues every post of
+ * a group before any wait, so one stream can hold both directions of an
+ * exchange without waiting on itself.
+ */
 export function receiverSteps(a: SlotAddress): StartStep[] {
   return [
     {
@@ -97,6 +103,11 @@ export function receiverSteps(a: SlotAddress): StartStep[] {
       ops: [
         { op: 'write64', addr: a.peer + BigInt(READY), value: 1n },
         { op: 'write64', addr: a.own + BigInt(ARRIVE), value: 1n },
+      ],
+    },
+    {
+      kind: 'batch',
+      ops: [
         { op: 'wait64', addr: a.own + BigInt(DONE), value: 1n, condition: 'geq' },
         { op: 'write64', addr: a.own + BigInt(DONE), value: 0n },
         { op: 'write64', addr: a.own + BigInt(ARRIVE), value: 0n },

@@ -110,32 +110,44 @@ export class PersistentTransfer implements WatchedTransfer {
    * captured. Throws the transfer's error once it failed.
    */
   start(stream: StreamHandle): void {
-    assertHandle('stream', stream);
-    if (this.error) throw this.error;
+    startGroup(stream, [this]);
+  }
+
+  /** @internal Queues part of a start: 'post' (a receiver's READY), 'run' (a sender's whole start), 'wait' (a receiver's wait). */
+  queue(stream: StreamHandle, part: 'post' | 'run' | 'wait'): void {
     const d = this.owner.driver;
-    for (const step of this.steps) {
+    const steps = this.role === 'send' ? (part === 'run' ? this.steps : []) : part === 'post' ? [this.steps[0]!] : part === 'wait' ? [this.steps[1]!] : [];
+    for (const step of steps) {
       if (step.kind === 'batch') d.streamBatchMemOp(stream, step.ops);
       else if (this.length > 0) d.memcpyAsync(this.dst, this.src, this.length, stream);
     }
+  }
+
+  /** @internal After its start was queued: counts it, and tracks it until the stream passes it (eager starts only). */
+  queued(stream: StreamHandle, capturing: boolean): void {
+    const d = this.owner.driver;
     this.starts++;
     this.actor.send({ type: 'START' });
-    if (!d.streamIsCapturing(stream)) {
-      // Deregistration waits for eager starts; captured ones are the graph owner's to synchronize.
-      const ev = d.eventCreate({ disableTiming: true });
-      d.eventRecord(ev, stream);
-      this.inFlight.add(ev);
-      d.whenComplete(ev)
-        .catch(() => undefined)
-        .finally(() => {
-          this.inFlight.delete(ev);
-          if (this.inFlight.size === 0) this.actor.send({ type: 'IDLE' });
-          try {
-            d.eventDestroy(ev);
-          } catch {
-            // the driver closed
-          }
-        });
-    }
+    if (capturing) return; // captured: the graph owner synchronizes its replays
+    const ev = d.eventCreate({ disableTiming: true });
+    d.eventRecord(ev, stream);
+    this.inFlight.add(ev);
+    d.whenComplete(ev)
+      .catch(() => undefined)
+      .finally(() => {
+        this.inFlight.delete(ev);
+        if (this.inFlight.size === 0) this.actor.send({ type: 'IDLE' });
+        try {
+          d.eventDestroy(ev);
+        } catch {
+          // the driver closed
+        }
+      });
+  }
+
+  /** @internal */
+  driverOf(): CudaDriver {
+    return this.owner.driver;
   }
 
   /** Throws the transfer's error if it failed (a cheap check for a loop that replays a graph). */
@@ -199,6 +211,25 @@ export class PersistentTransfer implements WatchedTransfer {
     this.fail(reason, true, 'closed');
     this.owner.forget(this);
   }
+}
+
+/**
+ * One round of every transfer in `transfers` on one stream: every
+ * receiver's READY first, then every sender's start, then every receiver's
+ * wait — so a stream (or a graph captured from it) can hold sends and
+ * receives between the same ranks, in any order, without waiting on itself.
+ * Stream operations and cuMemcpyAsync only: it can be captured.
+ */
+export function startGroup(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
+  assertHandle('stream', stream);
+  if (!Array.isArray(transfers)) throw new TypeError('transfers must be an array of persistent transfers');
+  for (const t of transfers) t.check();
+  if (transfers.length === 0) return;
+  const capturing = transfers[0]!.driverOf().streamIsCapturing(stream);
+  for (const t of transfers) t.queue(stream, 'post');
+  for (const t of transfers) t.queue(stream, 'run');
+  for (const t of transfers) t.queue(stream, 'wait');
+  for (const t of transfers) t.queued(stream, capturing);
 }
 
 /** A flag block: SLOT_BYTES per slot, one allocation, registered with the peer. */

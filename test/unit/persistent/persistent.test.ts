@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
 import { PersistentTransferError } from '../../../src/errors.js';
+import { startGroup } from '../../../src/persistent/transfers.js';
 import { deviceWith, makePair, randomBytes, readDevice, type Pair } from '../../helpers/transport-pair.js';
 
 let pair: Pair | undefined;
@@ -175,6 +176,39 @@ describe('persistent transfers', () => {
     for (const [d, e, g] of [[da, ea, ga], [db, eb, gb]] as const) {
       d.graphExecDestroy(e);
       d.graphDestroy(g);
+    }
+  });
+
+  it('both directions on one stream per side, in one captured graph each (startGroup): every replay exchanges both rounds', async () => {
+    pair = await open();
+    const p = pair;
+    const [da, db] = [p.a.driver, p.b.driver];
+    const n = 2048;
+    const aOut = deviceWith(da, randomBytes(n, 1));
+    const aIn = zeros(da, n);
+    const bOut = deviceWith(db, randomBytes(n, 2));
+    const bIn = zeros(db, n);
+    // A registration pairs a sender's source with the receiver's destination: the two sides register in matching order.
+    const [r1a, r1b] = await Promise.all([p.a.ep.register(aOut), p.b.ep.register(bIn)]);
+    const [r2a, r2b] = await Promise.all([p.a.ep.register(aIn), p.b.ep.register(bOut)]);
+    const [a1, b1] = await Promise.all([p.a.ep.persistent(r1a, { role: 'send', length: n }), p.b.ep.persistent(r1b, { role: 'recv', length: n })]);
+    const [a2, b2] = await Promise.all([p.a.ep.persistent(r2a, { role: 'recv', length: n }), p.b.ep.persistent(r2b, { role: 'send', length: n })]);
+    const [ca, cb] = [da.streamCreate(), db.streamCreate()];
+    // Each side lists its transfers in a different order: the grouping, not the order, avoids waiting on itself.
+    da.streamBeginCapture(ca);
+    startGroup(ca, [a2, a1]);
+    const ea = da.graphInstantiate(da.streamEndCapture(ca));
+    db.streamBeginCapture(cb);
+    startGroup(cb, [b2, b1]);
+    const eb = db.graphInstantiate(db.streamEndCapture(cb));
+    for (let k = 0; k < 5; k++) {
+      da.memcpyHtoD(aOut.ptr, randomBytes(n, 10 + k));
+      db.memcpyHtoD(bOut.ptr, randomBytes(n, 20 + k));
+      da.graphLaunch(ea, ca);
+      db.graphLaunch(eb, cb);
+      await Promise.all([settle(da, ca), settle(db, cb)]);
+      expect(Buffer.compare(readDevice(db, bIn), randomBytes(n, 10 + k))).toBe(0);
+      expect(Buffer.compare(readDevice(da, aIn), randomBytes(n, 20 + k))).toBe(0);
     }
   });
 
