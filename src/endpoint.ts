@@ -428,7 +428,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       r.reject(reason);
     }
     this.transfers.close(reason);
-    this.registrations.close(reason);
+    this.registrations.close(reason, this.transfers.graceMs);
     this.ownWatchdog?.close();
     for (const path of this.paths) path.close(reason);
     this.link.close();

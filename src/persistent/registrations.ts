@@ -82,7 +82,11 @@ export class Registration {
   release(): void {
     if (this.state === 'released') return;
     this.state = 'released';
-    this.mapping.release();
+    try {
+      this.mapping.release();
+    } catch {
+      // the driver was closed first: nothing left to unmap
+    }
     this.wake?.();
   }
 }
@@ -181,8 +185,13 @@ export class Registrations {
     this.early.set(frame.regId, frame);
   }
 
-  /** The endpoint closed: pending registrations reject, every mapping is released, users are closed. */
-  close(reason: Error): void {
+  /**
+   * The endpoint closed: pending registrations reject, users are closed, and
+   * every mapping is released — one that users held, once their work in
+   * flight passed and `graceMs` more went by (graph replays already queued
+   * write through it; the host cannot see them).
+   */
+  close(reason: Error, graceMs = 0): void {
     if (this.closeReason) return;
     this.closeReason = reason;
     for (const w of this.waiting.values()) w.reject(reason);
@@ -194,7 +203,11 @@ export class Registrations {
     for (const { reg, users } of regs) {
       // Work already queued may still write through the peer's mapping (its waits were just
       // released): unmap once it has passed, never under it.
-      void Promise.all(users.map((u) => u.quiesce())).finally(() => reg.release());
+      if (users.length === 0) {
+        reg.release();
+        continue;
+      }
+      void Promise.all(users.map((u) => u.quiesce())).finally(() => setTimeout(() => reg.release(), graceMs).unref());
     }
     this.live.clear();
   }

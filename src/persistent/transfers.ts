@@ -264,6 +264,11 @@ export class PersistentTransfers {
     this.tracer = ctx.link.tracer;
   }
 
+  /** How long a closed endpoint keeps its flag block (and the peer's mappings) for replays already queued. */
+  get graceMs(): number {
+    return Math.max(1000, 4 * this.watchdog.timeoutMs);
+  }
+
   /** Transfers not closed (failed ones included until closed). */
   get size(): number {
     return this.live.size;
@@ -381,6 +386,9 @@ export class PersistentTransfers {
     if (this.live.get(t.id) !== t) return;
     this.live.delete(t.id);
     t.onForget?.();
+    // Once the endpoint is closed no slot is reused: a closed transfer's waits stay poisoned
+    // by the watchdog until the block is freed, so replays already queued run through.
+    if (this.closeReason) return;
     void this.flags?.then((b) => {
       if (b.used[t.slot] === t) b.used[t.slot] = undefined;
     });
@@ -406,7 +414,7 @@ export class PersistentTransfers {
         } catch {
           // the driver closed first (it frees everything)
         }
-      }, Math.max(1000, 4 * this.watchdog.timeoutMs)).unref();
+      }, this.graceMs).unref();
     }
   }
 

@@ -253,13 +253,22 @@ describe('persistent transfers', () => {
     pair = await open(10_000);
     const p = pair;
     const { tb } = await transferPair(p, 256);
-    const sb = p.b.driver.streamCreate();
+    const db = p.b.driver;
+    const sb = db.streamCreate();
+    const cap = db.streamCreate();
+    db.streamBeginCapture(cap);
+    tb.start(cap);
+    const exec = db.graphInstantiate(db.streamEndCapture(cap));
     tb.start(sb); // waits for a round the sender will never start
+    db.graphLaunch(exec, sb); // and replays queued behind it
+    db.graphLaunch(exec, sb);
     p.a.ep.close('the sender goes away');
     const err = await tb.whenFailed();
     expect(err).toBeInstanceOf(PersistentTransferError);
     expect(err.code).toBe('SMCUDA_PERSISTENT_CLOSED');
-    await settle(p.b.driver, sb);
+    await settle(db, sb); // released: every queued replay ran through
+    db.graphLaunch(exec, sb); // a replay after the failure runs through too
+    await settle(db, sb);
   });
 
   it('deregistering waits for eager rounds in flight, then closes the transfers on it on both sides', async () => {
