@@ -6,7 +6,7 @@
  * it on the simulator; a GPU test file runs it on the native driver.
  *
  * Cases that need what `gpuDrivenStatus()` says is missing are skipped
- * visibly. The cross-process cases use the ipc-peer fixture (compiled code:
+ * visibly (each with the reason). The cross-process cases use the ipc-peer fixture (compiled code:
  * `npx tsc -p .` first).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -126,8 +126,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         if (!st.streamMemOps || !st.graphs) expect(st.reason).toBeTypeOf('string');
       });
 
-      it('writes 32- and 64-bit words in stream order', async () => {
-        if (!status().streamMemOps) return;
+      it('writes 32- and 64-bit words in stream order', async ({ skip }) => {
+        skip(!status().streamMemOps, 'not offered by this driver (gpuDrivenStatus)');
         d.memsetD8(mem, 0, 64);
         d.memsetD8Async(mem, 0xaa, 16, s);
         d.streamWriteValue32(s, mem, 0x1234_5678);
@@ -138,8 +138,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         expect(read64(d, mem + 8n)).toBe(0xfedc_ba98_7654_3210n);
       });
 
-      it('a 32-bit wait holds the stream and the work behind it until the host writes the word', async () => {
-        if (!status().streamMemOps) return;
+      it('a 32-bit wait holds the stream and the work behind it until the host writes the word', async ({ skip }) => {
+        skip(!status().streamMemOps, 'not offered by this driver (gpuDrivenStatus)');
         const flag = mem;
         const dst = mem + 256n;
         d.memcpyHtoD(flag, word32(0));
@@ -158,8 +158,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
       });
 
       for (const [condition, current, value, satisfied] of CASES_32) {
-        it(`wait32 '${condition}' of ${current.toString(16)} against ${value.toString(16)}: ${satisfied ? 'passes' : 'holds'}`, async () => {
-          if (!status().streamMemOps || (condition === 'nor' && !status().waitValueNor)) return;
+        it(`wait32 '${condition}' of ${current.toString(16)} against ${value.toString(16)}: ${satisfied ? 'passes' : 'holds'}`, async ({ skip }) => {
+          skip(!status().streamMemOps || (condition === 'nor' && !status().waitValueNor), 'not offered by this driver (gpuDrivenStatus)');
           d.memcpyHtoD(mem, word32(current));
           d.streamWaitValue32(s, mem, value, condition);
           d.eventRecord(ev, s);
@@ -174,8 +174,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
       }
 
       for (const [condition, current, value, satisfied] of CASES_64) {
-        it(`wait64 '${condition}' of ${current.toString(16)} against ${value.toString(16)}: ${satisfied ? 'passes' : 'holds'}`, async () => {
-          if (!status().memOps64 || (condition === 'nor' && !status().waitValueNor)) return;
+        it(`wait64 '${condition}' of ${current.toString(16)} against ${value.toString(16)}: ${satisfied ? 'passes' : 'holds'}`, async ({ skip }) => {
+          skip(!status().memOps64 || (condition === 'nor' && !status().waitValueNor), 'not offered by this driver (gpuDrivenStatus)');
           d.memcpyHtoD(mem + 64n, word64(current));
           d.streamWaitValue64(s, mem + 64n, value, condition);
           d.eventRecord(ev, s);
@@ -189,8 +189,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         });
       }
 
-      it('a batch is one stream item: its operations run in order, each wait holding the rest', async () => {
-        if (!status().memOps64) return;
+      it('a batch is one stream item: its operations run in order, each wait holding the rest', async ({ skip }) => {
+        skip(!status().memOps64, 'not offered by this driver (gpuDrivenStatus)');
         const [a, b, c, e] = [mem, mem + 8n, mem + 16n, mem + 24n];
         d.memsetD8(mem, 0, 32);
         d.streamBatchMemOp(s, [
@@ -213,8 +213,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         expect(read64(d, e)).toBe(7n);
       });
 
-      it('one stream signals another: a write on stream A releases a wait on stream B', async () => {
-        if (!status().memOps64) return;
+      it('one stream signals another: a write on stream A releases a wait on stream B', async ({ skip }) => {
+        skip(!status().memOps64, 'not offered by this driver (gpuDrivenStatus)');
         const flag = mem + 128n;
         d.memcpyHtoD(flag, word64(0n));
         const a = d.streamCreate();
@@ -243,8 +243,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         expect(() => d.streamBatchMemOp(s, [{ op: 'add' } as never])).toThrow(TypeError);
       });
 
-      it('a word outside any allocation is a CudaError', () => {
-        if (!status().streamMemOps) return;
+      it('a word outside any allocation is a CudaError', ({ skip }) => {
+        skip(!status().streamMemOps, 'not offered by this driver (gpuDrivenStatus)');
         expectCudaError(() => d.streamWriteValue32(s, mem + (1n << 39n), 1));
       });
     });
@@ -265,19 +265,19 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         if (flagAlloc) d.memFree(flagAlloc);
       });
 
-      it("a stream waiting on a word is released by the other process's stream write through its IPC mapping", async () => {
-        if (!peer) return;
+      it("a stream waiting on a word is released by the other process's stream write through its IPC mapping", async ({ skip }) => {
+        skip(!peer, 'not offered by this driver (gpuDrivenStatus)');
         d.streamWaitValue64(s, flagAlloc, 1n, 'geq');
         d.eventRecord(ev, s);
         expect(await stillHeld(d, ev)).toBe(true);
-        await peer.call('writeValue64', { ptr: remote.toString(), value: '1' });
+        await peer!.call('writeValue64', { ptr: remote.toString(), value: '1' });
         await d.whenComplete(ev);
         expect(read64(d, flagAlloc)).toBe(1n);
       });
 
-      it("the other process's stream waits on its mapping of our word until our stream writes it", async () => {
-        if (!peer) return;
-        const waiting = peer.call('waitValue64', { ptr: (remote + 8n).toString(), value: '9', condition: 'eq' });
+      it("the other process's stream waits on its mapping of our word until our stream writes it", async ({ skip }) => {
+        skip(!peer, 'not offered by this driver (gpuDrivenStatus)');
+        const waiting = peer!.call('waitValue64', { ptr: (remote + 8n).toString(), value: '9', condition: 'eq' });
         let released = false;
         void waiting.then(() => (released = true));
         await sleep(HOLD_MS);
@@ -290,8 +290,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
     });
 
     describe('capture and graphs', () => {
-      it('work queued on a capturing stream is recorded, not run; each launch replays it in order', async () => {
-        if (!status().graphs) return;
+      it('work queued on a capturing stream is recorded, not run; each launch replays it in order', async ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const size = 4096;
         const src = d.memAlloc(size);
         const dst = d.memAlloc(size);
@@ -335,8 +335,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('a captured flag handshake (wait 1, reset 0 in one batch, then signal) replays with no host work but the flag', async () => {
-        if (!status().graphs || !status().memOps64) return;
+      it('a captured flag handshake (wait 1, reset 0 in one batch, then signal) replays with no host work but the flag', async ({ skip }) => {
+        skip(!status().graphs || !status().memOps64, 'not offered by this driver (gpuDrivenStatus)');
         const [ready, done] = [mem + 1024n, mem + 1032n];
         d.memcpyHtoD(ready, word64(0n));
         d.memcpyHtoD(done, word64(0n));
@@ -367,8 +367,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('a stream forked into the capture by an event and joined back is part of the graph', async () => {
-        if (!status().graphs) return;
+      it('a stream forked into the capture by an event and joined back is part of the graph', async ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         const side = d.streamCreate();
         const fork = d.eventCreate({ disableTiming: true });
@@ -402,8 +402,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('a fork that is not joined back fails the capture (UNJOINED)', () => {
-        if (!status().graphs) return;
+      it('a fork that is not joined back fails the capture (UNJOINED)', ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         const side = d.streamCreate();
         const fork = d.eventCreate({ disableTiming: true });
@@ -422,8 +422,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('memcpyBatchAsync cannot be captured: refused, and the capture is invalidated', () => {
-        if (!status().graphs) return;
+      it('memcpyBatchAsync cannot be captured: refused, and the capture is invalidated', ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         try {
           d.streamBeginCapture(cap);
@@ -438,8 +438,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('synchronizing a capturing stream is refused and invalidates the capture', () => {
-        if (!status().graphs) return;
+      it('synchronizing a capturing stream is refused and invalidates the capture', ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         try {
           d.streamBeginCapture(cap);
@@ -450,8 +450,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it("a synchronous copy during a 'global' capture is refused; 'relaxed' allows it", () => {
-        if (!status().graphs) return;
+      it("a synchronous copy during a 'global' capture is refused; 'relaxed' allows it", ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         try {
           d.streamBeginCapture(cap, 'global');
@@ -466,8 +466,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('an event recorded inside a capture cannot be queried (CAPTURED_EVENT)', () => {
-        if (!status().graphs) return;
+      it('an event recorded inside a capture cannot be queried (CAPTURED_EVENT)', ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         const e = d.eventCreate({ disableTiming: true });
         try {
@@ -481,8 +481,8 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
-      it('ending a capture that was not begun is a CudaError; so is capturing a stream twice', () => {
-        if (!status().graphs) return;
+      it('ending a capture that was not begun is a CudaError; so is capturing a stream twice', ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();
         try {
           expectCudaError(() => d.streamEndCapture(cap));
