@@ -15,7 +15,7 @@
  * hanging a stream.
  */
 import { createActor, type Actor } from 'xstate';
-import { persistentMachine, type PersistentMachineState } from '../../machines/persistent.js';
+import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import { assertHandle } from '../cuda/validate.js';
 import { debug } from '../debug.js';
@@ -93,6 +93,11 @@ export class PersistentTransfer implements WatchedTransfer {
     return this.state !== 'armed';
   }
 
+  /** Sends `event` to its machine while it runs (once closed, it hears nothing more). */
+  private tell(event: PersistentMachineEvent): void {
+    if (this.actor.getSnapshot().status === 'active') this.actor.send(event);
+  }
+
   /** Where its machine is: registered, armed, replaying, stuck or closed. */
   get machineState(): PersistentMachineState {
     return this.actor.getSnapshot().value as PersistentMachineState;
@@ -100,8 +105,8 @@ export class PersistentTransfer implements WatchedTransfer {
 
   /** @internal The watchdog's reading this tick: a start in progress or not. */
   observed(inProgress: boolean): void {
-    if (inProgress) this.actor.send({ type: 'BUSY' });
-    else if (this.inFlight.size === 0) this.actor.send({ type: 'IDLE' });
+    if (inProgress) this.tell({ type: 'BUSY' });
+    else if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
   }
 
   /**
@@ -127,7 +132,7 @@ export class PersistentTransfer implements WatchedTransfer {
   queued(stream: StreamHandle, capturing: boolean): void {
     const d = this.owner.driver;
     this.starts++;
-    this.actor.send({ type: 'START' });
+    this.tell({ type: 'START' });
     if (capturing) return; // captured: the graph owner synchronizes its replays
     const ev = d.eventCreate({ disableTiming: true });
     d.eventRecord(ev, stream);
@@ -136,7 +141,7 @@ export class PersistentTransfer implements WatchedTransfer {
       .catch(() => undefined)
       .finally(() => {
         this.inFlight.delete(ev);
-        if (this.inFlight.size === 0) this.actor.send({ type: 'IDLE' });
+        if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
         try {
           d.eventDestroy(ev);
         } catch {
@@ -167,7 +172,7 @@ export class PersistentTransfer implements WatchedTransfer {
 
   /** @internal The watchdog found this transfer's start stuck. */
   stuck(ms: number): void {
-    this.actor.send({ type: 'STUCK' });
+    this.tell({ type: 'STUCK' });
     this.fail(
       new PersistentTransferError(
         'SMCUDA_PERSISTENT_STUCK',
@@ -201,7 +206,7 @@ export class PersistentTransfer implements WatchedTransfer {
     const peer = this.peerAwaited();
     this.owner.watchdog.poison(peer !== undefined ? [this.ownAwaited, peer] : [this.ownAwaited]);
     if (tell) this.owner.tellPeer(this.id, this.error.message);
-    this.actor.send(this.error.code === 'SMCUDA_PERSISTENT_CLOSED' ? { type: 'CLOSE' } : { type: 'FAIL', code: this.error.code });
+    this.tell(this.error.code === 'SMCUDA_PERSISTENT_CLOSED' ? { type: 'CLOSE' } : { type: 'FAIL', code: this.error.code });
     this.actor.stop();
     for (const w of this.failedWaiters.splice(0)) w(this.error);
   }
