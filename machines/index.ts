@@ -32,3 +32,13 @@ export {
   type StateChangeInfo,
   type StateChangeListener,
 } from './negotiator.js';
+export {
+  PERSISTENT_STATES,
+  persistentMachine,
+  type PersistentMachine,
+  type PersistentMachineContext,
+  type PersistentMachineEvent,
+  type PersistentMachineInput,
+  type PersistentMachineState,
+  type PersistentSnapshot,
+} from './persistent.js';

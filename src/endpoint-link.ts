@@ -20,6 +20,7 @@ import type { ResolvedOptions } from './options.js';
 import type { Arrival, PathContext, PendingRecv } from './paths/data-path.js';
 import { PendingSends } from './paths/pending-sends.js';
 import type { ProgressEngine } from './progress/engine.js';
+import type { Watchdog } from './persistent/watchdog.js';
 import type { Tracer } from './trace.js';
 import { SegmentExchange } from './segment-exchange.js';
 import { decodeFrame, decodeFrameType, encodeFrame } from './wire/codec.js';
@@ -37,6 +38,8 @@ export interface EndpointContext {
   tracer?: Tracer;
   /** The transport's progress engine (it polls this endpoint's GPU completions). */
   progress?: ProgressEngine;
+  /** The transport's watchdog over persistent transfers (an endpoint made without one makes its own). */
+  watchdog?: Watchdog;
 }
 
 export class EndpointLink implements PathContext {

@@ -33,9 +33,14 @@ import { MatchQueues } from './matching.js';
 import { createPaths, type Arrival, type DataPath, type PendingRecv, type Received, type RecvOptions, type SendOptions } from './paths/index.js';
 import { abortReason } from './paths/pending-sends.js';
 import { RgetDecoder } from './wire/codec.js';
-import { FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
+import { Feature, FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
+import type { DeviceBuffer } from './buffers.js';
+import type { FdRgetPath } from './paths/fd-rget.js';
+import { Registrations, type Registration } from './persistent/registrations.js';
+import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
+import { Watchdog } from './persistent/watchdog.js';
 
-export type { SendOptions, RecvOptions, Received };
+export type { SendOptions, RecvOptions, Received, Registration, PersistentOptions, PersistentTransfer };
 export type { FlowStats, EndpointContext };
 
 export interface EndpointEvents {
@@ -61,6 +66,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly byKind = {} as Record<PathKind, DataPath>;
   /** Decodes frames; an RGET like the last one is that one with a new tag and seq. */
   private readonly rgets = new RgetDecoder();
+  /** Registered memory and persistent transfers (src/persistent/). */
+  private readonly registrations: Registrations;
+  private readonly transfers: PersistentTransfers;
+  /** A watchdog of its own, when the endpoint was made without the transport's. */
+  private readonly ownWatchdog: Watchdog | undefined;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -109,6 +119,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         },
       });
     }
+    const remote = { link, fd: this.byKind['rget-fd'] as FdRgetPath | undefined };
+    const agreed = ((ctx.local.features ?? 0) & (peer.features ?? 0) & Feature.REGISTER) !== 0;
+    this.registrations = new Registrations(remote, agreed);
+    const watchdog = ctx.watchdog ?? (this.ownWatchdog = new Watchdog(ctx.driver, { timeoutMs: ctx.options.persistent.timeoutMs }));
+    this.transfers = new PersistentTransfers(remote, this.registrations, watchdog, ctx.options.persistent.flagSlots);
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);
   }
@@ -266,6 +281,30 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.link.sendFrame({ type: FrameType.INVALIDATE, deviceUuid: this.link.uuidOf(alloc.device), base: alloc.base, bufferId: alloc.bufferId });
   }
 
+  /**
+   * Registers a device buffer with the peer, which makes the matching call
+   * (both sides call register in the same order, as with NCCL's buffer
+   * registration). Resolves once the peer's buffer is mapped here: the
+   * registration holds both, and stays mapped until both sides called
+   * `deregister()`. Needs a driver with stream memory operations on both
+   * sides (SMCUDA_PERSISTENT_UNSUPPORTED otherwise).
+   */
+  register(buffer: DeviceBuffer): Promise<Registration> {
+    return this.registrations.register(buffer);
+  }
+
+  /**
+   * One side of a persistent transfer over registration `reg`: this side's
+   * registered buffer is the source ('send') or the destination ('recv');
+   * the peer makes the matching call with the other role, the same length,
+   * in the same order. `start(stream)` queues one round as stream operations
+   * only, so it can be captured in a CUDA graph and replayed without host
+   * work; see docs/persistent.md.
+   */
+  persistent(reg: Registration, options: PersistentOptions): Promise<PersistentTransfer> {
+    return this.transfers.create(reg, options);
+  }
+
   /** @internal The transport made the descriptor channel to this peer (docs/protocol.md, "File-descriptor memory"). */
   attachFdChannel(channel: FdChannel): void {
     this.link.attachFd(channel);
@@ -345,6 +384,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       case FrameType.INVALIDATE:
         this.link.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
         return;
+      case FrameType.REG_OFFER:
+      case FrameType.REG_RELEASE:
+        return this.registrations.onFrame(frame);
+      case FrameType.PT_OFFER:
+      case FrameType.PT_FAIL:
+        if (!this.registrations.agreedWithPeer) throw new ProtocolError(`peer ${this.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing REGISTER`, 'SMCUDA_BAD_FRAME');
+        return this.transfers.onFrame(frame);
       case FrameType.CLOSE:
         this.shutdown(null, new PeerLostError(`peer ${this.peerId} closed the endpoint: ${frame.reason}`), true);
         this.channel.close();
@@ -456,6 +502,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       r.cleanup();
       r.reject(reason);
     }
+    this.transfers.close(reason);
+    this.registrations.close(reason, this.transfers.graceMs);
+    this.ownWatchdog?.close();
     for (const path of this.paths) path.close(reason);
     this.link.close();
     this.channel.off('frame', this.onFrame);

@@ -151,3 +151,15 @@ export class ShmSpaceError extends SmcudaError {
     super('SMCUDA_SHM_FULL', message, options);
   }
 }
+
+/**
+ * A registration or a persistent transfer failed (src/persistent/). `code`:
+ * SMCUDA_PERSISTENT_STUCK (a flag did not move within the watchdog's time:
+ * the peer is gone, stopped replaying, or replayed a different number of
+ * rounds), SMCUDA_PERSISTENT_PEER_FAILED (the peer failed its half),
+ * SMCUDA_PERSISTENT_CLOSED (the transfer, its registration or its endpoint
+ * was closed), SMCUDA_PERSISTENT_MISMATCH (the two sides' calls do not
+ * match), SMCUDA_PERSISTENT_UNSUPPORTED (the driver or the peer cannot).
+ * Once failed, a transfer stays failed: create a new one.
+ */
+export class PersistentTransferError extends SmcudaError {}

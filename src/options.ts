@@ -34,6 +34,18 @@ export interface CacheOptions {
   maxBytes?: number;
 }
 
+export interface PersistentOptions {
+  /**
+   * A persistent transfer whose start has not finished within this time
+   * fails on both sides (ms): the watchdog releases the device-side wait and
+   * the transfer reports SMCUDA_PERSISTENT_STUCK. Default 10 000: far above
+   * any round that makes progress, well below a job's patience.
+   */
+  timeoutMs: number;
+  /** Flag slots per endpoint: the most persistent transfers it holds at once. Default 64 (2 KiB of device memory). */
+  flagSlots: number;
+}
+
 export interface TransportOptions {
   /**
    * This transport's id, unique in the job; also the negotiation tie-break.
@@ -48,6 +60,8 @@ export interface TransportOptions {
   negotiation?: Partial<NegotiationOptions>;
   staging?: Partial<StagingOptions>;
   cache?: CacheOptions;
+  /** Persistent, GPU-driven transfers (endpoint.register / endpoint.persistent). */
+  persistent?: Partial<PersistentOptions>;
   /**
    * Per-job secret, at most 256 UTF-8 bytes. It never leaves this process:
    * the handshake proves it by HMAC over fresh nonces, and a peer that
@@ -136,7 +150,10 @@ export interface ResolvedOptions {
   maxUnreadBytes: number;
   maxBufferedBytes: number;
   maxPeerDescriptors: number;
+  persistent: PersistentOptions;
 }
+
+export const DEFAULT_PERSISTENT: PersistentOptions = { timeoutMs: 10_000, flagSlots: 64 };
 
 /** 64 MiB: room for many large host messages in flight (a 1 MiB stream keeps 64 unread), while a peer that never receives cannot grow this process without bound. */
 export const DEFAULT_MAX_UNREAD_BYTES = 64 << 20;
@@ -264,6 +281,9 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   positiveInt('maxBufferedBytes', maxBufferedBytes, 64 << 10);
   const maxPeerDescriptors = o.maxPeerDescriptors ?? DEFAULT_MAX_PEER_DESCRIPTORS;
   positiveInt('maxPeerDescriptors', maxPeerDescriptors, 1);
+  const persistent = { ...DEFAULT_PERSISTENT, ...o.persistent };
+  positiveInt('persistent.timeoutMs', persistent.timeoutMs, 1);
+  positiveInt('persistent.flagSlots', persistent.flagSlots, 1);
   return {
     id,
     device,
@@ -278,5 +298,6 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
     maxUnreadBytes,
     maxBufferedBytes,
     maxPeerDescriptors,
+    persistent,
   };
 }

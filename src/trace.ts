@@ -18,7 +18,7 @@ export interface TraceRecord {
   self: string;
   /** The endpoint's peer id. */
   peer: string;
-  kind: 'frame' | 'state' | 'cache';
+  kind: 'frame' | 'state' | 'cache' | 'persistent';
   [field: string]: unknown;
 }
 
@@ -27,6 +27,8 @@ export interface Tracer {
   frame(peer: string, dir: 'send' | 'recv', frame: Frame, atUs?: number): void;
   state(peer: string, from: string, to: string, info: { tries: number; reason?: string }): void;
   cache(peer: string, event: object): void;
+  /** A persistent transfer's machine (machines/persistent.ts) changed state. */
+  persistent?(peer: string, transfer: number, from: string, to: string, info: { role: string; reason?: string }): void;
   close(): void;
 }
 
@@ -107,6 +109,10 @@ export class FileTracer implements Tracer {
 
   cache(peer: string, event: object): void {
     this.write(peer, 'cache', { ...event });
+  }
+
+  persistent(peer: string, transfer: number, from: string, to: string, info: { role: string; reason?: string }): void {
+    this.write(peer, 'persistent', { transfer, from, to, ...info });
   }
 
   close(): void {

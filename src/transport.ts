@@ -23,6 +23,7 @@
 import { EventEmitter } from 'node:events';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
+import { Watchdog } from './persistent/watchdog.js';
 import { ProgressEngine } from './progress/engine.js';
 import { envTracePath } from './env.js';
 import { clearStaleSocket, connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
@@ -116,6 +117,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly exports: ExportTable;
   /** Polls the endpoints' control rings and GPU completions (src/progress/engine.ts). */
   private readonly progress: ProgressEngine;
+  /** Watches the flags of every persistent transfer of this transport's endpoints (src/persistent/watchdog.ts). */
+  private readonly watchdog: Watchdog;
   private closed = false;
 
   private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions, fileTracer: FileTracer | undefined) {
@@ -130,6 +133,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.channelOptions = { handshakeFrameBytes: MAX_HANDSHAKE_FRAME_BYTES, frameTimeoutMs: create.frameTimeoutMs };
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
+    this.watchdog = new Watchdog(driver, { timeoutMs: opts.persistent.timeoutMs });
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
   }
@@ -348,7 +352,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         const ring = (both & Feature.RING) !== 0 && (both & Feature.DESCRIPTORS) !== 0;
         const epChannel = ring ? new ShmChannel(channel, { progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress }, hello);
+        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress, watchdog: this.watchdog }, hello);
         this.endpointsByPeer.set(hello.peerId, ep);
         debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
         ep.once('close', () => {
@@ -431,13 +435,15 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.tracer?.close();
     await this.inspector?.close();
     this.progress.stop();
+    this.watchdog.close();
     if (this.ownsDriver) this.driver.close();
   }
 
   /** `descriptors`: this connection has (or will have) a descriptor channel. */
   private features(descriptors: boolean): number {
-    if (!descriptors) return Feature.FINS;
-    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS | Feature.DESCRIPTORS | (this.fdCapable() ? Feature.FD_MEMORY : 0);
+    const register = this.registerCapable() ? Feature.REGISTER : 0;
+    if (!descriptors) return Feature.FINS | register;
+    return (this.opts.controlRing ? Feature.RING : 0) | Feature.FINS | Feature.DESCRIPTORS | (this.fdCapable() ? Feature.FD_MEMORY : 0) | register;
   }
 
   /** Whether the addon can make sealed segments and pass descriptors (then listen/connect make a descriptor channel). */
@@ -459,6 +465,16 @@ export class Transport extends EventEmitter<TransportEvents> {
     return (this.fdMemory ??= this.driver.status().fdMemory === true);
   }
   private fdMemory: boolean | undefined;
+
+  /** Whether this driver runs the stream memory operations persistent transfers are made of (then HELLO announces REGISTER). */
+  private registerCapable(): boolean {
+    if (this.register === undefined) {
+      const st = this.driver.gpuDrivenStatus();
+      this.register = st.streamMemOps && st.memOps64;
+    }
+    return this.register;
+  }
+  private register: boolean | undefined;
 
   /** This process's HELLO as the endpoint keeps it (the nonce is the handshake's business). */
   private hello(descriptors: boolean): HelloFrame {

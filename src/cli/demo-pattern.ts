@@ -49,3 +49,6 @@ export function checksum(bytes: Uint8Array): number {
   for (let i = 0; i < bytes.length; i++) s = (s * 31 + bytes[i]!) >>> 0;
   return s;
 }
+
+/** `smcuda demo --graph`: replays checked with fresh data each (the back-to-back ones are checked once, at the end). */
+export const GRAPH_SAMPLED_REPLAYS = 3;

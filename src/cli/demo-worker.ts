@@ -8,6 +8,10 @@
  *   ready (listening: rank, runtime, driver, device)
  *   → `connect` (to every lower rank, until every peer is there; answers its MemoryReport)
  *   → `phase` { phase, sizeIndex } (answers its PhaseResult), once per phase and size
+ *   → `graph` { replays, size } instead of the phases (`smcuda demo --graph`):
+ *     registers a buffer pair with every peer, makes a persistent transfer
+ *     each way, captures every one of them in one CUDA graph, replays it
+ *     (answers its GraphResult)
  *   → `report` (answers its endpoints' stats)
  *   → `exit` (closes the transport, frees its memory; the parent sends it only
  *     once every rank has reported, since a peer closing first would turn our
@@ -22,9 +26,10 @@ import type { CudaDriver } from '../cuda/driver.js';
 import { allocDemoMemory, type DemoBuffer, type DemoMemory, type MemoryOption } from './demo-memory.js';
 import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
+import { startGroup } from '../persistent/transfers.js';
 import { Transport } from '../transport.js';
 import { currentRuntime } from './runtimes.js';
-import { checkPattern, fillPattern, seedOf } from './demo-pattern.js';
+import { checkPattern, fillPattern, GRAPH_SAMPLED_REPLAYS, seedOf } from './demo-pattern.js';
 import { serveRequests, WorkerFailedError, workerConfig } from './worker-protocol.js';
 
 export interface WorkerConfig {
@@ -53,6 +58,23 @@ export interface PhaseResult {
   mismatches: string[];
 }
 
+/** One rank's part of `smcuda demo --graph`. */
+export interface GraphResult {
+  rank: number;
+  /** The transfers were captured into one graph. */
+  captured: boolean;
+  /** Replays launched back to back, then the sampled replays (each with fresh data, checked). */
+  replays: number;
+  sampled: number;
+  /** Host time to launch one replay of the graph (the back-to-back run), µs. */
+  hostUsPerReplay: number;
+  /** Wall time of the back-to-back replays, until the stream finished them (s). */
+  seconds: number;
+  transfers: number;
+  mismatches: string[];
+}
+
+
 /** What the rank's buffers are, as the driver sees them: for the report's memory section. */
 export interface MemoryReport {
   rank: number;
@@ -79,6 +101,7 @@ const config = workerConfig<WorkerConfig>('SMCUDA_DEMO', 'smcuda demo');
 interface Commands {
   connect(): Promise<MemoryReport>;
   phase(args: { phase: Phase; sizeIndex: number }): Promise<PhaseResult>;
+  graph(args: { replays: number; size: number }): Promise<GraphResult>;
   report(): DemoReportEndpoint[];
 }
 export type DemoReportEndpoint = Record<string, unknown> & { rank: number; peer: number };
@@ -146,6 +169,10 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
       } catch (err) {
         throw withHint(err, cfg.memory);
       }
+    },
+    async graph({ replays, size }) {
+      if (!buffers) throw new WorkerFailedError('graph before connect: the parent sends connect first');
+      return runGraph(cfg, driver, peers, buffers, host, scratch, replays, size);
     },
     report() {
       return [...peers.entries()].sort((a, b) => a[0] - b[0]).map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
@@ -247,6 +274,103 @@ async function runPhase(
     }
   }
   return result;
+}
+
+/**
+ * `--graph`: with every peer, two registrations (each pairs one side's
+ * source with the other's destination: the lower rank registers its send
+ * buffer first, the higher its receive buffer) and a persistent transfer
+ * each way; all of them captured in one graph (startGroup), replayed
+ * `replays` times back to back — host time per replay is the launch loop —
+ * then GRAPH_SAMPLED_REPLAYS more, each with fresh data, every byte checked.
+ */
+async function runGraph(
+  cfg: WorkerConfig,
+  driver: CudaDriver,
+  peers: Map<number, Endpoint>,
+  buffers: Buffers,
+  host: Uint8Array,
+  scratch: Uint8Array,
+  replays: number,
+  size: number,
+): Promise<GraphResult> {
+  const me = cfg.rank;
+  const order = [...peers.keys()].sort((a, b) => a - b);
+  const made = await Promise.all(
+    order.map(async (peer) => {
+      const ep = peers.get(peer)!;
+      const low = me < peer;
+      const send = buffers.send.get(peer)!.view(size);
+      const recv = buffers.recv.get(peer)!.view(size);
+      const first = await ep.register(low ? send : recv);
+      const second = await ep.register(low ? recv : send);
+      const t1 = await ep.persistent(first, { role: low ? 'send' : 'recv', length: size });
+      const t2 = await ep.persistent(second, { role: low ? 'recv' : 'send', length: size });
+      return { peer, ep, regs: [first, second], transfers: [t1, t2] };
+    }),
+  );
+  const all = made.flatMap((m) => m.transfers);
+  const fill = (iter: number) => {
+    for (const peer of order) {
+      const view = host.subarray(0, size);
+      fillPattern(view, seedOf(3, 0, iter, me, peer));
+      driver.memcpyHtoD(buffers.send.get(peer)!.view(size).ptr, view);
+    }
+    driver.streamSynchronize(0n);
+  };
+  const check = (iter: number, mismatches: string[]) => {
+    for (const peer of order) {
+      const got = host.subarray(0, size);
+      driver.memcpyDtoH(got, buffers.recv.get(peer)!.view(size).ptr);
+      const bad = checkPattern(got, seedOf(3, 0, iter, peer, me), scratch);
+      if (bad >= 0) mismatches.push(`graph replay ${iter} from rank${peer}: byte ${bad} differs`);
+    }
+  };
+  const stream = driver.streamCreate();
+  const capture = driver.streamCreate();
+  const done = driver.eventCreate({ disableTiming: true });
+  const settle = async () => {
+    driver.eventRecord(done, stream);
+    await driver.whenComplete(done);
+  };
+  const mismatches: string[] = [];
+  let hostUs = 0;
+  let seconds = 0;
+  try {
+    driver.streamBeginCapture(capture);
+    startGroup(capture, all);
+    const graph = driver.streamEndCapture(capture);
+    const exec = driver.graphInstantiate(graph);
+    try {
+      fill(0);
+      await barrier(peers);
+      const t0 = performance.now();
+      for (let k = 0; k < replays; k++) driver.graphLaunch(exec, stream);
+      hostUs = ((performance.now() - t0) * 1000) / Math.max(1, replays);
+      await settle();
+      seconds = (performance.now() - t0) / 1000;
+      check(0, mismatches);
+      for (let iter = 1; iter <= GRAPH_SAMPLED_REPLAYS; iter++) {
+        await barrier(peers); // every rank checked the previous replay before any overwrites its source
+        fill(iter);
+        driver.graphLaunch(exec, stream);
+        await settle();
+        check(iter, mismatches);
+      }
+      for (const t of all) t.check();
+    } finally {
+      driver.graphExecDestroy(exec);
+      driver.graphDestroy(graph);
+    }
+    await barrier(peers);
+    await Promise.all(all.map((t) => t.close()));
+    await Promise.all(made.flatMap((m) => m.regs.map((r) => r.deregister())));
+  } finally {
+    driver.eventDestroy(done);
+    driver.streamDestroy(capture);
+    driver.streamDestroy(stream);
+  }
+  return { rank: me, captured: true, replays: replays + GRAPH_SAMPLED_REPLAYS, sampled: GRAPH_SAMPLED_REPLAYS, hostUsPerReplay: hostUs, seconds, transfers: all.length, mismatches };
 }
 
 /** Tag reserved for the demo's barrier (outside the phases' tags). */

@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes, gbps, parseSize, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
-import type { DemoReportEndpoint, DemoWorkerReady, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
+import type { DemoReportEndpoint, DemoWorkerReady, GraphResult, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
+import { GRAPH_SAMPLED_REPLAYS } from './demo-pattern.js';
 import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
@@ -42,6 +43,13 @@ Without a GPU it runs on the simulated driver and says so.
   --runtime LIST        node | bun | deno, comma-separated: rank i runs under the
                         i-th, round robin (default node); bun and deno are found
                         on PATH or in node_modules/.bin (npm install bun deno)
+  --graph               instead of the ring and all-to-all: every pair of ranks registers
+                        buffers and makes a persistent transfer each way; each rank captures
+                        all of its transfers in one CUDA graph and replays it --replays times
+                        back to back (host time per replay measured), then ${GRAPH_SAMPLED_REPLAYS} more
+                        with fresh data, every byte checked (message size: the largest of
+                        --sizes, default 1M here)
+  --replays K           graph replays (default 100)
   --trace FILE          append a JSON-lines trace of every frame and transition
   --timeout SECONDS     give up after this long (default 600)
   --json                print one JSON object (below) instead of tables
@@ -57,6 +65,7 @@ JSON output: { driver: { kind, reason }, ranks, sizes, iters, ipc, mps,
   phases: [{ phase: 'ring'|'alltoall', size, messages, bytes, seconds, gbPerSecond }],
   endpoints: [{ rank, peer, negotiation: { state, path, tries, reason?, settleMs? },
                 sent/received: { eager|rget|staging: { messages, bytes } }, cache: {...} }],
+  graph?: { captured, replays, sampled, size, transfers, hostUsPerReplay, seconds } (--graph),
   verified: boolean, mismatches: string[], durationMs }`;
 
 export interface DemoOptions {
@@ -71,12 +80,16 @@ export interface DemoOptions {
   timeoutMs: number;
   /** Rank i runs under runtimes[i % runtimes.length] (default: node). */
   runtimes?: RuntimeCommand[];
+  /** `--graph`: persistent transfers captured in a graph, replayed this many times (instead of the phases). */
+  graph?: { replays: number };
 }
 
 export async function runDemo(argv: string[]): Promise<number> {
   const a = parse(argv, {
     ranks: { type: 'string', default: '2' },
-    sizes: { type: 'string', default: DEFAULT_SIZES },
+    sizes: { type: 'string' },
+    graph: { type: 'boolean', default: false },
+    replays: { type: 'string', default: '100' },
     iters: { type: 'string', default: '3' },
     driver: { type: 'string', default: 'auto' },
     ipc: { type: 'string', default: 'on' },
@@ -100,7 +113,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   if (!isMemoryOption(a.memory!)) throw new UsageError(`--memory must be one of ${MEMORY_OPTIONS.join(', ')}, got ${a.memory}`);
   let sizes: number[];
   try {
-    sizes = a.sizes!.split(',').map(parseSize);
+    sizes = (a.sizes ?? (a.graph ? '1M' : DEFAULT_SIZES)).split(',').map(parseSize);
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -109,7 +122,10 @@ export async function runDemo(argv: string[]): Promise<number> {
   const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
-  const opts: DemoOptions = { ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', memory: a.memory, timeoutMs: timeout * 1000, runtimes, ...(a.trace ? { trace: a.trace } : {}) };
+  const replays = Number(a.replays);
+  if (!Number.isInteger(replays) || replays < 1) throw new UsageError(`--replays must be a positive integer, got ${a.replays}`);
+  if (a.graph && Math.max(...sizes) === 0) throw new UsageError('--graph needs a message size above 0 (--sizes)');
+  const opts: DemoOptions = { ...(a.graph ? { graph: { replays } } : {}), ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', memory: a.memory, timeoutMs: timeout * 1000, runtimes, ...(a.trace ? { trace: a.trace } : {}) };
 
   const progress = a.json ? () => {} : (line: string) => console.log(line);
   const report = await demo(opts, progress);
@@ -134,6 +150,8 @@ export interface DemoReport {
   devices: { rank: number; runtime: string; index: number; name: string; uuid: string }[];
   phases: { phase: Phase; size: number; messages: number; bytes: number; seconds: number; gbPerSecond: number }[];
   endpoints: DemoReportEndpoint[];
+  /** `--graph`: what the graph did (host time per replay is the slowest rank's). */
+  graph?: { captured: boolean; replays: number; sampled: number; size: number; transfers: number; hostUsPerReplay: number; seconds: number };
   verified: boolean;
   mismatches: string[];
   durationMs: number;
@@ -188,7 +206,25 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
 
     const phases: DemoReport['phases'] = [];
     const mismatches: string[] = [];
-    for (const phase of ['ring', 'alltoall'] as Phase[]) {
+    let graph: DemoReport['graph'];
+    if (opts.graph) {
+      const size = Math.max(...opts.sizes);
+      const results = await everyRank<GraphResult>('graph', { replays: opts.graph.replays, size });
+      for (const r of results) mismatches.push(...r.mismatches);
+      graph = {
+        captured: results.every((r) => r.captured),
+        replays: results[0]!.replays,
+        sampled: results[0]!.sampled,
+        size,
+        transfers: results.reduce((k, r) => k + r.transfers, 0) / 2, // each transfer has a half on two ranks
+        hostUsPerReplay: Math.max(...results.map((r) => r.hostUsPerReplay)),
+        seconds: Math.max(...results.map((r) => r.seconds)),
+      };
+      progress(
+        `  graph    ${formatBytes(size).padStart(8)}  ${graph.transfers} persistent transfers captured, ${graph.replays} replays (${graph.sampled} with fresh data, checked): ${graph.hostUsPerReplay.toFixed(1)} µs of host time per replay${results.some((r) => r.mismatches.length) ? '  MISMATCH' : ''}`,
+      );
+    }
+    for (const phase of (opts.graph ? [] : ['ring', 'alltoall']) as Phase[]) {
       for (let sizeIndex = 0; sizeIndex < opts.sizes.length; sizeIndex++) {
         const results = await everyRank<PhaseResult>('phase', { phase, sizeIndex });
         const bytes = results.reduce((s, r) => s + r.bytesReceived, 0);
@@ -225,6 +261,7 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
       devices: hello.map((h) => ({ rank: h.rank, runtime: h.runtime, ...h.device })),
       phases,
       endpoints,
+      ...(graph ? { graph } : {}),
       verified: mismatches.length === 0,
       mismatches,
       durationMs: performance.now() - started,
@@ -263,9 +300,15 @@ function render(r: DemoReport): string {
   }
   lines.push(table(rows).replace(/^/gm, '  '));
   lines.push('');
-  lines.push(memoryLine(r));
+  if (!r.graph) lines.push(memoryLine(r), '');
   const total = r.phases.reduce((s, p) => s + p.messages, 0);
-  lines.push('');
+  if (r.graph) {
+    const g = r.graph;
+    lines.push(`graph: ${g.transfers} persistent transfers of ${formatBytes(g.size)} captured, ${g.replays} replays, ${g.hostUsPerReplay.toFixed(1)} µs host time per replay`);
+    if (r.verified) lines.push(`verified: the last of the back-to-back replays and ${g.sampled} replays with fresh data, byte-exact (${(r.durationMs / 1000).toFixed(1)} s)`);
+    else lines.push(`NOT verified: ${r.mismatches.length} mismatches\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
+    return lines.join('\n');
+  }
   if (r.verified) lines.push(`verified: all ${total} messages byte-exact (${(r.durationMs / 1000).toFixed(1)} s)`);
   else lines.push(`NOT verified: ${r.mismatches.length} mismatches\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
   return lines.join('\n');

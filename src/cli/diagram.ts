@@ -16,7 +16,8 @@ Draws each protocol state machine from its XState definition: every state
 (always) branches, the outcomes of invoked checks (done, failed) and 'after'
 timeouts — labelled "trigger [condition] / frames sent".
 
-  --machine NAME        one machine (default: all): ${MACHINES.map((m) => m.name).join(', ')}
+  --machine NAME        one machine: ${MACHINES.map((m) => m.name).join(', ')} (default: all with --out or --json,
+                        else the first, ${MACHINES[0]!.name})
   --format LIST         mermaid | dot | svg, or several comma-separated (default mermaid)
                         svg is rendered by Mermaid in headless Chromium
                         (/usr/bin/chromium or $SMCUDA_CHROMIUM; exits 1 where none is installed)
@@ -47,6 +48,8 @@ export async function runDiagram(argv: string[]): Promise<number> {
     const m = findMachine(a.machine);
     if (!m) throw new UsageError(`no machine '${a.machine}'; there are: ${MACHINES.map((x) => x.name).join(', ')}`);
     machines = [m];
+  } else if (a.out === undefined && !a.json) {
+    machines = [MACHINES[0]!]; // to stdout, one picture: the negotiation, as before there were others
   }
   const formats = [...new Set(a.format!.split(',').map((f) => f.trim()))] as DiagramFormat[];
   for (const f of formats) {

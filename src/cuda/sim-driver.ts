@@ -33,7 +33,11 @@ import { AddonLoadError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import { notSupported } from './not-supported.js';
 import type {
+  CaptureMode,
+  GraphExecHandle,
+  GraphHandle,
   ModuleLoadInfo,
+  StreamMemOp,
   AddressRange,
   CudaDriver,
   DeviceInfo,
@@ -56,6 +60,7 @@ import type {
   PointerAttributes,
   SharedSegment,
   StreamHandle,
+  WaitCondition,
 } from './driver.js';
 import type { NativeFdPassing, NativeHostMapping, NativeShm } from './native-addon.js';
 import { resolveSimWorld, type SimDevice, type SimFaults, type SimOptions, type SimWorld } from './sim/config.js';
@@ -69,7 +74,10 @@ import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { mulberry32, shuffle } from './sim/prng.js';
 import { cudaError } from './sim/result-codes.js';
-import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
+import { Scheduler, sleepSync, type SimStream, type WaitItem } from './sim/streams.js';
+import { Capture, freshItem, GraphTable, SimGraph } from './sim/capture.js';
+import { memOpBatch, type ResolvedMemOp } from './sim/mem-ops.js';
+import { assertCaptureMode, assertWaitCondition, assertMemOps, assertU32, assertU64, assertWordAddress } from './validate-gpu-driven.js';
 import {
   assertByte,
   assertBytes,
@@ -120,6 +128,9 @@ export class SimulatedCudaDriver implements CudaDriver {
   private readonly visibleDevices: SimDevice[];
   private memory: SimMemory | undefined;
   private readonly scheduler = new Scheduler();
+  private readonly graphs = new GraphTable();
+  /** Captures in progress (sync calls are refused while one in 'global' or 'thread-local' mode is). */
+  private readonly captures = new Set<Capture>();
   private readonly events = new Map<EventHandle, SimEvent>();
   private nextEvent = 0xe000n;
   private readonly hostRegistrations = new WeakMap<ArrayBufferLike, Array<[number, number]>>();
@@ -276,6 +287,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   memAlloc(bytes: number): DevicePtr {
     assertSize('bytes', bytes);
     const mem = this.requireContext('cuMemAlloc');
+    this.refuseDuringCapture('cuMemAlloc');
     if (bytes === 0) throw cudaError('cuMemAlloc', 'CUDA_ERROR_INVALID_VALUE', 'cannot allocate 0 bytes');
     const a = mem.alloc(this.current, bytes);
     this.ensureExitHook();
@@ -285,6 +297,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   memFree(ptr: DevicePtr): void {
     assertPtr('ptr', ptr);
     const mem = this.requireContext('cuMemFree');
+    this.refuseDuringCapture('cuMemFree');
     const a = mem.find(ptr);
     if (a && !a.opened && a.ptr === ptr) this.scheduler.drainTouching(a); // cuMemFree waits for work using the memory
     mem.free(ptr);
@@ -367,6 +380,9 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertCopyBatch(dsts, srcs, sizes, count);
     assertHandle('stream', stream);
     const mem = this.requireContext('cuMemcpyBatchAsync');
+    const bs = this.scheduler.get(stream, 'cuMemcpyBatchAsync');
+    // CUDA cannot capture a batch copy and drops it silently (rmm#2518): refuse it loudly.
+    if (bs.capture) throw bs.capture.refuse('cuMemcpyBatchAsync', 'a batch copy cannot be captured into a graph (CUDA would drop it silently); use memcpyAsync under capture');
     // Every copy is checked before any is queued, as the driver refuses a bad batch whole.
     const copies = [];
     for (let k = 0; k < count; k++) {
@@ -568,7 +584,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('pool', pool);
     assertHandle('stream', stream);
     const fd = this.requireFd('cuMemAllocFromPoolAsync');
-    this.scheduler.get(stream, 'cuMemAllocFromPoolAsync');
+    const ps = this.scheduler.get(stream, 'cuMemAllocFromPoolAsync');
+    if (ps.capture) throw ps.capture.refuse('cuMemAllocFromPoolAsync', 'the simulator does not capture stream-ordered allocation (allocate before the capture)');
     if (bytes === 0) throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', 'cannot allocate 0 bytes');
     const p = fd.pool(pool, 'cuMemAllocFromPoolAsync', false);
     if (p.device !== this.current) throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', `the pool is on device ${p.device}, the current device is ${this.current}`);
@@ -579,6 +596,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     assertHandle('stream', stream);
     const fd = this.requireFd('cuMemFreeAsync');
+    const fs = this.scheduler.get(stream, 'cuMemFreeAsync');
+    if (fs.capture) throw fs.capture.refuse('cuMemFreeAsync', 'the simulator does not capture stream-ordered frees (free after the capture)');
     const r = fd.find(ptr);
     if (!r || r.kind !== 'pool' || r.base !== ptr) {
       throw cudaError('cuMemFreeAsync', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not an allocation from memAllocFromPoolAsync (freed already?)`);
@@ -706,6 +725,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('stream', stream);
     this.requireContext('cuStreamSynchronize');
     const s = this.scheduler.get(stream, 'cuStreamSynchronize');
+    if (s.capture) throw s.capture.refuse('cuStreamSynchronize', 'a capturing stream cannot be synchronized (its work is recorded, not run)');
     this.scheduler.drain(s);
     const err = s.error;
     s.error = undefined;
@@ -718,17 +738,24 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.requireContext('cuStreamWaitEvent');
     const s = this.scheduler.get(stream, 'cuStreamWaitEvent');
     const ev = this.event(event, 'cuStreamWaitEvent');
+    const mark = ev.captureMark;
+    if (mark && this.captures.has(mark.capture)) {
+      this.joinCapture(s, mark);
+      return;
+    }
     const target = ev.recorded; // the latest record at the time of the call, as CUDA does
-    if (ev.isDone(target)) return;
-    const recordStream = ev.recordStream;
-    this.scheduler.enqueue(s, {
+    const waitFor = (gen: number): WaitItem => ({
       kind: 'wait',
       remote: ev.remote,
-      ready: () => ev.isDone(target),
+      ready: () => ev.isDone(gen),
       advance: () => {
-        if (!ev.remote && recordStream) this.scheduler.drain(recordStream, () => ev.isDone(target));
+        if (!ev.remote && ev.recordStream) this.scheduler.drain(ev.recordStream, () => ev.isDone(gen));
       },
+      // A replay waits for the record that is latest when the graph is launched (an external event wait node).
+      fresh: () => waitFor(ev.recorded),
     });
+    if (!s.capture && ev.isDone(target)) return;
+    this.scheduler.enqueue(s, waitFor(target));
   }
 
   eventCreate(options: EventOptions = {}): EventHandle {
@@ -776,6 +803,12 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.requireContext('cuEventRecord');
     const ev = this.event(event, 'cuEventRecord');
     const s = this.scheduler.get(stream, 'cuEventRecord');
+    if (s.capture) {
+      // Inside a capture a record marks a point of the graph for other streams to fork from or join (no node).
+      ev.captureMark = { capture: s.capture, stream: s, count: s.capture.countOn(s) };
+      return;
+    }
+    ev.captureMark = undefined;
     const gen = ev.beginRecord();
     ev.recordStream = s;
     this.scheduler.enqueue(s, {
@@ -794,6 +827,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('event', event);
     this.requireContext('cuEventQuery');
     const ev = this.event(event, 'cuEventQuery');
+    this.refuseCapturedEvent(ev, 'cuEventQuery');
     const target = ev.recorded;
     if (!ev.isDone(target) && !ev.remote && ev.recordStream) this.scheduler.advance(ev.recordStream, () => ev.isDone(target));
     if (ev.error) throw ev.error;
@@ -805,6 +839,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('event', event);
     this.requireContext('cuEventSynchronize');
     const ev = this.event(event, 'cuEventSynchronize');
+    this.refuseCapturedEvent(ev, 'cuEventSynchronize');
     const target = ev.recorded;
     if (!ev.isDone(target)) {
       if (!ev.remote && ev.recordStream) this.scheduler.drain(ev.recordStream, () => ev.isDone(target));
@@ -836,6 +871,7 @@ export class SimulatedCudaDriver implements CudaDriver {
       assertHandle('event', event);
       this.requireContext('cuEventQuery');
       const ev = this.event(event, 'cuEventQuery');
+      this.refuseCapturedEvent(ev, 'cuEventQuery');
       const target = ev.recorded;
       ev.waiters++;
       return this.scheduler
@@ -871,22 +907,115 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   /** Frees and unlinks everything this instance made, unmaps what it opened, stops its timers. */
 
-  // -- GPU-driven work: placeholders until each driver implements them ----------
+  // -- GPU-driven work -------------------------------------------------------------------------
+
   gpuDrivenStatus() {
-    return { streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason: 'not implemented by this driver yet' };
+    return { streamMemOps: true, waitValueNor: true, memOps64: true, graphs: true, modules: false, reason: 'the simulator does not run kernels yet' };
   }
-  streamWaitValue32(): void { throw notSupported('cuStreamWaitValue32_v2'); }
-  streamWaitValue64(): void { throw notSupported('cuStreamWaitValue64_v2'); }
-  streamWriteValue32(): void { throw notSupported('cuStreamWriteValue32_v2'); }
-  streamWriteValue64(): void { throw notSupported('cuStreamWriteValue64_v2'); }
-  streamBatchMemOp(): void { throw notSupported('cuStreamBatchMemOp_v2'); }
-  streamBeginCapture(): void { throw notSupported('cuStreamBeginCapture_v2'); }
-  streamEndCapture(): bigint { throw notSupported('cuStreamEndCapture'); }
-  streamIsCapturing(): boolean { return false; }
-  graphInstantiate(): bigint { throw notSupported('cuGraphInstantiateWithFlags'); }
-  graphLaunch(): void { throw notSupported('cuGraphLaunch'); }
-  graphExecDestroy(): void { throw notSupported('cuGraphExecDestroy'); }
-  graphDestroy(): void { throw notSupported('cuGraphDestroy'); }
+
+  streamWaitValue32(stream: StreamHandle, addr: DevicePtr, value: number, condition: WaitCondition): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 4);
+    assertU32('value', value);
+    assertWaitCondition('condition', condition);
+    this.memOps('cuStreamWaitValue32_v2', stream, [{ op: 'wait32', addr, value, condition }]);
+  }
+
+  streamWaitValue64(stream: StreamHandle, addr: DevicePtr, value: bigint, condition: WaitCondition): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 8);
+    assertU64('value', value);
+    assertWaitCondition('condition', condition);
+    this.memOps('cuStreamWaitValue64_v2', stream, [{ op: 'wait64', addr, value, condition }]);
+  }
+
+  streamWriteValue32(stream: StreamHandle, addr: DevicePtr, value: number): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 4);
+    assertU32('value', value);
+    this.memOps('cuStreamWriteValue32_v2', stream, [{ op: 'write32', addr, value }]);
+  }
+
+  streamWriteValue64(stream: StreamHandle, addr: DevicePtr, value: bigint): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 8);
+    assertU64('value', value);
+    this.memOps('cuStreamWriteValue64_v2', stream, [{ op: 'write64', addr, value }]);
+  }
+
+  streamBatchMemOp(stream: StreamHandle, ops: readonly StreamMemOp[]): void {
+    assertHandle('stream', stream);
+    assertMemOps('ops', ops);
+    this.memOps('cuStreamBatchMemOp_v2', stream, ops);
+  }
+
+  streamBeginCapture(stream: StreamHandle, mode: CaptureMode = 'global'): void {
+    assertHandle('stream', stream);
+    assertCaptureMode('mode', mode);
+    this.requireContext('cuStreamBeginCapture_v2');
+    const s = this.scheduler.get(stream, 'cuStreamBeginCapture_v2');
+    if (stream === 0n) throw cudaError('cuStreamBeginCapture_v2', 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED', 'the legacy default stream cannot be captured: capture a stream from streamCreate');
+    if (s.capture) throw cudaError('cuStreamBeginCapture_v2', 'CUDA_ERROR_ILLEGAL_STATE', 'the stream is already capturing');
+    const c = new Capture(s, mode);
+    s.capture = c;
+    this.captures.add(c);
+  }
+
+  streamEndCapture(stream: StreamHandle): GraphHandle {
+    assertHandle('stream', stream);
+    this.requireContext('cuStreamEndCapture');
+    const s = this.scheduler.get(stream, 'cuStreamEndCapture');
+    const c = s.capture;
+    if (!c) throw cudaError('cuStreamEndCapture', 'CUDA_ERROR_ILLEGAL_STATE', 'the stream is not capturing');
+    if (c.origin !== s) throw cudaError('cuStreamEndCapture', 'CUDA_ERROR_STREAM_CAPTURE_UNMATCHED', 'end the capture on the stream that began it');
+    // The capture ends whatever the outcome, on every stream that took part.
+    this.captures.delete(c);
+    for (const t of this.scheduler.all()) if (t.capture === c) t.capture = undefined;
+    if (c.invalidated) throw cudaError('cuStreamEndCapture', 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED', `the capture was invalidated: ${c.invalidated.message}`);
+    if ([...c.joined.values()].some((joined) => !joined)) {
+      throw cudaError('cuStreamEndCapture', 'CUDA_ERROR_STREAM_CAPTURE_UNJOINED', 'a stream forked into the capture was not joined back (record an event at its end and wait on it from the capturing stream)');
+    }
+    return this.graphs.addGraph(new SimGraph(c.items));
+  }
+
+  streamIsCapturing(stream: StreamHandle): boolean {
+    assertHandle('stream', stream);
+    this.requireContext('cuStreamIsCapturing');
+    return this.scheduler.get(stream, 'cuStreamIsCapturing').capture !== undefined;
+  }
+
+  graphInstantiate(graph: GraphHandle): GraphExecHandle {
+    assertHandle('graph', graph);
+    this.requireContext('cuGraphInstantiateWithFlags');
+    return this.graphs.instantiate(graph);
+  }
+
+  graphLaunch(exec: GraphExecHandle, stream: StreamHandle): void {
+    assertHandle('exec', exec);
+    assertHandle('stream', stream);
+    this.requireContext('cuGraphLaunch');
+    const g = this.graphs.exec(exec, 'cuGraphLaunch');
+    const s = this.scheduler.get(stream, 'cuGraphLaunch');
+    for (const item of g.items) this.scheduler.enqueue(s, freshItem(item));
+  }
+
+  graphExecDestroy(exec: GraphExecHandle): void {
+    assertHandle('exec', exec);
+    this.requireContext('cuGraphExecDestroy');
+    this.graphs.destroyExec(exec);
+  }
+
+  graphDestroy(graph: GraphHandle): void {
+    assertHandle('graph', graph);
+    this.requireContext('cuGraphDestroy');
+    this.graphs.destroyGraph(graph);
+  }
+
+  /** Graphs and executable graphs not destroyed yet (tests count them to find leaks). */
+  get liveGraphs(): { graphs: number; execs: number } {
+    return this.graphs.size;
+  }
+
   moduleLoadData(): ModuleLoadInfo { throw notSupported('cuModuleLoadData'); }
   moduleUnload(): void { throw notSupported('cuModuleUnload'); }
   moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
@@ -895,6 +1024,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     if (this.closed) return;
     this.closed = true;
     this.scheduler.close();
+    this.graphs.clear();
+    this.captures.clear();
     for (const ev of this.events.values()) this.releaseEvent(ev);
     this.events.clear();
     this.memory?.closeAll();
@@ -963,8 +1094,51 @@ export class SimulatedCudaDriver implements CudaDriver {
     return mem.view(call, ptr, bytes);
   }
 
+  /** Queues a batch of memory operations on `stream` as one item (validated by the caller). */
+  private memOps(call: string, stream: StreamHandle, ops: readonly StreamMemOp[]): void {
+    const mem = this.requireContext(call);
+    const s = this.scheduler.get(stream, call);
+    const resolved: ResolvedMemOp[] = ops.map((op) => {
+      if (op.op === 'barrier') return { op: 'barrier' };
+      const bits = op.op === 'wait32' || op.op === 'write32' ? 4 : 8;
+      const word = this.viewOf(mem, call, op.addr, bits).bytes;
+      const value = BigInt(op.value);
+      return op.op === 'wait32' || op.op === 'wait64' ? { op: op.op, word, value, condition: op.condition } : { op: op.op, word, value };
+    });
+    this.scheduler.enqueue(s, memOpBatch(call, resolved, () => this.scheduler.advanceOthers(s)));
+  }
+
+  /** A stream waits on an event recorded inside a capture: it joins the capture (fork), or joins a fork back. */
+  private joinCapture(s: SimStream, mark: NonNullable<SimEvent['captureMark']>): void {
+    const c = mark.capture;
+    if (s.capture && s.capture !== c) {
+      throw cudaError('cuStreamWaitEvent', 'CUDA_ERROR_STREAM_CAPTURE_ISOLATION', 'the event was recorded in another capture: captures cannot be merged');
+    }
+    if (!s.capture) {
+      s.capture = c;
+      c.joined.set(s, false);
+    }
+    // The waiting stream now follows everything the marked stream had recorded: a fork is joined back when that was all of it.
+    if (mark.stream !== c.origin && c.countOn(mark.stream) === mark.count && mark.stream !== s) c.joined.set(mark.stream, true);
+  }
+
+  private refuseCapturedEvent(ev: SimEvent, call: string): void {
+    const mark = ev.captureMark;
+    if (mark && this.captures.has(mark.capture)) {
+      throw cudaError(call, 'CUDA_ERROR_CAPTURED_EVENT', 'the event was last recorded in a stream that is capturing: it names a point of the graph, not work that runs');
+    }
+  }
+
+  /** Calls CUDA forbids while a capture in 'global' or 'thread-local' mode is in progress (they invalidate it). */
+  private refuseDuringCapture(call: string): void {
+    for (const c of this.captures) {
+      if (c.mode !== 'relaxed') throw c.refuse(call, `a synchronous or allocating call during a stream capture in '${c.mode}' mode (begin the capture with mode 'relaxed' to allow it)`);
+    }
+  }
+
   /** Synchronous work: ordered after the default stream's queued work, blocking for its simulated duration. */
   private syncWork(bytes: number, run: () => void): void {
+    this.refuseDuringCapture('cuMemcpy');
     this.scheduler.drain(this.scheduler.get(0n, 'cuStreamSynchronize'));
     sleepSync(this.faults.copyMs(bytes));
     run();

@@ -46,6 +46,7 @@ export class TransportInspector {
         inner?.cache(peer, event);
         rec(peer, 'cache', { ...event });
       },
+      persistent: (peer, transfer, from, to, info) => inner?.persistent?.(peer, transfer, from, to, info),
       close: () => inner?.close(),
     };
   }

@@ -23,6 +23,7 @@
  * not match, time out) answers that message with FIN RESTAGE and
  * FD_RELEASE: it goes by staging, the next one offers afresh.
  */
+import type { Mapping } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PoolHandle } from '../cuda/driver.js';
@@ -108,6 +109,30 @@ export class FdRgetPath implements DataPath {
     } catch {
       return false; // staging refuses it with the driver's error
     }
+  }
+
+  /**
+   * Registration (src/persistent/remote-memory.ts): makes sure the peer holds
+   * an offer (and its descriptors) covering `buf`, as before an RGET_FD, and
+   * says which offer names it.
+   */
+  offerForRegistration(exp: ExportInfo, buf: DeviceBuffer): { kind: HandleKind; base: bigint; size: number; bufferId: bigint } {
+    if (this.channel === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is not up: ${exp.kind} memory cannot be registered with this peer`);
+    const o = this.offerFor(exp, buf);
+    return { kind: o.kind, base: o.base, size: o.size, bufferId: o.bufferId };
+  }
+
+  /** Registration: the import of the peer's offer (bufferId, base), once it and its descriptors are in (bounded as for RGET_FD). */
+  async importForRegistration(bufferId: bigint, base: bigint, kind: HandleKind, size: number): Promise<Mapping> {
+    await this.table.waitFor(
+      () => this.closeReason !== undefined || this.table.settled(bufferId, base),
+      `registration of ${HandleKind[kind]} memory at 0x${base.toString(16)}: the offer and its descriptors did not arrive within ${this.ctx.opts.negotiation.checkTimeoutMs} ms`,
+    );
+    if (this.closeReason !== undefined) throw this.closeReason;
+    const inc = this.table.offer(bufferId, base)!;
+    if (inc.lost !== undefined) throw inc.lost;
+    if (inc.frame.kind !== kind || inc.frame.size < size) throw new ProtocolError(`the registration names a ${HandleKind[kind]} range of ${size} bytes, the offer is ${HandleKind[inc.frame.kind]} of ${inc.frame.size}`, 'SMCUDA_BAD_REGISTRATION');
+    return this.ctx.pool.acquireImport(inc.req);
   }
 
   /** Why a device message goes by staging instead (stats().stagingReasons). */

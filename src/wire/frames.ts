@@ -57,6 +57,15 @@ export enum FrameType {
   /** Never on the control channel: the metadata of a sealed ring segment's descriptor on the descriptor channel (src/channel/sealed-segment.ts). */
   SEGMENT = 35,
   CLOSE = 40,
+  // GPU-driven transfers (issue 25): only to a peer whose HELLO announced Feature.REGISTER.
+  /** A buffer this side registers with the peer (both sides register together, in the same order). */
+  REG_OFFER = 41,
+  /** This side deregistered a registration: the peer unmaps it once it deregistered too. */
+  REG_RELEASE = 42,
+  /** This side's half of a persistent transfer (both sides create them together, in the same order). */
+  PT_OFFER = 43,
+  /** A persistent transfer failed here (stuck, closed): the peer fails it too. */
+  PT_FAIL = 44,
   // Channel-layer frames (src/channel/shm-channel.ts): they upgrade a
   // channel to shared-memory rings and never reach the endpoint.
   RING_OFFER = 50,
@@ -86,6 +95,12 @@ export const Feature = {
    * inline (EAGER) on the control channel.
    */
   DESCRIPTORS: 8,
+  /**
+   * The sender registers device buffers with peers and runs persistent,
+   * GPU-driven transfers between them: it understands REG_OFFER / REG_RELEASE /
+   * PT_OFFER / PT_FAIL. Only when both HELLOs set it are those frames sent.
+   */
+  REGISTER: 16,
 } as const;
 
 /** Which ring a SEGMENT descriptor is. */
@@ -423,6 +438,58 @@ export interface InvalidateFrame {
   bufferId: bigint;
 }
 
+/**
+ * A registration: the sender's buffer [base + offset, + length) of an
+ * allocation the peer opens once and keeps mapped until both sides
+ * deregistered. LEGACY: `handle` is cuIpcGetMemHandle of the allocation;
+ * VMM / POOL: the range was offered by FD_OFFER (bufferId, base) first and
+ * `handle` is zero.
+ */
+export interface RegOfferFrame {
+  type: FrameType.REG_OFFER;
+  /** The registration's number on this endpoint, from 1, in call order (both sides count alike). */
+  regId: number;
+  kind: HandleKind;
+  deviceUuid: string;
+  base: bigint;
+  allocSize: number;
+  offset: number;
+  length: number;
+  bufferId: bigint;
+  handle: Uint8Array;
+}
+
+export interface RegReleaseFrame {
+  type: FrameType.REG_RELEASE;
+  regId: number;
+}
+
+/** Roles of the two halves of a persistent transfer. */
+export enum PtRole {
+  SEND = 0,
+  RECV = 1,
+}
+
+/** One side's half of persistent transfer `ptId` (matched by number: both sides create transfers in the same order). */
+export interface PtOfferFrame {
+  type: FrameType.PT_OFFER;
+  ptId: number;
+  role: PtRole;
+  /** The registration holding this side's buffer (source for SEND, destination for RECV). */
+  regId: number;
+  offset: number;
+  length: number;
+  /** The registration of this side's flag block, and the slot of this transfer in it. */
+  flagRegId: number;
+  slot: number;
+}
+
+export interface PtFailFrame {
+  type: FrameType.PT_FAIL;
+  ptId: number;
+  reason: string;
+}
+
 /** Orderly close of the endpoint. */
 export interface CloseFrame {
   type: FrameType.CLOSE;
@@ -490,6 +557,10 @@ export type Frame =
   | FdDescriptorFrame
   | SegmentFrame
   | CloseFrame
+  | RegOfferFrame
+  | RegReleaseFrame
+  | PtOfferFrame
+  | PtFailFrame
   | ChannelFrame;
 
 /** The negotiation frames, the only ones the IPC machine sends or consumes. */

@@ -19,6 +19,7 @@ import {
   NONCE_BYTES,
   PROOF_BYTES,
   SegmentKind,
+  PtRole,
   type Frame,
 } from './frames.js';
 
@@ -108,7 +109,7 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
       kind: 'u32',
       name: 'features',
       default: 0,
-      doc: 'bit 0 (`Feature.RING`): the sender speaks the control rings; bit 1 (`Feature.FINS`): it understands FINS; bit 2 (`Feature.FD_MEMORY`): it imports VMM and pool memory by file descriptor (RGET_FD, FD_* frames); bit 3 (`Feature.DESCRIPTORS`): it takes part in the descriptor channel, on which the sealed ring segments travel (SEGMENT); rings and staging need it on both sides',
+      doc: 'bit 0 (`Feature.RING`): the sender speaks the control rings; bit 1 (`Feature.FINS`): it understands FINS; bit 2 (`Feature.FD_MEMORY`): it imports VMM and pool memory by file descriptor (RGET_FD, FD_* frames); bit 3 (`Feature.DESCRIPTORS`): it takes part in the descriptor channel, on which the sealed ring segments travel (SEGMENT); rings and staging need it on both sides; bit 4 (`Feature.REGISTER`): it registers buffers and runs persistent transfers (REG_*, PT_* frames)',
       rule: 'unknown bits ignored',
     },
   ]),
@@ -251,6 +252,35 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { kind: 'u64', name: 'bytes', doc: 'the segment size', rule: 'the receiver maps the descriptor only if it is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) and exactly this size' },
   ]),
   frame(FrameType.CLOSE, [reason('for logs')]),
+  frame(
+    FrameType.REG_OFFER,
+    [
+      { kind: 'u32', name: 'regId', min: 1, doc: "the registration's number on this endpoint, from 1, in call order (both sides number alike)" },
+      { kind: 'enum', name: 'kind', values: HandleKind, label: 'HandleKind', doc: '`HandleKind`: 0 LEGACY (`handle` names it), 1 VMM, 2 POOL (offered by FD_OFFER with this bufferId and base first)' },
+      deviceUuid('device of the allocation'),
+      { kind: 'big', name: 'base', doc: 'allocation base (LEGACY) or the offered base (VMM, POOL) as the sender sees it' },
+      { kind: 'u64', name: 'allocSize', doc: 'bytes from base the peer maps' },
+      { kind: 'u64', name: 'offset', doc: 'the registered buffer starts here, from base' },
+      { kind: 'u64', name: 'length', doc: 'registered bytes', rule: '**offset + length ≤ allocSize**' },
+      { kind: 'big', name: 'bufferId', doc: '`CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation' },
+      { kind: 'bytes', name: 'handle', size: IPC_HANDLE_BYTES, label: 'handle', doc: 'LEGACY: `cuIpcGetMemHandle` of the allocation; otherwise zero' },
+    ],
+    withinAllocation,
+  ),
+  frame(FrameType.REG_RELEASE, [{ kind: 'u32', name: 'regId', min: 1, doc: 'the registration the sender deregistered' }]),
+  frame(FrameType.PT_OFFER, [
+    { kind: 'u32', name: 'ptId', min: 1, doc: "the persistent transfer's number on this endpoint, from 1, in call order (both sides number alike)" },
+    { kind: 'enum', name: 'role', values: PtRole, label: 'PtRole', doc: '`PtRole`: 0 SEND (the sender copies), 1 RECV; the two halves must differ' },
+    { kind: 'u32', name: 'regId', min: 1, doc: "the registration of this side's buffer" },
+    { kind: 'u64', name: 'offset', doc: 'from the start of the registered buffer' },
+    { kind: 'u64', name: 'length', doc: 'bytes per round; the two halves must agree' },
+    { kind: 'u32', name: 'flagRegId', min: 1, doc: "the registration of the sender's flag block" },
+    { kind: 'u32', name: 'slot', doc: 'the slot of this transfer in that flag block' },
+  ]),
+  frame(FrameType.PT_FAIL, [
+    { kind: 'u32', name: 'ptId', min: 1, doc: 'the persistent transfer that failed on the sender' },
+    reason('why (stuck flag, closed)'),
+  ]),
   frame(FrameType.RING_OFFER, [
     { kind: 'u32', name: 'capacity', doc: 'data bytes of the ring, a power of two', rule: "(receiver: 4096..16 MiB; its SEGMENT{CONTROL_RING} is 256 + capacity bytes)" },
   ]),

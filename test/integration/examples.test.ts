@@ -12,7 +12,7 @@ describe('docs/examples', () => {
   const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.mjs'));
 
   it('has the examples the README links', () => {
-    expect(files).toEqual(expect.arrayContaining(['two-process.mjs', 'own-control-plane.mjs']));
+    expect(files).toEqual(expect.arrayContaining(['two-process.mjs', 'own-control-plane.mjs', 'graph-capture.mjs']));
   });
 
   it('the README shows two-process.mjs whole, as it is run here', () => {
@@ -32,5 +32,12 @@ describe('docs/examples', () => {
     const { stdout } = await run(process.execPath, [join(EXAMPLES, 'own-control-plane.mjs')], { timeout: 60_000 });
     expect(stdout).toMatch(/parent: 262144 device bytes by \w+ over child's own channel, every byte checked/);
     expect(stdout).toContain('child: parent says thanks');
+  });
+
+  it('graph-capture.mjs replays a captured persistent transfer between two processes, fresh bytes checked', async () => {
+    const { stdout } = await run(process.execPath, [join(EXAMPLES, 'graph-capture.mjs'), '50'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    expect(stdout).toMatch(/rank0: 50 replays launched, [\d.]+ µs of host time per replay/);
+    expect(stdout).toMatch(/rank1: 50 replays launched/);
+    for (const round of [1, 2, 3]) expect(stdout).toContain(`rank0: replay with fresh data ${round}: 65536 bytes, every byte checked`);
   });
 });

@@ -9,6 +9,7 @@
  * as they happen (it polls; see streams.ts).
  */
 import type { EventHandle, SharedSegment } from '../driver.js';
+import type { Capture } from './capture.js';
 import type { SimStream } from './streams.js';
 
 /** Bytes of the shm segment behind an interprocess event: [recorded, completed] as int32. */
@@ -23,6 +24,8 @@ export class SimEvent {
   stampMs: number | undefined;
   /** An error of the work that preceded the latest record. */
   error: Error | undefined;
+  /** Set when the latest record was made inside a capture: a point of the graph (stream, items recorded from it by then). */
+  captureMark: { capture: Capture; stream: SimStream; count: number } | undefined;
   /** Interprocess events: the 64-byte handle naming the segment. */
   ipcHandle: Uint8Array | undefined;
   /** whenComplete waits not settled yet: the completion thread still queries the event. */

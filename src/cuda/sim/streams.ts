@@ -18,10 +18,20 @@
  * real synchronize blocks. A wait on another process's event is polled
  * (1 ms) both when draining and while idle.
  *
+ * A wait on a memory word (stream memory operations, sim/mem-ops.ts) may
+ * be released by another process writing the word: it is remote, polled
+ * like a remote event wait, never busy-blocking the event loop.
+ *
+ * A stream in capture (sim/capture.ts) records what is enqueued on it
+ * instead of running it: `enqueue` is the one place every operation passes,
+ * so copies, memsets, memory operations, event waits and kernel launches are
+ * all captured the same way.
+ *
  * The default stream 0n is an ordinary FIFO here; the legacy default
  * stream's implicit synchronization with other streams is not simulated.
  */
 import { ClosedError } from '../../errors.js';
+import type { Capture } from './capture.js';
 import { cudaError } from './result-codes.js';
 
 export interface WorkItem {
@@ -31,6 +41,8 @@ export interface WorkItem {
   durationMs: number;
   /** What the work reads or writes (allocations), so freeing one can drain first. */
   touches: readonly object[];
+  /** A new item for a graph replay, where the item keeps state per run (default: a shallow copy). */
+  fresh?(): StreamItem;
 }
 
 export interface WaitItem {
@@ -40,6 +52,11 @@ export interface WaitItem {
   remote: boolean;
   /** Makes progress toward readiness synchronously (drains the stream holding the awaited record). */
   advance(): void;
+  /** Set by `ready()` when the wait cannot complete cleanly (e.g. its memory was freed): kept on the stream as its error. */
+  error?: Error;
+  /** `ready()` does work (a batch's writes): never evaluated inside the call that queued it. */
+  sideEffects?: boolean;
+  fresh?(): StreamItem;
 }
 
 export type StreamItem = WorkItem | WaitItem;
@@ -56,6 +73,8 @@ export class SimStream {
   headStartedAt = 0;
   /** Destroyed by the user; kept until its queued work has run. */
   destroyed = false;
+  /** The capture this stream records into (origin or joined stream), if any. */
+  capture: Capture | undefined;
   constructor(readonly handle: bigint) {}
 
   touches(target: object): boolean {
@@ -102,8 +121,21 @@ export class Scheduler {
 
   enqueue(s: SimStream, item: StreamItem): void {
     if (this.closed) throw new ClosedError('the simulated driver is closed');
+    if (s.capture) {
+      s.capture.record(s, item);
+      return;
+    }
     s.queue.push(item);
-    if (s.queue.length === 1) this.pump(s);
+    if (s.queue.length !== 1) return;
+    if (item.kind === 'wait' && item.sideEffects) {
+      // Like a copy, a batch's writes happen in a later macrotask, never inside the call.
+      s.timer = setImmediate(() => {
+        s.timer = undefined;
+        this.pump(s);
+      });
+    } else {
+      this.pump(s);
+    }
   }
 
   /** Runs everything queued on `s` now (see the file comment); stops early once `until` holds. */
@@ -128,6 +160,7 @@ export class Scheduler {
           sleepSync(POLL_MS);
         }
         s.queue.shift();
+        keepWaitError(s, head);
       }
     }
     this.notify();
@@ -146,6 +179,7 @@ export class Scheduler {
       if (head.kind === 'wait') {
         if (!head.ready()) break;
         s.queue.shift();
+        keepWaitError(s, head);
         ran = true; // the work behind it must be started (pumped) even if it is not due yet
         continue;
       }
@@ -167,6 +201,16 @@ export class Scheduler {
   anyTouching(target: object): boolean {
     for (const s of this.streams.values()) if (s.touches(target)) return true;
     return false;
+  }
+
+  /** Runs the due work of every stream but `except` (a synchronous drain blocked on a memory word lets the others write it). */
+  advanceOthers(except: SimStream): void {
+    for (const s of [...this.streams.values()]) if (s !== except && s.queue.length > 0) this.advance(s, () => false);
+  }
+
+  /** Every stream of this scheduler (capture ends on all its joined streams). */
+  all(): IterableIterator<SimStream> {
+    return this.streams.values();
   }
 
   /** Drains every stream whose queued work touches `target`. */
@@ -208,6 +252,7 @@ export class Scheduler {
           return; // notify() pumps again when something completes
         }
         s.queue.shift();
+        keepWaitError(s, head);
         continue;
       }
       s.headStartedAt = performance.now();
@@ -274,6 +319,10 @@ export class Scheduler {
       this.notify();
     }, POLL_MS);
   }
+}
+
+function keepWaitError(s: SimStream, item: WaitItem): void {
+  if (item.error) s.error ??= item.error;
 }
 
 function runWork(s: SimStream, item: WorkItem): void {

@@ -132,6 +132,8 @@ describe('docs/diagrams/', () => {
   it.each([
     ['negotiation.mmd', () => mermaidOf(negotiation)],
     ['negotiation.dot', () => dotOf(negotiation)],
+    ['persistent.mmd', () => mermaidOf(findMachine('persistent')!)],
+    ['persistent.dot', () => dotOf(findMachine('persistent')!)],
   ])('%s is up to date with the machine (run `npm run diagrams`)', (file, make) => {
     expect(existsSync(join(DOCS, file)), `docs/diagrams/${file} is missing: run npm run diagrams`).toBe(true);
     expect(readFileSync(join(DOCS, file), 'utf8'), `docs/diagrams/${file} is out of date: run npm run diagrams`).toBe(make());

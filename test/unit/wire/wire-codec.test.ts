@@ -11,6 +11,7 @@ import {
   FinStatus,
   FrameType,
   HandleKind,
+  PtRole,
   MAX_FINS,
   MAX_PEER_ID_BYTES,
   MAX_STRING_BYTES,
@@ -148,6 +149,36 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.FD_RELEASE as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64 }),
   fc.record({ type: fc.constant(FrameType.FD_DESCRIPTOR as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64, index: fc.integer({ min: 0, max: 0xffff }) }),
   fc.record({ type: fc.constant(FrameType.SEGMENT as const), kind: fc.constantFrom(SegmentKind.CONTROL_RING, SegmentKind.STAGING_RING), bytes: safe }),
+  fc
+    .record({ size: fc.integer({ min: 1, max: MAX_SAFE }), a: fc.double({ min: 0, max: 1, noNaN: true }), b: fc.double({ min: 0, max: 1, noNaN: true }) })
+    .chain(({ size, a, b }) => {
+      const offset = Math.floor(a * size);
+      const length = Math.floor(b * (size - offset));
+      return fc.record({
+        type: fc.constant(FrameType.REG_OFFER as const),
+        regId: fc.integer({ min: 1, max: 0xffff_ffff }),
+        kind: fc.constantFrom(HandleKind.LEGACY, HandleKind.VMM, HandleKind.POOL),
+        deviceUuid: uuid,
+        base: u64,
+        allocSize: fc.constant(size),
+        offset: fc.constant(offset),
+        length: fc.constant(length),
+        bufferId: u64,
+        handle,
+      });
+    }),
+  fc.record({ type: fc.constant(FrameType.REG_RELEASE as const), regId: fc.integer({ min: 1, max: 0xffff_ffff }) }),
+  fc.record({
+    type: fc.constant(FrameType.PT_OFFER as const),
+    ptId: fc.integer({ min: 1, max: 0xffff_ffff }),
+    role: fc.constantFrom(PtRole.SEND, PtRole.RECV),
+    regId: fc.integer({ min: 1, max: 0xffff_ffff }),
+    offset: safe,
+    length: safe,
+    flagRegId: fc.integer({ min: 1, max: 0xffff_ffff }),
+    slot: u32,
+  }),
+  fc.record({ type: fc.constant(FrameType.PT_FAIL as const), ptId: fc.integer({ min: 1, max: 0xffff_ffff }), reason: utf8(0, MAX_STRING_BYTES) }),
   fc.record({ type: fc.constant(FrameType.RING_OFFER as const), capacity: u32 }),
   fc.record({ type: fc.constant(FrameType.RING_SWITCH as const) }),
   fc.record({ type: fc.constant(FrameType.DOORBELL as const) }),

@@ -1,0 +1,178 @@
+/**
+ * The transport's watchdog over persistent transfers: one per transport, not
+ * per message. Every tick it reads each watched flag block (one small
+ * device-to-host copy on its own stream), and for each transfer in it:
+ *
+ *  - a start in progress (ARRIVE = 1) that has not finished since the last
+ *    tick (STAMP still 1) counts one more stuck tick; a start stuck for
+ *    `timeoutMs` fails the transfer (on both sides: the endpoint sends
+ *    PT_FAIL) and its waits are released: POISON into the word this side
+ *    waits on and, through the peer's mapping, the word the peer waits on;
+ *  - a failed transfer's own wait is poisoned again (each wait resets it),
+ *    so replays of a graph that holds it never hang;
+ *  - STAMP is set to 1 (a start that finishes writes 0).
+ *
+ * Everything it writes goes through stream memory operations on its own
+ * stream, so it never blocks the event loop or a user's stream, and works
+ * the same under the simulator and on a GPU. The protocol is in flags.ts.
+ */
+import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+import { ARRIVE, POISON, SLOT_BYTES, STAMP } from './flags.js';
+
+/** One transfer as the watchdog sees it. */
+export interface WatchedTransfer {
+  readonly slot: number;
+  /** Failed (stuck, closed, the peer failed it): keep its own wait poisoned. */
+  readonly failed: boolean;
+  /** The word this side's start waits on, in its own block. */
+  readonly ownAwaited: DevicePtr;
+  /** The word the peer's start waits on, through the peer's mapping (undefined once unmapped). */
+  peerAwaited(): DevicePtr | undefined;
+  /** Ticks in a row in which its start was in progress and unfinished. */
+  stuckTicks: number;
+  /** The watchdog found it stuck: fail it (it poisons the waits itself). */
+  stuck(ms: number): void;
+  /** This tick's reading: a start in progress (ARRIVE = 1) or not. */
+  observed?(inProgress: boolean): void;
+}
+
+export interface WatchedBlock {
+  readonly ptr: DevicePtr;
+  readonly slots: number;
+  transfers(): Iterable<WatchedTransfer>;
+}
+
+export interface WatchdogOptions {
+  /** A start that has not finished within this time fails its transfer (ms). */
+  timeoutMs: number;
+  /** Tick period (ms); default timeoutMs / 8, between 1 and 250. */
+  tickMs?: number;
+}
+
+export class Watchdog {
+  readonly timeoutMs: number;
+  readonly tickMs: number;
+  private readonly blocks = new Set<WatchedBlock>();
+  private timer: NodeJS.Timeout | undefined;
+  private stream: StreamHandle | undefined;
+  private event: EventHandle | undefined;
+  private busy = false;
+  private closed = false;
+  /** Ticks run (for tests and stats). */
+  ticks = 0;
+
+  constructor(
+    private readonly driver: CudaDriver,
+    options: WatchdogOptions,
+  ) {
+    this.timeoutMs = options.timeoutMs;
+    this.tickMs = options.tickMs ?? Math.min(250, Math.max(1, Math.floor(options.timeoutMs / 8)));
+  }
+
+  /** Watches `block` until the returned function is called. */
+  watch(block: WatchedBlock): () => void {
+    this.blocks.add(block);
+    this.schedule();
+    return () => {
+      this.blocks.delete(block);
+    };
+  }
+
+  /** Writes POISON at once into the given words (a transfer failed or closed outside a tick). */
+  poison(words: readonly DevicePtr[]): void {
+    if (this.closed || words.length === 0) return;
+    try {
+      this.driver.streamBatchMemOp(this.ensureStream(), words.map((addr) => ({ op: 'write64', addr, value: POISON }) as StreamMemOp));
+    } catch (err) {
+      debug('watchdog: could not poison %d words: %s', words.length, (err as Error).message);
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.blocks.clear();
+    try {
+      if (this.event !== undefined) this.driver.eventDestroy(this.event);
+      if (this.stream !== undefined) this.driver.streamDestroy(this.stream);
+    } catch {
+      // the driver was closed first
+    }
+  }
+
+  private schedule(): void {
+    if (this.closed || this.timer || this.blocks.size === 0) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.tick().finally(() => this.schedule());
+    }, this.tickMs);
+    this.timer.unref();
+  }
+
+  private ensureStream(): StreamHandle {
+    return (this.stream ??= this.driver.streamCreate());
+  }
+
+  /** @internal One tick now (tests drive the watchdog by hand). */
+  tickNow(): Promise<void> {
+    return this.tick();
+  }
+
+  private async tick(): Promise<void> {
+    if (this.busy || this.closed) return;
+    this.busy = true;
+    this.ticks++;
+    try {
+      const d = this.driver;
+      const stream = this.ensureStream();
+      const event = (this.event ??= d.eventCreate({ disableTiming: true }));
+      const reads = [...this.blocks].map((block) => {
+        const bytes = new Uint8Array(block.slots * SLOT_BYTES);
+        d.memcpyDtoHAsync(bytes, block.ptr, stream);
+        return { block, bytes };
+      });
+      d.eventRecord(event, stream);
+      await d.whenComplete(event);
+      if (this.closed) return;
+      const ops: StreamMemOp[] = [];
+      for (const { block, bytes } of reads) {
+        if (!this.blocks.has(block)) continue;
+        const view = new DataView(bytes.buffer);
+        for (const t of block.transfers()) {
+          if (t.failed) {
+            ops.push({ op: 'write64', addr: t.ownAwaited, value: POISON });
+            continue;
+          }
+          const at = t.slot * SLOT_BYTES;
+          const arrive = view.getBigUint64(at + ARRIVE, true);
+          const stamp = view.getBigUint64(at + STAMP, true);
+          t.stuckTicks = arrive === 1n && stamp === 1n ? t.stuckTicks + 1 : 0;
+          t.observed?.(arrive === 1n);
+          const ms = Math.max(0, t.stuckTicks - 1) * this.tickMs;
+          if (ms >= this.timeoutMs) {
+            t.stuck(ms);
+            ops.push({ op: 'write64', addr: t.ownAwaited, value: POISON });
+            const peer = t.peerAwaited();
+            if (peer !== undefined) ops.push({ op: 'write64', addr: peer, value: POISON });
+            continue;
+          }
+          ops.push({ op: 'write64', addr: block.ptr + BigInt(at + STAMP), value: 1n });
+        }
+      }
+      if (ops.length > 0) d.streamBatchMemOp(stream, ops);
+    } catch (err) {
+      debug('watchdog: tick failed: %s', (err as Error).message);
+      try {
+        // A write into memory unmapped meanwhile leaves an error on the stream: clear it for the next tick.
+        if (this.stream !== undefined) this.driver.streamSynchronize(this.stream);
+      } catch {
+        // reported once
+      }
+    } finally {
+      this.busy = false;
+    }
+  }
+}
