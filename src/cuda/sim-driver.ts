@@ -33,6 +33,10 @@ import { AddonLoadError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import { notSupported } from './not-supported.js';
 import type {
+  FunctionHandle,
+  KernelArg,
+  LaunchConfig,
+  ModuleHandle,
   ModuleLoadInfo,
   AddressRange,
   CudaDriver,
@@ -68,6 +72,7 @@ import { localOwner } from '../segment-owner.js';
 import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { mulberry32, shuffle } from './sim/prng.js';
+import { bindLaunch, parsePtx, type SimEntry } from './sim/kernels.js';
 import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
@@ -122,6 +127,10 @@ export class SimulatedCudaDriver implements CudaDriver {
   private readonly scheduler = new Scheduler();
   private readonly events = new Map<EventHandle, SimEvent>();
   private nextEvent = 0xe000n;
+  private readonly modules = new Map<ModuleHandle, Map<string, SimEntry>>();
+  private readonly functions = new Map<FunctionHandle, { module: ModuleHandle; entry: SimEntry }>();
+  private nextModule = 0xd000n;
+  private nextFunction = 0xf000n;
   private readonly hostRegistrations = new WeakMap<ArrayBufferLike, Array<[number, number]>>();
   private initialized = false;
   private current = -1;
@@ -840,7 +849,7 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   // -- GPU-driven work: placeholders until each driver implements them ----------
   gpuDrivenStatus() {
-    return { streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason: 'not implemented by this driver yet' };
+    return { streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: true, reason: 'stream memory operations and graphs: not implemented by this driver yet' };
   }
   streamWaitValue32(): void { throw notSupported('cuStreamWaitValue32_v2'); }
   streamWaitValue64(): void { throw notSupported('cuStreamWaitValue64_v2'); }
@@ -854,10 +863,51 @@ export class SimulatedCudaDriver implements CudaDriver {
   graphLaunch(): void { throw notSupported('cuGraphLaunch'); }
   graphExecDestroy(): void { throw notSupported('cuGraphExecDestroy'); }
   graphDestroy(): void { throw notSupported('cuGraphDestroy'); }
-  moduleLoadData(): ModuleLoadInfo { throw notSupported('cuModuleLoadData'); }
-  moduleUnload(): void { throw notSupported('cuModuleUnload'); }
-  moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
-  launchKernel(): void { throw notSupported('cuLaunchKernel'); }
+
+  // -- modules and kernels: PTX entries bound to TypeScript twins (sim/kernels.ts) --
+  moduleLoadData(ptx: string): ModuleLoadInfo {
+    const started = performance.now();
+    if (typeof ptx !== 'string') throw new TypeError(`ptx must be PTX text (a string), got ${typeof ptx}`);
+    this.requireContext('cuModuleLoadData');
+    const module = this.nextModule++;
+    this.modules.set(module, parsePtx(ptx));
+    return { module, loadMs: performance.now() - started };
+  }
+
+  moduleUnload(module: ModuleHandle): void {
+    assertHandle('module', module);
+    if (!this.modules.delete(module)) throw cudaError('cuModuleUnload', 'CUDA_ERROR_INVALID_HANDLE', `no module ${module} in this driver`);
+    for (const [fn, f] of this.functions) if (f.module === module) this.functions.delete(fn);
+  }
+
+  moduleGetFunction(module: ModuleHandle, name: string): FunctionHandle {
+    assertHandle('module', module);
+    if (typeof name !== 'string' || name.length === 0) throw new TypeError(`name must be an entry name, got ${String(name)}`);
+    const entries = this.modules.get(module);
+    if (!entries) throw cudaError('cuModuleGetFunction', 'CUDA_ERROR_INVALID_HANDLE', `no module ${module} in this driver`);
+    const entry = entries.get(name);
+    if (!entry) throw cudaError('cuModuleGetFunction', 'CUDA_ERROR_NOT_FOUND', `the module has no .entry ${name}`);
+    const fn = this.nextFunction++;
+    this.functions.set(fn, { module, entry });
+    return fn;
+  }
+
+  launchKernel(fn: FunctionHandle, config: LaunchConfig, args: readonly KernelArg[], stream: StreamHandle): void {
+    assertHandle('fn', fn);
+    assertOptions('config', config);
+    if (!Array.isArray(config.grid) || !Array.isArray(config.block)) throw new TypeError('config.grid and config.block must be arrays [x, y?, z?]');
+    if (!Array.isArray(args)) throw new TypeError('args must be an array of { type, value }');
+    assertHandle('stream', stream);
+    const mem = this.requireContext('cuLaunchKernel');
+    const f = this.functions.get(fn);
+    if (!f) throw cudaError('cuLaunchKernel', 'CUDA_ERROR_INVALID_HANDLE', `no function ${fn} in this driver (module unloaded?)`);
+    const twin = bindLaunch(f.entry, config, args);
+    const frozen = args.map((a) => ({ ...a }) as KernelArg);
+    // Allocations the pointer arguments name, so freeing one drains the launch first.
+    const touches = frozen.flatMap((a) => (a.type === 'ptr' ? [mem.find(a.value) ?? this.fdMemory?.find(a.value)].filter((x): x is NonNullable<typeof x> => x !== undefined) : []));
+    const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };
+    this.asyncWork(stream, 'cuLaunchKernel', 0, touches, () => twin(memory, frozen, config));
+  }
   close(): void {
     if (this.closed) return;
     this.closed = true;
