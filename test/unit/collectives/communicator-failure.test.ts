@@ -1,0 +1,99 @@
+/**
+ * One rank's failure fails the pending calls of every rank with the original
+ * cause, never a hang: an error inside a call, an application abort, a lost
+ * rank, a rank that never calls (timeout), and calls after close.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { CommunicatorAbortedError } from '../../../src/errors.js';
+import { makeWorld, type World } from '../../helpers/comm-world.js';
+
+let w: World | undefined;
+afterEach(async () => {
+  await w?.close();
+  w = undefined;
+});
+
+async function rejection(p: Promise<unknown>): Promise<CommunicatorAbortedError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(CommunicatorAbortedError);
+  return err as CommunicatorAbortedError;
+}
+
+describe('a failing rank fails every rank', () => {
+  it('a driver error inside one rank\'s call reaches every rank with its code', async () => {
+    w = await makeWorld(3);
+    const bufs = w.sides.map((s) => s.driver.memAlloc(1024));
+    const calls = w.comms.map((c, r) => c.allreduce({ send: r === 1 ? 0x7777_0000n : bufs[r]!, recv: bufs[r]!, count: 256, dtype: 'f32', op: 'sum' }));
+    const errs = await Promise.all(calls.map(rejection));
+    for (const e of errs) {
+      expect(e.failedRank).toBe(1);
+      expect(e.causeCode).toBe('CUDA_ERROR_INVALID_VALUE');
+      expect(e.code).toBe('SMCUDA_COMM_ABORTED');
+    }
+    expect((errs[1]!.cause as Error & { code: string }).code).toBe('CUDA_ERROR_INVALID_VALUE');
+    // Later calls fail at once with the same error.
+    expect(await rejection(w.comms[0]!.barrier())).toBe(errs[0]);
+  });
+
+  it('abort() on one rank fails the others\' pending calls with its reason', async () => {
+    w = await makeWorld(3);
+    const pending = [w.comms[0]!.barrier(), w.comms[2]!.barrier()];
+    w.comms[1]!.abort(new Error('the data loader failed'));
+    for (const e of await Promise.all(pending.map(rejection))) {
+      expect(e.message).toMatch(/rank 1 failed: the data loader failed/);
+      expect(e.failedRank).toBe(1);
+    }
+  });
+
+  it('a rank that is lost (its transport closes, no goodbye) fails the others with SMCUDA_PEER_LOST', async () => {
+    w = await makeWorld(3);
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const pending = [0, 1].map((r) => w!.comms[r]!.allreduce({ send: bufs[r]!, count: 16, dtype: 'i32', op: 'max' }));
+    await w.sides[2]!.transport.close();
+    for (const e of await Promise.all(pending.map(rejection))) {
+      expect(e.failedRank).toBe(2);
+      expect(e.causeCode).toBe('SMCUDA_PEER_LOST');
+    }
+  });
+
+  it('a rank that never calls: the others time out, and the first timeout reaches every rank', async () => {
+    w = await makeWorld(3, { timeoutMs: 60_000 });
+    const pending = [w.comms[0]!.barrier({ timeoutMs: 200 }), w.comms[1]!.barrier({ timeoutMs: 5000 })];
+    const errs = await Promise.all(pending.map(rejection));
+    for (const e of errs) {
+      expect(e.failedRank).toBe(0);
+      expect(e.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
+    }
+    // rank 2 learns it too: its next call fails at once.
+    const e2 = await rejection(w.comms[2]!.barrier());
+    expect(e2.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
+  });
+
+  it('a rank that closed normally fails a later call that needs it, not the calls before', async () => {
+    w = await makeWorld(2);
+    await Promise.all(w.comms.map((c) => c.barrier()));
+    await w.comms[1]!.close();
+    const e = await rejection(w.comms[0]!.barrier());
+    expect(e.message).toMatch(/rank 1 closed its communicator/);
+    expect(await rejection(w.comms[1]!.barrier())).toBeInstanceOf(CommunicatorAbortedError);
+  });
+
+  it('one rank is a communicator of one: every call is local', async () => {
+    w = await makeWorld(1);
+    const p = w.sides[0]!.driver.memAlloc(16);
+    expect((await w.comms[0]!.allreduce({ send: p, count: 4, dtype: 'f32', op: 'avg' })).algorithm).toBe('local');
+    expect((await w.comms[0]!.barrier()).algorithm).toBe('local');
+  });
+
+  it('refuses bad arguments before anything runs', async () => {
+    w = await makeWorld(1);
+    const c = w.comms[0]!;
+    expect(() => c.allreduce({ send: 1n, count: 1, dtype: 'f32', op: 'sum' })).toThrow(/aligned/);
+    expect(() => c.allreduce({ send: 16n, count: -1, dtype: 'f32', op: 'sum' })).toThrow(RangeError);
+    expect(() => c.allreduce({ send: 16n, count: 1, dtype: 'f17' as 'f32', op: 'sum' })).toThrow(TypeError);
+    expect(() => c.broadcast({ recv: 16n, count: 1, dtype: 'u8', root: 1 })).toThrow(/root/);
+  });
+});
