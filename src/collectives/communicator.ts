@@ -17,6 +17,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { assertHandle, assertPtr } from '../cuda/validate.js';
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
@@ -30,6 +31,7 @@ import { ControlPlane } from './control.js';
 import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
+import { sweepDeadSegments } from '../segment-owner.js';
 
 export type { Algorithm };
 export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier';
@@ -136,7 +138,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     size: number,
     endpoints: Map<number, Endpoint>,
     opts: CommunicatorOptions,
-    private readonly owned: { socket: string } | undefined,
+    private readonly owned: { socket: string; dir: string } | undefined,
   ) {
     super();
     this.transport = transport;
@@ -159,7 +161,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   static async create(options: RendezvousOptions & CommunicatorOptions): Promise<Communicator> {
     const mesh = await joinMesh(options);
     try {
-      return await Communicator.start(mesh.transport, options.rank, options.size, mesh.endpoints, options, { socket: mesh.socket });
+      return await Communicator.start(mesh.transport, options.rank, options.size, mesh.endpoints, options, { socket: mesh.socket, dir: options.dir });
     } catch (err) {
       await mesh.transport.close();
       rmSync(mesh.socket, { force: true });
@@ -193,7 +195,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return Communicator.start(options.transport, options.rank, options.size, eps, options, undefined);
   }
 
-  private static async start(transport: Transport, rank: number, size: number, endpoints: Map<number, Endpoint>, opts: CommunicatorOptions, owned: { socket: string } | undefined): Promise<Communicator> {
+  private static async start(transport: Transport, rank: number, size: number, endpoints: Map<number, Endpoint>, opts: CommunicatorOptions, owned: { socket: string; dir: string } | undefined): Promise<Communicator> {
     const c = new Communicator(transport, rank, size, endpoints, opts, owned);
     c.control.start();
     try {
@@ -410,7 +412,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.abortWaiters.clear();
     this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
-    void this.release();
+    void this.release().then(() => {
+      if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
+      // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).
+      if (this.owned) for (const f of [`r${err.failedRank}.sock`, `r${err.failedRank}.sock.fd`]) rmSync(join(this.owned.dir, f), { force: true });
+      const swept = sweepDeadSegments();
+      if (swept.length > 0) debug('communicator rank %d: removed %d segment(s) of the lost rank', this.rank, swept.length);
+    });
   }
 
   private release(): Promise<void> {
@@ -432,7 +440,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.event = undefined;
       if (this.owned) {
         await this.transport.close();
-        rmSync(this.owned.socket, { force: true });
+        for (const f of [this.owned.socket, `${this.owned.socket}.fd`]) rmSync(f, { force: true });
       }
     })();
     return this.released;
