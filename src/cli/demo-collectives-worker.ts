@@ -1,0 +1,102 @@
+/**
+ * One rank of `smcuda demo --collectives` (demo-collectives.ts): joins the
+ * communicator through the demo's rendezvous directory, then answers `case`
+ * commands: runs one collective on device buffers and checks its own output
+ * against the host reference (collective-cases.ts).
+ *
+ *   ready (rank, driver, reason, device)
+ *   case CollectiveCase → { algorithm, verified, mismatch? }
+ *   exit
+ */
+import { Communicator } from '../collectives/communicator.js';
+import type { DriverKind } from '../cuda/driver.js';
+import { DTYPE_BYTES } from '../kernels/dtypes.js';
+import { caseInput, expectedOutput, inputCount, outputCount, type CollectiveCase } from './collective-cases.js';
+import { serveRequests, workerConfig } from './worker-protocol.js';
+
+export interface CollectivesWorkerConfig {
+  rank: number;
+  ranks: number;
+  dir: string;
+  token: string;
+  driver: 'auto' | 'native' | 'sim';
+  timeoutMs: number;
+}
+
+export interface CollectivesWorkerReady {
+  rank: number;
+  driver: DriverKind;
+  reason: string;
+  device: { index: number; name: string; uuid: string };
+}
+
+export interface CaseResult {
+  algorithm: string;
+  verified: boolean;
+  mismatch?: string;
+}
+
+const cfg = workerConfig<CollectivesWorkerConfig>('SMCUDA_DEMO_COLLECTIVES', 'smcuda demo --collectives');
+let comm: Communicator | undefined;
+/** One stream for every case: the communicator synchronises the streams it used when it closes. */
+let stream: bigint | undefined;
+
+async function runCase(c: CollectiveCase): Promise<CaseResult> {
+  const d = comm!.driver;
+  const { rank, size } = comm!;
+  const es = DTYPE_BYTES[c.dtype];
+  const inBytes = inputCount(c, size) * es;
+  const outBytes = outputCount(c, size) * es;
+  const send = d.memAlloc(Math.max(inBytes, 1));
+  const recv = d.memAlloc(Math.max(outBytes, 1));
+  stream ??= d.streamCreate();
+  try {
+    if (inBytes > 0) d.memcpyHtoDAsync(send, caseInput(c, rank, size), stream);
+    const a = { send, recv, count: c.count, dtype: c.dtype, stream };
+    let res;
+    switch (c.op) {
+      case 'allreduce':
+        res = await comm!.allreduce({ ...a, op: c.reduce! });
+        break;
+      case 'reduce':
+        res = await comm!.reduce({ ...a, op: c.reduce!, root: c.root! });
+        break;
+      case 'reduce-scatter':
+        res = await comm!.reduceScatter({ ...a, op: c.reduce! });
+        break;
+      case 'broadcast':
+        res = await comm!.broadcast({ ...a, root: c.root! });
+        break;
+      case 'allgather':
+        res = await comm!.allgather(a);
+        break;
+      case 'alltoall':
+        res = await comm!.alltoall(a);
+        break;
+    }
+    const want = expectedOutput(c, rank, size);
+    if (!want || outBytes === 0) return { algorithm: res.algorithm, verified: true };
+    const got = new Uint8Array(outBytes);
+    d.memcpyDtoH(got, recv);
+    for (let i = 0; i < outBytes; i++) {
+      if (got[i] !== want[i]) return { algorithm: res.algorithm, verified: false, mismatch: `rank ${rank}: ${c.op}${c.reduce ? ` ${c.reduce}` : ''} ${c.dtype} ×${c.count}: byte ${i} is ${got[i]}, expected ${want[i]}` };
+    }
+    return { algorithm: res.algorithm, verified: true };
+  } finally {
+    d.memFree(send);
+    d.memFree(recv);
+  }
+}
+
+const link = serveRequests({ case: (c: CollectiveCase) => runCase(c) }, { sequential: true, onExit: () => comm?.close() });
+
+Communicator.create({ rank: cfg.rank, size: cfg.ranks, dir: cfg.dir, token: cfg.token, driver: cfg.driver, timeoutMs: cfg.timeoutMs }).then(
+  (c) => {
+    comm = c;
+    const index = c.driver.currentDevice();
+    const info = c.driver.deviceInfo(index);
+    const ready: CollectivesWorkerReady = { rank: c.rank, driver: c.driver.kind, reason: c.transport.driverReason, device: { index, name: info.name, uuid: info.uuid } };
+    link.ready(ready);
+  },
+  (err: unknown) => link.startFailed(err),
+);
