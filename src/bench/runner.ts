@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MEMORY_OPTIONS, type MemoryOption } from '../cli/demo-memory.js';
 import { formatBytes } from '../cli/format.js';
+import { runCollectivesSuite } from './collectives.js';
 import { type Figure, measured, skipped } from './figures.js';
 import { type BenchOptions, makePlan, type Plan, shmFreeBytes } from './plan.js';
 import {
@@ -112,6 +113,11 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       const mem = await start('memory', [0, 0]);
       await runMemory(run, mem);
       await mem.close();
+    }
+    if (wants('collectives')) {
+      const coll = await runCollectivesSuite({ driver: opts.driver, smoke: opts.smoke }, progress);
+      figures.push(...coll.figures);
+      run.notes.push(...coll.notes);
     }
   } finally {
     clearTimeout(timer);

@@ -13,7 +13,7 @@
 import type { MemoryOption } from '../cli/demo-memory.js';
 import { atLeast, atMost, type FigureSpec } from './figures.js';
 
-export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory'] as const;
+export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory', 'collectives'] as const;
 export type SuiteName = (typeof SUITES)[number];
 
 export const SUITE_SUMMARY: Record<SuiteName, string> = {
@@ -24,6 +24,7 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   ipc: 'IPC off: the staging path per size against pinned single-buffer staging',
   'same-gpu': 'two processes on one GPU against raw copies',
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
+  collectives: 'allreduce avg of f32 among local ranks per size (one Communicator) against the host-staged allreduce of seed 003 (pageable and pinned); NCCL through PyTorch where it can run',
   memory: 'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
 };
 

@@ -266,6 +266,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     });
   }
 
+  /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
+  endpoint(rank: number): Endpoint {
+    const ep = this.endpoints.get(rank);
+    if (!ep) throw new RangeError(`no endpoint to rank ${rank}: ranks are 0 to ${this.size - 1}, and this is rank ${this.rank}`);
+    return ep;
+  }
+
   stats(): CommunicatorStats {
     return { ...this.counters, byOp: { ...this.counters.byOp }, byAlgorithm: { ...this.counters.byAlgorithm }, moduleLoadMs: this.kernels.loadMs, ...(this.abortError ? { aborted: this.abortError.message } : {}) };
   }
