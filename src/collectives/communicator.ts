@@ -101,6 +101,8 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 }
 
 const MiB = 1024 * 1024;
+/** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
+const ABORT_LINGER_MS = 1000;
 
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
@@ -129,6 +131,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private readonly abortWaiters = new Set<(err: Error) => void>();
   private closed = false;
   private released: Promise<void> | undefined;
+  /** Set on abort: the linger, then the release (close() waits for it rather than closing early). */
+  private aborting: Promise<void> | undefined;
   private readonly streamsUsed = new Set<StreamHandle>();
   private readonly counters: CommunicatorStats;
 
@@ -290,7 +294,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
     for (const w of this.abortWaiters) w(closed);
     this.abortWaiters.clear();
-    return this.release();
+    return this.aborting ?? this.release();
   }
 
   // ------------------------------------------------------------------ internals
@@ -312,6 +316,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   private check(a: { count: number; dtype: DType } & CallOptions, ptrs: DevicePtr[], op?: ReduceOp): void {
+    if (op !== undefined && this.size > 1 && !this.driver.gpuDrivenStatus().modules) {
+      // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
+      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.driver.gpuDrivenStatus().reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
+    }
     if (!isDType(a.dtype)) throw new TypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new TypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
     if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new RangeError(`count must be a non-negative integer, got ${String(a.count)}`);
@@ -419,13 +427,33 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.abortWaiters.clear();
     this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
-    void this.release().then(() => {
+    this.aborting = this.lingerThenRelease();
+    void this.aborting.then(() => {
       if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
       // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).
       if (this.owned) for (const f of [`r${err.failedRank}.sock`, `r${err.failedRank}.sock.fd`]) rmSync(join(this.owned.dir, f), { force: true });
       const swept = sweepDeadSegments();
       if (swept.length > 0) debug('communicator rank %d: removed %d segment(s) of the lost rank', this.rank, swept.length);
     });
+  }
+
+  /**
+   * After an abort, a transport this communicator made stays open until every
+   * peer closed its side or ABORT_LINGER_MS passed: a peer that saw this rank
+   * close before its ABORT arrived (they travel different ways) would report
+   * this rank lost instead of the real cause.
+   */
+  private async lingerThenRelease(): Promise<void> {
+    if (this.owned) {
+      const open = [...this.endpoints.values()].filter((ep) => !ep.closed);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(open.map((ep) => new Promise<void>((resolve) => (ep.closed ? resolve() : ep.once('close', () => resolve()))))),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, ABORT_LINGER_MS))),
+      ]);
+      clearTimeout(timer);
+    }
+    return this.release();
   }
 
   private release(): Promise<void> {

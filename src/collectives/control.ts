@@ -10,7 +10,7 @@
  * wait that needs it.
  */
 import type { Endpoint } from '../endpoint.js';
-import { CommunicatorAbortedError, PeerLostError, SmcudaError } from '../errors.js';
+import { CommunicatorAbortedError, PeerLostError } from '../errors.js';
 
 /** Tags reserved on the communicator's endpoints (not for the application's own messages). */
 export const CONTROL_TAG = 0xfffffff0;
@@ -61,10 +61,15 @@ export class ControlPlane implements RankSync {
   start(): void {
     for (const [peer, ep] of this.peers) {
       const onClose = (err?: Error) => {
-        if (this.stopped || this.aborted) return;
-        if (this.departed.has(peer)) return this.failDepartedWaits();
-        const lost = new PeerLostError(`rank ${peer} (pid ${ep.peerPid}) was lost${err ? `: ${err.message}` : ''}`, { cause: err });
-        this.abort(new CommunicatorAbortedError(`rank ${peer} failed: ${lost.message}`, peer, lost.code, { cause: lost }), false);
+        // The peer's last messages (ABORT, BYE) may have resolved the pending receive in this same
+        // tick: let the reader handle them first, so the cause reported is theirs, not the close.
+        setImmediate(() => {
+          if (this.stopped || this.aborted) return;
+          if (this.departed.has(peer)) return this.failDepartedWaits();
+          const lost = new PeerLostError(`rank ${peer} (pid ${ep.peerPid}) was lost${err ? `: ${err.message}` : ''}`, { cause: err });
+          // Told to every other rank too: they may see this rank close (as it cleans up) before they see the lost one.
+          this.abort(new CommunicatorAbortedError(`rank ${peer} failed: ${lost.message}`, peer, lost.code, { cause: lost }), true);
+        });
       };
       ep.on('close', onClose);
       this.offs.push(() => ep.off('close', onClose));
@@ -172,9 +177,9 @@ export class ControlPlane implements RankSync {
     if (this.aborted || this.stopped) return;
     this.aborted = err;
     if (tellPeers) {
+      // The first failure as it happened: its rank (this one, or a lost peer) and its original code and message.
       const cause = err.cause instanceof Error ? err.cause : err;
-      const code = cause instanceof SmcudaError ? cause.code : 'SMCUDA_ERROR';
-      for (const p of this.peers.keys()) this.send(p, { t: 'abort', rank: this.rank, code, message: cause.message });
+      for (const p of this.peers.keys()) if (p !== err.failedRank) this.send(p, { t: 'abort', rank: err.failedRank, code: err.causeCode, message: cause.message });
     }
     for (const w of this.waiters) w.reject(err);
     this.waiters.clear();

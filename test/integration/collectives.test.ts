@@ -59,6 +59,15 @@ describe('communicators across processes (simulated driver)', () => {
     expect(readdirSync(dir)).toEqual([]); // sockets and the token file are gone
   }, 60_000);
 
+  it('an error in one rank\'s call reaches every rank with its original code (ABORT before the failing rank closes)', async () => {
+    const exits = await runRanks(3, 'error');
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ error: { code: 'SMCUDA_COMM_ABORTED', failedRank: 1, causeCode: 'CUDA_ERROR_INVALID_VALUE' } });
+    }
+    expect(readdirSync(dir)).toEqual([]);
+  }, 60_000);
+
   it('a rank killed mid-allreduce fails every other rank\'s call with SMCUDA_PEER_LOST, and the survivors clean its leftovers', async () => {
     const exits = await runRanks(4, 'die');
     const dead = exits[3]!;

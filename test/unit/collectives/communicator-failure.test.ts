@@ -81,6 +81,27 @@ describe('a failing rank fails every rank', () => {
     expect(await rejection(w.comms[1]!.barrier())).toBeInstanceOf(CommunicatorAbortedError);
   });
 
+  it('calls issued without awaiting run in call order, each correct', async () => {
+    w = await makeWorld(3);
+    const bufs = w.sides.map((s, r) => {
+      const p = s.driver.memAlloc(12);
+      s.driver.memcpyHtoD(p, new Uint8Array(new Int32Array([r, 10 * r, 100 * r]).buffer));
+      return p;
+    });
+    const all = w.comms.map((c, r) => [
+      c.allreduce({ send: bufs[r]!, count: 1, dtype: 'i32', op: 'sum' }),
+      c.allreduce({ send: bufs[r]! + 4n, count: 1, dtype: 'i32', op: 'max' }),
+      c.broadcast({ recv: bufs[r]! + 8n, count: 1, dtype: 'i32', root: 2 }),
+      c.allreduce({ send: bufs[r]!, count: 1, dtype: 'i32', op: 'prod' }), // after the sum: 3 × 3 × 3
+    ]);
+    await Promise.all(all.flat());
+    for (const [r, s] of w.sides.entries()) {
+      const got = new Uint8Array(12);
+      s.driver.memcpyDtoH(got, bufs[r]!);
+      expect([...new Int32Array(got.buffer)]).toEqual([27, 20, 200]);
+    }
+  });
+
   it('one rank is a communicator of one: every call is local', async () => {
     w = await makeWorld(1);
     const p = w.sides[0]!.driver.memAlloc(16);
