@@ -23,6 +23,7 @@
  */
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
+import { PeerLostError } from '../errors.js';
 import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
 import type { ReduceKernels } from './reduce-kernels.js';
@@ -88,11 +89,24 @@ function part(len: number, size: number, k: number): [lo: number, hi: number] {
   return [lo, Math.min(len, lo + chunk)];
 }
 
+/** A peer's endpoint failed under a staged transfer: the failure is that rank's, not this one's. */
+export class RankLostError extends PeerLostError {
+  constructor(
+    readonly rank: number,
+    cause: Error,
+  ) {
+    super(`rank ${rank} was lost: ${cause.message}`, { cause });
+  }
+}
+
 /** Sends `bytes` at `src` to every listed rank and receives each one's into `into(k)`, all at once. */
 async function exchange(c: CallContext, sendTo: number[], src: (k: number) => DevicePtr, recvFrom: number[], into: (k: number) => DevicePtr, bytes: number): Promise<void> {
+  const blame = (k: number) => (err: Error) => {
+    throw c.endpoint(k).closed ? new RankLostError(k, err) : err;
+  };
   await Promise.all([
-    ...sendTo.map((k) => c.endpoint(k).send({ ptr: src(k), length: bytes }, { tag: DATA_TAG })),
-    ...recvFrom.map((k) => c.endpoint(k).recv({ tag: DATA_TAG, into: { ptr: into(k), length: bytes } })),
+    ...sendTo.map((k) => c.endpoint(k).send({ ptr: src(k), length: bytes }, { tag: DATA_TAG }).catch(blame(k))),
+    ...recvFrom.map((k) => c.endpoint(k).recv({ tag: DATA_TAG, into: { ptr: into(k), length: bytes } }).catch(blame(k))),
   ]);
 }
 

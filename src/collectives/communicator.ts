@@ -26,7 +26,7 @@ import { CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, Smcuda
 import { DTYPE_BYTES, isDType, isReduceOp, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
-import type { Algorithm, CallContext } from './algorithms.js';
+import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
 import { ControlPlane } from './control.js';
 import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
@@ -415,6 +415,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private wrap(err: Error): CommunicatorAbortedError {
     if (err instanceof CommunicatorAbortedError) return err;
+    if (err instanceof RankLostError) return new CommunicatorAbortedError(`rank ${err.rank} failed: ${err.message}`, err.rank, err.code, { cause: err });
     const code = err instanceof SmcudaError ? err.code : 'SMCUDA_ERROR';
     return new CommunicatorAbortedError(`rank ${this.rank} failed: ${err.message}`, this.rank, code, { cause: err });
   }
