@@ -203,6 +203,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const c = new Communicator(transport, rank, size, endpoints, opts, owned);
     c.control.start();
     try {
+      // Every endpoint must lead to the rank it is filed under, in a job of the same size.
+      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size }), c.timeoutMs, 'set-up');
+      for (const [k, h] of hello) {
+        if (h.rank !== k || h.size !== size) throw new ConfigError(`the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${rank} of ${size}): check the endpoints and ranks`);
+      }
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
       c.control.stop();

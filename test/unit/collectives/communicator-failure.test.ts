@@ -118,3 +118,34 @@ describe('a failing rank fails every rank', () => {
     expect(() => c.broadcast({ recv: 16n, count: 1, dtype: 'u8', root: 1 })).toThrow(/root/);
   });
 });
+
+describe('fromEndpoints', () => {
+  it('refuses endpoints filed under the wrong rank, on both sides', async () => {
+    const { makeSide } = await import('../../helpers/transport-pair.js');
+    const { createMemoryChannelPair } = await import('../../../src/channel/memory-channel.js');
+    const { Communicator } = await import('../../../src/collectives/communicator.js');
+    const sides = await Promise.all([0, 1, 2].map((i) => makeSide(`rank${i}`, 0)));
+    try {
+      const eps: Record<string, import('../../../src/endpoint.js').Endpoint> = {};
+      for (const [i, j] of [[0, 1], [0, 2], [1, 2]] as const) {
+        const [ci, cj] = createMemoryChannelPair({ names: [`rank${i}`, `rank${j}`] });
+        [eps[`${i}${j}`], eps[`${j}${i}`]] = await Promise.all([sides[i]!.transport.attach(ci), sides[j]!.transport.attach(cj)]);
+      }
+      // rank 0 swaps its endpoints to 1 and 2
+      const made = [
+        Communicator.fromEndpoints({ transport: sides[0]!.transport, rank: 0, size: 3, endpoints: [undefined, eps['02'], eps['01']], timeoutMs: 5000 }),
+        Communicator.fromEndpoints({ transport: sides[1]!.transport, rank: 1, size: 3, endpoints: [eps['10'], undefined, eps['12']], timeoutMs: 5000 }),
+        Communicator.fromEndpoints({ transport: sides[2]!.transport, rank: 2, size: 3, endpoints: [eps['20'], eps['21'], undefined], timeoutMs: 5000 }),
+      ];
+      const results = await Promise.allSettled(made);
+      expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected']); // the others are not left waiting
+      expect(String((results[0] as PromiseRejectedResult).reason.message)).toMatch(/the endpoint given for rank [12] leads to rank [12] of a job of 3/);
+      for (const r of results) if (r.status === 'fulfilled') await r.value.close();
+    } finally {
+      for (const s of sides) {
+        await s.transport.close();
+        s.driver.close();
+      }
+    }
+  });
+});
