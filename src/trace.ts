@@ -17,7 +17,8 @@ export interface TraceRecord {
   self: string;
   /** The endpoint's peer id. */
   peer: string;
-  kind: 'frame' | 'state' | 'cache';
+  /** 'collective': one completed call of a Communicator (peer '*'): op, dtype, count, algorithm, bytes, us. */
+  kind: 'frame' | 'state' | 'cache' | 'collective';
   [field: string]: unknown;
 }
 
@@ -80,6 +81,11 @@ export class FileTracer implements Tracer {
 
   cache(peer: string, event: object): void {
     this.write(peer, 'cache', { ...event });
+  }
+
+  /** One completed collective call (src/collectives/), not tied to one peer. */
+  collective(event: object): void {
+    this.write('*', 'collective', { ...event });
   }
 
   close(): void {

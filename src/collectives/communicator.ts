@@ -32,6 +32,8 @@ import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
 import { sweepDeadSegments } from '../segment-owner.js';
+import { envTracePath } from '../env.js';
+import { FileTracer } from '../trace.js';
 
 export type { Algorithm };
 export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier';
@@ -47,6 +49,8 @@ export interface CommunicatorOptions {
   twoShotMaxBytes?: number;
   /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch. */
   algorithm?: Exclude<Algorithm, 'local'>;
+  /** Append a 'collective' record per completed call to this JSON-lines trace (default: $SMCUDA_TRACE, as the transport's). */
+  trace?: string;
 }
 
 export interface CallOptions {
@@ -135,6 +139,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private aborting: Promise<void> | undefined;
   private readonly streamsUsed = new Set<StreamHandle>();
   private readonly counters: CommunicatorStats;
+  private readonly tracer: FileTracer | undefined;
 
   private constructor(
     transport: Transport,
@@ -157,6 +162,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (opts.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
+    const tracePath = opts.trace ?? envTracePath();
+    this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.control = new ControlPlane(rank, endpoints, (err) => this.onAbort(err));
     this.counters = { rank, size, mapped: true, calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
   }
@@ -388,6 +395,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.counters.byAlgorithm[algorithm] = (this.counters.byAlgorithm[algorithm] ?? 0) + 1;
       this.counters.last = result;
       debug('communicator rank %d: %s %s×%d by %s in %d µs', this.rank, op, o.dtype ?? '', o.count ?? 0, algorithm, result.us);
+      this.tracer?.collective({ rank: this.rank, size: this.size, seq, ...result });
       this.emit('collective', result);
       return { op, algorithm, bytes, us: result.us };
     });
@@ -479,6 +487,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         debug('communicator rank %d: %s', this.rank, (err as Error).message);
       }
       this.event = undefined;
+      this.tracer?.close();
       if (this.owned) {
         await this.transport.close();
         for (const f of [this.owned.socket, `${this.owned.socket}.fd`]) rmSync(f, { force: true });

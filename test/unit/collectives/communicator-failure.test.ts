@@ -149,3 +149,28 @@ describe('fromEndpoints', () => {
     }
   });
 });
+
+describe('traces', () => {
+  it('each completed call is a collective record in the trace, which smcuda trace reads', async () => {
+    const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { parseTrace } = await import('../../../src/diagram/trace-records.js');
+    const { toMermaidSequence } = await import('../../../src/diagram/sequence.js');
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-comm-trace-'));
+    const file = join(dir, 'trace.jsonl');
+    try {
+      w = await makeWorld(2, { trace: file, oneShotMaxBytes: 64 });
+      const bufs = w.sides.map((s) => s.driver.memAlloc(400));
+      await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 100, dtype: 'f32', op: 'sum' })));
+      await w.close();
+      w = undefined;
+      const records = parseTrace(readFileSync(file, 'utf8'), file).filter((r) => r.kind === 'collective');
+      expect(records).toHaveLength(2);
+      expect(records[0]).toMatchObject({ peer: '*', op: 'allreduce', dtype: 'f32', count: 100, algorithm: 'two-shot', bytes: 400 });
+      expect(toMermaidSequence(records)).toMatch(/allreduce f32×100 by two-shot/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
