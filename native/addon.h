@@ -6,6 +6,8 @@
 namespace smcuda {
 // cuda_calls.cc: dlopen("libcuda.so.1") and one JS function per driver call.
 void InitCuda(Napi::Env env, Napi::Object exports);
+// gpu_driven.cc: stream memory operations, capture and graphs, PTX modules, kernel launch.
+void InitGpuDriven(Napi::Env env, Napi::Object exports);
 // completion.cc: event completion -> Promise, through one poller thread.
 void InitCompletion(Napi::Env env, Napi::Object exports);
 // shm.cc: POSIX shared memory segments mapped into ArrayBuffers.

@@ -182,6 +182,90 @@ constexpr int kCudaAbiVersion = 12000;
     (CUdeviceptr*, CUmemoryPool, CUmemPoolPtrExportData*))                                       \
   X(cuMemPoolSetAccess, "cuMemPoolSetAccess", CUresult, (CUmemoryPool, const CUmemAccessDesc*, size_t))
 
+// ---- GPU-driven work (gpu_driven.cc) ----------------------------------------
+// Three groups, each resolved like the VMM group: a missing entry point turns
+// off its group only (gpuDrivenStatus says which and why), never the driver.
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef unsigned cuuint32_t;
+
+// Stream memory operations: the v2 ABI, asked for with cudaVersion 11070 as
+// NCCL does (src/misc/cudawrap.cc). Asked for by base name, cuGetProcAddress
+// hands out cuStreamWaitValue32_v2 etc.; the v1 entry points (what an older
+// cudaVersion or a plain dlsym gives) need CU_DEVICE_ATTRIBUTE_CAN_USE_
+// STREAM_MEM_OPS_V1, which some drivers refuse.
+constexpr int kStreamMemOpsAbiVersion = 11070;
+
+union CUstreamBatchMemOpParams {
+  int operation;  // CUstreamBatchMemOpType
+  struct {
+    int operation;
+    CUdeviceptr address;
+    union {
+      cuuint32_t value;
+      cuuint64_t value64;
+    };
+    unsigned flags;
+    CUdeviceptr alias;  // driver-internal
+  } waitValue, writeValue;
+  struct {
+    int operation;
+    unsigned flags;
+  } memoryBarrier;
+  cuuint64_t pad[6];
+};
+static_assert(sizeof(CUstreamBatchMemOpParams) == 48, "CUstreamBatchMemOpParams is 48 bytes in cuda.h");
+
+constexpr unsigned CU_STREAM_WAIT_VALUE_GEQ = 0x0;
+constexpr unsigned CU_STREAM_WAIT_VALUE_EQ = 0x1;
+constexpr unsigned CU_STREAM_WAIT_VALUE_AND = 0x2;
+constexpr unsigned CU_STREAM_WAIT_VALUE_NOR = 0x3;
+constexpr unsigned CU_STREAM_WAIT_VALUE_FLUSH = 1u << 30;
+constexpr unsigned CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 0x1;
+constexpr int CU_STREAM_MEM_OP_WAIT_VALUE_32 = 1;
+constexpr int CU_STREAM_MEM_OP_WRITE_VALUE_32 = 2;
+constexpr int CU_STREAM_MEM_OP_WAIT_VALUE_64 = 4;
+constexpr int CU_STREAM_MEM_OP_WRITE_VALUE_64 = 5;
+constexpr int CU_STREAM_MEM_OP_BARRIER = 6;
+constexpr int CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122;
+constexpr int CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR = 123;
+constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
+constexpr int CU_JIT_ERROR_LOG_BUFFER = 5;
+constexpr int CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
+
+#define SMCUDA_MEMOP_FUNCTIONS(X)                                                                \
+  /* -> cuStreamWaitValue32_v2 etc. (cudaVersion 11070) */                                      \
+  X(cuStreamWaitValue32, "cuStreamWaitValue32", CUresult, (CUstream, CUdeviceptr, cuuint32_t, unsigned)) \
+  X(cuStreamWaitValue64, "cuStreamWaitValue64", CUresult, (CUstream, CUdeviceptr, cuuint64_t, unsigned)) \
+  X(cuStreamWriteValue32, "cuStreamWriteValue32", CUresult, (CUstream, CUdeviceptr, cuuint32_t, unsigned)) \
+  X(cuStreamWriteValue64, "cuStreamWriteValue64", CUresult, (CUstream, CUdeviceptr, cuuint64_t, unsigned)) \
+  X(cuStreamBatchMemOp, "cuStreamBatchMemOp", CUresult, (CUstream, unsigned, CUstreamBatchMemOpParams*, unsigned))
+
+#define SMCUDA_GRAPH_FUNCTIONS(X)                                                                \
+  /* -> cuStreamBeginCapture_v2 (with a capture mode) */                                         \
+  X(cuStreamBeginCapture, "cuStreamBeginCapture", CUresult, (CUstream, int))                      \
+  X(cuStreamEndCapture, "cuStreamEndCapture", CUresult, (CUstream, CUgraph*))                     \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing", CUresult, (CUstream, int*))                       \
+  X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", CUresult, (CUgraphExec*, CUgraph, unsigned long long)) \
+  X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                            \
+  X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                            \
+  X(cuGraphDestroy, "cuGraphDestroy", CUresult, (CUgraph))
+
+// cuModuleLoadDataEx rather than cuLibraryLoadData: smcuda works in the
+// current device's primary context, so a context-bound module is all it needs,
+// the call exists on every driver, and the Ex form hands back the JIT's error
+// log, which is the only useful part of a failed PTX load.
+#define SMCUDA_MODULE_FUNCTIONS(X)                                                               \
+  X(cuModuleLoadDataEx, "cuModuleLoadDataEx", CUresult, (CUmodule*, const void*, unsigned, int*, void**)) \
+  X(cuModuleUnload, "cuModuleUnload", CUresult, (CUmodule))                                       \
+  X(cuModuleGetFunction, "cuModuleGetFunction", CUresult, (CUfunction*, CUmodule, const char*))   \
+  X(cuFuncGetAttribute, "cuFuncGetAttribute", CUresult, (int*, int, CUfunction))                  \
+  X(cuLaunchKernel, "cuLaunchKernel", CUresult,                                                   \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))
+
 // ---- optional entry points ---------------------------------------------------
 // Used when the driver has them, never required. cuMemcpyBatchAsync (CUDA
 // 12.8) queues many copies in one call, and the GPU may run them at once: on
@@ -249,6 +333,9 @@ struct DriverTable {
 #define SMCUDA_FIELD(field, name, ret, params) ret(*field) params = nullptr;
   SMCUDA_DRIVER_FUNCTIONS(SMCUDA_FIELD)
   SMCUDA_VMM_FUNCTIONS(SMCUDA_FIELD)
+  SMCUDA_MEMOP_FUNCTIONS(SMCUDA_FIELD)
+  SMCUDA_GRAPH_FUNCTIONS(SMCUDA_FIELD)
+  SMCUDA_MODULE_FUNCTIONS(SMCUDA_FIELD)
 #undef SMCUDA_FIELD
 };
 
@@ -264,6 +351,14 @@ struct DriverState {
   // Every SMCUDA_VMM_FUNCTIONS entry resolved; else vmmReason says which was missing.
   bool vmm = false;
   std::string vmmReason;
+  // The GPU-driven groups (SMCUDA_MEMOP/GRAPH/MODULE_FUNCTIONS), each all
+  // resolved or off with a reason naming the missing entry point.
+  bool memOps = false;
+  std::string memOpsReason;
+  bool graphs = false;
+  std::string graphsReason;
+  bool modules = false;
+  std::string modulesReason;
 };
 
 // Loads libcuda.so.1 and resolves the table on first call (thread-safe);

@@ -8,7 +8,10 @@
 //      with cudaVersion = kCudaAbiVersion and CU_GET_PROC_ADDRESS_DEFAULT
 //   5. the VMM/pool entry points (SMCUDA_VMM_FUNCTIONS) the same way; a
 //      missing one turns off descriptor-exported memory only (`vmm`)
-//   6. the optional ones (cuMemcpyBatchAsync), with the driver's own ABI;
+//   6. the GPU-driven groups (stream memory operations at cudaVersion 11070,
+//      capture and graphs, modules and launch); a missing one turns off its
+//      group only (gpuDrivenStatus)
+//   7. the optional ones (cuMemcpyBatchAsync), with the driver's own ABI;
 //      missing is not a failure
 // Any failure leaves `available = false` and a reason that says what was
 // missing and how to fix it; the addon itself keeps working.
@@ -105,6 +108,38 @@ DriverState Load() {
   SMCUDA_VMM_FUNCTIONS(SMCUDA_RESOLVE_VMM)
 #undef SMCUDA_RESOLVE_VMM
 
+  // The GPU-driven groups: each all there or off with the first missing name.
+  // The stream memory operations are asked for at 11070, which hands out
+  // their _v2 ABI; the rest at the ABI of the other entry points.
+  auto resolveGroup = [&](const char* name, void** slot, int version, bool* on, std::string* why) {
+    if (!*on) return;
+    int status = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = v2 ? v2(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &status)
+                    : v1(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT);
+    if (r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS && *slot) return;
+    *slot = nullptr;
+    *on = false;
+    const char* what = status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "version not sufficient"
+                       : status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND     ? "symbol not found"
+                                                                              : "lookup failed";
+    *why = "libcuda.so.1 (CUDA " + CudaVersionText(s.driverVersion) + ") does not provide " + name + " for the CUDA " +
+           CudaVersionText(version) + " ABI (" + what + ", CUresult " + std::to_string(r) +
+           "): update the NVIDIA driver";
+  };
+  s.memOps = s.graphs = s.modules = true;
+#define SMCUDA_RESOLVE_MEMOP(field, name, ret, params) \
+  resolveGroup(name, reinterpret_cast<void**>(&s.fn.field), kStreamMemOpsAbiVersion, &s.memOps, &s.memOpsReason);
+#define SMCUDA_RESOLVE_GRAPH(field, name, ret, params) \
+  resolveGroup(name, reinterpret_cast<void**>(&s.fn.field), kCudaAbiVersion, &s.graphs, &s.graphsReason);
+#define SMCUDA_RESOLVE_MODULE(field, name, ret, params) \
+  resolveGroup(name, reinterpret_cast<void**>(&s.fn.field), kCudaAbiVersion, &s.modules, &s.modulesReason);
+  SMCUDA_MEMOP_FUNCTIONS(SMCUDA_RESOLVE_MEMOP)
+  SMCUDA_GRAPH_FUNCTIONS(SMCUDA_RESOLVE_GRAPH)
+  SMCUDA_MODULE_FUNCTIONS(SMCUDA_RESOLVE_MODULE)
+#undef SMCUDA_RESOLVE_MEMOP
+#undef SMCUDA_RESOLVE_GRAPH
+#undef SMCUDA_RESOLVE_MODULE
+
   // cuGetProcAddress hands out the newest version not above the one asked
   // for, so the version asked for must be one whose ABI we call.
   auto optional = [&](const char* name, int version) -> void* {
@@ -145,18 +180,24 @@ const char* BuiltinErrorName(CUresult r) {
     case 206: return "CUDA_ERROR_UNMAP_FAILED";
     case 207: return "CUDA_ERROR_ARRAY_IS_MAPPED";
     case 208: return "CUDA_ERROR_ALREADY_MAPPED";
+    case 209: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
     case 210: return "CUDA_ERROR_ALREADY_ACQUIRED";
     case 211: return "CUDA_ERROR_NOT_MAPPED";
     case 214: return "CUDA_ERROR_ECC_UNCORRECTABLE";
     case 216: return "CUDA_ERROR_CONTEXT_ALREADY_IN_USE";
     case 217: return "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED";
+    case 218: return "CUDA_ERROR_INVALID_PTX";
     case 220: return "CUDA_ERROR_NVLINK_UNCORRECTABLE";
+    case 221: return "CUDA_ERROR_JIT_COMPILER_NOT_FOUND";
+    case 222: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
+    case 223: return "CUDA_ERROR_JIT_COMPILATION_DISABLED";
     case 304: return "CUDA_ERROR_OPERATING_SYSTEM";
     case 400: return "CUDA_ERROR_INVALID_HANDLE";
     case 401: return "CUDA_ERROR_ILLEGAL_STATE";
     case 500: return "CUDA_ERROR_NOT_FOUND";
     case 600: return "CUDA_ERROR_NOT_READY";
     case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case 701: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
     case 704: return "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
     case 705: return "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED";
     case 708: return "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE";
@@ -170,6 +211,11 @@ const char* BuiltinErrorName(CUresult r) {
     case 802: return "CUDA_ERROR_SYSTEM_NOT_READY";
     case 803: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
     case 804: return "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
+    case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case 905: return "CUDA_ERROR_STREAM_CAPTURE_ISOLATION";
+    case 906: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT";
+    case 908: return "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD";
     case 909: return "CUDA_ERROR_TIMEOUT";
     case 999: return "CUDA_ERROR_UNKNOWN";
     default: return nullptr;

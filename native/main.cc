@@ -3,6 +3,7 @@
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   smcuda::InitCuda(env, exports);
+  smcuda::InitGpuDriven(env, exports);
   smcuda::InitCompletion(env, exports);
   smcuda::InitShm(env, exports);
   smcuda::InitPeerCred(env, exports);

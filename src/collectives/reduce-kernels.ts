@@ -5,7 +5,7 @@
  */
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
 import { reduceEntry, type DType, type ReduceOp } from '../kernels/dtypes.js';
-import { PTX } from '../kernels/reduce.ptx.js';
+import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
 
 const BLOCK = 256;
 const MAX_GRID = 1024;

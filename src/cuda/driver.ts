@@ -390,7 +390,11 @@ export interface CudaDriver {
   /** cuStreamBatchMemOp_v2: the operations in order, as one stream item. */
   streamBatchMemOp(stream: StreamHandle, ops: readonly StreamMemOp[]): void;
 
-  /** cuStreamBeginCapture_v2: work queued on `stream` from now on is recorded, not run. */
+  /**
+   * cuStreamBeginCapture_v2: work queued on `stream` from now on is recorded, not run. Default mode
+   * 'thread-local': under 'global' a capture makes other threads' unsafe calls fail, and the native
+   * addon's completion poller thread queries events at any time.
+   */
   streamBeginCapture(stream: StreamHandle, mode?: CaptureMode): void;
   /** cuStreamEndCapture: the recorded graph (the caller destroys it). */
   streamEndCapture(stream: StreamHandle): GraphHandle;

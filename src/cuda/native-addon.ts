@@ -111,6 +111,56 @@ export interface NativeCuda {
   cuPointerGetMemoryInfo(ptr: bigint): NativeMemoryInfo;
 }
 
+/** gpuDrivenStatus of native/gpu_driven.cc: which groups of entry points resolved, and the device's memory-operation attributes. */
+export interface NativeGpuDrivenStatus {
+  available: boolean;
+  /** Why CUDA is unavailable (then nothing else is set). */
+  reason?: string;
+  memOps?: boolean;
+  memOpsReason?: string;
+  graphs?: boolean;
+  graphsReason?: string;
+  modules?: boolean;
+  modulesReason?: string;
+  waitValueNor?: boolean;
+  memOps64?: boolean;
+  attributesReason?: string;
+}
+
+/**
+ * GPU-driven work (native/gpu_driven.cc). A call whose group of entry points
+ * the driver lacks throws CUDA_ERROR_NOT_SUPPORTED with the reason.
+ */
+export interface NativeGpuDriven {
+  /** Never throws for a driver problem; `ordinal` picks the device whose attributes are read. */
+  gpuDrivenStatus(ordinal: number): NativeGpuDrivenStatus;
+  /** flags: CU_STREAM_WAIT_VALUE_* (condition, | FLUSH). cuStreamWaitValue32_v2. */
+  cuStreamWaitValue32(stream: bigint, addr: bigint, value: number, flags: number): void;
+  cuStreamWaitValue64(stream: bigint, addr: bigint, value: bigint, flags: number): void;
+  /** flags: CU_STREAM_WRITE_VALUE_* (NO_MEMORY_BARRIER = 1). */
+  cuStreamWriteValue32(stream: bigint, addr: bigint, value: number, flags: number): void;
+  cuStreamWriteValue64(stream: bigint, addr: bigint, value: bigint, flags: number): void;
+  /** The first `count` operations (CU_STREAM_MEM_OP_* codes, their flags, addresses, values) as one cuStreamBatchMemOp_v2. */
+  cuStreamBatchMemOp(stream: bigint, count: number, operations: Uint32Array, flags: Uint32Array, addrs: BigUint64Array, values: BigUint64Array): void;
+  /** mode: CU_STREAM_CAPTURE_MODE_* (0 global, 1 thread-local, 2 relaxed). */
+  cuStreamBeginCapture(stream: bigint, mode: number): void;
+  cuStreamEndCapture(stream: bigint): bigint;
+  /** CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated. */
+  cuStreamIsCapturing(stream: bigint): number;
+  /** cuGraphInstantiateWithFlags(0). */
+  cuGraphInstantiate(graph: bigint): bigint;
+  cuGraphLaunch(exec: bigint, stream: bigint): void;
+  cuGraphExecDestroy(exec: bigint): void;
+  cuGraphDestroy(graph: bigint): void;
+  /** cuModuleLoadDataEx of PTX text; a failure's detail carries the JIT error log. */
+  cuModuleLoadData(ptx: string): bigint;
+  cuModuleUnload(module: bigint): void;
+  /** cuModuleGetFunction, then loaded (cuFuncGetAttribute) so that a first launch inside a capture does not load it. */
+  cuModuleGetFunction(module: bigint, name: string): bigint;
+  /** dims: [gx, gy, gz, bx, by, bz, sharedMemBytes]; params/layout from packKernelArgs (kernel-args.ts). */
+  cuLaunchKernel(fn: bigint, dims: Uint32Array, stream: bigint, params: ArrayBuffer, layout: Uint32Array): void;
+}
+
 export interface NativeMemoryInfo {
   memoryType: number;
   bufferId: bigint;
@@ -183,4 +233,4 @@ export interface NativePeerCredentials {
   peerCredentials(fd: number): { pid: number; uid: number; gid: number };
 }
 
-export type NativeAddon = NativeShm & NativeCuda & NativeCompletion & NativePeerCredentials & NativeFdPassing & NativeHostMapping;
+export type NativeAddon = NativeShm & NativeCuda & NativeGpuDriven & NativeCompletion & NativePeerCredentials & NativeFdPassing & NativeHostMapping;

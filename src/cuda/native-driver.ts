@@ -16,9 +16,18 @@
  */
 import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
-import { notSupported } from './not-supported.js';
+import { packKernelArgs } from './kernel-args.js';
 import type {
+  CaptureMode,
+  FunctionHandle,
+  GraphExecHandle,
+  GraphHandle,
+  KernelArg,
+  LaunchConfig,
+  ModuleHandle,
   ModuleLoadInfo,
+  StreamMemOp,
+  WaitCondition,
   AddressRange,
   CudaDriver,
   DeviceInfo,
@@ -61,10 +70,32 @@ import {
   assertPtr,
   assertSize,
 } from './validate.js';
+import {
+  assertCaptureMode,
+  assertEntryName,
+  assertKernelArgs,
+  assertLaunchConfig,
+  assertMemOps,
+  assertPtx,
+  assertU32,
+  assertU64,
+  assertWaitCondition,
+  assertWordAddress,
+} from './validate-gpu-driven.js';
 
 /** CU_EVENT_* flags (cuda.h). */
 const CU_EVENT_DISABLE_TIMING = 0x2;
 const CU_EVENT_INTERPROCESS = 0x4;
+
+/** What gpuDrivenStatus answers (the contract's shape). */
+type GpuDrivenStatus = ReturnType<CudaDriver['gpuDrivenStatus']>;
+
+/** CUstreamWaitValue_flags, CUstreamWriteValue_flags, CUstreamBatchMemOpType, CUstreamCaptureMode (cuda.h). */
+const WAIT_CONDITIONS: Record<WaitCondition, number> = { geq: 0x0, eq: 0x1, and: 0x2, nor: 0x3 };
+const CU_STREAM_WAIT_VALUE_FLUSH = 1 << 30;
+const CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 0x1;
+const MEM_OP_CODES: Record<StreamMemOp['op'], number> = { wait32: 1, write32: 2, wait64: 4, write64: 5, barrier: 6 };
+const CAPTURE_MODES: Record<CaptureMode, number> = { global: 0, 'thread-local': 1, relaxed: 2 };
 
 /** CUmemorytype values (cuda.h); 0 means CUDA does not know the pointer. */
 const MEMORY_TYPES: Record<number, MemoryType> = { 1: 'host', 2: 'device', 3: 'array', 4: 'unified' };
@@ -818,33 +849,158 @@ export class NativeCudaDriver implements CudaDriver {
     this.#call((a) => a.shmUnlink(name));
   }
 
+  // -- GPU-driven work ----------------------------------------------------------
+  // native/gpu_driven.cc; the stream memory operations are the _v2 entry
+  // points, asked of cuGetProcAddress with cudaVersion 11070.
+
+  gpuDrivenStatus(): GpuDrivenStatus {
+    const off = (reason: string): GpuDrivenStatus => ({ streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason });
+    try {
+      const s = this.#binding().gpuDrivenStatus(this.#current >= 0 ? this.#current : 0);
+      if (!s.available) return off(`CUDA is unavailable: ${s.reason ?? 'no reason given'}`);
+      const streamMemOps = s.memOps === true;
+      const status: GpuDrivenStatus = {
+        streamMemOps,
+        waitValueNor: streamMemOps && s.waitValueNor === true,
+        memOps64: streamMemOps && s.memOps64 === true,
+        graphs: s.graphs === true,
+        modules: s.modules === true,
+      };
+      const why = [
+        s.memOpsReason,
+        s.graphsReason,
+        s.modulesReason,
+        s.attributesReason,
+        streamMemOps && s.attributesReason === undefined && !s.waitValueNor ? 'the device does not support CU_STREAM_WAIT_VALUE_NOR (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR is 0)' : undefined,
+        streamMemOps && s.attributesReason === undefined && !s.memOps64 ? 'the device does not support 64-bit stream memory operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)' : undefined,
+      ].filter((r): r is string => r !== undefined);
+      return why.length > 0 ? { ...status, reason: why.join('; ') } : status;
+    } catch (err) {
+      return off(err instanceof Error ? err.message : String(err));
+    }
+  }
+
+  streamWaitValue32(stream: StreamHandle, addr: DevicePtr, value: number, condition: WaitCondition): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 4);
+    assertU32('value', value);
+    assertWaitCondition('condition', condition);
+    this.#call((a) => a.cuStreamWaitValue32(stream, addr, value, WAIT_CONDITIONS[condition]));
+  }
+
+  streamWaitValue64(stream: StreamHandle, addr: DevicePtr, value: bigint, condition: WaitCondition): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 8);
+    assertU64('value', value);
+    assertWaitCondition('condition', condition);
+    this.#call((a) => a.cuStreamWaitValue64(stream, addr, value, WAIT_CONDITIONS[condition]));
+  }
+
+  streamWriteValue32(stream: StreamHandle, addr: DevicePtr, value: number): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 4);
+    assertU32('value', value);
+    this.#call((a) => a.cuStreamWriteValue32(stream, addr, value, 0));
+  }
+
+  streamWriteValue64(stream: StreamHandle, addr: DevicePtr, value: bigint): void {
+    assertHandle('stream', stream);
+    assertWordAddress('addr', addr, 8);
+    assertU64('value', value);
+    this.#call((a) => a.cuStreamWriteValue64(stream, addr, value, 0));
+  }
+
+  streamBatchMemOp(stream: StreamHandle, ops: readonly StreamMemOp[]): void {
+    assertHandle('stream', stream);
+    assertMemOps('ops', ops);
+    const n = ops.length;
+    const codes = new Uint32Array(n);
+    const flags = new Uint32Array(n);
+    const addrs = new BigUint64Array(n);
+    const values = new BigUint64Array(n);
+    ops.forEach((o, k) => {
+      codes[k] = MEM_OP_CODES[o.op];
+      if (o.op === 'barrier') return; // CU_STREAM_MEMORY_BARRIER_TYPE_SYS (0): visible to everyone
+      addrs[k] = o.addr;
+      values[k] = BigInt(o.value);
+      if (o.op === 'wait32' || o.op === 'wait64') flags[k] = WAIT_CONDITIONS[o.condition] | (o.flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
+      else flags[k] = o.noMemoryBarrier ? CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER : 0;
+    });
+    this.#call((a) => a.cuStreamBatchMemOp(stream, n, codes, flags, addrs, values));
+  }
+
+  streamBeginCapture(stream: StreamHandle, mode: CaptureMode = 'thread-local'): void {
+    assertHandle('stream', stream);
+    assertCaptureMode('mode', mode);
+    this.#call((a) => a.cuStreamBeginCapture(stream, CAPTURE_MODES[mode]));
+  }
+
+  streamEndCapture(stream: StreamHandle): GraphHandle {
+    assertHandle('stream', stream);
+    return this.#call((a) => a.cuStreamEndCapture(stream));
+  }
+
+  streamIsCapturing(stream: StreamHandle): boolean {
+    assertHandle('stream', stream);
+    // Invalidated (2) still counts: the capture must be ended all the same.
+    return this.#call((a) => a.cuStreamIsCapturing(stream)) !== 0;
+  }
+
+  graphInstantiate(graph: GraphHandle): GraphExecHandle {
+    assertHandle('graph', graph);
+    return this.#call((a) => a.cuGraphInstantiate(graph));
+  }
+
+  graphLaunch(exec: GraphExecHandle, stream: StreamHandle): void {
+    assertHandle('exec', exec);
+    assertHandle('stream', stream);
+    this.#call((a) => a.cuGraphLaunch(exec, stream));
+  }
+
+  graphExecDestroy(exec: GraphExecHandle): void {
+    assertHandle('exec', exec);
+    this.#call((a) => a.cuGraphExecDestroy(exec));
+  }
+
+  graphDestroy(graph: GraphHandle): void {
+    assertHandle('graph', graph);
+    this.#call((a) => a.cuGraphDestroy(graph));
+  }
+
+  moduleLoadData(ptx: string): ModuleLoadInfo {
+    assertPtx('ptx', ptx);
+    const start = performance.now();
+    const module = this.#call((a) => a.cuModuleLoadData(ptx));
+    return { module, loadMs: performance.now() - start };
+  }
+
+  moduleUnload(module: ModuleHandle): void {
+    assertHandle('module', module);
+    this.#call((a) => a.cuModuleUnload(module));
+  }
+
+  moduleGetFunction(module: ModuleHandle, name: string): FunctionHandle {
+    assertHandle('module', module);
+    assertEntryName('name', name);
+    return this.#call((a) => a.cuModuleGetFunction(module, name));
+  }
+
+  launchKernel(fn: FunctionHandle, config: LaunchConfig, args: readonly KernelArg[], stream: StreamHandle): void {
+    assertHandle('fn', fn);
+    const [grid, block, shared] = assertLaunchConfig('config', config);
+    assertKernelArgs('args', args);
+    assertHandle('stream', stream);
+    const { params, layout } = packKernelArgs(args);
+    const dims = new Uint32Array([...grid, ...block, shared]);
+    this.#call((a) => a.cuLaunchKernel(fn, dims, stream, params, layout));
+  }
+
   /**
    * Rejects this driver's pending whenComplete promises (ClosedError), stops
    * the poller thread and releases the retained primary contexts. The poller
    * belongs to the addon instance (one per Node environment) and restarts on
    * the next whenComplete of any driver.
    */
-
-  // -- GPU-driven work: placeholders until each driver implements them ----------
-  gpuDrivenStatus() {
-    return { streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason: 'not implemented by this driver yet' };
-  }
-  streamWaitValue32(): void { throw notSupported('cuStreamWaitValue32_v2'); }
-  streamWaitValue64(): void { throw notSupported('cuStreamWaitValue64_v2'); }
-  streamWriteValue32(): void { throw notSupported('cuStreamWriteValue32_v2'); }
-  streamWriteValue64(): void { throw notSupported('cuStreamWriteValue64_v2'); }
-  streamBatchMemOp(): void { throw notSupported('cuStreamBatchMemOp_v2'); }
-  streamBeginCapture(): void { throw notSupported('cuStreamBeginCapture_v2'); }
-  streamEndCapture(): bigint { throw notSupported('cuStreamEndCapture'); }
-  streamIsCapturing(): boolean { return false; }
-  graphInstantiate(): bigint { throw notSupported('cuGraphInstantiateWithFlags'); }
-  graphLaunch(): void { throw notSupported('cuGraphLaunch'); }
-  graphExecDestroy(): void { throw notSupported('cuGraphExecDestroy'); }
-  graphDestroy(): void { throw notSupported('cuGraphDestroy'); }
-  moduleLoadData(): ModuleLoadInfo { throw notSupported('cuModuleLoadData'); }
-  moduleUnload(): void { throw notSupported('cuModuleUnload'); }
-  moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
-  launchKernel(): void { throw notSupported('cuLaunchKernel'); }
   close(): void {
     const closed = new ClosedError('the CUDA driver was closed while waiting for an event');
     for (const reject of this.#pending) reject(closed);

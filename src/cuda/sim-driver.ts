@@ -73,6 +73,7 @@ import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { mulberry32, shuffle } from './sim/prng.js';
 import { bindLaunch, parsePtx, type SimEntry } from './sim/kernels.js';
+import { assertEntryName, assertKernelArgs, assertLaunchConfig, assertPtx } from './validate-gpu-driven.js';
 import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
@@ -867,7 +868,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   // -- modules and kernels: PTX entries bound to TypeScript twins (sim/kernels.ts) --
   moduleLoadData(ptx: string): ModuleLoadInfo {
     const started = performance.now();
-    if (typeof ptx !== 'string') throw new TypeError(`ptx must be PTX text (a string), got ${typeof ptx}`);
+    assertPtx('ptx', ptx);
     this.requireContext('cuModuleLoadData');
     const module = this.nextModule++;
     this.modules.set(module, parsePtx(ptx));
@@ -882,7 +883,7 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   moduleGetFunction(module: ModuleHandle, name: string): FunctionHandle {
     assertHandle('module', module);
-    if (typeof name !== 'string' || name.length === 0) throw new TypeError(`name must be an entry name, got ${String(name)}`);
+    assertEntryName('name', name);
     const entries = this.modules.get(module);
     if (!entries) throw cudaError('cuModuleGetFunction', 'CUDA_ERROR_INVALID_HANDLE', `no module ${module} in this driver`);
     const entry = entries.get(name);
@@ -894,9 +895,8 @@ export class SimulatedCudaDriver implements CudaDriver {
 
   launchKernel(fn: FunctionHandle, config: LaunchConfig, args: readonly KernelArg[], stream: StreamHandle): void {
     assertHandle('fn', fn);
-    assertOptions('config', config);
-    if (!Array.isArray(config.grid) || !Array.isArray(config.block)) throw new TypeError('config.grid and config.block must be arrays [x, y?, z?]');
-    if (!Array.isArray(args)) throw new TypeError('args must be an array of { type, value }');
+    assertLaunchConfig('config', config);
+    assertKernelArgs('args', args);
     assertHandle('stream', stream);
     const mem = this.requireContext('cuLaunchKernel');
     const f = this.functions.get(fn);

@@ -1,5 +1,5 @@
 // Elementwise reductions for smcuda's collectives, compiled to PTX by
-// gen-ptx.sh and shipped as reduce.ptx.ts (the driver JIT-compiles it: no
+// build-ptx.mjs and shipped as reduce.ptx.ts (the driver JIT-compiles it: no
 // toolkit at build or install time). src/kernels/sim/reduce.ts is the
 // TypeScript twin the simulated driver runs; both must stay identical in
 // semantics (README.md says what).

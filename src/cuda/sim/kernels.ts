@@ -8,11 +8,12 @@
  */
 import type { KernelArg, LaunchConfig } from '../driver.js';
 import type { KernelTwin } from '../../kernels/sim/twin.js';
+import { FILL_TWINS } from '../../kernels/sim/fill.js';
 import { REDUCE_TWINS } from '../../kernels/sim/reduce.js';
 import { cudaError } from './result-codes.js';
 
 /** Twins by entry name: the package's kernels, plus any a test registers. */
-const twins = new Map<string, KernelTwin>(Object.entries(REDUCE_TWINS));
+const twins = new Map<string, KernelTwin>([...Object.entries(REDUCE_TWINS), ...Object.entries(FILL_TWINS)]);
 
 /** Binds `entry` (a PTX `.entry` name) to its TypeScript twin; for tests and kernels shipped elsewhere. */
 export function registerKernelTwin(entry: string, twin: KernelTwin): void {
@@ -62,13 +63,10 @@ function classOf(arg: KernelArg): ParamClass {
 }
 
 /** The twin that runs `entry` with `args`; CUDA_ERROR_INVALID_VALUE when the arguments do not match the parameters. */
-export function bindLaunch(entry: SimEntry, config: LaunchConfig, args: readonly KernelArg[]): KernelTwin {
+export function bindLaunch(entry: SimEntry, _config: LaunchConfig, args: readonly KernelArg[]): KernelTwin {
   const call = 'cuLaunchKernel';
-  for (const dims of [config.grid, config.block]) {
-    for (const d of dims) {
-      if (d !== undefined && (!Number.isInteger(d) || d < 1 || d > 0x7fffffff)) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `grid and block sizes must be positive integers, got ${dims.join('x')}`);
-    }
-  }
+  // The sizes and values were validated as on the native driver (validate-gpu-driven.ts); the simulator
+  // also checks them against the entry's parameters, which a real launch does not: a mismatch is a bug.
   if (args.length !== entry.params.length) {
     throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${entry.name} takes ${entry.params.length} parameters, got ${args.length}`);
   }

@@ -70,6 +70,10 @@ describe('the built addon', () => {
       'cuIpcCloseMemHandle', 'cuIpcGetEventHandle', 'cuIpcOpenEventHandle', 'cuStreamCreate', 'cuStreamDestroy',
       'cuStreamSynchronize', 'cuStreamWaitEvent', 'cuEventCreate', 'cuEventDestroy', 'cuEventRecord', 'cuEventQuery',
       'cuEventSynchronize', 'cuEventElapsedTime', 'whenEventComplete', 'completionShutdown',
+      'gpuDrivenStatus', 'cuStreamWaitValue32', 'cuStreamWaitValue64', 'cuStreamWriteValue32', 'cuStreamWriteValue64',
+      'cuStreamBatchMemOp', 'cuStreamBeginCapture', 'cuStreamEndCapture', 'cuStreamIsCapturing', 'cuGraphInstantiate',
+      'cuGraphLaunch', 'cuGraphExecDestroy', 'cuGraphDestroy', 'cuModuleLoadData', 'cuModuleUnload', 'cuModuleGetFunction',
+      'cuLaunchKernel',
     ];
     const exported = addon as unknown as Record<string, unknown>;
     expect(names.filter((n) => typeof exported[n] !== 'function')).toEqual([]);

@@ -10,7 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
 import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
-import { PTX } from '../../../src/kernels/reduce.ptx.js';
+import { REDUCE_ENTRIES, REDUCE_PTX as PTX } from '../../../src/kernels/reduce.ptx.js';
+import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
 import { REDUCE_TWINS } from '../../../src/kernels/sim/reduce.js';
 
@@ -97,6 +98,7 @@ describe('f16 and bf16 conversions', () => {
 describe('the shipped PTX on the simulated driver', () => {
   it('every .entry of reduce.ptx.ts has a twin, and every twin an entry', () => {
     const entries = [...PTX.matchAll(/\.entry\s+(\w+)\s*\(/g)].map((m) => m[1]);
+    expect(entries).toEqual([...REDUCE_ENTRIES]);
     expect(new Set(entries)).toEqual(new Set(Object.keys(REDUCE_TWINS)));
     expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 1));
     expect(PTX).toMatch(/^\.version 8\.0$/m);
@@ -106,6 +108,7 @@ describe('the shipped PTX on the simulated driver', () => {
     const d = sim();
     expect(d.gpuDrivenStatus().modules).toBe(true);
     expect(codeOf(() => d.moduleLoadData('not ptx'))).toBe('CUDA_ERROR_INVALID_PTX');
+    expect(() => d.moduleLoadData('')).toThrow(RangeError);
     const { module, loadMs } = d.moduleLoadData(PTX);
     expect(loadMs).toBeGreaterThanOrEqual(0);
     expect(codeOf(() => d.moduleGetFunction(module, 'nope'))).toBe('CUDA_ERROR_NOT_FOUND');
@@ -113,9 +116,22 @@ describe('the shipped PTX on the simulated driver', () => {
     const cfg = { grid: [1] as [number], block: [32] as [number] };
     expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
     expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 1n }, { type: 'ptr', value: 1n }, { type: 'u64', value: 1n }, { type: 'u64', value: 0n }, { type: 'u64', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
-    expect(codeOf(() => d.launchKernel(fn, { grid: [0], block: [1] }, [], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
+    expect(() => d.launchKernel(fn, { grid: [0], block: [1] }, [], 0n)).toThrow(RangeError); // as the native driver: before any driver call
     d.moduleUnload(module);
     expect(codeOf(() => d.launchKernel(fn, cfg, [], 0n))).toBe('CUDA_ERROR_INVALID_HANDLE');
+  });
+
+  it('fill.cu\'s smcuda_fill_u32 runs too (its twin)', () => {
+    const d = sim();
+    const { module } = d.moduleLoadData(FILL_PTX);
+    const fn = d.moduleGetFunction(module, 'smcuda_fill_u32');
+    const p = d.memAlloc(16);
+    d.memsetD8(p, 0, 16);
+    d.launchKernel(fn, { grid: [1], block: [64] }, [{ type: 'ptr', value: p }, { type: 'u32', value: 0xdeadbeef }, { type: 'u64', value: 3n }], 0n);
+    d.streamSynchronize(0n);
+    const host = new Uint8Array(16);
+    d.memcpyDtoH(host, p);
+    expect([...new Uint32Array(host.buffer)]).toEqual([0xdeadbeef, 0xdeadbeef, 0xdeadbeef, 0]);
   });
 
   it('a launch runs on its stream, later, never inside the call', async () => {
