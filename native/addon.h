@@ -18,4 +18,6 @@ void InitPeerCred(Napi::Env env, Napi::Object exports);
 void InitFdPassing(Napi::Env env, Napi::Object exports);
 // host_mapping.cc: host address ranges made of file mappings (the simulator's VMM).
 void InitHostMapping(Napi::Env env, Napi::Object exports);
+// floor.cc: the bench's native floor, an RGET ping-pong of two processes spinning on shared host flags.
+void InitFloor(Napi::Env env, Napi::Object exports);
 }  // namespace smcuda

@@ -9,6 +9,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   smcuda::InitPeerCred(env, exports);
   smcuda::InitFdPassing(env, exports);
   smcuda::InitHostMapping(env, exports);
+  smcuda::InitFloor(env, exports);
   return exports;
 }
 

@@ -8,6 +8,7 @@
  *  - ipcOpen: one cuIpcOpenMemHandle (and its close) of a fresh allocation.
  *  - cacheHit: HandlePool.lookup + release on a warm pool, in process.
  *  - copyCompletion: an 8 B cuMemcpyAsync, event record, and whenComplete.
+ *  - rawCopyMany: the same from several peers' buffers, round-robin (all-to-all).
  *  - stagingBaseline: pinned single-buffer staging: device→host into pinned
  *    memory, synchronize, host→device, synchronize (no pipelining).
  */
@@ -49,6 +50,34 @@ export async function rawCopy(driver: CudaDriver, buffer: ExportedBuffer, size: 
     driver.eventDestroy(end);
     driver.streamDestroy(stream);
     driver.ipcCloseMemHandle(src);
+  }
+}
+
+/**
+ * Back-to-back copies from several peers' buffers (opened here), each peer
+ * on its own stream so copies from different peers overlap as the
+ * transport's may: the all-to-all baseline, run by every rank at once.
+ * `iters` rounds, each one copy from every buffer; timed on the wall clock
+ * from the first enqueue to the last stream's completion.
+ */
+export async function rawCopyMany(driver: CudaDriver, buffers: ExportedBuffer[], size: number, repeat: Repeat): Promise<TimedResult> {
+  const srcs: bigint[] = [];
+  const streams = buffers.map(() => driver.streamCreate());
+  try {
+    for (const b of buffers) srcs.push(driver.ipcOpenMemHandle(b.handle));
+    return await withAllocations(driver, srcs.map(() => size), (dsts) => {
+      const rounds = (n: number) => {
+        for (let i = 0; i < n; i++) for (let k = 0; k < srcs.length; k++) driver.memcpyAsync(dsts[k]!, srcs[k]!, size, streams[k]!);
+        for (const s of streams) driver.streamSynchronize(s);
+      };
+      rounds(repeat.warmup);
+      const t0 = process.hrtime.bigint();
+      rounds(repeat.iters);
+      return { seconds: micros(t0) / 1e6, bytes: size * srcs.length * repeat.iters };
+    });
+  } finally {
+    for (const p of srcs) driver.ipcCloseMemHandle(p);
+    for (const s of streams) driver.streamDestroy(s);
   }
 }
 

@@ -43,6 +43,8 @@ export interface Figure {
   paths?: Record<string, number>;
   /** Anything else worth keeping: sizes, window, iterations, time. */
   details?: Record<string, unknown>;
+  /** Latency figures: the native floor measured in the same run, and value / floor. */
+  floor?: { value: number; ratio: number };
 }
 
 export interface FigureSpec {
@@ -57,7 +59,7 @@ export function measured(
   spec: FigureSpec,
   value: number,
   baseline: number | null,
-  extra: Pick<Figure, 'stats' | 'paths' | 'details'> = {},
+  extra: Pick<Figure, 'stats' | 'paths' | 'details' | 'floor'> = {},
 ): Figure {
   const ratio = baseline !== null && baseline !== 0 && Number.isFinite(baseline) ? value / baseline : null;
   const target = spec.target ?? null;
@@ -94,6 +96,12 @@ function meets(t: Target, value: number, ratio: number | null): boolean | null {
   const x = t.on === 'value' ? value : ratio;
   if (x === null || !Number.isFinite(x)) return null;
   return t.relation === '>=' ? x >= t.bound : x <= t.bound;
+}
+
+/** `f` with its ratio to the native floor (a latency figure measured in the same run as the floor). */
+export function withFloor(f: Figure, floor: number | undefined): Figure {
+  if (floor === undefined || !(floor > 0) || f.value === null) return f;
+  return { ...f, floor: { value: floor, ratio: f.value / floor } };
 }
 
 export const atLeast = (bound: number, text: string, on: Target['on'] = 'value'): Target => ({ on, relation: '>=', bound, text });

@@ -169,7 +169,7 @@ export class KindImporter {
         try {
           if (e.pool?.poolFd) {
             const t0 = process.hrtime.bigint();
-            pools.set(e.pool.poolId, d.memPoolImport(fds.shift()!, { device: this.device }));
+            pools.set(e.pool.poolId, d.memPoolImport(fds.shift()!, { device: this.ordinalOf(e.deviceUuid) }));
             result.poolImportUs = micros(t0);
           }
           if (i === 0) {
@@ -206,7 +206,7 @@ export class KindImporter {
     const fds = await this.#descriptors(e);
     let mapping: { ptr: DevicePtr; release(): void };
     try {
-      if (e.pool?.poolFd) pools.set(e.pool.poolId, d.memPoolImport(fds.shift()!, { device: this.device }));
+      if (e.pool?.poolFd) pools.set(e.pool.poolId, d.memPoolImport(fds.shift()!, { device: this.ordinalOf(e.deviceUuid) }));
       mapping = this.#import(e, fds, pools);
     } finally {
       for (const fd of fds) d.closeFd(fd);
@@ -261,8 +261,15 @@ export class KindImporter {
       return { ptr, release: () => d.memPoolReleasePointer(ptr) };
     }
     const v = e.vmm!;
-    const im = d.vmmImport(v.chunks.map((c, k) => ({ fd: fds[k]!, offset: c.offset, size: c.size })), { device: this.device });
+    const im = d.vmmImport(v.chunks.map((c, k) => ({ fd: fds[k]!, offset: c.offset, size: c.size })), { device: this.ordinalOf(e.deviceUuid) });
     return { ptr: im.ptr + (e.ptr - v.base), release: () => d.vmmRelease(im.ptr) };
+  }
+
+  /** The exporter's device as an ordinal of this process (it may differ from ours: the memory-across suite). */
+  ordinalOf(uuid: string): number {
+    const d = this.driver;
+    for (let i = 0; i < d.deviceCount(); i++) if (d.deviceInfo(i).uuid === uuid) return i;
+    return this.device;
   }
 
   /** What a data path would give the handle pool for `e`. */
@@ -294,7 +301,7 @@ export class KindImporter {
     }
     const v = e.vmm!;
     const chunks = v.chunks.map((c, k) => ({ fd: fds[k]!, offset: c.offset, size: c.size }));
-    return { kind: 'vmm', deviceUuid: e.deviceUuid, base: v.base, size: v.size, bufferId: e.bufferId, open: () => d.vmmImport(chunks, { device: this.device }).ptr };
+    return { kind: 'vmm', deviceUuid: e.deviceUuid, base: v.base, size: v.size, bufferId: e.bufferId, open: () => d.vmmImport(chunks, { device: this.ordinalOf(e.deviceUuid) }).ptr };
   }
 }
 

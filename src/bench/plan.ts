@@ -52,6 +52,16 @@ export interface Plan {
   memorySize: number;
   /** The streaming figure: long, and measured after V8 and the heap reached their steady state. */
   streaming: Repeat;
+  /** The native floor's ping-pong (native-floor.ts), per size. */
+  floor(size: number): Repeat;
+  /** Bidirectional: the message size (256 MiB on a GPU) and its repetitions each way. */
+  bidir: { size: number; repeat: Repeat };
+  /** All-to-all: processes, message size (16 MiB on a GPU), rounds. */
+  allToAll: { ranks: number; size: number; repeat: Repeat };
+  /** First send: fresh pairs of processes, one message each. */
+  firstSend: { reps: number; size: number };
+  /** Memory kinds across GPUs: transfer sizes. */
+  memoryAcrossSizes: number[];
 }
 
 /**
@@ -127,9 +137,24 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
     while (memorySize > 64 * KiB && !fits(2 * memorySize)) memorySize /= 2;
     if (memorySize !== wanted) notes.push(`memory suite: ${formatBytes(memorySize)} transfers instead of ${formatBytes(wanted)}, for lack of ${sim ? '/dev/shm space' : 'device memory'}`);
   }
+  const bidirSize = o.smoke ? 64 * KiB : sim ? 16 * MiB : 256 * MiB;
+  const a2aSize = o.smoke ? 64 * KiB : sim ? MiB : 16 * MiB;
+  let memoryAcrossSizes = o.smoke ? [64 * KiB] : sim ? [16 * MiB] : [256 * MiB, GiB];
+  if (o.suites.includes('memory-across')) {
+    const left = memoryAcrossSizes.filter((s) => !fits(2 * s));
+    if (left.length > 0) notes.push(`memory-across: ${left.map(formatBytes).join(', ')} left out for lack of ${sim ? '/dev/shm space' : 'device memory'}`);
+    memoryAcrossSizes = memoryAcrossSizes.filter((s) => fits(2 * s));
+  }
   return {
     sizes,
     notes,
+    // The floor has no JavaScript to warm up; its warm-up takes the first opens and peer access out.
+    floor: (s) => (o.smoke ? { iters: 20, warmup: 2 } : { iters: sim ? 2000 : s > 64 * KiB ? 2000 : 10_000, warmup: sim ? 200 : 1000 }),
+    bidir: { size: bidirSize, repeat: repeatFor(bw, bidirSize, o.smoke) },
+    // All ranks send to all others every round: 8 × 7 × 16 MiB ≈ 0.9 GiB a round on a GPU.
+    allToAll: { ranks: 8, size: a2aSize, repeat: o.smoke ? { iters: 2, warmup: 1 } : sim ? { iters: 5, warmup: 2 } : { iters: 100, warmup: 20 } },
+    firstSend: { reps: o.smoke ? 1 : sim ? 3 : 5, size: 64 * KiB },
+    memoryAcrossSizes,
     latency: (s) => repeatFor(lat, s, o.smoke, true),
     bandwidth: (s) => repeatFor(bw, s, o.smoke),
     small,

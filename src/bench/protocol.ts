@@ -12,7 +12,8 @@ import type { KindExport } from './memory-kinds.js';
 export const BENCH_WORKER_ENV = 'SMCUDA_BENCH_WORKER';
 
 export interface BenchWorkerConfig {
-  rank: 0 | 1;
+  /** 0 and 1 in a pair; 0…n-1 in the all-to-all group. */
+  rank: number;
   /** Device ordinal this worker uses. */
   device: number;
   driver: 'auto' | 'native' | 'sim';
@@ -39,6 +40,8 @@ export interface SessionOptions {
   cache: boolean;
   /** Count control frames by type on rank 1's channel (the negotiation figure). */
   countFrames?: boolean;
+  /** Time the driver's peer calls and record the negotiation's states (the first-send figure). */
+  timeCalls?: boolean;
 }
 
 /** An allocation made by rank 0 for rank 1 to open directly (not through smcuda). */
@@ -85,7 +88,42 @@ export type BenchCommand =
   | ({ op: 'kind-raw-copy'; export: KindExport } & Repeat)
   | { op: 'probe-recv'; session: string; size: number; memory: MemoryOption }
   | { op: 'probe-send'; session: string; size: number; memory: MemoryOption }
-  | { op: 'probe-finish'; session: string; abort: boolean };
+  | { op: 'probe-finish'; session: string; abort: boolean }
+  // The native floor (native-floor.ts): rank 0 creates the flag segment, both export a buffer, then both run.
+  | { op: 'floor-prepare'; segment: string; size: number }
+  | ({ op: 'floor-run'; segment: string; size: number; peerHandle?: Uint8Array; timeoutMs: number } & Repeat)
+  | { op: 'floor-finish' }
+  /** Both ranks at once: send `size` to the peer and receive as much from it, W outstanding each way. */
+  | ({ op: 'bidir'; session: string; size: number; window: number } & Repeat)
+  /** Raw copies from several peers' exported buffers, round-robin on one stream (all-to-all baseline). */
+  | ({ op: 'raw-copy-many'; buffers: ExportedBuffer[]; size: number } & Repeat)
+  /** A fresh session's first device message, timed from rank 1's send to rank 0's delivery. */
+  | { op: 'first-send'; session: string; size: number; negotiateFirst?: boolean }
+  // The all-to-all group (all-to-all.ts): every rank listens, connects to the ranks below it, then exchanges.
+  | { op: 'a2a-listen' }
+  | { op: 'a2a-connect'; ranks: number }
+  | ({ op: 'a2a-run'; size: number } & Repeat)
+  | { op: 'a2a-close' };
+
+/** Both directions of `bidir` on one rank. */
+export interface BidirResult {
+  sent: TimedResult;
+  received: TimedResult;
+}
+
+/** Wall-clock instants are ms since the epoch (performance.timeOrigin + now()), comparable across the bench's processes. */
+export interface FirstSendResult {
+  /** Rank 1: when send() was called; rank 0: when the message was delivered (recv resolved). */
+  at: number;
+  /** Each negotiation state this side entered, and when. */
+  states: Array<{ state: string; at: number }>;
+  /** Each driver call the endpoint made, and how long it took. */
+  calls: Array<{ call: string; at: number; ms: number }>;
+  paths?: PathCounts;
+  settleMs?: number;
+  /** negotiateFirst: how long Endpoint.negotiate() took on rank 1, before the send. */
+  negotiateMs?: number;
+}
 
 /** Whether one message of a memory kind went through, and the error where not. */
 export interface ProbeResult {

@@ -1,7 +1,9 @@
 /**
- * Runs the suites: forks two workers per layout ("across": devices 0 and 1;
- * "same": both on device 0), drives the measurements of protocol.ts, and
- * turns results into figures (each beside its baseline from this same run)
+ * Runs the suites: forks workers per layout ("across": devices 0 and 1;
+ * "same": both on device 0; the groups of run-groups.ts: memory kinds,
+ * fresh pairs for the first send, 8 workers for the all-to-all), drives the
+ * measurements of protocol.ts, and turns results into figures (each beside
+ * its baseline, and latencies beside the native floor, from this same run)
  * and plot series.
  */
 import { randomBytes } from 'node:crypto';
@@ -9,58 +11,44 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MEMORY_OPTIONS, type MemoryOption } from '../cli/demo-memory.js';
 import { formatBytes } from '../cli/format.js';
+import { type Figure, skipped, withFloor } from './figures.js';
+import type { FirstSendBreakdown } from './first-send.js';
+import { type BenchOptions, makePlan, shmFreeBytes } from './plan.js';
 import { runCollectivesSuite } from './collectives.js';
-import { type Figure, measured, skipped } from './figures.js';
-import { type BenchOptions, makePlan, type Plan, shmFreeBytes } from './plan.js';
 import {
   BENCH_WORKER_ENV,
   type BenchCommand,
   type BenchWorkerConfig,
   type BenchWorkerInfo,
+  type BidirResult,
   type ExportedBuffer,
   type FramesResult,
   type IpcOpenResult,
   type NegotiationResult,
-  type ProbeResult,
   type SamplesResult,
-  type SessionOptions,
   type TimedResult,
 } from './protocol.js';
-import type { KindExport, KindOpenResult } from './memory-kinds.js';
 import type { BenchReport, MachineInfo, SeriesPoint } from './report.js';
 import { gbPerSecond, median, summarize } from './stats.js';
 import {
+  A2A_RANKS,
+  ACROSS_SUITES,
   BANDWIDTH_TARGETS,
   CACHE_SIZE,
+  FLOOR_LARGE_SIZE,
+  SAME_GPU_MID_SIZES,
   FIG,
   HEADLINE_SIZE,
-  MEMORY_FIG,
-  MEMORY_OPEN_SIZE,
-  MEMORY_TARGET_SIZE,
   SAME_GPU_TARGET_SIZE,
-  type ScopedSpec,
   STAGING_TARGET_SIZE,
   type SuiteName,
 } from './suites.js';
+import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
+import { firstSendFigure, firstSendOnce, runAllToAll, runMemory } from './run-groups.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
 
-type Group = WorkerGroup<BenchCommand, BenchWorkerInfo>;
-export type Progress = (line: string) => void;
-
-const SUITES_ACROSS: SuiteName[] = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'negotiation'];
-
-/** One run's state, passed to each suite. */
-interface Run {
-  opts: BenchOptions;
-  plan: Plan;
-  sim: boolean;
-  figures: Figure[];
-  series: SeriesPoint[];
-  notes: string[];
-  progress: Progress;
-}
+export type { Progress } from './run-context.js';
 
 export async function runBench(opts: BenchOptions, progress: Progress = () => {}): Promise<BenchReport> {
   const started = performance.now();
@@ -77,8 +65,8 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   const timer = setTimeout(() => {
     for (const g of groups) g.abort(new WorkerFailedError(`bench did not finish within ${opts.timeoutMs / 1000} s`));
   }, opts.timeoutMs);
-  const start = async (layout: string, devs: [number, number]) => {
-    const configs: BenchWorkerConfig[] = devs.map((device, rank) => ({ rank: rank as 0 | 1, device, driver: opts.driver, dir: join(dir, layout), token }));
+  const start = async (layout: string, devs: number[]) => {
+    const configs: BenchWorkerConfig[] = devs.map((device, rank) => ({ rank, device, driver: opts.driver, dir: join(dir, layout), token }));
     mkdirSync(join(dir, layout), { mode: 0o700 });
     const g = await WorkerGroup.start<BenchCommand, BenchWorkerInfo>(fileURLToPath(new URL('./worker.js', import.meta.url)), configs, { envVar: BENCH_WORKER_ENV });
     groups.push(g);
@@ -86,14 +74,14 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     return g;
   };
   try {
-    const needAcross = SUITES_ACROSS.some(wants);
+    const needAcross = ACROSS_SUITES.some(wants);
     progress(`starting workers (driver ${opts.driver})`);
     const across = await start('across', [0, 1]);
     first = across.infos[0]!;
     const sim = first.driver === 'sim';
     const deviceBytes = Math.min(...across.infos.map((i) => i.device.totalMemory));
     const plan = makePlan(opts, first.driver, { deviceBytes, ...(sim ? { shmBytes: shmFreeBytes() } : {}) });
-    run = { opts, plan, sim, figures, series, notes: [...plan.notes], progress };
+    run = { opts, plan, sim, figures, series, notes: [...plan.notes], progress, floor: new Map() };
     progress(`${sim ? 'simulated' : 'native'} driver (${first.reason}); sizes ${plan.sizes.map(formatBytes).join(', ')}`);
     const twoDevices = across.infos[0]!.device.uuid !== across.infos[1]!.device.uuid;
     if (needAcross) {
@@ -111,8 +99,31 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     }
     if (wants('memory')) {
       const mem = await start('memory', [0, 0]);
-      await runMemory(run, mem);
+      await runMemory(run, mem, 'memory');
       await mem.close();
+    }
+    if (wants('memory-across')) {
+      const mem = await start('memory-across', [0, 1]);
+      await runMemory(run, mem, 'memory-across');
+      await mem.close();
+    }
+    if (wants('first-send')) {
+      for (const prepared of [false, true]) {
+        const reps: FirstSendBreakdown[] = [];
+        for (let i = 0; i < plan.firstSend.reps; i++) {
+          progress(`first send${prepared ? ', negotiated at connect' : ''}: fresh processes ${i + 1}/${plan.firstSend.reps}`);
+          const g = await start(`first${prepared ? 'p' : ''}${i}`, [0, 1]);
+          reps.push(await firstSendOnce(run, g, prepared));
+          await g.close();
+        }
+        firstSendFigure(run, reps, prepared);
+      }
+    }
+    if (wants('all-to-all')) {
+      progress(`all-to-all: starting ${A2A_RANKS} workers on 2 devices`);
+      const g = await start('a2a', Array.from({ length: A2A_RANKS }, (_, r) => r % 2));
+      await runAllToAll(run, g);
+      await g.close();
     }
     if (wants('collectives')) {
       const coll = await runCollectivesSuite({ driver: opts.driver, smoke: opts.smoke }, progress);
@@ -147,44 +158,12 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   };
 }
 
-function gpuOnly(): string {
-  return 'GPU target: not meaningful on the simulated driver (its copies are host memcpy); run with --driver native on a GPU machine';
-}
-
-/** A figure of `spec`: skipped on the simulator when its target is a GPU one; the 'sim' scope's target dropped on a GPU. */
-function figure(run: Run, spec: ScopedSpec, value: number, baseline: number | null, extra: Parameters<typeof measured>[3] = {}): Figure {
-  if (spec.scope === 'sim' && !run.sim) {
-    const { target: _t, ...rest } = spec;
-    return measured(rest, value, baseline, extra);
-  }
-  return measured(spec, value, baseline, extra);
-}
-
 // ------------------------------------------------------------ across GPUs
-
-async function both<A, B>(g: Group, c0: BenchCommand, c1: BenchCommand): Promise<[A, B]> {
-  return Promise.all([g.call<A>(0, c0), g.call<B>(1, c1)]);
-}
-
-async function openSession(g: Group, session: string, options: SessionOptions): Promise<void> {
-  await g.call(0, { op: 'open', session, options }); // rank 0 listens first
-  await g.call(1, { op: 'open', session, options });
-}
-
-async function negotiateSession(g: Group, session: string): Promise<[NegotiationResult, NegotiationResult]> {
-  return both(g, { op: 'negotiate', session }, { op: 'negotiate', session });
-}
 
 async function pingpong(g: Group, session: string, size: number, repeat: { iters: number; warmup: number }): Promise<SamplesResult> {
   const cmd: BenchCommand = { op: 'pingpong', session, size, ...repeat };
   const [, r1] = await both<SamplesResult, SamplesResult>(g, cmd, cmd);
   return r1; // rank 1 initiates and times
-}
-
-async function oneway(g: Group, session: string, size: number, window: number, repeat: { iters: number; warmup: number }, memory?: MemoryOption): Promise<TimedResult> {
-  const cmd: BenchCommand = { op: 'oneway', session, size, window, ...repeat, ...(memory ? { memory } : {}) };
-  const [r0] = await both<TimedResult, TimedResult>(g, cmd, cmd);
-  return r0; // rank 0 sends and times
 }
 
 async function rawCopy(g: Group, size: number, repeat: { iters: number; warmup: number }): Promise<TimedResult> {
@@ -205,6 +184,16 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
   const [neg] = await negotiateSession(g, 'default');
   if (neg.state !== 'OK') run.notes.push(`the default endpoint negotiated ${neg.path.join('→')}: RGET figures measure ${neg.state === 'BAD' ? 'staging' : 'whatever path was taken'}`);
 
+  if (wants('latency') || wants('cache')) {
+    for (const size of [HEADLINE_SIZE, CACHE_SIZE, FLOOR_LARGE_SIZE]) {
+      progress(`native floor: ${formatBytes(size)} (C++ ping-pong on shared host flags)`);
+      const f = summarize(await floor(g, size, plan.floor(size), run.sim));
+      run.floor.set(size, f.median);
+      run.series.push({ plot: 'latency', series: `native floor, no JS (${label})`, size, value: f.median, unit: 'µs', p10: f.p10, p90: f.p90, iterations: f.n });
+      if (size !== CACHE_SIZE) run.figures.push(figure(run, FIG.floor(size), f.median, null, { stats: f, details: { what: run.sim ? 'simulated driver: two processes spinning on shared host flags plus a host memcpy (no device, no CUDA)' : 'cuMemcpyAsync over an open IPC mapping + cuEventRecord, spinning on cuEventQuery' } }));
+    }
+  }
+
   if (wants('latency')) {
     progress('latency: raw Unix-socket ping-pong');
     const { path } = await g.call<{ path: string }>(0, { op: 'socket-serve' });
@@ -221,10 +210,11 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     }
     headline ??= await pingpong(g, 'default', HEADLINE_SIZE, plan.latency(HEADLINE_SIZE));
     const h = summarize(headline.samples);
-    const extra = { stats: h, paths: headline.paths!, details: { socketHalfRoundTrip: socket, copyWithCompletion: copy } };
-    run.figures.push(figure(run, FIG.overhead8, h.median, socket.median, extra));
+    const floor8 = run.floor.get(HEADLINE_SIZE);
+    const extra = { stats: h, paths: headline.paths!, details: { socketHalfRoundTrip: socket, copyWithCompletion: copy, socketPlusCopy: socket.median + copy.median } };
+    run.figures.push(withFloor(figure(run, FIG.overhead8, h.median, socket.median, extra), floor8));
     if (run.sim) run.figures.push(skipped(FIG.latency8, gpuOnly()));
-    else run.figures.push(figure(run, FIG.latency8, h.median, socket.median + copy.median, extra));
+    else run.figures.push(withFloor(figure(run, FIG.latency8, h.median, floor8 ?? null, extra), floor8));
   }
 
   if (wants('bandwidth')) {
@@ -291,7 +281,7 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       const offRun = await pingpong(g, 'nocache', CACHE_SIZE, repeat);
       const off = summarize(offRun.samples);
       await both(g, { op: 'close', session: 'nocache' }, { op: 'close', session: 'nocache' });
-      run.figures.push(figure(run, FIG.cacheOnOff, on.median, off.median, { stats: on, paths: offRun.paths!, details: { cacheOff: off } }));
+      run.figures.push(withFloor(figure(run, FIG.cacheOnOff, on.median, off.median, { stats: on, paths: offRun.paths!, details: { cacheOff: off } }), run.floor.get(CACHE_SIZE)));
     }
   }
 
@@ -314,6 +304,25 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     if (run.sim) run.figures.push(skipped(FIG.staging, gpuOnly()));
     else if (!target) run.figures.push(skipped(FIG.staging, `${formatBytes(STAGING_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
     else run.figures.push(figure(run, FIG.staging, target.gbs, target.base, { paths: target.paths, details: { size: STAGING_TARGET_SIZE, iterations: target.iterations } }));
+  }
+
+  if (wants('bidirectional')) {
+    const { size, repeat } = plan.bidir;
+    progress(`bidirectional: ${formatBytes(size)} both ways (raw, then smcuda)`);
+    const [b0, b1] = await Promise.all([0, 1].map((r) => g.call<ExportedBuffer[]>(r, { op: 'export', size, count: 1 })));
+    let raw: [TimedResult, TimedResult];
+    try {
+      raw = await both<TimedResult, TimedResult>(g, { op: 'raw-copy', buffer: b1![0]!, size, ...repeat }, { op: 'raw-copy', buffer: b0![0]!, size, ...repeat });
+    } finally {
+      await Promise.all([0, 1].map((r) => g.call(r, { op: 'unexport' })));
+    }
+    const cmd: BenchCommand = { op: 'bidir', session: 'default', size, window: opts.window, ...repeat };
+    const [r0, r1] = await both<BidirResult, BidirResult>(g, cmd, cmd);
+    const rawGBs = aggregate(raw);
+    const gbs = aggregate([r0.sent, r1.sent]);
+    const paths = { eager: r0.sent.paths!.eager + r1.sent.paths!.eager, rget: r0.sent.paths!.rget + r1.sent.paths!.rget, staging: r0.sent.paths!.staging + r1.sent.paths!.staging };
+    const details = { size, window: opts.window, iterationsEachWay: repeat.iters, eachWay: { '0→1': gbPerSecond(r0.sent.bytes, r0.sent.seconds), '1→0': gbPerSecond(r1.sent.bytes, r1.sent.seconds) }, rawEachWay: raw.map((x) => gbPerSecond(x.bytes, x.seconds)) };
+    run.figures.push(figure(run, FIG.bidirectional, gbs, rawGBs, { paths, details }));
   }
 
   if (wants('negotiation')) {
@@ -344,6 +353,23 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
   await both(g, { op: 'close', session: 'default' }, { op: 'close', session: 'default' });
 }
 
+/** The native floor between the pair's two ranks (native-floor.ts): rank 1's half round trips, µs. */
+async function floor(g: Group, size: number, repeat: { iters: number; warmup: number }, sim: boolean): Promise<number[]> {
+  const segment = `/smcuda-floor-${process.pid}-${randomBytes(4).toString('hex')}`;
+  try {
+    const [p0, p1] = await both<{ handle?: Uint8Array }, { handle?: Uint8Array }>(g, { op: 'floor-prepare', segment, size }, { op: 'floor-prepare', segment, size });
+    const base = { op: 'floor-run' as const, segment, size, timeoutMs: 20_000, ...repeat };
+    const [, r1] = await both<SamplesResult, SamplesResult>(
+      g,
+      { ...base, ...(sim ? {} : { peerHandle: p1.handle! }) },
+      { ...base, ...(sim ? {} : { peerHandle: p0.handle! }) },
+    );
+    return r1.samples;
+  } finally {
+    await both(g, { op: 'floor-finish' }, { op: 'floor-finish' });
+  }
+}
+
 /** The socket ping-pong as a flat reference line on the latency plot. */
 function socketLine(run: Run, socket: ReturnType<typeof summarize>): void {
   for (const size of run.plan.sizes) {
@@ -358,6 +384,7 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
   await openSession(g, 'default', { ipc: true, cache: true });
   await negotiateSession(g, 'default');
   let target: { gbs: number; raw: number; paths: Record<string, number>; iterations: number } | undefined;
+  const mid: Array<{ size: number; gbs: number; raw: number; paths: Record<string, number> }> = [];
   for (const size of plan.sizes.filter((s) => s >= 64 << 10)) {
     progress(`same GPU: ${formatBytes(size)} (raw, then smcuda)`);
     const repeat = plan.bandwidth(size);
@@ -368,78 +395,17 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
     run.series.push({ plot: 'bandwidth', series: 'raw cuMemcpyAsync (same GPU)', size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
     run.series.push({ plot: 'bandwidth', series: 'smcuda (same GPU)', size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
     if (size === SAME_GPU_TARGET_SIZE) target = { gbs, raw: rawGBs, paths: r.paths!, iterations: repeat.iters };
+    if (SAME_GPU_MID_SIZES.includes(size)) mid.push({ size, gbs, raw: rawGBs, paths: r.paths! });
   }
   await both(g, { op: 'close', session: 'default' }, { op: 'close', session: 'default' });
+  if (mid.length === 0) run.figures.push(skipped(FIG.sameGpuMid, '1, 4 and 16 MiB were not measured (--sizes)'));
+  else {
+    const worst = mid.reduce((a, m) => (m.gbs / m.raw < a.gbs / a.raw ? m : a));
+    const byRatio = Object.fromEntries(mid.map((m) => [formatBytes(m.size), m.gbs / m.raw]));
+    run.figures.push(figure(run, FIG.sameGpuMid, worst.gbs, worst.raw, { paths: worst.paths, details: { worstSize: worst.size, ratioBySize: byRatio } }));
+  }
   if (!target) run.figures.push(skipped(FIG.sameGpu, `${formatBytes(SAME_GPU_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
   else run.figures.push(figure(run, FIG.sameGpu, target.gbs, target.raw, { paths: target.paths, details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations } }));
-}
-
-// ------------------------------------------------------------- memory kinds
-
-/**
- * Per kind, both workers on device 0: the first import of an allocation and
- * a cache hit on it (raw driver calls and HandlePool, not the transport),
- * then a transfer against raw copies over an open mapping of that kind. The
- * transfer is measured only where one probe message of that kind went
- * through the endpoint; otherwise the figure is skipped with the endpoint's error.
- */
-async function runMemory(run: Run, g: Group): Promise<void> {
-  const { plan, progress } = run;
-  const { path, token } = await g.call<{ path: string; token: Uint8Array }>(0, { op: 'fd-listen' });
-  await g.call(1, { op: 'fd-connect', path, token });
-  await g.call(0, { op: 'fd-accept' });
-  await openSession(g, 'memory', { ipc: true, cache: true });
-  await negotiateSession(g, 'memory');
-  const size = plan.memorySize;
-  const costs = new Map<MemoryOption, { open: ReturnType<typeof summarize>; hit: ReturnType<typeof summarize>; result: KindOpenResult }>();
-  for (const kind of MEMORY_OPTIONS) {
-    progress(`memory ${kind}: first imports, then cache hits`);
-    const exports = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size: MEMORY_OPEN_SIZE, count: plan.ipcOpens + 1 });
-    let result: KindOpenResult;
-    try {
-      result = await g.call<KindOpenResult>(1, { op: 'kind-open', exports, ...plan.cacheHit });
-    } finally {
-      await g.call(0, { op: 'kind-unexport' });
-    }
-    // The first import in a process sets up peer access (milliseconds on a GPU): not the per-import cost.
-    const open = summarize(result.openUs.length > 1 ? result.openUs.slice(1) : result.openUs);
-    costs.set(kind, { open, hit: summarize(result.hitNs.map((ns) => ns / 1000)), result });
-
-    progress(`memory ${kind}: ${formatBytes(size)} (raw, then smcuda)`);
-    const repeat = plan.bandwidth(size);
-    const [exp] = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size, count: 1 });
-    let raw: TimedResult;
-    try {
-      raw = await g.call<TimedResult>(1, { op: 'kind-raw-copy', export: exp!, ...repeat });
-    } finally {
-      await g.call(0, { op: 'kind-unexport' });
-    }
-    const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
-    run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (one GPU)`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
-    await g.call(1, { op: 'probe-recv', session: 'memory', size, memory: kind });
-    const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session: 'memory', size, memory: kind });
-    const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session: 'memory', abort: !sent.ok });
-    const spec = MEMORY_FIG.transfer(kind);
-    if (!sent.ok || !got.ok) {
-      const why = `smcuda could not send ${kind} memory here: ${sent.error ?? got.error}`;
-      run.figures.push(skipped(spec, why));
-      continue;
-    }
-    const r = await oneway(g, 'memory', size, run.opts.window, repeat, kind);
-    const gbs = gbPerSecond(r.bytes, r.seconds);
-    run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (one GPU)`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
-    if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
-    else if (size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
-    else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters } }));
-  }
-  await both(g, { op: 'close', session: 'memory' }, { op: 'close', session: 'memory' });
-  const legacyOpen = costs.get('legacy')!.open.median;
-  for (const [kind, c] of costs) {
-    const details: Record<string, unknown> = { close: summarize(c.result.closeUs), firstImportUs: c.result.openUs[0], allocationBytes: MEMORY_OPEN_SIZE };
-    if (c.result.poolImportUs !== undefined) details.poolImportUs = c.result.poolImportUs;
-    run.figures.push(figure(run, MEMORY_FIG.import(kind), c.open.median, legacyOpen, { stats: c.open, details }));
-    run.figures.push(figure(run, MEMORY_FIG.hit(kind), c.hit.median, c.open.median, { stats: c.hit }));
-  }
 }
 
 function packageVersion(): string {

@@ -8,12 +8,14 @@
  *    simulated driver the figure is listed as skipped, with the reason;
  *  - 'any': a property of smcuda's own code (protocol, cache), measured anywhere;
  *  - 'sim': measured anywhere, but the target holds only on the simulator
- *    (on a GPU the message also carries real copies).
+ *    (on a GPU the message also carries real copies);
+ *  - 'gpu-target': measured anywhere (the simulator runs the plumbing), but
+ *    the target holds only on a GPU.
  */
 import type { MemoryOption } from '../cli/demo-memory.js';
 import { atLeast, atMost, type FigureSpec } from './figures.js';
 
-export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory', 'collectives'] as const;
+export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory', 'bidirectional', 'all-to-all', 'first-send', 'memory-across', 'collectives'] as const;
 export type SuiteName = (typeof SUITES)[number];
 
 export const SUITE_SUMMARY: Record<SuiteName, string> = {
@@ -26,9 +28,16 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
   collectives: 'allreduce avg of f32 among local ranks per size (one Communicator) against the host-staged allreduce of seed 003 (pageable and pinned); NCCL through PyTorch where it can run',
   memory: 'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
+  bidirectional: '256 MiB both ways at once (as osu_bibw) against raw copies both ways at once',
+  'all-to-all': '8 processes on 2 GPUs, each sending 16 MiB to every other, aggregate against raw copies between the same pairs',
+  'first-send': 'fresh processes: first GPU send → first message delivered, with where the milliseconds went',
+  'memory-across': 'per memory kind, GPU0→GPU1: 256 MiB and 1 GiB against raw copies; first import and cache hit',
 };
 
-export type Scope = 'gpu' | 'any' | 'sim';
+/** Suites that run with rank 0 on device 0 and rank 1 on device 1, in the one "across" pair of workers. */
+export const ACROSS_SUITES: readonly SuiteName[] = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'negotiation', 'bidirectional'];
+
+export type Scope = 'gpu' | 'any' | 'sim' | 'gpu-target';
 export interface ScopedSpec extends FigureSpec {
   scope: Scope;
 }
@@ -52,26 +61,31 @@ export const MEMORY_TARGET_SIZE = 256 * MiB;
 /** Allocations whose import is timed (as the cache suite's opens). */
 export const MEMORY_OPEN_SIZE = 2 * MiB;
 
-/** The memory suite's figures, one set per kind. */
+/** Where the memory suites run: both workers on one GPU ('memory'), or GPU0→GPU1 ('memory-across'). */
+export type MemoryLayout = 'memory' | 'memory-across';
+const where = (layout: MemoryLayout) => (layout === 'memory' ? '' : ' across GPUs');
+const sizeText = (bytes: number) => (bytes >= GiB ? `${bytes / GiB} GiB` : bytes >= MiB ? `${bytes / MiB} MiB` : `${bytes / 1024} KiB`);
+
+/** The memory suites' figures, one set per kind (and per size across GPUs). */
 export const MEMORY_FIG = {
-  transfer: (kind: MemoryOption): ScopedSpec => ({
-    name: `memory ${kind}: one GPU, two processes, 256 MiB`,
-    suite: 'memory',
+  transfer: (kind: MemoryOption, layout: MemoryLayout = 'memory', size = MEMORY_TARGET_SIZE): ScopedSpec => ({
+    name: layout === 'memory' ? `memory ${kind}: one GPU, two processes, 256 MiB` : `memory ${kind}: GPU0→GPU1, ${sizeText(size)}`,
+    suite: layout,
     unit: 'GB/s',
     baselineName: `raw cuMemcpyAsync over an already open ${kind} mapping`,
     target: atLeast(0.95, '≥ 95 % of raw', 'ratio'),
     scope: 'gpu',
   }),
-  import: (kind: MemoryOption): ScopedSpec => ({
-    name: `memory ${kind}: first import of an allocation`,
-    suite: 'memory',
+  import: (kind: MemoryOption, layout: MemoryLayout = 'memory'): ScopedSpec => ({
+    name: `memory ${kind}${where(layout)}: first import of an allocation`,
+    suite: layout,
     unit: 'µs',
     baselineName: 'one cuIpcOpenMemHandle (memory legacy)',
     scope: 'any',
   }),
-  hit: (kind: MemoryOption): ScopedSpec => ({
-    name: `memory ${kind}: cache hit (HandlePool lookupImport + release)`,
-    suite: 'memory',
+  hit: (kind: MemoryOption, layout: MemoryLayout = 'memory'): ScopedSpec => ({
+    name: `memory ${kind}${where(layout)}: cache hit (HandlePool lookupImport + release)`,
+    suite: layout,
     unit: 'µs',
     baselineName: `first import of ${kind} memory`,
     target: atMost(1, '≤ 1 µs'),
@@ -79,21 +93,75 @@ export const MEMORY_FIG = {
   }),
 };
 
+/** Sizes of the memory-across suite on a GPU. */
+export const MEMORY_ACROSS_SIZES = [256 * MiB, GiB];
+export const BIDIR_SIZE = 256 * MiB;
+export const A2A_SIZE = 16 * MiB;
+export const A2A_RANKS = 8;
+/** The native floor's second size (the first is HEADLINE_SIZE). */
+export const FLOOR_LARGE_SIZE = MiB;
+/** Same GPU, mid-size messages: the figure is the worst of these sizes. */
+export const SAME_GPU_MID_SIZES = [MiB, 4 * MiB, 16 * MiB];
+
 export const FIG = {
   streaming: (window: number): ScopedSpec => ({
     name: `GPU0→GPU1 1 MiB streamed, window ${window}`,
     suite: 'streaming',
     unit: 'GB/s',
     baselineName: 'raw back-to-back 1 MiB copies',
-    target: atLeast(150, '≥ 150 GB/s'),
+    target: atLeast(200, '≥ 200 GB/s'),
     scope: 'gpu',
   }),
   latency8: {
     name: '8 B GPU message, ping-pong half round trip (endpoint OK, cache warm)',
     suite: 'latency',
     unit: 'µs',
-    baselineName: 'Unix-socket ping-pong of 64 B frames + 8 B copy with completion',
-    target: atMost(15, '≤ 15 µs'),
+    baselineName: 'native floor: the same RGET ping-pong in C++, spinning on shared host flags (no JS)',
+    target: atMost(1.3, '≤ 1.3× the native floor', 'ratio'),
+    scope: 'gpu',
+  },
+  floor: (size: number): ScopedSpec => ({
+    name: `native floor: ${size >= MiB ? `${size / MiB} MiB` : `${size} B`} RGET ping-pong half round trip (C++ threads on shared host flags, no JS)`,
+    suite: 'latency',
+    unit: 'µs',
+    scope: 'any',
+  }),
+  bidirectional: {
+    name: 'GPU0⇄GPU1 bidirectional, 256 MiB both ways at once (aggregate)',
+    suite: 'bidirectional',
+    unit: 'GB/s',
+    baselineName: 'raw cuMemcpyAsync both ways at once over open IPC mappings (aggregate)',
+    target: atLeast(0.95, '≥ 95 % of raw', 'ratio'),
+    scope: 'gpu-target',
+  },
+  allToAll: {
+    name: 'all-to-all, 8 processes on 2 GPUs, 16 MiB (aggregate)',
+    suite: 'all-to-all',
+    unit: 'GB/s',
+    baselineName: 'raw cuMemcpyAsync between the same pairs at once (aggregate)',
+    target: atLeast(0.9, '≥ 90 % of raw', 'ratio'),
+    scope: 'gpu-target',
+  },
+  firstSend: {
+    name: 'first GPU send → first message delivered (fresh processes)',
+    suite: 'first-send',
+    unit: 'ms',
+    target: atMost(5, '≤ 5 ms'),
+    scope: 'gpu-target',
+  },
+  firstSendPrepared: {
+    name: 'first GPU send → first message delivered, endpoint.negotiate() after connect (fresh processes)',
+    suite: 'first-send',
+    unit: 'ms',
+    target: atMost(5, '≤ 5 ms'),
+    scope: 'gpu-target',
+  },
+  sameGpuMid: {
+    name: 'same GPU, two processes, 1–16 MiB (worst size)',
+    suite: 'same-gpu',
+    unit: 'GB/s',
+    baselineName: RAW,
+    target: atLeast(0.8, '≥ 80 % of raw', 'ratio'),
     scope: 'gpu',
   },
   overhead8: {
@@ -149,4 +217,4 @@ export const FIG = {
     unit: 'ms',
     scope: 'any',
   },
-} satisfies Record<string, ScopedSpec | ((w: number) => ScopedSpec)>;
+} satisfies Record<string, ScopedSpec | ((x: number) => ScopedSpec)>;

@@ -39,9 +39,9 @@ export function renderReport(r: BenchReport): string {
     out.push(`  ${d.layout} rank${d.rank}: device ${d.index} ${d.name} ${d.uuid}`);
   }
   out.push('');
-  const rows = [['figure', 'value', 'unit', 'baseline', 'ratio', 'target', 'met']];
+  const rows = [['figure', 'value', 'unit', 'baseline', 'ratio', '× floor', 'target', 'met']];
   for (const f of r.figures) {
-    rows.push([f.name, formatNumber(f.value), f.unit, formatNumber(f.baseline), ratio(f), f.target?.text ?? '-', met(f)]);
+    rows.push([f.name, formatNumber(f.value), f.unit, formatNumber(f.baseline), ratio(f), f.floor ? `${formatNumber(f.floor.ratio)}×` : '-', f.target?.text ?? '-', met(f)]);
   }
   out.push(table(rows));
   const skippedFigures = r.figures.filter((f) => f.skipped);

@@ -9,10 +9,11 @@ import type { DeviceBuffer } from '../buffers.js';
 import { allocDemoMemory, type DemoMemory, type MemoryOption } from '../cli/demo-memory.js';
 import type { CudaDriver } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
-import type { NegotiationResult, PathCounts, ProbeResult, Repeat, SamplesResult, TimedResult } from './protocol.js';
+import { epochMs } from './first-send.js';
+import type { BidirResult, FirstSendResult, NegotiationResult, PathCounts, ProbeResult, Repeat, SamplesResult, TimedResult } from './protocol.js';
 
 /** Tags of the bench's messages (one per kind, so a stray message cannot match another kind). */
-const TAG = { warm: 1, ping: 2, pong: 3, stream: 4, probe: 5 } as const;
+const TAG = { warm: 1, ping: 2, pong: 3, stream: 4, probe: 5, first: 6 } as const;
 
 const micros = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1000;
 
@@ -135,6 +136,42 @@ export async function oneWay(
     await run(repeat.iters);
     const seconds = micros(t0) / 1e6;
     return { seconds, bytes: size * repeat.iters, paths: pathDelta(sentPaths(ep), before) };
+  } finally {
+    bufs.free();
+  }
+}
+
+/**
+ * Both directions at once on one endpoint (as osu_bibw): this rank sends
+ * `size` to its peer with `window` outstanding while it receives as much
+ * from it. Each direction is timed on its own; the runner adds the bytes of
+ * both ranks' sends over the longer of their times.
+ */
+export async function bidirectional(driver: CudaDriver, ep: Endpoint, size: number, window: number, repeat: Repeat): Promise<BidirResult> {
+  const [sent, received] = await Promise.all([oneWay(driver, ep, true, size, window, repeat), oneWay(driver, ep, false, size, window, repeat)]);
+  return { sent, received };
+}
+
+/**
+ * A fresh endpoint's first device message: rank 1 (initiator) sends `size`
+ * bytes, rank 0 receives; each side says when (epochMs): rank 1 when it
+ * called send(), rank 0 when the message was delivered.
+ */
+export async function firstSend(driver: CudaDriver, ep: Endpoint, initiator: boolean, size: number): Promise<Omit<FirstSendResult, 'states' | 'calls'>> {
+  const bufs = new OpBuffers(driver, ep);
+  try {
+    const b = bufs.alloc(size);
+    const before = sentPaths(ep);
+    let at: number;
+    if (initiator) {
+      at = epochMs();
+      await ep.send(b, { tag: TAG.first });
+    } else {
+      await ep.recv({ tag: TAG.first, into: b });
+      at = epochMs();
+    }
+    const settleMs = ep.stats().negotiation.settleMs;
+    return { at, paths: pathDelta(sentPaths(ep), before), ...(settleMs !== undefined ? { settleMs } : {}) };
   } finally {
     bufs.free();
   }

@@ -10,18 +10,24 @@ import type { CudaDriver } from '../cuda/driver.js';
 import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
-import { cacheHit, copyCompletion, ipcOpen, rawCopy, stagingBaseline } from './baselines.js';
+import { cacheHit, copyCompletion, ipcOpen, rawCopy, rawCopyMany, stagingBaseline } from './baselines.js';
 import { CountingChannel } from './counting-channel.js';
 import { BENCH_WORKER_ENV, type BenchCommand, type BenchWorkerConfig, type BenchWorkerInfo, type ExportedBuffer } from './protocol.js';
 import { type EchoServer, pingPong as socketPingPong, startEchoServer } from './socket-pingpong.js';
 import { KindExporter, KindImporter } from './memory-kinds.js';
-import { negotiate, oneWay, pingPong, postProbe, probeSend } from './transport-measures.js';
+import { AllToAll } from './all-to-all.js';
+import { type CallRecord, recordStates, timedDriver } from './first-send.js';
+import { FloorSide } from './native-floor.js';
+import { bidirectional, firstSend, negotiate, oneWay, pingPong, postProbe, probeSend } from './transport-measures.js';
 import { serveWorker } from './worker-group.js';
 
 interface Session {
   transport: Transport;
   endpoint: Promise<Endpoint>;
   counter?: CountingChannel;
+  /** timeCalls sessions: the driver calls and negotiation states, for first-send. */
+  calls?: CallRecord[];
+  states?: Array<{ state: string; at: number }>;
 }
 
 class BenchWorker {
@@ -32,6 +38,8 @@ class BenchWorker {
   private exporter: KindExporter | undefined;
   private importer: KindImporter | undefined;
   private probe: { finish(abort: boolean): Promise<unknown> } | undefined;
+  private floor: FloorSide | undefined;
+  private a2a: AllToAll | undefined;
 
   constructor(
     private readonly cfg: BenchWorkerConfig,
@@ -39,6 +47,7 @@ class BenchWorker {
   ) {}
 
   private get initiator(): boolean {
+    // in the pairs, rank 1 initiates (and times)
     return this.cfg.rank === 1;
   }
 
@@ -113,6 +122,43 @@ class BenchWorker {
         if (!probe) throw new Error('no probe is pending');
         return probe.finish(c.abort);
       }
+      case 'floor-prepare':
+        this.floor ??= new FloorSide(d, this.cfg.rank === 1 ? 1 : 0, this.cfg.device);
+        return this.floor.prepare(c.segment, c.size);
+      case 'floor-run':
+        if (!this.floor) throw new Error('floor-prepare first');
+        return { samples: await this.floor.run(c, c) };
+      case 'floor-finish':
+        this.floor?.finish();
+        return null;
+      case 'bidir':
+        return bidirectional(d, await this.endpoint(c.session), c.size, c.window, c);
+      case 'raw-copy-many':
+        return rawCopyMany(d, c.buffers, c.size, c);
+      case 'first-send': {
+        const s = this.sessions.get(c.session);
+        if (!s?.calls || !s.states) throw new Error(`session ${c.session} does not time its calls on rank ${this.cfg.rank}`);
+        const ep = await s.endpoint;
+        let negotiateMs: number | undefined;
+        if (c.negotiateFirst && this.initiator) {
+          const t0 = performance.now();
+          await ep.negotiate();
+          negotiateMs = performance.now() - t0;
+        }
+        const r = await firstSend(d, ep, this.initiator, c.size);
+        return { ...r, states: s.states, calls: s.calls, ...(negotiateMs !== undefined ? { negotiateMs } : {}) };
+      }
+      case 'a2a-listen':
+        this.a2a ??= new AllToAll(d, this.cfg);
+        return this.a2a.listen();
+      case 'a2a-connect':
+        return this.a2aGroup().connect(c.ranks);
+      case 'a2a-run':
+        return this.a2aGroup().run(c.size, c);
+      case 'a2a-close':
+        await this.a2a?.close();
+        this.a2a = undefined;
+        return null;
       case 'frames': {
         const counter = this.sessions.get(c.session)?.counter;
         if (!counter) throw new Error(`session ${c.session} does not count frames on rank ${this.cfg.rank}`);
@@ -121,10 +167,11 @@ class BenchWorker {
     }
   }
 
-  private async open(name: string, o: { ipc: boolean; cache: boolean; countFrames?: boolean }): Promise<null> {
+  private async open(name: string, o: { ipc: boolean; cache: boolean; countFrames?: boolean; timeCalls?: boolean }): Promise<null> {
     if (this.sessions.has(name)) throw new Error(`session ${name} is already open`);
+    const calls: CallRecord[] | undefined = o.timeCalls ? [] : undefined;
     const transport = await Transport.create({
-      driver: this.driver,
+      driver: calls ? timedDriver(this.driver, calls) : this.driver,
       id: `bench-rank${this.cfg.rank}-${name}`,
       device: this.cfg.device,
       token: this.cfg.token,
@@ -134,6 +181,25 @@ class BenchWorker {
       ...(o.cache ? {} : { cache: { maxEntries: 0 } }),
     });
     const path = join(this.cfg.dir, `${name}.sock`);
+    if (calls) {
+      // States are recorded from the endpoint's first moment: a negotiation may start before the first send.
+      const session: Session = { transport, endpoint: Promise.resolve(null as unknown as Endpoint), calls, states: [] };
+      const wrap = (ep: Endpoint) => {
+        const states = recordStates(ep);
+        session.states = states;
+        return ep;
+      };
+      if (this.cfg.rank === 0) {
+        session.endpoint = new Promise<Endpoint>((resolve) => transport.once('endpoint', (ep: Endpoint) => resolve(wrap(ep))));
+        this.sessions.set(name, session);
+        await transport.listen(path);
+      } else {
+        session.endpoint = transport.connect(path).then(wrap);
+        this.sessions.set(name, session);
+        await session.endpoint;
+      }
+      return null;
+    }
     if (this.cfg.rank === 0) {
       const endpoint = new Promise<Endpoint>((resolve) => transport.once('endpoint', resolve));
       this.sessions.set(name, { transport, endpoint });
@@ -151,6 +217,11 @@ class BenchWorker {
       await endpoint;
     }
     return null;
+  }
+
+  private a2aGroup(): AllToAll {
+    if (!this.a2a) throw new Error(`a2a-listen first on rank ${this.cfg.rank}`);
+    return this.a2a;
   }
 
   private kindExporter(): KindExporter {
@@ -187,6 +258,8 @@ class BenchWorker {
     for (const p of this.exported.splice(0)) this.driver.memFree(p);
     this.importer?.close();
     this.exporter?.close();
+    this.floor?.finish();
+    await this.a2a?.close().catch(() => {});
     this.driver.close();
   }
 }

@@ -40,6 +40,7 @@ ${SUITES.map((s) => `                          ${s.padEnd(12)} ${SUITE_SUMMARY[s
   --check               exit 1 when a measured figure misses its target
   --timeout SECONDS     give up after this long (default 3600)
   --json                print the JSON document instead of tables
+  --progress            progress lines on stderr even when it is not a terminal
   --profile-summary F   instead of running: self time per function in the CPU
                         profile F (repeatable); profile a run with
                         node --cpu-prof --cpu-prof-dir=DIR dist/src/cli/main.js bench …
@@ -70,6 +71,7 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
     check: { type: 'boolean', default: false },
     timeout: { type: 'string', default: '3600' },
     json: { type: 'boolean', default: false },
+    progress: { type: 'boolean', default: false },
     'profile-summary': { type: 'string', multiple: true },
     help: { type: 'boolean', short: 'h', default: false },
   });
@@ -83,7 +85,8 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
   }
   const opts = benchOptions(a);
   const tty = process.stderr.isTTY === true;
-  const progress = tty ? (line: string) => process.stderr.write(`\r\x1b[K${line}`) : () => {};
+  // --progress: one line per step even when stderr is a file (a log says where a run stopped).
+  const progress = tty ? (line: string) => process.stderr.write(`\r\x1b[K${line}`) : a.progress ? (line: string) => process.stderr.write(`${line}\n`) : () => {};
   let report: BenchReport;
   try {
     report = await runBench(opts, progress);

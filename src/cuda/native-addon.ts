@@ -233,4 +233,18 @@ export interface NativePeerCredentials {
   peerCredentials(fd: number): { pid: number; uid: number; gid: number };
 }
 
-export type NativeAddon = NativeShm & NativeCuda & NativeGpuDriven & NativeCompletion & NativePeerCredentials & NativeFdPassing & NativeHostMapping;
+/** floor.cc: the bench's native floor (src/bench/native-floor.ts validates the arguments). */
+export interface NativeFloor {
+  /**
+   * An RGET ping-pong with no JavaScript in the loop, run on a thread of the addon: two processes spin on two
+   * 64-bit flags at `offset` of a shared segment (64-byte aligned, 128 bytes; without a device, plus two areas of
+   * `size` bytes that the "copy" memcpys between). Resolves with rank 1's half round trips in µs (rank 0: empty).
+   */
+  floorPingPong(
+    segment: ArrayBuffer,
+    offset: number,
+    options: { role: 0 | 1; device: number; local?: bigint; peer?: bigint; size: number; iters: number; warmup: number; timeoutMs: number },
+  ): Promise<Float64Array>;
+}
+
+export type NativeAddon = NativeShm & NativeCuda & NativeGpuDriven & NativeCompletion & NativePeerCredentials & NativeFdPassing & NativeHostMapping & NativeFloor;

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { FIG, MEMORY_FIG } from '../../../src/bench/suites.js';
 
 const run = promisify(execFile);
 const CLI = new URL('../../../dist/src/cli/main.js', import.meta.url).pathname;
@@ -68,6 +69,20 @@ describe('smcuda bench --smoke on the simulated driver', () => {
     expect(doc.figures.some((f: { skipped?: string }) => typeof f.skipped === 'string' && f.skipped.length > 0)).toBe(true);
     expect(doc.series.some((p: { plot: string }) => p.plot === 'bandwidth')).toBe(true);
     expect(doc.series.some((p: { plot: string }) => p.plot === 'latency')).toBe(true);
+
+    // Issue 27's suites: measured on the simulator too (their targets hold only on a GPU), and the native floor
+    // beside the latency figures.
+    const byName = (n: string) => doc.figures.find((f: { name: string }) => f.name === n);
+    for (const spec of [FIG.bidirectional, FIG.allToAll, FIG.firstSend, FIG.firstSendPrepared, FIG.floor(8)]) {
+      const f = byName(spec.name);
+      expect(f, spec.name).toBeDefined();
+      expect(typeof f.value).toBe('number');
+      expect(f.target).toBeNull();
+    }
+    expect(byName(FIG.allToAll.name).details).toMatchObject({ ranks: 8, devices: 2 });
+    expect(byName(FIG.firstSendPrepared.name).details.each.every((e: { stateAtSend: string }) => e.stateAtSend === 'OK')).toBe(true);
+    expect(headline.floor.value).toBe(byName(FIG.floor(8).name).value);
+    for (const kind of ['legacy', 'vmm', 'vmm-chunked', 'pool'] as const) expect(byName(MEMORY_FIG.import(kind, 'memory-across').name).value).toBeGreaterThan(0);
 
     expect(doc.files).toEqual(['bench.json', 'bandwidth.svg', 'latency.svg']);
     expect(JSON.parse(readFileSync(join(out, 'bench.json'), 'utf8')).figures.length).toBe(doc.figures.length);

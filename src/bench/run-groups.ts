@@ -1,0 +1,158 @@
+/**
+ * The suites that run in worker groups of their own (runner.ts starts and
+ * closes each group): the memory kinds on one GPU or across two, the first
+ * send of fresh processes, and the all-to-all among 8 processes.
+ */
+import { MEMORY_OPTIONS, type MemoryOption } from '../cli/demo-memory.js';
+import { formatBytes } from '../cli/format.js';
+import { skipped } from './figures.js';
+import { breakdown, type FirstSendBreakdown } from './first-send.js';
+import type { KindExport, KindOpenResult } from './memory-kinds.js';
+import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, FirstSendResult, ProbeResult, TimedResult } from './protocol.js';
+import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, oneway, type Run } from './run-context.js';
+import { gbPerSecond, median, summarize } from './stats.js';
+import { FIG, MEMORY_FIG, MEMORY_OPEN_SIZE, MEMORY_TARGET_SIZE, type MemoryLayout } from './suites.js';
+// ------------------------------------------------------------- memory kinds
+
+/**
+ * Per kind, the pair of workers on one GPU ('memory') or on GPU0 and GPU1
+ * ('memory-across'): the first import of an allocation and a cache hit on
+ * it (raw driver calls and HandlePool, not the transport), then transfers
+ * against raw copies over an open mapping of that kind. A transfer is
+ * measured only where one probe message of that kind went through the
+ * endpoint; otherwise the figure is skipped with the endpoint's error.
+ */
+export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promise<void> {
+  const { plan, progress } = run;
+  const across = layout === 'memory-across';
+  const label = across ? 'GPU0→GPU1' : 'one GPU';
+  const { path, token } = await g.call<{ path: string; token: Uint8Array }>(0, { op: 'fd-listen' });
+  await g.call(1, { op: 'fd-connect', path, token });
+  await g.call(0, { op: 'fd-accept' });
+  let session = 'memory';
+  let fresh = 0;
+  await openSession(g, session, { ipc: true, cache: true });
+  await negotiateSession(g, session);
+  const sizes = across ? plan.memoryAcrossSizes : [plan.memorySize];
+  const costs = new Map<MemoryOption, { open: ReturnType<typeof summarize>; hit: ReturnType<typeof summarize>; result: KindOpenResult }>();
+  for (const kind of MEMORY_OPTIONS) {
+    progress(`${layout} ${kind}: first imports, then cache hits`);
+    const exports = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size: MEMORY_OPEN_SIZE, count: plan.ipcOpens + 1 });
+    let result: KindOpenResult;
+    try {
+      result = await g.call<KindOpenResult>(1, { op: 'kind-open', exports, ...plan.cacheHit });
+    } finally {
+      await g.call(0, { op: 'kind-unexport' });
+    }
+    // The first import in a process sets up peer access (milliseconds on a GPU): not the per-import cost.
+    const open = summarize(result.openUs.length > 1 ? result.openUs.slice(1) : result.openUs);
+    costs.set(kind, { open, hit: summarize(result.hitNs.map((ns) => ns / 1000)), result });
+
+    for (const size of sizes) {
+      progress(`${layout} ${kind}: ${formatBytes(size)} (raw, then smcuda)`);
+      const repeat = plan.bandwidth(size);
+      const [exp] = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size, count: 1 });
+      let raw: TimedResult;
+      try {
+        raw = await g.call<TimedResult>(1, { op: 'kind-raw-copy', export: exp!, ...repeat });
+      } finally {
+        await g.call(0, { op: 'kind-unexport' });
+      }
+      const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
+      run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
+      await g.call(1, { op: 'probe-recv', session, size, memory: kind });
+      const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session, size, memory: kind });
+      const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session, abort: !sent.ok });
+      const spec = across ? MEMORY_FIG.transfer(kind, layout, size) : MEMORY_FIG.transfer(kind);
+      if (!sent.ok || !got.ok) {
+        run.figures.push(skipped(spec, `smcuda could not send ${kind} memory here: ${sent.error ?? got.error}`));
+        continue;
+      }
+      // A transfer that fails (the endpoint closes) is reported with both ranks' errors; the next gets a fresh session.
+      const cmd: BenchCommand = { op: 'oneway', session, size, window: run.opts.window, ...repeat, memory: kind };
+      const [s0, s1] = await Promise.allSettled([g.call<TimedResult>(0, cmd), g.call<TimedResult>(1, cmd)]);
+      if (s0.status === 'rejected' || s1.status === 'rejected') {
+        const why = [s0, s1].map((x, rank) => (x.status === 'rejected' ? `rank ${rank}: ${(x.reason as Error).message}` : '')).filter(Boolean).join('; ');
+        run.figures.push(skipped(spec, `the ${kind} transfer failed: ${why}`));
+        await both(g, { op: 'close', session }, { op: 'close', session }).catch(() => {});
+        session = `memory-${++fresh}`;
+        await openSession(g, session, { ipc: true, cache: true });
+        await negotiateSession(g, session);
+        continue;
+      }
+      const r = s0.value;
+      const gbs = gbPerSecond(r.bytes, r.seconds);
+      run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
+      if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
+      else if (!across && size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
+      else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters } }));
+    }
+  }
+  await both(g, { op: 'close', session }, { op: 'close', session });
+  const legacyOpen = costs.get('legacy')!.open.median;
+  for (const [kind, c] of costs) {
+    const details: Record<string, unknown> = { close: summarize(c.result.closeUs), firstImportUs: c.result.openUs[0], allocationBytes: MEMORY_OPEN_SIZE };
+    if (c.result.poolImportUs !== undefined) details.poolImportUs = c.result.poolImportUs;
+    run.figures.push(figure(run, MEMORY_FIG.import(kind, layout), c.open.median, legacyOpen, { stats: c.open, details }));
+    run.figures.push(figure(run, MEMORY_FIG.hit(kind, layout), c.hit.median, c.open.median, { stats: c.hit }));
+  }
+}
+
+// ------------------------------------------------------------- first send
+
+/** One fresh pair of processes: rank 1's first device message to rank 0, and where its time went. */
+export async function firstSendOnce(run: Run, g: Group, negotiateFirst: boolean): Promise<FirstSendBreakdown> {
+  await openSession(g, 'first', { ipc: true, cache: true, timeCalls: true });
+  const cmd: BenchCommand = { op: 'first-send', session: 'first', size: run.plan.firstSend.size, negotiateFirst };
+  const [responder, initiator] = await both<FirstSendResult, FirstSendResult>(g, cmd, cmd);
+  await both(g, { op: 'close', session: 'first' }, { op: 'close', session: 'first' });
+  return breakdown(initiator, responder);
+}
+
+export function firstSendFigure(run: Run, reps: FirstSendBreakdown[], prepared: boolean): void {
+  const total = summarize(reps.map((r) => r.totalMs));
+  const med = (f: (r: FirstSendBreakdown) => number) => median(reps.map(f));
+  const details = {
+    size: run.plan.firstSend.size,
+    repetitions: reps.length,
+    medianMs: {
+      firstPeerOpenInitiator: med((r) => r.firstOpenMs.initiator),
+      firstPeerOpenResponder: med((r) => r.firstOpenMs.responder),
+      driverCallsOnTheWay: med((r) => r.driverMs),
+      stateAtSend: reps.map((r) => r.stateAtSend).join(','),
+      controlHopsAndJs: med((r) => r.otherMs),
+      ...(prepared ? { negotiateAfterConnect: med((r) => r.negotiateMs ?? NaN) } : {}),
+    },
+    each: reps,
+  };
+  run.figures.push(figure(run, prepared ? FIG.firstSendPrepared : FIG.firstSend, total.median, null, { stats: total, details }));
+}
+
+// ------------------------------------------------------------- all-to-all
+
+/** n workers on 2 devices (rank r on device r % 2): raw copies between every pair at once, then smcuda. */
+export async function runAllToAll(run: Run, g: Group): Promise<void> {
+  const { plan, progress } = run;
+  const { size, repeat } = plan.allToAll;
+  const ranks = Array.from({ length: g.size }, (_, r) => r);
+  const devices = new Set((g.infos as BenchWorkerInfo[]).map((i) => i.device.uuid));
+  if (devices.size < 2) run.notes.push('all-to-all: one device visible: every rank ran on it');
+  progress(`all-to-all: raw copies, ${formatBytes(size)} between ${g.size} processes`);
+  const exported = await Promise.all(ranks.map((r) => g.call<ExportedBuffer[]>(r, { op: 'export', size, count: 1 })));
+  let raw: TimedResult[];
+  try {
+    raw = await Promise.all(
+      ranks.map((r) => g.call<TimedResult>(r, { op: 'raw-copy-many', buffers: exported.filter((_, k) => k !== r).map((b) => b[0]!), size, ...repeat })),
+    );
+  } finally {
+    await Promise.all(ranks.map((r) => g.call(r, { op: 'unexport' })));
+  }
+  progress(`all-to-all: smcuda, ${formatBytes(size)} between ${g.size} processes`);
+  await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-listen' })));
+  await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-connect', ranks: g.size })));
+  const r = await Promise.all(ranks.map((k) => g.call<TimedResult>(k, { op: 'a2a-run', size, ...repeat })));
+  await Promise.all(ranks.map((k) => g.call(k, { op: 'a2a-close' })));
+  const paths = r.reduce((a, x) => ({ eager: a.eager + x.paths!.eager, rget: a.rget + x.paths!.rget, staging: a.staging + x.paths!.staging }), { eager: 0, rget: 0, staging: 0 });
+  const details = { ranks: g.size, devices: devices.size, size, rounds: repeat.iters, warmup: repeat.warmup, perRank: r.map((x) => gbPerSecond(x.bytes, x.seconds)), rawPerRank: raw.map((x) => gbPerSecond(x.bytes, x.seconds)) };
+  run.figures.push(figure(run, FIG.allToAll, aggregate(r), aggregate(raw), { paths, details }));
+}
