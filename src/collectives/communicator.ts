@@ -180,7 +180,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
   }
 
-  /** As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device). */
+  /** As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device: LOCAL_RANK % devices). */
   static fromEnv(options: Partial<RendezvousOptions> & CommunicatorOptions = {}, env: NodeJS.ProcessEnv = process.env): Promise<Communicator> {
     const int = (name: string) => {
       const v = env[name];
@@ -190,11 +190,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const dir = options.dir ?? env.SMCUDA_RENDEZVOUS;
     if (!dir) throw new ConfigError('SMCUDA_RENDEZVOUS must name the rendezvous directory (shared by every rank)');
     const local = env.LOCAL_RANK !== undefined ? int('LOCAL_RANK') : undefined;
-    return Communicator.create({ ...options, rank: options.rank ?? int('RANK'), size: options.size ?? int('WORLD_SIZE'), dir, token: options.token ?? env.SMCUDA_TOKEN, device: options.device ?? local });
+    return Communicator.create({ ...options, rank: options.rank ?? int('RANK'), size: options.size ?? int('WORLD_SIZE'), dir, token: options.token ?? env.SMCUDA_TOKEN, ...(local !== undefined && options.localRank === undefined ? { localRank: local } : {}) });
   }
 
   /** Over endpoints the application already has (it keeps owning them and their transport). */
-  static fromEndpoints(options: FromEndpointsOptions): Promise<Communicator> {
+  static async fromEndpoints(options: FromEndpointsOptions): Promise<Communicator> {
     checkRankSize(options.rank, options.size);
     const eps = new Map<number, Endpoint>();
     const given = options.endpoints;
@@ -218,6 +218,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
       c.control.stop();
+      c.tracer?.close();
       throw err;
     }
     c.counters.mapped = c.scratch.mapped;

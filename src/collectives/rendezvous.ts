@@ -28,8 +28,10 @@ export interface RendezvousOptions {
   dir: string;
   /** The job's secret; default SMCUDA_TOKEN, else rank 0 makes one and shares it through `dir`. */
   token?: string;
-  /** The device of this rank; default rank % the devices this process sees. */
+  /** The device of this rank; default (localRank, else rank) % the devices this process sees. */
   device?: number;
+  /** This rank's index among the ranks of its machine (torchrun's LOCAL_RANK), for the default device. */
+  localRank?: number;
   /** A driver instance, or which to open (default 'auto'). */
   driver?: CudaDriver | 'auto' | 'native' | 'sim';
   /** How long to wait for every rank to join (default 60000 ms). */
@@ -88,7 +90,7 @@ export async function joinMesh(o: RendezvousOptions): Promise<Mesh> {
   const endpoints = new Map<number, Endpoint>();
   try {
     const count = transport.driver.status().available ? (transport.driver.init(), transport.driver.deviceCount()) : 0;
-    transport.useDevice(o.device ?? (count > 0 ? o.rank % count : 0));
+    transport.useDevice(o.device ?? (count > 0 ? (o.localRank ?? o.rank) % count : 0));
     const all = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new CommunicatorTimeoutError(`rank ${o.rank}: only ${endpoints.size} of ${o.size - 1} ranks joined ${o.dir} within ${joinMs} ms`)), Math.max(0, deadline - Date.now()));
       const onEndpoint = (ep: Endpoint) => {
