@@ -32,7 +32,7 @@ import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
 import { sweepDeadSegments } from '../segment-owner.js';
-import { envTracePath } from '../env.js';
+import { envCommunicator, envTracePath, type Env } from '../env.js';
 import { FileTracer } from '../trace.js';
 
 export type { Algorithm };
@@ -181,16 +181,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device: LOCAL_RANK % devices). */
-  static fromEnv(options: Partial<RendezvousOptions> & CommunicatorOptions = {}, env: NodeJS.ProcessEnv = process.env): Promise<Communicator> {
-    const int = (name: string) => {
-      const v = env[name];
-      if (v === undefined || !/^\d+$/.test(v)) throw new ConfigError(`${name} must be set to a non-negative integer (got ${v === undefined ? 'nothing' : JSON.stringify(v)})`);
-      return Number(v);
-    };
-    const dir = options.dir ?? env.SMCUDA_RENDEZVOUS;
+  static async fromEnv(options: Partial<RendezvousOptions> & CommunicatorOptions = {}, env?: Env): Promise<Communicator> {
+    const e = envCommunicator(env);
+    const rank = options.rank ?? e.rank;
+    const size = options.size ?? e.size;
+    const dir = options.dir ?? e.rendezvous;
+    if (rank === undefined || size === undefined) throw new ConfigError('RANK and WORLD_SIZE must be set (as torchrun sets them), or rank and size given');
     if (!dir) throw new ConfigError('SMCUDA_RENDEZVOUS must name the rendezvous directory (shared by every rank)');
-    const local = env.LOCAL_RANK !== undefined ? int('LOCAL_RANK') : undefined;
-    return Communicator.create({ ...options, rank: options.rank ?? int('RANK'), size: options.size ?? int('WORLD_SIZE'), dir, token: options.token ?? env.SMCUDA_TOKEN, ...(local !== undefined && options.localRank === undefined ? { localRank: local } : {}) });
+    const localRank = options.localRank ?? e.localRank;
+    const token = options.token ?? e.token;
+    return Communicator.create({ ...options, rank, size, dir, ...(token !== undefined ? { token } : {}), ...(localRank !== undefined ? { localRank } : {}) });
   }
 
   /** Over endpoints the application already has (it keeps owning them and their transport). */

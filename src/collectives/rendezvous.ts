@@ -17,6 +17,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CudaDriver } from '../cuda/driver.js';
+import { envCommunicator } from '../env.js';
 import type { Endpoint } from '../endpoint.js';
 import { AccessDeniedError, CommunicatorTimeoutError, ConfigError, NoListenerError } from '../errors.js';
 import { Transport } from '../transport.js';
@@ -53,7 +54,7 @@ export function checkRankSize(rank: unknown, size: unknown): void {
 }
 
 async function tokenFor(o: RendezvousOptions, deadline: number): Promise<string> {
-  const given = o.token ?? process.env.SMCUDA_TOKEN;
+  const given = o.token ?? envCommunicator().token;
   if (given) return given;
   const file = join(o.dir, 'token');
   if (o.rank === 0) {
@@ -123,7 +124,7 @@ export async function joinMesh(o: RendezvousOptions): Promise<Mesh> {
       }),
     );
     await all;
-    if (o.rank === 0 && !o.token && !process.env.SMCUDA_TOKEN) rmSync(join(o.dir, 'token'), { force: true });
+    if (o.rank === 0 && !o.token && !envCommunicator().token) rmSync(join(o.dir, 'token'), { force: true });
     return { transport, endpoints, socket };
   } catch (err) {
     await transport.close();
