@@ -33,8 +33,9 @@
 import { LRUCache } from 'lru-cache';
 import type { DevicePtr, PoolHandle } from '../src/cuda/driver.js';
 import { assertHandle, assertIpcHandle, assertPtr, assertSize } from '../src/cuda/validate.js';
-import { ClosedError, CudaError } from '../src/errors.js';
+import { ClosedError, CudaError, ProtocolError } from '../src/errors.js';
 import type { HandlePoolEvent, HandlePoolEventListener } from './events.js';
+import { type ExtentDriver, extentProblem } from './extent.js';
 import {
   type DetachReason,
   type EntryOwner,
@@ -73,7 +74,13 @@ export interface FdUndoDriver {
   memPoolRelease(pool: PoolHandle): void;
 }
 
-export type MappingDriver = IpcDriver & Partial<FdUndoDriver>;
+/**
+ * The driver the pool maps with. With `memGetAddressRange` (CudaDriver has
+ * it), every mapping's real extent is checked before it
+ * enters the pool (extent.ts); a mapping that does not hold what the peer
+ * claims is closed at once and the acquire fails with SMCUDA_BAD_EXTENT.
+ */
+export type MappingDriver = IpcDriver & Partial<FdUndoDriver> & Partial<ExtentDriver>;
 
 /** One resident mapping, as `entries()` describes it. */
 export interface ResidentEntryInfo {
@@ -351,6 +358,7 @@ export class HandlePool implements EntryOwner {
       invalidations: c.invalidations,
       openFailures: c.openFailures,
       closeFailures: c.closeFailures,
+      extentRefusals: c.extentRefusals,
       opens: c.opens,
       closes: c.closes,
       openMappings: this.#openMappings,
@@ -465,6 +473,16 @@ export class HandlePool implements EntryOwner {
         const entry = new PoolEntry(key, p.kind, p.deviceUuid, p.base, p.size, p.handle, p.bufferId, ptr);
         entry.peerPool = peerPool;
         if (this.#onEvent !== undefined) this.#trace('open', entry, { ms });
+        // The peer's word for the size bounds every later copy: check it once, here, for every kind.
+        const d = this.#driver;
+        const bad = d.memGetAddressRange !== undefined ? extentProblem(d as ExtentDriver, p.kind, ptr, p.size) : undefined;
+        if (bad !== undefined) {
+          entry.resident = false;
+          entry.detachReason = 'invalidated';
+          this.#counters.extentRefusals++;
+          this.#close(entry);
+          throw new ProtocolError(`${p.kind} mapping of 0x${p.base.toString(16)}: ${bad}`, 'SMCUDA_BAD_EXTENT');
+        }
         if (this.#closed) {
           entry.resident = false;
           entry.detachReason = 'closed';

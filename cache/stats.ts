@@ -23,6 +23,8 @@ export interface HandlePoolStats {
   openFailures: number;
   /** Driver close calls that threw (the mapping is forgotten anyway). */
   closeFailures: number;
+  /** Opened mappings that did not hold the size the peer claimed: closed at once, never pooled (extent.ts). */
+  extentRefusals: number;
   /** Successful driver opens. */
   opens: number;
   /** Driver closes (each open is closed exactly once). */
@@ -72,6 +74,7 @@ export class PoolCounters {
   invalidations = 0;
   openFailures = 0;
   closeFailures = 0;
+  extentRefusals = 0;
   opens = 0;
   closes = 0;
   totalOpenMs = 0;

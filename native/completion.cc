@@ -21,6 +21,15 @@
 // A transport with work in flight spinning one core is the usual trade
 // (UCX and NCCL progress threads do the same); idle, it costs nothing.
 //
+// Clients: each CUDA driver object of an environment opens its own client
+// (completionOpen) and passes it with every wait. completionClose(client)
+// rejects that client's waits only (SMCUDA_CLOSED), and on return the poller
+// thread no longer touches their events, so the caller may destroy them and
+// release their context; other clients' waits go on. The thread stops when
+// the last client closes with nothing else pending, and starts again on the
+// next wait. Client 0 is the anonymous one (raw addon calls without a client).
+// completionShutdown stops everything, for every client.
+//
 // Process exit: the TSFN is ref'd only while promises are outstanding, so an
 // idle poller never keeps Node alive. Environment teardown (a cleanup hook)
 // stops and joins the thread. No napi instance data is used: that slot is one
@@ -28,6 +37,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <condition_variable>
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -59,6 +69,7 @@ struct Pending {
   CUevent event;
   CUcontext ctx;
   Napi::Promise::Deferred* deferred;
+  uint32_t client;  // who waits (completionOpen); 0: anonymous
 };
 
 // One settled event, computed on the poller thread, delivered on the JS thread.
@@ -82,8 +93,46 @@ class Poller {
     tsfn_.Unref(env);
   }
 
+  // JS thread: a new client id (never 0).
+  uint32_t Open() {
+    ++clients_;
+    if (++lastClient_ == 0) ++lastClient_;
+    return lastClient_;
+  }
+
+  // JS thread: rejects `client`'s waits with SMCUDA_CLOSED; once this returns,
+  // the thread no longer queries their events. Stops the thread when no
+  // client is left and nothing else is pending.
+  void Close(Napi::Env env, uint32_t client) {
+    std::vector<Pending> mine;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      TakeClient(&incoming_, client, &mine);
+      TakeClient(&returned_, client, &mine);
+      if (thread_.joinable()) {
+        // The thread holds its watch list outside the lock: ask it to hand
+        // this client's entries back, and wait (at most one pass).
+        removing_.push_back(client);
+        cv_.notify_all();
+        removed_.wait(lock, [&] { return std::find(removing_.begin(), removing_.end(), client) == removing_.end(); });
+        TakeClient(&returned_, client, &mine);
+      }
+    }
+    Reject(env, mine, "whenEventComplete: the driver that waited for this event was closed before it completed");
+    if (clients_ > 0) --clients_;
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle = clients_ == 0 && incoming_.empty() && watchingCount_ == 0;
+    }
+    if (idle && thread_.joinable()) {
+      std::vector<Pending> left = StopThread();  // nothing: checked above, but settle whatever raced in
+      Reject(env, left, "whenEventComplete: the completion poller was shut down before the event completed");
+    }
+  }
+
   // JS thread.
-  Napi::Value Watch(Napi::Env env, CUevent event, CUcontext ctx) {
+  Napi::Value Watch(Napi::Env env, CUevent event, CUcontext ctx, uint32_t client) {
     if (!thread_.joinable()) {
       stop_ = false;
       try {
@@ -99,7 +148,7 @@ class Poller {
     Napi::Promise promise = d->Promise();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      incoming_.push_back(Pending{event, ctx, d});
+      incoming_.push_back(Pending{event, ctx, d, client});
     }
     cv_.notify_one();
     if (outstanding_++ == 0) tsfn_.Ref(env);
@@ -110,14 +159,7 @@ class Poller {
   // Settlements already handed to the TSFN are still delivered.
   void Shutdown(Napi::Env env) {
     std::vector<Pending> left = StopThread();
-    for (Pending& p : left) {
-      Napi::Error e = Napi::Error::New(env, "whenEventComplete: the completion poller was shut down (completionShutdown) "
-                                            "before the event completed");
-      e.Set("code", Napi::String::New(env, "SMCUDA_CLOSED"));
-      p.deferred->Reject(e.Value());
-      delete p.deferred;
-    }
-    Settled(env, left.size());
+    Reject(env, left, "whenEventComplete: the completion poller was shut down (completionShutdown) before the event completed");
   }
 
   // Environment teardown: JS can no longer run, so nothing is settled.
@@ -132,6 +174,23 @@ class Poller {
   }
 
  private:
+  static void TakeClient(std::vector<Pending>* from, uint32_t client, std::vector<Pending>* to) {
+    auto keep = std::stable_partition(from->begin(), from->end(), [&](const Pending& p) { return p.client != client; });
+    to->insert(to->end(), keep, from->end());
+    from->erase(keep, from->end());
+  }
+
+  // JS thread: rejects `left` with SMCUDA_CLOSED and `message`.
+  void Reject(Napi::Env env, std::vector<Pending>& left, const char* message) {
+    for (Pending& p : left) {
+      Napi::Error e = Napi::Error::New(env, message);
+      e.Set("code", Napi::String::New(env, "SMCUDA_CLOSED"));
+      p.deferred->Reject(e.Value());
+      delete p.deferred;
+    }
+    Settled(env, left.size());
+  }
+
   // Signals, joins, and returns every pending item (the thread hands its list back).
   std::vector<Pending> StopThread() {
     {
@@ -145,6 +204,9 @@ class Poller {
     left.insert(left.end(), incoming_.begin(), incoming_.end());
     returned_.clear();
     incoming_.clear();
+    removing_.clear();
+    watchingCount_ = 0;
+    removed_.notify_all();
     return left;
   }
 
@@ -160,10 +222,15 @@ class Poller {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mu_);
-        if (watching.empty()) cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        if (watching.empty()) cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !removing_.empty(); });
         if (stop_) {
           returned_.insert(returned_.end(), watching.begin(), watching.end());
           return;
+        }
+        if (!removing_.empty()) {  // closed clients: their events are no longer ours to query
+          for (uint32_t c : removing_) TakeClient(&watching, c, &returned_);
+          removing_.clear();
+          removed_.notify_all();
         }
         if (!incoming_.empty()) {
           watching.insert(watching.end(), incoming_.begin(), incoming_.end());
@@ -171,6 +238,7 @@ class Poller {
           lastProgress = Clock::now();  // new work: spin for it first
           sleep = std::chrono::microseconds(0);
         }
+        watchingCount_ = watching.size();
       }
 
       Batch* batch = nullptr;
@@ -211,15 +279,20 @@ class Poller {
       if (watching.empty() || Clock::now() - lastProgress < spin) continue;
       sleep = sleep.count() == 0 ? kMinSleep : std::min(sleep * 2, kMaxSleep);
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, sleep, [&] { return stop_ || !incoming_.empty(); });
+      cv_.wait_for(lock, sleep, [&] { return stop_ || !incoming_.empty() || !removing_.empty(); });
     }
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Pending> incoming_;  // guarded by mu_: watched next pass
-  std::vector<Pending> returned_;  // guarded by mu_: handed back by a stopping thread
+  std::vector<Pending> returned_;  // guarded by mu_: handed back by a stopping thread or for a closed client
+  std::vector<uint32_t> removing_;  // guarded by mu_: clients whose entries the thread must hand back
+  std::condition_variable removed_;  // the thread handed them back
+  size_t watchingCount_ = 0;       // guarded by mu_: the thread's list, as of its last pass
   bool stop_ = false;              // guarded by mu_
+  size_t clients_ = 0;             // JS thread only: clients open
+  uint32_t lastClient_ = 0;        // JS thread only
   std::thread thread_;
   Tsfn tsfn_;
   size_t outstanding_ = 0;  // JS thread only: promises not yet settled
@@ -259,9 +332,34 @@ Napi::Value WhenEventComplete(const Napi::CallbackInfo& info) {
         .ThrowAsJavaScriptException();
     return Napi::Value();
   }
+  uint32_t client = 0;
+  if (info.Length() > 2 && !info[2].IsUndefined()) {
+    double c = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : -1;
+    if (!(c >= 0 && c <= 4294967295.0) || c != static_cast<double>(static_cast<uint32_t>(c))) {
+      Napi::TypeError::New(env, "whenEventComplete(event, ctx, client): client must come from completionOpen")
+          .ThrowAsJavaScriptException();
+      return Napi::Value();
+    }
+    client = static_cast<uint32_t>(c);
+  }
   auto* poller = static_cast<Poller*>(info.Data());
   return poller->Watch(env, reinterpret_cast<CUevent>(static_cast<uintptr_t>(event)),
-                       reinterpret_cast<CUcontext>(static_cast<uintptr_t>(ctx)));
+                       reinterpret_cast<CUcontext>(static_cast<uintptr_t>(ctx)), client);
+}
+
+Napi::Value CompletionOpen(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<Poller*>(info.Data())->Open());
+}
+
+Napi::Value CompletionClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double c = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+  if (!(c >= 1 && c <= 4294967295.0) || c != static_cast<double>(static_cast<uint32_t>(c))) {
+    Napi::TypeError::New(env, "completionClose(client): client must come from completionOpen").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  static_cast<Poller*>(info.Data())->Close(env, static_cast<uint32_t>(c));
+  return env.Undefined();
 }
 
 Napi::Value CompletionShutdown(const Napi::CallbackInfo& info) {
@@ -282,6 +380,8 @@ void InitCompletion(Napi::Env env, Napi::Object exports) {
   });
   exports.Set("whenEventComplete", Napi::Function::New(env, WhenEventComplete, "whenEventComplete", poller));
   exports.Set("completionShutdown", Napi::Function::New(env, CompletionShutdown, "completionShutdown", poller));
+  exports.Set("completionOpen", Napi::Function::New(env, CompletionOpen, "completionOpen", poller));
+  exports.Set("completionClose", Napi::Function::New(env, CompletionClose, "completionClose", poller));
 }
 
 }  // namespace smcuda

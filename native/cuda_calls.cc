@@ -270,7 +270,8 @@ constexpr size_t kMaxBatchCopies = 256;
 // (dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count,
 // stream, device): the first `count` copies in one cuMemcpyBatchAsync, or one
 // by one where the driver has none (or the stream is a legacy/per-thread
-// handle, which the batch call refuses).
+// handle, which the batch call refuses). The batch call queues all or none;
+// one by one, a failing copy's error carries `queued`, the copies before it.
 Napi::Value CuMemcpyBatchAsync(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   SMCUDA_REQUIRE_DRIVER(env, "cuMemcpyBatchAsync");
@@ -318,7 +319,18 @@ Napi::Value CuMemcpyBatchAsync(const Napi::CallbackInfo& info) {
     }
     return env.Undefined();
   }
-  for (size_t k = 0; k < count; k++) SMCUDA_CU(env, cuMemcpyAsync, dsts[k], srcs[k], sizes[k], s);
+  // One by one: a failure at copy k leaves copies 0..k-1 queued. The error
+  // says how many (`queued`), so the caller neither queues them again nor
+  // frees what they still read or write.
+  for (size_t k = 0; k < count; k++) {
+    CUresult r = d.fn.cuMemcpyAsync(dsts[k], srcs[k], sizes[k], s);
+    if (r != CUDA_SUCCESS) {
+      Napi::Error e = CuError(env, "cuMemcpyAsync", r);
+      e.Set("queued", Napi::Number::New(env, static_cast<double>(k)));
+      e.ThrowAsJavaScriptException();
+      return Napi::Value();
+    }
+  }
   return env.Undefined();
 }
 

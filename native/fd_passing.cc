@@ -1,17 +1,23 @@
 // File descriptors between processes: SCM_RIGHTS over a Unix SOCK_SEQPACKET
 // socket, plus the few fd calls the rest needs (memfd, fstat, close).
+// One file over 500 lines, as one concept: those sockets and the one
+// readiness loop that drives them.
 //
 // Node's sockets cannot carry descriptors (libuv's non-IPC pipes read() and
 // the kernel drops every descriptor in flight), so the descriptor channel is
 // a socket of its own, driven from here. SOCK_SEQPACKET keeps each message
 // whole, so a descriptor always arrives with the metadata that names it.
 //
-// Readiness: one watcher thread per watched socket waits in poll() and, when
-// the socket is ready, tells JS through a thread-safe function and disarms
-// itself (one-shot); JS drains with fdRecv/fdAccept until they say "would
-// block" and arms it again. The TSFN is ref'd only while armed, so a channel
-// waiting for nothing keeps no process alive. No libuv header is needed
-// (the node-api-headers package has none).
+// Readiness: ONE thread per process (per addon instance; it exists while
+// something is watched) waits in epoll_wait for every watched socket, listeners and connections alike (a
+// thread per socket let token-less connections exhaust a pids limit). When
+// a socket is ready it tells JS through one thread-safe function and the
+// kernel disarms it (EPOLLONESHOT); JS drains with fdRecv/fdAccept until
+// they say "would block" and arms it again. The TSFN is ref'd only while
+// some watch is armed with ref, so channels waiting for nothing keep no
+// process alive. No libuv header is needed (the node-api-headers package
+// has none). Failures (no thread, no memory) are JS errors, never C++
+// exceptions.
 //
 // Descriptors received are always either returned to JS or closed here:
 // a message with more than one descriptor closes them all and says so.
@@ -19,14 +25,18 @@
 // the descriptor and sets MSG_CTRUNC; that is reported as `dropped`, with the
 // message's bytes, so JS can name what was lost.
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -90,6 +100,22 @@ bool ArgFd(const Napi::CallbackInfo& info, size_t i, int* out, bool allowNone = 
     return false;
   }
   *out = static_cast<int>(v);
+  return true;
+}
+
+// A size in bytes: a number that is a non-negative safe integer (NaN,
+// negatives, fractions and values past 2^53 are refused before any cast).
+bool ArgBytes(const Napi::CallbackInfo& info, size_t i, off_t* out) {
+  if (!info[i].IsNumber()) {
+    Napi::TypeError::New(info.Env(), "bytes must be a number").ThrowAsJavaScriptException();
+    return false;
+  }
+  double v = info[i].As<Napi::Number>().DoubleValue();
+  if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<int64_t>(v))) {
+    Napi::RangeError::New(info.Env(), "bytes must be a non-negative safe integer").ThrowAsJavaScriptException();
+    return false;
+  }
+  *out = static_cast<off_t>(v);
   return true;
 }
 
@@ -280,19 +306,16 @@ Napi::Value FdClose(const Napi::CallbackInfo& info) {
 // memfdCreate(name, bytes) -> fd of an anonymous shared file of `bytes` bytes.
 Napi::Value MemfdCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsString() || !info[1].IsNumber()) {
+  if (!info[0].IsString()) {
     Napi::TypeError::New(env, "memfdCreate(name, bytes)").ThrowAsJavaScriptException();
     return Napi::Value();
   }
   std::string name = info[0].As<Napi::String>().Utf8Value();
-  double bytes = info[1].As<Napi::Number>().DoubleValue();
-  if (!(bytes >= 0 && bytes <= 9007199254740991.0)) {
-    Napi::RangeError::New(env, "bytes must be a non-negative safe integer").ThrowAsJavaScriptException();
-    return Napi::Value();
-  }
+  off_t bytes = 0;
+  if (!ArgBytes(info, 1, &bytes)) return Napi::Value();
   int fd = static_cast<int>(syscall(SYS_memfd_create, name.c_str(), 1u /* MFD_CLOEXEC */));
   if (fd < 0) return ThrowFdErrno(env, "memfd_create", errno, name);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (ftruncate(fd, bytes) != 0) {
     int err = errno;
     close(fd);
     return ThrowFdErrno(env, "ftruncate", err, name);
@@ -304,8 +327,9 @@ Napi::Value MemfdCreate(const Napi::CallbackInfo& info) {
 Napi::Value FdResize(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = -1;
-  if (!ArgFd(info, 0, &fd) || !info[1].IsNumber()) return Napi::Value();
-  if (ftruncate(fd, static_cast<off_t>(info[1].As<Napi::Number>().DoubleValue())) != 0)
+  off_t bytes = 0;
+  if (!ArgFd(info, 0, &fd) || !ArgBytes(info, 1, &bytes)) return Napi::Value();
+  if (ftruncate(fd, bytes) != 0)
     return ThrowFdErrno(env, "ftruncate", errno);
   return env.Undefined();
 }
@@ -322,70 +346,215 @@ Napi::Value FdSize(const Napi::CallbackInfo& info) {
 
 // ---- readiness ------------------------------------------------------------------
 
+// One poller per addon instance: ONE thread in epoll_wait for every watched
+// socket of the process (listeners and channels alike), started with the
+// first watch. Each watch is registered EPOLLONESHOT: when its socket is
+// ready the kernel disables it, the thread queues (watch, revents) and wakes
+// JS through one thread-safe function; JS drains, then arms it again (MOD).
+// A watch is known to the thread only by its id and the generation of its
+// last arm (epoll data), so an event of a stopped watch, or one from before
+// the latest arm, is dropped on the JS thread: nothing is freed under the
+// thread. The TSFN is ref'd while some watch is armed with ref.
+struct Poller;
+
 struct Watch {
+  Poller* poller = nullptr;
+  uint64_t id = 0;
+  uint32_t gen = 0;  // bumped by every arm
   int fd = -1;
-  int wake = -1;  // eventfd: arm / stop
-  short events = 0;
-  bool stopping = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::thread thread;
-  Napi::ThreadSafeFunction tsfn;
-  bool refd = false;
+  bool registered = false;  // added to the epoll set (DEL'd on disarm and stop)
+  bool armed = false;
+  bool refd = false;  // counted in poller->refs
+  Napi::FunctionReference callback;
 };
 
-void WatchLoop(Watch* w) {
-  for (;;) {
-    short events;
-    {
-      std::unique_lock<std::mutex> lock(w->mu);
-      w->cv.wait(lock, [w] { return w->stopping || w->events != 0; });
-      if (w->stopping) return;
-      events = w->events;
-    }
-    pollfd p[2] = {{w->fd, events, 0}, {w->wake, POLLIN, 0}};
-    int r = poll(p, 2, -1);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      p[0].revents = POLLERR;  // report, and let JS find out what is wrong
-    }
-    if (p[1].revents & POLLIN) {
-      uint64_t v;
-      ssize_t ignored = read(w->wake, &v, sizeof v);
-      (void)ignored;
-    }
-    if (p[0].revents == 0) continue;
-    int revents = p[0].revents;
-    {
-      std::lock_guard<std::mutex> lock(w->mu);
-      if (w->stopping) return;
-      w->events = 0;  // one-shot: JS drains, then arms again
-    }
-    w->tsfn.BlockingCall([revents](Napi::Env env, Napi::Function cb) {
-      cb.Call({Napi::Number::New(env, revents)});
-    });
-  }
-}
+struct Ready {
+  uint64_t data;
+  int revents;
+};
 
-// Wakes the thread, joins it, releases the callback and frees the watch.
-void StopWatch(Watch* w) {
+void DeliverReady(Napi::Env env, Napi::Function, Poller* poller, std::vector<Ready>* none);
+using ReadyTsfn = Napi::TypedThreadSafeFunction<Poller, std::vector<Ready>, DeliverReady>;
+
+constexpr int kIdShift = 24;  // epoll data: id << 24 | generation (24 bits)
+constexpr uint64_t kGenMask = (1u << kIdShift) - 1;
+
+struct Poller {
+  int epfd = -1;
+  int wake = -1;  // eventfd: stop
+  std::thread thread;
+  bool started = false;
+  bool dead = false;  // environment torn down: watches are only freed
+  ReadyTsfn tsfn;
+  size_t refs = 0;
+  uint64_t nextId = 1;
+  std::unordered_map<uint64_t, Watch*> watches;  // JS thread only
+  std::mutex mu;
+  std::vector<Ready> ready;  // filled by the thread, taken by JS
+  bool scheduled = false;    // a TSFN call is on its way
+
+  // JS thread: the epoll set, its wake fd and the thread, made with the first watch and gone with the
+  // last (a process watching nothing holds none of them). Errors are JS errors, never C++ exceptions.
+  bool Start(Napi::Env env) {
+    if (started) return true;
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0) return ThrowFdErrno(env, "epoll_create1", errno), false;
+    wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = 0;  // id 0: the wake fd
+    if (wake < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, wake, &ev) != 0) {
+      int err = errno;
+      CloseSet();
+      return ThrowFdErrno(env, "eventfd", err), false;
+    }
+    try {
+      thread = std::thread(&Poller::Run, this);
+    } catch (const std::exception& e) {  // out of threads (a pids limit): an error value, not terminate()
+      CloseSet();
+      Napi::Error err = Napi::Error::New(env, std::string("fdWatchStart: cannot start the descriptor poller thread: ") + e.what());
+      err.Set("code", Napi::String::New(env, "SMCUDA_THREAD"));
+      err.ThrowAsJavaScriptException();
+      return false;
+    }
+    started = true;
+    return true;
+  }
+
+  void CloseSet() {
+    if (wake >= 0) close(wake);
+    if (epfd >= 0) close(epfd);
+    epfd = wake = -1;
+  }
+
+  // JS thread: stops and joins the thread, closes the set (the last watch went, or teardown).
+  void Shutdown() {
+    if (!started) return;
+    uint64_t one = 1;
+    ssize_t ignored = write(wake, &one, sizeof one);
+    (void)ignored;
+    if (thread.joinable()) thread.join();
+    CloseSet();
+    started = false;
+  }
+
+  void Run() {
+    epoll_event events[64];
+    for (;;) {
+      int n = epoll_wait(epfd, events, 64, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return;  // the set is gone: nothing more can be watched
+      }
+      bool call = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (int i = 0; i < n; i++) {
+          if (events[i].data.u64 == 0) return;  // stop
+          try {
+            ready.push_back(Ready{events[i].data.u64, static_cast<int>(events[i].events)});
+          } catch (const std::exception&) {
+            // No memory for the queue: this event is lost (its socket stays disarmed) rather than the
+            // process aborting on an exception thrown out of a thread.
+          }
+        }
+        if (!ready.empty() && !scheduled) call = scheduled = true;
+      }
+      if (call && tsfn.NonBlockingCall() != napi_ok) return;  // the TSFN is closing: the environment is going
+    }
+  }
+
+  // JS thread (cleanup hook): stops and joins the thread; watches are freed by stop or their finalizers.
+  void Teardown() {
+    Shutdown();
+    tsfn.Release();
+    dead = true;
+  }
+
+  void SetRef(Napi::Env env, Watch* w, bool on) {
+    if (w->refd == on) return;
+    w->refd = on;
+    if (on && refs++ == 0) tsfn.Ref(env);
+    if (!on && --refs == 0) tsfn.Unref(env);
+  }
+
+  // JS thread: (re)arms `w` for `events` (0: disarm).
+  int Arm(Napi::Env env, Watch* w, uint32_t events, bool ref) {
+    w->gen = (w->gen + 1) & kGenMask;
+    epoll_event ev{};
+    ev.data.u64 = (w->id << kIdShift) | w->gen;
+    if (events == 0) {
+      if (w->registered) epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, &ev);
+      w->registered = false;
+      w->armed = false;
+      SetRef(env, w, false);
+      return 0;
+    }
+    ev.events = events | EPOLLONESHOT;
+    int r = epoll_ctl(epfd, w->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, w->fd, &ev);
+    if (r != 0 && errno == ENOENT && w->registered) r = epoll_ctl(epfd, EPOLL_CTL_ADD, w->fd, &ev);  // the fd was closed and reused
+    if (r != 0) return errno;
+    w->registered = true;
+    w->armed = true;
+    SetRef(env, w, ref);
+    return 0;
+  }
+
+  // JS thread: forgets `w` (its events still queued are dropped) and frees it.
+  void Stop(Napi::Env env, Watch* w) {
+    if (!dead) {
+      if (w->registered) {
+        epoll_event ev{};
+        epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, &ev);
+      }
+      SetRef(env, w, false);
+      watches.erase(w->id);
+      if (watches.empty()) Shutdown();
+    }
+    delete w;
+  }
+};
+
+void DeliverReady(Napi::Env env, Napi::Function, Poller* poller, std::vector<Ready>*) {
+  if (env == nullptr || poller->dead) return;
+  std::vector<Ready> batch;
   {
-    std::lock_guard<std::mutex> lock(w->mu);
-    w->stopping = true;
+    std::lock_guard<std::mutex> lock(poller->mu);
+    batch.swap(poller->ready);
+    poller->scheduled = false;
   }
-  uint64_t one = 1;
-  ssize_t ignored = write(w->wake, &one, sizeof one);
-  (void)ignored;
-  w->cv.notify_all();
-  if (w->thread.joinable()) w->thread.join();
-  w->tsfn.Release();
-  close(w->wake);
-  delete w;
+  for (size_t i = 0; i < batch.size(); i++) {
+    const Ready& r = batch[i];
+    if (env.IsExceptionPending()) {
+      // A callback threw (the process's uncaught exception, as for any callback):
+      // the rest are served on the next call, not lost.
+      std::lock_guard<std::mutex> lock(poller->mu);
+      try {
+        poller->ready.insert(poller->ready.begin(), batch.begin() + static_cast<std::ptrdiff_t>(i), batch.end());
+      } catch (const std::exception&) {
+        return;  // no memory: those events are lost, never an exception out of here
+      }
+      if (!poller->scheduled) {
+        poller->scheduled = true;
+        poller->tsfn.NonBlockingCall();
+      }
+      return;
+    }
+    auto it = poller->watches.find(r.data >> kIdShift);
+    if (it == poller->watches.end()) continue;  // stopped meanwhile
+    Watch* w = it->second;
+    if ((r.data & kGenMask) != w->gen || !w->armed) continue;  // from before the latest arm: the kernel holds the new one
+    w->armed = false;  // one-shot: the kernel disabled it
+    poller->SetRef(env, w, false);
+    Napi::HandleScope scope(env);
+    w->callback.Call({Napi::Number::New(env, r.revents)});
+  }
 }
 
-void FinalizeWatch(napi_env, void* data, void*) {
-  // fdWatchStop joins the thread; a watch dropped without stop is stopped here.
-  StopWatch(static_cast<Watch*>(data));
+void FinalizeWatch(napi_env env, void* data, void*) {
+  // fdWatchStop unwraps the handle first; a watch dropped without stop is stopped here.
+  auto* w = static_cast<Watch*>(data);
+  w->poller->Stop(Napi::Env(env), w);
 }
 
 Watch* ArgWatch(const Napi::CallbackInfo& info, size_t i) {
@@ -404,60 +573,70 @@ Watch* ArgWatch(const Napi::CallbackInfo& info, size_t i) {
 // fdWatchStart(fd, callback(revents)) -> watch object. Not armed yet.
 Napi::Value FdWatchStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  auto* poller = static_cast<Poller*>(info.Data());
   int fd = -1;
   if (!ArgFd(info, 0, &fd)) return Napi::Value();
   if (!info[1].IsFunction()) {
     Napi::TypeError::New(env, "callback must be a function").ThrowAsJavaScriptException();
     return Napi::Value();
   }
-  int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) return ThrowFdErrno(env, "eventfd", errno);
-  auto* w = new Watch();
+  if (!poller->Start(env)) return Napi::Value();
+  auto* w = new (std::nothrow) Watch();
+  if (w == nullptr) {
+    if (poller->watches.empty()) poller->Shutdown();
+    return ThrowFdErrno(env, "fdWatchStart", ENOMEM);
+  }
+  w->poller = poller;
+  w->id = poller->nextId++;
   w->fd = fd;
-  w->wake = wake;
-  w->tsfn = Napi::ThreadSafeFunction::New(env, info[1].As<Napi::Function>(), "smcuda-fd-watch", 0, 1);
-  w->tsfn.Unref(env);
+  w->callback = Napi::Persistent(info[1].As<Napi::Function>());
+  try {
+    poller->watches.emplace(w->id, w);
+  } catch (const std::exception&) {
+    delete w;
+    if (poller->watches.empty()) poller->Shutdown();
+    return ThrowFdErrno(env, "fdWatchStart", ENOMEM);
+  }
   Napi::Object handle = Napi::Object::New(env);
   if (napi_wrap(env, handle, w, FinalizeWatch, nullptr, nullptr) != napi_ok) {
-    w->tsfn.Release();
-    close(wake);
+    poller->watches.erase(w->id);
     delete w;
+    if (poller->watches.empty()) poller->Shutdown();
     Napi::Error::New(env, "napi_wrap failed on an fd watch").ThrowAsJavaScriptException();
     return Napi::Value();
   }
-  w->thread = std::thread(WatchLoop, w);
   return handle;
 }
 
-// fdWatchArm(watch, events: 1 readable | 4 writable, ref: boolean)
+// fdWatchArm(watch, events: 1 readable | 4 writable | 0x2000 peer hung up (0: disarm), ref: boolean)
 Napi::Value FdWatchArm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Watch* w = ArgWatch(info, 0);
   if (!w) return Napi::Value();
-  short events = static_cast<short>(info[1].As<Napi::Number>().Int32Value() & (POLLIN | POLLOUT));
-  bool ref = info[2].ToBoolean().Value();
-  if (ref != w->refd) {
-    if (ref) w->tsfn.Ref(env);
-    else w->tsfn.Unref(env);
-    w->refd = ref;
+  if (!info[1].IsNumber() || !info[2].IsBoolean()) {
+    Napi::TypeError::New(env, "fdWatchArm(watch, events: number, ref: boolean)").ThrowAsJavaScriptException();
+    return Napi::Value();
   }
-  {
-    std::lock_guard<std::mutex> lock(w->mu);
-    w->events = events;
+  double mask = info[1].As<Napi::Number>().DoubleValue();
+  const uint32_t allowed = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
+  if (!(mask >= 0 && mask <= allowed) || mask != static_cast<double>(static_cast<uint32_t>(mask)) ||
+      (static_cast<uint32_t>(mask) & ~allowed) != 0) {
+    Napi::RangeError::New(env, "events must be a mask of 1 (readable), 4 (writable) and 0x2000 (peer hung up), or 0").ThrowAsJavaScriptException();
+    return Napi::Value();
   }
-  uint64_t one = 1;
-  ssize_t ignored = write(w->wake, &one, sizeof one);  // re-poll with the new mask
-  (void)ignored;
-  w->cv.notify_all();
+  uint32_t events = static_cast<uint32_t>(mask);
+  int err = w->poller->Arm(env, w, events, info[2].As<Napi::Boolean>().Value());
+  if (err != 0) return ThrowFdErrno(env, "epoll_ctl", err);
   return env.Undefined();
 }
 
-// fdWatchStop(watch): stops and joins the thread; the fd is not closed.
+// fdWatchStop(watch): forgets the watch; the fd is not closed.
 Napi::Value FdWatchStop(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   void* data = nullptr;
   if (!info[0].IsObject() || napi_remove_wrap(env, info[0], &data) != napi_ok || !data) return env.Undefined();
-  StopWatch(static_cast<Watch*>(data));
+  auto* w = static_cast<Watch*>(data);
+  w->poller->Stop(env, w);
   return env.Undefined();
 }
 
@@ -474,7 +653,14 @@ void InitFdPassing(Napi::Env env, Napi::Object exports) {
   exports.Set("memfdCreate", Napi::Function::New(env, MemfdCreate, "memfdCreate"));
   exports.Set("fdResize", Napi::Function::New(env, FdResize, "fdResize"));
   exports.Set("fdSize", Napi::Function::New(env, FdSize, "fdSize"));
-  exports.Set("fdWatchStart", Napi::Function::New(env, FdWatchStart, "fdWatchStart"));
+  auto* poller = new Poller();
+  poller->tsfn = ReadyTsfn::New(env, "smcuda.fdWatch", 0 /* unbounded queue */, 1, poller);
+  poller->tsfn.Unref(env);
+  // Registered after the TSFN exists, so it runs before the TSFN's own teardown
+  // (cleanup hooks run in reverse order). The poller itself stays: finalizers
+  // of watches not stopped may still run after it.
+  env.AddCleanupHook([poller] { poller->Teardown(); });
+  exports.Set("fdWatchStart", Napi::Function::New(env, FdWatchStart, "fdWatchStart", poller));
   exports.Set("fdWatchArm", Napi::Function::New(env, FdWatchArm, "fdWatchArm"));
   exports.Set("fdWatchStop", Napi::Function::New(env, FdWatchStop, "fdWatchStop"));
 }

@@ -77,8 +77,10 @@ bool ArgSpan(const Napi::CallbackInfo& info, size_t i, const Range* r, size_t* o
 // hostReserve(bytes) -> ArrayBuffer over PROT_NONE addresses
 Napi::Value HostReserve(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsNumber() || !(info[0].As<Napi::Number>().DoubleValue() > 0)) {
-    Napi::RangeError::New(env, "hostReserve(bytes): bytes must be positive").ThrowAsJavaScriptException();
+  // Range first: casting a double past size_t's range is undefined behaviour.
+  if (!info[0].IsNumber() || !(info[0].As<Napi::Number>().DoubleValue() > 0 &&
+                               info[0].As<Napi::Number>().DoubleValue() <= 9007199254740991.0)) {
+    Napi::RangeError::New(env, "hostReserve(bytes): bytes must be positive and at most 2^53-1").ThrowAsJavaScriptException();
     return Napi::Value();
   }
   size_t bytes = static_cast<size_t>(info[0].As<Napi::Number>().DoubleValue());
@@ -111,7 +113,12 @@ Napi::Value HostMapFd(const Napi::CallbackInfo& info) {
     return Napi::Value();
   }
   int fd = info[3].As<Napi::Number>().Int32Value();
-  off_t fdOff = static_cast<off_t>(info[4].As<Napi::Number>().DoubleValue());
+  double fdOffset = info[4].As<Napi::Number>().DoubleValue();
+  if (!(fdOffset >= 0 && fdOffset <= 9007199254740991.0)) {
+    Napi::RangeError::New(env, "fdOffset must be a non-negative safe integer").ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  off_t fdOff = static_cast<off_t>(fdOffset);
   void* at = static_cast<char*>(r->addr) + off;
   void* p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, fdOff);
   if (p == MAP_FAILED) return ThrowMapErrno(env, "mmap", errno);

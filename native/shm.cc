@@ -124,8 +124,9 @@ Napi::Value ShmCreate(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   double bytes = info[1].As<Napi::Number>().DoubleValue();
-  if (!(bytes >= 0) || bytes != static_cast<double>(static_cast<int64_t>(bytes))) {
-    Napi::RangeError::New(env, "bytes must be a non-negative integer").ThrowAsJavaScriptException();
+  // Range first: casting a double past int64's range is undefined behaviour.
+  if (!(bytes >= 0 && bytes <= 9007199254740991.0) || bytes != static_cast<double>(static_cast<int64_t>(bytes))) {
+    Napi::RangeError::New(env, "bytes must be a non-negative safe integer").ThrowAsJavaScriptException();
     return env.Undefined();
   }
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);

@@ -88,7 +88,7 @@ export class EndpointLink implements PathContext {
       } catch {
         // the channel failed: the endpoint closes
       }
-    });
+    }, this.opts.maxBufferedBytes);
     this.sends = new PendingSends(peerId, this.sent, (seq) => this.sendFrame({ type: FrameType.CANCEL, seq }));
     this.pool = new HandlePool(driver, { ...this.opts.cache, onEvent: tracer ? (ev) => tracer.cache(peerId, ev) : undefined });
   }

@@ -35,10 +35,12 @@ export interface FdPathStats {
   imports: number;
   restaged: number;
   releasesSent: number;
+  /** Receiver: descriptors closed at once because the peer already had maxPeerDescriptors held here. */
+  descriptorsRefused: number;
 }
 
 export function newFdStats(agreed: boolean): FdPathStats {
-  return { agreed, channel: false, offers: 0, descriptorsSent: 0, pools: 0, releasesReceived: 0, descriptorsReceived: 0, imports: 0, restaged: 0, releasesSent: 0 };
+  return { agreed, channel: false, offers: 0, descriptorsSent: 0, pools: 0, releasesReceived: 0, descriptorsReceived: 0, imports: 0, restaged: 0, releasesSent: 0, descriptorsRefused: 0 };
 }
 
 export interface NegotiationRecord {

@@ -20,6 +20,7 @@ import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel } from './channel/fd-channel.js';
 import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
+import { LEGACY_STREAM } from './cuda/driver.js';
 import { assertHandle } from './cuda/validate.js';
 import { debug } from './debug.js';
 import { EndpointLink, type EndpointContext } from './endpoint-link.js';
@@ -91,6 +92,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       for (const t of p.arrivals) this.byArrival[t] = p;
       for (const t of p.controls) this.byControl[t] = p;
     }
+    // What the channel may still buffer for the peer: the budget less what the peer's unmatched messages hold.
+    channel.limitBuffered?.(() => link.flow.maxBufferedBytes - link.flow.held);
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);
   }
@@ -149,9 +152,24 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     checkMessageBuffer('buffer', buffer);
     const tag = checkTag(options.tag);
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
+    if (options.ready !== undefined && typeof options.ready !== 'boolean') throw new TypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    const path = this.pathFor(buffer, options);
+    let path = this.pathFor(buffer, options);
+    if (
+      options.stream === undefined &&
+      options.ready !== true &&
+      path.kind !== 'eager' && // EAGER's cuMemcpyDtoH is itself ordered after the legacy stream
+      isDeviceBuffer(buffer) &&
+      buffer.length > 0 &&
+      !this.link.gpu().legacyStreamIdle()
+    ) {
+      // Work queued before this send on the legacy default stream is still in
+      // flight (a pageable cuMemcpyHtoD returns before the DMA is done): the
+      // message is ordered after it, as if sent with that stream.
+      options = { ...options, stream: LEGACY_STREAM };
+      path = this.pathFor(buffer, options);
+    }
     if (!this.link.flow.mayGo(path.inlineBytes(buffer))) {
       // Its path may change while it waits (the negotiation may end meanwhile): asked again.
       const waiting = { inline: () => this.pathFor(buffer, options).inlineBytes(buffer), go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options) };
@@ -284,6 +302,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.link.resends.delete(arrival.seq);
         return this.receiveOn(path, waiting, arrival);
       }
+      // Counted before it is queued: past maxBufferedBytes the endpoint fails (PeerLimitError) and nothing is kept.
+      this.link.flow.arrived(arrival.type === FrameType.EAGER ? arrival.data.byteLength : 0);
       const recv = this.matches.arrive(arrival.tag, arrival);
       if (recv) this.deliver(recv, arrival);
       return;
@@ -382,7 +402,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   private readonly onChannelClose = (error?: Error): void => {
     if (this.link.closed) return;
-    this.shutdown(error ?? null, new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed)'}`, { cause: error }));
+    // No CLOSE frame came first: the peer is lost. 'close' gives the channel's error, or (a killed
+    // peer's socket just ends) PeerLostError: never nothing.
+    const lost = new PeerLostError(`lost peer ${this.peerId}${error ? `: ${error.message}` : ' (channel closed without CLOSE)'}`, { cause: error });
+    this.shutdown(error ?? lost, lost);
   };
 
   /** A failure on this endpoint only (bad frame, protocol violation): close it. */

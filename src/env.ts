@@ -26,7 +26,7 @@ export interface EnvOverride {
 
 /** The table docs/debugging.md shows (kept in step by test/unit/core/env.test.ts). */
 export const ENV_OVERRIDES: readonly EnvOverride[] = [
-  { name: 'SMCUDA_TRACE', value: 'file path', default: 'off', effect: 'append a JSON-lines trace of every transport to this file (`Transport.create({ trace })` wins)' },
+  { name: 'SMCUDA_TRACE', value: 'file path', default: 'off', effect: 'append a JSON-lines trace of every transport to this file, created 0600; a symbolic link or another user\'s file there is refused (`Transport.create({ trace })` wins)' },
   { name: 'SMCUDA_CONTROL_RING', value: '0 or 1', default: '1', effect: 'the `controlRing` option: 0 keeps control frames on the socket (no shared-memory rings)' },
   { name: 'SMCUDA_CONTROL_SPIN_US', value: 'integer µs ≥ 0', default: '250', effect: 'the `controlSpinUs` option: how long the progress engine polls after the last activity (0: wake-ups only)' },
   { name: 'SMCUDA_COMPLETION_SPIN_US', value: 'integer µs ≥ 0', default: '20', effect: 'the `completionSpinUs` option: inline poll of a lone small copy before the progress engine takes it' },

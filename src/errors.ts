@@ -119,6 +119,20 @@ export class DescriptorError extends SmcudaError {
 }
 
 /**
+ * A peer would make this endpoint hold more for it than the endpoint's bound
+ * allows. 'SMCUDA_PEER_BUFFER_LIMIT': unexpected messages and partly arrived
+ * frames over `maxBufferedBytes`; that endpoint closes with it (every pending
+ * operation on it rejects), the transport's other endpoints carry on.
+ * 'SMCUDA_PEER_FD_LIMIT': a descriptor past `maxPeerDescriptors`, closed at
+ * once; the message it came for goes by staging, with this as the reason.
+ */
+export class PeerLimitError extends SmcudaError {
+  constructor(code: 'SMCUDA_PEER_BUFFER_LIMIT' | 'SMCUDA_PEER_FD_LIMIT', message: string) {
+    super(code, message);
+  }
+}
+
+/**
  * A shared-memory segment (control ring, staging ring, simulated device
  * memory) could not be created for lack of room in /dev/shm (a container's
  * default is 64 MiB). The message names the directory, its size and free

@@ -2,7 +2,7 @@
  * The sender's side of RGET: what a peer needs to map a local allocation
  * (base, size, buffer id, IPC handle, device UUID). Looking it up takes three
  * driver calls (cuMemGetAddressRange, cuPointerGetAttributes,
- * cuIpcGetMemHandle); re-sending from the same buffer is the common case, so
+ * cuIpcGetMemHandle; pool memory a search for its allocation's bounds); re-sending from the same buffer is the common case, so
  * the answer is kept per pointer and revalidated with one call (bufferId: one
  * attribute, ~1 µs less than cuPointerGetAttributes' three): the buffer id
  * changes when the allocation is freed and another takes its address, and a
@@ -11,7 +11,7 @@
  * Bounded (the most recently used `limit` pointers), since senders may walk
  * through many offsets of one allocation.
  */
-import type { CudaDriver, DevicePtr, MemoryKind, PoolHandle } from './cuda/driver.js';
+import type { AddressRange, CudaDriver, DevicePtr, MemoryKind, PoolHandle } from './cuda/driver.js';
 
 const NO_HANDLE = new Uint8Array(0);
 
@@ -39,11 +39,75 @@ export interface ExportInfo {
   rget?: { length: number; frame: Uint8Array };
 }
 
-/** Which allocation holds `ptr`: its base, size, buffer id and device (two driver calls). */
+/** Which allocation holds `ptr`: its base, size, buffer id and device (two driver calls; more for pool memory). */
 export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Pick<ExportInfo, 'base' | 'size' | 'bufferId' | 'device'> {
   const attrs = driver.pointerAttributes(ptr);
-  const range = driver.memGetAddressRange(ptr);
+  let range = driver.memGetAddressRange(ptr);
+  if (driver.memoryKind(ptr).kind === 'pool') range = poolAllocationRange(driver, ptr, attrs.bufferId, range);
   return { base: range.base, size: range.size, bufferId: attrs.bufferId, device: attrs.device };
+}
+
+/**
+ * The allocation of pool memory that holds `ptr`, from cuMemAllocFromPoolAsync's
+ * start to its end. A pool is VMM underneath: cuMemGetAddressRange names the
+ * physical segment that holds the pointer (`segment`), which for a pointer
+ * past the first segment of a large allocation (a send from an offset) does
+ * not start where the allocation does, and cuMemPoolExportPointer refuses any
+ * pointer but the allocation's start (CUDA_ERROR_INVALID_VALUE: every message
+ * of `bench --suite memory`, which sends slices of one allocation, went by
+ * staging). Each allocation has its own buffer id, so its bounds are where
+ * the id changes: whole segments are walked while the neighbouring byte has
+ * the same id, then the edge inside the last one is found by bisection
+ * (about 2 × 31 cuPointerGetAttribute calls, once per exported pointer).
+ */
+export function poolAllocationRange(driver: CudaDriver, ptr: DevicePtr, bufferId: bigint, segment: AddressRange): AddressRange {
+  const inside = (p: DevicePtr): boolean => {
+    try {
+      return driver.bufferId(p) === bufferId;
+    } catch {
+      return false; // not device memory (or not ours): outside
+    }
+  };
+  // Start: `lo` is outside (or below the segment), `hi` the lowest byte known inside.
+  let seg = segment;
+  let hi = ptr < seg.base ? seg.base : ptr;
+  while (seg.base > 0n && inside(seg.base - 1n)) {
+    hi = seg.base - 1n;
+    seg = driver.memGetAddressRange(hi);
+  }
+  let start: DevicePtr;
+  if (inside(seg.base)) start = seg.base;
+  else {
+    let lo = seg.base;
+    while (hi - lo > 1n) {
+      const mid = (lo + hi) / 2n;
+      if (inside(mid)) hi = mid;
+      else lo = mid;
+    }
+    start = hi;
+  }
+  // End: the same upwards; `last` is the highest byte known inside.
+  seg = segment;
+  let last = ptr;
+  let segEnd = seg.base + BigInt(seg.size);
+  while (inside(segEnd)) {
+    last = segEnd;
+    seg = driver.memGetAddressRange(segEnd);
+    segEnd = seg.base + BigInt(seg.size);
+  }
+  let end: DevicePtr;
+  if (inside(segEnd - 1n)) end = segEnd;
+  else {
+    let lo = last;
+    let out = segEnd - 1n;
+    while (out - lo > 1n) {
+      const mid = (lo + out) / 2n;
+      if (inside(mid)) lo = mid;
+      else out = mid;
+    }
+    end = lo + 1n;
+  }
+  return { base: start, size: Number(end - start) };
 }
 
 export class ExportTable {
@@ -63,10 +127,12 @@ export class ExportTable {
       return known;
     }
     const attrs = this.driver.pointerAttributes(ptr);
-    const range = this.driver.memGetAddressRange(ptr);
+    let range = this.driver.memGetAddressRange(ptr);
     // cuIpcGetMemHandle refuses VMM and pool memory (CUDA_ERROR_INVALID_VALUE):
     // ask for a handle only where the allocation has one.
     const kind = this.driver.memoryKind(ptr);
+    // Pool memory is exported by its allocation's start (poolAllocationRange), not the segment the range names.
+    if (kind.kind === 'pool') range = poolAllocationRange(this.driver, ptr, attrs.bufferId, range);
     const info: ExportInfo = {
       base: range.base,
       size: range.size,

@@ -4,7 +4,9 @@
  * `<control socket path>.fd`, beside the control socket in its private
  * directory; after an authenticated handshake in which both HELLOs announced
  * Feature.FD_MEMORY, the connecting side connects there and presents the
- * token both derive from the handshake (auth/fd-token.ts). Any failure
+ * token both derive from the handshake (auth/fd-token.ts), once the kernel
+ * says the socket there is served by the very process that authenticated
+ * (SO_PEERCRED pid; the listener checks the connector's the same way). Any failure
  * leaves the endpoint as one to a peer without FD_MEMORY: such memory goes
  * by staging, never an error.
  */
@@ -38,18 +40,14 @@ export class OwnedFdListener {
 
   /**
    * Serves the descriptor socket of the control socket just bound at
-   * `controlPath`. A file already at `<path>.fd` is a dead listener's (a live
-   * one would still hold the control socket, which listen refused), so it
-   * is replaced. Undefined when it cannot be made (then peers get staging).
+   * `controlPath`. Nothing at `<path>.fd` is removed here (Transport.listen
+   * has removed a dead process's socket there, and refused anything else):
+   * a file that appeared meanwhile makes the bind fail. Undefined when it
+   * cannot be made (then peers get staging).
    */
   static open(controlPath: string, options: { peerUids?: PeerUidPolicy; onRefused?: (err: Error) => void }): OwnedFdListener | undefined {
     const path = fdSocketPath(controlPath);
     try {
-      try {
-        unlinkSync(path);
-      } catch {
-        // none there
-      }
       return new OwnedFdListener(path, new FdListener(path, { peerUids: options.peerUids, label: `fd:${path}`, onRefused: options.onRefused }));
     } catch (err) {
       debug('transport: no descriptor channel at %s (%s): peers get staging for VMM and pool memory', path, (err as Error).message);
@@ -76,7 +74,16 @@ export type FdRole = { listener: OwnedFdListener | undefined } | { connectTo: st
  * FD_MEMORY and hands it to the endpoint; otherwise (or on any failure) does
  * nothing, and the endpoint stays one without it.
  */
-export function setUpFdChannel(ep: Endpoint, role: FdRole | undefined, jobToken: string, local: HelloFrame, peer: HelloFrame, peerUids?: PeerUidPolicy): void {
+export function setUpFdChannel(
+  ep: Endpoint,
+  role: FdRole | undefined,
+  jobToken: string,
+  local: HelloFrame,
+  peer: HelloFrame,
+  peerUids?: PeerUidPolicy,
+  /** The peer's pid as the kernel reported it on the control channel (else its HELLO's, which the handshake bound to it). */
+  peerPid: number = peer.pid,
+): void {
   if (role === undefined || ((local.features ?? 0) & (peer.features ?? 0) & Feature.FD_MEMORY) === 0) return;
   const listening = 'listener' in role;
   const [l, c] = listening ? [local, peer] : [peer, local];
@@ -92,8 +99,9 @@ export function setUpFdChannel(ep: Endpoint, role: FdRole | undefined, jobToken:
   const made = listening
     ? role.listener === undefined
       ? Promise.reject(new Error('this side has no descriptor listener'))
-      : role.listener.listener.expect(token)
-    : FdChannel.connect(fdSocketPath(role.connectTo), token, { peerUids, label: `fd:${ep.peerId}` });
+      : role.listener.listener.expect(token, undefined, peerPid)
+    : // Only the process that proved the token on the control channel may be the listener here.
+      FdChannel.connect(fdSocketPath(role.connectTo), token, { peerUids, label: `fd:${ep.peerId}`, listenerPid: peerPid });
   made.then(
     (channel) => {
       try {

@@ -13,8 +13,12 @@
  * peer may have read it all without reporting it yet, and a message larger
  * than the window must still go once the peer has read everything. So a
  * peer that never receives holds at most the limit plus one message.
+ *
+ * The receiving side keeps the same count of what it holds for the peer
+ * (arrived, not yet matched) and bounds it by its own `maxBufferedBytes`: a
+ * peer that ignores the window is refused with PeerLimitError.
  */
-import { ProtocolError } from './errors.js';
+import { PeerLimitError, ProtocolError } from './errors.js';
 import { CREDIT_STEP, MESSAGE_COST } from './wire/frames.js';
 
 /** What this endpoint holds for its peer and the peer for it (backpressure; see options.maxUnreadBytes). */
@@ -50,6 +54,7 @@ export class FlowControl {
   private readonly queue: Queued[] = [];
   // receiver side
   private consumed = 0;
+  private arrivedTotal = 0;
   private reported = 0;
   private creditQueued = false;
 
@@ -57,7 +62,29 @@ export class FlowControl {
     readonly maxUnreadBytes: number,
     /** Sends CREDIT{consumed} to the peer (unless the endpoint is closing). */
     private readonly sendCredit: (consumed: number) => void,
+    /** Receiver: the most this endpoint holds of the peer's unmatched messages (options.maxBufferedBytes). */
+    readonly maxBufferedBytes = Number.POSITIVE_INFINITY,
   ) {}
+
+  /** Receiver: bytes of the peer's messages that arrived and no receive has matched yet (inline data + 64 per message). */
+  get held(): number {
+    return this.arrivedTotal - this.consumed;
+  }
+
+  /**
+   * Receiver: one of the peer's messages, carrying `inline` bytes, arrived
+   * (before it is matched). Throws PeerLimitError when what this endpoint
+   * holds for the peer would pass maxBufferedBytes.
+   */
+  arrived(inline: number): void {
+    this.arrivedTotal += inline + MESSAGE_COST;
+    if (this.held > this.maxBufferedBytes) {
+      throw new PeerLimitError(
+        'SMCUDA_PEER_BUFFER_LIMIT',
+        `the peer sent ${this.held} bytes of messages no receive has matched, above maxBufferedBytes (${this.maxBufferedBytes}): it ignores the flow-control window (or its maxUnreadBytes is larger than this side's maxBufferedBytes: raise it)`,
+      );
+    }
+  }
 
   /** Bytes sent that the peer has not reported received. */
   get unread(): number {

@@ -11,7 +11,7 @@
  * found) are launched together, by one cuMemcpyBatchAsync, when the run ends;
  * they share one completion event. See `copy`.
  */
-import type { CudaDriver, EventHandle, StreamHandle } from './cuda/driver.js';
+import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
 import { ProgressEngine } from './progress/engine.js';
 import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
 
@@ -191,16 +191,21 @@ export class GpuWork {
   private launch(b: Batch): Array<[number, Error]> | undefined {
     const n = b.copies;
     const d = this.driver;
+    let from: number;
     try {
       if (n === 1) d.memcpyAsync(this.dsts[0]!, this.srcs[0]!, this.sizes[0]!, b.stream);
       else d.memcpyBatchAsync(this.dsts, this.srcs, this.sizes, n, b.stream);
       return undefined;
     } catch (err) {
       if (n === 1) return [[0, err as Error]];
+      // The batch call queues all or none; a driver without one queues copy
+      // by copy and stops at the first failure, with copies 0..queued-1
+      // already queued (they run, and complete with the batch's event).
+      from = queuedBeforeFailure(err, n);
     }
-    // The driver refuses a batch whole: one by one, only the bad copies fail.
+    // The rest one by one, so only the bad copies fail.
     const failed: Array<[number, Error]> = [];
-    for (let k = 0; k < n; k++) {
+    for (let k = from; k < n; k++) {
       try {
         d.memcpyAsync(this.dsts[k]!, this.srcs[k]!, this.sizes[k]!, b.stream);
       } catch (err) {
@@ -210,9 +215,35 @@ export class GpuWork {
     return failed;
   }
 
+  /**
+   * Whether the work queued so far on the legacy default stream (and so on
+   * every blocking stream) is done: one event recorded there and queried.
+   * A device send without a stream asks this first (Endpoint.send): when
+   * work is still in flight, the send is ordered after that stream. False
+   * when the driver refuses either call (the ordered send then reports why).
+   */
+  legacyStreamIdle(): boolean {
+    const d = this.driver;
+    try {
+      const ev = (this.legacyEvent ??= d.eventCreate({ disableTiming: true }));
+      d.eventRecord(ev, LEGACY_STREAM);
+      return d.eventQuery(ev);
+    } catch {
+      return false;
+    }
+  }
+
+  /** legacyStreamIdle's event, re-recorded on each call (a later record only waits longer). */
+  private legacyEvent: EventHandle | undefined;
+
   /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed. */
   whenEvent(ev: EventHandle, cb: Completion): void {
     this.events.whenEvent(ev, cb);
+  }
+
+  /** Destroys the peer event `ev` once no wait on it is in flight (GpuEventQueue.retire). */
+  retireEvent(ev: EventHandle): void {
+    this.events.retire(ev);
   }
 
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
@@ -221,6 +252,14 @@ export class GpuWork {
     this.flushNow(false);
     this.closed = true;
     this.events.close();
+    if (this.legacyEvent !== undefined) {
+      try {
+        this.driver.eventDestroy(this.legacyEvent);
+      } catch {
+        // the driver is closed: the event went with it
+      }
+      this.legacyEvent = undefined;
+    }
     if (this.stream_ !== undefined) {
       try {
         this.driver.streamDestroy(this.stream_);

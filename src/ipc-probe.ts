@@ -20,7 +20,7 @@
  */
 import { randomFillSync } from 'node:crypto';
 import type { HandlePool } from '../cache/index.js';
-import type { CudaDriver, DevicePtr } from './cuda/driver.js';
+import { type CudaDriver, type DevicePtr, LEGACY_STREAM } from './cuda/driver.js';
 import { IPC_HANDLE_BYTES, IPC_PROBE_BYTES } from './wire/frames.js';
 
 const VALUE_BYTES = 8;
@@ -42,6 +42,9 @@ export class ExportedProbe {
     const ptr = driver.memAlloc(VALUE_BYTES);
     try {
       driver.memcpyHtoD(ptr, value);
+      // A pageable cuMemcpyHtoD may return before the DMA is done, and the
+      // peer reads the value through its own mapping: wait for it (once per endpoint).
+      driver.streamSynchronize(LEGACY_STREAM);
       const handle = driver.ipcGetMemHandle(ptr);
       const range = driver.memGetAddressRange(ptr);
       const bytes = new Uint8Array(IPC_PROBE_BYTES);

@@ -84,6 +84,30 @@ export interface TransportOptions {
    * than 64 KiB is unread. Default 64 MiB; at least 64 KiB.
    */
   maxUnreadBytes?: number;
+  /**
+   * The most an endpoint buffers for its peer: the inline data of the peer's
+   * messages no receive has matched yet (plus 64 bytes per message, as
+   * `maxUnreadBytes` counts them), the frame arriving on the socket (its
+   * length prefix is checked before any of it is buffered), and frames that
+   * came out of order. A peer that goes past it is hostile or misconfigured:
+   * that endpoint closes with `PeerLimitError` ('SMCUDA_PEER_BUFFER_LIMIT'),
+   * as MPI implementations bound their unexpected queues. An honest peer
+   * stays within its own `maxUnreadBytes`, or within 64 KiB plus one message,
+   * so this must be at least the larger of the peer's `maxUnreadBytes` and
+   * its largest message plus 64 KiB. Default 320 MiB (the 64 MiB default
+   * window plus the 256 MiB largest frame); at least 64 KiB.
+   */
+  maxBufferedBytes?: number;
+  /**
+   * The most descriptors an endpoint holds that its peer sent (imported
+   * VMM chunks and pools cached for later RGET_FDs, and those of an offer
+   * still arriving, or ahead of its offer). One past it is closed at once
+   * and counts as lost (`PeerLimitError`, 'SMCUDA_PEER_FD_LIMIT'): the
+   * message of its offer goes by staging, as when a descriptor is lost to
+   * EMFILE, so a message spanning more chunks than this always goes by
+   * staging. Default 64; at least 1.
+   */
+  maxPeerDescriptors?: number;
 }
 
 export interface ResolvedOptions {
@@ -98,10 +122,16 @@ export interface ResolvedOptions {
   controlRing: boolean;
   controlSpinUs: number;
   maxUnreadBytes: number;
+  maxBufferedBytes: number;
+  maxPeerDescriptors: number;
 }
 
 /** 64 MiB: room for many large host messages in flight (a 1 MiB stream keeps 64 unread), while a peer that never receives cannot grow this process without bound. */
 export const DEFAULT_MAX_UNREAD_BYTES = 64 << 20;
+/** options.maxBufferedBytes: the default window plus the largest default frame. */
+export const DEFAULT_MAX_BUFFERED_BYTES = 320 << 20;
+/** options.maxPeerDescriptors. */
+export const DEFAULT_MAX_PEER_DESCRIPTORS = 64;
 
 export const DEFAULT_NEGOTIATION: NegotiationOptions = DEFAULT_NEGOTIATION_CONFIG;
 
@@ -181,5 +211,23 @@ export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
   positiveInt('device', device, 0);
   const maxUnreadBytes = o.maxUnreadBytes ?? DEFAULT_MAX_UNREAD_BYTES;
   positiveInt('maxUnreadBytes', maxUnreadBytes, 64 << 10);
-  return { id, device, deviceEagerLimit, negotiation, staging, cache: { ...o.cache }, token, completionSpinUs, controlRing, controlSpinUs, maxUnreadBytes };
+  const maxBufferedBytes = o.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES;
+  positiveInt('maxBufferedBytes', maxBufferedBytes, 64 << 10);
+  const maxPeerDescriptors = o.maxPeerDescriptors ?? DEFAULT_MAX_PEER_DESCRIPTORS;
+  positiveInt('maxPeerDescriptors', maxPeerDescriptors, 1);
+  return {
+    id,
+    device,
+    deviceEagerLimit,
+    negotiation,
+    staging,
+    cache: { ...o.cache },
+    token,
+    completionSpinUs,
+    controlRing,
+    controlSpinUs,
+    maxUnreadBytes,
+    maxBufferedBytes,
+    maxPeerDescriptors,
+  };
 }

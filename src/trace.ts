@@ -6,7 +6,8 @@
  * Several processes may append to one file: each line is written with one
  * write(2) on a file opened O_APPEND, so lines never interleave.
  */
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs';
+import { AccessDeniedError } from './errors.js';
 import { FrameType, type Frame } from './wire/frames.js';
 
 export interface TraceRecord {
@@ -55,6 +56,32 @@ function jsonSafe(_key: string, v: unknown): unknown {
   return v;
 }
 
+/**
+ * Opens `path` for appending, as a trace file may safely be: created 0600,
+ * never through a symbolic link (another user's link could make us append to
+ * a file of theirs, or of root's), and only a regular file this uid owns (a
+ * file another user pre-created in /tmp would let them read the trace).
+ * Anything else: AccessDeniedError, and nothing is written.
+ */
+export function openTraceFile(path: string): number {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') throw new AccessDeniedError(`trace file ${path} is a symbolic link: refused (give the path of a regular file of yours)`);
+    throw new AccessDeniedError(`cannot open the trace file ${path}: ${(err as Error).message}`);
+  }
+  const st = fstatSync(fd);
+  const uid = process.getuid?.();
+  const why = !st.isFile() ? 'is not a regular file' : uid !== undefined && st.uid !== uid ? `belongs to uid ${st.uid}, not to this process (uid ${uid})` : undefined;
+  if (why) {
+    closeSync(fd);
+    throw new AccessDeniedError(`trace file ${path} ${why}: refused (remove it, or trace to a path of your own)`);
+  }
+  return fd;
+}
+
 export class FileTracer implements Tracer {
   private fd: number | undefined;
 
@@ -62,7 +89,7 @@ export class FileTracer implements Tracer {
     readonly path: string,
     private readonly self: string,
   ) {
-    this.fd = openSync(path, 'a');
+    this.fd = openTraceFile(path);
   }
 
   private write(peer: string, kind: TraceRecord['kind'], fields: Record<string, unknown>, atUs = nowUs()): void {

@@ -20,21 +20,21 @@ import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { ProgressEngine } from './progress/engine.js';
 import { envTracePath } from './env.js';
-import { connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
+import { clearStaleSocket, connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
 import { Handshake, MAX_HANDSHAKE_FRAME_BYTES } from './auth/handshake.js';
 import type { CudaDriver, DriverKind } from './cuda/driver.js';
 import { openDriver } from './cuda/open-driver.js';
 import { debug } from './debug.js';
 import { sweepDeadSegments } from './segment-owner.js';
 import { Endpoint } from './endpoint.js';
-import { type FdRole, OwnedFdListener, setUpFdChannel } from './fd-setup.js';
+import { type FdRole, fdSocketPath, OwnedFdListener, setUpFdChannel } from './fd-setup.js';
 import { describeAllocation, ExportTable } from './exports.js';
 import { ClosedError, ConfigError, PeerLostError, ProtocolError } from './errors.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
 import { FileTracer, nowUs, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
-import { Feature, FrameType, type HelloFrame, NONCE_BYTES, WIRE_VERSION } from './wire/frames.js';
+import { Feature, type Frame, FrameType, type HelloFrame, NONCE_BYTES, WIRE_VERSION } from './wire/frames.js';
 
 export interface TransportCreateOptions extends TransportOptions {
   /** A driver instance, or which one to open: 'auto' (default: native where a GPU is usable, else simulated), 'native', 'sim'. */
@@ -47,7 +47,7 @@ export interface TransportCreateOptions extends TransportOptions {
   lazyDevice?: boolean;
   /** Append a JSON-lines trace to this file (default: $SMCUDA_TRACE, else off). */
   trace?: string;
-  /** Serve a live page of this transport's endpoints on http://127.0.0.1:PORT/ (0: any free port; see `inspectUrl`). */
+  /** Serve a live page of this transport's endpoints on http://127.0.0.1:PORT/SECRET/ (0: any free port; see `inspectUrl`). */
   inspect?: InspectOption;
   /** How long a new connection may take to complete the handshake (HELLO and PROOF). Default 10000. */
   helloTimeoutMs?: number;
@@ -94,7 +94,7 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly progress: ProgressEngine;
   private closed = false;
 
-  private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions) {
+  private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions, fileTracer: FileTracer | undefined) {
     super();
     this.driver = driver;
     this.driverKind = driver.kind;
@@ -106,8 +106,6 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.channelOptions = { handshakeFrameBytes: MAX_HANDSHAKE_FRAME_BYTES, frameTimeoutMs: create.frameTimeoutMs };
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
-    const tracePath = create.trace ?? envTracePath();
-    const fileTracer = tracePath ? new FileTracer(tracePath, this.id) : undefined;
     this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
   }
@@ -122,6 +120,9 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (frameMs !== undefined && (typeof frameMs !== 'number' || !(frameMs >= 0) || frameMs > 2 ** 31 - 1)) {
       throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
     }
+    // The trace file first: a path it must refuse (a link, another user's file) fails before anything is opened.
+    const tracePath = options.trace ?? envTracePath();
+    const fileTracer = tracePath ? new FileTracer(tracePath, opts.id) : undefined;
     // Segments of processes that died without cleaning up (SIGKILL, a staged send never granted):
     // only dead owners' on this boot and in this pid namespace, of this uid (src/segment-owner.ts).
     const swept = sweepDeadSegments();
@@ -136,14 +137,18 @@ export class Transport extends EventEmitter<TransportEvents> {
     } else {
       const choice = options.driver ?? 'auto';
       if (choice !== 'auto' && choice !== 'native' && choice !== 'sim') {
+        fileTracer?.close();
         throw new ConfigError(`driver must be 'auto', 'native', 'sim' or a CudaDriver, got ${String(choice)}`);
       }
-      const opened = await openDriver({ driver: choice });
+      const opened = await openDriver({ driver: choice }).catch((err: unknown) => {
+        fileTracer?.close();
+        throw err;
+      });
       driver = opened.driver;
       reason = opened.reason;
       owns = true;
     }
-    const t = new Transport(driver, reason, owns, opts, options);
+    const t = new Transport(driver, reason, owns, opts, options, fileTracer);
     if (!options.lazyDevice) t.useDevice(t.opts.device);
     debug('transport %s: %s', t.id, reason);
     if (t.inspector) {
@@ -193,6 +198,13 @@ export class Transport extends EventEmitter<TransportEvents> {
           // close() ran while the socket was being set up: nothing may be left listening.
           await listener.close();
           throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
+        }
+        if (this.fdCapable()) {
+          // Only a dead process's socket is replaced at <path>.fd; a user's file or a live socket there fails listen().
+          await clearStaleSocket(fdSocketPath(path)).catch(async (err: unknown) => {
+            await listener.close();
+            throw err;
+          });
         }
         this.sockets.push(listener);
         if (this.fdCapable()) {
@@ -253,6 +265,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     const ourHello = hs.hello;
     let helloSentAt = 0;
     let frames = 0;
+    const handshakeFrames: ['send' | 'recv', Frame, number][] = [];
     return new Promise<Endpoint>((resolve, reject) => {
       const fail = (err: Error) => {
         debug('transport %s: connection %s refused: %s', this.id, channel.label, err.message);
@@ -276,14 +289,15 @@ export class Transport extends EventEmitter<TransportEvents> {
           const step = hs.receive(frame);
           this.checkPeerId(step.peer);
           if (step.kind === 'proof') {
-            // Our HELLO left before the peer's id was known: trace it now, at the time it was sent.
-            this.tracer?.frame(step.peer.peerId, 'send', ourHello, helloSentAt);
-            this.tracer?.frame(step.peer.peerId, 'recv', step.peer);
+            // Traced only once the peer has proved the token (below): a peer that fails the PROOF never
+            // reaches the trace or the inspector page, whatever id it claimed.
+            handshakeFrames.push(['send', ourHello, helloSentAt], ['recv', step.peer, nowUs()]);
             channel.send(encodeFrame(step.proof));
-            this.tracer?.frame(step.peer.peerId, 'send', step.proof);
+            handshakeFrames.push(['send', step.proof, nowUs()]);
             return;
           }
           hello = step.peer;
+          for (const [dir, f, at] of handshakeFrames) this.tracer?.frame(hello.peerId, dir, f, at);
           this.tracer?.frame(hello.peerId, 'recv', frame);
         } catch (err) {
           fail(err as Error);
@@ -302,7 +316,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         ep.once('close', () => {
           if (this.endpointsByPeer.get(hello.peerId) === ep) this.endpointsByPeer.delete(hello.peerId);
         });
-        setUpFdChannel(ep, fd, this.opts.token, ourHello, hello);
+        setUpFdChannel(ep, fd, this.opts.token, ourHello, hello, undefined, channel.peerPid ?? hello.pid);
         this.emit('endpoint', ep);
         resolve(ep);
       };

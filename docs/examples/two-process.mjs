@@ -70,7 +70,9 @@ async function rank1() {
     try {
       const host = new Uint8Array(SIZE);
       for (let i = 0; i < SIZE; i++) host[i] = byteAt(i);
-      t.driver.memcpyHtoD(ptr, host); // synchronous: the bytes are on the device when it returns
+      // From pageable memory, cuMemcpyHtoD may return before the device has the
+      // bytes; a send without `stream` is ordered after it (the legacy stream).
+      t.driver.memcpyHtoD(ptr, host);
       // The first device send starts the CUDA IPC negotiation; wait for it to
       // settle (a real application just keeps sending) so the second goes by RGET.
       const settled = new Promise((resolve) => ep.on('state', (s) => (s === 'OK' || s === 'BAD') && resolve(s)));

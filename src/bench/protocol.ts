@@ -146,6 +146,8 @@ export interface TimedResult {
   seconds: number;
   bytes: number;
   paths?: PathCounts;
+  /** Why the sender's messages went by staging (endpoint stats), where any did. */
+  stagingReasons?: Record<string, number>;
 }
 
 export interface SamplesResult {

@@ -85,7 +85,7 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
       run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
       if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
       else if (!across && size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
-      else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters } }));
+      else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters, ...(r.stagingReasons ? { stagingReasons: r.stagingReasons } : {}) } }));
     }
   }
   await both(g, { op: 'close', session }, { op: 'close', session });

@@ -22,6 +22,13 @@ export function sentPaths(ep: Endpoint): PathCounts {
   return { eager: s.eager.messages, rget: s.rget.messages, staging: s.staging.messages };
 }
 
+/** Why messages went by staging between two snapshots of `ep.stats().stagingReasons` (only reasons that grew). */
+export function reasonDelta(after: Record<string, number>, before: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [why, n] of Object.entries(after)) if (n > (before[why] ?? 0)) out[why] = n - (before[why] ?? 0);
+  return out;
+}
+
 export function pathDelta(after: PathCounts, before: PathCounts): PathCounts {
   return { eager: after.eager - before.eager, rget: after.rget - before.rget, staging: after.staging - before.staging };
 }
@@ -115,6 +122,7 @@ export async function oneWay(
   try {
     const buf = bufs.alloc(size * window);
     const before = sentPaths(ep);
+    const reasonsBefore = { ...ep.stats().stagingReasons };
     // Only the `window` operations in flight are held, and their buffers are
     // made once: keeping every message's promise to the end made each
     // young-generation collection copy thousands of live promises (1+ ms
@@ -135,7 +143,8 @@ export async function oneWay(
     const t0 = process.hrtime.bigint();
     await run(repeat.iters);
     const seconds = micros(t0) / 1e6;
-    return { seconds, bytes: size * repeat.iters, paths: pathDelta(sentPaths(ep), before) };
+    const stagingReasons = reasonDelta(ep.stats().stagingReasons, reasonsBefore);
+    return { seconds, bytes: size * repeat.iters, paths: pathDelta(sentPaths(ep), before), ...(Object.keys(stagingReasons).length > 0 ? { stagingReasons } : {}) };
   } finally {
     bufs.free();
   }

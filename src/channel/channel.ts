@@ -38,6 +38,14 @@ export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
    * channel applied before (UnixChannel's `handshakeFrameBytes`).
    */
   handshakeDone?(): void;
+  /**
+   * Optional: bounds what the channel buffers for the peer by `room()`
+   * (bytes, asked as each frame starts): a frame larger than it is refused
+   * from its length prefix, before any of it is buffered, and frames held out
+   * of order count against it too. The channel then closes with
+   * PeerLimitError. The endpoint passes what is left of its maxBufferedBytes.
+   */
+  limitBuffered?(room: () => number): void;
   send(frame: Uint8Array): boolean;
   /**
    * Optional: sends ONE frame made of `parts` (their concatenation) without

@@ -2,6 +2,11 @@
  * A channel for file descriptors between two processes: SCM_RIGHTS over a
  * Unix SOCK_SEQPACKET socket driven by the addon (native/fd_passing.cc).
  *
+ * One file over 500 lines, as one concept: the channel and its listener
+ * share one socket's life cycle (readiness watch, credentials, the token and
+ * the pid that admit a connection), as unix-channel.ts does for the control
+ * socket.
+ *
  * Why a connection of its own, beside the endpoint's control socket, rather
  * than sendmsg on the control socket's fd: Node owns that socket's stream;
  * libuv reads it with read(), which makes the kernel discard any descriptor
@@ -23,9 +28,10 @@
  * `lost` set (DescriptorError 'SMCUDA_FD_EMFILE') and no descriptor, so the
  * caller can fall back for that one message.
  *
- * Readiness comes from a one-shot poll watcher in the addon (never blocks the
- * event loop). The watcher keeps the process alive only while sends are
- * waiting for room, or while reading if `ref` is set.
+ * Readiness comes from the addon's one readiness loop (one epoll thread for
+ * every socket of the process; never blocks the event loop), one-shot per
+ * arm. A watch keeps the process alive only while sends are waiting for
+ * room, or while reading if `ref` is set.
  */
 import { timingSafeEqual } from 'node:crypto';
 import { loadAddon } from '../cuda/addon.js';
@@ -39,6 +45,11 @@ export const FD_MESSAGE_MAX = 4096;
 export const FD_TOKEN_BYTES = 32;
 const POLLIN = 0x1;
 const POLLOUT = 0x4;
+const POLLERR = 0x8;
+const POLLHUP = 0x10;
+const POLLRDHUP = 0x2000;
+/** Connections accepted and not yet admitted (no token yet, or one nobody expects yet) a listener keeps at most. */
+const MAX_UNADMITTED = 64;
 const TOKEN_MAGIC = Buffer.from('SMFD1');
 /** After a failed accept (out of descriptors), wait this long before trying again. */
 const ACCEPT_RETRY_MS = 50;
@@ -99,6 +110,8 @@ export class FdChannel {
   #handlers: FdChannelHandlers | undefined;
   readonly #ref: boolean;
   #closed = false;
+  /** While paused: called (once) when the peer hangs up; see pause(). */
+  #onHangup: (() => void) | undefined;
 
   /** Takes ownership of a connected SEQPACKET socket: closed here if the channel cannot be made. */
   constructor(sock: number, options: FdChannelOptions = {}, readonly peer?: PeerCredentials) {
@@ -133,10 +146,17 @@ export class FdChannel {
   }
 
   /**
-   * Connects to a listener's path, checks who listens there (uid policy) and
-   * presents `token` (agreed on the authenticated control channel).
+   * Connects to a listener's path, checks who listens there (uid policy; and
+   * `listenerPid`: the process that authenticated on the control channel,
+   * as the kernel reports it) and only then presents `token` (agreed on the
+   * authenticated control channel). Another process listening at the path
+   * (an impostor that moved the real socket aside) gets no byte.
    */
-  static async connect(path: string, token: Uint8Array, options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string } = {}): Promise<FdChannel> {
+  static async connect(
+    path: string,
+    token: Uint8Array,
+    options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string; listenerPid?: number } = {},
+  ): Promise<FdChannel> {
     if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
     const native = options.native ?? loadAddon();
     const label = options.label ?? 'smcuda';
@@ -157,6 +177,12 @@ export class FdChannel {
     try {
       cred = native.peerCredentials(sock);
       checkUid(cred, options.peerUids ?? 'same', label);
+      if (options.listenerPid !== undefined && cred.pid !== options.listenerPid) {
+        throw new AccessDeniedError(
+          `${label}: the descriptor socket ${path} is served by pid ${cred.pid}, not by pid ${options.listenerPid} that authenticated on the control channel: refused, nothing sent`,
+          'SMCUDA_PEER_PID',
+        );
+      }
     } catch (err) {
       native.fdClose(sock);
       throw err;
@@ -179,6 +205,7 @@ export class FdChannel {
   start(handlers: FdChannelHandlers): void {
     if (this.#closed) throw new ClosedError('the descriptor channel is closed');
     this.#handlers = handlers;
+    this.#onHangup = undefined;
     this.#arm();
     // Messages that came before the watch was armed are read on the next turn.
     setImmediate(() => {
@@ -186,9 +213,15 @@ export class FdChannel {
     });
   }
 
-  /** Stops delivering messages; they wait in the kernel until `start` again. */
-  pause(): void {
+  /**
+   * Stops delivering messages; they wait in the kernel until `start` again.
+   * `onHangup`: while paused, the peer hanging up closes the channel at once
+   * and calls it (a listener's connection parked before admission); without
+   * it, what the peer sent before hanging up still waits for `start`.
+   */
+  pause(onHangup?: () => void): void {
     this.#handlers = undefined;
+    this.#onHangup = onHangup;
     this.#arm();
   }
 
@@ -220,6 +253,12 @@ export class FdChannel {
 
   #ready(revents: number): void {
     if (this.#closed) return;
+    if (!this.#handlers && this.#onHangup && revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+      const told = this.#onHangup;
+      this.#shutdown(new PeerLostError('the descriptor channel\'s peer hung up'), false);
+      told();
+      return;
+    }
     if (revents & POLLOUT || revents & ~(POLLIN | POLLOUT)) this.#flush();
     if (this.#closed) return;
     if (this.#handlers) this.#drain();
@@ -228,7 +267,7 @@ export class FdChannel {
 
   #arm(): void {
     if (this.#closed) return;
-    const events = (this.#handlers ? POLLIN : 0) | (this.#queue.length > 0 ? POLLOUT : 0);
+    const events = (this.#handlers ? POLLIN : this.#onHangup ? POLLRDHUP : 0) | (this.#queue.length > 0 ? POLLOUT : 0);
     this.#native.fdWatchArm(this.#watch, events, this.#queue.length > 0 || (this.#ref && this.#handlers !== undefined));
   }
 
@@ -332,15 +371,18 @@ export class FdChannel {
  * The listening side: a SEQPACKET socket at `path` (mode 0600; put it beside
  * the control socket, in the same private directory). Each connection is
  * admitted when its peer's uid passes the policy and its first message is a
- * token handed to `expect`; anything else is closed.
+ * token handed to `expect` (from the pid given there); anything else is
+ * closed. Connections waiting for admission cost no thread (the addon's one
+ * readiness loop), are at most `maxUnadmitted` (a new one evicts the
+ * oldest), and are closed as soon as their client hangs up.
  */
 export class FdListener {
   readonly #native: FdNative;
   #fd: number;
   readonly #watch: object;
-  readonly #expected = new Map<string, { resolve: (c: FdChannel) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
-  /** Connections accepted and waiting for their token. */
-  readonly #unadmitted = new Set<FdChannel>();
+  readonly #expected = new Map<string, { resolve: (c: FdChannel) => void; reject: (e: Error) => void; timer: NodeJS.Timeout; pid: number | undefined }>();
+  /** Connections accepted and not yet admitted, oldest first, with their admission timers (at most maxUnadmitted). */
+  readonly #unadmitted = new Map<FdChannel, NodeJS.Timeout>();
   /** Connections that presented a well-formed token before expect() was called with it, by token (hex). */
   readonly #early = new Map<string, { channel: FdChannel; admit: () => void }>();
   #closed = false;
@@ -354,6 +396,14 @@ export class FdListener {
       onRefused?: (err: Error) => void;
       /** A connection that presents no token within this is closed (default 10 s). */
       admissionTimeoutMs?: number;
+      /**
+       * Connections not yet admitted kept at most (default 64: that many ranks
+       * may connect at once, each token parked until this side has checked
+       * its PROOF); a new one past it evicts the oldest (closed, refused), so
+       * a flood of token-less connections cannot hold the listener's
+       * descriptors, nor keep out a connector that presents its token at once.
+       */
+      maxUnadmitted?: number;
     } = {},
   ) {
     this.#native = options.native ?? loadAddon();
@@ -362,8 +412,12 @@ export class FdListener {
     this.#native.fdWatchArm(this.#watch, POLLIN, false);
   }
 
-  /** Resolves with the connection that presents `token` (timeoutMs: then DescriptorError). */
-  expect(token: Uint8Array, timeoutMs = 10_000): Promise<FdChannel> {
+  /**
+   * Resolves with the connection that presents `token` (timeoutMs: then
+   * DescriptorError). `peerPid`: it must come from this process (SO_PEERCRED),
+   * the one that authenticated on the control channel; else AccessDeniedError.
+   */
+  expect(token: Uint8Array, timeoutMs = 10_000, peerPid?: number): Promise<FdChannel> {
     if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
     const key = Buffer.from(token).toString('hex');
@@ -373,6 +427,8 @@ export class FdListener {
       this.#early.delete(key);
       this.#unadmitted.delete(early.channel);
       early.admit();
+      const wrong = this.#wrongPid(early.channel, peerPid);
+      if (wrong) return Promise.reject(wrong);
       return Promise.resolve(early.channel);
     }
     return new Promise<FdChannel>((resolve, reject) => {
@@ -380,7 +436,7 @@ export class FdListener {
         this.#expected.delete(key);
         reject(new DescriptorError('SMCUDA_FD_CHANNEL', `no descriptor connection presented the expected token within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.#expected.set(key, { resolve, reject, timer });
+      this.#expected.set(key, { resolve, reject, timer, pid: peerPid });
     });
   }
 
@@ -394,7 +450,10 @@ export class FdListener {
       // closed already
     }
     this.#fd = -1;
-    for (const c of this.#unadmitted) c.close();
+    for (const [c, timer] of this.#unadmitted) {
+      clearTimeout(timer);
+      c.close();
+    }
     this.#unadmitted.clear();
     this.#early.clear();
     for (const w of this.#expected.values()) {
@@ -402,6 +461,18 @@ export class FdListener {
       w.reject(new ClosedError('the descriptor listener was closed'));
     }
     this.#expected.clear();
+  }
+
+  /** The connection is not from `pid`: closed, refused, and the error to reject with. */
+  #wrongPid(channel: FdChannel, pid: number | undefined): Error | undefined {
+    if (pid === undefined || channel.peer?.pid === pid) return undefined;
+    channel.close();
+    const err = new AccessDeniedError(
+      `${this.options.label ?? 'smcuda'}: a descriptor connection from pid ${channel.peer?.pid} presented the token of pid ${pid}: refused`,
+      'SMCUDA_PEER_PID',
+    );
+    this.#refuse(err);
+    return err;
   }
 
   #refuse(err: Error): void {
@@ -429,6 +500,16 @@ export class FdListener {
     if (!this.#closed) this.#native.fdWatchArm(this.#watch, POLLIN, false);
   }
 
+  /** Closes a connection not (yet) admitted, forgetting it; `why`: reported as refused. */
+  #drop(channel: FdChannel, why?: Error): void {
+    const timer = this.#unadmitted.get(channel);
+    if (timer !== undefined) clearTimeout(timer);
+    this.#unadmitted.delete(channel);
+    for (const [k, e] of this.#early) if (e.channel === channel) this.#early.delete(k);
+    channel.close();
+    if (why) this.#refuse(why);
+  }
+
   #admit(sock: number): void {
     const label = this.options.label ?? 'smcuda';
     let channel: FdChannel;
@@ -447,19 +528,26 @@ export class FdListener {
       this.#refuse(err as Error);
       return;
     }
-    this.#unadmitted.add(channel);
+    const max = this.options.maxUnadmitted ?? MAX_UNADMITTED;
+    while (this.#unadmitted.size >= max) {
+      // The oldest goes: an honest connector presents its token as soon as it connects.
+      const [oldest] = this.#unadmitted.keys();
+      this.#drop(
+        oldest!,
+        new AccessDeniedError(`${label}: closed a descriptor connection from pid ${oldest!.peer?.pid} not yet admitted: ${max} were waiting for admission, a newer one came`),
+      );
+    }
     let admitted = false;
     const limit = this.options.admissionTimeoutMs ?? ADMISSION_TIMEOUT_MS;
     const timer = setTimeout(() => {
       if (admitted || channel.closed) return;
       let parked = false;
-      for (const [k, e] of this.#early) if (e.channel === channel) parked = this.#early.delete(k);
-      this.#unadmitted.delete(channel);
-      channel.close();
+      for (const e of this.#early.values()) if (e.channel === channel) parked = true;
       const what = parked ? 'presented a token nobody expected' : 'presented no token';
-      this.#refuse(new AccessDeniedError(`${label}: closed a descriptor connection from pid ${channel.peer?.pid} that ${what} within ${limit} ms`));
+      this.#drop(channel, new AccessDeniedError(`${label}: closed a descriptor connection from pid ${channel.peer?.pid} that ${what} within ${limit} ms`));
     }, limit);
     timer.unref();
+    this.#unadmitted.set(channel, timer);
     channel.start({
       message: (msg) => {
         if (admitted) return; // not reached: the handler is replaced on admission
@@ -471,9 +559,20 @@ export class FdListener {
         if (ok && !waiter) {
           // A well-formed token nobody expects yet: the connecting side may finish
           // its handshake before this side calls expect(). Park it (paused: what
-          // follows waits in the kernel) until expect() or the admission timeout.
-          channel.pause();
-          this.#early.set(key, { channel, admit: () => ((admitted = true), clearTimeout(timer)) });
+          // follows waits in the kernel) until expect(), the admission timeout,
+          // eviction, or the client hanging up (closed at once).
+          if (this.#early.has(key)) {
+            return this.#drop(channel, new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its token is parked already`));
+          }
+          channel.pause(() => this.#drop(channel));
+          this.#early.set(key, {
+            channel,
+            admit: () => {
+              admitted = true;
+              clearTimeout(timer);
+              channel.pause(); // its new owner's now: a hang-up no longer closes it before start()
+            },
+          });
           return;
         }
         this.#unadmitted.delete(channel);
@@ -486,13 +585,14 @@ export class FdListener {
         admitted = true;
         this.#expected.delete(key);
         clearTimeout(waiter.timer);
+        const wrong = this.#wrongPid(channel, waiter.pid);
+        if (wrong) return waiter.reject(wrong);
         channel.pause(); // what follows the token waits in the kernel until the new owner calls start()
         waiter.resolve(channel);
       },
       close: () => {
-        clearTimeout(timer);
-        this.#unadmitted.delete(channel);
-        for (const [k, e] of this.#early) if (e.channel === channel) this.#early.delete(k);
+        // The client went before admission (EOF, reset): forget it at once.
+        if (!admitted) this.#drop(channel);
       },
     });
   }

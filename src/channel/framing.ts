@@ -8,9 +8,10 @@
  * (one copy). Lengths above the current limit are refused from the prefix
  * alone, before anything is allocated or buffered, so a peer cannot make this
  * process allocate 4 GiB; before authentication the limit is the handshake's
- * few hundred bytes (setLimit).
+ * few hundred bytes (setLimit); after it, also what is left of the
+ * endpoint's buffer budget (setRoom).
  */
-import { ProtocolError } from '../errors.js';
+import { PeerLimitError, ProtocolError } from '../errors.js';
 
 export const LENGTH_PREFIX_BYTES = 4;
 /** Default largest frame a channel accepts: 256 MiB. */
@@ -35,6 +36,7 @@ export class FrameReader {
   #bodyHave = 0;
   #max: number;
   #tooLarge: (len: number, max: number) => ProtocolError = (len, max) => frameTooLarge('The peer announced', len, max);
+  #room: (() => number) | undefined;
   /** Frames completed so far (a partial frame's progress is told apart from the next one by it). */
   framesDone = 0;
 
@@ -49,6 +51,11 @@ export class FrameReader {
   setLimit(max: number, tooLarge?: (len: number, max: number) => ProtocolError): void {
     this.#max = max;
     this.#tooLarge = tooLarge ?? ((len, m) => frameTooLarge('The peer announced', len, m));
+  }
+
+  /** From the next prefix on, a length above `room()` is refused too (PeerLimitError): the receiver's buffer budget. */
+  setRoom(room: () => number): void {
+    this.#room = room;
   }
 
   get limit(): number {
@@ -91,6 +98,15 @@ export class FrameReader {
         len = (p[0]! | (p[1]! << 8) | (p[2]! << 16)) + p[3]! * 0x100_0000;
       }
       if (len > this.#max) throw this.#tooLarge(len, this.#max);
+      if (this.#room !== undefined) {
+        const room = this.#room();
+        if (len > room) {
+          throw new PeerLimitError(
+            'SMCUDA_PEER_BUFFER_LIMIT',
+            `The peer announced a frame of ${len} bytes; only ${Math.max(0, room)} bytes are left of maxBufferedBytes for what this endpoint holds for it (unmatched messages, frames out of order): refused before buffering any of it`,
+          );
+        }
+      }
       if (n - pos >= len) {
         // The whole frame is in this chunk: hand on a view.
         const frame = chunk.subarray(pos, pos + len);

@@ -31,7 +31,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { debug } from '../debug.js';
-import { ClosedError, ProtocolError } from '../errors.js';
+import { ClosedError, PeerLimitError, ProtocolError } from '../errors.js';
 import { decodeFrame, decodeFrameType, encodeFrame, spillHead } from '../wire/codec.js';
 import { FrameType } from '../wire/frames.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
@@ -84,6 +84,9 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
   private peerSwitched = false;
   private expected = 0;
   private readonly spills: { seq: number; frame: Uint8Array }[] = [];
+  /** Bytes of `spills`, and the endpoint's budget they count against (limitBuffered). */
+  private spilledBytes = 0;
+  private room: (() => number) | undefined;
   // outbound: the peer's ring
   private outSegment: Segment | undefined;
   private writer: RingWriter | undefined;
@@ -107,7 +110,13 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     return this.closed_;
   }
 
-  /** Whether frames to the peer go through its ring (for stats and tests). */
+  /** Out-of-order SPILLs count against the endpoint's budget, and the base channel refuses what would not fit. */
+  limitBuffered(room: () => number): void {
+    this.room = () => room() - this.spilledBytes;
+    this.base.limitBuffered?.(this.room);
+  }
+
+    /** Whether frames to the peer go through its ring (for stats and tests). */
   get ringOut(): boolean {
     return this.writer !== undefined;
   }
@@ -221,6 +230,11 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           if (f.type !== FrameType.SPILL) return;
           this.checkSpill(f.seq);
           this.spills.push({ seq: f.seq, frame: f.frame });
+          this.spilledBytes += f.frame.byteLength;
+          // A base channel without limitBuffered checked nothing before buffering: check what we hold now.
+          if (this.room !== undefined && this.room() < 0) {
+            throw new PeerLimitError('SMCUDA_PEER_BUFFER_LIMIT', `${this.label}: the peer's out-of-order SPILLs hold ${this.spilledBytes} bytes, past maxBufferedBytes`);
+          }
           this.pump();
           return;
         }
@@ -288,7 +302,9 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
         if (this.reader !== reader) break; // closed meanwhile: the segment is gone
         reader.consume();
       } else if (this.spills.length > 0 && this.spills[0]!.seq === this.expected) {
-        this.deliver(this.spills.shift()!.frame, false);
+        const spill = this.spills.shift()!;
+        this.spilledBytes -= spill.frame.byteLength;
+        this.deliver(spill.frame, false);
       } else {
         // Neither source has the next frame yet. A ring entry behind it can only be a broken peer.
         if (seq !== -1 && ((seq - this.expected) >>> 0) >= U32_HALF) {

@@ -37,7 +37,7 @@ import { promises as fsp } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
+import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLimitError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import {
@@ -196,7 +196,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       try {
         this.#reader.push(chunk);
       } catch (err) {
-        if (!(err instanceof ProtocolError)) throw err;
+        if (!(err instanceof ProtocolError) && !(err instanceof PeerLimitError)) throw err;
         this.#fail(err);
         return;
       }
@@ -259,7 +259,12 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
     return this.#reader.limit;
   }
 
-  /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
+  /** After the handshake: a frame larger than `room()` is refused from its prefix (PeerLimitError; ControlChannel.limitBuffered). */
+  limitBuffered(room: () => number): void {
+    this.#reader.setRoom(room);
+  }
+
+    /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
   handshakeDone(): void {
     this.#reader.setLimit(this.#opts.maxFrameBytes);
   }
@@ -470,6 +475,8 @@ function isListening(path: string): Promise<boolean> {
     probe.once('error', (err: NodeJS.ErrnoException) => {
       probe.destroy();
       if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT') resolve(false);
+      // A live socket of another type (a descriptor listener is SOCK_SEQPACKET): in use.
+      else if (err.code === 'EPROTOTYPE') resolve(true);
       else reject(socketError(err, path, `Cannot tell whether ${path} is in use`, (m) => new ConfigError(m)));
     });
   });
@@ -485,8 +492,12 @@ function fsError(err: unknown, path: string, what: string): SmcudaError {
   return new ConfigError(`${what} (${e.code ?? e.message}): ${e.message}`);
 }
 
-/** Removes a stale socket file at `path`; refuses to touch a live socket or anything that is not a socket. */
-async function clearStaleSocket(path: string): Promise<void> {
+/**
+ * Removes a stale socket file at `path` (one nobody listens on: a dead
+ * process's); refuses to touch a live socket (of any type) or anything that
+ * is not a socket: ConfigError.
+ */
+export async function clearStaleSocket(path: string): Promise<void> {
   let st;
   try {
     st = await fsp.lstat(path);

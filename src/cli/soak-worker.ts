@@ -108,6 +108,9 @@ async function pairLoop(cfg: SoakWorkerConfig, driver: CudaDriver, peer: number,
         }
         const view = staging.subarray(m.offset, m.offset + m.size);
         fillPattern(view, m.seed);
+        // Pageable: the copy may still be in flight when this returns. The send
+        // (no stream) is ordered after the legacy default stream, so the peer
+        // gets these bytes: that default is what this soak checks.
         driver.memcpyHtoD(sendArena + BigInt(m.offset), view);
         return ep.send({ ptr: sendArena + BigInt(m.offset), length: m.size }, { tag: DATA_TAG });
       });

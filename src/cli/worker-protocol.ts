@@ -18,6 +18,9 @@
  * (3 s at most) and exits. On the parent's side a failed request rejects with
  * a WorkerCommandError carrying the worker's error code and name, and a
  * worker that exits fails every request still open with WorkerFailedError.
+ * A worker that sends anything else (a string, a number, a failure without
+ * an error, an 'error' or 'exit' event) is killed, and its requests fail
+ * with WorkerFailedError: the parent never throws on what a worker sends.
  */
 import { type ChildProcess, fork, spawn, type StdioOptions } from 'node:child_process';
 import { EventEmitter } from 'node:events';
@@ -198,6 +201,36 @@ export function workerConfig<T>(envVar: string, command: string): T {
 
 // -- the parent's side ----------------------------------------------------------
 
+/** Event names the parent's EventEmitter gives a meaning of its own: a worker may not send them. */
+const RESERVED_EVENTS = new Set(['error', 'exit', 'newListener', 'removeListener']);
+
+function isWireError(e: unknown): e is WireError {
+  return typeof e === 'object' && e !== null && typeof (e as WireError).name === 'string' && typeof (e as WireError).message === 'string';
+}
+
+/**
+ * Checks a message from a worker against the protocol; answers the reason it
+ * breaks it, or undefined. Whatever a worker sends (a string, a number,
+ * `error: null`, an 'error' event) must not throw in the parent.
+ */
+export function protocolViolation(m: unknown): string | undefined {
+  if (typeof m !== 'object' || m === null || Array.isArray(m)) return `sent ${m === null ? 'null' : typeof m} instead of a protocol message`;
+  const o = m as Record<string, unknown>;
+  if ('id' in o) {
+    if (typeof o.id !== 'number') return 'sent a reply whose id is not a number';
+    if (o.ok === true) return undefined;
+    if (o.ok === false) return isWireError(o.error) ? undefined : 'sent a failure without an error { name, message }';
+    return 'sent a reply without ok: true or false';
+  }
+  if ('event' in o) {
+    if (typeof o.event !== 'string') return 'sent an event whose name is not a string';
+    if (RESERVED_EVENTS.has(o.event)) return `sent the reserved event ${JSON.stringify(o.event)}`;
+    if (o.event === 'start-failed' && !isWireError(o.error)) return "sent 'start-failed' without an error { name, message }";
+    return undefined;
+  }
+  return 'sent a message that is neither a reply nor an event';
+}
+
 export interface StartWorkerOptions {
   /** How the worker is named in errors (default: the module's file name and pid). */
   name?: string;
@@ -262,7 +295,17 @@ export class WorkerClient<Ready = unknown> extends EventEmitter {
         reject(new WorkerFailedError(why(`was not ready within ${(options.readyTimeoutMs ?? 60_000) / 1000} s`)));
         child.kill('SIGKILL');
       }, options.readyTimeoutMs ?? 60_000);
-      child.on('message', (m: WorkerToParent) => {
+      child.on('message', (raw: unknown) => {
+        const bad = protocolViolation(raw);
+        if (bad) {
+          // A worker that breaks the protocol is not trusted with more requests.
+          const err = new WorkerFailedError(why(`broke the worker protocol: ${bad}`));
+          child.kill('SIGKILL');
+          if (client) return client.fail(err);
+          clearTimeout(timer);
+          return reject(err);
+        }
+        const m = raw as WorkerToParent;
         if (client) return client.onMessage(m);
         if ('event' in m && m.event === 'ready') {
           clearTimeout(timer);

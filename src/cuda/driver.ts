@@ -25,6 +25,13 @@
 export type DevicePtr = bigint;
 /** An opaque stream handle (CUstream). `0n` is the legacy default stream. */
 export type StreamHandle = bigint;
+/**
+ * The legacy default stream (the NULL stream). Work recorded on it waits for
+ * the work queued before it on every blocking stream, including the
+ * per-thread default streams: what a synchronous-looking call such as a
+ * pageable cuMemcpyHtoD or cuMemsetD8 may leave in flight.
+ */
+export const LEGACY_STREAM: StreamHandle = 0n;
 /** An opaque event handle (CUevent). */
 export type EventHandle = bigint;
 
@@ -296,6 +303,10 @@ export interface CudaDriver {
    * 12.8+), else one cuMemcpyAsync each. The batch runs in stream order as a
    * whole, but its copies may run concurrently, so none may write what
    * another reads or writes. The arrays are read during the call only.
+   * When it throws, copies 0..queued-1 are queued and run, the others are
+   * not: `queued` is the error's property of that name (`queuedBeforeFailure`),
+   * 0 when absent (the batch call queues all or none; one by one, the copy
+   * that failed says where it stopped).
    */
   memcpyBatchAsync(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count: number, stream: StreamHandle): void;
   memGetAddressRange(ptr: DevicePtr): AddressRange;
@@ -422,4 +433,14 @@ export interface CudaDriver {
 
   /** Releases everything this driver instance holds (poller thread, contexts). */
   close(): void;
+}
+
+/**
+ * How many copies of a failed `memcpyBatchAsync` of `count` copies were
+ * queued before it failed (they run: do not queue them again, nor free what
+ * they touch before they complete). 0 unless the error says otherwise.
+ */
+export function queuedBeforeFailure(err: unknown, count: number): number {
+  const q = (err as { queued?: unknown } | null)?.queued;
+  return typeof q === 'number' && Number.isSafeInteger(q) && q >= 0 && q < count ? q : 0;
 }

@@ -221,10 +221,19 @@ export interface NativeCompletion {
   /**
    * Resolves when `event` completes (rejects with a CUDA error if the query
    * fails). One poller thread per addon instance watches every pending event
-   * with the given context current; no libuv pool thread is held.
+   * with the given context current; no libuv pool thread is held. `client`
+   * (completionOpen) says whose wait it is; without it, the anonymous client's.
    */
-  whenEventComplete(event: bigint, ctx: bigint): Promise<void>;
-  /** Stops the poller thread (pending promises reject with code 'SMCUDA_CLOSED'). */
+  whenEventComplete(event: bigint, ctx: bigint, client?: number): Promise<void>;
+  /** A client of the poller: one per driver object, passed with each of its waits. */
+  completionOpen(): number;
+  /**
+   * Rejects this client's pending waits (code 'SMCUDA_CLOSED'), and only
+   * theirs; on return the poller thread no longer queries their events. The
+   * thread stops when no client is left and nothing else is pending.
+   */
+  completionClose(client: number): void;
+  /** Stops the poller thread (every pending promise, of every client, rejects with code 'SMCUDA_CLOSED'). */
   completionShutdown(): void;
 }
 

@@ -117,6 +117,7 @@ interface NativeError {
   result?: unknown;
   detail?: unknown;
   message?: unknown;
+  queued?: unknown;
 }
 
 /** Turns an error thrown by the addon into the typed error smcuda promises. */
@@ -131,6 +132,8 @@ export function fromNativeError(err: unknown): unknown {
     const detail = typeof e.detail === 'string' && e.detail !== '' ? e.detail : detailOf(message);
     const converted = new CudaError(e.call, code, e.result, detail);
     (converted as { cause?: unknown }).cause = err;
+    // memcpyBatchAsync one by one: the copies queued before the failing one.
+    if (typeof e.queued === 'number') (converted as { queued?: number }).queued = e.queued;
     return converted;
   }
   if (code === 'SMCUDA_CLOSED') return new ClosedError(message);
@@ -164,6 +167,9 @@ export class NativeCudaDriver implements CudaDriver {
   readonly #contexts = new Map<number, bigint>();
   /** Rejecters of this driver's pending whenComplete promises, for close(). */
   readonly #pending = new Set<(err: Error) => void>();
+  /** This driver's client of the addon's completion poller (completionOpen), once it waited. */
+  #completionClient: number | undefined;
+  #completionOpen = false;
   /** Own VMM allocations and VMM imports, by base: what to unmap and free. */
   readonly #ownRanges = new Map<DevicePtr, MappedRange>();
   readonly #importedRanges = new Map<DevicePtr, MappedRange>();
@@ -810,7 +816,12 @@ export class NativeCudaDriver implements CudaDriver {
     }
     let native: Promise<void>;
     try {
-      native = this.#binding().whenEventComplete(event, ctx);
+      const a = this.#binding();
+      if (!this.#completionOpen) {
+        this.#completionClient = a.completionOpen();
+        this.#completionOpen = true;
+      }
+      native = a.whenEventComplete(event, ctx, this.#completionClient);
     } catch (err) {
       return Promise.reject(fromNativeError(err));
     }
@@ -996,10 +1007,11 @@ export class NativeCudaDriver implements CudaDriver {
   }
 
   /**
-   * Rejects this driver's pending whenComplete promises (ClosedError), stops
-   * the poller thread and releases the retained primary contexts. The poller
-   * belongs to the addon instance (one per Node environment) and restarts on
-   * the next whenComplete of any driver.
+   * Rejects this driver's pending whenComplete promises (ClosedError), and
+   * only this driver's: it closes its own client of the addon's completion
+   * poller (one thread per Node environment, shared by every driver object),
+   * after which the thread no longer queries this driver's events; other
+   * drivers' waits go on. Then releases the retained primary contexts.
    */
   close(): void {
     const closed = new ClosedError('the CUDA driver was closed while waiting for an event');
@@ -1007,7 +1019,10 @@ export class NativeCudaDriver implements CudaDriver {
     this.#pending.clear();
     if (this.#addon === undefined) return; // never loaded: nothing to release
     try {
-      this.#addon.completionShutdown();
+      if (this.#completionOpen) {
+        this.#completionOpen = false;
+        this.#addon.completionClose(this.#completionClient!);
+      }
     } finally {
       this.releaseDevices();
       this.#initialised = false;

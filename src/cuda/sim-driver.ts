@@ -176,6 +176,19 @@ export class SimulatedCudaDriver implements CudaDriver {
     return this.events.size;
   }
 
+  /** Host ranges registered (cuMemHostRegister) and not unregistered yet (tests count them to find leaks). */
+  liveRegistrations = 0;
+
+  /**
+   * Releases that came while the GPU still used what they release, each
+   * described: an event destroyed while a whenComplete still waits on it
+   * (the native completion thread would query freed memory), a host range
+   * unregistered or a peer mapping closed with copies into or out of it still
+   * queued. A real driver makes these use-after-frees; the simulator notes
+   * them (and then completes the work, as before) so tests can assert none.
+   */
+  readonly lifetimeViolations: string[] = [];
+
   /** Changes the injected faults of this instance (the named ones; others stay). */
   inject(faults: SimFaults): void {
     this.faults.inject(faults);
@@ -292,6 +305,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertByte('value', value);
     assertSize('bytes', bytes);
     const v = this.viewOf(this.requireContext('cuMemsetD8'), 'cuMemsetD8', ptr, bytes);
+    if (this.faults.pageableLagMs > 0) return this.lagging('cuMemsetD8', v.alloc, () => v.bytes.fill(value));
     this.syncWork(bytes, () => v.bytes.fill(value));
   }
 
@@ -308,6 +322,10 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('dst', dst);
     assertBytes('src', src);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoD'), 'cuMemcpyHtoD', dst, src.byteLength);
+    if (this.faults.pageableLagMs > 0) {
+      const staged = src.slice(); // the driver copies pageable bytes out before returning
+      return this.lagging('cuMemcpyHtoD', d.alloc, () => d.bytes.set(staged));
+    }
     this.syncWork(src.byteLength, () => d.bytes.set(src));
   }
 
@@ -333,7 +351,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertBytes('src', src);
     assertHandle('stream', stream);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoDAsync'), 'cuMemcpyHtoDAsync', dst, src.byteLength);
-    this.asyncWork(stream, 'cuMemcpyHtoDAsync', src.byteLength, [d.alloc], () => d.bytes.set(src));
+    this.asyncWork(stream, 'cuMemcpyHtoDAsync', src.byteLength, [d.alloc, src.buffer], () => d.bytes.set(src));
   }
 
   memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void {
@@ -341,7 +359,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('src', src);
     assertHandle('stream', stream);
     const s = this.viewOf(this.requireContext('cuMemcpyDtoHAsync'), 'cuMemcpyDtoHAsync', src, dst.byteLength);
-    this.asyncWork(stream, 'cuMemcpyDtoHAsync', dst.byteLength, [s.alloc], () => dst.set(s.bytes));
+    this.asyncWork(stream, 'cuMemcpyDtoHAsync', dst.byteLength, [s.alloc, dst.buffer], () => dst.set(s.bytes));
   }
 
   memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: StreamHandle): void {
@@ -427,10 +445,14 @@ export class SimulatedCudaDriver implements CudaDriver {
     const entry: [number, number] = [start, end];
     list.push(entry);
     this.hostRegistrations.set(bytes.buffer, list);
+    this.liveRegistrations++;
+    const buffer = bytes.buffer;
     return () => {
       const i = list.indexOf(entry);
       if (i < 0) throw cudaError('cuMemHostUnregister', 'CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED', 'already unregistered');
+      if (this.scheduler.anyTouching(buffer)) this.lifetimeViolations.push(`cuMemHostUnregister of ${end - start} bytes with copies into or out of them still queued`);
       list.splice(i, 1);
+      this.liveRegistrations--;
     };
   }
 
@@ -470,7 +492,10 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     const mem = this.requireContext('cuIpcCloseMemHandle');
     const a = mem.find(ptr);
-    if (a && a.opened && a.ptr === ptr && a.opens === 1) this.scheduler.drainTouching(a);
+    if (a && a.opened && a.ptr === ptr && a.opens === 1) {
+      if (this.scheduler.anyTouching(a)) this.lifetimeViolations.push(`cuIpcCloseMemHandle of ${hex(ptr)} with copies out of it still queued`);
+      this.scheduler.drainTouching(a);
+    }
     mem.close(ptr);
   }
 
@@ -610,6 +635,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     if (!r || r.kind !== 'vmm-import' || r.base !== ptr) {
       throw cudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a vmmImport of this driver (released already?)`);
     }
+    if (this.scheduler.anyTouching(r)) this.lifetimeViolations.push(`cuMemUnmap of the VMM import ${hex(ptr)} with copies out of it still queued`);
     this.scheduler.drainTouching(r);
     fd.unmap(r);
   }
@@ -651,6 +677,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     if (!r || r.kind !== 'pool-import' || r.base !== ptr) {
       throw cudaError('cuMemFree', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a pointer imported by memPoolImportPointer (released already?)`);
     }
+    if (this.scheduler.anyTouching(r)) this.lifetimeViolations.push(`cuMemFree of the imported pool pointer ${hex(ptr)} with copies out of it still queued`);
     this.scheduler.drainTouching(r);
     fd.releasePointer(r);
   }
@@ -747,6 +774,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('event', event);
     this.requireContext('cuEventDestroy');
     const ev = this.event(event, 'cuEventDestroy');
+    if (ev.waiters > 0) this.lifetimeViolations.push(`cuEventDestroy of event ${event} while ${ev.waiters} whenComplete wait(s) still query it`);
     this.scheduler.drainTouching(ev); // pending records write into the event
     this.events.delete(event);
     this.releaseEvent(ev);
@@ -819,9 +847,13 @@ export class SimulatedCudaDriver implements CudaDriver {
       this.requireContext('cuEventQuery');
       const ev = this.event(event, 'cuEventQuery');
       const target = ev.recorded;
-      return this.scheduler.waitFor(() => ev.isDone(target), ev.remote).then(() => {
-        if (ev.error) throw ev.error;
-      });
+      ev.waiters++;
+      return this.scheduler
+        .waitFor(() => ev.isDone(target), ev.remote)
+        .finally(() => ev.waiters--)
+        .then(() => {
+          if (ev.error) throw ev.error;
+        });
     } catch (err) {
       return Promise.reject(err);
     }
@@ -985,6 +1017,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.scheduler.drain(this.scheduler.get(0n, 'cuStreamSynchronize'));
     sleepSync(this.faults.copyMs(bytes));
     run();
+  }
+
+  /** A synchronous call that returns before the device has the bytes (faults.pageableLagMs): queued on the legacy stream. */
+  private lagging(call: string, touches: object, run: () => void): void {
+    this.scheduler.enqueue(this.scheduler.get(0n, call), { kind: 'work', durationMs: this.faults.pageableLagMs, touches: [touches], run });
   }
 
   private asyncWork(stream: StreamHandle, call: string, bytes: number, touches: object[], run: () => void): void {

@@ -1,8 +1,9 @@
 /**
  * The inspector page: plain HTML and a small script (no build step, no CDN).
- * It loads /mermaid.min.js (served from node_modules) and the machine's
- * Mermaid text from /machine.mmd, draws one diagram per endpoint, and follows
- * /events (server-sent events): 'snapshot' with every endpoint, then
+ * It loads mermaid.min.js (served from node_modules) and the machine's
+ * Mermaid text from machine.mmd, draws one diagram per endpoint, and follows
+ * events (server-sent events; all relative to the page, whose URL holds the
+ * run's secret): 'snapshot' with every endpoint, then
  * 'endpoint' for each change. The machine is drawn once and copied into each
  * endpoint's card; the current state is highlighted by marking the
  * diagram's node (data-id / id "…-state-NAME-n") with the class smcuda-current.
@@ -39,7 +40,7 @@ export function inspectorPage(title: string): string {
 <header><h1>${escapeHtml(title)}</h1><span class="source" id="source"></span><span class="conn" id="conn">connecting…</span></header>
 <p id="empty" class="muted">No endpoint yet: waiting for trace records.</p>
 <div id="endpoints"></div>
-<script src="/mermaid.min.js"></script>
+<script src="mermaid.min.js"></script>
 <script>
 (() => {
   const CACHE_KEYS = ['hit', 'miss', 'stale', 'evict', 'invalidate', 'open', 'open-failed', 'close'];
@@ -66,7 +67,7 @@ export function inspectorPage(title: string): string {
   }
 
   // One rendering of the machine, copied into every card (same picture; only the highlight differs).
-  const drawing = fetch('/machine.mmd')
+  const drawing = fetch('machine.mmd')
     .then((r) => r.text())
     .then((text) => mermaid.render('smcuda-machine', text))
     .then((r) => r.svg);
@@ -113,7 +114,7 @@ export function inspectorPage(title: string): string {
     f.replaceChildren(...[['sent', v.frames.sent], ['received', v.frames.received]].map(([k, n]) => { const row = el('tr'); row.append(el('td', {}, k), el('td', {}, String(n))); return row; }));
   }
 
-  const es = new EventSource('/events');
+  const es = new EventSource('events');
   es.addEventListener('open', () => (document.getElementById('conn').textContent = 'live'));
   es.addEventListener('error', () => (document.getElementById('conn').textContent = 'disconnected (retrying)'));
   es.addEventListener('snapshot', (e) => {

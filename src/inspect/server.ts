@@ -1,13 +1,17 @@
 /**
  * The inspector's HTTP server: 127.0.0.1 only, and only for requests that
  * name it as 127.0.0.1 or localhost (a page elsewhere cannot reach it through
- * DNS rebinding). Routes:
- *   GET /              the page (page.ts)
- *   GET /mermaid.min.js  Mermaid's browser bundle, from node_modules
- *   GET /machine.mmd   the negotiation machine as Mermaid (src/diagram/)
- *   GET /state         { source, startUs, endpoints } as JSON
- *   GET /events        server-sent events: 'snapshot' (as /state), then 'endpoint' per change
+ * DNS rebinding), and only under a per-run secret path (`/<secret>/`, 32
+ * random bytes in hex, compared in constant time): another local user can
+ * reach 127.0.0.1 too, but not the URL this process prints. Anything else
+ * gets 403. Routes, under `/<secret>/`:
+ *   GET              the page (page.ts; it asks for the rest by relative URLs)
+ *   GET mermaid.min.js  Mermaid's browser bundle, from node_modules
+ *   GET machine.mmd  the negotiation machine as Mermaid (src/diagram/)
+ *   GET state        { source, startUs, endpoints } as JSON
+ *   GET events       server-sent events: 'snapshot' (as state), then 'endpoint' per change
  */
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -31,6 +35,7 @@ export interface InspectorServerOptions {
 }
 
 export interface InspectorServer {
+  /** The page's URL, with the run's secret: give it only to whom may see the endpoints. */
   url: string;
   port: number;
   close(): Promise<void>;
@@ -79,6 +84,14 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
   }, 15_000);
   heartbeat.unref();
 
+  const secret = randomBytes(32).toString('hex');
+  const prefix = Buffer.from(`/${secret}/`);
+  /** The route under the secret prefix, or undefined when the path does not start with it (constant time in the secret). */
+  const route = (path: string): string | undefined => {
+    const head = Buffer.from(path.slice(0, prefix.length));
+    if (head.length !== prefix.length || !timingSafeEqual(head, prefix)) return undefined;
+    return `/${path.slice(prefix.length)}`;
+  };
   const snapshot = () => ({ source: options.source, startUs: model.startUs ?? null, endpoints: model.endpoints() });
   let actualPort = port;
 
@@ -88,7 +101,11 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
       res.writeHead(403, { 'content-type': 'text/plain' }).end('smcuda inspector: only http://127.0.0.1 or http://localhost may ask\n');
       return;
     }
-    const path = (req.url ?? '/').split('?')[0];
+    const path = route((req.url ?? '/').split('?')[0]);
+    if (path === undefined) {
+      res.writeHead(403, { 'content-type': 'text/plain' }).end('smcuda inspector: open the URL this inspector printed (it holds the run\'s secret)\n');
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET' }).end();
       return;
@@ -139,8 +156,8 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
     server.listen(port, INSPECT_HOST, () => resolve());
   });
   actualPort = (server.address() as AddressInfo).port;
-  const url = `http://${INSPECT_HOST}:${actualPort}/`;
-  debug('inspector: serving %s (%s)', url, options.source);
+  const url = `http://${INSPECT_HOST}:${actualPort}/${secret}/`;
+  debug('inspector: serving http://%s:%d/ (%s)', INSPECT_HOST, actualPort, options.source); // not the secret: debug output may be shared
   return {
     url,
     port: actualPort,

@@ -15,28 +15,22 @@
  * staging. FD_RELEASE makes the next message offer again.
  *
  * Receiver: an RGET_FD waits (bounded by negotiation.checkTimeoutMs) until
- * its offer and descriptors are in — the two sockets do not keep order
- * between them — then imports through the handle pool (acquireImport; its
- * dispose closes the descriptors once imported) and copies. Anything that
- * goes wrong for one message (import fails, a descriptor lost to EMFILE, an
- * offer that does not match, time out) answers that message with FIN
- * RESTAGE and FD_RELEASE: it goes by staging, the next one offers afresh.
- *
- * One file over 500 lines, as one concept: both sides of one exchange
- * (offers, descriptors, the wait for two sockets to line up, imports,
- * release), as rget.ts holds both sides of RGET; the copy itself is shared
- * with RGET (remote-copy.ts).
+ * its offer and descriptors are in — the table of fd-offers.ts puts the two
+ * sockets' messages back together — then imports through the handle pool
+ * (acquireImport; its dispose closes the descriptors once imported) and
+ * copies (remote-copy.ts, shared with RGET). Anything that goes wrong for
+ * one message (import fails, a descriptor lost to EMFILE, an offer that does
+ * not match, time out) answers that message with FIN RESTAGE and
+ * FD_RELEASE: it goes by staging, the next one offers afresh.
  */
-import type { ImportRequest } from '../../cache/index.js';
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
-import type { FdChannel, FdMessage } from '../channel/fd-channel.js';
-import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
+import type { FdChannel } from '../channel/fd-channel.js';
+import type { PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
-import { CudaError, DescriptorError, ProtocolError } from '../errors.js';
+import { CudaError, DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
-import { decodeFrame, encodeFrame } from '../wire/codec.js';
+import { encodeFrame } from '../wire/codec.js';
 import {
-  type FdOfferFrame,
   FinStatus,
   type Frame,
   FrameType,
@@ -48,6 +42,7 @@ import {
 import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
 import { type Resender, restageOnFin } from './rget.js';
 import { refuseTooSmall } from './receive-target.js';
+import { closeFd, FdOfferTable, type Incoming } from './fd-offers.js';
 import { destroyEvent, finishRemoteCopy, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 
 /** Sender: a range offered to the peer (FD_OFFER sent). */
@@ -58,34 +53,6 @@ interface Offer {
   bufferId: bigint;
   /** False once the peer released it (FD_RELEASE) or another offer replaced it. */
   live: boolean;
-}
-
-/** Receiver: an offer from the peer, and the descriptors that came for it. */
-interface Incoming {
-  frame: FdOfferFrame;
-  /** VMM: descriptor k for chunk k (undefined: not yet in, or closed once imported). */
-  fds: (number | undefined)[];
-  have: number;
-  /** A descriptor of it was lost (EMFILE) or the offer was refused. */
-  lost: Error | undefined;
-  /** The request the handle pool imports it by (also the lookup key of later messages). */
-  req: ImportRequest;
-}
-
-/** Receiver: a pool the peer announced (FD_POOL). */
-interface IncomingPool {
-  deviceUuid: string;
-  fd: number | undefined;
-  arrived: boolean;
-  lost: Error | undefined;
-  imported: boolean;
-}
-
-interface Waiter {
-  ready: () => boolean;
-  resolve: () => void;
-  reject: (err: Error) => void;
-  timer: NodeJS.Timeout;
 }
 
 interface FdCopy extends RemoteCopy {
@@ -104,19 +71,15 @@ export class FdRgetPath implements DataPath {
   private readonly offerOf = new WeakMap<ExportInfo, Offer>();
   private readonly poolIds = new Map<PoolHandle, number>();
   private nextPoolId = 1;
-  // receiver side
-  private readonly incoming = new Map<string, Incoming>();
-  /** Descriptors that came before their offer: closed if none comes in time. */
-  private readonly early = new Map<string, { fds: Map<number, number>; timer: NodeJS.Timeout }>();
-  private readonly pools = new Map<number, IncomingPool>();
-  private readonly waiters = new Set<Waiter>();
-  private readonly ordinals = new Map<string, number>();
+  /** Receiver: the offers and descriptors from the peer, put back together (fd-offers.ts). */
+  private readonly table: FdOfferTable;
   private closeReason: Error | undefined;
 
   constructor(
     private readonly ctx: PathContext,
     private readonly fallback: Resender,
   ) {
+    this.table = new FdOfferTable(ctx);
     if (ctx.fdAgreed) ctx.onFdChannel = (channel) => this.attach(channel);
   }
 
@@ -125,13 +88,13 @@ export class FdRgetPath implements DataPath {
     this.channel = channel;
     this.ctx.fdStats.channel = true;
     channel.start({
-      message: (msg) => this.onDescriptor(msg),
+      message: (msg) => this.table.onDescriptor(msg),
       close: (err) => {
         // The descriptor channel failed: from now on this peer is one without FD_MEMORY (staging), never an error.
         debug('endpoint %s: descriptor channel closed%s', this.ctx.peerId, err ? `: ${err.message}` : '');
         this.ctx.fdStats.channel = false;
         this.channel = undefined;
-        this.changed();
+        this.table.changed();
       },
     });
   }
@@ -334,16 +297,9 @@ export class FdRgetPath implements DataPath {
     if (!this.ctx.fdAgreed) throw new ProtocolError(`peer ${this.ctx.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing FD_MEMORY`, 'SMCUDA_BAD_FRAME');
     switch (frame.type) {
       case FrameType.FD_OFFER:
-        return this.onOffer(frame);
-      case FrameType.FD_POOL: {
-        const old = this.pools.get(frame.poolId);
-        if (old?.fd !== undefined) closeFd(this.ctx.driver, old.fd);
-        this.ctx.pool.dropPeerPool(this.poolKey(frame.poolId)); // a pool announced again is imported afresh
-        this.pools.set(frame.poolId, { deviceUuid: frame.deviceUuid, fd: undefined, arrived: false, lost: undefined, imported: false });
-        const early = this.takeEarly(`pool:${frame.poolId}`);
-        if (early !== undefined) for (const fd of early.values()) this.poolFd(frame.poolId, fd);
-        return this.changed();
-      }
+        return this.table.onOffer(frame);
+      case FrameType.FD_POOL:
+        return this.table.onPool(frame);
       case FrameType.FD_RELEASE: {
         this.ctx.fdStats.releasesReceived++;
         if (frame.kind === HandleKind.POOL && frame.base === 0n) {
@@ -362,165 +318,12 @@ export class FdRgetPath implements DataPath {
     }
   }
 
-  private onOffer(frame: FdOfferFrame): void {
-    const key = offerKey(frame.bufferId, frame.base);
-    const old = this.incoming.get(key);
-    if (old !== undefined) this.forget(key, old);
-    const inc: Incoming = { frame, fds: frame.chunks.map(() => undefined), have: 0, lost: undefined, req: undefined as unknown as ImportRequest };
-    inc.req = this.requestFor(inc);
-    this.incoming.set(key, inc);
-    const early = this.takeEarly(key);
-    if (early !== undefined) for (const [index, fd] of early) this.chunkFd(inc, index, fd);
-    this.changed();
-  }
-
-  private onDescriptor(msg: FdMessage): void {
-    let meta: Frame;
-    try {
-      meta = decodeFrame(msg.meta);
-      if (meta.type !== FrameType.FD_DESCRIPTOR) throw new ProtocolError(`a ${FrameType[meta.type]} frame on the descriptor channel`);
-    } catch (err) {
-      if (msg.fd !== undefined) closeFd(this.ctx.driver, msg.fd);
-      debug('endpoint %s: bad descriptor-channel message: %s', this.ctx.peerId, (err as Error).message);
-      return;
-    }
-    if (msg.fd !== undefined) this.ctx.fdStats.descriptorsReceived++;
-    const poolKey = `pool:${meta.id}`;
-    if (meta.kind === HandleKind.POOL) {
-      const p = this.pools.get(Number(meta.id));
-      if (msg.lost !== undefined) {
-        if (p !== undefined) p.lost = msg.lost;
-      } else if (p === undefined || p.arrived) {
-        this.hold(poolKey, 0, msg.fd);
-      } else {
-        this.poolFd(Number(meta.id), msg.fd);
-      }
-      return this.changed();
-    }
-    const key = offerKey(meta.id, meta.base);
-    const inc = this.incoming.get(key);
-    if (msg.lost !== undefined) {
-      if (inc !== undefined) inc.lost = msg.lost;
-      debug('endpoint %s: descriptor %d of offer %s lost: %s', this.ctx.peerId, meta.index, key, msg.lost.message);
-    } else if (inc === undefined || inc.fds[meta.index] !== undefined || inc.have === inc.fds.length) {
-      this.hold(key, meta.index, msg.fd); // before its offer (or for the next one)
-    } else {
-      this.chunkFd(inc, meta.index, msg.fd);
-    }
-    this.changed();
-  }
-
-  private chunkFd(inc: Incoming, index: number, fd: number | undefined): void {
-    if (fd === undefined) return;
-    if (index >= inc.fds.length || inc.fds[index] !== undefined) {
-      closeFd(this.ctx.driver, fd);
-      inc.lost = new ProtocolError(`descriptor ${index} does not belong to an offer of ${inc.fds.length} chunks`);
-      return;
-    }
-    inc.fds[index] = fd;
-    inc.have++;
-  }
-
-  private poolFd(poolId: number, fd: number | undefined): void {
-    const p = this.pools.get(poolId)!;
-    p.arrived = true;
-    if (fd !== undefined) p.fd = fd;
-  }
-
-  /** Keeps a descriptor that came before its offer, closed if none comes within checkTimeoutMs. */
-  private hold(key: string, index: number, fd: number | undefined): void {
-    if (fd === undefined) return;
-    let e = this.early.get(key);
-    if (e === undefined) {
-      const timer = setTimeout(() => {
-        const gone = this.takeEarly(key);
-        if (gone !== undefined) for (const f of gone.values()) closeFd(this.ctx.driver, f);
-      }, this.ctx.opts.negotiation.checkTimeoutMs);
-      timer.unref?.();
-      e = { fds: new Map(), timer };
-      this.early.set(key, e);
-    }
-    const prev = e.fds.get(index);
-    if (prev !== undefined) closeFd(this.ctx.driver, prev);
-    e.fds.set(index, fd);
-  }
-
-  private takeEarly(key: string): Map<number, number> | undefined {
-    const e = this.early.get(key);
-    if (e === undefined) return undefined;
-    clearTimeout(e.timer);
-    this.early.delete(key);
-    return e.fds;
-  }
-
-  private requestFor(inc: Incoming): ImportRequest {
-    const f = inc.frame;
-    const d = this.ctx.driver;
-    if (f.kind === HandleKind.POOL) {
-      const poolId = f.poolId;
-      return {
-        kind: 'pool',
-        deviceUuid: f.deviceUuid,
-        base: f.base,
-        size: f.size,
-        bufferId: f.bufferId,
-        identity: f.exportData,
-        peerPool: {
-          key: this.poolKey(poolId),
-          open: () => {
-            const p = this.pools.get(poolId);
-            if (p === undefined || p.fd === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `no descriptor of pool ${poolId} is held here (closed once imported)`);
-            const fd = p.fd;
-            p.fd = undefined;
-            try {
-              const handle = d.memPoolImport(fd, { device: this.ordinalOf(p.deviceUuid) });
-              p.imported = true;
-              this.ctx.fdStats.imports++;
-              return handle;
-            } finally {
-              closeFd(d, fd); // imported (or refused): the descriptor is not needed again
-            }
-          },
-        },
-        open: (pool?: PoolHandle) => d.memPoolImportPointer(pool!, f.exportData),
-      };
-    }
-    return {
-      kind: 'vmm',
-      deviceUuid: f.deviceUuid,
-      base: f.base,
-      size: f.size,
-      bufferId: f.bufferId,
-      open: (): DevicePtr => {
-        const chunks = f.chunks.map((c, k) => {
-          const fd = inc.fds[k];
-          if (fd === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `descriptor ${k} of the offer at 0x${f.base.toString(16)} is not held here (closed once imported)`);
-          return { fd, offset: c.offset, size: c.size };
-        });
-        const r = d.vmmImport(chunks, { device: this.ordinalOf(f.deviceUuid) });
-        if (r.size !== f.size) {
-          d.vmmRelease(r.ptr);
-          throw new ProtocolError(`the descriptors map ${r.size} bytes, not the ${f.size} offered`, 'SMCUDA_BAD_RGET');
-        }
-        this.ctx.fdStats.imports++;
-        return r.ptr;
-      },
-      dispose: () => {
-        for (let k = 0; k < inc.fds.length; k++) {
-          const fd = inc.fds[k];
-          if (fd !== undefined) closeFd(d, fd);
-          inc.fds[k] = undefined;
-        }
-      },
-    };
-  }
-
   receive(recv: PendingRecv, arrival: Arrival): void {
     const frame = arrival as RgetFdFrame;
     if (!this.ctx.fdAgreed) throw new ProtocolError(`peer ${this.ctx.peerId} sent RGET_FD without both HELLOs announcing FD_MEMORY`, 'SMCUDA_BAD_FRAME');
     if (refuseTooSmall(this.ctx, recv, frame)) return;
     const job: FdCopy = { recv, frame, mapping: undefined, event: undefined, result: undefined };
-    const inc = this.incoming.get(offerKey(frame.bufferId, frame.base));
+    const inc = this.table.offer(frame.bufferId, frame.base);
     if (inc !== undefined && !frame.event && this.matches(inc, frame) === undefined) {
       job.mapping = this.ctx.pool.lookupImport(inc.req);
       if (job.mapping !== undefined) return this.copy(job);
@@ -540,25 +343,18 @@ export class FdRgetPath implements DataPath {
   private async prepare(job: FdCopy): Promise<void> {
     const { frame } = job;
     const ctx = this.ctx;
-    const key = offerKey(frame.bufferId, frame.base);
     try {
-      await this.waitFor(() => {
-        if (this.closeReason !== undefined) return true;
-        const inc = this.incoming.get(key);
-        if (inc === undefined) return false;
-        if (inc.lost !== undefined) return true;
-        // VMM: every descriptor came (maybe imported and closed since: the pool may still hold the import)
-        if (inc.frame.kind === HandleKind.VMM) return inc.have === inc.fds.length;
-        const p = this.pools.get(inc.frame.poolId);
-        return p !== undefined && (p.arrived || p.lost !== undefined || p.imported);
-      }, `RGET_FD ${frame.seq}: the offer and its descriptors did not arrive within ${ctx.opts.negotiation.checkTimeoutMs} ms`);
+      await this.table.waitFor(
+        () => this.closeReason !== undefined || this.table.settled(frame.bufferId, frame.base),
+        `RGET_FD ${frame.seq}: the offer and its descriptors did not arrive within ${ctx.opts.negotiation.checkTimeoutMs} ms`,
+      );
       if (this.closeReason !== undefined) throw this.closeReason;
-      const inc = this.incoming.get(key)!;
+      const inc = this.table.offer(frame.bufferId, frame.base)!;
       if (inc.lost !== undefined) throw inc.lost;
       const mismatch = this.matches(inc, frame);
       if (mismatch !== undefined) throw new ProtocolError(`RGET_FD ${frame.seq} names ${mismatch}`, 'SMCUDA_BAD_RGET');
       if (inc.frame.kind === HandleKind.POOL) {
-        const lost = this.pools.get(inc.frame.poolId)?.lost;
+        const lost = this.table.pool(inc.frame.poolId)?.lost;
         if (lost !== undefined) throw lost;
       }
       const mapping = (job.mapping = await ctx.pool.acquireImport(inc.req));
@@ -577,7 +373,7 @@ export class FdRgetPath implements DataPath {
         const d = ctx.driver;
         const event = (job.event = d.ipcOpenEventHandle(frame.event));
         const gpu = ctx.gpu();
-        await this.waitFor(() => this.closeReason !== undefined, undefined, (resolve, reject) => gpu.whenEvent(event, (err) => (err ? reject(err) : resolve())));
+        await this.table.waitFor(() => this.closeReason !== undefined, undefined, (resolve, reject) => gpu.whenEvent(event, (err) => (err ? reject(err) : resolve())));
         if (this.closeReason !== undefined) throw this.closeReason;
       } catch (err) {
         return this.finish(job, err as Error);
@@ -594,19 +390,14 @@ export class FdRgetPath implements DataPath {
     debug('endpoint %s: cannot import RGET_FD %d (%s): asking for it by staging', ctx.peerId, frame.seq, err.message);
     ctx.expectResend(frame.seq, recv);
     ctx.sendFin(frame.seq, FinStatus.RESTAGE, err.message);
-    const key = offerKey(frame.bufferId, frame.base);
-    const inc = this.incoming.get(key);
-    if (inc !== undefined) this.forget(key, inc);
+    const inc = this.table.forgetOffer(frame.bufferId, frame.base);
     ctx.pool.invalidate(frame.deviceUuid, frame.base, frame.bufferId);
     this.release(frame.kind, frame.bufferId, frame.base);
     if (frame.kind === HandleKind.POOL && inc !== undefined) {
       // The pool import may be what failed, or stale (the sender destroyed the
       // pool and its handle was reused): drop it, and the sender sends it again.
       const poolId = inc.frame.poolId;
-      const p = this.pools.get(poolId);
-      if (p?.fd !== undefined) closeFd(ctx.driver, p.fd);
-      this.pools.delete(poolId);
-      ctx.pool.dropPeerPool(this.poolKey(poolId));
+      this.table.dropPool(poolId);
       this.release(HandleKind.POOL, BigInt(poolId), 0n);
     }
   }
@@ -620,12 +411,6 @@ export class FdRgetPath implements DataPath {
     }
   }
 
-  private forget(key: string, inc: Incoming): void {
-    this.incoming.delete(key);
-    for (const fd of inc.fds) if (fd !== undefined) closeFd(this.ctx.driver, fd);
-    inc.fds.fill(undefined);
-  }
-
   private copy(job: FdCopy): void {
     launchRemoteCopy(this.ctx, job, job.mapping!.ptr + BigInt(job.frame.offset), 'rget-fd', (err) => this.finish(job, err));
   }
@@ -634,83 +419,18 @@ export class FdRgetPath implements DataPath {
     finishRemoteCopy(this.ctx, job, 'rget-fd', err);
   }
 
-  /**
-   * Resolves once `ready()` holds (checked now and on every offer, descriptor
-   * or close), or `start` settles it; rejects after checkTimeoutMs when
-   * `timeout` names why.
-   */
-  private waitFor(ready: () => boolean, timeout: string | undefined, start?: (resolve: () => void, reject: (e: Error) => void) => void): Promise<void> {
-    if (ready()) return Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
-      const w: Waiter = {
-        ready,
-        resolve: () => {
-          clearTimeout(w.timer);
-          this.waiters.delete(w);
-          resolve();
-        },
-        reject: (e) => {
-          clearTimeout(w.timer);
-          this.waiters.delete(w);
-          reject(e);
-        },
-        timer: undefined as unknown as NodeJS.Timeout,
-      };
-      if (timeout !== undefined) w.timer = setTimeout(() => w.reject(new DescriptorError('SMCUDA_FD_CHANNEL', timeout)), this.ctx.opts.negotiation.checkTimeoutMs);
-      this.waiters.add(w);
-      start?.(w.resolve, w.reject);
-    });
-  }
-
-  private changed(): void {
-    for (const w of [...this.waiters]) if (w.ready()) w.resolve();
-  }
-
-  private poolKey(poolId: number): string {
-    return `${this.ctx.peerId}:pool:${poolId}`;
-  }
-
-  /** This process's ordinal of the device `uuid` names (the import is refused if the descriptor names another). */
-  private ordinalOf(uuid: string): number | undefined {
-    let o = this.ordinals.get(uuid);
-    if (o === undefined) {
-      const d = this.ctx.driver;
-      for (let i = 0; i < d.deviceCount(); i++) if (d.deviceInfo(i).uuid === uuid) o = i;
-      if (o === undefined) return undefined;
-      this.ordinals.set(uuid, o);
-    }
-    return o;
-  }
-
   senderFailed(): boolean {
     return false;
   }
 
   close(reason: Error): void {
     this.closeReason = reason;
-    this.changed();
-    for (const w of [...this.waiters]) w.reject(reason);
+    this.table.close(reason);
     this.channel?.close();
     this.channel = undefined;
     this.ctx.fdStats.channel = false;
-    for (const [key, inc] of [...this.incoming]) this.forget(key, inc);
-    for (const key of [...this.early.keys()]) for (const fd of this.takeEarly(key)!.values()) closeFd(this.ctx.driver, fd);
-    for (const p of this.pools.values()) if (p.fd !== undefined) closeFd(this.ctx.driver, p.fd);
-    this.pools.clear();
   }
-}
-
-function offerKey(bufferId: bigint, base: bigint): string {
-  return `${bufferId}:${base}`;
 }
 
 function noop(): void {}
-
-function closeFd(d: CudaDriver, fd: number): void {
-  try {
-    d.closeFd(fd);
-  } catch {
-    // closed already
-  }
-}
 

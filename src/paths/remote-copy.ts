@@ -60,7 +60,14 @@ export function launchRemoteCopy(ctx: PathContext, job: RemoteCopy, src: DeviceP
 export function finishRemoteCopy(ctx: PathContext, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
   const { recv, frame } = job;
   job.mapping?.release();
-  if (job.event !== undefined) destroyEvent(ctx.driver, job.event);
+  // Not destroyed here: a receive abandoned on close or peer loss gets here
+  // while the completion thread may still query the peer's event.
+  if (job.event !== undefined) ctx.gpu().retireEvent(job.event);
+  if (err === undefined && ctx.closed && recv.stream === undefined) {
+    // The endpoint closed while the copy ran: its FIN can no longer reach the sender, whose send
+    // fails with the close; so does this receive, so that both sides agree on the message.
+    err = ctx.closedError();
+  }
   if (err === undefined) {
     try {
       count(ctx.received, path, frame.length);

@@ -193,20 +193,17 @@ export class RgetPath implements DataPath {
     const d = ctx.driver;
     if (job.mapping === undefined) {
       try {
-        const mapping = (job.mapping = await ctx.pool.acquire(job));
-        // The peer can make us read only what it handed us: the mapping's
-        // real extent, not the peer's word for it, bounds every copy.
-        const real = d.memGetAddressRange(mapping.ptr);
-        if (real.base !== mapping.ptr || real.size < frame.allocSize) {
-          mapping.release();
-          ctx.pool.invalidate(frame.deviceUuid, frame.base);
-          const err = new ProtocolError(`RGET ${frame.seq}: the handle maps ${real.size} bytes, not the ${frame.allocSize} the peer claims`, 'SMCUDA_BAD_RGET');
-          ctx.sendFin(frame.seq, FinStatus.REFUSED, err.message);
-          recv.reject(err);
-          return;
-        }
+        // The pool checks the mapping's real extent before it keeps it
+        // (cache/extent.ts): the peer's word for the size bounds no copy.
+        job.mapping = await ctx.pool.acquire(job);
       } catch (err) {
         if (ctx.closed) return recv.reject(ctx.closedError());
+        if ((err as { code?: string }).code === 'SMCUDA_BAD_EXTENT') {
+          const bad = new ProtocolError(`RGET ${frame.seq}: ${(err as Error).message}`, 'SMCUDA_BAD_RGET');
+          ctx.sendFin(frame.seq, FinStatus.REFUSED, bad.message);
+          recv.reject(bad);
+          return;
+        }
         // Could not map it (even after evicting): the receive stays matched and
         // the sender resends the same message by staging. Nothing is lost.
         ctx.expectResend(frame.seq, recv);

@@ -39,6 +39,8 @@ interface StagedRecvJob extends StagedRecv {
   /** Copies out of the ring still in progress. */
   inFlight: number;
   failed: boolean;
+  /** Failed with copies into its target in flight: the target is released after the last one. */
+  releaseAfterCopies?: boolean;
 }
 
 export class StagingPath implements DataPath, Resender {
@@ -54,6 +56,16 @@ export class StagingPath implements DataPath, Resender {
   private active: StagedRecvJob | undefined;
   /** Staged receives that failed: chunks still in flight for them are dropped. */
   private readonly failedSeqs = new Set<number>();
+  /**
+   * Copies queued into or out of each ring and not yet completed. A ring is
+   * unregistered and unmapped only once none is (close defers it): the GPU
+   * may still be reading or writing the pinned pages.
+   */
+  private ringCopies = 0;
+  private peerRingCopies = 0;
+  /** Rings closed while copies were in flight: released by the last copy's completion. */
+  private ringClosing: StagingRing | undefined;
+  private peerRingClosing: PeerRing | undefined;
 
   /** Why a device message comes to staging (set by createPaths: the descriptor path knows); counted in stats().stagingReasons. */
   reasonOf: ((buf: DeviceBuffer) => string) | undefined;
@@ -155,9 +167,11 @@ export class StagingPath implements DataPath, Resender {
       return this.abortSend(staged, err as Error);
     }
     staged.inFlight++;
+    this.ringCopies++;
     // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
     ctx.gpu().whenDone(staged.stream, Infinity, (err) => {
       staged.inFlight--;
+      if (--this.ringCopies === 0 && this.ringClosing !== undefined) this.releaseRings();
       if (err) return this.abortSend(staged, err);
       if (staged.failed) return this.abortSend(staged, staged.failed);
       if (ctx.closed || !this.staged.has(seq)) return;
@@ -273,9 +287,15 @@ export class StagingPath implements DataPath, Resender {
         return this.failRecv(job, err as Error);
       }
       job.inFlight++;
+      this.peerRingCopies++;
       // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
       ctx.gpu().whenDone(stream, Infinity, (err) => {
         job.inFlight--;
+        if (--this.peerRingCopies === 0 && this.peerRingClosing !== undefined) this.releaseRings();
+        if (job.inFlight === 0 && job.releaseAfterCopies === true) {
+          job.releaseAfterCopies = false;
+          releaseTarget(ctx.driver, job.recv.into, job.result.data);
+        }
         if (err) return this.failRecv(job, err);
         if (job.failed) return this.nextAfterFailed(job);
         if (!ctx.closed) finishChunk();
@@ -298,7 +318,9 @@ export class StagingPath implements DataPath, Resender {
     if (job.failed) return this.nextAfterFailed(job);
     job.failed = true;
     this.failedSeqs.add(job.seq);
-    releaseTarget(this.ctx.driver, job.recv.into, job.result.data);
+    // A new device target is freed only once no copy into it is in flight.
+    if (job.inFlight === 0) releaseTarget(this.ctx.driver, job.recv.into, job.result.data);
+    else job.releaseAfterCopies = true;
     try {
       if (tell) this.ctx.sendFin(job.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
     } catch {
@@ -332,9 +354,33 @@ export class StagingPath implements DataPath, Resender {
     this.active = undefined;
     this.queue.length = 0;
     for (const job of jobs) if (job) this.failRecv(job, reason);
-    this.ring?.close();
+    // Unregistered and unmapped once the GPU is done with them: the copies in
+    // flight complete (or fail) and the last one releases them.
+    this.ringClosing = this.ring;
     this.ring = undefined;
-    this.peerRing?.close();
+    this.peerRingClosing = this.peerRing;
     this.peerRing = undefined;
+    this.releaseRings();
+  }
+
+  /** Releases the closed rings that no copy uses any more. */
+  private releaseRings(): void {
+    if (this.ringClosing !== undefined && this.ringCopies === 0) {
+      closeQuietly(this.ringClosing);
+      this.ringClosing = undefined;
+    }
+    if (this.peerRingClosing !== undefined && this.peerRingCopies === 0) {
+      closeQuietly(this.peerRingClosing);
+      this.peerRingClosing = undefined;
+    }
+  }
+}
+
+/** A ring's release after the driver may have closed: nothing is left to undo then. */
+function closeQuietly(ring: { close(): void }): void {
+  try {
+    ring.close();
+  } catch {
+    // the driver was closed: its registrations went with it
   }
 }

@@ -38,6 +38,8 @@ export class GpuEventQueue implements ProgressSource {
   /** Waits the engine polls (in record order). */
   private readonly polled: PolledWait[] = [];
   private readonly freeEvents: EventHandle[] = [];
+  /** Peer events with waits in flight (whenEvent), and whether their owner let go of them (retire). */
+  private readonly peerWaits = new Map<EventHandle, { waits: number; retired: boolean }>();
   private closed = false;
   /** Events recorded and not yet settled. */
   private inFlight = 0;
@@ -96,10 +98,48 @@ export class GpuEventQueue implements ProgressSource {
    * is not ours, so it is not polled in order with our own events.
    */
   whenEvent(ev: EventHandle, cb: Completion): void {
+    const w = this.peerWaits.get(ev) ?? { waits: 0, retired: false };
+    w.waits++;
+    this.peerWaits.set(ev, w);
+    const settled = (err: Error | undefined): void => {
+      if (--w.waits === 0) {
+        this.peerWaits.delete(ev);
+        // The completion thread is done with it: a retired event can go now
+        // (not after the driver closed: the event went with its context).
+        if (w.retired && (err as { code?: string } | undefined)?.code !== 'SMCUDA_CLOSED') this.destroy(ev);
+      }
+      callReporting(cb, err);
+    };
     this.native(ev).then(
-      () => callReporting(cb, undefined),
-      (err: Error) => callReporting(cb, err),
+      () => settled(undefined),
+      (err: Error) => settled(err),
     );
+  }
+
+  /**
+   * The owner of `ev` (a peer's event, opened here) is done with it: it is
+   * destroyed now if no wait on it is in flight, else once the last one has
+   * settled. Never while the native completion thread may still query it
+   * (a receive abandoned on close or peer loss stops waiting at once; the
+   * event lives until the thread lets go).
+   */
+  retire(ev: EventHandle): void {
+    const w = this.peerWaits.get(ev);
+    if (w === undefined) this.destroy(ev);
+    else w.retired = true;
+  }
+
+  /** Peer events still awaited (tests: nothing is destroyed under the completion thread). */
+  get peerEventsAwaited(): number {
+    return this.peerWaits.size;
+  }
+
+  private destroy(ev: EventHandle): void {
+    try {
+      this.driver.eventDestroy(ev);
+    } catch {
+      // the driver is closed: the event went with it
+    }
   }
 
   // ------------------------------------------------------------ ProgressSource

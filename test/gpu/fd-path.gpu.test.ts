@@ -25,14 +25,14 @@ const SIZE = 256 << 20;
 
 type Kind = 'vmm' | 'vmm-chunked' | 'pool';
 
-function allocate(d: CudaDriver, kind: Kind): { buf: DeviceBuffer; free: (t: Transport) => void } {
+function allocate(d: CudaDriver, kind: Kind, size = SIZE): { buf: DeviceBuffer; free: (t: Transport) => void } {
   if (kind === 'pool') {
     const stream = d.streamCreate();
     const pool = d.memPoolCreate();
-    const ptr = d.memAllocFromPoolAsync(SIZE, pool, stream);
+    const ptr = d.memAllocFromPoolAsync(size, pool, stream);
     d.streamSynchronize(stream);
     return {
-      buf: { ptr, length: SIZE },
+      buf: { ptr, length: size },
       free: (t) => {
         t.invalidate(ptr);
         d.memFreeAsync(ptr, stream);
@@ -87,6 +87,49 @@ describe.skipIf(Boolean(probe.skip))(`RGET_FD on the native driver${probe.skip ?
         const st = ep.stats();
         expect(st.sent['rget-fd'].messages).toBeGreaterThanOrEqual(2);
         expect(st.stagingReasons).not.toHaveProperty([`${kind === 'pool' ? 'pool' : 'vmm'} memory, descriptor channel not up`]);
+        mem.free(t);
+      } finally {
+        await peer.exit().catch(() => peer.kill());
+      }
+    } finally {
+      await t.close();
+      driver.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 180_000);
+
+  // bench --suite memory sends slices of one pool allocation (issue 24, item 2):
+  // cuMemPoolExportPointer takes only the allocation's start, which
+  // cuMemGetAddressRange of a pointer past the first segment does not give.
+  it('pool: 256 MiB slices at offsets of one 1 GiB pool allocation, each by RGET_FD, sha256 verified', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-fdgpu-'));
+    const path = join(dir, 'rank0.sock');
+    const driver = probe.make!();
+    const t = await Transport.create({ driver, id: 'gpu-sender', device: 0 });
+    try {
+      await t.listen(path);
+      const endpoint = new Promise<Endpoint>((resolve) => t.once('endpoint', resolve));
+      const peer = await spawnPeer('fd-path-peer.mjs', { args: [path], env: { ...process.env, SMCUDA_TEST_DRIVER: 'native', SMCUDA_TEST_DEVICE: '0' } });
+      try {
+        const ep = await endpoint;
+        const total = 4 * SIZE;
+        const mem = allocate(driver, 'pool', total);
+        const data = patternBytes(total, 22);
+        driver.memcpyHtoD(mem.buf.ptr, data);
+        for (let i = 0; ep.state !== 'OK' || !ep.stats().fd.channel; i++) {
+          if (i > 100) throw new Error(`endpoint stayed ${ep.state}, descriptor channel ${ep.stats().fd.channel}`);
+          const got = peer.call('recv', { tag: 9 });
+          await ep.send({ ptr: mem.buf.ptr, length: 4096 }, { tag: 9 });
+          await got;
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        for (const off of [SIZE + 4096, 3 * SIZE - 8192, 2 * SIZE, 0]) {
+          const want = createHash('sha256').update(data.subarray(off, off + SIZE)).digest('hex');
+          const got = peer.call<{ length: number; path: string; sha256: string }>('recv', { tag: 1, sha256: true });
+          await ep.send({ ptr: mem.buf.ptr + BigInt(off), length: SIZE }, { tag: 1 });
+          expect(await got).toMatchObject({ length: SIZE, path: 'rget-fd', sha256: want });
+        }
+        expect(Object.keys(ep.stats().stagingReasons).filter((k) => k.includes('export failed'))).toEqual([]);
         mem.free(t);
       } finally {
         await peer.exit().catch(() => peer.kill());

@@ -37,6 +37,7 @@ describe.skipIf(p.skip)(`progress engine on the native driver${p.skip ? ` (skipp
     const src = d.memAlloc(bytes);
     const dst = d.memAlloc(bytes);
     d.memcpyHtoD(src, host);
+    d.streamSynchronize(0n); // a pageable cuMemcpyHtoD may return before its DMA is done; g.stream does not wait for stream 0
     return new Promise<boolean>((resolve, reject) =>
       g.copy(g.stream, dst, src, bytes, (err) => {
         if (err) return reject(err);

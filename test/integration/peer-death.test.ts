@@ -190,4 +190,15 @@ describe('a peer killed with SIGKILL', () => {
     expect(t.endpoint('phoenix')).toBe(ep2);
     await roundTrip(again, ep2, 2);
   });
+
+  it("while this side was only receiving: the endpoint's 'close' says the peer was lost (PeerLostError)", async () => {
+    const { peer, ep } = await connectPeer('quiet');
+    const closed = new Promise<Error | undefined>((resolve) => ep.once('close', resolve));
+    const pending = within(rejection(ep.recv({ tag: 61 })), BOUND_MS, 'recv');
+    await peer.kill();
+    expect(await pending).toBeInstanceOf(PeerLostError);
+    const err = await within(closed, BOUND_MS, "'close'");
+    expect(err).toBeInstanceOf(PeerLostError);
+    expect((err as PeerLostError).code).toBe('SMCUDA_PEER_LOST');
+  });
 });

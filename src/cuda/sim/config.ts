@@ -49,6 +49,14 @@ export interface SimFaults {
   /** Each copy takes bytes / (GB/s) on top of copyDelayMs. */
   copyBandwidthGBs?: number;
   /**
+   * cuMemcpyHtoD from pageable host memory and cuMemsetD8 return before the
+   * device has the bytes, as real drivers may: the write is queued on the
+   * legacy default stream (0) and lands this long later (ms; 0: at once,
+   * inside the call). Work ordered after the legacy stream sees it; a copy on
+   * another stream, or another process's, may not.
+   */
+  pageableLagMs?: number;
+  /**
    * Peer access says yes, yet every ipcOpenMemHandle fails with this code
    * (true: CUDA_ERROR_OPERATING_SYSTEM), as between containers that do not
    * share an IPC namespace, or under some drivers. false: off.
@@ -80,6 +88,7 @@ export interface ResolvedFaults {
   maxOpenMappings: { limit: number; code: CudaErrorName };
   copyDelayMs: number;
   copyBandwidthGBs: number;
+  pageableLagMs: number;
   ipcOpenFails: CudaErrorName | null;
 }
 
@@ -165,6 +174,7 @@ export function resolveFaults(f: SimFaults, devices: SimDevice[]): ResolvedFault
     },
     copyDelayMs: nonNegative('faults.copyDelayMs', f.copyDelayMs ?? 0),
     copyBandwidthGBs: nonNegative('faults.copyBandwidthGBs', f.copyBandwidthGBs ?? 0),
+    pageableLagMs: nonNegative('faults.pageableLagMs', f.pageableLagMs ?? 0),
     ipcOpenFails: resolveIpcOpenFails(f.ipcOpenFails),
   };
 }

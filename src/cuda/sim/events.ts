@@ -25,6 +25,8 @@ export class SimEvent {
   error: Error | undefined;
   /** Interprocess events: the 64-byte handle naming the segment. */
   ipcHandle: Uint8Array | undefined;
+  /** whenComplete waits not settled yet: the completion thread still queries the event. */
+  waiters = 0;
   private readonly state: Int32Array;
 
   constructor(

@@ -37,6 +37,7 @@ export class FaultState {
       maxOpenMappings: this.faults.maxOpenMappings,
       copyDelayMs: this.faults.copyDelayMs,
       copyBandwidthGBs: this.faults.copyBandwidthGBs,
+      pageableLagMs: this.faults.pageableLagMs,
       ipcOpenFails: this.faults.ipcOpenFails ?? false,
       ...f,
     };
@@ -74,6 +75,11 @@ export class FaultState {
     }
     if (openMappings >= this.faults.maxOpenMappings.limit) return this.faults.maxOpenMappings.code;
     return undefined;
+  }
+
+  /** How long a synchronous pageable write (cuMemcpyHtoD, cuMemsetD8) lags on the legacy stream (0: none). */
+  get pageableLagMs(): number {
+    return this.faults.pageableLagMs;
   }
 
   /** Simulated duration of moving `bytes`. */

@@ -37,6 +37,9 @@ import { hex } from './memory.js';
 const FD_SPACE_OFFSET = 64;
 /** cuMemGetAllocationGranularity of the simulator, and the pools' alignment. */
 export const SIM_GRANULARITY = Number(RANGE_ALIGN);
+
+/** The physical segments an own pool's file is made of: cuMemGetAddressRange of pool memory names one (rangeOf). */
+export const POOL_SEGMENT = 2 * SIM_GRANULARITY;
 const EXPORT_MAGIC = 0x4c50_4d53; // 'SMPL'
 
 export type FdRangeKind = 'vmm' | 'pool' | 'vmm-import' | 'pool-import';
@@ -117,11 +120,25 @@ export class SimFdMemory {
     return { alloc: r, bytes: new Uint8Array(r.host, offset, bytes) };
   }
 
-  /** The chunk holding `ptr` (own VMM) or the whole range. */
+  /**
+   * What cuMemGetAddressRange answers: the chunk holding `ptr` (own VMM), the
+   * pool segment holding it (an own pool's allocation, see POOL_SEGMENT), or
+   * the whole range.
+   */
   rangeOf(ptr: DevicePtr): AddressRange | undefined {
     const r = this.find(ptr);
     if (!r) return undefined;
     const off = Number(ptr - r.base);
+    if (r.kind === 'pool') {
+      // A pool is VMM underneath: the driver names the physical segment of the
+      // pool's file that holds the pointer (clipped to this allocation), not
+      // the allocation. Past its first segment, that base is not where the
+      // allocation starts, and cuMemPoolExportPointer refuses it.
+      const at = r.poolOffset! + off;
+      const segStart = Math.max(r.poolOffset!, at - (at % POOL_SEGMENT));
+      const segEnd = Math.min(r.poolOffset! + r.size, at - (at % POOL_SEGMENT) + POOL_SEGMENT);
+      return { base: r.base + BigInt(segStart - r.poolOffset!), size: segEnd - segStart };
+    }
     const c = r.chunks.find((x) => x.offset <= off && off < x.offset + x.size);
     return c ? { base: r.base + BigInt(c.offset), size: c.size } : { base: r.base, size: r.size };
   }

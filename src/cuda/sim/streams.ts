@@ -163,6 +163,12 @@ export class Scheduler {
     }
   }
 
+  /** Whether work queued on any stream touches `target`. */
+  anyTouching(target: object): boolean {
+    for (const s of this.streams.values()) if (s.touches(target)) return true;
+    return false;
+  }
+
   /** Drains every stream whose queued work touches `target`. */
   drainTouching(target: object): void {
     for (const s of this.streams.values()) if (s.touches(target)) this.drain(s);

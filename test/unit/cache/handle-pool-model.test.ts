@@ -492,6 +492,7 @@ function checkInvariants(m: Model, r: Real): void {
     {
       ...p.c,
       closeFailures: 0,
+      extentRefusals: 0,
       openMappings: p.resident.length + p.detached.length,
       mappedBytes: p.residentBytes + p.detached.reduce((n, e) => n + e.alloc.size, 0),
       residentEntries: p.resident.length,

@@ -418,6 +418,7 @@ describe('HandlePool: counters and events', () => {
       invalidations: 1,
       openFailures: 1,
       closeFailures: 0,
+      extentRefusals: 0,
       opens: 3,
       closes: 3,
       openMappings: 0,

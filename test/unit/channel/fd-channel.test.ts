@@ -209,6 +209,30 @@ describe('FdListener admission', () => {
   });
 });
 
+describe('the pid the control channel authenticated', () => {
+  it('connect() to a socket served by another pid sends nothing and rejects (SMCUDA_PEER_PID); expect() refuses a connection from another pid', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-fd-'));
+    const refused: Error[] = [];
+    const listener = new FdListener(join(dir, 'fd.sock'), { admissionTimeoutMs: 5000, onRefused: (e) => refused.push(e) });
+    try {
+      const token = randomBytes(FD_TOKEN_BYTES);
+      const expected = listener.expect(token, 1000);
+      await expect(FdChannel.connect(listener.path, token, { listenerPid: process.pid + 1 })).rejects.toMatchObject({ code: 'SMCUDA_PEER_PID' });
+      // The listener got a connection that said nothing: the token never left.
+      await expect(expected).rejects.toThrow(DescriptorError);
+      const token2 = randomBytes(FD_TOKEN_BYTES);
+      const fromElsewhere = listener.expect(token2, 1000, process.pid + 1);
+      const ch = await FdChannel.connect(listener.path, token2, { listenerPid: process.pid });
+      await expect(fromElsewhere).rejects.toMatchObject({ code: 'SMCUDA_PEER_PID' });
+      expect(refused.some((e) => /presented the token of pid/.test(e.message))).toBe(true);
+      ch.close();
+    } finally {
+      listener.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('FdChannel between two processes', () => {
   it('the child reads a memfd the parent sent, and sends one back', async () => {
     const peer = await FdPeer.start();

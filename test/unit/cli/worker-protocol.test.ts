@@ -85,6 +85,22 @@ describe('the worker protocol', () => {
     expect((err as Error).message).toMatch(/could not start: \[SMCUDA_NO_DEVICE\] no device here/);
   });
 
+  it.each([
+    ['a string', { message: 'hello' }, /sent string instead of a protocol message/],
+    ['a number', { message: 42 }, /sent number instead of a protocol message/],
+    ['a failure with error: null', { message: { ok: false, error: null }, everyId: true }, /a failure without an error/],
+    ["an 'error' event", { message: { event: 'error', data: { boom: 1 } } }, /the reserved event "error"/],
+  ])('a worker that sends %s fails its requests with WorkerFailedError; the parent goes on', async (_what, args, why) => {
+    const { w } = await peer();
+    const open = w.call('hang');
+    const err = await w.call('raw', args).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(WorkerFailedError);
+    expect((err as Error).message).toMatch(/broke the worker protocol/);
+    expect((err as Error).message).toMatch(why);
+    await expect(open).rejects.toBeInstanceOf(WorkerFailedError);
+    expect((await w.exited).signal).toBe('SIGKILL');
+  });
+
   it('a worker whose parent lets go of the channel cleans up and exits', async () => {
     const { w, marker } = await peer();
     w.disconnect();

@@ -1,7 +1,7 @@
 /** The sender's export table: reuse while the allocation lives, rebuild when its address is reused. */
 import { afterEach, describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
-import { ExportTable } from '../../../src/exports.js';
+import { ExportTable, poolAllocationRange } from '../../../src/exports.js';
 
 let d: SimulatedCudaDriver;
 afterEach(() => d.close());
@@ -48,5 +48,43 @@ describe('ExportTable', () => {
     expect(t.lookup(p)).toBe(e0);
     t.forget(p);
     expect(t.lookup(p)).not.toBe(e0);
+  });
+});
+
+describe('poolAllocationRange: the allocation of pool memory, whatever segment cuMemGetAddressRange names', () => {
+  // A pool's segments of 1 MiB at 0x10_0000_0000, holding allocations (by buffer
+  // id) that start and end inside segments and span several of them.
+  const SEG = 1 << 20;
+  const BASE = 0x10_0000_0000n;
+  const allocs = [
+    { id: 1n, start: BASE + 0n, end: BASE + 300_000n },
+    { id: 2n, start: BASE + 300_032n, end: BASE + BigInt(3 * SEG + 12_345) }, // from inside segment 0 to inside segment 3
+    { id: 3n, start: BASE + BigInt(3 * SEG + 12_800), end: BASE + BigInt(4 * SEG) },
+  ];
+  const driver = {
+    bufferId: (p: bigint) => {
+      const a = allocs.find((x) => x.start <= p && p < x.end);
+      if (!a) throw new Error('not device memory');
+      return a.id;
+    },
+    memGetAddressRange: (p: bigint) => {
+      if (p < BASE || p >= BASE + BigInt(4 * SEG)) throw new Error('CUDA_ERROR_NOT_FOUND');
+      return { base: BASE + ((p - BASE) / BigInt(SEG)) * BigInt(SEG), size: SEG };
+    },
+  } as unknown as SimulatedCudaDriver;
+
+  it.each([
+    ['inside its first segment', allocs[1]!.start + 10n],
+    ['two segments on', BASE + BigInt(2 * SEG + 77)],
+    ['its last byte', allocs[1]!.end - 1n],
+    ['its first byte', allocs[1]!.start],
+  ])('from a pointer %s', (_what, ptr) => {
+    const seg = driver.memGetAddressRange(ptr);
+    expect(poolAllocationRange(driver, ptr, 2n, seg)).toEqual({ base: allocs[1]!.start, size: Number(allocs[1]!.end - allocs[1]!.start) });
+  });
+
+  it('an allocation that fills segments whole, and one at the start of the space', () => {
+    expect(poolAllocationRange(driver, BASE + BigInt(3 * SEG + 20_000), 3n, driver.memGetAddressRange(BASE + BigInt(3 * SEG + 20_000)))).toEqual({ base: allocs[2]!.start, size: Number(allocs[2]!.end - allocs[2]!.start) });
+    expect(poolAllocationRange(driver, BASE + 5n, 1n, driver.memGetAddressRange(BASE))).toEqual({ base: BASE, size: 300_000 });
   });
 });

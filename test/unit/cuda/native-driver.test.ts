@@ -69,7 +69,8 @@ describe('the built addon', () => {
       'cuMemFreeHost', 'cuMemHostRegister', 'cuMemHostUnregister', 'cuIpcGetMemHandle', 'cuIpcOpenMemHandle',
       'cuIpcCloseMemHandle', 'cuIpcGetEventHandle', 'cuIpcOpenEventHandle', 'cuStreamCreate', 'cuStreamDestroy',
       'cuStreamSynchronize', 'cuStreamWaitEvent', 'cuEventCreate', 'cuEventDestroy', 'cuEventRecord', 'cuEventQuery',
-      'cuEventSynchronize', 'cuEventElapsedTime', 'whenEventComplete', 'completionShutdown',
+      'cuEventSynchronize', 'cuEventElapsedTime', 'whenEventComplete', 'completionShutdown', 'completionOpen',
+      'completionClose',
       'gpuDrivenStatus', 'cuStreamWaitValue32', 'cuStreamWaitValue64', 'cuStreamWriteValue32', 'cuStreamWriteValue64',
       'cuStreamBatchMemOp', 'cuStreamBeginCapture', 'cuStreamEndCapture', 'cuStreamIsCapturing', 'cuGraphInstantiate',
       'cuGraphLaunch', 'cuGraphExecDestroy', 'cuGraphDestroy', 'cuModuleLoadData', 'cuModuleUnload', 'cuModuleGetFunction',
@@ -306,23 +307,27 @@ describe('NativeCudaDriver bookkeeping', () => {
   });
 
   it('whenComplete polls with the current context, and needs one', async () => {
-    const { addon: fake, calls } = fakeAddon({ cuDevicePrimaryCtxRetain: 0xabcn, whenEventComplete: () => Promise.resolve() });
+    const { addon: fake, calls } = fakeAddon({ cuDevicePrimaryCtxRetain: 0xabcn, whenEventComplete: () => Promise.resolve(), completionOpen: 7 });
     const d = new NativeCudaDriver(fake);
     await expect(d.whenComplete(1n)).rejects.toBeInstanceOf(ConfigError);
     d.setDevice(3);
     await expect(d.whenComplete(9n)).resolves.toBeUndefined();
-    expect(calls.at(-1)).toEqual({ name: 'whenEventComplete', args: [9n, 0xabcn] });
+    await expect(d.whenComplete(9n)).resolves.toBeUndefined();
+    // One client of the poller per driver, opened on its first wait.
+    expect(calls.filter((c) => c.name === 'completionOpen')).toHaveLength(1);
+    expect(calls.at(-1)).toEqual({ name: 'whenEventComplete', args: [9n, 0xabcn, 7] });
     await expect(d.whenComplete(9 as unknown as bigint)).rejects.toBeInstanceOf(TypeError);
   });
 
-  it('close() rejects its pending waits with ClosedError, stops the poller and releases contexts', async () => {
-    const { addon: fake, calls } = fakeAddon({ cuDevicePrimaryCtxRetain: 1n, whenEventComplete: () => new Promise(() => {}) });
+  it('close() rejects its pending waits with ClosedError, closes its own poller client (not the poller) and releases contexts', async () => {
+    const { addon: fake, calls } = fakeAddon({ cuDevicePrimaryCtxRetain: 1n, whenEventComplete: () => new Promise(() => {}), completionOpen: 3 });
     const d = new NativeCudaDriver(fake);
     d.setDevice(0);
     const waiting = d.whenComplete(5n);
     d.close();
     await expect(waiting).rejects.toBeInstanceOf(ClosedError);
-    expect(calls.map((c) => c.name)).toEqual(['cuDevicePrimaryCtxRetain', 'whenEventComplete', 'completionShutdown', 'cuCtxSetCurrent', 'cuDevicePrimaryCtxRelease']);
+    expect(calls.map((c) => c.name)).toEqual(['cuDevicePrimaryCtxRetain', 'completionOpen', 'whenEventComplete', 'completionClose', 'cuCtxSetCurrent', 'cuDevicePrimaryCtxRelease']);
+    expect(calls.find((c) => c.name === 'completionClose')!.args).toEqual([3]);
   });
 
   it('canAccessPeer of a device with itself is true without asking the driver', () => {
@@ -433,6 +438,9 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
       expect(r.copied).toEqual(expected);
       expect(r.legacyStream).toEqual(expected.slice(0, 64));
       expect(r.tooMany).toMatchObject({ name: 'RangeError' });
+      // One by one, a refused copy says how many were queued before it (and they ran).
+      expect(r.stoppedAt).toMatchObject({ isCudaError: true, call: 'cuMemcpyAsync', queued: 1 });
+      expect(r.afterStop).toEqual([...expected.slice(0, 32), ...Array.from({ length: 48 }, () => 0)]);
     }
     // The batch entry point refuses a batch with a null pointer whole.
     expect(runs[0]!.refused).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_INVALID_VALUE', call: 'cuMemcpyBatchAsync' });
@@ -522,6 +530,32 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
 
   it('a worker with a wait still pending tears down cleanly', async () => {
     expect(await scenario('worker-teardown')).toEqual({ messages: ['completed', 'completed', 'completed'] });
+  });
+
+  it('two drivers in one process: closing one rejects only its own waits; the other\'s complete, and the poller stops only with the last', async () => {
+    const out = await scenario('two-drivers');
+    expect(out.closedOnes).toEqual([
+      { resolved: false, error: expect.objectContaining({ isClosedError: true }) },
+      { resolved: false, error: expect.objectContaining({ isClosedError: true }) },
+    ]);
+    // B's waits were pending on the same poller thread when A closed.
+    expect(out.otherAfterClose).toEqual([{ resolved: true }, { resolved: true }, { resolved: true }]);
+    expect(out.otherLater).toEqual({ resolved: true });
+    expect(out.rawClients).toMatchObject({
+      closedClient: { resolved: false, error: { code: 'SMCUDA_CLOSED' } },
+      otherClient: { resolved: true },
+      anonymous: { resolved: true },
+      badClient: expect.stringMatching(/^TypeError: completionClose\(client\)/),
+    });
+  });
+
+  it('completionClose returns once the thread no longer queries the closed client\'s events (destroyed right after: never queried again)', async () => {
+    const { stdout, stderr } = await run(process.execPath, [fixture, 'close-then-destroy'], {
+      env: { ...process.env, LD_LIBRARY_PATH: libDir },
+      timeout: 20_000,
+    });
+    expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toMatchObject({ rejected: 32, busy: { resolved: false, error: { code: 'SMCUDA_CLOSED' } } });
+    expect(stderr).not.toMatch(/cuEventQuery of a destroyed event/);
   });
 
   it('completionShutdown rejects pending waits with SMCUDA_CLOSED', async () => {

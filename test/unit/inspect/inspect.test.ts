@@ -65,10 +65,10 @@ describe('smcuda inspect --trace FILE', () => {
     const trace = join(dir, 'routes.jsonl');
     const insp = await startInspect(trace);
     try {
-      expect(insp.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+      expect(insp.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/[0-9a-f]{64}\/$/);
       const page = await get(insp.url);
       expect(page.status).toBe(200);
-      expect(page.body).toContain('<script src="/mermaid.min.js"></script>');
+      expect(page.body).toContain('<script src="mermaid.min.js"></script>');
       expect(page.body).not.toMatch(/https?:\/\//); // nothing from a CDN
       const mermaid = await get(`${insp.url}mermaid.min.js`);
       expect(mermaid.status).toBe(200);
@@ -79,6 +79,12 @@ describe('smcuda inspect --trace FILE', () => {
       expect((await get(`${insp.url}state`, { host: `evil.example:${port}` })).status).toBe(403);
       expect((await get(`${insp.url}state`, { host: `localhost:${port}` })).status).toBe(200);
       expect((await get(`${insp.url}nope`)).status).toBe(404);
+      // Without the run's secret (another local user knows the port, not the URL): 403 for every route.
+      const bare = `http://127.0.0.1:${port}/`;
+      for (const r of ['', 'state', 'events', 'machine.mmd', 'mermaid.min.js']) expect((await get(`${bare}${r}`)).status).toBe(403);
+      const wrong = insp.url.replace(/[0-9a-f]{64}/, (k) => `${k.slice(0, 63)}${k[63] === '0' ? '1' : '0'}`);
+      expect((await get(`${wrong}state`)).status).toBe(403);
+      expect((await get(`${insp.url.slice(0, -1)}state`)).status).toBe(403); // the secret without its slash, run into the route
     } finally {
       expect(await insp.stop()).toBe(0);
     }
@@ -123,7 +129,7 @@ describe('Transport.create({ inspect })', () => {
     const pair = await makePair({ a: { inspect: 0 } });
     const url = pair.a.transport.inspectUrl!;
     try {
-      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/[0-9a-f]{64}\/$/);
       const data = new Uint8Array(64 << 10).fill(7);
       const recv = pair.b.ep.recv({ tag: 1 });
       await pair.a.ep.send(deviceWith(pair.a.driver, data), { tag: 1 });

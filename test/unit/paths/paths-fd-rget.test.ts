@@ -14,6 +14,7 @@ import { RgetPath, type Resender } from '../../../src/paths/rget.js';
 import { FinStatus, type FinFrame, type Frame, FrameType, HandleKind, type RgetFdFrame } from '../../../src/wire/frames.js';
 import { patternBytes, sameBytes } from '../../helpers/bytes.js';
 import { pathSide, pendingRecv, type PathSide, until } from '../../helpers/path-harness.js';
+import { POOL_SEGMENT } from '../../../src/cuda/sim/fd-memory.js';
 
 const opened: PathSide[] = [];
 const paths: FdRgetPath[] = [];
@@ -190,6 +191,41 @@ describe('the descriptor path', () => {
     void sender.send(buf, 1, {}).catch(() => {});
     expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
     expect(s.link.fdStats.pools).toBe(2);
+  });
+
+  it('pool memory sent from offsets past the first segment: exported by the allocation start, one offer, every slice by RGET_FD', async () => {
+    // cuMemGetAddressRange of pool memory names the segment holding the
+    // pointer (the simulator models it), and cuMemPoolExportPointer takes only
+    // the allocation's start: exporting the segment's base was refused, and
+    // every such message went by staging (bench --suite memory, issue 24 item 2).
+    const { s, r, sender, receiver } = pair();
+    const stream = s.driver.streamCreate();
+    const pool = s.driver.memPoolCreate();
+    const size = 3 * POOL_SEGMENT;
+    const ptr = s.driver.memAllocFromPoolAsync(size, pool, stream);
+    s.driver.streamSynchronize(stream);
+    expect(s.driver.memGetAddressRange(ptr + BigInt(POOL_SEGMENT + 1))).toEqual({ base: ptr + BigInt(POOL_SEGMENT), size: POOL_SEGMENT });
+    const data = patternBytes(size, 9);
+    s.driver.memcpyHtoD(ptr, data);
+    const slice = 64 << 10;
+    const offsets = [POOL_SEGMENT + 4096, 2 * POOL_SEGMENT + 100, 0, size - slice];
+    const frames: Frame[] = [];
+    for (const off of offsets) {
+      void sender.send({ ptr: ptr + BigInt(off), length: slice }, 1, {}).catch(() => {});
+      frames.push(...s.take());
+    }
+    expect(Object.keys(s.link.stagingReasons)).toEqual([]);
+    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD, FrameType.RGET_FD, FrameType.RGET_FD, FrameType.RGET_FD]);
+    const offer = frames[1] as Extract<Frame, { type: FrameType.FD_OFFER }>;
+    expect([offer.base, offer.size]).toEqual([ptr, size]);
+    expect((frames.filter((f) => f.type === FrameType.RGET_FD) as RgetFdFrame[]).map((f) => f.offset)).toEqual(offsets);
+    const got = await Promise.all(deliver(frames, receiver));
+    offsets.forEach((off, k) => {
+      const out = new Uint8Array(slice);
+      r.driver.memcpyDtoH(out, (got[k]!.data as DeviceBuffer).ptr);
+      expect(sameBytes(out, data.subarray(off, off + slice))).toBe(true);
+      expect(got[k]!.path).toBe('rget-fd');
+    });
   });
 
   it('memory the driver will not export (cuMemPoolExportPointer refuses it) goes by staging under its own seq, the reason counted', () => {

@@ -584,6 +584,38 @@ describe('copy: the copies of one run are launched together', () => {
     expect(rec.calls[2]).toEqual([undefined]);
   });
 
+  it('a batch queued one by one that stops at copy k: copies 0..k-1 are not queued twice, the rest go one by one', async () => {
+    const d = sim();
+    const g = gpuWork(d);
+    // As the native driver without cuMemcpyBatchAsync (or on the legacy
+    // stream) does: one cuMemcpyAsync each, stopping at the first failure,
+    // whose error says how many were queued before it.
+    const single = vi.spyOn(d, 'memcpyAsync');
+    vi.spyOn(d, 'memcpyBatchAsync').mockImplementation((dsts, srcs, sizes, count, stream) => {
+      for (let k = 0; k < count; k++) {
+        try {
+          d.memcpyAsync(dsts[k]!, srcs[k]!, sizes[k]!, stream);
+        } catch (err) {
+          (err as { queued?: number }).queued = k;
+          throw err;
+        }
+      }
+    });
+    const rec = recorder();
+    const cs = copies(d, 4, 256);
+    g.copy(g.stream, cs[0]!.dst, cs[0]!.src, 256, rec.cb());
+    g.copy(g.stream, cs[1]!.dst, cs[1]!.src, 256, rec.cb());
+    g.copy(g.stream, 0xdead0000n, cs[2]!.src, 256, rec.cb()); // copy 2 fails
+    g.copy(g.stream, cs[3]!.dst, cs[3]!.src, 256, rec.cb());
+    await until(() => rec.total() === 4);
+    await settleLoop();
+    expect(rec.calls).toEqual([[undefined], [undefined], [expect.any(CudaError)], [undefined]]);
+    expect(cs.filter((_, i) => i !== 2).every((c) => c.landed())).toBe(true);
+    // 0 and 1 queued once (inside the batch call), 3 once (after it); 2 tried again alone, and refused again.
+    const times = (dst: bigint) => single.mock.calls.filter((c) => c[0] === dst).length;
+    expect([times(cs[0]!.dst), times(cs[1]!.dst), times(0xdead0000n), times(cs[3]!.dst)]).toEqual([1, 1, 2, 1]);
+  });
+
   it('when every copy of a batch fails, no event is recorded', async () => {
     const d = sim();
     const g = gpuWork(d);

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Issue 24's acceptance on a GPU machine: every lifetime scenario of
+# lifetimes.mjs under compute-sanitizer, memcheck and synccheck, child
+# processes included. Prints one line per run and exits non-zero if any
+# scenario failed or the sanitizer reported an error.
+#   npx tsc -p . && sh test/gpu/acceptance/run-sanitizer.sh [scenario ...]
+set -u
+here=$(dirname "$0")
+sanitizer=${COMPUTE_SANITIZER:-compute-sanitizer}
+command -v "$sanitizer" >/dev/null 2>&1 || { echo "compute-sanitizer not found (set COMPUTE_SANITIZER)"; exit 2; }
+scenarios=${*:-"two-transports close-rget close-rget-fd close-staged peer-sigkill"}
+status=0
+for tool in memcheck synccheck; do
+  for s in $scenarios; do
+    log=$(mktemp)
+    "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 99 node "$here/lifetimes.mjs" "$s" >"$log" 2>&1
+    rc=$?
+    summary=$(grep -E "ERROR SUMMARY" "$log" | sort | uniq -c | tr '\n' ';')
+    echo "$tool $s: exit $rc; $summary $(grep -E "^$s:" "$log" | tail -1)"
+    if [ "$rc" -ne 0 ]; then status=1; sed -n '1,60p' "$log"; fi
+    rm -f "$log"
+  done
+done
+exit $status

@@ -1,0 +1,146 @@
+/**
+ * Close and peer loss while GPU work is in flight (issue 24, "the step" and
+ * its items 4 and 5), on the simulated driver: a fast-check scheduler orders
+ * the completion of the copies (they take a simulated 25 ms), the close of
+ * the receiving transport and the loss of the sending one (its orderly close,
+ * as seen by the peer), for RGET (with and without the sender's IPC event to
+ * wait for) and staging, while a third pair's transfer must land untouched.
+ *
+ * Asserted in every ordering:
+ *  - nothing is released before the GPU work using it completed: no event
+ *    destroyed while a completion wait queries it, no pinned ring
+ *    unregistered and no peer mapping closed with copies queued
+ *    (SimulatedCudaDriver.lifetimeViolations);
+ *  - every send and receive settles, and a receive that resolves holds the bytes sent;
+ *  - nothing leaks: once everything is closed and the GPU idle, no event,
+ *    host registration or peer mapping is left.
+ */
+import { fc, test } from '@fast-check/vitest';
+import { describe, expect } from 'vitest';
+import type { DeviceBuffer } from '../../../src/buffers.js';
+import type { Received } from '../../../src/endpoint.js';
+import { deviceWith, makePair, type Pair, randomBytes, reach, readDevice, sameBytes } from '../../helpers/transport-pair.js';
+
+const SIZE = 256 << 10;
+const COPY_MS = 25;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+interface Flight {
+  name: string;
+  want: Uint8Array;
+  recv: Promise<Received>;
+  send: Promise<void>;
+  pair: Pair;
+}
+
+/** A pair settled OK (or BAD with `ipc: false`), its copies then slowed down. */
+async function readyPair(ipc: boolean): Promise<Pair> {
+  const pair = await makePair({ simA: { env: {} }, simB: { env: {} }, ...(ipc ? {} : { a: { negotiation: { ipc: false } } }) });
+  const warm = deviceWith(pair.a.driver, randomBytes(SIZE, 1));
+  const r = pair.b.ep.recv({ tag: 1 });
+  await pair.a.ep.send(warm, { tag: 1 });
+  await r;
+  if (ipc) await reach(pair.a.ep, 'OK');
+  pair.a.driver.memFree(warm.ptr);
+  for (const d of [pair.a.driver, pair.b.driver]) d.inject({ copyDelayMs: COPY_MS });
+  return pair;
+}
+
+function start(pair: Pair, name: string, seed: number, withStream: boolean): Flight {
+  const want = randomBytes(SIZE, seed);
+  // Filled at once (a slow synchronous copy would block the event loop past the other flights' copies).
+  pair.a.driver.inject({ copyDelayMs: 0 });
+  const src = deviceWith(pair.a.driver, want);
+  pair.a.driver.inject({ copyDelayMs: COPY_MS });
+  const recv = pair.b.ep.recv({ tag: seed });
+  let stream: bigint | undefined;
+  if (withStream) {
+    // The data is ready once this stream's (slow) work is done: the receiver waits on the sender's IPC event.
+    stream = pair.a.driver.streamCreate();
+    for (let k = 0; k < 2; k++) pair.a.driver.memsetD8Async(src.ptr + BigInt(SIZE - 1), want[SIZE - 1]!, 1, stream);
+  }
+  const send = pair.a.ep.send(src, { tag: seed, ...(stream !== undefined ? { stream } : {}) });
+  recv.catch(() => {});
+  send.catch(() => {});
+  return { name, want, recv, send, pair };
+}
+
+/** How a promise ended (or 'pending' after `ms`). */
+async function outcome<T>(p: Promise<T>, ms: number): Promise<{ ok: true; value: T } | { ok: false; err: unknown } | 'pending'> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'pending'>((r) => (timer = setTimeout(() => r('pending'), ms)));
+  try {
+    return await Promise.race([p.then((value) => ({ ok: true as const, value }), (err: unknown) => ({ ok: false as const, err })), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('close and peer loss during GPU work in flight', () => {
+  test.prop([fc.scheduler()], { numRuns: 6, timeout: 20_000 })(
+    'in any order of completion, close and peer loss: nothing released under the GPU, every operation settles, nothing leaks',
+    async (s) => {
+      const rget = await readyPair(true);
+      const staged = await readyPair(false);
+      const bystander = await readyPair(true);
+      const pairs = [rget, staged, bystander];
+      try {
+        const flights = [
+          start(rget, 'rget', 11, false),
+          start(rget, 'rget+event', 12, true),
+          start(staged, 'staging', 13, false),
+          start(staged, 'staging+stream', 14, true),
+        ];
+        const untouched = start(bystander, 'bystander', 15, false);
+        // Each step of time lets the GPU complete about half a copy: the closes
+        // land before, during or after the copies (and the staged chunks' two
+        // legs), in whatever order the scheduler picks.
+        const actions: Array<[string, () => Promise<void>]> = [
+          ['rget: receiver closes', () => rget.b.transport.close()],
+          ['rget: sender lost', () => rget.a.transport.close()],
+          ['staging: receiver closes', () => staged.b.transport.close()],
+          ['staging: sender lost', () => staged.a.transport.close()],
+          ['time passes', () => sleep(COPY_MS / 2)],
+          ['time passes', () => sleep(COPY_MS / 2)],
+          ['time passes', () => sleep(COPY_MS)],
+          ['time passes', () => sleep(COPY_MS)],
+        ];
+        await sleep(3); // the frames are through: copies (and the receiver's wait for the sender's event) are in flight
+        // The scheduler picks which action goes next; each runs to its end before the next starts.
+        let running: Promise<void> = Promise.resolve();
+        for (const [what, act] of actions) void s.schedule(Promise.resolve(what)).then(() => (running = act()));
+        while (s.count() > 0) {
+          await s.waitOne();
+          await new Promise<void>((r) => setImmediate(r));
+          await running;
+        }
+
+        for (const f of [...flights, untouched]) {
+          const [r, snd] = await Promise.all([outcome(f.recv, 5_000), outcome(f.send, 5_000)]);
+          expect(r, `${f.name}: receive settles`).not.toBe('pending');
+          expect(snd, `${f.name}: send settles`).not.toBe('pending');
+          if (r !== 'pending' && r.ok) {
+            const data = r.value.data;
+            const got = 'ptr' in data ? readDevice(f.pair.b.driver, data as DeviceBuffer) : data;
+            expect(sameBytes(got, f.want), `${f.name}: the bytes received are the bytes sent`).toBe(true);
+          }
+        }
+        const b = await outcome(untouched.recv, 0);
+        expect(b !== 'pending' && b.ok, 'the bystander pair is not disturbed').toBe(true);
+
+        for (const p of pairs) await p.a.transport.close().then(() => p.b.transport.close());
+        await sleep(4 * COPY_MS); // the copies still in flight complete; their owners then release what they held
+        for (const p of pairs) {
+          for (const [side, d] of [['sender', p.a.driver], ['receiver', p.b.driver]] as const) {
+            expect(d.lifetimeViolations, `${side}: released while the GPU used it`).toEqual([]);
+            expect(d.liveRegistrations, `${side}: host registrations left`).toBe(0);
+            expect(d.liveEvents, `${side}: events left`).toBe(0);
+          }
+          expect(p.b.ep.stats().cache.openMappings, 'peer mappings left').toBe(0);
+        }
+      } finally {
+        for (const p of pairs) await p.close().catch(() => {});
+      }
+    },
+  );
+});
