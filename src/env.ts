@@ -37,6 +37,11 @@ export const ENV_OVERRIDES: readonly EnvOverride[] = [
   { name: 'SMCUDA_SIM_FD_FAULTS', value: 'JSON (SimFdFaults)', default: 'none', effect: "faults the simulated driver injects into VMM/pool memory imports (src/cuda/sim/fd-faults.ts)" },
   { name: 'SMCUDA_SIM_VISIBLE', value: 'comma-separated indices or UUIDs', default: 'all', effect: 'which simulated devices this process sees (as CUDA_VISIBLE_DEVICES)' },
   { name: 'SMCUDA_CHROMIUM', value: 'file path', default: 'a system Chromium', effect: 'the browser `smcuda diagram --format svg` and the docs tests drive' },
+  { name: 'SMCUDA_RENDEZVOUS', value: 'directory path', default: 'none', effect: '`Communicator.fromEnv()`: the rendezvous directory every rank of the job shares (mode 0700)' },
+  { name: 'SMCUDA_TOKEN', value: 'string', default: 'made by rank 0', effect: 'the job token of `Communicator.create` and `fromEnv` (the `token` option wins); unset, rank 0 makes one and shares it through the rendezvous directory' },
+  { name: 'RANK', value: 'integer ≥ 0', default: 'none', effect: "`Communicator.fromEnv()`: this process's rank (as torchrun sets it)" },
+  { name: 'WORLD_SIZE', value: 'integer ≥ 1', default: 'none', effect: '`Communicator.fromEnv()`: how many ranks the job has' },
+  { name: 'LOCAL_RANK', value: 'integer ≥ 0', default: 'RANK', effect: "`Communicator.fromEnv()`: the rank's index on this machine; its device is LOCAL_RANK % devices" },
   { name: 'NODE_DEBUG', value: 'list containing smcuda', default: 'off', effect: "debug lines on stderr (util.debuglog('smcuda')); the CLI also prints stacks" },
 ];
 
@@ -119,4 +124,29 @@ export function envSim(env: Env = process.env): { SMCUDA_SIM?: string; SMCUDA_SI
 /** SMCUDA_SIM_FD_FAULTS, unparsed: src/cuda/sim/fd-faults.ts parses and validates it. */
 export function envSimFdFaults(env: Env = process.env): { SMCUDA_SIM_FD_FAULTS?: string } {
   return { SMCUDA_SIM_FD_FAULTS: raw(env, 'SMCUDA_SIM_FD_FAULTS') };
+}
+
+/** What Communicator.fromEnv reads: torchrun's RANK, WORLD_SIZE and LOCAL_RANK, and the rendezvous. */
+export interface CommunicatorEnv {
+  rank?: number;
+  size?: number;
+  localRank?: number;
+  rendezvous?: string;
+  token?: string;
+}
+
+/** RANK, WORLD_SIZE, LOCAL_RANK, SMCUDA_RENDEZVOUS and SMCUDA_TOKEN, validated (a malformed number is a ConfigError naming it). */
+export function envCommunicator(env: Env = process.env): CommunicatorEnv {
+  const out: CommunicatorEnv = {};
+  const rank = nonNegativeInt(env, 'RANK');
+  if (rank !== undefined) out.rank = rank;
+  const size = nonNegativeInt(env, 'WORLD_SIZE');
+  if (size !== undefined) out.size = size;
+  const localRank = nonNegativeInt(env, 'LOCAL_RANK');
+  if (localRank !== undefined) out.localRank = localRank;
+  const rendezvous = raw(env, 'SMCUDA_RENDEZVOUS');
+  if (rendezvous !== undefined) out.rendezvous = rendezvous;
+  const token = raw(env, 'SMCUDA_TOKEN');
+  if (token !== undefined) out.token = token;
+  return out;
 }

@@ -163,3 +163,28 @@ export class ShmSpaceError extends SmcudaError {
  * Once failed, a transfer stays failed: create a new one.
  */
 export class PersistentTransferError extends SmcudaError {}
+
+/**
+ * A communicator was aborted: one of its ranks failed (an error in a call,
+ * a lost process, a timeout), and every pending and later call of every
+ * rank fails with this error. `failedRank` is the rank that failed first,
+ * `causeCode` the code of its original error (the original error itself is
+ * `cause` on the rank where it happened). Create a new communicator.
+ */
+export class CommunicatorAbortedError extends SmcudaError {
+  constructor(
+    message: string,
+    readonly failedRank: number,
+    readonly causeCode: string,
+    options?: { cause?: unknown },
+  ) {
+    super('SMCUDA_COMM_ABORTED', message, options);
+  }
+}
+
+/** A collective or barrier did not complete within its timeout (per call or the communicator's); the communicator is aborted. */
+export class CommunicatorTimeoutError extends SmcudaError {
+  constructor(message: string) {
+    super('SMCUDA_COMM_TIMEOUT', message);
+  }
+}

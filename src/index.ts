@@ -15,3 +15,16 @@ export type * from './cuda/driver.js';
 export { openDriver } from './cuda/open-driver.js';
 export { FileTracer, type Tracer, type TraceRecord } from './trace.js';
 export { FdChannel } from './channel/fd-channel.js';
+export {
+  Communicator,
+  type Algorithm,
+  type CallOptions,
+  type CollectiveOp,
+  type CollectiveResult,
+  type CommunicatorEvents,
+  type CommunicatorOptions,
+  type CommunicatorStats,
+  type FromEndpointsOptions,
+} from './collectives/communicator.js';
+export type { RendezvousOptions } from './collectives/rendezvous.js';
+export { DTYPES, REDUCE_OPS, DTYPE_BYTES, type DType, type ReduceOp } from './kernels/dtypes.js';

@@ -57,6 +57,11 @@ const NAME = /^\/?smcuda-(ctl|stg|sim)-(\d{1,10})-(\d{1,10})\.([0-9a-f]{8})\.(\d
 
 /** Start time of `pid` (clock ticks since boot, mod 2^32), or undefined if it cannot be read (gone). */
 export function processStartTime(pid: number | 'self', proc = '/proc'): number | undefined {
+  return processStat(pid, proc)?.start;
+}
+
+/** State (field 3: R, S, Z, …) and start time of `pid`, or undefined if it cannot be read (gone). */
+function processStat(pid: number | 'self', proc = '/proc'): { state: string; start: number | undefined } | undefined {
   let stat: string;
   try {
     stat = readFileSync(`${proc}/${pid}/stat`, 'latin1');
@@ -66,7 +71,7 @@ export function processStartTime(pid: number | 'self', proc = '/proc'): number |
   // The command name (field 2) is in parentheses and may hold spaces and ')': cut after the last ')'.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const start = Number(fields[19]); // field 22 overall; fields[0] is field 3
-  return Number.isFinite(start) ? start % 2 ** 32 : undefined;
+  return { state: fields[0] ?? '', start: Number.isFinite(start) ? start % 2 ** 32 : undefined };
 }
 
 /** This boot's id, 8 hex digits ('' where the kernel does not say). */
@@ -151,9 +156,11 @@ export function ownerAlive(owner: SegmentOwner, proc = '/proc'): boolean {
   if (noSuchProcess(owner.pid)) return false;
   // Without our own /proc, /proc/<pid> is some other process: its start time proves nothing.
   if (!procIsOurs(proc)) return true;
-  const start = processStartTime(owner.pid, proc);
-  if (start === undefined) return !noSuchProcess(owner.pid); // unreadable: dead only if it exited between the two looks
-  return start === owner.start;
+  const stat = processStat(owner.pid, proc);
+  if (stat?.start === undefined) return !noSuchProcess(owner.pid); // unreadable: dead only if it exited between the two looks
+  // A zombie (killed, not yet reaped by its parent) maps nothing any more: its segments are leftovers.
+  if (stat.state === 'Z' || stat.state === 'X') return false;
+  return stat.start === owner.start;
 }
 
 export interface SweepOptions {

@@ -18,7 +18,8 @@ export interface TraceRecord {
   self: string;
   /** The endpoint's peer id. */
   peer: string;
-  kind: 'frame' | 'state' | 'cache' | 'persistent';
+  /** 'collective': one completed call of a Communicator (peer '*'): op, dtype, count, algorithm, bytes, us. */
+  kind: 'frame' | 'state' | 'cache' | 'persistent' | 'collective';
   [field: string]: unknown;
 }
 
@@ -113,6 +114,11 @@ export class FileTracer implements Tracer {
 
   persistent(peer: string, transfer: number, from: string, to: string, info: { role: string; reason?: string }): void {
     this.write(peer, 'persistent', { transfer, from, to, ...info });
+  }
+
+  /** One completed collective call (src/collectives/), not tied to one peer. */
+  collective(event: object): void {
+    this.write('*', 'collective', { ...event });
   }
 
   close(): void {

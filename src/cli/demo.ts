@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { collectivesDemo, renderCollectives } from './demo-collectives.js';
 import { formatBytes, gbps, parseSize, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
 import type { DemoReportEndpoint, DemoWorkerReady, GraphResult, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
@@ -52,6 +53,13 @@ Without a GPU it runs on the simulated driver and says so.
   --replays K           graph replays (default 100)
   --trace FILE          append a JSON-lines trace of every frame and transition
   --timeout SECONDS     give up after this long (default 600)
+  --collectives         instead: one Communicator of the ranks runs every collective
+                        (allreduce sum/avg/min/max/prod, reduce, reduce-scatter,
+                        broadcast, allgather, alltoall) × dtype (f32 f16 bf16 f64 i32
+                        i64 u8) × size (--sizes, default 0,1,1001,1M and 64M on a
+                        GPU: bytes per rank, whole elements) and checks every element;
+                        JSON: { driver, ranks, devices, collectives: [{ op, dtype, size,
+                        algorithm, verified }], verified, mismatches, durationMs }
   --json                print one JSON object (below) instead of tables
   -h, --help            this help
 
@@ -98,6 +106,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     trace: { type: 'string' },
     timeout: { type: 'string', default: '600' },
     json: { type: 'boolean', default: false },
+    collectives: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (a.help) {
@@ -122,6 +131,12 @@ export async function runDemo(argv: string[]): Promise<number> {
   const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
+  if (a.collectives) {
+    const given = argv.some((x) => x === '--sizes' || x.startsWith('--sizes='));
+    const report = await collectivesDemo({ ranks, driver: a.driver as DemoOptions['driver'], timeoutMs: timeout * 1000, ...(given ? { sizes } : {}) }, a.json ? () => {} : (line) => console.log(line));
+    console.log(a.json ? JSON.stringify(report, null, 2) : renderCollectives(report));
+    return report.verified ? 0 : 1;
+  }
   const replays = Number(a.replays);
   if (!Number.isInteger(replays) || replays < 1) throw new UsageError(`--replays must be a positive integer, got ${a.replays}`);
   if (a.graph && Math.max(...sizes) === 0) throw new UsageError('--graph needs a message size above 0 (--sizes)');

@@ -36,6 +36,10 @@ import type {
   CaptureMode,
   GraphExecHandle,
   GraphHandle,
+  FunctionHandle,
+  KernelArg,
+  LaunchConfig,
+  ModuleHandle,
   ModuleLoadInfo,
   StreamMemOp,
   AddressRange,
@@ -73,6 +77,8 @@ import { localOwner } from '../segment-owner.js';
 import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { mulberry32, shuffle } from './sim/prng.js';
+import { bindLaunch, parsePtx, type SimEntry } from './sim/kernels.js';
+import { assertEntryName, assertKernelArgs, assertLaunchConfig, assertPtx } from './validate-gpu-driven.js';
 import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream, type WaitItem } from './sim/streams.js';
 import { Capture, freshItem, GraphTable, SimGraph } from './sim/capture.js';
@@ -133,6 +139,10 @@ export class SimulatedCudaDriver implements CudaDriver {
   private readonly captures = new Set<Capture>();
   private readonly events = new Map<EventHandle, SimEvent>();
   private nextEvent = 0xe000n;
+  private readonly modules = new Map<ModuleHandle, Map<string, SimEntry>>();
+  private readonly functions = new Map<FunctionHandle, { module: ModuleHandle; entry: SimEntry }>();
+  private nextModule = 0xd000n;
+  private nextFunction = 0xf000n;
   private readonly hostRegistrations = new WeakMap<ArrayBufferLike, Array<[number, number]>>();
   private initialized = false;
   private current = -1;
@@ -910,7 +920,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   // -- GPU-driven work -------------------------------------------------------------------------
 
   gpuDrivenStatus() {
-    return { streamMemOps: true, waitValueNor: true, memOps64: true, graphs: true, modules: false, reason: 'the simulator does not run kernels yet' };
+    return { streamMemOps: true, waitValueNor: true, memOps64: true, graphs: true, modules: true };
   }
 
   streamWaitValue32(stream: StreamHandle, addr: DevicePtr, value: number, condition: WaitCondition): void {
@@ -1016,10 +1026,49 @@ export class SimulatedCudaDriver implements CudaDriver {
     return this.graphs.size;
   }
 
-  moduleLoadData(): ModuleLoadInfo { throw notSupported('cuModuleLoadData'); }
-  moduleUnload(): void { throw notSupported('cuModuleUnload'); }
-  moduleGetFunction(): bigint { throw notSupported('cuModuleGetFunction'); }
-  launchKernel(): void { throw notSupported('cuLaunchKernel'); }
+  // -- modules and kernels: PTX entries bound to TypeScript twins (sim/kernels.ts) --
+  moduleLoadData(ptx: string): ModuleLoadInfo {
+    const started = performance.now();
+    assertPtx('ptx', ptx);
+    this.requireContext('cuModuleLoadData');
+    const module = this.nextModule++;
+    this.modules.set(module, parsePtx(ptx));
+    return { module, loadMs: performance.now() - started };
+  }
+
+  moduleUnload(module: ModuleHandle): void {
+    assertHandle('module', module);
+    if (!this.modules.delete(module)) throw cudaError('cuModuleUnload', 'CUDA_ERROR_INVALID_HANDLE', `no module ${module} in this driver`);
+    for (const [fn, f] of this.functions) if (f.module === module) this.functions.delete(fn);
+  }
+
+  moduleGetFunction(module: ModuleHandle, name: string): FunctionHandle {
+    assertHandle('module', module);
+    assertEntryName('name', name);
+    const entries = this.modules.get(module);
+    if (!entries) throw cudaError('cuModuleGetFunction', 'CUDA_ERROR_INVALID_HANDLE', `no module ${module} in this driver`);
+    const entry = entries.get(name);
+    if (!entry) throw cudaError('cuModuleGetFunction', 'CUDA_ERROR_NOT_FOUND', `the module has no .entry ${name}`);
+    const fn = this.nextFunction++;
+    this.functions.set(fn, { module, entry });
+    return fn;
+  }
+
+  launchKernel(fn: FunctionHandle, config: LaunchConfig, args: readonly KernelArg[], stream: StreamHandle): void {
+    assertHandle('fn', fn);
+    assertLaunchConfig('config', config);
+    assertKernelArgs('args', args);
+    assertHandle('stream', stream);
+    const mem = this.requireContext('cuLaunchKernel');
+    const f = this.functions.get(fn);
+    if (!f) throw cudaError('cuLaunchKernel', 'CUDA_ERROR_INVALID_HANDLE', `no function ${fn} in this driver (module unloaded?)`);
+    const twin = bindLaunch(f.entry, config, args);
+    const frozen = args.map((a) => ({ ...a }) as KernelArg);
+    // Allocations the pointer arguments name, so freeing one drains the launch first.
+    const touches = frozen.flatMap((a) => (a.type === 'ptr' ? [mem.find(a.value) ?? this.fdMemory?.find(a.value)].filter((x): x is NonNullable<typeof x> => x !== undefined) : []));
+    const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };
+    this.asyncWork(stream, 'cuLaunchKernel', 0, touches, () => twin(memory, frozen, config));
+  }
   close(): void {
     if (this.closed) return;
     this.closed = true;

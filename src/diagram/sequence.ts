@@ -28,6 +28,10 @@ export function toMermaidSequence(records: TraceRecord[], options: SequenceOptio
   const peersOf = new Map<string, Set<string>>();
   const ids = new Set<string>();
   for (const r of records) {
+    if (r.kind === 'collective') {
+      ids.add(r.self);
+      continue;
+    }
     ids.add(r.self).add(r.peer);
     peersOf.set(r.self, (peersOf.get(r.self) ?? new Set()).add(r.peer));
   }
@@ -45,6 +49,8 @@ export function toMermaidSequence(records: TraceRecord[], options: SequenceOptio
       const who = (peersOf.get(r.self)?.size ?? 0) > 1 ? `${r.self} (with ${r.peer})` : r.self;
       const reason = typeof r.reason === 'string' && r.reason ? ` ${r.reason.split(':')[0]}` : '';
       body.push(`  Note over ${participant(r.self)}: ${text(`${who}: ${String(r.from)}→${String(r.to)}${reason}`)}`);
+    } else if (r.kind === 'collective') {
+      body.push(`  Note over ${participant(r.self)}: ${text(`${String(r.op)} ${String(r.dtype ?? '')}×${String(r.count ?? 0)} by ${String(r.algorithm)} (${String(r.us)} µs)`)}`);
     }
   }
 

@@ -22,6 +22,7 @@ export interface EndpointTimeline {
 export function timelines(records: TraceRecord[], startUs = records[0]?.t ?? 0): EndpointTimeline[] {
   const byKey = new Map<string, EndpointTimeline>();
   for (const r of records) {
+    if (r.kind === 'collective') continue; // a communicator's call, not an endpoint's
     const ms = (r.t - startUs) / 1000;
     const key = `${r.self}\u0000${r.peer}`;
     let e = byKey.get(key);

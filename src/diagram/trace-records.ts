@@ -39,7 +39,7 @@ export function parseRecord(line: string): TraceRecord | undefined {
   if (!v || typeof v !== 'object') return undefined;
   const r = v as Record<string, unknown>;
   if (typeof r.t !== 'number' || typeof r.pid !== 'number' || typeof r.self !== 'string' || typeof r.peer !== 'string') return undefined;
-  if (r.kind !== 'frame' && r.kind !== 'state' && r.kind !== 'cache') return undefined;
+  if (r.kind !== 'frame' && r.kind !== 'state' && r.kind !== 'cache' && r.kind !== 'collective') return undefined;
   return r as TraceRecord;
 }
 

@@ -42,6 +42,7 @@ export class InspectorModel extends EventEmitter<{ change: [view: EndpointView] 
 
   apply(r: TraceRecord): void {
     this.startUs ??= r.t;
+    if (r.kind === 'collective') return; // a communicator's call, not an endpoint's
     const key = `${r.self}→${r.peer}`;
     let v = this.views.get(key);
     if (!v) {

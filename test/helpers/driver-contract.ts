@@ -15,6 +15,9 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CudaDriver, DriverKind } from '../../src/cuda/driver.js';
 import { CudaError } from '../../src/errors.js';
+import { DTYPE_BYTES, DTYPES, reduceEntry } from '../../src/kernels/dtypes.js';
+import { REDUCE_PTX } from '../../src/kernels/reduce.ptx.js';
+import { reduceInto } from '../../src/kernels/sim/reduce.js';
 import { fdMemoryCases } from './driver-contract-fd.js';
 import { patternBytes } from './bytes.js';
 import { spawnPeer, type WorkerClient } from './child.js';
@@ -391,6 +394,52 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
     });
 
     fdMemoryCases(() => d, opts);
+
+    describe('PTX modules and kernels (the shipped reduction kernels)', () => {
+      // Every dtype's sum and avg of 3 inputs at an offset, compared with the
+      // TypeScript twin's result bit for bit: on a GPU this checks that the
+      // PTX and the twin the simulated driver runs compute the same bits.
+      for (const dtype of DTYPES) {
+        for (const op of ['sum', 'avg', 'max', 'prod'] as const) {
+          it(`${op} ${dtype}: a launch on a stream writes what the twin computes`, (ctx) => {
+            if (!d.gpuDrivenStatus().modules) ctx.skip(`modules: ${d.gpuDrivenStatus().reason ?? 'not supported'}`);
+            const es = DTYPE_BYTES[dtype];
+            const count = 1000;
+            const offset = 3;
+            const inputs = [0, 1, 2].map((k) => {
+              const b = patternBytes((count + offset) * es, 77 + k);
+              // Keep floats finite: clear each element's top exponent bit (f16/bf16/f32/f64 little-endian sign+exponent byte).
+              if (dtype === 'f32' || dtype === 'f64' || dtype === 'f16' || dtype === 'bf16') for (let i = es - 1; i < b.length; i += es) b[i]! &= 0xbf;
+              return b;
+            });
+            const want = new Uint8Array(count * es);
+            reduceInto(op, dtype, want, inputs.map((b) => b.subarray(offset * es)), count);
+            const { module } = d.moduleLoadData(REDUCE_PTX);
+            const fn = d.moduleGetFunction(module, reduceEntry(op, dtype));
+            const ptrs = inputs.map((b) => {
+              const p = d.memAlloc(b.byteLength);
+              d.memcpyHtoD(p, b);
+              return p;
+            });
+            const table = d.memAlloc(8 * 3);
+            d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(ptrs).buffer));
+            const out = d.memAlloc(count * es);
+            const s = d.streamCreate();
+            try {
+              d.launchKernel(fn, { grid: [4], block: [128] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: 3 }, { type: 'u64', value: BigInt(offset) }, { type: 'u64', value: BigInt(count) }], s);
+              d.streamSynchronize(s);
+              const got = new Uint8Array(count * es);
+              d.memcpyDtoH(got, out);
+              expect(Buffer.compare(Buffer.from(got), Buffer.from(want))).toBe(0);
+            } finally {
+              d.streamDestroy(s);
+              for (const p of [...ptrs, table, out]) d.memFree(p);
+              d.moduleUnload(module);
+            }
+          });
+        }
+      }
+    });
 
     describe('IPC with a second process', () => {
       let peer: IpcPeer;

@@ -12,7 +12,7 @@ describe('docs/examples', () => {
   const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.mjs'));
 
   it('has the examples the README links', () => {
-    expect(files).toEqual(expect.arrayContaining(['two-process.mjs', 'own-control-plane.mjs', 'graph-capture.mjs']));
+    expect(files).toEqual(expect.arrayContaining(['two-process.mjs', 'own-control-plane.mjs', 'graph-capture.mjs', 'gradient-average.mjs']));
   });
 
   it('the README shows two-process.mjs whole, as it is run here', () => {
@@ -26,6 +26,12 @@ describe('docs/examples', () => {
     expect(stdout).toMatch(/received 1048576 bytes by staging .* every byte checked/);
     expect(stdout).toMatch(/received 1048576 bytes by rget .* every byte checked/);
     expect(stdout).toContain('negotiation INIT');
+  });
+
+  it('gradient-average.mjs averages f32 gradients over 4 ranks with allreduce avg, every element checked on every rank', async () => {
+    const { stdout } = await run(process.execPath, [join(EXAMPLES, 'gradient-average.mjs'), '4', '100003'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    for (let r = 0; r < 4; r++) expect(stdout).toMatch(new RegExp(`rank ${r}/4: averaged 100003 f32 gradients by \\S+ in .* every element checked`));
+    expect(stdout).toContain('gradient average: 4 ranks verified');
   });
 
   it('own-control-plane.mjs carries the control frames over the runtime own channel via attach()', async () => {

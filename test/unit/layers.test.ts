@@ -92,7 +92,7 @@ describe('layers (docs/architecture.md)', () => {
   const files = ['src', 'machines', 'cache'].flatMap(sources).map((file) => ({ file, text: readFileSync(join(root, file), 'utf8') }));
 
   it('the table names the layers top to bottom, and every module entry exists', () => {
-    expect(layers.map((l) => l.name)).toEqual(['Tools', 'API', 'Transport', 'Endpoint', 'Data paths', 'Endpoint services', 'Protocol', 'Drivers', 'Base']);
+    expect(layers.map((l) => l.name)).toEqual(['Tools', 'API', 'Collectives', 'Transport', 'Endpoint', 'Data paths', 'Endpoint services', 'Protocol', 'Drivers', 'Base']);
     for (const l of layers) for (const m of l.modules) expect(statSync(join(root, m)), m).toBeTruthy();
   });
 

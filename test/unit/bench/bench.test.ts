@@ -22,6 +22,25 @@ function cli(args: string[]) {
 }
 
 describe('smcuda bench --smoke on the simulated driver', () => {
+  it('--suite collectives: allreduce per size beside the host-staged allreduce of seed 003 from the same run; NCCL named in a note', async () => {
+    const { stdout } = await cli(['--smoke', '--json', '--driver', 'sim', '--suite', 'collectives']);
+    const doc = JSON.parse(stdout);
+    const figs = doc.figures.filter((f: { suite: string }) => f.suite === 'collectives');
+    // The Communicator's figures (the suite's baselines-only part, collectives-suite.ts, lists its own).
+    const measuredFigs = figs.filter((f: { skipped?: string; name: string }) => !f.skipped && /^allreduce avg f32/.test(f.name));
+    expect(measuredFigs.length).toBe(2);
+    for (const f of measuredFigs) {
+      expect(f.value).toBeGreaterThan(0);
+      expect(f.baseline).toBeGreaterThan(0);
+      expect(f.baselineName).toMatch(/host-staged allreduce, pageable/);
+      expect(f.details.hostPinnedUs).toBeGreaterThan(0);
+      expect(f.stats.n).toBeGreaterThanOrEqual(5);
+      expect(f.target).toBeNull(); // the targets hold on a GPU only
+    }
+    expect(figs.find((f: { name: string }) => f.name.startsWith('gradient average, 100 MB')).skipped).toMatch(/GPU/);
+    expect(doc.notes.some((n: string) => /NCCL baseline/.test(n))).toBe(true);
+  });
+
   it('prints a JSON document where every figure has name, value, unit, baseline, ratio, target and met, and writes SVG plots', async () => {
     const { stdout } = await cli(['--smoke', '--json', '--driver', 'sim', '--out', out]);
     const doc = JSON.parse(stdout);

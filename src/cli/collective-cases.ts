@@ -1,0 +1,102 @@
+/**
+ * The collective calls `smcuda demo --collectives` (and its bench) runs, the
+ * inputs every rank makes for them, and the result every rank expects: each
+ * rank can compute every other rank's input, so it verifies its own output
+ * against a host reference with no extra communication.
+ */
+import { mulberry32 } from '../cuda/sim/prng.js';
+import { DTYPE_BYTES, DTYPES, REDUCE_OPS, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { reduceInto } from '../kernels/sim/reduce.js';
+
+export type CaseOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall';
+
+export interface CollectiveCase {
+  op: CaseOp;
+  /** The reduction, for allreduce, reduce and reduce-scatter. */
+  reduce?: ReduceOp;
+  dtype: DType;
+  /** Elements per rank of the call's `count`. */
+  count: number;
+  /** Bytes of each rank's input. */
+  size: number;
+  root?: number;
+}
+
+/** Every op (allreduce with each reduction) × dtype × size; `sizes` are bytes of each rank's input, rounded to whole elements (at least one when not 0). */
+export function collectiveCases(sizes: readonly number[], ranks: number): CollectiveCase[] {
+  const out: CollectiveCase[] = [];
+  const ops: Array<[CaseOp, ReduceOp | undefined]> = [
+    ...REDUCE_OPS.map((r) => ['allreduce', r] as [CaseOp, ReduceOp]),
+    ['reduce', 'sum'],
+    ['reduce-scatter', 'sum'],
+    ['broadcast', undefined],
+    ['allgather', undefined],
+    ['alltoall', undefined],
+  ];
+  for (const [op, reduce] of ops) {
+    for (const dtype of DTYPES) {
+      for (const size of sizes) {
+        const es = DTYPE_BYTES[dtype];
+        const per = op === 'reduce-scatter' || op === 'alltoall' ? ranks : 1; // their input is `ranks` blocks of count
+        const count = size === 0 ? 0 : Math.max(1, Math.floor(size / es / per));
+        out.push({ op, dtype, count, size: count * es * per, ...(reduce ? { reduce } : {}), ...(op === 'broadcast' || op === 'reduce' ? { root: ranks - 1 } : {}) });
+      }
+    }
+  }
+  return out;
+}
+
+/** Input elements of `count` per block × blocks, for `rank`: small values, exact in every dtype, never NaN. */
+export function caseInput(c: CollectiveCase, rank: number, ranks: number): Uint8Array {
+  const es = DTYPE_BYTES[c.dtype];
+  const n = inputCount(c, ranks);
+  const bytes = new Uint8Array(n * es);
+  const v = new DataView(bytes.buffer);
+  const rnd = mulberry32((rank + 1) * 7919 + c.count * 31 + es);
+  for (let i = 0; i < n; i++) {
+    const x = Math.floor(rnd() * 9) - 4; // -4..4: products of a few ranks stay finite
+    const at = i * es;
+    if (c.dtype === 'f32') v.setFloat32(at, x / 2 + 0.25, true);
+    else if (c.dtype === 'f64') v.setFloat64(at, x / 2 + 0.25, true);
+    else if (c.dtype === 'f16') v.setUint16(at, [0x3c00, 0xbc00, 0x3555, 0x4200, 0x2e66, 0xc000, 0x0000, 0x3bff, 0x3800][x + 4]!, true);
+    else if (c.dtype === 'bf16') v.setUint16(at, [0x3f80, 0xbf80, 0x3eaa, 0x4040, 0x3dcd, 0xc000, 0x0000, 0x3f7f, 0x3f00][x + 4]!, true);
+    else if (c.dtype === 'i32') v.setInt32(at, x * 1001, true);
+    else if (c.dtype === 'i64') v.setBigInt64(at, BigInt(x) * 1_000_000_007n, true);
+    else v.setUint8(at, (x + 4) * 29);
+  }
+  return bytes;
+}
+
+export function inputCount(c: CollectiveCase, ranks: number): number {
+  return c.op === 'reduce-scatter' || c.op === 'alltoall' ? ranks * c.count : c.count;
+}
+
+export function outputCount(c: CollectiveCase, ranks: number): number {
+  return c.op === 'allgather' || c.op === 'alltoall' ? ranks * c.count : c.count;
+}
+
+/** What `rank`'s output must hold, or undefined where the call writes nothing there (reduce off the root). */
+export function expectedOutput(c: CollectiveCase, rank: number, ranks: number): Uint8Array | undefined {
+  const es = DTYPE_BYTES[c.dtype];
+  const inputs = [...Array(ranks).keys()].map((k) => caseInput(c, k, ranks));
+  const block = (k: number, j: number) => inputs[k]!.subarray(j * c.count * es, (j + 1) * c.count * es);
+  const reduced = (parts: Uint8Array[]) => {
+    const out = new Uint8Array(c.count * es);
+    reduceInto(c.reduce!, c.dtype, out, parts, c.count);
+    return out;
+  };
+  switch (c.op) {
+    case 'allreduce':
+      return reduced(inputs);
+    case 'reduce':
+      return rank === c.root ? reduced(inputs) : undefined;
+    case 'reduce-scatter':
+      return reduced(inputs.map((_, k) => block(k, rank)));
+    case 'broadcast':
+      return inputs[c.root!]!;
+    case 'allgather':
+      return Buffer.concat(inputs);
+    case 'alltoall':
+      return Buffer.concat(inputs.map((_, k) => block(k, rank)));
+  }
+}

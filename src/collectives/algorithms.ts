@@ -1,0 +1,304 @@
+/**
+ * The collectives, step by step, on one rank. Every call first copies the
+ * caller's input into this rank's registered scratch (region A), so caller
+ * buffers need no registration and in-place calls are safe; then, by
+ * algorithm:
+ *
+ *   one-shot     every rank reads every peer's A through its mapping and
+ *                reduces (or copies) in one kernel (or copy) per piece;
+ *   two-shot     rank r reduces its 1/N of the piece from every peer's A into
+ *                its B (reduce-scatter), then every rank copies each peer's
+ *                reduced part from the peer's B (allgather);
+ *   ce-pipeline  as two-shot, but rank r first copies its 1/N of every
+ *                peer's A into its own landing slots with the copy engine
+ *                (cuMemcpyAsync) and reduces local memory only;
+ *   staged       no mapping (IPC is BAD between some ranks): pieces travel
+ *                as endpoint messages (which stage through host memory) into
+ *                landing slots, then the same kernel reduces them;
+ *   local        one rank: a copy (or nothing, in place).
+ *
+ * Data larger than a region goes in pieces, each bracketed by step signals
+ * (RankSync): "my A holds the piece" before peers read it, "done reading"
+ * before anyone overwrites it.
+ */
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { Endpoint } from '../endpoint.js';
+import { PeerLostError } from '../errors.js';
+import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DATA_TAG, type RankSync } from './control.js';
+import type { ReduceKernels } from './reduce-kernels.js';
+import type { Scratch } from './scratch.js';
+
+export type Algorithm = 'local' | 'one-shot' | 'two-shot' | 'ce-pipeline' | 'staged';
+
+/** What one call runs with. */
+export interface CallContext {
+  driver: CudaDriver;
+  rank: number;
+  size: number;
+  seq: number;
+  stream: StreamHandle;
+  scratch: Scratch;
+  sync: RankSync;
+  kernels: ReduceKernels;
+  endpoint(rank: number): Endpoint;
+  /** Resolves once `stream` reaches the work queued on it so far. */
+  streamDone(): Promise<void>;
+  /** Bytes copied from caller buffers into scratch (for stats). */
+  copied(bytes: number): void;
+}
+
+const B = (n: number): bigint => BigInt(n);
+
+/** [start, length] pieces of `total` elements, at most `max` each. */
+function* pieces(total: number, max: number): Generator<[number, number]> {
+  if (max < 1) throw new RangeError('the scratch region is too small for one element per rank: raise scratchBytes');
+  for (let a = 0; a < total; a += max) yield [a, Math.min(max, total - a)];
+}
+
+class Steps {
+  private step = 0;
+  private readonly others: number[];
+  constructor(private readonly c: CallContext) {
+    this.others = [...Array(c.size).keys()].filter((k) => k !== c.rank);
+  }
+  /** Waits for this rank's stream, then for every other rank to reach the same step. */
+  async all(): Promise<void> {
+    await this.c.streamDone();
+    const step = this.step++;
+    this.c.sync.signal(this.others, this.c.seq, step);
+    await this.c.sync.wait(this.others, this.c.seq, step);
+  }
+}
+
+function copy(c: CallContext, dst: DevicePtr, src: DevicePtr, bytes: number): void {
+  if (bytes > 0 && dst !== src) c.driver.memcpyAsync(dst, src, bytes, c.stream);
+}
+
+/** Copies `len` elements at element `a` of each of `blocks` blocks (`stride` elements apart) into A, block after block. */
+function toScratch(c: CallContext, src: DevicePtr, es: number, a: number, len: number, blocks: number, stride: number): void {
+  const A = c.scratch.inputOf(c.rank)!;
+  for (let j = 0; j < blocks; j++) copy(c, A + B(j * len * es), src + B((j * stride + a) * es), len * es);
+  c.copied(blocks * len * es);
+}
+
+/** The part of a piece of `len` elements that rank k reduces in two-shot and the pipeline. */
+function part(len: number, size: number, k: number): [lo: number, hi: number] {
+  const chunk = Math.ceil(len / size);
+  const lo = Math.min(len, k * chunk);
+  return [lo, Math.min(len, lo + chunk)];
+}
+
+/** A peer's endpoint failed under a staged transfer: the failure is that rank's, not this one's. */
+export class RankLostError extends PeerLostError {
+  constructor(
+    readonly rank: number,
+    cause: Error,
+  ) {
+    super(`rank ${rank} was lost: ${cause.message}`, { cause });
+  }
+}
+
+/** Sends `bytes` at `src` to every listed rank and receives each one's into `into(k)`, all at once. */
+async function exchange(c: CallContext, sendTo: number[], src: (k: number) => DevicePtr, recvFrom: number[], into: (k: number) => DevicePtr, bytes: number): Promise<void> {
+  const blame = (k: number) => (err: Error) => {
+    throw c.endpoint(k).closed ? new RankLostError(k, err) : err;
+  };
+  await Promise.all([
+    ...sendTo.map((k) => c.endpoint(k).send({ ptr: src(k), length: bytes }, { tag: DATA_TAG }).catch(blame(k))),
+    ...recvFrom.map((k) => c.endpoint(k).recv({ tag: DATA_TAG, into: { ptr: into(k), length: bytes } }).catch(blame(k))),
+  ]);
+}
+
+function othersOf(c: CallContext): number[] {
+  return [...Array(c.size).keys()].filter((k) => k !== c.rank);
+}
+
+export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp): Promise<void> {
+  const es = DTYPE_BYTES[dtype];
+  const s = c.scratch;
+  const N = c.size;
+  const steps = new Steps(c);
+  if (alg === 'local') {
+    copy(c, recv, send, count * es);
+    return c.streamDone();
+  }
+  if (alg === 'one-shot') {
+    for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+      toScratch(c, send, es, a, len, 1, 0);
+      await steps.all();
+      c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, N, 0, len, c.stream);
+      await steps.all();
+    }
+    return;
+  }
+  if (alg === 'two-shot' || alg === 'ce-pipeline') {
+    const max = alg === 'two-shot' ? Math.floor(s.bytes / es) : N * Math.floor(s.slotBytes / es);
+    for (const [a, len] of pieces(count, max)) {
+      toScratch(c, send, es, a, len, 1, 0);
+      await steps.all();
+      const [lo, hi] = part(len, N, c.rank);
+      const mine = s.partialOf(c.rank)! + B(lo * es);
+      if (alg === 'two-shot') {
+        c.kernels.reduce(op, dtype, mine, s.inputTable, N, lo, hi - lo, c.stream);
+      } else {
+        for (let k = 0; k < N; k++) copy(c, s.landing(k), s.inputOf(k)! + B(lo * es), (hi - lo) * es);
+        c.kernels.reduce(op, dtype, mine, s.landingTable, N, 0, hi - lo, c.stream);
+      }
+      await steps.all();
+      for (let k = 0; k < N; k++) {
+        const [klo, khi] = part(len, N, k);
+        copy(c, recv + B((a + klo) * es), s.partialOf(k)! + B(klo * es), (khi - klo) * es);
+      }
+      await steps.all();
+    }
+    return;
+  }
+  // staged
+  const others = othersOf(c);
+  for (const [a, len] of pieces(count, Math.floor(s.slotBytes / es))) {
+    toScratch(c, send, es, a, len, 1, 0);
+    copy(c, s.landing(c.rank), s.inputOf(c.rank)!, len * es);
+    await c.streamDone();
+    await exchange(c, others, () => s.inputOf(c.rank)!, others, (k) => s.landing(k), len * es);
+    c.kernels.reduce(op, dtype, recv + B(a * es), s.landingTable, N, 0, len, c.stream);
+    await c.streamDone();
+  }
+}
+
+export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, root: number): Promise<void> {
+  const es = DTYPE_BYTES[dtype];
+  const s = c.scratch;
+  const isRoot = c.rank === root;
+  if (isRoot) copy(c, recv, send, count * es);
+  if (alg === 'local') return c.streamDone();
+  const steps = new Steps(c);
+  for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+    if (isRoot) toScratch(c, send, es, a, len, 1, 0);
+    if (alg === 'staged') {
+      await c.streamDone();
+      if (isRoot) await exchange(c, othersOf(c), () => s.inputOf(root)!, [], () => 0n, len * es);
+      else await exchange(c, [], () => 0n, [root], () => recv + B(a * es), len * es);
+      continue;
+    }
+    await steps.all();
+    if (!isRoot) copy(c, recv + B(a * es), s.inputOf(root)!, len * es);
+    await steps.all();
+  }
+  await c.streamDone();
+}
+
+export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp, root: number): Promise<void> {
+  const es = DTYPE_BYTES[dtype];
+  const s = c.scratch;
+  const isRoot = c.rank === root;
+  if (alg === 'local') {
+    copy(c, recv, send, count * es);
+    return c.streamDone();
+  }
+  if (alg === 'staged') {
+    for (const [a, len] of pieces(count, Math.floor(s.slotBytes / es))) {
+      toScratch(c, send, es, a, len, 1, 0);
+      if (isRoot) copy(c, s.landing(root), s.inputOf(root)!, len * es);
+      await c.streamDone();
+      if (isRoot) {
+        await exchange(c, [], () => 0n, othersOf(c), (k) => s.landing(k), len * es);
+        c.kernels.reduce(op, dtype, recv + B(a * es), s.landingTable, c.size, 0, len, c.stream);
+        await c.streamDone();
+      } else {
+        await exchange(c, [root], () => s.inputOf(c.rank)!, [], () => 0n, len * es);
+      }
+    }
+    return;
+  }
+  const steps = new Steps(c);
+  for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+    toScratch(c, send, es, a, len, 1, 0);
+    await steps.all();
+    if (isRoot) c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, c.size, 0, len, c.stream);
+    await steps.all();
+  }
+}
+
+export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType): Promise<void> {
+  const es = DTYPE_BYTES[dtype];
+  const s = c.scratch;
+  const N = c.size;
+  if (alg === 'local') {
+    copy(c, recv, send, count * es);
+    return c.streamDone();
+  }
+  const steps = new Steps(c);
+  const at = (k: number, a: number) => recv + B((k * count + a) * es);
+  for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+    toScratch(c, send, es, a, len, 1, 0);
+    if (alg === 'staged') {
+      copy(c, at(c.rank, a), s.inputOf(c.rank)!, len * es);
+      await c.streamDone();
+      await exchange(c, othersOf(c), () => s.inputOf(c.rank)!, othersOf(c), (k) => at(k, a), len * es);
+      continue;
+    }
+    await steps.all();
+    for (let k = 0; k < N; k++) copy(c, at(k, a), s.inputOf(k)!, len * es);
+    await steps.all();
+  }
+  await c.streamDone();
+}
+
+export async function reduceScatter(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp): Promise<void> {
+  const es = DTYPE_BYTES[dtype];
+  const s = c.scratch;
+  const N = c.size;
+  if (alg === 'local') {
+    copy(c, recv, send, count * es);
+    return c.streamDone();
+  }
+  const steps = new Steps(c);
+  const A = s.inputOf(c.rank)!;
+  if (alg === 'staged') {
+    const max = Math.floor(Math.min(s.bytes / N, s.slotBytes) / es);
+    for (const [a, len] of pieces(count, max)) {
+      toScratch(c, send, es, a, len, N, count);
+      copy(c, s.landing(c.rank), A + B(c.rank * len * es), len * es);
+      await c.streamDone();
+      const others = othersOf(c);
+      await exchange(c, others, (k) => A + B(k * len * es), others, (k) => s.landing(k), len * es);
+      c.kernels.reduce(op, dtype, recv + B(a * es), s.landingTable, N, 0, len, c.stream);
+      await c.streamDone();
+    }
+    return;
+  }
+  for (const [a, len] of pieces(count, Math.floor(s.bytes / (N * es)))) {
+    toScratch(c, send, es, a, len, N, count);
+    await steps.all();
+    c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, N, c.rank * len, len, c.stream);
+    await steps.all();
+  }
+}
+
+export async function alltoall(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType): Promise<void> {
+  const es = DTYPE_BYTES[dtype];
+  const s = c.scratch;
+  const N = c.size;
+  if (alg === 'local') {
+    copy(c, recv, send, count * es);
+    return c.streamDone();
+  }
+  const steps = new Steps(c);
+  const A = s.inputOf(c.rank)!;
+  const at = (k: number, a: number) => recv + B((k * count + a) * es);
+  for (const [a, len] of pieces(count, Math.floor(s.bytes / (N * es)))) {
+    toScratch(c, send, es, a, len, N, count);
+    if (alg === 'staged') {
+      copy(c, at(c.rank, a), A + B(c.rank * len * es), len * es);
+      await c.streamDone();
+      const others = othersOf(c);
+      await exchange(c, others, (k) => A + B(k * len * es), others, (k) => at(k, a), len * es);
+      continue;
+    }
+    await steps.all();
+    for (let k = 0; k < N; k++) copy(c, at(k, a), s.inputOf(k)! + B(c.rank * len * es), len * es);
+    await steps.all();
+  }
+  await c.streamDone();
+}

@@ -1,0 +1,499 @@
+/**
+ * A Communicator: the N ranks of one job on one machine, and the
+ * collectives among them on device buffers.
+ *
+ * Calls are made by every rank in the same order (as with NCCL and MPI) and
+ * run one at a time per communicator, in call order. Each call's steps are
+ * queued on the caller's stream (default: the legacy default stream, so
+ * work queued there before the call is done first, as for a send); the
+ * returned promise resolves once that stream has reached the call's last
+ * step, with the algorithm that ran. Ranks synchronise between steps with
+ * host control frames (control.ts, behind RankSync).
+ *
+ * Failure: an error in a call, a lost rank, or a timeout aborts the
+ * communicator on every rank (ABORT frames carry the first cause): every
+ * pending and later call rejects with CommunicatorAbortedError, and the
+ * communicator frees what it holds. Never a hang.
+ */
+import { EventEmitter } from 'node:events';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { assertHandle, assertPtr } from '../cuda/validate.js';
+import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+import type { Endpoint } from '../endpoint.js';
+import { CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
+import { DTYPE_BYTES, isDType, isReduceOp, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import type { Transport } from '../transport.js';
+import * as algo from './algorithms.js';
+import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
+import { ControlPlane } from './control.js';
+import { ReduceKernels } from './reduce-kernels.js';
+import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
+import { Scratch } from './scratch.js';
+import { sweepDeadSegments } from '../segment-owner.js';
+import { envCommunicator, envTracePath, type Env } from '../env.js';
+import { FileTracer } from '../trace.js';
+
+export type { Algorithm };
+export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier';
+
+export interface CommunicatorOptions {
+  /** Default time limit of each call, ms (default 60000); a call past it aborts the communicator. */
+  timeoutMs?: number;
+  /** Bytes of each of the three scratch regions per rank (default 4 MiB): larger calls go in pieces. */
+  scratchBytes?: number;
+  /** allreduce: one-shot up to this many bytes (default 256 KiB)… */
+  oneShotMaxBytes?: number;
+  /** …two-shot up to this many (default 8 MiB), the copy-engine pipeline above. */
+  twoShotMaxBytes?: number;
+  /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch. */
+  algorithm?: Exclude<Algorithm, 'local'>;
+  /** Append a 'collective' record per completed call to this JSON-lines trace (default: $SMCUDA_TRACE, as the transport's). */
+  trace?: string;
+}
+
+export interface CallOptions {
+  /** The stream the call is ordered on (default 0n, the legacy default stream). */
+  stream?: StreamHandle;
+  /** This call's time limit, ms (default: the communicator's). */
+  timeoutMs?: number;
+  /** Force this call's algorithm (allreduce: any; the others: 'one-shot' or 'staged'). */
+  algorithm?: Exclude<Algorithm, 'local'>;
+}
+
+export interface CollectiveResult {
+  op: CollectiveOp;
+  algorithm: Algorithm;
+  /** Bytes of this rank's input. */
+  bytes: number;
+  /** Host wall time of the call, µs. */
+  us: number;
+}
+
+export interface CommunicatorStats {
+  rank: number;
+  size: number;
+  /** Whether every rank mapped every peer's scratch (else every call is staged) and why not. */
+  mapped: boolean;
+  stagedReason?: string;
+  calls: number;
+  byOp: Partial<Record<CollectiveOp, number>>;
+  byAlgorithm: Partial<Record<Algorithm, number>>;
+  /** Bytes copied from caller buffers into registered scratch (the price of unregistered buffers). */
+  scratchCopyBytes: number;
+  scratchBytes: number;
+  /** The PTX module's load time, ms (the first load JIT-compiles). */
+  moduleLoadMs: number;
+  last?: CollectiveResult & { dtype?: DType; count?: number };
+  aborted?: string;
+}
+
+export interface CommunicatorEvents {
+  /** A call completed: for traces. */
+  collective: [result: CollectiveResult & { dtype?: DType; count?: number }];
+  /** The communicator aborted (every rank gets it). */
+  abort: [error: CommunicatorAbortedError];
+}
+
+export interface FromEndpointsOptions extends CommunicatorOptions {
+  transport: Transport;
+  rank: number;
+  size: number;
+  /** An open endpoint to every other rank, by rank (this rank's own index is skipped). */
+  endpoints: ReadonlyMap<number, Endpoint> | readonly (Endpoint | undefined)[];
+}
+
+const MiB = 1024 * 1024;
+/** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
+const ABORT_LINGER_MS = 1000;
+
+function positive(name: string, v: unknown, dflt: number, min = 1): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min) throw new ConfigError(`${name} must be a number ≥ ${min}, got ${String(v)}`);
+  return v;
+}
+
+export class Communicator extends EventEmitter<CommunicatorEvents> {
+  readonly rank: number;
+  readonly size: number;
+  readonly transport: Transport;
+  readonly driver: CudaDriver;
+  private readonly control: ControlPlane;
+  private readonly endpoints: Map<number, Endpoint>;
+  private scratch!: Scratch;
+  private readonly kernels: ReduceKernels;
+  private event: EventHandle | undefined;
+  private readonly timeoutMs: number;
+  private readonly scratchBytes: number;
+  private readonly oneShotMax: number;
+  private readonly twoShotMax: number;
+  private readonly forced: CommunicatorOptions['algorithm'];
+  private seq = 0;
+  private queue: Promise<unknown> = Promise.resolve();
+  private abortError: CommunicatorAbortedError | undefined;
+  private readonly abortWaiters = new Set<(err: Error) => void>();
+  private closed = false;
+  private released: Promise<void> | undefined;
+  /** Set on abort: the linger, then the release (close() waits for it rather than closing early). */
+  private aborting: Promise<void> | undefined;
+  private readonly streamsUsed = new Set<StreamHandle>();
+  private readonly counters: CommunicatorStats;
+  private readonly tracer: FileTracer | undefined;
+
+  private constructor(
+    transport: Transport,
+    rank: number,
+    size: number,
+    endpoints: Map<number, Endpoint>,
+    opts: CommunicatorOptions,
+    private readonly owned: { socket: string; dir: string } | undefined,
+  ) {
+    super();
+    this.transport = transport;
+    this.driver = transport.driver;
+    this.rank = rank;
+    this.size = size;
+    this.endpoints = endpoints;
+    this.timeoutMs = positive('timeoutMs', opts.timeoutMs, 60_000);
+    this.scratchBytes = Math.ceil(positive('scratchBytes', opts.scratchBytes, 4 * MiB, 256 * size) / 256) * 256;
+    this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, 256 * 1024, 0);
+    this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, 8 * MiB, 0);
+    if (opts.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
+    this.forced = opts.algorithm;
+    this.kernels = new ReduceKernels(this.driver);
+    const tracePath = opts.trace ?? envTracePath();
+    this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
+    this.control = new ControlPlane(rank, endpoints, (err) => this.onAbort(err));
+    this.counters = { rank, size, mapped: true, calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
+  }
+
+  /** Joins the job through a rendezvous directory: makes this rank's Transport and the full mesh (see rendezvous.ts). */
+  static async create(options: RendezvousOptions & CommunicatorOptions): Promise<Communicator> {
+    const mesh = await joinMesh(options);
+    try {
+      return await Communicator.start(mesh.transport, options.rank, options.size, mesh.endpoints, options, { socket: mesh.socket, dir: options.dir });
+    } catch (err) {
+      await mesh.transport.close();
+      rmSync(mesh.socket, { force: true });
+      throw err;
+    }
+  }
+
+  /** As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device: LOCAL_RANK % devices). */
+  static async fromEnv(options: Partial<RendezvousOptions> & CommunicatorOptions = {}, env?: Env): Promise<Communicator> {
+    const e = envCommunicator(env);
+    const rank = options.rank ?? e.rank;
+    const size = options.size ?? e.size;
+    const dir = options.dir ?? e.rendezvous;
+    if (rank === undefined || size === undefined) throw new ConfigError('RANK and WORLD_SIZE must be set (as torchrun sets them), or rank and size given');
+    if (!dir) throw new ConfigError('SMCUDA_RENDEZVOUS must name the rendezvous directory (shared by every rank)');
+    const localRank = options.localRank ?? e.localRank;
+    const token = options.token ?? e.token;
+    return Communicator.create({ ...options, rank, size, dir, ...(token !== undefined ? { token } : {}), ...(localRank !== undefined ? { localRank } : {}) });
+  }
+
+  /** Over endpoints the application already has (it keeps owning them and their transport). */
+  static async fromEndpoints(options: FromEndpointsOptions): Promise<Communicator> {
+    checkRankSize(options.rank, options.size);
+    const eps = new Map<number, Endpoint>();
+    const given = options.endpoints;
+    const entries: Array<[number, Endpoint | undefined]> = given instanceof Map ? [...given.entries()] : [...(given as readonly (Endpoint | undefined)[]).entries()];
+    for (const [k, ep] of entries) if (k !== options.rank && ep) eps.set(k, ep);
+    for (let k = 0; k < options.size; k++) {
+      if (k !== options.rank && !eps.has(k)) throw new ConfigError(`endpoints has no endpoint to rank ${k}`);
+    }
+    return Communicator.start(options.transport, options.rank, options.size, eps, options, undefined);
+  }
+
+  private static async start(transport: Transport, rank: number, size: number, endpoints: Map<number, Endpoint>, opts: CommunicatorOptions, owned: { socket: string; dir: string } | undefined): Promise<Communicator> {
+    const c = new Communicator(transport, rank, size, endpoints, opts, owned);
+    c.control.start();
+    try {
+      // Every endpoint must lead to the rank it is filed under, in a job of the same size.
+      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size }), c.timeoutMs, 'set-up');
+      for (const [k, h] of hello) {
+        if (h.rank !== k || h.size !== size) throw new ConfigError(`the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${rank} of ${size}): check the endpoints and ranks`);
+      }
+      c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
+    } catch (err) {
+      c.control.stop();
+      c.tracer?.close();
+      throw err;
+    }
+    c.counters.mapped = c.scratch.mapped;
+    if (c.scratch.reason) c.counters.stagedReason = c.scratch.reason;
+    c.event = c.driver.eventCreate({ disableTiming: true });
+    return c;
+  }
+
+  // ------------------------------------------------------------------ the collectives
+
+  /** recv[i] = op over every rank's send[i]; in place when recv is send (or absent). */
+  allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
+    const recv = a.recv ?? a.send;
+    this.check(a, [a.send, recv], a.op);
+    const bytes = a.count * DTYPE_BYTES[a.dtype];
+    return this.call('allreduce', a, bytes, () => this.chooseAllreduce(a.algorithm, bytes), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, a.op));
+  }
+
+  /** Every rank's recv gets root's send (count elements); root's recv defaults to its send. */
+  broadcast(a: { send?: DevicePtr; recv: DevicePtr; count: number; dtype: DType; root: number } & CallOptions): Promise<CollectiveResult> {
+    const send = a.send ?? a.recv;
+    this.check(a, [send, a.recv]);
+    this.checkRoot(a.root);
+    return this.call('broadcast', a, a.count * DTYPE_BYTES[a.dtype], () => this.chooseCopy(a.algorithm), (c, alg) => algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root));
+  }
+
+  /** root's recv[i] = op over every rank's send[i]; other ranks' recv is not written (pass any, e.g. send). */
+  reduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; root: number } & CallOptions): Promise<CollectiveResult> {
+    const recv = a.recv ?? a.send;
+    this.check(a, [a.send, recv], a.op);
+    this.checkRoot(a.root);
+    return this.call('reduce', a, a.count * DTYPE_BYTES[a.dtype], () => this.chooseCopy(a.algorithm), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, a.op, a.root));
+  }
+
+  /** recv (size × count elements) gets rank k's send at k × count; in place when send is recv + rank × count elements. */
+  allgather(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
+    this.check(a, [a.send, a.recv]);
+    return this.call('allgather', a, a.count * DTYPE_BYTES[a.dtype], () => this.chooseCopy(a.algorithm), (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype));
+  }
+
+  /** recv (count elements) = op over every rank's block `rank` of send (size × count elements). */
+  reduceScatter(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
+    this.check(a, [a.send, a.recv], a.op);
+    return this.call('reduce-scatter', a, this.size * a.count * DTYPE_BYTES[a.dtype], () => this.chooseCopy(a.algorithm), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, a.op));
+  }
+
+  /** Block k of send (count elements each, size blocks) goes to rank k, into its block `rank` of recv; in place allowed. */
+  alltoall(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
+    const recv = a.recv ?? a.send;
+    this.check(a, [a.send, recv]);
+    return this.call('alltoall', a, this.size * a.count * DTYPE_BYTES[a.dtype], () => this.chooseCopy(a.algorithm), (c, alg) => algo.alltoall(c, alg, a.send, recv, a.count, a.dtype));
+  }
+
+  /** Resolves once every rank called barrier (and the stream reached it). */
+  barrier(options: CallOptions = {}): Promise<CollectiveResult> {
+    if (options.stream !== undefined) assertHandle('stream', options.stream);
+    return this.call('barrier', options, 0, () => (this.size === 1 ? 'local' : 'one-shot'), async (c) => {
+      await c.streamDone();
+      const others = [...Array(this.size).keys()].filter((k) => k !== this.rank);
+      c.sync.signal(others, c.seq, 0);
+      await c.sync.wait(others, c.seq, 0);
+    });
+  }
+
+  /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
+  endpoint(rank: number): Endpoint {
+    const ep = this.endpoints.get(rank);
+    if (!ep) throw new RangeError(`no endpoint to rank ${rank}: ranks are 0 to ${this.size - 1}, and this is rank ${this.rank}`);
+    return ep;
+  }
+
+  stats(): CommunicatorStats {
+    return { ...this.counters, byOp: { ...this.counters.byOp }, byAlgorithm: { ...this.counters.byAlgorithm }, moduleLoadMs: this.kernels.loadMs, ...(this.abortError ? { aborted: this.abortError.message } : {}) };
+  }
+
+  /** Fails every pending call of every rank with `reason` (as a rank's failure does). */
+  abort(reason: Error = new SmcudaError('SMCUDA_ABORTED', 'aborted by the application')): void {
+    this.control.abort(this.wrap(reason), true);
+  }
+
+  /** Says goodbye to the peers, waits for this rank's queued work, frees the scratch, and closes the transport it made. */
+  async close(): Promise<void> {
+    if (this.closed) return this.released;
+    this.closed = true;
+    this.control.stop();
+    const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
+    for (const w of this.abortWaiters) w(closed);
+    this.abortWaiters.clear();
+    return this.aborting ?? this.release();
+  }
+
+  // ------------------------------------------------------------------ internals
+
+  private chooseAllreduce(forced: CallOptions['algorithm'], bytes: number): Algorithm {
+    if (this.size === 1) return 'local';
+    const want = forced ?? this.forced;
+    if (!this.scratch.mapped) return 'staged';
+    if (want) return want;
+    if (bytes <= this.oneShotMax) return 'one-shot';
+    return bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline';
+  }
+
+  /** The non-allreduce collectives: copies (and one kernel) through the mappings, or staged. */
+  private chooseCopy(forced: CallOptions['algorithm']): Algorithm {
+    if (this.size === 1) return 'local';
+    if (!this.scratch.mapped) return 'staged';
+    return (forced ?? this.forced) === 'staged' ? 'staged' : 'one-shot';
+  }
+
+  private check(a: { count: number; dtype: DType } & CallOptions, ptrs: DevicePtr[], op?: ReduceOp): void {
+    if (op !== undefined && this.size > 1 && !this.driver.gpuDrivenStatus().modules) {
+      // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
+      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.driver.gpuDrivenStatus().reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
+    }
+    if (!isDType(a.dtype)) throw new TypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
+    if (op !== undefined && !isReduceOp(op)) throw new TypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
+    if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new RangeError(`count must be a non-negative integer, got ${String(a.count)}`);
+    const es = BigInt(DTYPE_BYTES[a.dtype]);
+    for (const p of ptrs) {
+      assertPtr('buffer', p);
+      if (a.count > 0 && p % es !== 0n) throw new RangeError(`device pointers must be aligned to the element size (${es} bytes for ${a.dtype}), got 0x${p.toString(16)}`);
+    }
+    if (a.stream !== undefined) assertHandle('stream', a.stream);
+    if (a.timeoutMs !== undefined) positive('timeoutMs', a.timeoutMs, 0);
+    if (a.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(a.algorithm)) throw new TypeError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(a.algorithm)}`);
+  }
+
+  private checkRoot(root: unknown): void {
+    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size) throw new RangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
+  }
+
+  /** Queues one call; it runs once the calls before it are done, under its timeout, and fails with the communicator's abort. */
+  private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, choose: () => Algorithm, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
+    if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
+    if (this.abortError) return Promise.reject(this.abortError);
+    const seq = ++this.seq;
+    const stream = o.stream ?? 0n;
+    const timeoutMs = o.timeoutMs ?? this.timeoutMs;
+    const p = this.queue.then(async () => {
+      if (this.abortError) throw this.abortError;
+      const started = performance.now();
+      const algorithm = choose();
+      this.streamsUsed.add(stream);
+      const ctx: CallContext = {
+        driver: this.driver,
+        rank: this.rank,
+        size: this.size,
+        seq,
+        stream,
+        scratch: this.scratch,
+        sync: this.control,
+        kernels: this.kernels,
+        endpoint: (k) => this.endpoints.get(k)!,
+        streamDone: () => {
+          this.driver.eventRecord(this.event!, stream);
+          return this.driver.whenComplete(this.event!);
+        },
+        copied: (n) => (this.counters.scratchCopyBytes += n),
+      };
+      try {
+        await this.withTimeout(run(ctx, algorithm), timeoutMs, `${op} #${seq}`);
+      } catch (err) {
+        if (err instanceof CommunicatorAbortedError) throw err;
+        const wrapped = this.wrap(err as Error);
+        this.control.abort(wrapped, true);
+        throw this.abortError ?? wrapped;
+      }
+      const result: CollectiveResult & { dtype?: DType; count?: number } = { op, algorithm, bytes, us: Math.round((performance.now() - started) * 1000) };
+      if (o.dtype) {
+        result.dtype = o.dtype;
+        result.count = o.count;
+      }
+      this.counters.calls++;
+      this.counters.byOp[op] = (this.counters.byOp[op] ?? 0) + 1;
+      this.counters.byAlgorithm[algorithm] = (this.counters.byAlgorithm[algorithm] ?? 0) + 1;
+      this.counters.last = result;
+      debug('communicator rank %d: %s %s×%d by %s in %d µs', this.rank, op, o.dtype ?? '', o.count ?? 0, algorithm, result.us);
+      this.tracer?.collective({ rank: this.rank, size: this.size, seq, ...result });
+      this.emit('collective', result);
+      return { op, algorithm, bytes, us: result.us };
+    });
+    this.queue = p.catch(() => {});
+    return p;
+  }
+
+  /** `work`, failing with the communicator's abort, or with a timeout that aborts it. */
+  private withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = (err: Error) => finish(() => reject(err));
+      const timer = setTimeout(() => {
+        const err = new CommunicatorTimeoutError(`rank ${this.rank}: ${what} did not complete within ${ms} ms (a rank is stuck, or the ranks made different calls)`);
+        this.control.abort(this.wrap(err), true);
+        finish(() => reject(this.abortError ?? err));
+      }, ms);
+      const finish = (f: () => void) => {
+        clearTimeout(timer);
+        this.abortWaiters.delete(onAbort);
+        f();
+      };
+      if (this.abortError) return finish(() => reject(this.abortError));
+      this.abortWaiters.add(onAbort);
+      work.then(
+        (v) => finish(() => resolve(v)),
+        (e: Error) => finish(() => reject(e)),
+      );
+    });
+  }
+
+  private wrap(err: Error): CommunicatorAbortedError {
+    if (err instanceof CommunicatorAbortedError) return err;
+    if (err instanceof RankLostError) return new CommunicatorAbortedError(`rank ${err.rank} failed: ${err.message}`, err.rank, err.code, { cause: err });
+    const code = err instanceof SmcudaError ? err.code : 'SMCUDA_ERROR';
+    return new CommunicatorAbortedError(`rank ${this.rank} failed: ${err.message}`, this.rank, code, { cause: err });
+  }
+
+  private onAbort(err: CommunicatorAbortedError): void {
+    if (this.abortError) return;
+    this.abortError = err;
+    debug('communicator rank %d: aborted: %s', this.rank, err.message);
+    for (const w of this.abortWaiters) w(err);
+    this.abortWaiters.clear();
+    this.emit('abort', err);
+    // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
+    this.aborting = this.lingerThenRelease();
+    void this.aborting.then(() => {
+      if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
+      // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).
+      if (this.owned) for (const f of [`r${err.failedRank}.sock`, `r${err.failedRank}.sock.fd`]) rmSync(join(this.owned.dir, f), { force: true });
+      const swept = sweepDeadSegments();
+      if (swept.length > 0) debug('communicator rank %d: removed %d segment(s) of the lost rank', this.rank, swept.length);
+    });
+  }
+
+  /**
+   * After an abort, a transport this communicator made stays open until every
+   * peer closed its side or ABORT_LINGER_MS passed: a peer that saw this rank
+   * close before its ABORT arrived (they travel different ways) would report
+   * this rank lost instead of the real cause.
+   */
+  private async lingerThenRelease(): Promise<void> {
+    if (this.owned) {
+      const open = [...this.endpoints.values()].filter((ep) => !ep.closed);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(open.map((ep) => new Promise<void>((resolve) => (ep.closed ? resolve() : ep.once('close', () => resolve()))))),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, ABORT_LINGER_MS))),
+      ]);
+      clearTimeout(timer);
+    }
+    return this.release();
+  }
+
+  private release(): Promise<void> {
+    this.released ??= (async () => {
+      for (const s of this.streamsUsed) {
+        try {
+          this.driver.streamSynchronize(s);
+        } catch (err) {
+          debug('communicator rank %d: a stream failed while closing: %s', this.rank, (err as Error).message);
+        }
+      }
+      this.scratch?.release();
+      try {
+        this.kernels.unload();
+        if (this.event !== undefined) this.driver.eventDestroy(this.event);
+      } catch (err) {
+        debug('communicator rank %d: %s', this.rank, (err as Error).message);
+      }
+      this.event = undefined;
+      this.tracer?.close();
+      if (this.owned) {
+        await this.transport.close();
+        for (const f of [this.owned.socket, `${this.owned.socket}.fd`]) rmSync(f, { force: true });
+      }
+    })();
+    return this.released;
+  }
+}

@@ -1,0 +1,204 @@
+/**
+ * The communicator's host control plane: small JSON messages between ranks
+ * over their endpoints, on a reserved tag. It carries the set-up exchanges,
+ * the step signals the collectives synchronise on (behind `RankSync`, so
+ * device-side flags can replace them), and ABORT: the first failure of any
+ * rank reaches every other rank with its original code and message.
+ *
+ * A peer whose endpoint closes without saying BYE is lost: the communicator
+ * aborts. One that said BYE (closed its communicator) aborts only a later
+ * wait that needs it.
+ */
+import type { Endpoint } from '../endpoint.js';
+import { CommunicatorAbortedError, PeerLostError } from '../errors.js';
+
+/** Tags reserved on the communicator's endpoints (not for the application's own messages). */
+export const CONTROL_TAG = 0xfffffff0;
+export const DATA_TAG = 0xfffffff1;
+
+type ControlMessage =
+  | { t: 'sig'; seq: number; step: number }
+  | { t: 'put'; key: string; value: unknown }
+  | { t: 'abort'; rank: number; code: string; message: string }
+  | { t: 'bye' };
+
+/** How ranks wait for each other between the steps of a collective: host frames today, device flags later. */
+export interface RankSync {
+  /** Tells `peers` that this rank reached step `step` of call `seq`. */
+  signal(peers: readonly number[], seq: number, step: number): void;
+  /** Resolves once every one of `peers` signalled step `step` of call `seq`; rejects when the communicator aborts. */
+  wait(peers: readonly number[], seq: number, step: number): Promise<void>;
+}
+
+interface Waiter {
+  key: string;
+  peers: readonly number[];
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+export class ControlPlane implements RankSync {
+  /** Messages by key ('s:<seq>:<step>' or 'p:<key>'), then by sending rank. */
+  private readonly inbox = new Map<string, Map<number, unknown>>();
+  private readonly waiters = new Set<Waiter>();
+  private readonly departed = new Set<number>();
+  private aborted: CommunicatorAbortedError | undefined;
+  private stopped = false;
+  private readonly offs: Array<() => void> = [];
+  /** Withdraws the pending control receives on stop (the endpoints may be the application's and stay open). */
+  private readonly reading = new AbortController();
+
+  constructor(
+    readonly rank: number,
+    private readonly peers: ReadonlyMap<number, Endpoint>,
+    /** Called once, with the error every call now fails with. */
+    private readonly onAbort: (err: CommunicatorAbortedError) => void,
+  ) {}
+
+  start(): void {
+    for (const [peer, ep] of this.peers) {
+      const onClose = (err?: Error) => {
+        // The peer's last messages (ABORT, BYE) may have resolved the pending receive in this same
+        // tick: let the reader handle them first, so the cause reported is theirs, not the close.
+        setImmediate(() => {
+          if (this.stopped || this.aborted) return;
+          if (this.departed.has(peer)) return this.failDepartedWaits();
+          const lost = new PeerLostError(`rank ${peer} (pid ${ep.peerPid}) was lost${err ? `: ${err.message}` : ''}`, { cause: err });
+          // Told to every other rank too: they may see this rank close (as it cleans up) before they see the lost one.
+          this.abort(new CommunicatorAbortedError(`rank ${peer} failed: ${lost.message}`, peer, lost.code, { cause: lost }), true);
+        });
+      };
+      ep.on('close', onClose);
+      this.offs.push(() => ep.off('close', onClose));
+      if (ep.closed) onClose();
+      void this.read(peer, ep);
+    }
+  }
+
+  private async read(peer: number, ep: Endpoint): Promise<void> {
+    while (!this.stopped && !this.aborted) {
+      let msg: ControlMessage;
+      try {
+        const r = await ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal });
+        msg = JSON.parse(decoder.decode(r.data as Uint8Array)) as ControlMessage;
+      } catch {
+        return; // the endpoint closed: its 'close' listener decides
+      }
+      this.receive(peer, msg);
+    }
+  }
+
+  private receive(peer: number, msg: ControlMessage): void {
+    switch (msg.t) {
+      case 'sig':
+        this.arrive(`s:${msg.seq}:${msg.step}`, peer, true);
+        break;
+      case 'put':
+        this.arrive(`p:${msg.key}`, peer, msg.value);
+        break;
+      case 'abort':
+        this.abort(new CommunicatorAbortedError(`rank ${msg.rank} failed: ${msg.message}`, msg.rank, msg.code), false);
+        break;
+      case 'bye':
+        this.departed.add(peer);
+        break;
+    }
+  }
+
+  private arrive(key: string, peer: number, value: unknown): void {
+    let m = this.inbox.get(key);
+    if (!m) this.inbox.set(key, (m = new Map()));
+    m.set(peer, value);
+    for (const w of this.waiters) {
+      if (w.key === key && w.peers.every((p) => m.has(p))) {
+        this.waiters.delete(w);
+        w.resolve();
+      }
+    }
+  }
+
+  private send(peer: number, msg: ControlMessage): void {
+    const ep = this.peers.get(peer);
+    if (!ep || ep.closed) return;
+    ep.send(encoder.encode(JSON.stringify(msg)), { tag: CONTROL_TAG }).catch(() => {
+      // a lost peer is reported by its endpoint's 'close'
+    });
+  }
+
+  signal(peers: readonly number[], seq: number, step: number): void {
+    for (const p of peers) this.send(p, { t: 'sig', seq, step });
+  }
+
+  wait(peers: readonly number[], seq: number, step: number): Promise<void> {
+    return this.waitKey(`s:${seq}:${step}`, peers).then(() => {
+      this.inbox.delete(`s:${seq}:${step}`);
+    });
+  }
+
+  /** Sends `value` under `key` to every peer and resolves with every peer's value (set-up exchanges). */
+  async exchange<T>(key: string, value: T): Promise<Map<number, T>> {
+    for (const p of this.peers.keys()) this.send(p, { t: 'put', key, value });
+    await this.waitKey(`p:${key}`, [...this.peers.keys()]);
+    const got = this.inbox.get(`p:${key}`) ?? new Map();
+    this.inbox.delete(`p:${key}`);
+    return got as Map<number, T>;
+  }
+
+  private waitKey(key: string, peers: readonly number[]): Promise<void> {
+    if (this.aborted) return Promise.reject(this.aborted);
+    const gone = peers.find((p) => this.departed.has(p));
+    if (gone !== undefined) return Promise.reject(this.departedError(gone));
+    const m = this.inbox.get(key);
+    if (peers.every((p) => m?.has(p))) return Promise.resolve();
+    return new Promise((resolve, reject) => this.waiters.add({ key, peers, resolve, reject }));
+  }
+
+  private departedError(peer: number): CommunicatorAbortedError {
+    return new CommunicatorAbortedError(`rank ${peer} closed its communicator: every rank must make the same calls`, peer, 'SMCUDA_CLOSED');
+  }
+
+  private failDepartedWaits(): void {
+    for (const w of this.waiters) {
+      const gone = w.peers.find((p) => this.departed.has(p));
+      if (gone === undefined) continue;
+      this.waiters.delete(w);
+      w.reject(this.departedError(gone));
+    }
+  }
+
+  /**
+   * Fails every wait with `err`, once; `tellPeers`: this rank's own failure,
+   * sent to every peer as ABORT with its original code and message.
+   */
+  abort(err: CommunicatorAbortedError, tellPeers: boolean): void {
+    if (this.aborted || this.stopped) return;
+    this.aborted = err;
+    if (tellPeers) {
+      // The first failure as it happened: its rank (this one, or a lost peer) and its original code and message.
+      const cause = err.cause instanceof Error ? err.cause : err;
+      for (const p of this.peers.keys()) if (p !== err.failedRank) this.send(p, { t: 'abort', rank: err.failedRank, code: err.causeCode, message: cause.message });
+    }
+    for (const w of this.waiters) w.reject(err);
+    this.waiters.clear();
+    this.onAbort(err);
+  }
+
+  get abortError(): CommunicatorAbortedError | undefined {
+    return this.aborted;
+  }
+
+  /** Says BYE to every peer and stops listening (a normal close). */
+  stop(): void {
+    if (this.stopped) return;
+    if (!this.aborted) for (const p of this.peers.keys()) this.send(p, { t: 'bye' });
+    this.stopped = true;
+    this.reading.abort();
+    for (const off of this.offs.splice(0)) off();
+    const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
+    for (const w of this.waiters) w.reject(closed);
+    this.waiters.clear();
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * The reduction kernels of one communicator: the shipped PTX loaded once
+ * (the driver JIT-compiles it on first load and caches the result), entries
+ * looked up once each, launched with the arguments reduce.cu declares.
+ */
+import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
+import { reduceEntry, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
+
+const BLOCK = 256;
+const MAX_GRID = 1024;
+
+export class ReduceKernels {
+  private module: ModuleHandle | undefined;
+  private readonly functions = new Map<string, FunctionHandle>();
+  /** Milliseconds the module load took (the first load of a PTX text includes its JIT compilation). */
+  loadMs = 0;
+
+  constructor(private readonly driver: CudaDriver) {}
+
+  /** out[i] = op(table[0][offset+i], …, table[n-1][offset+i]) for i < count, on `stream`. */
+  reduce(op: ReduceOp, dtype: DType, out: DevicePtr, table: DevicePtr, n: number, offset: number, count: number, stream: StreamHandle): void {
+    if (count === 0) return;
+    const fn = this.fn(reduceEntry(op, dtype));
+    const grid = Math.min(MAX_GRID, Math.ceil(count / BLOCK));
+    this.driver.launchKernel(
+      fn,
+      { grid: [grid], block: [BLOCK] },
+      [
+        { type: 'ptr', value: out },
+        { type: 'ptr', value: table },
+        { type: 'u32', value: n },
+        { type: 'u64', value: BigInt(offset) },
+        { type: 'u64', value: BigInt(count) },
+      ],
+      stream,
+    );
+  }
+
+  private fn(entry: string): FunctionHandle {
+    let f = this.functions.get(entry);
+    if (f === undefined) {
+      if (this.module === undefined) {
+        const loaded = this.driver.moduleLoadData(PTX);
+        this.module = loaded.module;
+        this.loadMs = loaded.loadMs;
+      }
+      f = this.driver.moduleGetFunction(this.module, entry);
+      this.functions.set(entry, f);
+    }
+    return f;
+  }
+
+  unload(): void {
+    if (this.module === undefined) return;
+    const m = this.module;
+    this.module = undefined;
+    this.functions.clear();
+    this.driver.moduleUnload(m);
+  }
+}

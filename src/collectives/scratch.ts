@@ -1,0 +1,130 @@
+/**
+ * The communicator's registered scratch: one device allocation per rank,
+ * opened once by every peer through its IPC handle, in three regions of
+ * `bytes` each:
+ *
+ *   A  inputs: each call copies the caller's input here first (so caller
+ *      buffers need no registration, and in-place calls are safe), and peers
+ *      read it through their mappings;
+ *   B  partial results peers read (two-shot, pipeline);
+ *   C  landing: peers' data copied here (pipeline, staging), N slots.
+ *
+ * and two pointer tables for the reduction kernel: every rank's A (own and
+ * mapped, in rank order), and this rank's N landing slots in C.
+ */
+import type { CudaDriver, DevicePtr } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+import type { ControlPlane } from './control.js';
+
+export class Scratch {
+  /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
+  mapped = true;
+  /** Why not, where `mapped` is false. */
+  reason: string | undefined;
+  private readonly own: DevicePtr;
+  private readonly tables: DevicePtr;
+  private readonly peerBase = new Map<number, DevicePtr>();
+  private released = false;
+
+  private constructor(
+    private readonly driver: CudaDriver,
+    readonly rank: number,
+    readonly size: number,
+    /** Bytes per region. */
+    readonly bytes: number,
+  ) {
+    this.own = driver.memAlloc(3 * bytes);
+    try {
+      this.tables = driver.memAlloc(16 * size);
+    } catch (err) {
+      driver.memFree(this.own);
+      throw err;
+    }
+  }
+
+  /** Allocates this rank's scratch and opens every peer's (a collective call: every rank makes it). */
+  static async open(driver: CudaDriver, control: ControlPlane, rank: number, size: number, bytes: number): Promise<Scratch> {
+    const s = new Scratch(driver, rank, size, bytes);
+    try {
+      const handle = size > 1 ? Buffer.from(driver.ipcGetMemHandle(s.own)).toString('base64') : '';
+      const handles = await control.exchange('scratch', handle);
+      let failure: string | undefined;
+      for (const [peer, h] of handles) {
+        try {
+          s.peerBase.set(peer, driver.ipcOpenMemHandle(new Uint8Array(Buffer.from(h, 'base64'))));
+        } catch (err) {
+          failure ??= `rank ${rank} cannot open rank ${peer}'s scratch: ${(err as Error).message}`;
+        }
+      }
+      const oks = await control.exchange('mapped', failure ?? '');
+      const reason = failure ?? [...oks.values()].find((r) => r !== '');
+      if (reason) {
+        s.mapped = false;
+        s.reason = reason;
+        debug('communicator rank %d: staging through the endpoints, %s', rank, reason);
+      }
+      const table = new BigUint64Array(2 * size);
+      for (let k = 0; k < size; k++) {
+        table[k] = s.inputOf(k) ?? 0n;
+        table[size + k] = s.landing(k);
+      }
+      driver.memcpyHtoD(s.tables, new Uint8Array(table.buffer));
+      return s;
+    } catch (err) {
+      s.release();
+      throw err;
+    }
+  }
+
+  /** Rank k's region A (own or mapped); undefined where it is not mapped here. */
+  inputOf(k: number): DevicePtr | undefined {
+    return k === this.rank ? this.own : this.peerBase.get(k);
+  }
+
+  /** Rank k's region B (own or mapped). */
+  partialOf(k: number): DevicePtr | undefined {
+    const a = this.inputOf(k);
+    return a === undefined ? undefined : a + BigInt(this.bytes);
+  }
+
+  /** Bytes per landing slot: C split in `size` slots, 256-byte aligned. */
+  get slotBytes(): number {
+    return Math.floor(this.bytes / this.size / 256) * 256;
+  }
+
+  /** This rank's landing slot for rank k's data, in C. */
+  landing(k: number): DevicePtr {
+    return this.own + BigInt(2 * this.bytes + k * this.slotBytes);
+  }
+
+  /** Device table of every rank's A. */
+  get inputTable(): DevicePtr {
+    return this.tables;
+  }
+
+  /** Device table of this rank's landing slots. */
+  get landingTable(): DevicePtr {
+    return this.tables + BigInt(8 * this.size);
+  }
+
+  /** Closes the peers' mappings and frees this rank's scratch (after the work using them is done). */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    for (const p of this.peerBase.values()) {
+      try {
+        this.driver.ipcCloseMemHandle(p);
+      } catch (err) {
+        debug('communicator: closing a peer scratch mapping failed: %s', (err as Error).message);
+      }
+    }
+    this.peerBase.clear();
+    for (const p of [this.own, this.tables]) {
+      try {
+        this.driver.memFree(p);
+      } catch (err) {
+        debug('communicator: freeing scratch failed: %s', (err as Error).message);
+      }
+    }
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * The element types and reduction operations the kernels in reduce.cu are
+ * built for, and the names of their entries: one table that the collectives,
+ * the TypeScript twins and the tests share.
+ */
+export const DTYPES = ['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8'] as const;
+export type DType = (typeof DTYPES)[number];
+
+export const REDUCE_OPS = ['sum', 'avg', 'min', 'max', 'prod'] as const;
+export type ReduceOp = (typeof REDUCE_OPS)[number];
+
+/** Bytes per element. */
+export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2, f64: 8, i32: 4, i64: 8, u8: 1 };
+
+export function isDType(v: unknown): v is DType {
+  return typeof v === 'string' && (DTYPES as readonly string[]).includes(v);
+}
+
+export function isReduceOp(v: unknown): v is ReduceOp {
+  return typeof v === 'string' && (REDUCE_OPS as readonly string[]).includes(v);
+}
+
+/** `smcuda_reduce_<op>_<dtype>(out, table, n, offset, count)`. */
+export function reduceEntry(op: ReduceOp, dtype: DType): string {
+  return `smcuda_reduce_${op}_${dtype}`;
+}
+
+/** `smcuda_div_<dtype>(data, count, n)`: the avg epilogue. */
+export function divEntry(dtype: DType): string {
+  return `smcuda_div_${dtype}`;
+}

@@ -1,0 +1,138 @@
+/**
+ * The TypeScript twins of reduce.cu's entries, run by the simulated driver
+ * with the same arguments. Same semantics, element for element: the same
+ * accumulation types (f16/bf16 in f32 with round-to-nearest-even on the
+ * store, i32 in an exact integer, u8 in u32, i64 wrapping), the same fold
+ * order (inputs 0..n-1, left to right), the same comparisons for min/max
+ * (`x < acc ? x : acc`) and the same integer division (toward zero).
+ */
+import type { KernelArg } from '../../cuda/driver.js';
+import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../dtypes.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from './half.js';
+import type { KernelTwin, TwinMemory } from './twin.js';
+
+/** One dtype's loads, stores and arithmetic in its accumulator type (number or bigint). */
+interface Arith<A> {
+  load(v: DataView, at: number): A;
+  store(v: DataView, at: number, a: A): void;
+  add(a: A, b: A): A;
+  mul(a: A, b: A): A;
+  div(a: A, n: number): A;
+}
+
+const LE = true;
+const fround = Math.fround;
+
+const floatArith = (load: (v: DataView, at: number) => number, store: (v: DataView, at: number, a: number) => void): Arith<number> => ({
+  load,
+  store,
+  add: (a, b) => fround(a + b),
+  mul: (a, b) => fround(a * b),
+  div: (a, n) => fround(a / n),
+});
+
+const f64Arith: Arith<number> = { load: (v, at) => v.getFloat64(at, LE), store: (v, at, a) => v.setFloat64(at, a, LE), add: (a, b) => a + b, mul: (a, b) => a * b, div: (a, n) => a / n };
+// i32 sums exactly (as the kernel's i64 accumulator), multiplies modulo 2^32 (the low half of the i64 product).
+const i32Arith: Arith<number> = { load: (v, at) => v.getInt32(at, LE), store: (v, at, a) => v.setInt32(at, a | 0, LE), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b), div: (a, n) => (a - (a % n)) / n };
+const i64Arith: Arith<bigint> = {
+  load: (v, at) => v.getBigInt64(at, LE),
+  store: (v, at, a) => v.setBigInt64(at, a, LE),
+  add: (a, b) => BigInt.asIntN(64, a + b),
+  mul: (a, b) => BigInt.asIntN(64, a * b),
+  div: (a, n) => a / BigInt(n),
+};
+const u8Arith: Arith<number> = { load: (v, at) => v.getUint8(at), store: (v, at, a) => v.setUint8(at, a & 0xff), add: (a, b) => (a + b) >>> 0, mul: (a, b) => Math.imul(a, b) >>> 0, div: (a, n) => Math.floor(a / n) };
+
+const ARITH: Record<DType, Arith<number> | Arith<bigint>> = {
+  f32: floatArith((v, at) => v.getFloat32(at, LE), (v, at, a) => v.setFloat32(at, a, LE)),
+  f16: floatArith((v, at) => f16ToF32(v.getUint16(at, LE)), (v, at, a) => v.setUint16(at, f32ToF16(a), LE)),
+  bf16: floatArith((v, at) => bf16ToF32(v.getUint16(at, LE)), (v, at, a) => v.setUint16(at, f32ToBf16(a), LE)),
+  f64: f64Arith,
+  i32: i32Arith,
+  i64: i64Arith,
+  u8: u8Arith,
+};
+
+function dataView(bytes: Uint8Array): DataView {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** `out[i] = op(in_0[off+i], ..., in_{n-1}[off+i])` over plain byte views: the twin's core, also the tests' reference. */
+export function reduceInto(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readonly Uint8Array[], count: number): void {
+  const size = DTYPE_BYTES[dtype];
+  const a = ARITH[dtype] as Arith<number | bigint> as Arith<number>; // one accumulator type per dtype; the casts only unify the table
+  const outs = dataView(out);
+  const ins = inputs.map(dataView);
+  const n = ins.length;
+  for (let i = 0; i < count; i++) {
+    const at = i * size;
+    let acc = a.load(ins[0]!, at);
+    for (let k = 1; k < n; k++) {
+      const x = a.load(ins[k]!, at);
+      switch (op) {
+        case 'sum':
+        case 'avg':
+          acc = a.add(acc, x);
+          break;
+        case 'prod':
+          acc = a.mul(acc, x);
+          break;
+        case 'min':
+          acc = x < acc ? x : acc;
+          break;
+        case 'max':
+          acc = x > acc ? x : acc;
+          break;
+      }
+    }
+    if (op === 'avg') acc = a.div(acc, n);
+    a.store(outs, at, acc);
+  }
+}
+
+/** `data[i] = data[i] / n` in the accumulator type, stored back. */
+export function divideInPlace(dtype: DType, data: Uint8Array, count: number, n: number): void {
+  const size = DTYPE_BYTES[dtype];
+  const a = ARITH[dtype] as Arith<number | bigint> as Arith<number>;
+  const v = dataView(data);
+  for (let i = 0; i < count; i++) a.store(v, i * size, a.div(a.load(v, i * size), n));
+}
+
+function u64(args: readonly KernelArg[], k: number): bigint {
+  return args[k]!.value as bigint;
+}
+
+function u32(args: readonly KernelArg[], k: number): number {
+  return args[k]!.value as number;
+}
+
+function reduceTwin(op: ReduceOp, dtype: DType): KernelTwin {
+  const size = DTYPE_BYTES[dtype];
+  return (memory: TwinMemory, args) => {
+    const out = u64(args, 0);
+    const table = u64(args, 1);
+    const n = u32(args, 2);
+    const offset = u64(args, 3);
+    const count = Number(u64(args, 4));
+    if (count === 0) return;
+    const t = dataView(memory.view(table, n * 8));
+    const inputs = [];
+    for (let k = 0; k < n; k++) inputs.push(memory.view(t.getBigUint64(k * 8, LE) + offset * BigInt(size), count * size));
+    reduceInto(op, dtype, memory.view(out, count * size), inputs, count);
+  };
+}
+
+function divTwin(dtype: DType): KernelTwin {
+  const size = DTYPE_BYTES[dtype];
+  return (memory, args) => {
+    const count = Number(u64(args, 1));
+    if (count === 0) return;
+    divideInPlace(dtype, memory.view(u64(args, 0), count * size), count, u32(args, 2));
+  };
+}
+
+/** Every entry of reduce.cu, by name. */
+export const REDUCE_TWINS: Readonly<Record<string, KernelTwin>> = Object.fromEntries([
+  ...DTYPES.flatMap((d) => REDUCE_OPS.map((op) => [reduceEntry(op, d), reduceTwin(op, d)] as const)),
+  ...DTYPES.map((d) => [divEntry(d), divTwin(d)] as const),
+]);

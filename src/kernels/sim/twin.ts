@@ -1,0 +1,13 @@
+import type { KernelArg, LaunchConfig } from '../../cuda/driver.js';
+
+/** What a kernel's TypeScript twin may touch: the simulated device memory, by pointer (own or mapped). */
+export interface TwinMemory {
+  /** The bytes [ptr, ptr+bytes); throws where they are not device memory of this process. */
+  view(ptr: bigint, bytes: number): Uint8Array;
+}
+
+/**
+ * A kernel as the simulated driver runs it: the same arguments, in the same
+ * order and types, as the PTX entry of the same name; the whole grid at once.
+ */
+export type KernelTwin = (memory: TwinMemory, args: readonly KernelArg[], config: LaunchConfig) => void;

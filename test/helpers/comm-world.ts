@@ -1,0 +1,79 @@
+/**
+ * N ranks in one test process: each its own simulated driver (a separate
+ * "process" to the simulator) and Transport, every pair joined by an
+ * in-memory channel, and a Communicator per rank over those endpoints.
+ */
+import { createMemoryChannelPair } from '../../src/channel/memory-channel.js';
+import { Communicator, type CommunicatorOptions } from '../../src/collectives/communicator.js';
+import type { Endpoint } from '../../src/endpoint.js';
+import { DTYPE_BYTES, type DType } from '../../src/kernels/dtypes.js';
+import { mulberry32 } from '../../src/cuda/sim/prng.js';
+import { makeSide, type Side } from './transport-pair.js';
+
+export interface World {
+  sides: Side[];
+  comms: Communicator[];
+  close(): Promise<void>;
+}
+
+export async function makeWorld(n: number, options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number } = {}): Promise<World> {
+  const { ipcOpenFails, devices = 2, ...commOptions } = options;
+  const sides = await Promise.all([...Array(n).keys()].map((i) => makeSide(`rank${i}`, i % devices, {}, ipcOpenFails ? { faults: { ipcOpenFails: true } } : {})));
+  const eps: Endpoint[][] = sides.map(() => []);
+  for (let i = 0; i < n; i++) {
+    for (let j = i + 1; j < n; j++) {
+      const [ci, cj] = createMemoryChannelPair({ names: [`rank${i}`, `rank${j}`] });
+      const [a, b] = await Promise.all([sides[i]!.transport.attach(ci), sides[j]!.transport.attach(cj)]);
+      eps[i]![j] = a;
+      eps[j]![i] = b;
+    }
+  }
+  const comms = await Promise.all(sides.map((s, r) => Communicator.fromEndpoints({ transport: s.transport, rank: r, size: n, endpoints: eps[r]!, ...commOptions })));
+  return {
+    sides,
+    comms,
+    async close() {
+      await Promise.all(comms.map((c) => c.close()));
+      for (const s of sides) {
+        await s.transport.close();
+        s.driver.close();
+      }
+    },
+  };
+}
+
+/** `count` elements of `dtype` from `seed`: small values, exact in every dtype, no NaN. */
+export function elements(dtype: DType, count: number, seed: number): Uint8Array {
+  const es = DTYPE_BYTES[dtype];
+  const bytes = new Uint8Array(count * es);
+  const v = new DataView(bytes.buffer);
+  const rnd = mulberry32(seed);
+  for (let i = 0; i < count; i++) {
+    const x = Math.floor(rnd() * 17) - 8; // -8..8
+    const at = i * es;
+    switch (dtype) {
+      case 'f32':
+        v.setFloat32(at, x / 4 + 0.1, true);
+        break;
+      case 'f64':
+        v.setFloat64(at, x / 4 + 0.1, true);
+        break;
+      case 'f16':
+        v.setUint16(at, [0x3c00, 0xbc00, 0x3555, 0x4200, 0x2e66, 0xc500, 0x0000, 0x3bff][(x + 8) % 8]!, true);
+        break;
+      case 'bf16':
+        v.setUint16(at, [0x3f80, 0xbf80, 0x3eaa, 0x4040, 0x3dcd, 0xc0a0, 0x0000, 0x3f7f][(x + 8) % 8]!, true);
+        break;
+      case 'i32':
+        v.setInt32(at, x * 100_003, true);
+        break;
+      case 'i64':
+        v.setBigInt64(at, BigInt(x) * 1_000_000_007n, true);
+        break;
+      case 'u8':
+        v.setUint8(at, (x + 8) * 15);
+        break;
+    }
+  }
+  return bytes;
+}

@@ -1,0 +1,23 @@
+/** `smcuda demo --collectives` as a user runs it, on the simulated driver: every op × dtype × size verified, JSON as documented. */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
+
+describe('smcuda demo --collectives', () => {
+  it('runs every collective × dtype × size among 3 ranks and verifies every element', async () => {
+    const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--ranks', '3', '--sizes', '0,1,1001,300K', '--json'], { timeout: 120_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    const r = JSON.parse(stdout) as { verified: boolean; ranks: number; driver: { kind: string }; collectives: { op: string; dtype: string; size: number; algorithm: string; verified: boolean }[] };
+    expect(r.verified).toBe(true);
+    expect(r.driver.kind).toBe('sim');
+    expect(r.collectives).toHaveLength(10 * 7 * 4);
+    expect(new Set(r.collectives.map((c) => c.op))).toEqual(new Set(['allreduce-sum', 'allreduce-avg', 'allreduce-min', 'allreduce-max', 'allreduce-prod', 'reduce', 'reduce-scatter', 'broadcast', 'allgather', 'alltoall']));
+    expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8']));
+    expect(r.collectives.every((c) => c.verified)).toBe(true);
+    // 300 KiB allreduces are past the one-shot limit (256 KiB): two-shot
+    expect(r.collectives.filter((c) => c.op.startsWith('allreduce') && c.size > 256 * 1024).every((c) => c.algorithm === 'two-shot')).toBe(true);
+    expect(r.collectives.find((c) => c.size === 0)).toMatchObject({ verified: true });
+  }, 120_000);
+});

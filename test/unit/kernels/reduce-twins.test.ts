@@ -1,0 +1,257 @@
+/**
+ * The reduction kernels as the simulated driver runs them: the shipped PTX
+ * loads, every entry has a TypeScript twin, launches check their arguments
+ * against the PTX parameters, and every op × dtype matches a reference
+ * written here independently of the twin (exact integers by BigInt, floats
+ * folded in rank order in f32 / f64, f16/bf16 rounded to nearest even).
+ */
+import { fc, test as propTest } from '@fast-check/vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { CudaError } from '../../../src/errors.js';
+import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { REDUCE_ENTRIES, REDUCE_PTX as PTX } from '../../../src/kernels/reduce.ptx.js';
+import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
+import { REDUCE_TWINS } from '../../../src/kernels/sim/reduce.js';
+
+const open: SimulatedCudaDriver[] = [];
+function sim(): SimulatedCudaDriver {
+  const d = new SimulatedCudaDriver({ env: {} });
+  open.push(d);
+  d.init();
+  d.setDevice(0);
+  return d;
+}
+afterEach(() => {
+  for (const d of open.splice(0)) d.close();
+});
+
+function codeOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(CudaError);
+    return (err as CudaError).code;
+  }
+  throw new Error('expected a CudaError');
+}
+
+/** The f16 nearest to `x` (exact arithmetic in doubles), ties to the even significand: the reference for f32ToF16. */
+function nearestF16(x: number): number {
+  if (Number.isNaN(x)) return 0x7fff;
+  const sign = x < 0 || Object.is(x, -0) ? 0x8000 : 0;
+  const a = Math.abs(x);
+  if (a >= 65520) return sign | 0x7c00; // 65504 + half an ulp (16) rounds to infinity
+  let best = 0;
+  let bestErr = Infinity;
+  // Candidates around a's magnitude: search the two f16 values that bracket it.
+  let lo = 0;
+  let hi = 0x7bff;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (f16ToF32(mid) <= a) lo = mid;
+    else hi = mid - 1;
+  }
+  for (const h of [lo, lo + 1]) {
+    const err = Math.abs(f16ToF32(h) - a);
+    if (err < bestErr || (err === bestErr && (h & 1) === 0)) {
+      best = h;
+      bestErr = err;
+    }
+  }
+  return sign | best;
+}
+
+describe('f16 and bf16 conversions', () => {
+  it('every finite f16 survives f16 → f32 → f16, and NaN becomes the canonical 0x7fff', () => {
+    for (let h = 0; h < 0x10000; h++) {
+      const exp = (h >> 10) & 0x1f;
+      if (exp === 0x1f && (h & 0x3ff) !== 0) expect(f32ToF16(f16ToF32(h))).toBe(0x7fff);
+      else expect(f32ToF16(f16ToF32(h))).toBe(h);
+    }
+  });
+
+  propTest.prop([fc.float({ noNaN: true })], { numRuns: 2000 })('f32 → f16 rounds to nearest, ties to even', (x) => {
+    expect(f32ToF16(x)).toBe(nearestF16(x));
+  });
+
+  it('ties go to the even significand (f16 and bf16)', () => {
+    expect(f32ToF16(1 + 2 ** -11)).toBe(0x3c00); // halfway between 1 and 1+2^-10: even is 1
+    expect(f32ToF16(1 + 3 * 2 ** -11)).toBe(0x3c02);
+    expect(f32ToBf16(1 + 2 ** -8)).toBe(0x3f80);
+    expect(f32ToBf16(1 + 3 * 2 ** -8)).toBe(0x3f82);
+    expect(f32ToBf16(NaN)).toBe(0x7fff);
+  });
+
+  propTest.prop([fc.float({ noNaN: true, noDefaultInfinity: true })], { numRuns: 2000 })('f32 → bf16 is the nearest bf16 (ties to even), bf16 → f32 exact', (x) => {
+    const b = f32ToBf16(x);
+    const y = bf16ToF32(b);
+    // the neighbours of the result are no nearer
+    for (const n of [b - 1, b + 1]) {
+      const z = bf16ToF32(n & 0xffff);
+      if (Number.isFinite(z) && Number.isFinite(y) && Math.sign(z) === Math.sign(y)) expect(Math.abs(z - x)).toBeGreaterThanOrEqual(Math.abs(y - x));
+    }
+  });
+});
+
+describe('the shipped PTX on the simulated driver', () => {
+  it('every .entry of reduce.ptx.ts has a twin, and every twin an entry', () => {
+    const entries = [...PTX.matchAll(/\.entry\s+(\w+)\s*\(/g)].map((m) => m[1]);
+    expect(entries).toEqual([...REDUCE_ENTRIES]);
+    expect(new Set(entries)).toEqual(new Set(Object.keys(REDUCE_TWINS)));
+    expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 1));
+    expect(PTX).toMatch(/^\.version 8\.0$/m);
+  });
+
+  it('says modules work; refuses what is not PTX, an unknown entry and arguments that do not match the parameters', () => {
+    const d = sim();
+    expect(d.gpuDrivenStatus().modules).toBe(true);
+    expect(codeOf(() => d.moduleLoadData('not ptx'))).toBe('CUDA_ERROR_INVALID_PTX');
+    expect(() => d.moduleLoadData('')).toThrow(RangeError);
+    const { module, loadMs } = d.moduleLoadData(PTX);
+    expect(loadMs).toBeGreaterThanOrEqual(0);
+    expect(codeOf(() => d.moduleGetFunction(module, 'nope'))).toBe('CUDA_ERROR_NOT_FOUND');
+    const fn = d.moduleGetFunction(module, reduceEntry('sum', 'f32'));
+    const cfg = { grid: [1] as [number], block: [32] as [number] };
+    expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
+    expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 1n }, { type: 'ptr', value: 1n }, { type: 'u64', value: 1n }, { type: 'u64', value: 0n }, { type: 'u64', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
+    expect(() => d.launchKernel(fn, { grid: [0], block: [1] }, [], 0n)).toThrow(RangeError); // as the native driver: before any driver call
+    d.moduleUnload(module);
+    expect(codeOf(() => d.launchKernel(fn, cfg, [], 0n))).toBe('CUDA_ERROR_INVALID_HANDLE');
+  });
+
+  it('fill.cu\'s smcuda_fill_u32 runs too (its twin)', () => {
+    const d = sim();
+    const { module } = d.moduleLoadData(FILL_PTX);
+    const fn = d.moduleGetFunction(module, 'smcuda_fill_u32');
+    const p = d.memAlloc(16);
+    d.memsetD8(p, 0, 16);
+    d.launchKernel(fn, { grid: [1], block: [64] }, [{ type: 'ptr', value: p }, { type: 'u32', value: 0xdeadbeef }, { type: 'u64', value: 3n }], 0n);
+    d.streamSynchronize(0n);
+    const host = new Uint8Array(16);
+    d.memcpyDtoH(host, p);
+    expect([...new Uint32Array(host.buffer)]).toEqual([0xdeadbeef, 0xdeadbeef, 0xdeadbeef, 0]);
+  });
+
+  it('a launch runs on its stream, later, never inside the call', async () => {
+    const d = sim();
+    const { module } = d.moduleLoadData(PTX);
+    const fn = d.moduleGetFunction(module, divEntry('i32'));
+    const p = d.memAlloc(8);
+    d.memcpyHtoD(p, new Uint8Array(new Int32Array([10, -7]).buffer));
+    const s = d.streamCreate();
+    d.launchKernel(fn, { grid: [1], block: [32] }, [{ type: 'ptr', value: p }, { type: 'u64', value: 2n }, { type: 'u32', value: 2 }], s);
+    const host = new Uint8Array(8);
+    d.memcpyDtoH(host, p);
+    expect([...new Int32Array(host.buffer)]).toEqual([10, -7]);
+    d.streamSynchronize(s);
+    d.memcpyDtoH(host, p);
+    expect([...new Int32Array(host.buffer)]).toEqual([5, -3]); // toward zero
+  });
+});
+
+/** Random raw element bytes of `dtype` (no NaN for floats: NaN comparisons are order-dependent). */
+function elementArb(dtype: DType): fc.Arbitrary<number | bigint> {
+  switch (dtype) {
+    case 'f32':
+      return fc.float({ noNaN: true, min: -1e6, max: 1e6 });
+    case 'f64':
+      return fc.double({ noNaN: true, min: -1e12, max: 1e12 });
+    case 'f16':
+      return fc.integer({ min: 0, max: 0xffff }).filter((h) => ((h >> 10) & 0x1f) !== 0x1f);
+    case 'bf16':
+      return fc.integer({ min: 0, max: 0xffff }).filter((h) => ((h >> 7) & 0xff) !== 0xff);
+    case 'i32':
+      return fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 });
+    case 'i64':
+      return fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n });
+    case 'u8':
+      return fc.integer({ min: 0, max: 255 });
+  }
+}
+
+function writeElem(v: DataView, dtype: DType, i: number, x: number | bigint): void {
+  const at = i * DTYPE_BYTES[dtype];
+  if (dtype === 'f32') v.setFloat32(at, x as number, true);
+  else if (dtype === 'f64') v.setFloat64(at, x as number, true);
+  else if (dtype === 'f16' || dtype === 'bf16') v.setUint16(at, x as number, true);
+  else if (dtype === 'i32') v.setInt32(at, x as number, true);
+  else if (dtype === 'i64') v.setBigInt64(at, x as bigint, true);
+  else v.setUint8(at, x as number);
+}
+
+/** The reference: each documented semantics spelled out plainly, per element. */
+function reference(op: ReduceOp, dtype: DType, xs: (number | bigint)[]): number | bigint {
+  const n = xs.length;
+  if (dtype === 'i32' || dtype === 'i64' || dtype === 'u8') {
+    const bits = dtype === 'i32' ? 32 : dtype === 'i64' ? 64 : 8;
+    const wrap = (v: bigint) => (dtype === 'u8' ? BigInt.asUintN(8, v) : BigInt.asIntN(bits, v));
+    const b = xs.map((x) => BigInt(x));
+    let r: bigint;
+    if (op === 'min') r = b.reduce((a, x) => (x < a ? x : a));
+    else if (op === 'max') r = b.reduce((a, x) => (x > a ? x : a));
+    else if (op === 'prod') r = wrap(b.reduce((a, x) => a * x));
+    else if (op === 'sum') r = wrap(b.reduce((a, x) => a + x));
+    else r = dtype === 'i64' ? wrap(b.reduce((a, x) => a + x)) / BigInt(n) : b.reduce((a, x) => a + x) / BigInt(n); // i32 and u8: exact sum
+    return dtype === 'i64' ? r : Number(r);
+  }
+  const toF = dtype === 'f16' ? f16ToF32 : dtype === 'bf16' ? bf16ToF32 : (x: number) => x;
+  const round = dtype === 'f64' ? (x: number) => x : Math.fround;
+  const v = (xs as number[]).map(toF);
+  let acc = v[0]!;
+  for (let k = 1; k < n; k++) {
+    const x = v[k]!;
+    if (op === 'sum' || op === 'avg') acc = round(acc + x);
+    else if (op === 'prod') acc = round(acc * x);
+    else if (op === 'min') acc = x < acc ? x : acc;
+    else acc = x > acc ? x : acc;
+  }
+  if (op === 'avg') acc = round(acc / n);
+  return dtype === 'f16' ? f32ToF16(acc) : dtype === 'bf16' ? f32ToBf16(acc) : acc;
+}
+
+function readElem(v: DataView, dtype: DType, i: number): number | bigint {
+  const at = i * DTYPE_BYTES[dtype];
+  if (dtype === 'f32') return v.getFloat32(at, true);
+  if (dtype === 'f64') return v.getFloat64(at, true);
+  if (dtype === 'f16' || dtype === 'bf16') return v.getUint16(at, true);
+  if (dtype === 'i32') return v.getInt32(at, true);
+  if (dtype === 'i64') return v.getBigInt64(at, true);
+  return v.getUint8(at);
+}
+
+describe('every op × dtype against the reference, through moduleLoadData and launchKernel', () => {
+  const caseArb = fc
+    .record({ op: fc.constantFrom(...REDUCE_OPS), dtype: fc.constantFrom(...DTYPES), n: fc.integer({ min: 1, max: 6 }), count: fc.integer({ min: 0, max: 40 }), offset: fc.integer({ min: 0, max: 5 }) })
+    .chain((c) => fc.record({ c: fc.constant(c), values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count + c.offset, maxLength: c.count + c.offset }), { minLength: c.n, maxLength: c.n }) }));
+
+  propTest.prop([caseArb], { numRuns: 300 })('out[i] = op over the n inputs at offset + i', ({ c, values }) => {
+    const d = sim();
+    const { module } = d.moduleLoadData(PTX);
+    const fn = d.moduleGetFunction(module, reduceEntry(c.op, c.dtype));
+    const size = DTYPE_BYTES[c.dtype];
+    const len = (c.count + c.offset) * size;
+    const inputs = values.map((vals) => {
+      const bytes = new Uint8Array(Math.max(len, 1));
+      const v = new DataView(bytes.buffer);
+      vals.forEach((x, i) => writeElem(v, c.dtype, i, x));
+      const p = d.memAlloc(bytes.byteLength);
+      d.memcpyHtoD(p, bytes);
+      return p;
+    });
+    const table = d.memAlloc(8 * c.n);
+    d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(inputs).buffer));
+    const out = d.memAlloc(Math.max(c.count * size, 1));
+    d.launchKernel(fn, { grid: [1], block: [256] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: c.n }, { type: 'u64', value: BigInt(c.offset) }, { type: 'u64', value: BigInt(c.count) }], 0n);
+    d.streamSynchronize(0n);
+    const host = new Uint8Array(Math.max(c.count * size, 1));
+    d.memcpyDtoH(host, out);
+    const hv = new DataView(host.buffer);
+    for (let i = 0; i < c.count; i++) {
+      const want = reference(c.op, c.dtype, values.map((vals) => vals[c.offset + i]!));
+      expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} element ${i}`).toEqual(want);
+    }
+    d.close();
+  });
+});
