@@ -167,6 +167,8 @@ export class NativeCudaDriver implements CudaDriver {
   readonly #contexts = new Map<number, bigint>();
   /** Rejecters of this driver's pending whenComplete promises, for close(). */
   readonly #pending = new Set<(err: Error) => void>();
+  /** Streams this driver began a capture on and has not ended: memcpyBatchAsync refuses them (below). */
+  readonly #capturing = new Set<StreamHandle>();
   /** This driver's client of the addon's completion poller (completionOpen), once it waited. */
   #completionClient: number | undefined;
   #completionOpen = false;
@@ -371,6 +373,11 @@ export class NativeCudaDriver implements CudaDriver {
   memcpyBatchAsync(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, count: number, stream: StreamHandle): void {
     assertCopyBatch(dsts, srcs, sizes, count);
     assertHandle('stream', stream);
+    // cuMemcpyBatchAsync cannot be captured: in a capture CUDA drops the copy
+    // without an error (rmm#2518), so it is refused here, as the simulator does.
+    if (this.#capturing.size > 0 && this.#capturing.has(stream)) {
+      throw new CudaError('cuMemcpyBatchAsync', 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED', 900, 'a batch copy cannot be captured in a CUDA graph (the driver would drop it silently): queue cuMemcpyAsync copies instead');
+    }
     const device = Math.max(0, this.#current);
     const a = this.#addon ?? this.#binding();
     try {
@@ -945,10 +952,12 @@ export class NativeCudaDriver implements CudaDriver {
     assertHandle('stream', stream);
     assertCaptureMode('mode', mode);
     this.#call((a) => a.cuStreamBeginCapture(stream, CAPTURE_MODES[mode]));
+    this.#capturing.add(stream);
   }
 
   streamEndCapture(stream: StreamHandle): GraphHandle {
     assertHandle('stream', stream);
+    this.#capturing.delete(stream); // ended, or invalidated and ended: either way no longer capturing
     return this.#call((a) => a.cuStreamEndCapture(stream));
   }
 

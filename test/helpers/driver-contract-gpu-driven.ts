@@ -431,7 +431,10 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
             () => d.memcpyBatchAsync(new BigUint64Array([mem + 8n]), new BigUint64Array([mem]), new Float64Array([8]), 1, cap),
             'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED',
           );
-          expectCudaError(() => d.streamEndCapture(cap), 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED');
+          // The simulator invalidates the capture, as CUDA does for an illegal call; the native driver
+          // refuses the batch before CUDA sees it (CUDA would drop it silently), so its capture goes on.
+          if (d.kind === 'sim') expectCudaError(() => d.streamEndCapture(cap), 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED');
+          else d.graphDestroy(d.streamEndCapture(cap));
           expect(d.streamIsCapturing(cap)).toBe(false);
         } finally {
           d.streamDestroy(cap);
@@ -452,6 +455,9 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
 
       it("a synchronous copy during a 'global' capture is refused; 'relaxed' allows it", ({ skip }) => {
         skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
+        // Stricter than CUDA, which lets a synchronous copy that touches no captured stream through
+        // (seen on H200, driver 580): a rule of the simulator only, so that tests on it catch such calls.
+        skip(d.kind !== 'sim', "the simulator's stricter rule; CUDA allows this copy");
         const cap = d.streamCreate();
         try {
           d.streamBeginCapture(cap, 'global');
