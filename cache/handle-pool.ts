@@ -33,7 +33,7 @@
 import { LRUCache } from 'lru-cache';
 import type { DevicePtr, PoolHandle } from '../src/cuda/driver.js';
 import { assertHandle, assertIpcHandle, assertPtr, assertSize } from '../src/cuda/validate.js';
-import { ClosedError, CudaError } from '../src/errors.js';
+import { ArgumentTypeError, ClosedError, CudaError } from '../src/errors.js';
 import type { HandlePoolEvent, HandlePoolEventListener } from './events.js';
 import {
   type DetachReason,
@@ -661,7 +661,7 @@ function codeOf(err: unknown): string | undefined {
 /** Checked on the miss path only: a malformed request can never hit. */
 function checkRequest(req: MappingRequest): void {
   if (typeof req.deviceUuid !== 'string' || req.deviceUuid.length === 0) {
-    throw new TypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
+    throw new ArgumentTypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
   }
   assertPtr('base', req.base);
   assertSize('size', req.size);
@@ -676,26 +676,26 @@ const UNDO: Record<Exclude<MappingKind, 'legacy-ipc'>, ReadonlyArray<keyof FdUnd
 
 /** Checked on the miss path only, before anything is opened. */
 function checkImportRequest(req: ImportRequest, driver: MappingDriver): void {
-  if (!MAPPING_KINDS.includes(req.kind)) throw new TypeError(`kind must be one of ${MAPPING_KINDS.join(', ')}, got ${String(req.kind)}`);
+  if (!MAPPING_KINDS.includes(req.kind)) throw new ArgumentTypeError(`kind must be one of ${MAPPING_KINDS.join(', ')}, got ${String(req.kind)}`);
   if (typeof req.deviceUuid !== 'string' || req.deviceUuid.length === 0) {
-    throw new TypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
+    throw new ArgumentTypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
   }
   assertPtr('base', req.base);
   assertSize('size', req.size);
   assertHandle('bufferId', req.bufferId);
-  if (req.identity !== undefined && !(req.identity instanceof Uint8Array)) throw new TypeError('identity must be a Uint8Array');
-  if (typeof req.open !== 'function') throw new TypeError('open must be a function that maps the allocation and returns its local pointer');
+  if (req.identity !== undefined && !(req.identity instanceof Uint8Array)) throw new ArgumentTypeError('identity must be a Uint8Array');
+  if (typeof req.open !== 'function') throw new ArgumentTypeError('open must be a function that maps the allocation and returns its local pointer');
   if (req.kind === 'pool') {
     if (req.peerPool === undefined || typeof req.peerPool.key !== 'string' || typeof req.peerPool.open !== 'function') {
-      throw new TypeError("a 'pool' request needs peerPool: { key, open() } naming the peer's pool");
+      throw new ArgumentTypeError("a 'pool' request needs peerPool: { key, open() } naming the peer's pool");
     }
   } else if (req.peerPool !== undefined) {
-    throw new TypeError(`peerPool is for 'pool' requests only, not '${req.kind}'`);
+    throw new ArgumentTypeError(`peerPool is for 'pool' requests only, not '${req.kind}'`);
   }
   if (req.kind !== 'legacy-ipc') {
     const missing = UNDO[req.kind].filter((m) => typeof driver[m] !== 'function');
     if (missing.length > 0) {
-      throw new TypeError(`this handle pool's driver cannot undo a '${req.kind}' mapping (no ${missing.join(', ')}); give the pool a CudaDriver`);
+      throw new ArgumentTypeError(`this handle pool's driver cannot undo a '${req.kind}' mapping (no ${missing.join(', ')}); give the pool a CudaDriver`);
     }
   }
 }

@@ -17,6 +17,7 @@
  *   close, on exit and on SIGINT/SIGTERM).
  */
 import { serveRequests, startWorkers, type WorkerClient, WorkerFailedError } from '../cli/worker-protocol.js';
+import { ArgumentRangeError } from '../errors.js';
 
 export { WorkerFailedError } from '../cli/worker-protocol.js';
 
@@ -74,7 +75,7 @@ export class WorkerGroup<Command extends { op: string }, Info> {
   call<R>(rank: number, command: Command): Promise<R> {
     if (this.failure) return Promise.reject(this.failure);
     const w = this.workers[rank];
-    if (!w) return Promise.reject(new RangeError(`no worker ${rank} (group of ${this.workers.length})`));
+    if (!w) return Promise.reject(new ArgumentRangeError(`no worker ${rank} (group of ${this.workers.length})`));
     return w.call<R>(command.op, command);
   }
 

@@ -30,7 +30,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { loadAddon } from '../cuda/addon.js';
 import type { NativeFdPassing, NativePeerCredentials } from '../cuda/native-addon.js';
-import { AccessDeniedError, ClosedError, DescriptorError, PeerLostError, SmcudaError } from '../errors.js';
+import { AccessDeniedError, ArgumentRangeError, ArgumentTypeError, ClosedError, DescriptorError, PeerLostError, SmcudaError } from '../errors.js';
 import type { PeerCredentials, PeerUidPolicy } from './peer-credentials.js';
 
 /** Longest message (metadata) a channel carries. */
@@ -137,7 +137,7 @@ export class FdChannel {
    * presents `token` (agreed on the authenticated control channel).
    */
   static async connect(path: string, token: Uint8Array, options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string } = {}): Promise<FdChannel> {
-    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
     const native = options.native ?? loadAddon();
     const label = options.label ?? 'smcuda';
     let sock = -1;
@@ -199,10 +199,10 @@ export class FdChannel {
    */
   send(fd: number | undefined, meta: Uint8Array): Promise<void> {
     if (fd !== undefined && (!Number.isInteger(fd) || fd < 0 || fd > 0x7fffffff)) {
-      return Promise.reject(new RangeError(`fd must be a non-negative int32 or undefined, got ${String(fd)}`));
+      return Promise.reject(new ArgumentRangeError(`fd must be a non-negative int32 or undefined, got ${String(fd)}`));
     }
     if (!(meta instanceof Uint8Array) || meta.byteLength < 1 || meta.byteLength > FD_MESSAGE_MAX) {
-      return Promise.reject(new RangeError(`meta must be 1..${FD_MESSAGE_MAX} bytes`));
+      return Promise.reject(new ArgumentRangeError(`meta must be 1..${FD_MESSAGE_MAX} bytes`));
     }
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor channel is closed'));
     return new Promise<void>((resolve, reject) => {
@@ -364,7 +364,7 @@ export class FdListener {
 
   /** Resolves with the connection that presents `token` (timeoutMs: then DescriptorError). */
   expect(token: Uint8Array, timeoutMs = 10_000): Promise<FdChannel> {
-    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
     const key = Buffer.from(token).toString('hex');
     const early = this.#early.get(key);

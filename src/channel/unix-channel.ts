@@ -37,7 +37,7 @@ import { promises as fsp } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
+import { AccessDeniedError, ArgumentTypeError, ClosedError, ConfigError, NoListenerError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import {
@@ -331,7 +331,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   sendParts(parts: readonly Uint8Array[]): boolean {
     let n = 0;
     for (const p of parts) {
-      if (!(p instanceof Uint8Array)) throw new TypeError(`${this.label}: sendParts() takes Uint8Array parts`);
+      if (!(p instanceof Uint8Array)) throw new ArgumentTypeError(`${this.label}: sendParts() takes Uint8Array parts`);
       n += p.byteLength;
     }
     this.#checkSend(undefined, n);
@@ -365,7 +365,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
 
   #checkSend(frame: Uint8Array | undefined, size?: number): void {
     if (this.#closed) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
-    if (frame !== undefined && !(frame instanceof Uint8Array)) throw new TypeError(`${this.label}: send() takes a Uint8Array frame`);
+    if (frame !== undefined && !(frame instanceof Uint8Array)) throw new ArgumentTypeError(`${this.label}: send() takes a Uint8Array frame`);
     const n = size ?? frame!.byteLength;
     if (n > this.#opts.maxFrameBytes) throw frameTooLarge(`${this.label}: refusing to send`, n, this.#opts.maxFrameBytes);
   }

@@ -1,4 +1,5 @@
 /** Small text helpers for the CLI's tables. */
+import { ArgumentRangeError } from '../errors.js';
 
 export function formatBytes(n: number): string {
   if (n < 1024) return `${n} B`;
@@ -15,10 +16,10 @@ export function formatBytes(n: number): string {
 /** Parses '0,8,4K,1M,64MiB' style sizes. */
 export function parseSize(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?b)?\s*$/i.exec(text);
-  if (!m) throw new RangeError(`not a size: ${JSON.stringify(text)} (examples: 0, 512, 4K, 1M, 64MiB)`);
+  if (!m) throw new ArgumentRangeError(`not a size: ${JSON.stringify(text)} (examples: 0, 512, 4K, 1M, 64MiB)`);
   const mult = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[m[2]!.toLowerCase() as '' | 'k' | 'm' | 'g'];
   const v = Math.round(Number(m[1]) * mult);
-  if (!Number.isSafeInteger(v)) throw new RangeError(`size too large: ${text}`);
+  if (!Number.isSafeInteger(v)) throw new ArgumentRangeError(`size too large: ${text}`);
   return v;
 }
 

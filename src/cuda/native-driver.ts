@@ -14,7 +14,7 @@
  * The addon can be injected (better-sqlite3 style), which is how the tests
  * run this class with fakes on machines without a GPU.
  */
-import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError, ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import { notSupported } from './not-supported.js';
 import type {
@@ -48,6 +48,7 @@ import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import {
   assertByte,
   assertBytes,
+  assertHostView,
   assertChunkCount,
   assertCopyBatch,
   assertFd,
@@ -117,8 +118,14 @@ function detailOf(message: string): string | undefined {
 /** Host bytes as the addon takes them: (ArrayBuffer, byteOffset, byteLength). */
 function hostRange(name: string, bytes: Uint8Array): [ArrayBuffer, number, number] {
   assertBytes(name, bytes);
+  return viewRange(name, bytes);
+}
+
+/** A copy's host side: any ArrayBufferView, as (ArrayBuffer, byteOffset, byteLength). */
+function viewRange(name: string, bytes: ArrayBufferView): [ArrayBuffer, number, number] {
+  assertHostView(name, bytes);
   if (!(bytes.buffer instanceof ArrayBuffer)) {
-    throw new TypeError(`${name} must be backed by an ArrayBuffer (not a SharedArrayBuffer)`);
+    throw new ArgumentTypeError(`${name} must be backed by an ArrayBuffer (not a SharedArrayBuffer)`);
   }
   return [bytes.buffer, bytes.byteOffset, bytes.byteLength];
 }
@@ -285,14 +292,14 @@ export class NativeCudaDriver implements CudaDriver {
     this.#call((a) => a.cuMemsetD8Async(ptr, value, bytes, stream));
   }
 
-  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void {
+  memcpyHtoD(dst: DevicePtr, src: ArrayBufferView): void {
     assertPtr('dst', dst);
-    const [buf, off, len] = hostRange('src', src);
+    const [buf, off, len] = viewRange('src', src);
     this.#call((a) => a.cuMemcpyHtoD(dst, buf, off, len));
   }
 
-  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void {
-    const [buf, off, len] = hostRange('dst', dst);
+  memcpyDtoH(dst: ArrayBufferView, src: DevicePtr): void {
+    const [buf, off, len] = viewRange('dst', dst);
     assertPtr('src', src);
     this.#call((a) => a.cuMemcpyDtoH(buf, off, len, src));
   }
@@ -304,15 +311,15 @@ export class NativeCudaDriver implements CudaDriver {
     this.#call((a) => a.cuMemcpyDtoD(dst, src, bytes));
   }
 
-  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void {
+  memcpyHtoDAsync(dst: DevicePtr, src: ArrayBufferView, stream: StreamHandle): void {
     assertPtr('dst', dst);
-    const [buf, off, len] = hostRange('src', src);
+    const [buf, off, len] = viewRange('src', src);
     assertHandle('stream', stream);
     this.#call((a) => a.cuMemcpyHtoDAsync(dst, buf, off, len, stream));
   }
 
-  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void {
-    const [buf, off, len] = hostRange('dst', dst);
+  memcpyDtoHAsync(dst: ArrayBufferView, src: DevicePtr, stream: StreamHandle): void {
+    const [buf, off, len] = viewRange('dst', dst);
     assertPtr('src', src);
     assertHandle('stream', stream);
     this.#call((a) => a.cuMemcpyDtoHAsync(buf, off, len, src, stream));
@@ -483,7 +490,7 @@ export class NativeCudaDriver implements CudaDriver {
     assertOptions('options', options);
     const count = options.chunks ?? 1;
     assertChunkCount('options.chunks', count);
-    if (bytes === 0) throw new RangeError('bytes must be at least 1');
+    if (bytes === 0) throw new ArgumentRangeError('bytes must be at least 1');
     const device = this.#device('cuMemCreate');
     const granularity = this.#call((a) => a.cuMemGetAllocationGranularity(device));
     const chunkSize = Math.ceil(Math.ceil(bytes / count) / granularity) * granularity;
@@ -722,7 +729,7 @@ export class NativeCudaDriver implements CudaDriver {
   }
 
   eventCreate(options: EventOptions = {}): EventHandle {
-    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+    if (typeof options !== 'object' || options === null) throw new ArgumentTypeError('options must be an object');
     let flags = 0;
     if (options.disableTiming) flags |= CU_EVENT_DISABLE_TIMING;
     // CUDA requires interprocess events to have timing disabled.

@@ -12,7 +12,7 @@
  * build only matters when the native driver is asked for. The returned driver
  * is initialised (init()), and made current on `device` when one is given.
  */
-import { DriverUnavailableError } from '../errors.js';
+import { ArgumentTypeError, DriverUnavailableError } from '../errors.js';
 import type { CudaDriver, DriverKind } from './driver.js';
 import { SimulatedCudaDriver, type SimDriverOptions } from './sim-driver.js';
 
@@ -37,7 +37,7 @@ const NATIVE_DRIVER_MODULE = './native-driver.js';
 export async function openDriver(options: OpenDriverOptions = {}): Promise<OpenedDriver> {
   const choice = options.driver ?? 'auto';
   if (choice !== 'auto' && choice !== 'native' && choice !== 'sim') {
-    throw new TypeError(`driver must be 'auto', 'native' or 'sim', got ${JSON.stringify(choice)}`);
+    throw new ArgumentTypeError(`driver must be 'auto', 'native' or 'sim', got ${JSON.stringify(choice)}`);
   }
   let opened: OpenedDriver;
   if (choice === 'sim') {

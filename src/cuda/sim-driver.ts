@@ -29,7 +29,8 @@
  */
 import { debug } from '../debug.js';
 import { envSim, envSimFdFaults } from '../env.js';
-import { AddonLoadError } from '../errors.js';
+import { AddonLoadError, ArgumentRangeError, ArgumentTypeError } from '../errors.js';
+import { offExit, onExit } from '../exit-hooks.js';
 import { loadAddon } from './addon.js';
 import { notSupported } from './not-supported.js';
 import type {
@@ -73,6 +74,8 @@ import { Scheduler, sleepSync, type SimStream } from './sim/streams.js';
 import {
   assertByte,
   assertBytes,
+  assertHostView,
+  viewBytes,
   assertChunkCount,
   assertCopyBatch,
   assertFd,
@@ -294,15 +297,17 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.asyncWork(stream, 'cuMemsetD8Async', bytes, [v.alloc], () => v.bytes.fill(value));
   }
 
-  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void {
+  memcpyHtoD(dst: DevicePtr, view: ArrayBufferView): void {
     assertPtr('dst', dst);
-    assertBytes('src', src);
+    assertHostView('src', view);
+    const src = viewBytes(view);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoD'), 'cuMemcpyHtoD', dst, src.byteLength);
     this.syncWork(src.byteLength, () => d.bytes.set(src));
   }
 
-  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void {
-    assertBytes('dst', dst);
+  memcpyDtoH(view: ArrayBufferView, src: DevicePtr): void {
+    assertHostView('dst', view);
+    const dst = viewBytes(view);
     assertPtr('src', src);
     const s = this.viewOf(this.requireContext('cuMemcpyDtoH'), 'cuMemcpyDtoH', src, dst.byteLength);
     this.syncWork(dst.byteLength, () => dst.set(s.bytes));
@@ -318,16 +323,18 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.syncWork(bytes, () => d.bytes.set(s.bytes));
   }
 
-  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void {
+  memcpyHtoDAsync(dst: DevicePtr, view: ArrayBufferView, stream: StreamHandle): void {
     assertPtr('dst', dst);
-    assertBytes('src', src);
+    assertHostView('src', view);
+    const src = viewBytes(view);
     assertHandle('stream', stream);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoDAsync'), 'cuMemcpyHtoDAsync', dst, src.byteLength);
     this.asyncWork(stream, 'cuMemcpyHtoDAsync', src.byteLength, [d.alloc], () => d.bytes.set(src));
   }
 
-  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void {
-    assertBytes('dst', dst);
+  memcpyDtoHAsync(view: ArrayBufferView, src: DevicePtr, stream: StreamHandle): void {
+    assertHostView('dst', view);
+    const dst = viewBytes(view);
     assertPtr('src', src);
     assertHandle('stream', stream);
     const s = this.viewOf(this.requireContext('cuMemcpyDtoHAsync'), 'cuMemcpyDtoHAsync', src, dst.byteLength);
@@ -507,7 +514,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertOptions('options', options);
     const count = options.chunks ?? 1;
     assertChunkCount('options.chunks', count);
-    if (bytes === 0) throw new RangeError('bytes must be at least 1');
+    if (bytes === 0) throw new ArgumentRangeError('bytes must be at least 1');
     const fd = this.requireFd('cuMemCreate');
     const chunkSize = Math.ceil(Math.ceil(bytes / count) / SIM_GRANULARITY) * SIM_GRANULARITY;
     const r = fd.vmmAlloc(this.current, chunkSize, count);
@@ -705,7 +712,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   }
 
   eventCreate(options: EventOptions = {}): EventHandle {
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object like { interprocess: true }');
+    if (options === null || typeof options !== 'object') throw new ArgumentTypeError('options must be an object like { interprocess: true }');
     this.requireContext('cuEventCreate');
     const interprocess = options.interprocess === true;
     const timing = !interprocess && options.disableTiming !== true;
@@ -866,7 +873,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.events.clear();
     this.memory?.closeAll();
     this.fdMemory?.closeAll();
-    if (this.exitHook) process.removeListener('exit', this.exitHook);
+    if (this.exitHook) offExit(this.exitHook);
     this.exitHook = undefined;
     this.initialized = false;
     this.current = -1;
@@ -958,6 +965,6 @@ export class SimulatedCudaDriver implements CudaDriver {
         }
       }
     };
-    process.on('exit', this.exitHook);
+    onExit(this.exitHook);
   }
 }
