@@ -33,7 +33,7 @@
  * first on an orderly close).
  */
 import { EventEmitter } from 'node:events';
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, statSync } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -142,6 +142,7 @@ function explain(err: NodeJS.ErrnoException, path: string): string {
     case 'ENOENT':
       return `nothing listens at ${path}: start the listening process first, or check the path`;
     case 'ECONNREFUSED':
+      if (!isSocketFile(path)) return `${path} is not a socket (${fileKind(path)}): check the path; it must be what the listener's listen() was given`;
       return `the socket file ${path} exists but no process accepts on it (its owner exited): restart the listener`;
     case 'EACCES':
     case 'EPERM':
@@ -153,6 +154,23 @@ function explain(err: NodeJS.ErrnoException, path: string): string {
       return 'the peer process exited or closed the connection abruptly';
     default:
       return err.message;
+  }
+}
+
+function isSocketFile(path: string): boolean {
+  try {
+    return statSync(path).isSocket();
+  } catch {
+    return true; // gone meanwhile: the usual message
+  }
+}
+
+function fileKind(path: string): string {
+  try {
+    const st = statSync(path);
+    return st.isFile() ? 'a regular file' : st.isDirectory() ? 'a directory' : st.isFIFO() ? 'a FIFO' : 'not a socket';
+  } catch {
+    return 'not a socket';
   }
 }
 

@@ -47,9 +47,10 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
     if (native.driver) {
       opened = { driver: native.driver, kind: 'native', reason: native.reason };
     } else if (choice === 'native') {
-      throw new DriverUnavailableError(`the native CUDA driver cannot be used: ${native.reason}. Use driver 'sim' (or 'auto') to run without a GPU.`);
+      throw new DriverUnavailableError(`the native CUDA driver cannot be used: ${withoutSimHint(native.reason)}; or pass driver: 'sim' (or 'auto'; CLI: --driver sim) to run without a GPU`);
     } else {
-      opened = { driver: openSim(options.sim), kind: 'sim', reason: `simulated driver: ${native.reason}` };
+      // Already on the simulator: the reason must not advise using it.
+      opened = { driver: openSim(options.sim), kind: 'sim', reason: `simulated driver: ${withoutSimHint(native.reason)} (for the native driver)` };
     }
   }
   if (options.device !== undefined) {
@@ -61,6 +62,15 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
     }
   }
   return opened;
+}
+
+/**
+ * The native layer's reason ends with CLI advice ("… or use the simulated
+ * driver (--driver sim)"): wrong for a library caller, and wrong for anyone
+ * already on the simulator. The reason without it.
+ */
+export function withoutSimHint(reason: string): string {
+  return reason.replace(/;? *(?:or )?use the simulated driver \(--driver sim\)/g, '').replace(/ (?:or|and)$/, '').trim();
 }
 
 function openSim(options: SimDriverOptions | undefined): CudaDriver {
