@@ -31,10 +31,7 @@ export class SmcudaError extends Error {
  */
 export class ArgumentTypeError extends TypeError {
   readonly code = 'SMCUDA_INVALID_ARG_TYPE';
-  constructor(message: string) {
-    super(message);
-    this.name = 'ArgumentTypeError';
-  }
+  // `name` stays 'TypeError', as Node's coded errors keep theirs.
 }
 
 /**
@@ -45,10 +42,7 @@ export class ArgumentTypeError extends TypeError {
  */
 export class ArgumentRangeError extends RangeError {
   readonly code = 'SMCUDA_OUT_OF_RANGE';
-  constructor(message: string) {
-    super(message);
-    this.name = 'ArgumentRangeError';
-  }
+  // `name` stays 'RangeError', as Node's coded errors keep theirs.
 }
 
 /**

@@ -28,12 +28,12 @@ describe('argument errors', () => {
       expect(type).toBeInstanceOf(ArgumentTypeError);
       expect(type).toBeInstanceOf(TypeError);
       expect(type).toBeInstanceOf(SmcudaError);
-      expect(type).toMatchObject({ code: 'SMCUDA_INVALID_ARG_TYPE', name: 'ArgumentTypeError' });
+      expect(type).toMatchObject({ code: 'SMCUDA_INVALID_ARG_TYPE', name: 'TypeError' });
       const range = catchError(() => d.memAlloc(-1));
       expect(range).toBeInstanceOf(ArgumentRangeError);
       expect(range).toBeInstanceOf(RangeError);
       expect(range).toBeInstanceOf(SmcudaError);
-      expect(range).toMatchObject({ code: 'SMCUDA_OUT_OF_RANGE', name: 'ArgumentRangeError' });
+      expect(range).toMatchObject({ code: 'SMCUDA_OUT_OF_RANGE', name: 'RangeError' });
       // Subclasses keep their own instanceof: an argument error is no ConfigError.
       expect(range).not.toBeInstanceOf(ConfigError);
       expect(new ConfigError('x')).toBeInstanceOf(SmcudaError);
