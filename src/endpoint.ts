@@ -53,6 +53,11 @@ export interface EndpointEvents {
   close: [error?: Error];
 }
 
+/**
+ * This process's half of a connection to one peer: send() and recv()
+ * messages (host or device buffers) with tags, MPI order per tag. Made by
+ * the Transport (listen, connect, attach); emits 'state' and 'close'.
+ */
 export class Endpoint extends EventEmitter<EndpointEvents> {
   /** The peer's transport id (its `TransportOptions.id`), unique in the job. */
   readonly peerId: string;

@@ -3,7 +3,13 @@
  * `code` (for programs) and a message that says what to do (for people).
  */
 
+/**
+ * The base class of smcuda's errors: `code` is stable (docs/errors.md lists
+ * every one), the message says what to do. `instanceof SmcudaError` also
+ * holds for ArgumentTypeError and ArgumentRangeError.
+ */
 export class SmcudaError extends Error {
+  /** A stable `SMCUDA_*` code (docs/errors.md); for CudaError, the CUDA error name. */
   readonly code: string;
   constructor(code: string, message: string, options?: { cause?: unknown }) {
     super(message, options);

@@ -1,6 +1,8 @@
 /**
  * smcuda's public API. See README.md for a tour and docs/architecture.md for
  * how the pieces fit.
+ *
+ * @module smcuda
  */
 export * from './errors.js';
 export { Transport, type TransportCreateOptions, type TransportEvents } from './transport.js';

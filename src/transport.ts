@@ -108,11 +108,19 @@ export interface TransportEvents {
   refused: [error: Error];
 }
 
+/**
+ * One process's presence in a job: it owns the CUDA driver and device,
+ * listens for and connects to peers, and keeps one Endpoint per peer.
+ * Make one with `Transport.create()`.
+ */
 export class Transport extends EventEmitter<TransportEvents> {
+  /** This transport's id (TransportOptions.id): peers know it as the endpoint's `peerId`. */
   readonly id: string;
+  /** The CUDA driver in use (allocate, copy and free device memory with it). */
   readonly driver: CudaDriver;
-  /** Which driver, and why it was chosen. */
+  /** Which driver this transport uses: 'native' (a GPU through libcuda) or 'sim' (the simulated driver). */
   readonly driverKind: DriverKind;
+  /** Why that driver, in words (e.g. "simulated driver: libcuda.so.1 not found: …"). */
   readonly driverReason: string;
   private readonly opts: ResolvedOptions;
   private readonly ownsDriver: boolean;
@@ -466,10 +474,12 @@ export class Transport extends EventEmitter<TransportEvents> {
     return this.inspector?.url;
   }
 
+  /** The open endpoint to the peer whose transport id is `peerId`, if any. */
   endpoint(peerId: string): Endpoint | undefined {
     return this.endpointsByPeer.get(peerId);
   }
 
+  /** Every open endpoint of this transport (a copy: closing one while iterating is fine). */
   endpoints(): Endpoint[] {
     return [...this.endpointsByPeer.values()];
   }
