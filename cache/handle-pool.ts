@@ -19,18 +19,17 @@
  *    address) and is dropped.
  *  - Each entry knows its kind and so its undo (cache/mapping.ts); 'pool'
  *    entries share their peer pool's import (cache/peer-pools.ts).
- *  - Recency comes from lru-cache. Eviction is ours: lru-cache's own `max`
- *    would evict the least recently used entry even while a copy uses it,
- *    and its `dispose` cannot veto. So lru-cache is configured with no
- *    effective bound, and `#enforceBounds` walks it from the LRU end,
+ *  - Recency comes from a RecencyMap (recency.ts). Eviction is ours: an LRU
+ *    with its own bound would evict the least recently used entry even
+ *    while a copy uses it. So `#enforceBounds` walks it from the LRU end,
  *    skipping entries in use.
  *  - Every way out of the pool (eviction, staleness, invalidation, close)
- *    goes through lru-cache's `dispose`: an unused entry is closed there, an
+ *    goes through the RecencyMap's `dispose`: an unused entry is closed there, an
  *    entry in use is closed when its last user releases it.
  *  - An open refused for lack of resources evicts and retries; concurrent
  *    misses on one allocation share one open.
  */
-import { LRUCache } from 'lru-cache';
+import { RecencyMap } from './recency.js';
 import type { DevicePtr, PoolHandle } from '../src/cuda/driver.js';
 import { assertHandle, assertIpcHandle, assertPtr, assertSize } from '../src/cuda/validate.js';
 import { ArgumentTypeError, ClosedError, CudaError } from '../src/errors.js';
@@ -129,7 +128,7 @@ export class HandlePool implements EntryOwner {
   readonly #now: () => number;
   readonly #counters = new PoolCounters();
   /** Recency of resident entries, keyed by PoolEntry.key. Never evicts by itself (see header). */
-  readonly #lru: LRUCache<string, PoolEntry>;
+  readonly #lru: RecencyMap<string, PoolEntry>;
   /** Resident entries by device, then base: the hit path looks up here without building a key string. */
   readonly #index = new Map<string, Map<bigint, PoolEntry>>();
   readonly #pending = new Map<string, PendingOpen>();
@@ -157,12 +156,7 @@ export class HandlePool implements EntryOwner {
       (pool) => this.#driver.memPoolRelease!(pool),
       () => this.#counters.closeFailures++,
     );
-    this.#lru = new LRUCache<string, PoolEntry>({
-      // lru-cache insists on a bound; this one is never reached. Ours are in #enforceBounds.
-      maxSize: Number.MAX_SAFE_INTEGER,
-      sizeCalculation: () => 1,
-      dispose: (entry) => this.#onLeave(entry),
-    });
+    this.#lru = new RecencyMap<string, PoolEntry>((entry) => this.#onLeave(entry));
   }
 
   /** True once `close()` was called. */
@@ -566,7 +560,7 @@ export class HandlePool implements EntryOwner {
     this.#lru.delete(entry.key);
   }
 
-  /** lru-cache dispose: the entry left the LRU. Close it now if unused, else on last release. */
+  /** RecencyMap dispose: the entry left the LRU. Close it now if unused, else on last release. */
   #onLeave(entry: PoolEntry): void {
     entry.resident = false;
     this.#residentBytes -= entry.size;
