@@ -44,6 +44,7 @@ import {
   type SuiteName,
 } from './suites.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
+import { cleanUpOnInterrupt } from '../cli/interrupt.js';
 
 type Group = WorkerGroup<BenchCommand, BenchWorkerInfo>;
 export type Progress = (line: string) => void;
@@ -84,6 +85,15 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     for (const i of g.infos) devices.push({ layout, rank: i.rank, ...i.device });
     return g;
   };
+  const uninterruptible = cleanUpOnInterrupt({
+    command: 'bench',
+    dir,
+    pids: () => groups.flatMap((g) => g.pids),
+    kill: () => {
+      for (const g of groups) g.abort(new WorkerFailedError('bench interrupted'));
+    },
+    exited: () => Promise.all(groups.map((g) => g.exited)),
+  });
   try {
     const needAcross = SUITES_ACROSS.some(wants);
     progress(`starting workers (driver ${opts.driver})`);
@@ -116,6 +126,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   } finally {
     clearTimeout(timer);
     for (const g of groups) g.abort(new WorkerFailedError('bench ended'));
+    uninterruptible();
     rmSync(dir, { recursive: true, force: true });
   }
   return {

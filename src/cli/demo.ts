@@ -18,6 +18,7 @@ import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
 import { type StartWorkerOptions, startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
+import { cleanUpOnInterrupt } from './interrupt.js';
 
 const DEFAULT_SIZES = '0,8,4K,64K,1M,16M,64M';
 
@@ -151,12 +152,13 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
   };
   process.once('exit', killAll);
-  const onSignal = (sig: NodeJS.Signals) => {
-    killAll();
-    process.kill(process.pid, sig);
-  };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  const uninterruptible = cleanUpOnInterrupt({
+    command: 'demo',
+    dir,
+    pids: () => workers.map((w) => w.child.pid!),
+    kill: killAll,
+    exited: () => Promise.all(workers.map((w) => w.exited)),
+  });
 
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_, reject) => {
@@ -233,8 +235,7 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     clearTimeout(timer);
     await Promise.all(workers.map((w) => w.kill()));
     process.off('exit', killAll);
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    uninterruptible();
     rmSync(dir, { recursive: true, force: true });
   }
 }
