@@ -32,3 +32,20 @@ export function table(rows: string[][]): string {
 export function gbps(bytes: number, seconds: number): string {
   return seconds > 0 ? (bytes / seconds / 1e9).toFixed(2) : '-';
 }
+
+/** A duration for people: µs below 1 ms, ms below 1 s, else s. */
+export function formatDuration(seconds: number): string {
+  if (!(seconds >= 0)) return '-';
+  if (seconds < 1e-3) return `${(seconds * 1e6).toFixed(seconds < 1e-5 ? 1 : 0)} µs`;
+  if (seconds < 1) return `${(seconds * 1e3).toFixed(seconds < 1e-2 ? 2 : 1)} ms`;
+  return `${seconds.toFixed(2)} s`;
+}
+
+/**
+ * How fast messages of `size` went: time per message, and bandwidth from
+ * 64 KiB up (below that, GB/s says nothing: "0.00 GB/s" for 8 B messages).
+ */
+export function rate(size: number, bytes: number, seconds: number, messages: number): string {
+  const per = messages > 0 ? `${formatDuration(seconds / messages)}/msg` : '-';
+  return size >= 64 << 10 ? `${per.padStart(12)}  ${gbps(bytes, seconds).padStart(7)} GB/s` : per.padStart(12);
+}
