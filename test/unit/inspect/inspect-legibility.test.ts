@@ -14,6 +14,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findChromium, launchChromium, MERMAID_MISSING } from '../../../src/diagram/chromium.js';
 import { CLI } from '../../helpers/cli.js';
@@ -22,24 +23,25 @@ import { type InspectProcess, startInspect } from '../../helpers/inspect-process
 const dir = mkdtempSync(join(tmpdir(), 'smcuda-inspect-legible-'));
 const trace = join(dir, 'demo.jsonl');
 let insp: InspectProcess | undefined;
+let browser: Browser | undefined;
 const chromium = findChromium();
 
 beforeAll(async () => {
   if (!chromium) return;
   // A finished 2-rank demo's trace: both endpoints end OK.
   await promisify(execFile)(process.execPath, [CLI, 'demo', '--driver', 'sim', '--sizes', '8,64K', '--iters', '1', '--trace', trace]);
-  insp = await startInspect(trace);
+  [insp, browser] = await Promise.all([startInspect(trace), launchChromium()]); // one browser for both tests
 }, 60_000);
 afterAll(async () => {
+  await browser?.close();
   await insp?.stop();
   rmSync(dir, { recursive: true, force: true });
 });
 
 describe.skipIf(!chromium)(`inspector legibility at 1280 px${chromium ? '' : ' (skipped: no Chromium at /usr/bin/chromium or $SMCUDA_CHROMIUM)'}`, () => {
   it('shows the current state prominently, and labels readable', async () => {
-    const browser = await launchChromium();
+    const page = await browser!.newPage({ viewport: { width: 1280, height: 900 } });
     try {
-      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
       await page.goto(insp!.url);
       await page.waitForFunction(() => {
         const cards = [...document.querySelectorAll<HTMLElement>('[data-endpoint]')];
@@ -73,14 +75,13 @@ describe.skipIf(!chromium)(`inspector legibility at 1280 px${chromium ? '' : ' (
       expect(m.markedWidth).toBeGreaterThan(20);
       expect(m.overflow).toBeLessThanOrEqual(0); // no sideways scrolling
     } finally {
-      await browser.close();
+      await page.close();
     }
   }, 60_000);
 
   it('without mermaid: says what to install on the page, not playwright-core, and shows the states', async () => {
-    const browser = await launchChromium();
+    const page = await browser!.newPage({ viewport: { width: 1280, height: 900 } });
     try {
-      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
       // As the server answers when mermaid is not installed (src/inspect/server.ts).
       await page.route('**/mermaid.min.js', (route) => route.fulfill({ status: 404, contentType: 'text/plain', body: `${MERMAID_MISSING}\n` }));
       await page.goto(insp!.url);
@@ -94,7 +95,7 @@ describe.skipIf(!chromium)(`inspector legibility at 1280 px${chromium ? '' : ' (
         'no diagram: mermaid is not installed (see above)',
       ]);
     } finally {
-      await browser.close();
+      await page.close();
     }
   }, 60_000);
 });
