@@ -17,6 +17,7 @@
 import { ArgumentRangeError, ArgumentTypeError, ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import { notSupported } from './not-supported.js';
+import { withoutSimHint } from './sim-hint.js';
 import type {
   ModuleLoadInfo,
   AddressRange,
@@ -186,7 +187,7 @@ export class NativeCudaDriver implements CudaDriver {
             ...(s.fdMemory !== undefined ? { fdMemory: s.fdMemory } : {}),
             ...(s.fdMemoryReason !== undefined ? { fdMemoryReason: s.fdMemoryReason } : {}),
           }
-        : { available: false, reason: s.reason ?? 'CUDA is unavailable (no reason given)', driverVersion: s.driverVersion };
+        : { available: false, reason: withoutSimHint(s.reason ?? 'CUDA is unavailable (no reason given)'), driverVersion: s.driverVersion };
     } catch (err) {
       return { available: false, reason: err instanceof Error ? err.message : String(err), driverVersion: 0 };
     }

@@ -15,6 +15,9 @@
 import { ArgumentTypeError, DriverUnavailableError } from '../errors.js';
 import type { CudaDriver, DriverKind } from './driver.js';
 import { SimulatedCudaDriver, type SimDriverOptions } from './sim-driver.js';
+import { withoutSimHint } from './sim-hint.js';
+
+export { withoutSimHint };
 
 export interface OpenDriverOptions {
   driver?: 'auto' | DriverKind;
@@ -62,15 +65,6 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
     }
   }
   return opened;
-}
-
-/**
- * The native layer's reason ends with CLI advice ("… or use the simulated
- * driver (--driver sim)"): wrong for a library caller, and wrong for anyone
- * already on the simulator. The reason without it.
- */
-export function withoutSimHint(reason: string): string {
-  return reason.replace(/;? *(?:or )?use the simulated driver \(--driver sim\)/g, '').replace(/ (?:or|and)$/, '').trim();
 }
 
 function openSim(options: SimDriverOptions | undefined): CudaDriver {

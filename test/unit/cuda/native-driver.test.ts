@@ -17,6 +17,7 @@ import { fc, test } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadAddon } from '../../../src/cuda/addon.js';
 import type { NativeAddon } from '../../../src/cuda/native-addon.js';
+import { withoutSimHint } from '../../../src/cuda/sim-hint.js';
 import { NativeCudaDriver, fromNativeError } from '../../../src/cuda/native-driver.js';
 import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../../../src/errors.js';
 
@@ -87,9 +88,11 @@ describe.skipIf(available)('without an NVIDIA driver', () => {
     expect(s.reason).toContain('--driver sim');
   });
 
-  it('NativeCudaDriver.status() reports the same and never throws', () => {
+  it('NativeCudaDriver.status() reports the same, without the CLI advice, and never throws', () => {
     const d = new NativeCudaDriver();
-    expect(d.status()).toEqual(addon.cudaStatus());
+    const raw = addon.cudaStatus();
+    expect(d.status()).toEqual({ ...raw, reason: withoutSimHint(raw.reason!) });
+    expect(d.status().reason).not.toContain('--driver sim');
     expect(d.kind).toBe('native');
     expect(d.isReady()).toBe(false);
   });
