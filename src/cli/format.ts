@@ -47,5 +47,14 @@ export function formatDuration(seconds: number): string {
  */
 export function rate(size: number, bytes: number, seconds: number, messages: number): string {
   const per = messages > 0 ? `${formatDuration(seconds / messages)}/msg` : '-';
-  return size >= 64 << 10 ? `${per.padStart(12)}  ${gbps(bytes, seconds).padStart(7)} GB/s` : per.padStart(12);
+  return size >= 64 << 10 ? `${per.padStart(12)}  ${bandwidth(bytes, seconds).padStart(10)}` : per.padStart(12);
+}
+
+/** Bytes per second for people: GB/s from 1 GB/s, else MB/s (never "0.00 GB/s"). */
+export function bandwidth(bytes: number, seconds: number): string {
+  if (!(seconds > 0)) return '-';
+  const bps = bytes / seconds;
+  if (bps >= 1e9) return `${(bps / 1e9).toFixed(2)} GB/s`;
+  const mb = bps / 1e6;
+  return `${mb >= 100 ? mb.toFixed(0) : mb >= 10 ? mb.toFixed(1) : mb.toPrecision(2)} MB/s`;
 }
