@@ -19,21 +19,20 @@
  *    address) and is dropped.
  *  - Each entry knows its kind and so its undo (cache/mapping.ts); 'pool'
  *    entries share their peer pool's import (cache/peer-pools.ts).
- *  - Recency comes from lru-cache. Eviction is ours: lru-cache's own `max`
- *    would evict the least recently used entry even while a copy uses it,
- *    and its `dispose` cannot veto. So lru-cache is configured with no
- *    effective bound, and `#enforceBounds` walks it from the LRU end,
+ *  - Recency comes from a RecencyMap (recency.ts). Eviction is ours: an LRU
+ *    with its own bound would evict the least recently used entry even
+ *    while a copy uses it. So `#enforceBounds` walks it from the LRU end,
  *    skipping entries in use.
  *  - Every way out of the pool (eviction, staleness, invalidation, close)
- *    goes through lru-cache's `dispose`: an unused entry is closed there, an
+ *    goes through the RecencyMap's `dispose`: an unused entry is closed there, an
  *    entry in use is closed when its last user releases it.
  *  - An open refused for lack of resources evicts and retries; concurrent
  *    misses on one allocation share one open.
  */
-import { LRUCache } from 'lru-cache';
+import { RecencyMap } from './recency.js';
 import type { DevicePtr, PoolHandle } from '../src/cuda/driver.js';
 import { assertHandle, assertIpcHandle, assertPtr, assertSize } from '../src/cuda/validate.js';
-import { ClosedError, CudaError, ProtocolError } from '../src/errors.js';
+import { ArgumentTypeError, ClosedError, CudaError, ProtocolError } from '../src/errors.js';
 import type { HandlePoolEvent, HandlePoolEventListener } from './events.js';
 import { type ExtentDriver, extentProblem } from './extent.js';
 import {
@@ -136,7 +135,7 @@ export class HandlePool implements EntryOwner {
   readonly #now: () => number;
   readonly #counters = new PoolCounters();
   /** Recency of resident entries, keyed by PoolEntry.key. Never evicts by itself (see header). */
-  readonly #lru: LRUCache<string, PoolEntry>;
+  readonly #lru: RecencyMap<string, PoolEntry>;
   /** Resident entries by device, then base: the hit path looks up here without building a key string. */
   readonly #index = new Map<string, Map<bigint, PoolEntry>>();
   readonly #pending = new Map<string, PendingOpen>();
@@ -164,12 +163,7 @@ export class HandlePool implements EntryOwner {
       (pool) => this.#driver.memPoolRelease!(pool),
       () => this.#counters.closeFailures++,
     );
-    this.#lru = new LRUCache<string, PoolEntry>({
-      // lru-cache insists on a bound; this one is never reached. Ours are in #enforceBounds.
-      maxSize: Number.MAX_SAFE_INTEGER,
-      sizeCalculation: () => 1,
-      dispose: (entry) => this.#onLeave(entry),
-    });
+    this.#lru = new RecencyMap<string, PoolEntry>((entry) => this.#onLeave(entry));
   }
 
   /** True once `close()` was called. */
@@ -584,7 +578,7 @@ export class HandlePool implements EntryOwner {
     this.#lru.delete(entry.key);
   }
 
-  /** lru-cache dispose: the entry left the LRU. Close it now if unused, else on last release. */
+  /** RecencyMap dispose: the entry left the LRU. Close it now if unused, else on last release. */
   #onLeave(entry: PoolEntry): void {
     entry.resident = false;
     this.#residentBytes -= entry.size;
@@ -679,7 +673,7 @@ function codeOf(err: unknown): string | undefined {
 /** Checked on the miss path only: a malformed request can never hit. */
 function checkRequest(req: MappingRequest): void {
   if (typeof req.deviceUuid !== 'string' || req.deviceUuid.length === 0) {
-    throw new TypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
+    throw new ArgumentTypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
   }
   assertPtr('base', req.base);
   assertSize('size', req.size);
@@ -694,26 +688,26 @@ const UNDO: Record<Exclude<MappingKind, 'legacy-ipc'>, ReadonlyArray<keyof FdUnd
 
 /** Checked on the miss path only, before anything is opened. */
 function checkImportRequest(req: ImportRequest, driver: MappingDriver): void {
-  if (!MAPPING_KINDS.includes(req.kind)) throw new TypeError(`kind must be one of ${MAPPING_KINDS.join(', ')}, got ${String(req.kind)}`);
+  if (!MAPPING_KINDS.includes(req.kind)) throw new ArgumentTypeError(`kind must be one of ${MAPPING_KINDS.join(', ')}, got ${String(req.kind)}`);
   if (typeof req.deviceUuid !== 'string' || req.deviceUuid.length === 0) {
-    throw new TypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
+    throw new ArgumentTypeError(`deviceUuid must be a non-empty string, got ${typeof req.deviceUuid}`);
   }
   assertPtr('base', req.base);
   assertSize('size', req.size);
   assertHandle('bufferId', req.bufferId);
-  if (req.identity !== undefined && !(req.identity instanceof Uint8Array)) throw new TypeError('identity must be a Uint8Array');
-  if (typeof req.open !== 'function') throw new TypeError('open must be a function that maps the allocation and returns its local pointer');
+  if (req.identity !== undefined && !(req.identity instanceof Uint8Array)) throw new ArgumentTypeError('identity must be a Uint8Array');
+  if (typeof req.open !== 'function') throw new ArgumentTypeError('open must be a function that maps the allocation and returns its local pointer');
   if (req.kind === 'pool') {
     if (req.peerPool === undefined || typeof req.peerPool.key !== 'string' || typeof req.peerPool.open !== 'function') {
-      throw new TypeError("a 'pool' request needs peerPool: { key, open() } naming the peer's pool");
+      throw new ArgumentTypeError("a 'pool' request needs peerPool: { key, open() } naming the peer's pool");
     }
   } else if (req.peerPool !== undefined) {
-    throw new TypeError(`peerPool is for 'pool' requests only, not '${req.kind}'`);
+    throw new ArgumentTypeError(`peerPool is for 'pool' requests only, not '${req.kind}'`);
   }
   if (req.kind !== 'legacy-ipc') {
     const missing = UNDO[req.kind].filter((m) => typeof driver[m] !== 'function');
     if (missing.length > 0) {
-      throw new TypeError(`this handle pool's driver cannot undo a '${req.kind}' mapping (no ${missing.join(', ')}); give the pool a CudaDriver`);
+      throw new ArgumentTypeError(`this handle pool's driver cannot undo a '${req.kind}' mapping (no ${missing.join(', ')}); give the pool a CudaDriver`);
     }
   }
 }

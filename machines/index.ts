@@ -1,4 +1,8 @@
-/** XState machines of smcuda (see negotiation.ts for the protocol, negotiator.ts for the wrapper endpoints use). */
+/**
+ * XState machines of smcuda (see negotiation.ts for the protocol, negotiator.ts for the wrapper endpoints use).
+ *
+ * @module smcuda/machines
+ */
 export {
   DEFAULT_NEGOTIATION_CONFIG,
   NEGOTIATION_STATES,

@@ -65,9 +65,17 @@ export type NegotiationState = (typeof NEGOTIATION_STATES)[number];
 export interface NegotiationConfig {
   /** Use CUDA IPC at all. */
   ipc: boolean;
-  /** Use CUDA IPC between two processes on the same GPU (decided by the answering side). */
+  /**
+   * Use CUDA IPC between two processes on the same GPU (decided by the
+   * answering side). Default true; false: such pairs move device messages by
+   * staging (the negotiation ends BAD with SAME_GPU_DISABLED).
+   */
   sameGpuIpc: boolean;
-  /** Requests this side may send before it gives up (the design's 5). */
+  /**
+   * IPC requests this side may send while the peer answers "not ready"
+   * before it gives up (BAD, TRIES_EXHAUSTED). Default 5 (the design's);
+   * 0: the first GPU send gives up at once.
+   */
   maxTries: number;
   /** SENT waiting for IPC_ACK / IPC_NOTREADY. */
   requestTimeoutMs: number;

@@ -11,8 +11,10 @@
 //                                             libstdc++ linked in (arm64: with Debian's aarch64-linux-gnu-g++)
 //                                             and writes the glibc it needs (from objdump -T) beside it
 //
-// Plain JavaScript, no dependency but cmake-js (a dependency of the package), so
-// that it runs at install time before anything is compiled.
+// Plain JavaScript, no dependency at all, so that it runs at install time before anything is
+// compiled. A source build needs cmake-js and node-addon-api: dev dependencies (a checkout has them),
+// which an installed package lacks unless its user adds them (as sharp asks for node-gyp): the
+// prebuilt addons serve everyone else, and their node_modules stay small.
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -23,11 +25,23 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 
 function cmakeJs() {
-  try {
-    return createRequire(join(root, 'package.json')).resolve('cmake-js/bin/cmake-js');
-  } catch {
-    fail('cmake-js is missing: it is a dependency of smcuda, so reinstall the package (npm install smcuda).');
+  const req = createRequire(join(root, 'package.json'));
+  const missing = ['cmake-js', 'node-addon-api'].filter((m) => {
+    try {
+      req.resolve(m === 'cmake-js' ? 'cmake-js/bin/cmake-js' : m);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  if (missing.length > 0) {
+    fail(
+      `building the native addon from source needs ${missing.join(' and ')}, which smcuda does not install for everyone ` +
+        `(the prebuilt addons in prebuilds/ need nothing). Add them to your project, then rebuild:\n` +
+        `  npm install --save-dev cmake-js node-addon-api && npm rebuild smcuda`,
+    );
   }
+  return req.resolve('cmake-js/bin/cmake-js');
 }
 
 function fail(message) {

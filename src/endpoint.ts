@@ -15,7 +15,8 @@
 import { EventEmitter } from 'node:events';
 import type { HandlePool } from '../cache/index.js';
 import type { NegotiationState } from '../machines/index.js';
-import { checkMessageBuffer, isDeviceBuffer, type MessageBuffer } from './buffers.js';
+import { checkMessageBuffer, type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from './buffers.js';
+import type { CudaDriver } from './cuda/driver.js';
 import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel } from './channel/fd-channel.js';
 import { copyBytes } from './channel/bytes.js';
@@ -26,21 +27,28 @@ import { debug } from './debug.js';
 import { EndpointLink, type EndpointContext } from './endpoint-link.js';
 import { NegotiationLink } from './endpoint-negotiation.js';
 import type { DataPath as PathKind, EndpointStats } from './endpoint-stats.js';
-import { ClosedError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
+import { ArgumentRangeError, ArgumentTypeError, ClosedError, PeerLostError, ProtocolError, SmcudaError } from './errors.js';
 import { describeAllocation } from './exports.js';
 import type { FlowStats } from './flow-control.js';
-import { MatchQueues } from './matching.js';
-import { createPaths, type Arrival, type DataPath, type PendingRecv, type Received, type RecvOptions, type SendOptions } from './paths/index.js';
+import { ANY_TAG, MatchQueues, type RivalReceives } from './matching.js';
+import { refuseUnknownKeys } from './option-keys.js';
+import { createPaths, type Arrival, type DataPath, type PendingRecv, type RecvOptions, type SendOptions } from './paths/index.js';
 import { abortReason } from './paths/pending-sends.js';
+import { checkStagedSource } from './paths/staging-ring.js';
+import { asTypeOfInto, type MessageInfo, messageInfo, type Received, type ReceivedData } from './received.js';
 import { RgetDecoder } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
-import type { DeviceBuffer } from './buffers.js';
 import type { FdRgetPath } from './paths/fd-rget.js';
 import { Registrations, type Registration } from './persistent/registrations.js';
 import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
 import { Watchdog } from './persistent/watchdog.js';
 
-export type { SendOptions, RecvOptions, Received, Registration, PersistentOptions, PersistentTransfer };
+export type { SendOptions, RecvOptions, Received, ReceivedData, MessageInfo, Registration, PersistentOptions, PersistentTransfer };
+
+/** The options send() reads (any other key is refused). */
+export const SEND_OPTION_KEYS = ['tag', 'stream', 'signal', 'ready'] as const satisfies readonly (keyof SendOptions)[];
+/** The options recv() reads (any other key is refused). */
+export const RECV_OPTION_KEYS = ['tag', 'into', 'stream', 'signal'] as const satisfies readonly (keyof RecvOptions)[];
 export type { FlowStats, EndpointContext };
 
 export interface EndpointEvents {
@@ -50,10 +58,23 @@ export interface EndpointEvents {
   close: [error?: Error];
 }
 
+/**
+ * This process's half of a connection to one peer: send() and recv()
+ * messages (host or device buffers) with tags, MPI order per tag. Made by
+ * the Transport (listen, connect, attach); emits 'state' and 'close'.
+ */
 export class Endpoint extends EventEmitter<EndpointEvents> {
+  /** The peer's transport id (its `TransportOptions.id`), unique in the job. */
   readonly peerId: string;
+  /** The peer's process id, as it announced it in HELLO (on a Unix socket, checked against the kernel's SO_PEERCRED). */
   readonly peerPid: number;
+  /** The UUID of the peer's device (`GPU-…`), or '' when the peer has no device yet (`lazyDevice`). */
   readonly peerDeviceUuid: string;
+
+  /** @internal The transport's any-source receives, which compete for this endpoint's arrivals. */
+  rival: RivalReceives<PendingRecv> | undefined;
+  /** probe() calls waiting for a message. */
+  private readonly probes: { tag: number; resolve: (m: MessageInfo) => void; reject: (e: Error) => void; cleanup: () => void }[] = [];
 
   /** The link to the peer the paths share: frames, FINs, seqs, pending sends, flow, counters, closed state. */
   private readonly link: EndpointLink;
@@ -140,38 +161,6 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 
   /**
-   * Starts the IPC negotiation now, as the first device send would, and
-   * resolves with its outcome (OK or BAD); at once if it has settled. Across
-   * GPUs the negotiation's first probe open sets up peer access (2 ms per
-   * side on 2xH200), and a first message sent meanwhile goes by staging,
-   * whose set-up (pinning its ring: 6-9 ms) delays the negotiation further.
-   * Called right after connecting, all of that happens before the first
-   * message needs it: on 2xH200 a fresh pair's first 64 KiB message then
-   * arrives 3.7 ms after its send instead of 32 ms (`smcuda bench --suite
-   * first-send`, median of 5 runs). Rejects if the endpoint closes first.
-   */
-  negotiate(): Promise<NegotiationState> {
-    if (this.link.closed) return Promise.reject(this.link.closedError());
-    return new Promise((resolve, reject) => {
-      const settled = (state: NegotiationState) => state === 'OK' || state === 'BAD';
-      const onState = (state: NegotiationState) => {
-        if (!settled(state)) return;
-        this.off('close', onClose);
-        this.off('state', onState);
-        resolve(state);
-      };
-      const onClose = () => {
-        this.off('state', onState);
-        reject(this.link.closedError());
-      };
-      if (settled(this.neg.state)) return resolve(this.neg.state);
-      this.on('state', onState);
-      this.once('close', onClose);
-      this.neg.gpuSend();
-    });
-  }
-
-  /**
    * Sends one message. Resolves when the buffer may be reused: at once for
    * eager messages (the bytes were copied), on FIN for RGET and staging.
    * When the peer already holds `maxUnreadBytes` of unreceived messages, the
@@ -180,9 +169,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    */
   send(buffer: MessageBuffer, options: SendOptions = {}): Promise<void> {
     checkMessageBuffer('buffer', buffer);
-    const tag = checkTag(options.tag);
+    refuseUnknownKeys('send options', options, SEND_OPTION_KEYS);
+    const tag = checkTag(options.tag, false);
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
-    if (options.ready !== undefined && typeof options.ready !== 'boolean') throw new TypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
+    if (options.ready !== undefined && typeof options.ready !== 'boolean') throw new ArgumentTypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
     let path = this.pathFor(buffer, options);
@@ -224,15 +214,28 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
   }
 
-  /** Receives the next message with `tag` (MPI order). */
-  recv(options: RecvOptions = {}): Promise<Received> {
-    const tag = checkTag(options.tag);
-    if (options.into !== undefined) checkMessageBuffer('options.into', options.into);
+  /**
+   * Receives the next message with `tag` (MPI order), or of any tag with
+   * `tag: ANY_TAG`. `data` has the type of `into` (see Received). A device
+   * `into` is checked here against its allocation (cuMemGetAddressRange): one
+   * longer than the memory mapped from its start is refused at once.
+   */
+  recv<Into extends MessageBuffer | undefined = undefined>(options: RecvOptions & { into?: Into } = {}): Promise<Received<ReceivedData<Into>>> {
+    refuseUnknownKeys('recv options', options, RECV_OPTION_KEYS);
+    const tag = checkTag(options.tag, true);
+    const into = options.into;
+    if (into !== undefined) {
+      checkMessageBuffer('options.into', into);
+      if (isDeviceBuffer(into)) checkIntoRoom(this.link.driver, into);
+    }
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    return new Promise<Received>((resolve, reject) => {
-      const recv: PendingRecv = { tag, into: options.into, stream: options.stream, resolve, reject, cleanup: noop };
+    return new Promise<Received<ReceivedData<Into>>>((resolveTyped, reject) => {
+      // A host `into` other than a Uint8Array: `data` comes back as a view of its type.
+      const retype = into !== undefined && !(into instanceof Uint8Array) && !isDeviceBuffer(into);
+      const resolve = (retype ? (r: Received) => resolveTyped(Object.assign(r, { data: asTypeOfInto(r.data, into) }) as never) : resolveTyped) as (r: Received) => void;
+      const recv: PendingRecv = { tag, into, stream: options.stream, resolve, reject, cleanup: noop };
       const signal = options.signal;
       if (signal) {
         const onAbort = () => {
@@ -244,6 +247,108 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       }
       const arrival = this.matches.post(tag, recv);
       if (arrival) this.deliver(recv, arrival);
+    });
+  }
+
+  /**
+   * What the next message a `recv({ tag })` would take is (its tag, length,
+   * whether it is device data), without receiving it (MPI_Iprobe);
+   * undefined when none has arrived. `tag` may be ANY_TAG.
+   */
+  tryProbe(options: { tag?: number } = {}): MessageInfo | undefined {
+    refuseUnknownKeys('probe options', options, ['tag']);
+    const a = this.matches.probe(checkTag(options.tag, true));
+    return a === undefined ? undefined : messageInfo(a, this.peerId);
+  }
+
+  /** @internal When the message a `recv({ tag })` would take arrived (a process-wide order; Infinity: none waits). */
+  arrivalOrder(tag: number): number {
+    return this.matches.probeOrder(tag);
+  }
+
+  /**
+   * Waits for a message a `recv({ tag })` would take, and says what it is
+   * without receiving it (MPI_Probe): size an `into` for it, then recv().
+   * Rejects when the endpoint closes or `signal` aborts.
+   */
+  probe(options: { tag?: number; signal?: AbortSignal } = {}): Promise<MessageInfo> {
+    refuseUnknownKeys('probe options', options, ['tag', 'signal']);
+    const tag = checkTag(options.tag, true);
+    const now = this.matches.probe(tag);
+    if (now !== undefined) return Promise.resolve(messageInfo(now, this.peerId));
+    if (this.link.closed) return Promise.reject(this.link.closedError());
+    const signal = options.signal;
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    return new Promise<MessageInfo>((resolve, reject) => {
+      const p = { tag, resolve, reject, cleanup: noop };
+      if (signal) {
+        const onAbort = () => {
+          const i = this.probes.indexOf(p);
+          if (i >= 0) this.probes.splice(i, 1);
+          reject(abortReason(signal));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        p.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      this.probes.push(p);
+    });
+  }
+
+  /**
+   * Settles the IPC negotiation now, rather than at the first device send
+   * (which then goes by staging while it runs): resolves with 'OK' (device
+   * messages go by RGET) or 'BAD' (they go by staging or EAGER). While the
+   * peer answers "not ready" (it has no device yet) it asks again, backing
+   * off, up to `negotiation.maxTries`; while this process has no device
+   * (`lazyDevice` before `useDevice()`) it waits: bound it with `signal`.
+   * Rejects when the endpoint closes first. Across GPUs the negotiation's
+   * first probe open sets up peer access (2 ms per side on 2xH200), and a
+   * first message sent meanwhile goes by staging, whose set-up (pinning its
+   * ring: 6-9 ms) delays the negotiation further: called right after
+   * connecting, a fresh pair's first 64 KiB message arrives 3.7 ms after its
+   * send instead of 32 ms (`smcuda bench --suite first-send`, median of 5
+   * runs on 2xH200).
+   */
+  negotiate(options: { signal?: AbortSignal } = {}): Promise<'OK' | 'BAD'> {
+    refuseUnknownKeys('negotiate options', options, ['signal']);
+    const settled = (s: NegotiationState): s is 'OK' | 'BAD' => s === 'OK' || s === 'BAD';
+    if (settled(this.neg.state)) return Promise.resolve(this.neg.state);
+    if (this.link.closed) return Promise.reject(this.link.closedError());
+    const signal = options.signal;
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    return new Promise<'OK' | 'BAD'>((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      let delay = 5;
+      const done = () => {
+        clearTimeout(timer);
+        this.off('state', onState);
+        this.off('close', onClose);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const onState = (s: NegotiationState) => {
+        if (!settled(s)) return;
+        done();
+        resolve(s);
+      };
+      const onClose = () => {
+        done();
+        reject(this.link.closedError());
+      };
+      const onAbort = () => {
+        done();
+        reject(abortReason(signal!));
+      };
+      // INIT again after a NOT_READY (or still INIT: this side was not ready): ask again, backing off to 500 ms.
+      const kick = () => {
+        if (this.link.closed || settled(this.neg.state)) return;
+        this.neg.gpuSend();
+        timer = setTimeout(kick, delay);
+        delay = Math.min(delay * 2, 500);
+      };
+      this.on('state', onState);
+      this.once('close', onClose);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      kick();
     });
   }
 
@@ -363,8 +468,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       }
       // Counted before it is queued: past maxBufferedBytes the endpoint fails (PeerLimitError) and nothing is kept.
       this.link.flow.arrived(arrival.type === FrameType.EAGER ? arrival.data.byteLength : 0);
-      const recv = this.matches.arrive(arrival.tag, arrival);
+      const recv = this.matches.arrive(arrival.tag, arrival, this.rival);
       if (recv) this.deliver(recv, arrival);
+      else if (this.probes.length > 0) this.answerProbes(arrival);
       return;
     }
     const control = this.byControl[frame.type];
@@ -412,6 +518,20 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         throw new ProtocolError(`peer ${this.peerId} sent a channel-layer ${FrameType[frame.type]} frame without announcing control rings`);
       default:
         throw new ProtocolError(`peer ${this.peerId} sent a ${FrameType[frame.type]} frame that no data path of this endpoint handles`);
+    }
+  }
+
+  /** A message now waits unmatched: the probe() calls it answers resolve. */
+  private answerProbes(arrival: Arrival): void {
+    for (let i = 0; i < this.probes.length; ) {
+      const p = this.probes[i]!;
+      if (p.tag !== ANY_TAG && p.tag !== arrival.tag) {
+        i++;
+        continue;
+      }
+      this.probes.splice(i, 1);
+      p.cleanup();
+      p.resolve(messageInfo(arrival, this.peerId));
     }
   }
 
@@ -505,6 +625,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.transfers.close(reason);
     this.registrations.close(reason, this.transfers.graceMs);
     this.ownWatchdog?.close();
+    for (const p of this.probes.splice(0)) {
+      p.cleanup();
+      p.reject(reason);
+    }
     for (const path of this.paths) path.close(reason);
     this.link.close();
     this.channel.off('frame', this.onFrame);
@@ -512,10 +636,28 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   }
 }
 
-function checkTag(tag: unknown): number {
+/**
+ * A device `into` must fit its allocation: checked at recv() (one
+ * cuMemGetAddressRange), with the message a send's source gets. A pointer
+ * the driver does not know (freed) is left to the copy, which fails that
+ * receive and tells the sender (FIN FAILED).
+ */
+export function checkIntoRoom(driver: CudaDriver, into: DeviceBuffer): void {
+  if (into.length === 0 || !driver.isReady()) return;
+  try {
+    checkStagedSource(driver, into, 'options.into');
+  } catch (err) {
+    if (err instanceof ArgumentRangeError) throw err;
+  }
+}
+
+/** A tag: u32, or ANY_TAG where `any` (receives and probes). */
+function checkTag(tag: unknown, any: boolean): number {
   if (tag === undefined) return 0;
-  if (typeof tag !== 'number' || !Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) {
-    throw new RangeError(`tag must be an integer between 0 and 2^32-1, got ${String(tag)}`);
+  if (typeof tag !== 'number') throw new ArgumentTypeError(`tag must be a number, got ${typeof tag}`);
+  if (any && tag === ANY_TAG) return tag;
+  if (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff) {
+    throw new ArgumentRangeError(`tag must be an integer between 0 and 2^32-1${any ? ' (or ANY_TAG)' : ''}, got ${String(tag)}`);
   }
   return tag;
 }

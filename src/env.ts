@@ -49,7 +49,7 @@ export const ENV_OVERRIDES: readonly EnvOverride[] = [
  * Variables a parent process sets for the child it forks (the CLI's demo,
  * soak and bench workers): plumbing, not overrides, so not in the table.
  */
-export const CHILD_CONFIG_VARIABLES: readonly string[] = ['SMCUDA_DEMO', 'SMCUDA_SOAK', 'SMCUDA_BENCH_WORKER'];
+export const CHILD_CONFIG_VARIABLES: readonly string[] = ['SMCUDA_DEMO', 'SMCUDA_SOAK', 'SMCUDA_BENCH_WORKER', 'SMCUDA_DEMO_COLLECTIVES'];
 
 /** The defaults TransportOptions take from the environment; absent where the variable is unset or empty. */
 export interface EnvTransportDefaults {

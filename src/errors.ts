@@ -3,13 +3,52 @@
  * `code` (for programs) and a message that says what to do (for people).
  */
 
+/**
+ * The base class of smcuda's errors: `code` is stable (docs/errors.md lists
+ * every one), the message says what to do. `instanceof SmcudaError` also
+ * holds for ArgumentTypeError and ArgumentRangeError.
+ */
 export class SmcudaError extends Error {
+  /** A stable `SMCUDA_*` code (docs/errors.md); for CudaError, the CUDA error name. */
   readonly code: string;
   constructor(code: string, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
     this.code = code;
   }
+
+  /**
+   * `err instanceof SmcudaError` also holds for the argument errors
+   * (ArgumentTypeError, ArgumentRangeError): they extend TypeError and
+   * RangeError, as Node's own argument errors do, so they cannot extend this
+   * class, yet every error smcuda raises is one `catch (e) { if (e instanceof SmcudaError) … }` away.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (Function.prototype[Symbol.hasInstance].call(this, value)) return true;
+    return this === SmcudaError && (value instanceof ArgumentTypeError || value instanceof ArgumentRangeError);
+  }
+}
+
+/**
+ * An argument of the wrong type (a number where a bigint pointer goes, a
+ * string where a buffer goes). Checked in JS before any driver call. A
+ * TypeError (as Node's ERR_INVALID_ARG_TYPE is), with `code`
+ * 'SMCUDA_INVALID_ARG_TYPE'; `instanceof SmcudaError` holds too.
+ */
+export class ArgumentTypeError extends TypeError {
+  readonly code = 'SMCUDA_INVALID_ARG_TYPE';
+  // `name` stays 'TypeError', as Node's coded errors keep theirs.
+}
+
+/**
+ * An argument of the right type but out of range (a negative size, a tag
+ * past 2^32-1, a length past the end of its allocation). A RangeError (as
+ * Node's ERR_OUT_OF_RANGE is), with `code` 'SMCUDA_OUT_OF_RANGE';
+ * `instanceof SmcudaError` holds too.
+ */
+export class ArgumentRangeError extends RangeError {
+  readonly code = 'SMCUDA_OUT_OF_RANGE';
+  // `name` stays 'RangeError', as Node's coded errors keep theirs.
 }
 
 /**

@@ -1,11 +1,15 @@
 /**
  * smcuda's public API. See README.md for a tour and docs/architecture.md for
  * how the pieces fit.
+ *
+ * @module smcuda
  */
 export * from './errors.js';
 export { Transport, type TransportCreateOptions, type TransportEvents } from './transport.js';
-export { Endpoint, type SendOptions, type RecvOptions, type Received, type EndpointEvents } from './endpoint.js';
-export { isDeviceBuffer, type DeviceBuffer, type HostBuffer, type MessageBuffer } from './buffers.js';
+export { Endpoint, type SendOptions, type RecvOptions, type Received, type ReceivedData, type MessageInfo, type EndpointEvents } from './endpoint.js';
+export type { ReceivedFrom } from './any-source.js';
+export { ANY_TAG } from './matching.js';
+export { isDeviceBuffer, offsetDevice, type DeviceBuffer, type HostBuffer, type MessageBuffer } from './buffers.js';
 export type { TransportOptions, NegotiationOptions, StagingOptions, CacheOptions, PersistentOptions as PersistentTransportOptions } from './options.js';
 export { startGroup, PersistentTransfer, type PersistentOptions, type PersistentRole, type PersistentState } from './persistent/transfers.js';
 export type { Registration, RegistrationState } from './persistent/registrations.js';

@@ -8,6 +8,7 @@ import { DEFAULT_NEGOTIATION_CONFIG, type NegotiationConfig } from '../machines/
 import { resolveBounds } from '../cache/options.js';
 import { envTransportDefaults } from './env.js';
 import { ConfigError } from './errors.js';
+import { refuseUnknownKeys } from './option-keys.js';
 import { MAX_PEER_ID_BYTES, MAX_TOKEN_BYTES } from './wire/codec.js';
 
 /** The negotiation's knobs (ipc, sameGpuIpc, maxTries, timeouts): the machine's own config type. */
@@ -232,6 +233,7 @@ function bool(name: string, v: unknown): boolean {
  */
 export function validateNegotiationOptions(o: Partial<NegotiationOptions> | undefined): NegotiationOptions {
   group('negotiation', o);
+  refuseUnknownKeys('negotiation options', o, NEGOTIATION_KEYS);
   const n = { ...DEFAULT_NEGOTIATION, ...o };
   bool('negotiation.ipc', n.ipc);
   bool('negotiation.sameGpuIpc', n.sameGpuIpc);
@@ -251,8 +253,30 @@ function checkWireString(name: string, v: unknown, min: number, max: number): vo
   if (n < min || n > max) throw new ConfigError(`${name} must be ${min}..${max} UTF-8 bytes, got ${n}${name === 'id' && n > max ? ': use a shorter id' : ''}`);
 }
 
-export function resolveOptions(o: TransportOptions = {}): ResolvedOptions {
-  if (typeof o !== 'object' || o === null) throw new ConfigError(`transport options must be an object, got ${String(o)}`);
+/** Every key of TransportOptions (unknown keys are refused: a misspelt `token` must not make a transport without one). */
+export const TRANSPORT_OPTION_KEYS = [
+  'id', 'device', 'deviceEagerLimit', 'negotiation', 'staging', 'cache', 'token',
+  'completionSpinUs', 'controlRing', 'controlSpinUs', 'maxUnreadBytes', 'maxBufferedBytes', 'maxPeerDescriptors', 'persistent',
+] as const satisfies readonly (keyof TransportOptions)[];
+// Every key listed: a new option must be added above, or compiling fails here.
+const allTransportKeys: [Exclude<keyof TransportOptions, (typeof TRANSPORT_OPTION_KEYS)[number]>] extends [never] ? true : false = true;
+void allTransportKeys;
+const NEGOTIATION_KEYS = Object.keys(DEFAULT_NEGOTIATION_CONFIG) as (keyof NegotiationOptions)[];
+const STAGING_KEYS = ['chunkSize', 'slots', 'maxPeerBytes'] as const satisfies readonly (keyof StagingOptions)[];
+const CACHE_KEYS = ['maxEntries', 'maxBytes'] as const satisfies readonly (keyof CacheOptions)[];
+const PERSISTENT_KEYS = ['timeoutMs', 'flagSlots'] as const satisfies readonly (keyof PersistentOptions)[];
+
+/**
+ * `o` over the defaults (and the environment's), validated. `moreKeys`: keys
+ * of a wider options type the caller reads itself (Transport.create's
+ * `driver`, `trace`, …); any other unknown key is a ConfigError.
+ */
+export function resolveOptions(o: TransportOptions = {}, moreKeys: readonly string[] = [], where = 'transport options'): ResolvedOptions {
+  if (typeof o !== 'object' || o === null) throw new ConfigError(`${where} must be an object, got ${String(o)}`);
+  refuseUnknownKeys(where, o, [...TRANSPORT_OPTION_KEYS, ...moreKeys]);
+  refuseUnknownKeys('staging options', o.staging, STAGING_KEYS);
+  refuseUnknownKeys('cache options', o.cache, CACHE_KEYS);
+  refuseUnknownKeys('persistent options', o.persistent, PERSISTENT_KEYS);
   const negotiation = validateNegotiationOptions(o.negotiation);
   const env = envTransportDefaults();
   const staging = validateStaging(o.staging);

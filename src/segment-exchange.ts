@@ -17,7 +17,7 @@
 import type { FdChannel } from './channel/fd-channel.js';
 import type { MappedSegment } from './channel/sealed-segment.js';
 import { debug } from './debug.js';
-import { DescriptorError, ProtocolError } from './errors.js';
+import { ArgumentRangeError, DescriptorError, ProtocolError } from './errors.js';
 import { encodeFrame } from './wire/codec.js';
 import { FrameType, SegmentKind } from './wire/frames.js';
 
@@ -98,7 +98,7 @@ export class SegmentExchange {
   #pass(kind: SegmentKind, seg: MappedSegment): Promise<void> {
     const bytes = seg.bytes.byteLength;
     const lent = seg.lendFd(); // kept open while the channel's queue names it, closed once passed (or failed)
-    if (lent === undefined) return Promise.reject(new RangeError('this segment was passed already'));
+    if (lent === undefined) return Promise.reject(new ArgumentRangeError('this segment was passed already'));
     const sent = this.#channel!.send(lent.fd, encodeFrame({ type: FrameType.SEGMENT, kind, bytes }));
     sent.then(lent.settled, lent.settled);
     return sent;

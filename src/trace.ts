@@ -10,6 +10,7 @@ import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs';
 import { AccessDeniedError } from './errors.js';
 import { FrameType, type Frame } from './wire/frames.js';
 
+/** One line of a trace file. */
 export interface TraceRecord {
   /** Wall-clock microseconds since the epoch (comparable across processes). */
   t: number;
@@ -23,6 +24,7 @@ export interface TraceRecord {
   [field: string]: unknown;
 }
 
+/** Receives every traced event of a transport's endpoints (FileTracer writes them to a file). */
 export interface Tracer {
   /** `atUs`: when it happened, if not now (e.g. a HELLO sent before the peer's id was known). */
   frame(peer: string, dir: 'send' | 'recv', frame: Frame, atUs?: number): void;
@@ -84,6 +86,14 @@ export function openTraceFile(path: string): number {
   return fd;
 }
 
+/**
+ * The Tracer that `Transport.create({ trace: path })` and `SMCUDA_TRACE=path`
+ * make: appends one JSON line (a TraceRecord) per control frame, negotiation
+ * transition and cache event to `path`. Several processes may share one
+ * file. Read it with `smcuda trace path` (a sequence diagram or timelines)
+ * or `smcuda inspect --trace path`. Give one to an own transport wrapper to
+ * trace the same records.
+ */
 export class FileTracer implements Tracer {
   private fd: number | undefined;
 

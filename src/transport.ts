@@ -34,10 +34,17 @@ import { loadAddon } from './cuda/addon.js';
 import type { FdChannel } from './channel/fd-channel.js';
 import { debug } from './debug.js';
 import { sweepDeadSegments } from './segment-owner.js';
-import { Endpoint } from './endpoint.js';
+import { checkIntoRoom, Endpoint, RECV_OPTION_KEYS, type RecvOptions } from './endpoint.js';
 import { type FdRole, fdSocketPath, OwnedFdListener, setUpFdChannel } from './fd-setup.js';
 import { describeAllocation, ExportTable } from './exports.js';
-import { ClosedError, ConfigError, PeerLostError, ProtocolError } from './errors.js';
+import { AnySourceReceives, type AnySourceWaiting, type ReceivedFrom } from './any-source.js';
+import { checkMessageBuffer, isDeviceBuffer, type MessageBuffer } from './buffers.js';
+import { assertHandle } from './cuda/validate.js';
+import { ArgumentRangeError, ArgumentTypeError, ClosedError, ConfigError, PeerLostError, ProtocolError, type SmcudaError } from './errors.js';
+import { ANY_TAG, nextOrder } from './matching.js';
+import { abortReason } from './paths/pending-sends.js';
+import type { MessageInfo, ReceivedData } from './received.js';
+import { refuseUnknownKeys } from './option-keys.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
 import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
 import { FileTracer, nowUs, type Tracer } from './trace.js';
@@ -83,6 +90,37 @@ function warnNoToken(): void {
   );
 }
 
+const DUPLICATE_PEER = 'SMCUDA_DUPLICATE_PEER';
+
+/**
+ * A refused handshake tells the other side why with a CLOSE frame (within the
+ * handshake's frame bound): a duplicate id would otherwise reach the
+ * connecting side as "closed during the handshake".
+ */
+function tellRefused(channel: ControlChannel, message: string): void {
+  try {
+    // At most 240 bytes: the other side takes only handshake-sized frames yet.
+    const reason = Buffer.from(`${DUPLICATE_PEER}: ${message}`).subarray(0, 240).toString();
+    channel.send(encodeFrame({ type: FrameType.CLOSE, reason }));
+  } catch {
+    // the channel is already gone: the other side sees it closed
+  }
+}
+
+/** The error for a CLOSE received during the handshake: the other side refused this connection. */
+function refusal(reason: string, label: string): Error {
+  if (reason.startsWith(`${DUPLICATE_PEER}: `)) {
+    return new ProtocolError(`${label} refused the connection: ${reason.slice(DUPLICATE_PEER.length + 2)}`, DUPLICATE_PEER);
+  }
+  return new PeerLostError(`${label} refused the connection: ${reason}`);
+}
+
+/** TransportCreateOptions' keys beyond TransportOptions (resolveOptions refuses any key in neither). */
+const CREATE_ONLY_KEYS = ['driver', 'lazyDevice', 'trace', 'inspect', 'helloTimeoutMs', 'frameTimeoutMs'] as const satisfies readonly Exclude<keyof TransportCreateOptions, keyof TransportOptions>[];
+
+const allCreateKeys: [Exclude<keyof TransportCreateOptions, keyof TransportOptions | (typeof CREATE_ONLY_KEYS)[number]>] extends [never] ? true : false = true;
+void allCreateKeys;
+
 export interface TransportEvents {
   /** A new endpoint (accepted or connected). */
   endpoint: [endpoint: Endpoint];
@@ -95,11 +133,19 @@ export interface TransportEvents {
   refused: [error: Error];
 }
 
+/**
+ * One process's presence in a job: it owns the CUDA driver and device,
+ * listens for and connects to peers, and keeps one Endpoint per peer.
+ * Make one with `Transport.create()`.
+ */
 export class Transport extends EventEmitter<TransportEvents> {
+  /** This transport's id (TransportOptions.id): peers know it as the endpoint's `peerId`. */
   readonly id: string;
+  /** The CUDA driver in use (allocate, copy and free device memory with it). */
   readonly driver: CudaDriver;
-  /** Which driver, and why it was chosen. */
+  /** Which driver this transport uses: 'native' (a GPU through libcuda) or 'sim' (the simulated driver). */
   readonly driverKind: DriverKind;
+  /** Why that driver, in words (e.g. "simulated driver: libcuda.so.1 not found: …"). */
   readonly driverReason: string;
   private readonly opts: ResolvedOptions;
   private readonly ownsDriver: boolean;
@@ -120,6 +166,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   /** Watches the flags of every persistent transfer of this transport's endpoints (src/persistent/watchdog.ts). */
   private readonly watchdog: Watchdog;
   private closed = false;
+  /** recv() calls from any peer still waiting (any-source.ts). */
+  private readonly anySource = new AnySourceReceives();
 
   private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions, fileTracer: FileTracer | undefined) {
     super();
@@ -139,7 +187,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   }
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
-    const opts = resolveOptions(options); // bad options are refused before a driver is opened
+    // Bad options (unknown keys too) are refused before a driver is opened.
+    const opts = resolveOptions(options, CREATE_ONLY_KEYS, 'Transport.create options');
     if (opts.token === '') warnNoToken();
     const helloMs = options.helloTimeoutMs;
     if (helloMs !== undefined && (typeof helloMs !== 'number' || !(helloMs > 0) || helloMs > 2 ** 31 - 1)) {
@@ -215,6 +264,7 @@ export class Transport extends EventEmitter<TransportEvents> {
    */
   async listen(path: string, options: Pick<ListenUnixOptions, 'privateDir' | 'peerUids'> = {}): Promise<void> {
     this.assertOpen();
+    refuseUnknownKeys('listen options', options, ['privateDir', 'peerUids']);
     const fd: { listener: OwnedFdListener | undefined } = { listener: undefined };
     const setup = listenUnix(path, (channel) => this.accept(channel, fd), {
       ...this.channelOptions,
@@ -310,6 +360,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     return new Promise<Endpoint>((resolve, reject) => {
       const fail = (err: Error) => {
         debug('transport %s: connection %s refused: %s', this.id, channel.label, err.message);
+        if ((err as SmcudaError).code === DUPLICATE_PEER) tellRefused(channel, err.message); // so the other side learns why
         cleanup();
         this.pendingChannels.delete(channel);
         channel.close();
@@ -327,6 +378,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         let hello: HelloFrame;
         try {
           const frame = decodeFrame(bytes);
+          if (frame.type === FrameType.CLOSE && frame.reason.startsWith(`${DUPLICATE_PEER}: `)) throw refusal(frame.reason, channel.label);
           const step = hs.receive(frame);
           this.checkPeerId(step.peer);
           if (step.kind === 'proof') {
@@ -353,6 +405,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         const epChannel = ring ? new ShmChannel(channel, { progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
         const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress, watchdog: this.watchdog }, hello);
+        ep.rival = this.anySource.rivalFor(ep);
         this.endpointsByPeer.set(hello.peerId, ep);
         debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
         ep.once('close', () => {
@@ -405,15 +458,89 @@ export class Transport extends EventEmitter<TransportEvents> {
     for (const ep of this.endpointsByPeer.values()) ep.invalidateAllocation(alloc);
   }
 
+  /**
+   * Receives the next message from any peer (MPI_ANY_SOURCE), with `tag` or
+   * any tag (`ANY_TAG`); resolves with the message and the endpoint it came
+   * by. Among receives posted on endpoints and here, the earliest-posted
+   * that matches a message takes it. Rejects when the transport closes or
+   * `signal` aborts; an endpoint closing does not end it.
+   */
+  recv<Into extends MessageBuffer | undefined = undefined>(options: RecvOptions & { into?: Into } = {}): Promise<ReceivedFrom<ReceivedData<Into>>> {
+    this.assertOpen();
+    refuseUnknownKeys('recv options', options, RECV_OPTION_KEYS);
+    const tag = this.validateRecv(options);
+    // The endpoint whose matching message arrived first takes the receive.
+    let first: Endpoint | undefined;
+    let firstOrder = Infinity;
+    for (const ep of this.endpointsByPeer.values()) {
+      const order = ep.arrivalOrder(tag);
+      if (order < firstOrder) {
+        firstOrder = order;
+        first = ep;
+      }
+    }
+    if (first !== undefined) {
+      const ep = first;
+      return ep.recv<Into>(options).then((r) => Object.assign(r, { endpoint: ep }));
+    }
+    if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
+    return new Promise((resolve, reject) => {
+      const w: AnySourceWaiting = { tag, order: nextOrder(), into: options.into, stream: options.stream, resolve: resolve as never, reject, cleanup: () => {} };
+      const signal = options.signal;
+      if (signal) {
+        const onAbort = () => {
+          if (this.anySource.remove(w)) reject(abortReason(signal));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        w.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      this.anySource.add(w);
+    });
+  }
+
+  /** What the next message from any peer that `recv({ tag })` would take is, without receiving it; undefined if none waits. */
+  tryProbe(options: { tag?: number } = {}): MessageInfo | undefined {
+    this.assertOpen();
+    const tag = this.validateRecv({ tag: options.tag });
+    let first: Endpoint | undefined;
+    let firstOrder = Infinity;
+    for (const ep of this.endpointsByPeer.values()) {
+      const order = ep.arrivalOrder(tag);
+      if (order < firstOrder) {
+        firstOrder = order;
+        first = ep;
+      }
+    }
+    return first?.tryProbe(options);
+  }
+
+  /** The argument checks of an endpoint's recv(), for a receive no endpoint takes yet; returns the tag. */
+  private validateRecv(options: RecvOptions): number {
+    const tag = options.tag ?? 0;
+    if (typeof tag !== 'number') throw new ArgumentTypeError(`tag must be a number, got ${typeof tag}`);
+    if (tag !== ANY_TAG && (!Number.isInteger(tag) || tag < 0 || tag > 0xffffffff)) {
+      throw new ArgumentRangeError(`tag must be an integer between 0 and 2^32-1 (or ANY_TAG), got ${String(tag)}`);
+    }
+    const into = options.into;
+    if (into !== undefined) {
+      checkMessageBuffer('options.into', into);
+      if (isDeviceBuffer(into)) checkIntoRoom(this.driver, into);
+    }
+    if (options.stream !== undefined) assertHandle('options.stream', options.stream);
+    return tag;
+  }
+
   /** The inspector page's address, when created with `inspect`. */
   get inspectUrl(): string | undefined {
     return this.inspector?.url;
   }
 
+  /** The open endpoint to the peer whose transport id is `peerId`, if any. */
   endpoint(peerId: string): Endpoint | undefined {
     return this.endpointsByPeer.get(peerId);
   }
 
+  /** Every open endpoint of this transport (a copy: closing one while iterating is fine). */
   endpoints(): Endpoint[] {
     return [...this.endpointsByPeer.values()];
   }
@@ -429,6 +556,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     await Promise.allSettled([...this.settingUp]);
     for (const ep of this.endpointsByPeer.values()) ep.close('transport closed');
     this.endpointsByPeer.clear();
+    this.anySource.rejectAll(new ClosedError(`transport ${this.id} was closed`));
     for (const ch of this.pendingChannels) ch.close();
     await Promise.all(this.sockets.map((l) => l.close()));
     for (const l of this.fdListeners) l.close();
@@ -483,7 +611,7 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   private checkPeerId(h: HelloFrame): void {
     if (this.endpointsByPeer.has(h.peerId)) {
-      throw new ProtocolError(`a peer with id ${h.peerId} is already connected; ids must be unique in a job`, 'SMCUDA_DUPLICATE_PEER');
+      throw new ProtocolError(`a peer with id ${JSON.stringify(h.peerId)} is already connected to ${JSON.stringify(this.id)}; ids must be unique in a job (TransportOptions.id)`, DUPLICATE_PEER);
     }
   }
 

@@ -29,7 +29,7 @@ import type { BenchCommand, BenchWorkerInfo, Repeat } from './protocol.js';
 import { summarize, type Summary } from './stats.js';
 import { gpuOnly, guarded, scopedFigure, type SuiteContext } from './suite-context.js';
 import type { ScopedSpec } from './suites.js';
-import { type CollectiveTiming, SMCUDA_COLLECTIVES } from './under-test.js';
+import { type CollectiveTiming, COLLECTIVES_UNDER_TEST } from './under-test.js';
 import type { WorkerGroup } from './worker-group.js';
 import type { StagedAllreduceResult } from './worker-suites.js';
 
@@ -177,7 +177,7 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
     return spec ? [{ size, spec }] : [];
   });
   const specs = smcudaSpecs(plan);
-  const reason = SMCUDA_COLLECTIVES.factory ? (run.sim ? gpuOnly() : undefined) : SMCUDA_COLLECTIVES.missing;
+  const reason = COLLECTIVES_UNDER_TEST.factory ? (run.sim ? gpuOnly() : undefined) : COLLECTIVES_UNDER_TEST.missing;
   if (reason) {
     for (const spec of specs) run.figures.push(skipped(spec, reason));
     return;

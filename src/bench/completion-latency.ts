@@ -15,7 +15,7 @@
  *  - latency sample = promise time - median spin time; reported as median
  *    and 99th percentile, in microseconds.
  */
-import { ConfigError } from '../errors.js';
+import { ArgumentRangeError, ConfigError } from '../errors.js';
 import type { CudaDriver } from '../cuda/driver.js';
 
 export interface CompletionLatency {
@@ -42,7 +42,7 @@ const microsSince = (t0: bigint): number => Number(process.hrtime.bigint() - t0)
 
 /** `driver` must be initialised with a device set (`isReady()`). */
 export async function measureCompletionLatency(driver: CudaDriver, iterations: number): Promise<CompletionLatency> {
-  if (!Number.isInteger(iterations) || iterations < 1) throw new RangeError(`iterations must be a positive integer, got ${iterations}`);
+  if (!Number.isInteger(iterations) || iterations < 1) throw new ArgumentRangeError(`iterations must be a positive integer, got ${iterations}`);
   if (!driver.isReady()) throw new ConfigError('measureCompletionLatency needs a ready driver: call init() and setDevice(index) first');
 
   const ptr = driver.memAlloc(8);

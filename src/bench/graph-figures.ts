@@ -77,7 +77,7 @@ export const GRAPH_FIG = {
 } satisfies Record<string, ScopedSpec | ((s: GraphSize) => ScopedSpec)>;
 
 /** The smcuda-side figures, in the order the suite lists them. */
-export const SMCUDA_GRAPH_FIGURES = [GRAPH_FIG.smcuda8, GRAPH_FIG.smcuda1M, GRAPH_FIG.smcudaReplayHost] as const;
+export const GRAPH_FIGURES = [GRAPH_FIG.smcuda8, GRAPH_FIG.smcuda1M, GRAPH_FIG.smcudaReplayHost] as const;
 
 export type GpuDrivenStatus = ReturnType<CudaDriver['gpuDrivenStatus']>;
 

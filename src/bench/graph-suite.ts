@@ -18,13 +18,13 @@
  */
 import { formatBytes } from '../cli/format.js';
 import { type Figure, skipped } from './figures.js';
-import { GRAPH_FIG, GRAPH_SIZES, GRAPH_TRANSFERS, type GpuDrivenStatus, graphsMissing, type GraphSize, halfRoundTripGBs, memOpsMissing, SMCUDA_GRAPH_FIGURES } from './graph-figures.js';
+import { GRAPH_FIG, GRAPH_SIZES, GRAPH_TRANSFERS, type GpuDrivenStatus, graphsMissing, type GraphSize, halfRoundTripGBs, memOpsMissing, GRAPH_FIGURES } from './graph-figures.js';
 import type { MemOpGraphResult, MemOpHostResult } from './memop-pingpong.js';
 import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, Repeat, TimedResult } from './protocol.js';
 import { gbPerSecond, summarize, type Summary } from './stats.js';
 import { gpuOnly, guarded, scopedFigure, type SuiteContext } from './suite-context.js';
 import { FIG } from './suites.js';
-import { SMCUDA_GRAPH_PINGPONG } from './under-test.js';
+import { GRAPH_PINGPONG_UNDER_TEST } from './under-test.js';
 import type { WorkerGroup } from './worker-group.js';
 
 type Group = WorkerGroup<BenchCommand, BenchWorkerInfo>;
@@ -70,7 +70,7 @@ export async function runGraphSuite(run: SuiteContext, g: Group, o: { twoDevices
     await guarded(run, 'graph suite: raw mem-op ping-pong', rawSpecs, () => rawPingPong(run, g, plan, why, raw, hostDriven));
   }
 
-  await guarded(run, 'graph suite: smcuda persistent transfers', SMCUDA_GRAPH_FIGURES, () => smcudaFigures(run, g, plan, why, raw));
+  await guarded(run, 'graph suite: smcuda persistent transfers', GRAPH_FIGURES, () => smcudaFigures(run, g, plan, why, raw));
 
   await guarded(run, 'graph suite: native floor', [GRAPH_FIG.nativeFloor], async () => {
     if (!NATIVE_FLOOR.measure) run.figures.push(skipped(GRAPH_FIG.nativeFloor, NATIVE_FLOOR.missing));
@@ -151,9 +151,9 @@ async function rawPingPong(run: SuiteContext, g: Group, plan: GraphPlan, why: { 
 
 /** smcuda's persistent transfers in a graph, beside the raw graph of the same size. */
 async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: { memOps?: string; graphs?: string }, raw: Map<GraphSize, { graph?: Summary; replayHost?: Summary }>): Promise<void> {
-  const reason = why.graphs ?? (SMCUDA_GRAPH_PINGPONG.factory ? undefined : SMCUDA_GRAPH_PINGPONG.missing) ?? (run.sim ? gpuOnly() : undefined);
+  const reason = why.graphs ?? (GRAPH_PINGPONG_UNDER_TEST.factory ? undefined : GRAPH_PINGPONG_UNDER_TEST.missing) ?? (run.sim ? gpuOnly() : undefined);
   if (reason) {
-    for (const spec of SMCUDA_GRAPH_FIGURES) run.figures.push(skipped(spec, reason));
+    for (const spec of GRAPH_FIGURES) run.figures.push(skipped(spec, reason));
     return;
   }
   await g.call(0, { op: 'open', session: 'graph', options: { ipc: true, cache: true } }); // rank 0 listens first
@@ -183,7 +183,7 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: 
     await Promise.all([g.call(0, { op: 'close', session: 'graph' }), g.call(1, { op: 'close', session: 'graph' })]);
   }
   // In the order: 8 B, 1 MiB, host per replay.
-  for (const spec of SMCUDA_GRAPH_FIGURES) {
+  for (const spec of GRAPH_FIGURES) {
     const f = out.find((x) => x.name === spec.name);
     if (f) run.figures.push(f);
   }

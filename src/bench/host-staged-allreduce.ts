@@ -29,6 +29,7 @@
 import type { CudaDriver, DevicePtr, PinnedHostBuffer, SharedSegment, StreamHandle } from '../cuda/driver.js';
 import { newSegmentName } from '../segment-owner.js';
 import { BenchStuckError } from './stuck.js';
+import { ArgumentRangeError } from '../errors.js';
 
 export type StagedReduce = 'sum' | 'avg';
 
@@ -79,7 +80,7 @@ export class HostStagedAllreduce {
     readonly timeoutMs: number,
   ) {
     const need = stagedSegmentBytes(ranks, maxBytes);
-    if (segment.bytes.byteLength < need) throw new RangeError(`staging segment ${segment.name} has ${segment.bytes.byteLength} bytes, ${need} needed`);
+    if (segment.bytes.byteLength < need) throw new ArgumentRangeError(`staging segment ${segment.name} has ${segment.bytes.byteLength} bytes, ${need} needed`);
     this.#d = driver;
     this.#segment = segment;
     this.#words = new Int32Array(segment.bytes.buffer, segment.bytes.byteOffset, headerBytes(ranks) / 4);
@@ -128,7 +129,7 @@ export class HostStagedAllreduce {
    * of its device→host copy to the end of its host→device copy.
    */
   async run(dev: DevicePtr, bytes: number, o: { pinned: boolean; reduce: StagedReduce; iters: number; warmup: number }): Promise<StagedRunResult> {
-    if (!Number.isInteger(bytes) || bytes < 0 || bytes % 4 !== 0 || bytes > this.maxBytes) throw new RangeError(`bytes must be a multiple of 4 from 0 to ${this.maxBytes}, got ${bytes}`);
+    if (!Number.isInteger(bytes) || bytes < 0 || bytes % 4 !== 0 || bytes > this.maxBytes) throw new ArgumentRangeError(`bytes must be a multiple of 4 from 0 to ${this.maxBytes}, got ${bytes}`);
     const host = this.#hostBuffer(o.pinned, bytes);
     const samples: number[] = [];
     const sum = { deviceToHostUs: 0, exchangeUs: 0, reduceUs: 0, hostToDeviceUs: 0 };
@@ -233,9 +234,9 @@ export class HostStagedAllreduce {
 }
 
 function check(ranks: number, maxBytes: number, rank: number): void {
-  if (!Number.isInteger(ranks) || ranks < 1) throw new RangeError(`ranks must be an integer ≥ 1, got ${ranks}`);
-  if (!Number.isInteger(rank) || rank < 0 || rank >= ranks) throw new RangeError(`rank must be an integer from 0 to ${ranks - 1}, got ${rank}`);
-  if (!Number.isInteger(maxBytes) || maxBytes < 0) throw new RangeError(`maxBytes must be a non-negative integer, got ${maxBytes}`);
+  if (!Number.isInteger(ranks) || ranks < 1) throw new ArgumentRangeError(`ranks must be an integer ≥ 1, got ${ranks}`);
+  if (!Number.isInteger(rank) || rank < 0 || rank >= ranks) throw new ArgumentRangeError(`rank must be an integer from 0 to ${ranks - 1}, got ${rank}`);
+  if (!Number.isInteger(maxBytes) || maxBytes < 0) throw new ArgumentRangeError(`maxBytes must be a non-negative integer, got ${maxBytes}`);
 }
 
 /** Seed 003's gradient of rank r: element i is r + 0.001 i (f32). */

@@ -24,6 +24,7 @@
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import type { Repeat } from './protocol.js';
 import { withinMs } from './stuck.js';
+import { ArgumentRangeError } from '../errors.js';
 
 /** The flag word, then the landing area on its own 256-byte line. */
 export const DATA_OFFSET = 256;
@@ -70,7 +71,7 @@ export class MemOpPingPong {
 
   /** Allocates the region (flag + landing area for `maxSize`) and a source of `maxSize`, zeroed. */
   constructor(driver: CudaDriver, maxSize: number, readonly timeoutMs = 60_000) {
-    if (!Number.isInteger(maxSize) || maxSize < 8) throw new RangeError(`maxSize must be an integer ≥ 8, got ${maxSize}`);
+    if (!Number.isInteger(maxSize) || maxSize < 8) throw new ArgumentRangeError(`maxSize must be an integer ≥ 8, got ${maxSize}`);
     this.#d = driver;
     this.#maxSize = maxSize;
     this.#region = driver.memAlloc(DATA_OFFSET + maxSize);
@@ -180,7 +181,7 @@ export class MemOpPingPong {
   }
 
   #checkSize(size: number): void {
-    if (!Number.isInteger(size) || size < 1 || size > this.#maxSize) throw new RangeError(`size must be an integer from 1 to ${this.#maxSize}, got ${size}`);
+    if (!Number.isInteger(size) || size < 1 || size > this.#maxSize) throw new ArgumentRangeError(`size must be an integer from 1 to ${this.#maxSize}, got ${size}`);
   }
 
   async #withEvents<T>(body: (start: EventHandle, end: EventHandle) => Promise<T>): Promise<T> {

@@ -15,6 +15,7 @@
 import { loadAddon } from '../cuda/addon.js';
 import type { CudaDriver, SharedSegment } from '../cuda/driver.js';
 import type { Repeat } from './protocol.js';
+import { ArgumentRangeError } from '../errors.js';
 
 /** Two flags of 64 bytes each (one cache line per writer), as floor.cc lays them out. */
 export const FLOOR_HEADER_BYTES = 128;
@@ -54,7 +55,7 @@ export class FloorSide {
 
   prepare(segment: string, size: number): FloorPrepared {
     if (this.segment || this.local !== undefined) throw new Error('a native floor is prepared already: finish it first');
-    if (!Number.isSafeInteger(size) || size <= 0) throw new RangeError(`floor size must be a positive integer, got ${size}`);
+    if (!Number.isSafeInteger(size) || size <= 0) throw new ArgumentRangeError(`floor size must be a positive integer, got ${size}`);
     if (this.rank === 0) this.segment = this.driver.shmCreate(segment, floorSegmentBytes(size, this.onDevice));
     if (!this.onDevice) return {};
     this.local = this.driver.memAlloc(size);

@@ -51,6 +51,7 @@ import { firstSendFigure, firstSendOnce, runAllToAll, runMemory } from './run-gr
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
 import { runGraphSuite } from './graph-suite.js';
 import { runCollectivesSuite } from './collectives-suite.js';
+import { cleanUpOnInterrupt } from '../cli/interrupt.js';
 
 export type { Progress } from './run-context.js';
 
@@ -77,6 +78,15 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     for (const i of g.infos) devices.push({ layout, rank: i.rank, ...i.device });
     return g;
   };
+  const uninterruptible = cleanUpOnInterrupt({
+    command: 'bench',
+    dir,
+    pids: () => groups.flatMap((g) => g.pids),
+    kill: () => {
+      for (const g of groups) g.abort(new WorkerFailedError('bench interrupted'));
+    },
+    exited: () => Promise.all(groups.map((g) => g.exited)),
+  });
   try {
     const needAcross = ACROSS_SUITES.some(wants);
     progress(`starting workers (driver ${opts.driver})`);
@@ -147,6 +157,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   } finally {
     clearTimeout(timer);
     for (const g of groups) g.abort(new WorkerFailedError('bench ended'));
+    uninterruptible();
     rmSync(dir, { recursive: true, force: true });
   }
   return {

@@ -4,11 +4,11 @@
  * without these; smcuda's figures are listed as skipped (with `missing`)
  * until an implementation is plugged in below:
  *
- *   - SMCUDA_COLLECTIVES.factory: per rank, from the rendezvous directory and
+ *   - COLLECTIVES_UNDER_TEST.factory: per rank, from the rendezvous directory and
  *     job token the bench gives (or the driver alone), something with
  *     `collectiveUnderTest(call)` that enqueues one collective on a stream
  *     (the Communicator of issue 26 in a few lines);
- *   - SMCUDA_GRAPH_PINGPONG.factory: per worker, from the bench session's
+ *   - GRAPH_PINGPONG_UNDER_TEST.factory: per worker, from the bench session's
  *     endpoint, `graphPingPong(...)`: persistent transfers (issue 25) in each
  *     direction captured `transfers` times in a graph and replayed.
  *
@@ -16,7 +16,7 @@
  * `allreduce(send, recv, count, options)` that enqueues on `options.stream`
  * (names to adapt to the merged API):
  *
- *   SMCUDA_COLLECTIVES.factory = async (ctx) => {
+ *   COLLECTIVES_UNDER_TEST.factory = async (ctx) => {
  *     const comm = await Communicator.fromDirectory(ctx.dir, { rank: ctx.rank, size: ctx.ranks, driver: ctx.driver, device: ctx.device, timeoutMs: ctx.timeoutMs });
  *     return {
  *       capturable: true,
@@ -91,12 +91,12 @@ export interface PingPongContext {
 }
 
 /** The Communicator of issue 26 goes here. */
-export const SMCUDA_COLLECTIVES: { factory?: (ctx: CollectiveRankContext) => Promise<CollectiveUnderTest>; missing: string } = {
+export const COLLECTIVES_UNDER_TEST: { factory?: (ctx: CollectiveRankContext) => Promise<CollectiveUnderTest>; missing: string } = {
   missing: "smcuda's Communicator (issue 26) is not in this build",
 };
 
 /** Persistent transfers of issue 25 go here. */
-export const SMCUDA_GRAPH_PINGPONG: { factory?: (ctx: PingPongContext) => Promise<PingPongUnderTest>; missing: string } = {
+export const GRAPH_PINGPONG_UNDER_TEST: { factory?: (ctx: PingPongContext) => Promise<PingPongUnderTest>; missing: string } = {
   missing: "smcuda's persistent transfers (issue 25) are not in this build",
 };
 

@@ -14,9 +14,11 @@
  * - A worker that exits early fails every pending call, and a failed command
  *   rejects with the worker's error code; a worker never outlives the parent
  *   (it exits when the channel closes, and the group SIGKILLs what is left on
- *   close, on exit and on SIGINT/SIGTERM).
+ *   close and on exit; on SIGINT/SIGTERM the bench stops them and removes
+ *   what they left: src/cli/interrupt.ts).
  */
 import { serveRequests, startWorkers, type WorkerClient, WorkerFailedError } from '../cli/worker-protocol.js';
+import { ArgumentRangeError } from '../errors.js';
 
 export { WorkerFailedError } from '../cli/worker-protocol.js';
 
@@ -36,10 +38,6 @@ export class WorkerGroup<Command extends { op: string }, Info> {
   private readonly killAll = () => {
     for (const w of this.workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
   };
-  private readonly onSignal = (sig: NodeJS.Signals) => {
-    this.killAll();
-    process.kill(process.pid, sig);
-  };
 
   private constructor(private readonly workers: WorkerClient<Info>[]) {
     this.infos = workers.map((w) => w.ready);
@@ -49,8 +47,16 @@ export class WorkerGroup<Command extends { op: string }, Info> {
       });
     }
     process.once('exit', this.killAll);
-    process.once('SIGINT', this.onSignal);
-    process.once('SIGTERM', this.onSignal);
+  }
+
+  /** The workers' pids. */
+  get pids(): number[] {
+    return this.workers.map((w) => w.child.pid!);
+  }
+
+  /** Resolves once every worker has exited. */
+  get exited(): Promise<unknown> {
+    return Promise.all(this.workers.map((w) => w.exited));
   }
 
   static async start<Command extends { op: string }, Info>(modulePath: string, configs: readonly object[], options: StartOptions): Promise<WorkerGroup<Command, Info>> {
@@ -74,7 +80,7 @@ export class WorkerGroup<Command extends { op: string }, Info> {
   call<R>(rank: number, command: Command): Promise<R> {
     if (this.failure) return Promise.reject(this.failure);
     const w = this.workers[rank];
-    if (!w) return Promise.reject(new RangeError(`no worker ${rank} (group of ${this.workers.length})`));
+    if (!w) return Promise.reject(new ArgumentRangeError(`no worker ${rank} (group of ${this.workers.length})`));
     return w.call<R>(command.op, command);
   }
 
@@ -98,8 +104,6 @@ export class WorkerGroup<Command extends { op: string }, Info> {
     this.closing = true;
     this.killAll();
     process.off('exit', this.killAll);
-    process.off('SIGINT', this.onSignal);
-    process.off('SIGTERM', this.onSignal);
   }
 
   private fail(err: Error): void {

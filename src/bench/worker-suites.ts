@@ -12,7 +12,7 @@ import type { Algorithm } from './collective-figures.js';
 import { HostStagedAllreduce, seedAverage, seedGradient, type StagedReduce, type StagedRunResult } from './host-staged-allreduce.js';
 import { type MemOpGraphResult, MemOpPingPong } from './memop-pingpong.js';
 import type { Repeat } from './protocol.js';
-import { type CollectiveTiming, type CollectiveUnderTest, type ReduceOp, SMCUDA_COLLECTIVES, SMCUDA_GRAPH_PINGPONG, timeCollective } from './under-test.js';
+import { type CollectiveTiming, type CollectiveUnderTest, type ReduceOp, COLLECTIVES_UNDER_TEST, GRAPH_PINGPONG_UNDER_TEST, timeCollective } from './under-test.js';
 
 export type SuiteCommand =
   // graph suite: rank 1 initiates and times, rank 0 responds
@@ -121,10 +121,10 @@ export class SuiteWorker {
         this.#staged = undefined;
         return null;
       case 'sut-collective-open': {
-        if (!SMCUDA_COLLECTIVES.factory) throw new Error(SMCUDA_COLLECTIVES.missing);
+        if (!COLLECTIVES_UNDER_TEST.factory) throw new Error(COLLECTIVES_UNDER_TEST.missing);
         if (this.#sut) throw new Error('the collective under test is open already');
         mkdirSync(c.dir, { recursive: true, mode: 0o700 }); // the rendezvous directory, inside the run's private one
-        this.#sut = await SMCUDA_COLLECTIVES.factory({ driver: d, rank: this.cfg.rank, ranks: c.ranks, device: this.cfg.device, dir: c.dir, token: this.cfg.token, timeoutMs: c.timeoutMs });
+        this.#sut = await COLLECTIVES_UNDER_TEST.factory({ driver: d, rank: this.cfg.rank, ranks: c.ranks, device: this.cfg.device, dir: c.dir, token: this.cfg.token, timeoutMs: c.timeoutMs });
         return null;
       }
       case 'sut-collective-time':
@@ -186,9 +186,9 @@ export class SuiteWorker {
   }
 
   async #sutPingPong(c: Extract<SuiteCommand, { op: 'sut-pingpong' }>): Promise<MemOpGraphResult> {
-    if (!SMCUDA_GRAPH_PINGPONG.factory) throw new Error(SMCUDA_GRAPH_PINGPONG.missing);
+    if (!GRAPH_PINGPONG_UNDER_TEST.factory) throw new Error(GRAPH_PINGPONG_UNDER_TEST.missing);
     const d = this.driver;
-    const sut = await SMCUDA_GRAPH_PINGPONG.factory({ driver: d, endpoint: await this.endpoint(c.session), rank: this.cfg.rank, device: this.cfg.device });
+    const sut = await GRAPH_PINGPONG_UNDER_TEST.factory({ driver: d, endpoint: await this.endpoint(c.session), rank: this.cfg.rank, device: this.cfg.device });
     const stream = d.streamCreate();
     try {
       return await sut.graphPingPong({ role: this.role, size: c.size, transfers: c.transfers, replays: c.replays, warmup: c.warmup, stream });

@@ -32,7 +32,7 @@ export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
   readonly label: string;
   readonly closed: boolean;
   /** Optional: the peer's pid as the kernel reports it (SO_PEERCRED); the handshake binds its proofs to it. */
-  readonly peerPid?: number;
+  readonly peerPid?: number | undefined;
   /**
    * Optional: the peer is authenticated, so lift the small frame bound the
    * channel applied before (UnixChannel's `handshakeFrameBytes`).

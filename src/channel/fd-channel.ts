@@ -36,7 +36,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { loadAddon } from '../cuda/addon.js';
 import type { NativeFdPassing, NativePeerCredentials } from '../cuda/native-addon.js';
-import { AccessDeniedError, ClosedError, DescriptorError, PeerLostError, SmcudaError } from '../errors.js';
+import { AccessDeniedError, ArgumentRangeError, ArgumentTypeError, ClosedError, DescriptorError, PeerLostError, SmcudaError } from '../errors.js';
 import type { PeerCredentials, PeerUidPolicy } from './peer-credentials.js';
 
 /** Longest message (metadata) a channel carries. */
@@ -157,7 +157,7 @@ export class FdChannel {
     token: Uint8Array,
     options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string; listenerPid?: number } = {},
   ): Promise<FdChannel> {
-    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
     const native = options.native ?? loadAddon();
     const label = options.label ?? 'smcuda';
     let sock = -1;
@@ -232,10 +232,10 @@ export class FdChannel {
    */
   send(fd: number | undefined, meta: Uint8Array): Promise<void> {
     if (fd !== undefined && (!Number.isInteger(fd) || fd < 0 || fd > 0x7fffffff)) {
-      return Promise.reject(new RangeError(`fd must be a non-negative int32 or undefined, got ${String(fd)}`));
+      return Promise.reject(new ArgumentRangeError(`fd must be a non-negative int32 or undefined, got ${String(fd)}`));
     }
     if (!(meta instanceof Uint8Array) || meta.byteLength < 1 || meta.byteLength > FD_MESSAGE_MAX) {
-      return Promise.reject(new RangeError(`meta must be 1..${FD_MESSAGE_MAX} bytes`));
+      return Promise.reject(new ArgumentRangeError(`meta must be 1..${FD_MESSAGE_MAX} bytes`));
     }
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor channel is closed'));
     return new Promise<void>((resolve, reject) => {
@@ -418,7 +418,7 @@ export class FdListener {
    * the one that authenticated on the control channel; else AccessDeniedError.
    */
   expect(token: Uint8Array, timeoutMs = 10_000, peerPid?: number): Promise<FdChannel> {
-    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new TypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
     const key = Buffer.from(token).toString('hex');
     const early = this.#early.get(key);

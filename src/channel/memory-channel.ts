@@ -25,7 +25,7 @@
  * what the receiver gets; the receiver gets a plain Uint8Array it owns.
  */
 import { EventEmitter } from 'node:events';
-import { ClosedError, ConfigError, PeerLostError } from '../errors.js';
+import { ArgumentTypeError, ClosedError, ConfigError, PeerLostError } from '../errors.js';
 import { frameTooLarge } from './framing.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 
@@ -85,7 +85,7 @@ export class MemoryChannel extends EventEmitter<ControlChannelEvents> implements
   }
 
   send(frame: Uint8Array): boolean {
-    if (!(frame instanceof Uint8Array)) throw new TypeError(`${this.label}: send() takes a Uint8Array frame`);
+    if (!(frame instanceof Uint8Array)) throw new ArgumentTypeError(`${this.label}: send() takes a Uint8Array frame`);
     return this.#enqueue(new Uint8Array(frame));
   }
 

@@ -17,6 +17,8 @@
  * to root's.
  */
 import { promises as fsp } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import type * as net from 'node:net';
 import { loadAddon } from '../cuda/addon.js';
 import { AccessDeniedError, ConfigError } from '../errors.js';
@@ -93,13 +95,17 @@ export async function checkPrivateDir(dir: string): Promise<void> {
   }
   if (!st.isDirectory()) throw new ConfigError(`${dir} is not a directory`);
   const uid = process.getuid!();
+  // A shared directory (/tmp, sticky) must stay shared: advise a private one inside it, never a chmod of it.
+  const ownDir = `a private directory for the job's sockets inside it (mkdir -m 700 ${join(dir, 'myjob')}, or fs.mkdtempSync(path.join(${JSON.stringify(dir)}, 'job-')))`;
   if (st.uid !== uid) {
-    throw new ConfigError(`socket directory ${dir} belongs to uid ${st.uid}, not to this process's uid ${uid}: put smcuda sockets in a directory of your own (e.g. fs.mkdtempSync)`);
+    throw new ConfigError(`socket directory ${dir} belongs to uid ${st.uid}, not to this process's uid ${uid}: listen in ${ownDir}`);
   }
   if ((st.mode & 0o077) !== 0) {
+    const shared = (st.mode & 0o1000) !== 0 || resolve(dir) === resolve(tmpdir());
     throw new ConfigError(
-      `socket directory ${dir} has mode 0${(st.mode & 0o777).toString(8)}: others could reach the socket before it is made private. ` +
-        `Use a directory only you can enter (chmod 700 ${dir}, or fs.mkdtempSync), or pass privateDir: false where the uid check alone will do.`,
+      `socket directory ${dir} has mode 0${(st.mode & 0o7777).toString(8)}: others could reach the socket before it is made private. ` +
+        (shared ? `It is shared by every user: listen in ${ownDir}` : `Use a directory only you can enter (chmod 700 ${dir}, or ${ownDir})`) +
+        `, or pass privateDir: false where the uid check alone will do.`,
     );
   }
 }

@@ -29,7 +29,7 @@
  * the doorbell protocol (shm-channel.ts) relies on each side's store then
  * load of the other's word not being reordered, which Atomics gives.
  */
-import { ProtocolError } from '../errors.js';
+import { ArgumentRangeError, ProtocolError } from '../errors.js';
 
 export const RING_MAGIC = 0x31524d53; // 'SMR1'
 export const RING_HEADER_BYTES = 256;
@@ -48,7 +48,7 @@ export function ringSegmentBytes(capacity: number): number {
 
 function checkCapacity(capacity: number): void {
   if (!Number.isInteger(capacity) || capacity < 4096 || capacity > 1 << 30 || (capacity & (capacity - 1)) !== 0) {
-    throw new RangeError(`ring capacity must be a power of two in 4096..2^30, got ${capacity}`);
+    throw new ArgumentRangeError(`ring capacity must be a power of two in 4096..2^30, got ${capacity}`);
   }
 }
 
@@ -69,7 +69,7 @@ export class RingReader {
   constructor(bytes: Uint8Array, capacity: number) {
     checkCapacity(capacity);
     if (bytes.byteLength < ringSegmentBytes(capacity) || bytes.byteOffset % 8 !== 0) {
-      throw new RangeError(`ring segment of ${bytes.byteLength} bytes is too small for capacity ${capacity}`);
+      throw new ArgumentRangeError(`ring segment of ${bytes.byteLength} bytes is too small for capacity ${capacity}`);
     }
     this.capacity = capacity;
     this.mask = capacity - 1;

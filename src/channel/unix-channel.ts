@@ -33,11 +33,11 @@
  * first on an orderly close).
  */
 import { EventEmitter } from 'node:events';
-import { promises as fsp } from 'node:fs';
+import { promises as fsp, statSync } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { AccessDeniedError, ClosedError, ConfigError, NoListenerError, PeerLimitError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
+import { AccessDeniedError, ArgumentTypeError, ClosedError, ConfigError, NoListenerError, PeerLimitError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
 import {
@@ -142,6 +142,7 @@ function explain(err: NodeJS.ErrnoException, path: string): string {
     case 'ENOENT':
       return `nothing listens at ${path}: start the listening process first, or check the path`;
     case 'ECONNREFUSED':
+      if (!isSocketFile(path)) return `${path} is not a socket (${fileKind(path)}): check the path; it must be what the listener's listen() was given`;
       return `the socket file ${path} exists but no process accepts on it (its owner exited): restart the listener`;
     case 'EACCES':
     case 'EPERM':
@@ -153,6 +154,23 @@ function explain(err: NodeJS.ErrnoException, path: string): string {
       return 'the peer process exited or closed the connection abruptly';
     default:
       return err.message;
+  }
+}
+
+function isSocketFile(path: string): boolean {
+  try {
+    return statSync(path).isSocket();
+  } catch {
+    return true; // gone meanwhile: the usual message
+  }
+}
+
+function fileKind(path: string): string {
+  try {
+    const st = statSync(path);
+    return st.isFile() ? 'a regular file' : st.isDirectory() ? 'a directory' : st.isFIFO() ? 'a FIFO' : 'not a socket';
+  } catch {
+    return 'not a socket';
   }
 }
 
@@ -336,7 +354,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   sendParts(parts: readonly Uint8Array[]): boolean {
     let n = 0;
     for (const p of parts) {
-      if (!(p instanceof Uint8Array)) throw new TypeError(`${this.label}: sendParts() takes Uint8Array parts`);
+      if (!(p instanceof Uint8Array)) throw new ArgumentTypeError(`${this.label}: sendParts() takes Uint8Array parts`);
       n += p.byteLength;
     }
     this.#checkSend(undefined, n);
@@ -370,7 +388,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
 
   #checkSend(frame: Uint8Array | undefined, size?: number): void {
     if (this.#closed) throw new ClosedError(`${this.label}: send after close; the channel is closed, open a new endpoint`);
-    if (frame !== undefined && !(frame instanceof Uint8Array)) throw new TypeError(`${this.label}: send() takes a Uint8Array frame`);
+    if (frame !== undefined && !(frame instanceof Uint8Array)) throw new ArgumentTypeError(`${this.label}: send() takes a Uint8Array frame`);
     const n = size ?? frame!.byteLength;
     if (n > this.#opts.maxFrameBytes) throw frameTooLarge(`${this.label}: refusing to send`, n, this.#opts.maxFrameBytes);
   }

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { collectivesDemo, renderCollectives } from './demo-collectives.js';
-import { formatBytes, gbps, parseSize, table } from './format.js';
+import { formatBytes, gbps, parseSize, rate, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
 import type { DemoReportEndpoint, DemoWorkerReady, GraphResult, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
 import { GRAPH_SAMPLED_REPLAYS } from './demo-pattern.js';
@@ -20,6 +20,7 @@ import { mpsStatus, sharedGpuAdvice } from './mps.js';
 import { findRuntime, RUNTIMES, type RuntimeCommand, type RuntimeName } from './runtimes.js';
 import { parse, UsageError } from './usage.js';
 import { type StartWorkerOptions, startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
+import { cleanUpOnInterrupt } from './interrupt.js';
 
 const DEFAULT_SIZES = '0,8,4K,64K,1M,16M,64M';
 
@@ -184,12 +185,13 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
   };
   process.once('exit', killAll);
-  const onSignal = (sig: NodeJS.Signals) => {
-    killAll();
-    process.kill(process.pid, sig);
-  };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  const uninterruptible = cleanUpOnInterrupt({
+    command: 'demo',
+    dir,
+    pids: () => workers.map((w) => w.child.pid!),
+    kill: killAll,
+    exited: () => Promise.all(workers.map((w) => w.exited)),
+  });
 
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_, reject) => {
@@ -248,7 +250,9 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
         for (const r of results) mismatches.push(...r.mismatches);
         const row = { phase, size: opts.sizes[sizeIndex]!, messages, bytes, seconds, gbPerSecond: seconds > 0 ? bytes / seconds / 1e9 : 0 };
         phases.push(row);
-        progress(`  ${phase.padEnd(8)} ${formatBytes(row.size).padStart(8)}  ${String(messages).padStart(4)} msgs  ${gbps(bytes, seconds).padStart(8)} GB/s${results.some((r) => r.mismatches.length) ? '  MISMATCH' : ''}`);
+        // Per message: the phase's time over the messages one rank received (ranks run side by side).
+        const perRank = messages / opts.ranks;
+        progress(`  ${phase.padEnd(8)} ${formatBytes(row.size).padStart(8)}  ${String(messages).padStart(4)} msgs  ${rate(row.size, bytes / opts.ranks, seconds, perRank)}${results.some((r) => r.mismatches.length) ? '  MISMATCH' : ''}`);
       }
     }
     const endpoints = (await everyRank<DemoReportEndpoint[]>('report')).flat().sort((a, b) => a.rank - b.rank || a.peer - b.peer);
@@ -285,20 +289,23 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
     clearTimeout(timer);
     await Promise.all(workers.map((w) => w.kill()));
     process.off('exit', killAll);
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    uninterruptible();
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
 function render(r: DemoReport): string {
   const lines: string[] = [''];
-  lines.push('endpoints:');
+  // Before each timed exchange the ranks meet in a barrier: one empty message each way per peer
+  // (demo-worker.ts). Those are the demo's, not the user's data: left out of the counts below.
+  const barriers = r.iters * 2 * r.sizes.length;
+  lines.push(`endpoints (not counting the demo's own ${barriers} empty barrier messages each way per endpoint):`);
   const rows = [['endpoint', 'negotiation', 'tries', 'to OK/BAD', 'sent by path', 'received by path', 'cache hits/misses']];
   for (const e of r.endpoints) {
     const n = e.negotiation as { path: string[]; tries: number; settleMs?: number; reason?: string };
     const byPath = (d: Record<string, { messages: number; bytes: number }>) =>
       Object.entries(d)
+        .map(([p, c]): [string, { messages: number; bytes: number }] => [p, p === 'eager' ? { ...c, messages: c.messages - barriers } : c])
         .filter(([, c]) => c.messages > 0)
         .map(([p, c]) => `${p} ${c.messages}/${formatBytes(c.bytes)}`)
         .join(', ') || '-';

@@ -8,7 +8,7 @@
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { CudaDriver, DeviceInfo } from '../cuda/driver.js';
-import { openDriver } from '../cuda/open-driver.js';
+import { openDriver, withoutSimHint } from '../cuda/open-driver.js';
 import { mpsStatus, MPS_START_COMMAND, type MpsStatus } from './mps.js';
 import { parse } from './usage.js';
 
@@ -107,10 +107,18 @@ function checkIpc(driver: CudaDriver, kind: string): { supported: boolean; detai
 function render(r: ProbeReport): string {
   const lines: string[] = [];
   if (!r.available) {
-    lines.push(`CUDA driver (${r.driver}): unavailable`);
-    lines.push(`  reason: ${r.reason ?? 'unknown'}`);
-    lines.push(`  smcuda still works here on the simulated driver: smcuda demo --driver sim`);
-    lines.push(mpsLine(r.mps));
+    // No GPU: say so plainly, and how to try smcuda anyway; MPS is beside the point.
+    const why = withoutSimHint((r.reason ?? 'unknown').replace(/^the native CUDA driver cannot be used: /, '').replace(/; or pass driver: .*$/, ''));
+    if (r.driver === 'sim') {
+      lines.push(`The simulated driver cannot be used here.`);
+      lines.push(`  why: ${why}`);
+      return lines.join('\n');
+    }
+    lines.push(`No GPU: the CUDA driver cannot be used on this machine.`);
+    lines.push(`  why: ${why}`);
+    lines.push(`  to try smcuda without a GPU, on its simulated driver (two simulated GPUs in shared memory):`);
+    lines.push(`    smcuda probe --driver sim`);
+    lines.push(`    smcuda demo              (picks the simulated driver by itself where there is no GPU)`);
     return lines.join('\n');
   }
   const v = r.driverVersion;
@@ -125,7 +133,7 @@ function render(r: ProbeReport): string {
     r.peerAccess.forEach((row, i) => lines.push(`  [${i}]  ` + row.map((ok, j) => (i === j ? '-' : ok ? 'yes' : 'no').padEnd(5)).join('')));
   }
   lines.push(`legacy IPC: ${r.ipc.supported ? 'works' : 'does not work'} (${r.ipc.detail})`);
-  lines.push(mpsLine(r.mps));
+  if (r.driver !== 'sim') lines.push(mpsLine(r.mps)); // MPS concerns real GPUs only
   return lines.join('\n');
 }
 

@@ -18,6 +18,7 @@ import type { SoakRankReport, SoakWorkerConfig, SoakWorkerReady } from './soak-w
 import { startWorkers, type WorkerClient } from './worker-protocol.js';
 import { parseArgs } from 'node:util';
 import { UsageError } from './usage.js';
+import { cleanUpOnInterrupt } from './interrupt.js';
 
 const HELP = `usage: smcuda soak COUNT [options]
 
@@ -106,6 +107,15 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
   /** `cmd` on every rank; the first failure (a rank's error, or a rank that exited) ends the soak. */
   const everyRank = <T>(cmd: string) => until(Promise.all(workers.map((w) => w.call<T>(cmd))));
   const started = performance.now();
+  const uninterruptible = cleanUpOnInterrupt({
+    command: 'soak',
+    dir,
+    pids: () => workers.map((w) => w.child.pid!),
+    kill: () => {
+      for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
+    },
+    exited: () => Promise.all(workers.map((w) => w.exited)),
+  });
   try {
     const options = Array.from({ length: opts.ranks }, (_, rank) => {
       const cfg: SoakWorkerConfig = { rank, ranks: opts.ranks, dir, count: opts.count, driver: opts.driver, token };
@@ -135,6 +145,7 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
   } finally {
     clearTimeout(timer);
     await Promise.all(workers.map((w) => w.kill()));
+    uninterruptible();
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -74,7 +74,7 @@ export async function runTrace(argv: string[]): Promise<number> {
   if (filter.fromMs !== undefined && filter.toMs !== undefined && filter.fromMs > filter.toMs) throw new UsageError('--from is after --to');
   if (values.endpoint?.length) filter.endpoints = values.endpoint;
 
-  const all = mergeTraces(files.map((f) => parseTrace(readFileSync(f, 'utf8'), f)));
+  const all = mergeTraces(files.map((f) => parseTrace(readTraceFile(f), f)));
   const startUs = all[0]?.t ?? 0;
   const records = filterTrace(all, filter, startUs);
   if (all.length === 0) console.error(`smcuda trace: ${files.join(', ')}: no records`);
@@ -88,4 +88,17 @@ export async function runTrace(argv: string[]): Promise<number> {
     console.log(JSON.stringify({ startUs, records, endpoints: timelines(records, startUs) }, null, 2));
   }
   return 0;
+}
+
+/** A trace file's text; a missing or unreadable file is said in words, not as a raw errno. */
+function readTraceFile(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new UsageError(`no trace file at ${file}: record one with SMCUDA_TRACE=${file} (any smcuda program) or smcuda demo --trace ${file}, then run this again`);
+    if (code === 'EISDIR') throw new UsageError(`${file} is a directory: give the trace file itself`);
+    if (code === 'EACCES' || code === 'EPERM') throw new UsageError(`cannot read ${file} (permission denied): traces are written mode 0600, readable only by the user who recorded them`);
+    throw err;
+  }
 }

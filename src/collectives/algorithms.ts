@@ -23,7 +23,7 @@
  */
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
-import { PeerLostError } from '../errors.js';
+import { ArgumentRangeError, PeerLostError } from '../errors.js';
 import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
 import type { ReduceKernels } from './reduce-kernels.js';
@@ -52,7 +52,7 @@ const B = (n: number): bigint => BigInt(n);
 
 /** [start, length] pieces of `total` elements, at most `max` each. */
 function* pieces(total: number, max: number): Generator<[number, number]> {
-  if (max < 1) throw new RangeError('the scratch region is too small for one element per rank: raise scratchBytes');
+  if (max < 1) throw new ArgumentRangeError('the scratch region is too small for one element per rank: raise scratchBytes');
   for (let a = 0; a < total; a += max) yield [a, Math.min(max, total - a)];
 }
 

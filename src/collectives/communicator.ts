@@ -22,7 +22,7 @@ import { assertHandle, assertPtr } from '../cuda/validate.js';
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
-import { CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
 import { DTYPE_BYTES, isDType, isReduceOp, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
@@ -286,7 +286,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
   endpoint(rank: number): Endpoint {
     const ep = this.endpoints.get(rank);
-    if (!ep) throw new RangeError(`no endpoint to rank ${rank}: ranks are 0 to ${this.size - 1}, and this is rank ${this.rank}`);
+    if (!ep) throw new ArgumentRangeError(`no endpoint to rank ${rank}: ranks are 0 to ${this.size - 1}, and this is rank ${this.rank}`);
     return ep;
   }
 
@@ -333,21 +333,21 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
       throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.driver.gpuDrivenStatus().reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
     }
-    if (!isDType(a.dtype)) throw new TypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
-    if (op !== undefined && !isReduceOp(op)) throw new TypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
-    if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new RangeError(`count must be a non-negative integer, got ${String(a.count)}`);
+    if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
+    if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
+    if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
     const es = BigInt(DTYPE_BYTES[a.dtype]);
     for (const p of ptrs) {
       assertPtr('buffer', p);
-      if (a.count > 0 && p % es !== 0n) throw new RangeError(`device pointers must be aligned to the element size (${es} bytes for ${a.dtype}), got 0x${p.toString(16)}`);
+      if (a.count > 0 && p % es !== 0n) throw new ArgumentRangeError(`device pointers must be aligned to the element size (${es} bytes for ${a.dtype}), got 0x${p.toString(16)}`);
     }
     if (a.stream !== undefined) assertHandle('stream', a.stream);
     if (a.timeoutMs !== undefined) positive('timeoutMs', a.timeoutMs, 0);
-    if (a.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(a.algorithm)) throw new TypeError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(a.algorithm)}`);
+    if (a.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(a.algorithm)) throw new ArgumentTypeError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(a.algorithm)}`);
   }
 
   private checkRoot(root: unknown): void {
-    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size) throw new RangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
+    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size) throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
   }
 
   /** Queues one call; it runs once the calls before it are done, under its timeout, and fails with the communicator's abort. */

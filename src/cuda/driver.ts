@@ -289,12 +289,12 @@ export interface CudaDriver {
   memFree(ptr: DevicePtr): void;
   memsetD8(ptr: DevicePtr, value: number, bytes: number): void;
   memsetD8Async(ptr: DevicePtr, value: number, bytes: number, stream: StreamHandle): void;
-  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void;
-  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void;
+  memcpyHtoD(dst: DevicePtr, src: ArrayBufferView): void;
+  memcpyDtoH(dst: ArrayBufferView, src: DevicePtr): void;
   memcpyDtoD(dst: DevicePtr, src: DevicePtr, bytes: number): void;
   /** `src`/`dst` should be pinned (PinnedHostBuffer.bytes) for a truly async copy. */
-  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void;
-  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void;
+  memcpyHtoDAsync(dst: DevicePtr, src: ArrayBufferView, stream: StreamHandle): void;
+  memcpyDtoHAsync(dst: ArrayBufferView, src: DevicePtr, stream: StreamHandle): void;
   /** cuMemcpyAsync: unified addressing, any direction, across devices. */
   memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: StreamHandle): void;
   /**

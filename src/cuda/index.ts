@@ -2,6 +2,8 @@
  * The CUDA layer ('smcuda/cuda'): the driver interface, both
  * implementations, and openDriver, which picks one. Importing this module
  * loads nothing native: the addon is loaded when a driver first needs it.
+ *
+ * @module smcuda/cuda
  */
 export * from './driver.js';
 export { openDriver, type OpenDriverOptions, type OpenedDriver } from './open-driver.js';

@@ -14,9 +14,10 @@
  * The addon can be injected (better-sqlite3 style), which is how the tests
  * run this class with fakes on machines without a GPU.
  */
-import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError, ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import { packKernelArgs } from './kernel-args.js';
+import { withoutSimHint } from './sim-hint.js';
 import type {
   CaptureMode,
   FunctionHandle,
@@ -57,6 +58,7 @@ import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import {
   assertByte,
   assertBytes,
+  assertHostView,
   assertChunkCount,
   assertCopyBatch,
   assertFd,
@@ -151,8 +153,14 @@ function detailOf(message: string): string | undefined {
 /** Host bytes as the addon takes them: (ArrayBuffer, byteOffset, byteLength). */
 function hostRange(name: string, bytes: Uint8Array): [ArrayBuffer, number, number] {
   assertBytes(name, bytes);
+  return viewRange(name, bytes);
+}
+
+/** A copy's host side: any ArrayBufferView, as (ArrayBuffer, byteOffset, byteLength). */
+function viewRange(name: string, bytes: ArrayBufferView): [ArrayBuffer, number, number] {
+  assertHostView(name, bytes);
   if (!(bytes.buffer instanceof ArrayBuffer)) {
-    throw new TypeError(`${name} must be backed by an ArrayBuffer (not a SharedArrayBuffer)`);
+    throw new ArgumentTypeError(`${name} must be backed by an ArrayBuffer (not a SharedArrayBuffer)`);
   }
   return [bytes.buffer, bytes.byteOffset, bytes.byteLength];
 }
@@ -218,7 +226,7 @@ export class NativeCudaDriver implements CudaDriver {
             ...(s.fdMemory !== undefined ? { fdMemory: s.fdMemory } : {}),
             ...(s.fdMemoryReason !== undefined ? { fdMemoryReason: s.fdMemoryReason } : {}),
           }
-        : { available: false, reason: s.reason ?? 'CUDA is unavailable (no reason given)', driverVersion: s.driverVersion };
+        : { available: false, reason: withoutSimHint(s.reason ?? 'CUDA is unavailable (no reason given)'), driverVersion: s.driverVersion };
     } catch (err) {
       return { available: false, reason: err instanceof Error ? err.message : String(err), driverVersion: 0 };
     }
@@ -324,14 +332,14 @@ export class NativeCudaDriver implements CudaDriver {
     this.#call((a) => a.cuMemsetD8Async(ptr, value, bytes, stream));
   }
 
-  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void {
+  memcpyHtoD(dst: DevicePtr, src: ArrayBufferView): void {
     assertPtr('dst', dst);
-    const [buf, off, len] = hostRange('src', src);
+    const [buf, off, len] = viewRange('src', src);
     this.#call((a) => a.cuMemcpyHtoD(dst, buf, off, len));
   }
 
-  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void {
-    const [buf, off, len] = hostRange('dst', dst);
+  memcpyDtoH(dst: ArrayBufferView, src: DevicePtr): void {
+    const [buf, off, len] = viewRange('dst', dst);
     assertPtr('src', src);
     this.#call((a) => a.cuMemcpyDtoH(buf, off, len, src));
   }
@@ -343,15 +351,15 @@ export class NativeCudaDriver implements CudaDriver {
     this.#call((a) => a.cuMemcpyDtoD(dst, src, bytes));
   }
 
-  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void {
+  memcpyHtoDAsync(dst: DevicePtr, src: ArrayBufferView, stream: StreamHandle): void {
     assertPtr('dst', dst);
-    const [buf, off, len] = hostRange('src', src);
+    const [buf, off, len] = viewRange('src', src);
     assertHandle('stream', stream);
     this.#call((a) => a.cuMemcpyHtoDAsync(dst, buf, off, len, stream));
   }
 
-  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void {
-    const [buf, off, len] = hostRange('dst', dst);
+  memcpyDtoHAsync(dst: ArrayBufferView, src: DevicePtr, stream: StreamHandle): void {
+    const [buf, off, len] = viewRange('dst', dst);
     assertPtr('src', src);
     assertHandle('stream', stream);
     this.#call((a) => a.cuMemcpyDtoHAsync(buf, off, len, src, stream));
@@ -527,7 +535,7 @@ export class NativeCudaDriver implements CudaDriver {
     assertOptions('options', options);
     const count = options.chunks ?? 1;
     assertChunkCount('options.chunks', count);
-    if (bytes === 0) throw new RangeError('bytes must be at least 1');
+    if (bytes === 0) throw new ArgumentRangeError('bytes must be at least 1');
     const device = this.#device('cuMemCreate');
     const granularity = this.#call((a) => a.cuMemGetAllocationGranularity(device));
     const chunkSize = Math.ceil(Math.ceil(bytes / count) / granularity) * granularity;
@@ -766,7 +774,7 @@ export class NativeCudaDriver implements CudaDriver {
   }
 
   eventCreate(options: EventOptions = {}): EventHandle {
-    if (typeof options !== 'object' || options === null) throw new TypeError('options must be an object');
+    if (typeof options !== 'object' || options === null) throw new ArgumentTypeError('options must be an object');
     let flags = 0;
     if (options.disableTiming) flags |= CU_EVENT_DISABLE_TIMING;
     // CUDA requires interprocess events to have timing disabled.

@@ -12,9 +12,12 @@
  * build only matters when the native driver is asked for. The returned driver
  * is initialised (init()), and made current on `device` when one is given.
  */
-import { DriverUnavailableError } from '../errors.js';
+import { ArgumentTypeError, DriverUnavailableError } from '../errors.js';
 import type { CudaDriver, DriverKind } from './driver.js';
 import { SimulatedCudaDriver, type SimDriverOptions } from './sim-driver.js';
+import { withoutSimHint } from './sim-hint.js';
+
+export { withoutSimHint };
 
 export interface OpenDriverOptions {
   driver?: 'auto' | DriverKind;
@@ -37,7 +40,7 @@ const NATIVE_DRIVER_MODULE = './native-driver.js';
 export async function openDriver(options: OpenDriverOptions = {}): Promise<OpenedDriver> {
   const choice = options.driver ?? 'auto';
   if (choice !== 'auto' && choice !== 'native' && choice !== 'sim') {
-    throw new TypeError(`driver must be 'auto', 'native' or 'sim', got ${JSON.stringify(choice)}`);
+    throw new ArgumentTypeError(`driver must be 'auto', 'native' or 'sim', got ${JSON.stringify(choice)}`);
   }
   let opened: OpenedDriver;
   if (choice === 'sim') {
@@ -47,9 +50,10 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
     if (native.driver) {
       opened = { driver: native.driver, kind: 'native', reason: native.reason };
     } else if (choice === 'native') {
-      throw new DriverUnavailableError(`the native CUDA driver cannot be used: ${native.reason}. Use driver 'sim' (or 'auto') to run without a GPU.`);
+      throw new DriverUnavailableError(`the native CUDA driver cannot be used: ${withoutSimHint(native.reason)}; or pass driver: 'sim' (or 'auto'; CLI: --driver sim) to run without a GPU`);
     } else {
-      opened = { driver: openSim(options.sim), kind: 'sim', reason: `simulated driver: ${native.reason}` };
+      // Already on the simulator: the reason must not advise using it.
+      opened = { driver: openSim(options.sim), kind: 'sim', reason: `simulated driver: ${withoutSimHint(native.reason)} (for the native driver)` };
     }
   }
   if (options.device !== undefined) {

@@ -29,7 +29,8 @@
  */
 import { debug } from '../debug.js';
 import { envSim, envSimFdFaults } from '../env.js';
-import { AddonLoadError } from '../errors.js';
+import { AddonLoadError, ArgumentRangeError, ArgumentTypeError } from '../errors.js';
+import { offExit, onExit } from '../exit-hooks.js';
 import { loadAddon } from './addon.js';
 import { notSupported } from './not-supported.js';
 import type {
@@ -87,6 +88,8 @@ import { assertCaptureMode, assertWaitCondition, assertMemOps, assertU32, assert
 import {
   assertByte,
   assertBytes,
+  assertHostView,
+  viewBytes,
   assertChunkCount,
   assertCopyBatch,
   assertFd,
@@ -331,9 +334,10 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.asyncWork(stream, 'cuMemsetD8Async', bytes, [v.alloc], () => v.bytes.fill(value));
   }
 
-  memcpyHtoD(dst: DevicePtr, src: Uint8Array): void {
+  memcpyHtoD(dst: DevicePtr, view: ArrayBufferView): void {
     assertPtr('dst', dst);
-    assertBytes('src', src);
+    assertHostView('src', view);
+    const src = viewBytes(view);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoD'), 'cuMemcpyHtoD', dst, src.byteLength);
     if (this.faults.pageableLagMs > 0) {
       const staged = src.slice(); // the driver copies pageable bytes out before returning
@@ -342,8 +346,9 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.syncWork(src.byteLength, () => d.bytes.set(src));
   }
 
-  memcpyDtoH(dst: Uint8Array, src: DevicePtr): void {
-    assertBytes('dst', dst);
+  memcpyDtoH(view: ArrayBufferView, src: DevicePtr): void {
+    assertHostView('dst', view);
+    const dst = viewBytes(view);
     assertPtr('src', src);
     const s = this.viewOf(this.requireContext('cuMemcpyDtoH'), 'cuMemcpyDtoH', src, dst.byteLength);
     this.syncWork(dst.byteLength, () => dst.set(s.bytes));
@@ -359,16 +364,18 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.syncWork(bytes, () => d.bytes.set(s.bytes));
   }
 
-  memcpyHtoDAsync(dst: DevicePtr, src: Uint8Array, stream: StreamHandle): void {
+  memcpyHtoDAsync(dst: DevicePtr, view: ArrayBufferView, stream: StreamHandle): void {
     assertPtr('dst', dst);
-    assertBytes('src', src);
+    assertHostView('src', view);
+    const src = viewBytes(view);
     assertHandle('stream', stream);
     const d = this.viewOf(this.requireContext('cuMemcpyHtoDAsync'), 'cuMemcpyHtoDAsync', dst, src.byteLength);
     this.asyncWork(stream, 'cuMemcpyHtoDAsync', src.byteLength, [d.alloc, src.buffer], () => d.bytes.set(src));
   }
 
-  memcpyDtoHAsync(dst: Uint8Array, src: DevicePtr, stream: StreamHandle): void {
-    assertBytes('dst', dst);
+  memcpyDtoHAsync(view: ArrayBufferView, src: DevicePtr, stream: StreamHandle): void {
+    assertHostView('dst', view);
+    const dst = viewBytes(view);
     assertPtr('src', src);
     assertHandle('stream', stream);
     const s = this.viewOf(this.requireContext('cuMemcpyDtoHAsync'), 'cuMemcpyDtoHAsync', src, dst.byteLength);
@@ -558,7 +565,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertOptions('options', options);
     const count = options.chunks ?? 1;
     assertChunkCount('options.chunks', count);
-    if (bytes === 0) throw new RangeError('bytes must be at least 1');
+    if (bytes === 0) throw new ArgumentRangeError('bytes must be at least 1');
     const fd = this.requireFd('cuMemCreate');
     const chunkSize = Math.ceil(Math.ceil(bytes / count) / SIM_GRANULARITY) * SIM_GRANULARITY;
     const r = fd.vmmAlloc(this.current, chunkSize, count);
@@ -769,7 +776,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   }
 
   eventCreate(options: EventOptions = {}): EventHandle {
-    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object like { interprocess: true }');
+    if (options === null || typeof options !== 'object') throw new ArgumentTypeError('options must be an object like { interprocess: true }');
     this.requireContext('cuEventCreate');
     const interprocess = options.interprocess === true;
     const timing = !interprocess && options.disableTiming !== true;
@@ -1079,7 +1086,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.events.clear();
     this.memory?.closeAll();
     this.fdMemory?.closeAll();
-    if (this.exitHook) process.removeListener('exit', this.exitHook);
+    if (this.exitHook) offExit(this.exitHook);
     this.exitHook = undefined;
     this.initialized = false;
     this.current = -1;
@@ -1219,6 +1226,6 @@ export class SimulatedCudaDriver implements CudaDriver {
         }
       }
     };
-    process.on('exit', this.exitHook);
+    onExit(this.exitHook);
   }
 }

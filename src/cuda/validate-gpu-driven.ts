@@ -4,6 +4,7 @@
  * argument is a TypeError or RangeError naming it, before any driver sees it.
  */
 import type { CaptureMode, KernelArg, LaunchConfig, StreamMemOp, WaitCondition } from './driver.js';
+import { ArgumentTypeError, ArgumentRangeError } from '../errors.js';
 
 const U32_END = 2 ** 32;
 const U64_END = 1n << 64n;
@@ -28,48 +29,48 @@ function describe(value: unknown): string {
 
 /** A 32-bit word's value: an integer 0 .. 2^32-1. */
 export function assertU32(name: string, value: unknown): asserts value is number {
-  if (typeof value !== 'number' || !Number.isInteger(value)) throw new TypeError(`${name} must be an integer, got ${describe(value)}`);
-  if (value < 0 || value >= U32_END) throw new RangeError(`${name} must be between 0 and 2^32-1, got ${value}`);
+  if (typeof value !== 'number' || !Number.isInteger(value)) throw new ArgumentTypeError(`${name} must be an integer, got ${describe(value)}`);
+  if (value < 0 || value >= U32_END) throw new ArgumentRangeError(`${name} must be between 0 and 2^32-1, got ${value}`);
 }
 
 /** A 64-bit word's value: a bigint 0 .. 2^64-1. */
 export function assertU64(name: string, value: unknown): asserts value is bigint {
-  if (typeof value !== 'bigint') throw new TypeError(`${name} must be a bigint, got ${describe(value)}`);
-  if (value < 0n || value >= U64_END) throw new RangeError(`${name} must be between 0n and 2n**64n-1n, got ${value}`);
+  if (typeof value !== 'bigint') throw new ArgumentTypeError(`${name} must be a bigint, got ${describe(value)}`);
+  if (value < 0n || value >= U64_END) throw new ArgumentRangeError(`${name} must be between 0n and 2n**64n-1n, got ${value}`);
 }
 
 /** A device address of a 4- or 8-byte word: the driver needs it aligned to the word. */
 export function assertWordAddress(name: string, value: unknown, bytes: 4 | 8): asserts value is bigint {
-  if (typeof value !== 'bigint') throw new TypeError(`${name} must be a bigint device pointer, got ${describe(value)}`);
-  if (value <= 0n || value >= U64_END) throw new RangeError(`${name} must be a non-null 64-bit device pointer, got ${value}`);
-  if (value % BigInt(bytes) !== 0n) throw new RangeError(`${name} must be ${bytes}-byte aligned for a ${bytes * 8}-bit word, got 0x${value.toString(16)}`);
+  if (typeof value !== 'bigint') throw new ArgumentTypeError(`${name} must be a bigint device pointer, got ${describe(value)}`);
+  if (value <= 0n || value >= U64_END) throw new ArgumentRangeError(`${name} must be a non-null 64-bit device pointer, got ${value}`);
+  if (value % BigInt(bytes) !== 0n) throw new ArgumentRangeError(`${name} must be ${bytes}-byte aligned for a ${bytes * 8}-bit word, got 0x${value.toString(16)}`);
 }
 
 export function assertWaitCondition(name: string, value: unknown): asserts value is WaitCondition {
   if (!CONDITIONS.includes(value as WaitCondition)) {
-    throw new TypeError(`${name} must be one of ${CONDITIONS.map((c) => `'${c}'`).join(', ')}, got ${describe(value)}`);
+    throw new ArgumentTypeError(`${name} must be one of ${CONDITIONS.map((c) => `'${c}'`).join(', ')}, got ${describe(value)}`);
   }
 }
 
 export function assertCaptureMode(name: string, value: unknown): asserts value is CaptureMode {
   if (!MODES.includes(value as CaptureMode)) {
-    throw new TypeError(`${name} must be one of ${MODES.map((m) => `'${m}'`).join(', ')}, got ${describe(value)}`);
+    throw new ArgumentTypeError(`${name} must be one of ${MODES.map((m) => `'${m}'`).join(', ')}, got ${describe(value)}`);
   }
 }
 
 function assertOptionalBoolean(name: string, value: unknown): void {
-  if (value !== undefined && typeof value !== 'boolean') throw new TypeError(`${name} must be a boolean, got ${describe(value)}`);
+  if (value !== undefined && typeof value !== 'boolean') throw new ArgumentTypeError(`${name} must be a boolean, got ${describe(value)}`);
 }
 
 /** streamBatchMemOp's list: 1 .. MAX_BATCH_MEM_OPS operations, each well formed. */
 export function assertMemOps(name: string, value: unknown): asserts value is readonly StreamMemOp[] {
-  if (!Array.isArray(value)) throw new TypeError(`${name} must be an array of stream memory operations, got ${describe(value)}`);
+  if (!Array.isArray(value)) throw new ArgumentTypeError(`${name} must be an array of stream memory operations, got ${describe(value)}`);
   if (value.length < 1 || value.length > MAX_BATCH_MEM_OPS) {
-    throw new RangeError(`${name} must hold 1 to ${MAX_BATCH_MEM_OPS} operations, got ${value.length}`);
+    throw new ArgumentRangeError(`${name} must hold 1 to ${MAX_BATCH_MEM_OPS} operations, got ${value.length}`);
   }
   value.forEach((op: unknown, k) => {
     const at = `${name}[${k}]`;
-    if (typeof op !== 'object' || op === null) throw new TypeError(`${at} must be an operation object, got ${describe(op)}`);
+    if (typeof op !== 'object' || op === null) throw new ArgumentTypeError(`${at} must be an operation object, got ${describe(op)}`);
     const o = op as Record<string, unknown>;
     switch (o.op) {
       case 'wait32':
@@ -85,7 +86,7 @@ export function assertMemOps(name: string, value: unknown): asserts value is rea
       case 'barrier':
         return;
       default:
-        throw new TypeError(`${at}.op must be 'wait32', 'wait64', 'write32', 'write64' or 'barrier', got ${describe(o.op)}`);
+        throw new ArgumentTypeError(`${at}.op must be 'wait32', 'wait64', 'write32', 'write64' or 'barrier', got ${describe(o.op)}`);
     }
     if (o.op === 'wait32' || o.op === 'wait64') {
       assertWaitCondition(`${at}.condition`, o.condition);
@@ -98,26 +99,26 @@ export function assertMemOps(name: string, value: unknown): asserts value is rea
 
 /** PTX text: a non-empty string without NUL (the driver reads it as a C string). */
 export function assertPtx(name: string, value: unknown): asserts value is string {
-  if (typeof value !== 'string') throw new TypeError(`${name} must be PTX text (a string), got ${describe(value)}`);
-  if (value.length === 0) throw new RangeError(`${name} must not be empty`);
-  if (value.includes('\0')) throw new RangeError(`${name} must not contain NUL characters`);
+  if (typeof value !== 'string') throw new ArgumentTypeError(`${name} must be PTX text (a string), got ${describe(value)}`);
+  if (value.length === 0) throw new ArgumentRangeError(`${name} must not be empty`);
+  if (value.includes('\0')) throw new ArgumentRangeError(`${name} must not contain NUL characters`);
 }
 
 /** A kernel's .entry name: a PTX identifier. */
 export function assertEntryName(name: string, value: unknown): asserts value is string {
-  if (typeof value !== 'string') throw new TypeError(`${name} must be a string, got ${describe(value)}`);
-  if (!/^[A-Za-z_$%][\w$]{0,1023}$/.test(value)) throw new RangeError(`${name} must be a PTX identifier, got ${JSON.stringify(value.slice(0, 60))}`);
+  if (typeof value !== 'string') throw new ArgumentTypeError(`${name} must be a string, got ${describe(value)}`);
+  if (!/^[A-Za-z_$%][\w$]{0,1023}$/.test(value)) throw new ArgumentRangeError(`${name} must be a PTX identifier, got ${JSON.stringify(value.slice(0, 60))}`);
 }
 
 function assertDims(name: string, value: unknown, limits: readonly [number, number, number]): [number, number, number] {
   if (!Array.isArray(value) || value.length < 1 || value.length > 3) {
-    throw new TypeError(`${name} must be [x], [x, y] or [x, y, z], got ${describe(value)}`);
+    throw new ArgumentTypeError(`${name} must be [x], [x, y] or [x, y, z], got ${describe(value)}`);
   }
   const dims: [number, number, number] = [1, 1, 1];
   for (let i = 0; i < value.length; i++) {
     const v: unknown = value[i] ?? 1;
-    if (typeof v !== 'number' || !Number.isInteger(v)) throw new TypeError(`${name}[${i}] must be an integer, got ${describe(v)}`);
-    if (v < 1 || v > limits[i]!) throw new RangeError(`${name}[${i}] must be between 1 and ${limits[i]}, got ${v}`);
+    if (typeof v !== 'number' || !Number.isInteger(v)) throw new ArgumentTypeError(`${name}[${i}] must be an integer, got ${describe(v)}`);
+    if (v < 1 || v > limits[i]!) throw new ArgumentRangeError(`${name}[${i}] must be between 1 and ${limits[i]}, got ${v}`);
     dims[i] = v;
   }
   return dims;
@@ -125,14 +126,14 @@ function assertDims(name: string, value: unknown, limits: readonly [number, numb
 
 /** A launch configuration: grid and block sizes within CUDA's limits. Returns [grid, block, sharedMemBytes] in full. */
 export function assertLaunchConfig(name: string, value: unknown): [grid: [number, number, number], block: [number, number, number], sharedMemBytes: number] {
-  if (typeof value !== 'object' || value === null) throw new TypeError(`${name} must be { grid, block, sharedMemBytes? }, got ${describe(value)}`);
+  if (typeof value !== 'object' || value === null) throw new ArgumentTypeError(`${name} must be { grid, block, sharedMemBytes? }, got ${describe(value)}`);
   const c = value as Partial<LaunchConfig>;
   const grid = assertDims(`${name}.grid`, c.grid, [2 ** 31 - 1, 65535, 65535]);
   const block = assertDims(`${name}.block`, c.block, [1024, 1024, 64]);
-  if (block[0] * block[1] * block[2] > 1024) throw new RangeError(`${name}.block must hold at most 1024 threads, got ${block.join('x')}`);
+  if (block[0] * block[1] * block[2] > 1024) throw new ArgumentRangeError(`${name}.block must hold at most 1024 threads, got ${block.join('x')}`);
   const shared = c.sharedMemBytes ?? 0;
-  if (typeof shared !== 'number' || !Number.isInteger(shared)) throw new TypeError(`${name}.sharedMemBytes must be an integer, got ${describe(shared)}`);
-  if (shared < 0 || shared >= U32_END) throw new RangeError(`${name}.sharedMemBytes must be between 0 and 2^32-1, got ${shared}`);
+  if (typeof shared !== 'number' || !Number.isInteger(shared)) throw new ArgumentTypeError(`${name}.sharedMemBytes must be an integer, got ${describe(shared)}`);
+  if (shared < 0 || shared >= U32_END) throw new ArgumentRangeError(`${name}.sharedMemBytes must be between 0 and 2^32-1, got ${shared}`);
   return [grid, block, shared];
 }
 
@@ -143,12 +144,12 @@ export function kernelArgSize(type: KernelArg['type']): 4 | 8 {
 
 /** A kernel's argument list: each { type, value } in range for its type, MAX_KERNEL_PARAM_BYTES at most once packed. */
 export function assertKernelArgs(name: string, value: unknown): asserts value is readonly KernelArg[] {
-  if (!Array.isArray(value)) throw new TypeError(`${name} must be an array of { type, value }, got ${describe(value)}`);
-  if (value.length > MAX_KERNEL_ARGS) throw new RangeError(`${name} must hold at most ${MAX_KERNEL_ARGS} arguments, got ${value.length}`);
+  if (!Array.isArray(value)) throw new ArgumentTypeError(`${name} must be an array of { type, value }, got ${describe(value)}`);
+  if (value.length > MAX_KERNEL_ARGS) throw new ArgumentRangeError(`${name} must hold at most ${MAX_KERNEL_ARGS} arguments, got ${value.length}`);
   let bytes = 0;
   value.forEach((arg: unknown, k) => {
     const at = `${name}[${k}]`;
-    if (typeof arg !== 'object' || arg === null) throw new TypeError(`${at} must be { type, value }, got ${describe(arg)}`);
+    if (typeof arg !== 'object' || arg === null) throw new ArgumentTypeError(`${at} must be { type, value }, got ${describe(arg)}`);
     const { type, value: v } = arg as Record<string, unknown>;
     switch (type) {
       case 'ptr':
@@ -156,25 +157,25 @@ export function assertKernelArgs(name: string, value: unknown): asserts value is
         assertU64(`${at}.value`, v);
         break;
       case 'i64':
-        if (typeof v !== 'bigint') throw new TypeError(`${at}.value must be a bigint, got ${describe(v)}`);
-        if (v < I64_MIN || v >= I64_END) throw new RangeError(`${at}.value must fit in 64 signed bits, got ${v}`);
+        if (typeof v !== 'bigint') throw new ArgumentTypeError(`${at}.value must be a bigint, got ${describe(v)}`);
+        if (v < I64_MIN || v >= I64_END) throw new ArgumentRangeError(`${at}.value must fit in 64 signed bits, got ${v}`);
         break;
       case 'u32':
         assertU32(`${at}.value`, v);
         break;
       case 'i32':
-        if (typeof v !== 'number' || !Number.isInteger(v)) throw new TypeError(`${at}.value must be an integer, got ${describe(v)}`);
-        if (v < -(2 ** 31) || v >= 2 ** 31) throw new RangeError(`${at}.value must fit in 32 signed bits, got ${v}`);
+        if (typeof v !== 'number' || !Number.isInteger(v)) throw new ArgumentTypeError(`${at}.value must be an integer, got ${describe(v)}`);
+        if (v < -(2 ** 31) || v >= 2 ** 31) throw new ArgumentRangeError(`${at}.value must fit in 32 signed bits, got ${v}`);
         break;
       case 'f32':
       case 'f64':
-        if (typeof v !== 'number') throw new TypeError(`${at}.value must be a number, got ${describe(v)}`);
+        if (typeof v !== 'number') throw new ArgumentTypeError(`${at}.value must be a number, got ${describe(v)}`);
         break;
       default:
-        throw new TypeError(`${at}.type must be 'ptr', 'u64', 'i64', 'u32', 'i32', 'f32' or 'f64', got ${describe(type)}`);
+        throw new ArgumentTypeError(`${at}.type must be 'ptr', 'u64', 'i64', 'u32', 'i32', 'f32' or 'f64', got ${describe(type)}`);
     }
     const size = kernelArgSize(type);
     bytes = Math.ceil(bytes / size) * size + size;
   });
-  if (bytes > MAX_KERNEL_PARAM_BYTES) throw new RangeError(`${name} take ${bytes} bytes packed; at most ${MAX_KERNEL_PARAM_BYTES}`);
+  if (bytes > MAX_KERNEL_PARAM_BYTES) throw new ArgumentRangeError(`${name} take ${bytes} bytes packed; at most ${MAX_KERNEL_PARAM_BYTES}`);
 }

@@ -61,7 +61,11 @@ export function mermaidBundlePath(): string {
   const require = createRequire(import.meta.url);
   try {
     return require.resolve('mermaid/dist/mermaid.min.js');
-  } catch (err) {
-    throw new ChromiumUnavailableError(`drawing diagrams in a browser needs the optional peer dependency mermaid: install it beside smcuda with 'npm install mermaid playwright-core': ${(err as Error).message}`);
+  } catch {
+    throw new ChromiumUnavailableError(MERMAID_MISSING);
   }
 }
+
+/** What to do when the browser bundle of mermaid is missing (the inspector page shows it too). */
+export const MERMAID_MISSING =
+  "drawing the state machine needs the optional package mermaid, which is not installed: run 'npm install mermaid' in the project that has smcuda, then reload";

@@ -6,7 +6,7 @@
  * relative to the first record of the whole trace — so a window names the
  * same moments whatever the filter.
  */
-import { SmcudaError } from '../errors.js';
+import { ArgumentRangeError, SmcudaError } from '../errors.js';
 import type { TraceRecord } from '../trace.js';
 
 export class TraceFormatError extends SmcudaError {
@@ -81,6 +81,6 @@ export function filterTrace(records: TraceRecord[], filter: TraceFilter, startUs
 /** '250', '250ms', '1.5s' → milliseconds. */
 export function parseMs(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$/.exec(text);
-  if (!m) throw new RangeError(`not a time: ${JSON.stringify(text)} (milliseconds from the trace's start, e.g. 250, 250ms, 1.5s)`);
+  if (!m) throw new ArgumentRangeError(`not a time: ${JSON.stringify(text)} (milliseconds from the trace's start, e.g. 250, 250ms, 1.5s)`);
   return Number(m[1]) * (m[2] === 's' ? 1000 : 1);
 }

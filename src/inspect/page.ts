@@ -6,7 +6,10 @@
  * run's secret): 'snapshot' with every endpoint, then
  * 'endpoint' for each change. The machine is drawn once and copied into each
  * endpoint's card; the current state is highlighted by marking the
- * diagram's node (data-id / id "…-state-NAME-n") with the class smcuda-current.
+ * diagram's node (data-id / id "…-state-NAME-n") with the class smcuda-current,
+ * and shown large in each card's header. Without mermaid (an optional
+ * package) the page says what to install, and works on without diagrams.
+ * Readable at 1280 px: one card per row there, the diagram at its own size.
  *
  * Test hooks: each endpoint is `[data-endpoint="self→peer"]`, its state
  * `[data-role=state]` with `data-state`.
@@ -21,14 +24,19 @@ export function inspectorPage(title: string): string {
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1rem 1.5rem; color: #222; background: #fafafa; }
   header { display: flex; gap: 1rem; align-items: baseline; }
   header .source, header .conn { color: #666; }
-  #endpoints { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1rem; }
+  /* One card per row up to wide screens: the machine's labels stay readable (about its own size) at 1280 px. */
+  #endpoints { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 1100px), 1fr)); gap: 1rem; }
   .endpoint { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .75rem 1rem; }
   .endpoint h2 { font-size: 1.05rem; margin: 0 0 .5rem; display: flex; gap: .6rem; align-items: center; }
-  .state { font-weight: 700; padding: .1rem .5rem; border-radius: 4px; background: #eee; }
-  .state[data-state=OK] { background: #c8e6c9; color: #1b5e20; }
-  .state[data-state=BAD] { background: #ffcdd2; color: #b71c1c; }
-  .state[data-state=SENT], .state[data-state=ACKING], .state[data-state=ACKED] { background: #fff3cd; color: #7a5b00; }
-  .diagram svg { max-width: 100%; height: auto; max-height: 520px; }
+  .state { font-weight: 800; font-size: 1.6rem; letter-spacing: .02em; padding: .15rem .7rem; border-radius: 6px; background: #eee; border: 2px solid #999; }
+  .state-label { font-size: .8rem; text-transform: uppercase; color: #666; }
+  #notice { background: #fff3cd; border: 1px solid #e0c36a; border-radius: 6px; padding: .6rem 1rem; margin: .5rem 0 1rem; }
+  #notice code { background: #fff; padding: 0 .3rem; border-radius: 3px; }
+  .state[data-state=OK] { background: #c8e6c9; color: #1b5e20; border-color: #2e7d32; }
+  .state[data-state=BAD] { background: #ffcdd2; color: #b71c1c; border-color: #c62828; }
+  .state[data-state=SENT], .state[data-state=ACKING], .state[data-state=ACKED] { background: #fff3cd; color: #7a5b00; border-color: #b28704; }
+  .diagram svg { max-width: 100%; height: auto; }
+  .diagram .muted { font-style: italic; }
   .smcuda-current rect, .smcuda-current path, .smcuda-current polygon { fill: #ffd54f !important; stroke: #e65100 !important; stroke-width: 3px !important; }
   table { border-collapse: collapse; font-size: 12px; }
   td, th { padding: .1rem .6rem .1rem 0; text-align: left; }
@@ -38,6 +46,7 @@ export function inspectorPage(title: string): string {
 </head>
 <body>
 <header><h1>${escapeHtml(title)}</h1><span class="source" id="source"></span><span class="conn" id="conn">connecting…</span></header>
+<div id="notice" hidden></div>
 <p id="empty" class="muted">No endpoint yet: waiting for trace records.</p>
 <div id="endpoints"></div>
 <script src="mermaid.min.js"></script>
@@ -46,7 +55,17 @@ export function inspectorPage(title: string): string {
   const CACHE_KEYS = ['hit', 'miss', 'stale', 'evict', 'invalidate', 'open', 'open-failed', 'close'];
   const cards = new Map();
   let startUs = null;
-  mermaid.initialize({ startOnLoad: false, securityLevel: 'strict', theme: 'default' });
+  // Without mermaid (an optional package) the page says what to install, and works on without diagrams.
+  const haveMermaid = typeof mermaid !== 'undefined';
+  if (haveMermaid) mermaid.initialize({ startOnLoad: false, securityLevel: 'strict', theme: 'default' });
+  else {
+    fetch('/mermaid.min.js').then((r) => r.text()).catch(() => '').then((why) => {
+      const n = document.getElementById('notice');
+      n.replaceChildren(el('strong', {}, 'No diagrams: '), document.createTextNode(why.trim() || 'the mermaid package is not installed; run npm install mermaid, then reload.'),
+        el('br'), document.createTextNode('Endpoints, states, transitions and counters below work without it.'));
+      n.hidden = false;
+    });
+  }
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -67,12 +86,15 @@ export function inspectorPage(title: string): string {
   }
 
   // One rendering of the machine, copied into every card (same picture; only the highlight differs).
-  const drawing = fetch('machine.mmd')
-    .then((r) => r.text())
-    .then((text) => mermaid.render('smcuda-machine', text))
-    .then((r) => r.svg);
+  const drawing = haveMermaid
+    ? fetch('machine.mmd').then((r) => r.text()).then((text) => mermaid.render('smcuda-machine', text)).then((r) => r.svg)
+    : null;
 
   async function draw(card) {
+    if (!drawing) {
+      card.querySelector('.diagram').replaceChildren(el('p', { class: 'muted' }, 'no diagram: mermaid is not installed (see above)'));
+      return;
+    }
     card.querySelector('.diagram').innerHTML = await drawing;
     highlight(card, card.dataset.current);
   }
@@ -83,7 +105,7 @@ export function inspectorPage(title: string): string {
     if (!card) {
       card = el('section', { class: 'endpoint', 'data-endpoint': v.key });
       const h = el('h2');
-      h.append(el('span', {}, v.self + ' → ' + v.peer), el('span', { class: 'state', 'data-role': 'state' }), el('span', { class: 'muted', 'data-role': 'pid' }), el('span', { class: 'muted', 'data-role': 'closed' }));
+      h.append(el('span', {}, v.self + ' → ' + v.peer), el('span', { class: 'state-label' }, 'state'), el('span', { class: 'state', 'data-role': 'state' }), el('span', { class: 'muted', 'data-role': 'pid' }), el('span', { class: 'muted', 'data-role': 'closed' }));
       const cols = el('div', { class: 'cols' });
       const tr = el('div'); tr.append(el('strong', {}, 'recent transitions'), el('table', { 'data-role': 'transitions' }));
       const cc = el('div'); cc.append(el('strong', {}, 'cache'), el('table', { 'data-role': 'cache' }));

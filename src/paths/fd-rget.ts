@@ -28,7 +28,7 @@ import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffer
 import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
-import { CudaError, DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
+import { ArgumentRangeError, CudaError, DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { encodeFrame } from '../wire/codec.js';
 import {
@@ -246,7 +246,7 @@ export class FdRgetPath implements DataPath {
     const x = ctx.driver.vmmExport(buf.ptr, buf.length); // every chunk the message touches
     const fds = x.chunks.map((c) => c.fd);
     try {
-      if (x.chunks.length > MAX_FD_CHUNKS) throw new RangeError(`the message spans ${x.chunks.length} chunks, more than the ${MAX_FD_CHUNKS} one FD_OFFER carries`);
+      if (x.chunks.length > MAX_FD_CHUNKS) throw new ArgumentRangeError(`the message spans ${x.chunks.length} chunks, more than the ${MAX_FD_CHUNKS} one FD_OFFER carries`);
       ctx.sendFrame({
         type: FrameType.FD_OFFER,
         kind: HandleKind.VMM,

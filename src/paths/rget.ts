@@ -14,7 +14,7 @@
  * and the answer.
  */
 import type { MappingRequest } from '../../cache/index.js';
-import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
+import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer, pastItsAllocation } from '../buffers.js';
 import type { StreamHandle } from '../cuda/driver.js';
 import { PeerLostError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
@@ -94,7 +94,7 @@ export class RgetPath implements DataPath {
     const exp = checked !== undefined && this.checkedPtr === buf.ptr ? checked : ctx.exports.lookup(buf.ptr);
     const offset = Number(buf.ptr - exp.base);
     if (offset + buf.length > exp.size) {
-      throw new RangeError(`buffer (${buf.length} bytes at +${offset}) runs past its allocation of ${exp.size} bytes`);
+      throw pastItsAllocation('buffer', buf.length, offset, exp.size - offset);
     }
     let event: bigint | undefined;
     let eventHandle: Uint8Array | null = null;

@@ -13,6 +13,7 @@
 import { createSealedSegment, type MappedSegment } from '../channel/sealed-segment.js';
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { StagingOptions } from '../options.js';
+import { pastItsAllocation } from '../buffers.js';
 
 /** The sender's side of one direction's ring. */
 export class StagingRing {
@@ -96,7 +97,7 @@ export interface StagedSend {
  * announced — as RGET's export lookup does — so that a freed or invalid
  * source fails its send() at once and the peer never hears of it.
  */
-export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; length: number }): void {
+export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; length: number }, name = 'buffer'): void {
   const first = driver.memGetAddressRange(buf.ptr);
   const want = buf.ptr + BigInt(buf.length);
   let end = first.base + BigInt(first.size);
@@ -108,7 +109,7 @@ export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; len
       next = undefined; // nothing mapped right after this range
     }
     if (next === undefined || next.base !== end || next.size <= 0) {
-      throw new RangeError(`buffer (${buf.length} bytes at +${buf.ptr - first.base}) runs past its allocation: mapped memory ends ${end - buf.ptr} bytes after its start`);
+      throw pastItsAllocation(name, buf.length, buf.ptr - first.base, end - buf.ptr);
     }
     end += BigInt(next.size);
   }

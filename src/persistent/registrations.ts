@@ -19,7 +19,7 @@
 import type { Mapping } from '../../cache/index.js';
 import { checkMessageBuffer, isDeviceBuffer, type DeviceBuffer } from '../buffers.js';
 import type { DevicePtr } from '../cuda/driver.js';
-import { PersistentTransferError, ProtocolError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
 import { FrameType, type RegOfferFrame, type RegReleaseFrame } from '../wire/frames.js';
 import { describeForPeer, openRemote, type RemoteMemoryContext } from './remote-memory.js';
 
@@ -126,8 +126,8 @@ export class Registrations {
   /** Registers `buf` with the peer (the peer makes the matching call); see the file comment. */
   async register(buf: DeviceBuffer, internal = false): Promise<Registration> {
     checkMessageBuffer('buffer', buf);
-    if (!isDeviceBuffer(buf)) throw new TypeError('register() takes device memory: { ptr: bigint, length: number }');
-    if (buf.length === 0) throw new RangeError('a registered buffer must hold at least 1 byte');
+    if (!isDeviceBuffer(buf)) throw new ArgumentTypeError('register() takes device memory: { ptr: bigint, length: number }');
+    if (buf.length === 0) throw new ArgumentRangeError('a registered buffer must hold at least 1 byte');
     if (this.closeReason) throw this.closeReason;
     if (!this.agreed) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `peer ${this.ctx.link.peerId} does not register memory (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`);
     const id = this.nextId++;

@@ -19,7 +19,7 @@ import { persistentMachine, type PersistentMachineEvent, type PersistentMachineS
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import { assertHandle } from '../cuda/validate.js';
 import { debug } from '../debug.js';
-import { PersistentTransferError, ProtocolError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
 import { FrameType, PtRole, type PtFailFrame, type PtOfferFrame } from '../wire/frames.js';
 import { awaitedOffset, peerAwaitedOffset, receiverSteps, senderSteps, SLOT_BYTES, slotAddress, type StartStep } from './flags.js';
 import type { Registration, Registrations } from './registrations.js';
@@ -227,7 +227,7 @@ export class PersistentTransfer implements WatchedTransfer {
  */
 export function startGroup(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
   assertHandle('stream', stream);
-  if (!Array.isArray(transfers)) throw new TypeError('transfers must be an array of persistent transfers');
+  if (!Array.isArray(transfers)) throw new ArgumentTypeError('transfers must be an array of persistent transfers');
   for (const t of transfers) t.check();
   if (transfers.length === 0) return;
   const capturing = transfers[0]!.driverOf().streamIsCapturing(stream);
@@ -282,14 +282,14 @@ export class PersistentTransfers {
   /** Makes this side of a persistent transfer; the peer makes the other, in the same order. */
   async create(reg: Registration, options: PersistentOptions): Promise<PersistentTransfer> {
     if (this.closeReason) throw this.closeReason;
-    if (options === null || typeof options !== 'object') throw new TypeError("options must be an object like { role: 'send', length }");
+    if (options === null || typeof options !== 'object') throw new ArgumentTypeError("options must be an object like { role: 'send', length }");
     const { role, length } = options;
     const offset = options.offset ?? 0;
-    if (role !== 'send' && role !== 'recv') throw new TypeError(`role must be 'send' or 'recv', got ${String(role)}`);
+    if (role !== 'send' && role !== 'recv') throw new ArgumentTypeError(`role must be 'send' or 'recv', got ${String(role)}`);
     for (const [name, v] of [['length', length], ['offset', offset]] as const) {
-      if (!Number.isSafeInteger(v) || v < 0) throw new RangeError(`${name} must be a non-negative integer, got ${String(v)}`);
+      if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentRangeError(`${name} must be a non-negative integer, got ${String(v)}`);
     }
-    if (offset + length > reg.local.length) throw new RangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
+    if (offset + length > reg.local.length) throw new ArgumentRangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
     if (reg.state !== 'registered') throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is ${reg.state}`);
     const st = this.driver.gpuDrivenStatus();
     if (!st.streamMemOps || !st.memOps64) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`);

@@ -5,6 +5,7 @@
  * reserved and cannot be encoded.
  */
 import { UUID_BYTES } from './frames.js';
+import { ArgumentRangeError } from '../errors.js';
 
 const UUID_PATTERN = /^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 /** Hyphen positions of the canonical form, counted in bytes (after 4, 6, 8 and 10 bytes). */
@@ -116,13 +117,13 @@ export class UuidNames {
 export function deviceUuidToBytes(uuid: string): Uint8Array {
   const out = new Uint8Array(UUID_BYTES);
   if (!writeDeviceUuid(uuid, out, 0)) {
-    throw new RangeError(`device UUID must be '' or 'GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' (not all zero), got ${JSON.stringify(uuid)}`);
+    throw new ArgumentRangeError(`device UUID must be '' or 'GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' (not all zero), got ${JSON.stringify(uuid)}`);
   }
   return out;
 }
 
 /** The 'GPU-…' string of 16 raw bytes (all zero → ''). */
 export function deviceUuidFromBytes(bytes: Uint8Array): string {
-  if (bytes.byteLength !== UUID_BYTES) throw new RangeError(`a device UUID is ${UUID_BYTES} bytes, got ${bytes.byteLength}`);
+  if (bytes.byteLength !== UUID_BYTES) throw new ArgumentRangeError(`a device UUID is ${UUID_BYTES} bytes, got ${bytes.byteLength}`);
   return readDeviceUuid(bytes, 0);
 }

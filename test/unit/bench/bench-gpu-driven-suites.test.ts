@@ -10,7 +10,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { openDriver } from '../../../src/cuda/open-driver.js';
-import { GRAPH_FIG, SMCUDA_GRAPH_FIGURES } from '../../../src/bench/graph-figures.js';
+import { GRAPH_FIG, GRAPH_FIGURES } from '../../../src/bench/graph-figures.js';
 import { COLLECTIVE_FIG } from '../../../src/bench/collective-figures.js';
 
 const run = promisify(execFile);
@@ -43,9 +43,9 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
     const byName = new Map(doc.figures.map((f) => [f.name, f]));
 
     // graph: all of it listed; smcuda's targets never measured on the simulator
-    const graphNames = [GRAPH_FIG.rawHost(8).name, GRAPH_FIG.rawGraph(8).name, GRAPH_FIG.rawHost(1 << 20).name, GRAPH_FIG.rawGraph(1 << 20).name, GRAPH_FIG.rawReplayHost.name, ...SMCUDA_GRAPH_FIGURES.map((s) => s.name), GRAPH_FIG.nativeFloor.name];
+    const graphNames = [GRAPH_FIG.rawHost(8).name, GRAPH_FIG.rawGraph(8).name, GRAPH_FIG.rawHost(1 << 20).name, GRAPH_FIG.rawGraph(1 << 20).name, GRAPH_FIG.rawReplayHost.name, ...GRAPH_FIGURES.map((s) => s.name), GRAPH_FIG.nativeFloor.name];
     expect(doc.figures.filter((f) => f.suite === 'graph').map((f) => f.name).sort()).toEqual([...graphNames].sort());
-    for (const s of SMCUDA_GRAPH_FIGURES) expect(byName.get(s.name)!.skipped).toBeTruthy();
+    for (const s of GRAPH_FIGURES) expect(byName.get(s.name)!.skipped).toBeTruthy();
     if (!status.streamMemOps) {
       for (const name of graphNames.filter((n) => n !== GRAPH_FIG.nativeFloor.name)) expect(byName.get(name)!.skipped, name).toMatch(/^the sim driver has no stream memory operations/);
     }

@@ -8,7 +8,7 @@ import { ALGORITHMS, allreduceSpec, COLLECTIVE_FIG, COLLECTIVE_GPU_SIZES, GRADIE
 import { collectivesPlan } from '../../../src/bench/collectives-suite.js';
 import type { BenchOptions } from '../../../src/bench/plan.js';
 import { SUITES } from '../../../src/bench/suites.js';
-import { SMCUDA_COLLECTIVES } from '../../../src/bench/under-test.js';
+import { COLLECTIVES_UNDER_TEST } from '../../../src/bench/under-test.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -43,8 +43,8 @@ describe('collectives figures', () => {
   });
 
   it('smcuda figures are skipped until a Communicator is plugged in', () => {
-    expect(SMCUDA_COLLECTIVES.factory).toBeUndefined();
-    expect(SMCUDA_COLLECTIVES.missing).toMatch(/Communicator/);
+    expect(COLLECTIVES_UNDER_TEST.factory).toBeUndefined();
+    expect(COLLECTIVES_UNDER_TEST.missing).toMatch(/Communicator/);
   });
 });
 

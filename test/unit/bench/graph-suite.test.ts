@@ -9,11 +9,11 @@
 import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import { openDriver } from '../../../src/cuda/open-driver.js';
-import { GRAPH_FIG, GRAPH_TRANSFERS, type GpuDrivenStatus, halfRoundTripGBs, SMCUDA_GRAPH_FIGURES } from '../../../src/bench/graph-figures.js';
+import { GRAPH_FIG, GRAPH_TRANSFERS, type GpuDrivenStatus, halfRoundTripGBs, GRAPH_FIGURES } from '../../../src/bench/graph-figures.js';
 import { graphPlan, graphSkipReasons, NATIVE_FLOOR } from '../../../src/bench/graph-suite.js';
 import { iterationSteps, type PingPongRole, type PingPongStep } from '../../../src/bench/memop-pingpong.js';
 import { SUITES } from '../../../src/bench/suites.js';
-import { SMCUDA_GRAPH_PINGPONG } from '../../../src/bench/under-test.js';
+import { GRAPH_PINGPONG_UNDER_TEST } from '../../../src/bench/under-test.js';
 
 const full: GpuDrivenStatus = { streamMemOps: true, waitValueNor: true, memOps64: true, graphs: true, modules: true };
 
@@ -25,7 +25,7 @@ describe('graph suite figures', () => {
     expect(GRAPH_FIG.smcudaReplayHost).toMatchObject({ unit: 'µs', scope: 'gpu', target: { on: 'value', relation: '<=', bound: 10 } });
     expect(GRAPH_FIG.smcudaReplayHost.name).toContain(`graph of ${GRAPH_TRANSFERS}`);
     expect(GRAPH_TRANSFERS).toBe(16);
-    expect(SMCUDA_GRAPH_FIGURES.map((f) => f.name)).toEqual([GRAPH_FIG.smcuda8.name, GRAPH_FIG.smcuda1M.name, GRAPH_FIG.smcudaReplayHost.name]);
+    expect(GRAPH_FIGURES.map((f) => f.name)).toEqual([GRAPH_FIG.smcuda8.name, GRAPH_FIG.smcuda1M.name, GRAPH_FIG.smcudaReplayHost.name]);
     for (const size of [8, 1 << 20] as const) {
       expect(GRAPH_FIG.rawHost(size).target).toBeUndefined();
       expect(GRAPH_FIG.rawGraph(size).target).toBeUndefined();
@@ -42,8 +42,8 @@ describe('graph suite figures', () => {
   });
 
   it('names the slots still to fill: smcuda persistent transfers and the native floor', () => {
-    expect(SMCUDA_GRAPH_PINGPONG.factory).toBeUndefined();
-    expect(SMCUDA_GRAPH_PINGPONG.missing).toMatch(/persistent transfers/);
+    expect(GRAPH_PINGPONG_UNDER_TEST.factory).toBeUndefined();
+    expect(GRAPH_PINGPONG_UNDER_TEST.missing).toMatch(/persistent transfers/);
     expect(NATIVE_FLOOR.missing).toMatch(/native\/floor\.cc/);
   });
 

@@ -65,7 +65,15 @@ describe('MPS detection', () => {
     const after = await smcuda(['probe', '--json'], { CUDA_MPS_PIPE_DIRECTORY: dir });
     expect(JSON.parse(after.stdout).mps).toMatchObject({ active: true, controlSocket: true });
     const text = await smcuda(['probe'], { CUDA_MPS_PIPE_DIRECTORY: pipeDir() });
-    expect(text.stdout).toContain(`MPS: not running`);
-    expect(text.stdout).toContain(MPS_START_COMMAND);
+    if (JSON.parse(before.stdout).available) {
+      expect(text.stdout).toContain(`MPS: not running`);
+      expect(text.stdout).toContain(MPS_START_COMMAND);
+    } else {
+      // Without a GPU: said plainly, with the way to try the simulator, and no MPS advice.
+      expect(text.stdout).toMatch(/^No GPU: the CUDA driver cannot be used on this machine\.\n  why: .+\n/);
+      expect(text.stdout).toContain('smcuda probe --driver sim');
+      expect(text.stdout).not.toMatch(/MPS|nvidia-cuda-mps/);
+      expect(text.stdout).not.toMatch(/--driver sim\)|or use the simulated/);
+    }
   });
 });

@@ -49,11 +49,11 @@ describe('staging and cache options are refused at create', () => {
     ['a chunk over 1 GiB', { staging: { chunkSize: 2 ** 31 } }, /staging.chunkSize/],
     ['more slots than STAGE_BEGIN carries', { staging: { slots: 70000 } }, /staging.slots/],
     ['a peer ring bound over 2 GiB', { staging: { maxPeerBytes: 2 ** 32 } }, /staging.maxPeerBytes/],
-    ['staging that is not an object', { staging: 5 }, /staging must be an object/],
+    ['staging that is not an object', { staging: 5 }, /staging( options)? must be an object/],
     ['cache.maxEntries: -1', { cache: { maxEntries: -1 } }, /maxEntries/],
     ['cache.maxBytes: 1.5', { cache: { maxBytes: 1.5 } }, /maxBytes/],
     ['cache.unlimited with a bound', { cache: { unlimited: true, maxEntries: 3 } }, /unlimited/],
-    ['cache that is not an object', { cache: 'big' }, /cache must be an object/],
+    ['cache that is not an object', { cache: 'big' }, /cache( options)? must be an object/],
   ];
   for (const [what, o, msg] of bad) {
     it(`${what}: ConfigError from resolveOptions and Transport.create`, async () => {

@@ -4,6 +4,12 @@
  * random messages — sizes from 0 B to 64 MiB, random tags, host and device
  * buffers, every direction at once. Every message must arrive exactly once,
  * in order per (endpoint, tag), byte-exact.
+ *
+ * The staging ring is scaled down (64 KiB chunks, 4 slots, against 4 MiB
+ * chunks by default) and the sizes with it: a message still spans from no
+ * chunk to 64 chunks, ends mid-chunk or on a chunk boundary, and wraps the
+ * ring many times, at 1/64 of the bytes; so CI runs more cases in less time
+ * (20; SMCUDA_PROPERTY_RUNS=500 for a longer soak).
  */
 import { fc, test } from '@fast-check/vitest';
 import { afterEach, expect } from 'vitest';
@@ -20,10 +26,17 @@ interface Msg {
   device: boolean;
 }
 
+/** The staging chunk in this test (the default's 4 MiB / 64). */
+const CHUNK = 64 << 10;
+const RUNS = Number(process.env.SMCUDA_PROPERTY_RUNS ?? 20);
+
 const size = fc.oneof(
-  { weight: 6, arbitrary: fc.integer({ min: 0, max: 64 << 10 }) },
-  { weight: 3, arbitrary: fc.integer({ min: (64 << 10) + 1, max: 6 << 20 }) },
-  { weight: 1, arbitrary: fc.constantFrom(16 << 20, (64 << 20) - 3, 64 << 20) },
+  // around the 8 KiB device eager limit, and within one chunk
+  { weight: 6, arbitrary: fc.integer({ min: 0, max: CHUNK }) },
+  // a few chunks, ending anywhere
+  { weight: 3, arbitrary: fc.integer({ min: CHUNK + 1, max: 6 * CHUNK + 7 }) },
+  // many chunks: a multiple of the chunk, just short of one, past the ring many times
+  { weight: 1, arbitrary: fc.constantFrom(16 * CHUNK, 64 * CHUNK - 3, 64 * CHUNK) },
 );
 const msg = fc.record({ from: fc.nat(2), to: fc.nat(2), tag: fc.nat(3), size, device: fc.boolean() }).filter((m) => m.from !== m.to);
 
@@ -38,7 +51,7 @@ afterEach(async () => {
 
 /** Three transports, each pair joined by its own channel: eps[i][j] is i's endpoint to j. */
 async function mesh(ipc: boolean[]): Promise<Endpoint[][]> {
-  sides = await Promise.all([0, 1, 2].map((i) => makeSide(`t${i}`, i % 2, { negotiation: { ipc: ipc[i]! } })));
+  sides = await Promise.all([0, 1, 2].map((i) => makeSide(`t${i}`, i % 2, { negotiation: { ipc: ipc[i]! }, staging: { chunkSize: CHUNK, slots: 4 } })));
   const eps: Endpoint[][] = [[], [], []];
   for (let i = 0; i < 3; i++) {
     for (let j = i + 1; j < 3; j++) {
@@ -52,7 +65,7 @@ async function mesh(ipc: boolean[]): Promise<Endpoint[][]> {
 }
 
 test.prop([fc.array(msg, { minLength: 1, maxLength: 14 }), fc.array(fc.boolean(), { minLength: 3, maxLength: 3 }), fc.integer()], {
-  numRuns: 10,
+  numRuns: RUNS,
   endOnFailure: true,
 })('every message arrives once, in order per tag, byte-exact', async (msgs, ipc, seed) => {
   const eps = await mesh(ipc);

@@ -17,6 +17,7 @@ import { fc, test } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadAddon } from '../../../src/cuda/addon.js';
 import type { NativeAddon } from '../../../src/cuda/native-addon.js';
+import { withoutSimHint } from '../../../src/cuda/sim-hint.js';
 import { NativeCudaDriver, fromNativeError } from '../../../src/cuda/native-driver.js';
 import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../../../src/errors.js';
 
@@ -92,9 +93,11 @@ describe.skipIf(available)('without an NVIDIA driver', () => {
     expect(s.reason).toContain('--driver sim');
   });
 
-  it('NativeCudaDriver.status() reports the same and never throws', () => {
+  it('NativeCudaDriver.status() reports the same, without the CLI advice, and never throws', () => {
     const d = new NativeCudaDriver();
-    expect(d.status()).toEqual(addon.cudaStatus());
+    const raw = addon.cudaStatus();
+    expect(d.status()).toEqual({ ...raw, reason: withoutSimHint(raw.reason!) });
+    expect(d.status().reason).not.toContain('--driver sim');
     expect(d.kind).toBe('native');
     expect(d.isReady()).toBe(false);
   });
@@ -437,7 +440,7 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
     for (const r of runs) {
       expect(r.copied).toEqual(expected);
       expect(r.legacyStream).toEqual(expected.slice(0, 64));
-      expect(r.tooMany).toMatchObject({ name: 'RangeError' });
+      expect(r.tooMany).toMatchObject({ name: 'ArgumentRangeError', code: 'SMCUDA_OUT_OF_RANGE' }); // a RangeError with a code
       // One by one, a refused copy says how many were queued before it (and they ran).
       expect(r.stoppedAt).toMatchObject({ isCudaError: true, call: 'cuMemcpyAsync', queued: 1 });
       expect(r.afterStop).toEqual([...expected.slice(0, 32), ...Array.from({ length: 48 }, () => 0)]);

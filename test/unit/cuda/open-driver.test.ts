@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
-import { openDriver } from '../../../src/cuda/open-driver.js';
+import { openDriver, withoutSimHint } from '../../../src/cuda/open-driver.js';
 import { DriverUnavailableError } from '../../../src/errors.js';
 
 const opened: CudaDriver[] = [];
@@ -29,7 +29,16 @@ describe('openDriver', () => {
     opened.push(driver);
     expect(driver.kind).toBe(kind);
     expect(reason).toMatch(kind === 'sim' ? /^simulated driver: .+/ : /^native driver: \d+ CUDA device/);
+    // On the simulator already: nothing tells the user to use the simulator.
+    if (kind === 'sim') expect(reason).not.toMatch(/--driver sim|use the simulat/);
     expect(driver.deviceCount()).toBeGreaterThan(0);
+  });
+
+  it('withoutSimHint takes the native layer\'s CLI advice out of a reason', () => {
+    expect(withoutSimHint('libcuda.so.1 not found: no NVIDIA driver on this machine; install the NVIDIA driver or use the simulated driver (--driver sim)')).toBe(
+      'libcuda.so.1 not found: no NVIDIA driver on this machine; install the NVIDIA driver',
+    );
+    expect(withoutSimHint('update the NVIDIA driver (525 or newer) or use the simulated driver (--driver sim)')).toBe('update the NVIDIA driver (525 or newer)');
   });
 
   it("'native' where unavailable is a DriverUnavailableError with the reason; where available, a native driver", async () => {
@@ -39,7 +48,8 @@ describe('openDriver', () => {
     } catch (err) {
       expect(err).toBeInstanceOf(DriverUnavailableError);
       expect((err as DriverUnavailableError).code).toBe('SMCUDA_DRIVER_UNAVAILABLE');
-      expect((err as Error).message).toMatch(/native CUDA driver cannot be used: .+ Use driver 'sim'/);
+      expect((err as Error).message).toMatch(/native CUDA driver cannot be used: .+; or pass driver: 'sim' \(or 'auto'; CLI: --driver sim\) to run without a GPU$/);
+      expect((err as Error).message.match(/driver sim/g)).toHaveLength(1); // said once
       return;
     }
     opened.push(result.driver);
