@@ -2,7 +2,7 @@
 // .version lowered to 8.0 and checked with ptxas): do not edit; edit fill.cu and rerun.
 
 /** PTX text of fill.cu, JIT-compiled by the driver at moduleLoadData. */
-export const FILL_PTX = `.version 8.0
+export const FILL_PTX: string = `.version 8.0
 .target sm_75
 .address_size 64
 

@@ -2,7 +2,7 @@
 // .version lowered to 8.0 and checked with ptxas): do not edit; edit reduce.cu and rerun.
 
 /** PTX text of reduce.cu, JIT-compiled by the driver at moduleLoadData. */
-export const REDUCE_PTX = `.version 8.0
+export const REDUCE_PTX: string = `.version 8.0
 .target sm_75
 .address_size 64
 

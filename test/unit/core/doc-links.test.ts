@@ -58,7 +58,9 @@ describe('shipped docs', () => {
   it('are in the package (README.md and docs/)', () => {
     expect(docs).toContain('README.md');
     expect(docs).toContain('docs/errors.md');
-    expect(docs.some((d) => d.startsWith('docs/api/'))).toBe(true);
+    // The generated API reference stays in the repository (linked from the README by URL): it
+    // would put a consumer's node_modules over 10 MB; the shipped .d.ts carry the same doc comments.
+    expect(docs.some((d) => d.startsWith('docs/api/'))).toBe(false);
   });
 
   it('link only to files the package ships, and to headings that exist', () => {
