@@ -26,7 +26,8 @@ function runtimesMissing(): string | undefined {
   return missing.length > 0 ? `needs bun and deno (npm install bun deno): ${missing.join('; ')}` : undefined;
 }
 
-const skip = probe.skip ?? runtimesMissing();
+// probe.skip is false where a GPU is usable (not undefined): only then ask for the runtimes.
+const skip = probe.skip !== false ? probe.skip : runtimesMissing();
 
 describe(`smcuda demo --driver native --runtime node,bun,deno${skip ? ` (skipped: ${skip})` : ''}`, () => {
   it.skipIf(Boolean(skip))('all endpoints OK by CUDA IPC, every byte verified', async () => {
