@@ -469,16 +469,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.assertOpen();
     refuseUnknownKeys('recv options', options, RECV_OPTION_KEYS);
     const tag = this.validateRecv(options);
-    // The endpoint whose matching message arrived first takes the receive.
-    let first: Endpoint | undefined;
-    let firstOrder = Infinity;
-    for (const ep of this.endpointsByPeer.values()) {
-      const order = ep.arrivalOrder(tag);
-      if (order < firstOrder) {
-        firstOrder = order;
-        first = ep;
-      }
-    }
+    const first = this.firstArrival(tag);
     if (first !== undefined) {
       const ep = first;
       return ep.recv<Into>(options).then((r) => Object.assign(r, { endpoint: ep }));
@@ -502,6 +493,11 @@ export class Transport extends EventEmitter<TransportEvents> {
   tryProbe(options: { tag?: number } = {}): MessageInfo | undefined {
     this.assertOpen();
     const tag = this.validateRecv({ tag: options.tag });
+    return this.firstArrival(tag)?.tryProbe(options);
+  }
+
+  /** The endpoint whose message matching `tag` arrived first (MPI's any-source order), if any waits. */
+  private firstArrival(tag: number): Endpoint | undefined {
     let first: Endpoint | undefined;
     let firstOrder = Infinity;
     for (const ep of this.endpointsByPeer.values()) {
@@ -511,7 +507,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         first = ep;
       }
     }
-    return first?.tryProbe(options);
+    return first;
   }
 
   /** The argument checks of an endpoint's recv(), for a receive no endpoint takes yet; returns the tag. */
