@@ -88,7 +88,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     });
     this.paths = createPaths(link);
     for (const p of this.paths) {
-      this.byKind[p.kind] = p;
+      for (const k of p.counts ?? [p.kind]) this.byKind[k] = p;
       for (const t of p.arrivals) this.byArrival[t] = p;
       for (const t of p.controls) this.byControl[t] = p;
     }

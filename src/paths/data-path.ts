@@ -1,6 +1,6 @@
 /**
  * A data path: one way a message's bytes cross an endpoint (EAGER inline,
- * RGET by CUDA IPC, staging through a pinned shared ring). Each path is one
+ * RGET out of the peer's mapped memory, staging through a pinned shared ring). Each path is one
  * object holding both its sides — the sender's `send` and the receiver's
  * `receive` — and the endpoint dispatches to it; the endpoint itself only
  * matches, routes frames and keeps the lifecycle.
@@ -39,7 +39,7 @@ import type { FlowControl } from '../flow-control.js';
 import type { GpuWork } from '../gpu-work.js';
 import type { ResolvedOptions } from '../options.js';
 import type { Tracer } from '../trace.js';
-import type { EagerFrame, FinStatus, Frame, FrameType, RgetFdFrame, RgetFrame, StageBeginFrame } from '../wire/frames.js';
+import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
 import type { FdChannel } from '../channel/fd-channel.js';
 import type { UuidNames } from '../wire/uuid.js';
 import type { PendingSends } from './pending-sends.js';
@@ -47,7 +47,7 @@ import type { PendingSends } from './pending-sends.js';
 export type { PathKind };
 
 /** A frame that announces a message (it carries tag and seq, and is matched against receives). */
-export type Arrival = EagerFrame | RgetFrame | RgetFdFrame | StageBeginFrame;
+export type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
 
 export interface SendOptions {
   /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
@@ -161,6 +161,8 @@ export interface PathContext {
 
 export interface DataPath {
   readonly kind: PathKind;
+  /** The names its messages are counted under (stats, PendingSend.path), when more than `kind`. */
+  readonly counts?: readonly PathKind[];
   /** Frame types that announce this path's messages (matched, then `receive`d). */
   readonly arrivals: readonly FrameType[];
   /** Frame types of this path's own protocol, handed to `onFrame`. */

@@ -3,7 +3,7 @@
  * `maxPeerDescriptors` (issue 23, finding 6: 3,000 pool descriptors and 3,072
  * offer descriptors were held for the endpoint's lifetime). The test is the
  * hostile peer: it writes FD_POOL / FD_OFFER frames and passes real memfds on
- * a descriptor channel, and never sends the RGET_FD that would import them.
+ * a descriptor channel, and never sends the RGET that would import them.
  * One past the bound is closed at once and counts as lost: the message of its
  * offer goes by staging (FIN RESTAGE), so an honest peer loses nothing.
  */
@@ -11,8 +11,7 @@ import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FdChannel } from '../../../src/channel/fd-channel.js';
 import { loadAddon } from '../../../src/cuda/addon.js';
-import { FdRgetPath } from '../../../src/paths/fd-rget.js';
-import type { Resender } from '../../../src/paths/rget.js';
+import { RgetPath, type Resender } from '../../../src/paths/rget.js';
 import { encodeFrame } from '../../../src/wire/codec.js';
 import { type FdOfferFrame, FinStatus, type FinFrame, FrameType, HandleKind } from '../../../src/wire/frames.js';
 import { pathSide, type PathSide, pendingRecv, until } from '../../helpers/path-harness.js';
@@ -26,9 +25,9 @@ afterEach(() => {
   for (const c of cleanup.splice(0)) c();
 });
 
-function victim(): { r: PathSide; peer: FdChannel; receiver: FdRgetPath } {
+function victim(): { r: PathSide; peer: FdChannel; receiver: RgetPath } {
   const r = pathSide(1, { ipcOk: true, fdMemory: true, options: { maxPeerDescriptors: MAX, negotiation: { checkTimeoutMs: 60_000 } } });
-  const receiver = new FdRgetPath(r.link, { resend: () => undefined } satisfies Resender);
+  const receiver = new RgetPath(r.link, { resend: () => undefined } satisfies Resender);
   const [peer, mine] = FdChannel.pair();
   r.link.attachFd(mine);
   cleanup.push(() => {
@@ -85,14 +84,14 @@ describe('maxPeerDescriptors', () => {
     expect(openFds() - before).toBeLessThanOrEqual(MAX);
   });
 
-  it('an offer of more chunks than the bound (an honest large message): its RGET_FD goes by staging (FIN RESTAGE), and nothing of it stays open', async () => {
+  it('an offer of more chunks than the bound (an honest large message): its RGET goes by staging (FIN RESTAGE), and nothing of it stays open', async () => {
     const { r, peer, receiver } = victim();
     const before = openFds();
     const offer = vmmOffer(r, 1, MAX + 4);
     receiver.onFrame(offer);
     for (let k = 0; k < MAX + 4; k++) await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: offer.bufferId, base: offer.base, index: k });
     const p = pendingRecv(1);
-    receiver.receive(p.recv, { type: FrameType.RGET_FD, tag: 1, seq: 5, kind: HandleKind.VMM, base: offer.base, allocSize: offer.size, offset: 0, length: 4096, bufferId: offer.bufferId, deviceUuid: offer.deviceUuid, event: null });
+    receiver.receive(p.recv, { type: FrameType.RGET, tag: 1, seq: 5, kind: HandleKind.VMM, identity: new Uint8Array(64), base: offer.base, allocSize: offer.size, offset: 0, length: 4096, bufferId: offer.bufferId, deviceUuid: offer.deviceUuid, event: null });
     await until(() => r.frames.some((f) => f.type === FrameType.FIN), 'the FIN');
     const fin = r.frames.find((f): f is FinFrame => f.type === FrameType.FIN)!;
     expect(fin).toMatchObject({ seq: 5, status: FinStatus.RESTAGE });

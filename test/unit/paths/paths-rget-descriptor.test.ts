@@ -1,5 +1,5 @@
 /**
- * The descriptor path (src/paths/fd-rget.ts) on its own: two sides on
+ * RGET of VMM and pool memory (the descriptor side, src/paths/fd-side.ts, of src/paths/rget.ts) on its own: two sides on
  * simulated drivers (separate "processes" to the simulator, real memfds),
  * joined by a real descriptor channel pair; the test carries the control
  * frames between them.
@@ -9,15 +9,14 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import { FdChannel } from '../../../src/channel/fd-channel.js';
 import { CudaError, PeerLostError, ProtocolError } from '../../../src/errors.js';
-import { FdRgetPath } from '../../../src/paths/fd-rget.js';
 import { RgetPath, type Resender } from '../../../src/paths/rget.js';
-import { FinStatus, type FinFrame, type Frame, FrameType, HandleKind, type RgetFdFrame } from '../../../src/wire/frames.js';
+import { FinStatus, type FinFrame, type Frame, FrameType, HandleKind, type RgetFrame } from '../../../src/wire/frames.js';
 import { patternBytes, sameBytes } from '../../helpers/bytes.js';
 import { pathSide, pendingRecv, type PathSide, until } from '../../helpers/path-harness.js';
 import { POOL_SEGMENT } from '../../../src/cuda/sim/fd-memory.js';
 
 const opened: PathSide[] = [];
-const paths: FdRgetPath[] = [];
+const paths: RgetPath[] = [];
 afterEach(() => {
   for (const p of paths.splice(0)) p.close(new Error('test done'));
   for (const s of opened.splice(0)) s.close();
@@ -33,8 +32,8 @@ function pair(o: { timeoutMs?: number; agreed?: boolean } = {}) {
   const s = pathSide(0, { ipcOk: true, fdMemory: o.agreed ?? true, options });
   const r = pathSide(1, { ipcOk: true, fdMemory: o.agreed ?? true, options });
   opened.push(s, r);
-  const sender = new FdRgetPath(s.link, resender);
-  const receiver = new FdRgetPath(r.link, resender);
+  const sender = new RgetPath(s.link, resender);
+  const receiver = new RgetPath(r.link, resender);
   paths.push(sender, receiver);
   const [a, b] = FdChannel.pair();
   s.link.attachFd(a);
@@ -42,11 +41,11 @@ function pair(o: { timeoutMs?: number; agreed?: boolean } = {}) {
   return { s, r, sender, receiver };
 }
 
-/** Hands the sender's control frames to the receiver path: the controls to onFrame, RGET_FD to a new receive. */
-function deliver(frames: Frame[], receiver: FdRgetPath) {
+/** Hands the sender's control frames to the receiver path: the controls to onFrame, RGET to a new receive. */
+function deliver(frames: Frame[], receiver: RgetPath) {
   const results = [];
   for (const f of frames) {
-    if (f.type === FrameType.RGET_FD) {
+    if (f.type === FrameType.RGET) {
       const p = pendingRecv(f.tag);
       receiver.receive(p.recv, f);
       results.push(p.result);
@@ -64,16 +63,29 @@ function vmmBuffer(s: PathSide, size: number, chunks: number, seed: number): { b
 
 const fins = (side: PathSide) => side.frames.filter((f): f is FinFrame => f.type === FrameType.FIN);
 
-describe('the descriptor path', () => {
-  it('RGET does not take VMM memory (cuIpcGetMemHandle refuses it); RGET_FD does, once the channel is up', () => {
-    const { s, sender } = pair();
+describe('RGET of descriptor keys', () => {
+  it('RGET takes VMM memory (which cuIpcGetMemHandle refuses) only once the descriptor channel is up; legacy memory always', () => {
+    const s = pathSide(0, { ipcOk: true, fdMemory: true });
+    opened.push(s);
     const rget = new RgetPath(s.link, resender);
+    paths.push(rget);
     const { buf } = vmmBuffer(s, 1 << 20, 1, 1);
-    expect(rget.canSend(buf)).toBe(false);
-    expect(sender.canSend(buf)).toBe(true);
     const legacy = s.driver.memAlloc(64);
+    expect(rget.canSend(buf)).toBe(false);
     expect(rget.canSend({ ptr: legacy, length: 64 })).toBe(true);
-    expect(sender.canSend({ ptr: legacy, length: 64 })).toBe(false);
+    const [a, b] = FdChannel.pair();
+    s.link.attachFd(a);
+    expect(rget.canSend(buf)).toBe(true);
+    b.close();
+  });
+
+  it('the RGET of a VMM key names the offer: kind VMM, zero identity, the offered range', () => {
+    const { s, sender } = pair();
+    const { buf } = vmmBuffer(s, 2 << 20, 2, 3);
+    void sender.send(buf, 2, {}).catch(() => {});
+    const [offer, rget] = s.take() as [Frame, RgetFrame];
+    expect(offer.type).toBe(FrameType.FD_OFFER);
+    expect(rget).toMatchObject({ type: FrameType.RGET, kind: HandleKind.VMM, identity: new Uint8Array(64), base: buf.ptr, allocSize: buf.length, offset: 0, length: buf.length });
   });
 
   it('a message spanning chunks: one FD_OFFER and a descriptor per chunk, once; the bytes arrive; the receiver keeps no descriptor', async () => {
@@ -83,7 +95,7 @@ describe('the descriptor path', () => {
     const msg = { ptr: buf.ptr + BigInt(1 << 19), length: buf.length - (1 << 19) };
     const sent = sender.send(msg, 4, {});
     const frames = s.take();
-    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET]);
     const [result] = deliver(frames, receiver);
     const got = await result!;
     expect(got.path).toBe('rget-fd');
@@ -98,10 +110,10 @@ describe('the descriptor path', () => {
     await sent;
     expect(s.link.fdStats.descriptorsSent).toBe(3);
     expect(r.link.fdStats.descriptorsReceived).toBe(3);
-    // again from the same memory: RGET_FD alone, a cache hit on the receiver
+    // again from the same memory: RGET alone, a cache hit on the receiver
     void sender.send(msg, 4, {});
     const again = s.take();
-    expect(again.map((f) => f.type)).toEqual([FrameType.RGET_FD]);
+    expect(again.map((f) => f.type)).toEqual([FrameType.RGET]);
     await deliver(again, receiver)[0];
     expect(s.link.fdStats.offers).toBe(1);
     expect(r.link.fdStats.imports).toBe(1);
@@ -133,11 +145,11 @@ describe('the descriptor path', () => {
     expect(r.link.resends.has(7)).toBe(true);
   });
 
-  it('an RGET_FD that names other memory than offered (size) restages; an injected import failure restages', async () => {
+  it('an RGET that names other memory than offered (size) restages; an injected import failure restages', async () => {
     const { s, r, sender, receiver } = pair();
     const { buf } = vmmBuffer(s, 1 << 20, 1, 4);
     void sender.send(buf, 1, {}).catch(() => {});
-    const [offer, rget] = s.take() as [Frame, RgetFdFrame];
+    const [offer, rget] = s.take() as [Frame, RgetFrame];
     deliver([offer, { ...rget, allocSize: rget.allocSize * 2, length: rget.length }], receiver);
     await until(() => fins(r).length === 1, 'the first FIN');
     expect(fins(r)[0]).toMatchObject({ status: FinStatus.RESTAGE });
@@ -148,7 +160,7 @@ describe('the descriptor path', () => {
     r.driver.injectFdFaults({ importFailures: ['CUDA_ERROR_INVALID_VALUE'] });
     void sender.send(buf, 1, {}).catch(() => {});
     const second = s.take();
-    expect(second.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(second.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET]);
     deliver(second, receiver);
     await until(() => fins(r).length === 1, 'the second FIN');
     expect(fins(r)[0]).toMatchObject({ status: FinStatus.RESTAGE });
@@ -168,7 +180,7 @@ describe('the descriptor path', () => {
     const buf = { ptr, length: 1 << 20 };
     void sender.send(buf, 1, {}).catch(() => {});
     const first = s.take();
-    expect(first.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(first.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET]);
     const got = await deliver(first, receiver)[0]!;
     expect(got.path).toBe('rget-fd');
     const out = new Uint8Array(1 << 20);
@@ -189,11 +201,11 @@ describe('the descriptor path', () => {
     ]);
     for (const f of releases) sender.onFrame(f);
     void sender.send(buf, 1, {}).catch(() => {});
-    expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET]);
     expect(s.link.fdStats.pools).toBe(2);
   });
 
-  it('pool memory sent from offsets past the first segment: exported by the allocation start, one offer, every slice by RGET_FD', async () => {
+  it('pool memory sent from offsets past the first segment: exported by the allocation start, one offer, every slice by RGET', async () => {
     // cuMemGetAddressRange of pool memory names the segment holding the
     // pointer (the simulator models it), and cuMemPoolExportPointer takes only
     // the allocation's start: exporting the segment's base was refused, and
@@ -215,10 +227,10 @@ describe('the descriptor path', () => {
       frames.push(...s.take());
     }
     expect(Object.keys(s.link.stagingReasons)).toEqual([]);
-    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD, FrameType.RGET_FD, FrameType.RGET_FD, FrameType.RGET_FD]);
+    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET, FrameType.RGET, FrameType.RGET, FrameType.RGET]);
     const offer = frames[1] as Extract<Frame, { type: FrameType.FD_OFFER }>;
     expect([offer.base, offer.size]).toEqual([ptr, size]);
-    expect((frames.filter((f) => f.type === FrameType.RGET_FD) as RgetFdFrame[]).map((f) => f.offset)).toEqual(offsets);
+    expect((frames.filter((f) => f.type === FrameType.RGET) as RgetFrame[]).map((f) => f.offset)).toEqual(offsets);
     const got = await Promise.all(deliver(frames, receiver));
     offsets.forEach((off, k) => {
       const out = new Uint8Array(slice);
@@ -242,7 +254,7 @@ describe('the descriptor path', () => {
     refuse.mockRestore();
     expect(resent.length).toBe(before + 1); // handed to staging, not rejected
     expect(s.link.sends.get(resent.at(-1)!)?.path).toBe('staging');
-    expect(s.take().map((f) => f.type)).not.toContain(FrameType.RGET_FD);
+    expect(s.take().map((f) => f.type)).not.toContain(FrameType.RGET);
     expect(Object.keys(s.link.stagingReasons).some((k) => k.startsWith('pool memory, export failed'))).toBe(true);
   });
 
@@ -250,12 +262,12 @@ describe('the descriptor path', () => {
     const { r, receiver } = pair({ agreed: false });
     const [offer, rget] = offerWithoutDescriptors(r);
     expect(() => receiver.onFrame(offer!)).toThrow(ProtocolError);
-    expect(() => receiver.receive(pendingRecv(1).recv, rget as RgetFdFrame)).toThrow(ProtocolError);
+    expect(() => receiver.receive(pendingRecv(1).recv, rget as RgetFrame)).toThrow(ProtocolError);
   });
 
   it('staging says why: a peer without FD_MEMORY, memory of no shareable kind', () => {
     const { s } = pair({ agreed: false });
-    const path = new FdRgetPath(s.link, resender);
+    const path = new RgetPath(s.link, resender);
     paths.push(path);
     const { buf } = vmmBuffer(s, 1 << 20, 1, 5);
     expect(path.canSend(buf)).toBe(false);
@@ -263,11 +275,11 @@ describe('the descriptor path', () => {
   });
 });
 
-/** An FD_OFFER (one chunk, bufferId 99, base 0x70000000) whose descriptor never comes, and an RGET_FD naming it (seq 7). */
+/** An FD_OFFER (one chunk, bufferId 99, base 0x70000000) whose descriptor never comes, and an RGET naming it (seq 7). */
 function offerWithoutDescriptors(r: PathSide): Frame[] {
   const deviceUuid = r.driver.deviceInfo(0).uuid;
   return [
     { type: FrameType.FD_OFFER, kind: HandleKind.VMM, bufferId: 99n, deviceUuid, base: 0x7000_0000n, size: 1 << 20, poolId: 0, exportData: new Uint8Array(64), chunks: [{ offset: 0, size: 1 << 20 }] },
-    { type: FrameType.RGET_FD, tag: 1, seq: 7, kind: HandleKind.VMM, base: 0x7000_0000n, allocSize: 1 << 20, offset: 0, length: 4096, bufferId: 99n, deviceUuid, event: null },
+    { type: FrameType.RGET, tag: 1, seq: 7, kind: HandleKind.VMM, identity: new Uint8Array(64), base: 0x7000_0000n, allocSize: 1 << 20, offset: 0, length: 4096, bufferId: 99n, deviceUuid, event: null },
   ];
 }
