@@ -8,7 +8,6 @@
  */
 import { HandlePool } from '../cache/index.js';
 import type { ControlChannel } from './channel/channel.js';
-import type { FdChannel } from './channel/fd-channel.js';
 import type { CudaDriver } from './cuda/driver.js';
 import { type FdPathStats, newDirection, newFdStats } from './endpoint-stats.js';
 import { ClosedError, PeerLostError, ProtocolError } from './errors.js';
@@ -54,10 +53,7 @@ export class EndpointLink implements PathContext {
   readonly fins: FinBatcher;
   /** Hot-path copy of `negotiation state === 'OK'` (the endpoint keeps it). */
   ipcOk = false;
-  readonly fdAgreed: boolean;
-  readonly fdStats: FdPathStats;
-  readonly stagingReasons: Record<string, number> = {};
-  onFdChannel: ((channel: FdChannel) => void) | undefined;
+  readonly fd: { readonly agreed: boolean; readonly stats: FdPathStats };
   closedWith: Error | null | undefined; // undefined: open; null: closed cleanly
   /** What pending operations were rejected with when the endpoint closed. */
   closeReason: Error | undefined;
@@ -78,8 +74,8 @@ export class EndpointLink implements PathContext {
     const tracer = (this.tracer = ctx.tracer);
     this.exports = ctx.exports;
     const open = () => this.closedWith === undefined && !this.channel.closed;
-    this.fdAgreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
-    this.fdStats = newFdStats(this.fdAgreed);
+    const agreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
+    this.fd = { agreed, stats: newFdStats(agreed) };
     this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
     this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
       if (!open()) return;
@@ -105,10 +101,12 @@ export class EndpointLink implements PathContext {
     return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress));
   }
 
-  sendFrame(frame: Frame): void {
+  sendFrame(frame: Frame): Uint8Array {
     if (this.channel.closed) throw this.closedError();
     this.tracer?.frame(this.peerId, 'send', frame);
-    this.channel.send(encodeFrame(frame, this.uuidNames));
+    const bytes = encodeFrame(frame, this.uuidNames);
+    this.channel.send(bytes);
+    return bytes;
   }
 
   sendBytes(bytes: Uint8Array): void {
@@ -146,12 +144,6 @@ export class EndpointLink implements PathContext {
 
   expectResend(seq: number, recv: PendingRecv): void {
     this.resends.set(seq, recv);
-  }
-
-  /** The transport made the descriptor channel: the descriptor path takes it (closed here if none does, or once closed). */
-  attachFd(channel: FdChannel): void {
-    if (this.closed || this.onFdChannel === undefined) return channel.close();
-    this.onFdChannel(channel);
   }
 
   closedError(): Error {

@@ -30,6 +30,7 @@ import { ClosedError, PeerLostError, ProtocolError, SmcudaError } from './errors
 import { describeAllocation } from './exports.js';
 import type { FlowStats } from './flow-control.js';
 import { MatchQueues } from './matching.js';
+import { StagingPath } from './paths/staging.js';
 import { createPaths, type Arrival, type DataPath, type PendingRecv, type Received, type RecvOptions, type SendOptions } from './paths/index.js';
 import { abortReason } from './paths/pending-sends.js';
 import { RgetDecoder } from './wire/codec.js';
@@ -55,6 +56,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly neg: NegotiationLink;
   private readonly matches = new MatchQueues<PendingRecv, Arrival>();
   private readonly paths: readonly DataPath[];
+  /** The staging path, whose reasons stats() reports. */
+  private readonly staging: StagingPath;
   /** The path whose arrival (or own control frame) each frame type is, by FrameType. */
   private readonly byArrival: (DataPath | undefined)[] = [];
   private readonly byControl: (DataPath | undefined)[] = [];
@@ -87,6 +90,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       },
     });
     this.paths = createPaths(link);
+    this.staging = this.paths.find((p): p is StagingPath => p instanceof StagingPath)!;
     for (const p of this.paths) {
       for (const k of p.counts ?? [p.kind]) this.byKind[k] = p;
       for (const t of p.arrivals) this.byArrival[t] = p;
@@ -230,8 +234,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       negotiation: { ...rec, path: [...rec.path], state: this.neg.state },
       sent: structuredClone(this.link.sent),
       received: structuredClone(this.link.received),
-      stagingReasons: { ...this.link.stagingReasons },
-      fd: { ...this.link.fdStats },
+      stagingReasons: { ...this.staging.reasons },
+      fd: { ...this.link.fd.stats },
       cache: this.link.pool.stats(),
       flow: this.link.flow.stats(this.matches.unexpectedCount),
     };
@@ -253,7 +257,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   /** @internal The transport made the descriptor channel to this peer (docs/protocol.md, "File-descriptor memory"). */
   attachFdChannel(channel: FdChannel): void {
-    this.link.attachFd(channel);
+    const taker = this.link.closed ? undefined : this.paths.find((p) => p.attachFd !== undefined);
+    if (taker === undefined) return channel.close();
+    taker.attachFd!(channel);
   }
 
   /** Orderly close: tells the peer, rejects what is pending, releases every mapping. */

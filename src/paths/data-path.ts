@@ -31,6 +31,7 @@
  */
 import type { HandlePool } from '../../cache/index.js';
 import type { MessageBuffer, DeviceBuffer } from '../buffers.js';
+import type { FdChannel } from '../channel/fd-channel.js';
 import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
 import type { DataPath as PathKind, DirectionCounters, FdPathStats } from '../endpoint-stats.js';
 import type { ExportTable } from '../exports.js';
@@ -40,8 +41,6 @@ import type { GpuWork } from '../gpu-work.js';
 import type { ResolvedOptions } from '../options.js';
 import type { Tracer } from '../trace.js';
 import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
-import type { FdChannel } from '../channel/fd-channel.js';
-import type { UuidNames } from '../wire/uuid.js';
 import type { PendingSends } from './pending-sends.js';
 
 export type { PathKind };
@@ -118,7 +117,6 @@ export interface PathContext {
   readonly exports: ExportTable;
   /** The peer's allocations opened here. */
   readonly pool: HandlePool;
-  readonly uuidNames: UuidNames;
   /** Sender: sends waiting for their FIN. */
   readonly sends: PendingSends;
   readonly sent: DirectionCounters;
@@ -127,14 +125,13 @@ export interface PathContext {
   readonly fins: FinBatcher;
   /** Hot-path copy of "the negotiation is OK". */
   readonly ipcOk: boolean;
-  /** Both HELLOs announced Feature.FD_MEMORY (the descriptor path may be used once its channel is up). */
-  readonly fdAgreed: boolean;
-  /** The descriptor path's counters. */
-  readonly fdStats: FdPathStats;
-  /** Staged device messages by reason (stats().stagingReasons). */
-  readonly stagingReasons: Record<string, number>;
-  /** Who takes the descriptor channel once the transport has made it (the descriptor path sets it). */
-  onFdChannel: ((channel: FdChannel) => void) | undefined;
+  /** Memory by file descriptor with this peer (RGET's descriptor keys, paths/fd-side.ts). */
+  readonly fd: {
+    /** Both HELLOs announced Feature.FD_MEMORY (descriptor keys may be sent once the channel is up). */
+    readonly agreed: boolean;
+    /** Its counters (stats().fd). */
+    readonly stats: FdPathStats;
+  };
   /** The endpoint closed (or is closing). */
   readonly closed: boolean;
   /** What a pending operation rejects with once the endpoint is closed. */
@@ -143,8 +140,11 @@ export interface PathContext {
   /** The endpoint's stream, events and copy batcher (made on first use). */
   gpu(): GpuWork;
   uuidOf(ordinal: number): string;
-  /** Encodes (and traces) a frame and sends it; throws if the channel is closed. */
-  sendFrame(frame: Frame): void;
+  /**
+   * Encodes (and traces) a frame and sends it; throws if the channel is
+   * closed. Returns the bytes sent (not to be modified: RGET keeps a copy to restamp).
+   */
+  sendFrame(frame: Frame): Uint8Array;
   /** Sends an already encoded frame (the caller traced it). */
   sendBytes(bytes: Uint8Array): void;
   /** A FIN with a status (dropped once the endpoint is closed; long messages are cut). */
@@ -185,6 +185,8 @@ export interface DataPath {
   onFin(seq: number, status: FinStatus, message: string): boolean;
   /** Receiver: the sender of `seq` failed it (FIN SENDER_FAILED): true if this path was receiving it. */
   senderFailed(seq: number, err: Error): boolean;
+  /** The transport made the descriptor channel to this peer: the path that carries descriptors takes it (RGET). */
+  attachFd?(channel: FdChannel): void;
   /** The endpoint closes: reject what is in progress with `reason`, release resources. */
   close(reason: Error): void;
 }

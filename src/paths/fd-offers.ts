@@ -138,7 +138,7 @@ export class FdOfferTable {
     let fd = msg.fd;
     let lost: Error | undefined = msg.lost;
     if (fd !== undefined) {
-      this.ctx.fdStats.descriptorsReceived++;
+      this.ctx.fd.stats.descriptorsReceived++;
       // Bounded: a peer may not make this endpoint hold more of its descriptors than maxPeerDescriptors
       // (offers and pools not yet imported, descriptors ahead of their offer). One past it is closed at
       // once and counts as lost: its offer's message goes by staging (FIN RESTAGE), as for EMFILE, so an
@@ -147,7 +147,7 @@ export class FdOfferTable {
       if (this.heldDescriptors() >= max) {
         closeFd(this.ctx.driver, fd);
         fd = undefined;
-        this.ctx.fdStats.descriptorsRefused++;
+        this.ctx.fd.stats.descriptorsRefused++;
         lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`);
       }
     }
@@ -252,7 +252,7 @@ export class FdOfferTable {
             try {
               const handle = d.memPoolImport(fd, { device: this.ordinalOf(p.deviceUuid) });
               p.imported = true;
-              this.ctx.fdStats.imports++;
+              this.ctx.fd.stats.imports++;
               return handle;
             } finally {
               closeFd(d, fd); // imported (or refused): the descriptor is not needed again
@@ -279,7 +279,7 @@ export class FdOfferTable {
           d.vmmRelease(r.ptr);
           throw new ProtocolError(`the descriptors map ${r.size} bytes, not the ${f.size} offered`, 'SMCUDA_BAD_RGET');
         }
-        this.ctx.fdStats.imports++;
+        this.ctx.fd.stats.imports++;
         return r.ptr;
       },
       dispose: () => {

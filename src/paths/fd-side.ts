@@ -55,7 +55,7 @@ export class FdSide {
   private closed = false;
 
   constructor(private readonly ctx: PathContext) {
-    this.table = ctx.fdAgreed ? new FdOfferTable(ctx) : undefined;
+    this.table = ctx.fd.agreed ? new FdOfferTable(ctx) : undefined;
   }
 
   /** Whether descriptor keys can be sent now (FD_MEMORY agreed, the channel up). */
@@ -68,13 +68,13 @@ export class FdSide {
     const table = this.table;
     if (this.closed || this.channel !== undefined || table === undefined) return channel.close();
     this.channel = channel;
-    this.ctx.fdStats.channel = true;
+    this.ctx.fd.stats.channel = true;
     channel.start({
       message: (msg) => table.onDescriptor(msg),
       close: (err) => {
         // The descriptor channel failed: from now on this peer is one without FD_MEMORY (staging), never an error.
         debug('endpoint %s: descriptor channel closed%s', this.ctx.peerId, err ? `: ${err.message}` : '');
-        this.ctx.fdStats.channel = false;
+        this.ctx.fd.stats.channel = false;
         this.channel = undefined;
         table.changed();
       },
@@ -120,7 +120,7 @@ export class FdSide {
         exportData: ZERO_EXPORT,
         chunks: x.chunks.map((c) => ({ offset: c.offset, size: c.size })),
       });
-      ctx.fdStats.offers++;
+      ctx.fd.stats.offers++;
       x.chunks.forEach((c, index) => this.pass(c.fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: exp.bufferId, base: x.base, index }));
     } catch (err) {
       for (const fd of fds) closeFd(ctx.driver, fd);
@@ -138,7 +138,7 @@ export class FdSide {
       poolId = this.nextPoolId++;
       try {
         ctx.sendFrame({ type: FrameType.FD_POOL, poolId, deviceUuid: ctx.uuidOf(exp.device) });
-        ctx.fdStats.pools++;
+        ctx.fd.stats.pools++;
         this.pass(fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.POOL, id: BigInt(poolId), base: 0n, index: 0 });
       } catch (err) {
         closeFd(ctx.driver, fd);
@@ -158,7 +158,7 @@ export class FdSide {
       exportData,
       chunks: [],
     });
-    ctx.fdStats.offers++;
+    ctx.fd.stats.offers++;
     return { kind: HandleKind.POOL, identity: exportData, base: exp.base, size: exp.size, bufferId: exp.bufferId, live: true };
   }
 
@@ -166,7 +166,7 @@ export class FdSide {
   private pass(fd: number, meta: Frame): void {
     const channel = this.channel;
     if (channel === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is down`);
-    this.ctx.fdStats.descriptorsSent++;
+    this.ctx.fd.stats.descriptorsSent++;
     const close = () => closeFd(this.ctx.driver, fd);
     // A failed pass shows on the receiver (lost or timed out: RESTAGE); the channel's close says the rest.
     channel.send(fd, encodeFrame(meta)).then(close, (err: Error) => {
@@ -187,7 +187,7 @@ export class FdSide {
       case FrameType.FD_POOL:
         return table.onPool(frame);
       case FrameType.FD_RELEASE: {
-        this.ctx.fdStats.releasesReceived++;
+        this.ctx.fd.stats.releasesReceived++;
         if (frame.kind === HandleKind.POOL && frame.base === 0n) {
           for (const [pool, id] of this.poolIds) if (BigInt(id) === frame.id) this.poolIds.delete(pool);
           return;
@@ -215,7 +215,7 @@ export class FdSide {
    */
   forget(key: RemoteKey): void {
     const ctx = this.ctx;
-    ctx.fdStats.restaged++;
+    ctx.fd.stats.restaged++;
     const inc = this.table?.forgetOffer(key.bufferId, key.base);
     ctx.pool.invalidate(key.device, key.base, key.bufferId);
     const kind = wireKind(key.kind);
@@ -230,7 +230,7 @@ export class FdSide {
   private release(kind: HandleKind, id: bigint, base: bigint): void {
     try {
       this.ctx.sendFrame({ type: FrameType.FD_RELEASE, kind, id, base });
-      this.ctx.fdStats.releasesSent++;
+      this.ctx.fd.stats.releasesSent++;
     } catch {
       // the channel failed: the endpoint closes
     }
@@ -241,6 +241,6 @@ export class FdSide {
     this.table?.close(reason);
     this.channel?.close();
     this.channel = undefined;
-    this.ctx.fdStats.channel = false;
+    this.ctx.fd.stats.channel = false;
   }
 }

@@ -26,7 +26,7 @@ import type { StreamHandle } from '../cuda/driver.js';
 import { CudaError, PeerLostError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { debug } from '../debug.js';
-import { encodeFrame, restampRget } from '../wire/codec.js';
+import { restampRget } from '../wire/codec.js';
 import { type Frame, FinStatus, FrameType, HandleKind, type RgetFrame } from '../wire/frames.js';
 import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
 import { FdSide } from './fd-side.js';
@@ -39,6 +39,8 @@ import { byDescriptor, type RemoteKey, remoteKind } from './remote-key.js';
 export interface Resender {
   /** Announces pending send `seq` again from `buf` (throws if it cannot: the caller fails it). */
   resend(seq: number, buf: DeviceBuffer, stream: StreamHandle | undefined): void;
+  /** Counts a device message sent by staging for `why` (stats().stagingReasons). */
+  countReason(why: string): void;
 }
 
 /**
@@ -73,10 +75,9 @@ export class RgetPath implements DataPath {
   ) {
     this.fd = new FdSide(ctx);
     this.remote = { pool: ctx.pool, offers: this.fd.table };
-    if (ctx.fdAgreed) ctx.onFdChannel = (channel) => this.attachFd(channel);
   }
 
-  /** The transport made the descriptor channel. */
+  /** The transport made the descriptor channel (closed at once without FD_MEMORY, or once closed). */
   attachFd(channel: FdChannel): void {
     if (this.closeReason !== undefined) return channel.close();
     this.fd.attach(channel);
@@ -116,7 +117,7 @@ export class RgetPath implements DataPath {
     }
     if (exp.kind === 'other') return `memory kind other: ${exp.reason ?? 'no way to share it'}`;
     if (exp.kind === 'legacy-ipc') return 'legacy IPC memory';
-    if (!this.ctx.fdAgreed) return `${exp.kind} memory, peer without FD_MEMORY`;
+    if (!this.ctx.fd.agreed) return `${exp.kind} memory, peer without FD_MEMORY`;
     return `${exp.kind} memory, descriptor channel not up`;
   }
 
@@ -193,9 +194,9 @@ export class RgetPath implements DataPath {
       if (ctx.tracer !== undefined) ctx.tracer.frame(ctx.peerId, 'send', this.frameOf(HandleKind.LEGACY, exp.handle, exp.base, exp.size, exp.bufferId, exp.device, length, tag, seq, offset, null));
     } else {
       const frame = this.frameOf(HandleKind.LEGACY, exp.handle, exp.base, exp.size, exp.bufferId, exp.device, length, tag, seq, offset, eventHandle);
-      bytes = encodeFrame(frame, ctx.uuidNames);
+      bytes = ctx.sendFrame(frame);
       if (eventHandle === null) exp.rget = { length, frame: bytes.slice() }; // its own memory, not a pool slab
-      ctx.tracer?.frame(ctx.peerId, 'send', frame);
+      return;
     }
     ctx.sendBytes(bytes);
   }
@@ -219,7 +220,7 @@ export class RgetPath implements DataPath {
   /** `buf` by staging under a seq of its own, the reason counted (stats().stagingReasons). */
   private sendByStaging(buf: DeviceBuffer, tag: number, options: SendOptions, why: string): Promise<void> {
     const ctx = this.ctx;
-    ctx.stagingReasons[why] = (ctx.stagingReasons[why] ?? 0) + 1;
+    this.fallback.countReason(why);
     debug('endpoint %s: %s; by staging', ctx.peerId, why);
     const seq = ctx.nextSeq();
     const done = ctx.sends.pend(seq, tag, buf.length, 'staging', options.signal, noop);

@@ -70,7 +70,14 @@ export class StagingPath implements DataPath, Resender {
   /** Why a device message comes to staging (set by createPaths: the descriptor path knows); counted in stats().stagingReasons. */
   reasonOf: ((buf: DeviceBuffer) => string) | undefined;
 
+  /** Staged device messages by reason (stats().stagingReasons). */
+  readonly reasons: Record<string, number> = {};
+
   constructor(private readonly ctx: PathContext) {}
+
+  countReason(why: string): void {
+    this.reasons[why] = (this.reasons[why] ?? 0) + 1;
+  }
 
   /** Any device message the paths before it did not take. */
   canSend(buf: MessageBuffer): boolean {
@@ -89,7 +96,7 @@ export class StagingPath implements DataPath, Resender {
     checkStagedSource(ctx.driver, buf); // a bad source fails this send() alone, before anything is announced
     if (this.reasonOf !== undefined) {
       const why = this.reasonOf(buf);
-      ctx.stagingReasons[why] = (ctx.stagingReasons[why] ?? 0) + 1;
+      this.countReason(why);
       debug('endpoint %s: %d-byte device message by staging: %s', ctx.peerId, buf.length, why);
     }
     // The ring first: one that cannot be made (ShmSpaceError: /dev/shm full) fails this send before it uses a seq.

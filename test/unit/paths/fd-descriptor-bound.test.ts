@@ -27,9 +27,9 @@ afterEach(() => {
 
 function victim(): { r: PathSide; peer: FdChannel; receiver: RgetPath } {
   const r = pathSide(1, { ipcOk: true, fdMemory: true, options: { maxPeerDescriptors: MAX, negotiation: { checkTimeoutMs: 60_000 } } });
-  const receiver = new RgetPath(r.link, { resend: () => undefined } satisfies Resender);
+  const receiver = new RgetPath(r.link, { resend: () => undefined, countReason: () => undefined } satisfies Resender);
   const [peer, mine] = FdChannel.pair();
-  r.link.attachFd(mine);
+  receiver.attachFd(mine);
   cleanup.push(() => {
     receiver.close(new Error('test done'));
     peer.close();
@@ -64,8 +64,8 @@ describe('maxPeerDescriptors', () => {
       receiver.onFrame({ type: FrameType.FD_POOL, poolId: id, deviceUuid });
       await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.POOL, id: BigInt(id), base: 0n, index: 0 });
     }
-    await until(() => r.link.fdStats.descriptorsReceived === N, 'every descriptor');
-    expect(r.link.fdStats.descriptorsRefused).toBe(N - MAX);
+    await until(() => r.link.fd.stats.descriptorsReceived === N, 'every descriptor');
+    expect(r.link.fd.stats.descriptorsRefused).toBe(N - MAX);
     expect(openFds() - before).toBeLessThanOrEqual(MAX);
     expect(r.link.closed).toBe(false);
   });
@@ -79,8 +79,8 @@ describe('maxPeerDescriptors', () => {
       await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: offer.bufferId, base: offer.base, index: 0 });
     }
     for (let i = 0; i < 4 * MAX; i++) await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: 1000n + BigInt(i), base: 0x9000_0000n, index: 0 });
-    await until(() => r.link.fdStats.descriptorsReceived === MAX / 2 + 4 * MAX, 'every descriptor');
-    expect(r.link.fdStats.descriptorsRefused).toBe(4 * MAX - MAX / 2);
+    await until(() => r.link.fd.stats.descriptorsReceived === MAX / 2 + 4 * MAX, 'every descriptor');
+    expect(r.link.fd.stats.descriptorsRefused).toBe(4 * MAX - MAX / 2);
     expect(openFds() - before).toBeLessThanOrEqual(MAX);
   });
 
