@@ -308,7 +308,11 @@ export class RgetPath implements DataPath {
       } catch (err) {
         if (ctx.closed) return recv.reject(ctx.closedError());
         if (this.closeReason !== undefined) return recv.reject(this.closeReason); // the endpoint is closing
-        if ((err as { code?: string }).code === 'SMCUDA_BAD_EXTENT') {
+        // A legacy mapping smaller than the peer claims is a lie: refused. A
+        // descriptor key restages instead, as before there was one path: its
+        // import's extent is read from the ranges the driver names, and a
+        // false refusal there must cost speed (staging), never the message.
+        if ((err as { code?: string }).code === 'SMCUDA_BAD_EXTENT' && job.kind === 'legacy') {
           const bad = new ProtocolError(`RGET ${frame.seq}: ${(err as Error).message}`, 'SMCUDA_BAD_RGET');
           ctx.sendFin(frame.seq, FinStatus.REFUSED, bad.message);
           recv.reject(bad);
