@@ -155,6 +155,7 @@ export class EndpointLink implements PathContext {
   /** The endpoint closed (its paths first): every mapping of the peer's memory closes, the GPU work stops. */
   close(): void {
     this.pool.close();
-    this.gpuWork?.close();
+    // Waits on the peer's events fail with the close reason (GpuEventQueue owns them).
+    this.gpuWork?.close(this.closeReason ?? this.closedError());
   }
 }

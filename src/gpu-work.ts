@@ -236,7 +236,7 @@ export class GpuWork {
   /** legacyStreamIdle's event, re-recorded on each call (a later record only waits longer). */
   private legacyEvent: EventHandle | undefined;
 
-  /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed. */
+  /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed, or with the close reason when this closes first. */
   whenEvent(ev: EventHandle, cb: Completion): void {
     this.events.whenEvent(ev, cb);
   }
@@ -246,12 +246,12 @@ export class GpuWork {
     this.events.retire(ev);
   }
 
-  /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
-  close(): void {
+  /** Destroys the stream and idle events; events still awaited are destroyed when they settle; waits on peer events fail with `reason`. */
+  close(reason?: Error): void {
     if (this.closed) return;
     this.flushNow(false);
     this.closed = true;
-    this.events.close();
+    this.events.close(reason);
     if (this.legacyEvent !== undefined) {
       try {
         this.driver.eventDestroy(this.legacyEvent);

@@ -23,7 +23,7 @@
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { FdChannel } from '../channel/fd-channel.js';
 import type { StreamHandle } from '../cuda/driver.js';
-import { CudaError, PeerLostError, ProtocolError } from '../errors.js';
+import { CudaError, ProtocolError } from '../errors.js';
 import type { ExportInfo } from '../exports.js';
 import { debug } from '../debug.js';
 import { restampRget } from '../wire/codec.js';
@@ -62,11 +62,6 @@ export class RgetPath implements DataPath {
   private readonly fd: FdSide;
   /** Where this path opens the peer's keys. */
   private readonly remote: RemoteMemory;
-  /**
-   * Receives waiting for the sender's IPC event before their copy: on peer
-   * loss they stop waiting (the event may never complete) and reject.
-   */
-  private readonly waiting = new Map<PendingRecv, () => void>();
   private closeReason: Error | undefined;
 
   constructor(
@@ -325,21 +320,18 @@ export class RgetPath implements DataPath {
       // The data is valid once the sender's stream reaches its event. Wait for
       // it here, on the host, not with cuStreamWaitEvent: if the peer dies
       // meanwhile, no copy is queued behind an event that can never complete,
-      // and the mapping can be closed at once.
+      // and the mapping can be closed at once. The wait is the endpoint's
+      // GpuEventQueue's: when the endpoint closes or loses the peer, it fails
+      // the wait with the reason, and destroys the event (retired in finish)
+      // only once the native completion thread has let go of it.
+      if (this.closeReason !== undefined) return this.finish(job, this.closeReason);
       try {
-        if (this.closeReason !== undefined) throw this.closeReason;
-        const event = d.ipcOpenEventHandle(frame.event);
-        job.event = event;
-        const abandoned = new Promise<'abandoned'>((resolve) => this.waiting.set(recv, () => resolve('abandoned')));
-        const gpu = ctx.gpu();
-        const peerDone = new Promise<void>((resolve, reject) => gpu.whenEvent(event, (err) => (err ? reject(err) : resolve())));
-        const outcome = await Promise.race([peerDone, abandoned]);
-        if (outcome === 'abandoned') throw this.closeReason ?? new PeerLostError(`lost peer ${ctx.peerId}`);
+        job.event = d.ipcOpenEventHandle(frame.event);
       } catch (err) {
-        this.waiting.delete(recv);
         return this.finish(job, err as Error);
       }
-      this.waiting.delete(recv);
+      ctx.gpu().whenEvent(job.event, (err) => (err ? this.finish(job, err) : this.copy(job)));
+      return;
     }
     this.copy(job);
   }
@@ -379,8 +371,6 @@ export class RgetPath implements DataPath {
 
   close(reason: Error): void {
     this.closeReason = reason;
-    for (const abandon of this.waiting.values()) abandon();
-    this.waiting.clear();
     this.fd.close(reason);
   }
 }

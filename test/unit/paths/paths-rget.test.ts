@@ -190,7 +190,7 @@ describe('RgetPath, receiver', () => {
     expect(b.link.resends.get(1)).toBe(r.recv);
   });
 
-  it('close rejects a receive waiting for the sender\'s stream event', async () => {
+  it('close rejects a receive waiting for the sender\'s stream event (the endpoint\'s GpuEventQueue fails the wait)', async () => {
     const a = side(0);
     const b = side(1);
     const src = deviceWith(a, patternBytes(64, 7));
@@ -206,7 +206,13 @@ describe('RgetPath, receiver', () => {
     a.driver.eventRecord(ev, a.link.gpu().stream);
     rget.receive(r.recv, { ...frame, event: a.driver.ipcGetEventHandle(ev) });
     await new Promise((res) => setTimeout(res, 20));
-    rget.close(new Error('closing'));
+    // As Endpoint.shutdown closes: the paths, then the link, whose GpuEventQueue owns the wait and fails it.
+    const reason = new Error('closing');
+    b.link.closedWith = null;
+    b.link.closeReason = reason;
+    rget.close(reason);
+    b.link.close();
     await expect(r.result).rejects.toThrow('closing');
+    expect(b.driver.lifetimeViolations).toEqual([]);
   });
 });
