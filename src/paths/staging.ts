@@ -20,6 +20,7 @@
  */
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { StreamHandle } from '../cuda/driver.js';
+import type { GpuHold } from '../progress/gpu-hold.js';
 import { count } from '../endpoint-stats.js';
 import { ProtocolError } from '../errors.js';
 import { newSegmentName } from '../segment-owner.js';
@@ -49,23 +50,16 @@ export class StagingPath implements DataPath, Resender {
   readonly controls = [FrameType.STAGE_ACK, FrameType.STAGE_CHUNK] as const;
   // sender side
   private ring: StagingRing | undefined;
+  /** The endpoint's GPU work holds each ring while copies use it (GpuHold): released after the last one. */
+  private ringHold: GpuHold | undefined;
   private readonly staged = new Map<number, StagedSend>();
   // receiver side
   private peerRing: PeerRing | undefined;
+  private peerRingHold: GpuHold | undefined;
   private readonly queue: StagedRecvJob[] = [];
   private active: StagedRecvJob | undefined;
   /** Staged receives that failed: chunks still in flight for them are dropped. */
   private readonly failedSeqs = new Set<number>();
-  /**
-   * Copies queued into or out of each ring and not yet completed. A ring is
-   * unregistered and unmapped only once none is (close defers it): the GPU
-   * may still be reading or writing the pinned pages.
-   */
-  private ringCopies = 0;
-  private peerRingCopies = 0;
-  /** Rings closed while copies were in flight: released by the last copy's completion. */
-  private ringClosing: StagingRing | undefined;
-  private peerRingClosing: PeerRing | undefined;
 
   /** Why a device message comes to staging (set by createPaths: the descriptor path knows); counted in stats().stagingReasons. */
   reasonOf: ((buf: DeviceBuffer) => string) | undefined;
@@ -127,7 +121,9 @@ export class StagingPath implements DataPath, Resender {
   private sendRing(): StagingRing {
     if (!this.ring) {
       const name = newSegmentName('stg'); // owner-stamped: swept if we die before the receiver unlinks it
-      this.ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging, name);
+      const ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging, name);
+      this.ring = ring;
+      this.ringHold = this.ctx.gpu().hold(() => ring.close());
     }
     return this.ring;
   }
@@ -174,11 +170,12 @@ export class StagingPath implements DataPath, Resender {
       return this.abortSend(staged, err as Error);
     }
     staged.inFlight++;
-    this.ringCopies++;
+    const hold = this.ringHold!;
+    hold.use(); // the ring's pages are the copy's destination until it completes
     // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
     ctx.gpu().whenDone(staged.stream, Infinity, (err) => {
       staged.inFlight--;
-      if (--this.ringCopies === 0 && this.ringClosing !== undefined) this.releaseRings();
+      hold.done();
       if (err) return this.abortSend(staged, err);
       if (staged.failed) return this.abortSend(staged, staged.failed);
       if (ctx.closed || !this.staged.has(seq)) return;
@@ -243,14 +240,18 @@ export class StagingPath implements DataPath, Resender {
     if (!job) return;
     try {
       if (!this.peerRing || this.peerRing.segment.name !== job.segment) {
-        this.peerRing?.close();
+        // Another segment: the old ring goes once the copies out of it completed.
+        this.peerRingHold?.close();
+        this.peerRingHold = undefined;
         this.peerRing = undefined;
         const seg = ctx.driver.shmOpen(job.segment);
         if (seg.bytes.byteLength < job.chunkSize * job.slots) {
           seg.close();
           throw new ProtocolError(`staging segment ${job.segment} is ${seg.bytes.byteLength} bytes, less than ${job.slots} × ${job.chunkSize}`);
         }
-        this.peerRing = new PeerRing(ctx.driver, seg, job.chunkSize, job.slots);
+        const peerRing = new PeerRing(ctx.driver, seg, job.chunkSize, job.slots);
+        this.peerRing = peerRing;
+        this.peerRingHold = ctx.gpu().hold(() => peerRing.close());
       }
       const grants = Math.min(job.slots, chunkCount(job.length, job.chunkSize));
       for (let slot = 0; slot < grants; slot++) this.grant(job, slot);
@@ -294,11 +295,12 @@ export class StagingPath implements DataPath, Resender {
         return this.failRecv(job, err as Error);
       }
       job.inFlight++;
-      this.peerRingCopies++;
+      const hold = this.peerRingHold!;
+      hold.use(); // the peer ring's pages are the copy's source until it completes
       // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
       ctx.gpu().whenDone(stream, Infinity, (err) => {
         job.inFlight--;
-        if (--this.peerRingCopies === 0 && this.peerRingClosing !== undefined) this.releaseRings();
+        hold.done();
         if (job.inFlight === 0 && job.releaseAfterCopies === true) {
           job.releaseAfterCopies = false;
           releaseTarget(ctx.driver, job.recv.into, job.result.data);
@@ -361,33 +363,13 @@ export class StagingPath implements DataPath, Resender {
     this.active = undefined;
     this.queue.length = 0;
     for (const job of jobs) if (job) this.failRecv(job, reason);
-    // Unregistered and unmapped once the GPU is done with them: the copies in
-    // flight complete (or fail) and the last one releases them.
-    this.ringClosing = this.ring;
+    // Unregistered and unmapped once the GPU is done with them: the holds
+    // release them at the last copy's completion (at once if none is in flight).
+    this.ringHold?.close();
+    this.peerRingHold?.close();
     this.ring = undefined;
-    this.peerRingClosing = this.peerRing;
+    this.ringHold = undefined;
     this.peerRing = undefined;
-    this.releaseRings();
-  }
-
-  /** Releases the closed rings that no copy uses any more. */
-  private releaseRings(): void {
-    if (this.ringClosing !== undefined && this.ringCopies === 0) {
-      closeQuietly(this.ringClosing);
-      this.ringClosing = undefined;
-    }
-    if (this.peerRingClosing !== undefined && this.peerRingCopies === 0) {
-      closeQuietly(this.peerRingClosing);
-      this.peerRingClosing = undefined;
-    }
-  }
-}
-
-/** A ring's release after the driver may have closed: nothing is left to undo then. */
-function closeQuietly(ring: { close(): void }): void {
-  try {
-    ring.close();
-  } catch {
-    // the driver was closed: its registrations went with it
+    this.peerRingHold = undefined;
   }
 }
