@@ -5,8 +5,9 @@
  * `receive` — and the endpoint dispatches to it; the endpoint itself only
  * matches, routes frames and keeps the lifecycle.
  *
- * How a new path plugs in (e.g. memory exported by file descriptor, VMM or
- * pool allocations: docs/cache.md "Memory kinds"):
+ * How a new path plugs in (a new way to move bytes; a new kind of remote
+ * memory — a fabric handle, say — is not a path but a RemoteKey kind and a
+ * case of open-remote.ts's switch, carried by RGET):
  *   1. its frames in src/wire/frames.ts (the codec is the wire's business);
  *   2. one file, src/paths/<name>.ts, with a class implementing DataPath:
  *      `arrivals` names the frame that announces a message (it is matched
