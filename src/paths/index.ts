@@ -20,3 +20,5 @@ export function createPaths(ctx: PathContext): DataPath[] {
 }
 
 export type { DataPath, PathContext, PendingRecv, Received, RecvOptions, SendOptions, Arrival } from './data-path.js';
+export { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
+export type { RemoteKey, RemoteKind } from './remote-key.js';

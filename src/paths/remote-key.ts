@@ -17,7 +17,6 @@
  * A fabric handle (CUmemFabricHandle, 64 bytes) would be one more kind,
  * with the handle as identity: the frame, the key and the switch have room.
  */
-import type { MappingKind } from '../../cache/index.js';
 import { HandleKind, IPC_HANDLE_BYTES } from '../wire/frames.js';
 
 export type RemoteKind = 'legacy' | 'vmm-fd' | 'pool-fd';
@@ -41,7 +40,6 @@ export const NO_IDENTITY: Uint8Array = new Uint8Array(IPC_HANDLE_BYTES);
 
 const BY_WIRE: Record<HandleKind, RemoteKind> = { [HandleKind.LEGACY]: 'legacy', [HandleKind.VMM]: 'vmm-fd', [HandleKind.POOL]: 'pool-fd' };
 const TO_WIRE: Record<RemoteKind, HandleKind> = { legacy: HandleKind.LEGACY, 'vmm-fd': HandleKind.VMM, 'pool-fd': HandleKind.POOL };
-const TO_MAPPING: Record<RemoteKind, MappingKind> = { legacy: 'legacy-ipc', 'vmm-fd': 'vmm', 'pool-fd': 'pool' };
 
 /** The key kind of an RGET's `kind`. */
 export function remoteKind(kind: HandleKind): RemoteKind {
@@ -51,11 +49,6 @@ export function remoteKind(kind: HandleKind): RemoteKind {
 /** The RGET `kind` of a key kind. */
 export function wireKind(kind: RemoteKind): HandleKind {
   return TO_WIRE[kind];
-}
-
-/** The handle pool's name for how a key's memory is mapped (and undone). */
-export function mappingKind(kind: RemoteKind): MappingKind {
-  return TO_MAPPING[kind];
 }
 
 /** Whether a key of this kind is shared by file descriptor (needs FD_MEMORY and the descriptor channel). */
