@@ -8,7 +8,7 @@
  */
 import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs';
 import { AccessDeniedError } from './errors.js';
-import { FrameType, type Frame } from './wire/frames.js';
+import { FrameType, HandleKind, type Frame } from './wire/frames.js';
 
 export interface TraceRecord {
   /** Wall-clock microseconds since the epoch (comparable across processes). */
@@ -42,7 +42,9 @@ export function describeFrame(frame: Frame): Record<string, unknown> {
   const out: Record<string, unknown> = { frame: FrameType[frame.type] };
   for (const [k, v] of Object.entries(frame)) {
     if (k === 'type') continue;
-    if (v instanceof Uint8Array) out[k] = k === 'data' ? v.byteLength : v.byteLength > 0;
+    // A record's `kind` is its own ('frame'): a frame's HandleKind (RGET, FD_*) is traced by name as `handleKind`.
+    if (k === 'kind') out.handleKind = HandleKind[v as HandleKind] ?? v;
+    else if (v instanceof Uint8Array) out[k] = k === 'data' ? v.byteLength : v.byteLength > 0;
     else if (typeof v === 'bigint') out[k] = `0x${v.toString(16)}`;
     else out[k] = v;
   }
