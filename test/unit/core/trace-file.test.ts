@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AccessDeniedError } from '../../../src/errors.js';
 import { describeFrame, FileTracer } from '../../../src/trace.js';
-import { FrameType, HandleKind } from '../../../src/wire/frames.js';
+import { FrameType, HandleKind, SegmentKind } from '../../../src/wire/frames.js';
 import { Transport } from '../../../src/transport.js';
 
 const dirs: string[] = [];
@@ -77,5 +77,13 @@ describe('a traced frame', () => {
     const rec = JSON.parse(readFileSync(path, 'utf8').trim());
     expect(rec).toMatchObject({ kind: 'frame', frame: 'RGET', handleKind: 'POOL', identity: true, base: '0x10' });
     expect(describeFrame(rget)).not.toHaveProperty('kind');
+  });
+
+  it("traces SEGMENT's SegmentKind as segmentKind, by name (not as a HandleKind)", () => {
+    const seg = { type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 } as const;
+    const d = describeFrame(seg);
+    expect(d).toMatchObject({ frame: 'SEGMENT', segmentKind: 'STAGING_RING', bytes: 8192 });
+    expect(d).not.toHaveProperty('kind');
+    expect(d).not.toHaveProperty('handleKind');
   });
 });
