@@ -185,6 +185,11 @@ export class HandlePool implements EntryOwner {
     return this.#lookup(req.kind, req.deviceUuid, req.base, req.size, req.bufferId, req.identity ?? NO_IDENTITY);
   }
 
+  /** `lookup` by the parts of a request, for a key of any kind (paths/open-remote.ts): nothing allocated on the way to a hit. */
+  lookupKey(kind: MappingKind, deviceUuid: string, base: bigint, size: number, bufferId: bigint, identity: Uint8Array): Mapping | undefined {
+    return this.#lookup(kind, deviceUuid, base, size, bufferId, identity);
+  }
+
   #lookup(kind: MappingKind, deviceUuid: string, base: bigint, size: number, bufferId: bigint, identity: Uint8Array): Mapping | undefined {
     const entry = this.#index.get(deviceUuid)?.get(base);
     if (entry === undefined) return undefined;

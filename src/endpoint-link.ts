@@ -58,10 +58,7 @@ export class EndpointLink implements PathContext {
   readonly fins: FinBatcher;
   /** Hot-path copy of `negotiation state === 'OK'` (the endpoint keeps it). */
   ipcOk = false;
-  readonly fdAgreed: boolean;
-  readonly fdStats: FdPathStats;
-  readonly stagingReasons: Record<string, number> = {};
-  onFdChannel: ((channel: FdChannel) => FdChannelHandlers | undefined) | undefined;
+  readonly fd: { readonly agreed: boolean; readonly stats: FdPathStats };
   /** Both HELLOs announced Feature.DESCRIPTORS: a descriptor channel is (being) set up, and the rings travel on it. */
   readonly descriptorsAgreed: boolean;
   readonly segments: SegmentExchange;
@@ -91,8 +88,8 @@ export class EndpointLink implements PathContext {
     const open = () => this.closedWith === undefined && !this.channel.closed;
     this.descriptorsAgreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.DESCRIPTORS) !== 0;
     this.segments = new SegmentExchange(this.descriptorsAgreed, peerId, (fd) => closeFd(driver, fd));
-    this.fdAgreed = this.descriptorsAgreed && ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
-    this.fdStats = newFdStats(this.fdAgreed);
+    const agreed = this.descriptorsAgreed && ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
+    this.fd = { agreed, stats: newFdStats(agreed) };
     this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
     this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
       if (!open()) return;
@@ -118,10 +115,12 @@ export class EndpointLink implements PathContext {
     return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress));
   }
 
-  sendFrame(frame: Frame): void {
+  sendFrame(frame: Frame): Uint8Array {
     if (this.channel.closed) throw this.closedError();
     this.tracer?.frame(this.peerId, 'send', frame);
-    this.channel.send(encodeFrame(frame, this.uuidNames));
+    const bytes = encodeFrame(frame, this.uuidNames);
+    this.channel.send(bytes);
+    return bytes;
   }
 
   sendBytes(bytes: Uint8Array): void {
@@ -163,12 +162,13 @@ export class EndpointLink implements PathContext {
 
   /**
    * The transport made the descriptor channel: the link starts it and routes
-   * its messages: SEGMENT (sealed rings) to `segments`, FD_DESCRIPTOR to the
-   * descriptor path (closed at once where there is none).
+   * its messages: SEGMENT (sealed rings) to `segments`, FD_DESCRIPTOR to
+   * whom `take` names (the data path that declares attachFd; dropped where
+   * none takes them).
    */
-  attachFd(channel: FdChannel): void {
+  attachFd(channel: FdChannel, take: (channel: FdChannel) => FdChannelHandlers | undefined): void {
     if (this.closed || !this.descriptorsAgreed) return channel.close();
-    const rget = this.onFdChannel?.(channel);
+    const rget = take(channel);
     this.fdChannel = channel;
     this.segments.attach(channel);
     channel.start({
@@ -225,7 +225,8 @@ export class EndpointLink implements PathContext {
     this.fdChannel?.close(); // the descriptor path closes it too where it has it; idempotent
     this.fdChannel = undefined;
     this.pool.close();
-    this.gpuWork?.close();
+    // Waits on the peer's events fail with the close reason (GpuEventQueue owns them).
+    this.gpuWork?.close(this.closeReason ?? this.closedError());
   }
 }
 

@@ -4,7 +4,7 @@
  * the hot path without allocation.
  */
 
-/** 'rget-fd': RGET of VMM or pool memory imported by file descriptor (paths/fd-rget.ts). */
+/** 'rget-fd': RGET of VMM or pool memory imported by file descriptor (a descriptor key: paths/fd-side.ts). */
 export type DataPath = 'eager' | 'rget' | 'rget-fd' | 'staging';
 
 export interface PathCounters {
@@ -19,7 +19,7 @@ export interface DirectionCounters {
   staging: PathCounters;
 }
 
-/** The descriptor path's own counters (paths/fd-rget.ts). */
+/** The descriptor side's own counters (paths/fd-side.ts, fd-offers.ts). */
 export interface FdPathStats {
   /** Both HELLOs announced Feature.FD_MEMORY. */
   agreed: boolean;
@@ -30,7 +30,7 @@ export interface FdPathStats {
   descriptorsSent: number;
   pools: number;
   releasesReceived: number;
-  /** Receiver: descriptors received, imports made, RGET_FDs answered with RESTAGE, FD_RELEASEs sent. */
+  /** Receiver: descriptors received, imports made, RGETs of descriptor keys answered with RESTAGE, FD_RELEASEs sent. */
   descriptorsReceived: number;
   imports: number;
   restaged: number;

@@ -32,13 +32,14 @@ import { describeAllocation } from './exports.js';
 import type { FlowStats } from './flow-control.js';
 import { ANY_TAG, MatchQueues, type RivalReceives } from './matching.js';
 import { refuseUnknownKeys } from './option-keys.js';
+import { StagingPath } from './paths/staging.js';
 import { createPaths, type Arrival, type DataPath, type PendingRecv, type RecvOptions, type SendOptions } from './paths/index.js';
 import { abortReason } from './paths/pending-sends.js';
 import { checkStagedSource } from './paths/staging-ring.js';
 import { asTypeOfInto, type MessageInfo, messageInfo, type Received, type ReceivedData } from './received.js';
 import { RgetDecoder } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
-import type { FdRgetPath } from './paths/fd-rget.js';
+import { RgetPath } from './paths/rget.js';
 import { Registrations, type Registration } from './persistent/registrations.js';
 import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
 import { Watchdog } from './persistent/watchdog.js';
@@ -81,6 +82,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly neg: NegotiationLink;
   private readonly matches = new MatchQueues<PendingRecv, Arrival>();
   private readonly paths: readonly DataPath[];
+  /** The staging path, whose reasons stats() reports. */
+  private readonly staging: StagingPath;
   /** The path whose arrival (or own control frame) each frame type is, by FrameType. */
   private readonly byArrival: (DataPath | undefined)[] = [];
   private readonly byControl: (DataPath | undefined)[] = [];
@@ -118,8 +121,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       },
     });
     this.paths = createPaths(link);
+    this.staging = this.paths.find((p): p is StagingPath => p instanceof StagingPath)!;
     for (const p of this.paths) {
-      this.byKind[p.kind] = p;
+      for (const k of p.counts ?? [p.kind]) this.byKind[k] = p;
       for (const t of p.arrivals) this.byArrival[t] = p;
       for (const t of p.controls) this.byControl[t] = p;
     }
@@ -140,7 +144,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         },
       });
     }
-    const remote = { link, fd: this.byKind['rget-fd'] as FdRgetPath | undefined };
+    const remote = { link, rget: this.paths.find((p): p is RgetPath => p instanceof RgetPath) };
     const agreed = ((ctx.local.features ?? 0) & (peer.features ?? 0) & Feature.REGISTER) !== 0;
     this.registrations = new Registrations(remote, agreed);
     const watchdog = ctx.watchdog ?? (this.ownWatchdog = new Watchdog(ctx.driver, { timeoutMs: ctx.options.persistent.timeoutMs }));
@@ -365,8 +369,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       negotiation: { ...rec, path: [...rec.path], state: this.neg.state },
       sent: structuredClone(this.link.sent),
       received: structuredClone(this.link.received),
-      stagingReasons: { ...this.link.stagingReasons },
-      fd: { ...this.link.fdStats },
+      stagingReasons: { ...this.staging.reasons },
+      fd: { ...this.link.fd.stats },
       cache: this.link.pool.stats(),
       flow: this.link.flow.stats(this.matches.unexpectedCount),
     };
@@ -412,7 +416,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   /** @internal The transport made the descriptor channel to this peer (docs/protocol.md, "File-descriptor memory"). */
   attachFdChannel(channel: FdChannel): void {
-    this.link.attachFd(channel);
+    // The path that declares attachFd takes the channel's FD_DESCRIPTOR messages (RGET's descriptor side).
+    const taker = this.paths.find((p) => p.attachFd !== undefined);
+    this.link.attachFd(channel, (ch) => taker?.attachFd?.(ch));
   }
 
   /** @internal The transport could not make the descriptor channel: nothing is shared by memory with this peer. */

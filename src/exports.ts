@@ -24,7 +24,7 @@ export interface ExportInfo {
   device: number;
   /**
    * How the allocation can be shared (driver.memoryKind, classified once per
-   * entry): legacy-ipc → RGET; vmm / pool → RGET_FD (paths/fd-rget.ts);
+   * entry): legacy-ipc → RGET by IPC handle; vmm / pool → RGET of a descriptor key (paths/fd-side.ts);
    * other → staging, `reason` says why.
    */
   kind: MemoryKind;

@@ -15,6 +15,7 @@ import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, 
 import { ProgressEngine } from './progress/engine.js';
 import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
 
+import { GpuHold } from './progress/gpu-hold.js';
 export type { Completion } from './progress/gpu-event-queue.js';
 
 /** Copies up to this much (together) share one completion event; larger ones get their own. */
@@ -39,6 +40,8 @@ export class GpuWork {
   /** Completion tracking: the events this endpoint waits for, polled by the progress engine. */
   readonly events: GpuEventQueue;
   private closed = false;
+  /** Resources copies may still use (GpuHold): let go of on close, released by their last copy's completion. */
+  private readonly holds = new Set<GpuHold>();
   /** copy and whenDone calls of the current synchronous run, waiting for their launch and shared event. */
   private batch: Batch | undefined;
   /** The open batch's copies, as memcpyBatchAsync takes them; copyCb[k] indexes copy k's completion in batch.cbs. */
@@ -236,7 +239,16 @@ export class GpuWork {
   /** legacyStreamIdle's event, re-recorded on each call (a later record only waits longer). */
   private legacyEvent: EventHandle | undefined;
 
-  /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed. */
+  /**
+   * Holds a resource that copies queued here read or write (a pinned ring):
+   * `release` runs once the holder closes the hold (or this closes) and the
+   * last copy that used it completed.
+   */
+  hold(release: () => void): GpuHold {
+    return new GpuHold(release, this.holds);
+  }
+
+  /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed, or with the close reason when this closes first. */
   whenEvent(ev: EventHandle, cb: Completion): void {
     this.events.whenEvent(ev, cb);
   }
@@ -246,12 +258,13 @@ export class GpuWork {
     this.events.retire(ev);
   }
 
-  /** Destroys the stream and idle events; events still awaited are destroyed when they settle. */
-  close(): void {
+  /** Destroys the stream and idle events; events still awaited are destroyed when they settle; waits on peer events fail with `reason`. */
+  close(reason?: Error): void {
     if (this.closed) return;
     this.flushNow(false);
     this.closed = true;
-    this.events.close();
+    this.events.close(reason);
+    for (const h of [...this.holds]) h.close();
     if (this.legacyEvent !== undefined) {
       try {
         this.driver.eventDestroy(this.legacyEvent);

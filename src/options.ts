@@ -127,7 +127,7 @@ export interface TransportOptions {
   maxBufferedBytes?: number;
   /**
    * The most descriptors an endpoint holds that its peer sent (imported
-   * VMM chunks and pools cached for later RGET_FDs, and those of an offer
+   * VMM chunks and pools cached for later RGETs, and those of an offer
    * still arriving, or ahead of its offer). One past it is closed at once
    * and counts as lost (`PeerLimitError`, 'SMCUDA_PEER_FD_LIMIT'): the
    * message of its offer goes by staging, as when a descriptor is lost to

@@ -8,7 +8,7 @@
  */
 import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs';
 import { AccessDeniedError } from './errors.js';
-import { FrameType, type Frame } from './wire/frames.js';
+import { FrameType, HandleKind, SegmentKind, type Frame } from './wire/frames.js';
 
 /** One line of a trace file. */
 export interface TraceRecord {
@@ -47,7 +47,12 @@ export function describeFrame(frame: Frame): Record<string, unknown> {
   const out: Record<string, unknown> = { frame: FrameType[frame.type] };
   for (const [k, v] of Object.entries(frame)) {
     if (k === 'type') continue;
-    if (v instanceof Uint8Array) out[k] = k === 'data' ? v.byteLength : v.byteLength > 0;
+    // A record's `kind` is its own ('frame'): a frame's HandleKind (RGET, REG_OFFER, FD_*) is traced by name
+    // as `handleKind`, SEGMENT's SegmentKind as `segmentKind`.
+    if (k === 'kind') {
+      if (frame.type === FrameType.SEGMENT) out.segmentKind = SegmentKind[v as SegmentKind] ?? v;
+      else out.handleKind = HandleKind[v as HandleKind] ?? v;
+    } else if (v instanceof Uint8Array) out[k] = k === 'data' ? v.byteLength : v.byteLength > 0;
     else if (typeof v === 'bigint') out[k] = `0x${v.toString(16)}`;
     else out[k] = v;
   }

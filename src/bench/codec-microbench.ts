@@ -6,7 +6,7 @@
  *   npm run build && node --expose-gc dist/src/bench/codec-microbench.js
  * and compare with the figures in src/wire/compile.ts's header.
  */
-import { FrameType, type Frame } from '../wire/frames.js';
+import { FrameType, HandleKind, type Frame } from '../wire/frames.js';
 import { decodeFrame, encodeFrame, restampRget, RgetDecoder } from '../wire/codec.js';
 import { UuidNames } from '../wire/uuid.js';
 
@@ -31,7 +31,8 @@ const rget: Frame = {
   type: FrameType.RGET,
   tag: 7,
   seq: 1,
-  handle: new Uint8Array(64).fill(3),
+  kind: HandleKind.LEGACY,
+  identity: new Uint8Array(64).fill(3),
   base: 0x7f00_1234_0000n,
   allocSize: 1 << 28,
   offset: 4096,

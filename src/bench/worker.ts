@@ -216,7 +216,7 @@ class BenchWorker {
       this.sessions.set(name, { transport, endpoint, counter });
       await endpoint;
     } else {
-      // connect(), as a user would: the descriptor channel comes with it, so VMM and pool memory go by RGET_FD.
+      // connect(), as a user would: the descriptor channel comes with it, so VMM and pool memory go by RGET (descriptor keys).
       const endpoint = transport.connect(path);
       this.sessions.set(name, { transport, endpoint });
       await endpoint;

@@ -1,12 +1,13 @@
 /**
  * A data path: one way a message's bytes cross an endpoint (EAGER inline,
- * RGET by CUDA IPC, staging through a pinned shared ring). Each path is one
+ * RGET out of the peer's mapped memory, staging through a pinned shared ring). Each path is one
  * object holding both its sides — the sender's `send` and the receiver's
  * `receive` — and the endpoint dispatches to it; the endpoint itself only
  * matches, routes frames and keeps the lifecycle.
  *
- * How a new path plugs in (e.g. memory exported by file descriptor, VMM or
- * pool allocations: docs/cache.md "Memory kinds"):
+ * How a new path plugs in (a new way to move bytes; a new kind of remote
+ * memory — a fabric handle, say — is not a path but a RemoteKey kind and a
+ * case of open-remote.ts's switch, carried by RGET):
  *   1. its frames in src/wire/frames.ts (the codec is the wire's business);
  *   2. one file, src/paths/<name>.ts, with a class implementing DataPath:
  *      `arrivals` names the frame that announces a message (it is matched
@@ -31,6 +32,7 @@
  */
 import type { HandlePool } from '../../cache/index.js';
 import type { MessageBuffer, DeviceBuffer } from '../buffers.js';
+import type { FdChannel } from '../channel/fd-channel.js';
 import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
 import type { DataPath as PathKind, DirectionCounters, FdPathStats } from '../endpoint-stats.js';
 import type { ExportTable } from '../exports.js';
@@ -39,16 +41,15 @@ import type { FlowControl } from '../flow-control.js';
 import type { GpuWork } from '../gpu-work.js';
 import type { ResolvedOptions } from '../options.js';
 import type { Tracer } from '../trace.js';
-import type { EagerFrame, FinStatus, Frame, FrameType, RgetFdFrame, RgetFrame, StageBeginFrame } from '../wire/frames.js';
-import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
+import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
+import type { FdChannelHandlers } from '../channel/fd-channel.js';
 import type { SegmentExchange } from '../segment-exchange.js';
-import type { UuidNames } from '../wire/uuid.js';
 import type { PendingSends } from './pending-sends.js';
 
 export type { PathKind };
 
 /** A frame that announces a message (it carries tag and seq, and is matched against receives). */
-export type Arrival = EagerFrame | RgetFrame | RgetFdFrame | StageBeginFrame;
+export type Arrival = EagerFrame | RgetFrame | StageBeginFrame;
 
 export interface SendOptions {
   /** Message tag (u32). Messages with one tag on one endpoint are never overtaken. Default 0. */
@@ -119,7 +120,6 @@ export interface PathContext {
   readonly exports: ExportTable;
   /** The peer's allocations opened here. */
   readonly pool: HandlePool;
-  readonly uuidNames: UuidNames;
   /** Sender: sends waiting for their FIN. */
   readonly sends: PendingSends;
   readonly sent: DirectionCounters;
@@ -128,18 +128,13 @@ export interface PathContext {
   readonly fins: FinBatcher;
   /** Hot-path copy of "the negotiation is OK". */
   readonly ipcOk: boolean;
-  /** Both HELLOs announced Feature.FD_MEMORY (the descriptor path may be used once its channel is up). */
-  readonly fdAgreed: boolean;
-  /** The descriptor path's counters. */
-  readonly fdStats: FdPathStats;
-  /** Staged device messages by reason (stats().stagingReasons). */
-  readonly stagingReasons: Record<string, number>;
-  /**
-   * Who takes the descriptor channel's FD_DESCRIPTOR messages once the
-   * transport has made it (the descriptor path sets it; the link starts the
-   * channel and routes SEGMENT messages to `segments`).
-   */
-  onFdChannel: ((channel: FdChannel) => FdChannelHandlers | undefined) | undefined;
+  /** Memory by file descriptor with this peer (RGET's descriptor keys, paths/fd-side.ts). */
+  readonly fd: {
+    /** Both HELLOs announced Feature.FD_MEMORY (descriptor keys may be sent once the channel is up). */
+    readonly agreed: boolean;
+    /** Its counters (stats().fd). */
+    readonly stats: FdPathStats;
+  };
   /** The sealed ring segments exchanged with the peer (staging rings). */
   readonly segments: SegmentExchange;
   /** A peer that breaks the rules outside a frame handler (a bad ring segment): the endpoint fails with `err`. */
@@ -152,8 +147,11 @@ export interface PathContext {
   /** The endpoint's stream, events and copy batcher (made on first use). */
   gpu(): GpuWork;
   uuidOf(ordinal: number): string;
-  /** Encodes (and traces) a frame and sends it; throws if the channel is closed. */
-  sendFrame(frame: Frame): void;
+  /**
+   * Encodes (and traces) a frame and sends it; throws if the channel is
+   * closed. Returns the bytes sent (not to be modified: RGET keeps a copy to restamp).
+   */
+  sendFrame(frame: Frame): Uint8Array;
   /** Sends an already encoded frame (the caller traced it). */
   sendBytes(bytes: Uint8Array): void;
   /** A FIN with a status (dropped once the endpoint is closed; long messages are cut). */
@@ -170,6 +168,8 @@ export interface PathContext {
 
 export interface DataPath {
   readonly kind: PathKind;
+  /** The names its messages are counted under (stats, PendingSend.path), when more than `kind`. */
+  readonly counts?: readonly PathKind[];
   /** Frame types that announce this path's messages (matched, then `receive`d). */
   readonly arrivals: readonly FrameType[];
   /** Frame types of this path's own protocol, handed to `onFrame`. */
@@ -192,6 +192,13 @@ export interface DataPath {
   onFin(seq: number, status: FinStatus, message: string): boolean;
   /** Receiver: the sender of `seq` failed it (FIN SENDER_FAILED): true if this path was receiving it. */
   senderFailed(seq: number, err: Error): boolean;
+  /**
+   * The transport made the descriptor channel to this peer: the path that
+   * carries descriptors takes it (RGET) and returns who takes its
+   * FD_DESCRIPTOR messages (the link starts the channel and routes SEGMENT
+   * messages to `segments`); undefined: it does not take this channel.
+   */
+  attachFd?(channel: FdChannel): FdChannelHandlers | undefined;
   /** The endpoint closes: reject what is in progress with `reason`, release resources. */
   close(reason: Error): void;
 }

@@ -1,12 +1,13 @@
 /**
- * The receiver's table of the descriptor path (RGET_FD, fd-rget.ts): it puts
+ * The receiver's table of the descriptor side of RGET (VMM and pool keys,
+ * fd-side.ts): it puts
  * back together what the peer announces on the control channel (FD_OFFER,
  * FD_POOL) and the descriptors that come on the descriptor channel — the two
  * sockets keep no order between them, so a descriptor may come before its
- * offer (held for checkTimeoutMs, then closed) —, lets an RGET_FD wait,
+ * offer (held for checkTimeoutMs, then closed) —, lets an RGET of a descriptor key wait,
  * bounded, until its offer is complete, and says how the handle pool imports
  * each offer (the ImportRequest, whose dispose closes the descriptors once
- * imported). The path (fd-rget.ts) owns the exchange; this table owns the
+ * imported; open-remote.ts asks it). fd-side.ts owns the exchange; this table owns the
  * descriptors until the handle pool takes them, and closes every one it
  * still holds on close.
  */
@@ -54,6 +55,8 @@ export class FdOfferTable {
   private readonly pools = new Map<number, IncomingPool>();
   private readonly waiters = new Set<Waiter>();
   private readonly ordinals = new Map<string, number>();
+  /** Set on close: a wait after it fails at once. */
+  private closedWith: Error | undefined;
 
   constructor(private readonly ctx: PathContext) {}
 
@@ -135,7 +138,7 @@ export class FdOfferTable {
     let fd = msg.fd;
     let lost: Error | undefined = msg.lost;
     if (fd !== undefined) {
-      this.ctx.fdStats.descriptorsReceived++;
+      this.ctx.fd.stats.descriptorsReceived++;
       // Bounded: a peer may not make this endpoint hold more of its descriptors than maxPeerDescriptors
       // (offers and pools not yet imported, descriptors ahead of their offer). One past it is closed at
       // once and counts as lost: its offer's message goes by staging (FIN RESTAGE), as for EMFILE, so an
@@ -144,7 +147,7 @@ export class FdOfferTable {
       if (this.heldDescriptors() >= max) {
         closeFd(this.ctx.driver, fd);
         fd = undefined;
-        this.ctx.fdStats.descriptorsRefused++;
+        this.ctx.fd.stats.descriptorsRefused++;
         lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`);
       }
     }
@@ -249,7 +252,7 @@ export class FdOfferTable {
             try {
               const handle = d.memPoolImport(fd, { device: this.ordinalOf(p.deviceUuid) });
               p.imported = true;
-              this.ctx.fdStats.imports++;
+              this.ctx.fd.stats.imports++;
               return handle;
             } finally {
               closeFd(d, fd); // imported (or refused): the descriptor is not needed again
@@ -276,7 +279,7 @@ export class FdOfferTable {
           d.vmmRelease(r.ptr);
           throw new ProtocolError(`the descriptors map ${r.size} bytes, not the ${f.size} offered`, 'SMCUDA_BAD_RGET');
         }
-        this.ctx.fdStats.imports++;
+        this.ctx.fd.stats.imports++;
         return r.ptr;
       },
       dispose: () => {
@@ -303,6 +306,7 @@ export class FdOfferTable {
    */
   waitFor(ready: () => boolean, timeout: string | undefined, start?: (resolve: () => void, reject: (e: Error) => void) => void): Promise<void> {
     if (ready()) return Promise.resolve();
+    if (this.closedWith !== undefined) return Promise.reject(this.closedWith);
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = {
         ready,
@@ -347,6 +351,7 @@ export class FdOfferTable {
 
   /** Rejects every wait with `reason` and closes every descriptor still held. */
   close(reason: Error): void {
+    this.closedWith = reason;
     this.changed();
     for (const w of [...this.waiters]) w.reject(reason);
     for (const [key, inc] of [...this.incoming]) this.forget(key, inc);

@@ -5,22 +5,23 @@
  */
 import type { DataPath, PathContext } from './data-path.js';
 import { EagerPath } from './eager.js';
-import { FdRgetPath } from './fd-rget.js';
 import { RgetPath } from './rget.js';
 import { StagingPath } from './staging.js';
 
 export function createPaths(ctx: PathContext): DataPath[] {
   const staging = new StagingPath(ctx);
-  const fd = new FdRgetPath(ctx, staging);
-  staging.reasonOf = (buf) => fd.stagingReason(buf);
+  const rget = new RgetPath(ctx, staging);
+  staging.reasonOf = (buf) => rget.stagingReason(buf);
   const eager = new EagerPath(ctx);
   // No descriptor channel, so no ring can reach the peer: staged messages go inline.
   staging.inline = (buf, tag, options) => eager.send(buf, tag, options);
   // EAGER first (host data; small device data before IPC is OK), then RGET
-  // (IPC OK, legacy-IPC memory), RGET_FD (IPC OK, VMM or pool memory, a peer
-  // with FD_MEMORY and the descriptor channel up); each falls back to staging
+  // (IPC OK; legacy-IPC memory, or VMM or pool memory with a peer with
+  // FD_MEMORY and the descriptor channel up), which falls back to staging
   // for a message the peer cannot map. Staging last.
-  return [eager, new RgetPath(ctx, staging), fd, staging];
+  return [eager, rget, staging];
 }
 
 export type { DataPath, PathContext, PendingRecv, Received, RecvOptions, SendOptions, Arrival } from './data-path.js';
+export { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
+export type { RemoteKey, RemoteKind } from './remote-key.js';

@@ -1,22 +1,20 @@
 /**
- * The receiving half that RGET and RGET_FD share: copy a message out of a
+ * The receiving half of RGET once its key is open: copy a message out of a
  * peer's mapping (of whatever kind the handle pool opened) into its receive
- * target, then FIN the sender and settle the receive. Only how the mapping
- * is found differs between the two paths; from the mapping on, a message is
- * the same work, so it is written once.
+ * target, then FIN the sender and settle the receive.
  */
 import type { Mapping } from '../../cache/index.js';
 import { isDeviceBuffer } from '../buffers.js';
 import type { CudaDriver, DevicePtr, EventHandle } from '../cuda/driver.js';
 import { count } from '../endpoint-stats.js';
-import type { RgetFdFrame, RgetFrame } from '../wire/frames.js';
+import type { RgetFrame } from '../wire/frames.js';
 import type { PathContext, PendingRecv, Received } from './data-path.js';
 import { receiveTarget, releaseTarget } from './receive-target.js';
 
 /** One receive copying out of a peer's mapping, from the frame to its FIN: one object per message. */
 export interface RemoteCopy {
   recv: PendingRecv;
-  frame: RgetFrame | RgetFdFrame;
+  frame: RgetFrame;
   /** Set once the mapping is found or opened. */
   mapping: Mapping | undefined;
   /** The sender's IPC event, opened here (destroyed once done). */

@@ -22,6 +22,7 @@
  */
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { StreamHandle } from '../cuda/driver.js';
+import type { GpuHold } from '../progress/gpu-hold.js';
 import { count } from '../endpoint-stats.js';
 import { type MappedSegment, mapPeerSegment } from '../channel/sealed-segment.js';
 import { DescriptorError, ProtocolError } from '../errors.js';
@@ -52,6 +53,8 @@ export class StagingPath implements DataPath, Resender {
   readonly controls = [FrameType.STAGE_ACK, FrameType.STAGE_CHUNK] as const;
   // sender side
   private ring: StagingRing | undefined;
+  /** The endpoint's GPU work holds each ring while copies use it (GpuHold): released after the last one. */
+  private ringHold: GpuHold | undefined;
   private readonly staged = new Map<number, StagedSend>();
   // receiver side
   private peerRing: PeerRing | undefined;
@@ -61,29 +64,28 @@ export class StagingPath implements DataPath, Resender {
   private ringLost: Error | undefined;
   /** The peer's ring, mapped (PeerRing pins it). */
   private peerMapped: MappedSegment | undefined;
+  /**
+   * The endpoint's GPU work holds the peer's mapping (and its PeerRing, once
+   * pinned) while copies read it: unregistered, then unmapped, after the last one.
+   */
+  private peerRingHold: GpuHold | undefined;
+  /** The PeerRing that hold releases (set once pinned). */
+  private peerPinned: { ring?: PeerRing } | undefined;
   /** The active job waits for the peer's ring descriptor. */
   private waitingRing = false;
   private readonly queue: StagedRecvJob[] = [];
   private active: StagedRecvJob | undefined;
   /** Staged receives that failed: chunks still in flight for them are dropped. */
   private readonly failedSeqs = new Set<number>();
-  /**
-   * Copies queued into or out of each ring and not yet completed. A ring is
-   * unregistered and unmapped only once none is (close defers it): the GPU
-   * may still be reading or writing the pinned pages.
-   */
-  private ringCopies = 0;
-  private peerRingCopies = 0;
-  /** Rings closed while copies were in flight: released by the last copy's completion. */
-  private ringClosing: StagingRing | undefined;
-  private peerRingClosing: PeerRing | undefined;
-  private peerMappedClosing: MappedSegment | undefined;
 
   /** Where there is no descriptor channel (no ring can reach the peer): the message goes inline instead (set by createPaths: EAGER). */
   inline: ((buf: MessageBuffer, tag: number, options: SendOptions) => Promise<void>) | undefined;
 
   /** Why a device message comes to staging (set by createPaths: the descriptor path knows); counted in stats().stagingReasons. */
   reasonOf: ((buf: DeviceBuffer) => string) | undefined;
+
+  /** Staged device messages by reason (stats().stagingReasons). */
+  readonly reasons: Record<string, number> = {};
 
   constructor(private readonly ctx: PathContext) {
     ctx.segments.take(SegmentKind.STAGING_RING, (seg) => {
@@ -95,6 +97,10 @@ export class StagingPath implements DataPath, Resender {
       // No ring can come any more: the staged receive waiting for one fails (and the next, in turn).
       if (this.waitingRing && this.active) this.failRecv(this.active, err);
     });
+  }
+
+  countReason(why: string): void {
+    this.reasons[why] = (this.reasons[why] ?? 0) + 1;
   }
 
   /** Any device message the paths before it did not take. */
@@ -115,7 +121,7 @@ export class StagingPath implements DataPath, Resender {
     checkStagedSource(ctx.driver, buf); // a bad source fails this send() alone, before anything is announced
     if (this.reasonOf !== undefined) {
       const why = this.reasonOf(buf);
-      ctx.stagingReasons[why] = (ctx.stagingReasons[why] ?? 0) + 1;
+      this.countReason(why);
       debug('endpoint %s: %d-byte device message by staging: %s', ctx.peerId, buf.length, why);
     }
     // The ring first: one that cannot be made (no memory, no descriptor channel) fails this send before it uses a seq.
@@ -149,6 +155,7 @@ export class StagingPath implements DataPath, Resender {
       if (segments.state === 'none') throw segments.downError!;
       const ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging);
       this.ring = ring;
+      this.ringHold = this.ctx.gpu().hold(() => ring.close());
       // Passed once; the receiver grants nothing before it has it. A failure shows there (its exchange goes down: FIN FAILED).
       segments.send(SegmentKind.STAGING_RING, ring.segment).catch((err: Error) => debug('endpoint %s: staging ring not passed: %s', this.ctx.peerId, err.message));
     }
@@ -195,11 +202,12 @@ export class StagingPath implements DataPath, Resender {
       return this.abortSend(staged, err as Error);
     }
     staged.inFlight++;
-    this.ringCopies++;
+    const hold = this.ringHold!;
+    hold.use(); // the ring's pages are the copy's destination until it completes
     // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
     ctx.gpu().whenDone(staged.stream, Infinity, (err) => {
       staged.inFlight--;
-      if (--this.ringCopies === 0 && this.ringClosing !== undefined) this.releaseRings();
+      hold.done();
       if (err) return this.abortSend(staged, err);
       if (staged.failed) return this.abortSend(staged, staged.failed);
       if (ctx.closed || !this.staged.has(seq)) return;
@@ -291,7 +299,17 @@ export class StagingPath implements DataPath, Resender {
               closeFdQuietly(ctx, seg.fd);
               throw new ProtocolError(`the peer's staging ring is ${seg.bytes} bytes, not the ${job.slots} × ${job.chunkSize} its STAGE_BEGIN says; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
             }
-            this.peerMapped = mapPeerSegment(seg.fd, seg.bytes, 'staging ring'); // checks seals and size; closes the descriptor
+            const mapped = mapPeerSegment(seg.fd, seg.bytes, 'staging ring'); // checks seals and size; closes the descriptor
+            this.peerMapped = mapped;
+            const pinned = (this.peerPinned = {} as { ring?: PeerRing });
+            // Unregistered (once pinned), then unmapped, after the last copy out of it.
+            this.peerRingHold = ctx.gpu().hold(() => {
+              try {
+                pinned.ring?.close();
+              } finally {
+                mapped.close();
+              }
+            });
           } catch (err) {
             this.ringLost = err as Error; // its descriptor is gone: every later staged message fails the same way
             this.failRecv(job, err as Error);
@@ -303,7 +321,7 @@ export class StagingPath implements DataPath, Resender {
           throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerMapped.bytes.byteLength} bytes`);
         }
         // Pinned here (a failure fails this message; the mapping stays for the next).
-        this.peerRing = new PeerRing(ctx.driver, this.peerMapped, job.chunkSize, job.slots);
+        this.peerRing = this.peerPinned!.ring = new PeerRing(ctx.driver, this.peerMapped, job.chunkSize, job.slots);
       } else if (this.peerRing.chunkSize !== job.chunkSize || this.peerRing.slots !== job.slots) {
         throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerRing.slots} × ${this.peerRing.chunkSize}`);
       }
@@ -349,11 +367,12 @@ export class StagingPath implements DataPath, Resender {
         return this.failRecv(job, err as Error);
       }
       job.inFlight++;
-      this.peerRingCopies++;
+      const hold = this.peerRingHold!;
+      hold.use(); // the peer ring's pages are the copy's source until it completes
       // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
       ctx.gpu().whenDone(stream, Infinity, (err) => {
         job.inFlight--;
-        if (--this.peerRingCopies === 0 && this.peerRingClosing !== undefined) this.releaseRings();
+        hold.done();
         if (job.inFlight === 0 && job.releaseAfterCopies === true) {
           job.releaseAfterCopies = false;
           releaseTarget(ctx.driver, job.recv.into, job.result.data);
@@ -416,41 +435,18 @@ export class StagingPath implements DataPath, Resender {
     this.active = undefined;
     this.queue.length = 0;
     for (const job of jobs) if (job) this.failRecv(job, reason);
-    // Unregistered and unmapped once the GPU is done with them: the copies in
-    // flight complete (or fail) and the last one releases them.
-    this.ringClosing = this.ring;
+    // Unregistered and unmapped once the GPU is done with them: the holds
+    // release them at the last copy's completion (at once if none is in flight).
+    this.ringHold?.close();
+    this.peerRingHold?.close();
     this.ring = undefined;
-    this.peerRingClosing = this.peerRing;
+    this.ringHold = undefined;
     this.peerRing = undefined;
-    // The peer's segment stays mapped until its registration is gone.
-    this.peerMappedClosing = this.peerMapped;
+    this.peerRingHold = undefined;
     this.peerMapped = undefined;
+    this.peerPinned = undefined;
     if (this.peerSegment !== undefined) closeFdQuietly(this.ctx, this.peerSegment.fd);
     this.peerSegment = undefined;
-    this.releaseRings();
-  }
-
-  /** Releases the closed rings that no copy uses any more. */
-  private releaseRings(): void {
-    if (this.ringClosing !== undefined && this.ringCopies === 0) {
-      closeQuietly(this.ringClosing);
-      this.ringClosing = undefined;
-    }
-    if (this.peerRingCopies === 0) {
-      if (this.peerRingClosing !== undefined) closeQuietly(this.peerRingClosing);
-      this.peerRingClosing = undefined;
-      this.peerMappedClosing?.close();
-      this.peerMappedClosing = undefined;
-    }
-  }
-}
-
-/** A ring's release after the driver may have closed: nothing is left to undo then. */
-function closeQuietly(ring: { close(): void }): void {
-  try {
-    ring.close();
-  } catch {
-    // the driver was closed: its registrations went with it
   }
 }
 

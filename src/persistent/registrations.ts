@@ -21,7 +21,7 @@ import { checkMessageBuffer, isDeviceBuffer, type DeviceBuffer } from '../buffer
 import type { DevicePtr } from '../cuda/driver.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
 import { FrameType, type RegOfferFrame, type RegReleaseFrame } from '../wire/frames.js';
-import { describeForPeer, openRemote, type RemoteMemoryContext } from './remote-memory.js';
+import { describeForPeer, openRegistered, type RemoteMemoryContext } from './remote-memory.js';
 
 export type RegistrationState = 'registered' | 'deregistering' | 'released';
 
@@ -134,7 +134,7 @@ export class Registrations {
     // Everything up to the REG_OFFER happens in this call, so numbers follow call order.
     this.ctx.link.sendFrame({ type: FrameType.REG_OFFER, regId: id, ...describeForPeer(this.ctx, buf) });
     const f = await this.offerOf(id);
-    const mapping = await openRemote(this.ctx, f);
+    const mapping = await openRegistered(this.ctx, f);
     if (f.offset + f.length > mapping.size) {
       mapping.release();
       throw new ProtocolError(`REG_OFFER ${id} names bytes ${f.offset}..${f.offset + f.length} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_REGISTRATION');

@@ -1,25 +1,26 @@
 /**
  * The one place a registration describes local memory to the peer and opens
- * the peer's: LEGACY through its IPC handle, VMM and pool memory through the
- * descriptor path's offer (as RGET_FD does), both opened by the endpoint's
- * handle pool, which maps an allocation once however many users hold it.
- * Kept to these two functions so that a unified remote key (issue 24) can
- * replace their insides without touching the registrations.
+ * the peer's. Both go through the RemoteKey of src/paths/remote-key.ts, as
+ * an RGET's memory does: a REG_OFFER carries the key (LEGACY its IPC handle,
+ * VMM and pool memory the descriptor side's offer, made first), and the
+ * peer's is opened by the one switch, paths/open-remote.ts's `openRemote`,
+ * over the endpoint's handle pool, which maps an allocation once however
+ * many users hold it.
  */
 import type { Mapping } from '../../cache/index.js';
 import type { DeviceBuffer } from '../buffers.js';
-import { SmcudaError } from '../errors.js';
+import { ProtocolError, SmcudaError } from '../errors.js';
 import type { PathContext } from '../paths/data-path.js';
-import type { FdRgetPath } from '../paths/fd-rget.js';
-import { HandleKind, IPC_HANDLE_BYTES, type RegOfferFrame } from '../wire/frames.js';
+import { openRemote } from '../paths/open-remote.js';
+import { remoteKind, wireKind } from '../paths/remote-key.js';
+import type { RgetPath } from '../paths/rget.js';
+import { HandleKind, type RegOfferFrame } from '../wire/frames.js';
 
 export interface RemoteMemoryContext {
   link: PathContext;
-  /** The descriptor path (VMM and pool memory), when this endpoint has one. */
-  fd: FdRgetPath | undefined;
+  /** The RGET path: its descriptor side offers VMM and pool memory, and it holds where remote keys open. */
+  rget: RgetPath | undefined;
 }
-
-const ZERO_HANDLE = new Uint8Array(IPC_HANDLE_BYTES);
 
 /** What REG_OFFER says of `buf` (sends the FD_OFFER and descriptors first for VMM and pool memory). */
 export function describeForPeer(ctx: RemoteMemoryContext, buf: DeviceBuffer): Omit<RegOfferFrame, 'type' | 'regId'> {
@@ -29,9 +30,9 @@ export function describeForPeer(ctx: RemoteMemoryContext, buf: DeviceBuffer): Om
   if (exp.kind === 'legacy-ipc') {
     return { kind: HandleKind.LEGACY, deviceUuid, base: exp.base, allocSize: exp.size, offset: at(exp.base), length: buf.length, bufferId: exp.bufferId, handle: exp.handle };
   }
-  if ((exp.kind === 'vmm' || exp.kind === 'pool') && ctx.fd !== undefined && ctx.link.fdAgreed) {
-    const o = ctx.fd.offerForRegistration(exp, buf);
-    return { kind: o.kind, deviceUuid, base: o.base, allocSize: o.size, offset: at(o.base), length: buf.length, bufferId: o.bufferId, handle: ZERO_HANDLE };
+  if ((exp.kind === 'vmm' || exp.kind === 'pool') && ctx.rget !== undefined && ctx.link.fd.agreed) {
+    const key = ctx.rget.descriptorKey(exp, buf);
+    return { kind: wireKind(key.kind), deviceUuid, base: key.base, allocSize: key.size, offset: at(key.base), length: buf.length, bufferId: key.bufferId, handle: key.identity };
   }
   throw new SmcudaError(
     'SMCUDA_REGISTER_KIND',
@@ -39,11 +40,16 @@ export function describeForPeer(ctx: RemoteMemoryContext, buf: DeviceBuffer): Om
   );
 }
 
-/** Opens (or finds, already mapped) the peer's registered allocation; the caller releases the mapping. */
-export function openRemote(ctx: RemoteMemoryContext, f: RegOfferFrame): Promise<Mapping> {
-  if (f.kind === HandleKind.LEGACY) {
-    return ctx.link.pool.acquire({ deviceUuid: f.deviceUuid, base: f.base, size: f.allocSize, handle: f.handle, bufferId: f.bufferId });
+/** Opens (or finds, already mapped) the peer's registered allocation, named by the REG_OFFER's key; the caller releases the mapping. */
+export function openRegistered(ctx: RemoteMemoryContext, f: RegOfferFrame): Promise<Mapping> {
+  const remote = ctx.rget?.remote;
+  if (remote === undefined || (f.kind !== HandleKind.LEGACY && remote.offers === undefined)) {
+    return Promise.reject(new SmcudaError('SMCUDA_REGISTER_KIND', `peer ${ctx.link.peerId} registered ${HandleKind[f.kind]} memory, which this endpoint cannot import`));
   }
-  if (ctx.fd === undefined) return Promise.reject(new SmcudaError('SMCUDA_REGISTER_KIND', `peer ${ctx.link.peerId} registered ${HandleKind[f.kind]} memory, which this endpoint cannot import`));
-  return ctx.fd.importForRegistration(f.bufferId, f.base, f.kind, f.allocSize);
+  const key = { kind: remoteKind(f.kind), identity: f.handle, base: f.base, size: f.allocSize, bufferId: f.bufferId, device: f.deviceUuid };
+  return openRemote(remote, key).catch((err: unknown) => {
+    // A key that names other memory than its offer is the registration's fault here, not an RGET's.
+    if (err instanceof ProtocolError && err.code === 'SMCUDA_BAD_RGET') throw new ProtocolError(`REG_OFFER from ${ctx.link.peerId}: ${err.message}`, 'SMCUDA_BAD_REGISTRATION');
+    throw err;
+  });
 }

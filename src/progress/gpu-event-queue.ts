@@ -32,6 +32,12 @@ interface PolledWait {
   cb: Completion;
 }
 
+/** A wait on a peer's event: its callback runs once, at the event's completion or when the queue closes. */
+interface PeerWait {
+  cb: Completion;
+  done: boolean;
+}
+
 export class GpuEventQueue implements ProgressSource {
   hotUntil = 0;
   kicked = false;
@@ -40,7 +46,10 @@ export class GpuEventQueue implements ProgressSource {
   private readonly freeEvents: EventHandle[] = [];
   /** Peer events with waits in flight (whenEvent), and whether their owner let go of them (retire). */
   private readonly peerWaits = new Map<EventHandle, { waits: number; retired: boolean }>();
+  /** Waits on peer events whose callback has not run: close fails them at once. */
+  private readonly peerCallbacks = new Set<PeerWait>();
   private closed = false;
+  private closeReason: Error | undefined;
   /** Events recorded and not yet settled. */
   private inFlight = 0;
 
@@ -95,12 +104,19 @@ export class GpuEventQueue implements ProgressSource {
   /**
    * Calls `cb` once `ev`, an event this queue does not own (a peer's, opened
    * by IPC handle), completed. Through the native thread: the peer's stream
-   * is not ours, so it is not polled in order with our own events.
+   * is not ours, so it is not polled in order with our own events. The wait
+   * is this queue's: closing the queue (its endpoint closed, or lost the
+   * peer, whose event may then never complete) calls `cb` with the close
+   * reason at once, while the native thread's query of the event goes on
+   * until it lets go; only then can a retired event be destroyed.
    */
   whenEvent(ev: EventHandle, cb: Completion): void {
+    if (this.closed) return callReporting(cb, this.closeReason);
     const w = this.peerWaits.get(ev) ?? { waits: 0, retired: false };
     w.waits++;
     this.peerWaits.set(ev, w);
+    const wait: PeerWait = { cb, done: false };
+    this.peerCallbacks.add(wait);
     const settled = (err: Error | undefined): void => {
       if (--w.waits === 0) {
         this.peerWaits.delete(ev);
@@ -108,6 +124,9 @@ export class GpuEventQueue implements ProgressSource {
         // (not after the driver closed: the event went with its context).
         if (w.retired && (err as { code?: string } | undefined)?.code !== 'SMCUDA_CLOSED') this.destroy(ev);
       }
+      if (wait.done) return; // failed by close already
+      wait.done = true;
+      this.peerCallbacks.delete(wait);
       callReporting(cb, err);
     };
     this.native(ev).then(
@@ -213,12 +232,22 @@ export class GpuEventQueue implements ProgressSource {
     }
   }
 
-  /** Stops polling (the native thread takes pending waits) and destroys idle events; awaited ones are destroyed when they settle. */
-  close(): void {
+  /**
+   * Stops polling (the native thread takes pending waits) and destroys idle
+   * events; awaited ones are destroyed when they settle. Waits on peer
+   * events fail now with `reason` (see whenEvent).
+   */
+  close(reason: Error = new Error('the endpoint closed')): void {
     if (this.closed) return;
     this.closed = true;
+    this.closeReason = reason;
     this.engine.forget(this);
     this.watch(false);
+    for (const wait of [...this.peerCallbacks]) {
+      wait.done = true;
+      this.peerCallbacks.delete(wait);
+      callReporting(wait.cb, reason);
+    }
     for (const ev of this.freeEvents) {
       try {
         this.driver.eventDestroy(ev);

@@ -11,8 +11,14 @@
 /**
  * 2: HELLO carries a nonce instead of the job token, and PROOF follows it
  * (src/auth/handshake.ts); IPC_REQ and IPC_ACK(ok) carry an IPC probe (src/ipc-probe.ts).
+ * 3: the rings are sealed memfds passed on the descriptor channel (SEGMENT):
+ * STAGE_BEGIN and RING_OFFER lose their segment names.
+ * 4: one RGET for every kind of remote memory: RGET gains `kind` and names
+ * its memory by `identity` (the IPC handle for LEGACY); RGET_FD (16) is gone.
+ * A version, not a feature bit: RGET 11 changed layout, and a peer of
+ * version 3 must be refused at its HELLO, not misread an RGET later.
  */
-export const WIRE_VERSION = 3;
+export const WIRE_VERSION = 4;
 export const IPC_HANDLE_BYTES = 64;
 /**
  * An IPC probe (src/ipc-probe.ts): the IPC handle of a small allocation of the
@@ -42,8 +48,7 @@ export enum FrameType {
   CANCEL = 13,
   FINS = 14,
   CREDIT = 15,
-  /** RGET of memory shared by file descriptor (HandleKind.VMM / POOL); only to a peer whose HELLO announced Feature.FD_MEMORY. */
-  RGET_FD = 16,
+  // 16 was RGET_FD (wires 2 and 3): RGET carries every kind since wire 4.
   STAGE_BEGIN = 20,
   STAGE_CHUNK = 21,
   STAGE_ACK = 22,
@@ -82,7 +87,7 @@ export const Feature = {
   FINS: 2,
   /**
    * The sender can import VMM and pool memory by file descriptor: it
-   * understands FD_OFFER / FD_POOL / FD_RELEASE / RGET_FD and takes part in
+   * understands FD_OFFER / FD_POOL / FD_RELEASE and RGETs of kind VMM / POOL, and takes part in
    * the descriptor channel. Only when both HELLOs set it are those frames sent.
    */
   FD_MEMORY: 4,
@@ -111,9 +116,13 @@ export enum SegmentKind {
   STAGING_RING = 2,
 }
 
-/** How the memory an RGET names is shared. LEGACY is RGET (11) itself; RGET_FD carries VMM or POOL. */
+/**
+ * How the memory an RGET names is shared: the wire's form of a RemoteKey's
+ * kind (src/paths/remote-key.ts). A fabric handle (CUmemFabricHandle, 64
+ * bytes like the others' identity) would be one more value here.
+ */
 export enum HandleKind {
-  /** cuIpcGetMemHandle (cuMemAlloc memory): RGET's `handle`. */
+  /** cuIpcGetMemHandle (cuMemAlloc memory): RGET's `identity` is the handle. */
   LEGACY = 0,
   /** cuMemCreate chunks mapped into one range, one POSIX descriptor per chunk (cuMemExportToShareableHandle). */
   VMM = 1,
@@ -200,14 +209,23 @@ export interface EagerFrame {
   data: Uint8Array;
 }
 
-/** "Read my device memory": the RGET rendezvous. */
+/**
+ * "Read my device memory": the RGET rendezvous, for every kind of memory.
+ * `kind`, `identity`, `base`, `allocSize`, `bufferId` and `deviceUuid` are
+ * the RemoteKey of the memory (src/paths/remote-key.ts).
+ */
 export interface RgetFrame {
   type: FrameType.RGET;
   tag: number;
   seq: number;
-  /** cuIpcGetMemHandle of the allocation. */
-  handle: Uint8Array;
-  /** Allocation base and size as the sender sees them (cuMemGetAddressRange). */
+  kind: HandleKind;
+  /**
+   * 64 bytes naming the memory beside its address: LEGACY the
+   * cuIpcGetMemHandle; POOL the cuMemPoolExportPointer data (as its
+   * FD_OFFER); VMM zero (the FD_OFFER with this bufferId and base names the chunks).
+   */
+  identity: Uint8Array;
+  /** Allocation (LEGACY) or offered range (VMM, POOL: the FD_OFFER's) base and size as the sender sees them. */
   base: bigint;
   allocSize: number;
   /** Where the message starts inside the allocation, and its length. */
@@ -336,28 +354,6 @@ export interface StageAckFrame {
   slot: number;
 }
 
-/**
- * "Read my device memory" for memory shared by descriptor: RGET without the
- * IPC handle, with the kind. Names a range the receiver was offered
- * (FD_OFFER with the same bufferId and base) and should hold imported.
- */
-export interface RgetFdFrame {
-  type: FrameType.RGET_FD;
-  tag: number;
-  seq: number;
-  /** HandleKind.VMM or HandleKind.POOL. */
-  kind: HandleKind;
-  /** The offered range (FD_OFFER base and size), as the sender sees it. */
-  base: bigint;
-  allocSize: number;
-  /** Where the message starts inside that range, and its length. */
-  offset: number;
-  length: number;
-  bufferId: bigint;
-  deviceUuid: string;
-  event: Uint8Array | null;
-}
-
 /** One chunk of an offered VMM range: where it is mapped from the range's base, and its size. */
 export interface FdExtent {
   offset: number;
@@ -441,9 +437,10 @@ export interface InvalidateFrame {
 /**
  * A registration: the sender's buffer [base + offset, + length) of an
  * allocation the peer opens once and keeps mapped until both sides
- * deregistered. LEGACY: `handle` is cuIpcGetMemHandle of the allocation;
- * VMM / POOL: the range was offered by FD_OFFER (bufferId, base) first and
- * `handle` is zero.
+ * deregistered. kind, handle, base, allocSize, bufferId and deviceUuid are
+ * its RemoteKey (src/paths/remote-key.ts), as in an RGET: `handle` is the
+ * key's identity (LEGACY cuIpcGetMemHandle, POOL the export data, VMM
+ * zero); VMM / POOL: the range was offered by FD_OFFER (bufferId, base) first.
  */
 export interface RegOfferFrame {
   type: FrameType.REG_OFFER;
@@ -550,7 +547,6 @@ export type Frame =
   | StageChunkFrame
   | StageAckFrame
   | InvalidateFrame
-  | RgetFdFrame
   | FdOfferFrame
   | FdPoolFrame
   | FdReleaseFrame

@@ -3,7 +3,7 @@
  * (test/fixtures/fd-path-peer.mjs) on one GPU, native driver, through
  * Transport/Endpoint. 256 MiB from VMM memory (one chunk), chunked VMM (four
  * chunks, the message spanning them) and a POSIX-fd pool; the receiver's
- * bytes are checked by sha256 and the message must go by RGET_FD (not
+ * bytes are checked by sha256 and the message must go by RGET (descriptor key) (not
  * staging), with one offer per allocation. Where no GPU is usable every case
  * is reported as skipped, with the reason. Needs compiled code: `npx tsc -p .` first.
  */
@@ -52,8 +52,8 @@ function allocate(d: CudaDriver, kind: Kind, size = SIZE): { buf: DeviceBuffer; 
   };
 }
 
-describe.skipIf(Boolean(probe.skip))(`RGET_FD on the native driver${probe.skip ? ` (skipped: ${probe.skip})` : ''}`, () => {
-  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])('%s: 256 MiB between two processes on one GPU by RGET_FD, sha256 verified', async (kind) => {
+describe.skipIf(Boolean(probe.skip))(`RGET of descriptor keys on the native driver${probe.skip ? ` (skipped: ${probe.skip})` : ''}`, () => {
+  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])('%s: 256 MiB between two processes on one GPU by RGET (descriptor key), sha256 verified', async (kind) => {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fdgpu-'));
     const path = join(dir, 'rank0.sock');
     const driver = probe.make!();
@@ -101,7 +101,7 @@ describe.skipIf(Boolean(probe.skip))(`RGET_FD on the native driver${probe.skip ?
   // bench --suite memory sends slices of one pool allocation (issue 24, item 2):
   // cuMemPoolExportPointer takes only the allocation's start, which
   // cuMemGetAddressRange of a pointer past the first segment does not give.
-  it('pool: 256 MiB slices at offsets of one 1 GiB pool allocation, each by RGET_FD, sha256 verified', async () => {
+  it('pool: 256 MiB slices at offsets of one 1 GiB pool allocation, each by RGET (descriptor key), sha256 verified', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fdgpu-'));
     const path = join(dir, 'rank0.sock');
     const driver = probe.make!();

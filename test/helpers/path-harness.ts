@@ -14,7 +14,7 @@ import { resolveOptions, type TransportOptions } from '../../src/options.js';
 import type { PendingRecv, Received } from '../../src/paths/data-path.js';
 import type { Tracer } from '../../src/trace.js';
 import { decodeFrame } from '../../src/wire/codec.js';
-import { FdChannel } from '../../src/channel/fd-channel.js';
+import { FdChannel, type FdChannelHandlers } from '../../src/channel/fd-channel.js';
 import { Feature, type Frame, FrameType, type HelloFrame, WIRE_VERSION } from '../../src/wire/frames.js';
 
 export interface PathSide {
@@ -74,11 +74,26 @@ export function pathSide(device: number, o: { options?: TransportOptions; tracer
   };
 }
 
-/** Joins two sides' links by a real descriptor channel (a socketpair): their ring segments travel on it. */
-export function connectDescriptors(a: PathSide, b: PathSide): void {
+/**
+ * Joins two sides' links by a real descriptor channel (a socketpair): their
+ * ring segments travel on it, and FD_DESCRIPTOR messages go to whom `takeA` /
+ * `takeB` name (a path's attachFd; none: dropped).
+ */
+export function connectDescriptors(a: PathSide, b: PathSide, takeA?: DescriptorTaker, takeB?: DescriptorTaker): void {
   const [x, y] = FdChannel.pair();
-  a.link.attachFd(x);
-  b.link.attachFd(y);
+  attachDescriptors(a, x, takeA);
+  attachDescriptors(b, y, takeB);
+}
+
+/** Who takes a descriptor channel's FD_DESCRIPTOR messages (RgetPath, FdSide). */
+export interface DescriptorTaker {
+  attachFd?(channel: FdChannel): FdChannelHandlers | undefined;
+  attach?(channel: FdChannel): FdChannelHandlers | undefined;
+}
+
+/** Attaches `channel` to the side's link as the transport does: the link starts it, `taker` gets FD_DESCRIPTOR. */
+export function attachDescriptors(side: PathSide, channel: FdChannel, taker?: DescriptorTaker): void {
+  side.link.attachFd(channel, (ch) => (taker?.attachFd !== undefined ? taker.attachFd(ch) : taker?.attach?.(ch)));
 }
 
 /** A posted receive and the promise it settles. */

@@ -73,9 +73,9 @@ describe('smcuda demo --memory', () => {
   });
 
   // Acceptance of issue 18: VMM and pool memory moves by RGET (by descriptor,
-  // RGET_FD), not staging; before the descriptor path a send from VMM memory
+  // RGET of a descriptor key), not staging; before the descriptor path a send from VMM memory
   // with IPC on failed (cuIpcGetMemHandle refuses it).
-  it('--memory vmm with IPC on: large messages by RGET (RGET_FD: by descriptor)', async () => {
+  it('--memory vmm with IPC on: large messages by RGET (a descriptor key)', async () => {
     const r = await demo(['--memory', 'vmm']);
     expect(r.verified).toBe(true);
     expect(r.memory.largeMessages.rget).toBeGreaterThan(0);

@@ -2,7 +2,7 @@
  * RGET by descriptor between two real processes on the simulated driver
  * (real memfds, SCM_RIGHTS over the transport's descriptor channel): this
  * process sends from VMM, chunked VMM and pool memory; test/fixtures/fd-path-peer.mjs
- * receives. Bytes verified, the path is RGET_FD, a descriptor goes once per
+ * receives. Bytes verified, the path is 'rget-fd' (RGET of a descriptor key), a descriptor goes once per
  * allocation per peer, and the receiver's descriptors and imports are back
  * to their start once the endpoint closes. A peer without FD_MEMORY gets
  * staging; an injected import failure and EMFILE make that message restage
@@ -106,8 +106,8 @@ function allocate(s: Side, kind: Kind, size: number): { buf: DeviceBuffer; free:
   };
 }
 
-describe('RGET_FD between two processes (simulated driver)', () => {
-  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])('%s: bytes verified, RGET_FD used, one descriptor per allocation, the receiver back to its start after close', async (kind) => {
+describe('RGET of descriptor keys between two processes (simulated driver)', () => {
+  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])('%s: bytes verified, RGET of a descriptor key used, one descriptor per allocation, the receiver back to its start after close', async (kind) => {
     const s = await start();
     const before = await s.peer.call<FdsReply>('fds');
     const size = 3 << 20;
@@ -177,7 +177,7 @@ describe('RGET_FD between two processes (simulated driver)', () => {
     mem.free();
   });
 
-  it('an injected import failure restages that message alone; the next offers again and goes by RGET_FD', async () => {
+  it('an injected import failure restages that message alone; the next offers again and goes by RGET (descriptor key)', async () => {
     const s = await start();
     const size = 1 << 20;
     const mem = allocate(s, 'vmm', size);
@@ -199,7 +199,7 @@ describe('RGET_FD between two processes (simulated driver)', () => {
     mem.free();
   });
 
-  it('EMFILE on the receiver: that message restages or fails alone, nothing leaks, the next one goes by RGET_FD', async () => {
+  it('EMFILE on the receiver: that message restages or fails alone, nothing leaks, the next one goes by RGET (descriptor key)', async () => {
     const s = await start();
     const before = await s.peer.call<FdsReply>('fds');
     const size = 1 << 20;

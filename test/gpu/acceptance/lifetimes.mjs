@@ -11,7 +11,7 @@
 //                   messages all arrive with the right bytes
 //   close-rget      this process receives 4 × 256 MiB by RGET and closes its
 //                   transport after the first arrived (the others in flight)
-//   close-rget-fd   this process sends 4 × 256 MiB of pool memory (RGET_FD);
+//   close-rget-fd   this process sends 4 × 256 MiB of pool memory (RGET, descriptor keys);
 //                   the peer closes its endpoint after the first arrived
 //   close-staged    as close-rget, with IPC off: staged through the pinned rings
 //   peer-sigkill    as close-rget, but the sending peer is SIGKILLed instead;
@@ -169,7 +169,7 @@ try {
     driver.streamSynchronize(stream);
     driver.memPoolDestroy(pool);
     driver.close();
-    console.log(`${scenario}: the receiver closed with RGET_FD copies in flight`);
+    console.log(`${scenario}: the receiver closed with RGET copies of descriptor keys in flight`);
   } else {
     fail(`unknown scenario (two-transports, close-rget, close-rget-fd, close-staged, peer-sigkill)`);
   }

@@ -2,7 +2,7 @@
  * A local close while an RGET copy is running (issue 23, finding 16): the
  * receive resolved once its copy finished, yet its FIN could no longer reach
  * the sender, whose send rejected with SMCUDA_PEER_LOST. Now both sides agree:
- * the FIN cannot go, so the receive fails too. (RGET_FD finishes its copies
+ * the FIN cannot go, so the receive fails too. (RGET of a descriptor key finishes its copies
  * through the same code, src/paths/remote-copy.ts.)
  */
 import { describe, expect, it } from 'vitest';

@@ -13,7 +13,7 @@ import type { Endpoint } from '../../../src/endpoint.js';
 import { ProtocolError } from '../../../src/errors.js';
 import { Transport } from '../../../src/transport.js';
 import { encodeFrame } from '../../../src/wire/codec.js';
-import { FinStatus, type Frame, FrameType, NONCE_BYTES, WIRE_VERSION } from '../../../src/wire/frames.js';
+import { FinStatus, type Frame, FrameType, HandleKind, NONCE_BYTES, WIRE_VERSION } from '../../../src/wire/frames.js';
 import { rawPeer, type RawPeer } from '../../helpers/raw-peer.js';
 
 let driver: SimulatedCudaDriver;
@@ -34,7 +34,7 @@ afterAll(async () => {
 const UUID = 'GPU-5170a11e-0001-4000-8000-000000000001';
 const SAMPLES: Frame[] = [
   { type: FrameType.EAGER, tag: 3, seq: 1, fromDevice: false, data: new Uint8Array([1, 2, 3, 4, 5]) },
-  { type: FrameType.RGET, tag: 3, seq: 1, handle: new Uint8Array(64).fill(9), base: 0x7000_0000n, allocSize: 4096, offset: 0, length: 4096, bufferId: 5n, deviceUuid: UUID, event: null },
+  { type: FrameType.RGET, tag: 3, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64).fill(9), base: 0x7000_0000n, allocSize: 4096, offset: 0, length: 4096, bufferId: 5n, deviceUuid: UUID, event: null },
   { type: FrameType.FIN, seq: 1, status: FinStatus.OK, message: 'ok' },
   { type: FrameType.CANCEL, seq: 1 },
   { type: FrameType.STAGE_BEGIN, tag: 3, seq: 1, length: 8192, chunkSize: 4096, slots: 2 },

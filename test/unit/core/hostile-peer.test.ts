@@ -10,7 +10,8 @@ import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { ProtocolError } from '../../../src/errors.js';
 import { Transport } from '../../../src/transport.js';
 import { encodeFrame } from '../../../src/wire/codec.js';
-import { FinStatus, type FinFrame, FrameType, type RgetFrame, SegmentKind } from '../../../src/wire/frames.js';
+import { fieldOffset } from '../../../src/wire/schema.js';
+import { FinStatus, type FinFrame, FrameType, HandleKind, type RgetFrame, SegmentKind } from '../../../src/wire/frames.js';
 import { loadAddon } from '../../../src/cuda/addon.js';
 import { rawPeer, type RawPeer } from '../../helpers/raw-peer.js';
 
@@ -60,7 +61,8 @@ function exported(size: number): RgetFrame {
     type: FrameType.RGET,
     tag: 1,
     seq: 1,
-    handle: attacker.ipcGetMemHandle(ptr),
+    kind: HandleKind.LEGACY,
+    identity: attacker.ipcGetMemHandle(ptr),
     base: ptr,
     allocSize: size,
     offset: 0,
@@ -90,7 +92,7 @@ describe('hostile RGETs', () => {
     const g = guardedBuffer(8192);
     const recv = outcome(p.ep.recv({ tag: 1, into: g.buf }));
     const bytes = encodeFrame({ ...exported(4096), length: 4096 });
-    new DataView(bytes.buffer, bytes.byteOffset).setBigUint64(96, 1n, true); // offset 1: 1 + 4096 > 4096
+    new DataView(bytes.buffer, bytes.byteOffset).setBigUint64(fieldOffset(FrameType.RGET, 'offset'), 1n, true); // offset 1: 1 + 4096 > 4096
     p.send(bytes);
     await p.settle();
     expect((await recv).error).toBeInstanceOf(Error);
@@ -119,7 +121,7 @@ describe('hostile RGETs', () => {
     const big = exported(1 << 20);
     const g = guardedBuffer(1 << 20);
     const recv = outcome(p.ep.recv({ tag: 1, into: g.buf }));
-    p.send({ ...big, handle: small.handle });
+    p.send({ ...big, identity: small.identity });
     await p.settle();
     await new Promise((r) => setTimeout(r, 20));
     expect(fins(p)[0]).toMatchObject({ seq: 1, status: FinStatus.REFUSED });
@@ -131,7 +133,7 @@ describe('hostile RGETs', () => {
     const p = await peer();
     const g = guardedBuffer(4096);
     void outcome(p.ep.recv({ tag: 1, into: g.buf }));
-    p.send({ ...exported(4096), handle: new Uint8Array(64).fill(7) });
+    p.send({ ...exported(4096), identity: new Uint8Array(64).fill(7) });
     await p.settle();
     await new Promise((r) => setTimeout(r, 20));
     expect(fins(p)[0]).toMatchObject({ seq: 1, status: FinStatus.RESTAGE });

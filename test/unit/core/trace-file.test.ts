@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AccessDeniedError } from '../../../src/errors.js';
-import { FileTracer } from '../../../src/trace.js';
+import { describeFrame, FileTracer } from '../../../src/trace.js';
+import { FrameType, HandleKind, SegmentKind } from '../../../src/wire/frames.js';
 import { Transport } from '../../../src/transport.js';
 
 const dirs: string[] = [];
@@ -63,5 +64,26 @@ describe('the trace file', () => {
     const d = dir();
     symlinkSync(join(d, 'elsewhere'), join(d, 'trace.jsonl'));
     await expect(Transport.create({ driver: 'sim', trace: join(d, 'trace.jsonl') })).rejects.toMatchObject({ code: 'SMCUDA_ACCESS_DENIED' });
+  });
+});
+
+describe('a traced frame', () => {
+  it("keeps the record's kind: an RGET's HandleKind is traced by name as handleKind", () => {
+    const path = join(dir(), 'trace.jsonl');
+    const t = new FileTracer(path, 'a');
+    const rget = { type: FrameType.RGET, tag: 1, seq: 2, kind: HandleKind.POOL, identity: new Uint8Array(64), base: 16n, allocSize: 8, offset: 0, length: 8, bufferId: 3n, deviceUuid: '', event: null } as const;
+    t.frame('b', 'send', rget);
+    t.close();
+    const rec = JSON.parse(readFileSync(path, 'utf8').trim());
+    expect(rec).toMatchObject({ kind: 'frame', frame: 'RGET', handleKind: 'POOL', identity: true, base: '0x10' });
+    expect(describeFrame(rget)).not.toHaveProperty('kind');
+  });
+
+  it("traces SEGMENT's SegmentKind as segmentKind, by name (not as a HandleKind)", () => {
+    const seg = { type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 } as const;
+    const d = describeFrame(seg);
+    expect(d).toMatchObject({ frame: 'SEGMENT', segmentKind: 'STAGING_RING', bytes: 8192 });
+    expect(d).not.toHaveProperty('kind');
+    expect(d).not.toHaveProperty('handleKind');
   });
 });

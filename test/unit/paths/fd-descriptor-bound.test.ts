@@ -3,7 +3,7 @@
  * `maxPeerDescriptors` (issue 23, finding 6: 3,000 pool descriptors and 3,072
  * offer descriptors were held for the endpoint's lifetime). The test is the
  * hostile peer: it writes FD_POOL / FD_OFFER frames and passes real memfds on
- * a descriptor channel, and never sends the RGET_FD that would import them.
+ * a descriptor channel, and never sends the RGET that would import them.
  * One past the bound is closed at once and counts as lost: the message of its
  * offer goes by staging (FIN RESTAGE), so an honest peer loses nothing.
  */
@@ -11,11 +11,10 @@ import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FdChannel } from '../../../src/channel/fd-channel.js';
 import { loadAddon } from '../../../src/cuda/addon.js';
-import { FdRgetPath } from '../../../src/paths/fd-rget.js';
-import type { Resender } from '../../../src/paths/rget.js';
+import { RgetPath, type Resender } from '../../../src/paths/rget.js';
 import { encodeFrame } from '../../../src/wire/codec.js';
 import { type FdOfferFrame, FinStatus, type FinFrame, FrameType, HandleKind } from '../../../src/wire/frames.js';
-import { pathSide, type PathSide, pendingRecv, until } from '../../helpers/path-harness.js';
+import { attachDescriptors, pathSide, type PathSide, pendingRecv, until } from '../../helpers/path-harness.js';
 
 const addon = loadAddon();
 const openFds = () => readdirSync('/proc/self/fd').length;
@@ -26,11 +25,11 @@ afterEach(() => {
   for (const c of cleanup.splice(0)) c();
 });
 
-function victim(): { r: PathSide; peer: FdChannel; receiver: FdRgetPath } {
+function victim(): { r: PathSide; peer: FdChannel; receiver: RgetPath } {
   const r = pathSide(1, { ipcOk: true, fdMemory: true, options: { maxPeerDescriptors: MAX, negotiation: { checkTimeoutMs: 60_000 } } });
-  const receiver = new FdRgetPath(r.link, { resend: () => undefined } satisfies Resender);
+  const receiver = new RgetPath(r.link, { resend: () => undefined, countReason: () => undefined } satisfies Resender);
   const [peer, mine] = FdChannel.pair();
-  r.link.attachFd(mine);
+  attachDescriptors(r, mine, receiver);
   cleanup.push(() => {
     receiver.close(new Error('test done'));
     peer.close();
@@ -65,8 +64,8 @@ describe('maxPeerDescriptors', () => {
       receiver.onFrame({ type: FrameType.FD_POOL, poolId: id, deviceUuid });
       await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.POOL, id: BigInt(id), base: 0n, index: 0 });
     }
-    await until(() => r.link.fdStats.descriptorsReceived === N, 'every descriptor');
-    expect(r.link.fdStats.descriptorsRefused).toBe(N - MAX);
+    await until(() => r.link.fd.stats.descriptorsReceived === N, 'every descriptor');
+    expect(r.link.fd.stats.descriptorsRefused).toBe(N - MAX);
     expect(openFds() - before).toBeLessThanOrEqual(MAX);
     expect(r.link.closed).toBe(false);
   });
@@ -80,19 +79,19 @@ describe('maxPeerDescriptors', () => {
       await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: offer.bufferId, base: offer.base, index: 0 });
     }
     for (let i = 0; i < 4 * MAX; i++) await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: 1000n + BigInt(i), base: 0x9000_0000n, index: 0 });
-    await until(() => r.link.fdStats.descriptorsReceived === MAX / 2 + 4 * MAX, 'every descriptor');
-    expect(r.link.fdStats.descriptorsRefused).toBe(4 * MAX - MAX / 2);
+    await until(() => r.link.fd.stats.descriptorsReceived === MAX / 2 + 4 * MAX, 'every descriptor');
+    expect(r.link.fd.stats.descriptorsRefused).toBe(4 * MAX - MAX / 2);
     expect(openFds() - before).toBeLessThanOrEqual(MAX);
   });
 
-  it('an offer of more chunks than the bound (an honest large message): its RGET_FD goes by staging (FIN RESTAGE), and nothing of it stays open', async () => {
+  it('an offer of more chunks than the bound (an honest large message): its RGET goes by staging (FIN RESTAGE), and nothing of it stays open', async () => {
     const { r, peer, receiver } = victim();
     const before = openFds();
     const offer = vmmOffer(r, 1, MAX + 4);
     receiver.onFrame(offer);
     for (let k = 0; k < MAX + 4; k++) await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: offer.bufferId, base: offer.base, index: k });
     const p = pendingRecv(1);
-    receiver.receive(p.recv, { type: FrameType.RGET_FD, tag: 1, seq: 5, kind: HandleKind.VMM, base: offer.base, allocSize: offer.size, offset: 0, length: 4096, bufferId: offer.bufferId, deviceUuid: offer.deviceUuid, event: null });
+    receiver.receive(p.recv, { type: FrameType.RGET, tag: 1, seq: 5, kind: HandleKind.VMM, identity: new Uint8Array(64), base: offer.base, allocSize: offer.size, offset: 0, length: 4096, bufferId: offer.bufferId, deviceUuid: offer.deviceUuid, event: null });
     await until(() => r.frames.some((f) => f.type === FrameType.FIN), 'the FIN');
     const fin = r.frames.find((f): f is FinFrame => f.type === FrameType.FIN)!;
     expect(fin).toMatchObject({ seq: 5, status: FinStatus.RESTAGE });

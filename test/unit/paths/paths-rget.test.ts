@@ -38,6 +38,9 @@ function readBack(s: PathSide, buf: DeviceBuffer): Uint8Array {
 }
 
 const noResend: Resender = {
+  countReason: () => {
+    throw new Error('not expected');
+  },
   resend: () => {
     throw new Error('not expected');
   },
@@ -100,7 +103,7 @@ describe('RgetPath, sender', () => {
   it('FIN RESTAGE hands the send to its fallback, which announces it again; a RESTAGE for an unknown send is a protocol error', () => {
     const s = side(0);
     const resent: Array<[number, DeviceBuffer, StreamHandle | undefined]> = [];
-    const rget = new RgetPath(s.link, { resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
+    const rget = new RgetPath(s.link, { ...noResend, resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
     const buf = deviceWith(s, patternBytes(64, 3));
     void rget.send(buf, 1, {});
     expect(rget.onFin(1, FinStatus.OK)).toBe(false); // the endpoint settles plain FINs
@@ -113,7 +116,7 @@ describe('RgetPath, sender', () => {
 
   it('a fallback that cannot resend fails the send and tells the receiver (FIN SENDER_FAILED)', async () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, { resend: () => { throw new RangeError('source freed'); } });
+    const rget = new RgetPath(s.link, { ...noResend, resend: () => { throw new RangeError('source freed'); } });
     const buf = deviceWith(s, patternBytes(64, 3));
     const sent = rget.send(buf, 1, {});
     s.take();
@@ -187,7 +190,7 @@ describe('RgetPath, receiver', () => {
     expect(b.link.resends.get(1)).toBe(r.recv);
   });
 
-  it('close rejects a receive waiting for the sender\'s stream event', async () => {
+  it('close rejects a receive waiting for the sender\'s stream event (the endpoint\'s GpuEventQueue fails the wait)', async () => {
     const a = side(0);
     const b = side(1);
     const src = deviceWith(a, patternBytes(64, 7));
@@ -203,7 +206,13 @@ describe('RgetPath, receiver', () => {
     a.driver.eventRecord(ev, a.link.gpu().stream);
     rget.receive(r.recv, { ...frame, event: a.driver.ipcGetEventHandle(ev) });
     await new Promise((res) => setTimeout(res, 20));
-    rget.close(new Error('closing'));
+    // As Endpoint.shutdown closes: the paths, then the link, whose GpuEventQueue owns the wait and fails it.
+    const reason = new Error('closing');
+    b.link.closedWith = null;
+    b.link.closeReason = reason;
+    rget.close(reason);
+    b.link.close();
     await expect(r.result).rejects.toThrow('closing');
+    expect(b.driver.lifetimeViolations).toEqual([]);
   });
 });

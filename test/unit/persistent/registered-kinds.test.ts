@@ -1,6 +1,6 @@
 /**
  * Registered memory of every kind: VMM and pool memory are registered
- * through the descriptor path's offer (as RGET_FD opens them), so two
+ * through RGET's descriptor side's offer (one RemoteKey, opened as an RGET's), so two
  * transports joined by a Unix socket (the descriptor channel needs one)
  * register a VMM range on one side and a pool allocation on the other and
  * run a persistent transfer between them.

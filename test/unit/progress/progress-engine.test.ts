@@ -334,4 +334,46 @@ describe('ProgressEngine', () => {
       d.close();
     }
   });
+
+  it("a wait on a peer's event is the queue's: close fails it at once with the reason; the retired event is destroyed only once the native thread lets go", async () => {
+    const { SimulatedCudaDriver } = await import('../../../src/cuda/sim-driver.js');
+    const { GpuEventQueue } = await import('../../../src/progress/gpu-event-queue.js');
+    const peer = new SimulatedCudaDriver({ env: {} });
+    const d = new SimulatedCudaDriver({ env: {} });
+    for (const x of [peer, d]) x.init();
+    peer.setDevice(0);
+    d.setDevice(1);
+    try {
+      // The peer's event, recorded behind a slow copy: it completes 200 ms from now.
+      const s = peer.streamCreate();
+      peer.inject({ copyDelayMs: 200 });
+      const src = peer.memAlloc(16);
+      const dst = peer.memAlloc(16);
+      peer.memcpyAsync(dst, src, 16, s);
+      const pev = peer.eventCreate({ interprocess: true, disableTiming: true });
+      peer.eventRecord(pev, s);
+      const ev = d.ipcOpenEventHandle(peer.ipcGetEventHandle(pev));
+      const destroy = vi.spyOn(d, 'eventDestroy');
+      const q = new GpuEventQueue(d, spinner(0), 0);
+      const outcomes: unknown[] = [];
+      q.whenEvent(ev, (err) => outcomes.push(err ?? 'completed'));
+      await sleep(10);
+      const reason = new Error('peer lost');
+      q.close(reason);
+      expect(outcomes).toEqual([reason]); // at once, not when the event completes
+      q.retire(ev); // the receive is done with it
+      expect(q.peerEventsAwaited).toBe(1); // the native thread still queries it: not destroyed
+      expect(destroy).not.toHaveBeenCalledWith(ev);
+      await until(() => q.peerEventsAwaited === 0);
+      expect(destroy).toHaveBeenCalledWith(ev);
+      expect(outcomes).toEqual([reason]); // the callback ran once
+      expect(d.lifetimeViolations).toEqual([]);
+      const late: unknown[] = [];
+      q.whenEvent(ev, (err) => late.push(err)); // a wait after close fails at once
+      expect(late).toEqual([reason]);
+    } finally {
+      d.close();
+      peer.close();
+    }
+  });
 });

@@ -59,7 +59,8 @@ function rgetArb(deviceUuid: fc.Arbitrary<string>) {
       type: fc.constant(FrameType.RGET as const),
       tag: u32,
       seq: safe,
-      handle,
+      kind: fc.constantFrom(HandleKind.LEGACY, HandleKind.VMM, HandleKind.POOL),
+      identity: handle,
       base: u64,
       bounds: fc.tuple(safe, safe, safe).map((t) => t.sort((a, b) => a - b)),
       bufferId: u64,
@@ -120,7 +121,6 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.STAGE_ACK as const), seq: safe, slot: fc.integer({ min: 0, max: 0xffff }) }),
   fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: uuid, base: u64, bufferId: u64 }),
   fc.record({ type: fc.constant(FrameType.CLOSE as const), reason: utf8(0, MAX_STRING_BYTES) }),
-  rgetArb(uuid).map(({ handle: _, ...f }) => ({ ...f, type: FrameType.RGET_FD as const, kind: HandleKind.VMM })),
   fc.record({
     type: fc.constant(FrameType.FD_OFFER as const),
     kind: fc.constant(HandleKind.VMM),
@@ -305,7 +305,7 @@ describe('restampRget', () => {
   );
 
   it('checks the tag and seq it stamps', () => {
-    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, handle: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
+    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
     expect(() => restampRget(t, -1, 1)).toThrow(/'tag'/);
     expect(() => restampRget(t, 1, 2 ** 53)).toThrow(/'seq'/);
   });
@@ -354,7 +354,7 @@ describe('RgetDecoder', () => {
 
   it('a seq above 2^53 in a frame otherwise like the last is refused, as decodeFrame refuses it', () => {
     const rd = new RgetDecoder();
-    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, handle: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
+    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
     rd.decode(t);
     const big = Uint8Array.from(t);
     big[15] = 0xff;
@@ -365,26 +365,26 @@ describe('RgetDecoder', () => {
 describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0x01020304, seq: 2 ** 32 + 5, fromDevice: true, data: Uint8Array.of(0xaa, 0xbb) });
-    expect(bytes).toEqual(hex('53 03 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
+    expect(bytes).toEqual(hex('53 04 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
   });
 
   it('HELLO: the 32-byte nonce, then the features word; PROOF: the 32-byte HMAC; channel-layer frames as protocol.md lays them out', () => {
     const nonce = new Uint8Array(NONCE_BYTES).fill(0xab);
-    const hello = encodeFrame({ type: FrameType.HELLO, version: 3, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
-    expect(hello).toEqual(hex(`53 03 01 00  03  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
-    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 03 07 00  ${'cd'.repeat(32)}`));
-    expect(encodeFrame({ type: FrameType.RING_OFFER, capacity: 4096 })).toEqual(hex('53 03 32 00  00100000'));
-    expect(encodeFrame({ type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 })).toEqual(hex('53 03 23 00  02  0020000000000000'));
-    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 03 33 00'));
-    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 03 34 00'));
-    const inner = hex('53 03 34 00');
-    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 03 35 00  09000000  04000000  53033400'));
+    const hello = encodeFrame({ type: FrameType.HELLO, version: 4, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
+    expect(hello).toEqual(hex(`53 04 01 00  04  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
+    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 04 07 00  ${'cd'.repeat(32)}`));
+    expect(encodeFrame({ type: FrameType.RING_OFFER, capacity: 4096 })).toEqual(hex('53 04 32 00  00100000'));
+    expect(encodeFrame({ type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 })).toEqual(hex('53 04 23 00  02  0020000000000000'));
+    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 04 33 00'));
+    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 04 34 00'));
+    const inner = hex('53 04 34 00');
+    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 04 35 00  09000000  04000000  53043400'));
     expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
   it('IPC_REQ: attempt u32, the 16 UUID bytes, then a probe-present byte and the probe', () => {
     const bytes = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff' });
-    expect(bytes).toEqual(hex('53 03 02 00  03000000  00112233445566778899aabbccddeeff  00'));
+    expect(bytes).toEqual(hex('53 04 02 00  03000000  00112233445566778899aabbccddeeff  00'));
     const probe = new Uint8Array(IPC_PROBE_BYTES).map((_, i) => i);
     const withProbe = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
     expect(withProbe.byteLength).toBe(4 + 4 + 16 + 1 + IPC_PROBE_BYTES);
@@ -397,15 +397,16 @@ describe('layout', () => {
 
   it('FIN: seq u64, status u8, message as u16 length + UTF-8', () => {
     const bytes = encodeFrame({ type: FrameType.FIN, seq: 7, status: FinStatus.TRUNCATED, message: 'é' });
-    expect(bytes).toEqual(hex('53 03 0c 00  0700000000000000  03  0200 c3a9'));
+    expect(bytes).toEqual(hex('53 04 0c 00  0700000000000000  03  0200 c3a9'));
   });
 
-  it('RGET: 137 bytes without an event, 201 with one', () => {
+  it('RGET: 138 bytes without an event, 202 with one; the kind after seq, then the identity', () => {
     const f = {
       type: FrameType.RGET as const,
       tag: 1,
       seq: 2,
-      handle: new Uint8Array(64).fill(9),
+      kind: HandleKind.POOL,
+      identity: new Uint8Array(64).fill(9),
       base: 0x7f00_0000_0000n,
       allocSize: 4096,
       offset: 0,
@@ -415,15 +416,17 @@ describe('layout', () => {
       event: null as Uint8Array | null,
     };
     const bytes = encodeFrame(f);
-    expect(bytes.byteLength).toBe(137);
+    expect(bytes.byteLength).toBe(138);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    expect(bytes.subarray(16, 80)).toEqual(f.handle);
-    expect(view.getBigUint64(80, true)).toBe(f.base);
-    expect(view.getBigUint64(88, true)).toBe(4096n);
-    expect(view.getBigUint64(104, true)).toBe(4096n);
-    expect(view.getBigUint64(112, true)).toBe(77n);
-    expect(bytes[136]).toBe(0);
-    expect(encodeFrame({ ...f, event: new Uint8Array(64) }).byteLength).toBe(201);
+    expect(bytes[16]).toBe(HandleKind.POOL);
+    expect(bytes.subarray(17, 81)).toEqual(f.identity);
+    expect(view.getBigUint64(81, true)).toBe(f.base);
+    expect(view.getBigUint64(89, true)).toBe(4096n);
+    expect(view.getBigUint64(105, true)).toBe(4096n);
+    expect(view.getBigUint64(113, true)).toBe(77n);
+    expect(bytes[137]).toBe(0);
+    expect(decodeFrame(bytes)).toEqual(f);
+    expect(encodeFrame({ ...f, event: new Uint8Array(64) }).byteLength).toBe(202);
   });
 
   it('fixed sizes of the small frames', () => {
@@ -440,10 +443,10 @@ describe('layout', () => {
     const f = decodeFrame(bytes) as Extract<Frame, { type: FrameType.EAGER }>;
     expect(f.data.buffer).toBe(bytes.buffer);
     expect(f.data.byteOffset).toBe(bytes.byteOffset + 21);
-    const r = encodeFrame({ type: FrameType.RGET, tag: 0, seq: 0, handle: new Uint8Array(64).fill(3), base: 0n, allocSize: 0, offset: 0, length: 0, bufferId: 0n, deviceUuid: '', event: null });
+    const r = encodeFrame({ type: FrameType.RGET, tag: 0, seq: 0, kind: HandleKind.LEGACY, identity: new Uint8Array(64).fill(3), base: 0n, allocSize: 0, offset: 0, length: 0, bufferId: 0n, deviceUuid: '', event: null });
     const decoded = decodeFrame(r) as Extract<Frame, { type: FrameType.RGET }>;
     r.fill(0);
-    expect(decoded.handle).toEqual(new Uint8Array(64).fill(3));
+    expect(decoded.identity).toEqual(new Uint8Array(64).fill(3));
   });
 
   it('device UUIDs: upper case is accepted and decoded lower case; the all-zero UUID is reserved', () => {
@@ -461,7 +464,7 @@ describe('layout', () => {
 
 const eager = () => encodeFrame({ type: FrameType.EAGER, tag: 1, seq: 2, fromDevice: false, data: Uint8Array.of(1, 2, 3) }).slice();
 const rget = (event: Uint8Array | null = null) =>
-  encodeFrame({ type: FrameType.RGET, tag: 1, seq: 2, handle: new Uint8Array(64), base: 0n, allocSize: 100, offset: 10, length: 90, bufferId: 1n, deviceUuid: '', event }).slice();
+  encodeFrame({ type: FrameType.RGET, tag: 1, seq: 2, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 100, offset: 10, length: 90, bufferId: 1n, deviceUuid: '', event }).slice();
 const hello = (peerId = 'p') => encodeFrame({ type: FrameType.HELLO, version: WIRE_VERSION, pid: 1, peerId, deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) }).slice();
 const dv = (b: Uint8Array) => new DataView(b.buffer, b.byteOffset, b.byteLength);
 
@@ -508,21 +511,21 @@ describe('decode rules', () => {
 
   it('RGET: offset + length beyond allocSize, event flag, event size', () => {
     const b = rget();
-    dv(b).setBigUint64(104, 91n, true); // length 91 at offset 10 of 100
+    dv(b).setBigUint64(105, 91n, true); // length 91 at offset 10 of 100
     expect(decodeError(b).message).toMatch(/RGET frame: 'offset' \+ 'length' \(10 \+ 91\) exceeds 'allocSize' \(100\)/);
     const huge = rget();
-    dv(huge).setBigUint64(96, BigInt(MAX_SAFE), true);
-    dv(huge).setBigUint64(104, BigInt(MAX_SAFE), true);
-    dv(huge).setBigUint64(88, BigInt(MAX_SAFE), true);
+    dv(huge).setBigUint64(97, BigInt(MAX_SAFE), true);
+    dv(huge).setBigUint64(105, BigInt(MAX_SAFE), true);
+    dv(huge).setBigUint64(89, BigInt(MAX_SAFE), true);
     expect(decodeError(huge).message).toMatch(/exceeds 'allocSize'/);
     const flag = rget();
-    flag[136] = 2;
+    flag[137] = 2;
     expect(decodeError(flag).message).toMatch(/RGET frame: 'event.present' must be 0 or 1/);
     const noEvent = rget();
-    noEvent[136] = 1; // claims an event but has none
+    noEvent[137] = 1; // claims an event but has none
     expect(decodeError(noEvent).message).toMatch(/RGET frame: 'event' needs 64 bytes/);
-    expect(decodeError(rget(new Uint8Array(64)).subarray(0, 200)).message).toMatch(/'event' needs 64/);
-    expect(decodeError(rget().subarray(0, 79)).message).toMatch(/'handle' needs 64/);
+    expect(decodeError(rget(new Uint8Array(64)).subarray(0, 201)).message).toMatch(/'event' needs 64/);
+    expect(decodeError(rget().subarray(0, 80)).message).toMatch(/'identity' needs 64/);
   });
 
   it('FIN: unknown status', () => {
@@ -593,7 +596,7 @@ describe('decode rules', () => {
 
 describe('encode rules', () => {
   const okEager = { type: FrameType.EAGER, tag: 1, seq: 1, fromDevice: false, data: new Uint8Array(1) };
-  const okRget = { type: FrameType.RGET, tag: 1, seq: 1, handle: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null };
+  const okRget = { type: FrameType.RGET, tag: 1, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null };
 
   it('integers out of range or not integers', () => {
     expect(encodeError({ ...okEager, tag: -1 }).message).toMatch(/EAGER frame: 'tag' must be an integer in 0..4294967295, got -1/);
@@ -611,7 +614,7 @@ describe('encode rules', () => {
     encodeError({ ...okRget, bufferId: 1n << 64n });
     encodeError({ ...okRget, base: 1 });
     encodeError({ ...okEager, fromDevice: 1 });
-    expect(encodeError({ ...okRget, handle: new Uint8Array(63) }).message).toMatch(/'handle' must be a Uint8Array of exactly 64 bytes/);
+    expect(encodeError({ ...okRget, identity: new Uint8Array(63) }).message).toMatch(/'identity' must be a Uint8Array of exactly 64 bytes/);
     encodeError({ ...okRget, event: new Uint8Array(65) });
     encodeError({ ...okEager, data: [1, 2] });
   });
@@ -761,7 +764,8 @@ describe('u64 fields at the 32-bit boundaries', () => {
       type: FrameType.RGET,
       tag: 1,
       seq: 2,
-      handle: new Uint8Array(64).fill(3),
+      kind: HandleKind.LEGACY,
+      identity: new Uint8Array(64).fill(3),
       base: v,
       allocSize: 10,
       offset: 0,
@@ -792,11 +796,14 @@ describe('file-descriptor memory frames', () => {
     ],
   };
 
-  it('RGET_FD: RGET without the handle, with the kind after seq', () => {
-    const bytes = encodeFrame({ type: FrameType.RGET_FD, tag: 1, seq: 2, kind: HandleKind.POOL, base: 3n, allocSize: 10, offset: 4, length: 6, bufferId: 7n, deviceUuid: '', event: null });
+  it('RGET of a descriptor key: the kind after seq, the identity (pool export data) after it', () => {
+    const bytes = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 2, kind: HandleKind.POOL, identity: new Uint8Array(64).fill(0xab), base: 3n, allocSize: 10, offset: 4, length: 6, bufferId: 7n, deviceUuid: '', event: null });
     expect(bytes).toEqual(
-      hex(`53 ${WIRE_VERSION.toString(16).padStart(2, '0')} 10 00  01000000  0200000000000000  02  0300000000000000  0a00000000000000  0400000000000000  0600000000000000  0700000000000000  ${'00'.repeat(16)}  00`),
+      hex(`53 ${WIRE_VERSION.toString(16).padStart(2, '0')} 0b 00  01000000  0200000000000000  02  ${'ab'.repeat(64)}  0300000000000000  0a00000000000000  0400000000000000  0600000000000000  0700000000000000  ${'00'.repeat(16)}  00`),
     );
+    const unknown = bytes.slice();
+    unknown[16] = 3; // no such kind (yet: a fabric handle would be one)
+    expect(decodeError(unknown).message).toMatch(/RGET frame: 'kind' must be a HandleKind/);
   });
 
   it('FD_OFFER: the chunks as a u16 count and (offset, size) pairs, last', () => {

@@ -135,7 +135,7 @@ describe('the schema covers the wire', () => {
     [FrameType.IPC_CONFIRM]: { attempt: true },
     [FrameType.IPC_ABORT]: { reason: true },
     [FrameType.EAGER]: { tag: true, seq: true, fromDevice: true, data: true },
-    [FrameType.RGET]: { tag: true, seq: true, handle: true, base: true, allocSize: true, offset: true, length: true, bufferId: true, deviceUuid: true, event: true },
+    [FrameType.RGET]: { tag: true, seq: true, kind: true, identity: true, base: true, allocSize: true, offset: true, length: true, bufferId: true, deviceUuid: true, event: true },
     [FrameType.FIN]: { seq: true, status: true, message: true },
     [FrameType.CANCEL]: { seq: true },
     [FrameType.FINS]: { seqs: true },
@@ -144,7 +144,6 @@ describe('the schema covers the wire', () => {
     [FrameType.STAGE_CHUNK]: { seq: true, slot: true, offset: true, length: true },
     [FrameType.STAGE_ACK]: { seq: true, slot: true },
     [FrameType.INVALIDATE]: { deviceUuid: true, base: true, bufferId: true },
-    [FrameType.RGET_FD]: { tag: true, seq: true, kind: true, base: true, allocSize: true, offset: true, length: true, bufferId: true, deviceUuid: true, event: true },
     [FrameType.FD_OFFER]: { kind: true, bufferId: true, deviceUuid: true, base: true, size: true, poolId: true, exportData: true, chunks: true },
     [FrameType.FD_POOL]: { poolId: true, deviceUuid: true },
     [FrameType.FD_RELEASE]: { kind: true, id: true, base: true },
@@ -167,8 +166,8 @@ describe('the schema covers the wire', () => {
   it("RGET's restamped fields sit where the fast path writes them, and the smallest sizes are the documented ones", () => {
     expect(fieldOffset(FrameType.RGET, 'tag')).toBe(4);
     expect(fieldOffset(FrameType.RGET, 'seq')).toBe(8);
-    expect(fieldOffset(FrameType.RGET, 'offset')).toBe(96);
-    expect(minFrameBytes(FrameType.RGET)).toBe(137);
+    expect(fieldOffset(FrameType.RGET, 'offset')).toBe(97);
+    expect(minFrameBytes(FrameType.RGET)).toBe(138);
     expect(minFrameBytes(FrameType.EAGER)).toBe(21);
     expect(minFrameBytes(FrameType.SPILL)).toBe(12);
     expect(() => fieldOffset(FrameType.HELLO, 'nonce')).toThrow(/fixed offset/);
@@ -233,11 +232,11 @@ describe('docs/protocol.md', () => {
 
   it('a table gives offsets after a variable part in terms of its size', () => {
     expect(frameTable(FrameType.HELLO)).toContain('| 27 + P | 32 | bytes | nonce |');
-    expect(frameTable(FrameType.RGET)).toContain('| 137 | 64 | handle | event |');
+    expect(frameTable(FrameType.RGET)).toContain('| 138 | 64 | handle | event |');
   });
 
   it('a stale table is rewritten', () => {
-    const stale = doc.replace('| 104 | 8 | u64 (number) | length |', '| 105 | 8 | u64 (number) | length |');
+    const stale = doc.replace('| 105 | 8 | u64 (number) | length |', '| 106 | 8 | u64 (number) | length |');
     expect(stale).not.toBe(doc);
     expect(renderFrameTables(stale)).toBe(doc);
   });

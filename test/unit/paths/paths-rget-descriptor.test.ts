@@ -1,5 +1,5 @@
 /**
- * The descriptor path (src/paths/fd-rget.ts) on its own: two sides on
+ * RGET of VMM and pool memory (the descriptor side, src/paths/fd-side.ts, of src/paths/rget.ts) on its own: two sides on
  * simulated drivers (separate "processes" to the simulator, real memfds),
  * joined by a real descriptor channel pair; the test carries the control
  * frames between them.
@@ -9,16 +9,17 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import { FdChannel } from '../../../src/channel/fd-channel.js';
 import { CudaError, PeerLostError, ProtocolError } from '../../../src/errors.js';
-import { FdRgetPath } from '../../../src/paths/fd-rget.js';
 import { RgetPath, type Resender } from '../../../src/paths/rget.js';
-import { FinStatus, type FinFrame, type Frame, FrameType, HandleKind, type RgetFdFrame } from '../../../src/wire/frames.js';
+import { FinStatus, type FinFrame, type Frame, FrameType, HandleKind, type RgetFrame } from '../../../src/wire/frames.js';
 import { patternBytes, sameBytes } from '../../helpers/bytes.js';
-import { pathSide, pendingRecv, type PathSide, until } from '../../helpers/path-harness.js';
+import { attachDescriptors, pathSide, pendingRecv, type PathSide, until } from '../../helpers/path-harness.js';
 import { POOL_SEGMENT } from '../../../src/cuda/sim/fd-memory.js';
 
+const reasons: Record<string, number> = {};
 const opened: PathSide[] = [];
-const paths: FdRgetPath[] = [];
+const paths: RgetPath[] = [];
 afterEach(() => {
+  for (const k of Object.keys(reasons)) delete reasons[k];
   for (const p of paths.splice(0)) p.close(new Error('test done'));
   for (const s of opened.splice(0)) s.close();
 });
@@ -26,27 +27,27 @@ afterEach(() => {
 const openFds = () => readdirSync('/proc/self/fd').length;
 
 const resent: number[] = [];
-const resender: Resender = { resend: (seq) => void resent.push(seq) };
+const resender: Resender = { resend: (seq) => void resent.push(seq), countReason: (why) => void (reasons[why] = (reasons[why] ?? 0) + 1) };
 
 function pair(o: { timeoutMs?: number; agreed?: boolean } = {}) {
   const options = { negotiation: { checkTimeoutMs: o.timeoutMs ?? 5000 } };
   const s = pathSide(0, { ipcOk: true, fdMemory: o.agreed ?? true, options });
   const r = pathSide(1, { ipcOk: true, fdMemory: o.agreed ?? true, options });
   opened.push(s, r);
-  const sender = new FdRgetPath(s.link, resender);
-  const receiver = new FdRgetPath(r.link, resender);
+  const sender = new RgetPath(s.link, resender);
+  const receiver = new RgetPath(r.link, resender);
   paths.push(sender, receiver);
   const [a, b] = FdChannel.pair();
-  s.link.attachFd(a);
-  r.link.attachFd(b);
+  attachDescriptors(s, a, sender);
+  attachDescriptors(r, b, receiver);
   return { s, r, sender, receiver };
 }
 
-/** Hands the sender's control frames to the receiver path: the controls to onFrame, RGET_FD to a new receive. */
-function deliver(frames: Frame[], receiver: FdRgetPath) {
+/** Hands the sender's control frames to the receiver path: the controls to onFrame, RGET to a new receive. */
+function deliver(frames: Frame[], receiver: RgetPath) {
   const results = [];
   for (const f of frames) {
-    if (f.type === FrameType.RGET_FD) {
+    if (f.type === FrameType.RGET) {
       const p = pendingRecv(f.tag);
       receiver.receive(p.recv, f);
       results.push(p.result);
@@ -64,16 +65,29 @@ function vmmBuffer(s: PathSide, size: number, chunks: number, seed: number): { b
 
 const fins = (side: PathSide) => side.frames.filter((f): f is FinFrame => f.type === FrameType.FIN);
 
-describe('the descriptor path', () => {
-  it('RGET does not take VMM memory (cuIpcGetMemHandle refuses it); RGET_FD does, once the channel is up', () => {
-    const { s, sender } = pair();
+describe('RGET of descriptor keys', () => {
+  it('RGET takes VMM memory (which cuIpcGetMemHandle refuses) only once the descriptor channel is up; legacy memory always', () => {
+    const s = pathSide(0, { ipcOk: true, fdMemory: true });
+    opened.push(s);
     const rget = new RgetPath(s.link, resender);
+    paths.push(rget);
     const { buf } = vmmBuffer(s, 1 << 20, 1, 1);
-    expect(rget.canSend(buf)).toBe(false);
-    expect(sender.canSend(buf)).toBe(true);
     const legacy = s.driver.memAlloc(64);
+    expect(rget.canSend(buf)).toBe(false);
     expect(rget.canSend({ ptr: legacy, length: 64 })).toBe(true);
-    expect(sender.canSend({ ptr: legacy, length: 64 })).toBe(false);
+    const [a, b] = FdChannel.pair();
+    attachDescriptors(s, a, rget);
+    expect(rget.canSend(buf)).toBe(true);
+    b.close();
+  });
+
+  it('the RGET of a VMM key names the offer: kind VMM, zero identity, the offered range', () => {
+    const { s, sender } = pair();
+    const { buf } = vmmBuffer(s, 2 << 20, 2, 3);
+    void sender.send(buf, 2, {}).catch(() => {});
+    const [offer, rget] = s.take() as [Frame, RgetFrame];
+    expect(offer.type).toBe(FrameType.FD_OFFER);
+    expect(rget).toMatchObject({ type: FrameType.RGET, kind: HandleKind.VMM, identity: new Uint8Array(64), base: buf.ptr, allocSize: buf.length, offset: 0, length: buf.length });
   });
 
   it('a message spanning chunks: one FD_OFFER and a descriptor per chunk, once; the bytes arrive; the receiver keeps no descriptor', async () => {
@@ -83,7 +97,7 @@ describe('the descriptor path', () => {
     const msg = { ptr: buf.ptr + BigInt(1 << 19), length: buf.length - (1 << 19) };
     const sent = sender.send(msg, 4, {});
     const frames = s.take();
-    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET]);
     const [result] = deliver(frames, receiver);
     const got = await result!;
     expect(got.path).toBe('rget-fd');
@@ -96,15 +110,15 @@ describe('the descriptor path', () => {
     expect(finFrames.some((f) => (f.type === FrameType.FIN && f.seq === 1) || (f.type === FrameType.FINS && f.seqs.includes(1)))).toBe(true);
     s.link.sends.settle(s.link.sends.get(1)!, FinStatus.OK, '');
     await sent;
-    expect(s.link.fdStats.descriptorsSent).toBe(3);
-    expect(r.link.fdStats.descriptorsReceived).toBe(3);
-    // again from the same memory: RGET_FD alone, a cache hit on the receiver
+    expect(s.link.fd.stats.descriptorsSent).toBe(3);
+    expect(r.link.fd.stats.descriptorsReceived).toBe(3);
+    // again from the same memory: RGET alone, a cache hit on the receiver
     void sender.send(msg, 4, {});
     const again = s.take();
-    expect(again.map((f) => f.type)).toEqual([FrameType.RGET_FD]);
+    expect(again.map((f) => f.type)).toEqual([FrameType.RGET]);
     await deliver(again, receiver)[0];
-    expect(s.link.fdStats.offers).toBe(1);
-    expect(r.link.fdStats.imports).toBe(1);
+    expect(s.link.fd.stats.offers).toBe(1);
+    expect(r.link.fd.stats.imports).toBe(1);
     // every exported and received descriptor was closed once passed / imported; the import goes with the pool
     await until(() => openFds() <= fdsBefore, 'every descriptor passed or imported to be closed');
     receiver.close(new Error('done'));
@@ -133,27 +147,27 @@ describe('the descriptor path', () => {
     expect(r.link.resends.has(7)).toBe(true);
   });
 
-  it('an RGET_FD that names other memory than offered (size) restages; an injected import failure restages', async () => {
+  it('an RGET that names other memory than offered (size) restages; an injected import failure restages', async () => {
     const { s, r, sender, receiver } = pair();
     const { buf } = vmmBuffer(s, 1 << 20, 1, 4);
     void sender.send(buf, 1, {}).catch(() => {});
-    const [offer, rget] = s.take() as [Frame, RgetFdFrame];
+    const [offer, rget] = s.take() as [Frame, RgetFrame];
     deliver([offer, { ...rget, allocSize: rget.allocSize * 2, length: rget.length }], receiver);
     await until(() => fins(r).length === 1, 'the first FIN');
     expect(fins(r)[0]).toMatchObject({ status: FinStatus.RESTAGE });
     expect(fins(r)[0]!.message).toMatch(/offer has/);
     // the sender hears FD_RELEASE and offers again; the import fails this time (injected)
     for (const f of r.take()) if (f.type === FrameType.FD_RELEASE) sender.onFrame(f);
-    expect(s.link.fdStats.releasesReceived).toBe(1);
+    expect(s.link.fd.stats.releasesReceived).toBe(1);
     r.driver.injectFdFaults({ importFailures: ['CUDA_ERROR_INVALID_VALUE'] });
     void sender.send(buf, 1, {}).catch(() => {});
     const second = s.take();
-    expect(second.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(second.map((f) => f.type)).toEqual([FrameType.FD_OFFER, FrameType.RGET]);
     deliver(second, receiver);
     await until(() => fins(r).length === 1, 'the second FIN');
     expect(fins(r)[0]).toMatchObject({ status: FinStatus.RESTAGE });
     expect(fins(r)[0]!.message).toMatch(/CUDA_ERROR_INVALID_VALUE/);
-    expect(r.link.fdStats.restaged).toBe(2);
+    expect(r.link.fd.stats.restaged).toBe(2);
     expect(r.driver.fdMemoryResources()).toMatchObject({ reservations: 0, mappings: 0 });
   });
 
@@ -168,7 +182,7 @@ describe('the descriptor path', () => {
     const buf = { ptr, length: 1 << 20 };
     void sender.send(buf, 1, {}).catch(() => {});
     const first = s.take();
-    expect(first.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
+    expect(first.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET]);
     const got = await deliver(first, receiver)[0]!;
     expect(got.path).toBe('rget-fd');
     const out = new Uint8Array(1 << 20);
@@ -189,11 +203,11 @@ describe('the descriptor path', () => {
     ]);
     for (const f of releases) sender.onFrame(f);
     void sender.send(buf, 1, {}).catch(() => {});
-    expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD]);
-    expect(s.link.fdStats.pools).toBe(2);
+    expect(s.take().map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET]);
+    expect(s.link.fd.stats.pools).toBe(2);
   });
 
-  it('pool memory sent from offsets past the first segment: exported by the allocation start, one offer, every slice by RGET_FD', async () => {
+  it('pool memory sent from offsets past the first segment: exported by the allocation start, one offer, every slice by RGET', async () => {
     // cuMemGetAddressRange of pool memory names the segment holding the
     // pointer (the simulator models it), and cuMemPoolExportPointer takes only
     // the allocation's start: exporting the segment's base was refused, and
@@ -214,11 +228,11 @@ describe('the descriptor path', () => {
       void sender.send({ ptr: ptr + BigInt(off), length: slice }, 1, {}).catch(() => {});
       frames.push(...s.take());
     }
-    expect(Object.keys(s.link.stagingReasons)).toEqual([]);
-    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET_FD, FrameType.RGET_FD, FrameType.RGET_FD, FrameType.RGET_FD]);
+    expect(Object.keys(reasons)).toEqual([]);
+    expect(frames.map((f) => f.type)).toEqual([FrameType.FD_POOL, FrameType.FD_OFFER, FrameType.RGET, FrameType.RGET, FrameType.RGET, FrameType.RGET]);
     const offer = frames[1] as Extract<Frame, { type: FrameType.FD_OFFER }>;
     expect([offer.base, offer.size]).toEqual([ptr, size]);
-    expect((frames.filter((f) => f.type === FrameType.RGET_FD) as RgetFdFrame[]).map((f) => f.offset)).toEqual(offsets);
+    expect((frames.filter((f) => f.type === FrameType.RGET) as RgetFrame[]).map((f) => f.offset)).toEqual(offsets);
     const got = await Promise.all(deliver(frames, receiver));
     offsets.forEach((off, k) => {
       const out = new Uint8Array(slice);
@@ -242,20 +256,20 @@ describe('the descriptor path', () => {
     refuse.mockRestore();
     expect(resent.length).toBe(before + 1); // handed to staging, not rejected
     expect(s.link.sends.get(resent.at(-1)!)?.path).toBe('staging');
-    expect(s.take().map((f) => f.type)).not.toContain(FrameType.RGET_FD);
-    expect(Object.keys(s.link.stagingReasons).some((k) => k.startsWith('pool memory, export failed'))).toBe(true);
+    expect(s.take().map((f) => f.type)).not.toContain(FrameType.RGET);
+    expect(Object.keys(reasons).some((k) => k.startsWith('pool memory, export failed'))).toBe(true);
   });
 
   it('FD frames from a peer that did not announce FD_MEMORY are a protocol error', () => {
     const { r, receiver } = pair({ agreed: false });
     const [offer, rget] = offerWithoutDescriptors(r);
     expect(() => receiver.onFrame(offer!)).toThrow(ProtocolError);
-    expect(() => receiver.receive(pendingRecv(1).recv, rget as RgetFdFrame)).toThrow(ProtocolError);
+    expect(() => receiver.receive(pendingRecv(1).recv, rget as RgetFrame)).toThrow(ProtocolError);
   });
 
   it('staging says why: a peer without FD_MEMORY, memory of no shareable kind', () => {
     const { s } = pair({ agreed: false });
-    const path = new FdRgetPath(s.link, resender);
+    const path = new RgetPath(s.link, resender);
     paths.push(path);
     const { buf } = vmmBuffer(s, 1 << 20, 1, 5);
     expect(path.canSend(buf)).toBe(false);
@@ -263,11 +277,11 @@ describe('the descriptor path', () => {
   });
 });
 
-/** An FD_OFFER (one chunk, bufferId 99, base 0x70000000) whose descriptor never comes, and an RGET_FD naming it (seq 7). */
+/** An FD_OFFER (one chunk, bufferId 99, base 0x70000000) whose descriptor never comes, and an RGET naming it (seq 7). */
 function offerWithoutDescriptors(r: PathSide): Frame[] {
   const deviceUuid = r.driver.deviceInfo(0).uuid;
   return [
     { type: FrameType.FD_OFFER, kind: HandleKind.VMM, bufferId: 99n, deviceUuid, base: 0x7000_0000n, size: 1 << 20, poolId: 0, exportData: new Uint8Array(64), chunks: [{ offset: 0, size: 1 << 20 }] },
-    { type: FrameType.RGET_FD, tag: 1, seq: 7, kind: HandleKind.VMM, base: 0x7000_0000n, allocSize: 1 << 20, offset: 0, length: 4096, bufferId: 99n, deviceUuid, event: null },
+    { type: FrameType.RGET, tag: 1, seq: 7, kind: HandleKind.VMM, identity: new Uint8Array(64), base: 0x7000_0000n, allocSize: 1 << 20, offset: 0, length: 4096, bufferId: 99n, deviceUuid, event: null },
   ];
 }

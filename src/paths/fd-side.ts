@@ -1,0 +1,251 @@
+/**
+ * The descriptor side of RGET: how VMM and pool memory — which
+ * cuIpcGetMemHandle refuses — gets a RemoteKey a peer can open. Memory is
+ * exported as file descriptors, passed with SCM_RIGHTS on the endpoint's
+ * descriptor channel (channel/fd-channel.ts, made by the transport after the
+ * handshake), and imported by the receiver. docs/protocol.md,
+ * "File-descriptor memory", has the exchange.
+ *
+ * Sender (`offerFor`): per allocation per peer, once: FD_OFFER (VMM: one
+ * descriptor per chunk the message touches follows on the descriptor
+ * channel; POOL: FD_POOL and the pool's descriptor first, once per pool per
+ * peer). Each exported descriptor is closed as soon as the channel has
+ * passed it. The offer is the key's base, size and identity; the RGET that
+ * names it is the path's (rget.ts). FD_RELEASE makes the next message offer again.
+ *
+ * Receiver: the offers and descriptors from the peer are put back together
+ * by fd-offers.ts's table, which open-remote.ts asks when it opens a
+ * descriptor key. A key that cannot be opened is forgotten here (`forget`:
+ * FD_RELEASE, so the next message offers afresh).
+ */
+import { type DeviceBuffer } from '../buffers.js';
+import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
+import type { PoolHandle } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+import { ArgumentRangeError, DescriptorError, ProtocolError } from '../errors.js';
+import type { ExportInfo } from '../exports.js';
+import { encodeFrame } from '../wire/codec.js';
+import { type Frame, FrameType, HandleKind, MAX_FD_CHUNKS, POOL_EXPORT_BYTES } from '../wire/frames.js';
+import type { PathContext } from './data-path.js';
+import { closeFd, FdOfferTable } from './fd-offers.js';
+import { NO_IDENTITY, type RemoteKey, wireKind } from './remote-key.js';
+
+/** Sender: a range offered to the peer (FD_OFFER sent): the base, size, identity and buffer id of its RemoteKey. */
+export interface Offer {
+  kind: HandleKind.VMM | HandleKind.POOL;
+  identity: Uint8Array;
+  base: bigint;
+  size: number;
+  bufferId: bigint;
+  /** False once the peer released it (FD_RELEASE) or another offer replaced it. */
+  live: boolean;
+}
+
+const ZERO_EXPORT = new Uint8Array(POOL_EXPORT_BYTES);
+
+export class FdSide {
+  private channel: FdChannel | undefined;
+  // sender side
+  private readonly offers = new Map<bigint, Offer>();
+  private readonly offerOf = new WeakMap<ExportInfo, Offer>();
+  private readonly poolIds = new Map<PoolHandle, number>();
+  private nextPoolId = 1;
+  /** Receiver: the offers and descriptors from the peer, put back together (fd-offers.ts); undefined without FD_MEMORY. */
+  readonly table: FdOfferTable | undefined;
+  private closed = false;
+
+  constructor(private readonly ctx: PathContext) {
+    this.table = ctx.fd.agreed ? new FdOfferTable(ctx) : undefined;
+  }
+
+  /** Whether descriptor keys can be sent now (FD_MEMORY agreed, the channel up). */
+  get up(): boolean {
+    return this.channel !== undefined;
+  }
+
+  /**
+   * The transport made the descriptor channel: it carries this side's
+   * descriptors until it or the endpoint closes. The link started the
+   * channel; this returns who takes its FD_DESCRIPTOR messages (undefined:
+   * not taken, without FD_MEMORY or once closed).
+   */
+  attach(channel: FdChannel): FdChannelHandlers | undefined {
+    const table = this.table;
+    if (this.closed || this.channel !== undefined || table === undefined) return undefined;
+    this.channel = channel;
+    this.ctx.fd.stats.channel = true;
+    return {
+      message: (msg) => table.onDescriptor(msg),
+      close: (err) => {
+        // The descriptor channel failed: from now on this peer is one without FD_MEMORY (staging), never an error.
+        debug('endpoint %s: descriptor channel closed%s', this.ctx.peerId, err ? `: ${err.message}` : '');
+        this.ctx.fd.stats.channel = false;
+        this.channel = undefined;
+        table.changed();
+      },
+    };
+  }
+
+  // ------------------------------------------------------------------ sender
+
+  /** The live offer covering `buf`, or a new one (exported and sent now). Throws CudaError if the driver will not export it. */
+  offerFor(exp: ExportInfo, buf: DeviceBuffer): Offer {
+    const end = buf.ptr + BigInt(buf.length);
+    const covers = (o: Offer) => o.live && o.base <= buf.ptr && end <= o.base + BigInt(o.size);
+    const known = this.offerOf.get(exp);
+    if (known !== undefined && covers(known)) return known;
+    for (const o of this.offers.values()) {
+      if (o.bufferId === exp.bufferId && covers(o)) {
+        this.offerOf.set(exp, o);
+        return o;
+      }
+    }
+    const offer = exp.kind === 'vmm' ? this.offerVmm(exp, buf) : this.offerPool(exp);
+    const replaced = this.offers.get(offer.base);
+    if (replaced !== undefined) replaced.live = false;
+    this.offers.set(offer.base, offer);
+    this.offerOf.set(exp, offer);
+    return offer;
+  }
+
+  private offerVmm(exp: ExportInfo, buf: DeviceBuffer): Offer {
+    const ctx = this.ctx;
+    const x = ctx.driver.vmmExport(buf.ptr, buf.length); // every chunk the message touches
+    const fds = x.chunks.map((c) => c.fd);
+    try {
+      if (x.chunks.length > MAX_FD_CHUNKS) throw new ArgumentRangeError(`the message spans ${x.chunks.length} chunks, more than the ${MAX_FD_CHUNKS} one FD_OFFER carries`);
+      ctx.sendFrame({
+        type: FrameType.FD_OFFER,
+        kind: HandleKind.VMM,
+        bufferId: exp.bufferId,
+        deviceUuid: ctx.uuidOf(exp.device),
+        base: x.base,
+        size: x.size,
+        poolId: 0,
+        exportData: ZERO_EXPORT,
+        chunks: x.chunks.map((c) => ({ offset: c.offset, size: c.size })),
+      });
+      ctx.fd.stats.offers++;
+      x.chunks.forEach((c, index) => this.pass(c.fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: exp.bufferId, base: x.base, index }));
+    } catch (err) {
+      for (const fd of fds) closeFd(ctx.driver, fd);
+      throw err;
+    }
+    return { kind: HandleKind.VMM, identity: NO_IDENTITY, base: x.base, size: x.size, bufferId: exp.bufferId, live: true };
+  }
+
+  private offerPool(exp: ExportInfo): Offer {
+    const ctx = this.ctx;
+    const pool = exp.pool!;
+    let poolId = this.poolIds.get(pool);
+    if (poolId === undefined) {
+      const fd = ctx.driver.memPoolExport(pool);
+      poolId = this.nextPoolId++;
+      try {
+        ctx.sendFrame({ type: FrameType.FD_POOL, poolId, deviceUuid: ctx.uuidOf(exp.device) });
+        ctx.fd.stats.pools++;
+        this.pass(fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.POOL, id: BigInt(poolId), base: 0n, index: 0 });
+      } catch (err) {
+        closeFd(ctx.driver, fd);
+        throw err;
+      }
+      this.poolIds.set(pool, poolId);
+    }
+    const exportData = ctx.driver.memPoolExportPointer(exp.base);
+    ctx.sendFrame({
+      type: FrameType.FD_OFFER,
+      kind: HandleKind.POOL,
+      bufferId: exp.bufferId,
+      deviceUuid: ctx.uuidOf(exp.device),
+      base: exp.base,
+      size: exp.size,
+      poolId,
+      exportData,
+      chunks: [],
+    });
+    ctx.fd.stats.offers++;
+    return { kind: HandleKind.POOL, identity: exportData, base: exp.base, size: exp.size, bufferId: exp.bufferId, live: true };
+  }
+
+  /** Passes `fd` on the descriptor channel and closes our copy once passed (the kernel sends a duplicate). */
+  private pass(fd: number, meta: Frame): void {
+    const channel = this.channel;
+    if (channel === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is down`);
+    this.ctx.fd.stats.descriptorsSent++;
+    const close = () => closeFd(this.ctx.driver, fd);
+    // A failed pass shows on the receiver (lost or timed out: RESTAGE); the channel's close says the rest.
+    channel.send(fd, encodeFrame(meta)).then(close, (err: Error) => {
+      close();
+      debug('endpoint %s: could not pass a descriptor: %s', this.ctx.peerId, err.message);
+    });
+  }
+
+  // ------------------------------------------------------------- controls
+
+  /** FD_OFFER, FD_POOL (receiver) and FD_RELEASE (sender). */
+  onFrame(frame: Frame): void {
+    const table = this.table;
+    if (table === undefined) throw new ProtocolError(`peer ${this.ctx.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing FD_MEMORY`, 'SMCUDA_BAD_FRAME');
+    switch (frame.type) {
+      case FrameType.FD_OFFER:
+        return table.onOffer(frame);
+      case FrameType.FD_POOL:
+        return table.onPool(frame);
+      case FrameType.FD_RELEASE: {
+        this.ctx.fd.stats.releasesReceived++;
+        if (frame.kind === HandleKind.POOL && frame.base === 0n) {
+          for (const [pool, id] of this.poolIds) if (BigInt(id) === frame.id) this.poolIds.delete(pool);
+          return;
+        }
+        const o = this.offers.get(frame.base);
+        if (o !== undefined && o.bufferId === frame.id) {
+          o.live = false;
+          this.offers.delete(frame.base);
+        }
+        return;
+      }
+      default:
+        throw new ProtocolError(`${FrameType[frame.type]} is not a descriptor frame`);
+    }
+  }
+
+  // ---------------------------------------------------------------- receiver
+
+  /**
+   * Receiver: descriptor key `key` could not be opened (its message goes by
+   * staging): the offer is forgotten here and at the sender (FD_RELEASE), so
+   * the next message offers afresh; for a pool key its pool import too (it
+   * may be what failed, or stale: the sender destroyed the pool and its
+   * handle was reused), and the sender sends the pool again.
+   */
+  forget(key: RemoteKey): void {
+    const ctx = this.ctx;
+    ctx.fd.stats.restaged++;
+    const inc = this.table?.forgetOffer(key.bufferId, key.base);
+    ctx.pool.invalidate(key.device, key.base, key.bufferId);
+    const kind = wireKind(key.kind);
+    this.release(kind, key.bufferId, key.base);
+    if (kind === HandleKind.POOL && inc !== undefined) {
+      const poolId = inc.frame.poolId;
+      this.table!.dropPool(poolId);
+      this.release(HandleKind.POOL, BigInt(poolId), 0n);
+    }
+  }
+
+  private release(kind: HandleKind, id: bigint, base: bigint): void {
+    try {
+      this.ctx.sendFrame({ type: FrameType.FD_RELEASE, kind, id, base });
+      this.ctx.fd.stats.releasesSent++;
+    } catch {
+      // the channel failed: the endpoint closes
+    }
+  }
+
+  close(reason: Error): void {
+    this.closed = true;
+    this.table?.close(reason);
+    this.channel?.close();
+    this.channel = undefined;
+    this.ctx.fd.stats.channel = false;
+  }
+}
