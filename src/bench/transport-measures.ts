@@ -17,9 +17,10 @@ const TAG = { warm: 1, ping: 2, pong: 3, stream: 4, probe: 5, first: 6 } as cons
 
 const micros = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1000;
 
+/** Messages this endpoint sent by each path; `rget` counts RGET of every memory kind (by IPC handle or by descriptor). */
 export function sentPaths(ep: Endpoint): PathCounts {
   const s = ep.stats().sent;
-  return { eager: s.eager.messages, rget: s.rget.messages, staging: s.staging.messages };
+  return { eager: s.eager.messages, rget: s.rget.messages + s['rget-fd'].messages, staging: s.staging.messages };
 }
 
 /** Why messages went by staging between two snapshots of `ep.stats().stagingReasons` (only reasons that grew). */
