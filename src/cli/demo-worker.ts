@@ -20,7 +20,7 @@
  * SIGKILLed parent), closing its transport; the last rank to go removes the
  * job's socket folder, which the parent can no longer do.
  */
-import { rmdirSync } from 'node:fs';
+import { rmdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CudaDriver } from '../cuda/driver.js';
 import { allocDemoMemory, type DemoBuffer, type DemoMemory, type MemoryOption } from './demo-memory.js';
@@ -108,6 +108,8 @@ export type DemoReportEndpoint = Record<string, unknown> & { rank: number; peer:
 
 let commands: Commands | undefined;
 let cleanUp: (() => Promise<void>) | undefined;
+/** This rank's control socket and its job folder, once listening (for the forced exit of an orphaned rank). */
+let listening: { socket: string; dir: string } | undefined;
 // Requests wait for 'ready', so `commands` is set whenever one runs.
 const link = serveRequests(
   (cmd, args) => {
@@ -115,7 +117,23 @@ const link = serveRequests(
     if (!run) throw new WorkerFailedError(`unknown command ${JSON.stringify(cmd)}: a demo rank takes connect, phase, report, exit`);
     return run(args);
   },
-  { sequential: true, onExit: () => cleanUp?.() },
+  {
+    sequential: true,
+    onExit: () => cleanUp?.(),
+    // An orphaned rank whose transport did not close in time still takes its sockets with it, and the
+    // last rank the folder: a SIGKILLed parent leaves nothing behind (issue 23, finding 17).
+    onForcedExit: () => {
+      if (!listening) return;
+      for (const path of [listening.socket, `${listening.socket}.fd`]) {
+        try {
+          unlinkSync(path);
+        } catch {
+          // removed by the close already, or never made
+        }
+      }
+      removeIfEmpty(listening.dir);
+    },
+  },
 );
 
 async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
@@ -123,12 +141,15 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
   driver.init();
   let t: Transport | undefined;
   let memory: DemoMemory | undefined;
-  cleanUp = async () => {
-    await t?.close();
-    memory?.freeAll();
-    driver.close();
-    removeIfEmpty(cfg.dir);
-  };
+  // Once, whoever asks first (an exit, the parent's death, a failed start): the others wait for the same end.
+  let closing: Promise<void> | undefined;
+  cleanUp = () =>
+    (closing ??= (async () => {
+      await t?.close();
+      memory?.freeAll();
+      driver.close();
+      removeIfEmpty(cfg.dir);
+    })());
   const device = cfg.rank % driver.deviceCount();
   const transport = (t = await Transport.create({
     driver,
@@ -149,6 +170,7 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
     if (expected === 0) resolve();
   });
   await transport.listen(join(cfg.dir, `rank${cfg.rank}.sock`));
+  listening = { socket: join(cfg.dir, `rank${cfg.rank}.sock`), dir: cfg.dir };
 
   const maxSize = Math.max(0, ...cfg.sizes);
   let buffers: Buffers | undefined;

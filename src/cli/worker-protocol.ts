@@ -92,6 +92,12 @@ export interface ServeOptions {
   sequential?: boolean;
   /** Clean-up for `exit` and for a parent that went away. */
   onExit?: () => unknown;
+  /**
+   * What must not be left behind even when that clean-up fails or does not
+   * finish in time after the parent went away (synchronous, best effort): it
+   * runs just before the forced exit.
+   */
+  onForcedExit?: () => void;
 }
 
 export interface WorkerLink {
@@ -109,11 +115,19 @@ export interface WorkerLink {
  * parent with an IPC channel.
  */
 export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: string, args: any) => unknown), options: ServeOptions = {}): WorkerLink {
-  const send = process.send?.bind(process);
-  if (!send) {
+  const rawSend = process.send?.bind(process);
+  if (!rawSend) {
     console.error('this module is a worker: its parent starts it with an IPC channel, not by hand');
     process.exit(2);
   }
+  // Always with a callback: without one, a write to a parent that just died (EPIPE) is an 'error' on
+  // the process, uncaught, and the worker would die before its clean-up ('disconnect' does that).
+  const send = (message: unknown, then?: () => void): void => {
+    if (!process.connected) return;
+    rawSend(message, undefined, undefined, (err: Error | null) => {
+      if (!err) then?.();
+    });
+  };
   const handle = typeof handlers === 'function' ? handlers : undefined;
   const table = typeof handlers === 'function' ? undefined : handlers;
   const queue: WorkerRequest[] = [];
@@ -125,8 +139,7 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
   };
 
   const answer = (m: WorkerRequest, reply: WorkerReply, then?: () => void) => {
-    if (!process.connected) return;
-    send(reply, undefined, undefined, then ? () => then() : undefined);
+    send(reply, then);
   };
   const execute = async (m: WorkerRequest) => {
     if (m.cmd === EXIT_COMMAND) {
@@ -158,12 +171,16 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
     if (leaving) return;
     leaving = true;
     // The parent is gone: a bounded clean-up (segments, mappings), then the end.
-    const force = setTimeout(() => process.exit(1), 3_000);
+    const giveUp = () => {
+      try {
+        options.onForcedExit?.();
+      } finally {
+        process.exit(1);
+      }
+    };
+    const force = setTimeout(giveUp, 3_000);
     force.unref();
-    cleanUp().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
+    cleanUp().then(() => process.exit(0), giveUp);
   };
   process.on('disconnect', orphaned);
   process.on('message', (m: WorkerRequest) => {
@@ -177,10 +194,13 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
       for (const m of queue.splice(0)) run(m);
     },
     emit(event, data) {
-      if (process.connected) send({ event, data } satisfies WorkerEvent);
+      send({ event, data } satisfies WorkerEvent);
     },
     startFailed(err) {
-      send({ event: 'start-failed', error: toWireError(err) } satisfies WorkerEvent, undefined, undefined, () => process.exit(1));
+      // The parent is gone (the start failed because the orphan clean-up closed the transport): that
+      // clean-up ends the process; a send on the closed channel would throw and skip it.
+      if (leaving || !process.connected) return;
+      send({ event: 'start-failed', error: toWireError(err) } satisfies WorkerEvent, () => process.exit(1));
     },
   };
 }
