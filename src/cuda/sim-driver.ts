@@ -32,7 +32,6 @@ import { envSim, envSimFdFaults } from '../env.js';
 import { AddonLoadError, ArgumentRangeError, ArgumentTypeError } from '../errors.js';
 import { offExit, onExit } from '../exit-hooks.js';
 import { loadAddon } from './addon.js';
-import { notSupported } from './not-supported.js';
 import type {
   CaptureMode,
   GraphExecHandle,
