@@ -383,7 +383,7 @@ export class NativeCudaDriver implements CudaDriver {
     assertHandle('stream', stream);
     // cuMemcpyBatchAsync cannot be captured: in a capture CUDA drops the copy
     // without an error (rmm#2518), so it is refused here, as the simulator does.
-    if (this.#capturing.size > 0 && this.#capturing.has(stream)) {
+    if (this.#capturing.has(stream)) {
       throw new CudaError('cuMemcpyBatchAsync', 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED', 900, 'a batch copy cannot be captured in a CUDA graph (the driver would drop it silently): queue cuMemcpyAsync copies instead');
     }
     const device = Math.max(0, this.#current);
