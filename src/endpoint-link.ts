@@ -26,6 +26,7 @@ import { SegmentExchange } from './segment-exchange.js';
 import { decodeFrame, decodeFrameType, encodeFrame } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame } from './wire/frames.js';
 import { UuidNames } from './wire/uuid.js';
+import { closeFdQuietly } from './cuda/close-fd.js';
 
 /** What the Transport hands every endpoint. */
 export interface EndpointContext {
@@ -87,7 +88,7 @@ export class EndpointLink implements PathContext {
     this.exports = ctx.exports;
     const open = () => this.closedWith === undefined && !this.channel.closed;
     this.descriptorsAgreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.DESCRIPTORS) !== 0;
-    this.segments = new SegmentExchange(this.descriptorsAgreed, peerId, (fd) => closeFd(driver, fd));
+    this.segments = new SegmentExchange(this.descriptorsAgreed, peerId, (fd) => closeFdQuietly(driver, fd));
     const agreed = this.descriptorsAgreed && ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
     this.fd = { agreed, stats: newFdStats(agreed) };
     this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
@@ -198,7 +199,7 @@ export class EndpointLink implements PathContext {
     }
     if (type !== FrameType.SEGMENT) {
       if (rget !== undefined) return rget.message(msg);
-      if (msg.fd !== undefined) closeFd(this.driver, msg.fd); // unsolicited: closed at once
+      if (msg.fd !== undefined) closeFdQuietly(this.driver, msg.fd); // unsolicited: closed at once
       return;
     }
     try {
@@ -208,7 +209,7 @@ export class EndpointLink implements PathContext {
       if (msg.fd === undefined) throw new ProtocolError(`peer ${this.peerId} sent a SEGMENT without a descriptor`, 'SMCUDA_BAD_SEGMENT');
       this.segments.receive(f.kind, msg.fd, f.bytes);
     } catch (err) {
-      if (msg.fd !== undefined && !(err instanceof ProtocolError && err.code === 'SMCUDA_BAD_SEGMENT')) closeFd(this.driver, msg.fd);
+      if (msg.fd !== undefined && !(err instanceof ProtocolError && err.code === 'SMCUDA_BAD_SEGMENT')) closeFdQuietly(this.driver, msg.fd);
       this.onProtocolError?.(err instanceof Error ? err : new ProtocolError(String(err)));
     }
   }
@@ -230,10 +231,3 @@ export class EndpointLink implements PathContext {
   }
 }
 
-function closeFd(d: CudaDriver, fd: number): void {
-  try {
-    d.closeFd(fd);
-  } catch {
-    // closed already
-  }
-}

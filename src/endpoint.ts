@@ -43,6 +43,7 @@ import { RgetPath } from './paths/rget.js';
 import { Registrations, type Registration } from './persistent/registrations.js';
 import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
 import { Watchdog } from './persistent/watchdog.js';
+import { closeFdQuietly } from './cuda/close-fd.js';
 
 export type { SendOptions, RecvOptions, Received, ReceivedData, MessageInfo, Registration, PersistentOptions, PersistentTransfer };
 
@@ -135,13 +136,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       channel.useSegments({
         send: (seg) => link.segments.send(SegmentKind.CONTROL_RING, seg),
         take: (taker) => link.segments.take(SegmentKind.CONTROL_RING, taker),
-        closeFd: (fd) => {
-          try {
-            ctx.driver.closeFd(fd);
-          } catch {
-            // closed already
-          }
-        },
+        closeFd: (fd) => closeFdQuietly(ctx.driver, fd),
       });
     }
     const remote = { link, rget: this.paths.find((p): p is RgetPath => p instanceof RgetPath) };

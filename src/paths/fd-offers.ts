@@ -13,7 +13,8 @@
  */
 import type { ImportRequest } from '../../cache/index.js';
 import type { FdMessage } from '../channel/fd-channel.js';
-import type { CudaDriver, DevicePtr, PoolHandle } from '../cuda/driver.js';
+import type { DevicePtr, PoolHandle } from '../cuda/driver.js';
+import { closeFdQuietly } from '../cuda/close-fd.js';
 import { debug } from '../debug.js';
 import { DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
 import { decodeFrame } from '../wire/codec.js';
@@ -95,7 +96,7 @@ export class FdOfferTable {
   /** Drops pool `poolId` (its import failed, or is stale): its descriptor is closed, the handle pool's import dropped. */
   dropPool(poolId: number): void {
     const p = this.pools.get(poolId);
-    if (p?.fd !== undefined) closeFd(this.ctx.driver, p.fd);
+    if (p?.fd !== undefined) closeFdQuietly(this.ctx.driver, p.fd);
     this.pools.delete(poolId);
     this.ctx.pool.dropPeerPool(this.poolKey(poolId));
   }
@@ -103,7 +104,7 @@ export class FdOfferTable {
   /** FD_POOL: the peer announces (again) a pool; its descriptor follows on the descriptor channel. */
   onPool(frame: FdPoolFrame): void {
     const old = this.pools.get(frame.poolId);
-    if (old?.fd !== undefined) closeFd(this.ctx.driver, old.fd);
+    if (old?.fd !== undefined) closeFdQuietly(this.ctx.driver, old.fd);
     this.ctx.pool.dropPeerPool(this.poolKey(frame.poolId)); // a pool announced again is imported afresh
     this.pools.set(frame.poolId, { deviceUuid: frame.deviceUuid, fd: undefined, arrived: false, lost: undefined, imported: false });
     const early = this.takeEarly(`pool:${frame.poolId}`);
@@ -131,7 +132,7 @@ export class FdOfferTable {
       meta = decodeFrame(msg.meta);
       if (meta.type !== FrameType.FD_DESCRIPTOR) throw new ProtocolError(`a ${FrameType[meta.type]} frame on the descriptor channel`);
     } catch (err) {
-      if (msg.fd !== undefined) closeFd(this.ctx.driver, msg.fd);
+      if (msg.fd !== undefined) closeFdQuietly(this.ctx.driver, msg.fd);
       debug('endpoint %s: bad descriptor-channel message: %s', this.ctx.peerId, (err as Error).message);
       return;
     }
@@ -145,7 +146,7 @@ export class FdOfferTable {
       // honest peer with one large or many unexpected offers loses nothing, and a hoarding one holds no more.
       const max = this.ctx.opts.maxPeerDescriptors;
       if (this.heldDescriptors() >= max) {
-        closeFd(this.ctx.driver, fd);
+        closeFdQuietly(this.ctx.driver, fd);
         fd = undefined;
         this.ctx.fd.stats.descriptorsRefused++;
         lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`);
@@ -169,7 +170,7 @@ export class FdOfferTable {
       if (inc !== undefined) inc.lost = lost;
       debug('endpoint %s: descriptor %d of offer %s lost: %s', this.ctx.peerId, meta.index, key, lost.message);
     } else if (inc !== undefined && inc.lost !== undefined && fd !== undefined) {
-      closeFd(this.ctx.driver, fd); // its offer is refused already: nothing will import it
+      closeFdQuietly(this.ctx.driver, fd); // its offer is refused already: nothing will import it
     } else if (inc === undefined || inc.fds[meta.index] !== undefined || inc.have === inc.fds.length) {
       this.hold(key, meta.index, fd); // before its offer (or for the next one)
     } else {
@@ -190,7 +191,7 @@ export class FdOfferTable {
   private chunkFd(inc: Incoming, index: number, fd: number | undefined): void {
     if (fd === undefined) return;
     if (index >= inc.fds.length || inc.fds[index] !== undefined) {
-      closeFd(this.ctx.driver, fd);
+      closeFdQuietly(this.ctx.driver, fd);
       inc.lost = new ProtocolError(`descriptor ${index} does not belong to an offer of ${inc.fds.length} chunks`);
       return;
     }
@@ -211,14 +212,14 @@ export class FdOfferTable {
     if (e === undefined) {
       const timer = setTimeout(() => {
         const gone = this.takeEarly(key);
-        if (gone !== undefined) for (const f of gone.values()) closeFd(this.ctx.driver, f);
+        if (gone !== undefined) for (const f of gone.values()) closeFdQuietly(this.ctx.driver, f);
       }, this.ctx.opts.negotiation.checkTimeoutMs);
       timer.unref?.();
       e = { fds: new Map(), timer };
       this.early.set(key, e);
     }
     const prev = e.fds.get(index);
-    if (prev !== undefined) closeFd(this.ctx.driver, prev);
+    if (prev !== undefined) closeFdQuietly(this.ctx.driver, prev);
     e.fds.set(index, fd);
   }
 
@@ -255,7 +256,7 @@ export class FdOfferTable {
               this.ctx.fd.stats.imports++;
               return handle;
             } finally {
-              closeFd(d, fd); // imported (or refused): the descriptor is not needed again
+              closeFdQuietly(d, fd); // imported (or refused): the descriptor is not needed again
             }
           },
         },
@@ -285,7 +286,7 @@ export class FdOfferTable {
       dispose: () => {
         for (let k = 0; k < inc.fds.length; k++) {
           const fd = inc.fds[k];
-          if (fd !== undefined) closeFd(d, fd);
+          if (fd !== undefined) closeFdQuietly(d, fd);
           inc.fds[k] = undefined;
         }
       },
@@ -295,7 +296,7 @@ export class FdOfferTable {
   /** Forgets an offer and closes the descriptors still held for it. */
   forget(key: string, inc: Incoming): void {
     this.incoming.delete(key);
-    for (const fd of inc.fds) if (fd !== undefined) closeFd(this.ctx.driver, fd);
+    for (const fd of inc.fds) if (fd !== undefined) closeFdQuietly(this.ctx.driver, fd);
     inc.fds.fill(undefined);
   }
 
@@ -355,8 +356,8 @@ export class FdOfferTable {
     this.changed();
     for (const w of [...this.waiters]) w.reject(reason);
     for (const [key, inc] of [...this.incoming]) this.forget(key, inc);
-    for (const key of [...this.early.keys()]) for (const fd of this.takeEarly(key)!.values()) closeFd(this.ctx.driver, fd);
-    for (const p of this.pools.values()) if (p.fd !== undefined) closeFd(this.ctx.driver, p.fd);
+    for (const key of [...this.early.keys()]) for (const fd of this.takeEarly(key)!.values()) closeFdQuietly(this.ctx.driver, fd);
+    for (const p of this.pools.values()) if (p.fd !== undefined) closeFdQuietly(this.ctx.driver, p.fd);
     this.pools.clear();
   }
 }
@@ -365,10 +366,3 @@ export function offerKey(bufferId: bigint, base: bigint): string {
   return `${bufferId}:${base}`;
 }
 
-export function closeFd(d: CudaDriver, fd: number): void {
-  try {
-    d.closeFd(fd);
-  } catch {
-    // closed already
-  }
-}

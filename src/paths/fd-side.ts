@@ -27,7 +27,8 @@ import type { ExportInfo } from '../exports.js';
 import { encodeFrame } from '../wire/codec.js';
 import { type Frame, FrameType, HandleKind, MAX_FD_CHUNKS, POOL_EXPORT_BYTES } from '../wire/frames.js';
 import type { PathContext } from './data-path.js';
-import { closeFd, FdOfferTable } from './fd-offers.js';
+import { FdOfferTable } from './fd-offers.js';
+import { closeFdQuietly } from '../cuda/close-fd.js';
 import { NO_IDENTITY, type RemoteKey, wireKind } from './remote-key.js';
 
 /** Sender: a range offered to the peer (FD_OFFER sent): the base, size, identity and buffer id of its RemoteKey. */
@@ -128,7 +129,7 @@ export class FdSide {
       ctx.fd.stats.offers++;
       x.chunks.forEach((c, index) => this.pass(c.fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: exp.bufferId, base: x.base, index }));
     } catch (err) {
-      for (const fd of fds) closeFd(ctx.driver, fd);
+      for (const fd of fds) closeFdQuietly(ctx.driver, fd);
       throw err;
     }
     return { kind: HandleKind.VMM, identity: NO_IDENTITY, base: x.base, size: x.size, bufferId: exp.bufferId, live: true };
@@ -146,7 +147,7 @@ export class FdSide {
         ctx.fd.stats.pools++;
         this.pass(fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.POOL, id: BigInt(poolId), base: 0n, index: 0 });
       } catch (err) {
-        closeFd(ctx.driver, fd);
+        closeFdQuietly(ctx.driver, fd);
         throw err;
       }
       this.poolIds.set(pool, poolId);
@@ -172,7 +173,7 @@ export class FdSide {
     const channel = this.channel;
     if (channel === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is down`);
     this.ctx.fd.stats.descriptorsSent++;
-    const close = () => closeFd(this.ctx.driver, fd);
+    const close = () => closeFdQuietly(this.ctx.driver, fd);
     // A failed pass shows on the receiver (lost or timed out: RESTAGE); the channel's close says the rest.
     channel.send(fd, encodeFrame(meta)).then(close, (err: Error) => {
       close();

@@ -33,6 +33,7 @@ import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.j
 import type { Resender } from './rget.js';
 import { debug } from '../debug.js';
 import { checkStagedSource, chunkCount, PeerRing, type StagedRecv, type StagedSend, StagingRing } from './staging-ring.js';
+import { closeFdQuietly } from '../cuda/close-fd.js';
 
 /** A staged receive waiting for, or using, this direction's ring. */
 interface StagedRecvJob extends StagedRecv {
@@ -89,7 +90,7 @@ export class StagingPath implements DataPath, Resender {
 
   constructor(private readonly ctx: PathContext) {
     ctx.segments.take(SegmentKind.STAGING_RING, (seg) => {
-      if (this.peerSegment !== undefined || this.peerMapped !== undefined || ctx.closed) return closeFdQuietly(ctx, seg.fd);
+      if (this.peerSegment !== undefined || this.peerMapped !== undefined || ctx.closed) return closeFdQuietly(ctx.driver, seg.fd);
       this.peerSegment = seg;
       if (this.waitingRing && this.active) this.start(this.active);
     });
@@ -296,7 +297,7 @@ export class StagingPath implements DataPath, Resender {
           this.peerSegment = undefined;
           try {
             if (seg.bytes !== bytes) {
-              closeFdQuietly(ctx, seg.fd);
+              closeFdQuietly(ctx.driver, seg.fd);
               throw new ProtocolError(`the peer's staging ring is ${seg.bytes} bytes, not the ${job.slots} × ${job.chunkSize} its STAGE_BEGIN says; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
             }
             const mapped = mapPeerSegment(seg.fd, seg.bytes, 'staging ring'); // checks seals and size; closes the descriptor
@@ -445,15 +446,7 @@ export class StagingPath implements DataPath, Resender {
     this.peerRingHold = undefined;
     this.peerMapped = undefined;
     this.peerPinned = undefined;
-    if (this.peerSegment !== undefined) closeFdQuietly(this.ctx, this.peerSegment.fd);
+    if (this.peerSegment !== undefined) closeFdQuietly(this.ctx.driver, this.peerSegment.fd);
     this.peerSegment = undefined;
-  }
-}
-
-function closeFdQuietly(ctx: PathContext, fd: number): void {
-  try {
-    ctx.driver.closeFd(fd);
-  } catch {
-    // closed already
   }
 }
