@@ -58,12 +58,16 @@ export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Pick<Exp
  * staging). Each allocation has its own buffer id, so its bounds are where
  * the id changes: whole segments are walked while the neighbouring byte has
  * the same id, then the edge inside the last one is found by bisection
- * (about 2 × 31 cuPointerGetAttribute calls, once per exported pointer).
+ * (about 2 × 31 cuPointerGetAttributes calls, once per exported pointer).
  */
 export function poolAllocationRange(driver: CudaDriver, ptr: DevicePtr, bufferId: bigint, segment: AddressRange): AddressRange {
+  // cuPointerGetAttributes (plural), not cuPointerGetAttribute: the probes
+  // outside the allocation are expected misses, and the singular call reports
+  // each one as a failed API call (compute-sanitizer's memcheck counted them
+  // as errors); the plural one succeeds with memory type 0 there.
   const inside = (p: DevicePtr): boolean => {
     try {
-      return driver.bufferId(p) === bufferId;
+      return driver.pointerAttributes(p).bufferId === bufferId;
     } catch {
       return false; // not device memory (or not ours): outside
     }

@@ -61,11 +61,17 @@ describe('poolAllocationRange: the allocation of pool memory, whatever segment c
     { id: 2n, start: BASE + 300_032n, end: BASE + BigInt(3 * SEG + 12_345) }, // from inside segment 0 to inside segment 3
     { id: 3n, start: BASE + BigInt(3 * SEG + 12_800), end: BASE + BigInt(4 * SEG) },
   ];
+  // Probes outside any allocation go through pointerAttributes, as the native
+  // driver's cuPointerGetAttributes: the singular bufferId call must not be
+  // used for them (a failed driver call per probe under compute-sanitizer).
   const driver = {
-    bufferId: (p: bigint) => {
+    bufferId: () => {
+      throw new Error('poolAllocationRange probes with pointerAttributes');
+    },
+    pointerAttributes: (p: bigint) => {
       const a = allocs.find((x) => x.start <= p && p < x.end);
       if (!a) throw new Error('not device memory');
-      return a.id;
+      return { bufferId: a.id, device: 0, memoryType: 'device' };
     },
     memGetAddressRange: (p: bigint) => {
       if (p < BASE || p >= BASE + BigInt(4 * SEG)) throw new Error('CUDA_ERROR_NOT_FOUND');
