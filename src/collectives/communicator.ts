@@ -28,6 +28,7 @@ import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
 import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
 import { ControlPlane } from './control.js';
+import { DeviceSync } from './device-sync.js';
 import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
@@ -77,6 +78,8 @@ export interface CommunicatorStats {
   /** Whether every rank mapped every peer's scratch (else every call is staged) and why not. */
   mapped: boolean;
   stagedReason?: string;
+  /** How ranks wait for each other between steps: 'device' (stream memory operations on mapped flags, no host) or 'host' (control frames). */
+  steps: 'device' | 'host';
   calls: number;
   byOp: Partial<Record<CollectiveOp, number>>;
   byAlgorithm: Partial<Record<Algorithm, number>>;
@@ -107,6 +110,10 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 const MiB = 1024 * 1024;
 /** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
 const ABORT_LINGER_MS = 1000;
+/** How often an aborted communicator rewrites the poison into its flags while calls are in flight. */
+const POISON_TICK_MS = 2;
+/** How long release waits for the calls in flight to leave the device. */
+const DRAIN_LIMIT_MS = 10_000;
 
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
@@ -123,7 +130,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private readonly endpoints: Map<number, Endpoint>;
   private scratch!: Scratch;
   private readonly kernels: ReduceKernels;
-  private event: EventHandle | undefined;
   private readonly timeoutMs: number;
   private readonly scratchBytes: number;
   private readonly oneShotMax: number;
@@ -138,6 +144,18 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Set on abort: the linger, then the release (close() waits for it rather than closing early). */
   private aborting: Promise<void> | undefined;
   private readonly streamsUsed = new Set<StreamHandle>();
+  /** Device-side steps (device-sync.ts); undefined where the scratch is not mapped or the driver has no 64-bit stream memory operations. */
+  private device: DeviceSync | undefined;
+  /** Calls on the host path not yet queued (a device-path call made meanwhile waits its turn). */
+  private hostPending = 0;
+  /** The previous call's last mark: a call on another stream waits for it. */
+  private last: { stream: StreamHandle; event: EventHandle; done: boolean } | undefined;
+  /** Events of completed marks, for reuse. */
+  private readonly events: EventHandle[] = [];
+  /** Completions of the marks not reached yet. */
+  private readonly inflight = new Set<Promise<void>>();
+  /** After an abort: rewrites the poison into this rank's flags until the calls in flight drained. */
+  private poisonTimer: NodeJS.Timeout | undefined;
   private readonly counters: CommunicatorStats;
   private readonly tracer: FileTracer | undefined;
 
@@ -165,7 +183,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const tracePath = opts.trace ?? envTracePath();
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.control = new ControlPlane(rank, endpoints, (err) => this.onAbort(err));
-    this.counters = { rank, size, mapped: true, calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
+    this.counters = { rank, size, mapped: true, steps: 'host', calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
   }
 
   /** Joins the job through a rendezvous directory: makes this rank's Transport and the full mesh (see rendezvous.ts). */
@@ -223,7 +241,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
     c.counters.mapped = c.scratch.mapped;
     if (c.scratch.reason) c.counters.stagedReason = c.scratch.reason;
-    c.event = c.driver.eventCreate({ disableTiming: true });
+    if (c.scratch.mapped && size > 1) {
+      const g = c.driver.gpuDrivenStatus();
+      if (g.streamMemOps && g.memOps64) c.device = new DeviceSync(c.driver, rank, size, (k) => c.scratch.flagsOf(k)!);
+      if (c.device) c.counters.steps = 'device';
+    }
     return c;
   }
 
@@ -350,42 +372,33 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size) throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
   }
 
-  /** Queues one call; it runs once the calls before it are done, under its timeout, and fails with the communicator's abort. */
+  /**
+   * Queues one call. On the device path (mapped scratch, stream memory
+   * operations, not staged, not barrier) the whole call is queued on its
+   * stream before this returns — calls follow each other in stream order
+   * with no host round trip, and a call made while its stream is capturing
+   * is captured whole — and the promise resolves once the stream has run it.
+   * Otherwise (the host path) it starts once the calls before it are
+   * queued, and its steps wait for the host. Either way a call on another
+   * stream than the previous one first waits (cuStreamWaitEvent) for the
+   * previous call's work, so calls run in call order, and each runs under
+   * its timeout and fails with the communicator's abort.
+   */
   private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, choose: () => Algorithm, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
     const seq = ++this.seq;
     const stream = o.stream ?? 0n;
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
-    const p = this.queue.then(async () => {
-      if (this.abortError) throw this.abortError;
-      const started = performance.now();
-      const algorithm = choose();
-      this.streamsUsed.add(stream);
-      const ctx: CallContext = {
-        driver: this.driver,
-        rank: this.rank,
-        size: this.size,
-        seq,
-        stream,
-        scratch: this.scratch,
-        sync: this.control,
-        kernels: this.kernels,
-        endpoint: (k) => this.endpoints.get(k)!,
-        streamDone: () => {
-          this.driver.eventRecord(this.event!, stream);
-          return this.driver.whenComplete(this.event!);
-        },
-        copied: (n) => (this.counters.scratchCopyBytes += n),
-      };
-      try {
-        await this.withTimeout(run(ctx, algorithm), timeoutMs, `${op} #${seq}`);
-      } catch (err) {
-        if (err instanceof CommunicatorAbortedError) throw err;
-        const wrapped = this.wrap(err as Error);
-        this.control.abort(wrapped, true);
-        throw this.abortError ?? wrapped;
-      }
+    const started = performance.now();
+    const algorithm = choose();
+    const onDevice = op !== 'barrier' && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
+    const capturing = this.driver.gpuDrivenStatus().graphs && this.driver.streamIsCapturing(stream);
+    if (capturing && !onDevice) {
+      // Every rank has the same scratch mapping and driver, so every rank refuses the same call: nothing to abort.
+      return Promise.reject(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`));
+    }
+    const finish = (): CollectiveResult => {
       const result: CollectiveResult & { dtype?: DType; count?: number } = { op, algorithm, bytes, us: Math.round((performance.now() - started) * 1000) };
       if (o.dtype) {
         result.dtype = o.dtype;
@@ -399,9 +412,101 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.tracer?.collective({ rank: this.rank, size: this.size, seq, ...result });
       this.emit('collective', result);
       return { op, algorithm, bytes, us: result.us };
-    });
-    this.queue = p.catch(() => {});
+    };
+    const fail = (err: unknown): never => {
+      if (err instanceof CommunicatorAbortedError) throw err;
+      const wrapped = this.wrap(err as Error);
+      this.control.abort(wrapped, true);
+      throw this.abortError ?? wrapped;
+    };
+    /** Queues the call's work; resolves once it is queued (device path: at once) with the promise of its completion. */
+    const enqueue = (): Promise<() => Promise<void>> => {
+      if (this.abortError) throw this.abortError;
+      this.streamsUsed.add(stream);
+      if (!capturing) this.orderAfterPrevious(stream);
+      const base = {
+        driver: this.driver,
+        rank: this.rank,
+        size: this.size,
+        seq,
+        stream,
+        scratch: this.scratch,
+        sync: this.control,
+        device: onDevice ? this.device : undefined,
+        kernels: this.kernels,
+        endpoint: (k: number) => this.endpoints.get(k)!,
+        streamDone: () => this.streamDone(stream),
+        copied: (n: number) => (this.counters.scratchCopyBytes += n),
+      };
+      const ctx: CallContext = { ...base, steps: new algo.Steps(base) };
+      const ran = run(ctx, algorithm);
+      if (onDevice) {
+        // run() queued everything before returning (no await on that path): mark the end now, before another call can queue.
+        ctx.steps.finish();
+        const done = capturing ? Promise.resolve() : this.streamDone(stream);
+        return ran.then(() => () => done);
+      }
+      return ran.then(() => () => this.streamDone(stream));
+    };
+    let p: Promise<CollectiveResult>;
+    if (onDevice && this.hostPending === 0) {
+      let ran: Promise<() => Promise<void>>;
+      try {
+        ran = enqueue();
+      } catch (err) {
+        return Promise.reject(err).catch(fail);
+      }
+      p = this.withTimeout(ran.then((done) => done()), timeoutMs, `${op} #${seq}`).then(finish, fail);
+    } else {
+      this.hostPending++;
+      let queued!: () => void;
+      const next = new Promise<void>((resolve) => (queued = resolve));
+      const previous = this.queue;
+      this.queue = next;
+      p = this.withTimeout(
+        previous.then(async () => {
+          let done: () => Promise<void>;
+          try {
+            done = await enqueue();
+          } finally {
+            this.hostPending--;
+            queued();
+          }
+          await done();
+        }),
+        timeoutMs,
+        `${op} #${seq}`,
+      ).then(finish, fail);
+      // A call that never started (aborted, timed out in the queue) must not hold up the next.
+      void p.catch(() => {
+        if (this.queue === next) queued();
+      });
+    }
     return p;
+  }
+
+  /** Makes `stream` wait for the previous call's work where that was queued on another stream and is not done. */
+  private orderAfterPrevious(stream: StreamHandle): void {
+    const last = this.last;
+    if (last && last.stream !== stream && !last.done) this.driver.streamWaitEvent(stream, last.event);
+  }
+
+  /** Records an event on `stream` and resolves once the stream reached it; it is the call's last mark for the next one's ordering. */
+  private streamDone(stream: StreamHandle): Promise<void> {
+    const event = this.events.pop() ?? this.driver.eventCreate({ disableTiming: true });
+    this.driver.eventRecord(event, stream);
+    const mark = { stream, event, done: false };
+    this.last = mark;
+    const done = this.driver.whenComplete(event);
+    const settle = () => {
+      mark.done = true;
+      this.inflight.delete(done);
+      if (this.last === mark) this.last = undefined;
+      this.events.push(event); // destroyed by release()
+    };
+    this.inflight.add(done);
+    done.then(settle, settle);
+    return done;
   }
 
   /** `work`, failing with the communicator's abort, or with a timeout that aborts it. */
@@ -441,6 +546,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     for (const w of this.abortWaiters) w(err);
     this.abortWaiters.clear();
     this.emit('abort', err);
+    // Release this rank's streams from flag waits no peer will ever satisfy now.
+    this.startPoisoning();
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
     this.aborting = this.lingerThenRelease();
     void this.aborting.then(() => {
@@ -473,21 +580,25 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private release(): Promise<void> {
     this.released ??= (async () => {
-      for (const s of this.streamsUsed) {
-        try {
-          this.driver.streamSynchronize(s);
-        } catch (err) {
-          debug('communicator rank %d: a stream failed while closing: %s', this.rank, (err as Error).message);
+      const drained = await this.drain();
+      this.stopPoisoning();
+      this.device?.close();
+      if (drained) {
+        for (const s of this.streamsUsed) {
+          try {
+            this.driver.streamSynchronize(s);
+          } catch (err) {
+            debug('communicator rank %d: a stream failed while closing: %s', this.rank, (err as Error).message);
+          }
         }
+        this.scratch?.release();
       }
-      this.scratch?.release();
       try {
         this.kernels.unload();
-        if (this.event !== undefined) this.driver.eventDestroy(this.event);
+        for (const e of this.events.splice(0)) this.driver.eventDestroy(e);
       } catch (err) {
         debug('communicator rank %d: %s', this.rank, (err as Error).message);
       }
-      this.event = undefined;
       this.tracer?.close();
       if (this.owned) {
         await this.transport.close();
@@ -495,5 +606,43 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       }
     })();
     return this.released;
+  }
+
+  /**
+   * Waits for the calls in flight to leave the device: each either completes
+   * or, once the communicator aborted (or, closing, after the call timeout),
+   * has its flag waits released by the poison. False if they still had not
+   * after DRAIN_LIMIT_MS: then the scratch is left allocated rather than
+   * freed under a stream that may still use it (a blocking synchronize would
+   * hang).
+   */
+  private async drain(): Promise<boolean> {
+    if (this.inflight.size === 0) return true;
+    const all = Promise.allSettled([...this.inflight]).then(() => true);
+    let timer: NodeJS.Timeout | undefined;
+    const after = (ms: number) => new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+    try {
+      if (!this.abortError && !(await Promise.race([all, after(this.timeoutMs)]))) this.startPoisoning();
+      clearTimeout(timer);
+      const ok = await Promise.race([all, after(DRAIN_LIMIT_MS)]);
+      if (!ok) debug('communicator rank %d: %d call(s) still on the device after %d ms: the scratch is not freed', this.rank, this.inflight.size, DRAIN_LIMIT_MS);
+      return ok;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Writes the poison into this rank's flags now and every POISON_TICK_MS (each passed wait resets its slot) until released. */
+  private startPoisoning(): void {
+    const d = this.device;
+    if (!d || this.poisonTimer) return;
+    d.poison();
+    this.poisonTimer = setInterval(() => d.poison(), POISON_TICK_MS);
+    this.poisonTimer.unref();
+  }
+
+  private stopPoisoning(): void {
+    if (this.poisonTimer) clearInterval(this.poisonTimer);
+    this.poisonTimer = undefined;
   }
 }
