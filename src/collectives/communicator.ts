@@ -305,6 +305,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     });
   }
 
+  /**
+   * Resolves once every call made so far is queued on its stream. A call on
+   * the device path is queued before it returns; one on the host path (staged,
+   * barrier) later, step by step.
+   */
+  queued(): Promise<void> {
+    return this.hostPending === 0 ? Promise.resolve() : this.queue.then(() => undefined);
+  }
+
+  /** The algorithm an allreduce of `bytes` (without `algorithm`) takes on this communicator. */
+  algorithmFor(bytes: number, _dtype?: DType): Algorithm {
+    return this.chooseAllreduce(undefined, bytes);
+  }
+
   /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
   endpoint(rank: number): Endpoint {
     const ep = this.endpoints.get(rank);
