@@ -58,6 +58,7 @@ function program(rank: number, size: number, batches: StreamMemOp[][]): Op[] {
   const ops: Op[] = [];
   batches.forEach((b, step) => {
     for (const op of b) {
+      if (op.op === 'barrier') continue;
       const addr = op.addr;
       const owner = Number(addr / 0x1000_0000n) - 1;
       const slot = Number((addr - BLOCK(owner)) / 8n) % size;
