@@ -16,7 +16,8 @@ import { openDriver } from '../../dist/src/cuda/open-driver.js';
 import { COLLECTIVES_UNDER_TEST, timeCollective } from '../../dist/src/bench/under-test.js';
 
 const RUNS = Number(process.env.RUNS ?? 5);
-const iters = (bytes) => Math.max(5, Math.min(1000, Math.floor((4 << 30) / Math.max(1, bytes))));
+const log = (...a) => process.env.VERBOSE && console.error(`[${process.env.MEASURE_RANK ? JSON.parse(process.env.MEASURE_RANK).rank : 'launcher'}]`, ...a);
+const iters = (bytes) => Number(process.env.ITERS ?? 0) || Math.max(5, Math.min(1000, Math.floor((4 << 30) / Math.max(1, bytes))));
 
 async function rank() {
   const { rank: r, ranks, dir, cases } = JSON.parse(process.env.MEASURE_RANK);
@@ -27,7 +28,9 @@ async function rank() {
   const sut = await COLLECTIVES_UNDER_TEST.factory({ driver, rank: r, ranks, device, dir, token: 'm'.repeat(32), timeoutMs: 120_000 });
   const out = [];
   try {
+    log('open');
     for (const c of cases) {
+      log('case', JSON.stringify(c));
       const buf = driver.memAlloc(Math.max(4, c.bytes));
       driver.memsetD8(buf, 0, Math.max(4, c.bytes));
       const n = iters(c.bytes);
@@ -44,7 +47,8 @@ async function rank() {
 async function launch() {
   const ranks = Number(process.argv[2] ?? 2);
   const sizes = (process.argv[3] ?? '8,262144,1048576,16777216,268435456,1073741824').split(',').map(Number);
-  const cases = [...sizes.map((bytes) => ({ bytes })), { bytes: 8, graph: true }, { bytes: 1 << 20, algorithm: 'one-shot' }, { bytes: 1 << 20, algorithm: 'two-shot' }, { bytes: 1 << 20, algorithm: 'pipeline' }, { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true }];
+  const extra = process.env.ONLY_SIZES ? [] : [{ bytes: 8, graph: true }, { bytes: 1 << 20, algorithm: 'one-shot' }, { bytes: 1 << 20, algorithm: 'two-shot' }, { bytes: 1 << 20, algorithm: 'pipeline' }, { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true }];
+  const cases = [...sizes.map((bytes) => ({ bytes })), ...extra];
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-measure-'));
   try {
     const results = await Promise.all(
@@ -53,7 +57,7 @@ async function launch() {
           new Promise((resolve, reject) => {
             const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, MEASURE_RANK: JSON.stringify({ rank: r, ranks, dir, cases }) } });
             child.once('message', resolve);
-            child.once('exit', (code) => (code !== 0 ? reject(new Error(`rank ${r} exited ${code}`)) : undefined));
+            child.once('exit', (code, signal) => (code !== 0 ? reject(new Error(`rank ${r} exited ${code ?? signal}`)) : undefined));
           }),
       ),
     );
