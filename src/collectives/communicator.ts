@@ -143,7 +143,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private released: Promise<void> | undefined;
   /** Set on abort: the linger, then the release (close() waits for it rather than closing early). */
   private aborting: Promise<void> | undefined;
-  private readonly streamsUsed = new Set<StreamHandle>();
   /** Device-side steps (device-sync.ts); undefined where the scratch is not mapped or the driver has no 64-bit stream memory operations. */
   private device: DeviceSync | undefined;
   /** Calls on the host path not yet queued (a device-path call made meanwhile waits its turn). */
@@ -436,7 +435,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     /** Queues the call's work; resolves once it is queued (device path: at once) with the promise of its completion. */
     const enqueue = (): Promise<() => Promise<void>> => {
       if (this.abortError) throw this.abortError;
-      this.streamsUsed.add(stream);
       if (!capturing) this.orderAfterPrevious(stream);
       const base = {
         driver: this.driver,
@@ -597,16 +595,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const drained = await this.drain();
       this.stopPoisoning();
       this.device?.close();
-      if (drained) {
-        for (const s of this.streamsUsed) {
-          try {
-            this.driver.streamSynchronize(s);
-          } catch (err) {
-            debug('communicator rank %d: a stream failed while closing: %s', this.rank, (err as Error).message);
-          }
-        }
-        this.scratch?.release();
-      }
+      // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the
+      // scratch. (The caller's streams are not synchronised: they may be destroyed by now.)
+      if (drained) this.scratch?.release();
       try {
         this.kernels.unload();
         for (const e of this.events.splice(0)) this.driver.eventDestroy(e);
