@@ -108,6 +108,14 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 }
 
 const MiB = 1024 * 1024;
+
+/** The end of a call's work on its stream: an event recorded there, and the promise of reaching it. */
+interface Mark {
+  stream: StreamHandle;
+  event: EventHandle;
+  done: boolean;
+  settle(err?: Error): void;
+}
 /** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
 const ABORT_LINGER_MS = 1000;
 /** How often an aborted communicator rewrites the poison into its flags while calls are in flight. */
@@ -148,7 +156,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Calls on the host path not yet queued (a device-path call made meanwhile waits its turn). */
   private hostPending = 0;
   /** The previous call's last mark: a call on another stream waits for it. */
-  private last: { stream: StreamHandle; event: EventHandle; done: boolean } | undefined;
+  private last: Mark | undefined;
+  /** Marks recorded and not polled yet, by stream (streamDone). */
+  private readonly unpolled = new Map<StreamHandle, Mark[]>();
+  /** What the driver can do (asked once: every call checks it). */
+  private gpuDrivenCache: ReturnType<CudaDriver['gpuDrivenStatus']> | undefined;
+  private get gpuDriven(): ReturnType<CudaDriver['gpuDrivenStatus']> {
+    return (this.gpuDrivenCache ??= this.driver.gpuDrivenStatus());
+  }
+  private pollSoon: NodeJS.Immediate | undefined;
   /** Events of completed marks, for reuse. */
   private readonly events: EventHandle[] = [];
   /** Completions of the marks not reached yet. */
@@ -364,9 +380,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   private check(a: { count: number; dtype: DType } & CallOptions, ptrs: DevicePtr[], op?: ReduceOp): void {
-    if (op !== undefined && this.size > 1 && !this.driver.gpuDrivenStatus().modules) {
+    if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
       // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
-      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.driver.gpuDrivenStatus().reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
+      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
     }
     if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
@@ -406,7 +422,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const started = performance.now();
     const algorithm = choose();
     const onDevice = op !== 'barrier' && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
-    const capturing = this.driver.gpuDrivenStatus().graphs && this.driver.streamIsCapturing(stream);
+    const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
     if (capturing && !onDevice) {
       // Every rank has the same scratch mapping and driver, so every rank refuses the same call: nothing to abort.
       return Promise.reject(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`));
@@ -503,22 +519,60 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (last && last.stream !== stream && !last.done) this.driver.streamWaitEvent(stream, last.event);
   }
 
-  /** Records an event on `stream` and resolves once the stream reached it; it is the call's last mark for the next one's ordering. */
+  /**
+   * Records an event on `stream` and resolves once the stream reached it; it
+   * is the call's last mark for the next one's ordering. Only the newest mark
+   * of a stream is polled (whenComplete), once the calls queued back to back
+   * in this turn of the event loop are in: the marks before it on the same
+   * stream are reached when it is. A poll per call made the completion poller
+   * compete with the enqueuing for the driver.
+   */
   private streamDone(stream: StreamHandle): Promise<void> {
     const event = this.events.pop() ?? this.driver.eventCreate({ disableTiming: true });
     this.driver.eventRecord(event, stream);
-    const mark = { stream, event, done: false };
+    let settle!: (err?: Error) => void;
+    const done = new Promise<void>((resolve, reject) => {
+      settle = (err) => (err ? reject(err) : resolve());
+    });
+    const mark: Mark = { stream, event, done: false, settle };
     this.last = mark;
-    const done = this.driver.whenComplete(event);
-    const settle = () => {
-      mark.done = true;
-      this.inflight.delete(done);
-      if (this.last === mark) this.last = undefined;
-      this.events.push(event); // destroyed by release()
-    };
     this.inflight.add(done);
-    done.then(settle, settle);
+    void done.then(
+      () => this.inflight.delete(done),
+      () => this.inflight.delete(done),
+    );
+    let marks = this.unpolled.get(stream);
+    if (!marks) this.unpolled.set(stream, (marks = []));
+    marks.push(mark);
+    this.pollSoon ??= setImmediate(() => this.pollMarks());
     return done;
+  }
+
+  /** Polls the newest unpolled mark of each stream; settles it and the marks before it. */
+  private pollMarks(): void {
+    this.pollSoon = undefined;
+    for (const [stream, marks] of this.unpolled) {
+      this.unpolled.delete(stream);
+      const newest = marks.at(-1)!;
+      const finish = (err?: Error) => {
+        for (const m of marks) {
+          m.done = true;
+          if (this.last === m) this.last = undefined;
+          this.events.push(m.event); // reused; destroyed by release()
+          m.settle(err);
+        }
+      };
+      let polled: Promise<void>;
+      try {
+        polled = this.driver.whenComplete(newest.event);
+      } catch (err) {
+        polled = Promise.reject(err as Error);
+      }
+      polled.then(
+        () => finish(),
+        (err: Error) => finish(err),
+      );
+    }
   }
 
   /** `work`, failing with the communicator's abort, or with a timeout that aborts it. */
