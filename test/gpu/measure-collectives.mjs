@@ -47,7 +47,7 @@ async function rank() {
 async function launch() {
   const ranks = Number(process.argv[2] ?? 2);
   const sizes = (process.argv[3] ?? '8,262144,1048576,16777216,268435456,1073741824').split(',').map(Number);
-  const extra = process.env.ONLY_SIZES ? [] : [{ bytes: 8, graph: true }, { bytes: 1 << 20, algorithm: 'one-shot' }, { bytes: 1 << 20, algorithm: 'two-shot' }, { bytes: 1 << 20, algorithm: 'pipeline' }, { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true }];
+  const extra = process.env.ONLY_SIZES ? [] : [{ bytes: 8, graph: true }, { bytes: 1 << 20, algorithm: 'one-shot' }, { bytes: 1 << 20, algorithm: 'two-shot' }, { bytes: 1 << 20, algorithm: 'pipeline' }, { bytes: 256 << 20, algorithm: 'two-shot' }, { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true }];
   const cases = [...sizes.map((bytes) => ({ bytes })), ...extra];
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-measure-'));
   try {
