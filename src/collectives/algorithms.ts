@@ -71,10 +71,7 @@ function* pieces(total: number, max: number): Generator<[number, number]> {
 export class Steps {
   /** Steps queued so far in this call. */
   count = 0;
-  private readonly others: number[];
-  constructor(private readonly c: Omit<CallContext, 'steps'>) {
-    this.others = [...Array(c.size).keys()].filter((k) => k !== c.rank);
-  }
+  constructor(private readonly c: Omit<CallContext, 'steps'>) {}
   /** Whether steps go through the host (then `host()`, awaited), else `device()`. */
   get onHost(): boolean {
     return this.c.device === undefined;
@@ -87,8 +84,9 @@ export class Steps {
   async host(): Promise<void> {
     await this.c.streamDone();
     const step = this.count++;
-    this.c.sync.signal(this.others, this.c.seq, step);
-    await this.c.sync.wait(this.others, this.c.seq, step);
+    const others = othersOf(this.c);
+    this.c.sync.signal(others, this.c.seq, step);
+    await this.c.sync.wait(others, this.c.seq, step);
   }
   /** Device steps: one more where the call ran an odd number, so every call starts at parity 0. */
   finish(): void {
@@ -135,7 +133,7 @@ async function exchange(c: CallContext, sendTo: number[], src: (k: number) => De
   ]);
 }
 
-function othersOf(c: CallContext): number[] {
+function othersOf(c: Pick<CallContext, 'size' | 'rank'>): number[] {
   return [...Array(c.size).keys()].filter((k) => k !== c.rank);
 }
 

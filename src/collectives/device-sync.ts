@@ -72,8 +72,16 @@ export class DeviceSync {
     return block + BigInt((parity * this.size + k) * 8);
   }
 
+  /** The batches of a step of parity 0 and 1: the same every time (built on first use). */
+  private built: [StreamMemOp[], StreamMemOp[]] | undefined;
+
   /** The operations of one step of `parity` on this rank (one batch). */
   stepOps(parity: number): StreamMemOp[] {
+    this.built ??= [this.build(0), this.build(1)];
+    return this.built[parity]!;
+  }
+
+  private build(parity: number): StreamMemOp[] {
     const own = this.blockOf(this.rank);
     const ops: StreamMemOp[] = [];
     for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(this.blockOf(k), parity, this.rank), value: 1n });
