@@ -7,19 +7,22 @@
  * queued on the caller's stream (default: the legacy default stream, so
  * work queued there before the call is done first, as for a send); the
  * returned promise resolves once that stream has reached the call's last
- * step, with the algorithm that ran. Ranks synchronise between steps with
- * host control frames (control.ts, behind RankSync).
+ * step, with the algorithm that ran. Ranks synchronise between steps on
+ * the device where they can (device-sync.ts: then a call is queued whole
+ * before it returns, and can be captured in a graph), else with host
+ * control frames (control.ts, behind RankSync).
  *
  * Failure: an error in a call, a lost rank, or a timeout aborts the
  * communicator on every rank (ABORT frames carry the first cause): every
- * pending and later call rejects with CommunicatorAbortedError, and the
- * communicator frees what it holds. Never a hang.
+ * pending and later call rejects with CommunicatorAbortedError, device
+ * waits are released by poisoning the flags, and the communicator frees
+ * what it holds. Never a hang.
  */
 import { EventEmitter } from 'node:events';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { assertHandle, assertPtr } from '../cuda/validate.js';
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, ArgumentTypeError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
@@ -29,6 +32,7 @@ import * as algo from './algorithms.js';
 import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
 import { ControlPlane } from './control.js';
 import { DeviceSync } from './device-sync.js';
+import { StreamMarks } from './stream-marks.js';
 import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
@@ -108,14 +112,6 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 }
 
 const MiB = 1024 * 1024;
-
-/** The end of a call's work on its stream: an event recorded there, and the promise of reaching it. */
-interface Mark {
-  stream: StreamHandle;
-  event: EventHandle;
-  done: boolean;
-  settle(err?: Error): void;
-}
 /** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
 const ABORT_LINGER_MS = 1000;
 /** How often an aborted communicator rewrites the poison into its flags while calls are in flight. */
@@ -155,20 +151,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private device: DeviceSync | undefined;
   /** Calls on the host path not yet queued (a device-path call made meanwhile waits its turn). */
   private hostPending = 0;
-  /** The previous call's last mark: a call on another stream waits for it. */
-  private last: Mark | undefined;
-  /** Marks recorded and not polled yet, by stream (streamDone). */
-  private readonly unpolled = new Map<StreamHandle, Mark[]>();
+  /** Where the calls are on their streams (ordering across streams, completion, what closing waits for). */
+  private readonly marks: StreamMarks;
   /** What the driver can do (asked once: every call checks it). */
   private gpuDrivenCache: ReturnType<CudaDriver['gpuDrivenStatus']> | undefined;
   private get gpuDriven(): ReturnType<CudaDriver['gpuDrivenStatus']> {
     return (this.gpuDrivenCache ??= this.driver.gpuDrivenStatus());
   }
-  private pollSoon: NodeJS.Immediate | undefined;
-  /** Events of completed marks, for reuse. */
-  private readonly events: EventHandle[] = [];
-  /** Completions of the marks not reached yet. */
-  private readonly inflight = new Set<Promise<void>>();
   /** After an abort: rewrites the poison into this rank's flags until the calls in flight drained. */
   private poisonTimer: NodeJS.Timeout | undefined;
   private readonly counters: CommunicatorStats;
@@ -195,6 +184,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (opts.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
+    this.marks = new StreamMarks(this.driver);
     const tracePath = opts.trace ?? envTracePath();
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.control = new ControlPlane(rank, endpoints, (err) => this.onAbort(err));
@@ -451,7 +441,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     /** Queues the call's work; resolves once it is queued (device path: at once) with the promise of its completion. */
     const enqueue = (): Promise<() => Promise<void>> => {
       if (this.abortError) throw this.abortError;
-      if (!capturing) this.orderAfterPrevious(stream);
+      if (!capturing) this.marks.orderAfterLast(stream);
       const base = {
         driver: this.driver,
         rank: this.rank,
@@ -463,7 +453,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         device: onDevice ? this.device : undefined,
         kernels: this.kernels,
         endpoint: (k: number) => this.endpoints.get(k)!,
-        streamDone: () => this.streamDone(stream),
+        streamDone: () => this.marks.mark(stream),
         copied: (n: number) => (this.counters.scratchCopyBytes += n),
       };
       const ctx: CallContext = { ...base, steps: new algo.Steps(base) };
@@ -471,10 +461,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       if (onDevice) {
         // run() queued everything before returning (no await on that path): mark the end now, before another call can queue.
         ctx.steps.finish();
-        const done = capturing ? Promise.resolve() : this.streamDone(stream);
+        const done = capturing ? Promise.resolve() : this.marks.mark(stream);
         return ran.then(() => () => done);
       }
-      return ran.then(() => () => this.streamDone(stream));
+      return ran.then(() => () => this.marks.mark(stream));
     };
     let p: Promise<CollectiveResult>;
     if (onDevice && this.hostPending === 0) {
@@ -511,68 +501,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       });
     }
     return p;
-  }
-
-  /** Makes `stream` wait for the previous call's work where that was queued on another stream and is not done. */
-  private orderAfterPrevious(stream: StreamHandle): void {
-    const last = this.last;
-    if (last && last.stream !== stream && !last.done) this.driver.streamWaitEvent(stream, last.event);
-  }
-
-  /**
-   * Records an event on `stream` and resolves once the stream reached it; it
-   * is the call's last mark for the next one's ordering. Only the newest mark
-   * of a stream is polled (whenComplete), once the calls queued back to back
-   * in this turn of the event loop are in: the marks before it on the same
-   * stream are reached when it is. A poll per call made the completion poller
-   * compete with the enqueuing for the driver.
-   */
-  private streamDone(stream: StreamHandle): Promise<void> {
-    const event = this.events.pop() ?? this.driver.eventCreate({ disableTiming: true });
-    this.driver.eventRecord(event, stream);
-    let settle!: (err?: Error) => void;
-    const done = new Promise<void>((resolve, reject) => {
-      settle = (err) => (err ? reject(err) : resolve());
-    });
-    const mark: Mark = { stream, event, done: false, settle };
-    this.last = mark;
-    this.inflight.add(done);
-    void done.then(
-      () => this.inflight.delete(done),
-      () => this.inflight.delete(done),
-    );
-    let marks = this.unpolled.get(stream);
-    if (!marks) this.unpolled.set(stream, (marks = []));
-    marks.push(mark);
-    this.pollSoon ??= setImmediate(() => this.pollMarks());
-    return done;
-  }
-
-  /** Polls the newest unpolled mark of each stream; settles it and the marks before it. */
-  private pollMarks(): void {
-    this.pollSoon = undefined;
-    for (const [stream, marks] of this.unpolled) {
-      this.unpolled.delete(stream);
-      const newest = marks.at(-1)!;
-      const finish = (err?: Error) => {
-        for (const m of marks) {
-          m.done = true;
-          if (this.last === m) this.last = undefined;
-          this.events.push(m.event); // reused; destroyed by release()
-          m.settle(err);
-        }
-      };
-      let polled: Promise<void>;
-      try {
-        polled = this.driver.whenComplete(newest.event);
-      } catch (err) {
-        polled = Promise.reject(err as Error);
-      }
-      polled.then(
-        () => finish(),
-        (err: Error) => finish(err),
-      );
-    }
   }
 
   /** `work`, failing with the communicator's abort, or with a timeout that aborts it. */
@@ -654,7 +582,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       if (drained) this.scratch?.release();
       try {
         this.kernels.unload();
-        for (const e of this.events.splice(0)) this.driver.eventDestroy(e);
+        this.marks.destroy();
       } catch (err) {
         debug('communicator rank %d: %s', this.rank, (err as Error).message);
       }
@@ -676,19 +604,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * hang).
    */
   private async drain(): Promise<boolean> {
-    if (this.inflight.size === 0) return true;
-    const all = Promise.allSettled([...this.inflight]).then(() => true);
-    let timer: NodeJS.Timeout | undefined;
-    const after = (ms: number) => new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-    try {
-      if (!this.abortError && !(await Promise.race([all, after(this.timeoutMs)]))) this.startPoisoning();
-      clearTimeout(timer);
-      const ok = await Promise.race([all, after(DRAIN_LIMIT_MS)]);
-      if (!ok) debug('communicator rank %d: %d call(s) still on the device after %d ms: the scratch is not freed', this.rank, this.inflight.size, DRAIN_LIMIT_MS);
-      return ok;
-    } finally {
-      clearTimeout(timer);
-    }
+    if (!this.abortError && !(await this.marks.reached(this.timeoutMs))) this.startPoisoning();
+    const ok = await this.marks.reached(DRAIN_LIMIT_MS);
+    if (!ok) debug('communicator rank %d: %d call(s) still on the device after %d ms: the scratch is not freed', this.rank, this.marks.inFlight, DRAIN_LIMIT_MS);
+    return ok;
   }
 
   /** Writes the poison into this rank's flags now and every POISON_TICK_MS (each passed wait resets its slot) until released. */
