@@ -1,6 +1,9 @@
 /**
  * A Communicator: the N ranks of one job on one machine, and the
- * collectives among them on device buffers.
+ * collectives among them on device buffers. (Over 500 lines as one concept:
+ * the public calls, their checks, their queueing and timeouts, and the
+ * abort and close that end them work on the same state; the steps, marks,
+ * flags, scratch and control frames are in their own files.)
  *
  * Calls are made by every rank in the same order (as with NCCL and MPI) and
  * run one at a time per communicator, in call order. Each call's steps are
