@@ -145,6 +145,35 @@ describe('a failing rank fails every rank', () => {
     }
   });
 
+  it('device-side calls and calls that go through the host (staged, barrier), issued without awaiting, run in call order', async () => {
+    w = await makeWorld(2);
+    const stream = w.sides.map((s) => s.driver.streamCreate());
+    const bufs = w.sides.map((s, r) => {
+      const p = s.driver.memAlloc(4);
+      s.driver.memcpyHtoD(p, new Uint8Array(new Int32Array([r + 2]).buffer));
+      return p;
+    });
+    // 5 → 25 (staged) → 50 → barrier → 2500 (staged) → 5000
+    const all = w.comms.map((c, r) => {
+      const a = { send: bufs[r]!, count: 1, dtype: 'i32' as const, stream: stream[r]! };
+      return [
+        c.allreduce({ ...a, op: 'sum' }),
+        c.allreduce({ ...a, op: 'prod', algorithm: 'staged' }),
+        c.allreduce({ ...a, op: 'sum' }),
+        c.barrier({ stream: stream[r]! }),
+        c.allreduce({ ...a, op: 'prod', algorithm: 'staged' }),
+        c.allreduce({ ...a, op: 'sum' }),
+      ];
+    });
+    const res = await Promise.all(all.flat());
+    expect(res.map((x) => x.algorithm).slice(0, 6)).toEqual(['one-shot', 'staged', 'one-shot', 'one-shot', 'staged', 'one-shot']);
+    for (const [r, s] of w.sides.entries()) {
+      const got = new Uint8Array(4);
+      s.driver.memcpyDtoH(got, bufs[r]!);
+      expect(new Int32Array(got.buffer)[0]).toBe(5000);
+    }
+  });
+
   it('one rank is a communicator of one: every call is local', async () => {
     w = await makeWorld(1);
     const p = w.sides[0]!.driver.memAlloc(16);
