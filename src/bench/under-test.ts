@@ -120,6 +120,8 @@ export const GRAPH_PINGPONG_UNDER_TEST: { factory?: (ctx: PingPongContext) => Pr
 export interface CollectiveTiming {
   /** µs per call, one sample per run. */
   runsUs: number[];
+  /** Host µs per call spent queueing the calls of each run (before the synchronise): where it nears `runsUs`, the host is the limit. */
+  enqueueUs?: number[];
   algorithm?: string;
 }
 
@@ -159,15 +161,17 @@ export async function timeCollective(
       await sync('allreduce graph warm-up');
     }
     const runsUs: number[] = [];
+    const enqueueUs: number[] = [];
     for (let r = 0; r < o.runs; r++) {
       const t0 = process.hrtime.bigint();
       if (exec !== undefined) driver.graphLaunch(exec, stream);
       else for (let i = 0; i < o.iters; i++) await sut.collectiveUnderTest(call);
+      enqueueUs.push(Number(process.hrtime.bigint() - t0) / 1000 / Math.max(1, o.iters));
       await sync(`allreduce run ${r + 1}`);
       runsUs.push(Number(process.hrtime.bigint() - t0) / 1000 / Math.max(1, o.iters));
     }
     const algorithm = o.algorithm ?? sut.algorithmFor?.(bytes, 'f32');
-    return { runsUs, ...(algorithm ? { algorithm } : {}) };
+    return { runsUs, enqueueUs, ...(algorithm ? { algorithm } : {}) };
   } finally {
     if (exec !== undefined) driver.graphExecDestroy(exec);
     if (graph !== undefined) driver.graphDestroy(graph);

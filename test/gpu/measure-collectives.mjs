@@ -66,7 +66,8 @@ async function launch() {
       const sorted = [...perRun].sort((a, b) => a - b);
       const median = sorted[Math.floor(sorted.length / 2)];
       const busGBs = (c.bytes / (median * 1e-6) / 1e9) * ((2 * (ranks - 1)) / ranks);
-      return { ...c, algorithm: results[0][i].algorithm, runs: perRun.length, medianUs: +median.toFixed(2), minUs: +sorted[0].toFixed(2), maxUs: +sorted.at(-1).toFixed(2), busGBs: +busGBs.toFixed(1) };
+      const enq = results.map((x) => x[i].enqueueUs ?? []).flat().sort((a, b) => a - b);
+      return { ...c, algorithm: results[0][i].algorithm, runs: perRun.length, enqueueMedianUs: enq.length ? +enq[Math.floor(enq.length / 2)].toFixed(2) : null, medianUs: +median.toFixed(2), minUs: +sorted[0].toFixed(2), maxUs: +sorted.at(-1).toFixed(2), busGBs: +busGBs.toFixed(1) };
     });
     console.log(JSON.stringify({ ranks, figures }, null, 1));
   } finally {
