@@ -188,17 +188,19 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
   const time = async (bytes: number, extra: { algorithm?: (typeof ALGORITHMS)[number]; graph?: boolean; reduce?: 'avg' } = {}) => {
     const rs = await all<CollectiveTiming>({ op: 'sut-collective-time', bytes, runs: plan.runs, timeoutMs, ...plan.device(bytes), ...extra });
     const perRun = rs[0]!.runsUs.map((_, k) => Math.max(...rs.map((x) => x.runsUs[k]!)));
-    return { s: summarize(perRun), algorithm: rs[0]!.algorithm };
+    const enqueue = rs.flatMap((x) => x.enqueueUs ?? []);
+    return { s: summarize(perRun), algorithm: rs[0]!.algorithm, ...(enqueue.length > 0 ? { enqueueUs: summarize(enqueue).median } : {}) };
   };
   const bus = (size: number, us: number) => (size / (us * 1e-6) / 1e9) * ((2 * (ranks - 1)) / ranks);
   await all({ op: 'sut-collective-open', ranks, dir: join(dir, 'collectives'), timeoutMs });
   try {
     for (const { size, spec } of targets) {
       run.progress(`collectives: smcuda allreduce ${formatBytes(size)}`);
-      const { s, algorithm } = await time(size);
+      const { s, algorithm, enqueueUs } = await time(size);
       run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.device(size).iters * plan.runs });
       const base = ncclAt(nccl, size);
-      const details = { size, runs: plan.runs, algorithm, ncclRunsUs: base?.runsUs };
+      // enqueueUs: host µs per call spent queueing (median over ranks and runs); near the figure, the host is the limit.
+      const details = { size, runs: plan.runs, algorithm, enqueueUs, ncclRunsUs: base?.runsUs };
       if (spec.unit === 'GB/s') run.figures.push(scopedFigure(false, spec, bus(size, s.median), base?.busGBs ?? null, { details: { ...details, stats: s } }));
       else run.figures.push(scopedFigure(false, spec, s.median, base?.median ?? null, { stats: s, details }));
     }

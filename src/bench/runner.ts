@@ -17,7 +17,6 @@ import { formatBytes } from '../cli/format.js';
 import { type Figure, skipped, withFloor } from './figures.js';
 import type { FirstSendBreakdown } from './first-send.js';
 import { type BenchOptions, makePlan, shmFreeBytes } from './plan.js';
-import { runCollectivesSuite as runCommunicatorAllreduce } from './collectives.js';
 import {
   BENCH_WORKER_ENV,
   type BenchCommand,
@@ -148,11 +147,6 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       const g = await start('a2a', Array.from({ length: A2A_RANKS }, (_, r) => r % 2));
       await runAllToAll(run, g);
       await g.close();
-    }
-    if (wants('collectives')) {
-      const coll = await runCommunicatorAllreduce({ driver: opts.driver, smoke: opts.smoke }, progress);
-      figures.push(...coll.figures);
-      run.notes.push(...coll.notes);
     }
   } finally {
     clearTimeout(timer);

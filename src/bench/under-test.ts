@@ -4,28 +4,14 @@
  * without these; smcuda's figures are listed as skipped (with `missing`)
  * until an implementation is plugged in below:
  *
- *   - COLLECTIVES_UNDER_TEST.factory: per rank, from the rendezvous directory and
- *     job token the bench gives (or the driver alone), something with
- *     `collectiveUnderTest(call)` that enqueues one collective on a stream
- *     (the Communicator of issue 26 in a few lines);
+ *   - COLLECTIVES_UNDER_TEST.factory: per rank, a Communicator (issue 26)
+ *     from the rendezvous directory and job token the bench gives, with
+ *     `collectiveUnderTest(call)` queueing one allreduce on a stream;
  *   - GRAPH_PINGPONG_UNDER_TEST.factory: per worker, from the bench session's
  *     endpoint, `graphPingPong(...)`: persistent transfers (issue 25) in each
  *     direction captured `transfers` times in a graph and replayed.
- *
- * For instance, for a Communicator created from a directory with an
- * `allreduce(send, recv, count, options)` that enqueues on `options.stream`
- * (names to adapt to the merged API):
- *
- *   COLLECTIVES_UNDER_TEST.factory = async (ctx) => {
- *     const comm = await Communicator.fromDirectory(ctx.dir, { rank: ctx.rank, size: ctx.ranks, driver: ctx.driver, device: ctx.device, timeoutMs: ctx.timeoutMs });
- *     return {
- *       capturable: true,
- *       collectiveUnderTest: (c) => comm.allreduce(c.send, c.recv, c.count, { dtype: c.dtype, op: c.reduce, stream: c.stream, algorithm: c.algorithm }),
- *       algorithmFor: (bytes, dtype) => comm.algorithmFor('allreduce', bytes, dtype),
- *       close: () => comm.close(),
- *     };
- *   };
  */
+import { Communicator, type Algorithm as CommAlgorithm } from '../collectives/communicator.js';
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import type { Algorithm } from './collective-figures.js';
@@ -90,8 +76,38 @@ export interface PingPongContext {
   device: number;
 }
 
-/** The Communicator of issue 26 goes here. */
+/** Scratch per region for the bench's communicators: large calls go in pieces of this size (fewer steps per byte than the 4 MiB default). */
+const BENCH_SCRATCH_BYTES = 32 << 20;
+
+/**
+ * smcuda's Communicator. A call on mapped scratch is queued whole before
+ * allreduce returns (device-side steps), so `collectiveUnderTest` returns at
+ * once and calls go back to back on the stream; its promise (completion) is
+ * kept only for its error, thrown at the next call. Where calls still wait
+ * for the host (staged), it returns the promise of the call being queued.
+ */
+async function communicatorUnderTest(ctx: CollectiveRankContext): Promise<CollectiveUnderTest> {
+  const comm = await Communicator.create({ rank: ctx.rank, size: ctx.ranks, dir: ctx.dir, token: ctx.token, driver: ctx.driver, device: ctx.device, timeoutMs: ctx.timeoutMs, joinTimeoutMs: ctx.timeoutMs, scratchBytes: BENCH_SCRATCH_BYTES });
+  let failure: Error | undefined;
+  const alg = (a: Algorithm | undefined): Exclude<CommAlgorithm, 'local'> | undefined => (a === 'pipeline' ? 'ce-pipeline' : a);
+  return {
+    capturable: comm.stats().steps === 'device',
+    collectiveUnderTest(c) {
+      if (failure) throw failure;
+      const a = alg(c.algorithm);
+      comm.allreduce({ send: c.send, recv: c.recv, count: c.count, dtype: c.dtype, op: c.reduce, stream: c.stream, ...(a ? { algorithm: a } : {}) }).catch((err: Error) => {
+        failure ??= err;
+      });
+      return comm.queued();
+    },
+    algorithmFor: (bytes, dtype) => comm.algorithmFor(bytes, dtype),
+    close: () => comm.close(),
+  };
+}
+
+/** The Communicator of issue 26. */
 export const COLLECTIVES_UNDER_TEST: { factory?: (ctx: CollectiveRankContext) => Promise<CollectiveUnderTest>; missing: string } = {
+  factory: communicatorUnderTest,
   missing: "smcuda's Communicator (issue 26) is not in this build",
 };
 
@@ -104,6 +120,8 @@ export const GRAPH_PINGPONG_UNDER_TEST: { factory?: (ctx: PingPongContext) => Pr
 export interface CollectiveTiming {
   /** µs per call, one sample per run. */
   runsUs: number[];
+  /** Host µs per call spent queueing the calls of each run (before the synchronise): where it nears `runsUs`, the host is the limit. */
+  enqueueUs?: number[];
   algorithm?: string;
 }
 
@@ -143,15 +161,17 @@ export async function timeCollective(
       await sync('allreduce graph warm-up');
     }
     const runsUs: number[] = [];
+    const enqueueUs: number[] = [];
     for (let r = 0; r < o.runs; r++) {
       const t0 = process.hrtime.bigint();
       if (exec !== undefined) driver.graphLaunch(exec, stream);
       else for (let i = 0; i < o.iters; i++) await sut.collectiveUnderTest(call);
+      enqueueUs.push(Number(process.hrtime.bigint() - t0) / 1000 / Math.max(1, o.iters));
       await sync(`allreduce run ${r + 1}`);
       runsUs.push(Number(process.hrtime.bigint() - t0) / 1000 / Math.max(1, o.iters));
     }
     const algorithm = o.algorithm ?? sut.algorithmFor?.(bytes, 'f32');
-    return { runsUs, ...(algorithm ? { algorithm } : {}) };
+    return { runsUs, enqueueUs, ...(algorithm ? { algorithm } : {}) };
   } finally {
     if (exec !== undefined) driver.graphExecDestroy(exec);
     if (graph !== undefined) driver.graphDestroy(graph);

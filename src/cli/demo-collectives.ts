@@ -21,6 +21,10 @@ export interface CollectivesDemoOptions {
   ranks: number;
   /** Bytes of each rank's input; default 0, 1, 1001 and 1 MiB, and 64 MiB on a GPU. */
   sizes?: number[];
+  /** Only these operations (labels as in the report: allreduce-sum … alltoall); default all. */
+  ops?: readonly string[];
+  /** Only these dtypes; default all. */
+  dtypes?: readonly string[];
   driver: 'auto' | 'native' | 'sim';
   timeoutMs: number;
 }
@@ -60,7 +64,7 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     const first = workers[0]!.ready;
     progress(`smcuda demo --collectives: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason})`);
     const sizes = opts.sizes ?? [0, 1, 1001, MiB, ...(first.driver === 'native' ? [64 * MiB] : [])];
-    const cases = collectiveCases(sizes, opts.ranks);
+    const cases = collectiveCases(sizes, opts.ranks).filter((c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)));
     const collectives: CollectivesDemoReport['collectives'] = [];
     const mismatches: string[] = [];
     for (const c of cases) {
@@ -85,6 +89,9 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+/** The operations' labels, as --ops takes them. */
+export const COLLECTIVE_LABELS = ['allreduce-sum', 'allreduce-avg', 'allreduce-min', 'allreduce-max', 'allreduce-prod', 'reduce', 'reduce-scatter', 'broadcast', 'allgather', 'alltoall'];
 
 function label(c: CollectiveCase): string {
   return c.reduce && c.op === 'allreduce' ? `allreduce-${c.reduce}` : c.op;

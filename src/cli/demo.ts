@@ -11,7 +11,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { collectivesDemo, renderCollectives } from './demo-collectives.js';
+import { COLLECTIVE_LABELS, collectivesDemo, renderCollectives } from './demo-collectives.js';
+import { DTYPES, isDType } from '../kernels/dtypes.js';
 import { formatBytes, gbps, parseSize, rate, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
 import type { DemoReportEndpoint, DemoWorkerReady, GraphResult, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
@@ -61,6 +62,10 @@ Without a GPU it runs on the simulated driver and says so.
                         GPU: bytes per rank, whole elements) and checks every element;
                         JSON: { driver, ranks, devices, collectives: [{ op, dtype, size,
                         algorithm, verified }], verified, mismatches, durationMs }
+  --ops LIST            with --collectives: only these (allreduce-sum, allreduce-avg,
+                        allreduce-min, allreduce-max, allreduce-prod, reduce,
+                        reduce-scatter, broadcast, allgather, alltoall)
+  --dtypes LIST         with --collectives: only these dtypes
   --json                print one JSON object (below) instead of tables
   -h, --help            this help
 
@@ -108,6 +113,8 @@ export async function runDemo(argv: string[]): Promise<number> {
     timeout: { type: 'string', default: '600' },
     json: { type: 'boolean', default: false },
     collectives: { type: 'boolean', default: false },
+    ops: { type: 'string' },
+    dtypes: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (a.help) {
@@ -134,7 +141,11 @@ export async function runDemo(argv: string[]): Promise<number> {
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
   if (a.collectives) {
     const given = argv.some((x) => x === '--sizes' || x.startsWith('--sizes='));
-    const report = await collectivesDemo({ ranks, driver: a.driver as DemoOptions['driver'], timeoutMs: timeout * 1000, ...(given ? { sizes } : {}) }, a.json ? () => {} : (line) => console.log(line));
+    const ops = a.ops?.split(',').map((x) => x.trim());
+    for (const o of ops ?? []) if (!COLLECTIVE_LABELS.includes(o)) throw new UsageError(`--ops takes ${COLLECTIVE_LABELS.join(', ')} (comma-separated), got '${o}'`);
+    const dtypes = a.dtypes?.split(',').map((x) => x.trim());
+    for (const t of dtypes ?? []) if (!isDType(t)) throw new UsageError(`--dtypes takes ${DTYPES.join(', ')} (comma-separated), got '${t}'`);
+    const report = await collectivesDemo({ ranks, driver: a.driver as DemoOptions['driver'], timeoutMs: timeout * 1000, ...(given ? { sizes } : {}), ...(ops ? { ops } : {}), ...(dtypes ? { dtypes } : {}) }, a.json ? () => {} : (line) => console.log(line));
     console.log(a.json ? JSON.stringify(report, null, 2) : renderCollectives(report));
     return report.verified ? 0 : 1;
   }

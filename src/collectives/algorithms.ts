@@ -17,15 +17,22 @@
  *                landing slots, then the same kernel reduces them;
  *   local        one rank: a copy (or nothing, in place).
  *
- * Data larger than a region goes in pieces, each bracketed by step signals
- * (RankSync): "my A holds the piece" before peers read it, "done reading"
- * before anyone overwrites it.
+ * Data larger than a region goes in pieces, each bracketed by steps: "my A
+ * holds the piece" before peers read it, "done reading" before anyone
+ * overwrites it. A step is a device-side signal (device-sync.ts: one
+ * stream memory-operation batch, no host involvement) where the scratch is
+ * mapped and the driver has stream memory operations; then the mapped
+ * algorithms queue a whole call at once, synchronously (no await on that
+ * path, so a call made while a stream is capturing is captured whole).
+ * Elsewhere a step waits for the stream and exchanges host control frames
+ * (RankSync). The staged algorithm always goes through the host.
  */
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, PeerLostError } from '../errors.js';
 import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
+import type { DeviceSync } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
 
@@ -40,6 +47,10 @@ export interface CallContext {
   stream: StreamHandle;
   scratch: Scratch;
   sync: RankSync;
+  /** Device-side steps; undefined: steps through the host (RankSync). */
+  device: DeviceSync | undefined;
+  /** The call's steps (made by the communicator, which pads them to an even count at the end). */
+  steps: Steps;
   kernels: ReduceKernels;
   endpoint(rank: number): Endpoint;
   /** Resolves once `stream` reaches the work queued on it so far. */
@@ -56,18 +67,30 @@ function* pieces(total: number, max: number): Generator<[number, number]> {
   for (let a = 0; a < total; a += max) yield [a, Math.min(max, total - a)];
 }
 
-class Steps {
-  private step = 0;
-  private readonly others: number[];
-  constructor(private readonly c: CallContext) {
-    this.others = [...Array(c.size).keys()].filter((k) => k !== c.rank);
+/** The steps of one call, on the device or through the host. */
+export class Steps {
+  /** Steps queued so far in this call. */
+  count = 0;
+  constructor(private readonly c: Omit<CallContext, 'steps'>) {}
+  /** Whether steps go through the host (then `host()`, awaited), else `device()`. */
+  get onHost(): boolean {
+    return this.c.device === undefined;
   }
-  /** Waits for this rank's stream, then for every other rank to reach the same step. */
-  async all(): Promise<void> {
+  /** Queues a device step on the call's stream (device-sync.ts: step j has parity j % 2). */
+  device(): void {
+    this.c.device!.step(this.c.stream, this.count++ % 2);
+  }
+  /** Waits for this rank's stream, then for every other rank to reach the same step (host frames). */
+  async host(): Promise<void> {
     await this.c.streamDone();
-    const step = this.step++;
-    this.c.sync.signal(this.others, this.c.seq, step);
-    await this.c.sync.wait(this.others, this.c.seq, step);
+    const step = this.count++;
+    const others = othersOf(this.c);
+    this.c.sync.signal(others, this.c.seq, step);
+    await this.c.sync.wait(others, this.c.seq, step);
+  }
+  /** Device steps: one more where the call ran an odd number, so every call starts at parity 0. */
+  finish(): void {
+    if (!this.onHost && this.count % 2 === 1) this.device();
   }
 }
 
@@ -110,7 +133,7 @@ async function exchange(c: CallContext, sendTo: number[], src: (k: number) => De
   ]);
 }
 
-function othersOf(c: CallContext): number[] {
+function othersOf(c: Pick<CallContext, 'size' | 'rank'>): number[] {
   return [...Array(c.size).keys()].filter((k) => k !== c.rank);
 }
 
@@ -118,17 +141,19 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const N = c.size;
-  const steps = new Steps(c);
+  const steps = c.steps;
   if (alg === 'local') {
     copy(c, recv, send, count * es);
-    return c.streamDone();
+    return;
   }
   if (alg === 'one-shot') {
     for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
       toScratch(c, send, es, a, len, 1, 0);
-      await steps.all();
+      if (steps.onHost) await steps.host();
+      else steps.device();
       c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, N, 0, len, c.stream);
-      await steps.all();
+      if (steps.onHost) await steps.host();
+      else steps.device();
     }
     return;
   }
@@ -136,7 +161,8 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     const max = alg === 'two-shot' ? Math.floor(s.bytes / es) : N * Math.floor(s.slotBytes / es);
     for (const [a, len] of pieces(count, max)) {
       toScratch(c, send, es, a, len, 1, 0);
-      await steps.all();
+      if (steps.onHost) await steps.host();
+      else steps.device();
       const [lo, hi] = part(len, N, c.rank);
       const mine = s.partialOf(c.rank)! + B(lo * es);
       if (alg === 'two-shot') {
@@ -145,12 +171,14 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
         for (let k = 0; k < N; k++) copy(c, s.landing(k), s.inputOf(k)! + B(lo * es), (hi - lo) * es);
         c.kernels.reduce(op, dtype, mine, s.landingTable, N, 0, hi - lo, c.stream);
       }
-      await steps.all();
+      if (steps.onHost) await steps.host();
+      else steps.device();
       for (let k = 0; k < N; k++) {
         const [klo, khi] = part(len, N, k);
         copy(c, recv + B((a + klo) * es), s.partialOf(k)! + B(klo * es), (khi - klo) * es);
       }
-      await steps.all();
+      if (steps.onHost) await steps.host();
+      else steps.device();
     }
     return;
   }
@@ -171,8 +199,8 @@ export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr,
   const s = c.scratch;
   const isRoot = c.rank === root;
   if (isRoot) copy(c, recv, send, count * es);
-  if (alg === 'local') return c.streamDone();
-  const steps = new Steps(c);
+  if (alg === 'local') return;
+  const steps = c.steps;
   for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
     if (isRoot) toScratch(c, send, es, a, len, 1, 0);
     if (alg === 'staged') {
@@ -181,11 +209,12 @@ export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr,
       else await exchange(c, [], () => 0n, [root], () => recv + B(a * es), len * es);
       continue;
     }
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
     if (!isRoot) copy(c, recv + B(a * es), s.inputOf(root)!, len * es);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
   }
-  await c.streamDone();
 }
 
 export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp, root: number): Promise<void> {
@@ -194,7 +223,7 @@ export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, re
   const isRoot = c.rank === root;
   if (alg === 'local') {
     copy(c, recv, send, count * es);
-    return c.streamDone();
+    return;
   }
   if (alg === 'staged') {
     for (const [a, len] of pieces(count, Math.floor(s.slotBytes / es))) {
@@ -211,12 +240,14 @@ export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, re
     }
     return;
   }
-  const steps = new Steps(c);
+  const steps = c.steps;
   for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
     toScratch(c, send, es, a, len, 1, 0);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
     if (isRoot) c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, c.size, 0, len, c.stream);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
   }
 }
 
@@ -226,9 +257,9 @@ export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr,
   const N = c.size;
   if (alg === 'local') {
     copy(c, recv, send, count * es);
-    return c.streamDone();
+    return;
   }
-  const steps = new Steps(c);
+  const steps = c.steps;
   const at = (k: number, a: number) => recv + B((k * count + a) * es);
   for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
     toScratch(c, send, es, a, len, 1, 0);
@@ -238,11 +269,12 @@ export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr,
       await exchange(c, othersOf(c), () => s.inputOf(c.rank)!, othersOf(c), (k) => at(k, a), len * es);
       continue;
     }
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
     for (let k = 0; k < N; k++) copy(c, at(k, a), s.inputOf(k)!, len * es);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
   }
-  await c.streamDone();
 }
 
 export async function reduceScatter(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp): Promise<void> {
@@ -251,9 +283,9 @@ export async function reduceScatter(c: CallContext, alg: Algorithm, send: Device
   const N = c.size;
   if (alg === 'local') {
     copy(c, recv, send, count * es);
-    return c.streamDone();
+    return;
   }
-  const steps = new Steps(c);
+  const steps = c.steps;
   const A = s.inputOf(c.rank)!;
   if (alg === 'staged') {
     const max = Math.floor(Math.min(s.bytes / N, s.slotBytes) / es);
@@ -270,9 +302,11 @@ export async function reduceScatter(c: CallContext, alg: Algorithm, send: Device
   }
   for (const [a, len] of pieces(count, Math.floor(s.bytes / (N * es)))) {
     toScratch(c, send, es, a, len, N, count);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
     c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, N, c.rank * len, len, c.stream);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
   }
 }
 
@@ -282,9 +316,9 @@ export async function alltoall(c: CallContext, alg: Algorithm, send: DevicePtr, 
   const N = c.size;
   if (alg === 'local') {
     copy(c, recv, send, count * es);
-    return c.streamDone();
+    return;
   }
-  const steps = new Steps(c);
+  const steps = c.steps;
   const A = s.inputOf(c.rank)!;
   const at = (k: number, a: number) => recv + B((k * count + a) * es);
   for (const [a, len] of pieces(count, Math.floor(s.bytes / (N * es)))) {
@@ -296,9 +330,10 @@ export async function alltoall(c: CallContext, alg: Algorithm, send: DevicePtr, 
       await exchange(c, others, (k) => A + B(k * len * es), others, (k) => at(k, a), len * es);
       continue;
     }
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
     for (let k = 0; k < N; k++) copy(c, at(k, a), s.inputOf(k)! + B(c.rank * len * es), len * es);
-    await steps.all();
+    if (steps.onHost) await steps.host();
+    else steps.device();
   }
-  await c.streamDone();
 }

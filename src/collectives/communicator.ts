@@ -1,25 +1,31 @@
 /**
  * A Communicator: the N ranks of one job on one machine, and the
- * collectives among them on device buffers.
+ * collectives among them on device buffers. (Over 500 lines as one concept:
+ * the public calls, their checks, their queueing and timeouts, and the
+ * abort and close that end them work on the same state; the steps, marks,
+ * flags, scratch and control frames are in their own files.)
  *
  * Calls are made by every rank in the same order (as with NCCL and MPI) and
  * run one at a time per communicator, in call order. Each call's steps are
  * queued on the caller's stream (default: the legacy default stream, so
  * work queued there before the call is done first, as for a send); the
  * returned promise resolves once that stream has reached the call's last
- * step, with the algorithm that ran. Ranks synchronise between steps with
- * host control frames (control.ts, behind RankSync).
+ * step, with the algorithm that ran. Ranks synchronise between steps on
+ * the device where they can (device-sync.ts: then a call is queued whole
+ * before it returns, and can be captured in a graph), else with host
+ * control frames (control.ts, behind RankSync).
  *
  * Failure: an error in a call, a lost rank, or a timeout aborts the
  * communicator on every rank (ABORT frames carry the first cause): every
- * pending and later call rejects with CommunicatorAbortedError, and the
- * communicator frees what it holds. Never a hang.
+ * pending and later call rejects with CommunicatorAbortedError, device
+ * waits are released by poisoning the flags, and the communicator frees
+ * what it holds. Never a hang.
  */
 import { EventEmitter } from 'node:events';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { assertHandle, assertPtr } from '../cuda/validate.js';
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, ArgumentTypeError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
@@ -28,6 +34,8 @@ import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
 import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
 import { ControlPlane } from './control.js';
+import { DeviceSync } from './device-sync.js';
+import { StreamMarks } from './stream-marks.js';
 import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
@@ -77,6 +85,8 @@ export interface CommunicatorStats {
   /** Whether every rank mapped every peer's scratch (else every call is staged) and why not. */
   mapped: boolean;
   stagedReason?: string;
+  /** How ranks wait for each other between steps: 'device' (stream memory operations on mapped flags, no host) or 'host' (control frames). */
+  steps: 'device' | 'host';
   calls: number;
   byOp: Partial<Record<CollectiveOp, number>>;
   byAlgorithm: Partial<Record<Algorithm, number>>;
@@ -107,6 +117,10 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 const MiB = 1024 * 1024;
 /** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
 const ABORT_LINGER_MS = 1000;
+/** How often an aborted communicator rewrites the poison into its flags while calls are in flight. */
+const POISON_TICK_MS = 2;
+/** How long release waits for the calls in flight to leave the device. */
+const DRAIN_LIMIT_MS = 10_000;
 
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
@@ -123,7 +137,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private readonly endpoints: Map<number, Endpoint>;
   private scratch!: Scratch;
   private readonly kernels: ReduceKernels;
-  private event: EventHandle | undefined;
   private readonly timeoutMs: number;
   private readonly scratchBytes: number;
   private readonly oneShotMax: number;
@@ -137,7 +150,19 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private released: Promise<void> | undefined;
   /** Set on abort: the linger, then the release (close() waits for it rather than closing early). */
   private aborting: Promise<void> | undefined;
-  private readonly streamsUsed = new Set<StreamHandle>();
+  /** Device-side steps (device-sync.ts); undefined where the scratch is not mapped or the driver has no 64-bit stream memory operations. */
+  private device: DeviceSync | undefined;
+  /** Calls on the host path not yet queued (a device-path call made meanwhile waits its turn). */
+  private hostPending = 0;
+  /** Where the calls are on their streams (ordering across streams, completion, what closing waits for). */
+  private readonly marks: StreamMarks;
+  /** What the driver can do (asked once: every call checks it). */
+  private gpuDrivenCache: ReturnType<CudaDriver['gpuDrivenStatus']> | undefined;
+  private get gpuDriven(): ReturnType<CudaDriver['gpuDrivenStatus']> {
+    return (this.gpuDrivenCache ??= this.driver.gpuDrivenStatus());
+  }
+  /** After an abort: rewrites the poison into this rank's flags until the calls in flight drained. */
+  private poisonTimer: NodeJS.Timeout | undefined;
   private readonly counters: CommunicatorStats;
   private readonly tracer: FileTracer | undefined;
 
@@ -162,10 +187,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (opts.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
+    this.marks = new StreamMarks(this.driver);
     const tracePath = opts.trace ?? envTracePath();
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.control = new ControlPlane(rank, endpoints, (err) => this.onAbort(err));
-    this.counters = { rank, size, mapped: true, calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
+    this.counters = { rank, size, mapped: true, steps: 'host', calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
   }
 
   /** Joins the job through a rendezvous directory: makes this rank's Transport and the full mesh (see rendezvous.ts). */
@@ -223,7 +249,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
     c.counters.mapped = c.scratch.mapped;
     if (c.scratch.reason) c.counters.stagedReason = c.scratch.reason;
-    c.event = c.driver.eventCreate({ disableTiming: true });
+    if (c.scratch.mapped && size > 1) {
+      const g = c.driver.gpuDrivenStatus();
+      if (g.streamMemOps && g.memOps64) c.device = new DeviceSync(c.driver, rank, size, (k) => c.scratch.flagsOf(k)!);
+      if (c.device) c.counters.steps = 'device';
+    }
     return c;
   }
 
@@ -283,6 +313,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     });
   }
 
+  /**
+   * Resolves once every call made so far is queued on its stream. A call on
+   * the device path is queued before it returns; one on the host path (staged,
+   * barrier) later, step by step.
+   */
+  queued(): Promise<void> {
+    return this.hostPending === 0 ? Promise.resolve() : this.queue.then(() => undefined);
+  }
+
+  /** The algorithm an allreduce of `bytes` (without `algorithm`) takes on this communicator. */
+  algorithmFor(bytes: number, _dtype?: DType): Algorithm {
+    return this.chooseAllreduce(undefined, bytes);
+  }
+
   /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
   endpoint(rank: number): Endpoint {
     const ep = this.endpoints.get(rank);
@@ -329,9 +373,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   private check(a: { count: number; dtype: DType } & CallOptions, ptrs: DevicePtr[], op?: ReduceOp): void {
-    if (op !== undefined && this.size > 1 && !this.driver.gpuDrivenStatus().modules) {
+    if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
       // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
-      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.driver.gpuDrivenStatus().reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
+      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
     }
     if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
@@ -350,42 +394,33 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size) throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
   }
 
-  /** Queues one call; it runs once the calls before it are done, under its timeout, and fails with the communicator's abort. */
+  /**
+   * Queues one call. On the device path (mapped scratch, stream memory
+   * operations, not staged, not barrier) the whole call is queued on its
+   * stream before this returns — calls follow each other in stream order
+   * with no host round trip, and a call made while its stream is capturing
+   * is captured whole — and the promise resolves once the stream has run it.
+   * Otherwise (the host path) it starts once the calls before it are
+   * queued, and its steps wait for the host. Either way a call on another
+   * stream than the previous one first waits (cuStreamWaitEvent) for the
+   * previous call's work, so calls run in call order, and each runs under
+   * its timeout and fails with the communicator's abort.
+   */
   private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, choose: () => Algorithm, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
     const seq = ++this.seq;
     const stream = o.stream ?? 0n;
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
-    const p = this.queue.then(async () => {
-      if (this.abortError) throw this.abortError;
-      const started = performance.now();
-      const algorithm = choose();
-      this.streamsUsed.add(stream);
-      const ctx: CallContext = {
-        driver: this.driver,
-        rank: this.rank,
-        size: this.size,
-        seq,
-        stream,
-        scratch: this.scratch,
-        sync: this.control,
-        kernels: this.kernels,
-        endpoint: (k) => this.endpoints.get(k)!,
-        streamDone: () => {
-          this.driver.eventRecord(this.event!, stream);
-          return this.driver.whenComplete(this.event!);
-        },
-        copied: (n) => (this.counters.scratchCopyBytes += n),
-      };
-      try {
-        await this.withTimeout(run(ctx, algorithm), timeoutMs, `${op} #${seq}`);
-      } catch (err) {
-        if (err instanceof CommunicatorAbortedError) throw err;
-        const wrapped = this.wrap(err as Error);
-        this.control.abort(wrapped, true);
-        throw this.abortError ?? wrapped;
-      }
+    const started = performance.now();
+    const algorithm = choose();
+    const onDevice = op !== 'barrier' && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
+    const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
+    if (capturing && !onDevice) {
+      // Every rank has the same scratch mapping and driver, so every rank refuses the same call: nothing to abort.
+      return Promise.reject(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`));
+    }
+    const finish = (): CollectiveResult => {
       const result: CollectiveResult & { dtype?: DType; count?: number } = { op, algorithm, bytes, us: Math.round((performance.now() - started) * 1000) };
       if (o.dtype) {
         result.dtype = o.dtype;
@@ -399,8 +434,75 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.tracer?.collective({ rank: this.rank, size: this.size, seq, ...result });
       this.emit('collective', result);
       return { op, algorithm, bytes, us: result.us };
-    });
-    this.queue = p.catch(() => {});
+    };
+    const fail = (err: unknown): never => {
+      if (err instanceof CommunicatorAbortedError) throw err;
+      const wrapped = this.wrap(err as Error);
+      this.control.abort(wrapped, true);
+      throw this.abortError ?? wrapped;
+    };
+    /** Queues the call's work; resolves once it is queued (device path: at once) with the promise of its completion. */
+    const enqueue = (): Promise<() => Promise<void>> => {
+      if (this.abortError) throw this.abortError;
+      if (!capturing) this.marks.orderAfterLast(stream);
+      const base = {
+        driver: this.driver,
+        rank: this.rank,
+        size: this.size,
+        seq,
+        stream,
+        scratch: this.scratch,
+        sync: this.control,
+        device: onDevice ? this.device : undefined,
+        kernels: this.kernels,
+        endpoint: (k: number) => this.endpoints.get(k)!,
+        streamDone: () => this.marks.mark(stream),
+        copied: (n: number) => (this.counters.scratchCopyBytes += n),
+      };
+      const ctx: CallContext = { ...base, steps: new algo.Steps(base) };
+      const ran = run(ctx, algorithm);
+      if (onDevice) {
+        // run() queued everything before returning (no await on that path): mark the end now, before another call can queue.
+        ctx.steps.finish();
+        const done = capturing ? Promise.resolve() : this.marks.mark(stream);
+        return ran.then(() => () => done);
+      }
+      return ran.then(() => () => this.marks.mark(stream));
+    };
+    let p: Promise<CollectiveResult>;
+    if (onDevice && this.hostPending === 0) {
+      let ran: Promise<() => Promise<void>>;
+      try {
+        ran = enqueue();
+      } catch (err) {
+        return Promise.reject(err).catch(fail);
+      }
+      p = this.withTimeout(ran.then((done) => done()), timeoutMs, `${op} #${seq}`).then(finish, fail);
+    } else {
+      this.hostPending++;
+      let queued!: () => void;
+      const next = new Promise<void>((resolve) => (queued = resolve));
+      const previous = this.queue;
+      this.queue = next;
+      p = this.withTimeout(
+        previous.then(async () => {
+          let done: () => Promise<void>;
+          try {
+            done = await enqueue();
+          } finally {
+            this.hostPending--;
+            queued();
+          }
+          await done();
+        }),
+        timeoutMs,
+        `${op} #${seq}`,
+      ).then(finish, fail);
+      // A call that never started (aborted, timed out in the queue) must not hold up the next.
+      void p.catch(() => {
+        if (this.queue === next) queued();
+      });
+    }
     return p;
   }
 
@@ -441,6 +543,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     for (const w of this.abortWaiters) w(err);
     this.abortWaiters.clear();
     this.emit('abort', err);
+    // Release this rank's streams from flag waits no peer will ever satisfy now.
+    this.startPoisoning();
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
     this.aborting = this.lingerThenRelease();
     void this.aborting.then(() => {
@@ -473,21 +577,18 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private release(): Promise<void> {
     this.released ??= (async () => {
-      for (const s of this.streamsUsed) {
-        try {
-          this.driver.streamSynchronize(s);
-        } catch (err) {
-          debug('communicator rank %d: a stream failed while closing: %s', this.rank, (err as Error).message);
-        }
-      }
-      this.scratch?.release();
+      const drained = await this.drain();
+      this.stopPoisoning();
+      this.device?.close();
+      // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the
+      // scratch. (The caller's streams are not synchronised: they may be destroyed by now.)
+      if (drained) this.scratch?.release();
       try {
         this.kernels.unload();
-        if (this.event !== undefined) this.driver.eventDestroy(this.event);
+        this.marks.destroy();
       } catch (err) {
         debug('communicator rank %d: %s', this.rank, (err as Error).message);
       }
-      this.event = undefined;
       this.tracer?.close();
       if (this.owned) {
         await this.transport.close();
@@ -495,5 +596,34 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       }
     })();
     return this.released;
+  }
+
+  /**
+   * Waits for the calls in flight to leave the device: each either completes
+   * or, once the communicator aborted (or, closing, after the call timeout),
+   * has its flag waits released by the poison. False if they still had not
+   * after DRAIN_LIMIT_MS: then the scratch is left allocated rather than
+   * freed under a stream that may still use it (a blocking synchronize would
+   * hang).
+   */
+  private async drain(): Promise<boolean> {
+    if (!this.abortError && !(await this.marks.reached(this.timeoutMs))) this.startPoisoning();
+    const ok = await this.marks.reached(DRAIN_LIMIT_MS);
+    if (!ok) debug('communicator rank %d: %d call(s) still on the device after %d ms: the scratch is not freed', this.rank, this.marks.inFlight, DRAIN_LIMIT_MS);
+    return ok;
+  }
+
+  /** Writes the poison into this rank's flags now and every POISON_TICK_MS (each passed wait resets its slot) until released. */
+  private startPoisoning(): void {
+    const d = this.device;
+    if (!d || this.poisonTimer) return;
+    d.poison();
+    this.poisonTimer = setInterval(() => d.poison(), POISON_TICK_MS);
+    this.poisonTimer.unref();
+  }
+
+  private stopPoisoning(): void {
+    if (this.poisonTimer) clearInterval(this.poisonTimer);
+    this.poisonTimer = undefined;
   }
 }

@@ -1,9 +1,10 @@
 /**
  * The communicator's host control plane: small JSON messages between ranks
  * over their endpoints, on a reserved tag. It carries the set-up exchanges,
- * the step signals the collectives synchronise on (behind `RankSync`, so
- * device-side flags can replace them), and ABORT: the first failure of any
- * rank reaches every other rank with its original code and message.
+ * the step signals of the calls whose steps go through the host (behind
+ * `RankSync`: staged calls, barrier, and every call where the steps cannot
+ * be device-side, device-sync.ts), and ABORT: the first failure of any rank
+ * reaches every other rank with its original code and message.
  *
  * A peer whose endpoint closes without saying BYE is lost: the communicator
  * aborts. One that said BYE (closed its communicator) aborts only a later

@@ -7,14 +7,17 @@
  *      buffers need no registration, and in-place calls are safe), and peers
  *      read it through their mappings;
  *   B  partial results peers read (two-shot, pipeline);
- *   C  landing: peers' data copied here (pipeline, staging), N slots.
+ *   C  landing: peers' data copied here (pipeline, staging), N slots;
  *
+ * then the flag block of the device-side step signals (device-sync.ts),
+ * zeroed before any peer can see it;
  * and two pointer tables for the reduction kernel: every rank's A (own and
  * mapped, in rank order), and this rank's N landing slots in C.
  */
 import type { CudaDriver, DevicePtr } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { ControlPlane } from './control.js';
+import { flagBlockBytes } from './device-sync.js';
 
 export class Scratch {
   /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
@@ -33,8 +36,9 @@ export class Scratch {
     /** Bytes per region. */
     readonly bytes: number,
   ) {
-    this.own = driver.memAlloc(3 * bytes);
+    this.own = driver.memAlloc(3 * bytes + flagBlockBytes(size));
     try {
+      driver.memsetD8(this.own + BigInt(3 * bytes), 0, flagBlockBytes(size));
       this.tables = driver.memAlloc(16 * size);
     } catch (err) {
       driver.memFree(this.own);
@@ -95,6 +99,12 @@ export class Scratch {
   /** This rank's landing slot for rank k's data, in C. */
   landing(k: number): DevicePtr {
     return this.own + BigInt(2 * this.bytes + k * this.slotBytes);
+  }
+
+  /** Rank k's flag block (own or mapped); undefined where it is not mapped here. */
+  flagsOf(k: number): DevicePtr | undefined {
+    const a = this.inputOf(k);
+    return a === undefined ? undefined : a + BigInt(3 * this.bytes);
   }
 
   /** Device table of every rank's A. */

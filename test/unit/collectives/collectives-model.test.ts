@@ -185,6 +185,7 @@ describe('collectives against a reference, in one process on the simulated drive
       expect(st.byAlgorithm).toEqual({ 'one-shot': 1, 'two-shot': 1, 'ce-pipeline': 1 });
       expect(st.scratchCopyBytes).toBe((4 + 100 + 1000) * 4);
       expect(st.mapped).toBe(true);
+      expect(st.steps).toBe('device');
     } finally {
       await w.close();
     }
@@ -194,5 +195,6 @@ describe('collectives against a reference, in one process on the simulated drive
     const w = await world(3, true);
     expect(w.comms[1]!.stats().mapped).toBe(false);
     expect(w.comms[1]!.stats().stagedReason).toMatch(/cannot open rank/);
+    expect(w.comms[1]!.stats().steps).toBe('host');
   });
 });

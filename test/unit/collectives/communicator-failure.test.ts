@@ -72,6 +72,30 @@ describe('a failing rank fails every rank', () => {
     expect(e2.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
   });
 
+  it('a rank that never calls while the others wait on the device: they time out, their device waits are released (poisoned), and close drains', async () => {
+    w = await makeWorld(3, { timeoutMs: 60_000 });
+    expect(w.comms[0]!.stats().steps).toBe('device');
+    const streams = w.sides.map((s) => s.driver.streamCreate());
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const pending = [0, 1].map((r) => w!.comms[r]!.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum', stream: streams[r]!, timeoutMs: r === 0 ? 200 : 5000 }));
+    const errs = await Promise.all(pending.map(rejection));
+    for (const e of errs) {
+      expect(e.failedRank).toBe(0);
+      expect(e.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
+    }
+    // The streams that were held by flag waits run to their end (no hang), then the communicators close.
+    await Promise.all(
+      [0, 1].map(async (r) => {
+        const d = w!.sides[r]!.driver;
+        const e = d.eventCreate({ disableTiming: true });
+        d.eventRecord(e, streams[r]!);
+        await d.whenComplete(e).catch(() => {});
+        d.eventDestroy(e);
+      }),
+    );
+    await Promise.all(w.comms.map((c) => c.close()));
+  });
+
   it('a rank that closed normally fails a later call that needs it, not the calls before', async () => {
     w = await makeWorld(2);
     await Promise.all(w.comms.map((c) => c.barrier()));
@@ -99,6 +123,54 @@ describe('a failing rank fails every rank', () => {
       const got = new Uint8Array(12);
       s.driver.memcpyDtoH(got, bufs[r]!);
       expect([...new Int32Array(got.buffer)]).toEqual([27, 20, 200]);
+    }
+  });
+
+  it('calls on two streams, issued without awaiting, run in call order (each waits for the previous one\'s stream)', async () => {
+    w = await makeWorld(2);
+    const streams = w.sides.map((s) => [s.driver.streamCreate(), s.driver.streamCreate()]);
+    const bufs = w.sides.map((s, r) => {
+      const p = s.driver.memAlloc(4);
+      s.driver.memcpyHtoD(p, new Uint8Array(new Int32Array([r + 2]).buffer));
+      return p;
+    });
+    // (2+3)=5 → ×: 25 → +: 50 → ×: 2500, alternating streams.
+    const ops = ['sum', 'prod', 'sum', 'prod'] as const;
+    const all = w.comms.map((c, r) => ops.map((op, i) => c.allreduce({ send: bufs[r]!, count: 1, dtype: 'i32', op, stream: streams[r]![i % 2]! })));
+    await Promise.all(all.flat());
+    for (const [r, s] of w.sides.entries()) {
+      const got = new Uint8Array(4);
+      s.driver.memcpyDtoH(got, bufs[r]!);
+      expect(new Int32Array(got.buffer)[0]).toBe(2500);
+    }
+  });
+
+  it('device-side calls and calls that go through the host (staged, barrier), issued without awaiting, run in call order', async () => {
+    w = await makeWorld(2);
+    const stream = w.sides.map((s) => s.driver.streamCreate());
+    const bufs = w.sides.map((s, r) => {
+      const p = s.driver.memAlloc(4);
+      s.driver.memcpyHtoD(p, new Uint8Array(new Int32Array([r + 2]).buffer));
+      return p;
+    });
+    // 5 → 25 (staged) → 50 → barrier → 2500 (staged) → 5000
+    const all = w.comms.map((c, r) => {
+      const a = { send: bufs[r]!, count: 1, dtype: 'i32' as const, stream: stream[r]! };
+      return [
+        c.allreduce({ ...a, op: 'sum' }),
+        c.allreduce({ ...a, op: 'prod', algorithm: 'staged' }),
+        c.allreduce({ ...a, op: 'sum' }),
+        c.barrier({ stream: stream[r]! }),
+        c.allreduce({ ...a, op: 'prod', algorithm: 'staged' }),
+        c.allreduce({ ...a, op: 'sum' }),
+      ];
+    });
+    const res = await Promise.all(all.flat());
+    expect(res.map((x) => x.algorithm).slice(0, 6)).toEqual(['one-shot', 'staged', 'one-shot', 'one-shot', 'staged', 'one-shot']);
+    for (const [r, s] of w.sides.entries()) {
+      const got = new Uint8Array(4);
+      s.driver.memcpyDtoH(got, bufs[r]!);
+      expect(new Int32Array(got.buffer)[0]).toBe(5000);
     }
   });
 

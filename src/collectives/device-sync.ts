@@ -1,0 +1,122 @@
+/**
+ * Device-side step signals: how the ranks of a communicator wait for each
+ * other between the steps of a collective without the host. A step is one
+ * stream memory-operation batch on the call's stream, so a whole call is
+ * queued at once, runs with no host round trip, and can be captured in a
+ * CUDA graph.
+ *
+ * Each rank's scratch allocation ends with a flag block every peer has
+ * mapped (scratch.ts): two sets (parity 0 and 1) of N 64-bit slots. Slot
+ * [p][k] in rank r's block is "rank k reached a step of parity p". A step
+ * of parity p on rank r is:
+ *
+ *   write 1 into slot [p][r] of every peer's block   (through the mapping)
+ *   wait until own slot [p][k] >= 1, for every peer k
+ *   write 0 into own slot [p][k], for every peer k   (the local reset)
+ *
+ * Why fixed values and a reset, not counters. A counter ("wait >= n") needs
+ * n to grow every step, but a graph bakes its values in: a replay would wait
+ * for the same n and pass at once on a stale flag. With 1 and a reset the
+ * values are the same every time, so eager calls and graph replays
+ * interleave freely with no host work between them (as NCCL's copy-engine
+ * collectives do under capture, and flags.ts for persistent transfers).
+ *
+ * Why two parities. Rank r may pass step s and write its signal for step
+ * s+1 into k's block before k has even reset its slot from step s (k only
+ * signalled s; its wait and reset come later in its stream): with a single
+ * set, k's reset would erase that signal, and both would wait forever.
+ * Consecutive steps therefore alternate between the two sets. The slot of
+ * parity p is written again by r only at step s+2, after r passed step s+1,
+ * which needs k's signal for s+1, which k's stream queues after its reset
+ * for step s: no write can meet a pending reset.
+ *
+ * This needs consecutive executed steps to alternate, also across calls and
+ * graph replays, whose parities are baked in. So every call runs an even
+ * number of steps (padded by one where its algorithm has an odd count), and
+ * step j of a call has parity j % 2: each call starts with parity 0 and ends
+ * with 1, whatever ran before it, eagerly or in a replay.
+ *
+ * Failures. A rank that dies or gets stuck never signals; its peers' streams
+ * would wait forever. When the communicator aborts (the host control plane
+ * tells every rank the first cause, or a call passes its timeout), each rank
+ * poisons its own block: POISON (2^62) satisfies every `>= 1` wait. Each
+ * passed wait resets its slot, so the poison is written again every tick
+ * until the streams of the calls in flight are drained (the watchdog in
+ * communicator.ts); nothing is left waiting on the device, and the calls
+ * fail with the original cause.
+ */
+import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+import { POISON } from '../persistent/flags.js';
+
+/** Bytes of a rank's flag block for `size` ranks (two parities × size slots × 8 bytes, 256-aligned). */
+export function flagBlockBytes(size: number): number {
+  return Math.ceil((2 * size * 8) / 256) * 256;
+}
+
+export class DeviceSync {
+  private readonly others: number[];
+  private poisonStream: StreamHandle | undefined;
+
+  constructor(
+    private readonly driver: CudaDriver,
+    readonly rank: number,
+    readonly size: number,
+    /** Rank k's flag block as mapped here (own for k = rank). */
+    private readonly blockOf: (k: number) => DevicePtr,
+  ) {
+    this.others = [...Array(size).keys()].filter((k) => k !== rank);
+  }
+
+  private slot(block: DevicePtr, parity: number, k: number): DevicePtr {
+    return block + BigInt((parity * this.size + k) * 8);
+  }
+
+  /** The batches of a step of parity 0 and 1: the same every time (built on first use). */
+  private built: [StreamMemOp[], StreamMemOp[]] | undefined;
+
+  /** The operations of one step of `parity` on this rank (one batch). */
+  stepOps(parity: number): StreamMemOp[] {
+    this.built ??= [this.build(0), this.build(1)];
+    return this.built[parity]!;
+  }
+
+  private build(parity: number): StreamMemOp[] {
+    const own = this.blockOf(this.rank);
+    const ops: StreamMemOp[] = [];
+    for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(this.blockOf(k), parity, this.rank), value: 1n });
+    for (const k of this.others) ops.push({ op: 'wait64', addr: this.slot(own, parity, k), value: 1n, condition: 'geq' });
+    for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, parity, k), value: 0n });
+    return ops;
+  }
+
+  /** Queues one step on `stream`: it passes once every peer's stream reached the same step. */
+  step(stream: StreamHandle, parity: number): void {
+    if (this.others.length === 0) return;
+    this.driver.streamBatchMemOp(stream, this.stepOps(parity));
+  }
+
+  /** Writes POISON into every slot of this rank's own block, on a private stream (never behind a stuck one). */
+  poison(): void {
+    try {
+      const own = this.blockOf(this.rank);
+      const ops: StreamMemOp[] = [];
+      for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
+      if (ops.length === 0) return;
+      this.driver.streamBatchMemOp((this.poisonStream ??= this.driver.streamCreate()), ops);
+    } catch (err) {
+      debug('communicator rank %d: poisoning the flags failed: %s', this.rank, (err as Error).message);
+    }
+  }
+
+  close(): void {
+    if (this.poisonStream === undefined) return;
+    try {
+      this.driver.streamSynchronize(this.poisonStream);
+      this.driver.streamDestroy(this.poisonStream);
+    } catch (err) {
+      debug('communicator rank %d: %s', this.rank, (err as Error).message);
+    }
+    this.poisonStream = undefined;
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * Where a communicator's calls are on their streams: each call ends with a
+ * mark (an event recorded on its stream) whose promise resolves once the
+ * stream reached it. The newest mark orders a call on another stream after
+ * the previous call (cuStreamWaitEvent), and the marks not reached yet are
+ * what closing waits for (the caller's streams are never synchronised: they
+ * may be destroyed by then).
+ *
+ * Only the newest mark of a stream is polled (whenComplete), once the calls
+ * queued back to back in this turn of the event loop are in: the marks
+ * before it on the same stream are reached when it is. A poll per call made
+ * the completion poller compete with the enqueuing for the driver.
+ */
+import type { CudaDriver, EventHandle, StreamHandle } from '../cuda/driver.js';
+
+interface Mark {
+  stream: StreamHandle;
+  event: EventHandle;
+  done: boolean;
+  settle(err?: Error): void;
+}
+
+export class StreamMarks {
+  private last: Mark | undefined;
+  /** Marks recorded and not polled yet, by stream. */
+  private readonly unpolled = new Map<StreamHandle, Mark[]>();
+  private pollSoon: NodeJS.Immediate | undefined;
+  /** Events of reached marks, for reuse. */
+  private readonly events: EventHandle[] = [];
+  /** Promises of the marks not reached yet. */
+  private readonly pending = new Set<Promise<void>>();
+
+  constructor(private readonly driver: CudaDriver) {}
+
+  /** Calls whose last mark is not reached yet. */
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  /** Makes `stream` wait for the newest mark where that is on another stream and not reached yet. */
+  orderAfterLast(stream: StreamHandle): void {
+    const last = this.last;
+    if (last && last.stream !== stream && !last.done) this.driver.streamWaitEvent(stream, last.event);
+  }
+
+  /** Records a mark on `stream` now; resolves once the stream reached it (rejects with the stream's error). */
+  mark(stream: StreamHandle): Promise<void> {
+    const event = this.events.pop() ?? this.driver.eventCreate({ disableTiming: true });
+    this.driver.eventRecord(event, stream);
+    let settle!: (err?: Error) => void;
+    const done = new Promise<void>((resolve, reject) => {
+      settle = (err) => (err ? reject(err) : resolve());
+    });
+    const mark: Mark = { stream, event, done: false, settle };
+    this.last = mark;
+    this.pending.add(done);
+    const forget = () => this.pending.delete(done);
+    void done.then(forget, forget);
+    let marks = this.unpolled.get(stream);
+    if (!marks) this.unpolled.set(stream, (marks = []));
+    marks.push(mark);
+    this.pollSoon ??= setImmediate(() => this.poll());
+    return done;
+  }
+
+  /** Resolves true once every mark recorded so far is reached (or failed), false after `ms`. */
+  async reached(ms: number): Promise<boolean> {
+    if (this.pending.size === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([Promise.allSettled([...this.pending]).then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Destroys the events of reached marks (those still pending are left: their streams may still record them). */
+  destroy(): void {
+    for (const e of this.events.splice(0)) this.driver.eventDestroy(e);
+  }
+
+  private poll(): void {
+    this.pollSoon = undefined;
+    for (const [stream, marks] of this.unpolled) {
+      this.unpolled.delete(stream);
+      const finish = (err?: Error) => {
+        for (const m of marks) {
+          m.done = true;
+          if (this.last === m) this.last = undefined;
+          this.events.push(m.event);
+          m.settle(err);
+        }
+      };
+      let polled: Promise<void>;
+      try {
+        polled = this.driver.whenComplete(marks.at(-1)!.event);
+      } catch (err) {
+        polled = Promise.reject(err as Error);
+      }
+      polled.then(
+        () => finish(),
+        (err: Error) => finish(err),
+      );
+    }
+  }
+}
