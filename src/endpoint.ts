@@ -210,8 +210,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * wait in order until the negotiation is OK (then they go by RGET), BAD, or
    * back in INIT (the peer was not ready): the staging ring is set up only
    * when IPC cannot be used. Pinning a ring before the request left cost the
-   * first message of a fresh pair 6-9 ms on the sender and 1.6 ms on the
-   * receiver on 2xH200, and delayed the negotiation by as much.
+   * first message of a fresh pair 4-9 ms on the sender and 1.5-3 ms on the
+   * receiver, and delayed the negotiation by as much: with this (and the
+   * negotiation's warm-up, machines/warm-up.ts) a fresh pair's first 64 KiB
+   * message arrives 14.4 ms after its send instead of 28.0 (median of 5
+   * fresh pairs each, 2xH100, MPS on, same run).
    */
   private holdForNegotiation(): void {
     if (this.holding) return;
@@ -329,10 +332,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * `negotiation.maxTries`; while this process has no device (`lazyDevice`
    * before `useDevice()`) it waits: bound it with `signal`. Rejects when the
    * endpoint closes first. Across GPUs the negotiation's first probe open
-   * sets up peer access (2 ms per side on 2xH200): called right after
-   * connecting, it takes all of that out of the first message (a fresh
-   * pair's first 64 KiB message then arrives 3.7 ms after its send,
-   * `smcuda bench --suite first-send`, median of 5 runs on 2xH200).
+   * sets up peer access (1-2 ms per side): called right after connecting,
+   * it takes all of that out of the first message (a fresh pair's first
+   * 64 KiB message then arrived 3.6 ms after its send instead of 14 ms,
+   * `smcuda bench --suite first-send`, median of 5 on 2xH100).
    */
   negotiate(options: { signal?: AbortSignal } = {}): Promise<'OK' | 'BAD'> {
     refuseUnknownKeys('negotiate options', options, ['signal']);
