@@ -122,15 +122,6 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       uuidOf: (ordinal) => link.uuidOf(ordinal),
       onState: (state, previous) => {
         link.ipcOk = state === 'OK';
-        // Waiting for the peer's answer (SENT) or confirmation (ACKED): the
-        // stream the RGETs will use is made now, not on the first one's way.
-        if ((state === 'SENT' || state === 'ACKED') && ctx.driver.isReady()) {
-          try {
-            void link.gpu().stream;
-          } catch {
-            // made (or refused, with the reason) by the first copy instead
-          }
-        }
         this.emit('state', state, previous);
       },
     });
@@ -202,7 +193,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       options = { ...options, stream: LEGACY_STREAM };
       path = this.pathFor(buffer, options);
     }
-    if (path.kind === 'staging') this.holdForNegotiation(buffer as DeviceBuffer);
+    if (path.kind === 'staging') this.holdForNegotiation();
     if (!this.link.flow.mayGo(path.inlineBytes(buffer))) {
       // Its path may change while it waits (the negotiation may end meanwhile): asked again.
       // One held for the negotiation was part of that attempt: it does not start another (after NOT_READY, the next send does).
@@ -225,25 +216,16 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * message arrives 14.4 ms after its send instead of 28.0 (median of 5
    * fresh pairs each, 2xH100, MPS on, same run).
    */
-  private holdForNegotiation(buffer: DeviceBuffer): void {
-    if (!this.holding) {
-      this.neg.gpuSend();
-      if (!this.neg.inFlight) return;
-      this.holding = true;
-      this.link.flow.hold();
-      this.neg.whenIdle(() => {
-        this.holding = false;
-        this.link.flow.release();
-      });
-    }
-    // While it waits, its allocation's export entry (attributes, kind, IPC
-    // handle: 0.7-1 ms of driver calls on a fresh pair) is made, so that the
-    // RGET goes out right after OK. A failure is send()'s to report then.
-    try {
-      this.link.exports.lookup(buffer.ptr);
-    } catch {
-      // reported when the message goes
-    }
+  private holdForNegotiation(): void {
+    if (this.holding) return;
+    this.neg.gpuSend();
+    if (!this.neg.inFlight) return;
+    this.holding = true;
+    this.link.flow.hold();
+    this.neg.whenIdle(() => {
+      this.holding = false;
+      this.link.flow.release();
+    });
   }
 
   /** The first path that takes this message now. */
