@@ -99,6 +99,9 @@ export class Negotiator {
   #seen = 1; // entries of context.path already reported (the initial INIT is not a change)
   readonly #listeners = new Set<StateChangeListener>();
   readonly #settled = new Set<(state: 'OK' | 'BAD') => void>();
+  /** whenIdle() callbacks: run once no negotiation is in flight. */
+  readonly #idle = new Set<() => void>();
+  #inFlight = false;
   /** Set when `send` threw: the endpoint's channel is gone, so the negotiation is too. */
   sendError: unknown = undefined;
 
@@ -144,6 +147,21 @@ export class Negotiator {
   /** Current top-level state (a plain field: cheap). */
   get state(): NegotiationState {
     return this.#state;
+  }
+
+  /**
+   * True while a negotiation runs: from the GPU send (or the peer's request)
+   * that started it until it settles (OK, BAD) or goes back to INIT's idle
+   * (not ready: tried again on the next GPU send).
+   */
+  get inFlight(): boolean {
+    return this.#inFlight;
+  }
+
+  /** Runs `cb` once no negotiation is in flight (at once if none is). */
+  whenIdle(cb: () => void): void {
+    if (this.#inFlight) this.#idle.add(cb);
+    else cb();
   }
 
   /** True while IPC is in use: the hot path's only question. */
@@ -213,6 +231,15 @@ export class Negotiator {
       for (const resolve of this.#settled) resolve(state);
       this.#settled.clear();
     }
+    this.#inFlight = this.#state !== 'OK' && this.#state !== 'BAD' && !snapshot.matches({ INIT: 'idle' });
+    if (!this.#inFlight) this.#runIdle();
+  }
+
+  #runIdle(): void {
+    if (this.#idle.size === 0) return;
+    const waiting = [...this.#idle];
+    this.#idle.clear();
+    for (const cb of waiting) cb();
   }
 
   #fail(): void {
@@ -224,6 +251,8 @@ export class Negotiator {
     }
     for (const resolve of this.#settled) resolve('BAD');
     this.#settled.clear();
+    this.#inFlight = false;
+    this.#runIdle();
   }
 }
 

@@ -66,6 +66,16 @@ export class NegotiationLink {
     this.negotiator.gpuSend();
   }
 
+  /** True while a negotiation runs (started, not yet OK, BAD or back to INIT's idle). */
+  get inFlight(): boolean {
+    return this.negotiator.inFlight;
+  }
+
+  /** Runs `cb` once no negotiation is in flight (at once if none is). */
+  whenIdle(cb: () => void): void {
+    this.negotiator.whenIdle(cb);
+  }
+
   receive(frame: NegotiationFrame): void {
     if (this.startedAt === 0) this.startedAt = performance.now();
     this.negotiator.receive(frame);

@@ -8,9 +8,11 @@
  *   device data, negotiation OK                              → RGET (peer copies from an IPC mapping)
  *   device data, otherwise                                   → staging (pinned shared host ring)
  *
- * The first device send on an endpoint in INIT starts the negotiation; the
- * message itself does not wait for it (it goes by staging), so the hot path
- * never waits on, or even touches, the state machine: it reads `ipcOk`.
+ * The first device send on an endpoint in INIT starts the negotiation; a
+ * message that would go by staging waits for it, with every send after it
+ * (holdForNegotiation), and then goes by RGET, or by staging if IPC ended
+ * BAD. Once settled, the hot path never waits on, or even touches, the state
+ * machine: it reads `ipcOk`.
  */
 import { EventEmitter } from 'node:events';
 import type { HandlePool } from '../cache/index.js';
@@ -83,6 +85,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly neg: NegotiationLink;
   private readonly matches = new MatchQueues<PendingRecv, Arrival>();
   private readonly paths: readonly DataPath[];
+  /** Sends wait for the negotiation in flight (holdForNegotiation). */
+  private holding = false;
   /** The staging path, whose reasons stats() reports. */
   private readonly staging: StagingPath;
   /** The path whose arrival (or own control frame) each frame type is, by FrameType. */
@@ -189,12 +193,39 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       options = { ...options, stream: LEGACY_STREAM };
       path = this.pathFor(buffer, options);
     }
+    if (path.kind === 'staging') this.holdForNegotiation();
     if (!this.link.flow.mayGo(path.inlineBytes(buffer))) {
       // Its path may change while it waits (the negotiation may end meanwhile): asked again.
-      const waiting = { inline: () => this.pathFor(buffer, options).inlineBytes(buffer), go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options) };
+      // One held for the negotiation was part of that attempt: it does not start another (after NOT_READY, the next send does).
+      const kick = !this.holding;
+      const waiting = { inline: () => this.pathFor(buffer, options).inlineBytes(buffer), go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options, kick) };
       return this.link.flow.wait(waiting, options.signal, abortReason);
     }
     return this.sendBy(path, buffer, tag, options);
+  }
+
+  /**
+   * A device message would go by staging while IPC is not settled: it starts
+   * the negotiation (or finds one running) and it, and every send after it,
+   * wait in order until the negotiation is OK (then they go by RGET), BAD, or
+   * back in INIT (the peer was not ready): the staging ring is set up only
+   * when IPC cannot be used. Pinning a ring before the request left cost the
+   * first message of a fresh pair 4-9 ms on the sender and 1.5-3 ms on the
+   * receiver, and delayed the negotiation by as much: with this (and the
+   * negotiation's warm-up, machines/warm-up.ts) a fresh pair's first 64 KiB
+   * message arrives 14.4 ms after its send instead of 28.0 (median of 5
+   * fresh pairs each, 2xH100, MPS on, same run).
+   */
+  private holdForNegotiation(): void {
+    if (this.holding) return;
+    this.neg.gpuSend();
+    if (!this.neg.inFlight) return;
+    this.holding = true;
+    this.link.flow.hold();
+    this.neg.whenIdle(() => {
+      this.holding = false;
+      this.link.flow.release();
+    });
   }
 
   /** The first path that takes this message now. */
@@ -204,9 +235,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     throw new SmcudaError('SMCUDA_NO_PATH', `no data path takes this ${isDeviceBuffer(buffer) ? 'device' : 'host'} buffer`);
   }
 
-  private sendBy(path: DataPath, buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
+  private sendBy(path: DataPath, buffer: MessageBuffer, tag: number, options: SendOptions, kick = true): Promise<void> {
     try {
-      if (isDeviceBuffer(buffer)) this.neg.gpuSend();
+      if (kick && isDeviceBuffer(buffer)) this.neg.gpuSend();
       return path.send(buffer, tag, options);
     } catch (err) {
       return Promise.reject(err);
@@ -295,18 +326,16 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   /**
    * Settles the IPC negotiation now, rather than at the first device send
-   * (which then goes by staging while it runs): resolves with 'OK' (device
-   * messages go by RGET) or 'BAD' (they go by staging or EAGER). While the
-   * peer answers "not ready" (it has no device yet) it asks again, backing
-   * off, up to `negotiation.maxTries`; while this process has no device
-   * (`lazyDevice` before `useDevice()`) it waits: bound it with `signal`.
-   * Rejects when the endpoint closes first. Across GPUs the negotiation's
-   * first probe open sets up peer access (2 ms per side on 2xH200), and a
-   * first message sent meanwhile goes by staging, whose set-up (pinning its
-   * ring: 6-9 ms) delays the negotiation further: called right after
-   * connecting, a fresh pair's first 64 KiB message arrives 3.7 ms after its
-   * send instead of 32 ms (`smcuda bench --suite first-send`, median of 5
-   * runs on 2xH200).
+   * (which then waits for it): resolves with 'OK' (device messages go by
+   * RGET) or 'BAD' (they go by staging or EAGER). While the peer answers
+   * "not ready" (it has no device yet) it asks again, backing off, up to
+   * `negotiation.maxTries`; while this process has no device (`lazyDevice`
+   * before `useDevice()`) it waits: bound it with `signal`. Rejects when the
+   * endpoint closes first. Across GPUs the negotiation's first probe open
+   * sets up peer access (1-2 ms per side): called right after connecting,
+   * it takes all of that out of the first message (a fresh pair's first
+   * 64 KiB message then arrived 3.6 ms after its send instead of 14 ms,
+   * `smcuda bench --suite first-send`, median of 5 on 2xH100).
    */
   negotiate(options: { signal?: AbortSignal } = {}): Promise<'OK' | 'BAD'> {
     refuseUnknownKeys('negotiate options', options, ['signal']);

@@ -116,6 +116,8 @@ export function poolAllocationRange(driver: CudaDriver, ptr: DevicePtr, bufferId
 
 export class ExportTable {
   private readonly byPtr = new Map<DevicePtr, ExportInfo>();
+  /** The key inserted last into byPtr (the most recent). */
+  private newest: DevicePtr | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -125,9 +127,14 @@ export class ExportTable {
   lookup(ptr: DevicePtr): ExportInfo {
     const known = this.byPtr.get(ptr);
     if (known && known.bufferId === this.driver.bufferId(ptr)) {
-      // Map order is insertion order: re-insert to keep the most recent last.
-      this.byPtr.delete(ptr);
-      this.byPtr.set(ptr, known);
+      // Map order is insertion order: re-insert to keep the most recent last
+      // (not when it is already: a send loop from one buffer churned the
+      // map's table, ~150 B of garbage per send).
+      if (this.newest !== ptr) {
+        this.byPtr.delete(ptr);
+        this.byPtr.set(ptr, known);
+        this.newest = ptr;
+      }
       return known;
     }
     const attrs = this.driver.pointerAttributes(ptr);
@@ -149,6 +156,7 @@ export class ExportTable {
     if (kind.pool !== undefined) info.pool = kind.pool;
     this.byPtr.delete(ptr);
     this.byPtr.set(ptr, info);
+    this.newest = ptr;
     if (this.byPtr.size > this.limit) this.byPtr.delete(this.byPtr.keys().next().value!);
     return info;
   }

@@ -4,6 +4,7 @@
  * leave together, in a microtask queued before the receives they complete
  * resolve: one frame to encode, write and decode instead of one per message.
  */
+import { microtask } from './progress/microtask.js';
 import { FinStatus, FrameType, MAX_FINS, type Frame } from './wire/frames.js';
 
 export class FinBatcher {
@@ -21,7 +22,7 @@ export class FinBatcher {
   /** FIN OK for `seq`: at once without FINS, else with the rest of this run. */
   ok(seq: number): void {
     if (!this.enabled) return this.sendFrame({ type: FrameType.FIN, seq, status: FinStatus.OK, message: '' });
-    if (this.out.push(seq) === 1) queueMicrotask(this.flush);
+    if (this.out.push(seq) === 1) microtask(this.flush);
   }
 
   /** Sends what is waiting (close() calls it so that senders learn of resolved receives before CLOSE). */

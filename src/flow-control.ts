@@ -52,6 +52,8 @@ export class FlowControl {
   private sent = 0;
   private peerConsumed = 0;
   private readonly queue: Queued[] = [];
+  /** hold() without release(): every send queues (in order) meanwhile. */
+  private holds = 0;
   // receiver side
   private consumed = 0;
   private arrivedTotal = 0;
@@ -100,9 +102,18 @@ export class FlowControl {
     return { maxUnreadBytes: this.maxUnreadBytes, unreadBytes: this.unread, waitingSends: this.queue.length, unexpectedMessages: unexpected };
   }
 
-  /** Whether a message carrying `inline` bytes may go now (nothing queued before it, and room). */
+  /** Whether a message carrying `inline` bytes may go now (no hold, nothing queued before it, and room). */
   mayGo(inline: number): boolean {
-    return this.queue.length === 0 && this.fits(inline);
+    return this.holds === 0 && this.queue.length === 0 && this.fits(inline);
+  }
+
+  /** Holds every send (they queue, in order) until release(): the endpoint waits for its negotiation. */
+  hold(): void {
+    this.holds++;
+  }
+
+  release(): void {
+    if (this.holds > 0 && --this.holds === 0) this.drain();
   }
 
   /** A message carrying `inline` bytes left. */
@@ -167,7 +178,7 @@ export class FlowControl {
   }
 
   private drain(): void {
-    while (this.queue.length > 0) {
+    while (this.holds === 0 && this.queue.length > 0) {
       const q = this.queue[0]!;
       if (!this.fits(q.send.inline())) return;
       this.queue.shift();

@@ -21,6 +21,7 @@
  * has verified. Until then a Unix channel takes only handshake-sized frames.
  */
 import { EventEmitter } from 'node:events';
+import { warmNegotiation } from '../machines/warm-up.js';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { Watchdog } from './persistent/watchdog.js';
@@ -227,6 +228,8 @@ export class Transport extends EventEmitter<TransportEvents> {
       owns = true;
     }
     const t = new Transport(driver, reason, owns, opts, options, fileTracer);
+    // The negotiation's code compiled while the application connects, not on its first device message's way (machines/warm-up.ts).
+    setImmediate(() => void warmNegotiation());
     if (!options.lazyDevice) t.useDevice(t.opts.device);
     debug('transport %s: %s', t.id, reason);
     if (t.inspector) {

@@ -38,8 +38,8 @@ async function rank0() {
     const ep = await endpoint;
     const into = { ptr: t.driver.memAlloc(SIZE), length: SIZE };
     try {
-      // The first GPU message starts the CUDA IPC negotiation and travels by
-      // staging meanwhile; once the endpoint is OK, messages move by RGET.
+      // The first GPU message starts the CUDA IPC negotiation and waits for
+      // it; once the endpoint is OK, messages move by RGET.
       for (let n = 0; n < 2; n++) {
         const msg = await ep.recv({ tag: TAG, into });
         if (!isDeviceBuffer(msg.data)) throw new Error('expected device memory');
@@ -73,8 +73,8 @@ async function rank1() {
       // From pageable memory, cuMemcpyHtoD may return before the device has the
       // bytes; a send without `stream` is ordered after it (the legacy stream).
       t.driver.memcpyHtoD(ptr, host);
-      // The first device send starts the CUDA IPC negotiation; wait for it to
-      // settle (a real application just keeps sending) so the second goes by RGET.
+      // The first device send starts the CUDA IPC negotiation and waits for it:
+      // it goes by RGET once the negotiation is OK (by staging if it ends BAD).
       const settled = new Promise((resolve) => ep.on('state', (s) => (s === 'OK' || s === 'BAD') && resolve(s)));
       await ep.send({ ptr, length: SIZE }, { tag: TAG }); // resolves when the buffer may be reused
       console.log(`rank1: sent ${SIZE} bytes of device memory; negotiation ${await settled}`);

@@ -57,8 +57,13 @@ async function start(env: NodeJS.ProcessEnv = {}): Promise<Side> {
   return side;
 }
 
-/** Sends until the negotiation is OK (the first device message starts it and goes by staging). */
-async function warmUp(s: Side, buf: DeviceBuffer): Promise<void> {
+/**
+ * Sends until the negotiation is OK (the first device message starts it and
+ * waits for it, then goes by RGET). From a legacy allocation of its own, so
+ * the memory under test is first offered to the peer by the test itself.
+ */
+async function warmUp(s: Side): Promise<void> {
+  const buf: DeviceBuffer = { ptr: s.driver.memAlloc(64 << 10), length: 64 << 10 };
   for (let i = 0; s.ep.state !== 'OK'; i++) {
     if (i > 200) throw new Error(`negotiation stayed ${s.ep.state}`);
     const got = s.peer.call('recv', { tag: 9 });
@@ -114,7 +119,7 @@ describe('RGET of descriptor keys between two processes (simulated driver)', () 
     const mem = allocate(s, kind, size);
     const data = patternBytes(size, 7);
     fill(s.driver, mem.buf.ptr, data);
-    await warmUp(s, mem.buf);
+    await warmUp(s);
     // a message that spans chunks (vmm-chunked: 3 chunks of 1 MiB; the message covers bytes 0.5 MiB .. 3 MiB)
     const msg: DeviceBuffer = kind === 'vmm-chunked' ? { ptr: mem.buf.ptr + BigInt(1 << 19), length: size - (1 << 19) } : mem.buf;
     const expected = kind === 'vmm-chunked' ? data.subarray(1 << 19) : data;
@@ -166,7 +171,7 @@ describe('RGET of descriptor keys between two processes (simulated driver)', () 
     const mem = allocate(s, 'vmm', size);
     const data = patternBytes(size, 3);
     fill(s.driver, mem.buf.ptr, data);
-    await warmUp(s, mem.buf).catch(() => {}); // the channel never comes up: that is the point
+    await warmUp(s).catch(() => {}); // the channel never comes up: that is the point
     expect(s.ep.state).toBe('OK');
     const got = s.peer.call<{ path: string; sum: number }>('recv', { tag: 1 });
     await s.ep.send(mem.buf, { tag: 1 });
@@ -183,7 +188,7 @@ describe('RGET of descriptor keys between two processes (simulated driver)', () 
     const mem = allocate(s, 'vmm', size);
     const data = patternBytes(size, 5);
     fill(s.driver, mem.buf.ptr, data);
-    await warmUp(s, mem.buf);
+    await warmUp(s);
     await s.peer.call('inject', { faults: { importFailures: ['CUDA_ERROR_INVALID_VALUE'] } });
     const first = s.peer.call<{ path: string; sum: number }>('recv', { tag: 1 });
     await s.ep.send(mem.buf, { tag: 1 });
@@ -206,7 +211,7 @@ describe('RGET of descriptor keys between two processes (simulated driver)', () 
     const mem = allocate(s, 'vmm', size);
     const data = patternBytes(size, 11);
     fill(s.driver, mem.buf.ptr, data);
-    await warmUp(s, mem.buf);
+    await warmUp(s);
     const hogged = await s.peer.call<{ hogged: number }>('hog');
     expect(hogged.hogged).toBeGreaterThan(0);
     const first = s.peer.call<{ path: string; sum: number }>('recv', { tag: 1 });

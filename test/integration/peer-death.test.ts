@@ -128,7 +128,7 @@ describe('a peer killed with SIGKILL', () => {
   const rgetCase = (waitOnPeerEvent: boolean) => async () => {
     const { peer: bystander, ep: epB } = await connectPeer('bystander');
     const { peer, ep } = await connectPeer('victim');
-    // Negotiate IPC: the first device message starts it (and goes by staging).
+    // Negotiate IPC: the first device message starts it (and waits for it).
     const warm = peer.call<FaultPeerResults['recv']>('recv', { tag: 0, count: 1 });
     await ep.send(device(fill(64 << 10, 9)), { tag: 0 });
     await warm;

@@ -64,3 +64,19 @@ test.prop(
   await Promise.all(settled);
   expect(got).toEqual(Array.from({ length: next }, (_, i) => i));
 });
+
+test('hold(): every send queues, in order, until release()', async () => {
+  const sender = new FlowControl(1 << 20, () => {});
+  const sent: number[] = [];
+  expect(sender.mayGo(0)).toBe(true);
+  sender.hold();
+  expect(sender.mayGo(0)).toBe(false);
+  const waits = [0, 1, 2].map((id) => sender.wait({ inline: () => 0, go: async () => void sent.push(id) }, undefined, () => new Error('aborted')));
+  await flush();
+  expect(sent).toEqual([]);
+  expect(sender.waiting).toBe(3);
+  sender.release();
+  await Promise.all(waits);
+  expect(sent).toEqual([0, 1, 2]);
+  expect(sender.mayGo(0)).toBe(true);
+});

@@ -88,7 +88,7 @@ describe('host messages', () => {
 });
 
 describe('device messages and the negotiation', () => {
-  it('first GPU send negotiates INIT→SENT→OK while the message goes by staging; later ones go by RGET', async () => {
+  it('first GPU send negotiates INIT→SENT→OK and waits for it: it and later ones go by RGET, no staging ring is made', async () => {
     pair = await makePair();
     const { a, b } = pair;
     const data = randomBytes(1 << 20, 1);
@@ -96,7 +96,8 @@ describe('device messages and the negotiation', () => {
     const r1 = b.ep.recv({ tag: 9 });
     await a.ep.send(src, { tag: 9 });
     const got1 = await r1;
-    expect(got1.path).toBe('staging');
+    expect(got1.path).toBe('rget');
+    expect(a.ep.stats().sent.staging.messages).toBe(0);
     expect(sameBytes(readDevice(b.driver, got1.data as DeviceBuffer), data)).toBe(true);
     await reach(a.ep, 'OK');
     await reach(b.ep, 'OK');
@@ -116,7 +117,7 @@ describe('device messages and the negotiation', () => {
     await r3;
     const cache = b.ep.stats().cache;
     expect(cache.misses).toBe(2); // the peer's negotiation probe, then the buffer
-    expect(cache.hits).toBe(1);
+    expect(cache.hits).toBe(2);
   });
 
   it('an interior slice of an allocation arrives exactly', async () => {
@@ -170,7 +171,7 @@ describe('device messages and the negotiation', () => {
     const src = deviceWith(a.driver, randomBytes(64 << 10, 5));
     let r = b.ep.recv({ into: new Uint8Array(64 << 10) });
     await a.ep.send(src);
-    await r;
+    expect((await r).path).toBe('staging'); // it waited for the attempt, which did not start another
     await reach(a.ep, 'INIT'); // back to INIT after NOT_READY
     expect(a.ep.stats().negotiation.path).toEqual(['INIT', 'SENT', 'INIT']);
     b.transport.useDevice(1);
@@ -195,6 +196,20 @@ describe('device messages and the negotiation', () => {
     await pair.a.ep.send(src2);
     await r2;
     await reach(pair.a.ep, 'OK');
+  });
+
+  it('sends after a device message that waits for the negotiation do not overtake it', async () => {
+    pair = await makePair();
+    const { a, b } = pair;
+    const data = randomBytes(64 << 10, 8);
+    const sends = [a.ep.send(deviceWith(a.driver, data), { tag: 3 }), a.ep.send(Buffer.from('after'), { tag: 3 })];
+    expect(a.ep.stats().flow.waitingSends).toBe(2);
+    const first = await b.ep.recv({ tag: 3 });
+    const second = await b.ep.recv({ tag: 3 });
+    await Promise.all(sends);
+    expect([first.path, second.path]).toEqual(['rget', 'eager']);
+    expect(sameBytes(readDevice(b.driver, first.data as DeviceBuffer), data)).toBe(true);
+    expect(Buffer.from(second.data as Uint8Array).toString()).toBe('after');
   });
 
   it('small device messages travel eagerly and do start the negotiation', async () => {

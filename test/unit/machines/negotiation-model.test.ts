@@ -40,6 +40,8 @@ function checkSide(which: Which, model: RefSide, real: Side, inFlight: Negotiati
   }
   // The hot-path field agrees with the machine.
   expect(real.n.ok).toBe(real.state === 'OK');
+  // The endpoint holds sends while a negotiation is in flight: anything but settled or INIT's idle.
+  expect(real.n.inFlight, `${which}: in flight in ${real.detailed}`).toBe(!['OK', 'BAD', 'INIT', 'INIT.idle'].includes(real.detailed));
 }
 
 function checkAll(m: RefPair, r: Pair): void {

@@ -78,6 +78,24 @@ describe('negotiation: the happy path', () => {
     expect(p.b.accessAsked).toEqual([]);
   });
 
+  it('inFlight from the GPU send (or the request) until settled; whenIdle runs then, or at once', async () => {
+    const p = new Pair();
+    const idle: string[] = [];
+    p.a.n.whenIdle(() => idle.push('before'));
+    expect(idle).toEqual(['before']);
+    p.a.n.gpuSend();
+    expect(p.a.n.inFlight).toBe(true);
+    p.a.n.whenIdle(() => idle.push(`a ${p.a.state}`));
+    await flush();
+    p.deliver('a');
+    await flush();
+    expect(p.b.n.inFlight).toBe(true);
+    p.b.n.whenIdle(() => idle.push(`b ${p.b.state}`));
+    await exchange(p);
+    expect([p.a.n.inFlight, p.b.n.inFlight]).toEqual([false, false]);
+    expect(idle.sort()).toEqual(['a OK', 'b OK', 'before']);
+  });
+
   it('settled() resolves with the outcome, at once when already settled', async () => {
     const p = new Pair();
     const settled = p.a.n.settled();
@@ -166,6 +184,7 @@ describe('negotiation: NOT_READY and tries', () => {
     expect([p.a.state, p.b.state]).toEqual(['INIT', 'INIT']);
     expect(p.b.sent.map((r) => r.frame)).toEqual([{ type: FrameType.IPC_NOTREADY, attempt: 1 }]);
     expect(p.a.n.path).toBe('INIT→SENT→INIT');
+    expect(p.a.n.inFlight).toBe(false); // sends held for it go (by staging)
     p.b.env.ready = 'yes';
     p.a.n.gpuSend();
     await flush();
@@ -215,8 +234,10 @@ describe('negotiation: NOT_READY and tries', () => {
     await flush();
     expect(p.a.detailed).toBe('INIT.checkingSend');
     expect(p.a.readyChecks).toBe(1);
+    expect(p.a.n.inFlight).toBe(true);
     p.clock.increment(T.checkTimeoutMs);
     expect(p.a.detailed).toBe('INIT');
+    expect(p.a.n.inFlight).toBe(false);
     expect(p.a.sent).toEqual([]);
   });
 

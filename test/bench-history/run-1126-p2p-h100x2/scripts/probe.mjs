@@ -1,0 +1,26 @@
+// Driver call costs on the per-message path (device 0), ns per call, median of 3000.
+const root = process.argv[2];
+const { NativeCudaDriver } = await import(root + '/dist/src/cuda/native-driver.js');
+const d = new NativeCudaDriver();
+d.init(); d.setDevice(0);
+const s = d.streamCreate();
+const a = d.memAlloc(1 << 20), b = d.memAlloc(1 << 20);
+const ev = d.eventCreate({ disableTiming: true }), ev2 = d.eventCreate({ disableTiming: true });
+const N = 3000;
+const med = (xs) => [...xs].sort((x, y) => x - y)[xs.length >> 1];
+const time = (fn) => { for (let i = 0; i < 300; i++) fn(); const xs = []; for (let i = 0; i < N; i++) { const t = process.hrtime.bigint(); fn(); xs.push(Number(process.hrtime.bigint() - t)); } return med(xs); };
+const out = {};
+out.empty = time(() => {});
+out.legacyRecordQuery = time(() => { d.eventRecord(ev, 0n); d.eventQuery(ev); });
+out.legacyRecord = time(() => d.eventRecord(ev, 0n));
+out.bufferId = time(() => d.bufferId(a));
+out.memGetAddressRange = time(() => d.memGetAddressRange(a));
+out.eventQueryDone = time(() => d.eventQuery(ev2));
+out.memcpy8 = time(() => d.memcpyAsync(b, a, 8, s));
+d.streamSynchronize(s);
+out.record = time(() => d.eventRecord(ev2, s));
+out.copy8WithCompletion = time(() => { d.memcpyAsync(b, a, 8, s); d.eventRecord(ev2, s); while (!d.eventQuery(ev2)); });
+out.copy1MWithCompletion = time(() => { d.memcpyAsync(b, a, 1 << 20, s); d.eventRecord(ev2, s); while (!d.eventQuery(ev2)); });
+out.memcpy1M = time(() => d.memcpyAsync(b, a, 1 << 20, s));
+d.streamSynchronize(s);
+console.log(JSON.stringify(out));
