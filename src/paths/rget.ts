@@ -245,13 +245,15 @@ export class RgetPath implements DataPath {
    * the same message by staging, under the same seq. If it cannot go (the
    * source went bad meanwhile), the send fails and the receiver learns why.
    */
-  onFin(seq: number, status: FinStatus): boolean {
+  onFin(seq: number, status: FinStatus, message: string): boolean {
     if (status !== FinStatus.RESTAGE) return false;
     const ctx = this.ctx;
     const p = ctx.sends.get(seq);
     const restage = p?.restage;
     if (!p || !restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
     p.restage = undefined;
+    // Counted with the peer's reason (addresses left out, so that one cause is one key).
+    this.fallback.countReason(`${p.path === 'rget' ? 'legacy' : 'descriptor'} key restaged, the peer could not open it: ${message.replace(/0x[0-9a-f]+/gi, '0x…')}`);
     p.path = 'staging';
     try {
       this.fallback.resend(seq, restage.buf as DeviceBuffer, restage.stream as StreamHandle | undefined);

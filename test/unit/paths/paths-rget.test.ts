@@ -100,27 +100,29 @@ describe('RgetPath, sender', () => {
     expect(s.frames).toEqual([]);
   });
 
-  it('FIN RESTAGE hands the send to its fallback, which announces it again; a RESTAGE for an unknown send is a protocol error', () => {
+  it('FIN RESTAGE hands the send to its fallback, which announces it again, the peer\'s reason counted; a RESTAGE for an unknown send is a protocol error', () => {
     const s = side(0);
     const resent: Array<[number, DeviceBuffer, StreamHandle | undefined]> = [];
-    const rget = new RgetPath(s.link, { ...noResend, resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
+    const why: string[] = [];
+    const rget = new RgetPath(s.link, { countReason: (w) => void why.push(w), resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
     const buf = deviceWith(s, patternBytes(64, 3));
     void rget.send(buf, 1, {});
-    expect(rget.onFin(1, FinStatus.OK)).toBe(false); // the endpoint settles plain FINs
-    expect(rget.onFin(1, FinStatus.RESTAGE)).toBe(true);
+    expect(rget.onFin(1, FinStatus.OK, '')).toBe(false); // the endpoint settles plain FINs
+    expect(rget.onFin(1, FinStatus.RESTAGE, 'cannot open it')).toBe(true);
     expect(resent).toEqual([[1, buf, undefined]]);
+    expect(why).toEqual(['legacy key restaged, the peer could not open it: cannot open it']); // stats().stagingReasons says why
     expect(s.link.sends.get(1)?.path).toBe('staging');
-    expect(() => rget.onFin(1, FinStatus.RESTAGE)).toThrow(ProtocolError); // no second restage
-    expect(() => rget.onFin(99, FinStatus.RESTAGE)).toThrow(ProtocolError);
+    expect(() => rget.onFin(1, FinStatus.RESTAGE, 'cannot open it')).toThrow(ProtocolError); // no second restage
+    expect(() => rget.onFin(99, FinStatus.RESTAGE, 'cannot open it')).toThrow(ProtocolError);
   });
 
   it('a fallback that cannot resend fails the send and tells the receiver (FIN SENDER_FAILED)', async () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, { ...noResend, resend: () => { throw new RangeError('source freed'); } });
+    const rget = new RgetPath(s.link, { countReason: () => {}, resend: () => { throw new RangeError('source freed'); } });
     const buf = deviceWith(s, patternBytes(64, 3));
     const sent = rget.send(buf, 1, {});
     s.take();
-    rget.onFin(1, FinStatus.RESTAGE);
+    rget.onFin(1, FinStatus.RESTAGE, 'cannot open it');
     await expect(sent).rejects.toThrow('source freed');
     expect(s.take()).toEqual([{ type: FrameType.FIN, seq: 1, status: FinStatus.SENDER_FAILED, message: 'source freed' }]);
   });
