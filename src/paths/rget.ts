@@ -298,6 +298,8 @@ export class RgetPath implements DataPath {
       frame,
       mapping: undefined,
       event: undefined,
+      target: undefined,
+      held: undefined,
       result: undefined,
     };
     job.mapping = lookupRemote(this.remote, job);
@@ -335,10 +337,11 @@ export class RgetPath implements DataPath {
       // The data is valid once the sender's stream reaches its event. Wait for
       // it here, on the host, not with cuStreamWaitEvent: if the peer dies
       // meanwhile, no copy is queued behind an event that can never complete,
-      // and the mapping can be closed at once. The wait is the endpoint's
+      // and the mapping can be released at once. The wait is the endpoint's
       // GpuEventQueue's: when the endpoint closes or loses the peer, it fails
-      // the wait with the reason, and destroys the event (retired in finish)
-      // only once the native completion thread has let go of it.
+      // the wait with the reason, and destroys the event (retired when the
+      // receive lets go of it, remote-copy.ts) only once the native
+      // completion thread has let go of it.
       if (this.closeReason !== undefined) return this.finish(job, this.closeReason);
       try {
         job.event = d.ipcOpenEventHandle(frame.event);
@@ -375,7 +378,7 @@ export class RgetPath implements DataPath {
     launchRemoteCopy(this.ctx, job, mapping.ptr + BigInt(frame.offset), job.kind === 'legacy' ? 'rget' : 'rget-fd', (err) => this.finish(job, err));
   }
 
-  /** The copy completed (or failed): FIN to the sender, the receive settles, the mapping is released. */
+  /** The copy completed (or failed, or none was queued): FIN to the sender, the receive settles (remote-copy.ts). */
   private finish(job: RgetCopy, err: Error | undefined): void {
     finishRemoteCopy(this.ctx, job, job.kind === 'legacy' ? 'rget' : 'rget-fd', err);
   }
