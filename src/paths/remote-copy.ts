@@ -3,13 +3,12 @@
  * peer's mapping (of whatever kind the handle pool opened) into its receive
  * target, then FIN the sender and settle the receive.
  *
- * What the receive holds while the GPU copies — its lease on the peer's
- * mapping, the peer's event it waited on, a device buffer allocated for it —
- * is one GpuHold of the endpoint's GPU work from the copy's launch on: the
- * copy uses it, the receive lets go of it once launched, and it is released
- * (releaseHeld) after the copy's completion ran, or when nothing was queued,
- * at once. Before the launch no GPU work uses any of it, and a receive that
- * fails there (no copy queued) releases it itself, in finishRemoteCopy.
+ * What the receive holds — its lease on the peer's mapping, the peer's
+ * event it waits on, a device buffer allocated for it — is one GpuHold of the
+ * endpoint's GPU work (`holdFor`), taken as soon as it holds the lease: the
+ * copy uses it, the receive lets go of it when it settles (finishRemoteCopy),
+ * and it is released (releaseHeld) only then and after the copy's completion
+ * ran — at once when no copy was queued (the event or the range failed).
  */
 import type { Mapping } from '../../cache/index.js';
 import { isDeviceBuffer } from '../buffers.js';
@@ -30,23 +29,28 @@ export interface RemoteCopy {
   event: EventHandle | undefined;
   /** A device buffer allocated for this receive: freed unless the receive resolved with it. */
   target: DevicePtr | undefined;
-  /** What the receive holds, from the copy's launch on (GpuWork's). */
+  /** What the receive holds, from its lease on (GpuWork's: holdFor). */
   held: GpuHold | undefined;
   /** What the receive resolves to (undefined until the copy is queued). */
   result: Received | undefined;
 }
 
+/** The receive holds its lease on the peer's mapping (found or opened): from now on that, and what it takes later, is the GPU work's. */
+export function holdFor(ctx: PathContext, job: RemoteCopy): void {
+  job.held = ctx.gpu().hold(() => releaseHeld(ctx, job));
+}
+
 /**
- * Queues the copy of `job`'s message from `src` (in the mapping) and calls
- * `done` once it completed or failed; a failure to queue it calls `done` too.
- * From here on the endpoint's GPU work holds what the receive holds.
+ * Queues the copy of `job`'s message from `src` (in the mapping; `holdFor`
+ * came first) and calls `done` once it completed or failed; a failure to
+ * queue it calls `done` too.
  */
 export function launchRemoteCopy(ctx: PathContext, job: RemoteCopy, src: DevicePtr, path: 'rget' | 'rget-fd', done: (err?: Error) => void): void {
   const { recv, frame } = job;
   const d = ctx.driver;
   const n = frame.length;
   const gpu = ctx.gpu();
-  const held = (job.held = gpu.hold(() => releaseHeld(ctx, job)));
+  const held = job.held!;
   try {
     const stream = recv.stream ?? gpu.stream;
     const data = receiveTarget(d, recv.into, n, d.isReady());
@@ -71,13 +75,23 @@ export function launchRemoteCopy(ctx: PathContext, job: RemoteCopy, src: DeviceP
     gpu.whenDone(stream, n, done, held);
   } catch (err) {
     done(err as Error);
-  } finally {
-    held.close(); // released once the copy's completion ran (at once if none was queued)
   }
 }
 
-/** The copy completed (or failed, or none was queued): FIN to the sender, the receive settles. */
+/**
+ * The copy completed (or failed, or none was queued): FIN to the sender, the
+ * receive settles and lets go of what it holds — released now if no copy
+ * uses it, else once the completion that called this has run.
+ */
 export function finishRemoteCopy(ctx: PathContext, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
+  try {
+    settle(ctx, job, path, err);
+  } finally {
+    job.held?.close();
+  }
+}
+
+function settle(ctx: PathContext, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
   const { recv, frame } = job;
   if (err === undefined && ctx.closed && recv.stream === undefined) {
     // The endpoint closed while the copy ran: its FIN can no longer reach the sender, whose send
@@ -99,8 +113,6 @@ export function finishRemoteCopy(ctx: PathContext, job: RemoteCopy, path: 'rget'
       return;
     }
   }
-  // No copy was queued (the key, the event or the range failed first): nothing of it is in GPU use.
-  if (job.held === undefined) releaseHeld(ctx, job);
   ctx.failArrival(recv, frame, err);
 }
 

@@ -32,7 +32,7 @@ import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from '.
 import { FdSide } from './fd-side.js';
 import { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
 import { refuseTooSmall } from './receive-target.js';
-import { destroyEvent, finishRemoteCopy, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
+import { destroyEvent, finishRemoteCopy, holdFor, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 import { byDescriptor, type RemoteKey, remoteKind } from './remote-key.js';
 
 /** Where an RGET whose peer cannot map it is sent again (the staging path). */
@@ -303,7 +303,10 @@ export class RgetPath implements DataPath {
       result: undefined,
     };
     job.mapping = lookupRemote(this.remote, job);
-    if (job.mapping !== undefined && !frame.event) return this.copy(job);
+    if (job.mapping !== undefined) {
+      holdFor(this.ctx, job);
+      if (!frame.event) return this.copy(job);
+    }
     this.prepare(job).catch((err: Error) => this.ctx.failArrival(recv, frame, err));
   }
 
@@ -317,6 +320,7 @@ export class RgetPath implements DataPath {
         // The pool checks the mapping's real extent before it keeps it
         // (cache/extent.ts): the peer's word for the size bounds no copy.
         job.mapping = await openRemote(this.remote, job);
+        holdFor(ctx, job);
       } catch (err) {
         if (ctx.closed) return recv.reject(ctx.closedError());
         if (this.closeReason !== undefined) return recv.reject(this.closeReason); // the endpoint is closing
