@@ -175,13 +175,17 @@ export class FdSide {
   /**
    * Whether `pool` is still the pool announced under its handle. A handle
    * names a pool only while it lives: the driver gives a destroyed pool's
-   * handle (its CUmemoryPool's address) to the next pool made, and `bench
-   * --suite memory`, which makes a pool per operation, then sent every message
-   * of the new pool under the old pool's id, which the peer could not import
-   * (all restaged: 2 % of raw in some runs, issue 24 item 2). An allocation
-   * offered from it that is still alive (same buffer id at its base) proves
-   * it is the same pool: a pool outlives its allocations. With none, it may
-   * not be, and it is announced again.
+   * handle (its CUmemoryPool's address) to the next pool made (seen on H100:
+   * one address for four pools made one after another). `bench --suite
+   * memory` makes a pool per operation, and then sent every message of the
+   * new pool by staging (2-3 % of raw, in about one run of three): the new
+   * pool was never exported to a shareable handle, so cuMemPoolExportPointer
+   * refused its pointers (CUDA_ERROR_INVALID_VALUE), and the peer, holding
+   * the old pool's import under that id, could not have imported them
+   * either. An allocation offered from it that is still alive (same buffer
+   * id at its base) proves it is the same pool: a pool outlives its
+   * allocations. With none, it may not be, and it is exported and announced
+   * again (the peer replaces its import).
    */
   private samePool(pool: PoolHandle): boolean {
     const d = this.ctx.driver;

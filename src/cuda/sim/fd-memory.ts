@@ -72,6 +72,8 @@ export interface SimPool {
   /** Pointers imported through this pool (imported pools). */
   readonly pointers: Set<DevicePtr>;
   fileSize: number;
+  /** Exported to a shareable handle at least once (cuMemPoolExportPointer refuses its pointers before). */
+  exported?: boolean;
 }
 
 export interface FdMemoryOwner {
@@ -268,10 +270,17 @@ export class SimFdMemory {
   }
 
   poolExport(pool: SimPool): number {
-    return this.reopen('cuMemPoolExportToShareableHandle', pool.fd);
+    const fd = this.reopen('cuMemPoolExportToShareableHandle', pool.fd);
+    pool.exported = true;
+    return fd;
   }
 
   exportPointer(r: FdRange): Uint8Array {
+    // As the driver (seen on H100, CUDA 13): a pointer of a pool that was
+    // never exported to a shareable handle is refused with INVALID_VALUE.
+    if (r.pool!.exported !== true) {
+      throw cudaError('cuMemPoolExportPointer', 'CUDA_ERROR_INVALID_VALUE', 'its pool was never exported (cuMemPoolExportToShareableHandle first)');
+    }
     const data = new Uint8Array(64);
     const v = new DataView(data.buffer);
     v.setUint32(0, EXPORT_MAGIC, true);

@@ -1,9 +1,11 @@
 /**
  * Pool memory after its pool was destroyed and another made (issue 24 item 2):
- * the driver gives the new pool the old one's handle (the simulator models
- * it: a freed CUmemoryPool's address is reused), which is what `bench
- * --suite memory` does between its probe and its transfer (one pool per
- * operation). Every message of the new pool must still go by RGET.
+ * the driver gives the new pool the old one's handle (seen on H100; the
+ * simulator models it), which is what `bench --suite memory` does between
+ * its probe and its transfer (one pool per operation). The new pool must be
+ * exported before its pointers (cuMemPoolExportPointer refuses them before:
+ * seen on H100, modelled too) and announced to the peer afresh; every message
+ * of it must still go by RGET. Before the fix every one went by staging.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { allocDemoMemory } from '../../../src/cli/demo-memory.js';
