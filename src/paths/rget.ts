@@ -307,7 +307,10 @@ export class RgetPath implements DataPath {
       holdFor(this.ctx, job);
       if (!frame.event) return this.copy(job);
     }
-    this.prepare(job).catch((err: Error) => this.ctx.failArrival(recv, frame, err));
+    this.prepare(job).catch((err: Error) => {
+      job.held?.close();
+      this.ctx.failArrival(recv, frame, err);
+    });
   }
 
   /** Opens the key (unless the pool had it) and waits for the sender's stream event, then copies. */

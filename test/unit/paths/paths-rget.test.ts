@@ -150,6 +150,23 @@ describe('RgetPath, receiver', () => {
     expect(b.link.received.rget).toEqual({ messages: 1, bytes: 4096 });
   });
 
+  it("on the caller's stream the receive resolves with its new buffer at once: the buffer is the caller's, never freed by a later failure (the FIN cannot be sent)", async () => {
+    const { b, data, frame, rget } = await announced();
+    const stream = b.driver.streamCreate();
+    b.driver.inject({ copyDelayMs: 20 });
+    b.link.fins.ok = () => {
+      throw new Error('the channel failed');
+    };
+    const r = pendingRecv(3, undefined, stream);
+    rget.receive(r.recv, frame);
+    const got = await r.result; // before the copy completed
+    b.driver.streamSynchronize(stream);
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the completion ran (its FIN failed)
+    expect(sameBytes(readBack(b, got.data as DeviceBuffer), data)).toBe(true);
+    expect(() => b.driver.memFree((got.data as DeviceBuffer).ptr)).not.toThrow(); // still allocated: the caller frees it
+    expect(b.driver.lifetimeViolations).toEqual([]);
+  });
+
   it('a second RGET of the same allocation finds its mapping pooled (one open), into host `into` bytes', async () => {
     const { b, data, frame, rget } = await announced(256, 6);
     const r1 = pendingRecv(3);
