@@ -1,11 +1,20 @@
 /**
  * The GPU work of one endpoint: its stream (created on first use), its
  * completion tracking (a GpuEventQueue, which the transport's progress
- * engine polls: src/progress/) and the copy batcher. `copy(stream, dst, src,
- * bytes, cb)` queues a device copy and calls back once it completed;
- * `whenDone(stream, bytes, cb)` does the same for work the caller queued
- * itself; `whenEvent(ev, cb)` for a peer's event. Callbacks only: see
- * gpu-event-queue.ts for why.
+ * engine polls: src/progress/), the copy batcher, and the owner of what the
+ * GPU uses while it works. `copy(stream, dst, src, bytes, cb, uses)` queues
+ * a device copy and calls back once it completed; `whenDone(stream, bytes,
+ * cb, uses)` does the same for work the caller queued itself; `whenEvent(ev,
+ * cb)` for a peer's event. Callbacks only: see gpu-event-queue.ts for why.
+ *
+ * Everything an operation holds while the GPU works for it is a GpuHold of
+ * this object (`hold`): the staging rings, and what one receive holds (its
+ * lease on the peer's mapping, the peer's event, a device buffer it
+ * allocated). A copy or wait given `uses` is a use of those holds until its
+ * completion ran; a hold is released once its holder let go of it and no use
+ * is in flight, and `close` lets go of every hold, so nothing is released
+ * under the GPU on any path, close and peer loss included. The peer's events
+ * this endpoint waits on are its GpuEventQueue's (`whenEvent`, `retireEvent`).
  *
  * Small copies of one synchronous run (the RGETs one look at the control ring
  * found) are launched together, by one cuMemcpyBatchAsync, when the run ends;
@@ -93,16 +102,20 @@ export class GpuWork {
    * 256 MiB messages cost 8 points of bandwidth, and of staging chunks half
    * of it). A larger copy is launched at once with an event of its own.
    *
-   * Throws only when a large copy's launch fails; a batched copy's failure
-   * reaches `cb`.
+   * `uses`: holds the copy uses (its source or destination), each a use
+   * from now until `cb` ran.
+   *
+   * Throws only when a large copy's launch fails (then no use is taken); a
+   * batched copy's failure reaches `cb`.
    */
-  copy(stream: StreamHandle, dst: bigint, src: bigint, bytes: number, cb: Completion): void {
+  copy(stream: StreamHandle, dst: bigint, src: bigint, bytes: number, cb: Completion, uses?: Uses): void {
     if (bytes > BATCH_MAX_BYTES) {
       this.flushNow(false);
       this.driver.memcpyAsync(dst, src, bytes, stream);
-      this.events.record(stream, bytes, cb, false);
+      this.events.record(stream, bytes, uses === undefined ? cb : using(uses, cb), false);
       return;
     }
+    if (uses !== undefined) cb = using(uses, cb);
     let b = this.batch;
     const end = dst + BigInt(bytes);
     if (
@@ -128,9 +141,10 @@ export class GpuWork {
    * Calls `cb` once everything queued so far on `stream` has completed, for
    * work the caller queued itself. Joins the open batch as `copy` does (its
    * event comes after the batch's copies); a call with `bytes` above
-   * BATCH_MAX_BYTES gets an event of its own at once.
+   * BATCH_MAX_BYTES gets an event of its own at once. `uses`: as for `copy`.
    */
-  whenDone(stream: StreamHandle, bytes: number, cb: Completion): void {
+  whenDone(stream: StreamHandle, bytes: number, cb: Completion, uses?: Uses): void {
+    if (uses !== undefined) cb = using(uses, cb);
     if (bytes > BATCH_MAX_BYTES) {
       // A large copy (a staging chunk, a big message) gets its own event: its
       // FIN must not wait for the copies queued after it.
@@ -258,9 +272,9 @@ export class GpuWork {
   private legacyEvent: EventHandle | undefined;
 
   /**
-   * Holds a resource that copies queued here read or write (a pinned ring):
-   * `release` runs once the holder closes the hold (or this closes) and the
-   * last copy that used it completed.
+   * Holds a resource that copies queued here read or write (a pinned ring,
+   * what a receive holds): `release` runs once the holder closes the hold (or
+   * this closes) and the last copy that used it completed.
    */
   hold(release: () => void): GpuHold {
     return new GpuHold(release, this.holds);
@@ -300,6 +314,31 @@ export class GpuWork {
       this.stream_ = undefined;
     }
   }
+}
+
+/** The holds a copy or wait uses (GpuHold): one, or several (a staged chunk uses the ring and the target). */
+export type Uses = GpuHold | readonly GpuHold[];
+
+/** `cb`, with a use of each hold taken now and given back once it ran (even if it throws). */
+function using(uses: Uses, cb: Completion): Completion {
+  if (uses instanceof GpuHold) {
+    uses.use();
+    return (err) => {
+      try {
+        cb(err);
+      } finally {
+        uses.done();
+      }
+    };
+  }
+  for (const h of uses) h.use();
+  return (err) => {
+    try {
+      cb(err);
+    } finally {
+      for (const h of uses) h.done();
+    }
+  };
 }
 
 /** One event settled a batch: every completion learns the outcome, even if one of them throws. */

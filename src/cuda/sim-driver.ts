@@ -189,6 +189,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     return this.events.size;
   }
 
+  /** Bytes of device memory allocated (cuMemAlloc) and not freed yet (tests count them to find leaks). */
+  get allocatedBytes(): number {
+    return this.memory?.allocatedBytes ?? 0;
+  }
+
   /** Host ranges registered (cuMemHostRegister) and not unregistered yet (tests count them to find leaks). */
   liveRegistrations = 0;
 
@@ -199,6 +204,9 @@ export class SimulatedCudaDriver implements CudaDriver {
    * unregistered or a peer mapping closed with copies into or out of it still
    * queued. A real driver makes these use-after-frees; the simulator notes
    * them (and then completes the work, as before) so tests can assert none.
+   * Also a device allocation freed with copies still queued (cuMemFree waits
+   * for them: a stall, not a use-after-free, but a release before the GPU is
+   * done all the same).
    */
   readonly lifetimeViolations: string[] = [];
 
@@ -311,7 +319,13 @@ export class SimulatedCudaDriver implements CudaDriver {
     const mem = this.requireContext('cuMemFree');
     this.refuseDuringCapture('cuMemFree');
     const a = mem.find(ptr);
-    if (a && !a.opened && a.ptr === ptr) this.scheduler.drainTouching(a); // cuMemFree waits for work using the memory
+    if (a && !a.opened && a.ptr === ptr && this.scheduler.anyTouching(a)) {
+      // cuMemFree waits for work using the memory: not a use-after-free, but a
+      // release before the GPU is done (smcuda's own buffers never are: a
+      // receive's new buffer is freed after its copies complete).
+      this.lifetimeViolations.push(`cuMemFree of ${hex(ptr)} with copies into or out of it still queued`);
+      this.scheduler.drainTouching(a);
+    }
     mem.free(ptr);
   }
 

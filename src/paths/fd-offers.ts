@@ -10,6 +10,10 @@
  * imported; open-remote.ts asks it). fd-side.ts owns the exchange; this table owns the
  * descriptors until the handle pool takes them, and closes every one it
  * still holds on close.
+ *
+ * Its timers wait for the peer (an offer, its descriptors), not for the GPU:
+ * nothing they close or fail is in GPU use. What a receive holds once the
+ * GPU works for it is the endpoint's GPU work's (remote-copy.ts, gpu-work.ts).
  */
 import type { ImportRequest } from '../../cache/index.js';
 import type { FdMessage } from '../channel/fd-channel.js';

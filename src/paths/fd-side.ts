@@ -40,6 +40,8 @@ export interface Offer {
   bufferId: bigint;
   /** False once the peer released it (FD_RELEASE) or another offer replaced it. */
   live: boolean;
+  /** Pool memory: the pool it came from. */
+  pool?: PoolHandle;
 }
 
 const ZERO_EXPORT = new Uint8Array(POOL_EXPORT_BYTES);
@@ -139,9 +141,11 @@ export class FdSide {
     const ctx = this.ctx;
     const pool = exp.pool!;
     let poolId = this.poolIds.get(pool);
-    if (poolId === undefined) {
+    if (poolId === undefined || !this.samePool(pool)) {
+      // Not sent yet, or the handle may name another pool now: announced
+      // (again) under its id, which the peer then imports afresh.
       const fd = ctx.driver.memPoolExport(pool);
-      poolId = this.nextPoolId++;
+      poolId ??= this.nextPoolId++;
       try {
         ctx.sendFrame({ type: FrameType.FD_POOL, poolId, deviceUuid: ctx.uuidOf(exp.device) });
         ctx.fd.stats.pools++;
@@ -165,7 +169,35 @@ export class FdSide {
       chunks: [],
     });
     ctx.fd.stats.offers++;
-    return { kind: HandleKind.POOL, identity: exportData, base: exp.base, size: exp.size, bufferId: exp.bufferId, live: true };
+    return { kind: HandleKind.POOL, identity: exportData, base: exp.base, size: exp.size, bufferId: exp.bufferId, live: true, pool };
+  }
+
+  /**
+   * Whether `pool` is still the pool announced under its handle. A handle
+   * names a pool only while it lives: the driver gives a destroyed pool's
+   * handle (its CUmemoryPool's address) to the next pool made (seen on H100:
+   * one address for four pools made one after another). `bench --suite
+   * memory` makes a pool per operation, and then sent every message of the
+   * new pool by staging (2-3 % of raw, in about one run of three): the new
+   * pool was never exported to a shareable handle, so cuMemPoolExportPointer
+   * refused its pointers (CUDA_ERROR_INVALID_VALUE), and the peer, holding
+   * the old pool's import under that id, could not have imported them
+   * either. An allocation offered from it that is still alive (same buffer
+   * id at its base) proves it is the same pool: a pool outlives its
+   * allocations. With none, it may not be, and it is exported and announced
+   * again (the peer replaces its import).
+   */
+  private samePool(pool: PoolHandle): boolean {
+    const d = this.ctx.driver;
+    for (const o of this.offers.values()) {
+      if (o.pool !== pool) continue;
+      try {
+        if (d.bufferId(o.base) === o.bufferId) return true;
+      } catch {
+        // freed, and the range unmapped: no proof
+      }
+    }
+    return false;
   }
 
   /** Passes `fd` on the descriptor channel and closes our copy once passed (the kernel sends a duplicate). */

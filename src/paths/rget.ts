@@ -32,7 +32,7 @@ import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from '.
 import { FdSide } from './fd-side.js';
 import { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
 import { refuseTooSmall } from './receive-target.js';
-import { destroyEvent, finishRemoteCopy, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
+import { destroyEvent, finishRemoteCopy, holdFor, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 import { byDescriptor, type RemoteKey, remoteKind } from './remote-key.js';
 
 /** Where an RGET whose peer cannot map it is sent again (the staging path). */
@@ -245,13 +245,15 @@ export class RgetPath implements DataPath {
    * the same message by staging, under the same seq. If it cannot go (the
    * source went bad meanwhile), the send fails and the receiver learns why.
    */
-  onFin(seq: number, status: FinStatus): boolean {
+  onFin(seq: number, status: FinStatus, message: string): boolean {
     if (status !== FinStatus.RESTAGE) return false;
     const ctx = this.ctx;
     const p = ctx.sends.get(seq);
     const restage = p?.restage;
     if (!p || !restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
     p.restage = undefined;
+    // Counted with the peer's reason (addresses left out, so that one cause is one key).
+    this.fallback.countReason(`${p.path === 'rget' ? 'legacy' : 'descriptor'} key restaged, the peer could not open it: ${message.replace(/0x[0-9a-f]+/gi, '0x…')}`);
     p.path = 'staging';
     try {
       this.fallback.resend(seq, restage.buf as DeviceBuffer, restage.stream as StreamHandle | undefined);
@@ -296,11 +298,19 @@ export class RgetPath implements DataPath {
       frame,
       mapping: undefined,
       event: undefined,
+      target: undefined,
+      held: undefined,
       result: undefined,
     };
     job.mapping = lookupRemote(this.remote, job);
-    if (job.mapping !== undefined && !frame.event) return this.copy(job);
-    this.prepare(job).catch((err: Error) => this.ctx.failArrival(recv, frame, err));
+    if (job.mapping !== undefined) {
+      holdFor(this.ctx, job);
+      if (!frame.event) return this.copy(job);
+    }
+    this.prepare(job).catch((err: Error) => {
+      job.held?.close();
+      this.ctx.failArrival(recv, frame, err);
+    });
   }
 
   /** Opens the key (unless the pool had it) and waits for the sender's stream event, then copies. */
@@ -313,6 +323,7 @@ export class RgetPath implements DataPath {
         // The pool checks the mapping's real extent before it keeps it
         // (cache/extent.ts): the peer's word for the size bounds no copy.
         job.mapping = await openRemote(this.remote, job);
+        holdFor(ctx, job);
       } catch (err) {
         if (ctx.closed) return recv.reject(ctx.closedError());
         if (this.closeReason !== undefined) return recv.reject(this.closeReason); // the endpoint is closing
@@ -333,10 +344,11 @@ export class RgetPath implements DataPath {
       // The data is valid once the sender's stream reaches its event. Wait for
       // it here, on the host, not with cuStreamWaitEvent: if the peer dies
       // meanwhile, no copy is queued behind an event that can never complete,
-      // and the mapping can be closed at once. The wait is the endpoint's
+      // and the mapping can be released at once. The wait is the endpoint's
       // GpuEventQueue's: when the endpoint closes or loses the peer, it fails
-      // the wait with the reason, and destroys the event (retired in finish)
-      // only once the native completion thread has let go of it.
+      // the wait with the reason, and destroys the event (retired when the
+      // receive lets go of it, remote-copy.ts) only once the native
+      // completion thread has let go of it.
       if (this.closeReason !== undefined) return this.finish(job, this.closeReason);
       try {
         job.event = d.ipcOpenEventHandle(frame.event);
@@ -373,7 +385,7 @@ export class RgetPath implements DataPath {
     launchRemoteCopy(this.ctx, job, mapping.ptr + BigInt(frame.offset), job.kind === 'legacy' ? 'rget' : 'rget-fd', (err) => this.finish(job, err));
   }
 
-  /** The copy completed (or failed): FIN to the sender, the receive settles, the mapping is released. */
+  /** The copy completed (or failed, or none was queued): FIN to the sender, the receive settles (remote-copy.ts). */
   private finish(job: RgetCopy, err: Error | undefined): void {
     finishRemoteCopy(this.ctx, job, job.kind === 'legacy' ? 'rget' : 'rget-fd', err);
   }

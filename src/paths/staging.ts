@@ -41,11 +41,16 @@ interface StagedRecvJob extends StagedRecv {
   /** Where the bytes go: a device pointer or host bytes. */
   dst: bigint | Uint8Array;
   result: Received;
-  /** Copies out of the ring still in progress. */
+  /**
+   * What the receive holds while chunks are copied into it (the endpoint's
+   * GPU work's): a device buffer allocated for it, freed unless the receive
+   * resolved with it. Each chunk's copy uses it (and the peer's ring); its
+   * uses are the copies in flight. Taken when the receive starts.
+   */
+  target: GpuHold | undefined;
+  /** Copies out of the peer's ring still in progress (its slots are not granted again before they complete). */
   inFlight: number;
   failed: boolean;
-  /** Failed with copies into its target in flight: the target is released after the last one. */
-  releaseAfterCopies?: boolean;
 }
 
 export class StagingPath implements DataPath, Resender {
@@ -203,12 +208,10 @@ export class StagingPath implements DataPath, Resender {
       return this.abortSend(staged, err as Error);
     }
     staged.inFlight++;
-    const hold = this.ringHold!;
-    hold.use(); // the ring's pages are the copy's destination until it completes
     // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
+    // The ring's pages are the copy's destination until it completes (a use of its hold).
     ctx.gpu().whenDone(staged.stream, Infinity, (err) => {
       staged.inFlight--;
-      hold.done();
       if (err) return this.abortSend(staged, err);
       if (staged.failed) return this.abortSend(staged, staged.failed);
       if (ctx.closed || !this.staged.has(seq)) return;
@@ -217,7 +220,7 @@ export class StagingPath implements DataPath, Resender {
       } catch (e) {
         ctx.sends.fail(seq, e as Error); // the channel failed: the endpoint is closing
       }
-    });
+    }, this.ringHold);
   }
 
   /**
@@ -248,7 +251,7 @@ export class StagingPath implements DataPath, Resender {
     const n = frame.length;
     if (refuseTooSmall(this.ctx, recv, frame)) return;
     const data = receiveTarget(this.ctx.driver, recv.into, n, this.ctx.driver.isReady());
-    this.queue.push({
+    const job: StagedRecvJob = {
       seq: frame.seq,
       length: n,
       granted: 0,
@@ -258,9 +261,15 @@ export class StagingPath implements DataPath, Resender {
       recv,
       dst: isDeviceBuffer(data) ? data.ptr : data,
       result: { tag: frame.tag, length: n, path: 'staging', fromDevice: true, data },
+      target: undefined,
       inFlight: 0,
       failed: false,
+    };
+    // Let go of when the receive settles: a new buffer is freed after the last copy into it, unless the receive resolved with it.
+    job.target = this.ctx.gpu().hold(() => {
+      if (job.failed) releaseTarget(this.ctx.driver, recv.into, data);
     });
+    this.queue.push(job);
     if (!this.active) this.startNext();
   }
 
@@ -368,20 +377,19 @@ export class StagingPath implements DataPath, Resender {
         return this.failRecv(job, err as Error);
       }
       job.inFlight++;
-      const hold = this.peerRingHold!;
-      hold.use(); // the peer ring's pages are the copy's source until it completes
       // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
-      ctx.gpu().whenDone(stream, Infinity, (err) => {
-        job.inFlight--;
-        hold.done();
-        if (job.inFlight === 0 && job.releaseAfterCopies === true) {
-          job.releaseAfterCopies = false;
-          releaseTarget(ctx.driver, job.recv.into, job.result.data);
-        }
-        if (err) return this.failRecv(job, err);
-        if (job.failed) return this.nextAfterFailed(job);
-        if (!ctx.closed) finishChunk();
-      });
+      // The copy uses the peer ring's pages (its source) and the target until it completes.
+      ctx.gpu().whenDone(
+        stream,
+        Infinity,
+        (err) => {
+          job.inFlight--;
+          if (err) return this.failRecv(job, err);
+          if (job.failed) return this.nextAfterFailed(job);
+          if (!ctx.closed) finishChunk();
+        },
+        [this.peerRingHold!, job.target!],
+      );
     } else {
       job.dst.set(src, offset);
       finishChunk();
@@ -391,6 +399,7 @@ export class StagingPath implements DataPath, Resender {
   private finishRecv(job: StagedRecvJob): void {
     count(this.ctx.received, 'staging', job.length);
     this.ctx.sendFin(job.seq, FinStatus.OK, '');
+    job.target?.close(); // resolved with it: the caller's now
     job.recv.resolve(job.result);
     this.startNext();
   }
@@ -400,9 +409,7 @@ export class StagingPath implements DataPath, Resender {
     if (job.failed) return this.nextAfterFailed(job);
     job.failed = true;
     this.failedSeqs.add(job.seq);
-    // A new device target is freed only once no copy into it is in flight.
-    if (job.inFlight === 0) releaseTarget(this.ctx.driver, job.recv.into, job.result.data);
-    else job.releaseAfterCopies = true;
+    job.target?.close(); // a new device buffer is freed once no copy into it is in flight
     try {
       if (tell) this.ctx.sendFin(job.seq, err instanceof ProtocolError ? FinStatus.REFUSED : FinStatus.FAILED, err.message);
     } catch {

@@ -1,11 +1,16 @@
 /**
- * GpuHold: a resource the GPU may be reading or writing (a pinned staging
- * ring, the peer's ring mapped here), owned by the endpoint's GPU work
- * rather than by the path that uses it. Each copy queued into or out of it
- * is a use, given back by that copy's completion; the resource is released
- * (unregistered, unmapped) only when its holder let go of it and no use is
- * in flight — on every path: the path closing it, replacing it, or the
- * endpoint closing (GpuWork.close lets go of every hold it still has).
+ * GpuHold: what the GPU may be reading or writing for this endpoint, owned by
+ * its GPU work (gpu-work.ts) rather than by the path that uses it: a pinned
+ * staging ring, the peer's ring mapped here, or what one receive holds (its
+ * lease on the peer's mapping, the peer's event it waited on, the device
+ * buffer it allocated). Each copy queued into or out of it is a use
+ * (GpuWork.copy / whenDone with the hold), given back by that copy's
+ * completion after its callback ran; the resource is released (unregistered,
+ * unmapped, freed) only when its holder let go of it and no use is in flight
+ * — on every path: the path finishing or failing the operation, closing or
+ * replacing a ring, or the endpoint closing (GpuWork.close lets go of every
+ * hold it still has). The analogue of UCX's uct_cuda_ipc_complete_event,
+ * which unmaps the peer's memory once the copy's event completed.
  */
 export class GpuHold {
   private uses = 0;
@@ -48,7 +53,7 @@ export class GpuHold {
     try {
       this.releaseNow();
     } catch {
-      // the driver was closed: its registrations and mappings went with it
+      // the driver was closed: its registrations, mappings and memory went with it
     }
   }
 }

@@ -140,4 +140,53 @@ describe.skipIf(Boolean(probe.skip))(`RGET of descriptor keys on the native driv
       rmSync(dir, { recursive: true, force: true });
     }
   }, 180_000);
+
+  // bench --suite memory makes a pool per operation (issue 24, item 2): the
+  // driver gives a destroyed pool's handle to the next pool made, and the
+  // sender took the new pool for the one it had sent: every message of it
+  // went by staging (cuMemPoolExportPointer refused its pointers).
+  it('pool: pools destroyed and made again (the driver reuses their handles), every message of each new pool by RGET (descriptor key)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-fdgpu-'));
+    const path = join(dir, 'rank0.sock');
+    const driver = probe.make!();
+    const t = await Transport.create({ driver, id: 'gpu-sender', device: 0 });
+    try {
+      await t.listen(path);
+      const endpoint = new Promise<Endpoint>((resolve) => t.once('endpoint', resolve));
+      const peer = await spawnPeer('fd-path-peer.mjs', { args: [path], env: { ...process.env, SMCUDA_TEST_DRIVER: 'native', SMCUDA_TEST_DEVICE: '0' } });
+      try {
+        const ep = await endpoint;
+        const size = 4 << 20;
+        const handles: bigint[] = [];
+        for (let cycle = 0; cycle < 4; cycle++) {
+          const mem = allocate(driver, 'pool', size);
+          handles.push(driver.memoryKind(mem.buf.ptr).pool!);
+          const data = patternBytes(size, 30 + cycle);
+          driver.memcpyHtoD(mem.buf.ptr, data);
+          for (let i = 0; ep.state !== 'OK' || !ep.stats().fd.channel; i++) {
+            if (i > 100) throw new Error(`endpoint stayed ${ep.state}, descriptor channel ${ep.stats().fd.channel}`);
+            const got = peer.call('recv', { tag: 9 });
+            await ep.send({ ptr: mem.buf.ptr, length: 4096 }, { tag: 9 });
+            await got;
+            await new Promise((r) => setTimeout(r, 10));
+          }
+          const want = createHash('sha256').update(data).digest('hex');
+          for (let i = 0; i < 3; i++) {
+            const got = peer.call<{ length: number; path: string; sha256: string }>('recv', { tag: 1, sha256: true });
+            await ep.send(mem.buf, { tag: 1 });
+            expect(await got, `pool ${cycle} (handle 0x${handles[cycle]!.toString(16)}), message ${i}`).toMatchObject({ length: size, path: 'rget-fd', sha256: want });
+          }
+          mem.free(t);
+        }
+        console.log(`pool handles: ${handles.map((h) => `0x${h.toString(16)}`).join(' ')}`);
+        expect(Object.keys(ep.stats().stagingReasons).filter((k) => k.includes('export failed') || k.includes('restaged'))).toEqual([]);
+      } finally {
+        await peer.exit().catch(() => peer.kill());
+      }
+    } finally {
+      await t.close();
+      driver.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 180_000);
 });

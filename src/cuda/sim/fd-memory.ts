@@ -72,6 +72,8 @@ export interface SimPool {
   /** Pointers imported through this pool (imported pools). */
   readonly pointers: Set<DevicePtr>;
   fileSize: number;
+  /** Exported to a shareable handle at least once (cuMemPoolExportPointer refuses its pointers before). */
+  exported?: boolean;
 }
 
 export interface FdMemoryOwner {
@@ -87,6 +89,12 @@ export class SimFdMemory {
   private readonly spaces: AddressSpace<FdRange>[];
   private readonly pools = new Map<PoolHandle, SimPool>();
   private nextPool = 0x9000n;
+  /**
+   * Handles of destroyed pools, the most recent last: the next pool made gets
+   * one back, as the driver's allocator reuses a freed CUmemoryPool's address
+   * (a handle names a pool only while it lives).
+   */
+  private readonly freedPools: PoolHandle[] = [];
 
   constructor(private readonly owner: FdMemoryOwner) {
     this.spaces = owner.devices.map((_, i) => new AddressSpace<FdRange>(FD_SPACE_OFFSET + i));
@@ -220,7 +228,7 @@ export class SimFdMemory {
     const id = randomU64();
     const uuid = this.owner.devices[device]!.uuid;
     const fd = this.memfd('cuMemPoolCreate', `smcuda-pool:${uuid}:${id.toString(16)}`, 0);
-    const pool: SimPool = { handle: this.nextPool++, id, device, fd, imported: false, maxSize, extents: new Map(), pointers: new Set(), fileSize: 0 };
+    const pool: SimPool = { handle: this.freedPools.pop() ?? this.nextPool++, id, device, fd, imported: false, maxSize, extents: new Map(), pointers: new Set(), fileSize: 0 };
     this.pools.set(pool.handle, pool);
     return pool;
   }
@@ -230,6 +238,7 @@ export class SimFdMemory {
       throw cudaError('cuMemPoolDestroy', 'CUDA_ERROR_INVALID_VALUE', `the pool still has ${pool.extents.size} allocation(s): free them first`);
     }
     this.pools.delete(pool.handle);
+    this.freedPools.push(pool.handle);
     this.closeQuietly(pool.fd);
   }
 
@@ -261,10 +270,17 @@ export class SimFdMemory {
   }
 
   poolExport(pool: SimPool): number {
-    return this.reopen('cuMemPoolExportToShareableHandle', pool.fd);
+    const fd = this.reopen('cuMemPoolExportToShareableHandle', pool.fd);
+    pool.exported = true;
+    return fd;
   }
 
   exportPointer(r: FdRange): Uint8Array {
+    // As the driver (seen on H100, CUDA 13): a pointer of a pool that was
+    // never exported to a shareable handle is refused with INVALID_VALUE.
+    if (r.pool!.exported !== true) {
+      throw cudaError('cuMemPoolExportPointer', 'CUDA_ERROR_INVALID_VALUE', 'its pool was never exported (cuMemPoolExportToShareableHandle first)');
+    }
     const data = new Uint8Array(64);
     const v = new DataView(data.buffer);
     v.setUint32(0, EXPORT_MAGIC, true);
@@ -283,7 +299,7 @@ export class SimFdMemory {
     this.checkDevice(call, uuid, expectDevice, 'the pool');
     const device = this.owner.devices.findIndex((d) => d.uuid === uuid);
     const own = this.reopen(call, fd); // the driver keeps its own reference
-    const pool: SimPool = { handle: this.nextPool++, id: id!, device, fd: own, imported: true, maxSize: 0, extents: new Map(), pointers: new Set(), fileSize: 0 };
+    const pool: SimPool = { handle: this.freedPools.pop() ?? this.nextPool++, id: id!, device, fd: own, imported: true, maxSize: 0, extents: new Map(), pointers: new Set(), fileSize: 0 };
     this.pools.set(pool.handle, pool);
     return pool;
   }
@@ -317,6 +333,7 @@ export class SimFdMemory {
       throw cudaError('cuMemPoolDestroy', 'CUDA_ERROR_INVALID_VALUE', `${pool.pointers.size} pointer(s) imported through this pool are still open: release them first`);
     }
     this.pools.delete(pool.handle);
+    this.freedPools.push(pool.handle);
     this.closeQuietly(pool.fd);
   }
 

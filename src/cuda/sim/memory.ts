@@ -59,6 +59,11 @@ export class SimMemory {
     this.used = owner.devices.map(() => 0);
   }
 
+  /** Bytes of own allocations (cuMemAlloc) not freed yet, all devices. */
+  get allocatedBytes(): number {
+    return this.used.reduce((a, b) => a + b, 0);
+  }
+
   /** Distinct IPC mappings open now. */
   get openCount(): number {
     return this.opened.size;

@@ -3,22 +3,28 @@
  * its items 4 and 5), on the simulated driver: a fast-check scheduler orders
  * the completion of the copies (they take a simulated 25 ms), the close of
  * the receiving transport and the loss of the sending one (its orderly close,
- * as seen by the peer), for RGET (with and without the sender's IPC event to
- * wait for) and staging, while a third pair's transfer must land untouched.
+ * as seen by the peer), for RGET of legacy memory (with and without the
+ * sender's IPC event to wait for) and of pool memory (a descriptor key), and
+ * staging, while a third pair's transfer must land untouched. Every receive
+ * gets a new device buffer (no `into`), so that one fails with a copy into
+ * its target in flight.
  *
  * Asserted in every ordering:
  *  - nothing is released before the GPU work using it completed: no event
  *    destroyed while a completion wait queries it, no pinned ring
- *    unregistered and no peer mapping closed with copies queued
+ *    unregistered, no peer mapping (legacy handle, imported pool pointer)
+ *    closed and no receive's new buffer freed with copies queued
  *    (SimulatedCudaDriver.lifetimeViolations);
  *  - every send and receive settles, and a receive that resolves holds the bytes sent;
  *  - nothing leaks: once everything is closed and the GPU idle, no event,
- *    host registration or peer mapping is left.
+ *    host registration, peer mapping or new receive buffer (but those the
+ *    receives resolved with, the caller's) is left, and no GPU hold.
  */
 import { fc, test } from '@fast-check/vitest';
 import { describe, expect } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import type { Received } from '../../../src/endpoint.js';
+import { allocDemoMemory } from '../../../src/cli/demo-memory.js';
 import { deviceWith, makePair, type Pair, randomBytes, reach, readDevice, sameBytes } from '../../helpers/transport-pair.js';
 
 const SIZE = 256 << 10;
@@ -39,18 +45,24 @@ async function readyPair(ipc: boolean): Promise<Pair> {
   const warm = deviceWith(pair.a.driver, randomBytes(SIZE, 1));
   const r = pair.b.ep.recv({ tag: 1 });
   await pair.a.ep.send(warm, { tag: 1 });
-  await r;
+  const got = await r;
+  if ('ptr' in got.data) pair.b.driver.memFree((got.data as DeviceBuffer).ptr);
   if (ipc) await reach(pair.a.ep, 'OK');
   pair.a.driver.memFree(warm.ptr);
   for (const d of [pair.a.driver, pair.b.driver]) d.inject({ copyDelayMs: COPY_MS });
   return pair;
 }
 
-function start(pair: Pair, name: string, seed: number, withStream: boolean): Flight {
+function start(pair: Pair, name: string, seed: number, withStream: boolean, pool = false): Flight {
   const want = randomBytes(SIZE, seed);
   // Filled at once (a slow synchronous copy would block the event loop past the other flights' copies).
   pair.a.driver.inject({ copyDelayMs: 0 });
-  const src = deviceWith(pair.a.driver, want);
+  let src: DeviceBuffer;
+  if (pool) {
+    // Pool memory (a descriptor key: FD_POOL, FD_OFFER and its descriptor first); freed with the sender's driver.
+    src = allocDemoMemory(pair.a.driver, 'pool').alloc(SIZE).view(SIZE);
+    pair.a.driver.memcpyHtoD(src.ptr, want);
+  } else src = deviceWith(pair.a.driver, want);
   pair.a.driver.inject({ copyDelayMs: COPY_MS });
   const recv = pair.b.ep.recv({ tag: seed });
   let stream: bigint | undefined;
@@ -84,10 +96,13 @@ describe('close and peer loss during GPU work in flight', () => {
       const staged = await readyPair(false);
       const bystander = await readyPair(true);
       const pairs = [rget, staged, bystander];
+      /** Bytes of the buffers the receives resolved with, per receiving driver: the caller's, not a leak. */
+      const delivered = new Map<Pair, number>();
       try {
         const flights = [
           start(rget, 'rget', 11, false),
           start(rget, 'rget+event', 12, true),
+          start(rget, 'rget pool', 16, false, true),
           start(staged, 'staging', 13, false),
           start(staged, 'staging+stream', 14, true),
         ];
@@ -123,6 +138,8 @@ describe('close and peer loss during GPU work in flight', () => {
             const data = r.value.data;
             const got = 'ptr' in data ? readDevice(f.pair.b.driver, data as DeviceBuffer) : data;
             expect(sameBytes(got, f.want), `${f.name}: the bytes received are the bytes sent`).toBe(true);
+            if (f.name === 'rget pool') expect(r.value.path, 'pool memory goes by RGET of a descriptor key').toBe('rget-fd');
+            if ('ptr' in data) delivered.set(f.pair, (delivered.get(f.pair) ?? 0) + data.length);
           }
         }
         const b = await outcome(untouched.recv, 0);
@@ -131,6 +148,7 @@ describe('close and peer loss during GPU work in flight', () => {
         for (const p of pairs) await p.a.transport.close().then(() => p.b.transport.close());
         await sleep(4 * COPY_MS); // the copies still in flight complete; their owners then release what they held
         for (const p of pairs) {
+          expect(p.b.driver.allocatedBytes, 'device memory left on the receiver (but the buffers delivered)').toBe(delivered.get(p) ?? 0);
           for (const [side, d] of [['sender', p.a.driver], ['receiver', p.b.driver]] as const) {
             expect(d.lifetimeViolations, `${side}: released while the GPU used it`).toEqual([]);
             expect(d.liveRegistrations, `${side}: host registrations left`).toBe(0);

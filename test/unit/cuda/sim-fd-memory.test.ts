@@ -108,7 +108,9 @@ describe('simulated fd-shared memory', () => {
     const fd1 = a.memPoolExport(p1);
     const ip1 = b.memPoolImport(fd1);
     a.closeFd(fd1);
-    expect(code(() => b.memPoolImportPointer(ip1, a.memPoolExportPointer(y)))).toBe('CUDA_ERROR_INVALID_VALUE');
+    a.closeFd(a.memPoolExport(p2)); // its pointers can be exported from now on
+    const dataY = a.memPoolExportPointer(y);
+    expect(code(() => b.memPoolImportPointer(ip1, dataY))).toBe('CUDA_ERROR_INVALID_VALUE');
     const ix = b.memPoolImportPointer(ip1, a.memPoolExportPointer(x));
     expect(code(() => b.memPoolRelease(ip1))).toBe('CUDA_ERROR_INVALID_VALUE'); // a pointer is still imported
     const data = patternBytes(MiB, 3);
@@ -125,6 +127,24 @@ describe('simulated fd-shared memory', () => {
     a.memPoolDestroy(p1);
     a.memPoolDestroy(p2);
     expect(a.fdMemoryResources()).toEqual({ reservations: 0, mappings: 0, pools: 0, importedPools: 0, importedPointers: 0 });
+  });
+
+  it("pools: a destroyed pool's handle goes to the next pool made; a pool's pointers are exported only once the pool was", () => {
+    // Both as seen on H100 (issue 24 item 2).
+    const a = driver();
+    made.push(a);
+    const s = a.streamCreate();
+    const p1 = a.memPoolCreate();
+    a.memPoolDestroy(p1);
+    const p2 = a.memPoolCreate();
+    expect(p2).toBe(p1);
+    const x = a.memAllocFromPoolAsync(MiB, p2, s);
+    expect(code(() => a.memPoolExportPointer(x))).toBe('CUDA_ERROR_INVALID_VALUE');
+    a.closeFd(a.memPoolExport(p2));
+    expect(a.memPoolExportPointer(x)).toHaveLength(64);
+    a.memFreeAsync(x, s);
+    a.streamSynchronize(s);
+    a.memPoolDestroy(p2);
   });
 
   it('close() releases every range, pool and descriptor still held', () => {

@@ -100,27 +100,29 @@ describe('RgetPath, sender', () => {
     expect(s.frames).toEqual([]);
   });
 
-  it('FIN RESTAGE hands the send to its fallback, which announces it again; a RESTAGE for an unknown send is a protocol error', () => {
+  it('FIN RESTAGE hands the send to its fallback, which announces it again, the peer\'s reason counted; a RESTAGE for an unknown send is a protocol error', () => {
     const s = side(0);
     const resent: Array<[number, DeviceBuffer, StreamHandle | undefined]> = [];
-    const rget = new RgetPath(s.link, { ...noResend, resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
+    const why: string[] = [];
+    const rget = new RgetPath(s.link, { countReason: (w) => void why.push(w), resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
     const buf = deviceWith(s, patternBytes(64, 3));
     void rget.send(buf, 1, {});
-    expect(rget.onFin(1, FinStatus.OK)).toBe(false); // the endpoint settles plain FINs
-    expect(rget.onFin(1, FinStatus.RESTAGE)).toBe(true);
+    expect(rget.onFin(1, FinStatus.OK, '')).toBe(false); // the endpoint settles plain FINs
+    expect(rget.onFin(1, FinStatus.RESTAGE, 'cannot open it')).toBe(true);
     expect(resent).toEqual([[1, buf, undefined]]);
+    expect(why).toEqual(['legacy key restaged, the peer could not open it: cannot open it']); // stats().stagingReasons says why
     expect(s.link.sends.get(1)?.path).toBe('staging');
-    expect(() => rget.onFin(1, FinStatus.RESTAGE)).toThrow(ProtocolError); // no second restage
-    expect(() => rget.onFin(99, FinStatus.RESTAGE)).toThrow(ProtocolError);
+    expect(() => rget.onFin(1, FinStatus.RESTAGE, 'cannot open it')).toThrow(ProtocolError); // no second restage
+    expect(() => rget.onFin(99, FinStatus.RESTAGE, 'cannot open it')).toThrow(ProtocolError);
   });
 
   it('a fallback that cannot resend fails the send and tells the receiver (FIN SENDER_FAILED)', async () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, { ...noResend, resend: () => { throw new RangeError('source freed'); } });
+    const rget = new RgetPath(s.link, { countReason: () => {}, resend: () => { throw new RangeError('source freed'); } });
     const buf = deviceWith(s, patternBytes(64, 3));
     const sent = rget.send(buf, 1, {});
     s.take();
-    rget.onFin(1, FinStatus.RESTAGE);
+    rget.onFin(1, FinStatus.RESTAGE, 'cannot open it');
     await expect(sent).rejects.toThrow('source freed');
     expect(s.take()).toEqual([{ type: FrameType.FIN, seq: 1, status: FinStatus.SENDER_FAILED, message: 'source freed' }]);
   });
@@ -146,6 +148,23 @@ describe('RgetPath, receiver', () => {
     await until(() => b.frames.length > 0, 'the FIN');
     expect(b.take()).toEqual([{ type: FrameType.FIN, seq: 1, status: FinStatus.OK, message: '' }]);
     expect(b.link.received.rget).toEqual({ messages: 1, bytes: 4096 });
+  });
+
+  it("on the caller's stream the receive resolves with its new buffer at once: the buffer is the caller's, never freed by a later failure (the FIN cannot be sent)", async () => {
+    const { b, data, frame, rget } = await announced();
+    const stream = b.driver.streamCreate();
+    b.driver.inject({ copyDelayMs: 20 });
+    b.link.fins.ok = () => {
+      throw new Error('the channel failed');
+    };
+    const r = pendingRecv(3, undefined, stream);
+    rget.receive(r.recv, frame);
+    const got = await r.result; // before the copy completed
+    b.driver.streamSynchronize(stream);
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the completion ran (its FIN failed)
+    expect(sameBytes(readBack(b, got.data as DeviceBuffer), data)).toBe(true);
+    expect(() => b.driver.memFree((got.data as DeviceBuffer).ptr)).not.toThrow(); // still allocated: the caller frees it
+    expect(b.driver.lifetimeViolations).toEqual([]);
   });
 
   it('a second RGET of the same allocation finds its mapping pooled (one open), into host `into` bytes', async () => {

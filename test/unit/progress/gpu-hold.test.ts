@@ -65,4 +65,40 @@ describe('GpuHold', () => {
       d.close();
     }
   });
+
+  it('a copy given the holds it uses takes a use of each until its callback ran; a release waits for it, and runs after the callback', async () => {
+    const d = new SimulatedCudaDriver({ env: {} });
+    d.init();
+    d.setDevice(0);
+    try {
+      const g = new GpuWork(d, 0);
+      const order: string[] = [];
+      const a = g.hold(() => order.push('a released'));
+      const b = g.hold(() => order.push('b released'));
+      const src = d.memAlloc(4096);
+      const dst = d.memAlloc(4096);
+      d.inject({ copyDelayMs: 20 });
+      let done!: () => void;
+      const completed = new Promise<void>((r) => (done = r));
+      g.copy(g.stream, dst, src, 4096, () => {
+        order.push(`copied (a in use ${a.inUse}, b in use ${b.inUse})`);
+        a.close(); // the holder lets go inside the completion: released only after it ran
+        done();
+      }, [a, b]);
+      expect([a.inUse, b.inUse]).toEqual([1, 1]);
+      b.close();
+      expect(order).toEqual([]); // b is in use: not released under the copy
+      await completed;
+      expect(order).toEqual(['copied (a in use 1, b in use 1)', 'a released', 'b released']);
+      // A large copy whose launch fails takes no use (it throws; nothing completes to give one back).
+      const c = g.hold(() => order.push('c released'));
+      expect(() => g.copy(g.stream, dst, 0xdeadn, 8 << 20, () => {}, c)).toThrow();
+      c.close();
+      expect(order.at(-1)).toBe('c released');
+      expect(d.lifetimeViolations).toEqual([]);
+      g.close();
+    } finally {
+      d.close();
+    }
+  });
 });
