@@ -64,7 +64,8 @@ export type BenchCommand =
   | { op: 'close'; session: string }
   /** Rank 1 sends one device message to rank 0; both wait until the negotiation settles. */
   | { op: 'negotiate'; session: string }
-  | ({ op: 'pingpong'; session: string; size: number } & Repeat)
+  /** `ready`: the sends pass `ready: true` (no legacy-stream check: the bench's buffers are written before the clock starts). */
+  | ({ op: 'pingpong'; session: string; size: number; ready?: boolean } & Repeat)
   /** `memory`: both sides' buffers of that kind (default legacy, cuMemAlloc). */
   | ({ op: 'oneway'; session: string; size: number; window: number; memory?: MemoryOption } & Repeat)
   | { op: 'export'; size: number; count: number }

@@ -179,8 +179,8 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
 
 // ------------------------------------------------------------ across GPUs
 
-async function pingpong(g: Group, session: string, size: number, repeat: { iters: number; warmup: number }): Promise<SamplesResult> {
-  const cmd: BenchCommand = { op: 'pingpong', session, size, ...repeat };
+async function pingpong(g: Group, session: string, size: number, repeat: { iters: number; warmup: number }, ready = false): Promise<SamplesResult> {
+  const cmd: BenchCommand = { op: 'pingpong', session, size, ...repeat, ...(ready ? { ready: true } : {}) };
   const [, r1] = await both<SamplesResult, SamplesResult>(g, cmd, cmd);
   return r1; // rank 1 initiates and times
 }
@@ -234,6 +234,12 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     run.figures.push(withFloor(figure(run, FIG.overhead8, h.median, socket.median, extra), floor8));
     if (run.sim) run.figures.push(skipped(FIG.latency8, gpuOnly()));
     else run.figures.push(withFloor(figure(run, FIG.latency8, h.median, floor8 ?? null, extra), floor8));
+    // What the safe default costs: a send without stream first checks the legacy default stream (an event record and query).
+    progress('latency: ping-pong 8 B with ready: true');
+    const ready = await pingpong(g, 'default', HEADLINE_SIZE, plan.latency(HEADLINE_SIZE), true);
+    const r = summarize(ready.samples);
+    if (run.sim) run.figures.push(skipped(FIG.latency8Ready, gpuOnly()));
+    else run.figures.push(figure(run, FIG.latency8Ready, r.median, h.median, { stats: r, paths: ready.paths! }));
   }
 
   if (wants('bandwidth')) {

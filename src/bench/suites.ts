@@ -121,6 +121,13 @@ export const FIG = {
     target: atMost(1.3, '≤ 1.3× the native floor', 'ratio'),
     scope: 'gpu',
   },
+  latency8Ready: {
+    name: '8 B GPU message with ready: true (no legacy-stream check), ping-pong half round trip',
+    suite: 'latency',
+    unit: 'µs',
+    baselineName: 'the same ping-pong with the default check (an event record and query on the legacy stream per send)',
+    scope: 'gpu',
+  },
   floor: (size: number): ScopedSpec => ({
     name: `native floor: ${size >= MiB ? `${size / MiB} MiB` : `${size} B`} RGET ping-pong half round trip (C++ threads on shared host flags, no JS)`,
     suite: 'latency',

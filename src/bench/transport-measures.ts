@@ -80,7 +80,9 @@ const slice = (b: DeviceBuffer, index: number, size: number): DeviceBuffer => ({
  * Initiator: send, then wait for the reply; sample = round trip / 2 in µs.
  * Responder: receive, send back. The initiator posts its receive first.
  */
-export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: boolean, size: number, repeat: Repeat): Promise<SamplesResult> {
+export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: boolean, size: number, repeat: Repeat, ready = false): Promise<SamplesResult> {
+  const ping = ready ? { tag: TAG.ping, ready: true } : { tag: TAG.ping };
+  const pong = ready ? { tag: TAG.pong, ready: true } : { tag: TAG.pong };
   const bufs = new OpBuffers(driver, ep);
   try {
     const out = bufs.alloc(size);
@@ -91,12 +93,12 @@ export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: bool
       if (initiator) {
         const t0 = process.hrtime.bigint();
         const back = ep.recv({ tag: TAG.pong, into });
-        await ep.send(out, { tag: TAG.ping });
+        await ep.send(out, ping);
         await back;
         if (i >= repeat.warmup) samples.push(micros(t0) / 2);
       } else {
         await ep.recv({ tag: TAG.ping, into });
-        await ep.send(out, { tag: TAG.pong });
+        await ep.send(out, pong);
       }
     }
     return { samples, paths: pathDelta(sentPaths(ep), before) };

@@ -70,7 +70,7 @@ class BenchWorker {
       case 'negotiate':
         return negotiate(d, await this.endpoint(c.session), this.initiator);
       case 'pingpong':
-        return pingPong(d, await this.endpoint(c.session), this.initiator, c.size, c);
+        return pingPong(d, await this.endpoint(c.session), this.initiator, c.size, c, c.ready === true);
       case 'oneway':
         // rank 0 sends: RGET is then rank 1 reading rank 0's memory, as the raw copy does
         return oneWay(d, await this.endpoint(c.session), !this.initiator, c.size, c.window, c, c.memory);
