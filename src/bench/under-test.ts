@@ -31,6 +31,7 @@ import type { Endpoint } from '../endpoint.js';
 import type { Algorithm } from './collective-figures.js';
 import type { MemOpGraphResult, PingPongRole } from './memop-pingpong.js';
 import type { Repeat } from './protocol.js';
+import { PersistentPingPong } from './persistent-pingpong.js';
 import { withinMs } from './stuck.js';
 
 export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
@@ -95,8 +96,9 @@ export const COLLECTIVES_UNDER_TEST: { factory?: (ctx: CollectiveRankContext) =>
   missing: "smcuda's Communicator (issue 26) is not in this build",
 };
 
-/** Persistent transfers of issue 25 go here. */
+/** Persistent transfers of issue 25 (persistent-pingpong.ts). */
 export const GRAPH_PINGPONG_UNDER_TEST: { factory?: (ctx: PingPongContext) => Promise<PingPongUnderTest>; missing: string } = {
+  factory: async (ctx) => new PersistentPingPong(ctx),
   missing: "smcuda's persistent transfers (issue 25) are not in this build",
 };
 

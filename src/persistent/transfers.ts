@@ -16,12 +16,13 @@
  */
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { assertHandle } from '../cuda/validate.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
 import { FrameType, PtRole, type PtFailFrame, type PtOfferFrame } from '../wire/frames.js';
-import { awaitedOffset, peerAwaitedOffset, receiverSteps, senderSteps, SLOT_BYTES, slotAddress, type StartStep } from './flags.js';
+import { awaitedOffset, ARRIVE, DONE, peerAwaitedOffset, READY, receiverSteps, senderSteps, SLOT_BYTES, slotAddress, STAMP, type StartStep } from './flags.js';
 import type { Registration, Registrations } from './registrations.js';
 import type { RemoteMemoryContext } from './remote-memory.js';
 import type { Tracer } from '../trace.js';
@@ -118,14 +119,15 @@ export class PersistentTransfer implements WatchedTransfer {
     startGroup(stream, [this]);
   }
 
-  /** @internal Queues part of a start: 'post' (a receiver's READY), 'run' (a sender's whole start), 'wait' (a receiver's wait). */
-  queue(stream: StreamHandle, part: 'post' | 'run' | 'wait'): void {
-    const d = this.owner.driver;
+  /** @internal The stream items of part of a start: 'post' (a receiver's READY), 'run' (a sender's whole start), 'wait' (a receiver's wait). */
+  items(part: 'post' | 'run' | 'wait'): QueuedItem[] {
     const steps = this.role === 'send' ? (part === 'run' ? this.steps : []) : part === 'post' ? [this.steps[0]!] : part === 'wait' ? [this.steps[1]!] : [];
+    const out: QueuedItem[] = [];
     for (const step of steps) {
-      if (step.kind === 'batch') d.streamBatchMemOp(stream, step.ops);
-      else if (this.length > 0) d.memcpyAsync(this.dst, this.src, this.length, stream);
+      if (step.kind === 'batch') out.push({ kind: 'batch', ops: step.ops });
+      else if (this.length > 0) out.push({ kind: 'copy', dst: this.dst, src: this.src, length: this.length });
     }
+    return out;
   }
 
   /** @internal After its start was queued: counts it, and tracks it until the stream passes it (eager starts only). */
@@ -230,11 +232,38 @@ export function startGroup(stream: StreamHandle, transfers: readonly PersistentT
   if (!Array.isArray(transfers)) throw new ArgumentTypeError('transfers must be an array of persistent transfers');
   for (const t of transfers) t.check();
   if (transfers.length === 0) return;
-  const capturing = transfers[0]!.driverOf().streamIsCapturing(stream);
-  for (const t of transfers) t.queue(stream, 'post');
-  for (const t of transfers) t.queue(stream, 'run');
-  for (const t of transfers) t.queue(stream, 'wait');
+  const d = transfers[0]!.driverOf();
+  const capturing = d.streamIsCapturing(stream);
+  const items = [...transfers.flatMap((t) => t.items('post')), ...transfers.flatMap((t) => t.items('run')), ...transfers.flatMap((t) => t.items('wait'))];
+  for (const item of mergeBatches(items)) {
+    if (item.kind === 'batch') d.streamBatchMemOp(stream, item.ops);
+    else d.memcpyAsync(item.dst, item.src, item.length, stream);
+  }
   for (const t of transfers) t.queued(stream, capturing);
+}
+
+/** One stream item of a start: a batch of memory operations, or the copy. */
+type QueuedItem = { kind: 'batch'; ops: readonly StreamMemOp[] } | { kind: 'copy'; dst: DevicePtr; src: DevicePtr; length: number };
+
+/**
+ * Adjacent batches as one batch, in the same order (a batch's operations
+ * run in array order, which flags.ts relies on already): the same protocol
+ * in fewer stream items, so fewer graph nodes per round. Why it matters:
+ * what a graph replay costs the host and the stream grows with its nodes.
+ */
+export function mergeBatches(items: readonly QueuedItem[]): QueuedItem[] {
+  const out: QueuedItem[] = [];
+  for (const item of items) {
+    const last = out[out.length - 1];
+    if (item.kind === 'batch' && last?.kind === 'batch' && last.ops.length + item.ops.length <= MAX_BATCH_MEM_OPS) out[out.length - 1] = { kind: 'batch', ops: [...last.ops, ...item.ops] };
+    else out.push(item);
+  }
+  return out;
+}
+
+/** The four words of the slot at `slot`. */
+function wordsOf(slot: DevicePtr): DevicePtr[] {
+  return [READY, DONE, ARRIVE, STAMP].map((o) => slot + BigInt(o));
 }
 
 /** A flag block: SLOT_BYTES per slot, one allocation, registered with the peer. */
@@ -298,6 +327,10 @@ export class PersistentTransfers {
     const id = this.nextId++;
     const block0 = this.flagAlloc!;
     const slot = this.freeSlot();
+    // A slot used before holds its last transfer's words (POISON, from its close): zero them, after
+    // the watchdog's writes, before the peer hears of the slot.
+    if (this.usedSlots.has(slot)) this.watchdog.reset(wordsOf(block0 + BigInt(slot * SLOT_BYTES)));
+    this.usedSlots.add(slot);
     this.ctx.link.sendFrame({ type: FrameType.PT_OFFER, ptId: id, role: role === 'send' ? PtRole.SEND : PtRole.RECV, regId: reg.id, offset, length, flagRegId: this.flagRegId, slot });
     const reserved = { slot };
     this.reserved.add(reserved.slot);
@@ -353,6 +386,9 @@ export class PersistentTransfers {
   }
 
   private readonly reserved = new Set<number>();
+  /** Slots some transfer has had (their words may hold its last values). */
+  private readonly usedSlots = new Set<number>();
+  private block: FlagBlock | undefined;
 
   onFrame(frame: PtOfferFrame | PtFailFrame): void {
     if (frame.type === FrameType.PT_FAIL) {
@@ -394,6 +430,8 @@ export class PersistentTransfers {
     // Once the endpoint is closed no slot is reused: a closed transfer's waits stay poisoned
     // by the watchdog until the block is freed, so replays already queued run through.
     if (this.closeReason) return;
+    // At once where the block is there: a watchdog tick must not poison the slot once a new transfer has it.
+    if (this.block?.used[t.slot] === t) this.block.used[t.slot] = undefined;
     void this.flags?.then((b) => {
       if (b.used[t.slot] === t) b.used[t.slot] = undefined;
     });
@@ -424,6 +462,10 @@ export class PersistentTransfers {
   }
 
   private freeSlot(): number {
+    // A slot never used first (nothing to reset), then the lowest free one.
+    if (this.usedSlots.size < this.flagSlots) {
+      for (let s = 0; s < this.flagSlots; s++) if (!this.usedSlots.has(s)) return s;
+    }
     // Slots in use: the block's live transfers and those being made now.
     for (let s = 0; s < this.flagSlots; s++) {
       if (this.reserved.has(s)) continue;
@@ -452,6 +494,7 @@ export class PersistentTransfers {
         transfers: () => block.used.filter((t): t is PersistentTransfer => t !== undefined),
       };
       this.unwatch = this.watchdog.watch(block);
+      this.block = block;
       return block;
     });
   }

@@ -290,4 +290,36 @@ describe('persistent transfers', () => {
     expect(tb.state).toBe('closed');
     expect(() => ta.start(sa)).toThrow(PersistentTransferError);
   });
+
+  it('a slot freed by a closed transfer is reused clean: the next transfers there neither pass on its poison nor hang', async () => {
+    // Two slots per side: the third pair of transfers must reuse a slot whose words the first pair's close poisoned.
+    pair = await makePair({ a: { persistent: { timeoutMs: 2000, flagSlots: 2 } }, b: { persistent: { timeoutMs: 2000, flagSlots: 2 } } });
+    const p = pair;
+    const n = 1024;
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    for (let gen = 0; gen < 4; gen++) {
+      const { src, dst, ra, rb, ta, tb } = await transferPair(p, n);
+      for (let round = 1; round <= 3; round++) {
+        p.a.driver.memcpyHtoD(src.ptr, randomBytes(n, 100 * gen + round));
+        // The receiver starts first: a stale DONE would let it read the destination before the round's bytes.
+        tb.start(sb);
+        const waiting = p.b.driver.eventCreate({ disableTiming: true });
+        p.b.driver.eventRecord(waiting, sb);
+        let passed = false;
+        const reached = p.b.driver.whenComplete(waiting).then(() => (passed = true));
+        await new Promise((r) => setTimeout(r, 20));
+        expect(passed).toBe(false); // still waiting for this round's DONE
+        ta.start(sa);
+        await reached;
+        p.b.driver.eventDestroy(waiting);
+        await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
+        expect(Buffer.compare(readDevice(p.b.driver, dst), randomBytes(n, 100 * gen + round))).toBe(0);
+      }
+      ta.check();
+      tb.check();
+      await Promise.all([ta.close(), tb.close()]);
+      await Promise.all([ra.deregister(), rb.deregister()]);
+    }
+  });
 });
