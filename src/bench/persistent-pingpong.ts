@@ -9,7 +9,7 @@
  * makes one persistent transfer each way. Per captured iteration:
  *
  *   initiator: startGroup([in, out]): READY for the reply first, then its send, then the wait for the reply
- *   responder: in.start(), then out.start(): the reply leaves only once the ping is in
+ *   responder: startSequence([in, out]): the reply leaves only once the ping is in
  *
  * `transfers` iterations are captured once on each side and the graph is
  * replayed (graph-replays.ts); the bytes are checked once after the timed
@@ -19,7 +19,7 @@ import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError } from '../errors.js';
 import type { Registration } from '../persistent/registrations.js';
-import { startGroup, type PersistentTransfer } from '../persistent/transfers.js';
+import { startGroup, startSequence, type PersistentTransfer } from '../persistent/transfers.js';
 import { timeReplays } from './graph-replays.js';
 import type { MemOpGraphResult, PingPongRole } from './memop-pingpong.js';
 import { withinMs } from './stuck.js';
@@ -74,10 +74,7 @@ export class PersistentPingPong implements PingPongUnderTest {
       try {
         for (let i = 0; i < transfers; i++) {
           if (initiator) startGroup(stream, [into, out]);
-          else {
-            into.start(stream);
-            out.start(stream);
-          }
+          else startSequence(stream, [into, out]);
         }
       } finally {
         graph = d.streamEndCapture(stream);

@@ -228,13 +228,31 @@ export class PersistentTransfer implements WatchedTransfer {
  * Stream operations and cuMemcpyAsync only: it can be captured.
  */
 export function startGroup(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
+  checkStarts(stream, transfers);
+  queueStarts(stream, transfers, [...transfers.flatMap((t) => t.items('post')), ...transfers.flatMap((t) => t.items('run')), ...transfers.flatMap((t) => t.items('wait'))]);
+}
+
+/**
+ * One round of each transfer in `transfers`, one after the other — the
+ * same as calling `start` on each in turn — queued as fewer stream items
+ * (adjacent batches merged): for a stage that receives, then sends what it
+ * received. Stream operations and cuMemcpyAsync only: it can be captured.
+ */
+export function startSequence(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
+  checkStarts(stream, transfers);
+  queueStarts(stream, transfers, transfers.flatMap((t) => [...t.items('post'), ...t.items('run'), ...t.items('wait')]));
+}
+
+function checkStarts(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
   assertHandle('stream', stream);
   if (!Array.isArray(transfers)) throw new ArgumentTypeError('transfers must be an array of persistent transfers');
   for (const t of transfers) t.check();
+}
+
+function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfer[], items: QueuedItem[]): void {
   if (transfers.length === 0) return;
   const d = transfers[0]!.driverOf();
   const capturing = d.streamIsCapturing(stream);
-  const items = [...transfers.flatMap((t) => t.items('post')), ...transfers.flatMap((t) => t.items('run')), ...transfers.flatMap((t) => t.items('wait'))];
   for (const item of mergeBatches(items)) {
     if (item.kind === 'batch') d.streamBatchMemOp(stream, item.ops);
     else d.memcpyAsync(item.dst, item.src, item.length, stream);
