@@ -6,7 +6,8 @@
 # processes included. Prints one line per run and exits non-zero if a run
 # failed or the sanitizer reported an error.
 #   npx tsc -p . && sh test/gpu/acceptance/run-sanitizer-graph.sh [replays]
-# CUDA_VISIBLE_DEVICES picks the GPUs (one: both ranks share it).
+# CUDA_VISIBLE_DEVICES picks the GPUs (one: both ranks share it);
+# SANITIZER_TOOLS the tools (default: racecheck synccheck memcheck).
 set -u
 here=$(dirname "$0")
 root=$here/../../..
@@ -21,7 +22,7 @@ replays=${1:-100}
 status=0
 check() { # name, command...
   name=$1; shift
-  for tool in racecheck synccheck memcheck; do
+  for tool in ${SANITIZER_TOOLS:-racecheck synccheck memcheck}; do
     log=$(mktemp)
     "$sanitizer" --tool "$tool" --target-processes all --error-exitcode 99 "$@" >"$log" 2>&1
     rc=$?
