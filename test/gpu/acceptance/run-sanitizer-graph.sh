@@ -7,7 +7,8 @@
 # failed or the sanitizer reported an error.
 #   npx tsc -p . && sh test/gpu/acceptance/run-sanitizer-graph.sh [replays]
 # CUDA_VISIBLE_DEVICES picks the GPUs (one: both ranks share it);
-# SANITIZER_TOOLS the tools (default: racecheck synccheck memcheck).
+# SANITIZER_TOOLS the tools (default: racecheck synccheck memcheck);
+# SANITIZER_LOGS a folder to keep each run's whole log in.
 set -u
 here=$(dirname "$0")
 root=$here/../../..
@@ -29,6 +30,7 @@ check() { # name, command...
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | sort | uniq -c | tr '\n' ';')
     echo "$tool $name: exit $rc; $summary"
     if [ "$rc" -ne 0 ]; then status=1; sed -n '1,60p' "$log"; fi
+    if [ -n "${SANITIZER_LOGS:-}" ]; then cp "$log" "$SANITIZER_LOGS/$tool-$(echo "$name" | tr -c 'a-z0-9\n' '_').log"; fi
     rm -f "$log"
   done
 }
