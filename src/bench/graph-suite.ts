@@ -66,7 +66,7 @@ export async function runGraphSuite(run: SuiteContext, g: Group, o: { twoDevices
   // smcuda's session: its host-driven ping-pong (where the latency suite did not run) and its persistent transfers.
   await openSession(g, 'graph', { ipc: true, cache: true });
   try {
-    await graphSuiteOn(run, g, plan, why);
+    await graphSuiteOn(run, g, plan, why, statuses.every((st) => st.modules));
   } finally {
     await Promise.all([g.call(0, { op: 'close', session: 'graph' }), g.call(1, { op: 'close', session: 'graph' })]);
   }
@@ -82,7 +82,7 @@ export async function runGraphSuite(run: SuiteContext, g: Group, o: { twoDevices
   });
 }
 
-async function graphSuiteOn(run: SuiteContext, g: Group, plan: GraphPlan, why: { memOps?: string; graphs?: string }): Promise<void> {
+async function graphSuiteOn(run: SuiteContext, g: Group, plan: GraphPlan, why: { memOps?: string; graphs?: string }, kernel: boolean): Promise<void> {
   const hostDriven = hostDrivenReference(run);
   for (const size of GRAPH_SIZES) {
     if (hostDriven.has(size)) continue;
@@ -101,7 +101,7 @@ async function graphSuiteOn(run: SuiteContext, g: Group, plan: GraphPlan, why: {
     await guarded(run, 'graph suite: raw mem-op ping-pong', rawSpecs, () => rawPingPong(run, g, plan, why, raw, hostDriven));
   }
 
-  await guarded(run, 'graph suite: smcuda persistent transfers', GRAPH_FIGURES, () => smcudaFigures(run, g, plan, why, raw));
+  await guarded(run, 'graph suite: smcuda persistent transfers', GRAPH_FIGURES, () => smcudaFigures(run, g, plan, why, raw, kernel));
 }
 
 type RawResults = Map<GraphSize, { host?: Summary; enqueue?: Summary; graph?: Summary; replayHost?: Summary; copyGBs?: number; hostDriven?: number }>;
@@ -174,44 +174,73 @@ async function rawPingPong(run: SuiteContext, g: Group, plan: GraphPlan, why: { 
 }
 
 /** smcuda's persistent transfers in a graph, beside the raw graph of the same size. */
-async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: { memOps?: string; graphs?: string }, raw: RawResults): Promise<void> {
+type Flags = 'memops' | 'kernel';
+
+/** `plan.runs` runs of smcuda's ping-pong of `size` with `flags`; the initiator's results. */
+async function smcudaRuns(g: Group, plan: GraphPlan, size: number, flags: Flags): Promise<MemOpGraphResult[]> {
+  const results: MemOpGraphResult[] = [];
+  for (let k = 0; k < plan.runs; k++) {
+    const cmd: BenchCommand = { op: 'sut-pingpong', session: 'graph', size, transfers: GRAPH_TRANSFERS, ...plan.graph, flags };
+    results.push((await Promise.all([g.call<MemOpGraphResult>(0, cmd), g.call<MemOpGraphResult>(1, cmd)]))[1]);
+  }
+  return results;
+}
+
+/**
+ * smcuda's persistent transfers in a graph, beside the raw graph of the same
+ * size: with the flag kernel where both drivers load modules (the figures),
+ * and with stream memory operations (in `details`, or the figures where
+ * there is no kernel or it failed).
+ */
+async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: { memOps?: string; graphs?: string }, raw: RawResults, kernel: boolean): Promise<void> {
   const reason = why.graphs ?? (GRAPH_PINGPONG_UNDER_TEST.factory ? undefined : GRAPH_PINGPONG_UNDER_TEST.missing);
   if (reason) {
     for (const spec of GRAPH_FIGURES) run.figures.push(skipped(spec, reason));
     return;
   }
+  const variants: Flags[] = kernel ? ['kernel', 'memops'] : ['memops'];
   const out: Figure[] = [];
-  {
-    for (const size of GRAPH_SIZES) {
-      run.progress(`graph: smcuda persistent transfers ${formatBytes(size)}, graph of ${GRAPH_TRANSFERS}`);
-      const results: MemOpGraphResult[] = [];
-      for (let k = 0; k < plan.runs; k++) {
-        const cmd: BenchCommand = { op: 'sut-pingpong', session: 'graph', size, transfers: GRAPH_TRANSFERS, ...plan.graph };
-        results.push((await Promise.all([g.call<MemOpGraphResult>(0, cmd), g.call<MemOpGraphResult>(1, cmd)]))[1]);
+  const hostOf = (rs: MemOpGraphResult[]) => summarize(rs.map((x) => summarize(x.hostUsPerReplay!).median));
+  for (const size of GRAPH_SIZES) {
+    const by = new Map<Flags, MemOpGraphResult[]>();
+    for (const flags of variants) {
+      run.progress(`graph: smcuda persistent transfers ${formatBytes(size)}, graph of ${GRAPH_TRANSFERS}, flags by ${flags}`);
+      try {
+        by.set(flags, await smcudaRuns(g, plan, size, flags));
+      } catch (err) {
+        if (flags === variants[variants.length - 1]) throw err;
+        run.notes.push(`graph suite: smcuda ${formatBytes(size)} with flags '${flags}' failed: ${(err as Error).message}`);
       }
-      const half = summarize(results.map((x) => x.halfRoundTripUs!));
-      const base = raw.get(size)?.graph;
-      const r = raw.get(size);
-      const details = {
-        size,
-        transfersPerGraph: GRAPH_TRANSFERS,
-        replaysPerRun: plan.graph.replays,
-        runs: plan.runs,
-        rawGraphHalfRoundTripUs: base?.median ?? null,
-        rawHostEnqueuedHalfRoundTripUs: r?.host?.median ?? null,
-        hostDrivenHalfRoundTripUs: r?.hostDriven ?? null,
-        // Launches back to back: the first ones (queue empty) against the later ones (graph-replays.ts says why both).
-        backToBackLaunchUs: results.map((x) => backToBackSummary(x.backToBackHostUs ?? [])),
-      };
-      if (size === 8) {
-        out.push(scopedFigure(run.sim, GRAPH_FIG.smcuda8, half.median, base?.median ?? null, { stats: half, details }));
-        const host = summarize(results.map((x) => summarize(x.hostUsPerReplay!).median));
-        out.push(scopedFigure(run.sim, GRAPH_FIG.smcudaReplayHost, host.median, raw.get(8)?.replayHost?.median ?? null, { stats: host, details }));
-      } else {
-        const gbs = summarize(results.map((x) => halfRoundTripGBs(size, x.halfRoundTripUs!)));
-        // Held to ≥ 95 % of the raw graph ping-pong of the same size (the same copy and flags without smcuda); back-to-back copies beside it.
-        out.push(scopedFigure(run.sim, GRAPH_FIG.smcuda1M, gbs.median, base ? halfRoundTripGBs(size, base.median) : null, { stats: gbs, details: { ...details, halfRoundTripUs: half, rawBackToBackCopyGBs: r?.copyGBs ?? null } }));
-      }
+    }
+    const used = variants.find((v) => by.has(v))!;
+    const results = by.get(used)!;
+    const others = Object.fromEntries(
+      [...by].filter(([v]) => v !== used).map(([v, rs]) => [v, { halfRoundTripUs: summarize(rs.map((x) => x.halfRoundTripUs!)), hostUsPerReplay: hostOf(rs) }]),
+    );
+    const half = summarize(results.map((x) => x.halfRoundTripUs!));
+    const base = raw.get(size)?.graph;
+    const r = raw.get(size);
+    const details = {
+      size,
+      flags: used,
+      transfersPerGraph: GRAPH_TRANSFERS,
+      replaysPerRun: plan.graph.replays,
+      runs: plan.runs,
+      rawGraphHalfRoundTripUs: base?.median ?? null,
+      rawHostEnqueuedHalfRoundTripUs: r?.host?.median ?? null,
+      hostDrivenHalfRoundTripUs: r?.hostDriven ?? null,
+      // Launches back to back: the first ones (queue empty) against the later ones (graph-replays.ts says why both).
+      backToBackLaunchUs: results.map((x) => backToBackSummary(x.backToBackHostUs ?? [])),
+      otherFlags: others,
+    };
+    if (size === 8) {
+      out.push(scopedFigure(run.sim, GRAPH_FIG.smcuda8, half.median, base?.median ?? null, { stats: half, details }));
+      const host = hostOf(results);
+      out.push(scopedFigure(run.sim, GRAPH_FIG.smcudaReplayHost, host.median, raw.get(8)?.replayHost?.median ?? null, { stats: host, details }));
+    } else {
+      const gbs = summarize(results.map((x) => halfRoundTripGBs(size, x.halfRoundTripUs!)));
+      // Held to ≥ 95 % of the raw graph ping-pong of the same size (the same copy and flags without smcuda); back-to-back copies beside it.
+      out.push(scopedFigure(run.sim, GRAPH_FIG.smcuda1M, gbs.median, base ? halfRoundTripGBs(size, base.median) : null, { stats: gbs, details: { ...details, halfRoundTripUs: half, rawBackToBackCopyGBs: r?.copyGBs ?? null } }));
     }
   }
   // In the issue's order: 8 B, 1 MiB, host per replay.

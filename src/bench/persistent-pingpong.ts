@@ -40,10 +40,12 @@ export class PersistentPingPong implements PingPongUnderTest {
   readonly #d: CudaDriver;
   readonly #ep: Endpoint;
   readonly #timeoutMs: number;
+  readonly #flags: 'memops' | 'kernel';
 
   constructor(ctx: PingPongContext, timeoutMs = 60_000) {
     this.#d = ctx.driver;
     this.#ep = ctx.endpoint;
+    this.#flags = ctx.flags ?? 'memops';
     this.#timeoutMs = timeoutMs;
   }
 
@@ -66,9 +68,9 @@ export class PersistentPingPong implements PingPongUnderTest {
       // In matching order on both sides: each registration pairs a source with the peer's destination.
       for (const ptr of initiator ? [src, dst] : [dst, src]) regs.push(await this.#ep.register({ ptr, length: size }));
       // Also in matching order: registration 1's transfer first (the initiator sends on it), then registration 2's.
-      const first = await this.#ep.persistent(regs[0]!, { role: initiator ? 'send' : 'recv', length: size });
+      const first = await this.#ep.persistent(regs[0]!, { role: initiator ? 'send' : 'recv', length: size, flags: this.#flags });
       made.push(first);
-      const second = await this.#ep.persistent(regs[1]!, { role: initiator ? 'recv' : 'send', length: size });
+      const second = await this.#ep.persistent(regs[1]!, { role: initiator ? 'recv' : 'send', length: size, flags: this.#flags });
       made.push(second);
       const [out, into] = initiator ? [first, second] : [second, first];
       d.streamBeginCapture(stream);

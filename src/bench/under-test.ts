@@ -89,6 +89,8 @@ export interface PingPongContext {
   endpoint: Endpoint;
   rank: number;
   device: number;
+  /** Who runs the flag operations (persistent transfers' `flags` option); default 'memops'. */
+  flags?: 'memops' | 'kernel';
 }
 
 /** The Communicator of issue 26 goes here. */

@@ -68,9 +68,9 @@ export interface GraphResult {
   /** Replays launched back to back, then the sampled replays (each with fresh data, checked). */
   replays: number;
   sampled: number;
-  /** Host time to launch one replay of the graph (the back-to-back run), µs. */
+  /** Host time to launch one replay of the graph (median launch call, in bursts), µs. */
   hostUsPerReplay: number;
-  /** Wall time of the back-to-back replays, until the stream finished them (s). */
+  /** Wall time of the replays in bursts, until the stream finished them (s). */
   seconds: number;
   transfers: number;
   mismatches: string[];
@@ -103,7 +103,7 @@ const config = workerConfig<WorkerConfig>('SMCUDA_DEMO', 'smcuda demo');
 interface Commands {
   connect(): Promise<MemoryReport>;
   phase(args: { phase: Phase; sizeIndex: number }): Promise<PhaseResult>;
-  graph(args: { replays: number; size: number }): Promise<GraphResult>;
+  graph(args: { replays: number; size: number; flags?: 'memops' | 'kernel' }): Promise<GraphResult>;
   report(): DemoReportEndpoint[];
 }
 export type DemoReportEndpoint = Record<string, unknown> & { rank: number; peer: number };
@@ -194,9 +194,9 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
         throw withHint(err, cfg.memory);
       }
     },
-    async graph({ replays, size }) {
+    async graph({ replays, size, flags }) {
       if (!buffers) throw new WorkerFailedError('graph before connect: the parent sends connect first');
-      return runGraph(cfg, driver, peers, buffers, host, scratch, replays, size);
+      return runGraph(cfg, driver, peers, buffers, host, scratch, replays, size, flags ?? 'memops');
     },
     report() {
       return [...peers.entries()].sort((a, b) => a[0] - b[0]).map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
@@ -318,6 +318,7 @@ async function runGraph(
   scratch: Uint8Array,
   replays: number,
   size: number,
+  flags: 'memops' | 'kernel',
 ): Promise<GraphResult> {
   const me = cfg.rank;
   const order = [...peers.keys()].sort((a, b) => a - b);
@@ -329,8 +330,8 @@ async function runGraph(
       const recv = buffers.recv.get(peer)!.view(size);
       const first = await ep.register(low ? send : recv);
       const second = await ep.register(low ? recv : send);
-      const t1 = await ep.persistent(first, { role: low ? 'send' : 'recv', length: size });
-      const t2 = await ep.persistent(second, { role: low ? 'recv' : 'send', length: size });
+      const t1 = await ep.persistent(first, { role: low ? 'send' : 'recv', length: size, flags });
+      const t2 = await ep.persistent(second, { role: low ? 'recv' : 'send', length: size, flags });
       return { peer, ep, regs: [first, second], transfers: [t1, t2] };
     }),
   );

@@ -16,7 +16,8 @@
  */
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, EventHandle, FunctionHandle, KernelArg, LaunchConfig, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import { FLAG_OPS_ENTRY, FLAG_OPS_MAX, FLAG_OPS_PTX } from '../kernels/flag-ops.ptx.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { assertHandle } from '../cuda/validate.js';
 import { debug } from '../debug.js';
@@ -38,6 +39,27 @@ export interface PersistentOptions {
   length: number;
   /** From the start of this side's registered buffer; default 0. */
   offset?: number;
+  /**
+   * Who runs this side's flag operations: 'memops' (default) the stream's
+   * memory operations (cuStreamBatchMemOp); 'kernel' one GPU thread of a
+   * small PTX kernel (src/kernels/flag-ops.ptx.ts), which a CUDA graph
+   * replays for far less host time per replay. The same protocol and
+   * watchdog either way; each side chooses for itself.
+   */
+  flags?: 'memops' | 'kernel';
+}
+
+/** The flag kernel of each driver, loaded once (the module stays loaded while the driver is open). */
+const flagKernels = new WeakMap<CudaDriver, FunctionHandle>();
+
+function flagKernel(d: CudaDriver): FunctionHandle {
+  let fn = flagKernels.get(d);
+  if (fn === undefined) {
+    const { module } = d.moduleLoadData(FLAG_OPS_PTX);
+    fn = d.moduleGetFunction(module, FLAG_OPS_ENTRY);
+    flagKernels.set(d, fn);
+  }
+  return fn;
 }
 
 type PersistentActor = Actor<typeof persistentMachine>;
@@ -68,6 +90,8 @@ export class PersistentTransfer implements WatchedTransfer {
   onForget: (() => void) | undefined;
   /** Starts queued (eager or captured; a captured start replays without counting here). */
   starts = 0;
+  /** @internal The flag kernel, where this side runs its flag operations in one ('kernel'). */
+  flagKernel: FunctionHandle | undefined;
 
   constructor(
     readonly id: number,
@@ -253,11 +277,30 @@ function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfe
   if (transfers.length === 0) return;
   const d = transfers[0]!.driverOf();
   const capturing = d.streamIsCapturing(stream);
+  // The kernel where every transfer of the call asked for it (merged batches mix their operations).
+  const kernel = transfers.every((t) => t.flagKernel !== undefined) ? transfers[0]!.flagKernel : undefined;
   for (const item of mergeBatches(items)) {
-    if (item.kind === 'batch') d.streamBatchMemOp(stream, item.ops);
-    else d.memcpyAsync(item.dst, item.src, item.length, stream);
+    if (item.kind === 'copy') d.memcpyAsync(item.dst, item.src, item.length, stream);
+    else if (kernel !== undefined) {
+      for (let k = 0; k < item.ops.length; k += FLAG_OPS_MAX) d.launchKernel(kernel, ONE_THREAD, flagOpsArgs(item.ops.slice(k, k + FLAG_OPS_MAX)), stream);
+    } else d.streamBatchMemOp(stream, item.ops);
   }
   for (const t of transfers) t.queued(stream, capturing);
+}
+
+const ONE_THREAD: LaunchConfig = { grid: [1], block: [1] };
+
+/** smcuda_flag_ops's arguments for up to FLAG_OPS_MAX write64 / wait64 (geq) operations. */
+export function flagOpsArgs(ops: readonly StreamMemOp[]): KernelArg[] {
+  let waits = 0;
+  const args: KernelArg[] = [];
+  ops.forEach((op, k) => {
+    if (op.op === 'wait64' && op.condition === 'geq') waits |= 1 << k;
+    else if (op.op !== 'write64') throw new Error(`the flag kernel runs write64 and wait64 (geq) only, not ${op.op}`);
+    args.push({ type: 'u64', value: op.addr }, { type: 'u64', value: BigInt(op.value) });
+  });
+  for (let k = ops.length; k < FLAG_OPS_MAX; k++) args.push({ type: 'u64', value: 0n }, { type: 'u64', value: 0n });
+  return [{ type: 'u32', value: ops.length }, { type: 'u32', value: waits >>> 0 }, ...args];
 }
 
 /** One stream item of a start: a batch of memory operations, or the copy. */
@@ -337,9 +380,13 @@ export class PersistentTransfers {
       if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentRangeError(`${name} must be a non-negative integer, got ${String(v)}`);
     }
     if (offset + length > reg.local.length) throw new ArgumentRangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
+    const flagsBy = options.flags ?? 'memops';
+    if (flagsBy !== 'memops' && flagsBy !== 'kernel') throw new ArgumentTypeError(`flags must be 'memops' or 'kernel', got ${String(flagsBy)}`);
     if (reg.state !== 'registered') throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is ${reg.state}`);
     const st = this.driver.gpuDrivenStatus();
     if (!st.streamMemOps || !st.memOps64) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`);
+    if (flagsBy === 'kernel' && !st.modules) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `flags: 'kernel' needs modules and kernel launch: ${st.reason ?? 'not offered by this driver'}; use flags: 'memops'`);
+    const kernel = flagsBy === 'kernel' ? flagKernel(this.driver) : undefined;
     // Everything that takes a number (the flag block's registration, this transfer's) happens in this call, in order.
     const flags = (this.flags ??= this.makeFlags());
     const id = this.nextId++;
@@ -381,6 +428,7 @@ export class PersistentTransfers {
         peerFlags,
         actor,
       );
+      t.flagKernel = kernel;
       block.used[slot] = t;
       this.live.set(id, t);
       // Deregistration and the endpoint's close wait for its work on the data and on the flags.

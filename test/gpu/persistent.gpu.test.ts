@@ -36,8 +36,8 @@ interface GraphReport {
   graph: { captured: boolean; replays: number; sampled: number; size: number; transfers: number; hostUsPerReplay: number };
 }
 
-async function demo(visible: string, replays: number): Promise<GraphReport> {
-  const { stdout } = await run(process.execPath, [MAIN, 'demo', '--graph', '--driver', 'native', '--ranks', '2', '--replays', String(replays), '--sizes', '1M', '--json'], {
+async function demo(visible: string, replays: number, flags = 'memops'): Promise<GraphReport> {
+  const { stdout } = await run(process.execPath, [MAIN, 'demo', '--graph', '--driver', 'native', '--ranks', '2', '--replays', String(replays), '--sizes', '1M', '--flags', flags, '--json'], {
     timeout: 120_000,
     maxBuffer: 16 << 20,
     env: { ...process.env, CUDA_VISIBLE_DEVICES: visible },
@@ -59,6 +59,13 @@ describe.skipIf(skip !== false)(`persistent transfers on the native driver${skip
     expect(r.mismatches).toEqual([]);
     expect(r.verified).toBe(true);
     expect(new Set(r.devices.map((d) => d.uuid)).size).toBe(2);
+    expect(r.graph.replays).toBe(1003);
+  }, 120_000);
+
+  it.skipIf(p.devices < 2)("flags: 'kernel' on two GPUs: the flag kernel JIT-compiled and replayed, the sampled replays verified", async () => {
+    const r = await demo('0,1', 1000, 'kernel');
+    expect(r.mismatches).toEqual([]);
+    expect(r.verified).toBe(true);
     expect(r.graph.replays).toBe(1003);
   }, 120_000);
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Issue 25's sanitizer check on a GPU machine: persistent transfers captured
-# in a CUDA graph and replayed (`smcuda demo --graph`, two ranks, the bytes
+# in a CUDA graph and replayed (`smcuda demo --graph`, two ranks, flags by
+# stream memory operations and by the flag kernel, the bytes
 # of the sampled replays checked) and the graph-capture example, under
 # compute-sanitizer's racecheck and synccheck (and memcheck), child
 # processes included. Prints one line per run and exits non-zero if a run
@@ -35,5 +36,6 @@ check() { # name, command...
   done
 }
 check "demo --graph" node "$root/dist/src/cli/main.js" demo --graph --driver native --ranks 2 --replays "$replays" --sizes 1M
+check "demo --graph --flags kernel" node "$root/dist/src/cli/main.js" demo --graph --flags kernel --driver native --ranks 2 --replays "$replays" --sizes 1M
 check "graph-capture.mjs" node "$root/docs/examples/graph-capture.mjs" "$replays"
 exit $status

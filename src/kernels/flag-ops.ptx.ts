@@ -1,0 +1,71 @@
+/**
+ * PTX of `smcuda_flag_ops`: a persistent transfer's flag operations (the
+ * same write64 / wait64 >= value lists flags.ts builds for
+ * cuStreamBatchMemOp) run by one GPU thread instead of the stream's
+ * memory-operation unit. Why: cuGraphLaunch costs the host about 1 µs per
+ * memory-operation node of the graph (H100, driver 580: a graph of 16
+ * write64 nodes 21 µs, of 64 copy nodes 2.3 µs; test/gpu/measure-graph-launch.mjs),
+ * so a graph of many rounds costs the host far more than a launch. Kernel
+ * nodes are launched from the graph's own upload.
+ *
+ * Written here, not generated from a .cu (src/kernels/README.md): it is one
+ * unrolled list of at most FLAG_OPS_MAX operations, each an address and a
+ * value as kernel parameters (a graph bakes them in, as it does a batch's),
+ * and bit k of `waits` says whether operation k waits (spins until the
+ * word >= value, an acquire at system scope, as the peer's writes come over
+ * the mapping) or writes (a release at system scope). PTX 8.0, sm_75, as the
+ * generated modules.
+ */
+
+/** Operations one launch takes. */
+export const FLAG_OPS_MAX = 16;
+
+export const FLAG_OPS_ENTRY = 'smcuda_flag_ops';
+
+function opCode(k: number): string {
+  return `	// operation ${k}
+	setp.le.u32 	%p1, %r1, ${k};
+	@%p1 bra 	$L__end;
+	ld.param.u64 	%rd1, [${FLAG_OPS_ENTRY}_a${k}];
+	ld.param.u64 	%rd2, [${FLAG_OPS_ENTRY}_v${k}];
+	cvta.to.global.u64 	%rd3, %rd1;
+	and.b32 	%r3, %r2, ${2 ** k};
+	setp.ne.u32 	%p2, %r3, 0;
+	@%p2 bra 	$L__wait${k};
+	st.release.sys.global.u64 	[%rd3], %rd2;
+	bra.uni 	$L__next${k};
+$L__wait${k}:
+	ld.acquire.sys.global.u64 	%rd4, [%rd3];
+	setp.lt.u64 	%p3, %rd4, %rd2;
+	@%p3 bra 	$L__wait${k};
+$L__next${k}:
+`;
+}
+
+function params(): string {
+  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u32 ${FLAG_OPS_ENTRY}_waits`];
+  for (let k = 0; k < FLAG_OPS_MAX; k++) ps.push(`	.param .u64 ${FLAG_OPS_ENTRY}_a${k}`, `	.param .u64 ${FLAG_OPS_ENTRY}_v${k}`);
+  return ps.join(',\n');
+}
+
+/** PTX text of smcuda_flag_ops(n: u32, waits: u32, a0: u64, v0: u64, …, a15, v15). */
+export const FLAG_OPS_PTX: string = `.version 8.0
+.target sm_75
+.address_size 64
+
+.visible .entry ${FLAG_OPS_ENTRY}(
+${params()}
+)
+{
+	.reg .pred 	%p<4>;
+	.reg .b32 	%r<4>;
+	.reg .b64 	%rd<5>;
+
+	ld.param.u32 	%r1, [${FLAG_OPS_ENTRY}_n];
+	ld.param.u32 	%r2, [${FLAG_OPS_ENTRY}_waits];
+${Array.from({ length: FLAG_OPS_MAX }, (_, k) => opCode(k)).join('')}$L__end:
+	ret;
+}
+`;
+
+export const FLAG_OPS_ENTRIES = [FLAG_OPS_ENTRY] as const;
