@@ -1072,8 +1072,22 @@ export class SimulatedCudaDriver implements CudaDriver {
     const frozen = args.map((a) => ({ ...a }) as KernelArg);
     const asBatch = memOpTwinOf(f.entry.name);
     if (asBatch) {
-      const ops = asBatch(frozen);
-      if (ops.length > 0) this.memOps('cuLaunchKernel', stream, ops);
+      // Runs of memory operations as batches, each 8-byte copy as a copy between them, in order.
+      let run: StreamMemOp[] = [];
+      const flush = () => {
+        if (run.length > 0) this.memOps('cuLaunchKernel', stream, run);
+        run = [];
+      };
+      for (const op of asBatch(frozen)) {
+        if (op.op !== 'copy64') run.push(op);
+        else {
+          flush();
+          const d = this.viewOf(mem, 'cuLaunchKernel', op.addr, 8);
+          const s = this.viewOf(mem, 'cuLaunchKernel', op.src, 8);
+          this.asyncWork(stream, 'cuLaunchKernel', 8, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
+        }
+      }
+      flush();
       return;
     }
     // Allocations the pointer arguments name, so freeing one drains the launch first.

@@ -10,11 +10,14 @@
  *
  * Written here, not generated from a .cu (src/kernels/README.md): it is one
  * unrolled list of at most FLAG_OPS_MAX operations, each an address and a
- * value as kernel parameters (a graph bakes them in, as it does a batch's),
- * and bit k of `waits` says whether operation k waits (spins until the
- * word >= value, an acquire at system scope, as the peer's writes come over
- * the mapping) or writes (a release at system scope). PTX 8.0, sm_75, as the
- * generated modules.
+ * value as kernel parameters (a graph bakes them in, as it does a batch's).
+ * Bit k of `waits` says operation k waits (spins until the word at the
+ * address >= value, an acquire at system scope, as the peer's writes come
+ * over the mapping); bit k of `copies` says it copies the 8 bytes at
+ * `value` (read as an address) to the address (a small round's bytes, so
+ * that no copy-engine node sits between the flags); otherwise it writes the
+ * value (a release at system scope, which also publishes the thread's
+ * earlier copies). PTX 8.0, sm_75, as the generated modules.
  */
 
 /** Operations one launch takes. */
@@ -32,7 +35,15 @@ function opCode(k: number): string {
 	and.b32 	%r3, %r2, ${2 ** k};
 	setp.ne.u32 	%p2, %r3, 0;
 	@%p2 bra 	$L__wait${k};
+	and.b32 	%r3, %r0, ${2 ** k};
+	setp.ne.u32 	%p2, %r3, 0;
+	@%p2 bra 	$L__copy${k};
 	st.release.sys.global.u64 	[%rd3], %rd2;
+	bra.uni 	$L__next${k};
+$L__copy${k}:
+	cvta.to.global.u64 	%rd1, %rd2;
+	ld.volatile.global.u64 	%rd4, [%rd1];
+	st.volatile.global.u64 	[%rd3], %rd4;
 	bra.uni 	$L__next${k};
 $L__wait${k}:
 	ld.acquire.sys.global.u64 	%rd4, [%rd3];
@@ -43,12 +54,12 @@ $L__next${k}:
 }
 
 function params(): string {
-  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u32 ${FLAG_OPS_ENTRY}_waits`];
+  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u32 ${FLAG_OPS_ENTRY}_waits`, `	.param .u32 ${FLAG_OPS_ENTRY}_copies`];
   for (let k = 0; k < FLAG_OPS_MAX; k++) ps.push(`	.param .u64 ${FLAG_OPS_ENTRY}_a${k}`, `	.param .u64 ${FLAG_OPS_ENTRY}_v${k}`);
   return ps.join(',\n');
 }
 
-/** PTX text of smcuda_flag_ops(n: u32, waits: u32, a0: u64, v0: u64, …, a15, v15). */
+/** PTX text of smcuda_flag_ops(n: u32, waits: u32, copies: u32, a0: u64, v0: u64, …, a15, v15). */
 export const FLAG_OPS_PTX: string = `.version 8.0
 .target sm_75
 .address_size 64
@@ -63,6 +74,7 @@ ${params()}
 
 	ld.param.u32 	%r1, [${FLAG_OPS_ENTRY}_n];
 	ld.param.u32 	%r2, [${FLAG_OPS_ENTRY}_waits];
+	ld.param.u32 	%r0, [${FLAG_OPS_ENTRY}_copies];
 ${Array.from({ length: FLAG_OPS_MAX }, (_, k) => opCode(k)).join('')}$L__end:
 	ret;
 }

@@ -18,6 +18,7 @@ import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
 import type { CudaDriver, DevicePtr, EventHandle, FunctionHandle, KernelArg, LaunchConfig, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { FLAG_OPS_ENTRY, FLAG_OPS_MAX, FLAG_OPS_PTX } from '../kernels/flag-ops.ptx.js';
+import type { FlagOp } from '../kernels/sim/flag-ops.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { assertHandle } from '../cuda/validate.js';
 import { debug } from '../debug.js';
@@ -279,32 +280,49 @@ function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfe
   const capturing = d.streamIsCapturing(stream);
   // The kernel where every transfer of the call asked for it (merged batches mix their operations).
   const kernel = transfers.every((t) => t.flagKernel !== undefined) ? transfers[0]!.flagKernel : undefined;
-  for (const item of mergeBatches(items)) {
+  // With the kernel, a small round's bytes are words of its batch: no copy-engine node between the flags.
+  const queued = kernel !== undefined ? items.map((it): QueuedItem => { const w = asWords(it); return w ? { kind: 'batch', ops: w } : it; }) : items;
+  for (const item of mergeBatches(queued)) {
     if (item.kind === 'copy') d.memcpyAsync(item.dst, item.src, item.length, stream);
     else if (kernel !== undefined) {
       for (let k = 0; k < item.ops.length; k += FLAG_OPS_MAX) d.launchKernel(kernel, ONE_THREAD, flagOpsArgs(item.ops.slice(k, k + FLAG_OPS_MAX)), stream);
-    } else d.streamBatchMemOp(stream, item.ops);
+    } else d.streamBatchMemOp(stream, item.ops as StreamMemOp[]);
   }
   for (const t of transfers) t.queued(stream, capturing);
 }
 
 const ONE_THREAD: LaunchConfig = { grid: [1], block: [1] };
 
-/** smcuda_flag_ops's arguments for up to FLAG_OPS_MAX write64 / wait64 (geq) operations. */
-export function flagOpsArgs(ops: readonly StreamMemOp[]): KernelArg[] {
+/** smcuda_flag_ops's arguments for up to FLAG_OPS_MAX write64, wait64 (geq) and copy64 operations. */
+export function flagOpsArgs(ops: readonly FlagOp[]): KernelArg[] {
   let waits = 0;
+  let copies = 0;
   const args: KernelArg[] = [];
   ops.forEach((op, k) => {
+    if (op.op === 'copy64') {
+      copies |= 1 << k;
+      args.push({ type: 'u64', value: op.addr }, { type: 'u64', value: op.src });
+      return;
+    }
     if (op.op === 'wait64' && op.condition === 'geq') waits |= 1 << k;
-    else if (op.op !== 'write64') throw new Error(`the flag kernel runs write64 and wait64 (geq) only, not ${op.op}`);
+    else if (op.op !== 'write64') throw new Error(`the flag kernel runs write64, wait64 (geq) and copy64 only, not ${op.op}`);
     args.push({ type: 'u64', value: op.addr }, { type: 'u64', value: BigInt(op.value) });
   });
   for (let k = ops.length; k < FLAG_OPS_MAX; k++) args.push({ type: 'u64', value: 0n }, { type: 'u64', value: 0n });
-  return [{ type: 'u32', value: ops.length }, { type: 'u32', value: waits >>> 0 }, ...args];
+  return [{ type: 'u32', value: ops.length }, { type: 'u32', value: waits >>> 0 }, { type: 'u32', value: copies >>> 0 }, ...args];
+}
+
+/** Rounds of at most this many bytes (whole 8-byte words, aligned) are copied by the flag kernel itself. */
+export const KERNEL_COPY_MAX = 64;
+
+/** A copy the flag kernel makes as 8-byte words, or undefined where the copy engine must. */
+function asWords(item: QueuedItem): FlagOp[] | undefined {
+  if (item.kind !== 'copy' || item.length > KERNEL_COPY_MAX || item.length % 8 !== 0 || item.dst % 8n !== 0n || item.src % 8n !== 0n) return undefined;
+  return Array.from({ length: item.length / 8 }, (_, k) => ({ op: 'copy64' as const, addr: item.dst + BigInt(8 * k), src: item.src + BigInt(8 * k) }));
 }
 
 /** One stream item of a start: a batch of memory operations, or the copy. */
-type QueuedItem = { kind: 'batch'; ops: readonly StreamMemOp[] } | { kind: 'copy'; dst: DevicePtr; src: DevicePtr; length: number };
+type QueuedItem = { kind: 'batch'; ops: readonly FlagOp[] } | { kind: 'copy'; dst: DevicePtr; src: DevicePtr; length: number };
 
 /**
  * Adjacent batches as one batch, in the same order (a batch's operations

@@ -6,18 +6,18 @@
  * declares them, and runs the twin over the simulated device memory when its
  * stream reaches it.
  */
-import type { KernelArg, LaunchConfig, StreamMemOp } from '../driver.js';
+import type { KernelArg, LaunchConfig } from '../driver.js';
 import type { KernelTwin } from '../../kernels/sim/twin.js';
 import { FILL_TWINS } from '../../kernels/sim/fill.js';
 import { REDUCE_TWINS } from '../../kernels/sim/reduce.js';
-import { MEMOP_TWINS } from '../../kernels/sim/flag-ops.js';
+import { type FlagOp, MEMOP_TWINS } from '../../kernels/sim/flag-ops.js';
 import { cudaError } from './result-codes.js';
 
 /** Twins by entry name: the package's kernels, plus any a test registers. */
 const twins = new Map<string, KernelTwin>([...Object.entries(REDUCE_TWINS), ...Object.entries(FILL_TWINS)]);
 
 /** A kernel the simulated driver queues as a memory-operation batch (it waits on other processes), or undefined. */
-export function memOpTwinOf(entry: string): ((args: readonly KernelArg[]) => StreamMemOp[]) | undefined {
+export function memOpTwinOf(entry: string): ((args: readonly KernelArg[]) => FlagOp[]) | undefined {
   return MEMOP_TWINS[entry];
 }
 

@@ -5,39 +5,41 @@
  * it and queues a launch as the same memory-operation batch.
  */
 import { describe, expect, it } from 'vitest';
-import type { StreamMemOp } from '../../../src/cuda/driver.js';
 import { parsePtx } from '../../../src/cuda/sim/kernels.js';
 import { FLAG_OPS_ENTRY, FLAG_OPS_MAX, FLAG_OPS_PTX } from '../../../src/kernels/flag-ops.ptx.js';
-import { flagOpsAsMemOps } from '../../../src/kernels/sim/flag-ops.js';
+import { type FlagOp, flagOpsAsMemOps } from '../../../src/kernels/sim/flag-ops.js';
 import { flagOpsArgs } from '../../../src/persistent/transfers.js';
 
 describe('the flag kernel', () => {
-  it('declares n, waits and an address and value per operation, as flagOpsArgs packs them', () => {
+  it('declares n, waits, copies and an address and value per operation, as flagOpsArgs packs them', () => {
     const entry = parsePtx(FLAG_OPS_PTX).get(FLAG_OPS_ENTRY)!;
-    expect(entry.params).toEqual(['b32', 'b32', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'b64')]);
+    expect(entry.params).toEqual(['b32', 'b32', 'b32', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'b64')]);
     const args = flagOpsArgs([{ op: 'write64', addr: 0x100n, value: 1n }]);
-    expect(args.map((a) => a.type)).toEqual(['u32', 'u32', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'u64')]);
+    expect(args.map((a) => a.type)).toEqual(['u32', 'u32', 'u32', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'u64')]);
     expect(FLAG_OPS_PTX).toMatch(/^\.version 8\.0\n\.target sm_75\n/);
     expect(FLAG_OPS_PTX.match(/ld\.acquire\.sys\.global\.u64/g)).toHaveLength(FLAG_OPS_MAX);
     expect(FLAG_OPS_PTX.match(/st\.release\.sys\.global\.u64/g)).toHaveLength(FLAG_OPS_MAX);
+    expect(FLAG_OPS_PTX.match(/st\.volatile\.global\.u64/g)).toHaveLength(FLAG_OPS_MAX);
     // Every label it branches to is defined once.
     const defined = [...FLAG_OPS_PTX.matchAll(/^(\$L__\w+):/gm)].map((m) => m[1]);
     expect(new Set(defined).size).toBe(defined.length);
     for (const m of FLAG_OPS_PTX.matchAll(/bra(?:\.uni)?\s+(\$L__\w+);/g)) expect(defined).toContain(m[1]);
   });
 
-  it('packs write64 and wait64 (geq) in order, waits as bits; the simulator reads back the same operations', () => {
-    const ops: StreamMemOp[] = [
+  it('packs write64, wait64 (geq) and copy64 in order, waits and copies as bits; the simulator reads back the same operations', () => {
+    const ops: FlagOp[] = [
       { op: 'write64', addr: 0x10n, value: 1n },
       { op: 'wait64', addr: 0x18n, value: 1n, condition: 'geq' },
       { op: 'write64', addr: 0x18n, value: 0n },
+      { op: 'copy64', addr: 0x40n, src: 0x80n },
     ];
     const args = flagOpsArgs(ops);
-    expect(args[0]).toEqual({ type: 'u32', value: 3 });
-    expect(args[1]).toEqual({ type: 'u32', value: 0b010 });
+    expect(args[0]).toEqual({ type: 'u32', value: 4 });
+    expect(args[1]).toEqual({ type: 'u32', value: 0b0010 });
+    expect(args[2]).toEqual({ type: 'u32', value: 0b1000 });
     expect(flagOpsAsMemOps(args)).toEqual(ops);
     const full = Array.from({ length: FLAG_OPS_MAX }, (_, k) => ({ op: 'wait64' as const, addr: BigInt(8 * k), value: 1n, condition: 'geq' as const }));
     expect(flagOpsArgs(full)[1]).toEqual({ type: 'u32', value: 2 ** FLAG_OPS_MAX - 1 });
-    expect(() => flagOpsArgs([{ op: 'wait64', addr: 0n, value: 1n, condition: 'eq' }])).toThrow(/write64 and wait64 \(geq\)/);
+    expect(() => flagOpsArgs([{ op: 'wait64', addr: 0n, value: 1n, condition: 'eq' }])).toThrow(/write64, wait64 \(geq\) and copy64/);
   });
 });

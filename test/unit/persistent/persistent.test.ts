@@ -262,6 +262,37 @@ describe('persistent transfers', () => {
     await settle(da, ca);
   });
 
+  it("flags: 'kernel' with 8-byte rounds: the kernel copies the words itself (no copy-engine copy), every replay lands", async () => {
+    pair = await open();
+    const p = pair;
+    const [da, db] = [p.a.driver, p.b.driver];
+    const n = 8;
+    const src = deviceWith(da, randomBytes(n, 1));
+    const dst = zeros(db, n);
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n, flags: 'kernel' }), p.b.ep.persistent(rb, { role: 'recv', length: n, flags: 'kernel' })]);
+    let copies = 0;
+    const copy = da.memcpyAsync.bind(da);
+    da.memcpyAsync = (...args) => (copies++, copy(...args));
+    const [ca, cb] = [da.streamCreate(), db.streamCreate()];
+    da.streamBeginCapture(ca);
+    startSequence(ca, [ta, ta, ta]); // three rounds per replay
+    const ea = da.graphInstantiate(da.streamEndCapture(ca));
+    db.streamBeginCapture(cb);
+    startSequence(cb, [tb, tb, tb]);
+    const eb = db.graphInstantiate(db.streamEndCapture(cb));
+    expect(copies).toBe(0);
+    for (let k = 0; k < 5; k++) {
+      da.memcpyHtoD(src.ptr, randomBytes(n, 30 + k));
+      da.graphLaunch(ea, ca);
+      db.graphLaunch(eb, cb);
+      await Promise.all([settle(da, ca), settle(db, cb)]);
+      expect(Buffer.compare(readDevice(db, dst), randomBytes(n, 30 + k))).toBe(0);
+    }
+    ta.check();
+    tb.check();
+  });
+
   it("flags: 'kernel' is refused where the driver cannot load modules, and a bad flags value is a TypeError", async () => {
     pair = await open();
     const p = pair;
