@@ -10,8 +10,8 @@
  *
  * Written here, not generated from a .cu (src/kernels/README.md): it is one
  * unrolled list of at most FLAG_OPS_MAX operations, each an address and a
- * value as kernel parameters (a graph bakes them in, as it does a batch's).
- * Bit k of `waits` says operation k waits (spins until the word at the
+ * value as kernel parameters (a graph bakes them in, as it does a batch's;
+ * 64 operations are 1 KiB of the 4 KiB a launch may pass). Bit k of `waits` says operation k waits (spins until the word at the
  * address >= value, an acquire at system scope, as the peer's writes come
  * over the mapping); bit k of `copies` says it copies the 8 bytes at
  * `value` (read as an address) to the address (a small round's bytes, so
@@ -21,7 +21,7 @@
  */
 
 /** Operations one launch takes. */
-export const FLAG_OPS_MAX = 16;
+export const FLAG_OPS_MAX = 64;
 
 export const FLAG_OPS_ENTRY = 'smcuda_flag_ops';
 
@@ -32,11 +32,11 @@ function opCode(k: number): string {
 	ld.param.u64 	%rd1, [${FLAG_OPS_ENTRY}_a${k}];
 	ld.param.u64 	%rd2, [${FLAG_OPS_ENTRY}_v${k}];
 	cvta.to.global.u64 	%rd3, %rd1;
-	and.b32 	%r3, %r2, ${2 ** k};
-	setp.ne.u32 	%p2, %r3, 0;
+	and.b64 	%rd5, %rd6, 0x${(1n << BigInt(k)).toString(16).padStart(16, "0")};
+	setp.ne.u64 	%p2, %rd5, 0;
 	@%p2 bra 	$L__wait${k};
-	and.b32 	%r3, %r0, ${2 ** k};
-	setp.ne.u32 	%p2, %r3, 0;
+	and.b64 	%rd5, %rd7, 0x${(1n << BigInt(k)).toString(16).padStart(16, "0")};
+	setp.ne.u64 	%p2, %rd5, 0;
 	@%p2 bra 	$L__copy${k};
 	st.release.sys.global.u64 	[%rd3], %rd2;
 	bra.uni 	$L__next${k};
@@ -54,12 +54,12 @@ $L__next${k}:
 }
 
 function params(): string {
-  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u32 ${FLAG_OPS_ENTRY}_waits`, `	.param .u32 ${FLAG_OPS_ENTRY}_copies`];
+  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u64 ${FLAG_OPS_ENTRY}_waits`, `	.param .u64 ${FLAG_OPS_ENTRY}_copies`];
   for (let k = 0; k < FLAG_OPS_MAX; k++) ps.push(`	.param .u64 ${FLAG_OPS_ENTRY}_a${k}`, `	.param .u64 ${FLAG_OPS_ENTRY}_v${k}`);
   return ps.join(',\n');
 }
 
-/** PTX text of smcuda_flag_ops(n: u32, waits: u32, copies: u32, a0: u64, v0: u64, …, a15, v15). */
+/** PTX text of smcuda_flag_ops(n: u32, waits: u64, copies: u64, a0: u64, v0: u64, …, a63, v63). */
 export const FLAG_OPS_PTX: string = `.version 8.0
 .target sm_75
 .address_size 64
@@ -69,12 +69,12 @@ ${params()}
 )
 {
 	.reg .pred 	%p<4>;
-	.reg .b32 	%r<4>;
-	.reg .b64 	%rd<5>;
+	.reg .b32 	%r<2>;
+	.reg .b64 	%rd<8>;
 
 	ld.param.u32 	%r1, [${FLAG_OPS_ENTRY}_n];
-	ld.param.u32 	%r2, [${FLAG_OPS_ENTRY}_waits];
-	ld.param.u32 	%r0, [${FLAG_OPS_ENTRY}_copies];
+	ld.param.u64 	%rd6, [${FLAG_OPS_ENTRY}_waits];
+	ld.param.u64 	%rd7, [${FLAG_OPS_ENTRY}_copies];
 ${Array.from({ length: FLAG_OPS_MAX }, (_, k) => opCode(k)).join('')}$L__end:
 	ret;
 }

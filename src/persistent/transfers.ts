@@ -295,21 +295,21 @@ const ONE_THREAD: LaunchConfig = { grid: [1], block: [1] };
 
 /** smcuda_flag_ops's arguments for up to FLAG_OPS_MAX write64, wait64 (geq) and copy64 operations. */
 export function flagOpsArgs(ops: readonly FlagOp[]): KernelArg[] {
-  let waits = 0;
-  let copies = 0;
+  let waits = 0n;
+  let copies = 0n;
   const args: KernelArg[] = [];
   ops.forEach((op, k) => {
     if (op.op === 'copy64') {
-      copies |= 1 << k;
+      copies |= 1n << BigInt(k);
       args.push({ type: 'u64', value: op.addr }, { type: 'u64', value: op.src });
       return;
     }
-    if (op.op === 'wait64' && op.condition === 'geq') waits |= 1 << k;
+    if (op.op === 'wait64' && op.condition === 'geq') waits |= 1n << BigInt(k);
     else if (op.op !== 'write64') throw new Error(`the flag kernel runs write64, wait64 (geq) and copy64 only, not ${op.op}`);
     args.push({ type: 'u64', value: op.addr }, { type: 'u64', value: BigInt(op.value) });
   });
   for (let k = ops.length; k < FLAG_OPS_MAX; k++) args.push({ type: 'u64', value: 0n }, { type: 'u64', value: 0n });
-  return [{ type: 'u32', value: ops.length }, { type: 'u32', value: waits >>> 0 }, { type: 'u32', value: copies >>> 0 }, ...args];
+  return [{ type: 'u32', value: ops.length }, { type: 'u64', value: waits }, { type: 'u64', value: copies }, ...args];
 }
 
 /** Rounds of at most this many bytes (whole 8-byte words, aligned) are copied by the flag kernel itself. */

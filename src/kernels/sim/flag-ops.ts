@@ -19,13 +19,14 @@ export type FlagOp = StreamMemOp | Copy64Op;
 
 export function flagOpsAsMemOps(args: readonly KernelArg[]): FlagOp[] {
   const n = args[0]!.value as number;
-  const waits = args[1]!.value as number;
-  const copies = args[2]!.value as number;
+  const waits = args[1]!.value as bigint;
+  const copies = args[2]!.value as bigint;
   const ops: FlagOp[] = [];
   for (let k = 0; k < n; k++) {
     const addr = args[3 + 2 * k]!.value as bigint;
     const value = args[4 + 2 * k]!.value as bigint;
-    ops.push(waits & (1 << k) ? { op: 'wait64', addr, value, condition: 'geq' } : copies & (1 << k) ? { op: 'copy64', addr, src: value } : { op: 'write64', addr, value });
+    const bit = 1n << BigInt(k);
+    ops.push(waits & bit ? { op: 'wait64', addr, value, condition: 'geq' } : copies & bit ? { op: 'copy64', addr, src: value } : { op: 'write64', addr, value });
   }
   return ops;
 }

@@ -13,9 +13,9 @@ import { flagOpsArgs } from '../../../src/persistent/transfers.js';
 describe('the flag kernel', () => {
   it('declares n, waits, copies and an address and value per operation, as flagOpsArgs packs them', () => {
     const entry = parsePtx(FLAG_OPS_PTX).get(FLAG_OPS_ENTRY)!;
-    expect(entry.params).toEqual(['b32', 'b32', 'b32', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'b64')]);
+    expect(entry.params).toEqual(['b32', 'b64', 'b64', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'b64')]);
     const args = flagOpsArgs([{ op: 'write64', addr: 0x100n, value: 1n }]);
-    expect(args.map((a) => a.type)).toEqual(['u32', 'u32', 'u32', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'u64')]);
+    expect(args.map((a) => a.type)).toEqual(['u32', 'u64', 'u64', ...Array.from({ length: 2 * FLAG_OPS_MAX }, () => 'u64')]);
     expect(FLAG_OPS_PTX).toMatch(/^\.version 8\.0\n\.target sm_75\n/);
     expect(FLAG_OPS_PTX.match(/ld\.acquire\.sys\.global\.u64/g)).toHaveLength(FLAG_OPS_MAX);
     expect(FLAG_OPS_PTX.match(/st\.release\.sys\.global\.u64/g)).toHaveLength(FLAG_OPS_MAX);
@@ -35,11 +35,11 @@ describe('the flag kernel', () => {
     ];
     const args = flagOpsArgs(ops);
     expect(args[0]).toEqual({ type: 'u32', value: 4 });
-    expect(args[1]).toEqual({ type: 'u32', value: 0b0010 });
-    expect(args[2]).toEqual({ type: 'u32', value: 0b1000 });
+    expect(args[1]).toEqual({ type: 'u64', value: 0b0010n });
+    expect(args[2]).toEqual({ type: 'u64', value: 0b1000n });
     expect(flagOpsAsMemOps(args)).toEqual(ops);
     const full = Array.from({ length: FLAG_OPS_MAX }, (_, k) => ({ op: 'wait64' as const, addr: BigInt(8 * k), value: 1n, condition: 'geq' as const }));
-    expect(flagOpsArgs(full)[1]).toEqual({ type: 'u32', value: 2 ** FLAG_OPS_MAX - 1 });
+    expect(flagOpsArgs(full)[1]).toEqual({ type: 'u64', value: (1n << BigInt(FLAG_OPS_MAX)) - 1n });
     expect(() => flagOpsArgs([{ op: 'wait64', addr: 0n, value: 1n, condition: 'eq' }])).toThrow(/write64, wait64 \(geq\) and copy64/);
   });
 });
