@@ -16,8 +16,11 @@
  * over the mapping); bit k of `copies` says it copies the 8 bytes at
  * `value` (read as an address) to the address (a small round's bytes, so
  * that no copy-engine node sits between the flags); otherwise it writes the
- * value (a release at system scope, which also publishes the thread's
- * earlier copies). PTX 8.0, sm_75, as the generated modules.
+ * value: a release at system scope where bit k of `releases` is set (a
+ * signal to the peer, which publishes the thread's earlier writes and
+ * copies with it), else a relaxed write (this side's own bookkeeping: a
+ * release costs a system-wide fence). PTX 8.0, sm_75, as the generated
+ * modules.
  */
 
 /** Operations one launch takes. */
@@ -38,6 +41,12 @@ function opCode(k: number): string {
 	and.b64 	%rd5, %rd7, 0x${(1n << BigInt(k)).toString(16).padStart(16, "0")};
 	setp.ne.u64 	%p2, %rd5, 0;
 	@%p2 bra 	$L__copy${k};
+	and.b64 	%rd5, %rd8, 0x${(1n << BigInt(k)).toString(16).padStart(16, '0')};
+	setp.ne.u64 	%p2, %rd5, 0;
+	@%p2 bra 	$L__release${k};
+	st.relaxed.sys.global.u64 	[%rd3], %rd2;
+	bra.uni 	$L__next${k};
+$L__release${k}:
 	st.release.sys.global.u64 	[%rd3], %rd2;
 	bra.uni 	$L__next${k};
 $L__copy${k}:
@@ -54,12 +63,12 @@ $L__next${k}:
 }
 
 function params(): string {
-  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u64 ${FLAG_OPS_ENTRY}_waits`, `	.param .u64 ${FLAG_OPS_ENTRY}_copies`];
+  const ps = [`	.param .u32 ${FLAG_OPS_ENTRY}_n`, `	.param .u64 ${FLAG_OPS_ENTRY}_waits`, `	.param .u64 ${FLAG_OPS_ENTRY}_copies`, `	.param .u64 ${FLAG_OPS_ENTRY}_releases`];
   for (let k = 0; k < FLAG_OPS_MAX; k++) ps.push(`	.param .u64 ${FLAG_OPS_ENTRY}_a${k}`, `	.param .u64 ${FLAG_OPS_ENTRY}_v${k}`);
   return ps.join(',\n');
 }
 
-/** PTX text of smcuda_flag_ops(n: u32, waits: u64, copies: u64, a0: u64, v0: u64, …, a63, v63). */
+/** PTX text of smcuda_flag_ops(n: u32, waits: u64, copies: u64, releases: u64, a0: u64, v0: u64, …, a63, v63). */
 export const FLAG_OPS_PTX: string = `.version 8.0
 .target sm_75
 .address_size 64
@@ -70,11 +79,12 @@ ${params()}
 {
 	.reg .pred 	%p<4>;
 	.reg .b32 	%r<2>;
-	.reg .b64 	%rd<8>;
+	.reg .b64 	%rd<9>;
 
 	ld.param.u32 	%r1, [${FLAG_OPS_ENTRY}_n];
 	ld.param.u64 	%rd6, [${FLAG_OPS_ENTRY}_waits];
 	ld.param.u64 	%rd7, [${FLAG_OPS_ENTRY}_copies];
+	ld.param.u64 	%rd8, [${FLAG_OPS_ENTRY}_releases];
 ${Array.from({ length: FLAG_OPS_MAX }, (_, k) => opCode(k)).join('')}$L__end:
 	ret;
 }

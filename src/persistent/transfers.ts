@@ -119,6 +119,11 @@ export class PersistentTransfer implements WatchedTransfer {
     return this.state !== 'armed';
   }
 
+  /** @internal This side's slot in its own flag block. */
+  get ownSlot(): DevicePtr {
+    return this.ownAwaited - BigInt(awaitedOffset(this.role));
+  }
+
   /** Sends `event` to its machine while it runs (once closed, it hears nothing more). */
   private tell(event: PersistentMachineEvent): void {
     if (this.actor.getSnapshot().status === 'active') this.actor.send(event);
@@ -281,11 +286,12 @@ function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfe
   // The kernel where every transfer of the call asked for it (merged batches mix their operations).
   const kernel = transfers.every((t) => t.flagKernel !== undefined) ? transfers[0]!.flagKernel : undefined;
   // With the kernel, a small round's bytes are words of its batch: no copy-engine node between the flags.
+  const local = new Set(transfers.flatMap((t) => wordsOf(t.ownSlot)));
   const queued = kernel !== undefined ? items.map((it): QueuedItem => { const w = asWords(it); return w ? { kind: 'batch', ops: w } : it; }) : items;
   for (const item of mergeBatches(queued)) {
     if (item.kind === 'copy') d.memcpyAsync(item.dst, item.src, item.length, stream);
     else if (kernel !== undefined) {
-      for (let k = 0; k < item.ops.length; k += FLAG_OPS_MAX) d.launchKernel(kernel, ONE_THREAD, flagOpsArgs(item.ops.slice(k, k + FLAG_OPS_MAX)), stream);
+      for (let k = 0; k < item.ops.length; k += FLAG_OPS_MAX) d.launchKernel(kernel, ONE_THREAD, flagOpsArgs(item.ops.slice(k, k + FLAG_OPS_MAX), local), stream);
     } else d.streamBatchMemOp(stream, item.ops as StreamMemOp[]);
   }
   for (const t of transfers) t.queued(stream, capturing);
@@ -293,10 +299,16 @@ function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfe
 
 const ONE_THREAD: LaunchConfig = { grid: [1], block: [1] };
 
-/** smcuda_flag_ops's arguments for up to FLAG_OPS_MAX write64, wait64 (geq) and copy64 operations. */
-export function flagOpsArgs(ops: readonly FlagOp[]): KernelArg[] {
+/**
+ * smcuda_flag_ops's arguments for up to FLAG_OPS_MAX write64, wait64 (geq)
+ * and copy64 operations. A write to a word of `local` (this side's own flag
+ * words) is relaxed; any other (a signal through the peer's mapping) is a
+ * release, which orders every earlier write and copy of the round before it.
+ */
+export function flagOpsArgs(ops: readonly FlagOp[], local: ReadonlySet<DevicePtr> = new Set()): KernelArg[] {
   let waits = 0n;
   let copies = 0n;
+  let releases = 0n;
   const args: KernelArg[] = [];
   ops.forEach((op, k) => {
     if (op.op === 'copy64') {
@@ -305,11 +317,12 @@ export function flagOpsArgs(ops: readonly FlagOp[]): KernelArg[] {
       return;
     }
     if (op.op === 'wait64' && op.condition === 'geq') waits |= 1n << BigInt(k);
+    else if (op.op === 'write64' && !local.has(op.addr)) releases |= 1n << BigInt(k);
     else if (op.op !== 'write64') throw new Error(`the flag kernel runs write64, wait64 (geq) and copy64 only, not ${op.op}`);
     args.push({ type: 'u64', value: op.addr }, { type: 'u64', value: BigInt(op.value) });
   });
   for (let k = ops.length; k < FLAG_OPS_MAX; k++) args.push({ type: 'u64', value: 0n }, { type: 'u64', value: 0n });
-  return [{ type: 'u32', value: ops.length }, { type: 'u64', value: waits }, { type: 'u64', value: copies }, ...args];
+  return [{ type: 'u32', value: ops.length }, { type: 'u64', value: waits }, { type: 'u64', value: copies }, { type: 'u64', value: releases }, ...args];
 }
 
 /** Rounds of at most this many bytes (whole 8-byte words, aligned) are copied by the flag kernel itself. */

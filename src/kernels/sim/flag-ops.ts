@@ -23,8 +23,8 @@ export function flagOpsAsMemOps(args: readonly KernelArg[]): FlagOp[] {
   const copies = args[2]!.value as bigint;
   const ops: FlagOp[] = [];
   for (let k = 0; k < n; k++) {
-    const addr = args[3 + 2 * k]!.value as bigint;
-    const value = args[4 + 2 * k]!.value as bigint;
+    const addr = args[4 + 2 * k]!.value as bigint;
+    const value = args[5 + 2 * k]!.value as bigint;
     const bit = 1n << BigInt(k);
     ops.push(waits & bit ? { op: 'wait64', addr, value, condition: 'geq' } : copies & bit ? { op: 'copy64', addr, src: value } : { op: 'write64', addr, value });
   }
