@@ -11,7 +11,7 @@ export type { ReceivedFrom } from './any-source.js';
 export { ANY_TAG } from './matching.js';
 export { isDeviceBuffer, offsetDevice, type DeviceBuffer, type HostBuffer, type MessageBuffer } from './buffers.js';
 export type { TransportOptions, NegotiationOptions, StagingOptions, CacheOptions, PersistentOptions as PersistentTransportOptions } from './options.js';
-export { startGroup, PersistentTransfer, type PersistentOptions, type PersistentRole, type PersistentState } from './persistent/transfers.js';
+export { startGroup, startSequence, PersistentTransfer, type PersistentOptions, type PersistentRole, type PersistentState } from './persistent/transfers.js';
 export type { Registration, RegistrationState } from './persistent/registrations.js';
 export type { EndpointStats, DataPath } from './endpoint-stats.js';
 export type { ControlChannel, ControlChannelEvents } from './channel/channel.js';

@@ -18,11 +18,12 @@
  *
  * Host-enqueued: every iteration's operations are enqueued by the host, one
  * call each. Graph: `transfers` iterations are captured once on each side
- * and the graph is replayed; the initiator also times each graphLaunch call
- * on the host.
+ * and the graph is replayed (graph-replays.ts); the initiator also times
+ * each graphLaunch call on the host.
  */
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
 import type { Repeat } from './protocol.js';
+import { timeReplays } from './graph-replays.js';
 import { withinMs } from './stuck.js';
 import { ArgumentRangeError } from '../errors.js';
 
@@ -54,10 +55,12 @@ export interface MemOpHostResult {
 }
 
 export interface MemOpGraphResult {
-  /** Initiator only: stream time per captured iteration / 2, µs. */
+  /** Initiator only: stream time per captured iteration / 2, µs (replays back to back). */
   halfRoundTripUs?: number;
-  /** Initiator only: host time of each timed graphLaunch call, µs. */
+  /** Initiator only: host time of each graphLaunch call while the stream's queue has room (graph-replays.ts), µs. */
   hostUsPerReplay?: number[];
+  /** Initiator only: host time of each graphLaunch call back to back, µs. */
+  backToBackHostUs?: number[];
 }
 
 /** One worker's side of the raw ping-pong. */
@@ -144,20 +147,9 @@ export class MemOpPingPong {
     try {
       const exec = d.graphInstantiate(graph);
       try {
-        return await this.#withEvents(async (start, end) => {
-          for (let r = 0; r < warmup; r++) d.graphLaunch(exec, this.#stream);
-          d.eventRecord(start, this.#stream);
-          const hostUs: number[] = [];
-          for (let r = 0; r < replays; r++) {
-            const t0 = process.hrtime.bigint();
-            d.graphLaunch(exec, this.#stream);
-            hostUs.push(Number(process.hrtime.bigint() - t0) / 1000);
-          }
-          d.eventRecord(end, this.#stream);
-          await this.#complete(end, `${role}: ${warmup + replays} replays of a graph of ${transfers} iterations`);
-          if (role === 'responder') return {};
-          return { halfRoundTripUs: (d.eventElapsedTime(start, end) * 1000) / (replays * transfers) / 2, hostUsPerReplay: hostUs };
-        });
+        const t = await timeReplays(d, exec, this.#stream, replays, warmup, (what) => this.#settle(`${role}: ${what} of a graph of ${transfers} iterations`));
+        if (role === 'responder') return {};
+        return { halfRoundTripUs: t.streamUsPerReplay / transfers / 2, hostUsPerReplay: t.hostUs, backToBackHostUs: t.backToBackUs };
       } finally {
         d.graphExecDestroy(exec);
       }
@@ -192,6 +184,16 @@ export class MemOpPingPong {
     } finally {
       this.#d.eventDestroy(start);
       this.#d.eventDestroy(end);
+    }
+  }
+
+  async #settle(what: string): Promise<void> {
+    const ev = this.#d.eventCreate({ disableTiming: true });
+    try {
+      this.#d.eventRecord(ev, this.#stream);
+      await this.#complete(ev, what);
+    } finally {
+      this.#d.eventDestroy(ev);
     }
   }
 

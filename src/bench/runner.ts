@@ -48,7 +48,7 @@ import {
 import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
 import { firstSendFigure, firstSendOnce, runAllToAll, runMemory } from './run-groups.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
-import { runGraphSuite } from './graph-suite.js';
+import { NATIVE_FLOOR, runGraphSuite } from './graph-suite.js';
 import { runCollectivesSuite } from './collectives-suite.js';
 import { cleanUpOnInterrupt } from '../cli/interrupt.js';
 
@@ -379,6 +379,9 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
 }
 
 /** The native floor between the pair's two ranks (native-floor.ts): rank 1's half round trips, µs. */
+// The graph suite's 8 B native floor: the same C++ ping-pong, measured again in the graph suite's part of the run.
+NATIVE_FLOOR.measure = async (run, g) => summarize(await floor(g, HEADLINE_SIZE, run.plan.floor(HEADLINE_SIZE), run.sim));
+
 async function floor(g: Group, size: number, repeat: { iters: number; warmup: number }, sim: boolean): Promise<number[]> {
   const segment = `/smcuda-floor-${process.pid}-${randomBytes(4).toString('hex')}`;
   try {

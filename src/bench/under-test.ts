@@ -17,6 +17,7 @@ import type { Endpoint } from '../endpoint.js';
 import type { Algorithm } from './collective-figures.js';
 import type { MemOpGraphResult, PingPongRole } from './memop-pingpong.js';
 import type { Repeat } from './protocol.js';
+import { PersistentPingPong } from './persistent-pingpong.js';
 import { withinMs } from './stuck.js';
 
 export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
@@ -74,6 +75,8 @@ export interface PingPongContext {
   endpoint: Endpoint;
   rank: number;
   device: number;
+  /** Who runs the flag operations (persistent transfers' `flags` option); default 'memops'. */
+  flags?: 'memops' | 'kernel';
 }
 
 /** Scratch per region for the bench's communicators: large calls go in pieces of this size (fewer steps per byte than the 4 MiB default). */
@@ -111,8 +114,9 @@ export const COLLECTIVES_UNDER_TEST: { factory?: (ctx: CollectiveRankContext) =>
   missing: "smcuda's Communicator (issue 26) is not in this build",
 };
 
-/** Persistent transfers of issue 25 go here. */
+/** Persistent transfers of issue 25 (persistent-pingpong.ts). */
 export const GRAPH_PINGPONG_UNDER_TEST: { factory?: (ctx: PingPongContext) => Promise<PingPongUnderTest>; missing: string } = {
+  factory: async (ctx) => new PersistentPingPong(ctx),
   missing: "smcuda's persistent transfers (issue 25) are not in this build",
 };
 

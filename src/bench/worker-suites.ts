@@ -22,7 +22,7 @@ export type SuiteCommand =
   | ({ op: 'memop-host'; size: number } & Repeat)
   | { op: 'memop-graph'; size: number; transfers: number; replays: number; warmup: number }
   | { op: 'memop-close' }
-  | { op: 'sut-pingpong'; session: string; size: number; transfers: number; replays: number; warmup: number }
+  | { op: 'sut-pingpong'; session: string; size: number; transfers: number; replays: number; warmup: number; flags?: 'memops' | 'kernel' }
   // collectives suite: every rank runs each call
   | { op: 'staged-create'; ranks: number; maxBytes: number; timeoutMs: number }
   | { op: 'staged-open'; segment: string; ranks: number; maxBytes: number; timeoutMs: number }
@@ -188,7 +188,7 @@ export class SuiteWorker {
   async #sutPingPong(c: Extract<SuiteCommand, { op: 'sut-pingpong' }>): Promise<MemOpGraphResult> {
     if (!GRAPH_PINGPONG_UNDER_TEST.factory) throw new Error(GRAPH_PINGPONG_UNDER_TEST.missing);
     const d = this.driver;
-    const sut = await GRAPH_PINGPONG_UNDER_TEST.factory({ driver: d, endpoint: await this.endpoint(c.session), rank: this.cfg.rank, device: this.cfg.device });
+    const sut = await GRAPH_PINGPONG_UNDER_TEST.factory({ driver: d, endpoint: await this.endpoint(c.session), rank: this.cfg.rank, device: this.cfg.device, ...(c.flags ? { flags: c.flags } : {}) });
     const stream = d.streamCreate();
     try {
       return await sut.graphPingPong({ role: this.role, size: c.size, transfers: c.transfers, replays: c.replays, warmup: c.warmup, stream });

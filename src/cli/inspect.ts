@@ -15,7 +15,9 @@ const HELP = `usage: smcuda inspect [--trace FILE] [--port P] [--json]
 
 Serves a web page on http://127.0.0.1:P/ (this machine only) showing each
 endpoint's negotiation machine with its current state highlighted, its recent
-transitions and its cache counters, updated live as the trace file grows.
+transitions, its cache counters and its persistent transfers (each one's
+state: registered, armed, replaying, stuck, closed, and why it closed),
+updated live as the trace file grows.
 The processes being watched write the trace; for example, in two shells:
 
   smcuda inspect --trace /tmp/run.jsonl --port 8377

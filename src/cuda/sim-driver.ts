@@ -77,7 +77,7 @@ import { localOwner } from '../segment-owner.js';
 import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { mulberry32, shuffle } from './sim/prng.js';
-import { bindLaunch, parsePtx, type SimEntry } from './sim/kernels.js';
+import { bindLaunch, memOpTwinOf, parsePtx, type SimEntry } from './sim/kernels.js';
 import { assertEntryName, assertKernelArgs, assertLaunchConfig, assertPtx } from './validate-gpu-driven.js';
 import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream, type WaitItem } from './sim/streams.js';
@@ -1084,6 +1084,26 @@ export class SimulatedCudaDriver implements CudaDriver {
     if (!f) throw cudaError('cuLaunchKernel', 'CUDA_ERROR_INVALID_HANDLE', `no function ${fn} in this driver (module unloaded?)`);
     const twin = bindLaunch(f.entry, config, args);
     const frozen = args.map((a) => ({ ...a }) as KernelArg);
+    const asBatch = memOpTwinOf(f.entry.name);
+    if (asBatch) {
+      // Runs of memory operations as batches, each 8-byte copy as a copy between them, in order.
+      let run: StreamMemOp[] = [];
+      const flush = () => {
+        if (run.length > 0) this.memOps('cuLaunchKernel', stream, run);
+        run = [];
+      };
+      for (const op of asBatch(frozen)) {
+        if (op.op !== 'copy64') run.push(op);
+        else {
+          flush();
+          const d = this.viewOf(mem, 'cuLaunchKernel', op.addr, 8);
+          const s = this.viewOf(mem, 'cuLaunchKernel', op.src, 8);
+          this.asyncWork(stream, 'cuLaunchKernel', 8, [d.alloc, s.alloc], () => d.bytes.set(s.bytes));
+        }
+      }
+      flush();
+      return;
+    }
     // Allocations the pointer arguments name, so freeing one drains the launch first.
     const touches = frozen.flatMap((a) => (a.type === 'ptr' ? [mem.find(a.value) ?? this.fdMemory?.find(a.value)].filter((x): x is NonNullable<typeof x> => x !== undefined) : []));
     const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };

@@ -12,7 +12,9 @@
  * Readable at 1280 px: one card per row there, the diagram at its own size.
  *
  * Test hooks: each endpoint is `[data-endpoint="self→peer"]`, its state
- * `[data-role=state]` with `data-state`.
+ * `[data-role=state]` with `data-state`; its persistent transfers are rows
+ * `[data-transfer=ID]` of `[data-role=persistent]`, each state a cell with
+ * `data-persistent-state`.
  */
 export function inspectorPage(title: string): string {
   return `<!doctype html>
@@ -110,7 +112,8 @@ export function inspectorPage(title: string): string {
       const tr = el('div'); tr.append(el('strong', {}, 'recent transitions'), el('table', { 'data-role': 'transitions' }));
       const cc = el('div'); cc.append(el('strong', {}, 'cache'), el('table', { 'data-role': 'cache' }));
       const fr = el('div'); fr.append(el('strong', {}, 'frames'), el('table', { 'data-role': 'frames' }));
-      cols.append(tr, cc, fr);
+      const pt = el('div'); pt.append(el('strong', {}, 'persistent transfers'), el('table', { 'data-role': 'persistent' }));
+      cols.append(tr, cc, fr, pt);
       card.append(h, el('div', { class: 'diagram' }), cols);
       document.getElementById('endpoints').append(card);
       cards.set(v.key, card);
@@ -134,6 +137,15 @@ export function inspectorPage(title: string): string {
     c.replaceChildren(...CACHE_KEYS.map((k) => { const row = el('tr'); row.append(el('td', {}, k), el('td', { 'data-cache': k }, String(v.cache[k] || 0))); return row; }));
     const f = card.querySelector('[data-role=frames]');
     f.replaceChildren(...[['sent', v.frames.sent], ['received', v.frames.received]].map(([k, n]) => { const row = el('tr'); row.append(el('td', {}, k), el('td', {}, String(n))); return row; }));
+    const p = card.querySelector('[data-role=persistent]');
+    const pts = Object.values(v.persistent || {}).sort((a, b) => a.transfer - b.transfer);
+    p.replaceChildren(...(pts.length ? pts : [null]).map((x) => {
+      const row = el('tr');
+      if (!x) { row.append(el('td', { class: 'muted' }, 'none')); return row; }
+      row.dataset.transfer = String(x.transfer);
+      row.append(el('td', {}, '#' + x.transfer + ' ' + x.role), el('td', { 'data-persistent-state': x.state }, x.state), el('td', { class: 'muted' }, (x.reason ? x.reason + ' · ' : '') + x.states.join('→')));
+      return row;
+    }));
   }
 
   const es = new EventSource('events');

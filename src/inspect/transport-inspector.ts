@@ -31,7 +31,7 @@ export class TransportInspector {
 
   /** A tracer feeding the page, and `inner` too when given. */
   tracer(inner: Tracer | undefined): Tracer {
-    const rec = (peer: string, kind: 'frame' | 'state' | 'cache', fields: Record<string, unknown>) =>
+    const rec = (peer: string, kind: 'frame' | 'state' | 'cache' | 'persistent', fields: Record<string, unknown>) =>
       this.model.apply({ t: Math.round((origin + performance.now()) * 1000), pid: process.pid, self: this.self, peer, kind, ...fields });
     return {
       frame: (peer: string, dir: 'send' | 'recv', frame: Frame) => {
@@ -46,7 +46,10 @@ export class TransportInspector {
         inner?.cache(peer, event);
         rec(peer, 'cache', { ...event });
       },
-      persistent: (peer, transfer, from, to, info) => inner?.persistent?.(peer, transfer, from, to, info),
+      persistent: (peer, transfer, from, to, info) => {
+        inner?.persistent?.(peer, transfer, from, to, info);
+        rec(peer, 'persistent', { transfer, from, to, ...info });
+      },
       close: () => inner?.close(),
     };
   }

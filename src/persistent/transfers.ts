@@ -5,8 +5,8 @@
  * copied into the receiver's registered destination each round. Several per
  * endpoint, either direction.
  *
- * `start(stream)` queues stream operations only (flags.ts): nothing on the
- * host per round, so a CUDA graph can capture any number of starts and
+ * `start(stream)` queues stream operations only (flags.ts; start.ts queues
+ * them, as memory operations or the flag kernel): nothing on the host per round, so a CUDA graph can capture any number of starts and
  * replay them with no host work. Each side owns a flag block of
  * `flagSlots` slots (device memory registered with the peer by the first
  * transfer, as both sides make their first transfer together); the
@@ -16,8 +16,8 @@
  */
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle } from '../cuda/driver.js';
-import { assertHandle } from '../cuda/validate.js';
+import type { CudaDriver, DevicePtr, EventHandle, FunctionHandle, StreamHandle } from '../cuda/driver.js';
+import { flagKernel, type QueuedItem, startGroup, wordsOf } from './start.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
 import { FrameType, PtRole, type PtFailFrame, type PtOfferFrame } from '../wire/frames.js';
@@ -26,6 +26,8 @@ import type { Registration, Registrations } from './registrations.js';
 import type { RemoteMemoryContext } from './remote-memory.js';
 import type { Tracer } from '../trace.js';
 import type { WatchedBlock, WatchedTransfer, Watchdog } from './watchdog.js';
+
+export { flagOpsArgs, KERNEL_COPY_MAX, mergeBatches, startGroup, startSequence } from './start.js';
 
 export type PersistentRole = 'send' | 'recv';
 export type PersistentState = 'armed' | 'failed' | 'closed';
@@ -37,7 +39,16 @@ export interface PersistentOptions {
   length: number;
   /** From the start of this side's registered buffer; default 0. */
   offset?: number;
+  /**
+   * Who runs this side's flag operations: 'memops' (default) the stream's
+   * memory operations (cuStreamBatchMemOp); 'kernel' one GPU thread of a
+   * small PTX kernel (src/kernels/flag-ops.ptx.ts), which a CUDA graph
+   * replays for far less host time per replay. The same protocol and
+   * watchdog either way; each side chooses for itself.
+   */
+  flags?: 'memops' | 'kernel';
 }
+
 
 type PersistentActor = Actor<typeof persistentMachine>;
 
@@ -67,6 +78,8 @@ export class PersistentTransfer implements WatchedTransfer {
   onForget: (() => void) | undefined;
   /** Starts queued (eager or captured; a captured start replays without counting here). */
   starts = 0;
+  /** @internal The flag kernel, where this side runs its flag operations in one ('kernel'). */
+  flagKernel: FunctionHandle | undefined;
 
   constructor(
     readonly id: number,
@@ -91,6 +104,11 @@ export class PersistentTransfer implements WatchedTransfer {
 
   get failed(): boolean {
     return this.state !== 'armed';
+  }
+
+  /** @internal This side's slot in its own flag block. */
+  get ownSlot(): DevicePtr {
+    return this.ownAwaited - BigInt(awaitedOffset(this.role));
   }
 
   /** Sends `event` to its machine while it runs (once closed, it hears nothing more). */
@@ -118,14 +136,15 @@ export class PersistentTransfer implements WatchedTransfer {
     startGroup(stream, [this]);
   }
 
-  /** @internal Queues part of a start: 'post' (a receiver's READY), 'run' (a sender's whole start), 'wait' (a receiver's wait). */
-  queue(stream: StreamHandle, part: 'post' | 'run' | 'wait'): void {
-    const d = this.owner.driver;
+  /** @internal The stream items of part of a start: 'post' (a receiver's READY), 'run' (a sender's whole start), 'wait' (a receiver's wait). */
+  items(part: 'post' | 'run' | 'wait'): QueuedItem[] {
     const steps = this.role === 'send' ? (part === 'run' ? this.steps : []) : part === 'post' ? [this.steps[0]!] : part === 'wait' ? [this.steps[1]!] : [];
+    const out: QueuedItem[] = [];
     for (const step of steps) {
-      if (step.kind === 'batch') d.streamBatchMemOp(stream, step.ops);
-      else if (this.length > 0) d.memcpyAsync(this.dst, this.src, this.length, stream);
+      if (step.kind === 'batch') out.push({ kind: 'batch', ops: step.ops });
+      else if (this.length > 0) out.push({ kind: 'copy', dst: this.dst, src: this.src, length: this.length });
     }
+    return out;
   }
 
   /** @internal After its start was queued: counts it, and tracks it until the stream passes it (eager starts only). */
@@ -218,24 +237,6 @@ export class PersistentTransfer implements WatchedTransfer {
   }
 }
 
-/**
- * One round of every transfer in `transfers` on one stream: every
- * receiver's READY first, then every sender's start, then every receiver's
- * wait — so a stream (or a graph captured from it) can hold sends and
- * receives between the same ranks, in any order, without waiting on itself.
- * Stream operations and cuMemcpyAsync only: it can be captured.
- */
-export function startGroup(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
-  assertHandle('stream', stream);
-  if (!Array.isArray(transfers)) throw new ArgumentTypeError('transfers must be an array of persistent transfers');
-  for (const t of transfers) t.check();
-  if (transfers.length === 0) return;
-  const capturing = transfers[0]!.driverOf().streamIsCapturing(stream);
-  for (const t of transfers) t.queue(stream, 'post');
-  for (const t of transfers) t.queue(stream, 'run');
-  for (const t of transfers) t.queue(stream, 'wait');
-  for (const t of transfers) t.queued(stream, capturing);
-}
 
 /** A flag block: SLOT_BYTES per slot, one allocation, registered with the peer. */
 interface FlagBlock extends WatchedBlock {
@@ -290,14 +291,22 @@ export class PersistentTransfers {
       if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentRangeError(`${name} must be a non-negative integer, got ${String(v)}`);
     }
     if (offset + length > reg.local.length) throw new ArgumentRangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
+    const flagsBy = options.flags ?? 'memops';
+    if (flagsBy !== 'memops' && flagsBy !== 'kernel') throw new ArgumentTypeError(`flags must be 'memops' or 'kernel', got ${String(flagsBy)}`);
     if (reg.state !== 'registered') throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is ${reg.state}`);
     const st = this.driver.gpuDrivenStatus();
     if (!st.streamMemOps || !st.memOps64) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`);
+    if (flagsBy === 'kernel' && !st.modules) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `flags: 'kernel' needs modules and kernel launch: ${st.reason ?? 'not offered by this driver'}; use flags: 'memops'`);
+    const kernel = flagsBy === 'kernel' ? flagKernel(this.driver) : undefined;
     // Everything that takes a number (the flag block's registration, this transfer's) happens in this call, in order.
     const flags = (this.flags ??= this.makeFlags());
     const id = this.nextId++;
     const block0 = this.flagAlloc!;
     const slot = this.freeSlot();
+    // A slot used before holds its last transfer's words (POISON, from its close): zero them, after
+    // the watchdog's writes, before the peer hears of the slot.
+    if (this.usedSlots.has(slot)) this.watchdog.reset(wordsOf(block0 + BigInt(slot * SLOT_BYTES)));
+    this.usedSlots.add(slot);
     this.ctx.link.sendFrame({ type: FrameType.PT_OFFER, ptId: id, role: role === 'send' ? PtRole.SEND : PtRole.RECV, regId: reg.id, offset, length, flagRegId: this.flagRegId, slot });
     const reserved = { slot };
     this.reserved.add(reserved.slot);
@@ -330,6 +339,7 @@ export class PersistentTransfers {
         peerFlags,
         actor,
       );
+      t.flagKernel = kernel;
       block.used[slot] = t;
       this.live.set(id, t);
       // Deregistration and the endpoint's close wait for its work on the data and on the flags.
@@ -353,6 +363,9 @@ export class PersistentTransfers {
   }
 
   private readonly reserved = new Set<number>();
+  /** Slots some transfer has had (their words may hold its last values). */
+  private readonly usedSlots = new Set<number>();
+  private block: FlagBlock | undefined;
 
   onFrame(frame: PtOfferFrame | PtFailFrame): void {
     if (frame.type === FrameType.PT_FAIL) {
@@ -394,6 +407,8 @@ export class PersistentTransfers {
     // Once the endpoint is closed no slot is reused: a closed transfer's waits stay poisoned
     // by the watchdog until the block is freed, so replays already queued run through.
     if (this.closeReason) return;
+    // At once where the block is there: a watchdog tick must not poison the slot once a new transfer has it.
+    if (this.block?.used[t.slot] === t) this.block.used[t.slot] = undefined;
     void this.flags?.then((b) => {
       if (b.used[t.slot] === t) b.used[t.slot] = undefined;
     });
@@ -424,6 +439,10 @@ export class PersistentTransfers {
   }
 
   private freeSlot(): number {
+    // A slot never used first (nothing to reset), then the lowest free one.
+    if (this.usedSlots.size < this.flagSlots) {
+      for (let s = 0; s < this.flagSlots; s++) if (!this.usedSlots.has(s)) return s;
+    }
     // Slots in use: the block's live transfers and those being made now.
     for (let s = 0; s < this.flagSlots; s++) {
       if (this.reserved.has(s)) continue;
@@ -452,6 +471,7 @@ export class PersistentTransfers {
         transfers: () => block.used.filter((t): t is PersistentTransfer => t !== undefined),
       };
       this.unwatch = this.watchdog.watch(block);
+      this.block = block;
       return block;
     });
   }

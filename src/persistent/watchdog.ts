@@ -89,6 +89,18 @@ export class Watchdog {
     }
   }
 
+  /**
+   * Zeroes `words` on the watchdog's stream — after every POISON it wrote
+   * there — and waits for it: a slot is reused only once its old values are
+   * gone. Synchronous (a new transfer's first call, not per round).
+   */
+  reset(words: readonly DevicePtr[]): void {
+    if (this.closed || words.length === 0) return;
+    const stream = this.ensureStream();
+    this.driver.streamBatchMemOp(stream, words.map((addr) => ({ op: 'write64', addr, value: 0n }) as StreamMemOp));
+    this.driver.streamSynchronize(stream);
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;

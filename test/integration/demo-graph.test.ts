@@ -35,6 +35,13 @@ describe('smcuda demo --graph', () => {
     expect(r.graph.hostUsPerReplay).toBeGreaterThan(0);
   });
 
+  it('--flags kernel: the flag operations run in the flag kernel, the sampled replays verified', async () => {
+    const r = await demo(['--ranks', '2', '--replays', '20', '--sizes', '64K', '--flags', 'kernel']);
+    expect(r.verified).toBe(true);
+    expect(r.mismatches).toEqual([]);
+    expect(r.graph).toMatchObject({ captured: true, replays: 23, transfers: 2 });
+  });
+
   it('refuses a bad --replays with exit code 2', async () => {
     const err = await run(process.execPath, [CLI, 'demo', '--driver', 'sim', '--graph', '--replays', '0']).catch((e: { code: number; stderr: string }) => e);
     expect((err as { code: number }).code).toBe(2);

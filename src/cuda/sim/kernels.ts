@@ -10,10 +10,16 @@ import type { KernelArg, LaunchConfig } from '../driver.js';
 import type { KernelTwin } from '../../kernels/sim/twin.js';
 import { FILL_TWINS } from '../../kernels/sim/fill.js';
 import { REDUCE_TWINS } from '../../kernels/sim/reduce.js';
+import { type FlagOp, MEMOP_TWINS } from '../../kernels/sim/flag-ops.js';
 import { cudaError } from './result-codes.js';
 
 /** Twins by entry name: the package's kernels, plus any a test registers. */
 const twins = new Map<string, KernelTwin>([...Object.entries(REDUCE_TWINS), ...Object.entries(FILL_TWINS)]);
+
+/** A kernel the simulated driver queues as a memory-operation batch (it waits on other processes), or undefined. */
+export function memOpTwinOf(entry: string): ((args: readonly KernelArg[]) => FlagOp[]) | undefined {
+  return MEMOP_TWINS[entry];
+}
 
 /** Binds `entry` (a PTX `.entry` name) to its TypeScript twin; for tests and kernels shipped elsewhere. */
 export function registerKernelTwin(entry: string, twin: KernelTwin): void {
@@ -77,6 +83,7 @@ export function bindLaunch(entry: SimEntry, _config: LaunchConfig, args: readonl
       throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${entry.name} parameter ${k} is .${want}, got ${a.type} ${String(a.value)}`);
     }
   });
+  if (memOpTwinOf(entry.name)) return () => {}; // queued as a batch by the driver
   const twin = twins.get(entry.name);
   if (!twin) throw cudaError(call, 'CUDA_ERROR_NOT_SUPPORTED', `the simulated driver has no TypeScript twin of ${entry.name}: register one (registerKernelTwin)`);
   return twin;

@@ -20,9 +20,10 @@ const full: GpuDrivenStatus = { streamMemOps: true, waitValueNor: true, memOps64
 describe('graph suite figures', () => {
   it('is a suite, with issue 25 item 7 targets on smcuda figures (GPU scope) and untargeted raw baselines', () => {
     expect(SUITES).toContain('graph');
-    expect(GRAPH_FIG.smcuda8).toMatchObject({ suite: 'graph', unit: 'µs', scope: 'gpu', target: { on: 'value', relation: '<=', bound: 5 } });
-    expect(GRAPH_FIG.smcuda1M).toMatchObject({ unit: 'GB/s', scope: 'gpu', target: { on: 'ratio', relation: '>=', bound: 0.95 } });
-    expect(GRAPH_FIG.smcudaReplayHost).toMatchObject({ unit: 'µs', scope: 'gpu', target: { on: 'value', relation: '<=', bound: 10 } });
+    // 'gpu-target': measured on the simulator too (the plumbing runs in CI), held to the targets on a GPU only.
+    expect(GRAPH_FIG.smcuda8).toMatchObject({ suite: 'graph', unit: 'µs', scope: 'gpu-target', target: { on: 'value', relation: '<=', bound: 5 } });
+    expect(GRAPH_FIG.smcuda1M).toMatchObject({ unit: 'GB/s', scope: 'gpu-target', target: { on: 'ratio', relation: '>=', bound: 0.95 } });
+    expect(GRAPH_FIG.smcudaReplayHost).toMatchObject({ unit: 'µs', scope: 'gpu-target', target: { on: 'value', relation: '<=', bound: 10 } });
     expect(GRAPH_FIG.smcudaReplayHost.name).toContain(`graph of ${GRAPH_TRANSFERS}`);
     expect(GRAPH_TRANSFERS).toBe(16);
     expect(GRAPH_FIGURES.map((f) => f.name)).toEqual([GRAPH_FIG.smcuda8.name, GRAPH_FIG.smcuda1M.name, GRAPH_FIG.smcudaReplayHost.name]);
@@ -41,10 +42,11 @@ describe('graph suite figures', () => {
     expect(halfRoundTripGBs(8, 0)).toBe(0);
   });
 
-  it('names the slots still to fill: smcuda persistent transfers and the native floor', () => {
-    expect(GRAPH_PINGPONG_UNDER_TEST.factory).toBeUndefined();
-    expect(GRAPH_PINGPONG_UNDER_TEST.missing).toMatch(/persistent transfers/);
+  it('has smcuda persistent transfers plugged in, and the native floor once the runner is loaded', async () => {
+    expect(GRAPH_PINGPONG_UNDER_TEST.factory).toBeTypeOf('function');
     expect(NATIVE_FLOOR.missing).toMatch(/native\/floor\.cc/);
+    await import('../../../src/bench/runner.js');
+    expect(NATIVE_FLOOR.measure).toBeTypeOf('function');
   });
 
   it('runs fewer iterations on the simulator and in smoke runs, at least 5 runs on a GPU', () => {

@@ -151,10 +151,12 @@ describe('MemOpPingPong over a recording driver', () => {
       const { init, resp, items } = await pair(1 << 20);
       const [ri, rr] = await Promise.all([init.graph('initiator', size, 16, 5, 2), resp.graph('responder', size, 16, 5, 2)]);
       expect(rr).toEqual({});
+      // graph-replays.ts: the 5 timed replays back to back, then 5 more in bursts (their launch calls are the host figure).
       expect(ri.hostUsPerReplay).toHaveLength(5);
+      expect(ri.backToBackHostUs).toHaveLength(5);
       expect(ri.halfRoundTripUs).toBeCloseTo((2 * 1000) / (5 * 16) / 2, 9);
       const [a, b] = items();
-      expect(a.length).toBe(7 * 16 * (size > 8 ? 4 : 3));
+      expect(a.length).toBe((2 + 5 + 5) * 16 * (size > 8 ? 4 : 3));
       const run = interpret(a, b);
       expect(run.errors).toEqual([]);
       init.close();

@@ -146,12 +146,53 @@ describe('Transport.create({ inspect })', () => {
     await expect(get(`${url}state`)).rejects.toThrow();
   });
 
+  it("shows the transport's persistent transfers and their machine state: registered, armed, replaying, stuck, closed", async () => {
+    const pair = await makePair({ a: { inspect: 0, persistent: { timeoutMs: 150 } }, b: { persistent: { timeoutMs: 150 } } });
+    const url = pair.a.transport.inspectUrl!;
+    const views = async () => (JSON.parse((await get(`${url}state`)).body) as { endpoints: EndpointView[] }).endpoints.find((e) => e.key === 'a→b')!.persistent;
+    try {
+      const n = 256;
+      const [da, db] = [pair.a.driver, pair.b.driver];
+      const [ra, rb] = await Promise.all([pair.a.ep.register(deviceWith(da, new Uint8Array(n).fill(1))), pair.b.ep.register(deviceWith(db, new Uint8Array(n)))]);
+      const [ta, tb] = await Promise.all([pair.a.ep.persistent(ra, { role: 'send', length: n }), pair.b.ep.persistent(rb, { role: 'recv', length: n })]);
+      expect((await views())[String(ta.id)]).toMatchObject({ role: 'send', state: 'armed', states: ['registered', 'armed'] });
+      const [sa, sb] = [da.streamCreate(), db.streamCreate()];
+      ta.start(sa);
+      tb.start(sb);
+      ta.start(sa); // one round more than the receiver starts: stuck, then failed on both sides
+      await ta.whenFailed();
+      const v = (await views())[String(ta.id)]!;
+      expect(v.state).toBe('closed');
+      expect(v.reason).toBe('SMCUDA_PERSISTENT_STUCK');
+      expect(v.states).toContain('replaying');
+      expect(v.states.slice(-2)).toEqual(['stuck', 'closed']);
+      expect(tb.machineState).toBe('closed');
+    } finally {
+      await pair.close();
+    }
+  });
+
   it('refuses a host other than 127.0.0.1', async () => {
     await expect(makePair({ a: { inspect: { port: 0, host: '0.0.0.0' as '127.0.0.1' } } })).rejects.toThrow(/127\.0\.0\.1/);
   });
 });
 
 describe('InspectorModel', () => {
+  it("shows each persistent transfer's machine state from its 'persistent' records, apart from the cache counters", () => {
+    const m = new InspectorModel();
+    const pt = (t: number, transfer: number, from: string, to: string, reason?: string) =>
+      m.apply({ t, pid: 1, self: 'a', peer: 'b', kind: 'persistent', transfer, from, to, role: 'send', ...(reason ? { reason } : {}) });
+    pt(1, 1, 'registered', 'armed');
+    pt(2, 1, 'armed', 'replaying');
+    pt(3, 2, 'registered', 'armed');
+    pt(4, 1, 'replaying', 'stuck');
+    pt(5, 1, 'stuck', 'closed', 'SMCUDA_PERSISTENT_STUCK');
+    const [v] = m.endpoints();
+    expect(v!.cache).toEqual({});
+    expect(v!.persistent['1']).toMatchObject({ transfer: 1, role: 'send', state: 'closed', reason: 'SMCUDA_PERSISTENT_STUCK', transitions: 4, states: ['registered', 'armed', 'replaying', 'stuck', 'closed'] });
+    expect(v!.persistent['2']).toMatchObject({ state: 'armed', states: ['registered', 'armed'] });
+  });
+
   it('keeps the last 20 transitions and marks an endpoint closed on CLOSE', () => {
     const m = new InspectorModel();
     for (let i = 0; i < 30; i++) m.apply({ t: i, pid: 1, self: 'a', peer: 'b', kind: 'state', from: 'INIT', to: i % 2 ? 'SENT' : 'INIT' });

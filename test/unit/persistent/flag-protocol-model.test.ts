@@ -11,13 +11,16 @@
  *  - never a deadlock: every live stream empties, with the watchdog's help;
  *  - never a torn or stale read: a round the receiver consumes before any
  *    failure holds exactly the bytes of that round (a failure voids the
- *    rounds after it, and both sides are told).
+ *    rounds after it, and both sides are told);
+ *  - a new pair of transfers in the slots of a closed pair, after the reset
+ *    PersistentTransfers.create makes for a reused slot, delivers every round
+ *    (without it, the closed pair's POISON lets a receiver read a stale round).
  */
 import { fc, test } from '@fast-check/vitest';
-import { describe, expect } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { CudaDriver, DevicePtr, StreamMemOp } from '../../../src/cuda/driver.js';
 import { conditionMet } from '../../../src/cuda/sim/mem-ops.js';
-import { DONE, READY, receiverSteps, senderSteps, slotAddress, type StartStep } from '../../../src/persistent/flags.js';
+import { ARRIVE, DONE, READY, receiverSteps, senderSteps, slotAddress, STAMP, type StartStep } from '../../../src/persistent/flags.js';
 import { Watchdog, type WatchedBlock, type WatchedTransfer } from '../../../src/persistent/watchdog.js';
 
 const A_BLOCK = 0x10000n;
@@ -195,8 +198,7 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ a: fc.constant('close' as const), side: side01 }) },
 );
 
-async function run(actions: Action[]): Promise<{ w: World; sides: [Side, Side] }> {
-  const w = new World();
+async function run(actions: Action[], w: World = new World()): Promise<{ w: World; sides: [Side, Side] }> {
   const sender = new Side('send', w, A_BLOCK, B_BLOCK);
   const receiver = new Side('recv', w, B_BLOCK, A_BLOCK);
   sender.peer = receiver;
@@ -243,7 +245,53 @@ async function run(actions: Action[]): Promise<{ w: World; sides: [Side, Side] }
   }
 }
 
+/** Equal rounds on both sides, each making progress within the timeout. */
+function equalRounds(rounds: number, extraSteps = 0): Action[] {
+  const acts: Action[] = [];
+  for (let r = 0; r < rounds; r++) {
+    acts.push({ a: 'start', side: 1 }, { a: 'start', side: 0 }, { a: 'step', side: 0, n: extraSteps + 1 }, { a: 'tick', side: 0 }, { a: 'tick', side: 1 });
+    acts.push({ a: 'step', side: 1, n: 6 }, { a: 'step', side: 0, n: 6 }, { a: 'step', side: 1, n: 6 });
+  }
+  return acts;
+}
+
+/**
+ * A second pair of transfers in the slots of a first pair that was closed
+ * (its words left as the close and the watchdog wrote them: POISON), after
+ * what PersistentTransfers.create does for a slot used before: each side's
+ * own words zeroed through its watchdog (Watchdog.reset), or not.
+ */
+async function reusedSlot(first: Action[], rounds: number, reset: boolean): Promise<World> {
+  const w1 = new World();
+  await run([...first.filter((a) => a.a !== 'die' && a.a !== 'noticeLoss'), { a: 'close', side: 0 }, { a: 'close', side: 1 }], w1);
+  const w2 = new World();
+  for (const [addr, value] of w1.mem) w2.mem.set(addr, value);
+  if (reset) {
+    for (const block of [A_BLOCK, B_BLOCK]) {
+      const wd = new Watchdog(modelDriver(w2), { timeoutMs: 40 });
+      wd.reset([READY, DONE, ARRIVE, STAMP].map((o) => block + BigInt(o)));
+      wd.close();
+    }
+  }
+  await run(equalRounds(rounds), w2);
+  return w2;
+}
+
 describe('the persistent-transfer flag protocol (model)', () => {
+  test.prop([fc.array(action, { maxLength: 40 }), fc.integer({ min: 1, max: 5 })], { numRuns: 150 })(
+    'a slot reused after a closed pair, its words reset first: every round of the new pair delivered, no failure',
+    async (first, rounds) => {
+      const w = await reusedSlot(first, rounds, true);
+      expect(w.failedAnywhere).toBe(false);
+      expect(w.consumed.map((c) => c.value)).toEqual(Array.from({ length: rounds }, (_, k) => k + 1));
+    },
+  );
+
+  it("without the reset, the closed pair's POISON lets the new receiver read a stale round (why create resets a reused slot)", async () => {
+    const w = await reusedSlot([{ a: 'start', side: 0 }, { a: 'start', side: 1 }], 2, false);
+    expect(w.consumed.map((c) => c.value)).not.toEqual([1, 2]);
+  });
+
   test.prop([fc.array(action, { maxLength: 60 })], { numRuns: 300 })('never deadlocks, never reads a torn or stale round', async (actions) => {
     const { w, sides } = await run(actions);
     for (const s of sides) if (!s.dead) expect(s.queue, `${s.role} side left work queued: a deadlock`).toEqual([]);

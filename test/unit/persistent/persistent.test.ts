@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
 import { PersistentTransferError } from '../../../src/errors.js';
-import { startGroup } from '../../../src/persistent/transfers.js';
+import { startGroup, startSequence } from '../../../src/persistent/transfers.js';
 import { deviceWith, makePair, randomBytes, readDevice, type Pair } from '../../helpers/transport-pair.js';
 
 let pair: Pair | undefined;
@@ -212,6 +212,99 @@ describe('persistent transfers', () => {
     }
   });
 
+  it("flags: 'kernel' — the flag operations as launches of the flag kernel, captured and replayed both ways; the watchdog still releases a stuck one", async () => {
+    pair = await open(150);
+    const p = pair;
+    const [da, db] = [p.a.driver, p.b.driver];
+    const n = 1024;
+    const aOut = deviceWith(da, randomBytes(n, 1));
+    const bIn = zeros(db, n);
+    const bOut = deviceWith(db, randomBytes(n, 2));
+    const aIn = zeros(da, n);
+    const [r1a, r1b] = await Promise.all([p.a.ep.register(aOut), p.b.ep.register(bIn)]);
+    const [r2a, r2b] = await Promise.all([p.a.ep.register(aIn), p.b.ep.register(bOut)]);
+    // Each side chooses for itself: a runs its flags in the kernel, b's receive too, b's send by stream memory operations.
+    const [a1, b1] = await Promise.all([p.a.ep.persistent(r1a, { role: 'send', length: n, flags: 'kernel' }), p.b.ep.persistent(r1b, { role: 'recv', length: n, flags: 'kernel' })]);
+    const [a2, b2] = await Promise.all([p.a.ep.persistent(r2a, { role: 'recv', length: n, flags: 'kernel' }), p.b.ep.persistent(r2b, { role: 'send', length: n })]);
+    const launches = { a: 0, b: 0, bBatches: 0 };
+    const spy = (d: CudaDriver, k: 'a' | 'b') => {
+      const launch = d.launchKernel.bind(d);
+      d.launchKernel = (...args) => (launches[k]++, launch(...args));
+      if (k === 'b') {
+        const batch = d.streamBatchMemOp.bind(d);
+        d.streamBatchMemOp = (...args) => (launches.bBatches++, batch(...args));
+      }
+    };
+    spy(da, 'a');
+    spy(db, 'b');
+    const [ca, cb] = [da.streamCreate(), db.streamCreate()];
+    da.streamBeginCapture(ca);
+    startSequence(ca, [a1, a2]); // a sends, then receives
+    const ea = da.graphInstantiate(da.streamEndCapture(ca));
+    db.streamBeginCapture(cb);
+    startSequence(cb, [b1, b2]); // b receives, then sends: mixed flags, so stream memory operations
+    const eb = db.graphInstantiate(db.streamEndCapture(cb));
+    expect(launches.a).toBeGreaterThan(0);
+    expect(launches.b).toBe(0);
+    expect(launches.bBatches).toBeGreaterThan(0);
+    for (let k = 0; k < 4; k++) {
+      da.memcpyHtoD(aOut.ptr, randomBytes(n, 10 + k));
+      db.memcpyHtoD(bOut.ptr, randomBytes(n, 20 + k));
+      da.graphLaunch(ea, ca);
+      db.graphLaunch(eb, cb);
+      await Promise.all([settle(da, ca), settle(db, cb)]);
+      expect(Buffer.compare(readDevice(db, bIn), randomBytes(n, 10 + k))).toBe(0);
+      expect(Buffer.compare(readDevice(da, aIn), randomBytes(n, 20 + k))).toBe(0);
+    }
+    da.graphLaunch(ea, ca); // a replays once more than b: stuck in its kernel's wait, released by the watchdog
+    const [ea1, eb1] = await Promise.all([a1.whenFailed(), b1.whenFailed()]);
+    expect([ea1.code, eb1.code].sort()).toEqual(['SMCUDA_PERSISTENT_PEER_FAILED', 'SMCUDA_PERSISTENT_STUCK']);
+    await settle(da, ca);
+  });
+
+  it("flags: 'kernel' with 8-byte rounds: the kernel copies the words itself (no copy-engine copy), every replay lands", async () => {
+    pair = await open();
+    const p = pair;
+    const [da, db] = [p.a.driver, p.b.driver];
+    const n = 8;
+    const src = deviceWith(da, randomBytes(n, 1));
+    const dst = zeros(db, n);
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n, flags: 'kernel' }), p.b.ep.persistent(rb, { role: 'recv', length: n, flags: 'kernel' })]);
+    let copies = 0;
+    const copy = da.memcpyAsync.bind(da);
+    da.memcpyAsync = (...args) => (copies++, copy(...args));
+    const [ca, cb] = [da.streamCreate(), db.streamCreate()];
+    da.streamBeginCapture(ca);
+    startSequence(ca, [ta, ta, ta]); // three rounds per replay
+    const ea = da.graphInstantiate(da.streamEndCapture(ca));
+    db.streamBeginCapture(cb);
+    startSequence(cb, [tb, tb, tb]);
+    const eb = db.graphInstantiate(db.streamEndCapture(cb));
+    expect(copies).toBe(0);
+    for (let k = 0; k < 5; k++) {
+      da.memcpyHtoD(src.ptr, randomBytes(n, 30 + k));
+      da.graphLaunch(ea, ca);
+      db.graphLaunch(eb, cb);
+      await Promise.all([settle(da, ca), settle(db, cb)]);
+      expect(Buffer.compare(readDevice(db, dst), randomBytes(n, 30 + k))).toBe(0);
+    }
+    ta.check();
+    tb.check();
+  });
+
+  it("flags: 'kernel' is refused where the driver cannot load modules, and a bad flags value is a TypeError", async () => {
+    pair = await open();
+    const p = pair;
+    const src = deviceWith(p.a.driver, randomBytes(64, 3));
+    const dst = zeros(p.b.driver, 64);
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    await expect(p.a.ep.persistent(ra, { role: 'send', length: 64, flags: 'gpu' as 'kernel' })).rejects.toThrow(TypeError);
+    const status = p.b.driver.gpuDrivenStatus.bind(p.b.driver);
+    p.b.driver.gpuDrivenStatus = () => ({ ...status(), modules: false, reason: 'no modules here' });
+    await expect(p.b.ep.persistent(rb, { role: 'recv', length: 64, flags: 'kernel' })).rejects.toMatchObject({ code: 'SMCUDA_PERSISTENT_UNSUPPORTED' });
+  });
+
   it('calls that do not match fail on both sides with SMCUDA_PERSISTENT_MISMATCH', async () => {
     pair = await open();
     const p = pair;
@@ -289,5 +382,37 @@ describe('persistent transfers', () => {
     expect(ta.state).toBe('closed');
     expect(tb.state).toBe('closed');
     expect(() => ta.start(sa)).toThrow(PersistentTransferError);
+  });
+
+  it('a slot freed by a closed transfer is reused clean: the next transfers there neither pass on its poison nor hang', async () => {
+    // Two slots per side: the third pair of transfers must reuse a slot whose words the first pair's close poisoned.
+    pair = await makePair({ a: { persistent: { timeoutMs: 2000, flagSlots: 2 } }, b: { persistent: { timeoutMs: 2000, flagSlots: 2 } } });
+    const p = pair;
+    const n = 1024;
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    for (let gen = 0; gen < 4; gen++) {
+      const { src, dst, ra, rb, ta, tb } = await transferPair(p, n);
+      for (let round = 1; round <= 3; round++) {
+        p.a.driver.memcpyHtoD(src.ptr, randomBytes(n, 100 * gen + round));
+        // The receiver starts first: a stale DONE would let it read the destination before the round's bytes.
+        tb.start(sb);
+        const waiting = p.b.driver.eventCreate({ disableTiming: true });
+        p.b.driver.eventRecord(waiting, sb);
+        let passed = false;
+        const reached = p.b.driver.whenComplete(waiting).then(() => (passed = true));
+        await new Promise((r) => setTimeout(r, 20));
+        expect(passed).toBe(false); // still waiting for this round's DONE
+        ta.start(sa);
+        await reached;
+        p.b.driver.eventDestroy(waiting);
+        await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
+        expect(Buffer.compare(readDevice(p.b.driver, dst), randomBytes(n, 100 * gen + round))).toBe(0);
+      }
+      ta.check();
+      tb.check();
+      await Promise.all([ta.close(), tb.close()]);
+      await Promise.all([ra.deregister(), rb.deregister()]);
+    }
   });
 });
