@@ -16,6 +16,8 @@ import { CommunicatorAbortedError, PeerLostError } from '../errors.js';
 /** Tags reserved on the communicator's endpoints (not for the application's own messages). */
 export const CONTROL_TAG = 0xfffffff0;
 export const DATA_TAG = 0xfffffff1;
+/** Control receives kept posted per peer (see ControlPlane.read). */
+const READ_AHEAD = 8;
 
 type ControlMessage =
   | { t: 'sig'; seq: number; step: number }
@@ -79,11 +81,28 @@ export class ControlPlane implements RankSync {
     }
   }
 
+  /**
+   * Reads a peer's control messages in order, with READ_AHEAD receives
+   * posted at all times. One would lose the last words of a peer that
+   * closes right after them: its final signal and its BYE arrive together
+   * with the end of its connection, the first matches the one receive, and
+   * by the time the reader posts the next the endpoint is closed (a receive
+   * on a closed endpoint rejects), so BYE was never read and a normal close
+   * looked like a lost rank (a flaky abort of the last barrier). Receives
+   * posted beforehand are matched as the frames arrive, before the close.
+   */
   private async read(peer: number, ep: Endpoint): Promise<void> {
+    const post = () => {
+      const r = ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal });
+      r.catch(() => undefined); // those still posted when the reader returns reject unread
+      return r;
+    };
+    const posted = Array.from({ length: READ_AHEAD }, post);
     while (!this.stopped && !this.aborted) {
       let msg: ControlMessage;
       try {
-        const r = await ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal });
+        const r = await posted.shift()!;
+        posted.push(post());
         msg = JSON.parse(decoder.decode(r.data as Uint8Array)) as ControlMessage;
       } catch {
         return; // the endpoint closed: its 'close' listener decides
@@ -150,7 +169,7 @@ export class ControlPlane implements RankSync {
 
   private waitKey(key: string, peers: readonly number[]): Promise<void> {
     if (this.aborted) return Promise.reject(this.aborted);
-    const gone = peers.find((p) => this.departed.has(p));
+    const gone = this.missingDeparted(key, peers);
     if (gone !== undefined) return Promise.reject(this.departedError(gone));
     const m = this.inbox.get(key);
     if (peers.every((p) => m?.has(p))) return Promise.resolve();
@@ -161,9 +180,15 @@ export class ControlPlane implements RankSync {
     return new CommunicatorAbortedError(`rank ${peer} closed its communicator: every rank must make the same calls`, peer, 'SMCUDA_CLOSED');
   }
 
+  /** A departed peer a wait still needs: one whose message for that wait has not arrived. */
+  private missingDeparted(key: string, peers: readonly number[]): number | undefined {
+    const m = this.inbox.get(key);
+    return peers.find((p) => this.departed.has(p) && !m?.has(p));
+  }
+
   private failDepartedWaits(): void {
     for (const w of this.waiters) {
-      const gone = w.peers.find((p) => this.departed.has(p));
+      const gone = this.missingDeparted(w.key, w.peers);
       if (gone === undefined) continue;
       this.waiters.delete(w);
       w.reject(this.departedError(gone));
