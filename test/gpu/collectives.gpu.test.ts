@@ -16,20 +16,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { probeNative } from './native-probe.js';
+import { probeNativeGpuDriven } from './native-probe.js';
 
-const p = await probeNative();
-let skip = p.skip;
-if (skip === false) {
-  const d = p.make!();
-  try {
-    d.init();
-    const g = d.gpuDrivenStatus();
-    if (!g.modules) skip = `the native driver cannot load modules yet: ${g.reason ?? 'not supported'}`;
-  } finally {
-    d.close();
-  }
-}
+const p = await probeNativeGpuDriven((g) => (g.modules ? undefined : `the native driver cannot load modules yet: ${g.reason ?? 'not supported'}`));
+const skip = p.skip;
 const run = promisify(execFile);
 const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
 const EXAMPLE = new URL('../../docs/examples/gradient-average.mjs', import.meta.url).pathname;

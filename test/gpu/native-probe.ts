@@ -5,6 +5,8 @@
  */
 import type { CudaDriver } from '../../src/cuda/driver.js';
 
+type GpuDrivenStatus = ReturnType<CudaDriver['gpuDrivenStatus']>;
+
 export interface NativeProbe {
   /** Devices visible to this process (0 where skipped). */
   devices: number;
@@ -30,5 +32,22 @@ export async function probeNative(): Promise<NativeProbe> {
     }
   } catch (err) {
     return { devices: 0, skip: `native driver failed to load: ${(err as Error).message.split('\n')[0]}` };
+  }
+}
+
+/**
+ * probeNative, then a GPU-driven capability the tests need: `lacks` returns
+ * why they cannot run with this driver's GPU-driven status (or undefined).
+ */
+export async function probeNativeGpuDriven(lacks: (g: GpuDrivenStatus) => string | undefined): Promise<NativeProbe> {
+  const p = await probeNative();
+  if (p.skip !== false) return p;
+  const d = p.make!();
+  try {
+    d.init();
+    const why = lacks(d.gpuDrivenStatus());
+    return why === undefined ? p : { ...p, skip: why };
+  } finally {
+    d.close();
   }
 }

@@ -11,20 +11,10 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { probeNative } from './native-probe.js';
+import { probeNativeGpuDriven } from './native-probe.js';
 
-const p = await probeNative();
-let skip = p.skip;
-if (skip === false) {
-  const d = p.make!();
-  try {
-    d.init();
-    const g = d.gpuDrivenStatus();
-    if (!g.streamMemOps || !g.memOps64 || !g.graphs) skip = `the native driver has no 64-bit stream memory operations or graphs here: ${g.reason ?? 'not supported'}`;
-  } finally {
-    d.close();
-  }
-}
+const p = await probeNativeGpuDriven((g) => (g.streamMemOps && g.memOps64 && g.graphs ? undefined : `the native driver has no 64-bit stream memory operations or graphs here: ${g.reason ?? 'not supported'}`));
+const skip = p.skip;
 const run = promisify(execFile);
 const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
 const EXAMPLE = new URL('../../docs/examples/graph-capture.mjs', import.meta.url).pathname;
