@@ -10,7 +10,7 @@ import { HandlePool } from '../cache/index.js';
 import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel, FdChannelHandlers, FdMessage } from './channel/fd-channel.js';
 import type { CudaDriver } from './cuda/driver.js';
-import { type FdPathStats, newDirection, newFdStats } from './endpoint-stats.js';
+import { newDirection, newFdStats } from './endpoint-stats.js';
 import { ClosedError, DescriptorError, PeerLostError, ProtocolError } from './errors.js';
 import type { ExportTable } from './exports.js';
 import { FinBatcher } from './fin-batcher.js';
@@ -18,6 +18,8 @@ import { FlowControl } from './flow-control.js';
 import { GpuWork } from './gpu-work.js';
 import type { ResolvedOptions } from './options.js';
 import type { Arrival, PathContext, PendingRecv } from './paths/data-path.js';
+import type { PathParts } from './paths/index.js';
+import type { DescriptorMemory } from './paths/rget-link.js';
 import { PendingSends } from './paths/pending-sends.js';
 import type { ProgressEngine } from './progress/engine.js';
 import type { Watchdog } from './persistent/watchdog.js';
@@ -59,7 +61,8 @@ export class EndpointLink implements PathContext {
   readonly fins: FinBatcher;
   /** Hot-path copy of `negotiation state === 'OK'` (the endpoint keeps it). */
   ipcOk = false;
-  readonly fd: { readonly agreed: boolean; readonly stats: FdPathStats };
+  /** Memory by file descriptor with this peer: agreed, its counters and bounds (RGET's descriptor side). */
+  readonly fd: DescriptorMemory;
   /** Both HELLOs announced Feature.DESCRIPTORS: a descriptor channel is (being) set up, and the rings travel on it. */
   readonly descriptorsAgreed: boolean;
   readonly segments: SegmentExchange;
@@ -72,6 +75,8 @@ export class EndpointLink implements PathContext {
   closeReason: Error | undefined;
   /** Receives matched to a message that the sender announces again (an RGET we could not map, coming by staging). */
   readonly resends = new Map<number, PendingRecv>();
+  /** What each data path alone uses, handed to it by createPaths (the link owns them). */
+  readonly parts: PathParts;
   private readonly uuidByOrdinal = new Map<number, string>();
   private gpuWork: GpuWork | undefined;
   private seq = 1;
@@ -90,7 +95,7 @@ export class EndpointLink implements PathContext {
     this.descriptorsAgreed = ((ctx.local.features ?? 0) & peerFeatures & Feature.DESCRIPTORS) !== 0;
     this.segments = new SegmentExchange(this.descriptorsAgreed, peerId, (fd) => closeFdQuietly(driver, fd));
     const agreed = this.descriptorsAgreed && ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
-    this.fd = { agreed, stats: newFdStats(agreed) };
+    this.fd = { agreed, stats: newFdStats(agreed), maxPeerDescriptors: this.opts.maxPeerDescriptors, offerTimeoutMs: this.opts.negotiation.checkTimeoutMs };
     this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
     this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
       if (!open()) return;
@@ -102,6 +107,10 @@ export class EndpointLink implements PathContext {
     }, this.opts.maxBufferedBytes);
     this.sends = new PendingSends(peerId, this.sent, (seq) => this.sendFrame({ type: FrameType.CANCEL, seq }));
     this.pool = new HandlePool(driver, { ...this.opts.cache, onEvent: tracer ? (ev) => tracer.cache(peerId, ev) : undefined });
+    this.parts = {
+      eager: { sent: this.sent, deviceEagerLimit: this.opts.deviceEagerLimit },
+      staging: { segments: this.segments, options: this.opts.staging, failEndpoint: (err) => this.failEndpoint(err) },
+    };
   }
 
   get closed(): boolean {

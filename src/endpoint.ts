@@ -125,7 +125,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         this.emit('state', state, previous);
       },
     });
-    this.paths = createPaths(link);
+    this.paths = createPaths(link, link.parts);
     this.staging = this.paths.find((p): p is StagingPath => p instanceof StagingPath)!;
     for (const p of this.paths) {
       for (const k of p.counts ?? [p.kind]) this.byKind[k] = p;

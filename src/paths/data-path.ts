@@ -30,20 +30,14 @@
  * no microtask; the endpoint's dispatch to them is one array index and a
  * virtual call.
  */
-import type { HandlePool } from '../../cache/index.js';
 import type { MessageBuffer, DeviceBuffer } from '../buffers.js';
 import type { FdChannel } from '../channel/fd-channel.js';
 import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
-import type { DataPath as PathKind, DirectionCounters, FdPathStats } from '../endpoint-stats.js';
-import type { ExportTable } from '../exports.js';
-import type { FinBatcher } from '../fin-batcher.js';
+import type { DataPath as PathKind, DirectionCounters } from '../endpoint-stats.js';
 import type { FlowControl } from '../flow-control.js';
 import type { GpuWork } from '../gpu-work.js';
-import type { ResolvedOptions } from '../options.js';
-import type { Tracer } from '../trace.js';
 import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
 import type { FdChannelHandlers } from '../channel/fd-channel.js';
-import type { SegmentExchange } from '../segment-exchange.js';
 import type { PendingSends } from './pending-sends.js';
 
 export type { PathKind };
@@ -110,60 +104,54 @@ export interface PendingRecv {
   cleanup: () => void;
 }
 
-/** What the endpoint lends its paths: the link to the peer and the shared per-endpoint state. */
+/**
+ * What every path shares with the endpoint: the link to the peer (frames
+ * out, FINs, seqs, failing one arrival), its lifecycle, and the objects more
+ * than one path uses (the GPU work, the sends waiting for FIN, flow control,
+ * the receive counters). What one path alone uses is handed to its
+ * constructor by createPaths (src/paths/index.ts): EagerParts, StagingParts,
+ * and RGET's RgetLink and RgetParts (rget-link.ts).
+ */
 export interface PathContext {
   readonly driver: CudaDriver;
-  readonly opts: ResolvedOptions;
   readonly peerId: string;
-  readonly tracer: Tracer | undefined;
-  /** Local allocations peers map (shared by the transport's endpoints). */
-  readonly exports: ExportTable;
-  /** The peer's allocations opened here. */
-  readonly pool: HandlePool;
-  /** Sender: sends waiting for their FIN. */
-  readonly sends: PendingSends;
-  readonly sent: DirectionCounters;
-  readonly received: DirectionCounters;
-  readonly flow: FlowControl;
-  readonly fins: FinBatcher;
   /** Hot-path copy of "the negotiation is OK". */
   readonly ipcOk: boolean;
-  /** Memory by file descriptor with this peer (RGET's descriptor keys, paths/fd-side.ts). */
-  readonly fd: {
-    /** Both HELLOs announced Feature.FD_MEMORY (descriptor keys may be sent once the channel is up). */
-    readonly agreed: boolean;
-    /** Its counters (stats().fd). */
-    readonly stats: FdPathStats;
-  };
-  /** The sealed ring segments exchanged with the peer (staging rings). */
-  readonly segments: SegmentExchange;
-  /** A peer that breaks the rules outside a frame handler (a bad ring segment): the endpoint fails with `err`. */
-  failEndpoint(err: Error): void;
   /** The endpoint closed (or is closing). */
   readonly closed: boolean;
   /** What a pending operation rejects with once the endpoint is closed. */
   closedError(): Error;
   nextSeq(): number;
-  /** The endpoint's stream, events and copy batcher (made on first use). */
+  /** The endpoint's stream, events, copy batcher and holds (made on first use). */
   gpu(): GpuWork;
-  uuidOf(ordinal: number): string;
   /**
    * Encodes (and traces) a frame and sends it; throws if the channel is
    * closed. Returns the bytes sent (not to be modified: RGET keeps a copy to restamp).
    */
   sendFrame(frame: Frame): Uint8Array;
-  /** Sends an already encoded frame (the caller traced it). */
-  sendBytes(bytes: Uint8Array): void;
   /** A FIN with a status (dropped once the endpoint is closed; long messages are cut). */
   sendFin(seq: number, status: FinStatus, message: string): void;
-  /** Receiver: `recv` stays matched and waits for message `seq` to be announced again (by staging). */
-  expectResend(seq: number, recv: PendingRecv): void;
   /**
    * Receiver: a matched message could not be received (no memory, a bad
    * `into`, a bad request): the receive rejects and, for a rendezvous
    * message, the sender gets FIN REFUSED/FAILED. The endpoint stays open.
    */
   failArrival(recv: PendingRecv, frame: Arrival, err: Error): void;
+  /** Sender: sends waiting for their FIN (RGET and staging). */
+  readonly sends: PendingSends;
+  /** Backpressure: every send is charged (flow-control.ts). */
+  readonly flow: FlowControl;
+  /** Received messages by path (stats().received); sends are counted by PendingSends and EAGER. */
+  readonly received: DirectionCounters;
+  // RGET's alone (rget-link.ts): handed to its constructor in the next step
+  readonly tracer: import('../trace.js').Tracer | undefined;
+  readonly exports: import('../exports.js').ExportTable;
+  readonly pool: import('../../cache/index.js').HandlePool;
+  readonly fins: import('../fin-batcher.js').FinBatcher;
+  readonly fd: import('./rget-link.js').DescriptorMemory;
+  uuidOf(ordinal: number): string;
+  sendBytes(bytes: Uint8Array): void;
+  expectResend(seq: number, recv: PendingRecv): void;
 }
 
 export interface DataPath {

@@ -12,17 +12,34 @@
  * for that stream first.
  */
 import { byteLength, isDeviceBuffer, hostBytes, type MessageBuffer } from '../buffers.js';
-import { count } from '../endpoint-stats.js';
+import { count, type DirectionCounters } from '../endpoint-stats.js';
 import { type Frame, FrameType, type EagerFrame } from '../wire/frames.js';
 import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
 import { receiveTarget } from './receive-target.js';
+
+/** What EAGER alone uses, handed to its constructor (createPaths). */
+export interface EagerParts {
+  /** Sent messages by path (stats().sent): an EAGER send is counted when sent, having no FIN. */
+  readonly sent: DirectionCounters;
+  /** options.deviceEagerLimit: device messages up to this size go inline while IPC is not OK. */
+  readonly deviceEagerLimit: number;
+}
 
 export class EagerPath implements DataPath {
   readonly kind = 'eager';
   readonly arrivals = [FrameType.EAGER] as const;
   readonly controls = [] as const;
 
-  constructor(private readonly ctx: PathContext) {}
+  private readonly sent: DirectionCounters;
+  private readonly deviceEagerLimit: number;
+
+  constructor(
+    private readonly ctx: PathContext,
+    own: EagerParts,
+  ) {
+    this.sent = own.sent;
+    this.deviceEagerLimit = own.deviceEagerLimit;
+  }
 
   canSend(buf: MessageBuffer, options: SendOptions): boolean {
     if (!isDeviceBuffer(buf)) return true;
@@ -31,7 +48,7 @@ export class EagerPath implements DataPath {
     // one device copy with a polled completion beats two synchronous host
     // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
     const n = buf.length;
-    return n === 0 || (!this.ctx.ipcOk && n <= this.ctx.opts.deviceEagerLimit && options.stream === undefined);
+    return n === 0 || (!this.ctx.ipcOk && n <= this.deviceEagerLimit && options.stream === undefined);
   }
 
   inlineBytes(buf: MessageBuffer): number {
@@ -52,7 +69,7 @@ export class EagerPath implements DataPath {
     }
     ctx.sendFrame({ type: FrameType.EAGER, tag, seq: ctx.nextSeq(), fromDevice, data });
     ctx.flow.charge(data.byteLength);
-    count(ctx.sent, 'eager', data.byteLength);
+    count(this.sent, 'eager', data.byteLength);
     return Promise.resolve();
   }
 

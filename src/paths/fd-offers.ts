@@ -148,7 +148,7 @@ export class FdOfferTable {
       // (offers and pools not yet imported, descriptors ahead of their offer). One past it is closed at
       // once and counts as lost: its offer's message goes by staging (FIN RESTAGE), as for EMFILE, so an
       // honest peer with one large or many unexpected offers loses nothing, and a hoarding one holds no more.
-      const max = this.ctx.opts.maxPeerDescriptors;
+      const max = this.ctx.fd.maxPeerDescriptors;
       if (this.heldDescriptors() >= max) {
         closeFdQuietly(this.ctx.driver, fd);
         fd = undefined;
@@ -217,7 +217,7 @@ export class FdOfferTable {
       const timer = setTimeout(() => {
         const gone = this.takeEarly(key);
         if (gone !== undefined) for (const f of gone.values()) closeFdQuietly(this.ctx.driver, f);
-      }, this.ctx.opts.negotiation.checkTimeoutMs);
+      }, this.ctx.fd.offerTimeoutMs);
       timer.unref?.();
       e = { fds: new Map(), timer };
       this.early.set(key, e);
@@ -327,7 +327,7 @@ export class FdOfferTable {
         },
         timer: undefined as unknown as NodeJS.Timeout,
       };
-      if (timeout !== undefined) w.timer = setTimeout(() => w.reject(new DescriptorError('SMCUDA_FD_CHANNEL', timeout)), this.ctx.opts.negotiation.checkTimeoutMs);
+      if (timeout !== undefined) w.timer = setTimeout(() => w.reject(new DescriptorError('SMCUDA_FD_CHANNEL', timeout)), this.ctx.fd.offerTimeoutMs);
       this.waiters.add(w);
       start?.(w.resolve, w.reject);
     });

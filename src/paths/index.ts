@@ -4,15 +4,21 @@
  * path plugs in: its file, and one line here).
  */
 import type { DataPath, PathContext } from './data-path.js';
-import { EagerPath } from './eager.js';
+import { EagerPath, type EagerParts } from './eager.js';
 import { RgetPath } from './rget.js';
-import { StagingPath } from './staging.js';
+import { StagingPath, type StagingParts } from './staging.js';
 
-export function createPaths(ctx: PathContext): DataPath[] {
-  const staging = new StagingPath(ctx);
+/** What the endpoint hands each path beyond the shared PathContext: each path's own parts. */
+export interface PathParts {
+  readonly eager: EagerParts;
+  readonly staging: StagingParts;
+}
+
+export function createPaths(ctx: PathContext, parts: PathParts): DataPath[] {
+  const staging = new StagingPath(ctx, parts.staging);
   const rget = new RgetPath(ctx, staging);
   staging.reasonOf = (buf) => rget.stagingReason(buf);
-  const eager = new EagerPath(ctx);
+  const eager = new EagerPath(ctx, parts.eager);
   // No descriptor channel, so no ring can reach the peer: staged messages go inline.
   staging.inline = (buf, tag, options) => eager.send(buf, tag, options);
   // EAGER first (host data; small device data before IPC is OK), then RGET
@@ -22,6 +28,8 @@ export function createPaths(ctx: PathContext): DataPath[] {
   return [eager, rget, staging];
 }
 
+export type { EagerParts } from './eager.js';
+export type { StagingParts } from './staging.js';
 export type { DataPath, PathContext, PendingRecv, Received, RecvOptions, SendOptions, Arrival } from './data-path.js';
 export { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
 export type { RemoteKey, RemoteKind } from './remote-key.js';

@@ -26,7 +26,8 @@ import type { GpuHold } from '../progress/gpu-hold.js';
 import { count } from '../endpoint-stats.js';
 import { type MappedSegment, mapPeerSegment } from '../channel/sealed-segment.js';
 import { DescriptorError, ProtocolError } from '../errors.js';
-import type { PeerSegment } from '../segment-exchange.js';
+import type { StagingOptions } from '../options.js';
+import type { PeerSegment, SegmentExchange } from '../segment-exchange.js';
 import { FinStatus, type Frame, FrameType, SegmentKind, type StageBeginFrame } from '../wire/frames.js';
 import type { Arrival, DataPath, PathContext, PendingRecv, Received, SendOptions } from './data-path.js';
 import { receiveTarget, refuseTooSmall, releaseTarget } from './receive-target.js';
@@ -51,6 +52,16 @@ interface StagedRecvJob extends StagedRecv {
   /** Copies out of the peer's ring still in progress (its slots are not granted again before they complete). */
   inFlight: number;
   failed: boolean;
+}
+
+/** What staging alone uses, handed to its constructor (createPaths). */
+export interface StagingParts {
+  /** The sealed ring segments exchanged with the peer (the rings travel there). */
+  readonly segments: SegmentExchange;
+  /** options.staging: this side's ring, and the largest ring of the peer's it maps. */
+  readonly options: StagingOptions;
+  /** A peer that breaks the rules outside a frame handler (a bad ring segment): the endpoint fails with `err`. */
+  failEndpoint(err: Error): void;
 }
 
 export class StagingPath implements DataPath, Resender {
@@ -93,13 +104,23 @@ export class StagingPath implements DataPath, Resender {
   /** Staged device messages by reason (stats().stagingReasons). */
   readonly reasons: Record<string, number> = {};
 
-  constructor(private readonly ctx: PathContext) {
-    ctx.segments.take(SegmentKind.STAGING_RING, (seg) => {
+  private readonly segments: SegmentExchange;
+  private readonly options: StagingOptions;
+  private readonly failEndpoint: (err: Error) => void;
+
+  constructor(
+    private readonly ctx: PathContext,
+    own: StagingParts,
+  ) {
+    this.segments = own.segments;
+    this.options = own.options;
+    this.failEndpoint = own.failEndpoint;
+    own.segments.take(SegmentKind.STAGING_RING, (seg) => {
       if (this.peerSegment !== undefined || this.peerMapped !== undefined || ctx.closed) return closeFdQuietly(ctx.driver, seg.fd);
       this.peerSegment = seg;
       if (this.waitingRing && this.active) this.start(this.active);
     });
-    ctx.segments.onDown((err) => {
+    own.segments.onDown((err) => {
       // No ring can come any more: the staged receive waiting for one fails (and the next, in turn).
       if (this.waitingRing && this.active) this.failRecv(this.active, err);
     });
@@ -115,7 +136,7 @@ export class StagingPath implements DataPath, Resender {
   }
 
   inlineBytes(buf: MessageBuffer): number {
-    return this.ctx.segments.state === 'none' && this.inline !== undefined ? (buf as DeviceBuffer).length : 0;
+    return this.segments.state === 'none' && this.inline !== undefined ? (buf as DeviceBuffer).length : 0;
   }
 
   // ------------------------------------------------------------------ sender
@@ -123,7 +144,7 @@ export class StagingPath implements DataPath, Resender {
   send(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
     const buf = buffer as DeviceBuffer;
     const ctx = this.ctx;
-    if (ctx.segments.state === 'none' && this.inline !== undefined) return this.inline(buf, tag, options);
+    if (this.segments.state === 'none' && this.inline !== undefined) return this.inline(buf, tag, options);
     checkStagedSource(ctx.driver, buf); // a bad source fails this send() alone, before anything is announced
     if (this.reasonOf !== undefined) {
       const why = this.reasonOf(buf);
@@ -157,9 +178,9 @@ export class StagingPath implements DataPath, Resender {
 
   private sendRing(): StagingRing {
     if (!this.ring) {
-      const segments = this.ctx.segments;
+      const segments = this.segments;
       if (segments.state === 'none') throw segments.downError!;
-      const ring = new StagingRing(this.ctx.driver, this.ctx.opts.staging);
+      const ring = new StagingRing(this.ctx.driver, this.options);
       this.ring = ring;
       this.ringHold = this.ctx.gpu().hold(() => ring.close());
       // Passed once; the receiver grants nothing before it has it. A failure shows there (its exchange goes down: FIN FAILED).
@@ -289,7 +310,7 @@ export class StagingPath implements DataPath, Resender {
       if (!this.peerRing) {
         // The peer names the shape; this side bounds it before anything is mapped (staging.maxPeerBytes).
         const bytes = job.chunkSize * job.slots;
-        const max = ctx.opts.staging.maxPeerBytes;
+        const max = this.options.maxPeerBytes;
         if (bytes > max) {
           throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a staging ring of ${job.slots} × ${job.chunkSize} = ${bytes} bytes, more than staging.maxPeerBytes (${max}); refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
         }
@@ -297,8 +318,8 @@ export class StagingPath implements DataPath, Resender {
           const seg = this.peerSegment;
           if (seg === undefined) {
             if (this.ringLost !== undefined) throw this.ringLost;
-            if (ctx.segments.state === 'none') {
-              throw new DescriptorError('SMCUDA_FD_CHANNEL', `staged message ${job.seq}: the peer's staging ring never came (${ctx.segments.downError?.message ?? 'no descriptor channel'})`);
+            if (this.segments.state === 'none') {
+              throw new DescriptorError('SMCUDA_FD_CHANNEL', `staged message ${job.seq}: the peer's staging ring never came (${this.segments.downError?.message ?? 'no descriptor channel'})`);
             }
             this.waitingRing = true; // granted when it comes
             return;
@@ -324,7 +345,7 @@ export class StagingPath implements DataPath, Resender {
             this.ringLost = err as Error; // its descriptor is gone: every later staged message fails the same way
             this.failRecv(job, err as Error);
             // A segment that is not what was announced (or not sealed): the peer is broken or hostile; this endpoint fails alone.
-            if (err instanceof ProtocolError) ctx.failEndpoint(err);
+            if (err instanceof ProtocolError) this.failEndpoint(err);
             return;
           }
         } else if (this.peerMapped.bytes.byteLength !== bytes) {

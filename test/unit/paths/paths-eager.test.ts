@@ -31,7 +31,7 @@ function deviceWith(s: PathSide, bytes: Uint8Array): DeviceBuffer {
 describe('EagerPath', () => {
   it('takes host data always, and device data only while IPC is not OK, within deviceEagerLimit, without a stream', () => {
     const s = side(0, { options: { deviceEagerLimit: 1024 } });
-    const eager = new EagerPath(s.link);
+    const eager = new EagerPath(s.link, s.link.parts.eager);
     const dev = deviceWith(s, patternBytes(1024, 1));
     expect(eager.canSend(new Uint8Array(1 << 20), {})).toBe(true);
     expect(eager.canSend(dev, {})).toBe(true);
@@ -45,7 +45,7 @@ describe('EagerPath', () => {
 
   it('sends host and device bytes inline, charges the window, counts, and resolves at once', async () => {
     const s = side(0);
-    const eager = new EagerPath(s.link);
+    const eager = new EagerPath(s.link, s.link.parts.eager);
     const host = patternBytes(100, 2);
     const dev = deviceWith(s, patternBytes(200, 3));
     await eager.send(host, 7);
@@ -61,7 +61,7 @@ describe('EagerPath', () => {
 
   it('receives into a new device buffer (device data), new host bytes, a device `into`, or exactly `length` bytes of a host `into`', async () => {
     const s = side(1);
-    const eager = new EagerPath(s.link);
+    const eager = new EagerPath(s.link, s.link.parts.eager);
     const data = patternBytes(64, 4);
     const frame = (fromDevice: boolean): EagerFrame => ({ type: FrameType.EAGER, tag: 1, seq: 1, fromDevice, data });
 
@@ -98,7 +98,7 @@ describe('EagerPath', () => {
 
   it('throws TruncationError for an `into` that is too small (the endpoint fails that receive alone)', () => {
     const s = side(0);
-    const eager = new EagerPath(s.link);
+    const eager = new EagerPath(s.link, s.link.parts.eager);
     const r = pendingRecv(1, new Uint8Array(10));
     expect(() => eager.receive(r.recv, { type: FrameType.EAGER, tag: 1, seq: 1, fromDevice: false, data: new Uint8Array(11) })).toThrow(TruncationError);
   });

@@ -18,7 +18,7 @@ const paths: StagingPath[] = [];
 function side(device: number): { s: PathSide; path: StagingPath } {
   const s = pathSide(device, { options: { staging: { chunkSize: 4 * KiB, slots: 2 } } });
   sides.push(s);
-  const path = new StagingPath(s.link);
+  const path = new StagingPath(s.link, s.link.parts.staging);
   paths.push(path);
   return { s, path };
 }
