@@ -17,9 +17,9 @@ import { FinBatcher } from './fin-batcher.js';
 import { FlowControl } from './flow-control.js';
 import { GpuWork } from './gpu-work.js';
 import type { ResolvedOptions } from './options.js';
-import type { Arrival, PathContext, PendingRecv } from './paths/data-path.js';
+import type { Arrival, PendingRecv } from './paths/data-path.js';
 import type { PathParts } from './paths/index.js';
-import type { DescriptorMemory } from './paths/rget-link.js';
+import type { DescriptorMemory, RgetLink } from './paths/rget-link.js';
 import { PendingSends } from './paths/pending-sends.js';
 import type { ProgressEngine } from './progress/engine.js';
 import type { Watchdog } from './persistent/watchdog.js';
@@ -45,7 +45,7 @@ export interface EndpointContext {
   watchdog?: Watchdog;
 }
 
-export class EndpointLink implements PathContext {
+export class EndpointLink implements RgetLink {
   readonly driver: CudaDriver;
   readonly opts: ResolvedOptions;
   readonly tracer: Tracer | undefined;
@@ -110,6 +110,7 @@ export class EndpointLink implements PathContext {
     this.parts = {
       eager: { sent: this.sent, deviceEagerLimit: this.opts.deviceEagerLimit },
       staging: { segments: this.segments, options: this.opts.staging, failEndpoint: (err) => this.failEndpoint(err) },
+      rget: { exports: this.exports, pool: this.pool, fins: this.fins, fd: this.fd },
     };
   }
 

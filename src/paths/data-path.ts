@@ -143,15 +143,6 @@ export interface PathContext {
   readonly flow: FlowControl;
   /** Received messages by path (stats().received); sends are counted by PendingSends and EAGER. */
   readonly received: DirectionCounters;
-  // RGET's alone (rget-link.ts): handed to its constructor in the next step
-  readonly tracer: import('../trace.js').Tracer | undefined;
-  readonly exports: import('../exports.js').ExportTable;
-  readonly pool: import('../../cache/index.js').HandlePool;
-  readonly fins: import('../fin-batcher.js').FinBatcher;
-  readonly fd: import('./rget-link.js').DescriptorMemory;
-  uuidOf(ordinal: number): string;
-  sendBytes(bytes: Uint8Array): void;
-  expectResend(seq: number, recv: PendingRecv): void;
 }
 
 export interface DataPath {

@@ -23,7 +23,9 @@ import { debug } from '../debug.js';
 import { DescriptorError, PeerLimitError, ProtocolError } from '../errors.js';
 import { decodeFrame } from '../wire/codec.js';
 import { type FdOfferFrame, type FdPoolFrame, type Frame, FrameType, HandleKind } from '../wire/frames.js';
+import type { HandlePool } from '../../cache/index.js';
 import type { PathContext } from './data-path.js';
+import type { DescriptorMemory, RgetParts } from './rget-link.js';
 
 /** Receiver: an offer from the peer, and the descriptors that came for it. */
 export interface Incoming {
@@ -63,7 +65,18 @@ export class FdOfferTable {
   /** Set on close: a wait after it fails at once. */
   private closedWith: Error | undefined;
 
-  constructor(private readonly ctx: PathContext) {}
+  /** Counters and bounds. */
+  private readonly mem: DescriptorMemory;
+  /** The handle pool that imports the peer's offers and pools. */
+  private readonly handles: HandlePool;
+
+  constructor(
+    private readonly ctx: PathContext,
+    own: Pick<RgetParts, 'fd' | 'pool'>,
+  ) {
+    this.mem = own.fd;
+    this.handles = own.pool;
+  }
 
   /** The offer of the allocation (buffer id, base), if one came and was not forgotten. */
   offer(bufferId: bigint, base: bigint): Incoming | undefined {
@@ -102,14 +115,14 @@ export class FdOfferTable {
     const p = this.pools.get(poolId);
     if (p?.fd !== undefined) closeFdQuietly(this.ctx.driver, p.fd);
     this.pools.delete(poolId);
-    this.ctx.pool.dropPeerPool(this.poolKey(poolId));
+    this.handles.dropPeerPool(this.poolKey(poolId));
   }
 
   /** FD_POOL: the peer announces (again) a pool; its descriptor follows on the descriptor channel. */
   onPool(frame: FdPoolFrame): void {
     const old = this.pools.get(frame.poolId);
     if (old?.fd !== undefined) closeFdQuietly(this.ctx.driver, old.fd);
-    this.ctx.pool.dropPeerPool(this.poolKey(frame.poolId)); // a pool announced again is imported afresh
+    this.handles.dropPeerPool(this.poolKey(frame.poolId)); // a pool announced again is imported afresh
     this.pools.set(frame.poolId, { deviceUuid: frame.deviceUuid, fd: undefined, arrived: false, lost: undefined, imported: false });
     const early = this.takeEarly(`pool:${frame.poolId}`);
     if (early !== undefined) for (const fd of early.values()) this.poolFd(frame.poolId, fd);
@@ -143,16 +156,16 @@ export class FdOfferTable {
     let fd = msg.fd;
     let lost: Error | undefined = msg.lost;
     if (fd !== undefined) {
-      this.ctx.fd.stats.descriptorsReceived++;
+      this.mem.stats.descriptorsReceived++;
       // Bounded: a peer may not make this endpoint hold more of its descriptors than maxPeerDescriptors
       // (offers and pools not yet imported, descriptors ahead of their offer). One past it is closed at
       // once and counts as lost: its offer's message goes by staging (FIN RESTAGE), as for EMFILE, so an
       // honest peer with one large or many unexpected offers loses nothing, and a hoarding one holds no more.
-      const max = this.ctx.fd.maxPeerDescriptors;
+      const max = this.mem.maxPeerDescriptors;
       if (this.heldDescriptors() >= max) {
         closeFdQuietly(this.ctx.driver, fd);
         fd = undefined;
-        this.ctx.fd.stats.descriptorsRefused++;
+        this.mem.stats.descriptorsRefused++;
         lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`);
       }
     }
@@ -217,7 +230,7 @@ export class FdOfferTable {
       const timer = setTimeout(() => {
         const gone = this.takeEarly(key);
         if (gone !== undefined) for (const f of gone.values()) closeFdQuietly(this.ctx.driver, f);
-      }, this.ctx.fd.offerTimeoutMs);
+      }, this.mem.offerTimeoutMs);
       timer.unref?.();
       e = { fds: new Map(), timer };
       this.early.set(key, e);
@@ -257,7 +270,7 @@ export class FdOfferTable {
             try {
               const handle = d.memPoolImport(fd, { device: this.ordinalOf(p.deviceUuid) });
               p.imported = true;
-              this.ctx.fd.stats.imports++;
+              this.mem.stats.imports++;
               return handle;
             } finally {
               closeFdQuietly(d, fd); // imported (or refused): the descriptor is not needed again
@@ -284,7 +297,7 @@ export class FdOfferTable {
           d.vmmRelease(r.ptr);
           throw new ProtocolError(`the descriptors map ${r.size} bytes, not the ${f.size} offered`, 'SMCUDA_BAD_RGET');
         }
-        this.ctx.fd.stats.imports++;
+        this.mem.stats.imports++;
         return r.ptr;
       },
       dispose: () => {
@@ -327,7 +340,7 @@ export class FdOfferTable {
         },
         timer: undefined as unknown as NodeJS.Timeout,
       };
-      if (timeout !== undefined) w.timer = setTimeout(() => w.reject(new DescriptorError('SMCUDA_FD_CHANNEL', timeout)), this.ctx.fd.offerTimeoutMs);
+      if (timeout !== undefined) w.timer = setTimeout(() => w.reject(new DescriptorError('SMCUDA_FD_CHANNEL', timeout)), this.mem.offerTimeoutMs);
       this.waiters.add(w);
       start?.(w.resolve, w.reject);
     });

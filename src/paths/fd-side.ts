@@ -18,6 +18,7 @@
  * descriptor key. A key that cannot be opened is forgotten here (`forget`:
  * FD_RELEASE, so the next message offers afresh).
  */
+import type { HandlePool } from '../../cache/index.js';
 import { type DeviceBuffer } from '../buffers.js';
 import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PoolHandle } from '../cuda/driver.js';
@@ -26,10 +27,10 @@ import { ArgumentRangeError, DescriptorError, ProtocolError } from '../errors.js
 import type { ExportInfo } from '../exports.js';
 import { encodeFrame } from '../wire/codec.js';
 import { type Frame, FrameType, HandleKind, MAX_FD_CHUNKS, POOL_EXPORT_BYTES } from '../wire/frames.js';
-import type { PathContext } from './data-path.js';
 import { FdOfferTable } from './fd-offers.js';
 import { closeFdQuietly } from '../cuda/close-fd.js';
 import { NO_IDENTITY, type RemoteKey, wireKind } from './remote-key.js';
+import type { DescriptorMemory, RgetLink, RgetParts } from './rget-link.js';
 
 /** Sender: a range offered to the peer (FD_OFFER sent): the base, size, identity and buffer id of its RemoteKey. */
 export interface Offer {
@@ -56,9 +57,23 @@ export class FdSide {
   /** Receiver: the offers and descriptors from the peer, put back together (fd-offers.ts); undefined without FD_MEMORY. */
   readonly table: FdOfferTable | undefined;
   private closed = false;
+  /** Agreement, counters and bounds. */
+  private readonly mem: DescriptorMemory;
+  /** The peer's allocations opened here: a key that cannot be opened is dropped from it. */
+  private readonly pool: HandlePool;
 
-  constructor(private readonly ctx: PathContext) {
-    this.table = ctx.fd.agreed ? new FdOfferTable(ctx) : undefined;
+  constructor(
+    private readonly ctx: RgetLink,
+    own: RgetParts,
+  ) {
+    this.mem = own.fd;
+    this.pool = own.pool;
+    this.table = own.fd.agreed ? new FdOfferTable(ctx, own) : undefined;
+  }
+
+  /** Both HELLOs announced FD_MEMORY (the table of the peer's offers exists). */
+  get agreed(): boolean {
+    return this.table !== undefined;
   }
 
   /** Whether descriptor keys can be sent now (FD_MEMORY agreed, the channel up). */
@@ -76,13 +91,13 @@ export class FdSide {
     const table = this.table;
     if (this.closed || this.channel !== undefined || table === undefined) return undefined;
     this.channel = channel;
-    this.ctx.fd.stats.channel = true;
+    this.mem.stats.channel = true;
     return {
       message: (msg) => table.onDescriptor(msg),
       close: (err) => {
         // The descriptor channel failed: from now on this peer is one without FD_MEMORY (staging), never an error.
         debug('endpoint %s: descriptor channel closed%s', this.ctx.peerId, err ? `: ${err.message}` : '');
-        this.ctx.fd.stats.channel = false;
+        this.mem.stats.channel = false;
         this.channel = undefined;
         table.changed();
       },
@@ -128,7 +143,7 @@ export class FdSide {
         exportData: ZERO_EXPORT,
         chunks: x.chunks.map((c) => ({ offset: c.offset, size: c.size })),
       });
-      ctx.fd.stats.offers++;
+      this.mem.stats.offers++;
       x.chunks.forEach((c, index) => this.pass(c.fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: exp.bufferId, base: x.base, index }));
     } catch (err) {
       for (const fd of fds) closeFdQuietly(ctx.driver, fd);
@@ -148,7 +163,7 @@ export class FdSide {
       poolId ??= this.nextPoolId++;
       try {
         ctx.sendFrame({ type: FrameType.FD_POOL, poolId, deviceUuid: ctx.uuidOf(exp.device) });
-        ctx.fd.stats.pools++;
+        this.mem.stats.pools++;
         this.pass(fd, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.POOL, id: BigInt(poolId), base: 0n, index: 0 });
       } catch (err) {
         closeFdQuietly(ctx.driver, fd);
@@ -168,7 +183,7 @@ export class FdSide {
       exportData,
       chunks: [],
     });
-    ctx.fd.stats.offers++;
+    this.mem.stats.offers++;
     return { kind: HandleKind.POOL, identity: exportData, base: exp.base, size: exp.size, bufferId: exp.bufferId, live: true, pool };
   }
 
@@ -204,7 +219,7 @@ export class FdSide {
   private pass(fd: number, meta: Frame): void {
     const channel = this.channel;
     if (channel === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is down`);
-    this.ctx.fd.stats.descriptorsSent++;
+    this.mem.stats.descriptorsSent++;
     const close = () => closeFdQuietly(this.ctx.driver, fd);
     // A failed pass shows on the receiver (lost or timed out: RESTAGE); the channel's close says the rest.
     channel.send(fd, encodeFrame(meta)).then(close, (err: Error) => {
@@ -225,7 +240,7 @@ export class FdSide {
       case FrameType.FD_POOL:
         return table.onPool(frame);
       case FrameType.FD_RELEASE: {
-        this.ctx.fd.stats.releasesReceived++;
+        this.mem.stats.releasesReceived++;
         if (frame.kind === HandleKind.POOL && frame.base === 0n) {
           for (const [pool, id] of this.poolIds) if (BigInt(id) === frame.id) this.poolIds.delete(pool);
           return;
@@ -252,10 +267,9 @@ export class FdSide {
    * handle was reused), and the sender sends the pool again.
    */
   forget(key: RemoteKey): void {
-    const ctx = this.ctx;
-    ctx.fd.stats.restaged++;
+    this.mem.stats.restaged++;
     const inc = this.table?.forgetOffer(key.bufferId, key.base);
-    ctx.pool.invalidate(key.device, key.base, key.bufferId);
+    this.pool.invalidate(key.device, key.base, key.bufferId);
     const kind = wireKind(key.kind);
     this.release(kind, key.bufferId, key.base);
     if (kind === HandleKind.POOL && inc !== undefined) {
@@ -268,7 +282,7 @@ export class FdSide {
   private release(kind: HandleKind, id: bigint, base: bigint): void {
     try {
       this.ctx.sendFrame({ type: FrameType.FD_RELEASE, kind, id, base });
-      this.ctx.fd.stats.releasesSent++;
+      this.mem.stats.releasesSent++;
     } catch {
       // the channel failed: the endpoint closes
     }
@@ -279,6 +293,6 @@ export class FdSide {
     this.table?.close(reason);
     this.channel?.close();
     this.channel = undefined;
-    this.ctx.fd.stats.channel = false;
+    this.mem.stats.channel = false;
   }
 }

@@ -15,6 +15,7 @@ import { isDeviceBuffer } from '../buffers.js';
 import type { CudaDriver, DevicePtr, EventHandle } from '../cuda/driver.js';
 import { count } from '../endpoint-stats.js';
 import type { GpuHold } from '../progress/gpu-hold.js';
+import type { FinBatcher } from '../fin-batcher.js';
 import type { RgetFrame } from '../wire/frames.js';
 import type { PathContext, PendingRecv, Received } from './data-path.js';
 import { receiveTarget } from './receive-target.js';
@@ -79,19 +80,20 @@ export function launchRemoteCopy(ctx: PathContext, job: RemoteCopy, src: DeviceP
 }
 
 /**
- * The copy completed (or failed, or none was queued): FIN to the sender, the
- * receive settles and lets go of what it holds — released now if no copy
- * uses it, else once the completion that called this has run.
+ * The copy completed (or failed, or none was queued): FIN to the sender
+ * (batched by `fins`), the receive settles and lets go of what it holds —
+ * released now if no copy uses it, else once the completion that called
+ * this has run.
  */
-export function finishRemoteCopy(ctx: PathContext, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
+export function finishRemoteCopy(ctx: PathContext, fins: FinBatcher, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
   try {
-    settle(ctx, job, path, err);
+    settle(ctx, fins, job, path, err);
   } finally {
     job.held?.close();
   }
 }
 
-function settle(ctx: PathContext, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
+function settle(ctx: PathContext, fins: FinBatcher, job: RemoteCopy, path: 'rget' | 'rget-fd', err: Error | undefined): void {
   const { recv, frame } = job;
   if (err === undefined && ctx.closed && recv.stream === undefined) {
     // The endpoint closed while the copy ran: its FIN can no longer reach the sender, whose send
@@ -101,7 +103,7 @@ function settle(ctx: PathContext, job: RemoteCopy, path: 'rget' | 'rget-fd', err
   if (err === undefined) {
     try {
       count(ctx.received, path, frame.length);
-      ctx.fins.ok(frame.seq);
+      fins.ok(frame.seq);
     } catch (e) {
       err = e as Error; // the FIN could not be sent: the channel failed
     }

@@ -24,16 +24,18 @@ import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer, pastItsAllocatio
 import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { StreamHandle } from '../cuda/driver.js';
 import { ArgumentRangeError, CudaError, DescriptorError, ProtocolError } from '../errors.js';
-import type { ExportInfo } from '../exports.js';
+import type { ExportInfo, ExportTable } from '../exports.js';
+import type { FinBatcher } from '../fin-batcher.js';
 import { debug } from '../debug.js';
 import { restampRget } from '../wire/codec.js';
 import { type Frame, FinStatus, FrameType, HandleKind, type RgetFrame } from '../wire/frames.js';
-import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
+import type { Arrival, DataPath, PendingRecv, SendOptions } from './data-path.js';
 import { FdSide } from './fd-side.js';
 import { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
 import { refuseTooSmall } from './receive-target.js';
 import { destroyEvent, finishRemoteCopy, holdFor, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 import { byDescriptor, type RemoteKey, remoteKind } from './remote-key.js';
+import type { RgetLink, RgetParts } from './rget-link.js';
 
 /** Where an RGET whose peer cannot map it is sent again (the staging path). */
 export interface Resender {
@@ -63,13 +65,20 @@ export class RgetPath implements DataPath {
   /** Where this endpoint opens the peer's keys (its registrations, src/persistent/, open theirs here too). */
   readonly remote: RemoteMemory;
   private closeReason: Error | undefined;
+  /** Local allocations peers map: what a send's key names. */
+  private readonly exports: ExportTable;
+  /** Receiver: the FINs of completed copies, batched. */
+  private readonly fins: FinBatcher;
 
   constructor(
-    private readonly ctx: PathContext,
+    private readonly ctx: RgetLink,
+    own: RgetParts,
     private readonly fallback: Resender,
   ) {
-    this.fd = new FdSide(ctx);
-    this.remote = { pool: ctx.pool, offers: this.fd.table };
+    this.exports = own.exports;
+    this.fins = own.fins;
+    this.fd = new FdSide(ctx, own);
+    this.remote = { pool: own.pool, offers: this.fd.table };
   }
 
   /**
@@ -100,7 +109,7 @@ export class RgetPath implements DataPath {
     if (!this.ctx.ipcOk || !isDeviceBuffer(buf)) return false;
     let exp: ExportInfo;
     try {
-      exp = this.ctx.exports.lookup(buf.ptr);
+      exp = this.exports.lookup(buf.ptr);
     } catch {
       return true; // a bad pointer: send() looks it up again and rejects with the driver's error, as before
     }
@@ -119,13 +128,13 @@ export class RgetPath implements DataPath {
     if (!this.ctx.ipcOk) return 'IPC not OK (negotiation not settled, off, or failed)';
     let exp: ExportInfo;
     try {
-      exp = this.ctx.exports.lookup(buf.ptr);
+      exp = this.exports.lookup(buf.ptr);
     } catch (err) {
       return `not exportable: ${(err as Error).message}`;
     }
     if (exp.kind === 'other') return `memory kind other: ${exp.reason ?? 'no way to share it'}`;
     if (exp.kind === 'legacy-ipc') return 'legacy IPC memory';
-    if (!this.ctx.fd.agreed) return `${exp.kind} memory, peer without FD_MEMORY`;
+    if (!this.fd.agreed) return `${exp.kind} memory, peer without FD_MEMORY`;
     return `${exp.kind} memory, descriptor channel not up`;
   }
 
@@ -141,7 +150,7 @@ export class RgetPath implements DataPath {
     const d = ctx.driver;
     const checked = this.checked;
     this.checked = undefined;
-    const exp = checked !== undefined && this.checkedPtr === buf.ptr ? checked : ctx.exports.lookup(buf.ptr);
+    const exp = checked !== undefined && this.checkedPtr === buf.ptr ? checked : this.exports.lookup(buf.ptr);
     // The key: the export entry itself (legacy), or the offer of the memory to this peer (VMM, pool).
     let kind = HandleKind.LEGACY;
     let identity = exp.handle;
@@ -387,7 +396,7 @@ export class RgetPath implements DataPath {
 
   /** The copy completed (or failed, or none was queued): FIN to the sender, the receive settles (remote-copy.ts). */
   private finish(job: RgetCopy, err: Error | undefined): void {
-    finishRemoteCopy(this.ctx, job, job.kind === 'legacy' ? 'rget' : 'rget-fd', err);
+    finishRemoteCopy(this.ctx, this.fins, job, job.kind === 'legacy' ? 'rget' : 'rget-fd', err);
   }
 
   senderFailed(): boolean {

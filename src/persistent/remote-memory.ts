@@ -10,14 +10,15 @@
 import type { Mapping } from '../../cache/index.js';
 import type { DeviceBuffer } from '../buffers.js';
 import { ProtocolError, SmcudaError } from '../errors.js';
-import type { PathContext } from '../paths/data-path.js';
+import type { EndpointLink } from '../endpoint-link.js';
 import { openRemote } from '../paths/open-remote.js';
 import { remoteKind, wireKind } from '../paths/remote-key.js';
 import type { RgetPath } from '../paths/rget.js';
 import { HandleKind, type RegOfferFrame } from '../wire/frames.js';
 
 export interface RemoteMemoryContext {
-  link: PathContext;
+  /** What registrations and persistent transfers use of the endpoint's link. */
+  link: Pick<EndpointLink, 'driver' | 'peerId' | 'tracer' | 'sendFrame' | 'uuidOf' | 'exports' | 'fd'>;
   /** The RGET path: its descriptor side offers VMM and pool memory, and it holds where remote keys open. */
   rget: RgetPath | undefined;
 }

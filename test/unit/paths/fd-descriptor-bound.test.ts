@@ -27,7 +27,7 @@ afterEach(() => {
 
 function victim(): { r: PathSide; peer: FdChannel; receiver: RgetPath } {
   const r = pathSide(1, { ipcOk: true, fdMemory: true, options: { maxPeerDescriptors: MAX, negotiation: { checkTimeoutMs: 60_000 } } });
-  const receiver = new RgetPath(r.link, { resend: () => undefined, countReason: () => undefined } satisfies Resender);
+  const receiver = new RgetPath(r.link, r.link.parts.rget, { resend: () => undefined, countReason: () => undefined } satisfies Resender);
   const [peer, mine] = FdChannel.pair();
   attachDescriptors(r, mine, receiver);
   cleanup.push(() => {

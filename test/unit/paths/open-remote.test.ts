@@ -28,8 +28,8 @@ function setup(o: { fdMemory?: boolean } = {}) {
   const fdMemory = o.fdMemory ?? true;
   const s = pathSide(0, { ipcOk: true, fdMemory });
   const r = pathSide(1, { ipcOk: true, fdMemory, options: { negotiation: { checkTimeoutMs: 2000 } } });
-  const sender = new RgetPath(s.link, resender);
-  const fd = new FdSide(r.link);
+  const sender = new RgetPath(s.link, s.link.parts.rget, resender);
+  const fd = new FdSide(r.link, r.link.parts.rget);
   const [a, b] = FdChannel.pair();
   attachDescriptors(s, a, sender);
   attachDescriptors(r, b, fd);

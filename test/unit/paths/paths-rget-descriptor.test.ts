@@ -34,8 +34,8 @@ function pair(o: { timeoutMs?: number; agreed?: boolean } = {}) {
   const s = pathSide(0, { ipcOk: true, fdMemory: o.agreed ?? true, options });
   const r = pathSide(1, { ipcOk: true, fdMemory: o.agreed ?? true, options });
   opened.push(s, r);
-  const sender = new RgetPath(s.link, resender);
-  const receiver = new RgetPath(r.link, resender);
+  const sender = new RgetPath(s.link, s.link.parts.rget, resender);
+  const receiver = new RgetPath(r.link, r.link.parts.rget, resender);
   paths.push(sender, receiver);
   const [a, b] = FdChannel.pair();
   attachDescriptors(s, a, sender);
@@ -69,7 +69,7 @@ describe('RGET of descriptor keys', () => {
   it('RGET takes VMM memory (which cuIpcGetMemHandle refuses) only once the descriptor channel is up; legacy memory always', () => {
     const s = pathSide(0, { ipcOk: true, fdMemory: true });
     opened.push(s);
-    const rget = new RgetPath(s.link, resender);
+    const rget = new RgetPath(s.link, s.link.parts.rget, resender);
     paths.push(rget);
     const { buf } = vmmBuffer(s, 1 << 20, 1, 1);
     const legacy = s.driver.memAlloc(64);
@@ -269,7 +269,7 @@ describe('RGET of descriptor keys', () => {
 
   it('staging says why: a peer without FD_MEMORY, memory of no shareable kind', () => {
     const { s } = pair({ agreed: false });
-    const path = new RgetPath(s.link, resender);
+    const path = new RgetPath(s.link, s.link.parts.rget, resender);
     paths.push(path);
     const { buf } = vmmBuffer(s, 1 << 20, 1, 5);
     expect(path.canSend(buf)).toBe(false);

@@ -54,7 +54,7 @@ function recordingTracer(): Tracer & { sent: Frame[] } {
 describe('RgetPath, sender', () => {
   it('takes device data once IPC is OK', () => {
     const s = side(0, { ipcOk: false });
-    const rget = new RgetPath(s.link, noResend);
+    const rget = new RgetPath(s.link, s.link.parts.rget, noResend);
     const buf = deviceWith(s, patternBytes(8, 1));
     expect(rget.canSend(buf)).toBe(false);
     s.link.ipcOk = true;
@@ -65,7 +65,7 @@ describe('RgetPath, sender', () => {
   it('announces the allocation, and a re-send from the same buffer is the same bytes with a new tag and seq — traced or not', async () => {
     for (const tracer of [undefined, recordingTracer()]) {
       const s = side(0, { tracer });
-      const rget = new RgetPath(s.link, noResend);
+      const rget = new RgetPath(s.link, s.link.parts.rget, noResend);
       const buf = deviceWith(s, patternBytes(4096, 2));
       const sub = { ptr: buf.ptr + 1024n, length: 1000 };
       void rget.send(sub, 5, {});
@@ -85,7 +85,7 @@ describe('RgetPath, sender', () => {
 
   it('with a stream, announces an IPC event and keeps no template', () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, noResend);
+    const rget = new RgetPath(s.link, s.link.parts.rget, noResend);
     const buf = deviceWith(s, patternBytes(64, 3));
     void rget.send(buf, 1, { stream: s.link.gpu().stream });
     expect((s.frames[0] as RgetFrame).event).toBeInstanceOf(Uint8Array);
@@ -94,7 +94,7 @@ describe('RgetPath, sender', () => {
 
   it('refuses a buffer that runs past its allocation before anything is announced', () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, noResend);
+    const rget = new RgetPath(s.link, s.link.parts.rget, noResend);
     const buf = deviceWith(s, patternBytes(64, 3));
     expect(() => rget.send({ ptr: buf.ptr + 32n, length: 64 }, 1, {})).toThrow(RangeError);
     expect(s.frames).toEqual([]);
@@ -104,7 +104,7 @@ describe('RgetPath, sender', () => {
     const s = side(0);
     const resent: Array<[number, DeviceBuffer, StreamHandle | undefined]> = [];
     const why: string[] = [];
-    const rget = new RgetPath(s.link, { countReason: (w) => void why.push(w), resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
+    const rget = new RgetPath(s.link, s.link.parts.rget, { countReason: (w) => void why.push(w), resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
     const buf = deviceWith(s, patternBytes(64, 3));
     void rget.send(buf, 1, {});
     expect(rget.onFin(1, FinStatus.OK, '')).toBe(false); // the endpoint settles plain FINs
@@ -118,7 +118,7 @@ describe('RgetPath, sender', () => {
 
   it('a fallback that cannot resend fails the send and tells the receiver (FIN SENDER_FAILED)', async () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, { countReason: () => {}, resend: () => { throw new RangeError('source freed'); } });
+    const rget = new RgetPath(s.link, s.link.parts.rget, { countReason: () => {}, resend: () => { throw new RangeError('source freed'); } });
     const buf = deviceWith(s, patternBytes(64, 3));
     const sent = rget.send(buf, 1, {});
     s.take();
@@ -134,8 +134,8 @@ describe('RgetPath, receiver', () => {
     const b = side(1);
     const data = patternBytes(n, seed);
     const src = deviceWith(a, data);
-    void new RgetPath(a.link, noResend).send(src, 3, {});
-    return { a, b, data, frame: a.take()[0] as RgetFrame, rget: new RgetPath(b.link, noResend) };
+    void new RgetPath(a.link, a.link.parts.rget, noResend).send(src, 3, {});
+    return { a, b, data, frame: a.take()[0] as RgetFrame, rget: new RgetPath(b.link, b.link.parts.rget, noResend) };
   }
 
   it('copies out of the mapped allocation into a new device buffer, then FIN OK', async () => {
@@ -213,9 +213,9 @@ describe('RgetPath, receiver', () => {
     const a = side(0);
     const b = side(1);
     const src = deviceWith(a, patternBytes(64, 7));
-    void new RgetPath(a.link, noResend).send(src, 1, { stream: a.link.gpu().stream });
+    void new RgetPath(a.link, a.link.parts.rget, noResend).send(src, 1, { stream: a.link.gpu().stream });
     const frame = a.take()[0] as RgetFrame;
-    const rget = new RgetPath(b.link, noResend);
+    const rget = new RgetPath(b.link, b.link.parts.rget, noResend);
     const r = pendingRecv(1);
     // An event that has not completed: recorded behind a long simulated copy.
     a.driver.inject({ copyDelayMs: 300 });

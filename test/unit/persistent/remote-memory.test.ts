@@ -23,8 +23,8 @@ const resender: Resender = { resend: () => undefined, countReason: () => undefin
 function setup(): { s: PathSide; r: PathSide; mine: RemoteMemoryContext; theirs: RemoteMemoryContext } {
   const s = pathSide(0, { ipcOk: true, fdMemory: true });
   const r = pathSide(1, { ipcOk: true, fdMemory: true, options: { negotiation: { checkTimeoutMs: 2000 } } });
-  const sender = new RgetPath(s.link, resender);
-  const receiver = new RgetPath(r.link, resender);
+  const sender = new RgetPath(s.link, s.link.parts.rget, resender);
+  const receiver = new RgetPath(r.link, r.link.parts.rget, resender);
   const [a, b] = FdChannel.pair();
   attachDescriptors(s, a, sender);
   attachDescriptors(r, b, receiver);
