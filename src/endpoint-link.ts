@@ -1,10 +1,11 @@
 /**
- * The link to one peer that the endpoint and its data paths share (the
- * PathContext the paths see): frames out (encoded, traced), FINs and their
- * batching, message seqs, the sends waiting for FIN, backpressure, the
- * per-path counters, the handle pool, the GPU work, and whether the endpoint
- * is closed. The endpoint owns the lifecycle: it sets `ipcOk` on each
- * negotiation transition and `closedWith`/`closeReason` when it closes.
+ * The link to one peer that the endpoint and its data paths share: frames
+ * out (encoded, traced), FINs and their batching, message seqs, the sends
+ * waiting for FIN, backpressure, the per-path counters, the handle pool, the
+ * GPU work, and whether the endpoint is closed. The paths see it as their
+ * PathContext (RGET as its RgetLink), and each gets what it alone uses from
+ * `parts` (createPaths). The endpoint owns the lifecycle: it sets `ipcOk` on
+ * each negotiation transition and `closedWith`/`closeReason` when it closes.
  */
 import { HandlePool } from '../cache/index.js';
 import type { ControlChannel } from './channel/channel.js';
@@ -47,7 +48,7 @@ export interface EndpointContext {
 
 export class EndpointLink implements RgetLink {
   readonly driver: CudaDriver;
-  readonly opts: ResolvedOptions;
+  private readonly opts: ResolvedOptions;
   readonly tracer: Tracer | undefined;
   readonly exports: ExportTable;
   readonly pool: HandlePool;
@@ -191,7 +192,7 @@ export class EndpointLink implements RgetLink {
     });
   }
 
-  failEndpoint(err: Error): void {
+  private failEndpoint(err: Error): void {
     this.onProtocolError?.(err);
   }
 

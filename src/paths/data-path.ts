@@ -16,7 +16,9 @@
  *      takes;
  *   3. one line in src/paths/index.ts's `createPaths`, in the order paths are
  *      asked (the first whose `canSend` is true carries the message), and its
- *      name in endpoint-stats.ts's DataPath (the counters);
+ *      name in endpoint-stats.ts's DataPath (the counters); it gets the
+ *      PathContext below, and what it alone uses (its parts, in `PathParts`,
+ *      made by the endpoint's link) in its constructor;
  *   4. its arrival frame in `Arrival` below, and a test file
  *      test/unit/paths/paths-<name>.test.ts driving it through test/helpers/path-harness.ts.
  * Nothing in the endpoint changes: it routes frames by `arrivals` and

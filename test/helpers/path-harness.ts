@@ -1,6 +1,7 @@
 /**
  * One side of a connection for driving a data path (src/paths/) on its own:
- * a real EndpointLink — the PathContext the endpoint hands its paths — over
+ * a real EndpointLink — the PathContext the endpoint hands its paths, and
+ * in `link.parts` what each path alone gets in its constructor — over
  * a fake control channel that records every frame sent, decoded, on a
  * simulated driver. No endpoint and no matching: a test hands a path its
  * arrivals and frames itself, and reads what it answered.
