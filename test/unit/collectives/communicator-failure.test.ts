@@ -72,6 +72,28 @@ describe('a failing rank fails every rank', () => {
     expect(e2.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
   });
 
+  it('a later call with a shorter timeout times out first (one watchdog per communicator, re-armed for the earliest deadline)', async () => {
+    w = await makeWorld(3, { timeoutMs: 60_000 });
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const t0 = performance.now();
+    const first = w.comms[0]!.allreduce({ send: bufs[0]!, count: 16, dtype: 'f32', op: 'sum', timeoutMs: 30_000 });
+    const second = w.comms[0]!.allreduce({ send: bufs[0]!, count: 16, dtype: 'f32', op: 'sum', timeoutMs: 200 });
+    const [e1, e2] = await Promise.all([rejection(first), rejection(second)]);
+    expect(performance.now() - t0).toBeLessThan(20_000);
+    for (const e of [e1, e2]) {
+      expect(e.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
+      expect(e.message).toMatch(/allreduce #2 did not complete within 200 ms/);
+    }
+  });
+
+  it('a timeout beyond what setTimeout takes (2^31-1 ms) does not fire early', async () => {
+    w = await makeWorld(3);
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const results = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum', timeoutMs: 2 ** 33 })));
+    for (const r of results) expect(r.op).toBe('allreduce');
+    expect(w.comms[0]!.stats().calls).toBe(1);
+  });
+
   it('a rank that never calls while the others wait on the device: they time out, their device waits are released (poisoned), and close drains', async () => {
     w = await makeWorld(3, { timeoutMs: 60_000 });
     expect(w.comms[0]!.stats().steps).toBe('device');
