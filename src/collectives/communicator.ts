@@ -168,8 +168,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private poisonTimer: NodeJS.Timeout | undefined;
   private readonly counters: CommunicatorStats;
   private readonly tracer: FileTracer | undefined;
-  /** Calls not settled yet (the watchdog checks their deadlines; an abort or close fails them). */
-  private readonly unsettled = new Set<PendingCall>();
+  /**
+   * Calls not settled yet, in call order, from `unsettledHead` (the watchdog
+   * checks their deadlines; an abort or close fails them). Calls settle in
+   * call order, so settled ones leave from the front: an array rather than a
+   * Set (whose add and delete cost 0.5 µs a call, measured on the simulator
+   * with the driver's calls made no-ops, 2 ranks, 8 B allreduce).
+   */
+  private readonly unsettled: PendingCall[] = [];
+  private unsettledHead = 0;
+  private unsettledCount = 0;
   /** The one timer of the calls' timeouts, and the deadline it is armed for. */
   private watchdog: NodeJS.Timeout | undefined;
   private watchdogAt = Infinity;
@@ -518,7 +526,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /** Adds a call to those the watchdog checks. */
   private track(p: PendingCall): void {
-    this.unsettled.add(p);
+    this.unsettled.push(p);
+    this.unsettledCount++;
     if (this.watchdog !== undefined && this.watchdogAt <= p.deadline) {
       this.watchdog.ref();
       return;
@@ -526,10 +535,22 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.armWatchdog(p.deadline);
   }
 
-  private untrack(p: PendingCall): void {
-    this.unsettled.delete(p);
+  /** After `settled` was set. */
+  private untrack(): void {
+    this.unsettledCount--;
+    const q = this.unsettled;
+    let h = this.unsettledHead;
+    while (h < q.length && q[h]!.settled) h++;
+    if (h === q.length) {
+      q.length = 0;
+      h = 0;
+    } else if (h >= 1024 && 2 * h >= q.length) {
+      q.splice(0, h);
+      h = 0;
+    }
+    this.unsettledHead = h;
     // Armed for a deadline that no longer matters: it must not keep the process alive (it re-checks when it fires).
-    if (this.unsettled.size === 0) this.watchdog?.unref();
+    if (this.unsettledCount === 0) this.watchdog?.unref();
   }
 
   /**
@@ -552,7 +573,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.watchdogAt = Infinity;
     const now = performance.now();
     let next = Infinity;
-    for (const p of this.unsettled) {
+    const q = this.unsettled;
+    for (let i = this.unsettledHead; i < q.length; i++) {
+      const p = q[i]!;
+      if (p.settled) continue;
       if (p.deadline <= now) {
         const err = new CommunicatorTimeoutError(`rank ${this.rank}: ${p.op} #${p.seq} did not complete within ${p.timeoutMs} ms (a rank is stuck, or the ranks made different calls)`);
         // The abort fails every call in flight, this one first.
@@ -574,7 +598,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private completeCall(p: PendingCall): void {
     if (p.settled) return;
     p.settled = true;
-    this.untrack(p);
+    this.untrack();
     p.us = Math.round((performance.now() - p.started) * 1000);
     const c = this.counters;
     c.calls++;
@@ -597,13 +621,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       err = this.abortError ?? wrapped;
     }
     p.settled = true;
-    this.untrack(p);
+    this.untrack();
     p.reject(err as Error);
   }
 
   /** Fails every call in flight with `err` (abort, close). */
   private failAll(err: CommunicatorAbortedError): void {
-    const calls = [...this.unsettled];
+    const calls = this.unsettled.slice(this.unsettledHead);
     for (const p of calls) this.failCall(p, err);
   }
 
