@@ -125,6 +125,11 @@ const DRAIN_LIMIT_MS = 10_000;
 /** The longest delay setTimeout takes. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** The algorithms a call or a communicator may force. */
+const ALGORITHMS: readonly string[] = ['one-shot', 'two-shot', 'ce-pipeline', 'staged'];
+/** Low bits that must be 0 in a pointer to elements of each dtype. */
+const ALIGN_MASK = Object.fromEntries(Object.entries(DTYPE_BYTES).map(([d, n]) => [d, BigInt(n - 1)])) as Record<DType, bigint>;
+
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
   if (typeof v !== 'number' || !Number.isFinite(v) || v < min) throw new ConfigError(`${name} must be a number ≥ ${min}, got ${String(v)}`);
@@ -204,7 +209,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.scratchBytes = Math.ceil(positive('scratchBytes', opts.scratchBytes, 4 * MiB, 256 * size) / 256) * 256;
     this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, 256 * 1024, 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, 8 * MiB, 0);
-    if (opts.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
+    if (opts.algorithm !== undefined && !ALGORITHMS.includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
     this.marks = new StreamMarks(this.driver);
@@ -293,7 +298,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** recv[i] = op over every rank's send[i]; in place when recv is send (or absent). */
   allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
-    this.check(a, [a.send, recv], a.op);
+    this.check(a, a.send, recv, a.op);
     const bytes = a.count * DTYPE_BYTES[a.dtype];
     return this.call('allreduce', a, bytes, this.chooseAllreduce(a.algorithm, bytes), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, a.op));
   }
@@ -301,7 +306,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Every rank's recv gets root's send (count elements); root's recv defaults to its send. */
   broadcast(a: { send?: DevicePtr; recv: DevicePtr; count: number; dtype: DType; root: number } & CallOptions): Promise<CollectiveResult> {
     const send = a.send ?? a.recv;
-    this.check(a, [send, a.recv]);
+    this.check(a, send, a.recv);
     this.checkRoot(a.root);
     return this.call('broadcast', a, a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root));
   }
@@ -309,27 +314,27 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** root's recv[i] = op over every rank's send[i]; other ranks' recv is not written (pass any, e.g. send). */
   reduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; root: number } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
-    this.check(a, [a.send, recv], a.op);
+    this.check(a, a.send, recv, a.op);
     this.checkRoot(a.root);
     return this.call('reduce', a, a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, a.op, a.root));
   }
 
   /** recv (size × count elements) gets rank k's send at k × count; in place when send is recv + rank × count elements. */
   allgather(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
-    this.check(a, [a.send, a.recv]);
+    this.check(a, a.send, a.recv);
     return this.call('allgather', a, a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype));
   }
 
   /** recv (count elements) = op over every rank's block `rank` of send (size × count elements). */
   reduceScatter(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
-    this.check(a, [a.send, a.recv], a.op);
+    this.check(a, a.send, a.recv, a.op);
     return this.call('reduce-scatter', a, this.size * a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, a.op));
   }
 
   /** Block k of send (count elements each, size blocks) goes to rank k, into its block `rank` of recv; in place allowed. */
   alltoall(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
-    this.check(a, [a.send, recv]);
+    this.check(a, a.send, recv);
     return this.call('alltoall', a, this.size * a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.alltoall(c, alg, a.send, recv, a.count, a.dtype));
   }
 
@@ -404,7 +409,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return (forced ?? this.forced) === 'staged' ? 'staged' : 'one-shot';
   }
 
-  private check(a: { count: number; dtype: DType } & CallOptions, ptrs: DevicePtr[], op?: ReduceOp): void {
+  private check(a: { count: number; dtype: DType } & CallOptions, send: DevicePtr, recv: DevicePtr, op?: ReduceOp): void {
     if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
       // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
       throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
@@ -412,14 +417,18 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
     if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
-    const es = BigInt(DTYPE_BYTES[a.dtype]);
-    for (const p of ptrs) {
-      assertPtr('buffer', p);
-      if (a.count > 0 && p % es !== 0n) throw new ArgumentRangeError(`device pointers must be aligned to the element size (${es} bytes for ${a.dtype}), got 0x${p.toString(16)}`);
-    }
+    this.checkBuffer(send, a.count, a.dtype);
+    if (recv !== send) this.checkBuffer(recv, a.count, a.dtype);
     if (a.stream !== undefined) assertHandle('stream', a.stream);
     if (a.timeoutMs !== undefined) positive('timeoutMs', a.timeoutMs, 0);
-    if (a.algorithm !== undefined && !['one-shot', 'two-shot', 'ce-pipeline', 'staged'].includes(a.algorithm)) throw new ArgumentTypeError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(a.algorithm)}`);
+    if (a.algorithm !== undefined && !ALGORITHMS.includes(a.algorithm)) throw new ArgumentTypeError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(a.algorithm)}`);
+  }
+
+  /** A device pointer aligned to the element size (a mask, not a bigint remainder: no BigInt(size) and division per call). */
+  private checkBuffer(p: DevicePtr, count: number, dtype: DType): void {
+    assertPtr('buffer', p);
+    const es = DTYPE_BYTES[dtype];
+    if (count > 0 && es > 1 && (p & ALIGN_MASK[dtype]) !== 0n) throw new ArgumentRangeError(`device pointers must be aligned to the element size (${es} bytes for ${dtype}), got 0x${p.toString(16)}`);
   }
 
   private checkRoot(root: unknown): void {
