@@ -65,7 +65,8 @@ const B = (n: number): bigint => BigInt(n);
  * The elements of one piece: at most `max`, checked once per call. Callers
  * loop `for (let a = 0, per = pieceLength(max); a < count; a += per)`, the
  * piece at `a` being min(per, count - a) long (a generator of [a, len] pairs
- * cost a generator and an array per piece on every call).
+ * cost a generator and an array per piece on every call: 0.2 µs a call in a
+ * CPU profile on the simulator, driver calls made no-ops, 8 B allreduce).
  */
 function pieceLength(max: number): number {
   if (max < 1) throw new ArgumentRangeError('the scratch region is too small for one element per rank: raise scratchBytes');
