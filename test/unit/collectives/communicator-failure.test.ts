@@ -245,6 +245,24 @@ describe('fromEndpoints', () => {
 });
 
 describe('traces', () => {
+  it("each completed call counts in stats(), is stats().last, and is a 'collective' event; the result has op, algorithm, bytes and us", async () => {
+    w = await makeWorld(2);
+    const events: unknown[] = [];
+    w.comms[0]!.on('collective', (e) => events.push(e));
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const [first] = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'i32', op: 'sum' })));
+    await Promise.all(w.comms.map((c, r) => c.broadcast({ recv: bufs[r]!, count: 8, dtype: 'f32', root: 1 })));
+    expect(Object.keys(first!).sort()).toEqual(['algorithm', 'bytes', 'op', 'us']);
+    expect(first).toMatchObject({ op: 'allreduce', algorithm: 'one-shot', bytes: 64 });
+    const st = w.comms[0]!.stats();
+    expect(st).toMatchObject({ calls: 2, byOp: { allreduce: 1, broadcast: 1 }, byAlgorithm: { 'one-shot': 2 } });
+    expect(st.last).toMatchObject({ op: 'broadcast', algorithm: 'one-shot', bytes: 32, dtype: 'f32', count: 8 });
+    expect(events).toEqual([
+      { op: 'allreduce', algorithm: 'one-shot', bytes: 64, us: first!.us, dtype: 'i32', count: 16 },
+      { ...st.last },
+    ]);
+  });
+
   it('each completed call is a collective record in the trace, which smcuda trace reads', async () => {
     const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');
