@@ -626,8 +626,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     c.byAlgorithm[p.algorithm] = (c.byAlgorithm[p.algorithm] ?? 0) + 1;
     this.lastCall = p;
     if (debugEnabled()) debug('communicator rank %d: %s %s×%d by %s in %d µs', this.rank, p.op, p.dtype ?? '', p.count ?? 0, p.algorithm, p.us);
-    if (this.tracer) this.tracer.collective({ rank: this.rank, size: this.size, seq: p.seq, ...p.record() });
-    if (this.listenerCount('collective') > 0) this.emit('collective', p.record());
+    try {
+      if (this.tracer) this.tracer.collective({ rank: this.rank, size: this.size, seq: p.seq, ...p.record() });
+      if (this.listenerCount('collective') > 0) this.emit('collective', p.record());
+    } catch (err) {
+      // A 'collective' listener that throws fails this call with its error (and only this call).
+      p.reject(err as Error);
+      return;
+    }
     p.resolve({ op: p.op, algorithm: p.algorithm, bytes: p.bytes, us: p.us });
   }
 

@@ -12,6 +12,7 @@
  * the completion poller compete with the enqueuing for the driver.
  */
 import type { CudaDriver, EventHandle, StreamHandle } from '../cuda/driver.js';
+import { debug } from '../debug.js';
 
 /** Told once a mark is reached (or failed with its stream's error). */
 export interface MarkWaiter {
@@ -122,8 +123,9 @@ export class StreamMarks {
           this.pending--;
           try {
             m.waiter.reached(err);
-          } catch {
+          } catch (e) {
             // A waiter's failure is its own; the other marks are reached all the same.
+            debug('stream marks: a waiter failed: %s', (e as Error).message);
           }
         }
         if (this.pending === 0 && this.drained.length > 0) for (const d of this.drained.splice(0)) d();

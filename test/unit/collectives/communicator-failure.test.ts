@@ -245,6 +245,21 @@ describe('fromEndpoints', () => {
 });
 
 describe('traces', () => {
+  it("a 'collective' listener that throws fails that call with its error, not the communicator", async () => {
+    w = await makeWorld(2);
+    const boom = new Error('listener failed');
+    const listener = () => {
+      throw boom;
+    };
+    w.comms[0]!.once('collective', listener);
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const calls = w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum' }));
+    await expect(calls[0]).rejects.toBe(boom);
+    await calls[1];
+    await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum' })));
+    expect(w.comms[0]!.stats().aborted).toBeUndefined();
+  });
+
   it("each completed call counts in stats(), is stats().last, and is a 'collective' event; the result has op, algorithm, bytes and us", async () => {
     w = await makeWorld(2);
     const events: unknown[] = [];
