@@ -61,10 +61,16 @@ export interface CallContext {
 
 const B = (n: number): bigint => BigInt(n);
 
-/** [start, length] pieces of `total` elements, at most `max` each. */
-function* pieces(total: number, max: number): Generator<[number, number]> {
+/**
+ * The elements of one piece: at most `max`, checked once per call. Callers
+ * loop `for (let a = 0, per = pieceLength(max); a < count; a += per)`, the
+ * piece at `a` being min(per, count - a) long (a generator of [a, len] pairs
+ * cost a generator and an array per piece on every call: 0.2 µs a call in a
+ * CPU profile on the simulator, driver calls made no-ops, 8 B allreduce).
+ */
+function pieceLength(max: number): number {
   if (max < 1) throw new ArgumentRangeError('the scratch region is too small for one element per rank: raise scratchBytes');
-  for (let a = 0; a < total; a += max) yield [a, Math.min(max, total - a)];
+  return max;
 }
 
 /** The steps of one call, on the device or through the host. */
@@ -147,7 +153,8 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     return;
   }
   if (alg === 'one-shot') {
-    for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+    for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
+      const len = Math.min(per, count - a);
       toScratch(c, send, es, a, len, 1, 0);
       if (steps.onHost) await steps.host();
       else steps.device();
@@ -159,7 +166,8 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
   if (alg === 'two-shot' || alg === 'ce-pipeline') {
     const max = alg === 'two-shot' ? Math.floor(s.bytes / es) : N * Math.floor(s.slotBytes / es);
-    for (const [a, len] of pieces(count, max)) {
+    for (let a = 0, per = pieceLength(max); a < count; a += per) {
+      const len = Math.min(per, count - a);
       toScratch(c, send, es, a, len, 1, 0);
       if (steps.onHost) await steps.host();
       else steps.device();
@@ -184,7 +192,8 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
   // staged
   const others = othersOf(c);
-  for (const [a, len] of pieces(count, Math.floor(s.slotBytes / es))) {
+  for (let a = 0, per = pieceLength(Math.floor(s.slotBytes / es)); a < count; a += per) {
+    const len = Math.min(per, count - a);
     toScratch(c, send, es, a, len, 1, 0);
     copy(c, s.landing(c.rank), s.inputOf(c.rank)!, len * es);
     await c.streamDone();
@@ -201,7 +210,8 @@ export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr,
   if (isRoot) copy(c, recv, send, count * es);
   if (alg === 'local') return;
   const steps = c.steps;
-  for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+  for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
+    const len = Math.min(per, count - a);
     if (isRoot) toScratch(c, send, es, a, len, 1, 0);
     if (alg === 'staged') {
       await c.streamDone();
@@ -226,7 +236,8 @@ export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, re
     return;
   }
   if (alg === 'staged') {
-    for (const [a, len] of pieces(count, Math.floor(s.slotBytes / es))) {
+    for (let a = 0, per = pieceLength(Math.floor(s.slotBytes / es)); a < count; a += per) {
+      const len = Math.min(per, count - a);
       toScratch(c, send, es, a, len, 1, 0);
       if (isRoot) copy(c, s.landing(root), s.inputOf(root)!, len * es);
       await c.streamDone();
@@ -241,7 +252,8 @@ export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, re
     return;
   }
   const steps = c.steps;
-  for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+  for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
+    const len = Math.min(per, count - a);
     toScratch(c, send, es, a, len, 1, 0);
     if (steps.onHost) await steps.host();
     else steps.device();
@@ -261,7 +273,8 @@ export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
   const steps = c.steps;
   const at = (k: number, a: number) => recv + B((k * count + a) * es);
-  for (const [a, len] of pieces(count, Math.floor(s.bytes / es))) {
+  for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
+    const len = Math.min(per, count - a);
     toScratch(c, send, es, a, len, 1, 0);
     if (alg === 'staged') {
       copy(c, at(c.rank, a), s.inputOf(c.rank)!, len * es);
@@ -289,7 +302,8 @@ export async function reduceScatter(c: CallContext, alg: Algorithm, send: Device
   const A = s.inputOf(c.rank)!;
   if (alg === 'staged') {
     const max = Math.floor(Math.min(s.bytes / N, s.slotBytes) / es);
-    for (const [a, len] of pieces(count, max)) {
+    for (let a = 0, per = pieceLength(max); a < count; a += per) {
+      const len = Math.min(per, count - a);
       toScratch(c, send, es, a, len, N, count);
       copy(c, s.landing(c.rank), A + B(c.rank * len * es), len * es);
       await c.streamDone();
@@ -300,7 +314,8 @@ export async function reduceScatter(c: CallContext, alg: Algorithm, send: Device
     }
     return;
   }
-  for (const [a, len] of pieces(count, Math.floor(s.bytes / (N * es)))) {
+  for (let a = 0, per = pieceLength(Math.floor(s.bytes / (N * es))); a < count; a += per) {
+    const len = Math.min(per, count - a);
     toScratch(c, send, es, a, len, N, count);
     if (steps.onHost) await steps.host();
     else steps.device();
@@ -321,7 +336,8 @@ export async function alltoall(c: CallContext, alg: Algorithm, send: DevicePtr, 
   const steps = c.steps;
   const A = s.inputOf(c.rank)!;
   const at = (k: number, a: number) => recv + B((k * count + a) * es);
-  for (const [a, len] of pieces(count, Math.floor(s.bytes / (N * es)))) {
+  for (let a = 0, per = pieceLength(Math.floor(s.bytes / (N * es))); a < count; a += per) {
+    const len = Math.min(per, count - a);
     toScratch(c, send, es, a, len, N, count);
     if (alg === 'staged') {
       copy(c, at(c.rank, a), A + B(c.rank * len * es), len * es);

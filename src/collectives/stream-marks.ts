@@ -12,12 +12,36 @@
  * the completion poller compete with the enqueuing for the driver.
  */
 import type { CudaDriver, EventHandle, StreamHandle } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+
+/** Told once a mark is reached (or failed with its stream's error). */
+export interface MarkWaiter {
+  reached(err?: Error): void;
+}
 
 interface Mark {
   stream: StreamHandle;
   event: EventHandle;
   done: boolean;
-  settle(err?: Error): void;
+  waiter: MarkWaiter;
+}
+
+/** A waiter that settles a promise (mark()). */
+class PromiseWaiter implements MarkWaiter {
+  resolve!: () => void;
+  reject!: (err: Error) => void;
+  readonly promise = new Promise<void>((resolve, reject) => {
+    this.resolve = resolve;
+    this.reject = reject;
+  });
+  constructor() {
+    // Handled here too: a caller that stopped waiting (its call failed first) must not leave an unhandled rejection.
+    this.promise.catch(() => undefined);
+  }
+  reached(err?: Error): void {
+    if (err) this.reject(err);
+    else this.resolve();
+  }
 }
 
 export class StreamMarks {
@@ -27,14 +51,16 @@ export class StreamMarks {
   private pollSoon: NodeJS.Immediate | undefined;
   /** Events of reached marks, for reuse. */
   private readonly events: EventHandle[] = [];
-  /** Promises of the marks not reached yet. */
-  private readonly pending = new Set<Promise<void>>();
+  /** Marks not reached yet. */
+  private pending = 0;
+  /** Told when `pending` drops to 0 (reached()). */
+  private drained: Array<() => void> = [];
 
   constructor(private readonly driver: CudaDriver) {}
 
   /** Calls whose last mark is not reached yet. */
   get inFlight(): number {
-    return this.pending.size;
+    return this.pending;
   }
 
   /** Makes `stream` wait for the newest mark where that is on another stream and not reached yet. */
@@ -45,30 +71,36 @@ export class StreamMarks {
 
   /** Records a mark on `stream` now; resolves once the stream reached it (rejects with the stream's error). */
   mark(stream: StreamHandle): Promise<void> {
+    const w = new PromiseWaiter();
+    this.markWith(stream, w);
+    return w.promise;
+  }
+
+  /**
+   * Records a mark on `stream` now and tells `waiter` once the stream reached
+   * it: mark() without a promise, a call's own record being its waiter
+   * (part of the PendingCall change in communicator.ts, measured there as a
+   * whole: the promise, its two reactions and a set of pending promises
+   * were per-call garbage).
+   */
+  markWith(stream: StreamHandle, waiter: MarkWaiter): void {
     const event = this.events.pop() ?? this.driver.eventCreate({ disableTiming: true });
     this.driver.eventRecord(event, stream);
-    let settle!: (err?: Error) => void;
-    const done = new Promise<void>((resolve, reject) => {
-      settle = (err) => (err ? reject(err) : resolve());
-    });
-    const mark: Mark = { stream, event, done: false, settle };
+    const mark: Mark = { stream, event, done: false, waiter };
     this.last = mark;
-    this.pending.add(done);
-    const forget = () => this.pending.delete(done);
-    void done.then(forget, forget);
+    this.pending++;
     let marks = this.unpolled.get(stream);
     if (!marks) this.unpolled.set(stream, (marks = []));
     marks.push(mark);
     this.pollSoon ??= setImmediate(() => this.poll());
-    return done;
   }
 
   /** Resolves true once every mark recorded so far is reached (or failed), false after `ms`. */
   async reached(ms: number): Promise<boolean> {
-    if (this.pending.size === 0) return true;
+    if (this.pending === 0) return true;
     let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([Promise.allSettled([...this.pending]).then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+      return await Promise.race([new Promise<true>((resolve) => this.drained.push(() => resolve(true))), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
     } finally {
       clearTimeout(timer);
     }
@@ -88,8 +120,15 @@ export class StreamMarks {
           m.done = true;
           if (this.last === m) this.last = undefined;
           this.events.push(m.event);
-          m.settle(err);
+          this.pending--;
+          try {
+            m.waiter.reached(err);
+          } catch (e) {
+            // A waiter's failure is its own; the other marks are reached all the same.
+            debug('stream marks: a waiter failed: %s', (e as Error).message);
+          }
         }
+        if (this.pending === 0 && this.drained.length > 0) for (const d of this.drained.splice(0)) d();
       };
       let polled: Promise<void>;
       try {

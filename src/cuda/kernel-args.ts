@@ -15,20 +15,27 @@ export interface PackedKernelArgs {
   layout: Uint32Array;
 }
 
-/** Packs validated arguments (assertKernelArgs). */
-export function packKernelArgs(args: readonly KernelArg[]): PackedKernelArgs {
-  const layout = new Uint32Array(args.length * 2);
+/**
+ * Packs validated arguments (assertKernelArgs) into `buffer(bytes)`: by
+ * default a new ArrayBuffer; the native driver passes one it reuses (the
+ * addon copies the bytes before it returns).
+ */
+export function packKernelArgs(args: readonly KernelArg[], buffer: (bytes: number) => ArrayBuffer = (bytes) => new ArrayBuffer(bytes)): PackedKernelArgs {
+  // Plain loops: a collective launches a kernel per call, and two forEach closures a launch are garbage.
+  const n = args.length;
+  const layout = new Uint32Array(n * 2);
   let end = 0;
-  args.forEach((arg, k) => {
-    const size = kernelArgSize(arg.type);
+  for (let k = 0; k < n; k++) {
+    const size = kernelArgSize(args[k]!.type);
     const offset = Math.ceil(end / size) * size;
     layout[2 * k] = offset;
     layout[2 * k + 1] = size;
     end = offset + size;
-  });
-  const params = new ArrayBuffer(Math.ceil(end / 8) * 8);
+  }
+  const params = buffer(Math.ceil(end / 8) * 8);
   const view = new DataView(params);
-  args.forEach((arg, k) => {
+  for (let k = 0; k < n; k++) {
+    const arg = args[k]!;
     const at = layout[2 * k]!;
     switch (arg.type) {
       case 'ptr':
@@ -51,6 +58,6 @@ export function packKernelArgs(args: readonly KernelArg[]): PackedKernelArgs {
         view.setFloat64(at, arg.value, true);
         break;
     }
-  });
+  }
   return { params, layout };
 }

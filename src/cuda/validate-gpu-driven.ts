@@ -27,6 +27,18 @@ function describe(value: unknown): string {
   return `${typeof value} ${String(value).slice(0, 40)}`;
 }
 
+function isU32(v: unknown): boolean {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v < U32_END;
+}
+
+function isU64(v: unknown): boolean {
+  return typeof v === 'bigint' && v >= 0n && v < U64_END;
+}
+
+function isWordAddress(v: unknown, bytes: 4 | 8): boolean {
+  return typeof v === 'bigint' && v > 0n && v < U64_END && (v & (bytes === 8 ? 7n : 3n)) === 0n;
+}
+
 /** A 32-bit word's value: an integer 0 .. 2^32-1. */
 export function assertU32(name: string, value: unknown): asserts value is number {
   if (typeof value !== 'number' || !Number.isInteger(value)) throw new ArgumentTypeError(`${name} must be an integer, got ${describe(value)}`);
@@ -68,33 +80,36 @@ export function assertMemOps(name: string, value: unknown): asserts value is rea
   if (value.length < 1 || value.length > MAX_BATCH_MEM_OPS) {
     throw new ArgumentRangeError(`${name} must hold 1 to ${MAX_BATCH_MEM_OPS} operations, got ${value.length}`);
   }
-  value.forEach((op: unknown, k) => {
-    const at = `${name}[${k}]`;
-    if (typeof op !== 'object' || op === null) throw new ArgumentTypeError(`${at} must be an operation object, got ${describe(op)}`);
+  // A plain loop, and the name of an element only built for its error: a collective queues two batches a call,
+  // and the name string per operation was most of this check's cost (and garbage). The native driver's
+  // streamBatchMemOp over a no-op addon, a 2-rank step (3 operations): 0.38 -> 0.18 µs with this alone.
+  for (let k = 0; k < value.length; k++) {
+    const op: unknown = value[k];
+    if (typeof op !== 'object' || op === null) throw new ArgumentTypeError(`${name}[${k}] must be an operation object, got ${describe(op)}`);
     const o = op as Record<string, unknown>;
     switch (o.op) {
       case 'wait32':
       case 'write32':
-        assertWordAddress(`${at}.addr`, o.addr, 4);
-        assertU32(`${at}.value`, o.value);
+        if (!isWordAddress(o.addr, 4)) assertWordAddress(`${name}[${k}].addr`, o.addr, 4);
+        if (!isU32(o.value)) assertU32(`${name}[${k}].value`, o.value);
         break;
       case 'wait64':
       case 'write64':
-        assertWordAddress(`${at}.addr`, o.addr, 8);
-        assertU64(`${at}.value`, o.value);
+        if (!isWordAddress(o.addr, 8)) assertWordAddress(`${name}[${k}].addr`, o.addr, 8);
+        if (!isU64(o.value)) assertU64(`${name}[${k}].value`, o.value);
         break;
       case 'barrier':
-        return;
+        continue;
       default:
-        throw new ArgumentTypeError(`${at}.op must be 'wait32', 'wait64', 'write32', 'write64' or 'barrier', got ${describe(o.op)}`);
+        throw new ArgumentTypeError(`${name}[${k}].op must be 'wait32', 'wait64', 'write32', 'write64' or 'barrier', got ${describe(o.op)}`);
     }
     if (o.op === 'wait32' || o.op === 'wait64') {
-      assertWaitCondition(`${at}.condition`, o.condition);
-      assertOptionalBoolean(`${at}.flush`, o.flush);
-    } else {
-      assertOptionalBoolean(`${at}.noMemoryBarrier`, o.noMemoryBarrier);
+      if (!CONDITIONS.includes(o.condition as WaitCondition)) assertWaitCondition(`${name}[${k}].condition`, o.condition);
+      if (o.flush !== undefined && typeof o.flush !== 'boolean') assertOptionalBoolean(`${name}[${k}].flush`, o.flush);
+    } else if (o.noMemoryBarrier !== undefined && typeof o.noMemoryBarrier !== 'boolean') {
+      assertOptionalBoolean(`${name}[${k}].noMemoryBarrier`, o.noMemoryBarrier);
     }
-  });
+  }
 }
 
 /** PTX text: a non-empty string without NUL (the driver reads it as a C string). */
@@ -147,35 +162,36 @@ export function assertKernelArgs(name: string, value: unknown): asserts value is
   if (!Array.isArray(value)) throw new ArgumentTypeError(`${name} must be an array of { type, value }, got ${describe(value)}`);
   if (value.length > MAX_KERNEL_ARGS) throw new ArgumentRangeError(`${name} must hold at most ${MAX_KERNEL_ARGS} arguments, got ${value.length}`);
   let bytes = 0;
-  value.forEach((arg: unknown, k) => {
-    const at = `${name}[${k}]`;
-    if (typeof arg !== 'object' || arg === null) throw new ArgumentTypeError(`${at} must be { type, value }, got ${describe(arg)}`);
+  // A plain loop, names built only for an error (as assertMemOps).
+  for (let k = 0; k < value.length; k++) {
+    const arg: unknown = value[k];
+    if (typeof arg !== 'object' || arg === null) throw new ArgumentTypeError(`${name}[${k}] must be { type, value }, got ${describe(arg)}`);
     const { type, value: v } = arg as Record<string, unknown>;
     switch (type) {
       case 'ptr':
       case 'u64':
-        assertU64(`${at}.value`, v);
+        if (!isU64(v)) assertU64(`${name}[${k}].value`, v);
         break;
       case 'i64':
-        if (typeof v !== 'bigint') throw new ArgumentTypeError(`${at}.value must be a bigint, got ${describe(v)}`);
-        if (v < I64_MIN || v >= I64_END) throw new ArgumentRangeError(`${at}.value must fit in 64 signed bits, got ${v}`);
+        if (typeof v !== 'bigint') throw new ArgumentTypeError(`${name}[${k}].value must be a bigint, got ${describe(v)}`);
+        if (v < I64_MIN || v >= I64_END) throw new ArgumentRangeError(`${name}[${k}].value must fit in 64 signed bits, got ${v}`);
         break;
       case 'u32':
-        assertU32(`${at}.value`, v);
+        if (!isU32(v)) assertU32(`${name}[${k}].value`, v);
         break;
       case 'i32':
-        if (typeof v !== 'number' || !Number.isInteger(v)) throw new ArgumentTypeError(`${at}.value must be an integer, got ${describe(v)}`);
-        if (v < -(2 ** 31) || v >= 2 ** 31) throw new ArgumentRangeError(`${at}.value must fit in 32 signed bits, got ${v}`);
+        if (typeof v !== 'number' || !Number.isInteger(v)) throw new ArgumentTypeError(`${name}[${k}].value must be an integer, got ${describe(v)}`);
+        if (v < -(2 ** 31) || v >= 2 ** 31) throw new ArgumentRangeError(`${name}[${k}].value must fit in 32 signed bits, got ${v}`);
         break;
       case 'f32':
       case 'f64':
-        if (typeof v !== 'number') throw new ArgumentTypeError(`${at}.value must be a number, got ${describe(v)}`);
+        if (typeof v !== 'number') throw new ArgumentTypeError(`${name}[${k}].value must be a number, got ${describe(v)}`);
         break;
       default:
-        throw new ArgumentTypeError(`${at}.type must be 'ptr', 'u64', 'i64', 'u32', 'i32', 'f32' or 'f64', got ${describe(type)}`);
+        throw new ArgumentTypeError(`${name}[${k}].type must be 'ptr', 'u64', 'i64', 'u32', 'i32', 'f32' or 'f64', got ${describe(type)}`);
     }
     const size = kernelArgSize(type);
     bytes = Math.ceil(bytes / size) * size + size;
-  });
+  }
   if (bytes > MAX_KERNEL_PARAM_BYTES) throw new ArgumentRangeError(`${name} take ${bytes} bytes packed; at most ${MAX_KERNEL_PARAM_BYTES}`);
 }

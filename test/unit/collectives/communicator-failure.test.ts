@@ -72,6 +72,28 @@ describe('a failing rank fails every rank', () => {
     expect(e2.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
   });
 
+  it('a later call with a shorter timeout times out first (one watchdog per communicator, re-armed for the earliest deadline)', async () => {
+    w = await makeWorld(3, { timeoutMs: 60_000 });
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const t0 = performance.now();
+    const first = w.comms[0]!.allreduce({ send: bufs[0]!, count: 16, dtype: 'f32', op: 'sum', timeoutMs: 30_000 });
+    const second = w.comms[0]!.allreduce({ send: bufs[0]!, count: 16, dtype: 'f32', op: 'sum', timeoutMs: 200 });
+    const [e1, e2] = await Promise.all([rejection(first), rejection(second)]);
+    expect(performance.now() - t0).toBeLessThan(20_000);
+    for (const e of [e1, e2]) {
+      expect(e.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
+      expect(e.message).toMatch(/allreduce #2 did not complete within 200 ms/);
+    }
+  });
+
+  it('a timeout beyond what setTimeout takes (2^31-1 ms) does not fire early', async () => {
+    w = await makeWorld(3);
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const results = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum', timeoutMs: 2 ** 33 })));
+    for (const r of results) expect(r.op).toBe('allreduce');
+    expect(w.comms[0]!.stats().calls).toBe(1);
+  });
+
   it('a rank that never calls while the others wait on the device: they time out, their device waits are released (poisoned), and close drains', async () => {
     w = await makeWorld(3, { timeoutMs: 60_000 });
     expect(w.comms[0]!.stats().steps).toBe('device');
@@ -223,6 +245,39 @@ describe('fromEndpoints', () => {
 });
 
 describe('traces', () => {
+  it("a 'collective' listener that throws fails that call with its error, not the communicator", async () => {
+    w = await makeWorld(2);
+    const boom = new Error('listener failed');
+    const listener = () => {
+      throw boom;
+    };
+    w.comms[0]!.once('collective', listener);
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const calls = w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum' }));
+    await expect(calls[0]).rejects.toBe(boom);
+    await calls[1];
+    await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum' })));
+    expect(w.comms[0]!.stats().aborted).toBeUndefined();
+  });
+
+  it("each completed call counts in stats(), is stats().last, and is a 'collective' event; the result has op, algorithm, bytes and us", async () => {
+    w = await makeWorld(2);
+    const events: unknown[] = [];
+    w.comms[0]!.on('collective', (e) => events.push(e));
+    const bufs = w.sides.map((s) => s.driver.memAlloc(64));
+    const [first] = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'i32', op: 'sum' })));
+    await Promise.all(w.comms.map((c, r) => c.broadcast({ recv: bufs[r]!, count: 8, dtype: 'f32', root: 1 })));
+    expect(Object.keys(first!).sort()).toEqual(['algorithm', 'bytes', 'op', 'us']);
+    expect(first).toMatchObject({ op: 'allreduce', algorithm: 'one-shot', bytes: 64 });
+    const st = w.comms[0]!.stats();
+    expect(st).toMatchObject({ calls: 2, byOp: { allreduce: 1, broadcast: 1 }, byAlgorithm: { 'one-shot': 2 } });
+    expect(st.last).toMatchObject({ op: 'broadcast', algorithm: 'one-shot', bytes: 32, dtype: 'f32', count: 8 });
+    expect(events).toEqual([
+      { op: 'allreduce', algorithm: 'one-shot', bytes: 64, us: first!.us, dtype: 'i32', count: 16 },
+      { ...st.last },
+    ]);
+  });
+
   it('each completed call is a collective record in the trace, which smcuda trace reads', async () => {
     const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');

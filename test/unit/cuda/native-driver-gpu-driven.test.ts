@@ -150,6 +150,25 @@ describe('NativeCudaDriver marshals GPU-driven calls as the addon takes them', (
     expect(Array.from(values)).toEqual([9n, 10n, 0n, 9n, 10n]);
   });
 
+  it('reuses its argument arrays from call to call, each call seeing only its own operations and parameters (a barrier clears its slot)', () => {
+    const seen: unknown[] = [];
+    const { addon: fake } = fakeAddon({
+      cuStreamBatchMemOp: (_s: bigint, _n: number, codes: Uint32Array, flags: Uint32Array, addrs: BigUint64Array, values: BigUint64Array) => seen.push([Array.from(codes), Array.from(flags), Array.from(addrs), Array.from(values)]),
+      cuLaunchKernel: (_f: bigint, _d: Uint32Array, _s: bigint, params: ArrayBuffer) => seen.push(Buffer.from(params).toString('hex')),
+    });
+    const d = new NativeCudaDriver(fake);
+    d.streamBatchMemOp(7n, [{ op: 'write64', addr: 72n, value: 10n, noMemoryBarrier: true }, { op: 'wait32', addr: 64n, value: 9, condition: 'eq', flush: true }]);
+    d.streamBatchMemOp(7n, [{ op: 'barrier' }, { op: 'barrier' }]);
+    d.launchKernel(5n, { grid: [1], block: [1] }, [{ type: 'u64', value: 0x1122n }, { type: 'u32', value: 7 }], 3n);
+    d.launchKernel(5n, { grid: [1], block: [1] }, [{ type: 'u64', value: 0x33n }, { type: 'u32', value: 8 }], 3n);
+    expect(seen).toEqual([
+      [[5, 1], [1, 0x40000001], [72n, 64n], [10n, 9n]],
+      [[6, 6], [0, 0], [0n, 0n], [0n, 0n]],
+      '22110000000000000700000000000000',
+      '33000000000000000800000000000000',
+    ]);
+  });
+
   it('captures thread-local by default (the addon\'s poller thread keeps querying events), any mode on request', () => {
     const { addon: fake, calls } = fakeAddon({ cuStreamIsCapturing: 2 });
     const d = new NativeCudaDriver(fake);
