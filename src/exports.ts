@@ -48,6 +48,21 @@ export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Pick<Exp
 }
 
 /**
+ * The buffer id of the allocation holding `ptr`, or undefined where none
+ * does (freed, or never device memory). For probes that expect misses: it
+ * asks cuPointerGetAttributes (plural), which succeeds with memory type 0
+ * there, where cuPointerGetAttribute reports each miss as a failed API call
+ * (compute-sanitizer's memcheck counted them as errors).
+ */
+export function bufferIdAt(driver: CudaDriver, ptr: DevicePtr): bigint | undefined {
+  try {
+    return driver.pointerAttributes(ptr).bufferId;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * The allocation of pool memory that holds `ptr`, from cuMemAllocFromPoolAsync's
  * start to its end. A pool is VMM underneath: cuMemGetAddressRange names the
  * physical segment that holds the pointer (`segment`), which for a pointer
@@ -61,17 +76,8 @@ export function describeAllocation(driver: CudaDriver, ptr: DevicePtr): Pick<Exp
  * (about 2 × 31 cuPointerGetAttributes calls, once per exported pointer).
  */
 export function poolAllocationRange(driver: CudaDriver, ptr: DevicePtr, bufferId: bigint, segment: AddressRange): AddressRange {
-  // cuPointerGetAttributes (plural), not cuPointerGetAttribute: the probes
-  // outside the allocation are expected misses, and the singular call reports
-  // each one as a failed API call (compute-sanitizer's memcheck counted them
-  // as errors); the plural one succeeds with memory type 0 there.
-  const inside = (p: DevicePtr): boolean => {
-    try {
-      return driver.pointerAttributes(p).bufferId === bufferId;
-    } catch {
-      return false; // not device memory (or not ours): outside
-    }
-  };
+  // Probes outside the allocation are expected misses (bufferIdAt).
+  const inside = (p: DevicePtr): boolean => bufferIdAt(driver, p) === bufferId;
   // Start: `lo` is outside (or below the segment), `hi` the lowest byte known inside.
   let seg = segment;
   let hi = ptr < seg.base ? seg.base : ptr;

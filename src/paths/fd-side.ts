@@ -24,7 +24,7 @@ import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError, DescriptorError, ProtocolError } from '../errors.js';
-import type { ExportInfo } from '../exports.js';
+import { bufferIdAt, type ExportInfo } from '../exports.js';
 import { encodeFrame } from '../wire/codec.js';
 import { type Frame, FrameType, HandleKind, MAX_FD_CHUNKS, POOL_EXPORT_BYTES } from '../wire/frames.js';
 import { FdOfferTable } from './fd-offers.js';
@@ -205,12 +205,8 @@ export class FdSide {
   private samePool(pool: PoolHandle): boolean {
     const d = this.ctx.driver;
     for (const o of this.offers.values()) {
-      if (o.pool !== pool) continue;
-      try {
-        if (d.bufferId(o.base) === o.bufferId) return true;
-      } catch {
-        // freed, and the range unmapped: no proof
-      }
+      // A freed allocation (its range unmapped) is no proof; bufferIdAt: asking there is an expected miss.
+      if (o.pool === pool && bufferIdAt(d, o.base) === o.bufferId) return true;
     }
     return false;
   }
