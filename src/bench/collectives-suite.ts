@@ -67,7 +67,8 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
   while (gradient > 64 << 10 && !fits(gradient)) gradient = Math.floor(gradient / 8) * 4; // halved, whole f32 elements
   if (gradient !== gradientBytes) notes.push(`collectives: the gradient average is of ${formatBytes(gradient)} instead of ${formatBytes(gradientBytes)}, for lack of host or /dev/shm memory`);
   const stagedBudget = opts.smoke ? { bytes: 0, min: 3, max: 3 } : sim ? { bytes: 8 << 20, min: 3, max: 50 } : { bytes: 1 << 30, min: 3, max: 200 };
-  const deviceBudget = opts.smoke ? { bytes: 0, min: 5, max: 5 } : sim ? { bytes: 16 << 20, min: 5, max: 200 } : { bytes: 4 << 30, min: 5, max: 1000 };
+  // Bytes per run on a GPU: 4 GiB, written 4 * 2 ** 30 (4 << 30 is 0 in JavaScript's 32-bit shift, which made every GPU run 5 calls long).
+  const deviceBudget = opts.smoke ? { bytes: 0, min: 5, max: 5 } : sim ? { bytes: 16 << 20, min: 5, max: 200 } : { bytes: 4 * 2 ** 30, min: 5, max: 1000 };
   const repeat = (b: { bytes: number; min: number; max: number }) => (size: number): Repeat => {
     const iters = clamp(Math.floor(b.bytes / Math.max(1, size)), b.min, b.max);
     return { iters, warmup: opts.smoke ? 1 : clamp(Math.ceil(iters / 10), 1, 20) };

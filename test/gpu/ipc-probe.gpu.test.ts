@@ -2,8 +2,10 @@
  * The IPC probe on the native driver (issue 16 item 13): two processes
  * negotiate; before OK each opens the other's probe allocation through its
  * handle pool and reads it back, so when the endpoint reaches OK the
- * survivor's pool already holds one mapping (the peer's probe) and the first
- * RGET finds the peer context set up. Skipped, visibly, where no GPU is usable.
+ * survivor's pool already holds the peer's probe and the first RGET finds the
+ * peer context set up. The first message waits for the negotiation and goes
+ * by RGET too, so after it the pool holds two mappings: the probe and the
+ * message's buffer. Skipped, visibly, where no GPU is usable.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -31,12 +33,13 @@ describe.skipIf(p.skip !== false)(`IPC probe on the native driver${p.skip ? ` (s
       const first = ep.recv({ tag: 1 });
       await peer.call('send', { tag: 1, size: 4 << 20, count: 1, seed: 1 });
       const r1 = await first;
+      expect(r1.path).toBe('rget'); // the first message waited for OK
       if ('ptr' in r1.data) driver.memFree(r1.data.ptr);
       await reach(ep, 'OK');
       const s = ep.stats();
       expect(s.negotiation.path.at(-1)).toBe('OK');
-      expect(s.cache.openMappings).toBe(1); // the peer's probe, opened during the negotiation
-      expect(s.cache.misses).toBe(1);
+      expect(s.cache.openMappings).toBe(2); // the peer's probe, opened during the negotiation, and the first message's buffer
+      expect(s.cache.misses).toBe(2);
       const second = ep.recv({ tag: 1 });
       await peer.call('send', { tag: 1, size: 4 << 20, count: 1, seed: 2 });
       const r2 = await second;

@@ -2,7 +2,8 @@
 // (COLLECTIVES_UNDER_TEST + timeCollective of src/bench/under-test.ts), without
 // the baselines (those are `smcuda bench --suite collectives`):
 //   node test/gpu/measure-collectives.mjs [ranks=2] [sizes=8,262144,1048576,16777216,268435456,1073741824]
-// (DRIVER=sim GRADIENT_BYTES=65536 runs it on the simulator, to check the script.)
+// (DRIVER=sim GRADIENT_BYTES=65536 runs it on the simulator, to check the script; CASES=<JSON list of
+// { bytes, algorithm?, graph?, reduce? }> measures those cases only.)
 // Rank r runs on device r % visible devices. Per size: RUNS (default 5) runs of
 // back-to-back calls, each run's value the slowest rank's µs per call; prints
 // one JSON object with median, min, max per size (and bus bandwidth), 8 B in
@@ -17,7 +18,7 @@ import { COLLECTIVES_UNDER_TEST, timeCollective } from '../../dist/src/bench/und
 
 const RUNS = Number(process.env.RUNS ?? 5);
 const log = (...a) => process.env.VERBOSE && console.error(`[${process.env.MEASURE_RANK ? JSON.parse(process.env.MEASURE_RANK).rank : 'launcher'}]`, ...a);
-const iters = (bytes) => Number(process.env.ITERS ?? 0) || Math.max(5, Math.min(1000, Math.floor((4 << 30) / Math.max(1, bytes))));
+const iters = (bytes) => Number(process.env.ITERS ?? 0) || Math.max(5, Math.min(1000, Math.floor((4 * 2 ** 30) / Math.max(1, bytes))));
 
 async function rank() {
   const { rank: r, ranks, dir, cases } = JSON.parse(process.env.MEASURE_RANK);
@@ -48,7 +49,8 @@ async function launch() {
   const ranks = Number(process.argv[2] ?? 2);
   const sizes = (process.argv[3] ?? '8,262144,1048576,16777216,268435456,1073741824').split(',').map(Number);
   const extra = process.env.ONLY_SIZES ? [] : [{ bytes: 8, graph: true }, { bytes: 1 << 20, algorithm: 'one-shot' }, { bytes: 1 << 20, algorithm: 'two-shot' }, { bytes: 1 << 20, algorithm: 'pipeline' }, { bytes: 256 << 20, algorithm: 'two-shot' }, { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true }];
-  const cases = [...sizes.map((bytes) => ({ bytes })), ...extra];
+  // CASES='[{"bytes":16777216,"algorithm":"two-shot"},…]' measures exactly those cases instead.
+  const cases = process.env.CASES ? JSON.parse(process.env.CASES) : [...sizes.map((bytes) => ({ bytes })), ...extra];
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-measure-'));
   try {
     const results = await Promise.all(

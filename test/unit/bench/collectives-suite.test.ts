@@ -56,6 +56,10 @@ describe('collectives plan', () => {
     expect(p.runs).toBeGreaterThanOrEqual(5);
     expect(p.staged(GiB).iters).toBeGreaterThanOrEqual(3);
     expect(p.staged(8).iters).toBeLessThanOrEqual(200);
+    // Small calls run back to back in long runs (a run of 5 was mostly the final synchronise), large ones at least 5 a run.
+    expect(p.device(8).iters).toBe(1000);
+    expect(p.device(16 * MiB).iters).toBe(256);
+    expect(p.device(GiB).iters).toBe(5);
     expect(p.notes).toEqual([]);
   });
 
