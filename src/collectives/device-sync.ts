@@ -48,10 +48,28 @@
 import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { POISON } from '../persistent/flags.js';
+import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
+import { ONESHOT_MAX_BLOCKS } from '../kernels/dtypes.js';
 
-/** Bytes of a rank's flag block for `size` ranks (two parities × size slots × 8 bytes, 256-aligned). */
-export function flagBlockBytes(size: number): number {
+
+/** Bytes of the step slots: two parities × size slots × 8 bytes, 256-aligned. */
+function stepSlotsBytes(size: number): number {
   return Math.ceil((2 * size * 8) / 256) * 256;
+}
+
+/** Where the fused one-shot kernel's slots start in a flag block: after the step slots. */
+export function kernelSlotsOffset(size: number): number {
+  return stepSlotsBytes(size);
+}
+
+/**
+ * Bytes of a rank's flag block for `size` ranks: the step slots, then the
+ * one-shot kernel's, two parities × size × ONESHOT_MAX_BLOCKS slots
+ * (slot(p, src, b) at ((p * size + src) * ONESHOT_MAX_BLOCKS + b) * 8):
+ * the same protocol, per block of the kernel.
+ */
+export function flagBlockBytes(size: number): number {
+  return stepSlotsBytes(size) + 2 * size * ONESHOT_MAX_BLOCKS * 8;
 }
 
 export class DeviceSync {
@@ -96,14 +114,19 @@ export class DeviceSync {
     this.driver.streamBatchMemOp(stream, this.stepOps(parity));
   }
 
-  /** Writes POISON into every slot of this rank's own block, on a private stream (never behind a stuck one). */
+  /** Writes POISON into every slot of this rank's own block (the steps' and the one-shot kernel's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
       const own = this.blockOf(this.rank);
       const ops: StreamMemOp[] = [];
       for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
+      const kernel = own + BigInt(kernelSlotsOffset(this.size));
+      for (let p = 0; p < 2; p++) {
+        for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(((p * this.size + k) * ONESHOT_MAX_BLOCKS + b) * 8), value: POISON });
+      }
       if (ops.length === 0) return;
-      this.driver.streamBatchMemOp((this.poisonStream ??= this.driver.streamCreate()), ops);
+      const stream = (this.poisonStream ??= this.driver.streamCreate());
+      for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(stream, ops.slice(i, i + MAX_BATCH_MEM_OPS));
     } catch (err) {
       debug('communicator rank %d: poisoning the flags failed: %s', this.rank, (err as Error).message);
     }

@@ -5,7 +5,7 @@
  * to back and each call makes one of each: the closures, object spreads and
  * promise chains they replace were most of the host cost of a call.
  */
-import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import type { DType } from '../kernels/dtypes.js';
 import { Steps, type Algorithm, type CallContext } from './algorithms.js';
@@ -27,6 +27,8 @@ export interface CallShared {
   endpoint(rank: number): Endpoint;
   streamDone(stream: StreamHandle): Promise<void>;
   copied(bytes: number): void;
+  /** Throws unless [ptr, ptr + bytes) is device memory of this process (known-buffers.ts). */
+  checkInput(ptr: DevicePtr, bytes: number): void;
 }
 
 /** The context of one call (CallContext), over what the communicator's calls share. */
@@ -66,6 +68,9 @@ export class CallState implements CallContext {
   }
   copied(bytes: number): void {
     this.shared.copied(bytes);
+  }
+  checkInput(ptr: DevicePtr, bytes: number): void {
+    this.shared.checkInput(ptr, bytes);
   }
 }
 

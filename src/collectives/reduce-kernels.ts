@@ -4,16 +4,20 @@
  * looked up once each, launched with the arguments reduce.cu declares.
  */
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
-import { reduceEntry, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
 
 const BLOCK = 256;
 const MAX_GRID = 1024;
+/** The one-shot kernel: 512 threads a block, a block per 32 KiB up to ONESHOT_MAX_BLOCKS (the grid depends on the bytes only, so every rank launches the same). */
+const ONESHOT_BLOCK = 512;
+const ONESHOT_BYTES_PER_BLOCK = 32 * 1024;
 
 export class ReduceKernels {
   private module: ModuleHandle | undefined;
   /** Entries by op, then dtype: looked up per call without building the entry's name (a string and its hash a call: 0.23 µs a call in a CPU profile on the simulator, driver calls made no-ops, 8 B allreduce). */
   private readonly functions = new Map<ReduceOp, Map<DType, FunctionHandle>>();
+  private readonly oneshots = new Map<DType, FunctionHandle>();
   /** Milliseconds the module load took (the first load of a PTX text includes its JIT compilation). */
   loadMs = 0;
 
@@ -38,13 +42,45 @@ export class ReduceKernels {
     );
   }
 
-  private fn(op: ReduceOp, dtype: DType): FunctionHandle {
+  /**
+   * One piece of a one-shot allreduce in one launch (reduce.cu's
+   * smcuda_oneshot_<dtype>): `in` into this rank's A, a step, the reduction
+   * of every rank's A (`bufs`, a device table) into `out`, a step. Every rank
+   * must call it with the same `count` and dtype (the grid follows from them).
+   */
+  oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, stream: StreamHandle): void {
+    if (count === 0) return;
+    let fn = this.oneshots.get(dtype);
+    if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(), oneshotEntry(dtype))));
+    const grid = Math.min(ONESHOT_MAX_BLOCKS, Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
+    this.driver.launchKernel(
+      fn,
+      { grid: [grid], block: [ONESHOT_BLOCK] },
+      [
+        { type: 'ptr', value: out },
+        { type: 'ptr', value: input },
+        { type: 'ptr', value: bufs },
+        { type: 'u64', value: BigInt(flagOffset) },
+        { type: 'u32', value: rank },
+        { type: 'u32', value: n },
+        { type: 'u64', value: BigInt(count) },
+        { type: 'u32', value: opCode(op) },
+      ],
+      stream,
+    );
+  }
+
+  private load(): ModuleHandle {
     if (this.module === undefined) {
       const loaded = this.driver.moduleLoadData(PTX);
       this.module = loaded.module;
       this.loadMs = loaded.loadMs;
     }
-    const f = this.driver.moduleGetFunction(this.module, reduceEntry(op, dtype));
+    return this.module;
+  }
+
+  private fn(op: ReduceOp, dtype: DType): FunctionHandle {
+    const f = this.driver.moduleGetFunction(this.load(), reduceEntry(op, dtype));
     let byDtype = this.functions.get(op);
     if (!byDtype) this.functions.set(op, (byDtype = new Map()));
     byDtype.set(dtype, f);
@@ -56,6 +92,7 @@ export class ReduceKernels {
     const m = this.module;
     this.module = undefined;
     this.functions.clear();
+    this.oneshots.clear();
     this.driver.moduleUnload(m);
   }
 }

@@ -9,15 +9,15 @@
  *   B  partial results peers read (two-shot, pipeline);
  *   C  landing: peers' data copied here (pipeline, staging), N slots;
  *
- * then the flag block of the device-side step signals (device-sync.ts),
- * zeroed before any peer can see it;
+ * then the flag block of the device-side step signals and of the one-shot
+ * kernel's per-block steps (device-sync.ts), zeroed before any peer can see it;
  * and two pointer tables for the reduction kernel: every rank's A (own and
  * mapped, in rank order), and this rank's N landing slots in C.
  */
 import type { CudaDriver, DevicePtr } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { ControlPlane } from './control.js';
-import { flagBlockBytes } from './device-sync.js';
+import { flagBlockBytes, kernelSlotsOffset } from './device-sync.js';
 
 export class Scratch {
   /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
@@ -105,6 +105,11 @@ export class Scratch {
   flagsOf(k: number): DevicePtr | undefined {
     const a = this.inputOf(k);
     return a === undefined ? undefined : a + BigInt(3 * this.bytes);
+  }
+
+  /** Where the one-shot kernel's flag slots start, from a rank's A (the same in every rank's scratch). */
+  get kernelFlagOffset(): number {
+    return 3 * this.bytes + kernelSlotsOffset(this.size);
   }
 
   /** Device table of every rank's A. */

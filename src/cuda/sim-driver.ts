@@ -78,7 +78,7 @@ import { createSharedSegment, sharedSegment } from './shared-segment.js';
 import { hex, SimMemory } from './sim/memory.js';
 import { mulberry32, shuffle } from './sim/prng.js';
 import { bindLaunch, memOpTwinOf, parsePtx, type SimEntry } from './sim/kernels.js';
-import { assertEntryName, assertKernelArgs, assertLaunchConfig, assertPtx } from './validate-gpu-driven.js';
+import { assertEntryName, assertKernelArgs, assertLaunchConfig, assertPtx, MAX_BATCH_MEM_OPS } from './validate-gpu-driven.js';
 import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream, type WaitItem } from './sim/streams.js';
 import { Capture, freshItem, GraphTable, SimGraph } from './sim/capture.js';
@@ -1085,15 +1085,21 @@ export class SimulatedCudaDriver implements CudaDriver {
     const twin = bindLaunch(f.entry, config, args);
     const frozen = args.map((a) => ({ ...a }) as KernelArg);
     const asBatch = memOpTwinOf(f.entry.name);
+    const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };
+    const allocsOf = (ptrs: readonly bigint[]) => ptrs.flatMap((p) => [mem.find(p) ?? this.fdMemory?.find(p)].filter((x): x is NonNullable<typeof x> => x !== undefined));
     if (asBatch) {
-      // Runs of memory operations as batches, each 8-byte copy as a copy between them, in order.
+      // Runs of memory operations as batches, each 8-byte copy as a copy between them, each piece of work when the stream reaches it, in order.
       let run: StreamMemOp[] = [];
       const flush = () => {
-        if (run.length > 0) this.memOps('cuLaunchKernel', stream, run);
+        for (let i = 0; i < run.length; i += MAX_BATCH_MEM_OPS) this.memOps('cuLaunchKernel', stream, run.slice(i, i + MAX_BATCH_MEM_OPS));
         run = [];
       };
-      for (const op of asBatch(frozen)) {
-        if (op.op !== 'copy64') run.push(op);
+      for (const op of asBatch(frozen, config, memory)) {
+        if (op.op === 'run') {
+          flush();
+          const work = op.run;
+          this.asyncWork(stream, 'cuLaunchKernel', 0, allocsOf(op.touches), () => work(memory));
+        } else if (op.op !== 'copy64') run.push(op);
         else {
           flush();
           const d = this.viewOf(mem, 'cuLaunchKernel', op.addr, 8);
@@ -1105,8 +1111,7 @@ export class SimulatedCudaDriver implements CudaDriver {
       return;
     }
     // Allocations the pointer arguments name, so freeing one drains the launch first.
-    const touches = frozen.flatMap((a) => (a.type === 'ptr' ? [mem.find(a.value) ?? this.fdMemory?.find(a.value)].filter((x): x is NonNullable<typeof x> => x !== undefined) : []));
-    const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };
+    const touches = allocsOf(frozen.flatMap((a) => (a.type === 'ptr' ? [a.value] : [])));
     this.asyncWork(stream, 'cuLaunchKernel', 0, touches, () => twin(memory, frozen, config));
   }
   close(): void {

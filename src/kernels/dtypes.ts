@@ -25,6 +25,23 @@ export function reduceEntry(op: ReduceOp, dtype: DType): string {
   return `smcuda_reduce_${op}_${dtype}`;
 }
 
+/**
+ * Blocks of the one-shot kernel at most: reduce.cu's ONESHOT_MAX_BLOCKS (a
+ * test checks they agree). Each block steps on its own flag slots, so the
+ * flag block holds 2 × ranks × this many (device-sync.ts).
+ */
+export const ONESHOT_MAX_BLOCKS = 512;
+
+/** `smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op)`: a one-shot allreduce piece in one launch. */
+export function oneshotEntry(dtype: DType): string {
+  return `smcuda_oneshot_${dtype}`;
+}
+
+/** The `op` argument of the one-shot kernel: reduce.cu's Op enum, in REDUCE_OPS order. */
+export function opCode(op: ReduceOp): number {
+  return REDUCE_OPS.indexOf(op);
+}
+
 /** `smcuda_div_<dtype>(data, count, n)`: the avg epilogue. */
 export function divEntry(dtype: DType): string {
   return `smcuda_div_${dtype}`;

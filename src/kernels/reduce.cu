@@ -10,6 +10,23 @@
 // device array of n input pointers (own or mapped from peers).
 // smcuda_div_<dtype>(data, count, n): data[i] = data[i] / n (the avg epilogue
 // for results reduced in pieces).
+//
+// smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op): a
+// whole one-shot allreduce piece in one launch (the host-driven version was a
+// copy, two memory-operation batches and a reduction: four driver calls a
+// piece, ~20 us of host time on an H100). Block b owns one contiguous range
+// of the elements, the same on every rank (it depends on count and the grid
+// only): it copies its range of `in` into this rank's A (bufs[rank]), signals
+// block b of every peer and waits for theirs (a step of parity 0), reduces
+// its range over every rank's A into `out`, and steps again (parity 1) so no
+// rank overwrites its A while a peer still reads it. The step is
+// device-sync.ts's (write 1 into the peer's slot, wait for own slot >= 1,
+// reset it), per block, on slots after the flag block's step slots:
+// slot(p, src, b) = bufs[k] + flagOffset + ((p * n + src) * ONESHOT_MAX_BLOCKS + b) * 8
+// in rank k's scratch. The same thread signals peer k and resets the slot k
+// wrote, so its reset is ordered before its next signal (st.release.sys).
+// `op` is the Op enum below (sum 0, avg 1, min 2, max 3, prod 4). Where `in`
+// and `out` are 16-byte aligned, data moves 16 bytes a load.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
@@ -64,13 +81,109 @@ __device__ void divide_all(T *data, u64 count, unsigned n) {
   }
 }
 
+// ---- the fused one-shot ---------------------------------------------------
+
+#define ONESHOT_MAX_BLOCKS 512
+
+__device__ __forceinline__ void st_release_sys(u64 *addr, u64 v) { asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(v) : "memory"); }
+__device__ __forceinline__ u64 ld_acquire_sys(const u64 *addr) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+// One step of parity p for this block: every other rank's block of the same index reached it.
+__device__ void block_step(char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, unsigned p) {
+  __syncthreads();
+  const unsigned b = blockIdx.x;
+  for (unsigned k = threadIdx.x; k < n; k += blockDim.x) {
+    if (k == rank) continue;
+    st_release_sys((u64 *)(bufs[k] + flagOffset) + (p * n + rank) * ONESHOT_MAX_BLOCKS + b, 1ull);
+  }
+  u64 *own = (u64 *)(bufs[rank] + flagOffset);
+  for (unsigned k = threadIdx.x; k < n; k += blockDim.x) {
+    if (k == rank) continue;
+    u64 *slot = own + (p * n + k) * ONESHOT_MAX_BLOCKS + b;
+    while (ld_acquire_sys(slot) < 1ull) {
+    }
+    *(volatile u64 *)slot = 0;
+  }
+  __syncthreads();
+}
+
+// 16 bytes of T.
+template <typename T> struct Vec {
+  enum { N = 16 / sizeof(T) };
+};
+
+// The operation as a parameter, not a kernel each: one kernel per dtype (five per dtype, each with three
+// loops, made reduce.ptx 5x larger); `op` is the same for every thread, so the switch costs no divergence.
+template <typename A> __device__ __forceinline__ A combine_rt(unsigned op, A acc, A x) {
+  switch (op) {
+    case PROD: return mul<A>(acc, x);
+    case MIN: return x < acc ? x : acc;
+    case MAX: return x > acc ? x : acc;
+    default: return add<A>(acc, x);
+  }
+}
+
+template <typename T>
+__device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op) {
+  typedef typename Acc<T>::A A;
+  const u64 V = Vec<T>::N;
+  // This block's range [lo, hi): chunks of whole vectors, the same on every rank.
+  const u64 chunk = ((count + gridDim.x - 1) / gridDim.x + V - 1) / V * V;
+  const u64 lo = min(count, (u64)blockIdx.x * chunk);
+  const u64 hi = min(count, lo + chunk);
+  const u64 vhi = lo + (hi - lo) / V * V; // vectors in [lo, vhi), elements after
+  T *mine = (T *)bufs[rank];
+  if (in != mine) {
+    if (((u64)in & 15) == 0) {
+      for (u64 i = lo + threadIdx.x * V; i < vhi; i += (u64)blockDim.x * V) *(uint4 *)(mine + i) = *(const uint4 *)(in + i);
+      for (u64 i = vhi + threadIdx.x; i < hi; i += blockDim.x) mine[i] = in[i];
+    } else {
+      for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = in[i];
+    }
+  }
+  block_step(bufs, flagOffset, rank, n, 0);
+  const bool outAligned = ((u64)out & 15) == 0;
+  for (u64 i = lo + threadIdx.x * V; i < vhi; i += (u64)blockDim.x * V) {
+    A acc[V];
+    uint4 u = *(const uint4 *)((const T *)bufs[0] + i);
+    const T *e = (const T *)&u;
+#pragma unroll
+    for (int j = 0; j < V; j++) acc[j] = Acc<T>::load(e[j]);
+    for (unsigned k = 1; k < n; k++) {
+      u = *(const uint4 *)((const T *)bufs[k] + i);
+#pragma unroll
+      for (int j = 0; j < V; j++) acc[j] = combine_rt<A>(op, acc[j], Acc<T>::load(e[j]));
+    }
+    uint4 r;
+    T *o = (T *)&r;
+#pragma unroll
+    for (int j = 0; j < V; j++) o[j] = Acc<T>::store(op == AVG ? divide<A>(acc[j], n) : acc[j]);
+    if (outAligned) *(uint4 *)(out + i) = r;
+    else
+      for (int j = 0; j < V; j++) out[i + j] = o[j];
+  }
+  for (u64 i = vhi + threadIdx.x; i < hi; i += blockDim.x) {
+    A acc = Acc<T>::load(((const T *)bufs[0])[i]);
+    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load(((const T *)bufs[k])[i]));
+    out[i] = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
+  }
+  block_step(bufs, flagOffset, rank, n, 1);
+}
+
 #define REDUCE(OPNAME, OP, TNAME, T) \
   extern "C" __global__ void smcuda_reduce_##OPNAME##_##TNAME(T *out, const T *const *table, unsigned n, u64 offset, u64 count) { \
     reduce<T, OP>(out, table, n, offset, count); \
   }
 #define ALL_OPS(TNAME, T) \
   REDUCE(sum, SUM, TNAME, T) REDUCE(avg, AVG, TNAME, T) REDUCE(min, MIN, TNAME, T) REDUCE(max, MAX, TNAME, T) REDUCE(prod, PROD, TNAME, T) \
-  extern "C" __global__ void smcuda_div_##TNAME(T *data, u64 count, unsigned n) { divide_all<T>(data, count, n); }
+  extern "C" __global__ void smcuda_div_##TNAME(T *data, u64 count, unsigned n) { divide_all<T>(data, count, n); } \
+  extern "C" __global__ void smcuda_oneshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op) { \
+    oneshot<T>(out, in, bufs, flagOffset, rank, n, count, op); \
+  }
 
 ALL_OPS(f32, float)
 ALL_OPS(f64, double)

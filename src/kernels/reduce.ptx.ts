@@ -815,6 +815,578 @@ $L__BB5_3:
 	ret;
 
 }
+	// .globl	smcuda_oneshot_f32
+.visible .entry smcuda_oneshot_f32(
+	.param .u64 smcuda_oneshot_f32_param_0,
+	.param .u64 smcuda_oneshot_f32_param_1,
+	.param .u64 smcuda_oneshot_f32_param_2,
+	.param .u64 smcuda_oneshot_f32_param_3,
+	.param .u32 smcuda_oneshot_f32_param_4,
+	.param .u32 smcuda_oneshot_f32_param_5,
+	.param .u64 smcuda_oneshot_f32_param_6,
+	.param .u32 smcuda_oneshot_f32_param_7
+)
+{
+	.reg .pred 	%p<67>;
+	.reg .f32 	%f<136>;
+	.reg .b32 	%r<91>;
+	.reg .b64 	%rd<180>;
+
+
+	ld.param.u64 	%rd50, [smcuda_oneshot_f32_param_0];
+	ld.param.u64 	%rd51, [smcuda_oneshot_f32_param_1];
+	ld.param.u64 	%rd54, [smcuda_oneshot_f32_param_2];
+	ld.param.u64 	%rd52, [smcuda_oneshot_f32_param_3];
+	ld.param.u32 	%r36, [smcuda_oneshot_f32_param_4];
+	ld.param.u32 	%r37, [smcuda_oneshot_f32_param_5];
+	ld.param.u64 	%rd53, [smcuda_oneshot_f32_param_6];
+	ld.param.u32 	%r38, [smcuda_oneshot_f32_param_7];
+	cvta.to.global.u64 	%rd1, %rd50;
+	cvta.to.global.u64 	%rd2, %rd51;
+	cvta.to.global.u64 	%rd3, %rd54;
+	mov.u32 	%r39, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r39;
+	add.s64 	%rd55, %rd4, %rd53;
+	add.s64 	%rd5, %rd55, -1;
+	and.b64  	%rd56, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd56, 0;
+	@%p1 bra 	$L__BB6_2;
+
+	div.u64 	%rd172, %rd5, %rd4;
+	bra.uni 	$L__BB6_3;
+
+$L__BB6_2:
+	cvt.u32.u64 	%r40, %rd4;
+	cvt.u32.u64 	%r41, %rd5;
+	div.u32 	%r42, %r41, %r40;
+	cvt.u64.u32 	%rd172, %r42;
+
+$L__BB6_3:
+	add.s64 	%rd57, %rd172, 3;
+	and.b64  	%rd58, %rd57, -4;
+	mov.u32 	%r43, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r43;
+	mul.lo.s64 	%rd59, %rd58, %rd9;
+	min.u64 	%rd10, %rd59, %rd53;
+	add.s64 	%rd60, %rd10, %rd58;
+	min.u64 	%rd11, %rd60, %rd53;
+	sub.s64 	%rd61, %rd11, %rd10;
+	and.b64  	%rd62, %rd61, -4;
+	add.s64 	%rd12, %rd62, %rd10;
+	mul.wide.u32 	%rd63, %r36, 8;
+	add.s64 	%rd13, %rd3, %rd63;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd51;
+	@%p2 bra 	$L__BB6_14;
+
+	and.b64  	%rd64, %rd51, 15;
+	setp.eq.s64 	%p3, %rd64, 0;
+	mov.u32 	%r44, %tid.x;
+	cvt.u64.u32 	%rd15, %r44;
+	@%p3 bra 	$L__BB6_8;
+
+	add.s64 	%rd173, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd173, %rd11;
+	@%p4 bra 	$L__BB6_14;
+
+	mov.u32 	%r45, %ntid.x;
+	cvt.u64.u32 	%rd17, %r45;
+
+$L__BB6_7:
+	shl.b64 	%rd65, %rd173, 2;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.f32 	%f67, [%rd66];
+	add.s64 	%rd67, %rd14, %rd65;
+	st.f32 	[%rd67], %f67;
+	add.s64 	%rd173, %rd173, %rd17;
+	setp.lt.u64 	%p5, %rd173, %rd11;
+	@%p5 bra 	$L__BB6_7;
+	bra.uni 	$L__BB6_14;
+
+$L__BB6_8:
+	shl.b64 	%rd68, %rd15, 2;
+	add.s64 	%rd174, %rd10, %rd68;
+	setp.ge.u64 	%p6, %rd174, %rd12;
+	@%p6 bra 	$L__BB6_11;
+
+	mov.u32 	%r46, %ntid.x;
+	mul.wide.u32 	%rd21, %r46, 4;
+
+$L__BB6_10:
+	shl.b64 	%rd69, %rd174, 2;
+	add.s64 	%rd70, %rd2, %rd69;
+	add.s64 	%rd71, %rd14, %rd69;
+	ld.global.v4.u32 	{%r47, %r48, %r49, %r50}, [%rd70];
+	st.v4.u32 	[%rd71], {%r47, %r48, %r49, %r50};
+	add.s64 	%rd174, %rd174, %rd21;
+	setp.lt.u64 	%p7, %rd174, %rd12;
+	@%p7 bra 	$L__BB6_10;
+
+$L__BB6_11:
+	add.s64 	%rd175, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd175, %rd11;
+	@%p8 bra 	$L__BB6_14;
+
+	mov.u32 	%r55, %ntid.x;
+	cvt.u64.u32 	%rd25, %r55;
+
+$L__BB6_13:
+	shl.b64 	%rd72, %rd175, 2;
+	add.s64 	%rd73, %rd2, %rd72;
+	ld.global.f32 	%f68, [%rd73];
+	add.s64 	%rd74, %rd14, %rd72;
+	st.f32 	[%rd74], %f68;
+	add.s64 	%rd175, %rd175, %rd25;
+	setp.lt.u64 	%p9, %rd175, %rd11;
+	@%p9 bra 	$L__BB6_13;
+
+$L__BB6_14:
+	mov.u32 	%r90, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r90, %r37;
+	@%p10 bra 	$L__BB6_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r56, %r36, 9;
+	cvt.u64.u32 	%rd75, %r56;
+	add.s64 	%rd28, %rd75, %rd9;
+	shl.b64 	%rd82, %rd28, 3;
+	mov.u32 	%r79, %r90;
+
+$L__BB6_16:
+	setp.eq.s32 	%p11, %r79, %r36;
+	@%p11 bra 	$L__BB6_18;
+
+	mul.wide.u32 	%rd78, %r79, 8;
+	add.s64 	%rd79, %rd3, %rd78;
+	ld.global.u64 	%rd80, [%rd79];
+	add.s64 	%rd81, %rd80, %rd52;
+	add.s64 	%rd76, %rd81, %rd82;
+	mov.u64 	%rd77, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd76], %rd77;
+	// end inline asm
+
+$L__BB6_18:
+	add.s32 	%r79, %r79, %r2;
+	setp.lt.u32 	%p12, %r79, %r37;
+	@%p12 bra 	$L__BB6_16;
+
+$L__BB6_19:
+	@%p10 bra 	$L__BB6_26;
+
+	ld.global.u64 	%rd83, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd83, %rd52;
+	mov.u32 	%r80, %r90;
+
+$L__BB6_21:
+	setp.eq.s32 	%p14, %r80, %r36;
+	@%p14 bra 	$L__BB6_25;
+
+	shl.b32 	%r57, %r80, 9;
+	cvt.u64.u32 	%rd84, %r57;
+	add.s64 	%rd85, %rd84, %rd9;
+	shl.b64 	%rd86, %rd85, 3;
+	add.s64 	%rd30, %rd29, %rd86;
+
+$L__BB6_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd87, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd87, 0;
+	@%p15 bra 	$L__BB6_23;
+
+	mov.u64 	%rd89, 0;
+	st.volatile.u64 	[%rd30], %rd89;
+
+$L__BB6_25:
+	add.s32 	%r80, %r80, %r5;
+	setp.lt.u32 	%p16, %r80, %r37;
+	@%p16 bra 	$L__BB6_21;
+
+$L__BB6_26:
+	bar.sync 	0;
+	cvt.u64.u32 	%rd31, %r90;
+	mul.wide.u32 	%rd90, %r90, 4;
+	add.s64 	%rd176, %rd10, %rd90;
+	setp.ge.u64 	%p17, %rd176, %rd12;
+	@%p17 bra 	$L__BB6_45;
+
+	cvt.rn.f32.u32 	%f1, %r37;
+	mov.u32 	%r58, %ntid.x;
+	mul.wide.u32 	%rd34, %r58, 4;
+	and.b64  	%rd35, %rd50, 15;
+
+$L__BB6_28:
+	ld.global.u64 	%rd91, [%rd3];
+	shl.b64 	%rd92, %rd176, 2;
+	add.s64 	%rd93, %rd91, %rd92;
+	ld.v4.f32 	{%f114, %f113, %f112, %f111}, [%rd93];
+	setp.lt.u32 	%p18, %r37, 2;
+	@%p18 bra 	$L__BB6_39;
+
+	setp.eq.s32 	%p19, %r38, 2;
+	@%p19 bra 	$L__BB6_37;
+	bra.uni 	$L__BB6_30;
+
+$L__BB6_37:
+	mov.u32 	%r82, 1;
+
+$L__BB6_38:
+	mul.wide.u32 	%rd99, %r82, 8;
+	add.s64 	%rd100, %rd3, %rd99;
+	ld.global.u64 	%rd101, [%rd100];
+	add.s64 	%rd103, %rd101, %rd92;
+	ld.v4.f32 	{%f85, %f86, %f87, %f88}, [%rd103];
+	setp.gt.f32 	%p27, %f114, %f85;
+	selp.f32 	%f114, %f85, %f114, %p27;
+	setp.gt.f32 	%p28, %f113, %f86;
+	selp.f32 	%f113, %f86, %f113, %p28;
+	setp.gt.f32 	%p29, %f112, %f87;
+	selp.f32 	%f112, %f87, %f112, %p29;
+	setp.gt.f32 	%p30, %f111, %f88;
+	selp.f32 	%f111, %f88, %f111, %p30;
+	add.s32 	%r82, %r82, 1;
+	setp.lt.u32 	%p31, %r82, %r37;
+	@%p31 bra 	$L__BB6_38;
+	bra.uni 	$L__BB6_39;
+
+$L__BB6_30:
+	mov.u32 	%r81, 1;
+
+$L__BB6_31:
+	mul.wide.u32 	%rd94, %r81, 8;
+	add.s64 	%rd95, %rd3, %rd94;
+	ld.global.u64 	%rd96, [%rd95];
+	add.s64 	%rd98, %rd96, %rd92;
+	ld.v4.u32 	{%r60, %r61, %r62, %r63}, [%rd98];
+	setp.eq.s32 	%p20, %r38, 3;
+	@%p20 bra 	$L__BB6_34;
+
+	setp.ne.s32 	%p21, %r38, 4;
+	@%p21 bra 	$L__BB6_35;
+
+	mov.b32 	%f73, %r60;
+	mul.f32 	%f114, %f114, %f73;
+	mov.b32 	%f74, %r61;
+	mul.f32 	%f113, %f113, %f74;
+	mov.b32 	%f75, %r62;
+	mul.f32 	%f112, %f112, %f75;
+	mov.b32 	%f76, %r63;
+	mul.f32 	%f111, %f111, %f76;
+	bra.uni 	$L__BB6_36;
+
+$L__BB6_34:
+	mov.b32 	%f77, %r60;
+	setp.lt.f32 	%p22, %f114, %f77;
+	selp.f32 	%f114, %f77, %f114, %p22;
+	mov.b32 	%f78, %r61;
+	setp.lt.f32 	%p23, %f113, %f78;
+	selp.f32 	%f113, %f78, %f113, %p23;
+	mov.b32 	%f79, %r62;
+	setp.lt.f32 	%p24, %f112, %f79;
+	selp.f32 	%f112, %f79, %f112, %p24;
+	mov.b32 	%f80, %r63;
+	setp.lt.f32 	%p25, %f111, %f80;
+	selp.f32 	%f111, %f80, %f111, %p25;
+	bra.uni 	$L__BB6_36;
+
+$L__BB6_35:
+	mov.b32 	%f81, %r60;
+	add.f32 	%f114, %f114, %f81;
+	mov.b32 	%f82, %r61;
+	add.f32 	%f113, %f113, %f82;
+	mov.b32 	%f83, %r62;
+	add.f32 	%f112, %f112, %f83;
+	mov.b32 	%f84, %r63;
+	add.f32 	%f111, %f111, %f84;
+
+$L__BB6_36:
+	add.s32 	%r81, %r81, 1;
+	setp.lt.u32 	%p26, %r81, %r37;
+	@%p26 bra 	$L__BB6_31;
+
+$L__BB6_39:
+	setp.ne.s32 	%p32, %r38, 1;
+	@%p32 bra 	$L__BB6_41;
+
+	div.rn.f32 	%f114, %f114, %f1;
+	div.rn.f32 	%f113, %f113, %f1;
+	div.rn.f32 	%f112, %f112, %f1;
+	div.rn.f32 	%f111, %f111, %f1;
+
+$L__BB6_41:
+	add.s64 	%rd105, %rd1, %rd92;
+	add.s64 	%rd37, %rd105, 4;
+	setp.eq.s64 	%p33, %rd35, 0;
+	@%p33 bra 	$L__BB6_43;
+
+	st.global.f32 	[%rd37+-4], %f114;
+	st.global.f32 	[%rd37], %f113;
+	st.global.f32 	[%rd37+4], %f112;
+	st.global.f32 	[%rd37+8], %f111;
+	bra.uni 	$L__BB6_44;
+
+$L__BB6_43:
+	st.global.v4.f32 	[%rd37+-4], {%f114, %f113, %f112, %f111};
+
+$L__BB6_44:
+	add.s64 	%rd176, %rd176, %rd34;
+	setp.lt.u64 	%p34, %rd176, %rd12;
+	@%p34 bra 	$L__BB6_28;
+
+$L__BB6_45:
+	add.s64 	%rd177, %rd12, %rd31;
+	setp.ge.u64 	%p35, %rd177, %rd11;
+	@%p35 bra 	$L__BB6_70;
+
+	setp.gt.u32 	%p36, %r37, 1;
+	cvt.rn.f32.u32 	%f46, %r37;
+	mov.u32 	%r65, %ntid.x;
+	cvt.u64.u32 	%rd40, %r65;
+	@%p36 bra 	$L__BB6_50;
+	bra.uni 	$L__BB6_47;
+
+$L__BB6_50:
+	add.s32 	%r66, %r37, -1;
+	add.s32 	%r16, %r37, -2;
+	and.b32  	%r17, %r66, 3;
+	sub.s32 	%r18, %r66, %r17;
+
+$L__BB6_51:
+	ld.global.u64 	%rd111, [%rd3];
+	shl.b64 	%rd112, %rd177, 2;
+	add.s64 	%rd113, %rd111, %rd112;
+	ld.f32 	%f134, [%rd113];
+	setp.eq.s32 	%p39, %r38, 2;
+	@%p39 bra 	$L__BB6_58;
+
+	setp.eq.s32 	%p40, %r38, 3;
+	@%p40 bra 	$L__BB6_56;
+
+	setp.ne.s32 	%p41, %r38, 4;
+	@%p41 bra 	$L__BB6_65;
+
+	mov.u32 	%r83, 1;
+	mov.u64 	%rd179, %rd3;
+
+$L__BB6_55:
+	add.s64 	%rd45, %rd179, 8;
+	ld.global.u64 	%rd114, [%rd179+8];
+	add.s64 	%rd116, %rd114, %rd112;
+	ld.f32 	%f93, [%rd116];
+	mul.f32 	%f134, %f134, %f93;
+	add.s32 	%r83, %r83, 1;
+	setp.lt.u32 	%p42, %r83, %r37;
+	mov.u64 	%rd179, %rd45;
+	@%p42 bra 	$L__BB6_55;
+	bra.uni 	$L__BB6_67;
+
+$L__BB6_58:
+	setp.lt.u32 	%p45, %r16, 3;
+	mov.u32 	%r87, 1;
+	@%p45 bra 	$L__BB6_61;
+
+	mov.u32 	%r87, 1;
+	mov.u32 	%r86, %r18;
+
+$L__BB6_60:
+	mul.wide.u32 	%rd122, %r87, 8;
+	add.s64 	%rd123, %rd3, %rd122;
+	ld.global.u64 	%rd124, [%rd123];
+	add.s64 	%rd126, %rd124, %rd112;
+	ld.f32 	%f96, [%rd126];
+	setp.lt.f32 	%p46, %f96, %f134;
+	selp.f32 	%f97, %f96, %f134, %p46;
+	ld.global.u64 	%rd127, [%rd123+8];
+	add.s64 	%rd128, %rd127, %rd112;
+	ld.f32 	%f98, [%rd128];
+	setp.lt.f32 	%p47, %f98, %f97;
+	selp.f32 	%f99, %f98, %f97, %p47;
+	ld.global.u64 	%rd129, [%rd123+16];
+	add.s64 	%rd130, %rd129, %rd112;
+	ld.f32 	%f100, [%rd130];
+	setp.lt.f32 	%p48, %f100, %f99;
+	selp.f32 	%f101, %f100, %f99, %p48;
+	add.s32 	%r71, %r87, 3;
+	mul.wide.u32 	%rd131, %r71, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd133, [%rd132];
+	add.s64 	%rd134, %rd133, %rd112;
+	ld.f32 	%f102, [%rd134];
+	setp.lt.f32 	%p49, %f102, %f101;
+	selp.f32 	%f134, %f102, %f101, %p49;
+	add.s32 	%r87, %r87, 4;
+	add.s32 	%r86, %r86, -4;
+	setp.ne.s32 	%p50, %r86, 0;
+	@%p50 bra 	$L__BB6_60;
+
+$L__BB6_61:
+	setp.eq.s32 	%p51, %r17, 0;
+	@%p51 bra 	$L__BB6_67;
+
+	setp.eq.s32 	%p52, %r17, 1;
+	mul.wide.u32 	%rd135, %r87, 8;
+	add.s64 	%rd136, %rd3, %rd135;
+	ld.global.u64 	%rd137, [%rd136];
+	add.s64 	%rd139, %rd137, %rd112;
+	ld.f32 	%f103, [%rd139];
+	setp.lt.f32 	%p53, %f103, %f134;
+	selp.f32 	%f134, %f103, %f134, %p53;
+	@%p52 bra 	$L__BB6_67;
+
+	setp.eq.s32 	%p54, %r17, 2;
+	add.s32 	%r72, %r87, 1;
+	mul.wide.u32 	%rd140, %r72, 8;
+	add.s64 	%rd141, %rd3, %rd140;
+	ld.global.u64 	%rd142, [%rd141];
+	add.s64 	%rd144, %rd142, %rd112;
+	ld.f32 	%f104, [%rd144];
+	setp.lt.f32 	%p55, %f104, %f134;
+	selp.f32 	%f134, %f104, %f134, %p55;
+	@%p54 bra 	$L__BB6_67;
+
+	add.s32 	%r73, %r87, 2;
+	mul.wide.u32 	%rd145, %r73, 8;
+	add.s64 	%rd146, %rd3, %rd145;
+	ld.global.u64 	%rd147, [%rd146];
+	add.s64 	%rd149, %rd147, %rd112;
+	ld.f32 	%f105, [%rd149];
+	setp.lt.f32 	%p56, %f105, %f134;
+	selp.f32 	%f134, %f105, %f134, %p56;
+	bra.uni 	$L__BB6_67;
+
+$L__BB6_56:
+	mov.u32 	%r84, 1;
+
+$L__BB6_57:
+	mul.wide.u32 	%rd117, %r84, 8;
+	add.s64 	%rd118, %rd3, %rd117;
+	ld.global.u64 	%rd119, [%rd118];
+	add.s64 	%rd121, %rd119, %rd112;
+	ld.f32 	%f94, [%rd121];
+	setp.gt.f32 	%p43, %f94, %f134;
+	selp.f32 	%f134, %f94, %f134, %p43;
+	add.s32 	%r84, %r84, 1;
+	setp.lt.u32 	%p44, %r84, %r37;
+	@%p44 bra 	$L__BB6_57;
+	bra.uni 	$L__BB6_67;
+
+$L__BB6_65:
+	mov.u32 	%r88, 1;
+
+$L__BB6_66:
+	mul.wide.u32 	%rd150, %r88, 8;
+	add.s64 	%rd151, %rd3, %rd150;
+	ld.global.u64 	%rd152, [%rd151];
+	add.s64 	%rd154, %rd152, %rd112;
+	ld.f32 	%f106, [%rd154];
+	add.f32 	%f134, %f134, %f106;
+	add.s32 	%r88, %r88, 1;
+	setp.lt.u32 	%p57, %r88, %r37;
+	@%p57 bra 	$L__BB6_66;
+
+$L__BB6_67:
+	setp.ne.s32 	%p58, %r38, 1;
+	@%p58 bra 	$L__BB6_69;
+
+	div.rn.f32 	%f134, %f134, %f46;
+
+$L__BB6_69:
+	add.s64 	%rd156, %rd1, %rd112;
+	st.global.f32 	[%rd156], %f134;
+	add.s64 	%rd177, %rd177, %rd40;
+	setp.lt.u64 	%p59, %rd177, %rd11;
+	@%p59 bra 	$L__BB6_51;
+	bra.uni 	$L__BB6_70;
+
+$L__BB6_47:
+	ld.global.u64 	%rd106, [%rd3];
+	shl.b64 	%rd107, %rd177, 2;
+	add.s64 	%rd108, %rd106, %rd107;
+	ld.f32 	%f127, [%rd108];
+	setp.ne.s32 	%p37, %r38, 1;
+	@%p37 bra 	$L__BB6_49;
+
+	div.rn.f32 	%f127, %f127, %f46;
+
+$L__BB6_49:
+	add.s64 	%rd110, %rd1, %rd107;
+	st.global.f32 	[%rd110], %f127;
+	add.s64 	%rd177, %rd177, %rd40;
+	setp.lt.u64 	%p38, %rd177, %rd11;
+	@%p38 bra 	$L__BB6_47;
+
+$L__BB6_70:
+	bar.sync 	0;
+	@%p10 bra 	$L__BB6_75;
+
+	mov.u32 	%r30, %ntid.x;
+	add.s32 	%r75, %r37, %r36;
+	shl.b32 	%r76, %r75, 9;
+	cvt.u64.u32 	%rd157, %r76;
+	add.s64 	%rd47, %rd157, %rd9;
+	shl.b64 	%rd164, %rd47, 3;
+	mov.u32 	%r89, %r90;
+
+$L__BB6_72:
+	setp.eq.s32 	%p61, %r89, %r36;
+	@%p61 bra 	$L__BB6_74;
+
+	mul.wide.u32 	%rd160, %r89, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd163, %rd162, %rd52;
+	add.s64 	%rd158, %rd163, %rd164;
+	mov.u64 	%rd159, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd158], %rd159;
+	// end inline asm
+
+$L__BB6_74:
+	add.s32 	%r89, %r89, %r30;
+	setp.lt.u32 	%p62, %r89, %r37;
+	@%p62 bra 	$L__BB6_72;
+
+$L__BB6_75:
+	@%p10 bra 	$L__BB6_82;
+
+	ld.global.u64 	%rd165, [%rd13];
+	mov.u32 	%r33, %ntid.x;
+	add.s64 	%rd48, %rd165, %rd52;
+
+$L__BB6_77:
+	setp.eq.s32 	%p64, %r90, %r36;
+	@%p64 bra 	$L__BB6_81;
+
+	add.s32 	%r77, %r90, %r37;
+	shl.b32 	%r78, %r77, 9;
+	cvt.u64.u32 	%rd166, %r78;
+	add.s64 	%rd167, %rd166, %rd9;
+	shl.b64 	%rd168, %rd167, 3;
+	add.s64 	%rd49, %rd48, %rd168;
+
+$L__BB6_79:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd169, [%rd49];
+	// end inline asm
+	setp.eq.s64 	%p65, %rd169, 0;
+	@%p65 bra 	$L__BB6_79;
+
+	mov.u64 	%rd171, 0;
+	st.volatile.u64 	[%rd49], %rd171;
+
+$L__BB6_81:
+	add.s32 	%r90, %r90, %r33;
+	setp.lt.u32 	%p66, %r90, %r37;
+	@%p66 bra 	$L__BB6_77;
+
+$L__BB6_82:
+	bar.sync 	0;
+	ret;
+
+}
 	// .globl	smcuda_reduce_sum_f64
 .visible .entry smcuda_reduce_sum_f64(
 	.param .u64 smcuda_reduce_sum_f64_param_0,
@@ -846,19 +1418,19 @@ $L__BB5_3:
 	cvt.u64.u32 	%rd15, %r13;
 	add.s64 	%rd64, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB6_12;
+	@%p1 bra 	$L__BB7_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB6_3;
-	bra.uni 	$L__BB6_2;
+	@%p2 bra 	$L__BB7_3;
+	bra.uni 	$L__BB7_2;
 
-$L__BB6_3:
+$L__BB7_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB6_4:
+$L__BB7_4:
 	ld.global.u64 	%rd23, [%rd2];
 	cvta.to.global.u64 	%rd24, %rd23;
 	add.s64 	%rd8, %rd64, %rd10;
@@ -867,12 +1439,12 @@ $L__BB6_4:
 	ld.global.f64 	%fd25, [%rd26];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB6_7;
+	@%p4 bra 	$L__BB7_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB6_6:
+$L__BB7_6:
 	mul.wide.u32 	%rd27, %r22, 8;
 	add.s64 	%rd28, %rd2, %rd27;
 	ld.global.u64 	%rd29, [%rd28];
@@ -901,11 +1473,11 @@ $L__BB6_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB6_6;
+	@%p5 bra 	$L__BB7_6;
 
-$L__BB6_7:
+$L__BB7_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB6_11;
+	@%p6 bra 	$L__BB7_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd44, %r22, 8;
@@ -915,7 +1487,7 @@ $L__BB6_7:
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd19, [%rd49];
 	add.f64 	%fd25, %fd25, %fd19;
-	@%p7 bra 	$L__BB6_11;
+	@%p7 bra 	$L__BB7_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -926,7 +1498,7 @@ $L__BB6_7:
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd20, [%rd55];
 	add.f64 	%fd25, %fd25, %fd20;
-	@%p8 bra 	$L__BB6_11;
+	@%p8 bra 	$L__BB7_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd56, %r19, 8;
@@ -937,16 +1509,16 @@ $L__BB6_7:
 	ld.global.f64 	%fd21, [%rd61];
 	add.f64 	%fd25, %fd25, %fd21;
 
-$L__BB6_11:
+$L__BB7_11:
 	shl.b64 	%rd62, %rd64, 3;
 	add.s64 	%rd63, %rd1, %rd62;
 	st.global.f64 	[%rd63], %fd25;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB6_4;
-	bra.uni 	$L__BB6_12;
+	@%p9 bra 	$L__BB7_4;
+	bra.uni 	$L__BB7_12;
 
-$L__BB6_2:
+$L__BB7_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd64, %rd10;
@@ -958,9 +1530,9 @@ $L__BB6_2:
 	st.global.f64 	[%rd22], %fd10;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB6_2;
+	@%p3 bra 	$L__BB7_2;
 
-$L__BB6_12:
+$L__BB7_12:
 	ret;
 
 }
@@ -995,20 +1567,20 @@ $L__BB6_12:
 	cvt.u64.u32 	%rd15, %r13;
 	add.s64 	%rd64, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB7_12;
+	@%p1 bra 	$L__BB8_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
 	cvt.rn.f64.u32 	%fd1, %r9;
-	@%p2 bra 	$L__BB7_3;
-	bra.uni 	$L__BB7_2;
+	@%p2 bra 	$L__BB8_3;
+	bra.uni 	$L__BB8_2;
 
-$L__BB7_3:
+$L__BB8_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB7_4:
+$L__BB8_4:
 	ld.global.u64 	%rd23, [%rd2];
 	cvta.to.global.u64 	%rd24, %rd23;
 	add.s64 	%rd8, %rd64, %rd10;
@@ -1017,12 +1589,12 @@ $L__BB7_4:
 	ld.global.f64 	%fd28, [%rd26];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB7_7;
+	@%p4 bra 	$L__BB8_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB7_6:
+$L__BB8_6:
 	mul.wide.u32 	%rd27, %r22, 8;
 	add.s64 	%rd28, %rd2, %rd27;
 	ld.global.u64 	%rd29, [%rd28];
@@ -1051,11 +1623,11 @@ $L__BB7_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB7_6;
+	@%p5 bra 	$L__BB8_6;
 
-$L__BB7_7:
+$L__BB8_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB7_11;
+	@%p6 bra 	$L__BB8_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd44, %r22, 8;
@@ -1065,7 +1637,7 @@ $L__BB7_7:
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd21, [%rd49];
 	add.f64 	%fd28, %fd28, %fd21;
-	@%p7 bra 	$L__BB7_11;
+	@%p7 bra 	$L__BB8_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -1076,7 +1648,7 @@ $L__BB7_7:
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd22, [%rd55];
 	add.f64 	%fd28, %fd28, %fd22;
-	@%p8 bra 	$L__BB7_11;
+	@%p8 bra 	$L__BB8_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd56, %r19, 8;
@@ -1087,17 +1659,17 @@ $L__BB7_7:
 	ld.global.f64 	%fd23, [%rd61];
 	add.f64 	%fd28, %fd28, %fd23;
 
-$L__BB7_11:
+$L__BB8_11:
 	shl.b64 	%rd62, %rd64, 3;
 	add.s64 	%rd63, %rd1, %rd62;
 	div.rn.f64 	%fd24, %fd28, %fd1;
 	st.global.f64 	[%rd63], %fd24;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB7_4;
-	bra.uni 	$L__BB7_12;
+	@%p9 bra 	$L__BB8_4;
+	bra.uni 	$L__BB8_12;
 
-$L__BB7_2:
+$L__BB8_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd64, %rd10;
@@ -1110,9 +1682,9 @@ $L__BB7_2:
 	st.global.f64 	[%rd22], %fd12;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB7_2;
+	@%p3 bra 	$L__BB8_2;
 
-$L__BB7_12:
+$L__BB8_12:
 	ret;
 
 }
@@ -1136,162 +1708,6 @@ $L__BB7_12:
 	ld.param.u32 	%r9, [smcuda_reduce_min_f64_param_2];
 	ld.param.u64 	%rd10, [smcuda_reduce_min_f64_param_3];
 	ld.param.u64 	%rd11, [smcuda_reduce_min_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB8_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB8_3;
-	bra.uni 	$L__BB8_2;
-
-$L__BB8_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB8_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB8_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB8_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd12, [%rd32];
-	setp.lt.f64 	%p5, %fd12, %fd25;
-	selp.f64 	%fd13, %fd12, %fd25, %p5;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd14, [%rd35];
-	setp.lt.f64 	%p6, %fd14, %fd13;
-	selp.f64 	%fd15, %fd14, %fd13, %p6;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd16, [%rd38];
-	setp.lt.f64 	%p7, %fd16, %fd15;
-	selp.f64 	%fd17, %fd16, %fd15, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd18, [%rd43];
-	setp.lt.f64 	%p8, %fd18, %fd17;
-	selp.f64 	%fd25, %fd18, %fd17, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB8_6;
-
-$L__BB8_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB8_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd19, [%rd49];
-	setp.lt.f64 	%p12, %fd19, %fd25;
-	selp.f64 	%fd25, %fd19, %fd25, %p12;
-	@%p11 bra 	$L__BB8_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd20, [%rd55];
-	setp.lt.f64 	%p14, %fd20, %fd25;
-	selp.f64 	%fd25, %fd20, %fd25, %p14;
-	@%p13 bra 	$L__BB8_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd21, [%rd61];
-	setp.lt.f64 	%p15, %fd21, %fd25;
-	selp.f64 	%fd25, %fd21, %fd25, %p15;
-
-$L__BB8_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f64 	[%rd63], %fd25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p16, %rd64, %rd11;
-	@%p16 bra 	$L__BB8_4;
-	bra.uni 	$L__BB8_12;
-
-$L__BB8_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd10, [%rd20];
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB8_2;
-
-$L__BB8_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_f64
-.visible .entry smcuda_reduce_max_f64(
-	.param .u64 smcuda_reduce_max_f64_param_0,
-	.param .u64 smcuda_reduce_max_f64_param_1,
-	.param .u32 smcuda_reduce_max_f64_param_2,
-	.param .u64 smcuda_reduce_max_f64_param_3,
-	.param .u64 smcuda_reduce_max_f64_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<26>;
-	.reg .b64 	%rd<66>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f64_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -1336,19 +1752,19 @@ $L__BB9_6:
 	cvta.to.global.u64 	%rd30, %rd29;
 	add.s64 	%rd32, %rd30, %rd25;
 	ld.global.f64 	%fd12, [%rd32];
-	setp.gt.f64 	%p5, %fd12, %fd25;
+	setp.lt.f64 	%p5, %fd12, %fd25;
 	selp.f64 	%fd13, %fd12, %fd25, %p5;
 	ld.global.u64 	%rd33, [%rd28+8];
 	cvta.to.global.u64 	%rd34, %rd33;
 	add.s64 	%rd35, %rd34, %rd25;
 	ld.global.f64 	%fd14, [%rd35];
-	setp.gt.f64 	%p6, %fd14, %fd13;
+	setp.lt.f64 	%p6, %fd14, %fd13;
 	selp.f64 	%fd15, %fd14, %fd13, %p6;
 	ld.global.u64 	%rd36, [%rd28+16];
 	cvta.to.global.u64 	%rd37, %rd36;
 	add.s64 	%rd38, %rd37, %rd25;
 	ld.global.f64 	%fd16, [%rd38];
-	setp.gt.f64 	%p7, %fd16, %fd15;
+	setp.lt.f64 	%p7, %fd16, %fd15;
 	selp.f64 	%fd17, %fd16, %fd15, %p7;
 	add.s32 	%r17, %r22, 3;
 	mul.wide.u32 	%rd39, %r17, 8;
@@ -1357,7 +1773,7 @@ $L__BB9_6:
 	cvta.to.global.u64 	%rd42, %rd41;
 	add.s64 	%rd43, %rd42, %rd25;
 	ld.global.f64 	%fd18, [%rd43];
-	setp.gt.f64 	%p8, %fd18, %fd17;
+	setp.lt.f64 	%p8, %fd18, %fd17;
 	selp.f64 	%fd25, %fd18, %fd17, %p8;
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
@@ -1375,7 +1791,7 @@ $L__BB9_7:
 	cvta.to.global.u64 	%rd47, %rd46;
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd19, [%rd49];
-	setp.gt.f64 	%p12, %fd19, %fd25;
+	setp.lt.f64 	%p12, %fd19, %fd25;
 	selp.f64 	%fd25, %fd19, %fd25, %p12;
 	@%p11 bra 	$L__BB9_11;
 
@@ -1387,7 +1803,7 @@ $L__BB9_7:
 	cvta.to.global.u64 	%rd53, %rd52;
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd20, [%rd55];
-	setp.gt.f64 	%p14, %fd20, %fd25;
+	setp.lt.f64 	%p14, %fd20, %fd25;
 	selp.f64 	%fd25, %fd20, %fd25, %p14;
 	@%p13 bra 	$L__BB9_11;
 
@@ -1398,7 +1814,7 @@ $L__BB9_7:
 	cvta.to.global.u64 	%rd59, %rd58;
 	add.s64 	%rd61, %rd59, %rd25;
 	ld.global.f64 	%fd21, [%rd61];
-	setp.gt.f64 	%p15, %fd21, %fd25;
+	setp.lt.f64 	%p15, %fd21, %fd25;
 	selp.f64 	%fd25, %fd21, %fd25, %p15;
 
 $L__BB9_11:
@@ -1428,26 +1844,26 @@ $L__BB9_12:
 	ret;
 
 }
-	// .globl	smcuda_reduce_prod_f64
-.visible .entry smcuda_reduce_prod_f64(
-	.param .u64 smcuda_reduce_prod_f64_param_0,
-	.param .u64 smcuda_reduce_prod_f64_param_1,
-	.param .u32 smcuda_reduce_prod_f64_param_2,
-	.param .u64 smcuda_reduce_prod_f64_param_3,
-	.param .u64 smcuda_reduce_prod_f64_param_4
+	// .globl	smcuda_reduce_max_f64
+.visible .entry smcuda_reduce_max_f64(
+	.param .u64 smcuda_reduce_max_f64_param_0,
+	.param .u64 smcuda_reduce_max_f64_param_1,
+	.param .u32 smcuda_reduce_max_f64_param_2,
+	.param .u64 smcuda_reduce_max_f64_param_3,
+	.param .u64 smcuda_reduce_max_f64_param_4
 )
 {
-	.reg .pred 	%p<10>;
+	.reg .pred 	%p<17>;
 	.reg .b32 	%r<23>;
 	.reg .f64 	%fd<26>;
 	.reg .b64 	%rd<66>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f64_param_4];
+	ld.param.u64 	%rd12, [smcuda_reduce_max_f64_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_max_f64_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_max_f64_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_max_f64_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_max_f64_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -1492,6 +1908,162 @@ $L__BB10_6:
 	cvta.to.global.u64 	%rd30, %rd29;
 	add.s64 	%rd32, %rd30, %rd25;
 	ld.global.f64 	%fd12, [%rd32];
+	setp.gt.f64 	%p5, %fd12, %fd25;
+	selp.f64 	%fd13, %fd12, %fd25, %p5;
+	ld.global.u64 	%rd33, [%rd28+8];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd35, %rd34, %rd25;
+	ld.global.f64 	%fd14, [%rd35];
+	setp.gt.f64 	%p6, %fd14, %fd13;
+	selp.f64 	%fd15, %fd14, %fd13, %p6;
+	ld.global.u64 	%rd36, [%rd28+16];
+	cvta.to.global.u64 	%rd37, %rd36;
+	add.s64 	%rd38, %rd37, %rd25;
+	ld.global.f64 	%fd16, [%rd38];
+	setp.gt.f64 	%p7, %fd16, %fd15;
+	selp.f64 	%fd17, %fd16, %fd15, %p7;
+	add.s32 	%r17, %r22, 3;
+	mul.wide.u32 	%rd39, %r17, 8;
+	add.s64 	%rd40, %rd2, %rd39;
+	ld.global.u64 	%rd41, [%rd40];
+	cvta.to.global.u64 	%rd42, %rd41;
+	add.s64 	%rd43, %rd42, %rd25;
+	ld.global.f64 	%fd18, [%rd43];
+	setp.gt.f64 	%p8, %fd18, %fd17;
+	selp.f64 	%fd25, %fd18, %fd17, %p8;
+	add.s32 	%r22, %r22, 4;
+	add.s32 	%r21, %r21, -4;
+	setp.ne.s32 	%p9, %r21, 0;
+	@%p9 bra 	$L__BB10_6;
+
+$L__BB10_7:
+	setp.eq.s32 	%p10, %r2, 0;
+	@%p10 bra 	$L__BB10_11;
+
+	setp.eq.s32 	%p11, %r2, 1;
+	mul.wide.u32 	%rd44, %r22, 8;
+	add.s64 	%rd45, %rd2, %rd44;
+	ld.global.u64 	%rd46, [%rd45];
+	cvta.to.global.u64 	%rd47, %rd46;
+	add.s64 	%rd49, %rd47, %rd25;
+	ld.global.f64 	%fd19, [%rd49];
+	setp.gt.f64 	%p12, %fd19, %fd25;
+	selp.f64 	%fd25, %fd19, %fd25, %p12;
+	@%p11 bra 	$L__BB10_11;
+
+	setp.eq.s32 	%p13, %r2, 2;
+	add.s32 	%r18, %r22, 1;
+	mul.wide.u32 	%rd50, %r18, 8;
+	add.s64 	%rd51, %rd2, %rd50;
+	ld.global.u64 	%rd52, [%rd51];
+	cvta.to.global.u64 	%rd53, %rd52;
+	add.s64 	%rd55, %rd53, %rd25;
+	ld.global.f64 	%fd20, [%rd55];
+	setp.gt.f64 	%p14, %fd20, %fd25;
+	selp.f64 	%fd25, %fd20, %fd25, %p14;
+	@%p13 bra 	$L__BB10_11;
+
+	add.s32 	%r19, %r22, 2;
+	mul.wide.u32 	%rd56, %r19, 8;
+	add.s64 	%rd57, %rd2, %rd56;
+	ld.global.u64 	%rd58, [%rd57];
+	cvta.to.global.u64 	%rd59, %rd58;
+	add.s64 	%rd61, %rd59, %rd25;
+	ld.global.f64 	%fd21, [%rd61];
+	setp.gt.f64 	%p15, %fd21, %fd25;
+	selp.f64 	%fd25, %fd21, %fd25, %p15;
+
+$L__BB10_11:
+	shl.b64 	%rd62, %rd64, 3;
+	add.s64 	%rd63, %rd1, %rd62;
+	st.global.f64 	[%rd63], %fd25;
+	add.s64 	%rd64, %rd64, %rd3;
+	setp.lt.u64 	%p16, %rd64, %rd11;
+	@%p16 bra 	$L__BB10_4;
+	bra.uni 	$L__BB10_12;
+
+$L__BB10_2:
+	ld.global.u64 	%rd16, [%rd2];
+	cvta.to.global.u64 	%rd17, %rd16;
+	add.s64 	%rd18, %rd64, %rd10;
+	shl.b64 	%rd19, %rd18, 3;
+	add.s64 	%rd20, %rd17, %rd19;
+	ld.global.f64 	%fd10, [%rd20];
+	shl.b64 	%rd21, %rd64, 3;
+	add.s64 	%rd22, %rd1, %rd21;
+	st.global.f64 	[%rd22], %fd10;
+	add.s64 	%rd64, %rd64, %rd3;
+	setp.lt.u64 	%p3, %rd64, %rd11;
+	@%p3 bra 	$L__BB10_2;
+
+$L__BB10_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_prod_f64
+.visible .entry smcuda_reduce_prod_f64(
+	.param .u64 smcuda_reduce_prod_f64_param_0,
+	.param .u64 smcuda_reduce_prod_f64_param_1,
+	.param .u32 smcuda_reduce_prod_f64_param_2,
+	.param .u64 smcuda_reduce_prod_f64_param_3,
+	.param .u64 smcuda_reduce_prod_f64_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<23>;
+	.reg .f64 	%fd<26>;
+	.reg .b64 	%rd<66>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_prod_f64_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_prod_f64_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_prod_f64_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_prod_f64_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_prod_f64_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd14, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd15, %r13;
+	add.s64 	%rd64, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd64, %rd11;
+	@%p1 bra 	$L__BB11_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB11_3;
+	bra.uni 	$L__BB11_2;
+
+$L__BB11_3:
+	add.s32 	%r14, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r14, 3;
+	sub.s32 	%r3, %r14, %r2;
+
+$L__BB11_4:
+	ld.global.u64 	%rd23, [%rd2];
+	cvta.to.global.u64 	%rd24, %rd23;
+	add.s64 	%rd8, %rd64, %rd10;
+	shl.b64 	%rd25, %rd8, 3;
+	add.s64 	%rd26, %rd24, %rd25;
+	ld.global.f64 	%fd25, [%rd26];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r22, 1;
+	@%p4 bra 	$L__BB11_7;
+
+	mov.u32 	%r22, 1;
+	mov.u32 	%r21, %r3;
+
+$L__BB11_6:
+	mul.wide.u32 	%rd27, %r22, 8;
+	add.s64 	%rd28, %rd2, %rd27;
+	ld.global.u64 	%rd29, [%rd28];
+	cvta.to.global.u64 	%rd30, %rd29;
+	add.s64 	%rd32, %rd30, %rd25;
+	ld.global.f64 	%fd12, [%rd32];
 	mul.f64 	%fd13, %fd25, %fd12;
 	ld.global.u64 	%rd33, [%rd28+8];
 	cvta.to.global.u64 	%rd34, %rd33;
@@ -1514,11 +2086,11 @@ $L__BB10_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB10_6;
+	@%p5 bra 	$L__BB11_6;
 
-$L__BB10_7:
+$L__BB11_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB10_11;
+	@%p6 bra 	$L__BB11_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd44, %r22, 8;
@@ -1528,7 +2100,7 @@ $L__BB10_7:
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd19, [%rd49];
 	mul.f64 	%fd25, %fd25, %fd19;
-	@%p7 bra 	$L__BB10_11;
+	@%p7 bra 	$L__BB11_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -1539,7 +2111,7 @@ $L__BB10_7:
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd20, [%rd55];
 	mul.f64 	%fd25, %fd25, %fd20;
-	@%p8 bra 	$L__BB10_11;
+	@%p8 bra 	$L__BB11_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd56, %r19, 8;
@@ -1550,16 +2122,16 @@ $L__BB10_7:
 	ld.global.f64 	%fd21, [%rd61];
 	mul.f64 	%fd25, %fd25, %fd21;
 
-$L__BB10_11:
+$L__BB11_11:
 	shl.b64 	%rd62, %rd64, 3;
 	add.s64 	%rd63, %rd1, %rd62;
 	st.global.f64 	[%rd63], %fd25;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB10_4;
-	bra.uni 	$L__BB10_12;
+	@%p9 bra 	$L__BB11_4;
+	bra.uni 	$L__BB11_12;
 
-$L__BB10_2:
+$L__BB11_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd64, %rd10;
@@ -1571,9 +2143,9 @@ $L__BB10_2:
 	st.global.f64 	[%rd22], %fd10;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB10_2;
+	@%p3 bra 	$L__BB11_2;
 
-$L__BB10_12:
+$L__BB11_12:
 	ret;
 
 }
@@ -1601,7 +2173,7 @@ $L__BB10_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB11_3;
+	@%p1 bra 	$L__BB12_3;
 
 	cvt.rn.f64.u32 	%fd1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -1609,7 +2181,7 @@ $L__BB10_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB11_2:
+$L__BB12_2:
 	shl.b64 	%rd12, %rd14, 3;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.f64 	%fd2, [%rd13];
@@ -1617,9 +2189,568 @@ $L__BB11_2:
 	st.global.f64 	[%rd13], %fd3;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB11_2;
+	@%p2 bra 	$L__BB12_2;
 
-$L__BB11_3:
+$L__BB12_3:
+	ret;
+
+}
+	// .globl	smcuda_oneshot_f64
+.visible .entry smcuda_oneshot_f64(
+	.param .u64 smcuda_oneshot_f64_param_0,
+	.param .u64 smcuda_oneshot_f64_param_1,
+	.param .u64 smcuda_oneshot_f64_param_2,
+	.param .u64 smcuda_oneshot_f64_param_3,
+	.param .u32 smcuda_oneshot_f64_param_4,
+	.param .u32 smcuda_oneshot_f64_param_5,
+	.param .u64 smcuda_oneshot_f64_param_6,
+	.param .u32 smcuda_oneshot_f64_param_7
+)
+{
+	.reg .pred 	%p<65>;
+	.reg .b32 	%r<87>;
+	.reg .f64 	%fd<90>;
+	.reg .b64 	%rd<190>;
+
+
+	ld.param.u64 	%rd50, [smcuda_oneshot_f64_param_0];
+	ld.param.u64 	%rd51, [smcuda_oneshot_f64_param_1];
+	ld.param.u64 	%rd54, [smcuda_oneshot_f64_param_2];
+	ld.param.u64 	%rd52, [smcuda_oneshot_f64_param_3];
+	ld.param.u32 	%r32, [smcuda_oneshot_f64_param_4];
+	ld.param.u32 	%r33, [smcuda_oneshot_f64_param_5];
+	ld.param.u64 	%rd53, [smcuda_oneshot_f64_param_6];
+	ld.param.u32 	%r34, [smcuda_oneshot_f64_param_7];
+	cvta.to.global.u64 	%rd1, %rd50;
+	cvta.to.global.u64 	%rd2, %rd51;
+	cvta.to.global.u64 	%rd3, %rd54;
+	mov.u32 	%r35, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r35;
+	add.s64 	%rd55, %rd4, %rd53;
+	add.s64 	%rd5, %rd55, -1;
+	and.b64  	%rd56, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd56, 0;
+	@%p1 bra 	$L__BB13_2;
+
+	div.u64 	%rd182, %rd5, %rd4;
+	bra.uni 	$L__BB13_3;
+
+$L__BB13_2:
+	cvt.u32.u64 	%r36, %rd4;
+	cvt.u32.u64 	%r37, %rd5;
+	div.u32 	%r38, %r37, %r36;
+	cvt.u64.u32 	%rd182, %r38;
+
+$L__BB13_3:
+	add.s64 	%rd57, %rd182, 1;
+	and.b64  	%rd58, %rd57, -2;
+	mov.u32 	%r39, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r39;
+	mul.lo.s64 	%rd59, %rd58, %rd9;
+	min.u64 	%rd10, %rd59, %rd53;
+	add.s64 	%rd60, %rd10, %rd58;
+	min.u64 	%rd11, %rd60, %rd53;
+	sub.s64 	%rd61, %rd11, %rd10;
+	and.b64  	%rd62, %rd61, -2;
+	add.s64 	%rd12, %rd62, %rd10;
+	mul.wide.u32 	%rd63, %r32, 8;
+	add.s64 	%rd13, %rd3, %rd63;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd51;
+	@%p2 bra 	$L__BB13_14;
+
+	and.b64  	%rd64, %rd51, 15;
+	setp.eq.s64 	%p3, %rd64, 0;
+	mov.u32 	%r40, %tid.x;
+	cvt.u64.u32 	%rd15, %r40;
+	@%p3 bra 	$L__BB13_8;
+
+	add.s64 	%rd183, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd183, %rd11;
+	@%p4 bra 	$L__BB13_14;
+
+	mov.u32 	%r41, %ntid.x;
+	cvt.u64.u32 	%rd17, %r41;
+
+$L__BB13_7:
+	shl.b64 	%rd65, %rd183, 3;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.f64 	%fd47, [%rd66];
+	add.s64 	%rd67, %rd14, %rd65;
+	st.f64 	[%rd67], %fd47;
+	add.s64 	%rd183, %rd183, %rd17;
+	setp.lt.u64 	%p5, %rd183, %rd11;
+	@%p5 bra 	$L__BB13_7;
+	bra.uni 	$L__BB13_14;
+
+$L__BB13_8:
+	shl.b64 	%rd68, %rd15, 1;
+	add.s64 	%rd184, %rd10, %rd68;
+	setp.ge.u64 	%p6, %rd184, %rd12;
+	@%p6 bra 	$L__BB13_11;
+
+	mov.u32 	%r42, %ntid.x;
+	mul.wide.u32 	%rd21, %r42, 2;
+
+$L__BB13_10:
+	shl.b64 	%rd69, %rd184, 3;
+	add.s64 	%rd70, %rd2, %rd69;
+	add.s64 	%rd71, %rd14, %rd69;
+	ld.global.v4.u32 	{%r43, %r44, %r45, %r46}, [%rd70];
+	st.v4.u32 	[%rd71], {%r43, %r44, %r45, %r46};
+	add.s64 	%rd184, %rd184, %rd21;
+	setp.lt.u64 	%p7, %rd184, %rd12;
+	@%p7 bra 	$L__BB13_10;
+
+$L__BB13_11:
+	add.s64 	%rd185, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd185, %rd11;
+	@%p8 bra 	$L__BB13_14;
+
+	mov.u32 	%r51, %ntid.x;
+	cvt.u64.u32 	%rd25, %r51;
+
+$L__BB13_13:
+	shl.b64 	%rd72, %rd185, 3;
+	add.s64 	%rd73, %rd2, %rd72;
+	ld.global.f64 	%fd48, [%rd73];
+	add.s64 	%rd74, %rd14, %rd72;
+	st.f64 	[%rd74], %fd48;
+	add.s64 	%rd185, %rd185, %rd25;
+	setp.lt.u64 	%p9, %rd185, %rd11;
+	@%p9 bra 	$L__BB13_13;
+
+$L__BB13_14:
+	mov.u32 	%r1, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r1, %r33;
+	@%p10 bra 	$L__BB13_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r52, %r32, 9;
+	cvt.u64.u32 	%rd75, %r52;
+	add.s64 	%rd28, %rd75, %rd9;
+	shl.b64 	%rd82, %rd28, 3;
+	mov.u32 	%r75, %r1;
+
+$L__BB13_16:
+	setp.eq.s32 	%p11, %r75, %r32;
+	@%p11 bra 	$L__BB13_18;
+
+	mul.wide.u32 	%rd78, %r75, 8;
+	add.s64 	%rd79, %rd3, %rd78;
+	ld.global.u64 	%rd80, [%rd79];
+	add.s64 	%rd81, %rd80, %rd52;
+	add.s64 	%rd76, %rd81, %rd82;
+	mov.u64 	%rd77, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd76], %rd77;
+	// end inline asm
+
+$L__BB13_18:
+	add.s32 	%r75, %r75, %r2;
+	setp.lt.u32 	%p12, %r75, %r33;
+	@%p12 bra 	$L__BB13_16;
+
+$L__BB13_19:
+	@%p10 bra 	$L__BB13_26;
+
+	ld.global.u64 	%rd83, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd83, %rd52;
+	mov.u32 	%r76, %r1;
+
+$L__BB13_21:
+	setp.eq.s32 	%p14, %r76, %r32;
+	@%p14 bra 	$L__BB13_25;
+
+	shl.b32 	%r53, %r76, 9;
+	cvt.u64.u32 	%rd84, %r53;
+	add.s64 	%rd85, %rd84, %rd9;
+	shl.b64 	%rd86, %rd85, 3;
+	add.s64 	%rd30, %rd29, %rd86;
+
+$L__BB13_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd87, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd87, 0;
+	@%p15 bra 	$L__BB13_23;
+
+	mov.u64 	%rd89, 0;
+	st.volatile.u64 	[%rd30], %rd89;
+
+$L__BB13_25:
+	add.s32 	%r76, %r76, %r5;
+	setp.lt.u32 	%p16, %r76, %r33;
+	@%p16 bra 	$L__BB13_21;
+
+$L__BB13_26:
+	bar.sync 	0;
+	cvt.u64.u32 	%rd31, %r1;
+	mul.wide.u32 	%rd90, %r1, 2;
+	add.s64 	%rd186, %rd10, %rd90;
+	setp.ge.u64 	%p17, %rd186, %rd12;
+	@%p17 bra 	$L__BB13_45;
+
+	cvt.rn.f64.u32 	%fd1, %r33;
+	mov.u32 	%r54, %ntid.x;
+	mul.wide.u32 	%rd34, %r54, 2;
+	and.b64  	%rd35, %rd50, 15;
+
+$L__BB13_28:
+	ld.global.u64 	%rd91, [%rd3];
+	shl.b64 	%rd92, %rd186, 3;
+	add.s64 	%rd93, %rd91, %rd92;
+	ld.v2.f64 	{%fd74, %fd73}, [%rd93];
+	setp.lt.u32 	%p18, %r33, 2;
+	@%p18 bra 	$L__BB13_39;
+
+	setp.eq.s32 	%p19, %r34, 2;
+	@%p19 bra 	$L__BB13_37;
+	bra.uni 	$L__BB13_30;
+
+$L__BB13_37:
+	mov.u32 	%r78, 1;
+
+$L__BB13_38:
+	mul.wide.u32 	%rd99, %r78, 8;
+	add.s64 	%rd100, %rd3, %rd99;
+	ld.global.u64 	%rd101, [%rd100];
+	add.s64 	%rd103, %rd101, %rd92;
+	ld.v2.f64 	{%fd53, %fd54}, [%rd103];
+	setp.gt.f64 	%p25, %fd74, %fd53;
+	selp.f64 	%fd74, %fd53, %fd74, %p25;
+	setp.gt.f64 	%p26, %fd73, %fd54;
+	selp.f64 	%fd73, %fd54, %fd73, %p26;
+	add.s32 	%r78, %r78, 1;
+	setp.lt.u32 	%p27, %r78, %r33;
+	@%p27 bra 	$L__BB13_38;
+	bra.uni 	$L__BB13_39;
+
+$L__BB13_30:
+	mov.u32 	%r77, 1;
+
+$L__BB13_31:
+	mul.wide.u32 	%rd94, %r77, 8;
+	add.s64 	%rd95, %rd3, %rd94;
+	ld.global.u64 	%rd96, [%rd95];
+	add.s64 	%rd98, %rd96, %rd92;
+	ld.v2.f64 	{%fd51, %fd52}, [%rd98];
+	setp.eq.s32 	%p20, %r34, 3;
+	@%p20 bra 	$L__BB13_34;
+
+	setp.ne.s32 	%p21, %r34, 4;
+	@%p21 bra 	$L__BB13_35;
+
+	mul.f64 	%fd74, %fd74, %fd51;
+	mul.f64 	%fd73, %fd73, %fd52;
+	bra.uni 	$L__BB13_36;
+
+$L__BB13_34:
+	setp.lt.f64 	%p22, %fd74, %fd51;
+	selp.f64 	%fd74, %fd51, %fd74, %p22;
+	setp.lt.f64 	%p23, %fd73, %fd52;
+	selp.f64 	%fd73, %fd52, %fd73, %p23;
+	bra.uni 	$L__BB13_36;
+
+$L__BB13_35:
+	add.f64 	%fd74, %fd74, %fd51;
+	add.f64 	%fd73, %fd73, %fd52;
+
+$L__BB13_36:
+	add.s32 	%r77, %r77, 1;
+	setp.lt.u32 	%p24, %r77, %r33;
+	@%p24 bra 	$L__BB13_31;
+
+$L__BB13_39:
+	setp.ne.s32 	%p28, %r34, 1;
+	@%p28 bra 	$L__BB13_41;
+
+	div.rn.f64 	%fd74, %fd74, %fd1;
+	div.rn.f64 	%fd73, %fd73, %fd1;
+
+$L__BB13_41:
+	add.s64 	%rd105, %rd1, %rd92;
+	add.s64 	%rd37, %rd105, 8;
+	setp.eq.s64 	%p29, %rd35, 0;
+	@%p29 bra 	$L__BB13_43;
+
+	st.global.f64 	[%rd37+-8], %fd74;
+	st.global.f64 	[%rd37], %fd73;
+	bra.uni 	$L__BB13_44;
+
+$L__BB13_43:
+	st.global.v2.f64 	[%rd37+-8], {%fd74, %fd73};
+
+$L__BB13_44:
+	add.s64 	%rd186, %rd186, %rd34;
+	setp.lt.u64 	%p30, %rd186, %rd12;
+	@%p30 bra 	$L__BB13_28;
+
+$L__BB13_45:
+	add.s64 	%rd187, %rd12, %rd31;
+	setp.ge.u64 	%p31, %rd187, %rd11;
+	@%p31 bra 	$L__BB13_70;
+
+	setp.gt.u32 	%p32, %r33, 1;
+	cvt.rn.f64.u32 	%fd26, %r33;
+	mov.u32 	%r57, %ntid.x;
+	cvt.u64.u32 	%rd40, %r57;
+	@%p32 bra 	$L__BB13_50;
+	bra.uni 	$L__BB13_47;
+
+$L__BB13_50:
+	add.s32 	%r58, %r33, -1;
+	add.s32 	%r12, %r33, -2;
+	and.b32  	%r13, %r58, 3;
+	sub.s32 	%r14, %r58, %r13;
+
+$L__BB13_51:
+	ld.global.u64 	%rd111, [%rd3];
+	shl.b64 	%rd112, %rd187, 3;
+	add.s64 	%rd113, %rd111, %rd112;
+	ld.f64 	%fd88, [%rd113];
+	setp.eq.s32 	%p35, %r34, 2;
+	@%p35 bra 	$L__BB13_58;
+
+	setp.eq.s32 	%p36, %r34, 3;
+	@%p36 bra 	$L__BB13_56;
+
+	setp.ne.s32 	%p37, %r34, 4;
+	@%p37 bra 	$L__BB13_65;
+
+	mov.u32 	%r79, 1;
+	mov.u64 	%rd189, %rd3;
+
+$L__BB13_55:
+	shl.b64 	%rd180, %rd187, 3;
+	add.s64 	%rd45, %rd189, 8;
+	ld.global.u64 	%rd114, [%rd189+8];
+	add.s64 	%rd116, %rd114, %rd180;
+	ld.f64 	%fd57, [%rd116];
+	mul.f64 	%fd88, %fd88, %fd57;
+	add.s32 	%r79, %r79, 1;
+	setp.lt.u32 	%p38, %r79, %r33;
+	mov.u64 	%rd189, %rd45;
+	@%p38 bra 	$L__BB13_55;
+	bra.uni 	$L__BB13_67;
+
+$L__BB13_58:
+	setp.lt.u32 	%p41, %r12, 3;
+	mov.u32 	%r83, 1;
+	@%p41 bra 	$L__BB13_61;
+
+	mov.u32 	%r83, 1;
+	mov.u32 	%r82, %r14;
+
+$L__BB13_60:
+	shl.b64 	%rd172, %rd187, 3;
+	mul.wide.u32 	%rd122, %r83, 8;
+	add.s64 	%rd123, %rd3, %rd122;
+	ld.global.u64 	%rd124, [%rd123];
+	add.s64 	%rd126, %rd124, %rd172;
+	ld.f64 	%fd60, [%rd126];
+	setp.lt.f64 	%p42, %fd60, %fd88;
+	selp.f64 	%fd61, %fd60, %fd88, %p42;
+	ld.global.u64 	%rd127, [%rd123+8];
+	add.s64 	%rd128, %rd127, %rd172;
+	ld.f64 	%fd62, [%rd128];
+	setp.lt.f64 	%p43, %fd62, %fd61;
+	selp.f64 	%fd63, %fd62, %fd61, %p43;
+	ld.global.u64 	%rd129, [%rd123+16];
+	add.s64 	%rd130, %rd129, %rd172;
+	ld.f64 	%fd64, [%rd130];
+	setp.lt.f64 	%p44, %fd64, %fd63;
+	selp.f64 	%fd65, %fd64, %fd63, %p44;
+	add.s32 	%r63, %r83, 3;
+	mul.wide.u32 	%rd131, %r63, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd133, [%rd132];
+	add.s64 	%rd134, %rd133, %rd172;
+	ld.f64 	%fd66, [%rd134];
+	setp.lt.f64 	%p45, %fd66, %fd65;
+	selp.f64 	%fd88, %fd66, %fd65, %p45;
+	add.s32 	%r83, %r83, 4;
+	add.s32 	%r82, %r82, -4;
+	setp.ne.s32 	%p46, %r82, 0;
+	@%p46 bra 	$L__BB13_60;
+
+$L__BB13_61:
+	setp.eq.s32 	%p47, %r13, 0;
+	@%p47 bra 	$L__BB13_67;
+
+	shl.b64 	%rd173, %rd187, 3;
+	setp.eq.s32 	%p48, %r13, 1;
+	mul.wide.u32 	%rd135, %r83, 8;
+	add.s64 	%rd136, %rd3, %rd135;
+	ld.global.u64 	%rd137, [%rd136];
+	add.s64 	%rd139, %rd137, %rd173;
+	ld.f64 	%fd67, [%rd139];
+	setp.lt.f64 	%p49, %fd67, %fd88;
+	selp.f64 	%fd88, %fd67, %fd88, %p49;
+	@%p48 bra 	$L__BB13_67;
+
+	shl.b64 	%rd174, %rd187, 3;
+	setp.eq.s32 	%p50, %r13, 2;
+	add.s32 	%r64, %r83, 1;
+	mul.wide.u32 	%rd140, %r64, 8;
+	add.s64 	%rd141, %rd3, %rd140;
+	ld.global.u64 	%rd142, [%rd141];
+	add.s64 	%rd144, %rd142, %rd174;
+	ld.f64 	%fd68, [%rd144];
+	setp.lt.f64 	%p51, %fd68, %fd88;
+	selp.f64 	%fd88, %fd68, %fd88, %p51;
+	@%p50 bra 	$L__BB13_67;
+
+	shl.b64 	%rd175, %rd187, 3;
+	add.s32 	%r65, %r83, 2;
+	mul.wide.u32 	%rd145, %r65, 8;
+	add.s64 	%rd146, %rd3, %rd145;
+	ld.global.u64 	%rd147, [%rd146];
+	add.s64 	%rd149, %rd147, %rd175;
+	ld.f64 	%fd69, [%rd149];
+	setp.lt.f64 	%p52, %fd69, %fd88;
+	selp.f64 	%fd88, %fd69, %fd88, %p52;
+	bra.uni 	$L__BB13_67;
+
+$L__BB13_56:
+	mov.u32 	%r80, 1;
+
+$L__BB13_57:
+	shl.b64 	%rd181, %rd187, 3;
+	mul.wide.u32 	%rd117, %r80, 8;
+	add.s64 	%rd118, %rd3, %rd117;
+	ld.global.u64 	%rd119, [%rd118];
+	add.s64 	%rd121, %rd119, %rd181;
+	ld.f64 	%fd58, [%rd121];
+	setp.gt.f64 	%p39, %fd58, %fd88;
+	selp.f64 	%fd88, %fd58, %fd88, %p39;
+	add.s32 	%r80, %r80, 1;
+	setp.lt.u32 	%p40, %r80, %r33;
+	@%p40 bra 	$L__BB13_57;
+	bra.uni 	$L__BB13_67;
+
+$L__BB13_65:
+	mov.u32 	%r84, 1;
+
+$L__BB13_66:
+	shl.b64 	%rd179, %rd187, 3;
+	mul.wide.u32 	%rd150, %r84, 8;
+	add.s64 	%rd151, %rd3, %rd150;
+	ld.global.u64 	%rd152, [%rd151];
+	add.s64 	%rd154, %rd152, %rd179;
+	ld.f64 	%fd70, [%rd154];
+	add.f64 	%fd88, %fd88, %fd70;
+	add.s32 	%r84, %r84, 1;
+	setp.lt.u32 	%p53, %r84, %r33;
+	@%p53 bra 	$L__BB13_66;
+
+$L__BB13_67:
+	setp.ne.s32 	%p54, %r34, 1;
+	@%p54 bra 	$L__BB13_69;
+
+	div.rn.f64 	%fd88, %fd88, %fd26;
+
+$L__BB13_69:
+	shl.b64 	%rd176, %rd187, 3;
+	add.s64 	%rd156, %rd1, %rd176;
+	st.global.f64 	[%rd156], %fd88;
+	add.s64 	%rd187, %rd187, %rd40;
+	setp.lt.u64 	%p55, %rd187, %rd11;
+	@%p55 bra 	$L__BB13_51;
+	bra.uni 	$L__BB13_70;
+
+$L__BB13_47:
+	ld.global.u64 	%rd106, [%rd3];
+	shl.b64 	%rd107, %rd187, 3;
+	add.s64 	%rd108, %rd106, %rd107;
+	ld.f64 	%fd81, [%rd108];
+	setp.ne.s32 	%p33, %r34, 1;
+	@%p33 bra 	$L__BB13_49;
+
+	div.rn.f64 	%fd81, %fd81, %fd26;
+
+$L__BB13_49:
+	add.s64 	%rd110, %rd1, %rd107;
+	st.global.f64 	[%rd110], %fd81;
+	add.s64 	%rd187, %rd187, %rd40;
+	setp.lt.u64 	%p34, %rd187, %rd11;
+	@%p34 bra 	$L__BB13_47;
+
+$L__BB13_70:
+	mov.u32 	%r73, %tid.x;
+	setp.ge.u32 	%p63, %r73, %r33;
+	bar.sync 	0;
+	@%p63 bra 	$L__BB13_75;
+
+	mov.u32 	%r85, %tid.x;
+	mov.u32 	%r26, %ntid.x;
+	add.s32 	%r67, %r33, %r32;
+	shl.b32 	%r68, %r67, 9;
+	cvt.u64.u32 	%rd157, %r68;
+	add.s64 	%rd47, %rd157, %rd9;
+	shl.b64 	%rd164, %rd47, 3;
+
+$L__BB13_72:
+	setp.eq.s32 	%p57, %r85, %r32;
+	@%p57 bra 	$L__BB13_74;
+
+	mul.wide.u32 	%rd160, %r85, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd163, %rd162, %rd52;
+	add.s64 	%rd158, %rd163, %rd164;
+	mov.u64 	%rd159, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd158], %rd159;
+	// end inline asm
+
+$L__BB13_74:
+	add.s32 	%r85, %r85, %r26;
+	setp.lt.u32 	%p58, %r85, %r33;
+	@%p58 bra 	$L__BB13_72;
+
+$L__BB13_75:
+	mov.u32 	%r74, %tid.x;
+	setp.ge.u32 	%p64, %r74, %r33;
+	@%p64 bra 	$L__BB13_82;
+
+	mul.wide.u32 	%rd178, %r32, 8;
+	add.s64 	%rd177, %rd3, %rd178;
+	mov.u32 	%r86, %tid.x;
+	ld.global.u64 	%rd165, [%rd177];
+	mov.u32 	%r29, %ntid.x;
+	add.s64 	%rd48, %rd165, %rd52;
+
+$L__BB13_77:
+	setp.eq.s32 	%p60, %r86, %r32;
+	@%p60 bra 	$L__BB13_81;
+
+	add.s32 	%r69, %r86, %r33;
+	shl.b32 	%r70, %r69, 9;
+	cvt.u64.u32 	%rd166, %r70;
+	add.s64 	%rd167, %rd166, %rd9;
+	shl.b64 	%rd168, %rd167, 3;
+	add.s64 	%rd49, %rd48, %rd168;
+
+$L__BB13_79:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd169, [%rd49];
+	// end inline asm
+	setp.eq.s64 	%p61, %rd169, 0;
+	@%p61 bra 	$L__BB13_79;
+
+	mov.u64 	%rd171, 0;
+	st.volatile.u64 	[%rd49], %rd171;
+
+$L__BB13_81:
+	add.s32 	%r86, %r86, %r29;
+	setp.lt.u32 	%p62, %r86, %r33;
+	@%p62 bra 	$L__BB13_77;
+
+$L__BB13_82:
+	bar.sync 	0;
 	ret;
 
 }
@@ -1644,379 +2775,6 @@ $L__BB11_3:
 	ld.param.u32 	%r9, [smcuda_reduce_sum_f16_param_2];
 	ld.param.u64 	%rd10, [smcuda_reduce_sum_f16_param_3];
 	ld.param.u64 	%rd11, [smcuda_reduce_sum_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB12_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB12_3;
-	bra.uni 	$L__BB12_2;
-
-$L__BB12_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB12_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB12_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB12_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
-
-	// end inline asm
-	add.f32 	%f18, %f28, %f14;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
-
-	// end inline asm
-	add.f32 	%f19, %f18, %f15;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
-
-	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
-
-	// end inline asm
-	add.f32 	%f28, %f20, %f17;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB12_6;
-
-$L__BB12_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB12_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
-
-	// end inline asm
-	add.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB12_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
-
-	// end inline asm
-	add.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB12_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
-
-	// end inline asm
-	add.f32 	%f28, %f28, %f23;
-
-$L__BB12_11:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB12_4;
-	bra.uni 	$L__BB12_12;
-
-$L__BB12_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB12_2;
-
-$L__BB12_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_f16
-.visible .entry smcuda_reduce_avg_f16(
-	.param .u64 smcuda_reduce_avg_f16_param_0,
-	.param .u64 smcuda_reduce_avg_f16_param_1,
-	.param .u32 smcuda_reduce_avg_f16_param_2,
-	.param .u64 smcuda_reduce_avg_f16_param_3,
-	.param .u64 smcuda_reduce_avg_f16_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<30>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB13_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.rn.f32.u32 	%f1, %r9;
-	@%p2 bra 	$L__BB13_3;
-	bra.uni 	$L__BB13_2;
-
-$L__BB13_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB13_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f29, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB13_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB13_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs4;}
-
-	// end inline asm
-	add.f32 	%f19, %f29, %f15;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs5;}
-
-	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs6;}
-
-	// end inline asm
-	add.f32 	%f21, %f20, %f17;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f18, %rs7;}
-
-	// end inline asm
-	add.f32 	%f29, %f21, %f18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB13_6;
-
-$L__BB13_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB13_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs8;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f22;
-	@%p7 bra 	$L__BB13_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs9;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f23;
-	@%p8 bra 	$L__BB13_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f24, %rs10;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f24;
-
-$L__BB13_11:
-	div.rn.f32 	%f25, %f29, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f25;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB13_4;
-	bra.uni 	$L__BB13_12;
-
-$L__BB13_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f11, %rs1;}
-
-	// end inline asm
-	div.rn.f32 	%f12, %f11, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f12;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB13_2;
-
-$L__BB13_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_f16
-.visible .entry smcuda_reduce_min_f16(
-	.param .u64 smcuda_reduce_min_f16_param_0,
-	.param .u64 smcuda_reduce_min_f16_param_1,
-	.param .u32 smcuda_reduce_min_f16_param_2,
-	.param .u64 smcuda_reduce_min_f16_param_3,
-	.param .u64 smcuda_reduce_min_f16_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_f16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -2067,8 +2825,7 @@ $L__BB14_6:
 	{  cvt.f32.f16 %f14, %rs4;}
 
 	// end inline asm
-	setp.lt.f32 	%p5, %f14, %f28;
-	selp.f32 	%f18, %f14, %f28, %p5;
+	add.f32 	%f18, %f28, %f14;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
 	ld.u16 	%rs5, [%rd31];
@@ -2076,8 +2833,7 @@ $L__BB14_6:
 	{  cvt.f32.f16 %f15, %rs5;}
 
 	// end inline asm
-	setp.lt.f32 	%p6, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p6;
+	add.f32 	%f19, %f18, %f15;
 	ld.global.u64 	%rd32, [%rd26+16];
 	add.s64 	%rd33, %rd32, %rd23;
 	ld.u16 	%rs6, [%rd33];
@@ -2085,8 +2841,7 @@ $L__BB14_6:
 	{  cvt.f32.f16 %f16, %rs6;}
 
 	// end inline asm
-	setp.lt.f32 	%p7, %f16, %f19;
-	selp.f32 	%f20, %f16, %f19, %p7;
+	add.f32 	%f20, %f19, %f16;
 	add.s32 	%r17, %r22, 3;
 	mul.wide.u32 	%rd34, %r17, 8;
 	add.s64 	%rd35, %rd2, %rd34;
@@ -2097,18 +2852,17 @@ $L__BB14_6:
 	{  cvt.f32.f16 %f17, %rs7;}
 
 	// end inline asm
-	setp.lt.f32 	%p8, %f17, %f20;
-	selp.f32 	%f28, %f17, %f20, %p8;
+	add.f32 	%f28, %f20, %f17;
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB14_6;
+	setp.ne.s32 	%p5, %r21, 0;
+	@%p5 bra 	$L__BB14_6;
 
 $L__BB14_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB14_11;
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB14_11;
 
-	setp.eq.s32 	%p11, %r2, 1;
+	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -2118,11 +2872,10 @@ $L__BB14_7:
 	{  cvt.f32.f16 %f21, %rs8;}
 
 	// end inline asm
-	setp.lt.f32 	%p12, %f21, %f28;
-	selp.f32 	%f28, %f21, %f28, %p12;
-	@%p11 bra 	$L__BB14_11;
+	add.f32 	%f28, %f28, %f21;
+	@%p7 bra 	$L__BB14_11;
 
-	setp.eq.s32 	%p13, %r2, 2;
+	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
 	mul.wide.u32 	%rd43, %r18, 8;
 	add.s64 	%rd44, %rd2, %rd43;
@@ -2133,9 +2886,8 @@ $L__BB14_7:
 	{  cvt.f32.f16 %f22, %rs9;}
 
 	// end inline asm
-	setp.lt.f32 	%p14, %f22, %f28;
-	selp.f32 	%f28, %f22, %f28, %p14;
-	@%p13 bra 	$L__BB14_11;
+	add.f32 	%f28, %f28, %f22;
+	@%p8 bra 	$L__BB14_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd48, %r19, 8;
@@ -2147,8 +2899,7 @@ $L__BB14_7:
 	{  cvt.f32.f16 %f23, %rs10;}
 
 	// end inline asm
-	setp.lt.f32 	%p15, %f23, %f28;
-	selp.f32 	%f28, %f23, %f28, %p15;
+	add.f32 	%f28, %f28, %f23;
 
 $L__BB14_11:
 	// begin inline asm
@@ -2159,8 +2910,8 @@ $L__BB14_11:
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs11;
 	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p16, %rd55, %rd11;
-	@%p16 bra 	$L__BB14_4;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB14_4;
 	bra.uni 	$L__BB14_12;
 
 $L__BB14_2:
@@ -2188,27 +2939,27 @@ $L__BB14_12:
 	ret;
 
 }
-	// .globl	smcuda_reduce_max_f16
-.visible .entry smcuda_reduce_max_f16(
-	.param .u64 smcuda_reduce_max_f16_param_0,
-	.param .u64 smcuda_reduce_max_f16_param_1,
-	.param .u32 smcuda_reduce_max_f16_param_2,
-	.param .u64 smcuda_reduce_max_f16_param_3,
-	.param .u64 smcuda_reduce_max_f16_param_4
+	// .globl	smcuda_reduce_avg_f16
+.visible .entry smcuda_reduce_avg_f16(
+	.param .u64 smcuda_reduce_avg_f16_param_0,
+	.param .u64 smcuda_reduce_avg_f16_param_1,
+	.param .u32 smcuda_reduce_avg_f16_param_2,
+	.param .u64 smcuda_reduce_avg_f16_param_3,
+	.param .u64 smcuda_reduce_avg_f16_param_4
 )
 {
-	.reg .pred 	%p<17>;
+	.reg .pred 	%p<10>;
 	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
+	.reg .f32 	%f<30>;
 	.reg .b32 	%r<23>;
 	.reg .b64 	%rd<57>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f16_param_4];
+	ld.param.u64 	%rd12, [smcuda_reduce_avg_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_avg_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_avg_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_avg_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_avg_f16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -2223,6 +2974,7 @@ $L__BB14_12:
 	@%p1 bra 	$L__BB15_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
+	cvt.rn.f32.u32 	%f1, %r9;
 	@%p2 bra 	$L__BB15_3;
 	bra.uni 	$L__BB15_2;
 
@@ -2239,7 +2991,7 @@ $L__BB15_4:
 	add.s64 	%rd24, %rd22, %rd23;
 	ld.u16 	%rs3, [%rd24];
 	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
+	{  cvt.f32.f16 %f29, %rs3;}
 
 	// end inline asm
 	setp.lt.u32 	%p4, %r1, 3;
@@ -2256,29 +3008,26 @@ $L__BB15_6:
 	add.s64 	%rd29, %rd27, %rd23;
 	ld.u16 	%rs4, [%rd29];
 	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
+	{  cvt.f32.f16 %f15, %rs4;}
 
 	// end inline asm
-	setp.gt.f32 	%p5, %f14, %f28;
-	selp.f32 	%f18, %f14, %f28, %p5;
+	add.f32 	%f19, %f29, %f15;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
 	ld.u16 	%rs5, [%rd31];
 	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
+	{  cvt.f32.f16 %f16, %rs5;}
 
 	// end inline asm
-	setp.gt.f32 	%p6, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p6;
+	add.f32 	%f20, %f19, %f16;
 	ld.global.u64 	%rd32, [%rd26+16];
 	add.s64 	%rd33, %rd32, %rd23;
 	ld.u16 	%rs6, [%rd33];
 	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
+	{  cvt.f32.f16 %f17, %rs6;}
 
 	// end inline asm
-	setp.gt.f32 	%p7, %f16, %f19;
-	selp.f32 	%f20, %f16, %f19, %p7;
+	add.f32 	%f21, %f20, %f17;
 	add.s32 	%r17, %r22, 3;
 	mul.wide.u32 	%rd34, %r17, 8;
 	add.s64 	%rd35, %rd2, %rd34;
@@ -2286,35 +3035,33 @@ $L__BB15_6:
 	add.s64 	%rd37, %rd36, %rd23;
 	ld.u16 	%rs7, [%rd37];
 	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
+	{  cvt.f32.f16 %f18, %rs7;}
 
 	// end inline asm
-	setp.gt.f32 	%p8, %f17, %f20;
-	selp.f32 	%f28, %f17, %f20, %p8;
+	add.f32 	%f29, %f21, %f18;
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB15_6;
+	setp.ne.s32 	%p5, %r21, 0;
+	@%p5 bra 	$L__BB15_6;
 
 $L__BB15_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB15_11;
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB15_11;
 
-	setp.eq.s32 	%p11, %r2, 1;
+	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
 	add.s64 	%rd42, %rd40, %rd23;
 	ld.u16 	%rs8, [%rd42];
 	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
+	{  cvt.f32.f16 %f22, %rs8;}
 
 	// end inline asm
-	setp.gt.f32 	%p12, %f21, %f28;
-	selp.f32 	%f28, %f21, %f28, %p12;
-	@%p11 bra 	$L__BB15_11;
+	add.f32 	%f29, %f29, %f22;
+	@%p7 bra 	$L__BB15_11;
 
-	setp.eq.s32 	%p13, %r2, 2;
+	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
 	mul.wide.u32 	%rd43, %r18, 8;
 	add.s64 	%rd44, %rd2, %rd43;
@@ -2322,12 +3069,11 @@ $L__BB15_7:
 	add.s64 	%rd47, %rd45, %rd23;
 	ld.u16 	%rs9, [%rd47];
 	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
+	{  cvt.f32.f16 %f23, %rs9;}
 
 	// end inline asm
-	setp.gt.f32 	%p14, %f22, %f28;
-	selp.f32 	%f28, %f22, %f28, %p14;
-	@%p13 bra 	$L__BB15_11;
+	add.f32 	%f29, %f29, %f23;
+	@%p8 bra 	$L__BB15_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd48, %r19, 8;
@@ -2336,23 +3082,23 @@ $L__BB15_7:
 	add.s64 	%rd52, %rd50, %rd23;
 	ld.u16 	%rs10, [%rd52];
 	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
+	{  cvt.f32.f16 %f24, %rs10;}
 
 	// end inline asm
-	setp.gt.f32 	%p15, %f23, %f28;
-	selp.f32 	%f28, %f23, %f28, %p15;
+	add.f32 	%f29, %f29, %f24;
 
 $L__BB15_11:
+	div.rn.f32 	%f25, %f29, %f1;
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
+	{  cvt.rn.f16.f32 %rs11, %f25;}
 
 	// end inline asm
 	shl.b64 	%rd53, %rd55, 1;
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs11;
 	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p16, %rd55, %rd11;
-	@%p16 bra 	$L__BB15_4;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB15_4;
 	bra.uni 	$L__BB15_12;
 
 $L__BB15_2:
@@ -2362,11 +3108,12 @@ $L__BB15_2:
 	add.s64 	%rd19, %rd17, %rd18;
 	ld.u16 	%rs1, [%rd19];
 	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
+	{  cvt.f32.f16 %f11, %rs1;}
 
 	// end inline asm
+	div.rn.f32 	%f12, %f11, %f1;
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
+	{  cvt.rn.f16.f32 %rs2, %f12;}
 
 	// end inline asm
 	shl.b64 	%rd20, %rd55, 1;
@@ -2380,27 +3127,27 @@ $L__BB15_12:
 	ret;
 
 }
-	// .globl	smcuda_reduce_prod_f16
-.visible .entry smcuda_reduce_prod_f16(
-	.param .u64 smcuda_reduce_prod_f16_param_0,
-	.param .u64 smcuda_reduce_prod_f16_param_1,
-	.param .u32 smcuda_reduce_prod_f16_param_2,
-	.param .u64 smcuda_reduce_prod_f16_param_3,
-	.param .u64 smcuda_reduce_prod_f16_param_4
+	// .globl	smcuda_reduce_min_f16
+.visible .entry smcuda_reduce_min_f16(
+	.param .u64 smcuda_reduce_min_f16_param_0,
+	.param .u64 smcuda_reduce_min_f16_param_1,
+	.param .u32 smcuda_reduce_min_f16_param_2,
+	.param .u64 smcuda_reduce_min_f16_param_3,
+	.param .u64 smcuda_reduce_min_f16_param_4
 )
 {
-	.reg .pred 	%p<10>;
+	.reg .pred 	%p<17>;
 	.reg .b16 	%rs<12>;
 	.reg .f32 	%f<29>;
 	.reg .b32 	%r<23>;
 	.reg .b64 	%rd<57>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f16_param_4];
+	ld.param.u64 	%rd12, [smcuda_reduce_min_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_min_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_min_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_min_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_min_f16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -2451,6 +3198,390 @@ $L__BB16_6:
 	{  cvt.f32.f16 %f14, %rs4;}
 
 	// end inline asm
+	setp.lt.f32 	%p5, %f14, %f28;
+	selp.f32 	%f18, %f14, %f28, %p5;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs5, [%rd31];
+	// begin inline asm
+	{  cvt.f32.f16 %f15, %rs5;}
+
+	// end inline asm
+	setp.lt.f32 	%p6, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p6;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs6, [%rd33];
+	// begin inline asm
+	{  cvt.f32.f16 %f16, %rs6;}
+
+	// end inline asm
+	setp.lt.f32 	%p7, %f16, %f19;
+	selp.f32 	%f20, %f16, %f19, %p7;
+	add.s32 	%r17, %r22, 3;
+	mul.wide.u32 	%rd34, %r17, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs7, [%rd37];
+	// begin inline asm
+	{  cvt.f32.f16 %f17, %rs7;}
+
+	// end inline asm
+	setp.lt.f32 	%p8, %f17, %f20;
+	selp.f32 	%f28, %f17, %f20, %p8;
+	add.s32 	%r22, %r22, 4;
+	add.s32 	%r21, %r21, -4;
+	setp.ne.s32 	%p9, %r21, 0;
+	@%p9 bra 	$L__BB16_6;
+
+$L__BB16_7:
+	setp.eq.s32 	%p10, %r2, 0;
+	@%p10 bra 	$L__BB16_11;
+
+	setp.eq.s32 	%p11, %r2, 1;
+	mul.wide.u32 	%rd38, %r22, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs8, [%rd42];
+	// begin inline asm
+	{  cvt.f32.f16 %f21, %rs8;}
+
+	// end inline asm
+	setp.lt.f32 	%p12, %f21, %f28;
+	selp.f32 	%f28, %f21, %f28, %p12;
+	@%p11 bra 	$L__BB16_11;
+
+	setp.eq.s32 	%p13, %r2, 2;
+	add.s32 	%r18, %r22, 1;
+	mul.wide.u32 	%rd43, %r18, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs9, [%rd47];
+	// begin inline asm
+	{  cvt.f32.f16 %f22, %rs9;}
+
+	// end inline asm
+	setp.lt.f32 	%p14, %f22, %f28;
+	selp.f32 	%f28, %f22, %f28, %p14;
+	@%p13 bra 	$L__BB16_11;
+
+	add.s32 	%r19, %r22, 2;
+	mul.wide.u32 	%rd48, %r19, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs10, [%rd52];
+	// begin inline asm
+	{  cvt.f32.f16 %f23, %rs10;}
+
+	// end inline asm
+	setp.lt.f32 	%p15, %f23, %f28;
+	selp.f32 	%f28, %f23, %f28, %p15;
+
+$L__BB16_11:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs11, %f28;}
+
+	// end inline asm
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs11;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p16, %rd55, %rd11;
+	@%p16 bra 	$L__BB16_4;
+	bra.uni 	$L__BB16_12;
+
+$L__BB16_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs1, [%rd19];
+	// begin inline asm
+	{  cvt.f32.f16 %f10, %rs1;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs2, %f10;}
+
+	// end inline asm
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs2;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p3, %rd55, %rd11;
+	@%p3 bra 	$L__BB16_2;
+
+$L__BB16_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_max_f16
+.visible .entry smcuda_reduce_max_f16(
+	.param .u64 smcuda_reduce_max_f16_param_0,
+	.param .u64 smcuda_reduce_max_f16_param_1,
+	.param .u32 smcuda_reduce_max_f16_param_2,
+	.param .u64 smcuda_reduce_max_f16_param_3,
+	.param .u64 smcuda_reduce_max_f16_param_4
+)
+{
+	.reg .pred 	%p<17>;
+	.reg .b16 	%rs<12>;
+	.reg .f32 	%f<29>;
+	.reg .b32 	%r<23>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_max_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_max_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_max_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_max_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_max_f16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd14, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd15, %r13;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB17_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB17_3;
+	bra.uni 	$L__BB17_2;
+
+$L__BB17_3:
+	add.s32 	%r14, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r14, 3;
+	sub.s32 	%r3, %r14, %r2;
+
+$L__BB17_4:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs3, [%rd24];
+	// begin inline asm
+	{  cvt.f32.f16 %f28, %rs3;}
+
+	// end inline asm
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r22, 1;
+	@%p4 bra 	$L__BB17_7;
+
+	mov.u32 	%r22, 1;
+	mov.u32 	%r21, %r3;
+
+$L__BB17_6:
+	mul.wide.u32 	%rd25, %r22, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs4, [%rd29];
+	// begin inline asm
+	{  cvt.f32.f16 %f14, %rs4;}
+
+	// end inline asm
+	setp.gt.f32 	%p5, %f14, %f28;
+	selp.f32 	%f18, %f14, %f28, %p5;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs5, [%rd31];
+	// begin inline asm
+	{  cvt.f32.f16 %f15, %rs5;}
+
+	// end inline asm
+	setp.gt.f32 	%p6, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p6;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs6, [%rd33];
+	// begin inline asm
+	{  cvt.f32.f16 %f16, %rs6;}
+
+	// end inline asm
+	setp.gt.f32 	%p7, %f16, %f19;
+	selp.f32 	%f20, %f16, %f19, %p7;
+	add.s32 	%r17, %r22, 3;
+	mul.wide.u32 	%rd34, %r17, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs7, [%rd37];
+	// begin inline asm
+	{  cvt.f32.f16 %f17, %rs7;}
+
+	// end inline asm
+	setp.gt.f32 	%p8, %f17, %f20;
+	selp.f32 	%f28, %f17, %f20, %p8;
+	add.s32 	%r22, %r22, 4;
+	add.s32 	%r21, %r21, -4;
+	setp.ne.s32 	%p9, %r21, 0;
+	@%p9 bra 	$L__BB17_6;
+
+$L__BB17_7:
+	setp.eq.s32 	%p10, %r2, 0;
+	@%p10 bra 	$L__BB17_11;
+
+	setp.eq.s32 	%p11, %r2, 1;
+	mul.wide.u32 	%rd38, %r22, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs8, [%rd42];
+	// begin inline asm
+	{  cvt.f32.f16 %f21, %rs8;}
+
+	// end inline asm
+	setp.gt.f32 	%p12, %f21, %f28;
+	selp.f32 	%f28, %f21, %f28, %p12;
+	@%p11 bra 	$L__BB17_11;
+
+	setp.eq.s32 	%p13, %r2, 2;
+	add.s32 	%r18, %r22, 1;
+	mul.wide.u32 	%rd43, %r18, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs9, [%rd47];
+	// begin inline asm
+	{  cvt.f32.f16 %f22, %rs9;}
+
+	// end inline asm
+	setp.gt.f32 	%p14, %f22, %f28;
+	selp.f32 	%f28, %f22, %f28, %p14;
+	@%p13 bra 	$L__BB17_11;
+
+	add.s32 	%r19, %r22, 2;
+	mul.wide.u32 	%rd48, %r19, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs10, [%rd52];
+	// begin inline asm
+	{  cvt.f32.f16 %f23, %rs10;}
+
+	// end inline asm
+	setp.gt.f32 	%p15, %f23, %f28;
+	selp.f32 	%f28, %f23, %f28, %p15;
+
+$L__BB17_11:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs11, %f28;}
+
+	// end inline asm
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs11;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p16, %rd55, %rd11;
+	@%p16 bra 	$L__BB17_4;
+	bra.uni 	$L__BB17_12;
+
+$L__BB17_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs1, [%rd19];
+	// begin inline asm
+	{  cvt.f32.f16 %f10, %rs1;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs2, %f10;}
+
+	// end inline asm
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs2;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p3, %rd55, %rd11;
+	@%p3 bra 	$L__BB17_2;
+
+$L__BB17_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_prod_f16
+.visible .entry smcuda_reduce_prod_f16(
+	.param .u64 smcuda_reduce_prod_f16_param_0,
+	.param .u64 smcuda_reduce_prod_f16_param_1,
+	.param .u32 smcuda_reduce_prod_f16_param_2,
+	.param .u64 smcuda_reduce_prod_f16_param_3,
+	.param .u64 smcuda_reduce_prod_f16_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b16 	%rs<12>;
+	.reg .f32 	%f<29>;
+	.reg .b32 	%r<23>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_prod_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_prod_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_prod_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_prod_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_prod_f16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd14, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd15, %r13;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB18_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB18_3;
+	bra.uni 	$L__BB18_2;
+
+$L__BB18_3:
+	add.s32 	%r14, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r14, 3;
+	sub.s32 	%r3, %r14, %r2;
+
+$L__BB18_4:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs3, [%rd24];
+	// begin inline asm
+	{  cvt.f32.f16 %f28, %rs3;}
+
+	// end inline asm
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r22, 1;
+	@%p4 bra 	$L__BB18_7;
+
+	mov.u32 	%r22, 1;
+	mov.u32 	%r21, %r3;
+
+$L__BB18_6:
+	mul.wide.u32 	%rd25, %r22, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs4, [%rd29];
+	// begin inline asm
+	{  cvt.f32.f16 %f14, %rs4;}
+
+	// end inline asm
 	mul.f32 	%f18, %f28, %f14;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
@@ -2482,11 +3613,11 @@ $L__BB16_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB16_6;
+	@%p5 bra 	$L__BB18_6;
 
-$L__BB16_7:
+$L__BB18_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB16_11;
+	@%p6 bra 	$L__BB18_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd38, %r22, 8;
@@ -2499,7 +3630,7 @@ $L__BB16_7:
 
 	// end inline asm
 	mul.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB16_11;
+	@%p7 bra 	$L__BB18_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -2513,7 +3644,7 @@ $L__BB16_7:
 
 	// end inline asm
 	mul.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB16_11;
+	@%p8 bra 	$L__BB18_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd48, %r19, 8;
@@ -2527,7 +3658,7 @@ $L__BB16_7:
 	// end inline asm
 	mul.f32 	%f28, %f28, %f23;
 
-$L__BB16_11:
+$L__BB18_11:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs11, %f28;}
 
@@ -2537,10 +3668,10 @@ $L__BB16_11:
 	st.global.u16 	[%rd54], %rs11;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB16_4;
-	bra.uni 	$L__BB16_12;
+	@%p9 bra 	$L__BB18_4;
+	bra.uni 	$L__BB18_12;
 
-$L__BB16_2:
+$L__BB18_2:
 	add.s64 	%rd16, %rd55, %rd10;
 	ld.global.u64 	%rd17, [%rd2];
 	shl.b64 	%rd18, %rd16, 1;
@@ -2559,9 +3690,9 @@ $L__BB16_2:
 	st.global.u16 	[%rd21], %rs2;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB16_2;
+	@%p3 bra 	$L__BB18_2;
 
-$L__BB16_12:
+$L__BB18_12:
 	ret;
 
 }
@@ -2590,7 +3721,7 @@ $L__BB16_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB17_3;
+	@%p1 bra 	$L__BB19_3;
 
 	cvt.rn.f32.u32 	%f1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -2598,7 +3729,7 @@ $L__BB16_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB17_2:
+$L__BB19_2:
 	shl.b64 	%rd12, %rd14, 1;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.u16 	%rs1, [%rd13];
@@ -2614,9 +3745,911 @@ $L__BB17_2:
 	st.global.u16 	[%rd13], %rs2;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB17_2;
+	@%p2 bra 	$L__BB19_2;
 
-$L__BB17_3:
+$L__BB19_3:
+	ret;
+
+}
+	// .globl	smcuda_oneshot_f16
+.visible .entry smcuda_oneshot_f16(
+	.param .u64 smcuda_oneshot_f16_param_0,
+	.param .u64 smcuda_oneshot_f16_param_1,
+	.param .u64 smcuda_oneshot_f16_param_2,
+	.param .u64 smcuda_oneshot_f16_param_3,
+	.param .u32 smcuda_oneshot_f16_param_4,
+	.param .u32 smcuda_oneshot_f16_param_5,
+	.param .u64 smcuda_oneshot_f16_param_6,
+	.param .u32 smcuda_oneshot_f16_param_7
+)
+{
+	.reg .pred 	%p<75>;
+	.reg .b16 	%rs<105>;
+	.reg .f32 	%f<210>;
+	.reg .b32 	%r<111>;
+	.reg .b64 	%rd<180>;
+
+
+	ld.param.u64 	%rd50, [smcuda_oneshot_f16_param_0];
+	ld.param.u64 	%rd51, [smcuda_oneshot_f16_param_1];
+	ld.param.u64 	%rd54, [smcuda_oneshot_f16_param_2];
+	ld.param.u64 	%rd52, [smcuda_oneshot_f16_param_3];
+	ld.param.u32 	%r36, [smcuda_oneshot_f16_param_4];
+	ld.param.u32 	%r37, [smcuda_oneshot_f16_param_5];
+	ld.param.u64 	%rd53, [smcuda_oneshot_f16_param_6];
+	ld.param.u32 	%r38, [smcuda_oneshot_f16_param_7];
+	cvta.to.global.u64 	%rd1, %rd50;
+	cvta.to.global.u64 	%rd2, %rd51;
+	cvta.to.global.u64 	%rd3, %rd54;
+	mov.u32 	%r39, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r39;
+	add.s64 	%rd55, %rd4, %rd53;
+	add.s64 	%rd5, %rd55, -1;
+	and.b64  	%rd56, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd56, 0;
+	@%p1 bra 	$L__BB20_2;
+
+	div.u64 	%rd172, %rd5, %rd4;
+	bra.uni 	$L__BB20_3;
+
+$L__BB20_2:
+	cvt.u32.u64 	%r40, %rd4;
+	cvt.u32.u64 	%r41, %rd5;
+	div.u32 	%r42, %r41, %r40;
+	cvt.u64.u32 	%rd172, %r42;
+
+$L__BB20_3:
+	add.s64 	%rd57, %rd172, 7;
+	and.b64  	%rd58, %rd57, -8;
+	mov.u32 	%r43, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r43;
+	mul.lo.s64 	%rd59, %rd58, %rd9;
+	min.u64 	%rd10, %rd59, %rd53;
+	add.s64 	%rd60, %rd10, %rd58;
+	min.u64 	%rd11, %rd60, %rd53;
+	sub.s64 	%rd61, %rd11, %rd10;
+	and.b64  	%rd62, %rd61, -8;
+	add.s64 	%rd12, %rd62, %rd10;
+	mul.wide.u32 	%rd63, %r36, 8;
+	add.s64 	%rd13, %rd3, %rd63;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd51;
+	@%p2 bra 	$L__BB20_14;
+
+	and.b64  	%rd64, %rd51, 15;
+	setp.eq.s64 	%p3, %rd64, 0;
+	mov.u32 	%r44, %tid.x;
+	cvt.u64.u32 	%rd15, %r44;
+	@%p3 bra 	$L__BB20_8;
+
+	add.s64 	%rd173, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd173, %rd11;
+	@%p4 bra 	$L__BB20_14;
+
+	mov.u32 	%r45, %ntid.x;
+	cvt.u64.u32 	%rd17, %r45;
+
+$L__BB20_7:
+	shl.b64 	%rd65, %rd173, 1;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.u16 	%rs25, [%rd66];
+	add.s64 	%rd67, %rd14, %rd65;
+	st.u16 	[%rd67], %rs25;
+	add.s64 	%rd173, %rd173, %rd17;
+	setp.lt.u64 	%p5, %rd173, %rd11;
+	@%p5 bra 	$L__BB20_7;
+	bra.uni 	$L__BB20_14;
+
+$L__BB20_8:
+	shl.b64 	%rd68, %rd15, 3;
+	add.s64 	%rd174, %rd10, %rd68;
+	setp.ge.u64 	%p6, %rd174, %rd12;
+	@%p6 bra 	$L__BB20_11;
+
+	mov.u32 	%r46, %ntid.x;
+	mul.wide.u32 	%rd21, %r46, 8;
+
+$L__BB20_10:
+	shl.b64 	%rd69, %rd174, 1;
+	add.s64 	%rd70, %rd2, %rd69;
+	add.s64 	%rd71, %rd14, %rd69;
+	ld.global.v4.u32 	{%r47, %r48, %r49, %r50}, [%rd70];
+	st.v4.u32 	[%rd71], {%r47, %r48, %r49, %r50};
+	add.s64 	%rd174, %rd174, %rd21;
+	setp.lt.u64 	%p7, %rd174, %rd12;
+	@%p7 bra 	$L__BB20_10;
+
+$L__BB20_11:
+	add.s64 	%rd175, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd175, %rd11;
+	@%p8 bra 	$L__BB20_14;
+
+	mov.u32 	%r55, %ntid.x;
+	cvt.u64.u32 	%rd25, %r55;
+
+$L__BB20_13:
+	shl.b64 	%rd72, %rd175, 1;
+	add.s64 	%rd73, %rd2, %rd72;
+	ld.global.u16 	%rs26, [%rd73];
+	add.s64 	%rd74, %rd14, %rd72;
+	st.u16 	[%rd74], %rs26;
+	add.s64 	%rd175, %rd175, %rd25;
+	setp.lt.u64 	%p9, %rd175, %rd11;
+	@%p9 bra 	$L__BB20_13;
+
+$L__BB20_14:
+	mov.u32 	%r110, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r110, %r37;
+	@%p10 bra 	$L__BB20_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r56, %r36, 9;
+	cvt.u64.u32 	%rd75, %r56;
+	add.s64 	%rd28, %rd75, %rd9;
+	shl.b64 	%rd82, %rd28, 3;
+	mov.u32 	%r99, %r110;
+
+$L__BB20_16:
+	setp.eq.s32 	%p11, %r99, %r36;
+	@%p11 bra 	$L__BB20_18;
+
+	mul.wide.u32 	%rd78, %r99, 8;
+	add.s64 	%rd79, %rd3, %rd78;
+	ld.global.u64 	%rd80, [%rd79];
+	add.s64 	%rd81, %rd80, %rd52;
+	add.s64 	%rd76, %rd81, %rd82;
+	mov.u64 	%rd77, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd76], %rd77;
+	// end inline asm
+
+$L__BB20_18:
+	add.s32 	%r99, %r99, %r2;
+	setp.lt.u32 	%p12, %r99, %r37;
+	@%p12 bra 	$L__BB20_16;
+
+$L__BB20_19:
+	@%p10 bra 	$L__BB20_26;
+
+	ld.global.u64 	%rd83, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd83, %rd52;
+	mov.u32 	%r100, %r110;
+
+$L__BB20_21:
+	setp.eq.s32 	%p14, %r100, %r36;
+	@%p14 bra 	$L__BB20_25;
+
+	shl.b32 	%r57, %r100, 9;
+	cvt.u64.u32 	%rd84, %r57;
+	add.s64 	%rd85, %rd84, %rd9;
+	shl.b64 	%rd86, %rd85, 3;
+	add.s64 	%rd30, %rd29, %rd86;
+
+$L__BB20_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd87, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd87, 0;
+	@%p15 bra 	$L__BB20_23;
+
+	mov.u64 	%rd89, 0;
+	st.volatile.u64 	[%rd30], %rd89;
+
+$L__BB20_25:
+	add.s32 	%r100, %r100, %r5;
+	setp.lt.u32 	%p16, %r100, %r37;
+	@%p16 bra 	$L__BB20_21;
+
+$L__BB20_26:
+	bar.sync 	0;
+	cvt.u64.u32 	%rd31, %r110;
+	mul.wide.u32 	%rd90, %r110, 8;
+	add.s64 	%rd176, %rd10, %rd90;
+	setp.ge.u64 	%p17, %rd176, %rd12;
+	@%p17 bra 	$L__BB20_46;
+
+	cvt.rn.f32.u32 	%f1, %r37;
+	mov.u32 	%r58, %ntid.x;
+	mul.wide.u32 	%rd34, %r58, 8;
+	and.b64  	%rd35, %rd50, 15;
+
+$L__BB20_28:
+	ld.global.u64 	%rd91, [%rd3];
+	shl.b64 	%rd92, %rd176, 1;
+	add.s64 	%rd93, %rd91, %rd92;
+	ld.v4.u32 	{%r59, %r60, %r61, %r62}, [%rd93];
+	mov.b32 	{%rs27, %rs28}, %r59;
+	// begin inline asm
+	{  cvt.f32.f16 %f184, %rs27;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f183, %rs28;}
+
+	// end inline asm
+	mov.b32 	{%rs29, %rs30}, %r60;
+	// begin inline asm
+	{  cvt.f32.f16 %f182, %rs29;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f181, %rs30;}
+
+	// end inline asm
+	mov.b32 	{%rs31, %rs32}, %r61;
+	// begin inline asm
+	{  cvt.f32.f16 %f180, %rs31;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f179, %rs32;}
+
+	// end inline asm
+	mov.b32 	{%rs33, %rs34}, %r62;
+	// begin inline asm
+	{  cvt.f32.f16 %f178, %rs33;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f177, %rs34;}
+
+	// end inline asm
+	setp.lt.u32 	%p18, %r37, 2;
+	@%p18 bra 	$L__BB20_39;
+
+	setp.eq.s32 	%p19, %r38, 2;
+	@%p19 bra 	$L__BB20_37;
+	bra.uni 	$L__BB20_30;
+
+$L__BB20_37:
+	mov.u32 	%r102, 1;
+
+$L__BB20_38:
+	mul.wide.u32 	%rd99, %r102, 8;
+	add.s64 	%rd100, %rd3, %rd99;
+	ld.global.u64 	%rd101, [%rd100];
+	add.s64 	%rd103, %rd101, %rd92;
+	ld.v4.u32 	{%r73, %r74, %r75, %r76}, [%rd103];
+	mov.b32 	{%rs59, %rs60}, %r73;
+	// begin inline asm
+	{  cvt.f32.f16 %f127, %rs59;}
+
+	// end inline asm
+	setp.lt.f32 	%p31, %f127, %f184;
+	selp.f32 	%f184, %f127, %f184, %p31;
+	// begin inline asm
+	{  cvt.f32.f16 %f128, %rs60;}
+
+	// end inline asm
+	setp.lt.f32 	%p32, %f128, %f183;
+	selp.f32 	%f183, %f128, %f183, %p32;
+	mov.b32 	{%rs61, %rs62}, %r74;
+	// begin inline asm
+	{  cvt.f32.f16 %f129, %rs61;}
+
+	// end inline asm
+	setp.lt.f32 	%p33, %f129, %f182;
+	selp.f32 	%f182, %f129, %f182, %p33;
+	// begin inline asm
+	{  cvt.f32.f16 %f130, %rs62;}
+
+	// end inline asm
+	setp.lt.f32 	%p34, %f130, %f181;
+	selp.f32 	%f181, %f130, %f181, %p34;
+	mov.b32 	{%rs63, %rs64}, %r75;
+	// begin inline asm
+	{  cvt.f32.f16 %f131, %rs63;}
+
+	// end inline asm
+	setp.lt.f32 	%p35, %f131, %f180;
+	selp.f32 	%f180, %f131, %f180, %p35;
+	// begin inline asm
+	{  cvt.f32.f16 %f132, %rs64;}
+
+	// end inline asm
+	setp.lt.f32 	%p36, %f132, %f179;
+	selp.f32 	%f179, %f132, %f179, %p36;
+	mov.b32 	{%rs65, %rs66}, %r76;
+	// begin inline asm
+	{  cvt.f32.f16 %f133, %rs65;}
+
+	// end inline asm
+	setp.lt.f32 	%p37, %f133, %f178;
+	selp.f32 	%f178, %f133, %f178, %p37;
+	// begin inline asm
+	{  cvt.f32.f16 %f134, %rs66;}
+
+	// end inline asm
+	setp.lt.f32 	%p38, %f134, %f177;
+	selp.f32 	%f177, %f134, %f177, %p38;
+	add.s32 	%r102, %r102, 1;
+	setp.lt.u32 	%p39, %r102, %r37;
+	@%p39 bra 	$L__BB20_38;
+	bra.uni 	$L__BB20_39;
+
+$L__BB20_30:
+	mov.u32 	%r101, 1;
+
+$L__BB20_31:
+	mul.wide.u32 	%rd94, %r101, 8;
+	add.s64 	%rd95, %rd3, %rd94;
+	ld.global.u64 	%rd96, [%rd95];
+	add.s64 	%rd98, %rd96, %rd92;
+	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd98];
+	setp.eq.s32 	%p20, %r38, 3;
+	@%p20 bra 	$L__BB20_34;
+
+	setp.ne.s32 	%p21, %r38, 4;
+	@%p21 bra 	$L__BB20_35;
+
+	mov.b32 	{%rs35, %rs36}, %r68;
+	// begin inline asm
+	{  cvt.f32.f16 %f103, %rs35;}
+
+	// end inline asm
+	mul.f32 	%f184, %f184, %f103;
+	// begin inline asm
+	{  cvt.f32.f16 %f104, %rs36;}
+
+	// end inline asm
+	mul.f32 	%f183, %f183, %f104;
+	mov.b32 	{%rs37, %rs38}, %r69;
+	// begin inline asm
+	{  cvt.f32.f16 %f105, %rs37;}
+
+	// end inline asm
+	mul.f32 	%f182, %f182, %f105;
+	// begin inline asm
+	{  cvt.f32.f16 %f106, %rs38;}
+
+	// end inline asm
+	mul.f32 	%f181, %f181, %f106;
+	mov.b32 	{%rs39, %rs40}, %r70;
+	// begin inline asm
+	{  cvt.f32.f16 %f107, %rs39;}
+
+	// end inline asm
+	mul.f32 	%f180, %f180, %f107;
+	// begin inline asm
+	{  cvt.f32.f16 %f108, %rs40;}
+
+	// end inline asm
+	mul.f32 	%f179, %f179, %f108;
+	mov.b32 	{%rs41, %rs42}, %r71;
+	// begin inline asm
+	{  cvt.f32.f16 %f109, %rs41;}
+
+	// end inline asm
+	mul.f32 	%f178, %f178, %f109;
+	// begin inline asm
+	{  cvt.f32.f16 %f110, %rs42;}
+
+	// end inline asm
+	mul.f32 	%f177, %f177, %f110;
+	bra.uni 	$L__BB20_36;
+
+$L__BB20_34:
+	mov.b32 	{%rs43, %rs44}, %r68;
+	// begin inline asm
+	{  cvt.f32.f16 %f111, %rs43;}
+
+	// end inline asm
+	setp.gt.f32 	%p22, %f111, %f184;
+	selp.f32 	%f184, %f111, %f184, %p22;
+	// begin inline asm
+	{  cvt.f32.f16 %f112, %rs44;}
+
+	// end inline asm
+	setp.gt.f32 	%p23, %f112, %f183;
+	selp.f32 	%f183, %f112, %f183, %p23;
+	mov.b32 	{%rs45, %rs46}, %r69;
+	// begin inline asm
+	{  cvt.f32.f16 %f113, %rs45;}
+
+	// end inline asm
+	setp.gt.f32 	%p24, %f113, %f182;
+	selp.f32 	%f182, %f113, %f182, %p24;
+	// begin inline asm
+	{  cvt.f32.f16 %f114, %rs46;}
+
+	// end inline asm
+	setp.gt.f32 	%p25, %f114, %f181;
+	selp.f32 	%f181, %f114, %f181, %p25;
+	mov.b32 	{%rs47, %rs48}, %r70;
+	// begin inline asm
+	{  cvt.f32.f16 %f115, %rs47;}
+
+	// end inline asm
+	setp.gt.f32 	%p26, %f115, %f180;
+	selp.f32 	%f180, %f115, %f180, %p26;
+	// begin inline asm
+	{  cvt.f32.f16 %f116, %rs48;}
+
+	// end inline asm
+	setp.gt.f32 	%p27, %f116, %f179;
+	selp.f32 	%f179, %f116, %f179, %p27;
+	mov.b32 	{%rs49, %rs50}, %r71;
+	// begin inline asm
+	{  cvt.f32.f16 %f117, %rs49;}
+
+	// end inline asm
+	setp.gt.f32 	%p28, %f117, %f178;
+	selp.f32 	%f178, %f117, %f178, %p28;
+	// begin inline asm
+	{  cvt.f32.f16 %f118, %rs50;}
+
+	// end inline asm
+	setp.gt.f32 	%p29, %f118, %f177;
+	selp.f32 	%f177, %f118, %f177, %p29;
+	bra.uni 	$L__BB20_36;
+
+$L__BB20_35:
+	mov.b32 	{%rs51, %rs52}, %r68;
+	// begin inline asm
+	{  cvt.f32.f16 %f119, %rs51;}
+
+	// end inline asm
+	add.f32 	%f184, %f184, %f119;
+	// begin inline asm
+	{  cvt.f32.f16 %f120, %rs52;}
+
+	// end inline asm
+	add.f32 	%f183, %f183, %f120;
+	mov.b32 	{%rs53, %rs54}, %r69;
+	// begin inline asm
+	{  cvt.f32.f16 %f121, %rs53;}
+
+	// end inline asm
+	add.f32 	%f182, %f182, %f121;
+	// begin inline asm
+	{  cvt.f32.f16 %f122, %rs54;}
+
+	// end inline asm
+	add.f32 	%f181, %f181, %f122;
+	mov.b32 	{%rs55, %rs56}, %r70;
+	// begin inline asm
+	{  cvt.f32.f16 %f123, %rs55;}
+
+	// end inline asm
+	add.f32 	%f180, %f180, %f123;
+	// begin inline asm
+	{  cvt.f32.f16 %f124, %rs56;}
+
+	// end inline asm
+	add.f32 	%f179, %f179, %f124;
+	mov.b32 	{%rs57, %rs58}, %r71;
+	// begin inline asm
+	{  cvt.f32.f16 %f125, %rs57;}
+
+	// end inline asm
+	add.f32 	%f178, %f178, %f125;
+	// begin inline asm
+	{  cvt.f32.f16 %f126, %rs58;}
+
+	// end inline asm
+	add.f32 	%f177, %f177, %f126;
+
+$L__BB20_36:
+	add.s32 	%r101, %r101, 1;
+	setp.lt.u32 	%p30, %r101, %r37;
+	@%p30 bra 	$L__BB20_31;
+
+$L__BB20_39:
+	setp.eq.s32 	%p40, %r38, 1;
+	@%p40 bra 	$L__BB20_41;
+	bra.uni 	$L__BB20_40;
+
+$L__BB20_41:
+	div.rn.f32 	%f143, %f184, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs103, %f143;}
+
+	// end inline asm
+	div.rn.f32 	%f144, %f183, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs104, %f144;}
+
+	// end inline asm
+	div.rn.f32 	%f145, %f182, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs101, %f145;}
+
+	// end inline asm
+	div.rn.f32 	%f146, %f181, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs102, %f146;}
+
+	// end inline asm
+	div.rn.f32 	%f147, %f180, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs99, %f147;}
+
+	// end inline asm
+	div.rn.f32 	%f148, %f179, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs100, %f148;}
+
+	// end inline asm
+	div.rn.f32 	%f149, %f178, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs97, %f149;}
+
+	// end inline asm
+	div.rn.f32 	%f150, %f177, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs98, %f150;}
+
+	// end inline asm
+	bra.uni 	$L__BB20_42;
+
+$L__BB20_40:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs103, %f184;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs104, %f183;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs101, %f182;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs102, %f181;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs99, %f180;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs100, %f179;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs97, %f178;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs98, %f177;}
+
+	// end inline asm
+
+$L__BB20_42:
+	add.s64 	%rd105, %rd1, %rd92;
+	add.s64 	%rd37, %rd105, 2;
+	setp.eq.s64 	%p41, %rd35, 0;
+	@%p41 bra 	$L__BB20_44;
+
+	st.global.u16 	[%rd37+-2], %rs103;
+	st.global.u16 	[%rd37], %rs104;
+	st.global.u16 	[%rd37+2], %rs101;
+	st.global.u16 	[%rd37+4], %rs102;
+	st.global.u16 	[%rd37+6], %rs99;
+	st.global.u16 	[%rd37+8], %rs100;
+	st.global.u16 	[%rd37+10], %rs97;
+	st.global.u16 	[%rd37+12], %rs98;
+	bra.uni 	$L__BB20_45;
+
+$L__BB20_44:
+	mov.b32 	%r81, {%rs97, %rs98};
+	mov.b32 	%r82, {%rs99, %rs100};
+	mov.b32 	%r83, {%rs101, %rs102};
+	mov.b32 	%r84, {%rs103, %rs104};
+	st.global.v4.u32 	[%rd37+-2], {%r84, %r83, %r82, %r81};
+
+$L__BB20_45:
+	add.s64 	%rd176, %rd176, %rd34;
+	setp.lt.u64 	%p42, %rd176, %rd12;
+	@%p42 bra 	$L__BB20_28;
+
+$L__BB20_46:
+	add.s64 	%rd177, %rd12, %rd31;
+	setp.ge.u64 	%p43, %rd177, %rd11;
+	@%p43 bra 	$L__BB20_71;
+
+	setp.gt.u32 	%p44, %r37, 1;
+	cvt.rn.f32.u32 	%f74, %r37;
+	mov.u32 	%r85, %ntid.x;
+	cvt.u64.u32 	%rd40, %r85;
+	@%p44 bra 	$L__BB20_51;
+	bra.uni 	$L__BB20_48;
+
+$L__BB20_51:
+	add.s32 	%r86, %r37, -1;
+	add.s32 	%r16, %r37, -2;
+	and.b32  	%r17, %r86, 3;
+	sub.s32 	%r18, %r86, %r17;
+
+$L__BB20_52:
+	ld.global.u64 	%rd111, [%rd3];
+	shl.b64 	%rd112, %rd177, 1;
+	add.s64 	%rd113, %rd111, %rd112;
+	ld.u16 	%rs85, [%rd113];
+	// begin inline asm
+	{  cvt.f32.f16 %f208, %rs85;}
+
+	// end inline asm
+	setp.eq.s32 	%p47, %r38, 2;
+	@%p47 bra 	$L__BB20_59;
+
+	setp.eq.s32 	%p48, %r38, 3;
+	@%p48 bra 	$L__BB20_57;
+
+	setp.ne.s32 	%p49, %r38, 4;
+	@%p49 bra 	$L__BB20_66;
+
+	mov.u32 	%r103, 1;
+	mov.u64 	%rd179, %rd3;
+
+$L__BB20_56:
+	add.s64 	%rd45, %rd179, 8;
+	ld.global.u64 	%rd114, [%rd179+8];
+	add.s64 	%rd116, %rd114, %rd112;
+	ld.u16 	%rs86, [%rd116];
+	// begin inline asm
+	{  cvt.f32.f16 %f154, %rs86;}
+
+	// end inline asm
+	mul.f32 	%f208, %f208, %f154;
+	add.s32 	%r103, %r103, 1;
+	setp.lt.u32 	%p50, %r103, %r37;
+	mov.u64 	%rd179, %rd45;
+	@%p50 bra 	$L__BB20_56;
+	bra.uni 	$L__BB20_68;
+
+$L__BB20_59:
+	setp.lt.u32 	%p53, %r16, 3;
+	mov.u32 	%r107, 1;
+	@%p53 bra 	$L__BB20_62;
+
+	mov.u32 	%r107, 1;
+	mov.u32 	%r106, %r18;
+
+$L__BB20_61:
+	mul.wide.u32 	%rd122, %r107, 8;
+	add.s64 	%rd123, %rd3, %rd122;
+	ld.global.u64 	%rd124, [%rd123];
+	add.s64 	%rd126, %rd124, %rd112;
+	ld.u16 	%rs88, [%rd126];
+	// begin inline asm
+	{  cvt.f32.f16 %f157, %rs88;}
+
+	// end inline asm
+	setp.lt.f32 	%p54, %f157, %f208;
+	selp.f32 	%f161, %f157, %f208, %p54;
+	ld.global.u64 	%rd127, [%rd123+8];
+	add.s64 	%rd128, %rd127, %rd112;
+	ld.u16 	%rs89, [%rd128];
+	// begin inline asm
+	{  cvt.f32.f16 %f158, %rs89;}
+
+	// end inline asm
+	setp.lt.f32 	%p55, %f158, %f161;
+	selp.f32 	%f162, %f158, %f161, %p55;
+	ld.global.u64 	%rd129, [%rd123+16];
+	add.s64 	%rd130, %rd129, %rd112;
+	ld.u16 	%rs90, [%rd130];
+	// begin inline asm
+	{  cvt.f32.f16 %f159, %rs90;}
+
+	// end inline asm
+	setp.lt.f32 	%p56, %f159, %f162;
+	selp.f32 	%f163, %f159, %f162, %p56;
+	add.s32 	%r91, %r107, 3;
+	mul.wide.u32 	%rd131, %r91, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd133, [%rd132];
+	add.s64 	%rd134, %rd133, %rd112;
+	ld.u16 	%rs91, [%rd134];
+	// begin inline asm
+	{  cvt.f32.f16 %f160, %rs91;}
+
+	// end inline asm
+	setp.lt.f32 	%p57, %f160, %f163;
+	selp.f32 	%f208, %f160, %f163, %p57;
+	add.s32 	%r107, %r107, 4;
+	add.s32 	%r106, %r106, -4;
+	setp.ne.s32 	%p58, %r106, 0;
+	@%p58 bra 	$L__BB20_61;
+
+$L__BB20_62:
+	setp.eq.s32 	%p59, %r17, 0;
+	@%p59 bra 	$L__BB20_68;
+
+	setp.eq.s32 	%p60, %r17, 1;
+	mul.wide.u32 	%rd135, %r107, 8;
+	add.s64 	%rd136, %rd3, %rd135;
+	ld.global.u64 	%rd137, [%rd136];
+	add.s64 	%rd139, %rd137, %rd112;
+	ld.u16 	%rs92, [%rd139];
+	// begin inline asm
+	{  cvt.f32.f16 %f164, %rs92;}
+
+	// end inline asm
+	setp.lt.f32 	%p61, %f164, %f208;
+	selp.f32 	%f208, %f164, %f208, %p61;
+	@%p60 bra 	$L__BB20_68;
+
+	setp.eq.s32 	%p62, %r17, 2;
+	add.s32 	%r92, %r107, 1;
+	mul.wide.u32 	%rd140, %r92, 8;
+	add.s64 	%rd141, %rd3, %rd140;
+	ld.global.u64 	%rd142, [%rd141];
+	add.s64 	%rd144, %rd142, %rd112;
+	ld.u16 	%rs93, [%rd144];
+	// begin inline asm
+	{  cvt.f32.f16 %f165, %rs93;}
+
+	// end inline asm
+	setp.lt.f32 	%p63, %f165, %f208;
+	selp.f32 	%f208, %f165, %f208, %p63;
+	@%p62 bra 	$L__BB20_68;
+
+	add.s32 	%r93, %r107, 2;
+	mul.wide.u32 	%rd145, %r93, 8;
+	add.s64 	%rd146, %rd3, %rd145;
+	ld.global.u64 	%rd147, [%rd146];
+	add.s64 	%rd149, %rd147, %rd112;
+	ld.u16 	%rs94, [%rd149];
+	// begin inline asm
+	{  cvt.f32.f16 %f166, %rs94;}
+
+	// end inline asm
+	setp.lt.f32 	%p64, %f166, %f208;
+	selp.f32 	%f208, %f166, %f208, %p64;
+	bra.uni 	$L__BB20_68;
+
+$L__BB20_57:
+	mov.u32 	%r104, 1;
+
+$L__BB20_58:
+	mul.wide.u32 	%rd117, %r104, 8;
+	add.s64 	%rd118, %rd3, %rd117;
+	ld.global.u64 	%rd119, [%rd118];
+	add.s64 	%rd121, %rd119, %rd112;
+	ld.u16 	%rs87, [%rd121];
+	// begin inline asm
+	{  cvt.f32.f16 %f155, %rs87;}
+
+	// end inline asm
+	setp.gt.f32 	%p51, %f155, %f208;
+	selp.f32 	%f208, %f155, %f208, %p51;
+	add.s32 	%r104, %r104, 1;
+	setp.lt.u32 	%p52, %r104, %r37;
+	@%p52 bra 	$L__BB20_58;
+	bra.uni 	$L__BB20_68;
+
+$L__BB20_66:
+	mov.u32 	%r108, 1;
+
+$L__BB20_67:
+	mul.wide.u32 	%rd150, %r108, 8;
+	add.s64 	%rd151, %rd3, %rd150;
+	ld.global.u64 	%rd152, [%rd151];
+	add.s64 	%rd154, %rd152, %rd112;
+	ld.u16 	%rs95, [%rd154];
+	// begin inline asm
+	{  cvt.f32.f16 %f167, %rs95;}
+
+	// end inline asm
+	add.f32 	%f208, %f208, %f167;
+	add.s32 	%r108, %r108, 1;
+	setp.lt.u32 	%p65, %r108, %r37;
+	@%p65 bra 	$L__BB20_67;
+
+$L__BB20_68:
+	setp.ne.s32 	%p66, %r38, 1;
+	@%p66 bra 	$L__BB20_70;
+
+	div.rn.f32 	%f208, %f208, %f74;
+
+$L__BB20_70:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs96, %f208;}
+
+	// end inline asm
+	add.s64 	%rd156, %rd1, %rd112;
+	st.global.u16 	[%rd156], %rs96;
+	add.s64 	%rd177, %rd177, %rd40;
+	setp.lt.u64 	%p67, %rd177, %rd11;
+	@%p67 bra 	$L__BB20_52;
+	bra.uni 	$L__BB20_71;
+
+$L__BB20_48:
+	ld.global.u64 	%rd106, [%rd3];
+	shl.b64 	%rd107, %rd177, 1;
+	add.s64 	%rd108, %rd106, %rd107;
+	ld.u16 	%rs83, [%rd108];
+	// begin inline asm
+	{  cvt.f32.f16 %f201, %rs83;}
+
+	// end inline asm
+	setp.ne.s32 	%p45, %r38, 1;
+	@%p45 bra 	$L__BB20_50;
+
+	div.rn.f32 	%f201, %f201, %f74;
+
+$L__BB20_50:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs84, %f201;}
+
+	// end inline asm
+	add.s64 	%rd110, %rd1, %rd107;
+	st.global.u16 	[%rd110], %rs84;
+	add.s64 	%rd177, %rd177, %rd40;
+	setp.lt.u64 	%p46, %rd177, %rd11;
+	@%p46 bra 	$L__BB20_48;
+
+$L__BB20_71:
+	bar.sync 	0;
+	@%p10 bra 	$L__BB20_76;
+
+	mov.u32 	%r30, %ntid.x;
+	add.s32 	%r95, %r37, %r36;
+	shl.b32 	%r96, %r95, 9;
+	cvt.u64.u32 	%rd157, %r96;
+	add.s64 	%rd47, %rd157, %rd9;
+	shl.b64 	%rd164, %rd47, 3;
+	mov.u32 	%r109, %r110;
+
+$L__BB20_73:
+	setp.eq.s32 	%p69, %r109, %r36;
+	@%p69 bra 	$L__BB20_75;
+
+	mul.wide.u32 	%rd160, %r109, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd163, %rd162, %rd52;
+	add.s64 	%rd158, %rd163, %rd164;
+	mov.u64 	%rd159, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd158], %rd159;
+	// end inline asm
+
+$L__BB20_75:
+	add.s32 	%r109, %r109, %r30;
+	setp.lt.u32 	%p70, %r109, %r37;
+	@%p70 bra 	$L__BB20_73;
+
+$L__BB20_76:
+	@%p10 bra 	$L__BB20_83;
+
+	ld.global.u64 	%rd165, [%rd13];
+	mov.u32 	%r33, %ntid.x;
+	add.s64 	%rd48, %rd165, %rd52;
+
+$L__BB20_78:
+	setp.eq.s32 	%p72, %r110, %r36;
+	@%p72 bra 	$L__BB20_82;
+
+	add.s32 	%r97, %r110, %r37;
+	shl.b32 	%r98, %r97, 9;
+	cvt.u64.u32 	%rd166, %r98;
+	add.s64 	%rd167, %rd166, %rd9;
+	shl.b64 	%rd168, %rd167, 3;
+	add.s64 	%rd49, %rd48, %rd168;
+
+$L__BB20_80:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd169, [%rd49];
+	// end inline asm
+	setp.eq.s64 	%p73, %rd169, 0;
+	@%p73 bra 	$L__BB20_80;
+
+	mov.u64 	%rd171, 0;
+	st.volatile.u64 	[%rd49], %rd171;
+
+$L__BB20_82:
+	add.s32 	%r110, %r110, %r33;
+	setp.lt.u32 	%p74, %r110, %r37;
+	@%p74 bra 	$L__BB20_78;
+
+$L__BB20_83:
+	bar.sync 	0;
 	ret;
 
 }
@@ -2641,679 +4674,6 @@ $L__BB17_3:
 	ld.param.u32 	%r11, [smcuda_reduce_sum_bf16_param_2];
 	ld.param.u64 	%rd10, [smcuda_reduce_sum_bf16_param_3];
 	ld.param.u64 	%rd11, [smcuda_reduce_sum_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB18_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB18_6;
-	bra.uni 	$L__BB18_2;
-
-$L__BB18_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB18_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB18_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB18_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	add.f32 	%f17, %f26, %f13;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	add.f32 	%f18, %f17, %f14;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	add.f32 	%f19, %f18, %f15;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	add.f32 	%f26, %f19, %f16;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB18_9;
-
-$L__BB18_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB18_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	add.f32 	%f26, %f26, %f20;
-	@%p13 bra 	$L__BB18_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	add.f32 	%f26, %f26, %f21;
-	@%p14 bra 	$L__BB18_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	add.f32 	%f26, %f26, %f22;
-
-$L__BB18_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB18_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB18_17;
-
-$L__BB18_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB18_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB18_7;
-	bra.uni 	$L__BB18_18;
-
-$L__BB18_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB18_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB18_5;
-
-$L__BB18_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB18_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB18_2;
-
-$L__BB18_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_bf16
-.visible .entry smcuda_reduce_avg_bf16(
-	.param .u64 smcuda_reduce_avg_bf16_param_0,
-	.param .u64 smcuda_reduce_avg_bf16_param_1,
-	.param .u32 smcuda_reduce_avg_bf16_param_2,
-	.param .u64 smcuda_reduce_avg_bf16_param_3,
-	.param .u64 smcuda_reduce_avg_bf16_param_4
-)
-{
-	.reg .pred 	%p<22>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<30>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_avg_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB19_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	cvt.rn.f32.u32 	%f1, %r11;
-	@%p2 bra 	$L__BB19_6;
-	bra.uni 	$L__BB19_2;
-
-$L__BB19_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB19_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f29, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB19_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB19_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs11};}
-
-	// end inline asm
-	add.f32 	%f19, %f29, %f15;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs12};}
-
-	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f17, {0,%rs13};}
-
-	// end inline asm
-	add.f32 	%f21, %f20, %f17;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f18, {0,%rs14};}
-
-	// end inline asm
-	add.f32 	%f29, %f21, %f18;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB19_9;
-
-$L__BB19_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB19_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs15};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f22;
-	@%p13 bra 	$L__BB19_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f23, {0,%rs16};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f23;
-	@%p14 bra 	$L__BB19_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f24, {0,%rs17};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f24;
-
-$L__BB19_14:
-	div.rn.f32 	%f25, %f29, %f1;
-	mov.b32 	%r26, %f25;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB19_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB19_17;
-
-$L__BB19_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB19_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB19_7;
-	bra.uni 	$L__BB19_18;
-
-$L__BB19_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f11, {0,%rs7};}
-
-	// end inline asm
-	div.rn.f32 	%f12, %f11, %f1;
-	mov.b32 	%r16, %f12;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB19_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB19_5;
-
-$L__BB19_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB19_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB19_2;
-
-$L__BB19_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_bf16
-.visible .entry smcuda_reduce_min_bf16(
-	.param .u64 smcuda_reduce_min_bf16_param_0,
-	.param .u64 smcuda_reduce_min_bf16_param_1,
-	.param .u32 smcuda_reduce_min_bf16_param_2,
-	.param .u64 smcuda_reduce_min_bf16_param_3,
-	.param .u64 smcuda_reduce_min_bf16_param_4
-)
-{
-	.reg .pred 	%p<29>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_min_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB20_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB20_6;
-	bra.uni 	$L__BB20_2;
-
-$L__BB20_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB20_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB20_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB20_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	setp.lt.f32 	%p11, %f13, %f26;
-	selp.f32 	%f17, %f13, %f26, %p11;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	setp.lt.f32 	%p12, %f14, %f17;
-	selp.f32 	%f18, %f14, %f17, %p12;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	setp.lt.f32 	%p13, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p13;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	setp.lt.f32 	%p14, %f16, %f19;
-	selp.f32 	%f26, %f16, %f19, %p14;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p15, %r31, 0;
-	@%p15 bra 	$L__BB20_9;
-
-$L__BB20_10:
-	setp.eq.s32 	%p16, %r3, 0;
-	@%p16 bra 	$L__BB20_14;
-
-	setp.eq.s32 	%p17, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	setp.lt.f32 	%p18, %f20, %f26;
-	selp.f32 	%f26, %f20, %f26, %p18;
-	@%p17 bra 	$L__BB20_14;
-
-	setp.eq.s32 	%p19, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	setp.lt.f32 	%p20, %f21, %f26;
-	selp.f32 	%f26, %f21, %f26, %p20;
-	@%p19 bra 	$L__BB20_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	setp.lt.f32 	%p21, %f22, %f26;
-	selp.f32 	%f26, %f22, %f26, %p21;
-
-$L__BB20_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p22, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p22;
-	selp.b16 	%rs21, 32767, %rs18, %p22;
-	setp.gt.u32 	%p23, %r10, -2147483648;
-	@%p23 bra 	$L__BB20_16;
-
-	setp.ne.s32 	%p24, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p25, %rs19, 1;
-	not.pred 	%p26, %p25;
-	or.pred  	%p27, %p24, %p26;
-	@%p27 bra 	$L__BB20_17;
-
-$L__BB20_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB20_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p28, %rd55, %rd11;
-	@%p28 bra 	$L__BB20_7;
-	bra.uni 	$L__BB20_18;
-
-$L__BB20_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB20_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB20_5;
-
-$L__BB20_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB20_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB20_2;
-
-$L__BB20_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_bf16
-.visible .entry smcuda_reduce_max_bf16(
-	.param .u64 smcuda_reduce_max_bf16_param_0,
-	.param .u64 smcuda_reduce_max_bf16_param_1,
-	.param .u32 smcuda_reduce_max_bf16_param_2,
-	.param .u64 smcuda_reduce_max_bf16_param_3,
-	.param .u64 smcuda_reduce_max_bf16_param_4
-)
-{
-	.reg .pred 	%p<29>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_max_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_bf16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r12, %nctaid.x;
@@ -3364,8 +4724,7 @@ $L__BB21_9:
 	{ mov.b32 %f13, {0,%rs11};}
 
 	// end inline asm
-	setp.gt.f32 	%p11, %f13, %f26;
-	selp.f32 	%f17, %f13, %f26, %p11;
+	add.f32 	%f17, %f26, %f13;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
 	ld.u16 	%rs12, [%rd31];
@@ -3373,8 +4732,7 @@ $L__BB21_9:
 	{ mov.b32 %f14, {0,%rs12};}
 
 	// end inline asm
-	setp.gt.f32 	%p12, %f14, %f17;
-	selp.f32 	%f18, %f14, %f17, %p12;
+	add.f32 	%f18, %f17, %f14;
 	ld.global.u64 	%rd32, [%rd26+16];
 	add.s64 	%rd33, %rd32, %rd23;
 	ld.u16 	%rs13, [%rd33];
@@ -3382,8 +4740,7 @@ $L__BB21_9:
 	{ mov.b32 %f15, {0,%rs13};}
 
 	// end inline asm
-	setp.gt.f32 	%p13, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p13;
+	add.f32 	%f19, %f18, %f15;
 	add.s32 	%r23, %r32, 3;
 	mul.wide.u32 	%rd34, %r23, 8;
 	add.s64 	%rd35, %rd2, %rd34;
@@ -3394,18 +4751,17 @@ $L__BB21_9:
 	{ mov.b32 %f16, {0,%rs14};}
 
 	// end inline asm
-	setp.gt.f32 	%p14, %f16, %f19;
-	selp.f32 	%f26, %f16, %f19, %p14;
+	add.f32 	%f26, %f19, %f16;
 	add.s32 	%r32, %r32, 4;
 	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p15, %r31, 0;
-	@%p15 bra 	$L__BB21_9;
+	setp.ne.s32 	%p11, %r31, 0;
+	@%p11 bra 	$L__BB21_9;
 
 $L__BB21_10:
-	setp.eq.s32 	%p16, %r3, 0;
-	@%p16 bra 	$L__BB21_14;
+	setp.eq.s32 	%p12, %r3, 0;
+	@%p12 bra 	$L__BB21_14;
 
-	setp.eq.s32 	%p17, %r3, 1;
+	setp.eq.s32 	%p13, %r3, 1;
 	mul.wide.u32 	%rd38, %r32, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -3415,11 +4771,10 @@ $L__BB21_10:
 	{ mov.b32 %f20, {0,%rs15};}
 
 	// end inline asm
-	setp.gt.f32 	%p18, %f20, %f26;
-	selp.f32 	%f26, %f20, %f26, %p18;
-	@%p17 bra 	$L__BB21_14;
+	add.f32 	%f26, %f26, %f20;
+	@%p13 bra 	$L__BB21_14;
 
-	setp.eq.s32 	%p19, %r3, 2;
+	setp.eq.s32 	%p14, %r3, 2;
 	add.s32 	%r24, %r32, 1;
 	mul.wide.u32 	%rd43, %r24, 8;
 	add.s64 	%rd44, %rd2, %rd43;
@@ -3430,9 +4785,8 @@ $L__BB21_10:
 	{ mov.b32 %f21, {0,%rs16};}
 
 	// end inline asm
-	setp.gt.f32 	%p20, %f21, %f26;
-	selp.f32 	%f26, %f21, %f26, %p20;
-	@%p19 bra 	$L__BB21_14;
+	add.f32 	%f26, %f26, %f21;
+	@%p14 bra 	$L__BB21_14;
 
 	add.s32 	%r25, %r32, 2;
 	mul.wide.u32 	%rd48, %r25, 8;
@@ -3444,27 +4798,26 @@ $L__BB21_10:
 	{ mov.b32 %f22, {0,%rs17};}
 
 	// end inline asm
-	setp.gt.f32 	%p21, %f22, %f26;
-	selp.f32 	%f26, %f22, %f26, %p21;
+	add.f32 	%f26, %f26, %f22;
 
 $L__BB21_14:
 	mov.b32 	%r26, %f26;
 	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p22, %r27, 2139095040;
+	setp.gt.u32 	%p15, %r27, 2139095040;
 	shl.b32 	%r28, %r26, 16;
 	shr.u32 	%r29, %r26, 16;
 	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p22;
-	selp.b16 	%rs21, 32767, %rs18, %p22;
-	setp.gt.u32 	%p23, %r10, -2147483648;
-	@%p23 bra 	$L__BB21_16;
+	selp.b32 	%r10, 0, %r28, %p15;
+	selp.b16 	%rs21, 32767, %rs18, %p15;
+	setp.gt.u32 	%p16, %r10, -2147483648;
+	@%p16 bra 	$L__BB21_16;
 
-	setp.ne.s32 	%p24, %r10, -2147483648;
+	setp.ne.s32 	%p17, %r10, -2147483648;
 	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p25, %rs19, 1;
-	not.pred 	%p26, %p25;
-	or.pred  	%p27, %p24, %p26;
-	@%p27 bra 	$L__BB21_17;
+	setp.eq.b16 	%p18, %rs19, 1;
+	not.pred 	%p19, %p18;
+	or.pred  	%p20, %p17, %p19;
+	@%p20 bra 	$L__BB21_17;
 
 $L__BB21_16:
 	add.s16 	%rs21, %rs21, 1;
@@ -3474,8 +4827,8 @@ $L__BB21_17:
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs21;
 	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p28, %rd55, %rd11;
-	@%p28 bra 	$L__BB21_7;
+	setp.lt.u64 	%p21, %rd55, %rd11;
+	@%p21 bra 	$L__BB21_7;
 	bra.uni 	$L__BB21_18;
 
 $L__BB21_2:
@@ -3521,6 +4874,686 @@ $L__BB21_18:
 	ret;
 
 }
+	// .globl	smcuda_reduce_avg_bf16
+.visible .entry smcuda_reduce_avg_bf16(
+	.param .u64 smcuda_reduce_avg_bf16_param_0,
+	.param .u64 smcuda_reduce_avg_bf16_param_1,
+	.param .u32 smcuda_reduce_avg_bf16_param_2,
+	.param .u64 smcuda_reduce_avg_bf16_param_3,
+	.param .u64 smcuda_reduce_avg_bf16_param_4
+)
+{
+	.reg .pred 	%p<22>;
+	.reg .b16 	%rs<22>;
+	.reg .f32 	%f<30>;
+	.reg .b32 	%r<33>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_avg_bf16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_avg_bf16_param_1];
+	ld.param.u32 	%r11, [smcuda_reduce_avg_bf16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_avg_bf16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_avg_bf16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r12, %nctaid.x;
+	mov.u32 	%r13, %ntid.x;
+	mul.wide.u32 	%rd3, %r12, %r13;
+	mov.u32 	%r14, %ctaid.x;
+	mul.wide.u32 	%rd14, %r14, %r13;
+	mov.u32 	%r15, %tid.x;
+	cvt.u64.u32 	%rd15, %r15;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB22_18;
+
+	setp.gt.u32 	%p2, %r11, 1;
+	cvt.rn.f32.u32 	%f1, %r11;
+	@%p2 bra 	$L__BB22_6;
+	bra.uni 	$L__BB22_2;
+
+$L__BB22_6:
+	add.s32 	%r20, %r11, -1;
+	add.s32 	%r2, %r11, -2;
+	and.b32  	%r3, %r20, 3;
+	sub.s32 	%r4, %r20, %r3;
+
+$L__BB22_7:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs10, [%rd24];
+	// begin inline asm
+	{ mov.b32 %f29, {0,%rs10};}
+
+	// end inline asm
+	setp.lt.u32 	%p10, %r2, 3;
+	mov.u32 	%r32, 1;
+	@%p10 bra 	$L__BB22_10;
+
+	mov.u32 	%r32, 1;
+	mov.u32 	%r31, %r4;
+
+$L__BB22_9:
+	mul.wide.u32 	%rd25, %r32, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs11, [%rd29];
+	// begin inline asm
+	{ mov.b32 %f15, {0,%rs11};}
+
+	// end inline asm
+	add.f32 	%f19, %f29, %f15;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs12, [%rd31];
+	// begin inline asm
+	{ mov.b32 %f16, {0,%rs12};}
+
+	// end inline asm
+	add.f32 	%f20, %f19, %f16;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs13, [%rd33];
+	// begin inline asm
+	{ mov.b32 %f17, {0,%rs13};}
+
+	// end inline asm
+	add.f32 	%f21, %f20, %f17;
+	add.s32 	%r23, %r32, 3;
+	mul.wide.u32 	%rd34, %r23, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs14, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f18, {0,%rs14};}
+
+	// end inline asm
+	add.f32 	%f29, %f21, %f18;
+	add.s32 	%r32, %r32, 4;
+	add.s32 	%r31, %r31, -4;
+	setp.ne.s32 	%p11, %r31, 0;
+	@%p11 bra 	$L__BB22_9;
+
+$L__BB22_10:
+	setp.eq.s32 	%p12, %r3, 0;
+	@%p12 bra 	$L__BB22_14;
+
+	setp.eq.s32 	%p13, %r3, 1;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs15, [%rd42];
+	// begin inline asm
+	{ mov.b32 %f22, {0,%rs15};}
+
+	// end inline asm
+	add.f32 	%f29, %f29, %f22;
+	@%p13 bra 	$L__BB22_14;
+
+	setp.eq.s32 	%p14, %r3, 2;
+	add.s32 	%r24, %r32, 1;
+	mul.wide.u32 	%rd43, %r24, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs16, [%rd47];
+	// begin inline asm
+	{ mov.b32 %f23, {0,%rs16};}
+
+	// end inline asm
+	add.f32 	%f29, %f29, %f23;
+	@%p14 bra 	$L__BB22_14;
+
+	add.s32 	%r25, %r32, 2;
+	mul.wide.u32 	%rd48, %r25, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs17, [%rd52];
+	// begin inline asm
+	{ mov.b32 %f24, {0,%rs17};}
+
+	// end inline asm
+	add.f32 	%f29, %f29, %f24;
+
+$L__BB22_14:
+	div.rn.f32 	%f25, %f29, %f1;
+	mov.b32 	%r26, %f25;
+	and.b32  	%r27, %r26, 2147483647;
+	setp.gt.u32 	%p15, %r27, 2139095040;
+	shl.b32 	%r28, %r26, 16;
+	shr.u32 	%r29, %r26, 16;
+	cvt.u16.u32 	%rs18, %r29;
+	selp.b32 	%r10, 0, %r28, %p15;
+	selp.b16 	%rs21, 32767, %rs18, %p15;
+	setp.gt.u32 	%p16, %r10, -2147483648;
+	@%p16 bra 	$L__BB22_16;
+
+	setp.ne.s32 	%p17, %r10, -2147483648;
+	and.b16  	%rs19, %rs21, 1;
+	setp.eq.b16 	%p18, %rs19, 1;
+	not.pred 	%p19, %p18;
+	or.pred  	%p20, %p17, %p19;
+	@%p20 bra 	$L__BB22_17;
+
+$L__BB22_16:
+	add.s16 	%rs21, %rs21, 1;
+
+$L__BB22_17:
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs21;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p21, %rd55, %rd11;
+	@%p21 bra 	$L__BB22_7;
+	bra.uni 	$L__BB22_18;
+
+$L__BB22_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs7, [%rd19];
+	// begin inline asm
+	{ mov.b32 %f11, {0,%rs7};}
+
+	// end inline asm
+	div.rn.f32 	%f12, %f11, %f1;
+	mov.b32 	%r16, %f12;
+	and.b32  	%r17, %r16, 2147483647;
+	setp.gt.u32 	%p3, %r17, 2139095040;
+	shl.b32 	%r18, %r16, 16;
+	shr.u32 	%r19, %r16, 16;
+	cvt.u16.u32 	%rs8, %r19;
+	selp.b32 	%r1, 0, %r18, %p3;
+	selp.b16 	%rs20, 32767, %rs8, %p3;
+	setp.gt.u32 	%p4, %r1, -2147483648;
+	@%p4 bra 	$L__BB22_4;
+
+	setp.ne.s32 	%p5, %r1, -2147483648;
+	and.b16  	%rs9, %rs20, 1;
+	setp.eq.b16 	%p6, %rs9, 1;
+	not.pred 	%p7, %p6;
+	or.pred  	%p8, %p5, %p7;
+	@%p8 bra 	$L__BB22_5;
+
+$L__BB22_4:
+	add.s16 	%rs20, %rs20, 1;
+
+$L__BB22_5:
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs20;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB22_2;
+
+$L__BB22_18:
+	ret;
+
+}
+	// .globl	smcuda_reduce_min_bf16
+.visible .entry smcuda_reduce_min_bf16(
+	.param .u64 smcuda_reduce_min_bf16_param_0,
+	.param .u64 smcuda_reduce_min_bf16_param_1,
+	.param .u32 smcuda_reduce_min_bf16_param_2,
+	.param .u64 smcuda_reduce_min_bf16_param_3,
+	.param .u64 smcuda_reduce_min_bf16_param_4
+)
+{
+	.reg .pred 	%p<29>;
+	.reg .b16 	%rs<22>;
+	.reg .f32 	%f<27>;
+	.reg .b32 	%r<33>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_min_bf16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_min_bf16_param_1];
+	ld.param.u32 	%r11, [smcuda_reduce_min_bf16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_min_bf16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_min_bf16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r12, %nctaid.x;
+	mov.u32 	%r13, %ntid.x;
+	mul.wide.u32 	%rd3, %r12, %r13;
+	mov.u32 	%r14, %ctaid.x;
+	mul.wide.u32 	%rd14, %r14, %r13;
+	mov.u32 	%r15, %tid.x;
+	cvt.u64.u32 	%rd15, %r15;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB23_18;
+
+	setp.gt.u32 	%p2, %r11, 1;
+	@%p2 bra 	$L__BB23_6;
+	bra.uni 	$L__BB23_2;
+
+$L__BB23_6:
+	add.s32 	%r20, %r11, -1;
+	add.s32 	%r2, %r11, -2;
+	and.b32  	%r3, %r20, 3;
+	sub.s32 	%r4, %r20, %r3;
+
+$L__BB23_7:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs10, [%rd24];
+	// begin inline asm
+	{ mov.b32 %f26, {0,%rs10};}
+
+	// end inline asm
+	setp.lt.u32 	%p10, %r2, 3;
+	mov.u32 	%r32, 1;
+	@%p10 bra 	$L__BB23_10;
+
+	mov.u32 	%r32, 1;
+	mov.u32 	%r31, %r4;
+
+$L__BB23_9:
+	mul.wide.u32 	%rd25, %r32, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs11, [%rd29];
+	// begin inline asm
+	{ mov.b32 %f13, {0,%rs11};}
+
+	// end inline asm
+	setp.lt.f32 	%p11, %f13, %f26;
+	selp.f32 	%f17, %f13, %f26, %p11;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs12, [%rd31];
+	// begin inline asm
+	{ mov.b32 %f14, {0,%rs12};}
+
+	// end inline asm
+	setp.lt.f32 	%p12, %f14, %f17;
+	selp.f32 	%f18, %f14, %f17, %p12;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs13, [%rd33];
+	// begin inline asm
+	{ mov.b32 %f15, {0,%rs13};}
+
+	// end inline asm
+	setp.lt.f32 	%p13, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p13;
+	add.s32 	%r23, %r32, 3;
+	mul.wide.u32 	%rd34, %r23, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs14, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f16, {0,%rs14};}
+
+	// end inline asm
+	setp.lt.f32 	%p14, %f16, %f19;
+	selp.f32 	%f26, %f16, %f19, %p14;
+	add.s32 	%r32, %r32, 4;
+	add.s32 	%r31, %r31, -4;
+	setp.ne.s32 	%p15, %r31, 0;
+	@%p15 bra 	$L__BB23_9;
+
+$L__BB23_10:
+	setp.eq.s32 	%p16, %r3, 0;
+	@%p16 bra 	$L__BB23_14;
+
+	setp.eq.s32 	%p17, %r3, 1;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs15, [%rd42];
+	// begin inline asm
+	{ mov.b32 %f20, {0,%rs15};}
+
+	// end inline asm
+	setp.lt.f32 	%p18, %f20, %f26;
+	selp.f32 	%f26, %f20, %f26, %p18;
+	@%p17 bra 	$L__BB23_14;
+
+	setp.eq.s32 	%p19, %r3, 2;
+	add.s32 	%r24, %r32, 1;
+	mul.wide.u32 	%rd43, %r24, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs16, [%rd47];
+	// begin inline asm
+	{ mov.b32 %f21, {0,%rs16};}
+
+	// end inline asm
+	setp.lt.f32 	%p20, %f21, %f26;
+	selp.f32 	%f26, %f21, %f26, %p20;
+	@%p19 bra 	$L__BB23_14;
+
+	add.s32 	%r25, %r32, 2;
+	mul.wide.u32 	%rd48, %r25, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs17, [%rd52];
+	// begin inline asm
+	{ mov.b32 %f22, {0,%rs17};}
+
+	// end inline asm
+	setp.lt.f32 	%p21, %f22, %f26;
+	selp.f32 	%f26, %f22, %f26, %p21;
+
+$L__BB23_14:
+	mov.b32 	%r26, %f26;
+	and.b32  	%r27, %r26, 2147483647;
+	setp.gt.u32 	%p22, %r27, 2139095040;
+	shl.b32 	%r28, %r26, 16;
+	shr.u32 	%r29, %r26, 16;
+	cvt.u16.u32 	%rs18, %r29;
+	selp.b32 	%r10, 0, %r28, %p22;
+	selp.b16 	%rs21, 32767, %rs18, %p22;
+	setp.gt.u32 	%p23, %r10, -2147483648;
+	@%p23 bra 	$L__BB23_16;
+
+	setp.ne.s32 	%p24, %r10, -2147483648;
+	and.b16  	%rs19, %rs21, 1;
+	setp.eq.b16 	%p25, %rs19, 1;
+	not.pred 	%p26, %p25;
+	or.pred  	%p27, %p24, %p26;
+	@%p27 bra 	$L__BB23_17;
+
+$L__BB23_16:
+	add.s16 	%rs21, %rs21, 1;
+
+$L__BB23_17:
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs21;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p28, %rd55, %rd11;
+	@%p28 bra 	$L__BB23_7;
+	bra.uni 	$L__BB23_18;
+
+$L__BB23_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs7, [%rd19];
+	// begin inline asm
+	{ mov.b32 %f10, {0,%rs7};}
+
+	// end inline asm
+	mov.b32 	%r16, %f10;
+	and.b32  	%r17, %r16, 2147483647;
+	setp.gt.u32 	%p3, %r17, 2139095040;
+	shl.b32 	%r18, %r16, 16;
+	shr.u32 	%r19, %r16, 16;
+	cvt.u16.u32 	%rs8, %r19;
+	selp.b32 	%r1, 0, %r18, %p3;
+	selp.b16 	%rs20, 32767, %rs8, %p3;
+	setp.gt.u32 	%p4, %r1, -2147483648;
+	@%p4 bra 	$L__BB23_4;
+
+	setp.ne.s32 	%p5, %r1, -2147483648;
+	and.b16  	%rs9, %rs20, 1;
+	setp.eq.b16 	%p6, %rs9, 1;
+	not.pred 	%p7, %p6;
+	or.pred  	%p8, %p5, %p7;
+	@%p8 bra 	$L__BB23_5;
+
+$L__BB23_4:
+	add.s16 	%rs20, %rs20, 1;
+
+$L__BB23_5:
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs20;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB23_2;
+
+$L__BB23_18:
+	ret;
+
+}
+	// .globl	smcuda_reduce_max_bf16
+.visible .entry smcuda_reduce_max_bf16(
+	.param .u64 smcuda_reduce_max_bf16_param_0,
+	.param .u64 smcuda_reduce_max_bf16_param_1,
+	.param .u32 smcuda_reduce_max_bf16_param_2,
+	.param .u64 smcuda_reduce_max_bf16_param_3,
+	.param .u64 smcuda_reduce_max_bf16_param_4
+)
+{
+	.reg .pred 	%p<29>;
+	.reg .b16 	%rs<22>;
+	.reg .f32 	%f<27>;
+	.reg .b32 	%r<33>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_max_bf16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_max_bf16_param_1];
+	ld.param.u32 	%r11, [smcuda_reduce_max_bf16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_max_bf16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_max_bf16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r12, %nctaid.x;
+	mov.u32 	%r13, %ntid.x;
+	mul.wide.u32 	%rd3, %r12, %r13;
+	mov.u32 	%r14, %ctaid.x;
+	mul.wide.u32 	%rd14, %r14, %r13;
+	mov.u32 	%r15, %tid.x;
+	cvt.u64.u32 	%rd15, %r15;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB24_18;
+
+	setp.gt.u32 	%p2, %r11, 1;
+	@%p2 bra 	$L__BB24_6;
+	bra.uni 	$L__BB24_2;
+
+$L__BB24_6:
+	add.s32 	%r20, %r11, -1;
+	add.s32 	%r2, %r11, -2;
+	and.b32  	%r3, %r20, 3;
+	sub.s32 	%r4, %r20, %r3;
+
+$L__BB24_7:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs10, [%rd24];
+	// begin inline asm
+	{ mov.b32 %f26, {0,%rs10};}
+
+	// end inline asm
+	setp.lt.u32 	%p10, %r2, 3;
+	mov.u32 	%r32, 1;
+	@%p10 bra 	$L__BB24_10;
+
+	mov.u32 	%r32, 1;
+	mov.u32 	%r31, %r4;
+
+$L__BB24_9:
+	mul.wide.u32 	%rd25, %r32, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs11, [%rd29];
+	// begin inline asm
+	{ mov.b32 %f13, {0,%rs11};}
+
+	// end inline asm
+	setp.gt.f32 	%p11, %f13, %f26;
+	selp.f32 	%f17, %f13, %f26, %p11;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs12, [%rd31];
+	// begin inline asm
+	{ mov.b32 %f14, {0,%rs12};}
+
+	// end inline asm
+	setp.gt.f32 	%p12, %f14, %f17;
+	selp.f32 	%f18, %f14, %f17, %p12;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs13, [%rd33];
+	// begin inline asm
+	{ mov.b32 %f15, {0,%rs13};}
+
+	// end inline asm
+	setp.gt.f32 	%p13, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p13;
+	add.s32 	%r23, %r32, 3;
+	mul.wide.u32 	%rd34, %r23, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs14, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f16, {0,%rs14};}
+
+	// end inline asm
+	setp.gt.f32 	%p14, %f16, %f19;
+	selp.f32 	%f26, %f16, %f19, %p14;
+	add.s32 	%r32, %r32, 4;
+	add.s32 	%r31, %r31, -4;
+	setp.ne.s32 	%p15, %r31, 0;
+	@%p15 bra 	$L__BB24_9;
+
+$L__BB24_10:
+	setp.eq.s32 	%p16, %r3, 0;
+	@%p16 bra 	$L__BB24_14;
+
+	setp.eq.s32 	%p17, %r3, 1;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs15, [%rd42];
+	// begin inline asm
+	{ mov.b32 %f20, {0,%rs15};}
+
+	// end inline asm
+	setp.gt.f32 	%p18, %f20, %f26;
+	selp.f32 	%f26, %f20, %f26, %p18;
+	@%p17 bra 	$L__BB24_14;
+
+	setp.eq.s32 	%p19, %r3, 2;
+	add.s32 	%r24, %r32, 1;
+	mul.wide.u32 	%rd43, %r24, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs16, [%rd47];
+	// begin inline asm
+	{ mov.b32 %f21, {0,%rs16};}
+
+	// end inline asm
+	setp.gt.f32 	%p20, %f21, %f26;
+	selp.f32 	%f26, %f21, %f26, %p20;
+	@%p19 bra 	$L__BB24_14;
+
+	add.s32 	%r25, %r32, 2;
+	mul.wide.u32 	%rd48, %r25, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs17, [%rd52];
+	// begin inline asm
+	{ mov.b32 %f22, {0,%rs17};}
+
+	// end inline asm
+	setp.gt.f32 	%p21, %f22, %f26;
+	selp.f32 	%f26, %f22, %f26, %p21;
+
+$L__BB24_14:
+	mov.b32 	%r26, %f26;
+	and.b32  	%r27, %r26, 2147483647;
+	setp.gt.u32 	%p22, %r27, 2139095040;
+	shl.b32 	%r28, %r26, 16;
+	shr.u32 	%r29, %r26, 16;
+	cvt.u16.u32 	%rs18, %r29;
+	selp.b32 	%r10, 0, %r28, %p22;
+	selp.b16 	%rs21, 32767, %rs18, %p22;
+	setp.gt.u32 	%p23, %r10, -2147483648;
+	@%p23 bra 	$L__BB24_16;
+
+	setp.ne.s32 	%p24, %r10, -2147483648;
+	and.b16  	%rs19, %rs21, 1;
+	setp.eq.b16 	%p25, %rs19, 1;
+	not.pred 	%p26, %p25;
+	or.pred  	%p27, %p24, %p26;
+	@%p27 bra 	$L__BB24_17;
+
+$L__BB24_16:
+	add.s16 	%rs21, %rs21, 1;
+
+$L__BB24_17:
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs21;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p28, %rd55, %rd11;
+	@%p28 bra 	$L__BB24_7;
+	bra.uni 	$L__BB24_18;
+
+$L__BB24_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs7, [%rd19];
+	// begin inline asm
+	{ mov.b32 %f10, {0,%rs7};}
+
+	// end inline asm
+	mov.b32 	%r16, %f10;
+	and.b32  	%r17, %r16, 2147483647;
+	setp.gt.u32 	%p3, %r17, 2139095040;
+	shl.b32 	%r18, %r16, 16;
+	shr.u32 	%r19, %r16, 16;
+	cvt.u16.u32 	%rs8, %r19;
+	selp.b32 	%r1, 0, %r18, %p3;
+	selp.b16 	%rs20, 32767, %rs8, %p3;
+	setp.gt.u32 	%p4, %r1, -2147483648;
+	@%p4 bra 	$L__BB24_4;
+
+	setp.ne.s32 	%p5, %r1, -2147483648;
+	and.b16  	%rs9, %rs20, 1;
+	setp.eq.b16 	%p6, %rs9, 1;
+	not.pred 	%p7, %p6;
+	or.pred  	%p8, %p5, %p7;
+	@%p8 bra 	$L__BB24_5;
+
+$L__BB24_4:
+	add.s16 	%rs20, %rs20, 1;
+
+$L__BB24_5:
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs20;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB24_2;
+
+$L__BB24_18:
+	ret;
+
+}
 	// .globl	smcuda_reduce_prod_bf16
 .visible .entry smcuda_reduce_prod_bf16(
 	.param .u64 smcuda_reduce_prod_bf16_param_0,
@@ -3553,19 +5586,19 @@ $L__BB21_18:
 	cvt.u64.u32 	%rd15, %r15;
 	add.s64 	%rd55, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB22_18;
+	@%p1 bra 	$L__BB25_18;
 
 	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB22_6;
-	bra.uni 	$L__BB22_2;
+	@%p2 bra 	$L__BB25_6;
+	bra.uni 	$L__BB25_2;
 
-$L__BB22_6:
+$L__BB25_6:
 	add.s32 	%r20, %r11, -1;
 	add.s32 	%r2, %r11, -2;
 	and.b32  	%r3, %r20, 3;
 	sub.s32 	%r4, %r20, %r3;
 
-$L__BB22_7:
+$L__BB25_7:
 	add.s64 	%rd8, %rd55, %rd10;
 	ld.global.u64 	%rd22, [%rd2];
 	shl.b64 	%rd23, %rd8, 1;
@@ -3577,12 +5610,12 @@ $L__BB22_7:
 	// end inline asm
 	setp.lt.u32 	%p10, %r2, 3;
 	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB22_10;
+	@%p10 bra 	$L__BB25_10;
 
 	mov.u32 	%r32, 1;
 	mov.u32 	%r31, %r4;
 
-$L__BB22_9:
+$L__BB25_9:
 	mul.wide.u32 	%rd25, %r32, 8;
 	add.s64 	%rd26, %rd2, %rd25;
 	ld.global.u64 	%rd27, [%rd26];
@@ -3623,11 +5656,11 @@ $L__BB22_9:
 	add.s32 	%r32, %r32, 4;
 	add.s32 	%r31, %r31, -4;
 	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB22_9;
+	@%p11 bra 	$L__BB25_9;
 
-$L__BB22_10:
+$L__BB25_10:
 	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB22_14;
+	@%p12 bra 	$L__BB25_14;
 
 	setp.eq.s32 	%p13, %r3, 1;
 	mul.wide.u32 	%rd38, %r32, 8;
@@ -3640,7 +5673,7 @@ $L__BB22_10:
 
 	// end inline asm
 	mul.f32 	%f26, %f26, %f20;
-	@%p13 bra 	$L__BB22_14;
+	@%p13 bra 	$L__BB25_14;
 
 	setp.eq.s32 	%p14, %r3, 2;
 	add.s32 	%r24, %r32, 1;
@@ -3654,7 +5687,7 @@ $L__BB22_10:
 
 	// end inline asm
 	mul.f32 	%f26, %f26, %f21;
-	@%p14 bra 	$L__BB22_14;
+	@%p14 bra 	$L__BB25_14;
 
 	add.s32 	%r25, %r32, 2;
 	mul.wide.u32 	%rd48, %r25, 8;
@@ -3668,7 +5701,7 @@ $L__BB22_10:
 	// end inline asm
 	mul.f32 	%f26, %f26, %f22;
 
-$L__BB22_14:
+$L__BB25_14:
 	mov.b32 	%r26, %f26;
 	and.b32  	%r27, %r26, 2147483647;
 	setp.gt.u32 	%p15, %r27, 2139095040;
@@ -3678,28 +5711,28 @@ $L__BB22_14:
 	selp.b32 	%r10, 0, %r28, %p15;
 	selp.b16 	%rs21, 32767, %rs18, %p15;
 	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB22_16;
+	@%p16 bra 	$L__BB25_16;
 
 	setp.ne.s32 	%p17, %r10, -2147483648;
 	and.b16  	%rs19, %rs21, 1;
 	setp.eq.b16 	%p18, %rs19, 1;
 	not.pred 	%p19, %p18;
 	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB22_17;
+	@%p20 bra 	$L__BB25_17;
 
-$L__BB22_16:
+$L__BB25_16:
 	add.s16 	%rs21, %rs21, 1;
 
-$L__BB22_17:
+$L__BB25_17:
 	shl.b64 	%rd53, %rd55, 1;
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs21;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB22_7;
-	bra.uni 	$L__BB22_18;
+	@%p21 bra 	$L__BB25_7;
+	bra.uni 	$L__BB25_18;
 
-$L__BB22_2:
+$L__BB25_2:
 	add.s64 	%rd16, %rd55, %rd10;
 	ld.global.u64 	%rd17, [%rd2];
 	shl.b64 	%rd18, %rd16, 1;
@@ -3718,27 +5751,27 @@ $L__BB22_2:
 	selp.b32 	%r1, 0, %r18, %p3;
 	selp.b16 	%rs20, 32767, %rs8, %p3;
 	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB22_4;
+	@%p4 bra 	$L__BB25_4;
 
 	setp.ne.s32 	%p5, %r1, -2147483648;
 	and.b16  	%rs9, %rs20, 1;
 	setp.eq.b16 	%p6, %rs9, 1;
 	not.pred 	%p7, %p6;
 	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB22_5;
+	@%p8 bra 	$L__BB25_5;
 
-$L__BB22_4:
+$L__BB25_4:
 	add.s16 	%rs20, %rs20, 1;
 
-$L__BB22_5:
+$L__BB25_5:
 	shl.b64 	%rd20, %rd55, 1;
 	add.s64 	%rd21, %rd1, %rd20;
 	st.global.u16 	[%rd21], %rs20;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB22_2;
+	@%p9 bra 	$L__BB25_2;
 
-$L__BB22_18:
+$L__BB25_18:
 	ret;
 
 }
@@ -3767,7 +5800,7 @@ $L__BB22_18:
 	cvt.u64.u32 	%rd11, %r5;
 	add.s64 	%rd14, %rd10, %rd11;
 	setp.ge.u64 	%p1, %rd14, %rd9;
-	@%p1 bra 	$L__BB23_6;
+	@%p1 bra 	$L__BB26_6;
 
 	cvt.rn.f32.u32 	%f1, %r2;
 	mov.u32 	%r6, %nctaid.x;
@@ -3775,7 +5808,7 @@ $L__BB22_18:
 	mul.lo.s64 	%rd3, %rd12, %rd1;
 	cvta.to.global.u64 	%rd4, %rd8;
 
-$L__BB23_2:
+$L__BB26_2:
 	shl.b64 	%rd13, %rd14, 1;
 	add.s64 	%rd6, %rd4, %rd13;
 	ld.global.u16 	%rs4, [%rd6];
@@ -3793,25 +5826,1247 @@ $L__BB23_2:
 	selp.b32 	%r1, 0, %r9, %p2;
 	selp.b16 	%rs7, 32767, %rs5, %p2;
 	setp.gt.u32 	%p3, %r1, -2147483648;
-	@%p3 bra 	$L__BB23_4;
+	@%p3 bra 	$L__BB26_4;
 
 	setp.ne.s32 	%p4, %r1, -2147483648;
 	and.b16  	%rs6, %rs7, 1;
 	setp.eq.b16 	%p5, %rs6, 1;
 	not.pred 	%p6, %p5;
 	or.pred  	%p7, %p4, %p6;
-	@%p7 bra 	$L__BB23_5;
+	@%p7 bra 	$L__BB26_5;
 
-$L__BB23_4:
+$L__BB26_4:
 	add.s16 	%rs7, %rs7, 1;
 
-$L__BB23_5:
+$L__BB26_5:
 	st.global.u16 	[%rd6], %rs7;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p8, %rd14, %rd9;
-	@%p8 bra 	$L__BB23_2;
+	@%p8 bra 	$L__BB26_2;
 
-$L__BB23_6:
+$L__BB26_6:
+	ret;
+
+}
+	// .globl	smcuda_oneshot_bf16
+.visible .entry smcuda_oneshot_bf16(
+	.param .u64 smcuda_oneshot_bf16_param_0,
+	.param .u64 smcuda_oneshot_bf16_param_1,
+	.param .u64 smcuda_oneshot_bf16_param_2,
+	.param .u64 smcuda_oneshot_bf16_param_3,
+	.param .u32 smcuda_oneshot_bf16_param_4,
+	.param .u32 smcuda_oneshot_bf16_param_5,
+	.param .u64 smcuda_oneshot_bf16_param_6,
+	.param .u32 smcuda_oneshot_bf16_param_7
+)
+{
+	.reg .pred 	%p<183>;
+	.reg .b16 	%rs<195>;
+	.reg .f32 	%f<200>;
+	.reg .b32 	%r<201>;
+	.reg .b64 	%rd<180>;
+
+
+	ld.param.u64 	%rd50, [smcuda_oneshot_bf16_param_0];
+	ld.param.u64 	%rd51, [smcuda_oneshot_bf16_param_1];
+	ld.param.u64 	%rd54, [smcuda_oneshot_bf16_param_2];
+	ld.param.u64 	%rd52, [smcuda_oneshot_bf16_param_3];
+	ld.param.u32 	%r59, [smcuda_oneshot_bf16_param_4];
+	ld.param.u32 	%r60, [smcuda_oneshot_bf16_param_5];
+	ld.param.u64 	%rd53, [smcuda_oneshot_bf16_param_6];
+	ld.param.u32 	%r61, [smcuda_oneshot_bf16_param_7];
+	cvta.to.global.u64 	%rd1, %rd50;
+	cvta.to.global.u64 	%rd2, %rd51;
+	cvta.to.global.u64 	%rd3, %rd54;
+	mov.u32 	%r62, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r62;
+	add.s64 	%rd55, %rd4, %rd53;
+	add.s64 	%rd5, %rd55, -1;
+	and.b64  	%rd56, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd56, 0;
+	@%p1 bra 	$L__BB27_2;
+
+	div.u64 	%rd172, %rd5, %rd4;
+	bra.uni 	$L__BB27_3;
+
+$L__BB27_2:
+	cvt.u32.u64 	%r63, %rd4;
+	cvt.u32.u64 	%r64, %rd5;
+	div.u32 	%r65, %r64, %r63;
+	cvt.u64.u32 	%rd172, %r65;
+
+$L__BB27_3:
+	add.s64 	%rd57, %rd172, 7;
+	and.b64  	%rd58, %rd57, -8;
+	mov.u32 	%r66, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r66;
+	mul.lo.s64 	%rd59, %rd58, %rd9;
+	min.u64 	%rd10, %rd59, %rd53;
+	add.s64 	%rd60, %rd10, %rd58;
+	min.u64 	%rd11, %rd60, %rd53;
+	sub.s64 	%rd61, %rd11, %rd10;
+	and.b64  	%rd62, %rd61, -8;
+	add.s64 	%rd12, %rd62, %rd10;
+	mul.wide.u32 	%rd63, %r59, 8;
+	add.s64 	%rd13, %rd3, %rd63;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd51;
+	@%p2 bra 	$L__BB27_14;
+
+	and.b64  	%rd64, %rd51, 15;
+	setp.eq.s64 	%p3, %rd64, 0;
+	mov.u32 	%r67, %tid.x;
+	cvt.u64.u32 	%rd15, %r67;
+	@%p3 bra 	$L__BB27_8;
+
+	add.s64 	%rd173, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd173, %rd11;
+	@%p4 bra 	$L__BB27_14;
+
+	mov.u32 	%r68, %ntid.x;
+	cvt.u64.u32 	%rd17, %r68;
+
+$L__BB27_7:
+	shl.b64 	%rd65, %rd173, 1;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.u16 	%rs79, [%rd66];
+	add.s64 	%rd67, %rd14, %rd65;
+	st.u16 	[%rd67], %rs79;
+	add.s64 	%rd173, %rd173, %rd17;
+	setp.lt.u64 	%p5, %rd173, %rd11;
+	@%p5 bra 	$L__BB27_7;
+	bra.uni 	$L__BB27_14;
+
+$L__BB27_8:
+	shl.b64 	%rd68, %rd15, 3;
+	add.s64 	%rd174, %rd10, %rd68;
+	setp.ge.u64 	%p6, %rd174, %rd12;
+	@%p6 bra 	$L__BB27_11;
+
+	mov.u32 	%r69, %ntid.x;
+	mul.wide.u32 	%rd21, %r69, 8;
+
+$L__BB27_10:
+	shl.b64 	%rd69, %rd174, 1;
+	add.s64 	%rd70, %rd2, %rd69;
+	add.s64 	%rd71, %rd14, %rd69;
+	ld.global.v4.u32 	{%r70, %r71, %r72, %r73}, [%rd70];
+	st.v4.u32 	[%rd71], {%r70, %r71, %r72, %r73};
+	add.s64 	%rd174, %rd174, %rd21;
+	setp.lt.u64 	%p7, %rd174, %rd12;
+	@%p7 bra 	$L__BB27_10;
+
+$L__BB27_11:
+	add.s64 	%rd175, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd175, %rd11;
+	@%p8 bra 	$L__BB27_14;
+
+	mov.u32 	%r78, %ntid.x;
+	cvt.u64.u32 	%rd25, %r78;
+
+$L__BB27_13:
+	shl.b64 	%rd72, %rd175, 1;
+	add.s64 	%rd73, %rd2, %rd72;
+	ld.global.u16 	%rs80, [%rd73];
+	add.s64 	%rd74, %rd14, %rd72;
+	st.u16 	[%rd74], %rs80;
+	add.s64 	%rd175, %rd175, %rd25;
+	setp.lt.u64 	%p9, %rd175, %rd11;
+	@%p9 bra 	$L__BB27_13;
+
+$L__BB27_14:
+	mov.u32 	%r200, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r200, %r60;
+	@%p10 bra 	$L__BB27_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r79, %r59, 9;
+	cvt.u64.u32 	%rd75, %r79;
+	add.s64 	%rd28, %rd75, %rd9;
+	shl.b64 	%rd82, %rd28, 3;
+	mov.u32 	%r189, %r200;
+
+$L__BB27_16:
+	setp.eq.s32 	%p11, %r189, %r59;
+	@%p11 bra 	$L__BB27_18;
+
+	mul.wide.u32 	%rd78, %r189, 8;
+	add.s64 	%rd79, %rd3, %rd78;
+	ld.global.u64 	%rd80, [%rd79];
+	add.s64 	%rd81, %rd80, %rd52;
+	add.s64 	%rd76, %rd81, %rd82;
+	mov.u64 	%rd77, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd76], %rd77;
+	// end inline asm
+
+$L__BB27_18:
+	add.s32 	%r189, %r189, %r2;
+	setp.lt.u32 	%p12, %r189, %r60;
+	@%p12 bra 	$L__BB27_16;
+
+$L__BB27_19:
+	@%p10 bra 	$L__BB27_26;
+
+	ld.global.u64 	%rd83, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd83, %rd52;
+	mov.u32 	%r190, %r200;
+
+$L__BB27_21:
+	setp.eq.s32 	%p14, %r190, %r59;
+	@%p14 bra 	$L__BB27_25;
+
+	shl.b32 	%r80, %r190, 9;
+	cvt.u64.u32 	%rd84, %r80;
+	add.s64 	%rd85, %rd84, %rd9;
+	shl.b64 	%rd86, %rd85, 3;
+	add.s64 	%rd30, %rd29, %rd86;
+
+$L__BB27_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd87, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd87, 0;
+	@%p15 bra 	$L__BB27_23;
+
+	mov.u64 	%rd89, 0;
+	st.volatile.u64 	[%rd30], %rd89;
+
+$L__BB27_25:
+	add.s32 	%r190, %r190, %r5;
+	setp.lt.u32 	%p16, %r190, %r60;
+	@%p16 bra 	$L__BB27_21;
+
+$L__BB27_26:
+	bar.sync 	0;
+	cvt.u64.u32 	%rd31, %r200;
+	mul.wide.u32 	%rd90, %r200, 8;
+	add.s64 	%rd176, %rd10, %rd90;
+	setp.ge.u64 	%p17, %rd176, %rd12;
+	@%p17 bra 	$L__BB27_92;
+
+	cvt.rn.f32.u32 	%f1, %r60;
+	mov.u32 	%r81, %ntid.x;
+	mul.wide.u32 	%rd34, %r81, 8;
+	and.b64  	%rd35, %rd50, 15;
+
+$L__BB27_28:
+	ld.global.u64 	%rd91, [%rd3];
+	shl.b64 	%rd92, %rd176, 1;
+	add.s64 	%rd93, %rd91, %rd92;
+	ld.v4.u32 	{%r82, %r83, %r84, %r85}, [%rd93];
+	mov.b32 	{%rs81, %rs82}, %r82;
+	// begin inline asm
+	{ mov.b32 %f174, {0,%rs81};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f173, {0,%rs82};}
+
+	// end inline asm
+	mov.b32 	{%rs83, %rs84}, %r83;
+	// begin inline asm
+	{ mov.b32 %f172, {0,%rs83};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f171, {0,%rs84};}
+
+	// end inline asm
+	mov.b32 	{%rs85, %rs86}, %r84;
+	// begin inline asm
+	{ mov.b32 %f170, {0,%rs85};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f169, {0,%rs86};}
+
+	// end inline asm
+	mov.b32 	{%rs87, %rs88}, %r85;
+	// begin inline asm
+	{ mov.b32 %f168, {0,%rs87};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f167, {0,%rs88};}
+
+	// end inline asm
+	setp.lt.u32 	%p18, %r60, 2;
+	@%p18 bra 	$L__BB27_39;
+
+	setp.eq.s32 	%p19, %r61, 2;
+	@%p19 bra 	$L__BB27_37;
+	bra.uni 	$L__BB27_30;
+
+$L__BB27_37:
+	mov.u32 	%r192, 1;
+
+$L__BB27_38:
+	mul.wide.u32 	%rd99, %r192, 8;
+	add.s64 	%rd100, %rd3, %rd99;
+	ld.global.u64 	%rd101, [%rd100];
+	add.s64 	%rd103, %rd101, %rd92;
+	ld.v4.u32 	{%r96, %r97, %r98, %r99}, [%rd103];
+	mov.b32 	{%rs113, %rs114}, %r96;
+	// begin inline asm
+	{ mov.b32 %f127, {0,%rs113};}
+
+	// end inline asm
+	setp.lt.f32 	%p31, %f127, %f174;
+	selp.f32 	%f174, %f127, %f174, %p31;
+	// begin inline asm
+	{ mov.b32 %f128, {0,%rs114};}
+
+	// end inline asm
+	setp.lt.f32 	%p32, %f128, %f173;
+	selp.f32 	%f173, %f128, %f173, %p32;
+	mov.b32 	{%rs115, %rs116}, %r97;
+	// begin inline asm
+	{ mov.b32 %f129, {0,%rs115};}
+
+	// end inline asm
+	setp.lt.f32 	%p33, %f129, %f172;
+	selp.f32 	%f172, %f129, %f172, %p33;
+	// begin inline asm
+	{ mov.b32 %f130, {0,%rs116};}
+
+	// end inline asm
+	setp.lt.f32 	%p34, %f130, %f171;
+	selp.f32 	%f171, %f130, %f171, %p34;
+	mov.b32 	{%rs117, %rs118}, %r98;
+	// begin inline asm
+	{ mov.b32 %f131, {0,%rs117};}
+
+	// end inline asm
+	setp.lt.f32 	%p35, %f131, %f170;
+	selp.f32 	%f170, %f131, %f170, %p35;
+	// begin inline asm
+	{ mov.b32 %f132, {0,%rs118};}
+
+	// end inline asm
+	setp.lt.f32 	%p36, %f132, %f169;
+	selp.f32 	%f169, %f132, %f169, %p36;
+	mov.b32 	{%rs119, %rs120}, %r99;
+	// begin inline asm
+	{ mov.b32 %f133, {0,%rs119};}
+
+	// end inline asm
+	setp.lt.f32 	%p37, %f133, %f168;
+	selp.f32 	%f168, %f133, %f168, %p37;
+	// begin inline asm
+	{ mov.b32 %f134, {0,%rs120};}
+
+	// end inline asm
+	setp.lt.f32 	%p38, %f134, %f167;
+	selp.f32 	%f167, %f134, %f167, %p38;
+	add.s32 	%r192, %r192, 1;
+	setp.lt.u32 	%p39, %r192, %r60;
+	@%p39 bra 	$L__BB27_38;
+	bra.uni 	$L__BB27_39;
+
+$L__BB27_30:
+	mov.u32 	%r191, 1;
+
+$L__BB27_31:
+	mul.wide.u32 	%rd94, %r191, 8;
+	add.s64 	%rd95, %rd3, %rd94;
+	ld.global.u64 	%rd96, [%rd95];
+	add.s64 	%rd98, %rd96, %rd92;
+	ld.v4.u32 	{%r91, %r92, %r93, %r94}, [%rd98];
+	setp.eq.s32 	%p20, %r61, 3;
+	@%p20 bra 	$L__BB27_34;
+
+	setp.ne.s32 	%p21, %r61, 4;
+	@%p21 bra 	$L__BB27_35;
+
+	mov.b32 	{%rs89, %rs90}, %r91;
+	// begin inline asm
+	{ mov.b32 %f103, {0,%rs89};}
+
+	// end inline asm
+	mul.f32 	%f174, %f103, %f174;
+	// begin inline asm
+	{ mov.b32 %f104, {0,%rs90};}
+
+	// end inline asm
+	mul.f32 	%f173, %f104, %f173;
+	mov.b32 	{%rs91, %rs92}, %r92;
+	// begin inline asm
+	{ mov.b32 %f105, {0,%rs91};}
+
+	// end inline asm
+	mul.f32 	%f172, %f105, %f172;
+	// begin inline asm
+	{ mov.b32 %f106, {0,%rs92};}
+
+	// end inline asm
+	mul.f32 	%f171, %f106, %f171;
+	mov.b32 	{%rs93, %rs94}, %r93;
+	// begin inline asm
+	{ mov.b32 %f107, {0,%rs93};}
+
+	// end inline asm
+	mul.f32 	%f170, %f107, %f170;
+	// begin inline asm
+	{ mov.b32 %f108, {0,%rs94};}
+
+	// end inline asm
+	mul.f32 	%f169, %f108, %f169;
+	mov.b32 	{%rs95, %rs96}, %r94;
+	// begin inline asm
+	{ mov.b32 %f109, {0,%rs95};}
+
+	// end inline asm
+	mul.f32 	%f168, %f109, %f168;
+	// begin inline asm
+	{ mov.b32 %f110, {0,%rs96};}
+
+	// end inline asm
+	mul.f32 	%f167, %f110, %f167;
+	bra.uni 	$L__BB27_36;
+
+$L__BB27_34:
+	mov.b32 	{%rs97, %rs98}, %r91;
+	// begin inline asm
+	{ mov.b32 %f111, {0,%rs97};}
+
+	// end inline asm
+	setp.gt.f32 	%p22, %f111, %f174;
+	selp.f32 	%f174, %f111, %f174, %p22;
+	// begin inline asm
+	{ mov.b32 %f112, {0,%rs98};}
+
+	// end inline asm
+	setp.gt.f32 	%p23, %f112, %f173;
+	selp.f32 	%f173, %f112, %f173, %p23;
+	mov.b32 	{%rs99, %rs100}, %r92;
+	// begin inline asm
+	{ mov.b32 %f113, {0,%rs99};}
+
+	// end inline asm
+	setp.gt.f32 	%p24, %f113, %f172;
+	selp.f32 	%f172, %f113, %f172, %p24;
+	// begin inline asm
+	{ mov.b32 %f114, {0,%rs100};}
+
+	// end inline asm
+	setp.gt.f32 	%p25, %f114, %f171;
+	selp.f32 	%f171, %f114, %f171, %p25;
+	mov.b32 	{%rs101, %rs102}, %r93;
+	// begin inline asm
+	{ mov.b32 %f115, {0,%rs101};}
+
+	// end inline asm
+	setp.gt.f32 	%p26, %f115, %f170;
+	selp.f32 	%f170, %f115, %f170, %p26;
+	// begin inline asm
+	{ mov.b32 %f116, {0,%rs102};}
+
+	// end inline asm
+	setp.gt.f32 	%p27, %f116, %f169;
+	selp.f32 	%f169, %f116, %f169, %p27;
+	mov.b32 	{%rs103, %rs104}, %r94;
+	// begin inline asm
+	{ mov.b32 %f117, {0,%rs103};}
+
+	// end inline asm
+	setp.gt.f32 	%p28, %f117, %f168;
+	selp.f32 	%f168, %f117, %f168, %p28;
+	// begin inline asm
+	{ mov.b32 %f118, {0,%rs104};}
+
+	// end inline asm
+	setp.gt.f32 	%p29, %f118, %f167;
+	selp.f32 	%f167, %f118, %f167, %p29;
+	bra.uni 	$L__BB27_36;
+
+$L__BB27_35:
+	mov.b32 	{%rs105, %rs106}, %r91;
+	// begin inline asm
+	{ mov.b32 %f119, {0,%rs105};}
+
+	// end inline asm
+	add.f32 	%f174, %f174, %f119;
+	// begin inline asm
+	{ mov.b32 %f120, {0,%rs106};}
+
+	// end inline asm
+	add.f32 	%f173, %f173, %f120;
+	mov.b32 	{%rs107, %rs108}, %r92;
+	// begin inline asm
+	{ mov.b32 %f121, {0,%rs107};}
+
+	// end inline asm
+	add.f32 	%f172, %f172, %f121;
+	// begin inline asm
+	{ mov.b32 %f122, {0,%rs108};}
+
+	// end inline asm
+	add.f32 	%f171, %f171, %f122;
+	mov.b32 	{%rs109, %rs110}, %r93;
+	// begin inline asm
+	{ mov.b32 %f123, {0,%rs109};}
+
+	// end inline asm
+	add.f32 	%f170, %f170, %f123;
+	// begin inline asm
+	{ mov.b32 %f124, {0,%rs110};}
+
+	// end inline asm
+	add.f32 	%f169, %f169, %f124;
+	mov.b32 	{%rs111, %rs112}, %r94;
+	// begin inline asm
+	{ mov.b32 %f125, {0,%rs111};}
+
+	// end inline asm
+	add.f32 	%f168, %f168, %f125;
+	// begin inline asm
+	{ mov.b32 %f126, {0,%rs112};}
+
+	// end inline asm
+	add.f32 	%f167, %f167, %f126;
+
+$L__BB27_36:
+	add.s32 	%r191, %r191, 1;
+	setp.lt.u32 	%p30, %r191, %r60;
+	@%p30 bra 	$L__BB27_31;
+
+$L__BB27_39:
+	setp.eq.s32 	%p40, %r61, 1;
+	@%p40 bra 	$L__BB27_64;
+	bra.uni 	$L__BB27_40;
+
+$L__BB27_64:
+	div.rn.f32 	%f135, %f174, %f1;
+	mov.b32 	%r131, %f135;
+	and.b32  	%r132, %r131, 2147483647;
+	setp.gt.u32 	%p89, %r132, 2139095040;
+	shl.b32 	%r133, %r131, 16;
+	shr.u32 	%r134, %r131, 16;
+	cvt.u16.u32 	%rs137, %r134;
+	selp.b32 	%r29, 0, %r133, %p89;
+	selp.b16 	%rs191, 32767, %rs137, %p89;
+	setp.gt.u32 	%p90, %r29, -2147483648;
+	@%p90 bra 	$L__BB27_66;
+
+	setp.ne.s32 	%p91, %r29, -2147483648;
+	and.b16  	%rs138, %rs191, 1;
+	setp.eq.b16 	%p92, %rs138, 1;
+	not.pred 	%p93, %p92;
+	or.pred  	%p94, %p91, %p93;
+	@%p94 bra 	$L__BB27_67;
+
+$L__BB27_66:
+	add.s16 	%rs191, %rs191, 1;
+
+$L__BB27_67:
+	div.rn.f32 	%f136, %f173, %f1;
+	mov.b32 	%r135, %f136;
+	and.b32  	%r136, %r135, 2147483647;
+	setp.gt.u32 	%p95, %r136, 2139095040;
+	shl.b32 	%r137, %r135, 16;
+	shr.u32 	%r138, %r135, 16;
+	cvt.u16.u32 	%rs139, %r138;
+	selp.b32 	%r30, 0, %r137, %p95;
+	selp.b16 	%rs192, 32767, %rs139, %p95;
+	setp.gt.u32 	%p96, %r30, -2147483648;
+	@%p96 bra 	$L__BB27_69;
+
+	setp.ne.s32 	%p97, %r30, -2147483648;
+	and.b16  	%rs140, %rs192, 1;
+	setp.eq.b16 	%p98, %rs140, 1;
+	not.pred 	%p99, %p98;
+	or.pred  	%p100, %p97, %p99;
+	@%p100 bra 	$L__BB27_70;
+
+$L__BB27_69:
+	add.s16 	%rs192, %rs192, 1;
+
+$L__BB27_70:
+	div.rn.f32 	%f137, %f172, %f1;
+	mov.b32 	%r139, %f137;
+	and.b32  	%r140, %r139, 2147483647;
+	setp.gt.u32 	%p101, %r140, 2139095040;
+	shl.b32 	%r141, %r139, 16;
+	shr.u32 	%r142, %r139, 16;
+	cvt.u16.u32 	%rs141, %r142;
+	selp.b32 	%r31, 0, %r141, %p101;
+	selp.b16 	%rs189, 32767, %rs141, %p101;
+	setp.gt.u32 	%p102, %r31, -2147483648;
+	@%p102 bra 	$L__BB27_72;
+
+	setp.ne.s32 	%p103, %r31, -2147483648;
+	and.b16  	%rs142, %rs189, 1;
+	setp.eq.b16 	%p104, %rs142, 1;
+	not.pred 	%p105, %p104;
+	or.pred  	%p106, %p103, %p105;
+	@%p106 bra 	$L__BB27_73;
+
+$L__BB27_72:
+	add.s16 	%rs189, %rs189, 1;
+
+$L__BB27_73:
+	div.rn.f32 	%f138, %f171, %f1;
+	mov.b32 	%r143, %f138;
+	and.b32  	%r144, %r143, 2147483647;
+	setp.gt.u32 	%p107, %r144, 2139095040;
+	shl.b32 	%r145, %r143, 16;
+	shr.u32 	%r146, %r143, 16;
+	cvt.u16.u32 	%rs143, %r146;
+	selp.b32 	%r32, 0, %r145, %p107;
+	selp.b16 	%rs190, 32767, %rs143, %p107;
+	setp.gt.u32 	%p108, %r32, -2147483648;
+	@%p108 bra 	$L__BB27_75;
+
+	setp.ne.s32 	%p109, %r32, -2147483648;
+	and.b16  	%rs144, %rs190, 1;
+	setp.eq.b16 	%p110, %rs144, 1;
+	not.pred 	%p111, %p110;
+	or.pred  	%p112, %p109, %p111;
+	@%p112 bra 	$L__BB27_76;
+
+$L__BB27_75:
+	add.s16 	%rs190, %rs190, 1;
+
+$L__BB27_76:
+	div.rn.f32 	%f139, %f170, %f1;
+	mov.b32 	%r147, %f139;
+	and.b32  	%r148, %r147, 2147483647;
+	setp.gt.u32 	%p113, %r148, 2139095040;
+	shl.b32 	%r149, %r147, 16;
+	shr.u32 	%r150, %r147, 16;
+	cvt.u16.u32 	%rs145, %r150;
+	selp.b32 	%r33, 0, %r149, %p113;
+	selp.b16 	%rs187, 32767, %rs145, %p113;
+	setp.gt.u32 	%p114, %r33, -2147483648;
+	@%p114 bra 	$L__BB27_78;
+
+	setp.ne.s32 	%p115, %r33, -2147483648;
+	and.b16  	%rs146, %rs187, 1;
+	setp.eq.b16 	%p116, %rs146, 1;
+	not.pred 	%p117, %p116;
+	or.pred  	%p118, %p115, %p117;
+	@%p118 bra 	$L__BB27_79;
+
+$L__BB27_78:
+	add.s16 	%rs187, %rs187, 1;
+
+$L__BB27_79:
+	div.rn.f32 	%f140, %f169, %f1;
+	mov.b32 	%r151, %f140;
+	and.b32  	%r152, %r151, 2147483647;
+	setp.gt.u32 	%p119, %r152, 2139095040;
+	shl.b32 	%r153, %r151, 16;
+	shr.u32 	%r154, %r151, 16;
+	cvt.u16.u32 	%rs147, %r154;
+	selp.b32 	%r34, 0, %r153, %p119;
+	selp.b16 	%rs188, 32767, %rs147, %p119;
+	setp.gt.u32 	%p120, %r34, -2147483648;
+	@%p120 bra 	$L__BB27_81;
+
+	setp.ne.s32 	%p121, %r34, -2147483648;
+	and.b16  	%rs148, %rs188, 1;
+	setp.eq.b16 	%p122, %rs148, 1;
+	not.pred 	%p123, %p122;
+	or.pred  	%p124, %p121, %p123;
+	@%p124 bra 	$L__BB27_82;
+
+$L__BB27_81:
+	add.s16 	%rs188, %rs188, 1;
+
+$L__BB27_82:
+	div.rn.f32 	%f141, %f168, %f1;
+	mov.b32 	%r155, %f141;
+	and.b32  	%r156, %r155, 2147483647;
+	setp.gt.u32 	%p125, %r156, 2139095040;
+	shl.b32 	%r157, %r155, 16;
+	shr.u32 	%r158, %r155, 16;
+	cvt.u16.u32 	%rs149, %r158;
+	selp.b32 	%r35, 0, %r157, %p125;
+	selp.b16 	%rs185, 32767, %rs149, %p125;
+	setp.gt.u32 	%p126, %r35, -2147483648;
+	@%p126 bra 	$L__BB27_84;
+
+	setp.ne.s32 	%p127, %r35, -2147483648;
+	and.b16  	%rs150, %rs185, 1;
+	setp.eq.b16 	%p128, %rs150, 1;
+	not.pred 	%p129, %p128;
+	or.pred  	%p130, %p127, %p129;
+	@%p130 bra 	$L__BB27_85;
+
+$L__BB27_84:
+	add.s16 	%rs185, %rs185, 1;
+
+$L__BB27_85:
+	div.rn.f32 	%f142, %f167, %f1;
+	mov.b32 	%r159, %f142;
+	and.b32  	%r160, %r159, 2147483647;
+	setp.gt.u32 	%p131, %r160, 2139095040;
+	shl.b32 	%r161, %r159, 16;
+	shr.u32 	%r162, %r159, 16;
+	cvt.u16.u32 	%rs151, %r162;
+	selp.b32 	%r36, 0, %r161, %p131;
+	selp.b16 	%rs186, 32767, %rs151, %p131;
+	setp.gt.u32 	%p132, %r36, -2147483648;
+	@%p132 bra 	$L__BB27_87;
+
+	setp.ne.s32 	%p133, %r36, -2147483648;
+	and.b16  	%rs152, %rs186, 1;
+	setp.eq.b16 	%p134, %rs152, 1;
+	not.pred 	%p135, %p134;
+	or.pred  	%p136, %p133, %p135;
+	@%p136 bra 	$L__BB27_88;
+
+$L__BB27_87:
+	add.s16 	%rs186, %rs186, 1;
+	bra.uni 	$L__BB27_88;
+
+$L__BB27_40:
+	mov.b32 	%r104, %f174;
+	and.b32  	%r105, %r104, 2147483647;
+	setp.gt.u32 	%p41, %r105, 2139095040;
+	shr.u32 	%r106, %r104, 16;
+	cvt.u16.u32 	%rs121, %r106;
+	shl.b32 	%r107, %r104, 16;
+	selp.b32 	%r16, 0, %r107, %p41;
+	selp.b16 	%rs191, 32767, %rs121, %p41;
+	setp.gt.u32 	%p42, %r16, -2147483648;
+	@%p42 bra 	$L__BB27_42;
+
+	setp.ne.s32 	%p43, %r16, -2147483648;
+	and.b16  	%rs122, %rs191, 1;
+	setp.eq.b16 	%p44, %rs122, 1;
+	not.pred 	%p45, %p44;
+	or.pred  	%p46, %p43, %p45;
+	@%p46 bra 	$L__BB27_43;
+
+$L__BB27_42:
+	add.s16 	%rs191, %rs191, 1;
+
+$L__BB27_43:
+	mov.b32 	%r108, %f173;
+	and.b32  	%r109, %r108, 2147483647;
+	setp.gt.u32 	%p47, %r109, 2139095040;
+	shr.u32 	%r110, %r108, 16;
+	cvt.u16.u32 	%rs123, %r110;
+	shl.b32 	%r111, %r108, 16;
+	selp.b32 	%r17, 0, %r111, %p47;
+	selp.b16 	%rs192, 32767, %rs123, %p47;
+	setp.gt.u32 	%p48, %r17, -2147483648;
+	@%p48 bra 	$L__BB27_45;
+
+	setp.ne.s32 	%p49, %r17, -2147483648;
+	and.b16  	%rs124, %rs192, 1;
+	setp.eq.b16 	%p50, %rs124, 1;
+	not.pred 	%p51, %p50;
+	or.pred  	%p52, %p49, %p51;
+	@%p52 bra 	$L__BB27_46;
+
+$L__BB27_45:
+	add.s16 	%rs192, %rs192, 1;
+
+$L__BB27_46:
+	mov.b32 	%r112, %f172;
+	mov.b32 	%r18, %f171;
+	mov.b32 	%r19, %f170;
+	mov.b32 	%r20, %f169;
+	mov.b32 	%r21, %f168;
+	mov.b32 	%r22, %f167;
+	and.b32  	%r113, %r112, 2147483647;
+	setp.gt.u32 	%p53, %r113, 2139095040;
+	shr.u32 	%r114, %r112, 16;
+	cvt.u16.u32 	%rs125, %r114;
+	shl.b32 	%r115, %r112, 16;
+	selp.b32 	%r23, 0, %r115, %p53;
+	selp.b16 	%rs189, 32767, %rs125, %p53;
+	setp.gt.u32 	%p54, %r23, -2147483648;
+	@%p54 bra 	$L__BB27_48;
+
+	setp.ne.s32 	%p55, %r23, -2147483648;
+	and.b16  	%rs126, %rs189, 1;
+	setp.eq.b16 	%p56, %rs126, 1;
+	not.pred 	%p57, %p56;
+	or.pred  	%p58, %p55, %p57;
+	@%p58 bra 	$L__BB27_49;
+
+$L__BB27_48:
+	add.s16 	%rs189, %rs189, 1;
+
+$L__BB27_49:
+	and.b32  	%r116, %r18, 2147483647;
+	setp.gt.u32 	%p59, %r116, 2139095040;
+	shr.u32 	%r117, %r18, 16;
+	cvt.u16.u32 	%rs127, %r117;
+	shl.b32 	%r118, %r18, 16;
+	selp.b32 	%r24, 0, %r118, %p59;
+	selp.b16 	%rs190, 32767, %rs127, %p59;
+	setp.gt.u32 	%p60, %r24, -2147483648;
+	@%p60 bra 	$L__BB27_51;
+
+	setp.ne.s32 	%p61, %r24, -2147483648;
+	and.b16  	%rs128, %rs190, 1;
+	setp.eq.b16 	%p62, %rs128, 1;
+	not.pred 	%p63, %p62;
+	or.pred  	%p64, %p61, %p63;
+	@%p64 bra 	$L__BB27_52;
+
+$L__BB27_51:
+	add.s16 	%rs190, %rs190, 1;
+
+$L__BB27_52:
+	and.b32  	%r119, %r19, 2147483647;
+	setp.gt.u32 	%p65, %r119, 2139095040;
+	shr.u32 	%r120, %r19, 16;
+	cvt.u16.u32 	%rs129, %r120;
+	shl.b32 	%r121, %r19, 16;
+	selp.b32 	%r25, 0, %r121, %p65;
+	selp.b16 	%rs187, 32767, %rs129, %p65;
+	setp.gt.u32 	%p66, %r25, -2147483648;
+	@%p66 bra 	$L__BB27_54;
+
+	setp.ne.s32 	%p67, %r25, -2147483648;
+	and.b16  	%rs130, %rs187, 1;
+	setp.eq.b16 	%p68, %rs130, 1;
+	not.pred 	%p69, %p68;
+	or.pred  	%p70, %p67, %p69;
+	@%p70 bra 	$L__BB27_55;
+
+$L__BB27_54:
+	add.s16 	%rs187, %rs187, 1;
+
+$L__BB27_55:
+	and.b32  	%r122, %r20, 2147483647;
+	setp.gt.u32 	%p71, %r122, 2139095040;
+	shr.u32 	%r123, %r20, 16;
+	cvt.u16.u32 	%rs131, %r123;
+	shl.b32 	%r124, %r20, 16;
+	selp.b32 	%r26, 0, %r124, %p71;
+	selp.b16 	%rs188, 32767, %rs131, %p71;
+	setp.gt.u32 	%p72, %r26, -2147483648;
+	@%p72 bra 	$L__BB27_57;
+
+	setp.ne.s32 	%p73, %r26, -2147483648;
+	and.b16  	%rs132, %rs188, 1;
+	setp.eq.b16 	%p74, %rs132, 1;
+	not.pred 	%p75, %p74;
+	or.pred  	%p76, %p73, %p75;
+	@%p76 bra 	$L__BB27_58;
+
+$L__BB27_57:
+	add.s16 	%rs188, %rs188, 1;
+
+$L__BB27_58:
+	and.b32  	%r125, %r21, 2147483647;
+	setp.gt.u32 	%p77, %r125, 2139095040;
+	shr.u32 	%r126, %r21, 16;
+	cvt.u16.u32 	%rs133, %r126;
+	shl.b32 	%r127, %r21, 16;
+	selp.b32 	%r27, 0, %r127, %p77;
+	selp.b16 	%rs185, 32767, %rs133, %p77;
+	setp.gt.u32 	%p78, %r27, -2147483648;
+	@%p78 bra 	$L__BB27_60;
+
+	setp.ne.s32 	%p79, %r27, -2147483648;
+	and.b16  	%rs134, %rs185, 1;
+	setp.eq.b16 	%p80, %rs134, 1;
+	not.pred 	%p81, %p80;
+	or.pred  	%p82, %p79, %p81;
+	@%p82 bra 	$L__BB27_61;
+
+$L__BB27_60:
+	add.s16 	%rs185, %rs185, 1;
+
+$L__BB27_61:
+	and.b32  	%r128, %r22, 2147483647;
+	setp.gt.u32 	%p83, %r128, 2139095040;
+	shr.u32 	%r129, %r22, 16;
+	cvt.u16.u32 	%rs135, %r129;
+	shl.b32 	%r130, %r22, 16;
+	selp.b32 	%r28, 0, %r130, %p83;
+	selp.b16 	%rs186, 32767, %rs135, %p83;
+	setp.gt.u32 	%p84, %r28, -2147483648;
+	@%p84 bra 	$L__BB27_63;
+
+	setp.ne.s32 	%p85, %r28, -2147483648;
+	and.b16  	%rs136, %rs186, 1;
+	setp.eq.b16 	%p86, %rs136, 1;
+	not.pred 	%p87, %p86;
+	or.pred  	%p88, %p85, %p87;
+	@%p88 bra 	$L__BB27_88;
+
+$L__BB27_63:
+	add.s16 	%rs186, %rs186, 1;
+
+$L__BB27_88:
+	add.s64 	%rd105, %rd1, %rd92;
+	add.s64 	%rd37, %rd105, 2;
+	setp.eq.s64 	%p137, %rd35, 0;
+	@%p137 bra 	$L__BB27_90;
+
+	st.global.u16 	[%rd37+-2], %rs191;
+	st.global.u16 	[%rd37], %rs192;
+	st.global.u16 	[%rd37+2], %rs189;
+	st.global.u16 	[%rd37+4], %rs190;
+	st.global.u16 	[%rd37+6], %rs187;
+	st.global.u16 	[%rd37+8], %rs188;
+	st.global.u16 	[%rd37+10], %rs185;
+	st.global.u16 	[%rd37+12], %rs186;
+	bra.uni 	$L__BB27_91;
+
+$L__BB27_90:
+	mov.b32 	%r163, {%rs185, %rs186};
+	mov.b32 	%r164, {%rs187, %rs188};
+	mov.b32 	%r165, {%rs189, %rs190};
+	mov.b32 	%r166, {%rs191, %rs192};
+	st.global.v4.u32 	[%rd37+-2], {%r166, %r165, %r164, %r163};
+
+$L__BB27_91:
+	add.s64 	%rd176, %rd176, %rd34;
+	setp.lt.u64 	%p138, %rd176, %rd12;
+	@%p138 bra 	$L__BB27_28;
+
+$L__BB27_92:
+	add.s64 	%rd177, %rd12, %rd31;
+	setp.ge.u64 	%p139, %rd177, %rd11;
+	@%p139 bra 	$L__BB27_123;
+
+	setp.gt.u32 	%p140, %r60, 1;
+	cvt.rn.f32.u32 	%f74, %r60;
+	mov.u32 	%r167, %ntid.x;
+	cvt.u64.u32 	%rd40, %r167;
+	@%p140 bra 	$L__BB27_100;
+	bra.uni 	$L__BB27_94;
+
+$L__BB27_100:
+	add.s32 	%r172, %r60, -1;
+	add.s32 	%r38, %r60, -2;
+	and.b32  	%r39, %r172, 3;
+	sub.s32 	%r40, %r172, %r39;
+
+$L__BB27_101:
+	ld.global.u64 	%rd111, [%rd3];
+	shl.b64 	%rd112, %rd177, 1;
+	add.s64 	%rd113, %rd111, %rd112;
+	ld.u16 	%rs156, [%rd113];
+	// begin inline asm
+	{ mov.b32 %f198, {0,%rs156};}
+
+	// end inline asm
+	setp.eq.s32 	%p149, %r61, 2;
+	@%p149 bra 	$L__BB27_108;
+
+	setp.eq.s32 	%p150, %r61, 3;
+	@%p150 bra 	$L__BB27_106;
+
+	setp.ne.s32 	%p151, %r61, 4;
+	@%p151 bra 	$L__BB27_115;
+
+	mov.u32 	%r193, 1;
+	mov.u64 	%rd179, %rd3;
+
+$L__BB27_105:
+	add.s64 	%rd45, %rd179, 8;
+	ld.global.u64 	%rd114, [%rd179+8];
+	add.s64 	%rd116, %rd114, %rd112;
+	ld.u16 	%rs157, [%rd116];
+	// begin inline asm
+	{ mov.b32 %f145, {0,%rs157};}
+
+	// end inline asm
+	mul.f32 	%f198, %f198, %f145;
+	add.s32 	%r193, %r193, 1;
+	setp.lt.u32 	%p152, %r193, %r60;
+	mov.u64 	%rd179, %rd45;
+	@%p152 bra 	$L__BB27_105;
+	bra.uni 	$L__BB27_117;
+
+$L__BB27_108:
+	setp.lt.u32 	%p155, %r38, 3;
+	mov.u32 	%r197, 1;
+	@%p155 bra 	$L__BB27_111;
+
+	mov.u32 	%r197, 1;
+	mov.u32 	%r196, %r40;
+
+$L__BB27_110:
+	mul.wide.u32 	%rd122, %r197, 8;
+	add.s64 	%rd123, %rd3, %rd122;
+	ld.global.u64 	%rd124, [%rd123];
+	add.s64 	%rd126, %rd124, %rd112;
+	ld.u16 	%rs159, [%rd126];
+	// begin inline asm
+	{ mov.b32 %f148, {0,%rs159};}
+
+	// end inline asm
+	setp.lt.f32 	%p156, %f148, %f198;
+	selp.f32 	%f152, %f148, %f198, %p156;
+	ld.global.u64 	%rd127, [%rd123+8];
+	add.s64 	%rd128, %rd127, %rd112;
+	ld.u16 	%rs160, [%rd128];
+	// begin inline asm
+	{ mov.b32 %f149, {0,%rs160};}
+
+	// end inline asm
+	setp.lt.f32 	%p157, %f149, %f152;
+	selp.f32 	%f153, %f149, %f152, %p157;
+	ld.global.u64 	%rd129, [%rd123+16];
+	add.s64 	%rd130, %rd129, %rd112;
+	ld.u16 	%rs161, [%rd130];
+	// begin inline asm
+	{ mov.b32 %f150, {0,%rs161};}
+
+	// end inline asm
+	setp.lt.f32 	%p158, %f150, %f153;
+	selp.f32 	%f154, %f150, %f153, %p158;
+	add.s32 	%r177, %r197, 3;
+	mul.wide.u32 	%rd131, %r177, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd133, [%rd132];
+	add.s64 	%rd134, %rd133, %rd112;
+	ld.u16 	%rs162, [%rd134];
+	// begin inline asm
+	{ mov.b32 %f151, {0,%rs162};}
+
+	// end inline asm
+	setp.lt.f32 	%p159, %f151, %f154;
+	selp.f32 	%f198, %f151, %f154, %p159;
+	add.s32 	%r197, %r197, 4;
+	add.s32 	%r196, %r196, -4;
+	setp.ne.s32 	%p160, %r196, 0;
+	@%p160 bra 	$L__BB27_110;
+
+$L__BB27_111:
+	setp.eq.s32 	%p161, %r39, 0;
+	@%p161 bra 	$L__BB27_117;
+
+	setp.eq.s32 	%p162, %r39, 1;
+	mul.wide.u32 	%rd135, %r197, 8;
+	add.s64 	%rd136, %rd3, %rd135;
+	ld.global.u64 	%rd137, [%rd136];
+	add.s64 	%rd139, %rd137, %rd112;
+	ld.u16 	%rs163, [%rd139];
+	// begin inline asm
+	{ mov.b32 %f155, {0,%rs163};}
+
+	// end inline asm
+	setp.lt.f32 	%p163, %f155, %f198;
+	selp.f32 	%f198, %f155, %f198, %p163;
+	@%p162 bra 	$L__BB27_117;
+
+	setp.eq.s32 	%p164, %r39, 2;
+	add.s32 	%r178, %r197, 1;
+	mul.wide.u32 	%rd140, %r178, 8;
+	add.s64 	%rd141, %rd3, %rd140;
+	ld.global.u64 	%rd142, [%rd141];
+	add.s64 	%rd144, %rd142, %rd112;
+	ld.u16 	%rs164, [%rd144];
+	// begin inline asm
+	{ mov.b32 %f156, {0,%rs164};}
+
+	// end inline asm
+	setp.lt.f32 	%p165, %f156, %f198;
+	selp.f32 	%f198, %f156, %f198, %p165;
+	@%p164 bra 	$L__BB27_117;
+
+	add.s32 	%r179, %r197, 2;
+	mul.wide.u32 	%rd145, %r179, 8;
+	add.s64 	%rd146, %rd3, %rd145;
+	ld.global.u64 	%rd147, [%rd146];
+	add.s64 	%rd149, %rd147, %rd112;
+	ld.u16 	%rs165, [%rd149];
+	// begin inline asm
+	{ mov.b32 %f157, {0,%rs165};}
+
+	// end inline asm
+	setp.lt.f32 	%p166, %f157, %f198;
+	selp.f32 	%f198, %f157, %f198, %p166;
+	bra.uni 	$L__BB27_117;
+
+$L__BB27_106:
+	mov.u32 	%r194, 1;
+
+$L__BB27_107:
+	mul.wide.u32 	%rd117, %r194, 8;
+	add.s64 	%rd118, %rd3, %rd117;
+	ld.global.u64 	%rd119, [%rd118];
+	add.s64 	%rd121, %rd119, %rd112;
+	ld.u16 	%rs158, [%rd121];
+	// begin inline asm
+	{ mov.b32 %f146, {0,%rs158};}
+
+	// end inline asm
+	setp.gt.f32 	%p153, %f146, %f198;
+	selp.f32 	%f198, %f146, %f198, %p153;
+	add.s32 	%r194, %r194, 1;
+	setp.lt.u32 	%p154, %r194, %r60;
+	@%p154 bra 	$L__BB27_107;
+	bra.uni 	$L__BB27_117;
+
+$L__BB27_115:
+	mov.u32 	%r198, 1;
+
+$L__BB27_116:
+	mul.wide.u32 	%rd150, %r198, 8;
+	add.s64 	%rd151, %rd3, %rd150;
+	ld.global.u64 	%rd152, [%rd151];
+	add.s64 	%rd154, %rd152, %rd112;
+	ld.u16 	%rs166, [%rd154];
+	// begin inline asm
+	{ mov.b32 %f158, {0,%rs166};}
+
+	// end inline asm
+	add.f32 	%f198, %f198, %f158;
+	add.s32 	%r198, %r198, 1;
+	setp.lt.u32 	%p167, %r198, %r60;
+	@%p167 bra 	$L__BB27_116;
+
+$L__BB27_117:
+	setp.ne.s32 	%p168, %r61, 1;
+	@%p168 bra 	$L__BB27_119;
+
+	div.rn.f32 	%f198, %f198, %f74;
+
+$L__BB27_119:
+	mov.b32 	%r181, %f198;
+	and.b32  	%r182, %r181, 2147483647;
+	setp.gt.u32 	%p169, %r182, 2139095040;
+	shl.b32 	%r183, %r181, 16;
+	shr.u32 	%r184, %r181, 16;
+	cvt.u16.u32 	%rs167, %r184;
+	selp.b32 	%r52, 0, %r183, %p169;
+	selp.b16 	%rs194, 32767, %rs167, %p169;
+	setp.gt.u32 	%p170, %r52, -2147483648;
+	@%p170 bra 	$L__BB27_121;
+
+	setp.ne.s32 	%p171, %r52, -2147483648;
+	and.b16  	%rs168, %rs194, 1;
+	setp.eq.b16 	%p172, %rs168, 1;
+	not.pred 	%p173, %p172;
+	or.pred  	%p174, %p171, %p173;
+	@%p174 bra 	$L__BB27_122;
+
+$L__BB27_121:
+	add.s16 	%rs194, %rs194, 1;
+
+$L__BB27_122:
+	add.s64 	%rd156, %rd1, %rd112;
+	st.global.u16 	[%rd156], %rs194;
+	add.s64 	%rd177, %rd177, %rd40;
+	setp.lt.u64 	%p175, %rd177, %rd11;
+	@%p175 bra 	$L__BB27_101;
+	bra.uni 	$L__BB27_123;
+
+$L__BB27_94:
+	ld.global.u64 	%rd106, [%rd3];
+	shl.b64 	%rd107, %rd177, 1;
+	add.s64 	%rd108, %rd106, %rd107;
+	ld.u16 	%rs153, [%rd108];
+	// begin inline asm
+	{ mov.b32 %f191, {0,%rs153};}
+
+	// end inline asm
+	setp.ne.s32 	%p141, %r61, 1;
+	@%p141 bra 	$L__BB27_96;
+
+	div.rn.f32 	%f191, %f191, %f74;
+
+$L__BB27_96:
+	mov.b32 	%r168, %f191;
+	and.b32  	%r169, %r168, 2147483647;
+	setp.gt.u32 	%p142, %r169, 2139095040;
+	shl.b32 	%r170, %r168, 16;
+	shr.u32 	%r171, %r168, 16;
+	cvt.u16.u32 	%rs154, %r171;
+	selp.b32 	%r37, 0, %r170, %p142;
+	selp.b16 	%rs193, 32767, %rs154, %p142;
+	setp.gt.u32 	%p143, %r37, -2147483648;
+	@%p143 bra 	$L__BB27_98;
+
+	setp.ne.s32 	%p144, %r37, -2147483648;
+	and.b16  	%rs155, %rs193, 1;
+	setp.eq.b16 	%p145, %rs155, 1;
+	not.pred 	%p146, %p145;
+	or.pred  	%p147, %p144, %p146;
+	@%p147 bra 	$L__BB27_99;
+
+$L__BB27_98:
+	add.s16 	%rs193, %rs193, 1;
+
+$L__BB27_99:
+	add.s64 	%rd110, %rd1, %rd107;
+	st.global.u16 	[%rd110], %rs193;
+	add.s64 	%rd177, %rd177, %rd40;
+	setp.lt.u64 	%p148, %rd177, %rd11;
+	@%p148 bra 	$L__BB27_94;
+
+$L__BB27_123:
+	bar.sync 	0;
+	@%p10 bra 	$L__BB27_128;
+
+	mov.u32 	%r53, %ntid.x;
+	add.s32 	%r185, %r60, %r59;
+	shl.b32 	%r186, %r185, 9;
+	cvt.u64.u32 	%rd157, %r186;
+	add.s64 	%rd47, %rd157, %rd9;
+	shl.b64 	%rd164, %rd47, 3;
+	mov.u32 	%r199, %r200;
+
+$L__BB27_125:
+	setp.eq.s32 	%p177, %r199, %r59;
+	@%p177 bra 	$L__BB27_127;
+
+	mul.wide.u32 	%rd160, %r199, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd163, %rd162, %rd52;
+	add.s64 	%rd158, %rd163, %rd164;
+	mov.u64 	%rd159, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd158], %rd159;
+	// end inline asm
+
+$L__BB27_127:
+	add.s32 	%r199, %r199, %r53;
+	setp.lt.u32 	%p178, %r199, %r60;
+	@%p178 bra 	$L__BB27_125;
+
+$L__BB27_128:
+	@%p10 bra 	$L__BB27_135;
+
+	ld.global.u64 	%rd165, [%rd13];
+	mov.u32 	%r56, %ntid.x;
+	add.s64 	%rd48, %rd165, %rd52;
+
+$L__BB27_130:
+	setp.eq.s32 	%p180, %r200, %r59;
+	@%p180 bra 	$L__BB27_134;
+
+	add.s32 	%r187, %r200, %r60;
+	shl.b32 	%r188, %r187, 9;
+	cvt.u64.u32 	%rd166, %r188;
+	add.s64 	%rd167, %rd166, %rd9;
+	shl.b64 	%rd168, %rd167, 3;
+	add.s64 	%rd49, %rd48, %rd168;
+
+$L__BB27_132:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd169, [%rd49];
+	// end inline asm
+	setp.eq.s64 	%p181, %rd169, 0;
+	@%p181 bra 	$L__BB27_132;
+
+	mov.u64 	%rd171, 0;
+	st.volatile.u64 	[%rd49], %rd171;
+
+$L__BB27_134:
+	add.s32 	%r200, %r200, %r56;
+	setp.lt.u32 	%p182, %r200, %r60;
+	@%p182 bra 	$L__BB27_130;
+
+$L__BB27_135:
+	bar.sync 	0;
 	ret;
 
 }
@@ -3834,627 +7089,6 @@ $L__BB23_6:
 	ld.param.u32 	%r9, [smcuda_reduce_sum_i32_param_2];
 	ld.param.u64 	%rd19, [smcuda_reduce_sum_i32_param_3];
 	ld.param.u64 	%rd20, [smcuda_reduce_sum_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB24_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB24_3;
-	bra.uni 	$L__BB24_2;
-
-$L__BB24_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB24_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB24_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB24_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	add.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	add.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	add.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	add.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB24_6;
-
-$L__BB24_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB24_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	add.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB24_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	add.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB24_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	add.s64 	%rd89, %rd89, %rd81;
-
-$L__BB24_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB24_4;
-	bra.uni 	$L__BB24_12;
-
-$L__BB24_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB24_2;
-
-$L__BB24_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_i32
-.visible .entry smcuda_reduce_avg_i32(
-	.param .u64 smcuda_reduce_avg_i32_param_0,
-	.param .u64 smcuda_reduce_avg_i32_param_1,
-	.param .u32 smcuda_reduce_avg_i32_param_2,
-	.param .u64 smcuda_reduce_avg_i32_param_3,
-	.param .u64 smcuda_reduce_avg_i32_param_4
-)
-{
-	.reg .pred 	%p<12>;
-	.reg .b32 	%r<29>;
-	.reg .b64 	%rd<102>;
-
-
-	ld.param.u64 	%rd29, [smcuda_reduce_avg_i32_param_0];
-	ld.param.u64 	%rd30, [smcuda_reduce_avg_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_i32_param_2];
-	ld.param.u64 	%rd27, [smcuda_reduce_avg_i32_param_3];
-	ld.param.u64 	%rd28, [smcuda_reduce_avg_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd29;
-	cvta.to.global.u64 	%rd2, %rd30;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd31, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd32, %r13;
-	add.s64 	%rd94, %rd31, %rd32;
-	setp.ge.u64 	%p1, %rd94, %rd28;
-	@%p1 bra 	$L__BB25_18;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.u64.u32 	%rd5, %r9;
-	@%p2 bra 	$L__BB25_6;
-	bra.uni 	$L__BB25_2;
-
-$L__BB25_6:
-	add.s32 	%r17, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r17, 3;
-	sub.s32 	%r3, %r17, %r2;
-
-$L__BB25_7:
-	ld.global.u64 	%rd42, [%rd2];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd13, %rd94, %rd27;
-	shl.b64 	%rd44, %rd13, 2;
-	add.s64 	%rd45, %rd43, %rd44;
-	ld.global.s32 	%rd100, [%rd45];
-	setp.lt.u32 	%p5, %r1, 3;
-	mov.u32 	%r28, 1;
-	@%p5 bra 	$L__BB25_10;
-
-	mov.u32 	%r28, 1;
-	mov.u32 	%r27, %r3;
-
-$L__BB25_9:
-	mul.wide.u32 	%rd46, %r28, 8;
-	add.s64 	%rd47, %rd2, %rd46;
-	ld.global.u64 	%rd48, [%rd47];
-	cvta.to.global.u64 	%rd49, %rd48;
-	add.s64 	%rd51, %rd49, %rd44;
-	ld.global.s32 	%rd52, [%rd51];
-	add.s64 	%rd53, %rd100, %rd52;
-	ld.global.u64 	%rd54, [%rd47+8];
-	cvta.to.global.u64 	%rd55, %rd54;
-	add.s64 	%rd56, %rd55, %rd44;
-	ld.global.s32 	%rd57, [%rd56];
-	add.s64 	%rd58, %rd53, %rd57;
-	ld.global.u64 	%rd59, [%rd47+16];
-	cvta.to.global.u64 	%rd60, %rd59;
-	add.s64 	%rd61, %rd60, %rd44;
-	ld.global.s32 	%rd62, [%rd61];
-	add.s64 	%rd63, %rd58, %rd62;
-	add.s32 	%r20, %r28, 3;
-	mul.wide.u32 	%rd64, %r20, 8;
-	add.s64 	%rd65, %rd2, %rd64;
-	ld.global.u64 	%rd66, [%rd65];
-	cvta.to.global.u64 	%rd67, %rd66;
-	add.s64 	%rd68, %rd67, %rd44;
-	ld.global.s32 	%rd69, [%rd68];
-	add.s64 	%rd100, %rd63, %rd69;
-	add.s32 	%r28, %r28, 4;
-	add.s32 	%r27, %r27, -4;
-	setp.ne.s32 	%p6, %r27, 0;
-	@%p6 bra 	$L__BB25_9;
-
-$L__BB25_10:
-	setp.eq.s32 	%p7, %r2, 0;
-	@%p7 bra 	$L__BB25_14;
-
-	setp.eq.s32 	%p8, %r2, 1;
-	mul.wide.u32 	%rd70, %r28, 8;
-	add.s64 	%rd71, %rd2, %rd70;
-	ld.global.u64 	%rd72, [%rd71];
-	cvta.to.global.u64 	%rd73, %rd72;
-	add.s64 	%rd75, %rd73, %rd44;
-	ld.global.s32 	%rd76, [%rd75];
-	add.s64 	%rd100, %rd100, %rd76;
-	@%p8 bra 	$L__BB25_14;
-
-	setp.eq.s32 	%p9, %r2, 2;
-	add.s32 	%r21, %r28, 1;
-	mul.wide.u32 	%rd77, %r21, 8;
-	add.s64 	%rd78, %rd2, %rd77;
-	ld.global.u64 	%rd79, [%rd78];
-	cvta.to.global.u64 	%rd80, %rd79;
-	add.s64 	%rd82, %rd80, %rd44;
-	ld.global.s32 	%rd83, [%rd82];
-	add.s64 	%rd100, %rd100, %rd83;
-	@%p9 bra 	$L__BB25_14;
-
-	add.s32 	%r22, %r28, 2;
-	mul.wide.u32 	%rd84, %r22, 8;
-	add.s64 	%rd85, %rd2, %rd84;
-	ld.global.u64 	%rd86, [%rd85];
-	cvta.to.global.u64 	%rd87, %rd86;
-	add.s64 	%rd89, %rd87, %rd44;
-	ld.global.s32 	%rd90, [%rd89];
-	add.s64 	%rd100, %rd100, %rd90;
-
-$L__BB25_14:
-	and.b64  	%rd91, %rd100, -4294967296;
-	setp.eq.s64 	%p10, %rd91, 0;
-	@%p10 bra 	$L__BB25_16;
-
-	div.s64 	%rd101, %rd100, %rd5;
-	bra.uni 	$L__BB25_17;
-
-$L__BB25_16:
-	cvt.u32.u64 	%r23, %rd5;
-	cvt.u32.u64 	%r24, %rd100;
-	div.u32 	%r25, %r24, %r23;
-	cvt.u64.u32 	%rd101, %r25;
-
-$L__BB25_17:
-	shl.b64 	%rd92, %rd94, 2;
-	add.s64 	%rd93, %rd1, %rd92;
-	st.global.u32 	[%rd93], %rd101;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p11, %rd94, %rd28;
-	@%p11 bra 	$L__BB25_7;
-	bra.uni 	$L__BB25_18;
-
-$L__BB25_2:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd94, %rd27;
-	shl.b64 	%rd36, %rd35, 2;
-	add.s64 	%rd37, %rd34, %rd36;
-	ld.global.s32 	%rd7, [%rd37];
-	and.b64  	%rd38, %rd7, -4294967296;
-	setp.eq.s64 	%p3, %rd38, 0;
-	@%p3 bra 	$L__BB25_4;
-
-	div.s64 	%rd95, %rd7, %rd5;
-	bra.uni 	$L__BB25_5;
-
-$L__BB25_4:
-	cvt.u32.u64 	%r14, %rd5;
-	cvt.u32.u64 	%r15, %rd7;
-	div.u32 	%r16, %r15, %r14;
-	cvt.u64.u32 	%rd95, %r16;
-
-$L__BB25_5:
-	shl.b64 	%rd39, %rd94, 2;
-	add.s64 	%rd40, %rd1, %rd39;
-	st.global.u32 	[%rd40], %rd95;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p4, %rd94, %rd28;
-	@%p4 bra 	$L__BB25_2;
-
-$L__BB25_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_i32
-.visible .entry smcuda_reduce_min_i32(
-	.param .u64 smcuda_reduce_min_i32_param_0,
-	.param .u64 smcuda_reduce_min_i32_param_1,
-	.param .u32 smcuda_reduce_min_i32_param_2,
-	.param .u64 smcuda_reduce_min_i32_param_3,
-	.param .u64 smcuda_reduce_min_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_min_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_min_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_min_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_min_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB26_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB26_3;
-	bra.uni 	$L__BB26_2;
-
-$L__BB26_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB26_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB26_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB26_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	min.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	min.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	min.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	min.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB26_6;
-
-$L__BB26_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB26_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	min.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB26_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	min.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB26_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	min.s64 	%rd89, %rd89, %rd81;
-
-$L__BB26_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB26_4;
-	bra.uni 	$L__BB26_12;
-
-$L__BB26_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB26_2;
-
-$L__BB26_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_i32
-.visible .entry smcuda_reduce_max_i32(
-	.param .u64 smcuda_reduce_max_i32_param_0,
-	.param .u64 smcuda_reduce_max_i32_param_1,
-	.param .u32 smcuda_reduce_max_i32_param_2,
-	.param .u64 smcuda_reduce_max_i32_param_3,
-	.param .u64 smcuda_reduce_max_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_max_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_max_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_max_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_max_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB27_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB27_3;
-	bra.uni 	$L__BB27_2;
-
-$L__BB27_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB27_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB27_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB27_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	max.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	max.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	max.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	max.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB27_6;
-
-$L__BB27_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB27_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	max.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB27_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	max.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB27_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	max.s64 	%rd89, %rd89, %rd81;
-
-$L__BB27_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB27_4;
-	bra.uni 	$L__BB27_12;
-
-$L__BB27_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB27_2;
-
-$L__BB27_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_i32
-.visible .entry smcuda_reduce_prod_i32(
-	.param .u64 smcuda_reduce_prod_i32_param_0,
-	.param .u64 smcuda_reduce_prod_i32_param_1,
-	.param .u32 smcuda_reduce_prod_i32_param_2,
-	.param .u64 smcuda_reduce_prod_i32_param_3,
-	.param .u64 smcuda_reduce_prod_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_prod_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_prod_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_prod_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_prod_i32_param_4];
 	cvta.to.global.u64 	%rd1, %rd21;
 	cvta.to.global.u64 	%rd2, %rd22;
 	mov.u32 	%r10, %nctaid.x;
@@ -4499,17 +7133,17 @@ $L__BB28_6:
 	cvta.to.global.u64 	%rd40, %rd39;
 	add.s64 	%rd42, %rd40, %rd35;
 	ld.global.s32 	%rd43, [%rd42];
-	mul.lo.s64 	%rd44, %rd89, %rd43;
+	add.s64 	%rd44, %rd89, %rd43;
 	ld.global.u64 	%rd45, [%rd38+8];
 	cvta.to.global.u64 	%rd46, %rd45;
 	add.s64 	%rd47, %rd46, %rd35;
 	ld.global.s32 	%rd48, [%rd47];
-	mul.lo.s64 	%rd49, %rd44, %rd48;
+	add.s64 	%rd49, %rd44, %rd48;
 	ld.global.u64 	%rd50, [%rd38+16];
 	cvta.to.global.u64 	%rd51, %rd50;
 	add.s64 	%rd52, %rd51, %rd35;
 	ld.global.s32 	%rd53, [%rd52];
-	mul.lo.s64 	%rd54, %rd49, %rd53;
+	add.s64 	%rd54, %rd49, %rd53;
 	add.s32 	%r18, %r23, 3;
 	mul.wide.u32 	%rd55, %r18, 8;
 	add.s64 	%rd56, %rd2, %rd55;
@@ -4517,7 +7151,7 @@ $L__BB28_6:
 	cvta.to.global.u64 	%rd58, %rd57;
 	add.s64 	%rd59, %rd58, %rd35;
 	ld.global.s32 	%rd60, [%rd59];
-	mul.lo.s64 	%rd89, %rd54, %rd60;
+	add.s64 	%rd89, %rd54, %rd60;
 	add.s32 	%r23, %r23, 4;
 	add.s32 	%r22, %r22, -4;
 	setp.ne.s32 	%p5, %r22, 0;
@@ -4534,7 +7168,7 @@ $L__BB28_7:
 	cvta.to.global.u64 	%rd64, %rd63;
 	add.s64 	%rd66, %rd64, %rd35;
 	ld.global.s32 	%rd67, [%rd66];
-	mul.lo.s64 	%rd89, %rd89, %rd67;
+	add.s64 	%rd89, %rd89, %rd67;
 	@%p7 bra 	$L__BB28_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
@@ -4545,7 +7179,7 @@ $L__BB28_7:
 	cvta.to.global.u64 	%rd71, %rd70;
 	add.s64 	%rd73, %rd71, %rd35;
 	ld.global.s32 	%rd74, [%rd73];
-	mul.lo.s64 	%rd89, %rd89, %rd74;
+	add.s64 	%rd89, %rd89, %rd74;
 	@%p8 bra 	$L__BB28_11;
 
 	add.s32 	%r20, %r23, 2;
@@ -4555,7 +7189,7 @@ $L__BB28_7:
 	cvta.to.global.u64 	%rd78, %rd77;
 	add.s64 	%rd80, %rd78, %rd35;
 	ld.global.s32 	%rd81, [%rd80];
-	mul.lo.s64 	%rd89, %rd89, %rd81;
+	add.s64 	%rd89, %rd89, %rd81;
 
 $L__BB28_11:
 	shl.b64 	%rd82, %rd84, 2;
@@ -4584,6 +7218,627 @@ $L__BB28_12:
 	ret;
 
 }
+	// .globl	smcuda_reduce_avg_i32
+.visible .entry smcuda_reduce_avg_i32(
+	.param .u64 smcuda_reduce_avg_i32_param_0,
+	.param .u64 smcuda_reduce_avg_i32_param_1,
+	.param .u32 smcuda_reduce_avg_i32_param_2,
+	.param .u64 smcuda_reduce_avg_i32_param_3,
+	.param .u64 smcuda_reduce_avg_i32_param_4
+)
+{
+	.reg .pred 	%p<12>;
+	.reg .b32 	%r<29>;
+	.reg .b64 	%rd<102>;
+
+
+	ld.param.u64 	%rd29, [smcuda_reduce_avg_i32_param_0];
+	ld.param.u64 	%rd30, [smcuda_reduce_avg_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_avg_i32_param_2];
+	ld.param.u64 	%rd27, [smcuda_reduce_avg_i32_param_3];
+	ld.param.u64 	%rd28, [smcuda_reduce_avg_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd29;
+	cvta.to.global.u64 	%rd2, %rd30;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd31, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd32, %r13;
+	add.s64 	%rd94, %rd31, %rd32;
+	setp.ge.u64 	%p1, %rd94, %rd28;
+	@%p1 bra 	$L__BB29_18;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	cvt.u64.u32 	%rd5, %r9;
+	@%p2 bra 	$L__BB29_6;
+	bra.uni 	$L__BB29_2;
+
+$L__BB29_6:
+	add.s32 	%r17, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r17, 3;
+	sub.s32 	%r3, %r17, %r2;
+
+$L__BB29_7:
+	ld.global.u64 	%rd42, [%rd2];
+	cvta.to.global.u64 	%rd43, %rd42;
+	add.s64 	%rd13, %rd94, %rd27;
+	shl.b64 	%rd44, %rd13, 2;
+	add.s64 	%rd45, %rd43, %rd44;
+	ld.global.s32 	%rd100, [%rd45];
+	setp.lt.u32 	%p5, %r1, 3;
+	mov.u32 	%r28, 1;
+	@%p5 bra 	$L__BB29_10;
+
+	mov.u32 	%r28, 1;
+	mov.u32 	%r27, %r3;
+
+$L__BB29_9:
+	mul.wide.u32 	%rd46, %r28, 8;
+	add.s64 	%rd47, %rd2, %rd46;
+	ld.global.u64 	%rd48, [%rd47];
+	cvta.to.global.u64 	%rd49, %rd48;
+	add.s64 	%rd51, %rd49, %rd44;
+	ld.global.s32 	%rd52, [%rd51];
+	add.s64 	%rd53, %rd100, %rd52;
+	ld.global.u64 	%rd54, [%rd47+8];
+	cvta.to.global.u64 	%rd55, %rd54;
+	add.s64 	%rd56, %rd55, %rd44;
+	ld.global.s32 	%rd57, [%rd56];
+	add.s64 	%rd58, %rd53, %rd57;
+	ld.global.u64 	%rd59, [%rd47+16];
+	cvta.to.global.u64 	%rd60, %rd59;
+	add.s64 	%rd61, %rd60, %rd44;
+	ld.global.s32 	%rd62, [%rd61];
+	add.s64 	%rd63, %rd58, %rd62;
+	add.s32 	%r20, %r28, 3;
+	mul.wide.u32 	%rd64, %r20, 8;
+	add.s64 	%rd65, %rd2, %rd64;
+	ld.global.u64 	%rd66, [%rd65];
+	cvta.to.global.u64 	%rd67, %rd66;
+	add.s64 	%rd68, %rd67, %rd44;
+	ld.global.s32 	%rd69, [%rd68];
+	add.s64 	%rd100, %rd63, %rd69;
+	add.s32 	%r28, %r28, 4;
+	add.s32 	%r27, %r27, -4;
+	setp.ne.s32 	%p6, %r27, 0;
+	@%p6 bra 	$L__BB29_9;
+
+$L__BB29_10:
+	setp.eq.s32 	%p7, %r2, 0;
+	@%p7 bra 	$L__BB29_14;
+
+	setp.eq.s32 	%p8, %r2, 1;
+	mul.wide.u32 	%rd70, %r28, 8;
+	add.s64 	%rd71, %rd2, %rd70;
+	ld.global.u64 	%rd72, [%rd71];
+	cvta.to.global.u64 	%rd73, %rd72;
+	add.s64 	%rd75, %rd73, %rd44;
+	ld.global.s32 	%rd76, [%rd75];
+	add.s64 	%rd100, %rd100, %rd76;
+	@%p8 bra 	$L__BB29_14;
+
+	setp.eq.s32 	%p9, %r2, 2;
+	add.s32 	%r21, %r28, 1;
+	mul.wide.u32 	%rd77, %r21, 8;
+	add.s64 	%rd78, %rd2, %rd77;
+	ld.global.u64 	%rd79, [%rd78];
+	cvta.to.global.u64 	%rd80, %rd79;
+	add.s64 	%rd82, %rd80, %rd44;
+	ld.global.s32 	%rd83, [%rd82];
+	add.s64 	%rd100, %rd100, %rd83;
+	@%p9 bra 	$L__BB29_14;
+
+	add.s32 	%r22, %r28, 2;
+	mul.wide.u32 	%rd84, %r22, 8;
+	add.s64 	%rd85, %rd2, %rd84;
+	ld.global.u64 	%rd86, [%rd85];
+	cvta.to.global.u64 	%rd87, %rd86;
+	add.s64 	%rd89, %rd87, %rd44;
+	ld.global.s32 	%rd90, [%rd89];
+	add.s64 	%rd100, %rd100, %rd90;
+
+$L__BB29_14:
+	and.b64  	%rd91, %rd100, -4294967296;
+	setp.eq.s64 	%p10, %rd91, 0;
+	@%p10 bra 	$L__BB29_16;
+
+	div.s64 	%rd101, %rd100, %rd5;
+	bra.uni 	$L__BB29_17;
+
+$L__BB29_16:
+	cvt.u32.u64 	%r23, %rd5;
+	cvt.u32.u64 	%r24, %rd100;
+	div.u32 	%r25, %r24, %r23;
+	cvt.u64.u32 	%rd101, %r25;
+
+$L__BB29_17:
+	shl.b64 	%rd92, %rd94, 2;
+	add.s64 	%rd93, %rd1, %rd92;
+	st.global.u32 	[%rd93], %rd101;
+	add.s64 	%rd94, %rd94, %rd3;
+	setp.lt.u64 	%p11, %rd94, %rd28;
+	@%p11 bra 	$L__BB29_7;
+	bra.uni 	$L__BB29_18;
+
+$L__BB29_2:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd35, %rd94, %rd27;
+	shl.b64 	%rd36, %rd35, 2;
+	add.s64 	%rd37, %rd34, %rd36;
+	ld.global.s32 	%rd7, [%rd37];
+	and.b64  	%rd38, %rd7, -4294967296;
+	setp.eq.s64 	%p3, %rd38, 0;
+	@%p3 bra 	$L__BB29_4;
+
+	div.s64 	%rd95, %rd7, %rd5;
+	bra.uni 	$L__BB29_5;
+
+$L__BB29_4:
+	cvt.u32.u64 	%r14, %rd5;
+	cvt.u32.u64 	%r15, %rd7;
+	div.u32 	%r16, %r15, %r14;
+	cvt.u64.u32 	%rd95, %r16;
+
+$L__BB29_5:
+	shl.b64 	%rd39, %rd94, 2;
+	add.s64 	%rd40, %rd1, %rd39;
+	st.global.u32 	[%rd40], %rd95;
+	add.s64 	%rd94, %rd94, %rd3;
+	setp.lt.u64 	%p4, %rd94, %rd28;
+	@%p4 bra 	$L__BB29_2;
+
+$L__BB29_18:
+	ret;
+
+}
+	// .globl	smcuda_reduce_min_i32
+.visible .entry smcuda_reduce_min_i32(
+	.param .u64 smcuda_reduce_min_i32_param_0,
+	.param .u64 smcuda_reduce_min_i32_param_1,
+	.param .u32 smcuda_reduce_min_i32_param_2,
+	.param .u64 smcuda_reduce_min_i32_param_3,
+	.param .u64 smcuda_reduce_min_i32_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<24>;
+	.reg .b64 	%rd<90>;
+
+
+	ld.param.u64 	%rd21, [smcuda_reduce_min_i32_param_0];
+	ld.param.u64 	%rd22, [smcuda_reduce_min_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_min_i32_param_2];
+	ld.param.u64 	%rd19, [smcuda_reduce_min_i32_param_3];
+	ld.param.u64 	%rd20, [smcuda_reduce_min_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd21;
+	cvta.to.global.u64 	%rd2, %rd22;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd23, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd24, %r13;
+	add.s64 	%rd84, %rd23, %rd24;
+	setp.ge.u64 	%p1, %rd84, %rd20;
+	@%p1 bra 	$L__BB30_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB30_3;
+	bra.uni 	$L__BB30_2;
+
+$L__BB30_3:
+	add.s32 	%r15, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r15, 3;
+	sub.s32 	%r3, %r15, %r2;
+
+$L__BB30_4:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd8, %rd84, %rd19;
+	shl.b64 	%rd35, %rd8, 2;
+	add.s64 	%rd36, %rd34, %rd35;
+	ld.global.s32 	%rd89, [%rd36];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r23, 1;
+	@%p4 bra 	$L__BB30_7;
+
+	mov.u32 	%r23, 1;
+	mov.u32 	%r22, %r3;
+
+$L__BB30_6:
+	mul.wide.u32 	%rd37, %r23, 8;
+	add.s64 	%rd38, %rd2, %rd37;
+	ld.global.u64 	%rd39, [%rd38];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd42, %rd40, %rd35;
+	ld.global.s32 	%rd43, [%rd42];
+	min.s64 	%rd44, %rd89, %rd43;
+	ld.global.u64 	%rd45, [%rd38+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd35;
+	ld.global.s32 	%rd48, [%rd47];
+	min.s64 	%rd49, %rd44, %rd48;
+	ld.global.u64 	%rd50, [%rd38+16];
+	cvta.to.global.u64 	%rd51, %rd50;
+	add.s64 	%rd52, %rd51, %rd35;
+	ld.global.s32 	%rd53, [%rd52];
+	min.s64 	%rd54, %rd49, %rd53;
+	add.s32 	%r18, %r23, 3;
+	mul.wide.u32 	%rd55, %r18, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd35;
+	ld.global.s32 	%rd60, [%rd59];
+	min.s64 	%rd89, %rd54, %rd60;
+	add.s32 	%r23, %r23, 4;
+	add.s32 	%r22, %r22, -4;
+	setp.ne.s32 	%p5, %r22, 0;
+	@%p5 bra 	$L__BB30_6;
+
+$L__BB30_7:
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB30_11;
+
+	setp.eq.s32 	%p7, %r2, 1;
+	mul.wide.u32 	%rd61, %r23, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd66, %rd64, %rd35;
+	ld.global.s32 	%rd67, [%rd66];
+	min.s64 	%rd89, %rd89, %rd67;
+	@%p7 bra 	$L__BB30_11;
+
+	setp.eq.s32 	%p8, %r2, 2;
+	add.s32 	%r19, %r23, 1;
+	mul.wide.u32 	%rd68, %r19, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd35;
+	ld.global.s32 	%rd74, [%rd73];
+	min.s64 	%rd89, %rd89, %rd74;
+	@%p8 bra 	$L__BB30_11;
+
+	add.s32 	%r20, %r23, 2;
+	mul.wide.u32 	%rd75, %r20, 8;
+	add.s64 	%rd76, %rd2, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd80, %rd78, %rd35;
+	ld.global.s32 	%rd81, [%rd80];
+	min.s64 	%rd89, %rd89, %rd81;
+
+$L__BB30_11:
+	shl.b64 	%rd82, %rd84, 2;
+	add.s64 	%rd83, %rd1, %rd82;
+	st.global.u32 	[%rd83], %rd89;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p9, %rd84, %rd20;
+	@%p9 bra 	$L__BB30_4;
+	bra.uni 	$L__BB30_12;
+
+$L__BB30_2:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd27, %rd84, %rd19;
+	shl.b64 	%rd28, %rd27, 2;
+	add.s64 	%rd29, %rd26, %rd28;
+	ld.global.u32 	%r14, [%rd29];
+	shl.b64 	%rd30, %rd84, 2;
+	add.s64 	%rd31, %rd1, %rd30;
+	st.global.u32 	[%rd31], %r14;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p3, %rd84, %rd20;
+	@%p3 bra 	$L__BB30_2;
+
+$L__BB30_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_max_i32
+.visible .entry smcuda_reduce_max_i32(
+	.param .u64 smcuda_reduce_max_i32_param_0,
+	.param .u64 smcuda_reduce_max_i32_param_1,
+	.param .u32 smcuda_reduce_max_i32_param_2,
+	.param .u64 smcuda_reduce_max_i32_param_3,
+	.param .u64 smcuda_reduce_max_i32_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<24>;
+	.reg .b64 	%rd<90>;
+
+
+	ld.param.u64 	%rd21, [smcuda_reduce_max_i32_param_0];
+	ld.param.u64 	%rd22, [smcuda_reduce_max_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_max_i32_param_2];
+	ld.param.u64 	%rd19, [smcuda_reduce_max_i32_param_3];
+	ld.param.u64 	%rd20, [smcuda_reduce_max_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd21;
+	cvta.to.global.u64 	%rd2, %rd22;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd23, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd24, %r13;
+	add.s64 	%rd84, %rd23, %rd24;
+	setp.ge.u64 	%p1, %rd84, %rd20;
+	@%p1 bra 	$L__BB31_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB31_3;
+	bra.uni 	$L__BB31_2;
+
+$L__BB31_3:
+	add.s32 	%r15, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r15, 3;
+	sub.s32 	%r3, %r15, %r2;
+
+$L__BB31_4:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd8, %rd84, %rd19;
+	shl.b64 	%rd35, %rd8, 2;
+	add.s64 	%rd36, %rd34, %rd35;
+	ld.global.s32 	%rd89, [%rd36];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r23, 1;
+	@%p4 bra 	$L__BB31_7;
+
+	mov.u32 	%r23, 1;
+	mov.u32 	%r22, %r3;
+
+$L__BB31_6:
+	mul.wide.u32 	%rd37, %r23, 8;
+	add.s64 	%rd38, %rd2, %rd37;
+	ld.global.u64 	%rd39, [%rd38];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd42, %rd40, %rd35;
+	ld.global.s32 	%rd43, [%rd42];
+	max.s64 	%rd44, %rd89, %rd43;
+	ld.global.u64 	%rd45, [%rd38+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd35;
+	ld.global.s32 	%rd48, [%rd47];
+	max.s64 	%rd49, %rd44, %rd48;
+	ld.global.u64 	%rd50, [%rd38+16];
+	cvta.to.global.u64 	%rd51, %rd50;
+	add.s64 	%rd52, %rd51, %rd35;
+	ld.global.s32 	%rd53, [%rd52];
+	max.s64 	%rd54, %rd49, %rd53;
+	add.s32 	%r18, %r23, 3;
+	mul.wide.u32 	%rd55, %r18, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd35;
+	ld.global.s32 	%rd60, [%rd59];
+	max.s64 	%rd89, %rd54, %rd60;
+	add.s32 	%r23, %r23, 4;
+	add.s32 	%r22, %r22, -4;
+	setp.ne.s32 	%p5, %r22, 0;
+	@%p5 bra 	$L__BB31_6;
+
+$L__BB31_7:
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB31_11;
+
+	setp.eq.s32 	%p7, %r2, 1;
+	mul.wide.u32 	%rd61, %r23, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd66, %rd64, %rd35;
+	ld.global.s32 	%rd67, [%rd66];
+	max.s64 	%rd89, %rd89, %rd67;
+	@%p7 bra 	$L__BB31_11;
+
+	setp.eq.s32 	%p8, %r2, 2;
+	add.s32 	%r19, %r23, 1;
+	mul.wide.u32 	%rd68, %r19, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd35;
+	ld.global.s32 	%rd74, [%rd73];
+	max.s64 	%rd89, %rd89, %rd74;
+	@%p8 bra 	$L__BB31_11;
+
+	add.s32 	%r20, %r23, 2;
+	mul.wide.u32 	%rd75, %r20, 8;
+	add.s64 	%rd76, %rd2, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd80, %rd78, %rd35;
+	ld.global.s32 	%rd81, [%rd80];
+	max.s64 	%rd89, %rd89, %rd81;
+
+$L__BB31_11:
+	shl.b64 	%rd82, %rd84, 2;
+	add.s64 	%rd83, %rd1, %rd82;
+	st.global.u32 	[%rd83], %rd89;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p9, %rd84, %rd20;
+	@%p9 bra 	$L__BB31_4;
+	bra.uni 	$L__BB31_12;
+
+$L__BB31_2:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd27, %rd84, %rd19;
+	shl.b64 	%rd28, %rd27, 2;
+	add.s64 	%rd29, %rd26, %rd28;
+	ld.global.u32 	%r14, [%rd29];
+	shl.b64 	%rd30, %rd84, 2;
+	add.s64 	%rd31, %rd1, %rd30;
+	st.global.u32 	[%rd31], %r14;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p3, %rd84, %rd20;
+	@%p3 bra 	$L__BB31_2;
+
+$L__BB31_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_prod_i32
+.visible .entry smcuda_reduce_prod_i32(
+	.param .u64 smcuda_reduce_prod_i32_param_0,
+	.param .u64 smcuda_reduce_prod_i32_param_1,
+	.param .u32 smcuda_reduce_prod_i32_param_2,
+	.param .u64 smcuda_reduce_prod_i32_param_3,
+	.param .u64 smcuda_reduce_prod_i32_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<24>;
+	.reg .b64 	%rd<90>;
+
+
+	ld.param.u64 	%rd21, [smcuda_reduce_prod_i32_param_0];
+	ld.param.u64 	%rd22, [smcuda_reduce_prod_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_prod_i32_param_2];
+	ld.param.u64 	%rd19, [smcuda_reduce_prod_i32_param_3];
+	ld.param.u64 	%rd20, [smcuda_reduce_prod_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd21;
+	cvta.to.global.u64 	%rd2, %rd22;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd23, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd24, %r13;
+	add.s64 	%rd84, %rd23, %rd24;
+	setp.ge.u64 	%p1, %rd84, %rd20;
+	@%p1 bra 	$L__BB32_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB32_3;
+	bra.uni 	$L__BB32_2;
+
+$L__BB32_3:
+	add.s32 	%r15, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r15, 3;
+	sub.s32 	%r3, %r15, %r2;
+
+$L__BB32_4:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd8, %rd84, %rd19;
+	shl.b64 	%rd35, %rd8, 2;
+	add.s64 	%rd36, %rd34, %rd35;
+	ld.global.s32 	%rd89, [%rd36];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r23, 1;
+	@%p4 bra 	$L__BB32_7;
+
+	mov.u32 	%r23, 1;
+	mov.u32 	%r22, %r3;
+
+$L__BB32_6:
+	mul.wide.u32 	%rd37, %r23, 8;
+	add.s64 	%rd38, %rd2, %rd37;
+	ld.global.u64 	%rd39, [%rd38];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd42, %rd40, %rd35;
+	ld.global.s32 	%rd43, [%rd42];
+	mul.lo.s64 	%rd44, %rd89, %rd43;
+	ld.global.u64 	%rd45, [%rd38+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd35;
+	ld.global.s32 	%rd48, [%rd47];
+	mul.lo.s64 	%rd49, %rd44, %rd48;
+	ld.global.u64 	%rd50, [%rd38+16];
+	cvta.to.global.u64 	%rd51, %rd50;
+	add.s64 	%rd52, %rd51, %rd35;
+	ld.global.s32 	%rd53, [%rd52];
+	mul.lo.s64 	%rd54, %rd49, %rd53;
+	add.s32 	%r18, %r23, 3;
+	mul.wide.u32 	%rd55, %r18, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd35;
+	ld.global.s32 	%rd60, [%rd59];
+	mul.lo.s64 	%rd89, %rd54, %rd60;
+	add.s32 	%r23, %r23, 4;
+	add.s32 	%r22, %r22, -4;
+	setp.ne.s32 	%p5, %r22, 0;
+	@%p5 bra 	$L__BB32_6;
+
+$L__BB32_7:
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB32_11;
+
+	setp.eq.s32 	%p7, %r2, 1;
+	mul.wide.u32 	%rd61, %r23, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd66, %rd64, %rd35;
+	ld.global.s32 	%rd67, [%rd66];
+	mul.lo.s64 	%rd89, %rd89, %rd67;
+	@%p7 bra 	$L__BB32_11;
+
+	setp.eq.s32 	%p8, %r2, 2;
+	add.s32 	%r19, %r23, 1;
+	mul.wide.u32 	%rd68, %r19, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd35;
+	ld.global.s32 	%rd74, [%rd73];
+	mul.lo.s64 	%rd89, %rd89, %rd74;
+	@%p8 bra 	$L__BB32_11;
+
+	add.s32 	%r20, %r23, 2;
+	mul.wide.u32 	%rd75, %r20, 8;
+	add.s64 	%rd76, %rd2, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd80, %rd78, %rd35;
+	ld.global.s32 	%rd81, [%rd80];
+	mul.lo.s64 	%rd89, %rd89, %rd81;
+
+$L__BB32_11:
+	shl.b64 	%rd82, %rd84, 2;
+	add.s64 	%rd83, %rd1, %rd82;
+	st.global.u32 	[%rd83], %rd89;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p9, %rd84, %rd20;
+	@%p9 bra 	$L__BB32_4;
+	bra.uni 	$L__BB32_12;
+
+$L__BB32_2:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd27, %rd84, %rd19;
+	shl.b64 	%rd28, %rd27, 2;
+	add.s64 	%rd29, %rd26, %rd28;
+	ld.global.u32 	%r14, [%rd29];
+	shl.b64 	%rd30, %rd84, 2;
+	add.s64 	%rd31, %rd1, %rd30;
+	st.global.u32 	[%rd31], %r14;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p3, %rd84, %rd20;
+	@%p3 bra 	$L__BB32_2;
+
+$L__BB32_12:
+	ret;
+
+}
 	// .globl	smcuda_div_i32
 .visible .entry smcuda_div_i32(
 	.param .u64 smcuda_div_i32_param_0,
@@ -4607,7 +7862,7 @@ $L__BB28_12:
 	cvt.u64.u32 	%rd16, %r4;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd20, %rd14;
-	@%p1 bra 	$L__BB29_6;
+	@%p1 bra 	$L__BB33_6;
 
 	cvt.u64.u32 	%rd3, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -4616,29 +7871,673 @@ $L__BB28_12:
 	cvta.to.global.u64 	%rd5, %rd13;
 	cvt.u32.u64 	%r6, %rd3;
 
-$L__BB29_2:
+$L__BB33_2:
 	shl.b64 	%rd18, %rd20, 2;
 	add.s64 	%rd7, %rd5, %rd18;
 	ld.global.s32 	%rd8, [%rd7];
 	and.b64  	%rd19, %rd8, -4294967296;
 	setp.eq.s64 	%p2, %rd19, 0;
-	@%p2 bra 	$L__BB29_4;
+	@%p2 bra 	$L__BB33_4;
 
 	div.s64 	%rd21, %rd8, %rd3;
-	bra.uni 	$L__BB29_5;
+	bra.uni 	$L__BB33_5;
 
-$L__BB29_4:
+$L__BB33_4:
 	cvt.u32.u64 	%r7, %rd8;
 	div.u32 	%r8, %r7, %r6;
 	cvt.u64.u32 	%rd21, %r8;
 
-$L__BB29_5:
+$L__BB33_5:
 	st.global.u32 	[%rd7], %rd21;
 	add.s64 	%rd20, %rd20, %rd4;
 	setp.lt.u64 	%p3, %rd20, %rd14;
-	@%p3 bra 	$L__BB29_2;
+	@%p3 bra 	$L__BB33_2;
 
-$L__BB29_6:
+$L__BB33_6:
+	ret;
+
+}
+	// .globl	smcuda_oneshot_i32
+.visible .entry smcuda_oneshot_i32(
+	.param .u64 smcuda_oneshot_i32_param_0,
+	.param .u64 smcuda_oneshot_i32_param_1,
+	.param .u64 smcuda_oneshot_i32_param_2,
+	.param .u64 smcuda_oneshot_i32_param_3,
+	.param .u32 smcuda_oneshot_i32_param_4,
+	.param .u32 smcuda_oneshot_i32_param_5,
+	.param .u64 smcuda_oneshot_i32_param_6,
+	.param .u32 smcuda_oneshot_i32_param_7
+)
+{
+	.reg .pred 	%p<57>;
+	.reg .b32 	%r<133>;
+	.reg .b64 	%rd<325>;
+
+
+	ld.param.u64 	%rd125, [smcuda_oneshot_i32_param_0];
+	ld.param.u64 	%rd126, [smcuda_oneshot_i32_param_1];
+	ld.param.u64 	%rd129, [smcuda_oneshot_i32_param_2];
+	ld.param.u64 	%rd127, [smcuda_oneshot_i32_param_3];
+	ld.param.u32 	%r40, [smcuda_oneshot_i32_param_4];
+	ld.param.u32 	%r41, [smcuda_oneshot_i32_param_5];
+	ld.param.u64 	%rd128, [smcuda_oneshot_i32_param_6];
+	ld.param.u32 	%r42, [smcuda_oneshot_i32_param_7];
+	cvta.to.global.u64 	%rd1, %rd125;
+	cvta.to.global.u64 	%rd2, %rd126;
+	cvta.to.global.u64 	%rd3, %rd129;
+	mov.u32 	%r43, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r43;
+	add.s64 	%rd130, %rd4, %rd128;
+	add.s64 	%rd5, %rd130, -1;
+	and.b64  	%rd131, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd131, 0;
+	@%p1 bra 	$L__BB34_2;
+
+	div.u64 	%rd285, %rd5, %rd4;
+	bra.uni 	$L__BB34_3;
+
+$L__BB34_2:
+	cvt.u32.u64 	%r44, %rd4;
+	cvt.u32.u64 	%r45, %rd5;
+	div.u32 	%r46, %r45, %r44;
+	cvt.u64.u32 	%rd285, %r46;
+
+$L__BB34_3:
+	add.s64 	%rd132, %rd285, 3;
+	and.b64  	%rd133, %rd132, -4;
+	mov.u32 	%r47, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r47;
+	mul.lo.s64 	%rd134, %rd133, %rd9;
+	min.u64 	%rd10, %rd134, %rd128;
+	add.s64 	%rd135, %rd10, %rd133;
+	min.u64 	%rd11, %rd135, %rd128;
+	sub.s64 	%rd136, %rd11, %rd10;
+	and.b64  	%rd137, %rd136, -4;
+	add.s64 	%rd12, %rd137, %rd10;
+	mul.wide.u32 	%rd138, %r40, 8;
+	add.s64 	%rd13, %rd3, %rd138;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd126;
+	@%p2 bra 	$L__BB34_14;
+
+	and.b64  	%rd139, %rd126, 15;
+	setp.eq.s64 	%p3, %rd139, 0;
+	mov.u32 	%r48, %tid.x;
+	cvt.u64.u32 	%rd15, %r48;
+	@%p3 bra 	$L__BB34_8;
+
+	add.s64 	%rd286, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd286, %rd11;
+	@%p4 bra 	$L__BB34_14;
+
+	mov.u32 	%r49, %ntid.x;
+	cvt.u64.u32 	%rd17, %r49;
+
+$L__BB34_7:
+	shl.b64 	%rd140, %rd286, 2;
+	add.s64 	%rd141, %rd2, %rd140;
+	ld.global.u32 	%r50, [%rd141];
+	add.s64 	%rd142, %rd14, %rd140;
+	st.u32 	[%rd142], %r50;
+	add.s64 	%rd286, %rd286, %rd17;
+	setp.lt.u64 	%p5, %rd286, %rd11;
+	@%p5 bra 	$L__BB34_7;
+	bra.uni 	$L__BB34_14;
+
+$L__BB34_8:
+	shl.b64 	%rd143, %rd15, 2;
+	add.s64 	%rd287, %rd10, %rd143;
+	setp.ge.u64 	%p6, %rd287, %rd12;
+	@%p6 bra 	$L__BB34_11;
+
+	mov.u32 	%r51, %ntid.x;
+	mul.wide.u32 	%rd21, %r51, 4;
+
+$L__BB34_10:
+	shl.b64 	%rd144, %rd287, 2;
+	add.s64 	%rd145, %rd2, %rd144;
+	add.s64 	%rd146, %rd14, %rd144;
+	ld.global.v4.u32 	{%r52, %r53, %r54, %r55}, [%rd145];
+	st.v4.u32 	[%rd146], {%r52, %r53, %r54, %r55};
+	add.s64 	%rd287, %rd287, %rd21;
+	setp.lt.u64 	%p7, %rd287, %rd12;
+	@%p7 bra 	$L__BB34_10;
+
+$L__BB34_11:
+	add.s64 	%rd288, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd288, %rd11;
+	@%p8 bra 	$L__BB34_14;
+
+	mov.u32 	%r60, %ntid.x;
+	cvt.u64.u32 	%rd25, %r60;
+
+$L__BB34_13:
+	shl.b64 	%rd147, %rd288, 2;
+	add.s64 	%rd148, %rd2, %rd147;
+	ld.global.u32 	%r61, [%rd148];
+	add.s64 	%rd149, %rd14, %rd147;
+	st.u32 	[%rd149], %r61;
+	add.s64 	%rd288, %rd288, %rd25;
+	setp.lt.u64 	%p9, %rd288, %rd11;
+	@%p9 bra 	$L__BB34_13;
+
+$L__BB34_14:
+	mov.u32 	%r1, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r1, %r41;
+	@%p10 bra 	$L__BB34_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r62, %r40, 9;
+	cvt.u64.u32 	%rd150, %r62;
+	add.s64 	%rd28, %rd150, %rd9;
+	shl.b64 	%rd157, %rd28, 3;
+	mov.u32 	%r121, %r1;
+
+$L__BB34_16:
+	setp.eq.s32 	%p11, %r121, %r40;
+	@%p11 bra 	$L__BB34_18;
+
+	mul.wide.u32 	%rd153, %r121, 8;
+	add.s64 	%rd154, %rd3, %rd153;
+	ld.global.u64 	%rd155, [%rd154];
+	add.s64 	%rd156, %rd155, %rd127;
+	add.s64 	%rd151, %rd156, %rd157;
+	mov.u64 	%rd152, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd151], %rd152;
+	// end inline asm
+
+$L__BB34_18:
+	add.s32 	%r121, %r121, %r2;
+	setp.lt.u32 	%p12, %r121, %r41;
+	@%p12 bra 	$L__BB34_16;
+
+$L__BB34_19:
+	@%p10 bra 	$L__BB34_26;
+
+	ld.global.u64 	%rd158, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd158, %rd127;
+	mov.u32 	%r122, %r1;
+
+$L__BB34_21:
+	setp.eq.s32 	%p14, %r122, %r40;
+	@%p14 bra 	$L__BB34_25;
+
+	shl.b32 	%r63, %r122, 9;
+	cvt.u64.u32 	%rd159, %r63;
+	add.s64 	%rd160, %rd159, %rd9;
+	shl.b64 	%rd161, %rd160, 3;
+	add.s64 	%rd30, %rd29, %rd161;
+
+$L__BB34_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd162, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd162, 0;
+	@%p15 bra 	$L__BB34_23;
+
+	mov.u64 	%rd164, 0;
+	st.volatile.u64 	[%rd30], %rd164;
+
+$L__BB34_25:
+	add.s32 	%r122, %r122, %r5;
+	setp.lt.u32 	%p16, %r122, %r41;
+	@%p16 bra 	$L__BB34_21;
+
+$L__BB34_26:
+	bar.sync 	0;
+	cvt.u64.u32 	%rd31, %r1;
+	mul.wide.u32 	%rd165, %r1, 4;
+	add.s64 	%rd289, %rd10, %rd165;
+	setp.ge.u64 	%p17, %rd289, %rd12;
+	@%p17 bra 	$L__BB34_56;
+
+	cvt.u64.u32 	%rd34, %r41;
+	mov.u32 	%r64, %ntid.x;
+	mul.wide.u32 	%rd35, %r64, 4;
+	and.b64  	%rd36, %rd125, 15;
+
+$L__BB34_28:
+	ld.global.u64 	%rd166, [%rd3];
+	shl.b64 	%rd167, %rd289, 2;
+	add.s64 	%rd168, %rd166, %rd167;
+	ld.v4.u32 	{%r65, %r66, %r67, %r68}, [%rd168];
+	cvt.s64.s32 	%rd297, %r65;
+	cvt.s64.s32 	%rd296, %r66;
+	cvt.s64.s32 	%rd295, %r67;
+	cvt.s64.s32 	%rd294, %r68;
+	setp.lt.u32 	%p18, %r41, 2;
+	@%p18 bra 	$L__BB34_39;
+
+	setp.eq.s32 	%p19, %r42, 2;
+	@%p19 bra 	$L__BB34_37;
+	bra.uni 	$L__BB34_30;
+
+$L__BB34_37:
+	mov.u32 	%r124, 1;
+
+$L__BB34_38:
+	mul.wide.u32 	%rd186, %r124, 8;
+	add.s64 	%rd187, %rd3, %rd186;
+	ld.global.u64 	%rd188, [%rd187];
+	add.s64 	%rd190, %rd188, %rd167;
+	ld.v4.u32 	{%r79, %r80, %r81, %r82}, [%rd190];
+	cvt.s64.s32 	%rd191, %r79;
+	min.s64 	%rd297, %rd297, %rd191;
+	cvt.s64.s32 	%rd192, %r80;
+	min.s64 	%rd296, %rd296, %rd192;
+	cvt.s64.s32 	%rd193, %r81;
+	min.s64 	%rd295, %rd295, %rd193;
+	cvt.s64.s32 	%rd194, %r82;
+	min.s64 	%rd294, %rd294, %rd194;
+	add.s32 	%r124, %r124, 1;
+	setp.lt.u32 	%p23, %r124, %r41;
+	@%p23 bra 	$L__BB34_38;
+	bra.uni 	$L__BB34_39;
+
+$L__BB34_30:
+	mov.u32 	%r123, 1;
+
+$L__BB34_31:
+	mul.wide.u32 	%rd169, %r123, 8;
+	add.s64 	%rd170, %rd3, %rd169;
+	ld.global.u64 	%rd171, [%rd170];
+	add.s64 	%rd173, %rd171, %rd167;
+	ld.v4.u32 	{%r74, %r75, %r76, %r77}, [%rd173];
+	setp.eq.s32 	%p20, %r42, 3;
+	@%p20 bra 	$L__BB34_34;
+
+	setp.ne.s32 	%p21, %r42, 4;
+	@%p21 bra 	$L__BB34_35;
+
+	cvt.s64.s32 	%rd174, %r74;
+	mul.lo.s64 	%rd297, %rd297, %rd174;
+	cvt.s64.s32 	%rd175, %r75;
+	mul.lo.s64 	%rd296, %rd296, %rd175;
+	cvt.s64.s32 	%rd176, %r76;
+	mul.lo.s64 	%rd295, %rd295, %rd176;
+	cvt.s64.s32 	%rd177, %r77;
+	mul.lo.s64 	%rd294, %rd294, %rd177;
+	bra.uni 	$L__BB34_36;
+
+$L__BB34_34:
+	cvt.s64.s32 	%rd178, %r74;
+	max.s64 	%rd297, %rd297, %rd178;
+	cvt.s64.s32 	%rd179, %r75;
+	max.s64 	%rd296, %rd296, %rd179;
+	cvt.s64.s32 	%rd180, %r76;
+	max.s64 	%rd295, %rd295, %rd180;
+	cvt.s64.s32 	%rd181, %r77;
+	max.s64 	%rd294, %rd294, %rd181;
+	bra.uni 	$L__BB34_36;
+
+$L__BB34_35:
+	cvt.s64.s32 	%rd182, %r74;
+	add.s64 	%rd297, %rd297, %rd182;
+	cvt.s64.s32 	%rd183, %r75;
+	add.s64 	%rd296, %rd296, %rd183;
+	cvt.s64.s32 	%rd184, %r76;
+	add.s64 	%rd295, %rd295, %rd184;
+	cvt.s64.s32 	%rd185, %r77;
+	add.s64 	%rd294, %rd294, %rd185;
+
+$L__BB34_36:
+	add.s32 	%r123, %r123, 1;
+	setp.lt.u32 	%p22, %r123, %r41;
+	@%p22 bra 	$L__BB34_31;
+
+$L__BB34_39:
+	setp.ne.s32 	%p24, %r42, 1;
+	@%p24 bra 	$L__BB34_52;
+
+	and.b64  	%rd195, %rd297, -4294967296;
+	setp.eq.s64 	%p25, %rd195, 0;
+	@%p25 bra 	$L__BB34_42;
+
+	div.s64 	%rd297, %rd297, %rd34;
+	bra.uni 	$L__BB34_43;
+
+$L__BB34_42:
+	cvt.u32.u64 	%r87, %rd34;
+	cvt.u32.u64 	%r88, %rd297;
+	div.u32 	%r89, %r88, %r87;
+	cvt.u64.u32 	%rd297, %r89;
+
+$L__BB34_43:
+	and.b64  	%rd196, %rd296, -4294967296;
+	setp.eq.s64 	%p26, %rd196, 0;
+	@%p26 bra 	$L__BB34_45;
+
+	div.s64 	%rd296, %rd296, %rd34;
+	bra.uni 	$L__BB34_46;
+
+$L__BB34_45:
+	cvt.u32.u64 	%r90, %rd34;
+	cvt.u32.u64 	%r91, %rd296;
+	div.u32 	%r92, %r91, %r90;
+	cvt.u64.u32 	%rd296, %r92;
+
+$L__BB34_46:
+	and.b64  	%rd197, %rd295, -4294967296;
+	setp.eq.s64 	%p27, %rd197, 0;
+	@%p27 bra 	$L__BB34_48;
+
+	div.s64 	%rd295, %rd295, %rd34;
+	bra.uni 	$L__BB34_49;
+
+$L__BB34_48:
+	cvt.u32.u64 	%r93, %rd34;
+	cvt.u32.u64 	%r94, %rd295;
+	div.u32 	%r95, %r94, %r93;
+	cvt.u64.u32 	%rd295, %r95;
+
+$L__BB34_49:
+	and.b64  	%rd198, %rd294, -4294967296;
+	setp.eq.s64 	%p28, %rd198, 0;
+	@%p28 bra 	$L__BB34_51;
+
+	div.s64 	%rd294, %rd294, %rd34;
+	bra.uni 	$L__BB34_52;
+
+$L__BB34_51:
+	cvt.u32.u64 	%r96, %rd34;
+	cvt.u32.u64 	%r97, %rd294;
+	div.u32 	%r98, %r97, %r96;
+	cvt.u64.u32 	%rd294, %r98;
+
+$L__BB34_52:
+	cvt.u32.u64 	%r16, %rd297;
+	cvt.u32.u64 	%r17, %rd296;
+	cvt.u32.u64 	%r18, %rd295;
+	cvt.u32.u64 	%r19, %rd294;
+	add.s64 	%rd200, %rd1, %rd167;
+	add.s64 	%rd89, %rd200, 4;
+	setp.eq.s64 	%p29, %rd36, 0;
+	@%p29 bra 	$L__BB34_54;
+
+	st.global.u32 	[%rd89+-4], %r16;
+	st.global.u32 	[%rd89], %r17;
+	st.global.u32 	[%rd89+4], %r18;
+	st.global.u32 	[%rd89+8], %r19;
+	bra.uni 	$L__BB34_55;
+
+$L__BB34_54:
+	st.global.v4.u32 	[%rd89+-4], {%r16, %r17, %r18, %r19};
+
+$L__BB34_55:
+	add.s64 	%rd289, %rd289, %rd35;
+	setp.lt.u64 	%p30, %rd289, %rd12;
+	@%p30 bra 	$L__BB34_28;
+
+$L__BB34_56:
+	add.s64 	%rd313, %rd12, %rd31;
+	setp.ge.u64 	%p31, %rd313, %rd11;
+	@%p31 bra 	$L__BB34_86;
+
+	setp.gt.u32 	%p32, %r41, 1;
+	cvt.u64.u32 	%rd92, %r41;
+	mov.u32 	%r99, %ntid.x;
+	cvt.u64.u32 	%rd93, %r99;
+	@%p32 bra 	$L__BB34_64;
+	bra.uni 	$L__BB34_58;
+
+$L__BB34_64:
+	add.s32 	%r103, %r41, -1;
+	add.s32 	%r20, %r41, -2;
+	and.b32  	%r21, %r103, 3;
+	sub.s32 	%r22, %r103, %r21;
+
+$L__BB34_65:
+	ld.global.u64 	%rd207, [%rd3];
+	shl.b64 	%rd208, %rd313, 2;
+	add.s64 	%rd209, %rd207, %rd208;
+	ld.s32 	%rd323, [%rd209];
+	setp.eq.s32 	%p36, %r42, 2;
+	@%p36 bra 	$L__BB34_72;
+
+	setp.eq.s32 	%p37, %r42, 3;
+	@%p37 bra 	$L__BB34_70;
+
+	setp.ne.s32 	%p38, %r42, 4;
+	@%p38 bra 	$L__BB34_79;
+
+	mov.u32 	%r125, 1;
+	mov.u64 	%rd316, %rd3;
+
+$L__BB34_69:
+	add.s64 	%rd105, %rd316, 8;
+	ld.global.u64 	%rd210, [%rd316+8];
+	add.s64 	%rd212, %rd210, %rd208;
+	ld.s32 	%rd213, [%rd212];
+	mul.lo.s64 	%rd323, %rd323, %rd213;
+	add.s32 	%r125, %r125, 1;
+	setp.lt.u32 	%p39, %r125, %r41;
+	mov.u64 	%rd316, %rd105;
+	@%p39 bra 	$L__BB34_69;
+	bra.uni 	$L__BB34_81;
+
+$L__BB34_72:
+	setp.lt.u32 	%p41, %r20, 3;
+	mov.u32 	%r129, 1;
+	@%p41 bra 	$L__BB34_75;
+
+	mov.u32 	%r129, 1;
+	mov.u32 	%r128, %r22;
+
+$L__BB34_74:
+	mul.wide.u32 	%rd221, %r129, 8;
+	add.s64 	%rd222, %rd3, %rd221;
+	ld.global.u64 	%rd223, [%rd222];
+	add.s64 	%rd225, %rd223, %rd208;
+	ld.s32 	%rd226, [%rd225];
+	min.s64 	%rd227, %rd323, %rd226;
+	ld.global.u64 	%rd228, [%rd222+8];
+	add.s64 	%rd229, %rd228, %rd208;
+	ld.s32 	%rd230, [%rd229];
+	min.s64 	%rd231, %rd227, %rd230;
+	ld.global.u64 	%rd232, [%rd222+16];
+	add.s64 	%rd233, %rd232, %rd208;
+	ld.s32 	%rd234, [%rd233];
+	min.s64 	%rd235, %rd231, %rd234;
+	add.s32 	%r108, %r129, 3;
+	mul.wide.u32 	%rd236, %r108, 8;
+	add.s64 	%rd237, %rd3, %rd236;
+	ld.global.u64 	%rd238, [%rd237];
+	add.s64 	%rd239, %rd238, %rd208;
+	ld.s32 	%rd240, [%rd239];
+	min.s64 	%rd323, %rd235, %rd240;
+	add.s32 	%r129, %r129, 4;
+	add.s32 	%r128, %r128, -4;
+	setp.ne.s32 	%p42, %r128, 0;
+	@%p42 bra 	$L__BB34_74;
+
+$L__BB34_75:
+	setp.eq.s32 	%p43, %r21, 0;
+	@%p43 bra 	$L__BB34_81;
+
+	setp.eq.s32 	%p44, %r21, 1;
+	mul.wide.u32 	%rd241, %r129, 8;
+	add.s64 	%rd242, %rd3, %rd241;
+	ld.global.u64 	%rd243, [%rd242];
+	add.s64 	%rd245, %rd243, %rd208;
+	ld.s32 	%rd246, [%rd245];
+	min.s64 	%rd323, %rd323, %rd246;
+	@%p44 bra 	$L__BB34_81;
+
+	setp.eq.s32 	%p45, %r21, 2;
+	add.s32 	%r109, %r129, 1;
+	mul.wide.u32 	%rd247, %r109, 8;
+	add.s64 	%rd248, %rd3, %rd247;
+	ld.global.u64 	%rd249, [%rd248];
+	add.s64 	%rd251, %rd249, %rd208;
+	ld.s32 	%rd252, [%rd251];
+	min.s64 	%rd323, %rd323, %rd252;
+	@%p45 bra 	$L__BB34_81;
+
+	add.s32 	%r110, %r129, 2;
+	mul.wide.u32 	%rd253, %r110, 8;
+	add.s64 	%rd254, %rd3, %rd253;
+	ld.global.u64 	%rd255, [%rd254];
+	add.s64 	%rd257, %rd255, %rd208;
+	ld.s32 	%rd258, [%rd257];
+	min.s64 	%rd323, %rd323, %rd258;
+	bra.uni 	$L__BB34_81;
+
+$L__BB34_70:
+	mov.u32 	%r126, 1;
+
+$L__BB34_71:
+	mul.wide.u32 	%rd214, %r126, 8;
+	add.s64 	%rd215, %rd3, %rd214;
+	ld.global.u64 	%rd216, [%rd215];
+	add.s64 	%rd218, %rd216, %rd208;
+	ld.s32 	%rd219, [%rd218];
+	max.s64 	%rd323, %rd323, %rd219;
+	add.s32 	%r126, %r126, 1;
+	setp.lt.u32 	%p40, %r126, %r41;
+	@%p40 bra 	$L__BB34_71;
+	bra.uni 	$L__BB34_81;
+
+$L__BB34_79:
+	mov.u32 	%r130, 1;
+
+$L__BB34_80:
+	mul.wide.u32 	%rd259, %r130, 8;
+	add.s64 	%rd260, %rd3, %rd259;
+	ld.global.u64 	%rd261, [%rd260];
+	add.s64 	%rd263, %rd261, %rd208;
+	ld.s32 	%rd264, [%rd263];
+	add.s64 	%rd323, %rd323, %rd264;
+	add.s32 	%r130, %r130, 1;
+	setp.lt.u32 	%p46, %r130, %r41;
+	@%p46 bra 	$L__BB34_80;
+
+$L__BB34_81:
+	setp.ne.s32 	%p47, %r42, 1;
+	@%p47 bra 	$L__BB34_85;
+
+	and.b64  	%rd265, %rd323, -4294967296;
+	setp.eq.s64 	%p48, %rd265, 0;
+	@%p48 bra 	$L__BB34_84;
+
+	div.s64 	%rd323, %rd323, %rd92;
+	bra.uni 	$L__BB34_85;
+
+$L__BB34_84:
+	cvt.u32.u64 	%r112, %rd92;
+	cvt.u32.u64 	%r113, %rd323;
+	div.u32 	%r114, %r113, %r112;
+	cvt.u64.u32 	%rd323, %r114;
+
+$L__BB34_85:
+	add.s64 	%rd267, %rd1, %rd208;
+	st.global.u32 	[%rd267], %rd323;
+	add.s64 	%rd313, %rd313, %rd93;
+	setp.lt.u64 	%p49, %rd313, %rd11;
+	@%p49 bra 	$L__BB34_65;
+	bra.uni 	$L__BB34_86;
+
+$L__BB34_58:
+	cvt.u32.u64 	%r100, %rd92;
+
+$L__BB34_59:
+	ld.global.u64 	%rd201, [%rd3];
+	shl.b64 	%rd202, %rd313, 2;
+	add.s64 	%rd203, %rd201, %rd202;
+	ld.s32 	%rd314, [%rd203];
+	setp.ne.s32 	%p33, %r42, 1;
+	@%p33 bra 	$L__BB34_63;
+
+	and.b64  	%rd204, %rd314, -4294967296;
+	setp.eq.s64 	%p34, %rd204, 0;
+	@%p34 bra 	$L__BB34_62;
+
+	div.s64 	%rd314, %rd314, %rd92;
+	bra.uni 	$L__BB34_63;
+
+$L__BB34_62:
+	cvt.u32.u64 	%r101, %rd314;
+	div.u32 	%r102, %r101, %r100;
+	cvt.u64.u32 	%rd314, %r102;
+
+$L__BB34_63:
+	add.s64 	%rd206, %rd1, %rd202;
+	st.global.u32 	[%rd206], %rd314;
+	add.s64 	%rd313, %rd313, %rd93;
+	setp.lt.u64 	%p35, %rd313, %rd11;
+	@%p35 bra 	$L__BB34_59;
+
+$L__BB34_86:
+	bar.sync 	0;
+	@%p10 bra 	$L__BB34_91;
+
+	mov.u32 	%r131, %tid.x;
+	mov.u32 	%r34, %ntid.x;
+	add.s32 	%r115, %r41, %r40;
+	shl.b32 	%r116, %r115, 9;
+	cvt.u64.u32 	%rd268, %r116;
+	add.s64 	%rd122, %rd268, %rd9;
+	shl.b64 	%rd275, %rd122, 3;
+
+$L__BB34_88:
+	setp.eq.s32 	%p51, %r131, %r40;
+	@%p51 bra 	$L__BB34_90;
+
+	mul.wide.u32 	%rd271, %r131, 8;
+	add.s64 	%rd272, %rd3, %rd271;
+	ld.global.u64 	%rd273, [%rd272];
+	add.s64 	%rd274, %rd273, %rd127;
+	add.s64 	%rd269, %rd274, %rd275;
+	mov.u64 	%rd270, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd269], %rd270;
+	// end inline asm
+
+$L__BB34_90:
+	add.s32 	%r131, %r131, %r34;
+	setp.lt.u32 	%p52, %r131, %r41;
+	@%p52 bra 	$L__BB34_88;
+
+$L__BB34_91:
+	@%p10 bra 	$L__BB34_98;
+
+	mul.wide.u32 	%rd284, %r40, 8;
+	add.s64 	%rd283, %rd3, %rd284;
+	mov.u32 	%r132, %tid.x;
+	ld.global.u64 	%rd276, [%rd283];
+	mov.u32 	%r37, %ntid.x;
+	add.s64 	%rd123, %rd276, %rd127;
+
+$L__BB34_93:
+	setp.eq.s32 	%p54, %r132, %r40;
+	@%p54 bra 	$L__BB34_97;
+
+	add.s32 	%r117, %r132, %r41;
+	shl.b32 	%r118, %r117, 9;
+	cvt.u64.u32 	%rd277, %r118;
+	add.s64 	%rd278, %rd277, %rd9;
+	shl.b64 	%rd279, %rd278, 3;
+	add.s64 	%rd124, %rd123, %rd279;
+
+$L__BB34_95:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd280, [%rd124];
+	// end inline asm
+	setp.eq.s64 	%p55, %rd280, 0;
+	@%p55 bra 	$L__BB34_95;
+
+	mov.u64 	%rd282, 0;
+	st.volatile.u64 	[%rd124], %rd282;
+
+$L__BB34_97:
+	add.s32 	%r132, %r132, %r37;
+	setp.lt.u32 	%p56, %r132, %r41;
+	@%p56 bra 	$L__BB34_93;
+
+$L__BB34_98:
+	bar.sync 	0;
 	ret;
 
 }
@@ -4672,19 +8571,19 @@ $L__BB29_6:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB30_12;
+	@%p1 bra 	$L__BB35_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB30_3;
-	bra.uni 	$L__BB30_2;
+	@%p2 bra 	$L__BB35_3;
+	bra.uni 	$L__BB35_2;
 
-$L__BB30_3:
+$L__BB35_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB30_4:
+$L__BB35_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -4693,12 +8592,12 @@ $L__BB30_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB30_7;
+	@%p4 bra 	$L__BB35_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB30_6:
+$L__BB35_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -4727,11 +8626,11 @@ $L__BB30_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB30_6;
+	@%p5 bra 	$L__BB35_6;
 
-$L__BB30_7:
+$L__BB35_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB30_11;
+	@%p6 bra 	$L__BB35_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -4741,7 +8640,7 @@ $L__BB30_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	add.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB30_11;
+	@%p7 bra 	$L__BB35_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -4752,7 +8651,7 @@ $L__BB30_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	add.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB30_11;
+	@%p8 bra 	$L__BB35_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -4763,16 +8662,16 @@ $L__BB30_7:
 	ld.global.u64 	%rd82, [%rd81];
 	add.s64 	%rd90, %rd82, %rd90;
 
-$L__BB30_11:
+$L__BB35_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB30_4;
-	bra.uni 	$L__BB30_12;
+	@%p9 bra 	$L__BB35_4;
+	bra.uni 	$L__BB35_12;
 
-$L__BB30_2:
+$L__BB35_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -4784,9 +8683,9 @@ $L__BB30_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB30_2;
+	@%p3 bra 	$L__BB35_2;
 
-$L__BB30_12:
+$L__BB35_12:
 	ret;
 
 }
@@ -4820,20 +8719,20 @@ $L__BB30_12:
 	cvt.u64.u32 	%rd32, %r13;
 	add.s64 	%rd94, %rd31, %rd32;
 	setp.ge.u64 	%p1, %rd94, %rd28;
-	@%p1 bra 	$L__BB31_18;
+	@%p1 bra 	$L__BB36_18;
 
 	setp.gt.u32 	%p2, %r9, 1;
 	cvt.u64.u32 	%rd5, %r9;
-	@%p2 bra 	$L__BB31_6;
-	bra.uni 	$L__BB31_2;
+	@%p2 bra 	$L__BB36_6;
+	bra.uni 	$L__BB36_2;
 
-$L__BB31_6:
+$L__BB36_6:
 	add.s32 	%r17, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r17, 3;
 	sub.s32 	%r3, %r17, %r2;
 
-$L__BB31_7:
+$L__BB36_7:
 	ld.global.u64 	%rd42, [%rd2];
 	cvta.to.global.u64 	%rd43, %rd42;
 	add.s64 	%rd13, %rd94, %rd27;
@@ -4842,12 +8741,12 @@ $L__BB31_7:
 	ld.global.u64 	%rd100, [%rd45];
 	setp.lt.u32 	%p5, %r1, 3;
 	mov.u32 	%r28, 1;
-	@%p5 bra 	$L__BB31_10;
+	@%p5 bra 	$L__BB36_10;
 
 	mov.u32 	%r28, 1;
 	mov.u32 	%r27, %r3;
 
-$L__BB31_9:
+$L__BB36_9:
 	mul.wide.u32 	%rd46, %r28, 8;
 	add.s64 	%rd47, %rd2, %rd46;
 	ld.global.u64 	%rd48, [%rd47];
@@ -4876,11 +8775,11 @@ $L__BB31_9:
 	add.s32 	%r28, %r28, 4;
 	add.s32 	%r27, %r27, -4;
 	setp.ne.s32 	%p6, %r27, 0;
-	@%p6 bra 	$L__BB31_9;
+	@%p6 bra 	$L__BB36_9;
 
-$L__BB31_10:
+$L__BB36_10:
 	setp.eq.s32 	%p7, %r2, 0;
-	@%p7 bra 	$L__BB31_14;
+	@%p7 bra 	$L__BB36_14;
 
 	setp.eq.s32 	%p8, %r2, 1;
 	mul.wide.u32 	%rd70, %r28, 8;
@@ -4890,7 +8789,7 @@ $L__BB31_10:
 	add.s64 	%rd75, %rd73, %rd44;
 	ld.global.u64 	%rd76, [%rd75];
 	add.s64 	%rd100, %rd76, %rd100;
-	@%p8 bra 	$L__BB31_14;
+	@%p8 bra 	$L__BB36_14;
 
 	setp.eq.s32 	%p9, %r2, 2;
 	add.s32 	%r21, %r28, 1;
@@ -4901,7 +8800,7 @@ $L__BB31_10:
 	add.s64 	%rd82, %rd80, %rd44;
 	ld.global.u64 	%rd83, [%rd82];
 	add.s64 	%rd100, %rd83, %rd100;
-	@%p9 bra 	$L__BB31_14;
+	@%p9 bra 	$L__BB36_14;
 
 	add.s32 	%r22, %r28, 2;
 	mul.wide.u32 	%rd84, %r22, 8;
@@ -4912,30 +8811,30 @@ $L__BB31_10:
 	ld.global.u64 	%rd90, [%rd89];
 	add.s64 	%rd100, %rd90, %rd100;
 
-$L__BB31_14:
+$L__BB36_14:
 	and.b64  	%rd91, %rd100, -4294967296;
 	setp.eq.s64 	%p10, %rd91, 0;
-	@%p10 bra 	$L__BB31_16;
+	@%p10 bra 	$L__BB36_16;
 
 	div.s64 	%rd101, %rd100, %rd5;
-	bra.uni 	$L__BB31_17;
+	bra.uni 	$L__BB36_17;
 
-$L__BB31_16:
+$L__BB36_16:
 	cvt.u32.u64 	%r23, %rd5;
 	cvt.u32.u64 	%r24, %rd100;
 	div.u32 	%r25, %r24, %r23;
 	cvt.u64.u32 	%rd101, %r25;
 
-$L__BB31_17:
+$L__BB36_17:
 	shl.b64 	%rd92, %rd94, 3;
 	add.s64 	%rd93, %rd1, %rd92;
 	st.global.u64 	[%rd93], %rd101;
 	add.s64 	%rd94, %rd94, %rd3;
 	setp.lt.u64 	%p11, %rd94, %rd28;
-	@%p11 bra 	$L__BB31_7;
-	bra.uni 	$L__BB31_18;
+	@%p11 bra 	$L__BB36_7;
+	bra.uni 	$L__BB36_18;
 
-$L__BB31_2:
+$L__BB36_2:
 	ld.global.u64 	%rd33, [%rd2];
 	cvta.to.global.u64 	%rd34, %rd33;
 	add.s64 	%rd35, %rd94, %rd27;
@@ -4944,26 +8843,26 @@ $L__BB31_2:
 	ld.global.u64 	%rd7, [%rd37];
 	and.b64  	%rd38, %rd7, -4294967296;
 	setp.eq.s64 	%p3, %rd38, 0;
-	@%p3 bra 	$L__BB31_4;
+	@%p3 bra 	$L__BB36_4;
 
 	div.s64 	%rd95, %rd7, %rd5;
-	bra.uni 	$L__BB31_5;
+	bra.uni 	$L__BB36_5;
 
-$L__BB31_4:
+$L__BB36_4:
 	cvt.u32.u64 	%r14, %rd5;
 	cvt.u32.u64 	%r15, %rd7;
 	div.u32 	%r16, %r15, %r14;
 	cvt.u64.u32 	%rd95, %r16;
 
-$L__BB31_5:
+$L__BB36_5:
 	shl.b64 	%rd39, %rd94, 3;
 	add.s64 	%rd40, %rd1, %rd39;
 	st.global.u64 	[%rd40], %rd95;
 	add.s64 	%rd94, %rd94, %rd3;
 	setp.lt.u64 	%p4, %rd94, %rd28;
-	@%p4 bra 	$L__BB31_2;
+	@%p4 bra 	$L__BB36_2;
 
-$L__BB31_18:
+$L__BB36_18:
 	ret;
 
 }
@@ -4997,19 +8896,19 @@ $L__BB31_18:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB32_12;
+	@%p1 bra 	$L__BB37_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB32_3;
-	bra.uni 	$L__BB32_2;
+	@%p2 bra 	$L__BB37_3;
+	bra.uni 	$L__BB37_2;
 
-$L__BB32_3:
+$L__BB37_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB32_4:
+$L__BB37_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -5018,12 +8917,12 @@ $L__BB32_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB32_7;
+	@%p4 bra 	$L__BB37_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB32_6:
+$L__BB37_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -5052,11 +8951,11 @@ $L__BB32_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB32_6;
+	@%p5 bra 	$L__BB37_6;
 
-$L__BB32_7:
+$L__BB37_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB32_11;
+	@%p6 bra 	$L__BB37_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -5066,7 +8965,7 @@ $L__BB32_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	min.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB32_11;
+	@%p7 bra 	$L__BB37_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -5077,7 +8976,7 @@ $L__BB32_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	min.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB32_11;
+	@%p8 bra 	$L__BB37_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -5088,16 +8987,16 @@ $L__BB32_7:
 	ld.global.u64 	%rd82, [%rd81];
 	min.s64 	%rd90, %rd82, %rd90;
 
-$L__BB32_11:
+$L__BB37_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB32_4;
-	bra.uni 	$L__BB32_12;
+	@%p9 bra 	$L__BB37_4;
+	bra.uni 	$L__BB37_12;
 
-$L__BB32_2:
+$L__BB37_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -5109,9 +9008,9 @@ $L__BB32_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB32_2;
+	@%p3 bra 	$L__BB37_2;
 
-$L__BB32_12:
+$L__BB37_12:
 	ret;
 
 }
@@ -5145,19 +9044,19 @@ $L__BB32_12:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB33_12;
+	@%p1 bra 	$L__BB38_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB33_3;
-	bra.uni 	$L__BB33_2;
+	@%p2 bra 	$L__BB38_3;
+	bra.uni 	$L__BB38_2;
 
-$L__BB33_3:
+$L__BB38_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB33_4:
+$L__BB38_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -5166,12 +9065,12 @@ $L__BB33_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB33_7;
+	@%p4 bra 	$L__BB38_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB33_6:
+$L__BB38_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -5200,11 +9099,11 @@ $L__BB33_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB33_6;
+	@%p5 bra 	$L__BB38_6;
 
-$L__BB33_7:
+$L__BB38_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB33_11;
+	@%p6 bra 	$L__BB38_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -5214,7 +9113,7 @@ $L__BB33_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	max.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB33_11;
+	@%p7 bra 	$L__BB38_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -5225,7 +9124,7 @@ $L__BB33_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	max.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB33_11;
+	@%p8 bra 	$L__BB38_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -5236,16 +9135,16 @@ $L__BB33_7:
 	ld.global.u64 	%rd82, [%rd81];
 	max.s64 	%rd90, %rd82, %rd90;
 
-$L__BB33_11:
+$L__BB38_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB33_4;
-	bra.uni 	$L__BB33_12;
+	@%p9 bra 	$L__BB38_4;
+	bra.uni 	$L__BB38_12;
 
-$L__BB33_2:
+$L__BB38_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -5257,9 +9156,9 @@ $L__BB33_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB33_2;
+	@%p3 bra 	$L__BB38_2;
 
-$L__BB33_12:
+$L__BB38_12:
 	ret;
 
 }
@@ -5293,19 +9192,19 @@ $L__BB33_12:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB34_12;
+	@%p1 bra 	$L__BB39_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB34_3;
-	bra.uni 	$L__BB34_2;
+	@%p2 bra 	$L__BB39_3;
+	bra.uni 	$L__BB39_2;
 
-$L__BB34_3:
+$L__BB39_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB34_4:
+$L__BB39_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -5314,12 +9213,12 @@ $L__BB34_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB34_7;
+	@%p4 bra 	$L__BB39_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB34_6:
+$L__BB39_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -5348,11 +9247,11 @@ $L__BB34_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB34_6;
+	@%p5 bra 	$L__BB39_6;
 
-$L__BB34_7:
+$L__BB39_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB34_11;
+	@%p6 bra 	$L__BB39_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -5362,7 +9261,7 @@ $L__BB34_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	mul.lo.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB34_11;
+	@%p7 bra 	$L__BB39_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -5373,7 +9272,7 @@ $L__BB34_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	mul.lo.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB34_11;
+	@%p8 bra 	$L__BB39_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -5384,16 +9283,16 @@ $L__BB34_7:
 	ld.global.u64 	%rd82, [%rd81];
 	mul.lo.s64 	%rd90, %rd82, %rd90;
 
-$L__BB34_11:
+$L__BB39_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB34_4;
-	bra.uni 	$L__BB34_12;
+	@%p9 bra 	$L__BB39_4;
+	bra.uni 	$L__BB39_12;
 
-$L__BB34_2:
+$L__BB39_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -5405,9 +9304,9 @@ $L__BB34_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB34_2;
+	@%p3 bra 	$L__BB39_2;
 
-$L__BB34_12:
+$L__BB39_12:
 	ret;
 
 }
@@ -5434,7 +9333,7 @@ $L__BB34_12:
 	cvt.u64.u32 	%rd16, %r4;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd20, %rd14;
-	@%p1 bra 	$L__BB35_6;
+	@%p1 bra 	$L__BB40_6;
 
 	cvt.u64.u32 	%rd3, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -5443,29 +9342,608 @@ $L__BB34_12:
 	cvta.to.global.u64 	%rd5, %rd13;
 	cvt.u32.u64 	%r6, %rd3;
 
-$L__BB35_2:
+$L__BB40_2:
 	shl.b64 	%rd18, %rd20, 3;
 	add.s64 	%rd7, %rd5, %rd18;
 	ld.global.u64 	%rd8, [%rd7];
 	and.b64  	%rd19, %rd8, -4294967296;
 	setp.eq.s64 	%p2, %rd19, 0;
-	@%p2 bra 	$L__BB35_4;
+	@%p2 bra 	$L__BB40_4;
 
 	div.s64 	%rd21, %rd8, %rd3;
-	bra.uni 	$L__BB35_5;
+	bra.uni 	$L__BB40_5;
 
-$L__BB35_4:
+$L__BB40_4:
 	cvt.u32.u64 	%r7, %rd8;
 	div.u32 	%r8, %r7, %r6;
 	cvt.u64.u32 	%rd21, %r8;
 
-$L__BB35_5:
+$L__BB40_5:
 	st.global.u64 	[%rd7], %rd21;
 	add.s64 	%rd20, %rd20, %rd4;
 	setp.lt.u64 	%p3, %rd20, %rd14;
-	@%p3 bra 	$L__BB35_2;
+	@%p3 bra 	$L__BB40_2;
 
-$L__BB35_6:
+$L__BB40_6:
+	ret;
+
+}
+	// .globl	smcuda_oneshot_i64
+.visible .entry smcuda_oneshot_i64(
+	.param .u64 smcuda_oneshot_i64_param_0,
+	.param .u64 smcuda_oneshot_i64_param_1,
+	.param .u64 smcuda_oneshot_i64_param_2,
+	.param .u64 smcuda_oneshot_i64_param_3,
+	.param .u32 smcuda_oneshot_i64_param_4,
+	.param .u32 smcuda_oneshot_i64_param_5,
+	.param .u64 smcuda_oneshot_i64_param_6,
+	.param .u32 smcuda_oneshot_i64_param_7
+)
+{
+	.reg .pred 	%p<55>;
+	.reg .b32 	%r<95>;
+	.reg .b64 	%rd<279>;
+
+
+	ld.param.u64 	%rd101, [smcuda_oneshot_i64_param_0];
+	ld.param.u64 	%rd102, [smcuda_oneshot_i64_param_1];
+	ld.param.u64 	%rd105, [smcuda_oneshot_i64_param_2];
+	ld.param.u64 	%rd103, [smcuda_oneshot_i64_param_3];
+	ld.param.u32 	%r32, [smcuda_oneshot_i64_param_4];
+	ld.param.u32 	%r33, [smcuda_oneshot_i64_param_5];
+	ld.param.u64 	%rd104, [smcuda_oneshot_i64_param_6];
+	ld.param.u32 	%r34, [smcuda_oneshot_i64_param_7];
+	cvta.to.global.u64 	%rd1, %rd101;
+	cvta.to.global.u64 	%rd2, %rd102;
+	cvta.to.global.u64 	%rd3, %rd105;
+	mov.u32 	%r35, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r35;
+	add.s64 	%rd106, %rd4, %rd104;
+	add.s64 	%rd5, %rd106, -1;
+	and.b64  	%rd107, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd107, 0;
+	@%p1 bra 	$L__BB41_2;
+
+	div.u64 	%rd251, %rd5, %rd4;
+	bra.uni 	$L__BB41_3;
+
+$L__BB41_2:
+	cvt.u32.u64 	%r36, %rd4;
+	cvt.u32.u64 	%r37, %rd5;
+	div.u32 	%r38, %r37, %r36;
+	cvt.u64.u32 	%rd251, %r38;
+
+$L__BB41_3:
+	add.s64 	%rd108, %rd251, 1;
+	and.b64  	%rd109, %rd108, -2;
+	mov.u32 	%r39, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r39;
+	mul.lo.s64 	%rd110, %rd109, %rd9;
+	min.u64 	%rd10, %rd110, %rd104;
+	add.s64 	%rd111, %rd10, %rd109;
+	min.u64 	%rd11, %rd111, %rd104;
+	sub.s64 	%rd112, %rd11, %rd10;
+	and.b64  	%rd113, %rd112, -2;
+	add.s64 	%rd12, %rd113, %rd10;
+	mul.wide.u32 	%rd114, %r32, 8;
+	add.s64 	%rd13, %rd3, %rd114;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd102;
+	@%p2 bra 	$L__BB41_14;
+
+	and.b64  	%rd115, %rd102, 15;
+	setp.eq.s64 	%p3, %rd115, 0;
+	mov.u32 	%r40, %tid.x;
+	cvt.u64.u32 	%rd15, %r40;
+	@%p3 bra 	$L__BB41_8;
+
+	add.s64 	%rd252, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd252, %rd11;
+	@%p4 bra 	$L__BB41_14;
+
+	mov.u32 	%r41, %ntid.x;
+	cvt.u64.u32 	%rd17, %r41;
+
+$L__BB41_7:
+	shl.b64 	%rd116, %rd252, 3;
+	add.s64 	%rd117, %rd2, %rd116;
+	ld.global.u64 	%rd118, [%rd117];
+	add.s64 	%rd119, %rd14, %rd116;
+	st.u64 	[%rd119], %rd118;
+	add.s64 	%rd252, %rd252, %rd17;
+	setp.lt.u64 	%p5, %rd252, %rd11;
+	@%p5 bra 	$L__BB41_7;
+	bra.uni 	$L__BB41_14;
+
+$L__BB41_8:
+	shl.b64 	%rd120, %rd15, 1;
+	add.s64 	%rd253, %rd10, %rd120;
+	setp.ge.u64 	%p6, %rd253, %rd12;
+	@%p6 bra 	$L__BB41_11;
+
+	mov.u32 	%r42, %ntid.x;
+	mul.wide.u32 	%rd21, %r42, 2;
+
+$L__BB41_10:
+	shl.b64 	%rd121, %rd253, 3;
+	add.s64 	%rd122, %rd2, %rd121;
+	add.s64 	%rd123, %rd14, %rd121;
+	ld.global.v4.u32 	{%r43, %r44, %r45, %r46}, [%rd122];
+	st.v4.u32 	[%rd123], {%r43, %r44, %r45, %r46};
+	add.s64 	%rd253, %rd253, %rd21;
+	setp.lt.u64 	%p7, %rd253, %rd12;
+	@%p7 bra 	$L__BB41_10;
+
+$L__BB41_11:
+	add.s64 	%rd254, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd254, %rd11;
+	@%p8 bra 	$L__BB41_14;
+
+	mov.u32 	%r51, %ntid.x;
+	cvt.u64.u32 	%rd25, %r51;
+
+$L__BB41_13:
+	shl.b64 	%rd124, %rd254, 3;
+	add.s64 	%rd125, %rd2, %rd124;
+	ld.global.u64 	%rd126, [%rd125];
+	add.s64 	%rd127, %rd14, %rd124;
+	st.u64 	[%rd127], %rd126;
+	add.s64 	%rd254, %rd254, %rd25;
+	setp.lt.u64 	%p9, %rd254, %rd11;
+	@%p9 bra 	$L__BB41_13;
+
+$L__BB41_14:
+	mov.u32 	%r94, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r94, %r33;
+	@%p10 bra 	$L__BB41_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r52, %r32, 9;
+	cvt.u64.u32 	%rd128, %r52;
+	add.s64 	%rd28, %rd128, %rd9;
+	shl.b64 	%rd135, %rd28, 3;
+	mov.u32 	%r83, %r94;
+
+$L__BB41_16:
+	setp.eq.s32 	%p11, %r83, %r32;
+	@%p11 bra 	$L__BB41_18;
+
+	mul.wide.u32 	%rd131, %r83, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd133, [%rd132];
+	add.s64 	%rd134, %rd133, %rd103;
+	add.s64 	%rd129, %rd134, %rd135;
+	mov.u64 	%rd130, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd129], %rd130;
+	// end inline asm
+
+$L__BB41_18:
+	add.s32 	%r83, %r83, %r2;
+	setp.lt.u32 	%p12, %r83, %r33;
+	@%p12 bra 	$L__BB41_16;
+
+$L__BB41_19:
+	@%p10 bra 	$L__BB41_26;
+
+	ld.global.u64 	%rd136, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd136, %rd103;
+	mov.u32 	%r84, %r94;
+
+$L__BB41_21:
+	setp.eq.s32 	%p14, %r84, %r32;
+	@%p14 bra 	$L__BB41_25;
+
+	shl.b32 	%r53, %r84, 9;
+	cvt.u64.u32 	%rd137, %r53;
+	add.s64 	%rd138, %rd137, %rd9;
+	shl.b64 	%rd139, %rd138, 3;
+	add.s64 	%rd30, %rd29, %rd139;
+
+$L__BB41_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd140, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd140, 0;
+	@%p15 bra 	$L__BB41_23;
+
+	mov.u64 	%rd142, 0;
+	st.volatile.u64 	[%rd30], %rd142;
+
+$L__BB41_25:
+	add.s32 	%r84, %r84, %r5;
+	setp.lt.u32 	%p16, %r84, %r33;
+	@%p16 bra 	$L__BB41_21;
+
+$L__BB41_26:
+	bar.sync 	0;
+	cvt.u64.u32 	%rd31, %r94;
+	mul.wide.u32 	%rd143, %r94, 2;
+	add.s64 	%rd255, %rd10, %rd143;
+	setp.ge.u64 	%p17, %rd255, %rd12;
+	@%p17 bra 	$L__BB41_50;
+
+	cvt.u64.u32 	%rd34, %r33;
+	mov.u32 	%r54, %ntid.x;
+	mul.wide.u32 	%rd35, %r54, 2;
+	and.b64  	%rd36, %rd101, 15;
+
+$L__BB41_28:
+	ld.global.u64 	%rd144, [%rd3];
+	shl.b64 	%rd145, %rd255, 3;
+	add.s64 	%rd146, %rd144, %rd145;
+	ld.v2.u64 	{%rd259, %rd258}, [%rd146];
+	setp.lt.u32 	%p18, %r33, 2;
+	@%p18 bra 	$L__BB41_39;
+
+	setp.eq.s32 	%p19, %r34, 2;
+	@%p19 bra 	$L__BB41_37;
+	bra.uni 	$L__BB41_30;
+
+$L__BB41_37:
+	mov.u32 	%r86, 1;
+
+$L__BB41_38:
+	mul.wide.u32 	%rd156, %r86, 8;
+	add.s64 	%rd157, %rd3, %rd156;
+	ld.global.u64 	%rd158, [%rd157];
+	add.s64 	%rd160, %rd158, %rd145;
+	ld.v2.u64 	{%rd161, %rd162}, [%rd160];
+	min.s64 	%rd259, %rd259, %rd161;
+	min.s64 	%rd258, %rd258, %rd162;
+	add.s32 	%r86, %r86, 1;
+	setp.lt.u32 	%p23, %r86, %r33;
+	@%p23 bra 	$L__BB41_38;
+	bra.uni 	$L__BB41_39;
+
+$L__BB41_30:
+	mov.u32 	%r85, 1;
+
+$L__BB41_31:
+	mul.wide.u32 	%rd149, %r85, 8;
+	add.s64 	%rd150, %rd3, %rd149;
+	ld.global.u64 	%rd151, [%rd150];
+	add.s64 	%rd153, %rd151, %rd145;
+	ld.v2.u64 	{%rd154, %rd155}, [%rd153];
+	setp.eq.s32 	%p20, %r34, 3;
+	@%p20 bra 	$L__BB41_34;
+
+	setp.ne.s32 	%p21, %r34, 4;
+	@%p21 bra 	$L__BB41_35;
+
+	mul.lo.s64 	%rd259, %rd259, %rd154;
+	mul.lo.s64 	%rd258, %rd258, %rd155;
+	bra.uni 	$L__BB41_36;
+
+$L__BB41_34:
+	max.s64 	%rd259, %rd259, %rd154;
+	max.s64 	%rd258, %rd258, %rd155;
+	bra.uni 	$L__BB41_36;
+
+$L__BB41_35:
+	add.s64 	%rd259, %rd259, %rd154;
+	add.s64 	%rd258, %rd258, %rd155;
+
+$L__BB41_36:
+	add.s32 	%r85, %r85, 1;
+	setp.lt.u32 	%p22, %r85, %r33;
+	@%p22 bra 	$L__BB41_31;
+
+$L__BB41_39:
+	setp.ne.s32 	%p24, %r34, 1;
+	@%p24 bra 	$L__BB41_46;
+
+	and.b64  	%rd165, %rd259, -4294967296;
+	setp.eq.s64 	%p25, %rd165, 0;
+	@%p25 bra 	$L__BB41_42;
+
+	div.s64 	%rd259, %rd259, %rd34;
+	bra.uni 	$L__BB41_43;
+
+$L__BB41_42:
+	cvt.u32.u64 	%r57, %rd34;
+	cvt.u32.u64 	%r58, %rd259;
+	div.u32 	%r59, %r58, %r57;
+	cvt.u64.u32 	%rd259, %r59;
+
+$L__BB41_43:
+	and.b64  	%rd166, %rd258, -4294967296;
+	setp.eq.s64 	%p26, %rd166, 0;
+	@%p26 bra 	$L__BB41_45;
+
+	div.s64 	%rd258, %rd258, %rd34;
+	bra.uni 	$L__BB41_46;
+
+$L__BB41_45:
+	cvt.u32.u64 	%r60, %rd34;
+	cvt.u32.u64 	%r61, %rd258;
+	div.u32 	%r62, %r61, %r60;
+	cvt.u64.u32 	%rd258, %r62;
+
+$L__BB41_46:
+	add.s64 	%rd168, %rd1, %rd145;
+	add.s64 	%rd65, %rd168, 8;
+	setp.eq.s64 	%p27, %rd36, 0;
+	@%p27 bra 	$L__BB41_48;
+
+	st.global.u64 	[%rd65+-8], %rd259;
+	st.global.u64 	[%rd65], %rd258;
+	bra.uni 	$L__BB41_49;
+
+$L__BB41_48:
+	st.global.v2.u64 	[%rd65+-8], {%rd259, %rd258};
+
+$L__BB41_49:
+	add.s64 	%rd255, %rd255, %rd35;
+	setp.lt.u64 	%p28, %rd255, %rd12;
+	@%p28 bra 	$L__BB41_28;
+
+$L__BB41_50:
+	add.s64 	%rd267, %rd12, %rd31;
+	setp.ge.u64 	%p29, %rd267, %rd11;
+	@%p29 bra 	$L__BB41_80;
+
+	setp.gt.u32 	%p30, %r33, 1;
+	cvt.u64.u32 	%rd68, %r33;
+	mov.u32 	%r63, %ntid.x;
+	cvt.u64.u32 	%rd69, %r63;
+	@%p30 bra 	$L__BB41_58;
+	bra.uni 	$L__BB41_52;
+
+$L__BB41_58:
+	add.s32 	%r67, %r33, -1;
+	add.s32 	%r12, %r33, -2;
+	and.b32  	%r13, %r67, 3;
+	sub.s32 	%r14, %r67, %r13;
+
+$L__BB41_59:
+	ld.global.u64 	%rd175, [%rd3];
+	shl.b64 	%rd176, %rd267, 3;
+	add.s64 	%rd177, %rd175, %rd176;
+	ld.u64 	%rd277, [%rd177];
+	setp.eq.s32 	%p34, %r34, 2;
+	@%p34 bra 	$L__BB41_66;
+
+	setp.eq.s32 	%p35, %r34, 3;
+	@%p35 bra 	$L__BB41_64;
+
+	setp.ne.s32 	%p36, %r34, 4;
+	@%p36 bra 	$L__BB41_73;
+
+	mov.u32 	%r87, 1;
+	mov.u64 	%rd270, %rd3;
+
+$L__BB41_63:
+	add.s64 	%rd81, %rd270, 8;
+	ld.global.u64 	%rd178, [%rd270+8];
+	add.s64 	%rd180, %rd178, %rd176;
+	ld.u64 	%rd181, [%rd180];
+	mul.lo.s64 	%rd277, %rd181, %rd277;
+	add.s32 	%r87, %r87, 1;
+	setp.lt.u32 	%p37, %r87, %r33;
+	mov.u64 	%rd270, %rd81;
+	@%p37 bra 	$L__BB41_63;
+	bra.uni 	$L__BB41_75;
+
+$L__BB41_66:
+	setp.lt.u32 	%p39, %r12, 3;
+	mov.u32 	%r91, 1;
+	@%p39 bra 	$L__BB41_69;
+
+	mov.u32 	%r91, 1;
+	mov.u32 	%r90, %r14;
+
+$L__BB41_68:
+	mul.wide.u32 	%rd189, %r91, 8;
+	add.s64 	%rd190, %rd3, %rd189;
+	ld.global.u64 	%rd191, [%rd190];
+	add.s64 	%rd193, %rd191, %rd176;
+	ld.u64 	%rd194, [%rd193];
+	min.s64 	%rd195, %rd194, %rd277;
+	ld.global.u64 	%rd196, [%rd190+8];
+	add.s64 	%rd197, %rd196, %rd176;
+	ld.u64 	%rd198, [%rd197];
+	min.s64 	%rd199, %rd198, %rd195;
+	ld.global.u64 	%rd200, [%rd190+16];
+	add.s64 	%rd201, %rd200, %rd176;
+	ld.u64 	%rd202, [%rd201];
+	min.s64 	%rd203, %rd202, %rd199;
+	add.s32 	%r72, %r91, 3;
+	mul.wide.u32 	%rd204, %r72, 8;
+	add.s64 	%rd205, %rd3, %rd204;
+	ld.global.u64 	%rd206, [%rd205];
+	add.s64 	%rd207, %rd206, %rd176;
+	ld.u64 	%rd208, [%rd207];
+	min.s64 	%rd277, %rd208, %rd203;
+	add.s32 	%r91, %r91, 4;
+	add.s32 	%r90, %r90, -4;
+	setp.ne.s32 	%p40, %r90, 0;
+	@%p40 bra 	$L__BB41_68;
+
+$L__BB41_69:
+	setp.eq.s32 	%p41, %r13, 0;
+	@%p41 bra 	$L__BB41_75;
+
+	setp.eq.s32 	%p42, %r13, 1;
+	mul.wide.u32 	%rd209, %r91, 8;
+	add.s64 	%rd210, %rd3, %rd209;
+	ld.global.u64 	%rd211, [%rd210];
+	add.s64 	%rd213, %rd211, %rd176;
+	ld.u64 	%rd214, [%rd213];
+	min.s64 	%rd277, %rd214, %rd277;
+	@%p42 bra 	$L__BB41_75;
+
+	setp.eq.s32 	%p43, %r13, 2;
+	add.s32 	%r73, %r91, 1;
+	mul.wide.u32 	%rd215, %r73, 8;
+	add.s64 	%rd216, %rd3, %rd215;
+	ld.global.u64 	%rd217, [%rd216];
+	add.s64 	%rd219, %rd217, %rd176;
+	ld.u64 	%rd220, [%rd219];
+	min.s64 	%rd277, %rd220, %rd277;
+	@%p43 bra 	$L__BB41_75;
+
+	add.s32 	%r74, %r91, 2;
+	mul.wide.u32 	%rd221, %r74, 8;
+	add.s64 	%rd222, %rd3, %rd221;
+	ld.global.u64 	%rd223, [%rd222];
+	add.s64 	%rd225, %rd223, %rd176;
+	ld.u64 	%rd226, [%rd225];
+	min.s64 	%rd277, %rd226, %rd277;
+	bra.uni 	$L__BB41_75;
+
+$L__BB41_64:
+	mov.u32 	%r88, 1;
+
+$L__BB41_65:
+	mul.wide.u32 	%rd182, %r88, 8;
+	add.s64 	%rd183, %rd3, %rd182;
+	ld.global.u64 	%rd184, [%rd183];
+	add.s64 	%rd186, %rd184, %rd176;
+	ld.u64 	%rd187, [%rd186];
+	max.s64 	%rd277, %rd187, %rd277;
+	add.s32 	%r88, %r88, 1;
+	setp.lt.u32 	%p38, %r88, %r33;
+	@%p38 bra 	$L__BB41_65;
+	bra.uni 	$L__BB41_75;
+
+$L__BB41_73:
+	mov.u32 	%r92, 1;
+
+$L__BB41_74:
+	mul.wide.u32 	%rd227, %r92, 8;
+	add.s64 	%rd228, %rd3, %rd227;
+	ld.global.u64 	%rd229, [%rd228];
+	add.s64 	%rd231, %rd229, %rd176;
+	ld.u64 	%rd232, [%rd231];
+	add.s64 	%rd277, %rd232, %rd277;
+	add.s32 	%r92, %r92, 1;
+	setp.lt.u32 	%p44, %r92, %r33;
+	@%p44 bra 	$L__BB41_74;
+
+$L__BB41_75:
+	setp.ne.s32 	%p45, %r34, 1;
+	@%p45 bra 	$L__BB41_79;
+
+	and.b64  	%rd233, %rd277, -4294967296;
+	setp.eq.s64 	%p46, %rd233, 0;
+	@%p46 bra 	$L__BB41_78;
+
+	div.s64 	%rd277, %rd277, %rd68;
+	bra.uni 	$L__BB41_79;
+
+$L__BB41_78:
+	cvt.u32.u64 	%r76, %rd68;
+	cvt.u32.u64 	%r77, %rd277;
+	div.u32 	%r78, %r77, %r76;
+	cvt.u64.u32 	%rd277, %r78;
+
+$L__BB41_79:
+	add.s64 	%rd235, %rd1, %rd176;
+	st.global.u64 	[%rd235], %rd277;
+	add.s64 	%rd267, %rd267, %rd69;
+	setp.lt.u64 	%p47, %rd267, %rd11;
+	@%p47 bra 	$L__BB41_59;
+	bra.uni 	$L__BB41_80;
+
+$L__BB41_52:
+	cvt.u32.u64 	%r64, %rd68;
+
+$L__BB41_53:
+	ld.global.u64 	%rd169, [%rd3];
+	shl.b64 	%rd170, %rd267, 3;
+	add.s64 	%rd171, %rd169, %rd170;
+	ld.u64 	%rd268, [%rd171];
+	setp.ne.s32 	%p31, %r34, 1;
+	@%p31 bra 	$L__BB41_57;
+
+	and.b64  	%rd172, %rd268, -4294967296;
+	setp.eq.s64 	%p32, %rd172, 0;
+	@%p32 bra 	$L__BB41_56;
+
+	div.s64 	%rd268, %rd268, %rd68;
+	bra.uni 	$L__BB41_57;
+
+$L__BB41_56:
+	cvt.u32.u64 	%r65, %rd268;
+	div.u32 	%r66, %r65, %r64;
+	cvt.u64.u32 	%rd268, %r66;
+
+$L__BB41_57:
+	add.s64 	%rd174, %rd1, %rd170;
+	st.global.u64 	[%rd174], %rd268;
+	add.s64 	%rd267, %rd267, %rd69;
+	setp.lt.u64 	%p33, %rd267, %rd11;
+	@%p33 bra 	$L__BB41_53;
+
+$L__BB41_80:
+	bar.sync 	0;
+	@%p10 bra 	$L__BB41_85;
+
+	mov.u32 	%r26, %ntid.x;
+	add.s32 	%r79, %r33, %r32;
+	shl.b32 	%r80, %r79, 9;
+	cvt.u64.u32 	%rd236, %r80;
+	add.s64 	%rd98, %rd236, %rd9;
+	shl.b64 	%rd243, %rd98, 3;
+	mov.u32 	%r93, %r94;
+
+$L__BB41_82:
+	setp.eq.s32 	%p49, %r93, %r32;
+	@%p49 bra 	$L__BB41_84;
+
+	mul.wide.u32 	%rd239, %r93, 8;
+	add.s64 	%rd240, %rd3, %rd239;
+	ld.global.u64 	%rd241, [%rd240];
+	add.s64 	%rd242, %rd241, %rd103;
+	add.s64 	%rd237, %rd242, %rd243;
+	mov.u64 	%rd238, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd237], %rd238;
+	// end inline asm
+
+$L__BB41_84:
+	add.s32 	%r93, %r93, %r26;
+	setp.lt.u32 	%p50, %r93, %r33;
+	@%p50 bra 	$L__BB41_82;
+
+$L__BB41_85:
+	@%p10 bra 	$L__BB41_92;
+
+	ld.global.u64 	%rd244, [%rd13];
+	mov.u32 	%r29, %ntid.x;
+	add.s64 	%rd99, %rd244, %rd103;
+
+$L__BB41_87:
+	setp.eq.s32 	%p52, %r94, %r32;
+	@%p52 bra 	$L__BB41_91;
+
+	add.s32 	%r81, %r94, %r33;
+	shl.b32 	%r82, %r81, 9;
+	cvt.u64.u32 	%rd245, %r82;
+	add.s64 	%rd246, %rd245, %rd9;
+	shl.b64 	%rd247, %rd246, 3;
+	add.s64 	%rd100, %rd99, %rd247;
+
+$L__BB41_89:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd248, [%rd100];
+	// end inline asm
+	setp.eq.s64 	%p53, %rd248, 0;
+	@%p53 bra 	$L__BB41_89;
+
+	mov.u64 	%rd250, 0;
+	st.volatile.u64 	[%rd100], %rd250;
+
+$L__BB41_91:
+	add.s32 	%r94, %r94, %r29;
+	setp.lt.u32 	%p54, %r94, %r33;
+	@%p54 bra 	$L__BB41_87;
+
+$L__BB41_92:
+	bar.sync 	0;
 	ret;
 
 }
@@ -5500,19 +9978,19 @@ $L__BB35_6:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB36_12;
+	@%p1 bra 	$L__BB42_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB36_3;
-	bra.uni 	$L__BB36_2;
+	@%p2 bra 	$L__BB42_3;
+	bra.uni 	$L__BB42_2;
 
-$L__BB36_3:
+$L__BB42_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB36_4:
+$L__BB42_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -5520,12 +9998,12 @@ $L__BB36_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB36_7;
+	@%p4 bra 	$L__BB42_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB36_6:
+$L__BB42_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -5554,11 +10032,11 @@ $L__BB36_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB36_6;
+	@%p5 bra 	$L__BB42_6;
 
-$L__BB36_7:
+$L__BB42_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB36_11;
+	@%p6 bra 	$L__BB42_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -5568,7 +10046,7 @@ $L__BB36_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	add.s32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB36_11;
+	@%p7 bra 	$L__BB42_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -5579,7 +10057,7 @@ $L__BB36_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	add.s32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB36_11;
+	@%p8 bra 	$L__BB42_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -5590,15 +10068,15 @@ $L__BB36_7:
 	ld.global.u8 	%r39, [%rd54];
 	add.s32 	%r46, %r46, %r39;
 
-$L__BB36_11:
+$L__BB42_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB36_4;
-	bra.uni 	$L__BB36_12;
+	@%p9 bra 	$L__BB42_4;
+	bra.uni 	$L__BB42_12;
 
-$L__BB36_2:
+$L__BB42_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -5608,9 +10086,9 @@ $L__BB36_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB36_2;
+	@%p3 bra 	$L__BB42_2;
 
-$L__BB36_12:
+$L__BB42_12:
 	ret;
 
 }
@@ -5644,19 +10122,19 @@ $L__BB36_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB37_12;
+	@%p1 bra 	$L__BB43_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB37_3;
-	bra.uni 	$L__BB37_2;
+	@%p2 bra 	$L__BB43_3;
+	bra.uni 	$L__BB43_2;
 
-$L__BB37_3:
+$L__BB43_3:
 	add.s32 	%r25, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r25, 3;
 	sub.s32 	%r3, %r25, %r2;
 
-$L__BB37_4:
+$L__BB43_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -5664,12 +10142,12 @@ $L__BB37_4:
 	ld.global.u8 	%r49, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r47, 1;
-	@%p4 bra 	$L__BB37_7;
+	@%p4 bra 	$L__BB43_7;
 
 	mov.u32 	%r47, 1;
 	mov.u32 	%r45, %r3;
 
-$L__BB37_6:
+$L__BB43_6:
 	mul.wide.u32 	%rd24, %r47, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -5698,11 +10176,11 @@ $L__BB37_6:
 	add.s32 	%r47, %r47, 4;
 	add.s32 	%r45, %r45, -4;
 	setp.ne.s32 	%p5, %r45, 0;
-	@%p5 bra 	$L__BB37_6;
+	@%p5 bra 	$L__BB43_6;
 
-$L__BB37_7:
+$L__BB43_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB37_11;
+	@%p6 bra 	$L__BB43_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r47, 8;
@@ -5712,7 +10190,7 @@ $L__BB37_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r37, [%rd44];
 	add.s32 	%r49, %r49, %r37;
-	@%p7 bra 	$L__BB37_11;
+	@%p7 bra 	$L__BB43_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r38, %r47, 1;
@@ -5723,7 +10201,7 @@ $L__BB37_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r39, [%rd49];
 	add.s32 	%r49, %r49, %r39;
-	@%p8 bra 	$L__BB37_11;
+	@%p8 bra 	$L__BB43_11;
 
 	add.s32 	%r40, %r47, 2;
 	mul.wide.u32 	%rd50, %r40, 8;
@@ -5734,16 +10212,16 @@ $L__BB37_7:
 	ld.global.u8 	%r41, [%rd54];
 	add.s32 	%r49, %r49, %r41;
 
-$L__BB37_11:
+$L__BB43_11:
 	div.u32 	%r42, %r49, %r18;
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r42;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB37_4;
-	bra.uni 	$L__BB37_12;
+	@%p9 bra 	$L__BB43_4;
+	bra.uni 	$L__BB43_12;
 
-$L__BB37_2:
+$L__BB43_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -5754,9 +10232,9 @@ $L__BB37_2:
 	st.global.u8 	[%rd20], %r24;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB37_2;
+	@%p3 bra 	$L__BB43_2;
 
-$L__BB37_12:
+$L__BB43_12:
 	ret;
 
 }
@@ -5791,19 +10269,19 @@ $L__BB37_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB38_12;
+	@%p1 bra 	$L__BB44_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB38_3;
-	bra.uni 	$L__BB38_2;
+	@%p2 bra 	$L__BB44_3;
+	bra.uni 	$L__BB44_2;
 
-$L__BB38_3:
+$L__BB44_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB38_4:
+$L__BB44_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -5811,12 +10289,12 @@ $L__BB38_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB38_7;
+	@%p4 bra 	$L__BB44_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB38_6:
+$L__BB44_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -5845,11 +10323,11 @@ $L__BB38_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB38_6;
+	@%p5 bra 	$L__BB44_6;
 
-$L__BB38_7:
+$L__BB44_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB38_11;
+	@%p6 bra 	$L__BB44_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -5859,7 +10337,7 @@ $L__BB38_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	min.u32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB38_11;
+	@%p7 bra 	$L__BB44_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -5870,7 +10348,7 @@ $L__BB38_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	min.u32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB38_11;
+	@%p8 bra 	$L__BB44_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -5881,15 +10359,15 @@ $L__BB38_7:
 	ld.global.u8 	%r39, [%rd54];
 	min.u32 	%r46, %r46, %r39;
 
-$L__BB38_11:
+$L__BB44_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB38_4;
-	bra.uni 	$L__BB38_12;
+	@%p9 bra 	$L__BB44_4;
+	bra.uni 	$L__BB44_12;
 
-$L__BB38_2:
+$L__BB44_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -5899,9 +10377,9 @@ $L__BB38_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB38_2;
+	@%p3 bra 	$L__BB44_2;
 
-$L__BB38_12:
+$L__BB44_12:
 	ret;
 
 }
@@ -5936,19 +10414,19 @@ $L__BB38_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB39_12;
+	@%p1 bra 	$L__BB45_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB39_3;
-	bra.uni 	$L__BB39_2;
+	@%p2 bra 	$L__BB45_3;
+	bra.uni 	$L__BB45_2;
 
-$L__BB39_3:
+$L__BB45_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB39_4:
+$L__BB45_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -5956,12 +10434,12 @@ $L__BB39_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB39_7;
+	@%p4 bra 	$L__BB45_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB39_6:
+$L__BB45_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -5990,11 +10468,11 @@ $L__BB39_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB39_6;
+	@%p5 bra 	$L__BB45_6;
 
-$L__BB39_7:
+$L__BB45_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB39_11;
+	@%p6 bra 	$L__BB45_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -6004,7 +10482,7 @@ $L__BB39_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	max.u32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB39_11;
+	@%p7 bra 	$L__BB45_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -6015,7 +10493,7 @@ $L__BB39_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	max.u32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB39_11;
+	@%p8 bra 	$L__BB45_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -6026,15 +10504,15 @@ $L__BB39_7:
 	ld.global.u8 	%r39, [%rd54];
 	max.u32 	%r46, %r46, %r39;
 
-$L__BB39_11:
+$L__BB45_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB39_4;
-	bra.uni 	$L__BB39_12;
+	@%p9 bra 	$L__BB45_4;
+	bra.uni 	$L__BB45_12;
 
-$L__BB39_2:
+$L__BB45_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -6044,9 +10522,9 @@ $L__BB39_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB39_2;
+	@%p3 bra 	$L__BB45_2;
 
-$L__BB39_12:
+$L__BB45_12:
 	ret;
 
 }
@@ -6081,19 +10559,19 @@ $L__BB39_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB40_12;
+	@%p1 bra 	$L__BB46_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB40_3;
-	bra.uni 	$L__BB40_2;
+	@%p2 bra 	$L__BB46_3;
+	bra.uni 	$L__BB46_2;
 
-$L__BB40_3:
+$L__BB46_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB40_4:
+$L__BB46_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -6101,12 +10579,12 @@ $L__BB40_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB40_7;
+	@%p4 bra 	$L__BB46_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB40_6:
+$L__BB46_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -6135,11 +10613,11 @@ $L__BB40_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB40_6;
+	@%p5 bra 	$L__BB46_6;
 
-$L__BB40_7:
+$L__BB46_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB40_11;
+	@%p6 bra 	$L__BB46_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -6149,7 +10627,7 @@ $L__BB40_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	mul.lo.s32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB40_11;
+	@%p7 bra 	$L__BB46_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -6160,7 +10638,7 @@ $L__BB40_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	mul.lo.s32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB40_11;
+	@%p8 bra 	$L__BB46_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -6171,15 +10649,15 @@ $L__BB40_7:
 	ld.global.u8 	%r39, [%rd54];
 	mul.lo.s32 	%r46, %r46, %r39;
 
-$L__BB40_11:
+$L__BB46_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB40_4;
-	bra.uni 	$L__BB40_12;
+	@%p9 bra 	$L__BB46_4;
+	bra.uni 	$L__BB46_12;
 
-$L__BB40_2:
+$L__BB46_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -6189,9 +10667,9 @@ $L__BB40_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB40_2;
+	@%p3 bra 	$L__BB46_2;
 
-$L__BB40_12:
+$L__BB46_12:
 	ret;
 
 }
@@ -6218,23 +10696,802 @@ $L__BB40_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd13, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd13, %rd8;
-	@%p1 bra 	$L__BB41_3;
+	@%p1 bra 	$L__BB47_3;
 
 	mov.u32 	%r5, %nctaid.x;
 	cvt.u64.u32 	%rd11, %r5;
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB41_2:
+$L__BB47_2:
 	add.s64 	%rd12, %rd4, %rd13;
 	ld.global.u8 	%r6, [%rd12];
 	div.u32 	%r7, %r6, %r1;
 	st.global.u8 	[%rd12], %r7;
 	add.s64 	%rd13, %rd13, %rd3;
 	setp.lt.u64 	%p2, %rd13, %rd8;
-	@%p2 bra 	$L__BB41_2;
+	@%p2 bra 	$L__BB47_2;
 
-$L__BB41_3:
+$L__BB47_3:
+	ret;
+
+}
+	// .globl	smcuda_oneshot_u8
+.visible .entry smcuda_oneshot_u8(
+	.param .u64 smcuda_oneshot_u8_param_0,
+	.param .u64 smcuda_oneshot_u8_param_1,
+	.param .u64 smcuda_oneshot_u8_param_2,
+	.param .u64 smcuda_oneshot_u8_param_3,
+	.param .u32 smcuda_oneshot_u8_param_4,
+	.param .u32 smcuda_oneshot_u8_param_5,
+	.param .u64 smcuda_oneshot_u8_param_6,
+	.param .u32 smcuda_oneshot_u8_param_7
+)
+{
+	.reg .pred 	%p<51>;
+	.reg .b16 	%rs<3>;
+	.reg .b32 	%r<531>;
+	.reg .b64 	%rd<164>;
+
+
+	ld.param.u64 	%rd49, [smcuda_oneshot_u8_param_0];
+	ld.param.u64 	%rd50, [smcuda_oneshot_u8_param_1];
+	ld.param.u64 	%rd53, [smcuda_oneshot_u8_param_2];
+	ld.param.u64 	%rd51, [smcuda_oneshot_u8_param_3];
+	ld.param.u32 	%r212, [smcuda_oneshot_u8_param_4];
+	ld.param.u32 	%r213, [smcuda_oneshot_u8_param_5];
+	ld.param.u64 	%rd52, [smcuda_oneshot_u8_param_6];
+	ld.param.u32 	%r214, [smcuda_oneshot_u8_param_7];
+	cvta.to.global.u64 	%rd1, %rd49;
+	cvta.to.global.u64 	%rd2, %rd50;
+	cvta.to.global.u64 	%rd3, %rd53;
+	mov.u32 	%r215, %nctaid.x;
+	cvt.u64.u32 	%rd4, %r215;
+	add.s64 	%rd54, %rd4, %rd52;
+	add.s64 	%rd5, %rd54, -1;
+	and.b64  	%rd55, %rd5, -4294967296;
+	setp.eq.s64 	%p1, %rd55, 0;
+	@%p1 bra 	$L__BB48_2;
+
+	div.u64 	%rd156, %rd5, %rd4;
+	bra.uni 	$L__BB48_3;
+
+$L__BB48_2:
+	cvt.u32.u64 	%r216, %rd4;
+	cvt.u32.u64 	%r217, %rd5;
+	div.u32 	%r218, %r217, %r216;
+	cvt.u64.u32 	%rd156, %r218;
+
+$L__BB48_3:
+	add.s64 	%rd56, %rd156, 15;
+	and.b64  	%rd57, %rd56, -16;
+	mov.u32 	%r219, %ctaid.x;
+	cvt.u64.u32 	%rd9, %r219;
+	mul.lo.s64 	%rd58, %rd57, %rd9;
+	min.u64 	%rd10, %rd58, %rd52;
+	add.s64 	%rd59, %rd10, %rd57;
+	min.u64 	%rd11, %rd59, %rd52;
+	sub.s64 	%rd60, %rd11, %rd10;
+	and.b64  	%rd61, %rd60, -16;
+	add.s64 	%rd12, %rd61, %rd10;
+	mul.wide.u32 	%rd62, %r212, 8;
+	add.s64 	%rd13, %rd3, %rd62;
+	ld.global.u64 	%rd14, [%rd13];
+	setp.eq.s64 	%p2, %rd14, %rd50;
+	@%p2 bra 	$L__BB48_14;
+
+	and.b64  	%rd63, %rd50, 15;
+	setp.eq.s64 	%p3, %rd63, 0;
+	mov.u32 	%r220, %tid.x;
+	cvt.u64.u32 	%rd15, %r220;
+	@%p3 bra 	$L__BB48_8;
+
+	add.s64 	%rd157, %rd10, %rd15;
+	setp.ge.u64 	%p4, %rd157, %rd11;
+	@%p4 bra 	$L__BB48_14;
+
+	mov.u32 	%r221, %ntid.x;
+	cvt.u64.u32 	%rd17, %r221;
+
+$L__BB48_7:
+	add.s64 	%rd64, %rd2, %rd157;
+	ld.global.u8 	%rs1, [%rd64];
+	add.s64 	%rd65, %rd14, %rd157;
+	st.u8 	[%rd65], %rs1;
+	add.s64 	%rd157, %rd157, %rd17;
+	setp.lt.u64 	%p5, %rd157, %rd11;
+	@%p5 bra 	$L__BB48_7;
+	bra.uni 	$L__BB48_14;
+
+$L__BB48_8:
+	shl.b64 	%rd66, %rd15, 4;
+	add.s64 	%rd158, %rd10, %rd66;
+	setp.ge.u64 	%p6, %rd158, %rd12;
+	@%p6 bra 	$L__BB48_11;
+
+	mov.u32 	%r222, %ntid.x;
+	mul.wide.u32 	%rd21, %r222, 16;
+
+$L__BB48_10:
+	add.s64 	%rd67, %rd2, %rd158;
+	add.s64 	%rd68, %rd14, %rd158;
+	ld.global.v4.u32 	{%r223, %r224, %r225, %r226}, [%rd67];
+	st.v4.u32 	[%rd68], {%r223, %r224, %r225, %r226};
+	add.s64 	%rd158, %rd158, %rd21;
+	setp.lt.u64 	%p7, %rd158, %rd12;
+	@%p7 bra 	$L__BB48_10;
+
+$L__BB48_11:
+	add.s64 	%rd159, %rd12, %rd15;
+	setp.ge.u64 	%p8, %rd159, %rd11;
+	@%p8 bra 	$L__BB48_14;
+
+	mov.u32 	%r231, %ntid.x;
+	cvt.u64.u32 	%rd25, %r231;
+
+$L__BB48_13:
+	add.s64 	%rd69, %rd2, %rd159;
+	ld.global.u8 	%rs2, [%rd69];
+	add.s64 	%rd70, %rd14, %rd159;
+	st.u8 	[%rd70], %rs2;
+	add.s64 	%rd159, %rd159, %rd25;
+	setp.lt.u64 	%p9, %rd159, %rd11;
+	@%p9 bra 	$L__BB48_13;
+
+$L__BB48_14:
+	mov.u32 	%r1, %tid.x;
+	bar.sync 	0;
+	setp.ge.u32 	%p10, %r1, %r213;
+	@%p10 bra 	$L__BB48_19;
+
+	mov.u32 	%r2, %ntid.x;
+	shl.b32 	%r232, %r212, 9;
+	cvt.u64.u32 	%rd71, %r232;
+	add.s64 	%rd28, %rd71, %rd9;
+	shl.b64 	%rd78, %rd28, 3;
+	mov.u32 	%r442, %r1;
+
+$L__BB48_16:
+	setp.eq.s32 	%p11, %r442, %r212;
+	@%p11 bra 	$L__BB48_18;
+
+	mul.wide.u32 	%rd74, %r442, 8;
+	add.s64 	%rd75, %rd3, %rd74;
+	ld.global.u64 	%rd76, [%rd75];
+	add.s64 	%rd77, %rd76, %rd51;
+	add.s64 	%rd72, %rd77, %rd78;
+	mov.u64 	%rd73, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd72], %rd73;
+	// end inline asm
+
+$L__BB48_18:
+	add.s32 	%r442, %r442, %r2;
+	setp.lt.u32 	%p12, %r442, %r213;
+	@%p12 bra 	$L__BB48_16;
+
+$L__BB48_19:
+	@%p10 bra 	$L__BB48_26;
+
+	ld.global.u64 	%rd79, [%rd13];
+	mov.u32 	%r5, %ntid.x;
+	add.s64 	%rd29, %rd79, %rd51;
+	mov.u32 	%r443, %r1;
+
+$L__BB48_21:
+	setp.eq.s32 	%p14, %r443, %r212;
+	@%p14 bra 	$L__BB48_25;
+
+	shl.b32 	%r233, %r443, 9;
+	cvt.u64.u32 	%rd80, %r233;
+	add.s64 	%rd81, %rd80, %rd9;
+	shl.b64 	%rd82, %rd81, 3;
+	add.s64 	%rd30, %rd29, %rd82;
+
+$L__BB48_23:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd83, [%rd30];
+	// end inline asm
+	setp.eq.s64 	%p15, %rd83, 0;
+	@%p15 bra 	$L__BB48_23;
+
+	mov.u64 	%rd85, 0;
+	st.volatile.u64 	[%rd30], %rd85;
+
+$L__BB48_25:
+	add.s32 	%r443, %r443, %r5;
+	setp.lt.u32 	%p16, %r443, %r213;
+	@%p16 bra 	$L__BB48_21;
+
+$L__BB48_26:
+	bar.sync 	0;
+	mul.wide.u32 	%rd86, %r1, 16;
+	add.s64 	%rd160, %rd10, %rd86;
+	setp.ge.u64 	%p17, %rd160, %rd12;
+	@%p17 bra 	$L__BB48_46;
+
+	mov.u32 	%r234, %ntid.x;
+	mul.wide.u32 	%rd33, %r234, 16;
+	and.b64  	%rd34, %rd49, 15;
+
+$L__BB48_28:
+	ld.global.u64 	%rd87, [%rd3];
+	add.s64 	%rd88, %rd87, %rd160;
+	ld.v4.u32 	{%r235, %r236, %r237, %r238}, [%rd88];
+	and.b32  	%r476, %r235, 255;
+	shr.u32 	%r243, %r235, 8;
+	and.b32  	%r475, %r243, 255;
+	shr.u32 	%r244, %r235, 16;
+	and.b32  	%r474, %r244, 255;
+	shr.u32 	%r473, %r235, 24;
+	and.b32  	%r472, %r236, 255;
+	shr.u32 	%r245, %r236, 8;
+	and.b32  	%r471, %r245, 255;
+	shr.u32 	%r246, %r236, 16;
+	and.b32  	%r470, %r246, 255;
+	shr.u32 	%r469, %r236, 24;
+	and.b32  	%r468, %r237, 255;
+	shr.u32 	%r247, %r237, 8;
+	and.b32  	%r467, %r247, 255;
+	shr.u32 	%r248, %r237, 16;
+	and.b32  	%r466, %r248, 255;
+	shr.u32 	%r465, %r237, 24;
+	and.b32  	%r464, %r238, 255;
+	shr.u32 	%r249, %r238, 8;
+	and.b32  	%r463, %r249, 255;
+	shr.u32 	%r250, %r238, 16;
+	and.b32  	%r462, %r250, 255;
+	shr.u32 	%r461, %r238, 24;
+	setp.lt.u32 	%p18, %r213, 2;
+	@%p18 bra 	$L__BB48_39;
+
+	setp.eq.s32 	%p19, %r214, 2;
+	@%p19 bra 	$L__BB48_37;
+	bra.uni 	$L__BB48_30;
+
+$L__BB48_37:
+	mov.u32 	%r493, 1;
+
+$L__BB48_38:
+	mul.wide.u32 	%rd93, %r493, 8;
+	add.s64 	%rd94, %rd3, %rd93;
+	ld.global.u64 	%rd95, [%rd94];
+	add.s64 	%rd96, %rd95, %rd160;
+	ld.v4.u32 	{%r329, %r330, %r331, %r332}, [%rd96];
+	and.b32  	%r337, %r329, 255;
+	min.u32 	%r476, %r476, %r337;
+	shr.u32 	%r338, %r329, 8;
+	and.b32  	%r339, %r338, 255;
+	min.u32 	%r475, %r475, %r339;
+	shr.u32 	%r340, %r329, 16;
+	and.b32  	%r341, %r340, 255;
+	min.u32 	%r474, %r474, %r341;
+	shr.u32 	%r342, %r329, 24;
+	min.u32 	%r473, %r473, %r342;
+	and.b32  	%r343, %r330, 255;
+	min.u32 	%r472, %r472, %r343;
+	shr.u32 	%r344, %r330, 8;
+	and.b32  	%r345, %r344, 255;
+	min.u32 	%r471, %r471, %r345;
+	shr.u32 	%r346, %r330, 16;
+	and.b32  	%r347, %r346, 255;
+	min.u32 	%r470, %r470, %r347;
+	shr.u32 	%r348, %r330, 24;
+	min.u32 	%r469, %r469, %r348;
+	and.b32  	%r349, %r331, 255;
+	min.u32 	%r468, %r468, %r349;
+	shr.u32 	%r350, %r331, 8;
+	and.b32  	%r351, %r350, 255;
+	min.u32 	%r467, %r467, %r351;
+	shr.u32 	%r352, %r331, 16;
+	and.b32  	%r353, %r352, 255;
+	min.u32 	%r466, %r466, %r353;
+	shr.u32 	%r354, %r331, 24;
+	min.u32 	%r465, %r465, %r354;
+	and.b32  	%r355, %r332, 255;
+	min.u32 	%r464, %r464, %r355;
+	shr.u32 	%r356, %r332, 8;
+	and.b32  	%r357, %r356, 255;
+	min.u32 	%r463, %r463, %r357;
+	shr.u32 	%r358, %r332, 16;
+	and.b32  	%r359, %r358, 255;
+	min.u32 	%r462, %r462, %r359;
+	shr.u32 	%r360, %r332, 24;
+	min.u32 	%r461, %r461, %r360;
+	add.s32 	%r493, %r493, 1;
+	setp.lt.u32 	%p23, %r493, %r213;
+	@%p23 bra 	$L__BB48_38;
+	bra.uni 	$L__BB48_39;
+
+$L__BB48_30:
+	mov.u32 	%r460, 1;
+
+$L__BB48_31:
+	mul.wide.u32 	%rd89, %r460, 8;
+	add.s64 	%rd90, %rd3, %rd89;
+	ld.global.u64 	%rd91, [%rd90];
+	add.s64 	%rd92, %rd91, %rd160;
+	ld.v4.u32 	{%r252, %r253, %r254, %r255}, [%rd92];
+	setp.eq.s32 	%p20, %r214, 3;
+	@%p20 bra 	$L__BB48_34;
+
+	setp.ne.s32 	%p21, %r214, 4;
+	@%p21 bra 	$L__BB48_35;
+
+	and.b32  	%r256, %r252, 255;
+	mul.lo.s32 	%r476, %r476, %r256;
+	shr.u32 	%r257, %r252, 8;
+	and.b32  	%r258, %r257, 255;
+	mul.lo.s32 	%r475, %r475, %r258;
+	shr.u32 	%r259, %r252, 16;
+	and.b32  	%r260, %r259, 255;
+	mul.lo.s32 	%r474, %r474, %r260;
+	shr.u32 	%r261, %r252, 24;
+	mul.lo.s32 	%r473, %r473, %r261;
+	and.b32  	%r262, %r253, 255;
+	mul.lo.s32 	%r472, %r472, %r262;
+	shr.u32 	%r263, %r253, 8;
+	and.b32  	%r264, %r263, 255;
+	mul.lo.s32 	%r471, %r471, %r264;
+	shr.u32 	%r265, %r253, 16;
+	and.b32  	%r266, %r265, 255;
+	mul.lo.s32 	%r470, %r470, %r266;
+	shr.u32 	%r267, %r253, 24;
+	mul.lo.s32 	%r469, %r469, %r267;
+	and.b32  	%r268, %r254, 255;
+	mul.lo.s32 	%r468, %r468, %r268;
+	shr.u32 	%r269, %r254, 8;
+	and.b32  	%r270, %r269, 255;
+	mul.lo.s32 	%r467, %r467, %r270;
+	shr.u32 	%r271, %r254, 16;
+	and.b32  	%r272, %r271, 255;
+	mul.lo.s32 	%r466, %r466, %r272;
+	shr.u32 	%r273, %r254, 24;
+	mul.lo.s32 	%r465, %r465, %r273;
+	and.b32  	%r274, %r255, 255;
+	mul.lo.s32 	%r464, %r464, %r274;
+	shr.u32 	%r275, %r255, 8;
+	and.b32  	%r276, %r275, 255;
+	mul.lo.s32 	%r463, %r463, %r276;
+	shr.u32 	%r277, %r255, 16;
+	and.b32  	%r278, %r277, 255;
+	mul.lo.s32 	%r462, %r462, %r278;
+	shr.u32 	%r279, %r255, 24;
+	mul.lo.s32 	%r461, %r461, %r279;
+	bra.uni 	$L__BB48_36;
+
+$L__BB48_34:
+	and.b32  	%r280, %r252, 255;
+	max.u32 	%r476, %r476, %r280;
+	shr.u32 	%r281, %r252, 8;
+	and.b32  	%r282, %r281, 255;
+	max.u32 	%r475, %r475, %r282;
+	shr.u32 	%r283, %r252, 16;
+	and.b32  	%r284, %r283, 255;
+	max.u32 	%r474, %r474, %r284;
+	shr.u32 	%r285, %r252, 24;
+	max.u32 	%r473, %r473, %r285;
+	and.b32  	%r286, %r253, 255;
+	max.u32 	%r472, %r472, %r286;
+	shr.u32 	%r287, %r253, 8;
+	and.b32  	%r288, %r287, 255;
+	max.u32 	%r471, %r471, %r288;
+	shr.u32 	%r289, %r253, 16;
+	and.b32  	%r290, %r289, 255;
+	max.u32 	%r470, %r470, %r290;
+	shr.u32 	%r291, %r253, 24;
+	max.u32 	%r469, %r469, %r291;
+	and.b32  	%r292, %r254, 255;
+	max.u32 	%r468, %r468, %r292;
+	shr.u32 	%r293, %r254, 8;
+	and.b32  	%r294, %r293, 255;
+	max.u32 	%r467, %r467, %r294;
+	shr.u32 	%r295, %r254, 16;
+	and.b32  	%r296, %r295, 255;
+	max.u32 	%r466, %r466, %r296;
+	shr.u32 	%r297, %r254, 24;
+	max.u32 	%r465, %r465, %r297;
+	and.b32  	%r298, %r255, 255;
+	max.u32 	%r464, %r464, %r298;
+	shr.u32 	%r299, %r255, 8;
+	and.b32  	%r300, %r299, 255;
+	max.u32 	%r463, %r463, %r300;
+	shr.u32 	%r301, %r255, 16;
+	and.b32  	%r302, %r301, 255;
+	max.u32 	%r462, %r462, %r302;
+	shr.u32 	%r303, %r255, 24;
+	max.u32 	%r461, %r461, %r303;
+	bra.uni 	$L__BB48_36;
+
+$L__BB48_35:
+	and.b32  	%r304, %r252, 255;
+	add.s32 	%r476, %r476, %r304;
+	shr.u32 	%r305, %r252, 8;
+	and.b32  	%r306, %r305, 255;
+	add.s32 	%r475, %r475, %r306;
+	shr.u32 	%r307, %r252, 16;
+	and.b32  	%r308, %r307, 255;
+	add.s32 	%r474, %r474, %r308;
+	shr.u32 	%r309, %r252, 24;
+	add.s32 	%r473, %r473, %r309;
+	and.b32  	%r310, %r253, 255;
+	add.s32 	%r472, %r472, %r310;
+	shr.u32 	%r311, %r253, 8;
+	and.b32  	%r312, %r311, 255;
+	add.s32 	%r471, %r471, %r312;
+	shr.u32 	%r313, %r253, 16;
+	and.b32  	%r314, %r313, 255;
+	add.s32 	%r470, %r470, %r314;
+	shr.u32 	%r315, %r253, 24;
+	add.s32 	%r469, %r469, %r315;
+	and.b32  	%r316, %r254, 255;
+	add.s32 	%r468, %r468, %r316;
+	shr.u32 	%r317, %r254, 8;
+	and.b32  	%r318, %r317, 255;
+	add.s32 	%r467, %r467, %r318;
+	shr.u32 	%r319, %r254, 16;
+	and.b32  	%r320, %r319, 255;
+	add.s32 	%r466, %r466, %r320;
+	shr.u32 	%r321, %r254, 24;
+	add.s32 	%r465, %r465, %r321;
+	and.b32  	%r322, %r255, 255;
+	add.s32 	%r464, %r464, %r322;
+	shr.u32 	%r323, %r255, 8;
+	and.b32  	%r324, %r323, 255;
+	add.s32 	%r463, %r463, %r324;
+	shr.u32 	%r325, %r255, 16;
+	and.b32  	%r326, %r325, 255;
+	add.s32 	%r462, %r462, %r326;
+	shr.u32 	%r327, %r255, 24;
+	add.s32 	%r461, %r461, %r327;
+
+$L__BB48_36:
+	add.s32 	%r460, %r460, 1;
+	setp.lt.u32 	%p22, %r460, %r213;
+	@%p22 bra 	$L__BB48_31;
+
+$L__BB48_39:
+	setp.eq.s32 	%p24, %r214, 1;
+	@%p24 bra 	$L__BB48_41;
+	bra.uni 	$L__BB48_40;
+
+$L__BB48_41:
+	div.u32 	%r372, %r476, %r213;
+	div.u32 	%r373, %r475, %r213;
+	mov.u32 	%r374, 64;
+	prmt.b32 	%r375, %r372, %r373, %r374;
+	div.u32 	%r376, %r474, %r213;
+	mov.u32 	%r377, 1040;
+	prmt.b32 	%r378, %r375, %r376, %r377;
+	div.u32 	%r379, %r473, %r213;
+	mov.u32 	%r380, 16912;
+	prmt.b32 	%r513, %r378, %r379, %r380;
+	div.u32 	%r381, %r471, %r213;
+	div.u32 	%r382, %r472, %r213;
+	prmt.b32 	%r383, %r382, %r381, %r374;
+	div.u32 	%r384, %r470, %r213;
+	prmt.b32 	%r385, %r383, %r384, %r377;
+	div.u32 	%r386, %r469, %r213;
+	prmt.b32 	%r512, %r385, %r386, %r380;
+	div.u32 	%r387, %r467, %r213;
+	div.u32 	%r388, %r468, %r213;
+	prmt.b32 	%r389, %r388, %r387, %r374;
+	div.u32 	%r390, %r466, %r213;
+	prmt.b32 	%r391, %r389, %r390, %r377;
+	div.u32 	%r392, %r465, %r213;
+	prmt.b32 	%r511, %r391, %r392, %r380;
+	div.u32 	%r393, %r463, %r213;
+	div.u32 	%r394, %r464, %r213;
+	prmt.b32 	%r395, %r394, %r393, %r374;
+	div.u32 	%r396, %r462, %r213;
+	prmt.b32 	%r397, %r395, %r396, %r377;
+	div.u32 	%r398, %r461, %r213;
+	prmt.b32 	%r510, %r397, %r398, %r380;
+	bra.uni 	$L__BB48_42;
+
+$L__BB48_40:
+	mov.u32 	%r361, 64;
+	prmt.b32 	%r362, %r476, %r475, %r361;
+	mov.u32 	%r363, 1040;
+	prmt.b32 	%r364, %r362, %r474, %r363;
+	mov.u32 	%r365, 16912;
+	prmt.b32 	%r513, %r364, %r473, %r365;
+	prmt.b32 	%r366, %r472, %r471, %r361;
+	prmt.b32 	%r367, %r366, %r470, %r363;
+	prmt.b32 	%r512, %r367, %r469, %r365;
+	prmt.b32 	%r368, %r468, %r467, %r361;
+	prmt.b32 	%r369, %r368, %r466, %r363;
+	prmt.b32 	%r511, %r369, %r465, %r365;
+	prmt.b32 	%r370, %r464, %r463, %r361;
+	prmt.b32 	%r371, %r370, %r462, %r363;
+	prmt.b32 	%r510, %r371, %r461, %r365;
+
+$L__BB48_42:
+	add.s64 	%rd97, %rd1, %rd160;
+	add.s64 	%rd36, %rd97, 1;
+	setp.eq.s64 	%p25, %rd34, 0;
+	@%p25 bra 	$L__BB48_44;
+
+	st.global.u8 	[%rd36+-1], %r513;
+	shr.u32 	%r399, %r513, 8;
+	st.global.u8 	[%rd36], %r399;
+	shr.u32 	%r400, %r513, 16;
+	st.global.u8 	[%rd36+1], %r400;
+	shr.u32 	%r401, %r513, 24;
+	st.global.u8 	[%rd36+2], %r401;
+	st.global.u8 	[%rd36+3], %r512;
+	shr.u32 	%r402, %r512, 8;
+	st.global.u8 	[%rd36+4], %r402;
+	shr.u32 	%r403, %r512, 16;
+	st.global.u8 	[%rd36+5], %r403;
+	shr.u32 	%r404, %r512, 24;
+	st.global.u8 	[%rd36+6], %r404;
+	st.global.u8 	[%rd36+7], %r511;
+	shr.u32 	%r405, %r511, 8;
+	st.global.u8 	[%rd36+8], %r405;
+	shr.u32 	%r406, %r511, 16;
+	st.global.u8 	[%rd36+9], %r406;
+	shr.u32 	%r407, %r511, 24;
+	st.global.u8 	[%rd36+10], %r407;
+	st.global.u8 	[%rd36+11], %r510;
+	shr.u32 	%r408, %r510, 8;
+	st.global.u8 	[%rd36+12], %r408;
+	shr.u32 	%r409, %r510, 16;
+	st.global.u8 	[%rd36+13], %r409;
+	shr.u32 	%r410, %r510, 24;
+	st.global.u8 	[%rd36+14], %r410;
+	bra.uni 	$L__BB48_45;
+
+$L__BB48_44:
+	st.global.v4.u32 	[%rd36+-1], {%r513, %r512, %r511, %r510};
+
+$L__BB48_45:
+	add.s64 	%rd160, %rd160, %rd33;
+	setp.lt.u64 	%p26, %rd160, %rd12;
+	@%p26 bra 	$L__BB48_28;
+
+$L__BB48_46:
+	mov.u32 	%r439, %tid.x;
+	cvt.u64.u32 	%rd153, %r439;
+	add.s64 	%rd161, %rd12, %rd153;
+	setp.ge.u64 	%p27, %rd161, %rd11;
+	@%p27 bra 	$L__BB48_71;
+
+	setp.gt.u32 	%p28, %r213, 1;
+	mov.u32 	%r411, %ntid.x;
+	cvt.u64.u32 	%rd39, %r411;
+	@%p28 bra 	$L__BB48_51;
+	bra.uni 	$L__BB48_48;
+
+$L__BB48_51:
+	add.s32 	%r412, %r213, -1;
+	add.s32 	%r175, %r213, -2;
+	and.b32  	%r176, %r412, 3;
+	sub.s32 	%r177, %r412, %r176;
+
+$L__BB48_52:
+	ld.global.u64 	%rd101, [%rd3];
+	add.s64 	%rd102, %rd101, %rd161;
+	ld.u8 	%r527, [%rd102];
+	setp.eq.s32 	%p31, %r214, 2;
+	@%p31 bra 	$L__BB48_59;
+
+	setp.eq.s32 	%p32, %r214, 3;
+	@%p32 bra 	$L__BB48_57;
+
+	setp.ne.s32 	%p33, %r214, 4;
+	@%p33 bra 	$L__BB48_66;
+
+	mov.u32 	%r515, 1;
+	mov.u64 	%rd163, %rd3;
+
+$L__BB48_56:
+	add.s64 	%rd44, %rd163, 8;
+	ld.global.u64 	%rd103, [%rd163+8];
+	add.s64 	%rd104, %rd103, %rd161;
+	ld.u8 	%r414, [%rd104];
+	mul.lo.s32 	%r527, %r527, %r414;
+	add.s32 	%r515, %r515, 1;
+	setp.lt.u32 	%p34, %r515, %r213;
+	mov.u64 	%rd163, %rd44;
+	@%p34 bra 	$L__BB48_56;
+	bra.uni 	$L__BB48_68;
+
+$L__BB48_59:
+	setp.lt.u32 	%p36, %r175, 3;
+	mov.u32 	%r523, 1;
+	@%p36 bra 	$L__BB48_62;
+
+	mov.u32 	%r523, 1;
+	mov.u32 	%r521, %r177;
+
+$L__BB48_61:
+	mul.wide.u32 	%rd109, %r523, 8;
+	add.s64 	%rd110, %rd3, %rd109;
+	ld.global.u64 	%rd111, [%rd110];
+	add.s64 	%rd112, %rd111, %rd161;
+	ld.u8 	%r420, [%rd112];
+	min.u32 	%r421, %r527, %r420;
+	ld.global.u64 	%rd113, [%rd110+8];
+	add.s64 	%rd114, %rd113, %rd161;
+	ld.u8 	%r422, [%rd114];
+	min.u32 	%r423, %r421, %r422;
+	ld.global.u64 	%rd115, [%rd110+16];
+	add.s64 	%rd116, %rd115, %rd161;
+	ld.u8 	%r424, [%rd116];
+	min.u32 	%r425, %r423, %r424;
+	add.s32 	%r426, %r523, 3;
+	mul.wide.u32 	%rd117, %r426, 8;
+	add.s64 	%rd118, %rd3, %rd117;
+	ld.global.u64 	%rd119, [%rd118];
+	add.s64 	%rd120, %rd119, %rd161;
+	ld.u8 	%r427, [%rd120];
+	min.u32 	%r527, %r425, %r427;
+	add.s32 	%r523, %r523, 4;
+	add.s32 	%r521, %r521, -4;
+	setp.ne.s32 	%p37, %r521, 0;
+	@%p37 bra 	$L__BB48_61;
+
+$L__BB48_62:
+	setp.eq.s32 	%p38, %r176, 0;
+	@%p38 bra 	$L__BB48_68;
+
+	setp.eq.s32 	%p39, %r176, 1;
+	mul.wide.u32 	%rd121, %r523, 8;
+	add.s64 	%rd122, %rd3, %rd121;
+	ld.global.u64 	%rd123, [%rd122];
+	add.s64 	%rd124, %rd123, %rd161;
+	ld.u8 	%r428, [%rd124];
+	min.u32 	%r527, %r527, %r428;
+	@%p39 bra 	$L__BB48_68;
+
+	setp.eq.s32 	%p40, %r176, 2;
+	add.s32 	%r429, %r523, 1;
+	mul.wide.u32 	%rd125, %r429, 8;
+	add.s64 	%rd126, %rd3, %rd125;
+	ld.global.u64 	%rd127, [%rd126];
+	add.s64 	%rd128, %rd127, %rd161;
+	ld.u8 	%r430, [%rd128];
+	min.u32 	%r527, %r527, %r430;
+	@%p40 bra 	$L__BB48_68;
+
+	add.s32 	%r431, %r523, 2;
+	mul.wide.u32 	%rd129, %r431, 8;
+	add.s64 	%rd130, %rd3, %rd129;
+	ld.global.u64 	%rd131, [%rd130];
+	add.s64 	%rd132, %rd131, %rd161;
+	ld.u8 	%r432, [%rd132];
+	min.u32 	%r527, %r527, %r432;
+	bra.uni 	$L__BB48_68;
+
+$L__BB48_57:
+	mov.u32 	%r517, 1;
+
+$L__BB48_58:
+	mul.wide.u32 	%rd105, %r517, 8;
+	add.s64 	%rd106, %rd3, %rd105;
+	ld.global.u64 	%rd107, [%rd106];
+	add.s64 	%rd108, %rd107, %rd161;
+	ld.u8 	%r416, [%rd108];
+	max.u32 	%r527, %r527, %r416;
+	add.s32 	%r517, %r517, 1;
+	setp.lt.u32 	%p35, %r517, %r213;
+	@%p35 bra 	$L__BB48_58;
+	bra.uni 	$L__BB48_68;
+
+$L__BB48_66:
+	mov.u32 	%r525, 1;
+
+$L__BB48_67:
+	mul.wide.u32 	%rd133, %r525, 8;
+	add.s64 	%rd134, %rd3, %rd133;
+	ld.global.u64 	%rd135, [%rd134];
+	add.s64 	%rd136, %rd135, %rd161;
+	ld.u8 	%r434, [%rd136];
+	add.s32 	%r527, %r527, %r434;
+	add.s32 	%r525, %r525, 1;
+	setp.lt.u32 	%p41, %r525, %r213;
+	@%p41 bra 	$L__BB48_67;
+
+$L__BB48_68:
+	setp.ne.s32 	%p42, %r214, 1;
+	@%p42 bra 	$L__BB48_70;
+
+	div.u32 	%r527, %r527, %r213;
+
+$L__BB48_70:
+	add.s64 	%rd137, %rd1, %rd161;
+	st.global.u8 	[%rd137], %r527;
+	add.s64 	%rd161, %rd161, %rd39;
+	setp.lt.u64 	%p43, %rd161, %rd11;
+	@%p43 bra 	$L__BB48_52;
+	bra.uni 	$L__BB48_71;
+
+$L__BB48_48:
+	ld.global.u64 	%rd98, [%rd3];
+	add.s64 	%rd99, %rd98, %rd161;
+	ld.u8 	%r514, [%rd99];
+	setp.ne.s32 	%p29, %r214, 1;
+	@%p29 bra 	$L__BB48_50;
+
+	div.u32 	%r514, %r514, %r213;
+
+$L__BB48_50:
+	add.s64 	%rd100, %rd1, %rd161;
+	st.global.u8 	[%rd100], %r514;
+	add.s64 	%rd161, %rd161, %rd39;
+	setp.lt.u64 	%p30, %rd161, %rd11;
+	@%p30 bra 	$L__BB48_48;
+
+$L__BB48_71:
+	bar.sync 	0;
+	@%p10 bra 	$L__BB48_76;
+
+	mov.u32 	%r529, %tid.x;
+	mov.u32 	%r206, %ntid.x;
+	add.s32 	%r435, %r213, %r212;
+	shl.b32 	%r436, %r435, 9;
+	cvt.u64.u32 	%rd138, %r436;
+	add.s64 	%rd46, %rd138, %rd9;
+	shl.b64 	%rd145, %rd46, 3;
+
+$L__BB48_73:
+	setp.eq.s32 	%p45, %r529, %r212;
+	@%p45 bra 	$L__BB48_75;
+
+	mul.wide.u32 	%rd141, %r529, 8;
+	add.s64 	%rd142, %rd3, %rd141;
+	ld.global.u64 	%rd143, [%rd142];
+	add.s64 	%rd144, %rd143, %rd51;
+	add.s64 	%rd139, %rd144, %rd145;
+	mov.u64 	%rd140, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd139], %rd140;
+	// end inline asm
+
+$L__BB48_75:
+	add.s32 	%r529, %r529, %r206;
+	setp.lt.u32 	%p46, %r529, %r213;
+	@%p46 bra 	$L__BB48_73;
+
+$L__BB48_76:
+	@%p10 bra 	$L__BB48_83;
+
+	mul.wide.u32 	%rd155, %r212, 8;
+	add.s64 	%rd154, %rd3, %rd155;
+	mov.u32 	%r530, %tid.x;
+	ld.global.u64 	%rd146, [%rd154];
+	mov.u32 	%r209, %ntid.x;
+	add.s64 	%rd47, %rd146, %rd51;
+
+$L__BB48_78:
+	setp.eq.s32 	%p48, %r530, %r212;
+	@%p48 bra 	$L__BB48_82;
+
+	add.s32 	%r437, %r530, %r213;
+	shl.b32 	%r438, %r437, 9;
+	cvt.u64.u32 	%rd147, %r438;
+	add.s64 	%rd148, %rd147, %rd9;
+	shl.b64 	%rd149, %rd148, 3;
+	add.s64 	%rd48, %rd47, %rd149;
+
+$L__BB48_80:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd150, [%rd48];
+	// end inline asm
+	setp.eq.s64 	%p49, %rd150, 0;
+	@%p49 bra 	$L__BB48_80;
+
+	mov.u64 	%rd152, 0;
+	st.volatile.u64 	[%rd48], %rd152;
+
+$L__BB48_82:
+	add.s32 	%r530, %r530, %r209;
+	setp.lt.u32 	%p50, %r530, %r213;
+	@%p50 bra 	$L__BB48_78;
+
+$L__BB48_83:
+	bar.sync 	0;
 	ret;
 
 }
@@ -6242,4 +11499,4 @@ $L__BB41_3:
 `;
 
 /** Its kernels (the .entry names). */
-export const REDUCE_ENTRIES = ["smcuda_reduce_sum_f32","smcuda_reduce_avg_f32","smcuda_reduce_min_f32","smcuda_reduce_max_f32","smcuda_reduce_prod_f32","smcuda_div_f32","smcuda_reduce_sum_f64","smcuda_reduce_avg_f64","smcuda_reduce_min_f64","smcuda_reduce_max_f64","smcuda_reduce_prod_f64","smcuda_div_f64","smcuda_reduce_sum_f16","smcuda_reduce_avg_f16","smcuda_reduce_min_f16","smcuda_reduce_max_f16","smcuda_reduce_prod_f16","smcuda_div_f16","smcuda_reduce_sum_bf16","smcuda_reduce_avg_bf16","smcuda_reduce_min_bf16","smcuda_reduce_max_bf16","smcuda_reduce_prod_bf16","smcuda_div_bf16","smcuda_reduce_sum_i32","smcuda_reduce_avg_i32","smcuda_reduce_min_i32","smcuda_reduce_max_i32","smcuda_reduce_prod_i32","smcuda_div_i32","smcuda_reduce_sum_i64","smcuda_reduce_avg_i64","smcuda_reduce_min_i64","smcuda_reduce_max_i64","smcuda_reduce_prod_i64","smcuda_div_i64","smcuda_reduce_sum_u8","smcuda_reduce_avg_u8","smcuda_reduce_min_u8","smcuda_reduce_max_u8","smcuda_reduce_prod_u8","smcuda_div_u8"] as const;
+export const REDUCE_ENTRIES = ["smcuda_reduce_sum_f32","smcuda_reduce_avg_f32","smcuda_reduce_min_f32","smcuda_reduce_max_f32","smcuda_reduce_prod_f32","smcuda_div_f32","smcuda_oneshot_f32","smcuda_reduce_sum_f64","smcuda_reduce_avg_f64","smcuda_reduce_min_f64","smcuda_reduce_max_f64","smcuda_reduce_prod_f64","smcuda_div_f64","smcuda_oneshot_f64","smcuda_reduce_sum_f16","smcuda_reduce_avg_f16","smcuda_reduce_min_f16","smcuda_reduce_max_f16","smcuda_reduce_prod_f16","smcuda_div_f16","smcuda_oneshot_f16","smcuda_reduce_sum_bf16","smcuda_reduce_avg_bf16","smcuda_reduce_min_bf16","smcuda_reduce_max_bf16","smcuda_reduce_prod_bf16","smcuda_div_bf16","smcuda_oneshot_bf16","smcuda_reduce_sum_i32","smcuda_reduce_avg_i32","smcuda_reduce_min_i32","smcuda_reduce_max_i32","smcuda_reduce_prod_i32","smcuda_div_i32","smcuda_oneshot_i32","smcuda_reduce_sum_i64","smcuda_reduce_avg_i64","smcuda_reduce_min_i64","smcuda_reduce_max_i64","smcuda_reduce_prod_i64","smcuda_div_i64","smcuda_oneshot_i64","smcuda_reduce_sum_u8","smcuda_reduce_avg_u8","smcuda_reduce_min_u8","smcuda_reduce_max_u8","smcuda_reduce_prod_u8","smcuda_div_u8","smcuda_oneshot_u8"] as const;

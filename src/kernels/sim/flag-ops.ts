@@ -5,8 +5,10 @@
  * process: the stream does); its 8-byte copies (copy64: to `addr` from
  * `src`) as copies between the batches.
  */
-import type { DevicePtr, KernelArg, StreamMemOp } from '../../cuda/driver.js';
+import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { FLAG_OPS_ENTRY } from '../flag-ops.ptx.js';
+import { ONESHOT_TWINS, type RunOp } from './oneshot.js';
+import type { TwinMemory } from './twin.js';
 
 /** The flag kernel's own operation: 8 bytes from `src` to `addr`. */
 export interface Copy64Op {
@@ -31,7 +33,11 @@ export function flagOpsAsMemOps(args: readonly KernelArg[]): FlagOp[] {
   return ops;
 }
 
-/** Kernels the simulated driver runs as memory-operation batches (and 8-byte copies), by entry name. */
-export const MEMOP_TWINS: Readonly<Record<string, (args: readonly KernelArg[]) => FlagOp[]>> = {
+/** What a kernel that waits for other processes is queued as on the simulator, in order. */
+export type SteppedOp = FlagOp | RunOp;
+
+/** Kernels the simulated driver runs as memory-operation batches (and 8-byte copies, and pieces of work run in between), by entry name. */
+export const MEMOP_TWINS: Readonly<Record<string, (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory) => SteppedOp[]>> = {
   [FLAG_OPS_ENTRY]: flagOpsAsMemOps,
+  ...ONESHOT_TWINS,
 };

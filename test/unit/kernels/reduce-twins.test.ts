@@ -9,11 +9,13 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { readFileSync } from 'node:fs';
 import { REDUCE_ENTRIES, REDUCE_PTX as PTX } from '../../../src/kernels/reduce.ptx.js';
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
 import { REDUCE_TWINS } from '../../../src/kernels/sim/reduce.js';
+import { ONESHOT_TWINS } from '../../../src/kernels/sim/oneshot.js';
 
 const open: SimulatedCudaDriver[] = [];
 function sim(): SimulatedCudaDriver {
@@ -99,9 +101,15 @@ describe('the shipped PTX on the simulated driver', () => {
   it('every .entry of reduce.ptx.ts has a twin, and every twin an entry', () => {
     const entries = [...PTX.matchAll(/\.entry\s+(\w+)\s*\(/g)].map((m) => m[1]);
     expect(entries).toEqual([...REDUCE_ENTRIES]);
-    expect(new Set(entries)).toEqual(new Set(Object.keys(REDUCE_TWINS)));
-    expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 1));
+    // The one-shot kernels wait for other processes: the simulator queues them as stream operations (ONESHOT_TWINS).
+    expect(new Set(entries)).toEqual(new Set([...Object.keys(REDUCE_TWINS), ...Object.keys(ONESHOT_TWINS)]));
+    expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 2));
     expect(PTX).toMatch(/^\.version 8\.0$/m);
+  });
+
+  it("the one-shot kernel's block limit is the one the flag block is laid out for", () => {
+    const cu = readFileSync(new URL('../../../src/kernels/reduce.cu', import.meta.url), 'utf8');
+    expect(Number(/#define ONESHOT_MAX_BLOCKS (\d+)/.exec(cu)?.[1])).toBe(ONESHOT_MAX_BLOCKS);
   });
 
   it('says modules work; refuses what is not PTX, an unknown entry and arguments that do not match the parameters', () => {

@@ -1,0 +1,69 @@
+/**
+ * The simulator's side of reduce.cu's smcuda_oneshot_<dtype>: a kernel that
+ * waits for other processes cannot run as one TypeScript function (a twin
+ * runs the whole grid at once), so the simulated driver queues it as the
+ * stream operations it amounts to, in order: the copy of `in` into this
+ * rank's A, the step of parity 0 on every block's slots (write every peer's,
+ * wait for and reset its own, as device-sync.ts's step), the reduction (the
+ * reduce twins' core), the step of parity 1. The slots are the kernel's, one
+ * set per block of the launch's grid, so the flag block holds on the
+ * simulator what it holds on a GPU.
+ */
+import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, REDUCE_OPS, oneshotEntry, type DType } from '../dtypes.js';
+import { reduceInto } from './reduce.js';
+import type { TwinMemory } from './twin.js';
+
+
+/** A piece of a kernel run when its stream reaches it, touching these pointers' allocations. */
+export interface RunOp {
+  op: 'run';
+  touches: DevicePtr[];
+  run(memory: TwinMemory): void;
+}
+
+function oneshotOps(dtype: DType) {
+  const es = DTYPE_BYTES[dtype];
+  return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<StreamMemOp | RunOp> => {
+    const out = args[0]!.value as bigint;
+    const input = args[1]!.value as bigint;
+    const table = args[2]!.value as bigint;
+    const flagOffset = args[3]!.value as bigint;
+    const rank = args[4]!.value as number;
+    const n = args[5]!.value as number;
+    const count = Number(args[6]!.value as bigint);
+    const op = REDUCE_OPS[args[7]!.value as number];
+    const blocks = config.grid[0] ?? 1;
+    if (op === undefined) throw new RangeError(`${oneshotEntry(dtype)}: op ${String(args[7]!.value)} is not one of 0..${REDUCE_OPS.length - 1}`);
+    if (blocks > MAX_BLOCKS) throw new RangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
+    // The table of every rank's A was written before the launch (Scratch.open): read it now, as the kernel's loads would.
+    const t = memory.view(table, 8 * n);
+    const bufs: bigint[] = [];
+    for (let k = 0; k < n; k++) bufs.push(new DataView(t.buffer, t.byteOffset, t.byteLength).getBigUint64(8 * k, true));
+    const mine = bufs[rank]!;
+    const bytes = count * es;
+    const slot = (k: number, p: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(((p * n + src) * MAX_BLOCKS + b) * 8);
+    const step = (p: number): StreamMemOp[] => {
+      const ops: StreamMemOp[] = [];
+      for (let b = 0; b < blocks; b++) for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, p, rank, b), value: 1n });
+      for (let b = 0; b < blocks; b++) {
+        for (let k = 0; k < n; k++) {
+          if (k === rank) continue;
+          ops.push({ op: 'wait64', addr: slot(rank, p, k, b), value: 1n, condition: 'geq' });
+          ops.push({ op: 'write64', addr: slot(rank, p, k, b), value: 0n });
+        }
+      }
+      return ops;
+    };
+    return [
+      { op: 'run', touches: [input, mine], run: (m) => (input === mine ? undefined : m.view(mine, bytes).set(m.view(input, bytes))) },
+      ...step(0),
+      { op: 'run', touches: [out, ...bufs], run: (m) => reduceInto(op, dtype, m.view(out, bytes), bufs.map((p) => m.view(p, bytes)), count) },
+      ...step(1),
+    ];
+  };
+}
+
+/** Every one-shot entry of reduce.cu, by name. */
+export const ONESHOT_TWINS = Object.fromEntries(DTYPES.map((d) => [oneshotEntry(d), oneshotOps(d)] as const));
+
