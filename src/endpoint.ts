@@ -37,7 +37,7 @@ import { refuseUnknownKeys } from './option-keys.js';
 import { StagingPath } from './paths/staging.js';
 import { createPaths, type Arrival, type DataPath, type PendingRecv, type RecvOptions, type SendOptions } from './paths/index.js';
 import { abortReason } from './paths/pending-sends.js';
-import { checkStagedSource } from './paths/staging-ring.js';
+import { allocationRanges } from './paths/allocation-ranges.js';
 import { asTypeOfInto, type MessageInfo, messageInfo, type Received, type ReceivedData } from './received.js';
 import { RgetDecoder } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
@@ -667,15 +667,15 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 }
 
 /**
- * A device `into` must fit its allocation: checked at recv() (one
- * cuMemGetAddressRange), with the message a send's source gets. A pointer
+ * A device `into` must fit its allocation: checked at recv() (by allocation,
+ * paths/allocation-ranges.ts), with the message a send's source gets. A pointer
  * the driver does not know (freed) is left to the copy, which fails that
  * receive and tells the sender (FIN FAILED).
  */
 export function checkIntoRoom(driver: CudaDriver, into: DeviceBuffer): void {
   if (into.length === 0 || !driver.isReady()) return;
   try {
-    checkStagedSource(driver, into, 'options.into');
+    allocationRanges(driver).check(into, 'options.into');
   } catch (err) {
     if (err instanceof ArgumentRangeError) throw err;
   }

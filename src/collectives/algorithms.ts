@@ -57,7 +57,7 @@ export interface CallContext {
   streamDone(): Promise<void>;
   /** Bytes copied from caller buffers into scratch (for stats). */
   copied(bytes: number): void;
-  /** Throws unless [ptr, ptr + bytes) is device memory of this process: what a kernel reads directly (a copy checks its source itself). */
+  /** Throws unless [ptr, ptr + bytes) is live device memory of this process (paths/allocation-ranges.ts): what a kernel reads directly (a copy checks its source itself). */
   checkInput(ptr: DevicePtr, bytes: number): void;
 }
 

@@ -37,7 +37,7 @@ import { RankLostError, type Algorithm, type CallContext } from './algorithms.js
 import { ControlPlane } from './control.js';
 import { DeviceSync } from './device-sync.js';
 import { StreamMarks } from './stream-marks.js';
-import { KnownBuffers } from './known-buffers.js';
+import { allocationRanges } from '../paths/allocation-ranges.js';
 import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
@@ -280,7 +280,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
     c.counters.mapped = c.scratch.mapped;
     if (c.scratch.reason) c.counters.stagedReason = c.scratch.reason;
-    const known = new KnownBuffers(c.driver);
+    // The one-shot kernel reads the caller's input directly: a bad pointer must fail the call (and abort the
+    // communicator with the driver's error, as the copy it replaced did), not fault on the device.
+    const known = allocationRanges(c.driver);
     c.shared = {
       driver: c.driver,
       rank,
@@ -291,7 +293,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       endpoint: (k: number) => c.endpoints.get(k)!,
       streamDone: (stream: StreamHandle) => c.marks.mark(stream),
       copied: (n: number) => (c.counters.scratchCopyBytes += n),
-      checkInput: (ptr: DevicePtr, bytes: number) => known.check(ptr, bytes),
+      checkInput: (ptr: DevicePtr, bytes: number) => known.check({ ptr, length: bytes }, 'send'),
     };
     if (c.scratch.mapped && size > 1) {
       const g = c.driver.gpuDrivenStatus();

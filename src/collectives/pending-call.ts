@@ -27,7 +27,7 @@ export interface CallShared {
   endpoint(rank: number): Endpoint;
   streamDone(stream: StreamHandle): Promise<void>;
   copied(bytes: number): void;
-  /** Throws unless [ptr, ptr + bytes) is device memory of this process (known-buffers.ts). */
+  /** Throws unless [ptr, ptr + bytes) is live device memory of this process (paths/allocation-ranges.ts). */
   checkInput(ptr: DevicePtr, bytes: number): void;
 }
 

@@ -13,6 +13,7 @@ import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda
 import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, REDUCE_OPS, oneshotEntry, type DType } from '../dtypes.js';
 import { reduceInto } from './reduce.js';
 import type { TwinMemory } from './twin.js';
+import { ArgumentRangeError } from '../../errors.js';
 
 
 /** A piece of a kernel run when its stream reaches it, touching these pointers' allocations. */
@@ -34,8 +35,8 @@ function oneshotOps(dtype: DType) {
     const count = Number(args[6]!.value as bigint);
     const op = REDUCE_OPS[args[7]!.value as number];
     const blocks = config.grid[0] ?? 1;
-    if (op === undefined) throw new RangeError(`${oneshotEntry(dtype)}: op ${String(args[7]!.value)} is not one of 0..${REDUCE_OPS.length - 1}`);
-    if (blocks > MAX_BLOCKS) throw new RangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
+    if (op === undefined) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: op ${String(args[7]!.value)} is not one of 0..${REDUCE_OPS.length - 1}`);
+    if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
     // The table of every rank's A was written before the launch (Scratch.open): read it now, as the kernel's loads would.
     const t = memory.view(table, 8 * n);
     const bufs: bigint[] = [];
