@@ -45,6 +45,14 @@
  * communicator.ts); nothing is left waiting on the device, and the calls
  * fail with the original cause.
  */
+/*
+ * The one-shot allreduce kernel (reduce.cu's smcuda_oneshot) steps the same
+ * way inside the kernel, per block, on slots of its own after these
+ * (kernelSlotsOffset): block b waits only for block b of its peers. Its
+ * slots follow the same rules (1 and a reset, parity 0 then 1 in every
+ * launch), so its launches and graph replays mix with these steps freely,
+ * and poison() covers them too.
+ */
 import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { POISON } from '../persistent/flags.js';
