@@ -3,26 +3,13 @@
  * (recorded again after each call), each is reached once its stream ran it,
  * and a call on another stream is ordered after the newest mark.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
-import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { describe, expect, it, vi } from 'vitest';
+import { simDevice } from '../../helpers/sim-device.js';
 import { StreamMarks } from '../../../src/collectives/stream-marks.js';
-
-let d: SimulatedCudaDriver | undefined;
-afterEach(() => {
-  d?.close();
-  d = undefined;
-});
-
-function driver(): SimulatedCudaDriver {
-  d = new SimulatedCudaDriver();
-  d.init();
-  d.setDevice(0);
-  return d;
-}
 
 describe('stream marks', () => {
   it('100 marks queued in one turn on one stream: one event, 100 records, every mark reached', async () => {
-    const drv = driver();
+    const drv = simDevice();
     const marks = new StreamMarks(drv);
     const s = drv.streamCreate();
     const create = vi.spyOn(drv, 'eventCreate');
@@ -41,7 +28,7 @@ describe('stream marks', () => {
   });
 
   it('a mark is not reached before its stream ran the work queued before it', async () => {
-    const drv = driver();
+    const drv = simDevice();
     const marks = new StreamMarks(drv);
     const s = drv.streamCreate();
     const flag = drv.memAlloc(8);
@@ -60,7 +47,7 @@ describe('stream marks', () => {
   });
 
   it('a call on another stream waits for the newest mark, recorded after the last call', () => {
-    const drv = driver();
+    const drv = simDevice();
     const marks = new StreamMarks(drv);
     const a = drv.streamCreate();
     const b = drv.streamCreate();

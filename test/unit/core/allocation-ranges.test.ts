@@ -3,27 +3,14 @@
  * a range past its allocation and an unknown pointer are refused; a freed
  * allocation whose address is given again is checked afresh (new id).
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
-import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { describe, expect, it, vi } from 'vitest';
+import { simDevice } from '../../helpers/sim-device.js';
 import { AllocationRanges } from '../../../src/paths/allocation-ranges.js';
 import { ArgumentRangeError, CudaError } from '../../../src/errors.js';
 
-let d: SimulatedCudaDriver | undefined;
-afterEach(() => {
-  d?.close();
-  d = undefined;
-});
-
-function driver(): SimulatedCudaDriver {
-  d = new SimulatedCudaDriver();
-  d.init();
-  d.setDevice(0);
-  return d;
-}
-
 describe('allocation ranges', () => {
   it('a buffer checked before costs one buffer-id query, no address-range query', () => {
-    const drv = driver();
+    const drv = simDevice();
     const r = new AllocationRanges(drv);
     const p = drv.memAlloc(4096);
     r.check({ ptr: p, length: 4096 });
@@ -35,7 +22,7 @@ describe('allocation ranges', () => {
   });
 
   it('refuses bytes past the allocation (known or not) and a pointer the driver does not know', () => {
-    const drv = driver();
+    const drv = simDevice();
     const r = new AllocationRanges(drv);
     const p = drv.memAlloc(4096);
     expect(() => r.check({ ptr: p, length: 4097 }, 'options.into')).toThrow(ArgumentRangeError);
@@ -45,7 +32,7 @@ describe('allocation ranges', () => {
   });
 
   it('a freed allocation is not trusted: its pointer is refused, and a new allocation at the same address is checked afresh', () => {
-    const drv = driver();
+    const drv = simDevice();
     const r = new AllocationRanges(drv);
     const big = drv.memAlloc(1 << 20);
     r.check({ ptr: big, length: 1 << 20 });
