@@ -247,8 +247,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /**
    * Receives the next message with `tag` (MPI order), or of any tag with
    * `tag: ANY_TAG`. `data` has the type of `into` (see Received). A device
-   * `into` is checked here against its allocation (cuMemGetAddressRange): one
-   * longer than the memory mapped from its start is refused at once.
+   * `into` is checked here against its allocation: one longer than the
+   * memory mapped from its start is refused at once. After the endpoint
+   * closed, it still takes a message that arrived whole before the close
+   * (inline: host data, small device data before IPC is negotiated), in
+   * order; with none left it rejects with the close's error.
    */
   recv<Into extends MessageBuffer | undefined = undefined>(options: RecvOptions & { into?: Into } = {}): Promise<Received<ReceivedData<Into>>> {
     refuseUnknownKeys('recv options', options, RECV_OPTION_KEYS);
@@ -259,7 +262,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       if (isDeviceBuffer(into)) checkIntoRoom(this.link.driver, into);
     }
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
-    if (this.link.closed) return Promise.reject(this.link.closedError());
+    // Closed: only a message that arrived whole (inline) before the close can still be taken (shutdown keeps them).
+    if (this.link.closed && this.matches.probe(tag) === undefined) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
     return new Promise<Received<ReceivedData<Into>>>((resolveTyped, reject) => {
       // A host `into` other than a Uint8Array: `data` comes back as a view of its type.
@@ -568,7 +572,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   /** A posted receive met its message: it leaves the unexpected queue (flow control) and goes to its path. */
   private deliver(recv: PendingRecv, frame: Arrival): void {
     recv.cleanup();
-    this.link.flow.received(frame.type === FrameType.EAGER ? frame.data.byteLength : 0);
+    if (!this.link.closed) this.link.flow.received(frame.type === FrameType.EAGER ? frame.data.byteLength : 0);
     this.receiveOn(this.byArrival[frame.type]!, recv, frame);
   }
 
@@ -645,7 +649,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.neg.stop(orderly);
     this.link.sends.close(reason);
     this.link.flow.close(reason);
-    const { posted } = this.matches.drain();
+    // Messages that arrived whole (EAGER: their bytes are in the frame) stay receivable, as a socket's
+    // buffered bytes are read after its peer closed; the others need the peer's memory or rings, gone now.
+    const { posted } = this.matches.drainKeeping((a) => a.type === FrameType.EAGER);
     posted.push(...this.link.resends.values());
     this.link.resends.clear();
     for (const r of posted) {

@@ -126,15 +126,22 @@ export class MatchQueues<Posted, Arrival> {
     return undefined;
   }
 
-  /** Empties both queues, returning what was in them (for rejecting on close). */
-  drain(): { posted: Posted[]; unexpected: Arrival[] } {
+  /**
+   * Empties the posted receives and the arrivals `keep` refuses, returning
+   * them (for rejecting on close); the arrivals it keeps stay, in order.
+   */
+  drainKeeping(keep: (a: Arrival) => boolean): { posted: Posted[]; dropped: Arrival[] } {
     const posted = [...this.posted.values(), this.anyTag].flat().map((e) => e.item);
-    const unexpected = [...this.unexpected.values()].flat().map((e) => e.item);
     this.posted.clear();
     this.anyTag.length = 0;
-    this.unexpected.clear();
-    this.unexpectedN = 0;
-    return { posted, unexpected };
+    const dropped: Arrival[] = [];
+    for (const [tag, q] of this.unexpected) {
+      const kept = q.filter((e) => keep(e.item) || (dropped.push(e.item), false));
+      this.unexpectedN -= q.length - kept.length;
+      if (kept.length === 0) this.unexpected.delete(tag);
+      else this.unexpected.set(tag, kept);
+    }
+    return { posted, dropped };
   }
 
   get postedCount(): number {

@@ -51,14 +51,21 @@ describe('MatchQueues', () => {
     expect(m.post(2, 'z')).toBeUndefined();
   });
 
-  it('drain empties both queues and returns what was in them', () => {
+  it('drainKeeping empties the posted receives and the arrivals it is not told to keep; the kept stay in order', () => {
     const m = new MatchQueues<string, number>();
     m.post(1, 'a');
     m.post(2, 'b');
     m.arrive(3, 30);
-    const { posted, unexpected } = m.drain();
+    m.arrive(4, 41);
+    m.arrive(4, 40);
+    m.arrive(4, 43);
+    const { posted, dropped } = m.drainKeeping((a) => a % 2 === 1);
     expect(posted.sort()).toEqual(['a', 'b']);
-    expect(unexpected).toEqual([30]);
+    expect(dropped.sort()).toEqual([30, 40]);
+    expect(m.postedCount).toBe(0);
+    expect(m.unexpectedCount).toBe(2);
+    expect(m.post(ANY_TAG, 'x')).toBe(41);
+    expect(m.post(4, 'y')).toBe(43);
     expect(m.postedCount + m.unexpectedCount).toBe(0);
     expect(m.arrive(1, 1)).toBeUndefined();
   });
