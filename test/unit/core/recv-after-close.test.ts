@@ -40,7 +40,7 @@ describe('receiving after the endpoint closed', () => {
     await expect(pair.b.ep.recv({ tag: 5 })).rejects.toThrow();
   });
 
-  it('our own close keeps them too; a device message still in the peer's memory (staging or RGET) is not kept', async () => {
+  it("our own close keeps them too; a device message still in the peer's memory (staging or RGET) is not kept", async () => {
     pair = await makePair();
     const big = randomBytes(1 << 20, 3);
     const dev = deviceWith(pair.a.driver, big);
