@@ -40,8 +40,7 @@ export class AllocationRanges {
     const end = buf.ptr + BigInt(buf.length);
     const known = this.byId.get(id);
     if (known !== undefined && buf.ptr >= known.base && end <= known.end) return;
-    checkStagedSource(this.driver, buf, name);
-    const first = this.driver.memGetAddressRange(buf.ptr);
+    const first = checkStagedSource(this.driver, buf, name);
     const firstEnd = first.base + BigInt(first.size);
     if (end > firstEnd) return; // several mappings: walked again next time
     if (this.byId.size === ENTRIES) this.byId.delete(this.byId.keys().next().value!);

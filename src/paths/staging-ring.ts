@@ -11,7 +11,7 @@
  * device→host into another slot: the two sides overlap.
  */
 import { createSealedSegment, type MappedSegment } from '../channel/sealed-segment.js';
-import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { AddressRange, CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { StagingOptions } from '../options.js';
 import { pastItsAllocation } from '../buffers.js';
 
@@ -95,9 +95,10 @@ export interface StagedSend {
  * expandable segments make, where cuMemGetAddressRange answers one chunk's
  * range: walk range after range). Checked before a staged message is
  * announced — as RGET's export lookup does — so that a freed or invalid
- * source fails its send() at once and the peer never hears of it.
+ * source fails its send() at once and the peer never hears of it. Returns
+ * the range of the mapping `buf` starts in (allocation-ranges.ts keeps it).
  */
-export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; length: number }, name = 'buffer'): void {
+export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; length: number }, name = 'buffer'): AddressRange {
   const first = driver.memGetAddressRange(buf.ptr);
   const want = buf.ptr + BigInt(buf.length);
   let end = first.base + BigInt(first.size);
@@ -113,6 +114,7 @@ export function checkStagedSource(driver: CudaDriver, buf: { ptr: DevicePtr; len
     }
     end += BigInt(next.size);
   }
+  return first;
 }
 
 /** A staged receive in progress on the receiver. */
