@@ -136,7 +136,11 @@ export class MatchQueues<Posted, Arrival> {
     this.anyTag.length = 0;
     const dropped: Arrival[] = [];
     for (const [tag, q] of this.unexpected) {
-      const kept = q.filter((e) => keep(e.item) || (dropped.push(e.item), false));
+      const kept: Entry<Arrival>[] = [];
+      for (const e of q) {
+        if (keep(e.item)) kept.push(e);
+        else dropped.push(e.item);
+      }
       this.unexpectedN -= q.length - kept.length;
       if (kept.length === 0) this.unexpected.delete(tag);
       else this.unexpected.set(tag, kept);
