@@ -51,12 +51,19 @@ template <> __device__ i64 add<i64>(i64 a, i64 b) { return (i64)((u64)a + (u64)b
 template <typename A> __device__ A mul(A a, A b) { return a * b; }
 template <> __device__ i64 mul<i64>(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
 
-template <int OP, typename A> __device__ A combine(A acc, A x) {
-  if (OP == SUM || OP == AVG) return add<A>(acc, x);
-  if (OP == PROD) return mul<A>(acc, x);
-  if (OP == MIN) return x < acc ? x : acc;
-  return x > acc ? x : acc;
+// The operation as a value: the one-shot kernel takes it as a parameter (one kernel per dtype; five per
+// dtype, each with three loops, made reduce.ptx 5x larger; `op` is the same for every thread, so the switch
+// costs no divergence), the reduce kernels as a template constant (the switch folds away).
+template <typename A> __device__ __forceinline__ A combine_rt(unsigned op, A acc, A x) {
+  switch (op) {
+    case PROD: return mul<A>(acc, x);
+    case MIN: return x < acc ? x : acc;
+    case MAX: return x > acc ? x : acc;
+    default: return add<A>(acc, x);
+  }
 }
+
+template <int OP, typename A> __device__ A combine(A acc, A x) { return combine_rt<A>(OP, acc, x); }
 
 // Integer division truncates toward zero; floats divide in the accumulator (IEEE, -prec-div=true).
 template <typename A> __device__ A divide(A a, unsigned n) { return a / (A)n; }
@@ -115,17 +122,6 @@ __device__ void block_step(char *const *bufs, u64 flagOffset, unsigned rank, uns
 template <typename T> struct Vec {
   enum { N = 16 / sizeof(T) };
 };
-
-// The operation as a parameter, not a kernel each: one kernel per dtype (five per dtype, each with three
-// loops, made reduce.ptx 5x larger); `op` is the same for every thread, so the switch costs no divergence.
-template <typename A> __device__ __forceinline__ A combine_rt(unsigned op, A acc, A x) {
-  switch (op) {
-    case PROD: return mul<A>(acc, x);
-    case MIN: return x < acc ? x : acc;
-    case MAX: return x > acc ? x : acc;
-    default: return add<A>(acc, x);
-  }
-}
 
 template <typename T>
 __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op) {
