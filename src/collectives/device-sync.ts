@@ -57,7 +57,7 @@ import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/d
 import { debug } from '../debug.js';
 import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
-import { ONESHOT_MAX_BLOCKS } from '../kernels/dtypes.js';
+import { ONESHOT_MAX_BLOCKS, oneshotSlotOffset } from '../kernels/dtypes.js';
 
 
 /** Bytes of the step slots: two parities × size slots × 8 bytes, 256-aligned. */
@@ -73,8 +73,7 @@ export function kernelSlotsOffset(size: number): number {
 /**
  * Bytes of a rank's flag block for `size` ranks: the step slots, then the
  * one-shot kernel's, two parities × size × ONESHOT_MAX_BLOCKS slots
- * (slot(p, src, b) at ((p * size + src) * ONESHOT_MAX_BLOCKS + b) * 8):
- * the same protocol, per block of the kernel.
+ * (oneshotSlotOffset): the same protocol, per block of the kernel.
  */
 export function flagBlockBytes(size: number): number {
   return stepSlotsBytes(size) + 2 * size * ONESHOT_MAX_BLOCKS * 8;
@@ -130,7 +129,7 @@ export class DeviceSync {
       for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
       const kernel = own + BigInt(kernelSlotsOffset(this.size));
       for (let p = 0; p < 2; p++) {
-        for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(((p * this.size + k) * ONESHOT_MAX_BLOCKS + b) * 8), value: POISON });
+        for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(oneshotSlotOffset(this.size, p, k, b)), value: POISON });
       }
       if (ops.length === 0) return;
       const stream = (this.poisonStream ??= this.driver.streamCreate());

@@ -32,6 +32,11 @@ export function reduceEntry(op: ReduceOp, dtype: DType): string {
  */
 export const ONESHOT_MAX_BLOCKS = 512;
 
+/** Where the one-shot kernel's slot (parity `p`, signalled by rank `src`, block `b`) lies among a flag block's kernel slots, for `n` ranks: reduce.cu's block_step. */
+export function oneshotSlotOffset(n: number, p: number, src: number, b: number): number {
+  return ((p * n + src) * ONESHOT_MAX_BLOCKS + b) * 8;
+}
+
 /** `smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op)`: a one-shot allreduce piece in one launch. */
 export function oneshotEntry(dtype: DType): string {
   return `smcuda_oneshot_${dtype}`;

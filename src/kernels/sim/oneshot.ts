@@ -10,11 +10,10 @@
  * simulator what it holds on a GPU.
  */
 import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, REDUCE_OPS, oneshotEntry, type DType } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, REDUCE_OPS, oneshotEntry, oneshotSlotOffset, type DType } from '../dtypes.js';
 import { reduceInto } from './reduce.js';
 import type { TwinMemory } from './twin.js';
 import { ArgumentRangeError } from '../../errors.js';
-
 
 /** A piece of a kernel run when its stream reaches it, touching these pointers' allocations. */
 export interface RunOp {
@@ -39,11 +38,12 @@ function oneshotOps(dtype: DType) {
     if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
     // The table of every rank's A was written before the launch (Scratch.open): read it now, as the kernel's loads would.
     const t = memory.view(table, 8 * n);
+    const tv = new DataView(t.buffer, t.byteOffset, t.byteLength);
     const bufs: bigint[] = [];
-    for (let k = 0; k < n; k++) bufs.push(new DataView(t.buffer, t.byteOffset, t.byteLength).getBigUint64(8 * k, true));
+    for (let k = 0; k < n; k++) bufs.push(tv.getBigUint64(8 * k, true));
     const mine = bufs[rank]!;
     const bytes = count * es;
-    const slot = (k: number, p: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(((p * n + src) * MAX_BLOCKS + b) * 8);
+    const slot = (k: number, p: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
     const step = (p: number): StreamMemOp[] => {
       const ops: StreamMemOp[] = [];
       for (let b = 0; b < blocks; b++) for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, p, rank, b), value: 1n });
