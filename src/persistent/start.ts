@@ -10,10 +10,11 @@
 import type { CudaDriver, DevicePtr, FunctionHandle, KernelArg, LaunchConfig, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { assertHandle } from '../cuda/validate.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
-import { ArgumentTypeError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError } from '../errors.js';
 import { FLAG_OPS_ENTRY, FLAG_OPS_MAX, FLAG_OPS_PTX } from '../kernels/flag-ops.ptx.js';
 import type { FlagOp } from '../kernels/sim/flag-ops.js';
 import { ARRIVE, DONE, READY, STAMP } from './flags.js';
+import { type OwnedItem, scheduleStart } from './schedule.js';
 import type { PersistentTransfer } from './transfers.js';
 
 /** The flag kernel of each driver, loaded once (the module stays loaded while the driver is open). */
@@ -43,7 +44,9 @@ export function wordsOf(slot: DevicePtr): DevicePtr[] {
  */
 export function startGroup(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
   checkStarts(stream, transfers);
-  queueStarts(stream, transfers, [...transfers.flatMap((t) => t.items('post')), ...transfers.flatMap((t) => t.items('run')), ...transfers.flatMap((t) => t.items('wait'))]);
+  // READY is a flag, not a counter: two rounds of one transfer announced at once would lose one.
+  if (new Set(transfers).size !== transfers.length) throw new ArgumentRangeError('startGroup takes each transfer once (use startSequence for several rounds of one transfer)');
+  queueStarts(stream, transfers, [...transfers.flatMap((t) => owned(t, 'post')), ...transfers.flatMap((t) => owned(t, 'run')), ...transfers.flatMap((t) => owned(t, 'wait'))]);
 }
 
 /**
@@ -54,7 +57,11 @@ export function startGroup(stream: StreamHandle, transfers: readonly PersistentT
  */
 export function startSequence(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
   checkStarts(stream, transfers);
-  queueStarts(stream, transfers, transfers.flatMap((t) => [...t.items('post'), ...t.items('run'), ...t.items('wait')]));
+  queueStarts(stream, transfers, transfers.flatMap((t) => [...owned(t, 'post'), ...owned(t, 'run'), ...owned(t, 'wait')]));
+}
+
+function owned(t: PersistentTransfer, part: 'post' | 'run' | 'wait'): OwnedItem[] {
+  return t.items(part).map((item) => ({ owner: t, item }));
 }
 
 function checkStarts(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
@@ -63,14 +70,16 @@ function checkStarts(stream: StreamHandle, transfers: readonly PersistentTransfe
   for (const t of transfers) t.check();
 }
 
-function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfer[], items: QueuedItem[]): void {
+function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfer[], owned: OwnedItem[]): void {
   if (transfers.length === 0) return;
   const d = transfers[0]!.driverOf();
   const capturing = d.streamIsCapturing(stream);
   // The kernel where every transfer of the call asked for it (merged batches mix their operations).
   const kernel = transfers.every((t) => t.flagKernel !== undefined) ? transfers[0]!.flagKernel : undefined;
-  // With the kernel, a small round's bytes are words of its batch: no copy-engine node between the flags.
   const local = new Set(transfers.flatMap((t) => wordsOf(t.ownSlot)));
+  // Several transfers: the operations a copy waits for moved next to it (schedule.ts); one transfer has nothing to move.
+  const items = transfers.some((t) => t !== transfers[0]) ? scheduleStart(owned, local, new Set(transfers.flatMap((t) => [t.ownSlot + BigInt(ARRIVE), t.ownSlot + BigInt(STAMP)]))) : owned.map((o) => o.item);
+  // With the kernel, a small round's bytes are words of its batch: no copy-engine node between the flags.
   const queued = kernel !== undefined ? items.map((it): QueuedItem => { const w = asWords(it); return w ? { kind: 'batch', ops: w } : it; }) : items;
   for (const item of mergeBatches(queued)) {
     if (item.kind === 'copy') d.memcpyAsync(item.dst, item.src, item.length, stream);

@@ -210,6 +210,8 @@ describe('persistent transfers', () => {
       expect(Buffer.compare(readDevice(db, bIn), randomBytes(n, 10 + k))).toBe(0);
       expect(Buffer.compare(readDevice(da, aIn), randomBytes(n, 20 + k))).toBe(0);
     }
+    // Two rounds of one transfer in one group would announce READY twice at once (a flag, not a counter).
+    expect(() => startGroup(ca, [a1, a2, a1])).toThrow(/each transfer once/);
   });
 
   it("flags: 'kernel' — the flag operations as launches of the flag kernel, captured and replayed both ways; the watchdog still releases a stuck one", async () => {
