@@ -62,6 +62,8 @@ export class EndpointLink implements RgetLink {
   readonly fins: FinBatcher;
   /** Hot-path copy of `negotiation state === 'OK'` (the endpoint keeps it). */
   ipcOk = false;
+  /** The negotiation may still end OK: not settled (OK or BAD) and IPC not off (the endpoint keeps it). */
+  ipcPending: boolean;
   /** Memory by file descriptor with this peer: agreed, its counters and bounds (RGET's descriptor side). */
   readonly fd: DescriptorMemory;
   /** Both HELLOs announced Feature.DESCRIPTORS: a descriptor channel is (being) set up, and the rings travel on it. */
@@ -90,6 +92,7 @@ export class EndpointLink implements RgetLink {
   ) {
     const driver = (this.driver = ctx.driver);
     this.opts = ctx.options;
+    this.ipcPending = ctx.options.negotiation.ipc;
     const tracer = (this.tracer = ctx.tracer);
     this.exports = ctx.exports;
     const open = () => this.closedWith === undefined && !this.channel.closed;
@@ -109,7 +112,7 @@ export class EndpointLink implements RgetLink {
     this.sends = new PendingSends(peerId, this.sent, (seq) => this.sendFrame({ type: FrameType.CANCEL, seq }));
     this.pool = new HandlePool(driver, { ...this.opts.cache, onEvent: tracer ? (ev) => tracer.cache(peerId, ev) : undefined });
     this.parts = {
-      eager: { sent: this.sent, deviceEagerLimit: this.opts.deviceEagerLimit },
+      eager: { sent: this.sent, deviceEagerLimit: this.opts.deviceEagerLimit, negotiationEagerLimit: this.opts.negotiationEagerLimit },
       staging: { segments: this.segments, options: this.opts.staging, failEndpoint: (err) => this.failEndpoint(err) },
       rget: { exports: this.exports, pool: this.pool, fins: this.fins, fd: this.fd },
     };

@@ -32,6 +32,7 @@ export const ENV_OVERRIDES: readonly EnvOverride[] = [
   { name: 'SMCUDA_COMPLETION_SPIN_US', value: 'integer µs ≥ 0', default: '20', effect: 'the `completionSpinUs` option: inline poll of a lone small copy before the progress engine takes it' },
   { name: 'SMCUDA_POLL_SPIN_US', value: 'integer µs ≥ 0', default: '20000', effect: 'how long the native completion thread spins after its last completion before it sleeps (read by native/completion.cc when the thread starts; checked when a Transport is created)' },
   { name: 'SMCUDA_DEVICE_EAGER_LIMIT', value: 'integer bytes ≥ 0', default: '8192', effect: 'the `deviceEagerLimit` option: device messages up to this size go inline through the host while IPC is not in use' },
+  { name: 'SMCUDA_NEGOTIATION_EAGER_LIMIT', value: 'integer bytes ≥ 0', default: '1048576', effect: 'the `negotiationEagerLimit` option: device messages up to this size go inline through the host while the IPC negotiation has not settled, instead of waiting for it' },
   { name: 'SMCUDA_ADDON', value: 'file path', default: 'build/Release/smcuda.node', effect: 'load the native addon from this file' },
   { name: 'SMCUDA_SIM', value: 'JSON (SimOptions)', default: 'two simulated GPUs', effect: "the simulated driver's world: devices, peer access, faults (src/cuda/sim/config.ts)" },
   { name: 'SMCUDA_SIM_FD_FAULTS', value: 'JSON (SimFdFaults)', default: 'none', effect: "faults the simulated driver injects into VMM/pool memory imports (src/cuda/sim/fd-faults.ts)" },
@@ -54,6 +55,7 @@ export const CHILD_CONFIG_VARIABLES: readonly string[] = ['SMCUDA_DEMO', 'SMCUDA
 /** The defaults TransportOptions take from the environment; absent where the variable is unset or empty. */
 export interface EnvTransportDefaults {
   deviceEagerLimit?: number;
+  negotiationEagerLimit?: number;
   completionSpinUs?: number;
   controlRing?: boolean;
   controlSpinUs?: number;
@@ -92,6 +94,8 @@ export function envTransportDefaults(env: Env = process.env): EnvTransportDefaul
   const out: EnvTransportDefaults = {};
   const deviceEagerLimit = nonNegativeInt(env, 'SMCUDA_DEVICE_EAGER_LIMIT');
   if (deviceEagerLimit !== undefined) out.deviceEagerLimit = deviceEagerLimit;
+  const negotiationEagerLimit = nonNegativeInt(env, 'SMCUDA_NEGOTIATION_EAGER_LIMIT');
+  if (negotiationEagerLimit !== undefined) out.negotiationEagerLimit = negotiationEagerLimit;
   const completionSpinUs = nonNegativeInt(env, 'SMCUDA_COMPLETION_SPIN_US');
   if (completionSpinUs !== undefined) out.completionSpinUs = completionSpinUs;
   const controlRing = flag(env, 'SMCUDA_CONTROL_RING');

@@ -58,6 +58,14 @@ export interface TransportOptions {
   device?: number;
   /** While the endpoint is not using IPC, device messages up to this size travel inline through the host (eager). */
   deviceEagerLimit?: number;
+  /**
+   * While the IPC negotiation has not settled (before OK or BAD), device
+   * messages up to this size travel inline through the host instead of
+   * waiting for it; larger ones wait. Default 1 MiB
+   * (SMCUDA_NEGOTIATION_EAGER_LIMIT); 0 makes every message above
+   * `deviceEagerLimit` wait.
+   */
+  negotiationEagerLimit?: number;
   negotiation?: Partial<NegotiationOptions>;
   staging?: Partial<StagingOptions>;
   cache?: CacheOptions;
@@ -141,6 +149,7 @@ export interface ResolvedOptions {
   id: string;
   device: number;
   deviceEagerLimit: number;
+  negotiationEagerLimit: number;
   negotiation: NegotiationOptions;
   staging: StagingOptions;
   cache: CacheOptions;
@@ -181,6 +190,14 @@ const MAX_STAGING_SLOTS = 0xffff;
 
 /** 8 KiB: before IPC is OK, below this a host copy inline beats the staging rendezvous. SMCUDA_DEVICE_EAGER_LIMIT overrides the default (src/env.ts). */
 export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
+/**
+ * 1 MiB: while the negotiation runs, below this a host copy inline beats
+ * waiting for it. A fresh pair's first 64 KiB message waited 19 ms for the
+ * negotiation (2 × H200: two first cuIpcOpenMemHandle of 2.1 ms, one after
+ * the other, and the control hops); inline, two host copies of 1 MiB take
+ * well under a millisecond. SMCUDA_NEGOTIATION_EAGER_LIMIT overrides it.
+ */
+export const DEFAULT_NEGOTIATION_EAGER_LIMIT = 1 << 20;
 
 function positiveInt(name: string, v: number, min = 1, max = Number.MAX_SAFE_INTEGER): number {
   if (!Number.isInteger(v) || v < min || v > max) {
@@ -255,7 +272,7 @@ function checkWireString(name: string, v: unknown, min: number, max: number): vo
 
 /** Every key of TransportOptions (unknown keys are refused: a misspelt `token` must not make a transport without one). */
 export const TRANSPORT_OPTION_KEYS = [
-  'id', 'device', 'deviceEagerLimit', 'negotiation', 'staging', 'cache', 'token',
+  'id', 'device', 'deviceEagerLimit', 'negotiationEagerLimit', 'negotiation', 'staging', 'cache', 'token',
   'completionSpinUs', 'controlRing', 'controlSpinUs', 'maxUnreadBytes', 'maxBufferedBytes', 'maxPeerDescriptors', 'persistent',
 ] as const satisfies readonly (keyof TransportOptions)[];
 // Every key listed: a new option must be added above, or compiling fails here.
@@ -293,6 +310,8 @@ export function resolveOptions(o: TransportOptions = {}, moreKeys: readonly stri
   const completionSpinUs = o.completionSpinUs ?? env.completionSpinUs ?? 20;
   positiveInt('completionSpinUs', completionSpinUs, 0);
   positiveInt('deviceEagerLimit', deviceEagerLimit, 0);
+  const negotiationEagerLimit = o.negotiationEagerLimit ?? env.negotiationEagerLimit ?? DEFAULT_NEGOTIATION_EAGER_LIMIT;
+  positiveInt('negotiationEagerLimit', negotiationEagerLimit, 0);
   const controlRing = o.controlRing ?? env.controlRing ?? true;
   if (typeof controlRing !== 'boolean') throw new ConfigError(`controlRing must be a boolean, got ${String(controlRing)}`);
   const controlSpinUs = o.controlSpinUs ?? env.controlSpinUs ?? 250;
@@ -312,6 +331,7 @@ export function resolveOptions(o: TransportOptions = {}, moreKeys: readonly stri
     id,
     device,
     deviceEagerLimit,
+    negotiationEagerLimit,
     negotiation,
     staging,
     cache: { ...o.cache },

@@ -1,4 +1,4 @@
-// Two processes exchange 1 MiB of device memory over smcuda.
+// Two processes exchange 4 MiB of device memory over smcuda.
 //
 //   node two-process.mjs
 //
@@ -7,7 +7,8 @@
 // fills it and sends it; rank 0 receives it into its own device memory and
 // checks every byte. With a GPU, 'auto' picks the CUDA driver and the message
 // moves by CUDA IPC (RGET); without one, the simulated driver is used and
-// says so.
+// says so. The first message waits for the IPC negotiation (one of at most
+// 1 MiB would go inline through the host meanwhile).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -16,7 +17,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeviceBuffer, Transport } from 'smcuda';
 
-const SIZE = 1 << 20;
+const SIZE = 4 << 20;
 const TAG = 7;
 const byteAt = (i) => (i * 31 + 7) & 0xff;
 

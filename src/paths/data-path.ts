@@ -119,6 +119,8 @@ export interface PathContext {
   readonly peerId: string;
   /** Hot-path copy of "the negotiation is OK". */
   readonly ipcOk: boolean;
+  /** The negotiation may still end OK (not settled, IPC not off). */
+  readonly ipcPending: boolean;
   /** The endpoint closed (or is closing). */
   readonly closed: boolean;
   /** What a pending operation rejects with once the endpoint is closed. */

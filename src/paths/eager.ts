@@ -1,7 +1,8 @@
 /**
  * EAGER: the bytes travel inline in the control frame. Host data always;
  * device data when the endpoint is not (yet) using IPC, the message is at
- * most `deviceEagerLimit` bytes and no stream orders it (one synchronous
+ * most `deviceEagerLimit` bytes (`negotiationEagerLimit` while the
+ * negotiation has not settled) and no stream orders it (one synchronous
  * device→host copy on the sender, host→device on the receiver). A send
  * resolves at once: the bytes were copied.
  *
@@ -16,6 +17,7 @@ import { count, type DirectionCounters } from '../endpoint-stats.js';
 import { type Frame, FrameType, type EagerFrame } from '../wire/frames.js';
 import type { Arrival, DataPath, PathContext, PendingRecv, SendOptions } from './data-path.js';
 import { receiveTarget } from './receive-target.js';
+import { checkStagedSource } from './staging-ring.js';
 
 /** What EAGER alone uses, handed to its constructor (createPaths). */
 export interface EagerParts {
@@ -23,6 +25,8 @@ export interface EagerParts {
   readonly sent: DirectionCounters;
   /** options.deviceEagerLimit: device messages up to this size go inline while IPC is not OK. */
   readonly deviceEagerLimit: number;
+  /** options.negotiationEagerLimit: device messages up to this size go inline while the negotiation may still end OK. */
+  readonly negotiationEagerLimit: number;
 }
 
 export class EagerPath implements DataPath {
@@ -32,6 +36,7 @@ export class EagerPath implements DataPath {
 
   private readonly sent: DirectionCounters;
   private readonly deviceEagerLimit: number;
+  private readonly negotiationEagerLimit: number;
 
   constructor(
     private readonly ctx: PathContext,
@@ -39,6 +44,7 @@ export class EagerPath implements DataPath {
   ) {
     this.sent = own.sent;
     this.deviceEagerLimit = own.deviceEagerLimit;
+    this.negotiationEagerLimit = own.negotiationEagerLimit;
   }
 
   canSend(buf: MessageBuffer, options: SendOptions): boolean {
@@ -47,8 +53,12 @@ export class EagerPath implements DataPath {
     // copy, inline in the frame. Once IPC is OK even small messages go by RGET:
     // one device copy with a polled completion beats two synchronous host
     // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
+    // While the negotiation may still end OK, a larger one goes inline too
+    // rather than wait for it (DEFAULT_NEGOTIATION_EAGER_LIMIT says why).
     const n = buf.length;
-    return n === 0 || (!this.ctx.ipcOk && n <= this.deviceEagerLimit && options.stream === undefined);
+    if (n === 0) return true;
+    const ctx = this.ctx;
+    return !ctx.ipcOk && options.stream === undefined && (n <= this.deviceEagerLimit || (ctx.ipcPending && n <= this.negotiationEagerLimit));
   }
 
   inlineBytes(buf: MessageBuffer): number {
@@ -61,6 +71,8 @@ export class EagerPath implements DataPath {
     let fromDevice = false;
     if (isDeviceBuffer(buf)) {
       if (options?.stream !== undefined && buf.length > 0) ctx.driver.streamSynchronize(options.stream); // the data is what the stream's work left
+      // Above deviceEagerLimit (only while negotiating): the staging path's check, so a bad source fails as it would there.
+      if (buf.length > this.deviceEagerLimit) checkStagedSource(ctx.driver, buf);
       data = new Uint8Array(buf.length);
       if (buf.length > 0) ctx.driver.memcpyDtoH(data, buf.ptr);
       fromDevice = true;

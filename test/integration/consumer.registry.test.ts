@@ -123,7 +123,7 @@ suite(`installed into a fresh project, no compiler, dev dependencies omitted${of
   it('runs the README two-process example: device memory between two processes, every byte checked', async () => {
     copyFileSync(join(ROOT, 'docs/examples/two-process.mjs'), join(project, 'two-process.mjs'));
     const { stdout } = await run('node', ['two-process.mjs'], { cwd: project, env, timeout: 60_000 });
-    expect(stdout).toMatch(/received 1048576 bytes by rget .* every byte checked/);
+    expect(stdout).toMatch(/received 4194304 bytes by rget .* every byte checked/);
   }, 90_000);
 
   it('runs `npx smcuda demo` and `npx smcuda --version`', async () => {

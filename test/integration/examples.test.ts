@@ -23,7 +23,7 @@ describe('docs/examples', () => {
   it('two-process.mjs moves device memory between two processes, by RGET from the first message on, every byte checked', async () => {
     const { stdout } = await run(process.execPath, [join(EXAMPLES, 'two-process.mjs')], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
     expect(stdout).toMatch(/simulated driver|native driver/); // 'auto': the native driver on a GPU machine
-    expect(stdout.match(/received 1048576 bytes by rget .* every byte checked/g)).toHaveLength(2); // the first waited for the negotiation
+    expect(stdout.match(/received 4194304 bytes by rget .* every byte checked/g)).toHaveLength(2); // the first waited for the negotiation
     expect(stdout).toContain('negotiation INIT');
   });
 

@@ -25,6 +25,7 @@ afterEach(() => {
 describe('overrides of TransportOptions', () => {
   const cases = [
     { name: 'SMCUDA_DEVICE_EAGER_LIMIT', value: '4096', option: 'deviceEagerLimit', want: 4096, given: 1 },
+    { name: 'SMCUDA_NEGOTIATION_EAGER_LIMIT', value: '0', option: 'negotiationEagerLimit', want: 0, given: 65536 },
     { name: 'SMCUDA_COMPLETION_SPIN_US', value: '0', option: 'completionSpinUs', want: 0, given: 7 },
     { name: 'SMCUDA_CONTROL_SPIN_US', value: '1000', option: 'controlSpinUs', want: 1000, given: 3 },
     { name: 'SMCUDA_CONTROL_RING', value: '0', option: 'controlRing', want: false, given: true },

@@ -23,7 +23,7 @@ afterEach(async () => {
   }
 });
 
-const STAGING = { a: { deviceEagerLimit: 0 }, b: { deviceEagerLimit: 0 } };
+const STAGING = { a: { deviceEagerLimit: 0, negotiationEagerLimit: 0 }, b: { deviceEagerLimit: 0, negotiationEagerLimit: 0 } };
 
 describe('negotiate()', () => {
   it('settles IPC before the first device message, which then goes by RGET', async () => {

@@ -19,7 +19,8 @@ afterEach(async () => {
 describe('the IPC probe between two endpoints', () => {
   it.each(['a', 'b'] as const)('peer access yes, every open fails on %s: both BAD (PROBE_FAILED on that side), data by staging', async (broken) => {
     const faults = { ipcOpenFails: true };
-    pair = await makePair(broken === 'a' ? { simA: { faults } } : { simB: { faults } });
+    // negotiationEagerLimit 0: the first message waits for the negotiation, which ends BAD.
+    pair = await makePair(broken === 'a' ? { a: { negotiationEagerLimit: 0 }, simA: { faults } } : { a: { negotiationEagerLimit: 0 }, simB: { faults } });
     const { a, b } = pair;
     expect(a.driver.canAccessPeer(0, 1)).toBe(true);
     const data = randomBytes(256 << 10, 5);
@@ -42,7 +43,7 @@ describe('the IPC probe between two endpoints', () => {
   });
 
   it("OK: each side's pool already holds the other's probe before the first RGET", async () => {
-    pair = await makePair();
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const { a, b } = pair;
     const src = deviceWith(a.driver, randomBytes(64 << 10, 6));
     const r = b.ep.recv();

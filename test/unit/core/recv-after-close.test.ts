@@ -41,7 +41,7 @@ describe('receiving after the endpoint closed', () => {
   });
 
   it("our own close keeps them too; a device message still in the peer's memory (staging or RGET) is not kept", async () => {
-    pair = await makePair();
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const big = randomBytes(1 << 20, 3);
     const dev = deviceWith(pair.a.driver, big);
     const sent = pair.a.ep.send(dev, { tag: 8 }).catch((e: Error) => e);

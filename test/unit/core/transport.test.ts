@@ -88,8 +88,8 @@ describe('host messages', () => {
 });
 
 describe('device messages and the negotiation', () => {
-  it('first GPU send negotiates INIT→SENT→OK and waits for it: it and later ones go by RGET, no staging ring is made', async () => {
-    pair = await makePair();
+  it('first GPU send above negotiationEagerLimit negotiates INIT→SENT→OK and waits for it: it and later ones go by RGET, no staging ring is made', async () => {
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const { a, b } = pair;
     const data = randomBytes(1 << 20, 1);
     const src = deviceWith(a.driver, data);
@@ -118,6 +118,36 @@ describe('device messages and the negotiation', () => {
     const cache = b.ep.stats().cache;
     expect(cache.misses).toBe(2); // the peer's negotiation probe, then the buffer
     expect(cache.hits).toBe(2);
+  });
+
+  it('below negotiationEagerLimit the first device message goes inline at once while the negotiation runs; once OK, by RGET', async () => {
+    pair = await makePair();
+    const { a, b } = pair;
+    const data = randomBytes(1 << 20, 21);
+    const src = deviceWith(a.driver, data);
+    const r1 = b.ep.recv({ tag: 4 });
+    await a.ep.send(src, { tag: 4 });
+    expect(a.ep.state).not.toBe('OK'); // sent (copied) before the negotiation settled
+    const got1 = await r1;
+    expect(got1.path).toBe('eager');
+    expect(sameBytes(readDevice(b.driver, got1.data as DeviceBuffer), data)).toBe(true);
+    // One byte more than the limit waits for the negotiation like any larger message.
+    const big = deviceWith(a.driver, randomBytes((1 << 20) + 1, 22));
+    const r2 = b.ep.recv({ tag: 4 });
+    await a.ep.send(big, { tag: 4 });
+    expect((await r2).path).toBe('rget');
+    await reach(a.ep, 'OK');
+    const r3 = b.ep.recv({ tag: 4 });
+    await a.ep.send(src, { tag: 4 });
+    expect((await r3).path).toBe('rget');
+    expect(a.ep.stats().sent.staging.messages).toBe(0);
+  });
+
+  it('with IPC off, nothing waits for a negotiation: above deviceEagerLimit, staging from the first message', async () => {
+    pair = await makePair({ a: { negotiation: { ipc: false } } });
+    const r = pair.b.ep.recv();
+    await pair.a.ep.send(deviceWith(pair.a.driver, randomBytes(64 << 10, 23)));
+    expect((await r).path).toBe('staging');
   });
 
   it('an interior slice of an allocation arrives exactly', async () => {
@@ -166,7 +196,7 @@ describe('device messages and the negotiation', () => {
   });
 
   it('a peer that has not initialised CUDA answers NOT_READY; the requester retries on its next GPU send', async () => {
-    pair = await makePair({ b: { lazyDevice: true } });
+    pair = await makePair({ a: { negotiationEagerLimit: 0 }, b: { lazyDevice: true } });
     const { a, b } = pair;
     const src = deviceWith(a.driver, randomBytes(64 << 10, 5));
     let r = b.ep.recv({ into: new Uint8Array(64 << 10) });
@@ -199,7 +229,7 @@ describe('device messages and the negotiation', () => {
   });
 
   it('sends after a device message that waits for the negotiation do not overtake it', async () => {
-    pair = await makePair();
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const { a, b } = pair;
     const data = randomBytes(64 << 10, 8);
     const sends = [a.ep.send(deviceWith(a.driver, data), { tag: 3 }), a.ep.send(Buffer.from('after'), { tag: 3 })];
@@ -225,7 +255,7 @@ describe('device messages and the negotiation', () => {
   });
 
   it('a device message too long for the receive buffer: both sides fail, nothing is copied', async () => {
-    pair = await makePair();
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const src = deviceWith(pair.a.driver, randomBytes(64 << 10, 8));
     const into = new Uint8Array(1000);
     const r = pair.b.ep.recv({ into });
@@ -270,7 +300,7 @@ describe('cancellation and loss', () => {
   });
 
   it('an aborted device send that the peer has not matched is cancelled; the peer never sees it', async () => {
-    pair = await makePair();
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const src = deviceWith(pair.a.driver, randomBytes(64 << 10, 9));
     const ac = new AbortController();
     const s = pair.a.ep.send(src, { tag: 5, signal: ac.signal });
@@ -297,7 +327,7 @@ describe('cancellation and loss', () => {
   });
 
   it('losing the peer rejects pending sends and receives with PeerLostError and closes mappings', async () => {
-    pair = await makePair();
+    pair = await makePair({ a: { negotiationEagerLimit: 0 } });
     const { a, b } = pair;
     const src = deviceWith(a.driver, randomBytes(64 << 10, 10));
     const pendingRecv = a.ep.recv({ tag: 77 });

@@ -30,11 +30,15 @@ function deviceWith(s: PathSide, bytes: Uint8Array): DeviceBuffer {
 
 describe('EagerPath', () => {
   it('takes host data always, and device data only while IPC is not OK, within deviceEagerLimit, without a stream', () => {
-    const s = side(0, { options: { deviceEagerLimit: 1024 } });
+    const s = side(0, { options: { deviceEagerLimit: 1024, negotiationEagerLimit: 4096 } });
     const eager = new EagerPath(s.link, s.link.parts.eager);
     const dev = deviceWith(s, patternBytes(1024, 1));
     expect(eager.canSend(new Uint8Array(1 << 20), {})).toBe(true);
     expect(eager.canSend(dev, {})).toBe(true);
+    // While the negotiation may still end OK, up to negotiationEagerLimit; once it ended BAD, deviceEagerLimit.
+    expect(eager.canSend({ ptr: dev.ptr, length: 4096 }, {})).toBe(true);
+    expect(eager.canSend({ ptr: dev.ptr, length: 4097 }, {})).toBe(false);
+    s.link.ipcPending = false;
     expect(eager.canSend({ ptr: dev.ptr, length: 1025 }, {})).toBe(false);
     expect(eager.canSend(dev, { stream: s.link.gpu().stream })).toBe(false);
     s.link.ipcOk = true;
