@@ -95,7 +95,7 @@ export interface CommunicatorStats {
   /** Bytes copied from caller buffers into registered scratch (the price of unregistered buffers). */
   scratchCopyBytes: number;
   scratchBytes: number;
-  /** The PTX module's load time, ms (the first load JIT-compiles). */
+  /** The PTX modules' load time, ms, summed: one module per dtype called (the first load of each JIT-compiles). */
   moduleLoadMs: number;
   last?: CollectiveResult & { dtype?: DType; count?: number };
   aborted?: string;

@@ -1,10 +1,13 @@
 /**
  * The reduction kernels of one communicator: the shipped PTX loaded once
- * (the driver JIT-compiles it on first load and caches the result), entries
- * looked up once each, launched with the arguments reduce.cu declares.
+ * per dtype, on the first call of that dtype — the entries of one dtype
+ * cut from reduce.ptx.ts (src/kernels/ptx-entries.ts says why: the driver
+ * JIT-compiles a whole module at its first load) — entries looked up once
+ * each, launched with the arguments reduce.cu declares.
  */
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
 import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
 
 const BLOCK = 256;
@@ -14,11 +17,12 @@ const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 32 * 1024;
 
 export class ReduceKernels {
-  private module: ModuleHandle | undefined;
+  /** One module per dtype used (its entries only). */
+  private readonly modules = new Map<DType, ModuleHandle>();
   /** Entries by op, then dtype: looked up per call without building the entry's name (a string and its hash a call: 0.23 µs a call in a CPU profile on the simulator, driver calls made no-ops, 8 B allreduce). */
   private readonly functions = new Map<ReduceOp, Map<DType, FunctionHandle>>();
   private readonly oneshots = new Map<DType, FunctionHandle>();
-  /** Milliseconds the module load took (the first load of a PTX text includes its JIT compilation). */
+  /** Milliseconds the module loads took, summed (the first load of a PTX text includes its JIT compilation). */
   loadMs = 0;
 
   constructor(private readonly driver: CudaDriver) {}
@@ -51,7 +55,7 @@ export class ReduceKernels {
   oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, stream: StreamHandle): void {
     if (count === 0) return;
     let fn = this.oneshots.get(dtype);
-    if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(), oneshotEntry(dtype))));
+    if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
     const grid = Math.min(ONESHOT_MAX_BLOCKS, Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
     this.driver.launchKernel(
       fn,
@@ -70,17 +74,18 @@ export class ReduceKernels {
     );
   }
 
-  private load(): ModuleHandle {
-    if (this.module === undefined) {
-      const loaded = this.driver.moduleLoadData(PTX);
-      this.module = loaded.module;
-      this.loadMs = loaded.loadMs;
+  private load(dtype: DType): ModuleHandle {
+    let m = this.modules.get(dtype);
+    if (m === undefined) {
+      const loaded = this.driver.moduleLoadData(dtypePtx(dtype));
+      this.modules.set(dtype, (m = loaded.module));
+      this.loadMs += loaded.loadMs;
     }
-    return this.module;
+    return m;
   }
 
   private fn(op: ReduceOp, dtype: DType): FunctionHandle {
-    const f = this.driver.moduleGetFunction(this.load(), reduceEntry(op, dtype));
+    const f = this.driver.moduleGetFunction(this.load(dtype), reduceEntry(op, dtype));
     let byDtype = this.functions.get(op);
     if (!byDtype) this.functions.set(op, (byDtype = new Map()));
     byDtype.set(dtype, f);
@@ -88,11 +93,18 @@ export class ReduceKernels {
   }
 
   unload(): void {
-    if (this.module === undefined) return;
-    const m = this.module;
-    this.module = undefined;
+    const modules = [...this.modules.values()];
+    this.modules.clear();
     this.functions.clear();
     this.oneshots.clear();
-    this.driver.moduleUnload(m);
+    for (const m of modules) this.driver.moduleUnload(m);
   }
+}
+
+/** reduce.ptx.ts's entries of one dtype (names end in `_<dtype>`), cut once per process. */
+const byDtype = new Map<DType, string>();
+export function dtypePtx(dtype: DType): string {
+  let ptx = byDtype.get(dtype);
+  if (ptx === undefined) byDtype.set(dtype, (ptx = ptxWithEntries(PTX, (entry) => entry.endsWith(`_${dtype}`))));
+  return ptx;
 }

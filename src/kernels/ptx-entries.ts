@@ -1,0 +1,25 @@
+/**
+ * A module's PTX cut down to some of its entries: the header (.version,
+ * .target, .address_size) and those `.entry` functions, for a module whose
+ * entries stand alone (no module-scope .func, .global or .shared: what
+ * build-ptx.mjs makes from reduce.cu, each kernel inlined). Why: the driver
+ * JIT-compiles a whole module at load, and the 49 entries of reduce.ptx.ts
+ * took 1.3–1.4 s to compile into an empty cache on an H200
+ * (test/gpu/measure-jit.mjs); a communicator loads the entries of the
+ * dtypes it is called with only.
+ */
+
+/** The PTX text of `ptx` with only the entries `keep` accepts (by name), in their order. */
+export function ptxWithEntries(ptx: string, keep: (entry: string) => boolean): string {
+  const marks = [...ptx.matchAll(/^\t\/\/ \.globl\t(\S+)$/gm)];
+  if (marks.length === 0) throw new Error('PTX without `// .globl` markers: cannot cut it into entries');
+  const header = ptx.slice(0, marks[0]!.index);
+  if (/^\.(func|global|shared|const)\b|^\.visible \.func|^\.extern/m.test(header)) throw new Error('PTX with module-scope declarations: its entries do not stand alone');
+  let out = header;
+  marks.forEach((m, i) => {
+    const body = ptx.slice(m.index, i + 1 < marks.length ? marks[i + 1]!.index : ptx.length);
+    if (/^\.(visible \.)?func\b/m.test(body)) throw new Error(`PTX entry ${m[1]} is followed by a .func: its entries do not stand alone`);
+    if (keep(m[1]!)) out += body;
+  });
+  return out;
+}

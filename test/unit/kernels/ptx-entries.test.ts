@@ -1,0 +1,50 @@
+/**
+ * ptxWithEntries (src/kernels/ptx-entries.ts): reduce.ptx.ts cut per dtype
+ * keeps the header and exactly that dtype's entries, whole; the simulated
+ * driver loads each cut and finds its entries; a module whose entries do
+ * not stand alone is refused.
+ */
+import { describe, expect, it } from 'vitest';
+import { dtypePtx } from '../../../src/collectives/reduce-kernels.js';
+import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { DTYPES } from '../../../src/kernels/dtypes.js';
+import { ptxWithEntries } from '../../../src/kernels/ptx-entries.js';
+import { REDUCE_ENTRIES, REDUCE_PTX } from '../../../src/kernels/reduce.ptx.js';
+
+const entriesOf = (ptx: string) => [...ptx.matchAll(/^\.visible \.entry (\S+)\(/gm)].map((m) => m[1]);
+
+describe('ptxWithEntries', () => {
+  it("cuts reduce.ptx.ts into one module per dtype: the header, that dtype's entries whole, nothing else", () => {
+    const header = REDUCE_PTX.slice(0, REDUCE_PTX.indexOf('\t// .globl'));
+    let total = header.length;
+    for (const dtype of DTYPES) {
+      const ptx = dtypePtx(dtype);
+      expect(ptx.startsWith(header)).toBe(true);
+      expect(entriesOf(ptx)).toEqual(REDUCE_ENTRIES.filter((e) => e.endsWith(`_${dtype}`)));
+      expect(entriesOf(ptx)).toHaveLength(7);
+      total += ptx.length - header.length;
+    }
+    expect(total).toBe(REDUCE_PTX.length); // every entry in exactly one cut
+  });
+
+  it('each cut loads on the simulated driver, which finds its entries', () => {
+    const d = new SimulatedCudaDriver();
+    d.init();
+    d.setDevice(0);
+    for (const dtype of DTYPES) {
+      const { module } = d.moduleLoadData(dtypePtx(dtype));
+      expect(() => d.moduleGetFunction(module, `smcuda_oneshot_${dtype}`)).not.toThrow();
+      expect(() => d.moduleGetFunction(module, `smcuda_oneshot_${dtype === 'f32' ? 'f64' : 'f32'}`)).toThrow();
+      d.moduleUnload(module);
+    }
+  });
+
+  it('refuses PTX whose entries do not stand alone (a module-scope .func or .global)', () => {
+    const head = '.version 8.0\n.target sm_75\n.address_size 64\n';
+    const entry = (n: string) => `\t// .globl\t${n}\n\n.visible .entry ${n}(\n)\n{\n\tret;\n}\n`;
+    expect(entriesOf(ptxWithEntries(head + entry('a_f32') + entry('a_f64'), (e) => e.endsWith('f64')))).toEqual(['a_f64']);
+    expect(() => ptxWithEntries(head + '.global .align 4 .u32 g;\n' + entry('a'), () => true)).toThrow(/module-scope/);
+    expect(() => ptxWithEntries(head + entry('a') + '.func helper()\n{\n\tret;\n}\n', () => true)).toThrow(/\.func/);
+    expect(() => ptxWithEntries(head, () => true)).toThrow(/markers/);
+  });
+});
