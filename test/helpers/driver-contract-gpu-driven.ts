@@ -10,7 +10,7 @@
  * `npx tsc -p .` first).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, WaitCondition } from '../../src/cuda/driver.js';
+import { type CudaDriver, type DevicePtr, type EventHandle, LEGACY_STREAM, type StreamHandle, type WaitCondition } from '../../src/cuda/driver.js';
 import { CudaError } from '../../src/errors.js';
 import { patternBytes } from './bytes.js';
 import { IpcPeer, type ContractOptions } from './driver-contract.js';
@@ -161,6 +161,7 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         it(`wait32 '${condition}' of ${current.toString(16)} against ${value.toString(16)}: ${satisfied ? 'passes' : 'holds'}`, async ({ skip }) => {
           skip(!status().streamMemOps || (condition === 'nor' && !status().waitValueNor), 'not offered by this driver (gpuDrivenStatus)');
           d.memcpyHtoD(mem, word32(current));
+          d.streamSynchronize(LEGACY_STREAM); // a pageable cuMemcpyHtoD may return before its DMA: the wait must not see the last case's word
           d.streamWaitValue32(s, mem, value, condition);
           d.eventRecord(ev, s);
           if (satisfied) {
@@ -177,6 +178,7 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         it(`wait64 '${condition}' of ${current.toString(16)} against ${value.toString(16)}: ${satisfied ? 'passes' : 'holds'}`, async ({ skip }) => {
           skip(!status().memOps64 || (condition === 'nor' && !status().waitValueNor), 'not offered by this driver (gpuDrivenStatus)');
           d.memcpyHtoD(mem + 64n, word64(current));
+          d.streamSynchronize(LEGACY_STREAM); // as above: wait64 'nor' once passed at once on an H100, on the last case's word
           d.streamWaitValue64(s, mem + 64n, value, condition);
           d.eventRecord(ev, s);
           if (satisfied) {
