@@ -71,7 +71,7 @@ describe.skipIf(Boolean(probe.skip))(`RGET of descriptor keys on the native driv
         const data = patternBytes(SIZE, 21);
         driver.memcpyHtoD(mem.buf.ptr, data);
         const want = createHash('sha256').update(data.subarray(skip)).digest('hex');
-        // the first device message starts the negotiation (staging meanwhile); then the descriptor channel is up
+        // the first device message starts the negotiation (inline meanwhile); then the descriptor channel is up
         for (let i = 0; ep.state !== 'OK' || !ep.stats().fd.channel; i++) {
           if (i > 100) throw new Error(`endpoint stayed ${ep.state}, descriptor channel ${ep.stats().fd.channel}`);
           const got = peer.call('recv', { tag: 9 });

@@ -29,7 +29,7 @@ describe.skipIf(p.skip !== false)(`peer death on the native driver${p.skip ? ` (
       const accepted = new Promise<Endpoint>((r) => t.once('endpoint', r));
       peer = await FaultPeer.start(join(dir, 's.sock'), { id: 'victim', driver: 'native', device: p.devices > 1 ? 1 : 0 });
       const ep = await accepted;
-      // the first device message negotiates IPC (staged), the next ones go by RGET
+      // the first device message (4 MiB) waits for the IPC negotiation, then all go by RGET
       for (let i = 0; i < 3; i++) {
         const got = ep.recv({ tag: 1 });
         await peer.call('send', { tag: 1, size: 4 << 20, count: 1, seed: i });

@@ -39,7 +39,7 @@ describe.skipIf(p.skip !== false)(`send order after the legacy stream on the nat
     const peer = await FaultPeer.start(join(dir, 'r.sock'), { id: 'sender', driver: 'native', device: p.devices > 1 ? 1 : 0 });
     cleanups.push(() => peer.kill());
     const ep = await accepted;
-    // The first device message negotiates (staged); the next ones go by RGET where IPC works.
+    // The first device message (1 MiB) starts the negotiation and goes inline; the next ones go by RGET where IPC works.
     const first = ep.recv({ tag: 1 });
     await peer.call('send', { tag: 1, size: 1 << 20, count: 1, seed: 1, wait: true });
     await first;

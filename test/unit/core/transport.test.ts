@@ -156,7 +156,7 @@ describe('device messages and the negotiation', () => {
     const data = randomBytes(256 << 10, 2);
     const src = deviceWith(a.driver, data);
     const first = b.ep.recv({ tag: 1 });
-    await a.ep.send({ ptr: src.ptr, length: 16 << 10 }, { tag: 1 }); // staged (a rendezvous); starts the negotiation
+    await a.ep.send({ ptr: src.ptr, length: 16 << 10 }, { tag: 1 }); // inline (below negotiationEagerLimit); starts the negotiation
     await first;
     await reach(a.ep, 'OK');
     const r = b.ep.recv({ tag: 1, into: new Uint8Array(100 << 10) });
