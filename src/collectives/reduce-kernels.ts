@@ -8,6 +8,7 @@
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
 import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
+import { LaunchGraphs } from './launch-graphs.js';
 import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
 
 const BLOCK = 256;
@@ -24,8 +25,12 @@ export class ReduceKernels {
   private readonly oneshots = new Map<DType, FunctionHandle>();
   /** Milliseconds the module loads took, summed (the first load of a PTX text includes its JIT compilation). */
   loadMs = 0;
+  /** One-shot launches that come back, replayed as graphs (launch-graphs.ts). */
+  readonly graphs: LaunchGraphs;
 
-  constructor(private readonly driver: CudaDriver) {}
+  constructor(private readonly driver: CudaDriver) {
+    this.graphs = new LaunchGraphs(driver);
+  }
 
   /** out[i] = op(table[0][offset+i], …, table[n-1][offset+i]) for i < count, on `stream`. */
   reduce(op: ReduceOp, dtype: DType, out: DevicePtr, table: DevicePtr, n: number, offset: number, count: number, stream: StreamHandle): void {
@@ -57,10 +62,13 @@ export class ReduceKernels {
     let fn = this.oneshots.get(dtype);
     if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
     const grid = Math.min(ONESHOT_MAX_BLOCKS, Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
-    this.driver.launchKernel(
+    // The grid follows from dtype and count: the key names the launch whole.
+    const key = `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count}`;
+    this.graphs.launch(
+      key,
       fn,
       { grid: [grid], block: [ONESHOT_BLOCK] },
-      [
+      () => [
         { type: 'ptr', value: out },
         { type: 'ptr', value: input },
         { type: 'ptr', value: bufs },
@@ -93,6 +101,7 @@ export class ReduceKernels {
   }
 
   unload(): void {
+    this.graphs.close(); // before the modules their kernels are in
     const modules = [...this.modules.values()];
     this.modules.clear();
     this.functions.clear();
