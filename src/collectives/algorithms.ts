@@ -49,6 +49,8 @@ export interface CallContext {
   sync: RankSync;
   /** Device-side steps; undefined: steps through the host (RankSync). */
   device: DeviceSync | undefined;
+  /** The call is being captured into the caller's graph. */
+  capturing: boolean;
   /** The call's steps (made by the communicator, which pads them to an even count at the end). */
   steps: Steps;
   kernels: ReduceKernels;
@@ -162,7 +164,7 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
       c.checkInput(send, count * es);
       for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
         const len = Math.min(per, count - a);
-        c.kernels.oneshot(op, dtype, recv + B(a * es), send + B(a * es), s.inputTable, s.kernelFlagOffset, c.rank, N, len, c.stream);
+        c.kernels.oneshot(op, dtype, recv + B(a * es), send + B(a * es), s.inputTable, s.kernelFlagOffset, c.rank, N, len, c.stream, c.capturing);
         c.copied(len * es);
       }
       return;

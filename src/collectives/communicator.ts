@@ -548,7 +548,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private enqueue(seq: number, stream: StreamHandle, capturing: boolean, onDevice: boolean, algorithm: Algorithm, run: (c: CallContext, alg: Algorithm) => Promise<void>, p: PendingCall): void {
     if (this.abortError) throw this.abortError;
     if (!capturing) this.marks.orderAfterLast(stream);
-    const ctx = new CallState(this.shared!, seq, stream, onDevice ? this.device : undefined);
+    const ctx = new CallState(this.shared!, seq, stream, onDevice ? this.device : undefined, capturing);
     p.ran = run(ctx, algorithm);
     // Device path: run() queued everything before returning (no await on that path): pad the steps now, before another call can queue.
     if (onDevice) ctx.steps.finish();

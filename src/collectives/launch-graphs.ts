@@ -41,10 +41,13 @@ export class LaunchGraphs {
   /**
    * Launches `fn` with `args` on `stream`, or the graph of the same launch.
    * `key` names the launch whole (function, grid and every argument):
-   * equal keys must mean equal launches. `args` is only called when the
-   * launch is not replayed.
+   * equal keys must mean equal launches; undefined launches directly (the
+   * caller's stream is capturing: CUDA refuses cuGraphLaunch there, as it
+   * did to an allreduce captured after eager calls on the same buffers,
+   * 2 × H200). `args` is only called when the launch is not replayed.
    */
-  launch(key: string, fn: FunctionHandle, config: LaunchConfig, args: () => KernelArg[], stream: StreamHandle): void {
+  launch(key: string | undefined, fn: FunctionHandle, config: LaunchConfig, args: () => KernelArg[], stream: StreamHandle): void {
+    if (key === undefined) return this.driver.launchKernel(fn, config, args(), stream);
     const seen = this.seen.get(key);
     if (typeof seen === 'bigint') return this.driver.graphLaunch(seen, stream);
     if (seen === undefined || seen === false || !this.enabled) {

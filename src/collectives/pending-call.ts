@@ -39,6 +39,8 @@ export class CallState implements CallContext {
     readonly seq: number,
     readonly stream: StreamHandle,
     readonly device: DeviceSync | undefined,
+    /** The caller's stream is capturing: launches go into its graph as they are (launch-graphs.ts is not used). */
+    readonly capturing = false,
   ) {
     this.steps = new Steps(this);
   }

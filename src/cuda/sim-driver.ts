@@ -1026,6 +1026,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.requireContext('cuGraphLaunch');
     const g = this.graphs.exec(exec, 'cuGraphLaunch');
     const s = this.scheduler.get(stream, 'cuGraphLaunch');
+    // As the native driver (CUDA 13, 2 × H200): a graph is not launched into a stream that is capturing, and the capture is spoilt.
+    if (s.capture) throw s.capture.refuse('cuGraphLaunch', 'operation not permitted when stream is capturing (capture the work itself, not a launch of its graph)');
     for (const item of g.items) this.scheduler.enqueue(s, freshItem(item));
   }
 

@@ -474,6 +474,24 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         }
       });
 
+      it('a graph is not launched into a stream that is capturing (STREAM_CAPTURE_UNSUPPORTED), and that capture is spoilt', ({ skip }) => {
+        skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
+        const cap = d.streamCreate();
+        try {
+          d.streamBeginCapture(cap, 'thread-local');
+          d.memsetD8Async(mem, 9, 4, cap);
+          const graph = d.streamEndCapture(cap);
+          const exec = d.graphInstantiate(graph);
+          d.streamBeginCapture(cap, 'thread-local');
+          expectCudaError(() => d.graphLaunch(exec, cap), 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED');
+          expectCudaError(() => d.streamEndCapture(cap), 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED');
+          d.graphExecDestroy(exec);
+          d.graphDestroy(graph);
+        } finally {
+          d.streamDestroy(cap);
+        }
+      });
+
       it('an event recorded inside a capture cannot be queried (CAPTURED_EVENT)', ({ skip }) => {
         skip(!status().graphs, 'not offered by this driver (gpuDrivenStatus)');
         const cap = d.streamCreate();

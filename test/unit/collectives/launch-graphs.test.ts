@@ -6,7 +6,8 @@
  * driver without graphs or one that refuses the capture gets direct
  * launches, and close() destroys what it made. Then a communicator: the
  * same allreduce over the same buffers, new bytes each time, is right
- * every time (the later calls are graph replays).
+ * every time (the later calls are graph replays), and so is the same call
+ * captured into the caller's graph after them.
  */
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import type { CudaDriver, KernelArg, LaunchConfig } from '../../../src/cuda/driver.js';
@@ -121,5 +122,40 @@ describe('one-shot allreduce replayed as a graph', () => {
     }
     // Calls 2 to 5 were graph launches on every rank.
     for (const spy of graphLaunches) expect(spy.mock.calls.length).toBe(4);
+    // The same call captured into the caller's graph after them: the launch itself is captured (CUDA refuses a
+    // graph launched into a capturing stream), and each replay of the caller's graph is right.
+    const streams = w.sides.map((s) => s.driver.streamCreate());
+    const execs = w.comms.map((c, r) => {
+      const d = w.sides[r]!.driver;
+      d.streamBeginCapture(streams[r]!, 'thread-local');
+      void c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', stream: streams[r]! });
+      const graph = d.streamEndCapture(streams[r]!);
+      const exec = d.graphInstantiate(graph);
+      d.graphDestroy(graph);
+      return exec;
+    });
+    for (let k = 0; k < 3; k++) {
+      const inputs = w.sides.map((s, r) => {
+        const x = elements('f32', count, 999 * k + r);
+        s.driver.memcpyHtoD(bufs[r]!.send, x);
+        return x;
+      });
+      w.sides.forEach((s, r) => s.driver.graphLaunch(execs[r]!, streams[r]!));
+      await Promise.all(
+        w.sides.map(async (s, r) => {
+          const e = s.driver.eventCreate({ disableTiming: true });
+          s.driver.eventRecord(e, streams[r]!);
+          await s.driver.whenComplete(e); // the ranks' streams wait on each other: not a blocking synchronize
+          s.driver.eventDestroy(e);
+        }),
+      );
+      const want = new Uint8Array(count * 4);
+      reduceInto('sum', 'f32', want, inputs, count);
+      w.sides.forEach((s, r) => {
+        const got = new Uint8Array(count * 4);
+        s.driver.memcpyDtoH(got, bufs[r]!.recv);
+        expect(Buffer.from(got).equals(Buffer.from(want)), `replay ${k}, rank ${r}`).toBe(true);
+      });
+    }
   });
 });
