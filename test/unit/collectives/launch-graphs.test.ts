@@ -104,21 +104,27 @@ describe('one-shot allreduce replayed as a graph', () => {
     worlds.push(w);
     const bufs = w.sides.map((s) => ({ send: s.driver.memAlloc(count * 4), recv: s.driver.memAlloc(count * 4) }));
     const graphLaunches = w.sides.map((s) => vi.spyOn(s.driver, 'graphLaunch'));
-    for (let k = 0; k < 5; k++) {
+    /** New inputs on every rank (seed `seed`), then `run`, then every rank's recv holds their sum. */
+    const roundTrip = async (seed: number, run: () => Promise<unknown>, label: string) => {
       const inputs = w.sides.map((s, r) => {
-        const x = elements('f32', count, 77 * k + r);
+        const x = elements('f32', count, seed + r);
         s.driver.memcpyHtoD(bufs[r]!.send, x);
         return x;
       });
-      const results = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum' })));
-      expect(results[0]!.algorithm).toBe('one-shot');
+      await run();
       const want = new Uint8Array(count * 4);
       reduceInto('sum', 'f32', want, inputs, count);
       w.sides.forEach((s, r) => {
         const got = new Uint8Array(count * 4);
         s.driver.memcpyDtoH(got, bufs[r]!.recv);
-        expect(Buffer.from(got).equals(Buffer.from(want)), `call ${k}, rank ${r}`).toBe(true);
+        expect(Buffer.from(got).equals(Buffer.from(want)), `${label}, rank ${r}`).toBe(true);
       });
+    };
+    for (let k = 0; k < 5; k++) {
+      await roundTrip(77 * k, async () => {
+        const results = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum' })));
+        expect(results[0]!.algorithm).toBe('one-shot');
+      }, `call ${k}`);
     }
     // Calls 2 to 5 were graph launches on every rank.
     for (const spy of graphLaunches) expect(spy.mock.calls.length).toBe(4);
@@ -135,27 +141,17 @@ describe('one-shot allreduce replayed as a graph', () => {
       return exec;
     });
     for (let k = 0; k < 3; k++) {
-      const inputs = w.sides.map((s, r) => {
-        const x = elements('f32', count, 999 * k + r);
-        s.driver.memcpyHtoD(bufs[r]!.send, x);
-        return x;
-      });
-      w.sides.forEach((s, r) => s.driver.graphLaunch(execs[r]!, streams[r]!));
-      await Promise.all(
-        w.sides.map(async (s, r) => {
-          const e = s.driver.eventCreate({ disableTiming: true });
-          s.driver.eventRecord(e, streams[r]!);
-          await s.driver.whenComplete(e); // the ranks' streams wait on each other: not a blocking synchronize
-          s.driver.eventDestroy(e);
-        }),
-      );
-      const want = new Uint8Array(count * 4);
-      reduceInto('sum', 'f32', want, inputs, count);
-      w.sides.forEach((s, r) => {
-        const got = new Uint8Array(count * 4);
-        s.driver.memcpyDtoH(got, bufs[r]!.recv);
-        expect(Buffer.from(got).equals(Buffer.from(want)), `replay ${k}, rank ${r}`).toBe(true);
-      });
+      await roundTrip(999 * k, async () => {
+        w.sides.forEach((s, r) => s.driver.graphLaunch(execs[r]!, streams[r]!));
+        await Promise.all(
+          w.sides.map(async (s, r) => {
+            const e = s.driver.eventCreate({ disableTiming: true });
+            s.driver.eventRecord(e, streams[r]!);
+            await s.driver.whenComplete(e); // the ranks' streams wait on each other: not a blocking synchronize
+            s.driver.eventDestroy(e);
+          }),
+        );
+      }, `replay ${k}`);
     }
   });
 });
