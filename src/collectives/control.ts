@@ -16,8 +16,6 @@ import { CommunicatorAbortedError, PeerLostError } from '../errors.js';
 /** Tags reserved on the communicator's endpoints (not for the application's own messages). */
 export const CONTROL_TAG = 0xfffffff0;
 export const DATA_TAG = 0xfffffff1;
-/** Control receives kept posted per peer (see ControlPlane.read). */
-const READ_AHEAD = 8;
 
 type ControlMessage =
   | { t: 'sig'; seq: number; step: number }
@@ -82,30 +80,20 @@ export class ControlPlane implements RankSync {
   }
 
   /**
-   * Reads a peer's control messages in order, with READ_AHEAD receives
-   * posted at all times. One would lose the last words of a peer that
-   * closes right after them: its final signal and its BYE arrive together
-   * with the end of its connection, the first matches the one receive, and
-   * by the time the reader posts the next the endpoint is closed (a receive
-   * on a closed endpoint rejects), so BYE was never read and a normal close
-   * looked like a lost rank (a flaky abort of the last barrier). Receives
-   * posted beforehand are matched as the frames arrive, before the close.
+   * Reads a peer's control messages in order, one receive at a time. A peer
+   * that closes right after its last words (its final signal and its BYE
+   * arrive together with the end of its connection) is still heard out:
+   * messages that arrived whole before a close stay receivable after it
+   * (Endpoint.recv), so a normal close is not taken for a lost rank.
    */
   private async read(peer: number, ep: Endpoint): Promise<void> {
-    const post = () => {
-      const r = ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal });
-      r.catch(() => undefined); // those still posted when the reader returns reject unread
-      return r;
-    };
-    const posted = Array.from({ length: READ_AHEAD }, post);
     while (!this.stopped && !this.aborted) {
       let msg: ControlMessage;
       try {
-        const r = await posted.shift()!;
-        posted.push(post());
+        const r = await ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal });
         msg = JSON.parse(decoder.decode(r.data as Uint8Array)) as ControlMessage;
       } catch {
-        return; // the endpoint closed: its 'close' listener decides
+        return; // the endpoint closed and nothing is left to read: its 'close' listener decides
       }
       this.receive(peer, msg);
     }
