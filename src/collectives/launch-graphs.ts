@@ -30,9 +30,9 @@ type Seen = 1 | false | GraphExecHandle;
 
 export class LaunchGraphs {
   private readonly seen = new Map<string, Seen>();
-  private graphs = 0;
   private captureStream: StreamHandle | undefined;
-  private readonly enabled: boolean;
+  /** The driver has graphs: without them every launch is direct (a caller need not build keys). */
+  readonly enabled: boolean;
 
   constructor(private readonly driver: CudaDriver) {
     this.enabled = driver.gpuDrivenStatus().graphs;
@@ -47,30 +47,24 @@ export class LaunchGraphs {
    * 2 × H200). `args` is only called when the launch is not replayed.
    */
   launch(key: string | undefined, fn: FunctionHandle, config: LaunchConfig, args: () => KernelArg[], stream: StreamHandle): void {
-    if (key === undefined) return this.driver.launchKernel(fn, config, args(), stream);
-    const seen = this.seen.get(key);
-    if (typeof seen === 'bigint') return this.driver.graphLaunch(seen, stream);
-    if (seen === undefined || seen === false || !this.enabled) {
-      if (seen === undefined && this.enabled) this.remember(key, 1);
-      return this.driver.launchKernel(fn, config, args(), stream);
-    }
-    const exec = this.capture(fn, config, args());
-    this.seen.set(key, exec ?? false);
-    if (exec === undefined) return this.driver.launchKernel(fn, config, args(), stream);
-    this.graphs++;
-    this.driver.graphLaunch(exec, stream);
+    let seen = key === undefined || !this.enabled ? false : this.seen.get(key);
+    if (seen === undefined) this.remember(key!, 1); // first time: direct
+    else if (seen === 1) this.seen.set(key!, (seen = this.capture(fn, config, args()) ?? false)); // second: its graph
+    if (typeof seen === 'bigint') this.driver.graphLaunch(seen, stream);
+    else this.driver.launchKernel(fn, config, args(), stream);
   }
 
-  /** Graphs kept now (stats). */
+  /** Graphs kept now. */
   get size(): number {
-    return this.graphs;
+    let n = 0;
+    for (const s of this.seen.values()) if (typeof s === 'bigint') n++;
+    return n;
   }
 
   /** Destroys every graph and the capture stream. */
   close(): void {
     for (const s of this.seen.values()) if (typeof s === 'bigint') this.destroy(s);
     this.seen.clear();
-    this.graphs = 0;
     if (this.captureStream !== undefined) {
       try {
         this.driver.streamDestroy(this.captureStream);
@@ -85,10 +79,7 @@ export class LaunchGraphs {
     if (this.seen.size >= CAPACITY) {
       const [oldKey, old] = this.seen.entries().next().value as [string, Seen];
       this.seen.delete(oldKey);
-      if (typeof old === 'bigint') {
-        this.graphs--;
-        this.destroy(old);
-      }
+      if (typeof old === 'bigint') this.destroy(old);
     }
     this.seen.set(key, value);
   }

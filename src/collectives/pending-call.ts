@@ -40,7 +40,7 @@ export class CallState implements CallContext {
     readonly stream: StreamHandle,
     readonly device: DeviceSync | undefined,
     /** The caller's stream is capturing: launches go into its graph as they are (launch-graphs.ts is not used). */
-    readonly capturing = false,
+    readonly capturing: boolean,
   ) {
     this.steps = new Steps(this);
   }

@@ -57,14 +57,14 @@ export class ReduceKernels {
    * of every rank's A (`bufs`, a device table) into `out`, a step. Every rank
    * must call it with the same `count` and dtype (the grid follows from them).
    */
-  oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, stream: StreamHandle, capturing = false): void {
+  oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, stream: StreamHandle, capturing: boolean): void {
     if (count === 0) return;
     let fn = this.oneshots.get(dtype);
     if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
     const grid = Math.min(ONESHOT_MAX_BLOCKS, Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
     // The grid follows from dtype and count: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
-    const key = capturing ? undefined : `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count}`;
+    const key = capturing || !this.graphs.enabled ? undefined : `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count}`;
     this.graphs.launch(
       key,
       fn,

@@ -140,7 +140,7 @@ function mustPrecede(a: Entry, b: Entry): boolean {
   if (a.kind === 'book' || b.kind === 'book') {
     if (a.kind === 'book' && b.kind === 'book') return a.addr === b.addr;
     const other = a.kind === 'book' ? b : a;
-    return other.owner === (a.kind === 'book' ? a : b).owner && (other.kind === 'wait' || other.kind === 'copy');
+    return a.owner === b.owner && (other.kind === 'wait' || other.kind === 'copy');
   }
   if (a.owner === b.owner) return true;
   if (a.kind === 'copy' || b.kind === 'copy') return a.kind !== 'reset' && b.kind !== 'reset'; // another transfer's reset: free
