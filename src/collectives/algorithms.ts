@@ -9,9 +9,10 @@
  *   two-shot     rank r reduces its 1/N of the piece from every peer's A into
  *                its B (reduce-scatter), then every rank copies each peer's
  *                reduced part from the peer's B (allgather);
- *   ce-pipeline  as two-shot, but rank r first copies its 1/N of every
- *                peer's A into its own landing slots with the copy engine
- *                (cuMemcpyAsync) and reduces local memory only;
+ *   ce-pipeline  (ce-pipeline.ts) the copy engines move every byte between
+ *                ranks, straight from the caller's input into peers' landing
+ *                slots and from their partial results into the caller's
+ *                output, while the SMs reduce local memory, chunk by chunk;
  *   staged       no mapping (IPC is BAD between some ranks): pieces travel
  *                as endpoint messages (which stage through host memory) into
  *                landing slots, then the same kernel reduces them;
@@ -32,6 +33,7 @@ import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, PeerLostError } from '../errors.js';
 import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
+import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
@@ -51,6 +53,8 @@ export interface CallContext {
   device: DeviceSync | undefined;
   /** The call is being captured into the caller's graph. */
   capturing: boolean;
+  /** The copy-engine pipeline (needs device steps; undefined without them). */
+  pipeline: CePipeline | undefined;
   /** The call's steps (made by the communicator, which pads them to an even count at the end). */
   steps: Steps;
   kernels: ReduceKernels;
@@ -116,7 +120,7 @@ function toScratch(c: CallContext, src: DevicePtr, es: number, a: number, len: n
 }
 
 /** The part of a piece of `len` elements that rank k reduces in two-shot and the pipeline. */
-function part(len: number, size: number, k: number): [lo: number, hi: number] {
+export function part(len: number, size: number, k: number): [lo: number, hi: number] {
   const chunk = Math.ceil(len / size);
   const lo = Math.min(len, k * chunk);
   return [lo, Math.min(len, lo + chunk)];
@@ -180,21 +184,20 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     }
     return;
   }
-  if (alg === 'two-shot' || alg === 'ce-pipeline') {
-    const max = alg === 'two-shot' ? Math.floor(s.bytes / es) : N * Math.floor(s.slotBytes / es);
-    for (let a = 0, per = pieceLength(max); a < count; a += per) {
+  if (alg === 'ce-pipeline') {
+    // The kernel reads this rank's part of the caller's input directly (the copies check their sources).
+    c.checkInput(send, count * es);
+    c.pipeline!.allreduce(c.stream, send, recv, count, dtype, op, c.capturing);
+    return;
+  }
+  if (alg === 'two-shot') {
+    for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
       const len = Math.min(per, count - a);
       toScratch(c, send, es, a, len, 1, 0);
       if (steps.onHost) await steps.host();
       else steps.device();
       const [lo, hi] = part(len, N, c.rank);
-      const mine = s.partialOf(c.rank)! + B(lo * es);
-      if (alg === 'two-shot') {
-        c.kernels.reduce(op, dtype, mine, s.inputTable, N, lo, hi - lo, c.stream);
-      } else {
-        for (let k = 0; k < N; k++) copy(c, s.landing(k), s.inputOf(k)! + B(lo * es), (hi - lo) * es);
-        c.kernels.reduce(op, dtype, mine, s.landingTable, N, 0, hi - lo, c.stream);
-      }
+      c.kernels.reduce(op, dtype, s.partialOf(c.rank)! + B(lo * es), s.inputTable, N, lo, hi - lo, c.stream);
       if (steps.onHost) await steps.host();
       else steps.device();
       for (let k = 0; k < N; k++) {

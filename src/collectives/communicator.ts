@@ -34,6 +34,7 @@ import { DTYPE_BYTES, isDType, isReduceOp, type DType, type ReduceOp } from '../
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
 import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
+import { CePipeline } from './ce-pipeline.js';
 import { ControlPlane } from './control.js';
 import { DeviceSync } from './device-sync.js';
 import { StreamMarks } from './stream-marks.js';
@@ -161,6 +162,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private aborting: Promise<void> | undefined;
   /** Device-side steps (device-sync.ts); undefined where the scratch is not mapped or the driver has no 64-bit stream memory operations. */
   private device: DeviceSync | undefined;
+  /** The copy-engine pipeline (with device steps only). */
+  private pipeline: CePipeline | undefined;
   /** Calls on the host path not yet queued (a device-path call made meanwhile waits its turn). */
   private hostPending = 0;
   /** Where the calls are on their streams (ordering across streams, completion, what closing waits for). */
@@ -290,6 +293,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       scratch: c.scratch,
       sync: c.control,
       kernels: c.kernels,
+      pipeline: undefined,
       endpoint: (k: number) => c.endpoints.get(k)!,
       streamDone: (stream: StreamHandle) => c.marks.mark(stream),
       copied: (n: number) => (c.counters.scratchCopyBytes += n),
@@ -298,7 +302,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (c.scratch.mapped && size > 1) {
       const g = c.driver.gpuDrivenStatus();
       if (g.streamMemOps && g.memOps64) c.device = new DeviceSync(c.driver, rank, size, (k) => c.scratch.flagsOf(k)!);
-      if (c.device) c.counters.steps = 'device';
+      if (c.device) {
+        c.counters.steps = 'device';
+        c.shared.pipeline = c.pipeline = new CePipeline(c.driver, c.scratch, c.kernels);
+      }
     }
     return c;
   }
@@ -407,9 +414,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (this.size === 1) return 'local';
     const want = forced ?? this.forced;
     if (!this.scratch.mapped) return 'staged';
-    if (want) return want;
-    if (bytes <= this.oneShotMax) return 'one-shot';
-    return bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline';
+    const alg = want ?? (bytes <= this.oneShotMax ? 'one-shot' : bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline');
+    // The pipeline's steps are device steps only (ce-pipeline.ts).
+    return alg === 'ce-pipeline' && !this.pipeline ? 'two-shot' : alg;
   }
 
   /** The non-allreduce collectives: copies (and one kernel) through the mappings, or staged. */
@@ -746,7 +753,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.device?.close();
       // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the
       // scratch. (The caller's streams are not synchronised: they may be destroyed by now.)
-      if (drained) this.scratch?.release();
+      if (drained) {
+        this.pipeline?.close();
+        this.scratch?.release();
+      }
       try {
         this.kernels.unload();
         this.marks.destroy();

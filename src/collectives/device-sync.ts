@@ -51,7 +51,9 @@
  * (kernelSlotsOffset): block b waits only for block b of its peers. Its
  * slots follow the same rules (1 and a reset, parity 0 then 1 in every
  * launch), so its launches and graph replays mix with these steps freely,
- * and poison() covers them too.
+ * and poison() covers them too. So does it cover the copy-engine
+ * pipeline's slots after those (ce-pipeline.ts: the same 1 and a reset,
+ * per chunk slot).
  */
 import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
@@ -70,13 +72,33 @@ export function kernelSlotsOffset(size: number): number {
   return stepSlotsBytes(size);
 }
 
+/** Where the copy-engine pipeline's slots start in a flag block: after the one-shot kernel's. */
+function pipelineSlotsOffset(size: number): number {
+  return stepSlotsBytes(size) + 2 * size * ONESHOT_MAX_BLOCKS * 8;
+}
+
+/** Landing slots (and B slots) of the copy-engine pipeline: chunk c uses slot c % PIPELINE_SLOTS. */
+export const PIPELINE_SLOTS = 2;
+
+/** The copy-engine pipeline's signals (ce-pipeline.ts says who writes and who waits for each). */
+export type PipelineSignal = 'landed' | 'landingFree' | 'ready' | 'partialFree';
+const SIGNALS: readonly PipelineSignal[] = ['landed', 'landingFree', 'ready', 'partialFree'];
+/** The signals that start at 1 ("free") in a new flag block. */
+export const PIPELINE_FREE_SIGNALS: readonly PipelineSignal[] = ['landingFree', 'partialFree'];
+
+/** The offset in a flag block of the pipeline's `signal` for slot `x` from rank `src`. */
+export function pipelineSlotOffset(size: number, signal: PipelineSignal, x: number, src: number): number {
+  return pipelineSlotsOffset(size) + ((SIGNALS.indexOf(signal) * PIPELINE_SLOTS + x) * size + src) * 8;
+}
+
 /**
  * Bytes of a rank's flag block for `size` ranks: the step slots, then the
  * one-shot kernel's, two parities × size × ONESHOT_MAX_BLOCKS slots
- * (oneshotSlotOffset): the same protocol, per block of the kernel.
+ * (oneshotSlotOffset): the same protocol, per block of the kernel; then the
+ * copy-engine pipeline's, four signals × PIPELINE_SLOTS × size.
  */
 export function flagBlockBytes(size: number): number {
-  return stepSlotsBytes(size) + 2 * size * ONESHOT_MAX_BLOCKS * 8;
+  return pipelineSlotsOffset(size) + SIGNALS.length * PIPELINE_SLOTS * size * 8;
 }
 
 export class DeviceSync {
@@ -121,7 +143,7 @@ export class DeviceSync {
     this.driver.streamBatchMemOp(stream, this.stepOps(parity));
   }
 
-  /** Writes POISON into every slot of this rank's own block (the steps' and the one-shot kernel's), on a private stream (never behind a stuck one). */
+  /** Writes POISON into every slot of this rank's own block (the steps', the one-shot kernel's and the pipeline's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
       const own = this.blockOf(this.rank);
@@ -130,6 +152,9 @@ export class DeviceSync {
       const kernel = own + BigInt(kernelSlotsOffset(this.size));
       for (let p = 0; p < 2; p++) {
         for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(oneshotSlotOffset(this.size, p, k, b)), value: POISON });
+      }
+      for (const sig of SIGNALS) {
+        for (let x = 0; x < PIPELINE_SLOTS; x++) for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
       }
       if (ops.length === 0) return;
       const stream = (this.poisonStream ??= this.driver.streamCreate());

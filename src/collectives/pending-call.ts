@@ -10,6 +10,7 @@ import type { Endpoint } from '../endpoint.js';
 import type { DType } from '../kernels/dtypes.js';
 import { Steps, type Algorithm, type CallContext } from './algorithms.js';
 import type { RankSync } from './control.js';
+import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
@@ -24,6 +25,7 @@ export interface CallShared {
   scratch: Scratch;
   sync: RankSync;
   kernels: ReduceKernels;
+  pipeline: CePipeline | undefined;
   endpoint(rank: number): Endpoint;
   streamDone(stream: StreamHandle): Promise<void>;
   copied(bytes: number): void;
@@ -61,6 +63,9 @@ export class CallState implements CallContext {
   }
   get kernels(): ReduceKernels {
     return this.shared.kernels;
+  }
+  get pipeline(): CePipeline | undefined {
+    return this.shared.pipeline;
   }
   endpoint(rank: number): Endpoint {
     return this.shared.endpoint(rank);

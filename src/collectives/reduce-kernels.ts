@@ -6,7 +6,7 @@
  * each, launched with the arguments reduce.cu declares.
  */
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
-import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, reducePartEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
 import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
@@ -16,6 +16,9 @@ const MAX_GRID = 1024;
 /** The one-shot kernel: 512 threads a block, a block per 32 KiB up to ONESHOT_MAX_BLOCKS (the grid depends on the bytes only, so every rank launches the same). */
 const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 32 * 1024;
+/** The pipeline's reduction: 512 threads a block, one 16-byte vector a thread, at most this many blocks (then grid-stride). */
+const PART_BLOCK = 512;
+const PART_MAX_GRID = 1024;
 
 export class ReduceKernels {
   /** One module per dtype used (its entries only). */
@@ -23,6 +26,7 @@ export class ReduceKernels {
   /** Entries by op, then dtype: looked up per call without building the entry's name (a string and its hash a call: 0.23 µs a call in a CPU profile on the simulator, driver calls made no-ops, 8 B allreduce). */
   private readonly functions = new Map<ReduceOp, Map<DType, FunctionHandle>>();
   private readonly oneshots = new Map<DType, FunctionHandle>();
+  private readonly parts = new Map<DType, FunctionHandle>();
   /** Milliseconds the module loads took, summed (the first load of a PTX text includes its JIT compilation). */
   loadMs = 0;
   /** One-shot launches that come back, replayed as graphs (launch-graphs.ts). */
@@ -83,6 +87,34 @@ export class ReduceKernels {
     );
   }
 
+  /**
+   * The copy-engine pipeline's reduction (reduce.cu's reduce_part): out[i] =
+   * op over k of (k == rank ? own[i] : table[k][i]), also into `copy`, for
+   * i < count.
+   */
+  reducePart(op: ReduceOp, dtype: DType, out: DevicePtr, copy: DevicePtr, own: DevicePtr, table: DevicePtr, rank: number, n: number, count: number, stream: StreamHandle): void {
+    if (count === 0) return;
+    let fn = this.parts.get(dtype);
+    if (fn === undefined) this.parts.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), reducePartEntry(dtype))));
+    // A thread per 16 bytes, grid-stride beyond PART_MAX_GRID blocks.
+    const grid = Math.min(PART_MAX_GRID, Math.ceil((count * DTYPE_BYTES[dtype]) / (16 * PART_BLOCK)));
+    this.driver.launchKernel(
+      fn,
+      { grid: [grid], block: [PART_BLOCK] },
+      [
+        { type: 'ptr', value: out },
+        { type: 'ptr', value: copy },
+        { type: 'ptr', value: own },
+        { type: 'ptr', value: table },
+        { type: 'u32', value: rank },
+        { type: 'u32', value: n },
+        { type: 'u64', value: BigInt(count) },
+        { type: 'u32', value: opCode(op) },
+      ],
+      stream,
+    );
+  }
+
   private load(dtype: DType): ModuleHandle {
     let m = this.modules.get(dtype);
     if (m === undefined) {
@@ -107,6 +139,7 @@ export class ReduceKernels {
     this.modules.clear();
     this.functions.clear();
     this.oneshots.clear();
+    this.parts.clear();
     for (const m of modules) this.driver.moduleUnload(m);
   }
 }

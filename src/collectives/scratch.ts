@@ -6,18 +6,21 @@
  *   A  inputs: each call copies the caller's input here first (so caller
  *      buffers need no registration, and in-place calls are safe), and peers
  *      read it through their mappings;
- *   B  partial results peers read (two-shot, pipeline);
- *   C  landing: peers' data copied here (pipeline, staging), N slots;
+ *   B  partial results peers read (two-shot; the pipeline's B slots);
+ *   C  landing: peers' data copied here: N slots (staging), or
+ *      PIPELINE_SLOTS × N parts (the copy-engine pipeline);
  *
- * then the flag block of the device-side step signals and of the one-shot
- * kernel's per-block steps (device-sync.ts), zeroed before any peer can see it;
- * and two pointer tables for the reduction kernel: every rank's A (own and
- * mapped, in rank order), and this rank's N landing slots in C.
+ * then the flag block of the device-side step signals, the one-shot
+ * kernel's per-block steps and the pipeline's signals (device-sync.ts),
+ * zeroed (the pipeline's "free" signals set) before any peer can see it;
+ * and pointer tables for the reduction kernels: every rank's A (own and
+ * mapped, in rank order), this rank's N landing slots in C, and, per
+ * pipeline slot, its N landing parts.
  */
 import type { CudaDriver, DevicePtr } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { ControlPlane } from './control.js';
-import { flagBlockBytes, kernelSlotsOffset } from './device-sync.js';
+import { PIPELINE_FREE_SIGNALS, PIPELINE_SLOTS, flagBlockBytes, kernelSlotsOffset, pipelineSlotOffset } from './device-sync.js';
 
 export class Scratch {
   /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
@@ -38,8 +41,11 @@ export class Scratch {
   ) {
     this.own = driver.memAlloc(3 * bytes + flagBlockBytes(size));
     try {
-      driver.memsetD8(this.own + BigInt(3 * bytes), 0, flagBlockBytes(size));
-      this.tables = driver.memAlloc(16 * size);
+      const flags = new Uint8Array(flagBlockBytes(size));
+      const words = new DataView(flags.buffer);
+      for (const sig of PIPELINE_FREE_SIGNALS) for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
+      driver.memcpyHtoD(this.own + BigInt(3 * bytes), flags);
+      this.tables = driver.memAlloc(8 * size * (2 + PIPELINE_SLOTS));
     } catch (err) {
       driver.memFree(this.own);
       throw err;
@@ -67,10 +73,11 @@ export class Scratch {
         s.reason = reason;
         debug('communicator rank %d: staging through the endpoints, %s', rank, reason);
       }
-      const table = new BigUint64Array(2 * size);
+      const table = new BigUint64Array(size * (2 + PIPELINE_SLOTS));
       for (let k = 0; k < size; k++) {
         table[k] = s.inputOf(k) ?? 0n;
         table[size + k] = s.landing(k);
+        for (let x = 0; x < PIPELINE_SLOTS; x++) table[(2 + x) * size + k] = s.partLanding(rank, x, k)!;
       }
       driver.memcpyHtoD(s.tables, new Uint8Array(table.buffer));
       return s;
@@ -99,6 +106,28 @@ export class Scratch {
   /** This rank's landing slot for rank k's data, in C. */
   landing(k: number): DevicePtr {
     return this.own + BigInt(2 * this.bytes + k * this.slotBytes);
+  }
+
+  /** Bytes of one part of a pipeline chunk: C split in PIPELINE_SLOTS × size parts, 16-byte aligned (the kernels' vector loads). */
+  get partBytes(): number {
+    return Math.floor(this.bytes / (PIPELINE_SLOTS * this.size) / 16) * 16;
+  }
+
+  /** Rank `owner`'s landing part (own or mapped) of pipeline slot x for rank `from`'s data. */
+  partLanding(owner: number, x: number, from: number): DevicePtr | undefined {
+    const a = this.inputOf(owner);
+    return a === undefined ? undefined : a + BigInt(2 * this.bytes + (x * this.size + from) * this.partBytes);
+  }
+
+  /** Rank k's B slot x of the pipeline (own or mapped). */
+  partialSlot(k: number, x: number): DevicePtr | undefined {
+    const a = this.inputOf(k);
+    return a === undefined ? undefined : a + BigInt(this.bytes + x * this.partBytes);
+  }
+
+  /** Device table of this rank's landing parts of pipeline slot x (entry k: rank k's part). */
+  partTable(x: number): DevicePtr {
+    return this.tables + BigInt(8 * this.size * (2 + x));
   }
 
   /** Rank k's flag block (own or mapped); undefined where it is not mapped here. */

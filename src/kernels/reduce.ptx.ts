@@ -1387,6 +1387,731 @@ $L__BB6_82:
 	ret;
 
 }
+	// .globl	smcuda_reduce_part_f32
+.visible .entry smcuda_reduce_part_f32(
+	.param .u64 smcuda_reduce_part_f32_param_0,
+	.param .u64 smcuda_reduce_part_f32_param_1,
+	.param .u64 smcuda_reduce_part_f32_param_2,
+	.param .u64 smcuda_reduce_part_f32_param_3,
+	.param .u32 smcuda_reduce_part_f32_param_4,
+	.param .u32 smcuda_reduce_part_f32_param_5,
+	.param .u64 smcuda_reduce_part_f32_param_6,
+	.param .u32 smcuda_reduce_part_f32_param_7
+)
+{
+	.reg .pred 	%p<101>;
+	.reg .f32 	%f<185>;
+	.reg .b32 	%r<110>;
+	.reg .b64 	%rd<232>;
+
+
+	ld.param.u64 	%rd85, [smcuda_reduce_part_f32_param_0];
+	ld.param.u64 	%rd82, [smcuda_reduce_part_f32_param_1];
+	ld.param.u64 	%rd83, [smcuda_reduce_part_f32_param_2];
+	ld.param.u64 	%rd86, [smcuda_reduce_part_f32_param_3];
+	ld.param.u32 	%r54, [smcuda_reduce_part_f32_param_4];
+	ld.param.u32 	%r55, [smcuda_reduce_part_f32_param_5];
+	ld.param.u64 	%rd84, [smcuda_reduce_part_f32_param_6];
+	ld.param.u32 	%r56, [smcuda_reduce_part_f32_param_7];
+	cvta.to.global.u64 	%rd1, %rd82;
+	cvta.to.global.u64 	%rd2, %rd85;
+	cvta.to.global.u64 	%rd3, %rd86;
+	mov.u32 	%r57, %nctaid.x;
+	mov.u32 	%r58, %ntid.x;
+	mul.wide.u32 	%rd4, %r57, %r58;
+	mov.u32 	%r59, %ctaid.x;
+	mul.wide.u32 	%rd87, %r59, %r58;
+	mov.u32 	%r60, %tid.x;
+	cvt.u64.u32 	%rd88, %r60;
+	add.s64 	%rd5, %rd87, %rd88;
+	or.b64  	%rd89, %rd82, %rd85;
+	or.b64  	%rd197, %rd89, %rd83;
+	setp.eq.s32 	%p1, %r55, 0;
+	@%p1 bra 	$L__BB7_16;
+
+	add.s32 	%r62, %r55, -1;
+	and.b32  	%r95, %r55, 3;
+	setp.lt.u32 	%p2, %r62, 3;
+	mov.u32 	%r93, 0;
+	@%p2 bra 	$L__BB7_12;
+
+	sub.s32 	%r92, %r55, %r95;
+	mov.u32 	%r93, 0;
+
+$L__BB7_3:
+	mul.wide.u32 	%rd91, %r93, 8;
+	add.s64 	%rd8, %rd3, %rd91;
+	setp.eq.s32 	%p3, %r93, %r54;
+	@%p3 bra 	$L__BB7_5;
+
+	ld.global.u64 	%rd92, [%rd8];
+	or.b64  	%rd197, %rd92, %rd197;
+
+$L__BB7_5:
+	add.s32 	%r64, %r93, 1;
+	setp.eq.s32 	%p4, %r64, %r54;
+	@%p4 bra 	$L__BB7_7;
+
+	ld.global.u64 	%rd93, [%rd8+8];
+	or.b64  	%rd197, %rd93, %rd197;
+
+$L__BB7_7:
+	add.s32 	%r65, %r93, 2;
+	setp.eq.s32 	%p5, %r65, %r54;
+	@%p5 bra 	$L__BB7_9;
+
+	ld.global.u64 	%rd94, [%rd8+16];
+	or.b64  	%rd197, %rd94, %rd197;
+
+$L__BB7_9:
+	add.s32 	%r66, %r93, 3;
+	setp.eq.s32 	%p6, %r66, %r54;
+	@%p6 bra 	$L__BB7_11;
+
+	ld.global.u64 	%rd95, [%rd8+24];
+	or.b64  	%rd197, %rd95, %rd197;
+
+$L__BB7_11:
+	add.s32 	%r93, %r93, 4;
+	add.s32 	%r92, %r92, -4;
+	setp.ne.s32 	%p7, %r92, 0;
+	@%p7 bra 	$L__BB7_3;
+
+$L__BB7_12:
+	setp.eq.s32 	%p8, %r95, 0;
+	@%p8 bra 	$L__BB7_16;
+
+$L__BB7_13:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r93, %r54;
+	@%p9 bra 	$L__BB7_15;
+
+	mul.wide.u32 	%rd96, %r93, 8;
+	add.s64 	%rd97, %rd3, %rd96;
+	ld.global.u64 	%rd98, [%rd97];
+	or.b64  	%rd197, %rd98, %rd197;
+
+$L__BB7_15:
+	add.s32 	%r93, %r93, 1;
+	add.s32 	%r95, %r95, -1;
+	setp.ne.s32 	%p10, %r95, 0;
+	@%p10 bra 	$L__BB7_13;
+
+$L__BB7_16:
+	and.b64  	%rd100, %rd197, 15;
+	setp.ne.s64 	%p11, %rd100, 0;
+	mov.u64 	%rd209, 0;
+	@%p11 bra 	$L__BB7_44;
+
+	and.b64  	%rd209, %rd84, -4;
+	shl.b64 	%rd206, %rd5, 2;
+	setp.ge.u64 	%p12, %rd206, %rd209;
+	@%p12 bra 	$L__BB7_44;
+
+	cvt.rn.f32.u32 	%f1, %r55;
+	shl.b64 	%rd25, %rd4, 2;
+
+$L__BB7_19:
+	@%p1 bra 	$L__BB7_39;
+
+	setp.eq.s32 	%p14, %r56, 2;
+	@%p14 bra 	$L__BB7_32;
+	bra.uni 	$L__BB7_21;
+
+$L__BB7_32:
+	mov.u32 	%r97, 0;
+
+$L__BB7_33:
+	setp.eq.s32 	%p24, %r97, %r54;
+	mov.u64 	%rd208, %rd83;
+	@%p24 bra 	$L__BB7_35;
+
+	mul.wide.u32 	%rd105, %r97, 8;
+	add.s64 	%rd106, %rd3, %rd105;
+	ld.global.u64 	%rd208, [%rd106];
+
+$L__BB7_35:
+	shl.b64 	%rd107, %rd206, 2;
+	add.s64 	%rd108, %rd208, %rd107;
+	ld.v4.u32 	{%r73, %r74, %r75, %r76}, [%rd108];
+	mov.b32 	%f34, %r73;
+	setp.eq.s32 	%p25, %r97, 0;
+	@%p25 bra 	$L__BB7_37;
+
+	setp.gt.f32 	%p26, %f152, %f34;
+	selp.f32 	%f152, %f34, %f152, %p26;
+	mov.b32 	%f115, %r74;
+	setp.gt.f32 	%p27, %f151, %f115;
+	selp.f32 	%f151, %f115, %f151, %p27;
+	mov.b32 	%f116, %r75;
+	setp.gt.f32 	%p28, %f150, %f116;
+	selp.f32 	%f150, %f116, %f150, %p28;
+	mov.b32 	%f117, %r76;
+	setp.gt.f32 	%p29, %f149, %f117;
+	selp.f32 	%f149, %f117, %f149, %p29;
+	bra.uni 	$L__BB7_38;
+
+$L__BB7_37:
+	mov.b32 	%f151, %r74;
+	mov.b32 	%f150, %r75;
+	mov.b32 	%f149, %r76;
+	mov.f32 	%f152, %f34;
+
+$L__BB7_38:
+	add.s32 	%r97, %r97, 1;
+	setp.lt.u32 	%p30, %r97, %r55;
+	@%p30 bra 	$L__BB7_33;
+	bra.uni 	$L__BB7_39;
+
+$L__BB7_21:
+	mov.u32 	%r96, 0;
+
+$L__BB7_22:
+	setp.eq.s32 	%p15, %r96, %r54;
+	mov.u64 	%rd207, %rd83;
+	@%p15 bra 	$L__BB7_24;
+
+	mul.wide.u32 	%rd101, %r96, 8;
+	add.s64 	%rd102, %rd3, %rd101;
+	ld.global.u64 	%rd207, [%rd102];
+
+$L__BB7_24:
+	shl.b64 	%rd103, %rd206, 2;
+	add.s64 	%rd104, %rd207, %rd103;
+	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd104];
+	setp.eq.s32 	%p16, %r96, 0;
+	@%p16 bra 	$L__BB7_30;
+
+	setp.eq.s32 	%p17, %r56, 3;
+	@%p17 bra 	$L__BB7_28;
+
+	setp.ne.s32 	%p18, %r56, 4;
+	@%p18 bra 	$L__BB7_29;
+
+	mov.b32 	%f103, %r68;
+	mul.f32 	%f152, %f152, %f103;
+	mov.b32 	%f104, %r69;
+	mul.f32 	%f151, %f151, %f104;
+	mov.b32 	%f105, %r70;
+	mul.f32 	%f150, %f150, %f105;
+	mov.b32 	%f106, %r71;
+	mul.f32 	%f149, %f149, %f106;
+	bra.uni 	$L__BB7_31;
+
+$L__BB7_30:
+	mov.b32 	%f152, %r68;
+	mov.b32 	%f151, %r69;
+	mov.b32 	%f150, %r70;
+	mov.b32 	%f149, %r71;
+	bra.uni 	$L__BB7_31;
+
+$L__BB7_28:
+	mov.b32 	%f107, %r68;
+	setp.lt.f32 	%p19, %f152, %f107;
+	selp.f32 	%f152, %f107, %f152, %p19;
+	mov.b32 	%f108, %r69;
+	setp.lt.f32 	%p20, %f151, %f108;
+	selp.f32 	%f151, %f108, %f151, %p20;
+	mov.b32 	%f109, %r70;
+	setp.lt.f32 	%p21, %f150, %f109;
+	selp.f32 	%f150, %f109, %f150, %p21;
+	mov.b32 	%f110, %r71;
+	setp.lt.f32 	%p22, %f149, %f110;
+	selp.f32 	%f149, %f110, %f149, %p22;
+	bra.uni 	$L__BB7_31;
+
+$L__BB7_29:
+	mov.b32 	%f111, %r68;
+	add.f32 	%f152, %f152, %f111;
+	mov.b32 	%f112, %r69;
+	add.f32 	%f151, %f151, %f112;
+	mov.b32 	%f113, %r70;
+	add.f32 	%f150, %f150, %f113;
+	mov.b32 	%f114, %r71;
+	add.f32 	%f149, %f149, %f114;
+
+$L__BB7_31:
+	add.s32 	%r96, %r96, 1;
+	setp.lt.u32 	%p23, %r96, %r55;
+	@%p23 bra 	$L__BB7_22;
+
+$L__BB7_39:
+	setp.ne.s32 	%p31, %r56, 1;
+	mov.f32 	%f165, %f149;
+	mov.f32 	%f166, %f150;
+	mov.f32 	%f167, %f151;
+	mov.f32 	%f168, %f152;
+	@%p31 bra 	$L__BB7_41;
+
+	div.rn.f32 	%f168, %f152, %f1;
+	div.rn.f32 	%f167, %f151, %f1;
+	div.rn.f32 	%f166, %f150, %f1;
+	div.rn.f32 	%f165, %f149, %f1;
+
+$L__BB7_41:
+	shl.b64 	%rd109, %rd206, 2;
+	add.s64 	%rd110, %rd2, %rd109;
+	st.global.v4.f32 	[%rd110], {%f168, %f167, %f166, %f165};
+	setp.eq.s64 	%p32, %rd82, 0;
+	@%p32 bra 	$L__BB7_43;
+
+	add.s64 	%rd112, %rd1, %rd109;
+	st.global.v4.f32 	[%rd112], {%f168, %f167, %f166, %f165};
+
+$L__BB7_43:
+	add.s64 	%rd206, %rd206, %rd25;
+	setp.lt.u64 	%p33, %rd206, %rd209;
+	@%p33 bra 	$L__BB7_19;
+
+$L__BB7_44:
+	add.s64 	%rd210, %rd209, %rd5;
+	setp.ge.u64 	%p34, %rd210, %rd84;
+	@%p34 bra 	$L__BB7_130;
+
+	setp.eq.s32 	%p35, %r54, 0;
+	cvt.rn.f32.u32 	%f62, %r55;
+	add.s32 	%r23, %r55, -2;
+	add.s32 	%r78, %r55, -1;
+	and.b32  	%r24, %r78, 3;
+	sub.s32 	%r25, %r78, %r24;
+	@%p35 bra 	$L__BB7_88;
+
+$L__BB7_46:
+	ld.global.u64 	%rd113, [%rd3];
+	shl.b64 	%rd114, %rd210, 2;
+	add.s64 	%rd115, %rd113, %rd114;
+	ld.f32 	%f175, [%rd115];
+	setp.lt.u32 	%p36, %r55, 2;
+	@%p36 bra 	$L__BB7_83;
+
+	setp.eq.s32 	%p37, %r56, 2;
+	@%p37 bra 	$L__BB7_58;
+
+	setp.eq.s32 	%p38, %r56, 3;
+	@%p38 bra 	$L__BB7_54;
+
+	setp.ne.s32 	%p39, %r56, 4;
+	@%p39 bra 	$L__BB7_79;
+
+	mov.u32 	%r98, 1;
+
+$L__BB7_51:
+	setp.eq.s32 	%p40, %r98, %r54;
+	mov.u64 	%rd211, %rd83;
+	@%p40 bra 	$L__BB7_53;
+
+	mul.wide.u32 	%rd116, %r98, 8;
+	add.s64 	%rd117, %rd3, %rd116;
+	ld.global.u64 	%rd211, [%rd117];
+
+$L__BB7_53:
+	add.s64 	%rd119, %rd211, %rd114;
+	ld.f32 	%f118, [%rd119];
+	mul.f32 	%f175, %f175, %f118;
+	add.s32 	%r98, %r98, 1;
+	setp.lt.u32 	%p41, %r98, %r55;
+	@%p41 bra 	$L__BB7_51;
+	bra.uni 	$L__BB7_83;
+
+$L__BB7_58:
+	setp.lt.u32 	%p45, %r23, 3;
+	mov.u32 	%r102, 1;
+	@%p45 bra 	$L__BB7_69;
+
+	mov.u32 	%r102, 1;
+	mov.u32 	%r101, %r25;
+
+$L__BB7_60:
+	mul.wide.u32 	%rd124, %r102, 8;
+	add.s64 	%rd39, %rd3, %rd124;
+	setp.eq.s32 	%p46, %r102, %r54;
+	mov.u64 	%rd213, %rd83;
+	@%p46 bra 	$L__BB7_62;
+
+	ld.global.u64 	%rd213, [%rd39];
+
+$L__BB7_62:
+	add.s64 	%rd126, %rd213, %rd114;
+	ld.f32 	%f121, [%rd126];
+	setp.lt.f32 	%p47, %f121, %f175;
+	selp.f32 	%f69, %f121, %f175, %p47;
+	add.s32 	%r83, %r102, 1;
+	setp.eq.s32 	%p48, %r83, %r54;
+	mov.u64 	%rd214, %rd83;
+	@%p48 bra 	$L__BB7_64;
+
+	ld.global.u64 	%rd214, [%rd39+8];
+
+$L__BB7_64:
+	add.s64 	%rd128, %rd214, %rd114;
+	ld.f32 	%f122, [%rd128];
+	setp.lt.f32 	%p49, %f122, %f69;
+	selp.f32 	%f70, %f122, %f69, %p49;
+	add.s32 	%r84, %r102, 2;
+	setp.eq.s32 	%p50, %r84, %r54;
+	mov.u64 	%rd215, %rd83;
+	@%p50 bra 	$L__BB7_66;
+
+	ld.global.u64 	%rd215, [%rd39+16];
+
+$L__BB7_66:
+	add.s64 	%rd130, %rd215, %rd114;
+	ld.f32 	%f123, [%rd130];
+	setp.lt.f32 	%p51, %f123, %f70;
+	selp.f32 	%f71, %f123, %f70, %p51;
+	add.s32 	%r32, %r102, 3;
+	setp.eq.s32 	%p52, %r32, %r54;
+	mov.u64 	%rd216, %rd83;
+	@%p52 bra 	$L__BB7_68;
+
+	mul.wide.u32 	%rd131, %r32, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd216, [%rd132];
+
+$L__BB7_68:
+	add.s64 	%rd134, %rd216, %rd114;
+	ld.f32 	%f124, [%rd134];
+	setp.lt.f32 	%p53, %f124, %f71;
+	selp.f32 	%f175, %f124, %f71, %p53;
+	add.s32 	%r102, %r102, 4;
+	add.s32 	%r101, %r101, -4;
+	setp.ne.s32 	%p54, %r101, 0;
+	@%p54 bra 	$L__BB7_60;
+
+$L__BB7_69:
+	setp.eq.s32 	%p55, %r24, 0;
+	@%p55 bra 	$L__BB7_83;
+
+	setp.eq.s32 	%p56, %r102, %r54;
+	mov.u64 	%rd217, %rd83;
+	@%p56 bra 	$L__BB7_72;
+
+	mul.wide.u32 	%rd135, %r102, 8;
+	add.s64 	%rd136, %rd3, %rd135;
+	ld.global.u64 	%rd217, [%rd136];
+
+$L__BB7_72:
+	add.s64 	%rd138, %rd217, %rd114;
+	ld.f32 	%f125, [%rd138];
+	setp.lt.f32 	%p57, %f125, %f175;
+	selp.f32 	%f175, %f125, %f175, %p57;
+	add.s32 	%r36, %r102, 1;
+	setp.eq.s32 	%p58, %r24, 1;
+	@%p58 bra 	$L__BB7_83;
+
+	setp.eq.s32 	%p59, %r36, %r54;
+	mov.u64 	%rd218, %rd83;
+	@%p59 bra 	$L__BB7_75;
+
+	mul.wide.u32 	%rd139, %r36, 8;
+	add.s64 	%rd140, %rd3, %rd139;
+	ld.global.u64 	%rd218, [%rd140];
+
+$L__BB7_75:
+	add.s64 	%rd142, %rd218, %rd114;
+	ld.f32 	%f126, [%rd142];
+	setp.lt.f32 	%p60, %f126, %f175;
+	selp.f32 	%f175, %f126, %f175, %p60;
+	add.s32 	%r37, %r102, 2;
+	setp.eq.s32 	%p61, %r24, 2;
+	@%p61 bra 	$L__BB7_83;
+
+	setp.eq.s32 	%p62, %r37, %r54;
+	mov.u64 	%rd219, %rd83;
+	@%p62 bra 	$L__BB7_78;
+
+	mul.wide.u32 	%rd143, %r37, 8;
+	add.s64 	%rd144, %rd3, %rd143;
+	ld.global.u64 	%rd219, [%rd144];
+
+$L__BB7_78:
+	add.s64 	%rd146, %rd219, %rd114;
+	ld.f32 	%f127, [%rd146];
+	setp.lt.f32 	%p63, %f127, %f175;
+	selp.f32 	%f175, %f127, %f175, %p63;
+	bra.uni 	$L__BB7_83;
+
+$L__BB7_54:
+	mov.u32 	%r99, 1;
+
+$L__BB7_55:
+	setp.eq.s32 	%p42, %r99, %r54;
+	mov.u64 	%rd212, %rd83;
+	@%p42 bra 	$L__BB7_57;
+
+	mul.wide.u32 	%rd120, %r99, 8;
+	add.s64 	%rd121, %rd3, %rd120;
+	ld.global.u64 	%rd212, [%rd121];
+
+$L__BB7_57:
+	add.s64 	%rd123, %rd212, %rd114;
+	ld.f32 	%f119, [%rd123];
+	setp.gt.f32 	%p43, %f119, %f175;
+	selp.f32 	%f175, %f119, %f175, %p43;
+	add.s32 	%r99, %r99, 1;
+	setp.lt.u32 	%p44, %r99, %r55;
+	@%p44 bra 	$L__BB7_55;
+	bra.uni 	$L__BB7_83;
+
+$L__BB7_79:
+	mov.u32 	%r103, 1;
+
+$L__BB7_80:
+	setp.eq.s32 	%p64, %r103, %r54;
+	mov.u64 	%rd220, %rd83;
+	@%p64 bra 	$L__BB7_82;
+
+	mul.wide.u32 	%rd147, %r103, 8;
+	add.s64 	%rd148, %rd3, %rd147;
+	ld.global.u64 	%rd220, [%rd148];
+
+$L__BB7_82:
+	add.s64 	%rd150, %rd220, %rd114;
+	ld.f32 	%f128, [%rd150];
+	add.f32 	%f175, %f175, %f128;
+	add.s32 	%r103, %r103, 1;
+	setp.lt.u32 	%p65, %r103, %r55;
+	@%p65 bra 	$L__BB7_80;
+
+$L__BB7_83:
+	setp.ne.s32 	%p66, %r56, 1;
+	@%p66 bra 	$L__BB7_85;
+
+	div.rn.f32 	%f175, %f175, %f62;
+
+$L__BB7_85:
+	add.s64 	%rd152, %rd2, %rd114;
+	st.global.f32 	[%rd152], %f175;
+	setp.eq.s64 	%p67, %rd82, 0;
+	@%p67 bra 	$L__BB7_87;
+
+	add.s64 	%rd154, %rd1, %rd114;
+	st.global.f32 	[%rd154], %f175;
+
+$L__BB7_87:
+	add.s64 	%rd210, %rd210, %rd4;
+	setp.lt.u64 	%p68, %rd210, %rd84;
+	@%p68 bra 	$L__BB7_46;
+	bra.uni 	$L__BB7_130;
+
+$L__BB7_88:
+	cvta.to.global.u64 	%rd57, %rd83;
+
+$L__BB7_89:
+	shl.b64 	%rd155, %rd210, 2;
+	add.s64 	%rd156, %rd57, %rd155;
+	ld.global.f32 	%f183, [%rd156];
+	setp.lt.u32 	%p69, %r55, 2;
+	@%p69 bra 	$L__BB7_125;
+
+	add.s64 	%rd230, %rd83, %rd155;
+	setp.eq.s32 	%p70, %r56, 2;
+	@%p70 bra 	$L__BB7_102;
+
+	setp.eq.s32 	%p71, %r56, 3;
+	@%p71 bra 	$L__BB7_98;
+
+	setp.ne.s32 	%p72, %r56, 4;
+	@%p72 bra 	$L__BB7_121;
+
+	mov.u32 	%r104, 1;
+	mov.u64 	%rd222, %rd3;
+
+$L__BB7_94:
+	setp.eq.s32 	%p73, %r104, 0;
+	@%p73 bra 	$L__BB7_96;
+
+	ld.global.u64 	%rd158, [%rd222+8];
+	add.s64 	%rd223, %rd158, %rd155;
+	bra.uni 	$L__BB7_97;
+
+$L__BB7_96:
+	mov.u64 	%rd223, %rd230;
+
+$L__BB7_97:
+	add.s64 	%rd222, %rd222, 8;
+	ld.f32 	%f129, [%rd223];
+	mul.f32 	%f183, %f183, %f129;
+	add.s32 	%r104, %r104, 1;
+	setp.lt.u32 	%p74, %r104, %r55;
+	@%p74 bra 	$L__BB7_94;
+	bra.uni 	$L__BB7_125;
+
+$L__BB7_102:
+	setp.lt.u32 	%p78, %r23, 3;
+	mov.u32 	%r108, 1;
+	@%p78 bra 	$L__BB7_111;
+
+	mov.u32 	%r108, 1;
+	mov.u32 	%r107, %r25;
+
+$L__BB7_104:
+	mul.wide.u32 	%rd164, %r108, 8;
+	add.s64 	%rd66, %rd3, %rd164;
+	setp.eq.s32 	%p79, %r108, 0;
+	mov.u64 	%rd225, %rd230;
+	@%p79 bra 	$L__BB7_106;
+
+	ld.global.u64 	%rd165, [%rd66];
+	add.s64 	%rd225, %rd165, %rd155;
+
+$L__BB7_106:
+	ld.f32 	%f132, [%rd225];
+	setp.lt.f32 	%p80, %f132, %f183;
+	selp.f32 	%f133, %f132, %f183, %p80;
+	ld.global.u64 	%rd167, [%rd66+8];
+	add.s64 	%rd169, %rd167, %rd155;
+	ld.f32 	%f134, [%rd169];
+	setp.lt.f32 	%p81, %f134, %f133;
+	selp.f32 	%f89, %f134, %f133, %p81;
+	setp.eq.s32 	%p82, %r108, -2;
+	mov.u64 	%rd226, %rd230;
+	@%p82 bra 	$L__BB7_108;
+
+	ld.global.u64 	%rd170, [%rd66+16];
+	add.s64 	%rd226, %rd170, %rd155;
+
+$L__BB7_108:
+	ld.f32 	%f135, [%rd226];
+	setp.lt.f32 	%p83, %f135, %f89;
+	selp.f32 	%f90, %f135, %f89, %p83;
+	add.s32 	%r46, %r108, 3;
+	setp.eq.s32 	%p84, %r46, 0;
+	mov.u64 	%rd227, %rd230;
+	@%p84 bra 	$L__BB7_110;
+
+	mul.wide.u32 	%rd172, %r46, 8;
+	add.s64 	%rd173, %rd3, %rd172;
+	ld.global.u64 	%rd174, [%rd173];
+	add.s64 	%rd227, %rd174, %rd155;
+
+$L__BB7_110:
+	ld.f32 	%f136, [%rd227];
+	setp.lt.f32 	%p85, %f136, %f90;
+	selp.f32 	%f183, %f136, %f90, %p85;
+	add.s32 	%r108, %r108, 4;
+	add.s32 	%r107, %r107, -4;
+	setp.ne.s32 	%p86, %r107, 0;
+	@%p86 bra 	$L__BB7_104;
+
+$L__BB7_111:
+	setp.eq.s32 	%p87, %r24, 0;
+	@%p87 bra 	$L__BB7_125;
+
+	setp.eq.s32 	%p88, %r108, 0;
+	mov.u64 	%rd228, %rd230;
+	@%p88 bra 	$L__BB7_114;
+
+	mul.wide.u32 	%rd176, %r108, 8;
+	add.s64 	%rd177, %rd3, %rd176;
+	ld.global.u64 	%rd178, [%rd177];
+	add.s64 	%rd228, %rd178, %rd155;
+
+$L__BB7_114:
+	ld.f32 	%f137, [%rd228];
+	setp.lt.f32 	%p89, %f137, %f183;
+	selp.f32 	%f183, %f137, %f183, %p89;
+	add.s32 	%r50, %r108, 1;
+	setp.eq.s32 	%p90, %r24, 1;
+	@%p90 bra 	$L__BB7_125;
+
+	setp.eq.s32 	%p91, %r50, 0;
+	mov.u64 	%rd229, %rd230;
+	@%p91 bra 	$L__BB7_117;
+
+	mul.wide.u32 	%rd180, %r50, 8;
+	add.s64 	%rd181, %rd3, %rd180;
+	ld.global.u64 	%rd182, [%rd181];
+	add.s64 	%rd229, %rd182, %rd155;
+
+$L__BB7_117:
+	ld.f32 	%f138, [%rd229];
+	setp.lt.f32 	%p92, %f138, %f183;
+	selp.f32 	%f183, %f138, %f183, %p92;
+	add.s32 	%r51, %r108, 2;
+	setp.eq.s32 	%p93, %r24, 2;
+	@%p93 bra 	$L__BB7_125;
+
+	setp.eq.s32 	%p94, %r51, 0;
+	@%p94 bra 	$L__BB7_120;
+
+	mul.wide.u32 	%rd184, %r51, 8;
+	add.s64 	%rd185, %rd3, %rd184;
+	ld.global.u64 	%rd186, [%rd185];
+	add.s64 	%rd230, %rd186, %rd155;
+
+$L__BB7_120:
+	ld.f32 	%f139, [%rd230];
+	setp.lt.f32 	%p95, %f139, %f183;
+	selp.f32 	%f183, %f139, %f183, %p95;
+	bra.uni 	$L__BB7_125;
+
+$L__BB7_98:
+	mov.u32 	%r105, 1;
+
+$L__BB7_99:
+	setp.eq.s32 	%p75, %r105, 0;
+	mov.u64 	%rd224, %rd230;
+	@%p75 bra 	$L__BB7_101;
+
+	mul.wide.u32 	%rd160, %r105, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd224, %rd162, %rd155;
+
+$L__BB7_101:
+	ld.f32 	%f130, [%rd224];
+	setp.gt.f32 	%p76, %f130, %f183;
+	selp.f32 	%f183, %f130, %f183, %p76;
+	add.s32 	%r105, %r105, 1;
+	setp.lt.u32 	%p77, %r105, %r55;
+	@%p77 bra 	$L__BB7_99;
+	bra.uni 	$L__BB7_125;
+
+$L__BB7_121:
+	mov.u32 	%r109, 1;
+
+$L__BB7_122:
+	setp.eq.s32 	%p96, %r109, 0;
+	mov.u64 	%rd231, %rd230;
+	@%p96 bra 	$L__BB7_124;
+
+	mul.wide.u32 	%rd188, %r109, 8;
+	add.s64 	%rd189, %rd3, %rd188;
+	ld.global.u64 	%rd190, [%rd189];
+	add.s64 	%rd231, %rd190, %rd155;
+
+$L__BB7_124:
+	ld.f32 	%f140, [%rd231];
+	add.f32 	%f183, %f183, %f140;
+	add.s32 	%r109, %r109, 1;
+	setp.lt.u32 	%p97, %r109, %r55;
+	@%p97 bra 	$L__BB7_122;
+
+$L__BB7_125:
+	setp.ne.s32 	%p98, %r56, 1;
+	@%p98 bra 	$L__BB7_127;
+
+	div.rn.f32 	%f183, %f183, %f62;
+
+$L__BB7_127:
+	add.s64 	%rd193, %rd2, %rd155;
+	st.global.f32 	[%rd193], %f183;
+	setp.eq.s64 	%p99, %rd82, 0;
+	@%p99 bra 	$L__BB7_129;
+
+	add.s64 	%rd195, %rd1, %rd155;
+	st.global.f32 	[%rd195], %f183;
+
+$L__BB7_129:
+	add.s64 	%rd210, %rd210, %rd4;
+	setp.lt.u64 	%p100, %rd210, %rd84;
+	@%p100 bra 	$L__BB7_89;
+
+$L__BB7_130:
+	ret;
+
+}
 	// .globl	smcuda_reduce_sum_f64
 .visible .entry smcuda_reduce_sum_f64(
 	.param .u64 smcuda_reduce_sum_f64_param_0,
@@ -1418,19 +2143,19 @@ $L__BB6_82:
 	cvt.u64.u32 	%rd15, %r13;
 	add.s64 	%rd64, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB7_12;
+	@%p1 bra 	$L__BB8_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB7_3;
-	bra.uni 	$L__BB7_2;
+	@%p2 bra 	$L__BB8_3;
+	bra.uni 	$L__BB8_2;
 
-$L__BB7_3:
+$L__BB8_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB7_4:
+$L__BB8_4:
 	ld.global.u64 	%rd23, [%rd2];
 	cvta.to.global.u64 	%rd24, %rd23;
 	add.s64 	%rd8, %rd64, %rd10;
@@ -1439,12 +2164,12 @@ $L__BB7_4:
 	ld.global.f64 	%fd25, [%rd26];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB7_7;
+	@%p4 bra 	$L__BB8_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB7_6:
+$L__BB8_6:
 	mul.wide.u32 	%rd27, %r22, 8;
 	add.s64 	%rd28, %rd2, %rd27;
 	ld.global.u64 	%rd29, [%rd28];
@@ -1473,11 +2198,11 @@ $L__BB7_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB7_6;
+	@%p5 bra 	$L__BB8_6;
 
-$L__BB7_7:
+$L__BB8_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB7_11;
+	@%p6 bra 	$L__BB8_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd44, %r22, 8;
@@ -1487,7 +2212,7 @@ $L__BB7_7:
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd19, [%rd49];
 	add.f64 	%fd25, %fd25, %fd19;
-	@%p7 bra 	$L__BB7_11;
+	@%p7 bra 	$L__BB8_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -1498,7 +2223,7 @@ $L__BB7_7:
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd20, [%rd55];
 	add.f64 	%fd25, %fd25, %fd20;
-	@%p8 bra 	$L__BB7_11;
+	@%p8 bra 	$L__BB8_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd56, %r19, 8;
@@ -1509,16 +2234,16 @@ $L__BB7_7:
 	ld.global.f64 	%fd21, [%rd61];
 	add.f64 	%fd25, %fd25, %fd21;
 
-$L__BB7_11:
+$L__BB8_11:
 	shl.b64 	%rd62, %rd64, 3;
 	add.s64 	%rd63, %rd1, %rd62;
 	st.global.f64 	[%rd63], %fd25;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB7_4;
-	bra.uni 	$L__BB7_12;
+	@%p9 bra 	$L__BB8_4;
+	bra.uni 	$L__BB8_12;
 
-$L__BB7_2:
+$L__BB8_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd64, %rd10;
@@ -1530,9 +2255,9 @@ $L__BB7_2:
 	st.global.f64 	[%rd22], %fd10;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB7_2;
+	@%p3 bra 	$L__BB8_2;
 
-$L__BB7_12:
+$L__BB8_12:
 	ret;
 
 }
@@ -1567,20 +2292,20 @@ $L__BB7_12:
 	cvt.u64.u32 	%rd15, %r13;
 	add.s64 	%rd64, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB8_12;
+	@%p1 bra 	$L__BB9_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
 	cvt.rn.f64.u32 	%fd1, %r9;
-	@%p2 bra 	$L__BB8_3;
-	bra.uni 	$L__BB8_2;
+	@%p2 bra 	$L__BB9_3;
+	bra.uni 	$L__BB9_2;
 
-$L__BB8_3:
+$L__BB9_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB8_4:
+$L__BB9_4:
 	ld.global.u64 	%rd23, [%rd2];
 	cvta.to.global.u64 	%rd24, %rd23;
 	add.s64 	%rd8, %rd64, %rd10;
@@ -1589,12 +2314,12 @@ $L__BB8_4:
 	ld.global.f64 	%fd28, [%rd26];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB8_7;
+	@%p4 bra 	$L__BB9_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB8_6:
+$L__BB9_6:
 	mul.wide.u32 	%rd27, %r22, 8;
 	add.s64 	%rd28, %rd2, %rd27;
 	ld.global.u64 	%rd29, [%rd28];
@@ -1623,11 +2348,11 @@ $L__BB8_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB8_6;
+	@%p5 bra 	$L__BB9_6;
 
-$L__BB8_7:
+$L__BB9_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB8_11;
+	@%p6 bra 	$L__BB9_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd44, %r22, 8;
@@ -1637,7 +2362,7 @@ $L__BB8_7:
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd21, [%rd49];
 	add.f64 	%fd28, %fd28, %fd21;
-	@%p7 bra 	$L__BB8_11;
+	@%p7 bra 	$L__BB9_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -1648,7 +2373,7 @@ $L__BB8_7:
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd22, [%rd55];
 	add.f64 	%fd28, %fd28, %fd22;
-	@%p8 bra 	$L__BB8_11;
+	@%p8 bra 	$L__BB9_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd56, %r19, 8;
@@ -1659,17 +2384,17 @@ $L__BB8_7:
 	ld.global.f64 	%fd23, [%rd61];
 	add.f64 	%fd28, %fd28, %fd23;
 
-$L__BB8_11:
+$L__BB9_11:
 	shl.b64 	%rd62, %rd64, 3;
 	add.s64 	%rd63, %rd1, %rd62;
 	div.rn.f64 	%fd24, %fd28, %fd1;
 	st.global.f64 	[%rd63], %fd24;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB8_4;
-	bra.uni 	$L__BB8_12;
+	@%p9 bra 	$L__BB9_4;
+	bra.uni 	$L__BB9_12;
 
-$L__BB8_2:
+$L__BB9_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd64, %rd10;
@@ -1682,9 +2407,9 @@ $L__BB8_2:
 	st.global.f64 	[%rd22], %fd12;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB8_2;
+	@%p3 bra 	$L__BB9_2;
 
-$L__BB8_12:
+$L__BB9_12:
 	ret;
 
 }
@@ -1708,162 +2433,6 @@ $L__BB8_12:
 	ld.param.u32 	%r9, [smcuda_reduce_min_f64_param_2];
 	ld.param.u64 	%rd10, [smcuda_reduce_min_f64_param_3];
 	ld.param.u64 	%rd11, [smcuda_reduce_min_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB9_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB9_3;
-	bra.uni 	$L__BB9_2;
-
-$L__BB9_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB9_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB9_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB9_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd12, [%rd32];
-	setp.lt.f64 	%p5, %fd12, %fd25;
-	selp.f64 	%fd13, %fd12, %fd25, %p5;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd14, [%rd35];
-	setp.lt.f64 	%p6, %fd14, %fd13;
-	selp.f64 	%fd15, %fd14, %fd13, %p6;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd16, [%rd38];
-	setp.lt.f64 	%p7, %fd16, %fd15;
-	selp.f64 	%fd17, %fd16, %fd15, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd18, [%rd43];
-	setp.lt.f64 	%p8, %fd18, %fd17;
-	selp.f64 	%fd25, %fd18, %fd17, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB9_6;
-
-$L__BB9_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB9_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd19, [%rd49];
-	setp.lt.f64 	%p12, %fd19, %fd25;
-	selp.f64 	%fd25, %fd19, %fd25, %p12;
-	@%p11 bra 	$L__BB9_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd20, [%rd55];
-	setp.lt.f64 	%p14, %fd20, %fd25;
-	selp.f64 	%fd25, %fd20, %fd25, %p14;
-	@%p13 bra 	$L__BB9_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd21, [%rd61];
-	setp.lt.f64 	%p15, %fd21, %fd25;
-	selp.f64 	%fd25, %fd21, %fd25, %p15;
-
-$L__BB9_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f64 	[%rd63], %fd25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p16, %rd64, %rd11;
-	@%p16 bra 	$L__BB9_4;
-	bra.uni 	$L__BB9_12;
-
-$L__BB9_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd10, [%rd20];
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB9_2;
-
-$L__BB9_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_f64
-.visible .entry smcuda_reduce_max_f64(
-	.param .u64 smcuda_reduce_max_f64_param_0,
-	.param .u64 smcuda_reduce_max_f64_param_1,
-	.param .u32 smcuda_reduce_max_f64_param_2,
-	.param .u64 smcuda_reduce_max_f64_param_3,
-	.param .u64 smcuda_reduce_max_f64_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<26>;
-	.reg .b64 	%rd<66>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f64_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -1908,19 +2477,19 @@ $L__BB10_6:
 	cvta.to.global.u64 	%rd30, %rd29;
 	add.s64 	%rd32, %rd30, %rd25;
 	ld.global.f64 	%fd12, [%rd32];
-	setp.gt.f64 	%p5, %fd12, %fd25;
+	setp.lt.f64 	%p5, %fd12, %fd25;
 	selp.f64 	%fd13, %fd12, %fd25, %p5;
 	ld.global.u64 	%rd33, [%rd28+8];
 	cvta.to.global.u64 	%rd34, %rd33;
 	add.s64 	%rd35, %rd34, %rd25;
 	ld.global.f64 	%fd14, [%rd35];
-	setp.gt.f64 	%p6, %fd14, %fd13;
+	setp.lt.f64 	%p6, %fd14, %fd13;
 	selp.f64 	%fd15, %fd14, %fd13, %p6;
 	ld.global.u64 	%rd36, [%rd28+16];
 	cvta.to.global.u64 	%rd37, %rd36;
 	add.s64 	%rd38, %rd37, %rd25;
 	ld.global.f64 	%fd16, [%rd38];
-	setp.gt.f64 	%p7, %fd16, %fd15;
+	setp.lt.f64 	%p7, %fd16, %fd15;
 	selp.f64 	%fd17, %fd16, %fd15, %p7;
 	add.s32 	%r17, %r22, 3;
 	mul.wide.u32 	%rd39, %r17, 8;
@@ -1929,7 +2498,7 @@ $L__BB10_6:
 	cvta.to.global.u64 	%rd42, %rd41;
 	add.s64 	%rd43, %rd42, %rd25;
 	ld.global.f64 	%fd18, [%rd43];
-	setp.gt.f64 	%p8, %fd18, %fd17;
+	setp.lt.f64 	%p8, %fd18, %fd17;
 	selp.f64 	%fd25, %fd18, %fd17, %p8;
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
@@ -1947,7 +2516,7 @@ $L__BB10_7:
 	cvta.to.global.u64 	%rd47, %rd46;
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd19, [%rd49];
-	setp.gt.f64 	%p12, %fd19, %fd25;
+	setp.lt.f64 	%p12, %fd19, %fd25;
 	selp.f64 	%fd25, %fd19, %fd25, %p12;
 	@%p11 bra 	$L__BB10_11;
 
@@ -1959,7 +2528,7 @@ $L__BB10_7:
 	cvta.to.global.u64 	%rd53, %rd52;
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd20, [%rd55];
-	setp.gt.f64 	%p14, %fd20, %fd25;
+	setp.lt.f64 	%p14, %fd20, %fd25;
 	selp.f64 	%fd25, %fd20, %fd25, %p14;
 	@%p13 bra 	$L__BB10_11;
 
@@ -1970,7 +2539,7 @@ $L__BB10_7:
 	cvta.to.global.u64 	%rd59, %rd58;
 	add.s64 	%rd61, %rd59, %rd25;
 	ld.global.f64 	%fd21, [%rd61];
-	setp.gt.f64 	%p15, %fd21, %fd25;
+	setp.lt.f64 	%p15, %fd21, %fd25;
 	selp.f64 	%fd25, %fd21, %fd25, %p15;
 
 $L__BB10_11:
@@ -2000,26 +2569,26 @@ $L__BB10_12:
 	ret;
 
 }
-	// .globl	smcuda_reduce_prod_f64
-.visible .entry smcuda_reduce_prod_f64(
-	.param .u64 smcuda_reduce_prod_f64_param_0,
-	.param .u64 smcuda_reduce_prod_f64_param_1,
-	.param .u32 smcuda_reduce_prod_f64_param_2,
-	.param .u64 smcuda_reduce_prod_f64_param_3,
-	.param .u64 smcuda_reduce_prod_f64_param_4
+	// .globl	smcuda_reduce_max_f64
+.visible .entry smcuda_reduce_max_f64(
+	.param .u64 smcuda_reduce_max_f64_param_0,
+	.param .u64 smcuda_reduce_max_f64_param_1,
+	.param .u32 smcuda_reduce_max_f64_param_2,
+	.param .u64 smcuda_reduce_max_f64_param_3,
+	.param .u64 smcuda_reduce_max_f64_param_4
 )
 {
-	.reg .pred 	%p<10>;
+	.reg .pred 	%p<17>;
 	.reg .b32 	%r<23>;
 	.reg .f64 	%fd<26>;
 	.reg .b64 	%rd<66>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f64_param_4];
+	ld.param.u64 	%rd12, [smcuda_reduce_max_f64_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_max_f64_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_max_f64_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_max_f64_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_max_f64_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -2064,6 +2633,162 @@ $L__BB11_6:
 	cvta.to.global.u64 	%rd30, %rd29;
 	add.s64 	%rd32, %rd30, %rd25;
 	ld.global.f64 	%fd12, [%rd32];
+	setp.gt.f64 	%p5, %fd12, %fd25;
+	selp.f64 	%fd13, %fd12, %fd25, %p5;
+	ld.global.u64 	%rd33, [%rd28+8];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd35, %rd34, %rd25;
+	ld.global.f64 	%fd14, [%rd35];
+	setp.gt.f64 	%p6, %fd14, %fd13;
+	selp.f64 	%fd15, %fd14, %fd13, %p6;
+	ld.global.u64 	%rd36, [%rd28+16];
+	cvta.to.global.u64 	%rd37, %rd36;
+	add.s64 	%rd38, %rd37, %rd25;
+	ld.global.f64 	%fd16, [%rd38];
+	setp.gt.f64 	%p7, %fd16, %fd15;
+	selp.f64 	%fd17, %fd16, %fd15, %p7;
+	add.s32 	%r17, %r22, 3;
+	mul.wide.u32 	%rd39, %r17, 8;
+	add.s64 	%rd40, %rd2, %rd39;
+	ld.global.u64 	%rd41, [%rd40];
+	cvta.to.global.u64 	%rd42, %rd41;
+	add.s64 	%rd43, %rd42, %rd25;
+	ld.global.f64 	%fd18, [%rd43];
+	setp.gt.f64 	%p8, %fd18, %fd17;
+	selp.f64 	%fd25, %fd18, %fd17, %p8;
+	add.s32 	%r22, %r22, 4;
+	add.s32 	%r21, %r21, -4;
+	setp.ne.s32 	%p9, %r21, 0;
+	@%p9 bra 	$L__BB11_6;
+
+$L__BB11_7:
+	setp.eq.s32 	%p10, %r2, 0;
+	@%p10 bra 	$L__BB11_11;
+
+	setp.eq.s32 	%p11, %r2, 1;
+	mul.wide.u32 	%rd44, %r22, 8;
+	add.s64 	%rd45, %rd2, %rd44;
+	ld.global.u64 	%rd46, [%rd45];
+	cvta.to.global.u64 	%rd47, %rd46;
+	add.s64 	%rd49, %rd47, %rd25;
+	ld.global.f64 	%fd19, [%rd49];
+	setp.gt.f64 	%p12, %fd19, %fd25;
+	selp.f64 	%fd25, %fd19, %fd25, %p12;
+	@%p11 bra 	$L__BB11_11;
+
+	setp.eq.s32 	%p13, %r2, 2;
+	add.s32 	%r18, %r22, 1;
+	mul.wide.u32 	%rd50, %r18, 8;
+	add.s64 	%rd51, %rd2, %rd50;
+	ld.global.u64 	%rd52, [%rd51];
+	cvta.to.global.u64 	%rd53, %rd52;
+	add.s64 	%rd55, %rd53, %rd25;
+	ld.global.f64 	%fd20, [%rd55];
+	setp.gt.f64 	%p14, %fd20, %fd25;
+	selp.f64 	%fd25, %fd20, %fd25, %p14;
+	@%p13 bra 	$L__BB11_11;
+
+	add.s32 	%r19, %r22, 2;
+	mul.wide.u32 	%rd56, %r19, 8;
+	add.s64 	%rd57, %rd2, %rd56;
+	ld.global.u64 	%rd58, [%rd57];
+	cvta.to.global.u64 	%rd59, %rd58;
+	add.s64 	%rd61, %rd59, %rd25;
+	ld.global.f64 	%fd21, [%rd61];
+	setp.gt.f64 	%p15, %fd21, %fd25;
+	selp.f64 	%fd25, %fd21, %fd25, %p15;
+
+$L__BB11_11:
+	shl.b64 	%rd62, %rd64, 3;
+	add.s64 	%rd63, %rd1, %rd62;
+	st.global.f64 	[%rd63], %fd25;
+	add.s64 	%rd64, %rd64, %rd3;
+	setp.lt.u64 	%p16, %rd64, %rd11;
+	@%p16 bra 	$L__BB11_4;
+	bra.uni 	$L__BB11_12;
+
+$L__BB11_2:
+	ld.global.u64 	%rd16, [%rd2];
+	cvta.to.global.u64 	%rd17, %rd16;
+	add.s64 	%rd18, %rd64, %rd10;
+	shl.b64 	%rd19, %rd18, 3;
+	add.s64 	%rd20, %rd17, %rd19;
+	ld.global.f64 	%fd10, [%rd20];
+	shl.b64 	%rd21, %rd64, 3;
+	add.s64 	%rd22, %rd1, %rd21;
+	st.global.f64 	[%rd22], %fd10;
+	add.s64 	%rd64, %rd64, %rd3;
+	setp.lt.u64 	%p3, %rd64, %rd11;
+	@%p3 bra 	$L__BB11_2;
+
+$L__BB11_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_prod_f64
+.visible .entry smcuda_reduce_prod_f64(
+	.param .u64 smcuda_reduce_prod_f64_param_0,
+	.param .u64 smcuda_reduce_prod_f64_param_1,
+	.param .u32 smcuda_reduce_prod_f64_param_2,
+	.param .u64 smcuda_reduce_prod_f64_param_3,
+	.param .u64 smcuda_reduce_prod_f64_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<23>;
+	.reg .f64 	%fd<26>;
+	.reg .b64 	%rd<66>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_prod_f64_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_prod_f64_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_prod_f64_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_prod_f64_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_prod_f64_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd14, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd15, %r13;
+	add.s64 	%rd64, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd64, %rd11;
+	@%p1 bra 	$L__BB12_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB12_3;
+	bra.uni 	$L__BB12_2;
+
+$L__BB12_3:
+	add.s32 	%r14, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r14, 3;
+	sub.s32 	%r3, %r14, %r2;
+
+$L__BB12_4:
+	ld.global.u64 	%rd23, [%rd2];
+	cvta.to.global.u64 	%rd24, %rd23;
+	add.s64 	%rd8, %rd64, %rd10;
+	shl.b64 	%rd25, %rd8, 3;
+	add.s64 	%rd26, %rd24, %rd25;
+	ld.global.f64 	%fd25, [%rd26];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r22, 1;
+	@%p4 bra 	$L__BB12_7;
+
+	mov.u32 	%r22, 1;
+	mov.u32 	%r21, %r3;
+
+$L__BB12_6:
+	mul.wide.u32 	%rd27, %r22, 8;
+	add.s64 	%rd28, %rd2, %rd27;
+	ld.global.u64 	%rd29, [%rd28];
+	cvta.to.global.u64 	%rd30, %rd29;
+	add.s64 	%rd32, %rd30, %rd25;
+	ld.global.f64 	%fd12, [%rd32];
 	mul.f64 	%fd13, %fd25, %fd12;
 	ld.global.u64 	%rd33, [%rd28+8];
 	cvta.to.global.u64 	%rd34, %rd33;
@@ -2086,11 +2811,11 @@ $L__BB11_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB11_6;
+	@%p5 bra 	$L__BB12_6;
 
-$L__BB11_7:
+$L__BB12_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB11_11;
+	@%p6 bra 	$L__BB12_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd44, %r22, 8;
@@ -2100,7 +2825,7 @@ $L__BB11_7:
 	add.s64 	%rd49, %rd47, %rd25;
 	ld.global.f64 	%fd19, [%rd49];
 	mul.f64 	%fd25, %fd25, %fd19;
-	@%p7 bra 	$L__BB11_11;
+	@%p7 bra 	$L__BB12_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -2111,7 +2836,7 @@ $L__BB11_7:
 	add.s64 	%rd55, %rd53, %rd25;
 	ld.global.f64 	%fd20, [%rd55];
 	mul.f64 	%fd25, %fd25, %fd20;
-	@%p8 bra 	$L__BB11_11;
+	@%p8 bra 	$L__BB12_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd56, %r19, 8;
@@ -2122,16 +2847,16 @@ $L__BB11_7:
 	ld.global.f64 	%fd21, [%rd61];
 	mul.f64 	%fd25, %fd25, %fd21;
 
-$L__BB11_11:
+$L__BB12_11:
 	shl.b64 	%rd62, %rd64, 3;
 	add.s64 	%rd63, %rd1, %rd62;
 	st.global.f64 	[%rd63], %fd25;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB11_4;
-	bra.uni 	$L__BB11_12;
+	@%p9 bra 	$L__BB12_4;
+	bra.uni 	$L__BB12_12;
 
-$L__BB11_2:
+$L__BB12_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd64, %rd10;
@@ -2143,9 +2868,9 @@ $L__BB11_2:
 	st.global.f64 	[%rd22], %fd10;
 	add.s64 	%rd64, %rd64, %rd3;
 	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB11_2;
+	@%p3 bra 	$L__BB12_2;
 
-$L__BB11_12:
+$L__BB12_12:
 	ret;
 
 }
@@ -2173,7 +2898,7 @@ $L__BB11_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB12_3;
+	@%p1 bra 	$L__BB13_3;
 
 	cvt.rn.f64.u32 	%fd1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -2181,7 +2906,7 @@ $L__BB11_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB12_2:
+$L__BB13_2:
 	shl.b64 	%rd12, %rd14, 3;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.f64 	%fd2, [%rd13];
@@ -2189,9 +2914,9 @@ $L__BB12_2:
 	st.global.f64 	[%rd13], %fd3;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB12_2;
+	@%p2 bra 	$L__BB13_2;
 
-$L__BB12_3:
+$L__BB13_3:
 	ret;
 
 }
@@ -2230,18 +2955,18 @@ $L__BB12_3:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB13_2;
+	@%p1 bra 	$L__BB14_2;
 
 	div.u64 	%rd182, %rd5, %rd4;
-	bra.uni 	$L__BB13_3;
+	bra.uni 	$L__BB14_3;
 
-$L__BB13_2:
+$L__BB14_2:
 	cvt.u32.u64 	%r36, %rd4;
 	cvt.u32.u64 	%r37, %rd5;
 	div.u32 	%r38, %r37, %r36;
 	cvt.u64.u32 	%rd182, %r38;
 
-$L__BB13_3:
+$L__BB14_3:
 	add.s64 	%rd57, %rd182, 1;
 	and.b64  	%rd58, %rd57, -2;
 	mov.u32 	%r39, %ctaid.x;
@@ -2257,22 +2982,22 @@ $L__BB13_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB13_14;
+	@%p2 bra 	$L__BB14_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r40, %tid.x;
 	cvt.u64.u32 	%rd15, %r40;
-	@%p3 bra 	$L__BB13_8;
+	@%p3 bra 	$L__BB14_8;
 
 	add.s64 	%rd183, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd183, %rd11;
-	@%p4 bra 	$L__BB13_14;
+	@%p4 bra 	$L__BB14_14;
 
 	mov.u32 	%r41, %ntid.x;
 	cvt.u64.u32 	%rd17, %r41;
 
-$L__BB13_7:
+$L__BB14_7:
 	shl.b64 	%rd65, %rd183, 3;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.f64 	%fd47, [%rd66];
@@ -2280,19 +3005,19 @@ $L__BB13_7:
 	st.f64 	[%rd67], %fd47;
 	add.s64 	%rd183, %rd183, %rd17;
 	setp.lt.u64 	%p5, %rd183, %rd11;
-	@%p5 bra 	$L__BB13_7;
-	bra.uni 	$L__BB13_14;
+	@%p5 bra 	$L__BB14_7;
+	bra.uni 	$L__BB14_14;
 
-$L__BB13_8:
+$L__BB14_8:
 	shl.b64 	%rd68, %rd15, 1;
 	add.s64 	%rd184, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd184, %rd12;
-	@%p6 bra 	$L__BB13_11;
+	@%p6 bra 	$L__BB14_11;
 
 	mov.u32 	%r42, %ntid.x;
 	mul.wide.u32 	%rd21, %r42, 2;
 
-$L__BB13_10:
+$L__BB14_10:
 	shl.b64 	%rd69, %rd184, 3;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -2300,17 +3025,17 @@ $L__BB13_10:
 	st.v4.u32 	[%rd71], {%r43, %r44, %r45, %r46};
 	add.s64 	%rd184, %rd184, %rd21;
 	setp.lt.u64 	%p7, %rd184, %rd12;
-	@%p7 bra 	$L__BB13_10;
+	@%p7 bra 	$L__BB14_10;
 
-$L__BB13_11:
+$L__BB14_11:
 	add.s64 	%rd185, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd185, %rd11;
-	@%p8 bra 	$L__BB13_14;
+	@%p8 bra 	$L__BB14_14;
 
 	mov.u32 	%r51, %ntid.x;
 	cvt.u64.u32 	%rd25, %r51;
 
-$L__BB13_13:
+$L__BB14_13:
 	shl.b64 	%rd72, %rd185, 3;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.f64 	%fd48, [%rd73];
@@ -2318,13 +3043,13 @@ $L__BB13_13:
 	st.f64 	[%rd74], %fd48;
 	add.s64 	%rd185, %rd185, %rd25;
 	setp.lt.u64 	%p9, %rd185, %rd11;
-	@%p9 bra 	$L__BB13_13;
+	@%p9 bra 	$L__BB14_13;
 
-$L__BB13_14:
+$L__BB14_14:
 	mov.u32 	%r1, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r1, %r33;
-	@%p10 bra 	$L__BB13_19;
+	@%p10 bra 	$L__BB14_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r52, %r32, 9;
@@ -2333,9 +3058,9 @@ $L__BB13_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r75, %r1;
 
-$L__BB13_16:
+$L__BB14_16:
 	setp.eq.s32 	%p11, %r75, %r32;
-	@%p11 bra 	$L__BB13_18;
+	@%p11 bra 	$L__BB14_18;
 
 	mul.wide.u32 	%rd78, %r75, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -2347,22 +3072,22 @@ $L__BB13_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB13_18:
+$L__BB14_18:
 	add.s32 	%r75, %r75, %r2;
 	setp.lt.u32 	%p12, %r75, %r33;
-	@%p12 bra 	$L__BB13_16;
+	@%p12 bra 	$L__BB14_16;
 
-$L__BB13_19:
-	@%p10 bra 	$L__BB13_26;
+$L__BB14_19:
+	@%p10 bra 	$L__BB14_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r76, %r1;
 
-$L__BB13_21:
+$L__BB14_21:
 	setp.eq.s32 	%p14, %r76, %r32;
-	@%p14 bra 	$L__BB13_25;
+	@%p14 bra 	$L__BB14_25;
 
 	shl.b32 	%r53, %r76, 9;
 	cvt.u64.u32 	%rd84, %r53;
@@ -2370,50 +3095,50 @@ $L__BB13_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB13_23:
+$L__BB14_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB13_23;
+	@%p15 bra 	$L__BB14_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB13_25:
+$L__BB14_25:
 	add.s32 	%r76, %r76, %r5;
 	setp.lt.u32 	%p16, %r76, %r33;
-	@%p16 bra 	$L__BB13_21;
+	@%p16 bra 	$L__BB14_21;
 
-$L__BB13_26:
+$L__BB14_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r1;
 	mul.wide.u32 	%rd90, %r1, 2;
 	add.s64 	%rd186, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd186, %rd12;
-	@%p17 bra 	$L__BB13_45;
+	@%p17 bra 	$L__BB14_45;
 
 	cvt.rn.f64.u32 	%fd1, %r33;
 	mov.u32 	%r54, %ntid.x;
 	mul.wide.u32 	%rd34, %r54, 2;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB13_28:
+$L__BB14_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd186, 3;
 	add.s64 	%rd93, %rd91, %rd92;
 	ld.v2.f64 	{%fd74, %fd73}, [%rd93];
 	setp.lt.u32 	%p18, %r33, 2;
-	@%p18 bra 	$L__BB13_39;
+	@%p18 bra 	$L__BB14_39;
 
 	setp.eq.s32 	%p19, %r34, 2;
-	@%p19 bra 	$L__BB13_37;
-	bra.uni 	$L__BB13_30;
+	@%p19 bra 	$L__BB14_37;
+	bra.uni 	$L__BB14_30;
 
-$L__BB13_37:
+$L__BB14_37:
 	mov.u32 	%r78, 1;
 
-$L__BB13_38:
+$L__BB14_38:
 	mul.wide.u32 	%rd99, %r78, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -2425,105 +3150,105 @@ $L__BB13_38:
 	selp.f64 	%fd73, %fd54, %fd73, %p26;
 	add.s32 	%r78, %r78, 1;
 	setp.lt.u32 	%p27, %r78, %r33;
-	@%p27 bra 	$L__BB13_38;
-	bra.uni 	$L__BB13_39;
+	@%p27 bra 	$L__BB14_38;
+	bra.uni 	$L__BB14_39;
 
-$L__BB13_30:
+$L__BB14_30:
 	mov.u32 	%r77, 1;
 
-$L__BB13_31:
+$L__BB14_31:
 	mul.wide.u32 	%rd94, %r77, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v2.f64 	{%fd51, %fd52}, [%rd98];
 	setp.eq.s32 	%p20, %r34, 3;
-	@%p20 bra 	$L__BB13_34;
+	@%p20 bra 	$L__BB14_34;
 
 	setp.ne.s32 	%p21, %r34, 4;
-	@%p21 bra 	$L__BB13_35;
+	@%p21 bra 	$L__BB14_35;
 
 	mul.f64 	%fd74, %fd74, %fd51;
 	mul.f64 	%fd73, %fd73, %fd52;
-	bra.uni 	$L__BB13_36;
+	bra.uni 	$L__BB14_36;
 
-$L__BB13_34:
+$L__BB14_34:
 	setp.lt.f64 	%p22, %fd74, %fd51;
 	selp.f64 	%fd74, %fd51, %fd74, %p22;
 	setp.lt.f64 	%p23, %fd73, %fd52;
 	selp.f64 	%fd73, %fd52, %fd73, %p23;
-	bra.uni 	$L__BB13_36;
+	bra.uni 	$L__BB14_36;
 
-$L__BB13_35:
+$L__BB14_35:
 	add.f64 	%fd74, %fd74, %fd51;
 	add.f64 	%fd73, %fd73, %fd52;
 
-$L__BB13_36:
+$L__BB14_36:
 	add.s32 	%r77, %r77, 1;
 	setp.lt.u32 	%p24, %r77, %r33;
-	@%p24 bra 	$L__BB13_31;
+	@%p24 bra 	$L__BB14_31;
 
-$L__BB13_39:
+$L__BB14_39:
 	setp.ne.s32 	%p28, %r34, 1;
-	@%p28 bra 	$L__BB13_41;
+	@%p28 bra 	$L__BB14_41;
 
 	div.rn.f64 	%fd74, %fd74, %fd1;
 	div.rn.f64 	%fd73, %fd73, %fd1;
 
-$L__BB13_41:
+$L__BB14_41:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 8;
 	setp.eq.s64 	%p29, %rd35, 0;
-	@%p29 bra 	$L__BB13_43;
+	@%p29 bra 	$L__BB14_43;
 
 	st.global.f64 	[%rd37+-8], %fd74;
 	st.global.f64 	[%rd37], %fd73;
-	bra.uni 	$L__BB13_44;
+	bra.uni 	$L__BB14_44;
 
-$L__BB13_43:
+$L__BB14_43:
 	st.global.v2.f64 	[%rd37+-8], {%fd74, %fd73};
 
-$L__BB13_44:
+$L__BB14_44:
 	add.s64 	%rd186, %rd186, %rd34;
 	setp.lt.u64 	%p30, %rd186, %rd12;
-	@%p30 bra 	$L__BB13_28;
+	@%p30 bra 	$L__BB14_28;
 
-$L__BB13_45:
+$L__BB14_45:
 	add.s64 	%rd187, %rd12, %rd31;
 	setp.ge.u64 	%p31, %rd187, %rd11;
-	@%p31 bra 	$L__BB13_70;
+	@%p31 bra 	$L__BB14_70;
 
 	setp.gt.u32 	%p32, %r33, 1;
 	cvt.rn.f64.u32 	%fd26, %r33;
 	mov.u32 	%r57, %ntid.x;
 	cvt.u64.u32 	%rd40, %r57;
-	@%p32 bra 	$L__BB13_50;
-	bra.uni 	$L__BB13_47;
+	@%p32 bra 	$L__BB14_50;
+	bra.uni 	$L__BB14_47;
 
-$L__BB13_50:
+$L__BB14_50:
 	add.s32 	%r58, %r33, -1;
 	add.s32 	%r12, %r33, -2;
 	and.b32  	%r13, %r58, 3;
 	sub.s32 	%r14, %r58, %r13;
 
-$L__BB13_51:
+$L__BB14_51:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd187, 3;
 	add.s64 	%rd113, %rd111, %rd112;
 	ld.f64 	%fd88, [%rd113];
 	setp.eq.s32 	%p35, %r34, 2;
-	@%p35 bra 	$L__BB13_58;
+	@%p35 bra 	$L__BB14_58;
 
 	setp.eq.s32 	%p36, %r34, 3;
-	@%p36 bra 	$L__BB13_56;
+	@%p36 bra 	$L__BB14_56;
 
 	setp.ne.s32 	%p37, %r34, 4;
-	@%p37 bra 	$L__BB13_65;
+	@%p37 bra 	$L__BB14_65;
 
 	mov.u32 	%r79, 1;
 	mov.u64 	%rd189, %rd3;
 
-$L__BB13_55:
+$L__BB14_55:
 	shl.b64 	%rd180, %rd187, 3;
 	add.s64 	%rd45, %rd189, 8;
 	ld.global.u64 	%rd114, [%rd189+8];
@@ -2533,18 +3258,18 @@ $L__BB13_55:
 	add.s32 	%r79, %r79, 1;
 	setp.lt.u32 	%p38, %r79, %r33;
 	mov.u64 	%rd189, %rd45;
-	@%p38 bra 	$L__BB13_55;
-	bra.uni 	$L__BB13_67;
+	@%p38 bra 	$L__BB14_55;
+	bra.uni 	$L__BB14_67;
 
-$L__BB13_58:
+$L__BB14_58:
 	setp.lt.u32 	%p41, %r12, 3;
 	mov.u32 	%r83, 1;
-	@%p41 bra 	$L__BB13_61;
+	@%p41 bra 	$L__BB14_61;
 
 	mov.u32 	%r83, 1;
 	mov.u32 	%r82, %r14;
 
-$L__BB13_60:
+$L__BB14_60:
 	shl.b64 	%rd172, %rd187, 3;
 	mul.wide.u32 	%rd122, %r83, 8;
 	add.s64 	%rd123, %rd3, %rd122;
@@ -2574,11 +3299,11 @@ $L__BB13_60:
 	add.s32 	%r83, %r83, 4;
 	add.s32 	%r82, %r82, -4;
 	setp.ne.s32 	%p46, %r82, 0;
-	@%p46 bra 	$L__BB13_60;
+	@%p46 bra 	$L__BB14_60;
 
-$L__BB13_61:
+$L__BB14_61:
 	setp.eq.s32 	%p47, %r13, 0;
-	@%p47 bra 	$L__BB13_67;
+	@%p47 bra 	$L__BB14_67;
 
 	shl.b64 	%rd173, %rd187, 3;
 	setp.eq.s32 	%p48, %r13, 1;
@@ -2589,7 +3314,7 @@ $L__BB13_61:
 	ld.f64 	%fd67, [%rd139];
 	setp.lt.f64 	%p49, %fd67, %fd88;
 	selp.f64 	%fd88, %fd67, %fd88, %p49;
-	@%p48 bra 	$L__BB13_67;
+	@%p48 bra 	$L__BB14_67;
 
 	shl.b64 	%rd174, %rd187, 3;
 	setp.eq.s32 	%p50, %r13, 2;
@@ -2601,7 +3326,7 @@ $L__BB13_61:
 	ld.f64 	%fd68, [%rd144];
 	setp.lt.f64 	%p51, %fd68, %fd88;
 	selp.f64 	%fd88, %fd68, %fd88, %p51;
-	@%p50 bra 	$L__BB13_67;
+	@%p50 bra 	$L__BB14_67;
 
 	shl.b64 	%rd175, %rd187, 3;
 	add.s32 	%r65, %r83, 2;
@@ -2612,12 +3337,12 @@ $L__BB13_61:
 	ld.f64 	%fd69, [%rd149];
 	setp.lt.f64 	%p52, %fd69, %fd88;
 	selp.f64 	%fd88, %fd69, %fd88, %p52;
-	bra.uni 	$L__BB13_67;
+	bra.uni 	$L__BB14_67;
 
-$L__BB13_56:
+$L__BB14_56:
 	mov.u32 	%r80, 1;
 
-$L__BB13_57:
+$L__BB14_57:
 	shl.b64 	%rd181, %rd187, 3;
 	mul.wide.u32 	%rd117, %r80, 8;
 	add.s64 	%rd118, %rd3, %rd117;
@@ -2628,13 +3353,13 @@ $L__BB13_57:
 	selp.f64 	%fd88, %fd58, %fd88, %p39;
 	add.s32 	%r80, %r80, 1;
 	setp.lt.u32 	%p40, %r80, %r33;
-	@%p40 bra 	$L__BB13_57;
-	bra.uni 	$L__BB13_67;
+	@%p40 bra 	$L__BB14_57;
+	bra.uni 	$L__BB14_67;
 
-$L__BB13_65:
+$L__BB14_65:
 	mov.u32 	%r84, 1;
 
-$L__BB13_66:
+$L__BB14_66:
 	shl.b64 	%rd179, %rd187, 3;
 	mul.wide.u32 	%rd150, %r84, 8;
 	add.s64 	%rd151, %rd3, %rd150;
@@ -2644,45 +3369,45 @@ $L__BB13_66:
 	add.f64 	%fd88, %fd88, %fd70;
 	add.s32 	%r84, %r84, 1;
 	setp.lt.u32 	%p53, %r84, %r33;
-	@%p53 bra 	$L__BB13_66;
+	@%p53 bra 	$L__BB14_66;
 
-$L__BB13_67:
+$L__BB14_67:
 	setp.ne.s32 	%p54, %r34, 1;
-	@%p54 bra 	$L__BB13_69;
+	@%p54 bra 	$L__BB14_69;
 
 	div.rn.f64 	%fd88, %fd88, %fd26;
 
-$L__BB13_69:
+$L__BB14_69:
 	shl.b64 	%rd176, %rd187, 3;
 	add.s64 	%rd156, %rd1, %rd176;
 	st.global.f64 	[%rd156], %fd88;
 	add.s64 	%rd187, %rd187, %rd40;
 	setp.lt.u64 	%p55, %rd187, %rd11;
-	@%p55 bra 	$L__BB13_51;
-	bra.uni 	$L__BB13_70;
+	@%p55 bra 	$L__BB14_51;
+	bra.uni 	$L__BB14_70;
 
-$L__BB13_47:
+$L__BB14_47:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd187, 3;
 	add.s64 	%rd108, %rd106, %rd107;
 	ld.f64 	%fd81, [%rd108];
 	setp.ne.s32 	%p33, %r34, 1;
-	@%p33 bra 	$L__BB13_49;
+	@%p33 bra 	$L__BB14_49;
 
 	div.rn.f64 	%fd81, %fd81, %fd26;
 
-$L__BB13_49:
+$L__BB14_49:
 	add.s64 	%rd110, %rd1, %rd107;
 	st.global.f64 	[%rd110], %fd81;
 	add.s64 	%rd187, %rd187, %rd40;
 	setp.lt.u64 	%p34, %rd187, %rd11;
-	@%p34 bra 	$L__BB13_47;
+	@%p34 bra 	$L__BB14_47;
 
-$L__BB13_70:
+$L__BB14_70:
 	mov.u32 	%r73, %tid.x;
 	setp.ge.u32 	%p63, %r73, %r33;
 	bar.sync 	0;
-	@%p63 bra 	$L__BB13_75;
+	@%p63 bra 	$L__BB14_75;
 
 	mov.u32 	%r85, %tid.x;
 	mov.u32 	%r26, %ntid.x;
@@ -2692,9 +3417,9 @@ $L__BB13_70:
 	add.s64 	%rd47, %rd157, %rd9;
 	shl.b64 	%rd164, %rd47, 3;
 
-$L__BB13_72:
+$L__BB14_72:
 	setp.eq.s32 	%p57, %r85, %r32;
-	@%p57 bra 	$L__BB13_74;
+	@%p57 bra 	$L__BB14_74;
 
 	mul.wide.u32 	%rd160, %r85, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -2706,15 +3431,15 @@ $L__BB13_72:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB13_74:
+$L__BB14_74:
 	add.s32 	%r85, %r85, %r26;
 	setp.lt.u32 	%p58, %r85, %r33;
-	@%p58 bra 	$L__BB13_72;
+	@%p58 bra 	$L__BB14_72;
 
-$L__BB13_75:
+$L__BB14_75:
 	mov.u32 	%r74, %tid.x;
 	setp.ge.u32 	%p64, %r74, %r33;
-	@%p64 bra 	$L__BB13_82;
+	@%p64 bra 	$L__BB14_82;
 
 	mul.wide.u32 	%rd178, %r32, 8;
 	add.s64 	%rd177, %rd3, %rd178;
@@ -2723,9 +3448,9 @@ $L__BB13_75:
 	mov.u32 	%r29, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB13_77:
+$L__BB14_77:
 	setp.eq.s32 	%p60, %r86, %r32;
-	@%p60 bra 	$L__BB13_81;
+	@%p60 bra 	$L__BB14_81;
 
 	add.s32 	%r69, %r86, %r33;
 	shl.b32 	%r70, %r69, 9;
@@ -2734,23 +3459,706 @@ $L__BB13_77:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB13_79:
+$L__BB14_79:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p61, %rd169, 0;
-	@%p61 bra 	$L__BB13_79;
+	@%p61 bra 	$L__BB14_79;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB13_81:
+$L__BB14_81:
 	add.s32 	%r86, %r86, %r29;
 	setp.lt.u32 	%p62, %r86, %r33;
-	@%p62 bra 	$L__BB13_77;
+	@%p62 bra 	$L__BB14_77;
 
-$L__BB13_82:
+$L__BB14_82:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_reduce_part_f64
+.visible .entry smcuda_reduce_part_f64(
+	.param .u64 smcuda_reduce_part_f64_param_0,
+	.param .u64 smcuda_reduce_part_f64_param_1,
+	.param .u64 smcuda_reduce_part_f64_param_2,
+	.param .u64 smcuda_reduce_part_f64_param_3,
+	.param .u32 smcuda_reduce_part_f64_param_4,
+	.param .u32 smcuda_reduce_part_f64_param_5,
+	.param .u64 smcuda_reduce_part_f64_param_6,
+	.param .u32 smcuda_reduce_part_f64_param_7
+)
+{
+	.reg .pred 	%p<99>;
+	.reg .b32 	%r<98>;
+	.reg .f64 	%fd<124>;
+	.reg .b64 	%rd<234>;
+
+
+	ld.param.u64 	%rd85, [smcuda_reduce_part_f64_param_0];
+	ld.param.u64 	%rd82, [smcuda_reduce_part_f64_param_1];
+	ld.param.u64 	%rd83, [smcuda_reduce_part_f64_param_2];
+	ld.param.u64 	%rd86, [smcuda_reduce_part_f64_param_3];
+	ld.param.u32 	%r51, [smcuda_reduce_part_f64_param_4];
+	ld.param.u32 	%r52, [smcuda_reduce_part_f64_param_5];
+	ld.param.u64 	%rd84, [smcuda_reduce_part_f64_param_6];
+	ld.param.u32 	%r53, [smcuda_reduce_part_f64_param_7];
+	cvta.to.global.u64 	%rd1, %rd82;
+	cvta.to.global.u64 	%rd2, %rd85;
+	cvta.to.global.u64 	%rd3, %rd86;
+	mov.u32 	%r54, %nctaid.x;
+	mov.u32 	%r55, %ntid.x;
+	mul.wide.u32 	%rd4, %r54, %r55;
+	mov.u32 	%r56, %ctaid.x;
+	mul.wide.u32 	%rd87, %r56, %r55;
+	mov.u32 	%r57, %tid.x;
+	cvt.u64.u32 	%rd88, %r57;
+	add.s64 	%rd5, %rd87, %rd88;
+	or.b64  	%rd89, %rd82, %rd85;
+	or.b64  	%rd199, %rd89, %rd83;
+	setp.eq.s32 	%p1, %r52, 0;
+	@%p1 bra 	$L__BB15_16;
+
+	add.s32 	%r59, %r52, -1;
+	and.b32  	%r83, %r52, 3;
+	setp.lt.u32 	%p2, %r59, 3;
+	mov.u32 	%r81, 0;
+	@%p2 bra 	$L__BB15_12;
+
+	sub.s32 	%r80, %r52, %r83;
+	mov.u32 	%r81, 0;
+
+$L__BB15_3:
+	mul.wide.u32 	%rd91, %r81, 8;
+	add.s64 	%rd8, %rd3, %rd91;
+	setp.eq.s32 	%p3, %r81, %r51;
+	@%p3 bra 	$L__BB15_5;
+
+	ld.global.u64 	%rd92, [%rd8];
+	or.b64  	%rd199, %rd92, %rd199;
+
+$L__BB15_5:
+	add.s32 	%r61, %r81, 1;
+	setp.eq.s32 	%p4, %r61, %r51;
+	@%p4 bra 	$L__BB15_7;
+
+	ld.global.u64 	%rd93, [%rd8+8];
+	or.b64  	%rd199, %rd93, %rd199;
+
+$L__BB15_7:
+	add.s32 	%r62, %r81, 2;
+	setp.eq.s32 	%p5, %r62, %r51;
+	@%p5 bra 	$L__BB15_9;
+
+	ld.global.u64 	%rd94, [%rd8+16];
+	or.b64  	%rd199, %rd94, %rd199;
+
+$L__BB15_9:
+	add.s32 	%r63, %r81, 3;
+	setp.eq.s32 	%p6, %r63, %r51;
+	@%p6 bra 	$L__BB15_11;
+
+	ld.global.u64 	%rd95, [%rd8+24];
+	or.b64  	%rd199, %rd95, %rd199;
+
+$L__BB15_11:
+	add.s32 	%r81, %r81, 4;
+	add.s32 	%r80, %r80, -4;
+	setp.ne.s32 	%p7, %r80, 0;
+	@%p7 bra 	$L__BB15_3;
+
+$L__BB15_12:
+	setp.eq.s32 	%p8, %r83, 0;
+	@%p8 bra 	$L__BB15_16;
+
+$L__BB15_13:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r81, %r51;
+	@%p9 bra 	$L__BB15_15;
+
+	mul.wide.u32 	%rd96, %r81, 8;
+	add.s64 	%rd97, %rd3, %rd96;
+	ld.global.u64 	%rd98, [%rd97];
+	or.b64  	%rd199, %rd98, %rd199;
+
+$L__BB15_15:
+	add.s32 	%r81, %r81, 1;
+	add.s32 	%r83, %r83, -1;
+	setp.ne.s32 	%p10, %r83, 0;
+	@%p10 bra 	$L__BB15_13;
+
+$L__BB15_16:
+	and.b64  	%rd100, %rd199, 15;
+	setp.ne.s64 	%p11, %rd100, 0;
+	mov.u64 	%rd211, 0;
+	@%p11 bra 	$L__BB15_40;
+
+	and.b64  	%rd211, %rd84, -2;
+	shl.b64 	%rd208, %rd5, 1;
+	setp.ge.u64 	%p12, %rd208, %rd211;
+	@%p12 bra 	$L__BB15_40;
+
+	cvt.rn.f64.u32 	%fd1, %r52;
+	shl.b64 	%rd25, %rd4, 1;
+
+$L__BB15_19:
+	@%p1 bra 	$L__BB15_35;
+
+	setp.eq.s32 	%p14, %r53, 2;
+	@%p14 bra 	$L__BB15_31;
+	bra.uni 	$L__BB15_21;
+
+$L__BB15_31:
+	mov.u32 	%r85, 0;
+
+$L__BB15_32:
+	setp.eq.s32 	%p22, %r85, %r51;
+	mov.u64 	%rd210, %rd83;
+	@%p22 bra 	$L__BB15_34;
+
+	mul.wide.u32 	%rd105, %r85, 8;
+	add.s64 	%rd106, %rd3, %rd105;
+	ld.global.u64 	%rd210, [%rd106];
+
+$L__BB15_34:
+	shl.b64 	%rd107, %rd208, 3;
+	add.s64 	%rd108, %rd210, %rd107;
+	ld.v2.f64 	{%fd69, %fd70}, [%rd108];
+	setp.gt.f64 	%p23, %fd101, %fd69;
+	setp.gt.f64 	%p24, %fd100, %fd70;
+	setp.eq.s32 	%p25, %r85, 0;
+	or.pred  	%p26, %p25, %p24;
+	selp.f64 	%fd100, %fd70, %fd100, %p26;
+	or.pred  	%p27, %p25, %p23;
+	selp.f64 	%fd101, %fd69, %fd101, %p27;
+	add.s32 	%r85, %r85, 1;
+	setp.lt.u32 	%p28, %r85, %r52;
+	@%p28 bra 	$L__BB15_32;
+	bra.uni 	$L__BB15_35;
+
+$L__BB15_21:
+	mov.u32 	%r84, 0;
+
+$L__BB15_22:
+	mov.f64 	%fd5, %fd101;
+	mov.f64 	%fd4, %fd100;
+	setp.eq.s32 	%p15, %r84, %r51;
+	mov.u64 	%rd209, %rd83;
+	@%p15 bra 	$L__BB15_24;
+
+	mul.wide.u32 	%rd101, %r84, 8;
+	add.s64 	%rd102, %rd3, %rd101;
+	ld.global.u64 	%rd209, [%rd102];
+
+$L__BB15_24:
+	shl.b64 	%rd103, %rd208, 3;
+	add.s64 	%rd104, %rd209, %rd103;
+	ld.v2.f64 	{%fd101, %fd100}, [%rd104];
+	setp.eq.s32 	%p16, %r84, 0;
+	@%p16 bra 	$L__BB15_30;
+
+	setp.eq.s32 	%p17, %r53, 3;
+	@%p17 bra 	$L__BB15_28;
+
+	setp.ne.s32 	%p18, %r53, 4;
+	@%p18 bra 	$L__BB15_29;
+
+	mul.f64 	%fd101, %fd5, %fd101;
+	mul.f64 	%fd100, %fd4, %fd100;
+	bra.uni 	$L__BB15_30;
+
+$L__BB15_28:
+	setp.lt.f64 	%p19, %fd5, %fd101;
+	selp.f64 	%fd101, %fd101, %fd5, %p19;
+	setp.lt.f64 	%p20, %fd4, %fd100;
+	selp.f64 	%fd100, %fd100, %fd4, %p20;
+	bra.uni 	$L__BB15_30;
+
+$L__BB15_29:
+	add.f64 	%fd101, %fd5, %fd101;
+	add.f64 	%fd100, %fd4, %fd100;
+
+$L__BB15_30:
+	add.s32 	%r84, %r84, 1;
+	setp.lt.u32 	%p21, %r84, %r52;
+	@%p21 bra 	$L__BB15_22;
+
+$L__BB15_35:
+	setp.ne.s32 	%p29, %r53, 1;
+	mov.f64 	%fd106, %fd100;
+	mov.f64 	%fd107, %fd101;
+	@%p29 bra 	$L__BB15_37;
+
+	div.rn.f64 	%fd107, %fd101, %fd1;
+	div.rn.f64 	%fd106, %fd100, %fd1;
+
+$L__BB15_37:
+	mov.b64 	%rd109, %fd106;
+	mov.b64 	%rd110, %fd107;
+	mov.b64 	{%r18, %r19}, %rd109;
+	mov.b64 	{%r16, %r17}, %rd110;
+	shl.b64 	%rd111, %rd208, 3;
+	add.s64 	%rd112, %rd2, %rd111;
+	st.global.v2.f64 	[%rd112], {%fd107, %fd106};
+	setp.eq.s64 	%p30, %rd82, 0;
+	@%p30 bra 	$L__BB15_39;
+
+	add.s64 	%rd114, %rd1, %rd111;
+	st.global.v4.u32 	[%rd114], {%r16, %r17, %r18, %r19};
+
+$L__BB15_39:
+	add.s64 	%rd208, %rd208, %rd25;
+	setp.lt.u64 	%p31, %rd208, %rd211;
+	@%p31 bra 	$L__BB15_19;
+
+$L__BB15_40:
+	add.s64 	%rd212, %rd211, %rd5;
+	setp.ge.u64 	%p32, %rd212, %rd84;
+	@%p32 bra 	$L__BB15_126;
+
+	setp.eq.s32 	%p33, %r51, 0;
+	cvt.rn.f64.u32 	%fd26, %r52;
+	add.s32 	%r20, %r52, -2;
+	add.s32 	%r66, %r52, -1;
+	and.b32  	%r21, %r66, 3;
+	sub.s32 	%r22, %r66, %r21;
+	@%p33 bra 	$L__BB15_84;
+
+$L__BB15_42:
+	ld.global.u64 	%rd115, [%rd3];
+	shl.b64 	%rd116, %rd212, 3;
+	add.s64 	%rd117, %rd115, %rd116;
+	ld.f64 	%fd114, [%rd117];
+	setp.lt.u32 	%p34, %r52, 2;
+	@%p34 bra 	$L__BB15_79;
+
+	setp.eq.s32 	%p35, %r53, 2;
+	@%p35 bra 	$L__BB15_54;
+
+	setp.eq.s32 	%p36, %r53, 3;
+	@%p36 bra 	$L__BB15_50;
+
+	setp.ne.s32 	%p37, %r53, 4;
+	@%p37 bra 	$L__BB15_75;
+
+	mov.u32 	%r86, 1;
+
+$L__BB15_47:
+	setp.eq.s32 	%p38, %r86, %r51;
+	mov.u64 	%rd213, %rd83;
+	@%p38 bra 	$L__BB15_49;
+
+	mul.wide.u32 	%rd118, %r86, 8;
+	add.s64 	%rd119, %rd3, %rd118;
+	ld.global.u64 	%rd213, [%rd119];
+
+$L__BB15_49:
+	add.s64 	%rd121, %rd213, %rd116;
+	ld.f64 	%fd73, [%rd121];
+	mul.f64 	%fd114, %fd114, %fd73;
+	add.s32 	%r86, %r86, 1;
+	setp.lt.u32 	%p39, %r86, %r52;
+	@%p39 bra 	$L__BB15_47;
+	bra.uni 	$L__BB15_79;
+
+$L__BB15_54:
+	setp.lt.u32 	%p43, %r20, 3;
+	mov.u32 	%r90, 1;
+	@%p43 bra 	$L__BB15_65;
+
+	mov.u32 	%r90, 1;
+	mov.u32 	%r89, %r22;
+
+$L__BB15_56:
+	mul.wide.u32 	%rd126, %r90, 8;
+	add.s64 	%rd39, %rd3, %rd126;
+	setp.eq.s32 	%p44, %r90, %r51;
+	mov.u64 	%rd215, %rd83;
+	@%p44 bra 	$L__BB15_58;
+
+	ld.global.u64 	%rd215, [%rd39];
+
+$L__BB15_58:
+	add.s64 	%rd128, %rd215, %rd116;
+	ld.f64 	%fd76, [%rd128];
+	setp.lt.f64 	%p45, %fd76, %fd114;
+	selp.f64 	%fd33, %fd76, %fd114, %p45;
+	add.s32 	%r71, %r90, 1;
+	setp.eq.s32 	%p46, %r71, %r51;
+	mov.u64 	%rd216, %rd83;
+	@%p46 bra 	$L__BB15_60;
+
+	ld.global.u64 	%rd216, [%rd39+8];
+
+$L__BB15_60:
+	add.s64 	%rd130, %rd216, %rd116;
+	ld.f64 	%fd77, [%rd130];
+	setp.lt.f64 	%p47, %fd77, %fd33;
+	selp.f64 	%fd34, %fd77, %fd33, %p47;
+	add.s32 	%r72, %r90, 2;
+	setp.eq.s32 	%p48, %r72, %r51;
+	mov.u64 	%rd217, %rd83;
+	@%p48 bra 	$L__BB15_62;
+
+	ld.global.u64 	%rd217, [%rd39+16];
+
+$L__BB15_62:
+	add.s64 	%rd132, %rd217, %rd116;
+	ld.f64 	%fd78, [%rd132];
+	setp.lt.f64 	%p49, %fd78, %fd34;
+	selp.f64 	%fd35, %fd78, %fd34, %p49;
+	add.s32 	%r29, %r90, 3;
+	setp.eq.s32 	%p50, %r29, %r51;
+	mov.u64 	%rd218, %rd83;
+	@%p50 bra 	$L__BB15_64;
+
+	mul.wide.u32 	%rd133, %r29, 8;
+	add.s64 	%rd134, %rd3, %rd133;
+	ld.global.u64 	%rd218, [%rd134];
+
+$L__BB15_64:
+	add.s64 	%rd136, %rd218, %rd116;
+	ld.f64 	%fd79, [%rd136];
+	setp.lt.f64 	%p51, %fd79, %fd35;
+	selp.f64 	%fd114, %fd79, %fd35, %p51;
+	add.s32 	%r90, %r90, 4;
+	add.s32 	%r89, %r89, -4;
+	setp.ne.s32 	%p52, %r89, 0;
+	@%p52 bra 	$L__BB15_56;
+
+$L__BB15_65:
+	setp.eq.s32 	%p53, %r21, 0;
+	@%p53 bra 	$L__BB15_79;
+
+	setp.eq.s32 	%p54, %r90, %r51;
+	mov.u64 	%rd219, %rd83;
+	@%p54 bra 	$L__BB15_68;
+
+	mul.wide.u32 	%rd137, %r90, 8;
+	add.s64 	%rd138, %rd3, %rd137;
+	ld.global.u64 	%rd219, [%rd138];
+
+$L__BB15_68:
+	add.s64 	%rd140, %rd219, %rd116;
+	ld.f64 	%fd80, [%rd140];
+	setp.lt.f64 	%p55, %fd80, %fd114;
+	selp.f64 	%fd114, %fd80, %fd114, %p55;
+	add.s32 	%r33, %r90, 1;
+	setp.eq.s32 	%p56, %r21, 1;
+	@%p56 bra 	$L__BB15_79;
+
+	setp.eq.s32 	%p57, %r33, %r51;
+	mov.u64 	%rd220, %rd83;
+	@%p57 bra 	$L__BB15_71;
+
+	mul.wide.u32 	%rd141, %r33, 8;
+	add.s64 	%rd142, %rd3, %rd141;
+	ld.global.u64 	%rd220, [%rd142];
+
+$L__BB15_71:
+	add.s64 	%rd144, %rd220, %rd116;
+	ld.f64 	%fd81, [%rd144];
+	setp.lt.f64 	%p58, %fd81, %fd114;
+	selp.f64 	%fd114, %fd81, %fd114, %p58;
+	add.s32 	%r34, %r90, 2;
+	setp.eq.s32 	%p59, %r21, 2;
+	@%p59 bra 	$L__BB15_79;
+
+	setp.eq.s32 	%p60, %r34, %r51;
+	mov.u64 	%rd221, %rd83;
+	@%p60 bra 	$L__BB15_74;
+
+	mul.wide.u32 	%rd145, %r34, 8;
+	add.s64 	%rd146, %rd3, %rd145;
+	ld.global.u64 	%rd221, [%rd146];
+
+$L__BB15_74:
+	add.s64 	%rd148, %rd221, %rd116;
+	ld.f64 	%fd82, [%rd148];
+	setp.lt.f64 	%p61, %fd82, %fd114;
+	selp.f64 	%fd114, %fd82, %fd114, %p61;
+	bra.uni 	$L__BB15_79;
+
+$L__BB15_50:
+	mov.u32 	%r87, 1;
+
+$L__BB15_51:
+	setp.eq.s32 	%p40, %r87, %r51;
+	mov.u64 	%rd214, %rd83;
+	@%p40 bra 	$L__BB15_53;
+
+	mul.wide.u32 	%rd122, %r87, 8;
+	add.s64 	%rd123, %rd3, %rd122;
+	ld.global.u64 	%rd214, [%rd123];
+
+$L__BB15_53:
+	add.s64 	%rd125, %rd214, %rd116;
+	ld.f64 	%fd74, [%rd125];
+	setp.gt.f64 	%p41, %fd74, %fd114;
+	selp.f64 	%fd114, %fd74, %fd114, %p41;
+	add.s32 	%r87, %r87, 1;
+	setp.lt.u32 	%p42, %r87, %r52;
+	@%p42 bra 	$L__BB15_51;
+	bra.uni 	$L__BB15_79;
+
+$L__BB15_75:
+	mov.u32 	%r91, 1;
+
+$L__BB15_76:
+	setp.eq.s32 	%p62, %r91, %r51;
+	mov.u64 	%rd222, %rd83;
+	@%p62 bra 	$L__BB15_78;
+
+	mul.wide.u32 	%rd149, %r91, 8;
+	add.s64 	%rd150, %rd3, %rd149;
+	ld.global.u64 	%rd222, [%rd150];
+
+$L__BB15_78:
+	add.s64 	%rd152, %rd222, %rd116;
+	ld.f64 	%fd83, [%rd152];
+	add.f64 	%fd114, %fd114, %fd83;
+	add.s32 	%r91, %r91, 1;
+	setp.lt.u32 	%p63, %r91, %r52;
+	@%p63 bra 	$L__BB15_76;
+
+$L__BB15_79:
+	setp.ne.s32 	%p64, %r53, 1;
+	@%p64 bra 	$L__BB15_81;
+
+	div.rn.f64 	%fd114, %fd114, %fd26;
+
+$L__BB15_81:
+	add.s64 	%rd154, %rd2, %rd116;
+	st.global.f64 	[%rd154], %fd114;
+	setp.eq.s64 	%p65, %rd82, 0;
+	@%p65 bra 	$L__BB15_83;
+
+	add.s64 	%rd156, %rd1, %rd116;
+	st.global.f64 	[%rd156], %fd114;
+
+$L__BB15_83:
+	add.s64 	%rd212, %rd212, %rd4;
+	setp.lt.u64 	%p66, %rd212, %rd84;
+	@%p66 bra 	$L__BB15_42;
+	bra.uni 	$L__BB15_126;
+
+$L__BB15_84:
+	cvta.to.global.u64 	%rd57, %rd83;
+
+$L__BB15_85:
+	shl.b64 	%rd157, %rd212, 3;
+	add.s64 	%rd158, %rd57, %rd157;
+	ld.global.f64 	%fd122, [%rd158];
+	setp.lt.u32 	%p67, %r52, 2;
+	@%p67 bra 	$L__BB15_121;
+
+	add.s64 	%rd232, %rd83, %rd157;
+	setp.eq.s32 	%p68, %r53, 2;
+	@%p68 bra 	$L__BB15_98;
+
+	setp.eq.s32 	%p69, %r53, 3;
+	@%p69 bra 	$L__BB15_94;
+
+	setp.ne.s32 	%p70, %r53, 4;
+	@%p70 bra 	$L__BB15_117;
+
+	mov.u32 	%r92, 1;
+	mov.u64 	%rd224, %rd3;
+
+$L__BB15_90:
+	setp.eq.s32 	%p71, %r92, 0;
+	@%p71 bra 	$L__BB15_92;
+
+	ld.global.u64 	%rd160, [%rd224+8];
+	add.s64 	%rd225, %rd160, %rd157;
+	bra.uni 	$L__BB15_93;
+
+$L__BB15_92:
+	mov.u64 	%rd225, %rd232;
+
+$L__BB15_93:
+	add.s64 	%rd224, %rd224, 8;
+	ld.f64 	%fd84, [%rd225];
+	mul.f64 	%fd122, %fd122, %fd84;
+	add.s32 	%r92, %r92, 1;
+	setp.lt.u32 	%p72, %r92, %r52;
+	@%p72 bra 	$L__BB15_90;
+	bra.uni 	$L__BB15_121;
+
+$L__BB15_98:
+	setp.lt.u32 	%p76, %r20, 3;
+	mov.u32 	%r96, 1;
+	@%p76 bra 	$L__BB15_107;
+
+	mov.u32 	%r96, 1;
+	mov.u32 	%r95, %r22;
+
+$L__BB15_100:
+	mul.wide.u32 	%rd166, %r96, 8;
+	add.s64 	%rd66, %rd3, %rd166;
+	setp.eq.s32 	%p77, %r96, 0;
+	mov.u64 	%rd227, %rd232;
+	@%p77 bra 	$L__BB15_102;
+
+	ld.global.u64 	%rd167, [%rd66];
+	add.s64 	%rd227, %rd167, %rd157;
+
+$L__BB15_102:
+	ld.f64 	%fd87, [%rd227];
+	setp.lt.f64 	%p78, %fd87, %fd122;
+	selp.f64 	%fd88, %fd87, %fd122, %p78;
+	ld.global.u64 	%rd169, [%rd66+8];
+	add.s64 	%rd171, %rd169, %rd157;
+	ld.f64 	%fd89, [%rd171];
+	setp.lt.f64 	%p79, %fd89, %fd88;
+	selp.f64 	%fd53, %fd89, %fd88, %p79;
+	setp.eq.s32 	%p80, %r96, -2;
+	mov.u64 	%rd228, %rd232;
+	@%p80 bra 	$L__BB15_104;
+
+	ld.global.u64 	%rd172, [%rd66+16];
+	add.s64 	%rd228, %rd172, %rd157;
+
+$L__BB15_104:
+	ld.f64 	%fd90, [%rd228];
+	setp.lt.f64 	%p81, %fd90, %fd53;
+	selp.f64 	%fd54, %fd90, %fd53, %p81;
+	add.s32 	%r43, %r96, 3;
+	setp.eq.s32 	%p82, %r43, 0;
+	mov.u64 	%rd229, %rd232;
+	@%p82 bra 	$L__BB15_106;
+
+	mul.wide.u32 	%rd174, %r43, 8;
+	add.s64 	%rd175, %rd3, %rd174;
+	ld.global.u64 	%rd176, [%rd175];
+	add.s64 	%rd229, %rd176, %rd157;
+
+$L__BB15_106:
+	ld.f64 	%fd91, [%rd229];
+	setp.lt.f64 	%p83, %fd91, %fd54;
+	selp.f64 	%fd122, %fd91, %fd54, %p83;
+	add.s32 	%r96, %r96, 4;
+	add.s32 	%r95, %r95, -4;
+	setp.ne.s32 	%p84, %r95, 0;
+	@%p84 bra 	$L__BB15_100;
+
+$L__BB15_107:
+	setp.eq.s32 	%p85, %r21, 0;
+	@%p85 bra 	$L__BB15_121;
+
+	setp.eq.s32 	%p86, %r96, 0;
+	mov.u64 	%rd230, %rd232;
+	@%p86 bra 	$L__BB15_110;
+
+	mul.wide.u32 	%rd178, %r96, 8;
+	add.s64 	%rd179, %rd3, %rd178;
+	ld.global.u64 	%rd180, [%rd179];
+	add.s64 	%rd230, %rd180, %rd157;
+
+$L__BB15_110:
+	ld.f64 	%fd92, [%rd230];
+	setp.lt.f64 	%p87, %fd92, %fd122;
+	selp.f64 	%fd122, %fd92, %fd122, %p87;
+	add.s32 	%r47, %r96, 1;
+	setp.eq.s32 	%p88, %r21, 1;
+	@%p88 bra 	$L__BB15_121;
+
+	setp.eq.s32 	%p89, %r47, 0;
+	mov.u64 	%rd231, %rd232;
+	@%p89 bra 	$L__BB15_113;
+
+	mul.wide.u32 	%rd182, %r47, 8;
+	add.s64 	%rd183, %rd3, %rd182;
+	ld.global.u64 	%rd184, [%rd183];
+	add.s64 	%rd231, %rd184, %rd157;
+
+$L__BB15_113:
+	ld.f64 	%fd93, [%rd231];
+	setp.lt.f64 	%p90, %fd93, %fd122;
+	selp.f64 	%fd122, %fd93, %fd122, %p90;
+	add.s32 	%r48, %r96, 2;
+	setp.eq.s32 	%p91, %r21, 2;
+	@%p91 bra 	$L__BB15_121;
+
+	setp.eq.s32 	%p92, %r48, 0;
+	@%p92 bra 	$L__BB15_116;
+
+	mul.wide.u32 	%rd186, %r48, 8;
+	add.s64 	%rd187, %rd3, %rd186;
+	ld.global.u64 	%rd188, [%rd187];
+	add.s64 	%rd232, %rd188, %rd157;
+
+$L__BB15_116:
+	ld.f64 	%fd94, [%rd232];
+	setp.lt.f64 	%p93, %fd94, %fd122;
+	selp.f64 	%fd122, %fd94, %fd122, %p93;
+	bra.uni 	$L__BB15_121;
+
+$L__BB15_94:
+	mov.u32 	%r93, 1;
+
+$L__BB15_95:
+	setp.eq.s32 	%p73, %r93, 0;
+	mov.u64 	%rd226, %rd232;
+	@%p73 bra 	$L__BB15_97;
+
+	mul.wide.u32 	%rd162, %r93, 8;
+	add.s64 	%rd163, %rd3, %rd162;
+	ld.global.u64 	%rd164, [%rd163];
+	add.s64 	%rd226, %rd164, %rd157;
+
+$L__BB15_97:
+	ld.f64 	%fd85, [%rd226];
+	setp.gt.f64 	%p74, %fd85, %fd122;
+	selp.f64 	%fd122, %fd85, %fd122, %p74;
+	add.s32 	%r93, %r93, 1;
+	setp.lt.u32 	%p75, %r93, %r52;
+	@%p75 bra 	$L__BB15_95;
+	bra.uni 	$L__BB15_121;
+
+$L__BB15_117:
+	mov.u32 	%r97, 1;
+
+$L__BB15_118:
+	setp.eq.s32 	%p94, %r97, 0;
+	mov.u64 	%rd233, %rd232;
+	@%p94 bra 	$L__BB15_120;
+
+	mul.wide.u32 	%rd190, %r97, 8;
+	add.s64 	%rd191, %rd3, %rd190;
+	ld.global.u64 	%rd192, [%rd191];
+	add.s64 	%rd233, %rd192, %rd157;
+
+$L__BB15_120:
+	ld.f64 	%fd95, [%rd233];
+	add.f64 	%fd122, %fd122, %fd95;
+	add.s32 	%r97, %r97, 1;
+	setp.lt.u32 	%p95, %r97, %r52;
+	@%p95 bra 	$L__BB15_118;
+
+$L__BB15_121:
+	setp.ne.s32 	%p96, %r53, 1;
+	@%p96 bra 	$L__BB15_123;
+
+	div.rn.f64 	%fd122, %fd122, %fd26;
+
+$L__BB15_123:
+	add.s64 	%rd195, %rd2, %rd157;
+	st.global.f64 	[%rd195], %fd122;
+	setp.eq.s64 	%p97, %rd82, 0;
+	@%p97 bra 	$L__BB15_125;
+
+	add.s64 	%rd197, %rd1, %rd157;
+	st.global.f64 	[%rd197], %fd122;
+
+$L__BB15_125:
+	add.s64 	%rd212, %rd212, %rd4;
+	setp.lt.u64 	%p98, %rd212, %rd84;
+	@%p98 bra 	$L__BB15_85;
+
+$L__BB15_126:
 	ret;
 
 }
@@ -2775,379 +4183,6 @@ $L__BB13_82:
 	ld.param.u32 	%r9, [smcuda_reduce_sum_f16_param_2];
 	ld.param.u64 	%rd10, [smcuda_reduce_sum_f16_param_3];
 	ld.param.u64 	%rd11, [smcuda_reduce_sum_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB14_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB14_3;
-	bra.uni 	$L__BB14_2;
-
-$L__BB14_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB14_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB14_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB14_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
-
-	// end inline asm
-	add.f32 	%f18, %f28, %f14;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
-
-	// end inline asm
-	add.f32 	%f19, %f18, %f15;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
-
-	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
-
-	// end inline asm
-	add.f32 	%f28, %f20, %f17;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB14_6;
-
-$L__BB14_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB14_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
-
-	// end inline asm
-	add.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB14_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
-
-	// end inline asm
-	add.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB14_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
-
-	// end inline asm
-	add.f32 	%f28, %f28, %f23;
-
-$L__BB14_11:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB14_4;
-	bra.uni 	$L__BB14_12;
-
-$L__BB14_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB14_2;
-
-$L__BB14_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_f16
-.visible .entry smcuda_reduce_avg_f16(
-	.param .u64 smcuda_reduce_avg_f16_param_0,
-	.param .u64 smcuda_reduce_avg_f16_param_1,
-	.param .u32 smcuda_reduce_avg_f16_param_2,
-	.param .u64 smcuda_reduce_avg_f16_param_3,
-	.param .u64 smcuda_reduce_avg_f16_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<30>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB15_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.rn.f32.u32 	%f1, %r9;
-	@%p2 bra 	$L__BB15_3;
-	bra.uni 	$L__BB15_2;
-
-$L__BB15_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB15_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f29, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB15_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB15_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs4;}
-
-	// end inline asm
-	add.f32 	%f19, %f29, %f15;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs5;}
-
-	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs6;}
-
-	// end inline asm
-	add.f32 	%f21, %f20, %f17;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f18, %rs7;}
-
-	// end inline asm
-	add.f32 	%f29, %f21, %f18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB15_6;
-
-$L__BB15_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB15_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs8;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f22;
-	@%p7 bra 	$L__BB15_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs9;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f23;
-	@%p8 bra 	$L__BB15_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f24, %rs10;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f24;
-
-$L__BB15_11:
-	div.rn.f32 	%f25, %f29, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f25;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB15_4;
-	bra.uni 	$L__BB15_12;
-
-$L__BB15_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f11, %rs1;}
-
-	// end inline asm
-	div.rn.f32 	%f12, %f11, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f12;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB15_2;
-
-$L__BB15_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_f16
-.visible .entry smcuda_reduce_min_f16(
-	.param .u64 smcuda_reduce_min_f16_param_0,
-	.param .u64 smcuda_reduce_min_f16_param_1,
-	.param .u32 smcuda_reduce_min_f16_param_2,
-	.param .u64 smcuda_reduce_min_f16_param_3,
-	.param .u64 smcuda_reduce_min_f16_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_f16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -3198,8 +4233,7 @@ $L__BB16_6:
 	{  cvt.f32.f16 %f14, %rs4;}
 
 	// end inline asm
-	setp.lt.f32 	%p5, %f14, %f28;
-	selp.f32 	%f18, %f14, %f28, %p5;
+	add.f32 	%f18, %f28, %f14;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
 	ld.u16 	%rs5, [%rd31];
@@ -3207,8 +4241,7 @@ $L__BB16_6:
 	{  cvt.f32.f16 %f15, %rs5;}
 
 	// end inline asm
-	setp.lt.f32 	%p6, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p6;
+	add.f32 	%f19, %f18, %f15;
 	ld.global.u64 	%rd32, [%rd26+16];
 	add.s64 	%rd33, %rd32, %rd23;
 	ld.u16 	%rs6, [%rd33];
@@ -3216,8 +4249,7 @@ $L__BB16_6:
 	{  cvt.f32.f16 %f16, %rs6;}
 
 	// end inline asm
-	setp.lt.f32 	%p7, %f16, %f19;
-	selp.f32 	%f20, %f16, %f19, %p7;
+	add.f32 	%f20, %f19, %f16;
 	add.s32 	%r17, %r22, 3;
 	mul.wide.u32 	%rd34, %r17, 8;
 	add.s64 	%rd35, %rd2, %rd34;
@@ -3228,18 +4260,17 @@ $L__BB16_6:
 	{  cvt.f32.f16 %f17, %rs7;}
 
 	// end inline asm
-	setp.lt.f32 	%p8, %f17, %f20;
-	selp.f32 	%f28, %f17, %f20, %p8;
+	add.f32 	%f28, %f20, %f17;
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB16_6;
+	setp.ne.s32 	%p5, %r21, 0;
+	@%p5 bra 	$L__BB16_6;
 
 $L__BB16_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB16_11;
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB16_11;
 
-	setp.eq.s32 	%p11, %r2, 1;
+	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -3249,11 +4280,10 @@ $L__BB16_7:
 	{  cvt.f32.f16 %f21, %rs8;}
 
 	// end inline asm
-	setp.lt.f32 	%p12, %f21, %f28;
-	selp.f32 	%f28, %f21, %f28, %p12;
-	@%p11 bra 	$L__BB16_11;
+	add.f32 	%f28, %f28, %f21;
+	@%p7 bra 	$L__BB16_11;
 
-	setp.eq.s32 	%p13, %r2, 2;
+	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
 	mul.wide.u32 	%rd43, %r18, 8;
 	add.s64 	%rd44, %rd2, %rd43;
@@ -3264,9 +4294,8 @@ $L__BB16_7:
 	{  cvt.f32.f16 %f22, %rs9;}
 
 	// end inline asm
-	setp.lt.f32 	%p14, %f22, %f28;
-	selp.f32 	%f28, %f22, %f28, %p14;
-	@%p13 bra 	$L__BB16_11;
+	add.f32 	%f28, %f28, %f22;
+	@%p8 bra 	$L__BB16_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd48, %r19, 8;
@@ -3278,8 +4307,7 @@ $L__BB16_7:
 	{  cvt.f32.f16 %f23, %rs10;}
 
 	// end inline asm
-	setp.lt.f32 	%p15, %f23, %f28;
-	selp.f32 	%f28, %f23, %f28, %p15;
+	add.f32 	%f28, %f28, %f23;
 
 $L__BB16_11:
 	// begin inline asm
@@ -3290,8 +4318,8 @@ $L__BB16_11:
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs11;
 	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p16, %rd55, %rd11;
-	@%p16 bra 	$L__BB16_4;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB16_4;
 	bra.uni 	$L__BB16_12;
 
 $L__BB16_2:
@@ -3319,27 +4347,27 @@ $L__BB16_12:
 	ret;
 
 }
-	// .globl	smcuda_reduce_max_f16
-.visible .entry smcuda_reduce_max_f16(
-	.param .u64 smcuda_reduce_max_f16_param_0,
-	.param .u64 smcuda_reduce_max_f16_param_1,
-	.param .u32 smcuda_reduce_max_f16_param_2,
-	.param .u64 smcuda_reduce_max_f16_param_3,
-	.param .u64 smcuda_reduce_max_f16_param_4
+	// .globl	smcuda_reduce_avg_f16
+.visible .entry smcuda_reduce_avg_f16(
+	.param .u64 smcuda_reduce_avg_f16_param_0,
+	.param .u64 smcuda_reduce_avg_f16_param_1,
+	.param .u32 smcuda_reduce_avg_f16_param_2,
+	.param .u64 smcuda_reduce_avg_f16_param_3,
+	.param .u64 smcuda_reduce_avg_f16_param_4
 )
 {
-	.reg .pred 	%p<17>;
+	.reg .pred 	%p<10>;
 	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
+	.reg .f32 	%f<30>;
 	.reg .b32 	%r<23>;
 	.reg .b64 	%rd<57>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f16_param_4];
+	ld.param.u64 	%rd12, [smcuda_reduce_avg_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_avg_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_avg_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_avg_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_avg_f16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -3354,6 +4382,7 @@ $L__BB16_12:
 	@%p1 bra 	$L__BB17_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
+	cvt.rn.f32.u32 	%f1, %r9;
 	@%p2 bra 	$L__BB17_3;
 	bra.uni 	$L__BB17_2;
 
@@ -3370,7 +4399,7 @@ $L__BB17_4:
 	add.s64 	%rd24, %rd22, %rd23;
 	ld.u16 	%rs3, [%rd24];
 	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
+	{  cvt.f32.f16 %f29, %rs3;}
 
 	// end inline asm
 	setp.lt.u32 	%p4, %r1, 3;
@@ -3387,29 +4416,26 @@ $L__BB17_6:
 	add.s64 	%rd29, %rd27, %rd23;
 	ld.u16 	%rs4, [%rd29];
 	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
+	{  cvt.f32.f16 %f15, %rs4;}
 
 	// end inline asm
-	setp.gt.f32 	%p5, %f14, %f28;
-	selp.f32 	%f18, %f14, %f28, %p5;
+	add.f32 	%f19, %f29, %f15;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
 	ld.u16 	%rs5, [%rd31];
 	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
+	{  cvt.f32.f16 %f16, %rs5;}
 
 	// end inline asm
-	setp.gt.f32 	%p6, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p6;
+	add.f32 	%f20, %f19, %f16;
 	ld.global.u64 	%rd32, [%rd26+16];
 	add.s64 	%rd33, %rd32, %rd23;
 	ld.u16 	%rs6, [%rd33];
 	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
+	{  cvt.f32.f16 %f17, %rs6;}
 
 	// end inline asm
-	setp.gt.f32 	%p7, %f16, %f19;
-	selp.f32 	%f20, %f16, %f19, %p7;
+	add.f32 	%f21, %f20, %f17;
 	add.s32 	%r17, %r22, 3;
 	mul.wide.u32 	%rd34, %r17, 8;
 	add.s64 	%rd35, %rd2, %rd34;
@@ -3417,35 +4443,33 @@ $L__BB17_6:
 	add.s64 	%rd37, %rd36, %rd23;
 	ld.u16 	%rs7, [%rd37];
 	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
+	{  cvt.f32.f16 %f18, %rs7;}
 
 	// end inline asm
-	setp.gt.f32 	%p8, %f17, %f20;
-	selp.f32 	%f28, %f17, %f20, %p8;
+	add.f32 	%f29, %f21, %f18;
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB17_6;
+	setp.ne.s32 	%p5, %r21, 0;
+	@%p5 bra 	$L__BB17_6;
 
 $L__BB17_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB17_11;
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB17_11;
 
-	setp.eq.s32 	%p11, %r2, 1;
+	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
 	add.s64 	%rd42, %rd40, %rd23;
 	ld.u16 	%rs8, [%rd42];
 	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
+	{  cvt.f32.f16 %f22, %rs8;}
 
 	// end inline asm
-	setp.gt.f32 	%p12, %f21, %f28;
-	selp.f32 	%f28, %f21, %f28, %p12;
-	@%p11 bra 	$L__BB17_11;
+	add.f32 	%f29, %f29, %f22;
+	@%p7 bra 	$L__BB17_11;
 
-	setp.eq.s32 	%p13, %r2, 2;
+	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
 	mul.wide.u32 	%rd43, %r18, 8;
 	add.s64 	%rd44, %rd2, %rd43;
@@ -3453,12 +4477,11 @@ $L__BB17_7:
 	add.s64 	%rd47, %rd45, %rd23;
 	ld.u16 	%rs9, [%rd47];
 	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
+	{  cvt.f32.f16 %f23, %rs9;}
 
 	// end inline asm
-	setp.gt.f32 	%p14, %f22, %f28;
-	selp.f32 	%f28, %f22, %f28, %p14;
-	@%p13 bra 	$L__BB17_11;
+	add.f32 	%f29, %f29, %f23;
+	@%p8 bra 	$L__BB17_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd48, %r19, 8;
@@ -3467,23 +4490,23 @@ $L__BB17_7:
 	add.s64 	%rd52, %rd50, %rd23;
 	ld.u16 	%rs10, [%rd52];
 	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
+	{  cvt.f32.f16 %f24, %rs10;}
 
 	// end inline asm
-	setp.gt.f32 	%p15, %f23, %f28;
-	selp.f32 	%f28, %f23, %f28, %p15;
+	add.f32 	%f29, %f29, %f24;
 
 $L__BB17_11:
+	div.rn.f32 	%f25, %f29, %f1;
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
+	{  cvt.rn.f16.f32 %rs11, %f25;}
 
 	// end inline asm
 	shl.b64 	%rd53, %rd55, 1;
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs11;
 	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p16, %rd55, %rd11;
-	@%p16 bra 	$L__BB17_4;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB17_4;
 	bra.uni 	$L__BB17_12;
 
 $L__BB17_2:
@@ -3493,11 +4516,12 @@ $L__BB17_2:
 	add.s64 	%rd19, %rd17, %rd18;
 	ld.u16 	%rs1, [%rd19];
 	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
+	{  cvt.f32.f16 %f11, %rs1;}
 
 	// end inline asm
+	div.rn.f32 	%f12, %f11, %f1;
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
+	{  cvt.rn.f16.f32 %rs2, %f12;}
 
 	// end inline asm
 	shl.b64 	%rd20, %rd55, 1;
@@ -3511,27 +4535,27 @@ $L__BB17_12:
 	ret;
 
 }
-	// .globl	smcuda_reduce_prod_f16
-.visible .entry smcuda_reduce_prod_f16(
-	.param .u64 smcuda_reduce_prod_f16_param_0,
-	.param .u64 smcuda_reduce_prod_f16_param_1,
-	.param .u32 smcuda_reduce_prod_f16_param_2,
-	.param .u64 smcuda_reduce_prod_f16_param_3,
-	.param .u64 smcuda_reduce_prod_f16_param_4
+	// .globl	smcuda_reduce_min_f16
+.visible .entry smcuda_reduce_min_f16(
+	.param .u64 smcuda_reduce_min_f16_param_0,
+	.param .u64 smcuda_reduce_min_f16_param_1,
+	.param .u32 smcuda_reduce_min_f16_param_2,
+	.param .u64 smcuda_reduce_min_f16_param_3,
+	.param .u64 smcuda_reduce_min_f16_param_4
 )
 {
-	.reg .pred 	%p<10>;
+	.reg .pred 	%p<17>;
 	.reg .b16 	%rs<12>;
 	.reg .f32 	%f<29>;
 	.reg .b32 	%r<23>;
 	.reg .b64 	%rd<57>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f16_param_4];
+	ld.param.u64 	%rd12, [smcuda_reduce_min_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_min_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_min_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_min_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_min_f16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r10, %nctaid.x;
@@ -3582,6 +4606,390 @@ $L__BB18_6:
 	{  cvt.f32.f16 %f14, %rs4;}
 
 	// end inline asm
+	setp.lt.f32 	%p5, %f14, %f28;
+	selp.f32 	%f18, %f14, %f28, %p5;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs5, [%rd31];
+	// begin inline asm
+	{  cvt.f32.f16 %f15, %rs5;}
+
+	// end inline asm
+	setp.lt.f32 	%p6, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p6;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs6, [%rd33];
+	// begin inline asm
+	{  cvt.f32.f16 %f16, %rs6;}
+
+	// end inline asm
+	setp.lt.f32 	%p7, %f16, %f19;
+	selp.f32 	%f20, %f16, %f19, %p7;
+	add.s32 	%r17, %r22, 3;
+	mul.wide.u32 	%rd34, %r17, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs7, [%rd37];
+	// begin inline asm
+	{  cvt.f32.f16 %f17, %rs7;}
+
+	// end inline asm
+	setp.lt.f32 	%p8, %f17, %f20;
+	selp.f32 	%f28, %f17, %f20, %p8;
+	add.s32 	%r22, %r22, 4;
+	add.s32 	%r21, %r21, -4;
+	setp.ne.s32 	%p9, %r21, 0;
+	@%p9 bra 	$L__BB18_6;
+
+$L__BB18_7:
+	setp.eq.s32 	%p10, %r2, 0;
+	@%p10 bra 	$L__BB18_11;
+
+	setp.eq.s32 	%p11, %r2, 1;
+	mul.wide.u32 	%rd38, %r22, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs8, [%rd42];
+	// begin inline asm
+	{  cvt.f32.f16 %f21, %rs8;}
+
+	// end inline asm
+	setp.lt.f32 	%p12, %f21, %f28;
+	selp.f32 	%f28, %f21, %f28, %p12;
+	@%p11 bra 	$L__BB18_11;
+
+	setp.eq.s32 	%p13, %r2, 2;
+	add.s32 	%r18, %r22, 1;
+	mul.wide.u32 	%rd43, %r18, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs9, [%rd47];
+	// begin inline asm
+	{  cvt.f32.f16 %f22, %rs9;}
+
+	// end inline asm
+	setp.lt.f32 	%p14, %f22, %f28;
+	selp.f32 	%f28, %f22, %f28, %p14;
+	@%p13 bra 	$L__BB18_11;
+
+	add.s32 	%r19, %r22, 2;
+	mul.wide.u32 	%rd48, %r19, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs10, [%rd52];
+	// begin inline asm
+	{  cvt.f32.f16 %f23, %rs10;}
+
+	// end inline asm
+	setp.lt.f32 	%p15, %f23, %f28;
+	selp.f32 	%f28, %f23, %f28, %p15;
+
+$L__BB18_11:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs11, %f28;}
+
+	// end inline asm
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs11;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p16, %rd55, %rd11;
+	@%p16 bra 	$L__BB18_4;
+	bra.uni 	$L__BB18_12;
+
+$L__BB18_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs1, [%rd19];
+	// begin inline asm
+	{  cvt.f32.f16 %f10, %rs1;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs2, %f10;}
+
+	// end inline asm
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs2;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p3, %rd55, %rd11;
+	@%p3 bra 	$L__BB18_2;
+
+$L__BB18_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_max_f16
+.visible .entry smcuda_reduce_max_f16(
+	.param .u64 smcuda_reduce_max_f16_param_0,
+	.param .u64 smcuda_reduce_max_f16_param_1,
+	.param .u32 smcuda_reduce_max_f16_param_2,
+	.param .u64 smcuda_reduce_max_f16_param_3,
+	.param .u64 smcuda_reduce_max_f16_param_4
+)
+{
+	.reg .pred 	%p<17>;
+	.reg .b16 	%rs<12>;
+	.reg .f32 	%f<29>;
+	.reg .b32 	%r<23>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_max_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_max_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_max_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_max_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_max_f16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd14, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd15, %r13;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB19_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB19_3;
+	bra.uni 	$L__BB19_2;
+
+$L__BB19_3:
+	add.s32 	%r14, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r14, 3;
+	sub.s32 	%r3, %r14, %r2;
+
+$L__BB19_4:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs3, [%rd24];
+	// begin inline asm
+	{  cvt.f32.f16 %f28, %rs3;}
+
+	// end inline asm
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r22, 1;
+	@%p4 bra 	$L__BB19_7;
+
+	mov.u32 	%r22, 1;
+	mov.u32 	%r21, %r3;
+
+$L__BB19_6:
+	mul.wide.u32 	%rd25, %r22, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs4, [%rd29];
+	// begin inline asm
+	{  cvt.f32.f16 %f14, %rs4;}
+
+	// end inline asm
+	setp.gt.f32 	%p5, %f14, %f28;
+	selp.f32 	%f18, %f14, %f28, %p5;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs5, [%rd31];
+	// begin inline asm
+	{  cvt.f32.f16 %f15, %rs5;}
+
+	// end inline asm
+	setp.gt.f32 	%p6, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p6;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs6, [%rd33];
+	// begin inline asm
+	{  cvt.f32.f16 %f16, %rs6;}
+
+	// end inline asm
+	setp.gt.f32 	%p7, %f16, %f19;
+	selp.f32 	%f20, %f16, %f19, %p7;
+	add.s32 	%r17, %r22, 3;
+	mul.wide.u32 	%rd34, %r17, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs7, [%rd37];
+	// begin inline asm
+	{  cvt.f32.f16 %f17, %rs7;}
+
+	// end inline asm
+	setp.gt.f32 	%p8, %f17, %f20;
+	selp.f32 	%f28, %f17, %f20, %p8;
+	add.s32 	%r22, %r22, 4;
+	add.s32 	%r21, %r21, -4;
+	setp.ne.s32 	%p9, %r21, 0;
+	@%p9 bra 	$L__BB19_6;
+
+$L__BB19_7:
+	setp.eq.s32 	%p10, %r2, 0;
+	@%p10 bra 	$L__BB19_11;
+
+	setp.eq.s32 	%p11, %r2, 1;
+	mul.wide.u32 	%rd38, %r22, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs8, [%rd42];
+	// begin inline asm
+	{  cvt.f32.f16 %f21, %rs8;}
+
+	// end inline asm
+	setp.gt.f32 	%p12, %f21, %f28;
+	selp.f32 	%f28, %f21, %f28, %p12;
+	@%p11 bra 	$L__BB19_11;
+
+	setp.eq.s32 	%p13, %r2, 2;
+	add.s32 	%r18, %r22, 1;
+	mul.wide.u32 	%rd43, %r18, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs9, [%rd47];
+	// begin inline asm
+	{  cvt.f32.f16 %f22, %rs9;}
+
+	// end inline asm
+	setp.gt.f32 	%p14, %f22, %f28;
+	selp.f32 	%f28, %f22, %f28, %p14;
+	@%p13 bra 	$L__BB19_11;
+
+	add.s32 	%r19, %r22, 2;
+	mul.wide.u32 	%rd48, %r19, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs10, [%rd52];
+	// begin inline asm
+	{  cvt.f32.f16 %f23, %rs10;}
+
+	// end inline asm
+	setp.gt.f32 	%p15, %f23, %f28;
+	selp.f32 	%f28, %f23, %f28, %p15;
+
+$L__BB19_11:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs11, %f28;}
+
+	// end inline asm
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs11;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p16, %rd55, %rd11;
+	@%p16 bra 	$L__BB19_4;
+	bra.uni 	$L__BB19_12;
+
+$L__BB19_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs1, [%rd19];
+	// begin inline asm
+	{  cvt.f32.f16 %f10, %rs1;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs2, %f10;}
+
+	// end inline asm
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs2;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p3, %rd55, %rd11;
+	@%p3 bra 	$L__BB19_2;
+
+$L__BB19_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_prod_f16
+.visible .entry smcuda_reduce_prod_f16(
+	.param .u64 smcuda_reduce_prod_f16_param_0,
+	.param .u64 smcuda_reduce_prod_f16_param_1,
+	.param .u32 smcuda_reduce_prod_f16_param_2,
+	.param .u64 smcuda_reduce_prod_f16_param_3,
+	.param .u64 smcuda_reduce_prod_f16_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b16 	%rs<12>;
+	.reg .f32 	%f<29>;
+	.reg .b32 	%r<23>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_prod_f16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_prod_f16_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_prod_f16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_prod_f16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_prod_f16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd14, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd15, %r13;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB20_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB20_3;
+	bra.uni 	$L__BB20_2;
+
+$L__BB20_3:
+	add.s32 	%r14, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r14, 3;
+	sub.s32 	%r3, %r14, %r2;
+
+$L__BB20_4:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs3, [%rd24];
+	// begin inline asm
+	{  cvt.f32.f16 %f28, %rs3;}
+
+	// end inline asm
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r22, 1;
+	@%p4 bra 	$L__BB20_7;
+
+	mov.u32 	%r22, 1;
+	mov.u32 	%r21, %r3;
+
+$L__BB20_6:
+	mul.wide.u32 	%rd25, %r22, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs4, [%rd29];
+	// begin inline asm
+	{  cvt.f32.f16 %f14, %rs4;}
+
+	// end inline asm
 	mul.f32 	%f18, %f28, %f14;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
@@ -3613,11 +5021,11 @@ $L__BB18_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB18_6;
+	@%p5 bra 	$L__BB20_6;
 
-$L__BB18_7:
+$L__BB20_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB18_11;
+	@%p6 bra 	$L__BB20_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd38, %r22, 8;
@@ -3630,7 +5038,7 @@ $L__BB18_7:
 
 	// end inline asm
 	mul.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB18_11;
+	@%p7 bra 	$L__BB20_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -3644,7 +5052,7 @@ $L__BB18_7:
 
 	// end inline asm
 	mul.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB18_11;
+	@%p8 bra 	$L__BB20_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd48, %r19, 8;
@@ -3658,7 +5066,7 @@ $L__BB18_7:
 	// end inline asm
 	mul.f32 	%f28, %f28, %f23;
 
-$L__BB18_11:
+$L__BB20_11:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs11, %f28;}
 
@@ -3668,10 +5076,10 @@ $L__BB18_11:
 	st.global.u16 	[%rd54], %rs11;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB18_4;
-	bra.uni 	$L__BB18_12;
+	@%p9 bra 	$L__BB20_4;
+	bra.uni 	$L__BB20_12;
 
-$L__BB18_2:
+$L__BB20_2:
 	add.s64 	%rd16, %rd55, %rd10;
 	ld.global.u64 	%rd17, [%rd2];
 	shl.b64 	%rd18, %rd16, 1;
@@ -3690,9 +5098,9 @@ $L__BB18_2:
 	st.global.u16 	[%rd21], %rs2;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB18_2;
+	@%p3 bra 	$L__BB20_2;
 
-$L__BB18_12:
+$L__BB20_12:
 	ret;
 
 }
@@ -3721,7 +5129,7 @@ $L__BB18_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB19_3;
+	@%p1 bra 	$L__BB21_3;
 
 	cvt.rn.f32.u32 	%f1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -3729,7 +5137,7 @@ $L__BB18_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB19_2:
+$L__BB21_2:
 	shl.b64 	%rd12, %rd14, 1;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.u16 	%rs1, [%rd13];
@@ -3745,9 +5153,9 @@ $L__BB19_2:
 	st.global.u16 	[%rd13], %rs2;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB19_2;
+	@%p2 bra 	$L__BB21_2;
 
-$L__BB19_3:
+$L__BB21_3:
 	ret;
 
 }
@@ -3787,18 +5195,18 @@ $L__BB19_3:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB20_2;
+	@%p1 bra 	$L__BB22_2;
 
 	div.u64 	%rd172, %rd5, %rd4;
-	bra.uni 	$L__BB20_3;
+	bra.uni 	$L__BB22_3;
 
-$L__BB20_2:
+$L__BB22_2:
 	cvt.u32.u64 	%r40, %rd4;
 	cvt.u32.u64 	%r41, %rd5;
 	div.u32 	%r42, %r41, %r40;
 	cvt.u64.u32 	%rd172, %r42;
 
-$L__BB20_3:
+$L__BB22_3:
 	add.s64 	%rd57, %rd172, 7;
 	and.b64  	%rd58, %rd57, -8;
 	mov.u32 	%r43, %ctaid.x;
@@ -3814,22 +5222,22 @@ $L__BB20_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB20_14;
+	@%p2 bra 	$L__BB22_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r44, %tid.x;
 	cvt.u64.u32 	%rd15, %r44;
-	@%p3 bra 	$L__BB20_8;
+	@%p3 bra 	$L__BB22_8;
 
 	add.s64 	%rd173, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd173, %rd11;
-	@%p4 bra 	$L__BB20_14;
+	@%p4 bra 	$L__BB22_14;
 
 	mov.u32 	%r45, %ntid.x;
 	cvt.u64.u32 	%rd17, %r45;
 
-$L__BB20_7:
+$L__BB22_7:
 	shl.b64 	%rd65, %rd173, 1;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.u16 	%rs25, [%rd66];
@@ -3837,19 +5245,19 @@ $L__BB20_7:
 	st.u16 	[%rd67], %rs25;
 	add.s64 	%rd173, %rd173, %rd17;
 	setp.lt.u64 	%p5, %rd173, %rd11;
-	@%p5 bra 	$L__BB20_7;
-	bra.uni 	$L__BB20_14;
+	@%p5 bra 	$L__BB22_7;
+	bra.uni 	$L__BB22_14;
 
-$L__BB20_8:
+$L__BB22_8:
 	shl.b64 	%rd68, %rd15, 3;
 	add.s64 	%rd174, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd174, %rd12;
-	@%p6 bra 	$L__BB20_11;
+	@%p6 bra 	$L__BB22_11;
 
 	mov.u32 	%r46, %ntid.x;
 	mul.wide.u32 	%rd21, %r46, 8;
 
-$L__BB20_10:
+$L__BB22_10:
 	shl.b64 	%rd69, %rd174, 1;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -3857,17 +5265,17 @@ $L__BB20_10:
 	st.v4.u32 	[%rd71], {%r47, %r48, %r49, %r50};
 	add.s64 	%rd174, %rd174, %rd21;
 	setp.lt.u64 	%p7, %rd174, %rd12;
-	@%p7 bra 	$L__BB20_10;
+	@%p7 bra 	$L__BB22_10;
 
-$L__BB20_11:
+$L__BB22_11:
 	add.s64 	%rd175, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd175, %rd11;
-	@%p8 bra 	$L__BB20_14;
+	@%p8 bra 	$L__BB22_14;
 
 	mov.u32 	%r55, %ntid.x;
 	cvt.u64.u32 	%rd25, %r55;
 
-$L__BB20_13:
+$L__BB22_13:
 	shl.b64 	%rd72, %rd175, 1;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.u16 	%rs26, [%rd73];
@@ -3875,13 +5283,13 @@ $L__BB20_13:
 	st.u16 	[%rd74], %rs26;
 	add.s64 	%rd175, %rd175, %rd25;
 	setp.lt.u64 	%p9, %rd175, %rd11;
-	@%p9 bra 	$L__BB20_13;
+	@%p9 bra 	$L__BB22_13;
 
-$L__BB20_14:
+$L__BB22_14:
 	mov.u32 	%r110, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r110, %r37;
-	@%p10 bra 	$L__BB20_19;
+	@%p10 bra 	$L__BB22_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r56, %r36, 9;
@@ -3890,9 +5298,9 @@ $L__BB20_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r99, %r110;
 
-$L__BB20_16:
+$L__BB22_16:
 	setp.eq.s32 	%p11, %r99, %r36;
-	@%p11 bra 	$L__BB20_18;
+	@%p11 bra 	$L__BB22_18;
 
 	mul.wide.u32 	%rd78, %r99, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -3904,22 +5312,22 @@ $L__BB20_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB20_18:
+$L__BB22_18:
 	add.s32 	%r99, %r99, %r2;
 	setp.lt.u32 	%p12, %r99, %r37;
-	@%p12 bra 	$L__BB20_16;
+	@%p12 bra 	$L__BB22_16;
 
-$L__BB20_19:
-	@%p10 bra 	$L__BB20_26;
+$L__BB22_19:
+	@%p10 bra 	$L__BB22_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r100, %r110;
 
-$L__BB20_21:
+$L__BB22_21:
 	setp.eq.s32 	%p14, %r100, %r36;
-	@%p14 bra 	$L__BB20_25;
+	@%p14 bra 	$L__BB22_25;
 
 	shl.b32 	%r57, %r100, 9;
 	cvt.u64.u32 	%rd84, %r57;
@@ -3927,35 +5335,35 @@ $L__BB20_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB20_23:
+$L__BB22_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB20_23;
+	@%p15 bra 	$L__BB22_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB20_25:
+$L__BB22_25:
 	add.s32 	%r100, %r100, %r5;
 	setp.lt.u32 	%p16, %r100, %r37;
-	@%p16 bra 	$L__BB20_21;
+	@%p16 bra 	$L__BB22_21;
 
-$L__BB20_26:
+$L__BB22_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r110;
 	mul.wide.u32 	%rd90, %r110, 8;
 	add.s64 	%rd176, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd176, %rd12;
-	@%p17 bra 	$L__BB20_46;
+	@%p17 bra 	$L__BB22_46;
 
 	cvt.rn.f32.u32 	%f1, %r37;
 	mov.u32 	%r58, %ntid.x;
 	mul.wide.u32 	%rd34, %r58, 8;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB20_28:
+$L__BB22_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd176, 1;
 	add.s64 	%rd93, %rd91, %rd92;
@@ -3997,16 +5405,16 @@ $L__BB20_28:
 
 	// end inline asm
 	setp.lt.u32 	%p18, %r37, 2;
-	@%p18 bra 	$L__BB20_39;
+	@%p18 bra 	$L__BB22_39;
 
 	setp.eq.s32 	%p19, %r38, 2;
-	@%p19 bra 	$L__BB20_37;
-	bra.uni 	$L__BB20_30;
+	@%p19 bra 	$L__BB22_37;
+	bra.uni 	$L__BB22_30;
 
-$L__BB20_37:
+$L__BB22_37:
 	mov.u32 	%r102, 1;
 
-$L__BB20_38:
+$L__BB22_38:
 	mul.wide.u32 	%rd99, %r102, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -4066,23 +5474,23 @@ $L__BB20_38:
 	selp.f32 	%f177, %f134, %f177, %p38;
 	add.s32 	%r102, %r102, 1;
 	setp.lt.u32 	%p39, %r102, %r37;
-	@%p39 bra 	$L__BB20_38;
-	bra.uni 	$L__BB20_39;
+	@%p39 bra 	$L__BB22_38;
+	bra.uni 	$L__BB22_39;
 
-$L__BB20_30:
+$L__BB22_30:
 	mov.u32 	%r101, 1;
 
-$L__BB20_31:
+$L__BB22_31:
 	mul.wide.u32 	%rd94, %r101, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd98];
 	setp.eq.s32 	%p20, %r38, 3;
-	@%p20 bra 	$L__BB20_34;
+	@%p20 bra 	$L__BB22_34;
 
 	setp.ne.s32 	%p21, %r38, 4;
-	@%p21 bra 	$L__BB20_35;
+	@%p21 bra 	$L__BB22_35;
 
 	mov.b32 	{%rs35, %rs36}, %r68;
 	// begin inline asm
@@ -4128,9 +5536,9 @@ $L__BB20_31:
 
 	// end inline asm
 	mul.f32 	%f177, %f177, %f110;
-	bra.uni 	$L__BB20_36;
+	bra.uni 	$L__BB22_36;
 
-$L__BB20_34:
+$L__BB22_34:
 	mov.b32 	{%rs43, %rs44}, %r68;
 	// begin inline asm
 	{  cvt.f32.f16 %f111, %rs43;}
@@ -4183,9 +5591,9 @@ $L__BB20_34:
 	// end inline asm
 	setp.gt.f32 	%p29, %f118, %f177;
 	selp.f32 	%f177, %f118, %f177, %p29;
-	bra.uni 	$L__BB20_36;
+	bra.uni 	$L__BB22_36;
 
-$L__BB20_35:
+$L__BB22_35:
 	mov.b32 	{%rs51, %rs52}, %r68;
 	// begin inline asm
 	{  cvt.f32.f16 %f119, %rs51;}
@@ -4231,17 +5639,17 @@ $L__BB20_35:
 	// end inline asm
 	add.f32 	%f177, %f177, %f126;
 
-$L__BB20_36:
+$L__BB22_36:
 	add.s32 	%r101, %r101, 1;
 	setp.lt.u32 	%p30, %r101, %r37;
-	@%p30 bra 	$L__BB20_31;
+	@%p30 bra 	$L__BB22_31;
 
-$L__BB20_39:
+$L__BB22_39:
 	setp.eq.s32 	%p40, %r38, 1;
-	@%p40 bra 	$L__BB20_41;
-	bra.uni 	$L__BB20_40;
+	@%p40 bra 	$L__BB22_41;
+	bra.uni 	$L__BB22_40;
 
-$L__BB20_41:
+$L__BB22_41:
 	div.rn.f32 	%f143, %f184, %f1;
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs103, %f143;}
@@ -4282,9 +5690,9 @@ $L__BB20_41:
 	{  cvt.rn.f16.f32 %rs98, %f150;}
 
 	// end inline asm
-	bra.uni 	$L__BB20_42;
+	bra.uni 	$L__BB22_42;
 
-$L__BB20_40:
+$L__BB22_40:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs103, %f184;}
 
@@ -4318,11 +5726,11 @@ $L__BB20_40:
 
 	// end inline asm
 
-$L__BB20_42:
+$L__BB22_42:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 2;
 	setp.eq.s64 	%p41, %rd35, 0;
-	@%p41 bra 	$L__BB20_44;
+	@%p41 bra 	$L__BB22_44;
 
 	st.global.u16 	[%rd37+-2], %rs103;
 	st.global.u16 	[%rd37], %rs104;
@@ -4332,39 +5740,39 @@ $L__BB20_42:
 	st.global.u16 	[%rd37+8], %rs100;
 	st.global.u16 	[%rd37+10], %rs97;
 	st.global.u16 	[%rd37+12], %rs98;
-	bra.uni 	$L__BB20_45;
+	bra.uni 	$L__BB22_45;
 
-$L__BB20_44:
+$L__BB22_44:
 	mov.b32 	%r81, {%rs97, %rs98};
 	mov.b32 	%r82, {%rs99, %rs100};
 	mov.b32 	%r83, {%rs101, %rs102};
 	mov.b32 	%r84, {%rs103, %rs104};
 	st.global.v4.u32 	[%rd37+-2], {%r84, %r83, %r82, %r81};
 
-$L__BB20_45:
+$L__BB22_45:
 	add.s64 	%rd176, %rd176, %rd34;
 	setp.lt.u64 	%p42, %rd176, %rd12;
-	@%p42 bra 	$L__BB20_28;
+	@%p42 bra 	$L__BB22_28;
 
-$L__BB20_46:
+$L__BB22_46:
 	add.s64 	%rd177, %rd12, %rd31;
 	setp.ge.u64 	%p43, %rd177, %rd11;
-	@%p43 bra 	$L__BB20_71;
+	@%p43 bra 	$L__BB22_71;
 
 	setp.gt.u32 	%p44, %r37, 1;
 	cvt.rn.f32.u32 	%f74, %r37;
 	mov.u32 	%r85, %ntid.x;
 	cvt.u64.u32 	%rd40, %r85;
-	@%p44 bra 	$L__BB20_51;
-	bra.uni 	$L__BB20_48;
+	@%p44 bra 	$L__BB22_51;
+	bra.uni 	$L__BB22_48;
 
-$L__BB20_51:
+$L__BB22_51:
 	add.s32 	%r86, %r37, -1;
 	add.s32 	%r16, %r37, -2;
 	and.b32  	%r17, %r86, 3;
 	sub.s32 	%r18, %r86, %r17;
 
-$L__BB20_52:
+$L__BB22_52:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd177, 1;
 	add.s64 	%rd113, %rd111, %rd112;
@@ -4374,18 +5782,18 @@ $L__BB20_52:
 
 	// end inline asm
 	setp.eq.s32 	%p47, %r38, 2;
-	@%p47 bra 	$L__BB20_59;
+	@%p47 bra 	$L__BB22_59;
 
 	setp.eq.s32 	%p48, %r38, 3;
-	@%p48 bra 	$L__BB20_57;
+	@%p48 bra 	$L__BB22_57;
 
 	setp.ne.s32 	%p49, %r38, 4;
-	@%p49 bra 	$L__BB20_66;
+	@%p49 bra 	$L__BB22_66;
 
 	mov.u32 	%r103, 1;
 	mov.u64 	%rd179, %rd3;
 
-$L__BB20_56:
+$L__BB22_56:
 	add.s64 	%rd45, %rd179, 8;
 	ld.global.u64 	%rd114, [%rd179+8];
 	add.s64 	%rd116, %rd114, %rd112;
@@ -4398,18 +5806,18 @@ $L__BB20_56:
 	add.s32 	%r103, %r103, 1;
 	setp.lt.u32 	%p50, %r103, %r37;
 	mov.u64 	%rd179, %rd45;
-	@%p50 bra 	$L__BB20_56;
-	bra.uni 	$L__BB20_68;
+	@%p50 bra 	$L__BB22_56;
+	bra.uni 	$L__BB22_68;
 
-$L__BB20_59:
+$L__BB22_59:
 	setp.lt.u32 	%p53, %r16, 3;
 	mov.u32 	%r107, 1;
-	@%p53 bra 	$L__BB20_62;
+	@%p53 bra 	$L__BB22_62;
 
 	mov.u32 	%r107, 1;
 	mov.u32 	%r106, %r18;
 
-$L__BB20_61:
+$L__BB22_61:
 	mul.wide.u32 	%rd122, %r107, 8;
 	add.s64 	%rd123, %rd3, %rd122;
 	ld.global.u64 	%rd124, [%rd123];
@@ -4454,11 +5862,11 @@ $L__BB20_61:
 	add.s32 	%r107, %r107, 4;
 	add.s32 	%r106, %r106, -4;
 	setp.ne.s32 	%p58, %r106, 0;
-	@%p58 bra 	$L__BB20_61;
+	@%p58 bra 	$L__BB22_61;
 
-$L__BB20_62:
+$L__BB22_62:
 	setp.eq.s32 	%p59, %r17, 0;
-	@%p59 bra 	$L__BB20_68;
+	@%p59 bra 	$L__BB22_68;
 
 	setp.eq.s32 	%p60, %r17, 1;
 	mul.wide.u32 	%rd135, %r107, 8;
@@ -4472,7 +5880,7 @@ $L__BB20_62:
 	// end inline asm
 	setp.lt.f32 	%p61, %f164, %f208;
 	selp.f32 	%f208, %f164, %f208, %p61;
-	@%p60 bra 	$L__BB20_68;
+	@%p60 bra 	$L__BB22_68;
 
 	setp.eq.s32 	%p62, %r17, 2;
 	add.s32 	%r92, %r107, 1;
@@ -4487,7 +5895,7 @@ $L__BB20_62:
 	// end inline asm
 	setp.lt.f32 	%p63, %f165, %f208;
 	selp.f32 	%f208, %f165, %f208, %p63;
-	@%p62 bra 	$L__BB20_68;
+	@%p62 bra 	$L__BB22_68;
 
 	add.s32 	%r93, %r107, 2;
 	mul.wide.u32 	%rd145, %r93, 8;
@@ -4501,12 +5909,12 @@ $L__BB20_62:
 	// end inline asm
 	setp.lt.f32 	%p64, %f166, %f208;
 	selp.f32 	%f208, %f166, %f208, %p64;
-	bra.uni 	$L__BB20_68;
+	bra.uni 	$L__BB22_68;
 
-$L__BB20_57:
+$L__BB22_57:
 	mov.u32 	%r104, 1;
 
-$L__BB20_58:
+$L__BB22_58:
 	mul.wide.u32 	%rd117, %r104, 8;
 	add.s64 	%rd118, %rd3, %rd117;
 	ld.global.u64 	%rd119, [%rd118];
@@ -4520,13 +5928,13 @@ $L__BB20_58:
 	selp.f32 	%f208, %f155, %f208, %p51;
 	add.s32 	%r104, %r104, 1;
 	setp.lt.u32 	%p52, %r104, %r37;
-	@%p52 bra 	$L__BB20_58;
-	bra.uni 	$L__BB20_68;
+	@%p52 bra 	$L__BB22_58;
+	bra.uni 	$L__BB22_68;
 
-$L__BB20_66:
+$L__BB22_66:
 	mov.u32 	%r108, 1;
 
-$L__BB20_67:
+$L__BB22_67:
 	mul.wide.u32 	%rd150, %r108, 8;
 	add.s64 	%rd151, %rd3, %rd150;
 	ld.global.u64 	%rd152, [%rd151];
@@ -4539,15 +5947,15 @@ $L__BB20_67:
 	add.f32 	%f208, %f208, %f167;
 	add.s32 	%r108, %r108, 1;
 	setp.lt.u32 	%p65, %r108, %r37;
-	@%p65 bra 	$L__BB20_67;
+	@%p65 bra 	$L__BB22_67;
 
-$L__BB20_68:
+$L__BB22_68:
 	setp.ne.s32 	%p66, %r38, 1;
-	@%p66 bra 	$L__BB20_70;
+	@%p66 bra 	$L__BB22_70;
 
 	div.rn.f32 	%f208, %f208, %f74;
 
-$L__BB20_70:
+$L__BB22_70:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs96, %f208;}
 
@@ -4556,10 +5964,10 @@ $L__BB20_70:
 	st.global.u16 	[%rd156], %rs96;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p67, %rd177, %rd11;
-	@%p67 bra 	$L__BB20_52;
-	bra.uni 	$L__BB20_71;
+	@%p67 bra 	$L__BB22_52;
+	bra.uni 	$L__BB22_71;
 
-$L__BB20_48:
+$L__BB22_48:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd177, 1;
 	add.s64 	%rd108, %rd106, %rd107;
@@ -4569,11 +5977,11 @@ $L__BB20_48:
 
 	// end inline asm
 	setp.ne.s32 	%p45, %r38, 1;
-	@%p45 bra 	$L__BB20_50;
+	@%p45 bra 	$L__BB22_50;
 
 	div.rn.f32 	%f201, %f201, %f74;
 
-$L__BB20_50:
+$L__BB22_50:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs84, %f201;}
 
@@ -4582,11 +5990,11 @@ $L__BB20_50:
 	st.global.u16 	[%rd110], %rs84;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p46, %rd177, %rd11;
-	@%p46 bra 	$L__BB20_48;
+	@%p46 bra 	$L__BB22_48;
 
-$L__BB20_71:
+$L__BB22_71:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB20_76;
+	@%p10 bra 	$L__BB22_76;
 
 	mov.u32 	%r30, %ntid.x;
 	add.s32 	%r95, %r37, %r36;
@@ -4596,9 +6004,9 @@ $L__BB20_71:
 	shl.b64 	%rd164, %rd47, 3;
 	mov.u32 	%r109, %r110;
 
-$L__BB20_73:
+$L__BB22_73:
 	setp.eq.s32 	%p69, %r109, %r36;
-	@%p69 bra 	$L__BB20_75;
+	@%p69 bra 	$L__BB22_75;
 
 	mul.wide.u32 	%rd160, %r109, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -4610,21 +6018,21 @@ $L__BB20_73:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB20_75:
+$L__BB22_75:
 	add.s32 	%r109, %r109, %r30;
 	setp.lt.u32 	%p70, %r109, %r37;
-	@%p70 bra 	$L__BB20_73;
+	@%p70 bra 	$L__BB22_73;
 
-$L__BB20_76:
-	@%p10 bra 	$L__BB20_83;
+$L__BB22_76:
+	@%p10 bra 	$L__BB22_83;
 
 	ld.global.u64 	%rd165, [%rd13];
 	mov.u32 	%r33, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB20_78:
+$L__BB22_78:
 	setp.eq.s32 	%p72, %r110, %r36;
-	@%p72 bra 	$L__BB20_82;
+	@%p72 bra 	$L__BB22_82;
 
 	add.s32 	%r97, %r110, %r37;
 	shl.b32 	%r98, %r97, 9;
@@ -4633,23 +6041,1133 @@ $L__BB20_78:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB20_80:
+$L__BB22_80:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p73, %rd169, 0;
-	@%p73 bra 	$L__BB20_80;
+	@%p73 bra 	$L__BB22_80;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB20_82:
+$L__BB22_82:
 	add.s32 	%r110, %r110, %r33;
 	setp.lt.u32 	%p74, %r110, %r37;
-	@%p74 bra 	$L__BB20_78;
+	@%p74 bra 	$L__BB22_78;
 
-$L__BB20_83:
+$L__BB22_83:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_reduce_part_f16
+.visible .entry smcuda_reduce_part_f16(
+	.param .u64 smcuda_reduce_part_f16_param_0,
+	.param .u64 smcuda_reduce_part_f16_param_1,
+	.param .u64 smcuda_reduce_part_f16_param_2,
+	.param .u64 smcuda_reduce_part_f16_param_3,
+	.param .u32 smcuda_reduce_part_f16_param_4,
+	.param .u32 smcuda_reduce_part_f16_param_5,
+	.param .u64 smcuda_reduce_part_f16_param_6,
+	.param .u32 smcuda_reduce_part_f16_param_7
+)
+{
+	.reg .pred 	%p<109>;
+	.reg .b16 	%rs<124>;
+	.reg .f32 	%f<293>;
+	.reg .b32 	%r<116>;
+	.reg .b64 	%rd<232>;
+
+
+	ld.param.u64 	%rd85, [smcuda_reduce_part_f16_param_0];
+	ld.param.u64 	%rd82, [smcuda_reduce_part_f16_param_1];
+	ld.param.u64 	%rd83, [smcuda_reduce_part_f16_param_2];
+	ld.param.u64 	%rd86, [smcuda_reduce_part_f16_param_3];
+	ld.param.u32 	%r58, [smcuda_reduce_part_f16_param_4];
+	ld.param.u32 	%r59, [smcuda_reduce_part_f16_param_5];
+	ld.param.u64 	%rd84, [smcuda_reduce_part_f16_param_6];
+	ld.param.u32 	%r60, [smcuda_reduce_part_f16_param_7];
+	cvta.to.global.u64 	%rd1, %rd82;
+	cvta.to.global.u64 	%rd2, %rd85;
+	cvta.to.global.u64 	%rd3, %rd86;
+	mov.u32 	%r61, %nctaid.x;
+	mov.u32 	%r62, %ntid.x;
+	mul.wide.u32 	%rd4, %r61, %r62;
+	mov.u32 	%r63, %ctaid.x;
+	mul.wide.u32 	%rd87, %r63, %r62;
+	mov.u32 	%r64, %tid.x;
+	cvt.u64.u32 	%rd88, %r64;
+	add.s64 	%rd5, %rd87, %rd88;
+	or.b64  	%rd89, %rd82, %rd85;
+	or.b64  	%rd197, %rd89, %rd83;
+	setp.eq.s32 	%p1, %r59, 0;
+	@%p1 bra 	$L__BB23_17;
+
+	add.s32 	%r66, %r59, -1;
+	and.b32  	%r1, %r59, 3;
+	setp.lt.u32 	%p2, %r66, 3;
+	mov.u32 	%r99, 0;
+	@%p2 bra 	$L__BB23_12;
+
+	sub.s32 	%r98, %r59, %r1;
+	mov.u32 	%r99, 0;
+
+$L__BB23_3:
+	mul.wide.u32 	%rd91, %r99, 8;
+	add.s64 	%rd8, %rd3, %rd91;
+	setp.eq.s32 	%p3, %r99, %r58;
+	@%p3 bra 	$L__BB23_5;
+
+	ld.global.u64 	%rd92, [%rd8];
+	or.b64  	%rd197, %rd92, %rd197;
+
+$L__BB23_5:
+	add.s32 	%r68, %r99, 1;
+	setp.eq.s32 	%p4, %r68, %r58;
+	@%p4 bra 	$L__BB23_7;
+
+	ld.global.u64 	%rd93, [%rd8+8];
+	or.b64  	%rd197, %rd93, %rd197;
+
+$L__BB23_7:
+	add.s32 	%r69, %r99, 2;
+	setp.eq.s32 	%p5, %r69, %r58;
+	@%p5 bra 	$L__BB23_9;
+
+	ld.global.u64 	%rd94, [%rd8+16];
+	or.b64  	%rd197, %rd94, %rd197;
+
+$L__BB23_9:
+	add.s32 	%r70, %r99, 3;
+	setp.eq.s32 	%p6, %r70, %r58;
+	@%p6 bra 	$L__BB23_11;
+
+	ld.global.u64 	%rd95, [%rd8+24];
+	or.b64  	%rd197, %rd95, %rd197;
+
+$L__BB23_11:
+	add.s32 	%r99, %r99, 4;
+	add.s32 	%r98, %r98, -4;
+	setp.ne.s32 	%p7, %r98, 0;
+	@%p7 bra 	$L__BB23_3;
+
+$L__BB23_12:
+	and.b32  	%r95, %r59, 3;
+	setp.eq.s32 	%p8, %r95, 0;
+	@%p8 bra 	$L__BB23_17;
+
+	and.b32  	%r101, %r59, 3;
+
+$L__BB23_14:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r99, %r58;
+	@%p9 bra 	$L__BB23_16;
+
+	mul.wide.u32 	%rd96, %r99, 8;
+	add.s64 	%rd97, %rd3, %rd96;
+	ld.global.u64 	%rd98, [%rd97];
+	or.b64  	%rd197, %rd98, %rd197;
+
+$L__BB23_16:
+	add.s32 	%r99, %r99, 1;
+	add.s32 	%r101, %r101, -1;
+	setp.ne.s32 	%p10, %r101, 0;
+	@%p10 bra 	$L__BB23_14;
+
+$L__BB23_17:
+	and.b64  	%rd100, %rd197, 15;
+	setp.ne.s64 	%p11, %rd100, 0;
+	mov.u64 	%rd209, 0;
+	@%p11 bra 	$L__BB23_46;
+
+	and.b64  	%rd209, %rd84, -8;
+	shl.b64 	%rd206, %rd5, 3;
+	setp.ge.u64 	%p12, %rd206, %rd209;
+	@%p12 bra 	$L__BB23_46;
+
+	cvt.rn.f32.u32 	%f1, %r59;
+	shl.b64 	%rd25, %rd4, 3;
+
+$L__BB23_20:
+	@%p1 bra 	$L__BB23_40;
+
+	setp.eq.s32 	%p14, %r60, 2;
+	@%p14 bra 	$L__BB23_33;
+	bra.uni 	$L__BB23_22;
+
+$L__BB23_33:
+	mov.u32 	%r103, 0;
+
+$L__BB23_34:
+	setp.eq.s32 	%p28, %r103, %r58;
+	mov.u64 	%rd208, %rd83;
+	@%p28 bra 	$L__BB23_36;
+
+	mul.wide.u32 	%rd105, %r103, 8;
+	add.s64 	%rd106, %rd3, %rd105;
+	ld.global.u64 	%rd208, [%rd106];
+
+$L__BB23_36:
+	shl.b64 	%rd107, %rd206, 1;
+	add.s64 	%rd108, %rd208, %rd107;
+	ld.v4.u32 	{%r77, %r78, %r79, %r80}, [%rd108];
+	mov.b32 	{%rs61, %rs2}, %r77;
+	// begin inline asm
+	{  cvt.f32.f16 %f171, %rs61;}
+
+	// end inline asm
+	setp.eq.s32 	%p29, %r103, 0;
+	@%p29 bra 	$L__BB23_38;
+
+	setp.lt.f32 	%p30, %f171, %f252;
+	selp.f32 	%f252, %f171, %f252, %p30;
+	// begin inline asm
+	{  cvt.f32.f16 %f172, %rs2;}
+
+	// end inline asm
+	setp.lt.f32 	%p31, %f172, %f251;
+	selp.f32 	%f251, %f172, %f251, %p31;
+	mov.b32 	{%rs63, %rs64}, %r78;
+	// begin inline asm
+	{  cvt.f32.f16 %f173, %rs63;}
+
+	// end inline asm
+	setp.lt.f32 	%p32, %f173, %f250;
+	selp.f32 	%f250, %f173, %f250, %p32;
+	// begin inline asm
+	{  cvt.f32.f16 %f174, %rs64;}
+
+	// end inline asm
+	setp.lt.f32 	%p33, %f174, %f249;
+	selp.f32 	%f249, %f174, %f249, %p33;
+	mov.b32 	{%rs65, %rs66}, %r79;
+	// begin inline asm
+	{  cvt.f32.f16 %f175, %rs65;}
+
+	// end inline asm
+	setp.lt.f32 	%p34, %f175, %f248;
+	selp.f32 	%f248, %f175, %f248, %p34;
+	// begin inline asm
+	{  cvt.f32.f16 %f176, %rs66;}
+
+	// end inline asm
+	setp.lt.f32 	%p35, %f176, %f247;
+	selp.f32 	%f247, %f176, %f247, %p35;
+	mov.b32 	{%rs67, %rs68}, %r80;
+	// begin inline asm
+	{  cvt.f32.f16 %f177, %rs67;}
+
+	// end inline asm
+	setp.lt.f32 	%p36, %f177, %f246;
+	selp.f32 	%f246, %f177, %f246, %p36;
+	// begin inline asm
+	{  cvt.f32.f16 %f178, %rs68;}
+
+	// end inline asm
+	setp.lt.f32 	%p37, %f178, %f245;
+	selp.f32 	%f245, %f178, %f245, %p37;
+	bra.uni 	$L__BB23_39;
+
+$L__BB23_38:
+	// begin inline asm
+	{  cvt.f32.f16 %f251, %rs2;}
+
+	// end inline asm
+	mov.b32 	{%rs70, %rs71}, %r78;
+	// begin inline asm
+	{  cvt.f32.f16 %f250, %rs70;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f249, %rs71;}
+
+	// end inline asm
+	mov.b32 	{%rs72, %rs73}, %r79;
+	// begin inline asm
+	{  cvt.f32.f16 %f248, %rs72;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f247, %rs73;}
+
+	// end inline asm
+	mov.b32 	{%rs74, %rs75}, %r80;
+	// begin inline asm
+	{  cvt.f32.f16 %f246, %rs74;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f245, %rs75;}
+
+	// end inline asm
+	mov.f32 	%f252, %f171;
+
+$L__BB23_39:
+	add.s32 	%r103, %r103, 1;
+	setp.lt.u32 	%p38, %r103, %r59;
+	@%p38 bra 	$L__BB23_34;
+	bra.uni 	$L__BB23_40;
+
+$L__BB23_22:
+	mov.u32 	%r102, 0;
+
+$L__BB23_23:
+	setp.eq.s32 	%p15, %r102, %r58;
+	mov.u64 	%rd207, %rd83;
+	@%p15 bra 	$L__BB23_25;
+
+	mul.wide.u32 	%rd101, %r102, 8;
+	add.s64 	%rd102, %rd3, %rd101;
+	ld.global.u64 	%rd207, [%rd102];
+
+$L__BB23_25:
+	shl.b64 	%rd103, %rd206, 1;
+	add.s64 	%rd104, %rd207, %rd103;
+	ld.v4.u32 	{%r72, %r73, %r74, %r75}, [%rd104];
+	setp.eq.s32 	%p16, %r102, 0;
+	@%p16 bra 	$L__BB23_31;
+
+	setp.eq.s32 	%p17, %r60, 3;
+	@%p17 bra 	$L__BB23_29;
+
+	setp.ne.s32 	%p18, %r60, 4;
+	@%p18 bra 	$L__BB23_30;
+
+	mov.b32 	{%rs29, %rs30}, %r72;
+	// begin inline asm
+	{  cvt.f32.f16 %f139, %rs29;}
+
+	// end inline asm
+	mul.f32 	%f252, %f252, %f139;
+	// begin inline asm
+	{  cvt.f32.f16 %f140, %rs30;}
+
+	// end inline asm
+	mul.f32 	%f251, %f251, %f140;
+	mov.b32 	{%rs31, %rs32}, %r73;
+	// begin inline asm
+	{  cvt.f32.f16 %f141, %rs31;}
+
+	// end inline asm
+	mul.f32 	%f250, %f250, %f141;
+	// begin inline asm
+	{  cvt.f32.f16 %f142, %rs32;}
+
+	// end inline asm
+	mul.f32 	%f249, %f249, %f142;
+	mov.b32 	{%rs33, %rs34}, %r74;
+	// begin inline asm
+	{  cvt.f32.f16 %f143, %rs33;}
+
+	// end inline asm
+	mul.f32 	%f248, %f248, %f143;
+	// begin inline asm
+	{  cvt.f32.f16 %f144, %rs34;}
+
+	// end inline asm
+	mul.f32 	%f247, %f247, %f144;
+	mov.b32 	{%rs35, %rs36}, %r75;
+	// begin inline asm
+	{  cvt.f32.f16 %f145, %rs35;}
+
+	// end inline asm
+	mul.f32 	%f246, %f246, %f145;
+	// begin inline asm
+	{  cvt.f32.f16 %f146, %rs36;}
+
+	// end inline asm
+	mul.f32 	%f245, %f245, %f146;
+	bra.uni 	$L__BB23_32;
+
+$L__BB23_31:
+	mov.b32 	{%rs53, %rs54}, %r72;
+	// begin inline asm
+	{  cvt.f32.f16 %f252, %rs53;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f251, %rs54;}
+
+	// end inline asm
+	mov.b32 	{%rs55, %rs56}, %r73;
+	// begin inline asm
+	{  cvt.f32.f16 %f250, %rs55;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f249, %rs56;}
+
+	// end inline asm
+	mov.b32 	{%rs57, %rs58}, %r74;
+	// begin inline asm
+	{  cvt.f32.f16 %f248, %rs57;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f247, %rs58;}
+
+	// end inline asm
+	mov.b32 	{%rs59, %rs60}, %r75;
+	// begin inline asm
+	{  cvt.f32.f16 %f246, %rs59;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f245, %rs60;}
+
+	// end inline asm
+	bra.uni 	$L__BB23_32;
+
+$L__BB23_29:
+	mov.b32 	{%rs37, %rs38}, %r72;
+	// begin inline asm
+	{  cvt.f32.f16 %f147, %rs37;}
+
+	// end inline asm
+	setp.gt.f32 	%p19, %f147, %f252;
+	selp.f32 	%f252, %f147, %f252, %p19;
+	// begin inline asm
+	{  cvt.f32.f16 %f148, %rs38;}
+
+	// end inline asm
+	setp.gt.f32 	%p20, %f148, %f251;
+	selp.f32 	%f251, %f148, %f251, %p20;
+	mov.b32 	{%rs39, %rs40}, %r73;
+	// begin inline asm
+	{  cvt.f32.f16 %f149, %rs39;}
+
+	// end inline asm
+	setp.gt.f32 	%p21, %f149, %f250;
+	selp.f32 	%f250, %f149, %f250, %p21;
+	// begin inline asm
+	{  cvt.f32.f16 %f150, %rs40;}
+
+	// end inline asm
+	setp.gt.f32 	%p22, %f150, %f249;
+	selp.f32 	%f249, %f150, %f249, %p22;
+	mov.b32 	{%rs41, %rs42}, %r74;
+	// begin inline asm
+	{  cvt.f32.f16 %f151, %rs41;}
+
+	// end inline asm
+	setp.gt.f32 	%p23, %f151, %f248;
+	selp.f32 	%f248, %f151, %f248, %p23;
+	// begin inline asm
+	{  cvt.f32.f16 %f152, %rs42;}
+
+	// end inline asm
+	setp.gt.f32 	%p24, %f152, %f247;
+	selp.f32 	%f247, %f152, %f247, %p24;
+	mov.b32 	{%rs43, %rs44}, %r75;
+	// begin inline asm
+	{  cvt.f32.f16 %f153, %rs43;}
+
+	// end inline asm
+	setp.gt.f32 	%p25, %f153, %f246;
+	selp.f32 	%f246, %f153, %f246, %p25;
+	// begin inline asm
+	{  cvt.f32.f16 %f154, %rs44;}
+
+	// end inline asm
+	setp.gt.f32 	%p26, %f154, %f245;
+	selp.f32 	%f245, %f154, %f245, %p26;
+	bra.uni 	$L__BB23_32;
+
+$L__BB23_30:
+	mov.b32 	{%rs45, %rs46}, %r72;
+	// begin inline asm
+	{  cvt.f32.f16 %f155, %rs45;}
+
+	// end inline asm
+	add.f32 	%f252, %f252, %f155;
+	// begin inline asm
+	{  cvt.f32.f16 %f156, %rs46;}
+
+	// end inline asm
+	add.f32 	%f251, %f251, %f156;
+	mov.b32 	{%rs47, %rs48}, %r73;
+	// begin inline asm
+	{  cvt.f32.f16 %f157, %rs47;}
+
+	// end inline asm
+	add.f32 	%f250, %f250, %f157;
+	// begin inline asm
+	{  cvt.f32.f16 %f158, %rs48;}
+
+	// end inline asm
+	add.f32 	%f249, %f249, %f158;
+	mov.b32 	{%rs49, %rs50}, %r74;
+	// begin inline asm
+	{  cvt.f32.f16 %f159, %rs49;}
+
+	// end inline asm
+	add.f32 	%f248, %f248, %f159;
+	// begin inline asm
+	{  cvt.f32.f16 %f160, %rs50;}
+
+	// end inline asm
+	add.f32 	%f247, %f247, %f160;
+	mov.b32 	{%rs51, %rs52}, %r75;
+	// begin inline asm
+	{  cvt.f32.f16 %f161, %rs51;}
+
+	// end inline asm
+	add.f32 	%f246, %f246, %f161;
+	// begin inline asm
+	{  cvt.f32.f16 %f162, %rs52;}
+
+	// end inline asm
+	add.f32 	%f245, %f245, %f162;
+
+$L__BB23_32:
+	add.s32 	%r102, %r102, 1;
+	setp.lt.u32 	%p27, %r102, %r59;
+	@%p27 bra 	$L__BB23_23;
+
+$L__BB23_40:
+	setp.eq.s32 	%p39, %r60, 1;
+	@%p39 bra 	$L__BB23_42;
+	bra.uni 	$L__BB23_41;
+
+$L__BB23_42:
+	div.rn.f32 	%f194, %f252, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs122, %f194;}
+
+	// end inline asm
+	div.rn.f32 	%f195, %f251, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs123, %f195;}
+
+	// end inline asm
+	div.rn.f32 	%f196, %f250, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs120, %f196;}
+
+	// end inline asm
+	div.rn.f32 	%f197, %f249, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs121, %f197;}
+
+	// end inline asm
+	div.rn.f32 	%f198, %f248, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs118, %f198;}
+
+	// end inline asm
+	div.rn.f32 	%f199, %f247, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs119, %f199;}
+
+	// end inline asm
+	div.rn.f32 	%f200, %f246, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs116, %f200;}
+
+	// end inline asm
+	div.rn.f32 	%f201, %f245, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs117, %f201;}
+
+	// end inline asm
+	bra.uni 	$L__BB23_43;
+
+$L__BB23_41:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs122, %f252;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs123, %f251;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs120, %f250;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs121, %f249;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs118, %f248;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs119, %f247;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs116, %f246;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs117, %f245;}
+
+	// end inline asm
+
+$L__BB23_43:
+	mov.b32 	%r26, {%rs116, %rs117};
+	mov.b32 	%r25, {%rs118, %rs119};
+	mov.b32 	%r24, {%rs120, %rs121};
+	mov.b32 	%r23, {%rs122, %rs123};
+	shl.b64 	%rd109, %rd206, 1;
+	add.s64 	%rd110, %rd2, %rd109;
+	st.global.v4.u32 	[%rd110], {%r23, %r24, %r25, %r26};
+	setp.eq.s64 	%p40, %rd82, 0;
+	@%p40 bra 	$L__BB23_45;
+
+	add.s64 	%rd112, %rd1, %rd109;
+	st.global.v4.u32 	[%rd112], {%r23, %r24, %r25, %r26};
+
+$L__BB23_45:
+	add.s64 	%rd206, %rd206, %rd25;
+	setp.lt.u64 	%p41, %rd206, %rd209;
+	@%p41 bra 	$L__BB23_20;
+
+$L__BB23_46:
+	add.s64 	%rd210, %rd209, %rd5;
+	setp.ge.u64 	%p42, %rd210, %rd84;
+	@%p42 bra 	$L__BB23_132;
+
+	setp.eq.s32 	%p43, %r58, 0;
+	cvt.rn.f32.u32 	%f98, %r59;
+	add.s32 	%r27, %r59, -2;
+	add.s32 	%r82, %r59, -1;
+	and.b32  	%r28, %r82, 3;
+	sub.s32 	%r29, %r82, %r28;
+	@%p43 bra 	$L__BB23_90;
+
+$L__BB23_48:
+	ld.global.u64 	%rd113, [%rd3];
+	shl.b64 	%rd114, %rd210, 1;
+	add.s64 	%rd115, %rd113, %rd114;
+	ld.u16 	%rs92, [%rd115];
+	// begin inline asm
+	{  cvt.f32.f16 %f283, %rs92;}
+
+	// end inline asm
+	setp.lt.u32 	%p44, %r59, 2;
+	@%p44 bra 	$L__BB23_85;
+
+	setp.eq.s32 	%p45, %r60, 2;
+	@%p45 bra 	$L__BB23_60;
+
+	setp.eq.s32 	%p46, %r60, 3;
+	@%p46 bra 	$L__BB23_56;
+
+	setp.ne.s32 	%p47, %r60, 4;
+	@%p47 bra 	$L__BB23_81;
+
+	mov.u32 	%r104, 1;
+
+$L__BB23_53:
+	setp.eq.s32 	%p48, %r104, %r58;
+	mov.u64 	%rd211, %rd83;
+	@%p48 bra 	$L__BB23_55;
+
+	mul.wide.u32 	%rd116, %r104, 8;
+	add.s64 	%rd117, %rd3, %rd116;
+	ld.global.u64 	%rd211, [%rd117];
+
+$L__BB23_55:
+	add.s64 	%rd119, %rd211, %rd114;
+	ld.u16 	%rs93, [%rd119];
+	// begin inline asm
+	{  cvt.f32.f16 %f203, %rs93;}
+
+	// end inline asm
+	mul.f32 	%f283, %f283, %f203;
+	add.s32 	%r104, %r104, 1;
+	setp.lt.u32 	%p49, %r104, %r59;
+	@%p49 bra 	$L__BB23_53;
+	bra.uni 	$L__BB23_85;
+
+$L__BB23_60:
+	setp.lt.u32 	%p53, %r27, 3;
+	mov.u32 	%r108, 1;
+	@%p53 bra 	$L__BB23_71;
+
+	mov.u32 	%r108, 1;
+	mov.u32 	%r107, %r29;
+
+$L__BB23_62:
+	mul.wide.u32 	%rd124, %r108, 8;
+	add.s64 	%rd39, %rd3, %rd124;
+	setp.eq.s32 	%p54, %r108, %r58;
+	mov.u64 	%rd213, %rd83;
+	@%p54 bra 	$L__BB23_64;
+
+	ld.global.u64 	%rd213, [%rd39];
+
+$L__BB23_64:
+	add.s64 	%rd126, %rd213, %rd114;
+	ld.u16 	%rs95, [%rd126];
+	// begin inline asm
+	{  cvt.f32.f16 %f206, %rs95;}
+
+	// end inline asm
+	setp.lt.f32 	%p55, %f206, %f283;
+	selp.f32 	%f105, %f206, %f283, %p55;
+	add.s32 	%r87, %r108, 1;
+	setp.eq.s32 	%p56, %r87, %r58;
+	mov.u64 	%rd214, %rd83;
+	@%p56 bra 	$L__BB23_66;
+
+	ld.global.u64 	%rd214, [%rd39+8];
+
+$L__BB23_66:
+	add.s64 	%rd128, %rd214, %rd114;
+	ld.u16 	%rs96, [%rd128];
+	// begin inline asm
+	{  cvt.f32.f16 %f207, %rs96;}
+
+	// end inline asm
+	setp.lt.f32 	%p57, %f207, %f105;
+	selp.f32 	%f106, %f207, %f105, %p57;
+	add.s32 	%r88, %r108, 2;
+	setp.eq.s32 	%p58, %r88, %r58;
+	mov.u64 	%rd215, %rd83;
+	@%p58 bra 	$L__BB23_68;
+
+	ld.global.u64 	%rd215, [%rd39+16];
+
+$L__BB23_68:
+	add.s64 	%rd130, %rd215, %rd114;
+	ld.u16 	%rs97, [%rd130];
+	// begin inline asm
+	{  cvt.f32.f16 %f208, %rs97;}
+
+	// end inline asm
+	setp.lt.f32 	%p59, %f208, %f106;
+	selp.f32 	%f107, %f208, %f106, %p59;
+	add.s32 	%r36, %r108, 3;
+	setp.eq.s32 	%p60, %r36, %r58;
+	mov.u64 	%rd216, %rd83;
+	@%p60 bra 	$L__BB23_70;
+
+	mul.wide.u32 	%rd131, %r36, 8;
+	add.s64 	%rd132, %rd3, %rd131;
+	ld.global.u64 	%rd216, [%rd132];
+
+$L__BB23_70:
+	add.s64 	%rd134, %rd216, %rd114;
+	ld.u16 	%rs98, [%rd134];
+	// begin inline asm
+	{  cvt.f32.f16 %f209, %rs98;}
+
+	// end inline asm
+	setp.lt.f32 	%p61, %f209, %f107;
+	selp.f32 	%f283, %f209, %f107, %p61;
+	add.s32 	%r108, %r108, 4;
+	add.s32 	%r107, %r107, -4;
+	setp.ne.s32 	%p62, %r107, 0;
+	@%p62 bra 	$L__BB23_62;
+
+$L__BB23_71:
+	setp.eq.s32 	%p63, %r28, 0;
+	@%p63 bra 	$L__BB23_85;
+
+	setp.eq.s32 	%p64, %r108, %r58;
+	mov.u64 	%rd217, %rd83;
+	@%p64 bra 	$L__BB23_74;
+
+	mul.wide.u32 	%rd135, %r108, 8;
+	add.s64 	%rd136, %rd3, %rd135;
+	ld.global.u64 	%rd217, [%rd136];
+
+$L__BB23_74:
+	add.s64 	%rd138, %rd217, %rd114;
+	ld.u16 	%rs99, [%rd138];
+	// begin inline asm
+	{  cvt.f32.f16 %f210, %rs99;}
+
+	// end inline asm
+	setp.lt.f32 	%p65, %f210, %f283;
+	selp.f32 	%f283, %f210, %f283, %p65;
+	add.s32 	%r40, %r108, 1;
+	setp.eq.s32 	%p66, %r28, 1;
+	@%p66 bra 	$L__BB23_85;
+
+	setp.eq.s32 	%p67, %r40, %r58;
+	mov.u64 	%rd218, %rd83;
+	@%p67 bra 	$L__BB23_77;
+
+	mul.wide.u32 	%rd139, %r40, 8;
+	add.s64 	%rd140, %rd3, %rd139;
+	ld.global.u64 	%rd218, [%rd140];
+
+$L__BB23_77:
+	add.s64 	%rd142, %rd218, %rd114;
+	ld.u16 	%rs100, [%rd142];
+	// begin inline asm
+	{  cvt.f32.f16 %f211, %rs100;}
+
+	// end inline asm
+	setp.lt.f32 	%p68, %f211, %f283;
+	selp.f32 	%f283, %f211, %f283, %p68;
+	add.s32 	%r41, %r108, 2;
+	setp.eq.s32 	%p69, %r28, 2;
+	@%p69 bra 	$L__BB23_85;
+
+	setp.eq.s32 	%p70, %r41, %r58;
+	mov.u64 	%rd219, %rd83;
+	@%p70 bra 	$L__BB23_80;
+
+	mul.wide.u32 	%rd143, %r41, 8;
+	add.s64 	%rd144, %rd3, %rd143;
+	ld.global.u64 	%rd219, [%rd144];
+
+$L__BB23_80:
+	add.s64 	%rd146, %rd219, %rd114;
+	ld.u16 	%rs101, [%rd146];
+	// begin inline asm
+	{  cvt.f32.f16 %f212, %rs101;}
+
+	// end inline asm
+	setp.lt.f32 	%p71, %f212, %f283;
+	selp.f32 	%f283, %f212, %f283, %p71;
+	bra.uni 	$L__BB23_85;
+
+$L__BB23_56:
+	mov.u32 	%r105, 1;
+
+$L__BB23_57:
+	setp.eq.s32 	%p50, %r105, %r58;
+	mov.u64 	%rd212, %rd83;
+	@%p50 bra 	$L__BB23_59;
+
+	mul.wide.u32 	%rd120, %r105, 8;
+	add.s64 	%rd121, %rd3, %rd120;
+	ld.global.u64 	%rd212, [%rd121];
+
+$L__BB23_59:
+	add.s64 	%rd123, %rd212, %rd114;
+	ld.u16 	%rs94, [%rd123];
+	// begin inline asm
+	{  cvt.f32.f16 %f204, %rs94;}
+
+	// end inline asm
+	setp.gt.f32 	%p51, %f204, %f283;
+	selp.f32 	%f283, %f204, %f283, %p51;
+	add.s32 	%r105, %r105, 1;
+	setp.lt.u32 	%p52, %r105, %r59;
+	@%p52 bra 	$L__BB23_57;
+	bra.uni 	$L__BB23_85;
+
+$L__BB23_81:
+	mov.u32 	%r109, 1;
+
+$L__BB23_82:
+	setp.eq.s32 	%p72, %r109, %r58;
+	mov.u64 	%rd220, %rd83;
+	@%p72 bra 	$L__BB23_84;
+
+	mul.wide.u32 	%rd147, %r109, 8;
+	add.s64 	%rd148, %rd3, %rd147;
+	ld.global.u64 	%rd220, [%rd148];
+
+$L__BB23_84:
+	add.s64 	%rd150, %rd220, %rd114;
+	ld.u16 	%rs102, [%rd150];
+	// begin inline asm
+	{  cvt.f32.f16 %f213, %rs102;}
+
+	// end inline asm
+	add.f32 	%f283, %f283, %f213;
+	add.s32 	%r109, %r109, 1;
+	setp.lt.u32 	%p73, %r109, %r59;
+	@%p73 bra 	$L__BB23_82;
+
+$L__BB23_85:
+	setp.ne.s32 	%p74, %r60, 1;
+	@%p74 bra 	$L__BB23_87;
+
+	div.rn.f32 	%f283, %f283, %f98;
+
+$L__BB23_87:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs103, %f283;}
+
+	// end inline asm
+	add.s64 	%rd152, %rd2, %rd114;
+	st.global.u16 	[%rd152], %rs103;
+	setp.eq.s64 	%p75, %rd82, 0;
+	@%p75 bra 	$L__BB23_89;
+
+	add.s64 	%rd154, %rd1, %rd114;
+	st.global.u16 	[%rd154], %rs103;
+
+$L__BB23_89:
+	add.s64 	%rd210, %rd210, %rd4;
+	setp.lt.u64 	%p76, %rd210, %rd84;
+	@%p76 bra 	$L__BB23_48;
+	bra.uni 	$L__BB23_132;
+
+$L__BB23_90:
+	cvta.to.global.u64 	%rd57, %rd83;
+
+$L__BB23_91:
+	shl.b64 	%rd155, %rd210, 1;
+	add.s64 	%rd156, %rd57, %rd155;
+	ld.global.u16 	%rs104, [%rd156];
+	// begin inline asm
+	{  cvt.f32.f16 %f291, %rs104;}
+
+	// end inline asm
+	setp.lt.u32 	%p77, %r59, 2;
+	@%p77 bra 	$L__BB23_127;
+
+	add.s64 	%rd230, %rd83, %rd155;
+	setp.eq.s32 	%p78, %r60, 2;
+	@%p78 bra 	$L__BB23_104;
+
+	setp.eq.s32 	%p79, %r60, 3;
+	@%p79 bra 	$L__BB23_100;
+
+	setp.ne.s32 	%p80, %r60, 4;
+	@%p80 bra 	$L__BB23_123;
+
+	mov.u32 	%r110, 1;
+	mov.u64 	%rd222, %rd3;
+
+$L__BB23_96:
+	setp.eq.s32 	%p81, %r110, 0;
+	@%p81 bra 	$L__BB23_98;
+
+	ld.global.u64 	%rd158, [%rd222+8];
+	add.s64 	%rd223, %rd158, %rd155;
+	bra.uni 	$L__BB23_99;
+
+$L__BB23_98:
+	mov.u64 	%rd223, %rd230;
+
+$L__BB23_99:
+	add.s64 	%rd222, %rd222, 8;
+	ld.u16 	%rs105, [%rd223];
+	// begin inline asm
+	{  cvt.f32.f16 %f216, %rs105;}
+
+	// end inline asm
+	mul.f32 	%f291, %f291, %f216;
+	add.s32 	%r110, %r110, 1;
+	setp.lt.u32 	%p82, %r110, %r59;
+	@%p82 bra 	$L__BB23_96;
+	bra.uni 	$L__BB23_127;
+
+$L__BB23_104:
+	setp.lt.u32 	%p86, %r27, 3;
+	mov.u32 	%r114, 1;
+	@%p86 bra 	$L__BB23_113;
+
+	mov.u32 	%r114, 1;
+	mov.u32 	%r113, %r29;
+
+$L__BB23_106:
+	mul.wide.u32 	%rd164, %r114, 8;
+	add.s64 	%rd66, %rd3, %rd164;
+	setp.eq.s32 	%p87, %r114, 0;
+	mov.u64 	%rd225, %rd230;
+	@%p87 bra 	$L__BB23_108;
+
+	ld.global.u64 	%rd165, [%rd66];
+	add.s64 	%rd225, %rd165, %rd155;
+
+$L__BB23_108:
+	ld.u16 	%rs107, [%rd225];
+	// begin inline asm
+	{  cvt.f32.f16 %f219, %rs107;}
+
+	// end inline asm
+	setp.lt.f32 	%p88, %f219, %f291;
+	selp.f32 	%f221, %f219, %f291, %p88;
+	ld.global.u64 	%rd167, [%rd66+8];
+	add.s64 	%rd169, %rd167, %rd155;
+	ld.u16 	%rs108, [%rd169];
+	// begin inline asm
+	{  cvt.f32.f16 %f220, %rs108;}
+
+	// end inline asm
+	setp.lt.f32 	%p89, %f220, %f221;
+	selp.f32 	%f125, %f220, %f221, %p89;
+	setp.eq.s32 	%p90, %r114, -2;
+	mov.u64 	%rd226, %rd230;
+	@%p90 bra 	$L__BB23_110;
+
+	ld.global.u64 	%rd170, [%rd66+16];
+	add.s64 	%rd226, %rd170, %rd155;
+
+$L__BB23_110:
+	ld.u16 	%rs109, [%rd226];
+	// begin inline asm
+	{  cvt.f32.f16 %f222, %rs109;}
+
+	// end inline asm
+	setp.lt.f32 	%p91, %f222, %f125;
+	selp.f32 	%f126, %f222, %f125, %p91;
+	add.s32 	%r50, %r114, 3;
+	setp.eq.s32 	%p92, %r50, 0;
+	mov.u64 	%rd227, %rd230;
+	@%p92 bra 	$L__BB23_112;
+
+	mul.wide.u32 	%rd172, %r50, 8;
+	add.s64 	%rd173, %rd3, %rd172;
+	ld.global.u64 	%rd174, [%rd173];
+	add.s64 	%rd227, %rd174, %rd155;
+
+$L__BB23_112:
+	ld.u16 	%rs110, [%rd227];
+	// begin inline asm
+	{  cvt.f32.f16 %f223, %rs110;}
+
+	// end inline asm
+	setp.lt.f32 	%p93, %f223, %f126;
+	selp.f32 	%f291, %f223, %f126, %p93;
+	add.s32 	%r114, %r114, 4;
+	add.s32 	%r113, %r113, -4;
+	setp.ne.s32 	%p94, %r113, 0;
+	@%p94 bra 	$L__BB23_106;
+
+$L__BB23_113:
+	setp.eq.s32 	%p95, %r28, 0;
+	@%p95 bra 	$L__BB23_127;
+
+	setp.eq.s32 	%p96, %r114, 0;
+	mov.u64 	%rd228, %rd230;
+	@%p96 bra 	$L__BB23_116;
+
+	mul.wide.u32 	%rd176, %r114, 8;
+	add.s64 	%rd177, %rd3, %rd176;
+	ld.global.u64 	%rd178, [%rd177];
+	add.s64 	%rd228, %rd178, %rd155;
+
+$L__BB23_116:
+	ld.u16 	%rs111, [%rd228];
+	// begin inline asm
+	{  cvt.f32.f16 %f224, %rs111;}
+
+	// end inline asm
+	setp.lt.f32 	%p97, %f224, %f291;
+	selp.f32 	%f291, %f224, %f291, %p97;
+	add.s32 	%r54, %r114, 1;
+	setp.eq.s32 	%p98, %r28, 1;
+	@%p98 bra 	$L__BB23_127;
+
+	setp.eq.s32 	%p99, %r54, 0;
+	mov.u64 	%rd229, %rd230;
+	@%p99 bra 	$L__BB23_119;
+
+	mul.wide.u32 	%rd180, %r54, 8;
+	add.s64 	%rd181, %rd3, %rd180;
+	ld.global.u64 	%rd182, [%rd181];
+	add.s64 	%rd229, %rd182, %rd155;
+
+$L__BB23_119:
+	ld.u16 	%rs112, [%rd229];
+	// begin inline asm
+	{  cvt.f32.f16 %f225, %rs112;}
+
+	// end inline asm
+	setp.lt.f32 	%p100, %f225, %f291;
+	selp.f32 	%f291, %f225, %f291, %p100;
+	add.s32 	%r55, %r114, 2;
+	setp.eq.s32 	%p101, %r28, 2;
+	@%p101 bra 	$L__BB23_127;
+
+	setp.eq.s32 	%p102, %r55, 0;
+	@%p102 bra 	$L__BB23_122;
+
+	mul.wide.u32 	%rd184, %r55, 8;
+	add.s64 	%rd185, %rd3, %rd184;
+	ld.global.u64 	%rd186, [%rd185];
+	add.s64 	%rd230, %rd186, %rd155;
+
+$L__BB23_122:
+	ld.u16 	%rs113, [%rd230];
+	// begin inline asm
+	{  cvt.f32.f16 %f226, %rs113;}
+
+	// end inline asm
+	setp.lt.f32 	%p103, %f226, %f291;
+	selp.f32 	%f291, %f226, %f291, %p103;
+	bra.uni 	$L__BB23_127;
+
+$L__BB23_100:
+	mov.u32 	%r111, 1;
+
+$L__BB23_101:
+	setp.eq.s32 	%p83, %r111, 0;
+	mov.u64 	%rd224, %rd230;
+	@%p83 bra 	$L__BB23_103;
+
+	mul.wide.u32 	%rd160, %r111, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd224, %rd162, %rd155;
+
+$L__BB23_103:
+	ld.u16 	%rs106, [%rd224];
+	// begin inline asm
+	{  cvt.f32.f16 %f217, %rs106;}
+
+	// end inline asm
+	setp.gt.f32 	%p84, %f217, %f291;
+	selp.f32 	%f291, %f217, %f291, %p84;
+	add.s32 	%r111, %r111, 1;
+	setp.lt.u32 	%p85, %r111, %r59;
+	@%p85 bra 	$L__BB23_101;
+	bra.uni 	$L__BB23_127;
+
+$L__BB23_123:
+	mov.u32 	%r115, 1;
+
+$L__BB23_124:
+	setp.eq.s32 	%p104, %r115, 0;
+	mov.u64 	%rd231, %rd230;
+	@%p104 bra 	$L__BB23_126;
+
+	mul.wide.u32 	%rd188, %r115, 8;
+	add.s64 	%rd189, %rd3, %rd188;
+	ld.global.u64 	%rd190, [%rd189];
+	add.s64 	%rd231, %rd190, %rd155;
+
+$L__BB23_126:
+	ld.u16 	%rs114, [%rd231];
+	// begin inline asm
+	{  cvt.f32.f16 %f227, %rs114;}
+
+	// end inline asm
+	add.f32 	%f291, %f291, %f227;
+	add.s32 	%r115, %r115, 1;
+	setp.lt.u32 	%p105, %r115, %r59;
+	@%p105 bra 	$L__BB23_124;
+
+$L__BB23_127:
+	setp.ne.s32 	%p106, %r60, 1;
+	@%p106 bra 	$L__BB23_129;
+
+	div.rn.f32 	%f291, %f291, %f98;
+
+$L__BB23_129:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs115, %f291;}
+
+	// end inline asm
+	add.s64 	%rd193, %rd2, %rd155;
+	st.global.u16 	[%rd193], %rs115;
+	setp.eq.s64 	%p107, %rd82, 0;
+	@%p107 bra 	$L__BB23_131;
+
+	add.s64 	%rd195, %rd1, %rd155;
+	st.global.u16 	[%rd195], %rs115;
+
+$L__BB23_131:
+	add.s64 	%rd210, %rd210, %rd4;
+	setp.lt.u64 	%p108, %rd210, %rd84;
+	@%p108 bra 	$L__BB23_91;
+
+$L__BB23_132:
 	ret;
 
 }
@@ -4674,679 +7192,6 @@ $L__BB20_83:
 	ld.param.u32 	%r11, [smcuda_reduce_sum_bf16_param_2];
 	ld.param.u64 	%rd10, [smcuda_reduce_sum_bf16_param_3];
 	ld.param.u64 	%rd11, [smcuda_reduce_sum_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB21_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB21_6;
-	bra.uni 	$L__BB21_2;
-
-$L__BB21_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB21_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB21_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB21_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	add.f32 	%f17, %f26, %f13;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	add.f32 	%f18, %f17, %f14;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	add.f32 	%f19, %f18, %f15;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	add.f32 	%f26, %f19, %f16;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB21_9;
-
-$L__BB21_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB21_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	add.f32 	%f26, %f26, %f20;
-	@%p13 bra 	$L__BB21_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	add.f32 	%f26, %f26, %f21;
-	@%p14 bra 	$L__BB21_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	add.f32 	%f26, %f26, %f22;
-
-$L__BB21_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB21_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB21_17;
-
-$L__BB21_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB21_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB21_7;
-	bra.uni 	$L__BB21_18;
-
-$L__BB21_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB21_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB21_5;
-
-$L__BB21_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB21_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB21_2;
-
-$L__BB21_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_bf16
-.visible .entry smcuda_reduce_avg_bf16(
-	.param .u64 smcuda_reduce_avg_bf16_param_0,
-	.param .u64 smcuda_reduce_avg_bf16_param_1,
-	.param .u32 smcuda_reduce_avg_bf16_param_2,
-	.param .u64 smcuda_reduce_avg_bf16_param_3,
-	.param .u64 smcuda_reduce_avg_bf16_param_4
-)
-{
-	.reg .pred 	%p<22>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<30>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_avg_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB22_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	cvt.rn.f32.u32 	%f1, %r11;
-	@%p2 bra 	$L__BB22_6;
-	bra.uni 	$L__BB22_2;
-
-$L__BB22_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB22_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f29, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB22_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB22_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs11};}
-
-	// end inline asm
-	add.f32 	%f19, %f29, %f15;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs12};}
-
-	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f17, {0,%rs13};}
-
-	// end inline asm
-	add.f32 	%f21, %f20, %f17;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f18, {0,%rs14};}
-
-	// end inline asm
-	add.f32 	%f29, %f21, %f18;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB22_9;
-
-$L__BB22_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB22_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs15};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f22;
-	@%p13 bra 	$L__BB22_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f23, {0,%rs16};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f23;
-	@%p14 bra 	$L__BB22_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f24, {0,%rs17};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f24;
-
-$L__BB22_14:
-	div.rn.f32 	%f25, %f29, %f1;
-	mov.b32 	%r26, %f25;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB22_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB22_17;
-
-$L__BB22_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB22_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB22_7;
-	bra.uni 	$L__BB22_18;
-
-$L__BB22_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f11, {0,%rs7};}
-
-	// end inline asm
-	div.rn.f32 	%f12, %f11, %f1;
-	mov.b32 	%r16, %f12;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB22_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB22_5;
-
-$L__BB22_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB22_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB22_2;
-
-$L__BB22_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_bf16
-.visible .entry smcuda_reduce_min_bf16(
-	.param .u64 smcuda_reduce_min_bf16_param_0,
-	.param .u64 smcuda_reduce_min_bf16_param_1,
-	.param .u32 smcuda_reduce_min_bf16_param_2,
-	.param .u64 smcuda_reduce_min_bf16_param_3,
-	.param .u64 smcuda_reduce_min_bf16_param_4
-)
-{
-	.reg .pred 	%p<29>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_min_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB23_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB23_6;
-	bra.uni 	$L__BB23_2;
-
-$L__BB23_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB23_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB23_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB23_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	setp.lt.f32 	%p11, %f13, %f26;
-	selp.f32 	%f17, %f13, %f26, %p11;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	setp.lt.f32 	%p12, %f14, %f17;
-	selp.f32 	%f18, %f14, %f17, %p12;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	setp.lt.f32 	%p13, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p13;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	setp.lt.f32 	%p14, %f16, %f19;
-	selp.f32 	%f26, %f16, %f19, %p14;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p15, %r31, 0;
-	@%p15 bra 	$L__BB23_9;
-
-$L__BB23_10:
-	setp.eq.s32 	%p16, %r3, 0;
-	@%p16 bra 	$L__BB23_14;
-
-	setp.eq.s32 	%p17, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	setp.lt.f32 	%p18, %f20, %f26;
-	selp.f32 	%f26, %f20, %f26, %p18;
-	@%p17 bra 	$L__BB23_14;
-
-	setp.eq.s32 	%p19, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	setp.lt.f32 	%p20, %f21, %f26;
-	selp.f32 	%f26, %f21, %f26, %p20;
-	@%p19 bra 	$L__BB23_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	setp.lt.f32 	%p21, %f22, %f26;
-	selp.f32 	%f26, %f22, %f26, %p21;
-
-$L__BB23_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p22, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p22;
-	selp.b16 	%rs21, 32767, %rs18, %p22;
-	setp.gt.u32 	%p23, %r10, -2147483648;
-	@%p23 bra 	$L__BB23_16;
-
-	setp.ne.s32 	%p24, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p25, %rs19, 1;
-	not.pred 	%p26, %p25;
-	or.pred  	%p27, %p24, %p26;
-	@%p27 bra 	$L__BB23_17;
-
-$L__BB23_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB23_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p28, %rd55, %rd11;
-	@%p28 bra 	$L__BB23_7;
-	bra.uni 	$L__BB23_18;
-
-$L__BB23_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB23_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB23_5;
-
-$L__BB23_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB23_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB23_2;
-
-$L__BB23_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_bf16
-.visible .entry smcuda_reduce_max_bf16(
-	.param .u64 smcuda_reduce_max_bf16_param_0,
-	.param .u64 smcuda_reduce_max_bf16_param_1,
-	.param .u32 smcuda_reduce_max_bf16_param_2,
-	.param .u64 smcuda_reduce_max_bf16_param_3,
-	.param .u64 smcuda_reduce_max_bf16_param_4
-)
-{
-	.reg .pred 	%p<29>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_max_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_bf16_param_4];
 	cvta.to.global.u64 	%rd1, %rd12;
 	cvta.to.global.u64 	%rd2, %rd13;
 	mov.u32 	%r12, %nctaid.x;
@@ -5397,8 +7242,7 @@ $L__BB24_9:
 	{ mov.b32 %f13, {0,%rs11};}
 
 	// end inline asm
-	setp.gt.f32 	%p11, %f13, %f26;
-	selp.f32 	%f17, %f13, %f26, %p11;
+	add.f32 	%f17, %f26, %f13;
 	ld.global.u64 	%rd30, [%rd26+8];
 	add.s64 	%rd31, %rd30, %rd23;
 	ld.u16 	%rs12, [%rd31];
@@ -5406,8 +7250,7 @@ $L__BB24_9:
 	{ mov.b32 %f14, {0,%rs12};}
 
 	// end inline asm
-	setp.gt.f32 	%p12, %f14, %f17;
-	selp.f32 	%f18, %f14, %f17, %p12;
+	add.f32 	%f18, %f17, %f14;
 	ld.global.u64 	%rd32, [%rd26+16];
 	add.s64 	%rd33, %rd32, %rd23;
 	ld.u16 	%rs13, [%rd33];
@@ -5415,8 +7258,7 @@ $L__BB24_9:
 	{ mov.b32 %f15, {0,%rs13};}
 
 	// end inline asm
-	setp.gt.f32 	%p13, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p13;
+	add.f32 	%f19, %f18, %f15;
 	add.s32 	%r23, %r32, 3;
 	mul.wide.u32 	%rd34, %r23, 8;
 	add.s64 	%rd35, %rd2, %rd34;
@@ -5427,18 +7269,17 @@ $L__BB24_9:
 	{ mov.b32 %f16, {0,%rs14};}
 
 	// end inline asm
-	setp.gt.f32 	%p14, %f16, %f19;
-	selp.f32 	%f26, %f16, %f19, %p14;
+	add.f32 	%f26, %f19, %f16;
 	add.s32 	%r32, %r32, 4;
 	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p15, %r31, 0;
-	@%p15 bra 	$L__BB24_9;
+	setp.ne.s32 	%p11, %r31, 0;
+	@%p11 bra 	$L__BB24_9;
 
 $L__BB24_10:
-	setp.eq.s32 	%p16, %r3, 0;
-	@%p16 bra 	$L__BB24_14;
+	setp.eq.s32 	%p12, %r3, 0;
+	@%p12 bra 	$L__BB24_14;
 
-	setp.eq.s32 	%p17, %r3, 1;
+	setp.eq.s32 	%p13, %r3, 1;
 	mul.wide.u32 	%rd38, %r32, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -5448,11 +7289,10 @@ $L__BB24_10:
 	{ mov.b32 %f20, {0,%rs15};}
 
 	// end inline asm
-	setp.gt.f32 	%p18, %f20, %f26;
-	selp.f32 	%f26, %f20, %f26, %p18;
-	@%p17 bra 	$L__BB24_14;
+	add.f32 	%f26, %f26, %f20;
+	@%p13 bra 	$L__BB24_14;
 
-	setp.eq.s32 	%p19, %r3, 2;
+	setp.eq.s32 	%p14, %r3, 2;
 	add.s32 	%r24, %r32, 1;
 	mul.wide.u32 	%rd43, %r24, 8;
 	add.s64 	%rd44, %rd2, %rd43;
@@ -5463,9 +7303,8 @@ $L__BB24_10:
 	{ mov.b32 %f21, {0,%rs16};}
 
 	// end inline asm
-	setp.gt.f32 	%p20, %f21, %f26;
-	selp.f32 	%f26, %f21, %f26, %p20;
-	@%p19 bra 	$L__BB24_14;
+	add.f32 	%f26, %f26, %f21;
+	@%p14 bra 	$L__BB24_14;
 
 	add.s32 	%r25, %r32, 2;
 	mul.wide.u32 	%rd48, %r25, 8;
@@ -5477,27 +7316,26 @@ $L__BB24_10:
 	{ mov.b32 %f22, {0,%rs17};}
 
 	// end inline asm
-	setp.gt.f32 	%p21, %f22, %f26;
-	selp.f32 	%f26, %f22, %f26, %p21;
+	add.f32 	%f26, %f26, %f22;
 
 $L__BB24_14:
 	mov.b32 	%r26, %f26;
 	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p22, %r27, 2139095040;
+	setp.gt.u32 	%p15, %r27, 2139095040;
 	shl.b32 	%r28, %r26, 16;
 	shr.u32 	%r29, %r26, 16;
 	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p22;
-	selp.b16 	%rs21, 32767, %rs18, %p22;
-	setp.gt.u32 	%p23, %r10, -2147483648;
-	@%p23 bra 	$L__BB24_16;
+	selp.b32 	%r10, 0, %r28, %p15;
+	selp.b16 	%rs21, 32767, %rs18, %p15;
+	setp.gt.u32 	%p16, %r10, -2147483648;
+	@%p16 bra 	$L__BB24_16;
 
-	setp.ne.s32 	%p24, %r10, -2147483648;
+	setp.ne.s32 	%p17, %r10, -2147483648;
 	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p25, %rs19, 1;
-	not.pred 	%p26, %p25;
-	or.pred  	%p27, %p24, %p26;
-	@%p27 bra 	$L__BB24_17;
+	setp.eq.b16 	%p18, %rs19, 1;
+	not.pred 	%p19, %p18;
+	or.pred  	%p20, %p17, %p19;
+	@%p20 bra 	$L__BB24_17;
 
 $L__BB24_16:
 	add.s16 	%rs21, %rs21, 1;
@@ -5507,8 +7345,8 @@ $L__BB24_17:
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs21;
 	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p28, %rd55, %rd11;
-	@%p28 bra 	$L__BB24_7;
+	setp.lt.u64 	%p21, %rd55, %rd11;
+	@%p21 bra 	$L__BB24_7;
 	bra.uni 	$L__BB24_18;
 
 $L__BB24_2:
@@ -5554,6 +7392,686 @@ $L__BB24_18:
 	ret;
 
 }
+	// .globl	smcuda_reduce_avg_bf16
+.visible .entry smcuda_reduce_avg_bf16(
+	.param .u64 smcuda_reduce_avg_bf16_param_0,
+	.param .u64 smcuda_reduce_avg_bf16_param_1,
+	.param .u32 smcuda_reduce_avg_bf16_param_2,
+	.param .u64 smcuda_reduce_avg_bf16_param_3,
+	.param .u64 smcuda_reduce_avg_bf16_param_4
+)
+{
+	.reg .pred 	%p<22>;
+	.reg .b16 	%rs<22>;
+	.reg .f32 	%f<30>;
+	.reg .b32 	%r<33>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_avg_bf16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_avg_bf16_param_1];
+	ld.param.u32 	%r11, [smcuda_reduce_avg_bf16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_avg_bf16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_avg_bf16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r12, %nctaid.x;
+	mov.u32 	%r13, %ntid.x;
+	mul.wide.u32 	%rd3, %r12, %r13;
+	mov.u32 	%r14, %ctaid.x;
+	mul.wide.u32 	%rd14, %r14, %r13;
+	mov.u32 	%r15, %tid.x;
+	cvt.u64.u32 	%rd15, %r15;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB25_18;
+
+	setp.gt.u32 	%p2, %r11, 1;
+	cvt.rn.f32.u32 	%f1, %r11;
+	@%p2 bra 	$L__BB25_6;
+	bra.uni 	$L__BB25_2;
+
+$L__BB25_6:
+	add.s32 	%r20, %r11, -1;
+	add.s32 	%r2, %r11, -2;
+	and.b32  	%r3, %r20, 3;
+	sub.s32 	%r4, %r20, %r3;
+
+$L__BB25_7:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs10, [%rd24];
+	// begin inline asm
+	{ mov.b32 %f29, {0,%rs10};}
+
+	// end inline asm
+	setp.lt.u32 	%p10, %r2, 3;
+	mov.u32 	%r32, 1;
+	@%p10 bra 	$L__BB25_10;
+
+	mov.u32 	%r32, 1;
+	mov.u32 	%r31, %r4;
+
+$L__BB25_9:
+	mul.wide.u32 	%rd25, %r32, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs11, [%rd29];
+	// begin inline asm
+	{ mov.b32 %f15, {0,%rs11};}
+
+	// end inline asm
+	add.f32 	%f19, %f29, %f15;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs12, [%rd31];
+	// begin inline asm
+	{ mov.b32 %f16, {0,%rs12};}
+
+	// end inline asm
+	add.f32 	%f20, %f19, %f16;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs13, [%rd33];
+	// begin inline asm
+	{ mov.b32 %f17, {0,%rs13};}
+
+	// end inline asm
+	add.f32 	%f21, %f20, %f17;
+	add.s32 	%r23, %r32, 3;
+	mul.wide.u32 	%rd34, %r23, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs14, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f18, {0,%rs14};}
+
+	// end inline asm
+	add.f32 	%f29, %f21, %f18;
+	add.s32 	%r32, %r32, 4;
+	add.s32 	%r31, %r31, -4;
+	setp.ne.s32 	%p11, %r31, 0;
+	@%p11 bra 	$L__BB25_9;
+
+$L__BB25_10:
+	setp.eq.s32 	%p12, %r3, 0;
+	@%p12 bra 	$L__BB25_14;
+
+	setp.eq.s32 	%p13, %r3, 1;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs15, [%rd42];
+	// begin inline asm
+	{ mov.b32 %f22, {0,%rs15};}
+
+	// end inline asm
+	add.f32 	%f29, %f29, %f22;
+	@%p13 bra 	$L__BB25_14;
+
+	setp.eq.s32 	%p14, %r3, 2;
+	add.s32 	%r24, %r32, 1;
+	mul.wide.u32 	%rd43, %r24, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs16, [%rd47];
+	// begin inline asm
+	{ mov.b32 %f23, {0,%rs16};}
+
+	// end inline asm
+	add.f32 	%f29, %f29, %f23;
+	@%p14 bra 	$L__BB25_14;
+
+	add.s32 	%r25, %r32, 2;
+	mul.wide.u32 	%rd48, %r25, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs17, [%rd52];
+	// begin inline asm
+	{ mov.b32 %f24, {0,%rs17};}
+
+	// end inline asm
+	add.f32 	%f29, %f29, %f24;
+
+$L__BB25_14:
+	div.rn.f32 	%f25, %f29, %f1;
+	mov.b32 	%r26, %f25;
+	and.b32  	%r27, %r26, 2147483647;
+	setp.gt.u32 	%p15, %r27, 2139095040;
+	shl.b32 	%r28, %r26, 16;
+	shr.u32 	%r29, %r26, 16;
+	cvt.u16.u32 	%rs18, %r29;
+	selp.b32 	%r10, 0, %r28, %p15;
+	selp.b16 	%rs21, 32767, %rs18, %p15;
+	setp.gt.u32 	%p16, %r10, -2147483648;
+	@%p16 bra 	$L__BB25_16;
+
+	setp.ne.s32 	%p17, %r10, -2147483648;
+	and.b16  	%rs19, %rs21, 1;
+	setp.eq.b16 	%p18, %rs19, 1;
+	not.pred 	%p19, %p18;
+	or.pred  	%p20, %p17, %p19;
+	@%p20 bra 	$L__BB25_17;
+
+$L__BB25_16:
+	add.s16 	%rs21, %rs21, 1;
+
+$L__BB25_17:
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs21;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p21, %rd55, %rd11;
+	@%p21 bra 	$L__BB25_7;
+	bra.uni 	$L__BB25_18;
+
+$L__BB25_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs7, [%rd19];
+	// begin inline asm
+	{ mov.b32 %f11, {0,%rs7};}
+
+	// end inline asm
+	div.rn.f32 	%f12, %f11, %f1;
+	mov.b32 	%r16, %f12;
+	and.b32  	%r17, %r16, 2147483647;
+	setp.gt.u32 	%p3, %r17, 2139095040;
+	shl.b32 	%r18, %r16, 16;
+	shr.u32 	%r19, %r16, 16;
+	cvt.u16.u32 	%rs8, %r19;
+	selp.b32 	%r1, 0, %r18, %p3;
+	selp.b16 	%rs20, 32767, %rs8, %p3;
+	setp.gt.u32 	%p4, %r1, -2147483648;
+	@%p4 bra 	$L__BB25_4;
+
+	setp.ne.s32 	%p5, %r1, -2147483648;
+	and.b16  	%rs9, %rs20, 1;
+	setp.eq.b16 	%p6, %rs9, 1;
+	not.pred 	%p7, %p6;
+	or.pred  	%p8, %p5, %p7;
+	@%p8 bra 	$L__BB25_5;
+
+$L__BB25_4:
+	add.s16 	%rs20, %rs20, 1;
+
+$L__BB25_5:
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs20;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB25_2;
+
+$L__BB25_18:
+	ret;
+
+}
+	// .globl	smcuda_reduce_min_bf16
+.visible .entry smcuda_reduce_min_bf16(
+	.param .u64 smcuda_reduce_min_bf16_param_0,
+	.param .u64 smcuda_reduce_min_bf16_param_1,
+	.param .u32 smcuda_reduce_min_bf16_param_2,
+	.param .u64 smcuda_reduce_min_bf16_param_3,
+	.param .u64 smcuda_reduce_min_bf16_param_4
+)
+{
+	.reg .pred 	%p<29>;
+	.reg .b16 	%rs<22>;
+	.reg .f32 	%f<27>;
+	.reg .b32 	%r<33>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_min_bf16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_min_bf16_param_1];
+	ld.param.u32 	%r11, [smcuda_reduce_min_bf16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_min_bf16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_min_bf16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r12, %nctaid.x;
+	mov.u32 	%r13, %ntid.x;
+	mul.wide.u32 	%rd3, %r12, %r13;
+	mov.u32 	%r14, %ctaid.x;
+	mul.wide.u32 	%rd14, %r14, %r13;
+	mov.u32 	%r15, %tid.x;
+	cvt.u64.u32 	%rd15, %r15;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB26_18;
+
+	setp.gt.u32 	%p2, %r11, 1;
+	@%p2 bra 	$L__BB26_6;
+	bra.uni 	$L__BB26_2;
+
+$L__BB26_6:
+	add.s32 	%r20, %r11, -1;
+	add.s32 	%r2, %r11, -2;
+	and.b32  	%r3, %r20, 3;
+	sub.s32 	%r4, %r20, %r3;
+
+$L__BB26_7:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs10, [%rd24];
+	// begin inline asm
+	{ mov.b32 %f26, {0,%rs10};}
+
+	// end inline asm
+	setp.lt.u32 	%p10, %r2, 3;
+	mov.u32 	%r32, 1;
+	@%p10 bra 	$L__BB26_10;
+
+	mov.u32 	%r32, 1;
+	mov.u32 	%r31, %r4;
+
+$L__BB26_9:
+	mul.wide.u32 	%rd25, %r32, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs11, [%rd29];
+	// begin inline asm
+	{ mov.b32 %f13, {0,%rs11};}
+
+	// end inline asm
+	setp.lt.f32 	%p11, %f13, %f26;
+	selp.f32 	%f17, %f13, %f26, %p11;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs12, [%rd31];
+	// begin inline asm
+	{ mov.b32 %f14, {0,%rs12};}
+
+	// end inline asm
+	setp.lt.f32 	%p12, %f14, %f17;
+	selp.f32 	%f18, %f14, %f17, %p12;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs13, [%rd33];
+	// begin inline asm
+	{ mov.b32 %f15, {0,%rs13};}
+
+	// end inline asm
+	setp.lt.f32 	%p13, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p13;
+	add.s32 	%r23, %r32, 3;
+	mul.wide.u32 	%rd34, %r23, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs14, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f16, {0,%rs14};}
+
+	// end inline asm
+	setp.lt.f32 	%p14, %f16, %f19;
+	selp.f32 	%f26, %f16, %f19, %p14;
+	add.s32 	%r32, %r32, 4;
+	add.s32 	%r31, %r31, -4;
+	setp.ne.s32 	%p15, %r31, 0;
+	@%p15 bra 	$L__BB26_9;
+
+$L__BB26_10:
+	setp.eq.s32 	%p16, %r3, 0;
+	@%p16 bra 	$L__BB26_14;
+
+	setp.eq.s32 	%p17, %r3, 1;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs15, [%rd42];
+	// begin inline asm
+	{ mov.b32 %f20, {0,%rs15};}
+
+	// end inline asm
+	setp.lt.f32 	%p18, %f20, %f26;
+	selp.f32 	%f26, %f20, %f26, %p18;
+	@%p17 bra 	$L__BB26_14;
+
+	setp.eq.s32 	%p19, %r3, 2;
+	add.s32 	%r24, %r32, 1;
+	mul.wide.u32 	%rd43, %r24, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs16, [%rd47];
+	// begin inline asm
+	{ mov.b32 %f21, {0,%rs16};}
+
+	// end inline asm
+	setp.lt.f32 	%p20, %f21, %f26;
+	selp.f32 	%f26, %f21, %f26, %p20;
+	@%p19 bra 	$L__BB26_14;
+
+	add.s32 	%r25, %r32, 2;
+	mul.wide.u32 	%rd48, %r25, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs17, [%rd52];
+	// begin inline asm
+	{ mov.b32 %f22, {0,%rs17};}
+
+	// end inline asm
+	setp.lt.f32 	%p21, %f22, %f26;
+	selp.f32 	%f26, %f22, %f26, %p21;
+
+$L__BB26_14:
+	mov.b32 	%r26, %f26;
+	and.b32  	%r27, %r26, 2147483647;
+	setp.gt.u32 	%p22, %r27, 2139095040;
+	shl.b32 	%r28, %r26, 16;
+	shr.u32 	%r29, %r26, 16;
+	cvt.u16.u32 	%rs18, %r29;
+	selp.b32 	%r10, 0, %r28, %p22;
+	selp.b16 	%rs21, 32767, %rs18, %p22;
+	setp.gt.u32 	%p23, %r10, -2147483648;
+	@%p23 bra 	$L__BB26_16;
+
+	setp.ne.s32 	%p24, %r10, -2147483648;
+	and.b16  	%rs19, %rs21, 1;
+	setp.eq.b16 	%p25, %rs19, 1;
+	not.pred 	%p26, %p25;
+	or.pred  	%p27, %p24, %p26;
+	@%p27 bra 	$L__BB26_17;
+
+$L__BB26_16:
+	add.s16 	%rs21, %rs21, 1;
+
+$L__BB26_17:
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs21;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p28, %rd55, %rd11;
+	@%p28 bra 	$L__BB26_7;
+	bra.uni 	$L__BB26_18;
+
+$L__BB26_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs7, [%rd19];
+	// begin inline asm
+	{ mov.b32 %f10, {0,%rs7};}
+
+	// end inline asm
+	mov.b32 	%r16, %f10;
+	and.b32  	%r17, %r16, 2147483647;
+	setp.gt.u32 	%p3, %r17, 2139095040;
+	shl.b32 	%r18, %r16, 16;
+	shr.u32 	%r19, %r16, 16;
+	cvt.u16.u32 	%rs8, %r19;
+	selp.b32 	%r1, 0, %r18, %p3;
+	selp.b16 	%rs20, 32767, %rs8, %p3;
+	setp.gt.u32 	%p4, %r1, -2147483648;
+	@%p4 bra 	$L__BB26_4;
+
+	setp.ne.s32 	%p5, %r1, -2147483648;
+	and.b16  	%rs9, %rs20, 1;
+	setp.eq.b16 	%p6, %rs9, 1;
+	not.pred 	%p7, %p6;
+	or.pred  	%p8, %p5, %p7;
+	@%p8 bra 	$L__BB26_5;
+
+$L__BB26_4:
+	add.s16 	%rs20, %rs20, 1;
+
+$L__BB26_5:
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs20;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB26_2;
+
+$L__BB26_18:
+	ret;
+
+}
+	// .globl	smcuda_reduce_max_bf16
+.visible .entry smcuda_reduce_max_bf16(
+	.param .u64 smcuda_reduce_max_bf16_param_0,
+	.param .u64 smcuda_reduce_max_bf16_param_1,
+	.param .u32 smcuda_reduce_max_bf16_param_2,
+	.param .u64 smcuda_reduce_max_bf16_param_3,
+	.param .u64 smcuda_reduce_max_bf16_param_4
+)
+{
+	.reg .pred 	%p<29>;
+	.reg .b16 	%rs<22>;
+	.reg .f32 	%f<27>;
+	.reg .b32 	%r<33>;
+	.reg .b64 	%rd<57>;
+
+
+	ld.param.u64 	%rd12, [smcuda_reduce_max_bf16_param_0];
+	ld.param.u64 	%rd13, [smcuda_reduce_max_bf16_param_1];
+	ld.param.u32 	%r11, [smcuda_reduce_max_bf16_param_2];
+	ld.param.u64 	%rd10, [smcuda_reduce_max_bf16_param_3];
+	ld.param.u64 	%rd11, [smcuda_reduce_max_bf16_param_4];
+	cvta.to.global.u64 	%rd1, %rd12;
+	cvta.to.global.u64 	%rd2, %rd13;
+	mov.u32 	%r12, %nctaid.x;
+	mov.u32 	%r13, %ntid.x;
+	mul.wide.u32 	%rd3, %r12, %r13;
+	mov.u32 	%r14, %ctaid.x;
+	mul.wide.u32 	%rd14, %r14, %r13;
+	mov.u32 	%r15, %tid.x;
+	cvt.u64.u32 	%rd15, %r15;
+	add.s64 	%rd55, %rd14, %rd15;
+	setp.ge.u64 	%p1, %rd55, %rd11;
+	@%p1 bra 	$L__BB27_18;
+
+	setp.gt.u32 	%p2, %r11, 1;
+	@%p2 bra 	$L__BB27_6;
+	bra.uni 	$L__BB27_2;
+
+$L__BB27_6:
+	add.s32 	%r20, %r11, -1;
+	add.s32 	%r2, %r11, -2;
+	and.b32  	%r3, %r20, 3;
+	sub.s32 	%r4, %r20, %r3;
+
+$L__BB27_7:
+	add.s64 	%rd8, %rd55, %rd10;
+	ld.global.u64 	%rd22, [%rd2];
+	shl.b64 	%rd23, %rd8, 1;
+	add.s64 	%rd24, %rd22, %rd23;
+	ld.u16 	%rs10, [%rd24];
+	// begin inline asm
+	{ mov.b32 %f26, {0,%rs10};}
+
+	// end inline asm
+	setp.lt.u32 	%p10, %r2, 3;
+	mov.u32 	%r32, 1;
+	@%p10 bra 	$L__BB27_10;
+
+	mov.u32 	%r32, 1;
+	mov.u32 	%r31, %r4;
+
+$L__BB27_9:
+	mul.wide.u32 	%rd25, %r32, 8;
+	add.s64 	%rd26, %rd2, %rd25;
+	ld.global.u64 	%rd27, [%rd26];
+	add.s64 	%rd29, %rd27, %rd23;
+	ld.u16 	%rs11, [%rd29];
+	// begin inline asm
+	{ mov.b32 %f13, {0,%rs11};}
+
+	// end inline asm
+	setp.gt.f32 	%p11, %f13, %f26;
+	selp.f32 	%f17, %f13, %f26, %p11;
+	ld.global.u64 	%rd30, [%rd26+8];
+	add.s64 	%rd31, %rd30, %rd23;
+	ld.u16 	%rs12, [%rd31];
+	// begin inline asm
+	{ mov.b32 %f14, {0,%rs12};}
+
+	// end inline asm
+	setp.gt.f32 	%p12, %f14, %f17;
+	selp.f32 	%f18, %f14, %f17, %p12;
+	ld.global.u64 	%rd32, [%rd26+16];
+	add.s64 	%rd33, %rd32, %rd23;
+	ld.u16 	%rs13, [%rd33];
+	// begin inline asm
+	{ mov.b32 %f15, {0,%rs13};}
+
+	// end inline asm
+	setp.gt.f32 	%p13, %f15, %f18;
+	selp.f32 	%f19, %f15, %f18, %p13;
+	add.s32 	%r23, %r32, 3;
+	mul.wide.u32 	%rd34, %r23, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	add.s64 	%rd37, %rd36, %rd23;
+	ld.u16 	%rs14, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f16, {0,%rs14};}
+
+	// end inline asm
+	setp.gt.f32 	%p14, %f16, %f19;
+	selp.f32 	%f26, %f16, %f19, %p14;
+	add.s32 	%r32, %r32, 4;
+	add.s32 	%r31, %r31, -4;
+	setp.ne.s32 	%p15, %r31, 0;
+	@%p15 bra 	$L__BB27_9;
+
+$L__BB27_10:
+	setp.eq.s32 	%p16, %r3, 0;
+	@%p16 bra 	$L__BB27_14;
+
+	setp.eq.s32 	%p17, %r3, 1;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	add.s64 	%rd42, %rd40, %rd23;
+	ld.u16 	%rs15, [%rd42];
+	// begin inline asm
+	{ mov.b32 %f20, {0,%rs15};}
+
+	// end inline asm
+	setp.gt.f32 	%p18, %f20, %f26;
+	selp.f32 	%f26, %f20, %f26, %p18;
+	@%p17 bra 	$L__BB27_14;
+
+	setp.eq.s32 	%p19, %r3, 2;
+	add.s32 	%r24, %r32, 1;
+	mul.wide.u32 	%rd43, %r24, 8;
+	add.s64 	%rd44, %rd2, %rd43;
+	ld.global.u64 	%rd45, [%rd44];
+	add.s64 	%rd47, %rd45, %rd23;
+	ld.u16 	%rs16, [%rd47];
+	// begin inline asm
+	{ mov.b32 %f21, {0,%rs16};}
+
+	// end inline asm
+	setp.gt.f32 	%p20, %f21, %f26;
+	selp.f32 	%f26, %f21, %f26, %p20;
+	@%p19 bra 	$L__BB27_14;
+
+	add.s32 	%r25, %r32, 2;
+	mul.wide.u32 	%rd48, %r25, 8;
+	add.s64 	%rd49, %rd2, %rd48;
+	ld.global.u64 	%rd50, [%rd49];
+	add.s64 	%rd52, %rd50, %rd23;
+	ld.u16 	%rs17, [%rd52];
+	// begin inline asm
+	{ mov.b32 %f22, {0,%rs17};}
+
+	// end inline asm
+	setp.gt.f32 	%p21, %f22, %f26;
+	selp.f32 	%f26, %f22, %f26, %p21;
+
+$L__BB27_14:
+	mov.b32 	%r26, %f26;
+	and.b32  	%r27, %r26, 2147483647;
+	setp.gt.u32 	%p22, %r27, 2139095040;
+	shl.b32 	%r28, %r26, 16;
+	shr.u32 	%r29, %r26, 16;
+	cvt.u16.u32 	%rs18, %r29;
+	selp.b32 	%r10, 0, %r28, %p22;
+	selp.b16 	%rs21, 32767, %rs18, %p22;
+	setp.gt.u32 	%p23, %r10, -2147483648;
+	@%p23 bra 	$L__BB27_16;
+
+	setp.ne.s32 	%p24, %r10, -2147483648;
+	and.b16  	%rs19, %rs21, 1;
+	setp.eq.b16 	%p25, %rs19, 1;
+	not.pred 	%p26, %p25;
+	or.pred  	%p27, %p24, %p26;
+	@%p27 bra 	$L__BB27_17;
+
+$L__BB27_16:
+	add.s16 	%rs21, %rs21, 1;
+
+$L__BB27_17:
+	shl.b64 	%rd53, %rd55, 1;
+	add.s64 	%rd54, %rd1, %rd53;
+	st.global.u16 	[%rd54], %rs21;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p28, %rd55, %rd11;
+	@%p28 bra 	$L__BB27_7;
+	bra.uni 	$L__BB27_18;
+
+$L__BB27_2:
+	add.s64 	%rd16, %rd55, %rd10;
+	ld.global.u64 	%rd17, [%rd2];
+	shl.b64 	%rd18, %rd16, 1;
+	add.s64 	%rd19, %rd17, %rd18;
+	ld.u16 	%rs7, [%rd19];
+	// begin inline asm
+	{ mov.b32 %f10, {0,%rs7};}
+
+	// end inline asm
+	mov.b32 	%r16, %f10;
+	and.b32  	%r17, %r16, 2147483647;
+	setp.gt.u32 	%p3, %r17, 2139095040;
+	shl.b32 	%r18, %r16, 16;
+	shr.u32 	%r19, %r16, 16;
+	cvt.u16.u32 	%rs8, %r19;
+	selp.b32 	%r1, 0, %r18, %p3;
+	selp.b16 	%rs20, 32767, %rs8, %p3;
+	setp.gt.u32 	%p4, %r1, -2147483648;
+	@%p4 bra 	$L__BB27_4;
+
+	setp.ne.s32 	%p5, %r1, -2147483648;
+	and.b16  	%rs9, %rs20, 1;
+	setp.eq.b16 	%p6, %rs9, 1;
+	not.pred 	%p7, %p6;
+	or.pred  	%p8, %p5, %p7;
+	@%p8 bra 	$L__BB27_5;
+
+$L__BB27_4:
+	add.s16 	%rs20, %rs20, 1;
+
+$L__BB27_5:
+	shl.b64 	%rd20, %rd55, 1;
+	add.s64 	%rd21, %rd1, %rd20;
+	st.global.u16 	[%rd21], %rs20;
+	add.s64 	%rd55, %rd55, %rd3;
+	setp.lt.u64 	%p9, %rd55, %rd11;
+	@%p9 bra 	$L__BB27_2;
+
+$L__BB27_18:
+	ret;
+
+}
 	// .globl	smcuda_reduce_prod_bf16
 .visible .entry smcuda_reduce_prod_bf16(
 	.param .u64 smcuda_reduce_prod_bf16_param_0,
@@ -5586,19 +8104,19 @@ $L__BB24_18:
 	cvt.u64.u32 	%rd15, %r15;
 	add.s64 	%rd55, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB25_18;
+	@%p1 bra 	$L__BB28_18;
 
 	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB25_6;
-	bra.uni 	$L__BB25_2;
+	@%p2 bra 	$L__BB28_6;
+	bra.uni 	$L__BB28_2;
 
-$L__BB25_6:
+$L__BB28_6:
 	add.s32 	%r20, %r11, -1;
 	add.s32 	%r2, %r11, -2;
 	and.b32  	%r3, %r20, 3;
 	sub.s32 	%r4, %r20, %r3;
 
-$L__BB25_7:
+$L__BB28_7:
 	add.s64 	%rd8, %rd55, %rd10;
 	ld.global.u64 	%rd22, [%rd2];
 	shl.b64 	%rd23, %rd8, 1;
@@ -5610,12 +8128,12 @@ $L__BB25_7:
 	// end inline asm
 	setp.lt.u32 	%p10, %r2, 3;
 	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB25_10;
+	@%p10 bra 	$L__BB28_10;
 
 	mov.u32 	%r32, 1;
 	mov.u32 	%r31, %r4;
 
-$L__BB25_9:
+$L__BB28_9:
 	mul.wide.u32 	%rd25, %r32, 8;
 	add.s64 	%rd26, %rd2, %rd25;
 	ld.global.u64 	%rd27, [%rd26];
@@ -5656,11 +8174,11 @@ $L__BB25_9:
 	add.s32 	%r32, %r32, 4;
 	add.s32 	%r31, %r31, -4;
 	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB25_9;
+	@%p11 bra 	$L__BB28_9;
 
-$L__BB25_10:
+$L__BB28_10:
 	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB25_14;
+	@%p12 bra 	$L__BB28_14;
 
 	setp.eq.s32 	%p13, %r3, 1;
 	mul.wide.u32 	%rd38, %r32, 8;
@@ -5673,7 +8191,7 @@ $L__BB25_10:
 
 	// end inline asm
 	mul.f32 	%f26, %f26, %f20;
-	@%p13 bra 	$L__BB25_14;
+	@%p13 bra 	$L__BB28_14;
 
 	setp.eq.s32 	%p14, %r3, 2;
 	add.s32 	%r24, %r32, 1;
@@ -5687,7 +8205,7 @@ $L__BB25_10:
 
 	// end inline asm
 	mul.f32 	%f26, %f26, %f21;
-	@%p14 bra 	$L__BB25_14;
+	@%p14 bra 	$L__BB28_14;
 
 	add.s32 	%r25, %r32, 2;
 	mul.wide.u32 	%rd48, %r25, 8;
@@ -5701,7 +8219,7 @@ $L__BB25_10:
 	// end inline asm
 	mul.f32 	%f26, %f26, %f22;
 
-$L__BB25_14:
+$L__BB28_14:
 	mov.b32 	%r26, %f26;
 	and.b32  	%r27, %r26, 2147483647;
 	setp.gt.u32 	%p15, %r27, 2139095040;
@@ -5711,28 +8229,28 @@ $L__BB25_14:
 	selp.b32 	%r10, 0, %r28, %p15;
 	selp.b16 	%rs21, 32767, %rs18, %p15;
 	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB25_16;
+	@%p16 bra 	$L__BB28_16;
 
 	setp.ne.s32 	%p17, %r10, -2147483648;
 	and.b16  	%rs19, %rs21, 1;
 	setp.eq.b16 	%p18, %rs19, 1;
 	not.pred 	%p19, %p18;
 	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB25_17;
+	@%p20 bra 	$L__BB28_17;
 
-$L__BB25_16:
+$L__BB28_16:
 	add.s16 	%rs21, %rs21, 1;
 
-$L__BB25_17:
+$L__BB28_17:
 	shl.b64 	%rd53, %rd55, 1;
 	add.s64 	%rd54, %rd1, %rd53;
 	st.global.u16 	[%rd54], %rs21;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB25_7;
-	bra.uni 	$L__BB25_18;
+	@%p21 bra 	$L__BB28_7;
+	bra.uni 	$L__BB28_18;
 
-$L__BB25_2:
+$L__BB28_2:
 	add.s64 	%rd16, %rd55, %rd10;
 	ld.global.u64 	%rd17, [%rd2];
 	shl.b64 	%rd18, %rd16, 1;
@@ -5751,27 +8269,27 @@ $L__BB25_2:
 	selp.b32 	%r1, 0, %r18, %p3;
 	selp.b16 	%rs20, 32767, %rs8, %p3;
 	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB25_4;
+	@%p4 bra 	$L__BB28_4;
 
 	setp.ne.s32 	%p5, %r1, -2147483648;
 	and.b16  	%rs9, %rs20, 1;
 	setp.eq.b16 	%p6, %rs9, 1;
 	not.pred 	%p7, %p6;
 	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB25_5;
+	@%p8 bra 	$L__BB28_5;
 
-$L__BB25_4:
+$L__BB28_4:
 	add.s16 	%rs20, %rs20, 1;
 
-$L__BB25_5:
+$L__BB28_5:
 	shl.b64 	%rd20, %rd55, 1;
 	add.s64 	%rd21, %rd1, %rd20;
 	st.global.u16 	[%rd21], %rs20;
 	add.s64 	%rd55, %rd55, %rd3;
 	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB25_2;
+	@%p9 bra 	$L__BB28_2;
 
-$L__BB25_18:
+$L__BB28_18:
 	ret;
 
 }
@@ -5800,7 +8318,7 @@ $L__BB25_18:
 	cvt.u64.u32 	%rd11, %r5;
 	add.s64 	%rd14, %rd10, %rd11;
 	setp.ge.u64 	%p1, %rd14, %rd9;
-	@%p1 bra 	$L__BB26_6;
+	@%p1 bra 	$L__BB29_6;
 
 	cvt.rn.f32.u32 	%f1, %r2;
 	mov.u32 	%r6, %nctaid.x;
@@ -5808,7 +8326,7 @@ $L__BB25_18:
 	mul.lo.s64 	%rd3, %rd12, %rd1;
 	cvta.to.global.u64 	%rd4, %rd8;
 
-$L__BB26_2:
+$L__BB29_2:
 	shl.b64 	%rd13, %rd14, 1;
 	add.s64 	%rd6, %rd4, %rd13;
 	ld.global.u16 	%rs4, [%rd6];
@@ -5826,25 +8344,25 @@ $L__BB26_2:
 	selp.b32 	%r1, 0, %r9, %p2;
 	selp.b16 	%rs7, 32767, %rs5, %p2;
 	setp.gt.u32 	%p3, %r1, -2147483648;
-	@%p3 bra 	$L__BB26_4;
+	@%p3 bra 	$L__BB29_4;
 
 	setp.ne.s32 	%p4, %r1, -2147483648;
 	and.b16  	%rs6, %rs7, 1;
 	setp.eq.b16 	%p5, %rs6, 1;
 	not.pred 	%p6, %p5;
 	or.pred  	%p7, %p4, %p6;
-	@%p7 bra 	$L__BB26_5;
+	@%p7 bra 	$L__BB29_5;
 
-$L__BB26_4:
+$L__BB29_4:
 	add.s16 	%rs7, %rs7, 1;
 
-$L__BB26_5:
+$L__BB29_5:
 	st.global.u16 	[%rd6], %rs7;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p8, %rd14, %rd9;
-	@%p8 bra 	$L__BB26_2;
+	@%p8 bra 	$L__BB29_2;
 
-$L__BB26_6:
+$L__BB29_6:
 	ret;
 
 }
@@ -5884,18 +8402,18 @@ $L__BB26_6:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB27_2;
+	@%p1 bra 	$L__BB30_2;
 
 	div.u64 	%rd172, %rd5, %rd4;
-	bra.uni 	$L__BB27_3;
+	bra.uni 	$L__BB30_3;
 
-$L__BB27_2:
+$L__BB30_2:
 	cvt.u32.u64 	%r63, %rd4;
 	cvt.u32.u64 	%r64, %rd5;
 	div.u32 	%r65, %r64, %r63;
 	cvt.u64.u32 	%rd172, %r65;
 
-$L__BB27_3:
+$L__BB30_3:
 	add.s64 	%rd57, %rd172, 7;
 	and.b64  	%rd58, %rd57, -8;
 	mov.u32 	%r66, %ctaid.x;
@@ -5911,22 +8429,22 @@ $L__BB27_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB27_14;
+	@%p2 bra 	$L__BB30_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r67, %tid.x;
 	cvt.u64.u32 	%rd15, %r67;
-	@%p3 bra 	$L__BB27_8;
+	@%p3 bra 	$L__BB30_8;
 
 	add.s64 	%rd173, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd173, %rd11;
-	@%p4 bra 	$L__BB27_14;
+	@%p4 bra 	$L__BB30_14;
 
 	mov.u32 	%r68, %ntid.x;
 	cvt.u64.u32 	%rd17, %r68;
 
-$L__BB27_7:
+$L__BB30_7:
 	shl.b64 	%rd65, %rd173, 1;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.u16 	%rs79, [%rd66];
@@ -5934,19 +8452,19 @@ $L__BB27_7:
 	st.u16 	[%rd67], %rs79;
 	add.s64 	%rd173, %rd173, %rd17;
 	setp.lt.u64 	%p5, %rd173, %rd11;
-	@%p5 bra 	$L__BB27_7;
-	bra.uni 	$L__BB27_14;
+	@%p5 bra 	$L__BB30_7;
+	bra.uni 	$L__BB30_14;
 
-$L__BB27_8:
+$L__BB30_8:
 	shl.b64 	%rd68, %rd15, 3;
 	add.s64 	%rd174, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd174, %rd12;
-	@%p6 bra 	$L__BB27_11;
+	@%p6 bra 	$L__BB30_11;
 
 	mov.u32 	%r69, %ntid.x;
 	mul.wide.u32 	%rd21, %r69, 8;
 
-$L__BB27_10:
+$L__BB30_10:
 	shl.b64 	%rd69, %rd174, 1;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -5954,17 +8472,17 @@ $L__BB27_10:
 	st.v4.u32 	[%rd71], {%r70, %r71, %r72, %r73};
 	add.s64 	%rd174, %rd174, %rd21;
 	setp.lt.u64 	%p7, %rd174, %rd12;
-	@%p7 bra 	$L__BB27_10;
+	@%p7 bra 	$L__BB30_10;
 
-$L__BB27_11:
+$L__BB30_11:
 	add.s64 	%rd175, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd175, %rd11;
-	@%p8 bra 	$L__BB27_14;
+	@%p8 bra 	$L__BB30_14;
 
 	mov.u32 	%r78, %ntid.x;
 	cvt.u64.u32 	%rd25, %r78;
 
-$L__BB27_13:
+$L__BB30_13:
 	shl.b64 	%rd72, %rd175, 1;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.u16 	%rs80, [%rd73];
@@ -5972,13 +8490,13 @@ $L__BB27_13:
 	st.u16 	[%rd74], %rs80;
 	add.s64 	%rd175, %rd175, %rd25;
 	setp.lt.u64 	%p9, %rd175, %rd11;
-	@%p9 bra 	$L__BB27_13;
+	@%p9 bra 	$L__BB30_13;
 
-$L__BB27_14:
+$L__BB30_14:
 	mov.u32 	%r200, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r200, %r60;
-	@%p10 bra 	$L__BB27_19;
+	@%p10 bra 	$L__BB30_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r79, %r59, 9;
@@ -5987,9 +8505,9 @@ $L__BB27_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r189, %r200;
 
-$L__BB27_16:
+$L__BB30_16:
 	setp.eq.s32 	%p11, %r189, %r59;
-	@%p11 bra 	$L__BB27_18;
+	@%p11 bra 	$L__BB30_18;
 
 	mul.wide.u32 	%rd78, %r189, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -6001,22 +8519,22 @@ $L__BB27_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB27_18:
+$L__BB30_18:
 	add.s32 	%r189, %r189, %r2;
 	setp.lt.u32 	%p12, %r189, %r60;
-	@%p12 bra 	$L__BB27_16;
+	@%p12 bra 	$L__BB30_16;
 
-$L__BB27_19:
-	@%p10 bra 	$L__BB27_26;
+$L__BB30_19:
+	@%p10 bra 	$L__BB30_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r190, %r200;
 
-$L__BB27_21:
+$L__BB30_21:
 	setp.eq.s32 	%p14, %r190, %r59;
-	@%p14 bra 	$L__BB27_25;
+	@%p14 bra 	$L__BB30_25;
 
 	shl.b32 	%r80, %r190, 9;
 	cvt.u64.u32 	%rd84, %r80;
@@ -6024,35 +8542,35 @@ $L__BB27_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB27_23:
+$L__BB30_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB27_23;
+	@%p15 bra 	$L__BB30_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB27_25:
+$L__BB30_25:
 	add.s32 	%r190, %r190, %r5;
 	setp.lt.u32 	%p16, %r190, %r60;
-	@%p16 bra 	$L__BB27_21;
+	@%p16 bra 	$L__BB30_21;
 
-$L__BB27_26:
+$L__BB30_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r200;
 	mul.wide.u32 	%rd90, %r200, 8;
 	add.s64 	%rd176, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd176, %rd12;
-	@%p17 bra 	$L__BB27_92;
+	@%p17 bra 	$L__BB30_92;
 
 	cvt.rn.f32.u32 	%f1, %r60;
 	mov.u32 	%r81, %ntid.x;
 	mul.wide.u32 	%rd34, %r81, 8;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB27_28:
+$L__BB30_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd176, 1;
 	add.s64 	%rd93, %rd91, %rd92;
@@ -6094,16 +8612,16 @@ $L__BB27_28:
 
 	// end inline asm
 	setp.lt.u32 	%p18, %r60, 2;
-	@%p18 bra 	$L__BB27_39;
+	@%p18 bra 	$L__BB30_39;
 
 	setp.eq.s32 	%p19, %r61, 2;
-	@%p19 bra 	$L__BB27_37;
-	bra.uni 	$L__BB27_30;
+	@%p19 bra 	$L__BB30_37;
+	bra.uni 	$L__BB30_30;
 
-$L__BB27_37:
+$L__BB30_37:
 	mov.u32 	%r192, 1;
 
-$L__BB27_38:
+$L__BB30_38:
 	mul.wide.u32 	%rd99, %r192, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -6163,23 +8681,23 @@ $L__BB27_38:
 	selp.f32 	%f167, %f134, %f167, %p38;
 	add.s32 	%r192, %r192, 1;
 	setp.lt.u32 	%p39, %r192, %r60;
-	@%p39 bra 	$L__BB27_38;
-	bra.uni 	$L__BB27_39;
+	@%p39 bra 	$L__BB30_38;
+	bra.uni 	$L__BB30_39;
 
-$L__BB27_30:
+$L__BB30_30:
 	mov.u32 	%r191, 1;
 
-$L__BB27_31:
+$L__BB30_31:
 	mul.wide.u32 	%rd94, %r191, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v4.u32 	{%r91, %r92, %r93, %r94}, [%rd98];
 	setp.eq.s32 	%p20, %r61, 3;
-	@%p20 bra 	$L__BB27_34;
+	@%p20 bra 	$L__BB30_34;
 
 	setp.ne.s32 	%p21, %r61, 4;
-	@%p21 bra 	$L__BB27_35;
+	@%p21 bra 	$L__BB30_35;
 
 	mov.b32 	{%rs89, %rs90}, %r91;
 	// begin inline asm
@@ -6225,9 +8743,9 @@ $L__BB27_31:
 
 	// end inline asm
 	mul.f32 	%f167, %f110, %f167;
-	bra.uni 	$L__BB27_36;
+	bra.uni 	$L__BB30_36;
 
-$L__BB27_34:
+$L__BB30_34:
 	mov.b32 	{%rs97, %rs98}, %r91;
 	// begin inline asm
 	{ mov.b32 %f111, {0,%rs97};}
@@ -6280,9 +8798,9 @@ $L__BB27_34:
 	// end inline asm
 	setp.gt.f32 	%p29, %f118, %f167;
 	selp.f32 	%f167, %f118, %f167, %p29;
-	bra.uni 	$L__BB27_36;
+	bra.uni 	$L__BB30_36;
 
-$L__BB27_35:
+$L__BB30_35:
 	mov.b32 	{%rs105, %rs106}, %r91;
 	// begin inline asm
 	{ mov.b32 %f119, {0,%rs105};}
@@ -6328,17 +8846,17 @@ $L__BB27_35:
 	// end inline asm
 	add.f32 	%f167, %f167, %f126;
 
-$L__BB27_36:
+$L__BB30_36:
 	add.s32 	%r191, %r191, 1;
 	setp.lt.u32 	%p30, %r191, %r60;
-	@%p30 bra 	$L__BB27_31;
+	@%p30 bra 	$L__BB30_31;
 
-$L__BB27_39:
+$L__BB30_39:
 	setp.eq.s32 	%p40, %r61, 1;
-	@%p40 bra 	$L__BB27_64;
-	bra.uni 	$L__BB27_40;
+	@%p40 bra 	$L__BB30_64;
+	bra.uni 	$L__BB30_40;
 
-$L__BB27_64:
+$L__BB30_64:
 	div.rn.f32 	%f135, %f174, %f1;
 	mov.b32 	%r131, %f135;
 	and.b32  	%r132, %r131, 2147483647;
@@ -6349,19 +8867,19 @@ $L__BB27_64:
 	selp.b32 	%r29, 0, %r133, %p89;
 	selp.b16 	%rs191, 32767, %rs137, %p89;
 	setp.gt.u32 	%p90, %r29, -2147483648;
-	@%p90 bra 	$L__BB27_66;
+	@%p90 bra 	$L__BB30_66;
 
 	setp.ne.s32 	%p91, %r29, -2147483648;
 	and.b16  	%rs138, %rs191, 1;
 	setp.eq.b16 	%p92, %rs138, 1;
 	not.pred 	%p93, %p92;
 	or.pred  	%p94, %p91, %p93;
-	@%p94 bra 	$L__BB27_67;
+	@%p94 bra 	$L__BB30_67;
 
-$L__BB27_66:
+$L__BB30_66:
 	add.s16 	%rs191, %rs191, 1;
 
-$L__BB27_67:
+$L__BB30_67:
 	div.rn.f32 	%f136, %f173, %f1;
 	mov.b32 	%r135, %f136;
 	and.b32  	%r136, %r135, 2147483647;
@@ -6372,19 +8890,19 @@ $L__BB27_67:
 	selp.b32 	%r30, 0, %r137, %p95;
 	selp.b16 	%rs192, 32767, %rs139, %p95;
 	setp.gt.u32 	%p96, %r30, -2147483648;
-	@%p96 bra 	$L__BB27_69;
+	@%p96 bra 	$L__BB30_69;
 
 	setp.ne.s32 	%p97, %r30, -2147483648;
 	and.b16  	%rs140, %rs192, 1;
 	setp.eq.b16 	%p98, %rs140, 1;
 	not.pred 	%p99, %p98;
 	or.pred  	%p100, %p97, %p99;
-	@%p100 bra 	$L__BB27_70;
+	@%p100 bra 	$L__BB30_70;
 
-$L__BB27_69:
+$L__BB30_69:
 	add.s16 	%rs192, %rs192, 1;
 
-$L__BB27_70:
+$L__BB30_70:
 	div.rn.f32 	%f137, %f172, %f1;
 	mov.b32 	%r139, %f137;
 	and.b32  	%r140, %r139, 2147483647;
@@ -6395,19 +8913,19 @@ $L__BB27_70:
 	selp.b32 	%r31, 0, %r141, %p101;
 	selp.b16 	%rs189, 32767, %rs141, %p101;
 	setp.gt.u32 	%p102, %r31, -2147483648;
-	@%p102 bra 	$L__BB27_72;
+	@%p102 bra 	$L__BB30_72;
 
 	setp.ne.s32 	%p103, %r31, -2147483648;
 	and.b16  	%rs142, %rs189, 1;
 	setp.eq.b16 	%p104, %rs142, 1;
 	not.pred 	%p105, %p104;
 	or.pred  	%p106, %p103, %p105;
-	@%p106 bra 	$L__BB27_73;
+	@%p106 bra 	$L__BB30_73;
 
-$L__BB27_72:
+$L__BB30_72:
 	add.s16 	%rs189, %rs189, 1;
 
-$L__BB27_73:
+$L__BB30_73:
 	div.rn.f32 	%f138, %f171, %f1;
 	mov.b32 	%r143, %f138;
 	and.b32  	%r144, %r143, 2147483647;
@@ -6418,19 +8936,19 @@ $L__BB27_73:
 	selp.b32 	%r32, 0, %r145, %p107;
 	selp.b16 	%rs190, 32767, %rs143, %p107;
 	setp.gt.u32 	%p108, %r32, -2147483648;
-	@%p108 bra 	$L__BB27_75;
+	@%p108 bra 	$L__BB30_75;
 
 	setp.ne.s32 	%p109, %r32, -2147483648;
 	and.b16  	%rs144, %rs190, 1;
 	setp.eq.b16 	%p110, %rs144, 1;
 	not.pred 	%p111, %p110;
 	or.pred  	%p112, %p109, %p111;
-	@%p112 bra 	$L__BB27_76;
+	@%p112 bra 	$L__BB30_76;
 
-$L__BB27_75:
+$L__BB30_75:
 	add.s16 	%rs190, %rs190, 1;
 
-$L__BB27_76:
+$L__BB30_76:
 	div.rn.f32 	%f139, %f170, %f1;
 	mov.b32 	%r147, %f139;
 	and.b32  	%r148, %r147, 2147483647;
@@ -6441,19 +8959,19 @@ $L__BB27_76:
 	selp.b32 	%r33, 0, %r149, %p113;
 	selp.b16 	%rs187, 32767, %rs145, %p113;
 	setp.gt.u32 	%p114, %r33, -2147483648;
-	@%p114 bra 	$L__BB27_78;
+	@%p114 bra 	$L__BB30_78;
 
 	setp.ne.s32 	%p115, %r33, -2147483648;
 	and.b16  	%rs146, %rs187, 1;
 	setp.eq.b16 	%p116, %rs146, 1;
 	not.pred 	%p117, %p116;
 	or.pred  	%p118, %p115, %p117;
-	@%p118 bra 	$L__BB27_79;
+	@%p118 bra 	$L__BB30_79;
 
-$L__BB27_78:
+$L__BB30_78:
 	add.s16 	%rs187, %rs187, 1;
 
-$L__BB27_79:
+$L__BB30_79:
 	div.rn.f32 	%f140, %f169, %f1;
 	mov.b32 	%r151, %f140;
 	and.b32  	%r152, %r151, 2147483647;
@@ -6464,19 +8982,19 @@ $L__BB27_79:
 	selp.b32 	%r34, 0, %r153, %p119;
 	selp.b16 	%rs188, 32767, %rs147, %p119;
 	setp.gt.u32 	%p120, %r34, -2147483648;
-	@%p120 bra 	$L__BB27_81;
+	@%p120 bra 	$L__BB30_81;
 
 	setp.ne.s32 	%p121, %r34, -2147483648;
 	and.b16  	%rs148, %rs188, 1;
 	setp.eq.b16 	%p122, %rs148, 1;
 	not.pred 	%p123, %p122;
 	or.pred  	%p124, %p121, %p123;
-	@%p124 bra 	$L__BB27_82;
+	@%p124 bra 	$L__BB30_82;
 
-$L__BB27_81:
+$L__BB30_81:
 	add.s16 	%rs188, %rs188, 1;
 
-$L__BB27_82:
+$L__BB30_82:
 	div.rn.f32 	%f141, %f168, %f1;
 	mov.b32 	%r155, %f141;
 	and.b32  	%r156, %r155, 2147483647;
@@ -6487,19 +9005,19 @@ $L__BB27_82:
 	selp.b32 	%r35, 0, %r157, %p125;
 	selp.b16 	%rs185, 32767, %rs149, %p125;
 	setp.gt.u32 	%p126, %r35, -2147483648;
-	@%p126 bra 	$L__BB27_84;
+	@%p126 bra 	$L__BB30_84;
 
 	setp.ne.s32 	%p127, %r35, -2147483648;
 	and.b16  	%rs150, %rs185, 1;
 	setp.eq.b16 	%p128, %rs150, 1;
 	not.pred 	%p129, %p128;
 	or.pred  	%p130, %p127, %p129;
-	@%p130 bra 	$L__BB27_85;
+	@%p130 bra 	$L__BB30_85;
 
-$L__BB27_84:
+$L__BB30_84:
 	add.s16 	%rs185, %rs185, 1;
 
-$L__BB27_85:
+$L__BB30_85:
 	div.rn.f32 	%f142, %f167, %f1;
 	mov.b32 	%r159, %f142;
 	and.b32  	%r160, %r159, 2147483647;
@@ -6510,20 +9028,20 @@ $L__BB27_85:
 	selp.b32 	%r36, 0, %r161, %p131;
 	selp.b16 	%rs186, 32767, %rs151, %p131;
 	setp.gt.u32 	%p132, %r36, -2147483648;
-	@%p132 bra 	$L__BB27_87;
+	@%p132 bra 	$L__BB30_87;
 
 	setp.ne.s32 	%p133, %r36, -2147483648;
 	and.b16  	%rs152, %rs186, 1;
 	setp.eq.b16 	%p134, %rs152, 1;
 	not.pred 	%p135, %p134;
 	or.pred  	%p136, %p133, %p135;
-	@%p136 bra 	$L__BB27_88;
+	@%p136 bra 	$L__BB30_88;
 
-$L__BB27_87:
+$L__BB30_87:
 	add.s16 	%rs186, %rs186, 1;
-	bra.uni 	$L__BB27_88;
+	bra.uni 	$L__BB30_88;
 
-$L__BB27_40:
+$L__BB30_40:
 	mov.b32 	%r104, %f174;
 	and.b32  	%r105, %r104, 2147483647;
 	setp.gt.u32 	%p41, %r105, 2139095040;
@@ -6533,19 +9051,19 @@ $L__BB27_40:
 	selp.b32 	%r16, 0, %r107, %p41;
 	selp.b16 	%rs191, 32767, %rs121, %p41;
 	setp.gt.u32 	%p42, %r16, -2147483648;
-	@%p42 bra 	$L__BB27_42;
+	@%p42 bra 	$L__BB30_42;
 
 	setp.ne.s32 	%p43, %r16, -2147483648;
 	and.b16  	%rs122, %rs191, 1;
 	setp.eq.b16 	%p44, %rs122, 1;
 	not.pred 	%p45, %p44;
 	or.pred  	%p46, %p43, %p45;
-	@%p46 bra 	$L__BB27_43;
+	@%p46 bra 	$L__BB30_43;
 
-$L__BB27_42:
+$L__BB30_42:
 	add.s16 	%rs191, %rs191, 1;
 
-$L__BB27_43:
+$L__BB30_43:
 	mov.b32 	%r108, %f173;
 	and.b32  	%r109, %r108, 2147483647;
 	setp.gt.u32 	%p47, %r109, 2139095040;
@@ -6555,19 +9073,19 @@ $L__BB27_43:
 	selp.b32 	%r17, 0, %r111, %p47;
 	selp.b16 	%rs192, 32767, %rs123, %p47;
 	setp.gt.u32 	%p48, %r17, -2147483648;
-	@%p48 bra 	$L__BB27_45;
+	@%p48 bra 	$L__BB30_45;
 
 	setp.ne.s32 	%p49, %r17, -2147483648;
 	and.b16  	%rs124, %rs192, 1;
 	setp.eq.b16 	%p50, %rs124, 1;
 	not.pred 	%p51, %p50;
 	or.pred  	%p52, %p49, %p51;
-	@%p52 bra 	$L__BB27_46;
+	@%p52 bra 	$L__BB30_46;
 
-$L__BB27_45:
+$L__BB30_45:
 	add.s16 	%rs192, %rs192, 1;
 
-$L__BB27_46:
+$L__BB30_46:
 	mov.b32 	%r112, %f172;
 	mov.b32 	%r18, %f171;
 	mov.b32 	%r19, %f170;
@@ -6582,19 +9100,19 @@ $L__BB27_46:
 	selp.b32 	%r23, 0, %r115, %p53;
 	selp.b16 	%rs189, 32767, %rs125, %p53;
 	setp.gt.u32 	%p54, %r23, -2147483648;
-	@%p54 bra 	$L__BB27_48;
+	@%p54 bra 	$L__BB30_48;
 
 	setp.ne.s32 	%p55, %r23, -2147483648;
 	and.b16  	%rs126, %rs189, 1;
 	setp.eq.b16 	%p56, %rs126, 1;
 	not.pred 	%p57, %p56;
 	or.pred  	%p58, %p55, %p57;
-	@%p58 bra 	$L__BB27_49;
+	@%p58 bra 	$L__BB30_49;
 
-$L__BB27_48:
+$L__BB30_48:
 	add.s16 	%rs189, %rs189, 1;
 
-$L__BB27_49:
+$L__BB30_49:
 	and.b32  	%r116, %r18, 2147483647;
 	setp.gt.u32 	%p59, %r116, 2139095040;
 	shr.u32 	%r117, %r18, 16;
@@ -6603,19 +9121,19 @@ $L__BB27_49:
 	selp.b32 	%r24, 0, %r118, %p59;
 	selp.b16 	%rs190, 32767, %rs127, %p59;
 	setp.gt.u32 	%p60, %r24, -2147483648;
-	@%p60 bra 	$L__BB27_51;
+	@%p60 bra 	$L__BB30_51;
 
 	setp.ne.s32 	%p61, %r24, -2147483648;
 	and.b16  	%rs128, %rs190, 1;
 	setp.eq.b16 	%p62, %rs128, 1;
 	not.pred 	%p63, %p62;
 	or.pred  	%p64, %p61, %p63;
-	@%p64 bra 	$L__BB27_52;
+	@%p64 bra 	$L__BB30_52;
 
-$L__BB27_51:
+$L__BB30_51:
 	add.s16 	%rs190, %rs190, 1;
 
-$L__BB27_52:
+$L__BB30_52:
 	and.b32  	%r119, %r19, 2147483647;
 	setp.gt.u32 	%p65, %r119, 2139095040;
 	shr.u32 	%r120, %r19, 16;
@@ -6624,19 +9142,19 @@ $L__BB27_52:
 	selp.b32 	%r25, 0, %r121, %p65;
 	selp.b16 	%rs187, 32767, %rs129, %p65;
 	setp.gt.u32 	%p66, %r25, -2147483648;
-	@%p66 bra 	$L__BB27_54;
+	@%p66 bra 	$L__BB30_54;
 
 	setp.ne.s32 	%p67, %r25, -2147483648;
 	and.b16  	%rs130, %rs187, 1;
 	setp.eq.b16 	%p68, %rs130, 1;
 	not.pred 	%p69, %p68;
 	or.pred  	%p70, %p67, %p69;
-	@%p70 bra 	$L__BB27_55;
+	@%p70 bra 	$L__BB30_55;
 
-$L__BB27_54:
+$L__BB30_54:
 	add.s16 	%rs187, %rs187, 1;
 
-$L__BB27_55:
+$L__BB30_55:
 	and.b32  	%r122, %r20, 2147483647;
 	setp.gt.u32 	%p71, %r122, 2139095040;
 	shr.u32 	%r123, %r20, 16;
@@ -6645,19 +9163,19 @@ $L__BB27_55:
 	selp.b32 	%r26, 0, %r124, %p71;
 	selp.b16 	%rs188, 32767, %rs131, %p71;
 	setp.gt.u32 	%p72, %r26, -2147483648;
-	@%p72 bra 	$L__BB27_57;
+	@%p72 bra 	$L__BB30_57;
 
 	setp.ne.s32 	%p73, %r26, -2147483648;
 	and.b16  	%rs132, %rs188, 1;
 	setp.eq.b16 	%p74, %rs132, 1;
 	not.pred 	%p75, %p74;
 	or.pred  	%p76, %p73, %p75;
-	@%p76 bra 	$L__BB27_58;
+	@%p76 bra 	$L__BB30_58;
 
-$L__BB27_57:
+$L__BB30_57:
 	add.s16 	%rs188, %rs188, 1;
 
-$L__BB27_58:
+$L__BB30_58:
 	and.b32  	%r125, %r21, 2147483647;
 	setp.gt.u32 	%p77, %r125, 2139095040;
 	shr.u32 	%r126, %r21, 16;
@@ -6666,19 +9184,19 @@ $L__BB27_58:
 	selp.b32 	%r27, 0, %r127, %p77;
 	selp.b16 	%rs185, 32767, %rs133, %p77;
 	setp.gt.u32 	%p78, %r27, -2147483648;
-	@%p78 bra 	$L__BB27_60;
+	@%p78 bra 	$L__BB30_60;
 
 	setp.ne.s32 	%p79, %r27, -2147483648;
 	and.b16  	%rs134, %rs185, 1;
 	setp.eq.b16 	%p80, %rs134, 1;
 	not.pred 	%p81, %p80;
 	or.pred  	%p82, %p79, %p81;
-	@%p82 bra 	$L__BB27_61;
+	@%p82 bra 	$L__BB30_61;
 
-$L__BB27_60:
+$L__BB30_60:
 	add.s16 	%rs185, %rs185, 1;
 
-$L__BB27_61:
+$L__BB30_61:
 	and.b32  	%r128, %r22, 2147483647;
 	setp.gt.u32 	%p83, %r128, 2139095040;
 	shr.u32 	%r129, %r22, 16;
@@ -6687,23 +9205,23 @@ $L__BB27_61:
 	selp.b32 	%r28, 0, %r130, %p83;
 	selp.b16 	%rs186, 32767, %rs135, %p83;
 	setp.gt.u32 	%p84, %r28, -2147483648;
-	@%p84 bra 	$L__BB27_63;
+	@%p84 bra 	$L__BB30_63;
 
 	setp.ne.s32 	%p85, %r28, -2147483648;
 	and.b16  	%rs136, %rs186, 1;
 	setp.eq.b16 	%p86, %rs136, 1;
 	not.pred 	%p87, %p86;
 	or.pred  	%p88, %p85, %p87;
-	@%p88 bra 	$L__BB27_88;
+	@%p88 bra 	$L__BB30_88;
 
-$L__BB27_63:
+$L__BB30_63:
 	add.s16 	%rs186, %rs186, 1;
 
-$L__BB27_88:
+$L__BB30_88:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 2;
 	setp.eq.s64 	%p137, %rd35, 0;
-	@%p137 bra 	$L__BB27_90;
+	@%p137 bra 	$L__BB30_90;
 
 	st.global.u16 	[%rd37+-2], %rs191;
 	st.global.u16 	[%rd37], %rs192;
@@ -6713,39 +9231,39 @@ $L__BB27_88:
 	st.global.u16 	[%rd37+8], %rs188;
 	st.global.u16 	[%rd37+10], %rs185;
 	st.global.u16 	[%rd37+12], %rs186;
-	bra.uni 	$L__BB27_91;
+	bra.uni 	$L__BB30_91;
 
-$L__BB27_90:
+$L__BB30_90:
 	mov.b32 	%r163, {%rs185, %rs186};
 	mov.b32 	%r164, {%rs187, %rs188};
 	mov.b32 	%r165, {%rs189, %rs190};
 	mov.b32 	%r166, {%rs191, %rs192};
 	st.global.v4.u32 	[%rd37+-2], {%r166, %r165, %r164, %r163};
 
-$L__BB27_91:
+$L__BB30_91:
 	add.s64 	%rd176, %rd176, %rd34;
 	setp.lt.u64 	%p138, %rd176, %rd12;
-	@%p138 bra 	$L__BB27_28;
+	@%p138 bra 	$L__BB30_28;
 
-$L__BB27_92:
+$L__BB30_92:
 	add.s64 	%rd177, %rd12, %rd31;
 	setp.ge.u64 	%p139, %rd177, %rd11;
-	@%p139 bra 	$L__BB27_123;
+	@%p139 bra 	$L__BB30_123;
 
 	setp.gt.u32 	%p140, %r60, 1;
 	cvt.rn.f32.u32 	%f74, %r60;
 	mov.u32 	%r167, %ntid.x;
 	cvt.u64.u32 	%rd40, %r167;
-	@%p140 bra 	$L__BB27_100;
-	bra.uni 	$L__BB27_94;
+	@%p140 bra 	$L__BB30_100;
+	bra.uni 	$L__BB30_94;
 
-$L__BB27_100:
+$L__BB30_100:
 	add.s32 	%r172, %r60, -1;
 	add.s32 	%r38, %r60, -2;
 	and.b32  	%r39, %r172, 3;
 	sub.s32 	%r40, %r172, %r39;
 
-$L__BB27_101:
+$L__BB30_101:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd177, 1;
 	add.s64 	%rd113, %rd111, %rd112;
@@ -6755,18 +9273,18 @@ $L__BB27_101:
 
 	// end inline asm
 	setp.eq.s32 	%p149, %r61, 2;
-	@%p149 bra 	$L__BB27_108;
+	@%p149 bra 	$L__BB30_108;
 
 	setp.eq.s32 	%p150, %r61, 3;
-	@%p150 bra 	$L__BB27_106;
+	@%p150 bra 	$L__BB30_106;
 
 	setp.ne.s32 	%p151, %r61, 4;
-	@%p151 bra 	$L__BB27_115;
+	@%p151 bra 	$L__BB30_115;
 
 	mov.u32 	%r193, 1;
 	mov.u64 	%rd179, %rd3;
 
-$L__BB27_105:
+$L__BB30_105:
 	add.s64 	%rd45, %rd179, 8;
 	ld.global.u64 	%rd114, [%rd179+8];
 	add.s64 	%rd116, %rd114, %rd112;
@@ -6779,18 +9297,18 @@ $L__BB27_105:
 	add.s32 	%r193, %r193, 1;
 	setp.lt.u32 	%p152, %r193, %r60;
 	mov.u64 	%rd179, %rd45;
-	@%p152 bra 	$L__BB27_105;
-	bra.uni 	$L__BB27_117;
+	@%p152 bra 	$L__BB30_105;
+	bra.uni 	$L__BB30_117;
 
-$L__BB27_108:
+$L__BB30_108:
 	setp.lt.u32 	%p155, %r38, 3;
 	mov.u32 	%r197, 1;
-	@%p155 bra 	$L__BB27_111;
+	@%p155 bra 	$L__BB30_111;
 
 	mov.u32 	%r197, 1;
 	mov.u32 	%r196, %r40;
 
-$L__BB27_110:
+$L__BB30_110:
 	mul.wide.u32 	%rd122, %r197, 8;
 	add.s64 	%rd123, %rd3, %rd122;
 	ld.global.u64 	%rd124, [%rd123];
@@ -6835,11 +9353,11 @@ $L__BB27_110:
 	add.s32 	%r197, %r197, 4;
 	add.s32 	%r196, %r196, -4;
 	setp.ne.s32 	%p160, %r196, 0;
-	@%p160 bra 	$L__BB27_110;
+	@%p160 bra 	$L__BB30_110;
 
-$L__BB27_111:
+$L__BB30_111:
 	setp.eq.s32 	%p161, %r39, 0;
-	@%p161 bra 	$L__BB27_117;
+	@%p161 bra 	$L__BB30_117;
 
 	setp.eq.s32 	%p162, %r39, 1;
 	mul.wide.u32 	%rd135, %r197, 8;
@@ -6853,7 +9371,7 @@ $L__BB27_111:
 	// end inline asm
 	setp.lt.f32 	%p163, %f155, %f198;
 	selp.f32 	%f198, %f155, %f198, %p163;
-	@%p162 bra 	$L__BB27_117;
+	@%p162 bra 	$L__BB30_117;
 
 	setp.eq.s32 	%p164, %r39, 2;
 	add.s32 	%r178, %r197, 1;
@@ -6868,7 +9386,7 @@ $L__BB27_111:
 	// end inline asm
 	setp.lt.f32 	%p165, %f156, %f198;
 	selp.f32 	%f198, %f156, %f198, %p165;
-	@%p164 bra 	$L__BB27_117;
+	@%p164 bra 	$L__BB30_117;
 
 	add.s32 	%r179, %r197, 2;
 	mul.wide.u32 	%rd145, %r179, 8;
@@ -6882,12 +9400,12 @@ $L__BB27_111:
 	// end inline asm
 	setp.lt.f32 	%p166, %f157, %f198;
 	selp.f32 	%f198, %f157, %f198, %p166;
-	bra.uni 	$L__BB27_117;
+	bra.uni 	$L__BB30_117;
 
-$L__BB27_106:
+$L__BB30_106:
 	mov.u32 	%r194, 1;
 
-$L__BB27_107:
+$L__BB30_107:
 	mul.wide.u32 	%rd117, %r194, 8;
 	add.s64 	%rd118, %rd3, %rd117;
 	ld.global.u64 	%rd119, [%rd118];
@@ -6901,13 +9419,13 @@ $L__BB27_107:
 	selp.f32 	%f198, %f146, %f198, %p153;
 	add.s32 	%r194, %r194, 1;
 	setp.lt.u32 	%p154, %r194, %r60;
-	@%p154 bra 	$L__BB27_107;
-	bra.uni 	$L__BB27_117;
+	@%p154 bra 	$L__BB30_107;
+	bra.uni 	$L__BB30_117;
 
-$L__BB27_115:
+$L__BB30_115:
 	mov.u32 	%r198, 1;
 
-$L__BB27_116:
+$L__BB30_116:
 	mul.wide.u32 	%rd150, %r198, 8;
 	add.s64 	%rd151, %rd3, %rd150;
 	ld.global.u64 	%rd152, [%rd151];
@@ -6920,15 +9438,15 @@ $L__BB27_116:
 	add.f32 	%f198, %f198, %f158;
 	add.s32 	%r198, %r198, 1;
 	setp.lt.u32 	%p167, %r198, %r60;
-	@%p167 bra 	$L__BB27_116;
+	@%p167 bra 	$L__BB30_116;
 
-$L__BB27_117:
+$L__BB30_117:
 	setp.ne.s32 	%p168, %r61, 1;
-	@%p168 bra 	$L__BB27_119;
+	@%p168 bra 	$L__BB30_119;
 
 	div.rn.f32 	%f198, %f198, %f74;
 
-$L__BB27_119:
+$L__BB30_119:
 	mov.b32 	%r181, %f198;
 	and.b32  	%r182, %r181, 2147483647;
 	setp.gt.u32 	%p169, %r182, 2139095040;
@@ -6938,27 +9456,27 @@ $L__BB27_119:
 	selp.b32 	%r52, 0, %r183, %p169;
 	selp.b16 	%rs194, 32767, %rs167, %p169;
 	setp.gt.u32 	%p170, %r52, -2147483648;
-	@%p170 bra 	$L__BB27_121;
+	@%p170 bra 	$L__BB30_121;
 
 	setp.ne.s32 	%p171, %r52, -2147483648;
 	and.b16  	%rs168, %rs194, 1;
 	setp.eq.b16 	%p172, %rs168, 1;
 	not.pred 	%p173, %p172;
 	or.pred  	%p174, %p171, %p173;
-	@%p174 bra 	$L__BB27_122;
+	@%p174 bra 	$L__BB30_122;
 
-$L__BB27_121:
+$L__BB30_121:
 	add.s16 	%rs194, %rs194, 1;
 
-$L__BB27_122:
+$L__BB30_122:
 	add.s64 	%rd156, %rd1, %rd112;
 	st.global.u16 	[%rd156], %rs194;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p175, %rd177, %rd11;
-	@%p175 bra 	$L__BB27_101;
-	bra.uni 	$L__BB27_123;
+	@%p175 bra 	$L__BB30_101;
+	bra.uni 	$L__BB30_123;
 
-$L__BB27_94:
+$L__BB30_94:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd177, 1;
 	add.s64 	%rd108, %rd106, %rd107;
@@ -6968,11 +9486,11 @@ $L__BB27_94:
 
 	// end inline asm
 	setp.ne.s32 	%p141, %r61, 1;
-	@%p141 bra 	$L__BB27_96;
+	@%p141 bra 	$L__BB30_96;
 
 	div.rn.f32 	%f191, %f191, %f74;
 
-$L__BB27_96:
+$L__BB30_96:
 	mov.b32 	%r168, %f191;
 	and.b32  	%r169, %r168, 2147483647;
 	setp.gt.u32 	%p142, %r169, 2139095040;
@@ -6982,28 +9500,28 @@ $L__BB27_96:
 	selp.b32 	%r37, 0, %r170, %p142;
 	selp.b16 	%rs193, 32767, %rs154, %p142;
 	setp.gt.u32 	%p143, %r37, -2147483648;
-	@%p143 bra 	$L__BB27_98;
+	@%p143 bra 	$L__BB30_98;
 
 	setp.ne.s32 	%p144, %r37, -2147483648;
 	and.b16  	%rs155, %rs193, 1;
 	setp.eq.b16 	%p145, %rs155, 1;
 	not.pred 	%p146, %p145;
 	or.pred  	%p147, %p144, %p146;
-	@%p147 bra 	$L__BB27_99;
+	@%p147 bra 	$L__BB30_99;
 
-$L__BB27_98:
+$L__BB30_98:
 	add.s16 	%rs193, %rs193, 1;
 
-$L__BB27_99:
+$L__BB30_99:
 	add.s64 	%rd110, %rd1, %rd107;
 	st.global.u16 	[%rd110], %rs193;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p148, %rd177, %rd11;
-	@%p148 bra 	$L__BB27_94;
+	@%p148 bra 	$L__BB30_94;
 
-$L__BB27_123:
+$L__BB30_123:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB27_128;
+	@%p10 bra 	$L__BB30_128;
 
 	mov.u32 	%r53, %ntid.x;
 	add.s32 	%r185, %r60, %r59;
@@ -7013,9 +9531,9 @@ $L__BB27_123:
 	shl.b64 	%rd164, %rd47, 3;
 	mov.u32 	%r199, %r200;
 
-$L__BB27_125:
+$L__BB30_125:
 	setp.eq.s32 	%p177, %r199, %r59;
-	@%p177 bra 	$L__BB27_127;
+	@%p177 bra 	$L__BB30_127;
 
 	mul.wide.u32 	%rd160, %r199, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -7027,21 +9545,21 @@ $L__BB27_125:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB27_127:
+$L__BB30_127:
 	add.s32 	%r199, %r199, %r53;
 	setp.lt.u32 	%p178, %r199, %r60;
-	@%p178 bra 	$L__BB27_125;
+	@%p178 bra 	$L__BB30_125;
 
-$L__BB27_128:
-	@%p10 bra 	$L__BB27_135;
+$L__BB30_128:
+	@%p10 bra 	$L__BB30_135;
 
 	ld.global.u64 	%rd165, [%rd13];
 	mov.u32 	%r56, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB27_130:
+$L__BB30_130:
 	setp.eq.s32 	%p180, %r200, %r59;
-	@%p180 bra 	$L__BB27_134;
+	@%p180 bra 	$L__BB30_134;
 
 	add.s32 	%r187, %r200, %r60;
 	shl.b32 	%r188, %r187, 9;
@@ -7050,23 +9568,1231 @@ $L__BB27_130:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB27_132:
+$L__BB30_132:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p181, %rd169, 0;
-	@%p181 bra 	$L__BB27_132;
+	@%p181 bra 	$L__BB30_132;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB27_134:
+$L__BB30_134:
 	add.s32 	%r200, %r200, %r56;
 	setp.lt.u32 	%p182, %r200, %r60;
-	@%p182 bra 	$L__BB27_130;
+	@%p182 bra 	$L__BB30_130;
 
-$L__BB27_135:
+$L__BB30_135:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_reduce_part_bf16
+.visible .entry smcuda_reduce_part_bf16(
+	.param .u64 smcuda_reduce_part_bf16_param_0,
+	.param .u64 smcuda_reduce_part_bf16_param_1,
+	.param .u64 smcuda_reduce_part_bf16_param_2,
+	.param .u64 smcuda_reduce_part_bf16_param_3,
+	.param .u32 smcuda_reduce_part_bf16_param_4,
+	.param .u32 smcuda_reduce_part_bf16_param_5,
+	.param .u64 smcuda_reduce_part_bf16_param_6,
+	.param .u32 smcuda_reduce_part_bf16_param_7
+)
+{
+	.reg .pred 	%p<179>;
+	.reg .b16 	%rs<194>;
+	.reg .f32 	%f<219>;
+	.reg .b32 	%r<251>;
+	.reg .b64 	%rd<158>;
+
+
+	ld.param.u64 	%rd64, [smcuda_reduce_part_bf16_param_0];
+	ld.param.u64 	%rd61, [smcuda_reduce_part_bf16_param_1];
+	ld.param.u64 	%rd62, [smcuda_reduce_part_bf16_param_2];
+	ld.param.u64 	%rd65, [smcuda_reduce_part_bf16_param_3];
+	ld.param.u32 	%r113, [smcuda_reduce_part_bf16_param_4];
+	ld.param.u32 	%r114, [smcuda_reduce_part_bf16_param_5];
+	ld.param.u64 	%rd63, [smcuda_reduce_part_bf16_param_6];
+	ld.param.u32 	%r115, [smcuda_reduce_part_bf16_param_7];
+	cvta.to.global.u64 	%rd1, %rd61;
+	cvta.to.global.u64 	%rd2, %rd64;
+	cvta.to.global.u64 	%rd3, %rd65;
+	mov.u32 	%r116, %nctaid.x;
+	mov.u32 	%r117, %ntid.x;
+	mul.wide.u32 	%rd4, %r116, %r117;
+	mov.u32 	%r118, %ctaid.x;
+	mul.wide.u32 	%rd66, %r118, %r117;
+	mov.u32 	%r119, %tid.x;
+	cvt.u64.u32 	%rd67, %r119;
+	add.s64 	%rd5, %rd66, %rd67;
+	or.b64  	%rd68, %rd61, %rd64;
+	or.b64  	%rd132, %rd68, %rd62;
+	setp.eq.s32 	%p1, %r114, 0;
+	@%p1 bra 	$L__BB31_16;
+
+	add.s32 	%r121, %r114, -1;
+	and.b32  	%r209, %r114, 3;
+	setp.lt.u32 	%p2, %r121, 3;
+	mov.u32 	%r207, 0;
+	@%p2 bra 	$L__BB31_12;
+
+	sub.s32 	%r206, %r114, %r209;
+	mov.u32 	%r207, 0;
+
+$L__BB31_3:
+	mul.wide.u32 	%rd70, %r207, 8;
+	add.s64 	%rd8, %rd3, %rd70;
+	setp.eq.s32 	%p3, %r207, %r113;
+	@%p3 bra 	$L__BB31_5;
+
+	ld.global.u64 	%rd71, [%rd8];
+	or.b64  	%rd132, %rd71, %rd132;
+
+$L__BB31_5:
+	add.s32 	%r123, %r207, 1;
+	setp.eq.s32 	%p4, %r123, %r113;
+	@%p4 bra 	$L__BB31_7;
+
+	ld.global.u64 	%rd72, [%rd8+8];
+	or.b64  	%rd132, %rd72, %rd132;
+
+$L__BB31_7:
+	add.s32 	%r124, %r207, 2;
+	setp.eq.s32 	%p5, %r124, %r113;
+	@%p5 bra 	$L__BB31_9;
+
+	ld.global.u64 	%rd73, [%rd8+16];
+	or.b64  	%rd132, %rd73, %rd132;
+
+$L__BB31_9:
+	add.s32 	%r125, %r207, 3;
+	setp.eq.s32 	%p6, %r125, %r113;
+	@%p6 bra 	$L__BB31_11;
+
+	ld.global.u64 	%rd74, [%rd8+24];
+	or.b64  	%rd132, %rd74, %rd132;
+
+$L__BB31_11:
+	add.s32 	%r207, %r207, 4;
+	add.s32 	%r206, %r206, -4;
+	setp.ne.s32 	%p7, %r206, 0;
+	@%p7 bra 	$L__BB31_3;
+
+$L__BB31_12:
+	setp.eq.s32 	%p8, %r209, 0;
+	@%p8 bra 	$L__BB31_16;
+
+$L__BB31_13:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r207, %r113;
+	@%p9 bra 	$L__BB31_15;
+
+	mul.wide.u32 	%rd75, %r207, 8;
+	add.s64 	%rd76, %rd3, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	or.b64  	%rd132, %rd77, %rd132;
+
+$L__BB31_15:
+	add.s32 	%r207, %r207, 1;
+	add.s32 	%r209, %r209, -1;
+	setp.ne.s32 	%p10, %r209, 0;
+	@%p10 bra 	$L__BB31_13;
+
+$L__BB31_16:
+	and.b64  	%rd79, %rd132, 15;
+	setp.ne.s64 	%p11, %rd79, 0;
+	mov.u64 	%rd144, 0;
+	@%p11 bra 	$L__BB31_91;
+
+	and.b64  	%rd144, %rd63, -8;
+	shl.b64 	%rd141, %rd5, 3;
+	setp.ge.u64 	%p12, %rd141, %rd144;
+	@%p12 bra 	$L__BB31_91;
+
+	cvt.rn.f32.u32 	%f1, %r114;
+	shl.b64 	%rd25, %rd4, 3;
+
+$L__BB31_19:
+	@%p1 bra 	$L__BB31_39;
+
+	setp.eq.s32 	%p14, %r115, 2;
+	@%p14 bra 	$L__BB31_32;
+	bra.uni 	$L__BB31_21;
+
+$L__BB31_32:
+	mov.u32 	%r235, 0;
+
+$L__BB31_33:
+	setp.eq.s32 	%p28, %r235, %r113;
+	mov.u64 	%rd143, %rd62;
+	@%p28 bra 	$L__BB31_35;
+
+	mul.wide.u32 	%rd84, %r235, 8;
+	add.s64 	%rd85, %rd3, %rd84;
+	ld.global.u64 	%rd143, [%rd85];
+
+$L__BB31_35:
+	shl.b64 	%rd86, %rd141, 1;
+	add.s64 	%rd87, %rd143, %rd86;
+	ld.v4.u32 	{%r133, %r134, %r135, %r136}, [%rd87];
+	setp.eq.s32 	%p29, %r235, 0;
+	@%p29 bra 	$L__BB31_37;
+
+	mov.b32 	%f151, %r243;
+	mov.b32 	{%rs108, %rs109}, %r133;
+	// begin inline asm
+	{ mov.b32 %f143, {0,%rs108};}
+
+	// end inline asm
+	setp.lt.f32 	%p30, %f143, %f151;
+	selp.f32 	%f210, %f143, %f151, %p30;
+	// begin inline asm
+	{ mov.b32 %f144, {0,%rs109};}
+
+	// end inline asm
+	mov.b32 	%f152, %r242;
+	setp.lt.f32 	%p31, %f144, %f152;
+	selp.f32 	%f209, %f144, %f152, %p31;
+	mov.b32 	{%rs110, %rs111}, %r134;
+	// begin inline asm
+	{ mov.b32 %f145, {0,%rs110};}
+
+	// end inline asm
+	mov.b32 	%f153, %r241;
+	setp.lt.f32 	%p32, %f145, %f153;
+	selp.f32 	%f208, %f145, %f153, %p32;
+	// begin inline asm
+	{ mov.b32 %f146, {0,%rs111};}
+
+	// end inline asm
+	mov.b32 	%f154, %r240;
+	setp.lt.f32 	%p33, %f146, %f154;
+	selp.f32 	%f207, %f146, %f154, %p33;
+	mov.b32 	{%rs112, %rs113}, %r135;
+	// begin inline asm
+	{ mov.b32 %f147, {0,%rs112};}
+
+	// end inline asm
+	mov.b32 	%f155, %r239;
+	setp.lt.f32 	%p34, %f147, %f155;
+	selp.f32 	%f206, %f147, %f155, %p34;
+	// begin inline asm
+	{ mov.b32 %f148, {0,%rs113};}
+
+	// end inline asm
+	mov.b32 	%f156, %r238;
+	setp.lt.f32 	%p35, %f148, %f156;
+	selp.f32 	%f205, %f148, %f156, %p35;
+	mov.b32 	{%rs114, %rs115}, %r136;
+	// begin inline asm
+	{ mov.b32 %f149, {0,%rs114};}
+
+	// end inline asm
+	mov.b32 	%f157, %r237;
+	setp.lt.f32 	%p36, %f149, %f157;
+	selp.f32 	%f204, %f149, %f157, %p36;
+	// begin inline asm
+	{ mov.b32 %f150, {0,%rs115};}
+
+	// end inline asm
+	mov.b32 	%f158, %r236;
+	setp.lt.f32 	%p37, %f150, %f158;
+	selp.f32 	%f203, %f150, %f158, %p37;
+	bra.uni 	$L__BB31_38;
+
+$L__BB31_37:
+	mov.b32 	{%rs116, %rs117}, %r133;
+	// begin inline asm
+	{ mov.b32 %f210, {0,%rs116};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f209, {0,%rs117};}
+
+	// end inline asm
+	mov.b32 	{%rs118, %rs119}, %r134;
+	// begin inline asm
+	{ mov.b32 %f208, {0,%rs118};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f207, {0,%rs119};}
+
+	// end inline asm
+	mov.b32 	{%rs120, %rs121}, %r135;
+	// begin inline asm
+	{ mov.b32 %f206, {0,%rs120};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f205, {0,%rs121};}
+
+	// end inline asm
+	mov.b32 	{%rs122, %rs123}, %r136;
+	// begin inline asm
+	{ mov.b32 %f204, {0,%rs122};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f203, {0,%rs123};}
+
+	// end inline asm
+
+$L__BB31_38:
+	mov.b32 	%r243, %f210;
+	mov.b32 	%r242, %f209;
+	mov.b32 	%r241, %f208;
+	mov.b32 	%r240, %f207;
+	mov.b32 	%r239, %f206;
+	mov.b32 	%r238, %f205;
+	mov.b32 	%r237, %f204;
+	mov.b32 	%r236, %f203;
+	add.s32 	%r235, %r235, 1;
+	setp.lt.u32 	%p38, %r235, %r114;
+	@%p38 bra 	$L__BB31_33;
+	bra.uni 	$L__BB31_39;
+
+$L__BB31_21:
+	mov.u32 	%r226, 0;
+
+$L__BB31_22:
+	setp.eq.s32 	%p15, %r226, %r113;
+	mov.u64 	%rd142, %rd62;
+	@%p15 bra 	$L__BB31_24;
+
+	mul.wide.u32 	%rd80, %r226, 8;
+	add.s64 	%rd81, %rd3, %rd80;
+	ld.global.u64 	%rd142, [%rd81];
+
+$L__BB31_24:
+	shl.b64 	%rd82, %rd141, 1;
+	add.s64 	%rd83, %rd142, %rd82;
+	ld.v4.u32 	{%r128, %r129, %r130, %r131}, [%rd83];
+	setp.eq.s32 	%p16, %r226, 0;
+	@%p16 bra 	$L__BB31_30;
+
+	setp.eq.s32 	%p17, %r115, 3;
+	@%p17 bra 	$L__BB31_28;
+
+	setp.ne.s32 	%p18, %r115, 4;
+	@%p18 bra 	$L__BB31_29;
+
+	mov.b32 	%f95, %r243;
+	mov.b32 	{%rs76, %rs77}, %r128;
+	// begin inline asm
+	{ mov.b32 %f87, {0,%rs76};}
+
+	// end inline asm
+	mul.f32 	%f202, %f87, %f95;
+	// begin inline asm
+	{ mov.b32 %f88, {0,%rs77};}
+
+	// end inline asm
+	mov.b32 	%f96, %r242;
+	mul.f32 	%f201, %f88, %f96;
+	mov.b32 	{%rs78, %rs79}, %r129;
+	// begin inline asm
+	{ mov.b32 %f89, {0,%rs78};}
+
+	// end inline asm
+	mov.b32 	%f97, %r241;
+	mul.f32 	%f200, %f89, %f97;
+	// begin inline asm
+	{ mov.b32 %f90, {0,%rs79};}
+
+	// end inline asm
+	mov.b32 	%f98, %r240;
+	mul.f32 	%f199, %f90, %f98;
+	mov.b32 	{%rs80, %rs81}, %r130;
+	// begin inline asm
+	{ mov.b32 %f91, {0,%rs80};}
+
+	// end inline asm
+	mov.b32 	%f99, %r239;
+	mul.f32 	%f198, %f91, %f99;
+	// begin inline asm
+	{ mov.b32 %f92, {0,%rs81};}
+
+	// end inline asm
+	mov.b32 	%f100, %r238;
+	mul.f32 	%f197, %f92, %f100;
+	mov.b32 	{%rs82, %rs83}, %r131;
+	// begin inline asm
+	{ mov.b32 %f93, {0,%rs82};}
+
+	// end inline asm
+	mov.b32 	%f101, %r237;
+	mul.f32 	%f196, %f93, %f101;
+	// begin inline asm
+	{ mov.b32 %f94, {0,%rs83};}
+
+	// end inline asm
+	mov.b32 	%f102, %r236;
+	mul.f32 	%f195, %f94, %f102;
+	bra.uni 	$L__BB31_31;
+
+$L__BB31_30:
+	mov.b32 	{%rs100, %rs101}, %r128;
+	// begin inline asm
+	{ mov.b32 %f202, {0,%rs100};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f201, {0,%rs101};}
+
+	// end inline asm
+	mov.b32 	{%rs102, %rs103}, %r129;
+	// begin inline asm
+	{ mov.b32 %f200, {0,%rs102};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f199, {0,%rs103};}
+
+	// end inline asm
+	mov.b32 	{%rs104, %rs105}, %r130;
+	// begin inline asm
+	{ mov.b32 %f198, {0,%rs104};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f197, {0,%rs105};}
+
+	// end inline asm
+	mov.b32 	{%rs106, %rs107}, %r131;
+	// begin inline asm
+	{ mov.b32 %f196, {0,%rs106};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f195, {0,%rs107};}
+
+	// end inline asm
+	bra.uni 	$L__BB31_31;
+
+$L__BB31_28:
+	mov.b32 	%f111, %r243;
+	mov.b32 	{%rs84, %rs85}, %r128;
+	// begin inline asm
+	{ mov.b32 %f103, {0,%rs84};}
+
+	// end inline asm
+	setp.gt.f32 	%p19, %f103, %f111;
+	selp.f32 	%f202, %f103, %f111, %p19;
+	// begin inline asm
+	{ mov.b32 %f104, {0,%rs85};}
+
+	// end inline asm
+	mov.b32 	%f112, %r242;
+	setp.gt.f32 	%p20, %f104, %f112;
+	selp.f32 	%f201, %f104, %f112, %p20;
+	mov.b32 	{%rs86, %rs87}, %r129;
+	// begin inline asm
+	{ mov.b32 %f105, {0,%rs86};}
+
+	// end inline asm
+	mov.b32 	%f113, %r241;
+	setp.gt.f32 	%p21, %f105, %f113;
+	selp.f32 	%f200, %f105, %f113, %p21;
+	// begin inline asm
+	{ mov.b32 %f106, {0,%rs87};}
+
+	// end inline asm
+	mov.b32 	%f114, %r240;
+	setp.gt.f32 	%p22, %f106, %f114;
+	selp.f32 	%f199, %f106, %f114, %p22;
+	mov.b32 	{%rs88, %rs89}, %r130;
+	// begin inline asm
+	{ mov.b32 %f107, {0,%rs88};}
+
+	// end inline asm
+	mov.b32 	%f115, %r239;
+	setp.gt.f32 	%p23, %f107, %f115;
+	selp.f32 	%f198, %f107, %f115, %p23;
+	// begin inline asm
+	{ mov.b32 %f108, {0,%rs89};}
+
+	// end inline asm
+	mov.b32 	%f116, %r238;
+	setp.gt.f32 	%p24, %f108, %f116;
+	selp.f32 	%f197, %f108, %f116, %p24;
+	mov.b32 	{%rs90, %rs91}, %r131;
+	// begin inline asm
+	{ mov.b32 %f109, {0,%rs90};}
+
+	// end inline asm
+	mov.b32 	%f117, %r237;
+	setp.gt.f32 	%p25, %f109, %f117;
+	selp.f32 	%f196, %f109, %f117, %p25;
+	// begin inline asm
+	{ mov.b32 %f110, {0,%rs91};}
+
+	// end inline asm
+	mov.b32 	%f118, %r236;
+	setp.gt.f32 	%p26, %f110, %f118;
+	selp.f32 	%f195, %f110, %f118, %p26;
+	bra.uni 	$L__BB31_31;
+
+$L__BB31_29:
+	mov.b32 	%f127, %r243;
+	mov.b32 	{%rs92, %rs93}, %r128;
+	// begin inline asm
+	{ mov.b32 %f119, {0,%rs92};}
+
+	// end inline asm
+	add.f32 	%f202, %f119, %f127;
+	// begin inline asm
+	{ mov.b32 %f120, {0,%rs93};}
+
+	// end inline asm
+	mov.b32 	%f128, %r242;
+	add.f32 	%f201, %f120, %f128;
+	mov.b32 	{%rs94, %rs95}, %r129;
+	// begin inline asm
+	{ mov.b32 %f121, {0,%rs94};}
+
+	// end inline asm
+	mov.b32 	%f129, %r241;
+	add.f32 	%f200, %f121, %f129;
+	// begin inline asm
+	{ mov.b32 %f122, {0,%rs95};}
+
+	// end inline asm
+	mov.b32 	%f130, %r240;
+	add.f32 	%f199, %f122, %f130;
+	mov.b32 	{%rs96, %rs97}, %r130;
+	// begin inline asm
+	{ mov.b32 %f123, {0,%rs96};}
+
+	// end inline asm
+	mov.b32 	%f131, %r239;
+	add.f32 	%f198, %f123, %f131;
+	// begin inline asm
+	{ mov.b32 %f124, {0,%rs97};}
+
+	// end inline asm
+	mov.b32 	%f132, %r238;
+	add.f32 	%f197, %f124, %f132;
+	mov.b32 	{%rs98, %rs99}, %r131;
+	// begin inline asm
+	{ mov.b32 %f125, {0,%rs98};}
+
+	// end inline asm
+	mov.b32 	%f133, %r237;
+	add.f32 	%f196, %f125, %f133;
+	// begin inline asm
+	{ mov.b32 %f126, {0,%rs99};}
+
+	// end inline asm
+	mov.b32 	%f134, %r236;
+	add.f32 	%f195, %f126, %f134;
+
+$L__BB31_31:
+	mov.b32 	%r243, %f202;
+	mov.b32 	%r242, %f201;
+	mov.b32 	%r241, %f200;
+	mov.b32 	%r240, %f199;
+	mov.b32 	%r239, %f198;
+	mov.b32 	%r238, %f197;
+	mov.b32 	%r237, %f196;
+	mov.b32 	%r236, %f195;
+	add.s32 	%r226, %r226, 1;
+	setp.lt.u32 	%p27, %r226, %r114;
+	@%p27 bra 	$L__BB31_22;
+
+$L__BB31_39:
+	setp.eq.s32 	%p39, %r115, 1;
+	@%p39 bra 	$L__BB31_64;
+	bra.uni 	$L__BB31_40;
+
+$L__BB31_64:
+	mov.b32 	%f167, %r243;
+	div.rn.f32 	%f168, %f167, %f1;
+	mov.b32 	%r161, %f168;
+	and.b32  	%r162, %r161, 2147483647;
+	setp.gt.u32 	%p88, %r162, 2139095040;
+	shl.b32 	%r163, %r161, 16;
+	shr.u32 	%r164, %r161, 16;
+	cvt.u16.u32 	%rs140, %r164;
+	selp.b32 	%r80, 0, %r163, %p88;
+	selp.b16 	%rs191, 32767, %rs140, %p88;
+	setp.gt.u32 	%p89, %r80, -2147483648;
+	@%p89 bra 	$L__BB31_66;
+
+	setp.ne.s32 	%p90, %r80, -2147483648;
+	and.b16  	%rs141, %rs191, 1;
+	setp.eq.b16 	%p91, %rs141, 1;
+	not.pred 	%p92, %p91;
+	or.pred  	%p93, %p90, %p92;
+	@%p93 bra 	$L__BB31_67;
+
+$L__BB31_66:
+	add.s16 	%rs191, %rs191, 1;
+
+$L__BB31_67:
+	mov.b32 	%f169, %r242;
+	div.rn.f32 	%f170, %f169, %f1;
+	mov.b32 	%r165, %f170;
+	and.b32  	%r166, %r165, 2147483647;
+	setp.gt.u32 	%p94, %r166, 2139095040;
+	shl.b32 	%r167, %r165, 16;
+	shr.u32 	%r168, %r165, 16;
+	cvt.u16.u32 	%rs142, %r168;
+	selp.b32 	%r81, 0, %r167, %p94;
+	selp.b16 	%rs192, 32767, %rs142, %p94;
+	setp.gt.u32 	%p95, %r81, -2147483648;
+	@%p95 bra 	$L__BB31_69;
+
+	setp.ne.s32 	%p96, %r81, -2147483648;
+	and.b16  	%rs143, %rs192, 1;
+	setp.eq.b16 	%p97, %rs143, 1;
+	not.pred 	%p98, %p97;
+	or.pred  	%p99, %p96, %p98;
+	@%p99 bra 	$L__BB31_70;
+
+$L__BB31_69:
+	add.s16 	%rs192, %rs192, 1;
+
+$L__BB31_70:
+	mov.b32 	%f171, %r241;
+	div.rn.f32 	%f172, %f171, %f1;
+	mov.b32 	%r169, %f172;
+	and.b32  	%r170, %r169, 2147483647;
+	setp.gt.u32 	%p100, %r170, 2139095040;
+	shl.b32 	%r171, %r169, 16;
+	shr.u32 	%r172, %r169, 16;
+	cvt.u16.u32 	%rs144, %r172;
+	selp.b32 	%r82, 0, %r171, %p100;
+	selp.b16 	%rs189, 32767, %rs144, %p100;
+	setp.gt.u32 	%p101, %r82, -2147483648;
+	@%p101 bra 	$L__BB31_72;
+
+	setp.ne.s32 	%p102, %r82, -2147483648;
+	and.b16  	%rs145, %rs189, 1;
+	setp.eq.b16 	%p103, %rs145, 1;
+	not.pred 	%p104, %p103;
+	or.pred  	%p105, %p102, %p104;
+	@%p105 bra 	$L__BB31_73;
+
+$L__BB31_72:
+	add.s16 	%rs189, %rs189, 1;
+
+$L__BB31_73:
+	mov.b32 	%f173, %r240;
+	div.rn.f32 	%f174, %f173, %f1;
+	mov.b32 	%r173, %f174;
+	and.b32  	%r174, %r173, 2147483647;
+	setp.gt.u32 	%p106, %r174, 2139095040;
+	shl.b32 	%r175, %r173, 16;
+	shr.u32 	%r176, %r173, 16;
+	cvt.u16.u32 	%rs146, %r176;
+	selp.b32 	%r83, 0, %r175, %p106;
+	selp.b16 	%rs190, 32767, %rs146, %p106;
+	setp.gt.u32 	%p107, %r83, -2147483648;
+	@%p107 bra 	$L__BB31_75;
+
+	setp.ne.s32 	%p108, %r83, -2147483648;
+	and.b16  	%rs147, %rs190, 1;
+	setp.eq.b16 	%p109, %rs147, 1;
+	not.pred 	%p110, %p109;
+	or.pred  	%p111, %p108, %p110;
+	@%p111 bra 	$L__BB31_76;
+
+$L__BB31_75:
+	add.s16 	%rs190, %rs190, 1;
+
+$L__BB31_76:
+	mov.b32 	%f175, %r239;
+	div.rn.f32 	%f176, %f175, %f1;
+	mov.b32 	%r177, %f176;
+	and.b32  	%r178, %r177, 2147483647;
+	setp.gt.u32 	%p112, %r178, 2139095040;
+	shl.b32 	%r179, %r177, 16;
+	shr.u32 	%r180, %r177, 16;
+	cvt.u16.u32 	%rs148, %r180;
+	selp.b32 	%r84, 0, %r179, %p112;
+	selp.b16 	%rs187, 32767, %rs148, %p112;
+	setp.gt.u32 	%p113, %r84, -2147483648;
+	@%p113 bra 	$L__BB31_78;
+
+	setp.ne.s32 	%p114, %r84, -2147483648;
+	and.b16  	%rs149, %rs187, 1;
+	setp.eq.b16 	%p115, %rs149, 1;
+	not.pred 	%p116, %p115;
+	or.pred  	%p117, %p114, %p116;
+	@%p117 bra 	$L__BB31_79;
+
+$L__BB31_78:
+	add.s16 	%rs187, %rs187, 1;
+
+$L__BB31_79:
+	mov.b32 	%f177, %r238;
+	div.rn.f32 	%f178, %f177, %f1;
+	mov.b32 	%r181, %f178;
+	and.b32  	%r182, %r181, 2147483647;
+	setp.gt.u32 	%p118, %r182, 2139095040;
+	shl.b32 	%r183, %r181, 16;
+	shr.u32 	%r184, %r181, 16;
+	cvt.u16.u32 	%rs150, %r184;
+	selp.b32 	%r85, 0, %r183, %p118;
+	selp.b16 	%rs188, 32767, %rs150, %p118;
+	setp.gt.u32 	%p119, %r85, -2147483648;
+	@%p119 bra 	$L__BB31_81;
+
+	setp.ne.s32 	%p120, %r85, -2147483648;
+	and.b16  	%rs151, %rs188, 1;
+	setp.eq.b16 	%p121, %rs151, 1;
+	not.pred 	%p122, %p121;
+	or.pred  	%p123, %p120, %p122;
+	@%p123 bra 	$L__BB31_82;
+
+$L__BB31_81:
+	add.s16 	%rs188, %rs188, 1;
+
+$L__BB31_82:
+	mov.b32 	%f179, %r237;
+	div.rn.f32 	%f180, %f179, %f1;
+	mov.b32 	%r185, %f180;
+	and.b32  	%r186, %r185, 2147483647;
+	setp.gt.u32 	%p124, %r186, 2139095040;
+	shl.b32 	%r187, %r185, 16;
+	shr.u32 	%r188, %r185, 16;
+	cvt.u16.u32 	%rs152, %r188;
+	selp.b32 	%r86, 0, %r187, %p124;
+	selp.b16 	%rs185, 32767, %rs152, %p124;
+	setp.gt.u32 	%p125, %r86, -2147483648;
+	@%p125 bra 	$L__BB31_84;
+
+	setp.ne.s32 	%p126, %r86, -2147483648;
+	and.b16  	%rs153, %rs185, 1;
+	setp.eq.b16 	%p127, %rs153, 1;
+	not.pred 	%p128, %p127;
+	or.pred  	%p129, %p126, %p128;
+	@%p129 bra 	$L__BB31_85;
+
+$L__BB31_84:
+	add.s16 	%rs185, %rs185, 1;
+
+$L__BB31_85:
+	mov.b32 	%f181, %r236;
+	div.rn.f32 	%f182, %f181, %f1;
+	mov.b32 	%r189, %f182;
+	and.b32  	%r190, %r189, 2147483647;
+	setp.gt.u32 	%p130, %r190, 2139095040;
+	shl.b32 	%r191, %r189, 16;
+	shr.u32 	%r192, %r189, 16;
+	cvt.u16.u32 	%rs154, %r192;
+	selp.b32 	%r87, 0, %r191, %p130;
+	selp.b16 	%rs186, 32767, %rs154, %p130;
+	setp.gt.u32 	%p131, %r87, -2147483648;
+	@%p131 bra 	$L__BB31_87;
+
+	setp.ne.s32 	%p132, %r87, -2147483648;
+	and.b16  	%rs155, %rs186, 1;
+	setp.eq.b16 	%p133, %rs155, 1;
+	not.pred 	%p134, %p133;
+	or.pred  	%p135, %p132, %p134;
+	@%p135 bra 	$L__BB31_88;
+
+$L__BB31_87:
+	add.s16 	%rs186, %rs186, 1;
+	bra.uni 	$L__BB31_88;
+
+$L__BB31_40:
+	and.b32  	%r137, %r243, 2147483647;
+	setp.gt.u32 	%p40, %r137, 2139095040;
+	shr.u32 	%r138, %r243, 16;
+	cvt.u16.u32 	%rs124, %r138;
+	shl.b32 	%r139, %r243, 16;
+	selp.b32 	%r72, 0, %r139, %p40;
+	selp.b16 	%rs191, 32767, %rs124, %p40;
+	setp.gt.u32 	%p41, %r72, -2147483648;
+	@%p41 bra 	$L__BB31_42;
+
+	setp.ne.s32 	%p42, %r72, -2147483648;
+	and.b16  	%rs125, %rs191, 1;
+	setp.eq.b16 	%p43, %rs125, 1;
+	not.pred 	%p44, %p43;
+	or.pred  	%p45, %p42, %p44;
+	@%p45 bra 	$L__BB31_43;
+
+$L__BB31_42:
+	add.s16 	%rs191, %rs191, 1;
+
+$L__BB31_43:
+	and.b32  	%r140, %r242, 2147483647;
+	setp.gt.u32 	%p46, %r140, 2139095040;
+	shr.u32 	%r141, %r242, 16;
+	cvt.u16.u32 	%rs126, %r141;
+	shl.b32 	%r142, %r242, 16;
+	selp.b32 	%r73, 0, %r142, %p46;
+	selp.b16 	%rs192, 32767, %rs126, %p46;
+	setp.gt.u32 	%p47, %r73, -2147483648;
+	@%p47 bra 	$L__BB31_45;
+
+	setp.ne.s32 	%p48, %r73, -2147483648;
+	and.b16  	%rs127, %rs192, 1;
+	setp.eq.b16 	%p49, %rs127, 1;
+	not.pred 	%p50, %p49;
+	or.pred  	%p51, %p48, %p50;
+	@%p51 bra 	$L__BB31_46;
+
+$L__BB31_45:
+	add.s16 	%rs192, %rs192, 1;
+
+$L__BB31_46:
+	and.b32  	%r143, %r241, 2147483647;
+	setp.gt.u32 	%p52, %r143, 2139095040;
+	shr.u32 	%r144, %r241, 16;
+	cvt.u16.u32 	%rs128, %r144;
+	shl.b32 	%r145, %r241, 16;
+	selp.b32 	%r74, 0, %r145, %p52;
+	selp.b16 	%rs189, 32767, %rs128, %p52;
+	setp.gt.u32 	%p53, %r74, -2147483648;
+	@%p53 bra 	$L__BB31_48;
+
+	setp.ne.s32 	%p54, %r74, -2147483648;
+	and.b16  	%rs129, %rs189, 1;
+	setp.eq.b16 	%p55, %rs129, 1;
+	not.pred 	%p56, %p55;
+	or.pred  	%p57, %p54, %p56;
+	@%p57 bra 	$L__BB31_49;
+
+$L__BB31_48:
+	add.s16 	%rs189, %rs189, 1;
+
+$L__BB31_49:
+	and.b32  	%r146, %r240, 2147483647;
+	setp.gt.u32 	%p58, %r146, 2139095040;
+	shr.u32 	%r147, %r240, 16;
+	cvt.u16.u32 	%rs130, %r147;
+	shl.b32 	%r148, %r240, 16;
+	selp.b32 	%r75, 0, %r148, %p58;
+	selp.b16 	%rs190, 32767, %rs130, %p58;
+	setp.gt.u32 	%p59, %r75, -2147483648;
+	@%p59 bra 	$L__BB31_51;
+
+	setp.ne.s32 	%p60, %r75, -2147483648;
+	and.b16  	%rs131, %rs190, 1;
+	setp.eq.b16 	%p61, %rs131, 1;
+	not.pred 	%p62, %p61;
+	or.pred  	%p63, %p60, %p62;
+	@%p63 bra 	$L__BB31_52;
+
+$L__BB31_51:
+	add.s16 	%rs190, %rs190, 1;
+
+$L__BB31_52:
+	and.b32  	%r149, %r239, 2147483647;
+	setp.gt.u32 	%p64, %r149, 2139095040;
+	shr.u32 	%r150, %r239, 16;
+	cvt.u16.u32 	%rs132, %r150;
+	shl.b32 	%r151, %r239, 16;
+	selp.b32 	%r76, 0, %r151, %p64;
+	selp.b16 	%rs187, 32767, %rs132, %p64;
+	setp.gt.u32 	%p65, %r76, -2147483648;
+	@%p65 bra 	$L__BB31_54;
+
+	setp.ne.s32 	%p66, %r76, -2147483648;
+	and.b16  	%rs133, %rs187, 1;
+	setp.eq.b16 	%p67, %rs133, 1;
+	not.pred 	%p68, %p67;
+	or.pred  	%p69, %p66, %p68;
+	@%p69 bra 	$L__BB31_55;
+
+$L__BB31_54:
+	add.s16 	%rs187, %rs187, 1;
+
+$L__BB31_55:
+	and.b32  	%r152, %r238, 2147483647;
+	setp.gt.u32 	%p70, %r152, 2139095040;
+	shr.u32 	%r153, %r238, 16;
+	cvt.u16.u32 	%rs134, %r153;
+	shl.b32 	%r154, %r238, 16;
+	selp.b32 	%r77, 0, %r154, %p70;
+	selp.b16 	%rs188, 32767, %rs134, %p70;
+	setp.gt.u32 	%p71, %r77, -2147483648;
+	@%p71 bra 	$L__BB31_57;
+
+	setp.ne.s32 	%p72, %r77, -2147483648;
+	and.b16  	%rs135, %rs188, 1;
+	setp.eq.b16 	%p73, %rs135, 1;
+	not.pred 	%p74, %p73;
+	or.pred  	%p75, %p72, %p74;
+	@%p75 bra 	$L__BB31_58;
+
+$L__BB31_57:
+	add.s16 	%rs188, %rs188, 1;
+
+$L__BB31_58:
+	and.b32  	%r155, %r237, 2147483647;
+	setp.gt.u32 	%p76, %r155, 2139095040;
+	shr.u32 	%r156, %r237, 16;
+	cvt.u16.u32 	%rs136, %r156;
+	shl.b32 	%r157, %r237, 16;
+	selp.b32 	%r78, 0, %r157, %p76;
+	selp.b16 	%rs185, 32767, %rs136, %p76;
+	setp.gt.u32 	%p77, %r78, -2147483648;
+	@%p77 bra 	$L__BB31_60;
+
+	setp.ne.s32 	%p78, %r78, -2147483648;
+	and.b16  	%rs137, %rs185, 1;
+	setp.eq.b16 	%p79, %rs137, 1;
+	not.pred 	%p80, %p79;
+	or.pred  	%p81, %p78, %p80;
+	@%p81 bra 	$L__BB31_61;
+
+$L__BB31_60:
+	add.s16 	%rs185, %rs185, 1;
+
+$L__BB31_61:
+	and.b32  	%r158, %r236, 2147483647;
+	setp.gt.u32 	%p82, %r158, 2139095040;
+	shr.u32 	%r159, %r236, 16;
+	cvt.u16.u32 	%rs138, %r159;
+	shl.b32 	%r160, %r236, 16;
+	selp.b32 	%r79, 0, %r160, %p82;
+	selp.b16 	%rs186, 32767, %rs138, %p82;
+	setp.gt.u32 	%p83, %r79, -2147483648;
+	@%p83 bra 	$L__BB31_63;
+
+	setp.ne.s32 	%p84, %r79, -2147483648;
+	and.b16  	%rs139, %rs186, 1;
+	setp.eq.b16 	%p85, %rs139, 1;
+	not.pred 	%p86, %p85;
+	or.pred  	%p87, %p84, %p86;
+	@%p87 bra 	$L__BB31_88;
+
+$L__BB31_63:
+	add.s16 	%rs186, %rs186, 1;
+
+$L__BB31_88:
+	mov.b32 	%r91, {%rs185, %rs186};
+	mov.b32 	%r90, {%rs187, %rs188};
+	mov.b32 	%r89, {%rs189, %rs190};
+	mov.b32 	%r88, {%rs191, %rs192};
+	shl.b64 	%rd88, %rd141, 1;
+	add.s64 	%rd89, %rd2, %rd88;
+	st.global.v4.u32 	[%rd89], {%r88, %r89, %r90, %r91};
+	setp.eq.s64 	%p136, %rd61, 0;
+	@%p136 bra 	$L__BB31_90;
+
+	add.s64 	%rd91, %rd1, %rd88;
+	st.global.v4.u32 	[%rd91], {%r88, %r89, %r90, %r91};
+
+$L__BB31_90:
+	add.s64 	%rd141, %rd141, %rd25;
+	setp.lt.u64 	%p137, %rd141, %rd144;
+	@%p137 bra 	$L__BB31_19;
+
+$L__BB31_91:
+	add.s64 	%rd145, %rd144, %rd5;
+	setp.ge.u64 	%p138, %rd145, %rd63;
+	@%p138 bra 	$L__BB31_141;
+
+	cvt.rn.f32.u32 	%f66, %r114;
+	add.s32 	%r92, %r114, -2;
+	add.s32 	%r193, %r114, -1;
+	and.b32  	%r93, %r193, 3;
+	sub.s32 	%r94, %r193, %r93;
+	neg.s32 	%r95, %r113;
+
+$L__BB31_93:
+	setp.eq.s32 	%p139, %r113, 0;
+	mov.u64 	%rd146, %rd62;
+	@%p139 bra 	$L__BB31_95;
+
+	ld.global.u64 	%rd146, [%rd3];
+
+$L__BB31_95:
+	shl.b64 	%rd92, %rd145, 1;
+	add.s64 	%rd93, %rd146, %rd92;
+	ld.u16 	%rs156, [%rd93];
+	// begin inline asm
+	{ mov.b32 %f217, {0,%rs156};}
+
+	// end inline asm
+	setp.lt.u32 	%p140, %r114, 2;
+	@%p140 bra 	$L__BB31_133;
+
+	setp.eq.s32 	%p141, %r115, 2;
+	@%p141 bra 	$L__BB31_108;
+
+	setp.eq.s32 	%p142, %r115, 3;
+	@%p142 bra 	$L__BB31_104;
+
+	setp.ne.s32 	%p143, %r115, 4;
+	@%p143 bra 	$L__BB31_129;
+
+	mov.u32 	%r245, 1;
+	mov.u32 	%r244, %r95;
+	mov.u64 	%rd147, %rd3;
+
+$L__BB31_100:
+	setp.eq.s32 	%p144, %r244, -1;
+	@%p144 bra 	$L__BB31_102;
+
+	ld.global.u64 	%rd148, [%rd147+8];
+	bra.uni 	$L__BB31_103;
+
+$L__BB31_102:
+	mov.u64 	%rd148, %rd62;
+
+$L__BB31_103:
+	add.s64 	%rd147, %rd147, 8;
+	add.s64 	%rd95, %rd148, %rd92;
+	ld.u16 	%rs157, [%rd95];
+	// begin inline asm
+	{ mov.b32 %f184, {0,%rs157};}
+
+	// end inline asm
+	mul.f32 	%f217, %f217, %f184;
+	add.s32 	%r244, %r244, 1;
+	add.s32 	%r245, %r245, 1;
+	setp.lt.u32 	%p145, %r245, %r114;
+	@%p145 bra 	$L__BB31_100;
+	bra.uni 	$L__BB31_133;
+
+$L__BB31_108:
+	setp.lt.u32 	%p149, %r92, 3;
+	mov.u32 	%r249, 1;
+	@%p149 bra 	$L__BB31_119;
+
+	mov.u32 	%r249, 1;
+	mov.u32 	%r248, %r94;
+
+$L__BB31_110:
+	mul.wide.u32 	%rd100, %r249, 8;
+	add.s64 	%rd43, %rd3, %rd100;
+	setp.eq.s32 	%p150, %r249, %r113;
+	mov.u64 	%rd150, %rd62;
+	@%p150 bra 	$L__BB31_112;
+
+	ld.global.u64 	%rd150, [%rd43];
+
+$L__BB31_112:
+	add.s64 	%rd102, %rd150, %rd92;
+	ld.u16 	%rs159, [%rd102];
+	// begin inline asm
+	{ mov.b32 %f187, {0,%rs159};}
+
+	// end inline asm
+	setp.lt.f32 	%p151, %f187, %f217;
+	selp.f32 	%f73, %f187, %f217, %p151;
+	add.s32 	%r198, %r249, 1;
+	setp.eq.s32 	%p152, %r198, %r113;
+	mov.u64 	%rd151, %rd62;
+	@%p152 bra 	$L__BB31_114;
+
+	ld.global.u64 	%rd151, [%rd43+8];
+
+$L__BB31_114:
+	add.s64 	%rd104, %rd151, %rd92;
+	ld.u16 	%rs160, [%rd104];
+	// begin inline asm
+	{ mov.b32 %f188, {0,%rs160};}
+
+	// end inline asm
+	setp.lt.f32 	%p153, %f188, %f73;
+	selp.f32 	%f74, %f188, %f73, %p153;
+	add.s32 	%r199, %r249, 2;
+	setp.eq.s32 	%p154, %r199, %r113;
+	mov.u64 	%rd152, %rd62;
+	@%p154 bra 	$L__BB31_116;
+
+	ld.global.u64 	%rd152, [%rd43+16];
+
+$L__BB31_116:
+	add.s64 	%rd106, %rd152, %rd92;
+	ld.u16 	%rs161, [%rd106];
+	// begin inline asm
+	{ mov.b32 %f189, {0,%rs161};}
+
+	// end inline asm
+	setp.lt.f32 	%p155, %f189, %f74;
+	selp.f32 	%f75, %f189, %f74, %p155;
+	add.s32 	%r104, %r249, 3;
+	setp.eq.s32 	%p156, %r104, %r113;
+	mov.u64 	%rd153, %rd62;
+	@%p156 bra 	$L__BB31_118;
+
+	mul.wide.u32 	%rd107, %r104, 8;
+	add.s64 	%rd108, %rd3, %rd107;
+	ld.global.u64 	%rd153, [%rd108];
+
+$L__BB31_118:
+	add.s64 	%rd110, %rd153, %rd92;
+	ld.u16 	%rs162, [%rd110];
+	// begin inline asm
+	{ mov.b32 %f190, {0,%rs162};}
+
+	// end inline asm
+	setp.lt.f32 	%p157, %f190, %f75;
+	selp.f32 	%f217, %f190, %f75, %p157;
+	add.s32 	%r249, %r249, 4;
+	add.s32 	%r248, %r248, -4;
+	setp.ne.s32 	%p158, %r248, 0;
+	@%p158 bra 	$L__BB31_110;
+
+$L__BB31_119:
+	setp.eq.s32 	%p159, %r93, 0;
+	@%p159 bra 	$L__BB31_133;
+
+	setp.eq.s32 	%p160, %r249, %r113;
+	mov.u64 	%rd154, %rd62;
+	@%p160 bra 	$L__BB31_122;
+
+	mul.wide.u32 	%rd111, %r249, 8;
+	add.s64 	%rd112, %rd3, %rd111;
+	ld.global.u64 	%rd154, [%rd112];
+
+$L__BB31_122:
+	add.s64 	%rd114, %rd154, %rd92;
+	ld.u16 	%rs163, [%rd114];
+	// begin inline asm
+	{ mov.b32 %f191, {0,%rs163};}
+
+	// end inline asm
+	setp.lt.f32 	%p161, %f191, %f217;
+	selp.f32 	%f217, %f191, %f217, %p161;
+	add.s32 	%r108, %r249, 1;
+	setp.eq.s32 	%p162, %r93, 1;
+	@%p162 bra 	$L__BB31_133;
+
+	setp.eq.s32 	%p163, %r108, %r113;
+	mov.u64 	%rd155, %rd62;
+	@%p163 bra 	$L__BB31_125;
+
+	mul.wide.u32 	%rd115, %r108, 8;
+	add.s64 	%rd116, %rd3, %rd115;
+	ld.global.u64 	%rd155, [%rd116];
+
+$L__BB31_125:
+	add.s64 	%rd118, %rd155, %rd92;
+	ld.u16 	%rs164, [%rd118];
+	// begin inline asm
+	{ mov.b32 %f192, {0,%rs164};}
+
+	// end inline asm
+	setp.lt.f32 	%p164, %f192, %f217;
+	selp.f32 	%f217, %f192, %f217, %p164;
+	add.s32 	%r109, %r249, 2;
+	setp.eq.s32 	%p165, %r93, 2;
+	@%p165 bra 	$L__BB31_133;
+
+	setp.eq.s32 	%p166, %r109, %r113;
+	mov.u64 	%rd156, %rd62;
+	@%p166 bra 	$L__BB31_128;
+
+	mul.wide.u32 	%rd119, %r109, 8;
+	add.s64 	%rd120, %rd3, %rd119;
+	ld.global.u64 	%rd156, [%rd120];
+
+$L__BB31_128:
+	add.s64 	%rd122, %rd156, %rd92;
+	ld.u16 	%rs165, [%rd122];
+	// begin inline asm
+	{ mov.b32 %f193, {0,%rs165};}
+
+	// end inline asm
+	setp.lt.f32 	%p167, %f193, %f217;
+	selp.f32 	%f217, %f193, %f217, %p167;
+	bra.uni 	$L__BB31_133;
+
+$L__BB31_104:
+	mov.u32 	%r246, 1;
+
+$L__BB31_105:
+	setp.eq.s32 	%p146, %r246, %r113;
+	mov.u64 	%rd149, %rd62;
+	@%p146 bra 	$L__BB31_107;
+
+	mul.wide.u32 	%rd96, %r246, 8;
+	add.s64 	%rd97, %rd3, %rd96;
+	ld.global.u64 	%rd149, [%rd97];
+
+$L__BB31_107:
+	add.s64 	%rd99, %rd149, %rd92;
+	ld.u16 	%rs158, [%rd99];
+	// begin inline asm
+	{ mov.b32 %f185, {0,%rs158};}
+
+	// end inline asm
+	setp.gt.f32 	%p147, %f185, %f217;
+	selp.f32 	%f217, %f185, %f217, %p147;
+	add.s32 	%r246, %r246, 1;
+	setp.lt.u32 	%p148, %r246, %r114;
+	@%p148 bra 	$L__BB31_105;
+	bra.uni 	$L__BB31_133;
+
+$L__BB31_129:
+	mov.u32 	%r250, 1;
+
+$L__BB31_130:
+	setp.eq.s32 	%p168, %r250, %r113;
+	mov.u64 	%rd157, %rd62;
+	@%p168 bra 	$L__BB31_132;
+
+	mul.wide.u32 	%rd123, %r250, 8;
+	add.s64 	%rd124, %rd3, %rd123;
+	ld.global.u64 	%rd157, [%rd124];
+
+$L__BB31_132:
+	add.s64 	%rd126, %rd157, %rd92;
+	ld.u16 	%rs166, [%rd126];
+	// begin inline asm
+	{ mov.b32 %f194, {0,%rs166};}
+
+	// end inline asm
+	add.f32 	%f217, %f217, %f194;
+	add.s32 	%r250, %r250, 1;
+	setp.lt.u32 	%p169, %r250, %r114;
+	@%p169 bra 	$L__BB31_130;
+
+$L__BB31_133:
+	setp.ne.s32 	%p170, %r115, 1;
+	@%p170 bra 	$L__BB31_135;
+
+	div.rn.f32 	%f217, %f217, %f66;
+
+$L__BB31_135:
+	mov.b32 	%r201, %f217;
+	and.b32  	%r202, %r201, 2147483647;
+	setp.gt.u32 	%p171, %r202, 2139095040;
+	shl.b32 	%r203, %r201, 16;
+	shr.u32 	%r204, %r201, 16;
+	cvt.u16.u32 	%rs167, %r204;
+	selp.b32 	%r112, 0, %r203, %p171;
+	selp.b16 	%rs193, 32767, %rs167, %p171;
+	setp.gt.u32 	%p172, %r112, -2147483648;
+	@%p172 bra 	$L__BB31_137;
+
+	setp.ne.s32 	%p173, %r112, -2147483648;
+	and.b16  	%rs168, %rs193, 1;
+	setp.eq.b16 	%p174, %rs168, 1;
+	not.pred 	%p175, %p174;
+	or.pred  	%p176, %p173, %p175;
+	@%p176 bra 	$L__BB31_138;
+
+$L__BB31_137:
+	add.s16 	%rs193, %rs193, 1;
+
+$L__BB31_138:
+	add.s64 	%rd128, %rd2, %rd92;
+	st.global.u16 	[%rd128], %rs193;
+	setp.eq.s64 	%p177, %rd61, 0;
+	@%p177 bra 	$L__BB31_140;
+
+	add.s64 	%rd130, %rd1, %rd92;
+	st.global.u16 	[%rd130], %rs193;
+
+$L__BB31_140:
+	add.s64 	%rd145, %rd145, %rd4;
+	setp.lt.u64 	%p178, %rd145, %rd63;
+	@%p178 bra 	$L__BB31_93;
+
+$L__BB31_141:
 	ret;
 
 }
@@ -7089,627 +10815,6 @@ $L__BB27_135:
 	ld.param.u32 	%r9, [smcuda_reduce_sum_i32_param_2];
 	ld.param.u64 	%rd19, [smcuda_reduce_sum_i32_param_3];
 	ld.param.u64 	%rd20, [smcuda_reduce_sum_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB28_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB28_3;
-	bra.uni 	$L__BB28_2;
-
-$L__BB28_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB28_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB28_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB28_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	add.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	add.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	add.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	add.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB28_6;
-
-$L__BB28_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB28_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	add.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB28_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	add.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB28_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	add.s64 	%rd89, %rd89, %rd81;
-
-$L__BB28_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB28_4;
-	bra.uni 	$L__BB28_12;
-
-$L__BB28_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB28_2;
-
-$L__BB28_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_i32
-.visible .entry smcuda_reduce_avg_i32(
-	.param .u64 smcuda_reduce_avg_i32_param_0,
-	.param .u64 smcuda_reduce_avg_i32_param_1,
-	.param .u32 smcuda_reduce_avg_i32_param_2,
-	.param .u64 smcuda_reduce_avg_i32_param_3,
-	.param .u64 smcuda_reduce_avg_i32_param_4
-)
-{
-	.reg .pred 	%p<12>;
-	.reg .b32 	%r<29>;
-	.reg .b64 	%rd<102>;
-
-
-	ld.param.u64 	%rd29, [smcuda_reduce_avg_i32_param_0];
-	ld.param.u64 	%rd30, [smcuda_reduce_avg_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_i32_param_2];
-	ld.param.u64 	%rd27, [smcuda_reduce_avg_i32_param_3];
-	ld.param.u64 	%rd28, [smcuda_reduce_avg_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd29;
-	cvta.to.global.u64 	%rd2, %rd30;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd31, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd32, %r13;
-	add.s64 	%rd94, %rd31, %rd32;
-	setp.ge.u64 	%p1, %rd94, %rd28;
-	@%p1 bra 	$L__BB29_18;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.u64.u32 	%rd5, %r9;
-	@%p2 bra 	$L__BB29_6;
-	bra.uni 	$L__BB29_2;
-
-$L__BB29_6:
-	add.s32 	%r17, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r17, 3;
-	sub.s32 	%r3, %r17, %r2;
-
-$L__BB29_7:
-	ld.global.u64 	%rd42, [%rd2];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd13, %rd94, %rd27;
-	shl.b64 	%rd44, %rd13, 2;
-	add.s64 	%rd45, %rd43, %rd44;
-	ld.global.s32 	%rd100, [%rd45];
-	setp.lt.u32 	%p5, %r1, 3;
-	mov.u32 	%r28, 1;
-	@%p5 bra 	$L__BB29_10;
-
-	mov.u32 	%r28, 1;
-	mov.u32 	%r27, %r3;
-
-$L__BB29_9:
-	mul.wide.u32 	%rd46, %r28, 8;
-	add.s64 	%rd47, %rd2, %rd46;
-	ld.global.u64 	%rd48, [%rd47];
-	cvta.to.global.u64 	%rd49, %rd48;
-	add.s64 	%rd51, %rd49, %rd44;
-	ld.global.s32 	%rd52, [%rd51];
-	add.s64 	%rd53, %rd100, %rd52;
-	ld.global.u64 	%rd54, [%rd47+8];
-	cvta.to.global.u64 	%rd55, %rd54;
-	add.s64 	%rd56, %rd55, %rd44;
-	ld.global.s32 	%rd57, [%rd56];
-	add.s64 	%rd58, %rd53, %rd57;
-	ld.global.u64 	%rd59, [%rd47+16];
-	cvta.to.global.u64 	%rd60, %rd59;
-	add.s64 	%rd61, %rd60, %rd44;
-	ld.global.s32 	%rd62, [%rd61];
-	add.s64 	%rd63, %rd58, %rd62;
-	add.s32 	%r20, %r28, 3;
-	mul.wide.u32 	%rd64, %r20, 8;
-	add.s64 	%rd65, %rd2, %rd64;
-	ld.global.u64 	%rd66, [%rd65];
-	cvta.to.global.u64 	%rd67, %rd66;
-	add.s64 	%rd68, %rd67, %rd44;
-	ld.global.s32 	%rd69, [%rd68];
-	add.s64 	%rd100, %rd63, %rd69;
-	add.s32 	%r28, %r28, 4;
-	add.s32 	%r27, %r27, -4;
-	setp.ne.s32 	%p6, %r27, 0;
-	@%p6 bra 	$L__BB29_9;
-
-$L__BB29_10:
-	setp.eq.s32 	%p7, %r2, 0;
-	@%p7 bra 	$L__BB29_14;
-
-	setp.eq.s32 	%p8, %r2, 1;
-	mul.wide.u32 	%rd70, %r28, 8;
-	add.s64 	%rd71, %rd2, %rd70;
-	ld.global.u64 	%rd72, [%rd71];
-	cvta.to.global.u64 	%rd73, %rd72;
-	add.s64 	%rd75, %rd73, %rd44;
-	ld.global.s32 	%rd76, [%rd75];
-	add.s64 	%rd100, %rd100, %rd76;
-	@%p8 bra 	$L__BB29_14;
-
-	setp.eq.s32 	%p9, %r2, 2;
-	add.s32 	%r21, %r28, 1;
-	mul.wide.u32 	%rd77, %r21, 8;
-	add.s64 	%rd78, %rd2, %rd77;
-	ld.global.u64 	%rd79, [%rd78];
-	cvta.to.global.u64 	%rd80, %rd79;
-	add.s64 	%rd82, %rd80, %rd44;
-	ld.global.s32 	%rd83, [%rd82];
-	add.s64 	%rd100, %rd100, %rd83;
-	@%p9 bra 	$L__BB29_14;
-
-	add.s32 	%r22, %r28, 2;
-	mul.wide.u32 	%rd84, %r22, 8;
-	add.s64 	%rd85, %rd2, %rd84;
-	ld.global.u64 	%rd86, [%rd85];
-	cvta.to.global.u64 	%rd87, %rd86;
-	add.s64 	%rd89, %rd87, %rd44;
-	ld.global.s32 	%rd90, [%rd89];
-	add.s64 	%rd100, %rd100, %rd90;
-
-$L__BB29_14:
-	and.b64  	%rd91, %rd100, -4294967296;
-	setp.eq.s64 	%p10, %rd91, 0;
-	@%p10 bra 	$L__BB29_16;
-
-	div.s64 	%rd101, %rd100, %rd5;
-	bra.uni 	$L__BB29_17;
-
-$L__BB29_16:
-	cvt.u32.u64 	%r23, %rd5;
-	cvt.u32.u64 	%r24, %rd100;
-	div.u32 	%r25, %r24, %r23;
-	cvt.u64.u32 	%rd101, %r25;
-
-$L__BB29_17:
-	shl.b64 	%rd92, %rd94, 2;
-	add.s64 	%rd93, %rd1, %rd92;
-	st.global.u32 	[%rd93], %rd101;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p11, %rd94, %rd28;
-	@%p11 bra 	$L__BB29_7;
-	bra.uni 	$L__BB29_18;
-
-$L__BB29_2:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd94, %rd27;
-	shl.b64 	%rd36, %rd35, 2;
-	add.s64 	%rd37, %rd34, %rd36;
-	ld.global.s32 	%rd7, [%rd37];
-	and.b64  	%rd38, %rd7, -4294967296;
-	setp.eq.s64 	%p3, %rd38, 0;
-	@%p3 bra 	$L__BB29_4;
-
-	div.s64 	%rd95, %rd7, %rd5;
-	bra.uni 	$L__BB29_5;
-
-$L__BB29_4:
-	cvt.u32.u64 	%r14, %rd5;
-	cvt.u32.u64 	%r15, %rd7;
-	div.u32 	%r16, %r15, %r14;
-	cvt.u64.u32 	%rd95, %r16;
-
-$L__BB29_5:
-	shl.b64 	%rd39, %rd94, 2;
-	add.s64 	%rd40, %rd1, %rd39;
-	st.global.u32 	[%rd40], %rd95;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p4, %rd94, %rd28;
-	@%p4 bra 	$L__BB29_2;
-
-$L__BB29_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_i32
-.visible .entry smcuda_reduce_min_i32(
-	.param .u64 smcuda_reduce_min_i32_param_0,
-	.param .u64 smcuda_reduce_min_i32_param_1,
-	.param .u32 smcuda_reduce_min_i32_param_2,
-	.param .u64 smcuda_reduce_min_i32_param_3,
-	.param .u64 smcuda_reduce_min_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_min_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_min_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_min_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_min_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB30_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB30_3;
-	bra.uni 	$L__BB30_2;
-
-$L__BB30_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB30_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB30_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB30_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	min.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	min.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	min.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	min.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB30_6;
-
-$L__BB30_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB30_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	min.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB30_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	min.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB30_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	min.s64 	%rd89, %rd89, %rd81;
-
-$L__BB30_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB30_4;
-	bra.uni 	$L__BB30_12;
-
-$L__BB30_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB30_2;
-
-$L__BB30_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_i32
-.visible .entry smcuda_reduce_max_i32(
-	.param .u64 smcuda_reduce_max_i32_param_0,
-	.param .u64 smcuda_reduce_max_i32_param_1,
-	.param .u32 smcuda_reduce_max_i32_param_2,
-	.param .u64 smcuda_reduce_max_i32_param_3,
-	.param .u64 smcuda_reduce_max_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_max_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_max_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_max_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_max_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB31_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB31_3;
-	bra.uni 	$L__BB31_2;
-
-$L__BB31_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB31_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB31_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB31_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	max.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	max.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	max.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	max.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB31_6;
-
-$L__BB31_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB31_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	max.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB31_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	max.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB31_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	max.s64 	%rd89, %rd89, %rd81;
-
-$L__BB31_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB31_4;
-	bra.uni 	$L__BB31_12;
-
-$L__BB31_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB31_2;
-
-$L__BB31_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_i32
-.visible .entry smcuda_reduce_prod_i32(
-	.param .u64 smcuda_reduce_prod_i32_param_0,
-	.param .u64 smcuda_reduce_prod_i32_param_1,
-	.param .u32 smcuda_reduce_prod_i32_param_2,
-	.param .u64 smcuda_reduce_prod_i32_param_3,
-	.param .u64 smcuda_reduce_prod_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_prod_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_prod_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_prod_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_prod_i32_param_4];
 	cvta.to.global.u64 	%rd1, %rd21;
 	cvta.to.global.u64 	%rd2, %rd22;
 	mov.u32 	%r10, %nctaid.x;
@@ -7754,17 +10859,17 @@ $L__BB32_6:
 	cvta.to.global.u64 	%rd40, %rd39;
 	add.s64 	%rd42, %rd40, %rd35;
 	ld.global.s32 	%rd43, [%rd42];
-	mul.lo.s64 	%rd44, %rd89, %rd43;
+	add.s64 	%rd44, %rd89, %rd43;
 	ld.global.u64 	%rd45, [%rd38+8];
 	cvta.to.global.u64 	%rd46, %rd45;
 	add.s64 	%rd47, %rd46, %rd35;
 	ld.global.s32 	%rd48, [%rd47];
-	mul.lo.s64 	%rd49, %rd44, %rd48;
+	add.s64 	%rd49, %rd44, %rd48;
 	ld.global.u64 	%rd50, [%rd38+16];
 	cvta.to.global.u64 	%rd51, %rd50;
 	add.s64 	%rd52, %rd51, %rd35;
 	ld.global.s32 	%rd53, [%rd52];
-	mul.lo.s64 	%rd54, %rd49, %rd53;
+	add.s64 	%rd54, %rd49, %rd53;
 	add.s32 	%r18, %r23, 3;
 	mul.wide.u32 	%rd55, %r18, 8;
 	add.s64 	%rd56, %rd2, %rd55;
@@ -7772,7 +10877,7 @@ $L__BB32_6:
 	cvta.to.global.u64 	%rd58, %rd57;
 	add.s64 	%rd59, %rd58, %rd35;
 	ld.global.s32 	%rd60, [%rd59];
-	mul.lo.s64 	%rd89, %rd54, %rd60;
+	add.s64 	%rd89, %rd54, %rd60;
 	add.s32 	%r23, %r23, 4;
 	add.s32 	%r22, %r22, -4;
 	setp.ne.s32 	%p5, %r22, 0;
@@ -7789,7 +10894,7 @@ $L__BB32_7:
 	cvta.to.global.u64 	%rd64, %rd63;
 	add.s64 	%rd66, %rd64, %rd35;
 	ld.global.s32 	%rd67, [%rd66];
-	mul.lo.s64 	%rd89, %rd89, %rd67;
+	add.s64 	%rd89, %rd89, %rd67;
 	@%p7 bra 	$L__BB32_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
@@ -7800,7 +10905,7 @@ $L__BB32_7:
 	cvta.to.global.u64 	%rd71, %rd70;
 	add.s64 	%rd73, %rd71, %rd35;
 	ld.global.s32 	%rd74, [%rd73];
-	mul.lo.s64 	%rd89, %rd89, %rd74;
+	add.s64 	%rd89, %rd89, %rd74;
 	@%p8 bra 	$L__BB32_11;
 
 	add.s32 	%r20, %r23, 2;
@@ -7810,7 +10915,7 @@ $L__BB32_7:
 	cvta.to.global.u64 	%rd78, %rd77;
 	add.s64 	%rd80, %rd78, %rd35;
 	ld.global.s32 	%rd81, [%rd80];
-	mul.lo.s64 	%rd89, %rd89, %rd81;
+	add.s64 	%rd89, %rd89, %rd81;
 
 $L__BB32_11:
 	shl.b64 	%rd82, %rd84, 2;
@@ -7839,6 +10944,627 @@ $L__BB32_12:
 	ret;
 
 }
+	// .globl	smcuda_reduce_avg_i32
+.visible .entry smcuda_reduce_avg_i32(
+	.param .u64 smcuda_reduce_avg_i32_param_0,
+	.param .u64 smcuda_reduce_avg_i32_param_1,
+	.param .u32 smcuda_reduce_avg_i32_param_2,
+	.param .u64 smcuda_reduce_avg_i32_param_3,
+	.param .u64 smcuda_reduce_avg_i32_param_4
+)
+{
+	.reg .pred 	%p<12>;
+	.reg .b32 	%r<29>;
+	.reg .b64 	%rd<102>;
+
+
+	ld.param.u64 	%rd29, [smcuda_reduce_avg_i32_param_0];
+	ld.param.u64 	%rd30, [smcuda_reduce_avg_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_avg_i32_param_2];
+	ld.param.u64 	%rd27, [smcuda_reduce_avg_i32_param_3];
+	ld.param.u64 	%rd28, [smcuda_reduce_avg_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd29;
+	cvta.to.global.u64 	%rd2, %rd30;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd31, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd32, %r13;
+	add.s64 	%rd94, %rd31, %rd32;
+	setp.ge.u64 	%p1, %rd94, %rd28;
+	@%p1 bra 	$L__BB33_18;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	cvt.u64.u32 	%rd5, %r9;
+	@%p2 bra 	$L__BB33_6;
+	bra.uni 	$L__BB33_2;
+
+$L__BB33_6:
+	add.s32 	%r17, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r17, 3;
+	sub.s32 	%r3, %r17, %r2;
+
+$L__BB33_7:
+	ld.global.u64 	%rd42, [%rd2];
+	cvta.to.global.u64 	%rd43, %rd42;
+	add.s64 	%rd13, %rd94, %rd27;
+	shl.b64 	%rd44, %rd13, 2;
+	add.s64 	%rd45, %rd43, %rd44;
+	ld.global.s32 	%rd100, [%rd45];
+	setp.lt.u32 	%p5, %r1, 3;
+	mov.u32 	%r28, 1;
+	@%p5 bra 	$L__BB33_10;
+
+	mov.u32 	%r28, 1;
+	mov.u32 	%r27, %r3;
+
+$L__BB33_9:
+	mul.wide.u32 	%rd46, %r28, 8;
+	add.s64 	%rd47, %rd2, %rd46;
+	ld.global.u64 	%rd48, [%rd47];
+	cvta.to.global.u64 	%rd49, %rd48;
+	add.s64 	%rd51, %rd49, %rd44;
+	ld.global.s32 	%rd52, [%rd51];
+	add.s64 	%rd53, %rd100, %rd52;
+	ld.global.u64 	%rd54, [%rd47+8];
+	cvta.to.global.u64 	%rd55, %rd54;
+	add.s64 	%rd56, %rd55, %rd44;
+	ld.global.s32 	%rd57, [%rd56];
+	add.s64 	%rd58, %rd53, %rd57;
+	ld.global.u64 	%rd59, [%rd47+16];
+	cvta.to.global.u64 	%rd60, %rd59;
+	add.s64 	%rd61, %rd60, %rd44;
+	ld.global.s32 	%rd62, [%rd61];
+	add.s64 	%rd63, %rd58, %rd62;
+	add.s32 	%r20, %r28, 3;
+	mul.wide.u32 	%rd64, %r20, 8;
+	add.s64 	%rd65, %rd2, %rd64;
+	ld.global.u64 	%rd66, [%rd65];
+	cvta.to.global.u64 	%rd67, %rd66;
+	add.s64 	%rd68, %rd67, %rd44;
+	ld.global.s32 	%rd69, [%rd68];
+	add.s64 	%rd100, %rd63, %rd69;
+	add.s32 	%r28, %r28, 4;
+	add.s32 	%r27, %r27, -4;
+	setp.ne.s32 	%p6, %r27, 0;
+	@%p6 bra 	$L__BB33_9;
+
+$L__BB33_10:
+	setp.eq.s32 	%p7, %r2, 0;
+	@%p7 bra 	$L__BB33_14;
+
+	setp.eq.s32 	%p8, %r2, 1;
+	mul.wide.u32 	%rd70, %r28, 8;
+	add.s64 	%rd71, %rd2, %rd70;
+	ld.global.u64 	%rd72, [%rd71];
+	cvta.to.global.u64 	%rd73, %rd72;
+	add.s64 	%rd75, %rd73, %rd44;
+	ld.global.s32 	%rd76, [%rd75];
+	add.s64 	%rd100, %rd100, %rd76;
+	@%p8 bra 	$L__BB33_14;
+
+	setp.eq.s32 	%p9, %r2, 2;
+	add.s32 	%r21, %r28, 1;
+	mul.wide.u32 	%rd77, %r21, 8;
+	add.s64 	%rd78, %rd2, %rd77;
+	ld.global.u64 	%rd79, [%rd78];
+	cvta.to.global.u64 	%rd80, %rd79;
+	add.s64 	%rd82, %rd80, %rd44;
+	ld.global.s32 	%rd83, [%rd82];
+	add.s64 	%rd100, %rd100, %rd83;
+	@%p9 bra 	$L__BB33_14;
+
+	add.s32 	%r22, %r28, 2;
+	mul.wide.u32 	%rd84, %r22, 8;
+	add.s64 	%rd85, %rd2, %rd84;
+	ld.global.u64 	%rd86, [%rd85];
+	cvta.to.global.u64 	%rd87, %rd86;
+	add.s64 	%rd89, %rd87, %rd44;
+	ld.global.s32 	%rd90, [%rd89];
+	add.s64 	%rd100, %rd100, %rd90;
+
+$L__BB33_14:
+	and.b64  	%rd91, %rd100, -4294967296;
+	setp.eq.s64 	%p10, %rd91, 0;
+	@%p10 bra 	$L__BB33_16;
+
+	div.s64 	%rd101, %rd100, %rd5;
+	bra.uni 	$L__BB33_17;
+
+$L__BB33_16:
+	cvt.u32.u64 	%r23, %rd5;
+	cvt.u32.u64 	%r24, %rd100;
+	div.u32 	%r25, %r24, %r23;
+	cvt.u64.u32 	%rd101, %r25;
+
+$L__BB33_17:
+	shl.b64 	%rd92, %rd94, 2;
+	add.s64 	%rd93, %rd1, %rd92;
+	st.global.u32 	[%rd93], %rd101;
+	add.s64 	%rd94, %rd94, %rd3;
+	setp.lt.u64 	%p11, %rd94, %rd28;
+	@%p11 bra 	$L__BB33_7;
+	bra.uni 	$L__BB33_18;
+
+$L__BB33_2:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd35, %rd94, %rd27;
+	shl.b64 	%rd36, %rd35, 2;
+	add.s64 	%rd37, %rd34, %rd36;
+	ld.global.s32 	%rd7, [%rd37];
+	and.b64  	%rd38, %rd7, -4294967296;
+	setp.eq.s64 	%p3, %rd38, 0;
+	@%p3 bra 	$L__BB33_4;
+
+	div.s64 	%rd95, %rd7, %rd5;
+	bra.uni 	$L__BB33_5;
+
+$L__BB33_4:
+	cvt.u32.u64 	%r14, %rd5;
+	cvt.u32.u64 	%r15, %rd7;
+	div.u32 	%r16, %r15, %r14;
+	cvt.u64.u32 	%rd95, %r16;
+
+$L__BB33_5:
+	shl.b64 	%rd39, %rd94, 2;
+	add.s64 	%rd40, %rd1, %rd39;
+	st.global.u32 	[%rd40], %rd95;
+	add.s64 	%rd94, %rd94, %rd3;
+	setp.lt.u64 	%p4, %rd94, %rd28;
+	@%p4 bra 	$L__BB33_2;
+
+$L__BB33_18:
+	ret;
+
+}
+	// .globl	smcuda_reduce_min_i32
+.visible .entry smcuda_reduce_min_i32(
+	.param .u64 smcuda_reduce_min_i32_param_0,
+	.param .u64 smcuda_reduce_min_i32_param_1,
+	.param .u32 smcuda_reduce_min_i32_param_2,
+	.param .u64 smcuda_reduce_min_i32_param_3,
+	.param .u64 smcuda_reduce_min_i32_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<24>;
+	.reg .b64 	%rd<90>;
+
+
+	ld.param.u64 	%rd21, [smcuda_reduce_min_i32_param_0];
+	ld.param.u64 	%rd22, [smcuda_reduce_min_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_min_i32_param_2];
+	ld.param.u64 	%rd19, [smcuda_reduce_min_i32_param_3];
+	ld.param.u64 	%rd20, [smcuda_reduce_min_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd21;
+	cvta.to.global.u64 	%rd2, %rd22;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd23, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd24, %r13;
+	add.s64 	%rd84, %rd23, %rd24;
+	setp.ge.u64 	%p1, %rd84, %rd20;
+	@%p1 bra 	$L__BB34_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB34_3;
+	bra.uni 	$L__BB34_2;
+
+$L__BB34_3:
+	add.s32 	%r15, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r15, 3;
+	sub.s32 	%r3, %r15, %r2;
+
+$L__BB34_4:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd8, %rd84, %rd19;
+	shl.b64 	%rd35, %rd8, 2;
+	add.s64 	%rd36, %rd34, %rd35;
+	ld.global.s32 	%rd89, [%rd36];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r23, 1;
+	@%p4 bra 	$L__BB34_7;
+
+	mov.u32 	%r23, 1;
+	mov.u32 	%r22, %r3;
+
+$L__BB34_6:
+	mul.wide.u32 	%rd37, %r23, 8;
+	add.s64 	%rd38, %rd2, %rd37;
+	ld.global.u64 	%rd39, [%rd38];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd42, %rd40, %rd35;
+	ld.global.s32 	%rd43, [%rd42];
+	min.s64 	%rd44, %rd89, %rd43;
+	ld.global.u64 	%rd45, [%rd38+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd35;
+	ld.global.s32 	%rd48, [%rd47];
+	min.s64 	%rd49, %rd44, %rd48;
+	ld.global.u64 	%rd50, [%rd38+16];
+	cvta.to.global.u64 	%rd51, %rd50;
+	add.s64 	%rd52, %rd51, %rd35;
+	ld.global.s32 	%rd53, [%rd52];
+	min.s64 	%rd54, %rd49, %rd53;
+	add.s32 	%r18, %r23, 3;
+	mul.wide.u32 	%rd55, %r18, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd35;
+	ld.global.s32 	%rd60, [%rd59];
+	min.s64 	%rd89, %rd54, %rd60;
+	add.s32 	%r23, %r23, 4;
+	add.s32 	%r22, %r22, -4;
+	setp.ne.s32 	%p5, %r22, 0;
+	@%p5 bra 	$L__BB34_6;
+
+$L__BB34_7:
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB34_11;
+
+	setp.eq.s32 	%p7, %r2, 1;
+	mul.wide.u32 	%rd61, %r23, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd66, %rd64, %rd35;
+	ld.global.s32 	%rd67, [%rd66];
+	min.s64 	%rd89, %rd89, %rd67;
+	@%p7 bra 	$L__BB34_11;
+
+	setp.eq.s32 	%p8, %r2, 2;
+	add.s32 	%r19, %r23, 1;
+	mul.wide.u32 	%rd68, %r19, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd35;
+	ld.global.s32 	%rd74, [%rd73];
+	min.s64 	%rd89, %rd89, %rd74;
+	@%p8 bra 	$L__BB34_11;
+
+	add.s32 	%r20, %r23, 2;
+	mul.wide.u32 	%rd75, %r20, 8;
+	add.s64 	%rd76, %rd2, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd80, %rd78, %rd35;
+	ld.global.s32 	%rd81, [%rd80];
+	min.s64 	%rd89, %rd89, %rd81;
+
+$L__BB34_11:
+	shl.b64 	%rd82, %rd84, 2;
+	add.s64 	%rd83, %rd1, %rd82;
+	st.global.u32 	[%rd83], %rd89;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p9, %rd84, %rd20;
+	@%p9 bra 	$L__BB34_4;
+	bra.uni 	$L__BB34_12;
+
+$L__BB34_2:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd27, %rd84, %rd19;
+	shl.b64 	%rd28, %rd27, 2;
+	add.s64 	%rd29, %rd26, %rd28;
+	ld.global.u32 	%r14, [%rd29];
+	shl.b64 	%rd30, %rd84, 2;
+	add.s64 	%rd31, %rd1, %rd30;
+	st.global.u32 	[%rd31], %r14;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p3, %rd84, %rd20;
+	@%p3 bra 	$L__BB34_2;
+
+$L__BB34_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_max_i32
+.visible .entry smcuda_reduce_max_i32(
+	.param .u64 smcuda_reduce_max_i32_param_0,
+	.param .u64 smcuda_reduce_max_i32_param_1,
+	.param .u32 smcuda_reduce_max_i32_param_2,
+	.param .u64 smcuda_reduce_max_i32_param_3,
+	.param .u64 smcuda_reduce_max_i32_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<24>;
+	.reg .b64 	%rd<90>;
+
+
+	ld.param.u64 	%rd21, [smcuda_reduce_max_i32_param_0];
+	ld.param.u64 	%rd22, [smcuda_reduce_max_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_max_i32_param_2];
+	ld.param.u64 	%rd19, [smcuda_reduce_max_i32_param_3];
+	ld.param.u64 	%rd20, [smcuda_reduce_max_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd21;
+	cvta.to.global.u64 	%rd2, %rd22;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd23, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd24, %r13;
+	add.s64 	%rd84, %rd23, %rd24;
+	setp.ge.u64 	%p1, %rd84, %rd20;
+	@%p1 bra 	$L__BB35_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB35_3;
+	bra.uni 	$L__BB35_2;
+
+$L__BB35_3:
+	add.s32 	%r15, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r15, 3;
+	sub.s32 	%r3, %r15, %r2;
+
+$L__BB35_4:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd8, %rd84, %rd19;
+	shl.b64 	%rd35, %rd8, 2;
+	add.s64 	%rd36, %rd34, %rd35;
+	ld.global.s32 	%rd89, [%rd36];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r23, 1;
+	@%p4 bra 	$L__BB35_7;
+
+	mov.u32 	%r23, 1;
+	mov.u32 	%r22, %r3;
+
+$L__BB35_6:
+	mul.wide.u32 	%rd37, %r23, 8;
+	add.s64 	%rd38, %rd2, %rd37;
+	ld.global.u64 	%rd39, [%rd38];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd42, %rd40, %rd35;
+	ld.global.s32 	%rd43, [%rd42];
+	max.s64 	%rd44, %rd89, %rd43;
+	ld.global.u64 	%rd45, [%rd38+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd35;
+	ld.global.s32 	%rd48, [%rd47];
+	max.s64 	%rd49, %rd44, %rd48;
+	ld.global.u64 	%rd50, [%rd38+16];
+	cvta.to.global.u64 	%rd51, %rd50;
+	add.s64 	%rd52, %rd51, %rd35;
+	ld.global.s32 	%rd53, [%rd52];
+	max.s64 	%rd54, %rd49, %rd53;
+	add.s32 	%r18, %r23, 3;
+	mul.wide.u32 	%rd55, %r18, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd35;
+	ld.global.s32 	%rd60, [%rd59];
+	max.s64 	%rd89, %rd54, %rd60;
+	add.s32 	%r23, %r23, 4;
+	add.s32 	%r22, %r22, -4;
+	setp.ne.s32 	%p5, %r22, 0;
+	@%p5 bra 	$L__BB35_6;
+
+$L__BB35_7:
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB35_11;
+
+	setp.eq.s32 	%p7, %r2, 1;
+	mul.wide.u32 	%rd61, %r23, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd66, %rd64, %rd35;
+	ld.global.s32 	%rd67, [%rd66];
+	max.s64 	%rd89, %rd89, %rd67;
+	@%p7 bra 	$L__BB35_11;
+
+	setp.eq.s32 	%p8, %r2, 2;
+	add.s32 	%r19, %r23, 1;
+	mul.wide.u32 	%rd68, %r19, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd35;
+	ld.global.s32 	%rd74, [%rd73];
+	max.s64 	%rd89, %rd89, %rd74;
+	@%p8 bra 	$L__BB35_11;
+
+	add.s32 	%r20, %r23, 2;
+	mul.wide.u32 	%rd75, %r20, 8;
+	add.s64 	%rd76, %rd2, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd80, %rd78, %rd35;
+	ld.global.s32 	%rd81, [%rd80];
+	max.s64 	%rd89, %rd89, %rd81;
+
+$L__BB35_11:
+	shl.b64 	%rd82, %rd84, 2;
+	add.s64 	%rd83, %rd1, %rd82;
+	st.global.u32 	[%rd83], %rd89;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p9, %rd84, %rd20;
+	@%p9 bra 	$L__BB35_4;
+	bra.uni 	$L__BB35_12;
+
+$L__BB35_2:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd27, %rd84, %rd19;
+	shl.b64 	%rd28, %rd27, 2;
+	add.s64 	%rd29, %rd26, %rd28;
+	ld.global.u32 	%r14, [%rd29];
+	shl.b64 	%rd30, %rd84, 2;
+	add.s64 	%rd31, %rd1, %rd30;
+	st.global.u32 	[%rd31], %r14;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p3, %rd84, %rd20;
+	@%p3 bra 	$L__BB35_2;
+
+$L__BB35_12:
+	ret;
+
+}
+	// .globl	smcuda_reduce_prod_i32
+.visible .entry smcuda_reduce_prod_i32(
+	.param .u64 smcuda_reduce_prod_i32_param_0,
+	.param .u64 smcuda_reduce_prod_i32_param_1,
+	.param .u32 smcuda_reduce_prod_i32_param_2,
+	.param .u64 smcuda_reduce_prod_i32_param_3,
+	.param .u64 smcuda_reduce_prod_i32_param_4
+)
+{
+	.reg .pred 	%p<10>;
+	.reg .b32 	%r<24>;
+	.reg .b64 	%rd<90>;
+
+
+	ld.param.u64 	%rd21, [smcuda_reduce_prod_i32_param_0];
+	ld.param.u64 	%rd22, [smcuda_reduce_prod_i32_param_1];
+	ld.param.u32 	%r9, [smcuda_reduce_prod_i32_param_2];
+	ld.param.u64 	%rd19, [smcuda_reduce_prod_i32_param_3];
+	ld.param.u64 	%rd20, [smcuda_reduce_prod_i32_param_4];
+	cvta.to.global.u64 	%rd1, %rd21;
+	cvta.to.global.u64 	%rd2, %rd22;
+	mov.u32 	%r10, %nctaid.x;
+	mov.u32 	%r11, %ntid.x;
+	mul.wide.u32 	%rd3, %r10, %r11;
+	mov.u32 	%r12, %ctaid.x;
+	mul.wide.u32 	%rd23, %r12, %r11;
+	mov.u32 	%r13, %tid.x;
+	cvt.u64.u32 	%rd24, %r13;
+	add.s64 	%rd84, %rd23, %rd24;
+	setp.ge.u64 	%p1, %rd84, %rd20;
+	@%p1 bra 	$L__BB36_12;
+
+	setp.gt.u32 	%p2, %r9, 1;
+	@%p2 bra 	$L__BB36_3;
+	bra.uni 	$L__BB36_2;
+
+$L__BB36_3:
+	add.s32 	%r15, %r9, -1;
+	add.s32 	%r1, %r9, -2;
+	and.b32  	%r2, %r15, 3;
+	sub.s32 	%r3, %r15, %r2;
+
+$L__BB36_4:
+	ld.global.u64 	%rd33, [%rd2];
+	cvta.to.global.u64 	%rd34, %rd33;
+	add.s64 	%rd8, %rd84, %rd19;
+	shl.b64 	%rd35, %rd8, 2;
+	add.s64 	%rd36, %rd34, %rd35;
+	ld.global.s32 	%rd89, [%rd36];
+	setp.lt.u32 	%p4, %r1, 3;
+	mov.u32 	%r23, 1;
+	@%p4 bra 	$L__BB36_7;
+
+	mov.u32 	%r23, 1;
+	mov.u32 	%r22, %r3;
+
+$L__BB36_6:
+	mul.wide.u32 	%rd37, %r23, 8;
+	add.s64 	%rd38, %rd2, %rd37;
+	ld.global.u64 	%rd39, [%rd38];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd42, %rd40, %rd35;
+	ld.global.s32 	%rd43, [%rd42];
+	mul.lo.s64 	%rd44, %rd89, %rd43;
+	ld.global.u64 	%rd45, [%rd38+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd35;
+	ld.global.s32 	%rd48, [%rd47];
+	mul.lo.s64 	%rd49, %rd44, %rd48;
+	ld.global.u64 	%rd50, [%rd38+16];
+	cvta.to.global.u64 	%rd51, %rd50;
+	add.s64 	%rd52, %rd51, %rd35;
+	ld.global.s32 	%rd53, [%rd52];
+	mul.lo.s64 	%rd54, %rd49, %rd53;
+	add.s32 	%r18, %r23, 3;
+	mul.wide.u32 	%rd55, %r18, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd35;
+	ld.global.s32 	%rd60, [%rd59];
+	mul.lo.s64 	%rd89, %rd54, %rd60;
+	add.s32 	%r23, %r23, 4;
+	add.s32 	%r22, %r22, -4;
+	setp.ne.s32 	%p5, %r22, 0;
+	@%p5 bra 	$L__BB36_6;
+
+$L__BB36_7:
+	setp.eq.s32 	%p6, %r2, 0;
+	@%p6 bra 	$L__BB36_11;
+
+	setp.eq.s32 	%p7, %r2, 1;
+	mul.wide.u32 	%rd61, %r23, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd66, %rd64, %rd35;
+	ld.global.s32 	%rd67, [%rd66];
+	mul.lo.s64 	%rd89, %rd89, %rd67;
+	@%p7 bra 	$L__BB36_11;
+
+	setp.eq.s32 	%p8, %r2, 2;
+	add.s32 	%r19, %r23, 1;
+	mul.wide.u32 	%rd68, %r19, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd35;
+	ld.global.s32 	%rd74, [%rd73];
+	mul.lo.s64 	%rd89, %rd89, %rd74;
+	@%p8 bra 	$L__BB36_11;
+
+	add.s32 	%r20, %r23, 2;
+	mul.wide.u32 	%rd75, %r20, 8;
+	add.s64 	%rd76, %rd2, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd80, %rd78, %rd35;
+	ld.global.s32 	%rd81, [%rd80];
+	mul.lo.s64 	%rd89, %rd89, %rd81;
+
+$L__BB36_11:
+	shl.b64 	%rd82, %rd84, 2;
+	add.s64 	%rd83, %rd1, %rd82;
+	st.global.u32 	[%rd83], %rd89;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p9, %rd84, %rd20;
+	@%p9 bra 	$L__BB36_4;
+	bra.uni 	$L__BB36_12;
+
+$L__BB36_2:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd27, %rd84, %rd19;
+	shl.b64 	%rd28, %rd27, 2;
+	add.s64 	%rd29, %rd26, %rd28;
+	ld.global.u32 	%r14, [%rd29];
+	shl.b64 	%rd30, %rd84, 2;
+	add.s64 	%rd31, %rd1, %rd30;
+	st.global.u32 	[%rd31], %r14;
+	add.s64 	%rd84, %rd84, %rd3;
+	setp.lt.u64 	%p3, %rd84, %rd20;
+	@%p3 bra 	$L__BB36_2;
+
+$L__BB36_12:
+	ret;
+
+}
 	// .globl	smcuda_div_i32
 .visible .entry smcuda_div_i32(
 	.param .u64 smcuda_div_i32_param_0,
@@ -7862,7 +11588,7 @@ $L__BB32_12:
 	cvt.u64.u32 	%rd16, %r4;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd20, %rd14;
-	@%p1 bra 	$L__BB33_6;
+	@%p1 bra 	$L__BB37_6;
 
 	cvt.u64.u32 	%rd3, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -7871,29 +11597,29 @@ $L__BB32_12:
 	cvta.to.global.u64 	%rd5, %rd13;
 	cvt.u32.u64 	%r6, %rd3;
 
-$L__BB33_2:
+$L__BB37_2:
 	shl.b64 	%rd18, %rd20, 2;
 	add.s64 	%rd7, %rd5, %rd18;
 	ld.global.s32 	%rd8, [%rd7];
 	and.b64  	%rd19, %rd8, -4294967296;
 	setp.eq.s64 	%p2, %rd19, 0;
-	@%p2 bra 	$L__BB33_4;
+	@%p2 bra 	$L__BB37_4;
 
 	div.s64 	%rd21, %rd8, %rd3;
-	bra.uni 	$L__BB33_5;
+	bra.uni 	$L__BB37_5;
 
-$L__BB33_4:
+$L__BB37_4:
 	cvt.u32.u64 	%r7, %rd8;
 	div.u32 	%r8, %r7, %r6;
 	cvt.u64.u32 	%rd21, %r8;
 
-$L__BB33_5:
+$L__BB37_5:
 	st.global.u32 	[%rd7], %rd21;
 	add.s64 	%rd20, %rd20, %rd4;
 	setp.lt.u64 	%p3, %rd20, %rd14;
-	@%p3 bra 	$L__BB33_2;
+	@%p3 bra 	$L__BB37_2;
 
-$L__BB33_6:
+$L__BB37_6:
 	ret;
 
 }
@@ -7931,18 +11657,18 @@ $L__BB33_6:
 	add.s64 	%rd5, %rd130, -1;
 	and.b64  	%rd131, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd131, 0;
-	@%p1 bra 	$L__BB34_2;
+	@%p1 bra 	$L__BB38_2;
 
 	div.u64 	%rd285, %rd5, %rd4;
-	bra.uni 	$L__BB34_3;
+	bra.uni 	$L__BB38_3;
 
-$L__BB34_2:
+$L__BB38_2:
 	cvt.u32.u64 	%r44, %rd4;
 	cvt.u32.u64 	%r45, %rd5;
 	div.u32 	%r46, %r45, %r44;
 	cvt.u64.u32 	%rd285, %r46;
 
-$L__BB34_3:
+$L__BB38_3:
 	add.s64 	%rd132, %rd285, 3;
 	and.b64  	%rd133, %rd132, -4;
 	mov.u32 	%r47, %ctaid.x;
@@ -7958,22 +11684,22 @@ $L__BB34_3:
 	add.s64 	%rd13, %rd3, %rd138;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd126;
-	@%p2 bra 	$L__BB34_14;
+	@%p2 bra 	$L__BB38_14;
 
 	and.b64  	%rd139, %rd126, 15;
 	setp.eq.s64 	%p3, %rd139, 0;
 	mov.u32 	%r48, %tid.x;
 	cvt.u64.u32 	%rd15, %r48;
-	@%p3 bra 	$L__BB34_8;
+	@%p3 bra 	$L__BB38_8;
 
 	add.s64 	%rd286, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd286, %rd11;
-	@%p4 bra 	$L__BB34_14;
+	@%p4 bra 	$L__BB38_14;
 
 	mov.u32 	%r49, %ntid.x;
 	cvt.u64.u32 	%rd17, %r49;
 
-$L__BB34_7:
+$L__BB38_7:
 	shl.b64 	%rd140, %rd286, 2;
 	add.s64 	%rd141, %rd2, %rd140;
 	ld.global.u32 	%r50, [%rd141];
@@ -7981,19 +11707,19 @@ $L__BB34_7:
 	st.u32 	[%rd142], %r50;
 	add.s64 	%rd286, %rd286, %rd17;
 	setp.lt.u64 	%p5, %rd286, %rd11;
-	@%p5 bra 	$L__BB34_7;
-	bra.uni 	$L__BB34_14;
+	@%p5 bra 	$L__BB38_7;
+	bra.uni 	$L__BB38_14;
 
-$L__BB34_8:
+$L__BB38_8:
 	shl.b64 	%rd143, %rd15, 2;
 	add.s64 	%rd287, %rd10, %rd143;
 	setp.ge.u64 	%p6, %rd287, %rd12;
-	@%p6 bra 	$L__BB34_11;
+	@%p6 bra 	$L__BB38_11;
 
 	mov.u32 	%r51, %ntid.x;
 	mul.wide.u32 	%rd21, %r51, 4;
 
-$L__BB34_10:
+$L__BB38_10:
 	shl.b64 	%rd144, %rd287, 2;
 	add.s64 	%rd145, %rd2, %rd144;
 	add.s64 	%rd146, %rd14, %rd144;
@@ -8001,17 +11727,17 @@ $L__BB34_10:
 	st.v4.u32 	[%rd146], {%r52, %r53, %r54, %r55};
 	add.s64 	%rd287, %rd287, %rd21;
 	setp.lt.u64 	%p7, %rd287, %rd12;
-	@%p7 bra 	$L__BB34_10;
+	@%p7 bra 	$L__BB38_10;
 
-$L__BB34_11:
+$L__BB38_11:
 	add.s64 	%rd288, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd288, %rd11;
-	@%p8 bra 	$L__BB34_14;
+	@%p8 bra 	$L__BB38_14;
 
 	mov.u32 	%r60, %ntid.x;
 	cvt.u64.u32 	%rd25, %r60;
 
-$L__BB34_13:
+$L__BB38_13:
 	shl.b64 	%rd147, %rd288, 2;
 	add.s64 	%rd148, %rd2, %rd147;
 	ld.global.u32 	%r61, [%rd148];
@@ -8019,13 +11745,13 @@ $L__BB34_13:
 	st.u32 	[%rd149], %r61;
 	add.s64 	%rd288, %rd288, %rd25;
 	setp.lt.u64 	%p9, %rd288, %rd11;
-	@%p9 bra 	$L__BB34_13;
+	@%p9 bra 	$L__BB38_13;
 
-$L__BB34_14:
+$L__BB38_14:
 	mov.u32 	%r1, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r1, %r41;
-	@%p10 bra 	$L__BB34_19;
+	@%p10 bra 	$L__BB38_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r62, %r40, 9;
@@ -8034,9 +11760,9 @@ $L__BB34_14:
 	shl.b64 	%rd157, %rd28, 3;
 	mov.u32 	%r121, %r1;
 
-$L__BB34_16:
+$L__BB38_16:
 	setp.eq.s32 	%p11, %r121, %r40;
-	@%p11 bra 	$L__BB34_18;
+	@%p11 bra 	$L__BB38_18;
 
 	mul.wide.u32 	%rd153, %r121, 8;
 	add.s64 	%rd154, %rd3, %rd153;
@@ -8048,22 +11774,22 @@ $L__BB34_16:
 	st.release.sys.global.u64 [%rd151], %rd152;
 	// end inline asm
 
-$L__BB34_18:
+$L__BB38_18:
 	add.s32 	%r121, %r121, %r2;
 	setp.lt.u32 	%p12, %r121, %r41;
-	@%p12 bra 	$L__BB34_16;
+	@%p12 bra 	$L__BB38_16;
 
-$L__BB34_19:
-	@%p10 bra 	$L__BB34_26;
+$L__BB38_19:
+	@%p10 bra 	$L__BB38_26;
 
 	ld.global.u64 	%rd158, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd158, %rd127;
 	mov.u32 	%r122, %r1;
 
-$L__BB34_21:
+$L__BB38_21:
 	setp.eq.s32 	%p14, %r122, %r40;
-	@%p14 bra 	$L__BB34_25;
+	@%p14 bra 	$L__BB38_25;
 
 	shl.b32 	%r63, %r122, 9;
 	cvt.u64.u32 	%rd159, %r63;
@@ -8071,35 +11797,35 @@ $L__BB34_21:
 	shl.b64 	%rd161, %rd160, 3;
 	add.s64 	%rd30, %rd29, %rd161;
 
-$L__BB34_23:
+$L__BB38_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd162, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd162, 0;
-	@%p15 bra 	$L__BB34_23;
+	@%p15 bra 	$L__BB38_23;
 
 	mov.u64 	%rd164, 0;
 	st.volatile.u64 	[%rd30], %rd164;
 
-$L__BB34_25:
+$L__BB38_25:
 	add.s32 	%r122, %r122, %r5;
 	setp.lt.u32 	%p16, %r122, %r41;
-	@%p16 bra 	$L__BB34_21;
+	@%p16 bra 	$L__BB38_21;
 
-$L__BB34_26:
+$L__BB38_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r1;
 	mul.wide.u32 	%rd165, %r1, 4;
 	add.s64 	%rd289, %rd10, %rd165;
 	setp.ge.u64 	%p17, %rd289, %rd12;
-	@%p17 bra 	$L__BB34_56;
+	@%p17 bra 	$L__BB38_56;
 
 	cvt.u64.u32 	%rd34, %r41;
 	mov.u32 	%r64, %ntid.x;
 	mul.wide.u32 	%rd35, %r64, 4;
 	and.b64  	%rd36, %rd125, 15;
 
-$L__BB34_28:
+$L__BB38_28:
 	ld.global.u64 	%rd166, [%rd3];
 	shl.b64 	%rd167, %rd289, 2;
 	add.s64 	%rd168, %rd166, %rd167;
@@ -8109,16 +11835,16 @@ $L__BB34_28:
 	cvt.s64.s32 	%rd295, %r67;
 	cvt.s64.s32 	%rd294, %r68;
 	setp.lt.u32 	%p18, %r41, 2;
-	@%p18 bra 	$L__BB34_39;
+	@%p18 bra 	$L__BB38_39;
 
 	setp.eq.s32 	%p19, %r42, 2;
-	@%p19 bra 	$L__BB34_37;
-	bra.uni 	$L__BB34_30;
+	@%p19 bra 	$L__BB38_37;
+	bra.uni 	$L__BB38_30;
 
-$L__BB34_37:
+$L__BB38_37:
 	mov.u32 	%r124, 1;
 
-$L__BB34_38:
+$L__BB38_38:
 	mul.wide.u32 	%rd186, %r124, 8;
 	add.s64 	%rd187, %rd3, %rd186;
 	ld.global.u64 	%rd188, [%rd187];
@@ -8134,23 +11860,23 @@ $L__BB34_38:
 	min.s64 	%rd294, %rd294, %rd194;
 	add.s32 	%r124, %r124, 1;
 	setp.lt.u32 	%p23, %r124, %r41;
-	@%p23 bra 	$L__BB34_38;
-	bra.uni 	$L__BB34_39;
+	@%p23 bra 	$L__BB38_38;
+	bra.uni 	$L__BB38_39;
 
-$L__BB34_30:
+$L__BB38_30:
 	mov.u32 	%r123, 1;
 
-$L__BB34_31:
+$L__BB38_31:
 	mul.wide.u32 	%rd169, %r123, 8;
 	add.s64 	%rd170, %rd3, %rd169;
 	ld.global.u64 	%rd171, [%rd170];
 	add.s64 	%rd173, %rd171, %rd167;
 	ld.v4.u32 	{%r74, %r75, %r76, %r77}, [%rd173];
 	setp.eq.s32 	%p20, %r42, 3;
-	@%p20 bra 	$L__BB34_34;
+	@%p20 bra 	$L__BB38_34;
 
 	setp.ne.s32 	%p21, %r42, 4;
-	@%p21 bra 	$L__BB34_35;
+	@%p21 bra 	$L__BB38_35;
 
 	cvt.s64.s32 	%rd174, %r74;
 	mul.lo.s64 	%rd297, %rd297, %rd174;
@@ -8160,9 +11886,9 @@ $L__BB34_31:
 	mul.lo.s64 	%rd295, %rd295, %rd176;
 	cvt.s64.s32 	%rd177, %r77;
 	mul.lo.s64 	%rd294, %rd294, %rd177;
-	bra.uni 	$L__BB34_36;
+	bra.uni 	$L__BB38_36;
 
-$L__BB34_34:
+$L__BB38_34:
 	cvt.s64.s32 	%rd178, %r74;
 	max.s64 	%rd297, %rd297, %rd178;
 	cvt.s64.s32 	%rd179, %r75;
@@ -8171,9 +11897,9 @@ $L__BB34_34:
 	max.s64 	%rd295, %rd295, %rd180;
 	cvt.s64.s32 	%rd181, %r77;
 	max.s64 	%rd294, %rd294, %rd181;
-	bra.uni 	$L__BB34_36;
+	bra.uni 	$L__BB38_36;
 
-$L__BB34_35:
+$L__BB38_35:
 	cvt.s64.s32 	%rd182, %r74;
 	add.s64 	%rd297, %rd297, %rd182;
 	cvt.s64.s32 	%rd183, %r75;
@@ -8183,71 +11909,71 @@ $L__BB34_35:
 	cvt.s64.s32 	%rd185, %r77;
 	add.s64 	%rd294, %rd294, %rd185;
 
-$L__BB34_36:
+$L__BB38_36:
 	add.s32 	%r123, %r123, 1;
 	setp.lt.u32 	%p22, %r123, %r41;
-	@%p22 bra 	$L__BB34_31;
+	@%p22 bra 	$L__BB38_31;
 
-$L__BB34_39:
+$L__BB38_39:
 	setp.ne.s32 	%p24, %r42, 1;
-	@%p24 bra 	$L__BB34_52;
+	@%p24 bra 	$L__BB38_52;
 
 	and.b64  	%rd195, %rd297, -4294967296;
 	setp.eq.s64 	%p25, %rd195, 0;
-	@%p25 bra 	$L__BB34_42;
+	@%p25 bra 	$L__BB38_42;
 
 	div.s64 	%rd297, %rd297, %rd34;
-	bra.uni 	$L__BB34_43;
+	bra.uni 	$L__BB38_43;
 
-$L__BB34_42:
+$L__BB38_42:
 	cvt.u32.u64 	%r87, %rd34;
 	cvt.u32.u64 	%r88, %rd297;
 	div.u32 	%r89, %r88, %r87;
 	cvt.u64.u32 	%rd297, %r89;
 
-$L__BB34_43:
+$L__BB38_43:
 	and.b64  	%rd196, %rd296, -4294967296;
 	setp.eq.s64 	%p26, %rd196, 0;
-	@%p26 bra 	$L__BB34_45;
+	@%p26 bra 	$L__BB38_45;
 
 	div.s64 	%rd296, %rd296, %rd34;
-	bra.uni 	$L__BB34_46;
+	bra.uni 	$L__BB38_46;
 
-$L__BB34_45:
+$L__BB38_45:
 	cvt.u32.u64 	%r90, %rd34;
 	cvt.u32.u64 	%r91, %rd296;
 	div.u32 	%r92, %r91, %r90;
 	cvt.u64.u32 	%rd296, %r92;
 
-$L__BB34_46:
+$L__BB38_46:
 	and.b64  	%rd197, %rd295, -4294967296;
 	setp.eq.s64 	%p27, %rd197, 0;
-	@%p27 bra 	$L__BB34_48;
+	@%p27 bra 	$L__BB38_48;
 
 	div.s64 	%rd295, %rd295, %rd34;
-	bra.uni 	$L__BB34_49;
+	bra.uni 	$L__BB38_49;
 
-$L__BB34_48:
+$L__BB38_48:
 	cvt.u32.u64 	%r93, %rd34;
 	cvt.u32.u64 	%r94, %rd295;
 	div.u32 	%r95, %r94, %r93;
 	cvt.u64.u32 	%rd295, %r95;
 
-$L__BB34_49:
+$L__BB38_49:
 	and.b64  	%rd198, %rd294, -4294967296;
 	setp.eq.s64 	%p28, %rd198, 0;
-	@%p28 bra 	$L__BB34_51;
+	@%p28 bra 	$L__BB38_51;
 
 	div.s64 	%rd294, %rd294, %rd34;
-	bra.uni 	$L__BB34_52;
+	bra.uni 	$L__BB38_52;
 
-$L__BB34_51:
+$L__BB38_51:
 	cvt.u32.u64 	%r96, %rd34;
 	cvt.u32.u64 	%r97, %rd294;
 	div.u32 	%r98, %r97, %r96;
 	cvt.u64.u32 	%rd294, %r98;
 
-$L__BB34_52:
+$L__BB38_52:
 	cvt.u32.u64 	%r16, %rd297;
 	cvt.u32.u64 	%r17, %rd296;
 	cvt.u32.u64 	%r18, %rd295;
@@ -8255,58 +11981,58 @@ $L__BB34_52:
 	add.s64 	%rd200, %rd1, %rd167;
 	add.s64 	%rd89, %rd200, 4;
 	setp.eq.s64 	%p29, %rd36, 0;
-	@%p29 bra 	$L__BB34_54;
+	@%p29 bra 	$L__BB38_54;
 
 	st.global.u32 	[%rd89+-4], %r16;
 	st.global.u32 	[%rd89], %r17;
 	st.global.u32 	[%rd89+4], %r18;
 	st.global.u32 	[%rd89+8], %r19;
-	bra.uni 	$L__BB34_55;
+	bra.uni 	$L__BB38_55;
 
-$L__BB34_54:
+$L__BB38_54:
 	st.global.v4.u32 	[%rd89+-4], {%r16, %r17, %r18, %r19};
 
-$L__BB34_55:
+$L__BB38_55:
 	add.s64 	%rd289, %rd289, %rd35;
 	setp.lt.u64 	%p30, %rd289, %rd12;
-	@%p30 bra 	$L__BB34_28;
+	@%p30 bra 	$L__BB38_28;
 
-$L__BB34_56:
+$L__BB38_56:
 	add.s64 	%rd313, %rd12, %rd31;
 	setp.ge.u64 	%p31, %rd313, %rd11;
-	@%p31 bra 	$L__BB34_86;
+	@%p31 bra 	$L__BB38_86;
 
 	setp.gt.u32 	%p32, %r41, 1;
 	cvt.u64.u32 	%rd92, %r41;
 	mov.u32 	%r99, %ntid.x;
 	cvt.u64.u32 	%rd93, %r99;
-	@%p32 bra 	$L__BB34_64;
-	bra.uni 	$L__BB34_58;
+	@%p32 bra 	$L__BB38_64;
+	bra.uni 	$L__BB38_58;
 
-$L__BB34_64:
+$L__BB38_64:
 	add.s32 	%r103, %r41, -1;
 	add.s32 	%r20, %r41, -2;
 	and.b32  	%r21, %r103, 3;
 	sub.s32 	%r22, %r103, %r21;
 
-$L__BB34_65:
+$L__BB38_65:
 	ld.global.u64 	%rd207, [%rd3];
 	shl.b64 	%rd208, %rd313, 2;
 	add.s64 	%rd209, %rd207, %rd208;
 	ld.s32 	%rd323, [%rd209];
 	setp.eq.s32 	%p36, %r42, 2;
-	@%p36 bra 	$L__BB34_72;
+	@%p36 bra 	$L__BB38_72;
 
 	setp.eq.s32 	%p37, %r42, 3;
-	@%p37 bra 	$L__BB34_70;
+	@%p37 bra 	$L__BB38_70;
 
 	setp.ne.s32 	%p38, %r42, 4;
-	@%p38 bra 	$L__BB34_79;
+	@%p38 bra 	$L__BB38_79;
 
 	mov.u32 	%r125, 1;
 	mov.u64 	%rd316, %rd3;
 
-$L__BB34_69:
+$L__BB38_69:
 	add.s64 	%rd105, %rd316, 8;
 	ld.global.u64 	%rd210, [%rd316+8];
 	add.s64 	%rd212, %rd210, %rd208;
@@ -8315,18 +12041,18 @@ $L__BB34_69:
 	add.s32 	%r125, %r125, 1;
 	setp.lt.u32 	%p39, %r125, %r41;
 	mov.u64 	%rd316, %rd105;
-	@%p39 bra 	$L__BB34_69;
-	bra.uni 	$L__BB34_81;
+	@%p39 bra 	$L__BB38_69;
+	bra.uni 	$L__BB38_81;
 
-$L__BB34_72:
+$L__BB38_72:
 	setp.lt.u32 	%p41, %r20, 3;
 	mov.u32 	%r129, 1;
-	@%p41 bra 	$L__BB34_75;
+	@%p41 bra 	$L__BB38_75;
 
 	mov.u32 	%r129, 1;
 	mov.u32 	%r128, %r22;
 
-$L__BB34_74:
+$L__BB38_74:
 	mul.wide.u32 	%rd221, %r129, 8;
 	add.s64 	%rd222, %rd3, %rd221;
 	ld.global.u64 	%rd223, [%rd222];
@@ -8351,11 +12077,11 @@ $L__BB34_74:
 	add.s32 	%r129, %r129, 4;
 	add.s32 	%r128, %r128, -4;
 	setp.ne.s32 	%p42, %r128, 0;
-	@%p42 bra 	$L__BB34_74;
+	@%p42 bra 	$L__BB38_74;
 
-$L__BB34_75:
+$L__BB38_75:
 	setp.eq.s32 	%p43, %r21, 0;
-	@%p43 bra 	$L__BB34_81;
+	@%p43 bra 	$L__BB38_81;
 
 	setp.eq.s32 	%p44, %r21, 1;
 	mul.wide.u32 	%rd241, %r129, 8;
@@ -8364,7 +12090,7 @@ $L__BB34_75:
 	add.s64 	%rd245, %rd243, %rd208;
 	ld.s32 	%rd246, [%rd245];
 	min.s64 	%rd323, %rd323, %rd246;
-	@%p44 bra 	$L__BB34_81;
+	@%p44 bra 	$L__BB38_81;
 
 	setp.eq.s32 	%p45, %r21, 2;
 	add.s32 	%r109, %r129, 1;
@@ -8374,7 +12100,7 @@ $L__BB34_75:
 	add.s64 	%rd251, %rd249, %rd208;
 	ld.s32 	%rd252, [%rd251];
 	min.s64 	%rd323, %rd323, %rd252;
-	@%p45 bra 	$L__BB34_81;
+	@%p45 bra 	$L__BB38_81;
 
 	add.s32 	%r110, %r129, 2;
 	mul.wide.u32 	%rd253, %r110, 8;
@@ -8383,12 +12109,12 @@ $L__BB34_75:
 	add.s64 	%rd257, %rd255, %rd208;
 	ld.s32 	%rd258, [%rd257];
 	min.s64 	%rd323, %rd323, %rd258;
-	bra.uni 	$L__BB34_81;
+	bra.uni 	$L__BB38_81;
 
-$L__BB34_70:
+$L__BB38_70:
 	mov.u32 	%r126, 1;
 
-$L__BB34_71:
+$L__BB38_71:
 	mul.wide.u32 	%rd214, %r126, 8;
 	add.s64 	%rd215, %rd3, %rd214;
 	ld.global.u64 	%rd216, [%rd215];
@@ -8397,13 +12123,13 @@ $L__BB34_71:
 	max.s64 	%rd323, %rd323, %rd219;
 	add.s32 	%r126, %r126, 1;
 	setp.lt.u32 	%p40, %r126, %r41;
-	@%p40 bra 	$L__BB34_71;
-	bra.uni 	$L__BB34_81;
+	@%p40 bra 	$L__BB38_71;
+	bra.uni 	$L__BB38_81;
 
-$L__BB34_79:
+$L__BB38_79:
 	mov.u32 	%r130, 1;
 
-$L__BB34_80:
+$L__BB38_80:
 	mul.wide.u32 	%rd259, %r130, 8;
 	add.s64 	%rd260, %rd3, %rd259;
 	ld.global.u64 	%rd261, [%rd260];
@@ -8412,66 +12138,66 @@ $L__BB34_80:
 	add.s64 	%rd323, %rd323, %rd264;
 	add.s32 	%r130, %r130, 1;
 	setp.lt.u32 	%p46, %r130, %r41;
-	@%p46 bra 	$L__BB34_80;
+	@%p46 bra 	$L__BB38_80;
 
-$L__BB34_81:
+$L__BB38_81:
 	setp.ne.s32 	%p47, %r42, 1;
-	@%p47 bra 	$L__BB34_85;
+	@%p47 bra 	$L__BB38_85;
 
 	and.b64  	%rd265, %rd323, -4294967296;
 	setp.eq.s64 	%p48, %rd265, 0;
-	@%p48 bra 	$L__BB34_84;
+	@%p48 bra 	$L__BB38_84;
 
 	div.s64 	%rd323, %rd323, %rd92;
-	bra.uni 	$L__BB34_85;
+	bra.uni 	$L__BB38_85;
 
-$L__BB34_84:
+$L__BB38_84:
 	cvt.u32.u64 	%r112, %rd92;
 	cvt.u32.u64 	%r113, %rd323;
 	div.u32 	%r114, %r113, %r112;
 	cvt.u64.u32 	%rd323, %r114;
 
-$L__BB34_85:
+$L__BB38_85:
 	add.s64 	%rd267, %rd1, %rd208;
 	st.global.u32 	[%rd267], %rd323;
 	add.s64 	%rd313, %rd313, %rd93;
 	setp.lt.u64 	%p49, %rd313, %rd11;
-	@%p49 bra 	$L__BB34_65;
-	bra.uni 	$L__BB34_86;
+	@%p49 bra 	$L__BB38_65;
+	bra.uni 	$L__BB38_86;
 
-$L__BB34_58:
+$L__BB38_58:
 	cvt.u32.u64 	%r100, %rd92;
 
-$L__BB34_59:
+$L__BB38_59:
 	ld.global.u64 	%rd201, [%rd3];
 	shl.b64 	%rd202, %rd313, 2;
 	add.s64 	%rd203, %rd201, %rd202;
 	ld.s32 	%rd314, [%rd203];
 	setp.ne.s32 	%p33, %r42, 1;
-	@%p33 bra 	$L__BB34_63;
+	@%p33 bra 	$L__BB38_63;
 
 	and.b64  	%rd204, %rd314, -4294967296;
 	setp.eq.s64 	%p34, %rd204, 0;
-	@%p34 bra 	$L__BB34_62;
+	@%p34 bra 	$L__BB38_62;
 
 	div.s64 	%rd314, %rd314, %rd92;
-	bra.uni 	$L__BB34_63;
+	bra.uni 	$L__BB38_63;
 
-$L__BB34_62:
+$L__BB38_62:
 	cvt.u32.u64 	%r101, %rd314;
 	div.u32 	%r102, %r101, %r100;
 	cvt.u64.u32 	%rd314, %r102;
 
-$L__BB34_63:
+$L__BB38_63:
 	add.s64 	%rd206, %rd1, %rd202;
 	st.global.u32 	[%rd206], %rd314;
 	add.s64 	%rd313, %rd313, %rd93;
 	setp.lt.u64 	%p35, %rd313, %rd11;
-	@%p35 bra 	$L__BB34_59;
+	@%p35 bra 	$L__BB38_59;
 
-$L__BB34_86:
+$L__BB38_86:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB34_91;
+	@%p10 bra 	$L__BB38_91;
 
 	mov.u32 	%r131, %tid.x;
 	mov.u32 	%r34, %ntid.x;
@@ -8481,9 +12207,9 @@ $L__BB34_86:
 	add.s64 	%rd122, %rd268, %rd9;
 	shl.b64 	%rd275, %rd122, 3;
 
-$L__BB34_88:
+$L__BB38_88:
 	setp.eq.s32 	%p51, %r131, %r40;
-	@%p51 bra 	$L__BB34_90;
+	@%p51 bra 	$L__BB38_90;
 
 	mul.wide.u32 	%rd271, %r131, 8;
 	add.s64 	%rd272, %rd3, %rd271;
@@ -8495,13 +12221,13 @@ $L__BB34_88:
 	st.release.sys.global.u64 [%rd269], %rd270;
 	// end inline asm
 
-$L__BB34_90:
+$L__BB38_90:
 	add.s32 	%r131, %r131, %r34;
 	setp.lt.u32 	%p52, %r131, %r41;
-	@%p52 bra 	$L__BB34_88;
+	@%p52 bra 	$L__BB38_88;
 
-$L__BB34_91:
-	@%p10 bra 	$L__BB34_98;
+$L__BB38_91:
+	@%p10 bra 	$L__BB38_98;
 
 	mul.wide.u32 	%rd284, %r40, 8;
 	add.s64 	%rd283, %rd3, %rd284;
@@ -8510,9 +12236,9 @@ $L__BB34_91:
 	mov.u32 	%r37, %ntid.x;
 	add.s64 	%rd123, %rd276, %rd127;
 
-$L__BB34_93:
+$L__BB38_93:
 	setp.eq.s32 	%p54, %r132, %r40;
-	@%p54 bra 	$L__BB34_97;
+	@%p54 bra 	$L__BB38_97;
 
 	add.s32 	%r117, %r132, %r41;
 	shl.b32 	%r118, %r117, 9;
@@ -8521,23 +12247,804 @@ $L__BB34_93:
 	shl.b64 	%rd279, %rd278, 3;
 	add.s64 	%rd124, %rd123, %rd279;
 
-$L__BB34_95:
+$L__BB38_95:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd280, [%rd124];
 	// end inline asm
 	setp.eq.s64 	%p55, %rd280, 0;
-	@%p55 bra 	$L__BB34_95;
+	@%p55 bra 	$L__BB38_95;
 
 	mov.u64 	%rd282, 0;
 	st.volatile.u64 	[%rd124], %rd282;
 
-$L__BB34_97:
+$L__BB38_97:
 	add.s32 	%r132, %r132, %r37;
 	setp.lt.u32 	%p56, %r132, %r41;
-	@%p56 bra 	$L__BB34_93;
+	@%p56 bra 	$L__BB38_93;
 
-$L__BB34_98:
+$L__BB38_98:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_reduce_part_i32
+.visible .entry smcuda_reduce_part_i32(
+	.param .u64 smcuda_reduce_part_i32_param_0,
+	.param .u64 smcuda_reduce_part_i32_param_1,
+	.param .u64 smcuda_reduce_part_i32_param_2,
+	.param .u64 smcuda_reduce_part_i32_param_3,
+	.param .u32 smcuda_reduce_part_i32_param_4,
+	.param .u32 smcuda_reduce_part_i32_param_5,
+	.param .u64 smcuda_reduce_part_i32_param_6,
+	.param .u32 smcuda_reduce_part_i32_param_7
+)
+{
+	.reg .pred 	%p<83>;
+	.reg .b32 	%r<137>;
+	.reg .b64 	%rd<430>;
+
+
+	ld.param.u64 	%rd191, [smcuda_reduce_part_i32_param_0];
+	ld.param.u64 	%rd188, [smcuda_reduce_part_i32_param_1];
+	ld.param.u64 	%rd189, [smcuda_reduce_part_i32_param_2];
+	ld.param.u64 	%rd192, [smcuda_reduce_part_i32_param_3];
+	ld.param.u32 	%r60, [smcuda_reduce_part_i32_param_4];
+	ld.param.u32 	%r61, [smcuda_reduce_part_i32_param_5];
+	ld.param.u64 	%rd190, [smcuda_reduce_part_i32_param_6];
+	ld.param.u32 	%r62, [smcuda_reduce_part_i32_param_7];
+	cvta.to.global.u64 	%rd1, %rd188;
+	cvta.to.global.u64 	%rd2, %rd191;
+	cvta.to.global.u64 	%rd3, %rd192;
+	mov.u32 	%r63, %nctaid.x;
+	mov.u32 	%r64, %ntid.x;
+	mul.wide.u32 	%rd4, %r63, %r64;
+	mov.u32 	%r65, %ctaid.x;
+	mul.wide.u32 	%rd193, %r65, %r64;
+	mov.u32 	%r66, %tid.x;
+	cvt.u64.u32 	%rd194, %r66;
+	add.s64 	%rd5, %rd193, %rd194;
+	or.b64  	%rd195, %rd188, %rd191;
+	or.b64  	%rd348, %rd195, %rd189;
+	setp.eq.s32 	%p1, %r61, 0;
+	@%p1 bra 	$L__BB39_17;
+
+	add.s32 	%r68, %r61, -1;
+	setp.lt.u32 	%p2, %r68, 3;
+	mov.u32 	%r120, 0;
+	@%p2 bra 	$L__BB39_12;
+
+	and.b32  	%r117, %r61, 3;
+	sub.s32 	%r119, %r61, %r117;
+	mov.u32 	%r120, 0;
+
+$L__BB39_3:
+	mul.wide.u32 	%rd197, %r120, 8;
+	add.s64 	%rd8, %rd3, %rd197;
+	setp.eq.s32 	%p3, %r120, %r60;
+	@%p3 bra 	$L__BB39_5;
+
+	ld.global.u64 	%rd198, [%rd8];
+	or.b64  	%rd348, %rd198, %rd348;
+
+$L__BB39_5:
+	add.s32 	%r70, %r120, 1;
+	setp.eq.s32 	%p4, %r70, %r60;
+	@%p4 bra 	$L__BB39_7;
+
+	ld.global.u64 	%rd199, [%rd8+8];
+	or.b64  	%rd348, %rd199, %rd348;
+
+$L__BB39_7:
+	add.s32 	%r71, %r120, 2;
+	setp.eq.s32 	%p5, %r71, %r60;
+	@%p5 bra 	$L__BB39_9;
+
+	ld.global.u64 	%rd200, [%rd8+16];
+	or.b64  	%rd348, %rd200, %rd348;
+
+$L__BB39_9:
+	add.s32 	%r72, %r120, 3;
+	setp.eq.s32 	%p6, %r72, %r60;
+	@%p6 bra 	$L__BB39_11;
+
+	ld.global.u64 	%rd201, [%rd8+24];
+	or.b64  	%rd348, %rd201, %rd348;
+
+$L__BB39_11:
+	add.s32 	%r120, %r120, 4;
+	add.s32 	%r119, %r119, -4;
+	setp.ne.s32 	%p7, %r119, 0;
+	@%p7 bra 	$L__BB39_3;
+
+$L__BB39_12:
+	and.b32  	%r115, %r61, 3;
+	setp.eq.s32 	%p8, %r115, 0;
+	@%p8 bra 	$L__BB39_17;
+
+	and.b32  	%r122, %r61, 3;
+
+$L__BB39_14:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r120, %r60;
+	@%p9 bra 	$L__BB39_16;
+
+	mul.wide.u32 	%rd202, %r120, 8;
+	add.s64 	%rd203, %rd3, %rd202;
+	ld.global.u64 	%rd204, [%rd203];
+	or.b64  	%rd348, %rd204, %rd348;
+
+$L__BB39_16:
+	add.s32 	%r120, %r120, 1;
+	add.s32 	%r122, %r122, -1;
+	setp.ne.s32 	%p10, %r122, 0;
+	@%p10 bra 	$L__BB39_14;
+
+$L__BB39_17:
+	and.b64  	%rd206, %rd348, 15;
+	setp.ne.s64 	%p11, %rd206, 0;
+	mov.u64 	%rd391, 0;
+	@%p11 bra 	$L__BB39_56;
+
+	and.b64  	%rd391, %rd190, -4;
+	shl.b64 	%rd361, %rd5, 2;
+	setp.ge.u64 	%p12, %rd361, %rd391;
+	@%p12 bra 	$L__BB39_56;
+
+	cvt.u64.u32 	%rd25, %r61;
+	shl.b64 	%rd26, %rd4, 2;
+
+$L__BB39_20:
+	@%p1 bra 	$L__BB39_40;
+
+	setp.eq.s32 	%p14, %r62, 2;
+	@%p14 bra 	$L__BB39_33;
+	bra.uni 	$L__BB39_22;
+
+$L__BB39_33:
+	mov.u32 	%r124, 0;
+
+$L__BB39_34:
+	setp.eq.s32 	%p20, %r124, %r60;
+	mov.u64 	%rd375, %rd189;
+	@%p20 bra 	$L__BB39_36;
+
+	mul.wide.u32 	%rd224, %r124, 8;
+	add.s64 	%rd225, %rd3, %rd224;
+	ld.global.u64 	%rd375, [%rd225];
+
+$L__BB39_36:
+	shl.b64 	%rd226, %rd361, 2;
+	add.s64 	%rd227, %rd375, %rd226;
+	ld.v4.u32 	{%r79, %r80, %r81, %r82}, [%rd227];
+	cvt.s64.s32 	%rd64, %r79;
+	setp.eq.s32 	%p21, %r124, 0;
+	@%p21 bra 	$L__BB39_38;
+
+	min.s64 	%rd370, %rd370, %rd64;
+	cvt.s64.s32 	%rd228, %r80;
+	min.s64 	%rd369, %rd369, %rd228;
+	cvt.s64.s32 	%rd229, %r81;
+	min.s64 	%rd368, %rd368, %rd229;
+	cvt.s64.s32 	%rd230, %r82;
+	min.s64 	%rd367, %rd367, %rd230;
+	bra.uni 	$L__BB39_39;
+
+$L__BB39_38:
+	cvt.s64.s32 	%rd369, %r80;
+	cvt.s64.s32 	%rd368, %r81;
+	cvt.s64.s32 	%rd367, %r82;
+	mov.u64 	%rd370, %rd64;
+
+$L__BB39_39:
+	add.s32 	%r124, %r124, 1;
+	setp.lt.u32 	%p22, %r124, %r61;
+	@%p22 bra 	$L__BB39_34;
+	bra.uni 	$L__BB39_40;
+
+$L__BB39_22:
+	mov.u32 	%r123, 0;
+
+$L__BB39_23:
+	setp.eq.s32 	%p15, %r123, %r60;
+	mov.u64 	%rd366, %rd189;
+	@%p15 bra 	$L__BB39_25;
+
+	mul.wide.u32 	%rd208, %r123, 8;
+	add.s64 	%rd209, %rd3, %rd208;
+	ld.global.u64 	%rd366, [%rd209];
+
+$L__BB39_25:
+	shl.b64 	%rd210, %rd361, 2;
+	add.s64 	%rd211, %rd366, %rd210;
+	ld.v4.u32 	{%r74, %r75, %r76, %r77}, [%rd211];
+	setp.eq.s32 	%p16, %r123, 0;
+	@%p16 bra 	$L__BB39_31;
+
+	setp.eq.s32 	%p17, %r62, 3;
+	@%p17 bra 	$L__BB39_29;
+
+	setp.ne.s32 	%p18, %r62, 4;
+	@%p18 bra 	$L__BB39_30;
+
+	cvt.s64.s32 	%rd212, %r74;
+	mul.lo.s64 	%rd370, %rd370, %rd212;
+	cvt.s64.s32 	%rd213, %r75;
+	mul.lo.s64 	%rd369, %rd369, %rd213;
+	cvt.s64.s32 	%rd214, %r76;
+	mul.lo.s64 	%rd368, %rd368, %rd214;
+	cvt.s64.s32 	%rd215, %r77;
+	mul.lo.s64 	%rd367, %rd367, %rd215;
+	bra.uni 	$L__BB39_32;
+
+$L__BB39_31:
+	cvt.s64.s32 	%rd370, %r74;
+	cvt.s64.s32 	%rd369, %r75;
+	cvt.s64.s32 	%rd368, %r76;
+	cvt.s64.s32 	%rd367, %r77;
+	bra.uni 	$L__BB39_32;
+
+$L__BB39_29:
+	cvt.s64.s32 	%rd216, %r74;
+	max.s64 	%rd370, %rd370, %rd216;
+	cvt.s64.s32 	%rd217, %r75;
+	max.s64 	%rd369, %rd369, %rd217;
+	cvt.s64.s32 	%rd218, %r76;
+	max.s64 	%rd368, %rd368, %rd218;
+	cvt.s64.s32 	%rd219, %r77;
+	max.s64 	%rd367, %rd367, %rd219;
+	bra.uni 	$L__BB39_32;
+
+$L__BB39_30:
+	cvt.s64.s32 	%rd220, %r74;
+	add.s64 	%rd370, %rd370, %rd220;
+	cvt.s64.s32 	%rd221, %r75;
+	add.s64 	%rd369, %rd369, %rd221;
+	cvt.s64.s32 	%rd222, %r76;
+	add.s64 	%rd368, %rd368, %rd222;
+	cvt.s64.s32 	%rd223, %r77;
+	add.s64 	%rd367, %rd367, %rd223;
+
+$L__BB39_32:
+	add.s32 	%r123, %r123, 1;
+	setp.lt.u32 	%p19, %r123, %r61;
+	@%p19 bra 	$L__BB39_23;
+
+$L__BB39_40:
+	setp.ne.s32 	%p23, %r62, 1;
+	mov.u64 	%rd387, %rd367;
+	mov.u64 	%rd388, %rd368;
+	mov.u64 	%rd389, %rd369;
+	mov.u64 	%rd390, %rd370;
+	@%p23 bra 	$L__BB39_53;
+
+	and.b64  	%rd231, %rd370, -4294967296;
+	setp.eq.s64 	%p24, %rd231, 0;
+	@%p24 bra 	$L__BB39_43;
+
+	div.s64 	%rd390, %rd370, %rd25;
+	bra.uni 	$L__BB39_44;
+
+$L__BB39_43:
+	cvt.u32.u64 	%r84, %rd25;
+	cvt.u32.u64 	%r85, %rd370;
+	div.u32 	%r86, %r85, %r84;
+	cvt.u64.u32 	%rd390, %r86;
+
+$L__BB39_44:
+	and.b64  	%rd232, %rd369, -4294967296;
+	setp.eq.s64 	%p25, %rd232, 0;
+	@%p25 bra 	$L__BB39_46;
+
+	div.s64 	%rd389, %rd369, %rd25;
+	bra.uni 	$L__BB39_47;
+
+$L__BB39_46:
+	cvt.u32.u64 	%r87, %rd25;
+	cvt.u32.u64 	%r88, %rd369;
+	div.u32 	%r89, %r88, %r87;
+	cvt.u64.u32 	%rd389, %r89;
+
+$L__BB39_47:
+	and.b64  	%rd233, %rd368, -4294967296;
+	setp.eq.s64 	%p26, %rd233, 0;
+	@%p26 bra 	$L__BB39_49;
+
+	div.s64 	%rd388, %rd368, %rd25;
+	bra.uni 	$L__BB39_50;
+
+$L__BB39_49:
+	cvt.u32.u64 	%r90, %rd25;
+	cvt.u32.u64 	%r91, %rd368;
+	div.u32 	%r92, %r91, %r90;
+	cvt.u64.u32 	%rd388, %r92;
+
+$L__BB39_50:
+	and.b64  	%rd234, %rd367, -4294967296;
+	setp.eq.s64 	%p27, %rd234, 0;
+	@%p27 bra 	$L__BB39_52;
+
+	div.s64 	%rd387, %rd367, %rd25;
+	bra.uni 	$L__BB39_53;
+
+$L__BB39_52:
+	cvt.u32.u64 	%r93, %rd25;
+	cvt.u32.u64 	%r94, %rd367;
+	div.u32 	%r95, %r94, %r93;
+	cvt.u64.u32 	%rd387, %r95;
+
+$L__BB39_53:
+	cvt.u32.u64 	%r26, %rd387;
+	cvt.u32.u64 	%r25, %rd388;
+	cvt.u32.u64 	%r24, %rd389;
+	cvt.u32.u64 	%r23, %rd390;
+	shl.b64 	%rd235, %rd361, 2;
+	add.s64 	%rd236, %rd2, %rd235;
+	st.global.v4.u32 	[%rd236], {%r23, %r24, %r25, %r26};
+	setp.eq.s64 	%p28, %rd188, 0;
+	@%p28 bra 	$L__BB39_55;
+
+	add.s64 	%rd238, %rd1, %rd235;
+	st.global.v4.u32 	[%rd238], {%r23, %r24, %r25, %r26};
+
+$L__BB39_55:
+	add.s64 	%rd361, %rd361, %rd26;
+	setp.lt.u64 	%p29, %rd361, %rd391;
+	@%p29 bra 	$L__BB39_20;
+
+$L__BB39_56:
+	add.s64 	%rd392, %rd391, %rd5;
+	setp.ge.u64 	%p30, %rd392, %rd190;
+	@%p30 bra 	$L__BB39_146;
+
+	setp.eq.s32 	%p31, %r60, 0;
+	cvt.u64.u32 	%rd98, %r61;
+	add.s32 	%r27, %r61, -2;
+	add.s32 	%r96, %r61, -1;
+	and.b32  	%r28, %r96, 3;
+	sub.s32 	%r29, %r96, %r28;
+	@%p31 bra 	$L__BB39_102;
+
+$L__BB39_58:
+	ld.global.u64 	%rd239, [%rd3];
+	shl.b64 	%rd240, %rd392, 2;
+	add.s64 	%rd241, %rd239, %rd240;
+	ld.s32 	%rd409, [%rd241];
+	setp.lt.u32 	%p32, %r61, 2;
+	@%p32 bra 	$L__BB39_95;
+
+	setp.eq.s32 	%p33, %r62, 2;
+	@%p33 bra 	$L__BB39_70;
+
+	setp.eq.s32 	%p34, %r62, 3;
+	@%p34 bra 	$L__BB39_66;
+
+	setp.ne.s32 	%p35, %r62, 4;
+	@%p35 bra 	$L__BB39_91;
+
+	mov.u32 	%r125, 1;
+
+$L__BB39_63:
+	setp.eq.s32 	%p36, %r125, %r60;
+	mov.u64 	%rd394, %rd189;
+	@%p36 bra 	$L__BB39_65;
+
+	mul.wide.u32 	%rd242, %r125, 8;
+	add.s64 	%rd243, %rd3, %rd242;
+	ld.global.u64 	%rd394, [%rd243];
+
+$L__BB39_65:
+	add.s64 	%rd245, %rd394, %rd240;
+	ld.s32 	%rd246, [%rd245];
+	mul.lo.s64 	%rd409, %rd409, %rd246;
+	add.s32 	%r125, %r125, 1;
+	setp.lt.u32 	%p37, %r125, %r61;
+	@%p37 bra 	$L__BB39_63;
+	bra.uni 	$L__BB39_95;
+
+$L__BB39_70:
+	setp.lt.u32 	%p40, %r27, 3;
+	mov.u32 	%r129, 1;
+	@%p40 bra 	$L__BB39_81;
+
+	mov.u32 	%r129, 1;
+	mov.u32 	%r128, %r29;
+
+$L__BB39_72:
+	mul.wide.u32 	%rd253, %r129, 8;
+	add.s64 	%rd110, %rd3, %rd253;
+	setp.eq.s32 	%p41, %r129, %r60;
+	mov.u64 	%rd398, %rd189;
+	@%p41 bra 	$L__BB39_74;
+
+	ld.global.u64 	%rd398, [%rd110];
+
+$L__BB39_74:
+	add.s64 	%rd255, %rd398, %rd240;
+	ld.s32 	%rd256, [%rd255];
+	min.s64 	%rd113, %rd409, %rd256;
+	add.s32 	%r101, %r129, 1;
+	setp.eq.s32 	%p42, %r101, %r60;
+	mov.u64 	%rd399, %rd189;
+	@%p42 bra 	$L__BB39_76;
+
+	ld.global.u64 	%rd399, [%rd110+8];
+
+$L__BB39_76:
+	add.s64 	%rd258, %rd399, %rd240;
+	ld.s32 	%rd259, [%rd258];
+	min.s64 	%rd116, %rd113, %rd259;
+	add.s32 	%r102, %r129, 2;
+	setp.eq.s32 	%p43, %r102, %r60;
+	mov.u64 	%rd400, %rd189;
+	@%p43 bra 	$L__BB39_78;
+
+	ld.global.u64 	%rd400, [%rd110+16];
+
+$L__BB39_78:
+	add.s64 	%rd261, %rd400, %rd240;
+	ld.s32 	%rd262, [%rd261];
+	min.s64 	%rd119, %rd116, %rd262;
+	add.s32 	%r36, %r129, 3;
+	setp.eq.s32 	%p44, %r36, %r60;
+	mov.u64 	%rd401, %rd189;
+	@%p44 bra 	$L__BB39_80;
+
+	mul.wide.u32 	%rd263, %r36, 8;
+	add.s64 	%rd264, %rd3, %rd263;
+	ld.global.u64 	%rd401, [%rd264];
+
+$L__BB39_80:
+	add.s64 	%rd266, %rd401, %rd240;
+	ld.s32 	%rd267, [%rd266];
+	min.s64 	%rd409, %rd119, %rd267;
+	add.s32 	%r129, %r129, 4;
+	add.s32 	%r128, %r128, -4;
+	setp.ne.s32 	%p45, %r128, 0;
+	@%p45 bra 	$L__BB39_72;
+
+$L__BB39_81:
+	setp.eq.s32 	%p46, %r28, 0;
+	@%p46 bra 	$L__BB39_95;
+
+	setp.eq.s32 	%p47, %r129, %r60;
+	mov.u64 	%rd404, %rd189;
+	@%p47 bra 	$L__BB39_84;
+
+	mul.wide.u32 	%rd268, %r129, 8;
+	add.s64 	%rd269, %rd3, %rd268;
+	ld.global.u64 	%rd404, [%rd269];
+
+$L__BB39_84:
+	add.s64 	%rd271, %rd404, %rd240;
+	ld.s32 	%rd272, [%rd271];
+	min.s64 	%rd409, %rd409, %rd272;
+	add.s32 	%r40, %r129, 1;
+	setp.eq.s32 	%p48, %r28, 1;
+	@%p48 bra 	$L__BB39_95;
+
+	setp.eq.s32 	%p49, %r40, %r60;
+	mov.u64 	%rd405, %rd189;
+	@%p49 bra 	$L__BB39_87;
+
+	mul.wide.u32 	%rd273, %r40, 8;
+	add.s64 	%rd274, %rd3, %rd273;
+	ld.global.u64 	%rd405, [%rd274];
+
+$L__BB39_87:
+	add.s64 	%rd276, %rd405, %rd240;
+	ld.s32 	%rd277, [%rd276];
+	min.s64 	%rd409, %rd409, %rd277;
+	add.s32 	%r41, %r129, 2;
+	setp.eq.s32 	%p50, %r28, 2;
+	@%p50 bra 	$L__BB39_95;
+
+	setp.eq.s32 	%p51, %r41, %r60;
+	mov.u64 	%rd406, %rd189;
+	@%p51 bra 	$L__BB39_90;
+
+	mul.wide.u32 	%rd278, %r41, 8;
+	add.s64 	%rd279, %rd3, %rd278;
+	ld.global.u64 	%rd406, [%rd279];
+
+$L__BB39_90:
+	add.s64 	%rd281, %rd406, %rd240;
+	ld.s32 	%rd282, [%rd281];
+	min.s64 	%rd409, %rd409, %rd282;
+	bra.uni 	$L__BB39_95;
+
+$L__BB39_66:
+	mov.u32 	%r126, 1;
+
+$L__BB39_67:
+	setp.eq.s32 	%p38, %r126, %r60;
+	mov.u64 	%rd396, %rd189;
+	@%p38 bra 	$L__BB39_69;
+
+	mul.wide.u32 	%rd247, %r126, 8;
+	add.s64 	%rd248, %rd3, %rd247;
+	ld.global.u64 	%rd396, [%rd248];
+
+$L__BB39_69:
+	add.s64 	%rd250, %rd396, %rd240;
+	ld.s32 	%rd251, [%rd250];
+	max.s64 	%rd409, %rd409, %rd251;
+	add.s32 	%r126, %r126, 1;
+	setp.lt.u32 	%p39, %r126, %r61;
+	@%p39 bra 	$L__BB39_67;
+	bra.uni 	$L__BB39_95;
+
+$L__BB39_91:
+	mov.u32 	%r130, 1;
+
+$L__BB39_92:
+	setp.eq.s32 	%p52, %r130, %r60;
+	mov.u64 	%rd408, %rd189;
+	@%p52 bra 	$L__BB39_94;
+
+	mul.wide.u32 	%rd283, %r130, 8;
+	add.s64 	%rd284, %rd3, %rd283;
+	ld.global.u64 	%rd408, [%rd284];
+
+$L__BB39_94:
+	add.s64 	%rd286, %rd408, %rd240;
+	ld.s32 	%rd287, [%rd286];
+	add.s64 	%rd409, %rd409, %rd287;
+	add.s32 	%r130, %r130, 1;
+	setp.lt.u32 	%p53, %r130, %r61;
+	@%p53 bra 	$L__BB39_92;
+
+$L__BB39_95:
+	setp.ne.s32 	%p54, %r62, 1;
+	@%p54 bra 	$L__BB39_99;
+
+	and.b64  	%rd288, %rd409, -4294967296;
+	setp.eq.s64 	%p55, %rd288, 0;
+	@%p55 bra 	$L__BB39_98;
+
+	div.s64 	%rd409, %rd409, %rd98;
+	bra.uni 	$L__BB39_99;
+
+$L__BB39_98:
+	cvt.u32.u64 	%r104, %rd98;
+	cvt.u32.u64 	%r105, %rd409;
+	div.u32 	%r106, %r105, %r104;
+	cvt.u64.u32 	%rd409, %r106;
+
+$L__BB39_99:
+	add.s64 	%rd290, %rd2, %rd240;
+	cvt.u32.u64 	%r44, %rd409;
+	st.global.u32 	[%rd290], %r44;
+	setp.eq.s64 	%p56, %rd188, 0;
+	@%p56 bra 	$L__BB39_101;
+
+	add.s64 	%rd292, %rd1, %rd240;
+	st.global.u32 	[%rd292], %r44;
+
+$L__BB39_101:
+	add.s64 	%rd392, %rd392, %rd4;
+	setp.lt.u64 	%p57, %rd392, %rd190;
+	@%p57 bra 	$L__BB39_58;
+	bra.uni 	$L__BB39_146;
+
+$L__BB39_102:
+	cvta.to.global.u64 	%rd143, %rd189;
+
+$L__BB39_103:
+	shl.b64 	%rd293, %rd392, 2;
+	add.s64 	%rd294, %rd143, %rd293;
+	ld.global.s32 	%rd428, [%rd294];
+	setp.lt.u32 	%p58, %r61, 2;
+	@%p58 bra 	$L__BB39_139;
+
+	add.s64 	%rd425, %rd189, %rd293;
+	setp.eq.s32 	%p59, %r62, 2;
+	@%p59 bra 	$L__BB39_116;
+
+	setp.eq.s32 	%p60, %r62, 3;
+	@%p60 bra 	$L__BB39_112;
+
+	setp.ne.s32 	%p61, %r62, 4;
+	@%p61 bra 	$L__BB39_135;
+
+	mov.u32 	%r131, 1;
+	mov.u64 	%rd412, %rd3;
+
+$L__BB39_108:
+	setp.eq.s32 	%p62, %r131, 0;
+	@%p62 bra 	$L__BB39_110;
+
+	ld.global.u64 	%rd296, [%rd412+8];
+	add.s64 	%rd414, %rd296, %rd293;
+	bra.uni 	$L__BB39_111;
+
+$L__BB39_110:
+	mov.u64 	%rd414, %rd425;
+
+$L__BB39_111:
+	add.s64 	%rd412, %rd412, 8;
+	ld.s32 	%rd298, [%rd414];
+	mul.lo.s64 	%rd428, %rd428, %rd298;
+	add.s32 	%r131, %r131, 1;
+	setp.lt.u32 	%p63, %r131, %r61;
+	@%p63 bra 	$L__BB39_108;
+	bra.uni 	$L__BB39_139;
+
+$L__BB39_116:
+	setp.lt.u32 	%p66, %r27, 3;
+	mov.u32 	%r135, 1;
+	@%p66 bra 	$L__BB39_125;
+
+	mov.u32 	%r135, 1;
+	mov.u32 	%r134, %r29;
+
+$L__BB39_118:
+	mul.wide.u32 	%rd305, %r135, 8;
+	add.s64 	%rd158, %rd3, %rd305;
+	setp.eq.s32 	%p67, %r135, 0;
+	mov.u64 	%rd418, %rd425;
+	@%p67 bra 	$L__BB39_120;
+
+	ld.global.u64 	%rd306, [%rd158];
+	add.s64 	%rd418, %rd306, %rd293;
+
+$L__BB39_120:
+	ld.s32 	%rd308, [%rd418];
+	min.s64 	%rd309, %rd428, %rd308;
+	ld.global.u64 	%rd310, [%rd158+8];
+	add.s64 	%rd312, %rd310, %rd293;
+	ld.s32 	%rd313, [%rd312];
+	min.s64 	%rd161, %rd309, %rd313;
+	setp.eq.s32 	%p68, %r135, -2;
+	mov.u64 	%rd419, %rd425;
+	@%p68 bra 	$L__BB39_122;
+
+	ld.global.u64 	%rd314, [%rd158+16];
+	add.s64 	%rd419, %rd314, %rd293;
+
+$L__BB39_122:
+	ld.s32 	%rd316, [%rd419];
+	min.s64 	%rd164, %rd161, %rd316;
+	add.s32 	%r51, %r135, 3;
+	setp.eq.s32 	%p69, %r51, 0;
+	mov.u64 	%rd420, %rd425;
+	@%p69 bra 	$L__BB39_124;
+
+	mul.wide.u32 	%rd317, %r51, 8;
+	add.s64 	%rd318, %rd3, %rd317;
+	ld.global.u64 	%rd319, [%rd318];
+	add.s64 	%rd420, %rd319, %rd293;
+
+$L__BB39_124:
+	ld.s32 	%rd321, [%rd420];
+	min.s64 	%rd428, %rd164, %rd321;
+	add.s32 	%r135, %r135, 4;
+	add.s32 	%r134, %r134, -4;
+	setp.ne.s32 	%p70, %r134, 0;
+	@%p70 bra 	$L__BB39_118;
+
+$L__BB39_125:
+	setp.eq.s32 	%p71, %r28, 0;
+	@%p71 bra 	$L__BB39_139;
+
+	setp.eq.s32 	%p72, %r135, 0;
+	mov.u64 	%rd423, %rd425;
+	@%p72 bra 	$L__BB39_128;
+
+	mul.wide.u32 	%rd322, %r135, 8;
+	add.s64 	%rd323, %rd3, %rd322;
+	ld.global.u64 	%rd324, [%rd323];
+	add.s64 	%rd423, %rd324, %rd293;
+
+$L__BB39_128:
+	ld.s32 	%rd326, [%rd423];
+	min.s64 	%rd428, %rd428, %rd326;
+	add.s32 	%r55, %r135, 1;
+	setp.eq.s32 	%p73, %r28, 1;
+	@%p73 bra 	$L__BB39_139;
+
+	setp.eq.s32 	%p74, %r55, 0;
+	mov.u64 	%rd424, %rd425;
+	@%p74 bra 	$L__BB39_131;
+
+	mul.wide.u32 	%rd327, %r55, 8;
+	add.s64 	%rd328, %rd3, %rd327;
+	ld.global.u64 	%rd329, [%rd328];
+	add.s64 	%rd424, %rd329, %rd293;
+
+$L__BB39_131:
+	ld.s32 	%rd331, [%rd424];
+	min.s64 	%rd428, %rd428, %rd331;
+	add.s32 	%r56, %r135, 2;
+	setp.eq.s32 	%p75, %r28, 2;
+	@%p75 bra 	$L__BB39_139;
+
+	setp.eq.s32 	%p76, %r56, 0;
+	@%p76 bra 	$L__BB39_134;
+
+	mul.wide.u32 	%rd332, %r56, 8;
+	add.s64 	%rd333, %rd3, %rd332;
+	ld.global.u64 	%rd334, [%rd333];
+	add.s64 	%rd425, %rd334, %rd293;
+
+$L__BB39_134:
+	ld.s32 	%rd336, [%rd425];
+	min.s64 	%rd428, %rd428, %rd336;
+	bra.uni 	$L__BB39_139;
+
+$L__BB39_112:
+	mov.u32 	%r132, 1;
+
+$L__BB39_113:
+	setp.eq.s32 	%p64, %r132, 0;
+	mov.u64 	%rd416, %rd425;
+	@%p64 bra 	$L__BB39_115;
+
+	mul.wide.u32 	%rd299, %r132, 8;
+	add.s64 	%rd300, %rd3, %rd299;
+	ld.global.u64 	%rd301, [%rd300];
+	add.s64 	%rd416, %rd301, %rd293;
+
+$L__BB39_115:
+	ld.s32 	%rd303, [%rd416];
+	max.s64 	%rd428, %rd428, %rd303;
+	add.s32 	%r132, %r132, 1;
+	setp.lt.u32 	%p65, %r132, %r61;
+	@%p65 bra 	$L__BB39_113;
+	bra.uni 	$L__BB39_139;
+
+$L__BB39_135:
+	mov.u32 	%r136, 1;
+
+$L__BB39_136:
+	setp.eq.s32 	%p77, %r136, 0;
+	mov.u64 	%rd427, %rd425;
+	@%p77 bra 	$L__BB39_138;
+
+	mul.wide.u32 	%rd337, %r136, 8;
+	add.s64 	%rd338, %rd3, %rd337;
+	ld.global.u64 	%rd339, [%rd338];
+	add.s64 	%rd427, %rd339, %rd293;
+
+$L__BB39_138:
+	ld.s32 	%rd341, [%rd427];
+	add.s64 	%rd428, %rd428, %rd341;
+	add.s32 	%r136, %r136, 1;
+	setp.lt.u32 	%p78, %r136, %r61;
+	@%p78 bra 	$L__BB39_136;
+
+$L__BB39_139:
+	setp.ne.s32 	%p79, %r62, 1;
+	@%p79 bra 	$L__BB39_143;
+
+	and.b64  	%rd342, %rd428, -4294967296;
+	setp.eq.s64 	%p80, %rd342, 0;
+	@%p80 bra 	$L__BB39_142;
+
+	div.s64 	%rd428, %rd428, %rd98;
+	bra.uni 	$L__BB39_143;
+
+$L__BB39_142:
+	cvt.u32.u64 	%r112, %rd98;
+	cvt.u32.u64 	%r113, %rd428;
+	div.u32 	%r114, %r113, %r112;
+	cvt.u64.u32 	%rd428, %r114;
+
+$L__BB39_143:
+	add.s64 	%rd344, %rd2, %rd293;
+	cvt.u32.u64 	%r59, %rd428;
+	st.global.u32 	[%rd344], %r59;
+	setp.eq.s64 	%p81, %rd188, 0;
+	@%p81 bra 	$L__BB39_145;
+
+	add.s64 	%rd346, %rd1, %rd293;
+	st.global.u32 	[%rd346], %r59;
+
+$L__BB39_145:
+	add.s64 	%rd392, %rd392, %rd4;
+	setp.lt.u64 	%p82, %rd392, %rd190;
+	@%p82 bra 	$L__BB39_103;
+
+$L__BB39_146:
 	ret;
 
 }
@@ -8571,19 +13078,19 @@ $L__BB34_98:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB35_12;
+	@%p1 bra 	$L__BB40_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB35_3;
-	bra.uni 	$L__BB35_2;
+	@%p2 bra 	$L__BB40_3;
+	bra.uni 	$L__BB40_2;
 
-$L__BB35_3:
+$L__BB40_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB35_4:
+$L__BB40_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -8592,12 +13099,12 @@ $L__BB35_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB35_7;
+	@%p4 bra 	$L__BB40_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB35_6:
+$L__BB40_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -8626,11 +13133,11 @@ $L__BB35_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB35_6;
+	@%p5 bra 	$L__BB40_6;
 
-$L__BB35_7:
+$L__BB40_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB35_11;
+	@%p6 bra 	$L__BB40_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -8640,7 +13147,7 @@ $L__BB35_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	add.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB35_11;
+	@%p7 bra 	$L__BB40_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -8651,7 +13158,7 @@ $L__BB35_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	add.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB35_11;
+	@%p8 bra 	$L__BB40_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -8662,16 +13169,16 @@ $L__BB35_7:
 	ld.global.u64 	%rd82, [%rd81];
 	add.s64 	%rd90, %rd82, %rd90;
 
-$L__BB35_11:
+$L__BB40_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB35_4;
-	bra.uni 	$L__BB35_12;
+	@%p9 bra 	$L__BB40_4;
+	bra.uni 	$L__BB40_12;
 
-$L__BB35_2:
+$L__BB40_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -8683,9 +13190,9 @@ $L__BB35_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB35_2;
+	@%p3 bra 	$L__BB40_2;
 
-$L__BB35_12:
+$L__BB40_12:
 	ret;
 
 }
@@ -8719,20 +13226,20 @@ $L__BB35_12:
 	cvt.u64.u32 	%rd32, %r13;
 	add.s64 	%rd94, %rd31, %rd32;
 	setp.ge.u64 	%p1, %rd94, %rd28;
-	@%p1 bra 	$L__BB36_18;
+	@%p1 bra 	$L__BB41_18;
 
 	setp.gt.u32 	%p2, %r9, 1;
 	cvt.u64.u32 	%rd5, %r9;
-	@%p2 bra 	$L__BB36_6;
-	bra.uni 	$L__BB36_2;
+	@%p2 bra 	$L__BB41_6;
+	bra.uni 	$L__BB41_2;
 
-$L__BB36_6:
+$L__BB41_6:
 	add.s32 	%r17, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r17, 3;
 	sub.s32 	%r3, %r17, %r2;
 
-$L__BB36_7:
+$L__BB41_7:
 	ld.global.u64 	%rd42, [%rd2];
 	cvta.to.global.u64 	%rd43, %rd42;
 	add.s64 	%rd13, %rd94, %rd27;
@@ -8741,12 +13248,12 @@ $L__BB36_7:
 	ld.global.u64 	%rd100, [%rd45];
 	setp.lt.u32 	%p5, %r1, 3;
 	mov.u32 	%r28, 1;
-	@%p5 bra 	$L__BB36_10;
+	@%p5 bra 	$L__BB41_10;
 
 	mov.u32 	%r28, 1;
 	mov.u32 	%r27, %r3;
 
-$L__BB36_9:
+$L__BB41_9:
 	mul.wide.u32 	%rd46, %r28, 8;
 	add.s64 	%rd47, %rd2, %rd46;
 	ld.global.u64 	%rd48, [%rd47];
@@ -8775,11 +13282,11 @@ $L__BB36_9:
 	add.s32 	%r28, %r28, 4;
 	add.s32 	%r27, %r27, -4;
 	setp.ne.s32 	%p6, %r27, 0;
-	@%p6 bra 	$L__BB36_9;
+	@%p6 bra 	$L__BB41_9;
 
-$L__BB36_10:
+$L__BB41_10:
 	setp.eq.s32 	%p7, %r2, 0;
-	@%p7 bra 	$L__BB36_14;
+	@%p7 bra 	$L__BB41_14;
 
 	setp.eq.s32 	%p8, %r2, 1;
 	mul.wide.u32 	%rd70, %r28, 8;
@@ -8789,7 +13296,7 @@ $L__BB36_10:
 	add.s64 	%rd75, %rd73, %rd44;
 	ld.global.u64 	%rd76, [%rd75];
 	add.s64 	%rd100, %rd76, %rd100;
-	@%p8 bra 	$L__BB36_14;
+	@%p8 bra 	$L__BB41_14;
 
 	setp.eq.s32 	%p9, %r2, 2;
 	add.s32 	%r21, %r28, 1;
@@ -8800,7 +13307,7 @@ $L__BB36_10:
 	add.s64 	%rd82, %rd80, %rd44;
 	ld.global.u64 	%rd83, [%rd82];
 	add.s64 	%rd100, %rd83, %rd100;
-	@%p9 bra 	$L__BB36_14;
+	@%p9 bra 	$L__BB41_14;
 
 	add.s32 	%r22, %r28, 2;
 	mul.wide.u32 	%rd84, %r22, 8;
@@ -8811,30 +13318,30 @@ $L__BB36_10:
 	ld.global.u64 	%rd90, [%rd89];
 	add.s64 	%rd100, %rd90, %rd100;
 
-$L__BB36_14:
+$L__BB41_14:
 	and.b64  	%rd91, %rd100, -4294967296;
 	setp.eq.s64 	%p10, %rd91, 0;
-	@%p10 bra 	$L__BB36_16;
+	@%p10 bra 	$L__BB41_16;
 
 	div.s64 	%rd101, %rd100, %rd5;
-	bra.uni 	$L__BB36_17;
+	bra.uni 	$L__BB41_17;
 
-$L__BB36_16:
+$L__BB41_16:
 	cvt.u32.u64 	%r23, %rd5;
 	cvt.u32.u64 	%r24, %rd100;
 	div.u32 	%r25, %r24, %r23;
 	cvt.u64.u32 	%rd101, %r25;
 
-$L__BB36_17:
+$L__BB41_17:
 	shl.b64 	%rd92, %rd94, 3;
 	add.s64 	%rd93, %rd1, %rd92;
 	st.global.u64 	[%rd93], %rd101;
 	add.s64 	%rd94, %rd94, %rd3;
 	setp.lt.u64 	%p11, %rd94, %rd28;
-	@%p11 bra 	$L__BB36_7;
-	bra.uni 	$L__BB36_18;
+	@%p11 bra 	$L__BB41_7;
+	bra.uni 	$L__BB41_18;
 
-$L__BB36_2:
+$L__BB41_2:
 	ld.global.u64 	%rd33, [%rd2];
 	cvta.to.global.u64 	%rd34, %rd33;
 	add.s64 	%rd35, %rd94, %rd27;
@@ -8843,26 +13350,26 @@ $L__BB36_2:
 	ld.global.u64 	%rd7, [%rd37];
 	and.b64  	%rd38, %rd7, -4294967296;
 	setp.eq.s64 	%p3, %rd38, 0;
-	@%p3 bra 	$L__BB36_4;
+	@%p3 bra 	$L__BB41_4;
 
 	div.s64 	%rd95, %rd7, %rd5;
-	bra.uni 	$L__BB36_5;
+	bra.uni 	$L__BB41_5;
 
-$L__BB36_4:
+$L__BB41_4:
 	cvt.u32.u64 	%r14, %rd5;
 	cvt.u32.u64 	%r15, %rd7;
 	div.u32 	%r16, %r15, %r14;
 	cvt.u64.u32 	%rd95, %r16;
 
-$L__BB36_5:
+$L__BB41_5:
 	shl.b64 	%rd39, %rd94, 3;
 	add.s64 	%rd40, %rd1, %rd39;
 	st.global.u64 	[%rd40], %rd95;
 	add.s64 	%rd94, %rd94, %rd3;
 	setp.lt.u64 	%p4, %rd94, %rd28;
-	@%p4 bra 	$L__BB36_2;
+	@%p4 bra 	$L__BB41_2;
 
-$L__BB36_18:
+$L__BB41_18:
 	ret;
 
 }
@@ -8896,19 +13403,19 @@ $L__BB36_18:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB37_12;
+	@%p1 bra 	$L__BB42_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB37_3;
-	bra.uni 	$L__BB37_2;
+	@%p2 bra 	$L__BB42_3;
+	bra.uni 	$L__BB42_2;
 
-$L__BB37_3:
+$L__BB42_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB37_4:
+$L__BB42_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -8917,12 +13424,12 @@ $L__BB37_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB37_7;
+	@%p4 bra 	$L__BB42_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB37_6:
+$L__BB42_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -8951,11 +13458,11 @@ $L__BB37_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB37_6;
+	@%p5 bra 	$L__BB42_6;
 
-$L__BB37_7:
+$L__BB42_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB37_11;
+	@%p6 bra 	$L__BB42_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -8965,7 +13472,7 @@ $L__BB37_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	min.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB37_11;
+	@%p7 bra 	$L__BB42_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -8976,7 +13483,7 @@ $L__BB37_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	min.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB37_11;
+	@%p8 bra 	$L__BB42_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -8987,16 +13494,16 @@ $L__BB37_7:
 	ld.global.u64 	%rd82, [%rd81];
 	min.s64 	%rd90, %rd82, %rd90;
 
-$L__BB37_11:
+$L__BB42_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB37_4;
-	bra.uni 	$L__BB37_12;
+	@%p9 bra 	$L__BB42_4;
+	bra.uni 	$L__BB42_12;
 
-$L__BB37_2:
+$L__BB42_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -9008,9 +13515,9 @@ $L__BB37_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB37_2;
+	@%p3 bra 	$L__BB42_2;
 
-$L__BB37_12:
+$L__BB42_12:
 	ret;
 
 }
@@ -9044,19 +13551,19 @@ $L__BB37_12:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB38_12;
+	@%p1 bra 	$L__BB43_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB38_3;
-	bra.uni 	$L__BB38_2;
+	@%p2 bra 	$L__BB43_3;
+	bra.uni 	$L__BB43_2;
 
-$L__BB38_3:
+$L__BB43_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB38_4:
+$L__BB43_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -9065,12 +13572,12 @@ $L__BB38_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB38_7;
+	@%p4 bra 	$L__BB43_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB38_6:
+$L__BB43_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -9099,11 +13606,11 @@ $L__BB38_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB38_6;
+	@%p5 bra 	$L__BB43_6;
 
-$L__BB38_7:
+$L__BB43_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB38_11;
+	@%p6 bra 	$L__BB43_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -9113,7 +13620,7 @@ $L__BB38_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	max.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB38_11;
+	@%p7 bra 	$L__BB43_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -9124,7 +13631,7 @@ $L__BB38_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	max.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB38_11;
+	@%p8 bra 	$L__BB43_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -9135,16 +13642,16 @@ $L__BB38_7:
 	ld.global.u64 	%rd82, [%rd81];
 	max.s64 	%rd90, %rd82, %rd90;
 
-$L__BB38_11:
+$L__BB43_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB38_4;
-	bra.uni 	$L__BB38_12;
+	@%p9 bra 	$L__BB43_4;
+	bra.uni 	$L__BB43_12;
 
-$L__BB38_2:
+$L__BB43_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -9156,9 +13663,9 @@ $L__BB38_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB38_2;
+	@%p3 bra 	$L__BB43_2;
 
-$L__BB38_12:
+$L__BB43_12:
 	ret;
 
 }
@@ -9192,19 +13699,19 @@ $L__BB38_12:
 	cvt.u64.u32 	%rd24, %r13;
 	add.s64 	%rd85, %rd23, %rd24;
 	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB39_12;
+	@%p1 bra 	$L__BB44_12;
 
 	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB39_3;
-	bra.uni 	$L__BB39_2;
+	@%p2 bra 	$L__BB44_3;
+	bra.uni 	$L__BB44_2;
 
-$L__BB39_3:
+$L__BB44_3:
 	add.s32 	%r14, %r9, -1;
 	add.s32 	%r1, %r9, -2;
 	and.b32  	%r2, %r14, 3;
 	sub.s32 	%r3, %r14, %r2;
 
-$L__BB39_4:
+$L__BB44_4:
 	ld.global.u64 	%rd34, [%rd2];
 	cvta.to.global.u64 	%rd35, %rd34;
 	add.s64 	%rd8, %rd85, %rd19;
@@ -9213,12 +13720,12 @@ $L__BB39_4:
 	ld.global.u64 	%rd90, [%rd37];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB39_7;
+	@%p4 bra 	$L__BB44_7;
 
 	mov.u32 	%r22, 1;
 	mov.u32 	%r21, %r3;
 
-$L__BB39_6:
+$L__BB44_6:
 	mul.wide.u32 	%rd38, %r22, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
@@ -9247,11 +13754,11 @@ $L__BB39_6:
 	add.s32 	%r22, %r22, 4;
 	add.s32 	%r21, %r21, -4;
 	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB39_6;
+	@%p5 bra 	$L__BB44_6;
 
-$L__BB39_7:
+$L__BB44_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB39_11;
+	@%p6 bra 	$L__BB44_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd62, %r22, 8;
@@ -9261,7 +13768,7 @@ $L__BB39_7:
 	add.s64 	%rd67, %rd65, %rd36;
 	ld.global.u64 	%rd68, [%rd67];
 	mul.lo.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB39_11;
+	@%p7 bra 	$L__BB44_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r18, %r22, 1;
@@ -9272,7 +13779,7 @@ $L__BB39_7:
 	add.s64 	%rd74, %rd72, %rd36;
 	ld.global.u64 	%rd75, [%rd74];
 	mul.lo.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB39_11;
+	@%p8 bra 	$L__BB44_11;
 
 	add.s32 	%r19, %r22, 2;
 	mul.wide.u32 	%rd76, %r19, 8;
@@ -9283,16 +13790,16 @@ $L__BB39_7:
 	ld.global.u64 	%rd82, [%rd81];
 	mul.lo.s64 	%rd90, %rd82, %rd90;
 
-$L__BB39_11:
+$L__BB44_11:
 	shl.b64 	%rd83, %rd85, 3;
 	add.s64 	%rd84, %rd1, %rd83;
 	st.global.u64 	[%rd84], %rd90;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB39_4;
-	bra.uni 	$L__BB39_12;
+	@%p9 bra 	$L__BB44_4;
+	bra.uni 	$L__BB44_12;
 
-$L__BB39_2:
+$L__BB44_2:
 	ld.global.u64 	%rd25, [%rd2];
 	cvta.to.global.u64 	%rd26, %rd25;
 	add.s64 	%rd27, %rd85, %rd19;
@@ -9304,9 +13811,9 @@ $L__BB39_2:
 	st.global.u64 	[%rd32], %rd30;
 	add.s64 	%rd85, %rd85, %rd3;
 	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB39_2;
+	@%p3 bra 	$L__BB44_2;
 
-$L__BB39_12:
+$L__BB44_12:
 	ret;
 
 }
@@ -9333,7 +13840,7 @@ $L__BB39_12:
 	cvt.u64.u32 	%rd16, %r4;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd20, %rd14;
-	@%p1 bra 	$L__BB40_6;
+	@%p1 bra 	$L__BB45_6;
 
 	cvt.u64.u32 	%rd3, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -9342,29 +13849,29 @@ $L__BB39_12:
 	cvta.to.global.u64 	%rd5, %rd13;
 	cvt.u32.u64 	%r6, %rd3;
 
-$L__BB40_2:
+$L__BB45_2:
 	shl.b64 	%rd18, %rd20, 3;
 	add.s64 	%rd7, %rd5, %rd18;
 	ld.global.u64 	%rd8, [%rd7];
 	and.b64  	%rd19, %rd8, -4294967296;
 	setp.eq.s64 	%p2, %rd19, 0;
-	@%p2 bra 	$L__BB40_4;
+	@%p2 bra 	$L__BB45_4;
 
 	div.s64 	%rd21, %rd8, %rd3;
-	bra.uni 	$L__BB40_5;
+	bra.uni 	$L__BB45_5;
 
-$L__BB40_4:
+$L__BB45_4:
 	cvt.u32.u64 	%r7, %rd8;
 	div.u32 	%r8, %r7, %r6;
 	cvt.u64.u32 	%rd21, %r8;
 
-$L__BB40_5:
+$L__BB45_5:
 	st.global.u64 	[%rd7], %rd21;
 	add.s64 	%rd20, %rd20, %rd4;
 	setp.lt.u64 	%p3, %rd20, %rd14;
-	@%p3 bra 	$L__BB40_2;
+	@%p3 bra 	$L__BB45_2;
 
-$L__BB40_6:
+$L__BB45_6:
 	ret;
 
 }
@@ -9402,18 +13909,18 @@ $L__BB40_6:
 	add.s64 	%rd5, %rd106, -1;
 	and.b64  	%rd107, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd107, 0;
-	@%p1 bra 	$L__BB41_2;
+	@%p1 bra 	$L__BB46_2;
 
 	div.u64 	%rd251, %rd5, %rd4;
-	bra.uni 	$L__BB41_3;
+	bra.uni 	$L__BB46_3;
 
-$L__BB41_2:
+$L__BB46_2:
 	cvt.u32.u64 	%r36, %rd4;
 	cvt.u32.u64 	%r37, %rd5;
 	div.u32 	%r38, %r37, %r36;
 	cvt.u64.u32 	%rd251, %r38;
 
-$L__BB41_3:
+$L__BB46_3:
 	add.s64 	%rd108, %rd251, 1;
 	and.b64  	%rd109, %rd108, -2;
 	mov.u32 	%r39, %ctaid.x;
@@ -9429,22 +13936,22 @@ $L__BB41_3:
 	add.s64 	%rd13, %rd3, %rd114;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd102;
-	@%p2 bra 	$L__BB41_14;
+	@%p2 bra 	$L__BB46_14;
 
 	and.b64  	%rd115, %rd102, 15;
 	setp.eq.s64 	%p3, %rd115, 0;
 	mov.u32 	%r40, %tid.x;
 	cvt.u64.u32 	%rd15, %r40;
-	@%p3 bra 	$L__BB41_8;
+	@%p3 bra 	$L__BB46_8;
 
 	add.s64 	%rd252, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd252, %rd11;
-	@%p4 bra 	$L__BB41_14;
+	@%p4 bra 	$L__BB46_14;
 
 	mov.u32 	%r41, %ntid.x;
 	cvt.u64.u32 	%rd17, %r41;
 
-$L__BB41_7:
+$L__BB46_7:
 	shl.b64 	%rd116, %rd252, 3;
 	add.s64 	%rd117, %rd2, %rd116;
 	ld.global.u64 	%rd118, [%rd117];
@@ -9452,19 +13959,19 @@ $L__BB41_7:
 	st.u64 	[%rd119], %rd118;
 	add.s64 	%rd252, %rd252, %rd17;
 	setp.lt.u64 	%p5, %rd252, %rd11;
-	@%p5 bra 	$L__BB41_7;
-	bra.uni 	$L__BB41_14;
+	@%p5 bra 	$L__BB46_7;
+	bra.uni 	$L__BB46_14;
 
-$L__BB41_8:
+$L__BB46_8:
 	shl.b64 	%rd120, %rd15, 1;
 	add.s64 	%rd253, %rd10, %rd120;
 	setp.ge.u64 	%p6, %rd253, %rd12;
-	@%p6 bra 	$L__BB41_11;
+	@%p6 bra 	$L__BB46_11;
 
 	mov.u32 	%r42, %ntid.x;
 	mul.wide.u32 	%rd21, %r42, 2;
 
-$L__BB41_10:
+$L__BB46_10:
 	shl.b64 	%rd121, %rd253, 3;
 	add.s64 	%rd122, %rd2, %rd121;
 	add.s64 	%rd123, %rd14, %rd121;
@@ -9472,17 +13979,17 @@ $L__BB41_10:
 	st.v4.u32 	[%rd123], {%r43, %r44, %r45, %r46};
 	add.s64 	%rd253, %rd253, %rd21;
 	setp.lt.u64 	%p7, %rd253, %rd12;
-	@%p7 bra 	$L__BB41_10;
+	@%p7 bra 	$L__BB46_10;
 
-$L__BB41_11:
+$L__BB46_11:
 	add.s64 	%rd254, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd254, %rd11;
-	@%p8 bra 	$L__BB41_14;
+	@%p8 bra 	$L__BB46_14;
 
 	mov.u32 	%r51, %ntid.x;
 	cvt.u64.u32 	%rd25, %r51;
 
-$L__BB41_13:
+$L__BB46_13:
 	shl.b64 	%rd124, %rd254, 3;
 	add.s64 	%rd125, %rd2, %rd124;
 	ld.global.u64 	%rd126, [%rd125];
@@ -9490,13 +13997,13 @@ $L__BB41_13:
 	st.u64 	[%rd127], %rd126;
 	add.s64 	%rd254, %rd254, %rd25;
 	setp.lt.u64 	%p9, %rd254, %rd11;
-	@%p9 bra 	$L__BB41_13;
+	@%p9 bra 	$L__BB46_13;
 
-$L__BB41_14:
+$L__BB46_14:
 	mov.u32 	%r94, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r94, %r33;
-	@%p10 bra 	$L__BB41_19;
+	@%p10 bra 	$L__BB46_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r52, %r32, 9;
@@ -9505,9 +14012,9 @@ $L__BB41_14:
 	shl.b64 	%rd135, %rd28, 3;
 	mov.u32 	%r83, %r94;
 
-$L__BB41_16:
+$L__BB46_16:
 	setp.eq.s32 	%p11, %r83, %r32;
-	@%p11 bra 	$L__BB41_18;
+	@%p11 bra 	$L__BB46_18;
 
 	mul.wide.u32 	%rd131, %r83, 8;
 	add.s64 	%rd132, %rd3, %rd131;
@@ -9519,22 +14026,22 @@ $L__BB41_16:
 	st.release.sys.global.u64 [%rd129], %rd130;
 	// end inline asm
 
-$L__BB41_18:
+$L__BB46_18:
 	add.s32 	%r83, %r83, %r2;
 	setp.lt.u32 	%p12, %r83, %r33;
-	@%p12 bra 	$L__BB41_16;
+	@%p12 bra 	$L__BB46_16;
 
-$L__BB41_19:
-	@%p10 bra 	$L__BB41_26;
+$L__BB46_19:
+	@%p10 bra 	$L__BB46_26;
 
 	ld.global.u64 	%rd136, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd136, %rd103;
 	mov.u32 	%r84, %r94;
 
-$L__BB41_21:
+$L__BB46_21:
 	setp.eq.s32 	%p14, %r84, %r32;
-	@%p14 bra 	$L__BB41_25;
+	@%p14 bra 	$L__BB46_25;
 
 	shl.b32 	%r53, %r84, 9;
 	cvt.u64.u32 	%rd137, %r53;
@@ -9542,50 +14049,50 @@ $L__BB41_21:
 	shl.b64 	%rd139, %rd138, 3;
 	add.s64 	%rd30, %rd29, %rd139;
 
-$L__BB41_23:
+$L__BB46_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd140, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd140, 0;
-	@%p15 bra 	$L__BB41_23;
+	@%p15 bra 	$L__BB46_23;
 
 	mov.u64 	%rd142, 0;
 	st.volatile.u64 	[%rd30], %rd142;
 
-$L__BB41_25:
+$L__BB46_25:
 	add.s32 	%r84, %r84, %r5;
 	setp.lt.u32 	%p16, %r84, %r33;
-	@%p16 bra 	$L__BB41_21;
+	@%p16 bra 	$L__BB46_21;
 
-$L__BB41_26:
+$L__BB46_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r94;
 	mul.wide.u32 	%rd143, %r94, 2;
 	add.s64 	%rd255, %rd10, %rd143;
 	setp.ge.u64 	%p17, %rd255, %rd12;
-	@%p17 bra 	$L__BB41_50;
+	@%p17 bra 	$L__BB46_50;
 
 	cvt.u64.u32 	%rd34, %r33;
 	mov.u32 	%r54, %ntid.x;
 	mul.wide.u32 	%rd35, %r54, 2;
 	and.b64  	%rd36, %rd101, 15;
 
-$L__BB41_28:
+$L__BB46_28:
 	ld.global.u64 	%rd144, [%rd3];
 	shl.b64 	%rd145, %rd255, 3;
 	add.s64 	%rd146, %rd144, %rd145;
 	ld.v2.u64 	{%rd259, %rd258}, [%rd146];
 	setp.lt.u32 	%p18, %r33, 2;
-	@%p18 bra 	$L__BB41_39;
+	@%p18 bra 	$L__BB46_39;
 
 	setp.eq.s32 	%p19, %r34, 2;
-	@%p19 bra 	$L__BB41_37;
-	bra.uni 	$L__BB41_30;
+	@%p19 bra 	$L__BB46_37;
+	bra.uni 	$L__BB46_30;
 
-$L__BB41_37:
+$L__BB46_37:
 	mov.u32 	%r86, 1;
 
-$L__BB41_38:
+$L__BB46_38:
 	mul.wide.u32 	%rd156, %r86, 8;
 	add.s64 	%rd157, %rd3, %rd156;
 	ld.global.u64 	%rd158, [%rd157];
@@ -9595,127 +14102,127 @@ $L__BB41_38:
 	min.s64 	%rd258, %rd258, %rd162;
 	add.s32 	%r86, %r86, 1;
 	setp.lt.u32 	%p23, %r86, %r33;
-	@%p23 bra 	$L__BB41_38;
-	bra.uni 	$L__BB41_39;
+	@%p23 bra 	$L__BB46_38;
+	bra.uni 	$L__BB46_39;
 
-$L__BB41_30:
+$L__BB46_30:
 	mov.u32 	%r85, 1;
 
-$L__BB41_31:
+$L__BB46_31:
 	mul.wide.u32 	%rd149, %r85, 8;
 	add.s64 	%rd150, %rd3, %rd149;
 	ld.global.u64 	%rd151, [%rd150];
 	add.s64 	%rd153, %rd151, %rd145;
 	ld.v2.u64 	{%rd154, %rd155}, [%rd153];
 	setp.eq.s32 	%p20, %r34, 3;
-	@%p20 bra 	$L__BB41_34;
+	@%p20 bra 	$L__BB46_34;
 
 	setp.ne.s32 	%p21, %r34, 4;
-	@%p21 bra 	$L__BB41_35;
+	@%p21 bra 	$L__BB46_35;
 
 	mul.lo.s64 	%rd259, %rd259, %rd154;
 	mul.lo.s64 	%rd258, %rd258, %rd155;
-	bra.uni 	$L__BB41_36;
+	bra.uni 	$L__BB46_36;
 
-$L__BB41_34:
+$L__BB46_34:
 	max.s64 	%rd259, %rd259, %rd154;
 	max.s64 	%rd258, %rd258, %rd155;
-	bra.uni 	$L__BB41_36;
+	bra.uni 	$L__BB46_36;
 
-$L__BB41_35:
+$L__BB46_35:
 	add.s64 	%rd259, %rd259, %rd154;
 	add.s64 	%rd258, %rd258, %rd155;
 
-$L__BB41_36:
+$L__BB46_36:
 	add.s32 	%r85, %r85, 1;
 	setp.lt.u32 	%p22, %r85, %r33;
-	@%p22 bra 	$L__BB41_31;
+	@%p22 bra 	$L__BB46_31;
 
-$L__BB41_39:
+$L__BB46_39:
 	setp.ne.s32 	%p24, %r34, 1;
-	@%p24 bra 	$L__BB41_46;
+	@%p24 bra 	$L__BB46_46;
 
 	and.b64  	%rd165, %rd259, -4294967296;
 	setp.eq.s64 	%p25, %rd165, 0;
-	@%p25 bra 	$L__BB41_42;
+	@%p25 bra 	$L__BB46_42;
 
 	div.s64 	%rd259, %rd259, %rd34;
-	bra.uni 	$L__BB41_43;
+	bra.uni 	$L__BB46_43;
 
-$L__BB41_42:
+$L__BB46_42:
 	cvt.u32.u64 	%r57, %rd34;
 	cvt.u32.u64 	%r58, %rd259;
 	div.u32 	%r59, %r58, %r57;
 	cvt.u64.u32 	%rd259, %r59;
 
-$L__BB41_43:
+$L__BB46_43:
 	and.b64  	%rd166, %rd258, -4294967296;
 	setp.eq.s64 	%p26, %rd166, 0;
-	@%p26 bra 	$L__BB41_45;
+	@%p26 bra 	$L__BB46_45;
 
 	div.s64 	%rd258, %rd258, %rd34;
-	bra.uni 	$L__BB41_46;
+	bra.uni 	$L__BB46_46;
 
-$L__BB41_45:
+$L__BB46_45:
 	cvt.u32.u64 	%r60, %rd34;
 	cvt.u32.u64 	%r61, %rd258;
 	div.u32 	%r62, %r61, %r60;
 	cvt.u64.u32 	%rd258, %r62;
 
-$L__BB41_46:
+$L__BB46_46:
 	add.s64 	%rd168, %rd1, %rd145;
 	add.s64 	%rd65, %rd168, 8;
 	setp.eq.s64 	%p27, %rd36, 0;
-	@%p27 bra 	$L__BB41_48;
+	@%p27 bra 	$L__BB46_48;
 
 	st.global.u64 	[%rd65+-8], %rd259;
 	st.global.u64 	[%rd65], %rd258;
-	bra.uni 	$L__BB41_49;
+	bra.uni 	$L__BB46_49;
 
-$L__BB41_48:
+$L__BB46_48:
 	st.global.v2.u64 	[%rd65+-8], {%rd259, %rd258};
 
-$L__BB41_49:
+$L__BB46_49:
 	add.s64 	%rd255, %rd255, %rd35;
 	setp.lt.u64 	%p28, %rd255, %rd12;
-	@%p28 bra 	$L__BB41_28;
+	@%p28 bra 	$L__BB46_28;
 
-$L__BB41_50:
+$L__BB46_50:
 	add.s64 	%rd267, %rd12, %rd31;
 	setp.ge.u64 	%p29, %rd267, %rd11;
-	@%p29 bra 	$L__BB41_80;
+	@%p29 bra 	$L__BB46_80;
 
 	setp.gt.u32 	%p30, %r33, 1;
 	cvt.u64.u32 	%rd68, %r33;
 	mov.u32 	%r63, %ntid.x;
 	cvt.u64.u32 	%rd69, %r63;
-	@%p30 bra 	$L__BB41_58;
-	bra.uni 	$L__BB41_52;
+	@%p30 bra 	$L__BB46_58;
+	bra.uni 	$L__BB46_52;
 
-$L__BB41_58:
+$L__BB46_58:
 	add.s32 	%r67, %r33, -1;
 	add.s32 	%r12, %r33, -2;
 	and.b32  	%r13, %r67, 3;
 	sub.s32 	%r14, %r67, %r13;
 
-$L__BB41_59:
+$L__BB46_59:
 	ld.global.u64 	%rd175, [%rd3];
 	shl.b64 	%rd176, %rd267, 3;
 	add.s64 	%rd177, %rd175, %rd176;
 	ld.u64 	%rd277, [%rd177];
 	setp.eq.s32 	%p34, %r34, 2;
-	@%p34 bra 	$L__BB41_66;
+	@%p34 bra 	$L__BB46_66;
 
 	setp.eq.s32 	%p35, %r34, 3;
-	@%p35 bra 	$L__BB41_64;
+	@%p35 bra 	$L__BB46_64;
 
 	setp.ne.s32 	%p36, %r34, 4;
-	@%p36 bra 	$L__BB41_73;
+	@%p36 bra 	$L__BB46_73;
 
 	mov.u32 	%r87, 1;
 	mov.u64 	%rd270, %rd3;
 
-$L__BB41_63:
+$L__BB46_63:
 	add.s64 	%rd81, %rd270, 8;
 	ld.global.u64 	%rd178, [%rd270+8];
 	add.s64 	%rd180, %rd178, %rd176;
@@ -9724,18 +14231,18 @@ $L__BB41_63:
 	add.s32 	%r87, %r87, 1;
 	setp.lt.u32 	%p37, %r87, %r33;
 	mov.u64 	%rd270, %rd81;
-	@%p37 bra 	$L__BB41_63;
-	bra.uni 	$L__BB41_75;
+	@%p37 bra 	$L__BB46_63;
+	bra.uni 	$L__BB46_75;
 
-$L__BB41_66:
+$L__BB46_66:
 	setp.lt.u32 	%p39, %r12, 3;
 	mov.u32 	%r91, 1;
-	@%p39 bra 	$L__BB41_69;
+	@%p39 bra 	$L__BB46_69;
 
 	mov.u32 	%r91, 1;
 	mov.u32 	%r90, %r14;
 
-$L__BB41_68:
+$L__BB46_68:
 	mul.wide.u32 	%rd189, %r91, 8;
 	add.s64 	%rd190, %rd3, %rd189;
 	ld.global.u64 	%rd191, [%rd190];
@@ -9760,11 +14267,11 @@ $L__BB41_68:
 	add.s32 	%r91, %r91, 4;
 	add.s32 	%r90, %r90, -4;
 	setp.ne.s32 	%p40, %r90, 0;
-	@%p40 bra 	$L__BB41_68;
+	@%p40 bra 	$L__BB46_68;
 
-$L__BB41_69:
+$L__BB46_69:
 	setp.eq.s32 	%p41, %r13, 0;
-	@%p41 bra 	$L__BB41_75;
+	@%p41 bra 	$L__BB46_75;
 
 	setp.eq.s32 	%p42, %r13, 1;
 	mul.wide.u32 	%rd209, %r91, 8;
@@ -9773,7 +14280,7 @@ $L__BB41_69:
 	add.s64 	%rd213, %rd211, %rd176;
 	ld.u64 	%rd214, [%rd213];
 	min.s64 	%rd277, %rd214, %rd277;
-	@%p42 bra 	$L__BB41_75;
+	@%p42 bra 	$L__BB46_75;
 
 	setp.eq.s32 	%p43, %r13, 2;
 	add.s32 	%r73, %r91, 1;
@@ -9783,7 +14290,7 @@ $L__BB41_69:
 	add.s64 	%rd219, %rd217, %rd176;
 	ld.u64 	%rd220, [%rd219];
 	min.s64 	%rd277, %rd220, %rd277;
-	@%p43 bra 	$L__BB41_75;
+	@%p43 bra 	$L__BB46_75;
 
 	add.s32 	%r74, %r91, 2;
 	mul.wide.u32 	%rd221, %r74, 8;
@@ -9792,12 +14299,12 @@ $L__BB41_69:
 	add.s64 	%rd225, %rd223, %rd176;
 	ld.u64 	%rd226, [%rd225];
 	min.s64 	%rd277, %rd226, %rd277;
-	bra.uni 	$L__BB41_75;
+	bra.uni 	$L__BB46_75;
 
-$L__BB41_64:
+$L__BB46_64:
 	mov.u32 	%r88, 1;
 
-$L__BB41_65:
+$L__BB46_65:
 	mul.wide.u32 	%rd182, %r88, 8;
 	add.s64 	%rd183, %rd3, %rd182;
 	ld.global.u64 	%rd184, [%rd183];
@@ -9806,13 +14313,13 @@ $L__BB41_65:
 	max.s64 	%rd277, %rd187, %rd277;
 	add.s32 	%r88, %r88, 1;
 	setp.lt.u32 	%p38, %r88, %r33;
-	@%p38 bra 	$L__BB41_65;
-	bra.uni 	$L__BB41_75;
+	@%p38 bra 	$L__BB46_65;
+	bra.uni 	$L__BB46_75;
 
-$L__BB41_73:
+$L__BB46_73:
 	mov.u32 	%r92, 1;
 
-$L__BB41_74:
+$L__BB46_74:
 	mul.wide.u32 	%rd227, %r92, 8;
 	add.s64 	%rd228, %rd3, %rd227;
 	ld.global.u64 	%rd229, [%rd228];
@@ -9821,66 +14328,66 @@ $L__BB41_74:
 	add.s64 	%rd277, %rd232, %rd277;
 	add.s32 	%r92, %r92, 1;
 	setp.lt.u32 	%p44, %r92, %r33;
-	@%p44 bra 	$L__BB41_74;
+	@%p44 bra 	$L__BB46_74;
 
-$L__BB41_75:
+$L__BB46_75:
 	setp.ne.s32 	%p45, %r34, 1;
-	@%p45 bra 	$L__BB41_79;
+	@%p45 bra 	$L__BB46_79;
 
 	and.b64  	%rd233, %rd277, -4294967296;
 	setp.eq.s64 	%p46, %rd233, 0;
-	@%p46 bra 	$L__BB41_78;
+	@%p46 bra 	$L__BB46_78;
 
 	div.s64 	%rd277, %rd277, %rd68;
-	bra.uni 	$L__BB41_79;
+	bra.uni 	$L__BB46_79;
 
-$L__BB41_78:
+$L__BB46_78:
 	cvt.u32.u64 	%r76, %rd68;
 	cvt.u32.u64 	%r77, %rd277;
 	div.u32 	%r78, %r77, %r76;
 	cvt.u64.u32 	%rd277, %r78;
 
-$L__BB41_79:
+$L__BB46_79:
 	add.s64 	%rd235, %rd1, %rd176;
 	st.global.u64 	[%rd235], %rd277;
 	add.s64 	%rd267, %rd267, %rd69;
 	setp.lt.u64 	%p47, %rd267, %rd11;
-	@%p47 bra 	$L__BB41_59;
-	bra.uni 	$L__BB41_80;
+	@%p47 bra 	$L__BB46_59;
+	bra.uni 	$L__BB46_80;
 
-$L__BB41_52:
+$L__BB46_52:
 	cvt.u32.u64 	%r64, %rd68;
 
-$L__BB41_53:
+$L__BB46_53:
 	ld.global.u64 	%rd169, [%rd3];
 	shl.b64 	%rd170, %rd267, 3;
 	add.s64 	%rd171, %rd169, %rd170;
 	ld.u64 	%rd268, [%rd171];
 	setp.ne.s32 	%p31, %r34, 1;
-	@%p31 bra 	$L__BB41_57;
+	@%p31 bra 	$L__BB46_57;
 
 	and.b64  	%rd172, %rd268, -4294967296;
 	setp.eq.s64 	%p32, %rd172, 0;
-	@%p32 bra 	$L__BB41_56;
+	@%p32 bra 	$L__BB46_56;
 
 	div.s64 	%rd268, %rd268, %rd68;
-	bra.uni 	$L__BB41_57;
+	bra.uni 	$L__BB46_57;
 
-$L__BB41_56:
+$L__BB46_56:
 	cvt.u32.u64 	%r65, %rd268;
 	div.u32 	%r66, %r65, %r64;
 	cvt.u64.u32 	%rd268, %r66;
 
-$L__BB41_57:
+$L__BB46_57:
 	add.s64 	%rd174, %rd1, %rd170;
 	st.global.u64 	[%rd174], %rd268;
 	add.s64 	%rd267, %rd267, %rd69;
 	setp.lt.u64 	%p33, %rd267, %rd11;
-	@%p33 bra 	$L__BB41_53;
+	@%p33 bra 	$L__BB46_53;
 
-$L__BB41_80:
+$L__BB46_80:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB41_85;
+	@%p10 bra 	$L__BB46_85;
 
 	mov.u32 	%r26, %ntid.x;
 	add.s32 	%r79, %r33, %r32;
@@ -9890,9 +14397,9 @@ $L__BB41_80:
 	shl.b64 	%rd243, %rd98, 3;
 	mov.u32 	%r93, %r94;
 
-$L__BB41_82:
+$L__BB46_82:
 	setp.eq.s32 	%p49, %r93, %r32;
-	@%p49 bra 	$L__BB41_84;
+	@%p49 bra 	$L__BB46_84;
 
 	mul.wide.u32 	%rd239, %r93, 8;
 	add.s64 	%rd240, %rd3, %rd239;
@@ -9904,21 +14411,21 @@ $L__BB41_82:
 	st.release.sys.global.u64 [%rd237], %rd238;
 	// end inline asm
 
-$L__BB41_84:
+$L__BB46_84:
 	add.s32 	%r93, %r93, %r26;
 	setp.lt.u32 	%p50, %r93, %r33;
-	@%p50 bra 	$L__BB41_82;
+	@%p50 bra 	$L__BB46_82;
 
-$L__BB41_85:
-	@%p10 bra 	$L__BB41_92;
+$L__BB46_85:
+	@%p10 bra 	$L__BB46_92;
 
 	ld.global.u64 	%rd244, [%rd13];
 	mov.u32 	%r29, %ntid.x;
 	add.s64 	%rd99, %rd244, %rd103;
 
-$L__BB41_87:
+$L__BB46_87:
 	setp.eq.s32 	%p52, %r94, %r32;
-	@%p52 bra 	$L__BB41_91;
+	@%p52 bra 	$L__BB46_91;
 
 	add.s32 	%r81, %r94, %r33;
 	shl.b32 	%r82, %r81, 9;
@@ -9927,23 +14434,731 @@ $L__BB41_87:
 	shl.b64 	%rd247, %rd246, 3;
 	add.s64 	%rd100, %rd99, %rd247;
 
-$L__BB41_89:
+$L__BB46_89:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd248, [%rd100];
 	// end inline asm
 	setp.eq.s64 	%p53, %rd248, 0;
-	@%p53 bra 	$L__BB41_89;
+	@%p53 bra 	$L__BB46_89;
 
 	mov.u64 	%rd250, 0;
 	st.volatile.u64 	[%rd100], %rd250;
 
-$L__BB41_91:
+$L__BB46_91:
 	add.s32 	%r94, %r94, %r29;
 	setp.lt.u32 	%p54, %r94, %r33;
-	@%p54 bra 	$L__BB41_87;
+	@%p54 bra 	$L__BB46_87;
 
-$L__BB41_92:
+$L__BB46_92:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_reduce_part_i64
+.visible .entry smcuda_reduce_part_i64(
+	.param .u64 smcuda_reduce_part_i64_param_0,
+	.param .u64 smcuda_reduce_part_i64_param_1,
+	.param .u64 smcuda_reduce_part_i64_param_2,
+	.param .u64 smcuda_reduce_part_i64_param_3,
+	.param .u32 smcuda_reduce_part_i64_param_4,
+	.param .u32 smcuda_reduce_part_i64_param_5,
+	.param .u64 smcuda_reduce_part_i64_param_6,
+	.param .u32 smcuda_reduce_part_i64_param_7
+)
+{
+	.reg .pred 	%p<85>;
+	.reg .b32 	%r<110>;
+	.reg .b64 	%rd<365>;
+
+
+	ld.param.u64 	%rd155, [smcuda_reduce_part_i64_param_0];
+	ld.param.u64 	%rd152, [smcuda_reduce_part_i64_param_1];
+	ld.param.u64 	%rd153, [smcuda_reduce_part_i64_param_2];
+	ld.param.u64 	%rd156, [smcuda_reduce_part_i64_param_3];
+	ld.param.u32 	%r51, [smcuda_reduce_part_i64_param_4];
+	ld.param.u32 	%r52, [smcuda_reduce_part_i64_param_5];
+	ld.param.u64 	%rd154, [smcuda_reduce_part_i64_param_6];
+	ld.param.u32 	%r53, [smcuda_reduce_part_i64_param_7];
+	cvta.to.global.u64 	%rd1, %rd152;
+	cvta.to.global.u64 	%rd2, %rd155;
+	cvta.to.global.u64 	%rd3, %rd156;
+	mov.u32 	%r54, %nctaid.x;
+	mov.u32 	%r55, %ntid.x;
+	mul.wide.u32 	%rd4, %r54, %r55;
+	mov.u32 	%r56, %ctaid.x;
+	mul.wide.u32 	%rd157, %r56, %r55;
+	mov.u32 	%r57, %tid.x;
+	cvt.u64.u32 	%rd158, %r57;
+	add.s64 	%rd5, %rd157, %rd158;
+	or.b64  	%rd159, %rd152, %rd155;
+	or.b64  	%rd301, %rd159, %rd153;
+	setp.eq.s32 	%p1, %r52, 0;
+	@%p1 bra 	$L__BB47_16;
+
+	add.s32 	%r59, %r52, -1;
+	and.b32  	%r95, %r52, 3;
+	setp.lt.u32 	%p2, %r59, 3;
+	mov.u32 	%r93, 0;
+	@%p2 bra 	$L__BB47_12;
+
+	sub.s32 	%r92, %r52, %r95;
+	mov.u32 	%r93, 0;
+
+$L__BB47_3:
+	mul.wide.u32 	%rd161, %r93, 8;
+	add.s64 	%rd8, %rd3, %rd161;
+	setp.eq.s32 	%p3, %r93, %r51;
+	@%p3 bra 	$L__BB47_5;
+
+	ld.global.u64 	%rd162, [%rd8];
+	or.b64  	%rd301, %rd162, %rd301;
+
+$L__BB47_5:
+	add.s32 	%r61, %r93, 1;
+	setp.eq.s32 	%p4, %r61, %r51;
+	@%p4 bra 	$L__BB47_7;
+
+	ld.global.u64 	%rd163, [%rd8+8];
+	or.b64  	%rd301, %rd163, %rd301;
+
+$L__BB47_7:
+	add.s32 	%r62, %r93, 2;
+	setp.eq.s32 	%p5, %r62, %r51;
+	@%p5 bra 	$L__BB47_9;
+
+	ld.global.u64 	%rd164, [%rd8+16];
+	or.b64  	%rd301, %rd164, %rd301;
+
+$L__BB47_9:
+	add.s32 	%r63, %r93, 3;
+	setp.eq.s32 	%p6, %r63, %r51;
+	@%p6 bra 	$L__BB47_11;
+
+	ld.global.u64 	%rd165, [%rd8+24];
+	or.b64  	%rd301, %rd165, %rd301;
+
+$L__BB47_11:
+	add.s32 	%r93, %r93, 4;
+	add.s32 	%r92, %r92, -4;
+	setp.ne.s32 	%p7, %r92, 0;
+	@%p7 bra 	$L__BB47_3;
+
+$L__BB47_12:
+	setp.eq.s32 	%p8, %r95, 0;
+	@%p8 bra 	$L__BB47_16;
+
+$L__BB47_13:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r93, %r51;
+	@%p9 bra 	$L__BB47_15;
+
+	mul.wide.u32 	%rd166, %r93, 8;
+	add.s64 	%rd167, %rd3, %rd166;
+	ld.global.u64 	%rd168, [%rd167];
+	or.b64  	%rd301, %rd168, %rd301;
+
+$L__BB47_15:
+	add.s32 	%r93, %r93, 1;
+	add.s32 	%r95, %r95, -1;
+	setp.ne.s32 	%p10, %r95, 0;
+	@%p10 bra 	$L__BB47_13;
+
+$L__BB47_16:
+	and.b64  	%rd170, %rd301, 15;
+	setp.ne.s64 	%p11, %rd170, 0;
+	mov.u64 	%rd326, 0;
+	@%p11 bra 	$L__BB47_45;
+
+	and.b64  	%rd326, %rd154, -2;
+	shl.b64 	%rd312, %rd5, 1;
+	setp.ge.u64 	%p12, %rd312, %rd326;
+	@%p12 bra 	$L__BB47_45;
+
+	cvt.u64.u32 	%rd25, %r52;
+	shl.b64 	%rd26, %rd4, 1;
+
+$L__BB47_19:
+	@%p1 bra 	$L__BB47_35;
+
+	setp.eq.s32 	%p14, %r53, 2;
+	@%p14 bra 	$L__BB47_31;
+	bra.uni 	$L__BB47_21;
+
+$L__BB47_31:
+	mov.u32 	%r97, 0;
+
+$L__BB47_32:
+	setp.eq.s32 	%p20, %r97, %r51;
+	mov.u64 	%rd320, %rd153;
+	@%p20 bra 	$L__BB47_34;
+
+	mul.wide.u32 	%rd178, %r97, 8;
+	add.s64 	%rd179, %rd3, %rd178;
+	ld.global.u64 	%rd320, [%rd179];
+
+$L__BB47_34:
+	shl.b64 	%rd180, %rd312, 3;
+	add.s64 	%rd181, %rd320, %rd180;
+	ld.v2.u64 	{%rd182, %rd183}, [%rd181];
+	setp.gt.s64 	%p21, %rd317, %rd182;
+	setp.gt.s64 	%p22, %rd316, %rd183;
+	setp.eq.s32 	%p23, %r97, 0;
+	or.pred  	%p24, %p23, %p22;
+	selp.b64 	%rd316, %rd183, %rd316, %p24;
+	or.pred  	%p25, %p23, %p21;
+	selp.b64 	%rd317, %rd182, %rd317, %p25;
+	add.s32 	%r97, %r97, 1;
+	setp.lt.u32 	%p26, %r97, %r52;
+	@%p26 bra 	$L__BB47_32;
+	bra.uni 	$L__BB47_35;
+
+$L__BB47_21:
+	mov.u32 	%r96, 0;
+
+$L__BB47_22:
+	mov.u64 	%rd31, %rd317;
+	mov.u64 	%rd30, %rd316;
+	setp.eq.s32 	%p15, %r96, %r51;
+	mov.u64 	%rd315, %rd153;
+	@%p15 bra 	$L__BB47_24;
+
+	mul.wide.u32 	%rd172, %r96, 8;
+	add.s64 	%rd173, %rd3, %rd172;
+	ld.global.u64 	%rd315, [%rd173];
+
+$L__BB47_24:
+	shl.b64 	%rd174, %rd312, 3;
+	add.s64 	%rd175, %rd315, %rd174;
+	ld.v2.u64 	{%rd317, %rd316}, [%rd175];
+	setp.eq.s32 	%p16, %r96, 0;
+	@%p16 bra 	$L__BB47_30;
+
+	setp.eq.s32 	%p17, %r53, 3;
+	@%p17 bra 	$L__BB47_28;
+
+	setp.ne.s32 	%p18, %r53, 4;
+	@%p18 bra 	$L__BB47_29;
+
+	mul.lo.s64 	%rd317, %rd31, %rd317;
+	mul.lo.s64 	%rd316, %rd30, %rd316;
+	bra.uni 	$L__BB47_30;
+
+$L__BB47_28:
+	max.s64 	%rd317, %rd31, %rd317;
+	max.s64 	%rd316, %rd30, %rd316;
+	bra.uni 	$L__BB47_30;
+
+$L__BB47_29:
+	add.s64 	%rd317, %rd31, %rd317;
+	add.s64 	%rd316, %rd30, %rd316;
+
+$L__BB47_30:
+	add.s32 	%r96, %r96, 1;
+	setp.lt.u32 	%p19, %r96, %r52;
+	@%p19 bra 	$L__BB47_22;
+
+$L__BB47_35:
+	setp.ne.s32 	%p27, %r53, 1;
+	mov.u64 	%rd324, %rd316;
+	mov.u64 	%rd325, %rd317;
+	@%p27 bra 	$L__BB47_42;
+
+	and.b64  	%rd186, %rd317, -4294967296;
+	setp.eq.s64 	%p28, %rd186, 0;
+	@%p28 bra 	$L__BB47_38;
+
+	div.s64 	%rd325, %rd317, %rd25;
+	bra.uni 	$L__BB47_39;
+
+$L__BB47_38:
+	cvt.u32.u64 	%r66, %rd25;
+	cvt.u32.u64 	%r67, %rd317;
+	div.u32 	%r68, %r67, %r66;
+	cvt.u64.u32 	%rd325, %r68;
+
+$L__BB47_39:
+	and.b64  	%rd187, %rd316, -4294967296;
+	setp.eq.s64 	%p29, %rd187, 0;
+	@%p29 bra 	$L__BB47_41;
+
+	div.s64 	%rd324, %rd316, %rd25;
+	bra.uni 	$L__BB47_42;
+
+$L__BB47_41:
+	cvt.u32.u64 	%r69, %rd25;
+	cvt.u32.u64 	%r70, %rd316;
+	div.u32 	%r71, %r70, %r69;
+	cvt.u64.u32 	%rd324, %r71;
+
+$L__BB47_42:
+	mov.b64 	{%r18, %r19}, %rd324;
+	mov.b64 	{%r16, %r17}, %rd325;
+	shl.b64 	%rd188, %rd312, 3;
+	add.s64 	%rd189, %rd2, %rd188;
+	st.global.v2.u64 	[%rd189], {%rd325, %rd324};
+	setp.eq.s64 	%p30, %rd152, 0;
+	@%p30 bra 	$L__BB47_44;
+
+	add.s64 	%rd191, %rd1, %rd188;
+	st.global.v4.u32 	[%rd191], {%r16, %r17, %r18, %r19};
+
+$L__BB47_44:
+	add.s64 	%rd312, %rd312, %rd26;
+	setp.lt.u64 	%p31, %rd312, %rd326;
+	@%p31 bra 	$L__BB47_19;
+
+$L__BB47_45:
+	add.s64 	%rd327, %rd326, %rd5;
+	setp.ge.u64 	%p32, %rd327, %rd154;
+	@%p32 bra 	$L__BB47_135;
+
+	setp.eq.s32 	%p33, %r51, 0;
+	cvt.u64.u32 	%rd62, %r52;
+	add.s32 	%r20, %r52, -2;
+	add.s32 	%r72, %r52, -1;
+	and.b32  	%r21, %r72, 3;
+	sub.s32 	%r22, %r72, %r21;
+	@%p33 bra 	$L__BB47_91;
+
+$L__BB47_47:
+	ld.global.u64 	%rd192, [%rd3];
+	shl.b64 	%rd193, %rd327, 3;
+	add.s64 	%rd194, %rd192, %rd193;
+	ld.u64 	%rd344, [%rd194];
+	setp.lt.u32 	%p34, %r52, 2;
+	@%p34 bra 	$L__BB47_84;
+
+	setp.eq.s32 	%p35, %r53, 2;
+	@%p35 bra 	$L__BB47_59;
+
+	setp.eq.s32 	%p36, %r53, 3;
+	@%p36 bra 	$L__BB47_55;
+
+	setp.ne.s32 	%p37, %r53, 4;
+	@%p37 bra 	$L__BB47_80;
+
+	mov.u32 	%r98, 1;
+
+$L__BB47_52:
+	setp.eq.s32 	%p38, %r98, %r51;
+	mov.u64 	%rd329, %rd153;
+	@%p38 bra 	$L__BB47_54;
+
+	mul.wide.u32 	%rd195, %r98, 8;
+	add.s64 	%rd196, %rd3, %rd195;
+	ld.global.u64 	%rd329, [%rd196];
+
+$L__BB47_54:
+	add.s64 	%rd198, %rd329, %rd193;
+	ld.u64 	%rd199, [%rd198];
+	mul.lo.s64 	%rd344, %rd199, %rd344;
+	add.s32 	%r98, %r98, 1;
+	setp.lt.u32 	%p39, %r98, %r52;
+	@%p39 bra 	$L__BB47_52;
+	bra.uni 	$L__BB47_84;
+
+$L__BB47_59:
+	setp.lt.u32 	%p42, %r20, 3;
+	mov.u32 	%r102, 1;
+	@%p42 bra 	$L__BB47_70;
+
+	mov.u32 	%r102, 1;
+	mov.u32 	%r101, %r22;
+
+$L__BB47_61:
+	mul.wide.u32 	%rd206, %r102, 8;
+	add.s64 	%rd74, %rd3, %rd206;
+	setp.eq.s32 	%p43, %r102, %r51;
+	mov.u64 	%rd333, %rd153;
+	@%p43 bra 	$L__BB47_63;
+
+	ld.global.u64 	%rd333, [%rd74];
+
+$L__BB47_63:
+	add.s64 	%rd208, %rd333, %rd193;
+	ld.u64 	%rd209, [%rd208];
+	min.s64 	%rd77, %rd209, %rd344;
+	add.s32 	%r77, %r102, 1;
+	setp.eq.s32 	%p44, %r77, %r51;
+	mov.u64 	%rd334, %rd153;
+	@%p44 bra 	$L__BB47_65;
+
+	ld.global.u64 	%rd334, [%rd74+8];
+
+$L__BB47_65:
+	add.s64 	%rd211, %rd334, %rd193;
+	ld.u64 	%rd212, [%rd211];
+	min.s64 	%rd80, %rd212, %rd77;
+	add.s32 	%r78, %r102, 2;
+	setp.eq.s32 	%p45, %r78, %r51;
+	mov.u64 	%rd335, %rd153;
+	@%p45 bra 	$L__BB47_67;
+
+	ld.global.u64 	%rd335, [%rd74+16];
+
+$L__BB47_67:
+	add.s64 	%rd214, %rd335, %rd193;
+	ld.u64 	%rd215, [%rd214];
+	min.s64 	%rd83, %rd215, %rd80;
+	add.s32 	%r29, %r102, 3;
+	setp.eq.s32 	%p46, %r29, %r51;
+	mov.u64 	%rd336, %rd153;
+	@%p46 bra 	$L__BB47_69;
+
+	mul.wide.u32 	%rd216, %r29, 8;
+	add.s64 	%rd217, %rd3, %rd216;
+	ld.global.u64 	%rd336, [%rd217];
+
+$L__BB47_69:
+	add.s64 	%rd219, %rd336, %rd193;
+	ld.u64 	%rd220, [%rd219];
+	min.s64 	%rd344, %rd220, %rd83;
+	add.s32 	%r102, %r102, 4;
+	add.s32 	%r101, %r101, -4;
+	setp.ne.s32 	%p47, %r101, 0;
+	@%p47 bra 	$L__BB47_61;
+
+$L__BB47_70:
+	setp.eq.s32 	%p48, %r21, 0;
+	@%p48 bra 	$L__BB47_84;
+
+	setp.eq.s32 	%p49, %r102, %r51;
+	mov.u64 	%rd339, %rd153;
+	@%p49 bra 	$L__BB47_73;
+
+	mul.wide.u32 	%rd221, %r102, 8;
+	add.s64 	%rd222, %rd3, %rd221;
+	ld.global.u64 	%rd339, [%rd222];
+
+$L__BB47_73:
+	add.s64 	%rd224, %rd339, %rd193;
+	ld.u64 	%rd225, [%rd224];
+	min.s64 	%rd344, %rd225, %rd344;
+	add.s32 	%r33, %r102, 1;
+	setp.eq.s32 	%p50, %r21, 1;
+	@%p50 bra 	$L__BB47_84;
+
+	setp.eq.s32 	%p51, %r33, %r51;
+	mov.u64 	%rd340, %rd153;
+	@%p51 bra 	$L__BB47_76;
+
+	mul.wide.u32 	%rd226, %r33, 8;
+	add.s64 	%rd227, %rd3, %rd226;
+	ld.global.u64 	%rd340, [%rd227];
+
+$L__BB47_76:
+	add.s64 	%rd229, %rd340, %rd193;
+	ld.u64 	%rd230, [%rd229];
+	min.s64 	%rd344, %rd230, %rd344;
+	add.s32 	%r34, %r102, 2;
+	setp.eq.s32 	%p52, %r21, 2;
+	@%p52 bra 	$L__BB47_84;
+
+	setp.eq.s32 	%p53, %r34, %r51;
+	mov.u64 	%rd341, %rd153;
+	@%p53 bra 	$L__BB47_79;
+
+	mul.wide.u32 	%rd231, %r34, 8;
+	add.s64 	%rd232, %rd3, %rd231;
+	ld.global.u64 	%rd341, [%rd232];
+
+$L__BB47_79:
+	add.s64 	%rd234, %rd341, %rd193;
+	ld.u64 	%rd235, [%rd234];
+	min.s64 	%rd344, %rd235, %rd344;
+	bra.uni 	$L__BB47_84;
+
+$L__BB47_55:
+	mov.u32 	%r99, 1;
+
+$L__BB47_56:
+	setp.eq.s32 	%p40, %r99, %r51;
+	mov.u64 	%rd331, %rd153;
+	@%p40 bra 	$L__BB47_58;
+
+	mul.wide.u32 	%rd200, %r99, 8;
+	add.s64 	%rd201, %rd3, %rd200;
+	ld.global.u64 	%rd331, [%rd201];
+
+$L__BB47_58:
+	add.s64 	%rd203, %rd331, %rd193;
+	ld.u64 	%rd204, [%rd203];
+	max.s64 	%rd344, %rd204, %rd344;
+	add.s32 	%r99, %r99, 1;
+	setp.lt.u32 	%p41, %r99, %r52;
+	@%p41 bra 	$L__BB47_56;
+	bra.uni 	$L__BB47_84;
+
+$L__BB47_80:
+	mov.u32 	%r103, 1;
+
+$L__BB47_81:
+	setp.eq.s32 	%p54, %r103, %r51;
+	mov.u64 	%rd343, %rd153;
+	@%p54 bra 	$L__BB47_83;
+
+	mul.wide.u32 	%rd236, %r103, 8;
+	add.s64 	%rd237, %rd3, %rd236;
+	ld.global.u64 	%rd343, [%rd237];
+
+$L__BB47_83:
+	add.s64 	%rd239, %rd343, %rd193;
+	ld.u64 	%rd240, [%rd239];
+	add.s64 	%rd344, %rd240, %rd344;
+	add.s32 	%r103, %r103, 1;
+	setp.lt.u32 	%p55, %r103, %r52;
+	@%p55 bra 	$L__BB47_81;
+
+$L__BB47_84:
+	setp.ne.s32 	%p56, %r53, 1;
+	@%p56 bra 	$L__BB47_88;
+
+	and.b64  	%rd241, %rd344, -4294967296;
+	setp.eq.s64 	%p57, %rd241, 0;
+	@%p57 bra 	$L__BB47_87;
+
+	div.s64 	%rd344, %rd344, %rd62;
+	bra.uni 	$L__BB47_88;
+
+$L__BB47_87:
+	cvt.u32.u64 	%r80, %rd62;
+	cvt.u32.u64 	%r81, %rd344;
+	div.u32 	%r82, %r81, %r80;
+	cvt.u64.u32 	%rd344, %r82;
+
+$L__BB47_88:
+	add.s64 	%rd243, %rd2, %rd193;
+	st.global.u64 	[%rd243], %rd344;
+	setp.eq.s64 	%p58, %rd152, 0;
+	@%p58 bra 	$L__BB47_90;
+
+	add.s64 	%rd245, %rd1, %rd193;
+	st.global.u64 	[%rd245], %rd344;
+
+$L__BB47_90:
+	add.s64 	%rd327, %rd327, %rd4;
+	setp.lt.u64 	%p59, %rd327, %rd154;
+	@%p59 bra 	$L__BB47_47;
+	bra.uni 	$L__BB47_135;
+
+$L__BB47_91:
+	cvta.to.global.u64 	%rd107, %rd153;
+
+$L__BB47_92:
+	shl.b64 	%rd246, %rd327, 3;
+	add.s64 	%rd247, %rd107, %rd246;
+	ld.global.u64 	%rd363, [%rd247];
+	setp.lt.u32 	%p60, %r52, 2;
+	@%p60 bra 	$L__BB47_128;
+
+	add.s64 	%rd360, %rd153, %rd246;
+	setp.eq.s32 	%p61, %r53, 2;
+	@%p61 bra 	$L__BB47_105;
+
+	setp.eq.s32 	%p62, %r53, 3;
+	@%p62 bra 	$L__BB47_101;
+
+	setp.ne.s32 	%p63, %r53, 4;
+	@%p63 bra 	$L__BB47_124;
+
+	mov.u32 	%r104, 1;
+	mov.u64 	%rd347, %rd3;
+
+$L__BB47_97:
+	setp.eq.s32 	%p64, %r104, 0;
+	@%p64 bra 	$L__BB47_99;
+
+	ld.global.u64 	%rd249, [%rd347+8];
+	add.s64 	%rd349, %rd249, %rd246;
+	bra.uni 	$L__BB47_100;
+
+$L__BB47_99:
+	mov.u64 	%rd349, %rd360;
+
+$L__BB47_100:
+	add.s64 	%rd347, %rd347, 8;
+	ld.u64 	%rd251, [%rd349];
+	mul.lo.s64 	%rd363, %rd251, %rd363;
+	add.s32 	%r104, %r104, 1;
+	setp.lt.u32 	%p65, %r104, %r52;
+	@%p65 bra 	$L__BB47_97;
+	bra.uni 	$L__BB47_128;
+
+$L__BB47_105:
+	setp.lt.u32 	%p68, %r20, 3;
+	mov.u32 	%r108, 1;
+	@%p68 bra 	$L__BB47_114;
+
+	mov.u32 	%r108, 1;
+	mov.u32 	%r107, %r22;
+
+$L__BB47_107:
+	mul.wide.u32 	%rd258, %r108, 8;
+	add.s64 	%rd122, %rd3, %rd258;
+	setp.eq.s32 	%p69, %r108, 0;
+	mov.u64 	%rd353, %rd360;
+	@%p69 bra 	$L__BB47_109;
+
+	ld.global.u64 	%rd259, [%rd122];
+	add.s64 	%rd353, %rd259, %rd246;
+
+$L__BB47_109:
+	ld.u64 	%rd261, [%rd353];
+	min.s64 	%rd262, %rd261, %rd363;
+	ld.global.u64 	%rd263, [%rd122+8];
+	add.s64 	%rd265, %rd263, %rd246;
+	ld.u64 	%rd266, [%rd265];
+	min.s64 	%rd125, %rd266, %rd262;
+	setp.eq.s32 	%p70, %r108, -2;
+	mov.u64 	%rd354, %rd360;
+	@%p70 bra 	$L__BB47_111;
+
+	ld.global.u64 	%rd267, [%rd122+16];
+	add.s64 	%rd354, %rd267, %rd246;
+
+$L__BB47_111:
+	ld.u64 	%rd269, [%rd354];
+	min.s64 	%rd128, %rd269, %rd125;
+	add.s32 	%r43, %r108, 3;
+	setp.eq.s32 	%p71, %r43, 0;
+	mov.u64 	%rd355, %rd360;
+	@%p71 bra 	$L__BB47_113;
+
+	mul.wide.u32 	%rd270, %r43, 8;
+	add.s64 	%rd271, %rd3, %rd270;
+	ld.global.u64 	%rd272, [%rd271];
+	add.s64 	%rd355, %rd272, %rd246;
+
+$L__BB47_113:
+	ld.u64 	%rd274, [%rd355];
+	min.s64 	%rd363, %rd274, %rd128;
+	add.s32 	%r108, %r108, 4;
+	add.s32 	%r107, %r107, -4;
+	setp.ne.s32 	%p72, %r107, 0;
+	@%p72 bra 	$L__BB47_107;
+
+$L__BB47_114:
+	setp.eq.s32 	%p73, %r21, 0;
+	@%p73 bra 	$L__BB47_128;
+
+	setp.eq.s32 	%p74, %r108, 0;
+	mov.u64 	%rd358, %rd360;
+	@%p74 bra 	$L__BB47_117;
+
+	mul.wide.u32 	%rd275, %r108, 8;
+	add.s64 	%rd276, %rd3, %rd275;
+	ld.global.u64 	%rd277, [%rd276];
+	add.s64 	%rd358, %rd277, %rd246;
+
+$L__BB47_117:
+	ld.u64 	%rd279, [%rd358];
+	min.s64 	%rd363, %rd279, %rd363;
+	add.s32 	%r47, %r108, 1;
+	setp.eq.s32 	%p75, %r21, 1;
+	@%p75 bra 	$L__BB47_128;
+
+	setp.eq.s32 	%p76, %r47, 0;
+	mov.u64 	%rd359, %rd360;
+	@%p76 bra 	$L__BB47_120;
+
+	mul.wide.u32 	%rd280, %r47, 8;
+	add.s64 	%rd281, %rd3, %rd280;
+	ld.global.u64 	%rd282, [%rd281];
+	add.s64 	%rd359, %rd282, %rd246;
+
+$L__BB47_120:
+	ld.u64 	%rd284, [%rd359];
+	min.s64 	%rd363, %rd284, %rd363;
+	add.s32 	%r48, %r108, 2;
+	setp.eq.s32 	%p77, %r21, 2;
+	@%p77 bra 	$L__BB47_128;
+
+	setp.eq.s32 	%p78, %r48, 0;
+	@%p78 bra 	$L__BB47_123;
+
+	mul.wide.u32 	%rd285, %r48, 8;
+	add.s64 	%rd286, %rd3, %rd285;
+	ld.global.u64 	%rd287, [%rd286];
+	add.s64 	%rd360, %rd287, %rd246;
+
+$L__BB47_123:
+	ld.u64 	%rd289, [%rd360];
+	min.s64 	%rd363, %rd289, %rd363;
+	bra.uni 	$L__BB47_128;
+
+$L__BB47_101:
+	mov.u32 	%r105, 1;
+
+$L__BB47_102:
+	setp.eq.s32 	%p66, %r105, 0;
+	mov.u64 	%rd351, %rd360;
+	@%p66 bra 	$L__BB47_104;
+
+	mul.wide.u32 	%rd252, %r105, 8;
+	add.s64 	%rd253, %rd3, %rd252;
+	ld.global.u64 	%rd254, [%rd253];
+	add.s64 	%rd351, %rd254, %rd246;
+
+$L__BB47_104:
+	ld.u64 	%rd256, [%rd351];
+	max.s64 	%rd363, %rd256, %rd363;
+	add.s32 	%r105, %r105, 1;
+	setp.lt.u32 	%p67, %r105, %r52;
+	@%p67 bra 	$L__BB47_102;
+	bra.uni 	$L__BB47_128;
+
+$L__BB47_124:
+	mov.u32 	%r109, 1;
+
+$L__BB47_125:
+	setp.eq.s32 	%p79, %r109, 0;
+	mov.u64 	%rd362, %rd360;
+	@%p79 bra 	$L__BB47_127;
+
+	mul.wide.u32 	%rd290, %r109, 8;
+	add.s64 	%rd291, %rd3, %rd290;
+	ld.global.u64 	%rd292, [%rd291];
+	add.s64 	%rd362, %rd292, %rd246;
+
+$L__BB47_127:
+	ld.u64 	%rd294, [%rd362];
+	add.s64 	%rd363, %rd294, %rd363;
+	add.s32 	%r109, %r109, 1;
+	setp.lt.u32 	%p80, %r109, %r52;
+	@%p80 bra 	$L__BB47_125;
+
+$L__BB47_128:
+	setp.ne.s32 	%p81, %r53, 1;
+	@%p81 bra 	$L__BB47_132;
+
+	and.b64  	%rd295, %rd363, -4294967296;
+	setp.eq.s64 	%p82, %rd295, 0;
+	@%p82 bra 	$L__BB47_131;
+
+	div.s64 	%rd363, %rd363, %rd62;
+	bra.uni 	$L__BB47_132;
+
+$L__BB47_131:
+	cvt.u32.u64 	%r88, %rd62;
+	cvt.u32.u64 	%r89, %rd363;
+	div.u32 	%r90, %r89, %r88;
+	cvt.u64.u32 	%rd363, %r90;
+
+$L__BB47_132:
+	add.s64 	%rd297, %rd2, %rd246;
+	st.global.u64 	[%rd297], %rd363;
+	setp.eq.s64 	%p83, %rd152, 0;
+	@%p83 bra 	$L__BB47_134;
+
+	add.s64 	%rd299, %rd1, %rd246;
+	st.global.u64 	[%rd299], %rd363;
+
+$L__BB47_134:
+	add.s64 	%rd327, %rd327, %rd4;
+	setp.lt.u64 	%p84, %rd327, %rd154;
+	@%p84 bra 	$L__BB47_92;
+
+$L__BB47_135:
 	ret;
 
 }
@@ -9978,19 +15193,19 @@ $L__BB41_92:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB42_12;
+	@%p1 bra 	$L__BB48_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB42_3;
-	bra.uni 	$L__BB42_2;
+	@%p2 bra 	$L__BB48_3;
+	bra.uni 	$L__BB48_2;
 
-$L__BB42_3:
+$L__BB48_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB42_4:
+$L__BB48_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -9998,12 +15213,12 @@ $L__BB42_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB42_7;
+	@%p4 bra 	$L__BB48_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB42_6:
+$L__BB48_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -10032,11 +15247,11 @@ $L__BB42_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB42_6;
+	@%p5 bra 	$L__BB48_6;
 
-$L__BB42_7:
+$L__BB48_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB42_11;
+	@%p6 bra 	$L__BB48_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -10046,7 +15261,7 @@ $L__BB42_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	add.s32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB42_11;
+	@%p7 bra 	$L__BB48_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -10057,7 +15272,7 @@ $L__BB42_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	add.s32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB42_11;
+	@%p8 bra 	$L__BB48_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -10068,15 +15283,15 @@ $L__BB42_7:
 	ld.global.u8 	%r39, [%rd54];
 	add.s32 	%r46, %r46, %r39;
 
-$L__BB42_11:
+$L__BB48_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB42_4;
-	bra.uni 	$L__BB42_12;
+	@%p9 bra 	$L__BB48_4;
+	bra.uni 	$L__BB48_12;
 
-$L__BB42_2:
+$L__BB48_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -10086,9 +15301,9 @@ $L__BB42_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB42_2;
+	@%p3 bra 	$L__BB48_2;
 
-$L__BB42_12:
+$L__BB48_12:
 	ret;
 
 }
@@ -10122,19 +15337,19 @@ $L__BB42_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB43_12;
+	@%p1 bra 	$L__BB49_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB43_3;
-	bra.uni 	$L__BB43_2;
+	@%p2 bra 	$L__BB49_3;
+	bra.uni 	$L__BB49_2;
 
-$L__BB43_3:
+$L__BB49_3:
 	add.s32 	%r25, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r25, 3;
 	sub.s32 	%r3, %r25, %r2;
 
-$L__BB43_4:
+$L__BB49_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -10142,12 +15357,12 @@ $L__BB43_4:
 	ld.global.u8 	%r49, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r47, 1;
-	@%p4 bra 	$L__BB43_7;
+	@%p4 bra 	$L__BB49_7;
 
 	mov.u32 	%r47, 1;
 	mov.u32 	%r45, %r3;
 
-$L__BB43_6:
+$L__BB49_6:
 	mul.wide.u32 	%rd24, %r47, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -10176,11 +15391,11 @@ $L__BB43_6:
 	add.s32 	%r47, %r47, 4;
 	add.s32 	%r45, %r45, -4;
 	setp.ne.s32 	%p5, %r45, 0;
-	@%p5 bra 	$L__BB43_6;
+	@%p5 bra 	$L__BB49_6;
 
-$L__BB43_7:
+$L__BB49_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB43_11;
+	@%p6 bra 	$L__BB49_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r47, 8;
@@ -10190,7 +15405,7 @@ $L__BB43_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r37, [%rd44];
 	add.s32 	%r49, %r49, %r37;
-	@%p7 bra 	$L__BB43_11;
+	@%p7 bra 	$L__BB49_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r38, %r47, 1;
@@ -10201,7 +15416,7 @@ $L__BB43_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r39, [%rd49];
 	add.s32 	%r49, %r49, %r39;
-	@%p8 bra 	$L__BB43_11;
+	@%p8 bra 	$L__BB49_11;
 
 	add.s32 	%r40, %r47, 2;
 	mul.wide.u32 	%rd50, %r40, 8;
@@ -10212,16 +15427,16 @@ $L__BB43_7:
 	ld.global.u8 	%r41, [%rd54];
 	add.s32 	%r49, %r49, %r41;
 
-$L__BB43_11:
+$L__BB49_11:
 	div.u32 	%r42, %r49, %r18;
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r42;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB43_4;
-	bra.uni 	$L__BB43_12;
+	@%p9 bra 	$L__BB49_4;
+	bra.uni 	$L__BB49_12;
 
-$L__BB43_2:
+$L__BB49_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -10232,9 +15447,9 @@ $L__BB43_2:
 	st.global.u8 	[%rd20], %r24;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB43_2;
+	@%p3 bra 	$L__BB49_2;
 
-$L__BB43_12:
+$L__BB49_12:
 	ret;
 
 }
@@ -10269,19 +15484,19 @@ $L__BB43_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB44_12;
+	@%p1 bra 	$L__BB50_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB44_3;
-	bra.uni 	$L__BB44_2;
+	@%p2 bra 	$L__BB50_3;
+	bra.uni 	$L__BB50_2;
 
-$L__BB44_3:
+$L__BB50_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB44_4:
+$L__BB50_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -10289,12 +15504,12 @@ $L__BB44_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB44_7;
+	@%p4 bra 	$L__BB50_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB44_6:
+$L__BB50_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -10323,11 +15538,11 @@ $L__BB44_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB44_6;
+	@%p5 bra 	$L__BB50_6;
 
-$L__BB44_7:
+$L__BB50_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB44_11;
+	@%p6 bra 	$L__BB50_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -10337,7 +15552,7 @@ $L__BB44_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	min.u32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB44_11;
+	@%p7 bra 	$L__BB50_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -10348,7 +15563,7 @@ $L__BB44_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	min.u32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB44_11;
+	@%p8 bra 	$L__BB50_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -10359,15 +15574,15 @@ $L__BB44_7:
 	ld.global.u8 	%r39, [%rd54];
 	min.u32 	%r46, %r46, %r39;
 
-$L__BB44_11:
+$L__BB50_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB44_4;
-	bra.uni 	$L__BB44_12;
+	@%p9 bra 	$L__BB50_4;
+	bra.uni 	$L__BB50_12;
 
-$L__BB44_2:
+$L__BB50_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -10377,9 +15592,9 @@ $L__BB44_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB44_2;
+	@%p3 bra 	$L__BB50_2;
 
-$L__BB44_12:
+$L__BB50_12:
 	ret;
 
 }
@@ -10414,19 +15629,19 @@ $L__BB44_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB45_12;
+	@%p1 bra 	$L__BB51_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB45_3;
-	bra.uni 	$L__BB45_2;
+	@%p2 bra 	$L__BB51_3;
+	bra.uni 	$L__BB51_2;
 
-$L__BB45_3:
+$L__BB51_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB45_4:
+$L__BB51_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -10434,12 +15649,12 @@ $L__BB45_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB45_7;
+	@%p4 bra 	$L__BB51_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB45_6:
+$L__BB51_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -10468,11 +15683,11 @@ $L__BB45_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB45_6;
+	@%p5 bra 	$L__BB51_6;
 
-$L__BB45_7:
+$L__BB51_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB45_11;
+	@%p6 bra 	$L__BB51_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -10482,7 +15697,7 @@ $L__BB45_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	max.u32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB45_11;
+	@%p7 bra 	$L__BB51_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -10493,7 +15708,7 @@ $L__BB45_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	max.u32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB45_11;
+	@%p8 bra 	$L__BB51_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -10504,15 +15719,15 @@ $L__BB45_7:
 	ld.global.u8 	%r39, [%rd54];
 	max.u32 	%r46, %r46, %r39;
 
-$L__BB45_11:
+$L__BB51_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB45_4;
-	bra.uni 	$L__BB45_12;
+	@%p9 bra 	$L__BB51_4;
+	bra.uni 	$L__BB51_12;
 
-$L__BB45_2:
+$L__BB51_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -10522,9 +15737,9 @@ $L__BB45_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB45_2;
+	@%p3 bra 	$L__BB51_2;
 
-$L__BB45_12:
+$L__BB51_12:
 	ret;
 
 }
@@ -10559,19 +15774,19 @@ $L__BB45_12:
 	cvt.u64.u32 	%rd15, %r22;
 	add.s64 	%rd56, %rd14, %rd15;
 	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB46_12;
+	@%p1 bra 	$L__BB52_12;
 
 	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB46_3;
-	bra.uni 	$L__BB46_2;
+	@%p2 bra 	$L__BB52_3;
+	bra.uni 	$L__BB52_2;
 
-$L__BB46_3:
+$L__BB52_3:
 	add.s32 	%r23, %r18, -1;
 	add.s32 	%r1, %r18, -2;
 	and.b32  	%r2, %r23, 3;
 	sub.s32 	%r3, %r23, %r2;
 
-$L__BB46_4:
+$L__BB52_4:
 	ld.global.u64 	%rd21, [%rd2];
 	cvta.to.global.u64 	%rd22, %rd21;
 	add.s64 	%rd8, %rd56, %rd10;
@@ -10579,12 +15794,12 @@ $L__BB46_4:
 	ld.global.u8 	%r46, [%rd23];
 	setp.lt.u32 	%p4, %r1, 3;
 	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB46_7;
+	@%p4 bra 	$L__BB52_7;
 
 	mov.u32 	%r44, 1;
 	mov.u32 	%r42, %r3;
 
-$L__BB46_6:
+$L__BB52_6:
 	mul.wide.u32 	%rd24, %r44, 8;
 	add.s64 	%rd25, %rd2, %rd24;
 	ld.global.u64 	%rd26, [%rd25];
@@ -10613,11 +15828,11 @@ $L__BB46_6:
 	add.s32 	%r44, %r44, 4;
 	add.s32 	%r42, %r42, -4;
 	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB46_6;
+	@%p5 bra 	$L__BB52_6;
 
-$L__BB46_7:
+$L__BB52_7:
 	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB46_11;
+	@%p6 bra 	$L__BB52_11;
 
 	setp.eq.s32 	%p7, %r2, 1;
 	mul.wide.u32 	%rd40, %r44, 8;
@@ -10627,7 +15842,7 @@ $L__BB46_7:
 	add.s64 	%rd44, %rd43, %rd8;
 	ld.global.u8 	%r35, [%rd44];
 	mul.lo.s32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB46_11;
+	@%p7 bra 	$L__BB52_11;
 
 	setp.eq.s32 	%p8, %r2, 2;
 	add.s32 	%r36, %r44, 1;
@@ -10638,7 +15853,7 @@ $L__BB46_7:
 	add.s64 	%rd49, %rd48, %rd8;
 	ld.global.u8 	%r37, [%rd49];
 	mul.lo.s32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB46_11;
+	@%p8 bra 	$L__BB52_11;
 
 	add.s32 	%r38, %r44, 2;
 	mul.wide.u32 	%rd50, %r38, 8;
@@ -10649,15 +15864,15 @@ $L__BB46_7:
 	ld.global.u8 	%r39, [%rd54];
 	mul.lo.s32 	%r46, %r46, %r39;
 
-$L__BB46_11:
+$L__BB52_11:
 	add.s64 	%rd55, %rd1, %rd56;
 	st.global.u8 	[%rd55], %r46;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB46_4;
-	bra.uni 	$L__BB46_12;
+	@%p9 bra 	$L__BB52_4;
+	bra.uni 	$L__BB52_12;
 
-$L__BB46_2:
+$L__BB52_2:
 	ld.global.u64 	%rd16, [%rd2];
 	cvta.to.global.u64 	%rd17, %rd16;
 	add.s64 	%rd18, %rd56, %rd10;
@@ -10667,9 +15882,9 @@ $L__BB46_2:
 	st.global.u8 	[%rd20], %rs1;
 	add.s64 	%rd56, %rd56, %rd3;
 	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB46_2;
+	@%p3 bra 	$L__BB52_2;
 
-$L__BB46_12:
+$L__BB52_12:
 	ret;
 
 }
@@ -10696,23 +15911,23 @@ $L__BB46_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd13, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd13, %rd8;
-	@%p1 bra 	$L__BB47_3;
+	@%p1 bra 	$L__BB53_3;
 
 	mov.u32 	%r5, %nctaid.x;
 	cvt.u64.u32 	%rd11, %r5;
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB47_2:
+$L__BB53_2:
 	add.s64 	%rd12, %rd4, %rd13;
 	ld.global.u8 	%r6, [%rd12];
 	div.u32 	%r7, %r6, %r1;
 	st.global.u8 	[%rd12], %r7;
 	add.s64 	%rd13, %rd13, %rd3;
 	setp.lt.u64 	%p2, %rd13, %rd8;
-	@%p2 bra 	$L__BB47_2;
+	@%p2 bra 	$L__BB53_2;
 
-$L__BB47_3:
+$L__BB53_3:
 	ret;
 
 }
@@ -10751,18 +15966,18 @@ $L__BB47_3:
 	add.s64 	%rd5, %rd54, -1;
 	and.b64  	%rd55, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd55, 0;
-	@%p1 bra 	$L__BB48_2;
+	@%p1 bra 	$L__BB54_2;
 
 	div.u64 	%rd156, %rd5, %rd4;
-	bra.uni 	$L__BB48_3;
+	bra.uni 	$L__BB54_3;
 
-$L__BB48_2:
+$L__BB54_2:
 	cvt.u32.u64 	%r216, %rd4;
 	cvt.u32.u64 	%r217, %rd5;
 	div.u32 	%r218, %r217, %r216;
 	cvt.u64.u32 	%rd156, %r218;
 
-$L__BB48_3:
+$L__BB54_3:
 	add.s64 	%rd56, %rd156, 15;
 	and.b64  	%rd57, %rd56, -16;
 	mov.u32 	%r219, %ctaid.x;
@@ -10778,71 +15993,71 @@ $L__BB48_3:
 	add.s64 	%rd13, %rd3, %rd62;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd50;
-	@%p2 bra 	$L__BB48_14;
+	@%p2 bra 	$L__BB54_14;
 
 	and.b64  	%rd63, %rd50, 15;
 	setp.eq.s64 	%p3, %rd63, 0;
 	mov.u32 	%r220, %tid.x;
 	cvt.u64.u32 	%rd15, %r220;
-	@%p3 bra 	$L__BB48_8;
+	@%p3 bra 	$L__BB54_8;
 
 	add.s64 	%rd157, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd157, %rd11;
-	@%p4 bra 	$L__BB48_14;
+	@%p4 bra 	$L__BB54_14;
 
 	mov.u32 	%r221, %ntid.x;
 	cvt.u64.u32 	%rd17, %r221;
 
-$L__BB48_7:
+$L__BB54_7:
 	add.s64 	%rd64, %rd2, %rd157;
 	ld.global.u8 	%rs1, [%rd64];
 	add.s64 	%rd65, %rd14, %rd157;
 	st.u8 	[%rd65], %rs1;
 	add.s64 	%rd157, %rd157, %rd17;
 	setp.lt.u64 	%p5, %rd157, %rd11;
-	@%p5 bra 	$L__BB48_7;
-	bra.uni 	$L__BB48_14;
+	@%p5 bra 	$L__BB54_7;
+	bra.uni 	$L__BB54_14;
 
-$L__BB48_8:
+$L__BB54_8:
 	shl.b64 	%rd66, %rd15, 4;
 	add.s64 	%rd158, %rd10, %rd66;
 	setp.ge.u64 	%p6, %rd158, %rd12;
-	@%p6 bra 	$L__BB48_11;
+	@%p6 bra 	$L__BB54_11;
 
 	mov.u32 	%r222, %ntid.x;
 	mul.wide.u32 	%rd21, %r222, 16;
 
-$L__BB48_10:
+$L__BB54_10:
 	add.s64 	%rd67, %rd2, %rd158;
 	add.s64 	%rd68, %rd14, %rd158;
 	ld.global.v4.u32 	{%r223, %r224, %r225, %r226}, [%rd67];
 	st.v4.u32 	[%rd68], {%r223, %r224, %r225, %r226};
 	add.s64 	%rd158, %rd158, %rd21;
 	setp.lt.u64 	%p7, %rd158, %rd12;
-	@%p7 bra 	$L__BB48_10;
+	@%p7 bra 	$L__BB54_10;
 
-$L__BB48_11:
+$L__BB54_11:
 	add.s64 	%rd159, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd159, %rd11;
-	@%p8 bra 	$L__BB48_14;
+	@%p8 bra 	$L__BB54_14;
 
 	mov.u32 	%r231, %ntid.x;
 	cvt.u64.u32 	%rd25, %r231;
 
-$L__BB48_13:
+$L__BB54_13:
 	add.s64 	%rd69, %rd2, %rd159;
 	ld.global.u8 	%rs2, [%rd69];
 	add.s64 	%rd70, %rd14, %rd159;
 	st.u8 	[%rd70], %rs2;
 	add.s64 	%rd159, %rd159, %rd25;
 	setp.lt.u64 	%p9, %rd159, %rd11;
-	@%p9 bra 	$L__BB48_13;
+	@%p9 bra 	$L__BB54_13;
 
-$L__BB48_14:
+$L__BB54_14:
 	mov.u32 	%r1, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r1, %r213;
-	@%p10 bra 	$L__BB48_19;
+	@%p10 bra 	$L__BB54_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r232, %r212, 9;
@@ -10851,9 +16066,9 @@ $L__BB48_14:
 	shl.b64 	%rd78, %rd28, 3;
 	mov.u32 	%r442, %r1;
 
-$L__BB48_16:
+$L__BB54_16:
 	setp.eq.s32 	%p11, %r442, %r212;
-	@%p11 bra 	$L__BB48_18;
+	@%p11 bra 	$L__BB54_18;
 
 	mul.wide.u32 	%rd74, %r442, 8;
 	add.s64 	%rd75, %rd3, %rd74;
@@ -10865,22 +16080,22 @@ $L__BB48_16:
 	st.release.sys.global.u64 [%rd72], %rd73;
 	// end inline asm
 
-$L__BB48_18:
+$L__BB54_18:
 	add.s32 	%r442, %r442, %r2;
 	setp.lt.u32 	%p12, %r442, %r213;
-	@%p12 bra 	$L__BB48_16;
+	@%p12 bra 	$L__BB54_16;
 
-$L__BB48_19:
-	@%p10 bra 	$L__BB48_26;
+$L__BB54_19:
+	@%p10 bra 	$L__BB54_26;
 
 	ld.global.u64 	%rd79, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd79, %rd51;
 	mov.u32 	%r443, %r1;
 
-$L__BB48_21:
+$L__BB54_21:
 	setp.eq.s32 	%p14, %r443, %r212;
-	@%p14 bra 	$L__BB48_25;
+	@%p14 bra 	$L__BB54_25;
 
 	shl.b32 	%r233, %r443, 9;
 	cvt.u64.u32 	%rd80, %r233;
@@ -10888,33 +16103,33 @@ $L__BB48_21:
 	shl.b64 	%rd82, %rd81, 3;
 	add.s64 	%rd30, %rd29, %rd82;
 
-$L__BB48_23:
+$L__BB54_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd83, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd83, 0;
-	@%p15 bra 	$L__BB48_23;
+	@%p15 bra 	$L__BB54_23;
 
 	mov.u64 	%rd85, 0;
 	st.volatile.u64 	[%rd30], %rd85;
 
-$L__BB48_25:
+$L__BB54_25:
 	add.s32 	%r443, %r443, %r5;
 	setp.lt.u32 	%p16, %r443, %r213;
-	@%p16 bra 	$L__BB48_21;
+	@%p16 bra 	$L__BB54_21;
 
-$L__BB48_26:
+$L__BB54_26:
 	bar.sync 	0;
 	mul.wide.u32 	%rd86, %r1, 16;
 	add.s64 	%rd160, %rd10, %rd86;
 	setp.ge.u64 	%p17, %rd160, %rd12;
-	@%p17 bra 	$L__BB48_46;
+	@%p17 bra 	$L__BB54_46;
 
 	mov.u32 	%r234, %ntid.x;
 	mul.wide.u32 	%rd33, %r234, 16;
 	and.b64  	%rd34, %rd49, 15;
 
-$L__BB48_28:
+$L__BB54_28:
 	ld.global.u64 	%rd87, [%rd3];
 	add.s64 	%rd88, %rd87, %rd160;
 	ld.v4.u32 	{%r235, %r236, %r237, %r238}, [%rd88];
@@ -10943,16 +16158,16 @@ $L__BB48_28:
 	and.b32  	%r462, %r250, 255;
 	shr.u32 	%r461, %r238, 24;
 	setp.lt.u32 	%p18, %r213, 2;
-	@%p18 bra 	$L__BB48_39;
+	@%p18 bra 	$L__BB54_39;
 
 	setp.eq.s32 	%p19, %r214, 2;
-	@%p19 bra 	$L__BB48_37;
-	bra.uni 	$L__BB48_30;
+	@%p19 bra 	$L__BB54_37;
+	bra.uni 	$L__BB54_30;
 
-$L__BB48_37:
+$L__BB54_37:
 	mov.u32 	%r493, 1;
 
-$L__BB48_38:
+$L__BB54_38:
 	mul.wide.u32 	%rd93, %r493, 8;
 	add.s64 	%rd94, %rd3, %rd93;
 	ld.global.u64 	%rd95, [%rd94];
@@ -11000,23 +16215,23 @@ $L__BB48_38:
 	min.u32 	%r461, %r461, %r360;
 	add.s32 	%r493, %r493, 1;
 	setp.lt.u32 	%p23, %r493, %r213;
-	@%p23 bra 	$L__BB48_38;
-	bra.uni 	$L__BB48_39;
+	@%p23 bra 	$L__BB54_38;
+	bra.uni 	$L__BB54_39;
 
-$L__BB48_30:
+$L__BB54_30:
 	mov.u32 	%r460, 1;
 
-$L__BB48_31:
+$L__BB54_31:
 	mul.wide.u32 	%rd89, %r460, 8;
 	add.s64 	%rd90, %rd3, %rd89;
 	ld.global.u64 	%rd91, [%rd90];
 	add.s64 	%rd92, %rd91, %rd160;
 	ld.v4.u32 	{%r252, %r253, %r254, %r255}, [%rd92];
 	setp.eq.s32 	%p20, %r214, 3;
-	@%p20 bra 	$L__BB48_34;
+	@%p20 bra 	$L__BB54_34;
 
 	setp.ne.s32 	%p21, %r214, 4;
-	@%p21 bra 	$L__BB48_35;
+	@%p21 bra 	$L__BB54_35;
 
 	and.b32  	%r256, %r252, 255;
 	mul.lo.s32 	%r476, %r476, %r256;
@@ -11058,9 +16273,9 @@ $L__BB48_31:
 	mul.lo.s32 	%r462, %r462, %r278;
 	shr.u32 	%r279, %r255, 24;
 	mul.lo.s32 	%r461, %r461, %r279;
-	bra.uni 	$L__BB48_36;
+	bra.uni 	$L__BB54_36;
 
-$L__BB48_34:
+$L__BB54_34:
 	and.b32  	%r280, %r252, 255;
 	max.u32 	%r476, %r476, %r280;
 	shr.u32 	%r281, %r252, 8;
@@ -11101,9 +16316,9 @@ $L__BB48_34:
 	max.u32 	%r462, %r462, %r302;
 	shr.u32 	%r303, %r255, 24;
 	max.u32 	%r461, %r461, %r303;
-	bra.uni 	$L__BB48_36;
+	bra.uni 	$L__BB54_36;
 
-$L__BB48_35:
+$L__BB54_35:
 	and.b32  	%r304, %r252, 255;
 	add.s32 	%r476, %r476, %r304;
 	shr.u32 	%r305, %r252, 8;
@@ -11145,17 +16360,17 @@ $L__BB48_35:
 	shr.u32 	%r327, %r255, 24;
 	add.s32 	%r461, %r461, %r327;
 
-$L__BB48_36:
+$L__BB54_36:
 	add.s32 	%r460, %r460, 1;
 	setp.lt.u32 	%p22, %r460, %r213;
-	@%p22 bra 	$L__BB48_31;
+	@%p22 bra 	$L__BB54_31;
 
-$L__BB48_39:
+$L__BB54_39:
 	setp.eq.s32 	%p24, %r214, 1;
-	@%p24 bra 	$L__BB48_41;
-	bra.uni 	$L__BB48_40;
+	@%p24 bra 	$L__BB54_41;
+	bra.uni 	$L__BB54_40;
 
-$L__BB48_41:
+$L__BB54_41:
 	div.u32 	%r372, %r476, %r213;
 	div.u32 	%r373, %r475, %r213;
 	mov.u32 	%r374, 64;
@@ -11187,9 +16402,9 @@ $L__BB48_41:
 	prmt.b32 	%r397, %r395, %r396, %r377;
 	div.u32 	%r398, %r461, %r213;
 	prmt.b32 	%r510, %r397, %r398, %r380;
-	bra.uni 	$L__BB48_42;
+	bra.uni 	$L__BB54_42;
 
-$L__BB48_40:
+$L__BB54_40:
 	mov.u32 	%r361, 64;
 	prmt.b32 	%r362, %r476, %r475, %r361;
 	mov.u32 	%r363, 1040;
@@ -11206,11 +16421,11 @@ $L__BB48_40:
 	prmt.b32 	%r371, %r370, %r462, %r363;
 	prmt.b32 	%r510, %r371, %r461, %r365;
 
-$L__BB48_42:
+$L__BB54_42:
 	add.s64 	%rd97, %rd1, %rd160;
 	add.s64 	%rd36, %rd97, 1;
 	setp.eq.s64 	%p25, %rd34, 0;
-	@%p25 bra 	$L__BB48_44;
+	@%p25 bra 	$L__BB54_44;
 
 	st.global.u8 	[%rd36+-1], %r513;
 	shr.u32 	%r399, %r513, 8;
@@ -11240,52 +16455,52 @@ $L__BB48_42:
 	st.global.u8 	[%rd36+13], %r409;
 	shr.u32 	%r410, %r510, 24;
 	st.global.u8 	[%rd36+14], %r410;
-	bra.uni 	$L__BB48_45;
+	bra.uni 	$L__BB54_45;
 
-$L__BB48_44:
+$L__BB54_44:
 	st.global.v4.u32 	[%rd36+-1], {%r513, %r512, %r511, %r510};
 
-$L__BB48_45:
+$L__BB54_45:
 	add.s64 	%rd160, %rd160, %rd33;
 	setp.lt.u64 	%p26, %rd160, %rd12;
-	@%p26 bra 	$L__BB48_28;
+	@%p26 bra 	$L__BB54_28;
 
-$L__BB48_46:
+$L__BB54_46:
 	mov.u32 	%r439, %tid.x;
 	cvt.u64.u32 	%rd153, %r439;
 	add.s64 	%rd161, %rd12, %rd153;
 	setp.ge.u64 	%p27, %rd161, %rd11;
-	@%p27 bra 	$L__BB48_71;
+	@%p27 bra 	$L__BB54_71;
 
 	setp.gt.u32 	%p28, %r213, 1;
 	mov.u32 	%r411, %ntid.x;
 	cvt.u64.u32 	%rd39, %r411;
-	@%p28 bra 	$L__BB48_51;
-	bra.uni 	$L__BB48_48;
+	@%p28 bra 	$L__BB54_51;
+	bra.uni 	$L__BB54_48;
 
-$L__BB48_51:
+$L__BB54_51:
 	add.s32 	%r412, %r213, -1;
 	add.s32 	%r175, %r213, -2;
 	and.b32  	%r176, %r412, 3;
 	sub.s32 	%r177, %r412, %r176;
 
-$L__BB48_52:
+$L__BB54_52:
 	ld.global.u64 	%rd101, [%rd3];
 	add.s64 	%rd102, %rd101, %rd161;
 	ld.u8 	%r527, [%rd102];
 	setp.eq.s32 	%p31, %r214, 2;
-	@%p31 bra 	$L__BB48_59;
+	@%p31 bra 	$L__BB54_59;
 
 	setp.eq.s32 	%p32, %r214, 3;
-	@%p32 bra 	$L__BB48_57;
+	@%p32 bra 	$L__BB54_57;
 
 	setp.ne.s32 	%p33, %r214, 4;
-	@%p33 bra 	$L__BB48_66;
+	@%p33 bra 	$L__BB54_66;
 
 	mov.u32 	%r515, 1;
 	mov.u64 	%rd163, %rd3;
 
-$L__BB48_56:
+$L__BB54_56:
 	add.s64 	%rd44, %rd163, 8;
 	ld.global.u64 	%rd103, [%rd163+8];
 	add.s64 	%rd104, %rd103, %rd161;
@@ -11294,18 +16509,18 @@ $L__BB48_56:
 	add.s32 	%r515, %r515, 1;
 	setp.lt.u32 	%p34, %r515, %r213;
 	mov.u64 	%rd163, %rd44;
-	@%p34 bra 	$L__BB48_56;
-	bra.uni 	$L__BB48_68;
+	@%p34 bra 	$L__BB54_56;
+	bra.uni 	$L__BB54_68;
 
-$L__BB48_59:
+$L__BB54_59:
 	setp.lt.u32 	%p36, %r175, 3;
 	mov.u32 	%r523, 1;
-	@%p36 bra 	$L__BB48_62;
+	@%p36 bra 	$L__BB54_62;
 
 	mov.u32 	%r523, 1;
 	mov.u32 	%r521, %r177;
 
-$L__BB48_61:
+$L__BB54_61:
 	mul.wide.u32 	%rd109, %r523, 8;
 	add.s64 	%rd110, %rd3, %rd109;
 	ld.global.u64 	%rd111, [%rd110];
@@ -11330,11 +16545,11 @@ $L__BB48_61:
 	add.s32 	%r523, %r523, 4;
 	add.s32 	%r521, %r521, -4;
 	setp.ne.s32 	%p37, %r521, 0;
-	@%p37 bra 	$L__BB48_61;
+	@%p37 bra 	$L__BB54_61;
 
-$L__BB48_62:
+$L__BB54_62:
 	setp.eq.s32 	%p38, %r176, 0;
-	@%p38 bra 	$L__BB48_68;
+	@%p38 bra 	$L__BB54_68;
 
 	setp.eq.s32 	%p39, %r176, 1;
 	mul.wide.u32 	%rd121, %r523, 8;
@@ -11343,7 +16558,7 @@ $L__BB48_62:
 	add.s64 	%rd124, %rd123, %rd161;
 	ld.u8 	%r428, [%rd124];
 	min.u32 	%r527, %r527, %r428;
-	@%p39 bra 	$L__BB48_68;
+	@%p39 bra 	$L__BB54_68;
 
 	setp.eq.s32 	%p40, %r176, 2;
 	add.s32 	%r429, %r523, 1;
@@ -11353,7 +16568,7 @@ $L__BB48_62:
 	add.s64 	%rd128, %rd127, %rd161;
 	ld.u8 	%r430, [%rd128];
 	min.u32 	%r527, %r527, %r430;
-	@%p40 bra 	$L__BB48_68;
+	@%p40 bra 	$L__BB54_68;
 
 	add.s32 	%r431, %r523, 2;
 	mul.wide.u32 	%rd129, %r431, 8;
@@ -11362,12 +16577,12 @@ $L__BB48_62:
 	add.s64 	%rd132, %rd131, %rd161;
 	ld.u8 	%r432, [%rd132];
 	min.u32 	%r527, %r527, %r432;
-	bra.uni 	$L__BB48_68;
+	bra.uni 	$L__BB54_68;
 
-$L__BB48_57:
+$L__BB54_57:
 	mov.u32 	%r517, 1;
 
-$L__BB48_58:
+$L__BB54_58:
 	mul.wide.u32 	%rd105, %r517, 8;
 	add.s64 	%rd106, %rd3, %rd105;
 	ld.global.u64 	%rd107, [%rd106];
@@ -11376,13 +16591,13 @@ $L__BB48_58:
 	max.u32 	%r527, %r527, %r416;
 	add.s32 	%r517, %r517, 1;
 	setp.lt.u32 	%p35, %r517, %r213;
-	@%p35 bra 	$L__BB48_58;
-	bra.uni 	$L__BB48_68;
+	@%p35 bra 	$L__BB54_58;
+	bra.uni 	$L__BB54_68;
 
-$L__BB48_66:
+$L__BB54_66:
 	mov.u32 	%r525, 1;
 
-$L__BB48_67:
+$L__BB54_67:
 	mul.wide.u32 	%rd133, %r525, 8;
 	add.s64 	%rd134, %rd3, %rd133;
 	ld.global.u64 	%rd135, [%rd134];
@@ -11391,41 +16606,41 @@ $L__BB48_67:
 	add.s32 	%r527, %r527, %r434;
 	add.s32 	%r525, %r525, 1;
 	setp.lt.u32 	%p41, %r525, %r213;
-	@%p41 bra 	$L__BB48_67;
+	@%p41 bra 	$L__BB54_67;
 
-$L__BB48_68:
+$L__BB54_68:
 	setp.ne.s32 	%p42, %r214, 1;
-	@%p42 bra 	$L__BB48_70;
+	@%p42 bra 	$L__BB54_70;
 
 	div.u32 	%r527, %r527, %r213;
 
-$L__BB48_70:
+$L__BB54_70:
 	add.s64 	%rd137, %rd1, %rd161;
 	st.global.u8 	[%rd137], %r527;
 	add.s64 	%rd161, %rd161, %rd39;
 	setp.lt.u64 	%p43, %rd161, %rd11;
-	@%p43 bra 	$L__BB48_52;
-	bra.uni 	$L__BB48_71;
+	@%p43 bra 	$L__BB54_52;
+	bra.uni 	$L__BB54_71;
 
-$L__BB48_48:
+$L__BB54_48:
 	ld.global.u64 	%rd98, [%rd3];
 	add.s64 	%rd99, %rd98, %rd161;
 	ld.u8 	%r514, [%rd99];
 	setp.ne.s32 	%p29, %r214, 1;
-	@%p29 bra 	$L__BB48_50;
+	@%p29 bra 	$L__BB54_50;
 
 	div.u32 	%r514, %r514, %r213;
 
-$L__BB48_50:
+$L__BB54_50:
 	add.s64 	%rd100, %rd1, %rd161;
 	st.global.u8 	[%rd100], %r514;
 	add.s64 	%rd161, %rd161, %rd39;
 	setp.lt.u64 	%p30, %rd161, %rd11;
-	@%p30 bra 	$L__BB48_48;
+	@%p30 bra 	$L__BB54_48;
 
-$L__BB48_71:
+$L__BB54_71:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB48_76;
+	@%p10 bra 	$L__BB54_76;
 
 	mov.u32 	%r529, %tid.x;
 	mov.u32 	%r206, %ntid.x;
@@ -11435,9 +16650,9 @@ $L__BB48_71:
 	add.s64 	%rd46, %rd138, %rd9;
 	shl.b64 	%rd145, %rd46, 3;
 
-$L__BB48_73:
+$L__BB54_73:
 	setp.eq.s32 	%p45, %r529, %r212;
-	@%p45 bra 	$L__BB48_75;
+	@%p45 bra 	$L__BB54_75;
 
 	mul.wide.u32 	%rd141, %r529, 8;
 	add.s64 	%rd142, %rd3, %rd141;
@@ -11449,13 +16664,13 @@ $L__BB48_73:
 	st.release.sys.global.u64 [%rd139], %rd140;
 	// end inline asm
 
-$L__BB48_75:
+$L__BB54_75:
 	add.s32 	%r529, %r529, %r206;
 	setp.lt.u32 	%p46, %r529, %r213;
-	@%p46 bra 	$L__BB48_73;
+	@%p46 bra 	$L__BB54_73;
 
-$L__BB48_76:
-	@%p10 bra 	$L__BB48_83;
+$L__BB54_76:
+	@%p10 bra 	$L__BB54_83;
 
 	mul.wide.u32 	%rd155, %r212, 8;
 	add.s64 	%rd154, %rd3, %rd155;
@@ -11464,9 +16679,9 @@ $L__BB48_76:
 	mov.u32 	%r209, %ntid.x;
 	add.s64 	%rd47, %rd146, %rd51;
 
-$L__BB48_78:
+$L__BB54_78:
 	setp.eq.s32 	%p48, %r530, %r212;
-	@%p48 bra 	$L__BB48_82;
+	@%p48 bra 	$L__BB54_82;
 
 	add.s32 	%r437, %r530, %r213;
 	shl.b32 	%r438, %r437, 9;
@@ -11475,23 +16690,933 @@ $L__BB48_78:
 	shl.b64 	%rd149, %rd148, 3;
 	add.s64 	%rd48, %rd47, %rd149;
 
-$L__BB48_80:
+$L__BB54_80:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd150, [%rd48];
 	// end inline asm
 	setp.eq.s64 	%p49, %rd150, 0;
-	@%p49 bra 	$L__BB48_80;
+	@%p49 bra 	$L__BB54_80;
 
 	mov.u64 	%rd152, 0;
 	st.volatile.u64 	[%rd48], %rd152;
 
-$L__BB48_82:
+$L__BB54_82:
 	add.s32 	%r530, %r530, %r209;
 	setp.lt.u32 	%p50, %r530, %r213;
-	@%p50 bra 	$L__BB48_78;
+	@%p50 bra 	$L__BB54_78;
 
-$L__BB48_83:
+$L__BB54_83:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_reduce_part_u8
+.visible .entry smcuda_reduce_part_u8(
+	.param .u64 smcuda_reduce_part_u8_param_0,
+	.param .u64 smcuda_reduce_part_u8_param_1,
+	.param .u64 smcuda_reduce_part_u8_param_2,
+	.param .u64 smcuda_reduce_part_u8_param_3,
+	.param .u32 smcuda_reduce_part_u8_param_4,
+	.param .u32 smcuda_reduce_part_u8_param_5,
+	.param .u64 smcuda_reduce_part_u8_param_6,
+	.param .u32 smcuda_reduce_part_u8_param_7
+)
+{
+	.reg .pred 	%p<77>;
+	.reg .b16 	%rs<3>;
+	.reg .b32 	%r<648>;
+	.reg .b64 	%rd<201>;
+
+
+	ld.param.u64 	%rd85, [smcuda_reduce_part_u8_param_0];
+	ld.param.u64 	%rd82, [smcuda_reduce_part_u8_param_1];
+	ld.param.u64 	%rd83, [smcuda_reduce_part_u8_param_2];
+	ld.param.u64 	%rd86, [smcuda_reduce_part_u8_param_3];
+	ld.param.u32 	%r302, [smcuda_reduce_part_u8_param_4];
+	ld.param.u32 	%r303, [smcuda_reduce_part_u8_param_5];
+	ld.param.u64 	%rd84, [smcuda_reduce_part_u8_param_6];
+	ld.param.u32 	%r304, [smcuda_reduce_part_u8_param_7];
+	cvta.to.global.u64 	%rd1, %rd82;
+	cvta.to.global.u64 	%rd2, %rd85;
+	cvta.to.global.u64 	%rd3, %rd86;
+	mov.u32 	%r305, %nctaid.x;
+	mov.u32 	%r306, %ntid.x;
+	mul.wide.u32 	%rd4, %r305, %r306;
+	mov.u32 	%r307, %ctaid.x;
+	mul.wide.u32 	%rd87, %r307, %r306;
+	mov.u32 	%r308, %tid.x;
+	cvt.u64.u32 	%rd88, %r308;
+	add.s64 	%rd5, %rd87, %rd88;
+	or.b64  	%rd89, %rd82, %rd85;
+	or.b64  	%rd166, %rd89, %rd83;
+	setp.eq.s32 	%p1, %r303, 0;
+	@%p1 bra 	$L__BB55_17;
+
+	add.s32 	%r310, %r303, -1;
+	and.b32  	%r1, %r303, 3;
+	setp.lt.u32 	%p2, %r310, 3;
+	mov.u32 	%r515, 0;
+	@%p2 bra 	$L__BB55_12;
+
+	sub.s32 	%r514, %r303, %r1;
+	mov.u32 	%r515, 0;
+
+$L__BB55_3:
+	mul.wide.u32 	%rd91, %r515, 8;
+	add.s64 	%rd8, %rd3, %rd91;
+	setp.eq.s32 	%p3, %r515, %r302;
+	@%p3 bra 	$L__BB55_5;
+
+	ld.global.u64 	%rd92, [%rd8];
+	or.b64  	%rd166, %rd92, %rd166;
+
+$L__BB55_5:
+	add.s32 	%r312, %r515, 1;
+	setp.eq.s32 	%p4, %r312, %r302;
+	@%p4 bra 	$L__BB55_7;
+
+	ld.global.u64 	%rd93, [%rd8+8];
+	or.b64  	%rd166, %rd93, %rd166;
+
+$L__BB55_7:
+	add.s32 	%r313, %r515, 2;
+	setp.eq.s32 	%p5, %r313, %r302;
+	@%p5 bra 	$L__BB55_9;
+
+	ld.global.u64 	%rd94, [%rd8+16];
+	or.b64  	%rd166, %rd94, %rd166;
+
+$L__BB55_9:
+	add.s32 	%r314, %r515, 3;
+	setp.eq.s32 	%p6, %r314, %r302;
+	@%p6 bra 	$L__BB55_11;
+
+	ld.global.u64 	%rd95, [%rd8+24];
+	or.b64  	%rd166, %rd95, %rd166;
+
+$L__BB55_11:
+	add.s32 	%r515, %r515, 4;
+	add.s32 	%r514, %r514, -4;
+	setp.ne.s32 	%p7, %r514, 0;
+	@%p7 bra 	$L__BB55_3;
+
+$L__BB55_12:
+	and.b32  	%r511, %r303, 3;
+	setp.eq.s32 	%p8, %r511, 0;
+	@%p8 bra 	$L__BB55_17;
+
+	and.b32  	%r517, %r303, 3;
+
+$L__BB55_14:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r515, %r302;
+	@%p9 bra 	$L__BB55_16;
+
+	mul.wide.u32 	%rd96, %r515, 8;
+	add.s64 	%rd97, %rd3, %rd96;
+	ld.global.u64 	%rd98, [%rd97];
+	or.b64  	%rd166, %rd98, %rd166;
+
+$L__BB55_16:
+	add.s32 	%r515, %r515, 1;
+	add.s32 	%r517, %r517, -1;
+	setp.ne.s32 	%p10, %r517, 0;
+	@%p10 bra 	$L__BB55_14;
+
+$L__BB55_17:
+	and.b64  	%rd100, %rd166, 15;
+	setp.ne.s64 	%p11, %rd100, 0;
+	mov.u64 	%rd178, 0;
+	@%p11 bra 	$L__BB55_46;
+
+	and.b64  	%rd178, %rd84, -16;
+	shl.b64 	%rd175, %rd5, 4;
+	setp.ge.u64 	%p12, %rd175, %rd178;
+	@%p12 bra 	$L__BB55_46;
+
+	shl.b64 	%rd25, %rd4, 4;
+
+$L__BB55_20:
+	@%p1 bra 	$L__BB55_40;
+
+	setp.eq.s32 	%p14, %r304, 2;
+	@%p14 bra 	$L__BB55_33;
+	bra.uni 	$L__BB55_22;
+
+$L__BB55_33:
+	mov.u32 	%r583, 0;
+
+$L__BB55_34:
+	setp.eq.s32 	%p20, %r583, %r302;
+	mov.u64 	%rd177, %rd83;
+	@%p20 bra 	$L__BB55_36;
+
+	mul.wide.u32 	%rd104, %r583, 8;
+	add.s64 	%rd105, %rd3, %rd104;
+	ld.global.u64 	%rd177, [%rd105];
+
+$L__BB55_36:
+	add.s64 	%rd106, %rd177, %rd175;
+	ld.v4.u32 	{%r402, %r403, %r404, %r405}, [%rd106];
+	and.b32  	%r151, %r402, 255;
+	setp.eq.s32 	%p21, %r583, 0;
+	@%p21 bra 	$L__BB55_38;
+
+	min.u32 	%r566, %r566, %r151;
+	shr.u32 	%r406, %r402, 8;
+	and.b32  	%r407, %r406, 255;
+	min.u32 	%r565, %r565, %r407;
+	shr.u32 	%r408, %r402, 16;
+	and.b32  	%r409, %r408, 255;
+	min.u32 	%r564, %r564, %r409;
+	shr.u32 	%r410, %r402, 24;
+	min.u32 	%r563, %r563, %r410;
+	and.b32  	%r411, %r403, 255;
+	min.u32 	%r562, %r562, %r411;
+	shr.u32 	%r412, %r403, 8;
+	and.b32  	%r413, %r412, 255;
+	min.u32 	%r561, %r561, %r413;
+	shr.u32 	%r414, %r403, 16;
+	and.b32  	%r415, %r414, 255;
+	min.u32 	%r560, %r560, %r415;
+	shr.u32 	%r416, %r403, 24;
+	min.u32 	%r559, %r559, %r416;
+	and.b32  	%r417, %r404, 255;
+	min.u32 	%r558, %r558, %r417;
+	shr.u32 	%r418, %r404, 8;
+	and.b32  	%r419, %r418, 255;
+	min.u32 	%r557, %r557, %r419;
+	shr.u32 	%r420, %r404, 16;
+	and.b32  	%r421, %r420, 255;
+	min.u32 	%r556, %r556, %r421;
+	shr.u32 	%r422, %r404, 24;
+	min.u32 	%r555, %r555, %r422;
+	and.b32  	%r423, %r405, 255;
+	min.u32 	%r554, %r554, %r423;
+	shr.u32 	%r424, %r405, 8;
+	and.b32  	%r425, %r424, 255;
+	min.u32 	%r553, %r553, %r425;
+	shr.u32 	%r426, %r405, 16;
+	and.b32  	%r427, %r426, 255;
+	min.u32 	%r552, %r552, %r427;
+	shr.u32 	%r428, %r405, 24;
+	min.u32 	%r551, %r551, %r428;
+	bra.uni 	$L__BB55_39;
+
+$L__BB55_38:
+	shr.u32 	%r429, %r402, 8;
+	and.b32  	%r565, %r429, 255;
+	shr.u32 	%r430, %r402, 16;
+	and.b32  	%r564, %r430, 255;
+	shr.u32 	%r563, %r402, 24;
+	and.b32  	%r562, %r403, 255;
+	shr.u32 	%r431, %r403, 8;
+	and.b32  	%r561, %r431, 255;
+	shr.u32 	%r432, %r403, 16;
+	and.b32  	%r560, %r432, 255;
+	shr.u32 	%r559, %r403, 24;
+	and.b32  	%r558, %r404, 255;
+	shr.u32 	%r433, %r404, 8;
+	and.b32  	%r557, %r433, 255;
+	shr.u32 	%r434, %r404, 16;
+	and.b32  	%r556, %r434, 255;
+	shr.u32 	%r555, %r404, 24;
+	and.b32  	%r554, %r405, 255;
+	shr.u32 	%r435, %r405, 8;
+	and.b32  	%r553, %r435, 255;
+	shr.u32 	%r436, %r405, 16;
+	and.b32  	%r552, %r436, 255;
+	shr.u32 	%r551, %r405, 24;
+	mov.u32 	%r566, %r151;
+
+$L__BB55_39:
+	add.s32 	%r583, %r583, 1;
+	setp.lt.u32 	%p22, %r583, %r303;
+	@%p22 bra 	$L__BB55_34;
+	bra.uni 	$L__BB55_40;
+
+$L__BB55_22:
+	mov.u32 	%r550, 0;
+
+$L__BB55_23:
+	setp.eq.s32 	%p15, %r550, %r302;
+	mov.u64 	%rd176, %rd83;
+	@%p15 bra 	$L__BB55_25;
+
+	mul.wide.u32 	%rd101, %r550, 8;
+	add.s64 	%rd102, %rd3, %rd101;
+	ld.global.u64 	%rd176, [%rd102];
+
+$L__BB55_25:
+	add.s64 	%rd103, %rd176, %rd175;
+	ld.v4.u32 	{%r317, %r318, %r319, %r320}, [%rd103];
+	setp.eq.s32 	%p16, %r550, 0;
+	@%p16 bra 	$L__BB55_31;
+
+	setp.eq.s32 	%p17, %r304, 3;
+	@%p17 bra 	$L__BB55_29;
+
+	setp.ne.s32 	%p18, %r304, 4;
+	@%p18 bra 	$L__BB55_30;
+
+	and.b32  	%r321, %r317, 255;
+	mul.lo.s32 	%r566, %r566, %r321;
+	shr.u32 	%r322, %r317, 8;
+	and.b32  	%r323, %r322, 255;
+	mul.lo.s32 	%r565, %r565, %r323;
+	shr.u32 	%r324, %r317, 16;
+	and.b32  	%r325, %r324, 255;
+	mul.lo.s32 	%r564, %r564, %r325;
+	shr.u32 	%r326, %r317, 24;
+	mul.lo.s32 	%r563, %r563, %r326;
+	and.b32  	%r327, %r318, 255;
+	mul.lo.s32 	%r562, %r562, %r327;
+	shr.u32 	%r328, %r318, 8;
+	and.b32  	%r329, %r328, 255;
+	mul.lo.s32 	%r561, %r561, %r329;
+	shr.u32 	%r330, %r318, 16;
+	and.b32  	%r331, %r330, 255;
+	mul.lo.s32 	%r560, %r560, %r331;
+	shr.u32 	%r332, %r318, 24;
+	mul.lo.s32 	%r559, %r559, %r332;
+	and.b32  	%r333, %r319, 255;
+	mul.lo.s32 	%r558, %r558, %r333;
+	shr.u32 	%r334, %r319, 8;
+	and.b32  	%r335, %r334, 255;
+	mul.lo.s32 	%r557, %r557, %r335;
+	shr.u32 	%r336, %r319, 16;
+	and.b32  	%r337, %r336, 255;
+	mul.lo.s32 	%r556, %r556, %r337;
+	shr.u32 	%r338, %r319, 24;
+	mul.lo.s32 	%r555, %r555, %r338;
+	and.b32  	%r339, %r320, 255;
+	mul.lo.s32 	%r554, %r554, %r339;
+	shr.u32 	%r340, %r320, 8;
+	and.b32  	%r341, %r340, 255;
+	mul.lo.s32 	%r553, %r553, %r341;
+	shr.u32 	%r342, %r320, 16;
+	and.b32  	%r343, %r342, 255;
+	mul.lo.s32 	%r552, %r552, %r343;
+	shr.u32 	%r344, %r320, 24;
+	mul.lo.s32 	%r551, %r551, %r344;
+	bra.uni 	$L__BB55_32;
+
+$L__BB55_31:
+	and.b32  	%r566, %r317, 255;
+	shr.u32 	%r393, %r317, 8;
+	and.b32  	%r565, %r393, 255;
+	shr.u32 	%r394, %r317, 16;
+	and.b32  	%r564, %r394, 255;
+	shr.u32 	%r563, %r317, 24;
+	and.b32  	%r562, %r318, 255;
+	shr.u32 	%r395, %r318, 8;
+	and.b32  	%r561, %r395, 255;
+	shr.u32 	%r396, %r318, 16;
+	and.b32  	%r560, %r396, 255;
+	shr.u32 	%r559, %r318, 24;
+	and.b32  	%r558, %r319, 255;
+	shr.u32 	%r397, %r319, 8;
+	and.b32  	%r557, %r397, 255;
+	shr.u32 	%r398, %r319, 16;
+	and.b32  	%r556, %r398, 255;
+	shr.u32 	%r555, %r319, 24;
+	and.b32  	%r554, %r320, 255;
+	shr.u32 	%r399, %r320, 8;
+	and.b32  	%r553, %r399, 255;
+	shr.u32 	%r400, %r320, 16;
+	and.b32  	%r552, %r400, 255;
+	shr.u32 	%r551, %r320, 24;
+	bra.uni 	$L__BB55_32;
+
+$L__BB55_29:
+	and.b32  	%r345, %r317, 255;
+	max.u32 	%r566, %r566, %r345;
+	shr.u32 	%r346, %r317, 8;
+	and.b32  	%r347, %r346, 255;
+	max.u32 	%r565, %r565, %r347;
+	shr.u32 	%r348, %r317, 16;
+	and.b32  	%r349, %r348, 255;
+	max.u32 	%r564, %r564, %r349;
+	shr.u32 	%r350, %r317, 24;
+	max.u32 	%r563, %r563, %r350;
+	and.b32  	%r351, %r318, 255;
+	max.u32 	%r562, %r562, %r351;
+	shr.u32 	%r352, %r318, 8;
+	and.b32  	%r353, %r352, 255;
+	max.u32 	%r561, %r561, %r353;
+	shr.u32 	%r354, %r318, 16;
+	and.b32  	%r355, %r354, 255;
+	max.u32 	%r560, %r560, %r355;
+	shr.u32 	%r356, %r318, 24;
+	max.u32 	%r559, %r559, %r356;
+	and.b32  	%r357, %r319, 255;
+	max.u32 	%r558, %r558, %r357;
+	shr.u32 	%r358, %r319, 8;
+	and.b32  	%r359, %r358, 255;
+	max.u32 	%r557, %r557, %r359;
+	shr.u32 	%r360, %r319, 16;
+	and.b32  	%r361, %r360, 255;
+	max.u32 	%r556, %r556, %r361;
+	shr.u32 	%r362, %r319, 24;
+	max.u32 	%r555, %r555, %r362;
+	and.b32  	%r363, %r320, 255;
+	max.u32 	%r554, %r554, %r363;
+	shr.u32 	%r364, %r320, 8;
+	and.b32  	%r365, %r364, 255;
+	max.u32 	%r553, %r553, %r365;
+	shr.u32 	%r366, %r320, 16;
+	and.b32  	%r367, %r366, 255;
+	max.u32 	%r552, %r552, %r367;
+	shr.u32 	%r368, %r320, 24;
+	max.u32 	%r551, %r551, %r368;
+	bra.uni 	$L__BB55_32;
+
+$L__BB55_30:
+	and.b32  	%r369, %r317, 255;
+	add.s32 	%r566, %r566, %r369;
+	shr.u32 	%r370, %r317, 8;
+	and.b32  	%r371, %r370, 255;
+	add.s32 	%r565, %r565, %r371;
+	shr.u32 	%r372, %r317, 16;
+	and.b32  	%r373, %r372, 255;
+	add.s32 	%r564, %r564, %r373;
+	shr.u32 	%r374, %r317, 24;
+	add.s32 	%r563, %r563, %r374;
+	and.b32  	%r375, %r318, 255;
+	add.s32 	%r562, %r562, %r375;
+	shr.u32 	%r376, %r318, 8;
+	and.b32  	%r377, %r376, 255;
+	add.s32 	%r561, %r561, %r377;
+	shr.u32 	%r378, %r318, 16;
+	and.b32  	%r379, %r378, 255;
+	add.s32 	%r560, %r560, %r379;
+	shr.u32 	%r380, %r318, 24;
+	add.s32 	%r559, %r559, %r380;
+	and.b32  	%r381, %r319, 255;
+	add.s32 	%r558, %r558, %r381;
+	shr.u32 	%r382, %r319, 8;
+	and.b32  	%r383, %r382, 255;
+	add.s32 	%r557, %r557, %r383;
+	shr.u32 	%r384, %r319, 16;
+	and.b32  	%r385, %r384, 255;
+	add.s32 	%r556, %r556, %r385;
+	shr.u32 	%r386, %r319, 24;
+	add.s32 	%r555, %r555, %r386;
+	and.b32  	%r387, %r320, 255;
+	add.s32 	%r554, %r554, %r387;
+	shr.u32 	%r388, %r320, 8;
+	and.b32  	%r389, %r388, 255;
+	add.s32 	%r553, %r553, %r389;
+	shr.u32 	%r390, %r320, 16;
+	and.b32  	%r391, %r390, 255;
+	add.s32 	%r552, %r552, %r391;
+	shr.u32 	%r392, %r320, 24;
+	add.s32 	%r551, %r551, %r392;
+
+$L__BB55_32:
+	add.s32 	%r550, %r550, 1;
+	setp.lt.u32 	%p19, %r550, %r303;
+	@%p19 bra 	$L__BB55_23;
+
+$L__BB55_40:
+	setp.eq.s32 	%p23, %r304, 1;
+	@%p23 bra 	$L__BB55_42;
+	bra.uni 	$L__BB55_41;
+
+$L__BB55_42:
+	div.u32 	%r448, %r566, %r303;
+	div.u32 	%r449, %r565, %r303;
+	mov.u32 	%r450, 64;
+	prmt.b32 	%r451, %r448, %r449, %r450;
+	div.u32 	%r452, %r564, %r303;
+	mov.u32 	%r453, 1040;
+	prmt.b32 	%r454, %r451, %r452, %r453;
+	div.u32 	%r455, %r563, %r303;
+	mov.u32 	%r456, 16912;
+	prmt.b32 	%r619, %r454, %r455, %r456;
+	div.u32 	%r457, %r561, %r303;
+	div.u32 	%r458, %r562, %r303;
+	prmt.b32 	%r459, %r458, %r457, %r450;
+	div.u32 	%r460, %r560, %r303;
+	prmt.b32 	%r461, %r459, %r460, %r453;
+	div.u32 	%r462, %r559, %r303;
+	prmt.b32 	%r618, %r461, %r462, %r456;
+	div.u32 	%r463, %r557, %r303;
+	div.u32 	%r464, %r558, %r303;
+	prmt.b32 	%r465, %r464, %r463, %r450;
+	div.u32 	%r466, %r556, %r303;
+	prmt.b32 	%r467, %r465, %r466, %r453;
+	div.u32 	%r468, %r555, %r303;
+	prmt.b32 	%r617, %r467, %r468, %r456;
+	div.u32 	%r469, %r553, %r303;
+	div.u32 	%r470, %r554, %r303;
+	prmt.b32 	%r471, %r470, %r469, %r450;
+	div.u32 	%r472, %r552, %r303;
+	prmt.b32 	%r473, %r471, %r472, %r453;
+	div.u32 	%r474, %r551, %r303;
+	prmt.b32 	%r616, %r473, %r474, %r456;
+	bra.uni 	$L__BB55_43;
+
+$L__BB55_41:
+	mov.u32 	%r437, 64;
+	prmt.b32 	%r438, %r566, %r565, %r437;
+	mov.u32 	%r439, 1040;
+	prmt.b32 	%r440, %r438, %r564, %r439;
+	mov.u32 	%r441, 16912;
+	prmt.b32 	%r619, %r440, %r563, %r441;
+	prmt.b32 	%r442, %r562, %r561, %r437;
+	prmt.b32 	%r443, %r442, %r560, %r439;
+	prmt.b32 	%r618, %r443, %r559, %r441;
+	prmt.b32 	%r444, %r558, %r557, %r437;
+	prmt.b32 	%r445, %r444, %r556, %r439;
+	prmt.b32 	%r617, %r445, %r555, %r441;
+	prmt.b32 	%r446, %r554, %r553, %r437;
+	prmt.b32 	%r447, %r446, %r552, %r439;
+	prmt.b32 	%r616, %r447, %r551, %r441;
+
+$L__BB55_43:
+	add.s64 	%rd107, %rd2, %rd175;
+	st.global.v4.u32 	[%rd107], {%r619, %r618, %r617, %r616};
+	setp.eq.s64 	%p24, %rd82, 0;
+	@%p24 bra 	$L__BB55_45;
+
+	add.s64 	%rd108, %rd1, %rd175;
+	st.global.v4.u32 	[%rd108], {%r619, %r618, %r617, %r616};
+
+$L__BB55_45:
+	add.s64 	%rd175, %rd175, %rd25;
+	setp.lt.u64 	%p25, %rd175, %rd178;
+	@%p25 bra 	$L__BB55_20;
+
+$L__BB55_46:
+	add.s64 	%rd179, %rd178, %rd5;
+	setp.ge.u64 	%p26, %rd179, %rd84;
+	@%p26 bra 	$L__BB55_132;
+
+	setp.eq.s32 	%p27, %r302, 0;
+	add.s32 	%r232, %r303, -2;
+	add.s32 	%r475, %r303, -1;
+	and.b32  	%r233, %r475, 3;
+	sub.s32 	%r234, %r475, %r233;
+	@%p27 bra 	$L__BB55_90;
+
+$L__BB55_48:
+	ld.global.u64 	%rd109, [%rd3];
+	add.s64 	%rd110, %rd109, %rd179;
+	ld.u8 	%r632, [%rd110];
+	setp.lt.u32 	%p28, %r303, 2;
+	@%p28 bra 	$L__BB55_85;
+
+	setp.eq.s32 	%p29, %r304, 2;
+	@%p29 bra 	$L__BB55_60;
+
+	setp.eq.s32 	%p30, %r304, 3;
+	@%p30 bra 	$L__BB55_56;
+
+	setp.ne.s32 	%p31, %r304, 4;
+	@%p31 bra 	$L__BB55_81;
+
+	mov.u32 	%r620, 1;
+
+$L__BB55_53:
+	setp.eq.s32 	%p32, %r620, %r302;
+	mov.u64 	%rd180, %rd83;
+	@%p32 bra 	$L__BB55_55;
+
+	mul.wide.u32 	%rd111, %r620, 8;
+	add.s64 	%rd112, %rd3, %rd111;
+	ld.global.u64 	%rd180, [%rd112];
+
+$L__BB55_55:
+	add.s64 	%rd113, %rd180, %rd179;
+	ld.u8 	%r477, [%rd113];
+	mul.lo.s32 	%r632, %r632, %r477;
+	add.s32 	%r620, %r620, 1;
+	setp.lt.u32 	%p33, %r620, %r303;
+	@%p33 bra 	$L__BB55_53;
+	bra.uni 	$L__BB55_85;
+
+$L__BB55_60:
+	setp.lt.u32 	%p36, %r232, 3;
+	mov.u32 	%r628, 1;
+	@%p36 bra 	$L__BB55_71;
+
+	mov.u32 	%r628, 1;
+	mov.u32 	%r626, %r234;
+
+$L__BB55_62:
+	mul.wide.u32 	%rd117, %r628, 8;
+	add.s64 	%rd39, %rd3, %rd117;
+	setp.eq.s32 	%p37, %r628, %r302;
+	mov.u64 	%rd182, %rd83;
+	@%p37 bra 	$L__BB55_64;
+
+	ld.global.u64 	%rd182, [%rd39];
+
+$L__BB55_64:
+	add.s64 	%rd118, %rd182, %rd179;
+	ld.u8 	%r483, [%rd118];
+	min.u32 	%r247, %r632, %r483;
+	add.s32 	%r484, %r628, 1;
+	setp.eq.s32 	%p38, %r484, %r302;
+	mov.u64 	%rd183, %rd83;
+	@%p38 bra 	$L__BB55_66;
+
+	ld.global.u64 	%rd183, [%rd39+8];
+
+$L__BB55_66:
+	add.s64 	%rd119, %rd183, %rd179;
+	ld.u8 	%r485, [%rd119];
+	min.u32 	%r248, %r247, %r485;
+	add.s32 	%r486, %r628, 2;
+	setp.eq.s32 	%p39, %r486, %r302;
+	mov.u64 	%rd184, %rd83;
+	@%p39 bra 	$L__BB55_68;
+
+	ld.global.u64 	%rd184, [%rd39+16];
+
+$L__BB55_68:
+	add.s64 	%rd120, %rd184, %rd179;
+	ld.u8 	%r487, [%rd120];
+	min.u32 	%r249, %r248, %r487;
+	add.s32 	%r250, %r628, 3;
+	setp.eq.s32 	%p40, %r250, %r302;
+	mov.u64 	%rd185, %rd83;
+	@%p40 bra 	$L__BB55_70;
+
+	mul.wide.u32 	%rd121, %r250, 8;
+	add.s64 	%rd122, %rd3, %rd121;
+	ld.global.u64 	%rd185, [%rd122];
+
+$L__BB55_70:
+	add.s64 	%rd123, %rd185, %rd179;
+	ld.u8 	%r488, [%rd123];
+	min.u32 	%r632, %r249, %r488;
+	add.s32 	%r628, %r628, 4;
+	add.s32 	%r626, %r626, -4;
+	setp.ne.s32 	%p41, %r626, 0;
+	@%p41 bra 	$L__BB55_62;
+
+$L__BB55_71:
+	setp.eq.s32 	%p42, %r233, 0;
+	@%p42 bra 	$L__BB55_85;
+
+	setp.eq.s32 	%p43, %r628, %r302;
+	mov.u64 	%rd186, %rd83;
+	@%p43 bra 	$L__BB55_74;
+
+	mul.wide.u32 	%rd124, %r628, 8;
+	add.s64 	%rd125, %rd3, %rd124;
+	ld.global.u64 	%rd186, [%rd125];
+
+$L__BB55_74:
+	add.s64 	%rd126, %rd186, %rd179;
+	ld.u8 	%r489, [%rd126];
+	min.u32 	%r632, %r632, %r489;
+	add.s32 	%r258, %r628, 1;
+	setp.eq.s32 	%p44, %r233, 1;
+	@%p44 bra 	$L__BB55_85;
+
+	setp.eq.s32 	%p45, %r258, %r302;
+	mov.u64 	%rd187, %rd83;
+	@%p45 bra 	$L__BB55_77;
+
+	mul.wide.u32 	%rd127, %r258, 8;
+	add.s64 	%rd128, %rd3, %rd127;
+	ld.global.u64 	%rd187, [%rd128];
+
+$L__BB55_77:
+	add.s64 	%rd129, %rd187, %rd179;
+	ld.u8 	%r490, [%rd129];
+	min.u32 	%r632, %r632, %r490;
+	add.s32 	%r260, %r628, 2;
+	setp.eq.s32 	%p46, %r233, 2;
+	@%p46 bra 	$L__BB55_85;
+
+	setp.eq.s32 	%p47, %r260, %r302;
+	mov.u64 	%rd188, %rd83;
+	@%p47 bra 	$L__BB55_80;
+
+	mul.wide.u32 	%rd130, %r260, 8;
+	add.s64 	%rd131, %rd3, %rd130;
+	ld.global.u64 	%rd188, [%rd131];
+
+$L__BB55_80:
+	add.s64 	%rd132, %rd188, %rd179;
+	ld.u8 	%r491, [%rd132];
+	min.u32 	%r632, %r632, %r491;
+	bra.uni 	$L__BB55_85;
+
+$L__BB55_56:
+	mov.u32 	%r622, 1;
+
+$L__BB55_57:
+	setp.eq.s32 	%p34, %r622, %r302;
+	mov.u64 	%rd181, %rd83;
+	@%p34 bra 	$L__BB55_59;
+
+	mul.wide.u32 	%rd114, %r622, 8;
+	add.s64 	%rd115, %rd3, %rd114;
+	ld.global.u64 	%rd181, [%rd115];
+
+$L__BB55_59:
+	add.s64 	%rd116, %rd181, %rd179;
+	ld.u8 	%r479, [%rd116];
+	max.u32 	%r632, %r632, %r479;
+	add.s32 	%r622, %r622, 1;
+	setp.lt.u32 	%p35, %r622, %r303;
+	@%p35 bra 	$L__BB55_57;
+	bra.uni 	$L__BB55_85;
+
+$L__BB55_81:
+	mov.u32 	%r630, 1;
+
+$L__BB55_82:
+	setp.eq.s32 	%p48, %r630, %r302;
+	mov.u64 	%rd189, %rd83;
+	@%p48 bra 	$L__BB55_84;
+
+	mul.wide.u32 	%rd133, %r630, 8;
+	add.s64 	%rd134, %rd3, %rd133;
+	ld.global.u64 	%rd189, [%rd134];
+
+$L__BB55_84:
+	add.s64 	%rd135, %rd189, %rd179;
+	ld.u8 	%r493, [%rd135];
+	add.s32 	%r632, %r632, %r493;
+	add.s32 	%r630, %r630, 1;
+	setp.lt.u32 	%p49, %r630, %r303;
+	@%p49 bra 	$L__BB55_82;
+
+$L__BB55_85:
+	setp.ne.s32 	%p50, %r304, 1;
+	@%p50 bra 	$L__BB55_87;
+
+	div.u32 	%r632, %r632, %r303;
+
+$L__BB55_87:
+	add.s64 	%rd136, %rd2, %rd179;
+	cvt.u16.u32 	%rs1, %r632;
+	st.global.u8 	[%rd136], %rs1;
+	setp.eq.s64 	%p51, %rd82, 0;
+	@%p51 bra 	$L__BB55_89;
+
+	add.s64 	%rd137, %rd1, %rd179;
+	st.global.u8 	[%rd137], %rs1;
+
+$L__BB55_89:
+	add.s64 	%rd179, %rd179, %rd4;
+	setp.lt.u64 	%p52, %rd179, %rd84;
+	@%p52 bra 	$L__BB55_48;
+	bra.uni 	$L__BB55_132;
+
+$L__BB55_90:
+	cvta.to.global.u64 	%rd57, %rd83;
+
+$L__BB55_91:
+	add.s64 	%rd138, %rd57, %rd179;
+	ld.global.u8 	%r646, [%rd138];
+	setp.lt.u32 	%p53, %r303, 2;
+	@%p53 bra 	$L__BB55_127;
+
+	add.s64 	%rd199, %rd83, %rd179;
+	setp.eq.s32 	%p54, %r304, 2;
+	@%p54 bra 	$L__BB55_104;
+
+	setp.eq.s32 	%p55, %r304, 3;
+	@%p55 bra 	$L__BB55_100;
+
+	setp.ne.s32 	%p56, %r304, 4;
+	@%p56 bra 	$L__BB55_123;
+
+	mov.u32 	%r634, 1;
+	mov.u64 	%rd191, %rd3;
+
+$L__BB55_96:
+	setp.eq.s32 	%p57, %r634, 0;
+	@%p57 bra 	$L__BB55_98;
+
+	ld.global.u64 	%rd139, [%rd191+8];
+	add.s64 	%rd192, %rd139, %rd179;
+	bra.uni 	$L__BB55_99;
+
+$L__BB55_98:
+	mov.u64 	%rd192, %rd199;
+
+$L__BB55_99:
+	add.s64 	%rd191, %rd191, 8;
+	ld.u8 	%r495, [%rd192];
+	mul.lo.s32 	%r646, %r646, %r495;
+	add.s32 	%r634, %r634, 1;
+	setp.lt.u32 	%p58, %r634, %r303;
+	@%p58 bra 	$L__BB55_96;
+	bra.uni 	$L__BB55_127;
+
+$L__BB55_104:
+	setp.lt.u32 	%p61, %r232, 3;
+	mov.u32 	%r642, 1;
+	@%p61 bra 	$L__BB55_113;
+
+	mov.u32 	%r642, 1;
+	mov.u32 	%r640, %r234;
+
+$L__BB55_106:
+	mul.wide.u32 	%rd143, %r642, 8;
+	add.s64 	%rd66, %rd3, %rd143;
+	setp.eq.s32 	%p62, %r642, 0;
+	mov.u64 	%rd194, %rd199;
+	@%p62 bra 	$L__BB55_108;
+
+	ld.global.u64 	%rd144, [%rd66];
+	add.s64 	%rd194, %rd144, %rd179;
+
+$L__BB55_108:
+	ld.u8 	%r501, [%rd194];
+	min.u32 	%r502, %r646, %r501;
+	ld.global.u64 	%rd145, [%rd66+8];
+	add.s64 	%rd146, %rd145, %rd179;
+	ld.u8 	%r503, [%rd146];
+	min.u32 	%r281, %r502, %r503;
+	setp.eq.s32 	%p63, %r642, -2;
+	mov.u64 	%rd195, %rd199;
+	@%p63 bra 	$L__BB55_110;
+
+	ld.global.u64 	%rd147, [%rd66+16];
+	add.s64 	%rd195, %rd147, %rd179;
+
+$L__BB55_110:
+	ld.u8 	%r504, [%rd195];
+	min.u32 	%r282, %r281, %r504;
+	add.s32 	%r283, %r642, 3;
+	setp.eq.s32 	%p64, %r283, 0;
+	mov.u64 	%rd196, %rd199;
+	@%p64 bra 	$L__BB55_112;
+
+	mul.wide.u32 	%rd148, %r283, 8;
+	add.s64 	%rd149, %rd3, %rd148;
+	ld.global.u64 	%rd150, [%rd149];
+	add.s64 	%rd196, %rd150, %rd179;
+
+$L__BB55_112:
+	ld.u8 	%r505, [%rd196];
+	min.u32 	%r646, %r282, %r505;
+	add.s32 	%r642, %r642, 4;
+	add.s32 	%r640, %r640, -4;
+	setp.ne.s32 	%p65, %r640, 0;
+	@%p65 bra 	$L__BB55_106;
+
+$L__BB55_113:
+	setp.eq.s32 	%p66, %r233, 0;
+	@%p66 bra 	$L__BB55_127;
+
+	setp.eq.s32 	%p67, %r642, 0;
+	mov.u64 	%rd197, %rd199;
+	@%p67 bra 	$L__BB55_116;
+
+	mul.wide.u32 	%rd151, %r642, 8;
+	add.s64 	%rd152, %rd3, %rd151;
+	ld.global.u64 	%rd153, [%rd152];
+	add.s64 	%rd197, %rd153, %rd179;
+
+$L__BB55_116:
+	ld.u8 	%r506, [%rd197];
+	min.u32 	%r646, %r646, %r506;
+	add.s32 	%r291, %r642, 1;
+	setp.eq.s32 	%p68, %r233, 1;
+	@%p68 bra 	$L__BB55_127;
+
+	setp.eq.s32 	%p69, %r291, 0;
+	mov.u64 	%rd198, %rd199;
+	@%p69 bra 	$L__BB55_119;
+
+	mul.wide.u32 	%rd154, %r291, 8;
+	add.s64 	%rd155, %rd3, %rd154;
+	ld.global.u64 	%rd156, [%rd155];
+	add.s64 	%rd198, %rd156, %rd179;
+
+$L__BB55_119:
+	ld.u8 	%r507, [%rd198];
+	min.u32 	%r646, %r646, %r507;
+	add.s32 	%r293, %r642, 2;
+	setp.eq.s32 	%p70, %r233, 2;
+	@%p70 bra 	$L__BB55_127;
+
+	setp.eq.s32 	%p71, %r293, 0;
+	@%p71 bra 	$L__BB55_122;
+
+	mul.wide.u32 	%rd157, %r293, 8;
+	add.s64 	%rd158, %rd3, %rd157;
+	ld.global.u64 	%rd159, [%rd158];
+	add.s64 	%rd199, %rd159, %rd179;
+
+$L__BB55_122:
+	ld.u8 	%r508, [%rd199];
+	min.u32 	%r646, %r646, %r508;
+	bra.uni 	$L__BB55_127;
+
+$L__BB55_100:
+	mov.u32 	%r636, 1;
+
+$L__BB55_101:
+	setp.eq.s32 	%p59, %r636, 0;
+	mov.u64 	%rd193, %rd199;
+	@%p59 bra 	$L__BB55_103;
+
+	mul.wide.u32 	%rd140, %r636, 8;
+	add.s64 	%rd141, %rd3, %rd140;
+	ld.global.u64 	%rd142, [%rd141];
+	add.s64 	%rd193, %rd142, %rd179;
+
+$L__BB55_103:
+	ld.u8 	%r497, [%rd193];
+	max.u32 	%r646, %r646, %r497;
+	add.s32 	%r636, %r636, 1;
+	setp.lt.u32 	%p60, %r636, %r303;
+	@%p60 bra 	$L__BB55_101;
+	bra.uni 	$L__BB55_127;
+
+$L__BB55_123:
+	mov.u32 	%r644, 1;
+
+$L__BB55_124:
+	setp.eq.s32 	%p72, %r644, 0;
+	mov.u64 	%rd200, %rd199;
+	@%p72 bra 	$L__BB55_126;
+
+	mul.wide.u32 	%rd160, %r644, 8;
+	add.s64 	%rd161, %rd3, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd200, %rd162, %rd179;
+
+$L__BB55_126:
+	ld.u8 	%r510, [%rd200];
+	add.s32 	%r646, %r646, %r510;
+	add.s32 	%r644, %r644, 1;
+	setp.lt.u32 	%p73, %r644, %r303;
+	@%p73 bra 	$L__BB55_124;
+
+$L__BB55_127:
+	setp.ne.s32 	%p74, %r304, 1;
+	@%p74 bra 	$L__BB55_129;
+
+	div.u32 	%r646, %r646, %r303;
+
+$L__BB55_129:
+	add.s64 	%rd163, %rd2, %rd179;
+	cvt.u16.u32 	%rs2, %r646;
+	st.global.u8 	[%rd163], %rs2;
+	setp.eq.s64 	%p75, %rd82, 0;
+	@%p75 bra 	$L__BB55_131;
+
+	add.s64 	%rd164, %rd1, %rd179;
+	st.global.u8 	[%rd164], %rs2;
+
+$L__BB55_131:
+	add.s64 	%rd179, %rd179, %rd4;
+	setp.lt.u64 	%p76, %rd179, %rd84;
+	@%p76 bra 	$L__BB55_91;
+
+$L__BB55_132:
 	ret;
 
 }
@@ -11499,4 +17624,4 @@ $L__BB48_83:
 `;
 
 /** Its kernels (the .entry names). */
-export const REDUCE_ENTRIES = ["smcuda_reduce_sum_f32","smcuda_reduce_avg_f32","smcuda_reduce_min_f32","smcuda_reduce_max_f32","smcuda_reduce_prod_f32","smcuda_div_f32","smcuda_oneshot_f32","smcuda_reduce_sum_f64","smcuda_reduce_avg_f64","smcuda_reduce_min_f64","smcuda_reduce_max_f64","smcuda_reduce_prod_f64","smcuda_div_f64","smcuda_oneshot_f64","smcuda_reduce_sum_f16","smcuda_reduce_avg_f16","smcuda_reduce_min_f16","smcuda_reduce_max_f16","smcuda_reduce_prod_f16","smcuda_div_f16","smcuda_oneshot_f16","smcuda_reduce_sum_bf16","smcuda_reduce_avg_bf16","smcuda_reduce_min_bf16","smcuda_reduce_max_bf16","smcuda_reduce_prod_bf16","smcuda_div_bf16","smcuda_oneshot_bf16","smcuda_reduce_sum_i32","smcuda_reduce_avg_i32","smcuda_reduce_min_i32","smcuda_reduce_max_i32","smcuda_reduce_prod_i32","smcuda_div_i32","smcuda_oneshot_i32","smcuda_reduce_sum_i64","smcuda_reduce_avg_i64","smcuda_reduce_min_i64","smcuda_reduce_max_i64","smcuda_reduce_prod_i64","smcuda_div_i64","smcuda_oneshot_i64","smcuda_reduce_sum_u8","smcuda_reduce_avg_u8","smcuda_reduce_min_u8","smcuda_reduce_max_u8","smcuda_reduce_prod_u8","smcuda_div_u8","smcuda_oneshot_u8"] as const;
+export const REDUCE_ENTRIES = ["smcuda_reduce_sum_f32","smcuda_reduce_avg_f32","smcuda_reduce_min_f32","smcuda_reduce_max_f32","smcuda_reduce_prod_f32","smcuda_div_f32","smcuda_oneshot_f32","smcuda_reduce_part_f32","smcuda_reduce_sum_f64","smcuda_reduce_avg_f64","smcuda_reduce_min_f64","smcuda_reduce_max_f64","smcuda_reduce_prod_f64","smcuda_div_f64","smcuda_oneshot_f64","smcuda_reduce_part_f64","smcuda_reduce_sum_f16","smcuda_reduce_avg_f16","smcuda_reduce_min_f16","smcuda_reduce_max_f16","smcuda_reduce_prod_f16","smcuda_div_f16","smcuda_oneshot_f16","smcuda_reduce_part_f16","smcuda_reduce_sum_bf16","smcuda_reduce_avg_bf16","smcuda_reduce_min_bf16","smcuda_reduce_max_bf16","smcuda_reduce_prod_bf16","smcuda_div_bf16","smcuda_oneshot_bf16","smcuda_reduce_part_bf16","smcuda_reduce_sum_i32","smcuda_reduce_avg_i32","smcuda_reduce_min_i32","smcuda_reduce_max_i32","smcuda_reduce_prod_i32","smcuda_div_i32","smcuda_oneshot_i32","smcuda_reduce_part_i32","smcuda_reduce_sum_i64","smcuda_reduce_avg_i64","smcuda_reduce_min_i64","smcuda_reduce_max_i64","smcuda_reduce_prod_i64","smcuda_div_i64","smcuda_oneshot_i64","smcuda_reduce_part_i64","smcuda_reduce_sum_u8","smcuda_reduce_avg_u8","smcuda_reduce_min_u8","smcuda_reduce_max_u8","smcuda_reduce_prod_u8","smcuda_div_u8","smcuda_oneshot_u8","smcuda_reduce_part_u8"] as const;

@@ -7,7 +7,7 @@
  * (`x < acc ? x : acc`) and the same integer division (toward zero).
  */
 import type { KernelArg } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from './half.js';
 import type { KernelTwin, TwinMemory } from './twin.js';
 
@@ -131,8 +131,33 @@ function divTwin(dtype: DType): KernelTwin {
   };
 }
 
+/** reduce.cu's reduce_part: `own` stands in for table[rank]; the result also goes to `copy` where that is not 0. */
+function reducePartTwin(dtype: DType): KernelTwin {
+  const size = DTYPE_BYTES[dtype];
+  return (memory, args) => {
+    const out = u64(args, 0);
+    const copy = u64(args, 1);
+    const own = u64(args, 2);
+    const table = u64(args, 3);
+    const rank = u32(args, 4);
+    const n = u32(args, 5);
+    const count = Number(u64(args, 6));
+    const op = REDUCE_OPS[u32(args, 7)];
+    if (op === undefined) throw new Error(`reduce_part: op ${u32(args, 7)} is not an Op`);
+    if (count === 0) return;
+    const t = dataView(memory.view(table, n * 8));
+    const inputs = [];
+    for (let k = 0; k < n; k++) inputs.push(memory.view(k === rank ? own : t.getBigUint64(k * 8, LE), count * size));
+    const result = new Uint8Array(count * size);
+    reduceInto(op, dtype, result, inputs, count);
+    memory.view(out, count * size).set(result);
+    if (copy !== 0n) memory.view(copy, count * size).set(result);
+  };
+}
+
 /** Every entry of reduce.cu, by name. */
 export const REDUCE_TWINS: Readonly<Record<string, KernelTwin>> = Object.fromEntries([
   ...DTYPES.flatMap((d) => REDUCE_OPS.map((op) => [reduceEntry(op, d), reduceTwin(op, d)] as const)),
   ...DTYPES.map((d) => [divEntry(d), divTwin(d)] as const),
+  ...DTYPES.map((d) => [reducePartEntry(d), reducePartTwin(d)] as const),
 ]);

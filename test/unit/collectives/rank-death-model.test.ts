@@ -1,6 +1,6 @@
 /**
- * A rank dying mid-call, as a property: for random N, collective, sizes and
- * moment (after a random number of event-loop turns), one rank's transport
+ * A rank dying mid-call, as a property: for random N, collective (allreduce
+ * by each algorithm), sizes and moment (after a random number of event-loop turns), one rank's transport
  * closes without a goodbye while every rank is in the call. Every other
  * rank's call must reject with CommunicatorAbortedError naming that rank and
  * SMCUDA_PEER_LOST — or, where the call had already completed everywhere,
@@ -25,10 +25,11 @@ propTest.prop(
       count: fc.integer({ min: 1, max: 3000 }),
       delay: fc.integer({ min: 0, max: 40 }),
       staged: fc.boolean(),
+      algorithm: fc.constantFrom(undefined, 'two-shot', 'ce-pipeline'),
     }),
   ],
   { numRuns: 25, endOnFailure: true },
-)('the others reject with the lost rank as the cause, or complete; never hang', async ({ n, victim: v, op, count, delay, staged }) => {
+)('the others reject with the lost rank as the cause, or complete; never hang', async ({ n, victim: v, op, count, delay, staged, algorithm }) => {
   const victim = v % n;
   const w = await makeWorld(n, { scratchBytes: 1024 * n, ipcOpenFails: staged, timeoutMs: 10_000 });
   try {
@@ -37,7 +38,7 @@ propTest.prop(
       const buf = d.memAlloc(4 * count * n);
       switch (op) {
         case 'allreduce':
-          return c.allreduce({ send: buf, count, dtype: 'f32', op: 'sum' });
+          return c.allreduce({ send: buf, count, dtype: 'f32', op: 'sum', ...(algorithm ? { algorithm } : {}) });
         case 'allgather':
           return c.allgather({ send: buf, recv: buf, count, dtype: 'f32' });
         case 'alltoall':

@@ -9,7 +9,7 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, reduceEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
 import { readFileSync } from 'node:fs';
 import { REDUCE_ENTRIES, REDUCE_PTX as PTX } from '../../../src/kernels/reduce.ptx.js';
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
@@ -103,7 +103,7 @@ describe('the shipped PTX on the simulated driver', () => {
     expect(entries).toEqual([...REDUCE_ENTRIES]);
     // The one-shot kernels wait for other processes: the simulator queues them as stream operations (ONESHOT_TWINS).
     expect(new Set(entries)).toEqual(new Set([...Object.keys(REDUCE_TWINS), ...Object.keys(ONESHOT_TWINS)]));
-    expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 2));
+    expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 3));
     expect(PTX).toMatch(/^\.version 8\.0$/m);
   });
 
@@ -259,6 +259,63 @@ describe('every op × dtype against the reference, through moduleLoadData and la
     for (let i = 0; i < c.count; i++) {
       const want = reference(c.op, c.dtype, values.map((vals) => vals[c.offset + i]!));
       expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} element ${i}`).toEqual(want);
+    }
+    d.close();
+  });
+});
+
+describe("the pipeline's reduce_part against the reference", () => {
+  const caseArb = fc
+    .record({ op: fc.constantFrom(...REDUCE_OPS), dtype: fc.constantFrom(...DTYPES), n: fc.integer({ min: 1, max: 6 }), rank: fc.nat(5), count: fc.integer({ min: 0, max: 40 }), copy: fc.boolean(), inPlace: fc.boolean() })
+    .map((c) => ({ ...c, rank: c.rank % c.n }))
+    .chain((c) => fc.record({ c: fc.constant(c), values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count, maxLength: c.count }), { minLength: c.n, maxLength: c.n }) }));
+
+  propTest.prop([caseArb], { numRuns: 200 })('out[i] (and copy[i]) = op over own[i] in place of table[rank] and the others', ({ c, values }) => {
+    const d = sim();
+    const { module } = d.moduleLoadData(PTX);
+    const fn = d.moduleGetFunction(module, reducePartEntry(c.dtype));
+    const size = DTYPE_BYTES[c.dtype];
+    const bytes = Math.max(c.count * size, 1);
+    const ptrs = values.map((vals) => {
+      const host = new Uint8Array(bytes);
+      const v = new DataView(host.buffer);
+      vals.forEach((x, i) => writeElem(v, c.dtype, i, x));
+      const p = d.memAlloc(bytes);
+      d.memcpyHtoD(p, host);
+      return p;
+    });
+    // table[rank] points at garbage: the kernel must read `own` instead.
+    const junk = d.memAlloc(bytes);
+    d.memsetD8(junk, 0x7b, bytes);
+    const table = d.memAlloc(8 * c.n);
+    d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(ptrs.map((p, k) => (k === c.rank ? junk : p))).buffer));
+    const own = ptrs[c.rank]!;
+    const out = c.inPlace ? own : d.memAlloc(bytes);
+    const copy = c.copy ? d.memAlloc(bytes) : 0n;
+    d.launchKernel(
+      fn,
+      { grid: [1], block: [512] },
+      [
+        { type: 'ptr', value: out },
+        { type: 'ptr', value: copy },
+        { type: 'ptr', value: own },
+        { type: 'ptr', value: table },
+        { type: 'u32', value: c.rank },
+        { type: 'u32', value: c.n },
+        { type: 'u64', value: BigInt(c.count) },
+        { type: 'u32', value: REDUCE_OPS.indexOf(c.op) },
+      ],
+      0n,
+    );
+    d.streamSynchronize(0n);
+    for (const ptr of c.copy ? [out, copy] : [out]) {
+      const host = new Uint8Array(bytes);
+      d.memcpyDtoH(host, ptr);
+      const hv = new DataView(host.buffer);
+      for (let i = 0; i < c.count; i++) {
+        const want = reference(c.op, c.dtype, values.map((vals) => vals[i]!));
+        expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} rank=${c.rank} element ${i}`).toEqual(want);
+      }
     }
     d.close();
   });
