@@ -4,34 +4,41 @@
  * (cuMemcpyAsync) and the SMs reduce local memory only, chunk after chunk,
  * the copies of one chunk running beside the reduction of another. The
  * other algorithms have the SMs load peers' memory through the mappings,
- * which reached about 262 GB/s between two H200s where copies move 393
- * (docs/benchmarks.md): the large calls are bound by that.
+ * which reached about 262 GB/s between two H200s (docs/benchmarks.md).
+ *
+ * Every copy between GPUs is a push (a write into the peer's scratch):
+ * measured on 2 × H200 with both GPUs copying at once (32 MiB copies), one
+ * push stream moved 377 GB/s, two 362, one pull 361, and a push beside a
+ * pull only 308. The peers' scratch is mapped here; their callers' buffers
+ * are not, so a rank copies its own landed results out itself (locally,
+ * about 1.8 TB/s).
  *
  * A call goes in chunks of at most size × partBytes bytes (scratch.ts),
  * chunk c in slot x = c % PIPELINE_SLOTS, each cut in `size` parts (part k
  * is rank k's to reduce: algorithms.ts's `part`). On rank r, for chunk c:
  *
- *   push    for every peer k: copy part k of r's input into k's landing
- *           part [x][r] (region C, through the mapping); signal k `landed`.
- *   reduce  once every peer's part r landed here: part r of the output =
- *           op over the ranks, in rank order, of r's own input part and the
- *           landing parts [x][k] (one kernel, reduce.cu's reduce_part),
- *           written into the caller's output and into r's B slot x; signal
- *           every peer `ready` and `landingFree`.
- *   pull    once peer k is ready: copy k's B slot x into part k of r's
- *           output; signal k `partialFree`.
+ *   push    (push stream) for every peer k: copy part k of r's input into
+ *           k's landing part [x][r] (region C); signal k `landed`.
+ *   reduce  (the caller's stream) once every peer's part r landed here:
+ *           part r of the output = op over the ranks, in rank order, of r's
+ *           own input part and the landing parts [x][k] (one kernel,
+ *           reduce.cu's reduce_part); signal every peer `landingFree`; then
+ *           copy that output part into every peer's reduced landing part
+ *           [x][r] (region B); signal k `reduced`.
+ *   out     (out stream) once peer k's reduced part landed here: copy it
+ *           into part k of r's output; signal k `reducedFree`.
  *
  * A signal is a flag in the receiver's flag block (device-sync.ts), written
  * 1 by a stream memory operation queued after the work it announces, and
  * waited for (>= 1) and reset to 0 by the receiver's stream before the work
  * that needs it:
  *
- *   landed[x][k]       k's part r of the chunk is in r's landing part [x][k]
+ *   landed[x][k]       k's input part r is in r's landing part [x][k]
  *   landingFree[x][k]  k reduced what r pushed into k's slot x: r may push again
- *   ready[x][k]        k's B slot x holds k's reduced part: r may pull it
- *   partialFree[x][k]  k pulled r's B slot x: r may overwrite it
+ *   reduced[x][k]      k's reduced part is in r's reduced landing part [x][k]
+ *   reducedFree[x][k]  k copied out what r pushed there: r may push again
  *
- * landingFree and partialFree start at 1 (scratch.ts): the first use of a
+ * landingFree and reducedFree start at 1 (scratch.ts): the first use of a
  * slot waits for nothing, and a call leaves them at 1 again once the peers'
  * streams ran it. So every call starts from the same state, eager or a
  * graph replay (whose values are baked in), whatever ran before it. No flag
@@ -40,19 +47,22 @@
  * only after landingFree from k's reduce of c, which k queued after
  * resetting landed for c; the others likewise).
  *
- * The hard case is in place (recv = send): pull writes r's output part k,
- * which push read as r's input part k. Pull waits for ready from k, which k
- * signals after its reduce, which waited for landed, which r's push stream
- * wrote after its copy: the read is done before the write.
+ * The hard case is in place (recv = send): r's out stream writes output
+ * part k, which r's push stream read as input part k. The out stream waits
+ * for `reduced` from k, which k signals after its reduce, which waited for
+ * `landed`, which r's push stream wrote after its copy: the read is done
+ * before the write. The reduction writes part r, which no copy reads as
+ * input, and each element after reading it.
  *
  * Streams. A call of one chunk queues all three steps on the caller's
  * stream in turn (nothing to overlap; a fork and join would cost seven
- * driver calls). A longer call forks two streams of its own (push, pull)
- * from the caller's with an event, keeps the reductions on the caller's, and
- * joins both back at the end. Under capture it joins and forks again every
- * PIPELINE_SLOTS chunks: then no step of a round waits for a later chunk's
- * step on another stream, so the graph completes in any order its branches
- * may run in (the simulated driver replays them one after the other).
+ * driver calls). A longer call forks two streams of its own (push, out)
+ * from the caller's with an event, keeps the reductions on the caller's,
+ * and joins both back at the end. Under capture it joins and forks again
+ * every PIPELINE_SLOTS chunks: then no step of a round waits for a later
+ * chunk's step on another stream, so the graph completes in any order its
+ * branches may run in (the simulated driver replays them one after the
+ * other).
  *
  * Needs device steps (stream memory operations on mapped flags): without
  * them the communicator runs two-shot instead.
@@ -67,18 +77,17 @@ import { PIPELINE_SLOTS, pipelineSlotOffset, type PipelineSignal } from './devic
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
 
-/** A stream of the call, and the signals it has yet to write (sent with its next batch: one driver call, not two). */
+/** A stream of the call. */
 interface Lane {
   stream: StreamHandle;
-  pending: StreamMemOp[];
 }
 
 export class CePipeline {
   private readonly rank: number;
   private readonly size: number;
   private readonly others: number[];
-  /** The push and pull streams and the fork/join events, made on first use of a call of several chunks. */
-  private own: { push: StreamHandle; pull: StreamHandle; fork: EventHandle; pushed: EventHandle; pulled: EventHandle } | undefined;
+  /** The push and out streams and the fork/join events, made on first use of a call of several chunks. */
+  private own: { push: StreamHandle; out: StreamHandle; fork: EventHandle; pushed: EventHandle; copied: EventHandle } | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -102,25 +111,24 @@ export class CePipeline {
     if (per < this.size) throw new ArgumentRangeError('the scratch region is too small for one element per rank: raise scratchBytes');
     const chunks = Math.ceil(count / per);
     if (chunks === 0) return;
-    const reduce: Lane = { stream, pending: [] };
+    const reduce: Lane = { stream };
     let push = reduce;
-    let pull = reduce;
+    let out = reduce;
     const round = chunks === 1 ? 1 : capturing ? PIPELINE_SLOTS : chunks;
     for (let c = 0; c < chunks; c++) {
-      if (chunks > 1 && c % round === 0) [push, pull] = this.fork(stream);
+      if (chunks > 1 && c % round === 0) [push, out] = this.fork(stream);
       const x = c % PIPELINE_SLOTS;
       const a = c * per;
       const len = Math.min(per, count - a);
       this.push(push, x, send, a, len, es);
       this.reduce(reduce, x, send, recv, a, len, dtype, op);
-      this.pull(pull, x, recv, a, len, es);
-      if (chunks > 1 && ((c + 1) % round === 0 || c === chunks - 1)) this.join(reduce, push, pull);
+      this.out(out, x, recv, a, len, es);
+      if (chunks > 1 && ((c + 1) % round === 0 || c === chunks - 1)) this.join(reduce, push, out);
     }
-    this.flush(reduce, []);
   }
 
   private push(lane: Lane, x: number, send: DevicePtr, a: number, len: number, es: number): void {
-    this.flush(lane, this.waits('landingFree', x));
+    this.batch(lane, this.waits('landingFree', x));
     const s = this.scratch;
     for (const k of this.others) {
       const [lo, hi] = part(len, this.size, k);
@@ -130,91 +138,92 @@ export class CePipeline {
   }
 
   private reduce(lane: Lane, x: number, send: DevicePtr, recv: DevicePtr, a: number, len: number, dtype: DType, op: ReduceOp): void {
-    this.flush(lane, this.waits('landed', x, 'partialFree'));
     const s = this.scratch;
     const es = DTYPE_BYTES[dtype];
     const [lo, hi] = part(len, this.size, this.rank);
-    const at = BigInt((a + lo) * es);
-    this.kernels.reducePart(op, dtype, recv + at, s.partialSlot(this.rank, x)!, send + at, s.partTable(x), this.rank, this.size, hi - lo, lane.stream);
+    const mine = recv + BigInt((a + lo) * es);
+    this.batch(lane, this.waits('landed', x));
+    this.kernels.reducePart(op, dtype, mine, send + BigInt((a + lo) * es), s.partTable(x), this.rank, this.size, hi - lo, lane.stream);
+    // landingFree before the copies below: the peers' next pushes into slot x wait for it.
     this.signal(lane, 'landingFree', x);
-    this.signal(lane, 'ready', x);
+    this.batch(lane, this.waits('reducedFree', x));
+    for (const k of this.others) if (hi > lo) this.driver.memcpyAsync(s.reducedLanding(k, x, this.rank)!, mine, (hi - lo) * es, lane.stream);
+    this.signal(lane, 'reduced', x);
   }
 
-  private pull(lane: Lane, x: number, recv: DevicePtr, a: number, len: number, es: number): void {
-    this.flush(lane, this.waits('ready', x));
+  private out(lane: Lane, x: number, recv: DevicePtr, a: number, len: number, es: number): void {
+    this.batch(lane, this.waits('reduced', x));
     const s = this.scratch;
     for (const k of this.others) {
       const [lo, hi] = part(len, this.size, k);
-      if (hi > lo) this.driver.memcpyAsync(recv + BigInt((a + lo) * es), s.partialSlot(k, x)!, (hi - lo) * es, lane.stream);
+      if (hi > lo) this.driver.memcpyAsync(recv + BigInt((a + lo) * es), s.reducedLanding(this.rank, x, k)!, (hi - lo) * es, lane.stream);
     }
-    this.signal(lane, 'partialFree', x);
+    this.signal(lane, 'reducedFree', x);
   }
 
-  /** Waits (then resets) for `signal` of slot x from every peer, in this rank's own block; a second signal's after. */
-  private waits(signal: PipelineSignal, x: number, also?: PipelineSignal): StreamMemOp[] {
+  /** Waits (then resets) for `signal` of slot x from every peer, in this rank's own block. */
+  private waits(signal: PipelineSignal, x: number): StreamMemOp[] {
     const own = this.scratch.flagsOf(this.rank)!;
-    const slots: DevicePtr[] = [];
-    for (const sig of also ? [signal, also] : [signal]) for (const k of this.others) slots.push(own + BigInt(pipelineSlotOffset(this.size, sig, x, k)));
+    const slots = this.others.map((k) => own + BigInt(pipelineSlotOffset(this.size, signal, x, k)));
     return [...slots.map((addr): StreamMemOp => ({ op: 'wait64', addr, value: 1n, condition: 'geq' })), ...slots.map((addr): StreamMemOp => ({ op: 'write64', addr, value: 0n }))];
   }
 
-  /** Adds `signal` of slot x, from this rank, into every peer's block to what `lane` writes next. */
+  /**
+   * Writes `signal` of slot x, from this rank, into every peer's block, on
+   * `lane` after its work so far. A batch of its own, not held for the
+   * lane's next wait: then every signal is queued before any later wait of
+   * this call, and the order the call was queued in is an order it can run
+   * in — as the GPU runs it where streams share a hardware queue, and a
+   * graph's branches in the simulator. (Held back, a chunk's `landed` sat
+   * behind the out stream's wait for the peer's `reduced`, which needs it:
+   * on 2 × H200 calls of several chunks hung.)
+   */
   private signal(lane: Lane, signal: PipelineSignal, x: number): void {
     const at = pipelineSlotOffset(this.size, signal, x, this.rank);
-    for (const k of this.others) lane.pending.push({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n });
+    this.batch(
+      lane,
+      this.others.map((k): StreamMemOp => ({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n })),
+    );
   }
 
-  /** Queues the lane's pending signals, then `ops`, in as few batches as the driver takes. */
-  private flush(lane: Lane, ops: StreamMemOp[]): void {
-    const all = lane.pending.length === 0 ? ops : [...lane.pending, ...ops];
-    lane.pending = [];
-    for (let i = 0; i < all.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(lane.stream, all.length <= MAX_BATCH_MEM_OPS ? all : all.slice(i, i + MAX_BATCH_MEM_OPS));
+  /** Queues `ops` on the lane's stream, in as few batches as the driver takes. */
+  private batch(lane: Lane, ops: StreamMemOp[]): void {
+    for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(lane.stream, ops.length <= MAX_BATCH_MEM_OPS ? ops : ops.slice(i, i + MAX_BATCH_MEM_OPS));
   }
 
-  /** The push and pull streams, after the caller's stream's work so far. */
+  /** The push and out streams, after the caller's stream's work so far. */
   private fork(stream: StreamHandle): [Lane, Lane] {
     const o = (this.own ??= this.make());
     this.driver.eventRecord(o.fork, stream);
     this.driver.streamWaitEvent(o.push, o.fork);
-    this.driver.streamWaitEvent(o.pull, o.fork);
-    return [
-      { stream: o.push, pending: [] },
-      { stream: o.pull, pending: [] },
-    ];
+    this.driver.streamWaitEvent(o.out, o.fork);
+    return [{ stream: o.push }, { stream: o.out }];
   }
 
-  /**
-   * The caller's stream waits for everything queued on the push and pull
-   * streams, their signals too. Its own signals go first: the peers' pull
-   * streams wait for them, and their callers' streams for those.
-   */
-  private join(reduce: Lane, push: Lane, pull: Lane): void {
+  /** The caller's stream waits for everything queued on the push and out streams. */
+  private join(reduce: Lane, push: Lane, out: Lane): void {
     const o = this.own!;
-    const stream = reduce.stream;
-    this.flush(reduce, []);
-    this.flush(push, []);
-    this.flush(pull, []);
     this.driver.eventRecord(o.pushed, push.stream);
-    this.driver.eventRecord(o.pulled, pull.stream);
-    this.driver.streamWaitEvent(stream, o.pushed);
-    this.driver.streamWaitEvent(stream, o.pulled);
+    this.driver.eventRecord(o.copied, out.stream);
+    this.driver.streamWaitEvent(reduce.stream, o.pushed);
+    this.driver.streamWaitEvent(reduce.stream, o.copied);
   }
 
   private make(): NonNullable<CePipeline['own']> {
     const d = this.driver;
     const push = d.streamCreate();
-    const made: { push: StreamHandle; pull?: StreamHandle; events: EventHandle[] } = { push, events: [] };
+    const made: { push: StreamHandle; out?: StreamHandle; events: EventHandle[] } = { push, events: [] };
     try {
-      made.pull = d.streamCreate();
+      made.out = d.streamCreate();
       for (let i = 0; i < 3; i++) made.events.push(d.eventCreate({ disableTiming: true }));
     } catch (err) {
       for (const e of made.events.reverse()) d.eventDestroy(e);
-      if (made.pull !== undefined) d.streamDestroy(made.pull);
+      if (made.out !== undefined) d.streamDestroy(made.out);
       d.streamDestroy(push);
       throw err;
     }
-    const [fork, pushed, pulled] = made.events as [EventHandle, EventHandle, EventHandle];
-    return { push, pull: made.pull, fork, pushed, pulled };
+    const [fork, pushed, copied] = made.events as [EventHandle, EventHandle, EventHandle];
+    return { push, out: made.out, fork, pushed, copied };
   }
 
   /** Frees the streams and events (once the calls that used them are done: the communicator's release). */
@@ -223,8 +232,8 @@ export class CePipeline {
     if (!o) return;
     this.own = undefined;
     try {
-      for (const e of [o.pulled, o.pushed, o.fork]) this.driver.eventDestroy(e);
-      this.driver.streamDestroy(o.pull);
+      for (const e of [o.copied, o.pushed, o.fork]) this.driver.eventDestroy(e);
+      this.driver.streamDestroy(o.out);
       this.driver.streamDestroy(o.push);
     } catch (err) {
       debug('communicator rank %d: closing the pipeline streams: %s', this.rank, (err as Error).message);

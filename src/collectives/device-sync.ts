@@ -77,14 +77,14 @@ function pipelineSlotsOffset(size: number): number {
   return stepSlotsBytes(size) + 2 * size * ONESHOT_MAX_BLOCKS * 8;
 }
 
-/** Landing slots (and B slots) of the copy-engine pipeline: chunk c uses slot c % PIPELINE_SLOTS. */
+/** Slots of the copy-engine pipeline's landing parts: chunk c uses slot c % PIPELINE_SLOTS. */
 export const PIPELINE_SLOTS = 2;
 
 /** The copy-engine pipeline's signals (ce-pipeline.ts says who writes and who waits for each). */
-export type PipelineSignal = 'landed' | 'landingFree' | 'ready' | 'partialFree';
-const SIGNALS: readonly PipelineSignal[] = ['landed', 'landingFree', 'ready', 'partialFree'];
+export type PipelineSignal = 'landed' | 'landingFree' | 'reduced' | 'reducedFree';
+const SIGNALS: readonly PipelineSignal[] = ['landed', 'landingFree', 'reduced', 'reducedFree'];
 /** The signals that start at 1 ("free") in a new flag block. */
-export const PIPELINE_FREE_SIGNALS: readonly PipelineSignal[] = ['landingFree', 'partialFree'];
+export const PIPELINE_FREE_SIGNALS: readonly PipelineSignal[] = ['landingFree', 'reducedFree'];
 
 /** The offset in a flag block of the pipeline's `signal` for slot `x` from rank `src`. */
 export function pipelineSlotOffset(size: number, signal: PipelineSignal, x: number, src: number): number {

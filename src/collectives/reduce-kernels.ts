@@ -87,12 +87,8 @@ export class ReduceKernels {
     );
   }
 
-  /**
-   * The copy-engine pipeline's reduction (reduce.cu's reduce_part): out[i] =
-   * op over k of (k == rank ? own[i] : table[k][i]), also into `copy`, for
-   * i < count.
-   */
-  reducePart(op: ReduceOp, dtype: DType, out: DevicePtr, copy: DevicePtr, own: DevicePtr, table: DevicePtr, rank: number, n: number, count: number, stream: StreamHandle): void {
+  /** The copy-engine pipeline's reduction (reduce.cu's reduce_part): out[i] = op over k of (k == rank ? own[i] : table[k][i]), for i < count. */
+  reducePart(op: ReduceOp, dtype: DType, out: DevicePtr, own: DevicePtr, table: DevicePtr, rank: number, n: number, count: number, stream: StreamHandle): void {
     if (count === 0) return;
     let fn = this.parts.get(dtype);
     if (fn === undefined) this.parts.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), reducePartEntry(dtype))));
@@ -103,7 +99,6 @@ export class ReduceKernels {
       { grid: [grid], block: [PART_BLOCK] },
       [
         { type: 'ptr', value: out },
-        { type: 'ptr', value: copy },
         { type: 'ptr', value: own },
         { type: 'ptr', value: table },
         { type: 'u32', value: rank },

@@ -6,7 +6,8 @@
  *   A  inputs: each call copies the caller's input here first (so caller
  *      buffers need no registration, and in-place calls are safe), and peers
  *      read it through their mappings;
- *   B  partial results peers read (two-shot; the pipeline's B slots);
+ *   B  partial results peers read (two-shot), or PIPELINE_SLOTS × N
+ *      landing parts for peers' reduced parts (the copy-engine pipeline);
  *   C  landing: peers' data copied here: N slots (staging), or
  *      PIPELINE_SLOTS × N parts (the copy-engine pipeline);
  *
@@ -108,21 +109,21 @@ export class Scratch {
     return this.own + BigInt(2 * this.bytes + k * this.slotBytes);
   }
 
-  /** Bytes of one part of a pipeline chunk: C split in PIPELINE_SLOTS × size parts, 16-byte aligned (the kernels' vector loads). */
+  /** Bytes of one part of a pipeline chunk: B or C split in PIPELINE_SLOTS × size parts, 16-byte aligned (the kernel's vector loads). */
   get partBytes(): number {
     return Math.floor(this.bytes / (PIPELINE_SLOTS * this.size) / 16) * 16;
   }
 
-  /** Rank `owner`'s landing part (own or mapped) of pipeline slot x for rank `from`'s data. */
+  /** Rank `owner`'s landing part (own or mapped) of pipeline slot x for rank `from`'s input, in C. */
   partLanding(owner: number, x: number, from: number): DevicePtr | undefined {
     const a = this.inputOf(owner);
     return a === undefined ? undefined : a + BigInt(2 * this.bytes + (x * this.size + from) * this.partBytes);
   }
 
-  /** Rank k's B slot x of the pipeline (own or mapped). */
-  partialSlot(k: number, x: number): DevicePtr | undefined {
-    const a = this.inputOf(k);
-    return a === undefined ? undefined : a + BigInt(this.bytes + x * this.partBytes);
+  /** Rank `owner`'s landing part (own or mapped) of pipeline slot x for rank `from`'s reduced part, in B. */
+  reducedLanding(owner: number, x: number, from: number): DevicePtr | undefined {
+    const a = this.inputOf(owner);
+    return a === undefined ? undefined : a + BigInt(this.bytes + (x * this.size + from) * this.partBytes);
   }
 
   /** Device table of this rank's landing parts of pipeline slot x (entry k: rank k's part). */

@@ -47,7 +47,7 @@ export function opCode(op: ReduceOp): number {
   return REDUCE_OPS.indexOf(op);
 }
 
-/** `smcuda_reduce_part_<dtype>(out, copy, own, table, rank, n, count, op)`: the copy-engine pipeline's reduction of this rank's part of a chunk. */
+/** `smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op)`: the copy-engine pipeline's reduction of this rank's part of a chunk. */
 export function reducePartEntry(dtype: DType): string {
   return `smcuda_reduce_part_${dtype}`;
 }

@@ -28,7 +28,7 @@
 // `op` is the Op enum below (sum 0, avg 1, min 2, max 3, prod 4). Where `in`
 // and `out` are 16-byte aligned, data moves 16 bytes a load.
 //
-// smcuda_reduce_part_<dtype>(out, copy, own, table, rank, n, count, op): the
+// smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op): the
 // copy-engine pipeline's reduction of this rank's part of a chunk (below).
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -175,19 +175,17 @@ __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
 
 // ---- the copy-engine pipeline's reduction --------------------------------
 
-// out[i] = op over k in rank order of (k == rank ? own[i] : table[k][i]), for i < count; also
-// copy[i] = out[i] where copy is not null. The pipeline (src/collectives/ce-pipeline.ts) has the
-// copy engines bring every peer's part of a chunk into this rank's landing slots (table), reads
-// this rank's own part straight from the caller's input (own), writes the result into the
-// caller's output and into this rank's B slot (copy), which the peers' copy engines then fetch.
-// Where every pointer is 16-byte aligned, data moves 16 bytes a load.
+// out[i] = op over k in rank order of (k == rank ? own[i] : table[k][i]), for i < count. The
+// pipeline (src/collectives/ce-pipeline.ts) has the copy engines bring every peer's part of a
+// chunk into this rank's landing slots (table) and reads this rank's own part straight from the
+// caller's input (own). Where every pointer is 16-byte aligned, data moves 16 bytes a load.
 template <typename T>
-__device__ void reduce_part(T *out, T *copy, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) {
+__device__ void reduce_part(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) {
   typedef typename Acc<T>::A A;
   const u64 V = Vec<T>::N;
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  u64 bits = (u64)out | (u64)own | (u64)copy;
+  u64 bits = (u64)out | (u64)own;
   for (unsigned k = 0; k < n; k++)
     if (k != rank) bits |= (u64)table[k];
   u64 vend = 0;
@@ -212,15 +210,12 @@ __device__ void reduce_part(T *out, T *copy, const T *own, const T *const *table
 #pragma unroll
       for (int j = 0; j < V; j++) o[j] = Acc<T>::store(op == AVG ? divide<A>(acc[j], n) : acc[j]);
       *(uint4 *)(out + i) = r;
-      if (copy) *(uint4 *)(copy + i) = r;
     }
   }
   for (u64 i = vend + first; i < count; i += stride) {
     A acc = Acc<T>::load((rank == 0 ? own : table[0])[i]);
     for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load((k == rank ? own : table[k])[i]));
-    const T v = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
-    out[i] = v;
-    if (copy) copy[i] = v;
+    out[i] = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
   }
 }
 
@@ -234,8 +229,8 @@ __device__ void reduce_part(T *out, T *copy, const T *own, const T *const *table
   extern "C" __global__ void smcuda_oneshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op) { \
     oneshot<T>(out, in, bufs, flagOffset, rank, n, count, op); \
   } \
-  extern "C" __global__ void smcuda_reduce_part_##TNAME(T *out, T *copy, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) { \
-    reduce_part<T>(out, copy, own, table, rank, n, count, op); \
+  extern "C" __global__ void smcuda_reduce_part_##TNAME(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) { \
+    reduce_part<T>(out, own, table, rank, n, count, op); \
   }
 
 ALL_OPS(f32, float)

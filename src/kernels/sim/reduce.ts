@@ -131,27 +131,26 @@ function divTwin(dtype: DType): KernelTwin {
   };
 }
 
-/** reduce.cu's reduce_part: `own` stands in for table[rank]; the result also goes to `copy` where that is not 0. */
+/** reduce.cu's reduce_part: `own` stands in for table[rank]. */
 function reducePartTwin(dtype: DType): KernelTwin {
   const size = DTYPE_BYTES[dtype];
   return (memory, args) => {
     const out = u64(args, 0);
-    const copy = u64(args, 1);
-    const own = u64(args, 2);
-    const table = u64(args, 3);
-    const rank = u32(args, 4);
-    const n = u32(args, 5);
-    const count = Number(u64(args, 6));
-    const op = REDUCE_OPS[u32(args, 7)];
-    if (op === undefined) throw new Error(`reduce_part: op ${u32(args, 7)} is not an Op`);
+    const own = u64(args, 1);
+    const table = u64(args, 2);
+    const rank = u32(args, 3);
+    const n = u32(args, 4);
+    const count = Number(u64(args, 5));
+    const op = REDUCE_OPS[u32(args, 6)];
+    if (op === undefined) throw new Error(`reduce_part: op ${u32(args, 6)} is not an Op`);
     if (count === 0) return;
     const t = dataView(memory.view(table, n * 8));
     const inputs = [];
     for (let k = 0; k < n; k++) inputs.push(memory.view(k === rank ? own : t.getBigUint64(k * 8, LE), count * size));
+    // Into a copy first: out may be own (in place), which the fold still reads.
     const result = new Uint8Array(count * size);
     reduceInto(op, dtype, result, inputs, count);
     memory.view(out, count * size).set(result);
-    if (copy !== 0n) memory.view(copy, count * size).set(result);
   };
 }
 

@@ -21,7 +21,7 @@ describe('ptxWithEntries', () => {
       const ptx = dtypePtx(dtype);
       expect(ptx.startsWith(header)).toBe(true);
       expect(entriesOf(ptx)).toEqual(REDUCE_ENTRIES.filter((e) => e.endsWith(`_${dtype}`)));
-      expect(entriesOf(ptx)).toHaveLength(7);
+      expect(entriesOf(ptx)).toHaveLength(8);
       total += ptx.length - header.length;
     }
     expect(total).toBe(REDUCE_PTX.length); // every entry in exactly one cut
