@@ -22,9 +22,10 @@
  *   reduce  (the caller's stream) once every peer's part r landed here:
  *           part r of the output = op over the ranks, in rank order, of r's
  *           own input part and the landing parts [x][k] (one kernel,
- *           reduce.cu's reduce_part); signal every peer `landingFree`; then
- *           copy that output part into every peer's reduced landing part
- *           [x][r] (region B); signal k `reduced`.
+ *           reduce.cu's reduce_part); signal every peer `landingFree`.
+ *   share   (share stream, after the reduction: an event) copy that output
+ *           part into every peer's reduced landing part [x][r] (region B);
+ *           signal k `reduced`.
  *   out     (out stream) once peer k's reduced part landed here: copy it
  *           into part k of r's output; signal k `reducedFree`.
  *
@@ -54,15 +55,18 @@
  * before the write. The reduction writes part r, which no copy reads as
  * input, and each element after reading it.
  *
- * Streams. A call of one chunk queues all three steps on the caller's
- * stream in turn (nothing to overlap; a fork and join would cost seven
- * driver calls). A longer call forks two streams of its own (push, out)
- * from the caller's with an event, keeps the reductions on the caller's,
- * and joins both back at the end. Under capture it joins and forks again
- * every PIPELINE_SLOTS chunks: then no step of a round waits for a later
- * chunk's step on another stream, so the graph completes in any order its
- * branches may run in (the simulated driver replays them one after the
- * other).
+ * Streams. Each step on a stream costs the GPU several microseconds
+ * before the next can start, whatever its size (2 × H200, one stream:
+ * 7-12 µs per copy, kernel or cross-GPU signal): a chunk's eight steps in
+ * a row took about 90 µs. So a call of several chunks forks three streams
+ * of its own from the caller's (an event) — push, share, out — keeps the
+ * reductions on the caller's, and joins them back at the end, and the
+ * steps of different chunks overlap. A call of one chunk queues every step
+ * on the caller's stream in turn (nothing to overlap; a fork and join cost
+ * eight driver calls). Under capture, a call joins and forks again every
+ * PIPELINE_SLOTS chunks: then no step of a round waits for a later chunk's
+ * step on another stream, so the graph completes in any order its branches
+ * may run in (the simulated driver replays them one after the other).
  *
  * Needs device steps (stream memory operations on mapped flags): without
  * them the communicator runs two-shot instead.
@@ -77,17 +81,20 @@ import { PIPELINE_SLOTS, pipelineSlotOffset, type PipelineSignal } from './devic
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
 
-/** A stream of the call. */
-interface Lane {
-  stream: StreamHandle;
+/** The streams of one call's steps (all the caller's for a call of one chunk). */
+interface Lanes {
+  push: StreamHandle;
+  reduce: StreamHandle;
+  share: StreamHandle;
+  out: StreamHandle;
 }
 
 export class CePipeline {
   private readonly rank: number;
   private readonly size: number;
   private readonly others: number[];
-  /** The push and out streams and the fork/join events, made on first use of a call of several chunks. */
-  private own: { push: StreamHandle; out: StreamHandle; fork: EventHandle; pushed: EventHandle; copied: EventHandle } | undefined;
+  /** The streams and events of calls of several chunks, made on first use of one. */
+  private own: { push: StreamHandle; share: StreamHandle; out: StreamHandle; fork: EventHandle; reduced: EventHandle; joins: EventHandle[] } | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -111,54 +118,57 @@ export class CePipeline {
     if (per < this.size) throw new ArgumentRangeError('the scratch region is too small for one element per rank: raise scratchBytes');
     const chunks = Math.ceil(count / per);
     if (chunks === 0) return;
-    const reduce: Lane = { stream };
-    let push = reduce;
-    let out = reduce;
+    let lanes: Lanes = { push: stream, reduce: stream, share: stream, out: stream };
     const round = chunks === 1 ? 1 : capturing ? PIPELINE_SLOTS : chunks;
     for (let c = 0; c < chunks; c++) {
-      if (chunks > 1 && c % round === 0) [push, out] = this.fork(stream);
+      if (chunks > 1 && c % round === 0) lanes = this.fork(stream);
       const x = c % PIPELINE_SLOTS;
       const a = c * per;
       const len = Math.min(per, count - a);
-      this.push(push, x, send, a, len, es);
-      this.reduce(reduce, x, send, recv, a, len, dtype, op);
-      this.out(out, x, recv, a, len, es);
-      if (chunks > 1 && ((c + 1) % round === 0 || c === chunks - 1)) this.join(reduce, push, out);
+      this.push(lanes.push, x, send, a, len, es);
+      this.reduce(lanes, x, send, recv, a, len, dtype, op);
+      this.out(lanes.out, x, recv, a, len, es);
+      if (chunks > 1 && ((c + 1) % round === 0 || c === chunks - 1)) this.join(lanes);
     }
   }
 
-  private push(lane: Lane, x: number, send: DevicePtr, a: number, len: number, es: number): void {
-    this.batch(lane, this.waits('landingFree', x));
+  private push(stream: StreamHandle, x: number, send: DevicePtr, a: number, len: number, es: number): void {
+    this.batch(stream, this.waits('landingFree', x));
     const s = this.scratch;
     for (const k of this.others) {
       const [lo, hi] = part(len, this.size, k);
-      if (hi > lo) this.driver.memcpyAsync(s.partLanding(k, x, this.rank)!, send + BigInt((a + lo) * es), (hi - lo) * es, lane.stream);
+      if (hi > lo) this.driver.memcpyAsync(s.partLanding(k, x, this.rank)!, send + BigInt((a + lo) * es), (hi - lo) * es, stream);
     }
-    this.signal(lane, 'landed', x);
+    this.signal(stream, 'landed', x);
   }
 
-  private reduce(lane: Lane, x: number, send: DevicePtr, recv: DevicePtr, a: number, len: number, dtype: DType, op: ReduceOp): void {
+  /** The reduction on the caller's stream; the copies of its result to the peers on the share stream, after it. */
+  private reduce(lanes: Lanes, x: number, send: DevicePtr, recv: DevicePtr, a: number, len: number, dtype: DType, op: ReduceOp): void {
     const s = this.scratch;
     const es = DTYPE_BYTES[dtype];
     const [lo, hi] = part(len, this.size, this.rank);
     const mine = recv + BigInt((a + lo) * es);
-    this.batch(lane, this.waits('landed', x));
-    this.kernels.reducePart(op, dtype, mine, send + BigInt((a + lo) * es), s.partTable(x), this.rank, this.size, hi - lo, lane.stream);
-    // landingFree before the copies below: the peers' next pushes into slot x wait for it.
-    this.signal(lane, 'landingFree', x);
-    this.batch(lane, this.waits('reducedFree', x));
-    for (const k of this.others) if (hi > lo) this.driver.memcpyAsync(s.reducedLanding(k, x, this.rank)!, mine, (hi - lo) * es, lane.stream);
-    this.signal(lane, 'reduced', x);
+    this.batch(lanes.reduce, this.waits('landed', x));
+    this.kernels.reducePart(op, dtype, mine, send + BigInt((a + lo) * es), s.partTable(x), this.rank, this.size, hi - lo, lanes.reduce);
+    this.signal(lanes.reduce, 'landingFree', x);
+    if (lanes.share !== lanes.reduce) {
+      const ev = this.own!.reduced;
+      this.driver.eventRecord(ev, lanes.reduce);
+      this.driver.streamWaitEvent(lanes.share, ev);
+    }
+    this.batch(lanes.share, this.waits('reducedFree', x));
+    for (const k of this.others) if (hi > lo) this.driver.memcpyAsync(s.reducedLanding(k, x, this.rank)!, mine, (hi - lo) * es, lanes.share);
+    this.signal(lanes.share, 'reduced', x);
   }
 
-  private out(lane: Lane, x: number, recv: DevicePtr, a: number, len: number, es: number): void {
-    this.batch(lane, this.waits('reduced', x));
+  private out(stream: StreamHandle, x: number, recv: DevicePtr, a: number, len: number, es: number): void {
+    this.batch(stream, this.waits('reduced', x));
     const s = this.scratch;
     for (const k of this.others) {
       const [lo, hi] = part(len, this.size, k);
-      if (hi > lo) this.driver.memcpyAsync(recv + BigInt((a + lo) * es), s.reducedLanding(this.rank, x, k)!, (hi - lo) * es, lane.stream);
+      if (hi > lo) this.driver.memcpyAsync(recv + BigInt((a + lo) * es), s.reducedLanding(this.rank, x, k)!, (hi - lo) * es, stream);
     }
-    this.signal(lane, 'reducedFree', x);
+    this.signal(stream, 'reducedFree', x);
   }
 
   /** Waits (then resets) for `signal` of slot x from every peer, in this rank's own block. */
@@ -178,52 +188,51 @@ export class CePipeline {
    * behind the out stream's wait for the peer's `reduced`, which needs it:
    * on 2 × H200 calls of several chunks hung.)
    */
-  private signal(lane: Lane, signal: PipelineSignal, x: number): void {
+  private signal(stream: StreamHandle, signal: PipelineSignal, x: number): void {
     const at = pipelineSlotOffset(this.size, signal, x, this.rank);
     this.batch(
-      lane,
+      stream,
       this.others.map((k): StreamMemOp => ({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n })),
     );
   }
 
-  /** Queues `ops` on the lane's stream, in as few batches as the driver takes. */
-  private batch(lane: Lane, ops: StreamMemOp[]): void {
-    for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(lane.stream, ops.length <= MAX_BATCH_MEM_OPS ? ops : ops.slice(i, i + MAX_BATCH_MEM_OPS));
+  /** Queues `ops` on `stream`, in as few batches as the driver takes. */
+  private batch(stream: StreamHandle, ops: StreamMemOp[]): void {
+    for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(stream, ops.length <= MAX_BATCH_MEM_OPS ? ops : ops.slice(i, i + MAX_BATCH_MEM_OPS));
   }
 
-  /** The push and out streams, after the caller's stream's work so far. */
-  private fork(stream: StreamHandle): [Lane, Lane] {
+  /** The call's own streams, after the caller's stream's work so far. */
+  private fork(stream: StreamHandle): Lanes {
     const o = (this.own ??= this.make());
     this.driver.eventRecord(o.fork, stream);
-    this.driver.streamWaitEvent(o.push, o.fork);
-    this.driver.streamWaitEvent(o.out, o.fork);
-    return [{ stream: o.push }, { stream: o.out }];
+    for (const s of [o.push, o.share, o.out]) this.driver.streamWaitEvent(s, o.fork);
+    return { push: o.push, reduce: stream, share: o.share, out: o.out };
   }
 
-  /** The caller's stream waits for everything queued on the push and out streams. */
-  private join(reduce: Lane, push: Lane, out: Lane): void {
+  /** The caller's stream waits for everything queued on the call's own streams. */
+  private join(lanes: Lanes): void {
     const o = this.own!;
-    this.driver.eventRecord(o.pushed, push.stream);
-    this.driver.eventRecord(o.copied, out.stream);
-    this.driver.streamWaitEvent(reduce.stream, o.pushed);
-    this.driver.streamWaitEvent(reduce.stream, o.copied);
+    [lanes.push, lanes.share, lanes.out].forEach((s, i) => {
+      this.driver.eventRecord(o.joins[i]!, s);
+      this.driver.streamWaitEvent(lanes.reduce, o.joins[i]!);
+    });
   }
 
   private make(): NonNullable<CePipeline['own']> {
     const d = this.driver;
-    const push = d.streamCreate();
-    const made: { push: StreamHandle; out?: StreamHandle; events: EventHandle[] } = { push, events: [] };
+    const streams: StreamHandle[] = [];
+    const events: EventHandle[] = [];
     try {
-      made.out = d.streamCreate();
-      for (let i = 0; i < 3; i++) made.events.push(d.eventCreate({ disableTiming: true }));
+      for (let i = 0; i < 3; i++) streams.push(d.streamCreate());
+      for (let i = 0; i < 5; i++) events.push(d.eventCreate({ disableTiming: true }));
     } catch (err) {
-      for (const e of made.events.reverse()) d.eventDestroy(e);
-      if (made.out !== undefined) d.streamDestroy(made.out);
-      d.streamDestroy(push);
+      for (const e of events.reverse()) d.eventDestroy(e);
+      for (const s of streams.reverse()) d.streamDestroy(s);
       throw err;
     }
-    const [fork, pushed, copied] = made.events as [EventHandle, EventHandle, EventHandle];
-    return { push, out: made.out, fork, pushed, copied };
+    const [push, share, out] = streams as [StreamHandle, StreamHandle, StreamHandle];
+    const [fork, reduced, ...joins] = events as [EventHandle, EventHandle, ...EventHandle[]];
+    return { push, share, out, fork, reduced, joins };
   }
 
   /** Frees the streams and events (once the calls that used them are done: the communicator's release). */
@@ -232,9 +241,10 @@ export class CePipeline {
     if (!o) return;
     this.own = undefined;
     try {
-      for (const e of [o.copied, o.pushed, o.fork]) this.driver.eventDestroy(e);
-      this.driver.streamDestroy(o.out);
-      this.driver.streamDestroy(o.push);
+      for (const e of [...o.joins].reverse()) this.driver.eventDestroy(e);
+      this.driver.eventDestroy(o.reduced);
+      this.driver.eventDestroy(o.fork);
+      for (const st of [o.out, o.share, o.push]) this.driver.streamDestroy(st);
     } catch (err) {
       debug('communicator rank %d: closing the pipeline streams: %s', this.rank, (err as Error).message);
     }
