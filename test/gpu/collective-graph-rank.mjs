@@ -3,7 +3,8 @@
 // captures allreduce sum (f32, COUNT elements, out of place, ALGORITHM or by
 // size) on its stream in a CUDA graph, replays it REPLAYS times with fresh
 // inputs written between replays, with an eager call after every other
-// replay, and checks every element of every replay. Prints one JSON line.
+// replay (by the same algorithm), and checks every element of every replay.
+// Prints one JSON line.
 import { Communicator } from 'smcuda';
 
 const comm = await Communicator.fromEnv();
@@ -40,7 +41,7 @@ try {
     check(k, 'replay');
     if (k % 2 === 1) {
       d.memsetD8(recv, 0, n * 4);
-      await comm.allreduce({ send, recv, count: n, dtype: 'f32', op: 'sum', stream });
+      await comm.allreduce({ send, recv, count: n, dtype: 'f32', op: 'sum', stream, ...(algorithm ? { algorithm } : {}) });
       check(k, 'eager call after replay');
     }
   }
