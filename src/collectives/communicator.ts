@@ -52,13 +52,13 @@ export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 
 export interface CommunicatorOptions {
   /** Default time limit of each call, ms (default 60000); a call past it aborts the communicator. */
   timeoutMs?: number;
-  /** Bytes of each of the three scratch regions per rank (default 4 MiB): larger calls go in pieces. */
+  /** Bytes of each of the three scratch regions per rank (default 4 MiB): larger calls go in pieces (the copy-engine pipeline's chunks are half a region). */
   scratchBytes?: number;
   /** allreduce: one-shot up to this many bytes (default: every size with 2 ranks, 4 MiB with more)… */
   oneShotMaxBytes?: number;
   /** …two-shot up to this many (default: every size), the copy-engine pipeline above. */
   twoShotMaxBytes?: number;
-  /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch. */
+  /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch ('ce-pipeline' also stream memory operations: else two-shot runs). */
   algorithm?: Exclude<Algorithm, 'local'>;
   /** Append a 'collective' record per completed call to this JSON-lines trace (default: $SMCUDA_TRACE, as the transport's). */
   trace?: string;
@@ -215,7 +215,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     // kernel a piece): with 2 ranks one-shot is the fastest at every size, 8 B to 1 GiB (16 MiB 69 µs against
     // two-shot 115 and the pipeline 136; 256 MiB 1.14 ms against 1.41 and 1.89); with 4 ranks on the 2 GPUs
     // (MPS) it is at 1 MiB (27 µs against two-shot 93), two-shot at 16 MiB (206 against 240). The pipeline
-    // was never the fastest: it runs where a caller asks for it.
+    // (ce-pipeline.ts) was never the fastest: on 2 × H200, 1 GiB 4.66 ms with 32 MiB chunks against one-shot's
+    // 4.12; it runs where a caller asks for it.
     this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, size === 2 ? Number.MAX_SAFE_INTEGER : 4 * MiB, 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, Number.MAX_SAFE_INTEGER, 0);
     if (opts.algorithm !== undefined && !ALGORITHMS.includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
