@@ -16,7 +16,7 @@ const MAX_GRID = 1024;
 /** The one-shot kernel: 512 threads a block, a block per 32 KiB up to ONESHOT_MAX_BLOCKS (the grid depends on the bytes only, so every rank launches the same). */
 const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 32 * 1024;
-/** The pipeline's reduction: 512 threads a block, one 16-byte vector a thread, at most this many blocks (then grid-stride). */
+/** The pipeline's reduction: 512 threads a block, an element a thread, at most this many blocks (then grid-stride). */
 const PART_BLOCK = 512;
 const PART_MAX_GRID = 1024;
 
@@ -92,8 +92,8 @@ export class ReduceKernels {
     if (count === 0) return;
     let fn = this.parts.get(dtype);
     if (fn === undefined) this.parts.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), reducePartEntry(dtype))));
-    // A thread per 16 bytes, grid-stride beyond PART_MAX_GRID blocks.
-    const grid = Math.min(PART_MAX_GRID, Math.ceil((count * DTYPE_BYTES[dtype]) / (16 * PART_BLOCK)));
+    // A thread per element, grid-stride beyond PART_MAX_GRID blocks.
+    const grid = Math.min(PART_MAX_GRID, Math.ceil(count / PART_BLOCK));
     this.driver.launchKernel(
       fn,
       { grid: [grid], block: [PART_BLOCK] },

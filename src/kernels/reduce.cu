@@ -178,42 +178,16 @@ __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
 // out[i] = op over k in rank order of (k == rank ? own[i] : table[k][i]), for i < count. The
 // pipeline (src/collectives/ce-pipeline.ts) has the copy engines bring every peer's part of a
 // chunk into this rank's landing slots (table) and reads this rank's own part straight from the
-// caller's input (own). Where every pointer is 16-byte aligned, data moves 16 bytes a load.
+// caller's input (own). Element by element, as reduce above: a 16-byte vector path as the
+// one-shot's made reduce.ptx 140 KB larger, which the package could not afford, and the
+// pipeline's chunks are bound by its copies and steps, not by this kernel.
 template <typename T>
 __device__ void reduce_part(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) {
   typedef typename Acc<T>::A A;
-  const u64 V = Vec<T>::N;
   const u64 stride = (u64)gridDim.x * blockDim.x;
-  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  u64 bits = (u64)out | (u64)own;
-  for (unsigned k = 0; k < n; k++)
-    if (k != rank) bits |= (u64)table[k];
-  u64 vend = 0;
-  if ((bits & 15) == 0) {
-    vend = count / V * V;
-    for (u64 i = first * V; i < vend; i += stride * V) {
-      A acc[V];
-      uint4 u;
-      const T *e = (const T *)&u;
-      for (unsigned k = 0; k < n; k++) {
-        u = *(const uint4 *)((k == rank ? own : table[k]) + i);
-        if (k == 0) {
-#pragma unroll
-          for (int j = 0; j < V; j++) acc[j] = Acc<T>::load(e[j]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < V; j++) acc[j] = combine_rt<A>(op, acc[j], Acc<T>::load(e[j]));
-        }
-      }
-      uint4 r;
-      T *o = (T *)&r;
-#pragma unroll
-      for (int j = 0; j < V; j++) o[j] = Acc<T>::store(op == AVG ? divide<A>(acc[j], n) : acc[j]);
-      *(uint4 *)(out + i) = r;
-    }
-  }
-  for (u64 i = vend + first; i < count; i += stride) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
     A acc = Acc<T>::load((rank == 0 ? own : table[0])[i]);
+#pragma unroll 1
     for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load((k == rank ? own : table[k])[i]));
     out[i] = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
   }

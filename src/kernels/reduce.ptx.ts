@@ -1398,692 +1398,286 @@ $L__BB6_82:
 	.param .u32 smcuda_reduce_part_f32_param_6
 )
 {
-	.reg .pred 	%p<98>;
-	.reg .f32 	%f<181>;
-	.reg .b32 	%r<110>;
-	.reg .b64 	%rd<223>;
+	.reg .pred 	%p<35>;
+	.reg .f32 	%f<46>;
+	.reg .b32 	%r<40>;
+	.reg .b64 	%rd<93>;
 
 
-	ld.param.u64 	%rd83, [smcuda_reduce_part_f32_param_0];
-	ld.param.u64 	%rd81, [smcuda_reduce_part_f32_param_1];
-	ld.param.u64 	%rd84, [smcuda_reduce_part_f32_param_2];
-	ld.param.u32 	%r54, [smcuda_reduce_part_f32_param_3];
-	ld.param.u32 	%r55, [smcuda_reduce_part_f32_param_4];
-	ld.param.u64 	%rd82, [smcuda_reduce_part_f32_param_5];
-	ld.param.u32 	%r56, [smcuda_reduce_part_f32_param_6];
-	cvta.to.global.u64 	%rd1, %rd83;
-	cvta.to.global.u64 	%rd2, %rd84;
-	mov.u32 	%r57, %nctaid.x;
-	mov.u32 	%r58, %ntid.x;
-	mul.wide.u32 	%rd3, %r57, %r58;
-	mov.u32 	%r59, %ctaid.x;
-	mul.wide.u32 	%rd85, %r59, %r58;
-	mov.u32 	%r60, %tid.x;
-	cvt.u64.u32 	%rd86, %r60;
-	add.s64 	%rd4, %rd85, %rd86;
-	or.b64  	%rd188, %rd81, %rd83;
-	setp.eq.s32 	%p1, %r55, 0;
-	@%p1 bra 	$L__BB7_16;
+	ld.param.u64 	%rd30, [smcuda_reduce_part_f32_param_0];
+	ld.param.u64 	%rd31, [smcuda_reduce_part_f32_param_1];
+	ld.param.u64 	%rd32, [smcuda_reduce_part_f32_param_2];
+	ld.param.u32 	%r17, [smcuda_reduce_part_f32_param_3];
+	ld.param.u32 	%r18, [smcuda_reduce_part_f32_param_4];
+	ld.param.u64 	%rd29, [smcuda_reduce_part_f32_param_5];
+	ld.param.u32 	%r19, [smcuda_reduce_part_f32_param_6];
+	cvta.to.global.u64 	%rd1, %rd31;
+	cvta.to.global.u64 	%rd2, %rd30;
+	cvta.to.global.u64 	%rd3, %rd32;
+	mov.u32 	%r20, %nctaid.x;
+	mov.u32 	%r21, %ntid.x;
+	mul.wide.u32 	%rd4, %r20, %r21;
+	mov.u32 	%r22, %ctaid.x;
+	mul.wide.u32 	%rd33, %r22, %r21;
+	mov.u32 	%r23, %tid.x;
+	cvt.u64.u32 	%rd34, %r23;
+	add.s64 	%rd82, %rd33, %rd34;
+	setp.ge.u64 	%p1, %rd82, %rd29;
+	@%p1 bra 	$L__BB7_49;
 
-	add.s32 	%r62, %r55, -1;
-	and.b32  	%r95, %r55, 3;
-	setp.lt.u32 	%p2, %r62, 3;
-	mov.u32 	%r93, 0;
-	@%p2 bra 	$L__BB7_12;
+	setp.eq.s32 	%p2, %r17, 0;
+	cvt.rn.f32.u32 	%f1, %r18;
+	@%p2 bra 	$L__BB7_25;
 
-	sub.s32 	%r92, %r55, %r95;
-	mov.u32 	%r93, 0;
+$L__BB7_2:
+	ld.global.u64 	%rd35, [%rd3];
+	cvta.to.global.u64 	%rd36, %rd35;
+	shl.b64 	%rd37, %rd82, 2;
+	add.s64 	%rd38, %rd36, %rd37;
+	ld.global.f32 	%f38, [%rd38];
+	setp.lt.u32 	%p3, %r18, 2;
+	@%p3 bra 	$L__BB7_22;
 
-$L__BB7_3:
-	mul.wide.u32 	%rd88, %r93, 8;
-	add.s64 	%rd7, %rd2, %rd88;
-	setp.eq.s32 	%p3, %r93, %r54;
-	@%p3 bra 	$L__BB7_5;
+	setp.eq.s32 	%p4, %r19, 2;
+	@%p4 bra 	$L__BB7_14;
 
-	ld.global.u64 	%rd89, [%rd7];
-	or.b64  	%rd188, %rd89, %rd188;
+	setp.eq.s32 	%p5, %r19, 3;
+	@%p5 bra 	$L__BB7_10;
 
-$L__BB7_5:
-	add.s32 	%r64, %r93, 1;
-	setp.eq.s32 	%p4, %r64, %r54;
-	@%p4 bra 	$L__BB7_7;
+	setp.ne.s32 	%p6, %r19, 4;
+	@%p6 bra 	$L__BB7_18;
 
-	ld.global.u64 	%rd90, [%rd7+8];
-	or.b64  	%rd188, %rd90, %rd188;
+	mov.u32 	%r32, 1;
 
 $L__BB7_7:
-	add.s32 	%r65, %r93, 2;
-	setp.eq.s32 	%p5, %r65, %r54;
-	@%p5 bra 	$L__BB7_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r32, %r17;
+	mov.u64 	%rd83, %rd1;
+	@%p7 bra 	$L__BB7_9;
 
-	ld.global.u64 	%rd91, [%rd7+16];
-	or.b64  	%rd188, %rd91, %rd188;
+	mul.wide.u32 	%rd39, %r32, 8;
+	add.s64 	%rd40, %rd3, %rd39;
+	ld.global.u64 	%rd41, [%rd40];
+	cvta.to.global.u64 	%rd83, %rd41;
 
 $L__BB7_9:
-	add.s32 	%r66, %r93, 3;
-	setp.eq.s32 	%p6, %r66, %r54;
-	@%p6 bra 	$L__BB7_11;
+	add.s64 	%rd43, %rd83, %rd37;
+	ld.global.f32 	%f26, [%rd43];
+	mul.f32 	%f38, %f38, %f26;
+	add.s32 	%r32, %r32, 1;
+	setp.lt.u32 	%p8, %r32, %r18;
+	@%p8 bra 	$L__BB7_7;
+	bra.uni 	$L__BB7_22;
 
-	ld.global.u64 	%rd92, [%rd7+24];
-	or.b64  	%rd188, %rd92, %rd188;
+$L__BB7_10:
+	mov.u32 	%r33, 1;
 
 $L__BB7_11:
-	add.s32 	%r93, %r93, 4;
-	add.s32 	%r92, %r92, -4;
-	setp.ne.s32 	%p7, %r92, 0;
-	@%p7 bra 	$L__BB7_3;
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r33, %r17;
+	mov.u64 	%rd84, %rd1;
+	@%p9 bra 	$L__BB7_13;
 
-$L__BB7_12:
-	setp.eq.s32 	%p8, %r95, 0;
-	@%p8 bra 	$L__BB7_16;
+	mul.wide.u32 	%rd44, %r33, 8;
+	add.s64 	%rd45, %rd3, %rd44;
+	ld.global.u64 	%rd46, [%rd45];
+	cvta.to.global.u64 	%rd84, %rd46;
 
 $L__BB7_13:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r93, %r54;
-	@%p9 bra 	$L__BB7_15;
+	add.s64 	%rd48, %rd84, %rd37;
+	ld.global.f32 	%f27, [%rd48];
+	setp.gt.f32 	%p10, %f27, %f38;
+	selp.f32 	%f38, %f27, %f38, %p10;
+	add.s32 	%r33, %r33, 1;
+	setp.lt.u32 	%p11, %r33, %r18;
+	@%p11 bra 	$L__BB7_11;
+	bra.uni 	$L__BB7_22;
 
-	mul.wide.u32 	%rd93, %r93, 8;
-	add.s64 	%rd94, %rd2, %rd93;
-	ld.global.u64 	%rd95, [%rd94];
-	or.b64  	%rd188, %rd95, %rd188;
+$L__BB7_14:
+	mov.u32 	%r34, 1;
 
 $L__BB7_15:
-	add.s32 	%r93, %r93, 1;
-	add.s32 	%r95, %r95, -1;
-	setp.ne.s32 	%p10, %r95, 0;
-	@%p10 bra 	$L__BB7_13;
+	.pragma "nounroll";
+	setp.eq.s32 	%p12, %r34, %r17;
+	mov.u64 	%rd85, %rd1;
+	@%p12 bra 	$L__BB7_17;
 
-$L__BB7_16:
-	and.b64  	%rd97, %rd188, 15;
-	setp.ne.s64 	%p11, %rd97, 0;
-	mov.u64 	%rd200, 0;
-	@%p11 bra 	$L__BB7_42;
+	mul.wide.u32 	%rd49, %r34, 8;
+	add.s64 	%rd50, %rd3, %rd49;
+	ld.global.u64 	%rd51, [%rd50];
+	cvta.to.global.u64 	%rd85, %rd51;
 
-	and.b64  	%rd200, %rd82, -4;
-	shl.b64 	%rd197, %rd4, 2;
-	setp.ge.u64 	%p12, %rd197, %rd200;
-	@%p12 bra 	$L__BB7_42;
+$L__BB7_17:
+	add.s64 	%rd53, %rd85, %rd37;
+	ld.global.f32 	%f28, [%rd53];
+	setp.lt.f32 	%p13, %f28, %f38;
+	selp.f32 	%f38, %f28, %f38, %p13;
+	add.s32 	%r34, %r34, 1;
+	setp.lt.u32 	%p14, %r34, %r18;
+	@%p14 bra 	$L__BB7_15;
+	bra.uni 	$L__BB7_22;
 
-	cvt.rn.f32.u32 	%f1, %r55;
-	shl.b64 	%rd24, %rd3, 2;
+$L__BB7_18:
+	mov.u32 	%r35, 1;
 
 $L__BB7_19:
-	@%p1 bra 	$L__BB7_39;
+	.pragma "nounroll";
+	setp.eq.s32 	%p15, %r35, %r17;
+	mov.u64 	%rd86, %rd1;
+	@%p15 bra 	$L__BB7_21;
 
-	setp.eq.s32 	%p14, %r56, 2;
-	@%p14 bra 	$L__BB7_32;
-	bra.uni 	$L__BB7_21;
-
-$L__BB7_32:
-	mov.u32 	%r97, 0;
-
-$L__BB7_33:
-	setp.eq.s32 	%p24, %r97, %r54;
-	mov.u64 	%rd199, %rd81;
-	@%p24 bra 	$L__BB7_35;
-
-	mul.wide.u32 	%rd102, %r97, 8;
-	add.s64 	%rd103, %rd2, %rd102;
-	ld.global.u64 	%rd199, [%rd103];
-
-$L__BB7_35:
-	shl.b64 	%rd104, %rd197, 2;
-	add.s64 	%rd105, %rd199, %rd104;
-	ld.v4.u32 	{%r73, %r74, %r75, %r76}, [%rd105];
-	mov.b32 	%f34, %r73;
-	setp.eq.s32 	%p25, %r97, 0;
-	@%p25 bra 	$L__BB7_37;
-
-	setp.gt.f32 	%p26, %f148, %f34;
-	selp.f32 	%f148, %f34, %f148, %p26;
-	mov.b32 	%f111, %r74;
-	setp.gt.f32 	%p27, %f147, %f111;
-	selp.f32 	%f147, %f111, %f147, %p27;
-	mov.b32 	%f112, %r75;
-	setp.gt.f32 	%p28, %f146, %f112;
-	selp.f32 	%f146, %f112, %f146, %p28;
-	mov.b32 	%f113, %r76;
-	setp.gt.f32 	%p29, %f145, %f113;
-	selp.f32 	%f145, %f113, %f145, %p29;
-	bra.uni 	$L__BB7_38;
-
-$L__BB7_37:
-	mov.b32 	%f147, %r74;
-	mov.b32 	%f146, %r75;
-	mov.b32 	%f145, %r76;
-	mov.f32 	%f148, %f34;
-
-$L__BB7_38:
-	add.s32 	%r97, %r97, 1;
-	setp.lt.u32 	%p30, %r97, %r55;
-	@%p30 bra 	$L__BB7_33;
-	bra.uni 	$L__BB7_39;
+	mul.wide.u32 	%rd54, %r35, 8;
+	add.s64 	%rd55, %rd3, %rd54;
+	ld.global.u64 	%rd56, [%rd55];
+	cvta.to.global.u64 	%rd86, %rd56;
 
 $L__BB7_21:
-	mov.u32 	%r96, 0;
+	add.s64 	%rd58, %rd86, %rd37;
+	ld.global.f32 	%f29, [%rd58];
+	add.f32 	%f38, %f38, %f29;
+	add.s32 	%r35, %r35, 1;
+	setp.lt.u32 	%p16, %r35, %r18;
+	@%p16 bra 	$L__BB7_19;
 
 $L__BB7_22:
-	setp.eq.s32 	%p15, %r96, %r54;
-	mov.u64 	%rd198, %rd81;
-	@%p15 bra 	$L__BB7_24;
+	setp.ne.s32 	%p17, %r19, 1;
+	@%p17 bra 	$L__BB7_24;
 
-	mul.wide.u32 	%rd98, %r96, 8;
-	add.s64 	%rd99, %rd2, %rd98;
-	ld.global.u64 	%rd198, [%rd99];
+	div.rn.f32 	%f38, %f38, %f1;
 
 $L__BB7_24:
-	shl.b64 	%rd100, %rd197, 2;
-	add.s64 	%rd101, %rd198, %rd100;
-	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd101];
-	setp.eq.s32 	%p16, %r96, 0;
-	@%p16 bra 	$L__BB7_30;
+	add.s64 	%rd60, %rd2, %rd37;
+	st.global.f32 	[%rd60], %f38;
+	add.s64 	%rd82, %rd82, %rd4;
+	setp.lt.u64 	%p18, %rd82, %rd29;
+	@%p18 bra 	$L__BB7_2;
+	bra.uni 	$L__BB7_49;
 
-	setp.eq.s32 	%p17, %r56, 3;
-	@%p17 bra 	$L__BB7_28;
+$L__BB7_25:
+	shl.b64 	%rd61, %rd82, 2;
+	add.s64 	%rd17, %rd1, %rd61;
+	ld.global.f32 	%f44, [%rd17];
+	setp.lt.u32 	%p19, %r18, 2;
+	@%p19 bra 	$L__BB7_46;
 
-	setp.ne.s32 	%p18, %r56, 4;
-	@%p18 bra 	$L__BB7_29;
+	setp.eq.s32 	%p20, %r19, 2;
+	@%p20 bra 	$L__BB7_38;
 
-	mov.b32 	%f99, %r68;
-	mul.f32 	%f148, %f148, %f99;
-	mov.b32 	%f100, %r69;
-	mul.f32 	%f147, %f147, %f100;
-	mov.b32 	%f101, %r70;
-	mul.f32 	%f146, %f146, %f101;
-	mov.b32 	%f102, %r71;
-	mul.f32 	%f145, %f145, %f102;
-	bra.uni 	$L__BB7_31;
+	setp.eq.s32 	%p21, %r19, 3;
+	@%p21 bra 	$L__BB7_34;
+
+	setp.ne.s32 	%p22, %r19, 4;
+	@%p22 bra 	$L__BB7_42;
+
+	mov.u32 	%r36, 1;
+	mov.u64 	%rd88, %rd3;
 
 $L__BB7_30:
-	mov.b32 	%f148, %r68;
-	mov.b32 	%f147, %r69;
-	mov.b32 	%f146, %r70;
-	mov.b32 	%f145, %r71;
-	bra.uni 	$L__BB7_31;
+	.pragma "nounroll";
+	setp.eq.s32 	%p23, %r36, 0;
+	@%p23 bra 	$L__BB7_32;
 
-$L__BB7_28:
-	mov.b32 	%f103, %r68;
-	setp.lt.f32 	%p19, %f148, %f103;
-	selp.f32 	%f148, %f103, %f148, %p19;
-	mov.b32 	%f104, %r69;
-	setp.lt.f32 	%p20, %f147, %f104;
-	selp.f32 	%f147, %f104, %f147, %p20;
-	mov.b32 	%f105, %r70;
-	setp.lt.f32 	%p21, %f146, %f105;
-	selp.f32 	%f146, %f105, %f146, %p21;
-	mov.b32 	%f106, %r71;
-	setp.lt.f32 	%p22, %f145, %f106;
-	selp.f32 	%f145, %f106, %f145, %p22;
-	bra.uni 	$L__BB7_31;
+	ld.global.u64 	%rd62, [%rd88+8];
+	cvta.to.global.u64 	%rd63, %rd62;
+	add.s64 	%rd89, %rd63, %rd61;
+	bra.uni 	$L__BB7_33;
 
-$L__BB7_29:
-	mov.b32 	%f107, %r68;
-	add.f32 	%f148, %f148, %f107;
-	mov.b32 	%f108, %r69;
-	add.f32 	%f147, %f147, %f108;
-	mov.b32 	%f109, %r70;
-	add.f32 	%f146, %f146, %f109;
-	mov.b32 	%f110, %r71;
-	add.f32 	%f145, %f145, %f110;
+$L__BB7_32:
+	mov.u64 	%rd89, %rd17;
 
-$L__BB7_31:
-	add.s32 	%r96, %r96, 1;
-	setp.lt.u32 	%p23, %r96, %r55;
-	@%p23 bra 	$L__BB7_22;
+$L__BB7_33:
+	add.s64 	%rd88, %rd88, 8;
+	ld.global.f32 	%f30, [%rd89];
+	mul.f32 	%f44, %f44, %f30;
+	add.s32 	%r36, %r36, 1;
+	setp.lt.u32 	%p24, %r36, %r18;
+	@%p24 bra 	$L__BB7_30;
+	bra.uni 	$L__BB7_46;
+
+$L__BB7_34:
+	mov.u32 	%r37, 1;
+
+$L__BB7_35:
+	.pragma "nounroll";
+	setp.eq.s32 	%p25, %r37, 0;
+	mov.u64 	%rd90, %rd17;
+	@%p25 bra 	$L__BB7_37;
+
+	mul.wide.u32 	%rd65, %r37, 8;
+	add.s64 	%rd66, %rd3, %rd65;
+	ld.global.u64 	%rd67, [%rd66];
+	cvta.to.global.u64 	%rd68, %rd67;
+	add.s64 	%rd90, %rd68, %rd61;
+
+$L__BB7_37:
+	ld.global.f32 	%f31, [%rd90];
+	setp.gt.f32 	%p26, %f31, %f44;
+	selp.f32 	%f44, %f31, %f44, %p26;
+	add.s32 	%r37, %r37, 1;
+	setp.lt.u32 	%p27, %r37, %r18;
+	@%p27 bra 	$L__BB7_35;
+	bra.uni 	$L__BB7_46;
+
+$L__BB7_38:
+	mov.u32 	%r38, 1;
 
 $L__BB7_39:
-	setp.ne.s32 	%p31, %r56, 1;
-	mov.f32 	%f161, %f145;
-	mov.f32 	%f162, %f146;
-	mov.f32 	%f163, %f147;
-	mov.f32 	%f164, %f148;
-	@%p31 bra 	$L__BB7_41;
+	.pragma "nounroll";
+	setp.eq.s32 	%p28, %r38, 0;
+	mov.u64 	%rd91, %rd17;
+	@%p28 bra 	$L__BB7_41;
 
-	div.rn.f32 	%f164, %f148, %f1;
-	div.rn.f32 	%f163, %f147, %f1;
-	div.rn.f32 	%f162, %f146, %f1;
-	div.rn.f32 	%f161, %f145, %f1;
+	mul.wide.u32 	%rd70, %r38, 8;
+	add.s64 	%rd71, %rd3, %rd70;
+	ld.global.u64 	%rd72, [%rd71];
+	cvta.to.global.u64 	%rd73, %rd72;
+	add.s64 	%rd91, %rd73, %rd61;
 
 $L__BB7_41:
-	shl.b64 	%rd106, %rd197, 2;
-	add.s64 	%rd107, %rd1, %rd106;
-	st.global.v4.f32 	[%rd107], {%f164, %f163, %f162, %f161};
-	add.s64 	%rd197, %rd197, %rd24;
-	setp.lt.u64 	%p32, %rd197, %rd200;
-	@%p32 bra 	$L__BB7_19;
+	ld.global.f32 	%f32, [%rd91];
+	setp.lt.f32 	%p29, %f32, %f44;
+	selp.f32 	%f44, %f32, %f44, %p29;
+	add.s32 	%r38, %r38, 1;
+	setp.lt.u32 	%p30, %r38, %r18;
+	@%p30 bra 	$L__BB7_39;
+	bra.uni 	$L__BB7_46;
 
 $L__BB7_42:
-	add.s64 	%rd201, %rd200, %rd4;
-	setp.ge.u64 	%p33, %rd201, %rd82;
-	@%p33 bra 	$L__BB7_124;
+	mov.u32 	%r39, 1;
 
-	setp.eq.s32 	%p34, %r54, 0;
-	cvt.rn.f32.u32 	%f58, %r55;
-	add.s32 	%r23, %r55, -2;
-	add.s32 	%r78, %r55, -1;
-	and.b32  	%r24, %r78, 3;
-	sub.s32 	%r25, %r78, %r24;
-	@%p34 bra 	$L__BB7_84;
+$L__BB7_43:
+	.pragma "nounroll";
+	setp.eq.s32 	%p31, %r39, 0;
+	mov.u64 	%rd92, %rd17;
+	@%p31 bra 	$L__BB7_45;
 
-$L__BB7_44:
-	ld.global.u64 	%rd108, [%rd2];
-	shl.b64 	%rd109, %rd201, 2;
-	add.s64 	%rd110, %rd108, %rd109;
-	ld.f32 	%f171, [%rd110];
-	setp.lt.u32 	%p35, %r55, 2;
-	@%p35 bra 	$L__BB7_81;
+	mul.wide.u32 	%rd75, %r39, 8;
+	add.s64 	%rd76, %rd3, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd92, %rd78, %rd61;
 
-	setp.eq.s32 	%p36, %r56, 2;
-	@%p36 bra 	$L__BB7_56;
+$L__BB7_45:
+	ld.global.f32 	%f33, [%rd92];
+	add.f32 	%f44, %f44, %f33;
+	add.s32 	%r39, %r39, 1;
+	setp.lt.u32 	%p32, %r39, %r18;
+	@%p32 bra 	$L__BB7_43;
 
-	setp.eq.s32 	%p37, %r56, 3;
-	@%p37 bra 	$L__BB7_52;
+$L__BB7_46:
+	setp.ne.s32 	%p33, %r19, 1;
+	@%p33 bra 	$L__BB7_48;
 
-	setp.ne.s32 	%p38, %r56, 4;
-	@%p38 bra 	$L__BB7_77;
+	div.rn.f32 	%f44, %f44, %f1;
 
-	mov.u32 	%r98, 1;
+$L__BB7_48:
+	add.s64 	%rd81, %rd2, %rd61;
+	st.global.f32 	[%rd81], %f44;
+	add.s64 	%rd82, %rd82, %rd4;
+	setp.lt.u64 	%p34, %rd82, %rd29;
+	@%p34 bra 	$L__BB7_25;
 
 $L__BB7_49:
-	setp.eq.s32 	%p39, %r98, %r54;
-	mov.u64 	%rd202, %rd81;
-	@%p39 bra 	$L__BB7_51;
-
-	mul.wide.u32 	%rd111, %r98, 8;
-	add.s64 	%rd112, %rd2, %rd111;
-	ld.global.u64 	%rd202, [%rd112];
-
-$L__BB7_51:
-	add.s64 	%rd114, %rd202, %rd109;
-	ld.f32 	%f114, [%rd114];
-	mul.f32 	%f171, %f171, %f114;
-	add.s32 	%r98, %r98, 1;
-	setp.lt.u32 	%p40, %r98, %r55;
-	@%p40 bra 	$L__BB7_49;
-	bra.uni 	$L__BB7_81;
-
-$L__BB7_56:
-	setp.lt.u32 	%p44, %r23, 3;
-	mov.u32 	%r102, 1;
-	@%p44 bra 	$L__BB7_67;
-
-	mov.u32 	%r102, 1;
-	mov.u32 	%r101, %r25;
-
-$L__BB7_58:
-	mul.wide.u32 	%rd119, %r102, 8;
-	add.s64 	%rd38, %rd2, %rd119;
-	setp.eq.s32 	%p45, %r102, %r54;
-	mov.u64 	%rd204, %rd81;
-	@%p45 bra 	$L__BB7_60;
-
-	ld.global.u64 	%rd204, [%rd38];
-
-$L__BB7_60:
-	add.s64 	%rd121, %rd204, %rd109;
-	ld.f32 	%f117, [%rd121];
-	setp.lt.f32 	%p46, %f117, %f171;
-	selp.f32 	%f65, %f117, %f171, %p46;
-	add.s32 	%r83, %r102, 1;
-	setp.eq.s32 	%p47, %r83, %r54;
-	mov.u64 	%rd205, %rd81;
-	@%p47 bra 	$L__BB7_62;
-
-	ld.global.u64 	%rd205, [%rd38+8];
-
-$L__BB7_62:
-	add.s64 	%rd123, %rd205, %rd109;
-	ld.f32 	%f118, [%rd123];
-	setp.lt.f32 	%p48, %f118, %f65;
-	selp.f32 	%f66, %f118, %f65, %p48;
-	add.s32 	%r84, %r102, 2;
-	setp.eq.s32 	%p49, %r84, %r54;
-	mov.u64 	%rd206, %rd81;
-	@%p49 bra 	$L__BB7_64;
-
-	ld.global.u64 	%rd206, [%rd38+16];
-
-$L__BB7_64:
-	add.s64 	%rd125, %rd206, %rd109;
-	ld.f32 	%f119, [%rd125];
-	setp.lt.f32 	%p50, %f119, %f66;
-	selp.f32 	%f67, %f119, %f66, %p50;
-	add.s32 	%r32, %r102, 3;
-	setp.eq.s32 	%p51, %r32, %r54;
-	mov.u64 	%rd207, %rd81;
-	@%p51 bra 	$L__BB7_66;
-
-	mul.wide.u32 	%rd126, %r32, 8;
-	add.s64 	%rd127, %rd2, %rd126;
-	ld.global.u64 	%rd207, [%rd127];
-
-$L__BB7_66:
-	add.s64 	%rd129, %rd207, %rd109;
-	ld.f32 	%f120, [%rd129];
-	setp.lt.f32 	%p52, %f120, %f67;
-	selp.f32 	%f171, %f120, %f67, %p52;
-	add.s32 	%r102, %r102, 4;
-	add.s32 	%r101, %r101, -4;
-	setp.ne.s32 	%p53, %r101, 0;
-	@%p53 bra 	$L__BB7_58;
-
-$L__BB7_67:
-	setp.eq.s32 	%p54, %r24, 0;
-	@%p54 bra 	$L__BB7_81;
-
-	setp.eq.s32 	%p55, %r102, %r54;
-	mov.u64 	%rd208, %rd81;
-	@%p55 bra 	$L__BB7_70;
-
-	mul.wide.u32 	%rd130, %r102, 8;
-	add.s64 	%rd131, %rd2, %rd130;
-	ld.global.u64 	%rd208, [%rd131];
-
-$L__BB7_70:
-	add.s64 	%rd133, %rd208, %rd109;
-	ld.f32 	%f121, [%rd133];
-	setp.lt.f32 	%p56, %f121, %f171;
-	selp.f32 	%f171, %f121, %f171, %p56;
-	add.s32 	%r36, %r102, 1;
-	setp.eq.s32 	%p57, %r24, 1;
-	@%p57 bra 	$L__BB7_81;
-
-	setp.eq.s32 	%p58, %r36, %r54;
-	mov.u64 	%rd209, %rd81;
-	@%p58 bra 	$L__BB7_73;
-
-	mul.wide.u32 	%rd134, %r36, 8;
-	add.s64 	%rd135, %rd2, %rd134;
-	ld.global.u64 	%rd209, [%rd135];
-
-$L__BB7_73:
-	add.s64 	%rd137, %rd209, %rd109;
-	ld.f32 	%f122, [%rd137];
-	setp.lt.f32 	%p59, %f122, %f171;
-	selp.f32 	%f171, %f122, %f171, %p59;
-	add.s32 	%r37, %r102, 2;
-	setp.eq.s32 	%p60, %r24, 2;
-	@%p60 bra 	$L__BB7_81;
-
-	setp.eq.s32 	%p61, %r37, %r54;
-	mov.u64 	%rd210, %rd81;
-	@%p61 bra 	$L__BB7_76;
-
-	mul.wide.u32 	%rd138, %r37, 8;
-	add.s64 	%rd139, %rd2, %rd138;
-	ld.global.u64 	%rd210, [%rd139];
-
-$L__BB7_76:
-	add.s64 	%rd141, %rd210, %rd109;
-	ld.f32 	%f123, [%rd141];
-	setp.lt.f32 	%p62, %f123, %f171;
-	selp.f32 	%f171, %f123, %f171, %p62;
-	bra.uni 	$L__BB7_81;
-
-$L__BB7_52:
-	mov.u32 	%r99, 1;
-
-$L__BB7_53:
-	setp.eq.s32 	%p41, %r99, %r54;
-	mov.u64 	%rd203, %rd81;
-	@%p41 bra 	$L__BB7_55;
-
-	mul.wide.u32 	%rd115, %r99, 8;
-	add.s64 	%rd116, %rd2, %rd115;
-	ld.global.u64 	%rd203, [%rd116];
-
-$L__BB7_55:
-	add.s64 	%rd118, %rd203, %rd109;
-	ld.f32 	%f115, [%rd118];
-	setp.gt.f32 	%p42, %f115, %f171;
-	selp.f32 	%f171, %f115, %f171, %p42;
-	add.s32 	%r99, %r99, 1;
-	setp.lt.u32 	%p43, %r99, %r55;
-	@%p43 bra 	$L__BB7_53;
-	bra.uni 	$L__BB7_81;
-
-$L__BB7_77:
-	mov.u32 	%r103, 1;
-
-$L__BB7_78:
-	setp.eq.s32 	%p63, %r103, %r54;
-	mov.u64 	%rd211, %rd81;
-	@%p63 bra 	$L__BB7_80;
-
-	mul.wide.u32 	%rd142, %r103, 8;
-	add.s64 	%rd143, %rd2, %rd142;
-	ld.global.u64 	%rd211, [%rd143];
-
-$L__BB7_80:
-	add.s64 	%rd145, %rd211, %rd109;
-	ld.f32 	%f124, [%rd145];
-	add.f32 	%f171, %f171, %f124;
-	add.s32 	%r103, %r103, 1;
-	setp.lt.u32 	%p64, %r103, %r55;
-	@%p64 bra 	$L__BB7_78;
-
-$L__BB7_81:
-	setp.ne.s32 	%p65, %r56, 1;
-	@%p65 bra 	$L__BB7_83;
-
-	div.rn.f32 	%f171, %f171, %f58;
-
-$L__BB7_83:
-	add.s64 	%rd147, %rd1, %rd109;
-	st.global.f32 	[%rd147], %f171;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p66, %rd201, %rd82;
-	@%p66 bra 	$L__BB7_44;
-	bra.uni 	$L__BB7_124;
-
-$L__BB7_84:
-	cvta.to.global.u64 	%rd56, %rd81;
-
-$L__BB7_85:
-	shl.b64 	%rd148, %rd201, 2;
-	add.s64 	%rd149, %rd56, %rd148;
-	ld.global.f32 	%f179, [%rd149];
-	setp.lt.u32 	%p67, %r55, 2;
-	@%p67 bra 	$L__BB7_121;
-
-	add.s64 	%rd221, %rd81, %rd148;
-	setp.eq.s32 	%p68, %r56, 2;
-	@%p68 bra 	$L__BB7_98;
-
-	setp.eq.s32 	%p69, %r56, 3;
-	@%p69 bra 	$L__BB7_94;
-
-	setp.ne.s32 	%p70, %r56, 4;
-	@%p70 bra 	$L__BB7_117;
-
-	mov.u32 	%r104, 1;
-	mov.u64 	%rd213, %rd2;
-
-$L__BB7_90:
-	setp.eq.s32 	%p71, %r104, 0;
-	@%p71 bra 	$L__BB7_92;
-
-	ld.global.u64 	%rd151, [%rd213+8];
-	add.s64 	%rd214, %rd151, %rd148;
-	bra.uni 	$L__BB7_93;
-
-$L__BB7_92:
-	mov.u64 	%rd214, %rd221;
-
-$L__BB7_93:
-	add.s64 	%rd213, %rd213, 8;
-	ld.f32 	%f125, [%rd214];
-	mul.f32 	%f179, %f179, %f125;
-	add.s32 	%r104, %r104, 1;
-	setp.lt.u32 	%p72, %r104, %r55;
-	@%p72 bra 	$L__BB7_90;
-	bra.uni 	$L__BB7_121;
-
-$L__BB7_98:
-	setp.lt.u32 	%p76, %r23, 3;
-	mov.u32 	%r108, 1;
-	@%p76 bra 	$L__BB7_107;
-
-	mov.u32 	%r108, 1;
-	mov.u32 	%r107, %r25;
-
-$L__BB7_100:
-	mul.wide.u32 	%rd157, %r108, 8;
-	add.s64 	%rd65, %rd2, %rd157;
-	setp.eq.s32 	%p77, %r108, 0;
-	mov.u64 	%rd216, %rd221;
-	@%p77 bra 	$L__BB7_102;
-
-	ld.global.u64 	%rd158, [%rd65];
-	add.s64 	%rd216, %rd158, %rd148;
-
-$L__BB7_102:
-	ld.f32 	%f128, [%rd216];
-	setp.lt.f32 	%p78, %f128, %f179;
-	selp.f32 	%f129, %f128, %f179, %p78;
-	ld.global.u64 	%rd160, [%rd65+8];
-	add.s64 	%rd162, %rd160, %rd148;
-	ld.f32 	%f130, [%rd162];
-	setp.lt.f32 	%p79, %f130, %f129;
-	selp.f32 	%f85, %f130, %f129, %p79;
-	setp.eq.s32 	%p80, %r108, -2;
-	mov.u64 	%rd217, %rd221;
-	@%p80 bra 	$L__BB7_104;
-
-	ld.global.u64 	%rd163, [%rd65+16];
-	add.s64 	%rd217, %rd163, %rd148;
-
-$L__BB7_104:
-	ld.f32 	%f131, [%rd217];
-	setp.lt.f32 	%p81, %f131, %f85;
-	selp.f32 	%f86, %f131, %f85, %p81;
-	add.s32 	%r46, %r108, 3;
-	setp.eq.s32 	%p82, %r46, 0;
-	mov.u64 	%rd218, %rd221;
-	@%p82 bra 	$L__BB7_106;
-
-	mul.wide.u32 	%rd165, %r46, 8;
-	add.s64 	%rd166, %rd2, %rd165;
-	ld.global.u64 	%rd167, [%rd166];
-	add.s64 	%rd218, %rd167, %rd148;
-
-$L__BB7_106:
-	ld.f32 	%f132, [%rd218];
-	setp.lt.f32 	%p83, %f132, %f86;
-	selp.f32 	%f179, %f132, %f86, %p83;
-	add.s32 	%r108, %r108, 4;
-	add.s32 	%r107, %r107, -4;
-	setp.ne.s32 	%p84, %r107, 0;
-	@%p84 bra 	$L__BB7_100;
-
-$L__BB7_107:
-	setp.eq.s32 	%p85, %r24, 0;
-	@%p85 bra 	$L__BB7_121;
-
-	setp.eq.s32 	%p86, %r108, 0;
-	mov.u64 	%rd219, %rd221;
-	@%p86 bra 	$L__BB7_110;
-
-	mul.wide.u32 	%rd169, %r108, 8;
-	add.s64 	%rd170, %rd2, %rd169;
-	ld.global.u64 	%rd171, [%rd170];
-	add.s64 	%rd219, %rd171, %rd148;
-
-$L__BB7_110:
-	ld.f32 	%f133, [%rd219];
-	setp.lt.f32 	%p87, %f133, %f179;
-	selp.f32 	%f179, %f133, %f179, %p87;
-	add.s32 	%r50, %r108, 1;
-	setp.eq.s32 	%p88, %r24, 1;
-	@%p88 bra 	$L__BB7_121;
-
-	setp.eq.s32 	%p89, %r50, 0;
-	mov.u64 	%rd220, %rd221;
-	@%p89 bra 	$L__BB7_113;
-
-	mul.wide.u32 	%rd173, %r50, 8;
-	add.s64 	%rd174, %rd2, %rd173;
-	ld.global.u64 	%rd175, [%rd174];
-	add.s64 	%rd220, %rd175, %rd148;
-
-$L__BB7_113:
-	ld.f32 	%f134, [%rd220];
-	setp.lt.f32 	%p90, %f134, %f179;
-	selp.f32 	%f179, %f134, %f179, %p90;
-	add.s32 	%r51, %r108, 2;
-	setp.eq.s32 	%p91, %r24, 2;
-	@%p91 bra 	$L__BB7_121;
-
-	setp.eq.s32 	%p92, %r51, 0;
-	@%p92 bra 	$L__BB7_116;
-
-	mul.wide.u32 	%rd177, %r51, 8;
-	add.s64 	%rd178, %rd2, %rd177;
-	ld.global.u64 	%rd179, [%rd178];
-	add.s64 	%rd221, %rd179, %rd148;
-
-$L__BB7_116:
-	ld.f32 	%f135, [%rd221];
-	setp.lt.f32 	%p93, %f135, %f179;
-	selp.f32 	%f179, %f135, %f179, %p93;
-	bra.uni 	$L__BB7_121;
-
-$L__BB7_94:
-	mov.u32 	%r105, 1;
-
-$L__BB7_95:
-	setp.eq.s32 	%p73, %r105, 0;
-	mov.u64 	%rd215, %rd221;
-	@%p73 bra 	$L__BB7_97;
-
-	mul.wide.u32 	%rd153, %r105, 8;
-	add.s64 	%rd154, %rd2, %rd153;
-	ld.global.u64 	%rd155, [%rd154];
-	add.s64 	%rd215, %rd155, %rd148;
-
-$L__BB7_97:
-	ld.f32 	%f126, [%rd215];
-	setp.gt.f32 	%p74, %f126, %f179;
-	selp.f32 	%f179, %f126, %f179, %p74;
-	add.s32 	%r105, %r105, 1;
-	setp.lt.u32 	%p75, %r105, %r55;
-	@%p75 bra 	$L__BB7_95;
-	bra.uni 	$L__BB7_121;
-
-$L__BB7_117:
-	mov.u32 	%r109, 1;
-
-$L__BB7_118:
-	setp.eq.s32 	%p94, %r109, 0;
-	mov.u64 	%rd222, %rd221;
-	@%p94 bra 	$L__BB7_120;
-
-	mul.wide.u32 	%rd181, %r109, 8;
-	add.s64 	%rd182, %rd2, %rd181;
-	ld.global.u64 	%rd183, [%rd182];
-	add.s64 	%rd222, %rd183, %rd148;
-
-$L__BB7_120:
-	ld.f32 	%f136, [%rd222];
-	add.f32 	%f179, %f179, %f136;
-	add.s32 	%r109, %r109, 1;
-	setp.lt.u32 	%p95, %r109, %r55;
-	@%p95 bra 	$L__BB7_118;
-
-$L__BB7_121:
-	setp.ne.s32 	%p96, %r56, 1;
-	@%p96 bra 	$L__BB7_123;
-
-	div.rn.f32 	%f179, %f179, %f58;
-
-$L__BB7_123:
-	add.s64 	%rd186, %rd1, %rd148;
-	st.global.f32 	[%rd186], %f179;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p97, %rd201, %rd82;
-	@%p97 bra 	$L__BB7_85;
-
-$L__BB7_124:
 	ret;
 
 }
@@ -3465,646 +3059,286 @@ $L__BB14_82:
 	.param .u32 smcuda_reduce_part_f64_param_6
 )
 {
-	.reg .pred 	%p<96>;
-	.reg .b32 	%r<94>;
-	.reg .f64 	%fd<124>;
-	.reg .b64 	%rd<223>;
+	.reg .pred 	%p<35>;
+	.reg .b32 	%r<40>;
+	.reg .f64 	%fd<46>;
+	.reg .b64 	%rd<93>;
 
 
-	ld.param.u64 	%rd83, [smcuda_reduce_part_f64_param_0];
-	ld.param.u64 	%rd81, [smcuda_reduce_part_f64_param_1];
-	ld.param.u64 	%rd84, [smcuda_reduce_part_f64_param_2];
-	ld.param.u32 	%r47, [smcuda_reduce_part_f64_param_3];
-	ld.param.u32 	%r48, [smcuda_reduce_part_f64_param_4];
-	ld.param.u64 	%rd82, [smcuda_reduce_part_f64_param_5];
-	ld.param.u32 	%r49, [smcuda_reduce_part_f64_param_6];
-	cvta.to.global.u64 	%rd1, %rd83;
-	cvta.to.global.u64 	%rd2, %rd84;
-	mov.u32 	%r50, %nctaid.x;
-	mov.u32 	%r51, %ntid.x;
-	mul.wide.u32 	%rd3, %r50, %r51;
-	mov.u32 	%r52, %ctaid.x;
-	mul.wide.u32 	%rd85, %r52, %r51;
-	mov.u32 	%r53, %tid.x;
-	cvt.u64.u32 	%rd86, %r53;
-	add.s64 	%rd4, %rd85, %rd86;
-	or.b64  	%rd188, %rd81, %rd83;
-	setp.eq.s32 	%p1, %r48, 0;
-	@%p1 bra 	$L__BB15_16;
+	ld.param.u64 	%rd30, [smcuda_reduce_part_f64_param_0];
+	ld.param.u64 	%rd31, [smcuda_reduce_part_f64_param_1];
+	ld.param.u64 	%rd32, [smcuda_reduce_part_f64_param_2];
+	ld.param.u32 	%r17, [smcuda_reduce_part_f64_param_3];
+	ld.param.u32 	%r18, [smcuda_reduce_part_f64_param_4];
+	ld.param.u64 	%rd29, [smcuda_reduce_part_f64_param_5];
+	ld.param.u32 	%r19, [smcuda_reduce_part_f64_param_6];
+	cvta.to.global.u64 	%rd1, %rd31;
+	cvta.to.global.u64 	%rd2, %rd30;
+	cvta.to.global.u64 	%rd3, %rd32;
+	mov.u32 	%r20, %nctaid.x;
+	mov.u32 	%r21, %ntid.x;
+	mul.wide.u32 	%rd4, %r20, %r21;
+	mov.u32 	%r22, %ctaid.x;
+	mul.wide.u32 	%rd33, %r22, %r21;
+	mov.u32 	%r23, %tid.x;
+	cvt.u64.u32 	%rd34, %r23;
+	add.s64 	%rd82, %rd33, %rd34;
+	setp.ge.u64 	%p1, %rd82, %rd29;
+	@%p1 bra 	$L__BB15_49;
 
-	add.s32 	%r55, %r48, -1;
-	and.b32  	%r79, %r48, 3;
-	setp.lt.u32 	%p2, %r55, 3;
-	mov.u32 	%r77, 0;
-	@%p2 bra 	$L__BB15_12;
+	setp.eq.s32 	%p2, %r17, 0;
+	cvt.rn.f64.u32 	%fd1, %r18;
+	@%p2 bra 	$L__BB15_25;
 
-	sub.s32 	%r76, %r48, %r79;
-	mov.u32 	%r77, 0;
+$L__BB15_2:
+	ld.global.u64 	%rd35, [%rd3];
+	cvta.to.global.u64 	%rd36, %rd35;
+	shl.b64 	%rd37, %rd82, 3;
+	add.s64 	%rd38, %rd36, %rd37;
+	ld.global.f64 	%fd38, [%rd38];
+	setp.lt.u32 	%p3, %r18, 2;
+	@%p3 bra 	$L__BB15_22;
 
-$L__BB15_3:
-	mul.wide.u32 	%rd88, %r77, 8;
-	add.s64 	%rd7, %rd2, %rd88;
-	setp.eq.s32 	%p3, %r77, %r47;
-	@%p3 bra 	$L__BB15_5;
+	setp.eq.s32 	%p4, %r19, 2;
+	@%p4 bra 	$L__BB15_14;
 
-	ld.global.u64 	%rd89, [%rd7];
-	or.b64  	%rd188, %rd89, %rd188;
+	setp.eq.s32 	%p5, %r19, 3;
+	@%p5 bra 	$L__BB15_10;
 
-$L__BB15_5:
-	add.s32 	%r57, %r77, 1;
-	setp.eq.s32 	%p4, %r57, %r47;
-	@%p4 bra 	$L__BB15_7;
+	setp.ne.s32 	%p6, %r19, 4;
+	@%p6 bra 	$L__BB15_18;
 
-	ld.global.u64 	%rd90, [%rd7+8];
-	or.b64  	%rd188, %rd90, %rd188;
+	mov.u32 	%r32, 1;
 
 $L__BB15_7:
-	add.s32 	%r58, %r77, 2;
-	setp.eq.s32 	%p5, %r58, %r47;
-	@%p5 bra 	$L__BB15_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r32, %r17;
+	mov.u64 	%rd83, %rd1;
+	@%p7 bra 	$L__BB15_9;
 
-	ld.global.u64 	%rd91, [%rd7+16];
-	or.b64  	%rd188, %rd91, %rd188;
+	mul.wide.u32 	%rd39, %r32, 8;
+	add.s64 	%rd40, %rd3, %rd39;
+	ld.global.u64 	%rd41, [%rd40];
+	cvta.to.global.u64 	%rd83, %rd41;
 
 $L__BB15_9:
-	add.s32 	%r59, %r77, 3;
-	setp.eq.s32 	%p6, %r59, %r47;
-	@%p6 bra 	$L__BB15_11;
+	add.s64 	%rd43, %rd83, %rd37;
+	ld.global.f64 	%fd26, [%rd43];
+	mul.f64 	%fd38, %fd38, %fd26;
+	add.s32 	%r32, %r32, 1;
+	setp.lt.u32 	%p8, %r32, %r18;
+	@%p8 bra 	$L__BB15_7;
+	bra.uni 	$L__BB15_22;
 
-	ld.global.u64 	%rd92, [%rd7+24];
-	or.b64  	%rd188, %rd92, %rd188;
+$L__BB15_10:
+	mov.u32 	%r33, 1;
 
 $L__BB15_11:
-	add.s32 	%r77, %r77, 4;
-	add.s32 	%r76, %r76, -4;
-	setp.ne.s32 	%p7, %r76, 0;
-	@%p7 bra 	$L__BB15_3;
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r33, %r17;
+	mov.u64 	%rd84, %rd1;
+	@%p9 bra 	$L__BB15_13;
 
-$L__BB15_12:
-	setp.eq.s32 	%p8, %r79, 0;
-	@%p8 bra 	$L__BB15_16;
+	mul.wide.u32 	%rd44, %r33, 8;
+	add.s64 	%rd45, %rd3, %rd44;
+	ld.global.u64 	%rd46, [%rd45];
+	cvta.to.global.u64 	%rd84, %rd46;
 
 $L__BB15_13:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r77, %r47;
-	@%p9 bra 	$L__BB15_15;
+	add.s64 	%rd48, %rd84, %rd37;
+	ld.global.f64 	%fd27, [%rd48];
+	setp.gt.f64 	%p10, %fd27, %fd38;
+	selp.f64 	%fd38, %fd27, %fd38, %p10;
+	add.s32 	%r33, %r33, 1;
+	setp.lt.u32 	%p11, %r33, %r18;
+	@%p11 bra 	$L__BB15_11;
+	bra.uni 	$L__BB15_22;
 
-	mul.wide.u32 	%rd93, %r77, 8;
-	add.s64 	%rd94, %rd2, %rd93;
-	ld.global.u64 	%rd95, [%rd94];
-	or.b64  	%rd188, %rd95, %rd188;
+$L__BB15_14:
+	mov.u32 	%r34, 1;
 
 $L__BB15_15:
-	add.s32 	%r77, %r77, 1;
-	add.s32 	%r79, %r79, -1;
-	setp.ne.s32 	%p10, %r79, 0;
-	@%p10 bra 	$L__BB15_13;
+	.pragma "nounroll";
+	setp.eq.s32 	%p12, %r34, %r17;
+	mov.u64 	%rd85, %rd1;
+	@%p12 bra 	$L__BB15_17;
 
-$L__BB15_16:
-	and.b64  	%rd97, %rd188, 15;
-	setp.ne.s64 	%p11, %rd97, 0;
-	mov.u64 	%rd200, 0;
-	@%p11 bra 	$L__BB15_38;
+	mul.wide.u32 	%rd49, %r34, 8;
+	add.s64 	%rd50, %rd3, %rd49;
+	ld.global.u64 	%rd51, [%rd50];
+	cvta.to.global.u64 	%rd85, %rd51;
 
-	and.b64  	%rd200, %rd82, -2;
-	shl.b64 	%rd197, %rd4, 1;
-	setp.ge.u64 	%p12, %rd197, %rd200;
-	@%p12 bra 	$L__BB15_38;
+$L__BB15_17:
+	add.s64 	%rd53, %rd85, %rd37;
+	ld.global.f64 	%fd28, [%rd53];
+	setp.lt.f64 	%p13, %fd28, %fd38;
+	selp.f64 	%fd38, %fd28, %fd38, %p13;
+	add.s32 	%r34, %r34, 1;
+	setp.lt.u32 	%p14, %r34, %r18;
+	@%p14 bra 	$L__BB15_15;
+	bra.uni 	$L__BB15_22;
 
-	cvt.rn.f64.u32 	%fd1, %r48;
-	shl.b64 	%rd24, %rd3, 1;
+$L__BB15_18:
+	mov.u32 	%r35, 1;
 
 $L__BB15_19:
-	@%p1 bra 	$L__BB15_35;
+	.pragma "nounroll";
+	setp.eq.s32 	%p15, %r35, %r17;
+	mov.u64 	%rd86, %rd1;
+	@%p15 bra 	$L__BB15_21;
 
-	setp.eq.s32 	%p14, %r49, 2;
-	@%p14 bra 	$L__BB15_31;
-	bra.uni 	$L__BB15_21;
-
-$L__BB15_31:
-	mov.u32 	%r81, 0;
-
-$L__BB15_32:
-	setp.eq.s32 	%p22, %r81, %r47;
-	mov.u64 	%rd199, %rd81;
-	@%p22 bra 	$L__BB15_34;
-
-	mul.wide.u32 	%rd102, %r81, 8;
-	add.s64 	%rd103, %rd2, %rd102;
-	ld.global.u64 	%rd199, [%rd103];
-
-$L__BB15_34:
-	shl.b64 	%rd104, %rd197, 3;
-	add.s64 	%rd105, %rd199, %rd104;
-	ld.v2.f64 	{%fd69, %fd70}, [%rd105];
-	setp.gt.f64 	%p23, %fd101, %fd69;
-	setp.gt.f64 	%p24, %fd100, %fd70;
-	setp.eq.s32 	%p25, %r81, 0;
-	or.pred  	%p26, %p25, %p24;
-	selp.f64 	%fd100, %fd70, %fd100, %p26;
-	or.pred  	%p27, %p25, %p23;
-	selp.f64 	%fd101, %fd69, %fd101, %p27;
-	add.s32 	%r81, %r81, 1;
-	setp.lt.u32 	%p28, %r81, %r48;
-	@%p28 bra 	$L__BB15_32;
-	bra.uni 	$L__BB15_35;
+	mul.wide.u32 	%rd54, %r35, 8;
+	add.s64 	%rd55, %rd3, %rd54;
+	ld.global.u64 	%rd56, [%rd55];
+	cvta.to.global.u64 	%rd86, %rd56;
 
 $L__BB15_21:
-	mov.u32 	%r80, 0;
+	add.s64 	%rd58, %rd86, %rd37;
+	ld.global.f64 	%fd29, [%rd58];
+	add.f64 	%fd38, %fd38, %fd29;
+	add.s32 	%r35, %r35, 1;
+	setp.lt.u32 	%p16, %r35, %r18;
+	@%p16 bra 	$L__BB15_19;
 
 $L__BB15_22:
-	mov.f64 	%fd5, %fd101;
-	mov.f64 	%fd4, %fd100;
-	setp.eq.s32 	%p15, %r80, %r47;
-	mov.u64 	%rd198, %rd81;
-	@%p15 bra 	$L__BB15_24;
+	setp.ne.s32 	%p17, %r19, 1;
+	@%p17 bra 	$L__BB15_24;
 
-	mul.wide.u32 	%rd98, %r80, 8;
-	add.s64 	%rd99, %rd2, %rd98;
-	ld.global.u64 	%rd198, [%rd99];
+	div.rn.f64 	%fd38, %fd38, %fd1;
 
 $L__BB15_24:
-	shl.b64 	%rd100, %rd197, 3;
-	add.s64 	%rd101, %rd198, %rd100;
-	ld.v2.f64 	{%fd101, %fd100}, [%rd101];
-	setp.eq.s32 	%p16, %r80, 0;
-	@%p16 bra 	$L__BB15_30;
+	add.s64 	%rd60, %rd2, %rd37;
+	st.global.f64 	[%rd60], %fd38;
+	add.s64 	%rd82, %rd82, %rd4;
+	setp.lt.u64 	%p18, %rd82, %rd29;
+	@%p18 bra 	$L__BB15_2;
+	bra.uni 	$L__BB15_49;
 
-	setp.eq.s32 	%p17, %r49, 3;
-	@%p17 bra 	$L__BB15_28;
+$L__BB15_25:
+	shl.b64 	%rd61, %rd82, 3;
+	add.s64 	%rd17, %rd1, %rd61;
+	ld.global.f64 	%fd44, [%rd17];
+	setp.lt.u32 	%p19, %r18, 2;
+	@%p19 bra 	$L__BB15_46;
 
-	setp.ne.s32 	%p18, %r49, 4;
-	@%p18 bra 	$L__BB15_29;
+	setp.eq.s32 	%p20, %r19, 2;
+	@%p20 bra 	$L__BB15_38;
 
-	mul.f64 	%fd101, %fd5, %fd101;
-	mul.f64 	%fd100, %fd4, %fd100;
-	bra.uni 	$L__BB15_30;
+	setp.eq.s32 	%p21, %r19, 3;
+	@%p21 bra 	$L__BB15_34;
 
-$L__BB15_28:
-	setp.lt.f64 	%p19, %fd5, %fd101;
-	selp.f64 	%fd101, %fd101, %fd5, %p19;
-	setp.lt.f64 	%p20, %fd4, %fd100;
-	selp.f64 	%fd100, %fd100, %fd4, %p20;
-	bra.uni 	$L__BB15_30;
+	setp.ne.s32 	%p22, %r19, 4;
+	@%p22 bra 	$L__BB15_42;
 
-$L__BB15_29:
-	add.f64 	%fd101, %fd5, %fd101;
-	add.f64 	%fd100, %fd4, %fd100;
+	mov.u32 	%r36, 1;
+	mov.u64 	%rd88, %rd3;
 
 $L__BB15_30:
-	add.s32 	%r80, %r80, 1;
-	setp.lt.u32 	%p21, %r80, %r48;
-	@%p21 bra 	$L__BB15_22;
+	.pragma "nounroll";
+	setp.eq.s32 	%p23, %r36, 0;
+	@%p23 bra 	$L__BB15_32;
+
+	ld.global.u64 	%rd62, [%rd88+8];
+	cvta.to.global.u64 	%rd63, %rd62;
+	add.s64 	%rd89, %rd63, %rd61;
+	bra.uni 	$L__BB15_33;
+
+$L__BB15_32:
+	mov.u64 	%rd89, %rd17;
+
+$L__BB15_33:
+	add.s64 	%rd88, %rd88, 8;
+	ld.global.f64 	%fd30, [%rd89];
+	mul.f64 	%fd44, %fd44, %fd30;
+	add.s32 	%r36, %r36, 1;
+	setp.lt.u32 	%p24, %r36, %r18;
+	@%p24 bra 	$L__BB15_30;
+	bra.uni 	$L__BB15_46;
+
+$L__BB15_34:
+	mov.u32 	%r37, 1;
 
 $L__BB15_35:
-	setp.ne.s32 	%p29, %r49, 1;
-	mov.f64 	%fd106, %fd100;
-	mov.f64 	%fd107, %fd101;
-	@%p29 bra 	$L__BB15_37;
+	.pragma "nounroll";
+	setp.eq.s32 	%p25, %r37, 0;
+	mov.u64 	%rd90, %rd17;
+	@%p25 bra 	$L__BB15_37;
 
-	div.rn.f64 	%fd107, %fd101, %fd1;
-	div.rn.f64 	%fd106, %fd100, %fd1;
+	mul.wide.u32 	%rd65, %r37, 8;
+	add.s64 	%rd66, %rd3, %rd65;
+	ld.global.u64 	%rd67, [%rd66];
+	cvta.to.global.u64 	%rd68, %rd67;
+	add.s64 	%rd90, %rd68, %rd61;
 
 $L__BB15_37:
-	shl.b64 	%rd106, %rd197, 3;
-	add.s64 	%rd107, %rd1, %rd106;
-	st.global.v2.f64 	[%rd107], {%fd107, %fd106};
-	add.s64 	%rd197, %rd197, %rd24;
-	setp.lt.u64 	%p30, %rd197, %rd200;
-	@%p30 bra 	$L__BB15_19;
+	ld.global.f64 	%fd31, [%rd90];
+	setp.gt.f64 	%p26, %fd31, %fd44;
+	selp.f64 	%fd44, %fd31, %fd44, %p26;
+	add.s32 	%r37, %r37, 1;
+	setp.lt.u32 	%p27, %r37, %r18;
+	@%p27 bra 	$L__BB15_35;
+	bra.uni 	$L__BB15_46;
 
 $L__BB15_38:
-	add.s64 	%rd201, %rd200, %rd4;
-	setp.ge.u64 	%p31, %rd201, %rd82;
-	@%p31 bra 	$L__BB15_120;
+	mov.u32 	%r38, 1;
 
-	setp.eq.s32 	%p32, %r47, 0;
-	cvt.rn.f64.u32 	%fd26, %r48;
-	add.s32 	%r16, %r48, -2;
-	add.s32 	%r62, %r48, -1;
-	and.b32  	%r17, %r62, 3;
-	sub.s32 	%r18, %r62, %r17;
-	@%p32 bra 	$L__BB15_80;
+$L__BB15_39:
+	.pragma "nounroll";
+	setp.eq.s32 	%p28, %r38, 0;
+	mov.u64 	%rd91, %rd17;
+	@%p28 bra 	$L__BB15_41;
 
-$L__BB15_40:
-	ld.global.u64 	%rd108, [%rd2];
-	shl.b64 	%rd109, %rd201, 3;
-	add.s64 	%rd110, %rd108, %rd109;
-	ld.f64 	%fd114, [%rd110];
-	setp.lt.u32 	%p33, %r48, 2;
-	@%p33 bra 	$L__BB15_77;
+	mul.wide.u32 	%rd70, %r38, 8;
+	add.s64 	%rd71, %rd3, %rd70;
+	ld.global.u64 	%rd72, [%rd71];
+	cvta.to.global.u64 	%rd73, %rd72;
+	add.s64 	%rd91, %rd73, %rd61;
 
-	setp.eq.s32 	%p34, %r49, 2;
-	@%p34 bra 	$L__BB15_52;
+$L__BB15_41:
+	ld.global.f64 	%fd32, [%rd91];
+	setp.lt.f64 	%p29, %fd32, %fd44;
+	selp.f64 	%fd44, %fd32, %fd44, %p29;
+	add.s32 	%r38, %r38, 1;
+	setp.lt.u32 	%p30, %r38, %r18;
+	@%p30 bra 	$L__BB15_39;
+	bra.uni 	$L__BB15_46;
 
-	setp.eq.s32 	%p35, %r49, 3;
-	@%p35 bra 	$L__BB15_48;
+$L__BB15_42:
+	mov.u32 	%r39, 1;
 
-	setp.ne.s32 	%p36, %r49, 4;
-	@%p36 bra 	$L__BB15_73;
+$L__BB15_43:
+	.pragma "nounroll";
+	setp.eq.s32 	%p31, %r39, 0;
+	mov.u64 	%rd92, %rd17;
+	@%p31 bra 	$L__BB15_45;
 
-	mov.u32 	%r82, 1;
+	mul.wide.u32 	%rd75, %r39, 8;
+	add.s64 	%rd76, %rd3, %rd75;
+	ld.global.u64 	%rd77, [%rd76];
+	cvta.to.global.u64 	%rd78, %rd77;
+	add.s64 	%rd92, %rd78, %rd61;
 
 $L__BB15_45:
-	setp.eq.s32 	%p37, %r82, %r47;
-	mov.u64 	%rd202, %rd81;
-	@%p37 bra 	$L__BB15_47;
+	ld.global.f64 	%fd33, [%rd92];
+	add.f64 	%fd44, %fd44, %fd33;
+	add.s32 	%r39, %r39, 1;
+	setp.lt.u32 	%p32, %r39, %r18;
+	@%p32 bra 	$L__BB15_43;
 
-	mul.wide.u32 	%rd111, %r82, 8;
-	add.s64 	%rd112, %rd2, %rd111;
-	ld.global.u64 	%rd202, [%rd112];
+$L__BB15_46:
+	setp.ne.s32 	%p33, %r19, 1;
+	@%p33 bra 	$L__BB15_48;
 
-$L__BB15_47:
-	add.s64 	%rd114, %rd202, %rd109;
-	ld.f64 	%fd73, [%rd114];
-	mul.f64 	%fd114, %fd114, %fd73;
-	add.s32 	%r82, %r82, 1;
-	setp.lt.u32 	%p38, %r82, %r48;
-	@%p38 bra 	$L__BB15_45;
-	bra.uni 	$L__BB15_77;
-
-$L__BB15_52:
-	setp.lt.u32 	%p42, %r16, 3;
-	mov.u32 	%r86, 1;
-	@%p42 bra 	$L__BB15_63;
-
-	mov.u32 	%r86, 1;
-	mov.u32 	%r85, %r18;
-
-$L__BB15_54:
-	mul.wide.u32 	%rd119, %r86, 8;
-	add.s64 	%rd38, %rd2, %rd119;
-	setp.eq.s32 	%p43, %r86, %r47;
-	mov.u64 	%rd204, %rd81;
-	@%p43 bra 	$L__BB15_56;
-
-	ld.global.u64 	%rd204, [%rd38];
-
-$L__BB15_56:
-	add.s64 	%rd121, %rd204, %rd109;
-	ld.f64 	%fd76, [%rd121];
-	setp.lt.f64 	%p44, %fd76, %fd114;
-	selp.f64 	%fd33, %fd76, %fd114, %p44;
-	add.s32 	%r67, %r86, 1;
-	setp.eq.s32 	%p45, %r67, %r47;
-	mov.u64 	%rd205, %rd81;
-	@%p45 bra 	$L__BB15_58;
-
-	ld.global.u64 	%rd205, [%rd38+8];
-
-$L__BB15_58:
-	add.s64 	%rd123, %rd205, %rd109;
-	ld.f64 	%fd77, [%rd123];
-	setp.lt.f64 	%p46, %fd77, %fd33;
-	selp.f64 	%fd34, %fd77, %fd33, %p46;
-	add.s32 	%r68, %r86, 2;
-	setp.eq.s32 	%p47, %r68, %r47;
-	mov.u64 	%rd206, %rd81;
-	@%p47 bra 	$L__BB15_60;
-
-	ld.global.u64 	%rd206, [%rd38+16];
-
-$L__BB15_60:
-	add.s64 	%rd125, %rd206, %rd109;
-	ld.f64 	%fd78, [%rd125];
-	setp.lt.f64 	%p48, %fd78, %fd34;
-	selp.f64 	%fd35, %fd78, %fd34, %p48;
-	add.s32 	%r25, %r86, 3;
-	setp.eq.s32 	%p49, %r25, %r47;
-	mov.u64 	%rd207, %rd81;
-	@%p49 bra 	$L__BB15_62;
-
-	mul.wide.u32 	%rd126, %r25, 8;
-	add.s64 	%rd127, %rd2, %rd126;
-	ld.global.u64 	%rd207, [%rd127];
-
-$L__BB15_62:
-	add.s64 	%rd129, %rd207, %rd109;
-	ld.f64 	%fd79, [%rd129];
-	setp.lt.f64 	%p50, %fd79, %fd35;
-	selp.f64 	%fd114, %fd79, %fd35, %p50;
-	add.s32 	%r86, %r86, 4;
-	add.s32 	%r85, %r85, -4;
-	setp.ne.s32 	%p51, %r85, 0;
-	@%p51 bra 	$L__BB15_54;
-
-$L__BB15_63:
-	setp.eq.s32 	%p52, %r17, 0;
-	@%p52 bra 	$L__BB15_77;
-
-	setp.eq.s32 	%p53, %r86, %r47;
-	mov.u64 	%rd208, %rd81;
-	@%p53 bra 	$L__BB15_66;
-
-	mul.wide.u32 	%rd130, %r86, 8;
-	add.s64 	%rd131, %rd2, %rd130;
-	ld.global.u64 	%rd208, [%rd131];
-
-$L__BB15_66:
-	add.s64 	%rd133, %rd208, %rd109;
-	ld.f64 	%fd80, [%rd133];
-	setp.lt.f64 	%p54, %fd80, %fd114;
-	selp.f64 	%fd114, %fd80, %fd114, %p54;
-	add.s32 	%r29, %r86, 1;
-	setp.eq.s32 	%p55, %r17, 1;
-	@%p55 bra 	$L__BB15_77;
-
-	setp.eq.s32 	%p56, %r29, %r47;
-	mov.u64 	%rd209, %rd81;
-	@%p56 bra 	$L__BB15_69;
-
-	mul.wide.u32 	%rd134, %r29, 8;
-	add.s64 	%rd135, %rd2, %rd134;
-	ld.global.u64 	%rd209, [%rd135];
-
-$L__BB15_69:
-	add.s64 	%rd137, %rd209, %rd109;
-	ld.f64 	%fd81, [%rd137];
-	setp.lt.f64 	%p57, %fd81, %fd114;
-	selp.f64 	%fd114, %fd81, %fd114, %p57;
-	add.s32 	%r30, %r86, 2;
-	setp.eq.s32 	%p58, %r17, 2;
-	@%p58 bra 	$L__BB15_77;
-
-	setp.eq.s32 	%p59, %r30, %r47;
-	mov.u64 	%rd210, %rd81;
-	@%p59 bra 	$L__BB15_72;
-
-	mul.wide.u32 	%rd138, %r30, 8;
-	add.s64 	%rd139, %rd2, %rd138;
-	ld.global.u64 	%rd210, [%rd139];
-
-$L__BB15_72:
-	add.s64 	%rd141, %rd210, %rd109;
-	ld.f64 	%fd82, [%rd141];
-	setp.lt.f64 	%p60, %fd82, %fd114;
-	selp.f64 	%fd114, %fd82, %fd114, %p60;
-	bra.uni 	$L__BB15_77;
+	div.rn.f64 	%fd44, %fd44, %fd1;
 
 $L__BB15_48:
-	mov.u32 	%r83, 1;
+	add.s64 	%rd81, %rd2, %rd61;
+	st.global.f64 	[%rd81], %fd44;
+	add.s64 	%rd82, %rd82, %rd4;
+	setp.lt.u64 	%p34, %rd82, %rd29;
+	@%p34 bra 	$L__BB15_25;
 
 $L__BB15_49:
-	setp.eq.s32 	%p39, %r83, %r47;
-	mov.u64 	%rd203, %rd81;
-	@%p39 bra 	$L__BB15_51;
-
-	mul.wide.u32 	%rd115, %r83, 8;
-	add.s64 	%rd116, %rd2, %rd115;
-	ld.global.u64 	%rd203, [%rd116];
-
-$L__BB15_51:
-	add.s64 	%rd118, %rd203, %rd109;
-	ld.f64 	%fd74, [%rd118];
-	setp.gt.f64 	%p40, %fd74, %fd114;
-	selp.f64 	%fd114, %fd74, %fd114, %p40;
-	add.s32 	%r83, %r83, 1;
-	setp.lt.u32 	%p41, %r83, %r48;
-	@%p41 bra 	$L__BB15_49;
-	bra.uni 	$L__BB15_77;
-
-$L__BB15_73:
-	mov.u32 	%r87, 1;
-
-$L__BB15_74:
-	setp.eq.s32 	%p61, %r87, %r47;
-	mov.u64 	%rd211, %rd81;
-	@%p61 bra 	$L__BB15_76;
-
-	mul.wide.u32 	%rd142, %r87, 8;
-	add.s64 	%rd143, %rd2, %rd142;
-	ld.global.u64 	%rd211, [%rd143];
-
-$L__BB15_76:
-	add.s64 	%rd145, %rd211, %rd109;
-	ld.f64 	%fd83, [%rd145];
-	add.f64 	%fd114, %fd114, %fd83;
-	add.s32 	%r87, %r87, 1;
-	setp.lt.u32 	%p62, %r87, %r48;
-	@%p62 bra 	$L__BB15_74;
-
-$L__BB15_77:
-	setp.ne.s32 	%p63, %r49, 1;
-	@%p63 bra 	$L__BB15_79;
-
-	div.rn.f64 	%fd114, %fd114, %fd26;
-
-$L__BB15_79:
-	add.s64 	%rd147, %rd1, %rd109;
-	st.global.f64 	[%rd147], %fd114;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p64, %rd201, %rd82;
-	@%p64 bra 	$L__BB15_40;
-	bra.uni 	$L__BB15_120;
-
-$L__BB15_80:
-	cvta.to.global.u64 	%rd56, %rd81;
-
-$L__BB15_81:
-	shl.b64 	%rd148, %rd201, 3;
-	add.s64 	%rd149, %rd56, %rd148;
-	ld.global.f64 	%fd122, [%rd149];
-	setp.lt.u32 	%p65, %r48, 2;
-	@%p65 bra 	$L__BB15_117;
-
-	add.s64 	%rd221, %rd81, %rd148;
-	setp.eq.s32 	%p66, %r49, 2;
-	@%p66 bra 	$L__BB15_94;
-
-	setp.eq.s32 	%p67, %r49, 3;
-	@%p67 bra 	$L__BB15_90;
-
-	setp.ne.s32 	%p68, %r49, 4;
-	@%p68 bra 	$L__BB15_113;
-
-	mov.u32 	%r88, 1;
-	mov.u64 	%rd213, %rd2;
-
-$L__BB15_86:
-	setp.eq.s32 	%p69, %r88, 0;
-	@%p69 bra 	$L__BB15_88;
-
-	ld.global.u64 	%rd151, [%rd213+8];
-	add.s64 	%rd214, %rd151, %rd148;
-	bra.uni 	$L__BB15_89;
-
-$L__BB15_88:
-	mov.u64 	%rd214, %rd221;
-
-$L__BB15_89:
-	add.s64 	%rd213, %rd213, 8;
-	ld.f64 	%fd84, [%rd214];
-	mul.f64 	%fd122, %fd122, %fd84;
-	add.s32 	%r88, %r88, 1;
-	setp.lt.u32 	%p70, %r88, %r48;
-	@%p70 bra 	$L__BB15_86;
-	bra.uni 	$L__BB15_117;
-
-$L__BB15_94:
-	setp.lt.u32 	%p74, %r16, 3;
-	mov.u32 	%r92, 1;
-	@%p74 bra 	$L__BB15_103;
-
-	mov.u32 	%r92, 1;
-	mov.u32 	%r91, %r18;
-
-$L__BB15_96:
-	mul.wide.u32 	%rd157, %r92, 8;
-	add.s64 	%rd65, %rd2, %rd157;
-	setp.eq.s32 	%p75, %r92, 0;
-	mov.u64 	%rd216, %rd221;
-	@%p75 bra 	$L__BB15_98;
-
-	ld.global.u64 	%rd158, [%rd65];
-	add.s64 	%rd216, %rd158, %rd148;
-
-$L__BB15_98:
-	ld.f64 	%fd87, [%rd216];
-	setp.lt.f64 	%p76, %fd87, %fd122;
-	selp.f64 	%fd88, %fd87, %fd122, %p76;
-	ld.global.u64 	%rd160, [%rd65+8];
-	add.s64 	%rd162, %rd160, %rd148;
-	ld.f64 	%fd89, [%rd162];
-	setp.lt.f64 	%p77, %fd89, %fd88;
-	selp.f64 	%fd53, %fd89, %fd88, %p77;
-	setp.eq.s32 	%p78, %r92, -2;
-	mov.u64 	%rd217, %rd221;
-	@%p78 bra 	$L__BB15_100;
-
-	ld.global.u64 	%rd163, [%rd65+16];
-	add.s64 	%rd217, %rd163, %rd148;
-
-$L__BB15_100:
-	ld.f64 	%fd90, [%rd217];
-	setp.lt.f64 	%p79, %fd90, %fd53;
-	selp.f64 	%fd54, %fd90, %fd53, %p79;
-	add.s32 	%r39, %r92, 3;
-	setp.eq.s32 	%p80, %r39, 0;
-	mov.u64 	%rd218, %rd221;
-	@%p80 bra 	$L__BB15_102;
-
-	mul.wide.u32 	%rd165, %r39, 8;
-	add.s64 	%rd166, %rd2, %rd165;
-	ld.global.u64 	%rd167, [%rd166];
-	add.s64 	%rd218, %rd167, %rd148;
-
-$L__BB15_102:
-	ld.f64 	%fd91, [%rd218];
-	setp.lt.f64 	%p81, %fd91, %fd54;
-	selp.f64 	%fd122, %fd91, %fd54, %p81;
-	add.s32 	%r92, %r92, 4;
-	add.s32 	%r91, %r91, -4;
-	setp.ne.s32 	%p82, %r91, 0;
-	@%p82 bra 	$L__BB15_96;
-
-$L__BB15_103:
-	setp.eq.s32 	%p83, %r17, 0;
-	@%p83 bra 	$L__BB15_117;
-
-	setp.eq.s32 	%p84, %r92, 0;
-	mov.u64 	%rd219, %rd221;
-	@%p84 bra 	$L__BB15_106;
-
-	mul.wide.u32 	%rd169, %r92, 8;
-	add.s64 	%rd170, %rd2, %rd169;
-	ld.global.u64 	%rd171, [%rd170];
-	add.s64 	%rd219, %rd171, %rd148;
-
-$L__BB15_106:
-	ld.f64 	%fd92, [%rd219];
-	setp.lt.f64 	%p85, %fd92, %fd122;
-	selp.f64 	%fd122, %fd92, %fd122, %p85;
-	add.s32 	%r43, %r92, 1;
-	setp.eq.s32 	%p86, %r17, 1;
-	@%p86 bra 	$L__BB15_117;
-
-	setp.eq.s32 	%p87, %r43, 0;
-	mov.u64 	%rd220, %rd221;
-	@%p87 bra 	$L__BB15_109;
-
-	mul.wide.u32 	%rd173, %r43, 8;
-	add.s64 	%rd174, %rd2, %rd173;
-	ld.global.u64 	%rd175, [%rd174];
-	add.s64 	%rd220, %rd175, %rd148;
-
-$L__BB15_109:
-	ld.f64 	%fd93, [%rd220];
-	setp.lt.f64 	%p88, %fd93, %fd122;
-	selp.f64 	%fd122, %fd93, %fd122, %p88;
-	add.s32 	%r44, %r92, 2;
-	setp.eq.s32 	%p89, %r17, 2;
-	@%p89 bra 	$L__BB15_117;
-
-	setp.eq.s32 	%p90, %r44, 0;
-	@%p90 bra 	$L__BB15_112;
-
-	mul.wide.u32 	%rd177, %r44, 8;
-	add.s64 	%rd178, %rd2, %rd177;
-	ld.global.u64 	%rd179, [%rd178];
-	add.s64 	%rd221, %rd179, %rd148;
-
-$L__BB15_112:
-	ld.f64 	%fd94, [%rd221];
-	setp.lt.f64 	%p91, %fd94, %fd122;
-	selp.f64 	%fd122, %fd94, %fd122, %p91;
-	bra.uni 	$L__BB15_117;
-
-$L__BB15_90:
-	mov.u32 	%r89, 1;
-
-$L__BB15_91:
-	setp.eq.s32 	%p71, %r89, 0;
-	mov.u64 	%rd215, %rd221;
-	@%p71 bra 	$L__BB15_93;
-
-	mul.wide.u32 	%rd153, %r89, 8;
-	add.s64 	%rd154, %rd2, %rd153;
-	ld.global.u64 	%rd155, [%rd154];
-	add.s64 	%rd215, %rd155, %rd148;
-
-$L__BB15_93:
-	ld.f64 	%fd85, [%rd215];
-	setp.gt.f64 	%p72, %fd85, %fd122;
-	selp.f64 	%fd122, %fd85, %fd122, %p72;
-	add.s32 	%r89, %r89, 1;
-	setp.lt.u32 	%p73, %r89, %r48;
-	@%p73 bra 	$L__BB15_91;
-	bra.uni 	$L__BB15_117;
-
-$L__BB15_113:
-	mov.u32 	%r93, 1;
-
-$L__BB15_114:
-	setp.eq.s32 	%p92, %r93, 0;
-	mov.u64 	%rd222, %rd221;
-	@%p92 bra 	$L__BB15_116;
-
-	mul.wide.u32 	%rd181, %r93, 8;
-	add.s64 	%rd182, %rd2, %rd181;
-	ld.global.u64 	%rd183, [%rd182];
-	add.s64 	%rd222, %rd183, %rd148;
-
-$L__BB15_116:
-	ld.f64 	%fd95, [%rd222];
-	add.f64 	%fd122, %fd122, %fd95;
-	add.s32 	%r93, %r93, 1;
-	setp.lt.u32 	%p93, %r93, %r48;
-	@%p93 bra 	$L__BB15_114;
-
-$L__BB15_117:
-	setp.ne.s32 	%p94, %r49, 1;
-	@%p94 bra 	$L__BB15_119;
-
-	div.rn.f64 	%fd122, %fd122, %fd26;
-
-$L__BB15_119:
-	add.s64 	%rd186, %rd1, %rd148;
-	st.global.f64 	[%rd186], %fd122;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p95, %rd201, %rd82;
-	@%p95 bra 	$L__BB15_81;
-
-$L__BB15_120:
 	ret;
 
 }
@@ -6018,1077 +5252,329 @@ $L__BB22_83:
 	.param .u32 smcuda_reduce_part_f16_param_6
 )
 {
-	.reg .pred 	%p<106>;
-	.reg .b16 	%rs<122>;
-	.reg .f32 	%f<293>;
-	.reg .b32 	%r<116>;
-	.reg .b64 	%rd<223>;
+	.reg .pred 	%p<35>;
+	.reg .b16 	%rs<13>;
+	.reg .f32 	%f<50>;
+	.reg .b32 	%r<40>;
+	.reg .b64 	%rd<86>;
 
 
-	ld.param.u64 	%rd83, [smcuda_reduce_part_f16_param_0];
-	ld.param.u64 	%rd81, [smcuda_reduce_part_f16_param_1];
-	ld.param.u64 	%rd84, [smcuda_reduce_part_f16_param_2];
-	ld.param.u32 	%r54, [smcuda_reduce_part_f16_param_3];
-	ld.param.u32 	%r55, [smcuda_reduce_part_f16_param_4];
-	ld.param.u64 	%rd82, [smcuda_reduce_part_f16_param_5];
-	ld.param.u32 	%r56, [smcuda_reduce_part_f16_param_6];
-	cvta.to.global.u64 	%rd1, %rd83;
-	cvta.to.global.u64 	%rd2, %rd84;
-	mov.u32 	%r57, %nctaid.x;
-	mov.u32 	%r58, %ntid.x;
-	mul.wide.u32 	%rd3, %r57, %r58;
-	mov.u32 	%r59, %ctaid.x;
-	mul.wide.u32 	%rd85, %r59, %r58;
-	mov.u32 	%r60, %tid.x;
-	cvt.u64.u32 	%rd86, %r60;
-	add.s64 	%rd4, %rd85, %rd86;
-	or.b64  	%rd188, %rd81, %rd83;
-	setp.eq.s32 	%p1, %r55, 0;
-	@%p1 bra 	$L__BB23_17;
+	ld.param.u64 	%rd31, [smcuda_reduce_part_f16_param_0];
+	ld.param.u64 	%rd29, [smcuda_reduce_part_f16_param_1];
+	ld.param.u64 	%rd32, [smcuda_reduce_part_f16_param_2];
+	ld.param.u32 	%r17, [smcuda_reduce_part_f16_param_3];
+	ld.param.u32 	%r18, [smcuda_reduce_part_f16_param_4];
+	ld.param.u64 	%rd30, [smcuda_reduce_part_f16_param_5];
+	ld.param.u32 	%r19, [smcuda_reduce_part_f16_param_6];
+	cvta.to.global.u64 	%rd1, %rd31;
+	cvta.to.global.u64 	%rd2, %rd32;
+	mov.u32 	%r20, %nctaid.x;
+	mov.u32 	%r21, %ntid.x;
+	mul.wide.u32 	%rd3, %r20, %r21;
+	mov.u32 	%r22, %ctaid.x;
+	mul.wide.u32 	%rd33, %r22, %r21;
+	mov.u32 	%r23, %tid.x;
+	cvt.u64.u32 	%rd34, %r23;
+	add.s64 	%rd75, %rd33, %rd34;
+	setp.ge.u64 	%p1, %rd75, %rd30;
+	@%p1 bra 	$L__BB23_50;
 
-	add.s32 	%r62, %r55, -1;
-	and.b32  	%r1, %r55, 3;
-	setp.lt.u32 	%p2, %r62, 3;
-	mov.u32 	%r99, 0;
-	@%p2 bra 	$L__BB23_12;
+	setp.eq.s32 	%p2, %r17, 0;
+	cvt.rn.f32.u32 	%f1, %r18;
+	@%p2 bra 	$L__BB23_25;
 
-	sub.s32 	%r98, %r55, %r1;
-	mov.u32 	%r99, 0;
+$L__BB23_2:
+	ld.global.u64 	%rd35, [%rd2];
+	shl.b64 	%rd36, %rd75, 1;
+	add.s64 	%rd37, %rd35, %rd36;
+	ld.u16 	%rs1, [%rd37];
+	// begin inline asm
+	{  cvt.f32.f16 %f42, %rs1;}
 
-$L__BB23_3:
-	mul.wide.u32 	%rd88, %r99, 8;
-	add.s64 	%rd7, %rd2, %rd88;
-	setp.eq.s32 	%p3, %r99, %r54;
-	@%p3 bra 	$L__BB23_5;
+	// end inline asm
+	setp.lt.u32 	%p3, %r18, 2;
+	@%p3 bra 	$L__BB23_22;
 
-	ld.global.u64 	%rd89, [%rd7];
-	or.b64  	%rd188, %rd89, %rd188;
+	setp.eq.s32 	%p4, %r19, 2;
+	@%p4 bra 	$L__BB23_14;
 
-$L__BB23_5:
-	add.s32 	%r64, %r99, 1;
-	setp.eq.s32 	%p4, %r64, %r54;
-	@%p4 bra 	$L__BB23_7;
+	setp.eq.s32 	%p5, %r19, 3;
+	@%p5 bra 	$L__BB23_10;
 
-	ld.global.u64 	%rd90, [%rd7+8];
-	or.b64  	%rd188, %rd90, %rd188;
+	setp.ne.s32 	%p6, %r19, 4;
+	@%p6 bra 	$L__BB23_18;
+
+	mov.u32 	%r32, 1;
 
 $L__BB23_7:
-	add.s32 	%r65, %r99, 2;
-	setp.eq.s32 	%p5, %r65, %r54;
-	@%p5 bra 	$L__BB23_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r32, %r17;
+	mov.u64 	%rd76, %rd29;
+	@%p7 bra 	$L__BB23_9;
 
-	ld.global.u64 	%rd91, [%rd7+16];
-	or.b64  	%rd188, %rd91, %rd188;
+	mul.wide.u32 	%rd38, %r32, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd76, [%rd39];
 
 $L__BB23_9:
-	add.s32 	%r66, %r99, 3;
-	setp.eq.s32 	%p6, %r66, %r54;
-	@%p6 bra 	$L__BB23_11;
+	add.s64 	%rd41, %rd76, %rd36;
+	ld.u16 	%rs2, [%rd41];
+	// begin inline asm
+	{  cvt.f32.f16 %f27, %rs2;}
 
-	ld.global.u64 	%rd92, [%rd7+24];
-	or.b64  	%rd188, %rd92, %rd188;
-
-$L__BB23_11:
-	add.s32 	%r99, %r99, 4;
-	add.s32 	%r98, %r98, -4;
-	setp.ne.s32 	%p7, %r98, 0;
-	@%p7 bra 	$L__BB23_3;
-
-$L__BB23_12:
-	and.b32  	%r95, %r55, 3;
-	setp.eq.s32 	%p8, %r95, 0;
-	@%p8 bra 	$L__BB23_17;
-
-	and.b32  	%r101, %r55, 3;
-
-$L__BB23_14:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r99, %r54;
-	@%p9 bra 	$L__BB23_16;
-
-	mul.wide.u32 	%rd93, %r99, 8;
-	add.s64 	%rd94, %rd2, %rd93;
-	ld.global.u64 	%rd95, [%rd94];
-	or.b64  	%rd188, %rd95, %rd188;
-
-$L__BB23_16:
-	add.s32 	%r99, %r99, 1;
-	add.s32 	%r101, %r101, -1;
-	setp.ne.s32 	%p10, %r101, 0;
-	@%p10 bra 	$L__BB23_14;
-
-$L__BB23_17:
-	and.b64  	%rd97, %rd188, 15;
-	setp.ne.s64 	%p11, %rd97, 0;
-	mov.u64 	%rd200, 0;
-	@%p11 bra 	$L__BB23_44;
-
-	and.b64  	%rd200, %rd82, -8;
-	shl.b64 	%rd197, %rd4, 3;
-	setp.ge.u64 	%p12, %rd197, %rd200;
-	@%p12 bra 	$L__BB23_44;
-
-	cvt.rn.f32.u32 	%f1, %r55;
-	shl.b64 	%rd24, %rd3, 3;
-
-$L__BB23_20:
-	@%p1 bra 	$L__BB23_40;
-
-	setp.eq.s32 	%p14, %r56, 2;
-	@%p14 bra 	$L__BB23_33;
+	// end inline asm
+	mul.f32 	%f42, %f42, %f27;
+	add.s32 	%r32, %r32, 1;
+	setp.lt.u32 	%p8, %r32, %r18;
+	@%p8 bra 	$L__BB23_7;
 	bra.uni 	$L__BB23_22;
 
-$L__BB23_33:
-	mov.u32 	%r103, 0;
+$L__BB23_14:
+	mov.u32 	%r34, 1;
 
-$L__BB23_34:
-	setp.eq.s32 	%p28, %r103, %r54;
-	mov.u64 	%rd199, %rd81;
-	@%p28 bra 	$L__BB23_36;
+$L__BB23_15:
+	.pragma "nounroll";
+	setp.eq.s32 	%p12, %r34, %r17;
+	mov.u64 	%rd78, %rd29;
+	@%p12 bra 	$L__BB23_17;
 
-	mul.wide.u32 	%rd102, %r103, 8;
-	add.s64 	%rd103, %rd2, %rd102;
-	ld.global.u64 	%rd199, [%rd103];
+	mul.wide.u32 	%rd46, %r34, 8;
+	add.s64 	%rd47, %rd2, %rd46;
+	ld.global.u64 	%rd78, [%rd47];
 
-$L__BB23_36:
-	shl.b64 	%rd104, %rd197, 1;
-	add.s64 	%rd105, %rd199, %rd104;
-	ld.v4.u32 	{%r73, %r74, %r75, %r76}, [%rd105];
-	mov.b32 	{%rs59, %rs2}, %r73;
+$L__BB23_17:
+	add.s64 	%rd49, %rd78, %rd36;
+	ld.u16 	%rs4, [%rd49];
 	// begin inline asm
-	{  cvt.f32.f16 %f171, %rs59;}
+	{  cvt.f32.f16 %f29, %rs4;}
 
 	// end inline asm
-	setp.eq.s32 	%p29, %r103, 0;
-	@%p29 bra 	$L__BB23_38;
+	setp.lt.f32 	%p13, %f29, %f42;
+	selp.f32 	%f42, %f29, %f42, %p13;
+	add.s32 	%r34, %r34, 1;
+	setp.lt.u32 	%p14, %r34, %r18;
+	@%p14 bra 	$L__BB23_15;
+	bra.uni 	$L__BB23_22;
 
-	setp.lt.f32 	%p30, %f171, %f252;
-	selp.f32 	%f252, %f171, %f252, %p30;
+$L__BB23_10:
+	mov.u32 	%r33, 1;
+
+$L__BB23_11:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r33, %r17;
+	mov.u64 	%rd77, %rd29;
+	@%p9 bra 	$L__BB23_13;
+
+	mul.wide.u32 	%rd42, %r33, 8;
+	add.s64 	%rd43, %rd2, %rd42;
+	ld.global.u64 	%rd77, [%rd43];
+
+$L__BB23_13:
+	add.s64 	%rd45, %rd77, %rd36;
+	ld.u16 	%rs3, [%rd45];
 	// begin inline asm
-	{  cvt.f32.f16 %f172, %rs2;}
+	{  cvt.f32.f16 %f28, %rs3;}
 
 	// end inline asm
-	setp.lt.f32 	%p31, %f172, %f251;
-	selp.f32 	%f251, %f172, %f251, %p31;
-	mov.b32 	{%rs61, %rs62}, %r74;
+	setp.gt.f32 	%p10, %f28, %f42;
+	selp.f32 	%f42, %f28, %f42, %p10;
+	add.s32 	%r33, %r33, 1;
+	setp.lt.u32 	%p11, %r33, %r18;
+	@%p11 bra 	$L__BB23_11;
+	bra.uni 	$L__BB23_22;
+
+$L__BB23_18:
+	mov.u32 	%r35, 1;
+
+$L__BB23_19:
+	.pragma "nounroll";
+	setp.eq.s32 	%p15, %r35, %r17;
+	mov.u64 	%rd79, %rd29;
+	@%p15 bra 	$L__BB23_21;
+
+	mul.wide.u32 	%rd50, %r35, 8;
+	add.s64 	%rd51, %rd2, %rd50;
+	ld.global.u64 	%rd79, [%rd51];
+
+$L__BB23_21:
+	add.s64 	%rd53, %rd79, %rd36;
+	ld.u16 	%rs5, [%rd53];
 	// begin inline asm
-	{  cvt.f32.f16 %f173, %rs61;}
+	{  cvt.f32.f16 %f30, %rs5;}
 
 	// end inline asm
-	setp.lt.f32 	%p32, %f173, %f250;
-	selp.f32 	%f250, %f173, %f250, %p32;
-	// begin inline asm
-	{  cvt.f32.f16 %f174, %rs62;}
-
-	// end inline asm
-	setp.lt.f32 	%p33, %f174, %f249;
-	selp.f32 	%f249, %f174, %f249, %p33;
-	mov.b32 	{%rs63, %rs64}, %r75;
-	// begin inline asm
-	{  cvt.f32.f16 %f175, %rs63;}
-
-	// end inline asm
-	setp.lt.f32 	%p34, %f175, %f248;
-	selp.f32 	%f248, %f175, %f248, %p34;
-	// begin inline asm
-	{  cvt.f32.f16 %f176, %rs64;}
-
-	// end inline asm
-	setp.lt.f32 	%p35, %f176, %f247;
-	selp.f32 	%f247, %f176, %f247, %p35;
-	mov.b32 	{%rs65, %rs66}, %r76;
-	// begin inline asm
-	{  cvt.f32.f16 %f177, %rs65;}
-
-	// end inline asm
-	setp.lt.f32 	%p36, %f177, %f246;
-	selp.f32 	%f246, %f177, %f246, %p36;
-	// begin inline asm
-	{  cvt.f32.f16 %f178, %rs66;}
-
-	// end inline asm
-	setp.lt.f32 	%p37, %f178, %f245;
-	selp.f32 	%f245, %f178, %f245, %p37;
-	bra.uni 	$L__BB23_39;
-
-$L__BB23_38:
-	// begin inline asm
-	{  cvt.f32.f16 %f251, %rs2;}
-
-	// end inline asm
-	mov.b32 	{%rs68, %rs69}, %r74;
-	// begin inline asm
-	{  cvt.f32.f16 %f250, %rs68;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.f32.f16 %f249, %rs69;}
-
-	// end inline asm
-	mov.b32 	{%rs70, %rs71}, %r75;
-	// begin inline asm
-	{  cvt.f32.f16 %f248, %rs70;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.f32.f16 %f247, %rs71;}
-
-	// end inline asm
-	mov.b32 	{%rs72, %rs73}, %r76;
-	// begin inline asm
-	{  cvt.f32.f16 %f246, %rs72;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.f32.f16 %f245, %rs73;}
-
-	// end inline asm
-	mov.f32 	%f252, %f171;
-
-$L__BB23_39:
-	add.s32 	%r103, %r103, 1;
-	setp.lt.u32 	%p38, %r103, %r55;
-	@%p38 bra 	$L__BB23_34;
-	bra.uni 	$L__BB23_40;
+	add.f32 	%f42, %f42, %f30;
+	add.s32 	%r35, %r35, 1;
+	setp.lt.u32 	%p16, %r35, %r18;
+	@%p16 bra 	$L__BB23_19;
 
 $L__BB23_22:
-	mov.u32 	%r102, 0;
+	setp.ne.s32 	%p17, %r19, 1;
+	@%p17 bra 	$L__BB23_24;
 
-$L__BB23_23:
-	setp.eq.s32 	%p15, %r102, %r54;
-	mov.u64 	%rd198, %rd81;
-	@%p15 bra 	$L__BB23_25;
+	div.rn.f32 	%f42, %f42, %f1;
 
-	mul.wide.u32 	%rd98, %r102, 8;
-	add.s64 	%rd99, %rd2, %rd98;
-	ld.global.u64 	%rd198, [%rd99];
+$L__BB23_24:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs6, %f42;}
+
+	// end inline asm
+	add.s64 	%rd55, %rd1, %rd36;
+	st.global.u16 	[%rd55], %rs6;
+	add.s64 	%rd75, %rd75, %rd3;
+	setp.lt.u64 	%p18, %rd75, %rd30;
+	@%p18 bra 	$L__BB23_2;
+	bra.uni 	$L__BB23_50;
 
 $L__BB23_25:
-	shl.b64 	%rd100, %rd197, 1;
-	add.s64 	%rd101, %rd198, %rd100;
-	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd101];
-	setp.eq.s32 	%p16, %r102, 0;
-	@%p16 bra 	$L__BB23_31;
+	cvta.to.global.u64 	%rd15, %rd29;
 
-	setp.eq.s32 	%p17, %r56, 3;
-	@%p17 bra 	$L__BB23_29;
-
-	setp.ne.s32 	%p18, %r56, 4;
-	@%p18 bra 	$L__BB23_30;
-
-	mov.b32 	{%rs27, %rs28}, %r68;
+$L__BB23_26:
+	shl.b64 	%rd56, %rd75, 1;
+	add.s64 	%rd57, %rd15, %rd56;
+	ld.global.u16 	%rs7, [%rd57];
 	// begin inline asm
-	{  cvt.f32.f16 %f139, %rs27;}
+	{  cvt.f32.f16 %f48, %rs7;}
 
 	// end inline asm
-	mul.f32 	%f252, %f252, %f139;
-	// begin inline asm
-	{  cvt.f32.f16 %f140, %rs28;}
+	setp.lt.u32 	%p19, %r18, 2;
+	@%p19 bra 	$L__BB23_47;
 
-	// end inline asm
-	mul.f32 	%f251, %f251, %f140;
-	mov.b32 	{%rs29, %rs30}, %r69;
-	// begin inline asm
-	{  cvt.f32.f16 %f141, %rs29;}
+	add.s64 	%rd17, %rd29, %rd56;
+	setp.eq.s32 	%p20, %r19, 2;
+	@%p20 bra 	$L__BB23_39;
 
-	// end inline asm
-	mul.f32 	%f250, %f250, %f141;
-	// begin inline asm
-	{  cvt.f32.f16 %f142, %rs30;}
+	setp.eq.s32 	%p21, %r19, 3;
+	@%p21 bra 	$L__BB23_35;
 
-	// end inline asm
-	mul.f32 	%f249, %f249, %f142;
-	mov.b32 	{%rs31, %rs32}, %r70;
-	// begin inline asm
-	{  cvt.f32.f16 %f143, %rs31;}
+	setp.ne.s32 	%p22, %r19, 4;
+	@%p22 bra 	$L__BB23_43;
 
-	// end inline asm
-	mul.f32 	%f248, %f248, %f143;
-	// begin inline asm
-	{  cvt.f32.f16 %f144, %rs32;}
-
-	// end inline asm
-	mul.f32 	%f247, %f247, %f144;
-	mov.b32 	{%rs33, %rs34}, %r71;
-	// begin inline asm
-	{  cvt.f32.f16 %f145, %rs33;}
-
-	// end inline asm
-	mul.f32 	%f246, %f246, %f145;
-	// begin inline asm
-	{  cvt.f32.f16 %f146, %rs34;}
-
-	// end inline asm
-	mul.f32 	%f245, %f245, %f146;
-	bra.uni 	$L__BB23_32;
+	mov.u32 	%r36, 1;
+	mov.u64 	%rd81, %rd2;
 
 $L__BB23_31:
-	mov.b32 	{%rs51, %rs52}, %r68;
+	.pragma "nounroll";
+	setp.eq.s32 	%p23, %r36, 0;
+	@%p23 bra 	$L__BB23_33;
+
+	ld.global.u64 	%rd59, [%rd81+8];
+	add.s64 	%rd82, %rd59, %rd56;
+	bra.uni 	$L__BB23_34;
+
+$L__BB23_33:
+	mov.u64 	%rd82, %rd17;
+
+$L__BB23_34:
+	add.s64 	%rd81, %rd81, 8;
+	ld.u16 	%rs8, [%rd82];
 	// begin inline asm
-	{  cvt.f32.f16 %f252, %rs51;}
+	{  cvt.f32.f16 %f33, %rs8;}
 
 	// end inline asm
+	mul.f32 	%f48, %f48, %f33;
+	add.s32 	%r36, %r36, 1;
+	setp.lt.u32 	%p24, %r36, %r18;
+	@%p24 bra 	$L__BB23_31;
+	bra.uni 	$L__BB23_47;
+
+$L__BB23_35:
+	mov.u32 	%r37, 1;
+
+$L__BB23_36:
+	.pragma "nounroll";
+	setp.eq.s32 	%p25, %r37, 0;
+	mov.u64 	%rd83, %rd17;
+	@%p25 bra 	$L__BB23_38;
+
+	mul.wide.u32 	%rd61, %r37, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	add.s64 	%rd83, %rd63, %rd56;
+
+$L__BB23_38:
+	ld.u16 	%rs9, [%rd83];
 	// begin inline asm
-	{  cvt.f32.f16 %f251, %rs52;}
+	{  cvt.f32.f16 %f34, %rs9;}
 
 	// end inline asm
-	mov.b32 	{%rs53, %rs54}, %r69;
-	// begin inline asm
-	{  cvt.f32.f16 %f250, %rs53;}
+	setp.gt.f32 	%p26, %f34, %f48;
+	selp.f32 	%f48, %f34, %f48, %p26;
+	add.s32 	%r37, %r37, 1;
+	setp.lt.u32 	%p27, %r37, %r18;
+	@%p27 bra 	$L__BB23_36;
+	bra.uni 	$L__BB23_47;
 
-	// end inline asm
-	// begin inline asm
-	{  cvt.f32.f16 %f249, %rs54;}
-
-	// end inline asm
-	mov.b32 	{%rs55, %rs56}, %r70;
-	// begin inline asm
-	{  cvt.f32.f16 %f248, %rs55;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.f32.f16 %f247, %rs56;}
-
-	// end inline asm
-	mov.b32 	{%rs57, %rs58}, %r71;
-	// begin inline asm
-	{  cvt.f32.f16 %f246, %rs57;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.f32.f16 %f245, %rs58;}
-
-	// end inline asm
-	bra.uni 	$L__BB23_32;
-
-$L__BB23_29:
-	mov.b32 	{%rs35, %rs36}, %r68;
-	// begin inline asm
-	{  cvt.f32.f16 %f147, %rs35;}
-
-	// end inline asm
-	setp.gt.f32 	%p19, %f147, %f252;
-	selp.f32 	%f252, %f147, %f252, %p19;
-	// begin inline asm
-	{  cvt.f32.f16 %f148, %rs36;}
-
-	// end inline asm
-	setp.gt.f32 	%p20, %f148, %f251;
-	selp.f32 	%f251, %f148, %f251, %p20;
-	mov.b32 	{%rs37, %rs38}, %r69;
-	// begin inline asm
-	{  cvt.f32.f16 %f149, %rs37;}
-
-	// end inline asm
-	setp.gt.f32 	%p21, %f149, %f250;
-	selp.f32 	%f250, %f149, %f250, %p21;
-	// begin inline asm
-	{  cvt.f32.f16 %f150, %rs38;}
-
-	// end inline asm
-	setp.gt.f32 	%p22, %f150, %f249;
-	selp.f32 	%f249, %f150, %f249, %p22;
-	mov.b32 	{%rs39, %rs40}, %r70;
-	// begin inline asm
-	{  cvt.f32.f16 %f151, %rs39;}
-
-	// end inline asm
-	setp.gt.f32 	%p23, %f151, %f248;
-	selp.f32 	%f248, %f151, %f248, %p23;
-	// begin inline asm
-	{  cvt.f32.f16 %f152, %rs40;}
-
-	// end inline asm
-	setp.gt.f32 	%p24, %f152, %f247;
-	selp.f32 	%f247, %f152, %f247, %p24;
-	mov.b32 	{%rs41, %rs42}, %r71;
-	// begin inline asm
-	{  cvt.f32.f16 %f153, %rs41;}
-
-	// end inline asm
-	setp.gt.f32 	%p25, %f153, %f246;
-	selp.f32 	%f246, %f153, %f246, %p25;
-	// begin inline asm
-	{  cvt.f32.f16 %f154, %rs42;}
-
-	// end inline asm
-	setp.gt.f32 	%p26, %f154, %f245;
-	selp.f32 	%f245, %f154, %f245, %p26;
-	bra.uni 	$L__BB23_32;
-
-$L__BB23_30:
-	mov.b32 	{%rs43, %rs44}, %r68;
-	// begin inline asm
-	{  cvt.f32.f16 %f155, %rs43;}
-
-	// end inline asm
-	add.f32 	%f252, %f252, %f155;
-	// begin inline asm
-	{  cvt.f32.f16 %f156, %rs44;}
-
-	// end inline asm
-	add.f32 	%f251, %f251, %f156;
-	mov.b32 	{%rs45, %rs46}, %r69;
-	// begin inline asm
-	{  cvt.f32.f16 %f157, %rs45;}
-
-	// end inline asm
-	add.f32 	%f250, %f250, %f157;
-	// begin inline asm
-	{  cvt.f32.f16 %f158, %rs46;}
-
-	// end inline asm
-	add.f32 	%f249, %f249, %f158;
-	mov.b32 	{%rs47, %rs48}, %r70;
-	// begin inline asm
-	{  cvt.f32.f16 %f159, %rs47;}
-
-	// end inline asm
-	add.f32 	%f248, %f248, %f159;
-	// begin inline asm
-	{  cvt.f32.f16 %f160, %rs48;}
-
-	// end inline asm
-	add.f32 	%f247, %f247, %f160;
-	mov.b32 	{%rs49, %rs50}, %r71;
-	// begin inline asm
-	{  cvt.f32.f16 %f161, %rs49;}
-
-	// end inline asm
-	add.f32 	%f246, %f246, %f161;
-	// begin inline asm
-	{  cvt.f32.f16 %f162, %rs50;}
-
-	// end inline asm
-	add.f32 	%f245, %f245, %f162;
-
-$L__BB23_32:
-	add.s32 	%r102, %r102, 1;
-	setp.lt.u32 	%p27, %r102, %r55;
-	@%p27 bra 	$L__BB23_23;
+$L__BB23_39:
+	mov.u32 	%r38, 1;
 
 $L__BB23_40:
-	setp.eq.s32 	%p39, %r56, 1;
-	@%p39 bra 	$L__BB23_42;
-	bra.uni 	$L__BB23_41;
+	.pragma "nounroll";
+	setp.eq.s32 	%p28, %r38, 0;
+	mov.u64 	%rd84, %rd17;
+	@%p28 bra 	$L__BB23_42;
+
+	mul.wide.u32 	%rd65, %r38, 8;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.u64 	%rd67, [%rd66];
+	add.s64 	%rd84, %rd67, %rd56;
 
 $L__BB23_42:
-	div.rn.f32 	%f194, %f252, %f1;
+	ld.u16 	%rs10, [%rd84];
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs120, %f194;}
+	{  cvt.f32.f16 %f35, %rs10;}
 
 	// end inline asm
-	div.rn.f32 	%f195, %f251, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs121, %f195;}
-
-	// end inline asm
-	div.rn.f32 	%f196, %f250, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs118, %f196;}
-
-	// end inline asm
-	div.rn.f32 	%f197, %f249, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs119, %f197;}
-
-	// end inline asm
-	div.rn.f32 	%f198, %f248, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs116, %f198;}
-
-	// end inline asm
-	div.rn.f32 	%f199, %f247, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs117, %f199;}
-
-	// end inline asm
-	div.rn.f32 	%f200, %f246, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs114, %f200;}
-
-	// end inline asm
-	div.rn.f32 	%f201, %f245, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs115, %f201;}
-
-	// end inline asm
-	bra.uni 	$L__BB23_43;
-
-$L__BB23_41:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs120, %f252;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs121, %f251;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs118, %f250;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs119, %f249;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs116, %f248;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs117, %f247;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs114, %f246;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs115, %f245;}
-
-	// end inline asm
+	setp.lt.f32 	%p29, %f35, %f48;
+	selp.f32 	%f48, %f35, %f48, %p29;
+	add.s32 	%r38, %r38, 1;
+	setp.lt.u32 	%p30, %r38, %r18;
+	@%p30 bra 	$L__BB23_40;
+	bra.uni 	$L__BB23_47;
 
 $L__BB23_43:
-	shl.b64 	%rd106, %rd197, 1;
-	add.s64 	%rd107, %rd1, %rd106;
-	mov.b32 	%r78, {%rs114, %rs115};
-	mov.b32 	%r79, {%rs116, %rs117};
-	mov.b32 	%r80, {%rs118, %rs119};
-	mov.b32 	%r81, {%rs120, %rs121};
-	st.global.v4.u32 	[%rd107], {%r81, %r80, %r79, %r78};
-	add.s64 	%rd197, %rd197, %rd24;
-	setp.lt.u64 	%p40, %rd197, %rd200;
-	@%p40 bra 	$L__BB23_20;
+	mov.u32 	%r39, 1;
 
 $L__BB23_44:
-	add.s64 	%rd201, %rd200, %rd4;
-	setp.ge.u64 	%p41, %rd201, %rd82;
-	@%p41 bra 	$L__BB23_126;
+	.pragma "nounroll";
+	setp.eq.s32 	%p31, %r39, 0;
+	mov.u64 	%rd85, %rd17;
+	@%p31 bra 	$L__BB23_46;
 
-	setp.eq.s32 	%p42, %r54, 0;
-	cvt.rn.f32.u32 	%f98, %r55;
-	add.s32 	%r23, %r55, -2;
-	add.s32 	%r82, %r55, -1;
-	and.b32  	%r24, %r82, 3;
-	sub.s32 	%r25, %r82, %r24;
-	@%p42 bra 	$L__BB23_86;
+	mul.wide.u32 	%rd69, %r39, 8;
+	add.s64 	%rd70, %rd2, %rd69;
+	ld.global.u64 	%rd71, [%rd70];
+	add.s64 	%rd85, %rd71, %rd56;
 
 $L__BB23_46:
-	ld.global.u64 	%rd108, [%rd2];
-	shl.b64 	%rd109, %rd201, 1;
-	add.s64 	%rd110, %rd108, %rd109;
-	ld.u16 	%rs90, [%rd110];
+	ld.u16 	%rs11, [%rd85];
 	// begin inline asm
-	{  cvt.f32.f16 %f283, %rs90;}
+	{  cvt.f32.f16 %f36, %rs11;}
 
 	// end inline asm
-	setp.lt.u32 	%p43, %r55, 2;
-	@%p43 bra 	$L__BB23_83;
+	add.f32 	%f48, %f48, %f36;
+	add.s32 	%r39, %r39, 1;
+	setp.lt.u32 	%p32, %r39, %r18;
+	@%p32 bra 	$L__BB23_44;
 
-	setp.eq.s32 	%p44, %r56, 2;
-	@%p44 bra 	$L__BB23_58;
+$L__BB23_47:
+	setp.ne.s32 	%p33, %r19, 1;
+	@%p33 bra 	$L__BB23_49;
 
-	setp.eq.s32 	%p45, %r56, 3;
-	@%p45 bra 	$L__BB23_54;
+	div.rn.f32 	%f48, %f48, %f1;
 
-	setp.ne.s32 	%p46, %r56, 4;
-	@%p46 bra 	$L__BB23_79;
-
-	mov.u32 	%r104, 1;
-
-$L__BB23_51:
-	setp.eq.s32 	%p47, %r104, %r54;
-	mov.u64 	%rd202, %rd81;
-	@%p47 bra 	$L__BB23_53;
-
-	mul.wide.u32 	%rd111, %r104, 8;
-	add.s64 	%rd112, %rd2, %rd111;
-	ld.global.u64 	%rd202, [%rd112];
-
-$L__BB23_53:
-	add.s64 	%rd114, %rd202, %rd109;
-	ld.u16 	%rs91, [%rd114];
+$L__BB23_49:
 	// begin inline asm
-	{  cvt.f32.f16 %f203, %rs91;}
+	{  cvt.rn.f16.f32 %rs12, %f48;}
 
 	// end inline asm
-	mul.f32 	%f283, %f283, %f203;
-	add.s32 	%r104, %r104, 1;
-	setp.lt.u32 	%p48, %r104, %r55;
-	@%p48 bra 	$L__BB23_51;
-	bra.uni 	$L__BB23_83;
-
-$L__BB23_58:
-	setp.lt.u32 	%p52, %r23, 3;
-	mov.u32 	%r108, 1;
-	@%p52 bra 	$L__BB23_69;
-
-	mov.u32 	%r108, 1;
-	mov.u32 	%r107, %r25;
-
-$L__BB23_60:
-	mul.wide.u32 	%rd119, %r108, 8;
-	add.s64 	%rd38, %rd2, %rd119;
-	setp.eq.s32 	%p53, %r108, %r54;
-	mov.u64 	%rd204, %rd81;
-	@%p53 bra 	$L__BB23_62;
-
-	ld.global.u64 	%rd204, [%rd38];
-
-$L__BB23_62:
-	add.s64 	%rd121, %rd204, %rd109;
-	ld.u16 	%rs93, [%rd121];
-	// begin inline asm
-	{  cvt.f32.f16 %f206, %rs93;}
-
-	// end inline asm
-	setp.lt.f32 	%p54, %f206, %f283;
-	selp.f32 	%f105, %f206, %f283, %p54;
-	add.s32 	%r87, %r108, 1;
-	setp.eq.s32 	%p55, %r87, %r54;
-	mov.u64 	%rd205, %rd81;
-	@%p55 bra 	$L__BB23_64;
-
-	ld.global.u64 	%rd205, [%rd38+8];
-
-$L__BB23_64:
-	add.s64 	%rd123, %rd205, %rd109;
-	ld.u16 	%rs94, [%rd123];
-	// begin inline asm
-	{  cvt.f32.f16 %f207, %rs94;}
-
-	// end inline asm
-	setp.lt.f32 	%p56, %f207, %f105;
-	selp.f32 	%f106, %f207, %f105, %p56;
-	add.s32 	%r88, %r108, 2;
-	setp.eq.s32 	%p57, %r88, %r54;
-	mov.u64 	%rd206, %rd81;
-	@%p57 bra 	$L__BB23_66;
-
-	ld.global.u64 	%rd206, [%rd38+16];
-
-$L__BB23_66:
-	add.s64 	%rd125, %rd206, %rd109;
-	ld.u16 	%rs95, [%rd125];
-	// begin inline asm
-	{  cvt.f32.f16 %f208, %rs95;}
-
-	// end inline asm
-	setp.lt.f32 	%p58, %f208, %f106;
-	selp.f32 	%f107, %f208, %f106, %p58;
-	add.s32 	%r32, %r108, 3;
-	setp.eq.s32 	%p59, %r32, %r54;
-	mov.u64 	%rd207, %rd81;
-	@%p59 bra 	$L__BB23_68;
-
-	mul.wide.u32 	%rd126, %r32, 8;
-	add.s64 	%rd127, %rd2, %rd126;
-	ld.global.u64 	%rd207, [%rd127];
-
-$L__BB23_68:
-	add.s64 	%rd129, %rd207, %rd109;
-	ld.u16 	%rs96, [%rd129];
-	// begin inline asm
-	{  cvt.f32.f16 %f209, %rs96;}
-
-	// end inline asm
-	setp.lt.f32 	%p60, %f209, %f107;
-	selp.f32 	%f283, %f209, %f107, %p60;
-	add.s32 	%r108, %r108, 4;
-	add.s32 	%r107, %r107, -4;
-	setp.ne.s32 	%p61, %r107, 0;
-	@%p61 bra 	$L__BB23_60;
-
-$L__BB23_69:
-	setp.eq.s32 	%p62, %r24, 0;
-	@%p62 bra 	$L__BB23_83;
-
-	setp.eq.s32 	%p63, %r108, %r54;
-	mov.u64 	%rd208, %rd81;
-	@%p63 bra 	$L__BB23_72;
-
-	mul.wide.u32 	%rd130, %r108, 8;
-	add.s64 	%rd131, %rd2, %rd130;
-	ld.global.u64 	%rd208, [%rd131];
-
-$L__BB23_72:
-	add.s64 	%rd133, %rd208, %rd109;
-	ld.u16 	%rs97, [%rd133];
-	// begin inline asm
-	{  cvt.f32.f16 %f210, %rs97;}
-
-	// end inline asm
-	setp.lt.f32 	%p64, %f210, %f283;
-	selp.f32 	%f283, %f210, %f283, %p64;
-	add.s32 	%r36, %r108, 1;
-	setp.eq.s32 	%p65, %r24, 1;
-	@%p65 bra 	$L__BB23_83;
-
-	setp.eq.s32 	%p66, %r36, %r54;
-	mov.u64 	%rd209, %rd81;
-	@%p66 bra 	$L__BB23_75;
-
-	mul.wide.u32 	%rd134, %r36, 8;
-	add.s64 	%rd135, %rd2, %rd134;
-	ld.global.u64 	%rd209, [%rd135];
-
-$L__BB23_75:
-	add.s64 	%rd137, %rd209, %rd109;
-	ld.u16 	%rs98, [%rd137];
-	// begin inline asm
-	{  cvt.f32.f16 %f211, %rs98;}
-
-	// end inline asm
-	setp.lt.f32 	%p67, %f211, %f283;
-	selp.f32 	%f283, %f211, %f283, %p67;
-	add.s32 	%r37, %r108, 2;
-	setp.eq.s32 	%p68, %r24, 2;
-	@%p68 bra 	$L__BB23_83;
-
-	setp.eq.s32 	%p69, %r37, %r54;
-	mov.u64 	%rd210, %rd81;
-	@%p69 bra 	$L__BB23_78;
-
-	mul.wide.u32 	%rd138, %r37, 8;
-	add.s64 	%rd139, %rd2, %rd138;
-	ld.global.u64 	%rd210, [%rd139];
-
-$L__BB23_78:
-	add.s64 	%rd141, %rd210, %rd109;
-	ld.u16 	%rs99, [%rd141];
-	// begin inline asm
-	{  cvt.f32.f16 %f212, %rs99;}
-
-	// end inline asm
-	setp.lt.f32 	%p70, %f212, %f283;
-	selp.f32 	%f283, %f212, %f283, %p70;
-	bra.uni 	$L__BB23_83;
-
-$L__BB23_54:
-	mov.u32 	%r105, 1;
-
-$L__BB23_55:
-	setp.eq.s32 	%p49, %r105, %r54;
-	mov.u64 	%rd203, %rd81;
-	@%p49 bra 	$L__BB23_57;
-
-	mul.wide.u32 	%rd115, %r105, 8;
-	add.s64 	%rd116, %rd2, %rd115;
-	ld.global.u64 	%rd203, [%rd116];
-
-$L__BB23_57:
-	add.s64 	%rd118, %rd203, %rd109;
-	ld.u16 	%rs92, [%rd118];
-	// begin inline asm
-	{  cvt.f32.f16 %f204, %rs92;}
-
-	// end inline asm
-	setp.gt.f32 	%p50, %f204, %f283;
-	selp.f32 	%f283, %f204, %f283, %p50;
-	add.s32 	%r105, %r105, 1;
-	setp.lt.u32 	%p51, %r105, %r55;
-	@%p51 bra 	$L__BB23_55;
-	bra.uni 	$L__BB23_83;
-
-$L__BB23_79:
-	mov.u32 	%r109, 1;
-
-$L__BB23_80:
-	setp.eq.s32 	%p71, %r109, %r54;
-	mov.u64 	%rd211, %rd81;
-	@%p71 bra 	$L__BB23_82;
-
-	mul.wide.u32 	%rd142, %r109, 8;
-	add.s64 	%rd143, %rd2, %rd142;
-	ld.global.u64 	%rd211, [%rd143];
-
-$L__BB23_82:
-	add.s64 	%rd145, %rd211, %rd109;
-	ld.u16 	%rs100, [%rd145];
-	// begin inline asm
-	{  cvt.f32.f16 %f213, %rs100;}
-
-	// end inline asm
-	add.f32 	%f283, %f283, %f213;
-	add.s32 	%r109, %r109, 1;
-	setp.lt.u32 	%p72, %r109, %r55;
-	@%p72 bra 	$L__BB23_80;
-
-$L__BB23_83:
-	setp.ne.s32 	%p73, %r56, 1;
-	@%p73 bra 	$L__BB23_85;
-
-	div.rn.f32 	%f283, %f283, %f98;
-
-$L__BB23_85:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs101, %f283;}
-
-	// end inline asm
-	add.s64 	%rd147, %rd1, %rd109;
-	st.global.u16 	[%rd147], %rs101;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p74, %rd201, %rd82;
-	@%p74 bra 	$L__BB23_46;
-	bra.uni 	$L__BB23_126;
-
-$L__BB23_86:
-	cvta.to.global.u64 	%rd56, %rd81;
-
-$L__BB23_87:
-	shl.b64 	%rd148, %rd201, 1;
-	add.s64 	%rd149, %rd56, %rd148;
-	ld.global.u16 	%rs102, [%rd149];
-	// begin inline asm
-	{  cvt.f32.f16 %f291, %rs102;}
-
-	// end inline asm
-	setp.lt.u32 	%p75, %r55, 2;
-	@%p75 bra 	$L__BB23_123;
-
-	add.s64 	%rd221, %rd81, %rd148;
-	setp.eq.s32 	%p76, %r56, 2;
-	@%p76 bra 	$L__BB23_100;
-
-	setp.eq.s32 	%p77, %r56, 3;
-	@%p77 bra 	$L__BB23_96;
-
-	setp.ne.s32 	%p78, %r56, 4;
-	@%p78 bra 	$L__BB23_119;
-
-	mov.u32 	%r110, 1;
-	mov.u64 	%rd213, %rd2;
-
-$L__BB23_92:
-	setp.eq.s32 	%p79, %r110, 0;
-	@%p79 bra 	$L__BB23_94;
-
-	ld.global.u64 	%rd151, [%rd213+8];
-	add.s64 	%rd214, %rd151, %rd148;
-	bra.uni 	$L__BB23_95;
-
-$L__BB23_94:
-	mov.u64 	%rd214, %rd221;
-
-$L__BB23_95:
-	add.s64 	%rd213, %rd213, 8;
-	ld.u16 	%rs103, [%rd214];
-	// begin inline asm
-	{  cvt.f32.f16 %f216, %rs103;}
-
-	// end inline asm
-	mul.f32 	%f291, %f291, %f216;
-	add.s32 	%r110, %r110, 1;
-	setp.lt.u32 	%p80, %r110, %r55;
-	@%p80 bra 	$L__BB23_92;
-	bra.uni 	$L__BB23_123;
-
-$L__BB23_100:
-	setp.lt.u32 	%p84, %r23, 3;
-	mov.u32 	%r114, 1;
-	@%p84 bra 	$L__BB23_109;
-
-	mov.u32 	%r114, 1;
-	mov.u32 	%r113, %r25;
-
-$L__BB23_102:
-	mul.wide.u32 	%rd157, %r114, 8;
-	add.s64 	%rd65, %rd2, %rd157;
-	setp.eq.s32 	%p85, %r114, 0;
-	mov.u64 	%rd216, %rd221;
-	@%p85 bra 	$L__BB23_104;
-
-	ld.global.u64 	%rd158, [%rd65];
-	add.s64 	%rd216, %rd158, %rd148;
-
-$L__BB23_104:
-	ld.u16 	%rs105, [%rd216];
-	// begin inline asm
-	{  cvt.f32.f16 %f219, %rs105;}
-
-	// end inline asm
-	setp.lt.f32 	%p86, %f219, %f291;
-	selp.f32 	%f221, %f219, %f291, %p86;
-	ld.global.u64 	%rd160, [%rd65+8];
-	add.s64 	%rd162, %rd160, %rd148;
-	ld.u16 	%rs106, [%rd162];
-	// begin inline asm
-	{  cvt.f32.f16 %f220, %rs106;}
-
-	// end inline asm
-	setp.lt.f32 	%p87, %f220, %f221;
-	selp.f32 	%f125, %f220, %f221, %p87;
-	setp.eq.s32 	%p88, %r114, -2;
-	mov.u64 	%rd217, %rd221;
-	@%p88 bra 	$L__BB23_106;
-
-	ld.global.u64 	%rd163, [%rd65+16];
-	add.s64 	%rd217, %rd163, %rd148;
-
-$L__BB23_106:
-	ld.u16 	%rs107, [%rd217];
-	// begin inline asm
-	{  cvt.f32.f16 %f222, %rs107;}
-
-	// end inline asm
-	setp.lt.f32 	%p89, %f222, %f125;
-	selp.f32 	%f126, %f222, %f125, %p89;
-	add.s32 	%r46, %r114, 3;
-	setp.eq.s32 	%p90, %r46, 0;
-	mov.u64 	%rd218, %rd221;
-	@%p90 bra 	$L__BB23_108;
-
-	mul.wide.u32 	%rd165, %r46, 8;
-	add.s64 	%rd166, %rd2, %rd165;
-	ld.global.u64 	%rd167, [%rd166];
-	add.s64 	%rd218, %rd167, %rd148;
-
-$L__BB23_108:
-	ld.u16 	%rs108, [%rd218];
-	// begin inline asm
-	{  cvt.f32.f16 %f223, %rs108;}
-
-	// end inline asm
-	setp.lt.f32 	%p91, %f223, %f126;
-	selp.f32 	%f291, %f223, %f126, %p91;
-	add.s32 	%r114, %r114, 4;
-	add.s32 	%r113, %r113, -4;
-	setp.ne.s32 	%p92, %r113, 0;
-	@%p92 bra 	$L__BB23_102;
-
-$L__BB23_109:
-	setp.eq.s32 	%p93, %r24, 0;
-	@%p93 bra 	$L__BB23_123;
-
-	setp.eq.s32 	%p94, %r114, 0;
-	mov.u64 	%rd219, %rd221;
-	@%p94 bra 	$L__BB23_112;
-
-	mul.wide.u32 	%rd169, %r114, 8;
-	add.s64 	%rd170, %rd2, %rd169;
-	ld.global.u64 	%rd171, [%rd170];
-	add.s64 	%rd219, %rd171, %rd148;
-
-$L__BB23_112:
-	ld.u16 	%rs109, [%rd219];
-	// begin inline asm
-	{  cvt.f32.f16 %f224, %rs109;}
-
-	// end inline asm
-	setp.lt.f32 	%p95, %f224, %f291;
-	selp.f32 	%f291, %f224, %f291, %p95;
-	add.s32 	%r50, %r114, 1;
-	setp.eq.s32 	%p96, %r24, 1;
-	@%p96 bra 	$L__BB23_123;
-
-	setp.eq.s32 	%p97, %r50, 0;
-	mov.u64 	%rd220, %rd221;
-	@%p97 bra 	$L__BB23_115;
-
-	mul.wide.u32 	%rd173, %r50, 8;
-	add.s64 	%rd174, %rd2, %rd173;
-	ld.global.u64 	%rd175, [%rd174];
-	add.s64 	%rd220, %rd175, %rd148;
-
-$L__BB23_115:
-	ld.u16 	%rs110, [%rd220];
-	// begin inline asm
-	{  cvt.f32.f16 %f225, %rs110;}
-
-	// end inline asm
-	setp.lt.f32 	%p98, %f225, %f291;
-	selp.f32 	%f291, %f225, %f291, %p98;
-	add.s32 	%r51, %r114, 2;
-	setp.eq.s32 	%p99, %r24, 2;
-	@%p99 bra 	$L__BB23_123;
-
-	setp.eq.s32 	%p100, %r51, 0;
-	@%p100 bra 	$L__BB23_118;
-
-	mul.wide.u32 	%rd177, %r51, 8;
-	add.s64 	%rd178, %rd2, %rd177;
-	ld.global.u64 	%rd179, [%rd178];
-	add.s64 	%rd221, %rd179, %rd148;
-
-$L__BB23_118:
-	ld.u16 	%rs111, [%rd221];
-	// begin inline asm
-	{  cvt.f32.f16 %f226, %rs111;}
-
-	// end inline asm
-	setp.lt.f32 	%p101, %f226, %f291;
-	selp.f32 	%f291, %f226, %f291, %p101;
-	bra.uni 	$L__BB23_123;
-
-$L__BB23_96:
-	mov.u32 	%r111, 1;
-
-$L__BB23_97:
-	setp.eq.s32 	%p81, %r111, 0;
-	mov.u64 	%rd215, %rd221;
-	@%p81 bra 	$L__BB23_99;
-
-	mul.wide.u32 	%rd153, %r111, 8;
-	add.s64 	%rd154, %rd2, %rd153;
-	ld.global.u64 	%rd155, [%rd154];
-	add.s64 	%rd215, %rd155, %rd148;
-
-$L__BB23_99:
-	ld.u16 	%rs104, [%rd215];
-	// begin inline asm
-	{  cvt.f32.f16 %f217, %rs104;}
-
-	// end inline asm
-	setp.gt.f32 	%p82, %f217, %f291;
-	selp.f32 	%f291, %f217, %f291, %p82;
-	add.s32 	%r111, %r111, 1;
-	setp.lt.u32 	%p83, %r111, %r55;
-	@%p83 bra 	$L__BB23_97;
-	bra.uni 	$L__BB23_123;
-
-$L__BB23_119:
-	mov.u32 	%r115, 1;
-
-$L__BB23_120:
-	setp.eq.s32 	%p102, %r115, 0;
-	mov.u64 	%rd222, %rd221;
-	@%p102 bra 	$L__BB23_122;
-
-	mul.wide.u32 	%rd181, %r115, 8;
-	add.s64 	%rd182, %rd2, %rd181;
-	ld.global.u64 	%rd183, [%rd182];
-	add.s64 	%rd222, %rd183, %rd148;
-
-$L__BB23_122:
-	ld.u16 	%rs112, [%rd222];
-	// begin inline asm
-	{  cvt.f32.f16 %f227, %rs112;}
-
-	// end inline asm
-	add.f32 	%f291, %f291, %f227;
-	add.s32 	%r115, %r115, 1;
-	setp.lt.u32 	%p103, %r115, %r55;
-	@%p103 bra 	$L__BB23_120;
-
-$L__BB23_123:
-	setp.ne.s32 	%p104, %r56, 1;
-	@%p104 bra 	$L__BB23_125;
-
-	div.rn.f32 	%f291, %f291, %f98;
-
-$L__BB23_125:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs113, %f291;}
-
-	// end inline asm
-	add.s64 	%rd186, %rd1, %rd148;
-	st.global.u16 	[%rd186], %rs113;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p105, %rd201, %rd82;
-	@%p105 bra 	$L__BB23_87;
-
-$L__BB23_126:
+	add.s64 	%rd74, %rd1, %rd56;
+	st.global.u16 	[%rd74], %rs12;
+	add.s64 	%rd75, %rd75, %rd3;
+	setp.lt.u64 	%p34, %rd75, %rd30;
+	@%p34 bra 	$L__BB23_26;
+
+$L__BB23_50:
 	ret;
 
 }
@@ -9520,1446 +8006,365 @@ $L__BB30_135:
 	.param .u32 smcuda_reduce_part_bf16_param_6
 )
 {
-	.reg .pred 	%p<214>;
-	.reg .b16 	%rs<211>;
-	.reg .f32 	%f<259>;
-	.reg .b32 	%r<277>;
-	.reg .b64 	%rd<223>;
+	.reg .pred 	%p<47>;
+	.reg .b16 	%rs<23>;
+	.reg .f32 	%f<48>;
+	.reg .b32 	%r<50>;
+	.reg .b64 	%rd<86>;
 
 
-	ld.param.u64 	%rd83, [smcuda_reduce_part_bf16_param_0];
-	ld.param.u64 	%rd81, [smcuda_reduce_part_bf16_param_1];
-	ld.param.u64 	%rd84, [smcuda_reduce_part_bf16_param_2];
-	ld.param.u32 	%r121, [smcuda_reduce_part_bf16_param_3];
-	ld.param.u32 	%r122, [smcuda_reduce_part_bf16_param_4];
-	ld.param.u64 	%rd82, [smcuda_reduce_part_bf16_param_5];
-	ld.param.u32 	%r123, [smcuda_reduce_part_bf16_param_6];
-	cvta.to.global.u64 	%rd1, %rd83;
-	cvta.to.global.u64 	%rd2, %rd84;
-	mov.u32 	%r124, %nctaid.x;
-	mov.u32 	%r125, %ntid.x;
-	mul.wide.u32 	%rd3, %r124, %r125;
-	mov.u32 	%r126, %ctaid.x;
-	mul.wide.u32 	%rd85, %r126, %r125;
-	mov.u32 	%r127, %tid.x;
-	cvt.u64.u32 	%rd86, %r127;
-	add.s64 	%rd4, %rd85, %rd86;
-	or.b64  	%rd188, %rd81, %rd83;
-	setp.eq.s32 	%p1, %r122, 0;
-	@%p1 bra 	$L__BB31_16;
+	ld.param.u64 	%rd31, [smcuda_reduce_part_bf16_param_0];
+	ld.param.u64 	%rd29, [smcuda_reduce_part_bf16_param_1];
+	ld.param.u64 	%rd32, [smcuda_reduce_part_bf16_param_2];
+	ld.param.u32 	%r19, [smcuda_reduce_part_bf16_param_3];
+	ld.param.u32 	%r20, [smcuda_reduce_part_bf16_param_4];
+	ld.param.u64 	%rd30, [smcuda_reduce_part_bf16_param_5];
+	ld.param.u32 	%r21, [smcuda_reduce_part_bf16_param_6];
+	cvta.to.global.u64 	%rd1, %rd31;
+	cvta.to.global.u64 	%rd2, %rd32;
+	mov.u32 	%r22, %nctaid.x;
+	mov.u32 	%r23, %ntid.x;
+	mul.wide.u32 	%rd3, %r22, %r23;
+	mov.u32 	%r24, %ctaid.x;
+	mul.wide.u32 	%rd33, %r24, %r23;
+	mov.u32 	%r25, %tid.x;
+	cvt.u64.u32 	%rd34, %r25;
+	add.s64 	%rd75, %rd33, %rd34;
+	setp.ge.u64 	%p1, %rd75, %rd30;
+	@%p1 bra 	$L__BB31_56;
 
-	add.s32 	%r129, %r122, -1;
-	and.b32  	%r230, %r122, 3;
-	setp.lt.u32 	%p2, %r129, 3;
-	mov.u32 	%r228, 0;
-	@%p2 bra 	$L__BB31_12;
+	setp.eq.s32 	%p2, %r19, 0;
+	cvt.rn.f32.u32 	%f1, %r20;
+	@%p2 bra 	$L__BB31_28;
 
-	sub.s32 	%r227, %r122, %r230;
-	mov.u32 	%r228, 0;
+$L__BB31_2:
+	ld.global.u64 	%rd35, [%rd2];
+	shl.b64 	%rd36, %rd75, 1;
+	add.s64 	%rd37, %rd35, %rd36;
+	ld.u16 	%rs7, [%rd37];
+	// begin inline asm
+	{ mov.b32 %f40, {0,%rs7};}
 
-$L__BB31_3:
-	mul.wide.u32 	%rd88, %r228, 8;
-	add.s64 	%rd7, %rd2, %rd88;
-	setp.eq.s32 	%p3, %r228, %r121;
-	@%p3 bra 	$L__BB31_5;
+	// end inline asm
+	setp.lt.u32 	%p3, %r20, 2;
+	@%p3 bra 	$L__BB31_22;
 
-	ld.global.u64 	%rd89, [%rd7];
-	or.b64  	%rd188, %rd89, %rd188;
+	setp.eq.s32 	%p4, %r21, 2;
+	@%p4 bra 	$L__BB31_14;
 
-$L__BB31_5:
-	add.s32 	%r131, %r228, 1;
-	setp.eq.s32 	%p4, %r131, %r121;
-	@%p4 bra 	$L__BB31_7;
+	setp.eq.s32 	%p5, %r21, 3;
+	@%p5 bra 	$L__BB31_10;
 
-	ld.global.u64 	%rd90, [%rd7+8];
-	or.b64  	%rd188, %rd90, %rd188;
+	setp.ne.s32 	%p6, %r21, 4;
+	@%p6 bra 	$L__BB31_18;
+
+	mov.u32 	%r42, 1;
 
 $L__BB31_7:
-	add.s32 	%r132, %r228, 2;
-	setp.eq.s32 	%p5, %r132, %r121;
-	@%p5 bra 	$L__BB31_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r42, %r19;
+	mov.u64 	%rd76, %rd29;
+	@%p7 bra 	$L__BB31_9;
 
-	ld.global.u64 	%rd91, [%rd7+16];
-	or.b64  	%rd188, %rd91, %rd188;
+	mul.wide.u32 	%rd38, %r42, 8;
+	add.s64 	%rd39, %rd2, %rd38;
+	ld.global.u64 	%rd76, [%rd39];
 
 $L__BB31_9:
-	add.s32 	%r133, %r228, 3;
-	setp.eq.s32 	%p6, %r133, %r121;
-	@%p6 bra 	$L__BB31_11;
+	add.s64 	%rd41, %rd76, %rd36;
+	ld.u16 	%rs8, [%rd41];
+	// begin inline asm
+	{ mov.b32 %f27, {0,%rs8};}
 
-	ld.global.u64 	%rd92, [%rd7+24];
-	or.b64  	%rd188, %rd92, %rd188;
+	// end inline asm
+	mul.f32 	%f40, %f40, %f27;
+	add.s32 	%r42, %r42, 1;
+	setp.lt.u32 	%p8, %r42, %r20;
+	@%p8 bra 	$L__BB31_7;
+	bra.uni 	$L__BB31_22;
 
-$L__BB31_11:
-	add.s32 	%r228, %r228, 4;
-	add.s32 	%r227, %r227, -4;
-	setp.ne.s32 	%p7, %r227, 0;
-	@%p7 bra 	$L__BB31_3;
-
-$L__BB31_12:
-	setp.eq.s32 	%p8, %r230, 0;
-	@%p8 bra 	$L__BB31_16;
-
-$L__BB31_13:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r228, %r121;
-	@%p9 bra 	$L__BB31_15;
-
-	mul.wide.u32 	%rd93, %r228, 8;
-	add.s64 	%rd94, %rd2, %rd93;
-	ld.global.u64 	%rd95, [%rd94];
-	or.b64  	%rd188, %rd95, %rd188;
+$L__BB31_14:
+	mov.u32 	%r44, 1;
 
 $L__BB31_15:
-	add.s32 	%r228, %r228, 1;
-	add.s32 	%r230, %r230, -1;
-	setp.ne.s32 	%p10, %r230, 0;
-	@%p10 bra 	$L__BB31_13;
+	.pragma "nounroll";
+	setp.eq.s32 	%p12, %r44, %r19;
+	mov.u64 	%rd78, %rd29;
+	@%p12 bra 	$L__BB31_17;
 
-$L__BB31_16:
-	and.b64  	%rd97, %rd188, 15;
-	setp.ne.s64 	%p11, %rd97, 0;
-	mov.u64 	%rd200, 0;
-	@%p11 bra 	$L__BB31_89;
+	mul.wide.u32 	%rd46, %r44, 8;
+	add.s64 	%rd47, %rd2, %rd46;
+	ld.global.u64 	%rd78, [%rd47];
 
-	and.b64  	%rd200, %rd82, -8;
-	shl.b64 	%rd197, %rd4, 3;
-	setp.ge.u64 	%p12, %rd197, %rd200;
-	@%p12 bra 	$L__BB31_89;
+$L__BB31_17:
+	add.s64 	%rd49, %rd78, %rd36;
+	ld.u16 	%rs10, [%rd49];
+	// begin inline asm
+	{ mov.b32 %f29, {0,%rs10};}
 
-	cvt.rn.f32.u32 	%f1, %r122;
-	shl.b64 	%rd24, %rd3, 3;
+	// end inline asm
+	setp.lt.f32 	%p13, %f29, %f40;
+	selp.f32 	%f40, %f29, %f40, %p13;
+	add.s32 	%r44, %r44, 1;
+	setp.lt.u32 	%p14, %r44, %r20;
+	@%p14 bra 	$L__BB31_15;
+	bra.uni 	$L__BB31_22;
+
+$L__BB31_10:
+	mov.u32 	%r43, 1;
+
+$L__BB31_11:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r43, %r19;
+	mov.u64 	%rd77, %rd29;
+	@%p9 bra 	$L__BB31_13;
+
+	mul.wide.u32 	%rd42, %r43, 8;
+	add.s64 	%rd43, %rd2, %rd42;
+	ld.global.u64 	%rd77, [%rd43];
+
+$L__BB31_13:
+	add.s64 	%rd45, %rd77, %rd36;
+	ld.u16 	%rs9, [%rd45];
+	// begin inline asm
+	{ mov.b32 %f28, {0,%rs9};}
+
+	// end inline asm
+	setp.gt.f32 	%p10, %f28, %f40;
+	selp.f32 	%f40, %f28, %f40, %p10;
+	add.s32 	%r43, %r43, 1;
+	setp.lt.u32 	%p11, %r43, %r20;
+	@%p11 bra 	$L__BB31_11;
+	bra.uni 	$L__BB31_22;
+
+$L__BB31_18:
+	mov.u32 	%r45, 1;
 
 $L__BB31_19:
-	@%p1 bra 	$L__BB31_39;
+	.pragma "nounroll";
+	setp.eq.s32 	%p15, %r45, %r19;
+	mov.u64 	%rd79, %rd29;
+	@%p15 bra 	$L__BB31_21;
 
-	setp.eq.s32 	%p14, %r123, 2;
-	@%p14 bra 	$L__BB31_32;
-	bra.uni 	$L__BB31_21;
-
-$L__BB31_32:
-	mov.u32 	%r256, 0;
-
-$L__BB31_33:
-	setp.eq.s32 	%p28, %r256, %r121;
-	mov.u64 	%rd199, %rd81;
-	@%p28 bra 	$L__BB31_35;
-
-	mul.wide.u32 	%rd102, %r256, 8;
-	add.s64 	%rd103, %rd2, %rd102;
-	ld.global.u64 	%rd199, [%rd103];
-
-$L__BB31_35:
-	shl.b64 	%rd104, %rd197, 1;
-	add.s64 	%rd105, %rd199, %rd104;
-	ld.v4.u32 	{%r141, %r142, %r143, %r144}, [%rd105];
-	setp.eq.s32 	%p29, %r256, 0;
-	@%p29 bra 	$L__BB31_37;
-
-	mov.b32 	%f170, %r264;
-	mov.b32 	{%rs111, %rs112}, %r141;
-	// begin inline asm
-	{ mov.b32 %f162, {0,%rs111};}
-
-	// end inline asm
-	setp.lt.f32 	%p30, %f162, %f170;
-	selp.f32 	%f242, %f162, %f170, %p30;
-	// begin inline asm
-	{ mov.b32 %f163, {0,%rs112};}
-
-	// end inline asm
-	mov.b32 	%f171, %r263;
-	setp.lt.f32 	%p31, %f163, %f171;
-	selp.f32 	%f241, %f163, %f171, %p31;
-	mov.b32 	{%rs113, %rs114}, %r142;
-	// begin inline asm
-	{ mov.b32 %f164, {0,%rs113};}
-
-	// end inline asm
-	mov.b32 	%f172, %r262;
-	setp.lt.f32 	%p32, %f164, %f172;
-	selp.f32 	%f240, %f164, %f172, %p32;
-	// begin inline asm
-	{ mov.b32 %f165, {0,%rs114};}
-
-	// end inline asm
-	mov.b32 	%f173, %r261;
-	setp.lt.f32 	%p33, %f165, %f173;
-	selp.f32 	%f239, %f165, %f173, %p33;
-	mov.b32 	{%rs115, %rs116}, %r143;
-	// begin inline asm
-	{ mov.b32 %f166, {0,%rs115};}
-
-	// end inline asm
-	mov.b32 	%f174, %r260;
-	setp.lt.f32 	%p34, %f166, %f174;
-	selp.f32 	%f238, %f166, %f174, %p34;
-	// begin inline asm
-	{ mov.b32 %f167, {0,%rs116};}
-
-	// end inline asm
-	mov.b32 	%f175, %r259;
-	setp.lt.f32 	%p35, %f167, %f175;
-	selp.f32 	%f237, %f167, %f175, %p35;
-	mov.b32 	{%rs117, %rs118}, %r144;
-	// begin inline asm
-	{ mov.b32 %f168, {0,%rs117};}
-
-	// end inline asm
-	mov.b32 	%f176, %r258;
-	setp.lt.f32 	%p36, %f168, %f176;
-	selp.f32 	%f236, %f168, %f176, %p36;
-	// begin inline asm
-	{ mov.b32 %f169, {0,%rs118};}
-
-	// end inline asm
-	mov.b32 	%f177, %r257;
-	setp.lt.f32 	%p37, %f169, %f177;
-	selp.f32 	%f235, %f169, %f177, %p37;
-	bra.uni 	$L__BB31_38;
-
-$L__BB31_37:
-	mov.b32 	{%rs119, %rs120}, %r141;
-	// begin inline asm
-	{ mov.b32 %f242, {0,%rs119};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f241, {0,%rs120};}
-
-	// end inline asm
-	mov.b32 	{%rs121, %rs122}, %r142;
-	// begin inline asm
-	{ mov.b32 %f240, {0,%rs121};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f239, {0,%rs122};}
-
-	// end inline asm
-	mov.b32 	{%rs123, %rs124}, %r143;
-	// begin inline asm
-	{ mov.b32 %f238, {0,%rs123};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f237, {0,%rs124};}
-
-	// end inline asm
-	mov.b32 	{%rs125, %rs126}, %r144;
-	// begin inline asm
-	{ mov.b32 %f236, {0,%rs125};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f235, {0,%rs126};}
-
-	// end inline asm
-
-$L__BB31_38:
-	mov.b32 	%r264, %f242;
-	mov.b32 	%r263, %f241;
-	mov.b32 	%r262, %f240;
-	mov.b32 	%r261, %f239;
-	mov.b32 	%r260, %f238;
-	mov.b32 	%r259, %f237;
-	mov.b32 	%r258, %f236;
-	mov.b32 	%r257, %f235;
-	add.s32 	%r256, %r256, 1;
-	setp.lt.u32 	%p38, %r256, %r122;
-	@%p38 bra 	$L__BB31_33;
-	bra.uni 	$L__BB31_39;
+	mul.wide.u32 	%rd50, %r45, 8;
+	add.s64 	%rd51, %rd2, %rd50;
+	ld.global.u64 	%rd79, [%rd51];
 
 $L__BB31_21:
-	mov.u32 	%r247, 0;
+	add.s64 	%rd53, %rd79, %rd36;
+	ld.u16 	%rs11, [%rd53];
+	// begin inline asm
+	{ mov.b32 %f30, {0,%rs11};}
+
+	// end inline asm
+	add.f32 	%f40, %f40, %f30;
+	add.s32 	%r45, %r45, 1;
+	setp.lt.u32 	%p16, %r45, %r20;
+	@%p16 bra 	$L__BB31_19;
 
 $L__BB31_22:
-	setp.eq.s32 	%p15, %r247, %r121;
-	mov.u64 	%rd198, %rd81;
-	@%p15 bra 	$L__BB31_24;
+	setp.ne.s32 	%p17, %r21, 1;
+	@%p17 bra 	$L__BB31_24;
 
-	mul.wide.u32 	%rd98, %r247, 8;
-	add.s64 	%rd99, %rd2, %rd98;
-	ld.global.u64 	%rd198, [%rd99];
+	div.rn.f32 	%f40, %f40, %f1;
 
 $L__BB31_24:
-	shl.b64 	%rd100, %rd197, 1;
-	add.s64 	%rd101, %rd198, %rd100;
-	ld.v4.u32 	{%r136, %r137, %r138, %r139}, [%rd101];
-	setp.eq.s32 	%p16, %r247, 0;
-	@%p16 bra 	$L__BB31_30;
+	mov.b32 	%r30, %f40;
+	and.b32  	%r31, %r30, 2147483647;
+	setp.gt.u32 	%p18, %r31, 2139095040;
+	shl.b32 	%r32, %r30, 16;
+	shr.u32 	%r33, %r30, 16;
+	cvt.u16.u32 	%rs12, %r33;
+	selp.b32 	%r9, 0, %r32, %p18;
+	selp.b16 	%rs21, 32767, %rs12, %p18;
+	setp.gt.u32 	%p19, %r9, -2147483648;
+	@%p19 bra 	$L__BB31_26;
 
-	setp.eq.s32 	%p17, %r123, 3;
-	@%p17 bra 	$L__BB31_28;
+	setp.ne.s32 	%p20, %r9, -2147483648;
+	and.b16  	%rs13, %rs21, 1;
+	setp.eq.b16 	%p21, %rs13, 1;
+	not.pred 	%p22, %p21;
+	or.pred  	%p23, %p20, %p22;
+	@%p23 bra 	$L__BB31_27;
 
-	setp.ne.s32 	%p18, %r123, 4;
-	@%p18 bra 	$L__BB31_29;
+$L__BB31_26:
+	add.s16 	%rs21, %rs21, 1;
 
-	mov.b32 	%f114, %r264;
-	mov.b32 	{%rs79, %rs80}, %r136;
-	// begin inline asm
-	{ mov.b32 %f106, {0,%rs79};}
-
-	// end inline asm
-	mul.f32 	%f234, %f106, %f114;
-	// begin inline asm
-	{ mov.b32 %f107, {0,%rs80};}
-
-	// end inline asm
-	mov.b32 	%f115, %r263;
-	mul.f32 	%f233, %f107, %f115;
-	mov.b32 	{%rs81, %rs82}, %r137;
-	// begin inline asm
-	{ mov.b32 %f108, {0,%rs81};}
-
-	// end inline asm
-	mov.b32 	%f116, %r262;
-	mul.f32 	%f232, %f108, %f116;
-	// begin inline asm
-	{ mov.b32 %f109, {0,%rs82};}
-
-	// end inline asm
-	mov.b32 	%f117, %r261;
-	mul.f32 	%f231, %f109, %f117;
-	mov.b32 	{%rs83, %rs84}, %r138;
-	// begin inline asm
-	{ mov.b32 %f110, {0,%rs83};}
-
-	// end inline asm
-	mov.b32 	%f118, %r260;
-	mul.f32 	%f230, %f110, %f118;
-	// begin inline asm
-	{ mov.b32 %f111, {0,%rs84};}
-
-	// end inline asm
-	mov.b32 	%f119, %r259;
-	mul.f32 	%f229, %f111, %f119;
-	mov.b32 	{%rs85, %rs86}, %r139;
-	// begin inline asm
-	{ mov.b32 %f112, {0,%rs85};}
-
-	// end inline asm
-	mov.b32 	%f120, %r258;
-	mul.f32 	%f228, %f112, %f120;
-	// begin inline asm
-	{ mov.b32 %f113, {0,%rs86};}
-
-	// end inline asm
-	mov.b32 	%f121, %r257;
-	mul.f32 	%f227, %f113, %f121;
-	bra.uni 	$L__BB31_31;
-
-$L__BB31_30:
-	mov.b32 	{%rs103, %rs104}, %r136;
-	// begin inline asm
-	{ mov.b32 %f234, {0,%rs103};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f233, {0,%rs104};}
-
-	// end inline asm
-	mov.b32 	{%rs105, %rs106}, %r137;
-	// begin inline asm
-	{ mov.b32 %f232, {0,%rs105};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f231, {0,%rs106};}
-
-	// end inline asm
-	mov.b32 	{%rs107, %rs108}, %r138;
-	// begin inline asm
-	{ mov.b32 %f230, {0,%rs107};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f229, {0,%rs108};}
-
-	// end inline asm
-	mov.b32 	{%rs109, %rs110}, %r139;
-	// begin inline asm
-	{ mov.b32 %f228, {0,%rs109};}
-
-	// end inline asm
-	// begin inline asm
-	{ mov.b32 %f227, {0,%rs110};}
-
-	// end inline asm
-	bra.uni 	$L__BB31_31;
+$L__BB31_27:
+	add.s64 	%rd55, %rd1, %rd36;
+	st.global.u16 	[%rd55], %rs21;
+	add.s64 	%rd75, %rd75, %rd3;
+	setp.lt.u64 	%p24, %rd75, %rd30;
+	@%p24 bra 	$L__BB31_2;
+	bra.uni 	$L__BB31_56;
 
 $L__BB31_28:
-	mov.b32 	%f130, %r264;
-	mov.b32 	{%rs87, %rs88}, %r136;
-	// begin inline asm
-	{ mov.b32 %f122, {0,%rs87};}
-
-	// end inline asm
-	setp.gt.f32 	%p19, %f122, %f130;
-	selp.f32 	%f234, %f122, %f130, %p19;
-	// begin inline asm
-	{ mov.b32 %f123, {0,%rs88};}
-
-	// end inline asm
-	mov.b32 	%f131, %r263;
-	setp.gt.f32 	%p20, %f123, %f131;
-	selp.f32 	%f233, %f123, %f131, %p20;
-	mov.b32 	{%rs89, %rs90}, %r137;
-	// begin inline asm
-	{ mov.b32 %f124, {0,%rs89};}
-
-	// end inline asm
-	mov.b32 	%f132, %r262;
-	setp.gt.f32 	%p21, %f124, %f132;
-	selp.f32 	%f232, %f124, %f132, %p21;
-	// begin inline asm
-	{ mov.b32 %f125, {0,%rs90};}
-
-	// end inline asm
-	mov.b32 	%f133, %r261;
-	setp.gt.f32 	%p22, %f125, %f133;
-	selp.f32 	%f231, %f125, %f133, %p22;
-	mov.b32 	{%rs91, %rs92}, %r138;
-	// begin inline asm
-	{ mov.b32 %f126, {0,%rs91};}
-
-	// end inline asm
-	mov.b32 	%f134, %r260;
-	setp.gt.f32 	%p23, %f126, %f134;
-	selp.f32 	%f230, %f126, %f134, %p23;
-	// begin inline asm
-	{ mov.b32 %f127, {0,%rs92};}
-
-	// end inline asm
-	mov.b32 	%f135, %r259;
-	setp.gt.f32 	%p24, %f127, %f135;
-	selp.f32 	%f229, %f127, %f135, %p24;
-	mov.b32 	{%rs93, %rs94}, %r139;
-	// begin inline asm
-	{ mov.b32 %f128, {0,%rs93};}
-
-	// end inline asm
-	mov.b32 	%f136, %r258;
-	setp.gt.f32 	%p25, %f128, %f136;
-	selp.f32 	%f228, %f128, %f136, %p25;
-	// begin inline asm
-	{ mov.b32 %f129, {0,%rs94};}
-
-	// end inline asm
-	mov.b32 	%f137, %r257;
-	setp.gt.f32 	%p26, %f129, %f137;
-	selp.f32 	%f227, %f129, %f137, %p26;
-	bra.uni 	$L__BB31_31;
+	cvta.to.global.u64 	%rd15, %rd29;
 
 $L__BB31_29:
-	mov.b32 	%f146, %r264;
-	mov.b32 	{%rs95, %rs96}, %r136;
+	shl.b64 	%rd56, %rd75, 1;
+	add.s64 	%rd57, %rd15, %rd56;
+	ld.global.u16 	%rs14, [%rd57];
 	// begin inline asm
-	{ mov.b32 %f138, {0,%rs95};}
+	{ mov.b32 %f46, {0,%rs14};}
 
 	// end inline asm
-	add.f32 	%f234, %f138, %f146;
+	setp.lt.u32 	%p25, %r20, 2;
+	@%p25 bra 	$L__BB31_50;
+
+	add.s64 	%rd17, %rd29, %rd56;
+	setp.eq.s32 	%p26, %r21, 2;
+	@%p26 bra 	$L__BB31_42;
+
+	setp.eq.s32 	%p27, %r21, 3;
+	@%p27 bra 	$L__BB31_38;
+
+	setp.ne.s32 	%p28, %r21, 4;
+	@%p28 bra 	$L__BB31_46;
+
+	mov.u32 	%r46, 1;
+	mov.u64 	%rd81, %rd2;
+
+$L__BB31_34:
+	.pragma "nounroll";
+	setp.eq.s32 	%p29, %r46, 0;
+	@%p29 bra 	$L__BB31_36;
+
+	ld.global.u64 	%rd59, [%rd81+8];
+	add.s64 	%rd82, %rd59, %rd56;
+	bra.uni 	$L__BB31_37;
+
+$L__BB31_36:
+	mov.u64 	%rd82, %rd17;
+
+$L__BB31_37:
+	add.s64 	%rd81, %rd81, 8;
+	ld.u16 	%rs15, [%rd82];
 	// begin inline asm
-	{ mov.b32 %f139, {0,%rs96};}
+	{ mov.b32 %f32, {0,%rs15};}
 
 	// end inline asm
-	mov.b32 	%f147, %r263;
-	add.f32 	%f233, %f139, %f147;
-	mov.b32 	{%rs97, %rs98}, %r137;
-	// begin inline asm
-	{ mov.b32 %f140, {0,%rs97};}
+	mul.f32 	%f46, %f46, %f32;
+	add.s32 	%r46, %r46, 1;
+	setp.lt.u32 	%p30, %r46, %r20;
+	@%p30 bra 	$L__BB31_34;
+	bra.uni 	$L__BB31_50;
 
-	// end inline asm
-	mov.b32 	%f148, %r262;
-	add.f32 	%f232, %f140, %f148;
-	// begin inline asm
-	{ mov.b32 %f141, {0,%rs98};}
-
-	// end inline asm
-	mov.b32 	%f149, %r261;
-	add.f32 	%f231, %f141, %f149;
-	mov.b32 	{%rs99, %rs100}, %r138;
-	// begin inline asm
-	{ mov.b32 %f142, {0,%rs99};}
-
-	// end inline asm
-	mov.b32 	%f150, %r260;
-	add.f32 	%f230, %f142, %f150;
-	// begin inline asm
-	{ mov.b32 %f143, {0,%rs100};}
-
-	// end inline asm
-	mov.b32 	%f151, %r259;
-	add.f32 	%f229, %f143, %f151;
-	mov.b32 	{%rs101, %rs102}, %r139;
-	// begin inline asm
-	{ mov.b32 %f144, {0,%rs101};}
-
-	// end inline asm
-	mov.b32 	%f152, %r258;
-	add.f32 	%f228, %f144, %f152;
-	// begin inline asm
-	{ mov.b32 %f145, {0,%rs102};}
-
-	// end inline asm
-	mov.b32 	%f153, %r257;
-	add.f32 	%f227, %f145, %f153;
-
-$L__BB31_31:
-	mov.b32 	%r264, %f234;
-	mov.b32 	%r263, %f233;
-	mov.b32 	%r262, %f232;
-	mov.b32 	%r261, %f231;
-	mov.b32 	%r260, %f230;
-	mov.b32 	%r259, %f229;
-	mov.b32 	%r258, %f228;
-	mov.b32 	%r257, %f227;
-	add.s32 	%r247, %r247, 1;
-	setp.lt.u32 	%p27, %r247, %r122;
-	@%p27 bra 	$L__BB31_22;
+$L__BB31_38:
+	mov.u32 	%r47, 1;
 
 $L__BB31_39:
-	setp.eq.s32 	%p39, %r123, 1;
-	@%p39 bra 	$L__BB31_64;
-	bra.uni 	$L__BB31_40;
+	.pragma "nounroll";
+	setp.eq.s32 	%p31, %r47, 0;
+	mov.u64 	%rd83, %rd17;
+	@%p31 bra 	$L__BB31_41;
 
-$L__BB31_64:
-	mov.b32 	%f186, %r264;
-	div.rn.f32 	%f187, %f186, %f1;
-	mov.b32 	%r169, %f187;
-	and.b32  	%r170, %r169, 2147483647;
-	setp.gt.u32 	%p88, %r170, 2139095040;
-	shl.b32 	%r171, %r169, 16;
-	shr.u32 	%r172, %r169, 16;
-	cvt.u16.u32 	%rs143, %r172;
-	selp.b32 	%r80, 0, %r171, %p88;
-	selp.b16 	%rs207, 32767, %rs143, %p88;
-	setp.gt.u32 	%p89, %r80, -2147483648;
-	@%p89 bra 	$L__BB31_66;
+	mul.wide.u32 	%rd61, %r47, 8;
+	add.s64 	%rd62, %rd2, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	add.s64 	%rd83, %rd63, %rd56;
 
-	setp.ne.s32 	%p90, %r80, -2147483648;
-	and.b16  	%rs144, %rs207, 1;
-	setp.eq.b16 	%p91, %rs144, 1;
-	not.pred 	%p92, %p91;
-	or.pred  	%p93, %p90, %p92;
-	@%p93 bra 	$L__BB31_67;
+$L__BB31_41:
+	ld.u16 	%rs16, [%rd83];
+	// begin inline asm
+	{ mov.b32 %f33, {0,%rs16};}
 
-$L__BB31_66:
-	add.s16 	%rs207, %rs207, 1;
-
-$L__BB31_67:
-	mov.b32 	%f188, %r263;
-	div.rn.f32 	%f189, %f188, %f1;
-	mov.b32 	%r173, %f189;
-	and.b32  	%r174, %r173, 2147483647;
-	setp.gt.u32 	%p94, %r174, 2139095040;
-	shl.b32 	%r175, %r173, 16;
-	shr.u32 	%r176, %r173, 16;
-	cvt.u16.u32 	%rs145, %r176;
-	selp.b32 	%r81, 0, %r175, %p94;
-	selp.b16 	%rs208, 32767, %rs145, %p94;
-	setp.gt.u32 	%p95, %r81, -2147483648;
-	@%p95 bra 	$L__BB31_69;
-
-	setp.ne.s32 	%p96, %r81, -2147483648;
-	and.b16  	%rs146, %rs208, 1;
-	setp.eq.b16 	%p97, %rs146, 1;
-	not.pred 	%p98, %p97;
-	or.pred  	%p99, %p96, %p98;
-	@%p99 bra 	$L__BB31_70;
-
-$L__BB31_69:
-	add.s16 	%rs208, %rs208, 1;
-
-$L__BB31_70:
-	mov.b32 	%f190, %r262;
-	div.rn.f32 	%f191, %f190, %f1;
-	mov.b32 	%r177, %f191;
-	and.b32  	%r178, %r177, 2147483647;
-	setp.gt.u32 	%p100, %r178, 2139095040;
-	shl.b32 	%r179, %r177, 16;
-	shr.u32 	%r180, %r177, 16;
-	cvt.u16.u32 	%rs147, %r180;
-	selp.b32 	%r82, 0, %r179, %p100;
-	selp.b16 	%rs205, 32767, %rs147, %p100;
-	setp.gt.u32 	%p101, %r82, -2147483648;
-	@%p101 bra 	$L__BB31_72;
-
-	setp.ne.s32 	%p102, %r82, -2147483648;
-	and.b16  	%rs148, %rs205, 1;
-	setp.eq.b16 	%p103, %rs148, 1;
-	not.pred 	%p104, %p103;
-	or.pred  	%p105, %p102, %p104;
-	@%p105 bra 	$L__BB31_73;
-
-$L__BB31_72:
-	add.s16 	%rs205, %rs205, 1;
-
-$L__BB31_73:
-	mov.b32 	%f192, %r261;
-	div.rn.f32 	%f193, %f192, %f1;
-	mov.b32 	%r181, %f193;
-	and.b32  	%r182, %r181, 2147483647;
-	setp.gt.u32 	%p106, %r182, 2139095040;
-	shl.b32 	%r183, %r181, 16;
-	shr.u32 	%r184, %r181, 16;
-	cvt.u16.u32 	%rs149, %r184;
-	selp.b32 	%r83, 0, %r183, %p106;
-	selp.b16 	%rs206, 32767, %rs149, %p106;
-	setp.gt.u32 	%p107, %r83, -2147483648;
-	@%p107 bra 	$L__BB31_75;
-
-	setp.ne.s32 	%p108, %r83, -2147483648;
-	and.b16  	%rs150, %rs206, 1;
-	setp.eq.b16 	%p109, %rs150, 1;
-	not.pred 	%p110, %p109;
-	or.pred  	%p111, %p108, %p110;
-	@%p111 bra 	$L__BB31_76;
-
-$L__BB31_75:
-	add.s16 	%rs206, %rs206, 1;
-
-$L__BB31_76:
-	mov.b32 	%f194, %r260;
-	div.rn.f32 	%f195, %f194, %f1;
-	mov.b32 	%r185, %f195;
-	and.b32  	%r186, %r185, 2147483647;
-	setp.gt.u32 	%p112, %r186, 2139095040;
-	shl.b32 	%r187, %r185, 16;
-	shr.u32 	%r188, %r185, 16;
-	cvt.u16.u32 	%rs151, %r188;
-	selp.b32 	%r84, 0, %r187, %p112;
-	selp.b16 	%rs203, 32767, %rs151, %p112;
-	setp.gt.u32 	%p113, %r84, -2147483648;
-	@%p113 bra 	$L__BB31_78;
-
-	setp.ne.s32 	%p114, %r84, -2147483648;
-	and.b16  	%rs152, %rs203, 1;
-	setp.eq.b16 	%p115, %rs152, 1;
-	not.pred 	%p116, %p115;
-	or.pred  	%p117, %p114, %p116;
-	@%p117 bra 	$L__BB31_79;
-
-$L__BB31_78:
-	add.s16 	%rs203, %rs203, 1;
-
-$L__BB31_79:
-	mov.b32 	%f196, %r259;
-	div.rn.f32 	%f197, %f196, %f1;
-	mov.b32 	%r189, %f197;
-	and.b32  	%r190, %r189, 2147483647;
-	setp.gt.u32 	%p118, %r190, 2139095040;
-	shl.b32 	%r191, %r189, 16;
-	shr.u32 	%r192, %r189, 16;
-	cvt.u16.u32 	%rs153, %r192;
-	selp.b32 	%r85, 0, %r191, %p118;
-	selp.b16 	%rs204, 32767, %rs153, %p118;
-	setp.gt.u32 	%p119, %r85, -2147483648;
-	@%p119 bra 	$L__BB31_81;
-
-	setp.ne.s32 	%p120, %r85, -2147483648;
-	and.b16  	%rs154, %rs204, 1;
-	setp.eq.b16 	%p121, %rs154, 1;
-	not.pred 	%p122, %p121;
-	or.pred  	%p123, %p120, %p122;
-	@%p123 bra 	$L__BB31_82;
-
-$L__BB31_81:
-	add.s16 	%rs204, %rs204, 1;
-
-$L__BB31_82:
-	mov.b32 	%f198, %r258;
-	div.rn.f32 	%f199, %f198, %f1;
-	mov.b32 	%r193, %f199;
-	and.b32  	%r194, %r193, 2147483647;
-	setp.gt.u32 	%p124, %r194, 2139095040;
-	shl.b32 	%r195, %r193, 16;
-	shr.u32 	%r196, %r193, 16;
-	cvt.u16.u32 	%rs155, %r196;
-	selp.b32 	%r86, 0, %r195, %p124;
-	selp.b16 	%rs201, 32767, %rs155, %p124;
-	setp.gt.u32 	%p125, %r86, -2147483648;
-	@%p125 bra 	$L__BB31_84;
-
-	setp.ne.s32 	%p126, %r86, -2147483648;
-	and.b16  	%rs156, %rs201, 1;
-	setp.eq.b16 	%p127, %rs156, 1;
-	not.pred 	%p128, %p127;
-	or.pred  	%p129, %p126, %p128;
-	@%p129 bra 	$L__BB31_85;
-
-$L__BB31_84:
-	add.s16 	%rs201, %rs201, 1;
-
-$L__BB31_85:
-	mov.b32 	%f200, %r257;
-	div.rn.f32 	%f201, %f200, %f1;
-	mov.b32 	%r197, %f201;
-	and.b32  	%r198, %r197, 2147483647;
-	setp.gt.u32 	%p130, %r198, 2139095040;
-	shl.b32 	%r199, %r197, 16;
-	shr.u32 	%r200, %r197, 16;
-	cvt.u16.u32 	%rs157, %r200;
-	selp.b32 	%r87, 0, %r199, %p130;
-	selp.b16 	%rs202, 32767, %rs157, %p130;
-	setp.gt.u32 	%p131, %r87, -2147483648;
-	@%p131 bra 	$L__BB31_87;
-
-	setp.ne.s32 	%p132, %r87, -2147483648;
-	and.b16  	%rs158, %rs202, 1;
-	setp.eq.b16 	%p133, %rs158, 1;
-	not.pred 	%p134, %p133;
-	or.pred  	%p135, %p132, %p134;
-	@%p135 bra 	$L__BB31_88;
-
-$L__BB31_87:
-	add.s16 	%rs202, %rs202, 1;
-	bra.uni 	$L__BB31_88;
-
-$L__BB31_40:
-	and.b32  	%r145, %r264, 2147483647;
-	setp.gt.u32 	%p40, %r145, 2139095040;
-	shr.u32 	%r146, %r264, 16;
-	cvt.u16.u32 	%rs127, %r146;
-	shl.b32 	%r147, %r264, 16;
-	selp.b32 	%r72, 0, %r147, %p40;
-	selp.b16 	%rs207, 32767, %rs127, %p40;
-	setp.gt.u32 	%p41, %r72, -2147483648;
-	@%p41 bra 	$L__BB31_42;
-
-	setp.ne.s32 	%p42, %r72, -2147483648;
-	and.b16  	%rs128, %rs207, 1;
-	setp.eq.b16 	%p43, %rs128, 1;
-	not.pred 	%p44, %p43;
-	or.pred  	%p45, %p42, %p44;
-	@%p45 bra 	$L__BB31_43;
+	// end inline asm
+	setp.gt.f32 	%p32, %f33, %f46;
+	selp.f32 	%f46, %f33, %f46, %p32;
+	add.s32 	%r47, %r47, 1;
+	setp.lt.u32 	%p33, %r47, %r20;
+	@%p33 bra 	$L__BB31_39;
+	bra.uni 	$L__BB31_50;
 
 $L__BB31_42:
-	add.s16 	%rs207, %rs207, 1;
+	mov.u32 	%r48, 1;
 
 $L__BB31_43:
-	and.b32  	%r148, %r263, 2147483647;
-	setp.gt.u32 	%p46, %r148, 2139095040;
-	shr.u32 	%r149, %r263, 16;
-	cvt.u16.u32 	%rs129, %r149;
-	shl.b32 	%r150, %r263, 16;
-	selp.b32 	%r73, 0, %r150, %p46;
-	selp.b16 	%rs208, 32767, %rs129, %p46;
-	setp.gt.u32 	%p47, %r73, -2147483648;
-	@%p47 bra 	$L__BB31_45;
+	.pragma "nounroll";
+	setp.eq.s32 	%p34, %r48, 0;
+	mov.u64 	%rd84, %rd17;
+	@%p34 bra 	$L__BB31_45;
 
-	setp.ne.s32 	%p48, %r73, -2147483648;
-	and.b16  	%rs130, %rs208, 1;
-	setp.eq.b16 	%p49, %rs130, 1;
-	not.pred 	%p50, %p49;
-	or.pred  	%p51, %p48, %p50;
-	@%p51 bra 	$L__BB31_46;
+	mul.wide.u32 	%rd65, %r48, 8;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.u64 	%rd67, [%rd66];
+	add.s64 	%rd84, %rd67, %rd56;
 
 $L__BB31_45:
-	add.s16 	%rs208, %rs208, 1;
+	ld.u16 	%rs17, [%rd84];
+	// begin inline asm
+	{ mov.b32 %f34, {0,%rs17};}
+
+	// end inline asm
+	setp.lt.f32 	%p35, %f34, %f46;
+	selp.f32 	%f46, %f34, %f46, %p35;
+	add.s32 	%r48, %r48, 1;
+	setp.lt.u32 	%p36, %r48, %r20;
+	@%p36 bra 	$L__BB31_43;
+	bra.uni 	$L__BB31_50;
 
 $L__BB31_46:
-	and.b32  	%r151, %r262, 2147483647;
-	setp.gt.u32 	%p52, %r151, 2139095040;
-	shr.u32 	%r152, %r262, 16;
-	cvt.u16.u32 	%rs131, %r152;
-	shl.b32 	%r153, %r262, 16;
-	selp.b32 	%r74, 0, %r153, %p52;
-	selp.b16 	%rs205, 32767, %rs131, %p52;
-	setp.gt.u32 	%p53, %r74, -2147483648;
-	@%p53 bra 	$L__BB31_48;
+	mov.u32 	%r49, 1;
 
-	setp.ne.s32 	%p54, %r74, -2147483648;
-	and.b16  	%rs132, %rs205, 1;
-	setp.eq.b16 	%p55, %rs132, 1;
-	not.pred 	%p56, %p55;
-	or.pred  	%p57, %p54, %p56;
-	@%p57 bra 	$L__BB31_49;
+$L__BB31_47:
+	.pragma "nounroll";
+	setp.eq.s32 	%p37, %r49, 0;
+	mov.u64 	%rd85, %rd17;
+	@%p37 bra 	$L__BB31_49;
 
-$L__BB31_48:
-	add.s16 	%rs205, %rs205, 1;
+	mul.wide.u32 	%rd69, %r49, 8;
+	add.s64 	%rd70, %rd2, %rd69;
+	ld.global.u64 	%rd71, [%rd70];
+	add.s64 	%rd85, %rd71, %rd56;
 
 $L__BB31_49:
-	and.b32  	%r154, %r261, 2147483647;
-	setp.gt.u32 	%p58, %r154, 2139095040;
-	shr.u32 	%r155, %r261, 16;
-	cvt.u16.u32 	%rs133, %r155;
-	shl.b32 	%r156, %r261, 16;
-	selp.b32 	%r75, 0, %r156, %p58;
-	selp.b16 	%rs206, 32767, %rs133, %p58;
-	setp.gt.u32 	%p59, %r75, -2147483648;
-	@%p59 bra 	$L__BB31_51;
+	ld.u16 	%rs18, [%rd85];
+	// begin inline asm
+	{ mov.b32 %f35, {0,%rs18};}
 
-	setp.ne.s32 	%p60, %r75, -2147483648;
-	and.b16  	%rs134, %rs206, 1;
-	setp.eq.b16 	%p61, %rs134, 1;
-	not.pred 	%p62, %p61;
-	or.pred  	%p63, %p60, %p62;
-	@%p63 bra 	$L__BB31_52;
+	// end inline asm
+	add.f32 	%f46, %f46, %f35;
+	add.s32 	%r49, %r49, 1;
+	setp.lt.u32 	%p38, %r49, %r20;
+	@%p38 bra 	$L__BB31_47;
 
-$L__BB31_51:
-	add.s16 	%rs206, %rs206, 1;
+$L__BB31_50:
+	setp.ne.s32 	%p39, %r21, 1;
+	@%p39 bra 	$L__BB31_52;
+
+	div.rn.f32 	%f46, %f46, %f1;
 
 $L__BB31_52:
-	and.b32  	%r157, %r260, 2147483647;
-	setp.gt.u32 	%p64, %r157, 2139095040;
-	shr.u32 	%r158, %r260, 16;
-	cvt.u16.u32 	%rs135, %r158;
-	shl.b32 	%r159, %r260, 16;
-	selp.b32 	%r76, 0, %r159, %p64;
-	selp.b16 	%rs203, 32767, %rs135, %p64;
-	setp.gt.u32 	%p65, %r76, -2147483648;
-	@%p65 bra 	$L__BB31_54;
+	mov.b32 	%r38, %f46;
+	and.b32  	%r39, %r38, 2147483647;
+	setp.gt.u32 	%p40, %r39, 2139095040;
+	shl.b32 	%r40, %r38, 16;
+	shr.u32 	%r41, %r38, 16;
+	cvt.u16.u32 	%rs19, %r41;
+	selp.b32 	%r18, 0, %r40, %p40;
+	selp.b16 	%rs22, 32767, %rs19, %p40;
+	setp.gt.u32 	%p41, %r18, -2147483648;
+	@%p41 bra 	$L__BB31_54;
 
-	setp.ne.s32 	%p66, %r76, -2147483648;
-	and.b16  	%rs136, %rs203, 1;
-	setp.eq.b16 	%p67, %rs136, 1;
-	not.pred 	%p68, %p67;
-	or.pred  	%p69, %p66, %p68;
-	@%p69 bra 	$L__BB31_55;
+	setp.ne.s32 	%p42, %r18, -2147483648;
+	and.b16  	%rs20, %rs22, 1;
+	setp.eq.b16 	%p43, %rs20, 1;
+	not.pred 	%p44, %p43;
+	or.pred  	%p45, %p42, %p44;
+	@%p45 bra 	$L__BB31_55;
 
 $L__BB31_54:
-	add.s16 	%rs203, %rs203, 1;
+	add.s16 	%rs22, %rs22, 1;
 
 $L__BB31_55:
-	and.b32  	%r160, %r259, 2147483647;
-	setp.gt.u32 	%p70, %r160, 2139095040;
-	shr.u32 	%r161, %r259, 16;
-	cvt.u16.u32 	%rs137, %r161;
-	shl.b32 	%r162, %r259, 16;
-	selp.b32 	%r77, 0, %r162, %p70;
-	selp.b16 	%rs204, 32767, %rs137, %p70;
-	setp.gt.u32 	%p71, %r77, -2147483648;
-	@%p71 bra 	$L__BB31_57;
-
-	setp.ne.s32 	%p72, %r77, -2147483648;
-	and.b16  	%rs138, %rs204, 1;
-	setp.eq.b16 	%p73, %rs138, 1;
-	not.pred 	%p74, %p73;
-	or.pred  	%p75, %p72, %p74;
-	@%p75 bra 	$L__BB31_58;
-
-$L__BB31_57:
-	add.s16 	%rs204, %rs204, 1;
-
-$L__BB31_58:
-	and.b32  	%r163, %r258, 2147483647;
-	setp.gt.u32 	%p76, %r163, 2139095040;
-	shr.u32 	%r164, %r258, 16;
-	cvt.u16.u32 	%rs139, %r164;
-	shl.b32 	%r165, %r258, 16;
-	selp.b32 	%r78, 0, %r165, %p76;
-	selp.b16 	%rs201, 32767, %rs139, %p76;
-	setp.gt.u32 	%p77, %r78, -2147483648;
-	@%p77 bra 	$L__BB31_60;
-
-	setp.ne.s32 	%p78, %r78, -2147483648;
-	and.b16  	%rs140, %rs201, 1;
-	setp.eq.b16 	%p79, %rs140, 1;
-	not.pred 	%p80, %p79;
-	or.pred  	%p81, %p78, %p80;
-	@%p81 bra 	$L__BB31_61;
-
-$L__BB31_60:
-	add.s16 	%rs201, %rs201, 1;
-
-$L__BB31_61:
-	and.b32  	%r166, %r257, 2147483647;
-	setp.gt.u32 	%p82, %r166, 2139095040;
-	shr.u32 	%r167, %r257, 16;
-	cvt.u16.u32 	%rs141, %r167;
-	shl.b32 	%r168, %r257, 16;
-	selp.b32 	%r79, 0, %r168, %p82;
-	selp.b16 	%rs202, 32767, %rs141, %p82;
-	setp.gt.u32 	%p83, %r79, -2147483648;
-	@%p83 bra 	$L__BB31_63;
-
-	setp.ne.s32 	%p84, %r79, -2147483648;
-	and.b16  	%rs142, %rs202, 1;
-	setp.eq.b16 	%p85, %rs142, 1;
-	not.pred 	%p86, %p85;
-	or.pred  	%p87, %p84, %p86;
-	@%p87 bra 	$L__BB31_88;
-
-$L__BB31_63:
-	add.s16 	%rs202, %rs202, 1;
-
-$L__BB31_88:
-	shl.b64 	%rd106, %rd197, 1;
-	add.s64 	%rd107, %rd1, %rd106;
-	mov.b32 	%r201, {%rs201, %rs202};
-	mov.b32 	%r202, {%rs203, %rs204};
-	mov.b32 	%r203, {%rs205, %rs206};
-	mov.b32 	%r204, {%rs207, %rs208};
-	st.global.v4.u32 	[%rd107], {%r204, %r203, %r202, %r201};
-	add.s64 	%rd197, %rd197, %rd24;
-	setp.lt.u64 	%p136, %rd197, %rd200;
-	@%p136 bra 	$L__BB31_19;
-
-$L__BB31_89:
-	add.s64 	%rd201, %rd200, %rd4;
-	setp.ge.u64 	%p137, %rd201, %rd82;
-	@%p137 bra 	$L__BB31_177;
-
-	setp.eq.s32 	%p138, %r121, 0;
-	cvt.rn.f32.u32 	%f66, %r122;
-	add.s32 	%r88, %r122, -2;
-	add.s32 	%r205, %r122, -1;
-	and.b32  	%r89, %r205, 3;
-	sub.s32 	%r90, %r205, %r89;
-	@%p138 bra 	$L__BB31_134;
-
-$L__BB31_91:
-	ld.global.u64 	%rd108, [%rd2];
-	shl.b64 	%rd109, %rd201, 1;
-	add.s64 	%rd110, %rd108, %rd109;
-	ld.u16 	%rs159, [%rd110];
-	// begin inline asm
-	{ mov.b32 %f249, {0,%rs159};}
-
-	// end inline asm
-	setp.lt.u32 	%p139, %r122, 2;
-	@%p139 bra 	$L__BB31_128;
-
-	setp.eq.s32 	%p140, %r123, 2;
-	@%p140 bra 	$L__BB31_103;
-
-	setp.eq.s32 	%p141, %r123, 3;
-	@%p141 bra 	$L__BB31_99;
-
-	setp.ne.s32 	%p142, %r123, 4;
-	@%p142 bra 	$L__BB31_124;
-
-	mov.u32 	%r265, 1;
-
-$L__BB31_96:
-	setp.eq.s32 	%p143, %r265, %r121;
-	mov.u64 	%rd202, %rd81;
-	@%p143 bra 	$L__BB31_98;
-
-	mul.wide.u32 	%rd111, %r265, 8;
-	add.s64 	%rd112, %rd2, %rd111;
-	ld.global.u64 	%rd202, [%rd112];
-
-$L__BB31_98:
-	add.s64 	%rd114, %rd202, %rd109;
-	ld.u16 	%rs160, [%rd114];
-	// begin inline asm
-	{ mov.b32 %f203, {0,%rs160};}
-
-	// end inline asm
-	mul.f32 	%f249, %f249, %f203;
-	add.s32 	%r265, %r265, 1;
-	setp.lt.u32 	%p144, %r265, %r122;
-	@%p144 bra 	$L__BB31_96;
-	bra.uni 	$L__BB31_128;
-
-$L__BB31_103:
-	setp.lt.u32 	%p148, %r88, 3;
-	mov.u32 	%r269, 1;
-	@%p148 bra 	$L__BB31_114;
-
-	mov.u32 	%r269, 1;
-	mov.u32 	%r268, %r90;
-
-$L__BB31_105:
-	mul.wide.u32 	%rd119, %r269, 8;
-	add.s64 	%rd38, %rd2, %rd119;
-	setp.eq.s32 	%p149, %r269, %r121;
-	mov.u64 	%rd204, %rd81;
-	@%p149 bra 	$L__BB31_107;
-
-	ld.global.u64 	%rd204, [%rd38];
-
-$L__BB31_107:
-	add.s64 	%rd121, %rd204, %rd109;
-	ld.u16 	%rs162, [%rd121];
-	// begin inline asm
-	{ mov.b32 %f206, {0,%rs162};}
-
-	// end inline asm
-	setp.lt.f32 	%p150, %f206, %f249;
-	selp.f32 	%f73, %f206, %f249, %p150;
-	add.s32 	%r210, %r269, 1;
-	setp.eq.s32 	%p151, %r210, %r121;
-	mov.u64 	%rd205, %rd81;
-	@%p151 bra 	$L__BB31_109;
-
-	ld.global.u64 	%rd205, [%rd38+8];
-
-$L__BB31_109:
-	add.s64 	%rd123, %rd205, %rd109;
-	ld.u16 	%rs163, [%rd123];
-	// begin inline asm
-	{ mov.b32 %f207, {0,%rs163};}
-
-	// end inline asm
-	setp.lt.f32 	%p152, %f207, %f73;
-	selp.f32 	%f74, %f207, %f73, %p152;
-	add.s32 	%r211, %r269, 2;
-	setp.eq.s32 	%p153, %r211, %r121;
-	mov.u64 	%rd206, %rd81;
-	@%p153 bra 	$L__BB31_111;
-
-	ld.global.u64 	%rd206, [%rd38+16];
-
-$L__BB31_111:
-	add.s64 	%rd125, %rd206, %rd109;
-	ld.u16 	%rs164, [%rd125];
-	// begin inline asm
-	{ mov.b32 %f208, {0,%rs164};}
-
-	// end inline asm
-	setp.lt.f32 	%p154, %f208, %f74;
-	selp.f32 	%f75, %f208, %f74, %p154;
-	add.s32 	%r97, %r269, 3;
-	setp.eq.s32 	%p155, %r97, %r121;
-	mov.u64 	%rd207, %rd81;
-	@%p155 bra 	$L__BB31_113;
-
-	mul.wide.u32 	%rd126, %r97, 8;
-	add.s64 	%rd127, %rd2, %rd126;
-	ld.global.u64 	%rd207, [%rd127];
-
-$L__BB31_113:
-	add.s64 	%rd129, %rd207, %rd109;
-	ld.u16 	%rs165, [%rd129];
-	// begin inline asm
-	{ mov.b32 %f209, {0,%rs165};}
-
-	// end inline asm
-	setp.lt.f32 	%p156, %f209, %f75;
-	selp.f32 	%f249, %f209, %f75, %p156;
-	add.s32 	%r269, %r269, 4;
-	add.s32 	%r268, %r268, -4;
-	setp.ne.s32 	%p157, %r268, 0;
-	@%p157 bra 	$L__BB31_105;
-
-$L__BB31_114:
-	setp.eq.s32 	%p158, %r89, 0;
-	@%p158 bra 	$L__BB31_128;
-
-	setp.eq.s32 	%p159, %r269, %r121;
-	mov.u64 	%rd208, %rd81;
-	@%p159 bra 	$L__BB31_117;
-
-	mul.wide.u32 	%rd130, %r269, 8;
-	add.s64 	%rd131, %rd2, %rd130;
-	ld.global.u64 	%rd208, [%rd131];
-
-$L__BB31_117:
-	add.s64 	%rd133, %rd208, %rd109;
-	ld.u16 	%rs166, [%rd133];
-	// begin inline asm
-	{ mov.b32 %f210, {0,%rs166};}
-
-	// end inline asm
-	setp.lt.f32 	%p160, %f210, %f249;
-	selp.f32 	%f249, %f210, %f249, %p160;
-	add.s32 	%r101, %r269, 1;
-	setp.eq.s32 	%p161, %r89, 1;
-	@%p161 bra 	$L__BB31_128;
-
-	setp.eq.s32 	%p162, %r101, %r121;
-	mov.u64 	%rd209, %rd81;
-	@%p162 bra 	$L__BB31_120;
-
-	mul.wide.u32 	%rd134, %r101, 8;
-	add.s64 	%rd135, %rd2, %rd134;
-	ld.global.u64 	%rd209, [%rd135];
-
-$L__BB31_120:
-	add.s64 	%rd137, %rd209, %rd109;
-	ld.u16 	%rs167, [%rd137];
-	// begin inline asm
-	{ mov.b32 %f211, {0,%rs167};}
-
-	// end inline asm
-	setp.lt.f32 	%p163, %f211, %f249;
-	selp.f32 	%f249, %f211, %f249, %p163;
-	add.s32 	%r102, %r269, 2;
-	setp.eq.s32 	%p164, %r89, 2;
-	@%p164 bra 	$L__BB31_128;
-
-	setp.eq.s32 	%p165, %r102, %r121;
-	mov.u64 	%rd210, %rd81;
-	@%p165 bra 	$L__BB31_123;
-
-	mul.wide.u32 	%rd138, %r102, 8;
-	add.s64 	%rd139, %rd2, %rd138;
-	ld.global.u64 	%rd210, [%rd139];
-
-$L__BB31_123:
-	add.s64 	%rd141, %rd210, %rd109;
-	ld.u16 	%rs168, [%rd141];
-	// begin inline asm
-	{ mov.b32 %f212, {0,%rs168};}
-
-	// end inline asm
-	setp.lt.f32 	%p166, %f212, %f249;
-	selp.f32 	%f249, %f212, %f249, %p166;
-	bra.uni 	$L__BB31_128;
-
-$L__BB31_99:
-	mov.u32 	%r266, 1;
-
-$L__BB31_100:
-	setp.eq.s32 	%p145, %r266, %r121;
-	mov.u64 	%rd203, %rd81;
-	@%p145 bra 	$L__BB31_102;
-
-	mul.wide.u32 	%rd115, %r266, 8;
-	add.s64 	%rd116, %rd2, %rd115;
-	ld.global.u64 	%rd203, [%rd116];
-
-$L__BB31_102:
-	add.s64 	%rd118, %rd203, %rd109;
-	ld.u16 	%rs161, [%rd118];
-	// begin inline asm
-	{ mov.b32 %f204, {0,%rs161};}
-
-	// end inline asm
-	setp.gt.f32 	%p146, %f204, %f249;
-	selp.f32 	%f249, %f204, %f249, %p146;
-	add.s32 	%r266, %r266, 1;
-	setp.lt.u32 	%p147, %r266, %r122;
-	@%p147 bra 	$L__BB31_100;
-	bra.uni 	$L__BB31_128;
-
-$L__BB31_124:
-	mov.u32 	%r270, 1;
-
-$L__BB31_125:
-	setp.eq.s32 	%p167, %r270, %r121;
-	mov.u64 	%rd211, %rd81;
-	@%p167 bra 	$L__BB31_127;
-
-	mul.wide.u32 	%rd142, %r270, 8;
-	add.s64 	%rd143, %rd2, %rd142;
-	ld.global.u64 	%rd211, [%rd143];
-
-$L__BB31_127:
-	add.s64 	%rd145, %rd211, %rd109;
-	ld.u16 	%rs169, [%rd145];
-	// begin inline asm
-	{ mov.b32 %f213, {0,%rs169};}
-
-	// end inline asm
-	add.f32 	%f249, %f249, %f213;
-	add.s32 	%r270, %r270, 1;
-	setp.lt.u32 	%p168, %r270, %r122;
-	@%p168 bra 	$L__BB31_125;
-
-$L__BB31_128:
-	setp.ne.s32 	%p169, %r123, 1;
-	@%p169 bra 	$L__BB31_130;
-
-	div.rn.f32 	%f249, %f249, %f66;
-
-$L__BB31_130:
-	mov.b32 	%r213, %f249;
-	and.b32  	%r214, %r213, 2147483647;
-	setp.gt.u32 	%p170, %r214, 2139095040;
-	shl.b32 	%r215, %r213, 16;
-	shr.u32 	%r216, %r213, 16;
-	cvt.u16.u32 	%rs170, %r216;
-	selp.b32 	%r105, 0, %r215, %p170;
-	selp.b16 	%rs209, 32767, %rs170, %p170;
-	setp.gt.u32 	%p171, %r105, -2147483648;
-	@%p171 bra 	$L__BB31_132;
-
-	setp.ne.s32 	%p172, %r105, -2147483648;
-	and.b16  	%rs171, %rs209, 1;
-	setp.eq.b16 	%p173, %rs171, 1;
-	not.pred 	%p174, %p173;
-	or.pred  	%p175, %p172, %p174;
-	@%p175 bra 	$L__BB31_133;
-
-$L__BB31_132:
-	add.s16 	%rs209, %rs209, 1;
-
-$L__BB31_133:
-	add.s64 	%rd147, %rd1, %rd109;
-	st.global.u16 	[%rd147], %rs209;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p176, %rd201, %rd82;
-	@%p176 bra 	$L__BB31_91;
-	bra.uni 	$L__BB31_177;
-
-$L__BB31_134:
-	cvta.to.global.u64 	%rd56, %rd81;
-
-$L__BB31_135:
-	shl.b64 	%rd148, %rd201, 1;
-	add.s64 	%rd149, %rd56, %rd148;
-	ld.global.u16 	%rs172, [%rd149];
-	// begin inline asm
-	{ mov.b32 %f257, {0,%rs172};}
-
-	// end inline asm
-	setp.lt.u32 	%p177, %r122, 2;
-	@%p177 bra 	$L__BB31_171;
-
-	add.s64 	%rd221, %rd81, %rd148;
-	setp.eq.s32 	%p178, %r123, 2;
-	@%p178 bra 	$L__BB31_148;
-
-	setp.eq.s32 	%p179, %r123, 3;
-	@%p179 bra 	$L__BB31_144;
-
-	setp.ne.s32 	%p180, %r123, 4;
-	@%p180 bra 	$L__BB31_167;
-
-	mov.u32 	%r271, 1;
-	mov.u64 	%rd213, %rd2;
-
-$L__BB31_140:
-	setp.eq.s32 	%p181, %r271, 0;
-	@%p181 bra 	$L__BB31_142;
-
-	ld.global.u64 	%rd151, [%rd213+8];
-	add.s64 	%rd214, %rd151, %rd148;
-	bra.uni 	$L__BB31_143;
-
-$L__BB31_142:
-	mov.u64 	%rd214, %rd221;
-
-$L__BB31_143:
-	add.s64 	%rd213, %rd213, 8;
-	ld.u16 	%rs173, [%rd214];
-	// begin inline asm
-	{ mov.b32 %f215, {0,%rs173};}
-
-	// end inline asm
-	mul.f32 	%f257, %f257, %f215;
-	add.s32 	%r271, %r271, 1;
-	setp.lt.u32 	%p182, %r271, %r122;
-	@%p182 bra 	$L__BB31_140;
-	bra.uni 	$L__BB31_171;
-
-$L__BB31_148:
-	setp.lt.u32 	%p186, %r88, 3;
-	mov.u32 	%r275, 1;
-	@%p186 bra 	$L__BB31_157;
-
-	mov.u32 	%r275, 1;
-	mov.u32 	%r274, %r90;
-
-$L__BB31_150:
-	mul.wide.u32 	%rd157, %r275, 8;
-	add.s64 	%rd65, %rd2, %rd157;
-	setp.eq.s32 	%p187, %r275, 0;
-	mov.u64 	%rd216, %rd221;
-	@%p187 bra 	$L__BB31_152;
-
-	ld.global.u64 	%rd158, [%rd65];
-	add.s64 	%rd216, %rd158, %rd148;
-
-$L__BB31_152:
-	ld.u16 	%rs175, [%rd216];
-	// begin inline asm
-	{ mov.b32 %f218, {0,%rs175};}
-
-	// end inline asm
-	setp.lt.f32 	%p188, %f218, %f257;
-	selp.f32 	%f220, %f218, %f257, %p188;
-	ld.global.u64 	%rd160, [%rd65+8];
-	add.s64 	%rd162, %rd160, %rd148;
-	ld.u16 	%rs176, [%rd162];
-	// begin inline asm
-	{ mov.b32 %f219, {0,%rs176};}
-
-	// end inline asm
-	setp.lt.f32 	%p189, %f219, %f220;
-	selp.f32 	%f93, %f219, %f220, %p189;
-	setp.eq.s32 	%p190, %r275, -2;
-	mov.u64 	%rd217, %rd221;
-	@%p190 bra 	$L__BB31_154;
-
-	ld.global.u64 	%rd163, [%rd65+16];
-	add.s64 	%rd217, %rd163, %rd148;
-
-$L__BB31_154:
-	ld.u16 	%rs177, [%rd217];
-	// begin inline asm
-	{ mov.b32 %f221, {0,%rs177};}
-
-	// end inline asm
-	setp.lt.f32 	%p191, %f221, %f93;
-	selp.f32 	%f94, %f221, %f93, %p191;
-	add.s32 	%r112, %r275, 3;
-	setp.eq.s32 	%p192, %r112, 0;
-	mov.u64 	%rd218, %rd221;
-	@%p192 bra 	$L__BB31_156;
-
-	mul.wide.u32 	%rd165, %r112, 8;
-	add.s64 	%rd166, %rd2, %rd165;
-	ld.global.u64 	%rd167, [%rd166];
-	add.s64 	%rd218, %rd167, %rd148;
-
-$L__BB31_156:
-	ld.u16 	%rs178, [%rd218];
-	// begin inline asm
-	{ mov.b32 %f222, {0,%rs178};}
-
-	// end inline asm
-	setp.lt.f32 	%p193, %f222, %f94;
-	selp.f32 	%f257, %f222, %f94, %p193;
-	add.s32 	%r275, %r275, 4;
-	add.s32 	%r274, %r274, -4;
-	setp.ne.s32 	%p194, %r274, 0;
-	@%p194 bra 	$L__BB31_150;
-
-$L__BB31_157:
-	setp.eq.s32 	%p195, %r89, 0;
-	@%p195 bra 	$L__BB31_171;
-
-	setp.eq.s32 	%p196, %r275, 0;
-	mov.u64 	%rd219, %rd221;
-	@%p196 bra 	$L__BB31_160;
-
-	mul.wide.u32 	%rd169, %r275, 8;
-	add.s64 	%rd170, %rd2, %rd169;
-	ld.global.u64 	%rd171, [%rd170];
-	add.s64 	%rd219, %rd171, %rd148;
-
-$L__BB31_160:
-	ld.u16 	%rs179, [%rd219];
-	// begin inline asm
-	{ mov.b32 %f223, {0,%rs179};}
-
-	// end inline asm
-	setp.lt.f32 	%p197, %f223, %f257;
-	selp.f32 	%f257, %f223, %f257, %p197;
-	add.s32 	%r116, %r275, 1;
-	setp.eq.s32 	%p198, %r89, 1;
-	@%p198 bra 	$L__BB31_171;
-
-	setp.eq.s32 	%p199, %r116, 0;
-	mov.u64 	%rd220, %rd221;
-	@%p199 bra 	$L__BB31_163;
-
-	mul.wide.u32 	%rd173, %r116, 8;
-	add.s64 	%rd174, %rd2, %rd173;
-	ld.global.u64 	%rd175, [%rd174];
-	add.s64 	%rd220, %rd175, %rd148;
-
-$L__BB31_163:
-	ld.u16 	%rs180, [%rd220];
-	// begin inline asm
-	{ mov.b32 %f224, {0,%rs180};}
-
-	// end inline asm
-	setp.lt.f32 	%p200, %f224, %f257;
-	selp.f32 	%f257, %f224, %f257, %p200;
-	add.s32 	%r117, %r275, 2;
-	setp.eq.s32 	%p201, %r89, 2;
-	@%p201 bra 	$L__BB31_171;
-
-	setp.eq.s32 	%p202, %r117, 0;
-	@%p202 bra 	$L__BB31_166;
-
-	mul.wide.u32 	%rd177, %r117, 8;
-	add.s64 	%rd178, %rd2, %rd177;
-	ld.global.u64 	%rd179, [%rd178];
-	add.s64 	%rd221, %rd179, %rd148;
-
-$L__BB31_166:
-	ld.u16 	%rs181, [%rd221];
-	// begin inline asm
-	{ mov.b32 %f225, {0,%rs181};}
-
-	// end inline asm
-	setp.lt.f32 	%p203, %f225, %f257;
-	selp.f32 	%f257, %f225, %f257, %p203;
-	bra.uni 	$L__BB31_171;
-
-$L__BB31_144:
-	mov.u32 	%r272, 1;
-
-$L__BB31_145:
-	setp.eq.s32 	%p183, %r272, 0;
-	mov.u64 	%rd215, %rd221;
-	@%p183 bra 	$L__BB31_147;
-
-	mul.wide.u32 	%rd153, %r272, 8;
-	add.s64 	%rd154, %rd2, %rd153;
-	ld.global.u64 	%rd155, [%rd154];
-	add.s64 	%rd215, %rd155, %rd148;
-
-$L__BB31_147:
-	ld.u16 	%rs174, [%rd215];
-	// begin inline asm
-	{ mov.b32 %f216, {0,%rs174};}
-
-	// end inline asm
-	setp.gt.f32 	%p184, %f216, %f257;
-	selp.f32 	%f257, %f216, %f257, %p184;
-	add.s32 	%r272, %r272, 1;
-	setp.lt.u32 	%p185, %r272, %r122;
-	@%p185 bra 	$L__BB31_145;
-	bra.uni 	$L__BB31_171;
-
-$L__BB31_167:
-	mov.u32 	%r276, 1;
-
-$L__BB31_168:
-	setp.eq.s32 	%p204, %r276, 0;
-	mov.u64 	%rd222, %rd221;
-	@%p204 bra 	$L__BB31_170;
-
-	mul.wide.u32 	%rd181, %r276, 8;
-	add.s64 	%rd182, %rd2, %rd181;
-	ld.global.u64 	%rd183, [%rd182];
-	add.s64 	%rd222, %rd183, %rd148;
-
-$L__BB31_170:
-	ld.u16 	%rs182, [%rd222];
-	// begin inline asm
-	{ mov.b32 %f226, {0,%rs182};}
-
-	// end inline asm
-	add.f32 	%f257, %f257, %f226;
-	add.s32 	%r276, %r276, 1;
-	setp.lt.u32 	%p205, %r276, %r122;
-	@%p205 bra 	$L__BB31_168;
-
-$L__BB31_171:
-	setp.ne.s32 	%p206, %r123, 1;
-	@%p206 bra 	$L__BB31_173;
-
-	div.rn.f32 	%f257, %f257, %f66;
-
-$L__BB31_173:
-	mov.b32 	%r222, %f257;
-	and.b32  	%r223, %r222, 2147483647;
-	setp.gt.u32 	%p207, %r223, 2139095040;
-	shl.b32 	%r224, %r222, 16;
-	shr.u32 	%r225, %r222, 16;
-	cvt.u16.u32 	%rs183, %r225;
-	selp.b32 	%r120, 0, %r224, %p207;
-	selp.b16 	%rs210, 32767, %rs183, %p207;
-	setp.gt.u32 	%p208, %r120, -2147483648;
-	@%p208 bra 	$L__BB31_175;
-
-	setp.ne.s32 	%p209, %r120, -2147483648;
-	and.b16  	%rs184, %rs210, 1;
-	setp.eq.b16 	%p210, %rs184, 1;
-	not.pred 	%p211, %p210;
-	or.pred  	%p212, %p209, %p211;
-	@%p212 bra 	$L__BB31_176;
-
-$L__BB31_175:
-	add.s16 	%rs210, %rs210, 1;
-
-$L__BB31_176:
-	add.s64 	%rd186, %rd1, %rd148;
-	st.global.u16 	[%rd186], %rs210;
-	add.s64 	%rd201, %rd201, %rd3;
-	setp.lt.u64 	%p213, %rd201, %rd82;
-	@%p213 bra 	$L__BB31_135;
-
-$L__BB31_177:
+	add.s64 	%rd74, %rd1, %rd56;
+	st.global.u16 	[%rd74], %rs22;
+	add.s64 	%rd75, %rd75, %rd3;
+	setp.lt.u64 	%p46, %rd75, %rd30;
+	@%p46 bra 	$L__BB31_29;
+
+$L__BB31_56:
 	ret;
 
 }
@@ -12445,752 +9850,303 @@ $L__BB38_98:
 	.param .u32 smcuda_reduce_part_i32_param_6
 )
 {
-	.reg .pred 	%p<80>;
-	.reg .b32 	%r<135>;
-	.reg .b64 	%rd<427>;
+	.reg .pred 	%p<33>;
+	.reg .b32 	%r<46>;
+	.reg .b64 	%rd<142>;
 
 
-	ld.param.u64 	%rd189, [smcuda_reduce_part_i32_param_0];
-	ld.param.u64 	%rd187, [smcuda_reduce_part_i32_param_1];
-	ld.param.u64 	%rd190, [smcuda_reduce_part_i32_param_2];
-	ld.param.u32 	%r54, [smcuda_reduce_part_i32_param_3];
-	ld.param.u32 	%r55, [smcuda_reduce_part_i32_param_4];
-	ld.param.u64 	%rd188, [smcuda_reduce_part_i32_param_5];
-	ld.param.u32 	%r56, [smcuda_reduce_part_i32_param_6];
-	cvta.to.global.u64 	%rd1, %rd189;
-	cvta.to.global.u64 	%rd2, %rd190;
-	mov.u32 	%r57, %nctaid.x;
-	mov.u32 	%r58, %ntid.x;
-	mul.wide.u32 	%rd3, %r57, %r58;
-	mov.u32 	%r59, %ctaid.x;
-	mul.wide.u32 	%rd191, %r59, %r58;
-	mov.u32 	%r60, %tid.x;
-	cvt.u64.u32 	%rd192, %r60;
-	add.s64 	%rd4, %rd191, %rd192;
-	or.b64  	%rd345, %rd187, %rd189;
-	setp.eq.s32 	%p1, %r55, 0;
-	@%p1 bra 	$L__BB39_17;
+	ld.param.u64 	%rd57, [smcuda_reduce_part_i32_param_0];
+	ld.param.u64 	%rd58, [smcuda_reduce_part_i32_param_1];
+	ld.param.u64 	%rd59, [smcuda_reduce_part_i32_param_2];
+	ld.param.u32 	%r17, [smcuda_reduce_part_i32_param_3];
+	ld.param.u32 	%r18, [smcuda_reduce_part_i32_param_4];
+	ld.param.u64 	%rd56, [smcuda_reduce_part_i32_param_5];
+	ld.param.u32 	%r19, [smcuda_reduce_part_i32_param_6];
+	cvta.to.global.u64 	%rd1, %rd58;
+	cvta.to.global.u64 	%rd2, %rd57;
+	cvta.to.global.u64 	%rd3, %rd59;
+	mov.u32 	%r20, %nctaid.x;
+	mov.u32 	%r21, %ntid.x;
+	mul.wide.u32 	%rd4, %r20, %r21;
+	mov.u32 	%r22, %ctaid.x;
+	mul.wide.u32 	%rd60, %r22, %r21;
+	mov.u32 	%r23, %tid.x;
+	cvt.u64.u32 	%rd61, %r23;
+	add.s64 	%rd119, %rd60, %rd61;
+	setp.ge.u64 	%p1, %rd119, %rd56;
+	@%p1 bra 	$L__BB39_53;
 
-	ld.param.u64 	%rd340, [smcuda_reduce_part_i32_param_0];
-	ld.param.u64 	%rd339, [smcuda_reduce_part_i32_param_1];
-	or.b64  	%rd345, %rd339, %rd340;
-	add.s32 	%r62, %r55, -1;
-	setp.lt.u32 	%p2, %r62, 3;
-	mov.u32 	%r118, 0;
-	@%p2 bra 	$L__BB39_12;
+	setp.eq.s32 	%p2, %r17, 0;
+	cvt.u64.u32 	%rd6, %r18;
+	@%p2 bra 	$L__BB39_27;
 
-	and.b32  	%r115, %r55, 3;
-	ld.param.u64 	%rd343, [smcuda_reduce_part_i32_param_0];
-	ld.param.u64 	%rd342, [smcuda_reduce_part_i32_param_1];
-	or.b64  	%rd345, %rd342, %rd343;
-	sub.s32 	%r117, %r55, %r115;
-	mov.u32 	%r118, 0;
+$L__BB39_2:
+	ld.global.u64 	%rd62, [%rd3];
+	cvta.to.global.u64 	%rd63, %rd62;
+	shl.b64 	%rd64, %rd119, 2;
+	add.s64 	%rd65, %rd63, %rd64;
+	ld.global.s32 	%rd128, [%rd65];
+	setp.lt.u32 	%p3, %r18, 2;
+	@%p3 bra 	$L__BB39_22;
 
-$L__BB39_3:
-	mul.wide.u32 	%rd194, %r118, 8;
-	add.s64 	%rd7, %rd2, %rd194;
-	setp.eq.s32 	%p3, %r118, %r54;
-	@%p3 bra 	$L__BB39_5;
+	setp.eq.s32 	%p4, %r19, 2;
+	@%p4 bra 	$L__BB39_14;
 
-	ld.global.u64 	%rd195, [%rd7];
-	or.b64  	%rd345, %rd195, %rd345;
+	setp.eq.s32 	%p5, %r19, 3;
+	@%p5 bra 	$L__BB39_10;
 
-$L__BB39_5:
-	add.s32 	%r64, %r118, 1;
-	setp.eq.s32 	%p4, %r64, %r54;
-	@%p4 bra 	$L__BB39_7;
+	setp.ne.s32 	%p6, %r19, 4;
+	@%p6 bra 	$L__BB39_18;
 
-	ld.global.u64 	%rd196, [%rd7+8];
-	or.b64  	%rd345, %rd196, %rd345;
+	mov.u32 	%r38, 1;
 
 $L__BB39_7:
-	add.s32 	%r65, %r118, 2;
-	setp.eq.s32 	%p5, %r65, %r54;
-	@%p5 bra 	$L__BB39_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r38, %r17;
+	mov.u64 	%rd121, %rd1;
+	@%p7 bra 	$L__BB39_9;
 
-	ld.global.u64 	%rd197, [%rd7+16];
-	or.b64  	%rd345, %rd197, %rd345;
+	mul.wide.u32 	%rd66, %r38, 8;
+	add.s64 	%rd67, %rd3, %rd66;
+	ld.global.u64 	%rd68, [%rd67];
+	cvta.to.global.u64 	%rd121, %rd68;
 
 $L__BB39_9:
-	add.s32 	%r66, %r118, 3;
-	setp.eq.s32 	%p6, %r66, %r54;
-	@%p6 bra 	$L__BB39_11;
-
-	ld.global.u64 	%rd198, [%rd7+24];
-	or.b64  	%rd345, %rd198, %rd345;
-
-$L__BB39_11:
-	add.s32 	%r118, %r118, 4;
-	add.s32 	%r117, %r117, -4;
-	setp.ne.s32 	%p7, %r117, 0;
-	@%p7 bra 	$L__BB39_3;
-
-$L__BB39_12:
-	and.b32  	%r113, %r55, 3;
-	setp.eq.s32 	%p8, %r113, 0;
-	@%p8 bra 	$L__BB39_17;
-
-	and.b32  	%r120, %r55, 3;
-
-$L__BB39_14:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r118, %r54;
-	@%p9 bra 	$L__BB39_16;
-
-	mul.wide.u32 	%rd199, %r118, 8;
-	add.s64 	%rd200, %rd2, %rd199;
-	ld.global.u64 	%rd201, [%rd200];
-	or.b64  	%rd345, %rd201, %rd345;
-
-$L__BB39_16:
-	add.s32 	%r118, %r118, 1;
-	add.s32 	%r120, %r120, -1;
-	setp.ne.s32 	%p10, %r120, 0;
-	@%p10 bra 	$L__BB39_14;
-
-$L__BB39_17:
-	and.b64  	%rd203, %rd345, 15;
-	setp.ne.s64 	%p11, %rd203, 0;
-	mov.u64 	%rd388, 0;
-	@%p11 bra 	$L__BB39_54;
-
-	and.b64  	%rd388, %rd188, -4;
-	shl.b64 	%rd358, %rd4, 2;
-	setp.ge.u64 	%p12, %rd358, %rd388;
-	@%p12 bra 	$L__BB39_54;
-
-	cvt.u64.u32 	%rd24, %r55;
-	shl.b64 	%rd25, %rd3, 2;
-
-$L__BB39_20:
-	@%p1 bra 	$L__BB39_40;
-
-	setp.eq.s32 	%p14, %r56, 2;
-	@%p14 bra 	$L__BB39_33;
+	add.s64 	%rd70, %rd121, %rd64;
+	ld.global.s32 	%rd71, [%rd70];
+	mul.lo.s64 	%rd128, %rd128, %rd71;
+	add.s32 	%r38, %r38, 1;
+	setp.lt.u32 	%p8, %r38, %r18;
+	@%p8 bra 	$L__BB39_7;
 	bra.uni 	$L__BB39_22;
 
-$L__BB39_33:
-	mov.u32 	%r122, 0;
+$L__BB39_10:
+	mov.u32 	%r39, 1;
 
-$L__BB39_34:
-	setp.eq.s32 	%p20, %r122, %r54;
-	mov.u64 	%rd372, %rd187;
-	@%p20 bra 	$L__BB39_36;
+$L__BB39_11:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r39, %r17;
+	mov.u64 	%rd123, %rd1;
+	@%p9 bra 	$L__BB39_13;
 
-	mul.wide.u32 	%rd221, %r122, 8;
-	add.s64 	%rd222, %rd2, %rd221;
-	ld.global.u64 	%rd372, [%rd222];
+	mul.wide.u32 	%rd72, %r39, 8;
+	add.s64 	%rd73, %rd3, %rd72;
+	ld.global.u64 	%rd74, [%rd73];
+	cvta.to.global.u64 	%rd123, %rd74;
 
-$L__BB39_36:
-	shl.b64 	%rd223, %rd358, 2;
-	add.s64 	%rd224, %rd372, %rd223;
-	ld.v4.u32 	{%r73, %r74, %r75, %r76}, [%rd224];
-	cvt.s64.s32 	%rd63, %r73;
-	setp.eq.s32 	%p21, %r122, 0;
-	@%p21 bra 	$L__BB39_38;
+$L__BB39_13:
+	add.s64 	%rd76, %rd123, %rd64;
+	ld.global.s32 	%rd77, [%rd76];
+	max.s64 	%rd128, %rd128, %rd77;
+	add.s32 	%r39, %r39, 1;
+	setp.lt.u32 	%p10, %r39, %r18;
+	@%p10 bra 	$L__BB39_11;
+	bra.uni 	$L__BB39_22;
 
-	min.s64 	%rd367, %rd367, %rd63;
-	cvt.s64.s32 	%rd225, %r74;
-	min.s64 	%rd366, %rd366, %rd225;
-	cvt.s64.s32 	%rd226, %r75;
-	min.s64 	%rd365, %rd365, %rd226;
-	cvt.s64.s32 	%rd227, %r76;
-	min.s64 	%rd364, %rd364, %rd227;
-	bra.uni 	$L__BB39_39;
+$L__BB39_14:
+	mov.u32 	%r40, 1;
 
-$L__BB39_38:
-	cvt.s64.s32 	%rd366, %r74;
-	cvt.s64.s32 	%rd365, %r75;
-	cvt.s64.s32 	%rd364, %r76;
-	mov.u64 	%rd367, %rd63;
+$L__BB39_15:
+	.pragma "nounroll";
+	setp.eq.s32 	%p11, %r40, %r17;
+	mov.u64 	%rd125, %rd1;
+	@%p11 bra 	$L__BB39_17;
 
-$L__BB39_39:
-	add.s32 	%r122, %r122, 1;
-	setp.lt.u32 	%p22, %r122, %r55;
-	@%p22 bra 	$L__BB39_34;
-	bra.uni 	$L__BB39_40;
+	mul.wide.u32 	%rd78, %r40, 8;
+	add.s64 	%rd79, %rd3, %rd78;
+	ld.global.u64 	%rd80, [%rd79];
+	cvta.to.global.u64 	%rd125, %rd80;
+
+$L__BB39_17:
+	add.s64 	%rd82, %rd125, %rd64;
+	ld.global.s32 	%rd83, [%rd82];
+	min.s64 	%rd128, %rd128, %rd83;
+	add.s32 	%r40, %r40, 1;
+	setp.lt.u32 	%p12, %r40, %r18;
+	@%p12 bra 	$L__BB39_15;
+	bra.uni 	$L__BB39_22;
+
+$L__BB39_18:
+	mov.u32 	%r41, 1;
+
+$L__BB39_19:
+	.pragma "nounroll";
+	setp.eq.s32 	%p13, %r41, %r17;
+	mov.u64 	%rd127, %rd1;
+	@%p13 bra 	$L__BB39_21;
+
+	mul.wide.u32 	%rd84, %r41, 8;
+	add.s64 	%rd85, %rd3, %rd84;
+	ld.global.u64 	%rd86, [%rd85];
+	cvta.to.global.u64 	%rd127, %rd86;
+
+$L__BB39_21:
+	add.s64 	%rd88, %rd127, %rd64;
+	ld.global.s32 	%rd89, [%rd88];
+	add.s64 	%rd128, %rd128, %rd89;
+	add.s32 	%r41, %r41, 1;
+	setp.lt.u32 	%p14, %r41, %r18;
+	@%p14 bra 	$L__BB39_19;
 
 $L__BB39_22:
-	mov.u32 	%r121, 0;
+	setp.ne.s32 	%p15, %r19, 1;
+	@%p15 bra 	$L__BB39_26;
 
-$L__BB39_23:
-	setp.eq.s32 	%p15, %r121, %r54;
-	mov.u64 	%rd363, %rd187;
-	@%p15 bra 	$L__BB39_25;
+	and.b64  	%rd90, %rd128, -4294967296;
+	setp.eq.s64 	%p16, %rd90, 0;
+	@%p16 bra 	$L__BB39_25;
 
-	mul.wide.u32 	%rd205, %r121, 8;
-	add.s64 	%rd206, %rd2, %rd205;
-	ld.global.u64 	%rd363, [%rd206];
+	div.s64 	%rd128, %rd128, %rd6;
+	bra.uni 	$L__BB39_26;
 
 $L__BB39_25:
-	shl.b64 	%rd207, %rd358, 2;
-	add.s64 	%rd208, %rd363, %rd207;
-	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd208];
-	setp.eq.s32 	%p16, %r121, 0;
-	@%p16 bra 	$L__BB39_31;
+	cvt.u32.u64 	%r28, %rd6;
+	cvt.u32.u64 	%r29, %rd128;
+	div.u32 	%r30, %r29, %r28;
+	cvt.u64.u32 	%rd128, %r30;
 
-	setp.eq.s32 	%p17, %r56, 3;
-	@%p17 bra 	$L__BB39_29;
-
-	setp.ne.s32 	%p18, %r56, 4;
-	@%p18 bra 	$L__BB39_30;
-
-	cvt.s64.s32 	%rd209, %r68;
-	mul.lo.s64 	%rd367, %rd367, %rd209;
-	cvt.s64.s32 	%rd210, %r69;
-	mul.lo.s64 	%rd366, %rd366, %rd210;
-	cvt.s64.s32 	%rd211, %r70;
-	mul.lo.s64 	%rd365, %rd365, %rd211;
-	cvt.s64.s32 	%rd212, %r71;
-	mul.lo.s64 	%rd364, %rd364, %rd212;
-	bra.uni 	$L__BB39_32;
-
-$L__BB39_31:
-	cvt.s64.s32 	%rd367, %r68;
-	cvt.s64.s32 	%rd366, %r69;
-	cvt.s64.s32 	%rd365, %r70;
-	cvt.s64.s32 	%rd364, %r71;
-	bra.uni 	$L__BB39_32;
-
-$L__BB39_29:
-	cvt.s64.s32 	%rd213, %r68;
-	max.s64 	%rd367, %rd367, %rd213;
-	cvt.s64.s32 	%rd214, %r69;
-	max.s64 	%rd366, %rd366, %rd214;
-	cvt.s64.s32 	%rd215, %r70;
-	max.s64 	%rd365, %rd365, %rd215;
-	cvt.s64.s32 	%rd216, %r71;
-	max.s64 	%rd364, %rd364, %rd216;
-	bra.uni 	$L__BB39_32;
-
-$L__BB39_30:
-	cvt.s64.s32 	%rd217, %r68;
-	add.s64 	%rd367, %rd367, %rd217;
-	cvt.s64.s32 	%rd218, %r69;
-	add.s64 	%rd366, %rd366, %rd218;
-	cvt.s64.s32 	%rd219, %r70;
-	add.s64 	%rd365, %rd365, %rd219;
-	cvt.s64.s32 	%rd220, %r71;
-	add.s64 	%rd364, %rd364, %rd220;
-
-$L__BB39_32:
-	add.s32 	%r121, %r121, 1;
-	setp.lt.u32 	%p19, %r121, %r55;
-	@%p19 bra 	$L__BB39_23;
-
-$L__BB39_40:
-	setp.ne.s32 	%p23, %r56, 1;
-	mov.u64 	%rd384, %rd364;
-	mov.u64 	%rd385, %rd365;
-	mov.u64 	%rd386, %rd366;
-	mov.u64 	%rd387, %rd367;
-	@%p23 bra 	$L__BB39_53;
-
-	and.b64  	%rd228, %rd367, -4294967296;
-	setp.eq.s64 	%p24, %rd228, 0;
-	@%p24 bra 	$L__BB39_43;
-
-	div.s64 	%rd387, %rd367, %rd24;
-	bra.uni 	$L__BB39_44;
-
-$L__BB39_43:
-	cvt.u32.u64 	%r78, %rd24;
-	cvt.u32.u64 	%r79, %rd367;
-	div.u32 	%r80, %r79, %r78;
-	cvt.u64.u32 	%rd387, %r80;
-
-$L__BB39_44:
-	and.b64  	%rd229, %rd366, -4294967296;
-	setp.eq.s64 	%p25, %rd229, 0;
-	@%p25 bra 	$L__BB39_46;
-
-	div.s64 	%rd386, %rd366, %rd24;
-	bra.uni 	$L__BB39_47;
-
-$L__BB39_46:
-	cvt.u32.u64 	%r81, %rd24;
-	cvt.u32.u64 	%r82, %rd366;
-	div.u32 	%r83, %r82, %r81;
-	cvt.u64.u32 	%rd386, %r83;
-
-$L__BB39_47:
-	and.b64  	%rd230, %rd365, -4294967296;
-	setp.eq.s64 	%p26, %rd230, 0;
-	@%p26 bra 	$L__BB39_49;
-
-	div.s64 	%rd385, %rd365, %rd24;
-	bra.uni 	$L__BB39_50;
-
-$L__BB39_49:
-	cvt.u32.u64 	%r84, %rd24;
-	cvt.u32.u64 	%r85, %rd365;
-	div.u32 	%r86, %r85, %r84;
-	cvt.u64.u32 	%rd385, %r86;
-
-$L__BB39_50:
-	and.b64  	%rd231, %rd364, -4294967296;
-	setp.eq.s64 	%p27, %rd231, 0;
-	@%p27 bra 	$L__BB39_52;
-
-	div.s64 	%rd384, %rd364, %rd24;
+$L__BB39_26:
+	add.s64 	%rd92, %rd2, %rd64;
+	st.global.u32 	[%rd92], %rd128;
+	add.s64 	%rd119, %rd119, %rd4;
+	setp.lt.u64 	%p17, %rd119, %rd56;
+	@%p17 bra 	$L__BB39_2;
 	bra.uni 	$L__BB39_53;
 
+$L__BB39_27:
+	shl.b64 	%rd93, %rd119, 2;
+	add.s64 	%rd31, %rd1, %rd93;
+	ld.global.s32 	%rd140, [%rd31];
+	setp.lt.u32 	%p18, %r18, 2;
+	@%p18 bra 	$L__BB39_48;
+
+	setp.eq.s32 	%p19, %r19, 2;
+	@%p19 bra 	$L__BB39_40;
+
+	setp.eq.s32 	%p20, %r19, 3;
+	@%p20 bra 	$L__BB39_36;
+
+	setp.ne.s32 	%p21, %r19, 4;
+	@%p21 bra 	$L__BB39_44;
+
+	mov.u32 	%r42, 1;
+	mov.u64 	%rd131, %rd3;
+
+$L__BB39_32:
+	.pragma "nounroll";
+	setp.eq.s32 	%p22, %r42, 0;
+	@%p22 bra 	$L__BB39_34;
+
+	ld.global.u64 	%rd94, [%rd131+8];
+	cvta.to.global.u64 	%rd95, %rd94;
+	add.s64 	%rd133, %rd95, %rd93;
+	bra.uni 	$L__BB39_35;
+
+$L__BB39_34:
+	mov.u64 	%rd133, %rd31;
+
+$L__BB39_35:
+	add.s64 	%rd131, %rd131, 8;
+	ld.global.s32 	%rd97, [%rd133];
+	mul.lo.s64 	%rd140, %rd140, %rd97;
+	add.s32 	%r42, %r42, 1;
+	setp.lt.u32 	%p23, %r42, %r18;
+	@%p23 bra 	$L__BB39_32;
+	bra.uni 	$L__BB39_48;
+
+$L__BB39_36:
+	mov.u32 	%r43, 1;
+
+$L__BB39_37:
+	.pragma "nounroll";
+	setp.eq.s32 	%p24, %r43, 0;
+	mov.u64 	%rd135, %rd31;
+	@%p24 bra 	$L__BB39_39;
+
+	mul.wide.u32 	%rd98, %r43, 8;
+	add.s64 	%rd99, %rd3, %rd98;
+	ld.global.u64 	%rd100, [%rd99];
+	cvta.to.global.u64 	%rd101, %rd100;
+	add.s64 	%rd135, %rd101, %rd93;
+
+$L__BB39_39:
+	ld.global.s32 	%rd103, [%rd135];
+	max.s64 	%rd140, %rd140, %rd103;
+	add.s32 	%r43, %r43, 1;
+	setp.lt.u32 	%p25, %r43, %r18;
+	@%p25 bra 	$L__BB39_37;
+	bra.uni 	$L__BB39_48;
+
+$L__BB39_40:
+	mov.u32 	%r44, 1;
+
+$L__BB39_41:
+	.pragma "nounroll";
+	setp.eq.s32 	%p26, %r44, 0;
+	mov.u64 	%rd137, %rd31;
+	@%p26 bra 	$L__BB39_43;
+
+	mul.wide.u32 	%rd104, %r44, 8;
+	add.s64 	%rd105, %rd3, %rd104;
+	ld.global.u64 	%rd106, [%rd105];
+	cvta.to.global.u64 	%rd107, %rd106;
+	add.s64 	%rd137, %rd107, %rd93;
+
+$L__BB39_43:
+	ld.global.s32 	%rd109, [%rd137];
+	min.s64 	%rd140, %rd140, %rd109;
+	add.s32 	%r44, %r44, 1;
+	setp.lt.u32 	%p27, %r44, %r18;
+	@%p27 bra 	$L__BB39_41;
+	bra.uni 	$L__BB39_48;
+
+$L__BB39_44:
+	mov.u32 	%r45, 1;
+
+$L__BB39_45:
+	.pragma "nounroll";
+	setp.eq.s32 	%p28, %r45, 0;
+	mov.u64 	%rd139, %rd31;
+	@%p28 bra 	$L__BB39_47;
+
+	mul.wide.u32 	%rd110, %r45, 8;
+	add.s64 	%rd111, %rd3, %rd110;
+	ld.global.u64 	%rd112, [%rd111];
+	cvta.to.global.u64 	%rd113, %rd112;
+	add.s64 	%rd139, %rd113, %rd93;
+
+$L__BB39_47:
+	ld.global.s32 	%rd115, [%rd139];
+	add.s64 	%rd140, %rd140, %rd115;
+	add.s32 	%r45, %r45, 1;
+	setp.lt.u32 	%p29, %r45, %r18;
+	@%p29 bra 	$L__BB39_45;
+
+$L__BB39_48:
+	setp.ne.s32 	%p30, %r19, 1;
+	@%p30 bra 	$L__BB39_52;
+
+	and.b64  	%rd116, %rd140, -4294967296;
+	setp.eq.s64 	%p31, %rd116, 0;
+	@%p31 bra 	$L__BB39_51;
+
+	div.s64 	%rd140, %rd140, %rd6;
+	bra.uni 	$L__BB39_52;
+
+$L__BB39_51:
+	cvt.u32.u64 	%r35, %rd6;
+	cvt.u32.u64 	%r36, %rd140;
+	div.u32 	%r37, %r36, %r35;
+	cvt.u64.u32 	%rd140, %r37;
+
 $L__BB39_52:
-	cvt.u32.u64 	%r87, %rd24;
-	cvt.u32.u64 	%r88, %rd364;
-	div.u32 	%r89, %r88, %r87;
-	cvt.u64.u32 	%rd384, %r89;
+	add.s64 	%rd118, %rd2, %rd93;
+	st.global.u32 	[%rd118], %rd140;
+	add.s64 	%rd119, %rd119, %rd4;
+	setp.lt.u64 	%p32, %rd119, %rd56;
+	@%p32 bra 	$L__BB39_27;
 
 $L__BB39_53:
-	cvt.u32.u64 	%r90, %rd384;
-	cvt.u32.u64 	%r91, %rd385;
-	cvt.u32.u64 	%r92, %rd386;
-	cvt.u32.u64 	%r93, %rd387;
-	shl.b64 	%rd232, %rd358, 2;
-	add.s64 	%rd233, %rd1, %rd232;
-	st.global.v4.u32 	[%rd233], {%r93, %r92, %r91, %r90};
-	add.s64 	%rd358, %rd358, %rd25;
-	setp.lt.u64 	%p28, %rd358, %rd388;
-	@%p28 bra 	$L__BB39_20;
-
-$L__BB39_54:
-	add.s64 	%rd389, %rd388, %rd4;
-	setp.ge.u64 	%p29, %rd389, %rd188;
-	@%p29 bra 	$L__BB39_140;
-
-	setp.eq.s32 	%p30, %r54, 0;
-	cvt.u64.u32 	%rd97, %r55;
-	add.s32 	%r23, %r55, -2;
-	add.s32 	%r94, %r55, -1;
-	and.b32  	%r24, %r94, 3;
-	sub.s32 	%r25, %r94, %r24;
-	@%p30 bra 	$L__BB39_98;
-
-$L__BB39_56:
-	ld.global.u64 	%rd234, [%rd2];
-	shl.b64 	%rd235, %rd389, 2;
-	add.s64 	%rd236, %rd234, %rd235;
-	ld.s32 	%rd406, [%rd236];
-	setp.lt.u32 	%p31, %r55, 2;
-	@%p31 bra 	$L__BB39_93;
-
-	setp.eq.s32 	%p32, %r56, 2;
-	@%p32 bra 	$L__BB39_68;
-
-	setp.eq.s32 	%p33, %r56, 3;
-	@%p33 bra 	$L__BB39_64;
-
-	setp.ne.s32 	%p34, %r56, 4;
-	@%p34 bra 	$L__BB39_89;
-
-	mov.u32 	%r123, 1;
-
-$L__BB39_61:
-	setp.eq.s32 	%p35, %r123, %r54;
-	mov.u64 	%rd391, %rd187;
-	@%p35 bra 	$L__BB39_63;
-
-	mul.wide.u32 	%rd237, %r123, 8;
-	add.s64 	%rd238, %rd2, %rd237;
-	ld.global.u64 	%rd391, [%rd238];
-
-$L__BB39_63:
-	add.s64 	%rd240, %rd391, %rd235;
-	ld.s32 	%rd241, [%rd240];
-	mul.lo.s64 	%rd406, %rd406, %rd241;
-	add.s32 	%r123, %r123, 1;
-	setp.lt.u32 	%p36, %r123, %r55;
-	@%p36 bra 	$L__BB39_61;
-	bra.uni 	$L__BB39_93;
-
-$L__BB39_68:
-	setp.lt.u32 	%p39, %r23, 3;
-	mov.u32 	%r127, 1;
-	@%p39 bra 	$L__BB39_79;
-
-	mov.u32 	%r127, 1;
-	mov.u32 	%r126, %r25;
-
-$L__BB39_70:
-	mul.wide.u32 	%rd248, %r127, 8;
-	add.s64 	%rd109, %rd2, %rd248;
-	setp.eq.s32 	%p40, %r127, %r54;
-	mov.u64 	%rd395, %rd187;
-	@%p40 bra 	$L__BB39_72;
-
-	ld.global.u64 	%rd395, [%rd109];
-
-$L__BB39_72:
-	add.s64 	%rd250, %rd395, %rd235;
-	ld.s32 	%rd251, [%rd250];
-	min.s64 	%rd112, %rd406, %rd251;
-	add.s32 	%r99, %r127, 1;
-	setp.eq.s32 	%p41, %r99, %r54;
-	mov.u64 	%rd396, %rd187;
-	@%p41 bra 	$L__BB39_74;
-
-	ld.global.u64 	%rd396, [%rd109+8];
-
-$L__BB39_74:
-	add.s64 	%rd253, %rd396, %rd235;
-	ld.s32 	%rd254, [%rd253];
-	min.s64 	%rd115, %rd112, %rd254;
-	add.s32 	%r100, %r127, 2;
-	setp.eq.s32 	%p42, %r100, %r54;
-	mov.u64 	%rd397, %rd187;
-	@%p42 bra 	$L__BB39_76;
-
-	ld.global.u64 	%rd397, [%rd109+16];
-
-$L__BB39_76:
-	add.s64 	%rd256, %rd397, %rd235;
-	ld.s32 	%rd257, [%rd256];
-	min.s64 	%rd118, %rd115, %rd257;
-	add.s32 	%r32, %r127, 3;
-	setp.eq.s32 	%p43, %r32, %r54;
-	mov.u64 	%rd398, %rd187;
-	@%p43 bra 	$L__BB39_78;
-
-	mul.wide.u32 	%rd258, %r32, 8;
-	add.s64 	%rd259, %rd2, %rd258;
-	ld.global.u64 	%rd398, [%rd259];
-
-$L__BB39_78:
-	add.s64 	%rd261, %rd398, %rd235;
-	ld.s32 	%rd262, [%rd261];
-	min.s64 	%rd406, %rd118, %rd262;
-	add.s32 	%r127, %r127, 4;
-	add.s32 	%r126, %r126, -4;
-	setp.ne.s32 	%p44, %r126, 0;
-	@%p44 bra 	$L__BB39_70;
-
-$L__BB39_79:
-	setp.eq.s32 	%p45, %r24, 0;
-	@%p45 bra 	$L__BB39_93;
-
-	setp.eq.s32 	%p46, %r127, %r54;
-	mov.u64 	%rd401, %rd187;
-	@%p46 bra 	$L__BB39_82;
-
-	mul.wide.u32 	%rd263, %r127, 8;
-	add.s64 	%rd264, %rd2, %rd263;
-	ld.global.u64 	%rd401, [%rd264];
-
-$L__BB39_82:
-	add.s64 	%rd266, %rd401, %rd235;
-	ld.s32 	%rd267, [%rd266];
-	min.s64 	%rd406, %rd406, %rd267;
-	add.s32 	%r36, %r127, 1;
-	setp.eq.s32 	%p47, %r24, 1;
-	@%p47 bra 	$L__BB39_93;
-
-	setp.eq.s32 	%p48, %r36, %r54;
-	mov.u64 	%rd402, %rd187;
-	@%p48 bra 	$L__BB39_85;
-
-	mul.wide.u32 	%rd268, %r36, 8;
-	add.s64 	%rd269, %rd2, %rd268;
-	ld.global.u64 	%rd402, [%rd269];
-
-$L__BB39_85:
-	add.s64 	%rd271, %rd402, %rd235;
-	ld.s32 	%rd272, [%rd271];
-	min.s64 	%rd406, %rd406, %rd272;
-	add.s32 	%r37, %r127, 2;
-	setp.eq.s32 	%p49, %r24, 2;
-	@%p49 bra 	$L__BB39_93;
-
-	setp.eq.s32 	%p50, %r37, %r54;
-	mov.u64 	%rd403, %rd187;
-	@%p50 bra 	$L__BB39_88;
-
-	mul.wide.u32 	%rd273, %r37, 8;
-	add.s64 	%rd274, %rd2, %rd273;
-	ld.global.u64 	%rd403, [%rd274];
-
-$L__BB39_88:
-	add.s64 	%rd276, %rd403, %rd235;
-	ld.s32 	%rd277, [%rd276];
-	min.s64 	%rd406, %rd406, %rd277;
-	bra.uni 	$L__BB39_93;
-
-$L__BB39_64:
-	mov.u32 	%r124, 1;
-
-$L__BB39_65:
-	setp.eq.s32 	%p37, %r124, %r54;
-	mov.u64 	%rd393, %rd187;
-	@%p37 bra 	$L__BB39_67;
-
-	mul.wide.u32 	%rd242, %r124, 8;
-	add.s64 	%rd243, %rd2, %rd242;
-	ld.global.u64 	%rd393, [%rd243];
-
-$L__BB39_67:
-	add.s64 	%rd245, %rd393, %rd235;
-	ld.s32 	%rd246, [%rd245];
-	max.s64 	%rd406, %rd406, %rd246;
-	add.s32 	%r124, %r124, 1;
-	setp.lt.u32 	%p38, %r124, %r55;
-	@%p38 bra 	$L__BB39_65;
-	bra.uni 	$L__BB39_93;
-
-$L__BB39_89:
-	mov.u32 	%r128, 1;
-
-$L__BB39_90:
-	setp.eq.s32 	%p51, %r128, %r54;
-	mov.u64 	%rd405, %rd187;
-	@%p51 bra 	$L__BB39_92;
-
-	mul.wide.u32 	%rd278, %r128, 8;
-	add.s64 	%rd279, %rd2, %rd278;
-	ld.global.u64 	%rd405, [%rd279];
-
-$L__BB39_92:
-	add.s64 	%rd281, %rd405, %rd235;
-	ld.s32 	%rd282, [%rd281];
-	add.s64 	%rd406, %rd406, %rd282;
-	add.s32 	%r128, %r128, 1;
-	setp.lt.u32 	%p52, %r128, %r55;
-	@%p52 bra 	$L__BB39_90;
-
-$L__BB39_93:
-	setp.ne.s32 	%p53, %r56, 1;
-	@%p53 bra 	$L__BB39_97;
-
-	and.b64  	%rd283, %rd406, -4294967296;
-	setp.eq.s64 	%p54, %rd283, 0;
-	@%p54 bra 	$L__BB39_96;
-
-	div.s64 	%rd406, %rd406, %rd97;
-	bra.uni 	$L__BB39_97;
-
-$L__BB39_96:
-	cvt.u32.u64 	%r102, %rd97;
-	cvt.u32.u64 	%r103, %rd406;
-	div.u32 	%r104, %r103, %r102;
-	cvt.u64.u32 	%rd406, %r104;
-
-$L__BB39_97:
-	add.s64 	%rd285, %rd1, %rd235;
-	st.global.u32 	[%rd285], %rd406;
-	add.s64 	%rd389, %rd389, %rd3;
-	setp.lt.u64 	%p55, %rd389, %rd188;
-	@%p55 bra 	$L__BB39_56;
-	bra.uni 	$L__BB39_140;
-
-$L__BB39_98:
-	cvta.to.global.u64 	%rd142, %rd187;
-
-$L__BB39_99:
-	shl.b64 	%rd286, %rd389, 2;
-	add.s64 	%rd287, %rd142, %rd286;
-	ld.global.s32 	%rd425, [%rd287];
-	setp.lt.u32 	%p56, %r55, 2;
-	@%p56 bra 	$L__BB39_135;
-
-	add.s64 	%rd422, %rd187, %rd286;
-	setp.eq.s32 	%p57, %r56, 2;
-	@%p57 bra 	$L__BB39_112;
-
-	setp.eq.s32 	%p58, %r56, 3;
-	@%p58 bra 	$L__BB39_108;
-
-	setp.ne.s32 	%p59, %r56, 4;
-	@%p59 bra 	$L__BB39_131;
-
-	mov.u32 	%r129, 1;
-	mov.u64 	%rd409, %rd2;
-
-$L__BB39_104:
-	setp.eq.s32 	%p60, %r129, 0;
-	@%p60 bra 	$L__BB39_106;
-
-	ld.global.u64 	%rd289, [%rd409+8];
-	add.s64 	%rd411, %rd289, %rd286;
-	bra.uni 	$L__BB39_107;
-
-$L__BB39_106:
-	mov.u64 	%rd411, %rd422;
-
-$L__BB39_107:
-	add.s64 	%rd409, %rd409, 8;
-	ld.s32 	%rd291, [%rd411];
-	mul.lo.s64 	%rd425, %rd425, %rd291;
-	add.s32 	%r129, %r129, 1;
-	setp.lt.u32 	%p61, %r129, %r55;
-	@%p61 bra 	$L__BB39_104;
-	bra.uni 	$L__BB39_135;
-
-$L__BB39_112:
-	setp.lt.u32 	%p64, %r23, 3;
-	mov.u32 	%r133, 1;
-	@%p64 bra 	$L__BB39_121;
-
-	mov.u32 	%r133, 1;
-	mov.u32 	%r132, %r25;
-
-$L__BB39_114:
-	mul.wide.u32 	%rd298, %r133, 8;
-	add.s64 	%rd157, %rd2, %rd298;
-	setp.eq.s32 	%p65, %r133, 0;
-	mov.u64 	%rd415, %rd422;
-	@%p65 bra 	$L__BB39_116;
-
-	ld.global.u64 	%rd299, [%rd157];
-	add.s64 	%rd415, %rd299, %rd286;
-
-$L__BB39_116:
-	ld.s32 	%rd301, [%rd415];
-	min.s64 	%rd302, %rd425, %rd301;
-	ld.global.u64 	%rd303, [%rd157+8];
-	add.s64 	%rd305, %rd303, %rd286;
-	ld.s32 	%rd306, [%rd305];
-	min.s64 	%rd160, %rd302, %rd306;
-	setp.eq.s32 	%p66, %r133, -2;
-	mov.u64 	%rd416, %rd422;
-	@%p66 bra 	$L__BB39_118;
-
-	ld.global.u64 	%rd307, [%rd157+16];
-	add.s64 	%rd416, %rd307, %rd286;
-
-$L__BB39_118:
-	ld.s32 	%rd309, [%rd416];
-	min.s64 	%rd163, %rd160, %rd309;
-	add.s32 	%r46, %r133, 3;
-	setp.eq.s32 	%p67, %r46, 0;
-	mov.u64 	%rd417, %rd422;
-	@%p67 bra 	$L__BB39_120;
-
-	mul.wide.u32 	%rd310, %r46, 8;
-	add.s64 	%rd311, %rd2, %rd310;
-	ld.global.u64 	%rd312, [%rd311];
-	add.s64 	%rd417, %rd312, %rd286;
-
-$L__BB39_120:
-	ld.s32 	%rd314, [%rd417];
-	min.s64 	%rd425, %rd163, %rd314;
-	add.s32 	%r133, %r133, 4;
-	add.s32 	%r132, %r132, -4;
-	setp.ne.s32 	%p68, %r132, 0;
-	@%p68 bra 	$L__BB39_114;
-
-$L__BB39_121:
-	setp.eq.s32 	%p69, %r24, 0;
-	@%p69 bra 	$L__BB39_135;
-
-	setp.eq.s32 	%p70, %r133, 0;
-	mov.u64 	%rd420, %rd422;
-	@%p70 bra 	$L__BB39_124;
-
-	mul.wide.u32 	%rd315, %r133, 8;
-	add.s64 	%rd316, %rd2, %rd315;
-	ld.global.u64 	%rd317, [%rd316];
-	add.s64 	%rd420, %rd317, %rd286;
-
-$L__BB39_124:
-	ld.s32 	%rd319, [%rd420];
-	min.s64 	%rd425, %rd425, %rd319;
-	add.s32 	%r50, %r133, 1;
-	setp.eq.s32 	%p71, %r24, 1;
-	@%p71 bra 	$L__BB39_135;
-
-	setp.eq.s32 	%p72, %r50, 0;
-	mov.u64 	%rd421, %rd422;
-	@%p72 bra 	$L__BB39_127;
-
-	mul.wide.u32 	%rd320, %r50, 8;
-	add.s64 	%rd321, %rd2, %rd320;
-	ld.global.u64 	%rd322, [%rd321];
-	add.s64 	%rd421, %rd322, %rd286;
-
-$L__BB39_127:
-	ld.s32 	%rd324, [%rd421];
-	min.s64 	%rd425, %rd425, %rd324;
-	add.s32 	%r51, %r133, 2;
-	setp.eq.s32 	%p73, %r24, 2;
-	@%p73 bra 	$L__BB39_135;
-
-	setp.eq.s32 	%p74, %r51, 0;
-	@%p74 bra 	$L__BB39_130;
-
-	mul.wide.u32 	%rd325, %r51, 8;
-	add.s64 	%rd326, %rd2, %rd325;
-	ld.global.u64 	%rd327, [%rd326];
-	add.s64 	%rd422, %rd327, %rd286;
-
-$L__BB39_130:
-	ld.s32 	%rd329, [%rd422];
-	min.s64 	%rd425, %rd425, %rd329;
-	bra.uni 	$L__BB39_135;
-
-$L__BB39_108:
-	mov.u32 	%r130, 1;
-
-$L__BB39_109:
-	setp.eq.s32 	%p62, %r130, 0;
-	mov.u64 	%rd413, %rd422;
-	@%p62 bra 	$L__BB39_111;
-
-	mul.wide.u32 	%rd292, %r130, 8;
-	add.s64 	%rd293, %rd2, %rd292;
-	ld.global.u64 	%rd294, [%rd293];
-	add.s64 	%rd413, %rd294, %rd286;
-
-$L__BB39_111:
-	ld.s32 	%rd296, [%rd413];
-	max.s64 	%rd425, %rd425, %rd296;
-	add.s32 	%r130, %r130, 1;
-	setp.lt.u32 	%p63, %r130, %r55;
-	@%p63 bra 	$L__BB39_109;
-	bra.uni 	$L__BB39_135;
-
-$L__BB39_131:
-	mov.u32 	%r134, 1;
-
-$L__BB39_132:
-	setp.eq.s32 	%p75, %r134, 0;
-	mov.u64 	%rd424, %rd422;
-	@%p75 bra 	$L__BB39_134;
-
-	mul.wide.u32 	%rd330, %r134, 8;
-	add.s64 	%rd331, %rd2, %rd330;
-	ld.global.u64 	%rd332, [%rd331];
-	add.s64 	%rd424, %rd332, %rd286;
-
-$L__BB39_134:
-	ld.s32 	%rd334, [%rd424];
-	add.s64 	%rd425, %rd425, %rd334;
-	add.s32 	%r134, %r134, 1;
-	setp.lt.u32 	%p76, %r134, %r55;
-	@%p76 bra 	$L__BB39_132;
-
-$L__BB39_135:
-	setp.ne.s32 	%p77, %r56, 1;
-	@%p77 bra 	$L__BB39_139;
-
-	and.b64  	%rd335, %rd425, -4294967296;
-	setp.eq.s64 	%p78, %rd335, 0;
-	@%p78 bra 	$L__BB39_138;
-
-	div.s64 	%rd425, %rd425, %rd97;
-	bra.uni 	$L__BB39_139;
-
-$L__BB39_138:
-	cvt.u32.u64 	%r110, %rd97;
-	cvt.u32.u64 	%r111, %rd425;
-	div.u32 	%r112, %r111, %r110;
-	cvt.u64.u32 	%rd425, %r112;
-
-$L__BB39_139:
-	add.s64 	%rd337, %rd1, %rd286;
-	st.global.u32 	[%rd337], %rd425;
-	add.s64 	%rd389, %rd389, %rd3;
-	setp.lt.u64 	%p79, %rd389, %rd188;
-	@%p79 bra 	$L__BB39_99;
-
-$L__BB39_140:
 	ret;
 
 }
@@ -14611,673 +11567,303 @@ $L__BB46_92:
 	.param .u32 smcuda_reduce_part_i64_param_6
 )
 {
-	.reg .pred 	%p<82>;
-	.reg .b32 	%r<106>;
-	.reg .b64 	%rd<356>;
+	.reg .pred 	%p<33>;
+	.reg .b32 	%r<46>;
+	.reg .b64 	%rd<142>;
 
 
-	ld.param.u64 	%rd153, [smcuda_reduce_part_i64_param_0];
-	ld.param.u64 	%rd151, [smcuda_reduce_part_i64_param_1];
-	ld.param.u64 	%rd154, [smcuda_reduce_part_i64_param_2];
-	ld.param.u32 	%r47, [smcuda_reduce_part_i64_param_3];
-	ld.param.u32 	%r48, [smcuda_reduce_part_i64_param_4];
-	ld.param.u64 	%rd152, [smcuda_reduce_part_i64_param_5];
-	ld.param.u32 	%r49, [smcuda_reduce_part_i64_param_6];
-	cvta.to.global.u64 	%rd1, %rd153;
-	cvta.to.global.u64 	%rd2, %rd154;
-	mov.u32 	%r50, %nctaid.x;
-	mov.u32 	%r51, %ntid.x;
-	mul.wide.u32 	%rd3, %r50, %r51;
-	mov.u32 	%r52, %ctaid.x;
-	mul.wide.u32 	%rd155, %r52, %r51;
-	mov.u32 	%r53, %tid.x;
-	cvt.u64.u32 	%rd156, %r53;
-	add.s64 	%rd4, %rd155, %rd156;
-	or.b64  	%rd292, %rd151, %rd153;
-	setp.eq.s32 	%p1, %r48, 0;
-	@%p1 bra 	$L__BB47_16;
+	ld.param.u64 	%rd57, [smcuda_reduce_part_i64_param_0];
+	ld.param.u64 	%rd58, [smcuda_reduce_part_i64_param_1];
+	ld.param.u64 	%rd59, [smcuda_reduce_part_i64_param_2];
+	ld.param.u32 	%r17, [smcuda_reduce_part_i64_param_3];
+	ld.param.u32 	%r18, [smcuda_reduce_part_i64_param_4];
+	ld.param.u64 	%rd56, [smcuda_reduce_part_i64_param_5];
+	ld.param.u32 	%r19, [smcuda_reduce_part_i64_param_6];
+	cvta.to.global.u64 	%rd1, %rd58;
+	cvta.to.global.u64 	%rd2, %rd57;
+	cvta.to.global.u64 	%rd3, %rd59;
+	mov.u32 	%r20, %nctaid.x;
+	mov.u32 	%r21, %ntid.x;
+	mul.wide.u32 	%rd4, %r20, %r21;
+	mov.u32 	%r22, %ctaid.x;
+	mul.wide.u32 	%rd60, %r22, %r21;
+	mov.u32 	%r23, %tid.x;
+	cvt.u64.u32 	%rd61, %r23;
+	add.s64 	%rd119, %rd60, %rd61;
+	setp.ge.u64 	%p1, %rd119, %rd56;
+	@%p1 bra 	$L__BB47_53;
 
-	add.s32 	%r55, %r48, -1;
-	and.b32  	%r91, %r48, 3;
-	setp.lt.u32 	%p2, %r55, 3;
-	mov.u32 	%r89, 0;
-	@%p2 bra 	$L__BB47_12;
+	setp.eq.s32 	%p2, %r17, 0;
+	cvt.u64.u32 	%rd6, %r18;
+	@%p2 bra 	$L__BB47_27;
 
-	sub.s32 	%r88, %r48, %r91;
-	mov.u32 	%r89, 0;
+$L__BB47_2:
+	ld.global.u64 	%rd62, [%rd3];
+	cvta.to.global.u64 	%rd63, %rd62;
+	shl.b64 	%rd64, %rd119, 3;
+	add.s64 	%rd65, %rd63, %rd64;
+	ld.global.u64 	%rd128, [%rd65];
+	setp.lt.u32 	%p3, %r18, 2;
+	@%p3 bra 	$L__BB47_22;
 
-$L__BB47_3:
-	mul.wide.u32 	%rd158, %r89, 8;
-	add.s64 	%rd7, %rd2, %rd158;
-	setp.eq.s32 	%p3, %r89, %r47;
-	@%p3 bra 	$L__BB47_5;
+	setp.eq.s32 	%p4, %r19, 2;
+	@%p4 bra 	$L__BB47_14;
 
-	ld.global.u64 	%rd159, [%rd7];
-	or.b64  	%rd292, %rd159, %rd292;
+	setp.eq.s32 	%p5, %r19, 3;
+	@%p5 bra 	$L__BB47_10;
 
-$L__BB47_5:
-	add.s32 	%r57, %r89, 1;
-	setp.eq.s32 	%p4, %r57, %r47;
-	@%p4 bra 	$L__BB47_7;
+	setp.ne.s32 	%p6, %r19, 4;
+	@%p6 bra 	$L__BB47_18;
 
-	ld.global.u64 	%rd160, [%rd7+8];
-	or.b64  	%rd292, %rd160, %rd292;
+	mov.u32 	%r38, 1;
 
 $L__BB47_7:
-	add.s32 	%r58, %r89, 2;
-	setp.eq.s32 	%p5, %r58, %r47;
-	@%p5 bra 	$L__BB47_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r38, %r17;
+	mov.u64 	%rd121, %rd1;
+	@%p7 bra 	$L__BB47_9;
 
-	ld.global.u64 	%rd161, [%rd7+16];
-	or.b64  	%rd292, %rd161, %rd292;
+	mul.wide.u32 	%rd66, %r38, 8;
+	add.s64 	%rd67, %rd3, %rd66;
+	ld.global.u64 	%rd68, [%rd67];
+	cvta.to.global.u64 	%rd121, %rd68;
 
 $L__BB47_9:
-	add.s32 	%r59, %r89, 3;
-	setp.eq.s32 	%p6, %r59, %r47;
-	@%p6 bra 	$L__BB47_11;
+	add.s64 	%rd70, %rd121, %rd64;
+	ld.global.u64 	%rd71, [%rd70];
+	mul.lo.s64 	%rd128, %rd71, %rd128;
+	add.s32 	%r38, %r38, 1;
+	setp.lt.u32 	%p8, %r38, %r18;
+	@%p8 bra 	$L__BB47_7;
+	bra.uni 	$L__BB47_22;
 
-	ld.global.u64 	%rd162, [%rd7+24];
-	or.b64  	%rd292, %rd162, %rd292;
+$L__BB47_10:
+	mov.u32 	%r39, 1;
 
 $L__BB47_11:
-	add.s32 	%r89, %r89, 4;
-	add.s32 	%r88, %r88, -4;
-	setp.ne.s32 	%p7, %r88, 0;
-	@%p7 bra 	$L__BB47_3;
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r39, %r17;
+	mov.u64 	%rd123, %rd1;
+	@%p9 bra 	$L__BB47_13;
 
-$L__BB47_12:
-	setp.eq.s32 	%p8, %r91, 0;
-	@%p8 bra 	$L__BB47_16;
+	mul.wide.u32 	%rd72, %r39, 8;
+	add.s64 	%rd73, %rd3, %rd72;
+	ld.global.u64 	%rd74, [%rd73];
+	cvta.to.global.u64 	%rd123, %rd74;
 
 $L__BB47_13:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r89, %r47;
-	@%p9 bra 	$L__BB47_15;
+	add.s64 	%rd76, %rd123, %rd64;
+	ld.global.u64 	%rd77, [%rd76];
+	max.s64 	%rd128, %rd77, %rd128;
+	add.s32 	%r39, %r39, 1;
+	setp.lt.u32 	%p10, %r39, %r18;
+	@%p10 bra 	$L__BB47_11;
+	bra.uni 	$L__BB47_22;
 
-	mul.wide.u32 	%rd163, %r89, 8;
-	add.s64 	%rd164, %rd2, %rd163;
-	ld.global.u64 	%rd165, [%rd164];
-	or.b64  	%rd292, %rd165, %rd292;
+$L__BB47_14:
+	mov.u32 	%r40, 1;
 
 $L__BB47_15:
-	add.s32 	%r89, %r89, 1;
-	add.s32 	%r91, %r91, -1;
-	setp.ne.s32 	%p10, %r91, 0;
-	@%p10 bra 	$L__BB47_13;
+	.pragma "nounroll";
+	setp.eq.s32 	%p11, %r40, %r17;
+	mov.u64 	%rd125, %rd1;
+	@%p11 bra 	$L__BB47_17;
 
-$L__BB47_16:
-	and.b64  	%rd167, %rd292, 15;
-	setp.ne.s64 	%p11, %rd167, 0;
-	mov.u64 	%rd317, 0;
-	@%p11 bra 	$L__BB47_43;
+	mul.wide.u32 	%rd78, %r40, 8;
+	add.s64 	%rd79, %rd3, %rd78;
+	ld.global.u64 	%rd80, [%rd79];
+	cvta.to.global.u64 	%rd125, %rd80;
 
-	and.b64  	%rd317, %rd152, -2;
-	shl.b64 	%rd303, %rd4, 1;
-	setp.ge.u64 	%p12, %rd303, %rd317;
-	@%p12 bra 	$L__BB47_43;
+$L__BB47_17:
+	add.s64 	%rd82, %rd125, %rd64;
+	ld.global.u64 	%rd83, [%rd82];
+	min.s64 	%rd128, %rd83, %rd128;
+	add.s32 	%r40, %r40, 1;
+	setp.lt.u32 	%p12, %r40, %r18;
+	@%p12 bra 	$L__BB47_15;
+	bra.uni 	$L__BB47_22;
 
-	cvt.u64.u32 	%rd24, %r48;
-	shl.b64 	%rd25, %rd3, 1;
+$L__BB47_18:
+	mov.u32 	%r41, 1;
 
 $L__BB47_19:
-	@%p1 bra 	$L__BB47_35;
+	.pragma "nounroll";
+	setp.eq.s32 	%p13, %r41, %r17;
+	mov.u64 	%rd127, %rd1;
+	@%p13 bra 	$L__BB47_21;
 
-	setp.eq.s32 	%p14, %r49, 2;
-	@%p14 bra 	$L__BB47_31;
-	bra.uni 	$L__BB47_21;
-
-$L__BB47_31:
-	mov.u32 	%r93, 0;
-
-$L__BB47_32:
-	setp.eq.s32 	%p20, %r93, %r47;
-	mov.u64 	%rd311, %rd151;
-	@%p20 bra 	$L__BB47_34;
-
-	mul.wide.u32 	%rd175, %r93, 8;
-	add.s64 	%rd176, %rd2, %rd175;
-	ld.global.u64 	%rd311, [%rd176];
-
-$L__BB47_34:
-	shl.b64 	%rd177, %rd303, 3;
-	add.s64 	%rd178, %rd311, %rd177;
-	ld.v2.u64 	{%rd179, %rd180}, [%rd178];
-	setp.gt.s64 	%p21, %rd308, %rd179;
-	setp.gt.s64 	%p22, %rd307, %rd180;
-	setp.eq.s32 	%p23, %r93, 0;
-	or.pred  	%p24, %p23, %p22;
-	selp.b64 	%rd307, %rd180, %rd307, %p24;
-	or.pred  	%p25, %p23, %p21;
-	selp.b64 	%rd308, %rd179, %rd308, %p25;
-	add.s32 	%r93, %r93, 1;
-	setp.lt.u32 	%p26, %r93, %r48;
-	@%p26 bra 	$L__BB47_32;
-	bra.uni 	$L__BB47_35;
+	mul.wide.u32 	%rd84, %r41, 8;
+	add.s64 	%rd85, %rd3, %rd84;
+	ld.global.u64 	%rd86, [%rd85];
+	cvta.to.global.u64 	%rd127, %rd86;
 
 $L__BB47_21:
-	mov.u32 	%r92, 0;
+	add.s64 	%rd88, %rd127, %rd64;
+	ld.global.u64 	%rd89, [%rd88];
+	add.s64 	%rd128, %rd89, %rd128;
+	add.s32 	%r41, %r41, 1;
+	setp.lt.u32 	%p14, %r41, %r18;
+	@%p14 bra 	$L__BB47_19;
 
 $L__BB47_22:
-	mov.u64 	%rd30, %rd308;
-	mov.u64 	%rd29, %rd307;
-	setp.eq.s32 	%p15, %r92, %r47;
-	mov.u64 	%rd306, %rd151;
-	@%p15 bra 	$L__BB47_24;
+	setp.ne.s32 	%p15, %r19, 1;
+	@%p15 bra 	$L__BB47_26;
 
-	mul.wide.u32 	%rd169, %r92, 8;
-	add.s64 	%rd170, %rd2, %rd169;
-	ld.global.u64 	%rd306, [%rd170];
+	and.b64  	%rd90, %rd128, -4294967296;
+	setp.eq.s64 	%p16, %rd90, 0;
+	@%p16 bra 	$L__BB47_25;
 
-$L__BB47_24:
-	shl.b64 	%rd171, %rd303, 3;
-	add.s64 	%rd172, %rd306, %rd171;
-	ld.v2.u64 	{%rd308, %rd307}, [%rd172];
-	setp.eq.s32 	%p16, %r92, 0;
-	@%p16 bra 	$L__BB47_30;
+	div.s64 	%rd128, %rd128, %rd6;
+	bra.uni 	$L__BB47_26;
 
-	setp.eq.s32 	%p17, %r49, 3;
-	@%p17 bra 	$L__BB47_28;
+$L__BB47_25:
+	cvt.u32.u64 	%r28, %rd6;
+	cvt.u32.u64 	%r29, %rd128;
+	div.u32 	%r30, %r29, %r28;
+	cvt.u64.u32 	%rd128, %r30;
 
-	setp.ne.s32 	%p18, %r49, 4;
-	@%p18 bra 	$L__BB47_29;
+$L__BB47_26:
+	add.s64 	%rd92, %rd2, %rd64;
+	st.global.u64 	[%rd92], %rd128;
+	add.s64 	%rd119, %rd119, %rd4;
+	setp.lt.u64 	%p17, %rd119, %rd56;
+	@%p17 bra 	$L__BB47_2;
+	bra.uni 	$L__BB47_53;
 
-	mul.lo.s64 	%rd308, %rd30, %rd308;
-	mul.lo.s64 	%rd307, %rd29, %rd307;
-	bra.uni 	$L__BB47_30;
+$L__BB47_27:
+	shl.b64 	%rd93, %rd119, 3;
+	add.s64 	%rd31, %rd1, %rd93;
+	ld.global.u64 	%rd140, [%rd31];
+	setp.lt.u32 	%p18, %r18, 2;
+	@%p18 bra 	$L__BB47_48;
 
-$L__BB47_28:
-	max.s64 	%rd308, %rd30, %rd308;
-	max.s64 	%rd307, %rd29, %rd307;
-	bra.uni 	$L__BB47_30;
+	setp.eq.s32 	%p19, %r19, 2;
+	@%p19 bra 	$L__BB47_40;
 
-$L__BB47_29:
-	add.s64 	%rd308, %rd30, %rd308;
-	add.s64 	%rd307, %rd29, %rd307;
+	setp.eq.s32 	%p20, %r19, 3;
+	@%p20 bra 	$L__BB47_36;
 
-$L__BB47_30:
-	add.s32 	%r92, %r92, 1;
-	setp.lt.u32 	%p19, %r92, %r48;
-	@%p19 bra 	$L__BB47_22;
+	setp.ne.s32 	%p21, %r19, 4;
+	@%p21 bra 	$L__BB47_44;
+
+	mov.u32 	%r42, 1;
+	mov.u64 	%rd131, %rd3;
+
+$L__BB47_32:
+	.pragma "nounroll";
+	setp.eq.s32 	%p22, %r42, 0;
+	@%p22 bra 	$L__BB47_34;
+
+	ld.global.u64 	%rd94, [%rd131+8];
+	cvta.to.global.u64 	%rd95, %rd94;
+	add.s64 	%rd133, %rd95, %rd93;
+	bra.uni 	$L__BB47_35;
+
+$L__BB47_34:
+	mov.u64 	%rd133, %rd31;
 
 $L__BB47_35:
-	setp.ne.s32 	%p27, %r49, 1;
-	mov.u64 	%rd315, %rd307;
-	mov.u64 	%rd316, %rd308;
-	@%p27 bra 	$L__BB47_42;
+	add.s64 	%rd131, %rd131, 8;
+	ld.global.u64 	%rd97, [%rd133];
+	mul.lo.s64 	%rd140, %rd97, %rd140;
+	add.s32 	%r42, %r42, 1;
+	setp.lt.u32 	%p23, %r42, %r18;
+	@%p23 bra 	$L__BB47_32;
+	bra.uni 	$L__BB47_48;
 
-	and.b64  	%rd183, %rd308, -4294967296;
-	setp.eq.s64 	%p28, %rd183, 0;
-	@%p28 bra 	$L__BB47_38;
+$L__BB47_36:
+	mov.u32 	%r43, 1;
 
-	div.s64 	%rd316, %rd308, %rd24;
-	bra.uni 	$L__BB47_39;
+$L__BB47_37:
+	.pragma "nounroll";
+	setp.eq.s32 	%p24, %r43, 0;
+	mov.u64 	%rd135, %rd31;
+	@%p24 bra 	$L__BB47_39;
 
-$L__BB47_38:
-	cvt.u32.u64 	%r62, %rd24;
-	cvt.u32.u64 	%r63, %rd308;
-	div.u32 	%r64, %r63, %r62;
-	cvt.u64.u32 	%rd316, %r64;
+	mul.wide.u32 	%rd98, %r43, 8;
+	add.s64 	%rd99, %rd3, %rd98;
+	ld.global.u64 	%rd100, [%rd99];
+	cvta.to.global.u64 	%rd101, %rd100;
+	add.s64 	%rd135, %rd101, %rd93;
 
 $L__BB47_39:
-	and.b64  	%rd184, %rd307, -4294967296;
-	setp.eq.s64 	%p29, %rd184, 0;
-	@%p29 bra 	$L__BB47_41;
+	ld.global.u64 	%rd103, [%rd135];
+	max.s64 	%rd140, %rd103, %rd140;
+	add.s32 	%r43, %r43, 1;
+	setp.lt.u32 	%p25, %r43, %r18;
+	@%p25 bra 	$L__BB47_37;
+	bra.uni 	$L__BB47_48;
 
-	div.s64 	%rd315, %rd307, %rd24;
-	bra.uni 	$L__BB47_42;
+$L__BB47_40:
+	mov.u32 	%r44, 1;
 
 $L__BB47_41:
-	cvt.u32.u64 	%r65, %rd24;
-	cvt.u32.u64 	%r66, %rd307;
-	div.u32 	%r67, %r66, %r65;
-	cvt.u64.u32 	%rd315, %r67;
+	.pragma "nounroll";
+	setp.eq.s32 	%p26, %r44, 0;
+	mov.u64 	%rd137, %rd31;
+	@%p26 bra 	$L__BB47_43;
 
-$L__BB47_42:
-	shl.b64 	%rd185, %rd303, 3;
-	add.s64 	%rd186, %rd1, %rd185;
-	st.global.v2.u64 	[%rd186], {%rd316, %rd315};
-	add.s64 	%rd303, %rd303, %rd25;
-	setp.lt.u64 	%p30, %rd303, %rd317;
-	@%p30 bra 	$L__BB47_19;
+	mul.wide.u32 	%rd104, %r44, 8;
+	add.s64 	%rd105, %rd3, %rd104;
+	ld.global.u64 	%rd106, [%rd105];
+	cvta.to.global.u64 	%rd107, %rd106;
+	add.s64 	%rd137, %rd107, %rd93;
 
 $L__BB47_43:
-	add.s64 	%rd318, %rd317, %rd4;
-	setp.ge.u64 	%p31, %rd318, %rd152;
-	@%p31 bra 	$L__BB47_129;
+	ld.global.u64 	%rd109, [%rd137];
+	min.s64 	%rd140, %rd109, %rd140;
+	add.s32 	%r44, %r44, 1;
+	setp.lt.u32 	%p27, %r44, %r18;
+	@%p27 bra 	$L__BB47_41;
+	bra.uni 	$L__BB47_48;
 
-	setp.eq.s32 	%p32, %r47, 0;
-	cvt.u64.u32 	%rd61, %r48;
-	add.s32 	%r16, %r48, -2;
-	add.s32 	%r68, %r48, -1;
-	and.b32  	%r17, %r68, 3;
-	sub.s32 	%r18, %r68, %r17;
-	@%p32 bra 	$L__BB47_87;
+$L__BB47_44:
+	mov.u32 	%r45, 1;
 
 $L__BB47_45:
-	ld.global.u64 	%rd187, [%rd2];
-	shl.b64 	%rd188, %rd318, 3;
-	add.s64 	%rd189, %rd187, %rd188;
-	ld.u64 	%rd335, [%rd189];
-	setp.lt.u32 	%p33, %r48, 2;
-	@%p33 bra 	$L__BB47_82;
+	.pragma "nounroll";
+	setp.eq.s32 	%p28, %r45, 0;
+	mov.u64 	%rd139, %rd31;
+	@%p28 bra 	$L__BB47_47;
 
-	setp.eq.s32 	%p34, %r49, 2;
-	@%p34 bra 	$L__BB47_57;
+	mul.wide.u32 	%rd110, %r45, 8;
+	add.s64 	%rd111, %rd3, %rd110;
+	ld.global.u64 	%rd112, [%rd111];
+	cvta.to.global.u64 	%rd113, %rd112;
+	add.s64 	%rd139, %rd113, %rd93;
 
-	setp.eq.s32 	%p35, %r49, 3;
-	@%p35 bra 	$L__BB47_53;
+$L__BB47_47:
+	ld.global.u64 	%rd115, [%rd139];
+	add.s64 	%rd140, %rd115, %rd140;
+	add.s32 	%r45, %r45, 1;
+	setp.lt.u32 	%p29, %r45, %r18;
+	@%p29 bra 	$L__BB47_45;
 
-	setp.ne.s32 	%p36, %r49, 4;
-	@%p36 bra 	$L__BB47_78;
+$L__BB47_48:
+	setp.ne.s32 	%p30, %r19, 1;
+	@%p30 bra 	$L__BB47_52;
 
-	mov.u32 	%r94, 1;
+	and.b64  	%rd116, %rd140, -4294967296;
+	setp.eq.s64 	%p31, %rd116, 0;
+	@%p31 bra 	$L__BB47_51;
 
-$L__BB47_50:
-	setp.eq.s32 	%p37, %r94, %r47;
-	mov.u64 	%rd320, %rd151;
-	@%p37 bra 	$L__BB47_52;
+	div.s64 	%rd140, %rd140, %rd6;
+	bra.uni 	$L__BB47_52;
 
-	mul.wide.u32 	%rd190, %r94, 8;
-	add.s64 	%rd191, %rd2, %rd190;
-	ld.global.u64 	%rd320, [%rd191];
+$L__BB47_51:
+	cvt.u32.u64 	%r35, %rd6;
+	cvt.u32.u64 	%r36, %rd140;
+	div.u32 	%r37, %r36, %r35;
+	cvt.u64.u32 	%rd140, %r37;
 
 $L__BB47_52:
-	add.s64 	%rd193, %rd320, %rd188;
-	ld.u64 	%rd194, [%rd193];
-	mul.lo.s64 	%rd335, %rd194, %rd335;
-	add.s32 	%r94, %r94, 1;
-	setp.lt.u32 	%p38, %r94, %r48;
-	@%p38 bra 	$L__BB47_50;
-	bra.uni 	$L__BB47_82;
-
-$L__BB47_57:
-	setp.lt.u32 	%p41, %r16, 3;
-	mov.u32 	%r98, 1;
-	@%p41 bra 	$L__BB47_68;
-
-	mov.u32 	%r98, 1;
-	mov.u32 	%r97, %r18;
-
-$L__BB47_59:
-	mul.wide.u32 	%rd201, %r98, 8;
-	add.s64 	%rd73, %rd2, %rd201;
-	setp.eq.s32 	%p42, %r98, %r47;
-	mov.u64 	%rd324, %rd151;
-	@%p42 bra 	$L__BB47_61;
-
-	ld.global.u64 	%rd324, [%rd73];
-
-$L__BB47_61:
-	add.s64 	%rd203, %rd324, %rd188;
-	ld.u64 	%rd204, [%rd203];
-	min.s64 	%rd76, %rd204, %rd335;
-	add.s32 	%r73, %r98, 1;
-	setp.eq.s32 	%p43, %r73, %r47;
-	mov.u64 	%rd325, %rd151;
-	@%p43 bra 	$L__BB47_63;
-
-	ld.global.u64 	%rd325, [%rd73+8];
-
-$L__BB47_63:
-	add.s64 	%rd206, %rd325, %rd188;
-	ld.u64 	%rd207, [%rd206];
-	min.s64 	%rd79, %rd207, %rd76;
-	add.s32 	%r74, %r98, 2;
-	setp.eq.s32 	%p44, %r74, %r47;
-	mov.u64 	%rd326, %rd151;
-	@%p44 bra 	$L__BB47_65;
-
-	ld.global.u64 	%rd326, [%rd73+16];
-
-$L__BB47_65:
-	add.s64 	%rd209, %rd326, %rd188;
-	ld.u64 	%rd210, [%rd209];
-	min.s64 	%rd82, %rd210, %rd79;
-	add.s32 	%r25, %r98, 3;
-	setp.eq.s32 	%p45, %r25, %r47;
-	mov.u64 	%rd327, %rd151;
-	@%p45 bra 	$L__BB47_67;
-
-	mul.wide.u32 	%rd211, %r25, 8;
-	add.s64 	%rd212, %rd2, %rd211;
-	ld.global.u64 	%rd327, [%rd212];
-
-$L__BB47_67:
-	add.s64 	%rd214, %rd327, %rd188;
-	ld.u64 	%rd215, [%rd214];
-	min.s64 	%rd335, %rd215, %rd82;
-	add.s32 	%r98, %r98, 4;
-	add.s32 	%r97, %r97, -4;
-	setp.ne.s32 	%p46, %r97, 0;
-	@%p46 bra 	$L__BB47_59;
-
-$L__BB47_68:
-	setp.eq.s32 	%p47, %r17, 0;
-	@%p47 bra 	$L__BB47_82;
-
-	setp.eq.s32 	%p48, %r98, %r47;
-	mov.u64 	%rd330, %rd151;
-	@%p48 bra 	$L__BB47_71;
-
-	mul.wide.u32 	%rd216, %r98, 8;
-	add.s64 	%rd217, %rd2, %rd216;
-	ld.global.u64 	%rd330, [%rd217];
-
-$L__BB47_71:
-	add.s64 	%rd219, %rd330, %rd188;
-	ld.u64 	%rd220, [%rd219];
-	min.s64 	%rd335, %rd220, %rd335;
-	add.s32 	%r29, %r98, 1;
-	setp.eq.s32 	%p49, %r17, 1;
-	@%p49 bra 	$L__BB47_82;
-
-	setp.eq.s32 	%p50, %r29, %r47;
-	mov.u64 	%rd331, %rd151;
-	@%p50 bra 	$L__BB47_74;
-
-	mul.wide.u32 	%rd221, %r29, 8;
-	add.s64 	%rd222, %rd2, %rd221;
-	ld.global.u64 	%rd331, [%rd222];
-
-$L__BB47_74:
-	add.s64 	%rd224, %rd331, %rd188;
-	ld.u64 	%rd225, [%rd224];
-	min.s64 	%rd335, %rd225, %rd335;
-	add.s32 	%r30, %r98, 2;
-	setp.eq.s32 	%p51, %r17, 2;
-	@%p51 bra 	$L__BB47_82;
-
-	setp.eq.s32 	%p52, %r30, %r47;
-	mov.u64 	%rd332, %rd151;
-	@%p52 bra 	$L__BB47_77;
-
-	mul.wide.u32 	%rd226, %r30, 8;
-	add.s64 	%rd227, %rd2, %rd226;
-	ld.global.u64 	%rd332, [%rd227];
-
-$L__BB47_77:
-	add.s64 	%rd229, %rd332, %rd188;
-	ld.u64 	%rd230, [%rd229];
-	min.s64 	%rd335, %rd230, %rd335;
-	bra.uni 	$L__BB47_82;
+	add.s64 	%rd118, %rd2, %rd93;
+	st.global.u64 	[%rd118], %rd140;
+	add.s64 	%rd119, %rd119, %rd4;
+	setp.lt.u64 	%p32, %rd119, %rd56;
+	@%p32 bra 	$L__BB47_27;
 
 $L__BB47_53:
-	mov.u32 	%r95, 1;
-
-$L__BB47_54:
-	setp.eq.s32 	%p39, %r95, %r47;
-	mov.u64 	%rd322, %rd151;
-	@%p39 bra 	$L__BB47_56;
-
-	mul.wide.u32 	%rd195, %r95, 8;
-	add.s64 	%rd196, %rd2, %rd195;
-	ld.global.u64 	%rd322, [%rd196];
-
-$L__BB47_56:
-	add.s64 	%rd198, %rd322, %rd188;
-	ld.u64 	%rd199, [%rd198];
-	max.s64 	%rd335, %rd199, %rd335;
-	add.s32 	%r95, %r95, 1;
-	setp.lt.u32 	%p40, %r95, %r48;
-	@%p40 bra 	$L__BB47_54;
-	bra.uni 	$L__BB47_82;
-
-$L__BB47_78:
-	mov.u32 	%r99, 1;
-
-$L__BB47_79:
-	setp.eq.s32 	%p53, %r99, %r47;
-	mov.u64 	%rd334, %rd151;
-	@%p53 bra 	$L__BB47_81;
-
-	mul.wide.u32 	%rd231, %r99, 8;
-	add.s64 	%rd232, %rd2, %rd231;
-	ld.global.u64 	%rd334, [%rd232];
-
-$L__BB47_81:
-	add.s64 	%rd234, %rd334, %rd188;
-	ld.u64 	%rd235, [%rd234];
-	add.s64 	%rd335, %rd235, %rd335;
-	add.s32 	%r99, %r99, 1;
-	setp.lt.u32 	%p54, %r99, %r48;
-	@%p54 bra 	$L__BB47_79;
-
-$L__BB47_82:
-	setp.ne.s32 	%p55, %r49, 1;
-	@%p55 bra 	$L__BB47_86;
-
-	and.b64  	%rd236, %rd335, -4294967296;
-	setp.eq.s64 	%p56, %rd236, 0;
-	@%p56 bra 	$L__BB47_85;
-
-	div.s64 	%rd335, %rd335, %rd61;
-	bra.uni 	$L__BB47_86;
-
-$L__BB47_85:
-	cvt.u32.u64 	%r76, %rd61;
-	cvt.u32.u64 	%r77, %rd335;
-	div.u32 	%r78, %r77, %r76;
-	cvt.u64.u32 	%rd335, %r78;
-
-$L__BB47_86:
-	add.s64 	%rd238, %rd1, %rd188;
-	st.global.u64 	[%rd238], %rd335;
-	add.s64 	%rd318, %rd318, %rd3;
-	setp.lt.u64 	%p57, %rd318, %rd152;
-	@%p57 bra 	$L__BB47_45;
-	bra.uni 	$L__BB47_129;
-
-$L__BB47_87:
-	cvta.to.global.u64 	%rd106, %rd151;
-
-$L__BB47_88:
-	shl.b64 	%rd239, %rd318, 3;
-	add.s64 	%rd240, %rd106, %rd239;
-	ld.global.u64 	%rd354, [%rd240];
-	setp.lt.u32 	%p58, %r48, 2;
-	@%p58 bra 	$L__BB47_124;
-
-	add.s64 	%rd351, %rd151, %rd239;
-	setp.eq.s32 	%p59, %r49, 2;
-	@%p59 bra 	$L__BB47_101;
-
-	setp.eq.s32 	%p60, %r49, 3;
-	@%p60 bra 	$L__BB47_97;
-
-	setp.ne.s32 	%p61, %r49, 4;
-	@%p61 bra 	$L__BB47_120;
-
-	mov.u32 	%r100, 1;
-	mov.u64 	%rd338, %rd2;
-
-$L__BB47_93:
-	setp.eq.s32 	%p62, %r100, 0;
-	@%p62 bra 	$L__BB47_95;
-
-	ld.global.u64 	%rd242, [%rd338+8];
-	add.s64 	%rd340, %rd242, %rd239;
-	bra.uni 	$L__BB47_96;
-
-$L__BB47_95:
-	mov.u64 	%rd340, %rd351;
-
-$L__BB47_96:
-	add.s64 	%rd338, %rd338, 8;
-	ld.u64 	%rd244, [%rd340];
-	mul.lo.s64 	%rd354, %rd244, %rd354;
-	add.s32 	%r100, %r100, 1;
-	setp.lt.u32 	%p63, %r100, %r48;
-	@%p63 bra 	$L__BB47_93;
-	bra.uni 	$L__BB47_124;
-
-$L__BB47_101:
-	setp.lt.u32 	%p66, %r16, 3;
-	mov.u32 	%r104, 1;
-	@%p66 bra 	$L__BB47_110;
-
-	mov.u32 	%r104, 1;
-	mov.u32 	%r103, %r18;
-
-$L__BB47_103:
-	mul.wide.u32 	%rd251, %r104, 8;
-	add.s64 	%rd121, %rd2, %rd251;
-	setp.eq.s32 	%p67, %r104, 0;
-	mov.u64 	%rd344, %rd351;
-	@%p67 bra 	$L__BB47_105;
-
-	ld.global.u64 	%rd252, [%rd121];
-	add.s64 	%rd344, %rd252, %rd239;
-
-$L__BB47_105:
-	ld.u64 	%rd254, [%rd344];
-	min.s64 	%rd255, %rd254, %rd354;
-	ld.global.u64 	%rd256, [%rd121+8];
-	add.s64 	%rd258, %rd256, %rd239;
-	ld.u64 	%rd259, [%rd258];
-	min.s64 	%rd124, %rd259, %rd255;
-	setp.eq.s32 	%p68, %r104, -2;
-	mov.u64 	%rd345, %rd351;
-	@%p68 bra 	$L__BB47_107;
-
-	ld.global.u64 	%rd260, [%rd121+16];
-	add.s64 	%rd345, %rd260, %rd239;
-
-$L__BB47_107:
-	ld.u64 	%rd262, [%rd345];
-	min.s64 	%rd127, %rd262, %rd124;
-	add.s32 	%r39, %r104, 3;
-	setp.eq.s32 	%p69, %r39, 0;
-	mov.u64 	%rd346, %rd351;
-	@%p69 bra 	$L__BB47_109;
-
-	mul.wide.u32 	%rd263, %r39, 8;
-	add.s64 	%rd264, %rd2, %rd263;
-	ld.global.u64 	%rd265, [%rd264];
-	add.s64 	%rd346, %rd265, %rd239;
-
-$L__BB47_109:
-	ld.u64 	%rd267, [%rd346];
-	min.s64 	%rd354, %rd267, %rd127;
-	add.s32 	%r104, %r104, 4;
-	add.s32 	%r103, %r103, -4;
-	setp.ne.s32 	%p70, %r103, 0;
-	@%p70 bra 	$L__BB47_103;
-
-$L__BB47_110:
-	setp.eq.s32 	%p71, %r17, 0;
-	@%p71 bra 	$L__BB47_124;
-
-	setp.eq.s32 	%p72, %r104, 0;
-	mov.u64 	%rd349, %rd351;
-	@%p72 bra 	$L__BB47_113;
-
-	mul.wide.u32 	%rd268, %r104, 8;
-	add.s64 	%rd269, %rd2, %rd268;
-	ld.global.u64 	%rd270, [%rd269];
-	add.s64 	%rd349, %rd270, %rd239;
-
-$L__BB47_113:
-	ld.u64 	%rd272, [%rd349];
-	min.s64 	%rd354, %rd272, %rd354;
-	add.s32 	%r43, %r104, 1;
-	setp.eq.s32 	%p73, %r17, 1;
-	@%p73 bra 	$L__BB47_124;
-
-	setp.eq.s32 	%p74, %r43, 0;
-	mov.u64 	%rd350, %rd351;
-	@%p74 bra 	$L__BB47_116;
-
-	mul.wide.u32 	%rd273, %r43, 8;
-	add.s64 	%rd274, %rd2, %rd273;
-	ld.global.u64 	%rd275, [%rd274];
-	add.s64 	%rd350, %rd275, %rd239;
-
-$L__BB47_116:
-	ld.u64 	%rd277, [%rd350];
-	min.s64 	%rd354, %rd277, %rd354;
-	add.s32 	%r44, %r104, 2;
-	setp.eq.s32 	%p75, %r17, 2;
-	@%p75 bra 	$L__BB47_124;
-
-	setp.eq.s32 	%p76, %r44, 0;
-	@%p76 bra 	$L__BB47_119;
-
-	mul.wide.u32 	%rd278, %r44, 8;
-	add.s64 	%rd279, %rd2, %rd278;
-	ld.global.u64 	%rd280, [%rd279];
-	add.s64 	%rd351, %rd280, %rd239;
-
-$L__BB47_119:
-	ld.u64 	%rd282, [%rd351];
-	min.s64 	%rd354, %rd282, %rd354;
-	bra.uni 	$L__BB47_124;
-
-$L__BB47_97:
-	mov.u32 	%r101, 1;
-
-$L__BB47_98:
-	setp.eq.s32 	%p64, %r101, 0;
-	mov.u64 	%rd342, %rd351;
-	@%p64 bra 	$L__BB47_100;
-
-	mul.wide.u32 	%rd245, %r101, 8;
-	add.s64 	%rd246, %rd2, %rd245;
-	ld.global.u64 	%rd247, [%rd246];
-	add.s64 	%rd342, %rd247, %rd239;
-
-$L__BB47_100:
-	ld.u64 	%rd249, [%rd342];
-	max.s64 	%rd354, %rd249, %rd354;
-	add.s32 	%r101, %r101, 1;
-	setp.lt.u32 	%p65, %r101, %r48;
-	@%p65 bra 	$L__BB47_98;
-	bra.uni 	$L__BB47_124;
-
-$L__BB47_120:
-	mov.u32 	%r105, 1;
-
-$L__BB47_121:
-	setp.eq.s32 	%p77, %r105, 0;
-	mov.u64 	%rd353, %rd351;
-	@%p77 bra 	$L__BB47_123;
-
-	mul.wide.u32 	%rd283, %r105, 8;
-	add.s64 	%rd284, %rd2, %rd283;
-	ld.global.u64 	%rd285, [%rd284];
-	add.s64 	%rd353, %rd285, %rd239;
-
-$L__BB47_123:
-	ld.u64 	%rd287, [%rd353];
-	add.s64 	%rd354, %rd287, %rd354;
-	add.s32 	%r105, %r105, 1;
-	setp.lt.u32 	%p78, %r105, %r48;
-	@%p78 bra 	$L__BB47_121;
-
-$L__BB47_124:
-	setp.ne.s32 	%p79, %r49, 1;
-	@%p79 bra 	$L__BB47_128;
-
-	and.b64  	%rd288, %rd354, -4294967296;
-	setp.eq.s64 	%p80, %rd288, 0;
-	@%p80 bra 	$L__BB47_127;
-
-	div.s64 	%rd354, %rd354, %rd61;
-	bra.uni 	$L__BB47_128;
-
-$L__BB47_127:
-	cvt.u32.u64 	%r84, %rd61;
-	cvt.u32.u64 	%r85, %rd354;
-	div.u32 	%r86, %r85, %r84;
-	cvt.u64.u32 	%rd354, %r86;
-
-$L__BB47_128:
-	add.s64 	%rd290, %rd1, %rd239;
-	st.global.u64 	[%rd290], %rd354;
-	add.s64 	%rd318, %rd318, %rd3;
-	setp.lt.u64 	%p81, %rd318, %rd152;
-	@%p81 bra 	$L__BB47_88;
-
-$L__BB47_129:
 	ret;
 
 }
@@ -16840,880 +13426,278 @@ $L__BB54_83:
 	.param .u32 smcuda_reduce_part_u8_param_6
 )
 {
-	.reg .pred 	%p<74>;
-	.reg .b32 	%r<645>;
-	.reg .b64 	%rd<201>;
+	.reg .pred 	%p<31>;
+	.reg .b32 	%r<84>;
+	.reg .b64 	%rd<81>;
 
 
-	ld.param.u64 	%rd83, [smcuda_reduce_part_u8_param_0];
-	ld.param.u64 	%rd81, [smcuda_reduce_part_u8_param_1];
-	ld.param.u64 	%rd84, [smcuda_reduce_part_u8_param_2];
-	ld.param.u32 	%r298, [smcuda_reduce_part_u8_param_3];
-	ld.param.u32 	%r299, [smcuda_reduce_part_u8_param_4];
-	ld.param.u64 	%rd82, [smcuda_reduce_part_u8_param_5];
-	ld.param.u32 	%r300, [smcuda_reduce_part_u8_param_6];
-	cvta.to.global.u64 	%rd1, %rd83;
-	cvta.to.global.u64 	%rd2, %rd84;
-	mov.u32 	%r301, %nctaid.x;
-	mov.u32 	%r302, %ntid.x;
-	mul.wide.u32 	%rd3, %r301, %r302;
-	mov.u32 	%r303, %ctaid.x;
-	mul.wide.u32 	%rd85, %r303, %r302;
-	mov.u32 	%r304, %tid.x;
-	cvt.u64.u32 	%rd86, %r304;
-	add.s64 	%rd4, %rd85, %rd86;
-	or.b64  	%rd166, %rd81, %rd83;
-	setp.eq.s32 	%p1, %r299, 0;
-	@%p1 bra 	$L__BB55_17;
+	ld.param.u64 	%rd30, [smcuda_reduce_part_u8_param_0];
+	ld.param.u64 	%rd31, [smcuda_reduce_part_u8_param_1];
+	ld.param.u64 	%rd32, [smcuda_reduce_part_u8_param_2];
+	ld.param.u32 	%r41, [smcuda_reduce_part_u8_param_3];
+	ld.param.u32 	%r42, [smcuda_reduce_part_u8_param_4];
+	ld.param.u64 	%rd29, [smcuda_reduce_part_u8_param_5];
+	ld.param.u32 	%r43, [smcuda_reduce_part_u8_param_6];
+	cvta.to.global.u64 	%rd1, %rd31;
+	cvta.to.global.u64 	%rd2, %rd30;
+	cvta.to.global.u64 	%rd3, %rd32;
+	mov.u32 	%r44, %nctaid.x;
+	mov.u32 	%r45, %ntid.x;
+	mul.wide.u32 	%rd4, %r44, %r45;
+	mov.u32 	%r46, %ctaid.x;
+	mul.wide.u32 	%rd33, %r46, %r45;
+	mov.u32 	%r47, %tid.x;
+	cvt.u64.u32 	%rd34, %r47;
+	add.s64 	%rd70, %rd33, %rd34;
+	setp.ge.u64 	%p1, %rd70, %rd29;
+	@%p1 bra 	$L__BB55_49;
 
-	ld.param.u64 	%rd161, [smcuda_reduce_part_u8_param_0];
-	ld.param.u64 	%rd160, [smcuda_reduce_part_u8_param_1];
-	or.b64  	%rd166, %rd160, %rd161;
-	add.s32 	%r306, %r299, -1;
-	setp.lt.u32 	%p2, %r306, 3;
-	mov.u32 	%r512, 0;
-	@%p2 bra 	$L__BB55_12;
+	setp.eq.s32 	%p2, %r41, 0;
+	@%p2 bra 	$L__BB55_25;
 
-	and.b32  	%r507, %r299, 3;
-	ld.param.u64 	%rd164, [smcuda_reduce_part_u8_param_0];
-	ld.param.u64 	%rd163, [smcuda_reduce_part_u8_param_1];
-	or.b64  	%rd166, %rd163, %rd164;
-	sub.s32 	%r511, %r299, %r507;
-	mov.u32 	%r512, 0;
+$L__BB55_2:
+	ld.global.u64 	%rd35, [%rd3];
+	cvta.to.global.u64 	%rd36, %rd35;
+	add.s64 	%rd37, %rd36, %rd70;
+	ld.global.u8 	%r72, [%rd37];
+	setp.lt.u32 	%p3, %r42, 2;
+	@%p3 bra 	$L__BB55_22;
 
-$L__BB55_3:
-	mul.wide.u32 	%rd88, %r512, 8;
-	add.s64 	%rd7, %rd2, %rd88;
-	setp.eq.s32 	%p3, %r512, %r298;
-	@%p3 bra 	$L__BB55_5;
+	setp.eq.s32 	%p4, %r43, 2;
+	@%p4 bra 	$L__BB55_14;
 
-	ld.global.u64 	%rd89, [%rd7];
-	or.b64  	%rd166, %rd89, %rd166;
+	setp.eq.s32 	%p5, %r43, 3;
+	@%p5 bra 	$L__BB55_10;
 
-$L__BB55_5:
-	add.s32 	%r308, %r512, 1;
-	setp.eq.s32 	%p4, %r308, %r298;
-	@%p4 bra 	$L__BB55_7;
+	setp.ne.s32 	%p6, %r43, 4;
+	@%p6 bra 	$L__BB55_18;
 
-	ld.global.u64 	%rd90, [%rd7+8];
-	or.b64  	%rd166, %rd90, %rd166;
+	mov.u32 	%r64, 1;
 
 $L__BB55_7:
-	add.s32 	%r309, %r512, 2;
-	setp.eq.s32 	%p5, %r309, %r298;
-	@%p5 bra 	$L__BB55_9;
+	.pragma "nounroll";
+	setp.eq.s32 	%p7, %r64, %r41;
+	mov.u64 	%rd71, %rd1;
+	@%p7 bra 	$L__BB55_9;
 
-	ld.global.u64 	%rd91, [%rd7+16];
-	or.b64  	%rd166, %rd91, %rd166;
+	mul.wide.u32 	%rd38, %r64, 8;
+	add.s64 	%rd39, %rd3, %rd38;
+	ld.global.u64 	%rd40, [%rd39];
+	cvta.to.global.u64 	%rd71, %rd40;
 
 $L__BB55_9:
-	add.s32 	%r310, %r512, 3;
-	setp.eq.s32 	%p6, %r310, %r298;
-	@%p6 bra 	$L__BB55_11;
-
-	ld.global.u64 	%rd92, [%rd7+24];
-	or.b64  	%rd166, %rd92, %rd166;
-
-$L__BB55_11:
-	add.s32 	%r512, %r512, 4;
-	add.s32 	%r511, %r511, -4;
-	setp.ne.s32 	%p7, %r511, 0;
-	@%p7 bra 	$L__BB55_3;
-
-$L__BB55_12:
-	and.b32  	%r508, %r299, 3;
-	setp.eq.s32 	%p8, %r508, 0;
-	@%p8 bra 	$L__BB55_17;
-
-	and.b32  	%r514, %r299, 3;
-
-$L__BB55_14:
-	.pragma "nounroll";
-	setp.eq.s32 	%p9, %r512, %r298;
-	@%p9 bra 	$L__BB55_16;
-
-	mul.wide.u32 	%rd93, %r512, 8;
-	add.s64 	%rd94, %rd2, %rd93;
-	ld.global.u64 	%rd95, [%rd94];
-	or.b64  	%rd166, %rd95, %rd166;
-
-$L__BB55_16:
-	add.s32 	%r512, %r512, 1;
-	add.s32 	%r514, %r514, -1;
-	setp.ne.s32 	%p10, %r514, 0;
-	@%p10 bra 	$L__BB55_14;
-
-$L__BB55_17:
-	and.b64  	%rd97, %rd166, 15;
-	setp.ne.s64 	%p11, %rd97, 0;
-	mov.u64 	%rd178, 0;
-	@%p11 bra 	$L__BB55_44;
-
-	and.b64  	%rd178, %rd82, -16;
-	shl.b64 	%rd175, %rd4, 4;
-	setp.ge.u64 	%p12, %rd175, %rd178;
-	@%p12 bra 	$L__BB55_44;
-
-	shl.b64 	%rd24, %rd3, 4;
-
-$L__BB55_20:
-	@%p1 bra 	$L__BB55_40;
-
-	setp.eq.s32 	%p14, %r300, 2;
-	@%p14 bra 	$L__BB55_33;
+	add.s64 	%rd41, %rd71, %rd70;
+	ld.global.u8 	%r49, [%rd41];
+	mul.lo.s32 	%r72, %r72, %r49;
+	add.s32 	%r64, %r64, 1;
+	setp.lt.u32 	%p8, %r64, %r42;
+	@%p8 bra 	$L__BB55_7;
 	bra.uni 	$L__BB55_22;
 
-$L__BB55_33:
-	mov.u32 	%r580, 0;
+$L__BB55_10:
+	mov.u32 	%r66, 1;
 
-$L__BB55_34:
-	setp.eq.s32 	%p20, %r580, %r298;
-	mov.u64 	%rd177, %rd81;
-	@%p20 bra 	$L__BB55_36;
+$L__BB55_11:
+	.pragma "nounroll";
+	setp.eq.s32 	%p9, %r66, %r41;
+	mov.u64 	%rd72, %rd1;
+	@%p9 bra 	$L__BB55_13;
 
-	mul.wide.u32 	%rd101, %r580, 8;
-	add.s64 	%rd102, %rd2, %rd101;
-	ld.global.u64 	%rd177, [%rd102];
+	mul.wide.u32 	%rd42, %r66, 8;
+	add.s64 	%rd43, %rd3, %rd42;
+	ld.global.u64 	%rd44, [%rd43];
+	cvta.to.global.u64 	%rd72, %rd44;
 
-$L__BB55_36:
-	add.s64 	%rd103, %rd177, %rd175;
-	ld.v4.u32 	{%r398, %r399, %r400, %r401}, [%rd103];
-	and.b32  	%r151, %r398, 255;
-	setp.eq.s32 	%p21, %r580, 0;
-	@%p21 bra 	$L__BB55_38;
+$L__BB55_13:
+	add.s64 	%rd45, %rd72, %rd70;
+	ld.global.u8 	%r51, [%rd45];
+	max.u32 	%r72, %r72, %r51;
+	add.s32 	%r66, %r66, 1;
+	setp.lt.u32 	%p10, %r66, %r42;
+	@%p10 bra 	$L__BB55_11;
+	bra.uni 	$L__BB55_22;
 
-	min.u32 	%r563, %r563, %r151;
-	shr.u32 	%r402, %r398, 8;
-	and.b32  	%r403, %r402, 255;
-	min.u32 	%r562, %r562, %r403;
-	shr.u32 	%r404, %r398, 16;
-	and.b32  	%r405, %r404, 255;
-	min.u32 	%r561, %r561, %r405;
-	shr.u32 	%r406, %r398, 24;
-	min.u32 	%r560, %r560, %r406;
-	and.b32  	%r407, %r399, 255;
-	min.u32 	%r559, %r559, %r407;
-	shr.u32 	%r408, %r399, 8;
-	and.b32  	%r409, %r408, 255;
-	min.u32 	%r558, %r558, %r409;
-	shr.u32 	%r410, %r399, 16;
-	and.b32  	%r411, %r410, 255;
-	min.u32 	%r557, %r557, %r411;
-	shr.u32 	%r412, %r399, 24;
-	min.u32 	%r556, %r556, %r412;
-	and.b32  	%r413, %r400, 255;
-	min.u32 	%r555, %r555, %r413;
-	shr.u32 	%r414, %r400, 8;
-	and.b32  	%r415, %r414, 255;
-	min.u32 	%r554, %r554, %r415;
-	shr.u32 	%r416, %r400, 16;
-	and.b32  	%r417, %r416, 255;
-	min.u32 	%r553, %r553, %r417;
-	shr.u32 	%r418, %r400, 24;
-	min.u32 	%r552, %r552, %r418;
-	and.b32  	%r419, %r401, 255;
-	min.u32 	%r551, %r551, %r419;
-	shr.u32 	%r420, %r401, 8;
-	and.b32  	%r421, %r420, 255;
-	min.u32 	%r550, %r550, %r421;
-	shr.u32 	%r422, %r401, 16;
-	and.b32  	%r423, %r422, 255;
-	min.u32 	%r549, %r549, %r423;
-	shr.u32 	%r424, %r401, 24;
-	min.u32 	%r548, %r548, %r424;
-	bra.uni 	$L__BB55_39;
+$L__BB55_14:
+	mov.u32 	%r68, 1;
 
-$L__BB55_38:
-	shr.u32 	%r425, %r398, 8;
-	and.b32  	%r562, %r425, 255;
-	shr.u32 	%r426, %r398, 16;
-	and.b32  	%r561, %r426, 255;
-	shr.u32 	%r560, %r398, 24;
-	and.b32  	%r559, %r399, 255;
-	shr.u32 	%r427, %r399, 8;
-	and.b32  	%r558, %r427, 255;
-	shr.u32 	%r428, %r399, 16;
-	and.b32  	%r557, %r428, 255;
-	shr.u32 	%r556, %r399, 24;
-	and.b32  	%r555, %r400, 255;
-	shr.u32 	%r429, %r400, 8;
-	and.b32  	%r554, %r429, 255;
-	shr.u32 	%r430, %r400, 16;
-	and.b32  	%r553, %r430, 255;
-	shr.u32 	%r552, %r400, 24;
-	and.b32  	%r551, %r401, 255;
-	shr.u32 	%r431, %r401, 8;
-	and.b32  	%r550, %r431, 255;
-	shr.u32 	%r432, %r401, 16;
-	and.b32  	%r549, %r432, 255;
-	shr.u32 	%r548, %r401, 24;
-	mov.u32 	%r563, %r151;
+$L__BB55_15:
+	.pragma "nounroll";
+	setp.eq.s32 	%p11, %r68, %r41;
+	mov.u64 	%rd73, %rd1;
+	@%p11 bra 	$L__BB55_17;
 
-$L__BB55_39:
-	add.s32 	%r580, %r580, 1;
-	setp.lt.u32 	%p22, %r580, %r299;
-	@%p22 bra 	$L__BB55_34;
-	bra.uni 	$L__BB55_40;
+	mul.wide.u32 	%rd46, %r68, 8;
+	add.s64 	%rd47, %rd3, %rd46;
+	ld.global.u64 	%rd48, [%rd47];
+	cvta.to.global.u64 	%rd73, %rd48;
+
+$L__BB55_17:
+	add.s64 	%rd49, %rd73, %rd70;
+	ld.global.u8 	%r53, [%rd49];
+	min.u32 	%r72, %r72, %r53;
+	add.s32 	%r68, %r68, 1;
+	setp.lt.u32 	%p12, %r68, %r42;
+	@%p12 bra 	$L__BB55_15;
+	bra.uni 	$L__BB55_22;
+
+$L__BB55_18:
+	mov.u32 	%r70, 1;
+
+$L__BB55_19:
+	.pragma "nounroll";
+	setp.eq.s32 	%p13, %r70, %r41;
+	mov.u64 	%rd74, %rd1;
+	@%p13 bra 	$L__BB55_21;
+
+	mul.wide.u32 	%rd50, %r70, 8;
+	add.s64 	%rd51, %rd3, %rd50;
+	ld.global.u64 	%rd52, [%rd51];
+	cvta.to.global.u64 	%rd74, %rd52;
+
+$L__BB55_21:
+	add.s64 	%rd53, %rd74, %rd70;
+	ld.global.u8 	%r55, [%rd53];
+	add.s32 	%r72, %r72, %r55;
+	add.s32 	%r70, %r70, 1;
+	setp.lt.u32 	%p14, %r70, %r42;
+	@%p14 bra 	$L__BB55_19;
 
 $L__BB55_22:
-	mov.u32 	%r547, 0;
+	setp.ne.s32 	%p15, %r43, 1;
+	@%p15 bra 	$L__BB55_24;
 
-$L__BB55_23:
-	setp.eq.s32 	%p15, %r547, %r298;
-	mov.u64 	%rd176, %rd81;
-	@%p15 bra 	$L__BB55_25;
+	div.u32 	%r72, %r72, %r42;
 
-	mul.wide.u32 	%rd98, %r547, 8;
-	add.s64 	%rd99, %rd2, %rd98;
-	ld.global.u64 	%rd176, [%rd99];
+$L__BB55_24:
+	add.s64 	%rd54, %rd2, %rd70;
+	st.global.u8 	[%rd54], %r72;
+	add.s64 	%rd70, %rd70, %rd4;
+	setp.lt.u64 	%p16, %rd70, %rd29;
+	@%p16 bra 	$L__BB55_2;
+	bra.uni 	$L__BB55_49;
 
 $L__BB55_25:
-	add.s64 	%rd100, %rd176, %rd175;
-	ld.v4.u32 	{%r313, %r314, %r315, %r316}, [%rd100];
-	setp.eq.s32 	%p16, %r547, 0;
-	@%p16 bra 	$L__BB55_31;
+	add.s64 	%rd17, %rd1, %rd70;
+	ld.global.u8 	%r82, [%rd17];
+	setp.lt.u32 	%p17, %r42, 2;
+	@%p17 bra 	$L__BB55_46;
 
-	setp.eq.s32 	%p17, %r300, 3;
-	@%p17 bra 	$L__BB55_29;
+	setp.eq.s32 	%p18, %r43, 2;
+	@%p18 bra 	$L__BB55_38;
 
-	setp.ne.s32 	%p18, %r300, 4;
-	@%p18 bra 	$L__BB55_30;
+	setp.eq.s32 	%p19, %r43, 3;
+	@%p19 bra 	$L__BB55_34;
 
-	and.b32  	%r317, %r313, 255;
-	mul.lo.s32 	%r563, %r563, %r317;
-	shr.u32 	%r318, %r313, 8;
-	and.b32  	%r319, %r318, 255;
-	mul.lo.s32 	%r562, %r562, %r319;
-	shr.u32 	%r320, %r313, 16;
-	and.b32  	%r321, %r320, 255;
-	mul.lo.s32 	%r561, %r561, %r321;
-	shr.u32 	%r322, %r313, 24;
-	mul.lo.s32 	%r560, %r560, %r322;
-	and.b32  	%r323, %r314, 255;
-	mul.lo.s32 	%r559, %r559, %r323;
-	shr.u32 	%r324, %r314, 8;
-	and.b32  	%r325, %r324, 255;
-	mul.lo.s32 	%r558, %r558, %r325;
-	shr.u32 	%r326, %r314, 16;
-	and.b32  	%r327, %r326, 255;
-	mul.lo.s32 	%r557, %r557, %r327;
-	shr.u32 	%r328, %r314, 24;
-	mul.lo.s32 	%r556, %r556, %r328;
-	and.b32  	%r329, %r315, 255;
-	mul.lo.s32 	%r555, %r555, %r329;
-	shr.u32 	%r330, %r315, 8;
-	and.b32  	%r331, %r330, 255;
-	mul.lo.s32 	%r554, %r554, %r331;
-	shr.u32 	%r332, %r315, 16;
-	and.b32  	%r333, %r332, 255;
-	mul.lo.s32 	%r553, %r553, %r333;
-	shr.u32 	%r334, %r315, 24;
-	mul.lo.s32 	%r552, %r552, %r334;
-	and.b32  	%r335, %r316, 255;
-	mul.lo.s32 	%r551, %r551, %r335;
-	shr.u32 	%r336, %r316, 8;
-	and.b32  	%r337, %r336, 255;
-	mul.lo.s32 	%r550, %r550, %r337;
-	shr.u32 	%r338, %r316, 16;
-	and.b32  	%r339, %r338, 255;
-	mul.lo.s32 	%r549, %r549, %r339;
-	shr.u32 	%r340, %r316, 24;
-	mul.lo.s32 	%r548, %r548, %r340;
-	bra.uni 	$L__BB55_32;
+	setp.ne.s32 	%p20, %r43, 4;
+	@%p20 bra 	$L__BB55_42;
 
-$L__BB55_31:
-	and.b32  	%r563, %r313, 255;
-	shr.u32 	%r389, %r313, 8;
-	and.b32  	%r562, %r389, 255;
-	shr.u32 	%r390, %r313, 16;
-	and.b32  	%r561, %r390, 255;
-	shr.u32 	%r560, %r313, 24;
-	and.b32  	%r559, %r314, 255;
-	shr.u32 	%r391, %r314, 8;
-	and.b32  	%r558, %r391, 255;
-	shr.u32 	%r392, %r314, 16;
-	and.b32  	%r557, %r392, 255;
-	shr.u32 	%r556, %r314, 24;
-	and.b32  	%r555, %r315, 255;
-	shr.u32 	%r393, %r315, 8;
-	and.b32  	%r554, %r393, 255;
-	shr.u32 	%r394, %r315, 16;
-	and.b32  	%r553, %r394, 255;
-	shr.u32 	%r552, %r315, 24;
-	and.b32  	%r551, %r316, 255;
-	shr.u32 	%r395, %r316, 8;
-	and.b32  	%r550, %r395, 255;
-	shr.u32 	%r396, %r316, 16;
-	and.b32  	%r549, %r396, 255;
-	shr.u32 	%r548, %r316, 24;
-	bra.uni 	$L__BB55_32;
-
-$L__BB55_29:
-	and.b32  	%r341, %r313, 255;
-	max.u32 	%r563, %r563, %r341;
-	shr.u32 	%r342, %r313, 8;
-	and.b32  	%r343, %r342, 255;
-	max.u32 	%r562, %r562, %r343;
-	shr.u32 	%r344, %r313, 16;
-	and.b32  	%r345, %r344, 255;
-	max.u32 	%r561, %r561, %r345;
-	shr.u32 	%r346, %r313, 24;
-	max.u32 	%r560, %r560, %r346;
-	and.b32  	%r347, %r314, 255;
-	max.u32 	%r559, %r559, %r347;
-	shr.u32 	%r348, %r314, 8;
-	and.b32  	%r349, %r348, 255;
-	max.u32 	%r558, %r558, %r349;
-	shr.u32 	%r350, %r314, 16;
-	and.b32  	%r351, %r350, 255;
-	max.u32 	%r557, %r557, %r351;
-	shr.u32 	%r352, %r314, 24;
-	max.u32 	%r556, %r556, %r352;
-	and.b32  	%r353, %r315, 255;
-	max.u32 	%r555, %r555, %r353;
-	shr.u32 	%r354, %r315, 8;
-	and.b32  	%r355, %r354, 255;
-	max.u32 	%r554, %r554, %r355;
-	shr.u32 	%r356, %r315, 16;
-	and.b32  	%r357, %r356, 255;
-	max.u32 	%r553, %r553, %r357;
-	shr.u32 	%r358, %r315, 24;
-	max.u32 	%r552, %r552, %r358;
-	and.b32  	%r359, %r316, 255;
-	max.u32 	%r551, %r551, %r359;
-	shr.u32 	%r360, %r316, 8;
-	and.b32  	%r361, %r360, 255;
-	max.u32 	%r550, %r550, %r361;
-	shr.u32 	%r362, %r316, 16;
-	and.b32  	%r363, %r362, 255;
-	max.u32 	%r549, %r549, %r363;
-	shr.u32 	%r364, %r316, 24;
-	max.u32 	%r548, %r548, %r364;
-	bra.uni 	$L__BB55_32;
+	mov.u32 	%r74, 1;
+	mov.u64 	%rd76, %rd3;
 
 $L__BB55_30:
-	and.b32  	%r365, %r313, 255;
-	add.s32 	%r563, %r563, %r365;
-	shr.u32 	%r366, %r313, 8;
-	and.b32  	%r367, %r366, 255;
-	add.s32 	%r562, %r562, %r367;
-	shr.u32 	%r368, %r313, 16;
-	and.b32  	%r369, %r368, 255;
-	add.s32 	%r561, %r561, %r369;
-	shr.u32 	%r370, %r313, 24;
-	add.s32 	%r560, %r560, %r370;
-	and.b32  	%r371, %r314, 255;
-	add.s32 	%r559, %r559, %r371;
-	shr.u32 	%r372, %r314, 8;
-	and.b32  	%r373, %r372, 255;
-	add.s32 	%r558, %r558, %r373;
-	shr.u32 	%r374, %r314, 16;
-	and.b32  	%r375, %r374, 255;
-	add.s32 	%r557, %r557, %r375;
-	shr.u32 	%r376, %r314, 24;
-	add.s32 	%r556, %r556, %r376;
-	and.b32  	%r377, %r315, 255;
-	add.s32 	%r555, %r555, %r377;
-	shr.u32 	%r378, %r315, 8;
-	and.b32  	%r379, %r378, 255;
-	add.s32 	%r554, %r554, %r379;
-	shr.u32 	%r380, %r315, 16;
-	and.b32  	%r381, %r380, 255;
-	add.s32 	%r553, %r553, %r381;
-	shr.u32 	%r382, %r315, 24;
-	add.s32 	%r552, %r552, %r382;
-	and.b32  	%r383, %r316, 255;
-	add.s32 	%r551, %r551, %r383;
-	shr.u32 	%r384, %r316, 8;
-	and.b32  	%r385, %r384, 255;
-	add.s32 	%r550, %r550, %r385;
-	shr.u32 	%r386, %r316, 16;
-	and.b32  	%r387, %r386, 255;
-	add.s32 	%r549, %r549, %r387;
-	shr.u32 	%r388, %r316, 24;
-	add.s32 	%r548, %r548, %r388;
+	.pragma "nounroll";
+	setp.eq.s32 	%p21, %r74, 0;
+	@%p21 bra 	$L__BB55_32;
+
+	ld.global.u64 	%rd55, [%rd76+8];
+	cvta.to.global.u64 	%rd56, %rd55;
+	add.s64 	%rd77, %rd56, %rd70;
+	bra.uni 	$L__BB55_33;
 
 $L__BB55_32:
-	add.s32 	%r547, %r547, 1;
-	setp.lt.u32 	%p19, %r547, %r299;
-	@%p19 bra 	$L__BB55_23;
+	mov.u64 	%rd77, %rd17;
 
-$L__BB55_40:
-	setp.eq.s32 	%p23, %r300, 1;
-	@%p23 bra 	$L__BB55_42;
-	bra.uni 	$L__BB55_41;
+$L__BB55_33:
+	add.s64 	%rd76, %rd76, 8;
+	ld.global.u8 	%r57, [%rd77];
+	mul.lo.s32 	%r82, %r82, %r57;
+	add.s32 	%r74, %r74, 1;
+	setp.lt.u32 	%p22, %r74, %r42;
+	@%p22 bra 	$L__BB55_30;
+	bra.uni 	$L__BB55_46;
 
-$L__BB55_42:
-	div.u32 	%r444, %r563, %r299;
-	div.u32 	%r445, %r562, %r299;
-	mov.u32 	%r446, 64;
-	prmt.b32 	%r447, %r444, %r445, %r446;
-	div.u32 	%r448, %r561, %r299;
-	mov.u32 	%r449, 1040;
-	prmt.b32 	%r450, %r447, %r448, %r449;
-	div.u32 	%r451, %r560, %r299;
-	mov.u32 	%r452, 16912;
-	prmt.b32 	%r616, %r450, %r451, %r452;
-	div.u32 	%r453, %r558, %r299;
-	div.u32 	%r454, %r559, %r299;
-	prmt.b32 	%r455, %r454, %r453, %r446;
-	div.u32 	%r456, %r557, %r299;
-	prmt.b32 	%r457, %r455, %r456, %r449;
-	div.u32 	%r458, %r556, %r299;
-	prmt.b32 	%r615, %r457, %r458, %r452;
-	div.u32 	%r459, %r554, %r299;
-	div.u32 	%r460, %r555, %r299;
-	prmt.b32 	%r461, %r460, %r459, %r446;
-	div.u32 	%r462, %r553, %r299;
-	prmt.b32 	%r463, %r461, %r462, %r449;
-	div.u32 	%r464, %r552, %r299;
-	prmt.b32 	%r614, %r463, %r464, %r452;
-	div.u32 	%r465, %r550, %r299;
-	div.u32 	%r466, %r551, %r299;
-	prmt.b32 	%r467, %r466, %r465, %r446;
-	div.u32 	%r468, %r549, %r299;
-	prmt.b32 	%r469, %r467, %r468, %r449;
-	div.u32 	%r470, %r548, %r299;
-	prmt.b32 	%r613, %r469, %r470, %r452;
-	bra.uni 	$L__BB55_43;
+$L__BB55_34:
+	mov.u32 	%r76, 1;
+
+$L__BB55_35:
+	.pragma "nounroll";
+	setp.eq.s32 	%p23, %r76, 0;
+	mov.u64 	%rd78, %rd17;
+	@%p23 bra 	$L__BB55_37;
+
+	mul.wide.u32 	%rd57, %r76, 8;
+	add.s64 	%rd58, %rd3, %rd57;
+	ld.global.u64 	%rd59, [%rd58];
+	cvta.to.global.u64 	%rd60, %rd59;
+	add.s64 	%rd78, %rd60, %rd70;
+
+$L__BB55_37:
+	ld.global.u8 	%r59, [%rd78];
+	max.u32 	%r82, %r82, %r59;
+	add.s32 	%r76, %r76, 1;
+	setp.lt.u32 	%p24, %r76, %r42;
+	@%p24 bra 	$L__BB55_35;
+	bra.uni 	$L__BB55_46;
+
+$L__BB55_38:
+	mov.u32 	%r78, 1;
+
+$L__BB55_39:
+	.pragma "nounroll";
+	setp.eq.s32 	%p25, %r78, 0;
+	mov.u64 	%rd79, %rd17;
+	@%p25 bra 	$L__BB55_41;
+
+	mul.wide.u32 	%rd61, %r78, 8;
+	add.s64 	%rd62, %rd3, %rd61;
+	ld.global.u64 	%rd63, [%rd62];
+	cvta.to.global.u64 	%rd64, %rd63;
+	add.s64 	%rd79, %rd64, %rd70;
 
 $L__BB55_41:
-	mov.u32 	%r433, 64;
-	prmt.b32 	%r434, %r563, %r562, %r433;
-	mov.u32 	%r435, 1040;
-	prmt.b32 	%r436, %r434, %r561, %r435;
-	mov.u32 	%r437, 16912;
-	prmt.b32 	%r616, %r436, %r560, %r437;
-	prmt.b32 	%r438, %r559, %r558, %r433;
-	prmt.b32 	%r439, %r438, %r557, %r435;
-	prmt.b32 	%r615, %r439, %r556, %r437;
-	prmt.b32 	%r440, %r555, %r554, %r433;
-	prmt.b32 	%r441, %r440, %r553, %r435;
-	prmt.b32 	%r614, %r441, %r552, %r437;
-	prmt.b32 	%r442, %r551, %r550, %r433;
-	prmt.b32 	%r443, %r442, %r549, %r435;
-	prmt.b32 	%r613, %r443, %r548, %r437;
+	ld.global.u8 	%r61, [%rd79];
+	min.u32 	%r82, %r82, %r61;
+	add.s32 	%r78, %r78, 1;
+	setp.lt.u32 	%p26, %r78, %r42;
+	@%p26 bra 	$L__BB55_39;
+	bra.uni 	$L__BB55_46;
+
+$L__BB55_42:
+	mov.u32 	%r80, 1;
 
 $L__BB55_43:
-	add.s64 	%rd104, %rd1, %rd175;
-	st.global.v4.u32 	[%rd104], {%r616, %r615, %r614, %r613};
-	add.s64 	%rd175, %rd175, %rd24;
-	setp.lt.u64 	%p24, %rd175, %rd178;
-	@%p24 bra 	$L__BB55_20;
+	.pragma "nounroll";
+	setp.eq.s32 	%p27, %r80, 0;
+	mov.u64 	%rd80, %rd17;
+	@%p27 bra 	$L__BB55_45;
 
-$L__BB55_44:
-	add.s64 	%rd179, %rd178, %rd4;
-	setp.ge.u64 	%p25, %rd179, %rd82;
-	@%p25 bra 	$L__BB55_126;
+	mul.wide.u32 	%rd65, %r80, 8;
+	add.s64 	%rd66, %rd3, %rd65;
+	ld.global.u64 	%rd67, [%rd66];
+	cvta.to.global.u64 	%rd68, %rd67;
+	add.s64 	%rd80, %rd68, %rd70;
 
-	setp.eq.s32 	%p26, %r298, 0;
-	add.s32 	%r228, %r299, -2;
-	add.s32 	%r471, %r299, -1;
-	and.b32  	%r229, %r471, 3;
-	sub.s32 	%r230, %r471, %r229;
-	@%p26 bra 	$L__BB55_86;
+$L__BB55_45:
+	ld.global.u8 	%r63, [%rd80];
+	add.s32 	%r82, %r82, %r63;
+	add.s32 	%r80, %r80, 1;
+	setp.lt.u32 	%p28, %r80, %r42;
+	@%p28 bra 	$L__BB55_43;
 
 $L__BB55_46:
-	ld.global.u64 	%rd105, [%rd2];
-	add.s64 	%rd106, %rd105, %rd179;
-	ld.u8 	%r629, [%rd106];
-	setp.lt.u32 	%p27, %r299, 2;
-	@%p27 bra 	$L__BB55_83;
-
-	setp.eq.s32 	%p28, %r300, 2;
-	@%p28 bra 	$L__BB55_58;
-
-	setp.eq.s32 	%p29, %r300, 3;
-	@%p29 bra 	$L__BB55_54;
-
-	setp.ne.s32 	%p30, %r300, 4;
-	@%p30 bra 	$L__BB55_79;
-
-	mov.u32 	%r617, 1;
-
-$L__BB55_51:
-	setp.eq.s32 	%p31, %r617, %r298;
-	mov.u64 	%rd180, %rd81;
-	@%p31 bra 	$L__BB55_53;
-
-	mul.wide.u32 	%rd107, %r617, 8;
-	add.s64 	%rd108, %rd2, %rd107;
-	ld.global.u64 	%rd180, [%rd108];
-
-$L__BB55_53:
-	add.s64 	%rd109, %rd180, %rd179;
-	ld.u8 	%r473, [%rd109];
-	mul.lo.s32 	%r629, %r629, %r473;
-	add.s32 	%r617, %r617, 1;
-	setp.lt.u32 	%p32, %r617, %r299;
-	@%p32 bra 	$L__BB55_51;
-	bra.uni 	$L__BB55_83;
-
-$L__BB55_58:
-	setp.lt.u32 	%p35, %r228, 3;
-	mov.u32 	%r625, 1;
-	@%p35 bra 	$L__BB55_69;
-
-	mov.u32 	%r625, 1;
-	mov.u32 	%r623, %r230;
-
-$L__BB55_60:
-	mul.wide.u32 	%rd113, %r625, 8;
-	add.s64 	%rd38, %rd2, %rd113;
-	setp.eq.s32 	%p36, %r625, %r298;
-	mov.u64 	%rd182, %rd81;
-	@%p36 bra 	$L__BB55_62;
-
-	ld.global.u64 	%rd182, [%rd38];
-
-$L__BB55_62:
-	add.s64 	%rd114, %rd182, %rd179;
-	ld.u8 	%r479, [%rd114];
-	min.u32 	%r243, %r629, %r479;
-	add.s32 	%r480, %r625, 1;
-	setp.eq.s32 	%p37, %r480, %r298;
-	mov.u64 	%rd183, %rd81;
-	@%p37 bra 	$L__BB55_64;
-
-	ld.global.u64 	%rd183, [%rd38+8];
-
-$L__BB55_64:
-	add.s64 	%rd115, %rd183, %rd179;
-	ld.u8 	%r481, [%rd115];
-	min.u32 	%r244, %r243, %r481;
-	add.s32 	%r482, %r625, 2;
-	setp.eq.s32 	%p38, %r482, %r298;
-	mov.u64 	%rd184, %rd81;
-	@%p38 bra 	$L__BB55_66;
-
-	ld.global.u64 	%rd184, [%rd38+16];
-
-$L__BB55_66:
-	add.s64 	%rd116, %rd184, %rd179;
-	ld.u8 	%r483, [%rd116];
-	min.u32 	%r245, %r244, %r483;
-	add.s32 	%r246, %r625, 3;
-	setp.eq.s32 	%p39, %r246, %r298;
-	mov.u64 	%rd185, %rd81;
-	@%p39 bra 	$L__BB55_68;
-
-	mul.wide.u32 	%rd117, %r246, 8;
-	add.s64 	%rd118, %rd2, %rd117;
-	ld.global.u64 	%rd185, [%rd118];
-
-$L__BB55_68:
-	add.s64 	%rd119, %rd185, %rd179;
-	ld.u8 	%r484, [%rd119];
-	min.u32 	%r629, %r245, %r484;
-	add.s32 	%r625, %r625, 4;
-	add.s32 	%r623, %r623, -4;
-	setp.ne.s32 	%p40, %r623, 0;
-	@%p40 bra 	$L__BB55_60;
-
-$L__BB55_69:
-	setp.eq.s32 	%p41, %r229, 0;
-	@%p41 bra 	$L__BB55_83;
-
-	setp.eq.s32 	%p42, %r625, %r298;
-	mov.u64 	%rd186, %rd81;
-	@%p42 bra 	$L__BB55_72;
-
-	mul.wide.u32 	%rd120, %r625, 8;
-	add.s64 	%rd121, %rd2, %rd120;
-	ld.global.u64 	%rd186, [%rd121];
-
-$L__BB55_72:
-	add.s64 	%rd122, %rd186, %rd179;
-	ld.u8 	%r485, [%rd122];
-	min.u32 	%r629, %r629, %r485;
-	add.s32 	%r254, %r625, 1;
-	setp.eq.s32 	%p43, %r229, 1;
-	@%p43 bra 	$L__BB55_83;
-
-	setp.eq.s32 	%p44, %r254, %r298;
-	mov.u64 	%rd187, %rd81;
-	@%p44 bra 	$L__BB55_75;
-
-	mul.wide.u32 	%rd123, %r254, 8;
-	add.s64 	%rd124, %rd2, %rd123;
-	ld.global.u64 	%rd187, [%rd124];
-
-$L__BB55_75:
-	add.s64 	%rd125, %rd187, %rd179;
-	ld.u8 	%r486, [%rd125];
-	min.u32 	%r629, %r629, %r486;
-	add.s32 	%r256, %r625, 2;
-	setp.eq.s32 	%p45, %r229, 2;
-	@%p45 bra 	$L__BB55_83;
-
-	setp.eq.s32 	%p46, %r256, %r298;
-	mov.u64 	%rd188, %rd81;
-	@%p46 bra 	$L__BB55_78;
-
-	mul.wide.u32 	%rd126, %r256, 8;
-	add.s64 	%rd127, %rd2, %rd126;
-	ld.global.u64 	%rd188, [%rd127];
-
-$L__BB55_78:
-	add.s64 	%rd128, %rd188, %rd179;
-	ld.u8 	%r487, [%rd128];
-	min.u32 	%r629, %r629, %r487;
-	bra.uni 	$L__BB55_83;
-
-$L__BB55_54:
-	mov.u32 	%r619, 1;
-
-$L__BB55_55:
-	setp.eq.s32 	%p33, %r619, %r298;
-	mov.u64 	%rd181, %rd81;
-	@%p33 bra 	$L__BB55_57;
-
-	mul.wide.u32 	%rd110, %r619, 8;
-	add.s64 	%rd111, %rd2, %rd110;
-	ld.global.u64 	%rd181, [%rd111];
-
-$L__BB55_57:
-	add.s64 	%rd112, %rd181, %rd179;
-	ld.u8 	%r475, [%rd112];
-	max.u32 	%r629, %r629, %r475;
-	add.s32 	%r619, %r619, 1;
-	setp.lt.u32 	%p34, %r619, %r299;
-	@%p34 bra 	$L__BB55_55;
-	bra.uni 	$L__BB55_83;
-
-$L__BB55_79:
-	mov.u32 	%r627, 1;
-
-$L__BB55_80:
-	setp.eq.s32 	%p47, %r627, %r298;
-	mov.u64 	%rd189, %rd81;
-	@%p47 bra 	$L__BB55_82;
-
-	mul.wide.u32 	%rd129, %r627, 8;
-	add.s64 	%rd130, %rd2, %rd129;
-	ld.global.u64 	%rd189, [%rd130];
-
-$L__BB55_82:
-	add.s64 	%rd131, %rd189, %rd179;
-	ld.u8 	%r489, [%rd131];
-	add.s32 	%r629, %r629, %r489;
-	add.s32 	%r627, %r627, 1;
-	setp.lt.u32 	%p48, %r627, %r299;
-	@%p48 bra 	$L__BB55_80;
-
-$L__BB55_83:
-	setp.ne.s32 	%p49, %r300, 1;
-	@%p49 bra 	$L__BB55_85;
-
-	div.u32 	%r629, %r629, %r299;
-
-$L__BB55_85:
-	add.s64 	%rd132, %rd1, %rd179;
-	st.global.u8 	[%rd132], %r629;
-	add.s64 	%rd179, %rd179, %rd3;
-	setp.lt.u64 	%p50, %rd179, %rd82;
-	@%p50 bra 	$L__BB55_46;
-	bra.uni 	$L__BB55_126;
-
-$L__BB55_86:
-	cvta.to.global.u64 	%rd56, %rd81;
-
-$L__BB55_87:
-	add.s64 	%rd133, %rd56, %rd179;
-	ld.global.u8 	%r643, [%rd133];
-	setp.lt.u32 	%p51, %r299, 2;
-	@%p51 bra 	$L__BB55_123;
-
-	add.s64 	%rd199, %rd81, %rd179;
-	setp.eq.s32 	%p52, %r300, 2;
-	@%p52 bra 	$L__BB55_100;
-
-	setp.eq.s32 	%p53, %r300, 3;
-	@%p53 bra 	$L__BB55_96;
-
-	setp.ne.s32 	%p54, %r300, 4;
-	@%p54 bra 	$L__BB55_119;
-
-	mov.u32 	%r631, 1;
-	mov.u64 	%rd191, %rd2;
-
-$L__BB55_92:
-	setp.eq.s32 	%p55, %r631, 0;
-	@%p55 bra 	$L__BB55_94;
-
-	ld.global.u64 	%rd134, [%rd191+8];
-	add.s64 	%rd192, %rd134, %rd179;
-	bra.uni 	$L__BB55_95;
-
-$L__BB55_94:
-	mov.u64 	%rd192, %rd199;
-
-$L__BB55_95:
-	add.s64 	%rd191, %rd191, 8;
-	ld.u8 	%r491, [%rd192];
-	mul.lo.s32 	%r643, %r643, %r491;
-	add.s32 	%r631, %r631, 1;
-	setp.lt.u32 	%p56, %r631, %r299;
-	@%p56 bra 	$L__BB55_92;
-	bra.uni 	$L__BB55_123;
-
-$L__BB55_100:
-	setp.lt.u32 	%p59, %r228, 3;
-	mov.u32 	%r639, 1;
-	@%p59 bra 	$L__BB55_109;
-
-	mov.u32 	%r639, 1;
-	mov.u32 	%r637, %r230;
-
-$L__BB55_102:
-	mul.wide.u32 	%rd138, %r639, 8;
-	add.s64 	%rd65, %rd2, %rd138;
-	setp.eq.s32 	%p60, %r639, 0;
-	mov.u64 	%rd194, %rd199;
-	@%p60 bra 	$L__BB55_104;
-
-	ld.global.u64 	%rd139, [%rd65];
-	add.s64 	%rd194, %rd139, %rd179;
-
-$L__BB55_104:
-	ld.u8 	%r497, [%rd194];
-	min.u32 	%r498, %r643, %r497;
-	ld.global.u64 	%rd140, [%rd65+8];
-	add.s64 	%rd141, %rd140, %rd179;
-	ld.u8 	%r499, [%rd141];
-	min.u32 	%r277, %r498, %r499;
-	setp.eq.s32 	%p61, %r639, -2;
-	mov.u64 	%rd195, %rd199;
-	@%p61 bra 	$L__BB55_106;
-
-	ld.global.u64 	%rd142, [%rd65+16];
-	add.s64 	%rd195, %rd142, %rd179;
-
-$L__BB55_106:
-	ld.u8 	%r500, [%rd195];
-	min.u32 	%r278, %r277, %r500;
-	add.s32 	%r279, %r639, 3;
-	setp.eq.s32 	%p62, %r279, 0;
-	mov.u64 	%rd196, %rd199;
-	@%p62 bra 	$L__BB55_108;
-
-	mul.wide.u32 	%rd143, %r279, 8;
-	add.s64 	%rd144, %rd2, %rd143;
-	ld.global.u64 	%rd145, [%rd144];
-	add.s64 	%rd196, %rd145, %rd179;
-
-$L__BB55_108:
-	ld.u8 	%r501, [%rd196];
-	min.u32 	%r643, %r278, %r501;
-	add.s32 	%r639, %r639, 4;
-	add.s32 	%r637, %r637, -4;
-	setp.ne.s32 	%p63, %r637, 0;
-	@%p63 bra 	$L__BB55_102;
-
-$L__BB55_109:
-	setp.eq.s32 	%p64, %r229, 0;
-	@%p64 bra 	$L__BB55_123;
-
-	setp.eq.s32 	%p65, %r639, 0;
-	mov.u64 	%rd197, %rd199;
-	@%p65 bra 	$L__BB55_112;
-
-	mul.wide.u32 	%rd146, %r639, 8;
-	add.s64 	%rd147, %rd2, %rd146;
-	ld.global.u64 	%rd148, [%rd147];
-	add.s64 	%rd197, %rd148, %rd179;
-
-$L__BB55_112:
-	ld.u8 	%r502, [%rd197];
-	min.u32 	%r643, %r643, %r502;
-	add.s32 	%r287, %r639, 1;
-	setp.eq.s32 	%p66, %r229, 1;
-	@%p66 bra 	$L__BB55_123;
-
-	setp.eq.s32 	%p67, %r287, 0;
-	mov.u64 	%rd198, %rd199;
-	@%p67 bra 	$L__BB55_115;
-
-	mul.wide.u32 	%rd149, %r287, 8;
-	add.s64 	%rd150, %rd2, %rd149;
-	ld.global.u64 	%rd151, [%rd150];
-	add.s64 	%rd198, %rd151, %rd179;
-
-$L__BB55_115:
-	ld.u8 	%r503, [%rd198];
-	min.u32 	%r643, %r643, %r503;
-	add.s32 	%r289, %r639, 2;
-	setp.eq.s32 	%p68, %r229, 2;
-	@%p68 bra 	$L__BB55_123;
-
-	setp.eq.s32 	%p69, %r289, 0;
-	@%p69 bra 	$L__BB55_118;
-
-	mul.wide.u32 	%rd152, %r289, 8;
-	add.s64 	%rd153, %rd2, %rd152;
-	ld.global.u64 	%rd154, [%rd153];
-	add.s64 	%rd199, %rd154, %rd179;
-
-$L__BB55_118:
-	ld.u8 	%r504, [%rd199];
-	min.u32 	%r643, %r643, %r504;
-	bra.uni 	$L__BB55_123;
-
-$L__BB55_96:
-	mov.u32 	%r633, 1;
-
-$L__BB55_97:
-	setp.eq.s32 	%p57, %r633, 0;
-	mov.u64 	%rd193, %rd199;
-	@%p57 bra 	$L__BB55_99;
-
-	mul.wide.u32 	%rd135, %r633, 8;
-	add.s64 	%rd136, %rd2, %rd135;
-	ld.global.u64 	%rd137, [%rd136];
-	add.s64 	%rd193, %rd137, %rd179;
-
-$L__BB55_99:
-	ld.u8 	%r493, [%rd193];
-	max.u32 	%r643, %r643, %r493;
-	add.s32 	%r633, %r633, 1;
-	setp.lt.u32 	%p58, %r633, %r299;
-	@%p58 bra 	$L__BB55_97;
-	bra.uni 	$L__BB55_123;
-
-$L__BB55_119:
-	mov.u32 	%r641, 1;
-
-$L__BB55_120:
-	setp.eq.s32 	%p70, %r641, 0;
-	mov.u64 	%rd200, %rd199;
-	@%p70 bra 	$L__BB55_122;
-
-	mul.wide.u32 	%rd155, %r641, 8;
-	add.s64 	%rd156, %rd2, %rd155;
-	ld.global.u64 	%rd157, [%rd156];
-	add.s64 	%rd200, %rd157, %rd179;
-
-$L__BB55_122:
-	ld.u8 	%r506, [%rd200];
-	add.s32 	%r643, %r643, %r506;
-	add.s32 	%r641, %r641, 1;
-	setp.lt.u32 	%p71, %r641, %r299;
-	@%p71 bra 	$L__BB55_120;
-
-$L__BB55_123:
-	setp.ne.s32 	%p72, %r300, 1;
-	@%p72 bra 	$L__BB55_125;
-
-	div.u32 	%r643, %r643, %r299;
-
-$L__BB55_125:
-	add.s64 	%rd158, %rd1, %rd179;
-	st.global.u8 	[%rd158], %r643;
-	add.s64 	%rd179, %rd179, %rd3;
-	setp.lt.u64 	%p73, %rd179, %rd82;
-	@%p73 bra 	$L__BB55_87;
-
-$L__BB55_126:
+	setp.ne.s32 	%p29, %r43, 1;
+	@%p29 bra 	$L__BB55_48;
+
+	div.u32 	%r82, %r82, %r42;
+
+$L__BB55_48:
+	add.s64 	%rd69, %rd2, %rd70;
+	st.global.u8 	[%rd69], %r82;
+	add.s64 	%rd70, %rd70, %rd4;
+	setp.lt.u64 	%p30, %rd70, %rd29;
+	@%p30 bra 	$L__BB55_25;
+
+$L__BB55_49:
 	ret;
 
 }
