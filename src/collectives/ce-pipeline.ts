@@ -57,13 +57,14 @@
  *
  * Streams. Each step on a stream costs the GPU several microseconds
  * before the next can start, whatever its size (2 × H200, one stream:
- * 7-12 µs per copy, kernel or cross-GPU signal): a chunk's eight steps in
- * a row took about 90 µs. So a call of several chunks forks three streams
+ * 7-12 µs per copy, kernel or cross-GPU signal): one chunk's steps in a
+ * row (two 8 MiB pushes, two local copies, two signals) took 112 µs, where
+ * its bytes need about 60. So a call of several chunks forks three streams
  * of its own from the caller's (an event) — push, share, out — keeps the
  * reductions on the caller's, and joins them back at the end, and the
  * steps of different chunks overlap. A call of one chunk queues every step
  * on the caller's stream in turn (nothing to overlap; a fork and join cost
- * eight driver calls). Under capture, a call joins and forks again every
+ * ten driver calls). Under capture, a call joins and forks again every
  * PIPELINE_SLOTS chunks: then no step of a round waits for a later chunk's
  * step on another stream, so the graph completes in any order its branches
  * may run in (the simulated driver replays them one after the other).
