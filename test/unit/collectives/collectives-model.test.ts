@@ -170,6 +170,47 @@ describe('collectives against a reference, in one process on the simulated drive
     await runCase(c);
   });
 
+  // The algorithms share scratch regions (two-shot's B is the pipeline's reduced landing, one-shot's
+  // kernel flags sit beside the pipeline's): calls queued back to back, never awaited in between, on
+  // one stream or alternating between two, must each see only their own data.
+  propTest.prop(
+    [
+      fc.record({
+        n: fc.integer({ min: 2, max: 4 }),
+        twoStreams: fc.boolean(),
+        calls: fc.array(fc.record({ algorithm: fc.constantFrom('one-shot', 'two-shot', 'ce-pipeline'), count: fc.integer({ min: 1, max: 900 }), inPlace: fc.boolean(), seed: fc.integer() }), { minLength: 2, maxLength: 6 }),
+      }),
+    ],
+    { numRuns: 40, endOnFailure: true },
+  )('allreduce by mixed algorithms queued back to back: every result right', async ({ n, twoStreams, calls }) => {
+    const w = await world(n, false);
+    const streams = w.sides.map((s) => [s.driver.streamCreate(), s.driver.streamCreate()] as const);
+    const bufs = calls.map((c) => w.sides.map((s) => ({ send: s.driver.memAlloc(c.count * 4), recv: s.driver.memAlloc(c.count * 4) })));
+    const inputs = calls.map((c) => w.sides.map((_, r) => elements('f32', c.count, c.seed + r * 7919)));
+    calls.forEach((_, i) => w.sides.forEach((s, r) => s.driver.memcpyHtoD(bufs[i]![r]!.send, inputs[i]![r]!)));
+    const pending = calls.flatMap((c, i) =>
+      w.comms.map((comm, r) => {
+        const b = bufs[i]![r]!;
+        return comm.allreduce({ send: b.send, recv: c.inPlace ? b.send : b.recv, count: c.count, dtype: 'f32', op: 'sum', algorithm: c.algorithm, stream: streams[r]![twoStreams ? i % 2 : 0] });
+      }),
+    );
+    const results = await Promise.all(pending);
+    expect(results.map((x) => x.algorithm)).toEqual(calls.flatMap((c) => w.comms.map(() => c.algorithm)));
+    calls.forEach((c, i) => {
+      const want = new Uint8Array(c.count * 4);
+      reduceInto('sum', 'f32', want, inputs[i]!, c.count);
+      w.sides.forEach((s, r) => {
+        const got = new Uint8Array(c.count * 4);
+        const b = bufs[i]![r]!;
+        s.driver.memcpyDtoH(got, c.inPlace ? b.send : b.recv);
+        expect(Buffer.from(got).equals(Buffer.from(want)), `call ${i} (${c.algorithm}), rank ${r}`).toBe(true);
+        s.driver.memFree(b.send);
+        s.driver.memFree(b.recv);
+      });
+    });
+    w.sides.forEach((s, r) => streams[r]!.forEach((st) => s.driver.streamDestroy(st)));
+  });
+
   it('allreduce picks one-shot, two-shot and the copy-engine pipeline by size, and says so in stats', async () => {
     const w = await makeWorld(2, { scratchBytes: 4096, oneShotMaxBytes: 64, twoShotMaxBytes: 1024 });
     try {
