@@ -73,12 +73,11 @@
  * them the communicator runs two-shot instead.
  */
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
-import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError } from '../errors.js';
 import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { part } from './algorithms.js';
-import { PIPELINE_SLOTS, pipelineSlotOffset, type PipelineSignal } from './device-sync.js';
+import { PIPELINE_SLOTS, pipelineSlotOffset, queueMemOps, type PipelineSignal } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
 
@@ -134,7 +133,7 @@ export class CePipeline {
   }
 
   private push(stream: StreamHandle, x: number, send: DevicePtr, a: number, len: number, es: number): void {
-    this.batch(stream, this.waits('landingFree', x));
+    queueMemOps(this.driver, stream, this.waits('landingFree', x));
     const s = this.scratch;
     for (const k of this.others) {
       const [lo, hi] = part(len, this.size, k);
@@ -148,22 +147,23 @@ export class CePipeline {
     const s = this.scratch;
     const es = DTYPE_BYTES[dtype];
     const [lo, hi] = part(len, this.size, this.rank);
-    const mine = recv + BigInt((a + lo) * es);
-    this.batch(lanes.reduce, this.waits('landed', x));
-    this.kernels.reducePart(op, dtype, mine, send + BigInt((a + lo) * es), s.partTable(x), this.rank, this.size, hi - lo, lanes.reduce);
+    const at = BigInt((a + lo) * es);
+    const mine = recv + at;
+    queueMemOps(this.driver, lanes.reduce, this.waits('landed', x));
+    this.kernels.reducePart(op, dtype, mine, send + at, s.partTable(x), this.rank, this.size, hi - lo, lanes.reduce);
     this.signal(lanes.reduce, 'landingFree', x);
     if (lanes.share !== lanes.reduce) {
       const ev = this.own!.reduced;
       this.driver.eventRecord(ev, lanes.reduce);
       this.driver.streamWaitEvent(lanes.share, ev);
     }
-    this.batch(lanes.share, this.waits('reducedFree', x));
-    for (const k of this.others) if (hi > lo) this.driver.memcpyAsync(s.reducedLanding(k, x, this.rank)!, mine, (hi - lo) * es, lanes.share);
+    queueMemOps(this.driver, lanes.share, this.waits('reducedFree', x));
+    if (hi > lo) for (const k of this.others) this.driver.memcpyAsync(s.reducedLanding(k, x, this.rank)!, mine, (hi - lo) * es, lanes.share);
     this.signal(lanes.share, 'reduced', x);
   }
 
   private out(stream: StreamHandle, x: number, recv: DevicePtr, a: number, len: number, es: number): void {
-    this.batch(stream, this.waits('reduced', x));
+    queueMemOps(this.driver, stream, this.waits('reduced', x));
     const s = this.scratch;
     for (const k of this.others) {
       const [lo, hi] = part(len, this.size, k);
@@ -181,25 +181,15 @@ export class CePipeline {
 
   /**
    * Writes `signal` of slot x, from this rank, into every peer's block, on
-   * `lane` after its work so far. A batch of its own, not held for the
-   * lane's next wait: then every signal is queued before any later wait of
+   * `stream` after its work so far. A batch of its own, not held for the
+   * stream's next wait: then every signal is queued before any later wait of
    * this call, and the order the call was queued in is an order it can run
-   * in — as the GPU runs it where streams share a hardware queue, and a
-   * graph's branches in the simulator. (Held back, a chunk's `landed` sat
-   * behind the out stream's wait for the peer's `reduced`, which needs it:
-   * on 2 × H200 calls of several chunks hung.)
+   * in, as a graph's branches run in the simulator. (Held back, calls of
+   * 8 MiB chunks hung on 2 × H200; the cause was not established.)
    */
   private signal(stream: StreamHandle, signal: PipelineSignal, x: number): void {
     const at = pipelineSlotOffset(this.size, signal, x, this.rank);
-    this.batch(
-      stream,
-      this.others.map((k): StreamMemOp => ({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n })),
-    );
-  }
-
-  /** Queues `ops` on `stream`, in as few batches as the driver takes. */
-  private batch(stream: StreamHandle, ops: StreamMemOp[]): void {
-    for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(stream, ops.length <= MAX_BATCH_MEM_OPS ? ops : ops.slice(i, i + MAX_BATCH_MEM_OPS));
+    queueMemOps(this.driver, stream, this.others.map((k): StreamMemOp => ({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n })));
   }
 
   /** The call's own streams, after the caller's stream's work so far. */

@@ -101,6 +101,15 @@ export function flagBlockBytes(size: number): number {
   return pipelineSlotsOffset(size) + SIGNALS.length * PIPELINE_SLOTS * size * 8;
 }
 
+/** Queues `ops` on `stream` in order, in as few batches as the driver takes (MAX_BATCH_MEM_OPS each). */
+export function queueMemOps(driver: CudaDriver, stream: StreamHandle, ops: readonly StreamMemOp[]): void {
+  if (ops.length <= MAX_BATCH_MEM_OPS) {
+    if (ops.length > 0) driver.streamBatchMemOp(stream, ops);
+    return;
+  }
+  for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) driver.streamBatchMemOp(stream, ops.slice(i, i + MAX_BATCH_MEM_OPS));
+}
+
 export class DeviceSync {
   private readonly others: number[];
   private poisonStream: StreamHandle | undefined;
@@ -157,8 +166,7 @@ export class DeviceSync {
         for (let x = 0; x < PIPELINE_SLOTS; x++) for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
       }
       if (ops.length === 0) return;
-      const stream = (this.poisonStream ??= this.driver.streamCreate());
-      for (let i = 0; i < ops.length; i += MAX_BATCH_MEM_OPS) this.driver.streamBatchMemOp(stream, ops.slice(i, i + MAX_BATCH_MEM_OPS));
+      queueMemOps(this.driver, (this.poisonStream ??= this.driver.streamCreate()), ops);
     } catch (err) {
       debug('communicator rank %d: poisoning the flags failed: %s', this.rank, (err as Error).message);
     }

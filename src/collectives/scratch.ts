@@ -109,7 +109,7 @@ export class Scratch {
     return this.own + BigInt(2 * this.bytes + k * this.slotBytes);
   }
 
-  /** Bytes of one part of a pipeline chunk: B or C split in PIPELINE_SLOTS × size parts, 16-byte aligned (the kernel's vector loads). */
+  /** Bytes of one part of a pipeline chunk: B or C split in PIPELINE_SLOTS × size parts, 16-byte aligned (whole elements of every dtype). */
   get partBytes(): number {
     return Math.floor(this.bytes / (PIPELINE_SLOTS * this.size) / 16) * 16;
   }
