@@ -3,6 +3,8 @@
  * built for, and the names of their entries: one table that the collectives,
  * the TypeScript twins and the tests share.
  */
+import { ArgumentRangeError } from '../errors.js';
+
 export const DTYPES = ['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8'] as const;
 export type DType = (typeof DTYPES)[number];
 
@@ -45,6 +47,13 @@ export function oneshotEntry(dtype: DType): string {
 /** The `op` argument of the one-shot kernel: reduce.cu's Op enum, in REDUCE_OPS order. */
 export function opCode(op: ReduceOp): number {
   return REDUCE_OPS.indexOf(op);
+}
+
+/** The operation an `op` argument names (opCode's inverse), for the kernels' twins; `entry` names the kernel in the error. */
+export function opOf(code: number, entry: string): ReduceOp {
+  const op = REDUCE_OPS[code];
+  if (op === undefined) throw new ArgumentRangeError(`${entry}: op ${String(code)} is not one of 0..${REDUCE_OPS.length - 1}`);
+  return op;
 }
 
 /** `smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op)`: the copy-engine pipeline's reduction of this rank's part of a chunk. */

@@ -10,7 +10,7 @@
  * simulator what it holds on a GPU.
  */
 import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, REDUCE_OPS, oneshotEntry, oneshotSlotOffset, type DType } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotSlotOffset, opOf, type DType } from '../dtypes.js';
 import { reduceInto } from './reduce.js';
 import type { TwinMemory } from './twin.js';
 import { ArgumentRangeError } from '../../errors.js';
@@ -32,9 +32,8 @@ function oneshotOps(dtype: DType) {
     const rank = args[4]!.value as number;
     const n = args[5]!.value as number;
     const count = Number(args[6]!.value as bigint);
-    const op = REDUCE_OPS[args[7]!.value as number];
+    const op = opOf(args[7]!.value as number, oneshotEntry(dtype));
     const blocks = config.grid[0] ?? 1;
-    if (op === undefined) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: op ${String(args[7]!.value)} is not one of 0..${REDUCE_OPS.length - 1}`);
     if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
     // The table of every rank's A was written before the launch (Scratch.open): read it now, as the kernel's loads would.
     const t = memory.view(table, 8 * n);

@@ -7,7 +7,7 @@
  * (`x < acc ? x : acc`) and the same integer division (toward zero).
  */
 import type { KernelArg } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, opOf, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from './half.js';
 import type { KernelTwin, TwinMemory } from './twin.js';
 
@@ -141,16 +141,13 @@ function reducePartTwin(dtype: DType): KernelTwin {
     const rank = u32(args, 3);
     const n = u32(args, 4);
     const count = Number(u64(args, 5));
-    const op = REDUCE_OPS[u32(args, 6)];
-    if (op === undefined) throw new Error(`reduce_part: op ${u32(args, 6)} is not an Op`);
+    const op = opOf(u32(args, 6), reducePartEntry(dtype));
     if (count === 0) return;
     const t = dataView(memory.view(table, n * 8));
     const inputs = [];
     for (let k = 0; k < n; k++) inputs.push(memory.view(k === rank ? own : t.getBigUint64(k * 8, LE), count * size));
-    // Into a copy first: out may be own (in place), which the fold still reads.
-    const result = new Uint8Array(count * size);
-    reduceInto(op, dtype, result, inputs, count);
-    memory.view(out, count * size).set(result);
+    // In place (out = own) too: reduceInto reads every input's element i before it writes out's.
+    reduceInto(op, dtype, memory.view(out, count * size), inputs, count);
   };
 }
 
