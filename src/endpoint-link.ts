@@ -4,10 +4,12 @@
  * waiting for FIN, backpressure, the per-path counters, the handle pool, the
  * GPU work, and whether the endpoint is closed. The paths see it as their
  * PathContext (RGET as its RgetLink), and each gets what it alone uses from
- * `parts` (createPaths). The endpoint owns the lifecycle: it sets `ipcOk` on
- * each negotiation transition and `closedWith`/`closeReason` when it closes.
+ * `parts` (createPaths). The endpoint owns the lifecycle: it reports each
+ * negotiation transition (negotiationState) and sets `closedWith` and
+ * `closeReason` when it closes.
  */
 import { HandlePool } from '../cache/index.js';
+import type { NegotiationState } from '../machines/index.js';
 import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel, FdChannelHandlers, FdMessage } from './channel/fd-channel.js';
 import type { CudaDriver } from './cuda/driver.js';
@@ -60,10 +62,10 @@ export class EndpointLink implements RgetLink {
   /** Backpressure: what the peer holds unread of ours, and the sends waiting for room (flow-control.ts). */
   readonly flow: FlowControl;
   readonly fins: FinBatcher;
-  /** Hot-path copy of `negotiation state === 'OK'` (the endpoint keeps it). */
+  /** Hot-path copy of `negotiation state === 'OK'` (negotiationState). */
   ipcOk = false;
-  /** The negotiation may still end OK: not settled (OK or BAD) and IPC not off (the endpoint keeps it). */
-  ipcPending: boolean;
+  /** The negotiation may still end OK: not settled (OK or BAD) and IPC not off (negotiationState). */
+  ipcPending = false;
   /** Memory by file descriptor with this peer: agreed, its counters and bounds (RGET's descriptor side). */
   readonly fd: DescriptorMemory;
   /** Both HELLOs announced Feature.DESCRIPTORS: a descriptor channel is (being) set up, and the rings travel on it. */
@@ -92,7 +94,7 @@ export class EndpointLink implements RgetLink {
   ) {
     const driver = (this.driver = ctx.driver);
     this.opts = ctx.options;
-    this.ipcPending = ctx.options.negotiation.ipc;
+    this.negotiationState('INIT');
     const tracer = (this.tracer = ctx.tracer);
     this.exports = ctx.exports;
     const open = () => this.closedWith === undefined && !this.channel.closed;
@@ -128,6 +130,12 @@ export class EndpointLink implements RgetLink {
 
   gpu(): GpuWork {
     return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress));
+  }
+
+  /** Keeps the hot-path copies of the negotiation's state (the endpoint calls it on each transition). */
+  negotiationState(state: NegotiationState): void {
+    this.ipcOk = state === 'OK';
+    this.ipcPending = state !== 'OK' && state !== 'BAD' && this.opts.negotiation.ipc;
   }
 
   sendFrame(frame: Frame): Uint8Array {

@@ -122,8 +122,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       sendFrame: (frame) => link.sendFrame(frame),
       uuidOf: (ordinal) => link.uuidOf(ordinal),
       onState: (state, previous) => {
-        link.ipcOk = state === 'OK';
-        link.ipcPending = state !== 'OK' && state !== 'BAD' && ctx.options.negotiation.ipc;
+        link.negotiationState(state);
         this.emit('state', state, previous);
       },
     });
