@@ -5,6 +5,7 @@
  */
 import { ArgumentRangeError } from '../errors.js';
 
+/** The element types the kernels in reduce.cu are built for (and the collectives take). */
 export const DTYPES = ['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8'] as const;
 export type DType = (typeof DTYPES)[number];
 
