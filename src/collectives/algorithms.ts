@@ -6,9 +6,14 @@
  *
  *   one-shot     every rank reads every peer's A through its mapping and
  *                reduces (or copies) in one kernel (or copy) per piece;
- *   two-shot     rank r reduces its 1/N of the piece from every peer's A into
- *                its B (reduce-scatter), then every rank copies each peer's
- *                reduced part from the peer's B (allgather);
+ *   two-shot     rank r reduces its 1/N of the piece (reduce-scatter), then
+ *                every rank gets every reduced part (allgather). With device
+ *                steps, one kernel a call (reduce.cu's smcuda_twoshot) that
+ *                stores every part into its owner's A and every reduced part
+ *                into every peer's B: each byte crosses between GPUs as a
+ *                store, with no copy into own scratch first. Through the
+ *                host, rank r reduces its part from every peer's A into its
+ *                B, then every rank copies each peer's part from the peer's B;
  *   ce-pipeline  (ce-pipeline.ts) the copy engines move every byte between
  *                ranks, straight from the caller's input into peers' landing
  *                slots and from their partial results into the caller's
@@ -31,7 +36,7 @@
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, PeerLostError } from '../errors.js';
-import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, twoshotChunk, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
 import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
@@ -188,6 +193,19 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     // The kernel reads this rank's part of the caller's input directly (the copies check their sources).
     c.checkInput(send, count * es);
     c.pipeline!.allreduce(c.stream, send, recv, count, dtype, op, c.capturing);
+    return;
+  }
+  if (alg === 'two-shot' && !steps.onHost) {
+    // One launch, whatever the size (the kernel goes piece by piece); it reads the caller's input directly.
+    c.checkInput(send, count * es);
+    const partMax = pieceLength(s.twoShotPartBytes / es);
+    c.kernels.twoshot(op, dtype, recv, send, s.inputTable, s.kernelFlagOffset, c.rank, N, count, s.bytes, partMax, c.stream, c.capturing);
+    // The price of an unregistered output: peers' parts of the result land in B and are copied out.
+    for (let a = 0; a < count; a += partMax * N) {
+      const len = Math.min(partMax * N, count - a);
+      const chunk = twoshotChunk(dtype, len, N);
+      c.copied((len - (Math.min(len, (c.rank + 1) * chunk) - Math.min(len, c.rank * chunk))) * es);
+    }
     return;
   }
   if (alg === 'two-shot') {

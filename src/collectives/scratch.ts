@@ -5,9 +5,12 @@
  *
  *   A  inputs: each call copies the caller's input here first (so caller
  *      buffers need no registration, and in-place calls are safe), and peers
- *      read it through their mappings;
- *   B  partial results peers read (two-shot), or PIPELINE_SLOTS × N
- *      landing parts for peers' reduced parts (the copy-engine pipeline);
+ *      read it through their mappings; or N - 1 landing slots for peers'
+ *      parts (the two-shot kernel);
+ *   B  partial results peers read (two-shot through the host), N - 1
+ *      slots for peers' reduced parts (the two-shot kernel),
+ *      or PIPELINE_SLOTS × N landing parts for peers' reduced parts (the
+ *      copy-engine pipeline);
  *   C  landing: peers' data copied here: N slots (staging), or
  *      PIPELINE_SLOTS × N parts (the copy-engine pipeline);
  *
@@ -129,6 +132,11 @@ export class Scratch {
   /** Device table of this rank's landing parts of pipeline slot x (entry k: rank k's part). */
   partTable(x: number): DevicePtr {
     return this.tables + BigInt(8 * this.size * (2 + x));
+  }
+
+  /** Bytes of one part of a two-shot kernel's piece at most: A's landing slots and B's hold N - 1 of them, 16-byte aligned. */
+  get twoShotPartBytes(): number {
+    return this.size < 2 ? 0 : Math.floor(this.bytes / (this.size - 1) / 16) * 16;
   }
 
   /** Rank k's flag block (own or mapped); undefined where it is not mapped here. */

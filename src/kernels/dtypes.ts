@@ -23,9 +23,9 @@ export function isReduceOp(v: unknown): v is ReduceOp {
   return typeof v === 'string' && (REDUCE_OPS as readonly string[]).includes(v);
 }
 
-/** `smcuda_reduce_<op>_<dtype>(out, table, n, offset, count)`. */
-export function reduceEntry(op: ReduceOp, dtype: DType): string {
-  return `smcuda_reduce_${op}_${dtype}`;
+/** `smcuda_reduce_<dtype>(out, table, n, offset, count, op)`. */
+export function reduceEntry(dtype: DType): string {
+  return `smcuda_reduce_${dtype}`;
 }
 
 /**
@@ -45,7 +45,18 @@ export function oneshotEntry(dtype: DType): string {
   return `smcuda_oneshot_${dtype}`;
 }
 
-/** The `op` argument of the one-shot kernel: reduce.cu's Op enum, in REDUCE_OPS order. */
+/** `smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, last, copyBlocks, prevOut, prevCount, prevBOffset)`: a two-shot allreduce piece in one launch. */
+export function twoshotEntry(dtype: DType): string {
+  return `smcuda_twoshot_${dtype}`;
+}
+
+/** Elements per part of a two-shot piece of `count` elements among `n` ranks: reduce.cu's twoshot_chunk (count / n rounded up to whole 16-byte vectors). */
+export function twoshotChunk(dtype: DType, count: number, n: number): number {
+  const v = 16 / DTYPE_BYTES[dtype];
+  return Math.ceil(Math.ceil(count / n) / v) * v;
+}
+
+/** The `op` argument of the kernels: reduce.cu's Op enum, in REDUCE_OPS order. */
 export function opCode(op: ReduceOp): number {
   return REDUCE_OPS.indexOf(op);
 }

@@ -1,8 +1,10 @@
 /**
  * A module's PTX cut down to some of its entries: the header (.version,
- * .target, .address_size) and those `.entry` functions, for a module whose
- * entries stand alone (no module-scope .func, .global or .shared: what
- * build-ptx.mjs makes from reduce.cu, each kernel inlined). Why: the driver
+ * .target, .address_size, and any .func the entries share, which nvcc
+ * places before the first entry) and those `.entry` functions, for a module
+ * whose entries stand alone otherwise (no module-scope .global, .shared or
+ * .const, no .func between entries: what build-ptx.mjs makes from
+ * reduce.cu). Why: the driver
  * JIT-compiles a whole module at load, and the 49 entries of reduce.ptx.ts
  * took 1.3–1.4 s to compile into an empty cache on an H200
  * (test/gpu/measure-jit.mjs); a communicator loads the entries of the
@@ -14,7 +16,8 @@ export function ptxWithEntries(ptx: string, keep: (entry: string) => boolean): s
   const marks = [...ptx.matchAll(/^\t\/\/ \.globl\t(\S+)$/gm)];
   if (marks.length === 0) throw new Error('PTX without `// .globl` markers: cannot cut it into entries');
   const header = ptx.slice(0, marks[0]!.index);
-  if (/^\.(func|global|shared|const)\b|^\.visible \.func|^\.extern/m.test(header)) throw new Error('PTX with module-scope declarations: its entries do not stand alone');
+  // A .func before the first entry is kept in every cut; module-scope state would be one per cut.
+  if (/^\.(global|shared|const)\b|^\.visible \.(global|shared|const)\b|^\.extern/m.test(header)) throw new Error('PTX with module-scope variables: its entries do not stand alone');
   let out = header;
   marks.forEach((m, i) => {
     const body = ptx.slice(m.index, i + 1 < marks.length ? marks[i + 1]!.index : ptx.length);

@@ -4,7 +4,7 @@
 // TypeScript twin the simulated driver runs; both must stay identical in
 // semantics (README.md says what).
 //
-// smcuda_reduce_<op>_<dtype>(out, table, n, offset, count):
+// smcuda_reduce_<dtype>(out, table, n, offset, count, op):
 //   out[i] = op(table[0][offset+i], table[1][offset+i], ..., table[n-1][offset+i])
 // folded left to right, in rank order, for i in [0, count). `table` is a
 // device array of n input pointers (own or mapped from peers).
@@ -27,6 +27,24 @@
 // wrote, so its reset is ordered before its next signal (st.release.sys).
 // `op` is the Op enum below (sum 0, avg 1, min 2, max 3, prod 4). Where `in`
 // and `out` are 16-byte aligned, data moves 16 bytes a load.
+//
+// smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op,
+// bOffset, partMax): a whole two-shot allreduce in one launch, every byte
+// between GPUs a store into a peer's memory (a push: on 2 x H200, SM copies
+// both ways at once ran at 365 GB/s pushing and 337 GB/s pulling, 1 GiB).
+// The data goes in pieces of n parts of at most partMax elements (what n - 1
+// slots of a scratch region hold); rank j reduces part j of each piece
+// (twoshot_chunk elements, the last part short). Block b owns the same
+// sub-range of every part: it stores that sub-range of every other part of
+// `in` into the owner's landing slot in A, steps (parity 0), reduces its
+// sub-range of its own part from `in` and the landing slots into `out` and
+// stores the result into every peer's B (at bOffset from A), steps (parity
+// 1), and copies what peers stored into its B into `out`; then the next
+// piece. The steps are the one-shot's (block_step), on its slots, so a slot
+// is only ever written again after its block's next step: one launch a call
+// (a launch a piece, with the boundary's idle time, ran at 305-318 GB/s on
+// 2 x H100), and every block of the grid must be resident at once
+// (ReduceKernels sizes the grid).
 //
 // smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op): the
 // copy-engine pipeline's reduction of this rank's part of a chunk (below).
@@ -54,9 +72,9 @@ template <> __device__ i64 add<i64>(i64 a, i64 b) { return (i64)((u64)a + (u64)b
 template <typename A> __device__ A mul(A a, A b) { return a * b; }
 template <> __device__ i64 mul<i64>(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
 
-// The operation as a value: the one-shot kernel takes it as a parameter (one kernel per dtype; five per
-// dtype, each with three loops, made reduce.ptx 5x larger; `op` is the same for every thread, so the switch
-// costs no divergence), the reduce kernels as a template constant (the switch folds away).
+// The operation as a value: every kernel takes it as a parameter, one kernel per dtype (five per dtype made
+// reduce.ptx several times larger, and the package has a size bound); `op` is the same for every thread, so
+// the switch costs no divergence and its branch is predicted.
 template <typename A> __device__ __forceinline__ A combine_rt(unsigned op, A acc, A x) {
   switch (op) {
     case PROD: return mul<A>(acc, x);
@@ -66,19 +84,17 @@ template <typename A> __device__ __forceinline__ A combine_rt(unsigned op, A acc
   }
 }
 
-template <int OP, typename A> __device__ A combine(A acc, A x) { return combine_rt<A>(OP, acc, x); }
-
 // Integer division truncates toward zero; floats divide in the accumulator (IEEE, -prec-div=true).
 template <typename A> __device__ A divide(A a, unsigned n) { return a / (A)n; }
 
-template <typename T, int OP>
-__device__ void reduce(T *out, const T *const *table, unsigned n, u64 offset, u64 count) {
+template <typename T>
+__device__ void reduce(T *out, const T *const *table, unsigned n, u64 offset, u64 count, unsigned op) {
   typedef typename Acc<T>::A A;
   const u64 stride = (u64)gridDim.x * blockDim.x;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
     A acc = Acc<T>::load(table[0][offset + i]);
-    for (unsigned k = 1; k < n; k++) acc = combine<OP, A>(acc, Acc<T>::load(table[k][offset + i]));
-    if (OP == AVG) acc = divide<A>(acc, n);
+    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load(table[k][offset + i]));
+    if (op == AVG) acc = divide<A>(acc, n);
     out[i] = Acc<T>::store(acc);
   }
 }
@@ -102,10 +118,9 @@ __device__ __forceinline__ u64 ld_acquire_sys(const u64 *addr) {
   return v;
 }
 
-// One step of parity p for this block: every other rank's block of the same index reached it.
-__device__ void block_step(char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, unsigned p) {
+// One step of parity p for block b: every other rank's block b reached it.
+__device__ void block_step(char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, unsigned p, unsigned b) {
   __syncthreads();
-  const unsigned b = blockIdx.x;
   for (unsigned k = threadIdx.x; k < n; k += blockDim.x) {
     if (k == rank) continue;
     st_release_sys((u64 *)(bufs[k] + flagOffset) + (p * n + rank) * ONESHOT_MAX_BLOCKS + b, 1ull);
@@ -144,7 +159,7 @@ __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
       for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) mine[i] = in[i];
     }
   }
-  block_step(bufs, flagOffset, rank, n, 0);
+  block_step(bufs, flagOffset, rank, n, 0, blockIdx.x);
   const bool outAligned = ((u64)out & 15) == 0;
   for (u64 i = lo + threadIdx.x * V; i < vhi; i += (u64)blockDim.x * V) {
     A acc[V];
@@ -170,7 +185,138 @@ __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
     for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load(((const T *)bufs[k])[i]));
     out[i] = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
   }
-  block_step(bufs, flagOffset, rank, n, 1);
+  block_step(bufs, flagOffset, rank, n, 1, blockIdx.x);
+}
+
+// ---- the fused two-shot ---------------------------------------------------
+
+// Elements per part of a two-shot piece of `count`: count / n rounded up to whole 16-byte vectors, so
+// every part starts 16-byte aligned. ReduceKernels and the simulator's twin compute the same.
+template <typename T> __device__ __forceinline__ u64 twoshot_chunk(u64 count, unsigned n) {
+  const u64 V = Vec<T>::N;
+  return ((count + n - 1) / n + V - 1) / V * V;
+}
+
+// Where rank `owner` keeps what rank j sent it, among its n - 1 slots (its own part has none).
+__device__ __forceinline__ u64 slot_of(unsigned j, unsigned owner) { return j < owner ? j : j - 1; }
+
+// Part j of a piece of `count` (parts of `chunk` elements, the last one short) starts at lo; block b's
+// sub-range of it is [sub, sub + len): `per` elements from b * per, the same in every piece.
+__device__ __forceinline__ void sub_range(u64 count, u64 chunk, unsigned j, unsigned b, u64 per, u64 &lo, u64 &sub, u64 &len) {
+  lo = min(count, (u64)j * chunk);
+  const u64 part = min(count, lo + chunk) - lo;
+  sub = min(part, (u64)b * per);
+  len = min(part - sub, per);
+}
+
+// dst[i] = src[i] for the `bytes` bytes, by threads tid of nthr: 16 bytes a load where both are
+// aligned (four loads in flight a thread), else byte by byte.
+__device__ void copy_bytes(char *dst, const char *src, u64 bytes, unsigned tid, unsigned nthr) {
+  u64 e = tid;
+  if ((((u64)dst | (u64)src) & 15) == 0) {
+    const u64 nv = bytes / 16;
+    const uint4 *s = (const uint4 *)src;
+    uint4 *d = (uint4 *)dst;
+    u64 i = tid;
+    for (; i + 3 * nthr < nv; i += 4 * nthr) {
+      const uint4 a = s[i], b = s[i + nthr], c = s[i + 2 * nthr], x = s[i + 3 * nthr];
+      d[i] = a;
+      d[i + nthr] = b;
+      d[i + 2 * nthr] = c;
+      d[i + 3 * nthr] = x;
+    }
+    for (; i < nv; i += nthr) d[i] = s[i];
+    e = nv * 16 + tid;
+  }
+  for (; e < bytes; e += nthr) dst[e] = src[e];
+}
+
+// The two-shot's copies, untyped (es: bytes an element) and not inlined, so one copy serves every
+// dtype (inlined per dtype and call site, they made reduce.ptx 100 KB larger). A piece of `count`
+// elements in parts of `chunk`; slots `first` elements apart; block b's sub-ranges from b * per.
+// push_parts: this rank's sub-ranges of every other part of `in` into the owner's landing slot.
+__device__ __noinline__ void push_parts(const char *in, char *const *bufs, unsigned rank, unsigned n, u64 count, u64 chunk, u64 first, unsigned b, u64 per, u64 es, unsigned tid, unsigned nthr) {
+  u64 lo, sub, len;
+  for (unsigned j = 0; j < n; j++) {
+    if (j == rank) continue;
+    sub_range(count, chunk, j, b, per, lo, sub, len);
+    copy_bytes(bufs[j] + (slot_of(rank, j) * first + sub) * es, in + (lo + sub) * es, len * es, tid, nthr);
+  }
+}
+
+// collect_parts: what every peer stored into this rank's B (`got`) for these sub-ranges, into `out`.
+__device__ __noinline__ void collect_parts(char *out, const char *got, unsigned rank, unsigned n, u64 count, u64 chunk, u64 first, unsigned b, u64 per, u64 es, unsigned tid, unsigned nthr) {
+  u64 lo, sub, len;
+  for (unsigned j = 0; j < n; j++) {
+    if (j == rank) continue;
+    sub_range(count, chunk, j, b, per, lo, sub, len);
+    copy_bytes(out + (lo + sub) * es, got + (slot_of(j, rank) * first + sub) * es, len * es, tid, nthr);
+  }
+}
+
+template <typename T>
+__device__ void twoshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, u64 bOffset, u64 partMax) {
+  typedef typename Acc<T>::A A;
+  const u64 V = Vec<T>::N, es = sizeof(T);
+  const unsigned b = blockIdx.x, bd = blockDim.x;
+  const T *land = (const T *)bufs[rank];
+  const char *got = bufs[rank] + bOffset;
+  // Slots are `first` elements apart and block b's sub-ranges start at b * per in every piece (the
+  // last piece's parts are shorter, not laid out anew): a block's steps order its own scratch
+  // addresses only, so a block must never touch in one piece what another touched in the piece before.
+  const u64 first = twoshot_chunk<T>(min(count, partMax * n), n);
+  const u64 per = ((first + gridDim.x - 1) / gridDim.x + V - 1) / V * V;
+  const u64 most = partMax * n;
+  u64 lo, sub, len;
+  for (u64 base = 0; base < count; base += most) {
+    const u64 piece = min(count - base, most);
+    const u64 chunk = twoshot_chunk<T>(piece, n);
+    const T *pin = in + base;
+    T *pout = out + base;
+    // 1. This block's sub-range of every other rank's part, into that rank's landing slot for this rank.
+    push_parts((const char *)pin, bufs, rank, n, piece, chunk, first, b, per, es, threadIdx.x, bd);
+    block_step(bufs, flagOffset, rank, n, 0, b);
+    // 2. This block's sub-range of this rank's part, reduced in rank order, into `out` and every peer's B.
+    sub_range(piece, chunk, rank, b, per, lo, sub, len);
+    const u64 vlen = ((((u64)pin | (u64)pout) & 15) == 0) ? len / V * V : 0;
+    for (u64 i = threadIdx.x * V; i < vlen; i += (u64)bd * V) {
+      A acc[V];
+      uint4 u = *(const uint4 *)((rank == 0 ? pin + lo : land + slot_of(0, rank) * first) + sub + i);
+      const T *e = (const T *)&u;
+#pragma unroll
+      for (int x = 0; x < V; x++) acc[x] = Acc<T>::load(e[x]);
+#pragma unroll 1
+      for (unsigned j = 1; j < n; j++) {
+        u = *(const uint4 *)((j == rank ? pin + lo : land + slot_of(j, rank) * first) + sub + i);
+#pragma unroll
+        for (int x = 0; x < V; x++) acc[x] = combine_rt<A>(op, acc[x], Acc<T>::load(e[x]));
+      }
+      uint4 r;
+      T *o = (T *)&r;
+#pragma unroll
+      for (int x = 0; x < V; x++) o[x] = Acc<T>::store(op == AVG ? divide<A>(acc[x], n) : acc[x]);
+      *(uint4 *)(pout + lo + sub + i) = r;
+#pragma unroll 1
+      for (unsigned k = 0; k < n; k++)
+        if (k != rank) *(uint4 *)((T *)(bufs[k] + bOffset) + slot_of(rank, k) * first + sub + i) = r;
+    }
+    for (u64 i = vlen + threadIdx.x; i < len; i += bd) {
+      A acc = Acc<T>::load((rank == 0 ? pin + lo : land + slot_of(0, rank) * first)[sub + i]);
+#pragma unroll 1
+      for (unsigned j = 1; j < n; j++) acc = combine_rt<A>(op, acc, Acc<T>::load((j == rank ? pin + lo : land + slot_of(j, rank) * first)[sub + i]));
+      const T r = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
+      pout[lo + sub + i] = r;
+#pragma unroll 1
+      for (unsigned k = 0; k < n; k++)
+        if (k != rank) ((T *)(bufs[k] + bOffset))[slot_of(rank, k) * first + sub + i] = r;
+    }
+    block_step(bufs, flagOffset, rank, n, 1, b);
+    // 3. What peers stored into this rank's B for this block's sub-ranges, into `out`: no peer stores
+    // there again before this block's next step 0, which it signals after this copy. (This copy beside
+    // the next piece's stores, on half the threads each, measured the same: 1 GiB 333.5 GB/s against
+    // 334.5 on 2 x H100; so one after the other.)
+    collect_parts((char *)pout, got, rank, n, piece, chunk, first, b, per, es, threadIdx.x, bd);
+  }
 }
 
 // ---- the copy-engine pipeline's reduction --------------------------------
@@ -193,15 +339,17 @@ __device__ void reduce_part(T *out, const T *own, const T *const *table, unsigne
   }
 }
 
-#define REDUCE(OPNAME, OP, TNAME, T) \
-  extern "C" __global__ void smcuda_reduce_##OPNAME##_##TNAME(T *out, const T *const *table, unsigned n, u64 offset, u64 count) { \
-    reduce<T, OP>(out, table, n, offset, count); \
-  }
 #define ALL_OPS(TNAME, T) \
-  REDUCE(sum, SUM, TNAME, T) REDUCE(avg, AVG, TNAME, T) REDUCE(min, MIN, TNAME, T) REDUCE(max, MAX, TNAME, T) REDUCE(prod, PROD, TNAME, T) \
+  extern "C" __global__ void smcuda_reduce_##TNAME(T *out, const T *const *table, unsigned n, u64 offset, u64 count, unsigned op) { \
+    reduce<T>(out, table, n, offset, count, op); \
+  } \
   extern "C" __global__ void smcuda_div_##TNAME(T *data, u64 count, unsigned n) { divide_all<T>(data, count, n); } \
   extern "C" __global__ void smcuda_oneshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op) { \
     oneshot<T>(out, in, bufs, flagOffset, rank, n, count, op); \
+  } \
+  extern "C" __global__ void __launch_bounds__(512, 2) smcuda_twoshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, \
+                                                                                unsigned op, u64 bOffset, u64 partMax) { \
+    twoshot<T>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax); \
   } \
   extern "C" __global__ void smcuda_reduce_part_##TNAME(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) { \
     reduce_part<T>(out, own, table, rank, n, count, op); \

@@ -6,766 +6,550 @@ export const REDUCE_PTX: string = `.version 8.0
 .target sm_75
 .address_size 64
 
-	// .globl	smcuda_reduce_sum_f32
 
-.visible .entry smcuda_reduce_sum_f32(
-	.param .u64 smcuda_reduce_sum_f32_param_0,
-	.param .u64 smcuda_reduce_sum_f32_param_1,
-	.param .u32 smcuda_reduce_sum_f32_param_2,
-	.param .u64 smcuda_reduce_sum_f32_param_3,
-	.param .u64 smcuda_reduce_sum_f32_param_4
+.func _Z10push_partsPKcPKPcjjyyyjyyjj(
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_0,
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_1,
+	.param .b32 _Z10push_partsPKcPKPcjjyyyjyyjj_param_2,
+	.param .b32 _Z10push_partsPKcPKPcjjyyyjyyjj_param_3,
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_4,
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_5,
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_6,
+	.param .b32 _Z10push_partsPKcPKPcjjyyyjyyjj_param_7,
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_8,
+	.param .b64 _Z10push_partsPKcPKPcjjyyyjyyjj_param_9,
+	.param .b32 _Z10push_partsPKcPKPcjjyyyjyyjj_param_10,
+	.param .b32 _Z10push_partsPKcPKPcjjyyyjyyjj_param_11
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .f32 	%f<26>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<66>;
+	.reg .pred 	%p<12>;
+	.reg .b16 	%rs<2>;
+	.reg .b32 	%r<55>;
+	.reg .b64 	%rd<78>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_sum_f32_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_sum_f32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_sum_f32_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_sum_f32_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_sum_f32_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB0_12;
+	ld.param.u64 	%rd25, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_0];
+	ld.param.u64 	%rd26, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_1];
+	ld.param.u32 	%r3, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_2];
+	ld.param.u32 	%r4, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_3];
+	ld.param.u64 	%rd27, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_4];
+	ld.param.u64 	%rd28, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_5];
+	ld.param.u64 	%rd29, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_6];
+	ld.param.u32 	%r5, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_7];
+	ld.param.u64 	%rd30, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_8];
+	ld.param.u64 	%rd31, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_9];
+	ld.param.u32 	%r6, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_10];
+	ld.param.u32 	%r7, [_Z10push_partsPKcPKPcjjyyyjyyjj_param_11];
+	setp.eq.s32 	%p1, %r4, 0;
+	@%p1 bra 	$L__BB0_13;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB0_3;
-	bra.uni 	$L__BB0_2;
-
-$L__BB0_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB0_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 2;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f32 	%f25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB0_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB0_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f32 	%f12, [%rd32];
-	add.f32 	%f13, %f25, %f12;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f32 	%f14, [%rd35];
-	add.f32 	%f15, %f13, %f14;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f32 	%f16, [%rd38];
-	add.f32 	%f17, %f15, %f16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f32 	%f18, [%rd43];
-	add.f32 	%f25, %f17, %f18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB0_6;
-
-$L__BB0_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB0_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f32 	%f19, [%rd49];
-	add.f32 	%f25, %f25, %f19;
-	@%p7 bra 	$L__BB0_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f32 	%f20, [%rd55];
-	add.f32 	%f25, %f25, %f20;
-	@%p8 bra 	$L__BB0_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f32 	%f21, [%rd61];
-	add.f32 	%f25, %f25, %f21;
-
-$L__BB0_11:
-	shl.b64 	%rd62, %rd64, 2;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f32 	[%rd63], %f25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB0_4;
-	bra.uni 	$L__BB0_12;
+	cvt.u64.u32 	%rd32, %r5;
+	mul.lo.s64 	%rd1, %rd32, %rd30;
+	mul.lo.s32 	%r9, %r7, 3;
+	cvt.u64.u32 	%rd2, %r9;
+	cvt.u64.u32 	%rd3, %r6;
+	add.s64 	%rd4, %rd3, %rd2;
+	cvt.u64.u32 	%rd5, %r7;
+	shl.b32 	%r10, %r7, 1;
+	cvt.u64.u32 	%rd6, %r10;
+	shl.b32 	%r11, %r7, 2;
+	cvt.u64.u32 	%rd7, %r11;
+	cvta.to.global.u64 	%rd8, %rd26;
+	cvta.to.global.u64 	%rd9, %rd25;
+	mov.u32 	%r54, 0;
+	shl.b64 	%rd58, %rd6, 4;
 
 $L__BB0_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 2;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f32 	%f10, [%rd20];
-	shl.b64 	%rd21, %rd64, 2;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f32 	[%rd22], %f10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB0_2;
+	setp.eq.s32 	%p2, %r54, %r3;
+	@%p2 bra 	$L__BB0_12;
+
+	cvt.u64.u32 	%rd33, %r54;
+	mul.lo.s64 	%rd34, %rd33, %rd28;
+	min.u64 	%rd35, %rd34, %rd27;
+	add.s64 	%rd36, %rd35, %rd28;
+	min.u64 	%rd37, %rd36, %rd27;
+	sub.s64 	%rd38, %rd37, %rd35;
+	min.u64 	%rd39, %rd38, %rd1;
+	sub.s64 	%rd40, %rd38, %rd39;
+	min.u64 	%rd41, %rd40, %rd30;
+	mul.wide.u32 	%rd42, %r54, 8;
+	add.s64 	%rd43, %rd8, %rd42;
+	setp.le.u32 	%p3, %r54, %r3;
+	selp.b32 	%r12, -1, 0, %p3;
+	add.s32 	%r13, %r12, %r3;
+	cvt.u64.u32 	%rd44, %r13;
+	mul.lo.s64 	%rd45, %rd44, %rd29;
+	add.s64 	%rd46, %rd39, %rd45;
+	mul.lo.s64 	%rd47, %rd46, %rd31;
+	ld.global.u64 	%rd48, [%rd43];
+	add.s64 	%rd10, %rd48, %rd47;
+	add.s64 	%rd49, %rd39, %rd35;
+	mul.lo.s64 	%rd50, %rd49, %rd31;
+	add.s64 	%rd11, %rd9, %rd50;
+	add.s64 	%rd51, %rd25, %rd50;
+	mul.lo.s64 	%rd12, %rd41, %rd31;
+	or.b64  	%rd52, %rd10, %rd51;
+	and.b64  	%rd53, %rd52, 15;
+	setp.ne.s64 	%p4, %rd53, 0;
+	mov.u64 	%rd77, %rd3;
+	@%p4 bra 	$L__BB0_10;
+
+	shr.u64 	%rd13, %rd12, 4;
+	setp.ge.u64 	%p5, %rd4, %rd13;
+	mov.u64 	%rd74, %rd3;
+	@%p5 bra 	$L__BB0_7;
+
+	mov.u64 	%rd72, %rd4;
+	mov.u64 	%rd74, %rd3;
+
+$L__BB0_6:
+	shl.b64 	%rd54, %rd74, 4;
+	add.s64 	%rd55, %rd11, %rd54;
+	shl.b64 	%rd56, %rd5, 4;
+	add.s64 	%rd57, %rd55, %rd56;
+	ld.global.v4.u32 	{%r14, %r15, %r16, %r17}, [%rd57];
+	add.s64 	%rd59, %rd55, %rd58;
+	ld.global.v4.u32 	{%r22, %r23, %r24, %r25}, [%rd59];
+	shl.b64 	%rd60, %rd72, 4;
+	add.s64 	%rd61, %rd11, %rd60;
+	ld.global.v4.u32 	{%r30, %r31, %r32, %r33}, [%rd61];
+	add.s64 	%rd62, %rd10, %rd54;
+	ld.global.v4.u32 	{%r38, %r39, %r40, %r41}, [%rd55];
+	st.v4.u32 	[%rd62], {%r38, %r39, %r40, %r41};
+	add.s64 	%rd63, %rd62, %rd56;
+	st.v4.u32 	[%rd63], {%r14, %r15, %r16, %r17};
+	add.s64 	%rd64, %rd62, %rd58;
+	st.v4.u32 	[%rd64], {%r22, %r23, %r24, %r25};
+	add.s64 	%rd65, %rd10, %rd60;
+	st.v4.u32 	[%rd65], {%r30, %r31, %r32, %r33};
+	add.s64 	%rd74, %rd74, %rd7;
+	add.s64 	%rd72, %rd74, %rd2;
+	setp.lt.u64 	%p6, %rd72, %rd13;
+	@%p6 bra 	$L__BB0_6;
+
+$L__BB0_7:
+	setp.ge.u64 	%p7, %rd74, %rd13;
+	@%p7 bra 	$L__BB0_9;
+
+$L__BB0_8:
+	shl.b64 	%rd66, %rd74, 4;
+	add.s64 	%rd67, %rd10, %rd66;
+	add.s64 	%rd68, %rd11, %rd66;
+	ld.global.v4.u32 	{%r46, %r47, %r48, %r49}, [%rd68];
+	st.v4.u32 	[%rd67], {%r46, %r47, %r48, %r49};
+	add.s64 	%rd74, %rd74, %rd5;
+	setp.lt.u64 	%p8, %rd74, %rd13;
+	@%p8 bra 	$L__BB0_8;
+
+$L__BB0_9:
+	and.b64  	%rd69, %rd12, -16;
+	add.s64 	%rd77, %rd69, %rd3;
+
+$L__BB0_10:
+	setp.ge.u64 	%p9, %rd77, %rd12;
+	@%p9 bra 	$L__BB0_12;
+
+$L__BB0_11:
+	add.s64 	%rd70, %rd11, %rd77;
+	ld.global.u8 	%rs1, [%rd70];
+	add.s64 	%rd71, %rd10, %rd77;
+	st.u8 	[%rd71], %rs1;
+	add.s64 	%rd77, %rd77, %rd5;
+	setp.lt.u64 	%p10, %rd77, %rd12;
+	@%p10 bra 	$L__BB0_11;
 
 $L__BB0_12:
+	add.s32 	%r54, %r54, 1;
+	setp.lt.u32 	%p11, %r54, %r4;
+	@%p11 bra 	$L__BB0_2;
+
+$L__BB0_13:
 	ret;
 
 }
-	// .globl	smcuda_reduce_avg_f32
-.visible .entry smcuda_reduce_avg_f32(
-	.param .u64 smcuda_reduce_avg_f32_param_0,
-	.param .u64 smcuda_reduce_avg_f32_param_1,
-	.param .u32 smcuda_reduce_avg_f32_param_2,
-	.param .u64 smcuda_reduce_avg_f32_param_3,
-	.param .u64 smcuda_reduce_avg_f32_param_4
+.func _Z13collect_partsPcPKcjjyyyjyyjj(
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_0,
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_1,
+	.param .b32 _Z13collect_partsPcPKcjjyyyjyyjj_param_2,
+	.param .b32 _Z13collect_partsPcPKcjjyyyjyyjj_param_3,
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_4,
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_5,
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_6,
+	.param .b32 _Z13collect_partsPcPKcjjyyyjyyjj_param_7,
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_8,
+	.param .b64 _Z13collect_partsPcPKcjjyyyjyyjj_param_9,
+	.param .b32 _Z13collect_partsPcPKcjjyyyjyyjj_param_10,
+	.param .b32 _Z13collect_partsPcPKcjjyyyjyyjj_param_11
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<66>;
+	.reg .pred 	%p<12>;
+	.reg .b16 	%rs<2>;
+	.reg .b32 	%r<55>;
+	.reg .b64 	%rd<74>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_f32_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_f32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_f32_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_f32_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_f32_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB1_12;
+	ld.param.u64 	%rd24, [_Z13collect_partsPcPKcjjyyyjyyjj_param_0];
+	ld.param.u64 	%rd25, [_Z13collect_partsPcPKcjjyyyjyyjj_param_1];
+	ld.param.u32 	%r3, [_Z13collect_partsPcPKcjjyyyjyyjj_param_2];
+	ld.param.u32 	%r4, [_Z13collect_partsPcPKcjjyyyjyyjj_param_3];
+	ld.param.u64 	%rd26, [_Z13collect_partsPcPKcjjyyyjyyjj_param_4];
+	ld.param.u64 	%rd27, [_Z13collect_partsPcPKcjjyyyjyyjj_param_5];
+	ld.param.u64 	%rd28, [_Z13collect_partsPcPKcjjyyyjyyjj_param_6];
+	ld.param.u32 	%r5, [_Z13collect_partsPcPKcjjyyyjyyjj_param_7];
+	ld.param.u64 	%rd29, [_Z13collect_partsPcPKcjjyyyjyyjj_param_8];
+	ld.param.u64 	%rd30, [_Z13collect_partsPcPKcjjyyyjyyjj_param_9];
+	ld.param.u32 	%r6, [_Z13collect_partsPcPKcjjyyyjyyjj_param_10];
+	ld.param.u32 	%r7, [_Z13collect_partsPcPKcjjyyyjyyjj_param_11];
+	setp.eq.s32 	%p1, %r4, 0;
+	@%p1 bra 	$L__BB1_13;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.rn.f32.u32 	%f1, %r9;
-	@%p2 bra 	$L__BB1_3;
-	bra.uni 	$L__BB1_2;
-
-$L__BB1_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB1_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 2;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f32 	%f28, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB1_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB1_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f32 	%f14, [%rd32];
-	add.f32 	%f15, %f28, %f14;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f32 	%f16, [%rd35];
-	add.f32 	%f17, %f15, %f16;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f32 	%f18, [%rd38];
-	add.f32 	%f19, %f17, %f18;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f32 	%f20, [%rd43];
-	add.f32 	%f28, %f19, %f20;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB1_6;
-
-$L__BB1_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB1_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f32 	%f21, [%rd49];
-	add.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB1_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f32 	%f22, [%rd55];
-	add.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB1_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f32 	%f23, [%rd61];
-	add.f32 	%f28, %f28, %f23;
-
-$L__BB1_11:
-	shl.b64 	%rd62, %rd64, 2;
-	add.s64 	%rd63, %rd1, %rd62;
-	div.rn.f32 	%f24, %f28, %f1;
-	st.global.f32 	[%rd63], %f24;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB1_4;
-	bra.uni 	$L__BB1_12;
+	cvt.u64.u32 	%rd31, %r5;
+	mul.lo.s64 	%rd1, %rd31, %rd29;
+	mul.lo.s32 	%r9, %r7, 3;
+	cvt.u64.u32 	%rd2, %r9;
+	cvt.u64.u32 	%rd3, %r6;
+	add.s64 	%rd4, %rd3, %rd2;
+	cvt.u64.u32 	%rd5, %r7;
+	shl.b32 	%r10, %r7, 1;
+	cvt.u64.u32 	%rd6, %r10;
+	shl.b32 	%r11, %r7, 2;
+	cvt.u64.u32 	%rd7, %r11;
+	cvta.to.global.u64 	%rd8, %rd24;
+	mov.u32 	%r54, 0;
+	shl.b64 	%rd54, %rd6, 4;
 
 $L__BB1_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 2;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f32 	%f11, [%rd20];
-	div.rn.f32 	%f12, %f11, %f1;
-	shl.b64 	%rd21, %rd64, 2;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f32 	[%rd22], %f12;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB1_2;
+	setp.eq.s32 	%p2, %r54, %r3;
+	@%p2 bra 	$L__BB1_12;
+
+	cvt.u64.u32 	%rd32, %r54;
+	mul.lo.s64 	%rd33, %rd32, %rd27;
+	min.u64 	%rd34, %rd33, %rd26;
+	add.s64 	%rd35, %rd34, %rd27;
+	min.u64 	%rd36, %rd35, %rd26;
+	sub.s64 	%rd37, %rd36, %rd34;
+	min.u64 	%rd38, %rd37, %rd1;
+	sub.s64 	%rd39, %rd37, %rd38;
+	min.u64 	%rd40, %rd39, %rd29;
+	add.s64 	%rd41, %rd38, %rd34;
+	mul.lo.s64 	%rd42, %rd41, %rd30;
+	add.s64 	%rd9, %rd8, %rd42;
+	add.s64 	%rd43, %rd24, %rd42;
+	setp.ge.u32 	%p3, %r54, %r3;
+	selp.b32 	%r12, -1, 0, %p3;
+	add.s32 	%r13, %r54, %r12;
+	cvt.u64.u32 	%rd44, %r13;
+	mul.lo.s64 	%rd45, %rd44, %rd28;
+	add.s64 	%rd46, %rd38, %rd45;
+	mul.lo.s64 	%rd47, %rd46, %rd30;
+	add.s64 	%rd10, %rd25, %rd47;
+	mul.lo.s64 	%rd11, %rd40, %rd30;
+	or.b64  	%rd48, %rd43, %rd10;
+	and.b64  	%rd49, %rd48, 15;
+	setp.ne.s64 	%p4, %rd49, 0;
+	mov.u64 	%rd73, %rd3;
+	@%p4 bra 	$L__BB1_10;
+
+	shr.u64 	%rd12, %rd11, 4;
+	setp.ge.u64 	%p5, %rd4, %rd12;
+	mov.u64 	%rd70, %rd3;
+	@%p5 bra 	$L__BB1_7;
+
+	mov.u64 	%rd68, %rd4;
+	mov.u64 	%rd70, %rd3;
+
+$L__BB1_6:
+	shl.b64 	%rd50, %rd70, 4;
+	add.s64 	%rd51, %rd10, %rd50;
+	shl.b64 	%rd52, %rd5, 4;
+	add.s64 	%rd53, %rd51, %rd52;
+	ld.v4.u32 	{%r14, %r15, %r16, %r17}, [%rd53];
+	add.s64 	%rd55, %rd51, %rd54;
+	ld.v4.u32 	{%r22, %r23, %r24, %r25}, [%rd55];
+	shl.b64 	%rd56, %rd68, 4;
+	add.s64 	%rd57, %rd10, %rd56;
+	ld.v4.u32 	{%r30, %r31, %r32, %r33}, [%rd57];
+	add.s64 	%rd58, %rd9, %rd50;
+	ld.v4.u32 	{%r38, %r39, %r40, %r41}, [%rd51];
+	st.global.v4.u32 	[%rd58], {%r38, %r39, %r40, %r41};
+	add.s64 	%rd59, %rd58, %rd52;
+	st.global.v4.u32 	[%rd59], {%r14, %r15, %r16, %r17};
+	add.s64 	%rd60, %rd58, %rd54;
+	st.global.v4.u32 	[%rd60], {%r22, %r23, %r24, %r25};
+	add.s64 	%rd61, %rd9, %rd56;
+	st.global.v4.u32 	[%rd61], {%r30, %r31, %r32, %r33};
+	add.s64 	%rd70, %rd70, %rd7;
+	add.s64 	%rd68, %rd70, %rd2;
+	setp.lt.u64 	%p6, %rd68, %rd12;
+	@%p6 bra 	$L__BB1_6;
+
+$L__BB1_7:
+	setp.ge.u64 	%p7, %rd70, %rd12;
+	@%p7 bra 	$L__BB1_9;
+
+$L__BB1_8:
+	shl.b64 	%rd62, %rd70, 4;
+	add.s64 	%rd63, %rd9, %rd62;
+	add.s64 	%rd64, %rd10, %rd62;
+	ld.v4.u32 	{%r46, %r47, %r48, %r49}, [%rd64];
+	st.global.v4.u32 	[%rd63], {%r46, %r47, %r48, %r49};
+	add.s64 	%rd70, %rd70, %rd5;
+	setp.lt.u64 	%p8, %rd70, %rd12;
+	@%p8 bra 	$L__BB1_8;
+
+$L__BB1_9:
+	and.b64  	%rd65, %rd11, -16;
+	add.s64 	%rd73, %rd65, %rd3;
+
+$L__BB1_10:
+	setp.ge.u64 	%p9, %rd73, %rd11;
+	@%p9 bra 	$L__BB1_12;
+
+$L__BB1_11:
+	add.s64 	%rd66, %rd10, %rd73;
+	ld.u8 	%rs1, [%rd66];
+	add.s64 	%rd67, %rd9, %rd73;
+	st.global.u8 	[%rd67], %rs1;
+	add.s64 	%rd73, %rd73, %rd5;
+	setp.lt.u64 	%p10, %rd73, %rd11;
+	@%p10 bra 	$L__BB1_11;
 
 $L__BB1_12:
+	add.s32 	%r54, %r54, 1;
+	setp.lt.u32 	%p11, %r54, %r4;
+	@%p11 bra 	$L__BB1_2;
+
+$L__BB1_13:
 	ret;
 
 }
-	// .globl	smcuda_reduce_min_f32
-.visible .entry smcuda_reduce_min_f32(
-	.param .u64 smcuda_reduce_min_f32_param_0,
-	.param .u64 smcuda_reduce_min_f32_param_1,
-	.param .u32 smcuda_reduce_min_f32_param_2,
-	.param .u64 smcuda_reduce_min_f32_param_3,
-	.param .u64 smcuda_reduce_min_f32_param_4
+	// .globl	smcuda_reduce_f32
+.visible .entry smcuda_reduce_f32(
+	.param .u64 smcuda_reduce_f32_param_0,
+	.param .u64 smcuda_reduce_f32_param_1,
+	.param .u32 smcuda_reduce_f32_param_2,
+	.param .u64 smcuda_reduce_f32_param_3,
+	.param .u64 smcuda_reduce_f32_param_4,
+	.param .u32 smcuda_reduce_f32_param_5
 )
 {
-	.reg .pred 	%p<17>;
-	.reg .f32 	%f<26>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<66>;
+	.reg .pred 	%p<26>;
+	.reg .f32 	%f<45>;
+	.reg .b32 	%r<36>;
+	.reg .b64 	%rd<85>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_min_f32_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_f32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_f32_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_f32_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_f32_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB2_12;
+	ld.param.u64 	%rd14, [smcuda_reduce_f32_param_0];
+	ld.param.u64 	%rd15, [smcuda_reduce_f32_param_1];
+	ld.param.u32 	%r15, [smcuda_reduce_f32_param_2];
+	ld.param.u64 	%rd12, [smcuda_reduce_f32_param_3];
+	ld.param.u64 	%rd13, [smcuda_reduce_f32_param_4];
+	ld.param.u32 	%r16, [smcuda_reduce_f32_param_5];
+	cvta.to.global.u64 	%rd1, %rd14;
+	cvta.to.global.u64 	%rd2, %rd15;
+	mov.u32 	%r17, %nctaid.x;
+	mov.u32 	%r18, %ntid.x;
+	mul.wide.u32 	%rd3, %r17, %r18;
+	mov.u32 	%r19, %ctaid.x;
+	mul.wide.u32 	%rd16, %r19, %r18;
+	mov.u32 	%r20, %tid.x;
+	cvt.u64.u32 	%rd17, %r20;
+	add.s64 	%rd82, %rd16, %rd17;
+	setp.ge.u64 	%p1, %rd82, %rd13;
+	@%p1 bra 	$L__BB2_25;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB2_3;
+	setp.gt.u32 	%p2, %r15, 1;
+	cvt.rn.f32.u32 	%f1, %r15;
+	@%p2 bra 	$L__BB2_5;
 	bra.uni 	$L__BB2_2;
 
-$L__BB2_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB2_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 2;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f32 	%f25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB2_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+$L__BB2_5:
+	add.s32 	%r21, %r15, -1;
+	add.s32 	%r1, %r15, -2;
+	and.b32  	%r2, %r21, 3;
+	sub.s32 	%r3, %r21, %r2;
 
 $L__BB2_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd8, %rd82, %rd12;
+	shl.b64 	%rd27, %rd8, 2;
+	add.s64 	%rd28, %rd26, %rd27;
+	ld.global.f32 	%f43, [%rd28];
+	setp.eq.s32 	%p5, %r16, 2;
+	@%p5 bra 	$L__BB2_13;
+
+	setp.eq.s32 	%p6, %r16, 3;
+	@%p6 bra 	$L__BB2_11;
+
+	setp.ne.s32 	%p7, %r16, 4;
+	@%p7 bra 	$L__BB2_20;
+
+	mov.u32 	%r30, 1;
+	mov.u64 	%rd84, %rd2;
+
+$L__BB2_10:
+	add.s64 	%rd10, %rd84, 8;
+	ld.global.u64 	%rd29, [%rd84+8];
 	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f32 	%f12, [%rd32];
-	setp.lt.f32 	%p5, %f12, %f25;
-	selp.f32 	%f13, %f12, %f25, %p5;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f32 	%f14, [%rd35];
-	setp.lt.f32 	%p6, %f14, %f13;
-	selp.f32 	%f15, %f14, %f13, %p6;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f32 	%f16, [%rd38];
-	setp.lt.f32 	%p7, %f16, %f15;
-	selp.f32 	%f17, %f16, %f15, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f32 	%f18, [%rd43];
-	setp.lt.f32 	%p8, %f18, %f17;
-	selp.f32 	%f25, %f18, %f17, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB2_6;
-
-$L__BB2_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB2_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f32 	%f19, [%rd49];
-	setp.lt.f32 	%p12, %f19, %f25;
-	selp.f32 	%f25, %f19, %f25, %p12;
-	@%p11 bra 	$L__BB2_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f32 	%f20, [%rd55];
-	setp.lt.f32 	%p14, %f20, %f25;
-	selp.f32 	%f25, %f20, %f25, %p14;
-	@%p13 bra 	$L__BB2_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f32 	%f21, [%rd61];
-	setp.lt.f32 	%p15, %f21, %f25;
-	selp.f32 	%f25, %f21, %f25, %p15;
+	add.s64 	%rd32, %rd30, %rd27;
+	ld.global.f32 	%f22, [%rd32];
+	mul.f32 	%f43, %f43, %f22;
+	add.s32 	%r30, %r30, 1;
+	setp.lt.u32 	%p8, %r30, %r15;
+	mov.u64 	%rd84, %rd10;
+	@%p8 bra 	$L__BB2_10;
+	bra.uni 	$L__BB2_22;
 
 $L__BB2_11:
-	shl.b64 	%rd62, %rd64, 2;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f32 	[%rd63], %f25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p16, %rd64, %rd11;
-	@%p16 bra 	$L__BB2_4;
-	bra.uni 	$L__BB2_12;
-
-$L__BB2_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 2;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f32 	%f10, [%rd20];
-	shl.b64 	%rd21, %rd64, 2;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f32 	[%rd22], %f10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB2_2;
+	mov.u32 	%r31, 1;
 
 $L__BB2_12:
-	ret;
+	mul.wide.u32 	%rd33, %r31, 8;
+	add.s64 	%rd34, %rd2, %rd33;
+	ld.global.u64 	%rd35, [%rd34];
+	cvta.to.global.u64 	%rd36, %rd35;
+	add.s64 	%rd38, %rd36, %rd27;
+	ld.global.f32 	%f23, [%rd38];
+	setp.gt.f32 	%p9, %f23, %f43;
+	selp.f32 	%f43, %f23, %f43, %p9;
+	add.s32 	%r31, %r31, 1;
+	setp.lt.u32 	%p10, %r31, %r15;
+	@%p10 bra 	$L__BB2_12;
+	bra.uni 	$L__BB2_22;
 
-}
-	// .globl	smcuda_reduce_max_f32
-.visible .entry smcuda_reduce_max_f32(
-	.param .u64 smcuda_reduce_max_f32_param_0,
-	.param .u64 smcuda_reduce_max_f32_param_1,
-	.param .u32 smcuda_reduce_max_f32_param_2,
-	.param .u64 smcuda_reduce_max_f32_param_3,
-	.param .u64 smcuda_reduce_max_f32_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .f32 	%f<26>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<66>;
+$L__BB2_13:
+	setp.lt.u32 	%p11, %r1, 3;
+	mov.u32 	%r34, 1;
+	@%p11 bra 	$L__BB2_16;
 
+	mov.u32 	%r34, 1;
+	mov.u32 	%r33, %r3;
 
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f32_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f32_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f32_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f32_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB3_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB3_3;
-	bra.uni 	$L__BB3_2;
-
-$L__BB3_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB3_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 2;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f32 	%f25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB3_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB3_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f32 	%f12, [%rd32];
-	setp.gt.f32 	%p5, %f12, %f25;
-	selp.f32 	%f13, %f12, %f25, %p5;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f32 	%f14, [%rd35];
-	setp.gt.f32 	%p6, %f14, %f13;
-	selp.f32 	%f15, %f14, %f13, %p6;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f32 	%f16, [%rd38];
-	setp.gt.f32 	%p7, %f16, %f15;
-	selp.f32 	%f17, %f16, %f15, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
+$L__BB2_15:
+	mul.wide.u32 	%rd39, %r34, 8;
 	add.s64 	%rd40, %rd2, %rd39;
 	ld.global.u64 	%rd41, [%rd40];
 	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f32 	%f18, [%rd43];
-	setp.gt.f32 	%p8, %f18, %f17;
-	selp.f32 	%f25, %f18, %f17, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB3_6;
+	add.s64 	%rd44, %rd42, %rd27;
+	ld.global.f32 	%f25, [%rd44];
+	setp.lt.f32 	%p12, %f25, %f43;
+	selp.f32 	%f26, %f25, %f43, %p12;
+	ld.global.u64 	%rd45, [%rd40+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd27;
+	ld.global.f32 	%f27, [%rd47];
+	setp.lt.f32 	%p13, %f27, %f26;
+	selp.f32 	%f28, %f27, %f26, %p13;
+	ld.global.u64 	%rd48, [%rd40+16];
+	cvta.to.global.u64 	%rd49, %rd48;
+	add.s64 	%rd50, %rd49, %rd27;
+	ld.global.f32 	%f29, [%rd50];
+	setp.lt.f32 	%p14, %f29, %f28;
+	selp.f32 	%f30, %f29, %f28, %p14;
+	add.s32 	%r26, %r34, 3;
+	mul.wide.u32 	%rd51, %r26, 8;
+	add.s64 	%rd52, %rd2, %rd51;
+	ld.global.u64 	%rd53, [%rd52];
+	cvta.to.global.u64 	%rd54, %rd53;
+	add.s64 	%rd55, %rd54, %rd27;
+	ld.global.f32 	%f31, [%rd55];
+	setp.lt.f32 	%p15, %f31, %f30;
+	selp.f32 	%f43, %f31, %f30, %p15;
+	add.s32 	%r34, %r34, 4;
+	add.s32 	%r33, %r33, -4;
+	setp.ne.s32 	%p16, %r33, 0;
+	@%p16 bra 	$L__BB2_15;
 
-$L__BB3_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB3_11;
+$L__BB2_16:
+	setp.eq.s32 	%p17, %r2, 0;
+	@%p17 bra 	$L__BB2_22;
 
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f32 	%f19, [%rd49];
-	setp.gt.f32 	%p12, %f19, %f25;
-	selp.f32 	%f25, %f19, %f25, %p12;
-	@%p11 bra 	$L__BB3_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f32 	%f20, [%rd55];
-	setp.gt.f32 	%p14, %f20, %f25;
-	selp.f32 	%f25, %f20, %f25, %p14;
-	@%p13 bra 	$L__BB3_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
+	setp.eq.s32 	%p18, %r2, 1;
+	mul.wide.u32 	%rd56, %r34, 8;
 	add.s64 	%rd57, %rd2, %rd56;
 	ld.global.u64 	%rd58, [%rd57];
 	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f32 	%f21, [%rd61];
-	setp.gt.f32 	%p15, %f21, %f25;
-	selp.f32 	%f25, %f21, %f25, %p15;
+	add.s64 	%rd61, %rd59, %rd27;
+	ld.global.f32 	%f32, [%rd61];
+	setp.lt.f32 	%p19, %f32, %f43;
+	selp.f32 	%f43, %f32, %f43, %p19;
+	@%p18 bra 	$L__BB2_22;
 
-$L__BB3_11:
-	shl.b64 	%rd62, %rd64, 2;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f32 	[%rd63], %f25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p16, %rd64, %rd11;
-	@%p16 bra 	$L__BB3_4;
-	bra.uni 	$L__BB3_12;
+	setp.eq.s32 	%p20, %r2, 2;
+	add.s32 	%r27, %r34, 1;
+	mul.wide.u32 	%rd62, %r27, 8;
+	add.s64 	%rd63, %rd2, %rd62;
+	ld.global.u64 	%rd64, [%rd63];
+	cvta.to.global.u64 	%rd65, %rd64;
+	add.s64 	%rd67, %rd65, %rd27;
+	ld.global.f32 	%f33, [%rd67];
+	setp.lt.f32 	%p21, %f33, %f43;
+	selp.f32 	%f43, %f33, %f43, %p21;
+	@%p20 bra 	$L__BB2_22;
 
-$L__BB3_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 2;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f32 	%f10, [%rd20];
-	shl.b64 	%rd21, %rd64, 2;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f32 	[%rd22], %f10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB3_2;
+	add.s32 	%r28, %r34, 2;
+	mul.wide.u32 	%rd68, %r28, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd27;
+	ld.global.f32 	%f34, [%rd73];
+	setp.lt.f32 	%p22, %f34, %f43;
+	selp.f32 	%f43, %f34, %f43, %p22;
+	bra.uni 	$L__BB2_22;
 
-$L__BB3_12:
-	ret;
+$L__BB2_20:
+	mov.u32 	%r35, 1;
 
-}
-	// .globl	smcuda_reduce_prod_f32
-.visible .entry smcuda_reduce_prod_f32(
-	.param .u64 smcuda_reduce_prod_f32_param_0,
-	.param .u64 smcuda_reduce_prod_f32_param_1,
-	.param .u32 smcuda_reduce_prod_f32_param_2,
-	.param .u64 smcuda_reduce_prod_f32_param_3,
-	.param .u64 smcuda_reduce_prod_f32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .f32 	%f<26>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<66>;
+$L__BB2_21:
+	mul.wide.u32 	%rd74, %r35, 8;
+	add.s64 	%rd75, %rd2, %rd74;
+	ld.global.u64 	%rd76, [%rd75];
+	cvta.to.global.u64 	%rd77, %rd76;
+	add.s64 	%rd79, %rd77, %rd27;
+	ld.global.f32 	%f35, [%rd79];
+	add.f32 	%f43, %f43, %f35;
+	add.s32 	%r35, %r35, 1;
+	setp.lt.u32 	%p23, %r35, %r15;
+	@%p23 bra 	$L__BB2_21;
 
+$L__BB2_22:
+	setp.ne.s32 	%p24, %r16, 1;
+	@%p24 bra 	$L__BB2_24;
 
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f32_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f32_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f32_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f32_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB4_12;
+	div.rn.f32 	%f43, %f43, %f1;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB4_3;
-	bra.uni 	$L__BB4_2;
+$L__BB2_24:
+	shl.b64 	%rd80, %rd82, 2;
+	add.s64 	%rd81, %rd1, %rd80;
+	st.global.f32 	[%rd81], %f43;
+	add.s64 	%rd82, %rd82, %rd3;
+	setp.lt.u64 	%p25, %rd82, %rd13;
+	@%p25 bra 	$L__BB2_6;
+	bra.uni 	$L__BB2_25;
 
-$L__BB4_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
+$L__BB2_2:
+	ld.global.u64 	%rd18, [%rd2];
+	cvta.to.global.u64 	%rd19, %rd18;
+	add.s64 	%rd20, %rd82, %rd12;
+	shl.b64 	%rd21, %rd20, 2;
+	add.s64 	%rd22, %rd19, %rd21;
+	ld.global.f32 	%f36, [%rd22];
+	setp.ne.s32 	%p3, %r16, 1;
+	@%p3 bra 	$L__BB2_4;
 
-$L__BB4_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 2;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f32 	%f25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB4_7;
+	div.rn.f32 	%f36, %f36, %f1;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+$L__BB2_4:
+	shl.b64 	%rd23, %rd82, 2;
+	add.s64 	%rd24, %rd1, %rd23;
+	st.global.f32 	[%rd24], %f36;
+	add.s64 	%rd82, %rd82, %rd3;
+	setp.lt.u64 	%p4, %rd82, %rd13;
+	@%p4 bra 	$L__BB2_2;
 
-$L__BB4_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f32 	%f12, [%rd32];
-	mul.f32 	%f13, %f25, %f12;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f32 	%f14, [%rd35];
-	mul.f32 	%f15, %f13, %f14;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f32 	%f16, [%rd38];
-	mul.f32 	%f17, %f15, %f16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f32 	%f18, [%rd43];
-	mul.f32 	%f25, %f17, %f18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB4_6;
-
-$L__BB4_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB4_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f32 	%f19, [%rd49];
-	mul.f32 	%f25, %f25, %f19;
-	@%p7 bra 	$L__BB4_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f32 	%f20, [%rd55];
-	mul.f32 	%f25, %f25, %f20;
-	@%p8 bra 	$L__BB4_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f32 	%f21, [%rd61];
-	mul.f32 	%f25, %f25, %f21;
-
-$L__BB4_11:
-	shl.b64 	%rd62, %rd64, 2;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f32 	[%rd63], %f25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB4_4;
-	bra.uni 	$L__BB4_12;
-
-$L__BB4_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 2;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f32 	%f10, [%rd20];
-	shl.b64 	%rd21, %rd64, 2;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f32 	[%rd22], %f10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB4_2;
-
-$L__BB4_12:
+$L__BB2_25:
 	ret;
 
 }
@@ -793,7 +577,7 @@ $L__BB4_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB5_3;
+	@%p1 bra 	$L__BB3_3;
 
 	cvt.rn.f32.u32 	%f1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -801,7 +585,7 @@ $L__BB4_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB5_2:
+$L__BB3_2:
 	shl.b64 	%rd12, %rd14, 2;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.f32 	%f2, [%rd13];
@@ -809,9 +593,9 @@ $L__BB5_2:
 	st.global.f32 	[%rd13], %f3;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB5_2;
+	@%p2 bra 	$L__BB3_2;
 
-$L__BB5_3:
+$L__BB3_3:
 	ret;
 
 }
@@ -850,18 +634,18 @@ $L__BB5_3:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB6_2;
+	@%p1 bra 	$L__BB4_2;
 
 	div.u64 	%rd172, %rd5, %rd4;
-	bra.uni 	$L__BB6_3;
+	bra.uni 	$L__BB4_3;
 
-$L__BB6_2:
+$L__BB4_2:
 	cvt.u32.u64 	%r40, %rd4;
 	cvt.u32.u64 	%r41, %rd5;
 	div.u32 	%r42, %r41, %r40;
 	cvt.u64.u32 	%rd172, %r42;
 
-$L__BB6_3:
+$L__BB4_3:
 	add.s64 	%rd57, %rd172, 3;
 	and.b64  	%rd58, %rd57, -4;
 	mov.u32 	%r43, %ctaid.x;
@@ -877,22 +661,22 @@ $L__BB6_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB6_14;
+	@%p2 bra 	$L__BB4_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r44, %tid.x;
 	cvt.u64.u32 	%rd15, %r44;
-	@%p3 bra 	$L__BB6_8;
+	@%p3 bra 	$L__BB4_8;
 
 	add.s64 	%rd173, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd173, %rd11;
-	@%p4 bra 	$L__BB6_14;
+	@%p4 bra 	$L__BB4_14;
 
 	mov.u32 	%r45, %ntid.x;
 	cvt.u64.u32 	%rd17, %r45;
 
-$L__BB6_7:
+$L__BB4_7:
 	shl.b64 	%rd65, %rd173, 2;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.f32 	%f67, [%rd66];
@@ -900,19 +684,19 @@ $L__BB6_7:
 	st.f32 	[%rd67], %f67;
 	add.s64 	%rd173, %rd173, %rd17;
 	setp.lt.u64 	%p5, %rd173, %rd11;
-	@%p5 bra 	$L__BB6_7;
-	bra.uni 	$L__BB6_14;
+	@%p5 bra 	$L__BB4_7;
+	bra.uni 	$L__BB4_14;
 
-$L__BB6_8:
+$L__BB4_8:
 	shl.b64 	%rd68, %rd15, 2;
 	add.s64 	%rd174, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd174, %rd12;
-	@%p6 bra 	$L__BB6_11;
+	@%p6 bra 	$L__BB4_11;
 
 	mov.u32 	%r46, %ntid.x;
 	mul.wide.u32 	%rd21, %r46, 4;
 
-$L__BB6_10:
+$L__BB4_10:
 	shl.b64 	%rd69, %rd174, 2;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -920,17 +704,17 @@ $L__BB6_10:
 	st.v4.u32 	[%rd71], {%r47, %r48, %r49, %r50};
 	add.s64 	%rd174, %rd174, %rd21;
 	setp.lt.u64 	%p7, %rd174, %rd12;
-	@%p7 bra 	$L__BB6_10;
+	@%p7 bra 	$L__BB4_10;
 
-$L__BB6_11:
+$L__BB4_11:
 	add.s64 	%rd175, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd175, %rd11;
-	@%p8 bra 	$L__BB6_14;
+	@%p8 bra 	$L__BB4_14;
 
 	mov.u32 	%r55, %ntid.x;
 	cvt.u64.u32 	%rd25, %r55;
 
-$L__BB6_13:
+$L__BB4_13:
 	shl.b64 	%rd72, %rd175, 2;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.f32 	%f68, [%rd73];
@@ -938,13 +722,13 @@ $L__BB6_13:
 	st.f32 	[%rd74], %f68;
 	add.s64 	%rd175, %rd175, %rd25;
 	setp.lt.u64 	%p9, %rd175, %rd11;
-	@%p9 bra 	$L__BB6_13;
+	@%p9 bra 	$L__BB4_13;
 
-$L__BB6_14:
+$L__BB4_14:
 	mov.u32 	%r90, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r90, %r37;
-	@%p10 bra 	$L__BB6_19;
+	@%p10 bra 	$L__BB4_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r56, %r36, 9;
@@ -953,9 +737,9 @@ $L__BB6_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r79, %r90;
 
-$L__BB6_16:
+$L__BB4_16:
 	setp.eq.s32 	%p11, %r79, %r36;
-	@%p11 bra 	$L__BB6_18;
+	@%p11 bra 	$L__BB4_18;
 
 	mul.wide.u32 	%rd78, %r79, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -967,22 +751,22 @@ $L__BB6_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB6_18:
+$L__BB4_18:
 	add.s32 	%r79, %r79, %r2;
 	setp.lt.u32 	%p12, %r79, %r37;
-	@%p12 bra 	$L__BB6_16;
+	@%p12 bra 	$L__BB4_16;
 
-$L__BB6_19:
-	@%p10 bra 	$L__BB6_26;
+$L__BB4_19:
+	@%p10 bra 	$L__BB4_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r80, %r90;
 
-$L__BB6_21:
+$L__BB4_21:
 	setp.eq.s32 	%p14, %r80, %r36;
-	@%p14 bra 	$L__BB6_25;
+	@%p14 bra 	$L__BB4_25;
 
 	shl.b32 	%r57, %r80, 9;
 	cvt.u64.u32 	%rd84, %r57;
@@ -990,50 +774,50 @@ $L__BB6_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB6_23:
+$L__BB4_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB6_23;
+	@%p15 bra 	$L__BB4_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB6_25:
+$L__BB4_25:
 	add.s32 	%r80, %r80, %r5;
 	setp.lt.u32 	%p16, %r80, %r37;
-	@%p16 bra 	$L__BB6_21;
+	@%p16 bra 	$L__BB4_21;
 
-$L__BB6_26:
+$L__BB4_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r90;
 	mul.wide.u32 	%rd90, %r90, 4;
 	add.s64 	%rd176, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd176, %rd12;
-	@%p17 bra 	$L__BB6_45;
+	@%p17 bra 	$L__BB4_45;
 
 	cvt.rn.f32.u32 	%f1, %r37;
 	mov.u32 	%r58, %ntid.x;
 	mul.wide.u32 	%rd34, %r58, 4;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB6_28:
+$L__BB4_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd176, 2;
 	add.s64 	%rd93, %rd91, %rd92;
 	ld.v4.f32 	{%f114, %f113, %f112, %f111}, [%rd93];
 	setp.lt.u32 	%p18, %r37, 2;
-	@%p18 bra 	$L__BB6_39;
+	@%p18 bra 	$L__BB4_39;
 
 	setp.eq.s32 	%p19, %r38, 2;
-	@%p19 bra 	$L__BB6_37;
-	bra.uni 	$L__BB6_30;
+	@%p19 bra 	$L__BB4_37;
+	bra.uni 	$L__BB4_30;
 
-$L__BB6_37:
+$L__BB4_37:
 	mov.u32 	%r82, 1;
 
-$L__BB6_38:
+$L__BB4_38:
 	mul.wide.u32 	%rd99, %r82, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -1049,23 +833,23 @@ $L__BB6_38:
 	selp.f32 	%f111, %f88, %f111, %p30;
 	add.s32 	%r82, %r82, 1;
 	setp.lt.u32 	%p31, %r82, %r37;
-	@%p31 bra 	$L__BB6_38;
-	bra.uni 	$L__BB6_39;
+	@%p31 bra 	$L__BB4_38;
+	bra.uni 	$L__BB4_39;
 
-$L__BB6_30:
+$L__BB4_30:
 	mov.u32 	%r81, 1;
 
-$L__BB6_31:
+$L__BB4_31:
 	mul.wide.u32 	%rd94, %r81, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v4.u32 	{%r60, %r61, %r62, %r63}, [%rd98];
 	setp.eq.s32 	%p20, %r38, 3;
-	@%p20 bra 	$L__BB6_34;
+	@%p20 bra 	$L__BB4_34;
 
 	setp.ne.s32 	%p21, %r38, 4;
-	@%p21 bra 	$L__BB6_35;
+	@%p21 bra 	$L__BB4_35;
 
 	mov.b32 	%f73, %r60;
 	mul.f32 	%f114, %f114, %f73;
@@ -1075,9 +859,9 @@ $L__BB6_31:
 	mul.f32 	%f112, %f112, %f75;
 	mov.b32 	%f76, %r63;
 	mul.f32 	%f111, %f111, %f76;
-	bra.uni 	$L__BB6_36;
+	bra.uni 	$L__BB4_36;
 
-$L__BB6_34:
+$L__BB4_34:
 	mov.b32 	%f77, %r60;
 	setp.lt.f32 	%p22, %f114, %f77;
 	selp.f32 	%f114, %f77, %f114, %p22;
@@ -1090,9 +874,9 @@ $L__BB6_34:
 	mov.b32 	%f80, %r63;
 	setp.lt.f32 	%p25, %f111, %f80;
 	selp.f32 	%f111, %f80, %f111, %p25;
-	bra.uni 	$L__BB6_36;
+	bra.uni 	$L__BB4_36;
 
-$L__BB6_35:
+$L__BB4_35:
 	mov.b32 	%f81, %r60;
 	add.f32 	%f114, %f114, %f81;
 	mov.b32 	%f82, %r61;
@@ -1102,76 +886,76 @@ $L__BB6_35:
 	mov.b32 	%f84, %r63;
 	add.f32 	%f111, %f111, %f84;
 
-$L__BB6_36:
+$L__BB4_36:
 	add.s32 	%r81, %r81, 1;
 	setp.lt.u32 	%p26, %r81, %r37;
-	@%p26 bra 	$L__BB6_31;
+	@%p26 bra 	$L__BB4_31;
 
-$L__BB6_39:
+$L__BB4_39:
 	setp.ne.s32 	%p32, %r38, 1;
-	@%p32 bra 	$L__BB6_41;
+	@%p32 bra 	$L__BB4_41;
 
 	div.rn.f32 	%f114, %f114, %f1;
 	div.rn.f32 	%f113, %f113, %f1;
 	div.rn.f32 	%f112, %f112, %f1;
 	div.rn.f32 	%f111, %f111, %f1;
 
-$L__BB6_41:
+$L__BB4_41:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 4;
 	setp.eq.s64 	%p33, %rd35, 0;
-	@%p33 bra 	$L__BB6_43;
+	@%p33 bra 	$L__BB4_43;
 
 	st.global.f32 	[%rd37+-4], %f114;
 	st.global.f32 	[%rd37], %f113;
 	st.global.f32 	[%rd37+4], %f112;
 	st.global.f32 	[%rd37+8], %f111;
-	bra.uni 	$L__BB6_44;
+	bra.uni 	$L__BB4_44;
 
-$L__BB6_43:
+$L__BB4_43:
 	st.global.v4.f32 	[%rd37+-4], {%f114, %f113, %f112, %f111};
 
-$L__BB6_44:
+$L__BB4_44:
 	add.s64 	%rd176, %rd176, %rd34;
 	setp.lt.u64 	%p34, %rd176, %rd12;
-	@%p34 bra 	$L__BB6_28;
+	@%p34 bra 	$L__BB4_28;
 
-$L__BB6_45:
+$L__BB4_45:
 	add.s64 	%rd177, %rd12, %rd31;
 	setp.ge.u64 	%p35, %rd177, %rd11;
-	@%p35 bra 	$L__BB6_70;
+	@%p35 bra 	$L__BB4_70;
 
 	setp.gt.u32 	%p36, %r37, 1;
 	cvt.rn.f32.u32 	%f46, %r37;
 	mov.u32 	%r65, %ntid.x;
 	cvt.u64.u32 	%rd40, %r65;
-	@%p36 bra 	$L__BB6_50;
-	bra.uni 	$L__BB6_47;
+	@%p36 bra 	$L__BB4_50;
+	bra.uni 	$L__BB4_47;
 
-$L__BB6_50:
+$L__BB4_50:
 	add.s32 	%r66, %r37, -1;
 	add.s32 	%r16, %r37, -2;
 	and.b32  	%r17, %r66, 3;
 	sub.s32 	%r18, %r66, %r17;
 
-$L__BB6_51:
+$L__BB4_51:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd177, 2;
 	add.s64 	%rd113, %rd111, %rd112;
 	ld.f32 	%f134, [%rd113];
 	setp.eq.s32 	%p39, %r38, 2;
-	@%p39 bra 	$L__BB6_58;
+	@%p39 bra 	$L__BB4_58;
 
 	setp.eq.s32 	%p40, %r38, 3;
-	@%p40 bra 	$L__BB6_56;
+	@%p40 bra 	$L__BB4_56;
 
 	setp.ne.s32 	%p41, %r38, 4;
-	@%p41 bra 	$L__BB6_65;
+	@%p41 bra 	$L__BB4_65;
 
 	mov.u32 	%r83, 1;
 	mov.u64 	%rd179, %rd3;
 
-$L__BB6_55:
+$L__BB4_55:
 	add.s64 	%rd45, %rd179, 8;
 	ld.global.u64 	%rd114, [%rd179+8];
 	add.s64 	%rd116, %rd114, %rd112;
@@ -1180,18 +964,18 @@ $L__BB6_55:
 	add.s32 	%r83, %r83, 1;
 	setp.lt.u32 	%p42, %r83, %r37;
 	mov.u64 	%rd179, %rd45;
-	@%p42 bra 	$L__BB6_55;
-	bra.uni 	$L__BB6_67;
+	@%p42 bra 	$L__BB4_55;
+	bra.uni 	$L__BB4_67;
 
-$L__BB6_58:
+$L__BB4_58:
 	setp.lt.u32 	%p45, %r16, 3;
 	mov.u32 	%r87, 1;
-	@%p45 bra 	$L__BB6_61;
+	@%p45 bra 	$L__BB4_61;
 
 	mov.u32 	%r87, 1;
 	mov.u32 	%r86, %r18;
 
-$L__BB6_60:
+$L__BB4_60:
 	mul.wide.u32 	%rd122, %r87, 8;
 	add.s64 	%rd123, %rd3, %rd122;
 	ld.global.u64 	%rd124, [%rd123];
@@ -1220,11 +1004,11 @@ $L__BB6_60:
 	add.s32 	%r87, %r87, 4;
 	add.s32 	%r86, %r86, -4;
 	setp.ne.s32 	%p50, %r86, 0;
-	@%p50 bra 	$L__BB6_60;
+	@%p50 bra 	$L__BB4_60;
 
-$L__BB6_61:
+$L__BB4_61:
 	setp.eq.s32 	%p51, %r17, 0;
-	@%p51 bra 	$L__BB6_67;
+	@%p51 bra 	$L__BB4_67;
 
 	setp.eq.s32 	%p52, %r17, 1;
 	mul.wide.u32 	%rd135, %r87, 8;
@@ -1234,7 +1018,7 @@ $L__BB6_61:
 	ld.f32 	%f103, [%rd139];
 	setp.lt.f32 	%p53, %f103, %f134;
 	selp.f32 	%f134, %f103, %f134, %p53;
-	@%p52 bra 	$L__BB6_67;
+	@%p52 bra 	$L__BB4_67;
 
 	setp.eq.s32 	%p54, %r17, 2;
 	add.s32 	%r72, %r87, 1;
@@ -1245,7 +1029,7 @@ $L__BB6_61:
 	ld.f32 	%f104, [%rd144];
 	setp.lt.f32 	%p55, %f104, %f134;
 	selp.f32 	%f134, %f104, %f134, %p55;
-	@%p54 bra 	$L__BB6_67;
+	@%p54 bra 	$L__BB4_67;
 
 	add.s32 	%r73, %r87, 2;
 	mul.wide.u32 	%rd145, %r73, 8;
@@ -1255,12 +1039,12 @@ $L__BB6_61:
 	ld.f32 	%f105, [%rd149];
 	setp.lt.f32 	%p56, %f105, %f134;
 	selp.f32 	%f134, %f105, %f134, %p56;
-	bra.uni 	$L__BB6_67;
+	bra.uni 	$L__BB4_67;
 
-$L__BB6_56:
+$L__BB4_56:
 	mov.u32 	%r84, 1;
 
-$L__BB6_57:
+$L__BB4_57:
 	mul.wide.u32 	%rd117, %r84, 8;
 	add.s64 	%rd118, %rd3, %rd117;
 	ld.global.u64 	%rd119, [%rd118];
@@ -1270,13 +1054,13 @@ $L__BB6_57:
 	selp.f32 	%f134, %f94, %f134, %p43;
 	add.s32 	%r84, %r84, 1;
 	setp.lt.u32 	%p44, %r84, %r37;
-	@%p44 bra 	$L__BB6_57;
-	bra.uni 	$L__BB6_67;
+	@%p44 bra 	$L__BB4_57;
+	bra.uni 	$L__BB4_67;
 
-$L__BB6_65:
+$L__BB4_65:
 	mov.u32 	%r88, 1;
 
-$L__BB6_66:
+$L__BB4_66:
 	mul.wide.u32 	%rd150, %r88, 8;
 	add.s64 	%rd151, %rd3, %rd150;
 	ld.global.u64 	%rd152, [%rd151];
@@ -1285,42 +1069,42 @@ $L__BB6_66:
 	add.f32 	%f134, %f134, %f106;
 	add.s32 	%r88, %r88, 1;
 	setp.lt.u32 	%p57, %r88, %r37;
-	@%p57 bra 	$L__BB6_66;
+	@%p57 bra 	$L__BB4_66;
 
-$L__BB6_67:
+$L__BB4_67:
 	setp.ne.s32 	%p58, %r38, 1;
-	@%p58 bra 	$L__BB6_69;
+	@%p58 bra 	$L__BB4_69;
 
 	div.rn.f32 	%f134, %f134, %f46;
 
-$L__BB6_69:
+$L__BB4_69:
 	add.s64 	%rd156, %rd1, %rd112;
 	st.global.f32 	[%rd156], %f134;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p59, %rd177, %rd11;
-	@%p59 bra 	$L__BB6_51;
-	bra.uni 	$L__BB6_70;
+	@%p59 bra 	$L__BB4_51;
+	bra.uni 	$L__BB4_70;
 
-$L__BB6_47:
+$L__BB4_47:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd177, 2;
 	add.s64 	%rd108, %rd106, %rd107;
 	ld.f32 	%f127, [%rd108];
 	setp.ne.s32 	%p37, %r38, 1;
-	@%p37 bra 	$L__BB6_49;
+	@%p37 bra 	$L__BB4_49;
 
 	div.rn.f32 	%f127, %f127, %f46;
 
-$L__BB6_49:
+$L__BB4_49:
 	add.s64 	%rd110, %rd1, %rd107;
 	st.global.f32 	[%rd110], %f127;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p38, %rd177, %rd11;
-	@%p38 bra 	$L__BB6_47;
+	@%p38 bra 	$L__BB4_47;
 
-$L__BB6_70:
+$L__BB4_70:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB6_75;
+	@%p10 bra 	$L__BB4_75;
 
 	mov.u32 	%r30, %ntid.x;
 	add.s32 	%r75, %r37, %r36;
@@ -1330,9 +1114,9 @@ $L__BB6_70:
 	shl.b64 	%rd164, %rd47, 3;
 	mov.u32 	%r89, %r90;
 
-$L__BB6_72:
+$L__BB4_72:
 	setp.eq.s32 	%p61, %r89, %r36;
-	@%p61 bra 	$L__BB6_74;
+	@%p61 bra 	$L__BB4_74;
 
 	mul.wide.u32 	%rd160, %r89, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -1344,21 +1128,21 @@ $L__BB6_72:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB6_74:
+$L__BB4_74:
 	add.s32 	%r89, %r89, %r30;
 	setp.lt.u32 	%p62, %r89, %r37;
-	@%p62 bra 	$L__BB6_72;
+	@%p62 bra 	$L__BB4_72;
 
-$L__BB6_75:
-	@%p10 bra 	$L__BB6_82;
+$L__BB4_75:
+	@%p10 bra 	$L__BB4_82;
 
 	ld.global.u64 	%rd165, [%rd13];
 	mov.u32 	%r33, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB6_77:
+$L__BB4_77:
 	setp.eq.s32 	%p64, %r90, %r36;
-	@%p64 bra 	$L__BB6_81;
+	@%p64 bra 	$L__BB4_81;
 
 	add.s32 	%r77, %r90, %r37;
 	shl.b32 	%r78, %r77, 9;
@@ -1367,23 +1151,758 @@ $L__BB6_77:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB6_79:
+$L__BB4_79:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p65, %rd169, 0;
-	@%p65 bra 	$L__BB6_79;
+	@%p65 bra 	$L__BB4_79;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB6_81:
+$L__BB4_81:
 	add.s32 	%r90, %r90, %r33;
 	setp.lt.u32 	%p66, %r90, %r37;
-	@%p66 bra 	$L__BB6_77;
+	@%p66 bra 	$L__BB4_77;
 
-$L__BB6_82:
+$L__BB4_82:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_f32
+.visible .entry smcuda_twoshot_f32(
+	.param .u64 smcuda_twoshot_f32_param_0,
+	.param .u64 smcuda_twoshot_f32_param_1,
+	.param .u64 smcuda_twoshot_f32_param_2,
+	.param .u64 smcuda_twoshot_f32_param_3,
+	.param .u32 smcuda_twoshot_f32_param_4,
+	.param .u32 smcuda_twoshot_f32_param_5,
+	.param .u64 smcuda_twoshot_f32_param_6,
+	.param .u32 smcuda_twoshot_f32_param_7,
+	.param .u64 smcuda_twoshot_f32_param_8,
+	.param .u64 smcuda_twoshot_f32_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<73>;
+	.reg .f32 	%f<112>;
+	.reg .b32 	%r<112>;
+	.reg .b64 	%rd<287>;
+
+
+	ld.param.u64 	%rd53, [smcuda_twoshot_f32_param_0];
+	ld.param.u64 	%rd55, [smcuda_twoshot_f32_param_2];
+	ld.param.u64 	%rd56, [smcuda_twoshot_f32_param_3];
+	ld.param.u32 	%r38, [smcuda_twoshot_f32_param_4];
+	ld.param.u32 	%r39, [smcuda_twoshot_f32_param_5];
+	ld.param.u64 	%rd57, [smcuda_twoshot_f32_param_6];
+	ld.param.u32 	%r40, [smcuda_twoshot_f32_param_7];
+	ld.param.u64 	%rd58, [smcuda_twoshot_f32_param_8];
+	ld.param.u64 	%rd59, [smcuda_twoshot_f32_param_9];
+	cvta.to.global.u64 	%rd60, %rd55;
+	mul.wide.u32 	%rd61, %r38, 8;
+	add.s64 	%rd62, %rd60, %rd61;
+	ld.global.u64 	%rd1, [%rd62];
+	cvt.u64.u32 	%rd2, %r39;
+	mul.lo.s64 	%rd63, %rd2, %rd59;
+	min.u64 	%rd64, %rd63, %rd57;
+	add.s64 	%rd65, %rd2, %rd64;
+	add.s64 	%rd3, %rd65, -1;
+	and.b64  	%rd66, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd66, 0;
+	@%p1 bra 	$L__BB5_2;
+
+	div.u64 	%rd275, %rd3, %rd2;
+	bra.uni 	$L__BB5_3;
+
+$L__BB5_2:
+	cvt.u32.u64 	%r41, %rd2;
+	cvt.u32.u64 	%r42, %rd3;
+	div.u32 	%r43, %r42, %r41;
+	cvt.u64.u32 	%rd275, %r43;
+
+$L__BB5_3:
+	add.s64 	%rd67, %rd275, 3;
+	and.b64  	%rd7, %rd67, -4;
+	mov.u32 	%r44, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r44;
+	add.s64 	%rd68, %rd8, %rd7;
+	add.s64 	%rd9, %rd68, -1;
+	and.b64  	%rd69, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd69, 0;
+	@%p2 bra 	$L__BB5_5;
+
+	div.u64 	%rd276, %rd9, %rd8;
+	bra.uni 	$L__BB5_6;
+
+$L__BB5_5:
+	cvt.u32.u64 	%r45, %rd8;
+	cvt.u32.u64 	%r46, %rd9;
+	div.u32 	%r47, %r46, %r45;
+	cvt.u64.u32 	%rd276, %r47;
+
+$L__BB5_6:
+	add.s64 	%rd70, %rd276, 3;
+	and.b64  	%rd13, %rd70, -4;
+	setp.eq.s64 	%p3, %rd57, 0;
+	@%p3 bra 	$L__BB5_91;
+
+	cvt.rn.f32.u32 	%f1, %r39;
+	mov.u64 	%rd277, 0;
+	mov.u32 	%r50, %tid.x;
+	mov.u32 	%r51, %ntid.x;
+	mov.u32 	%r52, %ctaid.x;
+
+$L__BB5_8:
+	sub.s64 	%rd74, %rd57, %rd277;
+	min.u64 	%rd15, %rd74, %rd63;
+	add.s64 	%rd75, %rd2, %rd15;
+	add.s64 	%rd16, %rd75, -1;
+	and.b64  	%rd76, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd76, 0;
+	@%p4 bra 	$L__BB5_10;
+
+	div.u64 	%rd278, %rd16, %rd2;
+	bra.uni 	$L__BB5_11;
+
+$L__BB5_10:
+	cvt.u32.u64 	%r48, %rd16;
+	div.u32 	%r49, %r48, %r39;
+	cvt.u64.u32 	%rd278, %r49;
+
+$L__BB5_11:
+	sub.s64 	%rd253, %rd57, %rd277;
+	min.u64 	%rd252, %rd253, %rd63;
+	ld.param.u64 	%rd251, [smcuda_twoshot_f32_param_2];
+	ld.param.u64 	%rd250, [smcuda_twoshot_f32_param_1];
+	setp.ge.u32 	%p5, %r50, %r39;
+	add.s64 	%rd78, %rd278, 3;
+	and.b64  	%rd20, %rd78, -4;
+	shl.b64 	%rd79, %rd277, 2;
+	add.s64 	%rd80, %rd250, %rd79;
+	{ // callseq 0, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd80;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd251;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r38;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r39;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd252;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r52;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 4;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r50;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r51;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 0
+	bar.sync 	0;
+	@%p5 bra 	$L__BB5_16;
+
+	mov.u32 	%r100, %tid.x;
+
+$L__BB5_13:
+	setp.eq.s32 	%p6, %r100, %r38;
+	@%p6 bra 	$L__BB5_15;
+
+	mul.wide.u32 	%rd84, %r100, 8;
+	add.s64 	%rd85, %rd60, %rd84;
+	ld.global.u64 	%rd86, [%rd85];
+	add.s64 	%rd87, %rd86, %rd56;
+	shl.b32 	%r53, %r38, 9;
+	cvt.u64.u32 	%rd88, %r53;
+	cvt.u64.u32 	%rd89, %r52;
+	add.s64 	%rd90, %rd88, %rd89;
+	shl.b64 	%rd91, %rd90, 3;
+	add.s64 	%rd81, %rd87, %rd91;
+	mov.u64 	%rd82, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd81], %rd82;
+	// end inline asm
+
+$L__BB5_15:
+	add.s32 	%r100, %r100, %r51;
+	setp.lt.u32 	%p7, %r100, %r39;
+	@%p7 bra 	$L__BB5_13;
+
+$L__BB5_16:
+	@%p5 bra 	$L__BB5_23;
+
+	ld.global.u64 	%rd95, [%rd62];
+	mov.u32 	%r101, %tid.x;
+	add.s64 	%rd21, %rd95, %rd56;
+
+$L__BB5_18:
+	setp.eq.s32 	%p9, %r101, %r38;
+	@%p9 bra 	$L__BB5_22;
+
+	shl.b32 	%r56, %r101, 9;
+	cvt.u64.u32 	%rd96, %r56;
+	cvt.u64.u32 	%rd97, %r52;
+	add.s64 	%rd98, %rd96, %rd97;
+	shl.b64 	%rd99, %rd98, 3;
+	add.s64 	%rd22, %rd21, %rd99;
+
+$L__BB5_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd100, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd100, 0;
+	@%p10 bra 	$L__BB5_20;
+
+	mov.u64 	%rd102, 0;
+	st.volatile.u64 	[%rd22], %rd102;
+
+$L__BB5_22:
+	add.s32 	%r101, %r101, %r51;
+	setp.lt.u32 	%p11, %r101, %r39;
+	@%p11 bra 	$L__BB5_18;
+
+$L__BB5_23:
+	shl.b64 	%rd256, %rd277, 2;
+	sub.s64 	%rd255, %rd57, %rd277;
+	min.u64 	%rd254, %rd255, %rd63;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd103, %r38;
+	mul.lo.s64 	%rd104, %rd20, %rd103;
+	min.u64 	%rd105, %rd254, %rd104;
+	add.s64 	%rd106, %rd105, %rd20;
+	min.u64 	%rd107, %rd254, %rd106;
+	sub.s64 	%rd108, %rd107, %rd105;
+	cvt.u64.u32 	%rd109, %r52;
+	mul.lo.s64 	%rd110, %rd13, %rd109;
+	min.u64 	%rd23, %rd108, %rd110;
+	sub.s64 	%rd111, %rd108, %rd23;
+	min.u64 	%rd24, %rd111, %rd13;
+	add.s64 	%rd114, %rd53, %rd256;
+	or.b64  	%rd115, %rd80, %rd114;
+	and.b64  	%rd116, %rd115, 15;
+	setp.eq.s64 	%p12, %rd116, 0;
+	and.b64  	%rd117, %rd24, -4;
+	selp.b64 	%rd25, %rd117, 0, %p12;
+	mul.wide.u32 	%rd118, %r50, 4;
+	setp.ge.u64 	%p13, %rd118, %rd25;
+	@%p13 bra 	$L__BB5_48;
+
+	mov.u32 	%r60, %tid.x;
+	mul.wide.u32 	%rd279, %r60, 4;
+
+$L__BB5_25:
+	shl.b64 	%rd124, %rd105, 2;
+	add.s64 	%rd125, %rd80, %rd124;
+	setp.eq.s32 	%p14, %r38, 0;
+	selp.b64 	%rd126, %rd125, %rd1, %p14;
+	add.s64 	%rd28, %rd279, %rd23;
+	shl.b64 	%rd127, %rd28, 2;
+	add.s64 	%rd128, %rd126, %rd127;
+	ld.v4.f32 	{%f93, %f92, %f91, %f90}, [%rd128];
+	setp.lt.u32 	%p15, %r39, 2;
+	@%p15 bra 	$L__BB5_40;
+
+	setp.eq.s32 	%p16, %r40, 2;
+	@%p16 bra 	$L__BB5_36;
+	bra.uni 	$L__BB5_27;
+
+$L__BB5_36:
+	mov.u32 	%r103, 1;
+
+$L__BB5_37:
+	.pragma "nounroll";
+	setp.eq.s32 	%p26, %r103, %r38;
+	mov.u64 	%rd281, %rd125;
+	@%p26 bra 	$L__BB5_39;
+
+	setp.ge.u32 	%p27, %r103, %r38;
+	selp.b32 	%r69, -1, 0, %p27;
+	add.s32 	%r70, %r103, %r69;
+	cvt.u64.u32 	%rd146, %r70;
+	mul.lo.s64 	%rd147, %rd7, %rd146;
+	shl.b64 	%rd148, %rd147, 2;
+	add.s64 	%rd281, %rd1, %rd148;
+
+$L__BB5_39:
+	add.s64 	%rd264, %rd279, %rd23;
+	shl.b64 	%rd263, %rd264, 2;
+	add.s64 	%rd150, %rd281, %rd263;
+	ld.v4.f32 	{%f74, %f75, %f76, %f77}, [%rd150];
+	setp.gt.f32 	%p28, %f93, %f74;
+	selp.f32 	%f93, %f74, %f93, %p28;
+	setp.gt.f32 	%p29, %f92, %f75;
+	selp.f32 	%f92, %f75, %f92, %p29;
+	setp.gt.f32 	%p30, %f91, %f76;
+	selp.f32 	%f91, %f76, %f91, %p30;
+	setp.gt.f32 	%p31, %f90, %f77;
+	selp.f32 	%f90, %f77, %f90, %p31;
+	add.s32 	%r103, %r103, 1;
+	setp.lt.u32 	%p32, %r103, %r39;
+	@%p32 bra 	$L__BB5_37;
+	bra.uni 	$L__BB5_40;
+
+$L__BB5_27:
+	mov.u32 	%r102, 1;
+
+$L__BB5_28:
+	.pragma "nounroll";
+	add.s64 	%rd280, %rd80, %rd124;
+	setp.eq.s32 	%p17, %r102, %r38;
+	@%p17 bra 	$L__BB5_30;
+
+	setp.ge.u32 	%p18, %r102, %r38;
+	selp.b32 	%r62, -1, 0, %p18;
+	add.s32 	%r63, %r102, %r62;
+	cvt.u64.u32 	%rd135, %r63;
+	mul.lo.s64 	%rd136, %rd7, %rd135;
+	shl.b64 	%rd137, %rd136, 2;
+	add.s64 	%rd280, %rd1, %rd137;
+
+$L__BB5_30:
+	add.s64 	%rd262, %rd279, %rd23;
+	shl.b64 	%rd261, %rd262, 2;
+	add.s64 	%rd139, %rd280, %rd261;
+	ld.v4.u32 	{%r64, %r65, %r66, %r67}, [%rd139];
+	setp.eq.s32 	%p19, %r40, 3;
+	@%p19 bra 	$L__BB5_33;
+
+	setp.ne.s32 	%p20, %r40, 4;
+	@%p20 bra 	$L__BB5_34;
+
+	mov.b32 	%f62, %r64;
+	mul.f32 	%f93, %f93, %f62;
+	mov.b32 	%f63, %r65;
+	mul.f32 	%f92, %f92, %f63;
+	mov.b32 	%f64, %r66;
+	mul.f32 	%f91, %f91, %f64;
+	mov.b32 	%f65, %r67;
+	mul.f32 	%f90, %f90, %f65;
+	bra.uni 	$L__BB5_35;
+
+$L__BB5_33:
+	mov.b32 	%f66, %r64;
+	setp.lt.f32 	%p21, %f93, %f66;
+	selp.f32 	%f93, %f66, %f93, %p21;
+	mov.b32 	%f67, %r65;
+	setp.lt.f32 	%p22, %f92, %f67;
+	selp.f32 	%f92, %f67, %f92, %p22;
+	mov.b32 	%f68, %r66;
+	setp.lt.f32 	%p23, %f91, %f68;
+	selp.f32 	%f91, %f68, %f91, %p23;
+	mov.b32 	%f69, %r67;
+	setp.lt.f32 	%p24, %f90, %f69;
+	selp.f32 	%f90, %f69, %f90, %p24;
+	bra.uni 	$L__BB5_35;
+
+$L__BB5_34:
+	mov.b32 	%f70, %r64;
+	add.f32 	%f93, %f93, %f70;
+	mov.b32 	%f71, %r65;
+	add.f32 	%f92, %f92, %f71;
+	mov.b32 	%f72, %r66;
+	add.f32 	%f91, %f91, %f72;
+	mov.b32 	%f73, %r67;
+	add.f32 	%f90, %f90, %f73;
+
+$L__BB5_35:
+	add.s32 	%r102, %r102, 1;
+	setp.lt.u32 	%p25, %r102, %r39;
+	@%p25 bra 	$L__BB5_28;
+
+$L__BB5_40:
+	setp.ne.s32 	%p33, %r40, 1;
+	@%p33 bra 	$L__BB5_42;
+
+	div.rn.f32 	%f93, %f93, %f1;
+	div.rn.f32 	%f92, %f92, %f1;
+	div.rn.f32 	%f91, %f91, %f1;
+	div.rn.f32 	%f90, %f90, %f1;
+
+$L__BB5_42:
+	add.s64 	%rd257, %rd279, %rd23;
+	add.s64 	%rd154, %rd105, %rd277;
+	add.s64 	%rd155, %rd257, %rd154;
+	cvta.to.global.u64 	%rd156, %rd53;
+	shl.b64 	%rd157, %rd155, 2;
+	add.s64 	%rd158, %rd156, %rd157;
+	st.global.f32 	[%rd158], %f93;
+	st.global.f32 	[%rd158+4], %f92;
+	st.global.f32 	[%rd158+8], %f91;
+	st.global.f32 	[%rd158+12], %f90;
+	setp.eq.s32 	%p34, %r39, 0;
+	@%p34 bra 	$L__BB5_47;
+
+	mov.u32 	%r104, 0;
+
+$L__BB5_44:
+	.pragma "nounroll";
+	setp.eq.s32 	%p35, %r104, %r38;
+	@%p35 bra 	$L__BB5_46;
+
+	add.s64 	%rd258, %rd279, %rd23;
+	mul.wide.u32 	%rd160, %r104, 8;
+	add.s64 	%rd161, %rd60, %rd160;
+	ld.global.u64 	%rd162, [%rd161];
+	add.s64 	%rd163, %rd162, %rd58;
+	setp.le.u32 	%p36, %r104, %r38;
+	selp.b32 	%r72, -1, 0, %p36;
+	add.s32 	%r73, %r72, %r38;
+	cvt.u64.u32 	%rd164, %r73;
+	mul.lo.s64 	%rd165, %rd7, %rd164;
+	add.s64 	%rd166, %rd258, %rd165;
+	shl.b64 	%rd167, %rd166, 2;
+	add.s64 	%rd168, %rd163, %rd167;
+	st.v4.f32 	[%rd168], {%f93, %f92, %f91, %f90};
+
+$L__BB5_46:
+	add.s32 	%r104, %r104, 1;
+	setp.lt.u32 	%p37, %r104, %r39;
+	@%p37 bra 	$L__BB5_44;
+
+$L__BB5_47:
+	mul.wide.u32 	%rd169, %r51, 4;
+	add.s64 	%rd279, %rd279, %rd169;
+	setp.lt.u64 	%p38, %rd279, %rd25;
+	@%p38 bra 	$L__BB5_25;
+
+$L__BB5_48:
+	cvt.u64.u32 	%rd170, %r50;
+	add.s64 	%rd282, %rd25, %rd170;
+	setp.ge.u64 	%p39, %rd282, %rd24;
+	@%p39 bra 	$L__BB5_78;
+
+	shl.b64 	%rd175, %rd105, 2;
+	add.s64 	%rd38, %rd80, %rd175;
+
+$L__BB5_50:
+	add.s64 	%rd179, %rd80, %rd175;
+	setp.eq.s32 	%p40, %r38, 0;
+	selp.b64 	%rd180, %rd179, %rd1, %p40;
+	add.s64 	%rd40, %rd282, %rd23;
+	shl.b64 	%rd181, %rd40, 2;
+	add.s64 	%rd182, %rd180, %rd181;
+	ld.f32 	%f110, [%rd182];
+	setp.lt.u32 	%p41, %r39, 2;
+	@%p41 bra 	$L__BB5_70;
+
+	setp.eq.s32 	%p42, %r40, 2;
+	@%p42 bra 	$L__BB5_62;
+
+	setp.eq.s32 	%p43, %r40, 3;
+	@%p43 bra 	$L__BB5_58;
+
+	setp.ne.s32 	%p44, %r40, 4;
+	@%p44 bra 	$L__BB5_66;
+
+	mov.u32 	%r105, 1;
+
+$L__BB5_55:
+	.pragma "nounroll";
+	setp.eq.s32 	%p45, %r105, %r38;
+	mov.u64 	%rd283, %rd38;
+	@%p45 bra 	$L__BB5_57;
+
+	setp.ge.u32 	%p46, %r105, %r38;
+	selp.b32 	%r77, -1, 0, %p46;
+	add.s32 	%r78, %r105, %r77;
+	cvt.u64.u32 	%rd183, %r78;
+	mul.lo.s64 	%rd184, %rd7, %rd183;
+	shl.b64 	%rd185, %rd184, 2;
+	add.s64 	%rd283, %rd1, %rd185;
+
+$L__BB5_57:
+	add.s64 	%rd270, %rd282, %rd23;
+	shl.b64 	%rd269, %rd270, 2;
+	add.s64 	%rd187, %rd283, %rd269;
+	ld.f32 	%f82, [%rd187];
+	mul.f32 	%f110, %f110, %f82;
+	add.s32 	%r105, %r105, 1;
+	setp.lt.u32 	%p47, %r105, %r39;
+	@%p47 bra 	$L__BB5_55;
+	bra.uni 	$L__BB5_70;
+
+$L__BB5_62:
+	mov.u32 	%r107, 1;
+
+$L__BB5_63:
+	.pragma "nounroll";
+	setp.eq.s32 	%p52, %r107, %r38;
+	mov.u64 	%rd285, %rd38;
+	@%p52 bra 	$L__BB5_65;
+
+	setp.ge.u32 	%p53, %r107, %r38;
+	selp.b32 	%r83, -1, 0, %p53;
+	add.s32 	%r84, %r107, %r83;
+	cvt.u64.u32 	%rd193, %r84;
+	mul.lo.s64 	%rd194, %rd7, %rd193;
+	shl.b64 	%rd195, %rd194, 2;
+	add.s64 	%rd285, %rd1, %rd195;
+
+$L__BB5_65:
+	add.s64 	%rd274, %rd282, %rd23;
+	shl.b64 	%rd273, %rd274, 2;
+	add.s64 	%rd197, %rd285, %rd273;
+	ld.f32 	%f84, [%rd197];
+	setp.lt.f32 	%p54, %f84, %f110;
+	selp.f32 	%f110, %f84, %f110, %p54;
+	add.s32 	%r107, %r107, 1;
+	setp.lt.u32 	%p55, %r107, %r39;
+	@%p55 bra 	$L__BB5_63;
+	bra.uni 	$L__BB5_70;
+
+$L__BB5_58:
+	mov.u32 	%r106, 1;
+
+$L__BB5_59:
+	.pragma "nounroll";
+	setp.eq.s32 	%p48, %r106, %r38;
+	mov.u64 	%rd284, %rd38;
+	@%p48 bra 	$L__BB5_61;
+
+	setp.ge.u32 	%p49, %r106, %r38;
+	selp.b32 	%r80, -1, 0, %p49;
+	add.s32 	%r81, %r106, %r80;
+	cvt.u64.u32 	%rd188, %r81;
+	mul.lo.s64 	%rd189, %rd7, %rd188;
+	shl.b64 	%rd190, %rd189, 2;
+	add.s64 	%rd284, %rd1, %rd190;
+
+$L__BB5_61:
+	add.s64 	%rd272, %rd282, %rd23;
+	shl.b64 	%rd271, %rd272, 2;
+	add.s64 	%rd192, %rd284, %rd271;
+	ld.f32 	%f83, [%rd192];
+	setp.gt.f32 	%p50, %f83, %f110;
+	selp.f32 	%f110, %f83, %f110, %p50;
+	add.s32 	%r106, %r106, 1;
+	setp.lt.u32 	%p51, %r106, %r39;
+	@%p51 bra 	$L__BB5_59;
+	bra.uni 	$L__BB5_70;
+
+$L__BB5_66:
+	mov.u32 	%r108, 1;
+
+$L__BB5_67:
+	.pragma "nounroll";
+	setp.eq.s32 	%p56, %r108, %r38;
+	mov.u64 	%rd286, %rd38;
+	@%p56 bra 	$L__BB5_69;
+
+	setp.ge.u32 	%p57, %r108, %r38;
+	selp.b32 	%r86, -1, 0, %p57;
+	add.s32 	%r87, %r108, %r86;
+	cvt.u64.u32 	%rd198, %r87;
+	mul.lo.s64 	%rd199, %rd7, %rd198;
+	shl.b64 	%rd200, %rd199, 2;
+	add.s64 	%rd286, %rd1, %rd200;
+
+$L__BB5_69:
+	add.s64 	%rd268, %rd282, %rd23;
+	shl.b64 	%rd267, %rd268, 2;
+	add.s64 	%rd202, %rd286, %rd267;
+	ld.f32 	%f85, [%rd202];
+	add.f32 	%f110, %f110, %f85;
+	add.s32 	%r108, %r108, 1;
+	setp.lt.u32 	%p58, %r108, %r39;
+	@%p58 bra 	$L__BB5_67;
+
+$L__BB5_70:
+	setp.ne.s32 	%p59, %r40, 1;
+	@%p59 bra 	$L__BB5_72;
+
+	div.rn.f32 	%f110, %f110, %f1;
+
+$L__BB5_72:
+	add.s64 	%rd265, %rd282, %rd23;
+	add.s64 	%rd203, %rd105, %rd277;
+	add.s64 	%rd204, %rd265, %rd203;
+	cvta.to.global.u64 	%rd205, %rd53;
+	shl.b64 	%rd206, %rd204, 2;
+	add.s64 	%rd207, %rd205, %rd206;
+	st.global.f32 	[%rd207], %f110;
+	setp.eq.s32 	%p60, %r39, 0;
+	@%p60 bra 	$L__BB5_77;
+
+	mov.u32 	%r109, 0;
+
+$L__BB5_74:
+	.pragma "nounroll";
+	setp.eq.s32 	%p61, %r109, %r38;
+	@%p61 bra 	$L__BB5_76;
+
+	add.s64 	%rd266, %rd282, %rd23;
+	mul.wide.u32 	%rd209, %r109, 8;
+	add.s64 	%rd210, %rd60, %rd209;
+	ld.global.u64 	%rd211, [%rd210];
+	add.s64 	%rd212, %rd211, %rd58;
+	setp.le.u32 	%p62, %r109, %r38;
+	selp.b32 	%r89, -1, 0, %p62;
+	add.s32 	%r90, %r89, %r38;
+	cvt.u64.u32 	%rd213, %r90;
+	mul.lo.s64 	%rd214, %rd7, %rd213;
+	add.s64 	%rd215, %rd266, %rd214;
+	shl.b64 	%rd216, %rd215, 2;
+	add.s64 	%rd217, %rd212, %rd216;
+	st.f32 	[%rd217], %f110;
+
+$L__BB5_76:
+	add.s32 	%r109, %r109, 1;
+	setp.lt.u32 	%p63, %r109, %r39;
+	@%p63 bra 	$L__BB5_74;
+
+$L__BB5_77:
+	cvt.u64.u32 	%rd218, %r51;
+	add.s64 	%rd282, %rd282, %rd218;
+	setp.lt.u64 	%p64, %rd282, %rd24;
+	@%p64 bra 	$L__BB5_50;
+
+$L__BB5_78:
+	bar.sync 	0;
+	@%p5 bra 	$L__BB5_83;
+
+	mov.u32 	%r110, %tid.x;
+
+$L__BB5_80:
+	setp.eq.s32 	%p66, %r110, %r38;
+	@%p66 bra 	$L__BB5_82;
+
+	cvt.u64.u32 	%rd260, %r52;
+	mul.wide.u32 	%rd222, %r110, 8;
+	add.s64 	%rd223, %rd60, %rd222;
+	ld.global.u64 	%rd224, [%rd223];
+	add.s64 	%rd225, %rd224, %rd56;
+	add.s32 	%r92, %r39, %r38;
+	shl.b32 	%r93, %r92, 9;
+	cvt.u64.u32 	%rd226, %r93;
+	add.s64 	%rd228, %rd226, %rd260;
+	shl.b64 	%rd229, %rd228, 3;
+	add.s64 	%rd219, %rd225, %rd229;
+	mov.u64 	%rd220, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd219], %rd220;
+	// end inline asm
+
+$L__BB5_82:
+	add.s32 	%r110, %r110, %r51;
+	setp.lt.u32 	%p67, %r110, %r39;
+	@%p67 bra 	$L__BB5_80;
+
+$L__BB5_83:
+	@%p5 bra 	$L__BB5_90;
+
+	ld.global.u64 	%rd233, [%rd62];
+	add.s64 	%rd50, %rd233, %rd56;
+	mov.u32 	%r111, %r50;
+
+$L__BB5_85:
+	setp.eq.s32 	%p69, %r111, %r38;
+	@%p69 bra 	$L__BB5_89;
+
+	cvt.u64.u32 	%rd259, %r52;
+	add.s32 	%r95, %r111, %r39;
+	shl.b32 	%r96, %r95, 9;
+	cvt.u64.u32 	%rd234, %r96;
+	add.s64 	%rd236, %rd234, %rd259;
+	shl.b64 	%rd237, %rd236, 3;
+	add.s64 	%rd51, %rd50, %rd237;
+
+$L__BB5_87:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd238, [%rd51];
+	// end inline asm
+	setp.eq.s64 	%p70, %rd238, 0;
+	@%p70 bra 	$L__BB5_87;
+
+	mov.u64 	%rd240, 0;
+	st.volatile.u64 	[%rd51], %rd240;
+
+$L__BB5_89:
+	add.s32 	%r111, %r111, %r51;
+	setp.lt.u32 	%p71, %r111, %r39;
+	@%p71 bra 	$L__BB5_85;
+
+$L__BB5_90:
+	shl.b64 	%rd249, %rd277, 2;
+	add.s64 	%rd248, %rd53, %rd249;
+	sub.s64 	%rd247, %rd57, %rd277;
+	min.u64 	%rd246, %rd247, %rd63;
+	bar.sync 	0;
+	add.s64 	%rd243, %rd1, %rd58;
+	{ // callseq 1, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd248;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd243;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r38;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r39;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd246;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r52;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 4;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r50;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r51;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 1
+	add.s64 	%rd277, %rd277, %rd63;
+	setp.lt.u64 	%p72, %rd277, %rd57;
+	@%p72 bra 	$L__BB5_8;
+
+$L__BB5_91:
 	ret;
 
 }
@@ -1423,185 +1942,185 @@ $L__BB6_82:
 	cvt.u64.u32 	%rd34, %r23;
 	add.s64 	%rd82, %rd33, %rd34;
 	setp.ge.u64 	%p1, %rd82, %rd29;
-	@%p1 bra 	$L__BB7_49;
+	@%p1 bra 	$L__BB6_49;
 
 	setp.eq.s32 	%p2, %r17, 0;
 	cvt.rn.f32.u32 	%f1, %r18;
-	@%p2 bra 	$L__BB7_25;
+	@%p2 bra 	$L__BB6_25;
 
-$L__BB7_2:
+$L__BB6_2:
 	ld.global.u64 	%rd35, [%rd3];
 	cvta.to.global.u64 	%rd36, %rd35;
 	shl.b64 	%rd37, %rd82, 2;
 	add.s64 	%rd38, %rd36, %rd37;
 	ld.global.f32 	%f38, [%rd38];
 	setp.lt.u32 	%p3, %r18, 2;
-	@%p3 bra 	$L__BB7_22;
+	@%p3 bra 	$L__BB6_22;
 
 	setp.eq.s32 	%p4, %r19, 2;
-	@%p4 bra 	$L__BB7_14;
+	@%p4 bra 	$L__BB6_14;
 
 	setp.eq.s32 	%p5, %r19, 3;
-	@%p5 bra 	$L__BB7_10;
+	@%p5 bra 	$L__BB6_10;
 
 	setp.ne.s32 	%p6, %r19, 4;
-	@%p6 bra 	$L__BB7_18;
+	@%p6 bra 	$L__BB6_18;
 
 	mov.u32 	%r32, 1;
 
-$L__BB7_7:
+$L__BB6_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r32, %r17;
 	mov.u64 	%rd83, %rd1;
-	@%p7 bra 	$L__BB7_9;
+	@%p7 bra 	$L__BB6_9;
 
 	mul.wide.u32 	%rd39, %r32, 8;
 	add.s64 	%rd40, %rd3, %rd39;
 	ld.global.u64 	%rd41, [%rd40];
 	cvta.to.global.u64 	%rd83, %rd41;
 
-$L__BB7_9:
+$L__BB6_9:
 	add.s64 	%rd43, %rd83, %rd37;
 	ld.global.f32 	%f26, [%rd43];
 	mul.f32 	%f38, %f38, %f26;
 	add.s32 	%r32, %r32, 1;
 	setp.lt.u32 	%p8, %r32, %r18;
-	@%p8 bra 	$L__BB7_7;
-	bra.uni 	$L__BB7_22;
+	@%p8 bra 	$L__BB6_7;
+	bra.uni 	$L__BB6_22;
 
-$L__BB7_10:
+$L__BB6_10:
 	mov.u32 	%r33, 1;
 
-$L__BB7_11:
+$L__BB6_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r33, %r17;
 	mov.u64 	%rd84, %rd1;
-	@%p9 bra 	$L__BB7_13;
+	@%p9 bra 	$L__BB6_13;
 
 	mul.wide.u32 	%rd44, %r33, 8;
 	add.s64 	%rd45, %rd3, %rd44;
 	ld.global.u64 	%rd46, [%rd45];
 	cvta.to.global.u64 	%rd84, %rd46;
 
-$L__BB7_13:
+$L__BB6_13:
 	add.s64 	%rd48, %rd84, %rd37;
 	ld.global.f32 	%f27, [%rd48];
 	setp.gt.f32 	%p10, %f27, %f38;
 	selp.f32 	%f38, %f27, %f38, %p10;
 	add.s32 	%r33, %r33, 1;
 	setp.lt.u32 	%p11, %r33, %r18;
-	@%p11 bra 	$L__BB7_11;
-	bra.uni 	$L__BB7_22;
+	@%p11 bra 	$L__BB6_11;
+	bra.uni 	$L__BB6_22;
 
-$L__BB7_14:
+$L__BB6_14:
 	mov.u32 	%r34, 1;
 
-$L__BB7_15:
+$L__BB6_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p12, %r34, %r17;
 	mov.u64 	%rd85, %rd1;
-	@%p12 bra 	$L__BB7_17;
+	@%p12 bra 	$L__BB6_17;
 
 	mul.wide.u32 	%rd49, %r34, 8;
 	add.s64 	%rd50, %rd3, %rd49;
 	ld.global.u64 	%rd51, [%rd50];
 	cvta.to.global.u64 	%rd85, %rd51;
 
-$L__BB7_17:
+$L__BB6_17:
 	add.s64 	%rd53, %rd85, %rd37;
 	ld.global.f32 	%f28, [%rd53];
 	setp.lt.f32 	%p13, %f28, %f38;
 	selp.f32 	%f38, %f28, %f38, %p13;
 	add.s32 	%r34, %r34, 1;
 	setp.lt.u32 	%p14, %r34, %r18;
-	@%p14 bra 	$L__BB7_15;
-	bra.uni 	$L__BB7_22;
+	@%p14 bra 	$L__BB6_15;
+	bra.uni 	$L__BB6_22;
 
-$L__BB7_18:
+$L__BB6_18:
 	mov.u32 	%r35, 1;
 
-$L__BB7_19:
+$L__BB6_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p15, %r35, %r17;
 	mov.u64 	%rd86, %rd1;
-	@%p15 bra 	$L__BB7_21;
+	@%p15 bra 	$L__BB6_21;
 
 	mul.wide.u32 	%rd54, %r35, 8;
 	add.s64 	%rd55, %rd3, %rd54;
 	ld.global.u64 	%rd56, [%rd55];
 	cvta.to.global.u64 	%rd86, %rd56;
 
-$L__BB7_21:
+$L__BB6_21:
 	add.s64 	%rd58, %rd86, %rd37;
 	ld.global.f32 	%f29, [%rd58];
 	add.f32 	%f38, %f38, %f29;
 	add.s32 	%r35, %r35, 1;
 	setp.lt.u32 	%p16, %r35, %r18;
-	@%p16 bra 	$L__BB7_19;
+	@%p16 bra 	$L__BB6_19;
 
-$L__BB7_22:
+$L__BB6_22:
 	setp.ne.s32 	%p17, %r19, 1;
-	@%p17 bra 	$L__BB7_24;
+	@%p17 bra 	$L__BB6_24;
 
 	div.rn.f32 	%f38, %f38, %f1;
 
-$L__BB7_24:
+$L__BB6_24:
 	add.s64 	%rd60, %rd2, %rd37;
 	st.global.f32 	[%rd60], %f38;
 	add.s64 	%rd82, %rd82, %rd4;
 	setp.lt.u64 	%p18, %rd82, %rd29;
-	@%p18 bra 	$L__BB7_2;
-	bra.uni 	$L__BB7_49;
+	@%p18 bra 	$L__BB6_2;
+	bra.uni 	$L__BB6_49;
 
-$L__BB7_25:
+$L__BB6_25:
 	shl.b64 	%rd61, %rd82, 2;
 	add.s64 	%rd17, %rd1, %rd61;
 	ld.global.f32 	%f44, [%rd17];
 	setp.lt.u32 	%p19, %r18, 2;
-	@%p19 bra 	$L__BB7_46;
+	@%p19 bra 	$L__BB6_46;
 
 	setp.eq.s32 	%p20, %r19, 2;
-	@%p20 bra 	$L__BB7_38;
+	@%p20 bra 	$L__BB6_38;
 
 	setp.eq.s32 	%p21, %r19, 3;
-	@%p21 bra 	$L__BB7_34;
+	@%p21 bra 	$L__BB6_34;
 
 	setp.ne.s32 	%p22, %r19, 4;
-	@%p22 bra 	$L__BB7_42;
+	@%p22 bra 	$L__BB6_42;
 
 	mov.u32 	%r36, 1;
 	mov.u64 	%rd88, %rd3;
 
-$L__BB7_30:
+$L__BB6_30:
 	.pragma "nounroll";
 	setp.eq.s32 	%p23, %r36, 0;
-	@%p23 bra 	$L__BB7_32;
+	@%p23 bra 	$L__BB6_32;
 
 	ld.global.u64 	%rd62, [%rd88+8];
 	cvta.to.global.u64 	%rd63, %rd62;
 	add.s64 	%rd89, %rd63, %rd61;
-	bra.uni 	$L__BB7_33;
+	bra.uni 	$L__BB6_33;
 
-$L__BB7_32:
+$L__BB6_32:
 	mov.u64 	%rd89, %rd17;
 
-$L__BB7_33:
+$L__BB6_33:
 	add.s64 	%rd88, %rd88, 8;
 	ld.global.f32 	%f30, [%rd89];
 	mul.f32 	%f44, %f44, %f30;
 	add.s32 	%r36, %r36, 1;
 	setp.lt.u32 	%p24, %r36, %r18;
-	@%p24 bra 	$L__BB7_30;
-	bra.uni 	$L__BB7_46;
+	@%p24 bra 	$L__BB6_30;
+	bra.uni 	$L__BB6_46;
 
-$L__BB7_34:
+$L__BB6_34:
 	mov.u32 	%r37, 1;
 
-$L__BB7_35:
+$L__BB6_35:
 	.pragma "nounroll";
 	setp.eq.s32 	%p25, %r37, 0;
 	mov.u64 	%rd90, %rd17;
-	@%p25 bra 	$L__BB7_37;
+	@%p25 bra 	$L__BB6_37;
 
 	mul.wide.u32 	%rd65, %r37, 8;
 	add.s64 	%rd66, %rd3, %rd65;
@@ -1609,23 +2128,23 @@ $L__BB7_35:
 	cvta.to.global.u64 	%rd68, %rd67;
 	add.s64 	%rd90, %rd68, %rd61;
 
-$L__BB7_37:
+$L__BB6_37:
 	ld.global.f32 	%f31, [%rd90];
 	setp.gt.f32 	%p26, %f31, %f44;
 	selp.f32 	%f44, %f31, %f44, %p26;
 	add.s32 	%r37, %r37, 1;
 	setp.lt.u32 	%p27, %r37, %r18;
-	@%p27 bra 	$L__BB7_35;
-	bra.uni 	$L__BB7_46;
+	@%p27 bra 	$L__BB6_35;
+	bra.uni 	$L__BB6_46;
 
-$L__BB7_38:
+$L__BB6_38:
 	mov.u32 	%r38, 1;
 
-$L__BB7_39:
+$L__BB6_39:
 	.pragma "nounroll";
 	setp.eq.s32 	%p28, %r38, 0;
 	mov.u64 	%rd91, %rd17;
-	@%p28 bra 	$L__BB7_41;
+	@%p28 bra 	$L__BB6_41;
 
 	mul.wide.u32 	%rd70, %r38, 8;
 	add.s64 	%rd71, %rd3, %rd70;
@@ -1633,23 +2152,23 @@ $L__BB7_39:
 	cvta.to.global.u64 	%rd73, %rd72;
 	add.s64 	%rd91, %rd73, %rd61;
 
-$L__BB7_41:
+$L__BB6_41:
 	ld.global.f32 	%f32, [%rd91];
 	setp.lt.f32 	%p29, %f32, %f44;
 	selp.f32 	%f44, %f32, %f44, %p29;
 	add.s32 	%r38, %r38, 1;
 	setp.lt.u32 	%p30, %r38, %r18;
-	@%p30 bra 	$L__BB7_39;
-	bra.uni 	$L__BB7_46;
+	@%p30 bra 	$L__BB6_39;
+	bra.uni 	$L__BB6_46;
 
-$L__BB7_42:
+$L__BB6_42:
 	mov.u32 	%r39, 1;
 
-$L__BB7_43:
+$L__BB6_43:
 	.pragma "nounroll";
 	setp.eq.s32 	%p31, %r39, 0;
 	mov.u64 	%rd92, %rd17;
-	@%p31 bra 	$L__BB7_45;
+	@%p31 bra 	$L__BB6_45;
 
 	mul.wide.u32 	%rd75, %r39, 8;
 	add.s64 	%rd76, %rd3, %rd75;
@@ -1657,789 +2176,257 @@ $L__BB7_43:
 	cvta.to.global.u64 	%rd78, %rd77;
 	add.s64 	%rd92, %rd78, %rd61;
 
-$L__BB7_45:
+$L__BB6_45:
 	ld.global.f32 	%f33, [%rd92];
 	add.f32 	%f44, %f44, %f33;
 	add.s32 	%r39, %r39, 1;
 	setp.lt.u32 	%p32, %r39, %r18;
-	@%p32 bra 	$L__BB7_43;
+	@%p32 bra 	$L__BB6_43;
 
-$L__BB7_46:
+$L__BB6_46:
 	setp.ne.s32 	%p33, %r19, 1;
-	@%p33 bra 	$L__BB7_48;
+	@%p33 bra 	$L__BB6_48;
 
 	div.rn.f32 	%f44, %f44, %f1;
 
-$L__BB7_48:
+$L__BB6_48:
 	add.s64 	%rd81, %rd2, %rd61;
 	st.global.f32 	[%rd81], %f44;
 	add.s64 	%rd82, %rd82, %rd4;
 	setp.lt.u64 	%p34, %rd82, %rd29;
-	@%p34 bra 	$L__BB7_25;
+	@%p34 bra 	$L__BB6_25;
 
-$L__BB7_49:
+$L__BB6_49:
 	ret;
 
 }
-	// .globl	smcuda_reduce_sum_f64
-.visible .entry smcuda_reduce_sum_f64(
-	.param .u64 smcuda_reduce_sum_f64_param_0,
-	.param .u64 smcuda_reduce_sum_f64_param_1,
-	.param .u32 smcuda_reduce_sum_f64_param_2,
-	.param .u64 smcuda_reduce_sum_f64_param_3,
-	.param .u64 smcuda_reduce_sum_f64_param_4
+	// .globl	smcuda_reduce_f64
+.visible .entry smcuda_reduce_f64(
+	.param .u64 smcuda_reduce_f64_param_0,
+	.param .u64 smcuda_reduce_f64_param_1,
+	.param .u32 smcuda_reduce_f64_param_2,
+	.param .u64 smcuda_reduce_f64_param_3,
+	.param .u64 smcuda_reduce_f64_param_4,
+	.param .u32 smcuda_reduce_f64_param_5
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<26>;
-	.reg .b64 	%rd<66>;
+	.reg .pred 	%p<26>;
+	.reg .b32 	%r<36>;
+	.reg .f64 	%fd<45>;
+	.reg .b64 	%rd<85>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_sum_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_sum_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_sum_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_sum_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_sum_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB8_12;
+	ld.param.u64 	%rd14, [smcuda_reduce_f64_param_0];
+	ld.param.u64 	%rd15, [smcuda_reduce_f64_param_1];
+	ld.param.u32 	%r15, [smcuda_reduce_f64_param_2];
+	ld.param.u64 	%rd12, [smcuda_reduce_f64_param_3];
+	ld.param.u64 	%rd13, [smcuda_reduce_f64_param_4];
+	ld.param.u32 	%r16, [smcuda_reduce_f64_param_5];
+	cvta.to.global.u64 	%rd1, %rd14;
+	cvta.to.global.u64 	%rd2, %rd15;
+	mov.u32 	%r17, %nctaid.x;
+	mov.u32 	%r18, %ntid.x;
+	mul.wide.u32 	%rd3, %r17, %r18;
+	mov.u32 	%r19, %ctaid.x;
+	mul.wide.u32 	%rd16, %r19, %r18;
+	mov.u32 	%r20, %tid.x;
+	cvt.u64.u32 	%rd17, %r20;
+	add.s64 	%rd82, %rd16, %rd17;
+	setp.ge.u64 	%p1, %rd82, %rd13;
+	@%p1 bra 	$L__BB7_25;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB8_3;
-	bra.uni 	$L__BB8_2;
+	setp.gt.u32 	%p2, %r15, 1;
+	cvt.rn.f64.u32 	%fd1, %r15;
+	@%p2 bra 	$L__BB7_5;
+	bra.uni 	$L__BB7_2;
 
-$L__BB8_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
+$L__BB7_5:
+	add.s32 	%r21, %r15, -1;
+	add.s32 	%r1, %r15, -2;
+	and.b32  	%r2, %r21, 3;
+	sub.s32 	%r3, %r21, %r2;
 
-$L__BB8_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB8_7;
+$L__BB7_6:
+	ld.global.u64 	%rd25, [%rd2];
+	cvta.to.global.u64 	%rd26, %rd25;
+	add.s64 	%rd8, %rd82, %rd12;
+	shl.b64 	%rd27, %rd8, 3;
+	add.s64 	%rd28, %rd26, %rd27;
+	ld.global.f64 	%fd43, [%rd28];
+	setp.eq.s32 	%p5, %r16, 2;
+	@%p5 bra 	$L__BB7_13;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+	setp.eq.s32 	%p6, %r16, 3;
+	@%p6 bra 	$L__BB7_11;
 
-$L__BB8_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
+	setp.ne.s32 	%p7, %r16, 4;
+	@%p7 bra 	$L__BB7_20;
+
+	mov.u32 	%r30, 1;
+	mov.u64 	%rd84, %rd2;
+
+$L__BB7_10:
+	add.s64 	%rd10, %rd84, 8;
+	ld.global.u64 	%rd29, [%rd84+8];
 	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd12, [%rd32];
-	add.f64 	%fd13, %fd25, %fd12;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd14, [%rd35];
-	add.f64 	%fd15, %fd13, %fd14;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd16, [%rd38];
-	add.f64 	%fd17, %fd15, %fd16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
+	add.s64 	%rd32, %rd30, %rd27;
+	ld.global.f64 	%fd22, [%rd32];
+	mul.f64 	%fd43, %fd43, %fd22;
+	add.s32 	%r30, %r30, 1;
+	setp.lt.u32 	%p8, %r30, %r15;
+	mov.u64 	%rd84, %rd10;
+	@%p8 bra 	$L__BB7_10;
+	bra.uni 	$L__BB7_22;
+
+$L__BB7_11:
+	mov.u32 	%r31, 1;
+
+$L__BB7_12:
+	mul.wide.u32 	%rd33, %r31, 8;
+	add.s64 	%rd34, %rd2, %rd33;
+	ld.global.u64 	%rd35, [%rd34];
+	cvta.to.global.u64 	%rd36, %rd35;
+	add.s64 	%rd38, %rd36, %rd27;
+	ld.global.f64 	%fd23, [%rd38];
+	setp.gt.f64 	%p9, %fd23, %fd43;
+	selp.f64 	%fd43, %fd23, %fd43, %p9;
+	add.s32 	%r31, %r31, 1;
+	setp.lt.u32 	%p10, %r31, %r15;
+	@%p10 bra 	$L__BB7_12;
+	bra.uni 	$L__BB7_22;
+
+$L__BB7_13:
+	setp.lt.u32 	%p11, %r1, 3;
+	mov.u32 	%r34, 1;
+	@%p11 bra 	$L__BB7_16;
+
+	mov.u32 	%r34, 1;
+	mov.u32 	%r33, %r3;
+
+$L__BB7_15:
+	mul.wide.u32 	%rd39, %r34, 8;
 	add.s64 	%rd40, %rd2, %rd39;
 	ld.global.u64 	%rd41, [%rd40];
 	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd18, [%rd43];
-	add.f64 	%fd25, %fd17, %fd18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB8_6;
+	add.s64 	%rd44, %rd42, %rd27;
+	ld.global.f64 	%fd25, [%rd44];
+	setp.lt.f64 	%p12, %fd25, %fd43;
+	selp.f64 	%fd26, %fd25, %fd43, %p12;
+	ld.global.u64 	%rd45, [%rd40+8];
+	cvta.to.global.u64 	%rd46, %rd45;
+	add.s64 	%rd47, %rd46, %rd27;
+	ld.global.f64 	%fd27, [%rd47];
+	setp.lt.f64 	%p13, %fd27, %fd26;
+	selp.f64 	%fd28, %fd27, %fd26, %p13;
+	ld.global.u64 	%rd48, [%rd40+16];
+	cvta.to.global.u64 	%rd49, %rd48;
+	add.s64 	%rd50, %rd49, %rd27;
+	ld.global.f64 	%fd29, [%rd50];
+	setp.lt.f64 	%p14, %fd29, %fd28;
+	selp.f64 	%fd30, %fd29, %fd28, %p14;
+	add.s32 	%r26, %r34, 3;
+	mul.wide.u32 	%rd51, %r26, 8;
+	add.s64 	%rd52, %rd2, %rd51;
+	ld.global.u64 	%rd53, [%rd52];
+	cvta.to.global.u64 	%rd54, %rd53;
+	add.s64 	%rd55, %rd54, %rd27;
+	ld.global.f64 	%fd31, [%rd55];
+	setp.lt.f64 	%p15, %fd31, %fd30;
+	selp.f64 	%fd43, %fd31, %fd30, %p15;
+	add.s32 	%r34, %r34, 4;
+	add.s32 	%r33, %r33, -4;
+	setp.ne.s32 	%p16, %r33, 0;
+	@%p16 bra 	$L__BB7_15;
 
-$L__BB8_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB8_11;
+$L__BB7_16:
+	setp.eq.s32 	%p17, %r2, 0;
+	@%p17 bra 	$L__BB7_22;
 
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd19, [%rd49];
-	add.f64 	%fd25, %fd25, %fd19;
-	@%p7 bra 	$L__BB8_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd20, [%rd55];
-	add.f64 	%fd25, %fd25, %fd20;
-	@%p8 bra 	$L__BB8_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
+	setp.eq.s32 	%p18, %r2, 1;
+	mul.wide.u32 	%rd56, %r34, 8;
 	add.s64 	%rd57, %rd2, %rd56;
 	ld.global.u64 	%rd58, [%rd57];
 	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd21, [%rd61];
-	add.f64 	%fd25, %fd25, %fd21;
+	add.s64 	%rd61, %rd59, %rd27;
+	ld.global.f64 	%fd32, [%rd61];
+	setp.lt.f64 	%p19, %fd32, %fd43;
+	selp.f64 	%fd43, %fd32, %fd43, %p19;
+	@%p18 bra 	$L__BB7_22;
 
-$L__BB8_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f64 	[%rd63], %fd25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB8_4;
-	bra.uni 	$L__BB8_12;
+	setp.eq.s32 	%p20, %r2, 2;
+	add.s32 	%r27, %r34, 1;
+	mul.wide.u32 	%rd62, %r27, 8;
+	add.s64 	%rd63, %rd2, %rd62;
+	ld.global.u64 	%rd64, [%rd63];
+	cvta.to.global.u64 	%rd65, %rd64;
+	add.s64 	%rd67, %rd65, %rd27;
+	ld.global.f64 	%fd33, [%rd67];
+	setp.lt.f64 	%p21, %fd33, %fd43;
+	selp.f64 	%fd43, %fd33, %fd43, %p21;
+	@%p20 bra 	$L__BB7_22;
 
-$L__BB8_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd10, [%rd20];
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB8_2;
+	add.s32 	%r28, %r34, 2;
+	mul.wide.u32 	%rd68, %r28, 8;
+	add.s64 	%rd69, %rd2, %rd68;
+	ld.global.u64 	%rd70, [%rd69];
+	cvta.to.global.u64 	%rd71, %rd70;
+	add.s64 	%rd73, %rd71, %rd27;
+	ld.global.f64 	%fd34, [%rd73];
+	setp.lt.f64 	%p22, %fd34, %fd43;
+	selp.f64 	%fd43, %fd34, %fd43, %p22;
+	bra.uni 	$L__BB7_22;
 
-$L__BB8_12:
-	ret;
+$L__BB7_20:
+	mov.u32 	%r35, 1;
 
-}
-	// .globl	smcuda_reduce_avg_f64
-.visible .entry smcuda_reduce_avg_f64(
-	.param .u64 smcuda_reduce_avg_f64_param_0,
-	.param .u64 smcuda_reduce_avg_f64_param_1,
-	.param .u32 smcuda_reduce_avg_f64_param_2,
-	.param .u64 smcuda_reduce_avg_f64_param_3,
-	.param .u64 smcuda_reduce_avg_f64_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<29>;
-	.reg .b64 	%rd<66>;
+$L__BB7_21:
+	mul.wide.u32 	%rd74, %r35, 8;
+	add.s64 	%rd75, %rd2, %rd74;
+	ld.global.u64 	%rd76, [%rd75];
+	cvta.to.global.u64 	%rd77, %rd76;
+	add.s64 	%rd79, %rd77, %rd27;
+	ld.global.f64 	%fd35, [%rd79];
+	add.f64 	%fd43, %fd43, %fd35;
+	add.s32 	%r35, %r35, 1;
+	setp.lt.u32 	%p23, %r35, %r15;
+	@%p23 bra 	$L__BB7_21;
 
+$L__BB7_22:
+	setp.ne.s32 	%p24, %r16, 1;
+	@%p24 bra 	$L__BB7_24;
 
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB9_12;
+	div.rn.f64 	%fd43, %fd43, %fd1;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.rn.f64.u32 	%fd1, %r9;
-	@%p2 bra 	$L__BB9_3;
-	bra.uni 	$L__BB9_2;
+$L__BB7_24:
+	shl.b64 	%rd80, %rd82, 3;
+	add.s64 	%rd81, %rd1, %rd80;
+	st.global.f64 	[%rd81], %fd43;
+	add.s64 	%rd82, %rd82, %rd3;
+	setp.lt.u64 	%p25, %rd82, %rd13;
+	@%p25 bra 	$L__BB7_6;
+	bra.uni 	$L__BB7_25;
 
-$L__BB9_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
+$L__BB7_2:
+	ld.global.u64 	%rd18, [%rd2];
+	cvta.to.global.u64 	%rd19, %rd18;
+	add.s64 	%rd20, %rd82, %rd12;
+	shl.b64 	%rd21, %rd20, 3;
+	add.s64 	%rd22, %rd19, %rd21;
+	ld.global.f64 	%fd36, [%rd22];
+	setp.ne.s32 	%p3, %r16, 1;
+	@%p3 bra 	$L__BB7_4;
 
-$L__BB9_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd28, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB9_7;
+	div.rn.f64 	%fd36, %fd36, %fd1;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+$L__BB7_4:
+	shl.b64 	%rd23, %rd82, 3;
+	add.s64 	%rd24, %rd1, %rd23;
+	st.global.f64 	[%rd24], %fd36;
+	add.s64 	%rd82, %rd82, %rd3;
+	setp.lt.u64 	%p4, %rd82, %rd13;
+	@%p4 bra 	$L__BB7_2;
 
-$L__BB9_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd14, [%rd32];
-	add.f64 	%fd15, %fd28, %fd14;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd16, [%rd35];
-	add.f64 	%fd17, %fd15, %fd16;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd18, [%rd38];
-	add.f64 	%fd19, %fd17, %fd18;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd20, [%rd43];
-	add.f64 	%fd28, %fd19, %fd20;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB9_6;
-
-$L__BB9_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB9_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd21, [%rd49];
-	add.f64 	%fd28, %fd28, %fd21;
-	@%p7 bra 	$L__BB9_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd22, [%rd55];
-	add.f64 	%fd28, %fd28, %fd22;
-	@%p8 bra 	$L__BB9_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd23, [%rd61];
-	add.f64 	%fd28, %fd28, %fd23;
-
-$L__BB9_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	div.rn.f64 	%fd24, %fd28, %fd1;
-	st.global.f64 	[%rd63], %fd24;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB9_4;
-	bra.uni 	$L__BB9_12;
-
-$L__BB9_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd11, [%rd20];
-	div.rn.f64 	%fd12, %fd11, %fd1;
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd12;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB9_2;
-
-$L__BB9_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_f64
-.visible .entry smcuda_reduce_min_f64(
-	.param .u64 smcuda_reduce_min_f64_param_0,
-	.param .u64 smcuda_reduce_min_f64_param_1,
-	.param .u32 smcuda_reduce_min_f64_param_2,
-	.param .u64 smcuda_reduce_min_f64_param_3,
-	.param .u64 smcuda_reduce_min_f64_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<26>;
-	.reg .b64 	%rd<66>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB10_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB10_3;
-	bra.uni 	$L__BB10_2;
-
-$L__BB10_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB10_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB10_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB10_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd12, [%rd32];
-	setp.lt.f64 	%p5, %fd12, %fd25;
-	selp.f64 	%fd13, %fd12, %fd25, %p5;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd14, [%rd35];
-	setp.lt.f64 	%p6, %fd14, %fd13;
-	selp.f64 	%fd15, %fd14, %fd13, %p6;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd16, [%rd38];
-	setp.lt.f64 	%p7, %fd16, %fd15;
-	selp.f64 	%fd17, %fd16, %fd15, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd18, [%rd43];
-	setp.lt.f64 	%p8, %fd18, %fd17;
-	selp.f64 	%fd25, %fd18, %fd17, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB10_6;
-
-$L__BB10_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB10_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd19, [%rd49];
-	setp.lt.f64 	%p12, %fd19, %fd25;
-	selp.f64 	%fd25, %fd19, %fd25, %p12;
-	@%p11 bra 	$L__BB10_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd20, [%rd55];
-	setp.lt.f64 	%p14, %fd20, %fd25;
-	selp.f64 	%fd25, %fd20, %fd25, %p14;
-	@%p13 bra 	$L__BB10_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd21, [%rd61];
-	setp.lt.f64 	%p15, %fd21, %fd25;
-	selp.f64 	%fd25, %fd21, %fd25, %p15;
-
-$L__BB10_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f64 	[%rd63], %fd25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p16, %rd64, %rd11;
-	@%p16 bra 	$L__BB10_4;
-	bra.uni 	$L__BB10_12;
-
-$L__BB10_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd10, [%rd20];
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB10_2;
-
-$L__BB10_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_f64
-.visible .entry smcuda_reduce_max_f64(
-	.param .u64 smcuda_reduce_max_f64_param_0,
-	.param .u64 smcuda_reduce_max_f64_param_1,
-	.param .u32 smcuda_reduce_max_f64_param_2,
-	.param .u64 smcuda_reduce_max_f64_param_3,
-	.param .u64 smcuda_reduce_max_f64_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<26>;
-	.reg .b64 	%rd<66>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB11_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB11_3;
-	bra.uni 	$L__BB11_2;
-
-$L__BB11_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB11_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB11_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB11_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd12, [%rd32];
-	setp.gt.f64 	%p5, %fd12, %fd25;
-	selp.f64 	%fd13, %fd12, %fd25, %p5;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd14, [%rd35];
-	setp.gt.f64 	%p6, %fd14, %fd13;
-	selp.f64 	%fd15, %fd14, %fd13, %p6;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd16, [%rd38];
-	setp.gt.f64 	%p7, %fd16, %fd15;
-	selp.f64 	%fd17, %fd16, %fd15, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd18, [%rd43];
-	setp.gt.f64 	%p8, %fd18, %fd17;
-	selp.f64 	%fd25, %fd18, %fd17, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB11_6;
-
-$L__BB11_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB11_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd19, [%rd49];
-	setp.gt.f64 	%p12, %fd19, %fd25;
-	selp.f64 	%fd25, %fd19, %fd25, %p12;
-	@%p11 bra 	$L__BB11_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd20, [%rd55];
-	setp.gt.f64 	%p14, %fd20, %fd25;
-	selp.f64 	%fd25, %fd20, %fd25, %p14;
-	@%p13 bra 	$L__BB11_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd21, [%rd61];
-	setp.gt.f64 	%p15, %fd21, %fd25;
-	selp.f64 	%fd25, %fd21, %fd25, %p15;
-
-$L__BB11_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f64 	[%rd63], %fd25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p16, %rd64, %rd11;
-	@%p16 bra 	$L__BB11_4;
-	bra.uni 	$L__BB11_12;
-
-$L__BB11_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd10, [%rd20];
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB11_2;
-
-$L__BB11_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_f64
-.visible .entry smcuda_reduce_prod_f64(
-	.param .u64 smcuda_reduce_prod_f64_param_0,
-	.param .u64 smcuda_reduce_prod_f64_param_1,
-	.param .u32 smcuda_reduce_prod_f64_param_2,
-	.param .u64 smcuda_reduce_prod_f64_param_3,
-	.param .u64 smcuda_reduce_prod_f64_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .f64 	%fd<26>;
-	.reg .b64 	%rd<66>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f64_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f64_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f64_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f64_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd64, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd64, %rd11;
-	@%p1 bra 	$L__BB12_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB12_3;
-	bra.uni 	$L__BB12_2;
-
-$L__BB12_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB12_4:
-	ld.global.u64 	%rd23, [%rd2];
-	cvta.to.global.u64 	%rd24, %rd23;
-	add.s64 	%rd8, %rd64, %rd10;
-	shl.b64 	%rd25, %rd8, 3;
-	add.s64 	%rd26, %rd24, %rd25;
-	ld.global.f64 	%fd25, [%rd26];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB12_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB12_6:
-	mul.wide.u32 	%rd27, %r22, 8;
-	add.s64 	%rd28, %rd2, %rd27;
-	ld.global.u64 	%rd29, [%rd28];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd32, %rd30, %rd25;
-	ld.global.f64 	%fd12, [%rd32];
-	mul.f64 	%fd13, %fd25, %fd12;
-	ld.global.u64 	%rd33, [%rd28+8];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd34, %rd25;
-	ld.global.f64 	%fd14, [%rd35];
-	mul.f64 	%fd15, %fd13, %fd14;
-	ld.global.u64 	%rd36, [%rd28+16];
-	cvta.to.global.u64 	%rd37, %rd36;
-	add.s64 	%rd38, %rd37, %rd25;
-	ld.global.f64 	%fd16, [%rd38];
-	mul.f64 	%fd17, %fd15, %fd16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd39, %r17, 8;
-	add.s64 	%rd40, %rd2, %rd39;
-	ld.global.u64 	%rd41, [%rd40];
-	cvta.to.global.u64 	%rd42, %rd41;
-	add.s64 	%rd43, %rd42, %rd25;
-	ld.global.f64 	%fd18, [%rd43];
-	mul.f64 	%fd25, %fd17, %fd18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB12_6;
-
-$L__BB12_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB12_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd44, %r22, 8;
-	add.s64 	%rd45, %rd2, %rd44;
-	ld.global.u64 	%rd46, [%rd45];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd49, %rd47, %rd25;
-	ld.global.f64 	%fd19, [%rd49];
-	mul.f64 	%fd25, %fd25, %fd19;
-	@%p7 bra 	$L__BB12_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd50, %r18, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd55, %rd53, %rd25;
-	ld.global.f64 	%fd20, [%rd55];
-	mul.f64 	%fd25, %fd25, %fd20;
-	@%p8 bra 	$L__BB12_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd56, %r19, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd61, %rd59, %rd25;
-	ld.global.f64 	%fd21, [%rd61];
-	mul.f64 	%fd25, %fd25, %fd21;
-
-$L__BB12_11:
-	shl.b64 	%rd62, %rd64, 3;
-	add.s64 	%rd63, %rd1, %rd62;
-	st.global.f64 	[%rd63], %fd25;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p9, %rd64, %rd11;
-	@%p9 bra 	$L__BB12_4;
-	bra.uni 	$L__BB12_12;
-
-$L__BB12_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd64, %rd10;
-	shl.b64 	%rd19, %rd18, 3;
-	add.s64 	%rd20, %rd17, %rd19;
-	ld.global.f64 	%fd10, [%rd20];
-	shl.b64 	%rd21, %rd64, 3;
-	add.s64 	%rd22, %rd1, %rd21;
-	st.global.f64 	[%rd22], %fd10;
-	add.s64 	%rd64, %rd64, %rd3;
-	setp.lt.u64 	%p3, %rd64, %rd11;
-	@%p3 bra 	$L__BB12_2;
-
-$L__BB12_12:
+$L__BB7_25:
 	ret;
 
 }
@@ -2467,7 +2454,7 @@ $L__BB12_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB13_3;
+	@%p1 bra 	$L__BB8_3;
 
 	cvt.rn.f64.u32 	%fd1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -2475,7 +2462,7 @@ $L__BB12_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB13_2:
+$L__BB8_2:
 	shl.b64 	%rd12, %rd14, 3;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.f64 	%fd2, [%rd13];
@@ -2483,9 +2470,9 @@ $L__BB13_2:
 	st.global.f64 	[%rd13], %fd3;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB13_2;
+	@%p2 bra 	$L__BB8_2;
 
-$L__BB13_3:
+$L__BB8_3:
 	ret;
 
 }
@@ -2524,18 +2511,18 @@ $L__BB13_3:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB14_2;
+	@%p1 bra 	$L__BB9_2;
 
 	div.u64 	%rd182, %rd5, %rd4;
-	bra.uni 	$L__BB14_3;
+	bra.uni 	$L__BB9_3;
 
-$L__BB14_2:
+$L__BB9_2:
 	cvt.u32.u64 	%r36, %rd4;
 	cvt.u32.u64 	%r37, %rd5;
 	div.u32 	%r38, %r37, %r36;
 	cvt.u64.u32 	%rd182, %r38;
 
-$L__BB14_3:
+$L__BB9_3:
 	add.s64 	%rd57, %rd182, 1;
 	and.b64  	%rd58, %rd57, -2;
 	mov.u32 	%r39, %ctaid.x;
@@ -2551,22 +2538,22 @@ $L__BB14_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB14_14;
+	@%p2 bra 	$L__BB9_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r40, %tid.x;
 	cvt.u64.u32 	%rd15, %r40;
-	@%p3 bra 	$L__BB14_8;
+	@%p3 bra 	$L__BB9_8;
 
 	add.s64 	%rd183, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd183, %rd11;
-	@%p4 bra 	$L__BB14_14;
+	@%p4 bra 	$L__BB9_14;
 
 	mov.u32 	%r41, %ntid.x;
 	cvt.u64.u32 	%rd17, %r41;
 
-$L__BB14_7:
+$L__BB9_7:
 	shl.b64 	%rd65, %rd183, 3;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.f64 	%fd47, [%rd66];
@@ -2574,19 +2561,19 @@ $L__BB14_7:
 	st.f64 	[%rd67], %fd47;
 	add.s64 	%rd183, %rd183, %rd17;
 	setp.lt.u64 	%p5, %rd183, %rd11;
-	@%p5 bra 	$L__BB14_7;
-	bra.uni 	$L__BB14_14;
+	@%p5 bra 	$L__BB9_7;
+	bra.uni 	$L__BB9_14;
 
-$L__BB14_8:
+$L__BB9_8:
 	shl.b64 	%rd68, %rd15, 1;
 	add.s64 	%rd184, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd184, %rd12;
-	@%p6 bra 	$L__BB14_11;
+	@%p6 bra 	$L__BB9_11;
 
 	mov.u32 	%r42, %ntid.x;
 	mul.wide.u32 	%rd21, %r42, 2;
 
-$L__BB14_10:
+$L__BB9_10:
 	shl.b64 	%rd69, %rd184, 3;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -2594,17 +2581,17 @@ $L__BB14_10:
 	st.v4.u32 	[%rd71], {%r43, %r44, %r45, %r46};
 	add.s64 	%rd184, %rd184, %rd21;
 	setp.lt.u64 	%p7, %rd184, %rd12;
-	@%p7 bra 	$L__BB14_10;
+	@%p7 bra 	$L__BB9_10;
 
-$L__BB14_11:
+$L__BB9_11:
 	add.s64 	%rd185, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd185, %rd11;
-	@%p8 bra 	$L__BB14_14;
+	@%p8 bra 	$L__BB9_14;
 
 	mov.u32 	%r51, %ntid.x;
 	cvt.u64.u32 	%rd25, %r51;
 
-$L__BB14_13:
+$L__BB9_13:
 	shl.b64 	%rd72, %rd185, 3;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.f64 	%fd48, [%rd73];
@@ -2612,13 +2599,13 @@ $L__BB14_13:
 	st.f64 	[%rd74], %fd48;
 	add.s64 	%rd185, %rd185, %rd25;
 	setp.lt.u64 	%p9, %rd185, %rd11;
-	@%p9 bra 	$L__BB14_13;
+	@%p9 bra 	$L__BB9_13;
 
-$L__BB14_14:
+$L__BB9_14:
 	mov.u32 	%r1, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r1, %r33;
-	@%p10 bra 	$L__BB14_19;
+	@%p10 bra 	$L__BB9_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r52, %r32, 9;
@@ -2627,9 +2614,9 @@ $L__BB14_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r75, %r1;
 
-$L__BB14_16:
+$L__BB9_16:
 	setp.eq.s32 	%p11, %r75, %r32;
-	@%p11 bra 	$L__BB14_18;
+	@%p11 bra 	$L__BB9_18;
 
 	mul.wide.u32 	%rd78, %r75, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -2641,22 +2628,22 @@ $L__BB14_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB14_18:
+$L__BB9_18:
 	add.s32 	%r75, %r75, %r2;
 	setp.lt.u32 	%p12, %r75, %r33;
-	@%p12 bra 	$L__BB14_16;
+	@%p12 bra 	$L__BB9_16;
 
-$L__BB14_19:
-	@%p10 bra 	$L__BB14_26;
+$L__BB9_19:
+	@%p10 bra 	$L__BB9_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r76, %r1;
 
-$L__BB14_21:
+$L__BB9_21:
 	setp.eq.s32 	%p14, %r76, %r32;
-	@%p14 bra 	$L__BB14_25;
+	@%p14 bra 	$L__BB9_25;
 
 	shl.b32 	%r53, %r76, 9;
 	cvt.u64.u32 	%rd84, %r53;
@@ -2664,50 +2651,50 @@ $L__BB14_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB14_23:
+$L__BB9_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB14_23;
+	@%p15 bra 	$L__BB9_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB14_25:
+$L__BB9_25:
 	add.s32 	%r76, %r76, %r5;
 	setp.lt.u32 	%p16, %r76, %r33;
-	@%p16 bra 	$L__BB14_21;
+	@%p16 bra 	$L__BB9_21;
 
-$L__BB14_26:
+$L__BB9_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r1;
 	mul.wide.u32 	%rd90, %r1, 2;
 	add.s64 	%rd186, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd186, %rd12;
-	@%p17 bra 	$L__BB14_45;
+	@%p17 bra 	$L__BB9_45;
 
 	cvt.rn.f64.u32 	%fd1, %r33;
 	mov.u32 	%r54, %ntid.x;
 	mul.wide.u32 	%rd34, %r54, 2;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB14_28:
+$L__BB9_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd186, 3;
 	add.s64 	%rd93, %rd91, %rd92;
 	ld.v2.f64 	{%fd74, %fd73}, [%rd93];
 	setp.lt.u32 	%p18, %r33, 2;
-	@%p18 bra 	$L__BB14_39;
+	@%p18 bra 	$L__BB9_39;
 
 	setp.eq.s32 	%p19, %r34, 2;
-	@%p19 bra 	$L__BB14_37;
-	bra.uni 	$L__BB14_30;
+	@%p19 bra 	$L__BB9_37;
+	bra.uni 	$L__BB9_30;
 
-$L__BB14_37:
+$L__BB9_37:
 	mov.u32 	%r78, 1;
 
-$L__BB14_38:
+$L__BB9_38:
 	mul.wide.u32 	%rd99, %r78, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -2719,105 +2706,105 @@ $L__BB14_38:
 	selp.f64 	%fd73, %fd54, %fd73, %p26;
 	add.s32 	%r78, %r78, 1;
 	setp.lt.u32 	%p27, %r78, %r33;
-	@%p27 bra 	$L__BB14_38;
-	bra.uni 	$L__BB14_39;
+	@%p27 bra 	$L__BB9_38;
+	bra.uni 	$L__BB9_39;
 
-$L__BB14_30:
+$L__BB9_30:
 	mov.u32 	%r77, 1;
 
-$L__BB14_31:
+$L__BB9_31:
 	mul.wide.u32 	%rd94, %r77, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v2.f64 	{%fd51, %fd52}, [%rd98];
 	setp.eq.s32 	%p20, %r34, 3;
-	@%p20 bra 	$L__BB14_34;
+	@%p20 bra 	$L__BB9_34;
 
 	setp.ne.s32 	%p21, %r34, 4;
-	@%p21 bra 	$L__BB14_35;
+	@%p21 bra 	$L__BB9_35;
 
 	mul.f64 	%fd74, %fd74, %fd51;
 	mul.f64 	%fd73, %fd73, %fd52;
-	bra.uni 	$L__BB14_36;
+	bra.uni 	$L__BB9_36;
 
-$L__BB14_34:
+$L__BB9_34:
 	setp.lt.f64 	%p22, %fd74, %fd51;
 	selp.f64 	%fd74, %fd51, %fd74, %p22;
 	setp.lt.f64 	%p23, %fd73, %fd52;
 	selp.f64 	%fd73, %fd52, %fd73, %p23;
-	bra.uni 	$L__BB14_36;
+	bra.uni 	$L__BB9_36;
 
-$L__BB14_35:
+$L__BB9_35:
 	add.f64 	%fd74, %fd74, %fd51;
 	add.f64 	%fd73, %fd73, %fd52;
 
-$L__BB14_36:
+$L__BB9_36:
 	add.s32 	%r77, %r77, 1;
 	setp.lt.u32 	%p24, %r77, %r33;
-	@%p24 bra 	$L__BB14_31;
+	@%p24 bra 	$L__BB9_31;
 
-$L__BB14_39:
+$L__BB9_39:
 	setp.ne.s32 	%p28, %r34, 1;
-	@%p28 bra 	$L__BB14_41;
+	@%p28 bra 	$L__BB9_41;
 
 	div.rn.f64 	%fd74, %fd74, %fd1;
 	div.rn.f64 	%fd73, %fd73, %fd1;
 
-$L__BB14_41:
+$L__BB9_41:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 8;
 	setp.eq.s64 	%p29, %rd35, 0;
-	@%p29 bra 	$L__BB14_43;
+	@%p29 bra 	$L__BB9_43;
 
 	st.global.f64 	[%rd37+-8], %fd74;
 	st.global.f64 	[%rd37], %fd73;
-	bra.uni 	$L__BB14_44;
+	bra.uni 	$L__BB9_44;
 
-$L__BB14_43:
+$L__BB9_43:
 	st.global.v2.f64 	[%rd37+-8], {%fd74, %fd73};
 
-$L__BB14_44:
+$L__BB9_44:
 	add.s64 	%rd186, %rd186, %rd34;
 	setp.lt.u64 	%p30, %rd186, %rd12;
-	@%p30 bra 	$L__BB14_28;
+	@%p30 bra 	$L__BB9_28;
 
-$L__BB14_45:
+$L__BB9_45:
 	add.s64 	%rd187, %rd12, %rd31;
 	setp.ge.u64 	%p31, %rd187, %rd11;
-	@%p31 bra 	$L__BB14_70;
+	@%p31 bra 	$L__BB9_70;
 
 	setp.gt.u32 	%p32, %r33, 1;
 	cvt.rn.f64.u32 	%fd26, %r33;
 	mov.u32 	%r57, %ntid.x;
 	cvt.u64.u32 	%rd40, %r57;
-	@%p32 bra 	$L__BB14_50;
-	bra.uni 	$L__BB14_47;
+	@%p32 bra 	$L__BB9_50;
+	bra.uni 	$L__BB9_47;
 
-$L__BB14_50:
+$L__BB9_50:
 	add.s32 	%r58, %r33, -1;
 	add.s32 	%r12, %r33, -2;
 	and.b32  	%r13, %r58, 3;
 	sub.s32 	%r14, %r58, %r13;
 
-$L__BB14_51:
+$L__BB9_51:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd187, 3;
 	add.s64 	%rd113, %rd111, %rd112;
 	ld.f64 	%fd88, [%rd113];
 	setp.eq.s32 	%p35, %r34, 2;
-	@%p35 bra 	$L__BB14_58;
+	@%p35 bra 	$L__BB9_58;
 
 	setp.eq.s32 	%p36, %r34, 3;
-	@%p36 bra 	$L__BB14_56;
+	@%p36 bra 	$L__BB9_56;
 
 	setp.ne.s32 	%p37, %r34, 4;
-	@%p37 bra 	$L__BB14_65;
+	@%p37 bra 	$L__BB9_65;
 
 	mov.u32 	%r79, 1;
 	mov.u64 	%rd189, %rd3;
 
-$L__BB14_55:
+$L__BB9_55:
 	shl.b64 	%rd180, %rd187, 3;
 	add.s64 	%rd45, %rd189, 8;
 	ld.global.u64 	%rd114, [%rd189+8];
@@ -2827,18 +2814,18 @@ $L__BB14_55:
 	add.s32 	%r79, %r79, 1;
 	setp.lt.u32 	%p38, %r79, %r33;
 	mov.u64 	%rd189, %rd45;
-	@%p38 bra 	$L__BB14_55;
-	bra.uni 	$L__BB14_67;
+	@%p38 bra 	$L__BB9_55;
+	bra.uni 	$L__BB9_67;
 
-$L__BB14_58:
+$L__BB9_58:
 	setp.lt.u32 	%p41, %r12, 3;
 	mov.u32 	%r83, 1;
-	@%p41 bra 	$L__BB14_61;
+	@%p41 bra 	$L__BB9_61;
 
 	mov.u32 	%r83, 1;
 	mov.u32 	%r82, %r14;
 
-$L__BB14_60:
+$L__BB9_60:
 	shl.b64 	%rd172, %rd187, 3;
 	mul.wide.u32 	%rd122, %r83, 8;
 	add.s64 	%rd123, %rd3, %rd122;
@@ -2868,11 +2855,11 @@ $L__BB14_60:
 	add.s32 	%r83, %r83, 4;
 	add.s32 	%r82, %r82, -4;
 	setp.ne.s32 	%p46, %r82, 0;
-	@%p46 bra 	$L__BB14_60;
+	@%p46 bra 	$L__BB9_60;
 
-$L__BB14_61:
+$L__BB9_61:
 	setp.eq.s32 	%p47, %r13, 0;
-	@%p47 bra 	$L__BB14_67;
+	@%p47 bra 	$L__BB9_67;
 
 	shl.b64 	%rd173, %rd187, 3;
 	setp.eq.s32 	%p48, %r13, 1;
@@ -2883,7 +2870,7 @@ $L__BB14_61:
 	ld.f64 	%fd67, [%rd139];
 	setp.lt.f64 	%p49, %fd67, %fd88;
 	selp.f64 	%fd88, %fd67, %fd88, %p49;
-	@%p48 bra 	$L__BB14_67;
+	@%p48 bra 	$L__BB9_67;
 
 	shl.b64 	%rd174, %rd187, 3;
 	setp.eq.s32 	%p50, %r13, 2;
@@ -2895,7 +2882,7 @@ $L__BB14_61:
 	ld.f64 	%fd68, [%rd144];
 	setp.lt.f64 	%p51, %fd68, %fd88;
 	selp.f64 	%fd88, %fd68, %fd88, %p51;
-	@%p50 bra 	$L__BB14_67;
+	@%p50 bra 	$L__BB9_67;
 
 	shl.b64 	%rd175, %rd187, 3;
 	add.s32 	%r65, %r83, 2;
@@ -2906,12 +2893,12 @@ $L__BB14_61:
 	ld.f64 	%fd69, [%rd149];
 	setp.lt.f64 	%p52, %fd69, %fd88;
 	selp.f64 	%fd88, %fd69, %fd88, %p52;
-	bra.uni 	$L__BB14_67;
+	bra.uni 	$L__BB9_67;
 
-$L__BB14_56:
+$L__BB9_56:
 	mov.u32 	%r80, 1;
 
-$L__BB14_57:
+$L__BB9_57:
 	shl.b64 	%rd181, %rd187, 3;
 	mul.wide.u32 	%rd117, %r80, 8;
 	add.s64 	%rd118, %rd3, %rd117;
@@ -2922,13 +2909,13 @@ $L__BB14_57:
 	selp.f64 	%fd88, %fd58, %fd88, %p39;
 	add.s32 	%r80, %r80, 1;
 	setp.lt.u32 	%p40, %r80, %r33;
-	@%p40 bra 	$L__BB14_57;
-	bra.uni 	$L__BB14_67;
+	@%p40 bra 	$L__BB9_57;
+	bra.uni 	$L__BB9_67;
 
-$L__BB14_65:
+$L__BB9_65:
 	mov.u32 	%r84, 1;
 
-$L__BB14_66:
+$L__BB9_66:
 	shl.b64 	%rd179, %rd187, 3;
 	mul.wide.u32 	%rd150, %r84, 8;
 	add.s64 	%rd151, %rd3, %rd150;
@@ -2938,45 +2925,45 @@ $L__BB14_66:
 	add.f64 	%fd88, %fd88, %fd70;
 	add.s32 	%r84, %r84, 1;
 	setp.lt.u32 	%p53, %r84, %r33;
-	@%p53 bra 	$L__BB14_66;
+	@%p53 bra 	$L__BB9_66;
 
-$L__BB14_67:
+$L__BB9_67:
 	setp.ne.s32 	%p54, %r34, 1;
-	@%p54 bra 	$L__BB14_69;
+	@%p54 bra 	$L__BB9_69;
 
 	div.rn.f64 	%fd88, %fd88, %fd26;
 
-$L__BB14_69:
+$L__BB9_69:
 	shl.b64 	%rd176, %rd187, 3;
 	add.s64 	%rd156, %rd1, %rd176;
 	st.global.f64 	[%rd156], %fd88;
 	add.s64 	%rd187, %rd187, %rd40;
 	setp.lt.u64 	%p55, %rd187, %rd11;
-	@%p55 bra 	$L__BB14_51;
-	bra.uni 	$L__BB14_70;
+	@%p55 bra 	$L__BB9_51;
+	bra.uni 	$L__BB9_70;
 
-$L__BB14_47:
+$L__BB9_47:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd187, 3;
 	add.s64 	%rd108, %rd106, %rd107;
 	ld.f64 	%fd81, [%rd108];
 	setp.ne.s32 	%p33, %r34, 1;
-	@%p33 bra 	$L__BB14_49;
+	@%p33 bra 	$L__BB9_49;
 
 	div.rn.f64 	%fd81, %fd81, %fd26;
 
-$L__BB14_49:
+$L__BB9_49:
 	add.s64 	%rd110, %rd1, %rd107;
 	st.global.f64 	[%rd110], %fd81;
 	add.s64 	%rd187, %rd187, %rd40;
 	setp.lt.u64 	%p34, %rd187, %rd11;
-	@%p34 bra 	$L__BB14_47;
+	@%p34 bra 	$L__BB9_47;
 
-$L__BB14_70:
+$L__BB9_70:
 	mov.u32 	%r73, %tid.x;
 	setp.ge.u32 	%p63, %r73, %r33;
 	bar.sync 	0;
-	@%p63 bra 	$L__BB14_75;
+	@%p63 bra 	$L__BB9_75;
 
 	mov.u32 	%r85, %tid.x;
 	mov.u32 	%r26, %ntid.x;
@@ -2986,9 +2973,9 @@ $L__BB14_70:
 	add.s64 	%rd47, %rd157, %rd9;
 	shl.b64 	%rd164, %rd47, 3;
 
-$L__BB14_72:
+$L__BB9_72:
 	setp.eq.s32 	%p57, %r85, %r32;
-	@%p57 bra 	$L__BB14_74;
+	@%p57 bra 	$L__BB9_74;
 
 	mul.wide.u32 	%rd160, %r85, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -3000,15 +2987,15 @@ $L__BB14_72:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB14_74:
+$L__BB9_74:
 	add.s32 	%r85, %r85, %r26;
 	setp.lt.u32 	%p58, %r85, %r33;
-	@%p58 bra 	$L__BB14_72;
+	@%p58 bra 	$L__BB9_72;
 
-$L__BB14_75:
+$L__BB9_75:
 	mov.u32 	%r74, %tid.x;
 	setp.ge.u32 	%p64, %r74, %r33;
-	@%p64 bra 	$L__BB14_82;
+	@%p64 bra 	$L__BB9_82;
 
 	mul.wide.u32 	%rd178, %r32, 8;
 	add.s64 	%rd177, %rd3, %rd178;
@@ -3017,9 +3004,9 @@ $L__BB14_75:
 	mov.u32 	%r29, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB14_77:
+$L__BB9_77:
 	setp.eq.s32 	%p60, %r86, %r32;
-	@%p60 bra 	$L__BB14_81;
+	@%p60 bra 	$L__BB9_81;
 
 	add.s32 	%r69, %r86, %r33;
 	shl.b32 	%r70, %r69, 9;
@@ -3028,23 +3015,739 @@ $L__BB14_77:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB14_79:
+$L__BB9_79:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p61, %rd169, 0;
-	@%p61 bra 	$L__BB14_79;
+	@%p61 bra 	$L__BB9_79;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB14_81:
+$L__BB9_81:
 	add.s32 	%r86, %r86, %r29;
 	setp.lt.u32 	%p62, %r86, %r33;
-	@%p62 bra 	$L__BB14_77;
+	@%p62 bra 	$L__BB9_77;
 
-$L__BB14_82:
+$L__BB9_82:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_f64
+.visible .entry smcuda_twoshot_f64(
+	.param .u64 smcuda_twoshot_f64_param_0,
+	.param .u64 smcuda_twoshot_f64_param_1,
+	.param .u64 smcuda_twoshot_f64_param_2,
+	.param .u64 smcuda_twoshot_f64_param_3,
+	.param .u32 smcuda_twoshot_f64_param_4,
+	.param .u32 smcuda_twoshot_f64_param_5,
+	.param .u64 smcuda_twoshot_f64_param_6,
+	.param .u32 smcuda_twoshot_f64_param_7,
+	.param .u64 smcuda_twoshot_f64_param_8,
+	.param .u64 smcuda_twoshot_f64_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<69>;
+	.reg .b32 	%r<108>;
+	.reg .f64 	%fd<66>;
+	.reg .b64 	%rd<299>;
+
+
+	ld.param.u64 	%rd52, [smcuda_twoshot_f64_param_0];
+	ld.param.u64 	%rd54, [smcuda_twoshot_f64_param_2];
+	ld.param.u64 	%rd55, [smcuda_twoshot_f64_param_3];
+	ld.param.u32 	%r38, [smcuda_twoshot_f64_param_4];
+	ld.param.u32 	%r39, [smcuda_twoshot_f64_param_5];
+	ld.param.u64 	%rd56, [smcuda_twoshot_f64_param_6];
+	ld.param.u32 	%r40, [smcuda_twoshot_f64_param_7];
+	ld.param.u64 	%rd57, [smcuda_twoshot_f64_param_8];
+	ld.param.u64 	%rd58, [smcuda_twoshot_f64_param_9];
+	cvta.to.global.u64 	%rd59, %rd54;
+	mul.wide.u32 	%rd60, %r38, 8;
+	add.s64 	%rd61, %rd59, %rd60;
+	ld.global.u64 	%rd1, [%rd61];
+	cvt.u64.u32 	%rd2, %r39;
+	mul.lo.s64 	%rd62, %rd2, %rd58;
+	min.u64 	%rd63, %rd62, %rd56;
+	add.s64 	%rd64, %rd2, %rd63;
+	add.s64 	%rd3, %rd64, -1;
+	and.b64  	%rd65, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd65, 0;
+	@%p1 bra 	$L__BB10_2;
+
+	div.u64 	%rd287, %rd3, %rd2;
+	bra.uni 	$L__BB10_3;
+
+$L__BB10_2:
+	cvt.u32.u64 	%r41, %rd2;
+	cvt.u32.u64 	%r42, %rd3;
+	div.u32 	%r43, %r42, %r41;
+	cvt.u64.u32 	%rd287, %r43;
+
+$L__BB10_3:
+	add.s64 	%rd66, %rd287, 1;
+	and.b64  	%rd7, %rd66, -2;
+	mov.u32 	%r44, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r44;
+	add.s64 	%rd67, %rd8, %rd7;
+	add.s64 	%rd9, %rd67, -1;
+	and.b64  	%rd68, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd68, 0;
+	@%p2 bra 	$L__BB10_5;
+
+	div.u64 	%rd288, %rd9, %rd8;
+	bra.uni 	$L__BB10_6;
+
+$L__BB10_5:
+	cvt.u32.u64 	%r45, %rd8;
+	cvt.u32.u64 	%r46, %rd9;
+	div.u32 	%r47, %r46, %r45;
+	cvt.u64.u32 	%rd288, %r47;
+
+$L__BB10_6:
+	add.s64 	%rd69, %rd288, 1;
+	and.b64  	%rd13, %rd69, -2;
+	setp.eq.s64 	%p3, %rd56, 0;
+	@%p3 bra 	$L__BB10_91;
+
+	cvt.rn.f64.u32 	%fd1, %r39;
+	mov.u64 	%rd289, 0;
+	mov.u32 	%r50, %tid.x;
+	mov.u32 	%r51, %ntid.x;
+	mov.u32 	%r52, %ctaid.x;
+
+$L__BB10_8:
+	sub.s64 	%rd73, %rd56, %rd289;
+	min.u64 	%rd15, %rd73, %rd62;
+	add.s64 	%rd74, %rd2, %rd15;
+	add.s64 	%rd16, %rd74, -1;
+	and.b64  	%rd75, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd75, 0;
+	@%p4 bra 	$L__BB10_10;
+
+	div.u64 	%rd290, %rd16, %rd2;
+	bra.uni 	$L__BB10_11;
+
+$L__BB10_10:
+	cvt.u32.u64 	%r48, %rd16;
+	div.u32 	%r49, %r48, %r39;
+	cvt.u64.u32 	%rd290, %r49;
+
+$L__BB10_11:
+	sub.s64 	%rd263, %rd56, %rd289;
+	min.u64 	%rd262, %rd263, %rd62;
+	ld.param.u64 	%rd261, [smcuda_twoshot_f64_param_2];
+	ld.param.u64 	%rd260, [smcuda_twoshot_f64_param_1];
+	setp.ge.u32 	%p5, %r50, %r39;
+	add.s64 	%rd77, %rd290, 1;
+	and.b64  	%rd20, %rd77, -2;
+	shl.b64 	%rd78, %rd289, 3;
+	add.s64 	%rd79, %rd260, %rd78;
+	{ // callseq 2, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd79;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd261;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r38;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r39;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd262;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r52;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 8;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r50;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r51;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 2
+	bar.sync 	0;
+	@%p5 bra 	$L__BB10_16;
+
+	mov.u32 	%r96, %tid.x;
+
+$L__BB10_13:
+	setp.eq.s32 	%p6, %r96, %r38;
+	@%p6 bra 	$L__BB10_15;
+
+	mul.wide.u32 	%rd83, %r96, 8;
+	add.s64 	%rd84, %rd59, %rd83;
+	ld.global.u64 	%rd85, [%rd84];
+	add.s64 	%rd86, %rd85, %rd55;
+	shl.b32 	%r53, %r38, 9;
+	cvt.u64.u32 	%rd87, %r53;
+	cvt.u64.u32 	%rd88, %r52;
+	add.s64 	%rd89, %rd87, %rd88;
+	shl.b64 	%rd90, %rd89, 3;
+	add.s64 	%rd80, %rd86, %rd90;
+	mov.u64 	%rd81, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd80], %rd81;
+	// end inline asm
+
+$L__BB10_15:
+	add.s32 	%r96, %r96, %r51;
+	setp.lt.u32 	%p7, %r96, %r39;
+	@%p7 bra 	$L__BB10_13;
+
+$L__BB10_16:
+	@%p5 bra 	$L__BB10_23;
+
+	ld.global.u64 	%rd94, [%rd61];
+	mov.u32 	%r97, %tid.x;
+	add.s64 	%rd21, %rd94, %rd55;
+
+$L__BB10_18:
+	setp.eq.s32 	%p9, %r97, %r38;
+	@%p9 bra 	$L__BB10_22;
+
+	shl.b32 	%r56, %r97, 9;
+	cvt.u64.u32 	%rd95, %r56;
+	cvt.u64.u32 	%rd96, %r52;
+	add.s64 	%rd97, %rd95, %rd96;
+	shl.b64 	%rd98, %rd97, 3;
+	add.s64 	%rd22, %rd21, %rd98;
+
+$L__BB10_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd99, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd99, 0;
+	@%p10 bra 	$L__BB10_20;
+
+	mov.u64 	%rd101, 0;
+	st.volatile.u64 	[%rd22], %rd101;
+
+$L__BB10_22:
+	add.s32 	%r97, %r97, %r51;
+	setp.lt.u32 	%p11, %r97, %r39;
+	@%p11 bra 	$L__BB10_18;
+
+$L__BB10_23:
+	add.s64 	%rd268, %rd290, 1;
+	and.b64  	%rd267, %rd268, -2;
+	shl.b64 	%rd266, %rd289, 3;
+	sub.s64 	%rd265, %rd56, %rd289;
+	min.u64 	%rd264, %rd265, %rd62;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd102, %r38;
+	mul.lo.s64 	%rd103, %rd267, %rd102;
+	min.u64 	%rd104, %rd264, %rd103;
+	add.s64 	%rd105, %rd104, %rd267;
+	min.u64 	%rd106, %rd264, %rd105;
+	sub.s64 	%rd107, %rd106, %rd104;
+	cvt.u64.u32 	%rd108, %r52;
+	mul.lo.s64 	%rd109, %rd13, %rd108;
+	min.u64 	%rd23, %rd107, %rd109;
+	sub.s64 	%rd110, %rd107, %rd23;
+	min.u64 	%rd24, %rd110, %rd13;
+	add.s64 	%rd113, %rd52, %rd266;
+	or.b64  	%rd114, %rd79, %rd113;
+	and.b64  	%rd115, %rd114, 15;
+	setp.eq.s64 	%p12, %rd115, 0;
+	and.b64  	%rd116, %rd24, -2;
+	selp.b64 	%rd25, %rd116, 0, %p12;
+	mul.wide.u32 	%rd117, %r50, 2;
+	setp.ge.u64 	%p13, %rd117, %rd25;
+	@%p13 bra 	$L__BB10_48;
+
+	mov.u32 	%r60, %tid.x;
+	mul.wide.u32 	%rd291, %r60, 2;
+
+$L__BB10_25:
+	shl.b64 	%rd123, %rd104, 3;
+	add.s64 	%rd124, %rd79, %rd123;
+	setp.eq.s32 	%p14, %r38, 0;
+	selp.b64 	%rd125, %rd124, %rd1, %p14;
+	add.s64 	%rd28, %rd291, %rd23;
+	shl.b64 	%rd126, %rd28, 3;
+	add.s64 	%rd127, %rd125, %rd126;
+	ld.v2.f64 	{%fd53, %fd52}, [%rd127];
+	setp.lt.u32 	%p15, %r39, 2;
+	@%p15 bra 	$L__BB10_40;
+
+	setp.eq.s32 	%p16, %r40, 2;
+	@%p16 bra 	$L__BB10_36;
+	bra.uni 	$L__BB10_27;
+
+$L__BB10_36:
+	mov.u32 	%r99, 1;
+
+$L__BB10_37:
+	.pragma "nounroll";
+	setp.eq.s32 	%p24, %r99, %r38;
+	mov.u64 	%rd293, %rd124;
+	@%p24 bra 	$L__BB10_39;
+
+	setp.ge.u32 	%p25, %r99, %r38;
+	selp.b32 	%r65, -1, 0, %p25;
+	add.s32 	%r66, %r99, %r65;
+	cvt.u64.u32 	%rd145, %r66;
+	mul.lo.s64 	%rd146, %rd7, %rd145;
+	shl.b64 	%rd147, %rd146, 3;
+	add.s64 	%rd293, %rd1, %rd147;
+
+$L__BB10_39:
+	add.s64 	%rd276, %rd291, %rd23;
+	shl.b64 	%rd275, %rd276, 3;
+	add.s64 	%rd149, %rd293, %rd275;
+	ld.v2.f64 	{%fd42, %fd43}, [%rd149];
+	setp.gt.f64 	%p26, %fd53, %fd42;
+	selp.f64 	%fd53, %fd42, %fd53, %p26;
+	setp.gt.f64 	%p27, %fd52, %fd43;
+	selp.f64 	%fd52, %fd43, %fd52, %p27;
+	add.s32 	%r99, %r99, 1;
+	setp.lt.u32 	%p28, %r99, %r39;
+	@%p28 bra 	$L__BB10_37;
+	bra.uni 	$L__BB10_40;
+
+$L__BB10_27:
+	mov.u32 	%r98, 1;
+
+$L__BB10_28:
+	.pragma "nounroll";
+	add.s64 	%rd292, %rd79, %rd123;
+	setp.eq.s32 	%p17, %r98, %r38;
+	@%p17 bra 	$L__BB10_30;
+
+	setp.ge.u32 	%p18, %r98, %r38;
+	selp.b32 	%r62, -1, 0, %p18;
+	add.s32 	%r63, %r98, %r62;
+	cvt.u64.u32 	%rd134, %r63;
+	mul.lo.s64 	%rd135, %rd7, %rd134;
+	shl.b64 	%rd136, %rd135, 3;
+	add.s64 	%rd292, %rd1, %rd136;
+
+$L__BB10_30:
+	add.s64 	%rd274, %rd291, %rd23;
+	shl.b64 	%rd273, %rd274, 3;
+	add.s64 	%rd138, %rd292, %rd273;
+	ld.v2.f64 	{%fd40, %fd41}, [%rd138];
+	setp.eq.s32 	%p19, %r40, 3;
+	@%p19 bra 	$L__BB10_33;
+
+	setp.ne.s32 	%p20, %r40, 4;
+	@%p20 bra 	$L__BB10_34;
+
+	mul.f64 	%fd53, %fd53, %fd40;
+	mul.f64 	%fd52, %fd52, %fd41;
+	bra.uni 	$L__BB10_35;
+
+$L__BB10_33:
+	setp.lt.f64 	%p21, %fd53, %fd40;
+	selp.f64 	%fd53, %fd40, %fd53, %p21;
+	setp.lt.f64 	%p22, %fd52, %fd41;
+	selp.f64 	%fd52, %fd41, %fd52, %p22;
+	bra.uni 	$L__BB10_35;
+
+$L__BB10_34:
+	add.f64 	%fd53, %fd53, %fd40;
+	add.f64 	%fd52, %fd52, %fd41;
+
+$L__BB10_35:
+	add.s32 	%r98, %r98, 1;
+	setp.lt.u32 	%p23, %r98, %r39;
+	@%p23 bra 	$L__BB10_28;
+
+$L__BB10_40:
+	setp.ne.s32 	%p29, %r40, 1;
+	@%p29 bra 	$L__BB10_42;
+
+	div.rn.f64 	%fd53, %fd53, %fd1;
+	div.rn.f64 	%fd52, %fd52, %fd1;
+
+$L__BB10_42:
+	add.s64 	%rd269, %rd291, %rd23;
+	add.s64 	%rd153, %rd104, %rd289;
+	add.s64 	%rd154, %rd269, %rd153;
+	cvta.to.global.u64 	%rd155, %rd52;
+	shl.b64 	%rd156, %rd154, 3;
+	add.s64 	%rd157, %rd155, %rd156;
+	mov.b64 	%rd158, %fd52;
+	mov.b64 	{%r13, %r14}, %rd158;
+	st.global.f64 	[%rd157], %fd53;
+	st.global.u32 	[%rd157+8], %r13;
+	st.global.u32 	[%rd157+12], %r14;
+	setp.eq.s32 	%p30, %r39, 0;
+	@%p30 bra 	$L__BB10_47;
+
+	mov.b64 	%rd159, %fd53;
+	mov.b64 	{%r15, %r16}, %rd159;
+	mov.u32 	%r100, 0;
+
+$L__BB10_44:
+	.pragma "nounroll";
+	setp.eq.s32 	%p31, %r100, %r38;
+	@%p31 bra 	$L__BB10_46;
+
+	add.s64 	%rd270, %rd291, %rd23;
+	mul.wide.u32 	%rd161, %r100, 8;
+	add.s64 	%rd162, %rd59, %rd161;
+	ld.global.u64 	%rd163, [%rd162];
+	add.s64 	%rd164, %rd163, %rd57;
+	setp.le.u32 	%p32, %r100, %r38;
+	selp.b32 	%r68, -1, 0, %p32;
+	add.s32 	%r69, %r68, %r38;
+	cvt.u64.u32 	%rd165, %r69;
+	mul.lo.s64 	%rd166, %rd7, %rd165;
+	add.s64 	%rd167, %rd270, %rd166;
+	shl.b64 	%rd168, %rd167, 3;
+	add.s64 	%rd169, %rd164, %rd168;
+	st.v4.u32 	[%rd169], {%r15, %r16, %r13, %r14};
+
+$L__BB10_46:
+	add.s32 	%r100, %r100, 1;
+	setp.lt.u32 	%p33, %r100, %r39;
+	@%p33 bra 	$L__BB10_44;
+
+$L__BB10_47:
+	mul.wide.u32 	%rd170, %r51, 2;
+	add.s64 	%rd291, %rd291, %rd170;
+	setp.lt.u64 	%p34, %rd291, %rd25;
+	@%p34 bra 	$L__BB10_25;
+
+$L__BB10_48:
+	cvt.u64.u32 	%rd171, %r50;
+	add.s64 	%rd294, %rd25, %rd171;
+	setp.ge.u64 	%p35, %rd294, %rd24;
+	@%p35 bra 	$L__BB10_78;
+
+	shl.b64 	%rd177, %rd104, 3;
+	add.s64 	%rd37, %rd79, %rd177;
+
+$L__BB10_50:
+	add.s64 	%rd184, %rd79, %rd177;
+	setp.eq.s32 	%p36, %r38, 0;
+	selp.b64 	%rd185, %rd184, %rd1, %p36;
+	add.s64 	%rd39, %rd294, %rd23;
+	shl.b64 	%rd186, %rd39, 3;
+	add.s64 	%rd187, %rd185, %rd186;
+	ld.f64 	%fd64, [%rd187];
+	setp.lt.u32 	%p37, %r39, 2;
+	@%p37 bra 	$L__BB10_70;
+
+	setp.eq.s32 	%p38, %r40, 2;
+	@%p38 bra 	$L__BB10_62;
+
+	setp.eq.s32 	%p39, %r40, 3;
+	@%p39 bra 	$L__BB10_58;
+
+	setp.ne.s32 	%p40, %r40, 4;
+	@%p40 bra 	$L__BB10_66;
+
+	mov.u32 	%r101, 1;
+
+$L__BB10_55:
+	.pragma "nounroll";
+	setp.eq.s32 	%p41, %r101, %r38;
+	mov.u64 	%rd295, %rd37;
+	@%p41 bra 	$L__BB10_57;
+
+	setp.ge.u32 	%p42, %r101, %r38;
+	selp.b32 	%r73, -1, 0, %p42;
+	add.s32 	%r74, %r101, %r73;
+	cvt.u64.u32 	%rd188, %r74;
+	mul.lo.s64 	%rd189, %rd7, %rd188;
+	shl.b64 	%rd190, %rd189, 3;
+	add.s64 	%rd295, %rd1, %rd190;
+
+$L__BB10_57:
+	add.s64 	%rd282, %rd294, %rd23;
+	shl.b64 	%rd281, %rd282, 3;
+	add.s64 	%rd192, %rd295, %rd281;
+	ld.f64 	%fd46, [%rd192];
+	mul.f64 	%fd64, %fd64, %fd46;
+	add.s32 	%r101, %r101, 1;
+	setp.lt.u32 	%p43, %r101, %r39;
+	@%p43 bra 	$L__BB10_55;
+	bra.uni 	$L__BB10_70;
+
+$L__BB10_62:
+	mov.u32 	%r103, 1;
+
+$L__BB10_63:
+	.pragma "nounroll";
+	setp.eq.s32 	%p48, %r103, %r38;
+	mov.u64 	%rd297, %rd37;
+	@%p48 bra 	$L__BB10_65;
+
+	setp.ge.u32 	%p49, %r103, %r38;
+	selp.b32 	%r79, -1, 0, %p49;
+	add.s32 	%r80, %r103, %r79;
+	cvt.u64.u32 	%rd198, %r80;
+	mul.lo.s64 	%rd199, %rd7, %rd198;
+	shl.b64 	%rd200, %rd199, 3;
+	add.s64 	%rd297, %rd1, %rd200;
+
+$L__BB10_65:
+	add.s64 	%rd286, %rd294, %rd23;
+	shl.b64 	%rd285, %rd286, 3;
+	add.s64 	%rd202, %rd297, %rd285;
+	ld.f64 	%fd48, [%rd202];
+	setp.lt.f64 	%p50, %fd48, %fd64;
+	selp.f64 	%fd64, %fd48, %fd64, %p50;
+	add.s32 	%r103, %r103, 1;
+	setp.lt.u32 	%p51, %r103, %r39;
+	@%p51 bra 	$L__BB10_63;
+	bra.uni 	$L__BB10_70;
+
+$L__BB10_58:
+	mov.u32 	%r102, 1;
+
+$L__BB10_59:
+	.pragma "nounroll";
+	setp.eq.s32 	%p44, %r102, %r38;
+	mov.u64 	%rd296, %rd37;
+	@%p44 bra 	$L__BB10_61;
+
+	setp.ge.u32 	%p45, %r102, %r38;
+	selp.b32 	%r76, -1, 0, %p45;
+	add.s32 	%r77, %r102, %r76;
+	cvt.u64.u32 	%rd193, %r77;
+	mul.lo.s64 	%rd194, %rd7, %rd193;
+	shl.b64 	%rd195, %rd194, 3;
+	add.s64 	%rd296, %rd1, %rd195;
+
+$L__BB10_61:
+	add.s64 	%rd284, %rd294, %rd23;
+	shl.b64 	%rd283, %rd284, 3;
+	add.s64 	%rd197, %rd296, %rd283;
+	ld.f64 	%fd47, [%rd197];
+	setp.gt.f64 	%p46, %fd47, %fd64;
+	selp.f64 	%fd64, %fd47, %fd64, %p46;
+	add.s32 	%r102, %r102, 1;
+	setp.lt.u32 	%p47, %r102, %r39;
+	@%p47 bra 	$L__BB10_59;
+	bra.uni 	$L__BB10_70;
+
+$L__BB10_66:
+	mov.u32 	%r104, 1;
+
+$L__BB10_67:
+	.pragma "nounroll";
+	setp.eq.s32 	%p52, %r104, %r38;
+	mov.u64 	%rd298, %rd37;
+	@%p52 bra 	$L__BB10_69;
+
+	setp.ge.u32 	%p53, %r104, %r38;
+	selp.b32 	%r82, -1, 0, %p53;
+	add.s32 	%r83, %r104, %r82;
+	cvt.u64.u32 	%rd203, %r83;
+	mul.lo.s64 	%rd204, %rd7, %rd203;
+	shl.b64 	%rd205, %rd204, 3;
+	add.s64 	%rd298, %rd1, %rd205;
+
+$L__BB10_69:
+	add.s64 	%rd280, %rd294, %rd23;
+	shl.b64 	%rd279, %rd280, 3;
+	add.s64 	%rd207, %rd298, %rd279;
+	ld.f64 	%fd49, [%rd207];
+	add.f64 	%fd64, %fd64, %fd49;
+	add.s32 	%r104, %r104, 1;
+	setp.lt.u32 	%p54, %r104, %r39;
+	@%p54 bra 	$L__BB10_67;
+
+$L__BB10_70:
+	setp.ne.s32 	%p55, %r40, 1;
+	@%p55 bra 	$L__BB10_72;
+
+	div.rn.f64 	%fd64, %fd64, %fd1;
+
+$L__BB10_72:
+	add.s64 	%rd277, %rd294, %rd23;
+	add.s64 	%rd211, %rd104, %rd289;
+	add.s64 	%rd212, %rd277, %rd211;
+	cvta.to.global.u64 	%rd213, %rd52;
+	shl.b64 	%rd214, %rd212, 3;
+	add.s64 	%rd215, %rd213, %rd214;
+	st.global.f64 	[%rd215], %fd64;
+	setp.eq.s32 	%p56, %r39, 0;
+	@%p56 bra 	$L__BB10_77;
+
+	mov.u32 	%r105, 0;
+
+$L__BB10_74:
+	.pragma "nounroll";
+	setp.eq.s32 	%p57, %r105, %r38;
+	@%p57 bra 	$L__BB10_76;
+
+	add.s64 	%rd278, %rd294, %rd23;
+	mul.wide.u32 	%rd217, %r105, 8;
+	add.s64 	%rd218, %rd59, %rd217;
+	ld.global.u64 	%rd219, [%rd218];
+	add.s64 	%rd220, %rd219, %rd57;
+	setp.le.u32 	%p58, %r105, %r38;
+	selp.b32 	%r85, -1, 0, %p58;
+	add.s32 	%r86, %r85, %r38;
+	cvt.u64.u32 	%rd221, %r86;
+	mul.lo.s64 	%rd222, %rd7, %rd221;
+	add.s64 	%rd223, %rd278, %rd222;
+	shl.b64 	%rd224, %rd223, 3;
+	add.s64 	%rd225, %rd220, %rd224;
+	st.f64 	[%rd225], %fd64;
+
+$L__BB10_76:
+	add.s32 	%r105, %r105, 1;
+	setp.lt.u32 	%p59, %r105, %r39;
+	@%p59 bra 	$L__BB10_74;
+
+$L__BB10_77:
+	cvt.u64.u32 	%rd226, %r51;
+	add.s64 	%rd294, %rd294, %rd226;
+	setp.lt.u64 	%p60, %rd294, %rd24;
+	@%p60 bra 	$L__BB10_50;
+
+$L__BB10_78:
+	bar.sync 	0;
+	@%p5 bra 	$L__BB10_83;
+
+	mov.u32 	%r106, %tid.x;
+
+$L__BB10_80:
+	setp.eq.s32 	%p62, %r106, %r38;
+	@%p62 bra 	$L__BB10_82;
+
+	cvt.u64.u32 	%rd272, %r52;
+	mul.wide.u32 	%rd230, %r106, 8;
+	add.s64 	%rd231, %rd59, %rd230;
+	ld.global.u64 	%rd232, [%rd231];
+	add.s64 	%rd233, %rd232, %rd55;
+	add.s32 	%r88, %r39, %r38;
+	shl.b32 	%r89, %r88, 9;
+	cvt.u64.u32 	%rd234, %r89;
+	add.s64 	%rd236, %rd234, %rd272;
+	shl.b64 	%rd237, %rd236, 3;
+	add.s64 	%rd227, %rd233, %rd237;
+	mov.u64 	%rd228, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd227], %rd228;
+	// end inline asm
+
+$L__BB10_82:
+	add.s32 	%r106, %r106, %r51;
+	setp.lt.u32 	%p63, %r106, %r39;
+	@%p63 bra 	$L__BB10_80;
+
+$L__BB10_83:
+	@%p5 bra 	$L__BB10_90;
+
+	ld.global.u64 	%rd241, [%rd61];
+	add.s64 	%rd49, %rd241, %rd55;
+	mov.u32 	%r107, %r50;
+
+$L__BB10_85:
+	setp.eq.s32 	%p65, %r107, %r38;
+	@%p65 bra 	$L__BB10_89;
+
+	cvt.u64.u32 	%rd271, %r52;
+	add.s32 	%r91, %r107, %r39;
+	shl.b32 	%r92, %r91, 9;
+	cvt.u64.u32 	%rd242, %r92;
+	add.s64 	%rd244, %rd242, %rd271;
+	shl.b64 	%rd245, %rd244, 3;
+	add.s64 	%rd50, %rd49, %rd245;
+
+$L__BB10_87:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd246, [%rd50];
+	// end inline asm
+	setp.eq.s64 	%p66, %rd246, 0;
+	@%p66 bra 	$L__BB10_87;
+
+	mov.u64 	%rd248, 0;
+	st.volatile.u64 	[%rd50], %rd248;
+
+$L__BB10_89:
+	add.s32 	%r107, %r107, %r51;
+	setp.lt.u32 	%p67, %r107, %r39;
+	@%p67 bra 	$L__BB10_85;
+
+$L__BB10_90:
+	add.s64 	%rd259, %rd290, 1;
+	and.b64  	%rd258, %rd259, -2;
+	shl.b64 	%rd257, %rd289, 3;
+	add.s64 	%rd256, %rd52, %rd257;
+	sub.s64 	%rd255, %rd56, %rd289;
+	min.u64 	%rd254, %rd255, %rd62;
+	bar.sync 	0;
+	add.s64 	%rd251, %rd1, %rd57;
+	{ // callseq 3, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd256;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd251;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r38;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r39;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd254;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd258;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r52;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 8;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r50;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r51;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 3
+	add.s64 	%rd289, %rd289, %rd62;
+	setp.lt.u64 	%p68, %rd289, %rd56;
+	@%p68 bra 	$L__BB10_8;
+
+$L__BB10_91:
 	ret;
 
 }
@@ -3084,185 +3787,185 @@ $L__BB14_82:
 	cvt.u64.u32 	%rd34, %r23;
 	add.s64 	%rd82, %rd33, %rd34;
 	setp.ge.u64 	%p1, %rd82, %rd29;
-	@%p1 bra 	$L__BB15_49;
+	@%p1 bra 	$L__BB11_49;
 
 	setp.eq.s32 	%p2, %r17, 0;
 	cvt.rn.f64.u32 	%fd1, %r18;
-	@%p2 bra 	$L__BB15_25;
+	@%p2 bra 	$L__BB11_25;
 
-$L__BB15_2:
+$L__BB11_2:
 	ld.global.u64 	%rd35, [%rd3];
 	cvta.to.global.u64 	%rd36, %rd35;
 	shl.b64 	%rd37, %rd82, 3;
 	add.s64 	%rd38, %rd36, %rd37;
 	ld.global.f64 	%fd38, [%rd38];
 	setp.lt.u32 	%p3, %r18, 2;
-	@%p3 bra 	$L__BB15_22;
+	@%p3 bra 	$L__BB11_22;
 
 	setp.eq.s32 	%p4, %r19, 2;
-	@%p4 bra 	$L__BB15_14;
+	@%p4 bra 	$L__BB11_14;
 
 	setp.eq.s32 	%p5, %r19, 3;
-	@%p5 bra 	$L__BB15_10;
+	@%p5 bra 	$L__BB11_10;
 
 	setp.ne.s32 	%p6, %r19, 4;
-	@%p6 bra 	$L__BB15_18;
+	@%p6 bra 	$L__BB11_18;
 
 	mov.u32 	%r32, 1;
 
-$L__BB15_7:
+$L__BB11_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r32, %r17;
 	mov.u64 	%rd83, %rd1;
-	@%p7 bra 	$L__BB15_9;
+	@%p7 bra 	$L__BB11_9;
 
 	mul.wide.u32 	%rd39, %r32, 8;
 	add.s64 	%rd40, %rd3, %rd39;
 	ld.global.u64 	%rd41, [%rd40];
 	cvta.to.global.u64 	%rd83, %rd41;
 
-$L__BB15_9:
+$L__BB11_9:
 	add.s64 	%rd43, %rd83, %rd37;
 	ld.global.f64 	%fd26, [%rd43];
 	mul.f64 	%fd38, %fd38, %fd26;
 	add.s32 	%r32, %r32, 1;
 	setp.lt.u32 	%p8, %r32, %r18;
-	@%p8 bra 	$L__BB15_7;
-	bra.uni 	$L__BB15_22;
+	@%p8 bra 	$L__BB11_7;
+	bra.uni 	$L__BB11_22;
 
-$L__BB15_10:
+$L__BB11_10:
 	mov.u32 	%r33, 1;
 
-$L__BB15_11:
+$L__BB11_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r33, %r17;
 	mov.u64 	%rd84, %rd1;
-	@%p9 bra 	$L__BB15_13;
+	@%p9 bra 	$L__BB11_13;
 
 	mul.wide.u32 	%rd44, %r33, 8;
 	add.s64 	%rd45, %rd3, %rd44;
 	ld.global.u64 	%rd46, [%rd45];
 	cvta.to.global.u64 	%rd84, %rd46;
 
-$L__BB15_13:
+$L__BB11_13:
 	add.s64 	%rd48, %rd84, %rd37;
 	ld.global.f64 	%fd27, [%rd48];
 	setp.gt.f64 	%p10, %fd27, %fd38;
 	selp.f64 	%fd38, %fd27, %fd38, %p10;
 	add.s32 	%r33, %r33, 1;
 	setp.lt.u32 	%p11, %r33, %r18;
-	@%p11 bra 	$L__BB15_11;
-	bra.uni 	$L__BB15_22;
+	@%p11 bra 	$L__BB11_11;
+	bra.uni 	$L__BB11_22;
 
-$L__BB15_14:
+$L__BB11_14:
 	mov.u32 	%r34, 1;
 
-$L__BB15_15:
+$L__BB11_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p12, %r34, %r17;
 	mov.u64 	%rd85, %rd1;
-	@%p12 bra 	$L__BB15_17;
+	@%p12 bra 	$L__BB11_17;
 
 	mul.wide.u32 	%rd49, %r34, 8;
 	add.s64 	%rd50, %rd3, %rd49;
 	ld.global.u64 	%rd51, [%rd50];
 	cvta.to.global.u64 	%rd85, %rd51;
 
-$L__BB15_17:
+$L__BB11_17:
 	add.s64 	%rd53, %rd85, %rd37;
 	ld.global.f64 	%fd28, [%rd53];
 	setp.lt.f64 	%p13, %fd28, %fd38;
 	selp.f64 	%fd38, %fd28, %fd38, %p13;
 	add.s32 	%r34, %r34, 1;
 	setp.lt.u32 	%p14, %r34, %r18;
-	@%p14 bra 	$L__BB15_15;
-	bra.uni 	$L__BB15_22;
+	@%p14 bra 	$L__BB11_15;
+	bra.uni 	$L__BB11_22;
 
-$L__BB15_18:
+$L__BB11_18:
 	mov.u32 	%r35, 1;
 
-$L__BB15_19:
+$L__BB11_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p15, %r35, %r17;
 	mov.u64 	%rd86, %rd1;
-	@%p15 bra 	$L__BB15_21;
+	@%p15 bra 	$L__BB11_21;
 
 	mul.wide.u32 	%rd54, %r35, 8;
 	add.s64 	%rd55, %rd3, %rd54;
 	ld.global.u64 	%rd56, [%rd55];
 	cvta.to.global.u64 	%rd86, %rd56;
 
-$L__BB15_21:
+$L__BB11_21:
 	add.s64 	%rd58, %rd86, %rd37;
 	ld.global.f64 	%fd29, [%rd58];
 	add.f64 	%fd38, %fd38, %fd29;
 	add.s32 	%r35, %r35, 1;
 	setp.lt.u32 	%p16, %r35, %r18;
-	@%p16 bra 	$L__BB15_19;
+	@%p16 bra 	$L__BB11_19;
 
-$L__BB15_22:
+$L__BB11_22:
 	setp.ne.s32 	%p17, %r19, 1;
-	@%p17 bra 	$L__BB15_24;
+	@%p17 bra 	$L__BB11_24;
 
 	div.rn.f64 	%fd38, %fd38, %fd1;
 
-$L__BB15_24:
+$L__BB11_24:
 	add.s64 	%rd60, %rd2, %rd37;
 	st.global.f64 	[%rd60], %fd38;
 	add.s64 	%rd82, %rd82, %rd4;
 	setp.lt.u64 	%p18, %rd82, %rd29;
-	@%p18 bra 	$L__BB15_2;
-	bra.uni 	$L__BB15_49;
+	@%p18 bra 	$L__BB11_2;
+	bra.uni 	$L__BB11_49;
 
-$L__BB15_25:
+$L__BB11_25:
 	shl.b64 	%rd61, %rd82, 3;
 	add.s64 	%rd17, %rd1, %rd61;
 	ld.global.f64 	%fd44, [%rd17];
 	setp.lt.u32 	%p19, %r18, 2;
-	@%p19 bra 	$L__BB15_46;
+	@%p19 bra 	$L__BB11_46;
 
 	setp.eq.s32 	%p20, %r19, 2;
-	@%p20 bra 	$L__BB15_38;
+	@%p20 bra 	$L__BB11_38;
 
 	setp.eq.s32 	%p21, %r19, 3;
-	@%p21 bra 	$L__BB15_34;
+	@%p21 bra 	$L__BB11_34;
 
 	setp.ne.s32 	%p22, %r19, 4;
-	@%p22 bra 	$L__BB15_42;
+	@%p22 bra 	$L__BB11_42;
 
 	mov.u32 	%r36, 1;
 	mov.u64 	%rd88, %rd3;
 
-$L__BB15_30:
+$L__BB11_30:
 	.pragma "nounroll";
 	setp.eq.s32 	%p23, %r36, 0;
-	@%p23 bra 	$L__BB15_32;
+	@%p23 bra 	$L__BB11_32;
 
 	ld.global.u64 	%rd62, [%rd88+8];
 	cvta.to.global.u64 	%rd63, %rd62;
 	add.s64 	%rd89, %rd63, %rd61;
-	bra.uni 	$L__BB15_33;
+	bra.uni 	$L__BB11_33;
 
-$L__BB15_32:
+$L__BB11_32:
 	mov.u64 	%rd89, %rd17;
 
-$L__BB15_33:
+$L__BB11_33:
 	add.s64 	%rd88, %rd88, 8;
 	ld.global.f64 	%fd30, [%rd89];
 	mul.f64 	%fd44, %fd44, %fd30;
 	add.s32 	%r36, %r36, 1;
 	setp.lt.u32 	%p24, %r36, %r18;
-	@%p24 bra 	$L__BB15_30;
-	bra.uni 	$L__BB15_46;
+	@%p24 bra 	$L__BB11_30;
+	bra.uni 	$L__BB11_46;
 
-$L__BB15_34:
+$L__BB11_34:
 	mov.u32 	%r37, 1;
 
-$L__BB15_35:
+$L__BB11_35:
 	.pragma "nounroll";
 	setp.eq.s32 	%p25, %r37, 0;
 	mov.u64 	%rd90, %rd17;
-	@%p25 bra 	$L__BB15_37;
+	@%p25 bra 	$L__BB11_37;
 
 	mul.wide.u32 	%rd65, %r37, 8;
 	add.s64 	%rd66, %rd3, %rd65;
@@ -3270,23 +3973,23 @@ $L__BB15_35:
 	cvta.to.global.u64 	%rd68, %rd67;
 	add.s64 	%rd90, %rd68, %rd61;
 
-$L__BB15_37:
+$L__BB11_37:
 	ld.global.f64 	%fd31, [%rd90];
 	setp.gt.f64 	%p26, %fd31, %fd44;
 	selp.f64 	%fd44, %fd31, %fd44, %p26;
 	add.s32 	%r37, %r37, 1;
 	setp.lt.u32 	%p27, %r37, %r18;
-	@%p27 bra 	$L__BB15_35;
-	bra.uni 	$L__BB15_46;
+	@%p27 bra 	$L__BB11_35;
+	bra.uni 	$L__BB11_46;
 
-$L__BB15_38:
+$L__BB11_38:
 	mov.u32 	%r38, 1;
 
-$L__BB15_39:
+$L__BB11_39:
 	.pragma "nounroll";
 	setp.eq.s32 	%p28, %r38, 0;
 	mov.u64 	%rd91, %rd17;
-	@%p28 bra 	$L__BB15_41;
+	@%p28 bra 	$L__BB11_41;
 
 	mul.wide.u32 	%rd70, %r38, 8;
 	add.s64 	%rd71, %rd3, %rd70;
@@ -3294,23 +3997,23 @@ $L__BB15_39:
 	cvta.to.global.u64 	%rd73, %rd72;
 	add.s64 	%rd91, %rd73, %rd61;
 
-$L__BB15_41:
+$L__BB11_41:
 	ld.global.f64 	%fd32, [%rd91];
 	setp.lt.f64 	%p29, %fd32, %fd44;
 	selp.f64 	%fd44, %fd32, %fd44, %p29;
 	add.s32 	%r38, %r38, 1;
 	setp.lt.u32 	%p30, %r38, %r18;
-	@%p30 bra 	$L__BB15_39;
-	bra.uni 	$L__BB15_46;
+	@%p30 bra 	$L__BB11_39;
+	bra.uni 	$L__BB11_46;
 
-$L__BB15_42:
+$L__BB11_42:
 	mov.u32 	%r39, 1;
 
-$L__BB15_43:
+$L__BB11_43:
 	.pragma "nounroll";
 	setp.eq.s32 	%p31, %r39, 0;
 	mov.u64 	%rd92, %rd17;
-	@%p31 bra 	$L__BB15_45;
+	@%p31 bra 	$L__BB11_45;
 
 	mul.wide.u32 	%rd75, %r39, 8;
 	add.s64 	%rd76, %rd3, %rd75;
@@ -3318,969 +4021,302 @@ $L__BB15_43:
 	cvta.to.global.u64 	%rd78, %rd77;
 	add.s64 	%rd92, %rd78, %rd61;
 
-$L__BB15_45:
+$L__BB11_45:
 	ld.global.f64 	%fd33, [%rd92];
 	add.f64 	%fd44, %fd44, %fd33;
 	add.s32 	%r39, %r39, 1;
 	setp.lt.u32 	%p32, %r39, %r18;
-	@%p32 bra 	$L__BB15_43;
+	@%p32 bra 	$L__BB11_43;
 
-$L__BB15_46:
+$L__BB11_46:
 	setp.ne.s32 	%p33, %r19, 1;
-	@%p33 bra 	$L__BB15_48;
+	@%p33 bra 	$L__BB11_48;
 
 	div.rn.f64 	%fd44, %fd44, %fd1;
 
-$L__BB15_48:
+$L__BB11_48:
 	add.s64 	%rd81, %rd2, %rd61;
 	st.global.f64 	[%rd81], %fd44;
 	add.s64 	%rd82, %rd82, %rd4;
 	setp.lt.u64 	%p34, %rd82, %rd29;
-	@%p34 bra 	$L__BB15_25;
+	@%p34 bra 	$L__BB11_25;
 
-$L__BB15_49:
+$L__BB11_49:
 	ret;
 
 }
-	// .globl	smcuda_reduce_sum_f16
-.visible .entry smcuda_reduce_sum_f16(
-	.param .u64 smcuda_reduce_sum_f16_param_0,
-	.param .u64 smcuda_reduce_sum_f16_param_1,
-	.param .u32 smcuda_reduce_sum_f16_param_2,
-	.param .u64 smcuda_reduce_sum_f16_param_3,
-	.param .u64 smcuda_reduce_sum_f16_param_4
+	// .globl	smcuda_reduce_f16
+.visible .entry smcuda_reduce_f16(
+	.param .u64 smcuda_reduce_f16_param_0,
+	.param .u64 smcuda_reduce_f16_param_1,
+	.param .u32 smcuda_reduce_f16_param_2,
+	.param .u64 smcuda_reduce_f16_param_3,
+	.param .u64 smcuda_reduce_f16_param_4,
+	.param .u32 smcuda_reduce_f16_param_5
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
+	.reg .pred 	%p<26>;
+	.reg .b16 	%rs<15>;
+	.reg .f32 	%f<49>;
+	.reg .b32 	%r<36>;
+	.reg .b64 	%rd<73>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_sum_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_sum_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_sum_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_sum_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_sum_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB16_12;
+	ld.param.u64 	%rd14, [smcuda_reduce_f16_param_0];
+	ld.param.u64 	%rd15, [smcuda_reduce_f16_param_1];
+	ld.param.u32 	%r15, [smcuda_reduce_f16_param_2];
+	ld.param.u64 	%rd12, [smcuda_reduce_f16_param_3];
+	ld.param.u64 	%rd13, [smcuda_reduce_f16_param_4];
+	ld.param.u32 	%r16, [smcuda_reduce_f16_param_5];
+	cvta.to.global.u64 	%rd1, %rd14;
+	cvta.to.global.u64 	%rd2, %rd15;
+	mov.u32 	%r17, %nctaid.x;
+	mov.u32 	%r18, %ntid.x;
+	mul.wide.u32 	%rd3, %r17, %r18;
+	mov.u32 	%r19, %ctaid.x;
+	mul.wide.u32 	%rd16, %r19, %r18;
+	mov.u32 	%r20, %tid.x;
+	cvt.u64.u32 	%rd17, %r20;
+	add.s64 	%rd70, %rd16, %rd17;
+	setp.ge.u64 	%p1, %rd70, %rd13;
+	@%p1 bra 	$L__BB12_25;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB16_3;
-	bra.uni 	$L__BB16_2;
+	setp.gt.u32 	%p2, %r15, 1;
+	cvt.rn.f32.u32 	%f1, %r15;
+	@%p2 bra 	$L__BB12_5;
+	bra.uni 	$L__BB12_2;
 
-$L__BB16_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
+$L__BB12_5:
+	add.s32 	%r21, %r15, -1;
+	add.s32 	%r1, %r15, -2;
+	and.b32  	%r2, %r21, 3;
+	sub.s32 	%r3, %r21, %r2;
 
-$L__BB16_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
+$L__BB12_6:
+	add.s64 	%rd8, %rd70, %rd12;
+	ld.global.u64 	%rd24, [%rd2];
+	shl.b64 	%rd25, %rd8, 1;
+	add.s64 	%rd26, %rd24, %rd25;
+	ld.u16 	%rs3, [%rd26];
 	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
+	{  cvt.f32.f16 %f47, %rs3;}
 
 	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB16_7;
+	setp.eq.s32 	%p5, %r16, 2;
+	@%p5 bra 	$L__BB12_13;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+	setp.eq.s32 	%p6, %r16, 3;
+	@%p6 bra 	$L__BB12_11;
 
-$L__BB16_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
+	setp.ne.s32 	%p7, %r16, 4;
+	@%p7 bra 	$L__BB12_20;
+
+	mov.u32 	%r30, 1;
+	mov.u64 	%rd72, %rd2;
+
+$L__BB12_10:
+	add.s64 	%rd10, %rd72, 8;
+	ld.global.u64 	%rd27, [%rd72+8];
+	add.s64 	%rd29, %rd27, %rd25;
 	ld.u16 	%rs4, [%rd29];
 	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
+	{  cvt.f32.f16 %f25, %rs4;}
 
 	// end inline asm
-	add.f32 	%f18, %f28, %f14;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
+	mul.f32 	%f47, %f47, %f25;
+	add.s32 	%r30, %r30, 1;
+	setp.lt.u32 	%p8, %r30, %r15;
+	mov.u64 	%rd72, %rd10;
+	@%p8 bra 	$L__BB12_10;
+	bra.uni 	$L__BB12_22;
+
+$L__BB12_11:
+	mov.u32 	%r31, 1;
+
+$L__BB12_12:
+	mul.wide.u32 	%rd30, %r31, 8;
+	add.s64 	%rd31, %rd2, %rd30;
+	ld.global.u64 	%rd32, [%rd31];
+	add.s64 	%rd34, %rd32, %rd25;
+	ld.u16 	%rs5, [%rd34];
 	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
+	{  cvt.f32.f16 %f26, %rs5;}
 
 	// end inline asm
-	add.f32 	%f19, %f18, %f15;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
+	setp.gt.f32 	%p9, %f26, %f47;
+	selp.f32 	%f47, %f26, %f47, %p9;
+	add.s32 	%r31, %r31, 1;
+	setp.lt.u32 	%p10, %r31, %r15;
+	@%p10 bra 	$L__BB12_12;
+	bra.uni 	$L__BB12_22;
+
+$L__BB12_13:
+	setp.lt.u32 	%p11, %r1, 3;
+	mov.u32 	%r34, 1;
+	@%p11 bra 	$L__BB12_16;
+
+	mov.u32 	%r34, 1;
+	mov.u32 	%r33, %r3;
+
+$L__BB12_15:
+	mul.wide.u32 	%rd35, %r34, 8;
+	add.s64 	%rd36, %rd2, %rd35;
+	ld.global.u64 	%rd37, [%rd36];
+	add.s64 	%rd39, %rd37, %rd25;
+	ld.u16 	%rs6, [%rd39];
 	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
+	{  cvt.f32.f16 %f28, %rs6;}
 
 	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
+	setp.lt.f32 	%p12, %f28, %f47;
+	selp.f32 	%f32, %f28, %f47, %p12;
+	ld.global.u64 	%rd40, [%rd36+8];
+	add.s64 	%rd41, %rd40, %rd25;
+	ld.u16 	%rs7, [%rd41];
 	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
+	{  cvt.f32.f16 %f29, %rs7;}
 
 	// end inline asm
-	add.f32 	%f28, %f20, %f17;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB16_6;
-
-$L__BB16_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB16_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
+	setp.lt.f32 	%p13, %f29, %f32;
+	selp.f32 	%f33, %f29, %f32, %p13;
+	ld.global.u64 	%rd42, [%rd36+16];
+	add.s64 	%rd43, %rd42, %rd25;
+	ld.u16 	%rs8, [%rd43];
 	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
+	{  cvt.f32.f16 %f30, %rs8;}
 
 	// end inline asm
-	add.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB16_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
+	setp.lt.f32 	%p14, %f30, %f33;
+	selp.f32 	%f34, %f30, %f33, %p14;
+	add.s32 	%r26, %r34, 3;
+	mul.wide.u32 	%rd44, %r26, 8;
+	add.s64 	%rd45, %rd2, %rd44;
+	ld.global.u64 	%rd46, [%rd45];
+	add.s64 	%rd47, %rd46, %rd25;
 	ld.u16 	%rs9, [%rd47];
 	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
+	{  cvt.f32.f16 %f31, %rs9;}
 
 	// end inline asm
-	add.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB16_11;
+	setp.lt.f32 	%p15, %f31, %f34;
+	selp.f32 	%f47, %f31, %f34, %p15;
+	add.s32 	%r34, %r34, 4;
+	add.s32 	%r33, %r33, -4;
+	setp.ne.s32 	%p16, %r33, 0;
+	@%p16 bra 	$L__BB12_15;
 
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
+$L__BB12_16:
+	setp.eq.s32 	%p17, %r2, 0;
+	@%p17 bra 	$L__BB12_22;
+
+	setp.eq.s32 	%p18, %r2, 1;
+	mul.wide.u32 	%rd48, %r34, 8;
 	add.s64 	%rd49, %rd2, %rd48;
 	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
+	add.s64 	%rd52, %rd50, %rd25;
 	ld.u16 	%rs10, [%rd52];
 	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
+	{  cvt.f32.f16 %f35, %rs10;}
 
 	// end inline asm
-	add.f32 	%f28, %f28, %f23;
+	setp.lt.f32 	%p19, %f35, %f47;
+	selp.f32 	%f47, %f35, %f47, %p19;
+	@%p18 bra 	$L__BB12_22;
 
-$L__BB16_11:
+	setp.eq.s32 	%p20, %r2, 2;
+	add.s32 	%r27, %r34, 1;
+	mul.wide.u32 	%rd53, %r27, 8;
+	add.s64 	%rd54, %rd2, %rd53;
+	ld.global.u64 	%rd55, [%rd54];
+	add.s64 	%rd57, %rd55, %rd25;
+	ld.u16 	%rs11, [%rd57];
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
+	{  cvt.f32.f16 %f36, %rs11;}
 
 	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB16_4;
-	bra.uni 	$L__BB16_12;
+	setp.lt.f32 	%p21, %f36, %f47;
+	selp.f32 	%f47, %f36, %f47, %p21;
+	@%p20 bra 	$L__BB12_22;
 
-$L__BB16_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
+	add.s32 	%r28, %r34, 2;
+	mul.wide.u32 	%rd58, %r28, 8;
+	add.s64 	%rd59, %rd2, %rd58;
+	ld.global.u64 	%rd60, [%rd59];
+	add.s64 	%rd62, %rd60, %rd25;
+	ld.u16 	%rs12, [%rd62];
 	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
+	{  cvt.f32.f16 %f37, %rs12;}
 
 	// end inline asm
+	setp.lt.f32 	%p22, %f37, %f47;
+	selp.f32 	%f47, %f37, %f47, %p22;
+	bra.uni 	$L__BB12_22;
+
+$L__BB12_20:
+	mov.u32 	%r35, 1;
+
+$L__BB12_21:
+	mul.wide.u32 	%rd63, %r35, 8;
+	add.s64 	%rd64, %rd2, %rd63;
+	ld.global.u64 	%rd65, [%rd64];
+	add.s64 	%rd67, %rd65, %rd25;
+	ld.u16 	%rs13, [%rd67];
 	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
+	{  cvt.f32.f16 %f38, %rs13;}
 
 	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB16_2;
+	add.f32 	%f47, %f47, %f38;
+	add.s32 	%r35, %r35, 1;
+	setp.lt.u32 	%p23, %r35, %r15;
+	@%p23 bra 	$L__BB12_21;
 
-$L__BB16_12:
-	ret;
+$L__BB12_22:
+	setp.ne.s32 	%p24, %r16, 1;
+	@%p24 bra 	$L__BB12_24;
 
-}
-	// .globl	smcuda_reduce_avg_f16
-.visible .entry smcuda_reduce_avg_f16(
-	.param .u64 smcuda_reduce_avg_f16_param_0,
-	.param .u64 smcuda_reduce_avg_f16_param_1,
-	.param .u32 smcuda_reduce_avg_f16_param_2,
-	.param .u64 smcuda_reduce_avg_f16_param_3,
-	.param .u64 smcuda_reduce_avg_f16_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<30>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
+	div.rn.f32 	%f47, %f47, %f1;
 
-
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB17_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.rn.f32.u32 	%f1, %r9;
-	@%p2 bra 	$L__BB17_3;
-	bra.uni 	$L__BB17_2;
-
-$L__BB17_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB17_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
+$L__BB12_24:
 	// begin inline asm
-	{  cvt.f32.f16 %f29, %rs3;}
+	{  cvt.rn.f16.f32 %rs14, %f47;}
 
 	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB17_7;
+	shl.b64 	%rd68, %rd70, 1;
+	add.s64 	%rd69, %rd1, %rd68;
+	st.global.u16 	[%rd69], %rs14;
+	add.s64 	%rd70, %rd70, %rd3;
+	setp.lt.u64 	%p25, %rd70, %rd13;
+	@%p25 bra 	$L__BB12_6;
+	bra.uni 	$L__BB12_25;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB17_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
+$L__BB12_2:
+	add.s64 	%rd18, %rd70, %rd12;
+	ld.global.u64 	%rd19, [%rd2];
+	shl.b64 	%rd20, %rd18, 1;
+	add.s64 	%rd21, %rd19, %rd20;
+	ld.u16 	%rs1, [%rd21];
 	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs4;}
+	{  cvt.f32.f16 %f40, %rs1;}
 
 	// end inline asm
-	add.f32 	%f19, %f29, %f15;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
+	setp.ne.s32 	%p3, %r16, 1;
+	@%p3 bra 	$L__BB12_4;
+
+	div.rn.f32 	%f40, %f40, %f1;
+
+$L__BB12_4:
 	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs5;}
+	{  cvt.rn.f16.f32 %rs2, %f40;}
 
 	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs6;}
-
-	// end inline asm
-	add.f32 	%f21, %f20, %f17;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f18, %rs7;}
-
-	// end inline asm
-	add.f32 	%f29, %f21, %f18;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB17_6;
-
-$L__BB17_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB17_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs8;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f22;
-	@%p7 bra 	$L__BB17_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs9;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f23;
-	@%p8 bra 	$L__BB17_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f24, %rs10;}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f24;
-
-$L__BB17_11:
-	div.rn.f32 	%f25, %f29, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f25;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB17_4;
-	bra.uni 	$L__BB17_12;
-
-$L__BB17_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f11, %rs1;}
-
-	// end inline asm
-	div.rn.f32 	%f12, %f11, %f1;
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f12;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB17_2;
-
-$L__BB17_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_f16
-.visible .entry smcuda_reduce_min_f16(
-	.param .u64 smcuda_reduce_min_f16_param_0,
-	.param .u64 smcuda_reduce_min_f16_param_1,
-	.param .u32 smcuda_reduce_min_f16_param_2,
-	.param .u64 smcuda_reduce_min_f16_param_3,
-	.param .u64 smcuda_reduce_min_f16_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB18_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB18_3;
-	bra.uni 	$L__BB18_2;
-
-$L__BB18_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB18_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB18_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB18_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
-
-	// end inline asm
-	setp.lt.f32 	%p5, %f14, %f28;
-	selp.f32 	%f18, %f14, %f28, %p5;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
-
-	// end inline asm
-	setp.lt.f32 	%p6, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p6;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
-
-	// end inline asm
-	setp.lt.f32 	%p7, %f16, %f19;
-	selp.f32 	%f20, %f16, %f19, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
-
-	// end inline asm
-	setp.lt.f32 	%p8, %f17, %f20;
-	selp.f32 	%f28, %f17, %f20, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB18_6;
-
-$L__BB18_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB18_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
-
-	// end inline asm
-	setp.lt.f32 	%p12, %f21, %f28;
-	selp.f32 	%f28, %f21, %f28, %p12;
-	@%p11 bra 	$L__BB18_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
-
-	// end inline asm
-	setp.lt.f32 	%p14, %f22, %f28;
-	selp.f32 	%f28, %f22, %f28, %p14;
-	@%p13 bra 	$L__BB18_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
-
-	// end inline asm
-	setp.lt.f32 	%p15, %f23, %f28;
-	selp.f32 	%f28, %f23, %f28, %p15;
-
-$L__BB18_11:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p16, %rd55, %rd11;
-	@%p16 bra 	$L__BB18_4;
-	bra.uni 	$L__BB18_12;
-
-$L__BB18_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB18_2;
-
-$L__BB18_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_f16
-.visible .entry smcuda_reduce_max_f16(
-	.param .u64 smcuda_reduce_max_f16_param_0,
-	.param .u64 smcuda_reduce_max_f16_param_1,
-	.param .u32 smcuda_reduce_max_f16_param_2,
-	.param .u64 smcuda_reduce_max_f16_param_3,
-	.param .u64 smcuda_reduce_max_f16_param_4
-)
-{
-	.reg .pred 	%p<17>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB19_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB19_3;
-	bra.uni 	$L__BB19_2;
-
-$L__BB19_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB19_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB19_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB19_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
-
-	// end inline asm
-	setp.gt.f32 	%p5, %f14, %f28;
-	selp.f32 	%f18, %f14, %f28, %p5;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
-
-	// end inline asm
-	setp.gt.f32 	%p6, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p6;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
-
-	// end inline asm
-	setp.gt.f32 	%p7, %f16, %f19;
-	selp.f32 	%f20, %f16, %f19, %p7;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
-
-	// end inline asm
-	setp.gt.f32 	%p8, %f17, %f20;
-	selp.f32 	%f28, %f17, %f20, %p8;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p9, %r21, 0;
-	@%p9 bra 	$L__BB19_6;
-
-$L__BB19_7:
-	setp.eq.s32 	%p10, %r2, 0;
-	@%p10 bra 	$L__BB19_11;
-
-	setp.eq.s32 	%p11, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
-
-	// end inline asm
-	setp.gt.f32 	%p12, %f21, %f28;
-	selp.f32 	%f28, %f21, %f28, %p12;
-	@%p11 bra 	$L__BB19_11;
-
-	setp.eq.s32 	%p13, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
-
-	// end inline asm
-	setp.gt.f32 	%p14, %f22, %f28;
-	selp.f32 	%f28, %f22, %f28, %p14;
-	@%p13 bra 	$L__BB19_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
-
-	// end inline asm
-	setp.gt.f32 	%p15, %f23, %f28;
-	selp.f32 	%f28, %f23, %f28, %p15;
-
-$L__BB19_11:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p16, %rd55, %rd11;
-	@%p16 bra 	$L__BB19_4;
-	bra.uni 	$L__BB19_12;
-
-$L__BB19_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB19_2;
-
-$L__BB19_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_f16
-.visible .entry smcuda_reduce_prod_f16(
-	.param .u64 smcuda_reduce_prod_f16_param_0,
-	.param .u64 smcuda_reduce_prod_f16_param_1,
-	.param .u32 smcuda_reduce_prod_f16_param_2,
-	.param .u64 smcuda_reduce_prod_f16_param_3,
-	.param .u64 smcuda_reduce_prod_f16_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<12>;
-	.reg .f32 	%f<29>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_f16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_f16_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_f16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_f16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_f16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd14, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd15, %r13;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB20_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB20_3;
-	bra.uni 	$L__BB20_2;
-
-$L__BB20_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB20_4:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs3, [%rd24];
-	// begin inline asm
-	{  cvt.f32.f16 %f28, %rs3;}
-
-	// end inline asm
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB20_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB20_6:
-	mul.wide.u32 	%rd25, %r22, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs4, [%rd29];
-	// begin inline asm
-	{  cvt.f32.f16 %f14, %rs4;}
-
-	// end inline asm
-	mul.f32 	%f18, %f28, %f14;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs5, [%rd31];
-	// begin inline asm
-	{  cvt.f32.f16 %f15, %rs5;}
-
-	// end inline asm
-	mul.f32 	%f19, %f18, %f15;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs6, [%rd33];
-	// begin inline asm
-	{  cvt.f32.f16 %f16, %rs6;}
-
-	// end inline asm
-	mul.f32 	%f20, %f19, %f16;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd34, %r17, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs7, [%rd37];
-	// begin inline asm
-	{  cvt.f32.f16 %f17, %rs7;}
-
-	// end inline asm
-	mul.f32 	%f28, %f20, %f17;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB20_6;
-
-$L__BB20_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB20_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs8, [%rd42];
-	// begin inline asm
-	{  cvt.f32.f16 %f21, %rs8;}
-
-	// end inline asm
-	mul.f32 	%f28, %f28, %f21;
-	@%p7 bra 	$L__BB20_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd43, %r18, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs9, [%rd47];
-	// begin inline asm
-	{  cvt.f32.f16 %f22, %rs9;}
-
-	// end inline asm
-	mul.f32 	%f28, %f28, %f22;
-	@%p8 bra 	$L__BB20_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd48, %r19, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs10, [%rd52];
-	// begin inline asm
-	{  cvt.f32.f16 %f23, %rs10;}
-
-	// end inline asm
-	mul.f32 	%f28, %f28, %f23;
-
-$L__BB20_11:
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs11, %f28;}
-
-	// end inline asm
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs11;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB20_4;
-	bra.uni 	$L__BB20_12;
-
-$L__BB20_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs1, [%rd19];
-	// begin inline asm
-	{  cvt.f32.f16 %f10, %rs1;}
-
-	// end inline asm
-	// begin inline asm
-	{  cvt.rn.f16.f32 %rs2, %f10;}
-
-	// end inline asm
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs2;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p3, %rd55, %rd11;
-	@%p3 bra 	$L__BB20_2;
-
-$L__BB20_12:
+	shl.b64 	%rd22, %rd70, 1;
+	add.s64 	%rd23, %rd1, %rd22;
+	st.global.u16 	[%rd23], %rs2;
+	add.s64 	%rd70, %rd70, %rd3;
+	setp.lt.u64 	%p4, %rd70, %rd13;
+	@%p4 bra 	$L__BB12_2;
+
+$L__BB12_25:
 	ret;
 
 }
@@ -4309,7 +4345,7 @@ $L__BB20_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd14, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd14, %rd8;
-	@%p1 bra 	$L__BB21_3;
+	@%p1 bra 	$L__BB13_3;
 
 	cvt.rn.f32.u32 	%f1, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -4317,7 +4353,7 @@ $L__BB20_12:
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB21_2:
+$L__BB13_2:
 	shl.b64 	%rd12, %rd14, 1;
 	add.s64 	%rd13, %rd4, %rd12;
 	ld.global.u16 	%rs1, [%rd13];
@@ -4333,9 +4369,9 @@ $L__BB21_2:
 	st.global.u16 	[%rd13], %rs2;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p2, %rd14, %rd8;
-	@%p2 bra 	$L__BB21_2;
+	@%p2 bra 	$L__BB13_2;
 
-$L__BB21_3:
+$L__BB13_3:
 	ret;
 
 }
@@ -4375,18 +4411,18 @@ $L__BB21_3:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB22_2;
+	@%p1 bra 	$L__BB14_2;
 
 	div.u64 	%rd172, %rd5, %rd4;
-	bra.uni 	$L__BB22_3;
+	bra.uni 	$L__BB14_3;
 
-$L__BB22_2:
+$L__BB14_2:
 	cvt.u32.u64 	%r40, %rd4;
 	cvt.u32.u64 	%r41, %rd5;
 	div.u32 	%r42, %r41, %r40;
 	cvt.u64.u32 	%rd172, %r42;
 
-$L__BB22_3:
+$L__BB14_3:
 	add.s64 	%rd57, %rd172, 7;
 	and.b64  	%rd58, %rd57, -8;
 	mov.u32 	%r43, %ctaid.x;
@@ -4402,22 +4438,22 @@ $L__BB22_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB22_14;
+	@%p2 bra 	$L__BB14_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r44, %tid.x;
 	cvt.u64.u32 	%rd15, %r44;
-	@%p3 bra 	$L__BB22_8;
+	@%p3 bra 	$L__BB14_8;
 
 	add.s64 	%rd173, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd173, %rd11;
-	@%p4 bra 	$L__BB22_14;
+	@%p4 bra 	$L__BB14_14;
 
 	mov.u32 	%r45, %ntid.x;
 	cvt.u64.u32 	%rd17, %r45;
 
-$L__BB22_7:
+$L__BB14_7:
 	shl.b64 	%rd65, %rd173, 1;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.u16 	%rs25, [%rd66];
@@ -4425,19 +4461,19 @@ $L__BB22_7:
 	st.u16 	[%rd67], %rs25;
 	add.s64 	%rd173, %rd173, %rd17;
 	setp.lt.u64 	%p5, %rd173, %rd11;
-	@%p5 bra 	$L__BB22_7;
-	bra.uni 	$L__BB22_14;
+	@%p5 bra 	$L__BB14_7;
+	bra.uni 	$L__BB14_14;
 
-$L__BB22_8:
+$L__BB14_8:
 	shl.b64 	%rd68, %rd15, 3;
 	add.s64 	%rd174, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd174, %rd12;
-	@%p6 bra 	$L__BB22_11;
+	@%p6 bra 	$L__BB14_11;
 
 	mov.u32 	%r46, %ntid.x;
 	mul.wide.u32 	%rd21, %r46, 8;
 
-$L__BB22_10:
+$L__BB14_10:
 	shl.b64 	%rd69, %rd174, 1;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -4445,17 +4481,17 @@ $L__BB22_10:
 	st.v4.u32 	[%rd71], {%r47, %r48, %r49, %r50};
 	add.s64 	%rd174, %rd174, %rd21;
 	setp.lt.u64 	%p7, %rd174, %rd12;
-	@%p7 bra 	$L__BB22_10;
+	@%p7 bra 	$L__BB14_10;
 
-$L__BB22_11:
+$L__BB14_11:
 	add.s64 	%rd175, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd175, %rd11;
-	@%p8 bra 	$L__BB22_14;
+	@%p8 bra 	$L__BB14_14;
 
 	mov.u32 	%r55, %ntid.x;
 	cvt.u64.u32 	%rd25, %r55;
 
-$L__BB22_13:
+$L__BB14_13:
 	shl.b64 	%rd72, %rd175, 1;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.u16 	%rs26, [%rd73];
@@ -4463,13 +4499,13 @@ $L__BB22_13:
 	st.u16 	[%rd74], %rs26;
 	add.s64 	%rd175, %rd175, %rd25;
 	setp.lt.u64 	%p9, %rd175, %rd11;
-	@%p9 bra 	$L__BB22_13;
+	@%p9 bra 	$L__BB14_13;
 
-$L__BB22_14:
+$L__BB14_14:
 	mov.u32 	%r110, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r110, %r37;
-	@%p10 bra 	$L__BB22_19;
+	@%p10 bra 	$L__BB14_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r56, %r36, 9;
@@ -4478,9 +4514,9 @@ $L__BB22_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r99, %r110;
 
-$L__BB22_16:
+$L__BB14_16:
 	setp.eq.s32 	%p11, %r99, %r36;
-	@%p11 bra 	$L__BB22_18;
+	@%p11 bra 	$L__BB14_18;
 
 	mul.wide.u32 	%rd78, %r99, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -4492,22 +4528,22 @@ $L__BB22_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB22_18:
+$L__BB14_18:
 	add.s32 	%r99, %r99, %r2;
 	setp.lt.u32 	%p12, %r99, %r37;
-	@%p12 bra 	$L__BB22_16;
+	@%p12 bra 	$L__BB14_16;
 
-$L__BB22_19:
-	@%p10 bra 	$L__BB22_26;
+$L__BB14_19:
+	@%p10 bra 	$L__BB14_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r100, %r110;
 
-$L__BB22_21:
+$L__BB14_21:
 	setp.eq.s32 	%p14, %r100, %r36;
-	@%p14 bra 	$L__BB22_25;
+	@%p14 bra 	$L__BB14_25;
 
 	shl.b32 	%r57, %r100, 9;
 	cvt.u64.u32 	%rd84, %r57;
@@ -4515,35 +4551,35 @@ $L__BB22_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB22_23:
+$L__BB14_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB22_23;
+	@%p15 bra 	$L__BB14_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB22_25:
+$L__BB14_25:
 	add.s32 	%r100, %r100, %r5;
 	setp.lt.u32 	%p16, %r100, %r37;
-	@%p16 bra 	$L__BB22_21;
+	@%p16 bra 	$L__BB14_21;
 
-$L__BB22_26:
+$L__BB14_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r110;
 	mul.wide.u32 	%rd90, %r110, 8;
 	add.s64 	%rd176, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd176, %rd12;
-	@%p17 bra 	$L__BB22_46;
+	@%p17 bra 	$L__BB14_46;
 
 	cvt.rn.f32.u32 	%f1, %r37;
 	mov.u32 	%r58, %ntid.x;
 	mul.wide.u32 	%rd34, %r58, 8;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB22_28:
+$L__BB14_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd176, 1;
 	add.s64 	%rd93, %rd91, %rd92;
@@ -4585,16 +4621,16 @@ $L__BB22_28:
 
 	// end inline asm
 	setp.lt.u32 	%p18, %r37, 2;
-	@%p18 bra 	$L__BB22_39;
+	@%p18 bra 	$L__BB14_39;
 
 	setp.eq.s32 	%p19, %r38, 2;
-	@%p19 bra 	$L__BB22_37;
-	bra.uni 	$L__BB22_30;
+	@%p19 bra 	$L__BB14_37;
+	bra.uni 	$L__BB14_30;
 
-$L__BB22_37:
+$L__BB14_37:
 	mov.u32 	%r102, 1;
 
-$L__BB22_38:
+$L__BB14_38:
 	mul.wide.u32 	%rd99, %r102, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -4654,23 +4690,23 @@ $L__BB22_38:
 	selp.f32 	%f177, %f134, %f177, %p38;
 	add.s32 	%r102, %r102, 1;
 	setp.lt.u32 	%p39, %r102, %r37;
-	@%p39 bra 	$L__BB22_38;
-	bra.uni 	$L__BB22_39;
+	@%p39 bra 	$L__BB14_38;
+	bra.uni 	$L__BB14_39;
 
-$L__BB22_30:
+$L__BB14_30:
 	mov.u32 	%r101, 1;
 
-$L__BB22_31:
+$L__BB14_31:
 	mul.wide.u32 	%rd94, %r101, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v4.u32 	{%r68, %r69, %r70, %r71}, [%rd98];
 	setp.eq.s32 	%p20, %r38, 3;
-	@%p20 bra 	$L__BB22_34;
+	@%p20 bra 	$L__BB14_34;
 
 	setp.ne.s32 	%p21, %r38, 4;
-	@%p21 bra 	$L__BB22_35;
+	@%p21 bra 	$L__BB14_35;
 
 	mov.b32 	{%rs35, %rs36}, %r68;
 	// begin inline asm
@@ -4716,9 +4752,9 @@ $L__BB22_31:
 
 	// end inline asm
 	mul.f32 	%f177, %f177, %f110;
-	bra.uni 	$L__BB22_36;
+	bra.uni 	$L__BB14_36;
 
-$L__BB22_34:
+$L__BB14_34:
 	mov.b32 	{%rs43, %rs44}, %r68;
 	// begin inline asm
 	{  cvt.f32.f16 %f111, %rs43;}
@@ -4771,9 +4807,9 @@ $L__BB22_34:
 	// end inline asm
 	setp.gt.f32 	%p29, %f118, %f177;
 	selp.f32 	%f177, %f118, %f177, %p29;
-	bra.uni 	$L__BB22_36;
+	bra.uni 	$L__BB14_36;
 
-$L__BB22_35:
+$L__BB14_35:
 	mov.b32 	{%rs51, %rs52}, %r68;
 	// begin inline asm
 	{  cvt.f32.f16 %f119, %rs51;}
@@ -4819,17 +4855,17 @@ $L__BB22_35:
 	// end inline asm
 	add.f32 	%f177, %f177, %f126;
 
-$L__BB22_36:
+$L__BB14_36:
 	add.s32 	%r101, %r101, 1;
 	setp.lt.u32 	%p30, %r101, %r37;
-	@%p30 bra 	$L__BB22_31;
+	@%p30 bra 	$L__BB14_31;
 
-$L__BB22_39:
+$L__BB14_39:
 	setp.eq.s32 	%p40, %r38, 1;
-	@%p40 bra 	$L__BB22_41;
-	bra.uni 	$L__BB22_40;
+	@%p40 bra 	$L__BB14_41;
+	bra.uni 	$L__BB14_40;
 
-$L__BB22_41:
+$L__BB14_41:
 	div.rn.f32 	%f143, %f184, %f1;
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs103, %f143;}
@@ -4870,9 +4906,9 @@ $L__BB22_41:
 	{  cvt.rn.f16.f32 %rs98, %f150;}
 
 	// end inline asm
-	bra.uni 	$L__BB22_42;
+	bra.uni 	$L__BB14_42;
 
-$L__BB22_40:
+$L__BB14_40:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs103, %f184;}
 
@@ -4906,11 +4942,11 @@ $L__BB22_40:
 
 	// end inline asm
 
-$L__BB22_42:
+$L__BB14_42:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 2;
 	setp.eq.s64 	%p41, %rd35, 0;
-	@%p41 bra 	$L__BB22_44;
+	@%p41 bra 	$L__BB14_44;
 
 	st.global.u16 	[%rd37+-2], %rs103;
 	st.global.u16 	[%rd37], %rs104;
@@ -4920,39 +4956,39 @@ $L__BB22_42:
 	st.global.u16 	[%rd37+8], %rs100;
 	st.global.u16 	[%rd37+10], %rs97;
 	st.global.u16 	[%rd37+12], %rs98;
-	bra.uni 	$L__BB22_45;
+	bra.uni 	$L__BB14_45;
 
-$L__BB22_44:
+$L__BB14_44:
 	mov.b32 	%r81, {%rs97, %rs98};
 	mov.b32 	%r82, {%rs99, %rs100};
 	mov.b32 	%r83, {%rs101, %rs102};
 	mov.b32 	%r84, {%rs103, %rs104};
 	st.global.v4.u32 	[%rd37+-2], {%r84, %r83, %r82, %r81};
 
-$L__BB22_45:
+$L__BB14_45:
 	add.s64 	%rd176, %rd176, %rd34;
 	setp.lt.u64 	%p42, %rd176, %rd12;
-	@%p42 bra 	$L__BB22_28;
+	@%p42 bra 	$L__BB14_28;
 
-$L__BB22_46:
+$L__BB14_46:
 	add.s64 	%rd177, %rd12, %rd31;
 	setp.ge.u64 	%p43, %rd177, %rd11;
-	@%p43 bra 	$L__BB22_71;
+	@%p43 bra 	$L__BB14_71;
 
 	setp.gt.u32 	%p44, %r37, 1;
 	cvt.rn.f32.u32 	%f74, %r37;
 	mov.u32 	%r85, %ntid.x;
 	cvt.u64.u32 	%rd40, %r85;
-	@%p44 bra 	$L__BB22_51;
-	bra.uni 	$L__BB22_48;
+	@%p44 bra 	$L__BB14_51;
+	bra.uni 	$L__BB14_48;
 
-$L__BB22_51:
+$L__BB14_51:
 	add.s32 	%r86, %r37, -1;
 	add.s32 	%r16, %r37, -2;
 	and.b32  	%r17, %r86, 3;
 	sub.s32 	%r18, %r86, %r17;
 
-$L__BB22_52:
+$L__BB14_52:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd177, 1;
 	add.s64 	%rd113, %rd111, %rd112;
@@ -4962,18 +4998,18 @@ $L__BB22_52:
 
 	// end inline asm
 	setp.eq.s32 	%p47, %r38, 2;
-	@%p47 bra 	$L__BB22_59;
+	@%p47 bra 	$L__BB14_59;
 
 	setp.eq.s32 	%p48, %r38, 3;
-	@%p48 bra 	$L__BB22_57;
+	@%p48 bra 	$L__BB14_57;
 
 	setp.ne.s32 	%p49, %r38, 4;
-	@%p49 bra 	$L__BB22_66;
+	@%p49 bra 	$L__BB14_66;
 
 	mov.u32 	%r103, 1;
 	mov.u64 	%rd179, %rd3;
 
-$L__BB22_56:
+$L__BB14_56:
 	add.s64 	%rd45, %rd179, 8;
 	ld.global.u64 	%rd114, [%rd179+8];
 	add.s64 	%rd116, %rd114, %rd112;
@@ -4986,18 +5022,18 @@ $L__BB22_56:
 	add.s32 	%r103, %r103, 1;
 	setp.lt.u32 	%p50, %r103, %r37;
 	mov.u64 	%rd179, %rd45;
-	@%p50 bra 	$L__BB22_56;
-	bra.uni 	$L__BB22_68;
+	@%p50 bra 	$L__BB14_56;
+	bra.uni 	$L__BB14_68;
 
-$L__BB22_59:
+$L__BB14_59:
 	setp.lt.u32 	%p53, %r16, 3;
 	mov.u32 	%r107, 1;
-	@%p53 bra 	$L__BB22_62;
+	@%p53 bra 	$L__BB14_62;
 
 	mov.u32 	%r107, 1;
 	mov.u32 	%r106, %r18;
 
-$L__BB22_61:
+$L__BB14_61:
 	mul.wide.u32 	%rd122, %r107, 8;
 	add.s64 	%rd123, %rd3, %rd122;
 	ld.global.u64 	%rd124, [%rd123];
@@ -5042,11 +5078,11 @@ $L__BB22_61:
 	add.s32 	%r107, %r107, 4;
 	add.s32 	%r106, %r106, -4;
 	setp.ne.s32 	%p58, %r106, 0;
-	@%p58 bra 	$L__BB22_61;
+	@%p58 bra 	$L__BB14_61;
 
-$L__BB22_62:
+$L__BB14_62:
 	setp.eq.s32 	%p59, %r17, 0;
-	@%p59 bra 	$L__BB22_68;
+	@%p59 bra 	$L__BB14_68;
 
 	setp.eq.s32 	%p60, %r17, 1;
 	mul.wide.u32 	%rd135, %r107, 8;
@@ -5060,7 +5096,7 @@ $L__BB22_62:
 	// end inline asm
 	setp.lt.f32 	%p61, %f164, %f208;
 	selp.f32 	%f208, %f164, %f208, %p61;
-	@%p60 bra 	$L__BB22_68;
+	@%p60 bra 	$L__BB14_68;
 
 	setp.eq.s32 	%p62, %r17, 2;
 	add.s32 	%r92, %r107, 1;
@@ -5075,7 +5111,7 @@ $L__BB22_62:
 	// end inline asm
 	setp.lt.f32 	%p63, %f165, %f208;
 	selp.f32 	%f208, %f165, %f208, %p63;
-	@%p62 bra 	$L__BB22_68;
+	@%p62 bra 	$L__BB14_68;
 
 	add.s32 	%r93, %r107, 2;
 	mul.wide.u32 	%rd145, %r93, 8;
@@ -5089,12 +5125,12 @@ $L__BB22_62:
 	// end inline asm
 	setp.lt.f32 	%p64, %f166, %f208;
 	selp.f32 	%f208, %f166, %f208, %p64;
-	bra.uni 	$L__BB22_68;
+	bra.uni 	$L__BB14_68;
 
-$L__BB22_57:
+$L__BB14_57:
 	mov.u32 	%r104, 1;
 
-$L__BB22_58:
+$L__BB14_58:
 	mul.wide.u32 	%rd117, %r104, 8;
 	add.s64 	%rd118, %rd3, %rd117;
 	ld.global.u64 	%rd119, [%rd118];
@@ -5108,13 +5144,13 @@ $L__BB22_58:
 	selp.f32 	%f208, %f155, %f208, %p51;
 	add.s32 	%r104, %r104, 1;
 	setp.lt.u32 	%p52, %r104, %r37;
-	@%p52 bra 	$L__BB22_58;
-	bra.uni 	$L__BB22_68;
+	@%p52 bra 	$L__BB14_58;
+	bra.uni 	$L__BB14_68;
 
-$L__BB22_66:
+$L__BB14_66:
 	mov.u32 	%r108, 1;
 
-$L__BB22_67:
+$L__BB14_67:
 	mul.wide.u32 	%rd150, %r108, 8;
 	add.s64 	%rd151, %rd3, %rd150;
 	ld.global.u64 	%rd152, [%rd151];
@@ -5127,15 +5163,15 @@ $L__BB22_67:
 	add.f32 	%f208, %f208, %f167;
 	add.s32 	%r108, %r108, 1;
 	setp.lt.u32 	%p65, %r108, %r37;
-	@%p65 bra 	$L__BB22_67;
+	@%p65 bra 	$L__BB14_67;
 
-$L__BB22_68:
+$L__BB14_68:
 	setp.ne.s32 	%p66, %r38, 1;
-	@%p66 bra 	$L__BB22_70;
+	@%p66 bra 	$L__BB14_70;
 
 	div.rn.f32 	%f208, %f208, %f74;
 
-$L__BB22_70:
+$L__BB14_70:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs96, %f208;}
 
@@ -5144,10 +5180,10 @@ $L__BB22_70:
 	st.global.u16 	[%rd156], %rs96;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p67, %rd177, %rd11;
-	@%p67 bra 	$L__BB22_52;
-	bra.uni 	$L__BB22_71;
+	@%p67 bra 	$L__BB14_52;
+	bra.uni 	$L__BB14_71;
 
-$L__BB22_48:
+$L__BB14_48:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd177, 1;
 	add.s64 	%rd108, %rd106, %rd107;
@@ -5157,11 +5193,11 @@ $L__BB22_48:
 
 	// end inline asm
 	setp.ne.s32 	%p45, %r38, 1;
-	@%p45 bra 	$L__BB22_50;
+	@%p45 bra 	$L__BB14_50;
 
 	div.rn.f32 	%f201, %f201, %f74;
 
-$L__BB22_50:
+$L__BB14_50:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs84, %f201;}
 
@@ -5170,11 +5206,11 @@ $L__BB22_50:
 	st.global.u16 	[%rd110], %rs84;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p46, %rd177, %rd11;
-	@%p46 bra 	$L__BB22_48;
+	@%p46 bra 	$L__BB14_48;
 
-$L__BB22_71:
+$L__BB14_71:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB22_76;
+	@%p10 bra 	$L__BB14_76;
 
 	mov.u32 	%r30, %ntid.x;
 	add.s32 	%r95, %r37, %r36;
@@ -5184,9 +5220,9 @@ $L__BB22_71:
 	shl.b64 	%rd164, %rd47, 3;
 	mov.u32 	%r109, %r110;
 
-$L__BB22_73:
+$L__BB14_73:
 	setp.eq.s32 	%p69, %r109, %r36;
-	@%p69 bra 	$L__BB22_75;
+	@%p69 bra 	$L__BB14_75;
 
 	mul.wide.u32 	%rd160, %r109, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -5198,21 +5234,21 @@ $L__BB22_73:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB22_75:
+$L__BB14_75:
 	add.s32 	%r109, %r109, %r30;
 	setp.lt.u32 	%p70, %r109, %r37;
-	@%p70 bra 	$L__BB22_73;
+	@%p70 bra 	$L__BB14_73;
 
-$L__BB22_76:
-	@%p10 bra 	$L__BB22_83;
+$L__BB14_76:
+	@%p10 bra 	$L__BB14_83;
 
 	ld.global.u64 	%rd165, [%rd13];
 	mov.u32 	%r33, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB22_78:
+$L__BB14_78:
 	setp.eq.s32 	%p72, %r110, %r36;
-	@%p72 bra 	$L__BB22_82;
+	@%p72 bra 	$L__BB14_82;
 
 	add.s32 	%r97, %r110, %r37;
 	shl.b32 	%r98, %r97, 9;
@@ -5221,23 +5257,1051 @@ $L__BB22_78:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB22_80:
+$L__BB14_80:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p73, %rd169, 0;
-	@%p73 bra 	$L__BB22_80;
+	@%p73 bra 	$L__BB14_80;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB22_82:
+$L__BB14_82:
 	add.s32 	%r110, %r110, %r33;
 	setp.lt.u32 	%p74, %r110, %r37;
-	@%p74 bra 	$L__BB22_78;
+	@%p74 bra 	$L__BB14_78;
 
-$L__BB22_83:
+$L__BB14_83:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_f16
+.visible .entry smcuda_twoshot_f16(
+	.param .u64 smcuda_twoshot_f16_param_0,
+	.param .u64 smcuda_twoshot_f16_param_1,
+	.param .u64 smcuda_twoshot_f16_param_2,
+	.param .u64 smcuda_twoshot_f16_param_3,
+	.param .u32 smcuda_twoshot_f16_param_4,
+	.param .u32 smcuda_twoshot_f16_param_5,
+	.param .u64 smcuda_twoshot_f16_param_6,
+	.param .u32 smcuda_twoshot_f16_param_7,
+	.param .u64 smcuda_twoshot_f16_param_8,
+	.param .u64 smcuda_twoshot_f16_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<81>;
+	.reg .b16 	%rs<96>;
+	.reg .f32 	%f<186>;
+	.reg .b32 	%r<131>;
+	.reg .b64 	%rd<286>;
+
+
+	ld.param.u64 	%rd56, [smcuda_twoshot_f16_param_0];
+	ld.param.u64 	%rd58, [smcuda_twoshot_f16_param_2];
+	ld.param.u64 	%rd59, [smcuda_twoshot_f16_param_3];
+	ld.param.u32 	%r42, [smcuda_twoshot_f16_param_4];
+	ld.param.u32 	%r43, [smcuda_twoshot_f16_param_5];
+	ld.param.u64 	%rd60, [smcuda_twoshot_f16_param_6];
+	ld.param.u32 	%r44, [smcuda_twoshot_f16_param_7];
+	ld.param.u64 	%rd61, [smcuda_twoshot_f16_param_8];
+	ld.param.u64 	%rd62, [smcuda_twoshot_f16_param_9];
+	cvta.to.global.u64 	%rd63, %rd58;
+	mul.wide.u32 	%rd64, %r42, 8;
+	add.s64 	%rd65, %rd63, %rd64;
+	ld.global.u64 	%rd1, [%rd65];
+	cvt.u64.u32 	%rd2, %r43;
+	mul.lo.s64 	%rd66, %rd2, %rd62;
+	min.u64 	%rd67, %rd66, %rd60;
+	add.s64 	%rd68, %rd2, %rd67;
+	add.s64 	%rd3, %rd68, -1;
+	and.b64  	%rd69, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd69, 0;
+	@%p1 bra 	$L__BB15_2;
+
+	div.u64 	%rd274, %rd3, %rd2;
+	bra.uni 	$L__BB15_3;
+
+$L__BB15_2:
+	cvt.u32.u64 	%r45, %rd2;
+	cvt.u32.u64 	%r46, %rd3;
+	div.u32 	%r47, %r46, %r45;
+	cvt.u64.u32 	%rd274, %r47;
+
+$L__BB15_3:
+	add.s64 	%rd70, %rd274, 7;
+	and.b64  	%rd7, %rd70, -8;
+	mov.u32 	%r48, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r48;
+	add.s64 	%rd71, %rd8, %rd7;
+	add.s64 	%rd9, %rd71, -1;
+	and.b64  	%rd72, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd72, 0;
+	@%p2 bra 	$L__BB15_5;
+
+	div.u64 	%rd275, %rd9, %rd8;
+	bra.uni 	$L__BB15_6;
+
+$L__BB15_5:
+	cvt.u32.u64 	%r49, %rd8;
+	cvt.u32.u64 	%r50, %rd9;
+	div.u32 	%r51, %r50, %r49;
+	cvt.u64.u32 	%rd275, %r51;
+
+$L__BB15_6:
+	add.s64 	%rd73, %rd275, 7;
+	and.b64  	%rd13, %rd73, -8;
+	setp.eq.s64 	%p3, %rd60, 0;
+	@%p3 bra 	$L__BB15_92;
+
+	cvt.rn.f32.u32 	%f1, %r43;
+	mov.u64 	%rd276, 0;
+	mov.u32 	%r54, %tid.x;
+	mov.u32 	%r55, %ntid.x;
+	mov.u32 	%r56, %ctaid.x;
+
+$L__BB15_8:
+	sub.s64 	%rd77, %rd60, %rd276;
+	min.u64 	%rd15, %rd77, %rd66;
+	add.s64 	%rd78, %rd2, %rd15;
+	add.s64 	%rd16, %rd78, -1;
+	and.b64  	%rd79, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd79, 0;
+	@%p4 bra 	$L__BB15_10;
+
+	div.u64 	%rd277, %rd16, %rd2;
+	bra.uni 	$L__BB15_11;
+
+$L__BB15_10:
+	cvt.u32.u64 	%r52, %rd16;
+	div.u32 	%r53, %r52, %r43;
+	cvt.u64.u32 	%rd277, %r53;
+
+$L__BB15_11:
+	ld.param.u64 	%rd247, [smcuda_twoshot_f16_param_2];
+	ld.param.u64 	%rd246, [smcuda_twoshot_f16_param_1];
+	setp.ge.u32 	%p5, %r54, %r43;
+	add.s64 	%rd81, %rd277, 7;
+	and.b64  	%rd20, %rd81, -8;
+	shl.b64 	%rd82, %rd276, 1;
+	add.s64 	%rd83, %rd246, %rd82;
+	{ // callseq 4, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd83;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd247;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r42;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r43;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd15;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r56;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 2;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r54;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r55;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 4
+	bar.sync 	0;
+	@%p5 bra 	$L__BB15_16;
+
+	mov.u32 	%r119, %tid.x;
+
+$L__BB15_13:
+	setp.eq.s32 	%p6, %r119, %r42;
+	@%p6 bra 	$L__BB15_15;
+
+	mul.wide.u32 	%rd87, %r119, 8;
+	add.s64 	%rd88, %rd63, %rd87;
+	ld.global.u64 	%rd89, [%rd88];
+	add.s64 	%rd90, %rd89, %rd59;
+	shl.b32 	%r57, %r42, 9;
+	cvt.u64.u32 	%rd91, %r57;
+	cvt.u64.u32 	%rd92, %r56;
+	add.s64 	%rd93, %rd91, %rd92;
+	shl.b64 	%rd94, %rd93, 3;
+	add.s64 	%rd84, %rd90, %rd94;
+	mov.u64 	%rd85, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd84], %rd85;
+	// end inline asm
+
+$L__BB15_15:
+	add.s32 	%r119, %r119, %r55;
+	setp.lt.u32 	%p7, %r119, %r43;
+	@%p7 bra 	$L__BB15_13;
+
+$L__BB15_16:
+	@%p5 bra 	$L__BB15_23;
+
+	ld.global.u64 	%rd98, [%rd65];
+	mov.u32 	%r120, %tid.x;
+	add.s64 	%rd21, %rd98, %rd59;
+
+$L__BB15_18:
+	setp.eq.s32 	%p9, %r120, %r42;
+	@%p9 bra 	$L__BB15_22;
+
+	shl.b32 	%r60, %r120, 9;
+	cvt.u64.u32 	%rd99, %r60;
+	cvt.u64.u32 	%rd100, %r56;
+	add.s64 	%rd101, %rd99, %rd100;
+	shl.b64 	%rd102, %rd101, 3;
+	add.s64 	%rd22, %rd21, %rd102;
+
+$L__BB15_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd103, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd103, 0;
+	@%p10 bra 	$L__BB15_20;
+
+	mov.u64 	%rd105, 0;
+	st.volatile.u64 	[%rd22], %rd105;
+
+$L__BB15_22:
+	add.s32 	%r120, %r120, %r55;
+	setp.lt.u32 	%p11, %r120, %r43;
+	@%p11 bra 	$L__BB15_18;
+
+$L__BB15_23:
+	shl.b64 	%rd248, %rd276, 1;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd106, %r42;
+	mul.lo.s64 	%rd107, %rd20, %rd106;
+	min.u64 	%rd108, %rd15, %rd107;
+	add.s64 	%rd109, %rd108, %rd20;
+	min.u64 	%rd110, %rd15, %rd109;
+	sub.s64 	%rd111, %rd110, %rd108;
+	cvt.u64.u32 	%rd112, %r56;
+	mul.lo.s64 	%rd113, %rd13, %rd112;
+	min.u64 	%rd23, %rd111, %rd113;
+	sub.s64 	%rd114, %rd111, %rd23;
+	min.u64 	%rd24, %rd114, %rd13;
+	add.s64 	%rd117, %rd56, %rd248;
+	or.b64  	%rd118, %rd83, %rd117;
+	and.b64  	%rd119, %rd118, 15;
+	setp.eq.s64 	%p12, %rd119, 0;
+	and.b64  	%rd120, %rd24, -8;
+	selp.b64 	%rd25, %rd120, 0, %p12;
+	mul.wide.u32 	%rd121, %r54, 8;
+	setp.ge.u64 	%p13, %rd121, %rd25;
+	@%p13 bra 	$L__BB15_49;
+
+	mov.u32 	%r64, %tid.x;
+	mul.wide.u32 	%rd278, %r64, 8;
+
+$L__BB15_25:
+	shl.b64 	%rd250, %rd276, 1;
+	add.s64 	%rd249, %rd246, %rd250;
+	shl.b64 	%rd127, %rd108, 1;
+	add.s64 	%rd128, %rd249, %rd127;
+	setp.eq.s32 	%p14, %r42, 0;
+	selp.b64 	%rd129, %rd128, %rd1, %p14;
+	add.s64 	%rd28, %rd278, %rd23;
+	shl.b64 	%rd130, %rd28, 1;
+	add.s64 	%rd131, %rd129, %rd130;
+	ld.v4.u32 	{%r65, %r66, %r67, %r68}, [%rd131];
+	mov.b32 	{%rs26, %rs27}, %r65;
+	// begin inline asm
+	{  cvt.f32.f16 %f163, %rs26;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f162, %rs27;}
+
+	// end inline asm
+	mov.b32 	{%rs28, %rs29}, %r66;
+	// begin inline asm
+	{  cvt.f32.f16 %f161, %rs28;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f160, %rs29;}
+
+	// end inline asm
+	mov.b32 	{%rs30, %rs31}, %r67;
+	// begin inline asm
+	{  cvt.f32.f16 %f159, %rs30;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f158, %rs31;}
+
+	// end inline asm
+	mov.b32 	{%rs32, %rs33}, %r68;
+	// begin inline asm
+	{  cvt.f32.f16 %f157, %rs32;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.f32.f16 %f156, %rs33;}
+
+	// end inline asm
+	setp.lt.u32 	%p15, %r43, 2;
+	@%p15 bra 	$L__BB15_40;
+
+	setp.eq.s32 	%p16, %r44, 2;
+	@%p16 bra 	$L__BB15_36;
+	bra.uni 	$L__BB15_27;
+
+$L__BB15_36:
+	mov.u32 	%r122, 1;
+
+$L__BB15_37:
+	.pragma "nounroll";
+	shl.b64 	%rd255, %rd276, 1;
+	add.s64 	%rd254, %rd246, %rd255;
+	add.s64 	%rd280, %rd249, %rd127;
+	setp.eq.s32 	%p30, %r122, %r42;
+	@%p30 bra 	$L__BB15_39;
+
+	setp.ge.u32 	%p31, %r122, %r42;
+	selp.b32 	%r81, -1, 0, %p31;
+	add.s32 	%r82, %r122, %r81;
+	cvt.u64.u32 	%rd149, %r82;
+	mul.lo.s64 	%rd150, %rd7, %rd149;
+	shl.b64 	%rd151, %rd150, 1;
+	add.s64 	%rd280, %rd1, %rd151;
+
+$L__BB15_39:
+	add.s64 	%rd257, %rd278, %rd23;
+	shl.b64 	%rd256, %rd257, 1;
+	add.s64 	%rd153, %rd280, %rd256;
+	ld.v4.u32 	{%r83, %r84, %r85, %r86}, [%rd153];
+	mov.b32 	{%rs58, %rs59}, %r83;
+	// begin inline asm
+	{  cvt.f32.f16 %f118, %rs58;}
+
+	// end inline asm
+	setp.lt.f32 	%p32, %f118, %f163;
+	selp.f32 	%f163, %f118, %f163, %p32;
+	// begin inline asm
+	{  cvt.f32.f16 %f119, %rs59;}
+
+	// end inline asm
+	setp.lt.f32 	%p33, %f119, %f162;
+	selp.f32 	%f162, %f119, %f162, %p33;
+	mov.b32 	{%rs60, %rs61}, %r84;
+	// begin inline asm
+	{  cvt.f32.f16 %f120, %rs60;}
+
+	// end inline asm
+	setp.lt.f32 	%p34, %f120, %f161;
+	selp.f32 	%f161, %f120, %f161, %p34;
+	// begin inline asm
+	{  cvt.f32.f16 %f121, %rs61;}
+
+	// end inline asm
+	setp.lt.f32 	%p35, %f121, %f160;
+	selp.f32 	%f160, %f121, %f160, %p35;
+	mov.b32 	{%rs62, %rs63}, %r85;
+	// begin inline asm
+	{  cvt.f32.f16 %f122, %rs62;}
+
+	// end inline asm
+	setp.lt.f32 	%p36, %f122, %f159;
+	selp.f32 	%f159, %f122, %f159, %p36;
+	// begin inline asm
+	{  cvt.f32.f16 %f123, %rs63;}
+
+	// end inline asm
+	setp.lt.f32 	%p37, %f123, %f158;
+	selp.f32 	%f158, %f123, %f158, %p37;
+	mov.b32 	{%rs64, %rs65}, %r86;
+	// begin inline asm
+	{  cvt.f32.f16 %f124, %rs64;}
+
+	// end inline asm
+	setp.lt.f32 	%p38, %f124, %f157;
+	selp.f32 	%f157, %f124, %f157, %p38;
+	// begin inline asm
+	{  cvt.f32.f16 %f125, %rs65;}
+
+	// end inline asm
+	setp.lt.f32 	%p39, %f125, %f156;
+	selp.f32 	%f156, %f125, %f156, %p39;
+	add.s32 	%r122, %r122, 1;
+	setp.lt.u32 	%p40, %r122, %r43;
+	@%p40 bra 	$L__BB15_37;
+	bra.uni 	$L__BB15_40;
+
+$L__BB15_27:
+	mov.u32 	%r121, 1;
+
+$L__BB15_28:
+	.pragma "nounroll";
+	add.s64 	%rd279, %rd83, %rd127;
+	setp.eq.s32 	%p17, %r121, %r42;
+	@%p17 bra 	$L__BB15_30;
+
+	setp.ge.u32 	%p18, %r121, %r42;
+	selp.b32 	%r74, -1, 0, %p18;
+	add.s32 	%r75, %r121, %r74;
+	cvt.u64.u32 	%rd138, %r75;
+	mul.lo.s64 	%rd139, %rd7, %rd138;
+	shl.b64 	%rd140, %rd139, 1;
+	add.s64 	%rd279, %rd1, %rd140;
+
+$L__BB15_30:
+	add.s64 	%rd252, %rd278, %rd23;
+	shl.b64 	%rd251, %rd252, 1;
+	add.s64 	%rd142, %rd279, %rd251;
+	ld.v4.u32 	{%r76, %r77, %r78, %r79}, [%rd142];
+	setp.eq.s32 	%p19, %r44, 3;
+	@%p19 bra 	$L__BB15_33;
+
+	setp.ne.s32 	%p20, %r44, 4;
+	@%p20 bra 	$L__BB15_34;
+
+	mov.b32 	{%rs34, %rs35}, %r76;
+	// begin inline asm
+	{  cvt.f32.f16 %f94, %rs34;}
+
+	// end inline asm
+	mul.f32 	%f163, %f163, %f94;
+	// begin inline asm
+	{  cvt.f32.f16 %f95, %rs35;}
+
+	// end inline asm
+	mul.f32 	%f162, %f162, %f95;
+	mov.b32 	{%rs36, %rs37}, %r77;
+	// begin inline asm
+	{  cvt.f32.f16 %f96, %rs36;}
+
+	// end inline asm
+	mul.f32 	%f161, %f161, %f96;
+	// begin inline asm
+	{  cvt.f32.f16 %f97, %rs37;}
+
+	// end inline asm
+	mul.f32 	%f160, %f160, %f97;
+	mov.b32 	{%rs38, %rs39}, %r78;
+	// begin inline asm
+	{  cvt.f32.f16 %f98, %rs38;}
+
+	// end inline asm
+	mul.f32 	%f159, %f159, %f98;
+	// begin inline asm
+	{  cvt.f32.f16 %f99, %rs39;}
+
+	// end inline asm
+	mul.f32 	%f158, %f158, %f99;
+	mov.b32 	{%rs40, %rs41}, %r79;
+	// begin inline asm
+	{  cvt.f32.f16 %f100, %rs40;}
+
+	// end inline asm
+	mul.f32 	%f157, %f157, %f100;
+	// begin inline asm
+	{  cvt.f32.f16 %f101, %rs41;}
+
+	// end inline asm
+	mul.f32 	%f156, %f156, %f101;
+	bra.uni 	$L__BB15_35;
+
+$L__BB15_33:
+	mov.b32 	{%rs42, %rs43}, %r76;
+	// begin inline asm
+	{  cvt.f32.f16 %f102, %rs42;}
+
+	// end inline asm
+	setp.gt.f32 	%p21, %f102, %f163;
+	selp.f32 	%f163, %f102, %f163, %p21;
+	// begin inline asm
+	{  cvt.f32.f16 %f103, %rs43;}
+
+	// end inline asm
+	setp.gt.f32 	%p22, %f103, %f162;
+	selp.f32 	%f162, %f103, %f162, %p22;
+	mov.b32 	{%rs44, %rs45}, %r77;
+	// begin inline asm
+	{  cvt.f32.f16 %f104, %rs44;}
+
+	// end inline asm
+	setp.gt.f32 	%p23, %f104, %f161;
+	selp.f32 	%f161, %f104, %f161, %p23;
+	// begin inline asm
+	{  cvt.f32.f16 %f105, %rs45;}
+
+	// end inline asm
+	setp.gt.f32 	%p24, %f105, %f160;
+	selp.f32 	%f160, %f105, %f160, %p24;
+	mov.b32 	{%rs46, %rs47}, %r78;
+	// begin inline asm
+	{  cvt.f32.f16 %f106, %rs46;}
+
+	// end inline asm
+	setp.gt.f32 	%p25, %f106, %f159;
+	selp.f32 	%f159, %f106, %f159, %p25;
+	// begin inline asm
+	{  cvt.f32.f16 %f107, %rs47;}
+
+	// end inline asm
+	setp.gt.f32 	%p26, %f107, %f158;
+	selp.f32 	%f158, %f107, %f158, %p26;
+	mov.b32 	{%rs48, %rs49}, %r79;
+	// begin inline asm
+	{  cvt.f32.f16 %f108, %rs48;}
+
+	// end inline asm
+	setp.gt.f32 	%p27, %f108, %f157;
+	selp.f32 	%f157, %f108, %f157, %p27;
+	// begin inline asm
+	{  cvt.f32.f16 %f109, %rs49;}
+
+	// end inline asm
+	setp.gt.f32 	%p28, %f109, %f156;
+	selp.f32 	%f156, %f109, %f156, %p28;
+	bra.uni 	$L__BB15_35;
+
+$L__BB15_34:
+	mov.b32 	{%rs50, %rs51}, %r76;
+	// begin inline asm
+	{  cvt.f32.f16 %f110, %rs50;}
+
+	// end inline asm
+	add.f32 	%f163, %f163, %f110;
+	// begin inline asm
+	{  cvt.f32.f16 %f111, %rs51;}
+
+	// end inline asm
+	add.f32 	%f162, %f162, %f111;
+	mov.b32 	{%rs52, %rs53}, %r77;
+	// begin inline asm
+	{  cvt.f32.f16 %f112, %rs52;}
+
+	// end inline asm
+	add.f32 	%f161, %f161, %f112;
+	// begin inline asm
+	{  cvt.f32.f16 %f113, %rs53;}
+
+	// end inline asm
+	add.f32 	%f160, %f160, %f113;
+	mov.b32 	{%rs54, %rs55}, %r78;
+	// begin inline asm
+	{  cvt.f32.f16 %f114, %rs54;}
+
+	// end inline asm
+	add.f32 	%f159, %f159, %f114;
+	// begin inline asm
+	{  cvt.f32.f16 %f115, %rs55;}
+
+	// end inline asm
+	add.f32 	%f158, %f158, %f115;
+	mov.b32 	{%rs56, %rs57}, %r79;
+	// begin inline asm
+	{  cvt.f32.f16 %f116, %rs56;}
+
+	// end inline asm
+	add.f32 	%f157, %f157, %f116;
+	// begin inline asm
+	{  cvt.f32.f16 %f117, %rs57;}
+
+	// end inline asm
+	add.f32 	%f156, %f156, %f117;
+
+$L__BB15_35:
+	add.s32 	%r121, %r121, 1;
+	setp.lt.u32 	%p29, %r121, %r43;
+	@%p29 bra 	$L__BB15_28;
+
+$L__BB15_40:
+	setp.eq.s32 	%p41, %r44, 1;
+	@%p41 bra 	$L__BB15_42;
+	bra.uni 	$L__BB15_41;
+
+$L__BB15_42:
+	div.rn.f32 	%f134, %f163, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs94, %f134;}
+
+	// end inline asm
+	div.rn.f32 	%f135, %f162, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs95, %f135;}
+
+	// end inline asm
+	div.rn.f32 	%f136, %f161, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs92, %f136;}
+
+	// end inline asm
+	div.rn.f32 	%f137, %f160, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs93, %f137;}
+
+	// end inline asm
+	div.rn.f32 	%f138, %f159, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs90, %f138;}
+
+	// end inline asm
+	div.rn.f32 	%f139, %f158, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs91, %f139;}
+
+	// end inline asm
+	div.rn.f32 	%f140, %f157, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs88, %f140;}
+
+	// end inline asm
+	div.rn.f32 	%f141, %f156, %f1;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs89, %f141;}
+
+	// end inline asm
+	bra.uni 	$L__BB15_43;
+
+$L__BB15_41:
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs94, %f163;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs95, %f162;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs92, %f161;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs93, %f160;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs90, %f159;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs91, %f158;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs88, %f157;}
+
+	// end inline asm
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs89, %f156;}
+
+	// end inline asm
+
+$L__BB15_43:
+	add.s64 	%rd242, %rd278, %rd23;
+	add.s64 	%rd157, %rd108, %rd276;
+	add.s64 	%rd158, %rd242, %rd157;
+	cvta.to.global.u64 	%rd159, %rd56;
+	shl.b64 	%rd160, %rd158, 1;
+	add.s64 	%rd161, %rd159, %rd160;
+	mov.b32 	%r17, {%rs94, %rs95};
+	st.global.v2.u16 	[%rd161], {%rs94, %rs95};
+	mov.b32 	%r18, {%rs92, %rs93};
+	st.global.v2.u16 	[%rd161+4], {%rs92, %rs93};
+	mov.b32 	%r19, {%rs90, %rs91};
+	st.global.v2.u16 	[%rd161+8], {%rs90, %rs91};
+	mov.b32 	%r20, {%rs88, %rs89};
+	st.global.v2.u16 	[%rd161+12], {%rs88, %rs89};
+	setp.eq.s32 	%p42, %r43, 0;
+	@%p42 bra 	$L__BB15_48;
+
+	mov.u32 	%r123, 0;
+
+$L__BB15_45:
+	.pragma "nounroll";
+	setp.eq.s32 	%p43, %r123, %r42;
+	@%p43 bra 	$L__BB15_47;
+
+	add.s64 	%rd243, %rd278, %rd23;
+	mul.wide.u32 	%rd163, %r123, 8;
+	add.s64 	%rd164, %rd63, %rd163;
+	ld.global.u64 	%rd165, [%rd164];
+	add.s64 	%rd166, %rd165, %rd61;
+	setp.le.u32 	%p44, %r123, %r42;
+	selp.b32 	%r92, -1, 0, %p44;
+	add.s32 	%r93, %r92, %r42;
+	cvt.u64.u32 	%rd167, %r93;
+	mul.lo.s64 	%rd168, %rd7, %rd167;
+	add.s64 	%rd169, %rd243, %rd168;
+	shl.b64 	%rd170, %rd169, 1;
+	add.s64 	%rd171, %rd166, %rd170;
+	st.v4.u32 	[%rd171], {%r17, %r18, %r19, %r20};
+
+$L__BB15_47:
+	add.s32 	%r123, %r123, 1;
+	setp.lt.u32 	%p45, %r123, %r43;
+	@%p45 bra 	$L__BB15_45;
+
+$L__BB15_48:
+	mul.wide.u32 	%rd172, %r55, 8;
+	add.s64 	%rd278, %rd278, %rd172;
+	setp.lt.u64 	%p46, %rd278, %rd25;
+	@%p46 bra 	$L__BB15_25;
+
+$L__BB15_49:
+	cvt.u64.u32 	%rd173, %r54;
+	add.s64 	%rd281, %rd25, %rd173;
+	setp.ge.u64 	%p47, %rd281, %rd24;
+	@%p47 bra 	$L__BB15_79;
+
+	setp.eq.s32 	%p48, %r42, 0;
+	add.s64 	%rd37, %rd108, %rd276;
+	shl.b64 	%rd179, %rd108, 1;
+	add.s64 	%rd38, %rd83, %rd179;
+	selp.b64 	%rd39, %rd38, %rd1, %p48;
+
+$L__BB15_51:
+	add.s64 	%rd43, %rd281, %rd23;
+	shl.b64 	%rd180, %rd43, 1;
+	add.s64 	%rd181, %rd39, %rd180;
+	ld.u16 	%rs82, [%rd181];
+	// begin inline asm
+	{  cvt.f32.f16 %f184, %rs82;}
+
+	// end inline asm
+	setp.lt.u32 	%p49, %r43, 2;
+	@%p49 bra 	$L__BB15_71;
+
+	setp.eq.s32 	%p50, %r44, 2;
+	@%p50 bra 	$L__BB15_63;
+
+	setp.eq.s32 	%p51, %r44, 3;
+	@%p51 bra 	$L__BB15_59;
+
+	setp.ne.s32 	%p52, %r44, 4;
+	@%p52 bra 	$L__BB15_67;
+
+	mov.u32 	%r124, 1;
+
+$L__BB15_56:
+	.pragma "nounroll";
+	setp.eq.s32 	%p53, %r124, %r42;
+	mov.u64 	%rd282, %rd38;
+	@%p53 bra 	$L__BB15_58;
+
+	setp.ge.u32 	%p54, %r124, %r42;
+	selp.b32 	%r97, -1, 0, %p54;
+	add.s32 	%r98, %r124, %r97;
+	cvt.u64.u32 	%rd182, %r98;
+	mul.lo.s64 	%rd183, %rd7, %rd182;
+	shl.b64 	%rd184, %rd183, 1;
+	add.s64 	%rd282, %rd1, %rd184;
+
+$L__BB15_58:
+	add.s64 	%rd267, %rd281, %rd23;
+	shl.b64 	%rd266, %rd267, 1;
+	add.s64 	%rd186, %rd282, %rd266;
+	ld.u16 	%rs83, [%rd186];
+	// begin inline asm
+	{  cvt.f32.f16 %f143, %rs83;}
+
+	// end inline asm
+	mul.f32 	%f184, %f184, %f143;
+	add.s32 	%r124, %r124, 1;
+	setp.lt.u32 	%p55, %r124, %r43;
+	@%p55 bra 	$L__BB15_56;
+	bra.uni 	$L__BB15_71;
+
+$L__BB15_63:
+	mov.u32 	%r126, 1;
+
+$L__BB15_64:
+	.pragma "nounroll";
+	setp.eq.s32 	%p60, %r126, %r42;
+	mov.u64 	%rd284, %rd38;
+	@%p60 bra 	$L__BB15_66;
+
+	setp.ge.u32 	%p61, %r126, %r42;
+	selp.b32 	%r103, -1, 0, %p61;
+	add.s32 	%r104, %r126, %r103;
+	cvt.u64.u32 	%rd192, %r104;
+	mul.lo.s64 	%rd193, %rd7, %rd192;
+	shl.b64 	%rd194, %rd193, 1;
+	add.s64 	%rd284, %rd1, %rd194;
+
+$L__BB15_66:
+	add.s64 	%rd271, %rd281, %rd23;
+	shl.b64 	%rd270, %rd271, 1;
+	add.s64 	%rd196, %rd284, %rd270;
+	ld.u16 	%rs85, [%rd196];
+	// begin inline asm
+	{  cvt.f32.f16 %f145, %rs85;}
+
+	// end inline asm
+	setp.lt.f32 	%p62, %f145, %f184;
+	selp.f32 	%f184, %f145, %f184, %p62;
+	add.s32 	%r126, %r126, 1;
+	setp.lt.u32 	%p63, %r126, %r43;
+	@%p63 bra 	$L__BB15_64;
+	bra.uni 	$L__BB15_71;
+
+$L__BB15_59:
+	mov.u32 	%r125, 1;
+
+$L__BB15_60:
+	.pragma "nounroll";
+	setp.eq.s32 	%p56, %r125, %r42;
+	mov.u64 	%rd283, %rd38;
+	@%p56 bra 	$L__BB15_62;
+
+	setp.ge.u32 	%p57, %r125, %r42;
+	selp.b32 	%r100, -1, 0, %p57;
+	add.s32 	%r101, %r125, %r100;
+	cvt.u64.u32 	%rd187, %r101;
+	mul.lo.s64 	%rd188, %rd7, %rd187;
+	shl.b64 	%rd189, %rd188, 1;
+	add.s64 	%rd283, %rd1, %rd189;
+
+$L__BB15_62:
+	add.s64 	%rd269, %rd281, %rd23;
+	shl.b64 	%rd268, %rd269, 1;
+	add.s64 	%rd191, %rd283, %rd268;
+	ld.u16 	%rs84, [%rd191];
+	// begin inline asm
+	{  cvt.f32.f16 %f144, %rs84;}
+
+	// end inline asm
+	setp.gt.f32 	%p58, %f144, %f184;
+	selp.f32 	%f184, %f144, %f184, %p58;
+	add.s32 	%r125, %r125, 1;
+	setp.lt.u32 	%p59, %r125, %r43;
+	@%p59 bra 	$L__BB15_60;
+	bra.uni 	$L__BB15_71;
+
+$L__BB15_67:
+	mov.u32 	%r127, 1;
+
+$L__BB15_68:
+	.pragma "nounroll";
+	setp.eq.s32 	%p64, %r127, %r42;
+	mov.u64 	%rd285, %rd38;
+	@%p64 bra 	$L__BB15_70;
+
+	setp.ge.u32 	%p65, %r127, %r42;
+	selp.b32 	%r106, -1, 0, %p65;
+	add.s32 	%r107, %r127, %r106;
+	cvt.u64.u32 	%rd197, %r107;
+	mul.lo.s64 	%rd198, %rd7, %rd197;
+	shl.b64 	%rd199, %rd198, 1;
+	add.s64 	%rd285, %rd1, %rd199;
+
+$L__BB15_70:
+	add.s64 	%rd273, %rd281, %rd23;
+	shl.b64 	%rd272, %rd273, 1;
+	add.s64 	%rd201, %rd285, %rd272;
+	ld.u16 	%rs86, [%rd201];
+	// begin inline asm
+	{  cvt.f32.f16 %f146, %rs86;}
+
+	// end inline asm
+	add.f32 	%f184, %f184, %f146;
+	add.s32 	%r127, %r127, 1;
+	setp.lt.u32 	%p66, %r127, %r43;
+	@%p66 bra 	$L__BB15_68;
+
+$L__BB15_71:
+	setp.ne.s32 	%p67, %r44, 1;
+	@%p67 bra 	$L__BB15_73;
+
+	div.rn.f32 	%f184, %f184, %f1;
+
+$L__BB15_73:
+	cvta.to.global.u64 	%rd263, %rd56;
+	add.s64 	%rd262, %rd281, %rd23;
+	// begin inline asm
+	{  cvt.rn.f16.f32 %rs87, %f184;}
+
+	// end inline asm
+	add.s64 	%rd202, %rd262, %rd37;
+	shl.b64 	%rd203, %rd202, 1;
+	add.s64 	%rd204, %rd263, %rd203;
+	st.global.u16 	[%rd204], %rs87;
+	setp.eq.s32 	%p68, %r43, 0;
+	@%p68 bra 	$L__BB15_78;
+
+	mov.u32 	%r128, 0;
+
+$L__BB15_75:
+	.pragma "nounroll";
+	setp.eq.s32 	%p69, %r128, %r42;
+	@%p69 bra 	$L__BB15_77;
+
+	add.s64 	%rd264, %rd281, %rd23;
+	mul.wide.u32 	%rd206, %r128, 8;
+	add.s64 	%rd207, %rd63, %rd206;
+	ld.global.u64 	%rd208, [%rd207];
+	add.s64 	%rd209, %rd208, %rd61;
+	setp.le.u32 	%p70, %r128, %r42;
+	selp.b32 	%r109, -1, 0, %p70;
+	add.s32 	%r110, %r109, %r42;
+	cvt.u64.u32 	%rd210, %r110;
+	mul.lo.s64 	%rd211, %rd7, %rd210;
+	add.s64 	%rd212, %rd264, %rd211;
+	shl.b64 	%rd213, %rd212, 1;
+	add.s64 	%rd214, %rd209, %rd213;
+	st.u16 	[%rd214], %rs87;
+
+$L__BB15_77:
+	add.s32 	%r128, %r128, 1;
+	setp.lt.u32 	%p71, %r128, %r43;
+	@%p71 bra 	$L__BB15_75;
+
+$L__BB15_78:
+	cvt.u64.u32 	%rd265, %r55;
+	add.s64 	%rd281, %rd281, %rd265;
+	setp.lt.u64 	%p72, %rd281, %rd24;
+	@%p72 bra 	$L__BB15_51;
+
+$L__BB15_79:
+	bar.sync 	0;
+	@%p5 bra 	$L__BB15_84;
+
+	mov.u32 	%r129, %tid.x;
+
+$L__BB15_81:
+	setp.eq.s32 	%p74, %r129, %r42;
+	@%p74 bra 	$L__BB15_83;
+
+	cvt.u64.u32 	%rd261, %r56;
+	mul.wide.u32 	%rd218, %r129, 8;
+	add.s64 	%rd219, %rd63, %rd218;
+	ld.global.u64 	%rd220, [%rd219];
+	add.s64 	%rd221, %rd220, %rd59;
+	add.s32 	%r111, %r43, %r42;
+	shl.b32 	%r112, %r111, 9;
+	cvt.u64.u32 	%rd222, %r112;
+	add.s64 	%rd224, %rd222, %rd261;
+	shl.b64 	%rd225, %rd224, 3;
+	add.s64 	%rd215, %rd221, %rd225;
+	mov.u64 	%rd216, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd215], %rd216;
+	// end inline asm
+
+$L__BB15_83:
+	add.s32 	%r129, %r129, %r55;
+	setp.lt.u32 	%p75, %r129, %r43;
+	@%p75 bra 	$L__BB15_81;
+
+$L__BB15_84:
+	@%p5 bra 	$L__BB15_91;
+
+	ld.global.u64 	%rd229, [%rd65];
+	add.s64 	%rd53, %rd229, %rd59;
+	mov.u32 	%r130, %r54;
+
+$L__BB15_86:
+	setp.eq.s32 	%p77, %r130, %r42;
+	@%p77 bra 	$L__BB15_90;
+
+	cvt.u64.u32 	%rd260, %r56;
+	add.s32 	%r114, %r130, %r43;
+	shl.b32 	%r115, %r114, 9;
+	cvt.u64.u32 	%rd230, %r115;
+	add.s64 	%rd232, %rd230, %rd260;
+	shl.b64 	%rd233, %rd232, 3;
+	add.s64 	%rd54, %rd53, %rd233;
+
+$L__BB15_88:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd234, [%rd54];
+	// end inline asm
+	setp.eq.s64 	%p78, %rd234, 0;
+	@%p78 bra 	$L__BB15_88;
+
+	mov.u64 	%rd236, 0;
+	st.volatile.u64 	[%rd54], %rd236;
+
+$L__BB15_90:
+	add.s32 	%r130, %r130, %r55;
+	setp.lt.u32 	%p79, %r130, %r43;
+	@%p79 bra 	$L__BB15_86;
+
+$L__BB15_91:
+	sub.s64 	%rd259, %rd60, %rd276;
+	min.u64 	%rd258, %rd259, %rd66;
+	shl.b64 	%rd245, %rd276, 1;
+	add.s64 	%rd244, %rd56, %rd245;
+	bar.sync 	0;
+	add.s64 	%rd239, %rd1, %rd61;
+	{ // callseq 5, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd244;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd239;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r42;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r43;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd258;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r56;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 2;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r54;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r55;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 5
+	add.s64 	%rd276, %rd276, %rd66;
+	setp.lt.u64 	%p80, %rd276, %rd60;
+	@%p80 bra 	$L__BB15_8;
+
+$L__BB15_92:
 	ret;
 
 }
@@ -5277,13 +6341,13 @@ $L__BB22_83:
 	cvt.u64.u32 	%rd34, %r23;
 	add.s64 	%rd75, %rd33, %rd34;
 	setp.ge.u64 	%p1, %rd75, %rd30;
-	@%p1 bra 	$L__BB23_50;
+	@%p1 bra 	$L__BB16_50;
 
 	setp.eq.s32 	%p2, %r17, 0;
 	cvt.rn.f32.u32 	%f1, %r18;
-	@%p2 bra 	$L__BB23_25;
+	@%p2 bra 	$L__BB16_25;
 
-$L__BB23_2:
+$L__BB16_2:
 	ld.global.u64 	%rd35, [%rd2];
 	shl.b64 	%rd36, %rd75, 1;
 	add.s64 	%rd37, %rd35, %rd36;
@@ -5293,30 +6357,30 @@ $L__BB23_2:
 
 	// end inline asm
 	setp.lt.u32 	%p3, %r18, 2;
-	@%p3 bra 	$L__BB23_22;
+	@%p3 bra 	$L__BB16_22;
 
 	setp.eq.s32 	%p4, %r19, 2;
-	@%p4 bra 	$L__BB23_14;
+	@%p4 bra 	$L__BB16_14;
 
 	setp.eq.s32 	%p5, %r19, 3;
-	@%p5 bra 	$L__BB23_10;
+	@%p5 bra 	$L__BB16_10;
 
 	setp.ne.s32 	%p6, %r19, 4;
-	@%p6 bra 	$L__BB23_18;
+	@%p6 bra 	$L__BB16_18;
 
 	mov.u32 	%r32, 1;
 
-$L__BB23_7:
+$L__BB16_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r32, %r17;
 	mov.u64 	%rd76, %rd29;
-	@%p7 bra 	$L__BB23_9;
+	@%p7 bra 	$L__BB16_9;
 
 	mul.wide.u32 	%rd38, %r32, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd76, [%rd39];
 
-$L__BB23_9:
+$L__BB16_9:
 	add.s64 	%rd41, %rd76, %rd36;
 	ld.u16 	%rs2, [%rd41];
 	// begin inline asm
@@ -5326,23 +6390,23 @@ $L__BB23_9:
 	mul.f32 	%f42, %f42, %f27;
 	add.s32 	%r32, %r32, 1;
 	setp.lt.u32 	%p8, %r32, %r18;
-	@%p8 bra 	$L__BB23_7;
-	bra.uni 	$L__BB23_22;
+	@%p8 bra 	$L__BB16_7;
+	bra.uni 	$L__BB16_22;
 
-$L__BB23_14:
+$L__BB16_14:
 	mov.u32 	%r34, 1;
 
-$L__BB23_15:
+$L__BB16_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p12, %r34, %r17;
 	mov.u64 	%rd78, %rd29;
-	@%p12 bra 	$L__BB23_17;
+	@%p12 bra 	$L__BB16_17;
 
 	mul.wide.u32 	%rd46, %r34, 8;
 	add.s64 	%rd47, %rd2, %rd46;
 	ld.global.u64 	%rd78, [%rd47];
 
-$L__BB23_17:
+$L__BB16_17:
 	add.s64 	%rd49, %rd78, %rd36;
 	ld.u16 	%rs4, [%rd49];
 	// begin inline asm
@@ -5353,23 +6417,23 @@ $L__BB23_17:
 	selp.f32 	%f42, %f29, %f42, %p13;
 	add.s32 	%r34, %r34, 1;
 	setp.lt.u32 	%p14, %r34, %r18;
-	@%p14 bra 	$L__BB23_15;
-	bra.uni 	$L__BB23_22;
+	@%p14 bra 	$L__BB16_15;
+	bra.uni 	$L__BB16_22;
 
-$L__BB23_10:
+$L__BB16_10:
 	mov.u32 	%r33, 1;
 
-$L__BB23_11:
+$L__BB16_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r33, %r17;
 	mov.u64 	%rd77, %rd29;
-	@%p9 bra 	$L__BB23_13;
+	@%p9 bra 	$L__BB16_13;
 
 	mul.wide.u32 	%rd42, %r33, 8;
 	add.s64 	%rd43, %rd2, %rd42;
 	ld.global.u64 	%rd77, [%rd43];
 
-$L__BB23_13:
+$L__BB16_13:
 	add.s64 	%rd45, %rd77, %rd36;
 	ld.u16 	%rs3, [%rd45];
 	// begin inline asm
@@ -5380,23 +6444,23 @@ $L__BB23_13:
 	selp.f32 	%f42, %f28, %f42, %p10;
 	add.s32 	%r33, %r33, 1;
 	setp.lt.u32 	%p11, %r33, %r18;
-	@%p11 bra 	$L__BB23_11;
-	bra.uni 	$L__BB23_22;
+	@%p11 bra 	$L__BB16_11;
+	bra.uni 	$L__BB16_22;
 
-$L__BB23_18:
+$L__BB16_18:
 	mov.u32 	%r35, 1;
 
-$L__BB23_19:
+$L__BB16_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p15, %r35, %r17;
 	mov.u64 	%rd79, %rd29;
-	@%p15 bra 	$L__BB23_21;
+	@%p15 bra 	$L__BB16_21;
 
 	mul.wide.u32 	%rd50, %r35, 8;
 	add.s64 	%rd51, %rd2, %rd50;
 	ld.global.u64 	%rd79, [%rd51];
 
-$L__BB23_21:
+$L__BB16_21:
 	add.s64 	%rd53, %rd79, %rd36;
 	ld.u16 	%rs5, [%rd53];
 	// begin inline asm
@@ -5406,15 +6470,15 @@ $L__BB23_21:
 	add.f32 	%f42, %f42, %f30;
 	add.s32 	%r35, %r35, 1;
 	setp.lt.u32 	%p16, %r35, %r18;
-	@%p16 bra 	$L__BB23_19;
+	@%p16 bra 	$L__BB16_19;
 
-$L__BB23_22:
+$L__BB16_22:
 	setp.ne.s32 	%p17, %r19, 1;
-	@%p17 bra 	$L__BB23_24;
+	@%p17 bra 	$L__BB16_24;
 
 	div.rn.f32 	%f42, %f42, %f1;
 
-$L__BB23_24:
+$L__BB16_24:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs6, %f42;}
 
@@ -5423,13 +6487,13 @@ $L__BB23_24:
 	st.global.u16 	[%rd55], %rs6;
 	add.s64 	%rd75, %rd75, %rd3;
 	setp.lt.u64 	%p18, %rd75, %rd30;
-	@%p18 bra 	$L__BB23_2;
-	bra.uni 	$L__BB23_50;
+	@%p18 bra 	$L__BB16_2;
+	bra.uni 	$L__BB16_50;
 
-$L__BB23_25:
+$L__BB16_25:
 	cvta.to.global.u64 	%rd15, %rd29;
 
-$L__BB23_26:
+$L__BB16_26:
 	shl.b64 	%rd56, %rd75, 1;
 	add.s64 	%rd57, %rd15, %rd56;
 	ld.global.u16 	%rs7, [%rd57];
@@ -5438,34 +6502,34 @@ $L__BB23_26:
 
 	// end inline asm
 	setp.lt.u32 	%p19, %r18, 2;
-	@%p19 bra 	$L__BB23_47;
+	@%p19 bra 	$L__BB16_47;
 
 	add.s64 	%rd17, %rd29, %rd56;
 	setp.eq.s32 	%p20, %r19, 2;
-	@%p20 bra 	$L__BB23_39;
+	@%p20 bra 	$L__BB16_39;
 
 	setp.eq.s32 	%p21, %r19, 3;
-	@%p21 bra 	$L__BB23_35;
+	@%p21 bra 	$L__BB16_35;
 
 	setp.ne.s32 	%p22, %r19, 4;
-	@%p22 bra 	$L__BB23_43;
+	@%p22 bra 	$L__BB16_43;
 
 	mov.u32 	%r36, 1;
 	mov.u64 	%rd81, %rd2;
 
-$L__BB23_31:
+$L__BB16_31:
 	.pragma "nounroll";
 	setp.eq.s32 	%p23, %r36, 0;
-	@%p23 bra 	$L__BB23_33;
+	@%p23 bra 	$L__BB16_33;
 
 	ld.global.u64 	%rd59, [%rd81+8];
 	add.s64 	%rd82, %rd59, %rd56;
-	bra.uni 	$L__BB23_34;
+	bra.uni 	$L__BB16_34;
 
-$L__BB23_33:
+$L__BB16_33:
 	mov.u64 	%rd82, %rd17;
 
-$L__BB23_34:
+$L__BB16_34:
 	add.s64 	%rd81, %rd81, 8;
 	ld.u16 	%rs8, [%rd82];
 	// begin inline asm
@@ -5475,24 +6539,24 @@ $L__BB23_34:
 	mul.f32 	%f48, %f48, %f33;
 	add.s32 	%r36, %r36, 1;
 	setp.lt.u32 	%p24, %r36, %r18;
-	@%p24 bra 	$L__BB23_31;
-	bra.uni 	$L__BB23_47;
+	@%p24 bra 	$L__BB16_31;
+	bra.uni 	$L__BB16_47;
 
-$L__BB23_35:
+$L__BB16_35:
 	mov.u32 	%r37, 1;
 
-$L__BB23_36:
+$L__BB16_36:
 	.pragma "nounroll";
 	setp.eq.s32 	%p25, %r37, 0;
 	mov.u64 	%rd83, %rd17;
-	@%p25 bra 	$L__BB23_38;
+	@%p25 bra 	$L__BB16_38;
 
 	mul.wide.u32 	%rd61, %r37, 8;
 	add.s64 	%rd62, %rd2, %rd61;
 	ld.global.u64 	%rd63, [%rd62];
 	add.s64 	%rd83, %rd63, %rd56;
 
-$L__BB23_38:
+$L__BB16_38:
 	ld.u16 	%rs9, [%rd83];
 	// begin inline asm
 	{  cvt.f32.f16 %f34, %rs9;}
@@ -5502,24 +6566,24 @@ $L__BB23_38:
 	selp.f32 	%f48, %f34, %f48, %p26;
 	add.s32 	%r37, %r37, 1;
 	setp.lt.u32 	%p27, %r37, %r18;
-	@%p27 bra 	$L__BB23_36;
-	bra.uni 	$L__BB23_47;
+	@%p27 bra 	$L__BB16_36;
+	bra.uni 	$L__BB16_47;
 
-$L__BB23_39:
+$L__BB16_39:
 	mov.u32 	%r38, 1;
 
-$L__BB23_40:
+$L__BB16_40:
 	.pragma "nounroll";
 	setp.eq.s32 	%p28, %r38, 0;
 	mov.u64 	%rd84, %rd17;
-	@%p28 bra 	$L__BB23_42;
+	@%p28 bra 	$L__BB16_42;
 
 	mul.wide.u32 	%rd65, %r38, 8;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.u64 	%rd67, [%rd66];
 	add.s64 	%rd84, %rd67, %rd56;
 
-$L__BB23_42:
+$L__BB16_42:
 	ld.u16 	%rs10, [%rd84];
 	// begin inline asm
 	{  cvt.f32.f16 %f35, %rs10;}
@@ -5529,24 +6593,24 @@ $L__BB23_42:
 	selp.f32 	%f48, %f35, %f48, %p29;
 	add.s32 	%r38, %r38, 1;
 	setp.lt.u32 	%p30, %r38, %r18;
-	@%p30 bra 	$L__BB23_40;
-	bra.uni 	$L__BB23_47;
+	@%p30 bra 	$L__BB16_40;
+	bra.uni 	$L__BB16_47;
 
-$L__BB23_43:
+$L__BB16_43:
 	mov.u32 	%r39, 1;
 
-$L__BB23_44:
+$L__BB16_44:
 	.pragma "nounroll";
 	setp.eq.s32 	%p31, %r39, 0;
 	mov.u64 	%rd85, %rd17;
-	@%p31 bra 	$L__BB23_46;
+	@%p31 bra 	$L__BB16_46;
 
 	mul.wide.u32 	%rd69, %r39, 8;
 	add.s64 	%rd70, %rd2, %rd69;
 	ld.global.u64 	%rd71, [%rd70];
 	add.s64 	%rd85, %rd71, %rd56;
 
-$L__BB23_46:
+$L__BB16_46:
 	ld.u16 	%rs11, [%rd85];
 	// begin inline asm
 	{  cvt.f32.f16 %f36, %rs11;}
@@ -5555,15 +6619,15 @@ $L__BB23_46:
 	add.f32 	%f48, %f48, %f36;
 	add.s32 	%r39, %r39, 1;
 	setp.lt.u32 	%p32, %r39, %r18;
-	@%p32 bra 	$L__BB23_44;
+	@%p32 bra 	$L__BB16_44;
 
-$L__BB23_47:
+$L__BB16_47:
 	setp.ne.s32 	%p33, %r19, 1;
-	@%p33 bra 	$L__BB23_49;
+	@%p33 bra 	$L__BB16_49;
 
 	div.rn.f32 	%f48, %f48, %f1;
 
-$L__BB23_49:
+$L__BB16_49:
 	// begin inline asm
 	{  cvt.rn.f16.f32 %rs12, %f48;}
 
@@ -5572,1131 +6636,320 @@ $L__BB23_49:
 	st.global.u16 	[%rd74], %rs12;
 	add.s64 	%rd75, %rd75, %rd3;
 	setp.lt.u64 	%p34, %rd75, %rd30;
-	@%p34 bra 	$L__BB23_26;
+	@%p34 bra 	$L__BB16_26;
 
-$L__BB23_50:
+$L__BB16_50:
 	ret;
 
 }
-	// .globl	smcuda_reduce_sum_bf16
-.visible .entry smcuda_reduce_sum_bf16(
-	.param .u64 smcuda_reduce_sum_bf16_param_0,
-	.param .u64 smcuda_reduce_sum_bf16_param_1,
-	.param .u32 smcuda_reduce_sum_bf16_param_2,
-	.param .u64 smcuda_reduce_sum_bf16_param_3,
-	.param .u64 smcuda_reduce_sum_bf16_param_4
+	// .globl	smcuda_reduce_bf16
+.visible .entry smcuda_reduce_bf16(
+	.param .u64 smcuda_reduce_bf16_param_0,
+	.param .u64 smcuda_reduce_bf16_param_1,
+	.param .u32 smcuda_reduce_bf16_param_2,
+	.param .u64 smcuda_reduce_bf16_param_3,
+	.param .u64 smcuda_reduce_bf16_param_4,
+	.param .u32 smcuda_reduce_bf16_param_5
 )
 {
-	.reg .pred 	%p<22>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
+	.reg .pred 	%p<38>;
+	.reg .b16 	%rs<25>;
+	.reg .f32 	%f<47>;
+	.reg .b32 	%r<46>;
+	.reg .b64 	%rd<73>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_sum_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_sum_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_sum_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_sum_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_sum_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB24_18;
+	ld.param.u64 	%rd14, [smcuda_reduce_bf16_param_0];
+	ld.param.u64 	%rd15, [smcuda_reduce_bf16_param_1];
+	ld.param.u32 	%r17, [smcuda_reduce_bf16_param_2];
+	ld.param.u64 	%rd12, [smcuda_reduce_bf16_param_3];
+	ld.param.u64 	%rd13, [smcuda_reduce_bf16_param_4];
+	ld.param.u32 	%r18, [smcuda_reduce_bf16_param_5];
+	cvta.to.global.u64 	%rd1, %rd14;
+	cvta.to.global.u64 	%rd2, %rd15;
+	mov.u32 	%r19, %nctaid.x;
+	mov.u32 	%r20, %ntid.x;
+	mul.wide.u32 	%rd3, %r19, %r20;
+	mov.u32 	%r21, %ctaid.x;
+	mul.wide.u32 	%rd16, %r21, %r20;
+	mov.u32 	%r22, %tid.x;
+	cvt.u64.u32 	%rd17, %r22;
+	add.s64 	%rd70, %rd16, %rd17;
+	setp.ge.u64 	%p1, %rd70, %rd13;
+	@%p1 bra 	$L__BB17_31;
 
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB24_6;
-	bra.uni 	$L__BB24_2;
+	setp.gt.u32 	%p2, %r17, 1;
+	cvt.rn.f32.u32 	%f1, %r17;
+	@%p2 bra 	$L__BB17_8;
+	bra.uni 	$L__BB17_2;
 
-$L__BB24_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
+$L__BB17_8:
+	add.s32 	%r27, %r17, -1;
+	add.s32 	%r2, %r17, -2;
+	and.b32  	%r3, %r27, 3;
+	sub.s32 	%r4, %r27, %r3;
 
-$L__BB24_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
+$L__BB17_9:
+	add.s64 	%rd8, %rd70, %rd12;
+	ld.global.u64 	%rd24, [%rd2];
+	shl.b64 	%rd25, %rd8, 1;
+	add.s64 	%rd26, %rd24, %rd25;
+	ld.u16 	%rs10, [%rd26];
 	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
+	{ mov.b32 %f45, {0,%rs10};}
 
 	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB24_10;
+	setp.eq.s32 	%p11, %r18, 2;
+	@%p11 bra 	$L__BB17_16;
 
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
+	setp.eq.s32 	%p12, %r18, 3;
+	@%p12 bra 	$L__BB17_14;
 
-$L__BB24_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
+	setp.ne.s32 	%p13, %r18, 4;
+	@%p13 bra 	$L__BB17_23;
+
+	mov.u32 	%r40, 1;
+	mov.u64 	%rd72, %rd2;
+
+$L__BB17_13:
+	add.s64 	%rd10, %rd72, 8;
+	ld.global.u64 	%rd27, [%rd72+8];
+	add.s64 	%rd29, %rd27, %rd25;
 	ld.u16 	%rs11, [%rd29];
 	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
+	{ mov.b32 %f24, {0,%rs11};}
 
 	// end inline asm
-	add.f32 	%f17, %f26, %f13;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
+	mul.f32 	%f45, %f45, %f24;
+	add.s32 	%r40, %r40, 1;
+	setp.lt.u32 	%p14, %r40, %r17;
+	mov.u64 	%rd72, %rd10;
+	@%p14 bra 	$L__BB17_13;
+	bra.uni 	$L__BB17_25;
+
+$L__BB17_14:
+	mov.u32 	%r41, 1;
+
+$L__BB17_15:
+	mul.wide.u32 	%rd30, %r41, 8;
+	add.s64 	%rd31, %rd2, %rd30;
+	ld.global.u64 	%rd32, [%rd31];
+	add.s64 	%rd34, %rd32, %rd25;
+	ld.u16 	%rs12, [%rd34];
 	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
+	{ mov.b32 %f25, {0,%rs12};}
 
 	// end inline asm
-	add.f32 	%f18, %f17, %f14;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
+	setp.gt.f32 	%p15, %f25, %f45;
+	selp.f32 	%f45, %f25, %f45, %p15;
+	add.s32 	%r41, %r41, 1;
+	setp.lt.u32 	%p16, %r41, %r17;
+	@%p16 bra 	$L__BB17_15;
+	bra.uni 	$L__BB17_25;
+
+$L__BB17_16:
+	setp.lt.u32 	%p17, %r2, 3;
+	mov.u32 	%r44, 1;
+	@%p17 bra 	$L__BB17_19;
+
+	mov.u32 	%r44, 1;
+	mov.u32 	%r43, %r4;
+
+$L__BB17_18:
+	mul.wide.u32 	%rd35, %r44, 8;
+	add.s64 	%rd36, %rd2, %rd35;
+	ld.global.u64 	%rd37, [%rd36];
+	add.s64 	%rd39, %rd37, %rd25;
+	ld.u16 	%rs13, [%rd39];
 	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
+	{ mov.b32 %f27, {0,%rs13};}
 
 	// end inline asm
-	add.f32 	%f19, %f18, %f15;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
+	setp.lt.f32 	%p18, %f27, %f45;
+	selp.f32 	%f31, %f27, %f45, %p18;
+	ld.global.u64 	%rd40, [%rd36+8];
+	add.s64 	%rd41, %rd40, %rd25;
+	ld.u16 	%rs14, [%rd41];
 	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
+	{ mov.b32 %f28, {0,%rs14};}
 
 	// end inline asm
-	add.f32 	%f26, %f19, %f16;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB24_9;
-
-$L__BB24_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB24_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
+	setp.lt.f32 	%p19, %f28, %f31;
+	selp.f32 	%f32, %f28, %f31, %p19;
+	ld.global.u64 	%rd42, [%rd36+16];
+	add.s64 	%rd43, %rd42, %rd25;
+	ld.u16 	%rs15, [%rd43];
 	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
+	{ mov.b32 %f29, {0,%rs15};}
 
 	// end inline asm
-	add.f32 	%f26, %f26, %f20;
-	@%p13 bra 	$L__BB24_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
+	setp.lt.f32 	%p20, %f29, %f32;
+	selp.f32 	%f33, %f29, %f32, %p20;
+	add.s32 	%r32, %r44, 3;
+	mul.wide.u32 	%rd44, %r32, 8;
+	add.s64 	%rd45, %rd2, %rd44;
+	ld.global.u64 	%rd46, [%rd45];
+	add.s64 	%rd47, %rd46, %rd25;
 	ld.u16 	%rs16, [%rd47];
 	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
+	{ mov.b32 %f30, {0,%rs16};}
 
 	// end inline asm
-	add.f32 	%f26, %f26, %f21;
-	@%p14 bra 	$L__BB24_14;
+	setp.lt.f32 	%p21, %f30, %f33;
+	selp.f32 	%f45, %f30, %f33, %p21;
+	add.s32 	%r44, %r44, 4;
+	add.s32 	%r43, %r43, -4;
+	setp.ne.s32 	%p22, %r43, 0;
+	@%p22 bra 	$L__BB17_18;
 
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
+$L__BB17_19:
+	setp.eq.s32 	%p23, %r3, 0;
+	@%p23 bra 	$L__BB17_25;
+
+	setp.eq.s32 	%p24, %r3, 1;
+	mul.wide.u32 	%rd48, %r44, 8;
 	add.s64 	%rd49, %rd2, %rd48;
 	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
+	add.s64 	%rd52, %rd50, %rd25;
 	ld.u16 	%rs17, [%rd52];
 	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
+	{ mov.b32 %f34, {0,%rs17};}
 
 	// end inline asm
-	add.f32 	%f26, %f26, %f22;
+	setp.lt.f32 	%p25, %f34, %f45;
+	selp.f32 	%f45, %f34, %f45, %p25;
+	@%p24 bra 	$L__BB17_25;
 
-$L__BB24_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB24_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB24_17;
-
-$L__BB24_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB24_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB24_7;
-	bra.uni 	$L__BB24_18;
-
-$L__BB24_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
+	setp.eq.s32 	%p26, %r3, 2;
+	add.s32 	%r33, %r44, 1;
+	mul.wide.u32 	%rd53, %r33, 8;
+	add.s64 	%rd54, %rd2, %rd53;
+	ld.global.u64 	%rd55, [%rd54];
+	add.s64 	%rd57, %rd55, %rd25;
+	ld.u16 	%rs18, [%rd57];
 	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
+	{ mov.b32 %f35, {0,%rs18};}
 
 	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB24_4;
+	setp.lt.f32 	%p27, %f35, %f45;
+	selp.f32 	%f45, %f35, %f45, %p27;
+	@%p26 bra 	$L__BB17_25;
 
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB24_5;
-
-$L__BB24_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB24_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB24_2;
-
-$L__BB24_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_bf16
-.visible .entry smcuda_reduce_avg_bf16(
-	.param .u64 smcuda_reduce_avg_bf16_param_0,
-	.param .u64 smcuda_reduce_avg_bf16_param_1,
-	.param .u32 smcuda_reduce_avg_bf16_param_2,
-	.param .u64 smcuda_reduce_avg_bf16_param_3,
-	.param .u64 smcuda_reduce_avg_bf16_param_4
-)
-{
-	.reg .pred 	%p<22>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<30>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_avg_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB25_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	cvt.rn.f32.u32 	%f1, %r11;
-	@%p2 bra 	$L__BB25_6;
-	bra.uni 	$L__BB25_2;
-
-$L__BB25_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB25_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
+	add.s32 	%r34, %r44, 2;
+	mul.wide.u32 	%rd58, %r34, 8;
+	add.s64 	%rd59, %rd2, %rd58;
+	ld.global.u64 	%rd60, [%rd59];
+	add.s64 	%rd62, %rd60, %rd25;
+	ld.u16 	%rs19, [%rd62];
 	// begin inline asm
-	{ mov.b32 %f29, {0,%rs10};}
+	{ mov.b32 %f36, {0,%rs19};}
 
 	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB25_10;
+	setp.lt.f32 	%p28, %f36, %f45;
+	selp.f32 	%f45, %f36, %f45, %p28;
+	bra.uni 	$L__BB17_25;
 
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
+$L__BB17_23:
+	mov.u32 	%r45, 1;
 
-$L__BB25_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
+$L__BB17_24:
+	mul.wide.u32 	%rd63, %r45, 8;
+	add.s64 	%rd64, %rd2, %rd63;
+	ld.global.u64 	%rd65, [%rd64];
+	add.s64 	%rd67, %rd65, %rd25;
+	ld.u16 	%rs20, [%rd67];
 	// begin inline asm
-	{ mov.b32 %f15, {0,%rs11};}
+	{ mov.b32 %f37, {0,%rs20};}
 
 	// end inline asm
-	add.f32 	%f19, %f29, %f15;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
+	add.f32 	%f45, %f45, %f37;
+	add.s32 	%r45, %r45, 1;
+	setp.lt.u32 	%p29, %r45, %r17;
+	@%p29 bra 	$L__BB17_24;
+
+$L__BB17_25:
+	setp.ne.s32 	%p30, %r18, 1;
+	@%p30 bra 	$L__BB17_27;
+
+	div.rn.f32 	%f45, %f45, %f1;
+
+$L__BB17_27:
+	mov.b32 	%r36, %f45;
+	and.b32  	%r37, %r36, 2147483647;
+	setp.gt.u32 	%p31, %r37, 2139095040;
+	shl.b32 	%r38, %r36, 16;
+	shr.u32 	%r39, %r36, 16;
+	cvt.u16.u32 	%rs21, %r39;
+	selp.b32 	%r16, 0, %r38, %p31;
+	selp.b16 	%rs24, 32767, %rs21, %p31;
+	setp.gt.u32 	%p32, %r16, -2147483648;
+	@%p32 bra 	$L__BB17_29;
+
+	setp.ne.s32 	%p33, %r16, -2147483648;
+	and.b16  	%rs22, %rs24, 1;
+	setp.eq.b16 	%p34, %rs22, 1;
+	not.pred 	%p35, %p34;
+	or.pred  	%p36, %p33, %p35;
+	@%p36 bra 	$L__BB17_30;
+
+$L__BB17_29:
+	add.s16 	%rs24, %rs24, 1;
+
+$L__BB17_30:
+	shl.b64 	%rd68, %rd70, 1;
+	add.s64 	%rd69, %rd1, %rd68;
+	st.global.u16 	[%rd69], %rs24;
+	add.s64 	%rd70, %rd70, %rd3;
+	setp.lt.u64 	%p37, %rd70, %rd13;
+	@%p37 bra 	$L__BB17_9;
+	bra.uni 	$L__BB17_31;
+
+$L__BB17_2:
+	add.s64 	%rd18, %rd70, %rd12;
+	ld.global.u64 	%rd19, [%rd2];
+	shl.b64 	%rd20, %rd18, 1;
+	add.s64 	%rd21, %rd19, %rd20;
+	ld.u16 	%rs7, [%rd21];
 	// begin inline asm
-	{ mov.b32 %f16, {0,%rs12};}
+	{ mov.b32 %f38, {0,%rs7};}
 
 	// end inline asm
-	add.f32 	%f20, %f19, %f16;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f17, {0,%rs13};}
-
-	// end inline asm
-	add.f32 	%f21, %f20, %f17;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f18, {0,%rs14};}
-
-	// end inline asm
-	add.f32 	%f29, %f21, %f18;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB25_9;
-
-$L__BB25_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB25_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs15};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f22;
-	@%p13 bra 	$L__BB25_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f23, {0,%rs16};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f23;
-	@%p14 bra 	$L__BB25_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f24, {0,%rs17};}
-
-	// end inline asm
-	add.f32 	%f29, %f29, %f24;
-
-$L__BB25_14:
-	div.rn.f32 	%f25, %f29, %f1;
-	mov.b32 	%r26, %f25;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB25_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB25_17;
-
-$L__BB25_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB25_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB25_7;
-	bra.uni 	$L__BB25_18;
-
-$L__BB25_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f11, {0,%rs7};}
-
-	// end inline asm
-	div.rn.f32 	%f12, %f11, %f1;
-	mov.b32 	%r16, %f12;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB25_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB25_5;
-
-$L__BB25_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB25_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB25_2;
-
-$L__BB25_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_bf16
-.visible .entry smcuda_reduce_min_bf16(
-	.param .u64 smcuda_reduce_min_bf16_param_0,
-	.param .u64 smcuda_reduce_min_bf16_param_1,
-	.param .u32 smcuda_reduce_min_bf16_param_2,
-	.param .u64 smcuda_reduce_min_bf16_param_3,
-	.param .u64 smcuda_reduce_min_bf16_param_4
-)
-{
-	.reg .pred 	%p<29>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_min_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB26_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB26_6;
-	bra.uni 	$L__BB26_2;
-
-$L__BB26_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB26_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB26_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB26_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	setp.lt.f32 	%p11, %f13, %f26;
-	selp.f32 	%f17, %f13, %f26, %p11;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	setp.lt.f32 	%p12, %f14, %f17;
-	selp.f32 	%f18, %f14, %f17, %p12;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	setp.lt.f32 	%p13, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p13;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	setp.lt.f32 	%p14, %f16, %f19;
-	selp.f32 	%f26, %f16, %f19, %p14;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p15, %r31, 0;
-	@%p15 bra 	$L__BB26_9;
-
-$L__BB26_10:
-	setp.eq.s32 	%p16, %r3, 0;
-	@%p16 bra 	$L__BB26_14;
-
-	setp.eq.s32 	%p17, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	setp.lt.f32 	%p18, %f20, %f26;
-	selp.f32 	%f26, %f20, %f26, %p18;
-	@%p17 bra 	$L__BB26_14;
-
-	setp.eq.s32 	%p19, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	setp.lt.f32 	%p20, %f21, %f26;
-	selp.f32 	%f26, %f21, %f26, %p20;
-	@%p19 bra 	$L__BB26_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	setp.lt.f32 	%p21, %f22, %f26;
-	selp.f32 	%f26, %f22, %f26, %p21;
-
-$L__BB26_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p22, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p22;
-	selp.b16 	%rs21, 32767, %rs18, %p22;
-	setp.gt.u32 	%p23, %r10, -2147483648;
-	@%p23 bra 	$L__BB26_16;
-
-	setp.ne.s32 	%p24, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p25, %rs19, 1;
-	not.pred 	%p26, %p25;
-	or.pred  	%p27, %p24, %p26;
-	@%p27 bra 	$L__BB26_17;
-
-$L__BB26_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB26_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p28, %rd55, %rd11;
-	@%p28 bra 	$L__BB26_7;
-	bra.uni 	$L__BB26_18;
-
-$L__BB26_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB26_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB26_5;
-
-$L__BB26_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB26_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB26_2;
-
-$L__BB26_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_bf16
-.visible .entry smcuda_reduce_max_bf16(
-	.param .u64 smcuda_reduce_max_bf16_param_0,
-	.param .u64 smcuda_reduce_max_bf16_param_1,
-	.param .u32 smcuda_reduce_max_bf16_param_2,
-	.param .u64 smcuda_reduce_max_bf16_param_3,
-	.param .u64 smcuda_reduce_max_bf16_param_4
-)
-{
-	.reg .pred 	%p<29>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_max_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB27_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB27_6;
-	bra.uni 	$L__BB27_2;
-
-$L__BB27_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB27_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB27_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB27_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	setp.gt.f32 	%p11, %f13, %f26;
-	selp.f32 	%f17, %f13, %f26, %p11;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	setp.gt.f32 	%p12, %f14, %f17;
-	selp.f32 	%f18, %f14, %f17, %p12;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	setp.gt.f32 	%p13, %f15, %f18;
-	selp.f32 	%f19, %f15, %f18, %p13;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	setp.gt.f32 	%p14, %f16, %f19;
-	selp.f32 	%f26, %f16, %f19, %p14;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p15, %r31, 0;
-	@%p15 bra 	$L__BB27_9;
-
-$L__BB27_10:
-	setp.eq.s32 	%p16, %r3, 0;
-	@%p16 bra 	$L__BB27_14;
-
-	setp.eq.s32 	%p17, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	setp.gt.f32 	%p18, %f20, %f26;
-	selp.f32 	%f26, %f20, %f26, %p18;
-	@%p17 bra 	$L__BB27_14;
-
-	setp.eq.s32 	%p19, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	setp.gt.f32 	%p20, %f21, %f26;
-	selp.f32 	%f26, %f21, %f26, %p20;
-	@%p19 bra 	$L__BB27_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	setp.gt.f32 	%p21, %f22, %f26;
-	selp.f32 	%f26, %f22, %f26, %p21;
-
-$L__BB27_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p22, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p22;
-	selp.b16 	%rs21, 32767, %rs18, %p22;
-	setp.gt.u32 	%p23, %r10, -2147483648;
-	@%p23 bra 	$L__BB27_16;
-
-	setp.ne.s32 	%p24, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p25, %rs19, 1;
-	not.pred 	%p26, %p25;
-	or.pred  	%p27, %p24, %p26;
-	@%p27 bra 	$L__BB27_17;
-
-$L__BB27_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB27_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p28, %rd55, %rd11;
-	@%p28 bra 	$L__BB27_7;
-	bra.uni 	$L__BB27_18;
-
-$L__BB27_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB27_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB27_5;
-
-$L__BB27_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB27_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB27_2;
-
-$L__BB27_18:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_bf16
-.visible .entry smcuda_reduce_prod_bf16(
-	.param .u64 smcuda_reduce_prod_bf16_param_0,
-	.param .u64 smcuda_reduce_prod_bf16_param_1,
-	.param .u32 smcuda_reduce_prod_bf16_param_2,
-	.param .u64 smcuda_reduce_prod_bf16_param_3,
-	.param .u64 smcuda_reduce_prod_bf16_param_4
-)
-{
-	.reg .pred 	%p<22>;
-	.reg .b16 	%rs<22>;
-	.reg .f32 	%f<27>;
-	.reg .b32 	%r<33>;
-	.reg .b64 	%rd<57>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_bf16_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_bf16_param_1];
-	ld.param.u32 	%r11, [smcuda_reduce_prod_bf16_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_bf16_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_bf16_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r12, %nctaid.x;
-	mov.u32 	%r13, %ntid.x;
-	mul.wide.u32 	%rd3, %r12, %r13;
-	mov.u32 	%r14, %ctaid.x;
-	mul.wide.u32 	%rd14, %r14, %r13;
-	mov.u32 	%r15, %tid.x;
-	cvt.u64.u32 	%rd15, %r15;
-	add.s64 	%rd55, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd55, %rd11;
-	@%p1 bra 	$L__BB28_18;
-
-	setp.gt.u32 	%p2, %r11, 1;
-	@%p2 bra 	$L__BB28_6;
-	bra.uni 	$L__BB28_2;
-
-$L__BB28_6:
-	add.s32 	%r20, %r11, -1;
-	add.s32 	%r2, %r11, -2;
-	and.b32  	%r3, %r20, 3;
-	sub.s32 	%r4, %r20, %r3;
-
-$L__BB28_7:
-	add.s64 	%rd8, %rd55, %rd10;
-	ld.global.u64 	%rd22, [%rd2];
-	shl.b64 	%rd23, %rd8, 1;
-	add.s64 	%rd24, %rd22, %rd23;
-	ld.u16 	%rs10, [%rd24];
-	// begin inline asm
-	{ mov.b32 %f26, {0,%rs10};}
-
-	// end inline asm
-	setp.lt.u32 	%p10, %r2, 3;
-	mov.u32 	%r32, 1;
-	@%p10 bra 	$L__BB28_10;
-
-	mov.u32 	%r32, 1;
-	mov.u32 	%r31, %r4;
-
-$L__BB28_9:
-	mul.wide.u32 	%rd25, %r32, 8;
-	add.s64 	%rd26, %rd2, %rd25;
-	ld.global.u64 	%rd27, [%rd26];
-	add.s64 	%rd29, %rd27, %rd23;
-	ld.u16 	%rs11, [%rd29];
-	// begin inline asm
-	{ mov.b32 %f13, {0,%rs11};}
-
-	// end inline asm
-	mul.f32 	%f17, %f26, %f13;
-	ld.global.u64 	%rd30, [%rd26+8];
-	add.s64 	%rd31, %rd30, %rd23;
-	ld.u16 	%rs12, [%rd31];
-	// begin inline asm
-	{ mov.b32 %f14, {0,%rs12};}
-
-	// end inline asm
-	mul.f32 	%f18, %f17, %f14;
-	ld.global.u64 	%rd32, [%rd26+16];
-	add.s64 	%rd33, %rd32, %rd23;
-	ld.u16 	%rs13, [%rd33];
-	// begin inline asm
-	{ mov.b32 %f15, {0,%rs13};}
-
-	// end inline asm
-	mul.f32 	%f19, %f18, %f15;
-	add.s32 	%r23, %r32, 3;
-	mul.wide.u32 	%rd34, %r23, 8;
-	add.s64 	%rd35, %rd2, %rd34;
-	ld.global.u64 	%rd36, [%rd35];
-	add.s64 	%rd37, %rd36, %rd23;
-	ld.u16 	%rs14, [%rd37];
-	// begin inline asm
-	{ mov.b32 %f16, {0,%rs14};}
-
-	// end inline asm
-	mul.f32 	%f26, %f19, %f16;
-	add.s32 	%r32, %r32, 4;
-	add.s32 	%r31, %r31, -4;
-	setp.ne.s32 	%p11, %r31, 0;
-	@%p11 bra 	$L__BB28_9;
-
-$L__BB28_10:
-	setp.eq.s32 	%p12, %r3, 0;
-	@%p12 bra 	$L__BB28_14;
-
-	setp.eq.s32 	%p13, %r3, 1;
-	mul.wide.u32 	%rd38, %r32, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	add.s64 	%rd42, %rd40, %rd23;
-	ld.u16 	%rs15, [%rd42];
-	// begin inline asm
-	{ mov.b32 %f20, {0,%rs15};}
-
-	// end inline asm
-	mul.f32 	%f26, %f26, %f20;
-	@%p13 bra 	$L__BB28_14;
-
-	setp.eq.s32 	%p14, %r3, 2;
-	add.s32 	%r24, %r32, 1;
-	mul.wide.u32 	%rd43, %r24, 8;
-	add.s64 	%rd44, %rd2, %rd43;
-	ld.global.u64 	%rd45, [%rd44];
-	add.s64 	%rd47, %rd45, %rd23;
-	ld.u16 	%rs16, [%rd47];
-	// begin inline asm
-	{ mov.b32 %f21, {0,%rs16};}
-
-	// end inline asm
-	mul.f32 	%f26, %f26, %f21;
-	@%p14 bra 	$L__BB28_14;
-
-	add.s32 	%r25, %r32, 2;
-	mul.wide.u32 	%rd48, %r25, 8;
-	add.s64 	%rd49, %rd2, %rd48;
-	ld.global.u64 	%rd50, [%rd49];
-	add.s64 	%rd52, %rd50, %rd23;
-	ld.u16 	%rs17, [%rd52];
-	// begin inline asm
-	{ mov.b32 %f22, {0,%rs17};}
-
-	// end inline asm
-	mul.f32 	%f26, %f26, %f22;
-
-$L__BB28_14:
-	mov.b32 	%r26, %f26;
-	and.b32  	%r27, %r26, 2147483647;
-	setp.gt.u32 	%p15, %r27, 2139095040;
-	shl.b32 	%r28, %r26, 16;
-	shr.u32 	%r29, %r26, 16;
-	cvt.u16.u32 	%rs18, %r29;
-	selp.b32 	%r10, 0, %r28, %p15;
-	selp.b16 	%rs21, 32767, %rs18, %p15;
-	setp.gt.u32 	%p16, %r10, -2147483648;
-	@%p16 bra 	$L__BB28_16;
-
-	setp.ne.s32 	%p17, %r10, -2147483648;
-	and.b16  	%rs19, %rs21, 1;
-	setp.eq.b16 	%p18, %rs19, 1;
-	not.pred 	%p19, %p18;
-	or.pred  	%p20, %p17, %p19;
-	@%p20 bra 	$L__BB28_17;
-
-$L__BB28_16:
-	add.s16 	%rs21, %rs21, 1;
-
-$L__BB28_17:
-	shl.b64 	%rd53, %rd55, 1;
-	add.s64 	%rd54, %rd1, %rd53;
-	st.global.u16 	[%rd54], %rs21;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p21, %rd55, %rd11;
-	@%p21 bra 	$L__BB28_7;
-	bra.uni 	$L__BB28_18;
-
-$L__BB28_2:
-	add.s64 	%rd16, %rd55, %rd10;
-	ld.global.u64 	%rd17, [%rd2];
-	shl.b64 	%rd18, %rd16, 1;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.u16 	%rs7, [%rd19];
-	// begin inline asm
-	{ mov.b32 %f10, {0,%rs7};}
-
-	// end inline asm
-	mov.b32 	%r16, %f10;
-	and.b32  	%r17, %r16, 2147483647;
-	setp.gt.u32 	%p3, %r17, 2139095040;
-	shl.b32 	%r18, %r16, 16;
-	shr.u32 	%r19, %r16, 16;
-	cvt.u16.u32 	%rs8, %r19;
-	selp.b32 	%r1, 0, %r18, %p3;
-	selp.b16 	%rs20, 32767, %rs8, %p3;
-	setp.gt.u32 	%p4, %r1, -2147483648;
-	@%p4 bra 	$L__BB28_4;
-
-	setp.ne.s32 	%p5, %r1, -2147483648;
-	and.b16  	%rs9, %rs20, 1;
-	setp.eq.b16 	%p6, %rs9, 1;
-	not.pred 	%p7, %p6;
-	or.pred  	%p8, %p5, %p7;
-	@%p8 bra 	$L__BB28_5;
-
-$L__BB28_4:
-	add.s16 	%rs20, %rs20, 1;
-
-$L__BB28_5:
-	shl.b64 	%rd20, %rd55, 1;
-	add.s64 	%rd21, %rd1, %rd20;
-	st.global.u16 	[%rd21], %rs20;
-	add.s64 	%rd55, %rd55, %rd3;
-	setp.lt.u64 	%p9, %rd55, %rd11;
-	@%p9 bra 	$L__BB28_2;
-
-$L__BB28_18:
+	setp.ne.s32 	%p3, %r18, 1;
+	@%p3 bra 	$L__BB17_4;
+
+	div.rn.f32 	%f38, %f38, %f1;
+
+$L__BB17_4:
+	mov.b32 	%r23, %f38;
+	and.b32  	%r24, %r23, 2147483647;
+	setp.gt.u32 	%p4, %r24, 2139095040;
+	shl.b32 	%r25, %r23, 16;
+	shr.u32 	%r26, %r23, 16;
+	cvt.u16.u32 	%rs8, %r26;
+	selp.b32 	%r1, 0, %r25, %p4;
+	selp.b16 	%rs23, 32767, %rs8, %p4;
+	setp.gt.u32 	%p5, %r1, -2147483648;
+	@%p5 bra 	$L__BB17_6;
+
+	setp.ne.s32 	%p6, %r1, -2147483648;
+	and.b16  	%rs9, %rs23, 1;
+	setp.eq.b16 	%p7, %rs9, 1;
+	not.pred 	%p8, %p7;
+	or.pred  	%p9, %p6, %p8;
+	@%p9 bra 	$L__BB17_7;
+
+$L__BB17_6:
+	add.s16 	%rs23, %rs23, 1;
+
+$L__BB17_7:
+	shl.b64 	%rd22, %rd70, 1;
+	add.s64 	%rd23, %rd1, %rd22;
+	st.global.u16 	[%rd23], %rs23;
+	add.s64 	%rd70, %rd70, %rd3;
+	setp.lt.u64 	%p10, %rd70, %rd13;
+	@%p10 bra 	$L__BB17_2;
+
+$L__BB17_31:
 	ret;
 
 }
@@ -6725,7 +6978,7 @@ $L__BB28_18:
 	cvt.u64.u32 	%rd11, %r5;
 	add.s64 	%rd14, %rd10, %rd11;
 	setp.ge.u64 	%p1, %rd14, %rd9;
-	@%p1 bra 	$L__BB29_6;
+	@%p1 bra 	$L__BB18_6;
 
 	cvt.rn.f32.u32 	%f1, %r2;
 	mov.u32 	%r6, %nctaid.x;
@@ -6733,7 +6986,7 @@ $L__BB28_18:
 	mul.lo.s64 	%rd3, %rd12, %rd1;
 	cvta.to.global.u64 	%rd4, %rd8;
 
-$L__BB29_2:
+$L__BB18_2:
 	shl.b64 	%rd13, %rd14, 1;
 	add.s64 	%rd6, %rd4, %rd13;
 	ld.global.u16 	%rs4, [%rd6];
@@ -6751,25 +7004,25 @@ $L__BB29_2:
 	selp.b32 	%r1, 0, %r9, %p2;
 	selp.b16 	%rs7, 32767, %rs5, %p2;
 	setp.gt.u32 	%p3, %r1, -2147483648;
-	@%p3 bra 	$L__BB29_4;
+	@%p3 bra 	$L__BB18_4;
 
 	setp.ne.s32 	%p4, %r1, -2147483648;
 	and.b16  	%rs6, %rs7, 1;
 	setp.eq.b16 	%p5, %rs6, 1;
 	not.pred 	%p6, %p5;
 	or.pred  	%p7, %p4, %p6;
-	@%p7 bra 	$L__BB29_5;
+	@%p7 bra 	$L__BB18_5;
 
-$L__BB29_4:
+$L__BB18_4:
 	add.s16 	%rs7, %rs7, 1;
 
-$L__BB29_5:
+$L__BB18_5:
 	st.global.u16 	[%rd6], %rs7;
 	add.s64 	%rd14, %rd14, %rd3;
 	setp.lt.u64 	%p8, %rd14, %rd9;
-	@%p8 bra 	$L__BB29_2;
+	@%p8 bra 	$L__BB18_2;
 
-$L__BB29_6:
+$L__BB18_6:
 	ret;
 
 }
@@ -6809,18 +7062,18 @@ $L__BB29_6:
 	add.s64 	%rd5, %rd55, -1;
 	and.b64  	%rd56, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd56, 0;
-	@%p1 bra 	$L__BB30_2;
+	@%p1 bra 	$L__BB19_2;
 
 	div.u64 	%rd172, %rd5, %rd4;
-	bra.uni 	$L__BB30_3;
+	bra.uni 	$L__BB19_3;
 
-$L__BB30_2:
+$L__BB19_2:
 	cvt.u32.u64 	%r63, %rd4;
 	cvt.u32.u64 	%r64, %rd5;
 	div.u32 	%r65, %r64, %r63;
 	cvt.u64.u32 	%rd172, %r65;
 
-$L__BB30_3:
+$L__BB19_3:
 	add.s64 	%rd57, %rd172, 7;
 	and.b64  	%rd58, %rd57, -8;
 	mov.u32 	%r66, %ctaid.x;
@@ -6836,22 +7089,22 @@ $L__BB30_3:
 	add.s64 	%rd13, %rd3, %rd63;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd51;
-	@%p2 bra 	$L__BB30_14;
+	@%p2 bra 	$L__BB19_14;
 
 	and.b64  	%rd64, %rd51, 15;
 	setp.eq.s64 	%p3, %rd64, 0;
 	mov.u32 	%r67, %tid.x;
 	cvt.u64.u32 	%rd15, %r67;
-	@%p3 bra 	$L__BB30_8;
+	@%p3 bra 	$L__BB19_8;
 
 	add.s64 	%rd173, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd173, %rd11;
-	@%p4 bra 	$L__BB30_14;
+	@%p4 bra 	$L__BB19_14;
 
 	mov.u32 	%r68, %ntid.x;
 	cvt.u64.u32 	%rd17, %r68;
 
-$L__BB30_7:
+$L__BB19_7:
 	shl.b64 	%rd65, %rd173, 1;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.u16 	%rs79, [%rd66];
@@ -6859,19 +7112,19 @@ $L__BB30_7:
 	st.u16 	[%rd67], %rs79;
 	add.s64 	%rd173, %rd173, %rd17;
 	setp.lt.u64 	%p5, %rd173, %rd11;
-	@%p5 bra 	$L__BB30_7;
-	bra.uni 	$L__BB30_14;
+	@%p5 bra 	$L__BB19_7;
+	bra.uni 	$L__BB19_14;
 
-$L__BB30_8:
+$L__BB19_8:
 	shl.b64 	%rd68, %rd15, 3;
 	add.s64 	%rd174, %rd10, %rd68;
 	setp.ge.u64 	%p6, %rd174, %rd12;
-	@%p6 bra 	$L__BB30_11;
+	@%p6 bra 	$L__BB19_11;
 
 	mov.u32 	%r69, %ntid.x;
 	mul.wide.u32 	%rd21, %r69, 8;
 
-$L__BB30_10:
+$L__BB19_10:
 	shl.b64 	%rd69, %rd174, 1;
 	add.s64 	%rd70, %rd2, %rd69;
 	add.s64 	%rd71, %rd14, %rd69;
@@ -6879,17 +7132,17 @@ $L__BB30_10:
 	st.v4.u32 	[%rd71], {%r70, %r71, %r72, %r73};
 	add.s64 	%rd174, %rd174, %rd21;
 	setp.lt.u64 	%p7, %rd174, %rd12;
-	@%p7 bra 	$L__BB30_10;
+	@%p7 bra 	$L__BB19_10;
 
-$L__BB30_11:
+$L__BB19_11:
 	add.s64 	%rd175, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd175, %rd11;
-	@%p8 bra 	$L__BB30_14;
+	@%p8 bra 	$L__BB19_14;
 
 	mov.u32 	%r78, %ntid.x;
 	cvt.u64.u32 	%rd25, %r78;
 
-$L__BB30_13:
+$L__BB19_13:
 	shl.b64 	%rd72, %rd175, 1;
 	add.s64 	%rd73, %rd2, %rd72;
 	ld.global.u16 	%rs80, [%rd73];
@@ -6897,13 +7150,13 @@ $L__BB30_13:
 	st.u16 	[%rd74], %rs80;
 	add.s64 	%rd175, %rd175, %rd25;
 	setp.lt.u64 	%p9, %rd175, %rd11;
-	@%p9 bra 	$L__BB30_13;
+	@%p9 bra 	$L__BB19_13;
 
-$L__BB30_14:
+$L__BB19_14:
 	mov.u32 	%r200, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r200, %r60;
-	@%p10 bra 	$L__BB30_19;
+	@%p10 bra 	$L__BB19_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r79, %r59, 9;
@@ -6912,9 +7165,9 @@ $L__BB30_14:
 	shl.b64 	%rd82, %rd28, 3;
 	mov.u32 	%r189, %r200;
 
-$L__BB30_16:
+$L__BB19_16:
 	setp.eq.s32 	%p11, %r189, %r59;
-	@%p11 bra 	$L__BB30_18;
+	@%p11 bra 	$L__BB19_18;
 
 	mul.wide.u32 	%rd78, %r189, 8;
 	add.s64 	%rd79, %rd3, %rd78;
@@ -6926,22 +7179,22 @@ $L__BB30_16:
 	st.release.sys.global.u64 [%rd76], %rd77;
 	// end inline asm
 
-$L__BB30_18:
+$L__BB19_18:
 	add.s32 	%r189, %r189, %r2;
 	setp.lt.u32 	%p12, %r189, %r60;
-	@%p12 bra 	$L__BB30_16;
+	@%p12 bra 	$L__BB19_16;
 
-$L__BB30_19:
-	@%p10 bra 	$L__BB30_26;
+$L__BB19_19:
+	@%p10 bra 	$L__BB19_26;
 
 	ld.global.u64 	%rd83, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd83, %rd52;
 	mov.u32 	%r190, %r200;
 
-$L__BB30_21:
+$L__BB19_21:
 	setp.eq.s32 	%p14, %r190, %r59;
-	@%p14 bra 	$L__BB30_25;
+	@%p14 bra 	$L__BB19_25;
 
 	shl.b32 	%r80, %r190, 9;
 	cvt.u64.u32 	%rd84, %r80;
@@ -6949,35 +7202,35 @@ $L__BB30_21:
 	shl.b64 	%rd86, %rd85, 3;
 	add.s64 	%rd30, %rd29, %rd86;
 
-$L__BB30_23:
+$L__BB19_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd87, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd87, 0;
-	@%p15 bra 	$L__BB30_23;
+	@%p15 bra 	$L__BB19_23;
 
 	mov.u64 	%rd89, 0;
 	st.volatile.u64 	[%rd30], %rd89;
 
-$L__BB30_25:
+$L__BB19_25:
 	add.s32 	%r190, %r190, %r5;
 	setp.lt.u32 	%p16, %r190, %r60;
-	@%p16 bra 	$L__BB30_21;
+	@%p16 bra 	$L__BB19_21;
 
-$L__BB30_26:
+$L__BB19_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r200;
 	mul.wide.u32 	%rd90, %r200, 8;
 	add.s64 	%rd176, %rd10, %rd90;
 	setp.ge.u64 	%p17, %rd176, %rd12;
-	@%p17 bra 	$L__BB30_92;
+	@%p17 bra 	$L__BB19_92;
 
 	cvt.rn.f32.u32 	%f1, %r60;
 	mov.u32 	%r81, %ntid.x;
 	mul.wide.u32 	%rd34, %r81, 8;
 	and.b64  	%rd35, %rd50, 15;
 
-$L__BB30_28:
+$L__BB19_28:
 	ld.global.u64 	%rd91, [%rd3];
 	shl.b64 	%rd92, %rd176, 1;
 	add.s64 	%rd93, %rd91, %rd92;
@@ -7019,16 +7272,16 @@ $L__BB30_28:
 
 	// end inline asm
 	setp.lt.u32 	%p18, %r60, 2;
-	@%p18 bra 	$L__BB30_39;
+	@%p18 bra 	$L__BB19_39;
 
 	setp.eq.s32 	%p19, %r61, 2;
-	@%p19 bra 	$L__BB30_37;
-	bra.uni 	$L__BB30_30;
+	@%p19 bra 	$L__BB19_37;
+	bra.uni 	$L__BB19_30;
 
-$L__BB30_37:
+$L__BB19_37:
 	mov.u32 	%r192, 1;
 
-$L__BB30_38:
+$L__BB19_38:
 	mul.wide.u32 	%rd99, %r192, 8;
 	add.s64 	%rd100, %rd3, %rd99;
 	ld.global.u64 	%rd101, [%rd100];
@@ -7088,23 +7341,23 @@ $L__BB30_38:
 	selp.f32 	%f167, %f134, %f167, %p38;
 	add.s32 	%r192, %r192, 1;
 	setp.lt.u32 	%p39, %r192, %r60;
-	@%p39 bra 	$L__BB30_38;
-	bra.uni 	$L__BB30_39;
+	@%p39 bra 	$L__BB19_38;
+	bra.uni 	$L__BB19_39;
 
-$L__BB30_30:
+$L__BB19_30:
 	mov.u32 	%r191, 1;
 
-$L__BB30_31:
+$L__BB19_31:
 	mul.wide.u32 	%rd94, %r191, 8;
 	add.s64 	%rd95, %rd3, %rd94;
 	ld.global.u64 	%rd96, [%rd95];
 	add.s64 	%rd98, %rd96, %rd92;
 	ld.v4.u32 	{%r91, %r92, %r93, %r94}, [%rd98];
 	setp.eq.s32 	%p20, %r61, 3;
-	@%p20 bra 	$L__BB30_34;
+	@%p20 bra 	$L__BB19_34;
 
 	setp.ne.s32 	%p21, %r61, 4;
-	@%p21 bra 	$L__BB30_35;
+	@%p21 bra 	$L__BB19_35;
 
 	mov.b32 	{%rs89, %rs90}, %r91;
 	// begin inline asm
@@ -7150,9 +7403,9 @@ $L__BB30_31:
 
 	// end inline asm
 	mul.f32 	%f167, %f110, %f167;
-	bra.uni 	$L__BB30_36;
+	bra.uni 	$L__BB19_36;
 
-$L__BB30_34:
+$L__BB19_34:
 	mov.b32 	{%rs97, %rs98}, %r91;
 	// begin inline asm
 	{ mov.b32 %f111, {0,%rs97};}
@@ -7205,9 +7458,9 @@ $L__BB30_34:
 	// end inline asm
 	setp.gt.f32 	%p29, %f118, %f167;
 	selp.f32 	%f167, %f118, %f167, %p29;
-	bra.uni 	$L__BB30_36;
+	bra.uni 	$L__BB19_36;
 
-$L__BB30_35:
+$L__BB19_35:
 	mov.b32 	{%rs105, %rs106}, %r91;
 	// begin inline asm
 	{ mov.b32 %f119, {0,%rs105};}
@@ -7253,17 +7506,17 @@ $L__BB30_35:
 	// end inline asm
 	add.f32 	%f167, %f167, %f126;
 
-$L__BB30_36:
+$L__BB19_36:
 	add.s32 	%r191, %r191, 1;
 	setp.lt.u32 	%p30, %r191, %r60;
-	@%p30 bra 	$L__BB30_31;
+	@%p30 bra 	$L__BB19_31;
 
-$L__BB30_39:
+$L__BB19_39:
 	setp.eq.s32 	%p40, %r61, 1;
-	@%p40 bra 	$L__BB30_64;
-	bra.uni 	$L__BB30_40;
+	@%p40 bra 	$L__BB19_64;
+	bra.uni 	$L__BB19_40;
 
-$L__BB30_64:
+$L__BB19_64:
 	div.rn.f32 	%f135, %f174, %f1;
 	mov.b32 	%r131, %f135;
 	and.b32  	%r132, %r131, 2147483647;
@@ -7274,19 +7527,19 @@ $L__BB30_64:
 	selp.b32 	%r29, 0, %r133, %p89;
 	selp.b16 	%rs191, 32767, %rs137, %p89;
 	setp.gt.u32 	%p90, %r29, -2147483648;
-	@%p90 bra 	$L__BB30_66;
+	@%p90 bra 	$L__BB19_66;
 
 	setp.ne.s32 	%p91, %r29, -2147483648;
 	and.b16  	%rs138, %rs191, 1;
 	setp.eq.b16 	%p92, %rs138, 1;
 	not.pred 	%p93, %p92;
 	or.pred  	%p94, %p91, %p93;
-	@%p94 bra 	$L__BB30_67;
+	@%p94 bra 	$L__BB19_67;
 
-$L__BB30_66:
+$L__BB19_66:
 	add.s16 	%rs191, %rs191, 1;
 
-$L__BB30_67:
+$L__BB19_67:
 	div.rn.f32 	%f136, %f173, %f1;
 	mov.b32 	%r135, %f136;
 	and.b32  	%r136, %r135, 2147483647;
@@ -7297,19 +7550,19 @@ $L__BB30_67:
 	selp.b32 	%r30, 0, %r137, %p95;
 	selp.b16 	%rs192, 32767, %rs139, %p95;
 	setp.gt.u32 	%p96, %r30, -2147483648;
-	@%p96 bra 	$L__BB30_69;
+	@%p96 bra 	$L__BB19_69;
 
 	setp.ne.s32 	%p97, %r30, -2147483648;
 	and.b16  	%rs140, %rs192, 1;
 	setp.eq.b16 	%p98, %rs140, 1;
 	not.pred 	%p99, %p98;
 	or.pred  	%p100, %p97, %p99;
-	@%p100 bra 	$L__BB30_70;
+	@%p100 bra 	$L__BB19_70;
 
-$L__BB30_69:
+$L__BB19_69:
 	add.s16 	%rs192, %rs192, 1;
 
-$L__BB30_70:
+$L__BB19_70:
 	div.rn.f32 	%f137, %f172, %f1;
 	mov.b32 	%r139, %f137;
 	and.b32  	%r140, %r139, 2147483647;
@@ -7320,19 +7573,19 @@ $L__BB30_70:
 	selp.b32 	%r31, 0, %r141, %p101;
 	selp.b16 	%rs189, 32767, %rs141, %p101;
 	setp.gt.u32 	%p102, %r31, -2147483648;
-	@%p102 bra 	$L__BB30_72;
+	@%p102 bra 	$L__BB19_72;
 
 	setp.ne.s32 	%p103, %r31, -2147483648;
 	and.b16  	%rs142, %rs189, 1;
 	setp.eq.b16 	%p104, %rs142, 1;
 	not.pred 	%p105, %p104;
 	or.pred  	%p106, %p103, %p105;
-	@%p106 bra 	$L__BB30_73;
+	@%p106 bra 	$L__BB19_73;
 
-$L__BB30_72:
+$L__BB19_72:
 	add.s16 	%rs189, %rs189, 1;
 
-$L__BB30_73:
+$L__BB19_73:
 	div.rn.f32 	%f138, %f171, %f1;
 	mov.b32 	%r143, %f138;
 	and.b32  	%r144, %r143, 2147483647;
@@ -7343,19 +7596,19 @@ $L__BB30_73:
 	selp.b32 	%r32, 0, %r145, %p107;
 	selp.b16 	%rs190, 32767, %rs143, %p107;
 	setp.gt.u32 	%p108, %r32, -2147483648;
-	@%p108 bra 	$L__BB30_75;
+	@%p108 bra 	$L__BB19_75;
 
 	setp.ne.s32 	%p109, %r32, -2147483648;
 	and.b16  	%rs144, %rs190, 1;
 	setp.eq.b16 	%p110, %rs144, 1;
 	not.pred 	%p111, %p110;
 	or.pred  	%p112, %p109, %p111;
-	@%p112 bra 	$L__BB30_76;
+	@%p112 bra 	$L__BB19_76;
 
-$L__BB30_75:
+$L__BB19_75:
 	add.s16 	%rs190, %rs190, 1;
 
-$L__BB30_76:
+$L__BB19_76:
 	div.rn.f32 	%f139, %f170, %f1;
 	mov.b32 	%r147, %f139;
 	and.b32  	%r148, %r147, 2147483647;
@@ -7366,19 +7619,19 @@ $L__BB30_76:
 	selp.b32 	%r33, 0, %r149, %p113;
 	selp.b16 	%rs187, 32767, %rs145, %p113;
 	setp.gt.u32 	%p114, %r33, -2147483648;
-	@%p114 bra 	$L__BB30_78;
+	@%p114 bra 	$L__BB19_78;
 
 	setp.ne.s32 	%p115, %r33, -2147483648;
 	and.b16  	%rs146, %rs187, 1;
 	setp.eq.b16 	%p116, %rs146, 1;
 	not.pred 	%p117, %p116;
 	or.pred  	%p118, %p115, %p117;
-	@%p118 bra 	$L__BB30_79;
+	@%p118 bra 	$L__BB19_79;
 
-$L__BB30_78:
+$L__BB19_78:
 	add.s16 	%rs187, %rs187, 1;
 
-$L__BB30_79:
+$L__BB19_79:
 	div.rn.f32 	%f140, %f169, %f1;
 	mov.b32 	%r151, %f140;
 	and.b32  	%r152, %r151, 2147483647;
@@ -7389,19 +7642,19 @@ $L__BB30_79:
 	selp.b32 	%r34, 0, %r153, %p119;
 	selp.b16 	%rs188, 32767, %rs147, %p119;
 	setp.gt.u32 	%p120, %r34, -2147483648;
-	@%p120 bra 	$L__BB30_81;
+	@%p120 bra 	$L__BB19_81;
 
 	setp.ne.s32 	%p121, %r34, -2147483648;
 	and.b16  	%rs148, %rs188, 1;
 	setp.eq.b16 	%p122, %rs148, 1;
 	not.pred 	%p123, %p122;
 	or.pred  	%p124, %p121, %p123;
-	@%p124 bra 	$L__BB30_82;
+	@%p124 bra 	$L__BB19_82;
 
-$L__BB30_81:
+$L__BB19_81:
 	add.s16 	%rs188, %rs188, 1;
 
-$L__BB30_82:
+$L__BB19_82:
 	div.rn.f32 	%f141, %f168, %f1;
 	mov.b32 	%r155, %f141;
 	and.b32  	%r156, %r155, 2147483647;
@@ -7412,19 +7665,19 @@ $L__BB30_82:
 	selp.b32 	%r35, 0, %r157, %p125;
 	selp.b16 	%rs185, 32767, %rs149, %p125;
 	setp.gt.u32 	%p126, %r35, -2147483648;
-	@%p126 bra 	$L__BB30_84;
+	@%p126 bra 	$L__BB19_84;
 
 	setp.ne.s32 	%p127, %r35, -2147483648;
 	and.b16  	%rs150, %rs185, 1;
 	setp.eq.b16 	%p128, %rs150, 1;
 	not.pred 	%p129, %p128;
 	or.pred  	%p130, %p127, %p129;
-	@%p130 bra 	$L__BB30_85;
+	@%p130 bra 	$L__BB19_85;
 
-$L__BB30_84:
+$L__BB19_84:
 	add.s16 	%rs185, %rs185, 1;
 
-$L__BB30_85:
+$L__BB19_85:
 	div.rn.f32 	%f142, %f167, %f1;
 	mov.b32 	%r159, %f142;
 	and.b32  	%r160, %r159, 2147483647;
@@ -7435,20 +7688,20 @@ $L__BB30_85:
 	selp.b32 	%r36, 0, %r161, %p131;
 	selp.b16 	%rs186, 32767, %rs151, %p131;
 	setp.gt.u32 	%p132, %r36, -2147483648;
-	@%p132 bra 	$L__BB30_87;
+	@%p132 bra 	$L__BB19_87;
 
 	setp.ne.s32 	%p133, %r36, -2147483648;
 	and.b16  	%rs152, %rs186, 1;
 	setp.eq.b16 	%p134, %rs152, 1;
 	not.pred 	%p135, %p134;
 	or.pred  	%p136, %p133, %p135;
-	@%p136 bra 	$L__BB30_88;
+	@%p136 bra 	$L__BB19_88;
 
-$L__BB30_87:
+$L__BB19_87:
 	add.s16 	%rs186, %rs186, 1;
-	bra.uni 	$L__BB30_88;
+	bra.uni 	$L__BB19_88;
 
-$L__BB30_40:
+$L__BB19_40:
 	mov.b32 	%r104, %f174;
 	and.b32  	%r105, %r104, 2147483647;
 	setp.gt.u32 	%p41, %r105, 2139095040;
@@ -7458,19 +7711,19 @@ $L__BB30_40:
 	selp.b32 	%r16, 0, %r107, %p41;
 	selp.b16 	%rs191, 32767, %rs121, %p41;
 	setp.gt.u32 	%p42, %r16, -2147483648;
-	@%p42 bra 	$L__BB30_42;
+	@%p42 bra 	$L__BB19_42;
 
 	setp.ne.s32 	%p43, %r16, -2147483648;
 	and.b16  	%rs122, %rs191, 1;
 	setp.eq.b16 	%p44, %rs122, 1;
 	not.pred 	%p45, %p44;
 	or.pred  	%p46, %p43, %p45;
-	@%p46 bra 	$L__BB30_43;
+	@%p46 bra 	$L__BB19_43;
 
-$L__BB30_42:
+$L__BB19_42:
 	add.s16 	%rs191, %rs191, 1;
 
-$L__BB30_43:
+$L__BB19_43:
 	mov.b32 	%r108, %f173;
 	and.b32  	%r109, %r108, 2147483647;
 	setp.gt.u32 	%p47, %r109, 2139095040;
@@ -7480,19 +7733,19 @@ $L__BB30_43:
 	selp.b32 	%r17, 0, %r111, %p47;
 	selp.b16 	%rs192, 32767, %rs123, %p47;
 	setp.gt.u32 	%p48, %r17, -2147483648;
-	@%p48 bra 	$L__BB30_45;
+	@%p48 bra 	$L__BB19_45;
 
 	setp.ne.s32 	%p49, %r17, -2147483648;
 	and.b16  	%rs124, %rs192, 1;
 	setp.eq.b16 	%p50, %rs124, 1;
 	not.pred 	%p51, %p50;
 	or.pred  	%p52, %p49, %p51;
-	@%p52 bra 	$L__BB30_46;
+	@%p52 bra 	$L__BB19_46;
 
-$L__BB30_45:
+$L__BB19_45:
 	add.s16 	%rs192, %rs192, 1;
 
-$L__BB30_46:
+$L__BB19_46:
 	mov.b32 	%r112, %f172;
 	mov.b32 	%r18, %f171;
 	mov.b32 	%r19, %f170;
@@ -7507,19 +7760,19 @@ $L__BB30_46:
 	selp.b32 	%r23, 0, %r115, %p53;
 	selp.b16 	%rs189, 32767, %rs125, %p53;
 	setp.gt.u32 	%p54, %r23, -2147483648;
-	@%p54 bra 	$L__BB30_48;
+	@%p54 bra 	$L__BB19_48;
 
 	setp.ne.s32 	%p55, %r23, -2147483648;
 	and.b16  	%rs126, %rs189, 1;
 	setp.eq.b16 	%p56, %rs126, 1;
 	not.pred 	%p57, %p56;
 	or.pred  	%p58, %p55, %p57;
-	@%p58 bra 	$L__BB30_49;
+	@%p58 bra 	$L__BB19_49;
 
-$L__BB30_48:
+$L__BB19_48:
 	add.s16 	%rs189, %rs189, 1;
 
-$L__BB30_49:
+$L__BB19_49:
 	and.b32  	%r116, %r18, 2147483647;
 	setp.gt.u32 	%p59, %r116, 2139095040;
 	shr.u32 	%r117, %r18, 16;
@@ -7528,19 +7781,19 @@ $L__BB30_49:
 	selp.b32 	%r24, 0, %r118, %p59;
 	selp.b16 	%rs190, 32767, %rs127, %p59;
 	setp.gt.u32 	%p60, %r24, -2147483648;
-	@%p60 bra 	$L__BB30_51;
+	@%p60 bra 	$L__BB19_51;
 
 	setp.ne.s32 	%p61, %r24, -2147483648;
 	and.b16  	%rs128, %rs190, 1;
 	setp.eq.b16 	%p62, %rs128, 1;
 	not.pred 	%p63, %p62;
 	or.pred  	%p64, %p61, %p63;
-	@%p64 bra 	$L__BB30_52;
+	@%p64 bra 	$L__BB19_52;
 
-$L__BB30_51:
+$L__BB19_51:
 	add.s16 	%rs190, %rs190, 1;
 
-$L__BB30_52:
+$L__BB19_52:
 	and.b32  	%r119, %r19, 2147483647;
 	setp.gt.u32 	%p65, %r119, 2139095040;
 	shr.u32 	%r120, %r19, 16;
@@ -7549,19 +7802,19 @@ $L__BB30_52:
 	selp.b32 	%r25, 0, %r121, %p65;
 	selp.b16 	%rs187, 32767, %rs129, %p65;
 	setp.gt.u32 	%p66, %r25, -2147483648;
-	@%p66 bra 	$L__BB30_54;
+	@%p66 bra 	$L__BB19_54;
 
 	setp.ne.s32 	%p67, %r25, -2147483648;
 	and.b16  	%rs130, %rs187, 1;
 	setp.eq.b16 	%p68, %rs130, 1;
 	not.pred 	%p69, %p68;
 	or.pred  	%p70, %p67, %p69;
-	@%p70 bra 	$L__BB30_55;
+	@%p70 bra 	$L__BB19_55;
 
-$L__BB30_54:
+$L__BB19_54:
 	add.s16 	%rs187, %rs187, 1;
 
-$L__BB30_55:
+$L__BB19_55:
 	and.b32  	%r122, %r20, 2147483647;
 	setp.gt.u32 	%p71, %r122, 2139095040;
 	shr.u32 	%r123, %r20, 16;
@@ -7570,19 +7823,19 @@ $L__BB30_55:
 	selp.b32 	%r26, 0, %r124, %p71;
 	selp.b16 	%rs188, 32767, %rs131, %p71;
 	setp.gt.u32 	%p72, %r26, -2147483648;
-	@%p72 bra 	$L__BB30_57;
+	@%p72 bra 	$L__BB19_57;
 
 	setp.ne.s32 	%p73, %r26, -2147483648;
 	and.b16  	%rs132, %rs188, 1;
 	setp.eq.b16 	%p74, %rs132, 1;
 	not.pred 	%p75, %p74;
 	or.pred  	%p76, %p73, %p75;
-	@%p76 bra 	$L__BB30_58;
+	@%p76 bra 	$L__BB19_58;
 
-$L__BB30_57:
+$L__BB19_57:
 	add.s16 	%rs188, %rs188, 1;
 
-$L__BB30_58:
+$L__BB19_58:
 	and.b32  	%r125, %r21, 2147483647;
 	setp.gt.u32 	%p77, %r125, 2139095040;
 	shr.u32 	%r126, %r21, 16;
@@ -7591,19 +7844,19 @@ $L__BB30_58:
 	selp.b32 	%r27, 0, %r127, %p77;
 	selp.b16 	%rs185, 32767, %rs133, %p77;
 	setp.gt.u32 	%p78, %r27, -2147483648;
-	@%p78 bra 	$L__BB30_60;
+	@%p78 bra 	$L__BB19_60;
 
 	setp.ne.s32 	%p79, %r27, -2147483648;
 	and.b16  	%rs134, %rs185, 1;
 	setp.eq.b16 	%p80, %rs134, 1;
 	not.pred 	%p81, %p80;
 	or.pred  	%p82, %p79, %p81;
-	@%p82 bra 	$L__BB30_61;
+	@%p82 bra 	$L__BB19_61;
 
-$L__BB30_60:
+$L__BB19_60:
 	add.s16 	%rs185, %rs185, 1;
 
-$L__BB30_61:
+$L__BB19_61:
 	and.b32  	%r128, %r22, 2147483647;
 	setp.gt.u32 	%p83, %r128, 2139095040;
 	shr.u32 	%r129, %r22, 16;
@@ -7612,23 +7865,23 @@ $L__BB30_61:
 	selp.b32 	%r28, 0, %r130, %p83;
 	selp.b16 	%rs186, 32767, %rs135, %p83;
 	setp.gt.u32 	%p84, %r28, -2147483648;
-	@%p84 bra 	$L__BB30_63;
+	@%p84 bra 	$L__BB19_63;
 
 	setp.ne.s32 	%p85, %r28, -2147483648;
 	and.b16  	%rs136, %rs186, 1;
 	setp.eq.b16 	%p86, %rs136, 1;
 	not.pred 	%p87, %p86;
 	or.pred  	%p88, %p85, %p87;
-	@%p88 bra 	$L__BB30_88;
+	@%p88 bra 	$L__BB19_88;
 
-$L__BB30_63:
+$L__BB19_63:
 	add.s16 	%rs186, %rs186, 1;
 
-$L__BB30_88:
+$L__BB19_88:
 	add.s64 	%rd105, %rd1, %rd92;
 	add.s64 	%rd37, %rd105, 2;
 	setp.eq.s64 	%p137, %rd35, 0;
-	@%p137 bra 	$L__BB30_90;
+	@%p137 bra 	$L__BB19_90;
 
 	st.global.u16 	[%rd37+-2], %rs191;
 	st.global.u16 	[%rd37], %rs192;
@@ -7638,39 +7891,39 @@ $L__BB30_88:
 	st.global.u16 	[%rd37+8], %rs188;
 	st.global.u16 	[%rd37+10], %rs185;
 	st.global.u16 	[%rd37+12], %rs186;
-	bra.uni 	$L__BB30_91;
+	bra.uni 	$L__BB19_91;
 
-$L__BB30_90:
+$L__BB19_90:
 	mov.b32 	%r163, {%rs185, %rs186};
 	mov.b32 	%r164, {%rs187, %rs188};
 	mov.b32 	%r165, {%rs189, %rs190};
 	mov.b32 	%r166, {%rs191, %rs192};
 	st.global.v4.u32 	[%rd37+-2], {%r166, %r165, %r164, %r163};
 
-$L__BB30_91:
+$L__BB19_91:
 	add.s64 	%rd176, %rd176, %rd34;
 	setp.lt.u64 	%p138, %rd176, %rd12;
-	@%p138 bra 	$L__BB30_28;
+	@%p138 bra 	$L__BB19_28;
 
-$L__BB30_92:
+$L__BB19_92:
 	add.s64 	%rd177, %rd12, %rd31;
 	setp.ge.u64 	%p139, %rd177, %rd11;
-	@%p139 bra 	$L__BB30_123;
+	@%p139 bra 	$L__BB19_123;
 
 	setp.gt.u32 	%p140, %r60, 1;
 	cvt.rn.f32.u32 	%f74, %r60;
 	mov.u32 	%r167, %ntid.x;
 	cvt.u64.u32 	%rd40, %r167;
-	@%p140 bra 	$L__BB30_100;
-	bra.uni 	$L__BB30_94;
+	@%p140 bra 	$L__BB19_100;
+	bra.uni 	$L__BB19_94;
 
-$L__BB30_100:
+$L__BB19_100:
 	add.s32 	%r172, %r60, -1;
 	add.s32 	%r38, %r60, -2;
 	and.b32  	%r39, %r172, 3;
 	sub.s32 	%r40, %r172, %r39;
 
-$L__BB30_101:
+$L__BB19_101:
 	ld.global.u64 	%rd111, [%rd3];
 	shl.b64 	%rd112, %rd177, 1;
 	add.s64 	%rd113, %rd111, %rd112;
@@ -7680,18 +7933,18 @@ $L__BB30_101:
 
 	// end inline asm
 	setp.eq.s32 	%p149, %r61, 2;
-	@%p149 bra 	$L__BB30_108;
+	@%p149 bra 	$L__BB19_108;
 
 	setp.eq.s32 	%p150, %r61, 3;
-	@%p150 bra 	$L__BB30_106;
+	@%p150 bra 	$L__BB19_106;
 
 	setp.ne.s32 	%p151, %r61, 4;
-	@%p151 bra 	$L__BB30_115;
+	@%p151 bra 	$L__BB19_115;
 
 	mov.u32 	%r193, 1;
 	mov.u64 	%rd179, %rd3;
 
-$L__BB30_105:
+$L__BB19_105:
 	add.s64 	%rd45, %rd179, 8;
 	ld.global.u64 	%rd114, [%rd179+8];
 	add.s64 	%rd116, %rd114, %rd112;
@@ -7704,18 +7957,18 @@ $L__BB30_105:
 	add.s32 	%r193, %r193, 1;
 	setp.lt.u32 	%p152, %r193, %r60;
 	mov.u64 	%rd179, %rd45;
-	@%p152 bra 	$L__BB30_105;
-	bra.uni 	$L__BB30_117;
+	@%p152 bra 	$L__BB19_105;
+	bra.uni 	$L__BB19_117;
 
-$L__BB30_108:
+$L__BB19_108:
 	setp.lt.u32 	%p155, %r38, 3;
 	mov.u32 	%r197, 1;
-	@%p155 bra 	$L__BB30_111;
+	@%p155 bra 	$L__BB19_111;
 
 	mov.u32 	%r197, 1;
 	mov.u32 	%r196, %r40;
 
-$L__BB30_110:
+$L__BB19_110:
 	mul.wide.u32 	%rd122, %r197, 8;
 	add.s64 	%rd123, %rd3, %rd122;
 	ld.global.u64 	%rd124, [%rd123];
@@ -7760,11 +8013,11 @@ $L__BB30_110:
 	add.s32 	%r197, %r197, 4;
 	add.s32 	%r196, %r196, -4;
 	setp.ne.s32 	%p160, %r196, 0;
-	@%p160 bra 	$L__BB30_110;
+	@%p160 bra 	$L__BB19_110;
 
-$L__BB30_111:
+$L__BB19_111:
 	setp.eq.s32 	%p161, %r39, 0;
-	@%p161 bra 	$L__BB30_117;
+	@%p161 bra 	$L__BB19_117;
 
 	setp.eq.s32 	%p162, %r39, 1;
 	mul.wide.u32 	%rd135, %r197, 8;
@@ -7778,7 +8031,7 @@ $L__BB30_111:
 	// end inline asm
 	setp.lt.f32 	%p163, %f155, %f198;
 	selp.f32 	%f198, %f155, %f198, %p163;
-	@%p162 bra 	$L__BB30_117;
+	@%p162 bra 	$L__BB19_117;
 
 	setp.eq.s32 	%p164, %r39, 2;
 	add.s32 	%r178, %r197, 1;
@@ -7793,7 +8046,7 @@ $L__BB30_111:
 	// end inline asm
 	setp.lt.f32 	%p165, %f156, %f198;
 	selp.f32 	%f198, %f156, %f198, %p165;
-	@%p164 bra 	$L__BB30_117;
+	@%p164 bra 	$L__BB19_117;
 
 	add.s32 	%r179, %r197, 2;
 	mul.wide.u32 	%rd145, %r179, 8;
@@ -7807,12 +8060,12 @@ $L__BB30_111:
 	// end inline asm
 	setp.lt.f32 	%p166, %f157, %f198;
 	selp.f32 	%f198, %f157, %f198, %p166;
-	bra.uni 	$L__BB30_117;
+	bra.uni 	$L__BB19_117;
 
-$L__BB30_106:
+$L__BB19_106:
 	mov.u32 	%r194, 1;
 
-$L__BB30_107:
+$L__BB19_107:
 	mul.wide.u32 	%rd117, %r194, 8;
 	add.s64 	%rd118, %rd3, %rd117;
 	ld.global.u64 	%rd119, [%rd118];
@@ -7826,13 +8079,13 @@ $L__BB30_107:
 	selp.f32 	%f198, %f146, %f198, %p153;
 	add.s32 	%r194, %r194, 1;
 	setp.lt.u32 	%p154, %r194, %r60;
-	@%p154 bra 	$L__BB30_107;
-	bra.uni 	$L__BB30_117;
+	@%p154 bra 	$L__BB19_107;
+	bra.uni 	$L__BB19_117;
 
-$L__BB30_115:
+$L__BB19_115:
 	mov.u32 	%r198, 1;
 
-$L__BB30_116:
+$L__BB19_116:
 	mul.wide.u32 	%rd150, %r198, 8;
 	add.s64 	%rd151, %rd3, %rd150;
 	ld.global.u64 	%rd152, [%rd151];
@@ -7845,15 +8098,15 @@ $L__BB30_116:
 	add.f32 	%f198, %f198, %f158;
 	add.s32 	%r198, %r198, 1;
 	setp.lt.u32 	%p167, %r198, %r60;
-	@%p167 bra 	$L__BB30_116;
+	@%p167 bra 	$L__BB19_116;
 
-$L__BB30_117:
+$L__BB19_117:
 	setp.ne.s32 	%p168, %r61, 1;
-	@%p168 bra 	$L__BB30_119;
+	@%p168 bra 	$L__BB19_119;
 
 	div.rn.f32 	%f198, %f198, %f74;
 
-$L__BB30_119:
+$L__BB19_119:
 	mov.b32 	%r181, %f198;
 	and.b32  	%r182, %r181, 2147483647;
 	setp.gt.u32 	%p169, %r182, 2139095040;
@@ -7863,27 +8116,27 @@ $L__BB30_119:
 	selp.b32 	%r52, 0, %r183, %p169;
 	selp.b16 	%rs194, 32767, %rs167, %p169;
 	setp.gt.u32 	%p170, %r52, -2147483648;
-	@%p170 bra 	$L__BB30_121;
+	@%p170 bra 	$L__BB19_121;
 
 	setp.ne.s32 	%p171, %r52, -2147483648;
 	and.b16  	%rs168, %rs194, 1;
 	setp.eq.b16 	%p172, %rs168, 1;
 	not.pred 	%p173, %p172;
 	or.pred  	%p174, %p171, %p173;
-	@%p174 bra 	$L__BB30_122;
+	@%p174 bra 	$L__BB19_122;
 
-$L__BB30_121:
+$L__BB19_121:
 	add.s16 	%rs194, %rs194, 1;
 
-$L__BB30_122:
+$L__BB19_122:
 	add.s64 	%rd156, %rd1, %rd112;
 	st.global.u16 	[%rd156], %rs194;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p175, %rd177, %rd11;
-	@%p175 bra 	$L__BB30_101;
-	bra.uni 	$L__BB30_123;
+	@%p175 bra 	$L__BB19_101;
+	bra.uni 	$L__BB19_123;
 
-$L__BB30_94:
+$L__BB19_94:
 	ld.global.u64 	%rd106, [%rd3];
 	shl.b64 	%rd107, %rd177, 1;
 	add.s64 	%rd108, %rd106, %rd107;
@@ -7893,11 +8146,11 @@ $L__BB30_94:
 
 	// end inline asm
 	setp.ne.s32 	%p141, %r61, 1;
-	@%p141 bra 	$L__BB30_96;
+	@%p141 bra 	$L__BB19_96;
 
 	div.rn.f32 	%f191, %f191, %f74;
 
-$L__BB30_96:
+$L__BB19_96:
 	mov.b32 	%r168, %f191;
 	and.b32  	%r169, %r168, 2147483647;
 	setp.gt.u32 	%p142, %r169, 2139095040;
@@ -7907,28 +8160,28 @@ $L__BB30_96:
 	selp.b32 	%r37, 0, %r170, %p142;
 	selp.b16 	%rs193, 32767, %rs154, %p142;
 	setp.gt.u32 	%p143, %r37, -2147483648;
-	@%p143 bra 	$L__BB30_98;
+	@%p143 bra 	$L__BB19_98;
 
 	setp.ne.s32 	%p144, %r37, -2147483648;
 	and.b16  	%rs155, %rs193, 1;
 	setp.eq.b16 	%p145, %rs155, 1;
 	not.pred 	%p146, %p145;
 	or.pred  	%p147, %p144, %p146;
-	@%p147 bra 	$L__BB30_99;
+	@%p147 bra 	$L__BB19_99;
 
-$L__BB30_98:
+$L__BB19_98:
 	add.s16 	%rs193, %rs193, 1;
 
-$L__BB30_99:
+$L__BB19_99:
 	add.s64 	%rd110, %rd1, %rd107;
 	st.global.u16 	[%rd110], %rs193;
 	add.s64 	%rd177, %rd177, %rd40;
 	setp.lt.u64 	%p148, %rd177, %rd11;
-	@%p148 bra 	$L__BB30_94;
+	@%p148 bra 	$L__BB19_94;
 
-$L__BB30_123:
+$L__BB19_123:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB30_128;
+	@%p10 bra 	$L__BB19_128;
 
 	mov.u32 	%r53, %ntid.x;
 	add.s32 	%r185, %r60, %r59;
@@ -7938,9 +8191,9 @@ $L__BB30_123:
 	shl.b64 	%rd164, %rd47, 3;
 	mov.u32 	%r199, %r200;
 
-$L__BB30_125:
+$L__BB19_125:
 	setp.eq.s32 	%p177, %r199, %r59;
-	@%p177 bra 	$L__BB30_127;
+	@%p177 bra 	$L__BB19_127;
 
 	mul.wide.u32 	%rd160, %r199, 8;
 	add.s64 	%rd161, %rd3, %rd160;
@@ -7952,21 +8205,21 @@ $L__BB30_125:
 	st.release.sys.global.u64 [%rd158], %rd159;
 	// end inline asm
 
-$L__BB30_127:
+$L__BB19_127:
 	add.s32 	%r199, %r199, %r53;
 	setp.lt.u32 	%p178, %r199, %r60;
-	@%p178 bra 	$L__BB30_125;
+	@%p178 bra 	$L__BB19_125;
 
-$L__BB30_128:
-	@%p10 bra 	$L__BB30_135;
+$L__BB19_128:
+	@%p10 bra 	$L__BB19_135;
 
 	ld.global.u64 	%rd165, [%rd13];
 	mov.u32 	%r56, %ntid.x;
 	add.s64 	%rd48, %rd165, %rd52;
 
-$L__BB30_130:
+$L__BB19_130:
 	setp.eq.s32 	%p180, %r200, %r59;
-	@%p180 bra 	$L__BB30_134;
+	@%p180 bra 	$L__BB19_134;
 
 	add.s32 	%r187, %r200, %r60;
 	shl.b32 	%r188, %r187, 9;
@@ -7975,23 +8228,1355 @@ $L__BB30_130:
 	shl.b64 	%rd168, %rd167, 3;
 	add.s64 	%rd49, %rd48, %rd168;
 
-$L__BB30_132:
+$L__BB19_132:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd169, [%rd49];
 	// end inline asm
 	setp.eq.s64 	%p181, %rd169, 0;
-	@%p181 bra 	$L__BB30_132;
+	@%p181 bra 	$L__BB19_132;
 
 	mov.u64 	%rd171, 0;
 	st.volatile.u64 	[%rd49], %rd171;
 
-$L__BB30_134:
+$L__BB19_134:
 	add.s32 	%r200, %r200, %r56;
 	setp.lt.u32 	%p182, %r200, %r60;
-	@%p182 bra 	$L__BB30_130;
+	@%p182 bra 	$L__BB19_130;
 
-$L__BB30_135:
+$L__BB19_135:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_bf16
+.visible .entry smcuda_twoshot_bf16(
+	.param .u64 smcuda_twoshot_bf16_param_0,
+	.param .u64 smcuda_twoshot_bf16_param_1,
+	.param .u64 smcuda_twoshot_bf16_param_2,
+	.param .u64 smcuda_twoshot_bf16_param_3,
+	.param .u32 smcuda_twoshot_bf16_param_4,
+	.param .u32 smcuda_twoshot_bf16_param_5,
+	.param .u64 smcuda_twoshot_bf16_param_6,
+	.param .u32 smcuda_twoshot_bf16_param_7,
+	.param .u64 smcuda_twoshot_bf16_param_8,
+	.param .u64 smcuda_twoshot_bf16_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<183>;
+	.reg .b16 	%rs<180>;
+	.reg .f32 	%f<177>;
+	.reg .b32 	%r<216>;
+	.reg .b64 	%rd<288>;
+
+
+	ld.param.u64 	%rd56, [smcuda_twoshot_bf16_param_0];
+	ld.param.u64 	%rd58, [smcuda_twoshot_bf16_param_2];
+	ld.param.u64 	%rd59, [smcuda_twoshot_bf16_param_3];
+	ld.param.u32 	%r64, [smcuda_twoshot_bf16_param_4];
+	ld.param.u32 	%r65, [smcuda_twoshot_bf16_param_5];
+	ld.param.u64 	%rd60, [smcuda_twoshot_bf16_param_6];
+	ld.param.u32 	%r66, [smcuda_twoshot_bf16_param_7];
+	ld.param.u64 	%rd61, [smcuda_twoshot_bf16_param_8];
+	ld.param.u64 	%rd62, [smcuda_twoshot_bf16_param_9];
+	cvta.to.global.u64 	%rd63, %rd58;
+	mul.wide.u32 	%rd64, %r64, 8;
+	add.s64 	%rd65, %rd63, %rd64;
+	ld.global.u64 	%rd1, [%rd65];
+	cvt.u64.u32 	%rd2, %r65;
+	mul.lo.s64 	%rd66, %rd2, %rd62;
+	min.u64 	%rd67, %rd66, %rd60;
+	add.s64 	%rd68, %rd2, %rd67;
+	add.s64 	%rd3, %rd68, -1;
+	and.b64  	%rd69, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd69, 0;
+	@%p1 bra 	$L__BB20_2;
+
+	div.u64 	%rd276, %rd3, %rd2;
+	bra.uni 	$L__BB20_3;
+
+$L__BB20_2:
+	cvt.u32.u64 	%r67, %rd2;
+	cvt.u32.u64 	%r68, %rd3;
+	div.u32 	%r69, %r68, %r67;
+	cvt.u64.u32 	%rd276, %r69;
+
+$L__BB20_3:
+	add.s64 	%rd70, %rd276, 7;
+	and.b64  	%rd7, %rd70, -8;
+	mov.u32 	%r70, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r70;
+	add.s64 	%rd71, %rd8, %rd7;
+	add.s64 	%rd9, %rd71, -1;
+	and.b64  	%rd72, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd72, 0;
+	@%p2 bra 	$L__BB20_5;
+
+	div.u64 	%rd277, %rd9, %rd8;
+	bra.uni 	$L__BB20_6;
+
+$L__BB20_5:
+	cvt.u32.u64 	%r71, %rd8;
+	cvt.u32.u64 	%r72, %rd9;
+	div.u32 	%r73, %r72, %r71;
+	cvt.u64.u32 	%rd277, %r73;
+
+$L__BB20_6:
+	add.s64 	%rd73, %rd277, 7;
+	and.b64  	%rd13, %rd73, -8;
+	setp.eq.s64 	%p3, %rd60, 0;
+	@%p3 bra 	$L__BB20_141;
+
+	cvt.rn.f32.u32 	%f1, %r65;
+	mov.u64 	%rd278, 0;
+	mov.u32 	%r76, %tid.x;
+	mov.u32 	%r77, %ntid.x;
+	mov.u32 	%r78, %ctaid.x;
+
+$L__BB20_8:
+	sub.s64 	%rd77, %rd60, %rd278;
+	min.u64 	%rd15, %rd77, %rd66;
+	add.s64 	%rd78, %rd2, %rd15;
+	add.s64 	%rd16, %rd78, -1;
+	and.b64  	%rd79, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd79, 0;
+	@%p4 bra 	$L__BB20_10;
+
+	div.u64 	%rd279, %rd16, %rd2;
+	bra.uni 	$L__BB20_11;
+
+$L__BB20_10:
+	cvt.u32.u64 	%r74, %rd16;
+	div.u32 	%r75, %r74, %r65;
+	cvt.u64.u32 	%rd279, %r75;
+
+$L__BB20_11:
+	ld.param.u64 	%rd247, [smcuda_twoshot_bf16_param_2];
+	ld.param.u64 	%rd246, [smcuda_twoshot_bf16_param_1];
+	setp.ge.u32 	%p5, %r76, %r65;
+	add.s64 	%rd81, %rd279, 7;
+	and.b64  	%rd20, %rd81, -8;
+	shl.b64 	%rd82, %rd278, 1;
+	add.s64 	%rd83, %rd246, %rd82;
+	{ // callseq 6, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd83;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd247;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r64;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r65;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd15;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r78;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 2;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r76;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r77;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 6
+	bar.sync 	0;
+	@%p5 bra 	$L__BB20_16;
+
+	mov.u32 	%r204, %tid.x;
+
+$L__BB20_13:
+	setp.eq.s32 	%p6, %r204, %r64;
+	@%p6 bra 	$L__BB20_15;
+
+	mul.wide.u32 	%rd87, %r204, 8;
+	add.s64 	%rd88, %rd63, %rd87;
+	ld.global.u64 	%rd89, [%rd88];
+	add.s64 	%rd90, %rd89, %rd59;
+	shl.b32 	%r79, %r64, 9;
+	cvt.u64.u32 	%rd91, %r79;
+	cvt.u64.u32 	%rd92, %r78;
+	add.s64 	%rd93, %rd91, %rd92;
+	shl.b64 	%rd94, %rd93, 3;
+	add.s64 	%rd84, %rd90, %rd94;
+	mov.u64 	%rd85, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd84], %rd85;
+	// end inline asm
+
+$L__BB20_15:
+	add.s32 	%r204, %r204, %r77;
+	setp.lt.u32 	%p7, %r204, %r65;
+	@%p7 bra 	$L__BB20_13;
+
+$L__BB20_16:
+	@%p5 bra 	$L__BB20_23;
+
+	ld.global.u64 	%rd98, [%rd65];
+	mov.u32 	%r205, %tid.x;
+	add.s64 	%rd21, %rd98, %rd59;
+
+$L__BB20_18:
+	setp.eq.s32 	%p9, %r205, %r64;
+	@%p9 bra 	$L__BB20_22;
+
+	shl.b32 	%r82, %r205, 9;
+	cvt.u64.u32 	%rd99, %r82;
+	cvt.u64.u32 	%rd100, %r78;
+	add.s64 	%rd101, %rd99, %rd100;
+	shl.b64 	%rd102, %rd101, 3;
+	add.s64 	%rd22, %rd21, %rd102;
+
+$L__BB20_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd103, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd103, 0;
+	@%p10 bra 	$L__BB20_20;
+
+	mov.u64 	%rd105, 0;
+	st.volatile.u64 	[%rd22], %rd105;
+
+$L__BB20_22:
+	add.s32 	%r205, %r205, %r77;
+	setp.lt.u32 	%p11, %r205, %r65;
+	@%p11 bra 	$L__BB20_18;
+
+$L__BB20_23:
+	shl.b64 	%rd248, %rd278, 1;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd106, %r64;
+	mul.lo.s64 	%rd107, %rd20, %rd106;
+	min.u64 	%rd108, %rd15, %rd107;
+	add.s64 	%rd109, %rd108, %rd20;
+	min.u64 	%rd110, %rd15, %rd109;
+	sub.s64 	%rd111, %rd110, %rd108;
+	cvt.u64.u32 	%rd112, %r78;
+	mul.lo.s64 	%rd113, %rd13, %rd112;
+	min.u64 	%rd23, %rd111, %rd113;
+	sub.s64 	%rd114, %rd111, %rd23;
+	min.u64 	%rd24, %rd114, %rd13;
+	add.s64 	%rd117, %rd56, %rd248;
+	or.b64  	%rd118, %rd83, %rd117;
+	and.b64  	%rd119, %rd118, 15;
+	setp.eq.s64 	%p12, %rd119, 0;
+	and.b64  	%rd120, %rd24, -8;
+	selp.b64 	%rd25, %rd120, 0, %p12;
+	mul.wide.u32 	%rd121, %r76, 8;
+	setp.ge.u64 	%p13, %rd121, %rd25;
+	@%p13 bra 	$L__BB20_95;
+
+	mov.u32 	%r86, %tid.x;
+	mul.wide.u32 	%rd280, %r86, 8;
+
+$L__BB20_25:
+	shl.b64 	%rd250, %rd278, 1;
+	add.s64 	%rd249, %rd246, %rd250;
+	shl.b64 	%rd127, %rd108, 1;
+	add.s64 	%rd128, %rd249, %rd127;
+	setp.eq.s32 	%p14, %r64, 0;
+	selp.b64 	%rd129, %rd128, %rd1, %p14;
+	add.s64 	%rd28, %rd280, %rd23;
+	shl.b64 	%rd130, %rd28, 1;
+	add.s64 	%rd131, %rd129, %rd130;
+	ld.v4.u32 	{%r87, %r88, %r89, %r90}, [%rd131];
+	mov.b32 	{%rs76, %rs77}, %r87;
+	// begin inline asm
+	{ mov.b32 %f154, {0,%rs76};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f153, {0,%rs77};}
+
+	// end inline asm
+	mov.b32 	{%rs78, %rs79}, %r88;
+	// begin inline asm
+	{ mov.b32 %f152, {0,%rs78};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f151, {0,%rs79};}
+
+	// end inline asm
+	mov.b32 	{%rs80, %rs81}, %r89;
+	// begin inline asm
+	{ mov.b32 %f150, {0,%rs80};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f149, {0,%rs81};}
+
+	// end inline asm
+	mov.b32 	{%rs82, %rs83}, %r90;
+	// begin inline asm
+	{ mov.b32 %f148, {0,%rs82};}
+
+	// end inline asm
+	// begin inline asm
+	{ mov.b32 %f147, {0,%rs83};}
+
+	// end inline asm
+	setp.lt.u32 	%p15, %r65, 2;
+	@%p15 bra 	$L__BB20_40;
+
+	setp.eq.s32 	%p16, %r66, 2;
+	@%p16 bra 	$L__BB20_36;
+	bra.uni 	$L__BB20_27;
+
+$L__BB20_36:
+	mov.u32 	%r207, 1;
+
+$L__BB20_37:
+	.pragma "nounroll";
+	shl.b64 	%rd255, %rd278, 1;
+	add.s64 	%rd254, %rd246, %rd255;
+	add.s64 	%rd282, %rd249, %rd127;
+	setp.eq.s32 	%p30, %r207, %r64;
+	@%p30 bra 	$L__BB20_39;
+
+	setp.ge.u32 	%p31, %r207, %r64;
+	selp.b32 	%r103, -1, 0, %p31;
+	add.s32 	%r104, %r207, %r103;
+	cvt.u64.u32 	%rd149, %r104;
+	mul.lo.s64 	%rd150, %rd7, %rd149;
+	shl.b64 	%rd151, %rd150, 1;
+	add.s64 	%rd282, %rd1, %rd151;
+
+$L__BB20_39:
+	add.s64 	%rd257, %rd280, %rd23;
+	shl.b64 	%rd256, %rd257, 1;
+	add.s64 	%rd153, %rd282, %rd256;
+	ld.v4.u32 	{%r105, %r106, %r107, %r108}, [%rd153];
+	mov.b32 	{%rs108, %rs109}, %r105;
+	// begin inline asm
+	{ mov.b32 %f118, {0,%rs108};}
+
+	// end inline asm
+	setp.lt.f32 	%p32, %f118, %f154;
+	selp.f32 	%f154, %f118, %f154, %p32;
+	// begin inline asm
+	{ mov.b32 %f119, {0,%rs109};}
+
+	// end inline asm
+	setp.lt.f32 	%p33, %f119, %f153;
+	selp.f32 	%f153, %f119, %f153, %p33;
+	mov.b32 	{%rs110, %rs111}, %r106;
+	// begin inline asm
+	{ mov.b32 %f120, {0,%rs110};}
+
+	// end inline asm
+	setp.lt.f32 	%p34, %f120, %f152;
+	selp.f32 	%f152, %f120, %f152, %p34;
+	// begin inline asm
+	{ mov.b32 %f121, {0,%rs111};}
+
+	// end inline asm
+	setp.lt.f32 	%p35, %f121, %f151;
+	selp.f32 	%f151, %f121, %f151, %p35;
+	mov.b32 	{%rs112, %rs113}, %r107;
+	// begin inline asm
+	{ mov.b32 %f122, {0,%rs112};}
+
+	// end inline asm
+	setp.lt.f32 	%p36, %f122, %f150;
+	selp.f32 	%f150, %f122, %f150, %p36;
+	// begin inline asm
+	{ mov.b32 %f123, {0,%rs113};}
+
+	// end inline asm
+	setp.lt.f32 	%p37, %f123, %f149;
+	selp.f32 	%f149, %f123, %f149, %p37;
+	mov.b32 	{%rs114, %rs115}, %r108;
+	// begin inline asm
+	{ mov.b32 %f124, {0,%rs114};}
+
+	// end inline asm
+	setp.lt.f32 	%p38, %f124, %f148;
+	selp.f32 	%f148, %f124, %f148, %p38;
+	// begin inline asm
+	{ mov.b32 %f125, {0,%rs115};}
+
+	// end inline asm
+	setp.lt.f32 	%p39, %f125, %f147;
+	selp.f32 	%f147, %f125, %f147, %p39;
+	add.s32 	%r207, %r207, 1;
+	setp.lt.u32 	%p40, %r207, %r65;
+	@%p40 bra 	$L__BB20_37;
+	bra.uni 	$L__BB20_40;
+
+$L__BB20_27:
+	mov.u32 	%r206, 1;
+
+$L__BB20_28:
+	.pragma "nounroll";
+	add.s64 	%rd281, %rd83, %rd127;
+	setp.eq.s32 	%p17, %r206, %r64;
+	@%p17 bra 	$L__BB20_30;
+
+	setp.ge.u32 	%p18, %r206, %r64;
+	selp.b32 	%r96, -1, 0, %p18;
+	add.s32 	%r97, %r206, %r96;
+	cvt.u64.u32 	%rd138, %r97;
+	mul.lo.s64 	%rd139, %rd7, %rd138;
+	shl.b64 	%rd140, %rd139, 1;
+	add.s64 	%rd281, %rd1, %rd140;
+
+$L__BB20_30:
+	add.s64 	%rd252, %rd280, %rd23;
+	shl.b64 	%rd251, %rd252, 1;
+	add.s64 	%rd142, %rd281, %rd251;
+	ld.v4.u32 	{%r98, %r99, %r100, %r101}, [%rd142];
+	setp.eq.s32 	%p19, %r66, 3;
+	@%p19 bra 	$L__BB20_33;
+
+	setp.ne.s32 	%p20, %r66, 4;
+	@%p20 bra 	$L__BB20_34;
+
+	mov.b32 	{%rs84, %rs85}, %r98;
+	// begin inline asm
+	{ mov.b32 %f94, {0,%rs84};}
+
+	// end inline asm
+	mul.f32 	%f154, %f94, %f154;
+	// begin inline asm
+	{ mov.b32 %f95, {0,%rs85};}
+
+	// end inline asm
+	mul.f32 	%f153, %f95, %f153;
+	mov.b32 	{%rs86, %rs87}, %r99;
+	// begin inline asm
+	{ mov.b32 %f96, {0,%rs86};}
+
+	// end inline asm
+	mul.f32 	%f152, %f96, %f152;
+	// begin inline asm
+	{ mov.b32 %f97, {0,%rs87};}
+
+	// end inline asm
+	mul.f32 	%f151, %f97, %f151;
+	mov.b32 	{%rs88, %rs89}, %r100;
+	// begin inline asm
+	{ mov.b32 %f98, {0,%rs88};}
+
+	// end inline asm
+	mul.f32 	%f150, %f98, %f150;
+	// begin inline asm
+	{ mov.b32 %f99, {0,%rs89};}
+
+	// end inline asm
+	mul.f32 	%f149, %f99, %f149;
+	mov.b32 	{%rs90, %rs91}, %r101;
+	// begin inline asm
+	{ mov.b32 %f100, {0,%rs90};}
+
+	// end inline asm
+	mul.f32 	%f148, %f100, %f148;
+	// begin inline asm
+	{ mov.b32 %f101, {0,%rs91};}
+
+	// end inline asm
+	mul.f32 	%f147, %f101, %f147;
+	bra.uni 	$L__BB20_35;
+
+$L__BB20_33:
+	mov.b32 	{%rs92, %rs93}, %r98;
+	// begin inline asm
+	{ mov.b32 %f102, {0,%rs92};}
+
+	// end inline asm
+	setp.gt.f32 	%p21, %f102, %f154;
+	selp.f32 	%f154, %f102, %f154, %p21;
+	// begin inline asm
+	{ mov.b32 %f103, {0,%rs93};}
+
+	// end inline asm
+	setp.gt.f32 	%p22, %f103, %f153;
+	selp.f32 	%f153, %f103, %f153, %p22;
+	mov.b32 	{%rs94, %rs95}, %r99;
+	// begin inline asm
+	{ mov.b32 %f104, {0,%rs94};}
+
+	// end inline asm
+	setp.gt.f32 	%p23, %f104, %f152;
+	selp.f32 	%f152, %f104, %f152, %p23;
+	// begin inline asm
+	{ mov.b32 %f105, {0,%rs95};}
+
+	// end inline asm
+	setp.gt.f32 	%p24, %f105, %f151;
+	selp.f32 	%f151, %f105, %f151, %p24;
+	mov.b32 	{%rs96, %rs97}, %r100;
+	// begin inline asm
+	{ mov.b32 %f106, {0,%rs96};}
+
+	// end inline asm
+	setp.gt.f32 	%p25, %f106, %f150;
+	selp.f32 	%f150, %f106, %f150, %p25;
+	// begin inline asm
+	{ mov.b32 %f107, {0,%rs97};}
+
+	// end inline asm
+	setp.gt.f32 	%p26, %f107, %f149;
+	selp.f32 	%f149, %f107, %f149, %p26;
+	mov.b32 	{%rs98, %rs99}, %r101;
+	// begin inline asm
+	{ mov.b32 %f108, {0,%rs98};}
+
+	// end inline asm
+	setp.gt.f32 	%p27, %f108, %f148;
+	selp.f32 	%f148, %f108, %f148, %p27;
+	// begin inline asm
+	{ mov.b32 %f109, {0,%rs99};}
+
+	// end inline asm
+	setp.gt.f32 	%p28, %f109, %f147;
+	selp.f32 	%f147, %f109, %f147, %p28;
+	bra.uni 	$L__BB20_35;
+
+$L__BB20_34:
+	mov.b32 	{%rs100, %rs101}, %r98;
+	// begin inline asm
+	{ mov.b32 %f110, {0,%rs100};}
+
+	// end inline asm
+	add.f32 	%f154, %f154, %f110;
+	// begin inline asm
+	{ mov.b32 %f111, {0,%rs101};}
+
+	// end inline asm
+	add.f32 	%f153, %f153, %f111;
+	mov.b32 	{%rs102, %rs103}, %r99;
+	// begin inline asm
+	{ mov.b32 %f112, {0,%rs102};}
+
+	// end inline asm
+	add.f32 	%f152, %f152, %f112;
+	// begin inline asm
+	{ mov.b32 %f113, {0,%rs103};}
+
+	// end inline asm
+	add.f32 	%f151, %f151, %f113;
+	mov.b32 	{%rs104, %rs105}, %r100;
+	// begin inline asm
+	{ mov.b32 %f114, {0,%rs104};}
+
+	// end inline asm
+	add.f32 	%f150, %f150, %f114;
+	// begin inline asm
+	{ mov.b32 %f115, {0,%rs105};}
+
+	// end inline asm
+	add.f32 	%f149, %f149, %f115;
+	mov.b32 	{%rs106, %rs107}, %r101;
+	// begin inline asm
+	{ mov.b32 %f116, {0,%rs106};}
+
+	// end inline asm
+	add.f32 	%f148, %f148, %f116;
+	// begin inline asm
+	{ mov.b32 %f117, {0,%rs107};}
+
+	// end inline asm
+	add.f32 	%f147, %f147, %f117;
+
+$L__BB20_35:
+	add.s32 	%r206, %r206, 1;
+	setp.lt.u32 	%p29, %r206, %r65;
+	@%p29 bra 	$L__BB20_28;
+
+$L__BB20_40:
+	setp.eq.s32 	%p41, %r66, 1;
+	@%p41 bra 	$L__BB20_65;
+	bra.uni 	$L__BB20_41;
+
+$L__BB20_65:
+	div.rn.f32 	%f126, %f154, %f1;
+	mov.b32 	%r140, %f126;
+	and.b32  	%r141, %r140, 2147483647;
+	setp.gt.u32 	%p90, %r141, 2139095040;
+	shl.b32 	%r142, %r140, 16;
+	shr.u32 	%r143, %r140, 16;
+	cvt.u16.u32 	%rs132, %r143;
+	selp.b32 	%r30, 0, %r142, %p90;
+	selp.b16 	%rs177, 32767, %rs132, %p90;
+	setp.gt.u32 	%p91, %r30, -2147483648;
+	@%p91 bra 	$L__BB20_67;
+
+	setp.ne.s32 	%p92, %r30, -2147483648;
+	and.b16  	%rs133, %rs177, 1;
+	setp.eq.b16 	%p93, %rs133, 1;
+	not.pred 	%p94, %p93;
+	or.pred  	%p95, %p92, %p94;
+	@%p95 bra 	$L__BB20_68;
+
+$L__BB20_67:
+	add.s16 	%rs177, %rs177, 1;
+
+$L__BB20_68:
+	div.rn.f32 	%f127, %f153, %f1;
+	mov.b32 	%r144, %f127;
+	and.b32  	%r145, %r144, 2147483647;
+	setp.gt.u32 	%p96, %r145, 2139095040;
+	shl.b32 	%r146, %r144, 16;
+	shr.u32 	%r147, %r144, 16;
+	cvt.u16.u32 	%rs134, %r147;
+	selp.b32 	%r31, 0, %r146, %p96;
+	selp.b16 	%rs178, 32767, %rs134, %p96;
+	setp.gt.u32 	%p97, %r31, -2147483648;
+	@%p97 bra 	$L__BB20_70;
+
+	setp.ne.s32 	%p98, %r31, -2147483648;
+	and.b16  	%rs135, %rs178, 1;
+	setp.eq.b16 	%p99, %rs135, 1;
+	not.pred 	%p100, %p99;
+	or.pred  	%p101, %p98, %p100;
+	@%p101 bra 	$L__BB20_71;
+
+$L__BB20_70:
+	add.s16 	%rs178, %rs178, 1;
+
+$L__BB20_71:
+	div.rn.f32 	%f128, %f152, %f1;
+	mov.b32 	%r148, %f128;
+	and.b32  	%r149, %r148, 2147483647;
+	setp.gt.u32 	%p102, %r149, 2139095040;
+	shl.b32 	%r150, %r148, 16;
+	shr.u32 	%r151, %r148, 16;
+	cvt.u16.u32 	%rs136, %r151;
+	selp.b32 	%r32, 0, %r150, %p102;
+	selp.b16 	%rs175, 32767, %rs136, %p102;
+	setp.gt.u32 	%p103, %r32, -2147483648;
+	@%p103 bra 	$L__BB20_73;
+
+	setp.ne.s32 	%p104, %r32, -2147483648;
+	and.b16  	%rs137, %rs175, 1;
+	setp.eq.b16 	%p105, %rs137, 1;
+	not.pred 	%p106, %p105;
+	or.pred  	%p107, %p104, %p106;
+	@%p107 bra 	$L__BB20_74;
+
+$L__BB20_73:
+	add.s16 	%rs175, %rs175, 1;
+
+$L__BB20_74:
+	div.rn.f32 	%f129, %f151, %f1;
+	mov.b32 	%r152, %f129;
+	and.b32  	%r153, %r152, 2147483647;
+	setp.gt.u32 	%p108, %r153, 2139095040;
+	shl.b32 	%r154, %r152, 16;
+	shr.u32 	%r155, %r152, 16;
+	cvt.u16.u32 	%rs138, %r155;
+	selp.b32 	%r33, 0, %r154, %p108;
+	selp.b16 	%rs176, 32767, %rs138, %p108;
+	setp.gt.u32 	%p109, %r33, -2147483648;
+	@%p109 bra 	$L__BB20_76;
+
+	setp.ne.s32 	%p110, %r33, -2147483648;
+	and.b16  	%rs139, %rs176, 1;
+	setp.eq.b16 	%p111, %rs139, 1;
+	not.pred 	%p112, %p111;
+	or.pred  	%p113, %p110, %p112;
+	@%p113 bra 	$L__BB20_77;
+
+$L__BB20_76:
+	add.s16 	%rs176, %rs176, 1;
+
+$L__BB20_77:
+	div.rn.f32 	%f130, %f150, %f1;
+	mov.b32 	%r156, %f130;
+	and.b32  	%r157, %r156, 2147483647;
+	setp.gt.u32 	%p114, %r157, 2139095040;
+	shl.b32 	%r158, %r156, 16;
+	shr.u32 	%r159, %r156, 16;
+	cvt.u16.u32 	%rs140, %r159;
+	selp.b32 	%r34, 0, %r158, %p114;
+	selp.b16 	%rs173, 32767, %rs140, %p114;
+	setp.gt.u32 	%p115, %r34, -2147483648;
+	@%p115 bra 	$L__BB20_79;
+
+	setp.ne.s32 	%p116, %r34, -2147483648;
+	and.b16  	%rs141, %rs173, 1;
+	setp.eq.b16 	%p117, %rs141, 1;
+	not.pred 	%p118, %p117;
+	or.pred  	%p119, %p116, %p118;
+	@%p119 bra 	$L__BB20_80;
+
+$L__BB20_79:
+	add.s16 	%rs173, %rs173, 1;
+
+$L__BB20_80:
+	div.rn.f32 	%f131, %f149, %f1;
+	mov.b32 	%r160, %f131;
+	and.b32  	%r161, %r160, 2147483647;
+	setp.gt.u32 	%p120, %r161, 2139095040;
+	shl.b32 	%r162, %r160, 16;
+	shr.u32 	%r163, %r160, 16;
+	cvt.u16.u32 	%rs142, %r163;
+	selp.b32 	%r35, 0, %r162, %p120;
+	selp.b16 	%rs174, 32767, %rs142, %p120;
+	setp.gt.u32 	%p121, %r35, -2147483648;
+	@%p121 bra 	$L__BB20_82;
+
+	setp.ne.s32 	%p122, %r35, -2147483648;
+	and.b16  	%rs143, %rs174, 1;
+	setp.eq.b16 	%p123, %rs143, 1;
+	not.pred 	%p124, %p123;
+	or.pred  	%p125, %p122, %p124;
+	@%p125 bra 	$L__BB20_83;
+
+$L__BB20_82:
+	add.s16 	%rs174, %rs174, 1;
+
+$L__BB20_83:
+	div.rn.f32 	%f132, %f148, %f1;
+	mov.b32 	%r164, %f132;
+	and.b32  	%r165, %r164, 2147483647;
+	setp.gt.u32 	%p126, %r165, 2139095040;
+	shl.b32 	%r166, %r164, 16;
+	shr.u32 	%r167, %r164, 16;
+	cvt.u16.u32 	%rs144, %r167;
+	selp.b32 	%r36, 0, %r166, %p126;
+	selp.b16 	%rs171, 32767, %rs144, %p126;
+	setp.gt.u32 	%p127, %r36, -2147483648;
+	@%p127 bra 	$L__BB20_85;
+
+	setp.ne.s32 	%p128, %r36, -2147483648;
+	and.b16  	%rs145, %rs171, 1;
+	setp.eq.b16 	%p129, %rs145, 1;
+	not.pred 	%p130, %p129;
+	or.pred  	%p131, %p128, %p130;
+	@%p131 bra 	$L__BB20_86;
+
+$L__BB20_85:
+	add.s16 	%rs171, %rs171, 1;
+
+$L__BB20_86:
+	div.rn.f32 	%f133, %f147, %f1;
+	mov.b32 	%r168, %f133;
+	and.b32  	%r169, %r168, 2147483647;
+	setp.gt.u32 	%p132, %r169, 2139095040;
+	shl.b32 	%r170, %r168, 16;
+	shr.u32 	%r171, %r168, 16;
+	cvt.u16.u32 	%rs146, %r171;
+	selp.b32 	%r37, 0, %r170, %p132;
+	selp.b16 	%rs172, 32767, %rs146, %p132;
+	setp.gt.u32 	%p133, %r37, -2147483648;
+	@%p133 bra 	$L__BB20_88;
+
+	setp.ne.s32 	%p134, %r37, -2147483648;
+	and.b16  	%rs147, %rs172, 1;
+	setp.eq.b16 	%p135, %rs147, 1;
+	not.pred 	%p136, %p135;
+	or.pred  	%p137, %p134, %p136;
+	@%p137 bra 	$L__BB20_89;
+
+$L__BB20_88:
+	add.s16 	%rs172, %rs172, 1;
+	bra.uni 	$L__BB20_89;
+
+$L__BB20_41:
+	mov.b32 	%r113, %f154;
+	and.b32  	%r114, %r113, 2147483647;
+	setp.gt.u32 	%p42, %r114, 2139095040;
+	shr.u32 	%r115, %r113, 16;
+	cvt.u16.u32 	%rs116, %r115;
+	shl.b32 	%r116, %r113, 16;
+	selp.b32 	%r17, 0, %r116, %p42;
+	selp.b16 	%rs177, 32767, %rs116, %p42;
+	setp.gt.u32 	%p43, %r17, -2147483648;
+	@%p43 bra 	$L__BB20_43;
+
+	setp.ne.s32 	%p44, %r17, -2147483648;
+	and.b16  	%rs117, %rs177, 1;
+	setp.eq.b16 	%p45, %rs117, 1;
+	not.pred 	%p46, %p45;
+	or.pred  	%p47, %p44, %p46;
+	@%p47 bra 	$L__BB20_44;
+
+$L__BB20_43:
+	add.s16 	%rs177, %rs177, 1;
+
+$L__BB20_44:
+	mov.b32 	%r117, %f153;
+	and.b32  	%r118, %r117, 2147483647;
+	setp.gt.u32 	%p48, %r118, 2139095040;
+	shr.u32 	%r119, %r117, 16;
+	cvt.u16.u32 	%rs118, %r119;
+	shl.b32 	%r120, %r117, 16;
+	selp.b32 	%r18, 0, %r120, %p48;
+	selp.b16 	%rs178, 32767, %rs118, %p48;
+	setp.gt.u32 	%p49, %r18, -2147483648;
+	@%p49 bra 	$L__BB20_46;
+
+	setp.ne.s32 	%p50, %r18, -2147483648;
+	and.b16  	%rs119, %rs178, 1;
+	setp.eq.b16 	%p51, %rs119, 1;
+	not.pred 	%p52, %p51;
+	or.pred  	%p53, %p50, %p52;
+	@%p53 bra 	$L__BB20_47;
+
+$L__BB20_46:
+	add.s16 	%rs178, %rs178, 1;
+
+$L__BB20_47:
+	mov.b32 	%r121, %f152;
+	mov.b32 	%r19, %f151;
+	mov.b32 	%r20, %f150;
+	mov.b32 	%r21, %f149;
+	mov.b32 	%r22, %f148;
+	mov.b32 	%r23, %f147;
+	and.b32  	%r122, %r121, 2147483647;
+	setp.gt.u32 	%p54, %r122, 2139095040;
+	shr.u32 	%r123, %r121, 16;
+	cvt.u16.u32 	%rs120, %r123;
+	shl.b32 	%r124, %r121, 16;
+	selp.b32 	%r24, 0, %r124, %p54;
+	selp.b16 	%rs175, 32767, %rs120, %p54;
+	setp.gt.u32 	%p55, %r24, -2147483648;
+	@%p55 bra 	$L__BB20_49;
+
+	setp.ne.s32 	%p56, %r24, -2147483648;
+	and.b16  	%rs121, %rs175, 1;
+	setp.eq.b16 	%p57, %rs121, 1;
+	not.pred 	%p58, %p57;
+	or.pred  	%p59, %p56, %p58;
+	@%p59 bra 	$L__BB20_50;
+
+$L__BB20_49:
+	add.s16 	%rs175, %rs175, 1;
+
+$L__BB20_50:
+	and.b32  	%r125, %r19, 2147483647;
+	setp.gt.u32 	%p60, %r125, 2139095040;
+	shr.u32 	%r126, %r19, 16;
+	cvt.u16.u32 	%rs122, %r126;
+	shl.b32 	%r127, %r19, 16;
+	selp.b32 	%r25, 0, %r127, %p60;
+	selp.b16 	%rs176, 32767, %rs122, %p60;
+	setp.gt.u32 	%p61, %r25, -2147483648;
+	@%p61 bra 	$L__BB20_52;
+
+	setp.ne.s32 	%p62, %r25, -2147483648;
+	and.b16  	%rs123, %rs176, 1;
+	setp.eq.b16 	%p63, %rs123, 1;
+	not.pred 	%p64, %p63;
+	or.pred  	%p65, %p62, %p64;
+	@%p65 bra 	$L__BB20_53;
+
+$L__BB20_52:
+	add.s16 	%rs176, %rs176, 1;
+
+$L__BB20_53:
+	and.b32  	%r128, %r20, 2147483647;
+	setp.gt.u32 	%p66, %r128, 2139095040;
+	shr.u32 	%r129, %r20, 16;
+	cvt.u16.u32 	%rs124, %r129;
+	shl.b32 	%r130, %r20, 16;
+	selp.b32 	%r26, 0, %r130, %p66;
+	selp.b16 	%rs173, 32767, %rs124, %p66;
+	setp.gt.u32 	%p67, %r26, -2147483648;
+	@%p67 bra 	$L__BB20_55;
+
+	setp.ne.s32 	%p68, %r26, -2147483648;
+	and.b16  	%rs125, %rs173, 1;
+	setp.eq.b16 	%p69, %rs125, 1;
+	not.pred 	%p70, %p69;
+	or.pred  	%p71, %p68, %p70;
+	@%p71 bra 	$L__BB20_56;
+
+$L__BB20_55:
+	add.s16 	%rs173, %rs173, 1;
+
+$L__BB20_56:
+	and.b32  	%r131, %r21, 2147483647;
+	setp.gt.u32 	%p72, %r131, 2139095040;
+	shr.u32 	%r132, %r21, 16;
+	cvt.u16.u32 	%rs126, %r132;
+	shl.b32 	%r133, %r21, 16;
+	selp.b32 	%r27, 0, %r133, %p72;
+	selp.b16 	%rs174, 32767, %rs126, %p72;
+	setp.gt.u32 	%p73, %r27, -2147483648;
+	@%p73 bra 	$L__BB20_58;
+
+	setp.ne.s32 	%p74, %r27, -2147483648;
+	and.b16  	%rs127, %rs174, 1;
+	setp.eq.b16 	%p75, %rs127, 1;
+	not.pred 	%p76, %p75;
+	or.pred  	%p77, %p74, %p76;
+	@%p77 bra 	$L__BB20_59;
+
+$L__BB20_58:
+	add.s16 	%rs174, %rs174, 1;
+
+$L__BB20_59:
+	and.b32  	%r134, %r22, 2147483647;
+	setp.gt.u32 	%p78, %r134, 2139095040;
+	shr.u32 	%r135, %r22, 16;
+	cvt.u16.u32 	%rs128, %r135;
+	shl.b32 	%r136, %r22, 16;
+	selp.b32 	%r28, 0, %r136, %p78;
+	selp.b16 	%rs171, 32767, %rs128, %p78;
+	setp.gt.u32 	%p79, %r28, -2147483648;
+	@%p79 bra 	$L__BB20_61;
+
+	setp.ne.s32 	%p80, %r28, -2147483648;
+	and.b16  	%rs129, %rs171, 1;
+	setp.eq.b16 	%p81, %rs129, 1;
+	not.pred 	%p82, %p81;
+	or.pred  	%p83, %p80, %p82;
+	@%p83 bra 	$L__BB20_62;
+
+$L__BB20_61:
+	add.s16 	%rs171, %rs171, 1;
+
+$L__BB20_62:
+	and.b32  	%r137, %r23, 2147483647;
+	setp.gt.u32 	%p84, %r137, 2139095040;
+	shr.u32 	%r138, %r23, 16;
+	cvt.u16.u32 	%rs130, %r138;
+	shl.b32 	%r139, %r23, 16;
+	selp.b32 	%r29, 0, %r139, %p84;
+	selp.b16 	%rs172, 32767, %rs130, %p84;
+	setp.gt.u32 	%p85, %r29, -2147483648;
+	@%p85 bra 	$L__BB20_64;
+
+	setp.ne.s32 	%p86, %r29, -2147483648;
+	and.b16  	%rs131, %rs172, 1;
+	setp.eq.b16 	%p87, %rs131, 1;
+	not.pred 	%p88, %p87;
+	or.pred  	%p89, %p86, %p88;
+	@%p89 bra 	$L__BB20_89;
+
+$L__BB20_64:
+	add.s16 	%rs172, %rs172, 1;
+
+$L__BB20_89:
+	add.s64 	%rd242, %rd280, %rd23;
+	add.s64 	%rd157, %rd108, %rd278;
+	add.s64 	%rd158, %rd242, %rd157;
+	cvta.to.global.u64 	%rd159, %rd56;
+	shl.b64 	%rd160, %rd158, 1;
+	add.s64 	%rd161, %rd159, %rd160;
+	mov.b32 	%r38, {%rs177, %rs178};
+	st.global.v2.u16 	[%rd161], {%rs177, %rs178};
+	mov.b32 	%r39, {%rs175, %rs176};
+	st.global.v2.u16 	[%rd161+4], {%rs175, %rs176};
+	mov.b32 	%r40, {%rs173, %rs174};
+	st.global.v2.u16 	[%rd161+8], {%rs173, %rs174};
+	mov.b32 	%r41, {%rs171, %rs172};
+	st.global.v2.u16 	[%rd161+12], {%rs171, %rs172};
+	setp.eq.s32 	%p138, %r65, 0;
+	@%p138 bra 	$L__BB20_94;
+
+	mov.u32 	%r208, 0;
+
+$L__BB20_91:
+	.pragma "nounroll";
+	setp.eq.s32 	%p139, %r208, %r64;
+	@%p139 bra 	$L__BB20_93;
+
+	add.s64 	%rd243, %rd280, %rd23;
+	mul.wide.u32 	%rd163, %r208, 8;
+	add.s64 	%rd164, %rd63, %rd163;
+	ld.global.u64 	%rd165, [%rd164];
+	add.s64 	%rd166, %rd165, %rd61;
+	setp.le.u32 	%p140, %r208, %r64;
+	selp.b32 	%r173, -1, 0, %p140;
+	add.s32 	%r174, %r173, %r64;
+	cvt.u64.u32 	%rd167, %r174;
+	mul.lo.s64 	%rd168, %rd7, %rd167;
+	add.s64 	%rd169, %rd243, %rd168;
+	shl.b64 	%rd170, %rd169, 1;
+	add.s64 	%rd171, %rd166, %rd170;
+	st.v4.u32 	[%rd171], {%r38, %r39, %r40, %r41};
+
+$L__BB20_93:
+	add.s32 	%r208, %r208, 1;
+	setp.lt.u32 	%p141, %r208, %r65;
+	@%p141 bra 	$L__BB20_91;
+
+$L__BB20_94:
+	mul.wide.u32 	%rd172, %r77, 8;
+	add.s64 	%rd280, %rd280, %rd172;
+	setp.lt.u64 	%p142, %rd280, %rd25;
+	@%p142 bra 	$L__BB20_25;
+
+$L__BB20_95:
+	cvt.u64.u32 	%rd173, %r76;
+	add.s64 	%rd283, %rd25, %rd173;
+	setp.ge.u64 	%p143, %rd283, %rd24;
+	@%p143 bra 	$L__BB20_128;
+
+	setp.eq.s32 	%p144, %r64, 0;
+	add.s64 	%rd37, %rd108, %rd278;
+	shl.b64 	%rd179, %rd108, 1;
+	add.s64 	%rd38, %rd83, %rd179;
+	selp.b64 	%rd39, %rd38, %rd1, %p144;
+
+$L__BB20_97:
+	add.s64 	%rd43, %rd283, %rd23;
+	shl.b64 	%rd180, %rd43, 1;
+	add.s64 	%rd181, %rd39, %rd180;
+	ld.u16 	%rs148, [%rd181];
+	// begin inline asm
+	{ mov.b32 %f175, {0,%rs148};}
+
+	// end inline asm
+	setp.lt.u32 	%p145, %r65, 2;
+	@%p145 bra 	$L__BB20_117;
+
+	setp.eq.s32 	%p146, %r66, 2;
+	@%p146 bra 	$L__BB20_109;
+
+	setp.eq.s32 	%p147, %r66, 3;
+	@%p147 bra 	$L__BB20_105;
+
+	setp.ne.s32 	%p148, %r66, 4;
+	@%p148 bra 	$L__BB20_113;
+
+	mov.u32 	%r209, 1;
+
+$L__BB20_102:
+	.pragma "nounroll";
+	setp.eq.s32 	%p149, %r209, %r64;
+	mov.u64 	%rd284, %rd38;
+	@%p149 bra 	$L__BB20_104;
+
+	setp.ge.u32 	%p150, %r209, %r64;
+	selp.b32 	%r178, -1, 0, %p150;
+	add.s32 	%r179, %r209, %r178;
+	cvt.u64.u32 	%rd182, %r179;
+	mul.lo.s64 	%rd183, %rd7, %rd182;
+	shl.b64 	%rd184, %rd183, 1;
+	add.s64 	%rd284, %rd1, %rd184;
+
+$L__BB20_104:
+	add.s64 	%rd269, %rd283, %rd23;
+	shl.b64 	%rd268, %rd269, 1;
+	add.s64 	%rd186, %rd284, %rd268;
+	ld.u16 	%rs149, [%rd186];
+	// begin inline asm
+	{ mov.b32 %f135, {0,%rs149};}
+
+	// end inline asm
+	mul.f32 	%f175, %f175, %f135;
+	add.s32 	%r209, %r209, 1;
+	setp.lt.u32 	%p151, %r209, %r65;
+	@%p151 bra 	$L__BB20_102;
+	bra.uni 	$L__BB20_117;
+
+$L__BB20_109:
+	mov.u32 	%r211, 1;
+
+$L__BB20_110:
+	.pragma "nounroll";
+	setp.eq.s32 	%p156, %r211, %r64;
+	mov.u64 	%rd286, %rd38;
+	@%p156 bra 	$L__BB20_112;
+
+	setp.ge.u32 	%p157, %r211, %r64;
+	selp.b32 	%r184, -1, 0, %p157;
+	add.s32 	%r185, %r211, %r184;
+	cvt.u64.u32 	%rd192, %r185;
+	mul.lo.s64 	%rd193, %rd7, %rd192;
+	shl.b64 	%rd194, %rd193, 1;
+	add.s64 	%rd286, %rd1, %rd194;
+
+$L__BB20_112:
+	add.s64 	%rd273, %rd283, %rd23;
+	shl.b64 	%rd272, %rd273, 1;
+	add.s64 	%rd196, %rd286, %rd272;
+	ld.u16 	%rs151, [%rd196];
+	// begin inline asm
+	{ mov.b32 %f137, {0,%rs151};}
+
+	// end inline asm
+	setp.lt.f32 	%p158, %f137, %f175;
+	selp.f32 	%f175, %f137, %f175, %p158;
+	add.s32 	%r211, %r211, 1;
+	setp.lt.u32 	%p159, %r211, %r65;
+	@%p159 bra 	$L__BB20_110;
+	bra.uni 	$L__BB20_117;
+
+$L__BB20_105:
+	mov.u32 	%r210, 1;
+
+$L__BB20_106:
+	.pragma "nounroll";
+	setp.eq.s32 	%p152, %r210, %r64;
+	mov.u64 	%rd285, %rd38;
+	@%p152 bra 	$L__BB20_108;
+
+	setp.ge.u32 	%p153, %r210, %r64;
+	selp.b32 	%r181, -1, 0, %p153;
+	add.s32 	%r182, %r210, %r181;
+	cvt.u64.u32 	%rd187, %r182;
+	mul.lo.s64 	%rd188, %rd7, %rd187;
+	shl.b64 	%rd189, %rd188, 1;
+	add.s64 	%rd285, %rd1, %rd189;
+
+$L__BB20_108:
+	add.s64 	%rd271, %rd283, %rd23;
+	shl.b64 	%rd270, %rd271, 1;
+	add.s64 	%rd191, %rd285, %rd270;
+	ld.u16 	%rs150, [%rd191];
+	// begin inline asm
+	{ mov.b32 %f136, {0,%rs150};}
+
+	// end inline asm
+	setp.gt.f32 	%p154, %f136, %f175;
+	selp.f32 	%f175, %f136, %f175, %p154;
+	add.s32 	%r210, %r210, 1;
+	setp.lt.u32 	%p155, %r210, %r65;
+	@%p155 bra 	$L__BB20_106;
+	bra.uni 	$L__BB20_117;
+
+$L__BB20_113:
+	mov.u32 	%r212, 1;
+
+$L__BB20_114:
+	.pragma "nounroll";
+	setp.eq.s32 	%p160, %r212, %r64;
+	mov.u64 	%rd287, %rd38;
+	@%p160 bra 	$L__BB20_116;
+
+	setp.ge.u32 	%p161, %r212, %r64;
+	selp.b32 	%r187, -1, 0, %p161;
+	add.s32 	%r188, %r212, %r187;
+	cvt.u64.u32 	%rd197, %r188;
+	mul.lo.s64 	%rd198, %rd7, %rd197;
+	shl.b64 	%rd199, %rd198, 1;
+	add.s64 	%rd287, %rd1, %rd199;
+
+$L__BB20_116:
+	add.s64 	%rd275, %rd283, %rd23;
+	shl.b64 	%rd274, %rd275, 1;
+	add.s64 	%rd201, %rd287, %rd274;
+	ld.u16 	%rs152, [%rd201];
+	// begin inline asm
+	{ mov.b32 %f138, {0,%rs152};}
+
+	// end inline asm
+	add.f32 	%f175, %f175, %f138;
+	add.s32 	%r212, %r212, 1;
+	setp.lt.u32 	%p162, %r212, %r65;
+	@%p162 bra 	$L__BB20_114;
+
+$L__BB20_117:
+	setp.ne.s32 	%p163, %r66, 1;
+	@%p163 bra 	$L__BB20_119;
+
+	div.rn.f32 	%f175, %f175, %f1;
+
+$L__BB20_119:
+	mov.b32 	%r189, %f175;
+	and.b32  	%r190, %r189, 2147483647;
+	setp.gt.u32 	%p164, %r190, 2139095040;
+	shl.b32 	%r191, %r189, 16;
+	shr.u32 	%r192, %r189, 16;
+	cvt.u16.u32 	%rs153, %r192;
+	selp.b32 	%r53, 0, %r191, %p164;
+	selp.b16 	%rs179, 32767, %rs153, %p164;
+	setp.gt.u32 	%p165, %r53, -2147483648;
+	@%p165 bra 	$L__BB20_121;
+
+	setp.ne.s32 	%p166, %r53, -2147483648;
+	and.b16  	%rs154, %rs179, 1;
+	setp.eq.b16 	%p167, %rs154, 1;
+	not.pred 	%p168, %p167;
+	or.pred  	%p169, %p166, %p168;
+	@%p169 bra 	$L__BB20_122;
+
+$L__BB20_121:
+	add.s16 	%rs179, %rs179, 1;
+
+$L__BB20_122:
+	cvta.to.global.u64 	%rd265, %rd56;
+	add.s64 	%rd264, %rd283, %rd23;
+	add.s64 	%rd202, %rd264, %rd37;
+	shl.b64 	%rd203, %rd202, 1;
+	add.s64 	%rd204, %rd265, %rd203;
+	st.global.u16 	[%rd204], %rs179;
+	setp.eq.s32 	%p170, %r65, 0;
+	@%p170 bra 	$L__BB20_127;
+
+	mov.u32 	%r213, 0;
+
+$L__BB20_124:
+	.pragma "nounroll";
+	setp.eq.s32 	%p171, %r213, %r64;
+	@%p171 bra 	$L__BB20_126;
+
+	add.s64 	%rd266, %rd283, %rd23;
+	mul.wide.u32 	%rd206, %r213, 8;
+	add.s64 	%rd207, %rd63, %rd206;
+	ld.global.u64 	%rd208, [%rd207];
+	add.s64 	%rd209, %rd208, %rd61;
+	setp.le.u32 	%p172, %r213, %r64;
+	selp.b32 	%r194, -1, 0, %p172;
+	add.s32 	%r195, %r194, %r64;
+	cvt.u64.u32 	%rd210, %r195;
+	mul.lo.s64 	%rd211, %rd7, %rd210;
+	add.s64 	%rd212, %rd266, %rd211;
+	shl.b64 	%rd213, %rd212, 1;
+	add.s64 	%rd214, %rd209, %rd213;
+	st.u16 	[%rd214], %rs179;
+
+$L__BB20_126:
+	add.s32 	%r213, %r213, 1;
+	setp.lt.u32 	%p173, %r213, %r65;
+	@%p173 bra 	$L__BB20_124;
+
+$L__BB20_127:
+	cvt.u64.u32 	%rd267, %r77;
+	add.s64 	%rd283, %rd283, %rd267;
+	setp.lt.u64 	%p174, %rd283, %rd24;
+	@%p174 bra 	$L__BB20_97;
+
+$L__BB20_128:
+	bar.sync 	0;
+	@%p5 bra 	$L__BB20_133;
+
+	mov.u32 	%r214, %tid.x;
+
+$L__BB20_130:
+	setp.eq.s32 	%p176, %r214, %r64;
+	@%p176 bra 	$L__BB20_132;
+
+	cvt.u64.u32 	%rd263, %r78;
+	mul.wide.u32 	%rd218, %r214, 8;
+	add.s64 	%rd219, %rd63, %rd218;
+	ld.global.u64 	%rd220, [%rd219];
+	add.s64 	%rd221, %rd220, %rd59;
+	add.s32 	%r196, %r65, %r64;
+	shl.b32 	%r197, %r196, 9;
+	cvt.u64.u32 	%rd222, %r197;
+	add.s64 	%rd224, %rd222, %rd263;
+	shl.b64 	%rd225, %rd224, 3;
+	add.s64 	%rd215, %rd221, %rd225;
+	mov.u64 	%rd216, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd215], %rd216;
+	// end inline asm
+
+$L__BB20_132:
+	add.s32 	%r214, %r214, %r77;
+	setp.lt.u32 	%p177, %r214, %r65;
+	@%p177 bra 	$L__BB20_130;
+
+$L__BB20_133:
+	@%p5 bra 	$L__BB20_140;
+
+	ld.global.u64 	%rd229, [%rd65];
+	add.s64 	%rd53, %rd229, %rd59;
+	mov.u32 	%r215, %r76;
+
+$L__BB20_135:
+	setp.eq.s32 	%p179, %r215, %r64;
+	@%p179 bra 	$L__BB20_139;
+
+	cvt.u64.u32 	%rd262, %r78;
+	add.s32 	%r199, %r215, %r65;
+	shl.b32 	%r200, %r199, 9;
+	cvt.u64.u32 	%rd230, %r200;
+	add.s64 	%rd232, %rd230, %rd262;
+	shl.b64 	%rd233, %rd232, 3;
+	add.s64 	%rd54, %rd53, %rd233;
+
+$L__BB20_137:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd234, [%rd54];
+	// end inline asm
+	setp.eq.s64 	%p180, %rd234, 0;
+	@%p180 bra 	$L__BB20_137;
+
+	mov.u64 	%rd236, 0;
+	st.volatile.u64 	[%rd54], %rd236;
+
+$L__BB20_139:
+	add.s32 	%r215, %r215, %r77;
+	setp.lt.u32 	%p181, %r215, %r65;
+	@%p181 bra 	$L__BB20_135;
+
+$L__BB20_140:
+	add.s64 	%rd261, %rd279, 7;
+	and.b64  	%rd260, %rd261, -8;
+	sub.s64 	%rd259, %rd60, %rd278;
+	min.u64 	%rd258, %rd259, %rd66;
+	shl.b64 	%rd245, %rd278, 1;
+	add.s64 	%rd244, %rd56, %rd245;
+	bar.sync 	0;
+	add.s64 	%rd239, %rd1, %rd61;
+	{ // callseq 7, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd244;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd239;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r64;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r65;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd258;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd260;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r78;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 2;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r76;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r77;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 7
+	add.s64 	%rd278, %rd278, %rd66;
+	setp.lt.u64 	%p182, %rd278, %rd60;
+	@%p182 bra 	$L__BB20_8;
+
+$L__BB20_141:
 	ret;
 
 }
@@ -8031,13 +9616,13 @@ $L__BB30_135:
 	cvt.u64.u32 	%rd34, %r25;
 	add.s64 	%rd75, %rd33, %rd34;
 	setp.ge.u64 	%p1, %rd75, %rd30;
-	@%p1 bra 	$L__BB31_56;
+	@%p1 bra 	$L__BB21_56;
 
 	setp.eq.s32 	%p2, %r19, 0;
 	cvt.rn.f32.u32 	%f1, %r20;
-	@%p2 bra 	$L__BB31_28;
+	@%p2 bra 	$L__BB21_28;
 
-$L__BB31_2:
+$L__BB21_2:
 	ld.global.u64 	%rd35, [%rd2];
 	shl.b64 	%rd36, %rd75, 1;
 	add.s64 	%rd37, %rd35, %rd36;
@@ -8047,30 +9632,30 @@ $L__BB31_2:
 
 	// end inline asm
 	setp.lt.u32 	%p3, %r20, 2;
-	@%p3 bra 	$L__BB31_22;
+	@%p3 bra 	$L__BB21_22;
 
 	setp.eq.s32 	%p4, %r21, 2;
-	@%p4 bra 	$L__BB31_14;
+	@%p4 bra 	$L__BB21_14;
 
 	setp.eq.s32 	%p5, %r21, 3;
-	@%p5 bra 	$L__BB31_10;
+	@%p5 bra 	$L__BB21_10;
 
 	setp.ne.s32 	%p6, %r21, 4;
-	@%p6 bra 	$L__BB31_18;
+	@%p6 bra 	$L__BB21_18;
 
 	mov.u32 	%r42, 1;
 
-$L__BB31_7:
+$L__BB21_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r42, %r19;
 	mov.u64 	%rd76, %rd29;
-	@%p7 bra 	$L__BB31_9;
+	@%p7 bra 	$L__BB21_9;
 
 	mul.wide.u32 	%rd38, %r42, 8;
 	add.s64 	%rd39, %rd2, %rd38;
 	ld.global.u64 	%rd76, [%rd39];
 
-$L__BB31_9:
+$L__BB21_9:
 	add.s64 	%rd41, %rd76, %rd36;
 	ld.u16 	%rs8, [%rd41];
 	// begin inline asm
@@ -8080,23 +9665,23 @@ $L__BB31_9:
 	mul.f32 	%f40, %f40, %f27;
 	add.s32 	%r42, %r42, 1;
 	setp.lt.u32 	%p8, %r42, %r20;
-	@%p8 bra 	$L__BB31_7;
-	bra.uni 	$L__BB31_22;
+	@%p8 bra 	$L__BB21_7;
+	bra.uni 	$L__BB21_22;
 
-$L__BB31_14:
+$L__BB21_14:
 	mov.u32 	%r44, 1;
 
-$L__BB31_15:
+$L__BB21_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p12, %r44, %r19;
 	mov.u64 	%rd78, %rd29;
-	@%p12 bra 	$L__BB31_17;
+	@%p12 bra 	$L__BB21_17;
 
 	mul.wide.u32 	%rd46, %r44, 8;
 	add.s64 	%rd47, %rd2, %rd46;
 	ld.global.u64 	%rd78, [%rd47];
 
-$L__BB31_17:
+$L__BB21_17:
 	add.s64 	%rd49, %rd78, %rd36;
 	ld.u16 	%rs10, [%rd49];
 	// begin inline asm
@@ -8107,23 +9692,23 @@ $L__BB31_17:
 	selp.f32 	%f40, %f29, %f40, %p13;
 	add.s32 	%r44, %r44, 1;
 	setp.lt.u32 	%p14, %r44, %r20;
-	@%p14 bra 	$L__BB31_15;
-	bra.uni 	$L__BB31_22;
+	@%p14 bra 	$L__BB21_15;
+	bra.uni 	$L__BB21_22;
 
-$L__BB31_10:
+$L__BB21_10:
 	mov.u32 	%r43, 1;
 
-$L__BB31_11:
+$L__BB21_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r43, %r19;
 	mov.u64 	%rd77, %rd29;
-	@%p9 bra 	$L__BB31_13;
+	@%p9 bra 	$L__BB21_13;
 
 	mul.wide.u32 	%rd42, %r43, 8;
 	add.s64 	%rd43, %rd2, %rd42;
 	ld.global.u64 	%rd77, [%rd43];
 
-$L__BB31_13:
+$L__BB21_13:
 	add.s64 	%rd45, %rd77, %rd36;
 	ld.u16 	%rs9, [%rd45];
 	// begin inline asm
@@ -8134,23 +9719,23 @@ $L__BB31_13:
 	selp.f32 	%f40, %f28, %f40, %p10;
 	add.s32 	%r43, %r43, 1;
 	setp.lt.u32 	%p11, %r43, %r20;
-	@%p11 bra 	$L__BB31_11;
-	bra.uni 	$L__BB31_22;
+	@%p11 bra 	$L__BB21_11;
+	bra.uni 	$L__BB21_22;
 
-$L__BB31_18:
+$L__BB21_18:
 	mov.u32 	%r45, 1;
 
-$L__BB31_19:
+$L__BB21_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p15, %r45, %r19;
 	mov.u64 	%rd79, %rd29;
-	@%p15 bra 	$L__BB31_21;
+	@%p15 bra 	$L__BB21_21;
 
 	mul.wide.u32 	%rd50, %r45, 8;
 	add.s64 	%rd51, %rd2, %rd50;
 	ld.global.u64 	%rd79, [%rd51];
 
-$L__BB31_21:
+$L__BB21_21:
 	add.s64 	%rd53, %rd79, %rd36;
 	ld.u16 	%rs11, [%rd53];
 	// begin inline asm
@@ -8160,15 +9745,15 @@ $L__BB31_21:
 	add.f32 	%f40, %f40, %f30;
 	add.s32 	%r45, %r45, 1;
 	setp.lt.u32 	%p16, %r45, %r20;
-	@%p16 bra 	$L__BB31_19;
+	@%p16 bra 	$L__BB21_19;
 
-$L__BB31_22:
+$L__BB21_22:
 	setp.ne.s32 	%p17, %r21, 1;
-	@%p17 bra 	$L__BB31_24;
+	@%p17 bra 	$L__BB21_24;
 
 	div.rn.f32 	%f40, %f40, %f1;
 
-$L__BB31_24:
+$L__BB21_24:
 	mov.b32 	%r30, %f40;
 	and.b32  	%r31, %r30, 2147483647;
 	setp.gt.u32 	%p18, %r31, 2139095040;
@@ -8178,30 +9763,30 @@ $L__BB31_24:
 	selp.b32 	%r9, 0, %r32, %p18;
 	selp.b16 	%rs21, 32767, %rs12, %p18;
 	setp.gt.u32 	%p19, %r9, -2147483648;
-	@%p19 bra 	$L__BB31_26;
+	@%p19 bra 	$L__BB21_26;
 
 	setp.ne.s32 	%p20, %r9, -2147483648;
 	and.b16  	%rs13, %rs21, 1;
 	setp.eq.b16 	%p21, %rs13, 1;
 	not.pred 	%p22, %p21;
 	or.pred  	%p23, %p20, %p22;
-	@%p23 bra 	$L__BB31_27;
+	@%p23 bra 	$L__BB21_27;
 
-$L__BB31_26:
+$L__BB21_26:
 	add.s16 	%rs21, %rs21, 1;
 
-$L__BB31_27:
+$L__BB21_27:
 	add.s64 	%rd55, %rd1, %rd36;
 	st.global.u16 	[%rd55], %rs21;
 	add.s64 	%rd75, %rd75, %rd3;
 	setp.lt.u64 	%p24, %rd75, %rd30;
-	@%p24 bra 	$L__BB31_2;
-	bra.uni 	$L__BB31_56;
+	@%p24 bra 	$L__BB21_2;
+	bra.uni 	$L__BB21_56;
 
-$L__BB31_28:
+$L__BB21_28:
 	cvta.to.global.u64 	%rd15, %rd29;
 
-$L__BB31_29:
+$L__BB21_29:
 	shl.b64 	%rd56, %rd75, 1;
 	add.s64 	%rd57, %rd15, %rd56;
 	ld.global.u16 	%rs14, [%rd57];
@@ -8210,34 +9795,34 @@ $L__BB31_29:
 
 	// end inline asm
 	setp.lt.u32 	%p25, %r20, 2;
-	@%p25 bra 	$L__BB31_50;
+	@%p25 bra 	$L__BB21_50;
 
 	add.s64 	%rd17, %rd29, %rd56;
 	setp.eq.s32 	%p26, %r21, 2;
-	@%p26 bra 	$L__BB31_42;
+	@%p26 bra 	$L__BB21_42;
 
 	setp.eq.s32 	%p27, %r21, 3;
-	@%p27 bra 	$L__BB31_38;
+	@%p27 bra 	$L__BB21_38;
 
 	setp.ne.s32 	%p28, %r21, 4;
-	@%p28 bra 	$L__BB31_46;
+	@%p28 bra 	$L__BB21_46;
 
 	mov.u32 	%r46, 1;
 	mov.u64 	%rd81, %rd2;
 
-$L__BB31_34:
+$L__BB21_34:
 	.pragma "nounroll";
 	setp.eq.s32 	%p29, %r46, 0;
-	@%p29 bra 	$L__BB31_36;
+	@%p29 bra 	$L__BB21_36;
 
 	ld.global.u64 	%rd59, [%rd81+8];
 	add.s64 	%rd82, %rd59, %rd56;
-	bra.uni 	$L__BB31_37;
+	bra.uni 	$L__BB21_37;
 
-$L__BB31_36:
+$L__BB21_36:
 	mov.u64 	%rd82, %rd17;
 
-$L__BB31_37:
+$L__BB21_37:
 	add.s64 	%rd81, %rd81, 8;
 	ld.u16 	%rs15, [%rd82];
 	// begin inline asm
@@ -8247,24 +9832,24 @@ $L__BB31_37:
 	mul.f32 	%f46, %f46, %f32;
 	add.s32 	%r46, %r46, 1;
 	setp.lt.u32 	%p30, %r46, %r20;
-	@%p30 bra 	$L__BB31_34;
-	bra.uni 	$L__BB31_50;
+	@%p30 bra 	$L__BB21_34;
+	bra.uni 	$L__BB21_50;
 
-$L__BB31_38:
+$L__BB21_38:
 	mov.u32 	%r47, 1;
 
-$L__BB31_39:
+$L__BB21_39:
 	.pragma "nounroll";
 	setp.eq.s32 	%p31, %r47, 0;
 	mov.u64 	%rd83, %rd17;
-	@%p31 bra 	$L__BB31_41;
+	@%p31 bra 	$L__BB21_41;
 
 	mul.wide.u32 	%rd61, %r47, 8;
 	add.s64 	%rd62, %rd2, %rd61;
 	ld.global.u64 	%rd63, [%rd62];
 	add.s64 	%rd83, %rd63, %rd56;
 
-$L__BB31_41:
+$L__BB21_41:
 	ld.u16 	%rs16, [%rd83];
 	// begin inline asm
 	{ mov.b32 %f33, {0,%rs16};}
@@ -8274,24 +9859,24 @@ $L__BB31_41:
 	selp.f32 	%f46, %f33, %f46, %p32;
 	add.s32 	%r47, %r47, 1;
 	setp.lt.u32 	%p33, %r47, %r20;
-	@%p33 bra 	$L__BB31_39;
-	bra.uni 	$L__BB31_50;
+	@%p33 bra 	$L__BB21_39;
+	bra.uni 	$L__BB21_50;
 
-$L__BB31_42:
+$L__BB21_42:
 	mov.u32 	%r48, 1;
 
-$L__BB31_43:
+$L__BB21_43:
 	.pragma "nounroll";
 	setp.eq.s32 	%p34, %r48, 0;
 	mov.u64 	%rd84, %rd17;
-	@%p34 bra 	$L__BB31_45;
+	@%p34 bra 	$L__BB21_45;
 
 	mul.wide.u32 	%rd65, %r48, 8;
 	add.s64 	%rd66, %rd2, %rd65;
 	ld.global.u64 	%rd67, [%rd66];
 	add.s64 	%rd84, %rd67, %rd56;
 
-$L__BB31_45:
+$L__BB21_45:
 	ld.u16 	%rs17, [%rd84];
 	// begin inline asm
 	{ mov.b32 %f34, {0,%rs17};}
@@ -8301,24 +9886,24 @@ $L__BB31_45:
 	selp.f32 	%f46, %f34, %f46, %p35;
 	add.s32 	%r48, %r48, 1;
 	setp.lt.u32 	%p36, %r48, %r20;
-	@%p36 bra 	$L__BB31_43;
-	bra.uni 	$L__BB31_50;
+	@%p36 bra 	$L__BB21_43;
+	bra.uni 	$L__BB21_50;
 
-$L__BB31_46:
+$L__BB21_46:
 	mov.u32 	%r49, 1;
 
-$L__BB31_47:
+$L__BB21_47:
 	.pragma "nounroll";
 	setp.eq.s32 	%p37, %r49, 0;
 	mov.u64 	%rd85, %rd17;
-	@%p37 bra 	$L__BB31_49;
+	@%p37 bra 	$L__BB21_49;
 
 	mul.wide.u32 	%rd69, %r49, 8;
 	add.s64 	%rd70, %rd2, %rd69;
 	ld.global.u64 	%rd71, [%rd70];
 	add.s64 	%rd85, %rd71, %rd56;
 
-$L__BB31_49:
+$L__BB21_49:
 	ld.u16 	%rs18, [%rd85];
 	// begin inline asm
 	{ mov.b32 %f35, {0,%rs18};}
@@ -8327,15 +9912,15 @@ $L__BB31_49:
 	add.f32 	%f46, %f46, %f35;
 	add.s32 	%r49, %r49, 1;
 	setp.lt.u32 	%p38, %r49, %r20;
-	@%p38 bra 	$L__BB31_47;
+	@%p38 bra 	$L__BB21_47;
 
-$L__BB31_50:
+$L__BB21_50:
 	setp.ne.s32 	%p39, %r21, 1;
-	@%p39 bra 	$L__BB31_52;
+	@%p39 bra 	$L__BB21_52;
 
 	div.rn.f32 	%f46, %f46, %f1;
 
-$L__BB31_52:
+$L__BB21_52:
 	mov.b32 	%r38, %f46;
 	and.b32  	%r39, %r38, 2147483647;
 	setp.gt.u32 	%p40, %r39, 2139095040;
@@ -8345,795 +9930,271 @@ $L__BB31_52:
 	selp.b32 	%r18, 0, %r40, %p40;
 	selp.b16 	%rs22, 32767, %rs19, %p40;
 	setp.gt.u32 	%p41, %r18, -2147483648;
-	@%p41 bra 	$L__BB31_54;
+	@%p41 bra 	$L__BB21_54;
 
 	setp.ne.s32 	%p42, %r18, -2147483648;
 	and.b16  	%rs20, %rs22, 1;
 	setp.eq.b16 	%p43, %rs20, 1;
 	not.pred 	%p44, %p43;
 	or.pred  	%p45, %p42, %p44;
-	@%p45 bra 	$L__BB31_55;
+	@%p45 bra 	$L__BB21_55;
 
-$L__BB31_54:
+$L__BB21_54:
 	add.s16 	%rs22, %rs22, 1;
 
-$L__BB31_55:
+$L__BB21_55:
 	add.s64 	%rd74, %rd1, %rd56;
 	st.global.u16 	[%rd74], %rs22;
 	add.s64 	%rd75, %rd75, %rd3;
 	setp.lt.u64 	%p46, %rd75, %rd30;
-	@%p46 bra 	$L__BB31_29;
+	@%p46 bra 	$L__BB21_29;
 
-$L__BB31_56:
+$L__BB21_56:
 	ret;
 
 }
-	// .globl	smcuda_reduce_sum_i32
-.visible .entry smcuda_reduce_sum_i32(
-	.param .u64 smcuda_reduce_sum_i32_param_0,
-	.param .u64 smcuda_reduce_sum_i32_param_1,
-	.param .u32 smcuda_reduce_sum_i32_param_2,
-	.param .u64 smcuda_reduce_sum_i32_param_3,
-	.param .u64 smcuda_reduce_sum_i32_param_4
+	// .globl	smcuda_reduce_i32
+.visible .entry smcuda_reduce_i32(
+	.param .u64 smcuda_reduce_i32_param_0,
+	.param .u64 smcuda_reduce_i32_param_1,
+	.param .u32 smcuda_reduce_i32_param_2,
+	.param .u64 smcuda_reduce_i32_param_3,
+	.param .u64 smcuda_reduce_i32_param_4,
+	.param .u32 smcuda_reduce_i32_param_5
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
+	.reg .pred 	%p<20>;
+	.reg .b32 	%r<42>;
+	.reg .b64 	%rd<133>;
 
 
-	ld.param.u64 	%rd21, [smcuda_reduce_sum_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_sum_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_sum_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_sum_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_sum_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB32_12;
+	ld.param.u64 	%rd37, [smcuda_reduce_i32_param_0];
+	ld.param.u64 	%rd38, [smcuda_reduce_i32_param_1];
+	ld.param.u32 	%r15, [smcuda_reduce_i32_param_2];
+	ld.param.u64 	%rd35, [smcuda_reduce_i32_param_3];
+	ld.param.u64 	%rd36, [smcuda_reduce_i32_param_4];
+	ld.param.u32 	%r16, [smcuda_reduce_i32_param_5];
+	cvta.to.global.u64 	%rd1, %rd37;
+	cvta.to.global.u64 	%rd2, %rd38;
+	mov.u32 	%r17, %nctaid.x;
+	mov.u32 	%r18, %ntid.x;
+	mul.wide.u32 	%rd3, %r17, %r18;
+	mov.u32 	%r19, %ctaid.x;
+	mul.wide.u32 	%rd39, %r19, %r18;
+	mov.u32 	%r20, %tid.x;
+	cvt.u64.u32 	%rd40, %r20;
+	add.s64 	%rd121, %rd39, %rd40;
+	setp.ge.u64 	%p1, %rd121, %rd36;
+	@%p1 bra 	$L__BB22_30;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB32_3;
-	bra.uni 	$L__BB32_2;
+	setp.gt.u32 	%p2, %r15, 1;
+	cvt.u64.u32 	%rd5, %r15;
+	@%p2 bra 	$L__BB22_8;
+	bra.uni 	$L__BB22_2;
 
-$L__BB32_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
+$L__BB22_8:
+	add.s32 	%r24, %r15, -1;
+	add.s32 	%r1, %r15, -2;
+	and.b32  	%r2, %r24, 3;
+	sub.s32 	%r3, %r24, %r2;
 
-$L__BB32_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB32_7;
+$L__BB22_9:
+	ld.global.u64 	%rd49, [%rd2];
+	cvta.to.global.u64 	%rd50, %rd49;
+	add.s64 	%rd13, %rd121, %rd35;
+	shl.b64 	%rd51, %rd13, 2;
+	add.s64 	%rd52, %rd50, %rd51;
+	ld.global.s32 	%rd131, [%rd52];
+	setp.eq.s32 	%p6, %r16, 2;
+	@%p6 bra 	$L__BB22_16;
 
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
+	setp.eq.s32 	%p7, %r16, 3;
+	@%p7 bra 	$L__BB22_14;
 
-$L__BB32_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	add.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	add.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	add.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	add.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB32_6;
+	setp.ne.s32 	%p8, %r16, 4;
+	@%p8 bra 	$L__BB22_23;
 
-$L__BB32_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB32_11;
+	mov.u32 	%r36, 1;
+	mov.u64 	%rd124, %rd2;
 
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	add.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB32_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	add.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB32_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	add.s64 	%rd89, %rd89, %rd81;
-
-$L__BB32_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB32_4;
-	bra.uni 	$L__BB32_12;
-
-$L__BB32_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB32_2;
-
-$L__BB32_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_i32
-.visible .entry smcuda_reduce_avg_i32(
-	.param .u64 smcuda_reduce_avg_i32_param_0,
-	.param .u64 smcuda_reduce_avg_i32_param_1,
-	.param .u32 smcuda_reduce_avg_i32_param_2,
-	.param .u64 smcuda_reduce_avg_i32_param_3,
-	.param .u64 smcuda_reduce_avg_i32_param_4
-)
-{
-	.reg .pred 	%p<12>;
-	.reg .b32 	%r<29>;
-	.reg .b64 	%rd<102>;
-
-
-	ld.param.u64 	%rd29, [smcuda_reduce_avg_i32_param_0];
-	ld.param.u64 	%rd30, [smcuda_reduce_avg_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_i32_param_2];
-	ld.param.u64 	%rd27, [smcuda_reduce_avg_i32_param_3];
-	ld.param.u64 	%rd28, [smcuda_reduce_avg_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd29;
-	cvta.to.global.u64 	%rd2, %rd30;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd31, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd32, %r13;
-	add.s64 	%rd94, %rd31, %rd32;
-	setp.ge.u64 	%p1, %rd94, %rd28;
-	@%p1 bra 	$L__BB33_18;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.u64.u32 	%rd5, %r9;
-	@%p2 bra 	$L__BB33_6;
-	bra.uni 	$L__BB33_2;
-
-$L__BB33_6:
-	add.s32 	%r17, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r17, 3;
-	sub.s32 	%r3, %r17, %r2;
-
-$L__BB33_7:
-	ld.global.u64 	%rd42, [%rd2];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd13, %rd94, %rd27;
-	shl.b64 	%rd44, %rd13, 2;
-	add.s64 	%rd45, %rd43, %rd44;
-	ld.global.s32 	%rd100, [%rd45];
-	setp.lt.u32 	%p5, %r1, 3;
-	mov.u32 	%r28, 1;
-	@%p5 bra 	$L__BB33_10;
-
-	mov.u32 	%r28, 1;
-	mov.u32 	%r27, %r3;
-
-$L__BB33_9:
-	mul.wide.u32 	%rd46, %r28, 8;
-	add.s64 	%rd47, %rd2, %rd46;
-	ld.global.u64 	%rd48, [%rd47];
-	cvta.to.global.u64 	%rd49, %rd48;
-	add.s64 	%rd51, %rd49, %rd44;
-	ld.global.s32 	%rd52, [%rd51];
-	add.s64 	%rd53, %rd100, %rd52;
-	ld.global.u64 	%rd54, [%rd47+8];
-	cvta.to.global.u64 	%rd55, %rd54;
-	add.s64 	%rd56, %rd55, %rd44;
+$L__BB22_13:
+	add.s64 	%rd17, %rd124, 8;
+	ld.global.u64 	%rd53, [%rd124+8];
+	cvta.to.global.u64 	%rd54, %rd53;
+	add.s64 	%rd56, %rd54, %rd51;
 	ld.global.s32 	%rd57, [%rd56];
-	add.s64 	%rd58, %rd53, %rd57;
-	ld.global.u64 	%rd59, [%rd47+16];
-	cvta.to.global.u64 	%rd60, %rd59;
-	add.s64 	%rd61, %rd60, %rd44;
-	ld.global.s32 	%rd62, [%rd61];
-	add.s64 	%rd63, %rd58, %rd62;
-	add.s32 	%r20, %r28, 3;
-	mul.wide.u32 	%rd64, %r20, 8;
-	add.s64 	%rd65, %rd2, %rd64;
-	ld.global.u64 	%rd66, [%rd65];
-	cvta.to.global.u64 	%rd67, %rd66;
-	add.s64 	%rd68, %rd67, %rd44;
-	ld.global.s32 	%rd69, [%rd68];
-	add.s64 	%rd100, %rd63, %rd69;
-	add.s32 	%r28, %r28, 4;
-	add.s32 	%r27, %r27, -4;
-	setp.ne.s32 	%p6, %r27, 0;
-	@%p6 bra 	$L__BB33_9;
+	mul.lo.s64 	%rd131, %rd131, %rd57;
+	add.s32 	%r36, %r36, 1;
+	setp.lt.u32 	%p9, %r36, %r15;
+	mov.u64 	%rd124, %rd17;
+	@%p9 bra 	$L__BB22_13;
+	bra.uni 	$L__BB22_25;
 
-$L__BB33_10:
-	setp.eq.s32 	%p7, %r2, 0;
-	@%p7 bra 	$L__BB33_14;
+$L__BB22_14:
+	mov.u32 	%r37, 1;
 
-	setp.eq.s32 	%p8, %r2, 1;
-	mul.wide.u32 	%rd70, %r28, 8;
-	add.s64 	%rd71, %rd2, %rd70;
-	ld.global.u64 	%rd72, [%rd71];
-	cvta.to.global.u64 	%rd73, %rd72;
-	add.s64 	%rd75, %rd73, %rd44;
-	ld.global.s32 	%rd76, [%rd75];
-	add.s64 	%rd100, %rd100, %rd76;
-	@%p8 bra 	$L__BB33_14;
+$L__BB22_15:
+	mul.wide.u32 	%rd58, %r37, 8;
+	add.s64 	%rd59, %rd2, %rd58;
+	ld.global.u64 	%rd60, [%rd59];
+	cvta.to.global.u64 	%rd61, %rd60;
+	add.s64 	%rd63, %rd61, %rd51;
+	ld.global.s32 	%rd64, [%rd63];
+	max.s64 	%rd131, %rd131, %rd64;
+	add.s32 	%r37, %r37, 1;
+	setp.lt.u32 	%p10, %r37, %r15;
+	@%p10 bra 	$L__BB22_15;
+	bra.uni 	$L__BB22_25;
 
-	setp.eq.s32 	%p9, %r2, 2;
-	add.s32 	%r21, %r28, 1;
-	mul.wide.u32 	%rd77, %r21, 8;
-	add.s64 	%rd78, %rd2, %rd77;
-	ld.global.u64 	%rd79, [%rd78];
+$L__BB22_16:
+	setp.lt.u32 	%p11, %r1, 3;
+	mov.u32 	%r40, 1;
+	@%p11 bra 	$L__BB22_19;
+
+	mov.u32 	%r40, 1;
+	mov.u32 	%r39, %r3;
+
+$L__BB22_18:
+	mul.wide.u32 	%rd66, %r40, 8;
+	add.s64 	%rd67, %rd2, %rd66;
+	ld.global.u64 	%rd68, [%rd67];
+	cvta.to.global.u64 	%rd69, %rd68;
+	add.s64 	%rd71, %rd69, %rd51;
+	ld.global.s32 	%rd72, [%rd71];
+	min.s64 	%rd73, %rd131, %rd72;
+	ld.global.u64 	%rd74, [%rd67+8];
+	cvta.to.global.u64 	%rd75, %rd74;
+	add.s64 	%rd76, %rd75, %rd51;
+	ld.global.s32 	%rd77, [%rd76];
+	min.s64 	%rd78, %rd73, %rd77;
+	ld.global.u64 	%rd79, [%rd67+16];
 	cvta.to.global.u64 	%rd80, %rd79;
-	add.s64 	%rd82, %rd80, %rd44;
-	ld.global.s32 	%rd83, [%rd82];
-	add.s64 	%rd100, %rd100, %rd83;
-	@%p9 bra 	$L__BB33_14;
-
-	add.s32 	%r22, %r28, 2;
-	mul.wide.u32 	%rd84, %r22, 8;
+	add.s64 	%rd81, %rd80, %rd51;
+	ld.global.s32 	%rd82, [%rd81];
+	min.s64 	%rd83, %rd78, %rd82;
+	add.s32 	%r29, %r40, 3;
+	mul.wide.u32 	%rd84, %r29, 8;
 	add.s64 	%rd85, %rd2, %rd84;
 	ld.global.u64 	%rd86, [%rd85];
 	cvta.to.global.u64 	%rd87, %rd86;
-	add.s64 	%rd89, %rd87, %rd44;
-	ld.global.s32 	%rd90, [%rd89];
-	add.s64 	%rd100, %rd100, %rd90;
+	add.s64 	%rd88, %rd87, %rd51;
+	ld.global.s32 	%rd89, [%rd88];
+	min.s64 	%rd131, %rd83, %rd89;
+	add.s32 	%r40, %r40, 4;
+	add.s32 	%r39, %r39, -4;
+	setp.ne.s32 	%p12, %r39, 0;
+	@%p12 bra 	$L__BB22_18;
 
-$L__BB33_14:
-	and.b64  	%rd91, %rd100, -4294967296;
-	setp.eq.s64 	%p10, %rd91, 0;
-	@%p10 bra 	$L__BB33_16;
+$L__BB22_19:
+	setp.eq.s32 	%p13, %r2, 0;
+	@%p13 bra 	$L__BB22_25;
 
-	div.s64 	%rd101, %rd100, %rd5;
-	bra.uni 	$L__BB33_17;
+	setp.eq.s32 	%p14, %r2, 1;
+	mul.wide.u32 	%rd90, %r40, 8;
+	add.s64 	%rd91, %rd2, %rd90;
+	ld.global.u64 	%rd92, [%rd91];
+	cvta.to.global.u64 	%rd93, %rd92;
+	add.s64 	%rd95, %rd93, %rd51;
+	ld.global.s32 	%rd96, [%rd95];
+	min.s64 	%rd131, %rd131, %rd96;
+	@%p14 bra 	$L__BB22_25;
 
-$L__BB33_16:
-	cvt.u32.u64 	%r23, %rd5;
-	cvt.u32.u64 	%r24, %rd100;
-	div.u32 	%r25, %r24, %r23;
-	cvt.u64.u32 	%rd101, %r25;
+	setp.eq.s32 	%p15, %r2, 2;
+	add.s32 	%r30, %r40, 1;
+	mul.wide.u32 	%rd97, %r30, 8;
+	add.s64 	%rd98, %rd2, %rd97;
+	ld.global.u64 	%rd99, [%rd98];
+	cvta.to.global.u64 	%rd100, %rd99;
+	add.s64 	%rd102, %rd100, %rd51;
+	ld.global.s32 	%rd103, [%rd102];
+	min.s64 	%rd131, %rd131, %rd103;
+	@%p15 bra 	$L__BB22_25;
 
-$L__BB33_17:
-	shl.b64 	%rd92, %rd94, 2;
-	add.s64 	%rd93, %rd1, %rd92;
-	st.global.u32 	[%rd93], %rd101;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p11, %rd94, %rd28;
-	@%p11 bra 	$L__BB33_7;
-	bra.uni 	$L__BB33_18;
+	add.s32 	%r31, %r40, 2;
+	mul.wide.u32 	%rd104, %r31, 8;
+	add.s64 	%rd105, %rd2, %rd104;
+	ld.global.u64 	%rd106, [%rd105];
+	cvta.to.global.u64 	%rd107, %rd106;
+	add.s64 	%rd109, %rd107, %rd51;
+	ld.global.s32 	%rd110, [%rd109];
+	min.s64 	%rd131, %rd131, %rd110;
+	bra.uni 	$L__BB22_25;
 
-$L__BB33_2:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd94, %rd27;
-	shl.b64 	%rd36, %rd35, 2;
-	add.s64 	%rd37, %rd34, %rd36;
-	ld.global.s32 	%rd7, [%rd37];
-	and.b64  	%rd38, %rd7, -4294967296;
-	setp.eq.s64 	%p3, %rd38, 0;
-	@%p3 bra 	$L__BB33_4;
+$L__BB22_23:
+	mov.u32 	%r41, 1;
 
-	div.s64 	%rd95, %rd7, %rd5;
-	bra.uni 	$L__BB33_5;
+$L__BB22_24:
+	mul.wide.u32 	%rd111, %r41, 8;
+	add.s64 	%rd112, %rd2, %rd111;
+	ld.global.u64 	%rd113, [%rd112];
+	cvta.to.global.u64 	%rd114, %rd113;
+	add.s64 	%rd116, %rd114, %rd51;
+	ld.global.s32 	%rd117, [%rd116];
+	add.s64 	%rd131, %rd131, %rd117;
+	add.s32 	%r41, %r41, 1;
+	setp.lt.u32 	%p16, %r41, %r15;
+	@%p16 bra 	$L__BB22_24;
 
-$L__BB33_4:
-	cvt.u32.u64 	%r14, %rd5;
-	cvt.u32.u64 	%r15, %rd7;
-	div.u32 	%r16, %r15, %r14;
-	cvt.u64.u32 	%rd95, %r16;
+$L__BB22_25:
+	setp.ne.s32 	%p17, %r16, 1;
+	@%p17 bra 	$L__BB22_29;
 
-$L__BB33_5:
-	shl.b64 	%rd39, %rd94, 2;
-	add.s64 	%rd40, %rd1, %rd39;
-	st.global.u32 	[%rd40], %rd95;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p4, %rd94, %rd28;
-	@%p4 bra 	$L__BB33_2;
+	and.b64  	%rd118, %rd131, -4294967296;
+	setp.eq.s64 	%p18, %rd118, 0;
+	@%p18 bra 	$L__BB22_28;
 
-$L__BB33_18:
-	ret;
+	div.s64 	%rd131, %rd131, %rd5;
+	bra.uni 	$L__BB22_29;
 
-}
-	// .globl	smcuda_reduce_min_i32
-.visible .entry smcuda_reduce_min_i32(
-	.param .u64 smcuda_reduce_min_i32_param_0,
-	.param .u64 smcuda_reduce_min_i32_param_1,
-	.param .u32 smcuda_reduce_min_i32_param_2,
-	.param .u64 smcuda_reduce_min_i32_param_3,
-	.param .u64 smcuda_reduce_min_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
+$L__BB22_28:
+	cvt.u32.u64 	%r33, %rd5;
+	cvt.u32.u64 	%r34, %rd131;
+	div.u32 	%r35, %r34, %r33;
+	cvt.u64.u32 	%rd131, %r35;
 
+$L__BB22_29:
+	shl.b64 	%rd119, %rd121, 2;
+	add.s64 	%rd120, %rd1, %rd119;
+	st.global.u32 	[%rd120], %rd131;
+	add.s64 	%rd121, %rd121, %rd3;
+	setp.lt.u64 	%p19, %rd121, %rd36;
+	@%p19 bra 	$L__BB22_9;
+	bra.uni 	$L__BB22_30;
 
-	ld.param.u64 	%rd21, [smcuda_reduce_min_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_min_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_min_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_min_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB34_12;
+$L__BB22_2:
+	cvt.u32.u64 	%r21, %rd5;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB34_3;
-	bra.uni 	$L__BB34_2;
+$L__BB22_3:
+	ld.global.u64 	%rd41, [%rd2];
+	cvta.to.global.u64 	%rd42, %rd41;
+	add.s64 	%rd43, %rd121, %rd35;
+	shl.b64 	%rd44, %rd43, 2;
+	add.s64 	%rd45, %rd42, %rd44;
+	ld.global.s32 	%rd122, [%rd45];
+	setp.ne.s32 	%p3, %r16, 1;
+	@%p3 bra 	$L__BB22_7;
 
-$L__BB34_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
+	and.b64  	%rd46, %rd122, -4294967296;
+	setp.eq.s64 	%p4, %rd46, 0;
+	@%p4 bra 	$L__BB22_6;
 
-$L__BB34_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB34_7;
+	div.s64 	%rd122, %rd122, %rd5;
+	bra.uni 	$L__BB22_7;
 
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
+$L__BB22_6:
+	cvt.u32.u64 	%r22, %rd122;
+	div.u32 	%r23, %r22, %r21;
+	cvt.u64.u32 	%rd122, %r23;
 
-$L__BB34_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	min.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	min.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	min.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	min.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB34_6;
+$L__BB22_7:
+	shl.b64 	%rd47, %rd121, 2;
+	add.s64 	%rd48, %rd1, %rd47;
+	st.global.u32 	[%rd48], %rd122;
+	add.s64 	%rd121, %rd121, %rd3;
+	setp.lt.u64 	%p5, %rd121, %rd36;
+	@%p5 bra 	$L__BB22_3;
 
-$L__BB34_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB34_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	min.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB34_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	min.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB34_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	min.s64 	%rd89, %rd89, %rd81;
-
-$L__BB34_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB34_4;
-	bra.uni 	$L__BB34_12;
-
-$L__BB34_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB34_2;
-
-$L__BB34_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_i32
-.visible .entry smcuda_reduce_max_i32(
-	.param .u64 smcuda_reduce_max_i32_param_0,
-	.param .u64 smcuda_reduce_max_i32_param_1,
-	.param .u32 smcuda_reduce_max_i32_param_2,
-	.param .u64 smcuda_reduce_max_i32_param_3,
-	.param .u64 smcuda_reduce_max_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_max_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_max_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_max_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_max_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB35_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB35_3;
-	bra.uni 	$L__BB35_2;
-
-$L__BB35_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB35_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB35_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB35_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	max.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	max.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	max.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	max.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB35_6;
-
-$L__BB35_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB35_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	max.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB35_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	max.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB35_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	max.s64 	%rd89, %rd89, %rd81;
-
-$L__BB35_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB35_4;
-	bra.uni 	$L__BB35_12;
-
-$L__BB35_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB35_2;
-
-$L__BB35_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_i32
-.visible .entry smcuda_reduce_prod_i32(
-	.param .u64 smcuda_reduce_prod_i32_param_0,
-	.param .u64 smcuda_reduce_prod_i32_param_1,
-	.param .u32 smcuda_reduce_prod_i32_param_2,
-	.param .u64 smcuda_reduce_prod_i32_param_3,
-	.param .u64 smcuda_reduce_prod_i32_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<24>;
-	.reg .b64 	%rd<90>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_prod_i32_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_prod_i32_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_i32_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_prod_i32_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_prod_i32_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd84, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd84, %rd20;
-	@%p1 bra 	$L__BB36_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB36_3;
-	bra.uni 	$L__BB36_2;
-
-$L__BB36_3:
-	add.s32 	%r15, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r15, 3;
-	sub.s32 	%r3, %r15, %r2;
-
-$L__BB36_4:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd8, %rd84, %rd19;
-	shl.b64 	%rd35, %rd8, 2;
-	add.s64 	%rd36, %rd34, %rd35;
-	ld.global.s32 	%rd89, [%rd36];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r23, 1;
-	@%p4 bra 	$L__BB36_7;
-
-	mov.u32 	%r23, 1;
-	mov.u32 	%r22, %r3;
-
-$L__BB36_6:
-	mul.wide.u32 	%rd37, %r23, 8;
-	add.s64 	%rd38, %rd2, %rd37;
-	ld.global.u64 	%rd39, [%rd38];
-	cvta.to.global.u64 	%rd40, %rd39;
-	add.s64 	%rd42, %rd40, %rd35;
-	ld.global.s32 	%rd43, [%rd42];
-	mul.lo.s64 	%rd44, %rd89, %rd43;
-	ld.global.u64 	%rd45, [%rd38+8];
-	cvta.to.global.u64 	%rd46, %rd45;
-	add.s64 	%rd47, %rd46, %rd35;
-	ld.global.s32 	%rd48, [%rd47];
-	mul.lo.s64 	%rd49, %rd44, %rd48;
-	ld.global.u64 	%rd50, [%rd38+16];
-	cvta.to.global.u64 	%rd51, %rd50;
-	add.s64 	%rd52, %rd51, %rd35;
-	ld.global.s32 	%rd53, [%rd52];
-	mul.lo.s64 	%rd54, %rd49, %rd53;
-	add.s32 	%r18, %r23, 3;
-	mul.wide.u32 	%rd55, %r18, 8;
-	add.s64 	%rd56, %rd2, %rd55;
-	ld.global.u64 	%rd57, [%rd56];
-	cvta.to.global.u64 	%rd58, %rd57;
-	add.s64 	%rd59, %rd58, %rd35;
-	ld.global.s32 	%rd60, [%rd59];
-	mul.lo.s64 	%rd89, %rd54, %rd60;
-	add.s32 	%r23, %r23, 4;
-	add.s32 	%r22, %r22, -4;
-	setp.ne.s32 	%p5, %r22, 0;
-	@%p5 bra 	$L__BB36_6;
-
-$L__BB36_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB36_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd61, %r23, 8;
-	add.s64 	%rd62, %rd2, %rd61;
-	ld.global.u64 	%rd63, [%rd62];
-	cvta.to.global.u64 	%rd64, %rd63;
-	add.s64 	%rd66, %rd64, %rd35;
-	ld.global.s32 	%rd67, [%rd66];
-	mul.lo.s64 	%rd89, %rd89, %rd67;
-	@%p7 bra 	$L__BB36_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r19, %r23, 1;
-	mul.wide.u32 	%rd68, %r19, 8;
-	add.s64 	%rd69, %rd2, %rd68;
-	ld.global.u64 	%rd70, [%rd69];
-	cvta.to.global.u64 	%rd71, %rd70;
-	add.s64 	%rd73, %rd71, %rd35;
-	ld.global.s32 	%rd74, [%rd73];
-	mul.lo.s64 	%rd89, %rd89, %rd74;
-	@%p8 bra 	$L__BB36_11;
-
-	add.s32 	%r20, %r23, 2;
-	mul.wide.u32 	%rd75, %r20, 8;
-	add.s64 	%rd76, %rd2, %rd75;
-	ld.global.u64 	%rd77, [%rd76];
-	cvta.to.global.u64 	%rd78, %rd77;
-	add.s64 	%rd80, %rd78, %rd35;
-	ld.global.s32 	%rd81, [%rd80];
-	mul.lo.s64 	%rd89, %rd89, %rd81;
-
-$L__BB36_11:
-	shl.b64 	%rd82, %rd84, 2;
-	add.s64 	%rd83, %rd1, %rd82;
-	st.global.u32 	[%rd83], %rd89;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p9, %rd84, %rd20;
-	@%p9 bra 	$L__BB36_4;
-	bra.uni 	$L__BB36_12;
-
-$L__BB36_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd84, %rd19;
-	shl.b64 	%rd28, %rd27, 2;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u32 	%r14, [%rd29];
-	shl.b64 	%rd30, %rd84, 2;
-	add.s64 	%rd31, %rd1, %rd30;
-	st.global.u32 	[%rd31], %r14;
-	add.s64 	%rd84, %rd84, %rd3;
-	setp.lt.u64 	%p3, %rd84, %rd20;
-	@%p3 bra 	$L__BB36_2;
-
-$L__BB36_12:
+$L__BB22_30:
 	ret;
 
 }
@@ -9160,7 +10221,7 @@ $L__BB36_12:
 	cvt.u64.u32 	%rd16, %r4;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd20, %rd14;
-	@%p1 bra 	$L__BB37_6;
+	@%p1 bra 	$L__BB23_6;
 
 	cvt.u64.u32 	%rd3, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -9169,29 +10230,29 @@ $L__BB36_12:
 	cvta.to.global.u64 	%rd5, %rd13;
 	cvt.u32.u64 	%r6, %rd3;
 
-$L__BB37_2:
+$L__BB23_2:
 	shl.b64 	%rd18, %rd20, 2;
 	add.s64 	%rd7, %rd5, %rd18;
 	ld.global.s32 	%rd8, [%rd7];
 	and.b64  	%rd19, %rd8, -4294967296;
 	setp.eq.s64 	%p2, %rd19, 0;
-	@%p2 bra 	$L__BB37_4;
+	@%p2 bra 	$L__BB23_4;
 
 	div.s64 	%rd21, %rd8, %rd3;
-	bra.uni 	$L__BB37_5;
+	bra.uni 	$L__BB23_5;
 
-$L__BB37_4:
+$L__BB23_4:
 	cvt.u32.u64 	%r7, %rd8;
 	div.u32 	%r8, %r7, %r6;
 	cvt.u64.u32 	%rd21, %r8;
 
-$L__BB37_5:
+$L__BB23_5:
 	st.global.u32 	[%rd7], %rd21;
 	add.s64 	%rd20, %rd20, %rd4;
 	setp.lt.u64 	%p3, %rd20, %rd14;
-	@%p3 bra 	$L__BB37_2;
+	@%p3 bra 	$L__BB23_2;
 
-$L__BB37_6:
+$L__BB23_6:
 	ret;
 
 }
@@ -9229,18 +10290,18 @@ $L__BB37_6:
 	add.s64 	%rd5, %rd130, -1;
 	and.b64  	%rd131, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd131, 0;
-	@%p1 bra 	$L__BB38_2;
+	@%p1 bra 	$L__BB24_2;
 
 	div.u64 	%rd285, %rd5, %rd4;
-	bra.uni 	$L__BB38_3;
+	bra.uni 	$L__BB24_3;
 
-$L__BB38_2:
+$L__BB24_2:
 	cvt.u32.u64 	%r44, %rd4;
 	cvt.u32.u64 	%r45, %rd5;
 	div.u32 	%r46, %r45, %r44;
 	cvt.u64.u32 	%rd285, %r46;
 
-$L__BB38_3:
+$L__BB24_3:
 	add.s64 	%rd132, %rd285, 3;
 	and.b64  	%rd133, %rd132, -4;
 	mov.u32 	%r47, %ctaid.x;
@@ -9256,22 +10317,22 @@ $L__BB38_3:
 	add.s64 	%rd13, %rd3, %rd138;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd126;
-	@%p2 bra 	$L__BB38_14;
+	@%p2 bra 	$L__BB24_14;
 
 	and.b64  	%rd139, %rd126, 15;
 	setp.eq.s64 	%p3, %rd139, 0;
 	mov.u32 	%r48, %tid.x;
 	cvt.u64.u32 	%rd15, %r48;
-	@%p3 bra 	$L__BB38_8;
+	@%p3 bra 	$L__BB24_8;
 
 	add.s64 	%rd286, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd286, %rd11;
-	@%p4 bra 	$L__BB38_14;
+	@%p4 bra 	$L__BB24_14;
 
 	mov.u32 	%r49, %ntid.x;
 	cvt.u64.u32 	%rd17, %r49;
 
-$L__BB38_7:
+$L__BB24_7:
 	shl.b64 	%rd140, %rd286, 2;
 	add.s64 	%rd141, %rd2, %rd140;
 	ld.global.u32 	%r50, [%rd141];
@@ -9279,19 +10340,19 @@ $L__BB38_7:
 	st.u32 	[%rd142], %r50;
 	add.s64 	%rd286, %rd286, %rd17;
 	setp.lt.u64 	%p5, %rd286, %rd11;
-	@%p5 bra 	$L__BB38_7;
-	bra.uni 	$L__BB38_14;
+	@%p5 bra 	$L__BB24_7;
+	bra.uni 	$L__BB24_14;
 
-$L__BB38_8:
+$L__BB24_8:
 	shl.b64 	%rd143, %rd15, 2;
 	add.s64 	%rd287, %rd10, %rd143;
 	setp.ge.u64 	%p6, %rd287, %rd12;
-	@%p6 bra 	$L__BB38_11;
+	@%p6 bra 	$L__BB24_11;
 
 	mov.u32 	%r51, %ntid.x;
 	mul.wide.u32 	%rd21, %r51, 4;
 
-$L__BB38_10:
+$L__BB24_10:
 	shl.b64 	%rd144, %rd287, 2;
 	add.s64 	%rd145, %rd2, %rd144;
 	add.s64 	%rd146, %rd14, %rd144;
@@ -9299,17 +10360,17 @@ $L__BB38_10:
 	st.v4.u32 	[%rd146], {%r52, %r53, %r54, %r55};
 	add.s64 	%rd287, %rd287, %rd21;
 	setp.lt.u64 	%p7, %rd287, %rd12;
-	@%p7 bra 	$L__BB38_10;
+	@%p7 bra 	$L__BB24_10;
 
-$L__BB38_11:
+$L__BB24_11:
 	add.s64 	%rd288, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd288, %rd11;
-	@%p8 bra 	$L__BB38_14;
+	@%p8 bra 	$L__BB24_14;
 
 	mov.u32 	%r60, %ntid.x;
 	cvt.u64.u32 	%rd25, %r60;
 
-$L__BB38_13:
+$L__BB24_13:
 	shl.b64 	%rd147, %rd288, 2;
 	add.s64 	%rd148, %rd2, %rd147;
 	ld.global.u32 	%r61, [%rd148];
@@ -9317,13 +10378,13 @@ $L__BB38_13:
 	st.u32 	[%rd149], %r61;
 	add.s64 	%rd288, %rd288, %rd25;
 	setp.lt.u64 	%p9, %rd288, %rd11;
-	@%p9 bra 	$L__BB38_13;
+	@%p9 bra 	$L__BB24_13;
 
-$L__BB38_14:
+$L__BB24_14:
 	mov.u32 	%r1, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r1, %r41;
-	@%p10 bra 	$L__BB38_19;
+	@%p10 bra 	$L__BB24_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r62, %r40, 9;
@@ -9332,9 +10393,9 @@ $L__BB38_14:
 	shl.b64 	%rd157, %rd28, 3;
 	mov.u32 	%r121, %r1;
 
-$L__BB38_16:
+$L__BB24_16:
 	setp.eq.s32 	%p11, %r121, %r40;
-	@%p11 bra 	$L__BB38_18;
+	@%p11 bra 	$L__BB24_18;
 
 	mul.wide.u32 	%rd153, %r121, 8;
 	add.s64 	%rd154, %rd3, %rd153;
@@ -9346,22 +10407,22 @@ $L__BB38_16:
 	st.release.sys.global.u64 [%rd151], %rd152;
 	// end inline asm
 
-$L__BB38_18:
+$L__BB24_18:
 	add.s32 	%r121, %r121, %r2;
 	setp.lt.u32 	%p12, %r121, %r41;
-	@%p12 bra 	$L__BB38_16;
+	@%p12 bra 	$L__BB24_16;
 
-$L__BB38_19:
-	@%p10 bra 	$L__BB38_26;
+$L__BB24_19:
+	@%p10 bra 	$L__BB24_26;
 
 	ld.global.u64 	%rd158, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd158, %rd127;
 	mov.u32 	%r122, %r1;
 
-$L__BB38_21:
+$L__BB24_21:
 	setp.eq.s32 	%p14, %r122, %r40;
-	@%p14 bra 	$L__BB38_25;
+	@%p14 bra 	$L__BB24_25;
 
 	shl.b32 	%r63, %r122, 9;
 	cvt.u64.u32 	%rd159, %r63;
@@ -9369,35 +10430,35 @@ $L__BB38_21:
 	shl.b64 	%rd161, %rd160, 3;
 	add.s64 	%rd30, %rd29, %rd161;
 
-$L__BB38_23:
+$L__BB24_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd162, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd162, 0;
-	@%p15 bra 	$L__BB38_23;
+	@%p15 bra 	$L__BB24_23;
 
 	mov.u64 	%rd164, 0;
 	st.volatile.u64 	[%rd30], %rd164;
 
-$L__BB38_25:
+$L__BB24_25:
 	add.s32 	%r122, %r122, %r5;
 	setp.lt.u32 	%p16, %r122, %r41;
-	@%p16 bra 	$L__BB38_21;
+	@%p16 bra 	$L__BB24_21;
 
-$L__BB38_26:
+$L__BB24_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r1;
 	mul.wide.u32 	%rd165, %r1, 4;
 	add.s64 	%rd289, %rd10, %rd165;
 	setp.ge.u64 	%p17, %rd289, %rd12;
-	@%p17 bra 	$L__BB38_56;
+	@%p17 bra 	$L__BB24_56;
 
 	cvt.u64.u32 	%rd34, %r41;
 	mov.u32 	%r64, %ntid.x;
 	mul.wide.u32 	%rd35, %r64, 4;
 	and.b64  	%rd36, %rd125, 15;
 
-$L__BB38_28:
+$L__BB24_28:
 	ld.global.u64 	%rd166, [%rd3];
 	shl.b64 	%rd167, %rd289, 2;
 	add.s64 	%rd168, %rd166, %rd167;
@@ -9407,16 +10468,16 @@ $L__BB38_28:
 	cvt.s64.s32 	%rd295, %r67;
 	cvt.s64.s32 	%rd294, %r68;
 	setp.lt.u32 	%p18, %r41, 2;
-	@%p18 bra 	$L__BB38_39;
+	@%p18 bra 	$L__BB24_39;
 
 	setp.eq.s32 	%p19, %r42, 2;
-	@%p19 bra 	$L__BB38_37;
-	bra.uni 	$L__BB38_30;
+	@%p19 bra 	$L__BB24_37;
+	bra.uni 	$L__BB24_30;
 
-$L__BB38_37:
+$L__BB24_37:
 	mov.u32 	%r124, 1;
 
-$L__BB38_38:
+$L__BB24_38:
 	mul.wide.u32 	%rd186, %r124, 8;
 	add.s64 	%rd187, %rd3, %rd186;
 	ld.global.u64 	%rd188, [%rd187];
@@ -9432,23 +10493,23 @@ $L__BB38_38:
 	min.s64 	%rd294, %rd294, %rd194;
 	add.s32 	%r124, %r124, 1;
 	setp.lt.u32 	%p23, %r124, %r41;
-	@%p23 bra 	$L__BB38_38;
-	bra.uni 	$L__BB38_39;
+	@%p23 bra 	$L__BB24_38;
+	bra.uni 	$L__BB24_39;
 
-$L__BB38_30:
+$L__BB24_30:
 	mov.u32 	%r123, 1;
 
-$L__BB38_31:
+$L__BB24_31:
 	mul.wide.u32 	%rd169, %r123, 8;
 	add.s64 	%rd170, %rd3, %rd169;
 	ld.global.u64 	%rd171, [%rd170];
 	add.s64 	%rd173, %rd171, %rd167;
 	ld.v4.u32 	{%r74, %r75, %r76, %r77}, [%rd173];
 	setp.eq.s32 	%p20, %r42, 3;
-	@%p20 bra 	$L__BB38_34;
+	@%p20 bra 	$L__BB24_34;
 
 	setp.ne.s32 	%p21, %r42, 4;
-	@%p21 bra 	$L__BB38_35;
+	@%p21 bra 	$L__BB24_35;
 
 	cvt.s64.s32 	%rd174, %r74;
 	mul.lo.s64 	%rd297, %rd297, %rd174;
@@ -9458,9 +10519,9 @@ $L__BB38_31:
 	mul.lo.s64 	%rd295, %rd295, %rd176;
 	cvt.s64.s32 	%rd177, %r77;
 	mul.lo.s64 	%rd294, %rd294, %rd177;
-	bra.uni 	$L__BB38_36;
+	bra.uni 	$L__BB24_36;
 
-$L__BB38_34:
+$L__BB24_34:
 	cvt.s64.s32 	%rd178, %r74;
 	max.s64 	%rd297, %rd297, %rd178;
 	cvt.s64.s32 	%rd179, %r75;
@@ -9469,9 +10530,9 @@ $L__BB38_34:
 	max.s64 	%rd295, %rd295, %rd180;
 	cvt.s64.s32 	%rd181, %r77;
 	max.s64 	%rd294, %rd294, %rd181;
-	bra.uni 	$L__BB38_36;
+	bra.uni 	$L__BB24_36;
 
-$L__BB38_35:
+$L__BB24_35:
 	cvt.s64.s32 	%rd182, %r74;
 	add.s64 	%rd297, %rd297, %rd182;
 	cvt.s64.s32 	%rd183, %r75;
@@ -9481,71 +10542,71 @@ $L__BB38_35:
 	cvt.s64.s32 	%rd185, %r77;
 	add.s64 	%rd294, %rd294, %rd185;
 
-$L__BB38_36:
+$L__BB24_36:
 	add.s32 	%r123, %r123, 1;
 	setp.lt.u32 	%p22, %r123, %r41;
-	@%p22 bra 	$L__BB38_31;
+	@%p22 bra 	$L__BB24_31;
 
-$L__BB38_39:
+$L__BB24_39:
 	setp.ne.s32 	%p24, %r42, 1;
-	@%p24 bra 	$L__BB38_52;
+	@%p24 bra 	$L__BB24_52;
 
 	and.b64  	%rd195, %rd297, -4294967296;
 	setp.eq.s64 	%p25, %rd195, 0;
-	@%p25 bra 	$L__BB38_42;
+	@%p25 bra 	$L__BB24_42;
 
 	div.s64 	%rd297, %rd297, %rd34;
-	bra.uni 	$L__BB38_43;
+	bra.uni 	$L__BB24_43;
 
-$L__BB38_42:
+$L__BB24_42:
 	cvt.u32.u64 	%r87, %rd34;
 	cvt.u32.u64 	%r88, %rd297;
 	div.u32 	%r89, %r88, %r87;
 	cvt.u64.u32 	%rd297, %r89;
 
-$L__BB38_43:
+$L__BB24_43:
 	and.b64  	%rd196, %rd296, -4294967296;
 	setp.eq.s64 	%p26, %rd196, 0;
-	@%p26 bra 	$L__BB38_45;
+	@%p26 bra 	$L__BB24_45;
 
 	div.s64 	%rd296, %rd296, %rd34;
-	bra.uni 	$L__BB38_46;
+	bra.uni 	$L__BB24_46;
 
-$L__BB38_45:
+$L__BB24_45:
 	cvt.u32.u64 	%r90, %rd34;
 	cvt.u32.u64 	%r91, %rd296;
 	div.u32 	%r92, %r91, %r90;
 	cvt.u64.u32 	%rd296, %r92;
 
-$L__BB38_46:
+$L__BB24_46:
 	and.b64  	%rd197, %rd295, -4294967296;
 	setp.eq.s64 	%p27, %rd197, 0;
-	@%p27 bra 	$L__BB38_48;
+	@%p27 bra 	$L__BB24_48;
 
 	div.s64 	%rd295, %rd295, %rd34;
-	bra.uni 	$L__BB38_49;
+	bra.uni 	$L__BB24_49;
 
-$L__BB38_48:
+$L__BB24_48:
 	cvt.u32.u64 	%r93, %rd34;
 	cvt.u32.u64 	%r94, %rd295;
 	div.u32 	%r95, %r94, %r93;
 	cvt.u64.u32 	%rd295, %r95;
 
-$L__BB38_49:
+$L__BB24_49:
 	and.b64  	%rd198, %rd294, -4294967296;
 	setp.eq.s64 	%p28, %rd198, 0;
-	@%p28 bra 	$L__BB38_51;
+	@%p28 bra 	$L__BB24_51;
 
 	div.s64 	%rd294, %rd294, %rd34;
-	bra.uni 	$L__BB38_52;
+	bra.uni 	$L__BB24_52;
 
-$L__BB38_51:
+$L__BB24_51:
 	cvt.u32.u64 	%r96, %rd34;
 	cvt.u32.u64 	%r97, %rd294;
 	div.u32 	%r98, %r97, %r96;
 	cvt.u64.u32 	%rd294, %r98;
 
-$L__BB38_52:
+$L__BB24_52:
 	cvt.u32.u64 	%r16, %rd297;
 	cvt.u32.u64 	%r17, %rd296;
 	cvt.u32.u64 	%r18, %rd295;
@@ -9553,58 +10614,58 @@ $L__BB38_52:
 	add.s64 	%rd200, %rd1, %rd167;
 	add.s64 	%rd89, %rd200, 4;
 	setp.eq.s64 	%p29, %rd36, 0;
-	@%p29 bra 	$L__BB38_54;
+	@%p29 bra 	$L__BB24_54;
 
 	st.global.u32 	[%rd89+-4], %r16;
 	st.global.u32 	[%rd89], %r17;
 	st.global.u32 	[%rd89+4], %r18;
 	st.global.u32 	[%rd89+8], %r19;
-	bra.uni 	$L__BB38_55;
+	bra.uni 	$L__BB24_55;
 
-$L__BB38_54:
+$L__BB24_54:
 	st.global.v4.u32 	[%rd89+-4], {%r16, %r17, %r18, %r19};
 
-$L__BB38_55:
+$L__BB24_55:
 	add.s64 	%rd289, %rd289, %rd35;
 	setp.lt.u64 	%p30, %rd289, %rd12;
-	@%p30 bra 	$L__BB38_28;
+	@%p30 bra 	$L__BB24_28;
 
-$L__BB38_56:
+$L__BB24_56:
 	add.s64 	%rd313, %rd12, %rd31;
 	setp.ge.u64 	%p31, %rd313, %rd11;
-	@%p31 bra 	$L__BB38_86;
+	@%p31 bra 	$L__BB24_86;
 
 	setp.gt.u32 	%p32, %r41, 1;
 	cvt.u64.u32 	%rd92, %r41;
 	mov.u32 	%r99, %ntid.x;
 	cvt.u64.u32 	%rd93, %r99;
-	@%p32 bra 	$L__BB38_64;
-	bra.uni 	$L__BB38_58;
+	@%p32 bra 	$L__BB24_64;
+	bra.uni 	$L__BB24_58;
 
-$L__BB38_64:
+$L__BB24_64:
 	add.s32 	%r103, %r41, -1;
 	add.s32 	%r20, %r41, -2;
 	and.b32  	%r21, %r103, 3;
 	sub.s32 	%r22, %r103, %r21;
 
-$L__BB38_65:
+$L__BB24_65:
 	ld.global.u64 	%rd207, [%rd3];
 	shl.b64 	%rd208, %rd313, 2;
 	add.s64 	%rd209, %rd207, %rd208;
 	ld.s32 	%rd323, [%rd209];
 	setp.eq.s32 	%p36, %r42, 2;
-	@%p36 bra 	$L__BB38_72;
+	@%p36 bra 	$L__BB24_72;
 
 	setp.eq.s32 	%p37, %r42, 3;
-	@%p37 bra 	$L__BB38_70;
+	@%p37 bra 	$L__BB24_70;
 
 	setp.ne.s32 	%p38, %r42, 4;
-	@%p38 bra 	$L__BB38_79;
+	@%p38 bra 	$L__BB24_79;
 
 	mov.u32 	%r125, 1;
 	mov.u64 	%rd316, %rd3;
 
-$L__BB38_69:
+$L__BB24_69:
 	add.s64 	%rd105, %rd316, 8;
 	ld.global.u64 	%rd210, [%rd316+8];
 	add.s64 	%rd212, %rd210, %rd208;
@@ -9613,18 +10674,18 @@ $L__BB38_69:
 	add.s32 	%r125, %r125, 1;
 	setp.lt.u32 	%p39, %r125, %r41;
 	mov.u64 	%rd316, %rd105;
-	@%p39 bra 	$L__BB38_69;
-	bra.uni 	$L__BB38_81;
+	@%p39 bra 	$L__BB24_69;
+	bra.uni 	$L__BB24_81;
 
-$L__BB38_72:
+$L__BB24_72:
 	setp.lt.u32 	%p41, %r20, 3;
 	mov.u32 	%r129, 1;
-	@%p41 bra 	$L__BB38_75;
+	@%p41 bra 	$L__BB24_75;
 
 	mov.u32 	%r129, 1;
 	mov.u32 	%r128, %r22;
 
-$L__BB38_74:
+$L__BB24_74:
 	mul.wide.u32 	%rd221, %r129, 8;
 	add.s64 	%rd222, %rd3, %rd221;
 	ld.global.u64 	%rd223, [%rd222];
@@ -9649,11 +10710,11 @@ $L__BB38_74:
 	add.s32 	%r129, %r129, 4;
 	add.s32 	%r128, %r128, -4;
 	setp.ne.s32 	%p42, %r128, 0;
-	@%p42 bra 	$L__BB38_74;
+	@%p42 bra 	$L__BB24_74;
 
-$L__BB38_75:
+$L__BB24_75:
 	setp.eq.s32 	%p43, %r21, 0;
-	@%p43 bra 	$L__BB38_81;
+	@%p43 bra 	$L__BB24_81;
 
 	setp.eq.s32 	%p44, %r21, 1;
 	mul.wide.u32 	%rd241, %r129, 8;
@@ -9662,7 +10723,7 @@ $L__BB38_75:
 	add.s64 	%rd245, %rd243, %rd208;
 	ld.s32 	%rd246, [%rd245];
 	min.s64 	%rd323, %rd323, %rd246;
-	@%p44 bra 	$L__BB38_81;
+	@%p44 bra 	$L__BB24_81;
 
 	setp.eq.s32 	%p45, %r21, 2;
 	add.s32 	%r109, %r129, 1;
@@ -9672,7 +10733,7 @@ $L__BB38_75:
 	add.s64 	%rd251, %rd249, %rd208;
 	ld.s32 	%rd252, [%rd251];
 	min.s64 	%rd323, %rd323, %rd252;
-	@%p45 bra 	$L__BB38_81;
+	@%p45 bra 	$L__BB24_81;
 
 	add.s32 	%r110, %r129, 2;
 	mul.wide.u32 	%rd253, %r110, 8;
@@ -9681,12 +10742,12 @@ $L__BB38_75:
 	add.s64 	%rd257, %rd255, %rd208;
 	ld.s32 	%rd258, [%rd257];
 	min.s64 	%rd323, %rd323, %rd258;
-	bra.uni 	$L__BB38_81;
+	bra.uni 	$L__BB24_81;
 
-$L__BB38_70:
+$L__BB24_70:
 	mov.u32 	%r126, 1;
 
-$L__BB38_71:
+$L__BB24_71:
 	mul.wide.u32 	%rd214, %r126, 8;
 	add.s64 	%rd215, %rd3, %rd214;
 	ld.global.u64 	%rd216, [%rd215];
@@ -9695,13 +10756,13 @@ $L__BB38_71:
 	max.s64 	%rd323, %rd323, %rd219;
 	add.s32 	%r126, %r126, 1;
 	setp.lt.u32 	%p40, %r126, %r41;
-	@%p40 bra 	$L__BB38_71;
-	bra.uni 	$L__BB38_81;
+	@%p40 bra 	$L__BB24_71;
+	bra.uni 	$L__BB24_81;
 
-$L__BB38_79:
+$L__BB24_79:
 	mov.u32 	%r130, 1;
 
-$L__BB38_80:
+$L__BB24_80:
 	mul.wide.u32 	%rd259, %r130, 8;
 	add.s64 	%rd260, %rd3, %rd259;
 	ld.global.u64 	%rd261, [%rd260];
@@ -9710,66 +10771,66 @@ $L__BB38_80:
 	add.s64 	%rd323, %rd323, %rd264;
 	add.s32 	%r130, %r130, 1;
 	setp.lt.u32 	%p46, %r130, %r41;
-	@%p46 bra 	$L__BB38_80;
+	@%p46 bra 	$L__BB24_80;
 
-$L__BB38_81:
+$L__BB24_81:
 	setp.ne.s32 	%p47, %r42, 1;
-	@%p47 bra 	$L__BB38_85;
+	@%p47 bra 	$L__BB24_85;
 
 	and.b64  	%rd265, %rd323, -4294967296;
 	setp.eq.s64 	%p48, %rd265, 0;
-	@%p48 bra 	$L__BB38_84;
+	@%p48 bra 	$L__BB24_84;
 
 	div.s64 	%rd323, %rd323, %rd92;
-	bra.uni 	$L__BB38_85;
+	bra.uni 	$L__BB24_85;
 
-$L__BB38_84:
+$L__BB24_84:
 	cvt.u32.u64 	%r112, %rd92;
 	cvt.u32.u64 	%r113, %rd323;
 	div.u32 	%r114, %r113, %r112;
 	cvt.u64.u32 	%rd323, %r114;
 
-$L__BB38_85:
+$L__BB24_85:
 	add.s64 	%rd267, %rd1, %rd208;
 	st.global.u32 	[%rd267], %rd323;
 	add.s64 	%rd313, %rd313, %rd93;
 	setp.lt.u64 	%p49, %rd313, %rd11;
-	@%p49 bra 	$L__BB38_65;
-	bra.uni 	$L__BB38_86;
+	@%p49 bra 	$L__BB24_65;
+	bra.uni 	$L__BB24_86;
 
-$L__BB38_58:
+$L__BB24_58:
 	cvt.u32.u64 	%r100, %rd92;
 
-$L__BB38_59:
+$L__BB24_59:
 	ld.global.u64 	%rd201, [%rd3];
 	shl.b64 	%rd202, %rd313, 2;
 	add.s64 	%rd203, %rd201, %rd202;
 	ld.s32 	%rd314, [%rd203];
 	setp.ne.s32 	%p33, %r42, 1;
-	@%p33 bra 	$L__BB38_63;
+	@%p33 bra 	$L__BB24_63;
 
 	and.b64  	%rd204, %rd314, -4294967296;
 	setp.eq.s64 	%p34, %rd204, 0;
-	@%p34 bra 	$L__BB38_62;
+	@%p34 bra 	$L__BB24_62;
 
 	div.s64 	%rd314, %rd314, %rd92;
-	bra.uni 	$L__BB38_63;
+	bra.uni 	$L__BB24_63;
 
-$L__BB38_62:
+$L__BB24_62:
 	cvt.u32.u64 	%r101, %rd314;
 	div.u32 	%r102, %r101, %r100;
 	cvt.u64.u32 	%rd314, %r102;
 
-$L__BB38_63:
+$L__BB24_63:
 	add.s64 	%rd206, %rd1, %rd202;
 	st.global.u32 	[%rd206], %rd314;
 	add.s64 	%rd313, %rd313, %rd93;
 	setp.lt.u64 	%p35, %rd313, %rd11;
-	@%p35 bra 	$L__BB38_59;
+	@%p35 bra 	$L__BB24_59;
 
-$L__BB38_86:
+$L__BB24_86:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB38_91;
+	@%p10 bra 	$L__BB24_91;
 
 	mov.u32 	%r131, %tid.x;
 	mov.u32 	%r34, %ntid.x;
@@ -9779,9 +10840,9 @@ $L__BB38_86:
 	add.s64 	%rd122, %rd268, %rd9;
 	shl.b64 	%rd275, %rd122, 3;
 
-$L__BB38_88:
+$L__BB24_88:
 	setp.eq.s32 	%p51, %r131, %r40;
-	@%p51 bra 	$L__BB38_90;
+	@%p51 bra 	$L__BB24_90;
 
 	mul.wide.u32 	%rd271, %r131, 8;
 	add.s64 	%rd272, %rd3, %rd271;
@@ -9793,13 +10854,13 @@ $L__BB38_88:
 	st.release.sys.global.u64 [%rd269], %rd270;
 	// end inline asm
 
-$L__BB38_90:
+$L__BB24_90:
 	add.s32 	%r131, %r131, %r34;
 	setp.lt.u32 	%p52, %r131, %r41;
-	@%p52 bra 	$L__BB38_88;
+	@%p52 bra 	$L__BB24_88;
 
-$L__BB38_91:
-	@%p10 bra 	$L__BB38_98;
+$L__BB24_91:
+	@%p10 bra 	$L__BB24_98;
 
 	mul.wide.u32 	%rd284, %r40, 8;
 	add.s64 	%rd283, %rd3, %rd284;
@@ -9808,9 +10869,9 @@ $L__BB38_91:
 	mov.u32 	%r37, %ntid.x;
 	add.s64 	%rd123, %rd276, %rd127;
 
-$L__BB38_93:
+$L__BB24_93:
 	setp.eq.s32 	%p54, %r132, %r40;
-	@%p54 bra 	$L__BB38_97;
+	@%p54 bra 	$L__BB24_97;
 
 	add.s32 	%r117, %r132, %r41;
 	shl.b32 	%r118, %r117, 9;
@@ -9819,23 +10880,818 @@ $L__BB38_93:
 	shl.b64 	%rd279, %rd278, 3;
 	add.s64 	%rd124, %rd123, %rd279;
 
-$L__BB38_95:
+$L__BB24_95:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd280, [%rd124];
 	// end inline asm
 	setp.eq.s64 	%p55, %rd280, 0;
-	@%p55 bra 	$L__BB38_95;
+	@%p55 bra 	$L__BB24_95;
 
 	mov.u64 	%rd282, 0;
 	st.volatile.u64 	[%rd124], %rd282;
 
-$L__BB38_97:
+$L__BB24_97:
 	add.s32 	%r132, %r132, %r37;
 	setp.lt.u32 	%p56, %r132, %r41;
-	@%p56 bra 	$L__BB38_93;
+	@%p56 bra 	$L__BB24_93;
 
-$L__BB38_98:
+$L__BB24_98:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_i32
+.visible .entry smcuda_twoshot_i32(
+	.param .u64 smcuda_twoshot_i32_param_0,
+	.param .u64 smcuda_twoshot_i32_param_1,
+	.param .u64 smcuda_twoshot_i32_param_2,
+	.param .u64 smcuda_twoshot_i32_param_3,
+	.param .u32 smcuda_twoshot_i32_param_4,
+	.param .u32 smcuda_twoshot_i32_param_5,
+	.param .u64 smcuda_twoshot_i32_param_6,
+	.param .u32 smcuda_twoshot_i32_param_7,
+	.param .u64 smcuda_twoshot_i32_param_8,
+	.param .u64 smcuda_twoshot_i32_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<68>;
+	.reg .b32 	%r<149>;
+	.reg .b64 	%rd<405>;
+
+
+	ld.param.u64 	%rd117, [smcuda_twoshot_i32_param_0];
+	ld.param.u64 	%rd119, [smcuda_twoshot_i32_param_2];
+	ld.param.u64 	%rd120, [smcuda_twoshot_i32_param_3];
+	ld.param.u32 	%r43, [smcuda_twoshot_i32_param_4];
+	ld.param.u32 	%r44, [smcuda_twoshot_i32_param_5];
+	ld.param.u64 	%rd121, [smcuda_twoshot_i32_param_6];
+	ld.param.u32 	%r45, [smcuda_twoshot_i32_param_7];
+	ld.param.u64 	%rd122, [smcuda_twoshot_i32_param_8];
+	ld.param.u64 	%rd123, [smcuda_twoshot_i32_param_9];
+	cvta.to.global.u64 	%rd124, %rd119;
+	mul.wide.u32 	%rd125, %r43, 8;
+	add.s64 	%rd126, %rd124, %rd125;
+	ld.global.u64 	%rd1, [%rd126];
+	cvt.u64.u32 	%rd2, %r44;
+	mul.lo.s64 	%rd127, %rd2, %rd123;
+	min.u64 	%rd128, %rd127, %rd121;
+	add.s64 	%rd129, %rd2, %rd128;
+	add.s64 	%rd3, %rd129, -1;
+	and.b64  	%rd130, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd130, 0;
+	@%p1 bra 	$L__BB25_2;
+
+	div.u64 	%rd364, %rd3, %rd2;
+	bra.uni 	$L__BB25_3;
+
+$L__BB25_2:
+	cvt.u32.u64 	%r46, %rd2;
+	cvt.u32.u64 	%r47, %rd3;
+	div.u32 	%r48, %r47, %r46;
+	cvt.u64.u32 	%rd364, %r48;
+
+$L__BB25_3:
+	add.s64 	%rd131, %rd364, 3;
+	and.b64  	%rd7, %rd131, -4;
+	mov.u32 	%r49, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r49;
+	add.s64 	%rd132, %rd8, %rd7;
+	add.s64 	%rd9, %rd132, -1;
+	and.b64  	%rd133, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd133, 0;
+	@%p2 bra 	$L__BB25_5;
+
+	div.u64 	%rd365, %rd9, %rd8;
+	bra.uni 	$L__BB25_6;
+
+$L__BB25_5:
+	cvt.u32.u64 	%r50, %rd8;
+	cvt.u32.u64 	%r51, %rd9;
+	div.u32 	%r52, %r51, %r50;
+	cvt.u64.u32 	%rd365, %r52;
+
+$L__BB25_6:
+	add.s64 	%rd134, %rd365, 3;
+	and.b64  	%rd13, %rd134, -4;
+	setp.eq.s64 	%p3, %rd121, 0;
+	@%p3 bra 	$L__BB25_104;
+
+	mov.u64 	%rd366, 0;
+	cvt.u32.u64 	%r53, %rd2;
+	mov.u32 	%r56, %tid.x;
+	mov.u32 	%r57, %ntid.x;
+	mov.u32 	%r58, %ctaid.x;
+
+$L__BB25_8:
+	sub.s64 	%rd137, %rd121, %rd366;
+	min.u64 	%rd15, %rd137, %rd127;
+	add.s64 	%rd138, %rd2, %rd15;
+	add.s64 	%rd16, %rd138, -1;
+	and.b64  	%rd139, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd139, 0;
+	@%p4 bra 	$L__BB25_10;
+
+	div.u64 	%rd367, %rd16, %rd2;
+	bra.uni 	$L__BB25_11;
+
+$L__BB25_10:
+	cvt.u32.u64 	%r54, %rd16;
+	div.u32 	%r55, %r54, %r53;
+	cvt.u64.u32 	%rd367, %r55;
+
+$L__BB25_11:
+	ld.param.u64 	%rd337, [smcuda_twoshot_i32_param_2];
+	ld.param.u64 	%rd336, [smcuda_twoshot_i32_param_1];
+	setp.ge.u32 	%p5, %r56, %r44;
+	add.s64 	%rd140, %rd367, 3;
+	and.b64  	%rd20, %rd140, -4;
+	shl.b64 	%rd141, %rd366, 2;
+	add.s64 	%rd142, %rd336, %rd141;
+	{ // callseq 8, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd142;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd337;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r43;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r44;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd15;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r58;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 4;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r56;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r57;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 8
+	bar.sync 	0;
+	@%p5 bra 	$L__BB25_16;
+
+	mov.u32 	%r137, %tid.x;
+
+$L__BB25_13:
+	setp.eq.s32 	%p6, %r137, %r43;
+	@%p6 bra 	$L__BB25_15;
+
+	mul.wide.u32 	%rd146, %r137, 8;
+	add.s64 	%rd147, %rd124, %rd146;
+	ld.global.u64 	%rd148, [%rd147];
+	add.s64 	%rd149, %rd148, %rd120;
+	shl.b32 	%r59, %r43, 9;
+	cvt.u64.u32 	%rd150, %r59;
+	cvt.u64.u32 	%rd151, %r58;
+	add.s64 	%rd152, %rd150, %rd151;
+	shl.b64 	%rd153, %rd152, 3;
+	add.s64 	%rd143, %rd149, %rd153;
+	mov.u64 	%rd144, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd143], %rd144;
+	// end inline asm
+
+$L__BB25_15:
+	add.s32 	%r137, %r137, %r57;
+	setp.lt.u32 	%p7, %r137, %r44;
+	@%p7 bra 	$L__BB25_13;
+
+$L__BB25_16:
+	@%p5 bra 	$L__BB25_23;
+
+	ld.global.u64 	%rd157, [%rd126];
+	mov.u32 	%r138, %tid.x;
+	add.s64 	%rd21, %rd157, %rd120;
+
+$L__BB25_18:
+	setp.eq.s32 	%p9, %r138, %r43;
+	@%p9 bra 	$L__BB25_22;
+
+	shl.b32 	%r62, %r138, 9;
+	cvt.u64.u32 	%rd158, %r62;
+	cvt.u64.u32 	%rd159, %r58;
+	add.s64 	%rd160, %rd158, %rd159;
+	shl.b64 	%rd161, %rd160, 3;
+	add.s64 	%rd22, %rd21, %rd161;
+
+$L__BB25_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd162, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd162, 0;
+	@%p10 bra 	$L__BB25_20;
+
+	mov.u64 	%rd164, 0;
+	st.volatile.u64 	[%rd22], %rd164;
+
+$L__BB25_22:
+	add.s32 	%r138, %r138, %r57;
+	setp.lt.u32 	%p11, %r138, %r44;
+	@%p11 bra 	$L__BB25_18;
+
+$L__BB25_23:
+	shl.b64 	%rd338, %rd366, 2;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd165, %r43;
+	mul.lo.s64 	%rd166, %rd20, %rd165;
+	min.u64 	%rd167, %rd15, %rd166;
+	add.s64 	%rd168, %rd167, %rd20;
+	min.u64 	%rd169, %rd15, %rd168;
+	sub.s64 	%rd170, %rd169, %rd167;
+	cvt.u64.u32 	%rd171, %r58;
+	mul.lo.s64 	%rd172, %rd13, %rd171;
+	min.u64 	%rd23, %rd170, %rd172;
+	sub.s64 	%rd173, %rd170, %rd23;
+	min.u64 	%rd24, %rd173, %rd13;
+	add.s64 	%rd176, %rd117, %rd338;
+	or.b64  	%rd177, %rd142, %rd176;
+	and.b64  	%rd178, %rd177, 15;
+	setp.eq.s64 	%p12, %rd178, 0;
+	and.b64  	%rd179, %rd24, -4;
+	selp.b64 	%rd25, %rd179, 0, %p12;
+	mul.wide.u32 	%rd180, %r56, 4;
+	setp.ge.u64 	%p13, %rd180, %rd25;
+	@%p13 bra 	$L__BB25_59;
+
+	mov.u32 	%r66, %tid.x;
+	mul.wide.u32 	%rd368, %r66, 4;
+
+$L__BB25_25:
+	shl.b64 	%rd340, %rd366, 2;
+	add.s64 	%rd339, %rd336, %rd340;
+	shl.b64 	%rd186, %rd167, 2;
+	add.s64 	%rd187, %rd339, %rd186;
+	setp.eq.s32 	%p14, %r43, 0;
+	selp.b64 	%rd188, %rd187, %rd1, %p14;
+	add.s64 	%rd28, %rd368, %rd23;
+	shl.b64 	%rd189, %rd28, 2;
+	add.s64 	%rd190, %rd188, %rd189;
+	ld.v4.u32 	{%r67, %r68, %r69, %r70}, [%rd190];
+	cvt.s64.s32 	%rd377, %r67;
+	cvt.s64.s32 	%rd376, %r68;
+	cvt.s64.s32 	%rd375, %r69;
+	cvt.s64.s32 	%rd374, %r70;
+	setp.lt.u32 	%p15, %r44, 2;
+	@%p15 bra 	$L__BB25_40;
+
+	setp.eq.s32 	%p16, %r45, 2;
+	@%p16 bra 	$L__BB25_36;
+	bra.uni 	$L__BB25_27;
+
+$L__BB25_36:
+	mov.u32 	%r140, 1;
+
+$L__BB25_37:
+	.pragma "nounroll";
+	shl.b64 	%rd345, %rd366, 2;
+	add.s64 	%rd344, %rd336, %rd345;
+	add.s64 	%rd382, %rd339, %rd186;
+	setp.eq.s32 	%p22, %r140, %r43;
+	@%p22 bra 	$L__BB25_39;
+
+	setp.ge.u32 	%p23, %r140, %r43;
+	selp.b32 	%r83, -1, 0, %p23;
+	add.s32 	%r84, %r140, %r83;
+	cvt.u64.u32 	%rd220, %r84;
+	mul.lo.s64 	%rd221, %rd7, %rd220;
+	shl.b64 	%rd222, %rd221, 2;
+	add.s64 	%rd382, %rd1, %rd222;
+
+$L__BB25_39:
+	add.s64 	%rd347, %rd368, %rd23;
+	shl.b64 	%rd346, %rd347, 2;
+	add.s64 	%rd224, %rd382, %rd346;
+	ld.v4.u32 	{%r85, %r86, %r87, %r88}, [%rd224];
+	cvt.s64.s32 	%rd225, %r85;
+	min.s64 	%rd377, %rd377, %rd225;
+	cvt.s64.s32 	%rd226, %r86;
+	min.s64 	%rd376, %rd376, %rd226;
+	cvt.s64.s32 	%rd227, %r87;
+	min.s64 	%rd375, %rd375, %rd227;
+	cvt.s64.s32 	%rd228, %r88;
+	min.s64 	%rd374, %rd374, %rd228;
+	add.s32 	%r140, %r140, 1;
+	setp.lt.u32 	%p24, %r140, %r44;
+	@%p24 bra 	$L__BB25_37;
+	bra.uni 	$L__BB25_40;
+
+$L__BB25_27:
+	mov.u32 	%r139, 1;
+
+$L__BB25_28:
+	.pragma "nounroll";
+	add.s64 	%rd373, %rd142, %rd186;
+	setp.eq.s32 	%p17, %r139, %r43;
+	@%p17 bra 	$L__BB25_30;
+
+	setp.ge.u32 	%p18, %r139, %r43;
+	selp.b32 	%r76, -1, 0, %p18;
+	add.s32 	%r77, %r139, %r76;
+	cvt.u64.u32 	%rd197, %r77;
+	mul.lo.s64 	%rd198, %rd7, %rd197;
+	shl.b64 	%rd199, %rd198, 2;
+	add.s64 	%rd373, %rd1, %rd199;
+
+$L__BB25_30:
+	add.s64 	%rd342, %rd368, %rd23;
+	shl.b64 	%rd341, %rd342, 2;
+	add.s64 	%rd201, %rd373, %rd341;
+	ld.v4.u32 	{%r78, %r79, %r80, %r81}, [%rd201];
+	setp.eq.s32 	%p19, %r45, 3;
+	@%p19 bra 	$L__BB25_33;
+
+	setp.ne.s32 	%p20, %r45, 4;
+	@%p20 bra 	$L__BB25_34;
+
+	cvt.s64.s32 	%rd202, %r78;
+	mul.lo.s64 	%rd377, %rd377, %rd202;
+	cvt.s64.s32 	%rd203, %r79;
+	mul.lo.s64 	%rd376, %rd376, %rd203;
+	cvt.s64.s32 	%rd204, %r80;
+	mul.lo.s64 	%rd375, %rd375, %rd204;
+	cvt.s64.s32 	%rd205, %r81;
+	mul.lo.s64 	%rd374, %rd374, %rd205;
+	bra.uni 	$L__BB25_35;
+
+$L__BB25_33:
+	cvt.s64.s32 	%rd206, %r78;
+	max.s64 	%rd377, %rd377, %rd206;
+	cvt.s64.s32 	%rd207, %r79;
+	max.s64 	%rd376, %rd376, %rd207;
+	cvt.s64.s32 	%rd208, %r80;
+	max.s64 	%rd375, %rd375, %rd208;
+	cvt.s64.s32 	%rd209, %r81;
+	max.s64 	%rd374, %rd374, %rd209;
+	bra.uni 	$L__BB25_35;
+
+$L__BB25_34:
+	cvt.s64.s32 	%rd210, %r78;
+	add.s64 	%rd377, %rd377, %rd210;
+	cvt.s64.s32 	%rd211, %r79;
+	add.s64 	%rd376, %rd376, %rd211;
+	cvt.s64.s32 	%rd212, %r80;
+	add.s64 	%rd375, %rd375, %rd212;
+	cvt.s64.s32 	%rd213, %r81;
+	add.s64 	%rd374, %rd374, %rd213;
+
+$L__BB25_35:
+	add.s32 	%r139, %r139, 1;
+	setp.lt.u32 	%p21, %r139, %r44;
+	@%p21 bra 	$L__BB25_28;
+
+$L__BB25_40:
+	setp.ne.s32 	%p25, %r45, 1;
+	@%p25 bra 	$L__BB25_53;
+
+	and.b64  	%rd229, %rd377, -4294967296;
+	setp.eq.s64 	%p26, %rd229, 0;
+	@%p26 bra 	$L__BB25_43;
+
+	div.s64 	%rd377, %rd377, %rd2;
+	bra.uni 	$L__BB25_44;
+
+$L__BB25_43:
+	cvt.u32.u64 	%r94, %rd377;
+	div.u32 	%r95, %r94, %r53;
+	cvt.u64.u32 	%rd377, %r95;
+
+$L__BB25_44:
+	and.b64  	%rd230, %rd376, -4294967296;
+	setp.eq.s64 	%p27, %rd230, 0;
+	@%p27 bra 	$L__BB25_46;
+
+	div.s64 	%rd376, %rd376, %rd2;
+	bra.uni 	$L__BB25_47;
+
+$L__BB25_46:
+	cvt.u32.u64 	%r97, %rd376;
+	div.u32 	%r98, %r97, %r53;
+	cvt.u64.u32 	%rd376, %r98;
+
+$L__BB25_47:
+	and.b64  	%rd231, %rd375, -4294967296;
+	setp.eq.s64 	%p28, %rd231, 0;
+	@%p28 bra 	$L__BB25_49;
+
+	div.s64 	%rd375, %rd375, %rd2;
+	bra.uni 	$L__BB25_50;
+
+$L__BB25_49:
+	cvt.u32.u64 	%r100, %rd375;
+	div.u32 	%r101, %r100, %r53;
+	cvt.u64.u32 	%rd375, %r101;
+
+$L__BB25_50:
+	and.b64  	%rd232, %rd374, -4294967296;
+	setp.eq.s64 	%p29, %rd232, 0;
+	@%p29 bra 	$L__BB25_52;
+
+	div.s64 	%rd374, %rd374, %rd2;
+	bra.uni 	$L__BB25_53;
+
+$L__BB25_52:
+	cvt.u32.u64 	%r103, %rd374;
+	div.u32 	%r104, %r103, %r53;
+	cvt.u64.u32 	%rd374, %r104;
+
+$L__BB25_53:
+	add.s64 	%rd332, %rd368, %rd23;
+	add.s64 	%rd236, %rd167, %rd366;
+	add.s64 	%rd237, %rd332, %rd236;
+	cvta.to.global.u64 	%rd238, %rd117;
+	shl.b64 	%rd239, %rd237, 2;
+	add.s64 	%rd240, %rd238, %rd239;
+	cvt.u32.u64 	%r17, %rd377;
+	st.global.u32 	[%rd240], %r17;
+	cvt.u32.u64 	%r18, %rd376;
+	st.global.u32 	[%rd240+4], %r18;
+	cvt.u32.u64 	%r19, %rd375;
+	st.global.u32 	[%rd240+8], %r19;
+	cvt.u32.u64 	%r20, %rd374;
+	st.global.u32 	[%rd240+12], %r20;
+	setp.eq.s32 	%p30, %r44, 0;
+	@%p30 bra 	$L__BB25_58;
+
+	mov.u32 	%r141, 0;
+
+$L__BB25_55:
+	.pragma "nounroll";
+	setp.eq.s32 	%p31, %r141, %r43;
+	@%p31 bra 	$L__BB25_57;
+
+	add.s64 	%rd333, %rd368, %rd23;
+	mul.wide.u32 	%rd242, %r141, 8;
+	add.s64 	%rd243, %rd124, %rd242;
+	ld.global.u64 	%rd244, [%rd243];
+	add.s64 	%rd245, %rd244, %rd122;
+	setp.le.u32 	%p32, %r141, %r43;
+	selp.b32 	%r106, -1, 0, %p32;
+	add.s32 	%r107, %r106, %r43;
+	cvt.u64.u32 	%rd246, %r107;
+	mul.lo.s64 	%rd247, %rd7, %rd246;
+	add.s64 	%rd248, %rd333, %rd247;
+	shl.b64 	%rd249, %rd248, 2;
+	add.s64 	%rd250, %rd245, %rd249;
+	st.v4.u32 	[%rd250], {%r17, %r18, %r19, %r20};
+
+$L__BB25_57:
+	add.s32 	%r141, %r141, 1;
+	setp.lt.u32 	%p33, %r141, %r44;
+	@%p33 bra 	$L__BB25_55;
+
+$L__BB25_58:
+	mul.wide.u32 	%rd251, %r57, 4;
+	add.s64 	%rd368, %rd368, %rd251;
+	setp.lt.u64 	%p34, %rd368, %rd25;
+	@%p34 bra 	$L__BB25_25;
+
+$L__BB25_59:
+	cvt.u64.u32 	%rd252, %r56;
+	add.s64 	%rd394, %rd25, %rd252;
+	setp.ge.u64 	%p35, %rd394, %rd24;
+	@%p35 bra 	$L__BB25_91;
+
+	shl.b64 	%rd257, %rd167, 2;
+	add.s64 	%rd89, %rd142, %rd257;
+
+$L__BB25_61:
+	add.s64 	%rd261, %rd142, %rd257;
+	setp.eq.s32 	%p36, %r43, 0;
+	selp.b64 	%rd262, %rd261, %rd1, %p36;
+	add.s64 	%rd91, %rd394, %rd23;
+	shl.b64 	%rd263, %rd91, 2;
+	add.s64 	%rd264, %rd262, %rd263;
+	ld.s32 	%rd403, [%rd264];
+	setp.lt.u32 	%p37, %r44, 2;
+	@%p37 bra 	$L__BB25_81;
+
+	setp.eq.s32 	%p38, %r45, 2;
+	@%p38 bra 	$L__BB25_73;
+
+	setp.eq.s32 	%p39, %r45, 3;
+	@%p39 bra 	$L__BB25_69;
+
+	setp.ne.s32 	%p40, %r45, 4;
+	@%p40 bra 	$L__BB25_77;
+
+	mov.u32 	%r142, 1;
+
+$L__BB25_66:
+	.pragma "nounroll";
+	setp.eq.s32 	%p41, %r142, %r43;
+	mov.u64 	%rd396, %rd89;
+	@%p41 bra 	$L__BB25_68;
+
+	setp.ge.u32 	%p42, %r142, %r43;
+	selp.b32 	%r111, -1, 0, %p42;
+	add.s32 	%r112, %r142, %r111;
+	cvt.u64.u32 	%rd265, %r112;
+	mul.lo.s64 	%rd266, %rd7, %rd265;
+	shl.b64 	%rd267, %rd266, 2;
+	add.s64 	%rd396, %rd1, %rd267;
+
+$L__BB25_68:
+	add.s64 	%rd359, %rd394, %rd23;
+	shl.b64 	%rd358, %rd359, 2;
+	add.s64 	%rd269, %rd396, %rd358;
+	ld.s32 	%rd270, [%rd269];
+	mul.lo.s64 	%rd403, %rd403, %rd270;
+	add.s32 	%r142, %r142, 1;
+	setp.lt.u32 	%p43, %r142, %r44;
+	@%p43 bra 	$L__BB25_66;
+	bra.uni 	$L__BB25_81;
+
+$L__BB25_73:
+	mov.u32 	%r144, 1;
+
+$L__BB25_74:
+	.pragma "nounroll";
+	setp.eq.s32 	%p47, %r144, %r43;
+	mov.u64 	%rd400, %rd89;
+	@%p47 bra 	$L__BB25_76;
+
+	setp.ge.u32 	%p48, %r144, %r43;
+	selp.b32 	%r117, -1, 0, %p48;
+	add.s32 	%r118, %r144, %r117;
+	cvt.u64.u32 	%rd277, %r118;
+	mul.lo.s64 	%rd278, %rd7, %rd277;
+	shl.b64 	%rd279, %rd278, 2;
+	add.s64 	%rd400, %rd1, %rd279;
+
+$L__BB25_76:
+	add.s64 	%rd363, %rd394, %rd23;
+	shl.b64 	%rd362, %rd363, 2;
+	add.s64 	%rd281, %rd400, %rd362;
+	ld.s32 	%rd282, [%rd281];
+	min.s64 	%rd403, %rd403, %rd282;
+	add.s32 	%r144, %r144, 1;
+	setp.lt.u32 	%p49, %r144, %r44;
+	@%p49 bra 	$L__BB25_74;
+	bra.uni 	$L__BB25_81;
+
+$L__BB25_69:
+	mov.u32 	%r143, 1;
+
+$L__BB25_70:
+	.pragma "nounroll";
+	setp.eq.s32 	%p44, %r143, %r43;
+	mov.u64 	%rd398, %rd89;
+	@%p44 bra 	$L__BB25_72;
+
+	setp.ge.u32 	%p45, %r143, %r43;
+	selp.b32 	%r114, -1, 0, %p45;
+	add.s32 	%r115, %r143, %r114;
+	cvt.u64.u32 	%rd271, %r115;
+	mul.lo.s64 	%rd272, %rd7, %rd271;
+	shl.b64 	%rd273, %rd272, 2;
+	add.s64 	%rd398, %rd1, %rd273;
+
+$L__BB25_72:
+	add.s64 	%rd361, %rd394, %rd23;
+	shl.b64 	%rd360, %rd361, 2;
+	add.s64 	%rd275, %rd398, %rd360;
+	ld.s32 	%rd276, [%rd275];
+	max.s64 	%rd403, %rd403, %rd276;
+	add.s32 	%r143, %r143, 1;
+	setp.lt.u32 	%p46, %r143, %r44;
+	@%p46 bra 	$L__BB25_70;
+	bra.uni 	$L__BB25_81;
+
+$L__BB25_77:
+	mov.u32 	%r145, 1;
+
+$L__BB25_78:
+	.pragma "nounroll";
+	setp.eq.s32 	%p50, %r145, %r43;
+	mov.u64 	%rd402, %rd89;
+	@%p50 bra 	$L__BB25_80;
+
+	setp.ge.u32 	%p51, %r145, %r43;
+	selp.b32 	%r120, -1, 0, %p51;
+	add.s32 	%r121, %r145, %r120;
+	cvt.u64.u32 	%rd283, %r121;
+	mul.lo.s64 	%rd284, %rd7, %rd283;
+	shl.b64 	%rd285, %rd284, 2;
+	add.s64 	%rd402, %rd1, %rd285;
+
+$L__BB25_80:
+	add.s64 	%rd357, %rd394, %rd23;
+	shl.b64 	%rd356, %rd357, 2;
+	add.s64 	%rd287, %rd402, %rd356;
+	ld.s32 	%rd288, [%rd287];
+	add.s64 	%rd403, %rd403, %rd288;
+	add.s32 	%r145, %r145, 1;
+	setp.lt.u32 	%p52, %r145, %r44;
+	@%p52 bra 	$L__BB25_78;
+
+$L__BB25_81:
+	setp.ne.s32 	%p53, %r45, 1;
+	@%p53 bra 	$L__BB25_85;
+
+	and.b64  	%rd289, %rd403, -4294967296;
+	setp.eq.s64 	%p54, %rd289, 0;
+	@%p54 bra 	$L__BB25_84;
+
+	div.s64 	%rd403, %rd403, %rd2;
+	bra.uni 	$L__BB25_85;
+
+$L__BB25_84:
+	cvt.u32.u64 	%r123, %rd403;
+	div.u32 	%r124, %r123, %r53;
+	cvt.u64.u32 	%rd403, %r124;
+
+$L__BB25_85:
+	add.s64 	%rd354, %rd394, %rd23;
+	add.s64 	%rd290, %rd167, %rd366;
+	add.s64 	%rd291, %rd354, %rd290;
+	cvta.to.global.u64 	%rd292, %rd117;
+	shl.b64 	%rd293, %rd291, 2;
+	add.s64 	%rd294, %rd292, %rd293;
+	cvt.u32.u64 	%r31, %rd403;
+	st.global.u32 	[%rd294], %r31;
+	setp.eq.s32 	%p55, %r44, 0;
+	@%p55 bra 	$L__BB25_90;
+
+	mov.u32 	%r146, 0;
+
+$L__BB25_87:
+	.pragma "nounroll";
+	setp.eq.s32 	%p56, %r146, %r43;
+	@%p56 bra 	$L__BB25_89;
+
+	add.s64 	%rd355, %rd394, %rd23;
+	mul.wide.u32 	%rd296, %r146, 8;
+	add.s64 	%rd297, %rd124, %rd296;
+	ld.global.u64 	%rd298, [%rd297];
+	add.s64 	%rd299, %rd298, %rd122;
+	setp.le.u32 	%p57, %r146, %r43;
+	selp.b32 	%r126, -1, 0, %p57;
+	add.s32 	%r127, %r126, %r43;
+	cvt.u64.u32 	%rd300, %r127;
+	mul.lo.s64 	%rd301, %rd7, %rd300;
+	add.s64 	%rd302, %rd355, %rd301;
+	shl.b64 	%rd303, %rd302, 2;
+	add.s64 	%rd304, %rd299, %rd303;
+	st.u32 	[%rd304], %r31;
+
+$L__BB25_89:
+	add.s32 	%r146, %r146, 1;
+	setp.lt.u32 	%p58, %r146, %r44;
+	@%p58 bra 	$L__BB25_87;
+
+$L__BB25_90:
+	cvt.u64.u32 	%rd305, %r57;
+	add.s64 	%rd394, %rd394, %rd305;
+	setp.lt.u64 	%p59, %rd394, %rd24;
+	@%p59 bra 	$L__BB25_61;
+
+$L__BB25_91:
+	bar.sync 	0;
+	@%p5 bra 	$L__BB25_96;
+
+	mov.u32 	%r147, %tid.x;
+
+$L__BB25_93:
+	setp.eq.s32 	%p61, %r147, %r43;
+	@%p61 bra 	$L__BB25_95;
+
+	cvt.u64.u32 	%rd353, %r58;
+	mul.wide.u32 	%rd309, %r147, 8;
+	add.s64 	%rd310, %rd124, %rd309;
+	ld.global.u64 	%rd311, [%rd310];
+	add.s64 	%rd312, %rd311, %rd120;
+	add.s32 	%r129, %r44, %r43;
+	shl.b32 	%r130, %r129, 9;
+	cvt.u64.u32 	%rd313, %r130;
+	add.s64 	%rd315, %rd313, %rd353;
+	shl.b64 	%rd316, %rd315, 3;
+	add.s64 	%rd306, %rd312, %rd316;
+	mov.u64 	%rd307, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd306], %rd307;
+	// end inline asm
+
+$L__BB25_95:
+	add.s32 	%r147, %r147, %r57;
+	setp.lt.u32 	%p62, %r147, %r44;
+	@%p62 bra 	$L__BB25_93;
+
+$L__BB25_96:
+	@%p5 bra 	$L__BB25_103;
+
+	ld.global.u64 	%rd320, [%rd126];
+	add.s64 	%rd114, %rd320, %rd120;
+	mov.u32 	%r148, %r56;
+
+$L__BB25_98:
+	setp.eq.s32 	%p64, %r148, %r43;
+	@%p64 bra 	$L__BB25_102;
+
+	cvt.u64.u32 	%rd352, %r58;
+	add.s32 	%r132, %r148, %r44;
+	shl.b32 	%r133, %r132, 9;
+	cvt.u64.u32 	%rd321, %r133;
+	add.s64 	%rd323, %rd321, %rd352;
+	shl.b64 	%rd324, %rd323, 3;
+	add.s64 	%rd115, %rd114, %rd324;
+
+$L__BB25_100:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd325, [%rd115];
+	// end inline asm
+	setp.eq.s64 	%p65, %rd325, 0;
+	@%p65 bra 	$L__BB25_100;
+
+	mov.u64 	%rd327, 0;
+	st.volatile.u64 	[%rd115], %rd327;
+
+$L__BB25_102:
+	add.s32 	%r148, %r148, %r57;
+	setp.lt.u32 	%p66, %r148, %r44;
+	@%p66 bra 	$L__BB25_98;
+
+$L__BB25_103:
+	add.s64 	%rd351, %rd367, 3;
+	and.b64  	%rd350, %rd351, -4;
+	sub.s64 	%rd349, %rd121, %rd366;
+	min.u64 	%rd348, %rd349, %rd127;
+	shl.b64 	%rd335, %rd366, 2;
+	add.s64 	%rd334, %rd117, %rd335;
+	bar.sync 	0;
+	add.s64 	%rd330, %rd1, %rd122;
+	{ // callseq 9, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd334;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd330;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r43;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r44;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd348;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd350;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r58;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 4;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r56;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r57;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 9
+	add.s64 	%rd366, %rd366, %rd127;
+	setp.lt.u64 	%p67, %rd366, %rd121;
+	@%p67 bra 	$L__BB25_8;
+
+$L__BB25_104:
 	ret;
 
 }
@@ -9874,194 +11730,194 @@ $L__BB38_98:
 	cvt.u64.u32 	%rd61, %r23;
 	add.s64 	%rd119, %rd60, %rd61;
 	setp.ge.u64 	%p1, %rd119, %rd56;
-	@%p1 bra 	$L__BB39_53;
+	@%p1 bra 	$L__BB26_53;
 
 	setp.eq.s32 	%p2, %r17, 0;
 	cvt.u64.u32 	%rd6, %r18;
-	@%p2 bra 	$L__BB39_27;
+	@%p2 bra 	$L__BB26_27;
 
-$L__BB39_2:
+$L__BB26_2:
 	ld.global.u64 	%rd62, [%rd3];
 	cvta.to.global.u64 	%rd63, %rd62;
 	shl.b64 	%rd64, %rd119, 2;
 	add.s64 	%rd65, %rd63, %rd64;
 	ld.global.s32 	%rd128, [%rd65];
 	setp.lt.u32 	%p3, %r18, 2;
-	@%p3 bra 	$L__BB39_22;
+	@%p3 bra 	$L__BB26_22;
 
 	setp.eq.s32 	%p4, %r19, 2;
-	@%p4 bra 	$L__BB39_14;
+	@%p4 bra 	$L__BB26_14;
 
 	setp.eq.s32 	%p5, %r19, 3;
-	@%p5 bra 	$L__BB39_10;
+	@%p5 bra 	$L__BB26_10;
 
 	setp.ne.s32 	%p6, %r19, 4;
-	@%p6 bra 	$L__BB39_18;
+	@%p6 bra 	$L__BB26_18;
 
 	mov.u32 	%r38, 1;
 
-$L__BB39_7:
+$L__BB26_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r38, %r17;
 	mov.u64 	%rd121, %rd1;
-	@%p7 bra 	$L__BB39_9;
+	@%p7 bra 	$L__BB26_9;
 
 	mul.wide.u32 	%rd66, %r38, 8;
 	add.s64 	%rd67, %rd3, %rd66;
 	ld.global.u64 	%rd68, [%rd67];
 	cvta.to.global.u64 	%rd121, %rd68;
 
-$L__BB39_9:
+$L__BB26_9:
 	add.s64 	%rd70, %rd121, %rd64;
 	ld.global.s32 	%rd71, [%rd70];
 	mul.lo.s64 	%rd128, %rd128, %rd71;
 	add.s32 	%r38, %r38, 1;
 	setp.lt.u32 	%p8, %r38, %r18;
-	@%p8 bra 	$L__BB39_7;
-	bra.uni 	$L__BB39_22;
+	@%p8 bra 	$L__BB26_7;
+	bra.uni 	$L__BB26_22;
 
-$L__BB39_10:
+$L__BB26_10:
 	mov.u32 	%r39, 1;
 
-$L__BB39_11:
+$L__BB26_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r39, %r17;
 	mov.u64 	%rd123, %rd1;
-	@%p9 bra 	$L__BB39_13;
+	@%p9 bra 	$L__BB26_13;
 
 	mul.wide.u32 	%rd72, %r39, 8;
 	add.s64 	%rd73, %rd3, %rd72;
 	ld.global.u64 	%rd74, [%rd73];
 	cvta.to.global.u64 	%rd123, %rd74;
 
-$L__BB39_13:
+$L__BB26_13:
 	add.s64 	%rd76, %rd123, %rd64;
 	ld.global.s32 	%rd77, [%rd76];
 	max.s64 	%rd128, %rd128, %rd77;
 	add.s32 	%r39, %r39, 1;
 	setp.lt.u32 	%p10, %r39, %r18;
-	@%p10 bra 	$L__BB39_11;
-	bra.uni 	$L__BB39_22;
+	@%p10 bra 	$L__BB26_11;
+	bra.uni 	$L__BB26_22;
 
-$L__BB39_14:
+$L__BB26_14:
 	mov.u32 	%r40, 1;
 
-$L__BB39_15:
+$L__BB26_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p11, %r40, %r17;
 	mov.u64 	%rd125, %rd1;
-	@%p11 bra 	$L__BB39_17;
+	@%p11 bra 	$L__BB26_17;
 
 	mul.wide.u32 	%rd78, %r40, 8;
 	add.s64 	%rd79, %rd3, %rd78;
 	ld.global.u64 	%rd80, [%rd79];
 	cvta.to.global.u64 	%rd125, %rd80;
 
-$L__BB39_17:
+$L__BB26_17:
 	add.s64 	%rd82, %rd125, %rd64;
 	ld.global.s32 	%rd83, [%rd82];
 	min.s64 	%rd128, %rd128, %rd83;
 	add.s32 	%r40, %r40, 1;
 	setp.lt.u32 	%p12, %r40, %r18;
-	@%p12 bra 	$L__BB39_15;
-	bra.uni 	$L__BB39_22;
+	@%p12 bra 	$L__BB26_15;
+	bra.uni 	$L__BB26_22;
 
-$L__BB39_18:
+$L__BB26_18:
 	mov.u32 	%r41, 1;
 
-$L__BB39_19:
+$L__BB26_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p13, %r41, %r17;
 	mov.u64 	%rd127, %rd1;
-	@%p13 bra 	$L__BB39_21;
+	@%p13 bra 	$L__BB26_21;
 
 	mul.wide.u32 	%rd84, %r41, 8;
 	add.s64 	%rd85, %rd3, %rd84;
 	ld.global.u64 	%rd86, [%rd85];
 	cvta.to.global.u64 	%rd127, %rd86;
 
-$L__BB39_21:
+$L__BB26_21:
 	add.s64 	%rd88, %rd127, %rd64;
 	ld.global.s32 	%rd89, [%rd88];
 	add.s64 	%rd128, %rd128, %rd89;
 	add.s32 	%r41, %r41, 1;
 	setp.lt.u32 	%p14, %r41, %r18;
-	@%p14 bra 	$L__BB39_19;
+	@%p14 bra 	$L__BB26_19;
 
-$L__BB39_22:
+$L__BB26_22:
 	setp.ne.s32 	%p15, %r19, 1;
-	@%p15 bra 	$L__BB39_26;
+	@%p15 bra 	$L__BB26_26;
 
 	and.b64  	%rd90, %rd128, -4294967296;
 	setp.eq.s64 	%p16, %rd90, 0;
-	@%p16 bra 	$L__BB39_25;
+	@%p16 bra 	$L__BB26_25;
 
 	div.s64 	%rd128, %rd128, %rd6;
-	bra.uni 	$L__BB39_26;
+	bra.uni 	$L__BB26_26;
 
-$L__BB39_25:
+$L__BB26_25:
 	cvt.u32.u64 	%r28, %rd6;
 	cvt.u32.u64 	%r29, %rd128;
 	div.u32 	%r30, %r29, %r28;
 	cvt.u64.u32 	%rd128, %r30;
 
-$L__BB39_26:
+$L__BB26_26:
 	add.s64 	%rd92, %rd2, %rd64;
 	st.global.u32 	[%rd92], %rd128;
 	add.s64 	%rd119, %rd119, %rd4;
 	setp.lt.u64 	%p17, %rd119, %rd56;
-	@%p17 bra 	$L__BB39_2;
-	bra.uni 	$L__BB39_53;
+	@%p17 bra 	$L__BB26_2;
+	bra.uni 	$L__BB26_53;
 
-$L__BB39_27:
+$L__BB26_27:
 	shl.b64 	%rd93, %rd119, 2;
 	add.s64 	%rd31, %rd1, %rd93;
 	ld.global.s32 	%rd140, [%rd31];
 	setp.lt.u32 	%p18, %r18, 2;
-	@%p18 bra 	$L__BB39_48;
+	@%p18 bra 	$L__BB26_48;
 
 	setp.eq.s32 	%p19, %r19, 2;
-	@%p19 bra 	$L__BB39_40;
+	@%p19 bra 	$L__BB26_40;
 
 	setp.eq.s32 	%p20, %r19, 3;
-	@%p20 bra 	$L__BB39_36;
+	@%p20 bra 	$L__BB26_36;
 
 	setp.ne.s32 	%p21, %r19, 4;
-	@%p21 bra 	$L__BB39_44;
+	@%p21 bra 	$L__BB26_44;
 
 	mov.u32 	%r42, 1;
 	mov.u64 	%rd131, %rd3;
 
-$L__BB39_32:
+$L__BB26_32:
 	.pragma "nounroll";
 	setp.eq.s32 	%p22, %r42, 0;
-	@%p22 bra 	$L__BB39_34;
+	@%p22 bra 	$L__BB26_34;
 
 	ld.global.u64 	%rd94, [%rd131+8];
 	cvta.to.global.u64 	%rd95, %rd94;
 	add.s64 	%rd133, %rd95, %rd93;
-	bra.uni 	$L__BB39_35;
+	bra.uni 	$L__BB26_35;
 
-$L__BB39_34:
+$L__BB26_34:
 	mov.u64 	%rd133, %rd31;
 
-$L__BB39_35:
+$L__BB26_35:
 	add.s64 	%rd131, %rd131, 8;
 	ld.global.s32 	%rd97, [%rd133];
 	mul.lo.s64 	%rd140, %rd140, %rd97;
 	add.s32 	%r42, %r42, 1;
 	setp.lt.u32 	%p23, %r42, %r18;
-	@%p23 bra 	$L__BB39_32;
-	bra.uni 	$L__BB39_48;
+	@%p23 bra 	$L__BB26_32;
+	bra.uni 	$L__BB26_48;
 
-$L__BB39_36:
+$L__BB26_36:
 	mov.u32 	%r43, 1;
 
-$L__BB39_37:
+$L__BB26_37:
 	.pragma "nounroll";
 	setp.eq.s32 	%p24, %r43, 0;
 	mov.u64 	%rd135, %rd31;
-	@%p24 bra 	$L__BB39_39;
+	@%p24 bra 	$L__BB26_39;
 
 	mul.wide.u32 	%rd98, %r43, 8;
 	add.s64 	%rd99, %rd3, %rd98;
@@ -10069,22 +11925,22 @@ $L__BB39_37:
 	cvta.to.global.u64 	%rd101, %rd100;
 	add.s64 	%rd135, %rd101, %rd93;
 
-$L__BB39_39:
+$L__BB26_39:
 	ld.global.s32 	%rd103, [%rd135];
 	max.s64 	%rd140, %rd140, %rd103;
 	add.s32 	%r43, %r43, 1;
 	setp.lt.u32 	%p25, %r43, %r18;
-	@%p25 bra 	$L__BB39_37;
-	bra.uni 	$L__BB39_48;
+	@%p25 bra 	$L__BB26_37;
+	bra.uni 	$L__BB26_48;
 
-$L__BB39_40:
+$L__BB26_40:
 	mov.u32 	%r44, 1;
 
-$L__BB39_41:
+$L__BB26_41:
 	.pragma "nounroll";
 	setp.eq.s32 	%p26, %r44, 0;
 	mov.u64 	%rd137, %rd31;
-	@%p26 bra 	$L__BB39_43;
+	@%p26 bra 	$L__BB26_43;
 
 	mul.wide.u32 	%rd104, %r44, 8;
 	add.s64 	%rd105, %rd3, %rd104;
@@ -10092,22 +11948,22 @@ $L__BB39_41:
 	cvta.to.global.u64 	%rd107, %rd106;
 	add.s64 	%rd137, %rd107, %rd93;
 
-$L__BB39_43:
+$L__BB26_43:
 	ld.global.s32 	%rd109, [%rd137];
 	min.s64 	%rd140, %rd140, %rd109;
 	add.s32 	%r44, %r44, 1;
 	setp.lt.u32 	%p27, %r44, %r18;
-	@%p27 bra 	$L__BB39_41;
-	bra.uni 	$L__BB39_48;
+	@%p27 bra 	$L__BB26_41;
+	bra.uni 	$L__BB26_48;
 
-$L__BB39_44:
+$L__BB26_44:
 	mov.u32 	%r45, 1;
 
-$L__BB39_45:
+$L__BB26_45:
 	.pragma "nounroll";
 	setp.eq.s32 	%p28, %r45, 0;
 	mov.u64 	%rd139, %rd31;
-	@%p28 bra 	$L__BB39_47;
+	@%p28 bra 	$L__BB26_47;
 
 	mul.wide.u32 	%rd110, %r45, 8;
 	add.s64 	%rd111, %rd3, %rd110;
@@ -10115,807 +11971,283 @@ $L__BB39_45:
 	cvta.to.global.u64 	%rd113, %rd112;
 	add.s64 	%rd139, %rd113, %rd93;
 
-$L__BB39_47:
+$L__BB26_47:
 	ld.global.s32 	%rd115, [%rd139];
 	add.s64 	%rd140, %rd140, %rd115;
 	add.s32 	%r45, %r45, 1;
 	setp.lt.u32 	%p29, %r45, %r18;
-	@%p29 bra 	$L__BB39_45;
+	@%p29 bra 	$L__BB26_45;
 
-$L__BB39_48:
+$L__BB26_48:
 	setp.ne.s32 	%p30, %r19, 1;
-	@%p30 bra 	$L__BB39_52;
+	@%p30 bra 	$L__BB26_52;
 
 	and.b64  	%rd116, %rd140, -4294967296;
 	setp.eq.s64 	%p31, %rd116, 0;
-	@%p31 bra 	$L__BB39_51;
+	@%p31 bra 	$L__BB26_51;
 
 	div.s64 	%rd140, %rd140, %rd6;
-	bra.uni 	$L__BB39_52;
+	bra.uni 	$L__BB26_52;
 
-$L__BB39_51:
+$L__BB26_51:
 	cvt.u32.u64 	%r35, %rd6;
 	cvt.u32.u64 	%r36, %rd140;
 	div.u32 	%r37, %r36, %r35;
 	cvt.u64.u32 	%rd140, %r37;
 
-$L__BB39_52:
+$L__BB26_52:
 	add.s64 	%rd118, %rd2, %rd93;
 	st.global.u32 	[%rd118], %rd140;
 	add.s64 	%rd119, %rd119, %rd4;
 	setp.lt.u64 	%p32, %rd119, %rd56;
-	@%p32 bra 	$L__BB39_27;
+	@%p32 bra 	$L__BB26_27;
 
-$L__BB39_53:
+$L__BB26_53:
 	ret;
 
 }
-	// .globl	smcuda_reduce_sum_i64
-.visible .entry smcuda_reduce_sum_i64(
-	.param .u64 smcuda_reduce_sum_i64_param_0,
-	.param .u64 smcuda_reduce_sum_i64_param_1,
-	.param .u32 smcuda_reduce_sum_i64_param_2,
-	.param .u64 smcuda_reduce_sum_i64_param_3,
-	.param .u64 smcuda_reduce_sum_i64_param_4
+	// .globl	smcuda_reduce_i64
+.visible .entry smcuda_reduce_i64(
+	.param .u64 smcuda_reduce_i64_param_0,
+	.param .u64 smcuda_reduce_i64_param_1,
+	.param .u32 smcuda_reduce_i64_param_2,
+	.param .u64 smcuda_reduce_i64_param_3,
+	.param .u64 smcuda_reduce_i64_param_4,
+	.param .u32 smcuda_reduce_i64_param_5
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<91>;
+	.reg .pred 	%p<20>;
+	.reg .b32 	%r<42>;
+	.reg .b64 	%rd<133>;
 
 
-	ld.param.u64 	%rd21, [smcuda_reduce_sum_i64_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_sum_i64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_sum_i64_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_sum_i64_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_sum_i64_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd85, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB40_12;
+	ld.param.u64 	%rd37, [smcuda_reduce_i64_param_0];
+	ld.param.u64 	%rd38, [smcuda_reduce_i64_param_1];
+	ld.param.u32 	%r15, [smcuda_reduce_i64_param_2];
+	ld.param.u64 	%rd35, [smcuda_reduce_i64_param_3];
+	ld.param.u64 	%rd36, [smcuda_reduce_i64_param_4];
+	ld.param.u32 	%r16, [smcuda_reduce_i64_param_5];
+	cvta.to.global.u64 	%rd1, %rd37;
+	cvta.to.global.u64 	%rd2, %rd38;
+	mov.u32 	%r17, %nctaid.x;
+	mov.u32 	%r18, %ntid.x;
+	mul.wide.u32 	%rd3, %r17, %r18;
+	mov.u32 	%r19, %ctaid.x;
+	mul.wide.u32 	%rd39, %r19, %r18;
+	mov.u32 	%r20, %tid.x;
+	cvt.u64.u32 	%rd40, %r20;
+	add.s64 	%rd121, %rd39, %rd40;
+	setp.ge.u64 	%p1, %rd121, %rd36;
+	@%p1 bra 	$L__BB27_30;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB40_3;
-	bra.uni 	$L__BB40_2;
+	setp.gt.u32 	%p2, %r15, 1;
+	cvt.u64.u32 	%rd5, %r15;
+	@%p2 bra 	$L__BB27_8;
+	bra.uni 	$L__BB27_2;
 
-$L__BB40_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
+$L__BB27_8:
+	add.s32 	%r24, %r15, -1;
+	add.s32 	%r1, %r15, -2;
+	and.b32  	%r2, %r24, 3;
+	sub.s32 	%r3, %r24, %r2;
 
-$L__BB40_4:
-	ld.global.u64 	%rd34, [%rd2];
-	cvta.to.global.u64 	%rd35, %rd34;
-	add.s64 	%rd8, %rd85, %rd19;
-	shl.b64 	%rd36, %rd8, 3;
-	add.s64 	%rd37, %rd35, %rd36;
-	ld.global.u64 	%rd90, [%rd37];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB40_7;
+$L__BB27_9:
+	ld.global.u64 	%rd49, [%rd2];
+	cvta.to.global.u64 	%rd50, %rd49;
+	add.s64 	%rd13, %rd121, %rd35;
+	shl.b64 	%rd51, %rd13, 3;
+	add.s64 	%rd52, %rd50, %rd51;
+	ld.global.u64 	%rd131, [%rd52];
+	setp.eq.s32 	%p6, %r16, 2;
+	@%p6 bra 	$L__BB27_16;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+	setp.eq.s32 	%p7, %r16, 3;
+	@%p7 bra 	$L__BB27_14;
 
-$L__BB40_6:
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	cvta.to.global.u64 	%rd41, %rd40;
-	add.s64 	%rd43, %rd41, %rd36;
-	ld.global.u64 	%rd44, [%rd43];
-	add.s64 	%rd45, %rd44, %rd90;
-	ld.global.u64 	%rd46, [%rd39+8];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd48, %rd47, %rd36;
-	ld.global.u64 	%rd49, [%rd48];
-	add.s64 	%rd50, %rd49, %rd45;
-	ld.global.u64 	%rd51, [%rd39+16];
-	cvta.to.global.u64 	%rd52, %rd51;
-	add.s64 	%rd53, %rd52, %rd36;
-	ld.global.u64 	%rd54, [%rd53];
-	add.s64 	%rd55, %rd54, %rd50;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd56, %r17, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd60, %rd59, %rd36;
-	ld.global.u64 	%rd61, [%rd60];
-	add.s64 	%rd90, %rd61, %rd55;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB40_6;
+	setp.ne.s32 	%p8, %r16, 4;
+	@%p8 bra 	$L__BB27_23;
 
-$L__BB40_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB40_11;
+	mov.u32 	%r36, 1;
+	mov.u64 	%rd124, %rd2;
 
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd62, %r22, 8;
-	add.s64 	%rd63, %rd2, %rd62;
-	ld.global.u64 	%rd64, [%rd63];
-	cvta.to.global.u64 	%rd65, %rd64;
-	add.s64 	%rd67, %rd65, %rd36;
-	ld.global.u64 	%rd68, [%rd67];
-	add.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB40_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd69, %r18, 8;
-	add.s64 	%rd70, %rd2, %rd69;
-	ld.global.u64 	%rd71, [%rd70];
-	cvta.to.global.u64 	%rd72, %rd71;
-	add.s64 	%rd74, %rd72, %rd36;
-	ld.global.u64 	%rd75, [%rd74];
-	add.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB40_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd76, %r19, 8;
-	add.s64 	%rd77, %rd2, %rd76;
-	ld.global.u64 	%rd78, [%rd77];
-	cvta.to.global.u64 	%rd79, %rd78;
-	add.s64 	%rd81, %rd79, %rd36;
-	ld.global.u64 	%rd82, [%rd81];
-	add.s64 	%rd90, %rd82, %rd90;
-
-$L__BB40_11:
-	shl.b64 	%rd83, %rd85, 3;
-	add.s64 	%rd84, %rd1, %rd83;
-	st.global.u64 	[%rd84], %rd90;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB40_4;
-	bra.uni 	$L__BB40_12;
-
-$L__BB40_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd85, %rd19;
-	shl.b64 	%rd28, %rd27, 3;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u64 	%rd30, [%rd29];
-	shl.b64 	%rd31, %rd85, 3;
-	add.s64 	%rd32, %rd1, %rd31;
-	st.global.u64 	[%rd32], %rd30;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB40_2;
-
-$L__BB40_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_avg_i64
-.visible .entry smcuda_reduce_avg_i64(
-	.param .u64 smcuda_reduce_avg_i64_param_0,
-	.param .u64 smcuda_reduce_avg_i64_param_1,
-	.param .u32 smcuda_reduce_avg_i64_param_2,
-	.param .u64 smcuda_reduce_avg_i64_param_3,
-	.param .u64 smcuda_reduce_avg_i64_param_4
-)
-{
-	.reg .pred 	%p<12>;
-	.reg .b32 	%r<29>;
-	.reg .b64 	%rd<102>;
-
-
-	ld.param.u64 	%rd29, [smcuda_reduce_avg_i64_param_0];
-	ld.param.u64 	%rd30, [smcuda_reduce_avg_i64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_avg_i64_param_2];
-	ld.param.u64 	%rd27, [smcuda_reduce_avg_i64_param_3];
-	ld.param.u64 	%rd28, [smcuda_reduce_avg_i64_param_4];
-	cvta.to.global.u64 	%rd1, %rd29;
-	cvta.to.global.u64 	%rd2, %rd30;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd31, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd32, %r13;
-	add.s64 	%rd94, %rd31, %rd32;
-	setp.ge.u64 	%p1, %rd94, %rd28;
-	@%p1 bra 	$L__BB41_18;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	cvt.u64.u32 	%rd5, %r9;
-	@%p2 bra 	$L__BB41_6;
-	bra.uni 	$L__BB41_2;
-
-$L__BB41_6:
-	add.s32 	%r17, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r17, 3;
-	sub.s32 	%r3, %r17, %r2;
-
-$L__BB41_7:
-	ld.global.u64 	%rd42, [%rd2];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd13, %rd94, %rd27;
-	shl.b64 	%rd44, %rd13, 3;
-	add.s64 	%rd45, %rd43, %rd44;
-	ld.global.u64 	%rd100, [%rd45];
-	setp.lt.u32 	%p5, %r1, 3;
-	mov.u32 	%r28, 1;
-	@%p5 bra 	$L__BB41_10;
-
-	mov.u32 	%r28, 1;
-	mov.u32 	%r27, %r3;
-
-$L__BB41_9:
-	mul.wide.u32 	%rd46, %r28, 8;
-	add.s64 	%rd47, %rd2, %rd46;
-	ld.global.u64 	%rd48, [%rd47];
-	cvta.to.global.u64 	%rd49, %rd48;
-	add.s64 	%rd51, %rd49, %rd44;
-	ld.global.u64 	%rd52, [%rd51];
-	add.s64 	%rd53, %rd52, %rd100;
-	ld.global.u64 	%rd54, [%rd47+8];
-	cvta.to.global.u64 	%rd55, %rd54;
-	add.s64 	%rd56, %rd55, %rd44;
+$L__BB27_13:
+	add.s64 	%rd17, %rd124, 8;
+	ld.global.u64 	%rd53, [%rd124+8];
+	cvta.to.global.u64 	%rd54, %rd53;
+	add.s64 	%rd56, %rd54, %rd51;
 	ld.global.u64 	%rd57, [%rd56];
-	add.s64 	%rd58, %rd57, %rd53;
-	ld.global.u64 	%rd59, [%rd47+16];
-	cvta.to.global.u64 	%rd60, %rd59;
-	add.s64 	%rd61, %rd60, %rd44;
-	ld.global.u64 	%rd62, [%rd61];
-	add.s64 	%rd63, %rd62, %rd58;
-	add.s32 	%r20, %r28, 3;
-	mul.wide.u32 	%rd64, %r20, 8;
-	add.s64 	%rd65, %rd2, %rd64;
-	ld.global.u64 	%rd66, [%rd65];
-	cvta.to.global.u64 	%rd67, %rd66;
-	add.s64 	%rd68, %rd67, %rd44;
-	ld.global.u64 	%rd69, [%rd68];
-	add.s64 	%rd100, %rd69, %rd63;
-	add.s32 	%r28, %r28, 4;
-	add.s32 	%r27, %r27, -4;
-	setp.ne.s32 	%p6, %r27, 0;
-	@%p6 bra 	$L__BB41_9;
+	mul.lo.s64 	%rd131, %rd57, %rd131;
+	add.s32 	%r36, %r36, 1;
+	setp.lt.u32 	%p9, %r36, %r15;
+	mov.u64 	%rd124, %rd17;
+	@%p9 bra 	$L__BB27_13;
+	bra.uni 	$L__BB27_25;
 
-$L__BB41_10:
-	setp.eq.s32 	%p7, %r2, 0;
-	@%p7 bra 	$L__BB41_14;
+$L__BB27_14:
+	mov.u32 	%r37, 1;
 
-	setp.eq.s32 	%p8, %r2, 1;
-	mul.wide.u32 	%rd70, %r28, 8;
-	add.s64 	%rd71, %rd2, %rd70;
+$L__BB27_15:
+	mul.wide.u32 	%rd58, %r37, 8;
+	add.s64 	%rd59, %rd2, %rd58;
+	ld.global.u64 	%rd60, [%rd59];
+	cvta.to.global.u64 	%rd61, %rd60;
+	add.s64 	%rd63, %rd61, %rd51;
+	ld.global.u64 	%rd64, [%rd63];
+	max.s64 	%rd131, %rd64, %rd131;
+	add.s32 	%r37, %r37, 1;
+	setp.lt.u32 	%p10, %r37, %r15;
+	@%p10 bra 	$L__BB27_15;
+	bra.uni 	$L__BB27_25;
+
+$L__BB27_16:
+	setp.lt.u32 	%p11, %r1, 3;
+	mov.u32 	%r40, 1;
+	@%p11 bra 	$L__BB27_19;
+
+	mov.u32 	%r40, 1;
+	mov.u32 	%r39, %r3;
+
+$L__BB27_18:
+	mul.wide.u32 	%rd66, %r40, 8;
+	add.s64 	%rd67, %rd2, %rd66;
+	ld.global.u64 	%rd68, [%rd67];
+	cvta.to.global.u64 	%rd69, %rd68;
+	add.s64 	%rd71, %rd69, %rd51;
 	ld.global.u64 	%rd72, [%rd71];
-	cvta.to.global.u64 	%rd73, %rd72;
-	add.s64 	%rd75, %rd73, %rd44;
-	ld.global.u64 	%rd76, [%rd75];
-	add.s64 	%rd100, %rd76, %rd100;
-	@%p8 bra 	$L__BB41_14;
-
-	setp.eq.s32 	%p9, %r2, 2;
-	add.s32 	%r21, %r28, 1;
-	mul.wide.u32 	%rd77, %r21, 8;
-	add.s64 	%rd78, %rd2, %rd77;
-	ld.global.u64 	%rd79, [%rd78];
+	min.s64 	%rd73, %rd72, %rd131;
+	ld.global.u64 	%rd74, [%rd67+8];
+	cvta.to.global.u64 	%rd75, %rd74;
+	add.s64 	%rd76, %rd75, %rd51;
+	ld.global.u64 	%rd77, [%rd76];
+	min.s64 	%rd78, %rd77, %rd73;
+	ld.global.u64 	%rd79, [%rd67+16];
 	cvta.to.global.u64 	%rd80, %rd79;
-	add.s64 	%rd82, %rd80, %rd44;
-	ld.global.u64 	%rd83, [%rd82];
-	add.s64 	%rd100, %rd83, %rd100;
-	@%p9 bra 	$L__BB41_14;
-
-	add.s32 	%r22, %r28, 2;
-	mul.wide.u32 	%rd84, %r22, 8;
+	add.s64 	%rd81, %rd80, %rd51;
+	ld.global.u64 	%rd82, [%rd81];
+	min.s64 	%rd83, %rd82, %rd78;
+	add.s32 	%r29, %r40, 3;
+	mul.wide.u32 	%rd84, %r29, 8;
 	add.s64 	%rd85, %rd2, %rd84;
 	ld.global.u64 	%rd86, [%rd85];
 	cvta.to.global.u64 	%rd87, %rd86;
-	add.s64 	%rd89, %rd87, %rd44;
-	ld.global.u64 	%rd90, [%rd89];
-	add.s64 	%rd100, %rd90, %rd100;
+	add.s64 	%rd88, %rd87, %rd51;
+	ld.global.u64 	%rd89, [%rd88];
+	min.s64 	%rd131, %rd89, %rd83;
+	add.s32 	%r40, %r40, 4;
+	add.s32 	%r39, %r39, -4;
+	setp.ne.s32 	%p12, %r39, 0;
+	@%p12 bra 	$L__BB27_18;
 
-$L__BB41_14:
-	and.b64  	%rd91, %rd100, -4294967296;
-	setp.eq.s64 	%p10, %rd91, 0;
-	@%p10 bra 	$L__BB41_16;
+$L__BB27_19:
+	setp.eq.s32 	%p13, %r2, 0;
+	@%p13 bra 	$L__BB27_25;
 
-	div.s64 	%rd101, %rd100, %rd5;
-	bra.uni 	$L__BB41_17;
+	setp.eq.s32 	%p14, %r2, 1;
+	mul.wide.u32 	%rd90, %r40, 8;
+	add.s64 	%rd91, %rd2, %rd90;
+	ld.global.u64 	%rd92, [%rd91];
+	cvta.to.global.u64 	%rd93, %rd92;
+	add.s64 	%rd95, %rd93, %rd51;
+	ld.global.u64 	%rd96, [%rd95];
+	min.s64 	%rd131, %rd96, %rd131;
+	@%p14 bra 	$L__BB27_25;
 
-$L__BB41_16:
-	cvt.u32.u64 	%r23, %rd5;
-	cvt.u32.u64 	%r24, %rd100;
-	div.u32 	%r25, %r24, %r23;
-	cvt.u64.u32 	%rd101, %r25;
+	setp.eq.s32 	%p15, %r2, 2;
+	add.s32 	%r30, %r40, 1;
+	mul.wide.u32 	%rd97, %r30, 8;
+	add.s64 	%rd98, %rd2, %rd97;
+	ld.global.u64 	%rd99, [%rd98];
+	cvta.to.global.u64 	%rd100, %rd99;
+	add.s64 	%rd102, %rd100, %rd51;
+	ld.global.u64 	%rd103, [%rd102];
+	min.s64 	%rd131, %rd103, %rd131;
+	@%p15 bra 	$L__BB27_25;
 
-$L__BB41_17:
-	shl.b64 	%rd92, %rd94, 3;
-	add.s64 	%rd93, %rd1, %rd92;
-	st.global.u64 	[%rd93], %rd101;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p11, %rd94, %rd28;
-	@%p11 bra 	$L__BB41_7;
-	bra.uni 	$L__BB41_18;
+	add.s32 	%r31, %r40, 2;
+	mul.wide.u32 	%rd104, %r31, 8;
+	add.s64 	%rd105, %rd2, %rd104;
+	ld.global.u64 	%rd106, [%rd105];
+	cvta.to.global.u64 	%rd107, %rd106;
+	add.s64 	%rd109, %rd107, %rd51;
+	ld.global.u64 	%rd110, [%rd109];
+	min.s64 	%rd131, %rd110, %rd131;
+	bra.uni 	$L__BB27_25;
 
-$L__BB41_2:
-	ld.global.u64 	%rd33, [%rd2];
-	cvta.to.global.u64 	%rd34, %rd33;
-	add.s64 	%rd35, %rd94, %rd27;
-	shl.b64 	%rd36, %rd35, 3;
-	add.s64 	%rd37, %rd34, %rd36;
-	ld.global.u64 	%rd7, [%rd37];
-	and.b64  	%rd38, %rd7, -4294967296;
-	setp.eq.s64 	%p3, %rd38, 0;
-	@%p3 bra 	$L__BB41_4;
+$L__BB27_23:
+	mov.u32 	%r41, 1;
 
-	div.s64 	%rd95, %rd7, %rd5;
-	bra.uni 	$L__BB41_5;
+$L__BB27_24:
+	mul.wide.u32 	%rd111, %r41, 8;
+	add.s64 	%rd112, %rd2, %rd111;
+	ld.global.u64 	%rd113, [%rd112];
+	cvta.to.global.u64 	%rd114, %rd113;
+	add.s64 	%rd116, %rd114, %rd51;
+	ld.global.u64 	%rd117, [%rd116];
+	add.s64 	%rd131, %rd117, %rd131;
+	add.s32 	%r41, %r41, 1;
+	setp.lt.u32 	%p16, %r41, %r15;
+	@%p16 bra 	$L__BB27_24;
 
-$L__BB41_4:
-	cvt.u32.u64 	%r14, %rd5;
-	cvt.u32.u64 	%r15, %rd7;
-	div.u32 	%r16, %r15, %r14;
-	cvt.u64.u32 	%rd95, %r16;
+$L__BB27_25:
+	setp.ne.s32 	%p17, %r16, 1;
+	@%p17 bra 	$L__BB27_29;
 
-$L__BB41_5:
-	shl.b64 	%rd39, %rd94, 3;
-	add.s64 	%rd40, %rd1, %rd39;
-	st.global.u64 	[%rd40], %rd95;
-	add.s64 	%rd94, %rd94, %rd3;
-	setp.lt.u64 	%p4, %rd94, %rd28;
-	@%p4 bra 	$L__BB41_2;
+	and.b64  	%rd118, %rd131, -4294967296;
+	setp.eq.s64 	%p18, %rd118, 0;
+	@%p18 bra 	$L__BB27_28;
 
-$L__BB41_18:
-	ret;
+	div.s64 	%rd131, %rd131, %rd5;
+	bra.uni 	$L__BB27_29;
 
-}
-	// .globl	smcuda_reduce_min_i64
-.visible .entry smcuda_reduce_min_i64(
-	.param .u64 smcuda_reduce_min_i64_param_0,
-	.param .u64 smcuda_reduce_min_i64_param_1,
-	.param .u32 smcuda_reduce_min_i64_param_2,
-	.param .u64 smcuda_reduce_min_i64_param_3,
-	.param .u64 smcuda_reduce_min_i64_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<91>;
+$L__BB27_28:
+	cvt.u32.u64 	%r33, %rd5;
+	cvt.u32.u64 	%r34, %rd131;
+	div.u32 	%r35, %r34, %r33;
+	cvt.u64.u32 	%rd131, %r35;
 
+$L__BB27_29:
+	shl.b64 	%rd119, %rd121, 3;
+	add.s64 	%rd120, %rd1, %rd119;
+	st.global.u64 	[%rd120], %rd131;
+	add.s64 	%rd121, %rd121, %rd3;
+	setp.lt.u64 	%p19, %rd121, %rd36;
+	@%p19 bra 	$L__BB27_9;
+	bra.uni 	$L__BB27_30;
 
-	ld.param.u64 	%rd21, [smcuda_reduce_min_i64_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_min_i64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_min_i64_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_min_i64_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_min_i64_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd85, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB42_12;
+$L__BB27_2:
+	cvt.u32.u64 	%r21, %rd5;
 
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB42_3;
-	bra.uni 	$L__BB42_2;
+$L__BB27_3:
+	ld.global.u64 	%rd41, [%rd2];
+	cvta.to.global.u64 	%rd42, %rd41;
+	add.s64 	%rd43, %rd121, %rd35;
+	shl.b64 	%rd44, %rd43, 3;
+	add.s64 	%rd45, %rd42, %rd44;
+	ld.global.u64 	%rd122, [%rd45];
+	setp.ne.s32 	%p3, %r16, 1;
+	@%p3 bra 	$L__BB27_7;
 
-$L__BB42_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
+	and.b64  	%rd46, %rd122, -4294967296;
+	setp.eq.s64 	%p4, %rd46, 0;
+	@%p4 bra 	$L__BB27_6;
 
-$L__BB42_4:
-	ld.global.u64 	%rd34, [%rd2];
-	cvta.to.global.u64 	%rd35, %rd34;
-	add.s64 	%rd8, %rd85, %rd19;
-	shl.b64 	%rd36, %rd8, 3;
-	add.s64 	%rd37, %rd35, %rd36;
-	ld.global.u64 	%rd90, [%rd37];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB42_7;
+	div.s64 	%rd122, %rd122, %rd5;
+	bra.uni 	$L__BB27_7;
 
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
+$L__BB27_6:
+	cvt.u32.u64 	%r22, %rd122;
+	div.u32 	%r23, %r22, %r21;
+	cvt.u64.u32 	%rd122, %r23;
 
-$L__BB42_6:
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	cvta.to.global.u64 	%rd41, %rd40;
-	add.s64 	%rd43, %rd41, %rd36;
-	ld.global.u64 	%rd44, [%rd43];
-	min.s64 	%rd45, %rd44, %rd90;
-	ld.global.u64 	%rd46, [%rd39+8];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd48, %rd47, %rd36;
-	ld.global.u64 	%rd49, [%rd48];
-	min.s64 	%rd50, %rd49, %rd45;
-	ld.global.u64 	%rd51, [%rd39+16];
-	cvta.to.global.u64 	%rd52, %rd51;
-	add.s64 	%rd53, %rd52, %rd36;
-	ld.global.u64 	%rd54, [%rd53];
-	min.s64 	%rd55, %rd54, %rd50;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd56, %r17, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd60, %rd59, %rd36;
-	ld.global.u64 	%rd61, [%rd60];
-	min.s64 	%rd90, %rd61, %rd55;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB42_6;
+$L__BB27_7:
+	shl.b64 	%rd47, %rd121, 3;
+	add.s64 	%rd48, %rd1, %rd47;
+	st.global.u64 	[%rd48], %rd122;
+	add.s64 	%rd121, %rd121, %rd3;
+	setp.lt.u64 	%p5, %rd121, %rd36;
+	@%p5 bra 	$L__BB27_3;
 
-$L__BB42_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB42_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd62, %r22, 8;
-	add.s64 	%rd63, %rd2, %rd62;
-	ld.global.u64 	%rd64, [%rd63];
-	cvta.to.global.u64 	%rd65, %rd64;
-	add.s64 	%rd67, %rd65, %rd36;
-	ld.global.u64 	%rd68, [%rd67];
-	min.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB42_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd69, %r18, 8;
-	add.s64 	%rd70, %rd2, %rd69;
-	ld.global.u64 	%rd71, [%rd70];
-	cvta.to.global.u64 	%rd72, %rd71;
-	add.s64 	%rd74, %rd72, %rd36;
-	ld.global.u64 	%rd75, [%rd74];
-	min.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB42_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd76, %r19, 8;
-	add.s64 	%rd77, %rd2, %rd76;
-	ld.global.u64 	%rd78, [%rd77];
-	cvta.to.global.u64 	%rd79, %rd78;
-	add.s64 	%rd81, %rd79, %rd36;
-	ld.global.u64 	%rd82, [%rd81];
-	min.s64 	%rd90, %rd82, %rd90;
-
-$L__BB42_11:
-	shl.b64 	%rd83, %rd85, 3;
-	add.s64 	%rd84, %rd1, %rd83;
-	st.global.u64 	[%rd84], %rd90;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB42_4;
-	bra.uni 	$L__BB42_12;
-
-$L__BB42_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd85, %rd19;
-	shl.b64 	%rd28, %rd27, 3;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u64 	%rd30, [%rd29];
-	shl.b64 	%rd31, %rd85, 3;
-	add.s64 	%rd32, %rd1, %rd31;
-	st.global.u64 	[%rd32], %rd30;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB42_2;
-
-$L__BB42_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_i64
-.visible .entry smcuda_reduce_max_i64(
-	.param .u64 smcuda_reduce_max_i64_param_0,
-	.param .u64 smcuda_reduce_max_i64_param_1,
-	.param .u32 smcuda_reduce_max_i64_param_2,
-	.param .u64 smcuda_reduce_max_i64_param_3,
-	.param .u64 smcuda_reduce_max_i64_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<91>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_max_i64_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_max_i64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_max_i64_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_max_i64_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_max_i64_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd85, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB43_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB43_3;
-	bra.uni 	$L__BB43_2;
-
-$L__BB43_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB43_4:
-	ld.global.u64 	%rd34, [%rd2];
-	cvta.to.global.u64 	%rd35, %rd34;
-	add.s64 	%rd8, %rd85, %rd19;
-	shl.b64 	%rd36, %rd8, 3;
-	add.s64 	%rd37, %rd35, %rd36;
-	ld.global.u64 	%rd90, [%rd37];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB43_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB43_6:
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	cvta.to.global.u64 	%rd41, %rd40;
-	add.s64 	%rd43, %rd41, %rd36;
-	ld.global.u64 	%rd44, [%rd43];
-	max.s64 	%rd45, %rd44, %rd90;
-	ld.global.u64 	%rd46, [%rd39+8];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd48, %rd47, %rd36;
-	ld.global.u64 	%rd49, [%rd48];
-	max.s64 	%rd50, %rd49, %rd45;
-	ld.global.u64 	%rd51, [%rd39+16];
-	cvta.to.global.u64 	%rd52, %rd51;
-	add.s64 	%rd53, %rd52, %rd36;
-	ld.global.u64 	%rd54, [%rd53];
-	max.s64 	%rd55, %rd54, %rd50;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd56, %r17, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd60, %rd59, %rd36;
-	ld.global.u64 	%rd61, [%rd60];
-	max.s64 	%rd90, %rd61, %rd55;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB43_6;
-
-$L__BB43_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB43_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd62, %r22, 8;
-	add.s64 	%rd63, %rd2, %rd62;
-	ld.global.u64 	%rd64, [%rd63];
-	cvta.to.global.u64 	%rd65, %rd64;
-	add.s64 	%rd67, %rd65, %rd36;
-	ld.global.u64 	%rd68, [%rd67];
-	max.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB43_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd69, %r18, 8;
-	add.s64 	%rd70, %rd2, %rd69;
-	ld.global.u64 	%rd71, [%rd70];
-	cvta.to.global.u64 	%rd72, %rd71;
-	add.s64 	%rd74, %rd72, %rd36;
-	ld.global.u64 	%rd75, [%rd74];
-	max.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB43_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd76, %r19, 8;
-	add.s64 	%rd77, %rd2, %rd76;
-	ld.global.u64 	%rd78, [%rd77];
-	cvta.to.global.u64 	%rd79, %rd78;
-	add.s64 	%rd81, %rd79, %rd36;
-	ld.global.u64 	%rd82, [%rd81];
-	max.s64 	%rd90, %rd82, %rd90;
-
-$L__BB43_11:
-	shl.b64 	%rd83, %rd85, 3;
-	add.s64 	%rd84, %rd1, %rd83;
-	st.global.u64 	[%rd84], %rd90;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB43_4;
-	bra.uni 	$L__BB43_12;
-
-$L__BB43_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd85, %rd19;
-	shl.b64 	%rd28, %rd27, 3;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u64 	%rd30, [%rd29];
-	shl.b64 	%rd31, %rd85, 3;
-	add.s64 	%rd32, %rd1, %rd31;
-	st.global.u64 	[%rd32], %rd30;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB43_2;
-
-$L__BB43_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_i64
-.visible .entry smcuda_reduce_prod_i64(
-	.param .u64 smcuda_reduce_prod_i64_param_0,
-	.param .u64 smcuda_reduce_prod_i64_param_1,
-	.param .u32 smcuda_reduce_prod_i64_param_2,
-	.param .u64 smcuda_reduce_prod_i64_param_3,
-	.param .u64 smcuda_reduce_prod_i64_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<23>;
-	.reg .b64 	%rd<91>;
-
-
-	ld.param.u64 	%rd21, [smcuda_reduce_prod_i64_param_0];
-	ld.param.u64 	%rd22, [smcuda_reduce_prod_i64_param_1];
-	ld.param.u32 	%r9, [smcuda_reduce_prod_i64_param_2];
-	ld.param.u64 	%rd19, [smcuda_reduce_prod_i64_param_3];
-	ld.param.u64 	%rd20, [smcuda_reduce_prod_i64_param_4];
-	cvta.to.global.u64 	%rd1, %rd21;
-	cvta.to.global.u64 	%rd2, %rd22;
-	mov.u32 	%r10, %nctaid.x;
-	mov.u32 	%r11, %ntid.x;
-	mul.wide.u32 	%rd3, %r10, %r11;
-	mov.u32 	%r12, %ctaid.x;
-	mul.wide.u32 	%rd23, %r12, %r11;
-	mov.u32 	%r13, %tid.x;
-	cvt.u64.u32 	%rd24, %r13;
-	add.s64 	%rd85, %rd23, %rd24;
-	setp.ge.u64 	%p1, %rd85, %rd20;
-	@%p1 bra 	$L__BB44_12;
-
-	setp.gt.u32 	%p2, %r9, 1;
-	@%p2 bra 	$L__BB44_3;
-	bra.uni 	$L__BB44_2;
-
-$L__BB44_3:
-	add.s32 	%r14, %r9, -1;
-	add.s32 	%r1, %r9, -2;
-	and.b32  	%r2, %r14, 3;
-	sub.s32 	%r3, %r14, %r2;
-
-$L__BB44_4:
-	ld.global.u64 	%rd34, [%rd2];
-	cvta.to.global.u64 	%rd35, %rd34;
-	add.s64 	%rd8, %rd85, %rd19;
-	shl.b64 	%rd36, %rd8, 3;
-	add.s64 	%rd37, %rd35, %rd36;
-	ld.global.u64 	%rd90, [%rd37];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r22, 1;
-	@%p4 bra 	$L__BB44_7;
-
-	mov.u32 	%r22, 1;
-	mov.u32 	%r21, %r3;
-
-$L__BB44_6:
-	mul.wide.u32 	%rd38, %r22, 8;
-	add.s64 	%rd39, %rd2, %rd38;
-	ld.global.u64 	%rd40, [%rd39];
-	cvta.to.global.u64 	%rd41, %rd40;
-	add.s64 	%rd43, %rd41, %rd36;
-	ld.global.u64 	%rd44, [%rd43];
-	mul.lo.s64 	%rd45, %rd44, %rd90;
-	ld.global.u64 	%rd46, [%rd39+8];
-	cvta.to.global.u64 	%rd47, %rd46;
-	add.s64 	%rd48, %rd47, %rd36;
-	ld.global.u64 	%rd49, [%rd48];
-	mul.lo.s64 	%rd50, %rd49, %rd45;
-	ld.global.u64 	%rd51, [%rd39+16];
-	cvta.to.global.u64 	%rd52, %rd51;
-	add.s64 	%rd53, %rd52, %rd36;
-	ld.global.u64 	%rd54, [%rd53];
-	mul.lo.s64 	%rd55, %rd54, %rd50;
-	add.s32 	%r17, %r22, 3;
-	mul.wide.u32 	%rd56, %r17, 8;
-	add.s64 	%rd57, %rd2, %rd56;
-	ld.global.u64 	%rd58, [%rd57];
-	cvta.to.global.u64 	%rd59, %rd58;
-	add.s64 	%rd60, %rd59, %rd36;
-	ld.global.u64 	%rd61, [%rd60];
-	mul.lo.s64 	%rd90, %rd61, %rd55;
-	add.s32 	%r22, %r22, 4;
-	add.s32 	%r21, %r21, -4;
-	setp.ne.s32 	%p5, %r21, 0;
-	@%p5 bra 	$L__BB44_6;
-
-$L__BB44_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB44_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd62, %r22, 8;
-	add.s64 	%rd63, %rd2, %rd62;
-	ld.global.u64 	%rd64, [%rd63];
-	cvta.to.global.u64 	%rd65, %rd64;
-	add.s64 	%rd67, %rd65, %rd36;
-	ld.global.u64 	%rd68, [%rd67];
-	mul.lo.s64 	%rd90, %rd68, %rd90;
-	@%p7 bra 	$L__BB44_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r18, %r22, 1;
-	mul.wide.u32 	%rd69, %r18, 8;
-	add.s64 	%rd70, %rd2, %rd69;
-	ld.global.u64 	%rd71, [%rd70];
-	cvta.to.global.u64 	%rd72, %rd71;
-	add.s64 	%rd74, %rd72, %rd36;
-	ld.global.u64 	%rd75, [%rd74];
-	mul.lo.s64 	%rd90, %rd75, %rd90;
-	@%p8 bra 	$L__BB44_11;
-
-	add.s32 	%r19, %r22, 2;
-	mul.wide.u32 	%rd76, %r19, 8;
-	add.s64 	%rd77, %rd2, %rd76;
-	ld.global.u64 	%rd78, [%rd77];
-	cvta.to.global.u64 	%rd79, %rd78;
-	add.s64 	%rd81, %rd79, %rd36;
-	ld.global.u64 	%rd82, [%rd81];
-	mul.lo.s64 	%rd90, %rd82, %rd90;
-
-$L__BB44_11:
-	shl.b64 	%rd83, %rd85, 3;
-	add.s64 	%rd84, %rd1, %rd83;
-	st.global.u64 	[%rd84], %rd90;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p9, %rd85, %rd20;
-	@%p9 bra 	$L__BB44_4;
-	bra.uni 	$L__BB44_12;
-
-$L__BB44_2:
-	ld.global.u64 	%rd25, [%rd2];
-	cvta.to.global.u64 	%rd26, %rd25;
-	add.s64 	%rd27, %rd85, %rd19;
-	shl.b64 	%rd28, %rd27, 3;
-	add.s64 	%rd29, %rd26, %rd28;
-	ld.global.u64 	%rd30, [%rd29];
-	shl.b64 	%rd31, %rd85, 3;
-	add.s64 	%rd32, %rd1, %rd31;
-	st.global.u64 	[%rd32], %rd30;
-	add.s64 	%rd85, %rd85, %rd3;
-	setp.lt.u64 	%p3, %rd85, %rd20;
-	@%p3 bra 	$L__BB44_2;
-
-$L__BB44_12:
+$L__BB27_30:
 	ret;
 
 }
@@ -10942,7 +12274,7 @@ $L__BB44_12:
 	cvt.u64.u32 	%rd16, %r4;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd20, %rd14;
-	@%p1 bra 	$L__BB45_6;
+	@%p1 bra 	$L__BB28_6;
 
 	cvt.u64.u32 	%rd3, %r1;
 	mov.u32 	%r5, %nctaid.x;
@@ -10951,29 +12283,29 @@ $L__BB44_12:
 	cvta.to.global.u64 	%rd5, %rd13;
 	cvt.u32.u64 	%r6, %rd3;
 
-$L__BB45_2:
+$L__BB28_2:
 	shl.b64 	%rd18, %rd20, 3;
 	add.s64 	%rd7, %rd5, %rd18;
 	ld.global.u64 	%rd8, [%rd7];
 	and.b64  	%rd19, %rd8, -4294967296;
 	setp.eq.s64 	%p2, %rd19, 0;
-	@%p2 bra 	$L__BB45_4;
+	@%p2 bra 	$L__BB28_4;
 
 	div.s64 	%rd21, %rd8, %rd3;
-	bra.uni 	$L__BB45_5;
+	bra.uni 	$L__BB28_5;
 
-$L__BB45_4:
+$L__BB28_4:
 	cvt.u32.u64 	%r7, %rd8;
 	div.u32 	%r8, %r7, %r6;
 	cvt.u64.u32 	%rd21, %r8;
 
-$L__BB45_5:
+$L__BB28_5:
 	st.global.u64 	[%rd7], %rd21;
 	add.s64 	%rd20, %rd20, %rd4;
 	setp.lt.u64 	%p3, %rd20, %rd14;
-	@%p3 bra 	$L__BB45_2;
+	@%p3 bra 	$L__BB28_2;
 
-$L__BB45_6:
+$L__BB28_6:
 	ret;
 
 }
@@ -11011,18 +12343,18 @@ $L__BB45_6:
 	add.s64 	%rd5, %rd106, -1;
 	and.b64  	%rd107, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd107, 0;
-	@%p1 bra 	$L__BB46_2;
+	@%p1 bra 	$L__BB29_2;
 
 	div.u64 	%rd251, %rd5, %rd4;
-	bra.uni 	$L__BB46_3;
+	bra.uni 	$L__BB29_3;
 
-$L__BB46_2:
+$L__BB29_2:
 	cvt.u32.u64 	%r36, %rd4;
 	cvt.u32.u64 	%r37, %rd5;
 	div.u32 	%r38, %r37, %r36;
 	cvt.u64.u32 	%rd251, %r38;
 
-$L__BB46_3:
+$L__BB29_3:
 	add.s64 	%rd108, %rd251, 1;
 	and.b64  	%rd109, %rd108, -2;
 	mov.u32 	%r39, %ctaid.x;
@@ -11038,22 +12370,22 @@ $L__BB46_3:
 	add.s64 	%rd13, %rd3, %rd114;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd102;
-	@%p2 bra 	$L__BB46_14;
+	@%p2 bra 	$L__BB29_14;
 
 	and.b64  	%rd115, %rd102, 15;
 	setp.eq.s64 	%p3, %rd115, 0;
 	mov.u32 	%r40, %tid.x;
 	cvt.u64.u32 	%rd15, %r40;
-	@%p3 bra 	$L__BB46_8;
+	@%p3 bra 	$L__BB29_8;
 
 	add.s64 	%rd252, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd252, %rd11;
-	@%p4 bra 	$L__BB46_14;
+	@%p4 bra 	$L__BB29_14;
 
 	mov.u32 	%r41, %ntid.x;
 	cvt.u64.u32 	%rd17, %r41;
 
-$L__BB46_7:
+$L__BB29_7:
 	shl.b64 	%rd116, %rd252, 3;
 	add.s64 	%rd117, %rd2, %rd116;
 	ld.global.u64 	%rd118, [%rd117];
@@ -11061,19 +12393,19 @@ $L__BB46_7:
 	st.u64 	[%rd119], %rd118;
 	add.s64 	%rd252, %rd252, %rd17;
 	setp.lt.u64 	%p5, %rd252, %rd11;
-	@%p5 bra 	$L__BB46_7;
-	bra.uni 	$L__BB46_14;
+	@%p5 bra 	$L__BB29_7;
+	bra.uni 	$L__BB29_14;
 
-$L__BB46_8:
+$L__BB29_8:
 	shl.b64 	%rd120, %rd15, 1;
 	add.s64 	%rd253, %rd10, %rd120;
 	setp.ge.u64 	%p6, %rd253, %rd12;
-	@%p6 bra 	$L__BB46_11;
+	@%p6 bra 	$L__BB29_11;
 
 	mov.u32 	%r42, %ntid.x;
 	mul.wide.u32 	%rd21, %r42, 2;
 
-$L__BB46_10:
+$L__BB29_10:
 	shl.b64 	%rd121, %rd253, 3;
 	add.s64 	%rd122, %rd2, %rd121;
 	add.s64 	%rd123, %rd14, %rd121;
@@ -11081,17 +12413,17 @@ $L__BB46_10:
 	st.v4.u32 	[%rd123], {%r43, %r44, %r45, %r46};
 	add.s64 	%rd253, %rd253, %rd21;
 	setp.lt.u64 	%p7, %rd253, %rd12;
-	@%p7 bra 	$L__BB46_10;
+	@%p7 bra 	$L__BB29_10;
 
-$L__BB46_11:
+$L__BB29_11:
 	add.s64 	%rd254, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd254, %rd11;
-	@%p8 bra 	$L__BB46_14;
+	@%p8 bra 	$L__BB29_14;
 
 	mov.u32 	%r51, %ntid.x;
 	cvt.u64.u32 	%rd25, %r51;
 
-$L__BB46_13:
+$L__BB29_13:
 	shl.b64 	%rd124, %rd254, 3;
 	add.s64 	%rd125, %rd2, %rd124;
 	ld.global.u64 	%rd126, [%rd125];
@@ -11099,13 +12431,13 @@ $L__BB46_13:
 	st.u64 	[%rd127], %rd126;
 	add.s64 	%rd254, %rd254, %rd25;
 	setp.lt.u64 	%p9, %rd254, %rd11;
-	@%p9 bra 	$L__BB46_13;
+	@%p9 bra 	$L__BB29_13;
 
-$L__BB46_14:
+$L__BB29_14:
 	mov.u32 	%r94, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r94, %r33;
-	@%p10 bra 	$L__BB46_19;
+	@%p10 bra 	$L__BB29_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r52, %r32, 9;
@@ -11114,9 +12446,9 @@ $L__BB46_14:
 	shl.b64 	%rd135, %rd28, 3;
 	mov.u32 	%r83, %r94;
 
-$L__BB46_16:
+$L__BB29_16:
 	setp.eq.s32 	%p11, %r83, %r32;
-	@%p11 bra 	$L__BB46_18;
+	@%p11 bra 	$L__BB29_18;
 
 	mul.wide.u32 	%rd131, %r83, 8;
 	add.s64 	%rd132, %rd3, %rd131;
@@ -11128,22 +12460,22 @@ $L__BB46_16:
 	st.release.sys.global.u64 [%rd129], %rd130;
 	// end inline asm
 
-$L__BB46_18:
+$L__BB29_18:
 	add.s32 	%r83, %r83, %r2;
 	setp.lt.u32 	%p12, %r83, %r33;
-	@%p12 bra 	$L__BB46_16;
+	@%p12 bra 	$L__BB29_16;
 
-$L__BB46_19:
-	@%p10 bra 	$L__BB46_26;
+$L__BB29_19:
+	@%p10 bra 	$L__BB29_26;
 
 	ld.global.u64 	%rd136, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd136, %rd103;
 	mov.u32 	%r84, %r94;
 
-$L__BB46_21:
+$L__BB29_21:
 	setp.eq.s32 	%p14, %r84, %r32;
-	@%p14 bra 	$L__BB46_25;
+	@%p14 bra 	$L__BB29_25;
 
 	shl.b32 	%r53, %r84, 9;
 	cvt.u64.u32 	%rd137, %r53;
@@ -11151,50 +12483,50 @@ $L__BB46_21:
 	shl.b64 	%rd139, %rd138, 3;
 	add.s64 	%rd30, %rd29, %rd139;
 
-$L__BB46_23:
+$L__BB29_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd140, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd140, 0;
-	@%p15 bra 	$L__BB46_23;
+	@%p15 bra 	$L__BB29_23;
 
 	mov.u64 	%rd142, 0;
 	st.volatile.u64 	[%rd30], %rd142;
 
-$L__BB46_25:
+$L__BB29_25:
 	add.s32 	%r84, %r84, %r5;
 	setp.lt.u32 	%p16, %r84, %r33;
-	@%p16 bra 	$L__BB46_21;
+	@%p16 bra 	$L__BB29_21;
 
-$L__BB46_26:
+$L__BB29_26:
 	bar.sync 	0;
 	cvt.u64.u32 	%rd31, %r94;
 	mul.wide.u32 	%rd143, %r94, 2;
 	add.s64 	%rd255, %rd10, %rd143;
 	setp.ge.u64 	%p17, %rd255, %rd12;
-	@%p17 bra 	$L__BB46_50;
+	@%p17 bra 	$L__BB29_50;
 
 	cvt.u64.u32 	%rd34, %r33;
 	mov.u32 	%r54, %ntid.x;
 	mul.wide.u32 	%rd35, %r54, 2;
 	and.b64  	%rd36, %rd101, 15;
 
-$L__BB46_28:
+$L__BB29_28:
 	ld.global.u64 	%rd144, [%rd3];
 	shl.b64 	%rd145, %rd255, 3;
 	add.s64 	%rd146, %rd144, %rd145;
 	ld.v2.u64 	{%rd259, %rd258}, [%rd146];
 	setp.lt.u32 	%p18, %r33, 2;
-	@%p18 bra 	$L__BB46_39;
+	@%p18 bra 	$L__BB29_39;
 
 	setp.eq.s32 	%p19, %r34, 2;
-	@%p19 bra 	$L__BB46_37;
-	bra.uni 	$L__BB46_30;
+	@%p19 bra 	$L__BB29_37;
+	bra.uni 	$L__BB29_30;
 
-$L__BB46_37:
+$L__BB29_37:
 	mov.u32 	%r86, 1;
 
-$L__BB46_38:
+$L__BB29_38:
 	mul.wide.u32 	%rd156, %r86, 8;
 	add.s64 	%rd157, %rd3, %rd156;
 	ld.global.u64 	%rd158, [%rd157];
@@ -11204,127 +12536,127 @@ $L__BB46_38:
 	min.s64 	%rd258, %rd258, %rd162;
 	add.s32 	%r86, %r86, 1;
 	setp.lt.u32 	%p23, %r86, %r33;
-	@%p23 bra 	$L__BB46_38;
-	bra.uni 	$L__BB46_39;
+	@%p23 bra 	$L__BB29_38;
+	bra.uni 	$L__BB29_39;
 
-$L__BB46_30:
+$L__BB29_30:
 	mov.u32 	%r85, 1;
 
-$L__BB46_31:
+$L__BB29_31:
 	mul.wide.u32 	%rd149, %r85, 8;
 	add.s64 	%rd150, %rd3, %rd149;
 	ld.global.u64 	%rd151, [%rd150];
 	add.s64 	%rd153, %rd151, %rd145;
 	ld.v2.u64 	{%rd154, %rd155}, [%rd153];
 	setp.eq.s32 	%p20, %r34, 3;
-	@%p20 bra 	$L__BB46_34;
+	@%p20 bra 	$L__BB29_34;
 
 	setp.ne.s32 	%p21, %r34, 4;
-	@%p21 bra 	$L__BB46_35;
+	@%p21 bra 	$L__BB29_35;
 
 	mul.lo.s64 	%rd259, %rd259, %rd154;
 	mul.lo.s64 	%rd258, %rd258, %rd155;
-	bra.uni 	$L__BB46_36;
+	bra.uni 	$L__BB29_36;
 
-$L__BB46_34:
+$L__BB29_34:
 	max.s64 	%rd259, %rd259, %rd154;
 	max.s64 	%rd258, %rd258, %rd155;
-	bra.uni 	$L__BB46_36;
+	bra.uni 	$L__BB29_36;
 
-$L__BB46_35:
+$L__BB29_35:
 	add.s64 	%rd259, %rd259, %rd154;
 	add.s64 	%rd258, %rd258, %rd155;
 
-$L__BB46_36:
+$L__BB29_36:
 	add.s32 	%r85, %r85, 1;
 	setp.lt.u32 	%p22, %r85, %r33;
-	@%p22 bra 	$L__BB46_31;
+	@%p22 bra 	$L__BB29_31;
 
-$L__BB46_39:
+$L__BB29_39:
 	setp.ne.s32 	%p24, %r34, 1;
-	@%p24 bra 	$L__BB46_46;
+	@%p24 bra 	$L__BB29_46;
 
 	and.b64  	%rd165, %rd259, -4294967296;
 	setp.eq.s64 	%p25, %rd165, 0;
-	@%p25 bra 	$L__BB46_42;
+	@%p25 bra 	$L__BB29_42;
 
 	div.s64 	%rd259, %rd259, %rd34;
-	bra.uni 	$L__BB46_43;
+	bra.uni 	$L__BB29_43;
 
-$L__BB46_42:
+$L__BB29_42:
 	cvt.u32.u64 	%r57, %rd34;
 	cvt.u32.u64 	%r58, %rd259;
 	div.u32 	%r59, %r58, %r57;
 	cvt.u64.u32 	%rd259, %r59;
 
-$L__BB46_43:
+$L__BB29_43:
 	and.b64  	%rd166, %rd258, -4294967296;
 	setp.eq.s64 	%p26, %rd166, 0;
-	@%p26 bra 	$L__BB46_45;
+	@%p26 bra 	$L__BB29_45;
 
 	div.s64 	%rd258, %rd258, %rd34;
-	bra.uni 	$L__BB46_46;
+	bra.uni 	$L__BB29_46;
 
-$L__BB46_45:
+$L__BB29_45:
 	cvt.u32.u64 	%r60, %rd34;
 	cvt.u32.u64 	%r61, %rd258;
 	div.u32 	%r62, %r61, %r60;
 	cvt.u64.u32 	%rd258, %r62;
 
-$L__BB46_46:
+$L__BB29_46:
 	add.s64 	%rd168, %rd1, %rd145;
 	add.s64 	%rd65, %rd168, 8;
 	setp.eq.s64 	%p27, %rd36, 0;
-	@%p27 bra 	$L__BB46_48;
+	@%p27 bra 	$L__BB29_48;
 
 	st.global.u64 	[%rd65+-8], %rd259;
 	st.global.u64 	[%rd65], %rd258;
-	bra.uni 	$L__BB46_49;
+	bra.uni 	$L__BB29_49;
 
-$L__BB46_48:
+$L__BB29_48:
 	st.global.v2.u64 	[%rd65+-8], {%rd259, %rd258};
 
-$L__BB46_49:
+$L__BB29_49:
 	add.s64 	%rd255, %rd255, %rd35;
 	setp.lt.u64 	%p28, %rd255, %rd12;
-	@%p28 bra 	$L__BB46_28;
+	@%p28 bra 	$L__BB29_28;
 
-$L__BB46_50:
+$L__BB29_50:
 	add.s64 	%rd267, %rd12, %rd31;
 	setp.ge.u64 	%p29, %rd267, %rd11;
-	@%p29 bra 	$L__BB46_80;
+	@%p29 bra 	$L__BB29_80;
 
 	setp.gt.u32 	%p30, %r33, 1;
 	cvt.u64.u32 	%rd68, %r33;
 	mov.u32 	%r63, %ntid.x;
 	cvt.u64.u32 	%rd69, %r63;
-	@%p30 bra 	$L__BB46_58;
-	bra.uni 	$L__BB46_52;
+	@%p30 bra 	$L__BB29_58;
+	bra.uni 	$L__BB29_52;
 
-$L__BB46_58:
+$L__BB29_58:
 	add.s32 	%r67, %r33, -1;
 	add.s32 	%r12, %r33, -2;
 	and.b32  	%r13, %r67, 3;
 	sub.s32 	%r14, %r67, %r13;
 
-$L__BB46_59:
+$L__BB29_59:
 	ld.global.u64 	%rd175, [%rd3];
 	shl.b64 	%rd176, %rd267, 3;
 	add.s64 	%rd177, %rd175, %rd176;
 	ld.u64 	%rd277, [%rd177];
 	setp.eq.s32 	%p34, %r34, 2;
-	@%p34 bra 	$L__BB46_66;
+	@%p34 bra 	$L__BB29_66;
 
 	setp.eq.s32 	%p35, %r34, 3;
-	@%p35 bra 	$L__BB46_64;
+	@%p35 bra 	$L__BB29_64;
 
 	setp.ne.s32 	%p36, %r34, 4;
-	@%p36 bra 	$L__BB46_73;
+	@%p36 bra 	$L__BB29_73;
 
 	mov.u32 	%r87, 1;
 	mov.u64 	%rd270, %rd3;
 
-$L__BB46_63:
+$L__BB29_63:
 	add.s64 	%rd81, %rd270, 8;
 	ld.global.u64 	%rd178, [%rd270+8];
 	add.s64 	%rd180, %rd178, %rd176;
@@ -11333,18 +12665,18 @@ $L__BB46_63:
 	add.s32 	%r87, %r87, 1;
 	setp.lt.u32 	%p37, %r87, %r33;
 	mov.u64 	%rd270, %rd81;
-	@%p37 bra 	$L__BB46_63;
-	bra.uni 	$L__BB46_75;
+	@%p37 bra 	$L__BB29_63;
+	bra.uni 	$L__BB29_75;
 
-$L__BB46_66:
+$L__BB29_66:
 	setp.lt.u32 	%p39, %r12, 3;
 	mov.u32 	%r91, 1;
-	@%p39 bra 	$L__BB46_69;
+	@%p39 bra 	$L__BB29_69;
 
 	mov.u32 	%r91, 1;
 	mov.u32 	%r90, %r14;
 
-$L__BB46_68:
+$L__BB29_68:
 	mul.wide.u32 	%rd189, %r91, 8;
 	add.s64 	%rd190, %rd3, %rd189;
 	ld.global.u64 	%rd191, [%rd190];
@@ -11369,11 +12701,11 @@ $L__BB46_68:
 	add.s32 	%r91, %r91, 4;
 	add.s32 	%r90, %r90, -4;
 	setp.ne.s32 	%p40, %r90, 0;
-	@%p40 bra 	$L__BB46_68;
+	@%p40 bra 	$L__BB29_68;
 
-$L__BB46_69:
+$L__BB29_69:
 	setp.eq.s32 	%p41, %r13, 0;
-	@%p41 bra 	$L__BB46_75;
+	@%p41 bra 	$L__BB29_75;
 
 	setp.eq.s32 	%p42, %r13, 1;
 	mul.wide.u32 	%rd209, %r91, 8;
@@ -11382,7 +12714,7 @@ $L__BB46_69:
 	add.s64 	%rd213, %rd211, %rd176;
 	ld.u64 	%rd214, [%rd213];
 	min.s64 	%rd277, %rd214, %rd277;
-	@%p42 bra 	$L__BB46_75;
+	@%p42 bra 	$L__BB29_75;
 
 	setp.eq.s32 	%p43, %r13, 2;
 	add.s32 	%r73, %r91, 1;
@@ -11392,7 +12724,7 @@ $L__BB46_69:
 	add.s64 	%rd219, %rd217, %rd176;
 	ld.u64 	%rd220, [%rd219];
 	min.s64 	%rd277, %rd220, %rd277;
-	@%p43 bra 	$L__BB46_75;
+	@%p43 bra 	$L__BB29_75;
 
 	add.s32 	%r74, %r91, 2;
 	mul.wide.u32 	%rd221, %r74, 8;
@@ -11401,12 +12733,12 @@ $L__BB46_69:
 	add.s64 	%rd225, %rd223, %rd176;
 	ld.u64 	%rd226, [%rd225];
 	min.s64 	%rd277, %rd226, %rd277;
-	bra.uni 	$L__BB46_75;
+	bra.uni 	$L__BB29_75;
 
-$L__BB46_64:
+$L__BB29_64:
 	mov.u32 	%r88, 1;
 
-$L__BB46_65:
+$L__BB29_65:
 	mul.wide.u32 	%rd182, %r88, 8;
 	add.s64 	%rd183, %rd3, %rd182;
 	ld.global.u64 	%rd184, [%rd183];
@@ -11415,13 +12747,13 @@ $L__BB46_65:
 	max.s64 	%rd277, %rd187, %rd277;
 	add.s32 	%r88, %r88, 1;
 	setp.lt.u32 	%p38, %r88, %r33;
-	@%p38 bra 	$L__BB46_65;
-	bra.uni 	$L__BB46_75;
+	@%p38 bra 	$L__BB29_65;
+	bra.uni 	$L__BB29_75;
 
-$L__BB46_73:
+$L__BB29_73:
 	mov.u32 	%r92, 1;
 
-$L__BB46_74:
+$L__BB29_74:
 	mul.wide.u32 	%rd227, %r92, 8;
 	add.s64 	%rd228, %rd3, %rd227;
 	ld.global.u64 	%rd229, [%rd228];
@@ -11430,66 +12762,66 @@ $L__BB46_74:
 	add.s64 	%rd277, %rd232, %rd277;
 	add.s32 	%r92, %r92, 1;
 	setp.lt.u32 	%p44, %r92, %r33;
-	@%p44 bra 	$L__BB46_74;
+	@%p44 bra 	$L__BB29_74;
 
-$L__BB46_75:
+$L__BB29_75:
 	setp.ne.s32 	%p45, %r34, 1;
-	@%p45 bra 	$L__BB46_79;
+	@%p45 bra 	$L__BB29_79;
 
 	and.b64  	%rd233, %rd277, -4294967296;
 	setp.eq.s64 	%p46, %rd233, 0;
-	@%p46 bra 	$L__BB46_78;
+	@%p46 bra 	$L__BB29_78;
 
 	div.s64 	%rd277, %rd277, %rd68;
-	bra.uni 	$L__BB46_79;
+	bra.uni 	$L__BB29_79;
 
-$L__BB46_78:
+$L__BB29_78:
 	cvt.u32.u64 	%r76, %rd68;
 	cvt.u32.u64 	%r77, %rd277;
 	div.u32 	%r78, %r77, %r76;
 	cvt.u64.u32 	%rd277, %r78;
 
-$L__BB46_79:
+$L__BB29_79:
 	add.s64 	%rd235, %rd1, %rd176;
 	st.global.u64 	[%rd235], %rd277;
 	add.s64 	%rd267, %rd267, %rd69;
 	setp.lt.u64 	%p47, %rd267, %rd11;
-	@%p47 bra 	$L__BB46_59;
-	bra.uni 	$L__BB46_80;
+	@%p47 bra 	$L__BB29_59;
+	bra.uni 	$L__BB29_80;
 
-$L__BB46_52:
+$L__BB29_52:
 	cvt.u32.u64 	%r64, %rd68;
 
-$L__BB46_53:
+$L__BB29_53:
 	ld.global.u64 	%rd169, [%rd3];
 	shl.b64 	%rd170, %rd267, 3;
 	add.s64 	%rd171, %rd169, %rd170;
 	ld.u64 	%rd268, [%rd171];
 	setp.ne.s32 	%p31, %r34, 1;
-	@%p31 bra 	$L__BB46_57;
+	@%p31 bra 	$L__BB29_57;
 
 	and.b64  	%rd172, %rd268, -4294967296;
 	setp.eq.s64 	%p32, %rd172, 0;
-	@%p32 bra 	$L__BB46_56;
+	@%p32 bra 	$L__BB29_56;
 
 	div.s64 	%rd268, %rd268, %rd68;
-	bra.uni 	$L__BB46_57;
+	bra.uni 	$L__BB29_57;
 
-$L__BB46_56:
+$L__BB29_56:
 	cvt.u32.u64 	%r65, %rd268;
 	div.u32 	%r66, %r65, %r64;
 	cvt.u64.u32 	%rd268, %r66;
 
-$L__BB46_57:
+$L__BB29_57:
 	add.s64 	%rd174, %rd1, %rd170;
 	st.global.u64 	[%rd174], %rd268;
 	add.s64 	%rd267, %rd267, %rd69;
 	setp.lt.u64 	%p33, %rd267, %rd11;
-	@%p33 bra 	$L__BB46_53;
+	@%p33 bra 	$L__BB29_53;
 
-$L__BB46_80:
+$L__BB29_80:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB46_85;
+	@%p10 bra 	$L__BB29_85;
 
 	mov.u32 	%r26, %ntid.x;
 	add.s32 	%r79, %r33, %r32;
@@ -11499,9 +12831,9 @@ $L__BB46_80:
 	shl.b64 	%rd243, %rd98, 3;
 	mov.u32 	%r93, %r94;
 
-$L__BB46_82:
+$L__BB29_82:
 	setp.eq.s32 	%p49, %r93, %r32;
-	@%p49 bra 	$L__BB46_84;
+	@%p49 bra 	$L__BB29_84;
 
 	mul.wide.u32 	%rd239, %r93, 8;
 	add.s64 	%rd240, %rd3, %rd239;
@@ -11513,21 +12845,21 @@ $L__BB46_82:
 	st.release.sys.global.u64 [%rd237], %rd238;
 	// end inline asm
 
-$L__BB46_84:
+$L__BB29_84:
 	add.s32 	%r93, %r93, %r26;
 	setp.lt.u32 	%p50, %r93, %r33;
-	@%p50 bra 	$L__BB46_82;
+	@%p50 bra 	$L__BB29_82;
 
-$L__BB46_85:
-	@%p10 bra 	$L__BB46_92;
+$L__BB29_85:
+	@%p10 bra 	$L__BB29_92;
 
 	ld.global.u64 	%rd244, [%rd13];
 	mov.u32 	%r29, %ntid.x;
 	add.s64 	%rd99, %rd244, %rd103;
 
-$L__BB46_87:
+$L__BB29_87:
 	setp.eq.s32 	%p52, %r94, %r32;
-	@%p52 bra 	$L__BB46_91;
+	@%p52 bra 	$L__BB29_91;
 
 	add.s32 	%r81, %r94, %r33;
 	shl.b32 	%r82, %r81, 9;
@@ -11536,23 +12868,766 @@ $L__BB46_87:
 	shl.b64 	%rd247, %rd246, 3;
 	add.s64 	%rd100, %rd99, %rd247;
 
-$L__BB46_89:
+$L__BB29_89:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd248, [%rd100];
 	// end inline asm
 	setp.eq.s64 	%p53, %rd248, 0;
-	@%p53 bra 	$L__BB46_89;
+	@%p53 bra 	$L__BB29_89;
 
 	mov.u64 	%rd250, 0;
 	st.volatile.u64 	[%rd100], %rd250;
 
-$L__BB46_91:
+$L__BB29_91:
 	add.s32 	%r94, %r94, %r29;
 	setp.lt.u32 	%p54, %r94, %r33;
-	@%p54 bra 	$L__BB46_87;
+	@%p54 bra 	$L__BB29_87;
 
-$L__BB46_92:
+$L__BB29_92:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_i64
+.visible .entry smcuda_twoshot_i64(
+	.param .u64 smcuda_twoshot_i64_param_0,
+	.param .u64 smcuda_twoshot_i64_param_1,
+	.param .u64 smcuda_twoshot_i64_param_2,
+	.param .u64 smcuda_twoshot_i64_param_3,
+	.param .u32 smcuda_twoshot_i64_param_4,
+	.param .u32 smcuda_twoshot_i64_param_5,
+	.param .u64 smcuda_twoshot_i64_param_6,
+	.param .u32 smcuda_twoshot_i64_param_7,
+	.param .u64 smcuda_twoshot_i64_param_8,
+	.param .u64 smcuda_twoshot_i64_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<68>;
+	.reg .b32 	%r<121>;
+	.reg .b64 	%rd<368>;
+
+
+	ld.param.u64 	%rd92, [smcuda_twoshot_i64_param_0];
+	ld.param.u64 	%rd94, [smcuda_twoshot_i64_param_2];
+	ld.param.u64 	%rd95, [smcuda_twoshot_i64_param_3];
+	ld.param.u32 	%r38, [smcuda_twoshot_i64_param_4];
+	ld.param.u32 	%r39, [smcuda_twoshot_i64_param_5];
+	ld.param.u64 	%rd96, [smcuda_twoshot_i64_param_6];
+	ld.param.u32 	%r40, [smcuda_twoshot_i64_param_7];
+	ld.param.u64 	%rd97, [smcuda_twoshot_i64_param_8];
+	ld.param.u64 	%rd98, [smcuda_twoshot_i64_param_9];
+	cvta.to.global.u64 	%rd99, %rd94;
+	mul.wide.u32 	%rd100, %r38, 8;
+	add.s64 	%rd101, %rd99, %rd100;
+	ld.global.u64 	%rd1, [%rd101];
+	cvt.u64.u32 	%rd2, %r39;
+	mul.lo.s64 	%rd102, %rd2, %rd98;
+	min.u64 	%rd103, %rd102, %rd96;
+	add.s64 	%rd104, %rd2, %rd103;
+	add.s64 	%rd3, %rd104, -1;
+	and.b64  	%rd105, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd105, 0;
+	@%p1 bra 	$L__BB30_2;
+
+	div.u64 	%rd339, %rd3, %rd2;
+	bra.uni 	$L__BB30_3;
+
+$L__BB30_2:
+	cvt.u32.u64 	%r41, %rd2;
+	cvt.u32.u64 	%r42, %rd3;
+	div.u32 	%r43, %r42, %r41;
+	cvt.u64.u32 	%rd339, %r43;
+
+$L__BB30_3:
+	add.s64 	%rd106, %rd339, 1;
+	and.b64  	%rd7, %rd106, -2;
+	mov.u32 	%r44, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r44;
+	add.s64 	%rd107, %rd8, %rd7;
+	add.s64 	%rd9, %rd107, -1;
+	and.b64  	%rd108, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd108, 0;
+	@%p2 bra 	$L__BB30_5;
+
+	div.u64 	%rd340, %rd9, %rd8;
+	bra.uni 	$L__BB30_6;
+
+$L__BB30_5:
+	cvt.u32.u64 	%r45, %rd8;
+	cvt.u32.u64 	%r46, %rd9;
+	div.u32 	%r47, %r46, %r45;
+	cvt.u64.u32 	%rd340, %r47;
+
+$L__BB30_6:
+	add.s64 	%rd109, %rd340, 1;
+	and.b64  	%rd13, %rd109, -2;
+	setp.eq.s64 	%p3, %rd96, 0;
+	@%p3 bra 	$L__BB30_98;
+
+	mov.u64 	%rd341, 0;
+	mov.u32 	%r50, %tid.x;
+	mov.u32 	%r51, %ntid.x;
+	mov.u32 	%r52, %ctaid.x;
+
+$L__BB30_8:
+	sub.s64 	%rd113, %rd96, %rd341;
+	min.u64 	%rd15, %rd113, %rd102;
+	add.s64 	%rd114, %rd2, %rd15;
+	add.s64 	%rd16, %rd114, -1;
+	and.b64  	%rd115, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd115, 0;
+	@%p4 bra 	$L__BB30_10;
+
+	div.u64 	%rd342, %rd16, %rd2;
+	bra.uni 	$L__BB30_11;
+
+$L__BB30_10:
+	cvt.u32.u64 	%r48, %rd16;
+	div.u32 	%r49, %r48, %r39;
+	cvt.u64.u32 	%rd342, %r49;
+
+$L__BB30_11:
+	sub.s64 	%rd317, %rd96, %rd341;
+	min.u64 	%rd316, %rd317, %rd102;
+	ld.param.u64 	%rd315, [smcuda_twoshot_i64_param_2];
+	ld.param.u64 	%rd314, [smcuda_twoshot_i64_param_1];
+	setp.ge.u32 	%p5, %r50, %r39;
+	add.s64 	%rd117, %rd342, 1;
+	and.b64  	%rd20, %rd117, -2;
+	shl.b64 	%rd118, %rd341, 3;
+	add.s64 	%rd119, %rd314, %rd118;
+	{ // callseq 10, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd119;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd315;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r38;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r39;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd316;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r52;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 8;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r50;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r51;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 10
+	bar.sync 	0;
+	@%p5 bra 	$L__BB30_16;
+
+	mov.u32 	%r109, %r50;
+
+$L__BB30_13:
+	setp.eq.s32 	%p6, %r109, %r38;
+	@%p6 bra 	$L__BB30_15;
+
+	shl.b32 	%r105, %r38, 9;
+	mul.wide.u32 	%rd123, %r109, 8;
+	add.s64 	%rd124, %rd99, %rd123;
+	ld.global.u64 	%rd125, [%rd124];
+	add.s64 	%rd126, %rd125, %rd95;
+	cvt.u64.u32 	%rd127, %r105;
+	cvt.u64.u32 	%rd128, %r52;
+	add.s64 	%rd129, %rd127, %rd128;
+	shl.b64 	%rd130, %rd129, 3;
+	add.s64 	%rd120, %rd126, %rd130;
+	mov.u64 	%rd121, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd120], %rd121;
+	// end inline asm
+
+$L__BB30_15:
+	add.s32 	%r109, %r109, %r51;
+	setp.lt.u32 	%p7, %r109, %r39;
+	@%p7 bra 	$L__BB30_13;
+
+$L__BB30_16:
+	mov.u32 	%r55, %tid.x;
+	setp.ge.u32 	%p8, %r55, %r39;
+	@%p8 bra 	$L__BB30_23;
+
+	ld.global.u64 	%rd134, [%rd101];
+	mov.u32 	%r110, %tid.x;
+	add.s64 	%rd21, %rd134, %rd95;
+
+$L__BB30_18:
+	setp.eq.s32 	%p9, %r110, %r38;
+	@%p9 bra 	$L__BB30_22;
+
+	shl.b32 	%r56, %r110, 9;
+	cvt.u64.u32 	%rd135, %r56;
+	cvt.u64.u32 	%rd136, %r52;
+	add.s64 	%rd137, %rd135, %rd136;
+	shl.b64 	%rd138, %rd137, 3;
+	add.s64 	%rd22, %rd21, %rd138;
+
+$L__BB30_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd139, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd139, 0;
+	@%p10 bra 	$L__BB30_20;
+
+	mov.u64 	%rd141, 0;
+	st.volatile.u64 	[%rd22], %rd141;
+
+$L__BB30_22:
+	add.s32 	%r110, %r110, %r51;
+	setp.lt.u32 	%p11, %r110, %r39;
+	@%p11 bra 	$L__BB30_18;
+
+$L__BB30_23:
+	shl.b64 	%rd320, %rd341, 3;
+	mov.u32 	%r104, %tid.x;
+	sub.s64 	%rd319, %rd96, %rd341;
+	min.u64 	%rd318, %rd319, %rd102;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd142, %r38;
+	mul.lo.s64 	%rd143, %rd20, %rd142;
+	min.u64 	%rd144, %rd318, %rd143;
+	add.s64 	%rd145, %rd144, %rd20;
+	min.u64 	%rd146, %rd318, %rd145;
+	sub.s64 	%rd147, %rd146, %rd144;
+	cvt.u64.u32 	%rd148, %r52;
+	mul.lo.s64 	%rd149, %rd13, %rd148;
+	min.u64 	%rd23, %rd147, %rd149;
+	sub.s64 	%rd150, %rd147, %rd23;
+	min.u64 	%rd24, %rd150, %rd13;
+	add.s64 	%rd153, %rd92, %rd320;
+	or.b64  	%rd154, %rd119, %rd153;
+	and.b64  	%rd155, %rd154, 15;
+	setp.eq.s64 	%p12, %rd155, 0;
+	and.b64  	%rd156, %rd24, -2;
+	selp.b64 	%rd25, %rd156, 0, %p12;
+	mul.wide.u32 	%rd157, %r104, 2;
+	setp.ge.u64 	%p13, %rd157, %rd25;
+	@%p13 bra 	$L__BB30_53;
+
+	mov.u32 	%r60, %tid.x;
+	mul.wide.u32 	%rd343, %r60, 2;
+
+$L__BB30_25:
+	shl.b64 	%rd163, %rd144, 3;
+	add.s64 	%rd164, %rd119, %rd163;
+	setp.eq.s32 	%p14, %r38, 0;
+	selp.b64 	%rd165, %rd164, %rd1, %p14;
+	add.s64 	%rd28, %rd343, %rd23;
+	shl.b64 	%rd166, %rd28, 3;
+	add.s64 	%rd167, %rd165, %rd166;
+	ld.v2.u64 	{%rd348, %rd347}, [%rd167];
+	setp.lt.u32 	%p15, %r39, 2;
+	@%p15 bra 	$L__BB30_40;
+
+	setp.eq.s32 	%p16, %r40, 2;
+	@%p16 bra 	$L__BB30_36;
+	bra.uni 	$L__BB30_27;
+
+$L__BB30_36:
+	mov.u32 	%r112, 1;
+
+$L__BB30_37:
+	.pragma "nounroll";
+	setp.eq.s32 	%p22, %r112, %r38;
+	mov.u64 	%rd351, %rd164;
+	@%p22 bra 	$L__BB30_39;
+
+	setp.ge.u32 	%p23, %r112, %r38;
+	selp.b32 	%r65, -1, 0, %p23;
+	add.s32 	%r66, %r112, %r65;
+	cvt.u64.u32 	%rd189, %r66;
+	mul.lo.s64 	%rd190, %rd7, %rd189;
+	shl.b64 	%rd191, %rd190, 3;
+	add.s64 	%rd351, %rd1, %rd191;
+
+$L__BB30_39:
+	add.s64 	%rd328, %rd343, %rd23;
+	shl.b64 	%rd327, %rd328, 3;
+	add.s64 	%rd193, %rd351, %rd327;
+	ld.v2.u64 	{%rd194, %rd195}, [%rd193];
+	min.s64 	%rd348, %rd348, %rd194;
+	min.s64 	%rd347, %rd347, %rd195;
+	add.s32 	%r112, %r112, 1;
+	setp.lt.u32 	%p24, %r112, %r39;
+	@%p24 bra 	$L__BB30_37;
+	bra.uni 	$L__BB30_40;
+
+$L__BB30_27:
+	mov.u32 	%r111, 1;
+
+$L__BB30_28:
+	.pragma "nounroll";
+	add.s64 	%rd346, %rd119, %rd163;
+	setp.eq.s32 	%p17, %r111, %r38;
+	@%p17 bra 	$L__BB30_30;
+
+	setp.ge.u32 	%p18, %r111, %r38;
+	selp.b32 	%r62, -1, 0, %p18;
+	add.s32 	%r63, %r111, %r62;
+	cvt.u64.u32 	%rd176, %r63;
+	mul.lo.s64 	%rd177, %rd7, %rd176;
+	shl.b64 	%rd178, %rd177, 3;
+	add.s64 	%rd346, %rd1, %rd178;
+
+$L__BB30_30:
+	add.s64 	%rd326, %rd343, %rd23;
+	shl.b64 	%rd325, %rd326, 3;
+	add.s64 	%rd180, %rd346, %rd325;
+	ld.v2.u64 	{%rd181, %rd182}, [%rd180];
+	setp.eq.s32 	%p19, %r40, 3;
+	@%p19 bra 	$L__BB30_33;
+
+	setp.ne.s32 	%p20, %r40, 4;
+	@%p20 bra 	$L__BB30_34;
+
+	mul.lo.s64 	%rd348, %rd348, %rd181;
+	mul.lo.s64 	%rd347, %rd347, %rd182;
+	bra.uni 	$L__BB30_35;
+
+$L__BB30_33:
+	max.s64 	%rd348, %rd348, %rd181;
+	max.s64 	%rd347, %rd347, %rd182;
+	bra.uni 	$L__BB30_35;
+
+$L__BB30_34:
+	add.s64 	%rd348, %rd348, %rd181;
+	add.s64 	%rd347, %rd347, %rd182;
+
+$L__BB30_35:
+	add.s32 	%r111, %r111, 1;
+	setp.lt.u32 	%p21, %r111, %r39;
+	@%p21 bra 	$L__BB30_28;
+
+$L__BB30_40:
+	setp.ne.s32 	%p25, %r40, 1;
+	@%p25 bra 	$L__BB30_47;
+
+	and.b64  	%rd198, %rd348, -4294967296;
+	setp.eq.s64 	%p26, %rd198, 0;
+	@%p26 bra 	$L__BB30_43;
+
+	div.s64 	%rd348, %rd348, %rd2;
+	bra.uni 	$L__BB30_44;
+
+$L__BB30_43:
+	cvt.u32.u64 	%r67, %rd348;
+	div.u32 	%r68, %r67, %r39;
+	cvt.u64.u32 	%rd348, %r68;
+
+$L__BB30_44:
+	and.b64  	%rd200, %rd347, -4294967296;
+	setp.eq.s64 	%p27, %rd200, 0;
+	@%p27 bra 	$L__BB30_46;
+
+	div.s64 	%rd347, %rd347, %rd2;
+	bra.uni 	$L__BB30_47;
+
+$L__BB30_46:
+	cvt.u32.u64 	%r69, %rd347;
+	div.u32 	%r70, %r69, %r39;
+	cvt.u64.u32 	%rd347, %r70;
+
+$L__BB30_47:
+	add.s64 	%rd321, %rd343, %rd23;
+	add.s64 	%rd205, %rd144, %rd341;
+	add.s64 	%rd206, %rd321, %rd205;
+	cvta.to.global.u64 	%rd207, %rd92;
+	shl.b64 	%rd208, %rd206, 3;
+	add.s64 	%rd209, %rd207, %rd208;
+	mov.b64 	{%r13, %r14}, %rd347;
+	st.global.u64 	[%rd209], %rd348;
+	st.global.u32 	[%rd209+8], %r13;
+	st.global.u32 	[%rd209+12], %r14;
+	setp.eq.s32 	%p28, %r39, 0;
+	@%p28 bra 	$L__BB30_52;
+
+	mov.b64 	{%r15, %r16}, %rd348;
+	mov.u32 	%r113, 0;
+
+$L__BB30_49:
+	.pragma "nounroll";
+	setp.eq.s32 	%p29, %r113, %r38;
+	@%p29 bra 	$L__BB30_51;
+
+	add.s64 	%rd322, %rd343, %rd23;
+	mul.wide.u32 	%rd211, %r113, 8;
+	add.s64 	%rd212, %rd99, %rd211;
+	ld.global.u64 	%rd213, [%rd212];
+	add.s64 	%rd214, %rd213, %rd97;
+	setp.le.u32 	%p30, %r113, %r38;
+	selp.b32 	%r72, -1, 0, %p30;
+	add.s32 	%r73, %r72, %r38;
+	cvt.u64.u32 	%rd215, %r73;
+	mul.lo.s64 	%rd216, %rd7, %rd215;
+	add.s64 	%rd217, %rd322, %rd216;
+	shl.b64 	%rd218, %rd217, 3;
+	add.s64 	%rd219, %rd214, %rd218;
+	st.v4.u32 	[%rd219], {%r15, %r16, %r13, %r14};
+
+$L__BB30_51:
+	add.s32 	%r113, %r113, 1;
+	setp.lt.u32 	%p31, %r113, %r39;
+	@%p31 bra 	$L__BB30_49;
+
+$L__BB30_52:
+	mul.wide.u32 	%rd220, %r51, 2;
+	add.s64 	%rd343, %rd343, %rd220;
+	setp.lt.u64 	%p32, %rd343, %rd25;
+	@%p32 bra 	$L__BB30_25;
+
+$L__BB30_53:
+	mov.u32 	%r102, %tid.x;
+	cvt.u64.u32 	%rd221, %r102;
+	add.s64 	%rd357, %rd25, %rd221;
+	setp.ge.u64 	%p33, %rd357, %rd24;
+	@%p33 bra 	$L__BB30_85;
+
+	shl.b64 	%rd227, %rd144, 3;
+	add.s64 	%rd64, %rd119, %rd227;
+
+$L__BB30_55:
+	add.s64 	%rd234, %rd119, %rd227;
+	setp.eq.s32 	%p34, %r38, 0;
+	selp.b64 	%rd235, %rd234, %rd1, %p34;
+	add.s64 	%rd66, %rd357, %rd23;
+	shl.b64 	%rd236, %rd66, 3;
+	add.s64 	%rd237, %rd235, %rd236;
+	ld.u64 	%rd366, [%rd237];
+	setp.lt.u32 	%p35, %r39, 2;
+	@%p35 bra 	$L__BB30_75;
+
+	setp.eq.s32 	%p36, %r40, 2;
+	@%p36 bra 	$L__BB30_67;
+
+	setp.eq.s32 	%p37, %r40, 3;
+	@%p37 bra 	$L__BB30_63;
+
+	setp.ne.s32 	%p38, %r40, 4;
+	@%p38 bra 	$L__BB30_71;
+
+	mov.u32 	%r114, 1;
+
+$L__BB30_60:
+	.pragma "nounroll";
+	setp.eq.s32 	%p39, %r114, %r38;
+	mov.u64 	%rd359, %rd64;
+	@%p39 bra 	$L__BB30_62;
+
+	setp.ge.u32 	%p40, %r114, %r38;
+	selp.b32 	%r77, -1, 0, %p40;
+	add.s32 	%r78, %r114, %r77;
+	cvt.u64.u32 	%rd238, %r78;
+	mul.lo.s64 	%rd239, %rd7, %rd238;
+	shl.b64 	%rd240, %rd239, 3;
+	add.s64 	%rd359, %rd1, %rd240;
+
+$L__BB30_62:
+	add.s64 	%rd334, %rd357, %rd23;
+	shl.b64 	%rd333, %rd334, 3;
+	add.s64 	%rd242, %rd359, %rd333;
+	ld.u64 	%rd243, [%rd242];
+	mul.lo.s64 	%rd366, %rd243, %rd366;
+	add.s32 	%r114, %r114, 1;
+	setp.lt.u32 	%p41, %r114, %r39;
+	@%p41 bra 	$L__BB30_60;
+	bra.uni 	$L__BB30_75;
+
+$L__BB30_67:
+	mov.u32 	%r116, 1;
+
+$L__BB30_68:
+	.pragma "nounroll";
+	setp.eq.s32 	%p45, %r116, %r38;
+	mov.u64 	%rd363, %rd64;
+	@%p45 bra 	$L__BB30_70;
+
+	setp.ge.u32 	%p46, %r116, %r38;
+	selp.b32 	%r83, -1, 0, %p46;
+	add.s32 	%r84, %r116, %r83;
+	cvt.u64.u32 	%rd250, %r84;
+	mul.lo.s64 	%rd251, %rd7, %rd250;
+	shl.b64 	%rd252, %rd251, 3;
+	add.s64 	%rd363, %rd1, %rd252;
+
+$L__BB30_70:
+	add.s64 	%rd338, %rd357, %rd23;
+	shl.b64 	%rd337, %rd338, 3;
+	add.s64 	%rd254, %rd363, %rd337;
+	ld.u64 	%rd255, [%rd254];
+	min.s64 	%rd366, %rd255, %rd366;
+	add.s32 	%r116, %r116, 1;
+	setp.lt.u32 	%p47, %r116, %r39;
+	@%p47 bra 	$L__BB30_68;
+	bra.uni 	$L__BB30_75;
+
+$L__BB30_63:
+	mov.u32 	%r115, 1;
+
+$L__BB30_64:
+	.pragma "nounroll";
+	setp.eq.s32 	%p42, %r115, %r38;
+	mov.u64 	%rd361, %rd64;
+	@%p42 bra 	$L__BB30_66;
+
+	setp.ge.u32 	%p43, %r115, %r38;
+	selp.b32 	%r80, -1, 0, %p43;
+	add.s32 	%r81, %r115, %r80;
+	cvt.u64.u32 	%rd244, %r81;
+	mul.lo.s64 	%rd245, %rd7, %rd244;
+	shl.b64 	%rd246, %rd245, 3;
+	add.s64 	%rd361, %rd1, %rd246;
+
+$L__BB30_66:
+	add.s64 	%rd336, %rd357, %rd23;
+	shl.b64 	%rd335, %rd336, 3;
+	add.s64 	%rd248, %rd361, %rd335;
+	ld.u64 	%rd249, [%rd248];
+	max.s64 	%rd366, %rd249, %rd366;
+	add.s32 	%r115, %r115, 1;
+	setp.lt.u32 	%p44, %r115, %r39;
+	@%p44 bra 	$L__BB30_64;
+	bra.uni 	$L__BB30_75;
+
+$L__BB30_71:
+	mov.u32 	%r117, 1;
+
+$L__BB30_72:
+	.pragma "nounroll";
+	setp.eq.s32 	%p48, %r117, %r38;
+	mov.u64 	%rd365, %rd64;
+	@%p48 bra 	$L__BB30_74;
+
+	setp.ge.u32 	%p49, %r117, %r38;
+	selp.b32 	%r86, -1, 0, %p49;
+	add.s32 	%r87, %r117, %r86;
+	cvt.u64.u32 	%rd256, %r87;
+	mul.lo.s64 	%rd257, %rd7, %rd256;
+	shl.b64 	%rd258, %rd257, 3;
+	add.s64 	%rd365, %rd1, %rd258;
+
+$L__BB30_74:
+	add.s64 	%rd332, %rd357, %rd23;
+	shl.b64 	%rd331, %rd332, 3;
+	add.s64 	%rd260, %rd365, %rd331;
+	ld.u64 	%rd261, [%rd260];
+	add.s64 	%rd366, %rd261, %rd366;
+	add.s32 	%r117, %r117, 1;
+	setp.lt.u32 	%p50, %r117, %r39;
+	@%p50 bra 	$L__BB30_72;
+
+$L__BB30_75:
+	setp.ne.s32 	%p51, %r40, 1;
+	@%p51 bra 	$L__BB30_79;
+
+	and.b64  	%rd262, %rd366, -4294967296;
+	setp.eq.s64 	%p52, %rd262, 0;
+	@%p52 bra 	$L__BB30_78;
+
+	div.s64 	%rd366, %rd366, %rd2;
+	bra.uni 	$L__BB30_79;
+
+$L__BB30_78:
+	cvt.u32.u64 	%r88, %rd366;
+	div.u32 	%r89, %r88, %r39;
+	cvt.u64.u32 	%rd366, %r89;
+
+$L__BB30_79:
+	add.s64 	%rd329, %rd357, %rd23;
+	add.s64 	%rd267, %rd144, %rd341;
+	add.s64 	%rd268, %rd329, %rd267;
+	cvta.to.global.u64 	%rd269, %rd92;
+	shl.b64 	%rd270, %rd268, 3;
+	add.s64 	%rd271, %rd269, %rd270;
+	st.global.u64 	[%rd271], %rd366;
+	setp.eq.s32 	%p53, %r39, 0;
+	@%p53 bra 	$L__BB30_84;
+
+	mov.u32 	%r118, 0;
+
+$L__BB30_81:
+	.pragma "nounroll";
+	setp.eq.s32 	%p54, %r118, %r38;
+	@%p54 bra 	$L__BB30_83;
+
+	add.s64 	%rd330, %rd357, %rd23;
+	mul.wide.u32 	%rd273, %r118, 8;
+	add.s64 	%rd274, %rd99, %rd273;
+	ld.global.u64 	%rd275, [%rd274];
+	add.s64 	%rd276, %rd275, %rd97;
+	setp.le.u32 	%p55, %r118, %r38;
+	selp.b32 	%r91, -1, 0, %p55;
+	add.s32 	%r92, %r91, %r38;
+	cvt.u64.u32 	%rd277, %r92;
+	mul.lo.s64 	%rd278, %rd7, %rd277;
+	add.s64 	%rd279, %rd330, %rd278;
+	shl.b64 	%rd280, %rd279, 3;
+	add.s64 	%rd281, %rd276, %rd280;
+	st.u64 	[%rd281], %rd366;
+
+$L__BB30_83:
+	add.s32 	%r118, %r118, 1;
+	setp.lt.u32 	%p56, %r118, %r39;
+	@%p56 bra 	$L__BB30_81;
+
+$L__BB30_84:
+	cvt.u64.u32 	%rd282, %r51;
+	add.s64 	%rd357, %rd357, %rd282;
+	setp.lt.u64 	%p57, %rd357, %rd24;
+	@%p57 bra 	$L__BB30_55;
+
+$L__BB30_85:
+	mov.u32 	%r107, %tid.x;
+	setp.ge.u32 	%p66, %r107, %r39;
+	bar.sync 	0;
+	@%p66 bra 	$L__BB30_90;
+
+	mov.u32 	%r119, %tid.x;
+
+$L__BB30_87:
+	setp.eq.s32 	%p59, %r119, %r38;
+	@%p59 bra 	$L__BB30_89;
+
+	cvt.u64.u32 	%rd324, %r52;
+	mul.wide.u32 	%rd286, %r119, 8;
+	add.s64 	%rd287, %rd99, %rd286;
+	ld.global.u64 	%rd288, [%rd287];
+	add.s64 	%rd289, %rd288, %rd95;
+	add.s32 	%r94, %r39, %r38;
+	shl.b32 	%r95, %r94, 9;
+	cvt.u64.u32 	%rd290, %r95;
+	add.s64 	%rd292, %rd290, %rd324;
+	shl.b64 	%rd293, %rd292, 3;
+	add.s64 	%rd283, %rd289, %rd293;
+	mov.u64 	%rd284, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd283], %rd284;
+	// end inline asm
+
+$L__BB30_89:
+	add.s32 	%r119, %r119, %r51;
+	setp.lt.u32 	%p60, %r119, %r39;
+	@%p60 bra 	$L__BB30_87;
+
+$L__BB30_90:
+	mov.u32 	%r108, %tid.x;
+	setp.ge.u32 	%p67, %r108, %r39;
+	@%p67 bra 	$L__BB30_97;
+
+	mov.u32 	%r120, %tid.x;
+	ld.global.u64 	%rd297, [%rd101];
+	add.s64 	%rd89, %rd297, %rd95;
+
+$L__BB30_92:
+	setp.eq.s32 	%p62, %r120, %r38;
+	@%p62 bra 	$L__BB30_96;
+
+	cvt.u64.u32 	%rd323, %r52;
+	add.s32 	%r97, %r120, %r39;
+	shl.b32 	%r98, %r97, 9;
+	cvt.u64.u32 	%rd298, %r98;
+	add.s64 	%rd300, %rd298, %rd323;
+	shl.b64 	%rd301, %rd300, 3;
+	add.s64 	%rd90, %rd89, %rd301;
+
+$L__BB30_94:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd302, [%rd90];
+	// end inline asm
+	setp.eq.s64 	%p63, %rd302, 0;
+	@%p63 bra 	$L__BB30_94;
+
+	mov.u64 	%rd304, 0;
+	st.volatile.u64 	[%rd90], %rd304;
+
+$L__BB30_96:
+	add.s32 	%r120, %r120, %r51;
+	setp.lt.u32 	%p64, %r120, %r39;
+	@%p64 bra 	$L__BB30_92;
+
+$L__BB30_97:
+	shl.b64 	%rd313, %rd341, 3;
+	add.s64 	%rd312, %rd92, %rd313;
+	mov.u32 	%r103, %tid.x;
+	sub.s64 	%rd311, %rd96, %rd341;
+	min.u64 	%rd310, %rd311, %rd102;
+	bar.sync 	0;
+	add.s64 	%rd307, %rd1, %rd97;
+	{ // callseq 11, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd312;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd307;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r38;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r39;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd310;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r52;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 8;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r103;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r51;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 11
+	add.s64 	%rd341, %rd341, %rd102;
+	setp.lt.u64 	%p65, %rd341, %rd96;
+	@%p65 bra 	$L__BB30_8;
+
+$L__BB30_98:
 	ret;
 
 }
@@ -11591,194 +13666,194 @@ $L__BB46_92:
 	cvt.u64.u32 	%rd61, %r23;
 	add.s64 	%rd119, %rd60, %rd61;
 	setp.ge.u64 	%p1, %rd119, %rd56;
-	@%p1 bra 	$L__BB47_53;
+	@%p1 bra 	$L__BB31_53;
 
 	setp.eq.s32 	%p2, %r17, 0;
 	cvt.u64.u32 	%rd6, %r18;
-	@%p2 bra 	$L__BB47_27;
+	@%p2 bra 	$L__BB31_27;
 
-$L__BB47_2:
+$L__BB31_2:
 	ld.global.u64 	%rd62, [%rd3];
 	cvta.to.global.u64 	%rd63, %rd62;
 	shl.b64 	%rd64, %rd119, 3;
 	add.s64 	%rd65, %rd63, %rd64;
 	ld.global.u64 	%rd128, [%rd65];
 	setp.lt.u32 	%p3, %r18, 2;
-	@%p3 bra 	$L__BB47_22;
+	@%p3 bra 	$L__BB31_22;
 
 	setp.eq.s32 	%p4, %r19, 2;
-	@%p4 bra 	$L__BB47_14;
+	@%p4 bra 	$L__BB31_14;
 
 	setp.eq.s32 	%p5, %r19, 3;
-	@%p5 bra 	$L__BB47_10;
+	@%p5 bra 	$L__BB31_10;
 
 	setp.ne.s32 	%p6, %r19, 4;
-	@%p6 bra 	$L__BB47_18;
+	@%p6 bra 	$L__BB31_18;
 
 	mov.u32 	%r38, 1;
 
-$L__BB47_7:
+$L__BB31_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r38, %r17;
 	mov.u64 	%rd121, %rd1;
-	@%p7 bra 	$L__BB47_9;
+	@%p7 bra 	$L__BB31_9;
 
 	mul.wide.u32 	%rd66, %r38, 8;
 	add.s64 	%rd67, %rd3, %rd66;
 	ld.global.u64 	%rd68, [%rd67];
 	cvta.to.global.u64 	%rd121, %rd68;
 
-$L__BB47_9:
+$L__BB31_9:
 	add.s64 	%rd70, %rd121, %rd64;
 	ld.global.u64 	%rd71, [%rd70];
 	mul.lo.s64 	%rd128, %rd71, %rd128;
 	add.s32 	%r38, %r38, 1;
 	setp.lt.u32 	%p8, %r38, %r18;
-	@%p8 bra 	$L__BB47_7;
-	bra.uni 	$L__BB47_22;
+	@%p8 bra 	$L__BB31_7;
+	bra.uni 	$L__BB31_22;
 
-$L__BB47_10:
+$L__BB31_10:
 	mov.u32 	%r39, 1;
 
-$L__BB47_11:
+$L__BB31_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r39, %r17;
 	mov.u64 	%rd123, %rd1;
-	@%p9 bra 	$L__BB47_13;
+	@%p9 bra 	$L__BB31_13;
 
 	mul.wide.u32 	%rd72, %r39, 8;
 	add.s64 	%rd73, %rd3, %rd72;
 	ld.global.u64 	%rd74, [%rd73];
 	cvta.to.global.u64 	%rd123, %rd74;
 
-$L__BB47_13:
+$L__BB31_13:
 	add.s64 	%rd76, %rd123, %rd64;
 	ld.global.u64 	%rd77, [%rd76];
 	max.s64 	%rd128, %rd77, %rd128;
 	add.s32 	%r39, %r39, 1;
 	setp.lt.u32 	%p10, %r39, %r18;
-	@%p10 bra 	$L__BB47_11;
-	bra.uni 	$L__BB47_22;
+	@%p10 bra 	$L__BB31_11;
+	bra.uni 	$L__BB31_22;
 
-$L__BB47_14:
+$L__BB31_14:
 	mov.u32 	%r40, 1;
 
-$L__BB47_15:
+$L__BB31_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p11, %r40, %r17;
 	mov.u64 	%rd125, %rd1;
-	@%p11 bra 	$L__BB47_17;
+	@%p11 bra 	$L__BB31_17;
 
 	mul.wide.u32 	%rd78, %r40, 8;
 	add.s64 	%rd79, %rd3, %rd78;
 	ld.global.u64 	%rd80, [%rd79];
 	cvta.to.global.u64 	%rd125, %rd80;
 
-$L__BB47_17:
+$L__BB31_17:
 	add.s64 	%rd82, %rd125, %rd64;
 	ld.global.u64 	%rd83, [%rd82];
 	min.s64 	%rd128, %rd83, %rd128;
 	add.s32 	%r40, %r40, 1;
 	setp.lt.u32 	%p12, %r40, %r18;
-	@%p12 bra 	$L__BB47_15;
-	bra.uni 	$L__BB47_22;
+	@%p12 bra 	$L__BB31_15;
+	bra.uni 	$L__BB31_22;
 
-$L__BB47_18:
+$L__BB31_18:
 	mov.u32 	%r41, 1;
 
-$L__BB47_19:
+$L__BB31_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p13, %r41, %r17;
 	mov.u64 	%rd127, %rd1;
-	@%p13 bra 	$L__BB47_21;
+	@%p13 bra 	$L__BB31_21;
 
 	mul.wide.u32 	%rd84, %r41, 8;
 	add.s64 	%rd85, %rd3, %rd84;
 	ld.global.u64 	%rd86, [%rd85];
 	cvta.to.global.u64 	%rd127, %rd86;
 
-$L__BB47_21:
+$L__BB31_21:
 	add.s64 	%rd88, %rd127, %rd64;
 	ld.global.u64 	%rd89, [%rd88];
 	add.s64 	%rd128, %rd89, %rd128;
 	add.s32 	%r41, %r41, 1;
 	setp.lt.u32 	%p14, %r41, %r18;
-	@%p14 bra 	$L__BB47_19;
+	@%p14 bra 	$L__BB31_19;
 
-$L__BB47_22:
+$L__BB31_22:
 	setp.ne.s32 	%p15, %r19, 1;
-	@%p15 bra 	$L__BB47_26;
+	@%p15 bra 	$L__BB31_26;
 
 	and.b64  	%rd90, %rd128, -4294967296;
 	setp.eq.s64 	%p16, %rd90, 0;
-	@%p16 bra 	$L__BB47_25;
+	@%p16 bra 	$L__BB31_25;
 
 	div.s64 	%rd128, %rd128, %rd6;
-	bra.uni 	$L__BB47_26;
+	bra.uni 	$L__BB31_26;
 
-$L__BB47_25:
+$L__BB31_25:
 	cvt.u32.u64 	%r28, %rd6;
 	cvt.u32.u64 	%r29, %rd128;
 	div.u32 	%r30, %r29, %r28;
 	cvt.u64.u32 	%rd128, %r30;
 
-$L__BB47_26:
+$L__BB31_26:
 	add.s64 	%rd92, %rd2, %rd64;
 	st.global.u64 	[%rd92], %rd128;
 	add.s64 	%rd119, %rd119, %rd4;
 	setp.lt.u64 	%p17, %rd119, %rd56;
-	@%p17 bra 	$L__BB47_2;
-	bra.uni 	$L__BB47_53;
+	@%p17 bra 	$L__BB31_2;
+	bra.uni 	$L__BB31_53;
 
-$L__BB47_27:
+$L__BB31_27:
 	shl.b64 	%rd93, %rd119, 3;
 	add.s64 	%rd31, %rd1, %rd93;
 	ld.global.u64 	%rd140, [%rd31];
 	setp.lt.u32 	%p18, %r18, 2;
-	@%p18 bra 	$L__BB47_48;
+	@%p18 bra 	$L__BB31_48;
 
 	setp.eq.s32 	%p19, %r19, 2;
-	@%p19 bra 	$L__BB47_40;
+	@%p19 bra 	$L__BB31_40;
 
 	setp.eq.s32 	%p20, %r19, 3;
-	@%p20 bra 	$L__BB47_36;
+	@%p20 bra 	$L__BB31_36;
 
 	setp.ne.s32 	%p21, %r19, 4;
-	@%p21 bra 	$L__BB47_44;
+	@%p21 bra 	$L__BB31_44;
 
 	mov.u32 	%r42, 1;
 	mov.u64 	%rd131, %rd3;
 
-$L__BB47_32:
+$L__BB31_32:
 	.pragma "nounroll";
 	setp.eq.s32 	%p22, %r42, 0;
-	@%p22 bra 	$L__BB47_34;
+	@%p22 bra 	$L__BB31_34;
 
 	ld.global.u64 	%rd94, [%rd131+8];
 	cvta.to.global.u64 	%rd95, %rd94;
 	add.s64 	%rd133, %rd95, %rd93;
-	bra.uni 	$L__BB47_35;
+	bra.uni 	$L__BB31_35;
 
-$L__BB47_34:
+$L__BB31_34:
 	mov.u64 	%rd133, %rd31;
 
-$L__BB47_35:
+$L__BB31_35:
 	add.s64 	%rd131, %rd131, 8;
 	ld.global.u64 	%rd97, [%rd133];
 	mul.lo.s64 	%rd140, %rd97, %rd140;
 	add.s32 	%r42, %r42, 1;
 	setp.lt.u32 	%p23, %r42, %r18;
-	@%p23 bra 	$L__BB47_32;
-	bra.uni 	$L__BB47_48;
+	@%p23 bra 	$L__BB31_32;
+	bra.uni 	$L__BB31_48;
 
-$L__BB47_36:
+$L__BB31_36:
 	mov.u32 	%r43, 1;
 
-$L__BB47_37:
+$L__BB31_37:
 	.pragma "nounroll";
 	setp.eq.s32 	%p24, %r43, 0;
 	mov.u64 	%rd135, %rd31;
-	@%p24 bra 	$L__BB47_39;
+	@%p24 bra 	$L__BB31_39;
 
 	mul.wide.u32 	%rd98, %r43, 8;
 	add.s64 	%rd99, %rd3, %rd98;
@@ -11786,22 +13861,22 @@ $L__BB47_37:
 	cvta.to.global.u64 	%rd101, %rd100;
 	add.s64 	%rd135, %rd101, %rd93;
 
-$L__BB47_39:
+$L__BB31_39:
 	ld.global.u64 	%rd103, [%rd135];
 	max.s64 	%rd140, %rd103, %rd140;
 	add.s32 	%r43, %r43, 1;
 	setp.lt.u32 	%p25, %r43, %r18;
-	@%p25 bra 	$L__BB47_37;
-	bra.uni 	$L__BB47_48;
+	@%p25 bra 	$L__BB31_37;
+	bra.uni 	$L__BB31_48;
 
-$L__BB47_40:
+$L__BB31_40:
 	mov.u32 	%r44, 1;
 
-$L__BB47_41:
+$L__BB31_41:
 	.pragma "nounroll";
 	setp.eq.s32 	%p26, %r44, 0;
 	mov.u64 	%rd137, %rd31;
-	@%p26 bra 	$L__BB47_43;
+	@%p26 bra 	$L__BB31_43;
 
 	mul.wide.u32 	%rd104, %r44, 8;
 	add.s64 	%rd105, %rd3, %rd104;
@@ -11809,22 +13884,22 @@ $L__BB47_41:
 	cvta.to.global.u64 	%rd107, %rd106;
 	add.s64 	%rd137, %rd107, %rd93;
 
-$L__BB47_43:
+$L__BB31_43:
 	ld.global.u64 	%rd109, [%rd137];
 	min.s64 	%rd140, %rd109, %rd140;
 	add.s32 	%r44, %r44, 1;
 	setp.lt.u32 	%p27, %r44, %r18;
-	@%p27 bra 	$L__BB47_41;
-	bra.uni 	$L__BB47_48;
+	@%p27 bra 	$L__BB31_41;
+	bra.uni 	$L__BB31_48;
 
-$L__BB47_44:
+$L__BB31_44:
 	mov.u32 	%r45, 1;
 
-$L__BB47_45:
+$L__BB31_45:
 	.pragma "nounroll";
 	setp.eq.s32 	%p28, %r45, 0;
 	mov.u64 	%rd139, %rd31;
-	@%p28 bra 	$L__BB47_47;
+	@%p28 bra 	$L__BB31_47;
 
 	mul.wide.u32 	%rd110, %r45, 8;
 	add.s64 	%rd111, %rd3, %rd110;
@@ -11832,764 +13907,254 @@ $L__BB47_45:
 	cvta.to.global.u64 	%rd113, %rd112;
 	add.s64 	%rd139, %rd113, %rd93;
 
-$L__BB47_47:
+$L__BB31_47:
 	ld.global.u64 	%rd115, [%rd139];
 	add.s64 	%rd140, %rd115, %rd140;
 	add.s32 	%r45, %r45, 1;
 	setp.lt.u32 	%p29, %r45, %r18;
-	@%p29 bra 	$L__BB47_45;
+	@%p29 bra 	$L__BB31_45;
 
-$L__BB47_48:
+$L__BB31_48:
 	setp.ne.s32 	%p30, %r19, 1;
-	@%p30 bra 	$L__BB47_52;
+	@%p30 bra 	$L__BB31_52;
 
 	and.b64  	%rd116, %rd140, -4294967296;
 	setp.eq.s64 	%p31, %rd116, 0;
-	@%p31 bra 	$L__BB47_51;
+	@%p31 bra 	$L__BB31_51;
 
 	div.s64 	%rd140, %rd140, %rd6;
-	bra.uni 	$L__BB47_52;
+	bra.uni 	$L__BB31_52;
 
-$L__BB47_51:
+$L__BB31_51:
 	cvt.u32.u64 	%r35, %rd6;
 	cvt.u32.u64 	%r36, %rd140;
 	div.u32 	%r37, %r36, %r35;
 	cvt.u64.u32 	%rd140, %r37;
 
-$L__BB47_52:
+$L__BB31_52:
 	add.s64 	%rd118, %rd2, %rd93;
 	st.global.u64 	[%rd118], %rd140;
 	add.s64 	%rd119, %rd119, %rd4;
 	setp.lt.u64 	%p32, %rd119, %rd56;
-	@%p32 bra 	$L__BB47_27;
+	@%p32 bra 	$L__BB31_27;
 
-$L__BB47_53:
+$L__BB31_53:
 	ret;
 
 }
-	// .globl	smcuda_reduce_sum_u8
-.visible .entry smcuda_reduce_sum_u8(
-	.param .u64 smcuda_reduce_sum_u8_param_0,
-	.param .u64 smcuda_reduce_sum_u8_param_1,
-	.param .u32 smcuda_reduce_sum_u8_param_2,
-	.param .u64 smcuda_reduce_sum_u8_param_3,
-	.param .u64 smcuda_reduce_sum_u8_param_4
+	// .globl	smcuda_reduce_u8
+.visible .entry smcuda_reduce_u8(
+	.param .u64 smcuda_reduce_u8_param_0,
+	.param .u64 smcuda_reduce_u8_param_1,
+	.param .u32 smcuda_reduce_u8_param_2,
+	.param .u64 smcuda_reduce_u8_param_3,
+	.param .u64 smcuda_reduce_u8_param_4,
+	.param .u32 smcuda_reduce_u8_param_5
 )
 {
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<2>;
-	.reg .b32 	%r<47>;
-	.reg .b64 	%rd<58>;
+	.reg .pred 	%p<18>;
+	.reg .b32 	%r<79>;
+	.reg .b64 	%rd<74>;
 
 
-	ld.param.u64 	%rd12, [smcuda_reduce_sum_u8_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_sum_u8_param_1];
-	ld.param.u32 	%r18, [smcuda_reduce_sum_u8_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_sum_u8_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_sum_u8_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r19, %nctaid.x;
-	mov.u32 	%r20, %ntid.x;
-	mul.wide.u32 	%rd3, %r19, %r20;
-	mov.u32 	%r21, %ctaid.x;
-	mul.wide.u32 	%rd14, %r21, %r20;
-	mov.u32 	%r22, %tid.x;
-	cvt.u64.u32 	%rd15, %r22;
-	add.s64 	%rd56, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB48_12;
+	ld.param.u64 	%rd14, [smcuda_reduce_u8_param_0];
+	ld.param.u64 	%rd15, [smcuda_reduce_u8_param_1];
+	ld.param.u32 	%r35, [smcuda_reduce_u8_param_2];
+	ld.param.u64 	%rd12, [smcuda_reduce_u8_param_3];
+	ld.param.u64 	%rd13, [smcuda_reduce_u8_param_4];
+	ld.param.u32 	%r36, [smcuda_reduce_u8_param_5];
+	cvta.to.global.u64 	%rd1, %rd14;
+	cvta.to.global.u64 	%rd2, %rd15;
+	mov.u32 	%r37, %nctaid.x;
+	mov.u32 	%r38, %ntid.x;
+	mul.wide.u32 	%rd3, %r37, %r38;
+	mov.u32 	%r39, %ctaid.x;
+	mul.wide.u32 	%rd16, %r39, %r38;
+	mov.u32 	%r40, %tid.x;
+	cvt.u64.u32 	%rd17, %r40;
+	add.s64 	%rd71, %rd16, %rd17;
+	setp.ge.u64 	%p1, %rd71, %rd13;
+	@%p1 bra 	$L__BB32_25;
 
-	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB48_3;
-	bra.uni 	$L__BB48_2;
+	setp.gt.u32 	%p2, %r35, 1;
+	@%p2 bra 	$L__BB32_5;
+	bra.uni 	$L__BB32_2;
 
-$L__BB48_3:
-	add.s32 	%r23, %r18, -1;
-	add.s32 	%r1, %r18, -2;
-	and.b32  	%r2, %r23, 3;
-	sub.s32 	%r3, %r23, %r2;
+$L__BB32_5:
+	add.s32 	%r41, %r35, -1;
+	add.s32 	%r4, %r35, -2;
+	and.b32  	%r5, %r41, 3;
+	sub.s32 	%r6, %r41, %r5;
 
-$L__BB48_4:
-	ld.global.u64 	%rd21, [%rd2];
-	cvta.to.global.u64 	%rd22, %rd21;
-	add.s64 	%rd8, %rd56, %rd10;
-	add.s64 	%rd23, %rd22, %rd8;
-	ld.global.u8 	%r46, [%rd23];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB48_7;
+$L__BB32_6:
+	ld.global.u64 	%rd23, [%rd2];
+	cvta.to.global.u64 	%rd24, %rd23;
+	add.s64 	%rd8, %rd71, %rd12;
+	add.s64 	%rd25, %rd24, %rd8;
+	ld.global.u8 	%r77, [%rd25];
+	setp.eq.s32 	%p5, %r36, 2;
+	@%p5 bra 	$L__BB32_13;
 
-	mov.u32 	%r44, 1;
-	mov.u32 	%r42, %r3;
+	setp.eq.s32 	%p6, %r36, 3;
+	@%p6 bra 	$L__BB32_11;
 
-$L__BB48_6:
-	mul.wide.u32 	%rd24, %r44, 8;
-	add.s64 	%rd25, %rd2, %rd24;
-	ld.global.u64 	%rd26, [%rd25];
+	setp.ne.s32 	%p7, %r36, 4;
+	@%p7 bra 	$L__BB32_20;
+
+	mov.u32 	%r65, 1;
+	mov.u64 	%rd73, %rd2;
+
+$L__BB32_10:
+	add.s64 	%rd10, %rd73, 8;
+	ld.global.u64 	%rd26, [%rd73+8];
 	cvta.to.global.u64 	%rd27, %rd26;
 	add.s64 	%rd28, %rd27, %rd8;
-	ld.global.u8 	%r27, [%rd28];
-	add.s32 	%r28, %r46, %r27;
-	ld.global.u64 	%rd29, [%rd25+8];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd31, %rd30, %rd8;
-	ld.global.u8 	%r29, [%rd31];
-	add.s32 	%r30, %r28, %r29;
-	ld.global.u64 	%rd32, [%rd25+16];
-	cvta.to.global.u64 	%rd33, %rd32;
-	add.s64 	%rd34, %rd33, %rd8;
-	ld.global.u8 	%r31, [%rd34];
-	add.s32 	%r32, %r30, %r31;
-	add.s32 	%r33, %r44, 3;
-	mul.wide.u32 	%rd35, %r33, 8;
-	add.s64 	%rd36, %rd2, %rd35;
-	ld.global.u64 	%rd37, [%rd36];
-	cvta.to.global.u64 	%rd38, %rd37;
-	add.s64 	%rd39, %rd38, %rd8;
-	ld.global.u8 	%r34, [%rd39];
-	add.s32 	%r46, %r32, %r34;
-	add.s32 	%r44, %r44, 4;
-	add.s32 	%r42, %r42, -4;
-	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB48_6;
+	ld.global.u8 	%r43, [%rd28];
+	mul.lo.s32 	%r77, %r77, %r43;
+	add.s32 	%r65, %r65, 1;
+	setp.lt.u32 	%p8, %r65, %r35;
+	mov.u64 	%rd73, %rd10;
+	@%p8 bra 	$L__BB32_10;
+	bra.uni 	$L__BB32_22;
 
-$L__BB48_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB48_11;
+$L__BB32_11:
+	mov.u32 	%r67, 1;
 
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd40, %r44, 8;
-	add.s64 	%rd41, %rd2, %rd40;
-	ld.global.u64 	%rd42, [%rd41];
+$L__BB32_12:
+	mul.wide.u32 	%rd29, %r67, 8;
+	add.s64 	%rd30, %rd2, %rd29;
+	ld.global.u64 	%rd31, [%rd30];
+	cvta.to.global.u64 	%rd32, %rd31;
+	add.s64 	%rd33, %rd32, %rd8;
+	ld.global.u8 	%r45, [%rd33];
+	max.u32 	%r77, %r77, %r45;
+	add.s32 	%r67, %r67, 1;
+	setp.lt.u32 	%p9, %r67, %r35;
+	@%p9 bra 	$L__BB32_12;
+	bra.uni 	$L__BB32_22;
+
+$L__BB32_13:
+	setp.lt.u32 	%p10, %r4, 3;
+	mov.u32 	%r73, 1;
+	@%p10 bra 	$L__BB32_16;
+
+	mov.u32 	%r73, 1;
+	mov.u32 	%r71, %r6;
+
+$L__BB32_15:
+	mul.wide.u32 	%rd34, %r73, 8;
+	add.s64 	%rd35, %rd2, %rd34;
+	ld.global.u64 	%rd36, [%rd35];
+	cvta.to.global.u64 	%rd37, %rd36;
+	add.s64 	%rd38, %rd37, %rd8;
+	ld.global.u8 	%r49, [%rd38];
+	min.u32 	%r50, %r77, %r49;
+	ld.global.u64 	%rd39, [%rd35+8];
+	cvta.to.global.u64 	%rd40, %rd39;
+	add.s64 	%rd41, %rd40, %rd8;
+	ld.global.u8 	%r51, [%rd41];
+	min.u32 	%r52, %r50, %r51;
+	ld.global.u64 	%rd42, [%rd35+16];
 	cvta.to.global.u64 	%rd43, %rd42;
 	add.s64 	%rd44, %rd43, %rd8;
-	ld.global.u8 	%r35, [%rd44];
-	add.s32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB48_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r36, %r44, 1;
-	mul.wide.u32 	%rd45, %r36, 8;
+	ld.global.u8 	%r53, [%rd44];
+	min.u32 	%r54, %r52, %r53;
+	add.s32 	%r55, %r73, 3;
+	mul.wide.u32 	%rd45, %r55, 8;
 	add.s64 	%rd46, %rd2, %rd45;
 	ld.global.u64 	%rd47, [%rd46];
 	cvta.to.global.u64 	%rd48, %rd47;
 	add.s64 	%rd49, %rd48, %rd8;
-	ld.global.u8 	%r37, [%rd49];
-	add.s32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB48_11;
+	ld.global.u8 	%r56, [%rd49];
+	min.u32 	%r77, %r54, %r56;
+	add.s32 	%r73, %r73, 4;
+	add.s32 	%r71, %r71, -4;
+	setp.ne.s32 	%p11, %r71, 0;
+	@%p11 bra 	$L__BB32_15;
 
-	add.s32 	%r38, %r44, 2;
-	mul.wide.u32 	%rd50, %r38, 8;
+$L__BB32_16:
+	setp.eq.s32 	%p12, %r5, 0;
+	@%p12 bra 	$L__BB32_22;
+
+	setp.eq.s32 	%p13, %r5, 1;
+	mul.wide.u32 	%rd50, %r73, 8;
 	add.s64 	%rd51, %rd2, %rd50;
 	ld.global.u64 	%rd52, [%rd51];
 	cvta.to.global.u64 	%rd53, %rd52;
 	add.s64 	%rd54, %rd53, %rd8;
-	ld.global.u8 	%r39, [%rd54];
-	add.s32 	%r46, %r46, %r39;
+	ld.global.u8 	%r57, [%rd54];
+	min.u32 	%r77, %r77, %r57;
+	@%p13 bra 	$L__BB32_22;
 
-$L__BB48_11:
-	add.s64 	%rd55, %rd1, %rd56;
-	st.global.u8 	[%rd55], %r46;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB48_4;
-	bra.uni 	$L__BB48_12;
+	setp.eq.s32 	%p14, %r5, 2;
+	add.s32 	%r58, %r73, 1;
+	mul.wide.u32 	%rd55, %r58, 8;
+	add.s64 	%rd56, %rd2, %rd55;
+	ld.global.u64 	%rd57, [%rd56];
+	cvta.to.global.u64 	%rd58, %rd57;
+	add.s64 	%rd59, %rd58, %rd8;
+	ld.global.u8 	%r59, [%rd59];
+	min.u32 	%r77, %r77, %r59;
+	@%p14 bra 	$L__BB32_22;
 
-$L__BB48_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd56, %rd10;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.global.u8 	%rs1, [%rd19];
-	add.s64 	%rd20, %rd1, %rd56;
-	st.global.u8 	[%rd20], %rs1;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB48_2;
+	add.s32 	%r60, %r73, 2;
+	mul.wide.u32 	%rd60, %r60, 8;
+	add.s64 	%rd61, %rd2, %rd60;
+	ld.global.u64 	%rd62, [%rd61];
+	cvta.to.global.u64 	%rd63, %rd62;
+	add.s64 	%rd64, %rd63, %rd8;
+	ld.global.u8 	%r61, [%rd64];
+	min.u32 	%r77, %r77, %r61;
+	bra.uni 	$L__BB32_22;
 
-$L__BB48_12:
-	ret;
+$L__BB32_20:
+	mov.u32 	%r75, 1;
 
-}
-	// .globl	smcuda_reduce_avg_u8
-.visible .entry smcuda_reduce_avg_u8(
-	.param .u64 smcuda_reduce_avg_u8_param_0,
-	.param .u64 smcuda_reduce_avg_u8_param_1,
-	.param .u32 smcuda_reduce_avg_u8_param_2,
-	.param .u64 smcuda_reduce_avg_u8_param_3,
-	.param .u64 smcuda_reduce_avg_u8_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b32 	%r<50>;
-	.reg .b64 	%rd<58>;
+$L__BB32_21:
+	mul.wide.u32 	%rd65, %r75, 8;
+	add.s64 	%rd66, %rd2, %rd65;
+	ld.global.u64 	%rd67, [%rd66];
+	cvta.to.global.u64 	%rd68, %rd67;
+	add.s64 	%rd69, %rd68, %rd8;
+	ld.global.u8 	%r63, [%rd69];
+	add.s32 	%r77, %r77, %r63;
+	add.s32 	%r75, %r75, 1;
+	setp.lt.u32 	%p15, %r75, %r35;
+	@%p15 bra 	$L__BB32_21;
 
+$L__BB32_22:
+	setp.ne.s32 	%p16, %r36, 1;
+	@%p16 bra 	$L__BB32_24;
 
-	ld.param.u64 	%rd12, [smcuda_reduce_avg_u8_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_avg_u8_param_1];
-	ld.param.u32 	%r18, [smcuda_reduce_avg_u8_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_avg_u8_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_avg_u8_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r19, %nctaid.x;
-	mov.u32 	%r20, %ntid.x;
-	mul.wide.u32 	%rd3, %r19, %r20;
-	mov.u32 	%r21, %ctaid.x;
-	mul.wide.u32 	%rd14, %r21, %r20;
-	mov.u32 	%r22, %tid.x;
-	cvt.u64.u32 	%rd15, %r22;
-	add.s64 	%rd56, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB49_12;
+	div.u32 	%r77, %r77, %r35;
 
-	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB49_3;
-	bra.uni 	$L__BB49_2;
+$L__BB32_24:
+	add.s64 	%rd70, %rd1, %rd71;
+	st.global.u8 	[%rd70], %r77;
+	add.s64 	%rd71, %rd71, %rd3;
+	setp.lt.u64 	%p17, %rd71, %rd13;
+	@%p17 bra 	$L__BB32_6;
+	bra.uni 	$L__BB32_25;
 
-$L__BB49_3:
-	add.s32 	%r25, %r18, -1;
-	add.s32 	%r1, %r18, -2;
-	and.b32  	%r2, %r25, 3;
-	sub.s32 	%r3, %r25, %r2;
+$L__BB32_2:
+	ld.global.u64 	%rd18, [%rd2];
+	cvta.to.global.u64 	%rd19, %rd18;
+	add.s64 	%rd20, %rd71, %rd12;
+	add.s64 	%rd21, %rd19, %rd20;
+	ld.global.u8 	%r64, [%rd21];
+	setp.ne.s32 	%p3, %r36, 1;
+	@%p3 bra 	$L__BB32_4;
 
-$L__BB49_4:
-	ld.global.u64 	%rd21, [%rd2];
-	cvta.to.global.u64 	%rd22, %rd21;
-	add.s64 	%rd8, %rd56, %rd10;
-	add.s64 	%rd23, %rd22, %rd8;
-	ld.global.u8 	%r49, [%rd23];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r47, 1;
-	@%p4 bra 	$L__BB49_7;
+	div.u32 	%r64, %r64, %r35;
 
-	mov.u32 	%r47, 1;
-	mov.u32 	%r45, %r3;
+$L__BB32_4:
+	add.s64 	%rd22, %rd1, %rd71;
+	st.global.u8 	[%rd22], %r64;
+	add.s64 	%rd71, %rd71, %rd3;
+	setp.lt.u64 	%p4, %rd71, %rd13;
+	@%p4 bra 	$L__BB32_2;
 
-$L__BB49_6:
-	mul.wide.u32 	%rd24, %r47, 8;
-	add.s64 	%rd25, %rd2, %rd24;
-	ld.global.u64 	%rd26, [%rd25];
-	cvta.to.global.u64 	%rd27, %rd26;
-	add.s64 	%rd28, %rd27, %rd8;
-	ld.global.u8 	%r29, [%rd28];
-	add.s32 	%r30, %r49, %r29;
-	ld.global.u64 	%rd29, [%rd25+8];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd31, %rd30, %rd8;
-	ld.global.u8 	%r31, [%rd31];
-	add.s32 	%r32, %r30, %r31;
-	ld.global.u64 	%rd32, [%rd25+16];
-	cvta.to.global.u64 	%rd33, %rd32;
-	add.s64 	%rd34, %rd33, %rd8;
-	ld.global.u8 	%r33, [%rd34];
-	add.s32 	%r34, %r32, %r33;
-	add.s32 	%r35, %r47, 3;
-	mul.wide.u32 	%rd35, %r35, 8;
-	add.s64 	%rd36, %rd2, %rd35;
-	ld.global.u64 	%rd37, [%rd36];
-	cvta.to.global.u64 	%rd38, %rd37;
-	add.s64 	%rd39, %rd38, %rd8;
-	ld.global.u8 	%r36, [%rd39];
-	add.s32 	%r49, %r34, %r36;
-	add.s32 	%r47, %r47, 4;
-	add.s32 	%r45, %r45, -4;
-	setp.ne.s32 	%p5, %r45, 0;
-	@%p5 bra 	$L__BB49_6;
-
-$L__BB49_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB49_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd40, %r47, 8;
-	add.s64 	%rd41, %rd2, %rd40;
-	ld.global.u64 	%rd42, [%rd41];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd44, %rd43, %rd8;
-	ld.global.u8 	%r37, [%rd44];
-	add.s32 	%r49, %r49, %r37;
-	@%p7 bra 	$L__BB49_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r38, %r47, 1;
-	mul.wide.u32 	%rd45, %r38, 8;
-	add.s64 	%rd46, %rd2, %rd45;
-	ld.global.u64 	%rd47, [%rd46];
-	cvta.to.global.u64 	%rd48, %rd47;
-	add.s64 	%rd49, %rd48, %rd8;
-	ld.global.u8 	%r39, [%rd49];
-	add.s32 	%r49, %r49, %r39;
-	@%p8 bra 	$L__BB49_11;
-
-	add.s32 	%r40, %r47, 2;
-	mul.wide.u32 	%rd50, %r40, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd54, %rd53, %rd8;
-	ld.global.u8 	%r41, [%rd54];
-	add.s32 	%r49, %r49, %r41;
-
-$L__BB49_11:
-	div.u32 	%r42, %r49, %r18;
-	add.s64 	%rd55, %rd1, %rd56;
-	st.global.u8 	[%rd55], %r42;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB49_4;
-	bra.uni 	$L__BB49_12;
-
-$L__BB49_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd56, %rd10;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.global.u8 	%r23, [%rd19];
-	div.u32 	%r24, %r23, %r18;
-	add.s64 	%rd20, %rd1, %rd56;
-	st.global.u8 	[%rd20], %r24;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB49_2;
-
-$L__BB49_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_min_u8
-.visible .entry smcuda_reduce_min_u8(
-	.param .u64 smcuda_reduce_min_u8_param_0,
-	.param .u64 smcuda_reduce_min_u8_param_1,
-	.param .u32 smcuda_reduce_min_u8_param_2,
-	.param .u64 smcuda_reduce_min_u8_param_3,
-	.param .u64 smcuda_reduce_min_u8_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<2>;
-	.reg .b32 	%r<47>;
-	.reg .b64 	%rd<58>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_min_u8_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_min_u8_param_1];
-	ld.param.u32 	%r18, [smcuda_reduce_min_u8_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_min_u8_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_min_u8_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r19, %nctaid.x;
-	mov.u32 	%r20, %ntid.x;
-	mul.wide.u32 	%rd3, %r19, %r20;
-	mov.u32 	%r21, %ctaid.x;
-	mul.wide.u32 	%rd14, %r21, %r20;
-	mov.u32 	%r22, %tid.x;
-	cvt.u64.u32 	%rd15, %r22;
-	add.s64 	%rd56, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB50_12;
-
-	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB50_3;
-	bra.uni 	$L__BB50_2;
-
-$L__BB50_3:
-	add.s32 	%r23, %r18, -1;
-	add.s32 	%r1, %r18, -2;
-	and.b32  	%r2, %r23, 3;
-	sub.s32 	%r3, %r23, %r2;
-
-$L__BB50_4:
-	ld.global.u64 	%rd21, [%rd2];
-	cvta.to.global.u64 	%rd22, %rd21;
-	add.s64 	%rd8, %rd56, %rd10;
-	add.s64 	%rd23, %rd22, %rd8;
-	ld.global.u8 	%r46, [%rd23];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB50_7;
-
-	mov.u32 	%r44, 1;
-	mov.u32 	%r42, %r3;
-
-$L__BB50_6:
-	mul.wide.u32 	%rd24, %r44, 8;
-	add.s64 	%rd25, %rd2, %rd24;
-	ld.global.u64 	%rd26, [%rd25];
-	cvta.to.global.u64 	%rd27, %rd26;
-	add.s64 	%rd28, %rd27, %rd8;
-	ld.global.u8 	%r27, [%rd28];
-	min.u32 	%r28, %r46, %r27;
-	ld.global.u64 	%rd29, [%rd25+8];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd31, %rd30, %rd8;
-	ld.global.u8 	%r29, [%rd31];
-	min.u32 	%r30, %r28, %r29;
-	ld.global.u64 	%rd32, [%rd25+16];
-	cvta.to.global.u64 	%rd33, %rd32;
-	add.s64 	%rd34, %rd33, %rd8;
-	ld.global.u8 	%r31, [%rd34];
-	min.u32 	%r32, %r30, %r31;
-	add.s32 	%r33, %r44, 3;
-	mul.wide.u32 	%rd35, %r33, 8;
-	add.s64 	%rd36, %rd2, %rd35;
-	ld.global.u64 	%rd37, [%rd36];
-	cvta.to.global.u64 	%rd38, %rd37;
-	add.s64 	%rd39, %rd38, %rd8;
-	ld.global.u8 	%r34, [%rd39];
-	min.u32 	%r46, %r32, %r34;
-	add.s32 	%r44, %r44, 4;
-	add.s32 	%r42, %r42, -4;
-	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB50_6;
-
-$L__BB50_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB50_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd40, %r44, 8;
-	add.s64 	%rd41, %rd2, %rd40;
-	ld.global.u64 	%rd42, [%rd41];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd44, %rd43, %rd8;
-	ld.global.u8 	%r35, [%rd44];
-	min.u32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB50_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r36, %r44, 1;
-	mul.wide.u32 	%rd45, %r36, 8;
-	add.s64 	%rd46, %rd2, %rd45;
-	ld.global.u64 	%rd47, [%rd46];
-	cvta.to.global.u64 	%rd48, %rd47;
-	add.s64 	%rd49, %rd48, %rd8;
-	ld.global.u8 	%r37, [%rd49];
-	min.u32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB50_11;
-
-	add.s32 	%r38, %r44, 2;
-	mul.wide.u32 	%rd50, %r38, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd54, %rd53, %rd8;
-	ld.global.u8 	%r39, [%rd54];
-	min.u32 	%r46, %r46, %r39;
-
-$L__BB50_11:
-	add.s64 	%rd55, %rd1, %rd56;
-	st.global.u8 	[%rd55], %r46;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB50_4;
-	bra.uni 	$L__BB50_12;
-
-$L__BB50_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd56, %rd10;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.global.u8 	%rs1, [%rd19];
-	add.s64 	%rd20, %rd1, %rd56;
-	st.global.u8 	[%rd20], %rs1;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB50_2;
-
-$L__BB50_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_max_u8
-.visible .entry smcuda_reduce_max_u8(
-	.param .u64 smcuda_reduce_max_u8_param_0,
-	.param .u64 smcuda_reduce_max_u8_param_1,
-	.param .u32 smcuda_reduce_max_u8_param_2,
-	.param .u64 smcuda_reduce_max_u8_param_3,
-	.param .u64 smcuda_reduce_max_u8_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<2>;
-	.reg .b32 	%r<47>;
-	.reg .b64 	%rd<58>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_max_u8_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_max_u8_param_1];
-	ld.param.u32 	%r18, [smcuda_reduce_max_u8_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_max_u8_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_max_u8_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r19, %nctaid.x;
-	mov.u32 	%r20, %ntid.x;
-	mul.wide.u32 	%rd3, %r19, %r20;
-	mov.u32 	%r21, %ctaid.x;
-	mul.wide.u32 	%rd14, %r21, %r20;
-	mov.u32 	%r22, %tid.x;
-	cvt.u64.u32 	%rd15, %r22;
-	add.s64 	%rd56, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB51_12;
-
-	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB51_3;
-	bra.uni 	$L__BB51_2;
-
-$L__BB51_3:
-	add.s32 	%r23, %r18, -1;
-	add.s32 	%r1, %r18, -2;
-	and.b32  	%r2, %r23, 3;
-	sub.s32 	%r3, %r23, %r2;
-
-$L__BB51_4:
-	ld.global.u64 	%rd21, [%rd2];
-	cvta.to.global.u64 	%rd22, %rd21;
-	add.s64 	%rd8, %rd56, %rd10;
-	add.s64 	%rd23, %rd22, %rd8;
-	ld.global.u8 	%r46, [%rd23];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB51_7;
-
-	mov.u32 	%r44, 1;
-	mov.u32 	%r42, %r3;
-
-$L__BB51_6:
-	mul.wide.u32 	%rd24, %r44, 8;
-	add.s64 	%rd25, %rd2, %rd24;
-	ld.global.u64 	%rd26, [%rd25];
-	cvta.to.global.u64 	%rd27, %rd26;
-	add.s64 	%rd28, %rd27, %rd8;
-	ld.global.u8 	%r27, [%rd28];
-	max.u32 	%r28, %r46, %r27;
-	ld.global.u64 	%rd29, [%rd25+8];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd31, %rd30, %rd8;
-	ld.global.u8 	%r29, [%rd31];
-	max.u32 	%r30, %r28, %r29;
-	ld.global.u64 	%rd32, [%rd25+16];
-	cvta.to.global.u64 	%rd33, %rd32;
-	add.s64 	%rd34, %rd33, %rd8;
-	ld.global.u8 	%r31, [%rd34];
-	max.u32 	%r32, %r30, %r31;
-	add.s32 	%r33, %r44, 3;
-	mul.wide.u32 	%rd35, %r33, 8;
-	add.s64 	%rd36, %rd2, %rd35;
-	ld.global.u64 	%rd37, [%rd36];
-	cvta.to.global.u64 	%rd38, %rd37;
-	add.s64 	%rd39, %rd38, %rd8;
-	ld.global.u8 	%r34, [%rd39];
-	max.u32 	%r46, %r32, %r34;
-	add.s32 	%r44, %r44, 4;
-	add.s32 	%r42, %r42, -4;
-	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB51_6;
-
-$L__BB51_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB51_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd40, %r44, 8;
-	add.s64 	%rd41, %rd2, %rd40;
-	ld.global.u64 	%rd42, [%rd41];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd44, %rd43, %rd8;
-	ld.global.u8 	%r35, [%rd44];
-	max.u32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB51_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r36, %r44, 1;
-	mul.wide.u32 	%rd45, %r36, 8;
-	add.s64 	%rd46, %rd2, %rd45;
-	ld.global.u64 	%rd47, [%rd46];
-	cvta.to.global.u64 	%rd48, %rd47;
-	add.s64 	%rd49, %rd48, %rd8;
-	ld.global.u8 	%r37, [%rd49];
-	max.u32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB51_11;
-
-	add.s32 	%r38, %r44, 2;
-	mul.wide.u32 	%rd50, %r38, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd54, %rd53, %rd8;
-	ld.global.u8 	%r39, [%rd54];
-	max.u32 	%r46, %r46, %r39;
-
-$L__BB51_11:
-	add.s64 	%rd55, %rd1, %rd56;
-	st.global.u8 	[%rd55], %r46;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB51_4;
-	bra.uni 	$L__BB51_12;
-
-$L__BB51_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd56, %rd10;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.global.u8 	%rs1, [%rd19];
-	add.s64 	%rd20, %rd1, %rd56;
-	st.global.u8 	[%rd20], %rs1;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB51_2;
-
-$L__BB51_12:
-	ret;
-
-}
-	// .globl	smcuda_reduce_prod_u8
-.visible .entry smcuda_reduce_prod_u8(
-	.param .u64 smcuda_reduce_prod_u8_param_0,
-	.param .u64 smcuda_reduce_prod_u8_param_1,
-	.param .u32 smcuda_reduce_prod_u8_param_2,
-	.param .u64 smcuda_reduce_prod_u8_param_3,
-	.param .u64 smcuda_reduce_prod_u8_param_4
-)
-{
-	.reg .pred 	%p<10>;
-	.reg .b16 	%rs<2>;
-	.reg .b32 	%r<47>;
-	.reg .b64 	%rd<58>;
-
-
-	ld.param.u64 	%rd12, [smcuda_reduce_prod_u8_param_0];
-	ld.param.u64 	%rd13, [smcuda_reduce_prod_u8_param_1];
-	ld.param.u32 	%r18, [smcuda_reduce_prod_u8_param_2];
-	ld.param.u64 	%rd10, [smcuda_reduce_prod_u8_param_3];
-	ld.param.u64 	%rd11, [smcuda_reduce_prod_u8_param_4];
-	cvta.to.global.u64 	%rd1, %rd12;
-	cvta.to.global.u64 	%rd2, %rd13;
-	mov.u32 	%r19, %nctaid.x;
-	mov.u32 	%r20, %ntid.x;
-	mul.wide.u32 	%rd3, %r19, %r20;
-	mov.u32 	%r21, %ctaid.x;
-	mul.wide.u32 	%rd14, %r21, %r20;
-	mov.u32 	%r22, %tid.x;
-	cvt.u64.u32 	%rd15, %r22;
-	add.s64 	%rd56, %rd14, %rd15;
-	setp.ge.u64 	%p1, %rd56, %rd11;
-	@%p1 bra 	$L__BB52_12;
-
-	setp.gt.u32 	%p2, %r18, 1;
-	@%p2 bra 	$L__BB52_3;
-	bra.uni 	$L__BB52_2;
-
-$L__BB52_3:
-	add.s32 	%r23, %r18, -1;
-	add.s32 	%r1, %r18, -2;
-	and.b32  	%r2, %r23, 3;
-	sub.s32 	%r3, %r23, %r2;
-
-$L__BB52_4:
-	ld.global.u64 	%rd21, [%rd2];
-	cvta.to.global.u64 	%rd22, %rd21;
-	add.s64 	%rd8, %rd56, %rd10;
-	add.s64 	%rd23, %rd22, %rd8;
-	ld.global.u8 	%r46, [%rd23];
-	setp.lt.u32 	%p4, %r1, 3;
-	mov.u32 	%r44, 1;
-	@%p4 bra 	$L__BB52_7;
-
-	mov.u32 	%r44, 1;
-	mov.u32 	%r42, %r3;
-
-$L__BB52_6:
-	mul.wide.u32 	%rd24, %r44, 8;
-	add.s64 	%rd25, %rd2, %rd24;
-	ld.global.u64 	%rd26, [%rd25];
-	cvta.to.global.u64 	%rd27, %rd26;
-	add.s64 	%rd28, %rd27, %rd8;
-	ld.global.u8 	%r27, [%rd28];
-	mul.lo.s32 	%r28, %r46, %r27;
-	ld.global.u64 	%rd29, [%rd25+8];
-	cvta.to.global.u64 	%rd30, %rd29;
-	add.s64 	%rd31, %rd30, %rd8;
-	ld.global.u8 	%r29, [%rd31];
-	mul.lo.s32 	%r30, %r28, %r29;
-	ld.global.u64 	%rd32, [%rd25+16];
-	cvta.to.global.u64 	%rd33, %rd32;
-	add.s64 	%rd34, %rd33, %rd8;
-	ld.global.u8 	%r31, [%rd34];
-	mul.lo.s32 	%r32, %r30, %r31;
-	add.s32 	%r33, %r44, 3;
-	mul.wide.u32 	%rd35, %r33, 8;
-	add.s64 	%rd36, %rd2, %rd35;
-	ld.global.u64 	%rd37, [%rd36];
-	cvta.to.global.u64 	%rd38, %rd37;
-	add.s64 	%rd39, %rd38, %rd8;
-	ld.global.u8 	%r34, [%rd39];
-	mul.lo.s32 	%r46, %r32, %r34;
-	add.s32 	%r44, %r44, 4;
-	add.s32 	%r42, %r42, -4;
-	setp.ne.s32 	%p5, %r42, 0;
-	@%p5 bra 	$L__BB52_6;
-
-$L__BB52_7:
-	setp.eq.s32 	%p6, %r2, 0;
-	@%p6 bra 	$L__BB52_11;
-
-	setp.eq.s32 	%p7, %r2, 1;
-	mul.wide.u32 	%rd40, %r44, 8;
-	add.s64 	%rd41, %rd2, %rd40;
-	ld.global.u64 	%rd42, [%rd41];
-	cvta.to.global.u64 	%rd43, %rd42;
-	add.s64 	%rd44, %rd43, %rd8;
-	ld.global.u8 	%r35, [%rd44];
-	mul.lo.s32 	%r46, %r46, %r35;
-	@%p7 bra 	$L__BB52_11;
-
-	setp.eq.s32 	%p8, %r2, 2;
-	add.s32 	%r36, %r44, 1;
-	mul.wide.u32 	%rd45, %r36, 8;
-	add.s64 	%rd46, %rd2, %rd45;
-	ld.global.u64 	%rd47, [%rd46];
-	cvta.to.global.u64 	%rd48, %rd47;
-	add.s64 	%rd49, %rd48, %rd8;
-	ld.global.u8 	%r37, [%rd49];
-	mul.lo.s32 	%r46, %r46, %r37;
-	@%p8 bra 	$L__BB52_11;
-
-	add.s32 	%r38, %r44, 2;
-	mul.wide.u32 	%rd50, %r38, 8;
-	add.s64 	%rd51, %rd2, %rd50;
-	ld.global.u64 	%rd52, [%rd51];
-	cvta.to.global.u64 	%rd53, %rd52;
-	add.s64 	%rd54, %rd53, %rd8;
-	ld.global.u8 	%r39, [%rd54];
-	mul.lo.s32 	%r46, %r46, %r39;
-
-$L__BB52_11:
-	add.s64 	%rd55, %rd1, %rd56;
-	st.global.u8 	[%rd55], %r46;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p9, %rd56, %rd11;
-	@%p9 bra 	$L__BB52_4;
-	bra.uni 	$L__BB52_12;
-
-$L__BB52_2:
-	ld.global.u64 	%rd16, [%rd2];
-	cvta.to.global.u64 	%rd17, %rd16;
-	add.s64 	%rd18, %rd56, %rd10;
-	add.s64 	%rd19, %rd17, %rd18;
-	ld.global.u8 	%rs1, [%rd19];
-	add.s64 	%rd20, %rd1, %rd56;
-	st.global.u8 	[%rd20], %rs1;
-	add.s64 	%rd56, %rd56, %rd3;
-	setp.lt.u64 	%p3, %rd56, %rd11;
-	@%p3 bra 	$L__BB52_2;
-
-$L__BB52_12:
+$L__BB32_25:
 	ret;
 
 }
@@ -12616,23 +14181,23 @@ $L__BB52_12:
 	cvt.u64.u32 	%rd10, %r4;
 	add.s64 	%rd13, %rd9, %rd10;
 	setp.ge.u64 	%p1, %rd13, %rd8;
-	@%p1 bra 	$L__BB53_3;
+	@%p1 bra 	$L__BB33_3;
 
 	mov.u32 	%r5, %nctaid.x;
 	cvt.u64.u32 	%rd11, %r5;
 	mul.lo.s64 	%rd3, %rd11, %rd1;
 	cvta.to.global.u64 	%rd4, %rd7;
 
-$L__BB53_2:
+$L__BB33_2:
 	add.s64 	%rd12, %rd4, %rd13;
 	ld.global.u8 	%r6, [%rd12];
 	div.u32 	%r7, %r6, %r1;
 	st.global.u8 	[%rd12], %r7;
 	add.s64 	%rd13, %rd13, %rd3;
 	setp.lt.u64 	%p2, %rd13, %rd8;
-	@%p2 bra 	$L__BB53_2;
+	@%p2 bra 	$L__BB33_2;
 
-$L__BB53_3:
+$L__BB33_3:
 	ret;
 
 }
@@ -12671,18 +14236,18 @@ $L__BB53_3:
 	add.s64 	%rd5, %rd54, -1;
 	and.b64  	%rd55, %rd5, -4294967296;
 	setp.eq.s64 	%p1, %rd55, 0;
-	@%p1 bra 	$L__BB54_2;
+	@%p1 bra 	$L__BB34_2;
 
 	div.u64 	%rd156, %rd5, %rd4;
-	bra.uni 	$L__BB54_3;
+	bra.uni 	$L__BB34_3;
 
-$L__BB54_2:
+$L__BB34_2:
 	cvt.u32.u64 	%r216, %rd4;
 	cvt.u32.u64 	%r217, %rd5;
 	div.u32 	%r218, %r217, %r216;
 	cvt.u64.u32 	%rd156, %r218;
 
-$L__BB54_3:
+$L__BB34_3:
 	add.s64 	%rd56, %rd156, 15;
 	and.b64  	%rd57, %rd56, -16;
 	mov.u32 	%r219, %ctaid.x;
@@ -12698,71 +14263,71 @@ $L__BB54_3:
 	add.s64 	%rd13, %rd3, %rd62;
 	ld.global.u64 	%rd14, [%rd13];
 	setp.eq.s64 	%p2, %rd14, %rd50;
-	@%p2 bra 	$L__BB54_14;
+	@%p2 bra 	$L__BB34_14;
 
 	and.b64  	%rd63, %rd50, 15;
 	setp.eq.s64 	%p3, %rd63, 0;
 	mov.u32 	%r220, %tid.x;
 	cvt.u64.u32 	%rd15, %r220;
-	@%p3 bra 	$L__BB54_8;
+	@%p3 bra 	$L__BB34_8;
 
 	add.s64 	%rd157, %rd10, %rd15;
 	setp.ge.u64 	%p4, %rd157, %rd11;
-	@%p4 bra 	$L__BB54_14;
+	@%p4 bra 	$L__BB34_14;
 
 	mov.u32 	%r221, %ntid.x;
 	cvt.u64.u32 	%rd17, %r221;
 
-$L__BB54_7:
+$L__BB34_7:
 	add.s64 	%rd64, %rd2, %rd157;
 	ld.global.u8 	%rs1, [%rd64];
 	add.s64 	%rd65, %rd14, %rd157;
 	st.u8 	[%rd65], %rs1;
 	add.s64 	%rd157, %rd157, %rd17;
 	setp.lt.u64 	%p5, %rd157, %rd11;
-	@%p5 bra 	$L__BB54_7;
-	bra.uni 	$L__BB54_14;
+	@%p5 bra 	$L__BB34_7;
+	bra.uni 	$L__BB34_14;
 
-$L__BB54_8:
+$L__BB34_8:
 	shl.b64 	%rd66, %rd15, 4;
 	add.s64 	%rd158, %rd10, %rd66;
 	setp.ge.u64 	%p6, %rd158, %rd12;
-	@%p6 bra 	$L__BB54_11;
+	@%p6 bra 	$L__BB34_11;
 
 	mov.u32 	%r222, %ntid.x;
 	mul.wide.u32 	%rd21, %r222, 16;
 
-$L__BB54_10:
+$L__BB34_10:
 	add.s64 	%rd67, %rd2, %rd158;
 	add.s64 	%rd68, %rd14, %rd158;
 	ld.global.v4.u32 	{%r223, %r224, %r225, %r226}, [%rd67];
 	st.v4.u32 	[%rd68], {%r223, %r224, %r225, %r226};
 	add.s64 	%rd158, %rd158, %rd21;
 	setp.lt.u64 	%p7, %rd158, %rd12;
-	@%p7 bra 	$L__BB54_10;
+	@%p7 bra 	$L__BB34_10;
 
-$L__BB54_11:
+$L__BB34_11:
 	add.s64 	%rd159, %rd12, %rd15;
 	setp.ge.u64 	%p8, %rd159, %rd11;
-	@%p8 bra 	$L__BB54_14;
+	@%p8 bra 	$L__BB34_14;
 
 	mov.u32 	%r231, %ntid.x;
 	cvt.u64.u32 	%rd25, %r231;
 
-$L__BB54_13:
+$L__BB34_13:
 	add.s64 	%rd69, %rd2, %rd159;
 	ld.global.u8 	%rs2, [%rd69];
 	add.s64 	%rd70, %rd14, %rd159;
 	st.u8 	[%rd70], %rs2;
 	add.s64 	%rd159, %rd159, %rd25;
 	setp.lt.u64 	%p9, %rd159, %rd11;
-	@%p9 bra 	$L__BB54_13;
+	@%p9 bra 	$L__BB34_13;
 
-$L__BB54_14:
+$L__BB34_14:
 	mov.u32 	%r1, %tid.x;
 	bar.sync 	0;
 	setp.ge.u32 	%p10, %r1, %r213;
-	@%p10 bra 	$L__BB54_19;
+	@%p10 bra 	$L__BB34_19;
 
 	mov.u32 	%r2, %ntid.x;
 	shl.b32 	%r232, %r212, 9;
@@ -12771,9 +14336,9 @@ $L__BB54_14:
 	shl.b64 	%rd78, %rd28, 3;
 	mov.u32 	%r442, %r1;
 
-$L__BB54_16:
+$L__BB34_16:
 	setp.eq.s32 	%p11, %r442, %r212;
-	@%p11 bra 	$L__BB54_18;
+	@%p11 bra 	$L__BB34_18;
 
 	mul.wide.u32 	%rd74, %r442, 8;
 	add.s64 	%rd75, %rd3, %rd74;
@@ -12785,22 +14350,22 @@ $L__BB54_16:
 	st.release.sys.global.u64 [%rd72], %rd73;
 	// end inline asm
 
-$L__BB54_18:
+$L__BB34_18:
 	add.s32 	%r442, %r442, %r2;
 	setp.lt.u32 	%p12, %r442, %r213;
-	@%p12 bra 	$L__BB54_16;
+	@%p12 bra 	$L__BB34_16;
 
-$L__BB54_19:
-	@%p10 bra 	$L__BB54_26;
+$L__BB34_19:
+	@%p10 bra 	$L__BB34_26;
 
 	ld.global.u64 	%rd79, [%rd13];
 	mov.u32 	%r5, %ntid.x;
 	add.s64 	%rd29, %rd79, %rd51;
 	mov.u32 	%r443, %r1;
 
-$L__BB54_21:
+$L__BB34_21:
 	setp.eq.s32 	%p14, %r443, %r212;
-	@%p14 bra 	$L__BB54_25;
+	@%p14 bra 	$L__BB34_25;
 
 	shl.b32 	%r233, %r443, 9;
 	cvt.u64.u32 	%rd80, %r233;
@@ -12808,33 +14373,33 @@ $L__BB54_21:
 	shl.b64 	%rd82, %rd81, 3;
 	add.s64 	%rd30, %rd29, %rd82;
 
-$L__BB54_23:
+$L__BB34_23:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd83, [%rd30];
 	// end inline asm
 	setp.eq.s64 	%p15, %rd83, 0;
-	@%p15 bra 	$L__BB54_23;
+	@%p15 bra 	$L__BB34_23;
 
 	mov.u64 	%rd85, 0;
 	st.volatile.u64 	[%rd30], %rd85;
 
-$L__BB54_25:
+$L__BB34_25:
 	add.s32 	%r443, %r443, %r5;
 	setp.lt.u32 	%p16, %r443, %r213;
-	@%p16 bra 	$L__BB54_21;
+	@%p16 bra 	$L__BB34_21;
 
-$L__BB54_26:
+$L__BB34_26:
 	bar.sync 	0;
 	mul.wide.u32 	%rd86, %r1, 16;
 	add.s64 	%rd160, %rd10, %rd86;
 	setp.ge.u64 	%p17, %rd160, %rd12;
-	@%p17 bra 	$L__BB54_46;
+	@%p17 bra 	$L__BB34_46;
 
 	mov.u32 	%r234, %ntid.x;
 	mul.wide.u32 	%rd33, %r234, 16;
 	and.b64  	%rd34, %rd49, 15;
 
-$L__BB54_28:
+$L__BB34_28:
 	ld.global.u64 	%rd87, [%rd3];
 	add.s64 	%rd88, %rd87, %rd160;
 	ld.v4.u32 	{%r235, %r236, %r237, %r238}, [%rd88];
@@ -12863,16 +14428,16 @@ $L__BB54_28:
 	and.b32  	%r462, %r250, 255;
 	shr.u32 	%r461, %r238, 24;
 	setp.lt.u32 	%p18, %r213, 2;
-	@%p18 bra 	$L__BB54_39;
+	@%p18 bra 	$L__BB34_39;
 
 	setp.eq.s32 	%p19, %r214, 2;
-	@%p19 bra 	$L__BB54_37;
-	bra.uni 	$L__BB54_30;
+	@%p19 bra 	$L__BB34_37;
+	bra.uni 	$L__BB34_30;
 
-$L__BB54_37:
+$L__BB34_37:
 	mov.u32 	%r493, 1;
 
-$L__BB54_38:
+$L__BB34_38:
 	mul.wide.u32 	%rd93, %r493, 8;
 	add.s64 	%rd94, %rd3, %rd93;
 	ld.global.u64 	%rd95, [%rd94];
@@ -12920,23 +14485,23 @@ $L__BB54_38:
 	min.u32 	%r461, %r461, %r360;
 	add.s32 	%r493, %r493, 1;
 	setp.lt.u32 	%p23, %r493, %r213;
-	@%p23 bra 	$L__BB54_38;
-	bra.uni 	$L__BB54_39;
+	@%p23 bra 	$L__BB34_38;
+	bra.uni 	$L__BB34_39;
 
-$L__BB54_30:
+$L__BB34_30:
 	mov.u32 	%r460, 1;
 
-$L__BB54_31:
+$L__BB34_31:
 	mul.wide.u32 	%rd89, %r460, 8;
 	add.s64 	%rd90, %rd3, %rd89;
 	ld.global.u64 	%rd91, [%rd90];
 	add.s64 	%rd92, %rd91, %rd160;
 	ld.v4.u32 	{%r252, %r253, %r254, %r255}, [%rd92];
 	setp.eq.s32 	%p20, %r214, 3;
-	@%p20 bra 	$L__BB54_34;
+	@%p20 bra 	$L__BB34_34;
 
 	setp.ne.s32 	%p21, %r214, 4;
-	@%p21 bra 	$L__BB54_35;
+	@%p21 bra 	$L__BB34_35;
 
 	and.b32  	%r256, %r252, 255;
 	mul.lo.s32 	%r476, %r476, %r256;
@@ -12978,9 +14543,9 @@ $L__BB54_31:
 	mul.lo.s32 	%r462, %r462, %r278;
 	shr.u32 	%r279, %r255, 24;
 	mul.lo.s32 	%r461, %r461, %r279;
-	bra.uni 	$L__BB54_36;
+	bra.uni 	$L__BB34_36;
 
-$L__BB54_34:
+$L__BB34_34:
 	and.b32  	%r280, %r252, 255;
 	max.u32 	%r476, %r476, %r280;
 	shr.u32 	%r281, %r252, 8;
@@ -13021,9 +14586,9 @@ $L__BB54_34:
 	max.u32 	%r462, %r462, %r302;
 	shr.u32 	%r303, %r255, 24;
 	max.u32 	%r461, %r461, %r303;
-	bra.uni 	$L__BB54_36;
+	bra.uni 	$L__BB34_36;
 
-$L__BB54_35:
+$L__BB34_35:
 	and.b32  	%r304, %r252, 255;
 	add.s32 	%r476, %r476, %r304;
 	shr.u32 	%r305, %r252, 8;
@@ -13065,17 +14630,17 @@ $L__BB54_35:
 	shr.u32 	%r327, %r255, 24;
 	add.s32 	%r461, %r461, %r327;
 
-$L__BB54_36:
+$L__BB34_36:
 	add.s32 	%r460, %r460, 1;
 	setp.lt.u32 	%p22, %r460, %r213;
-	@%p22 bra 	$L__BB54_31;
+	@%p22 bra 	$L__BB34_31;
 
-$L__BB54_39:
+$L__BB34_39:
 	setp.eq.s32 	%p24, %r214, 1;
-	@%p24 bra 	$L__BB54_41;
-	bra.uni 	$L__BB54_40;
+	@%p24 bra 	$L__BB34_41;
+	bra.uni 	$L__BB34_40;
 
-$L__BB54_41:
+$L__BB34_41:
 	div.u32 	%r372, %r476, %r213;
 	div.u32 	%r373, %r475, %r213;
 	mov.u32 	%r374, 64;
@@ -13107,9 +14672,9 @@ $L__BB54_41:
 	prmt.b32 	%r397, %r395, %r396, %r377;
 	div.u32 	%r398, %r461, %r213;
 	prmt.b32 	%r510, %r397, %r398, %r380;
-	bra.uni 	$L__BB54_42;
+	bra.uni 	$L__BB34_42;
 
-$L__BB54_40:
+$L__BB34_40:
 	mov.u32 	%r361, 64;
 	prmt.b32 	%r362, %r476, %r475, %r361;
 	mov.u32 	%r363, 1040;
@@ -13126,11 +14691,11 @@ $L__BB54_40:
 	prmt.b32 	%r371, %r370, %r462, %r363;
 	prmt.b32 	%r510, %r371, %r461, %r365;
 
-$L__BB54_42:
+$L__BB34_42:
 	add.s64 	%rd97, %rd1, %rd160;
 	add.s64 	%rd36, %rd97, 1;
 	setp.eq.s64 	%p25, %rd34, 0;
-	@%p25 bra 	$L__BB54_44;
+	@%p25 bra 	$L__BB34_44;
 
 	st.global.u8 	[%rd36+-1], %r513;
 	shr.u32 	%r399, %r513, 8;
@@ -13160,52 +14725,52 @@ $L__BB54_42:
 	st.global.u8 	[%rd36+13], %r409;
 	shr.u32 	%r410, %r510, 24;
 	st.global.u8 	[%rd36+14], %r410;
-	bra.uni 	$L__BB54_45;
+	bra.uni 	$L__BB34_45;
 
-$L__BB54_44:
+$L__BB34_44:
 	st.global.v4.u32 	[%rd36+-1], {%r513, %r512, %r511, %r510};
 
-$L__BB54_45:
+$L__BB34_45:
 	add.s64 	%rd160, %rd160, %rd33;
 	setp.lt.u64 	%p26, %rd160, %rd12;
-	@%p26 bra 	$L__BB54_28;
+	@%p26 bra 	$L__BB34_28;
 
-$L__BB54_46:
+$L__BB34_46:
 	mov.u32 	%r439, %tid.x;
 	cvt.u64.u32 	%rd153, %r439;
 	add.s64 	%rd161, %rd12, %rd153;
 	setp.ge.u64 	%p27, %rd161, %rd11;
-	@%p27 bra 	$L__BB54_71;
+	@%p27 bra 	$L__BB34_71;
 
 	setp.gt.u32 	%p28, %r213, 1;
 	mov.u32 	%r411, %ntid.x;
 	cvt.u64.u32 	%rd39, %r411;
-	@%p28 bra 	$L__BB54_51;
-	bra.uni 	$L__BB54_48;
+	@%p28 bra 	$L__BB34_51;
+	bra.uni 	$L__BB34_48;
 
-$L__BB54_51:
+$L__BB34_51:
 	add.s32 	%r412, %r213, -1;
 	add.s32 	%r175, %r213, -2;
 	and.b32  	%r176, %r412, 3;
 	sub.s32 	%r177, %r412, %r176;
 
-$L__BB54_52:
+$L__BB34_52:
 	ld.global.u64 	%rd101, [%rd3];
 	add.s64 	%rd102, %rd101, %rd161;
 	ld.u8 	%r527, [%rd102];
 	setp.eq.s32 	%p31, %r214, 2;
-	@%p31 bra 	$L__BB54_59;
+	@%p31 bra 	$L__BB34_59;
 
 	setp.eq.s32 	%p32, %r214, 3;
-	@%p32 bra 	$L__BB54_57;
+	@%p32 bra 	$L__BB34_57;
 
 	setp.ne.s32 	%p33, %r214, 4;
-	@%p33 bra 	$L__BB54_66;
+	@%p33 bra 	$L__BB34_66;
 
 	mov.u32 	%r515, 1;
 	mov.u64 	%rd163, %rd3;
 
-$L__BB54_56:
+$L__BB34_56:
 	add.s64 	%rd44, %rd163, 8;
 	ld.global.u64 	%rd103, [%rd163+8];
 	add.s64 	%rd104, %rd103, %rd161;
@@ -13214,18 +14779,18 @@ $L__BB54_56:
 	add.s32 	%r515, %r515, 1;
 	setp.lt.u32 	%p34, %r515, %r213;
 	mov.u64 	%rd163, %rd44;
-	@%p34 bra 	$L__BB54_56;
-	bra.uni 	$L__BB54_68;
+	@%p34 bra 	$L__BB34_56;
+	bra.uni 	$L__BB34_68;
 
-$L__BB54_59:
+$L__BB34_59:
 	setp.lt.u32 	%p36, %r175, 3;
 	mov.u32 	%r523, 1;
-	@%p36 bra 	$L__BB54_62;
+	@%p36 bra 	$L__BB34_62;
 
 	mov.u32 	%r523, 1;
 	mov.u32 	%r521, %r177;
 
-$L__BB54_61:
+$L__BB34_61:
 	mul.wide.u32 	%rd109, %r523, 8;
 	add.s64 	%rd110, %rd3, %rd109;
 	ld.global.u64 	%rd111, [%rd110];
@@ -13250,11 +14815,11 @@ $L__BB54_61:
 	add.s32 	%r523, %r523, 4;
 	add.s32 	%r521, %r521, -4;
 	setp.ne.s32 	%p37, %r521, 0;
-	@%p37 bra 	$L__BB54_61;
+	@%p37 bra 	$L__BB34_61;
 
-$L__BB54_62:
+$L__BB34_62:
 	setp.eq.s32 	%p38, %r176, 0;
-	@%p38 bra 	$L__BB54_68;
+	@%p38 bra 	$L__BB34_68;
 
 	setp.eq.s32 	%p39, %r176, 1;
 	mul.wide.u32 	%rd121, %r523, 8;
@@ -13263,7 +14828,7 @@ $L__BB54_62:
 	add.s64 	%rd124, %rd123, %rd161;
 	ld.u8 	%r428, [%rd124];
 	min.u32 	%r527, %r527, %r428;
-	@%p39 bra 	$L__BB54_68;
+	@%p39 bra 	$L__BB34_68;
 
 	setp.eq.s32 	%p40, %r176, 2;
 	add.s32 	%r429, %r523, 1;
@@ -13273,7 +14838,7 @@ $L__BB54_62:
 	add.s64 	%rd128, %rd127, %rd161;
 	ld.u8 	%r430, [%rd128];
 	min.u32 	%r527, %r527, %r430;
-	@%p40 bra 	$L__BB54_68;
+	@%p40 bra 	$L__BB34_68;
 
 	add.s32 	%r431, %r523, 2;
 	mul.wide.u32 	%rd129, %r431, 8;
@@ -13282,12 +14847,12 @@ $L__BB54_62:
 	add.s64 	%rd132, %rd131, %rd161;
 	ld.u8 	%r432, [%rd132];
 	min.u32 	%r527, %r527, %r432;
-	bra.uni 	$L__BB54_68;
+	bra.uni 	$L__BB34_68;
 
-$L__BB54_57:
+$L__BB34_57:
 	mov.u32 	%r517, 1;
 
-$L__BB54_58:
+$L__BB34_58:
 	mul.wide.u32 	%rd105, %r517, 8;
 	add.s64 	%rd106, %rd3, %rd105;
 	ld.global.u64 	%rd107, [%rd106];
@@ -13296,13 +14861,13 @@ $L__BB54_58:
 	max.u32 	%r527, %r527, %r416;
 	add.s32 	%r517, %r517, 1;
 	setp.lt.u32 	%p35, %r517, %r213;
-	@%p35 bra 	$L__BB54_58;
-	bra.uni 	$L__BB54_68;
+	@%p35 bra 	$L__BB34_58;
+	bra.uni 	$L__BB34_68;
 
-$L__BB54_66:
+$L__BB34_66:
 	mov.u32 	%r525, 1;
 
-$L__BB54_67:
+$L__BB34_67:
 	mul.wide.u32 	%rd133, %r525, 8;
 	add.s64 	%rd134, %rd3, %rd133;
 	ld.global.u64 	%rd135, [%rd134];
@@ -13311,41 +14876,41 @@ $L__BB54_67:
 	add.s32 	%r527, %r527, %r434;
 	add.s32 	%r525, %r525, 1;
 	setp.lt.u32 	%p41, %r525, %r213;
-	@%p41 bra 	$L__BB54_67;
+	@%p41 bra 	$L__BB34_67;
 
-$L__BB54_68:
+$L__BB34_68:
 	setp.ne.s32 	%p42, %r214, 1;
-	@%p42 bra 	$L__BB54_70;
+	@%p42 bra 	$L__BB34_70;
 
 	div.u32 	%r527, %r527, %r213;
 
-$L__BB54_70:
+$L__BB34_70:
 	add.s64 	%rd137, %rd1, %rd161;
 	st.global.u8 	[%rd137], %r527;
 	add.s64 	%rd161, %rd161, %rd39;
 	setp.lt.u64 	%p43, %rd161, %rd11;
-	@%p43 bra 	$L__BB54_52;
-	bra.uni 	$L__BB54_71;
+	@%p43 bra 	$L__BB34_52;
+	bra.uni 	$L__BB34_71;
 
-$L__BB54_48:
+$L__BB34_48:
 	ld.global.u64 	%rd98, [%rd3];
 	add.s64 	%rd99, %rd98, %rd161;
 	ld.u8 	%r514, [%rd99];
 	setp.ne.s32 	%p29, %r214, 1;
-	@%p29 bra 	$L__BB54_50;
+	@%p29 bra 	$L__BB34_50;
 
 	div.u32 	%r514, %r514, %r213;
 
-$L__BB54_50:
+$L__BB34_50:
 	add.s64 	%rd100, %rd1, %rd161;
 	st.global.u8 	[%rd100], %r514;
 	add.s64 	%rd161, %rd161, %rd39;
 	setp.lt.u64 	%p30, %rd161, %rd11;
-	@%p30 bra 	$L__BB54_48;
+	@%p30 bra 	$L__BB34_48;
 
-$L__BB54_71:
+$L__BB34_71:
 	bar.sync 	0;
-	@%p10 bra 	$L__BB54_76;
+	@%p10 bra 	$L__BB34_76;
 
 	mov.u32 	%r529, %tid.x;
 	mov.u32 	%r206, %ntid.x;
@@ -13355,9 +14920,9 @@ $L__BB54_71:
 	add.s64 	%rd46, %rd138, %rd9;
 	shl.b64 	%rd145, %rd46, 3;
 
-$L__BB54_73:
+$L__BB34_73:
 	setp.eq.s32 	%p45, %r529, %r212;
-	@%p45 bra 	$L__BB54_75;
+	@%p45 bra 	$L__BB34_75;
 
 	mul.wide.u32 	%rd141, %r529, 8;
 	add.s64 	%rd142, %rd3, %rd141;
@@ -13369,13 +14934,13 @@ $L__BB54_73:
 	st.release.sys.global.u64 [%rd139], %rd140;
 	// end inline asm
 
-$L__BB54_75:
+$L__BB34_75:
 	add.s32 	%r529, %r529, %r206;
 	setp.lt.u32 	%p46, %r529, %r213;
-	@%p46 bra 	$L__BB54_73;
+	@%p46 bra 	$L__BB34_73;
 
-$L__BB54_76:
-	@%p10 bra 	$L__BB54_83;
+$L__BB34_76:
+	@%p10 bra 	$L__BB34_83;
 
 	mul.wide.u32 	%rd155, %r212, 8;
 	add.s64 	%rd154, %rd3, %rd155;
@@ -13384,9 +14949,9 @@ $L__BB54_76:
 	mov.u32 	%r209, %ntid.x;
 	add.s64 	%rd47, %rd146, %rd51;
 
-$L__BB54_78:
+$L__BB34_78:
 	setp.eq.s32 	%p48, %r530, %r212;
-	@%p48 bra 	$L__BB54_82;
+	@%p48 bra 	$L__BB34_82;
 
 	add.s32 	%r437, %r530, %r213;
 	shl.b32 	%r438, %r437, 9;
@@ -13395,23 +14960,976 @@ $L__BB54_78:
 	shl.b64 	%rd149, %rd148, 3;
 	add.s64 	%rd48, %rd47, %rd149;
 
-$L__BB54_80:
+$L__BB34_80:
 	// begin inline asm
 	ld.acquire.sys.global.u64 %rd150, [%rd48];
 	// end inline asm
 	setp.eq.s64 	%p49, %rd150, 0;
-	@%p49 bra 	$L__BB54_80;
+	@%p49 bra 	$L__BB34_80;
 
 	mov.u64 	%rd152, 0;
 	st.volatile.u64 	[%rd48], %rd152;
 
-$L__BB54_82:
+$L__BB34_82:
 	add.s32 	%r530, %r530, %r209;
 	setp.lt.u32 	%p50, %r530, %r213;
-	@%p50 bra 	$L__BB54_78;
+	@%p50 bra 	$L__BB34_78;
 
-$L__BB54_83:
+$L__BB34_83:
 	bar.sync 	0;
+	ret;
+
+}
+	// .globl	smcuda_twoshot_u8
+.visible .entry smcuda_twoshot_u8(
+	.param .u64 smcuda_twoshot_u8_param_0,
+	.param .u64 smcuda_twoshot_u8_param_1,
+	.param .u64 smcuda_twoshot_u8_param_2,
+	.param .u64 smcuda_twoshot_u8_param_3,
+	.param .u32 smcuda_twoshot_u8_param_4,
+	.param .u32 smcuda_twoshot_u8_param_5,
+	.param .u64 smcuda_twoshot_u8_param_6,
+	.param .u32 smcuda_twoshot_u8_param_7,
+	.param .u64 smcuda_twoshot_u8_param_8,
+	.param .u64 smcuda_twoshot_u8_param_9
+)
+.maxntid 512, 1, 1
+.minnctapersm 2
+{
+	.reg .pred 	%p<65>;
+	.reg .b16 	%rs<2>;
+	.reg .b32 	%r<566>;
+	.reg .b64 	%rd<256>;
+
+
+	ld.param.u64 	%rd58, [smcuda_twoshot_u8_param_0];
+	ld.param.u64 	%rd60, [smcuda_twoshot_u8_param_2];
+	ld.param.u64 	%rd61, [smcuda_twoshot_u8_param_3];
+	ld.param.u32 	%r210, [smcuda_twoshot_u8_param_4];
+	ld.param.u32 	%r211, [smcuda_twoshot_u8_param_5];
+	ld.param.u64 	%rd62, [smcuda_twoshot_u8_param_6];
+	ld.param.u32 	%r212, [smcuda_twoshot_u8_param_7];
+	ld.param.u64 	%rd63, [smcuda_twoshot_u8_param_8];
+	ld.param.u64 	%rd64, [smcuda_twoshot_u8_param_9];
+	cvta.to.global.u64 	%rd65, %rd60;
+	mul.wide.u32 	%rd66, %r210, 8;
+	add.s64 	%rd67, %rd65, %rd66;
+	ld.global.u64 	%rd1, [%rd67];
+	cvt.u64.u32 	%rd2, %r211;
+	mul.lo.s64 	%rd68, %rd2, %rd64;
+	min.u64 	%rd69, %rd68, %rd62;
+	add.s64 	%rd70, %rd2, %rd69;
+	add.s64 	%rd3, %rd70, -1;
+	and.b64  	%rd71, %rd3, -4294967296;
+	setp.eq.s64 	%p1, %rd71, 0;
+	@%p1 bra 	$L__BB35_2;
+
+	div.u64 	%rd244, %rd3, %rd2;
+	bra.uni 	$L__BB35_3;
+
+$L__BB35_2:
+	cvt.u32.u64 	%r213, %rd2;
+	cvt.u32.u64 	%r214, %rd3;
+	div.u32 	%r215, %r214, %r213;
+	cvt.u64.u32 	%rd244, %r215;
+
+$L__BB35_3:
+	add.s64 	%rd72, %rd244, 15;
+	and.b64  	%rd7, %rd72, -16;
+	mov.u32 	%r216, %nctaid.x;
+	cvt.u64.u32 	%rd8, %r216;
+	add.s64 	%rd73, %rd8, %rd7;
+	add.s64 	%rd9, %rd73, -1;
+	and.b64  	%rd74, %rd9, -4294967296;
+	setp.eq.s64 	%p2, %rd74, 0;
+	@%p2 bra 	$L__BB35_5;
+
+	div.u64 	%rd245, %rd9, %rd8;
+	bra.uni 	$L__BB35_6;
+
+$L__BB35_5:
+	cvt.u32.u64 	%r217, %rd8;
+	cvt.u32.u64 	%r218, %rd9;
+	div.u32 	%r219, %r218, %r217;
+	cvt.u64.u32 	%rd245, %r219;
+
+$L__BB35_6:
+	add.s64 	%rd75, %rd245, 15;
+	and.b64  	%rd13, %rd75, -16;
+	setp.eq.s64 	%p3, %rd62, 0;
+	@%p3 bra 	$L__BB35_92;
+
+	mov.u64 	%rd246, 0;
+	mov.u32 	%r222, %tid.x;
+	mov.u32 	%r223, %ntid.x;
+	mov.u32 	%r224, %ctaid.x;
+
+$L__BB35_8:
+	sub.s64 	%rd79, %rd62, %rd246;
+	min.u64 	%rd15, %rd79, %rd68;
+	add.s64 	%rd80, %rd2, %rd15;
+	add.s64 	%rd16, %rd80, -1;
+	and.b64  	%rd81, %rd16, -4294967296;
+	setp.eq.s64 	%p4, %rd81, 0;
+	@%p4 bra 	$L__BB35_10;
+
+	div.u64 	%rd247, %rd16, %rd2;
+	bra.uni 	$L__BB35_11;
+
+$L__BB35_10:
+	cvt.u32.u64 	%r220, %rd16;
+	div.u32 	%r221, %r220, %r211;
+	cvt.u64.u32 	%rd247, %r221;
+
+$L__BB35_11:
+	sub.s64 	%rd223, %rd62, %rd246;
+	min.u64 	%rd222, %rd223, %rd68;
+	ld.param.u64 	%rd221, [smcuda_twoshot_u8_param_2];
+	ld.param.u64 	%rd220, [smcuda_twoshot_u8_param_1];
+	setp.ge.u32 	%p5, %r222, %r211;
+	add.s64 	%rd83, %rd247, 15;
+	and.b64  	%rd20, %rd83, -16;
+	add.s64 	%rd84, %rd220, %rd246;
+	{ // callseq 12, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd84;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd221;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r210;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r211;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd222;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd20;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r224;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 1;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r222;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r223;
+	call.uni 
+	_Z10push_partsPKcPKPcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 12
+	bar.sync 	0;
+	@%p5 bra 	$L__BB35_16;
+
+	mov.u32 	%r480, %r222;
+
+$L__BB35_13:
+	setp.eq.s32 	%p6, %r480, %r210;
+	@%p6 bra 	$L__BB35_15;
+
+	shl.b32 	%r436, %r210, 9;
+	mul.wide.u32 	%rd88, %r480, 8;
+	add.s64 	%rd89, %rd65, %rd88;
+	ld.global.u64 	%rd90, [%rd89];
+	add.s64 	%rd91, %rd90, %rd61;
+	cvt.u64.u32 	%rd92, %r436;
+	cvt.u64.u32 	%rd93, %r224;
+	add.s64 	%rd94, %rd92, %rd93;
+	shl.b64 	%rd95, %rd94, 3;
+	add.s64 	%rd85, %rd91, %rd95;
+	mov.u64 	%rd86, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd85], %rd86;
+	// end inline asm
+
+$L__BB35_15:
+	add.s32 	%r480, %r480, %r223;
+	setp.lt.u32 	%p7, %r480, %r211;
+	@%p7 bra 	$L__BB35_13;
+
+$L__BB35_16:
+	mov.u32 	%r227, %tid.x;
+	setp.ge.u32 	%p8, %r227, %r211;
+	@%p8 bra 	$L__BB35_23;
+
+	ld.global.u64 	%rd99, [%rd67];
+	mov.u32 	%r481, %tid.x;
+	add.s64 	%rd21, %rd99, %rd61;
+
+$L__BB35_18:
+	setp.eq.s32 	%p9, %r481, %r210;
+	@%p9 bra 	$L__BB35_22;
+
+	shl.b32 	%r228, %r481, 9;
+	cvt.u64.u32 	%rd100, %r228;
+	cvt.u64.u32 	%rd101, %r224;
+	add.s64 	%rd102, %rd100, %rd101;
+	shl.b64 	%rd103, %rd102, 3;
+	add.s64 	%rd22, %rd21, %rd103;
+
+$L__BB35_20:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd104, [%rd22];
+	// end inline asm
+	setp.eq.s64 	%p10, %rd104, 0;
+	@%p10 bra 	$L__BB35_20;
+
+	mov.u64 	%rd106, 0;
+	st.volatile.u64 	[%rd22], %rd106;
+
+$L__BB35_22:
+	add.s32 	%r481, %r481, %r223;
+	setp.lt.u32 	%p11, %r481, %r211;
+	@%p11 bra 	$L__BB35_18;
+
+$L__BB35_23:
+	add.s64 	%rd227, %rd247, 15;
+	and.b64  	%rd226, %rd227, -16;
+	mov.u32 	%r435, %tid.x;
+	sub.s64 	%rd225, %rd62, %rd246;
+	min.u64 	%rd224, %rd225, %rd68;
+	bar.sync 	0;
+	cvt.u64.u32 	%rd107, %r210;
+	mul.lo.s64 	%rd108, %rd226, %rd107;
+	min.u64 	%rd109, %rd224, %rd108;
+	add.s64 	%rd110, %rd109, %rd226;
+	min.u64 	%rd111, %rd224, %rd110;
+	sub.s64 	%rd112, %rd111, %rd109;
+	cvt.u64.u32 	%rd113, %r224;
+	mul.lo.s64 	%rd114, %rd13, %rd113;
+	min.u64 	%rd23, %rd112, %rd114;
+	sub.s64 	%rd115, %rd112, %rd23;
+	min.u64 	%rd24, %rd115, %rd13;
+	add.s64 	%rd117, %rd58, %rd246;
+	or.b64  	%rd118, %rd84, %rd117;
+	and.b64  	%rd119, %rd118, 15;
+	setp.eq.s64 	%p12, %rd119, 0;
+	and.b64  	%rd120, %rd24, -16;
+	selp.b64 	%rd25, %rd120, 0, %p12;
+	mul.wide.u32 	%rd121, %r435, 16;
+	setp.ge.u64 	%p13, %rd121, %rd25;
+	@%p13 bra 	$L__BB35_49;
+
+	mov.u32 	%r232, %tid.x;
+	mul.wide.u32 	%rd248, %r232, 16;
+
+$L__BB35_25:
+	add.s64 	%rd126, %rd84, %rd109;
+	setp.eq.s32 	%p14, %r210, 0;
+	selp.b64 	%rd127, %rd126, %rd1, %p14;
+	add.s64 	%rd28, %rd248, %rd23;
+	add.s64 	%rd128, %rd127, %rd28;
+	ld.v4.u32 	{%r233, %r234, %r235, %r236}, [%rd128];
+	and.b32  	%r514, %r233, 255;
+	shr.u32 	%r241, %r233, 8;
+	and.b32  	%r513, %r241, 255;
+	shr.u32 	%r242, %r233, 16;
+	and.b32  	%r512, %r242, 255;
+	shr.u32 	%r511, %r233, 24;
+	and.b32  	%r510, %r234, 255;
+	shr.u32 	%r243, %r234, 8;
+	and.b32  	%r509, %r243, 255;
+	shr.u32 	%r244, %r234, 16;
+	and.b32  	%r508, %r244, 255;
+	shr.u32 	%r507, %r234, 24;
+	and.b32  	%r506, %r235, 255;
+	shr.u32 	%r245, %r235, 8;
+	and.b32  	%r505, %r245, 255;
+	shr.u32 	%r246, %r235, 16;
+	and.b32  	%r504, %r246, 255;
+	shr.u32 	%r503, %r235, 24;
+	and.b32  	%r502, %r236, 255;
+	shr.u32 	%r247, %r236, 8;
+	and.b32  	%r501, %r247, 255;
+	shr.u32 	%r248, %r236, 16;
+	and.b32  	%r500, %r248, 255;
+	shr.u32 	%r499, %r236, 24;
+	setp.lt.u32 	%p15, %r211, 2;
+	@%p15 bra 	$L__BB35_40;
+
+	and.b32  	%r514, %r233, 255;
+	setp.eq.s32 	%p16, %r212, 2;
+	@%p16 bra 	$L__BB35_36;
+	bra.uni 	$L__BB35_27;
+
+$L__BB35_36:
+	shr.u32 	%r476, %r233, 16;
+	and.b32  	%r512, %r476, 255;
+	shr.u32 	%r511, %r233, 24;
+	and.b32  	%r510, %r234, 255;
+	shr.u32 	%r472, %r234, 8;
+	and.b32  	%r509, %r472, 255;
+	shr.u32 	%r470, %r234, 16;
+	and.b32  	%r508, %r470, 255;
+	shr.u32 	%r507, %r234, 24;
+	and.b32  	%r506, %r235, 255;
+	shr.u32 	%r466, %r235, 8;
+	and.b32  	%r505, %r466, 255;
+	shr.u32 	%r503, %r235, 24;
+	and.b32  	%r502, %r236, 255;
+	shr.u32 	%r462, %r236, 8;
+	and.b32  	%r501, %r462, 255;
+	shr.u32 	%r460, %r236, 16;
+	and.b32  	%r500, %r460, 255;
+	shr.u32 	%r499, %r236, 24;
+	mov.u32 	%r531, 1;
+
+$L__BB35_37:
+	.pragma "nounroll";
+	setp.eq.s32 	%p22, %r531, %r210;
+	mov.u64 	%rd250, %rd126;
+	@%p22 bra 	$L__BB35_39;
+
+	setp.ge.u32 	%p23, %r531, %r210;
+	selp.b32 	%r329, -1, 0, %p23;
+	add.s32 	%r330, %r531, %r329;
+	cvt.u64.u32 	%rd140, %r330;
+	mul.lo.s64 	%rd141, %rd7, %rd140;
+	add.s64 	%rd250, %rd1, %rd141;
+
+$L__BB35_39:
+	add.s64 	%rd229, %rd248, %rd23;
+	add.s64 	%rd142, %rd250, %rd229;
+	ld.v4.u32 	{%r331, %r332, %r333, %r334}, [%rd142];
+	and.b32  	%r339, %r331, 255;
+	min.u32 	%r514, %r514, %r339;
+	shr.u32 	%r340, %r331, 8;
+	and.b32  	%r341, %r340, 255;
+	min.u32 	%r513, %r513, %r341;
+	shr.u32 	%r342, %r331, 16;
+	and.b32  	%r343, %r342, 255;
+	min.u32 	%r512, %r512, %r343;
+	shr.u32 	%r344, %r331, 24;
+	min.u32 	%r511, %r511, %r344;
+	and.b32  	%r345, %r332, 255;
+	min.u32 	%r510, %r510, %r345;
+	shr.u32 	%r346, %r332, 8;
+	and.b32  	%r347, %r346, 255;
+	min.u32 	%r509, %r509, %r347;
+	shr.u32 	%r348, %r332, 16;
+	and.b32  	%r349, %r348, 255;
+	min.u32 	%r508, %r508, %r349;
+	shr.u32 	%r350, %r332, 24;
+	min.u32 	%r507, %r507, %r350;
+	and.b32  	%r351, %r333, 255;
+	min.u32 	%r506, %r506, %r351;
+	shr.u32 	%r352, %r333, 8;
+	and.b32  	%r353, %r352, 255;
+	min.u32 	%r505, %r505, %r353;
+	shr.u32 	%r354, %r333, 16;
+	and.b32  	%r355, %r354, 255;
+	min.u32 	%r504, %r504, %r355;
+	shr.u32 	%r356, %r333, 24;
+	min.u32 	%r503, %r503, %r356;
+	and.b32  	%r357, %r334, 255;
+	min.u32 	%r502, %r502, %r357;
+	shr.u32 	%r358, %r334, 8;
+	and.b32  	%r359, %r358, 255;
+	min.u32 	%r501, %r501, %r359;
+	shr.u32 	%r360, %r334, 16;
+	and.b32  	%r361, %r360, 255;
+	min.u32 	%r500, %r500, %r361;
+	shr.u32 	%r362, %r334, 24;
+	min.u32 	%r499, %r499, %r362;
+	add.s32 	%r531, %r531, 1;
+	setp.lt.u32 	%p24, %r531, %r211;
+	@%p24 bra 	$L__BB35_37;
+	bra.uni 	$L__BB35_40;
+
+$L__BB35_27:
+	shr.u32 	%r456, %r233, 16;
+	and.b32  	%r512, %r456, 255;
+	shr.u32 	%r511, %r233, 24;
+	and.b32  	%r510, %r234, 255;
+	shr.u32 	%r452, %r234, 8;
+	and.b32  	%r509, %r452, 255;
+	shr.u32 	%r450, %r234, 16;
+	and.b32  	%r508, %r450, 255;
+	shr.u32 	%r507, %r234, 24;
+	and.b32  	%r506, %r235, 255;
+	shr.u32 	%r446, %r235, 8;
+	and.b32  	%r505, %r446, 255;
+	shr.u32 	%r503, %r235, 24;
+	and.b32  	%r502, %r236, 255;
+	shr.u32 	%r442, %r236, 8;
+	and.b32  	%r501, %r442, 255;
+	shr.u32 	%r440, %r236, 16;
+	and.b32  	%r500, %r440, 255;
+	shr.u32 	%r499, %r236, 24;
+	mov.u32 	%r498, 1;
+
+$L__BB35_28:
+	.pragma "nounroll";
+	add.s64 	%rd249, %rd84, %rd109;
+	setp.eq.s32 	%p17, %r498, %r210;
+	@%p17 bra 	$L__BB35_30;
+
+	setp.ge.u32 	%p18, %r498, %r210;
+	selp.b32 	%r250, -1, 0, %p18;
+	add.s32 	%r251, %r498, %r250;
+	cvt.u64.u32 	%rd133, %r251;
+	mul.lo.s64 	%rd134, %rd7, %rd133;
+	add.s64 	%rd249, %rd1, %rd134;
+
+$L__BB35_30:
+	add.s64 	%rd228, %rd248, %rd23;
+	add.s64 	%rd135, %rd249, %rd228;
+	ld.v4.u32 	{%r252, %r253, %r254, %r255}, [%rd135];
+	setp.eq.s32 	%p19, %r212, 3;
+	@%p19 bra 	$L__BB35_33;
+
+	setp.ne.s32 	%p20, %r212, 4;
+	@%p20 bra 	$L__BB35_34;
+
+	and.b32  	%r256, %r252, 255;
+	mul.lo.s32 	%r514, %r514, %r256;
+	shr.u32 	%r257, %r252, 8;
+	and.b32  	%r258, %r257, 255;
+	mul.lo.s32 	%r513, %r513, %r258;
+	shr.u32 	%r259, %r252, 16;
+	and.b32  	%r260, %r259, 255;
+	mul.lo.s32 	%r512, %r512, %r260;
+	shr.u32 	%r261, %r252, 24;
+	mul.lo.s32 	%r511, %r511, %r261;
+	and.b32  	%r262, %r253, 255;
+	mul.lo.s32 	%r510, %r510, %r262;
+	shr.u32 	%r263, %r253, 8;
+	and.b32  	%r264, %r263, 255;
+	mul.lo.s32 	%r509, %r509, %r264;
+	shr.u32 	%r265, %r253, 16;
+	and.b32  	%r266, %r265, 255;
+	mul.lo.s32 	%r508, %r508, %r266;
+	shr.u32 	%r267, %r253, 24;
+	mul.lo.s32 	%r507, %r507, %r267;
+	and.b32  	%r268, %r254, 255;
+	mul.lo.s32 	%r506, %r506, %r268;
+	shr.u32 	%r269, %r254, 8;
+	and.b32  	%r270, %r269, 255;
+	mul.lo.s32 	%r505, %r505, %r270;
+	shr.u32 	%r271, %r254, 16;
+	and.b32  	%r272, %r271, 255;
+	mul.lo.s32 	%r504, %r504, %r272;
+	shr.u32 	%r273, %r254, 24;
+	mul.lo.s32 	%r503, %r503, %r273;
+	and.b32  	%r274, %r255, 255;
+	mul.lo.s32 	%r502, %r502, %r274;
+	shr.u32 	%r275, %r255, 8;
+	and.b32  	%r276, %r275, 255;
+	mul.lo.s32 	%r501, %r501, %r276;
+	shr.u32 	%r277, %r255, 16;
+	and.b32  	%r278, %r277, 255;
+	mul.lo.s32 	%r500, %r500, %r278;
+	shr.u32 	%r279, %r255, 24;
+	mul.lo.s32 	%r499, %r499, %r279;
+	bra.uni 	$L__BB35_35;
+
+$L__BB35_33:
+	and.b32  	%r280, %r252, 255;
+	max.u32 	%r514, %r514, %r280;
+	shr.u32 	%r281, %r252, 8;
+	and.b32  	%r282, %r281, 255;
+	max.u32 	%r513, %r513, %r282;
+	shr.u32 	%r283, %r252, 16;
+	and.b32  	%r284, %r283, 255;
+	max.u32 	%r512, %r512, %r284;
+	shr.u32 	%r285, %r252, 24;
+	max.u32 	%r511, %r511, %r285;
+	and.b32  	%r286, %r253, 255;
+	max.u32 	%r510, %r510, %r286;
+	shr.u32 	%r287, %r253, 8;
+	and.b32  	%r288, %r287, 255;
+	max.u32 	%r509, %r509, %r288;
+	shr.u32 	%r289, %r253, 16;
+	and.b32  	%r290, %r289, 255;
+	max.u32 	%r508, %r508, %r290;
+	shr.u32 	%r291, %r253, 24;
+	max.u32 	%r507, %r507, %r291;
+	and.b32  	%r292, %r254, 255;
+	max.u32 	%r506, %r506, %r292;
+	shr.u32 	%r293, %r254, 8;
+	and.b32  	%r294, %r293, 255;
+	max.u32 	%r505, %r505, %r294;
+	shr.u32 	%r295, %r254, 16;
+	and.b32  	%r296, %r295, 255;
+	max.u32 	%r504, %r504, %r296;
+	shr.u32 	%r297, %r254, 24;
+	max.u32 	%r503, %r503, %r297;
+	and.b32  	%r298, %r255, 255;
+	max.u32 	%r502, %r502, %r298;
+	shr.u32 	%r299, %r255, 8;
+	and.b32  	%r300, %r299, 255;
+	max.u32 	%r501, %r501, %r300;
+	shr.u32 	%r301, %r255, 16;
+	and.b32  	%r302, %r301, 255;
+	max.u32 	%r500, %r500, %r302;
+	shr.u32 	%r303, %r255, 24;
+	max.u32 	%r499, %r499, %r303;
+	bra.uni 	$L__BB35_35;
+
+$L__BB35_34:
+	and.b32  	%r304, %r252, 255;
+	add.s32 	%r514, %r514, %r304;
+	shr.u32 	%r305, %r252, 8;
+	and.b32  	%r306, %r305, 255;
+	add.s32 	%r513, %r513, %r306;
+	shr.u32 	%r307, %r252, 16;
+	and.b32  	%r308, %r307, 255;
+	add.s32 	%r512, %r512, %r308;
+	shr.u32 	%r309, %r252, 24;
+	add.s32 	%r511, %r511, %r309;
+	and.b32  	%r310, %r253, 255;
+	add.s32 	%r510, %r510, %r310;
+	shr.u32 	%r311, %r253, 8;
+	and.b32  	%r312, %r311, 255;
+	add.s32 	%r509, %r509, %r312;
+	shr.u32 	%r313, %r253, 16;
+	and.b32  	%r314, %r313, 255;
+	add.s32 	%r508, %r508, %r314;
+	shr.u32 	%r315, %r253, 24;
+	add.s32 	%r507, %r507, %r315;
+	and.b32  	%r316, %r254, 255;
+	add.s32 	%r506, %r506, %r316;
+	shr.u32 	%r317, %r254, 8;
+	and.b32  	%r318, %r317, 255;
+	add.s32 	%r505, %r505, %r318;
+	shr.u32 	%r319, %r254, 16;
+	and.b32  	%r320, %r319, 255;
+	add.s32 	%r504, %r504, %r320;
+	shr.u32 	%r321, %r254, 24;
+	add.s32 	%r503, %r503, %r321;
+	and.b32  	%r322, %r255, 255;
+	add.s32 	%r502, %r502, %r322;
+	shr.u32 	%r323, %r255, 8;
+	and.b32  	%r324, %r323, 255;
+	add.s32 	%r501, %r501, %r324;
+	shr.u32 	%r325, %r255, 16;
+	and.b32  	%r326, %r325, 255;
+	add.s32 	%r500, %r500, %r326;
+	shr.u32 	%r327, %r255, 24;
+	add.s32 	%r499, %r499, %r327;
+
+$L__BB35_35:
+	add.s32 	%r498, %r498, 1;
+	setp.lt.u32 	%p21, %r498, %r211;
+	@%p21 bra 	$L__BB35_28;
+
+$L__BB35_40:
+	setp.eq.s32 	%p25, %r212, 1;
+	@%p25 bra 	$L__BB35_42;
+	bra.uni 	$L__BB35_41;
+
+$L__BB35_42:
+	div.u32 	%r374, %r514, %r211;
+	div.u32 	%r375, %r513, %r211;
+	mov.u32 	%r376, 64;
+	prmt.b32 	%r377, %r374, %r375, %r376;
+	div.u32 	%r378, %r512, %r211;
+	mov.u32 	%r379, 1040;
+	prmt.b32 	%r380, %r377, %r378, %r379;
+	div.u32 	%r381, %r511, %r211;
+	mov.u32 	%r382, 16912;
+	prmt.b32 	%r551, %r380, %r381, %r382;
+	div.u32 	%r383, %r509, %r211;
+	div.u32 	%r384, %r510, %r211;
+	prmt.b32 	%r385, %r384, %r383, %r376;
+	div.u32 	%r386, %r508, %r211;
+	prmt.b32 	%r387, %r385, %r386, %r379;
+	div.u32 	%r388, %r507, %r211;
+	prmt.b32 	%r550, %r387, %r388, %r382;
+	div.u32 	%r389, %r505, %r211;
+	div.u32 	%r390, %r506, %r211;
+	prmt.b32 	%r391, %r390, %r389, %r376;
+	div.u32 	%r392, %r504, %r211;
+	prmt.b32 	%r393, %r391, %r392, %r379;
+	div.u32 	%r394, %r503, %r211;
+	prmt.b32 	%r549, %r393, %r394, %r382;
+	div.u32 	%r395, %r501, %r211;
+	div.u32 	%r396, %r502, %r211;
+	prmt.b32 	%r397, %r396, %r395, %r376;
+	div.u32 	%r398, %r500, %r211;
+	prmt.b32 	%r399, %r397, %r398, %r379;
+	div.u32 	%r400, %r499, %r211;
+	prmt.b32 	%r548, %r399, %r400, %r382;
+	bra.uni 	$L__BB35_43;
+
+$L__BB35_41:
+	mov.u32 	%r363, 64;
+	prmt.b32 	%r364, %r514, %r513, %r363;
+	mov.u32 	%r365, 1040;
+	prmt.b32 	%r366, %r364, %r512, %r365;
+	mov.u32 	%r367, 16912;
+	prmt.b32 	%r551, %r366, %r511, %r367;
+	prmt.b32 	%r368, %r510, %r509, %r363;
+	prmt.b32 	%r369, %r368, %r508, %r365;
+	prmt.b32 	%r550, %r369, %r507, %r367;
+	prmt.b32 	%r370, %r506, %r505, %r363;
+	prmt.b32 	%r371, %r370, %r504, %r365;
+	prmt.b32 	%r549, %r371, %r503, %r367;
+	prmt.b32 	%r372, %r502, %r501, %r363;
+	prmt.b32 	%r373, %r372, %r500, %r365;
+	prmt.b32 	%r548, %r373, %r499, %r367;
+
+$L__BB35_43:
+	add.s64 	%rd213, %rd248, %rd23;
+	add.s64 	%rd146, %rd109, %rd246;
+	add.s64 	%rd147, %rd213, %rd146;
+	cvta.to.global.u64 	%rd148, %rd58;
+	add.s64 	%rd149, %rd148, %rd147;
+	st.global.v4.u32 	[%rd149], {%r551, %r550, %r549, %r548};
+	setp.eq.s32 	%p26, %r211, 0;
+	@%p26 bra 	$L__BB35_48;
+
+	mov.u32 	%r552, 0;
+
+$L__BB35_45:
+	.pragma "nounroll";
+	setp.eq.s32 	%p27, %r552, %r210;
+	@%p27 bra 	$L__BB35_47;
+
+	add.s64 	%rd233, %rd248, %rd23;
+	add.s64 	%rd232, %rd233, %rd63;
+	mul.wide.u32 	%rd151, %r552, 8;
+	add.s64 	%rd152, %rd65, %rd151;
+	setp.le.u32 	%p28, %r552, %r210;
+	selp.b32 	%r402, -1, 0, %p28;
+	add.s32 	%r403, %r402, %r210;
+	cvt.u64.u32 	%rd153, %r403;
+	mul.lo.s64 	%rd154, %rd7, %rd153;
+	add.s64 	%rd155, %rd232, %rd154;
+	ld.global.u64 	%rd156, [%rd152];
+	add.s64 	%rd157, %rd156, %rd155;
+	st.v4.u32 	[%rd157], {%r551, %r550, %r549, %r548};
+
+$L__BB35_47:
+	add.s32 	%r552, %r552, 1;
+	setp.lt.u32 	%p29, %r552, %r211;
+	@%p29 bra 	$L__BB35_45;
+
+$L__BB35_48:
+	mul.wide.u32 	%rd158, %r223, 16;
+	add.s64 	%rd248, %rd248, %rd158;
+	setp.lt.u64 	%p30, %rd248, %rd25;
+	@%p30 bra 	$L__BB35_25;
+
+$L__BB35_49:
+	mov.u32 	%r433, %tid.x;
+	cvt.u64.u32 	%rd159, %r433;
+	add.s64 	%rd251, %rd25, %rd159;
+	setp.ge.u64 	%p31, %rd251, %rd24;
+	@%p31 bra 	$L__BB35_79;
+
+	setp.eq.s32 	%p32, %r210, 0;
+	add.s64 	%rd38, %rd109, %rd246;
+	add.s64 	%rd39, %rd84, %rd109;
+	selp.b64 	%rd40, %rd39, %rd1, %p32;
+
+$L__BB35_51:
+	add.s64 	%rd44, %rd251, %rd23;
+	add.s64 	%rd164, %rd40, %rd44;
+	ld.u8 	%r561, [%rd164];
+	setp.lt.u32 	%p33, %r211, 2;
+	@%p33 bra 	$L__BB35_71;
+
+	setp.eq.s32 	%p34, %r212, 2;
+	@%p34 bra 	$L__BB35_63;
+
+	setp.eq.s32 	%p35, %r212, 3;
+	@%p35 bra 	$L__BB35_59;
+
+	setp.ne.s32 	%p36, %r212, 4;
+	@%p36 bra 	$L__BB35_67;
+
+	mov.u32 	%r553, 1;
+
+$L__BB35_56:
+	.pragma "nounroll";
+	setp.eq.s32 	%p37, %r553, %r210;
+	mov.u64 	%rd252, %rd39;
+	@%p37 bra 	$L__BB35_58;
+
+	setp.ge.u32 	%p38, %r553, %r210;
+	selp.b32 	%r407, -1, 0, %p38;
+	add.s32 	%r408, %r553, %r407;
+	cvt.u64.u32 	%rd165, %r408;
+	mul.lo.s64 	%rd166, %rd7, %rd165;
+	add.s64 	%rd252, %rd1, %rd166;
+
+$L__BB35_58:
+	add.s64 	%rd236, %rd251, %rd23;
+	add.s64 	%rd167, %rd252, %rd236;
+	ld.u8 	%r409, [%rd167];
+	mul.lo.s32 	%r561, %r561, %r409;
+	add.s32 	%r553, %r553, 1;
+	setp.lt.u32 	%p39, %r553, %r211;
+	@%p39 bra 	$L__BB35_56;
+	bra.uni 	$L__BB35_71;
+
+$L__BB35_63:
+	mov.u32 	%r557, 1;
+
+$L__BB35_64:
+	.pragma "nounroll";
+	setp.eq.s32 	%p43, %r557, %r210;
+	mov.u64 	%rd254, %rd39;
+	@%p43 bra 	$L__BB35_66;
+
+	setp.ge.u32 	%p44, %r557, %r210;
+	selp.b32 	%r415, -1, 0, %p44;
+	add.s32 	%r416, %r557, %r415;
+	cvt.u64.u32 	%rd171, %r416;
+	mul.lo.s64 	%rd172, %rd7, %rd171;
+	add.s64 	%rd254, %rd1, %rd172;
+
+$L__BB35_66:
+	add.s64 	%rd240, %rd251, %rd23;
+	add.s64 	%rd173, %rd254, %rd240;
+	ld.u8 	%r417, [%rd173];
+	min.u32 	%r561, %r561, %r417;
+	add.s32 	%r557, %r557, 1;
+	setp.lt.u32 	%p45, %r557, %r211;
+	@%p45 bra 	$L__BB35_64;
+	bra.uni 	$L__BB35_71;
+
+$L__BB35_59:
+	mov.u32 	%r555, 1;
+
+$L__BB35_60:
+	.pragma "nounroll";
+	setp.eq.s32 	%p40, %r555, %r210;
+	mov.u64 	%rd253, %rd39;
+	@%p40 bra 	$L__BB35_62;
+
+	setp.ge.u32 	%p41, %r555, %r210;
+	selp.b32 	%r411, -1, 0, %p41;
+	add.s32 	%r412, %r555, %r411;
+	cvt.u64.u32 	%rd168, %r412;
+	mul.lo.s64 	%rd169, %rd7, %rd168;
+	add.s64 	%rd253, %rd1, %rd169;
+
+$L__BB35_62:
+	add.s64 	%rd239, %rd251, %rd23;
+	add.s64 	%rd170, %rd253, %rd239;
+	ld.u8 	%r413, [%rd170];
+	max.u32 	%r561, %r561, %r413;
+	add.s32 	%r555, %r555, 1;
+	setp.lt.u32 	%p42, %r555, %r211;
+	@%p42 bra 	$L__BB35_60;
+	bra.uni 	$L__BB35_71;
+
+$L__BB35_67:
+	mov.u32 	%r559, 1;
+
+$L__BB35_68:
+	.pragma "nounroll";
+	setp.eq.s32 	%p46, %r559, %r210;
+	mov.u64 	%rd255, %rd39;
+	@%p46 bra 	$L__BB35_70;
+
+	setp.ge.u32 	%p47, %r559, %r210;
+	selp.b32 	%r419, -1, 0, %p47;
+	add.s32 	%r420, %r559, %r419;
+	cvt.u64.u32 	%rd174, %r420;
+	mul.lo.s64 	%rd175, %rd7, %rd174;
+	add.s64 	%rd255, %rd1, %rd175;
+
+$L__BB35_70:
+	add.s64 	%rd241, %rd251, %rd23;
+	add.s64 	%rd176, %rd255, %rd241;
+	ld.u8 	%r421, [%rd176];
+	add.s32 	%r561, %r561, %r421;
+	add.s32 	%r559, %r559, 1;
+	setp.lt.u32 	%p48, %r559, %r211;
+	@%p48 bra 	$L__BB35_68;
+
+$L__BB35_71:
+	setp.ne.s32 	%p49, %r212, 1;
+	@%p49 bra 	$L__BB35_73;
+
+	div.u32 	%r561, %r561, %r211;
+
+$L__BB35_73:
+	add.s64 	%rd237, %rd251, %rd23;
+	cvta.to.global.u64 	%rd234, %rd58;
+	add.s64 	%rd177, %rd237, %rd38;
+	add.s64 	%rd178, %rd234, %rd177;
+	cvt.u16.u32 	%rs1, %r561;
+	st.global.u8 	[%rd178], %rs1;
+	setp.eq.s32 	%p50, %r211, 0;
+	@%p50 bra 	$L__BB35_78;
+
+	mov.u32 	%r563, 0;
+
+$L__BB35_75:
+	.pragma "nounroll";
+	setp.eq.s32 	%p51, %r563, %r210;
+	@%p51 bra 	$L__BB35_77;
+
+	add.s64 	%rd243, %rd251, %rd23;
+	add.s64 	%rd242, %rd243, %rd63;
+	mul.wide.u32 	%rd180, %r563, 8;
+	add.s64 	%rd181, %rd65, %rd180;
+	setp.le.u32 	%p52, %r563, %r210;
+	selp.b32 	%r423, -1, 0, %p52;
+	add.s32 	%r424, %r423, %r210;
+	cvt.u64.u32 	%rd182, %r424;
+	mul.lo.s64 	%rd183, %rd7, %rd182;
+	add.s64 	%rd184, %rd242, %rd183;
+	ld.global.u64 	%rd185, [%rd181];
+	add.s64 	%rd186, %rd185, %rd184;
+	st.u8 	[%rd186], %rs1;
+
+$L__BB35_77:
+	add.s32 	%r563, %r563, 1;
+	setp.lt.u32 	%p53, %r563, %r211;
+	@%p53 bra 	$L__BB35_75;
+
+$L__BB35_78:
+	cvt.u64.u32 	%rd235, %r223;
+	add.s64 	%rd251, %rd251, %rd235;
+	setp.lt.u64 	%p54, %rd251, %rd24;
+	@%p54 bra 	$L__BB35_51;
+
+$L__BB35_79:
+	mov.u32 	%r478, %tid.x;
+	setp.ge.u32 	%p63, %r478, %r211;
+	bar.sync 	0;
+	@%p63 bra 	$L__BB35_84;
+
+	mov.u32 	%r564, %tid.x;
+
+$L__BB35_81:
+	setp.eq.s32 	%p56, %r564, %r210;
+	@%p56 bra 	$L__BB35_83;
+
+	cvt.u64.u32 	%rd231, %r224;
+	mul.wide.u32 	%rd190, %r564, 8;
+	add.s64 	%rd191, %rd65, %rd190;
+	ld.global.u64 	%rd192, [%rd191];
+	add.s64 	%rd193, %rd192, %rd61;
+	add.s32 	%r425, %r211, %r210;
+	shl.b32 	%r426, %r425, 9;
+	cvt.u64.u32 	%rd194, %r426;
+	add.s64 	%rd196, %rd194, %rd231;
+	shl.b64 	%rd197, %rd196, 3;
+	add.s64 	%rd187, %rd193, %rd197;
+	mov.u64 	%rd188, 1;
+	// begin inline asm
+	st.release.sys.global.u64 [%rd187], %rd188;
+	// end inline asm
+
+$L__BB35_83:
+	add.s32 	%r564, %r564, %r223;
+	setp.lt.u32 	%p57, %r564, %r211;
+	@%p57 bra 	$L__BB35_81;
+
+$L__BB35_84:
+	mov.u32 	%r479, %tid.x;
+	setp.ge.u32 	%p64, %r479, %r211;
+	@%p64 bra 	$L__BB35_91;
+
+	mov.u32 	%r565, %tid.x;
+	ld.global.u64 	%rd201, [%rd67];
+	add.s64 	%rd55, %rd201, %rd61;
+
+$L__BB35_86:
+	setp.eq.s32 	%p59, %r565, %r210;
+	@%p59 bra 	$L__BB35_90;
+
+	cvt.u64.u32 	%rd230, %r224;
+	add.s32 	%r428, %r565, %r211;
+	shl.b32 	%r429, %r428, 9;
+	cvt.u64.u32 	%rd202, %r429;
+	add.s64 	%rd204, %rd202, %rd230;
+	shl.b64 	%rd205, %rd204, 3;
+	add.s64 	%rd56, %rd55, %rd205;
+
+$L__BB35_88:
+	// begin inline asm
+	ld.acquire.sys.global.u64 %rd206, [%rd56];
+	// end inline asm
+	setp.eq.s64 	%p60, %rd206, 0;
+	@%p60 bra 	$L__BB35_88;
+
+	mov.u64 	%rd208, 0;
+	st.volatile.u64 	[%rd56], %rd208;
+
+$L__BB35_90:
+	add.s32 	%r565, %r565, %r223;
+	setp.lt.u32 	%p61, %r565, %r211;
+	@%p61 bra 	$L__BB35_86;
+
+$L__BB35_91:
+	add.s64 	%rd219, %rd247, 15;
+	and.b64  	%rd218, %rd219, -16;
+	add.s64 	%rd217, %rd58, %rd246;
+	mov.u32 	%r434, %tid.x;
+	sub.s64 	%rd216, %rd62, %rd246;
+	min.u64 	%rd215, %rd216, %rd68;
+	bar.sync 	0;
+	add.s64 	%rd209, %rd1, %rd63;
+	{ // callseq 13, 0
+	.reg .b32 temp_param_reg;
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd217;
+	.param .b64 param1;
+	st.param.b64 	[param1+0], %rd209;
+	.param .b32 param2;
+	st.param.b32 	[param2+0], %r210;
+	.param .b32 param3;
+	st.param.b32 	[param3+0], %r211;
+	.param .b64 param4;
+	st.param.b64 	[param4+0], %rd215;
+	.param .b64 param5;
+	st.param.b64 	[param5+0], %rd218;
+	.param .b64 param6;
+	st.param.b64 	[param6+0], %rd7;
+	.param .b32 param7;
+	st.param.b32 	[param7+0], %r224;
+	.param .b64 param8;
+	st.param.b64 	[param8+0], %rd13;
+	.param .b64 param9;
+	st.param.b64 	[param9+0], 1;
+	.param .b32 param10;
+	st.param.b32 	[param10+0], %r434;
+	.param .b32 param11;
+	st.param.b32 	[param11+0], %r223;
+	call.uni 
+	_Z13collect_partsPcPKcjjyyyjyyjj, 
+	(
+	param0, 
+	param1, 
+	param2, 
+	param3, 
+	param4, 
+	param5, 
+	param6, 
+	param7, 
+	param8, 
+	param9, 
+	param10, 
+	param11
+	);
+	} // callseq 13
+	add.s64 	%rd246, %rd246, %rd68;
+	setp.lt.u64 	%p62, %rd246, %rd62;
+	@%p62 bra 	$L__BB35_8;
+
+$L__BB35_92:
 	ret;
 
 }
@@ -13450,180 +15968,180 @@ $L__BB54_83:
 	cvt.u64.u32 	%rd34, %r47;
 	add.s64 	%rd70, %rd33, %rd34;
 	setp.ge.u64 	%p1, %rd70, %rd29;
-	@%p1 bra 	$L__BB55_49;
+	@%p1 bra 	$L__BB36_49;
 
 	setp.eq.s32 	%p2, %r41, 0;
-	@%p2 bra 	$L__BB55_25;
+	@%p2 bra 	$L__BB36_25;
 
-$L__BB55_2:
+$L__BB36_2:
 	ld.global.u64 	%rd35, [%rd3];
 	cvta.to.global.u64 	%rd36, %rd35;
 	add.s64 	%rd37, %rd36, %rd70;
 	ld.global.u8 	%r72, [%rd37];
 	setp.lt.u32 	%p3, %r42, 2;
-	@%p3 bra 	$L__BB55_22;
+	@%p3 bra 	$L__BB36_22;
 
 	setp.eq.s32 	%p4, %r43, 2;
-	@%p4 bra 	$L__BB55_14;
+	@%p4 bra 	$L__BB36_14;
 
 	setp.eq.s32 	%p5, %r43, 3;
-	@%p5 bra 	$L__BB55_10;
+	@%p5 bra 	$L__BB36_10;
 
 	setp.ne.s32 	%p6, %r43, 4;
-	@%p6 bra 	$L__BB55_18;
+	@%p6 bra 	$L__BB36_18;
 
 	mov.u32 	%r64, 1;
 
-$L__BB55_7:
+$L__BB36_7:
 	.pragma "nounroll";
 	setp.eq.s32 	%p7, %r64, %r41;
 	mov.u64 	%rd71, %rd1;
-	@%p7 bra 	$L__BB55_9;
+	@%p7 bra 	$L__BB36_9;
 
 	mul.wide.u32 	%rd38, %r64, 8;
 	add.s64 	%rd39, %rd3, %rd38;
 	ld.global.u64 	%rd40, [%rd39];
 	cvta.to.global.u64 	%rd71, %rd40;
 
-$L__BB55_9:
+$L__BB36_9:
 	add.s64 	%rd41, %rd71, %rd70;
 	ld.global.u8 	%r49, [%rd41];
 	mul.lo.s32 	%r72, %r72, %r49;
 	add.s32 	%r64, %r64, 1;
 	setp.lt.u32 	%p8, %r64, %r42;
-	@%p8 bra 	$L__BB55_7;
-	bra.uni 	$L__BB55_22;
+	@%p8 bra 	$L__BB36_7;
+	bra.uni 	$L__BB36_22;
 
-$L__BB55_10:
+$L__BB36_10:
 	mov.u32 	%r66, 1;
 
-$L__BB55_11:
+$L__BB36_11:
 	.pragma "nounroll";
 	setp.eq.s32 	%p9, %r66, %r41;
 	mov.u64 	%rd72, %rd1;
-	@%p9 bra 	$L__BB55_13;
+	@%p9 bra 	$L__BB36_13;
 
 	mul.wide.u32 	%rd42, %r66, 8;
 	add.s64 	%rd43, %rd3, %rd42;
 	ld.global.u64 	%rd44, [%rd43];
 	cvta.to.global.u64 	%rd72, %rd44;
 
-$L__BB55_13:
+$L__BB36_13:
 	add.s64 	%rd45, %rd72, %rd70;
 	ld.global.u8 	%r51, [%rd45];
 	max.u32 	%r72, %r72, %r51;
 	add.s32 	%r66, %r66, 1;
 	setp.lt.u32 	%p10, %r66, %r42;
-	@%p10 bra 	$L__BB55_11;
-	bra.uni 	$L__BB55_22;
+	@%p10 bra 	$L__BB36_11;
+	bra.uni 	$L__BB36_22;
 
-$L__BB55_14:
+$L__BB36_14:
 	mov.u32 	%r68, 1;
 
-$L__BB55_15:
+$L__BB36_15:
 	.pragma "nounroll";
 	setp.eq.s32 	%p11, %r68, %r41;
 	mov.u64 	%rd73, %rd1;
-	@%p11 bra 	$L__BB55_17;
+	@%p11 bra 	$L__BB36_17;
 
 	mul.wide.u32 	%rd46, %r68, 8;
 	add.s64 	%rd47, %rd3, %rd46;
 	ld.global.u64 	%rd48, [%rd47];
 	cvta.to.global.u64 	%rd73, %rd48;
 
-$L__BB55_17:
+$L__BB36_17:
 	add.s64 	%rd49, %rd73, %rd70;
 	ld.global.u8 	%r53, [%rd49];
 	min.u32 	%r72, %r72, %r53;
 	add.s32 	%r68, %r68, 1;
 	setp.lt.u32 	%p12, %r68, %r42;
-	@%p12 bra 	$L__BB55_15;
-	bra.uni 	$L__BB55_22;
+	@%p12 bra 	$L__BB36_15;
+	bra.uni 	$L__BB36_22;
 
-$L__BB55_18:
+$L__BB36_18:
 	mov.u32 	%r70, 1;
 
-$L__BB55_19:
+$L__BB36_19:
 	.pragma "nounroll";
 	setp.eq.s32 	%p13, %r70, %r41;
 	mov.u64 	%rd74, %rd1;
-	@%p13 bra 	$L__BB55_21;
+	@%p13 bra 	$L__BB36_21;
 
 	mul.wide.u32 	%rd50, %r70, 8;
 	add.s64 	%rd51, %rd3, %rd50;
 	ld.global.u64 	%rd52, [%rd51];
 	cvta.to.global.u64 	%rd74, %rd52;
 
-$L__BB55_21:
+$L__BB36_21:
 	add.s64 	%rd53, %rd74, %rd70;
 	ld.global.u8 	%r55, [%rd53];
 	add.s32 	%r72, %r72, %r55;
 	add.s32 	%r70, %r70, 1;
 	setp.lt.u32 	%p14, %r70, %r42;
-	@%p14 bra 	$L__BB55_19;
+	@%p14 bra 	$L__BB36_19;
 
-$L__BB55_22:
+$L__BB36_22:
 	setp.ne.s32 	%p15, %r43, 1;
-	@%p15 bra 	$L__BB55_24;
+	@%p15 bra 	$L__BB36_24;
 
 	div.u32 	%r72, %r72, %r42;
 
-$L__BB55_24:
+$L__BB36_24:
 	add.s64 	%rd54, %rd2, %rd70;
 	st.global.u8 	[%rd54], %r72;
 	add.s64 	%rd70, %rd70, %rd4;
 	setp.lt.u64 	%p16, %rd70, %rd29;
-	@%p16 bra 	$L__BB55_2;
-	bra.uni 	$L__BB55_49;
+	@%p16 bra 	$L__BB36_2;
+	bra.uni 	$L__BB36_49;
 
-$L__BB55_25:
+$L__BB36_25:
 	add.s64 	%rd17, %rd1, %rd70;
 	ld.global.u8 	%r82, [%rd17];
 	setp.lt.u32 	%p17, %r42, 2;
-	@%p17 bra 	$L__BB55_46;
+	@%p17 bra 	$L__BB36_46;
 
 	setp.eq.s32 	%p18, %r43, 2;
-	@%p18 bra 	$L__BB55_38;
+	@%p18 bra 	$L__BB36_38;
 
 	setp.eq.s32 	%p19, %r43, 3;
-	@%p19 bra 	$L__BB55_34;
+	@%p19 bra 	$L__BB36_34;
 
 	setp.ne.s32 	%p20, %r43, 4;
-	@%p20 bra 	$L__BB55_42;
+	@%p20 bra 	$L__BB36_42;
 
 	mov.u32 	%r74, 1;
 	mov.u64 	%rd76, %rd3;
 
-$L__BB55_30:
+$L__BB36_30:
 	.pragma "nounroll";
 	setp.eq.s32 	%p21, %r74, 0;
-	@%p21 bra 	$L__BB55_32;
+	@%p21 bra 	$L__BB36_32;
 
 	ld.global.u64 	%rd55, [%rd76+8];
 	cvta.to.global.u64 	%rd56, %rd55;
 	add.s64 	%rd77, %rd56, %rd70;
-	bra.uni 	$L__BB55_33;
+	bra.uni 	$L__BB36_33;
 
-$L__BB55_32:
+$L__BB36_32:
 	mov.u64 	%rd77, %rd17;
 
-$L__BB55_33:
+$L__BB36_33:
 	add.s64 	%rd76, %rd76, 8;
 	ld.global.u8 	%r57, [%rd77];
 	mul.lo.s32 	%r82, %r82, %r57;
 	add.s32 	%r74, %r74, 1;
 	setp.lt.u32 	%p22, %r74, %r42;
-	@%p22 bra 	$L__BB55_30;
-	bra.uni 	$L__BB55_46;
+	@%p22 bra 	$L__BB36_30;
+	bra.uni 	$L__BB36_46;
 
-$L__BB55_34:
+$L__BB36_34:
 	mov.u32 	%r76, 1;
 
-$L__BB55_35:
+$L__BB36_35:
 	.pragma "nounroll";
 	setp.eq.s32 	%p23, %r76, 0;
 	mov.u64 	%rd78, %rd17;
-	@%p23 bra 	$L__BB55_37;
+	@%p23 bra 	$L__BB36_37;
 
 	mul.wide.u32 	%rd57, %r76, 8;
 	add.s64 	%rd58, %rd3, %rd57;
@@ -13631,22 +16149,22 @@ $L__BB55_35:
 	cvta.to.global.u64 	%rd60, %rd59;
 	add.s64 	%rd78, %rd60, %rd70;
 
-$L__BB55_37:
+$L__BB36_37:
 	ld.global.u8 	%r59, [%rd78];
 	max.u32 	%r82, %r82, %r59;
 	add.s32 	%r76, %r76, 1;
 	setp.lt.u32 	%p24, %r76, %r42;
-	@%p24 bra 	$L__BB55_35;
-	bra.uni 	$L__BB55_46;
+	@%p24 bra 	$L__BB36_35;
+	bra.uni 	$L__BB36_46;
 
-$L__BB55_38:
+$L__BB36_38:
 	mov.u32 	%r78, 1;
 
-$L__BB55_39:
+$L__BB36_39:
 	.pragma "nounroll";
 	setp.eq.s32 	%p25, %r78, 0;
 	mov.u64 	%rd79, %rd17;
-	@%p25 bra 	$L__BB55_41;
+	@%p25 bra 	$L__BB36_41;
 
 	mul.wide.u32 	%rd61, %r78, 8;
 	add.s64 	%rd62, %rd3, %rd61;
@@ -13654,22 +16172,22 @@ $L__BB55_39:
 	cvta.to.global.u64 	%rd64, %rd63;
 	add.s64 	%rd79, %rd64, %rd70;
 
-$L__BB55_41:
+$L__BB36_41:
 	ld.global.u8 	%r61, [%rd79];
 	min.u32 	%r82, %r82, %r61;
 	add.s32 	%r78, %r78, 1;
 	setp.lt.u32 	%p26, %r78, %r42;
-	@%p26 bra 	$L__BB55_39;
-	bra.uni 	$L__BB55_46;
+	@%p26 bra 	$L__BB36_39;
+	bra.uni 	$L__BB36_46;
 
-$L__BB55_42:
+$L__BB36_42:
 	mov.u32 	%r80, 1;
 
-$L__BB55_43:
+$L__BB36_43:
 	.pragma "nounroll";
 	setp.eq.s32 	%p27, %r80, 0;
 	mov.u64 	%rd80, %rd17;
-	@%p27 bra 	$L__BB55_45;
+	@%p27 bra 	$L__BB36_45;
 
 	mul.wide.u32 	%rd65, %r80, 8;
 	add.s64 	%rd66, %rd3, %rd65;
@@ -13677,27 +16195,27 @@ $L__BB55_43:
 	cvta.to.global.u64 	%rd68, %rd67;
 	add.s64 	%rd80, %rd68, %rd70;
 
-$L__BB55_45:
+$L__BB36_45:
 	ld.global.u8 	%r63, [%rd80];
 	add.s32 	%r82, %r82, %r63;
 	add.s32 	%r80, %r80, 1;
 	setp.lt.u32 	%p28, %r80, %r42;
-	@%p28 bra 	$L__BB55_43;
+	@%p28 bra 	$L__BB36_43;
 
-$L__BB55_46:
+$L__BB36_46:
 	setp.ne.s32 	%p29, %r43, 1;
-	@%p29 bra 	$L__BB55_48;
+	@%p29 bra 	$L__BB36_48;
 
 	div.u32 	%r82, %r82, %r42;
 
-$L__BB55_48:
+$L__BB36_48:
 	add.s64 	%rd69, %rd2, %rd70;
 	st.global.u8 	[%rd69], %r82;
 	add.s64 	%rd70, %rd70, %rd4;
 	setp.lt.u64 	%p30, %rd70, %rd29;
-	@%p30 bra 	$L__BB55_25;
+	@%p30 bra 	$L__BB36_25;
 
-$L__BB55_49:
+$L__BB36_49:
 	ret;
 
 }
@@ -13705,4 +16223,4 @@ $L__BB55_49:
 `;
 
 /** Its kernels (the .entry names). */
-export const REDUCE_ENTRIES = ["smcuda_reduce_sum_f32","smcuda_reduce_avg_f32","smcuda_reduce_min_f32","smcuda_reduce_max_f32","smcuda_reduce_prod_f32","smcuda_div_f32","smcuda_oneshot_f32","smcuda_reduce_part_f32","smcuda_reduce_sum_f64","smcuda_reduce_avg_f64","smcuda_reduce_min_f64","smcuda_reduce_max_f64","smcuda_reduce_prod_f64","smcuda_div_f64","smcuda_oneshot_f64","smcuda_reduce_part_f64","smcuda_reduce_sum_f16","smcuda_reduce_avg_f16","smcuda_reduce_min_f16","smcuda_reduce_max_f16","smcuda_reduce_prod_f16","smcuda_div_f16","smcuda_oneshot_f16","smcuda_reduce_part_f16","smcuda_reduce_sum_bf16","smcuda_reduce_avg_bf16","smcuda_reduce_min_bf16","smcuda_reduce_max_bf16","smcuda_reduce_prod_bf16","smcuda_div_bf16","smcuda_oneshot_bf16","smcuda_reduce_part_bf16","smcuda_reduce_sum_i32","smcuda_reduce_avg_i32","smcuda_reduce_min_i32","smcuda_reduce_max_i32","smcuda_reduce_prod_i32","smcuda_div_i32","smcuda_oneshot_i32","smcuda_reduce_part_i32","smcuda_reduce_sum_i64","smcuda_reduce_avg_i64","smcuda_reduce_min_i64","smcuda_reduce_max_i64","smcuda_reduce_prod_i64","smcuda_div_i64","smcuda_oneshot_i64","smcuda_reduce_part_i64","smcuda_reduce_sum_u8","smcuda_reduce_avg_u8","smcuda_reduce_min_u8","smcuda_reduce_max_u8","smcuda_reduce_prod_u8","smcuda_div_u8","smcuda_oneshot_u8","smcuda_reduce_part_u8"] as const;
+export const REDUCE_ENTRIES = ["smcuda_reduce_f32","smcuda_div_f32","smcuda_oneshot_f32","smcuda_twoshot_f32","smcuda_reduce_part_f32","smcuda_reduce_f64","smcuda_div_f64","smcuda_oneshot_f64","smcuda_twoshot_f64","smcuda_reduce_part_f64","smcuda_reduce_f16","smcuda_div_f16","smcuda_oneshot_f16","smcuda_twoshot_f16","smcuda_reduce_part_f16","smcuda_reduce_bf16","smcuda_div_bf16","smcuda_oneshot_bf16","smcuda_twoshot_bf16","smcuda_reduce_part_bf16","smcuda_reduce_i32","smcuda_div_i32","smcuda_oneshot_i32","smcuda_twoshot_i32","smcuda_reduce_part_i32","smcuda_reduce_i64","smcuda_div_i64","smcuda_oneshot_i64","smcuda_twoshot_i64","smcuda_reduce_part_i64","smcuda_reduce_u8","smcuda_div_u8","smcuda_oneshot_u8","smcuda_twoshot_u8","smcuda_reduce_part_u8"] as const;

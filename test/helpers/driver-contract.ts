@@ -15,7 +15,7 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CudaDriver, DriverKind } from '../../src/cuda/driver.js';
 import { CudaError } from '../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, reduceEntry } from '../../src/kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, opCode, reduceEntry } from '../../src/kernels/dtypes.js';
 import { REDUCE_PTX } from '../../src/kernels/reduce.ptx.js';
 import { reduceInto } from '../../src/kernels/sim/reduce.js';
 import { fdMemoryCases } from './driver-contract-fd.js';
@@ -415,7 +415,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
             const want = new Uint8Array(count * es);
             reduceInto(op, dtype, want, inputs.map((b) => b.subarray(offset * es)), count);
             const { module } = d.moduleLoadData(REDUCE_PTX);
-            const fn = d.moduleGetFunction(module, reduceEntry(op, dtype));
+            const fn = d.moduleGetFunction(module, reduceEntry(dtype));
             const ptrs = inputs.map((b) => {
               const p = d.memAlloc(b.byteLength);
               d.memcpyHtoD(p, b);
@@ -426,7 +426,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
             const out = d.memAlloc(count * es);
             const s = d.streamCreate();
             try {
-              d.launchKernel(fn, { grid: [4], block: [128] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: 3 }, { type: 'u64', value: BigInt(offset) }, { type: 'u64', value: BigInt(count) }], s);
+              d.launchKernel(fn, { grid: [4], block: [128] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: 3 }, { type: 'u64', value: BigInt(offset) }, { type: 'u64', value: BigInt(count) }, { type: 'u32', value: opCode(op) }], s);
               d.streamSynchronize(s);
               const got = new Uint8Array(count * es);
               d.memcpyDtoH(got, out);

@@ -8,6 +8,7 @@
 import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { FLAG_OPS_ENTRY } from '../flag-ops.ptx.js';
 import { ONESHOT_TWINS, type RunOp } from './oneshot.js';
+import { TWOSHOT_TWINS } from './twoshot.js';
 import type { TwinMemory } from './twin.js';
 
 /** The flag kernel's own operation: 8 bytes from `src` to `addr`. */
@@ -40,4 +41,5 @@ export type SteppedOp = FlagOp | RunOp;
 export const MEMOP_TWINS: Readonly<Record<string, (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory) => SteppedOp[]>> = {
   [FLAG_OPS_ENTRY]: flagOpsAsMemOps,
   ...ONESHOT_TWINS,
+  ...TWOSHOT_TWINS,
 };

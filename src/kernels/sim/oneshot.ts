@@ -22,6 +22,35 @@ export interface RunOp {
   run(memory: TwinMemory): void;
 }
 
+/** Every rank's A, from the device table the kernels take (written before any launch: Scratch.open), read as the kernel's loads would. */
+export function tableOf(memory: TwinMemory, table: bigint, n: number): bigint[] {
+  const t = memory.view(table, 8 * n);
+  const tv = new DataView(t.buffer, t.byteOffset, t.byteLength);
+  const bufs: bigint[] = [];
+  for (let k = 0; k < n; k++) bufs.push(tv.getBigUint64(8 * k, true));
+  return bufs;
+}
+
+/**
+ * reduce.cu's block_step of parity p for blocks [0, blocks), as one batch: write every peer's slot of
+ * every block, then wait for and reset each own slot. On a GPU each block steps on its own; on the
+ * simulator the whole grid steps at once, which is one of the orders a GPU may run them in.
+ */
+export function blockSteps(bufs: readonly bigint[], flagOffset: bigint, rank: number, blocks: number, p: number): StreamMemOp[] {
+  const n = bufs.length;
+  const slot = (k: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
+  const ops: StreamMemOp[] = [];
+  for (let b = 0; b < blocks; b++) for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, rank, b), value: 1n });
+  for (let b = 0; b < blocks; b++) {
+    for (let k = 0; k < n; k++) {
+      if (k === rank) continue;
+      ops.push({ op: 'wait64', addr: slot(rank, k, b), value: 1n, condition: 'geq' });
+      ops.push({ op: 'write64', addr: slot(rank, k, b), value: 0n });
+    }
+  }
+  return ops;
+}
+
 function oneshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
   return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<StreamMemOp | RunOp> => {
@@ -35,26 +64,10 @@ function oneshotOps(dtype: DType) {
     const op = opOf(args[7]!.value as number, oneshotEntry(dtype));
     const blocks = config.grid[0] ?? 1;
     if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
-    // The table of every rank's A was written before the launch (Scratch.open): read it now, as the kernel's loads would.
-    const t = memory.view(table, 8 * n);
-    const tv = new DataView(t.buffer, t.byteOffset, t.byteLength);
-    const bufs: bigint[] = [];
-    for (let k = 0; k < n; k++) bufs.push(tv.getBigUint64(8 * k, true));
+    const bufs = tableOf(memory, table, n);
     const mine = bufs[rank]!;
     const bytes = count * es;
-    const slot = (k: number, p: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
-    const step = (p: number): StreamMemOp[] => {
-      const ops: StreamMemOp[] = [];
-      for (let b = 0; b < blocks; b++) for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, p, rank, b), value: 1n });
-      for (let b = 0; b < blocks; b++) {
-        for (let k = 0; k < n; k++) {
-          if (k === rank) continue;
-          ops.push({ op: 'wait64', addr: slot(rank, p, k, b), value: 1n, condition: 'geq' });
-          ops.push({ op: 'write64', addr: slot(rank, p, k, b), value: 0n });
-        }
-      }
-      return ops;
-    };
+    const step = (p: number) => blockSteps(bufs, flagOffset, rank, blocks, p);
     return [
       { op: 'run', touches: [input, mine], run: (m) => (input === mine ? undefined : m.view(mine, bytes).set(m.view(input, bytes))) },
       ...step(0),

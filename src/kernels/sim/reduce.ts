@@ -7,7 +7,7 @@
  * (`x < acc ? x : acc`) and the same integer division (toward zero).
  */
 import type { KernelArg } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, divEntry, opOf, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPES, divEntry, opOf, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from './half.js';
 import type { KernelTwin, TwinMemory } from './twin.js';
 
@@ -106,7 +106,7 @@ function u32(args: readonly KernelArg[], k: number): number {
   return args[k]!.value as number;
 }
 
-function reduceTwin(op: ReduceOp, dtype: DType): KernelTwin {
+function reduceTwin(dtype: DType): KernelTwin {
   const size = DTYPE_BYTES[dtype];
   return (memory: TwinMemory, args) => {
     const out = u64(args, 0);
@@ -114,6 +114,7 @@ function reduceTwin(op: ReduceOp, dtype: DType): KernelTwin {
     const n = u32(args, 2);
     const offset = u64(args, 3);
     const count = Number(u64(args, 4));
+    const op = opOf(u32(args, 5), reduceEntry(dtype));
     if (count === 0) return;
     const t = dataView(memory.view(table, n * 8));
     const inputs = [];
@@ -153,7 +154,7 @@ function reducePartTwin(dtype: DType): KernelTwin {
 
 /** Every entry of reduce.cu, by name. */
 export const REDUCE_TWINS: Readonly<Record<string, KernelTwin>> = Object.fromEntries([
-  ...DTYPES.flatMap((d) => REDUCE_OPS.map((op) => [reduceEntry(op, d), reduceTwin(op, d)] as const)),
+  ...DTYPES.map((d) => [reduceEntry(d), reduceTwin(d)] as const),
   ...DTYPES.map((d) => [divEntry(d), divTwin(d)] as const),
   ...DTYPES.map((d) => [reducePartEntry(d), reducePartTwin(d)] as const),
 ]);

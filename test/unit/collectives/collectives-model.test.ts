@@ -224,8 +224,10 @@ describe('collectives against a reference, in one process on the simulated drive
       expect(algs).toEqual(['one-shot', 'two-shot', 'ce-pipeline']);
       const st = w.comms[0]!.stats();
       expect(st.byAlgorithm).toEqual({ 'one-shot': 1, 'two-shot': 1, 'ce-pipeline': 1 });
-      // The pipeline copies straight from the caller's input into the peers' landing slots: nothing into scratch.
-      expect(st.scratchCopyBytes).toBe((4 + 100) * 4);
+      // One-shot copies its input into A (4 elements); the two-shot kernel copies rank 0's share of peers'
+      // results out of B (the 48 elements of rank 1's part: parts are 52, whole 16-byte vectors); the
+      // pipeline copies straight from the caller's input into the peers' landing slots: nothing.
+      expect(st.scratchCopyBytes).toBe((4 + 48) * 4);
       expect(st.mapped).toBe(true);
       expect(st.steps).toBe('device');
     } finally {

@@ -21,7 +21,7 @@ describe('ptxWithEntries', () => {
       const ptx = dtypePtx(dtype);
       expect(ptx.startsWith(header)).toBe(true);
       expect(entriesOf(ptx)).toEqual(REDUCE_ENTRIES.filter((e) => e.endsWith(`_${dtype}`)));
-      expect(entriesOf(ptx)).toHaveLength(8);
+      expect(entriesOf(ptx)).toHaveLength(5);
       total += ptx.length - header.length;
     }
     expect(total).toBe(REDUCE_PTX.length); // every entry in exactly one cut
@@ -39,10 +39,12 @@ describe('ptxWithEntries', () => {
     }
   });
 
-  it('refuses PTX whose entries do not stand alone (a module-scope .func or .global)', () => {
+  it('keeps a .func the entries share (before the first entry) in every cut; refuses module-scope variables and a .func between entries', () => {
     const head = '.version 8.0\n.target sm_75\n.address_size 64\n';
     const entry = (n: string) => `\t// .globl\t${n}\n\n.visible .entry ${n}(\n)\n{\n\tret;\n}\n`;
     expect(entriesOf(ptxWithEntries(head + entry('a_f32') + entry('a_f64'), (e) => e.endsWith('f64')))).toEqual(['a_f64']);
+    const shared = '.func helper()\n{\n\tret;\n}\n';
+    for (const keep of ['a_f32', 'a_f64']) expect(ptxWithEntries(head + shared + entry('a_f32') + entry('a_f64'), (e) => e === keep)).toBe(head + shared + entry(keep));
     expect(() => ptxWithEntries(head + '.global .align 4 .u32 g;\n' + entry('a'), () => true)).toThrow(/module-scope/);
     expect(() => ptxWithEntries(head + entry('a') + '.func helper()\n{\n\tret;\n}\n', () => true)).toThrow(/\.func/);
     expect(() => ptxWithEntries(head, () => true)).toThrow(/markers/);

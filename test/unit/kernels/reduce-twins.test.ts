@@ -9,13 +9,14 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, opCode, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
 import { readFileSync } from 'node:fs';
 import { REDUCE_ENTRIES, REDUCE_PTX as PTX } from '../../../src/kernels/reduce.ptx.js';
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
 import { REDUCE_TWINS } from '../../../src/kernels/sim/reduce.js';
 import { ONESHOT_TWINS } from '../../../src/kernels/sim/oneshot.js';
+import { TWOSHOT_TWINS } from '../../../src/kernels/sim/twoshot.js';
 
 const open: SimulatedCudaDriver[] = [];
 function sim(): SimulatedCudaDriver {
@@ -101,9 +102,9 @@ describe('the shipped PTX on the simulated driver', () => {
   it('every .entry of reduce.ptx.ts has a twin, and every twin an entry', () => {
     const entries = [...PTX.matchAll(/\.entry\s+(\w+)\s*\(/g)].map((m) => m[1]);
     expect(entries).toEqual([...REDUCE_ENTRIES]);
-    // The one-shot kernels wait for other processes: the simulator queues them as stream operations (ONESHOT_TWINS).
-    expect(new Set(entries)).toEqual(new Set([...Object.keys(REDUCE_TWINS), ...Object.keys(ONESHOT_TWINS)]));
-    expect(entries).toHaveLength(DTYPES.length * (REDUCE_OPS.length + 3));
+    // The one- and two-shot kernels wait for other processes: the simulator queues them as stream operations.
+    expect(new Set(entries)).toEqual(new Set([...Object.keys(REDUCE_TWINS), ...Object.keys(ONESHOT_TWINS), ...Object.keys(TWOSHOT_TWINS)]));
+    expect(entries).toHaveLength(DTYPES.length * 5);
     expect(PTX).toMatch(/^\.version 8\.0$/m);
   });
 
@@ -120,7 +121,7 @@ describe('the shipped PTX on the simulated driver', () => {
     const { module, loadMs } = d.moduleLoadData(PTX);
     expect(loadMs).toBeGreaterThanOrEqual(0);
     expect(codeOf(() => d.moduleGetFunction(module, 'nope'))).toBe('CUDA_ERROR_NOT_FOUND');
-    const fn = d.moduleGetFunction(module, reduceEntry('sum', 'f32'));
+    const fn = d.moduleGetFunction(module, reduceEntry('f32'));
     const cfg = { grid: [1] as [number], block: [32] as [number] };
     expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
     expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 1n }, { type: 'ptr', value: 1n }, { type: 'u64', value: 1n }, { type: 'u64', value: 0n }, { type: 'u64', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
@@ -237,7 +238,7 @@ describe('every op × dtype against the reference, through moduleLoadData and la
   propTest.prop([caseArb], { numRuns: 300 })('out[i] = op over the n inputs at offset + i', ({ c, values }) => {
     const d = sim();
     const { module } = d.moduleLoadData(PTX);
-    const fn = d.moduleGetFunction(module, reduceEntry(c.op, c.dtype));
+    const fn = d.moduleGetFunction(module, reduceEntry(c.dtype));
     const size = DTYPE_BYTES[c.dtype];
     const len = (c.count + c.offset) * size;
     const inputs = values.map((vals) => {
@@ -251,7 +252,7 @@ describe('every op × dtype against the reference, through moduleLoadData and la
     const table = d.memAlloc(8 * c.n);
     d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(inputs).buffer));
     const out = d.memAlloc(Math.max(c.count * size, 1));
-    d.launchKernel(fn, { grid: [1], block: [256] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: c.n }, { type: 'u64', value: BigInt(c.offset) }, { type: 'u64', value: BigInt(c.count) }], 0n);
+    d.launchKernel(fn, { grid: [1], block: [256] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: c.n }, { type: 'u64', value: BigInt(c.offset) }, { type: 'u64', value: BigInt(c.count) }, { type: 'u32', value: opCode(c.op) }], 0n);
     d.streamSynchronize(0n);
     const host = new Uint8Array(Math.max(c.count * size, 1));
     d.memcpyDtoH(host, out);
