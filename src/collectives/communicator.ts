@@ -54,7 +54,7 @@ export interface CommunicatorOptions {
   timeoutMs?: number;
   /** Bytes of each of the three scratch regions per rank (default 4 MiB): larger calls go in pieces (the copy-engine pipeline's chunks are half a region). */
   scratchBytes?: number;
-  /** allreduce: one-shot up to this many bytes (default: every size with 2 ranks, 4 MiB with more)… */
+  /** allreduce: one-shot up to this many bytes (default 1 MiB)… */
   oneShotMaxBytes?: number;
   /** …two-shot up to this many (default: every size), the copy-engine pipeline above. */
   twoShotMaxBytes?: number;
@@ -217,7 +217,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     // (MPS) it is at 1 MiB (27 µs against two-shot 93), two-shot at 16 MiB (206 against 240). The pipeline
     // (ce-pipeline.ts) was never the fastest: on 2 × H200, 1 GiB 4.66 ms with 32 MiB chunks against one-shot's
     // 4.12; it runs where a caller asks for it.
-    this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, size === 2 ? Number.MAX_SAFE_INTEGER : 4 * MiB, 0);
+    this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, MiB, 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, Number.MAX_SAFE_INTEGER, 0);
     if (opts.algorithm !== undefined && !ALGORITHMS.includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
@@ -272,10 +272,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     c.control.start();
     try {
       // Every endpoint must lead to the rank it is filed under, in a job of the same size.
-      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size }), c.timeoutMs, 'set-up');
+      const gpu = c.driver.deviceInfo(c.driver.currentDevice()).uuid;
+      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size, gpu }), c.timeoutMs, 'set-up');
       for (const [k, h] of hello) {
         if (h.rank !== k || h.size !== size) throw new ConfigError(`the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${rank} of ${size}): check the endpoints and ranks`);
       }
+      // Ranks on one GPU share its SMs: the kernels that wait for peers size their grids to fit beside
+      // each other (reduce-kernels.ts), by the most ranks on any GPU, so that every rank launches the same grid.
+      const perGpu = new Map<string, number>();
+      for (const g of [gpu, ...[...hello.values()].map((h) => h.gpu)]) perGpu.set(g, (perGpu.get(g) ?? 0) + 1);
+      c.kernels.ranksPerGpu = Math.max(...perGpu.values());
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
       c.control.stop();

@@ -1,0 +1,51 @@
+/**
+ * The one- and two-shot kernels spin until peers' blocks reach their steps,
+ * so every block of every rank on one GPU must fit on it at once: the grids
+ * are divided by the most ranks any GPU holds (reduce-kernels.ts), and every
+ * rank launches the same grid. Checked on the simulated driver by recording
+ * the grid of every launch, with ranks spread over 2 devices.
+ */
+import { describe, expect, it } from 'vitest';
+import type { LaunchConfig } from '../../../src/cuda/driver.js';
+import { elements, makeWorld } from '../../helpers/comm-world.js';
+
+async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: number): Promise<number[][]> {
+  const w = await makeWorld(n, { devices: 2, scratchBytes: 16 << 20 });
+  try {
+    const seen: number[][] = w.sides.map(() => []);
+    w.sides.forEach((s, r) => {
+      const launch = s.driver.launchKernel.bind(s.driver);
+      s.driver.launchKernel = (fn, config: LaunchConfig, args, stream) => {
+        seen[r]!.push(config.grid[0] ?? 1);
+        launch(fn, config, args, stream);
+      };
+    });
+    const bufs = w.sides.map((s, r) => {
+      const p = s.driver.memAlloc(count * 4);
+      s.driver.memcpyHtoD(p, elements('f32', count, r));
+      return p;
+    });
+    const res = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count, dtype: 'f32', op: 'sum', algorithm })));
+    expect(res.map((x) => x.algorithm)).toEqual(w.comms.map(() => algorithm));
+    w.sides.forEach((s, r) => s.driver.memFree(bufs[r]!));
+    return seen;
+  } finally {
+    await w.close();
+  }
+}
+
+describe('kernel grids fit every rank of a GPU at once', () => {
+  it.each([
+    // one-shot: a block per 8 KiB, at most 512 / (ranks on the busiest GPU); 8 MiB of f32 asks for 1024 blocks, 1 MiB for 128
+    { n: 2, algorithm: 'one-shot' as const, count: 2 << 20, grid: 512 },
+    { n: 3, algorithm: 'one-shot' as const, count: 2 << 20, grid: 256 },
+    { n: 4, algorithm: 'one-shot' as const, count: 2 << 20, grid: 256 },
+    { n: 2, algorithm: 'one-shot' as const, count: 1 << 18, grid: 128 },
+    // two-shot: a block per 16 KiB of a part, at most 192 / (ranks on the busiest GPU)
+    { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 192 },
+    { n: 3, algorithm: 'two-shot' as const, count: 3 << 20, grid: 96 },
+  ])('$n ranks on 2 devices, $algorithm of $count f32: every rank launches $grid blocks', async ({ n, algorithm, count, grid }) => {
+    const seen = await grids(n, algorithm, count);
+    for (const s of seen) expect(s).toEqual([grid]);
+  });
+});
