@@ -5,7 +5,7 @@
  * JIT-compiles a whole module at its first load) — entries looked up once
  * each, launched with the arguments reduce.cu declares.
  */
-import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, FunctionHandle, KernelArg, ModuleHandle, StreamHandle } from '../cuda/driver.js';
 import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, reducePartEntry, twoshotChunk, twoshotEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
@@ -35,6 +35,18 @@ const TWOSHOT_MAX_BLOCKS = 192;
 /** The pipeline's reduction: 512 threads a block, an element a thread, at most this many blocks (then grid-stride). */
 const PART_BLOCK = 512;
 const PART_MAX_GRID = 1024;
+
+/** The leading arguments of the kernels that step with peers' blocks, in reduce.cu's order. */
+interface SteppingArgs {
+  op: ReduceOp;
+  out: DevicePtr;
+  input: DevicePtr;
+  bufs: DevicePtr;
+  flagOffset: number;
+  rank: number;
+  n: number;
+  count: number;
+}
 
 export class ReduceKernels {
   /** One module per dtype used (its entries only). */
@@ -95,22 +107,7 @@ export class ReduceKernels {
     // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
     const key = capturing || !this.graphs.enabled ? undefined : `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count}`;
-    this.graphs.launch(
-      key,
-      fn,
-      { grid: [grid], block: [ONESHOT_BLOCK] },
-      () => [
-        { type: 'ptr', value: out },
-        { type: 'ptr', value: input },
-        { type: 'ptr', value: bufs },
-        { type: 'u64', value: BigInt(flagOffset) },
-        { type: 'u32', value: rank },
-        { type: 'u32', value: n },
-        { type: 'u64', value: BigInt(count) },
-        { type: 'u32', value: opCode(op) },
-      ],
-      stream,
-    );
+    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, [], stream);
   }
 
   /**
@@ -128,21 +125,29 @@ export class ReduceKernels {
     const firstPart = twoshotChunk(dtype, Math.min(count, partMax * n), n);
     const grid = Math.min(Math.max(1, Math.floor(TWOSHOT_MAX_BLOCKS / this.ranksPerGpu)), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
     const key = capturing || !this.graphs.enabled ? undefined : `2 ${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count} ${bOffset} ${partMax}`;
+    const more: KernelArg[] = [
+      { type: 'u64', value: BigInt(bOffset) },
+      { type: 'u64', value: BigInt(partMax) },
+    ];
+    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, more, stream);
+  }
+
+  /** Launches a kernel that steps with peers' blocks (one-shot, two-shot): reduce.cu's leading arguments, then `more`. */
+  private launchStepping(fn: FunctionHandle, grid: number, key: string | undefined, a: SteppingArgs, more: readonly KernelArg[], stream: StreamHandle): void {
     this.graphs.launch(
       key,
       fn,
       { grid: [grid], block: [ONESHOT_BLOCK] },
       () => [
-        { type: 'ptr', value: out },
-        { type: 'ptr', value: input },
-        { type: 'ptr', value: bufs },
-        { type: 'u64', value: BigInt(flagOffset) },
-        { type: 'u32', value: rank },
-        { type: 'u32', value: n },
-        { type: 'u64', value: BigInt(count) },
-        { type: 'u32', value: opCode(op) },
-        { type: 'u64', value: BigInt(bOffset) },
-        { type: 'u64', value: BigInt(partMax) },
+        { type: 'ptr', value: a.out },
+        { type: 'ptr', value: a.input },
+        { type: 'ptr', value: a.bufs },
+        { type: 'u64', value: BigInt(a.flagOffset) },
+        { type: 'u32', value: a.rank },
+        { type: 'u32', value: a.n },
+        { type: 'u64', value: BigInt(a.count) },
+        { type: 'u32', value: opCode(a.op) },
+        ...more,
       ],
       stream,
     );
