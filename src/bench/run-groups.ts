@@ -3,7 +3,7 @@
  * closes each group): the memory kinds on one GPU or across two, the first
  * send of fresh processes, and the all-to-all among 8 processes.
  */
-import { MEMORY_OPTIONS, type MemoryOption } from '../cli/demo-memory.js';
+import { MEMORY_OPTIONS } from '../cli/demo-memory.js';
 import { formatBytes } from '../cli/format.js';
 import { skipped } from './figures.js';
 import { breakdown, type FirstSendBreakdown } from './first-send.js';
@@ -11,7 +11,7 @@ import type { KindExport, KindOpenResult } from './memory-kinds.js';
 import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, FirstSendResult, ProbeResult, TimedResult } from './protocol.js';
 import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, oneway, type Run } from './run-context.js';
 import { gbPerSecond, median, summarize } from './stats.js';
-import { FIG, MEMORY_FIG, MEMORY_OPEN_SIZE, MEMORY_TARGET_SIZE, type MemoryLayout } from './suites.js';
+import { FIG, MEMORY_FIG, MEMORY_OPEN_SIZE, MEMORY_TARGET_SIZE, type MemoryLayout, type ScopedSpec } from './suites.js';
 // ------------------------------------------------------------- memory kinds
 
 /**
@@ -34,7 +34,8 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
   await openSession(g, session, { ipc: true, cache: true });
   await negotiateSession(g, session);
   const sizes = across ? plan.memoryAcrossSizes : [plan.memorySize];
-  const costs = new Map<MemoryOption, { open: ReturnType<typeof summarize>; hit: ReturnType<typeof summarize>; result: KindOpenResult }>();
+  // Each kind's figures are listed as soon as they are measured: a worker lost later in the suite keeps them.
+  let legacyOpen: number | undefined;
   for (const kind of MEMORY_OPTIONS) {
     progress(`${layout} ${kind}: first imports, then cache hits`);
     const exports = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size: MEMORY_OPEN_SIZE, count: plan.ipcOpens + 1 });
@@ -46,7 +47,12 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
     }
     // The first import in a process sets up peer access (milliseconds on a GPU): not the per-import cost.
     const open = summarize(result.openUs.length > 1 ? result.openUs.slice(1) : result.openUs);
-    costs.set(kind, { open, hit: summarize(result.hitNs.map((ns) => ns / 1000)), result });
+    const hit = summarize(result.hitNs.map((ns) => ns / 1000));
+    legacyOpen ??= open.median; // legacy is measured first: the baseline of every kind's import
+    const details: Record<string, unknown> = { close: summarize(result.closeUs), firstImportUs: result.openUs[0], allocationBytes: MEMORY_OPEN_SIZE };
+    if (result.poolImportUs !== undefined) details.poolImportUs = result.poolImportUs;
+    run.figures.push(figure(run, MEMORY_FIG.import(kind, layout), open.median, legacyOpen, { stats: open, details }));
+    run.figures.push(figure(run, MEMORY_FIG.hit(kind, layout), hit.median, open.median, { stats: hit }));
 
     for (const size of sizes) {
       progress(`${layout} ${kind}: ${formatBytes(size)} (raw, then smcuda)`);
@@ -89,13 +95,16 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
     }
   }
   await both(g, { op: 'close', session }, { op: 'close', session });
-  const legacyOpen = costs.get('legacy')!.open.median;
-  for (const [kind, c] of costs) {
-    const details: Record<string, unknown> = { close: summarize(c.result.closeUs), firstImportUs: c.result.openUs[0], allocationBytes: MEMORY_OPEN_SIZE };
-    if (c.result.poolImportUs !== undefined) details.poolImportUs = c.result.poolImportUs;
-    run.figures.push(figure(run, MEMORY_FIG.import(kind, layout), c.open.median, legacyOpen, { stats: c.open, details }));
-    run.figures.push(figure(run, MEMORY_FIG.hit(kind, layout), c.hit.median, c.open.median, { stats: c.hit }));
-  }
+}
+
+/** Every figure of a memory suite (those not listed when it ends early are listed as skipped). */
+export function memorySpecs(run: Pick<Run, 'plan'>, layout: MemoryLayout): ScopedSpec[] {
+  const sizes = layout === 'memory-across' ? run.plan.memoryAcrossSizes : [run.plan.memorySize];
+  return MEMORY_OPTIONS.flatMap((kind) => [
+    MEMORY_FIG.import(kind, layout),
+    MEMORY_FIG.hit(kind, layout),
+    ...sizes.map((size) => (layout === 'memory-across' ? MEMORY_FIG.transfer(kind, layout, size) : MEMORY_FIG.transfer(kind))),
+  ]);
 }
 
 // ------------------------------------------------------------- first send

@@ -14,7 +14,7 @@ import { cpus, hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatBytes } from '../cli/format.js';
-import { type Figure, skipped, withFloor } from './figures.js';
+import { type Figure, type FigureSpec, skipped, withFloor } from './figures.js';
 import type { FirstSendBreakdown } from './first-send.js';
 import { type BenchOptions, makePlan, shmFreeBytes } from './plan.js';
 import {
@@ -46,7 +46,8 @@ import {
   type SuiteName,
 } from './suites.js';
 import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
-import { firstSendFigure, firstSendOnce, runAllToAll, runMemory } from './run-groups.js';
+import { firstSendFigure, firstSendOnce, memorySpecs, runAllToAll, runMemory } from './run-groups.js';
+import { guarded } from './suite-context.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
 import { NATIVE_FLOOR, runGraphSuite } from './graph-suite.js';
 import { runCollectivesSuite } from './collectives-suite.js';
@@ -112,41 +113,38 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       await runCollectivesSuite(run, group, { devices: new Set(group.infos.map((i) => i.device.uuid)).size, dir: join(dir, 'collectives') });
       await group.close();
     }
+    // The suites below run in groups of their own: one whose worker is lost (a crash in a driver
+    // call, a timeout) lists what it measured, the rest of its figures as skipped, and the run goes on.
+    const inGroup = (what: string, specs: readonly FigureSpec[], layout: string, devs: number[], body: (g: Group) => Promise<void>) =>
+      guarded(run!, what, specs, async () => {
+        const g = await start(layout, devs);
+        try {
+          await body(g);
+        } finally {
+          await g.close();
+        }
+      });
     if (wants('same-gpu')) {
       if (sim) figures.push(skipped(FIG.sameGpu, gpuOnly()));
-      else {
-        const same = await start('same', [0, 0]);
-        await runSameGpu(run, same);
-        await same.close();
-      }
+      else await inGroup('same-gpu', [FIG.sameGpuMid, FIG.sameGpu], 'same', [0, 0], (g) => runSameGpu(run!, g));
     }
-    if (wants('memory')) {
-      const mem = await start('memory', [0, 0]);
-      await runMemory(run, mem, 'memory');
-      await mem.close();
-    }
-    if (wants('memory-across')) {
-      const mem = await start('memory-across', [0, 1]);
-      await runMemory(run, mem, 'memory-across');
-      await mem.close();
-    }
+    if (wants('memory')) await inGroup('memory', memorySpecs(run, 'memory'), 'memory', [0, 0], (g) => runMemory(run!, g, 'memory'));
+    if (wants('memory-across')) await inGroup('memory-across', memorySpecs(run, 'memory-across'), 'memory-across', [0, 1], (g) => runMemory(run!, g, 'memory-across'));
     if (wants('first-send')) {
       for (const prepared of [false, true]) {
         const reps: FirstSendBreakdown[] = [];
         for (let i = 0; i < plan.firstSend.reps; i++) {
           progress(`first send${prepared ? ', negotiated at connect' : ''}: fresh processes ${i + 1}/${plan.firstSend.reps}`);
-          const g = await start(`first${prepared ? 'p' : ''}${i}`, [0, 1]);
-          reps.push(await firstSendOnce(run, g, prepared));
-          await g.close();
+          await inGroup(`first send, fresh processes ${i + 1}`, [], `first${prepared ? 'p' : ''}${i}`, [0, 1], async (g) => void reps.push(await firstSendOnce(run!, g, prepared)));
         }
-        firstSendFigure(run, reps, prepared);
+        const spec = prepared ? FIG.firstSendPrepared : FIG.firstSend;
+        if (reps.length > 0) firstSendFigure(run, reps, prepared);
+        else figures.push(skipped(spec, 'every repetition failed (notes)'));
       }
     }
     if (wants('all-to-all')) {
       progress(`all-to-all: starting ${A2A_RANKS} workers on 2 devices`);
-      const g = await start('a2a', Array.from({ length: A2A_RANKS }, (_, r) => r % 2));
-      await runAllToAll(run, g);
-      await g.close();
+      await inGroup('all-to-all', [FIG.allToAll], 'a2a', Array.from({ length: A2A_RANKS }, (_, r) => r % 2), (g) => runAllToAll(run!, g));
     }
   } finally {
     clearTimeout(timer);

@@ -1140,6 +1140,8 @@ export class SimulatedCudaDriver implements CudaDriver {
   }
 
   private requireInit(call: string): SimMemory {
+    // A driver that crashes (faults.crashOn) takes the process with it, as a segmentation fault in native code does.
+    if (this.faults.crashDue(call)) process.kill(process.pid, 'SIGSEGV');
     if (this.closed) throw cudaError(call, 'CUDA_ERROR_DEINITIALIZED', 'this driver instance was closed');
     if (!this.initialized) throw cudaError(call, 'CUDA_ERROR_NOT_INITIALIZED', 'call init() first');
     return this.memory!;

@@ -62,6 +62,12 @@ export interface SimFaults {
    * share an IPC namespace, or under some drivers. false: off.
    */
   ipcOpenFails?: boolean | string;
+  /**
+   * The process dies of SIGSEGV at its call of `call` after `after` earlier
+   * ones (default 0: the first), as a native driver that crashes: for tests
+   * of what outlives a lost process.
+   */
+  crashOn?: { call: string; after?: number };
 }
 
 export interface SimOptions {
@@ -90,6 +96,7 @@ export interface ResolvedFaults {
   copyBandwidthGBs: number;
   pageableLagMs: number;
   ipcOpenFails: CudaErrorName | null;
+  crashOn: { call: string; after: number } | null;
 }
 
 export interface SimWorld {
@@ -176,6 +183,7 @@ export function resolveFaults(f: SimFaults, devices: SimDevice[]): ResolvedFault
     copyBandwidthGBs: nonNegative('faults.copyBandwidthGBs', f.copyBandwidthGBs ?? 0),
     pageableLagMs: nonNegative('faults.pageableLagMs', f.pageableLagMs ?? 0),
     ipcOpenFails: resolveIpcOpenFails(f.ipcOpenFails),
+    crashOn: f.crashOn ? { call: String(f.crashOn.call), after: nonNegative('faults.crashOn.after', f.crashOn.after ?? 0) } : null,
   };
 }
 

@@ -10,6 +10,7 @@ import type { CudaErrorName } from './result-codes.js';
 export class FaultState {
   private faults: ResolvedFaults;
   private readyCalls = 0;
+  private crashCalls = 0;
   private since = performance.now();
   private pendingOpenFailures: CudaErrorName[];
   private random: () => number;
@@ -39,6 +40,7 @@ export class FaultState {
       copyBandwidthGBs: this.faults.copyBandwidthGBs,
       pageableLagMs: this.faults.pageableLagMs,
       ipcOpenFails: this.faults.ipcOpenFails ?? false,
+      ...(this.faults.crashOn ? { crashOn: this.faults.crashOn } : {}),
       ...f,
     };
     this.faults = resolveFaults(merged, this.devices);
@@ -48,6 +50,13 @@ export class FaultState {
       this.since = performance.now();
     }
     if (f.openFailureRate) this.random = mulberry32(this.faults.openFailureRate.seed);
+  }
+
+  /** Whether this call of `call` is the one `crashOn` names (counts the calls of that name). */
+  crashDue(call: string): boolean {
+    const c = this.faults.crashOn;
+    if (c === null || c.call !== call) return false;
+    return this.crashCalls++ === c.after;
   }
 
   /** Counts one isReady() call; true while the notReady window is open. */

@@ -128,4 +128,18 @@ describe('smcuda bench --smoke on the simulated driver', () => {
     await expect(cli(['--suite', 'nope'])).rejects.toMatchObject({ code: 2 });
     await expect(cli(['--sizes', '0'])).rejects.toMatchObject({ code: 2 });
   });
+  it('a worker that crashes (SIGSEGV in a driver call) costs only the rest of its suite: what it measured is listed, the rest skipped with the cause, and the next suite runs', async () => {
+    // The pool kind's first import crashes the importing worker, as memory-across's did on 2 × H200.
+    const env = { ...process.env, SMCUDA_SIM: JSON.stringify({ faults: { crashOn: { call: 'cuMemPoolImportPointer' } } }) };
+    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'memory-across,first-send'], { maxBuffer: 16 << 20, timeout: 60_000, env });
+    const doc = JSON.parse(stdout);
+    const byName = new Map<string, { value: number | null; skipped?: string }>(doc.figures.map((f: { name: string }) => [f.name, f]));
+    expect(byName.get(MEMORY_FIG.import('legacy', 'memory-across').name)!.value).toBeGreaterThan(0);
+    expect(byName.get(MEMORY_FIG.import('vmm-chunked', 'memory-across').name)!.value).toBeGreaterThan(0);
+    const pool = byName.get(MEMORY_FIG.import('pool', 'memory-across').name)!;
+    expect(pool.value).toBeNull();
+    expect(pool.skipped).toMatch(/memory-across failed: .*SIGSEGV/);
+    expect(doc.notes.some((n: string) => /memory-across failed: .*worker 1 exited with SIGSEGV/.test(n))).toBe(true);
+    expect(byName.get(FIG.firstSend.name)!.value).toBeGreaterThan(0);
+  });
 });
