@@ -146,10 +146,10 @@ export class DeviceSync {
     return ops;
   }
 
-  /** Queues one step on `stream`: it passes once every peer's stream reached the same step. */
+  /** Queues one step on `stream` (one batch up to 86 peers, then several in order): it passes once every peer's stream reached the same step. */
   step(stream: StreamHandle, parity: number): void {
     if (this.others.length === 0) return;
-    this.driver.streamBatchMemOp(stream, this.stepOps(parity));
+    queueMemOps(this.driver, stream, this.stepOps(parity));
   }
 
   /** Writes POISON into every slot of this rank's own block (the steps', the one-shot kernel's and the pipeline's), on a private stream (never behind a stuck one). */

@@ -141,6 +141,16 @@ function picker(picks: number[]): (n: number) => number {
   return (n) => picks[i++ % picks.length]! % n;
 }
 
+describe('a step of many ranks', () => {
+  it("goes in batches the driver takes (at most 256 operations each), in the step's order", () => {
+    const { sync, batches } = recorder(3, 120); // 3 × 119 operations
+    sync.step(1n, 0);
+    expect(batches.length).toBe(2);
+    for (const b of batches) expect(b.length).toBeLessThanOrEqual(256);
+    expect(batches.flat()).toEqual(sync.stepOps(0));
+  });
+});
+
 describe('device-side steps, as a model of the memory operations', () => {
   propTest.prop([jobArb], { numRuns: 300 })('every rank finishes, none passes a step before every peer signalled it (eager calls and replays)', ({ size, calls, picks }) => {
     const out = execute(size, programsOf(size, calls), picker(picks));
