@@ -183,8 +183,13 @@ export function resolveFaults(f: SimFaults, devices: SimDevice[]): ResolvedFault
     copyBandwidthGBs: nonNegative('faults.copyBandwidthGBs', f.copyBandwidthGBs ?? 0),
     pageableLagMs: nonNegative('faults.pageableLagMs', f.pageableLagMs ?? 0),
     ipcOpenFails: resolveIpcOpenFails(f.ipcOpenFails),
-    crashOn: f.crashOn ? { call: String(f.crashOn.call), after: nonNegative('faults.crashOn.after', f.crashOn.after ?? 0) } : null,
+    crashOn: f.crashOn ? { call: driverCall('faults.crashOn.call', f.crashOn.call), after: nonNegative('faults.crashOn.after', f.crashOn.after ?? 0) } : null,
   };
+}
+
+function driverCall(what: string, v: unknown): string {
+  if (typeof v !== 'string' || !/^cu[A-Z]\w*$/.test(v)) throw new ConfigError(`${what} must name a driver call (e.g. "cuMemPoolImportPointer"), got ${JSON.stringify(v)}`);
+  return v;
 }
 
 function resolveSeed(seed: number | undefined): number {

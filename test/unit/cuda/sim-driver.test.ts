@@ -362,6 +362,8 @@ describe('faults', () => {
     expect(() => new SimulatedCudaDriver({ env: {}, faults: { openFailureRate: { probability: 2 } } })).toThrow(/between 0 and 1/);
     expect(() => new SimulatedCudaDriver({ env: { SMCUDA_SIM: '{nope' } })).toThrow(/SMCUDA_SIM must be JSON/);
     expect(() => new SimulatedCudaDriver({ env: { SMCUDA_SIM_VISIBLE: '7' } })).toThrow(/out of range/);
+    expect(() => new SimulatedCudaDriver({ env: {}, faults: { crashOn: { call: 'memAlloc' } } })).toThrow(/crashOn.call must name a driver call/);
+    expect(() => new SimulatedCudaDriver({ env: {}, faults: { crashOn: { call: 'cuMemAlloc', after: -1 } } })).toThrow(ConfigError);
   });
 });
 
