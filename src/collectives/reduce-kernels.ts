@@ -9,7 +9,7 @@ import type { CudaDriver, DevicePtr, FunctionHandle, KernelArg, ModuleHandle, St
 import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, reducePartEntry, twoshotChunk, twoshotEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
-import { REDUCE_PTX as PTX } from '../kernels/reduce.ptx.js';
+import { reducePtx } from '../kernels/reduce.ptx.js';
 
 const BLOCK = 256;
 const MAX_GRID = 1024;
@@ -202,6 +202,6 @@ export class ReduceKernels {
 const byDtype = new Map<DType, string>();
 export function dtypePtx(dtype: DType): string {
   let ptx = byDtype.get(dtype);
-  if (ptx === undefined) byDtype.set(dtype, (ptx = ptxWithEntries(PTX, (entry) => entry.endsWith(`_${dtype}`))));
+  if (ptx === undefined) byDtype.set(dtype, (ptx = ptxWithEntries(reducePtx(), (entry) => entry.endsWith(`_${dtype}`))));
   return ptx;
 }

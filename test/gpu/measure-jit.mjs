@@ -11,14 +11,14 @@ import { fileURLToPath } from 'node:url';
 
 if (process.env.MEASURE_JIT_CASE) {
   const { openDriver } = await import('../../dist/src/cuda/open-driver.js');
-  const { REDUCE_PTX } = await import('../../dist/src/kernels/reduce.ptx.js');
+  const { reducePtx } = await import('../../dist/src/kernels/reduce.ptx.js');
   const { dtypePtx } = await import('../../dist/src/collectives/reduce-kernels.js');
   const { driver } = await openDriver({ driver: 'native' });
   driver.init();
   const t0 = performance.now();
   driver.setDevice(0);
   const contextMs = performance.now() - t0;
-  const ptx = process.env.MEASURE_JIT_CASE === 'whole' ? REDUCE_PTX : dtypePtx(process.env.MEASURE_JIT_CASE);
+  const ptx = process.env.MEASURE_JIT_CASE === 'whole' ? reducePtx() : dtypePtx(process.env.MEASURE_JIT_CASE);
   const { loadMs } = driver.moduleLoadData(ptx);
   console.log(JSON.stringify({ loadMs, contextMs, ptxBytes: ptx.length }));
 } else {

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CudaDriver, DriverKind } from '../../src/cuda/driver.js';
 import { CudaError } from '../../src/errors.js';
 import { DTYPE_BYTES, DTYPES, opCode, reduceEntry } from '../../src/kernels/dtypes.js';
-import { REDUCE_PTX } from '../../src/kernels/reduce.ptx.js';
+import { reducePtx } from '../../src/kernels/reduce.ptx.js';
 import { reduceInto } from '../../src/kernels/sim/reduce.js';
 import { fdMemoryCases } from './driver-contract-fd.js';
 import { patternBytes } from './bytes.js';
@@ -414,7 +414,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
             });
             const want = new Uint8Array(count * es);
             reduceInto(op, dtype, want, inputs.map((b) => b.subarray(offset * es)), count);
-            const { module } = d.moduleLoadData(REDUCE_PTX);
+            const { module } = d.moduleLoadData(reducePtx());
             const fn = d.moduleGetFunction(module, reduceEntry(dtype));
             const ptrs = inputs.map((b) => {
               const p = d.memAlloc(b.byteLength);

@@ -9,9 +9,21 @@ import { dtypePtx } from '../../../src/collectives/reduce-kernels.js';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { DTYPES } from '../../../src/kernels/dtypes.js';
 import { ptxWithEntries } from '../../../src/kernels/ptx-entries.js';
-import { REDUCE_ENTRIES, REDUCE_PTX } from '../../../src/kernels/reduce.ptx.js';
+import { REDUCE_ENTRIES, reducePtx } from '../../../src/kernels/reduce.ptx.js';
+
+const REDUCE_PTX = reducePtx();
+import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
+import { readFileSync } from 'node:fs';
 
 const entriesOf = (ptx: string) => [...ptx.matchAll(/^\.visible \.entry (\S+)\(/gm)].map((m) => m[1]);
+
+describe('the shipped PTX', () => {
+  it('reduce.ptx.ts inflates to the text of reduce.ptx beside it, byte for byte (the build writes both)', () => {
+    expect(REDUCE_PTX === readFileSync(new URL('../../../src/kernels/reduce.ptx', import.meta.url), 'utf8')).toBe(true);
+    expect(reducePtx()).toBe(REDUCE_PTX); // inflated once
+    for (const text of [REDUCE_PTX, FILL_PTX]) expect(text).toMatch(/^\.version 8\.0$/m);
+  });
+});
 
 describe('ptxWithEntries', () => {
   it("cuts reduce.ptx.ts into one module per dtype: the header, that dtype's entries whole, nothing else", () => {

@@ -11,7 +11,9 @@ import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
 import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, opCode, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
 import { readFileSync } from 'node:fs';
-import { REDUCE_ENTRIES, REDUCE_PTX as PTX } from '../../../src/kernels/reduce.ptx.js';
+import { REDUCE_ENTRIES, reducePtx } from '../../../src/kernels/reduce.ptx.js';
+
+const PTX = reducePtx();
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
 import { REDUCE_TWINS } from '../../../src/kernels/sim/reduce.js';
