@@ -51,6 +51,20 @@ export function blockSteps(bufs: readonly bigint[], flagOffset: bigint, rank: nu
   return ops;
 }
 
+/** reduce.cu's block_step of parity p for block b alone. */
+export function blockStep(bufs: readonly bigint[], flagOffset: bigint, rank: number, b: number, p: number): StreamMemOp[] {
+  const n = bufs.length;
+  const slot = (k: number, src: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
+  const ops: StreamMemOp[] = [];
+  for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, rank), value: 1n });
+  for (let k = 0; k < n; k++) {
+    if (k === rank) continue;
+    ops.push({ op: 'wait64', addr: slot(rank, k), value: 1n, condition: 'geq' });
+    ops.push({ op: 'write64', addr: slot(rank, k), value: 0n });
+  }
+  return ops;
+}
+
 function oneshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
   return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<StreamMemOp | RunOp> => {

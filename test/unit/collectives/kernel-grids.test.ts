@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { LaunchConfig } from '../../../src/cuda/driver.js';
+import { reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { elements, makeWorld } from '../../helpers/comm-world.js';
 
 async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: number): Promise<number[][]> {
@@ -47,5 +48,40 @@ describe('kernel grids fit every rank of a GPU at once', () => {
   ])('$n ranks on 2 devices, $algorithm of $count f32: every rank launches $grid blocks', async ({ n, algorithm, count, grid }) => {
     const seen = await grids(n, algorithm, count);
     for (const s of seen) expect(s).toEqual([grid]);
+  });
+});
+
+describe('the two-shot kernel over several blocks and pieces, the last one shorter', () => {
+  // The simulator runs the kernel's blocks one after the other, the last first (sim/twoshot.ts): a
+  // block that stored into another block's part of the scratch in a later piece would clobber what
+  // that block has not read yet. 128 KiB regions: pieces of N parts of 128 KiB / (N - 1), 16 KiB of a part a block.
+  it.each([
+    { n: 2, count: 2 * 32768 + 5003 },
+    { n: 3, count: 3 * 16384 * 2 + 777 },
+  ])('$n ranks, $count f32 in place and out of place: every element right', async ({ n, count }) => {
+    const w = await makeWorld(n, { devices: 2, scratchBytes: 128 << 10 });
+    try {
+      const inputs = w.comms.map((_, r) => elements('f32', count, 100 + r));
+      const want = new Uint8Array(count * 4);
+      reduceInto('sum', 'f32', want, inputs, count);
+      for (const inPlace of [false, true]) {
+        const bufs = w.sides.map((s, r) => {
+          const send = s.driver.memAlloc(count * 4);
+          s.driver.memcpyHtoD(send, inputs[r]!);
+          return { send, recv: inPlace ? send : s.driver.memAlloc(count * 4) };
+        });
+        const res = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', algorithm: 'two-shot' })));
+        expect(res.map((x) => x.algorithm)).toEqual(w.comms.map(() => 'two-shot'));
+        w.sides.forEach((s, r) => {
+          const got = new Uint8Array(count * 4);
+          s.driver.memcpyDtoH(got, bufs[r]!.recv);
+          expect(Buffer.from(got).equals(Buffer.from(want)), `rank ${r}, ${inPlace ? 'in place' : 'out of place'}`).toBe(true);
+          s.driver.memFree(bufs[r]!.send);
+          if (!inPlace) s.driver.memFree(bufs[r]!.recv);
+        });
+      }
+    } finally {
+      await w.close();
+    }
   });
 });
