@@ -653,7 +653,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     debug('endpoint %s: closing (%s): %s', this.peerId, orderly ? 'orderly' : 'failure', reason.message);
     this.link.closedWith = error;
     this.link.closeReason = reason;
+    // Closed: no IPC now, nor pending (a path choice made after this sees neither).
     this.link.ipcOk = false;
+    this.link.ipcPending = false;
     // An orderly close (ours, or the peer's CLOSE) leaves the negotiation's
     // outcome as it was; a failure or a lost peer ends it BAD.
     this.neg.stop(orderly);

@@ -56,4 +56,11 @@ describe('receiving after the endpoint closed', () => {
     await expect(pair.b.ep.recv({ tag: 8 })).rejects.toThrow();
     await sent;
   });
+  it('a closed endpoint says IPC is neither OK nor pending (path choices made after the close see neither)', async () => {
+    pair = await makePair();
+    const link = (ep: unknown) => (ep as { link: { ipcOk: boolean; ipcPending: boolean } }).link;
+    expect(link(pair.b.ep).ipcPending).toBe(true); // not negotiated yet, IPC on
+    await closedBy(pair, 'a');
+    for (const ep of [pair.a.ep, pair.b.ep]) expect(link(ep)).toMatchObject({ ipcOk: false, ipcPending: false });
+  });
 });
