@@ -51,8 +51,8 @@ function twoshotOps(dtype: DType) {
     const others = [...bufs.keys()].filter((k) => k !== rank);
     const at = (p: bigint, elements: number) => p + BigInt(elements * es);
     const first = twoshotChunk(dtype, Math.min(count, partMax * n), n);
-    const v16 = 16 / es;
-    const per = Math.ceil(Math.ceil(first / blocks) / v16) * v16;
+    const perVector = 16 / es; // elements in 16 bytes
+    const per = Math.ceil(Math.ceil(first / blocks) / perVector) * perVector;
     // Each block's stages, in its own order: per piece its stores, step, reduction, step, copy.
     const stages: Array<Array<StreamMemOp | RunOp>>[] = [];
     for (let b = 0; b < blocks; b++) {
