@@ -36,7 +36,7 @@
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, PeerLostError } from '../errors.js';
-import { DTYPE_BYTES, twoshotChunk, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, twoshotChunk, twoshotPart, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
 import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
@@ -203,8 +203,7 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     // The price of an unregistered output: peers' parts of the result land in B and are copied out.
     for (let a = 0; a < count; a += partMax * N) {
       const len = Math.min(partMax * N, count - a);
-      const chunk = twoshotChunk(dtype, len, N);
-      c.copied((len - (Math.min(len, (c.rank + 1) * chunk) - Math.min(len, c.rank * chunk))) * es);
+      c.copied((len - twoshotPart(len, twoshotChunk(dtype, len, N), c.rank).len) * es);
     }
     return;
   }

@@ -103,7 +103,7 @@ export class ReduceKernels {
     if (count === 0) return;
     let fn = this.oneshots.get(dtype);
     if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
-    const grid = Math.min(Math.max(1, Math.floor(ONESHOT_MAX_BLOCKS / this.ranksPerGpu)), Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
+    const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
     // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
     const key = capturing || !this.graphs.enabled ? undefined : `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count}`;
@@ -123,13 +123,18 @@ export class ReduceKernels {
     let fn = this.twoshots.get(dtype);
     if (fn === undefined) this.twoshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), twoshotEntry(dtype))));
     const firstPart = twoshotChunk(dtype, Math.min(count, partMax * n), n);
-    const grid = Math.min(Math.max(1, Math.floor(TWOSHOT_MAX_BLOCKS / this.ranksPerGpu)), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
+    const grid = Math.min(this.gridCap(TWOSHOT_MAX_BLOCKS), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
     const key = capturing || !this.graphs.enabled ? undefined : `2 ${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count} ${bOffset} ${partMax}`;
     const more: KernelArg[] = [
       { type: 'u64', value: BigInt(bOffset) },
       { type: 'u64', value: BigInt(partMax) },
     ];
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, more, stream);
+  }
+
+  /** The most blocks of a kernel that steps with peers' blocks, `max` shared among the ranks of the busiest GPU (ranksPerGpu). */
+  private gridCap(max: number): number {
+    return Math.max(1, Math.floor(max / this.ranksPerGpu));
   }
 
   /** Launches a kernel that steps with peers' blocks (one-shot, two-shot): reduce.cu's leading arguments, then `more`. */

@@ -45,7 +45,7 @@ export function oneshotEntry(dtype: DType): string {
   return `smcuda_oneshot_${dtype}`;
 }
 
-/** `smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, last, copyBlocks, prevOut, prevCount, prevBOffset)`: a two-shot allreduce piece in one launch. */
+/** `smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax)`: a whole two-shot allreduce in one launch. */
 export function twoshotEntry(dtype: DType): string {
   return `smcuda_twoshot_${dtype}`;
 }
@@ -54,6 +54,12 @@ export function twoshotEntry(dtype: DType): string {
 export function twoshotChunk(dtype: DType, count: number, n: number): number {
   const v = 16 / DTYPE_BYTES[dtype];
   return Math.ceil(Math.ceil(count / n) / v) * v;
+}
+
+/** Part j of a two-shot piece of `count` elements in parts of `chunk` (the last ones short or empty): [lo, lo + len). */
+export function twoshotPart(count: number, chunk: number, j: number): { lo: number; len: number } {
+  const lo = Math.min(count, j * chunk);
+  return { lo, len: Math.min(count, lo + chunk) - lo };
 }
 
 /** The `op` argument of the kernels: reduce.cu's Op enum, in REDUCE_OPS order. */

@@ -12,7 +12,7 @@
 import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotSlotOffset, opOf, type DType } from '../dtypes.js';
 import { reduceInto } from './reduce.js';
-import type { TwinMemory } from './twin.js';
+import { tableOf, type TwinMemory } from './twin.js';
 import { ArgumentRangeError } from '../../errors.js';
 
 /** A piece of a kernel run when its stream reaches it, touching these pointers' allocations. */
@@ -22,36 +22,7 @@ export interface RunOp {
   run(memory: TwinMemory): void;
 }
 
-/** Every rank's A, from the device table the kernels take (written before any launch: Scratch.open), read as the kernel's loads would. */
-export function tableOf(memory: TwinMemory, table: bigint, n: number): bigint[] {
-  const t = memory.view(table, 8 * n);
-  const tv = new DataView(t.buffer, t.byteOffset, t.byteLength);
-  const bufs: bigint[] = [];
-  for (let k = 0; k < n; k++) bufs.push(tv.getBigUint64(8 * k, true));
-  return bufs;
-}
-
-/**
- * reduce.cu's block_step of parity p for blocks [0, blocks), as one batch: write every peer's slot of
- * every block, then wait for and reset each own slot. On a GPU each block steps on its own; on the
- * simulator the whole grid steps at once, which is one of the orders a GPU may run them in.
- */
-export function blockSteps(bufs: readonly bigint[], flagOffset: bigint, rank: number, blocks: number, p: number): StreamMemOp[] {
-  const n = bufs.length;
-  const slot = (k: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
-  const ops: StreamMemOp[] = [];
-  for (let b = 0; b < blocks; b++) for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, rank, b), value: 1n });
-  for (let b = 0; b < blocks; b++) {
-    for (let k = 0; k < n; k++) {
-      if (k === rank) continue;
-      ops.push({ op: 'wait64', addr: slot(rank, k, b), value: 1n, condition: 'geq' });
-      ops.push({ op: 'write64', addr: slot(rank, k, b), value: 0n });
-    }
-  }
-  return ops;
-}
-
-/** reduce.cu's block_step of parity p for block b alone. */
+/** reduce.cu's block_step of parity p for block b: write every peer's slot, then wait for and reset each own slot. */
 export function blockStep(bufs: readonly bigint[], flagOffset: bigint, rank: number, b: number, p: number): StreamMemOp[] {
   const n = bufs.length;
   const slot = (k: number, src: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
@@ -81,7 +52,8 @@ function oneshotOps(dtype: DType) {
     const bufs = tableOf(memory, table, n);
     const mine = bufs[rank]!;
     const bytes = count * es;
-    const step = (p: number) => blockSteps(bufs, flagOffset, rank, blocks, p);
+    // Every block's step, block after block: one of the orders a GPU may run them in (the ranks in the same one).
+    const step = (p: number) => Array.from({ length: blocks }, (_, b) => blockStep(bufs, flagOffset, rank, b, p)).flat();
     return [
       { op: 'run', touches: [input, mine], run: (m) => (input === mine ? undefined : m.view(mine, bytes).set(m.view(input, bytes))) },
       ...step(0),

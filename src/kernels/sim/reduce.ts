@@ -9,7 +9,7 @@
 import type { KernelArg } from '../../cuda/driver.js';
 import { DTYPE_BYTES, DTYPES, divEntry, opOf, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from './half.js';
-import type { KernelTwin, TwinMemory } from './twin.js';
+import { tableOf, type KernelTwin, type TwinMemory } from './twin.js';
 
 /** One dtype's loads, stores and arithmetic in its accumulator type (number or bigint). */
 interface Arith<A> {
@@ -116,9 +116,7 @@ function reduceTwin(dtype: DType): KernelTwin {
     const count = Number(u64(args, 4));
     const op = opOf(u32(args, 5), reduceEntry(dtype));
     if (count === 0) return;
-    const t = dataView(memory.view(table, n * 8));
-    const inputs = [];
-    for (let k = 0; k < n; k++) inputs.push(memory.view(t.getBigUint64(k * 8, LE) + offset * BigInt(size), count * size));
+    const inputs = tableOf(memory, table, n).map((p) => memory.view(p + offset * BigInt(size), count * size));
     reduceInto(op, dtype, memory.view(out, count * size), inputs, count);
   };
 }
@@ -144,9 +142,7 @@ function reducePartTwin(dtype: DType): KernelTwin {
     const count = Number(u64(args, 5));
     const op = opOf(u32(args, 6), reducePartEntry(dtype));
     if (count === 0) return;
-    const t = dataView(memory.view(table, n * 8));
-    const inputs = [];
-    for (let k = 0; k < n; k++) inputs.push(memory.view(k === rank ? own : t.getBigUint64(k * 8, LE), count * size));
+    const inputs = tableOf(memory, table, n).map((p, k) => memory.view(k === rank ? own : p, count * size));
     // In place (out = own) too: reduceInto reads every input's element i before it writes out's.
     reduceInto(op, dtype, memory.view(out, count * size), inputs, count);
   };

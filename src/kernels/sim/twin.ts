@@ -11,3 +11,12 @@ export interface TwinMemory {
  * order and types, as the PTX entry of the same name; the whole grid at once.
  */
 export type KernelTwin = (memory: TwinMemory, args: readonly KernelArg[], config: LaunchConfig) => void;
+
+/** The n device pointers of a kernel's pointer table (every rank's A, or the inputs of a reduction), read as the kernel's loads would. */
+export function tableOf(memory: TwinMemory, table: bigint, n: number): bigint[] {
+  const t = memory.view(table, 8 * n);
+  const tv = new DataView(t.buffer, t.byteOffset, t.byteLength);
+  const ptrs: bigint[] = [];
+  for (let k = 0; k < n; k++) ptrs.push(tv.getBigUint64(8 * k, true));
+  return ptrs;
+}

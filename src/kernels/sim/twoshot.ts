@@ -15,19 +15,13 @@
  */
 import type { KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { ArgumentRangeError } from '../../errors.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, opOf, twoshotChunk, twoshotEntry, type DType } from '../dtypes.js';
-import { blockStep, tableOf, type RunOp } from './oneshot.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, opOf, twoshotChunk, twoshotEntry, twoshotPart, type DType } from '../dtypes.js';
+import { blockStep, type RunOp } from './oneshot.js';
 import { reduceInto } from './reduce.js';
-import type { TwinMemory } from './twin.js';
+import { tableOf, type TwinMemory } from './twin.js';
 
 /** Where rank `owner` keeps what rank j sent it, among its n - 1 slots: reduce.cu's slot_of. */
 const slotOf = (j: number, owner: number) => (j < owner ? j : j - 1);
-
-/** Part j of a piece of `count` elements in parts of `chunk`: [lo, lo + len). */
-function partOf(count: number, chunk: number, j: number): { lo: number; len: number } {
-  const lo = Math.min(count, j * chunk);
-  return { lo, len: Math.min(count, lo + chunk) - lo };
-}
 
 function twoshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
@@ -51,8 +45,8 @@ function twoshotOps(dtype: DType) {
     const others = [...bufs.keys()].filter((k) => k !== rank);
     const at = (p: bigint, elements: number) => p + BigInt(elements * es);
     const first = twoshotChunk(dtype, Math.min(count, partMax * n), n);
-    const perVector = 16 / es; // elements in 16 bytes
-    const per = Math.ceil(Math.ceil(first / blocks) / perVector) * perVector;
+    // Each block's share of a part: reduce.cu's per, the same rounding as a part's.
+    const per = twoshotChunk(dtype, first, blocks);
     // Each block's stages, in its own order: per piece its stores, step, reduction, step, copy.
     const stages: Array<Array<StreamMemOp | RunOp>>[] = [];
     for (let b = 0; b < blocks; b++) {
@@ -64,7 +58,7 @@ function twoshotOps(dtype: DType) {
         const pout = at(out, base);
         /** Block b's sub-range of part j of this piece: reduce.cu's sub_range. */
         const range = (j: number) => {
-          const { lo, len: part } = partOf(piece, chunk, j);
+          const { lo, len: part } = twoshotPart(piece, chunk, j);
           const sub = Math.min(part, b * per);
           return { lo, sub, len: Math.min(part - sub, per) };
         };
