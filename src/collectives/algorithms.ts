@@ -5,7 +5,11 @@
  * algorithm:
  *
  *   one-shot     every rank reads every peer's A through its mapping and
- *                reduces (or copies) in one kernel (or copy) per piece;
+ *                reduces (or copies) in one kernel (or copy) per piece. An
+ *                allreduce with device steps is one kernel a piece
+ *                (reduce.cu's smcuda_oneshot) that stores the input into a
+ *                landing slot of every rank's D and reduces its own slots
+ *                once every peer signalled: local reads, one signal;
  *   two-shot     rank r reduces its 1/N of the piece (reduce-scatter), then
  *                every rank gets every reduced part (allgather). With device
  *                steps, one kernel a call (reduce.cu's smcuda_twoshot) that
@@ -167,13 +171,13 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
   if (alg === 'one-shot') {
     if (!steps.onHost) {
-      // A piece a launch: the copy into A, both steps and the reduction in one kernel (reduce.cu's
-      // smcuda_oneshot). The same piece as copy + step + reduce + step, four driver calls, was
-      // ~20 µs of host time a call on an H100 (launchKernel 7, memcpyAsync 5, each batch 3).
+      // A piece a launch: the stores into every rank's landing slot, the signal and the reduction in one
+      // kernel (reduce.cu's smcuda_oneshot). The same piece as copy + step + reduce + step, four driver
+      // calls, was ~20 µs of host time a call on an H100 (launchKernel 7, memcpyAsync 5, each batch 3).
       c.checkInput(send, count * es);
-      for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
+      for (let a = 0, per = pieceLength(Math.floor(s.oneShotSlotBytes / es)); a < count; a += per) {
         const len = Math.min(per, count - a);
-        c.kernels.oneshot(op, dtype, recv + B(a * es), send + B(a * es), s.inputTable, s.kernelFlagOffset, c.rank, N, len, c.stream, c.capturing);
+        c.kernels.oneshot(op, dtype, recv + B(a * es), send + B(a * es), s.inputTable, s.oneShotFlagOffset, c.rank, N, len, s.oneShotLandOffset, s.oneShotSlotBytes, c.stream, c.capturing);
         c.copied(len * es);
       }
       return;

@@ -46,20 +46,27 @@
  * fail with the original cause.
  */
 /*
- * The one-shot allreduce kernel (reduce.cu's smcuda_oneshot) steps the same
+ * The two-shot allreduce kernel (reduce.cu's smcuda_twoshot) steps the same
  * way inside the kernel, per block, on slots of its own after these
  * (kernelSlotsOffset): block b waits only for block b of its peers. Its
  * slots follow the same rules (1 and a reset, parity 0 then 1 in every
- * launch), so its launches and graph replays mix with these steps freely,
+ * piece), so its launches and graph replays mix with these steps freely,
  * and poison() covers them too. So does it cover the copy-engine
  * pipeline's slots after those (ce-pipeline.ts: the same 1 and a reset,
  * per chunk slot).
+ *
+ * The one-shot kernel (smcuda_oneshot) signals with a count instead, in an
+ * area of its own after the pipeline's (oneshotAreaOffset): a rank's launch
+ * count lives in its own device memory, read by the kernel when it runs, so
+ * graph replays count like eager launches and no reset is needed; that is
+ * what lets one signal per call replace two steps (reduce.cu says why it is
+ * safe). poison() covers its flags: POISON passes every `>= count` wait.
  */
 import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
-import { ONESHOT_MAX_BLOCKS, oneshotSlotOffset } from '../kernels/dtypes.js';
+import { ONESHOT_MAX_BLOCKS, blockStepSlotOffset, oneshotAreaBytes, oneshotFlagOffset } from '../kernels/dtypes.js';
 
 
 /** Bytes of the step slots: two parities × size slots × 8 bytes, 256-aligned. */
@@ -67,12 +74,12 @@ function stepSlotsBytes(size: number): number {
   return Math.ceil((2 * size * 8) / 256) * 256;
 }
 
-/** Where the fused one-shot kernel's slots start in a flag block: after the step slots. */
+/** Where the two-shot kernel's step slots start in a flag block: after the step slots. */
 export function kernelSlotsOffset(size: number): number {
   return stepSlotsBytes(size);
 }
 
-/** Where the copy-engine pipeline's slots start in a flag block: after the one-shot kernel's. */
+/** Where the copy-engine pipeline's slots start in a flag block: after the two-shot kernel's. */
 function pipelineSlotsOffset(size: number): number {
   return stepSlotsBytes(size) + 2 * size * ONESHOT_MAX_BLOCKS * 8;
 }
@@ -91,14 +98,20 @@ export function pipelineSlotOffset(size: number, signal: PipelineSignal, x: numb
   return pipelineSlotsOffset(size) + ((SIGNALS.indexOf(signal) * PIPELINE_SLOTS + x) * size + src) * 8;
 }
 
+/** Where the one-shot kernel's flag area starts in a flag block: after the pipeline's slots, 256-aligned. */
+export function oneshotAreaOffset(size: number): number {
+  return Math.ceil((pipelineSlotsOffset(size) + SIGNALS.length * PIPELINE_SLOTS * size * 8) / 256) * 256;
+}
+
 /**
  * Bytes of a rank's flag block for `size` ranks: the step slots, then the
- * one-shot kernel's, two parities × size × ONESHOT_MAX_BLOCKS slots
- * (oneshotSlotOffset): the same protocol, per block of the kernel; then the
- * copy-engine pipeline's, four signals × PIPELINE_SLOTS × size.
+ * two-shot kernel's, two parities × size × ONESHOT_MAX_BLOCKS slots
+ * (blockStepSlotOffset): the same protocol, per block of the kernel; then the
+ * copy-engine pipeline's, four signals × PIPELINE_SLOTS × size; then the
+ * one-shot kernel's area, its launch count and a flag per rank and block.
  */
 export function flagBlockBytes(size: number): number {
-  return pipelineSlotsOffset(size) + SIGNALS.length * PIPELINE_SLOTS * size * 8;
+  return oneshotAreaOffset(size) + oneshotAreaBytes(size);
 }
 
 /** Queues `ops` on `stream` in order, in as few batches as the driver takes (MAX_BATCH_MEM_OPS each). */
@@ -152,7 +165,7 @@ export class DeviceSync {
     queueMemOps(this.driver, stream, this.stepOps(parity));
   }
 
-  /** Writes POISON into every slot of this rank's own block (the steps', the one-shot kernel's and the pipeline's), on a private stream (never behind a stuck one). */
+  /** Writes POISON into every slot of this rank's own block (the steps', the kernels' and the pipeline's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
       const own = this.blockOf(this.rank);
@@ -160,8 +173,10 @@ export class DeviceSync {
       for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
       const kernel = own + BigInt(kernelSlotsOffset(this.size));
       for (let p = 0; p < 2; p++) {
-        for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(oneshotSlotOffset(this.size, p, k, b)), value: POISON });
+        for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(blockStepSlotOffset(this.size, p, k, b)), value: POISON });
       }
+      const area = own + BigInt(oneshotAreaOffset(this.size));
+      for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: area + BigInt(oneshotFlagOffset(k, b)), value: POISON });
       for (const sig of SIGNALS) {
         for (let x = 0; x < PIPELINE_SLOTS; x++) for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
       }

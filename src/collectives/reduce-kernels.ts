@@ -95,19 +95,26 @@ export class ReduceKernels {
 
   /**
    * One piece of a one-shot allreduce in one launch (reduce.cu's
-   * smcuda_oneshot_<dtype>): `in` into this rank's A, a step, the reduction
-   * of every rank's A (`bufs`, a device table) into `out`, a step. Every rank
-   * must call it with the same `count` and dtype (the grid follows from them).
+   * smcuda_oneshot_<dtype>): `in` into landing slot (parity, rank) of every
+   * rank's D (`bufs`, a device table of every rank's scratch; D at
+   * `landOffset`, slots of `slotBytes`), a signal with this launch's count,
+   * and the reduction of this rank's slots into `out` once every peer's
+   * signal came. Every rank must call it with the same `count` and dtype
+   * (the grid follows from them).
    */
-  oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, stream: StreamHandle, capturing: boolean): void {
+  oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, landOffset: number, slotBytes: number, stream: StreamHandle, capturing: boolean): void {
     if (count === 0) return;
     let fn = this.oneshots.get(dtype);
     if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
     const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
     // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
-    const key = capturing || !this.graphs.enabled ? undefined : `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count}`;
-    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, [], stream);
+    const key = capturing || !this.graphs.enabled ? undefined : `${dtype} ${op} ${out} ${input} ${bufs} ${flagOffset} ${rank} ${n} ${count} ${landOffset} ${slotBytes}`;
+    const more: KernelArg[] = [
+      { type: 'u64', value: BigInt(landOffset) },
+      { type: 'u64', value: BigInt(slotBytes) },
+    ];
+    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, more, stream);
   }
 
   /**

@@ -1,6 +1,6 @@
 /**
  * The communicator's registered scratch: one device allocation per rank,
- * opened once by every peer through its IPC handle, in three regions of
+ * opened once by every peer through its IPC handle, in four regions of
  * `bytes` each:
  *
  *   A  inputs: each call copies the caller's input here first (so caller
@@ -13,9 +13,12 @@
  *      copy-engine pipeline);
  *   C  landing: peers' data copied here: N slots (staging), or
  *      PIPELINE_SLOTS × N parts (the copy-engine pipeline);
+ *   D  the one-shot kernel's landing slots: 2 × N (a parity of its launch
+ *      count, a source rank), its own so that no other algorithm's stores
+ *      meet a one-shot a peer is still reading (it ends with no step);
  *
- * then the flag block of the device-side step signals, the one-shot
- * kernel's per-block steps and the pipeline's signals (device-sync.ts),
+ * then the flag block of the device-side step signals, the kernels'
+ * per-block signals and the pipeline's (device-sync.ts),
  * zeroed (the pipeline's "free" signals set) before any peer can see it;
  * and pointer tables for the reduction kernels: every rank's A (own and
  * mapped, in rank order), this rank's N landing slots in C, and, per
@@ -24,7 +27,7 @@
 import type { CudaDriver, DevicePtr } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { ControlPlane } from './control.js';
-import { PIPELINE_FREE_SIGNALS, PIPELINE_SLOTS, flagBlockBytes, kernelSlotsOffset, pipelineSlotOffset } from './device-sync.js';
+import { PIPELINE_FREE_SIGNALS, PIPELINE_SLOTS, flagBlockBytes, kernelSlotsOffset, oneshotAreaOffset, pipelineSlotOffset } from './device-sync.js';
 
 export class Scratch {
   /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
@@ -43,12 +46,12 @@ export class Scratch {
     /** Bytes per region. */
     readonly bytes: number,
   ) {
-    this.own = driver.memAlloc(3 * bytes + flagBlockBytes(size));
+    this.own = driver.memAlloc(4 * bytes + flagBlockBytes(size));
     try {
       const flags = new Uint8Array(flagBlockBytes(size));
       const words = new DataView(flags.buffer);
       for (const sig of PIPELINE_FREE_SIGNALS) for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
-      driver.memcpyHtoD(this.own + BigInt(3 * bytes), flags);
+      driver.memcpyHtoD(this.own + BigInt(4 * bytes), flags);
       this.tables = driver.memAlloc(8 * size * (2 + PIPELINE_SLOTS));
     } catch (err) {
       driver.memFree(this.own);
@@ -142,12 +145,27 @@ export class Scratch {
   /** Rank k's flag block (own or mapped); undefined where it is not mapped here. */
   flagsOf(k: number): DevicePtr | undefined {
     const a = this.inputOf(k);
-    return a === undefined ? undefined : a + BigInt(3 * this.bytes);
+    return a === undefined ? undefined : a + BigInt(4 * this.bytes);
   }
 
-  /** Where the one-shot kernel's flag slots start, from a rank's A (the same in every rank's scratch). */
+  /** Where the two-shot kernel's step slots start, from a rank's A (the same in every rank's scratch). */
   get kernelFlagOffset(): number {
-    return 3 * this.bytes + kernelSlotsOffset(this.size);
+    return 4 * this.bytes + kernelSlotsOffset(this.size);
+  }
+
+  /** Where the one-shot kernel's flag area starts, from a rank's A. */
+  get oneShotFlagOffset(): number {
+    return 4 * this.bytes + oneshotAreaOffset(this.size);
+  }
+
+  /** Where the one-shot kernel's landing slots (D) start, from a rank's A. */
+  get oneShotLandOffset(): number {
+    return 3 * this.bytes;
+  }
+
+  /** Bytes of one of the one-shot kernel's landing slots: D split in 2 × size, 16-byte aligned (the most a launch moves). */
+  get oneShotSlotBytes(): number {
+    return Math.floor(this.bytes / (2 * this.size) / 16) * 16;
   }
 
   /** Device table of every rank's A. */

@@ -1101,6 +1101,10 @@ export class SimulatedCudaDriver implements CudaDriver {
           flush();
           const work = op.run;
           this.asyncWork(stream, 'cuLaunchKernel', 0, allocsOf(op.touches), () => work(memory));
+        } else if (op.op === 'until') {
+          flush();
+          const s = this.scheduler.get(stream, 'cuLaunchKernel');
+          this.scheduler.enqueue(s, untilItem(() => op.ready(memory), () => this.scheduler.advanceOthers(s)));
         } else if (op.op !== 'copy64') run.push(op);
         else {
           flush();
@@ -1270,4 +1274,23 @@ export class SimulatedCudaDriver implements CudaDriver {
     };
     onExit(this.exitHook);
   }
+}
+
+/** A kernel's wait on a condition over device memory (sim/kernels' UntilOp): polled as a remote wait; an error reading the memory (freed, unmapped) ends it with that error on the stream. */
+function untilItem(ready: () => boolean, advance: () => void): WaitItem {
+  const item: WaitItem = {
+    kind: 'wait',
+    remote: true,
+    advance,
+    ready(): boolean {
+      try {
+        return ready();
+      } catch (err) {
+        item.error = err as Error;
+        return true;
+      }
+    },
+    fresh: () => untilItem(ready, advance),
+  };
+  return item;
 }

@@ -29,18 +29,30 @@ export function reduceEntry(dtype: DType): string {
 }
 
 /**
- * Blocks of the one-shot kernel at most: reduce.cu's ONESHOT_MAX_BLOCKS (a
- * test checks they agree). Each block steps on its own flag slots, so the
- * flag block holds 2 × ranks × this many (device-sync.ts).
+ * Blocks of the one- and two-shot kernels at most: reduce.cu's
+ * ONESHOT_MAX_BLOCKS (a test checks they agree). Each block steps on its own
+ * flag slots, so the flag block holds that many per rank (device-sync.ts).
  */
 export const ONESHOT_MAX_BLOCKS = 512;
 
-/** Where the one-shot kernel's slot (parity `p`, signalled by rank `src`, block `b`) lies among a flag block's kernel slots, for `n` ranks: reduce.cu's block_step. */
-export function oneshotSlotOffset(n: number, p: number, src: number, b: number): number {
+/** Where the two-shot kernel's step slot (parity `p`, signalled by rank `src`, block `b`) lies among a flag block's kernel slots, for `n` ranks: reduce.cu's block_step. */
+export function blockStepSlotOffset(n: number, p: number, src: number, b: number): number {
   return ((p * n + src) * ONESHOT_MAX_BLOCKS + b) * 8;
 }
 
-/** `smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op)`: a one-shot allreduce piece in one launch. */
+/** The one-shot kernel's flag area (reduce.cu's oneshot_flag): word 0 its launch count (the epoch), word 1 the blocks done, then a slot per source rank and block. */
+export const ONESHOT_EPOCH_WORD = 0;
+export const ONESHOT_DONE_WORD = 8;
+/** Where the one-shot kernel's flag of rank `src`'s block `b` lies in its flag area. */
+export function oneshotFlagOffset(src: number, b: number): number {
+  return (2 + src * ONESHOT_MAX_BLOCKS + b) * 8;
+}
+/** Bytes of the one-shot kernel's flag area for `n` ranks. */
+export function oneshotAreaBytes(n: number): number {
+  return oneshotFlagOffset(n, 0);
+}
+
+/** `smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes)`: a one-shot allreduce piece in one launch. */
 export function oneshotEntry(dtype: DType): string {
   return `smcuda_oneshot_${dtype}`;
 }

@@ -7,7 +7,8 @@
  */
 import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { FLAG_OPS_ENTRY } from '../flag-ops.ptx.js';
-import { ONESHOT_TWINS, type RunOp } from './oneshot.js';
+import { ONESHOT_TWINS } from './oneshot.js';
+import type { RunOp, UntilOp } from './block-step.js';
 import { TWOSHOT_TWINS } from './twoshot.js';
 import type { TwinMemory } from './twin.js';
 
@@ -35,7 +36,7 @@ export function flagOpsAsMemOps(args: readonly KernelArg[]): FlagOp[] {
 }
 
 /** What a kernel that waits for other processes is queued as on the simulator, in order. */
-export type SteppedOp = FlagOp | RunOp;
+export type SteppedOp = FlagOp | RunOp | UntilOp;
 
 /** Kernels the simulated driver runs as memory-operation batches (and 8-byte copies, and pieces of work run in between), by entry name. */
 export const MEMOP_TWINS: Readonly<Record<string, (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory) => SteppedOp[]>> = {

@@ -2,43 +2,27 @@
  * The simulator's side of reduce.cu's smcuda_oneshot_<dtype>: a kernel that
  * waits for other processes cannot run as one TypeScript function (a twin
  * runs the whole grid at once), so the simulated driver queues it as the
- * stream operations it amounts to, in order: the copy of `in` into this
- * rank's A, the step of parity 0 on every block's slots (write every peer's,
- * wait for and reset its own, as device-sync.ts's step), the reduction (the
- * reduce twins' core), the step of parity 1. The slots are the kernel's, one
- * set per block of the launch's grid, so the flag block holds on the
- * simulator what it holds on a GPU.
+ * pieces it amounts to, in order: the read of this rank's launch count (the
+ * epoch e, when the stream reaches the launch: graph replays count as on a
+ * GPU); block after block, the store of its range of `in` into landing
+ * slot (e % 2, rank) of every rank and the signal e into its flag slot in
+ * every peer; block after block, the wait until every peer's signal for it
+ * is e or more and the reduction of its range from this rank's slots; the
+ * new count. All the stores come before the first wait: a rank may run
+ * ahead of a peer still reading the call before, which is the order the
+ * kernel's two landing parities exist for.
  */
-import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotSlotOffset, opOf, type DType } from '../dtypes.js';
+import type { KernelArg, LaunchConfig } from '../../cuda/driver.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_EPOCH_WORD, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotFlagOffset, opOf, type DType } from '../dtypes.js';
 import { reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
+import { loadU64, storeU64, type RunOp, type UntilOp } from './block-step.js';
 import { ArgumentRangeError } from '../../errors.js';
-
-/** A piece of a kernel run when its stream reaches it, touching these pointers' allocations. */
-export interface RunOp {
-  op: 'run';
-  touches: DevicePtr[];
-  run(memory: TwinMemory): void;
-}
-
-/** reduce.cu's block_step of parity p for block b: write every peer's slot, then wait for and reset each own slot. */
-export function blockStep(bufs: readonly bigint[], flagOffset: bigint, rank: number, b: number, p: number): StreamMemOp[] {
-  const n = bufs.length;
-  const slot = (k: number, src: number) => bufs[k]! + flagOffset + BigInt(oneshotSlotOffset(n, p, src, b));
-  const ops: StreamMemOp[] = [];
-  for (let k = 0; k < n; k++) if (k !== rank) ops.push({ op: 'write64', addr: slot(k, rank), value: 1n });
-  for (let k = 0; k < n; k++) {
-    if (k === rank) continue;
-    ops.push({ op: 'wait64', addr: slot(rank, k), value: 1n, condition: 'geq' });
-    ops.push({ op: 'write64', addr: slot(rank, k), value: 0n });
-  }
-  return ops;
-}
 
 function oneshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
-  return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<StreamMemOp | RunOp> => {
+  const v = 16 / es;
+  return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<RunOp | UntilOp> => {
     const out = args[0]!.value as bigint;
     const input = args[1]!.value as bigint;
     const table = args[2]!.value as bigint;
@@ -47,22 +31,62 @@ function oneshotOps(dtype: DType) {
     const n = args[5]!.value as number;
     const count = Number(args[6]!.value as bigint);
     const op = opOf(args[7]!.value as number, oneshotEntry(dtype));
+    const landOffset = args[8]!.value as bigint;
+    const slotBytes = args[9]!.value as bigint;
     const blocks = config.grid[0] ?? 1;
     if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
+    if (BigInt(count * es) > slotBytes) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: ${count * es} bytes do not fit a landing slot of ${slotBytes}`);
     const bufs = tableOf(memory, table, n);
     const mine = bufs[rank]!;
-    const bytes = count * es;
-    // Every block's step, block after block: one of the orders a GPU may run them in (the ranks in the same one).
-    const step = (p: number) => Array.from({ length: blocks }, (_, b) => blockStep(bufs, flagOffset, rank, b, p)).flat();
-    return [
-      { op: 'run', touches: [input, mine], run: (m) => (input === mine ? undefined : m.view(mine, bytes).set(m.view(input, bytes))) },
-      ...step(0),
-      { op: 'run', touches: [out, ...bufs], run: (m) => reduceInto(op, dtype, m.view(out, bytes), bufs.map((p) => m.view(p, bytes)), count) },
-      ...step(1),
-    ];
+    const epochAt = mine + flagOffset + BigInt(ONESHOT_EPOCH_WORD);
+    const flag = (k: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(oneshotFlagOffset(src, b));
+    const slot = (k: number, p: bigint, src: number) => bufs[k]! + landOffset + (p * BigInt(n) + BigInt(src)) * slotBytes;
+    // Block b's range: reduce.cu's chunks of whole vectors.
+    const chunk = Math.ceil(Math.ceil(count / blocks) / v) * v;
+    const range = (b: number) => {
+      const lo = Math.min(count, b * chunk);
+      return { lo, len: Math.min(count, lo + chunk) - lo };
+    };
+    let e = 0n; // this launch's count, read when the stream reaches it
+    const ops: Array<RunOp | UntilOp> = [{ op: 'run', touches: [mine], run: (m) => void (e = loadU64(m, epochAt) + 1n) }];
+    for (let b = 0; b < blocks; b++) {
+      const { lo, len } = range(b);
+      ops.push({
+        op: 'run',
+        touches: [input, ...bufs],
+        run: (m) => {
+          if (len > 0) {
+            const src = m.view(input + BigInt(lo * es), len * es);
+            for (let k = 0; k < n; k++) m.view(slot(k, e & 1n, rank) + BigInt(lo * es), len * es).set(src);
+          }
+          for (let k = 0; k < n; k++) if (k !== rank) storeU64(m, flag(k, rank, b), e);
+        },
+      });
+    }
+    for (let b = 0; b < blocks; b++) {
+      const { lo, len } = range(b);
+      ops.push({
+        op: 'until',
+        ready: (m) => {
+          for (let k = 0; k < n; k++) if (k !== rank && loadU64(m, flag(rank, k, b)) < e) return false;
+          return true;
+        },
+      });
+      if (len > 0) {
+        ops.push({
+          op: 'run',
+          touches: [out, mine],
+          run: (m) => {
+            const at = BigInt(lo * es);
+            reduceInto(op, dtype, m.view(out + at, len * es), Array.from({ length: n }, (_, k) => m.view(slot(rank, e & 1n, k) + at, len * es)), len);
+          },
+        });
+      }
+    }
+    ops.push({ op: 'run', touches: [mine], run: (m) => storeU64(m, epochAt, e) });
+    return ops;
   };
 }
 
 /** Every one-shot entry of reduce.cu, by name. */
 export const ONESHOT_TWINS = Object.fromEntries(DTYPES.map((d) => [oneshotEntry(d), oneshotOps(d)] as const));
-

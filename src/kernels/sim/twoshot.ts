@@ -16,7 +16,7 @@
 import type { KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { ArgumentRangeError } from '../../errors.js';
 import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, opOf, twoshotChunk, twoshotEntry, twoshotPart, type DType } from '../dtypes.js';
-import { blockStep, type RunOp } from './oneshot.js';
+import { blockStep, type RunOp } from './block-step.js';
 import { reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
 

@@ -11,7 +11,7 @@ import { reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { elements, makeWorld } from '../../helpers/comm-world.js';
 
 async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: number): Promise<number[][]> {
-  const w = await makeWorld(n, { devices: 2, scratchBytes: 16 << 20 });
+  const w = await makeWorld(n, { devices: 2, scratchBytes: 24 << 20 });
   try {
     const seen: number[][] = w.sides.map(() => []);
     w.sides.forEach((s, r) => {
@@ -37,10 +37,11 @@ async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: numbe
 
 describe('kernel grids fit every rank of a GPU at once', () => {
   it.each([
-    // one-shot: a block per 8 KiB, at most 512 / (ranks on the busiest GPU); 8 MiB of f32 asks for 1024 blocks, 1 MiB for 128
-    { n: 2, algorithm: 'one-shot' as const, count: 2 << 20, grid: 512 },
-    { n: 3, algorithm: 'one-shot' as const, count: 2 << 20, grid: 256 },
-    { n: 4, algorithm: 'one-shot' as const, count: 2 << 20, grid: 256 },
+    // one-shot: a block per 8 KiB, at most 512 / (ranks on the busiest GPU); 4 MiB of f32 asks for 512 blocks, 3 MiB for 384,
+    // 1 MiB for 128 (each in one launch: a landing slot of the 24 MiB scratch holds 3 MiB and more for up to 4 ranks)
+    { n: 2, algorithm: 'one-shot' as const, count: 1 << 20, grid: 512 },
+    { n: 3, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
+    { n: 4, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
     { n: 2, algorithm: 'one-shot' as const, count: 1 << 18, grid: 128 },
     // two-shot: a block per 16 KiB of a part, at most 192 / (ranks on the busiest GPU)
     { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 192 },
