@@ -52,9 +52,9 @@ export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 
 export interface CommunicatorOptions {
   /** Default time limit of each call, ms (default 60000); a call past it aborts the communicator. */
   timeoutMs?: number;
-  /** Bytes of each of the three scratch regions per rank (default 4 MiB): larger calls go in pieces (the copy-engine pipeline's chunks are half a region). */
+  /** Bytes of each of the four scratch regions per rank (default 4 MiB): larger calls go in pieces (the copy-engine pipeline's chunks are half a region, the one-shot's pieces 1/(2N) of one). */
   scratchBytes?: number;
-  /** allreduce: one-shot up to this many bytes (default 1 MiB)… */
+  /** allreduce: one-shot up to this many bytes (default 2 MiB / N: 1 MiB for 2 ranks, 512 KiB for 4, 256 KiB for 8)… */
   oneShotMaxBytes?: number;
   /** …two-shot up to this many (default: every size), the copy-engine pipeline above. */
   twoShotMaxBytes?: number;
@@ -211,13 +211,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.endpoints = endpoints;
     this.timeoutMs = positive('timeoutMs', opts.timeoutMs, 60_000);
     this.scratchBytes = Math.ceil(positive('scratchBytes', opts.scratchBytes, 4 * MiB, 256 * size) / 256) * 256;
-    // Measured on 2 × H100, allreduce f32 back to back (test/gpu/measure-collectives.mjs, one-shot being one
-    // kernel a piece): with 2 ranks one-shot is the fastest at every size, 8 B to 1 GiB (16 MiB 69 µs against
-    // two-shot 115 and the pipeline 136; 256 MiB 1.14 ms against 1.41 and 1.89); with 4 ranks on the 2 GPUs
-    // (MPS) it is at 1 MiB (27 µs against two-shot 93), two-shot at 16 MiB (206 against 240). The pipeline
-    // (ce-pipeline.ts) was never the fastest: on 2 × H200, 1 GiB 4.66 ms with 32 MiB chunks against one-shot's
-    // 4.12; it runs where a caller asks for it.
-    this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, MiB, 0);
+    // Measured on 2 × H200, allreduce f32 back to back (test/gpu/measure-collectives.mjs and smcuda bench,
+    // medians of 5): with 2 ranks one-shot and the two-shot kernel meet at 1 MiB (10.6-12.7 µs each), two-shot
+    // wins above (16 MiB 61 µs); each rank's one-shot sends (N - 1) × the bytes, so with more ranks the
+    // crossover comes sooner: 4 ranks (MPS, 2 GPUs) 256 KiB one-shot 11.5 against 16.3, 1 MiB 21.2 against
+    // 18.2; 8 ranks 256 KiB 22.5 against 29.6, 1 MiB 73 against 31.6. Hence 2 MiB / N. The pipeline
+    // (ce-pipeline.ts) was never the fastest; it runs where a caller asks for it (test/bench-history/s7-1126).
+    this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, Math.floor((2 * MiB) / Math.max(2, size)), 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, Number.MAX_SAFE_INTEGER, 0);
     if (opts.algorithm !== undefined && !ALGORITHMS.includes(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;

@@ -224,7 +224,7 @@ describe('collectives against a reference, in one process on the simulated drive
       expect(algs).toEqual(['one-shot', 'two-shot', 'ce-pipeline']);
       const st = w.comms[0]!.stats();
       expect(st.byAlgorithm).toEqual({ 'one-shot': 1, 'two-shot': 1, 'ce-pipeline': 1 });
-      // One-shot copies its input into A (4 elements); the two-shot kernel copies rank 0's share of peers'
+      // One-shot stores its input into its own landing slot too (4 elements); the two-shot kernel copies rank 0's share of peers'
       // results out of B (the 48 elements of rank 1's part: parts are 52, whole 16-byte vectors); the
       // pipeline copies straight from the caller's input into the peers' landing slots: nothing.
       expect(st.scratchCopyBytes).toBe((4 + 48) * 4);
@@ -232,6 +232,18 @@ describe('collectives against a reference, in one process on the simulated drive
       expect(st.steps).toBe('device');
     } finally {
       await w.close();
+    }
+  });
+
+  it('by default one-shot goes up to 2 MiB / N (each rank sends N - 1 copies), two-shot above', async () => {
+    for (const n of [2, 4]) {
+      const w = await makeWorld(n, { scratchBytes: 4096 });
+      try {
+        const max = (2 << 20) / n;
+        expect(w.comms.map((c) => [c.algorithmFor(max), c.algorithmFor(max + 1)])).toEqual(w.comms.map(() => ['one-shot', 'two-shot']));
+      } finally {
+        await w.close();
+      }
     }
   });
 
