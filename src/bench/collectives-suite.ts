@@ -76,6 +76,9 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
   return { sizes, gradientBytes: gradient, runs: opts.smoke ? 2 : sim ? 3 : 5, staged: repeat(stagedBudget), device: repeat(deviceBudget), notes };
 }
 
+/** Warm-up calls before the first size on a GPU: about 0.2 s of small calls (test/bench-history/s7-1126). */
+const FIRST_WARMUP_CALLS = 20_000;
+
 export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devices: number; dir: string }): Promise<void> {
   const ranks = g.size;
   const shm = shmFreeBytes();
@@ -186,7 +189,7 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
   const ranks = g.size;
   const all = <R>(cmd: BenchCommand) => Promise.all(Array.from({ length: ranks }, (_, r) => g.call<R>(r, cmd)));
   const timeoutMs = Math.min(run.opts.timeoutMs, 300_000);
-  const time = async (bytes: number, extra: { algorithm?: (typeof ALGORITHMS)[number]; graph?: boolean; reduce?: 'avg' } = {}) => {
+  const time = async (bytes: number, extra: { algorithm?: (typeof ALGORITHMS)[number]; graph?: boolean; reduce?: 'avg'; warmup?: number } = {}) => {
     const rs = await all<CollectiveTiming>({ op: 'sut-collective-time', bytes, runs: plan.runs, timeoutMs, ...plan.device(bytes), ...extra });
     const perRun = rs[0]!.runsUs.map((_, k) => Math.max(...rs.map((x) => x.runsUs[k]!)));
     const enqueue = rs.flatMap((x) => x.enqueueUs ?? []);
@@ -195,9 +198,12 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
   const bus = (size: number, us: number) => (size / (us * 1e-6) / 1e9) * ((2 * (ranks - 1)) / ranks);
   await all({ op: 'sut-collective-open', ranks, dir: join(dir, 'collectives'), timeoutMs });
   try {
-    for (const { size, spec } of targets) {
+    for (const [k, { size, spec }] of targets.entries()) {
       run.progress(`collectives: smcuda allreduce ${formatBytes(size)}`);
-      const { s, algorithm, enqueueUs } = await time(size);
+      // The first size measured in fresh processes ran slow for a while whatever it was: on 2 × H200, 1 KiB
+      // first 19.3 µs a call, then 8 B 12.4, 1 KiB 11.1, 8 B 8.0 (5 runs of 1000 calls each, after 100 warm-up
+      // calls). So the first size warms up with FIRST_WARMUP_CALLS (a count: every rank makes the same calls).
+      const { s, algorithm, enqueueUs } = await time(size, k === 0 && !run.sim && !run.opts.smoke ? { warmup: FIRST_WARMUP_CALLS } : {});
       run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.device(size).iters * plan.runs });
       const base = ncclAt(nccl, size);
       // enqueueUs: host µs per call spent queueing (median over ranks and runs); near the figure, the host is the limit.
