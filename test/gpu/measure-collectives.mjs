@@ -3,7 +3,8 @@
 // the baselines (those are `smcuda bench --suite collectives`):
 //   node test/gpu/measure-collectives.mjs [ranks=2] [sizes=8,262144,1048576,16777216,268435456,1073741824]
 // (DRIVER=sim GRADIENT_BYTES=65536 runs it on the simulator, to check the script; CASES=<JSON list of
-// { bytes, algorithm?, graph?, reduce? }> measures those cases only.)
+// { bytes, algorithm?, graph?, reduce? }> measures those cases only; CPU_PROF_DIR=<dir> writes a CPU
+// profile of each rank there.)
 // Rank r runs on device r % visible devices. Per size: RUNS (default 5) runs of
 // back-to-back calls, each run's value the slowest rank's µs per call; prints
 // one JSON object with median, min, max per size (and bus bandwidth), 8 B in
@@ -57,7 +58,7 @@ async function launch() {
       [...Array(ranks).keys()].map(
         (r) =>
           new Promise((resolve, reject) => {
-            const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, MEASURE_RANK: JSON.stringify({ rank: r, ranks, dir, cases }) } });
+            const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, MEASURE_RANK: JSON.stringify({ rank: r, ranks, dir, cases }) }, execArgv: process.env.CPU_PROF_DIR ? ['--cpu-prof', '--cpu-prof-dir', process.env.CPU_PROF_DIR] : [] });
             child.once('message', resolve);
             child.once('exit', (code, signal) => (code !== 0 ? reject(new Error(`rank ${r} exited ${code ?? signal}`)) : undefined));
           }),
