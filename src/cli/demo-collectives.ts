@@ -67,7 +67,10 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     const cases = collectiveCases(sizes, opts.ranks).filter((c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)));
     const collectives: CollectivesDemoReport['collectives'] = [];
     const mismatches: string[] = [];
+    let dtype: string | undefined;
     for (const c of cases) {
+      // Checking every element on the host takes a while at 64 MiB (seconds a case): say where it is.
+      if (c.dtype !== dtype) progress(`smcuda demo --collectives: ${(dtype = c.dtype)}, ${cases.filter((x) => x.dtype === dtype).length} calls`);
       const results = await until(Promise.all(workers.map((w) => w.call<CaseResult>('case', c))));
       const verified = results.every((r) => r.verified);
       for (const r of results) if (r.mismatch) mismatches.push(r.mismatch);

@@ -31,7 +31,20 @@ export function f32ToF16(v: number): number {
   return sign | h;
 }
 
+/** Every f16 as f32, built on first use (256 KiB): a load per element where the sum of 64 MiB of f16 took 3 s. */
+let f16Table: Float32Array | undefined;
+
 export function f16ToF32(h: number): number {
+  return (f16Table ??= f16Values())[h & 0xffff]!;
+}
+
+function f16Values(): Float32Array {
+  const t = new Float32Array(65536);
+  for (let h = 0; h < 65536; h++) t[h] = f16Value(h);
+  return t;
+}
+
+function f16Value(h: number): number {
   const sign = h & 0x8000 ? -1 : 1;
   const exp = (h >>> 10) & 0x1f;
   const mant = h & 0x3ff;
