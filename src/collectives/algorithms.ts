@@ -177,7 +177,8 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
       c.checkInput(send, count * es);
       for (let a = 0, per = pieceLength(Math.floor(s.oneShotSlotBytes / es)); a < count; a += per) {
         const len = Math.min(per, count - a);
-        c.kernels.oneshot(op, dtype, recv + B(a * es), send + B(a * es), s.inputTable, s.oneShotFlagOffset, c.rank, N, len, s.oneShotLandOffset, s.oneShotSlotBytes, c.stream, c.capturing);
+        const at = a === 0 ? 0n : B(a * es); // most calls are one piece: no bigint made for it
+        c.kernels.oneshot(op, dtype, recv + at, send + at, s.inputTable, s.oneShotFlagOffset, c.rank, N, len, s.oneShotLandOffset, s.oneShotSlotBytes, c.stream, c.capturing);
         c.copied(len * es);
       }
       return;

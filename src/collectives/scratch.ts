@@ -38,6 +38,12 @@ export class Scratch {
   private readonly tables: DevicePtr;
   private readonly peerBase = new Map<number, DevicePtr>();
   private released = false;
+  /** Where the one-shot kernel's flag area starts, from a rank's A (fields, not getters: read on every call). */
+  readonly oneShotFlagOffset: number;
+  /** Where the one-shot kernel's landing slots (D) start, from a rank's A. */
+  readonly oneShotLandOffset: number;
+  /** Bytes of one of the one-shot kernel's landing slots: D split in 2 × size, 16-byte aligned (the most a launch moves). */
+  readonly oneShotSlotBytes: number;
 
   private constructor(
     private readonly driver: CudaDriver,
@@ -46,6 +52,9 @@ export class Scratch {
     /** Bytes per region. */
     readonly bytes: number,
   ) {
+    this.oneShotFlagOffset = 4 * bytes + oneshotAreaOffset(size);
+    this.oneShotLandOffset = 3 * bytes;
+    this.oneShotSlotBytes = Math.floor(bytes / (2 * size) / 16) * 16;
     this.own = driver.memAlloc(4 * bytes + flagBlockBytes(size));
     try {
       const flags = new Uint8Array(flagBlockBytes(size));
@@ -153,20 +162,6 @@ export class Scratch {
     return 4 * this.bytes + kernelSlotsOffset(this.size);
   }
 
-  /** Where the one-shot kernel's flag area starts, from a rank's A. */
-  get oneShotFlagOffset(): number {
-    return 4 * this.bytes + oneshotAreaOffset(this.size);
-  }
-
-  /** Where the one-shot kernel's landing slots (D) start, from a rank's A. */
-  get oneShotLandOffset(): number {
-    return 3 * this.bytes;
-  }
-
-  /** Bytes of one of the one-shot kernel's landing slots: D split in 2 × size, 16-byte aligned (the most a launch moves). */
-  get oneShotSlotBytes(): number {
-    return Math.floor(this.bytes / (2 * this.size) / 16) * 16;
-  }
 
   /** Device table of every rank's A. */
   get inputTable(): DevicePtr {
