@@ -55,7 +55,7 @@ export function collectiveCases(sizes: readonly number[], ranks: number): Collec
  * The inputs made last, by rank, and what they were made for: the ops of one dtype and size come one after
  * another (collectiveCases), and every rank makes every rank's input for its reference (expectedOutput):
  * the demo's host work per rank at 16 MiB, 2 ranks, all 70 cases: 25.2 -> 10.5 s (with the tables hoisted
- * out of the loop and f16 conversions by table, src/kernels/sim/half.ts).
+ * out of the loop and f16 conversions by table, src/kernels/sim/half.ts), 7.1 s with reduceInto's typed loops.
  */
 let kept: { key: string; byRank: Map<number, Uint8Array> } = { key: '', byRank: new Map() };
 

@@ -16,7 +16,7 @@ import { REDUCE_ENTRIES, reducePtx } from '../../../src/kernels/reduce.ptx.js';
 const PTX = reducePtx();
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
-import { REDUCE_TWINS } from '../../../src/kernels/sim/reduce.js';
+import { REDUCE_TWINS, reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { ONESHOT_TWINS } from '../../../src/kernels/sim/oneshot.js';
 import { TWOSHOT_TWINS } from '../../../src/kernels/sim/twoshot.js';
 
@@ -318,4 +318,28 @@ describe("the pipeline's reduce_part against the reference", () => {
     }
     d.close();
   });
+});
+
+describe('reduceInto: typed arrays and DataViews give the same bytes', () => {
+  // Aligned views take the typed-array loops; the same data one byte off its element alignment takes the
+  // DataView path (reduce.ts): every op × dtype, including bit patterns that are NaN, infinite or subnormal.
+  propTest.prop([fc.constantFrom(...DTYPES), fc.constantFrom(...REDUCE_OPS), fc.integer({ min: 1, max: 5 }), fc.integer({ min: 0, max: 40 }), fc.integer()])(
+    'every op and dtype',
+    (dtype, op, n, count, seed) => {
+      const es = DTYPE_BYTES[dtype];
+      let x = seed >>> 0;
+      const byte = () => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) >>> 16) & 0xff;
+      const inputs = Array.from({ length: n }, () => Uint8Array.from({ length: count * es }, byte));
+      const shifted = (b: Uint8Array) => {
+        const u = new Uint8Array(b.length + 1);
+        u.set(b, 1);
+        return u.subarray(1);
+      };
+      const aligned = new Uint8Array(count * es);
+      reduceInto(op, dtype, aligned, inputs, count);
+      const viaViews = shifted(new Uint8Array(count * es));
+      reduceInto(op, dtype, viaViews, inputs.map(shifted), count);
+      expect([...viaViews]).toEqual([...aligned]);
+    },
+  );
 });
