@@ -76,8 +76,15 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
   return { sizes, gradientBytes: gradient, runs: opts.smoke ? 2 : sim ? 3 : 5, staged: repeat(stagedBudget), device: repeat(deviceBudget), notes };
 }
 
-/** Warm-up calls before the first size on a GPU: about 0.2 s of small calls (test/bench-history/s7-1126). */
-const FIRST_WARMUP_CALLS = 20_000;
+/**
+ * Warm-up calls before the first size on a GPU: about 0.2 s of calls, estimated as 10 µs and the bytes
+ * at 300 GB/s a call (20,000 at 8 B, 55 at 1 GiB). A count, not a time: every rank makes the same calls.
+ * Fresh processes ran their first sizes slowly whatever the size (test/bench-history/s7-1126).
+ */
+export function firstWarmupCalls(size: number): number {
+  const perCallUs = 10 + size / 300e3;
+  return Math.min(20_000, Math.ceil(200_000 / perCallUs));
+}
 
 export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devices: number; dir: string }): Promise<void> {
   const ranks = g.size;
@@ -202,8 +209,9 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
       run.progress(`collectives: smcuda allreduce ${formatBytes(size)}`);
       // The first size measured in fresh processes ran slow for a while whatever it was: on 2 × H200, 1 KiB
       // first 19.3 µs a call, then 8 B 12.4, 1 KiB 11.1, 8 B 8.0 (5 runs of 1000 calls each, after 100 warm-up
-      // calls). So the first size warms up with FIRST_WARMUP_CALLS (a count: every rank makes the same calls).
-      const { s, algorithm, enqueueUs } = await time(size, k === 0 && !run.sim && !run.opts.smoke ? { warmup: FIRST_WARMUP_CALLS } : {});
+      // calls). So the first size warms up longer (firstWarmupCalls).
+      const warm = Math.max(plan.device(size).warmup, firstWarmupCalls(size));
+      const { s, algorithm, enqueueUs } = await time(size, k === 0 && !run.sim && !run.opts.smoke ? { warmup: warm } : {});
       run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.device(size).iters * plan.runs });
       const base = ncclAt(nccl, size);
       // enqueueUs: host µs per call spent queueing (median over ranks and runs); near the figure, the host is the limit.

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ALGORITHMS, allreduceSpec, COLLECTIVE_FIG, COLLECTIVE_GPU_SIZES, GRADIENT_BYTES } from '../../../src/bench/collective-figures.js';
-import { collectivesPlan } from '../../../src/bench/collectives-suite.js';
+import { collectivesPlan, firstWarmupCalls } from '../../../src/bench/collectives-suite.js';
 import type { BenchOptions } from '../../../src/bench/plan.js';
 import { SUITES } from '../../../src/bench/suites.js';
 import { COLLECTIVES_UNDER_TEST } from '../../../src/bench/under-test.js';
@@ -88,5 +88,19 @@ describe('collectives plan, short of memory', () => {
     expect(p.gradientBytes % 4).toBe(0);
     expect(3 * p.gradientBytes).toBeLessThanOrEqual(0.8 * 256 * MiB);
     expect(p.notes.join('\n')).toMatch(/gradient average is of .* instead of 95.4 MiB/);
+  });
+});
+
+describe('the first size warms up for about 0.2 s of calls, whatever its size', () => {
+  it('20,000 small calls, fewer as calls grow: a 1 GiB first size is not held up for minutes', () => {
+    expect(firstWarmupCalls(8)).toBe(20_000);
+    expect(firstWarmupCalls(1 << 20)).toBeGreaterThan(10_000);
+    expect(firstWarmupCalls(1 << 30)).toBeLessThan(100);
+    // About 0.2 s at the estimate's 10 µs and 300 GB/s a call, at every size.
+    for (const size of [1 << 20, 16 << 20, 256 << 20, 1 << 30]) {
+      const us = firstWarmupCalls(size) * (10 + size / 300e3);
+      expect(us).toBeGreaterThanOrEqual(200_000);
+      expect(us).toBeLessThan(200_000 + 10 + size / 300e3);
+    }
   });
 });
