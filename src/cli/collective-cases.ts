@@ -61,7 +61,6 @@ let kept: { key: string; byRank: Map<number, Uint8Array> } = { key: '', byRank: 
 
 /** Input elements of `count` per block × blocks, for `rank`: small values, exact in every dtype, never NaN. Callers must not change it (it is kept for the next case). */
 export function caseInput(c: CollectiveCase, rank: number, ranks: number): Uint8Array {
-  const es = DTYPE_BYTES[c.dtype];
   const n = inputCount(c, ranks);
   const key = `${c.dtype} ${c.count} ${n}`;
   if (kept.key !== key) kept = { key, byRank: new Map() };

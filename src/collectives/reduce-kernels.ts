@@ -5,7 +5,7 @@
  * JIT-compiles a whole module at its first load) — entries looked up once
  * each, launched with the arguments reduce.cu declares.
  */
-import type { CudaDriver, DevicePtr, FunctionHandle, KernelArg, ModuleHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
 import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, reducePartEntry, twoshotChunk, twoshotEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
@@ -115,11 +115,7 @@ export class ReduceKernels {
     // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
     const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('1', out, [dtype, op, input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
-    const more: KernelArg[] = [
-      { type: 'u64', value: BigInt(landOffset) },
-      { type: 'u64', value: BigInt(slotBytes) },
-    ];
-    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, more, stream);
+    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, landOffset, slotBytes, stream);
   }
 
   /**
@@ -137,11 +133,7 @@ export class ReduceKernels {
     const firstPart = twoshotChunk(dtype, Math.min(count, partMax * n), n);
     const grid = Math.min(this.gridCap(TWOSHOT_MAX_BLOCKS), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
     const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, op, input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
-    const more: KernelArg[] = [
-      { type: 'u64', value: BigInt(bOffset) },
-      { type: 'u64', value: BigInt(partMax) },
-    ];
-    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, more, stream);
+    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, bOffset, partMax, stream);
   }
 
   /**
@@ -166,8 +158,12 @@ export class ReduceKernels {
     return Math.max(1, Math.floor(max / this.ranksPerGpu));
   }
 
-  /** Launches a kernel that steps with peers' blocks (one-shot, two-shot): reduce.cu's leading arguments, then `more`. */
-  private launchStepping(fn: FunctionHandle, grid: number, key: string | undefined, a: SteppingArgs, more: readonly KernelArg[], stream: StreamHandle): void {
+  /**
+   * Launches a kernel that steps with peers' blocks (one-shot, two-shot): reduce.cu's leading arguments,
+   * then the kernel's two u64 arguments of its own (one-shot: landOffset, slotBytes; two-shot: bOffset,
+   * partMax). The argument list is only built when the launch is not replayed.
+   */
+  private launchStepping(fn: FunctionHandle, grid: number, key: string | undefined, a: SteppingArgs, extra0: number, extra1: number, stream: StreamHandle): void {
     this.graphs.launch(
       key,
       fn,
@@ -181,7 +177,8 @@ export class ReduceKernels {
         { type: 'u32', value: a.n },
         { type: 'u64', value: BigInt(a.count) },
         { type: 'u32', value: opCode(a.op) },
-        ...more,
+        { type: 'u64', value: BigInt(extra0) },
+        { type: 'u64', value: BigInt(extra1) },
       ],
       stream,
     );

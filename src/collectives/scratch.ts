@@ -162,7 +162,6 @@ export class Scratch {
     return 4 * this.bytes + kernelSlotsOffset(this.size);
   }
 
-
   /** Device table of every rank's A. */
   get inputTable(): DevicePtr {
     return this.tables;

@@ -40,9 +40,8 @@ export function blockStepSlotOffset(n: number, p: number, src: number, b: number
   return ((p * n + src) * ONESHOT_MAX_BLOCKS + b) * 8;
 }
 
-/** The one-shot kernel's flag area (reduce.cu's oneshot_flag): word 0 its launch count (the epoch), word 1 the blocks done, then a slot per source rank and block. */
+/** The one-shot kernel's flag area (reduce.cu's oneshot_flag): word 0 its launch count (the epoch, at this offset), word 1 the blocks done, then a slot per source rank and block. */
 export const ONESHOT_EPOCH_WORD = 0;
-export const ONESHOT_DONE_WORD = 8;
 /** Where the one-shot kernel's flag of rank `src`'s block `b` lies in its flag area. */
 export function oneshotFlagOffset(src: number, b: number): number {
   return (2 + src * ONESHOT_MAX_BLOCKS + b) * 8;
