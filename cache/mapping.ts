@@ -102,7 +102,8 @@ export interface Mapping {
 }
 
 /** Why an entry left the pool; carried to events and to the close that follows. */
-export type DetachReason = 'evicted' | 'stale' | 'invalidated' | 'closed';
+/** 'released': a 'pool' mapping's last user let go of it (HandlePool.releaseEntry says why it is not kept). */
+export type DetachReason = 'evicted' | 'stale' | 'invalidated' | 'closed' | 'released';
 
 export class PoolEntry {
   /** Users currently holding this mapping (unreleased leases). */

@@ -5,7 +5,8 @@
  * FdChannel), rank 1 imports it and times
  *  - the first import of an allocation and its undo (cuIpcOpenMemHandle;
  *    vmmImport of the chunks; memPoolImportPointer, with the pool's own
- *    one-time import timed apart), and a cache hit on a HandlePool holding it;
+ *    one-time import timed apart), and a cache hit on a HandlePool holding it
+ *    (a lease held meanwhile: a pool pointer is kept only while in use);
  *  - back-to-back cuMemcpyAsync from an open mapping of that kind into local
  *    memory (the raw copy a transfer of that kind is held to).
  * Descriptors are closed as soon as they are imported (or sent).
@@ -174,11 +175,17 @@ export class KindImporter {
           }
           if (i === 0) {
             const req = this.#request(e, fds, pools, handedOver);
-            (await handlePool.acquireImport(req)).release();
-            for (let b = 0; b <= batches; b++) {
-              const t0 = process.hrtime.bigint();
-              for (let k = 0; k < perBatch; k++) handlePool.lookupImport(req)!.release();
-              if (b > 0) result.hitNs.push(Number(process.hrtime.bigint() - t0) / perBatch); // the first batch warms the JIT
+            // Hits while a lease is held, as for a message in flight beside another: the handle pool keeps a
+            // pool pointer only while it is in use (HandlePool.releaseEntry), the other kinds after their use too.
+            const held = await handlePool.acquireImport(req);
+            try {
+              for (let b = 0; b <= batches; b++) {
+                const t0 = process.hrtime.bigint();
+                for (let k = 0; k < perBatch; k++) handlePool.lookupImport(req)!.release();
+                if (b > 0) result.hitNs.push(Number(process.hrtime.bigint() - t0) / perBatch); // the first batch warms the JIT
+              }
+            } finally {
+              held.release();
             }
             continue;
           }

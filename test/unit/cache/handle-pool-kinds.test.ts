@@ -137,10 +137,22 @@ describe('HandlePool over the simulated fd memory', () => {
     expect(Buffer.compare(read(receiver, my.ptr, 2 * MiB), dy)).toBe(0);
     expect(receiver.fdMemoryResources()).toMatchObject({ importedPools: 1, importedPointers: 2 });
     mx.release();
-    // The pointer's last lease went, but the pool stays imported: its descriptor came once.
-    expect(pool.invalidate(GPU, x)).toBe(true);
+    // The pointer goes with its last lease (CUDA: every importer frees an imported pointer before the
+    // exporter frees the allocation), but the pool stays imported: its descriptor came once.
     expect(receiver.fdMemoryResources()).toMatchObject({ importedPools: 1, importedPointers: 1 });
+    expect(pool.invalidate(GPU, x)).toBe(false);
     expect(pool.stats()).toMatchObject({ importedPools: 1, poolImports: 1, poolReleases: 0 });
+    // x again: its pointer imported afresh from the pool held, no second pool import.
+    const again = await pool.acquireImport(request(x, MiB));
+    expect(poolOpens).toBe(1);
+    expect(Buffer.compare(read(receiver, again.ptr, MiB), dx)).toBe(0);
+    // A lease taken while one is held is a hit on the same import.
+    const hit = pool.lookupImport(request(x, MiB));
+    expect(hit?.ptr).toBe(again.ptr);
+    hit!.release();
+    expect(receiver.fdMemoryResources()).toMatchObject({ importedPools: 1, importedPointers: 2 });
+    again.release();
+    expect(receiver.fdMemoryResources()).toMatchObject({ importedPools: 1, importedPointers: 1 });
     // The owner drops the pool while y is still being copied from: nothing is undone under the copy.
     expect(pool.dropPeerPool('peer-1/pool-1')).toBe(true);
     expect(receiver.fdMemoryResources()).toMatchObject({ importedPools: 1, importedPointers: 1 });

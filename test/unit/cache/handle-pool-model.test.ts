@@ -17,8 +17,8 @@
  * change the kind at an address, which makes the old mapping stale). Legacy
  * ones go through `acquire`/`lookup` or `acquireImport`; the others through
  * `acquireImport`/`lookupImport` with the fake's importers. Only legacy
- * mappings obey the overlap rule (ALREADY_MAPPED). Pool mappings share their
- * peer pool's import, which must be released only when dropped and unused:
+ * mappings obey the overlap rule (ALREADY_MAPPED). A pool mapping is closed
+ * with its last lease. Pool mappings share their peer pool's import, which must be released only when dropped and unused:
  * the imported pools equal the model's, the fake never sees a pool released
  * with pointers left, and every acquireImport disposes its request once.
  */
@@ -143,6 +143,8 @@ class PoolModel {
       this.detached.splice(d, 1);
       this.c.closes++;
       this.collectPools();
+    } else if (entry.alloc.kind === 'pool') {
+      this.detach(entry); // a pool pointer is not kept past its last use: closed now (its peer pool stays imported)
     } else {
       this.enforceBounds();
     }
