@@ -92,6 +92,8 @@ Napi::Value CuDeviceGetInfo(const Napi::CallbackInfo& info) {
   int major = 0, minor = 0;
   SMCUDA_CU(env, cuDeviceGetAttribute, &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
   SMCUDA_CU(env, cuDeviceGetAttribute, &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  int sms = 0;
+  SMCUDA_CU(env, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   size_t total = 0;
   SMCUDA_CU(env, cuDeviceTotalMem, &total, dev);
   Napi::Object out = Napi::Object::New(env);
@@ -100,6 +102,7 @@ Napi::Value CuDeviceGetInfo(const Napi::CallbackInfo& info) {
   out.Set("pciBusId", Napi::String::New(env, bus));
   out.Set("major", Napi::Number::New(env, major));
   out.Set("minor", Napi::Number::New(env, minor));
+  out.Set("multiprocessors", Napi::Number::New(env, sms));
   out.Set("totalMemory", Napi::Number::New(env, static_cast<double>(total)));
   return out;
 }

@@ -272,8 +272,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     c.control.start();
     try {
       // Every endpoint must lead to the rank it is filed under, in a job of the same size.
-      const gpu = c.driver.deviceInfo(c.driver.currentDevice()).uuid;
-      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size, gpu }), c.timeoutMs, 'set-up');
+      const info = c.driver.deviceInfo(c.driver.currentDevice());
+      const gpu = info.uuid;
+      const sms = info.multiprocessors;
+      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size, gpu, sms }), c.timeoutMs, 'set-up');
       for (const [k, h] of hello) {
         if (h.rank !== k || h.size !== size) throw new ConfigError(`the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${rank} of ${size}): check the endpoints and ranks`);
       }
@@ -282,6 +284,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const perGpu = new Map<string, number>();
       for (const g of [gpu, ...[...hello.values()].map((h) => h.gpu)]) perGpu.set(g, (perGpu.get(g) ?? 0) + 1);
       c.kernels.ranksPerGpu = Math.max(...perGpu.values());
+      // And by the fewest multiprocessors of any rank's GPU, for the same reason.
+      c.kernels.multiprocessors = Math.min(sms, ...[...hello.values()].map((h) => h.sms));
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
       c.control.stop();

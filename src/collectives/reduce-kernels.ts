@@ -23,14 +23,18 @@ const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 8 * 1024;
 /**
  * The two-shot kernel: 512 threads a block, a block per TWOSHOT_BYTES_PER_BLOCK of a part, at most
- * TWOSHOT_MAX_BLOCKS. Every block of the launch must be resident at once, or a second wave's
- * blocks start their steps only after the first wave's have ended, on every rank: the kernel takes
- * up to 64 registers a thread (__launch_bounds__(512, 2)), 2 blocks an SM, and 192 blocks fit GPUs
- * of 96 SMs and up. 2 × H100, a launch a piece: 512 blocks (two waves) 305 GB/s at 1 GiB, 128
- * blocks 311, 192 blocks 318, 256 blocks 278.
+ * two blocks per multiprocessor (of the GPU with the fewest, shared among the ranks on one GPU).
+ * Every block of the launch must be resident at once, or a second wave's blocks start their steps
+ * only after the first wave's have ended, on every rank: the kernel takes up to 64 registers a
+ * thread (__launch_bounds__(512, 2)), so two blocks fit an SM. Every block does the same work, so
+ * the launch ends with its slowest: a grid that puts two blocks on some SMs and one on others runs
+ * at the pace of the shared ones. 2 × H200 (132 SMs), allreduce f32 two-shot, medians of 5, two
+ * alternations in one call each: 192 blocks 1 GiB 339.3-339.5 GB/s, 256 MiB 327-328, 16 MiB
+ * 61.6-62.5 µs; 128 blocks 352-355, 338-341, 59.6-60.9; 256 blocks 353, 342-343, 58.5-59.2; then
+ * 132 blocks 353, 332-336, 60.7-60.8 against 264 blocks 353-355, 341-343, 60.3-61.3.
  */
 const TWOSHOT_BYTES_PER_BLOCK = 16 * 1024;
-const TWOSHOT_MAX_BLOCKS = 192;
+const TWOSHOT_BLOCKS_PER_SM = 2;
 
 /** Output buffers whose last launch key is kept (keyOf); past this many the memo starts again. */
 const KEYS_KEPT = 1024;
@@ -68,6 +72,8 @@ export class ReduceKernels {
    * block that has no room would wait for ever); their grids are divided by this.
    */
   ranksPerGpu = 1;
+  /** The fewest multiprocessors of any rank's GPU (set at the communicator's start): the two-shot's grid follows from it. */
+  multiprocessors = 132;
   /** The last launch key built per output buffer (keyOf). */
   private readonly keys = new Map<DevicePtr, { kind: string; parts: readonly (bigint | number | string)[]; key: string }>();
   /** One-shot launches that come back, replayed as graphs (launch-graphs.ts). */
@@ -131,7 +137,7 @@ export class ReduceKernels {
     let fn = this.twoshots.get(dtype);
     if (fn === undefined) this.twoshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), twoshotEntry(dtype))));
     const firstPart = twoshotChunk(dtype, Math.min(count, partMax * n), n);
-    const grid = Math.min(this.gridCap(TWOSHOT_MAX_BLOCKS), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
+    const grid = Math.min(this.gridCap(TWOSHOT_BLOCKS_PER_SM * this.multiprocessors), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
     const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, op, input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, bOffset, partMax, stream);
   }

@@ -52,6 +52,8 @@ export interface DeviceInfo {
   /** e.g. '0000:18:00.0' */
   pciBusId: string;
   computeCapability: [major: number, minor: number];
+  /** Streaming multiprocessors (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT): the collectives size their kernels' grids by it. */
+  multiprocessors: number;
   totalMemory: number;
 }
 

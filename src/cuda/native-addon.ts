@@ -43,6 +43,7 @@ export interface NativeCuda {
     pciBusId: string;
     major: number;
     minor: number;
+    multiprocessors: number;
     totalMemory: number;
   };
   cuDeviceCanAccessPeer(dev: number, peer: number): boolean;

@@ -277,6 +277,7 @@ export class NativeCudaDriver implements CudaDriver {
       uuid: i.uuid,
       pciBusId: i.pciBusId,
       computeCapability: [i.major, i.minor],
+      multiprocessors: i.multiprocessors,
       totalMemory: i.totalMemory,
     };
   }

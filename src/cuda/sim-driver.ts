@@ -67,7 +67,7 @@ import type {
   WaitCondition,
 } from './driver.js';
 import type { NativeFdPassing, NativeHostMapping, NativeShm } from './native-addon.js';
-import { resolveSimWorld, type SimDevice, type SimFaults, type SimOptions, type SimWorld } from './sim/config.js';
+import { resolveSimWorld, SIM_MULTIPROCESSORS, type SimDevice, type SimFaults, type SimOptions, type SimWorld } from './sim/config.js';
 import { EVENT_STATE_BYTES, SimEvent } from './sim/events.js';
 import { FaultState } from './sim/faults.js';
 import { FdFaultState, type SimFdFaults } from './sim/fd-faults.js';
@@ -269,6 +269,7 @@ export class SimulatedCudaDriver implements CudaDriver {
       uuid: d.uuid,
       pciBusId: d.pciBusId,
       computeCapability: [d.computeCapability[0], d.computeCapability[1]],
+      multiprocessors: d.multiprocessors ?? SIM_MULTIPROCESSORS,
       totalMemory: d.totalMemory,
     };
   }

@@ -8,6 +8,7 @@ import { Communicator, type CommunicatorOptions } from '../../src/collectives/co
 import type { Endpoint } from '../../src/endpoint.js';
 import { DTYPE_BYTES, type DType } from '../../src/kernels/dtypes.js';
 import { mulberry32 } from '../../src/cuda/sim/prng.js';
+import type { SimDevice } from '../../src/cuda/sim/config.js';
 import { makeSide, type Side } from './transport-pair.js';
 
 export interface World {
@@ -16,9 +17,10 @@ export interface World {
   close(): Promise<void>;
 }
 
-export async function makeWorld(n: number, options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number } = {}): Promise<World> {
-  const { ipcOpenFails, devices = 2, ...commOptions } = options;
-  const sides = await Promise.all([...Array(n).keys()].map((i) => makeSide(`rank${i}`, i % devices, {}, ipcOpenFails ? { faults: { ipcOpenFails: true } } : {})));
+export async function makeWorld(n: number, options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number; simDevices?: SimDevice[] } = {}): Promise<World> {
+  const { ipcOpenFails, devices = 2, simDevices, ...commOptions } = options;
+  const sim = { ...(ipcOpenFails ? { faults: { ipcOpenFails: true } } : {}), ...(simDevices ? { devices: simDevices } : {}) };
+  const sides = await Promise.all([...Array(n).keys()].map((i) => makeSide(`rank${i}`, i % devices, {}, sim)));
   const eps: Endpoint[][] = sides.map(() => []);
   for (let i = 0; i < n; i++) {
     for (let j = i + 1; j < n; j++) {

@@ -108,6 +108,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         expect(info.index).toBe(0);
         expect(info.uuid).toMatch(/^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
         expect(info.totalMemory).toBeGreaterThan(0);
+        expect(Number.isSafeInteger(info.multiprocessors) && info.multiprocessors > 0).toBe(true);
         expect(d.canAccessPeer(0, 0)).toBe(true);
         expect(d.currentDevice()).toBe(0);
       });

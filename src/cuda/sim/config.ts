@@ -24,7 +24,12 @@ export interface SimDevice {
   computeCapability: [major: number, minor: number];
   /** Bytes this process may allocate on the device. */
   totalMemory: number;
+  /** Streaming multiprocessors (default SIM_MULTIPROCESSORS, an H100's or H200's). */
+  multiprocessors?: number;
 }
+
+/** The multiprocessors of a simulated device that does not say (an H100 SXM's or H200's: 132). */
+export const SIM_MULTIPROCESSORS = 132;
 
 /** A device named by UUID, or by its index in the world's device list. */
 export type DeviceRef = string | number;
@@ -230,6 +235,9 @@ function checkDevices(devices: SimDevice[]): SimDevice[] {
       throw new ConfigError(`sim device ${i}: computeCapability must be [major, minor]`);
     }
     nonNegative(`sim device ${i} totalMemory`, d.totalMemory);
+    if (d.multiprocessors !== undefined && (!Number.isSafeInteger(d.multiprocessors) || d.multiprocessors < 1)) {
+      throw new ConfigError(`sim device ${i}: multiprocessors must be a positive integer, got ${JSON.stringify(d.multiprocessors)}`);
+    }
   }
   return devices;
 }

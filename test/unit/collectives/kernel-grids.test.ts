@@ -1,17 +1,20 @@
 /**
  * The one- and two-shot kernels spin until peers' blocks reach their steps,
  * so every block of every rank on one GPU must fit on it at once: the grids
- * are divided by the most ranks any GPU holds (reduce-kernels.ts), and every
- * rank launches the same grid. Checked on the simulated driver by recording
+ * are divided by the most ranks any GPU holds (reduce-kernels.ts), the
+ * two-shot's bounded by the fewest multiprocessors of any rank's GPU, and
+ * every rank launches the same grid. Checked on the simulated driver by recording
  * the grid of every launch, with ranks spread over 2 devices.
  */
 import { describe, expect, it } from 'vitest';
 import type { LaunchConfig } from '../../../src/cuda/driver.js';
+import { DEFAULT_SIM_DEVICES } from '../../../src/cuda/sim/config.js';
 import { reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { elements, makeWorld } from '../../helpers/comm-world.js';
 
-async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: number): Promise<number[][]> {
-  const w = await makeWorld(n, { devices: 2, scratchBytes: 24 << 20 });
+async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: number, multiprocessors?: [number, number]): Promise<number[][]> {
+  const simDevices = multiprocessors ? DEFAULT_SIM_DEVICES.map((d, i) => ({ ...d, multiprocessors: multiprocessors[i]! })) : undefined;
+  const w = await makeWorld(n, { devices: 2, scratchBytes: 24 << 20, ...(simDevices ? { simDevices } : {}) });
   try {
     const seen: number[][] = w.sides.map(() => []);
     w.sides.forEach((s, r) => {
@@ -43,11 +46,14 @@ describe('kernel grids fit every rank of a GPU at once', () => {
     { n: 3, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
     { n: 4, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
     { n: 2, algorithm: 'one-shot' as const, count: 1 << 18, grid: 128 },
-    // two-shot: a block per 16 KiB of a part, at most 192 / (ranks on the busiest GPU)
-    { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 192 },
-    { n: 3, algorithm: 'two-shot' as const, count: 3 << 20, grid: 96 },
-  ])('$n ranks on 2 devices, $algorithm of $count f32: every rank launches $grid blocks', async ({ n, algorithm, count, grid }) => {
-    const seen = await grids(n, algorithm, count);
+    // two-shot: a block per 16 KiB of a part, at most two per multiprocessor of the GPU with the fewest (the
+    // simulated ones have 132 unless told) / (ranks on the busiest GPU)
+    { n: 2, algorithm: 'two-shot' as const, count: 4 << 20, grid: 264 },
+    { n: 3, algorithm: 'two-shot' as const, count: 3 << 20, grid: 132 },
+    { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 200, multiprocessors: [132, 100] as [number, number] },
+    { n: 4, algorithm: 'two-shot' as const, count: 4 << 20, grid: 80, multiprocessors: [80, 114] as [number, number] },
+  ])('$n ranks on 2 devices, $algorithm of $count f32: every rank launches $grid blocks', async ({ n, algorithm, count, grid, multiprocessors }) => {
+    const seen = await grids(n, algorithm, count, multiprocessors);
     for (const s of seen) expect(s).toEqual([grid]);
   });
 });

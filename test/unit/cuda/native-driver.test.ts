@@ -481,6 +481,7 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
         uuid: 'GPU-f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff',
         pciBusId: '0000:18:00.0',
         computeCapability: [9, 0],
+        multiprocessors: 132,
         totalMemory: 80 * 2 ** 30,
       },
       current: 0,
