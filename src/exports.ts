@@ -15,6 +15,16 @@ import type { AddressRange, CudaDriver, DevicePtr, MemoryKind, PoolHandle } from
 
 const NO_HANDLE = new Uint8Array(0);
 
+/**
+ * Pool allocations larger than this are not shared by descriptor (their messages are staged): importing a
+ * pointer to one killed the importing process. On 2 × H200 (driver 580.159.04) cuMemPoolImportPointer
+ * returned into address 0 (SIGSEGV, the stack overwritten after an RM control ioctl) for a single
+ * allocation of 5376 MiB and up, on the same GPU and across GPUs; 5248 MiB and below imported, as did
+ * three 4 GiB allocations of one pool (memory-across's 1 GiB window of 8 in one allocation hit it).
+ */
+export const POOL_SHARE_MAX_BYTES = 5 * 2 ** 30;
+const POOL_TOO_LARGE = 'a pool allocation over 5 GiB: importing a pointer to one killed the importing process (driver 580); allocate less at once to send it without staging';
+
 export interface ExportInfo {
   base: DevicePtr;
   size: number;
@@ -128,6 +138,8 @@ export class ExportTable {
   constructor(
     private readonly driver: CudaDriver,
     private readonly limit = 256,
+    /** Larger pool allocations are staged (POOL_SHARE_MAX_BYTES; smaller in tests). */
+    private readonly poolShareMax = POOL_SHARE_MAX_BYTES,
   ) {}
 
   lookup(ptr: DevicePtr): ExportInfo {
@@ -150,16 +162,18 @@ export class ExportTable {
     const kind = this.driver.memoryKind(ptr);
     // Pool memory is exported by its allocation's start (poolAllocationRange), not the segment the range names.
     if (kind.kind === 'pool') range = poolAllocationRange(this.driver, ptr, attrs.bufferId, range);
+    const tooLarge = kind.kind === 'pool' && range.size > this.poolShareMax;
     const info: ExportInfo = {
       base: range.base,
       size: range.size,
       bufferId: attrs.bufferId,
       device: attrs.device,
       handle: kind.kind === 'legacy-ipc' ? this.driver.ipcGetMemHandle(range.base) : NO_HANDLE,
-      kind: kind.kind,
+      kind: tooLarge ? 'other' : kind.kind,
     };
-    if (kind.reason !== undefined) info.reason = kind.reason;
-    if (kind.pool !== undefined) info.pool = kind.pool;
+    if (tooLarge) info.reason = POOL_TOO_LARGE;
+    else if (kind.reason !== undefined) info.reason = kind.reason;
+    if (kind.pool !== undefined && !tooLarge) info.pool = kind.pool;
     this.byPtr.delete(ptr);
     this.byPtr.set(ptr, info);
     this.newest = ptr;

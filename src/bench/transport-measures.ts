@@ -74,7 +74,6 @@ export class OpBuffers {
   }
 }
 
-const slice = (b: DeviceBuffer, index: number, size: number): DeviceBuffer => ({ ptr: b.ptr + BigInt(index * size), length: size });
 
 /**
  * Initiator: send, then wait for the reply; sample = round trip / 2 in µs.
@@ -123,14 +122,15 @@ export async function oneWay(
 ): Promise<TimedResult> {
   const bufs = new OpBuffers(driver, ep, memory);
   try {
-    const buf = bufs.alloc(size * window);
     const before = sentPaths(ep);
     const reasonsBefore = { ...ep.stats().stagingReasons };
     // Only the `window` operations in flight are held, and their buffers are
     // made once: keeping every message's promise to the end made each
     // young-generation collection copy thousands of live promises (1+ ms
     // pauses), a cost of this loop, not of the transport.
-    const slices = Array.from({ length: window }, (_, k) => slice(buf, k, size));
+    // One allocation a slot, not slices of one: a 1 GiB window of 8 in one pool allocation would be staged
+    // (pool allocations over 5 GiB are not shared: exports.ts).
+    const slices = Array.from({ length: window }, () => bufs.alloc(size));
     const sendOpts = { tag: TAG.stream };
     const recvOpts = slices.map((into) => ({ tag: TAG.stream, into }));
     const run = async (count: number) => {

@@ -35,6 +35,28 @@ describe('ExportTable', () => {
     expect(Buffer.from(after.handle).equals(Buffer.from(before.handle))).toBe(false);
   });
 
+  it('a pool allocation over the bound is staged, with why; one within it is shared by descriptor', () => {
+    d = new SimulatedCudaDriver();
+    d.init();
+    d.setDevice(0);
+    const t = new ExportTable(d, 256, 2 << 20);
+    const s = d.streamCreate();
+    const pool = d.memPoolCreate();
+    const small = d.memAllocFromPoolAsync(2 << 20, pool, s);
+    const large = d.memAllocFromPoolAsync(4 << 20, pool, s);
+    d.streamSynchronize(s);
+    expect(t.lookup(small)).toMatchObject({ kind: 'pool', base: small, size: 2 << 20, pool });
+    const big = t.lookup(large + 4096n);
+    expect(big).toMatchObject({ kind: 'other', base: large, size: 4 << 20 });
+    expect(big.reason).toMatch(/pool allocation over 5 GiB.*killed the importing process/);
+    expect(big.pool).toBeUndefined();
+    d.memFreeAsync(small, s);
+    d.memFreeAsync(large, s);
+    d.streamSynchronize(s);
+    d.memPoolDestroy(pool);
+    d.streamDestroy(s);
+  });
+
   it('keeps at most `limit` pointers, dropping the least recently used', () => {
     d = new SimulatedCudaDriver();
     d.init();
