@@ -106,6 +106,8 @@ export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: bool
   }
 }
 
+const slice = (b: DeviceBuffer, index: number, size: number): DeviceBuffer => ({ ptr: b.ptr + BigInt(index * size), length: size });
+
 /**
  * `warmup + iters` messages of `size` from the sender, at most `window`
  * outstanding (each send completes on FIN); the receiver keeps `window`
@@ -128,9 +130,10 @@ export async function oneWay(
     // made once: keeping every message's promise to the end made each
     // young-generation collection copy thousands of live promises (1+ ms
     // pauses), a cost of this loop, not of the transport.
-    // One allocation a slot, not slices of one: a 1 GiB window of 8 in one pool allocation would be staged
-    // (pool allocations over 5 GiB are not shared: exports.ts).
-    const slices = Array.from({ length: window }, () => bufs.alloc(size));
+    // Pool memory: one allocation a slot, not slices of one: a 1 GiB window of 8 in one pool allocation
+    // would be staged (pool allocations over 5 GiB are not shared: exports.ts).
+    const buf = memory === 'pool' ? undefined : bufs.alloc(size * window);
+    const slices = Array.from({ length: window }, (_, k) => (buf ? slice(buf, k, size) : bufs.alloc(size)));
     const sendOpts = { tag: TAG.stream };
     const recvOpts = slices.map((into) => ({ tag: TAG.stream, into }));
     const run = async (count: number) => {
