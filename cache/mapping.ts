@@ -101,8 +101,10 @@ export interface Mapping {
   release(): void;
 }
 
-/** Why an entry left the pool; carried to events and to the close that follows. */
-/** 'released': a 'pool' mapping's last user let go of it (HandlePool.releaseEntry says why it is not kept). */
+/**
+ * Why an entry left the pool; carried to events and to the close that follows. 'released': a 'pool'
+ * mapping's last user let go of it (HandlePool.releaseEntry says why it is not kept).
+ */
 export type DetachReason = 'evicted' | 'stale' | 'invalidated' | 'closed' | 'released';
 
 export class PoolEntry {
