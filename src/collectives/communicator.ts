@@ -285,7 +285,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       for (const g of [gpu, ...[...hello.values()].map((h) => h.gpu)]) perGpu.set(g, (perGpu.get(g) ?? 0) + 1);
       c.kernels.ranksPerGpu = Math.max(...perGpu.values());
       // And by the fewest multiprocessors of any rank's GPU, for the same reason.
-      c.kernels.multiprocessors = Math.min(sms, ...[...hello.values()].map((h) => h.sms));
+      c.kernels.multiprocessors = Math.min(sms, ...[...hello.values()].map((h) => (Number.isSafeInteger(h.sms) && h.sms > 0 ? h.sms : sms)));
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
       c.control.stop();

@@ -137,7 +137,9 @@ export class ReduceKernels {
     let fn = this.twoshots.get(dtype);
     if (fn === undefined) this.twoshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), twoshotEntry(dtype))));
     const firstPart = twoshotChunk(dtype, Math.min(count, partMax * n), n);
-    const grid = Math.min(this.gridCap(TWOSHOT_BLOCKS_PER_SM * this.multiprocessors), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
+    // At most ONESHOT_MAX_BLOCKS: the step slots per rank in the flag block (device-sync.ts).
+    const cap = Math.min(ONESHOT_MAX_BLOCKS, TWOSHOT_BLOCKS_PER_SM * this.multiprocessors);
+    const grid = Math.min(this.gridCap(cap), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
     const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, op, input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, bOffset, partMax, stream);
   }

@@ -52,6 +52,8 @@ describe('kernel grids fit every rank of a GPU at once', () => {
     { n: 3, algorithm: 'two-shot' as const, count: 3 << 20, grid: 132 },
     { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 200, multiprocessors: [132, 100] as [number, number] },
     { n: 4, algorithm: 'two-shot' as const, count: 4 << 20, grid: 80, multiprocessors: [80, 114] as [number, number] },
+    // and never more than the flag block's step slots per rank (512)
+    { n: 2, algorithm: 'two-shot' as const, count: 4 << 20, grid: 512, multiprocessors: [400, 400] as [number, number] },
   ])('$n ranks on 2 devices, $algorithm of $count f32: every rank launches $grid blocks', async ({ n, algorithm, count, grid, multiprocessors }) => {
     const seen = await grids(n, algorithm, count, multiprocessors);
     for (const s of seen) expect(s).toEqual([grid]);
