@@ -400,7 +400,8 @@ export class HandlePool implements EntryOwner {
       // Not kept past its last use. CUDA requires every importer to free an imported pool pointer
       // before the exporter frees the allocation, and the exporter may free it (cuMemFree, cuMemFreeAsync,
       // without telling smcuda) as soon as its send completed, which is when the FIN gets there: the
-      // receiver releases first (the FIN leaves in a later microtask); a kept import was released only
+      // receiver releases first (the FIN leaves in a later microtask: FinBatcher; a peer without FINS gets
+      // its FIN just before, in the same synchronous run); a kept import was released only
       // after an INVALIDATE, which the owner sends just before its free, or never. The cost: each message
       // imports its pointer again (2 × H200: 5 µs; 256 MiB messages still ran at 99 % of a raw copy).
       this.#detach(entry, 'released');
