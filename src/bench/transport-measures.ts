@@ -74,6 +74,7 @@ export class OpBuffers {
   }
 }
 
+const slice = (b: DeviceBuffer, index: number, size: number): DeviceBuffer => ({ ptr: b.ptr + BigInt(index * size), length: size });
 
 /**
  * Initiator: send, then wait for the reply; sample = round trip / 2 in µs.
@@ -105,8 +106,6 @@ export async function pingPong(driver: CudaDriver, ep: Endpoint, initiator: bool
     bufs.free();
   }
 }
-
-const slice = (b: DeviceBuffer, index: number, size: number): DeviceBuffer => ({ ptr: b.ptr + BigInt(index * size), length: size });
 
 /**
  * `warmup + iters` messages of `size` from the sender, at most `window`

@@ -44,6 +44,8 @@ export class Scratch {
   readonly oneShotLandOffset: number;
   /** Bytes of one of the one-shot kernel's landing slots: D split in 2 × size, 16-byte aligned (the most a launch moves). */
   readonly oneShotSlotBytes: number;
+  /** Where the flag block starts, from a rank's A: after the four regions. */
+  private readonly flagsAt: number;
 
   private constructor(
     private readonly driver: CudaDriver,
@@ -52,15 +54,16 @@ export class Scratch {
     /** Bytes per region. */
     readonly bytes: number,
   ) {
-    this.oneShotFlagOffset = 4 * bytes + oneshotAreaOffset(size);
+    this.flagsAt = 4 * bytes;
+    this.oneShotFlagOffset = this.flagsAt + oneshotAreaOffset(size);
     this.oneShotLandOffset = 3 * bytes;
     this.oneShotSlotBytes = Math.floor(bytes / (2 * size) / 16) * 16;
-    this.own = driver.memAlloc(4 * bytes + flagBlockBytes(size));
+    this.own = driver.memAlloc(this.flagsAt + flagBlockBytes(size));
     try {
       const flags = new Uint8Array(flagBlockBytes(size));
       const words = new DataView(flags.buffer);
       for (const sig of PIPELINE_FREE_SIGNALS) for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
-      driver.memcpyHtoD(this.own + BigInt(4 * bytes), flags);
+      driver.memcpyHtoD(this.own + BigInt(this.flagsAt), flags);
       this.tables = driver.memAlloc(8 * size * (2 + PIPELINE_SLOTS));
     } catch (err) {
       driver.memFree(this.own);
@@ -154,12 +157,12 @@ export class Scratch {
   /** Rank k's flag block (own or mapped); undefined where it is not mapped here. */
   flagsOf(k: number): DevicePtr | undefined {
     const a = this.inputOf(k);
-    return a === undefined ? undefined : a + BigInt(4 * this.bytes);
+    return a === undefined ? undefined : a + BigInt(this.flagsAt);
   }
 
   /** Where the two-shot kernel's step slots start, from a rank's A (the same in every rank's scratch). */
   get kernelFlagOffset(): number {
-    return 4 * this.bytes + kernelSlotsOffset(this.size);
+    return this.flagsAt + kernelSlotsOffset(this.size);
   }
 
   /** Device table of every rank's A. */

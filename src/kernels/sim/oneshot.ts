@@ -13,7 +13,7 @@
  * kernel's two landing parities exist for.
  */
 import type { KernelArg, LaunchConfig } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_EPOCH_WORD, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotFlagOffset, opOf, type DType } from '../dtypes.js';
+import { DTYPE_BYTES, DTYPES, ONESHOT_EPOCH_WORD, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotFlagOffset, opOf, twoshotChunk, twoshotPart, type DType } from '../dtypes.js';
 import { reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
 import { loadU64, storeU64, type RunOp, type UntilOp } from './block-step.js';
@@ -21,7 +21,6 @@ import { ArgumentRangeError } from '../../errors.js';
 
 function oneshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
-  const v = 16 / es;
   return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<RunOp | UntilOp> => {
     const out = args[0]!.value as bigint;
     const input = args[1]!.value as bigint;
@@ -41,12 +40,9 @@ function oneshotOps(dtype: DType) {
     const epochAt = mine + flagOffset + BigInt(ONESHOT_EPOCH_WORD);
     const flag = (k: number, src: number, b: number) => bufs[k]! + flagOffset + BigInt(oneshotFlagOffset(src, b));
     const slot = (k: number, p: bigint, src: number) => bufs[k]! + landOffset + (p * BigInt(n) + BigInt(src)) * slotBytes;
-    // Block b's range: reduce.cu's chunks of whole vectors.
-    const chunk = Math.ceil(Math.ceil(count / blocks) / v) * v;
-    const range = (b: number) => {
-      const lo = Math.min(count, b * chunk);
-      return { lo, len: Math.min(count, lo + chunk) - lo };
-    };
+    // Block b's range: reduce.cu's chunks of whole vectors, the same rounding and split as a two-shot part's.
+    const chunk = twoshotChunk(dtype, count, blocks);
+    const range = (b: number) => twoshotPart(count, chunk, b);
     let e = 0n; // this launch's count, read when the stream reaches it
     const ops: Array<RunOp | UntilOp> = [{ op: 'run', touches: [mine], run: (m) => void (e = loadU64(m, epochAt) + 1n) }];
     for (let b = 0; b < blocks; b++) {
