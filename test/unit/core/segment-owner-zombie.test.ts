@@ -10,8 +10,9 @@ import { ownerAlive, processStartTime } from '../../../src/segment-owner.js';
 
 describe('ownerAlive', () => {
   it('a zombie is not alive; a running process is', async () => {
-    // `sleep 0` exits at once; its parent exec's `sleep 3`, which never reaps it.
-    const sh = spawn('/bin/sh', ['-c', 'sleep 0 & echo $!; exec sleep 3'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    // `sleep 0.2` exits once its parent has exec'd `sleep 3`, which never reaps it. (With `sleep 0` the
+    // shell could reap it before its exec: /proc/<pid> was gone, once in a CI run.)
+    const sh = spawn('/bin/sh', ['-c', 'sleep 0.2 & echo $!; exec sleep 3'], { stdio: ['ignore', 'pipe', 'ignore'] });
     try {
       const pid = Number(await new Promise<string>((resolve) => sh.stdout.once('data', (b: Buffer) => resolve(b.toString().trim()))));
       let start: number | undefined;
