@@ -23,18 +23,27 @@ const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 8 * 1024;
 /**
  * The two-shot kernel: 512 threads a block, a block per TWOSHOT_BYTES_PER_BLOCK of a part, at most
- * two blocks per multiprocessor (of the GPU with the fewest, shared among the ranks on one GPU).
- * Every block of the launch must be resident at once, or a second wave's blocks start their steps
- * only after the first wave's have ended, on every rank: the kernel takes up to 64 registers a
- * thread (__launch_bounds__(512, 2)), so two blocks fit an SM. Every block does the same work, so
- * the launch ends with its slowest: a grid that puts two blocks on some SMs and one on others runs
- * at the pace of the shared ones. 2 × H200 (132 SMs), allreduce f32 two-shot, medians of 5, two
- * alternations in one call each: 192 blocks 1 GiB 339.3-339.5 GB/s, 256 MiB 327-328, 16 MiB
- * 61.6-62.5 µs; 128 blocks 352-355, 338-341, 59.6-60.9; 256 blocks 353, 342-343, 58.5-59.2; then
- * 132 blocks 353, 332-336, 60.7-60.8 against 264 blocks 353-355, 341-343, 60.3-61.3.
+ * two blocks per multiprocessor (of the GPU with the fewest, shared among the ranks on one GPU), and
+ * of those the largest power of two. Every block of the launch must be resident at once, or a second
+ * wave's blocks start their steps only after the first wave's have ended, on every rank: the kernel
+ * takes up to 64 registers a thread (__launch_bounds__(512, 2)), so two blocks fit an SM. Every block
+ * does the same work, so the launch ends with its slowest: a grid that puts two blocks on some SMs and
+ * one on others runs at the pace of the shared ones. 2 × H200 (132 SMs), allreduce f32 two-shot,
+ * medians of 5, two alternations in one call each: 192 blocks 1 GiB 339.3-339.5 GB/s, 256 MiB
+ * 327-328, 16 MiB 61.6-62.5 µs; 128 blocks 352-355, 338-341, 59.6-60.9; 256 blocks 353, 342-343,
+ * 58.5-59.2; 132 blocks 353, 332-336, 60.7-60.8; 264 blocks 353-355, 341-343, 60.3-61.3. A power of
+ * two splits the parts of power-of-two sizes into whole rounds of the kernel's copy loop on every
+ * block, each range aligned; with the copy loop's last round predicated (reduce.cu's copy_bytes), two
+ * alternations: 256 blocks 16 MiB 58.2, 58.0 µs, 256 MiB 346, 345 GB/s, 1 GiB 357, 357; 264 blocks
+ * 59.9, 59.5 µs, 345, 346, 354, 355; 264 blocks with ranges rounded to 128 bytes 59.0, 59.1 µs.
  */
 const TWOSHOT_BYTES_PER_BLOCK = 16 * 1024;
 const TWOSHOT_BLOCKS_PER_SM = 2;
+
+/** The largest power of two not above `x` (x ≥ 1). */
+function powerOfTwoAtMost(x: number): number {
+  return 2 ** Math.floor(Math.log2(x));
+}
 
 /** Output buffers whose last launch key is kept (keyOf); past this many the memo starts again. */
 const KEYS_KEPT = 1024;
@@ -139,7 +148,7 @@ export class ReduceKernels {
     const firstPart = twoshotChunk(dtype, Math.min(count, partMax * n), n);
     // At most ONESHOT_MAX_BLOCKS: the step slots per rank in the flag block (device-sync.ts).
     const cap = Math.min(ONESHOT_MAX_BLOCKS, TWOSHOT_BLOCKS_PER_SM * this.multiprocessors);
-    const grid = Math.min(this.gridCap(cap), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
+    const grid = Math.min(powerOfTwoAtMost(this.gridCap(cap)), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
     const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, op, input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, bOffset, partMax, stream);
   }

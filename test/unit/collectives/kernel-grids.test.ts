@@ -47,11 +47,13 @@ describe('kernel grids fit every rank of a GPU at once', () => {
     { n: 4, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
     { n: 2, algorithm: 'one-shot' as const, count: 1 << 18, grid: 128 },
     // two-shot: a block per 16 KiB of a part, at most two per multiprocessor of the GPU with the fewest (the
-    // simulated ones have 132 unless told) / (ranks on the busiest GPU)
-    { n: 2, algorithm: 'two-shot' as const, count: 4 << 20, grid: 264 },
-    { n: 3, algorithm: 'two-shot' as const, count: 3 << 20, grid: 132 },
-    { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 200, multiprocessors: [132, 100] as [number, number] },
-    { n: 4, algorithm: 'two-shot' as const, count: 4 << 20, grid: 80, multiprocessors: [80, 114] as [number, number] },
+    // simulated ones have 132 unless told) / (ranks on the busiest GPU), and of those the largest power of two
+    { n: 2, algorithm: 'two-shot' as const, count: 4 << 20, grid: 256 },
+    { n: 3, algorithm: 'two-shot' as const, count: 3 << 20, grid: 128 },
+    { n: 2, algorithm: 'two-shot' as const, count: 2 << 20, grid: 128, multiprocessors: [132, 100] as [number, number] },
+    { n: 4, algorithm: 'two-shot' as const, count: 4 << 20, grid: 64, multiprocessors: [80, 114] as [number, number] },
+    // a part asking for fewer blocks than the bound gets what it asks (2 MiB of f32: 1 MiB parts, 64 blocks of 16 KiB)
+    { n: 2, algorithm: 'two-shot' as const, count: 1 << 19, grid: 64 },
     // and never more than the flag block's step slots per rank (512)
     { n: 2, algorithm: 'two-shot' as const, count: 4 << 20, grid: 512, multiprocessors: [400, 400] as [number, number] },
   ])('$n ranks on 2 devices, $algorithm of $count f32: every rank launches $grid blocks', async ({ n, algorithm, count, grid, multiprocessors }) => {
