@@ -77,13 +77,16 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
 }
 
 /**
- * Warm-up calls before the first size on a GPU: about 0.2 s of calls, estimated as 10 µs and the bytes
- * at 300 GB/s a call (20,000 at 8 B, 55 at 1 GiB). A count, not a time: every rank makes the same calls.
- * Fresh processes ran their first sizes slowly whatever the size (test/bench-history/s7-1126).
+ * Warm-up calls before the first size on a GPU: about 1 s of calls, estimated as 10 µs and the bytes
+ * at 300 GB/s a call (100,000 at 8 B, 279 at 1 GiB). A count, not a time: every rank makes the same
+ * calls. Fresh processes ran their small sizes slowly and spread for their first second or so,
+ * whatever the sizes (test/bench-history/s7-1126, s9-1127): after 20,000 calls of 8 B, 1 KiB still
+ * took 8.6 µs [6.9–13.2] a call and 16 KiB 8.2 [7.5–11.8], where the same sizes measured again 0.4 s
+ * later took 7.0 [6.8–7.2] and 7.3 [7.2–7.4].
  */
 export function firstWarmupCalls(size: number): number {
   const perCallUs = 10 + size / 300e3;
-  return Math.min(20_000, Math.ceil(200_000 / perCallUs));
+  return Math.min(100_000, Math.ceil(1_000_000 / perCallUs));
 }
 
 export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devices: number; dir: string }): Promise<void> {
@@ -207,9 +210,8 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
   try {
     for (const [k, { size, spec }] of targets.entries()) {
       run.progress(`collectives: smcuda allreduce ${formatBytes(size)}`);
-      // The first size measured in fresh processes ran slow for a while whatever it was: on 2 × H200, 1 KiB
-      // first 19.3 µs a call, then 8 B 12.4, 1 KiB 11.1, 8 B 8.0 (5 runs of 1000 calls each, after 100 warm-up
-      // calls). So the first size warms up longer (firstWarmupCalls).
+      // Fresh processes run slow and spread for about their first second whatever the size: the first size
+      // warms up longer (firstWarmupCalls).
       const warm = Math.max(plan.device(size).warmup, firstWarmupCalls(size));
       const { s, algorithm, enqueueUs } = await time(size, k === 0 && !run.sim && !run.opts.smoke ? { warmup: warm } : {});
       run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.device(size).iters * plan.runs });
