@@ -8,7 +8,7 @@
  *   case CollectiveCase → { algorithm, verified, mismatch? }
  *   exit
  */
-import { Communicator } from '../collectives/communicator.js';
+import { Communicator, type ForcedAlgorithm } from '../collectives/communicator.js';
 import type { DriverKind } from '../cuda/driver.js';
 import { DTYPE_BYTES } from '../kernels/dtypes.js';
 import { caseInput, expectedOutput, inputCount, outputCount, type CollectiveCase } from './collective-cases.js';
@@ -21,6 +21,7 @@ export interface CollectivesWorkerConfig {
   token: string;
   driver: 'auto' | 'native' | 'sim';
   timeoutMs: number;
+  algorithm?: ForcedAlgorithm;
 }
 
 export interface CollectivesWorkerReady {
@@ -90,7 +91,7 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
 
 const link = serveRequests({ case: (c: CollectiveCase) => runCase(c) }, { sequential: true, onExit: () => comm?.close() });
 
-Communicator.create({ rank: cfg.rank, size: cfg.ranks, dir: cfg.dir, token: cfg.token, driver: cfg.driver, timeoutMs: cfg.timeoutMs }).then(
+Communicator.create({ rank: cfg.rank, size: cfg.ranks, dir: cfg.dir, token: cfg.token, driver: cfg.driver, timeoutMs: cfg.timeoutMs, ...(cfg.algorithm ? { algorithm: cfg.algorithm } : {}) }).then(
   (c) => {
     comm = c;
     const index = c.driver.currentDevice();

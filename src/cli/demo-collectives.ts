@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { ForcedAlgorithm } from '../collectives/communicator.js';
 import { collectiveCases, type CollectiveCase } from './collective-cases.js';
 import type { CaseResult, CollectivesWorkerConfig, CollectivesWorkerReady } from './demo-collectives-worker.js';
 import { formatBytes, table } from './format.js';
@@ -25,6 +26,8 @@ export interface CollectivesDemoOptions {
   ops?: readonly string[];
   /** Only these dtypes; default all. */
   dtypes?: readonly string[];
+  /** Every rank's communicator forces this algorithm (Communicator's `algorithm` option); default chosen by size. */
+  algorithm?: ForcedAlgorithm;
   driver: 'auto' | 'native' | 'sim';
   timeoutMs: number;
 }
@@ -56,7 +59,7 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
       startWorkers<CollectivesWorkerReady>(
         workerPath,
         [...Array(opts.ranks).keys()].map((rank) => {
-          const cfg: CollectivesWorkerConfig = { rank, ranks: opts.ranks, dir, token, driver: opts.driver, timeoutMs: Math.min(opts.timeoutMs, 120_000) };
+          const cfg: CollectivesWorkerConfig = { rank, ranks: opts.ranks, dir, token, driver: opts.driver, timeoutMs: Math.min(opts.timeoutMs, 120_000), ...(opts.algorithm ? { algorithm: opts.algorithm } : {}) };
           return { name: `rank ${rank}`, env: { SMCUDA_DEMO_COLLECTIVES: JSON.stringify(cfg) }, readyTimeoutMs: opts.timeoutMs };
         }),
       ),

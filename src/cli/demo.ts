@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { COLLECTIVE_LABELS, collectivesDemo, renderCollectives } from './demo-collectives.js';
+import { FORCED_ALGORITHMS, isForcedAlgorithm, type ForcedAlgorithm } from '../collectives/communicator.js';
 import { DTYPES, isDType } from '../kernels/dtypes.js';
 import { formatBytes, gbps, parseSize, rate, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
@@ -68,6 +69,9 @@ Without a GPU it runs on the simulated driver and says so.
                         allreduce-min, allreduce-max, allreduce-prod, reduce,
                         reduce-scatter, broadcast, allgather, alltoall)
   --dtypes LIST         with --collectives: only these dtypes
+  --algorithm NAME      with --collectives: allreduce by one-shot, two-shot, ce-pipeline or
+                        staged at every size (the others by one-shot or staged); default
+                        chosen by size
   --json                print one JSON object (below) instead of tables
   -h, --help            this help
 
@@ -118,6 +122,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     collectives: { type: 'boolean', default: false },
     ops: { type: 'string' },
     dtypes: { type: 'string' },
+    algorithm: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (a.help) {
@@ -148,7 +153,9 @@ export async function runDemo(argv: string[]): Promise<number> {
     for (const o of ops ?? []) if (!COLLECTIVE_LABELS.includes(o)) throw new UsageError(`--ops takes ${COLLECTIVE_LABELS.join(', ')} (comma-separated), got '${o}'`);
     const dtypes = a.dtypes?.split(',').map((x) => x.trim());
     for (const t of dtypes ?? []) if (!isDType(t)) throw new UsageError(`--dtypes takes ${DTYPES.join(', ')} (comma-separated), got '${t}'`);
-    const report = await collectivesDemo({ ranks, driver: a.driver as DemoOptions['driver'], timeoutMs: timeout * 1000, ...(given ? { sizes } : {}), ...(ops ? { ops } : {}), ...(dtypes ? { dtypes } : {}) }, a.json ? () => {} : (line) => console.log(line));
+    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm)) throw new UsageError(`--algorithm takes ${FORCED_ALGORITHMS.join(', ')}, got '${a.algorithm}'`);
+    const algorithm = a.algorithm as ForcedAlgorithm | undefined;
+    const report = await collectivesDemo({ ranks, driver: a.driver as DemoOptions['driver'], timeoutMs: timeout * 1000, ...(given ? { sizes } : {}), ...(ops ? { ops } : {}), ...(dtypes ? { dtypes } : {}), ...(algorithm ? { algorithm } : {}) }, a.json ? () => {} : (line) => console.log(line));
     console.log(a.json ? JSON.stringify(report, null, 2) : renderCollectives(report));
     return report.verified ? 0 : 1;
   }

@@ -128,7 +128,13 @@ const DRAIN_LIMIT_MS = 10_000;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The algorithms a call or a communicator may force. */
-const ALGORITHMS: readonly string[] = ['one-shot', 'two-shot', 'ce-pipeline', 'staged'];
+export const FORCED_ALGORITHMS = ['one-shot', 'two-shot', 'ce-pipeline', 'staged'] as const;
+export type ForcedAlgorithm = (typeof FORCED_ALGORITHMS)[number];
+const ALGORITHMS: readonly string[] = FORCED_ALGORITHMS;
+
+export function isForcedAlgorithm(x: unknown): x is ForcedAlgorithm {
+  return typeof x === 'string' && ALGORITHMS.includes(x);
+}
 /** Low bits that must be 0 in a pointer to elements of each dtype. */
 const ALIGN_MASK = Object.fromEntries(Object.entries(DTYPE_BYTES).map(([d, n]) => [d, BigInt(n - 1)])) as Record<DType, bigint>;
 

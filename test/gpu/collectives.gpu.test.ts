@@ -85,6 +85,13 @@ describe.skipIf(skip !== false)(`collectives on the native driver${skip ? ` (ski
     expect(new Set(four.devices.map((d) => d.uuid)).size).toBe(2);
   }, 170_000);
 
+  it('allreduce by the two-shot at every op × dtype, at sizes that split unevenly among parts and blocks (1001 B, 1 MiB + 4 KiB, 17 MiB + 12 B), verified', async () => {
+    const r = await demo(2, p.devices >= 2 ? '0,1' : '0', ['--algorithm', 'two-shot', '--sizes', '1001,1052672,17825804', '--ops', 'allreduce-sum,allreduce-avg,allreduce-min,allreduce-max,allreduce-prod'], 60_000);
+    verified(r);
+    expect(new Set(r.collectives.map((c) => c.algorithm))).toEqual(new Set(['two-shot']));
+    expect(new Set(r.collectives.map((c) => c.dtype)).size).toBe(7);
+  }, 70_000);
+
   it('allreduce captured in a CUDA graph, replayed with fresh inputs (eager calls between), every replay verified: one-shot, two-shot and the copy-engine pipeline (6 chunks, forked and joined every 2 under capture)', async () => {
     const visible = p.devices >= 2 ? '0,1' : '0';
     for (const [algorithm, count] of [['one-shot', 1000], ['two-shot', 3_000_000], ['ce-pipeline', 3_000_000]] as const) {
