@@ -3,19 +3,21 @@
 // the baselines (those are `smcuda bench --suite collectives`):
 //   node test/gpu/measure-collectives.mjs [ranks=2] [sizes=8,262144,1048576,16777216,268435456,1073741824]
 // (DRIVER=sim GRADIENT_BYTES=65536 runs it on the simulator, to check the script; CASES=<JSON list of
-// { bytes, algorithm?, graph?, reduce? }> measures those cases only; CPU_PROF_DIR=<dir> writes a CPU
-// profile of each rank there.)
+// { bytes, algorithm?, graph?, reduce?, warmup? }> measures those cases only; CPU_PROF_DIR=<dir> writes a CPU
+// profile of each rank there; DIST=<folder> takes the build from that folder instead of dist/, for A/B.)
 // Rank r runs on device r % visible devices. Per size: RUNS (default 5) runs of
 // back-to-back calls, each run's value the slowest rank's µs per call; prints
-// one JSON object with median, min, max per size (and bus bandwidth), 8 B in
-// a CUDA graph, and the 100 MB gradient average (avg). Not a test.
+// one JSON object with median, min, max per size (and bus bandwidth, every run's
+// value and each rank's enqueue time a call per run), 8 B in a CUDA graph, and
+// the 100 MB gradient average (avg). Not a test.
 import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openDriver } from '../../dist/src/cuda/open-driver.js';
-import { COLLECTIVES_UNDER_TEST, timeCollective } from '../../dist/src/bench/under-test.js';
+const DIST = process.env.DIST ?? 'dist';
+const { openDriver } = await import(new URL(`../../${DIST}/src/cuda/open-driver.js`, import.meta.url).href);
+const { COLLECTIVES_UNDER_TEST, timeCollective } = await import(new URL(`../../${DIST}/src/bench/under-test.js`, import.meta.url).href);
 
 const RUNS = Number(process.env.RUNS ?? 5);
 const log = (...a) => process.env.VERBOSE && console.error(`[${process.env.MEASURE_RANK ? JSON.parse(process.env.MEASURE_RANK).rank : 'launcher'}]`, ...a);
@@ -36,7 +38,7 @@ async function rank() {
       const buf = driver.memAlloc(Math.max(4, c.bytes));
       driver.memsetD8(buf, 0, Math.max(4, c.bytes));
       const n = iters(c.bytes);
-      const t = await timeCollective(driver, sut, buf, c.bytes, { runs: RUNS, iters: c.graph ? 100 : n, warmup: Math.max(1, Math.ceil(n / 10)), timeoutMs: 120_000, ...(c.graph ? { graph: true } : {}), ...(c.reduce ? { reduce: c.reduce } : {}), ...(c.algorithm ? { algorithm: c.algorithm } : {}) });
+      const t = await timeCollective(driver, sut, buf, c.bytes, { runs: RUNS, iters: c.graph ? 100 : n, warmup: c.warmup ?? Math.max(1, Math.ceil(n / 10)), timeoutMs: 120_000, ...(c.graph ? { graph: true } : {}), ...(c.reduce ? { reduce: c.reduce } : {}), ...(c.algorithm ? { algorithm: c.algorithm } : {}) });
       driver.memFree(buf);
       out.push({ ...c, ...t });
     }
@@ -70,7 +72,7 @@ async function launch() {
       const median = sorted[Math.floor(sorted.length / 2)];
       const busGBs = (c.bytes / (median * 1e-6) / 1e9) * ((2 * (ranks - 1)) / ranks);
       const enq = results.map((x) => x[i].enqueueUs ?? []).flat().sort((a, b) => a - b);
-      return { ...c, algorithm: results[0][i].algorithm, runs: perRun.length, enqueueMedianUs: enq.length ? +enq[Math.floor(enq.length / 2)].toFixed(2) : null, medianUs: +median.toFixed(2), minUs: +sorted[0].toFixed(2), maxUs: +sorted.at(-1).toFixed(2), busGBs: +busGBs.toFixed(1) };
+      return { ...c, algorithm: results[0][i].algorithm, runs: perRun.length, enqueueMedianUs: enq.length ? +enq[Math.floor(enq.length / 2)].toFixed(2) : null, medianUs: +median.toFixed(2), minUs: +sorted[0].toFixed(2), maxUs: +sorted.at(-1).toFixed(2), busGBs: +busGBs.toFixed(1), perRunUs: perRun.map((x) => +x.toFixed(2)), enqueueUsByRank: results.map((x) => (x[i].enqueueUs ?? []).map((e) => +e.toFixed(2))) };
     });
     console.log(JSON.stringify({ ranks, figures }, null, 1));
   } finally {

@@ -11,21 +11,21 @@ for t in a nospin b; do
   SMI=$!
   sleep 0.5
   if [ $t = nospin ]; then export SMCUDA_POLL_SPIN_US=0; else unset SMCUDA_POLL_SPIN_US; fi
-  RUNS=40 ITERS=1000 CASES=$C1 timeout 60 node .dev-main/mc.mjs 2 > $OUT/r/first-$t.json 2> $OUT/r/first-$t.err; echo "first-$t $?"
+  RUNS=40 ITERS=1000 CASES=$C1 timeout 60 node test/gpu/measure-collectives.mjs 2 > $OUT/r/first-$t.json 2> $OUT/r/first-$t.err; echo "first-$t $?"
   sleep 0.3; kill $SMI; unset SMCUDA_POLL_SPIN_US
-  node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1]));const f=d.figures[0];console.log(process.argv[1].split("/").pop(),"perRun",f.perRun.join(" "));console.log("  enq0",f.enq0.join(" "))' $OUT/r/first-$t.json
+  node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1]));const f=d.figures[0];console.log(process.argv[1].split("/").pop(),"perRun",f.perRunUs.join(" "));console.log("  enq0",f.enqueueUsByRank[0].join(" "))' $OUT/r/first-$t.json
 done
 C2='[{"bytes":8,"warmup":20000},{"bytes":1024},{"bytes":16384},{"bytes":262144},{"bytes":1048576},{"bytes":16777216},{"bytes":8,"graph":true}]'
 for i in 1 2 3; do
   for v in dist dist-var; do
-    DIST=$v CASES=$C2 timeout 90 node .dev-main/mc.mjs 2 > $OUT/r/ab-$v-$i.json 2> $OUT/r/ab-$v-$i.err; echo "ab $v $i $?"
+    DIST=$v CASES=$C2 timeout 90 node test/gpu/measure-collectives.mjs 2 > $OUT/r/ab-$v-$i.json 2> $OUT/r/ab-$v-$i.err; echo "ab $v $i $?"
     node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1]));console.log(process.argv[1].split("/").pop(), d.figures.map(f=>`${f.bytes}${f.graph?"g":""}:${f.medianUs}[${f.minUs}-${f.maxUs}] e${f.enqueueMedianUs}`).join("  "))' $OUT/r/ab-$v-$i.json
   done
 done
 C3='[{"bytes":16777216,"warmup":300},{"bytes":16777216},{"bytes":268435456},{"bytes":1073741824}]'
 for i in 1 2; do
   for v in dist dist-256; do
-    DIST=$v CASES=$C3 timeout 90 node .dev-main/mc.mjs 2 > $OUT/r/grid-$v-$i.json 2> $OUT/r/grid-$v-$i.err; echo "grid $v $i $?"
+    DIST=$v CASES=$C3 timeout 90 node test/gpu/measure-collectives.mjs 2 > $OUT/r/grid-$v-$i.json 2> $OUT/r/grid-$v-$i.err; echo "grid $v $i $?"
     node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1]));console.log(process.argv[1].split("/").pop(), d.figures.map(f=>`${f.bytes}:${f.medianUs}[${f.minUs}-${f.maxUs}] ${f.busGBs}GB/s`).join("  "))' $OUT/r/grid-$v-$i.json
   done
 done

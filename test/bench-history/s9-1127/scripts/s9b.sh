@@ -8,19 +8,19 @@ show='const d=JSON.parse(require("fs").readFileSync(process.argv[1]));console.lo
 C1='[{"bytes":16777216,"warmup":300},{"bytes":16777216},{"bytes":4194304},{"bytes":268435456},{"bytes":1073741824},{"bytes":1048576,"algorithm":"two-shot"}]'
 for i in 1 2; do
   for v in dist-old dist dist-copy dist-256; do
-    DIST=$v CASES=$C1 timeout 90 node .dev-main/mc.mjs 2 > $OUT/r/k-$v-$i.json 2> $OUT/r/k-$v-$i.err; echo "k $v $i $?"; node -e "$show" $OUT/r/k-$v-$i.json
+    DIST=$v CASES=$C1 timeout 90 node test/gpu/measure-collectives.mjs 2 > $OUT/r/k-$v-$i.json 2> $OUT/r/k-$v-$i.err; echo "k $v $i $?"; node -e "$show" $OUT/r/k-$v-$i.json
   done
 done
 C2='[{"bytes":8,"warmup":20000},{"bytes":1024},{"bytes":16384},{"bytes":262144},{"bytes":1048576},{"bytes":8,"graph":true}]'
 for i in 1 2; do
   for v in dist-old dist; do
-    DIST=$v CASES=$C2 timeout 90 node .dev-main/mc.mjs 2 > $OUT/r/w-$v-$i.json 2> $OUT/r/w-$v-$i.err; echo "w $v $i $?"; node -e "$show" $OUT/r/w-$v-$i.json
+    DIST=$v CASES=$C2 timeout 90 node test/gpu/measure-collectives.mjs 2 > $OUT/r/w-$v-$i.json 2> $OUT/r/w-$v-$i.err; echo "w $v $i $?"; node -e "$show" $OUT/r/w-$v-$i.json
   done
 done
 source .gpu/mps.sh start
 C4='[{"bytes":16777216,"warmup":100},{"bytes":16777216},{"bytes":1048576},{"bytes":268435456}]'
 for v in dist-old dist; do
-  DIST=$v CASES=$C4 timeout 120 node .dev-main/mc.mjs 4 > $OUT/r/x4-$v.json 2> $OUT/r/x4-$v.err; echo "x4 $v $?"; node -e "$show" $OUT/r/x4-$v.json
+  DIST=$v CASES=$C4 timeout 120 node test/gpu/measure-collectives.mjs 4 > $OUT/r/x4-$v.json 2> $OUT/r/x4-$v.err; echo "x4 $v $?"; node -e "$show" $OUT/r/x4-$v.json
 done
 source .gpu/mps.sh stop
 timeout 240 node_modules/.bin/vitest run test/gpu/collectives.gpu.test.ts test/gpu/gpu-driven.gpu.test.ts > $OUT/r/g.log 2>&1; echo "gpu tests exit $?"; grep -aE "Tests|Test Files|×|FAIL|✓" $OUT/r/g.log | head -24

@@ -8,13 +8,13 @@ show='const d=JSON.parse(require("fs").readFileSync(process.argv[1]));console.lo
 C1='[{"bytes":16777216,"warmup":300},{"bytes":16777216},{"bytes":4194304},{"bytes":268435456},{"bytes":1073741824},{"bytes":1048576,"algorithm":"two-shot"}]'
 for i in 1 2; do
   for v in dist-old dist-copy dist-c256 dist-a128; do
-    DIST=$v CASES=$C1 timeout 90 node .dev-main/mc.mjs 2 > $OUT/r/k-$v-$i.json 2> $OUT/r/k-$v-$i.err; echo "k $v $i $?"; node -e "$show" $OUT/r/k-$v-$i.json
+    DIST=$v CASES=$C1 timeout 90 node test/gpu/measure-collectives.mjs 2 > $OUT/r/k-$v-$i.json 2> $OUT/r/k-$v-$i.err; echo "k $v $i $?"; node -e "$show" $OUT/r/k-$v-$i.json
   done
 done
 C2='[{"bytes":8,"warmup":5000},{"bytes":1024},{"bytes":16384},{"bytes":262144},{"bytes":1048576}]'
 for i in 1 2; do
   for v in dist-old dist-copy; do
-    RUNS=10 DIST=$v CASES=$C2 timeout 90 node .dev-main/mc.mjs 2 > $OUT/r/w-$v-$i.json 2> $OUT/r/w-$v-$i.err; echo "w $v $i $?"; node -e "$show" $OUT/r/w-$v-$i.json
+    RUNS=10 DIST=$v CASES=$C2 timeout 90 node test/gpu/measure-collectives.mjs 2 > $OUT/r/w-$v-$i.json 2> $OUT/r/w-$v-$i.err; echo "w $v $i $?"; node -e "$show" $OUT/r/w-$v-$i.json
   done
 done
 cd $OUT && tar czf r.tgz r && rm -rf r

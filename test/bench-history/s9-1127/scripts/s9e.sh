@@ -3,7 +3,7 @@
 # collectives suite, every call verified); the GPU tests.
 set -o pipefail
 mkdir -p $OUT/r/prof $OUT/r/b4 $OUT/r/b8
-CPU_PROF_DIR=$OUT/r/prof RUNS=10 CASES='[{"bytes":262144,"warmup":5000}]' timeout 60 node .dev-main/mc.mjs 2 > $OUT/r/prof/m.json 2> $OUT/r/prof/m.err; echo "prof exit $?"; cut -c1-300 $OUT/r/prof/m.json
+CPU_PROF_DIR=$OUT/r/prof RUNS=10 CASES='[{"bytes":262144,"warmup":5000}]' timeout 60 node test/gpu/measure-collectives.mjs 2 > $OUT/r/prof/m.json 2> $OUT/r/prof/m.err; echo "prof exit $?"; cut -c1-300 $OUT/r/prof/m.json
 fig='const d=JSON.parse(require("fs").readFileSync(process.argv[1]));for(const f of d.figures) console.log(f.name,"|",typeof f.value==="number"?+f.value.toFixed(3):f.value,f.unit,"| met",f.met,f.skipped??"")'
 source .gpu/mps.sh start
 for n in 4 8; do
