@@ -115,7 +115,8 @@ export function renderCollectives(r: CollectivesDemoReport): string {
   const sizes = [...new Set(r.collectives.map((c) => c.size))].sort((a, b) => a - b);
   const rows = [['collective', 'calls verified', 'algorithms']];
   for (const [op, e] of byOp) rows.push([op, `${e.ok}/${e.n}`, [...e.algorithms].join(', ')]);
-  const lines = ['', `${r.ranks} ranks; dtypes f32 f16 bf16 f64 i32 i64 u8; sizes up to ${formatBytes(sizes.at(-1) ?? 0)} per rank`, table(rows).replace(/^/gm, '  '), ''];
+  const dtypes = [...new Set(r.collectives.map((c) => c.dtype))];
+  const lines = ['', `${r.ranks} ranks; dtypes ${dtypes.join(' ')}; sizes up to ${formatBytes(sizes.at(-1) ?? 0)} per rank`, table(rows).replace(/^/gm, '  '), ''];
   if (r.verified) lines.push(`verified: all ${r.collectives.length} collectives, every element on every rank (${(r.durationMs / 1000).toFixed(1)} s)`);
   else lines.push(`NOT verified: ${r.mismatches.length} mismatches\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
   return lines.join('\n');

@@ -23,12 +23,15 @@ describe('smcuda demo --collectives', () => {
     expect(r.collectives.find((c) => c.size === 0)).toMatchObject({ verified: true });
   }, 120_000);
 
-  it('--algorithm forces allreduce\'s algorithm at every size (the other collectives keep theirs); an unknown one is a usage error', async () => {
+  it('--algorithm forces allreduce\'s algorithm at every size (the other collectives keep theirs), --dtypes shows in the table; an unknown algorithm is a usage error', async () => {
     const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--algorithm', 'two-shot', '--sizes', '1001,64K', '--ops', 'allreduce-sum,allreduce-avg,broadcast', '--dtypes', 'f32,i64,u8', '--json'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
     const r = JSON.parse(stdout) as { verified: boolean; collectives: { op: string; algorithm: string; verified: boolean }[] };
     expect(r.verified).toBe(true);
     expect(r.collectives).toHaveLength(3 * 3 * 2);
     for (const c of r.collectives) expect(c.algorithm, c.op).toBe(c.op === 'broadcast' ? 'one-shot' : 'two-shot');
+    // The table names the dtypes that ran, not every dtype.
+    const text = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--sizes', '1001', '--ops', 'allreduce-sum', '--dtypes', 'f32,u8'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    expect(text.stdout).toContain('2 ranks; dtypes f32 u8; sizes up to 1001 B per rank');
     const bad = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--algorithm', 'ring'], { timeout: 30_000 }).catch((e: { code: number; stderr: string }) => e);
     expect(bad).toMatchObject({ code: 2 });
     expect((bad as { stderr: string }).stderr).toContain("--algorithm takes one-shot, two-shot, ce-pipeline, staged, got 'ring'");
