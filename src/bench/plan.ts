@@ -64,6 +64,8 @@ export interface Plan {
   firstSend: { reps: number; size: number };
   /** Memory kinds across GPUs: transfer sizes. */
   memoryAcrossSizes: number[];
+  /** Runs of each throughput figure that moves with the machine (streaming, bidirectional, all-to-all; paired-runs.ts): the figure is their median. */
+  throughputRuns: number;
 }
 
 /**
@@ -171,5 +173,6 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
     // sizes its young generation, then at its steady state (125-197 GB/s by
     // loan); osu_bw too times only after its warm-up iterations.
     streaming: o.smoke ? { iters: bw.min, warmup: 1 } : sim ? { iters: 2000, warmup: 2000 } : { iters: 20_000, warmup: 40_000 },
+    throughputRuns: o.smoke ? 2 : sim ? 3 : 5,
   };
 }

@@ -7,7 +7,7 @@
 import type { MemoryOption } from '../cli/demo-memory.js';
 import { type Figure, measured } from './figures.js';
 import type { BenchOptions, Plan } from './plan.js';
-import type { BenchCommand, BenchWorkerInfo, NegotiationResult, SessionOptions, TimedResult } from './protocol.js';
+import type { BenchCommand, BenchWorkerInfo, NegotiationResult, PathCounts, SessionOptions, TimedResult } from './protocol.js';
 import type { SeriesPoint } from './report.js';
 import { gbPerSecond } from './stats.js';
 import type { ScopedSpec } from './suites.js';
@@ -68,6 +68,11 @@ export async function oneway(g: Group, session: string, size: number, window: nu
 }
 
 /** Bytes of every part over the longest part's time, in GB/s: parts that ran at once. */
+/** Path counts summed (no first term: none yet). */
+export function addPaths(a: PathCounts | undefined, b: PathCounts): PathCounts {
+  return a === undefined ? { ...b } : { eager: a.eager + b.eager, rget: a.rget + b.rget, staging: a.staging + b.staging };
+}
+
 export function aggregate(parts: readonly TimedResult[]): number {
   return gbPerSecond(
     parts.reduce((a, p) => a + p.bytes, 0),

@@ -8,8 +8,9 @@ import { formatBytes } from '../cli/format.js';
 import { skipped } from './figures.js';
 import { breakdown, type FirstSendBreakdown } from './first-send.js';
 import type { KindExport, KindOpenResult } from './memory-kinds.js';
-import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, FirstSendResult, ProbeResult, TimedResult } from './protocol.js';
-import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, oneway, type Run } from './run-context.js';
+import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, FirstSendResult, PathCounts, ProbeResult, TimedResult } from './protocol.js';
+import { addPaths, aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, oneway, type Run } from './run-context.js';
+import { type PairedRuns, pairedRuns } from './paired-runs.js';
 import { gbPerSecond, median, summarize } from './stats.js';
 import { FIG, MEMORY_FIG, MEMORY_OPEN_SIZE, MEMORY_TARGET_SIZE, type MemoryLayout, type ScopedSpec } from './suites.js';
 // ------------------------------------------------------------- memory kinds
@@ -139,29 +140,46 @@ export function firstSendFigure(run: Run, reps: FirstSendBreakdown[], prepared: 
 
 // ------------------------------------------------------------- all-to-all
 
-/** n workers on 2 devices (rank r on device r % 2): raw copies between every pair at once, then smcuda. */
+/**
+ * n workers on 2 devices (rank r on device r % 2): raw copies between every pair at once, then smcuda's
+ * all-to-all, run after run (paired-runs.ts).
+ */
 export async function runAllToAll(run: Run, g: Group): Promise<void> {
   const { plan, progress } = run;
   const { size, repeat } = plan.allToAll;
   const ranks = Array.from({ length: g.size }, (_, r) => r);
   const devices = new Set((g.infos as BenchWorkerInfo[]).map((i) => i.device.uuid));
   if (devices.size < 2) run.notes.push('all-to-all: one device visible: every rank ran on it');
-  progress(`all-to-all: raw copies, ${formatBytes(size)} between ${g.size} processes`);
   const exported = await Promise.all(ranks.map((r) => g.call<ExportedBuffer[]>(r, { op: 'export', size, count: 1 })));
-  let raw: TimedResult[];
+  let paths: PathCounts | undefined;
+  const perRank: number[][] = [];
+  const rawPerRank: number[][] = [];
+  const gbs = (x: TimedResult) => gbPerSecond(x.bytes, x.seconds);
+  let runs: PairedRuns;
+  let k = 0;
   try {
-    raw = await Promise.all(
-      ranks.map((r) => g.call<TimedResult>(r, { op: 'raw-copy-many', buffers: exported.filter((_, k) => k !== r).map((b) => b[0]!), size, ...repeat })),
+    await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-listen' })));
+    await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-connect', ranks: g.size })));
+    runs = await pairedRuns(
+      plan.throughputRuns,
+      async () => {
+        progress(`all-to-all: raw copies, ${formatBytes(size)} between ${g.size} processes, run ${++k} of ${plan.throughputRuns}`);
+        const raw = await Promise.all(ranks.map((r) => g.call<TimedResult>(r, { op: 'raw-copy-many', buffers: exported.filter((_, j) => j !== r).map((b) => b[0]!), size, ...repeat })));
+        rawPerRank.push(raw.map(gbs));
+        return aggregate(raw);
+      },
+      async () => {
+        progress(`all-to-all: smcuda, ${formatBytes(size)} between ${g.size} processes, run ${k} of ${plan.throughputRuns}`);
+        const r = await Promise.all(ranks.map((j) => g.call<TimedResult>(j, { op: 'a2a-run', size, ...repeat })));
+        for (const x of r) paths = addPaths(paths, x.paths!);
+        perRank.push(r.map(gbs));
+        return aggregate(r);
+      },
     );
+    await Promise.all(ranks.map((j) => g.call(j, { op: 'a2a-close' })));
   } finally {
     await Promise.all(ranks.map((r) => g.call(r, { op: 'unexport' })));
   }
-  progress(`all-to-all: smcuda, ${formatBytes(size)} between ${g.size} processes`);
-  await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-listen' })));
-  await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-connect', ranks: g.size })));
-  const r = await Promise.all(ranks.map((k) => g.call<TimedResult>(k, { op: 'a2a-run', size, ...repeat })));
-  await Promise.all(ranks.map((k) => g.call(k, { op: 'a2a-close' })));
-  const paths = r.reduce((a, x) => ({ eager: a.eager + x.paths!.eager, rget: a.rget + x.paths!.rget, staging: a.staging + x.paths!.staging }), { eager: 0, rget: 0, staging: 0 });
-  const details = { ranks: g.size, devices: devices.size, size, rounds: repeat.iters, warmup: repeat.warmup, perRank: r.map((x) => gbPerSecond(x.bytes, x.seconds)), rawPerRank: raw.map((x) => gbPerSecond(x.bytes, x.seconds)) };
-  run.figures.push(figure(run, FIG.allToAll, aggregate(r), aggregate(raw), { paths, details }));
+  const details = { ranks: g.size, devices: devices.size, size, rounds: repeat.iters, warmup: repeat.warmup, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline, perRank, rawPerRank };
+  run.figures.push(figure(run, FIG.allToAll, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
 }

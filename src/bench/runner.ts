@@ -27,6 +27,7 @@ import {
   type FramesResult,
   type IpcOpenResult,
   type NegotiationResult,
+  type PathCounts,
   type SamplesResult,
   type TimedResult,
 } from './protocol.js';
@@ -45,7 +46,8 @@ import {
   STAGING_TARGET_SIZE,
   type SuiteName,
 } from './suites.js';
-import { aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
+import { addPaths, aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
+import { type PairedRuns, pairedRuns } from './paired-runs.js';
 import { firstSendFigure, firstSendOnce, memorySpecs, runAllToAll, runMemory } from './run-groups.js';
 import { guarded } from './suite-context.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
@@ -273,9 +275,21 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       const size = plan.streamSize;
       progress(`streaming: ${formatBytes(size)}, window ${opts.window}`);
       const repeat = plan.streaming;
-      const raw = await rawCopy(g, size, repeat);
-      const r = await oneway(g, 'default', size, opts.window, repeat);
-      run.figures.push(figure(run, spec, gbPerSecond(r.bytes, r.seconds), gbPerSecond(raw.bytes, raw.seconds), { paths: r.paths!, details: { size, window: opts.window, iterations: repeat.iters, warmup: repeat.warmup } }));
+      let paths: PathCounts | undefined;
+      const runs = await pairedRuns(
+        plan.throughputRuns,
+        async () => {
+          const raw = await rawCopy(g, size, repeat);
+          return gbPerSecond(raw.bytes, raw.seconds);
+        },
+        async () => {
+          const r = await oneway(g, 'default', size, opts.window, repeat);
+          paths = addPaths(paths, r.paths!);
+          return gbPerSecond(r.bytes, r.seconds);
+        },
+      );
+      const details = { size, window: opts.window, iterations: repeat.iters, warmup: repeat.warmup, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline };
+      run.figures.push(figure(run, spec, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
     }
   }
 
@@ -333,19 +347,31 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     const { size, repeat } = plan.bidir;
     progress(`bidirectional: ${formatBytes(size)} both ways (raw, then smcuda)`);
     const [b0, b1] = await Promise.all([0, 1].map((r) => g.call<ExportedBuffer[]>(r, { op: 'export', size, count: 1 })));
-    let raw: [TimedResult, TimedResult];
+    const cmd: BenchCommand = { op: 'bidir', session: 'default', size, window: opts.window, ...repeat };
+    let paths: PathCounts | undefined;
+    const eachWay: Array<{ '0→1': number; '1→0': number }> = [];
+    const rawEachWay: number[][] = [];
+    let runs: PairedRuns;
     try {
-      raw = await both<TimedResult, TimedResult>(g, { op: 'raw-copy', buffer: b1![0]!, size, ...repeat }, { op: 'raw-copy', buffer: b0![0]!, size, ...repeat });
+      runs = await pairedRuns(
+        plan.throughputRuns,
+        async () => {
+          const raw = await both<TimedResult, TimedResult>(g, { op: 'raw-copy', buffer: b1![0]!, size, ...repeat }, { op: 'raw-copy', buffer: b0![0]!, size, ...repeat });
+          rawEachWay.push(raw.map((x) => gbPerSecond(x.bytes, x.seconds)));
+          return aggregate(raw);
+        },
+        async () => {
+          const [r0, r1] = await both<BidirResult, BidirResult>(g, cmd, cmd);
+          paths = addPaths(addPaths(paths, r0.sent.paths!), r1.sent.paths!);
+          eachWay.push({ '0→1': gbPerSecond(r0.sent.bytes, r0.sent.seconds), '1→0': gbPerSecond(r1.sent.bytes, r1.sent.seconds) });
+          return aggregate([r0.sent, r1.sent]);
+        },
+      );
     } finally {
       await Promise.all([0, 1].map((r) => g.call(r, { op: 'unexport' })));
     }
-    const cmd: BenchCommand = { op: 'bidir', session: 'default', size, window: opts.window, ...repeat };
-    const [r0, r1] = await both<BidirResult, BidirResult>(g, cmd, cmd);
-    const rawGBs = aggregate(raw);
-    const gbs = aggregate([r0.sent, r1.sent]);
-    const paths = { eager: r0.sent.paths!.eager + r1.sent.paths!.eager, rget: r0.sent.paths!.rget + r1.sent.paths!.rget, staging: r0.sent.paths!.staging + r1.sent.paths!.staging };
-    const details = { size, window: opts.window, iterationsEachWay: repeat.iters, eachWay: { '0→1': gbPerSecond(r0.sent.bytes, r0.sent.seconds), '1→0': gbPerSecond(r1.sent.bytes, r1.sent.seconds) }, rawEachWay: raw.map((x) => gbPerSecond(x.bytes, x.seconds)) };
-    run.figures.push(figure(run, FIG.bidirectional, gbs, rawGBs, { paths, details }));
+    const details = { size, window: opts.window, iterationsEachWay: repeat.iters, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline, eachWay, rawEachWay };
+    run.figures.push(figure(run, FIG.bidirectional, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
   }
 
   if (wants('negotiation')) {

@@ -18,6 +18,12 @@ describe('makePlan', () => {
     expect(plan.streaming).toEqual({ iters: 20_000, warmup: 40_000 });
   });
 
+  it('takes the throughput figures that move with the machine (streaming, bidirectional, all-to-all) as the median of 5 runs on a GPU, 3 on the simulator, 2 in smoke runs', () => {
+    expect(makePlan(opts(), 'native', bigGpu).throughputRuns).toBe(5);
+    expect(makePlan(opts(), 'sim', { deviceBytes: GiB }).throughputRuns).toBe(3);
+    expect(makePlan(opts({ smoke: true }), 'sim', { deviceBytes: GiB }).throughputRuns).toBe(2);
+  });
+
   it('gives a bandwidth point ~32 GiB on a GPU, within 32..4000 messages', () => {
     const plan = makePlan(opts(), 'native', bigGpu);
     expect(plan.bandwidth(16 * MiB).iters).toBe(2048);

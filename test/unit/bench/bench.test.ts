@@ -78,6 +78,17 @@ describe('smcuda bench --smoke on the simulated driver', () => {
       expect(f.target).toBeNull();
     }
     expect(byName(FIG.allToAll.name).details).toMatchObject({ ranks: 8, devices: 2 });
+    // Throughput figures that move with the machine: the median of several runs, each after a run of its baseline.
+    for (const spec of [FIG.bidirectional, FIG.allToAll]) {
+      const f = byName(spec.name);
+      expect(f.details.runs, spec.name).toBeGreaterThanOrEqual(2);
+      expect(f.details.runsGBs).toHaveLength(f.details.runs);
+      expect(f.details.rawRunsGBs).toHaveLength(f.details.runs);
+      expect(f.stats.n).toBe(f.details.runs);
+      expect(f.value).toBe(f.stats.median);
+      expect(f.baseline).toBe(f.details.rawStats.median);
+    }
+    expect(byName(FIG.allToAll.name).details.perRank).toHaveLength(byName(FIG.allToAll.name).details.runs);
     expect(byName(FIG.firstSendPrepared.name).details.each.every((e: { stateAtSend: string }) => e.stateAtSend === 'OK')).toBe(true);
     expect(headline.floor.value).toBe(byName(FIG.floor(8).name).value);
     for (const kind of ['legacy', 'vmm', 'vmm-chunked', 'pool'] as const) expect(byName(MEMORY_FIG.import(kind, 'memory-across').name).value).toBeGreaterThan(0);

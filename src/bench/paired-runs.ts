@@ -1,0 +1,29 @@
+/**
+ * Throughput figures that move with the machine (streaming, bidirectional,
+ * all-to-all) are the median of several runs in one call, never one run and
+ * never the best: on 2 × H200 one run of 1 MiB streaming read 98–198 GB/s
+ * over full runs of the same build, and the all-to-all 69–80 % of raw. Each
+ * run of smcuda comes right after a run of its baseline, so a slow spell of
+ * the host weighs on both.
+ */
+import { summarize, type Summary } from './stats.js';
+
+export interface PairedRuns {
+  /** smcuda's runs. */
+  value: Summary;
+  /** The baseline's runs. */
+  baseline: Summary;
+  values: number[];
+  baselines: number[];
+}
+
+/** `runs` times: `baseline()`, then `measure()`; each resolves with its run's figure (GB/s). */
+export async function pairedRuns(runs: number, baseline: () => Promise<number>, measure: () => Promise<number>): Promise<PairedRuns> {
+  const values: number[] = [];
+  const baselines: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    baselines.push(await baseline());
+    values.push(await measure());
+  }
+  return { value: summarize(values), baseline: summarize(baselines), values, baselines };
+}
