@@ -1,6 +1,6 @@
 /**
  * Throughput figures that move with the machine (streaming, bidirectional,
- * all-to-all) are the median of several runs in one call, never one run and
+ * all-to-all, same GPU at 1–16 MiB) are the median of several runs in one call, never one run and
  * never the best: on 2 × H200 one run of 1 MiB streaming read 98–198 GB/s
  * over full runs of the same build, and the all-to-all 69–80 % of raw. Each
  * run of smcuda comes right after a run of its baseline, so a slow spell of

@@ -436,25 +436,39 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
   await openSession(g, 'default', { ipc: true, cache: true });
   await negotiateSession(g, 'default');
   let target: { gbs: number; raw: number; paths: Record<string, number>; iterations: number } | undefined;
-  const mid: Array<{ size: number; gbs: number; raw: number; paths: Record<string, number> }> = [];
+  const mid: Array<{ size: number; gbs: number; raw: number; paths: Record<string, number>; runs: PairedRuns }> = [];
   for (const size of plan.sizes.filter((s) => s >= 64 << 10)) {
-    progress(`same GPU: ${formatBytes(size)} (raw, then smcuda)`);
+    // The 1-16 MiB figure moves with the machine: its sizes are the median of several runs (paired-runs.ts).
+    const runsHere = SAME_GPU_MID_SIZES.includes(size) ? plan.throughputRuns : 1;
+    progress(`same GPU: ${formatBytes(size)} (raw, then smcuda${runsHere > 1 ? `, ${runsHere} runs` : ''})`);
     const repeat = plan.bandwidth(size);
-    const raw = await rawCopy(g, size, repeat);
-    const r = await oneway(g, 'default', size, run.opts.window, repeat);
-    const gbs = gbPerSecond(r.bytes, r.seconds);
-    const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
-    run.series.push({ plot: 'bandwidth', series: 'raw cuMemcpyAsync (same GPU)', size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
-    run.series.push({ plot: 'bandwidth', series: 'smcuda (same GPU)', size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
-    if (size === SAME_GPU_TARGET_SIZE) target = { gbs, raw: rawGBs, paths: r.paths!, iterations: repeat.iters };
-    if (SAME_GPU_MID_SIZES.includes(size)) mid.push({ size, gbs, raw: rawGBs, paths: r.paths! });
+    let paths: PathCounts | undefined;
+    const runs = await pairedRuns(
+      runsHere,
+      async () => {
+        const raw = await rawCopy(g, size, repeat);
+        return gbPerSecond(raw.bytes, raw.seconds);
+      },
+      async () => {
+        const r = await oneway(g, 'default', size, run.opts.window, repeat);
+        paths = addPaths(paths, r.paths!);
+        return gbPerSecond(r.bytes, r.seconds);
+      },
+    );
+    const gbs = runs.value.median;
+    const rawGBs = runs.baseline.median;
+    run.series.push({ plot: 'bandwidth', series: 'raw cuMemcpyAsync (same GPU)', size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters * runsHere });
+    run.series.push({ plot: 'bandwidth', series: 'smcuda (same GPU)', size, value: gbs, unit: 'GB/s', iterations: repeat.iters * runsHere, paths: paths! });
+    if (size === SAME_GPU_TARGET_SIZE) target = { gbs, raw: rawGBs, paths: paths!, iterations: repeat.iters };
+    if (SAME_GPU_MID_SIZES.includes(size)) mid.push({ size, gbs, raw: rawGBs, paths: paths!, runs });
   }
   await both(g, { op: 'close', session: 'default' }, { op: 'close', session: 'default' });
   if (mid.length === 0) run.figures.push(skipped(FIG.sameGpuMid, '1, 4 and 16 MiB were not measured (--sizes)'));
   else {
     const worst = mid.reduce((a, m) => (m.gbs / m.raw < a.gbs / a.raw ? m : a));
     const byRatio = Object.fromEntries(mid.map((m) => [formatBytes(m.size), m.gbs / m.raw]));
-    run.figures.push(figure(run, FIG.sameGpuMid, worst.gbs, worst.raw, { paths: worst.paths, details: { worstSize: worst.size, ratioBySize: byRatio } }));
+    const runsBySize = Object.fromEntries(mid.map((m) => [formatBytes(m.size), { runsGBs: m.runs.values, rawRunsGBs: m.runs.baselines }]));
+    run.figures.push(figure(run, FIG.sameGpuMid, worst.gbs, worst.raw, { stats: worst.runs.value, paths: worst.paths, details: { worstSize: worst.size, ratioBySize: byRatio, runs: plan.throughputRuns, runsBySize, rawStats: worst.runs.baseline } }));
   }
   if (!target) run.figures.push(skipped(FIG.sameGpu, `${formatBytes(SAME_GPU_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
   else run.figures.push(figure(run, FIG.sameGpu, target.gbs, target.raw, { paths: target.paths, details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations } }));
