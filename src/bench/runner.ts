@@ -28,6 +28,7 @@ import {
   type IpcOpenResult,
   type NegotiationResult,
   type PathCounts,
+  type Repeat,
   type SamplesResult,
   type TimedResult,
 } from './protocol.js';
@@ -185,6 +186,28 @@ async function pingpong(g: Group, session: string, size: number, repeat: { iters
   return r1; // rank 1 initiates and times
 }
 
+/**
+ * `runs` runs (paired-runs.ts) of back-to-back raw copies on rank 1, each followed by rank 0's one-way
+ * stream of as many messages with `window` outstanding: each side's GB/s, and the paths smcuda's
+ * messages took over all runs.
+ */
+async function rawThenOneway(g: Group, size: number, window: number, repeat: Repeat, runs: number): Promise<{ runs: PairedRuns; paths: PathCounts }> {
+  let paths: PathCounts | undefined;
+  const r = await pairedRuns(
+    runs,
+    async () => {
+      const raw = await rawCopy(g, size, repeat);
+      return gbPerSecond(raw.bytes, raw.seconds);
+    },
+    async () => {
+      const x = await oneway(g, 'default', size, window, repeat);
+      paths = addPaths(paths, x.paths!);
+      return gbPerSecond(x.bytes, x.seconds);
+    },
+  );
+  return { runs: r, paths: paths! };
+}
+
 async function rawCopy(g: Group, size: number, repeat: { iters: number; warmup: number }): Promise<TimedResult> {
   const [buffer] = await g.call<ExportedBuffer[]>(0, { op: 'export', size, count: 1 });
   try {
@@ -248,19 +271,18 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     for (const size of plan.sizes) {
       progress(`bandwidth: ${formatBytes(size)} (raw, then smcuda)`);
       const repeat = plan.bandwidth(size);
-      const raw = await rawCopy(g, size, repeat);
       // As osu_bw does: a window of outstanding sends, against back-to-back raw copies.
-      const r = await oneway(g, 'default', size, opts.window, repeat);
-      const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
-      const gbs = gbPerSecond(r.bytes, r.seconds);
+      const { runs, paths } = await rawThenOneway(g, size, opts.window, repeat, 1);
+      const rawGBs = runs.baseline.median;
+      const gbs = runs.value.median;
       run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
-      run.series.push({ plot: 'bandwidth', series: `smcuda (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
+      run.series.push({ plot: 'bandwidth', series: `smcuda (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths });
       const spec = byTarget.get(size);
       if (spec) {
         done.add(size);
         if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
         else if (!twoDevices) run.figures.push(skipped(spec, 'needs two GPUs; one is visible'));
-        else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters } }));
+        else run.figures.push(figure(run, spec, gbs, rawGBs, { paths, details: { size, iterations: repeat.iters } }));
       }
     }
     for (const t of BANDWIDTH_TARGETS) {
@@ -275,21 +297,9 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       const size = plan.streamSize;
       progress(`streaming: ${formatBytes(size)}, window ${opts.window}`);
       const repeat = plan.streaming;
-      let paths: PathCounts | undefined;
-      const runs = await pairedRuns(
-        plan.throughputRuns,
-        async () => {
-          const raw = await rawCopy(g, size, repeat);
-          return gbPerSecond(raw.bytes, raw.seconds);
-        },
-        async () => {
-          const r = await oneway(g, 'default', size, opts.window, repeat);
-          paths = addPaths(paths, r.paths!);
-          return gbPerSecond(r.bytes, r.seconds);
-        },
-      );
+      const { runs, paths } = await rawThenOneway(g, size, opts.window, repeat, plan.throughputRuns);
       const details = { size, window: opts.window, iterations: repeat.iters, warmup: repeat.warmup, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline };
-      run.figures.push(figure(run, spec, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
+      run.figures.push(figure(run, spec, runs.value.median, runs.baseline.median, { stats: runs.value, paths, details }));
     }
   }
 
@@ -442,25 +452,13 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
     const runsHere = SAME_GPU_MID_SIZES.includes(size) ? plan.throughputRuns : 1;
     progress(`same GPU: ${formatBytes(size)} (raw, then smcuda${runsHere > 1 ? `, ${runsHere} runs` : ''})`);
     const repeat = plan.bandwidth(size);
-    let paths: PathCounts | undefined;
-    const runs = await pairedRuns(
-      runsHere,
-      async () => {
-        const raw = await rawCopy(g, size, repeat);
-        return gbPerSecond(raw.bytes, raw.seconds);
-      },
-      async () => {
-        const r = await oneway(g, 'default', size, run.opts.window, repeat);
-        paths = addPaths(paths, r.paths!);
-        return gbPerSecond(r.bytes, r.seconds);
-      },
-    );
+    const { runs, paths } = await rawThenOneway(g, size, run.opts.window, repeat, runsHere);
     const gbs = runs.value.median;
     const rawGBs = runs.baseline.median;
     run.series.push({ plot: 'bandwidth', series: 'raw cuMemcpyAsync (same GPU)', size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters * runsHere });
-    run.series.push({ plot: 'bandwidth', series: 'smcuda (same GPU)', size, value: gbs, unit: 'GB/s', iterations: repeat.iters * runsHere, paths: paths! });
-    if (size === SAME_GPU_TARGET_SIZE) target = { gbs, raw: rawGBs, paths: paths!, iterations: repeat.iters };
-    if (SAME_GPU_MID_SIZES.includes(size)) mid.push({ size, gbs, raw: rawGBs, paths: paths!, runs });
+    run.series.push({ plot: 'bandwidth', series: 'smcuda (same GPU)', size, value: gbs, unit: 'GB/s', iterations: repeat.iters * runsHere, paths });
+    if (size === SAME_GPU_TARGET_SIZE) target = { gbs, raw: rawGBs, paths, iterations: repeat.iters };
+    if (SAME_GPU_MID_SIZES.includes(size)) mid.push({ size, gbs, raw: rawGBs, paths, runs });
   }
   await both(g, { op: 'close', session: 'default' }, { op: 'close', session: 'default' });
   if (mid.length === 0) run.figures.push(skipped(FIG.sameGpuMid, '1, 4 and 16 MiB were not measured (--sizes)'));
