@@ -122,6 +122,8 @@ constexpr int kCudaAbiVersion = 12000;
   X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult, (void*, int, CUdeviceptr))      \
   X(cuMemHostAlloc, "cuMemHostAlloc", CUresult, (void**, size_t, unsigned))                   \
   X(cuMemFreeHost, "cuMemFreeHost", CUresult, (void*))                                        \
+  /* -> cuMemHostGetDevicePointer_v2 */                                                       \
+  X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer", CUresult, (CUdeviceptr*, void*, unsigned)) \
   /* -> cuMemHostRegister_v2 */                                                               \
   X(cuMemHostRegister, "cuMemHostRegister", CUresult, (void*, size_t, unsigned))              \
   X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void*))                            \

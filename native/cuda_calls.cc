@@ -12,6 +12,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "addon.h"
 #include "args.h"
@@ -419,28 +420,49 @@ Napi::Value CuMemHostAlloc(const Napi::CallbackInfo& info) {
   return Napi::Value(env, ab);
 }
 
+// The PinnedAlloc of info[0], an ArrayBuffer from cuMemHostAlloc, taken off it (`take`: the
+// buffer is being freed) or only looked at; nullptr with a JS exception pending when it is none.
+PinnedAlloc* PinnedOf(const Napi::CallbackInfo& info, const char* call, bool take) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArrayBuffer()) {
+    Napi::TypeError::New(env, "buffer must be an ArrayBuffer from cuMemHostAlloc").ThrowAsJavaScriptException();
+    return nullptr;
+  }
+  void* data = nullptr;
+  napi_status st = take ? napi_remove_wrap(env, info[0], &data) : napi_unwrap(env, info[0], &data);
+  if (st != napi_ok || !data) {
+    Napi::Error e = Napi::Error::New(env, std::string(call) + ": this ArrayBuffer is not from cuMemHostAlloc, or was already freed");
+    e.Set("code", Napi::String::New(env, "CUDA_ERROR_INVALID_VALUE"));
+    e.Set("call", Napi::String::New(env, call));
+    e.Set("result", Napi::Number::New(env, CUDA_ERROR_INVALID_VALUE));
+    e.ThrowAsJavaScriptException();
+    return nullptr;
+  }
+  return static_cast<PinnedAlloc*>(data);
+}
+
 Napi::Value CuMemFreeHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   SMCUDA_REQUIRE_DRIVER(env, "cuMemFreeHost");
-  if (!info[0].IsArrayBuffer()) {
-    Napi::TypeError::New(env, "buffer must be an ArrayBuffer from cuMemHostAlloc").ThrowAsJavaScriptException();
-    return Napi::Value();
-  }
-  void* data = nullptr;
-  if (napi_remove_wrap(env, info[0], &data) != napi_ok || !data) {
-    Napi::Error e = Napi::Error::New(env, "cuMemFreeHost: this ArrayBuffer is not from cuMemHostAlloc, or was already freed");
-    e.Set("code", Napi::String::New(env, "CUDA_ERROR_INVALID_VALUE"));
-    e.Set("call", Napi::String::New(env, "cuMemFreeHost"));
-    e.Set("result", Napi::Number::New(env, CUDA_ERROR_INVALID_VALUE));
-    e.ThrowAsJavaScriptException();
-    return Napi::Value();
-  }
-  auto* a = static_cast<PinnedAlloc*>(data);
+  PinnedAlloc* a = PinnedOf(info, "cuMemFreeHost", true);
+  if (!a) return Napi::Value();
   void* p = a->ptr;
   delete a;
   info[0].As<Napi::ArrayBuffer>().Detach();
   SMCUDA_CU(env, cuMemFreeHost, p);
   return env.Undefined();
+}
+
+// The GPU's address of a buffer from cuMemHostAlloc (under unified addressing
+// the host address itself). The wrap stays: the buffer is only looked at.
+Napi::Value CuMemHostGetDevicePointer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SMCUDA_REQUIRE_DRIVER(env, "cuMemHostGetDevicePointer");
+  PinnedAlloc* a = PinnedOf(info, "cuMemHostGetDevicePointer", false);
+  if (!a) return Napi::Value();
+  CUdeviceptr dptr = 0;
+  SMCUDA_CU(env, cuMemHostGetDevicePointer, &dptr, a->ptr, 0);
+  return Big(env, dptr);
 }
 
 Napi::Value CuMemHostRegister(const Napi::CallbackInfo& info) {
@@ -963,6 +985,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
       {"cuPointerGetBufferId", CuPointerGetBufferId},
       {"cuMemHostAlloc", CuMemHostAlloc},
       {"cuMemFreeHost", CuMemFreeHost},
+      {"cuMemHostGetDevicePointer", CuMemHostGetDevicePointer},
       {"cuMemHostRegister", CuMemHostRegister},
       {"cuMemHostUnregister", CuMemHostUnregister},
       {"cuIpcGetMemHandle", CuIpcGetMemHandle},

@@ -186,6 +186,12 @@ export interface AddressRange {
 /** Page-locked host memory, visible to JS as bytes. */
 export interface PinnedHostBuffer {
   readonly bytes: Uint8Array;
+  /**
+   * The buffer's address for the GPU (cuMemHostGetDevicePointer; under unified addressing
+   * the host address itself): kernels, copies and stream memory operations on any device may read and write
+   * the buffer through it, and what they write shows in `bytes`.
+   */
+  readonly devicePtr: DevicePtr;
   /** Releases the pinning/allocation; `bytes` must not be used afterwards. */
   free(): void;
 }
@@ -315,7 +321,7 @@ export interface CudaDriver {
   pointerAttributes(ptr: DevicePtr): PointerAttributes;
   /** cuPointerGetAttribute(BUFFER_ID) alone: cheaper than pointerAttributes, for re-checking a known pointer on every send. */
   bufferId(ptr: DevicePtr): bigint;
-  /** cuMemHostAlloc (portable). */
+  /** cuMemHostAlloc (portable), with its device address (cuMemHostGetDevicePointer). */
   hostAlloc(bytes: number): PinnedHostBuffer;
   /** cuMemHostRegister over memory JS already has (e.g. a shared segment). Returns the unregister function. */
   hostRegister(bytes: Uint8Array): () => void;

@@ -70,6 +70,8 @@ export interface NativeCuda {
   /** cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE); an external ArrayBuffer freed by cuMemFreeHost. */
   cuMemHostAlloc(bytes: number): ArrayBuffer;
   cuMemFreeHost(buffer: ArrayBuffer): void;
+  /** cuMemHostGetDevicePointer(flags 0) of a buffer from cuMemHostAlloc (not freed): its address for the GPU. */
+  cuMemHostGetDevicePointer(buffer: ArrayBuffer): bigint;
   cuMemHostRegister(buffer: ArrayBuffer, offset: number, bytes: number): void;
   cuMemHostUnregister(buffer: ArrayBuffer, offset: number): void;
   cuIpcGetMemHandle(ptr: bigint): ArrayBuffer;

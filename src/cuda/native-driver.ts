@@ -446,10 +446,22 @@ export class NativeCudaDriver implements CudaDriver {
   hostAlloc(bytes: number): PinnedHostBuffer {
     assertSize('bytes', bytes);
     const buffer = this.#call((a) => a.cuMemHostAlloc(bytes));
+    let devicePtr: DevicePtr;
+    try {
+      devicePtr = this.#call((a) => a.cuMemHostGetDevicePointer(buffer));
+    } catch (err) {
+      try {
+        this.#call((a) => a.cuMemFreeHost(buffer));
+      } catch {
+        // The first error says what went wrong; this one would only hide it.
+      }
+      throw err;
+    }
     const view = new Uint8Array(buffer);
     let freed = false;
     return {
       bytes: view,
+      devicePtr,
       free: () => {
         if (freed) return;
         freed = true;

@@ -18,6 +18,9 @@
  * mapped into host address ranges (sim/fd-memory.ts), so their descriptors
  * can be passed to and imported by another process for real.
  *
+ * Pinned host buffers (hostAlloc) have simulated device addresses of their
+ * own (sim/pinned-host.ts), which every call taking a device pointer accepts.
+ *
  * Where the real driver's behaviour matters to smcuda, the simulator copies
  * it: memAlloc before setDevice → CUDA_ERROR_INVALID_CONTEXT; double free and
  * garbage or stale IPC handles → CUDA_ERROR_INVALID_VALUE; opening one's own
@@ -83,6 +86,7 @@ import { cudaError } from './sim/result-codes.js';
 import { Scheduler, sleepSync, type SimStream, type WaitItem } from './sim/streams.js';
 import { Capture, freshItem, GraphTable, SimGraph } from './sim/capture.js';
 import { memOpBatch, type ResolvedMemOp } from './sim/mem-ops.js';
+import { SimPinnedHost } from './sim/pinned-host.js';
 import { assertCaptureMode, assertWaitCondition, assertMemOps, assertU32, assertU64, assertWordAddress } from './validate-gpu-driven.js';
 import {
   assertByte,
@@ -135,6 +139,8 @@ export class SimulatedCudaDriver implements CudaDriver {
   private readonly batchOrder: () => number;
   private readonly visibleDevices: SimDevice[];
   private memory: SimMemory | undefined;
+  /** Pinned host buffers (hostAlloc) by their simulated device address. */
+  private readonly pinned = new SimPinnedHost();
   private readonly scheduler = new Scheduler();
   private readonly graphs = new GraphTable();
   /** Captures in progress (sync calls are refused while one in 'global' or 'thread-local' mode is). */
@@ -459,12 +465,15 @@ export class SimulatedCudaDriver implements CudaDriver {
   hostAlloc(bytes: number): PinnedHostBuffer {
     assertSize('bytes', bytes);
     this.requireContext('cuMemHostAlloc');
+    const p = this.pinned.alloc(bytes);
     let freed = false;
     return {
-      bytes: new Uint8Array(bytes),
+      bytes: p.bytes,
+      devicePtr: p.ptr,
       free: () => {
         if (freed) throw cudaError('cuMemFreeHost', 'CUDA_ERROR_INVALID_VALUE', 'this pinned buffer was already freed');
         freed = true;
+        this.pinned.free(p.ptr);
       },
     };
   }
@@ -1089,7 +1098,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     const frozen = args.map((a) => ({ ...a }) as KernelArg);
     const asBatch = memOpTwinOf(f.entry.name);
     const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };
-    const allocsOf = (ptrs: readonly bigint[]) => ptrs.flatMap((p) => [mem.find(p) ?? this.fdMemory?.find(p)].filter((x): x is NonNullable<typeof x> => x !== undefined));
+    const allocsOf = (ptrs: readonly bigint[]) => ptrs.flatMap((p) => [mem.find(p) ?? this.fdMemory?.find(p) ?? this.pinned.find(p)].filter((x): x is NonNullable<typeof x> => x !== undefined));
     if (asBatch) {
       // Runs of memory operations as batches, each 8-byte copy as a copy between them, each piece of work when the stream reaches it, in order.
       let run: StreamMemOp[] = [];
@@ -1191,10 +1200,10 @@ export class SimulatedCudaDriver implements CudaDriver {
     ev.segment.close();
   }
 
-  /** The bytes [ptr, ptr+bytes): fd-shared memory (VMM, pools) or cuMemAlloc memory and IPC mappings. */
+  /** The bytes [ptr, ptr+bytes): fd-shared memory (VMM, pools), a pinned host buffer, or cuMemAlloc memory and IPC mappings. */
   private viewOf(mem: SimMemory, call: string, ptr: DevicePtr, bytes: number): { alloc: object; bytes: Uint8Array } {
     if (this.fdMemory?.find(ptr)) return this.fdMemory.view(call, ptr, bytes);
-    return mem.view(call, ptr, bytes);
+    return this.pinned.view(call, ptr, bytes) ?? mem.view(call, ptr, bytes);
   }
 
   /** Queues a batch of memory operations on `stream` as one item (validated by the caller). */

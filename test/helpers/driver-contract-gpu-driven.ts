@@ -245,6 +245,23 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         expect(() => d.streamBatchMemOp(s, [{ op: 'add' } as never])).toThrow(TypeError);
       });
 
+      it("a 64-bit write to a pinned host buffer's devicePtr shows in its bytes", async ({ skip }) => {
+        skip(!status().streamMemOps, 'not offered by this driver (gpuDrivenStatus)');
+        const pinned = d.hostAlloc(64);
+        try {
+          pinned.bytes.fill(0);
+          d.streamWriteValue64(s, pinned.devicePtr + 8n, 0x0123_4567_89ab_cdefn);
+          d.eventRecord(ev, s);
+          await d.whenComplete(ev);
+          const view = new DataView(pinned.bytes.buffer, pinned.bytes.byteOffset, 64);
+          expect(view.getBigUint64(8, true)).toBe(0x0123_4567_89ab_cdefn);
+          expect(view.getBigUint64(0, true)).toBe(0n);
+          expect(view.getBigUint64(16, true)).toBe(0n);
+        } finally {
+          pinned.free();
+        }
+      });
+
       it('a word outside any allocation is a CudaError', ({ skip }) => {
         skip(!status().streamMemOps, 'not offered by this driver (gpuDrivenStatus)');
         expectCudaError(() => d.streamWriteValue32(s, mem + (1n << 39n), 1));
@@ -376,7 +393,9 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
         const fork = d.eventCreate({ disableTiming: true });
         const join = d.eventCreate({ disableTiming: true });
         try {
-          d.memsetD8(mem + 2048n, 0, 2);
+          // On `s`, before the graph's launch there: cuMemsetD8 returns before device memory is set, and
+          // its legacy stream does not order a non-blocking stream (on an H200 the zeroes once landed after the graph's 1).
+          d.memsetD8Async(mem + 2048n, 0, 2, s);
           d.streamBeginCapture(cap);
           d.eventRecord(fork, cap);
           d.streamWaitEvent(side, fork);

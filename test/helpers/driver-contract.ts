@@ -246,6 +246,133 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
       });
     });
 
+    describe('pinned host memory through its device address', () => {
+      it('memcpyAsync reads what JS wrote into bytes through devicePtr, at any offset', () => {
+        const size = 64 * 1024 + 3;
+        const data = patternBytes(size, 31);
+        const pinned = d.hostAlloc(size);
+        const p = d.memAlloc(size);
+        const s = d.streamCreate();
+        try {
+          expect(pinned.devicePtr).toBeTypeOf('bigint');
+          expect(pinned.devicePtr).toBeGreaterThan(0n);
+          pinned.bytes.set(data);
+          d.memcpyAsync(p, pinned.devicePtr, size, s);
+          d.streamSynchronize(s);
+          const out = new Uint8Array(size);
+          d.memcpyDtoH(out, p);
+          expect(Buffer.compare(out, data)).toBe(0);
+          d.memcpyAsync(p, pinned.devicePtr + 1000n, 24, s);
+          d.streamSynchronize(s);
+          d.memcpyDtoH(out.subarray(0, 24), p);
+          expect(Buffer.compare(out.subarray(0, 24), data.subarray(1000, 1024))).toBe(0);
+        } finally {
+          d.streamDestroy(s);
+          d.memFree(p);
+          pinned.free();
+        }
+      });
+
+      it('a device-to-pinned copy and a memset to devicePtr show in bytes', () => {
+        const size = 256 * 1024;
+        const data = patternBytes(size, 32);
+        const pinned = d.hostAlloc(size);
+        const p = d.memAlloc(size);
+        const s = d.streamCreate();
+        try {
+          d.memcpyHtoD(p, data);
+          d.streamSynchronize(0n); // pageable HtoD may return before the device has the bytes
+          d.memcpyAsync(pinned.devicePtr, p, size, s);
+          d.streamSynchronize(s);
+          expect(Buffer.compare(pinned.bytes, data)).toBe(0);
+          d.memsetD8Async(pinned.devicePtr + 100n, 0x5a, 50, s);
+          d.streamSynchronize(s);
+          expect(pinned.bytes.subarray(100, 150).every((b) => b === 0x5a)).toBe(true);
+          expect(Buffer.compare(pinned.bytes.subarray(0, 100), data.subarray(0, 100))).toBe(0);
+          expect(Buffer.compare(pinned.bytes.subarray(150), data.subarray(150))).toBe(0);
+        } finally {
+          d.streamDestroy(s);
+          d.memFree(p);
+          pinned.free();
+        }
+      });
+
+      it('a kernel writes its output through devicePtr', (ctx) => {
+        if (!d.gpuDrivenStatus().modules) ctx.skip(`modules: ${d.gpuDrivenStatus().reason ?? 'not supported'}`);
+        const count = 1000;
+        const inputs = [0, 1].map((k) => patternBytes(count * 4, 55 + k));
+        const want = new Uint8Array(count * 4);
+        reduceInto('sum', 'i32', want, inputs, count);
+        const { module } = d.moduleLoadData(reducePtx());
+        const fn = d.moduleGetFunction(module, reduceEntry('i32'));
+        const ptrs = inputs.map((b) => {
+          const p = d.memAlloc(b.byteLength);
+          d.memcpyHtoD(p, b);
+          return p;
+        });
+        const table = d.memAlloc(8 * 2);
+        d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(ptrs).buffer));
+        const pinned = d.hostAlloc(count * 4);
+        const s = d.streamCreate();
+        try {
+          d.launchKernel(fn, { grid: [4], block: [128] }, [{ type: 'ptr', value: pinned.devicePtr }, { type: 'ptr', value: table }, { type: 'u32', value: 2 }, { type: 'u64', value: 0n }, { type: 'u64', value: BigInt(count) }, { type: 'u32', value: opCode('sum') }], s);
+          d.streamSynchronize(s);
+          expect(Buffer.compare(pinned.bytes, want)).toBe(0);
+        } finally {
+          d.streamDestroy(s);
+          for (const p of [...ptrs, table]) d.memFree(p);
+          pinned.free();
+          d.moduleUnload(module);
+        }
+      });
+
+      // A real driver does not bound-check host memory (a copy past the end reads or writes whatever lies
+      // there) and keeps no record of freed host addresses: these are the simulator's checks.
+      // (Inside a skipped suite, a nested skipIf would hide the case from the skip count.)
+      const notSim = opts.kind !== 'sim' && !opts.skip;
+      const simOnly = notSim ? ' (skipped: the simulator\'s check; a real driver neither bound-checks host memory nor tracks freed host addresses)' : '';
+      it.skipIf(notSim)(`the simulator refuses a copy past the end of a pinned buffer as one past the end of an allocation${simOnly}`, () => {
+        const size = 4096;
+        const pinned = d.hostAlloc(size);
+        const p = d.memAlloc(size);
+        const s = d.streamCreate();
+        try {
+          const device = expectCudaError(() => d.memcpyDtoH(new Uint8Array(size + 1), p));
+          expectCudaError(() => d.memcpyAsync(p, pinned.devicePtr + BigInt(size - 8), 16, s), device.code);
+          expectCudaError(() => d.memcpyAsync(pinned.devicePtr + BigInt(size - 8), p, 16, s), device.code);
+          expectCudaError(() => d.memcpyDtoH(new Uint8Array(size + 1), pinned.devicePtr), device.code);
+          expectCudaError(() => d.memsetD8Async(pinned.devicePtr, 0, size + 1, s), device.code);
+          expect(device.code).toBe('CUDA_ERROR_INVALID_VALUE');
+          d.memcpyAsync(p, pinned.devicePtr + BigInt(size - 16), 16, s); // exactly to the end is fine
+          d.streamSynchronize(s);
+        } finally {
+          d.streamDestroy(s);
+          d.memFree(p);
+          pinned.free();
+        }
+      });
+
+      it.skipIf(notSim)(`the simulator refuses a freed pinned buffer's address; pointer attributes refuse pinned addresses as unknown${simOnly}`, () => {
+        const pinned = d.hostAlloc(4096);
+        const p = d.memAlloc(4096);
+        const s = d.streamCreate();
+        try {
+          expectCudaError(() => d.pointerAttributes(pinned.devicePtr), 'CUDA_ERROR_INVALID_VALUE');
+          expectCudaError(() => d.bufferId(pinned.devicePtr), 'CUDA_ERROR_INVALID_VALUE');
+          expectCudaError(() => d.memGetAddressRange(pinned.devicePtr), 'CUDA_ERROR_NOT_FOUND');
+          d.memcpyAsync(p, pinned.devicePtr, 4096, s);
+          d.streamSynchronize(s);
+          pinned.free();
+          expectCudaError(() => d.memcpyAsync(p, pinned.devicePtr, 16, s), 'CUDA_ERROR_INVALID_VALUE');
+          expectCudaError(() => d.memcpyDtoH(new Uint8Array(16), pinned.devicePtr), 'CUDA_ERROR_INVALID_VALUE');
+          expectCudaError(() => pinned.free(), 'CUDA_ERROR_INVALID_VALUE');
+        } finally {
+          d.streamDestroy(s);
+          d.memFree(p);
+        }
+      });
+    });
+
     describe('streams and events', () => {
       it('async copies run in stream order and whenComplete resolves after them', async () => {
         const size = 256 * 1024;

@@ -67,7 +67,7 @@ describe('the built addon', () => {
       'cuMemsetD8', 'cuMemsetD8Async', 'cuMemcpyHtoD', 'cuMemcpyDtoH', 'cuMemcpyDtoD', 'cuMemcpyHtoDAsync',
       'cuMemcpyDtoHAsync', 'cuMemcpyAsync', 'cuMemGetAddressRange', 'cuPointerGetAttributes',
       'cuPointerGetBufferId', 'cuMemHostAlloc',
-      'cuMemFreeHost', 'cuMemHostRegister', 'cuMemHostUnregister', 'cuIpcGetMemHandle', 'cuIpcOpenMemHandle',
+      'cuMemFreeHost', 'cuMemHostGetDevicePointer', 'cuMemHostRegister', 'cuMemHostUnregister', 'cuIpcGetMemHandle', 'cuIpcOpenMemHandle',
       'cuIpcCloseMemHandle', 'cuIpcGetEventHandle', 'cuIpcOpenEventHandle', 'cuStreamCreate', 'cuStreamDestroy',
       'cuStreamSynchronize', 'cuStreamWaitEvent', 'cuEventCreate', 'cuEventDestroy', 'cuEventRecord', 'cuEventQuery',
       'cuEventSynchronize', 'cuEventElapsedTime', 'whenEventComplete', 'completionShutdown', 'completionOpen',
@@ -352,10 +352,11 @@ describe('NativeCudaDriver bookkeeping', () => {
 
   it('hostAlloc().free() and hostRegister() unregister run once', () => {
     const buffer = new ArrayBuffer(16);
-    const { addon: fake, calls } = fakeAddon({ cuMemHostAlloc: buffer });
+    const { addon: fake, calls } = fakeAddon({ cuMemHostAlloc: buffer, cuMemHostGetDevicePointer: 0x7f12_3400_0000n });
     const d = new NativeCudaDriver(fake);
     const pinned = d.hostAlloc(16);
     expect(pinned.bytes.buffer).toBe(buffer);
+    expect(pinned.devicePtr).toBe(0x7f12_3400_0000n);
     pinned.free();
     pinned.free();
     const host = new Uint8Array(32);
@@ -364,9 +365,24 @@ describe('NativeCudaDriver bookkeeping', () => {
     unregister();
     expect(calls.map((c) => [c.name, ...c.args])).toEqual([
       ['cuMemHostAlloc', 16],
+      ['cuMemHostGetDevicePointer', buffer],
       ['cuMemFreeHost', buffer],
       ['cuMemHostRegister', host.buffer, 4, 16],
       ['cuMemHostUnregister', host.buffer, 4],
+    ]);
+  });
+
+  it('hostAlloc frees the buffer and throws typed when cuMemHostGetDevicePointer fails', () => {
+    const buffer = new ArrayBuffer(16);
+    const { addon: fake, calls } = fakeAddon(
+      { cuMemHostAlloc: buffer },
+      { cuMemHostGetDevicePointer: nativeCudaError('cuMemHostGetDevicePointer', 'CUDA_ERROR_NOT_SUPPORTED', 801, 'operation not supported') },
+    );
+    expect(() => new NativeCudaDriver(fake).hostAlloc(16)).toThrow(expect.objectContaining({ code: 'CUDA_ERROR_NOT_SUPPORTED', call: 'cuMemHostGetDevicePointer' }));
+    expect(calls.map((c) => [c.name, ...c.args])).toEqual([
+      ['cuMemHostAlloc', 16],
+      ['cuMemHostGetDevicePointer', buffer],
+      ['cuMemFreeHost', buffer],
     ]);
   });
 
@@ -505,6 +521,7 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
       unknownBufferId: { isCudaError: true, call: 'cuPointerGetAttribute' },
       range: { size: 4096 },
       pinnedLength: 32,
+      pinnedViaDevicePtr: true,
       pinnedLengthAfterFree: 0, // detached: JS cannot touch freed pinned memory
       queryRightAfterRecord: false,
       completes: { resolved: true },

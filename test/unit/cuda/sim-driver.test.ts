@@ -105,6 +105,12 @@ describe('lifecycle like a real driver', () => {
     const d = sim();
     const pinned = d.hostAlloc(64);
     expect(pinned.bytes.byteLength).toBe(64);
+    // Pinned addresses have a span of their own, below every device's (0x7f00_0000_0000 + (device << 40)).
+    const empty = d.hostAlloc(0);
+    expect(pinned.devicePtr >= 0x7e00_0000_0000n && pinned.devicePtr < 0x7f00_0000_0000n).toBe(true);
+    expect(empty.devicePtr >= 0x7e00_0000_0000n && empty.devicePtr < 0x7f00_0000_0000n).toBe(true);
+    expect(empty.devicePtr).not.toBe(pinned.devicePtr);
+    empty.free();
     pinned.free();
     expect(codeOf(() => pinned.free())).toBe('CUDA_ERROR_INVALID_VALUE');
     const seg = new Uint8Array(4096);
