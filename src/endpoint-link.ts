@@ -91,6 +91,8 @@ export class EndpointLink implements RgetLink {
     private readonly ctx: EndpointContext,
     readonly peerId: string,
     peerFeatures: number,
+    /** The peer's device (its HELLO): one with this process's device is a same-GPU peer. */
+    private readonly peerDeviceUuid = '',
   ) {
     const driver = (this.driver = ctx.driver);
     this.opts = ctx.options;
@@ -129,7 +131,19 @@ export class EndpointLink implements RgetLink {
   }
 
   gpu(): GpuWork {
-    return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress));
+    return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress, this.sameGpuDevice()));
+  }
+
+  /** This process's device ordinal when the peer runs on the same GPU (their HELLOs name one UUID); else undefined. */
+  private sameGpuDevice(): number | undefined {
+    const uuid = this.ctx.local.deviceUuid;
+    if (!uuid || uuid !== this.peerDeviceUuid) return undefined;
+    try {
+      const current = this.driver.currentDevice();
+      return current >= 0 && this.uuidOf(current) === uuid ? current : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** Keeps the hot-path copies of the negotiation's state (the endpoint calls it on each transition). */

@@ -111,7 +111,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.peerId = peer.peerId;
     this.peerPid = peer.pid;
     this.peerDeviceUuid = peer.deviceUuid;
-    const link = (this.link = new EndpointLink(channel, ctx, peer.peerId, peer.features ?? 0));
+    const link = (this.link = new EndpointLink(channel, ctx, peer.peerId, peer.features ?? 0, peer.deviceUuid));
     this.neg = new NegotiationLink({
       driver: ctx.driver,
       localId: ctx.local.peerId,
@@ -267,9 +267,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     refuseUnknownKeys('recv options', options, RECV_OPTION_KEYS);
     const tag = checkTag(options.tag, true);
     const into = options.into;
+    let intoDevice: number | undefined;
     if (into !== undefined) {
       checkMessageBuffer('options.into', into);
-      if (isDeviceBuffer(into)) checkIntoRoom(this.link.driver, into);
+      if (isDeviceBuffer(into)) intoDevice = checkIntoRoom(this.link.driver, into);
     }
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
     // Closed: only a message that arrived whole (inline) before the close can still be taken (shutdown keeps them).
@@ -279,7 +280,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       // A host `into` other than a Uint8Array: `data` comes back as a view of its type.
       const retype = into !== undefined && !(into instanceof Uint8Array) && !isDeviceBuffer(into);
       const resolve = (retype ? (r: Received) => resolveTyped(Object.assign(r, { data: asTypeOfInto(r.data, into) }) as never) : resolveTyped) as (r: Received) => void;
-      const recv: PendingRecv = { tag, into, stream: options.stream, resolve, reject, cleanup: noop };
+      const recv: PendingRecv = { tag, into, intoDevice, stream: options.stream, resolve, reject, cleanup: noop };
       const signal = options.signal;
       if (signal) {
         const onAbort = () => {
@@ -690,12 +691,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
  * the driver does not know (freed) is left to the copy, which fails that
  * receive and tells the sender (FIN FAILED).
  */
-export function checkIntoRoom(driver: CudaDriver, into: DeviceBuffer): void {
-  if (into.length === 0 || !driver.isReady()) return;
+export function checkIntoRoom(driver: CudaDriver, into: DeviceBuffer): number | undefined {
+  if (into.length === 0 || !driver.isReady()) return undefined;
   try {
-    allocationRanges(driver).check(into, 'options.into');
+    return allocationRanges(driver).check(into, 'options.into');
   } catch (err) {
     if (err instanceof ArgumentRangeError) throw err;
+    return undefined;
   }
 }
 

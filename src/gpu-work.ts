@@ -18,8 +18,11 @@
  *
  * Small copies of one synchronous run (the RGETs one look at the control ring
  * found) are launched together, by one cuMemcpyBatchAsync, when the run ends;
- * they share one completion event. See `copy`.
+ * they share one completion event. See `copy`. Where the peer runs on the
+ * same GPU, such a run is one launch of smcuda's copy kernel instead
+ * (copy-list.ts).
  */
+import { CopyList } from './copy-list.js';
 import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
 import { ProgressEngine } from './progress/engine.js';
 import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
@@ -41,6 +44,8 @@ interface Batch {
   cbs: Completion[];
   /** Copies waiting for launch: entries 0..copies-1 of GpuWork's copy arrays. */
   copies: number;
+  /** Every copy reads and writes memory of the same-GPU peer's device: the copy kernel may make them (copy-list.ts). */
+  local: boolean;
 }
 
 const NOOP: Completion = () => {};
@@ -62,6 +67,8 @@ export class GpuWork {
   private readonly srcs = new BigUint64Array(BATCH_MAX_COPIES);
   private readonly sizes = new Float64Array(BATCH_MAX_COPIES);
   private readonly copyCb = new Array<number>(BATCH_MAX_COPIES).fill(0);
+  /** Same-GPU copies by smcuda's kernel, when the peer shares this endpoint's GPU; its hold keeps it while launches are in flight. */
+  private readonly copyList: { list: CopyList; hold: GpuHold } | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -73,8 +80,14 @@ export class GpuWork {
      * never polls: inline spins, then the native completion thread.
      */
     engine: ProgressEngine = new ProgressEngine(0),
+    /** The device this endpoint and its peer share, when they share one: `copy`s with `dstDevice` equal to it are same-GPU copies. */
+    private readonly sameGpuDevice?: number,
   ) {
     this.events = new GpuEventQueue(driver, engine, spinUs);
+    if (sameGpuDevice !== undefined) {
+      const list = new CopyList(driver, sameGpuDevice);
+      this.copyList = { list, hold: this.hold(() => list.close()) };
+    }
   }
 
   /** This endpoint's own non-blocking stream. */
@@ -103,12 +116,14 @@ export class GpuWork {
    * of it). A larger copy is launched at once with an event of its own.
    *
    * `uses`: holds the copy uses (its source or destination), each a use
-   * from now until `cb` ran.
+   * from now until `cb` ran. `dstDevice`: the device of `dst`, where known;
+   * with a peer on this endpoint's GPU (`src` is then memory of that GPU) a
+   * batch whose copies all write that device is made by the copy kernel.
    *
    * Throws only when a large copy's launch fails (then no use is taken); a
    * batched copy's failure reaches `cb`.
    */
-  copy(stream: StreamHandle, dst: bigint, src: bigint, bytes: number, cb: Completion, uses?: Uses): void {
+  copy(stream: StreamHandle, dst: bigint, src: bigint, bytes: number, cb: Completion, uses?: Uses, dstDevice?: number): void {
     if (bytes > BATCH_MAX_BYTES) {
       this.flushNow(false);
       this.driver.memcpyAsync(dst, src, bytes, stream);
@@ -127,6 +142,7 @@ export class GpuWork {
     ) {
       b = this.open(stream);
     }
+    if (dstDevice === undefined || dstDevice !== this.sameGpuDevice) b.local = false;
     const k = b.copies++;
     this.dstEnds[k] = end;
     this.dsts[k] = dst;
@@ -172,9 +188,10 @@ export class GpuWork {
   /** Closes the open batch (another stream, full, or overlapping) and opens an empty one on `stream`. */
   private open(stream: StreamHandle): Batch {
     if (this.batch !== undefined) this.flushNow(false);
-    const b: Batch = this.spare ?? { stream, bytes: 0, cbs: [], copies: 0 };
+    const b: Batch = this.spare ?? { stream, bytes: 0, cbs: [], copies: 0, local: true };
     this.spare = undefined;
     b.stream = stream;
+    b.local = this.copyList !== undefined;
     this.batch = b;
     microtask(this.flush);
     return b;
@@ -195,6 +212,8 @@ export class GpuWork {
     this.batch = undefined;
     const cbs = b.cbs;
     if (b.copies > 0) {
+      // A lone copy stays with cuMemcpyAsync: as cheap for the host as the kernel's graph, and quicker on the GPU (copy-list.ts).
+      if (b.local && b.copies > 1 && this.launchKernel(b, inline)) return;
       const failed = this.launch(b);
       if (failed !== undefined) {
         for (const [k, err] of failed) {
@@ -220,6 +239,36 @@ export class GpuWork {
     b.copies = 0;
     this.spare = b;
     this.events.record(stream, bytes, cb, inline);
+  }
+
+  /**
+   * The batch's copies as one launch of the copy kernel, its completions
+   * settled by one event; false when the kernel cannot take them now (every
+   * list in flight, or unavailable here) or its launch failed: the driver
+   * copies them instead (nothing was queued).
+   */
+  private launchKernel(b: Batch, inline: boolean): boolean {
+    const { list, hold } = this.copyList!;
+    let slot: number;
+    try {
+      slot = list.launch(this.dsts, this.srcs, this.sizes, b.copies, b.stream);
+    } catch {
+      return false;
+    }
+    if (slot < 0) return false;
+    const cbs = b.cbs;
+    hold.use();
+    this.events.record(
+      b.stream,
+      b.bytes,
+      (err) => {
+        list.release(slot);
+        hold.done();
+        settleAll(cbs, err);
+      },
+      inline,
+    );
+    return true;
   }
 
   /** The batch's copies in one call; the ones that could not be queued, with why. */

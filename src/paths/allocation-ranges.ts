@@ -24,8 +24,8 @@ import { checkStagedSource } from './staging-ring.js';
 const ENTRIES = 32;
 
 export class AllocationRanges {
-  /** [base, end) of single-range allocations checked, by buffer id, oldest first. */
-  private readonly byId = new Map<bigint, { base: DevicePtr; end: DevicePtr }>();
+  /** [base, end) and device of single-range allocations checked, by buffer id, oldest first. */
+  private readonly byId = new Map<bigint, { base: DevicePtr; end: DevicePtr; device: number | undefined }>();
 
   constructor(private readonly driver: CudaDriver) {}
 
@@ -33,18 +33,28 @@ export class AllocationRanges {
    * Throws unless [ptr, ptr + length) lies in live device memory of this
    * process: the driver's error for a pointer it does not know,
    * ArgumentRangeError (naming `name`) for one that runs past its allocation.
+   * Returns the allocation's device, asked once per allocation (undefined for
+   * a range of several mappings, or where the driver does not say): a
+   * receive's copy into it may then be made by the copy kernel (GpuWork).
    */
-  check(buf: { ptr: DevicePtr; length: number }, name = 'buffer'): void {
-    if (buf.length === 0) return;
+  check(buf: { ptr: DevicePtr; length: number }, name = 'buffer'): number | undefined {
+    if (buf.length === 0) return undefined;
     const id = this.driver.bufferId(buf.ptr);
     const end = buf.ptr + BigInt(buf.length);
     const known = this.byId.get(id);
-    if (known !== undefined && buf.ptr >= known.base && end <= known.end) return;
+    if (known !== undefined && buf.ptr >= known.base && end <= known.end) return known.device;
     const first = checkStagedSource(this.driver, buf, name);
     const firstEnd = first.base + BigInt(first.size);
-    if (end > firstEnd) return; // several mappings: walked again next time
+    if (end > firstEnd) return undefined; // several mappings: walked again next time
     if (this.byId.size === ENTRIES) this.byId.delete(this.byId.keys().next().value!);
-    this.byId.set(id, { base: first.base, end: firstEnd });
+    let device: number | undefined;
+    try {
+      device = this.driver.pointerAttributes(buf.ptr).device;
+    } catch {
+      device = undefined;
+    }
+    this.byId.set(id, { base: first.base, end: firstEnd, device });
+    return device;
   }
 }
 

@@ -100,6 +100,8 @@ export interface Received {
 export interface PendingRecv {
   tag: number;
   into: MessageBuffer | undefined;
+  /** The device of a device `into`, where the check against its allocation learned it (checkIntoRoom). */
+  intoDevice?: number;
   stream: StreamHandle | undefined;
   resolve: (r: Received) => void;
   reject: (err: Error) => void;

@@ -60,7 +60,7 @@ export function launchRemoteCopy(ctx: PathContext, job: RemoteCopy, src: DeviceP
     if (isDeviceBuffer(data)) {
       if (recv.stream === undefined) {
         // Launched with the other copies of this run, in one batch (GpuWork.copy).
-        gpu.copy(stream, data.ptr, src, n, done, held);
+        gpu.copy(stream, data.ptr, src, n, done, held, recv.into === undefined ? data.device : recv.intoDevice);
         return;
       }
       d.memcpyAsync(data.ptr, src, n, stream);

@@ -8,6 +8,7 @@
  */
 import type { KernelArg, LaunchConfig } from '../driver.js';
 import type { KernelTwin } from '../../kernels/sim/twin.js';
+import { COPY_LIST_TWINS } from '../../kernels/sim/copy-list.js';
 import { FILL_TWINS } from '../../kernels/sim/fill.js';
 import { REDUCE_TWINS } from '../../kernels/sim/reduce.js';
 import { type SteppedOp, MEMOP_TWINS } from '../../kernels/sim/flag-ops.js';
@@ -15,7 +16,7 @@ import type { TwinMemory } from '../../kernels/sim/twin.js';
 import { cudaError } from './result-codes.js';
 
 /** Twins by entry name: the package's kernels, plus any a test registers. */
-const twins = new Map<string, KernelTwin>([...Object.entries(REDUCE_TWINS), ...Object.entries(FILL_TWINS)]);
+const twins = new Map<string, KernelTwin>([...Object.entries(REDUCE_TWINS), ...Object.entries(FILL_TWINS), ...Object.entries(COPY_LIST_TWINS)]);
 
 /** A kernel the simulated driver queues as a memory-operation batch (it waits on other processes), or undefined. */
 export function memOpTwinOf(entry: string): ((args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory) => SteppedOp[]) | undefined {

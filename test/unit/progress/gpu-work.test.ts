@@ -11,8 +11,9 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { EventHandle, StreamHandle } from '../../../src/cuda/driver.js';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
-import { GpuWork, type Completion } from '../../../src/gpu-work.js';
+import { GpuWork } from '../../../src/gpu-work.js';
 import { ProgressEngine, type ProgressSource } from '../../../src/progress/engine.js';
+import { copies, pattern, recorder, until } from '../../helpers/gpu-work-harness.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -46,12 +47,6 @@ afterEach(() => {
   for (const d of open.splice(0)) d.close();
 });
 
-/** Deterministic non-zero bytes. */
-function pattern(size: number, seed: number): Uint8Array {
-  const out = new Uint8Array(size);
-  for (let i = 0; i < size; i++) out[i] = ((i * 31 + seed * 7) % 255) + 1;
-  return out;
-}
 
 /**
  * Queues a device-to-device copy of `size` pattern bytes on `stream` (the
@@ -72,42 +67,12 @@ function queueCopy(d: SimulatedCudaDriver, stream: StreamHandle, size: number, s
   };
 }
 
-/**
- * Lets the event loop turn until `done()` holds, for up to 5 s (a bound in
- * turns alone failed on a fast machine: 10,000 turns passed before the 30 ms
- * of simulated slow copies did).
- */
-async function until(done: () => boolean, ms = 5000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!done() && performance.now() < end) await new Promise<void>((r) => setImmediate(r));
-  expect(done()).toBe(true);
-}
 
 /** A few more event-loop turns: time for a second (wrong) call to show up. */
 async function settleLoop(): Promise<void> {
   for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
 }
 
-/** The completions of one test: how often each was called and with what. */
-function recorder() {
-  const calls: Array<Array<Error | undefined>> = [];
-  const cb = (onCall?: (err?: Error) => void): Completion => {
-    const mine: Array<Error | undefined> = [];
-    calls.push(mine);
-    return (err) => {
-      mine.push(err);
-      onCall?.(err);
-    };
-  };
-  return {
-    cb,
-    calls,
-    /** Calls so far, over all completions. */
-    total: () => calls.reduce((n, c) => n + c.length, 0),
-    /** Every completion called exactly once. */
-    allOnce: () => calls.every((c) => c.length === 1),
-  };
-}
 
 /**
  * Errors thrown by microtasks queued with queueMicrotask (how GpuWork reports
@@ -455,23 +420,6 @@ describe('errors reach every callback of the batch', () => {
     expect(reported).toEqual([boom]);
   });
 });
-
-/** `count` copies of `size` pattern bytes into zeroed destinations, not yet queued: queue them with GpuWork.copy. */
-function copies(d: SimulatedCudaDriver, count: number, size: number, seed = 1) {
-  return Array.from({ length: count }, (_, k) => {
-    const want = pattern(size, seed + k);
-    const src = d.memAlloc(size);
-    const dst = d.memAlloc(size);
-    d.memcpyHtoD(src, want);
-    d.memsetD8(dst, 0, size);
-    const landed = () => {
-      const out = new Uint8Array(size);
-      d.memcpyDtoH(out, dst);
-      return Buffer.compare(out, want) === 0;
-    };
-    return { src, dst, size, landed };
-  });
-}
 
 /** Spies on the driver calls that launch copies and record their events. */
 function launchSpies(d: SimulatedCudaDriver) {
