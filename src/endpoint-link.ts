@@ -131,16 +131,16 @@ export class EndpointLink implements RgetLink {
   }
 
   gpu(): GpuWork {
-    return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress, this.sameGpuDevice()));
+    return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress, this.sameGpu()));
   }
 
-  /** This process's device ordinal when the peer runs on the same GPU (their HELLOs name one UUID); else undefined. */
-  private sameGpuDevice(): number | undefined {
+  /** This process's device when the peer runs on the same GPU (their HELLOs name one UUID); else undefined. */
+  private sameGpu(): { device: number; uuid: string } | undefined {
     const uuid = this.ctx.local.deviceUuid;
     if (!uuid || uuid !== this.peerDeviceUuid) return undefined;
     try {
       const current = this.driver.currentDevice();
-      return current >= 0 && this.uuidOf(current) === uuid ? current : undefined;
+      return current >= 0 && this.uuidOf(current) === uuid ? { device: current, uuid } : undefined;
     } catch {
       return undefined;
     }

@@ -80,14 +80,22 @@ export class GpuWork {
      * never polls: inline spins, then the native completion thread.
      */
     engine: ProgressEngine = new ProgressEngine(0),
-    /** The device this endpoint and its peer share, when they share one: `copy`s with `dstDevice` equal to it are same-GPU copies. */
-    private readonly sameGpuDevice?: number,
+    /**
+     * The device this endpoint and its peer share (ordinal and UUID), when they share one: a `copy`
+     * from memory of that device (isSameGpu) with `dstDevice` equal to it is a same-GPU copy.
+     */
+    private readonly sameGpu?: { device: number; uuid: string },
   ) {
     this.events = new GpuEventQueue(driver, engine, spinUs);
-    if (sameGpuDevice !== undefined) {
-      const list = new CopyList(driver, sameGpuDevice);
+    if (sameGpu !== undefined) {
+      const list = new CopyList(driver, sameGpu.device);
       this.copyList = { list, hold: this.hold(() => list.close()) };
     }
+  }
+
+  /** Whether memory of the device `uuid` names is on the GPU this endpoint shares with its peer. */
+  isSameGpu(uuid: string): boolean {
+    return this.sameGpu !== undefined && this.sameGpu.uuid === uuid;
   }
 
   /** This endpoint's own non-blocking stream. */
@@ -116,9 +124,10 @@ export class GpuWork {
    * of it). A larger copy is launched at once with an event of its own.
    *
    * `uses`: holds the copy uses (its source or destination), each a use
-   * from now until `cb` ran. `dstDevice`: the device of `dst`, where known;
-   * with a peer on this endpoint's GPU (`src` is then memory of that GPU) a
-   * batch whose copies all write that device is made by the copy kernel.
+   * from now until `cb` ran. `dstDevice`: the device of `dst`, given only
+   * where `src` is memory of the GPU this endpoint shares with its peer
+   * (isSameGpu); a batch of two or more copies that all write that device
+   * is made by the copy kernel.
    *
    * Throws only when a large copy's launch fails (then no use is taken); a
    * batched copy's failure reaches `cb`.
@@ -142,7 +151,7 @@ export class GpuWork {
     ) {
       b = this.open(stream);
     }
-    if (dstDevice === undefined || dstDevice !== this.sameGpuDevice) b.local = false;
+    if (dstDevice === undefined || dstDevice !== this.sameGpu?.device) b.local = false;
     const k = b.copies++;
     this.dstEnds[k] = end;
     this.dsts[k] = dst;

@@ -59,8 +59,10 @@ export function launchRemoteCopy(ctx: PathContext, job: RemoteCopy, src: DeviceP
     job.result = { tag: frame.tag, length: n, path, fromDevice: true, data };
     if (isDeviceBuffer(data)) {
       if (recv.stream === undefined) {
-        // Launched with the other copies of this run, in one batch (GpuWork.copy).
-        gpu.copy(stream, data.ptr, src, n, done, held, recv.into === undefined ? data.device : recv.intoDevice);
+        // Launched with the other copies of this run, in one batch (GpuWork.copy); the destination's
+        // device is told where the message lies on the GPU shared with the peer (the copy kernel may take it).
+        const dstDevice = gpu.isSameGpu(frame.deviceUuid) ? (recv.into === undefined ? data.device : recv.intoDevice) : undefined;
+        gpu.copy(stream, data.ptr, src, n, done, held, dstDevice);
         return;
       }
       d.memcpyAsync(data.ptr, src, n, stream);

@@ -28,7 +28,7 @@ describe.skipIf(p.skip)(`same-GPU copies by the copy kernel on the native driver
     d.init();
     d.setDevice(0);
     const engine = new ProgressEngine(200);
-    const g = new GpuWork(d, 0, engine, 0);
+    const g = new GpuWork(d, 0, engine, { device: 0, uuid: d.deviceInfo(0).uuid });
     cleanups.push(() => d.close(), () => g.close(), () => engine.stop());
     return { d, g };
   }

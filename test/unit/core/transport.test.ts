@@ -3,7 +3,7 @@
  * process over an in-memory channel: data paths, negotiation outcomes,
  * ordering, truncation, cancellation, peer loss.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { PeerLostError, TruncationError } from '../../../src/errors.js';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import { deviceWith, makePair, type Pair, randomBytes, reach, readDevice, sameBytes } from '../../helpers/transport-pair.js';
@@ -226,6 +226,45 @@ describe('device messages and the negotiation', () => {
     await pair.a.ep.send(src2);
     await r2;
     await reach(pair.a.ep, 'OK');
+  });
+
+  it('same GPU: a run of RGETs into buffers of that GPU is one launch of the copy kernel; every byte lands', async () => {
+    pair = await makePair({ devices: [0, 0] });
+    const { a, b } = pair;
+    const first = b.ep.recv();
+    await a.ep.send(deviceWith(a.driver, randomBytes(64 << 10, 30)));
+    await first;
+    await reach(a.ep, 'OK');
+    const graph = vi.spyOn(b.driver, 'graphLaunch');
+    const sizes = [64 << 10, (64 << 10) + 3, 200 << 10];
+    const data = sizes.map((n, k) => randomBytes(n, 31 + k));
+    const intos = sizes.map((n) => ({ ptr: b.driver.memAlloc(n), length: n }));
+    const recvs = intos.map((into) => b.ep.recv({ into }));
+    // One synchronous run of sends: the receiver finds their RGETs in one look at its ring.
+    await Promise.all(data.map((d) => a.ep.send(deviceWith(a.driver, d))));
+    const got = await Promise.all(recvs);
+    expect(got.map((g) => g.path)).toEqual(['rget', 'rget', 'rget']);
+    for (const [k, into] of intos.entries()) expect(sameBytes(readDevice(b.driver, into), data[k]!), `message ${k}`).toBe(true);
+    expect(graph).toHaveBeenCalled();
+  });
+
+  it('across GPUs the same run goes to the driver: no copy kernel', async () => {
+    pair = await makePair();
+    const { a, b } = pair;
+    const first = b.ep.recv();
+    await a.ep.send(deviceWith(a.driver, randomBytes(64 << 10, 40)));
+    await first;
+    await reach(a.ep, 'OK');
+    const graph = vi.spyOn(b.driver, 'graphLaunch');
+    const batch = vi.spyOn(b.driver, 'memcpyBatchAsync');
+    const data = [0, 1, 2].map((k) => randomBytes(64 << 10, 41 + k));
+    const intos = data.map((d) => ({ ptr: b.driver.memAlloc(d.byteLength), length: d.byteLength }));
+    const recvs = intos.map((into) => b.ep.recv({ into }));
+    await Promise.all(data.map((d) => a.ep.send(deviceWith(a.driver, d))));
+    await Promise.all(recvs);
+    for (const [k, into] of intos.entries()) expect(sameBytes(readDevice(b.driver, into), data[k]!)).toBe(true);
+    expect(graph).not.toHaveBeenCalled();
+    expect(batch).toHaveBeenCalled();
   });
 
   it('sends after a device message that waits for the negotiation do not overtake it', async () => {

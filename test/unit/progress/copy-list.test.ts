@@ -29,7 +29,7 @@ function sim(): SimulatedCudaDriver {
 
 /** GpuWork of an endpoint whose peer shares device 0. */
 function sameGpuWork(d: SimulatedCudaDriver): GpuWork {
-  const g = new GpuWork(d, 0, new ProgressEngine(0), 0);
+  const g = new GpuWork(d, 0, new ProgressEngine(0), { device: 0, uuid: d.deviceInfo(0).uuid });
   works.push(g);
   return g;
 }
@@ -187,7 +187,7 @@ describe('same-GPU copies by the copy kernel', () => {
 
   it('close() with runs in flight frees the lists and graphs only once their copies completed', async () => {
     const d = sim();
-    const g = new GpuWork(d, 0, new ProgressEngine(0), 0);
+    const g = new GpuWork(d, 0, new ProgressEngine(0), { device: 0, uuid: d.deviceInfo(0).uuid });
     const freed: string[] = [];
     const realAlloc = d.hostAlloc.bind(d);
     vi.spyOn(d, 'hostAlloc').mockImplementation((bytes) => {
