@@ -147,6 +147,10 @@ export async function runDemo(argv: string[]): Promise<number> {
   const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
+  const collectiveOnly = (['ops', 'dtypes', 'algorithm'] as const).filter((k) => a[k] !== undefined);
+  if (!a.collectives && collectiveOnly.length > 0) {
+    throw new UsageError(`${collectiveOnly.map((k) => `--${k}`).join(', ')} only go with --collectives (smcuda demo --collectives ${collectiveOnly.map((k) => `--${k} …`).join(' ')})`);
+  }
   if (a.collectives) {
     const given = argv.some((x) => x === '--sizes' || x.startsWith('--sizes='));
     const ops = a.ops?.split(',').map((x) => x.trim());

@@ -51,4 +51,10 @@ describe('the smcuda command', () => {
     expect(r.stderr).toContain('--ranks must be an integer from 2 to 64, got -3');
     expect(r.stderr).not.toMatch(/ambiguous/);
   });
+
+  it('--algorithm, --ops and --dtypes without --collectives are refused, not ignored', async () => {
+    const r = await smcuda(['demo', '--algorithm', 'two-shot', '--dtypes', 'f32', '--driver', 'sim']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--dtypes, --algorithm only go with --collectives');
+  });
 });
