@@ -67,8 +67,8 @@ export class CopyList {
   private deviceLists: DevicePtr | undefined;
   private readonly execs: Array<GraphExecHandle | undefined> = new Array<GraphExecHandle | undefined>(SLOTS);
   private readonly free: number[] = [];
-  /** Set up failed once (no module, no pinned memory, no graph): every batch goes to the driver from then on. */
-  private unavailable = false;
+  /** Why set-up failed (no module, no pinned memory, no graph), once it did: every batch goes to the driver from then on. */
+  unavailable: string | undefined;
   private closed = false;
 
   constructor(
@@ -87,7 +87,7 @@ export class CopyList {
    * failed (nothing was queued either).
    */
   launch(dsts: BigUint64Array, srcs: BigUint64Array, sizes: Float64Array, n: number, stream: StreamHandle): number {
-    if (this.unavailable || this.closed || n > COPY_LIST_MAX || this.free.length === 0) return -1;
+    if (this.unavailable !== undefined || this.closed || n > COPY_LIST_MAX || this.free.length === 0) return -1;
     const slot = this.free[this.free.length - 1]!;
     const exec = this.execs[slot] ?? this.prepare(slot);
     if (exec === undefined) return -1;
@@ -168,8 +168,8 @@ export class CopyList {
       return this.execs[slot];
     } catch (err) {
       // The driver copies instead, as before this existed; the failure is the kernel's, not the message's.
-      debug('copy kernel unavailable on device %d (same-GPU copies go to the driver): %s', this.device, (err as Error).message);
-      this.unavailable = true;
+      this.unavailable = (err as Error).message;
+      debug('copy kernel unavailable on device %d (same-GPU copies go to the driver): %s', this.device, this.unavailable);
       return undefined;
     } finally {
       if (capture !== undefined) {

@@ -13,7 +13,7 @@ import type { NegotiationState } from '../machines/index.js';
 import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel, FdChannelHandlers, FdMessage } from './channel/fd-channel.js';
 import type { CudaDriver } from './cuda/driver.js';
-import { newDirection, newFdStats } from './endpoint-stats.js';
+import { type CopyKernelStats, newDirection, newFdStats } from './endpoint-stats.js';
 import { ClosedError, DescriptorError, PeerLostError, ProtocolError } from './errors.js';
 import type { ExportTable } from './exports.js';
 import { FinBatcher } from './fin-batcher.js';
@@ -132,6 +132,11 @@ export class EndpointLink implements RgetLink {
 
   gpu(): GpuWork {
     return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress, this.sameGpu()));
+  }
+
+  /** stats().copyKernel: zero until the endpoint's GPU work exists. */
+  copyKernelStats(): CopyKernelStats {
+    return this.gpuWork?.copyKernelStats() ?? { launches: 0, copies: 0 };
   }
 
   /** This process's device when the peer runs on the same GPU (their HELLOs name one UUID); else undefined. */

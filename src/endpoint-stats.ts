@@ -66,6 +66,15 @@ export interface ControlStats {
   ringIn: boolean;
 }
 
+/** Same-GPU receives copied by smcuda's copy kernel (src/copy-list.ts), not the driver. */
+export interface CopyKernelStats {
+  /** Graph launches of the kernel, and the copies (messages) they made. */
+  launches: number;
+  copies: number;
+  /** Why the kernel could not be set up here, when it could not (every copy is then the driver's). */
+  unavailable?: string;
+}
+
 export interface EndpointStats {
   peerId: string;
   control: ControlStats;
@@ -75,6 +84,8 @@ export interface EndpointStats {
   /** Device messages sent by staging, by why no faster path took them (e.g. the memory kind, a peer without FD_MEMORY). */
   stagingReasons: Record<string, number>;
   fd: FdPathStats;
+  /** Zero where the peer is on another GPU. */
+  copyKernel: CopyKernelStats;
 }
 
 export function newDirection(): DirectionCounters {

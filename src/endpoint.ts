@@ -410,6 +410,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       received: structuredClone(this.link.received),
       stagingReasons: { ...this.staging.reasons },
       fd: { ...this.link.fd.stats },
+      copyKernel: this.link.copyKernelStats(),
       cache: this.link.pool.stats(),
       flow: this.link.flow.stats(this.matches.unexpectedCount),
     };

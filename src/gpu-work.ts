@@ -23,6 +23,7 @@
  * (copy-list.ts).
  */
 import { CopyList } from './copy-list.js';
+import type { CopyKernelStats } from './endpoint-stats.js';
 import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
 import { ProgressEngine } from './progress/engine.js';
 import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
@@ -69,6 +70,7 @@ export class GpuWork {
   private readonly copyCb = new Array<number>(BATCH_MAX_COPIES).fill(0);
   /** Same-GPU copies by smcuda's kernel, when the peer shares this endpoint's GPU; its hold keeps it while launches are in flight. */
   private readonly copyList: { list: CopyList; hold: GpuHold } | undefined;
+  private readonly kernelCounts = { launches: 0, copies: 0 };
 
   constructor(
     private readonly driver: CudaDriver,
@@ -91,6 +93,12 @@ export class GpuWork {
       const list = new CopyList(driver, sameGpu.device);
       this.copyList = { list, hold: this.hold(() => list.close()) };
     }
+  }
+
+  /** What the copy kernel did (stats().copyKernel). */
+  copyKernelStats(): CopyKernelStats {
+    const unavailable = this.copyList?.list.unavailable;
+    return { ...this.kernelCounts, ...(unavailable !== undefined ? { unavailable } : {}) };
   }
 
   /** Whether memory of the device `uuid` names is on the GPU this endpoint shares with its peer. */
@@ -265,6 +273,8 @@ export class GpuWork {
       return false;
     }
     if (slot < 0) return false;
+    this.kernelCounts.launches++;
+    this.kernelCounts.copies += b.copies;
     const cbs = b.cbs;
     hold.use();
     this.events.record(

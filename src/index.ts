@@ -13,7 +13,7 @@ export { isDeviceBuffer, offsetDevice, type DeviceBuffer, type HostBuffer, type 
 export type { TransportOptions, NegotiationOptions, StagingOptions, CacheOptions, PersistentOptions as PersistentTransportOptions } from './options.js';
 export { startGroup, startSequence, PersistentTransfer, type PersistentOptions, type PersistentRole, type PersistentState } from './persistent/transfers.js';
 export type { Registration, RegistrationState } from './persistent/registrations.js';
-export type { EndpointStats, DataPath } from './endpoint-stats.js';
+export type { CopyKernelStats, EndpointStats, DataPath } from './endpoint-stats.js';
 export type { ControlChannel, ControlChannelEvents } from './channel/channel.js';
 export type * from './cuda/driver.js';
 export { openDriver } from './cuda/open-driver.js';

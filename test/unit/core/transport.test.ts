@@ -246,6 +246,10 @@ describe('device messages and the negotiation', () => {
     expect(got.map((g) => g.path)).toEqual(['rget', 'rget', 'rget']);
     for (const [k, into] of intos.entries()) expect(sameBytes(readDevice(b.driver, into), data[k]!), `message ${k}`).toBe(true);
     expect(graph).toHaveBeenCalled();
+    const kernel = b.ep.stats().copyKernel;
+    expect(kernel.launches).toBe(graph.mock.calls.length);
+    expect(kernel.copies).toBeGreaterThanOrEqual(2 * kernel.launches);
+    expect(kernel.unavailable).toBeUndefined();
   });
 
   it('across GPUs the same run goes to the driver: no copy kernel', async () => {
@@ -265,6 +269,7 @@ describe('device messages and the negotiation', () => {
     for (const [k, into] of intos.entries()) expect(sameBytes(readDevice(b.driver, into), data[k]!)).toBe(true);
     expect(graph).not.toHaveBeenCalled();
     expect(batch).toHaveBeenCalled();
+    expect(b.ep.stats().copyKernel).toEqual({ launches: 0, copies: 0 });
   });
 
   it('sends after a device message that waits for the negotiation do not overtake it', async () => {

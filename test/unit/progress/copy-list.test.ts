@@ -65,6 +65,7 @@ describe('same-GPU copies by the copy kernel', () => {
     expect(graph).not.toHaveBeenCalled();
     await Promise.resolve();
     expect(graph).toHaveBeenCalledTimes(1);
+    expect(g.copyKernelStats()).toEqual({ launches: 1, copies: 3 });
     expect(batch).not.toHaveBeenCalled();
     // The only driver copy is the one the graph was captured with (its list, on a stream of its own).
     expect(single.mock.calls.filter((c) => c[3] === g.stream)).toEqual([]);
@@ -169,6 +170,7 @@ describe('same-GPU copies by the copy kernel', () => {
     expect(graph).not.toHaveBeenCalled();
     expect(batch).toHaveBeenCalledTimes(2);
     expect(load.mock.calls.length + capture.mock.calls.length).toBe(1);
+    expect(g.copyKernelStats()).toEqual({ launches: 0, copies: 0, unavailable: expect.stringMatching(/no (JIT|capture) here/) });
   });
 
   it('a graph launch that fails sends its run to the driver: nothing is lost', async () => {
