@@ -59,8 +59,6 @@ function copyKernel(d: CudaDriver, device: number): FunctionHandle {
 }
 
 export class CopyList {
-  /** Most copies one launch makes. */
-  static readonly MAX_COPIES = COPY_LIST_MAX;
   private lists: PinnedHostBuffer | undefined;
   private words: BigUint64Array | undefined;
   /** The lists' device copies, one LIST_BYTES slot each, which the kernel reads. */

@@ -67,12 +67,12 @@ export async function oneway(g: Group, session: string, size: number, window: nu
   return r0; // rank 0 sends and times
 }
 
-/** Bytes of every part over the longest part's time, in GB/s: parts that ran at once. */
 /** Path counts summed (no first term: none yet). */
 export function addPaths(a: PathCounts | undefined, b: PathCounts): PathCounts {
   return a === undefined ? { ...b } : { eager: a.eager + b.eager, rget: a.rget + b.rget, staging: a.staging + b.staging };
 }
 
+/** Bytes of every part over the longest part's time, in GB/s: parts that ran at once. */
 export function aggregate(parts: readonly TimedResult[]): number {
   return gbPerSecond(
     parts.reduce((a, p) => a + p.bytes, 0),

@@ -135,6 +135,9 @@ export function isForcedAlgorithm(x: unknown): x is ForcedAlgorithm {
   return typeof x === 'string' && (FORCED_ALGORITHMS as readonly string[]).includes(x);
 }
 
+/** What an `algorithm` option must be, in words: 'one-shot, two-shot, ce-pipeline or staged'. */
+const FORCED_ALGORITHMS_WORDS = `${FORCED_ALGORITHMS.slice(0, -1).join(', ')} or ${FORCED_ALGORITHMS.at(-1)}`;
+
 /** Low bits that must be 0 in a pointer to elements of each dtype. */
 const ALIGN_MASK = Object.fromEntries(Object.entries(DTYPE_BYTES).map(([d, n]) => [d, BigInt(n - 1)])) as Record<DType, bigint>;
 
@@ -225,7 +228,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     // (ce-pipeline.ts) was never the fastest; it runs where a caller asks for it (test/bench-history/s7-1126).
     this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, Math.floor((2 * MiB) / Math.max(2, size)), 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, Number.MAX_SAFE_INTEGER, 0);
-    if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm)) throw new ConfigError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(opts.algorithm)}`);
+    if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm)) throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
     this.marks = new StreamMarks(this.driver);
@@ -455,7 +458,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (recv !== send) this.checkBuffer(recv, a.count, a.dtype);
     if (a.stream !== undefined) assertHandle('stream', a.stream);
     if (a.timeoutMs !== undefined) positive('timeoutMs', a.timeoutMs, 0);
-    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm)) throw new ArgumentTypeError(`algorithm must be one-shot, two-shot, ce-pipeline or staged, got ${String(a.algorithm)}`);
+    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm)) throw new ArgumentTypeError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(a.algorithm)}`);
   }
 
   /**
