@@ -1,10 +1,12 @@
 /**
- * Throughput figures that move with the machine (streaming, bidirectional,
- * all-to-all, same GPU at 1–16 MiB) are the median of several runs in one call, never one run and
- * never the best: on 2 × H200 one run of 1 MiB streaming read 98–198 GB/s
- * over full runs of the same build, and the all-to-all 69–80 % of raw. Each
- * run of smcuda comes right after a run of its baseline, so a slow spell of
- * the host weighs on both.
+ * Figures that move with the machine (streaming, bidirectional, all-to-all,
+ * the bandwidth targets, same GPU, the memory kinds' transfers, the 8 B
+ * half round trip against the native floor) are the median of several runs
+ * in one call, never one run and never the best: on 2 × H200 one run of
+ * 1 MiB streaming read 98–198 GB/s over full runs of the same build, the
+ * all-to-all 69–80 % of raw, same GPU at 256 MiB 84.9 % and then 100.3 %.
+ * Each run of smcuda comes right after a run of its baseline, so a slow
+ * spell of the host weighs on both.
  */
 import { summarize, type Summary } from './stats.js';
 
@@ -17,7 +19,7 @@ export interface PairedRuns {
   baselines: number[];
 }
 
-/** `runs` times: `baseline()`, then `measure()`; each resolves with its run's figure (GB/s). */
+/** `runs` times: `baseline()`, then `measure()`; each resolves with its run's figure (GB/s, or µs). */
 export async function pairedRuns(runs: number, baseline: () => Promise<number>, measure: () => Promise<number>): Promise<PairedRuns> {
   const values: number[] = [];
   const baselines: number[] = [];

@@ -64,7 +64,7 @@ export interface Plan {
   firstSend: { reps: number; size: number };
   /** Memory kinds across GPUs: transfer sizes. */
   memoryAcrossSizes: number[];
-  /** Runs of each throughput figure that moves with the machine (streaming, bidirectional, all-to-all, same GPU at 1-16 MiB; paired-runs.ts): the figure is their median. */
+  /** Runs of each figure that moves with the machine (paired-runs.ts lists them): the figure is their median. */
   throughputRuns: number;
 }
 

@@ -56,43 +56,72 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
     run.figures.push(figure(run, MEMORY_FIG.hit(kind, layout), hit.median, open.median, { stats: hit }));
 
     for (const size of sizes) {
-      progress(`${layout} ${kind}: ${formatBytes(size)} (raw, then smcuda)`);
+      const spec = across ? MEMORY_FIG.transfer(kind, layout, size) : MEMORY_FIG.transfer(kind);
+      // A transfer figure moves with the machine (pool memory at 1 GiB across GPUs read 90-99 % of raw over runs
+      // of one build): on a GPU it is the median of several runs, each right after a raw run (paired-runs.ts).
+      const runsHere = run.sim ? 1 : plan.throughputRuns;
+      progress(`${layout} ${kind}: ${formatBytes(size)} (raw, then smcuda${runsHere > 1 ? `, ${runsHere} runs` : ''})`);
       const repeat = plan.bandwidth(size);
-      const [exp] = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size, count: 1 });
-      let raw: TimedResult;
-      try {
-        raw = await g.call<TimedResult>(1, { op: 'kind-raw-copy', export: exp!, ...repeat });
-      } finally {
-        await g.call(0, { op: 'kind-unexport' });
-      }
-      const rawGBs = gbPerSecond(raw.bytes, raw.seconds);
-      run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters });
+      const rawRun = async (): Promise<number> => {
+        const [exp] = await g.call<KindExport[]>(0, { op: 'kind-export', kind, size, count: 1 });
+        try {
+          const raw = await g.call<TimedResult>(1, { op: 'kind-raw-copy', export: exp!, ...repeat });
+          return gbPerSecond(raw.bytes, raw.seconds);
+        } finally {
+          await g.call(0, { op: 'kind-unexport' });
+        }
+      };
+      const firstRaw = await rawRun();
       await g.call(1, { op: 'probe-recv', session, size, memory: kind });
       const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session, size, memory: kind });
       const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session, abort: !sent.ok });
-      const spec = across ? MEMORY_FIG.transfer(kind, layout, size) : MEMORY_FIG.transfer(kind);
       if (!sent.ok || !got.ok) {
+        run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: firstRaw, unit: 'GB/s', iterations: repeat.iters });
         run.figures.push(skipped(spec, `smcuda could not send ${kind} memory here: ${sent.error ?? got.error}`));
         continue;
       }
       // A transfer that fails (the endpoint closes) is reported with both ranks' errors; the next gets a fresh session.
       const cmd: BenchCommand = { op: 'oneway', session, size, window: run.opts.window, ...repeat, memory: kind };
-      const [s0, s1] = await Promise.allSettled([g.call<TimedResult>(0, cmd), g.call<TimedResult>(1, cmd)]);
-      if (s0.status === 'rejected' || s1.status === 'rejected') {
-        const why = [s0, s1].map((x, rank) => (x.status === 'rejected' ? `rank ${rank}: ${(x.reason as Error).message}` : '')).filter(Boolean).join('; ');
-        run.figures.push(skipped(spec, `the ${kind} transfer failed: ${why}`));
+      let paths: PathCounts | undefined;
+      let stagingReasons: Record<string, number> | undefined;
+      let runs: PairedRuns;
+      try {
+        let first = true;
+        runs = await pairedRuns(
+          runsHere,
+          async () => {
+            if (!first) return rawRun();
+            first = false; // the raw run before the probe is the first run's baseline
+            return firstRaw;
+          },
+          async () => {
+            const [s0, s1] = await Promise.allSettled([g.call<TimedResult>(0, cmd), g.call<TimedResult>(1, cmd)]);
+            if (s0.status === 'rejected' || s1.status === 'rejected') {
+              throw new Error([s0, s1].map((x, rank) => (x.status === 'rejected' ? `rank ${rank}: ${(x.reason as Error).message}` : '')).filter(Boolean).join('; '));
+            }
+            paths = addPaths(paths, s0.value.paths!);
+            for (const [why, n] of Object.entries(s0.value.stagingReasons ?? {})) (stagingReasons ??= {})[why] = (stagingReasons[why] ?? 0) + n;
+            return gbPerSecond(s0.value.bytes, s0.value.seconds);
+          },
+        );
+      } catch (err) {
+        run.figures.push(skipped(spec, `the ${kind} transfer failed: ${(err as Error).message}`));
         await both(g, { op: 'close', session }, { op: 'close', session }).catch(() => {});
         session = `memory-${++fresh}`;
         await openSession(g, session, { ipc: true, cache: true });
         await negotiateSession(g, session);
         continue;
       }
-      const r = s0.value;
-      const gbs = gbPerSecond(r.bytes, r.seconds);
-      run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters, paths: r.paths! });
+      const gbs = runs.value.median;
+      const rawGBs = runs.baseline.median;
+      run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters * runsHere });
+      run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters * runsHere, paths: paths! });
       if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
       else if (!across && size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
-      else run.figures.push(figure(run, spec, gbs, rawGBs, { paths: r.paths!, details: { size, iterations: repeat.iters, ...(r.stagingReasons ? { stagingReasons: r.stagingReasons } : {}) } }));
+      else {
+        const details = { size, iterations: repeat.iters, runs: runsHere, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline, ...(stagingReasons ? { stagingReasons } : {}) };
+        run.figures.push(figure(run, spec, gbs, rawGBs, { stats: runs.value, paths: paths!, details }));
+      }
     }
   }
   await both(g, { op: 'close', session }, { op: 'close', session });
