@@ -89,6 +89,28 @@ describe('same-GPU copies by the copy kernel', () => {
     expect(cs.every((c) => c.landed())).toBe(true);
   });
 
+  it('same-GPU copies share a launch up to 16 MiB (other batches up to 4 MiB): five 4 MiB copies in one run are two launches', async () => {
+    const d = sim();
+    const g = sameGpuWork(d);
+    const { graph, batch, single } = spies(d);
+    const rec = recorder();
+    const cs = copies(d, 5, 4 * MiB);
+    for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb(), undefined, 0);
+    await until(() => rec.total() === 5);
+    // Four in the first launch (16 MiB), the fifth alone: a lone copy goes to the driver.
+    expect(graph).toHaveBeenCalledTimes(1);
+    expect(g.copyKernelStats()).toEqual({ launches: 1, copies: 4 });
+    expect(single.mock.calls.filter((c) => c[3] === g.stream)).toHaveLength(1);
+    expect(batch).not.toHaveBeenCalled();
+    expect(cs.every((c) => c.landed())).toBe(true);
+    // Copies with no destination device are batched up to 4 MiB: each 4 MiB copy goes alone, to the driver.
+    const across = copies(d, 2, 4 * MiB, 7);
+    for (const c of across) g.copy(g.stream, c.dst, c.src, c.size, rec.cb(), undefined, undefined);
+    await until(() => rec.total() === 7);
+    expect(graph).toHaveBeenCalledTimes(1);
+    expect(single.mock.calls.filter((c) => c[3] === g.stream)).toHaveLength(3);
+  });
+
   it('without a same-GPU peer, copies into device 0 go to the driver', async () => {
     const d = sim();
     const g = new GpuWork(d, 0);
@@ -214,7 +236,7 @@ describe('same-GPU copies by the copy kernel', () => {
 describe('property: runs of same-GPU and other copies', () => {
   const callArb = fc.record({ bytes: fc.constantFrom(1, 17, 4 * KiB, 1 * MiB + 5, 3 * MiB), local: fc.constantFrom<0 | 1 | undefined>(0, 0, 0, 1, undefined) });
   const runsArb = fc.array(fc.array(callArb, { minLength: 1, maxLength: 8 }), { minLength: 1, maxLength: 5 });
-  propTest.prop([runsArb], { numRuns: 30 })('every copy lands before its callback, once; a batch is one graph launch exactly when it holds two or more copies, all local', async (runs) => {
+  propTest.prop([runsArb], { numRuns: 30 })('every copy lands before its callback, once; a batch (16 MiB of local copies, else 4 MiB) is one graph launch exactly when it holds two or more copies, all local', async (runs) => {
     const d = sim();
     const g = sameGpuWork(d);
     const graph = vi.spyOn(d, 'graphLaunch');
@@ -226,7 +248,7 @@ describe('property: runs of same-GPU and other copies', () => {
     let launches = 0;
     for (const run of runs) {
       d.memsetD8(dst, 0, 8 * 3 * MiB + 64);
-      // The model: GpuWork's batches (at most 4 MiB each), a graph launch for a batch of local copies only.
+      // The model: GpuWork's batches (at most 4 MiB each, 16 MiB while every copy is local), a graph launch for a batch of local copies only.
       let open: { bytes: number; local: boolean; copies: number } | undefined;
       const close = () => {
         if (open?.local && open.copies > 1) launches++;
@@ -234,7 +256,7 @@ describe('property: runs of same-GPU and other copies', () => {
       };
       let at = 0;
       for (const c of run) {
-        if (!open || open.bytes + c.bytes > 4 * MiB) {
+        if (!open || open.bytes + c.bytes > (open.local && c.local === 0 ? 16 * MiB : 4 * MiB)) {
           close();
           open = { bytes: 0, local: true, copies: 0 };
         }
