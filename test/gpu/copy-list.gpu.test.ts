@@ -42,9 +42,9 @@ describe.skipIf(p.skip)(`same-GPU copies by the copy kernel on the native driver
     const graph = vi.spyOn(d, 'graphLaunch');
     const batch = vi.spyOn(d, 'memcpyBatchAsync');
     const single = vi.spyOn(d, 'memcpyAsync');
-    const sizes = [1, 15, 16, 4 * KiB + 3, 64 * KiB, 1 * MiB, 1 * MiB + 17, 3 * MiB - 5];
+    const sizes = [1, 15, 16, 4 * KiB + 3, 64 * KiB, 1 * MiB, 1 * MiB + 17, 3 * MiB - 5, 9 * MiB - 5];
     const offsets = [0, 1, 16, 7];
-    const span = 4 * MiB + 64;
+    const span = 10 * MiB + 64;
     const src = d.memAlloc(span);
     const dst = d.memAlloc(span * 2);
     const host = pattern(span, 3);
@@ -63,7 +63,7 @@ describe.skipIf(p.skip)(`same-GPU copies by the copy kernel on the native driver
               g.copy(g.stream, dst + BigInt(off) + (k ? second : 0n), src + BigInt(off) + BigInt(k), size, (err) => (err ? reject(err) : resolve()), undefined, 0),
             ),
         );
-        if (2 * size <= 4 * MiB) runs++; // else a batch each (at most 4 MiB), lone copies: cuMemcpyAsync
+        if (2 * size <= 16 * MiB) runs++; // else a batch each (same-GPU batches hold at most 16 MiB), lone copies: cuMemcpyAsync
         await Promise.all(done);
         for (const k of [0, 1]) {
           const back = new Uint8Array(size);
@@ -80,7 +80,7 @@ describe.skipIf(p.skip)(`same-GPU copies by the copy kernel on the native driver
     }
     expect(graph).toHaveBeenCalledTimes(runs);
     expect(batch).not.toHaveBeenCalled();
-    // The lone copies (3 MiB - 5 twice: a batch each) went to cuMemcpyAsync on the endpoint's stream.
+    // The lone copies (9 MiB - 5 twice: a batch each) went to cuMemcpyAsync on the endpoint's stream.
     expect(single.mock.calls.filter((c) => c[3] === g.stream)).toHaveLength(2 * offsets.length);
   });
 
