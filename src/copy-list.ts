@@ -33,7 +33,7 @@
 import type { CudaDriver, DevicePtr, FunctionHandle, GraphExecHandle, PinnedHostBuffer, StreamHandle } from './cuda/driver.js';
 import { debug } from './debug.js';
 import { COPY_PTX } from './kernels/copy.ptx.js';
-import { COPY_LIST_MAX } from './kernels/sim/copy-list.js';
+import { COPY_LIST_MAX } from './kernels/copy-list-max.js';
 
 /** Lists in flight at most: batches beyond them are copied by the driver. */
 const SLOTS = 16;

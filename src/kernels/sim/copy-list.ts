@@ -4,10 +4,8 @@
  * source and length at list[1 + 3k ..]; the list is read when the launch
  * runs, as the kernel reads it.
  */
+import { COPY_LIST_MAX } from '../copy-list-max.js';
 import type { KernelTwin } from './twin.js';
-
-/** Most copies one launch of smcuda_copy_list makes (copy.cu's COPY_LIST_MAX). */
-export const COPY_LIST_MAX = 64;
 
 export const COPY_LIST_TWINS: Readonly<Record<string, KernelTwin>> = {
   smcuda_copy_list: (memory, args) => {
