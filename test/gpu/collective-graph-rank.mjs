@@ -33,14 +33,18 @@ try {
   const { algorithm: ran } = await captured;
   const exec = d.graphInstantiate(graph);
   for (let k = 0; k < replays; k++) {
-    d.memcpyHtoD(send, new Uint8Array(input(rank, k).buffer));
-    d.memsetD8(recv, 0, n * 4);
+    // On `stream`, not the legacy default stream: cuMemcpyHtoD from pageable memory and cuMemsetD8
+    // return before the device has the bytes, and `stream` is non-blocking, so a replay was not ordered
+    // after them (a late zeroing left element 303648 of a replay at 0 once, 2 x H200).
+    const bytes = new Uint8Array(input(rank, k).buffer);
+    d.memcpyHtoDAsync(send, bytes, stream);
+    d.memsetD8Async(recv, 0, n * 4, stream);
     d.graphLaunch(exec, stream);
     d.eventRecord(done, stream);
     await d.whenComplete(done);
     check(k, 'replay');
     if (k % 2 === 1) {
-      d.memsetD8(recv, 0, n * 4);
+      d.memsetD8Async(recv, 0, n * 4, stream);
       await comm.allreduce({ send, recv, count: n, dtype: 'f32', op: 'sum', stream, ...(algorithm ? { algorithm } : {}) });
       check(k, 'eager call after replay');
     }
