@@ -40,11 +40,6 @@ afterEach(() => {
   for (const d of open.splice(0)) d.close();
 });
 
-
-
-
-
-
 function spies(d: SimulatedCudaDriver) {
   return {
     graph: vi.spyOn(d, 'graphLaunch'),
