@@ -28,6 +28,8 @@ export interface NegotiationLinkOptions {
   uuidOf: (ordinal: number) => string;
   /** After every transition (the endpoint emits 'state'). */
   onState: (state: NegotiationState, previous: NegotiationState) => void;
+  /** Once this side's device is ready, before it can be OK: sets up what the first message would (GpuWork.prepare). */
+  prepareGpu: () => void;
 }
 
 export class NegotiationLink {
@@ -47,7 +49,9 @@ export class NegotiationLink {
       send: o.sendFrame,
       checkReady: async () => {
         const ready = d.isReady();
-        return { ready, deviceUuid: this.localUuid(), probe: ready ? this.ownProbe() : undefined };
+        const probe = ready ? this.ownProbe() : undefined;
+        if (probe !== undefined) o.prepareGpu();
+        return { ready, deviceUuid: this.localUuid(), probe };
       },
       checkPeerAccess: async (peerUuid) => this.canAccessPeer(peerUuid),
       openProbe: (peerUuid, probe) => verifyPeerProbe(d, o.pool, probe, peerUuid),

@@ -353,6 +353,24 @@ export class GpuWork {
   private legacyEvent: EventHandle | undefined;
 
   /**
+   * Makes what a first message would otherwise make on its way: the stream
+   * (a first cuStreamCreate took 0.25 ms on an H200) and the legacy-stream
+   * check's event, recorded and queried once. The negotiation calls it once
+   * the device is ready (endpoint-negotiation.ts), before the endpoint can be
+   * OK. Best effort: a driver that refuses now reports it on the message's
+   * own path, where it has a message to fail.
+   */
+  prepare(): void {
+    if (this.closed) return;
+    try {
+      void this.stream;
+    } catch {
+      // refused again, and reported, by the first copy that needs it
+    }
+    this.legacyStreamIdle();
+  }
+
+  /**
    * Holds a resource that copies queued here read or write (a pinned ring,
    * what a receive holds): `release` runs once the holder closes the hold (or
    * this closes) and the last copy that used it completed.

@@ -4,7 +4,7 @@
  * probe are set up before the first message needs them (issue 27). On the
  * simulated driver, between two endpoints of one process.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { makePair, deviceWith, randomBytes, type Pair } from '../../helpers/transport-pair.js';
 
 let pair: Pair | undefined;
@@ -24,6 +24,22 @@ describe('Endpoint.negotiate()', () => {
     await a.ep.send(deviceWith(a.driver, randomBytes(64 << 10, 1)), { tag: 3 });
     expect((await r).path).toBe('rget');
     expect(a.ep.stats().sent.staging.messages).toBe(0);
+  });
+
+  it("makes each side's stream and legacy-stream event during the negotiation, not on the first message's way", async () => {
+    pair = await makePair();
+    const { a, b } = pair;
+    const streams = [vi.spyOn(a.driver, 'streamCreate'), vi.spyOn(b.driver, 'streamCreate')];
+    const events = [vi.spyOn(a.driver, 'eventCreate'), vi.spyOn(b.driver, 'eventCreate')];
+    await expect(a.ep.negotiate()).resolves.toBe('OK');
+    await expect(b.ep.negotiate()).resolves.toBe('OK');
+    for (const spy of [...streams, ...events]) expect(spy).toHaveBeenCalledTimes(1);
+    const r = b.ep.recv({ tag: 5 });
+    await a.ep.send(deviceWith(a.driver, randomBytes(64 << 10, 2)), { tag: 5 });
+    expect((await r).path).toBe('rget');
+    // The receiver's copy ran on the stream made during the negotiation; the sender's check reused its event.
+    expect(streams[1]).toHaveBeenCalledTimes(1);
+    expect(events[0]).toHaveBeenCalledTimes(1);
   });
 
   it('answers at once once settled, on either side, and both calls of a race get the one outcome', async () => {
