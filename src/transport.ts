@@ -22,6 +22,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { warmNegotiation } from '../machines/warm-up.js';
+import { warmDataPath } from './data-path-warm-up.js';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { Watchdog } from './persistent/watchdog.js';
@@ -72,6 +73,14 @@ export interface TransportCreateOptions extends TransportOptions {
    * the connection is dropped (a peer trickling a frame). Default 30000; 0: no limit.
    */
   frameTimeoutMs?: number;
+  /**
+   * With the native driver, run smcuda's data path once in the background
+   * after create (two in-memory endpoints on the simulated driver, once per
+   * process), so that a fresh process's first message does not pay for code
+   * running for the first time: src/data-path-warm-up.ts. Default true;
+   * ignored with the simulated driver.
+   */
+  warmUp?: boolean;
 }
 
 let warnedNoToken = false;
@@ -117,7 +126,7 @@ function refusal(reason: string, label: string): Error {
 }
 
 /** TransportCreateOptions' keys beyond TransportOptions (resolveOptions refuses any key in neither). */
-const CREATE_ONLY_KEYS = ['driver', 'lazyDevice', 'trace', 'inspect', 'helloTimeoutMs', 'frameTimeoutMs'] as const satisfies readonly Exclude<keyof TransportCreateOptions, keyof TransportOptions>[];
+const CREATE_ONLY_KEYS = ['driver', 'lazyDevice', 'trace', 'inspect', 'helloTimeoutMs', 'frameTimeoutMs', 'warmUp'] as const satisfies readonly Exclude<keyof TransportCreateOptions, keyof TransportOptions>[];
 
 const allCreateKeys: [Exclude<keyof TransportCreateOptions, keyof TransportOptions | (typeof CREATE_ONLY_KEYS)[number]>] extends [never] ? true : false = true;
 void allCreateKeys;
@@ -195,6 +204,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (helloMs !== undefined && (typeof helloMs !== 'number' || !(helloMs > 0) || helloMs > 2 ** 31 - 1)) {
       throw new ConfigError(`helloTimeoutMs must be a positive number of milliseconds (at most 2147483647), got ${String(helloMs)}`);
     }
+    if (options.warmUp !== undefined && typeof options.warmUp !== 'boolean') throw new ConfigError(`warmUp must be a boolean, got ${typeof options.warmUp}`);
     const frameMs = options.frameTimeoutMs;
     if (frameMs !== undefined && (typeof frameMs !== 'number' || !(frameMs >= 0) || frameMs > 2 ** 31 - 1)) {
       throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
@@ -228,8 +238,10 @@ export class Transport extends EventEmitter<TransportEvents> {
       owns = true;
     }
     const t = new Transport(driver, reason, owns, opts, options, fileTracer);
-    // The negotiation's code compiled while the application connects, not on its first device message's way (machines/warm-up.ts).
-    setImmediate(() => void warmNegotiation());
+    // The negotiation's code, then the data path's, compiled while the application connects, not on its first device message's way
+    // (machines/warm-up.ts, data-path-warm-up.ts; the data path only for the native driver: the simulator's first message is no target).
+    const warmData = driver.kind === 'native' && options.warmUp !== false;
+    setImmediate(() => void warmNegotiation().then(() => (warmData ? warmDataPath((o) => Transport.create(o)) : undefined)));
     if (!options.lazyDevice) t.useDevice(t.opts.device);
     debug('transport %s: %s', t.id, reason);
     if (t.inspector) {

@@ -1,0 +1,46 @@
+/**
+ * The data path's warm-up (src/data-path-warm-up.ts): once per process, two
+ * in-memory endpoints on simulated drivers move one message by EAGER and one
+ * by RGET, so a fresh process's first real message runs compiled code.
+ * Transport.create starts it only for the native driver; here it is called
+ * directly.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { warmDataPath } from '../../../src/data-path-warm-up.js';
+import { ConfigError } from '../../../src/errors.js';
+import { Transport, type TransportCreateOptions } from '../../../src/transport.js';
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('warmDataPath', () => {
+  it('moves one message by EAGER and one by RGET, closes what it opened, and runs once per process', async () => {
+    const made: Transport[] = [];
+    const create = async (o: TransportCreateOptions) => {
+      const t = await Transport.create(o);
+      made.push(t);
+      return t;
+    };
+    const warn = vi.spyOn(process, 'emitWarning');
+    const first = warmDataPath(create);
+    await expect(first).resolves.toEqual({ eager: 1, rget: 1 });
+    expect(made).toHaveLength(2);
+    for (const t of made) {
+      expect(t.endpoints()).toEqual([]);
+      expect(() => t.useDevice()).toThrow(/closed/);
+    }
+    // Its transports carry a token: no SMCUDA_NO_TOKEN warning reaches the application.
+    expect(made.map((t) => t.id)).toEqual(['warm-up-0', 'warm-up-1']);
+    expect(warn).not.toHaveBeenCalled();
+    expect(warmDataPath(create)).toBe(first);
+    expect(made).toHaveLength(2);
+  });
+});
+
+describe('Transport.create warmUp option', () => {
+  it('refuses anything but a boolean', async () => {
+    await expect(Transport.create({ driver: 'sim', token: 't', warmUp: 'yes' as unknown as boolean })).rejects.toThrow(ConfigError);
+    await expect(Transport.create({ driver: 'sim', token: 't', warmUp: 'yes' as unknown as boolean })).rejects.toThrow(/warmUp must be a boolean/);
+  });
+});
