@@ -6,7 +6,7 @@
  * directly.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { warmDataPath } from '../../../src/data-path-warm-up.js';
+import { runWarmUp, warmDataPath } from '../../../src/data-path-warm-up.js';
 import { ConfigError } from '../../../src/errors.js';
 import { Transport, type TransportCreateOptions } from '../../../src/transport.js';
 
@@ -35,6 +35,31 @@ describe('warmDataPath', () => {
     expect(warn).not.toHaveBeenCalled();
     expect(warmDataPath(create)).toBe(first);
     expect(made).toHaveLength(2);
+  });
+});
+
+describe('runWarmUp', () => {
+  it('gives up after its time limit and closes what it opened', async () => {
+    const made: Transport[] = [];
+    // A step that never completes: the second transport's attach hangs.
+    const create = async (o: TransportCreateOptions) => {
+      const t = await Transport.create(o);
+      made.push(t);
+      if (made.length === 2) t.attach = () => new Promise<never>(() => {});
+      return t;
+    };
+    const t0 = performance.now();
+    await expect(runWarmUp(create, 200)).resolves.toBeUndefined();
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(190);
+    expect(made).toHaveLength(2);
+    for (const t of made) expect(() => t.useDevice()).toThrow(/closed/);
+    // The attach that did run was failed by its transport's close.
+    expect(made[0]!.endpoints()).toEqual([]);
+  });
+
+  it('resolves undefined when a step fails (a failed warm-up costs only speed)', async () => {
+    const create = async (o: TransportCreateOptions) => Transport.create({ ...o, negotiation: { ipc: false } });
+    await expect(runWarmUp(create)).resolves.toBeUndefined();
   });
 });
 
