@@ -4,9 +4,14 @@
  * and every byte is verified. Bun and Deno are dev dependencies (npm ships
  * their executables), found in node_modules/.bin.
  */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { findRuntime, RuntimeNotFoundError } from '../../src/cli/runtimes.js';
 import { smcuda } from '../helpers/cli.js';
+
+const WARM_UP = fileURLToPath(new URL('../fixtures/data-path-warm-up.mjs', import.meta.url));
 
 describe('smcuda demo --runtime', () => {
   it('runs ranks under node, bun and deno in one job, all endpoints OK, every byte verified', async () => {
@@ -29,6 +34,13 @@ describe('smcuda demo --runtime', () => {
     expect(report.devices.map((d: { runtime: string }) => d.runtime.split(' ')[0])).toEqual(['bun', 'node', 'bun', 'node']);
     expect(report.verified).toBe(true);
   }, 120_000);
+
+  // Transport.create runs it under every runtime where the driver is native (no GPU here: the fixture calls it).
+  it.each(['bun', 'deno'] as const)('the data-path warm-up runs under %s: one message by EAGER, one by RGET', async (name) => {
+    const rt = findRuntime(name);
+    const { stdout } = await promisify(execFile)(rt.command, [...rt.args, WARM_UP], { timeout: 60_000 });
+    expect(JSON.parse(stdout)).toEqual({ eager: 1, rget: 1 });
+  }, 90_000);
 
   it('says which runtime is missing and how to install it', async () => {
     expect(() => findRuntime('deno', { PATH: '/nonexistent' }, ['/'])).toThrow(RuntimeNotFoundError);
