@@ -14,14 +14,20 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
+/** Transport.create that keeps each transport it made in `made`; `tweak` sees each as it is made. */
+function recordingCreate(made: Transport[], tweak?: (t: Transport) => void): (o: TransportCreateOptions) => Promise<Transport> {
+  return async (o) => {
+    const t = await Transport.create(o);
+    made.push(t);
+    tweak?.(t);
+    return t;
+  };
+}
+
 describe('warmDataPath', () => {
   it('moves one message by EAGER and one by RGET, closes what it opened, and runs once per process', async () => {
     const made: Transport[] = [];
-    const create = async (o: TransportCreateOptions) => {
-      const t = await Transport.create(o);
-      made.push(t);
-      return t;
-    };
+    const create = recordingCreate(made);
     const warn = vi.spyOn(process, 'emitWarning');
     const first = warmDataPath(create);
     await expect(first).resolves.toEqual({ eager: 1, rget: 1 });
@@ -42,12 +48,9 @@ describe('runWarmUp', () => {
   it('gives up after its time limit and closes what it opened', async () => {
     const made: Transport[] = [];
     // A step that never completes: the second transport's attach hangs.
-    const create = async (o: TransportCreateOptions) => {
-      const t = await Transport.create(o);
-      made.push(t);
+    const create = recordingCreate(made, (t) => {
       if (made.length === 2) t.attach = () => new Promise<never>(() => {});
-      return t;
-    };
+    });
     const t0 = performance.now();
     await expect(runWarmUp(create, 200)).resolves.toBeUndefined();
     expect(performance.now() - t0).toBeGreaterThanOrEqual(190);
