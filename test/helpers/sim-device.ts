@@ -1,9 +1,12 @@
 /**
  * A simulated driver on device 0, closed after each test: for unit tests of
  * one component over a driver (`const drv = simDevice()` inside a test).
+ * `options` go to the driver (e.g. `{ env: {} }`: ignore SMCUDA_SIM).
+ * Its afterEach was registered first, so it runs after the test file's own
+ * (which may close what uses the driver first).
  */
 import { afterEach } from 'vitest';
-import { SimulatedCudaDriver } from '../../src/cuda/sim-driver.js';
+import { type SimDriverOptions, SimulatedCudaDriver } from '../../src/cuda/sim-driver.js';
 
 const open: SimulatedCudaDriver[] = [];
 
@@ -11,8 +14,8 @@ afterEach(() => {
   for (const d of open.splice(0)) d.close();
 });
 
-export function simDevice(): SimulatedCudaDriver {
-  const d = new SimulatedCudaDriver();
+export function simDevice(options: SimDriverOptions = {}): SimulatedCudaDriver {
+  const d = new SimulatedCudaDriver(options);
   d.init();
   d.setDevice(0);
   open.push(d);

@@ -6,8 +6,7 @@
  * folded in rank order in f32 / f64, f16/bf16 rounded to nearest even).
  */
 import { fc, test as propTest } from '@fast-check/vitest';
-import { afterEach, describe, expect, it } from 'vitest';
-import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { describe, expect, it } from 'vitest';
 import { CudaError } from '../../../src/errors.js';
 import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, opCode, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
 import { readFileSync } from 'node:fs';
@@ -19,18 +18,9 @@ import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/s
 import { REDUCE_TWINS, reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { ONESHOT_TWINS } from '../../../src/kernels/sim/oneshot.js';
 import { TWOSHOT_TWINS } from '../../../src/kernels/sim/twoshot.js';
+import { simDevice } from '../../helpers/sim-device.js';
 
-const open: SimulatedCudaDriver[] = [];
-function sim(): SimulatedCudaDriver {
-  const d = new SimulatedCudaDriver({ env: {} });
-  open.push(d);
-  d.init();
-  d.setDevice(0);
-  return d;
-}
-afterEach(() => {
-  for (const d of open.splice(0)) d.close();
-});
+const sim = () => simDevice({ env: {} });
 
 function codeOf(fn: () => unknown): string {
   try {

@@ -8,24 +8,18 @@
  */
 import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import type { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { GpuWork } from '../../../src/gpu-work.js';
 import { ProgressEngine } from '../../../src/progress/engine.js';
 import { copies, pattern, recorder, until } from '../../helpers/gpu-work-harness.js';
+import { simDevice } from '../../helpers/sim-device.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
-const open: SimulatedCudaDriver[] = [];
 const works: GpuWork[] = [];
 
-function sim(): SimulatedCudaDriver {
-  const d = new SimulatedCudaDriver({ env: {} });
-  open.push(d);
-  d.init();
-  d.setDevice(0);
-  return d;
-}
+const sim = () => simDevice({ env: {} });
 
 /** GpuWork of an endpoint whose peer shares device 0. */
 function sameGpuWork(d: SimulatedCudaDriver): GpuWork {
@@ -37,7 +31,6 @@ function sameGpuWork(d: SimulatedCudaDriver): GpuWork {
 afterEach(() => {
   vi.restoreAllMocks();
   for (const g of works.splice(0)) g.close();
-  for (const d of open.splice(0)) d.close();
 });
 
 function spies(d: SimulatedCudaDriver) {
@@ -274,6 +267,5 @@ describe('property: runs of same-GPU and other copies', () => {
     expect(graph).toHaveBeenCalledTimes(launches);
     g.close();
     d.close();
-    open.splice(open.indexOf(d), 1);
   });
 });

@@ -9,26 +9,20 @@
 import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { EventHandle, StreamHandle } from '../../../src/cuda/driver.js';
-import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import type { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
 import { GpuWork } from '../../../src/gpu-work.js';
 import { ProgressEngine, type ProgressSource } from '../../../src/progress/engine.js';
 import { copies, pattern, recorder, until } from '../../helpers/gpu-work-harness.js';
+import { simDevice } from '../../helpers/sim-device.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
-const open: SimulatedCudaDriver[] = [];
 const works: GpuWork[] = [];
 
-/** An initialised simulated driver on device 0, closed after the test. */
-function sim(batchOrderSeed?: number): SimulatedCudaDriver {
-  const d = new SimulatedCudaDriver({ env: {}, ...(batchOrderSeed === undefined ? {} : { batchOrderSeed }) });
-  open.push(d);
-  d.init();
-  d.setDevice(0);
-  return d;
-}
+/** An initialised simulated driver on device 0, closed after the test (after its GpuWork). */
+const sim = (batchOrderSeed?: number): SimulatedCudaDriver => simDevice({ env: {}, ...(batchOrderSeed === undefined ? {} : { batchOrderSeed }) });
 
 function gpuWork(d: SimulatedCudaDriver, spinUs = 0, engine?: ProgressEngine): GpuWork {
   const g = new GpuWork(d, spinUs, engine);
@@ -44,7 +38,6 @@ function done(g: GpuWork, stream: StreamHandle, bytes = Infinity): Promise<void>
 afterEach(() => {
   vi.restoreAllMocks();
   for (const g of works.splice(0)) g.close();
-  for (const d of open.splice(0)) d.close();
 });
 
 
