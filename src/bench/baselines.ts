@@ -4,7 +4,8 @@
  *
  *  - rawCopy: back-to-back cuMemcpyAsync from an already open IPC mapping of
  *    the peer's allocation into local memory, timed by CUDA events (what an
- *    RGET copy is, minus the protocol).
+ *    RGET copy is, minus the protocol). Over one pair of buffers, or over
+ *    `slices` of them in turn, as the bench's streams use their window.
  *  - ipcOpen: one cuIpcOpenMemHandle (and its close) of a fresh allocation.
  *  - cacheHit: HandlePool.lookup + release on a warm pool, in process.
  *  - copyCompletion: an 8 B cuMemcpyAsync, event record, and whenComplete.
@@ -29,17 +30,22 @@ async function withAllocations<T>(driver: CudaDriver, sizes: number[], body: (pt
   }
 }
 
-export async function rawCopy(driver: CudaDriver, buffer: ExportedBuffer, size: number, repeat: Repeat): Promise<TimedResult> {
+export async function rawCopy(driver: CudaDriver, buffer: ExportedBuffer, size: number, repeat: Repeat, slices = 1): Promise<TimedResult> {
+  if (!Number.isSafeInteger(slices) || slices < 1 || size * slices > buffer.size) throw new RangeError(`rawCopy: ${slices} slices of ${size} B do not fit the exported ${buffer.size} B`);
   const src = driver.ipcOpenMemHandle(buffer.handle);
   const stream = driver.streamCreate();
   const start = driver.eventCreate();
   const end = driver.eventCreate();
   try {
-    return await withAllocations(driver, [size], ([dst]) => {
-      for (let i = 0; i < repeat.warmup; i++) driver.memcpyAsync(dst!, src, size, stream);
+    return await withAllocations(driver, [size * slices], ([dst]) => {
+      const copy = (i: number): void => {
+        const at = BigInt((i % slices) * size);
+        driver.memcpyAsync(dst! + at, src + at, size, stream);
+      };
+      for (let i = 0; i < repeat.warmup; i++) copy(i);
       driver.streamSynchronize(stream);
       driver.eventRecord(start, stream);
-      for (let i = 0; i < repeat.iters; i++) driver.memcpyAsync(dst!, src, size, stream);
+      for (let i = 0; i < repeat.iters; i++) copy(i);
       driver.eventRecord(end, stream);
       driver.eventSynchronize(end);
       const ms = driver.eventElapsedTime(start, end);

@@ -70,7 +70,8 @@ export type BenchCommand =
   | ({ op: 'oneway'; session: string; size: number; window: number; memory?: MemoryOption } & Repeat)
   | { op: 'export'; size: number; count: number }
   | { op: 'unexport' }
-  | ({ op: 'raw-copy'; buffer: ExportedBuffer; size: number } & Repeat)
+  /** `slices`: the buffer holds that many `size` slices, and copy i reads and writes slice i mod slices (default 1). */
+  | ({ op: 'raw-copy'; buffer: ExportedBuffer; size: number; slices?: number } & Repeat)
   | { op: 'ipc-open'; buffers: ExportedBuffer[] }
   | { op: 'cache-hit'; buffer: ExportedBuffer; batches: number; perBatch: number }
   | ({ op: 'copy-completion' } & Repeat)

@@ -80,7 +80,7 @@ class BenchWorker {
         for (const p of this.exported.splice(0)) d.memFree(p);
         return null;
       case 'raw-copy':
-        return rawCopy(d, c.buffer, c.size, c);
+        return rawCopy(d, c.buffer, c.size, c, c.slices);
       case 'ipc-open':
         return ipcOpen(d, c.buffers);
       case 'cache-hit':
