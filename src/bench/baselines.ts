@@ -15,6 +15,7 @@
  */
 import { HandlePool } from '../../cache/index.js';
 import type { CudaDriver } from '../cuda/driver.js';
+import { ArgumentRangeError } from '../errors.js';
 import type { ExportedBuffer, IpcOpenResult, Repeat, SamplesResult, TimedResult } from './protocol.js';
 
 const micros = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1000;
@@ -31,7 +32,7 @@ async function withAllocations<T>(driver: CudaDriver, sizes: number[], body: (pt
 }
 
 export async function rawCopy(driver: CudaDriver, buffer: ExportedBuffer, size: number, repeat: Repeat, slices = 1): Promise<TimedResult> {
-  if (!Number.isSafeInteger(slices) || slices < 1 || size * slices > buffer.size) throw new RangeError(`rawCopy: ${slices} slices of ${size} B do not fit the exported ${buffer.size} B`);
+  if (!Number.isSafeInteger(slices) || slices < 1 || size * slices > buffer.size) throw new ArgumentRangeError(`rawCopy: ${slices} slices of ${size} B do not fit the exported ${buffer.size} B`);
   const src = driver.ipcOpenMemHandle(buffer.handle);
   const stream = driver.streamCreate();
   const start = driver.eventCreate();

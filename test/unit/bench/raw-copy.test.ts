@@ -65,7 +65,7 @@ describe('rawCopy', () => {
     const { exporter, copier } = pair();
     const buffer = exportBuffer(exporter, 2 * 1024);
     const open = vi.spyOn(copier, 'ipcOpenMemHandle');
-    await expect(rawCopy(copier, buffer, 1024, { iters: 1, warmup: 0 }, 3)).rejects.toThrow(RangeError);
+    await expect(rawCopy(copier, buffer, 1024, { iters: 1, warmup: 0 }, 3)).rejects.toMatchObject({ code: 'SMCUDA_OUT_OF_RANGE' });
     await expect(rawCopy(copier, buffer, 1024, { iters: 1, warmup: 0 }, 0)).rejects.toThrow(/slices/);
     expect(open).not.toHaveBeenCalled();
   });
