@@ -22,6 +22,12 @@ if (process.argv[2] !== 'rank1') {
   await t.listen(socket);
   const epP = new Promise((r) => t.once('endpoint', r));
   const child = fork(fileURLToPath(import.meta.url), ['rank1'], { env: { ...process.env, S: socket, T: token } });
+  if (process.env.PIN) {
+    const [a, b] = process.env.PIN.split('/');
+    const { execFileSync } = await import('node:child_process');
+    execFileSync('taskset', ['-acp', a, String(process.pid)], { stdio: 'ignore' });
+    execFileSync('taskset', ['-acp', b, String(child.pid)], { stdio: 'ignore' });
+  }
   const ep = await epP;
   const base = t.driver.memAlloc(SIZE * W);
   const slices = Array.from({ length: W }, (_, k) => ({ ptr: base + BigInt(k * SIZE), length: SIZE }));
