@@ -5,25 +5,14 @@
  * slices do not). Two driver instances stand for the exporting and the
  * copying process.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { rawCopy } from '../../../src/bench/baselines.js';
 import type { ExportedBuffer } from '../../../src/bench/protocol.js';
-import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
-
-const drivers: SimulatedCudaDriver[] = [];
-afterEach(() => {
-  for (const d of drivers.splice(0)) d.close();
-});
+import type { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { simDevice } from '../../helpers/sim-device.js';
 
 function pair(): { exporter: SimulatedCudaDriver; copier: SimulatedCudaDriver } {
-  const [exporter, copier] = [0, 1].map(() => {
-    const d = new SimulatedCudaDriver({ env: {} });
-    d.init();
-    d.setDevice(0);
-    drivers.push(d);
-    return d;
-  });
-  return { exporter: exporter!, copier: copier! };
+  return { exporter: simDevice({ env: {} }), copier: simDevice({ env: {} }) };
 }
 
 function exportBuffer(d: SimulatedCudaDriver, size: number): ExportedBuffer {
