@@ -29,3 +29,8 @@ export async function pairedRuns(runs: number, baseline: () => Promise<number>, 
   }
   return { value: summarize(values), baseline: summarize(baselines), values, baselines };
 }
+
+/** The runs of a GB/s figure as its `details` keep them: how many, each run of smcuda and of its baseline, the baseline's spread. */
+export function runsDetails(r: PairedRuns): { runs: number; runsGBs: number[]; rawRunsGBs: number[]; rawStats: Summary } {
+  return { runs: r.values.length, runsGBs: r.values, rawRunsGBs: r.baselines, rawStats: r.baseline };
+}

@@ -10,7 +10,7 @@ import { breakdown, type FirstSendBreakdown } from './first-send.js';
 import type { KindExport, KindOpenResult } from './memory-kinds.js';
 import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, FirstSendResult, PathCounts, ProbeResult, TimedResult } from './protocol.js';
 import { addPaths, aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, oneway, type Run } from './run-context.js';
-import { type PairedRuns, pairedRuns } from './paired-runs.js';
+import { type PairedRuns, pairedRuns, runsDetails } from './paired-runs.js';
 import { gbPerSecond, median, summarize } from './stats.js';
 import { FIG, MEMORY_FIG, MEMORY_OPEN_SIZE, MEMORY_TARGET_SIZE, type MemoryLayout, type ScopedSpec } from './suites.js';
 // ------------------------------------------------------------- memory kinds
@@ -119,7 +119,7 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
       if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
       else if (!across && size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
       else {
-        const details = { size, iterations: repeat.iters, runs: runsHere, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline, ...(stagingReasons ? { stagingReasons } : {}) };
+        const details = { size, iterations: repeat.iters, ...runsDetails(runs), ...(stagingReasons ? { stagingReasons } : {}) };
         run.figures.push(figure(run, spec, gbs, rawGBs, { stats: runs.value, paths: paths!, details }));
       }
     }
@@ -215,6 +215,6 @@ export async function runAllToAll(run: Run, g: Group): Promise<void> {
   } finally {
     await Promise.all(ranks.map((r) => g.call(r, { op: 'unexport' })));
   }
-  const details = { ranks: g.size, devices: devices.size, size, rounds: repeat.iters, warmup: repeat.warmup, warmupRunGBs: warmupRun, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline, perRank, rawPerRank };
+  const details = { ranks: g.size, devices: devices.size, size, rounds: repeat.iters, warmup: repeat.warmup, warmupRunGBs: warmupRun, ...runsDetails(runs), perRank, rawPerRank };
   run.figures.push(figure(run, FIG.allToAll, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
 }

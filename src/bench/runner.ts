@@ -48,7 +48,7 @@ import {
   type SuiteName,
 } from './suites.js';
 import { addPaths, aggregate, both, figure, gpuOnly, type Group, negotiateSession, oneway, openSession, type Progress, type Run } from './run-context.js';
-import { type PairedRuns, pairedRuns } from './paired-runs.js';
+import { type PairedRuns, pairedRuns, runsDetails } from './paired-runs.js';
 import { firstSendFigure, firstSendOnce, memorySpecs, runAllToAll, runMemory } from './run-groups.js';
 import { guarded } from './suite-context.js';
 import { WorkerFailedError, WorkerGroup } from './worker-group.js';
@@ -197,9 +197,9 @@ async function rawThenOneway(
   window: number,
   repeat: Repeat,
   runs: number,
-  /** Also raw copies over `window` slices before each run (as the stream's sends and receives use them). */
+  /** Also raw copies over `window` slices before each run (as the stream's sends and receives use them): `rawOverSlices`, else empty. */
   overSlices = false,
-): Promise<{ runs: PairedRuns; paths: PathCounts; rawOverSlices?: number[] }> {
+): Promise<{ runs: PairedRuns; paths: PathCounts; rawOverSlices: number[] }> {
   let paths: PathCounts | undefined;
   const rawOverSlices: number[] = [];
   const r = await pairedRuns(
@@ -218,7 +218,7 @@ async function rawThenOneway(
       return gbPerSecond(x.bytes, x.seconds);
     },
   );
-  return { runs: r, paths: paths!, ...(overSlices ? { rawOverSlices } : {}) };
+  return { runs: r, paths: paths!, rawOverSlices };
 }
 
 /** Back-to-back copies of `size` from rank 0's memory into rank 1's, over one pair of buffers or over `slices` pairs in turn. */
@@ -316,7 +316,7 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
         done.add(size);
         if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
         else if (!twoDevices) run.figures.push(skipped(spec, 'needs two GPUs; one is visible'));
-        else run.figures.push(figure(run, spec, gbs, rawGBs, { stats: runs.value, paths, details: { size, iterations: repeat.iters, runs: runsHere, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline } }));
+        else run.figures.push(figure(run, spec, gbs, rawGBs, { stats: runs.value, paths, details: { size, iterations: repeat.iters, ...runsDetails(runs) } }));
       }
     }
     for (const t of BANDWIDTH_TARGETS) {
@@ -332,7 +332,7 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       progress(`streaming: ${formatBytes(size)}, window ${opts.window}`);
       const repeat = plan.streaming;
       const { runs, paths } = await rawThenOneway(g, size, opts.window, repeat, plan.throughputRuns);
-      const details = { size, window: opts.window, iterations: repeat.iters, warmup: repeat.warmup, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline };
+      const details = { size, window: opts.window, iterations: repeat.iters, warmup: repeat.warmup, ...runsDetails(runs) };
       run.figures.push(figure(run, spec, runs.value.median, runs.baseline.median, { stats: runs.value, paths, details }));
     }
   }
@@ -414,7 +414,7 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     } finally {
       await Promise.all([0, 1].map((r) => g.call(r, { op: 'unexport' })));
     }
-    const details = { size, window: opts.window, iterationsEachWay: repeat.iters, runs: plan.throughputRuns, runsGBs: runs.values, rawRunsGBs: runs.baselines, rawStats: runs.baseline, eachWay, rawEachWay };
+    const details = { size, window: opts.window, iterationsEachWay: repeat.iters, ...runsDetails(runs), eachWay, rawEachWay };
     run.figures.push(figure(run, FIG.bidirectional, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
   }
 
@@ -496,7 +496,7 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
     run.series.push({ plot: 'bandwidth', series: 'raw cuMemcpyAsync (same GPU)', size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters * runsHere });
     run.series.push({ plot: 'bandwidth', series: 'smcuda (same GPU)', size, value: gbs, unit: 'GB/s', iterations: repeat.iters * runsHere, paths });
     if (size === SAME_GPU_TARGET_SIZE) target = { gbs, raw: rawGBs, paths, iterations: repeat.iters, runs };
-    if (isMid) mid.push({ size, gbs, raw: rawGBs, paths, runs, rawOverSlices: rawOverSlices! });
+    if (isMid) mid.push({ size, gbs, raw: rawGBs, paths, runs, rawOverSlices });
   }
   await both(g, { op: 'close', session: 'default' }, { op: 'close', session: 'default' });
   if (mid.length === 0) run.figures.push(skipped(FIG.sameGpuMid, '1, 4 and 16 MiB were not measured (--sizes)'));
@@ -517,7 +517,7 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
   if (!target) run.figures.push(skipped(FIG.sameGpu, `${formatBytes(SAME_GPU_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
   else {
     const r = target.runs;
-    run.figures.push(figure(run, FIG.sameGpu, target.gbs, target.raw, { stats: r.value, paths: target.paths, details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations, runs: r.values.length, runsGBs: r.values, rawRunsGBs: r.baselines, rawStats: r.baseline } }));
+    run.figures.push(figure(run, FIG.sameGpu, target.gbs, target.raw, { stats: r.value, paths: target.paths, details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations, ...runsDetails(r) } }));
   }
 }
 
