@@ -16,13 +16,14 @@
  * warm-up takes this thread 50-100 ms there, in the turns of promise
  * callbacks after Transport.create, while the application connects.
  * Transport.create starts it only for the native driver; `warmUp: false`
- * leaves it out.
+ * leaves it out. The simulator it runs on is imported when it runs (not by
+ * `import 'smcuda'`), so a process that leaves it out never loads it.
  */
 import { randomBytes } from 'node:crypto';
 import { createMemoryChannelPair } from './channel/memory-channel.js';
 import { FdChannel } from './channel/fd-channel.js';
 import type { DeviceBuffer } from './buffers.js';
-import { SimulatedCudaDriver } from './cuda/sim-driver.js';
+import type { SimulatedCudaDriver } from './cuda/sim-driver.js';
 import { debug } from './debug.js';
 import type { PathKind } from './paths/data-path.js';
 import type { Transport, TransportCreateOptions } from './transport.js';
@@ -71,6 +72,7 @@ export async function runWarmUp(create: Create, limitMs = TIME_LIMIT_MS): Promis
 }
 
 async function run(create: Create, limitMs: number): Promise<WarmUpPaths> {
+  const { SimulatedCudaDriver } = await import('./cuda/sim-driver.js');
   // The user's SMCUDA_SIM settings describe their simulated world, not this one.
   const drivers = [new SimulatedCudaDriver({ env: {} }), new SimulatedCudaDriver({ env: {} })] as const;
   const transports: Transport[] = [];

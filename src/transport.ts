@@ -48,7 +48,7 @@ import { abortReason } from './paths/pending-sends.js';
 import type { MessageInfo, ReceivedData } from './received.js';
 import { refuseUnknownKeys } from './option-keys.js';
 import { type ResolvedOptions, resolveOptions, type TransportOptions } from './options.js';
-import { TransportInspector, type InspectOption } from './inspect/transport-inspector.js';
+import type { InspectOption, TransportInspector } from './inspect/transport-inspector.js';
 import { FileTracer, nowUs, type Tracer } from './trace.js';
 import { decodeFrame, encodeFrame } from './wire/codec.js';
 import { Feature, type Frame, FrameType, type HelloFrame, NONCE_BYTES, WIRE_VERSION } from './wire/frames.js';
@@ -179,7 +179,15 @@ export class Transport extends EventEmitter<TransportEvents> {
   /** recv() calls from any peer still waiting (any-source.ts). */
   private readonly anySource = new AnySourceReceives();
 
-  private constructor(driver: CudaDriver, reason: string, owns: boolean, opts: ResolvedOptions, create: TransportCreateOptions, fileTracer: FileTracer | undefined) {
+  private constructor(
+    driver: CudaDriver,
+    reason: string,
+    owns: boolean,
+    opts: ResolvedOptions,
+    create: TransportCreateOptions,
+    fileTracer: FileTracer | undefined,
+    inspector: TransportInspector | undefined,
+  ) {
     super();
     this.driver = driver;
     this.driverKind = driver.kind;
@@ -192,7 +200,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
     this.watchdog = new Watchdog(driver, { timeoutMs: opts.persistent.timeoutMs });
-    this.inspector = create.inspect !== undefined ? new TransportInspector(create.inspect, this.id) : undefined;
+    this.inspector = inspector;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
   }
 
@@ -209,6 +217,8 @@ export class Transport extends EventEmitter<TransportEvents> {
     if (frameMs !== undefined && (typeof frameMs !== 'number' || !(frameMs >= 0) || frameMs > 2 ** 31 - 1)) {
       throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
     }
+    // Loaded only when asked for (the page's HTTP server and diagrams are no part of `import 'smcuda'`); its option is checked before anything is opened.
+    const inspector = options.inspect !== undefined ? new (await import('./inspect/transport-inspector.js')).TransportInspector(options.inspect, opts.id) : undefined;
     // The trace file first: a path it must refuse (a link, another user's file) fails before anything is opened.
     const tracePath = options.trace ?? envTracePath();
     const fileTracer = tracePath ? new FileTracer(tracePath, opts.id) : undefined;
@@ -237,7 +247,7 @@ export class Transport extends EventEmitter<TransportEvents> {
       reason = opened.reason;
       owns = true;
     }
-    const t = new Transport(driver, reason, owns, opts, options, fileTracer);
+    const t = new Transport(driver, reason, owns, opts, options, fileTracer, inspector);
     // The negotiation's code, then the data path's, compiled while the application connects, not on its first device message's way
     // (machines/warm-up.ts, data-path-warm-up.ts; the data path only for the native driver: the simulator's first message is no target).
     const warmData = driver.kind === 'native' && options.warmUp !== false;

@@ -17,7 +17,7 @@
 import { ArgumentRangeError, ArgumentTypeError, ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
 import { packKernelArgs } from './kernel-args.js';
-import { withoutSimHint } from './sim-hint.js';
+import { withoutSimHint } from './without-sim-hint.js';
 import type {
   CaptureMode,
   FunctionHandle,

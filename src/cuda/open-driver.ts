@@ -8,14 +8,16 @@
  *    device, else the simulator; `reason` tells which and why, e.g.
  *    "simulated driver: libcuda.so.1 not found".
  *
- * The native driver module is imported lazily, so a missing or broken native
- * build only matters when the native driver is asked for. The returned driver
+ * Both drivers' modules are imported lazily: a missing or broken native build
+ * only matters when the native driver is asked for, and the simulator (sim-driver.ts
+ * and src/cuda/sim/, src/kernels/sim/) is loaded only when it is chosen, so that
+ * `import 'smcuda'` does not load it. The returned driver
  * is initialised (init()), and made current on `device` when one is given.
  */
 import { ArgumentTypeError, DriverUnavailableError } from '../errors.js';
 import type { CudaDriver, DriverKind } from './driver.js';
-import { SimulatedCudaDriver, type SimDriverOptions } from './sim-driver.js';
-import { withoutSimHint } from './sim-hint.js';
+import type { SimDriverOptions } from './sim-driver.js';
+import { withoutSimHint } from './without-sim-hint.js';
 
 export { withoutSimHint };
 
@@ -44,7 +46,7 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
   }
   let opened: OpenedDriver;
   if (choice === 'sim') {
-    opened = { driver: openSim(options.sim), kind: 'sim', reason: 'simulated driver: requested' };
+    opened = { driver: await openSim(options.sim), kind: 'sim', reason: 'simulated driver: requested' };
   } else {
     const native = await tryNative();
     if (native.driver) {
@@ -53,7 +55,7 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
       throw new DriverUnavailableError(`the native CUDA driver cannot be used: ${withoutSimHint(native.reason)}; or pass driver: 'sim' (or 'auto'; CLI: --driver sim) to run without a GPU`);
     } else {
       // Already on the simulator: the reason must not advise using it.
-      opened = { driver: openSim(options.sim), kind: 'sim', reason: `simulated driver: ${withoutSimHint(native.reason)} (for the native driver)` };
+      opened = { driver: await openSim(options.sim), kind: 'sim', reason: `simulated driver: ${withoutSimHint(native.reason)} (for the native driver)` };
     }
   }
   if (options.device !== undefined) {
@@ -67,7 +69,9 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
   return opened;
 }
 
-function openSim(options: SimDriverOptions | undefined): CudaDriver {
+async function openSim(options: SimDriverOptions | undefined): Promise<CudaDriver> {
+  // Loaded on first use: the simulator is no part of `import 'smcuda'`.
+  const { SimulatedCudaDriver } = await import('./sim-driver.js');
   const driver = new SimulatedCudaDriver(options);
   const status = driver.status();
   if (!status.available) {

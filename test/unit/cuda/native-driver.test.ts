@@ -17,7 +17,7 @@ import { fc, test } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadAddon } from '../../../src/cuda/addon.js';
 import type { NativeAddon } from '../../../src/cuda/native-addon.js';
-import { withoutSimHint } from '../../../src/cuda/sim-hint.js';
+import { withoutSimHint } from '../../../src/cuda/without-sim-hint.js';
 import { NativeCudaDriver, fromNativeError } from '../../../src/cuda/native-driver.js';
 import { ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../../../src/errors.js';
 
