@@ -8,6 +8,7 @@ import { runDemo } from './demo.js';
 import { runDiagram } from './diagram.js';
 import { runInspect } from './inspect.js';
 import { runProbe } from './probe.js';
+import { runRun } from './run.js';
 import { runSoak } from './soak.js';
 import { runTrace } from './trace-cmd.js';
 import { ENV_OVERRIDES } from '../env.js';
@@ -21,6 +22,7 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
   diagram: { run: runDiagram, summary: 'Mermaid, DOT and SVG pictures of the protocol state machines' },
   trace: { run: runTrace, summary: 'a recorded trace as a sequence diagram or per-endpoint timeline' },
   inspect: { run: runInspect, summary: 'a live web page of each endpoint\'s negotiation state and cache counters' },
+  run: { run: runRun, summary: 'start N ranks of a script (as torchrun, mpirun): RANK, WORLD_SIZE, rendezvous, prefixed output' },
   soak: { run: runSoak, summary: 'a long mixed run between 4 processes: RSS, mappings, fds at start and end, messages/s' },
 };
 

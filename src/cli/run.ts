@@ -1,0 +1,131 @@
+/**
+ * `smcuda run -n N script.mjs args…`: starts N ranks of a script on this
+ * machine, as torchrun and mpirun do, each with what Communicator.fromEnv
+ * reads (RANK, LOCAL_RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS, SMCUDA_TOKEN) and
+ * LOCAL_WORLD_SIZE; prefixes each rank's output lines with its rank; stops
+ * the job when a rank fails (run-job.ts) or the launcher is interrupted; and
+ * leaves nothing behind: the rendezvous directory it made is removed and the
+ * dead ranks' shared-memory segments are swept.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { sweepDeadSegments } from '../segment-owner.js';
+import { parseRunArgs, type RunArgs } from './run-args.js';
+import { deviceEnv } from './run-devices.js';
+import { Job, type JobResult, type RankSpec } from './run-job.js';
+import { findRuntime } from './runtimes.js';
+import { UsageError } from './usage.js';
+
+const HELP = `usage: smcuda run -n N [options] SCRIPT [ARGS…]
+
+Starts N ranks of SCRIPT on this machine, each with RANK, LOCAL_RANK,
+WORLD_SIZE, LOCAL_WORLD_SIZE, SMCUDA_RENDEZVOUS (a fresh directory, mode
+0700) and SMCUDA_TOKEN (a fresh job token, by environment only): what
+Communicator.fromEnv() reads. Every line a rank prints is prefixed with its
+rank: [2] line. When a rank fails, the others get --grace ms to exit, then
+SIGTERM, then SIGKILL after another --grace; the exit code is the first
+failure's (128 + the signal's number for a signal). Ctrl-C stops every rank.
+Everything after SCRIPT goes to the script.
+
+  -n, --ranks N         ranks to start (default: the --devices count)
+  --devices LIST        devices as CUDA_VISIBLE_DEVICES names them (indices or
+                        UUIDs); rank i runs on entry i % length, e.g. 0,1,2,3
+                        (default: rank i on device LOCAL_RANK % the devices seen)
+  --runtime NAME        node | bun | deno (default node: the one running smcuda)
+  --grace MS            grace before SIGTERM, and SIGTERM to SIGKILL (default 5000)
+  --rendezvous DIR      this rendezvous directory instead of a fresh one (created
+                        0700 when missing, and then removed at the end)
+  --json                a last line on stdout: one JSON object with every rank's
+                        pid, exit code, signal and duration
+  -h, --help            this help`;
+
+/** What `--json` prints last. */
+export interface RunReport extends JobResult {
+  size: number;
+  runtime: string;
+  script: string;
+  rendezvous: string;
+  rendezvousRemoved: boolean;
+  /** Shared-memory segments of dead processes removed after the ranks were gone. */
+  sweptSegments: number;
+}
+
+/** The rendezvous directory, and whether this launch made it (and so removes it). */
+function rendezvousDir(given: string | undefined): { dir: string; made: boolean } {
+  if (given === undefined) return { dir: mkdtempSync(join(tmpdir(), 'smcuda-run-')), made: true };
+  const dir = resolve(given);
+  if (existsSync(dir)) {
+    if (!statSync(dir).isDirectory()) throw new UsageError(`--rendezvous ${given} is not a directory`);
+    return { dir, made: false };
+  }
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return { dir, made: true };
+}
+
+function rankSpecs(a: RunArgs, script: string, dir: string, token: string): RankSpec[] {
+  const rt = findRuntime(a.runtime);
+  return Array.from({ length: a.ranks }, (_, i) => ({
+    rank: i,
+    command: rt.command,
+    args: [...rt.args, script, ...a.scriptArgs],
+    env: {
+      ...process.env,
+      RANK: String(i),
+      LOCAL_RANK: String(i),
+      WORLD_SIZE: String(a.ranks),
+      LOCAL_WORLD_SIZE: String(a.ranks),
+      SMCUDA_RENDEZVOUS: dir,
+      SMCUDA_TOKEN: token,
+      ...deviceEnv(a.devices, i),
+    },
+  }));
+}
+
+function describe(r: RunReport): string[] {
+  const lines: string[] = [];
+  if (r.interrupted) lines.push(`smcuda run: ${r.interrupted}: stopped ${r.size} rank(s)`);
+  if (r.firstFailure !== null) {
+    const f = r.ranks.find((x) => x.rank === r.firstFailure)!;
+    lines.push(`smcuda run: rank ${f.rank} (pid ${f.pid}) failed first: ${f.signal ? `killed by ${f.signal}` : `exit code ${f.exitCode}`} after ${(f.durationMs / 1000).toFixed(1)} s`);
+    const stopped = r.ranks.filter((x) => x.stoppedBy);
+    if (stopped.length) lines.push(`smcuda run: stopped the others still running: ${stopped.map((x) => `rank ${x.rank} (${x.stoppedBy})`).join(', ')}`);
+  }
+  return lines;
+}
+
+export async function runRun(argv: string[]): Promise<number> {
+  const a = parseRunArgs(argv);
+  if (a.help) {
+    console.log(HELP);
+    return 0;
+  }
+  const script = resolve(a.script!);
+  if (!existsSync(script)) throw new UsageError(`script ${a.script} not found`);
+  const token = randomBytes(24).toString('hex');
+  const { dir, made } = rendezvousDir(a.rendezvous);
+  let result: JobResult;
+  try {
+    const job = new Job(rankSpecs(a, script, dir, token), a.graceMs, { stdout: process.stdout, stderr: process.stderr });
+    const onSignal = (signal: NodeJS.Signals) => {
+      process.stderr.write(`smcuda run: ${signal}: stopping ranks (pid ${job.livePids().join(', ')})…\n`);
+      job.interrupt(signal);
+    };
+    const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+    for (const s of signals) process.on(s, onSignal);
+    try {
+      result = await job.run();
+    } finally {
+      for (const s of signals) process.off(s, onSignal);
+    }
+  } finally {
+    if (made) rmSync(dir, { recursive: true, force: true });
+  }
+  // The ranks are gone: what they left in /dev/shm (and any other dead process's of this user) goes.
+  const swept = sweepDeadSegments();
+  const report: RunReport = { size: a.ranks, runtime: a.runtime, script, rendezvous: dir, rendezvousRemoved: made, sweptSegments: swept.length, ...result };
+  for (const line of describe(report)) process.stderr.write(`${line}\n`);
+  if (a.json) process.stdout.write(`${JSON.stringify(report)}\n`);
+  return report.exitCode;
+}
