@@ -19,17 +19,24 @@
  *    address) and is dropped.
  *  - Each entry knows its kind and so its undo (cache/mapping.ts); 'pool'
  *    entries share their peer pool's import (cache/peer-pools.ts).
- *  - Recency comes from a RecencyMap (recency.ts). Eviction is ours: an LRU
- *    with its own bound would evict the least recently used entry even
- *    while a copy uses it. So `#enforceBounds` walks it from the LRU end,
- *    skipping entries in use.
+ *  - Every resident entry, idle or in use, lives in one `LRUCache` (the
+ *    lru-cache package): a hit is its `get`, which moves the entry to the
+ *    most recent end. Its own bound is set out of reach (`maxSize` of
+ *    MAX_SAFE_INTEGER entries), because lru-cache evicts the least recently
+ *    used entry with no veto, even while a copy reads from it. The pool's
+ *    bounds (entries and bytes) are enforced here: `#enforceBounds` walks
+ *    `rvalues()` from the least recent end and evicts only entries no one
+ *    holds. (Keeping only idle entries in the LRU would make its own bound
+ *    safe, but then every hit takes the entry out and every release puts it
+ *    back: a delete and a set per message instead of one `get`.)
  *  - Every way out of the pool (eviction, staleness, invalidation, close)
- *    goes through the RecencyMap's `dispose`: an unused entry is closed there, an
- *    entry in use is closed when its last user releases it.
+ *    is a `delete` on the LRU, and its `disposeAfter` hook (`#onLeave`, run
+ *    once the entry has left) is the one release: an unused entry is closed
+ *    there, an entry in use is closed when its last user releases it.
  *  - An open refused for lack of resources evicts and retries; concurrent
  *    misses on one allocation share one open.
  */
-import { RecencyMap } from './recency.js';
+import { LRUCache } from 'lru-cache';
 import type { DevicePtr, PoolHandle } from '../src/cuda/driver.js';
 import { assertHandle, assertIpcHandle, assertPtr, assertSize } from '../src/cuda/validate.js';
 import { ArgumentTypeError, ClosedError, CudaError, ProtocolError } from '../src/errors.js';
@@ -134,8 +141,8 @@ export class HandlePool implements EntryOwner {
   readonly #onEvent: HandlePoolEventListener | undefined;
   readonly #now: () => number;
   readonly #counters = new PoolCounters();
-  /** Recency of resident entries, keyed by PoolEntry.key. Never evicts by itself (see header). */
-  readonly #lru: RecencyMap<string, PoolEntry>;
+  /** Every resident entry, keyed by PoolEntry.key, in order of use. Never evicts by itself (see header). */
+  readonly #lru: LRUCache<string, PoolEntry>;
   /** Resident entries by device, then base: the hit path looks up here without building a key string. */
   readonly #index = new Map<string, Map<bigint, PoolEntry>>();
   readonly #pending = new Map<string, PendingOpen>();
@@ -163,7 +170,12 @@ export class HandlePool implements EntryOwner {
       (pool) => this.#driver.memPoolRelease!(pool),
       () => this.#counters.closeFailures++,
     );
-    this.#lru = new RecencyMap<string, PoolEntry>((entry) => this.#onLeave(entry));
+    this.#lru = new LRUCache<string, PoolEntry>({
+      // lru-cache insists on a bound; one it can never reach leaves every eviction to #enforceBounds.
+      maxSize: Number.MAX_SAFE_INTEGER,
+      sizeCalculation: ONE,
+      disposeAfter: (entry) => this.#onLeave(entry),
+    });
   }
 
   /** True once `close()` was called. */
@@ -592,7 +604,7 @@ export class HandlePool implements EntryOwner {
     this.#lru.delete(entry.key);
   }
 
-  /** RecencyMap dispose: the entry left the LRU. Close it now if unused, else on last release. */
+  /** The LRU's disposeAfter: the entry has left it. Close it now if unused, else on last release. */
   #onLeave(entry: PoolEntry): void {
     entry.resident = false;
     this.#residentBytes -= entry.size;
@@ -655,6 +667,9 @@ function keyOf(deviceUuid: string, base: bigint): string {
 }
 
 const NO_IDENTITY = new Uint8Array(0);
+
+/** Each entry counts one against the LRU's unreachable bound. */
+const ONE = (): number => 1;
 
 /** A throwing dispose must not change what the acquisition returns: its error is reported outside. */
 function disposeSafely(dispose: () => void): void {
