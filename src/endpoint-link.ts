@@ -33,6 +33,13 @@ import { Feature, FinStatus, type Frame, FrameType, type HelloFrame } from './wi
 import { UuidNames } from './wire/uuid.js';
 import { closeFdQuietly } from './cuda/close-fd.js';
 
+/**
+ * How long close() waits, at most, for copies in flight to complete so that
+ * their FINs go before CLOSE (a copy the caller synchronized completes
+ * within it; a long one still running is failed by the close).
+ */
+export const CLOSE_SETTLE_MS = 2;
+
 /** What the Transport hands every endpoint. */
 export interface EndpointContext {
   driver: CudaDriver;
@@ -132,6 +139,15 @@ export class EndpointLink implements RgetLink {
 
   gpu(): GpuWork {
     return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress, this.sameGpu()));
+  }
+
+  /**
+   * Close, before CLOSE: copies whose GPU work completed settle now (within
+   * CLOSE_SETTLE_MS), so their FINs leave first; then the FIN batch goes.
+   */
+  settleBeforeClose(): void {
+    this.gpuWork?.settleCompleted(CLOSE_SETTLE_MS);
+    this.fins.flush();
   }
 
   /** stats().copyKernel: zero until the endpoint's GPU work exists. */

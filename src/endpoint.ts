@@ -471,7 +471,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   close(reason = 'closed by the application'): void {
     if (this.link.closed) return;
     try {
-      this.link.fins.flush(); // receives already resolved: their senders learn it before CLOSE
+      // Copies that completed (even on the caller's stream, unseen yet) and receives already
+      // resolved: their senders learn it before CLOSE.
+      this.link.settleBeforeClose();
       if (!this.channel.closed) this.link.sendFrame({ type: FrameType.CLOSE, reason });
     } catch {
       // the channel failed meanwhile: closing anyway

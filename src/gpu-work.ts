@@ -389,6 +389,23 @@ export class GpuWork {
     this.events.retire(ev);
   }
 
+  /**
+   * Before a close: launches the open batch (its event goes behind work the
+   * caller may have synchronized already) and settles every completion
+   * that is done within `ms` (GpuEventQueue.settleCompleted), so what
+   * finished reports it while the channel is still open.
+   */
+  settleCompleted(ms: number): void {
+    if (this.closed) return;
+    this.flushNow(false);
+    this.events.settleCompleted(ms);
+  }
+
+  /** Completions not yet settled (the transport keeps the process alive while there are some). */
+  get outstanding(): number {
+    return this.events.outstanding + (this.batch?.cbs.length ?? 0);
+  }
+
   /** Destroys the stream and idle events; events still awaited are destroyed when they settle; waits on peer events fail with `reason`. */
   close(reason?: Error): void {
     if (this.closed) return;

@@ -30,6 +30,8 @@ const SPIN_MAX_BYTES = 64 << 10;
 interface PolledWait {
   ev: EventHandle;
   cb: Completion;
+  /** Settled by settleCompleted while the native thread still waits on `ev` (it only gives the event back then). */
+  early?: boolean;
 }
 
 /** A wait on a peer's event: its callback runs once, at the event's completion or when the queue closes. */
@@ -48,6 +50,8 @@ export class GpuEventQueue implements ProgressSource {
   private readonly peerWaits = new Map<EventHandle, { waits: number; retired: boolean }>();
   /** Waits on peer events whose callback has not run: close fails them at once. */
   private readonly peerCallbacks = new Set<PeerWait>();
+  /** Waits handed to the native completion thread and not settled yet (settleCompleted queries them). */
+  private readonly nativeWaits = new Set<PolledWait>();
   private closed = false;
   private closeReason: Error | undefined;
   /** Events recorded and not yet settled. */
@@ -191,10 +195,62 @@ export class GpuEventQueue implements ProgressSource {
     return this.polled.length > 0;
   }
 
+  /** Waits recorded and not settled, polled or with the native thread (tests; the transport's keep-alive). */
+  get outstanding(): number {
+    return this.inFlight;
+  }
+
+  /**
+   * Settles now every wait whose work has completed, polled or with the
+   * native thread, querying each (not only the oldest), and again until
+   * none is left or `ms` passed. For close: a copy that completed reports
+   * it (its FIN) before the channel goes, although no poll or hand-off saw
+   * it yet. A wait still running after `ms` is left to close.
+   */
+  settleCompleted(ms: number): void {
+    const until = performance.now() + ms;
+    for (;;) {
+      let left = 0;
+      for (let i = 0; i < this.polled.length; ) {
+        const w = this.polled[i]!;
+        const done = this.query(w.ev);
+        if (done === false) {
+          i++;
+          left++;
+          continue;
+        }
+        this.polled.splice(i, 1);
+        this.settle(w.ev, w.cb, done === true ? undefined : done);
+      }
+      for (const w of [...this.nativeWaits]) {
+        if (w.early === true) continue;
+        const done = this.query(w.ev);
+        if (done === false) {
+          left++;
+          continue;
+        }
+        // The native thread still queries the event: it goes back to the pool when that wait ends (settleNative).
+        w.early = true;
+        this.inFlight--;
+        callReporting(w.cb, done === true ? undefined : done);
+      }
+      if (left === 0 || performance.now() >= until) return;
+    }
+  }
+
+  /** true: completed; false: not yet; an error: the work failed. */
+  private query(ev: EventHandle): boolean | Error {
+    try {
+      return this.driver.eventQuery(ev);
+    } catch (err) {
+      return err as Error;
+    }
+  }
+
   /** Engine: false: no longer polled, the native completion thread takes what is pending. */
   watch(on: boolean): void {
     if (on) return;
-    for (const w of this.polled.splice(0)) this.awaitNative(w.ev, w.cb);
+    for (const w of this.polled.splice(0)) this.awaitNative(w);
   }
 
   // ------------------------------------------------------------ internals
@@ -202,6 +258,12 @@ export class GpuEventQueue implements ProgressSource {
   /** The event is done with (back to the pool), then `cb` learns the outcome. */
   private settle(ev: EventHandle, cb: Completion, err?: Error): void {
     this.inFlight--;
+    this.recycle(ev);
+    callReporting(cb, err); // wherever the completion came from (a spin, the engine, the native thread)
+  }
+
+  /** Back to the pool, or destroyed once the queue is closed. */
+  private recycle(ev: EventHandle): void {
     if (this.closed) {
       try {
         this.driver.eventDestroy(ev);
@@ -211,15 +273,21 @@ export class GpuEventQueue implements ProgressSource {
     } else {
       this.freeEvents.push(ev);
     }
-    callReporting(cb, err); // wherever the completion came from (a spin, the engine, the native thread)
   }
 
   /** Through the native completion thread, then back to the pool. */
-  private awaitNative(ev: EventHandle, cb: Completion): void {
-    this.native(ev).then(
-      () => this.settle(ev, cb),
-      (err: Error) => this.settle(ev, cb, err),
+  private awaitNative(w: PolledWait): void {
+    this.nativeWaits.add(w);
+    this.native(w.ev).then(
+      () => this.settleNative(w),
+      (err: Error) => this.settleNative(w, err),
     );
+  }
+
+  private settleNative(w: PolledWait, err?: Error): void {
+    this.nativeWaits.delete(w);
+    if (w.early === true) return this.recycle(w.ev); // its callback ran already (settleCompleted)
+    this.settle(w.ev, w.cb, err);
   }
 
   /** driver.whenComplete, counted on the engine while it is awaited (its callbacks then make one pass each). */
