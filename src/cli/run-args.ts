@@ -48,7 +48,8 @@ export function splitAtScript(argv: string[]): { own: string[]; script: string |
     const arg = argv[i]!;
     if (arg === '--') return { own, script: argv[i + 1], scriptArgs: argv.slice(i + 2) };
     if (!arg.startsWith('-') || arg === '-') return { own, script: arg, scriptArgs: argv.slice(i + 1) };
-    own.push(arg);
+    // As --ranks, so that `-n -1` reaches the range check (usage.ts passes negative values of long options).
+    own.push(arg === '-n' ? '--ranks' : arg);
     if (takesValue(arg) && i + 1 < argv.length) own.push(argv[++i]!);
   }
   return { own, script: undefined, scriptArgs: [] };

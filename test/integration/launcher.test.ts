@@ -1,0 +1,186 @@
+/**
+ * `smcuda run`: N ranks of a script on the simulated driver, joined by
+ * Communicator.fromEnv through what the launcher sets; output prefixed by
+ * rank; a failing rank stops the job with its exit code; SIGINT to the
+ * launcher stops every rank; nothing is left behind either way.
+ * Fixtures import dist/: build first (`npx tsc -p .`).
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { findRuntime } from '../../src/cli/runtimes.js';
+import type { RunReport } from '../../src/cli/run.js';
+import { CLI, smcuda } from '../helpers/cli.js';
+
+const RANK = fileURLToPath(new URL('../fixtures/run-rank.mjs', import.meta.url));
+const SIM_UUID = (i: number) => `GPU-5170a11e-000${i}-4000-8000-00000000000${i}`;
+
+interface RankLine {
+  rank: number;
+  ok?: boolean;
+  env?: Record<string, string | undefined>;
+  argv?: string[];
+  device?: string;
+  pid?: number;
+  dir?: string;
+}
+
+/** The JSON lines rank `r` printed (prefixed `[r] `). */
+function rankLines(stdout: string): Map<number, RankLine[]> {
+  const out = new Map<number, RankLine[]>();
+  for (const line of stdout.split('\n')) {
+    const m = /^\[(\d+)\] (\{.*\})$/.exec(line);
+    if (!m) continue;
+    const r = Number(m[1]);
+    out.set(r, [...(out.get(r) ?? []), JSON.parse(m[2]!) as RankLine]);
+  }
+  return out;
+}
+
+/** The --json summary: stdout's last line. */
+function summary(stdout: string): RunReport {
+  return JSON.parse(stdout.trimEnd().split('\n').at(-1)!) as RunReport;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+let bunMissing = '';
+try {
+  findRuntime('bun');
+} catch (err) {
+  bunMissing = (err as Error).message;
+}
+
+describe('smcuda run', () => {
+  it('4 ranks join by Communicator.fromEnv and verify an allreduce; every line prefixed; the token by environment only; nothing left', async () => {
+    const r = await smcuda(['run', '-n', '4', '--json', RANK, '--lr', '0.1']);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = rankLines(r.stdout);
+    const oks = [0, 1, 2, 3].map((k) => lines.get(k)?.[0]);
+    const token = oks[0]!.env!.SMCUDA_TOKEN!;
+    expect(token).toMatch(/^[0-9a-f]{48}$/);
+    for (const [k, l] of oks.entries()) {
+      expect(l).toMatchObject({ rank: k, ok: true, argv: ['--lr', '0.1'] });
+      expect(l!.env).toMatchObject({ RANK: String(k), LOCAL_RANK: String(k), WORLD_SIZE: '4', LOCAL_WORLD_SIZE: '4', SMCUDA_TOKEN: token, SMCUDA_RENDEZVOUS: oks[0]!.env!.SMCUDA_RENDEZVOUS });
+      expect(l!.device).toBe(SIM_UUID(k % 2)); // LOCAL_RANK % the two simulated devices
+    }
+    // stderr lines, and each rank's last line that had no newline
+    for (let k = 0; k < 4; k++) {
+      expect(r.stderr).toContain(`[${k}] stderr of rank ${k}\n`);
+      expect(r.stdout).toContain(`[${k}] unterminated ${k}\n`);
+    }
+    for (const line of r.stdout.trimEnd().split('\n').slice(0, -1)) expect(line).toMatch(/^\[[0-3]\] /);
+    const s = summary(r.stdout);
+    expect(s).toMatchObject({ size: 4, exitCode: 0, firstFailure: null, interrupted: null, rendezvousRemoved: true });
+    expect(s.ranks.map((x) => [x.rank, x.exitCode, x.signal])).toEqual([0, 1, 2, 3].map((k) => [k, 0, null]));
+    for (const x of s.ranks) expect(x.durationMs).toBeGreaterThanOrEqual(0);
+    expect(existsSync(oks[0]!.env!.SMCUDA_RENDEZVOUS!)).toBe(false);
+  }, 60_000);
+
+  it('--devices: rank i on entry i % length, every rank seeing all the listed devices', async () => {
+    const r = await smcuda(['run', '-n', '4', '--devices', '1,1,0,0', RANK]);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = rankLines(r.stdout);
+    expect([0, 1, 2, 3].map((k) => lines.get(k)![0]!.device)).toEqual([SIM_UUID(1), SIM_UUID(1), SIM_UUID(0), SIM_UUID(0)]);
+    for (let k = 0; k < 4; k++) expect(lines.get(k)![0]!.env!.CUDA_VISIBLE_DEVICES!.split(',').sort()).toEqual(['0', '1']);
+  }, 60_000);
+
+  it('one rank exits 3: the launcher exits 3, the others are stopped (SIGTERM, then SIGKILL for one that ignores it), the rendezvous removed', async () => {
+    const started = Date.now();
+    const r = await smcuda(['run', '-n', '4', '--grace', '300', '--json', RANK], { RUN_MODE: 'fail', FAIL_RANK: '2' });
+    expect(r.code, r.stderr).toBe(3);
+    // 2 × grace after the failure, plus four processes' start: well inside this bound
+    expect(Date.now() - started).toBeLessThan(15_000);
+    const s = summary(r.stdout);
+    expect(s.firstFailure).toBe(2);
+    expect(s.exitCode).toBe(3);
+    const by = new Map(s.ranks.map((x) => [x.rank, x]));
+    expect(by.get(2)).toMatchObject({ exitCode: 3, signal: null, stoppedBy: null });
+    expect(by.get(0)).toMatchObject({ signal: 'SIGKILL', stoppedBy: 'SIGKILL' }); // ignored SIGTERM
+    for (const k of [1, 3]) expect(by.get(k)).toMatchObject({ signal: 'SIGTERM', stoppedBy: 'SIGTERM' });
+    expect(r.stdout).toContain('[0] ignoring SIGTERM');
+    expect(r.stderr).toMatch(/rank 2 \(pid \d+\) failed first: exit code 3/);
+    const lines = rankLines(r.stdout);
+    for (let k = 0; k < 4; k++) expect(alive(lines.get(k)![0]!.pid!)).toBe(false);
+    expect(existsSync(lines.get(0)![0]!.dir!)).toBe(false);
+  }, 60_000);
+
+  it('SIGINT to the launcher stops every rank and leaves nothing: exit 130, no rank alive, rendezvous removed', async () => {
+    const child = spawn(process.execPath, [CLI, 'run', '-n', '4', '--grace', '2000', RANK], { env: { ...process.env, RUN_MODE: 'wait' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => (stderr += c));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const ready = new Promise<void>((resolve) =>
+      child.stdout.on('data', (c: Buffer) => {
+        stdout += c;
+        if (rankLines(stdout).size === 4) resolve();
+      }),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([ready, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`ranks not ready in 30 s: ${stdout} ${stderr}`)), 30_000)))]);
+    clearTimeout(timer);
+    const lines = rankLines(stdout);
+    const pids = [0, 1, 2, 3].map((k) => lines.get(k)![0]!.pid!);
+    for (const pid of pids) expect(alive(pid)).toBe(true);
+    const interrupted = Date.now();
+    child.kill('SIGINT');
+    expect(await exited).toBe(130);
+    expect(Date.now() - interrupted).toBeLessThan(5_000); // the ranks die of the forwarded SIGINT, well before the SIGKILL
+    for (const pid of pids) expect(alive(pid)).toBe(false);
+    expect(existsSync(lines.get(0)![0]!.dir!)).toBe(false);
+    expect(stderr).toContain('SIGINT: stopping ranks');
+  }, 60_000);
+
+  it('--rendezvous: an existing directory is used and kept', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-run-test-'));
+    try {
+      const r = await smcuda(['run', '-n', '2', '--rendezvous', dir, '--json', RANK]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(rankLines(r.stdout).get(1)![0]!.env!.SMCUDA_RENDEZVOUS).toBe(dir);
+      expect(summary(r.stdout)).toMatchObject({ rendezvous: dir, rendezvousRemoved: false });
+      expect(existsSync(dir)).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it.skipIf(bunMissing !== '')(`--runtime bun: 4 ranks under Bun verify the allreduce${bunMissing ? ` (skipped: ${bunMissing})` : ''}`, async () => {
+    const r = await smcuda(['run', '-n', '4', '--runtime', 'bun', '--json', RANK]);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = rankLines(r.stdout);
+    for (let k = 0; k < 4; k++) expect(lines.get(k)![0]).toMatchObject({ rank: k, ok: true });
+    expect(summary(r.stdout)).toMatchObject({ runtime: 'bun', exitCode: 0 });
+  }, 90_000);
+
+  it('--help, and wrong usage is exit 2 with what to do', async () => {
+    const help = await smcuda(['run', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('usage: smcuda run -n N');
+    for (const [args, says] of [
+      [['run', RANK], 'give the number of ranks'],
+      [['run', '-n', '2'], 'give the script'],
+      [['run', '-n', '0', RANK], '-n/--ranks takes an integer from 1'],
+      [['run', '-n', '-3', RANK], '-n/--ranks takes an integer from 1'],
+      [['run', '-n', '2', '--grace', 'soon', RANK], '--grace takes an integer'],
+      [['run', '-n', '2', '--runtime', 'rhino', RANK], '--runtime takes node, bun, deno'],
+      [['run', '--devices', '0,,1', RANK], '--devices takes a comma-separated list'],
+      [['run', '-n', '2', '--bogus', RANK], "Unknown option '--bogus'"],
+      [['run', '-n', '2', '/nonexistent/train.mjs'], 'script /nonexistent/train.mjs not found'],
+    ] as const) {
+      const r = await smcuda([...args]);
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).toContain(says);
+    }
+  }, 60_000);
+});
