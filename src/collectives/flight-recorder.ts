@@ -181,7 +181,10 @@ export class FlightRecorder {
   started(seq: number, t = flightNowUs()): void {
     const s = this.slotOf(seq);
     if (s < 0) return;
-    this.startedAt[s] = t;
+    // Kept within the call's queued and finished times (the host's readings may come in another order).
+    const q = this.queuedAt[s]!;
+    const end = this.finishedAt[s]!;
+    this.startedAt[s] = t < q ? q : t > end ? end : t;
     if (this.states[s] === QUEUED) this.states[s] = STARTED;
   }
 
