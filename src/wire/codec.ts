@@ -1,8 +1,9 @@
 /**
  * The binary codec of control frames (frames.ts). Each frame's layout is its
- * schema (schema.ts), compiled here into one encoder and one decoder per type
- * (compile.ts); docs/protocol.md's field tables are rendered from the same
- * schema. In brief:
+ * schema (schema.ts), compiled ahead of time into one encoder and one decoder
+ * per type (compile.ts writes codec.generated.ts; nothing is compiled from
+ * strings at run time); docs/protocol.md's field tables are rendered from the
+ * same schema. In brief:
  *
  *  - little-endian; a 4-byte header: magic 0x53 ('S'), WIRE_VERSION, type, flags (0);
  *  - then the fixed fields of the type, then at most one variable part last
@@ -24,7 +25,8 @@
 import { ProtocolError } from '../errors.js';
 import { FrameType, UUID_BYTES, WIRE_VERSION, type Frame } from './frames.js';
 import { copyBytes } from '../channel/bytes.js';
-import { compileFrame, type FrameDecoder, type FrameEncoder } from './compile.js';
+import { constsOf, type FrameDecoder, type FrameEncoder, layoutOf } from './compile.js';
+import { CODEC_FACTORIES, CODEC_LAYOUTS } from './codec.generated.js';
 import { FRAME_SCHEMAS, fieldOffset, HEADER_BYTES, minFrameBytes } from './schema.js';
 import { readDeviceUuid, type UuidNames, writeDeviceUuid } from './uuid.js';
 
@@ -256,13 +258,15 @@ export function restampRget(template: Uint8Array, tag: number, seq: number): Uin
 }
 
 const PRIMITIVES = { Writer, checkInt, checkBig, checkBool, checkBytes, checkOptional, checkString, checkEnum, checkData, checkList, checkExtents, encodeError, decodeError };
-/** The compiled encoder and decoder of each frame type, by type number. */
+/** The generated encoder and decoder of each frame type, by type number. */
 const ENCODERS: FrameEncoder[] = [];
 const DECODERS: FrameDecoder[] = [];
 for (const s of FRAME_SCHEMAS) {
-  const c = compileFrame(s, PRIMITIVES as never);
-  ENCODERS[s.type] = c.encode;
-  DECODERS[s.type] = c.decode;
+  const make = CODEC_FACTORIES[s.type];
+  if (make === undefined || CODEC_LAYOUTS[s.type] !== layoutOf(s)) {
+    throw new Error(`codec: src/wire/codec.generated.ts is stale for frame type ${FrameType[s.type]} (the schema changed): run npm run codec`);
+  }
+  [ENCODERS[s.type], DECODERS[s.type]] = make(PRIMITIVES as never, constsOf(s));
 }
 for (const t of Object.values(FrameType)) {
   if (typeof t === 'number' && DECODERS[t] === undefined) throw new Error(`codec: frame type ${FrameType[t]} has no schema`);

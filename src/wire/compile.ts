@@ -1,8 +1,12 @@
 /**
- * Compiles each frame schema (schema.ts) into one encode and one decode
- * function, once at module load, as JavaScript source that calls the
- * Writer/Reader primitives field by field — the code a person would write
- * for that frame, with the ranges and sizes inlined as constants.
+ * Compiles each frame schema (schema.ts) into the source of one encode and
+ * one decode function, JavaScript that calls the Writer/Reader primitives
+ * field by field — the code a person would write for that frame, with the
+ * ranges and sizes inlined as constants. The source is generated ahead of
+ * time into codec.generated.ts (`npm run codec`; a test checks it is
+ * current), never compiled at run time: no `new Function`, so the package
+ * loads under `node --disallow-code-generation-from-strings` and CSP-like
+ * policies.
  *
  * Why generated source and not a generic walk over the field list: a walk
  * (a loop with a switch on each field's kind, same primitives) measured
@@ -17,9 +21,10 @@
  * The source is built from the schema's constants only (field names are
  * checked to be identifiers), never from input.
  */
+import { writeFileSync } from 'node:fs';
 import type { Field, FrameSchema, Relation } from './schema.js';
-import { HEADER_BYTES, MAX_EAGER_BYTES, minBytes } from './schema.js';
-import type { Frame, FrameType } from './frames.js';
+import { FRAME_SCHEMAS, HEADER_BYTES, MAX_EAGER_BYTES, minBytes } from './schema.js';
+import { FrameType, type Frame } from './frames.js';
 
 /** What the generated code calls: supplied by codec.ts. */
 export interface CodecPrimitives {
@@ -44,12 +49,30 @@ export type FrameDecoder = (r: unknown) => Frame;
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-/** Constants the generated code refers to by index (enum tables, relations). */
+/**
+ * One frame's encoder and decoder, made from the codec's primitives (P) and
+ * the schema's constants (K, constsOf): what codec.generated.ts holds per frame type.
+ */
+export type CodecFactory = (P: CodecPrimitives, K: readonly unknown[]) => [FrameEncoder, FrameDecoder];
+
+/**
+ * The values the generated code of `s` refers to by index as K[i] (enum
+ * tables, the relation): they are objects of the schema, not source text.
+ * The generator and the codec both take them from here, so the indexes agree.
+ */
+export function constsOf(s: FrameSchema): unknown[] {
+  const list: unknown[] = [];
+  for (const f of s.fields) if (f.kind === 'enum' && !list.includes(f.values)) list.push(f.values);
+  if (s.relation) list.push(s.relation);
+  return list;
+}
+
+/** Refers to the constants of constsOf by index. */
 class Consts {
-  readonly list: unknown[] = [];
+  constructor(private readonly list: readonly unknown[]) {}
   ref(v: unknown): string {
-    let i = this.list.indexOf(v);
-    if (i < 0) i = this.list.push(v) - 1;
+    const i = this.list.indexOf(v);
+    if (i < 0) throw new Error('frame schema: a constant constsOf did not collect');
     return `K[${i}]`;
   }
 }
@@ -227,23 +250,79 @@ function decoderSource(s: FrameSchema, K: Consts): string {
   return out.join('\n');
 }
 
-export interface CompiledCodec {
-  encode: FrameEncoder;
-  decode: FrameDecoder;
-  /** The generated source, for tests and for reading. */
-  source: { encode: string; decode: string };
+/** The generated source of one frame's encoder and decoder (function bodies; `f`, `uuids`, `r`, `P`, `K` in scope). */
+export function frameSource(s: FrameSchema): { encode: string; decode: string } {
+  for (const f of s.fields) if (!IDENT.test(f.name)) throw new Error(`frame schema: field name ${JSON.stringify(f.name)} is not an identifier`);
+  const K = new Consts(constsOf(s));
+  return { encode: encoderSource(s, K), decode: decoderSource(s, K) };
 }
 
-/** Compiles one frame schema against the codec's primitives. */
-export function compileFrame(s: FrameSchema, P: CodecPrimitives): CompiledCodec {
-  for (const f of s.fields) if (!IDENT.test(f.name)) throw new Error(`frame schema: field name ${JSON.stringify(f.name)} is not an identifier`);
-  const K = new Consts();
-  const enc = encoderSource(s, K);
-  const dec = decoderSource(s, K);
-  // Source built from the schema's constants only (see the file's comment).
-  const encode = new Function('P', 'K', `return function encode(f, uuids) {\n${enc}\n};`)(P, K.list) as FrameEncoder;
-  const decode = new Function('P', 'K', `return function decode(r) {\n${dec}\n};`)(P, K.list) as FrameDecoder;
-  return { encode, decode, source: { encode: enc, decode: dec } };
+/**
+ * A frame's fields by name and kind (and whether it has a relation): the
+ * generated file records it per type, and the codec compares at load, so a
+ * file left stale by a schema change fails loudly instead of encoding the old
+ * layout. The test that regenerates the file catches every other change.
+ */
+export function layoutOf(s: FrameSchema): string {
+  return s.fields.map((f) => `${f.name}:${f.kind}`).join(',') + (s.relation ? ' +relation' : '');
+}
+
+const indent = (body: string, pad: string): string =>
+  body
+    .split('\n')
+    .map((l) => pad + l)
+    .join('\n');
+
+/** The text of codec.generated.ts: one CodecFactory per frame schema, by type number. */
+export function codecModuleSource(schemas: readonly FrameSchema[] = FRAME_SCHEMAS): string {
+  const parts = [
+    '// @ts-nocheck: generated JavaScript; its types are the CodecFactory each function is declared as.',
+    '/**',
+    ' * The frame codec\'s encoders and decoders, generated from src/wire/schema.ts by',
+    ' * src/wire/compile.ts: do not edit; after changing the schema run `npm run codec`',
+    ' * (test/unit/wire/codec-generated.test.ts fails while this file is stale).',
+    ' */',
+    "import type { CodecFactory } from './compile.js';",
+  ];
+  const names: string[] = [];
+  const layouts: string[] = [];
+  for (const s of schemas) {
+    const name = FrameType[s.type];
+    if (name === undefined || !IDENT.test(name)) throw new Error(`frame schema: type ${s.type} has no FrameType name`);
+    const src = frameSource(s);
+    names.push(`  ${s.type}: ${name},`);
+    layouts.push(`  ${s.type}: ${JSON.stringify(layoutOf(s))},`);
+    parts.push(
+      '',
+      `const ${name}: CodecFactory = (P, K) => [`,
+      '  function encode(f, uuids) {',
+      indent(src.encode, '    '),
+      '  },',
+      '  function decode(r) {',
+      indent(src.decode, '    '),
+      '  },',
+      '];',
+    );
+  }
+  parts.push(
+    '',
+    "/** Each frame type's CodecFactory, by type number. */",
+    'export const CODEC_FACTORIES: Readonly<Record<number, CodecFactory>> = {',
+    ...names,
+    '};',
+    '',
+    '/** The layout (compile.ts layoutOf) each factory was generated from, by type number. */',
+    'export const CODEC_LAYOUTS: Readonly<Record<number, string>> = {',
+    ...layouts,
+    '};',
+    '',
+  );
+  return parts.join('\n');
+}
+
+/** Writes codec.generated.ts (`npm run codec`). */
+export function writeCodecModule(path: string): void {
+  writeFileSync(path, codecModuleSource());
 }
 
 export type { Relation };
