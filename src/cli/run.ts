@@ -114,6 +114,10 @@ export async function runRun(argv: string[]): Promise<number> {
     };
     const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
     for (const s of signals) process.on(s, onSignal);
+    // A reader that went away (`smcuda run … | head`) must not end the launcher before its ranks: their output is dropped.
+    const dropOutput = () => undefined;
+    process.stdout.on('error', dropOutput);
+    process.stderr.on('error', dropOutput);
     try {
       result = await job.run();
     } finally {

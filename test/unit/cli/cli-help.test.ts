@@ -7,7 +7,7 @@ import { smcuda } from '../../helpers/cli.js';
 const REPO_ONLY = /npm run|scripts\/|\.\.\/shared|gpu-bundle|\.gpu\//;
 
 describe('help texts and generated headers', () => {
-  it.each(['probe', 'demo', 'diagram', 'trace', 'inspect', 'bench', 'soak'])('smcuda %s --help', async (cmd) => {
+  it.each(['probe', 'demo', 'diagram', 'trace', 'inspect', 'bench', 'soak', 'run'])('smcuda %s --help', async (cmd) => {
     const r = await smcuda([cmd, '--help']);
     expect(r.code).toBe(0);
     expect(r.stdout).not.toMatch(REPO_ONLY);
