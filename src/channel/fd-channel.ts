@@ -55,6 +55,12 @@ const TOKEN_MAGIC = Buffer.from('SMFD1');
 const ACCEPT_RETRY_MS = 50;
 /** A connection that has not presented its token by then is closed. */
 const ADMISSION_TIMEOUT_MS = 10_000;
+/**
+ * A connector retries a full backlog (EAGAIN) this long: a flooded listener
+ * drains its backlog a batch at a time, and an honest connector that gives
+ * up early has no descriptor channel for the endpoint's lifetime.
+ */
+const BACKLOG_RETRY_MS = 5_000;
 
 export type FdNative = NativeFdPassing & NativePeerCredentials;
 
@@ -155,19 +161,20 @@ export class FdChannel {
   static async connect(
     path: string,
     token: Uint8Array,
-    options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string; listenerPid?: number } = {},
+    options: FdChannelOptions & { peerUids?: PeerUidPolicy; label?: string; listenerPid?: number; backlogRetryMs?: number } = {},
   ): Promise<FdChannel> {
     if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) throw new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`);
     const native = options.native ?? loadAddon();
     const label = options.label ?? 'smcuda';
     let sock = -1;
-    for (let attempt = 0; sock < 0; attempt++) {
+    const giveUpAt = Date.now() + (options.backlogRetryMs ?? BACKLOG_RETRY_MS);
+    for (let wait = 1; sock < 0; wait = Math.min(wait * 2, 32)) {
       try {
         sock = native.fdConnect(path);
       } catch (err) {
-        // A full backlog says EAGAIN for Unix sockets: the listener is busy, not gone.
-        if (errnoCode(err) === 'EAGAIN' && attempt < 50) {
-          await new Promise((r) => setTimeout(r, 2));
+        // A full backlog says EAGAIN for Unix sockets: the listener is busy (or flooded), not gone.
+        if (errnoCode(err) === 'EAGAIN' && Date.now() < giveUpAt) {
+          await new Promise((r) => setTimeout(r, wait));
           continue;
         }
         throw new DescriptorError('SMCUDA_FD_CHANNEL', `${label}: cannot connect the descriptor channel at ${path}: ${(err as Error).message}`, { cause: err });
@@ -242,6 +249,11 @@ export class FdChannel {
       this.#queue.push({ fd: fd ?? -1, meta: meta.slice(), resolve, reject });
       if (this.#queue.length === 1) this.#flush();
     });
+  }
+
+  /** Reads now what waits in the kernel, if started (a listener's last look before it evicts a connection). */
+  readNow(): void {
+    if (!this.#closed && this.#handlers) this.#drain();
   }
 
   /** Closes the socket; pending sends reject with ClosedError. Idempotent. */
@@ -374,7 +386,8 @@ export class FdChannel {
  * token handed to `expect` (from the pid given there); anything else is
  * closed. Connections waiting for admission cost no thread (the addon's one
  * readiness loop), are at most `maxUnadmitted` (a new one evicts the
- * oldest), and are closed as soon as their client hangs up.
+ * oldest of the process holding the most, after one last read of it), and
+ * are closed as soon as their client hangs up.
  */
 export class FdListener {
   readonly #native: FdNative;
@@ -399,9 +412,10 @@ export class FdListener {
       /**
        * Connections not yet admitted kept at most (default 64: that many ranks
        * may connect at once, each token parked until this side has checked
-       * its PROOF); a new one past it evicts the oldest (closed, refused), so
-       * a flood of token-less connections cannot hold the listener's
-       * descriptors, nor keep out a connector that presents its token at once.
+       * its PROOF); a new one past it evicts the oldest of the process that
+       * holds the most (closed, refused), so a flood of token-less
+       * connections cannot hold the listener's descriptors, nor evict
+       * another process's pending connection while it holds more.
        */
       maxUnadmitted?: number;
     } = {},
@@ -475,6 +489,24 @@ export class FdListener {
     return err;
   }
 
+  /**
+   * Which connection not yet admitted goes to make room for one from
+   * `newPid`: the oldest of the process that holds the most of them (the new
+   * one counted), so a flooding process evicts its own and never an honest
+   * peer's one pending connection; among equals, the oldest overall.
+   */
+  #victim(newPid: number): FdChannel {
+    const count = new Map<number | undefined, number>([[newPid, 1]]);
+    for (const c of this.#unadmitted.keys()) count.set(c.peer?.pid, (count.get(c.peer?.pid) ?? 0) + 1);
+    let victim: FdChannel | undefined;
+    let most = 0;
+    for (const c of this.#unadmitted.keys()) {
+      const n = count.get(c.peer?.pid)!;
+      if (n > most) [victim, most] = [c, n]; // oldest first: ties keep the older
+    }
+    return victim!;
+  }
+
   #refuse(err: Error): void {
     this.options.onRefused?.(err);
   }
@@ -530,11 +562,12 @@ export class FdListener {
     }
     const max = this.options.maxUnadmitted ?? MAX_UNADMITTED;
     while (this.#unadmitted.size >= max) {
-      // The oldest goes: an honest connector presents its token as soon as it connects.
-      const [oldest] = this.#unadmitted.keys();
+      const victim = this.#victim(cred.pid);
+      victim.readNow(); // an honest connector sent its token right after connecting: admit it rather than evict it
+      if (!this.#unadmitted.has(victim) || this.#unadmitted.size < max) continue;
       this.#drop(
-        oldest!,
-        new AccessDeniedError(`${label}: closed a descriptor connection from pid ${oldest!.peer?.pid} not yet admitted: ${max} were waiting for admission, a newer one came`),
+        victim,
+        new AccessDeniedError(`${label}: closed a descriptor connection from pid ${victim.peer?.pid} not yet admitted: ${max} were waiting for admission, a newer one came`),
       );
     }
     let admitted = false;
