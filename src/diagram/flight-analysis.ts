@@ -72,7 +72,7 @@ export interface RankPosition {
   /** Whether the call at `at` failed. */
   failed: boolean;
   call?: CallSig;
-  /** From the start (else the queueing) of the call at `at` to the dump, µs. */
+  /** From the start (else the queueing) of the call at `at` to its failure, else to the dump, µs. */
   waitedUs?: number;
 }
 
@@ -215,7 +215,8 @@ function position(f: FlightFile): RankPosition {
   p.stage = open.startedUs !== undefined || open.state === 'started' ? 'started' : 'queued';
   p.failed = open.state === 'failed';
   p.call = sigOf(open);
-  p.waitedUs = h.timeUs - (open.startedUs ?? open.queuedUs);
+  // A failed call waited until it failed (the abort), else until the dump.
+  p.waitedUs = (p.failed && open.finishedUs !== undefined ? open.finishedUs : h.timeUs) - (open.startedUs ?? open.queuedUs);
   return p;
 }
 
@@ -332,7 +333,7 @@ export function renderFlightAnalysis(a: FlightAnalysis): string {
     const where =
       r.stage === 'not made'
         ? 'idle'
-        : `in call ${r.at} ${describeCall(r.call ?? { op: '?' })}, ${r.stage}${r.failed ? ', failed' : ''}${r.waitedUs !== undefined ? ` ${(r.waitedUs / 1e6).toFixed(1)} s before the dump` : ''}`;
+        : `in call ${r.at} ${describeCall(r.call ?? { op: '?' })}, ${r.stage}${r.failed ? ', failed' : ''}${r.waitedUs !== undefined ? `, waited ${(r.waitedUs / 1e6).toFixed(1)} s` : ''}`;
     out.push(`  rank ${r.rank} (pid ${r.pid}): ${span}, ${done}, ${where}`);
   }
   return out.join('\n') + '\n';

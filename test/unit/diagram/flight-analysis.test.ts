@@ -113,7 +113,7 @@ describe('who is behind', () => {
     const text = renderFlightAnalysis(analyzeFlights([rankDump(0, 2, calls, 2, 1, { fail: true }), rankDump(1, 2, calls, 2)]));
     expect(text).toContain('rank 1 never started call 3 (allreduce f32×1048576); rank 0 is waiting in it (for up to 60.0 s)\n');
     expect(text).toContain('\nper rank:\n');
-    expect(text).toContain('  rank 0 (pid 1000): calls 1–3, last finished 2, in call 3 allreduce f32×1048576 by two-shot, started, failed 60.0 s before the dump\n');
+    expect(text).toContain('  rank 0 (pid 1000): calls 1–3, last finished 2, in call 3 allreduce f32×1048576 by two-shot, started, failed, waited 60.0 s\n');
     expect(text).toContain('  rank 1 (pid 1001): calls 1–2, last finished 2, idle\n');
   });
 
