@@ -205,19 +205,44 @@ export class PersistentTransferError extends SmcudaError {}
 
 /**
  * A communicator was aborted: one of its ranks failed (an error in a call,
- * a lost process, a timeout), and every pending and later call of every
- * rank fails with this error. `failedRank` is the rank that failed first,
- * `causeCode` the code of its original error (the original error itself is
- * `cause` on the rank where it happened). Create a new communicator.
+ * a lost or closed process, a timeout, calls that differ between ranks), and
+ * every pending and later call of every rank fails with this error.
+ * `failedRank` is the rank that failed first, `failedPid` its process id
+ * where known, `causeCode` the code of its original error (the original
+ * error itself is `cause` on the rank where it happened). Create a new
+ * communicator.
  */
 export class CommunicatorAbortedError extends SmcudaError {
   constructor(
     message: string,
     readonly failedRank: number,
     readonly causeCode: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; failedPid?: number; code?: string },
   ) {
-    super('SMCUDA_COMM_ABORTED', message, options);
+    super(options?.code ?? 'SMCUDA_COMM_ABORTED', message, options);
+    if (options?.failedPid !== undefined) this.failedPid = options.failedPid;
+  }
+  /** The process id of the rank that failed first, where it is known. */
+  readonly failedPid: number | undefined;
+}
+
+/**
+ * The ranks of a communicator made different calls at the same point
+ * (another collective, dtype, count, root or reduction op): the call fails
+ * on every rank, and the communicator is aborted, so
+ * no rank computes with mismatched buffers. `ranks` are the two ranks
+ * compared, `fields` what differs; the message shows both calls.
+ */
+export class CallMismatchError extends CommunicatorAbortedError {
+  constructor(
+    message: string,
+    failedRank: number,
+    readonly seq: number,
+    readonly ranks: readonly number[],
+    readonly fields: readonly string[],
+    options?: { cause?: unknown; failedPid?: number },
+  ) {
+    super(message, failedRank, 'SMCUDA_CALL_MISMATCH', { ...options, code: 'SMCUDA_CALL_MISMATCH' });
   }
 }
 

@@ -1,17 +1,2 @@
-/** The installed package's version, read from its package.json (dist/src/cli -> three levels up; src/cli -> two). */
-import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-export function packageVersion(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 4; i++) {
-    const file = join(dir, 'package.json');
-    if (existsSync(file)) {
-      const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string; version?: string };
-      if (pkg.name === 'smcuda' && pkg.version) return pkg.version;
-    }
-    dir = dirname(dir);
-  }
-  throw new Error('smcuda: cannot find the package.json of smcuda above this file');
-}
+/** The installed package's version (src/version.ts). */
+export { packageVersion } from '../version.js';

@@ -72,8 +72,6 @@ export interface CallContext {
   streamDone(): Promise<void>;
   /** Bytes copied from caller buffers into scratch (for stats). */
   copied(bytes: number): void;
-  /** Throws unless [ptr, ptr + bytes) is live device memory of this process (paths/allocation-ranges.ts): what a kernel reads directly (a copy checks its source itself). */
-  checkInput(ptr: DevicePtr, bytes: number): void;
 }
 
 const B = (n: number): bigint => BigInt(n);
@@ -174,7 +172,6 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
       // A piece a launch: the stores into every rank's landing slot, the signal and the reduction in one
       // kernel (reduce.cu's smcuda_oneshot). The same piece as copy + step + reduce + step, four driver
       // calls, was ~20 µs of host time a call on an H100 (launchKernel 7, memcpyAsync 5, each batch 3).
-      c.checkInput(send, count * es);
       for (let a = 0, per = pieceLength(Math.floor(s.oneShotSlotBytes / es)); a < count; a += per) {
         const len = Math.min(per, count - a);
         const at = a === 0 ? 0n : B(a * es); // most calls are one piece: no bigint made for it
@@ -195,14 +192,12 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     return;
   }
   if (alg === 'ce-pipeline') {
-    // The kernel reads this rank's part of the caller's input directly (the copies check their sources).
-    c.checkInput(send, count * es);
+    // The kernel reads this rank's part of the caller's input directly (checked by the communicator, as every buffer of a call).
     c.pipeline!.allreduce(c.stream, send, recv, count, dtype, op, c.capturing);
     return;
   }
   if (alg === 'two-shot' && !steps.onHost) {
     // One launch, whatever the size (the kernel goes piece by piece); it reads the caller's input directly.
-    c.checkInput(send, count * es);
     const partMax = pieceLength(s.twoShotPartBytes / es);
     c.kernels.twoshot(op, dtype, recv, send, s.inputTable, s.kernelFlagOffset, c.rank, N, count, s.bytes, partMax, c.stream, c.capturing);
     // The price of an unregistered output: peers' parts of the result land in B and are copied out.

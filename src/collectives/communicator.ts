@@ -15,11 +15,18 @@
  * before it returns, and can be captured in a graph), else with host
  * control frames (control.ts, behind RankSync).
  *
- * Failure: an error in a call, a lost rank, or a timeout aborts the
- * communicator on every rank (ABORT frames carry the first cause): every
- * pending and later call rejects with CommunicatorAbortedError, device
- * waits are released by poisoning the flags, and the communicator frees
- * what it holds. Never a hang.
+ * Failure: an error in a call (a bad argument included), a lost or closed
+ * rank, calls that differ between ranks (call-check.ts), or a timeout aborts
+ * the communicator on every rank (ABORT frames carry the first cause, its
+ * rank and pid): every pending and later call rejects with
+ * CommunicatorAbortedError, device waits are released by poisoning the
+ * flags, and the communicator frees what it holds once the GPU is done with
+ * it. Never a hang, never a wrong answer.
+ *
+ * What close() owns: the scratch, the kernels and events it made, and, for
+ * create()/fromEnv(), the Transport it made and the driver that Transport
+ * opened (pass `driver` to keep your own: then memory from it stays yours).
+ * It never closes a driver or endpoints the caller passed in.
  */
 import { EventEmitter } from 'node:events';
 import { rmSync } from 'node:fs';
@@ -29,7 +36,7 @@ import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { CallState, PendingCall, type CallShared } from './pending-call.js';
 import { debug, debugEnabled } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
-import { ArgumentRangeError, ArgumentTypeError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
 import { DTYPE_BYTES, isDType, isReduceOp, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
@@ -45,6 +52,13 @@ import { Scratch } from './scratch.js';
 import { sweepDeadSegments } from '../segment-owner.js';
 import { envCommunicator, envTracePath, type Env } from '../env.js';
 import { FileTracer } from '../trace.js';
+import { refuseUnknownKeys } from '../option-keys.js';
+import { packageVersion } from '../version.js';
+import { WIRE_VERSION } from '../wire/frames.js';
+import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
+import { printWord0, type CallOp } from './call-print.js';
+import { MessagePrintBoard } from './message-print-board.js';
+import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
 
 export type { Algorithm };
 export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier';
@@ -109,6 +123,11 @@ export interface CommunicatorEvents {
   abort: [error: CommunicatorAbortedError];
 }
 
+/** The keys of CommunicatorOptions (unknown keys are refused: a misspelt `timeoutMs` would otherwise be ignored). */
+const COMMUNICATOR_KEYS = ['timeoutMs', 'scratchBytes', 'oneShotMaxBytes', 'twoShotMaxBytes', 'algorithm', 'trace'] as const;
+const RENDEZVOUS_KEYS = ['rank', 'size', 'dir', 'token', 'device', 'localRank', 'driver', 'joinTimeoutMs'] as const;
+const FROM_ENDPOINTS_KEYS = ['transport', 'rank', 'size', 'endpoints'] as const;
+
 export interface FromEndpointsOptions extends CommunicatorOptions {
   transport: Transport;
   rank: number;
@@ -119,11 +138,17 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 
 const MiB = 1024 * 1024;
 /** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
-const ABORT_LINGER_MS = 1000;
+const ABORT_LINGER_MS = 500;
+/** How long an abort waits for the device to leave the calls in flight (poisoned) before it fails them anyway. */
+const ABORT_DRAIN_MS = 1000;
 /** How often an aborted communicator rewrites the poison into its flags while calls are in flight. */
 const POISON_TICK_MS = 2;
-/** How long release waits for the calls in flight to leave the device. */
-const DRAIN_LIMIT_MS = 10_000;
+/** How long close() lets the calls in flight finish before it aborts them (docs/collectives.md). */
+export const CLOSE_DRAIN_MS = 2000;
+/** How often release reports calls still on the device while it waits for them (poisoned, they leave). */
+const DRAIN_REPORT_MS = 10_000;
+/** A call in flight this long is compared with the other ranks' calls again (a mismatch that stalls the GPUs is reported then, not at the timeout). */
+const STALL_CHECK_MS = 100;
 /** The longest delay setTimeout takes. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -203,6 +228,21 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private lastCall: PendingCall | undefined;
   /** What every call's context shares (made once the scratch is open). */
   private shared: CallShared | undefined;
+  /** Every call compared with the other ranks' (call-check.ts). */
+  private readonly check: CallCheck;
+  private readonly prints: MessagePrintBoard;
+  /** Peers that closed their communicator, with the last call each made. */
+  private readonly departed = new Map<number, number>();
+  /** Completed calls waiting for a peer's print of them (message boards only), in call order. */
+  private readonly awaitingPrints: PendingCall[] = [];
+  /** Told when no call is left in flight (close() waits for that). */
+  private settledWaiters: Array<() => void> = [];
+  private closing: Promise<void> | undefined;
+  /**
+   * Kernels read the caller's input and write its output directly: a bad pointer, or a buffer shorter than
+   * the call, must fail the call (and abort the communicator with the driver's error), never fault the GPU.
+   */
+  private readonly known: ReturnType<typeof allocationRanges>;
 
   private constructor(
     transport: Transport,
@@ -231,15 +271,23 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm)) throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
+    this.known = allocationRanges(this.driver);
     this.marks = new StreamMarks(this.driver);
     const tracePath = opts.trace ?? envTracePath();
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
-    this.control = new ControlPlane(rank, endpoints, (err) => this.onAbort(err));
+    this.control = new ControlPlane(rank, size, endpoints, {
+      onAbort: (err) => this.onAbort(err),
+      onDeparted: (peer, last) => this.onDeparted(peer, last),
+      onPrints: (peer, first, words) => this.onPrints(peer, first, words),
+    });
+    this.prints = new MessagePrintBoard((first, words) => this.control.sendPrints(first, words));
+    this.check = new CallCheck(rank, size, this.prints);
     this.counters = { rank, size, mapped: true, steps: 'host', calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
   }
 
   /** Joins the job through a rendezvous directory: makes this rank's Transport and the full mesh (see rendezvous.ts). */
   static async create(options: RendezvousOptions & CommunicatorOptions): Promise<Communicator> {
+    refuseUnknownKeys('Communicator.create options', options, [...RENDEZVOUS_KEYS, ...COMMUNICATOR_KEYS]);
     const mesh = await joinMesh(options);
     try {
       return await Communicator.start(mesh.transport, options.rank, options.size, mesh.endpoints, options, { socket: mesh.socket, dir: options.dir });
@@ -252,6 +300,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /** As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device: LOCAL_RANK % devices). */
   static async fromEnv(options: Partial<RendezvousOptions> & CommunicatorOptions = {}, env?: Env): Promise<Communicator> {
+    refuseUnknownKeys('Communicator.fromEnv options', options, [...RENDEZVOUS_KEYS, ...COMMUNICATOR_KEYS]);
     const e = envCommunicator(env);
     const rank = options.rank ?? e.rank;
     const size = options.size ?? e.size;
@@ -265,6 +314,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /** Over endpoints the application already has (it keeps owning them and their transport). */
   static async fromEndpoints(options: FromEndpointsOptions): Promise<Communicator> {
+    refuseUnknownKeys('Communicator.fromEndpoints options', options, [...FROM_ENDPOINTS_KEYS, ...COMMUNICATOR_KEYS]);
     checkRankSize(options.rank, options.size);
     const eps = new Map<number, Endpoint>();
     const given = options.endpoints;
@@ -284,10 +334,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const info = c.driver.deviceInfo(c.driver.currentDevice());
       const gpu = info.uuid;
       const sms = info.multiprocessors;
-      const hello = await c.withTimeout(c.control.exchange('hello', { rank, size, gpu, sms }), c.timeoutMs, 'set-up');
-      for (const [k, h] of hello) {
-        if (h.rank !== k || h.size !== size) throw new ConfigError(`the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${rank} of ${size}): check the endpoints and ranks`);
-      }
+      const me: RankHello = { rank, size, gpu, sms, pid: process.pid, scratchBytes: c.scratchBytes, oneShotMax: c.oneShotMax, twoShotMax: c.twoShotMax, algorithm: c.forced ?? '', version: packageVersion(), wire: WIRE_VERSION };
+      const raw = await c.withTimeout(c.control.exchange('hello', me), c.timeoutMs, 'set-up');
+      const hello = new Map<number, RankHello>();
+      for (const [k, v] of raw) hello.set(k, parseHello(k, v));
+      checkAgreement(me, hello);
       // Ranks on one GPU share its SMs: the kernels that wait for peers size their grids to fit beside
       // each other (reduce-kernels.ts), by the most ranks on any GPU, so that every rank launches the same grid.
       const perGpu = new Map<string, number>();
@@ -297,15 +348,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       c.kernels.multiprocessors = Math.min(sms, ...[...hello.values()].map((h) => (Number.isSafeInteger(h.sms) && h.sms > 0 ? h.sms : sms)));
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
-      c.control.stop();
+      c.control.stop(0);
       c.tracer?.close();
       throw err;
     }
     c.counters.mapped = c.scratch.mapped;
     if (c.scratch.reason) c.counters.stagedReason = c.scratch.reason;
-    // The one-shot kernel reads the caller's input directly: a bad pointer must fail the call (and abort the
-    // communicator with the driver's error, as the copy it replaced did), not fault on the device.
-    const known = allocationRanges(c.driver);
     c.shared = {
       driver: c.driver,
       rank,
@@ -317,7 +365,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       endpoint: (k: number) => c.endpoints.get(k)!,
       streamDone: (stream: StreamHandle) => c.marks.mark(stream),
       copied: (n: number) => (c.counters.scratchCopyBytes += n),
-      checkInput: (ptr: DevicePtr, bytes: number) => known.check({ ptr, length: bytes }, 'send'),
     };
     if (c.scratch.mapped && size > 1) {
       const g = c.driver.gpuDrivenStatus();
@@ -335,50 +382,90 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** recv[i] = op over every rank's send[i]; in place when recv is send (or absent). */
   allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
-    this.check(a, a.send, recv, a.op);
-    const bytes = a.count * DTYPE_BYTES[a.dtype];
-    return this.call('allreduce', a, bytes, this.chooseAllreduce(a.algorithm, bytes), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, a.op));
+    let bytes = 0;
+    try {
+      bytes = this.checkCall(a, a.op);
+      this.checkBuffers(a.dtype, a.send, bytes, recv, bytes, 0);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('allreduce', a, bytes, this.chooseAllreduce(a.algorithm, bytes), printWord0('allreduce', a.dtype, a.op, recv === a.send, undefined), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, a.op));
   }
 
   /** Every rank's recv gets root's send (count elements); root's recv defaults to its send. */
   broadcast(a: { send?: DevicePtr; recv: DevicePtr; count: number; dtype: DType; root: number } & CallOptions): Promise<CollectiveResult> {
     const send = a.send ?? a.recv;
-    this.check(a, send, a.recv);
-    this.checkRoot(a.root);
-    return this.call('broadcast', a, a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root));
+    let bytes = 0;
+    try {
+      bytes = this.checkCall(a);
+      this.checkRoot(a.root);
+      this.checkBuffers(a.dtype, send, a.root === this.rank ? bytes : 0, a.recv, bytes, 0);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('broadcast', a, bytes, this.chooseCopy(a.algorithm), printWord0('broadcast', a.dtype, undefined, send === a.recv, a.root), (c, alg) => algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root));
   }
 
   /** root's recv[i] = op over every rank's send[i]; other ranks' recv is not written (pass any, e.g. send). */
   reduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; root: number } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
-    this.check(a, a.send, recv, a.op);
-    this.checkRoot(a.root);
-    return this.call('reduce', a, a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, a.op, a.root));
+    let bytes = 0;
+    try {
+      bytes = this.checkCall(a, a.op);
+      this.checkRoot(a.root);
+      this.checkBuffers(a.dtype, a.send, bytes, recv, a.root === this.rank ? bytes : 0, 0);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === a.send, a.root), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, a.op, a.root));
   }
 
   /** recv (size × count elements) gets rank k's send at k × count; in place when send is recv + rank × count elements. */
   allgather(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
-    this.check(a, a.send, a.recv);
-    return this.call('allgather', a, a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype));
+    let bytes = 0;
+    try {
+      bytes = this.checkCall(a);
+      this.checkBuffers(a.dtype, a.send, bytes, a.recv, bytes * this.size, this.rank * bytes);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('allgather', a, bytes, this.chooseCopy(a.algorithm), printWord0('allgather', a.dtype, undefined, a.send === a.recv + BigInt(this.rank * bytes), undefined), (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype));
   }
 
   /** recv (count elements) = op over every rank's block `rank` of send (size × count elements). */
   reduceScatter(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
-    this.check(a, a.send, a.recv, a.op);
-    return this.call('reduce-scatter', a, this.size * a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, a.op));
+    let bytes = 0;
+    try {
+      const block = this.checkCall(a, a.op);
+      bytes = this.size * block;
+      this.checkBuffers(a.dtype, a.send, bytes, a.recv, block, -this.rank * block);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('reduce-scatter', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce-scatter', a.dtype, a.op, a.recv === a.send + BigInt(bytes / this.size) * BigInt(this.rank), undefined), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, a.op));
   }
 
   /** Block k of send (count elements each, size blocks) goes to rank k, into its block `rank` of recv; in place allowed. */
   alltoall(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
-    this.check(a, a.send, recv);
-    return this.call('alltoall', a, this.size * a.count * DTYPE_BYTES[a.dtype], this.chooseCopy(a.algorithm), (c, alg) => algo.alltoall(c, alg, a.send, recv, a.count, a.dtype));
+    let bytes = 0;
+    try {
+      bytes = this.size * this.checkCall(a);
+      this.checkBuffers(a.dtype, a.send, bytes, recv, bytes, 0);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('alltoall', a, bytes, this.chooseCopy(a.algorithm), printWord0('alltoall', a.dtype, undefined, recv === a.send, undefined), (c, alg) => algo.alltoall(c, alg, a.send, recv, a.count, a.dtype));
   }
 
   /** Resolves once every rank called barrier (and the stream reached it). */
   barrier(options: CallOptions = {}): Promise<CollectiveResult> {
-    if (options.stream !== undefined) assertHandle('stream', options.stream);
-    return this.call('barrier', options, 0, this.size === 1 ? 'local' : 'one-shot', async (c) => {
+    try {
+      this.checkOptions(options);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call('barrier', options, 0, this.size === 1 ? 'local' : 'one-shot', printWord0('barrier', undefined, undefined, false, undefined), async (c) => {
       await c.streamDone();
       const others = [...Array(this.size).keys()].filter((k) => k !== this.rank);
       c.sync.signal(others, c.seq, 0);
@@ -416,16 +503,46 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.control.abort(this.wrap(reason), true);
   }
 
-  /** Says goodbye to the peers, waits for this rank's queued work, frees the scratch, and closes the transport it made. */
-  async close(): Promise<void> {
-    if (this.closed) return this.released;
+  /**
+   * Closes this rank's side. Calls in flight get CLOSE_DRAIN_MS to finish
+   * (then they and every rank's matching calls are aborted, SMCUDA_CLOSED);
+   * the peers are told (BYE with the last call made here: a peer's call after
+   * it fails at once with SMCUDA_PEER_CLOSED); once the GPU is done with the
+   * communicator's work, its scratch, kernels and events are freed, and the
+   * Transport it made (create(), fromEnv()) is closed with the driver that
+   * Transport opened. A driver or endpoints the caller passed in stay open.
+   * Later calls reject with SMCUDA_CLOSED.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.closeNow();
+    return this.closing;
+  }
+
+  private async closeNow(): Promise<void> {
     this.closed = true;
-    this.control.stop();
+    if (this.unsettledCount > 0 && !this.abortError && !(await this.allSettled(CLOSE_DRAIN_MS))) {
+      const first = this.unsettled.slice(this.unsettledHead).find((p) => !p.settled);
+      const what = first ? `call #${first.seq} (${first.op})` : 'a call';
+      this.control.abort(new CommunicatorAbortedError(`rank ${this.rank} (pid ${process.pid}) closed its communicator with ${what} still in flight after ${CLOSE_DRAIN_MS} ms`, this.rank, 'SMCUDA_CLOSED', { failedPid: process.pid }), true);
+    }
+    this.control.stop(this.seq);
     const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
     for (const w of this.abortWaiters) w(closed);
     this.abortWaiters.clear();
-    this.failAll(closed);
+    if (!this.abortError) this.failAll(closed);
     return this.aborting ?? this.release();
+  }
+
+  /** Resolves true once no call is in flight, false after `ms`. */
+  private allSettled(ms: number): Promise<boolean> {
+    if (this.unsettledCount === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), ms);
+      this.settledWaiters.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
   }
 
   // ------------------------------------------------------------------ internals
@@ -446,31 +563,62 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return (forced ?? this.forced) === 'staged' ? 'staged' : 'one-shot';
   }
 
-  private check(a: { count: number; dtype: DType } & CallOptions, send: DevicePtr, recv: DevicePtr, op?: ReduceOp): void {
+  /** Checks a call's dtype, op, count and options; returns the bytes of `count` elements. */
+  private checkCall(a: { count: number; dtype: DType } & CallOptions, op?: ReduceOp): number {
     if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
-      // Every rank has the same driver build, so every rank refuses the same call before it starts: nothing to abort.
       throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
     }
     if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
     if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
-    this.checkBuffer(send, a.count, a.dtype);
-    if (recv !== send) this.checkBuffer(recv, a.count, a.dtype);
+    this.checkOptions(a);
+    return a.count * DTYPE_BYTES[a.dtype];
+  }
+
+  private checkOptions(a: CallOptions): void {
     if (a.stream !== undefined) assertHandle('stream', a.stream);
     if (a.timeoutMs !== undefined) positive('timeoutMs', a.timeoutMs, 0);
     if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm)) throw new ArgumentTypeError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(a.algorithm)}`);
   }
 
   /**
-   * A device pointer aligned to the element size: a mask, not a bigint
-   * remainder (no BigInt(size) and division per pointer), and no array of the
-   * pointers. allreduce() and its checks in a CPU profile on the simulator,
-   * driver calls made no-ops, 8 B: 0.69 -> 0.38 µs a call.
+   * A call's two buffers: device pointers aligned to the element size, each
+   * inside one live allocation of this process for as many bytes as the call
+   * reads or writes there (0: not touched on this rank), and either apart or
+   * in place (`b + inPlaceAt` is `a`: allgather's send inside its recv, reduce-scatter's recv inside its send): a partial overlap would let the call
+   * overwrite input it has not read yet.
    */
-  private checkBuffer(p: DevicePtr, count: number, dtype: DType): void {
+  private checkBuffers(dtype: DType, a: DevicePtr, aBytes: number, b: DevicePtr, bBytes: number, inPlaceAt: number): void {
+    this.checkPointer(a, dtype);
+    if (b === a && inPlaceAt === 0) {
+      const bytes = Math.max(aBytes, bBytes);
+      if (bytes > 0) this.known.check({ ptr: a, length: bytes }, 'send');
+      return;
+    }
+    this.checkPointer(b, dtype);
+    if (aBytes > 0) this.known.check({ ptr: a, length: aBytes }, 'send');
+    if (bBytes > 0) this.known.check({ ptr: b, length: bBytes }, 'recv');
+    if (aBytes === 0 || bBytes === 0) return;
+    const aEnd = a + BigInt(aBytes);
+    const bEnd = b + BigInt(bBytes);
+    if (a < bEnd && b < aEnd && a !== b + BigInt(inPlaceAt)) {
+      throw new ArgumentRangeError(`the call's buffers overlap without being in place (0x${a.toString(16)}+${aBytes} and 0x${b.toString(16)}+${bBytes}): pass the same buffer for an in-place call, or two that do not overlap`);
+    }
+  }
+
+  /**
+   * A device pointer aligned to the element size: a mask, not a bigint
+   * remainder (no BigInt(size) and division per pointer).
+   */
+  private checkPointer(p: DevicePtr, dtype: DType): void {
     assertPtr('buffer', p);
-    const es = DTYPE_BYTES[dtype];
-    if (count > 0 && es > 1 && (p & ALIGN_MASK[dtype]) !== 0n) throw new ArgumentRangeError(`device pointers must be aligned to the element size (${es} bytes for ${dtype}), got 0x${p.toString(16)}`);
+    if (DTYPE_BYTES[dtype] > 1 && (p & ALIGN_MASK[dtype]) !== 0n) throw new ArgumentRangeError(`device pointers must be aligned to the element size (${DTYPE_BYTES[dtype]} bytes for ${dtype}), got 0x${p.toString(16)}`);
+  }
+
+  /** A bad call on this rank fails every rank (their matching call would wait for it): aborts, and returns `err` to throw. */
+  private refuse(err: unknown): unknown {
+    if (!this.closed && !this.abortError) this.control.abort(this.wrap(err as Error), true);
+    return err;
   }
 
   private checkRoot(root: unknown): void {
@@ -501,20 +649,33 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * (Before: a setTimeout, an abort waiter, closures, an object spread and
    * three promise chains per call.)
    */
-  private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, algorithm: Algorithm, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
+  private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, algorithm: Algorithm, word0: number, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
     const seq = ++this.seq;
+    // Published before anything of the call is queued: the later of two ranks making different calls finds it here.
+    const count = o.count ?? 0;
+    const mismatch = this.check.made(seq, word0, count >>> 0, count > 0xffffffff ? Math.floor(count / 2 ** 32) : 0);
+    if (mismatch !== undefined) {
+      this.mismatch(mismatch);
+      return Promise.reject(this.abortError);
+    }
+    if (this.departed.size > 0) {
+      for (const [peer, last] of this.departed) {
+        if (seq <= last) continue;
+        this.peerClosed(peer, last, seq);
+        return Promise.reject(this.abortError);
+      }
+    }
     const stream = o.stream ?? 0n;
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
     const started = performance.now();
     const onDevice = op !== 'barrier' && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
     const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
     if (capturing && !onDevice) {
-      // Every rank has the same scratch mapping and driver, so every rank refuses the same call: nothing to abort.
-      return Promise.reject(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`));
+      return Promise.reject(this.refuse(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`)));
     }
-    const p = new PendingCall(this.markReached, op, algorithm, bytes, o.dtype, o.count, seq, started, timeoutMs);
+    const p = new PendingCall(this.markReached, op, algorithm, bytes, o.dtype, o.count, seq, started, timeoutMs, stream);
     const promise = new Promise<CollectiveResult>((resolve, reject) => {
       p.resolve = resolve;
       p.reject = reject;
@@ -585,11 +746,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private track(p: PendingCall): void {
     this.unsettled.push(p);
     this.unsettledCount++;
-    if (this.watchdog !== undefined && this.watchdogAt <= p.deadline) {
+    const at = Math.min(p.deadline, p.started + STALL_CHECK_MS);
+    if (this.watchdog !== undefined && this.watchdogAt <= at) {
       this.watchdog.ref();
       return;
     }
-    this.armWatchdog(p.deadline);
+    this.armWatchdog(at);
   }
 
   /** After `settled` was set. */
@@ -606,8 +768,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       h = 0;
     }
     this.unsettledHead = h;
-    // Armed for a deadline that no longer matters: it must not keep the process alive (it re-checks when it fires).
-    if (this.unsettledCount === 0) this.watchdog?.unref();
+    if (this.unsettledCount === 0) {
+      // Armed for a deadline that no longer matters: it must not keep the process alive (it re-checks when it fires).
+      this.watchdog?.unref();
+      for (const w of this.settledWaiters.splice(0)) w();
+    }
   }
 
   /**
@@ -625,24 +790,82 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.watchdog = setTimeout(() => this.checkDeadlines(), Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(at - performance.now()))));
   }
 
+  /**
+   * The watchdog: a call in flight STALL_CHECK_MS is compared with the other
+   * ranks' again (a mismatch that stalled the GPUs fails now, as a
+   * mismatch); one past its deadline aborts the communicator, naming the
+   * ranks that never made it.
+   */
   private checkDeadlines(): void {
     this.watchdog = undefined;
     this.watchdogAt = Infinity;
+    if (this.abortError) return;
     const now = performance.now();
     let next = Infinity;
     const q = this.unsettled;
     for (let i = this.unsettledHead; i < q.length; i++) {
       const p = q[i]!;
       if (p.settled) continue;
+      if (!p.stallChecked && p.started + STALL_CHECK_MS <= now) {
+        p.stallChecked = true;
+        const v = this.check.verify(p.seq);
+        if (v !== true && v !== false) return this.mismatch(v);
+      }
       if (p.deadline <= now) {
-        const err = new CommunicatorTimeoutError(`rank ${this.rank}: ${p.op} #${p.seq} did not complete within ${p.timeoutMs} ms (a rank is stuck, or the ranks made different calls)`);
+        const v = this.check.verify(p.seq);
+        if (v !== true && v !== false) return this.mismatch(v);
+        const missing = this.check.missing(p.seq);
+        const who = missing.length > 0 ? `rank${missing.length === 1 ? '' : 's'} ${missing.join(', ')} never made call #${p.seq}` : 'every rank made it: a rank is stuck on its GPU or host';
+        const err = new CommunicatorTimeoutError(`rank ${this.rank}: ${p.op} #${p.seq} did not complete within ${p.timeoutMs} ms (${who})`);
         // The abort fails every call in flight, this one first.
         this.failCall(p, err);
         return;
       }
-      if (p.deadline < next) next = p.deadline;
+      next = Math.min(next, p.deadline, p.stallChecked ? Infinity : p.started + STALL_CHECK_MS);
     }
     if (next !== Infinity) this.armWatchdog(next);
+  }
+
+  /** Two ranks made different calls: every rank's call fails with the mismatch (the first rank to see one tells the others). */
+  private mismatch(m: Mismatch): void {
+    if (this.abortError) return;
+    this.control.abort(new CallMismatchError(mismatchMessage(m), this.rank, m.seq, m.ranks, m.fields, { failedPid: process.pid }), true);
+  }
+
+  /** A peer closed after its call `last`, and this rank made call `seq` after it: that call can never complete. */
+  private peerClosed(peer: number, last: number, seq: number): void {
+    if (this.abortError) return;
+    const pid = this.endpoints.get(peer)?.peerPid;
+    const err = new CommunicatorAbortedError(`rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and rank ${this.rank} made call #${seq}: every rank must make the same calls before it closes`, peer, 'SMCUDA_PEER_CLOSED', { failedPid: pid });
+    this.control.abort(err, true);
+  }
+
+  /** A peer said BYE: calls this rank made after its last fail now. */
+  private onDeparted(peer: number, last: number): void {
+    this.departed.set(peer, last);
+    if (this.seq > last && !this.closed) this.peerClosed(peer, last, last + 1);
+  }
+
+  /** A peer's call prints arrived (message boards): compares them, then completes the calls that waited for them. */
+  private onPrints(peer: number, first: number, words: number[]): void {
+    const seqs = this.prints.arrive(peer, first, words);
+    for (const seq of seqs) {
+      const m = this.check.compare(peer, seq);
+      if (m) return this.mismatch(m);
+    }
+    const q = this.awaitingPrints;
+    while (q.length > 0) {
+      const p = q[0]!;
+      if (p.settled) {
+        q.shift();
+        continue;
+      }
+      const v = this.check.verify(p.seq);
+      if (v === false) return;
+      q.shift();
+      if (v !== true) return this.mismatch(v);
+      this.settleCompleted(p);
+    }
   }
 
   /** A device-path call's mark was reached (or failed with the stream's error). */
@@ -652,8 +875,27 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (p.ranOk) this.completeCall(p);
   };
 
+  /** A call's work is done on this rank: it resolves once every rank is known to have made the same call. */
   private completeCall(p: PendingCall): void {
     if (p.settled) return;
+    // After an abort the flags were poisoned: what the call computed is not to be trusted.
+    if (this.abortError) return this.failCall(p, this.abortError);
+    if (this.awaitingPrints.length > 0) {
+      this.awaitingPrints.push(p);
+      return;
+    }
+    const v = this.check.verify(p.seq);
+    if (v === false) {
+      this.awaitingPrints.push(p);
+      return;
+    }
+    if (v !== true) return this.mismatch(v);
+    this.settleCompleted(p);
+  }
+
+  private settleCompleted(p: PendingCall): void {
+    if (p.settled) return;
+    this.prints.done(p.seq);
     p.settled = true;
     this.untrack();
     p.us = Math.round((performance.now() - p.started) * 1000);
@@ -674,24 +916,45 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     p.resolve({ op: p.op, algorithm: p.algorithm, bytes: p.bytes, us: p.us });
   }
 
-  /** Fails a call: its own error aborts the communicator (every rank); the caller gets the abort. */
+  /**
+   * Fails a call: its own error aborts the communicator (every rank), and the
+   * call fails with the abort once the device has left it (failAllDrained).
+   */
   private failCall(p: PendingCall, err: unknown): void {
     if (p.settled) return;
     if (!(err instanceof CommunicatorAbortedError)) {
       const wrapped = this.wrap(err as Error);
-      this.control.abort(wrapped, true); // settles p too, through onAbort, unless the control plane had stopped
-      if (p.settled) return;
-      err = this.abortError ?? wrapped;
+      this.control.abort(wrapped, true); // fails p too, through onAbort, unless the control plane had stopped
+      if (this.abortError) return;
+      err = wrapped;
     }
-    p.settled = true;
-    this.untrack();
-    p.reject(err as Error);
+    this.rejectCall(p, err as Error);
   }
 
-  /** Fails every call in flight with `err` (abort, close). */
+  private rejectCall(p: PendingCall, err: Error): void {
+    if (p.settled) return;
+    p.settled = true;
+    this.untrack();
+    p.reject(err);
+  }
+
+  /** Fails every call in flight with `err` now. */
   private failAll(err: CommunicatorAbortedError): void {
     const calls = this.unsettled.slice(this.unsettledHead);
-    for (const p of calls) this.failCall(p, err);
+    for (const p of calls) this.rejectCall(p, err);
+  }
+
+  /**
+   * After an abort: fails every call in flight once the device has left the
+   * communicator's calls (the poison released their waits), or after
+   * ABORT_DRAIN_MS: what the caller does on the error (free its buffers, queue
+   * other work, close) then never waits behind a flag wait. cuMemFree waits
+   * for the whole device and blocks this thread, which also rewrites the
+   * poison: freeing while a call still waited would never return.
+   */
+  private async failAllDrained(err: CommunicatorAbortedError): Promise<void> {
+    await this.marks.reached(ABORT_DRAIN_MS);
+    this.failAll(err);
   }
 
   /** `work` (the set-up), failing with the communicator's abort, or with a timeout that aborts it. */
@@ -719,9 +982,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private wrap(err: Error): CommunicatorAbortedError {
     if (err instanceof CommunicatorAbortedError) return err;
-    if (err instanceof RankLostError) return new CommunicatorAbortedError(`rank ${err.rank} failed: ${err.message}`, err.rank, err.code, { cause: err });
-    const code = err instanceof SmcudaError ? err.code : 'SMCUDA_ERROR';
-    return new CommunicatorAbortedError(`rank ${this.rank} failed: ${err.message}`, this.rank, code, { cause: err });
+    if (err instanceof RankLostError) {
+      const pid = this.endpoints.get(err.rank)?.peerPid;
+      return new CommunicatorAbortedError(`rank ${err.rank}${pid !== undefined ? ` (pid ${pid})` : ''} failed: ${err.message}`, err.rank, err.code, { cause: err, failedPid: pid });
+    }
+    const code = err instanceof SmcudaError ? err.code : typeof (err as unknown as { code?: unknown }).code === 'string' ? (err as unknown as { code: string }).code : 'SMCUDA_ERROR';
+    return new CommunicatorAbortedError(`rank ${this.rank} (pid ${process.pid}) failed: ${err.message}`, this.rank, code, { cause: err, failedPid: process.pid });
   }
 
   private onAbort(err: CommunicatorAbortedError): void {
@@ -730,12 +996,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     debug('communicator rank %d: aborted: %s', this.rank, err.message);
     for (const w of this.abortWaiters) w(err);
     this.abortWaiters.clear();
-    this.failAll(err);
-    this.emit('abort', err);
-    // Release this rank's streams from flag waits no peer will ever satisfy now.
+    // Release this rank's streams from flag waits no peer will ever satisfy now, then fail the calls.
     this.startPoisoning();
+    const failed = this.failAllDrained(err);
+    this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
-    this.aborting = this.lingerThenRelease();
+    this.aborting = failed.then(() => this.lingerThenRelease());
     void this.aborting.then(() => {
       if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
       // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).
@@ -766,17 +1032,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private release(): Promise<void> {
     this.released ??= (async () => {
-      const drained = await this.drain();
+      await this.drain();
       this.stopPoisoning();
       clearTimeout(this.watchdog);
       this.watchdog = undefined;
       this.device?.close();
+      this.prints.close();
       // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the
       // scratch. (The caller's streams are not synchronised: they may be destroyed by now.)
-      if (drained) {
-        this.pipeline?.close();
-        this.scratch?.release();
-      }
+      this.pipeline?.close();
+      this.scratch?.release();
       try {
         this.kernels.unload();
         this.marks.destroy();
@@ -794,17 +1059,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /**
    * Waits for the calls in flight to leave the device: each either completes
-   * or, once the communicator aborted (or, closing, after the call timeout),
-   * has its flag waits released by the poison. False if they still had not
-   * after DRAIN_LIMIT_MS: then the scratch is left allocated rather than
-   * freed under a stream that may still use it (a blocking synchronize would
-   * hang).
+   * or, once the communicator aborted (or, closing, after CLOSE_DRAIN_MS), has
+   * its flag waits released by the poison. Memory is freed only after that:
+   * never under a stream that may still use it, and never left allocated.
    */
-  private async drain(): Promise<boolean> {
-    if (!this.abortError && !(await this.marks.reached(this.timeoutMs))) this.startPoisoning();
-    const ok = await this.marks.reached(DRAIN_LIMIT_MS);
-    if (!ok) debug('communicator rank %d: %d call(s) still on the device after %d ms: the scratch is not freed', this.rank, this.marks.inFlight, DRAIN_LIMIT_MS);
-    return ok;
+  private async drain(): Promise<void> {
+    if (!this.abortError && !(await this.marks.reached(CLOSE_DRAIN_MS))) this.startPoisoning();
+    while (!(await this.marks.reached(DRAIN_REPORT_MS))) {
+      debug('communicator rank %d: %d call(s) still on the device after %d ms of poisoning: waiting for them before freeing the scratch', this.rank, this.marks.inFlight, DRAIN_REPORT_MS);
+    }
   }
 
   /** Writes the poison into this rank's flags now and every POISON_TICK_MS (each passed wait resets its slot) until released. */

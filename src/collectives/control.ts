@@ -7,21 +7,35 @@
  * reaches every other rank with its original code and message.
  *
  * A peer whose endpoint closes without saying BYE is lost: the communicator
- * aborts. One that said BYE (closed its communicator) aborts only a later
- * wait that needs it.
+ * aborts. One that said BYE (closed its communicator) names the last call it
+ * made: the communicator fails the calls after it (control's owner decides).
+ *
+ * Every message is checked against its schema before use (control-schema.ts):
+ * a peer that sends anything else (not JSON, a device buffer, an unknown
+ * type, a rank out of range, more step signals than any honest peer could
+ * have outstanding) aborts the communicator with SMCUDA_PROTOCOL naming it,
+ * rather than crashing this process or silently going deaf to it.
  */
 import type { Endpoint } from '../endpoint.js';
-import { CommunicatorAbortedError, PeerLostError } from '../errors.js';
+import { CallMismatchError, CommunicatorAbortedError, PeerLostError, ProtocolError } from '../errors.js';
+import { parseControl, type ControlMessage } from './control-schema.js';
 
 /** Tags reserved on the communicator's endpoints (not for the application's own messages). */
 export const CONTROL_TAG = 0xfffffff0;
 export const DATA_TAG = 0xfffffff1;
 
-type ControlMessage =
-  | { t: 'sig'; seq: number; step: number }
-  | { t: 'put'; key: string; value: unknown }
-  | { t: 'abort'; rank: number; code: string; message: string }
-  | { t: 'bye' };
+/** Messages held for waits not made yet (step signals of calls this rank has not reached, set-up values): at most this many. */
+export const MAX_HELD_MESSAGES = 16_384;
+
+/** What the owner of a control plane is told besides aborts. */
+export interface ControlEvents {
+  /** Called once with the error every call now fails with. */
+  onAbort(err: CommunicatorAbortedError): void;
+  /** A peer closed its communicator after making calls 1 to `lastSeq`. */
+  onDeparted(peer: number, lastSeq: number): void;
+  /** A peer's call prints (message-print-board.ts). */
+  onPrints(peer: number, first: number, words: number[]): void;
+}
 
 /** How ranks wait for each other between the steps of a collective: host frames today, device flags later. */
 export interface RankSync {
@@ -39,7 +53,6 @@ interface Waiter {
 }
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
 export class ControlPlane implements RankSync {
   /** Messages by key ('s:<seq>:<step>' or 'p:<key>'), then by sending rank. */
@@ -54,10 +67,14 @@ export class ControlPlane implements RankSync {
 
   constructor(
     readonly rank: number,
+    readonly size: number,
     private readonly peers: ReadonlyMap<number, Endpoint>,
-    /** Called once, with the error every call now fails with. */
-    private readonly onAbort: (err: CommunicatorAbortedError) => void,
+    private readonly events: ControlEvents,
   ) {}
+
+  private get onAbort(): (err: CommunicatorAbortedError) => void {
+    return this.events.onAbort;
+  }
 
   start(): void {
     for (const [peer, ep] of this.peers) {
@@ -69,7 +86,7 @@ export class ControlPlane implements RankSync {
           if (this.departed.has(peer)) return this.failDepartedWaits();
           const lost = new PeerLostError(`rank ${peer} (pid ${ep.peerPid}) was lost${err ? `: ${err.message}` : ''}`, { cause: err });
           // Told to every other rank too: they may see this rank close (as it cleans up) before they see the lost one.
-          this.abort(new CommunicatorAbortedError(`rank ${peer} failed: ${lost.message}`, peer, lost.code, { cause: lost }), true);
+          this.abort(new CommunicatorAbortedError(`rank ${peer} failed: ${lost.message}`, peer, lost.code, { cause: lost, failedPid: ep.peerPid }), true);
         });
       };
       ep.on('close', onClose);
@@ -88,15 +105,25 @@ export class ControlPlane implements RankSync {
    */
   private async read(peer: number, ep: Endpoint): Promise<void> {
     while (!this.stopped && !this.aborted) {
-      let msg: ControlMessage;
+      let data: unknown;
       try {
-        const r = await ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal });
-        msg = JSON.parse(decoder.decode(r.data as Uint8Array)) as ControlMessage;
+        data = (await ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal })).data;
       } catch {
         return; // the endpoint closed and nothing is left to read: its 'close' listener decides
       }
-      this.receive(peer, msg);
+      try {
+        this.receive(peer, parseControl(data, this.size));
+      } catch (err) {
+        this.protocolError(peer, ep, err as Error);
+        return;
+      }
     }
+  }
+
+  /** A peer broke the control protocol: the communicator aborts, naming it (its own error, told to the others). */
+  private protocolError(peer: number, ep: Endpoint, err: Error): void {
+    const cause = err instanceof ProtocolError ? err : new ProtocolError(err.message);
+    this.abort(new CommunicatorAbortedError(`rank ${peer} (pid ${ep.peerPid}) failed: ${cause.message}`, peer, cause.code, { cause, failedPid: ep.peerPid }), true);
   }
 
   private receive(peer: number, msg: ControlMessage): void {
@@ -107,18 +134,31 @@ export class ControlPlane implements RankSync {
       case 'put':
         this.arrive(`p:${msg.key}`, peer, msg.value);
         break;
-      case 'abort':
-        this.abort(new CommunicatorAbortedError(`rank ${msg.rank} failed: ${msg.message}`, msg.rank, msg.code), false);
+      case 'fp':
+        this.events.onPrints(peer, msg.s, msg.w);
         break;
+      case 'abort': {
+        const o = { failedPid: msg.pid };
+        const err =
+          msg.code === 'SMCUDA_CALL_MISMATCH' && msg.seq !== undefined
+            ? new CallMismatchError(msg.message, msg.rank, msg.seq, msg.ranks ?? [msg.rank], msg.fields ?? [], o)
+            : new CommunicatorAbortedError(`rank ${msg.rank}${msg.pid !== undefined ? ` (pid ${msg.pid})` : ''} failed: ${msg.message}`, msg.rank, msg.code, o);
+        this.abort(err, false);
+        break;
+      }
       case 'bye':
         this.departed.add(peer);
+        this.events.onDeparted(peer, msg.last ?? Number.MAX_SAFE_INTEGER);
         break;
     }
   }
 
   private arrive(key: string, peer: number, value: unknown): void {
     let m = this.inbox.get(key);
-    if (!m) this.inbox.set(key, (m = new Map()));
+    if (!m) {
+      if (this.inbox.size >= MAX_HELD_MESSAGES) throw new ProtocolError(`more than ${MAX_HELD_MESSAGES} control messages for calls this rank has not made: the peer is making calls no other rank makes`);
+      this.inbox.set(key, (m = new Map()));
+    }
     m.set(peer, value);
     for (const w of this.waiters) {
       if (w.key === key && w.peers.every((p) => m.has(p))) {
@@ -126,6 +166,11 @@ export class ControlPlane implements RankSync {
         w.resolve();
       }
     }
+  }
+
+  /** Sends this rank's call prints (message-print-board.ts) to every peer. */
+  sendPrints(first: number, words: number[]): void {
+    for (const p of this.peers.keys()) this.send(p, { t: 'fp', s: first, w: words });
   }
 
   private send(peer: number, msg: ControlMessage): void {
@@ -193,7 +238,14 @@ export class ControlPlane implements RankSync {
     if (tellPeers) {
       // The first failure as it happened: its rank (this one, or a lost peer) and its original code and message.
       const cause = err.cause instanceof Error ? err.cause : err;
-      for (const p of this.peers.keys()) if (p !== err.failedRank) this.send(p, { t: 'abort', rank: err.failedRank, code: err.causeCode, message: cause.message });
+      const msg: ControlMessage = { t: 'abort', rank: err.failedRank, code: err.causeCode, message: err instanceof CallMismatchError ? err.message : cause.message };
+      if (err.failedPid !== undefined) msg.pid = err.failedPid;
+      if (err instanceof CallMismatchError) {
+        msg.seq = err.seq;
+        msg.ranks = [...err.ranks];
+        msg.fields = [...err.fields];
+      }
+      for (const p of this.peers.keys()) if (p !== err.failedRank) this.send(p, msg);
     }
     for (const w of this.waiters) w.reject(err);
     this.waiters.clear();
@@ -204,10 +256,10 @@ export class ControlPlane implements RankSync {
     return this.aborted;
   }
 
-  /** Says BYE to every peer and stops listening (a normal close). */
-  stop(): void {
+  /** Says BYE (with the last call this rank made) to every peer and stops listening (a normal close). */
+  stop(lastSeq: number): void {
     if (this.stopped) return;
-    if (!this.aborted) for (const p of this.peers.keys()) this.send(p, { t: 'bye' });
+    if (!this.aborted) for (const p of this.peers.keys()) this.send(p, { t: 'bye', last: lastSeq });
     this.stopped = true;
     this.reading.abort();
     for (const off of this.offs.splice(0)) off();

@@ -29,8 +29,6 @@ export interface CallShared {
   endpoint(rank: number): Endpoint;
   streamDone(stream: StreamHandle): Promise<void>;
   copied(bytes: number): void;
-  /** Throws unless [ptr, ptr + bytes) is live device memory of this process (paths/allocation-ranges.ts). */
-  checkInput(ptr: DevicePtr, bytes: number): void;
 }
 
 /** The context of one call (CallContext), over what the communicator's calls share. */
@@ -76,9 +74,6 @@ export class CallState implements CallContext {
   copied(bytes: number): void {
     this.shared.copied(bytes);
   }
-  checkInput(ptr: DevicePtr, bytes: number): void {
-    this.shared.checkInput(ptr, bytes);
-  }
 }
 
 /** The record of a completed call (stats().last, traces, the 'collective' event). */
@@ -102,6 +97,8 @@ export class PendingCall implements MarkWaiter {
   /** run() resolved (the device path: its work is queued) and the stream reached the call's mark. */
   ranOk = false;
   marked = false;
+  /** The watchdog compared this call with the other ranks' once it had been in flight a while. */
+  stallChecked = false;
   us = 0;
   readonly deadline: number;
   ran!: Promise<void>;
@@ -118,6 +115,7 @@ export class PendingCall implements MarkWaiter {
     /** performance.now() when the call was made. */
     readonly started: number,
     readonly timeoutMs: number,
+    readonly stream: StreamHandle,
   ) {
     this.deadline = started + timeoutMs;
   }

@@ -23,19 +23,23 @@ async function rejection(p: Promise<unknown>): Promise<CommunicatorAbortedError>
 }
 
 describe('a failing rank fails every rank', () => {
-  it('a driver error inside one rank\'s call reaches every rank with its code', async () => {
+  it('a driver error in one rank\'s call (a pointer that is no device memory) reaches every rank with its code, rank and pid', async () => {
     w = await makeWorld(3);
     const bufs = w.sides.map((s) => s.driver.memAlloc(1024));
-    const calls = w.comms.map((c, r) => c.allreduce({ send: r === 1 ? 0x7777_0000n : bufs[r]!, recv: bufs[r]!, count: 256, dtype: 'f32', op: 'sum' }));
-    const errs = await Promise.all(calls.map(rejection));
+    const others = [0, 2].map((r) => w!.comms[r]!.allreduce({ send: bufs[r]!, count: 256, dtype: 'f32', op: 'sum' }));
+    // Checked before anything is queued: the caller gets the driver's error at once, and every rank the abort.
+    expect(() => w!.comms[1]!.allreduce({ send: 0x7777_0000n, recv: bufs[1]!, count: 256, dtype: 'f32', op: 'sum' })).toThrow(expect.objectContaining({ code: 'CUDA_ERROR_INVALID_VALUE' }));
+    const errs = await Promise.all(others.map(rejection));
     for (const e of errs) {
       expect(e.failedRank).toBe(1);
+      expect(e.failedPid).toBe(process.pid);
       expect(e.causeCode).toBe('CUDA_ERROR_INVALID_VALUE');
       expect(e.code).toBe('SMCUDA_COMM_ABORTED');
+      expect(e.message).toMatch(/rank 1 \(pid \d+\) failed: .*not device memory/);
     }
-    expect((errs[1]!.cause as Error & { code: string }).code).toBe('CUDA_ERROR_INVALID_VALUE');
-    // Later calls fail at once with the same error.
+    // Later calls fail at once with the same error, on the failed rank too.
     expect(await rejection(w.comms[0]!.barrier())).toBe(errs[0]);
+    expect((await rejection(w.comms[1]!.barrier())).causeCode).toBe('CUDA_ERROR_INVALID_VALUE');
   });
 
   it('abort() on one rank fails the others\' pending calls with its reason', async () => {
@@ -43,7 +47,7 @@ describe('a failing rank fails every rank', () => {
     const pending = [w.comms[0]!.barrier(), w.comms[2]!.barrier()];
     w.comms[1]!.abort(new Error('the data loader failed'));
     for (const e of await Promise.all(pending.map(rejection))) {
-      expect(e.message).toMatch(/rank 1 failed: the data loader failed/);
+      expect(e.message).toMatch(/rank 1 \(pid \d+\) failed: the data loader failed/);
       expect(e.failedRank).toBe(1);
     }
   });
@@ -118,12 +122,16 @@ describe('a failing rank fails every rank', () => {
     await Promise.all(w.comms.map((c) => c.close()));
   });
 
-  it('a rank that closed normally fails a later call that needs it, not the calls before', async () => {
+  it('a rank that closed normally fails a later call that needs it at once (SMCUDA_PEER_CLOSED), not the calls before', async () => {
     w = await makeWorld(2);
     await Promise.all(w.comms.map((c) => c.barrier()));
     await w.comms[1]!.close();
+    const t0 = performance.now();
     const e = await rejection(w.comms[0]!.barrier());
-    expect(e.message).toMatch(/rank 1 closed its communicator/);
+    expect(performance.now() - t0).toBeLessThan(1000);
+    expect(e.causeCode).toBe('SMCUDA_PEER_CLOSED');
+    expect(e.failedRank).toBe(1);
+    expect(e.message).toMatch(/rank 1 \(pid \d+\) closed its communicator after call #1/);
     expect(await rejection(w.comms[1]!.barrier())).toBeInstanceOf(CommunicatorAbortedError);
   });
 

@@ -80,7 +80,7 @@ describe('collectives in a CUDA graph (simulated driver)', () => {
     });
   });
 
-  it('a staged call refuses capture with SMCUDA_CAPTURE_UNSUPPORTED, and the communicator goes on', async () => {
+  it('a staged call refuses capture with SMCUDA_CAPTURE_UNSUPPORTED, and that aborts the communicator on every rank', async () => {
     const w = await makeWorld(2, { ipcOpenFails: true, timeoutMs: 20_000 });
     worlds.push(w);
     expect(w.comms[0]!.stats().steps).toBe('host');
@@ -94,6 +94,7 @@ describe('collectives in a CUDA graph (simulated driver)', () => {
       return p;
     });
     for (const p of results) await expect(p).rejects.toMatchObject({ code: 'SMCUDA_CAPTURE_UNSUPPORTED' });
-    await Promise.all(w.comms.map((c) => c.barrier()));
+    // One rank's refused call would leave the others' matching call waiting: the refusal aborts every rank.
+    for (const c of w.comms) await expect(c.barrier()).rejects.toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_CAPTURE_UNSUPPORTED' });
   });
 });

@@ -40,7 +40,7 @@ propTest.prop(
         case 'allreduce':
           return c.allreduce({ send: buf, count, dtype: 'f32', op: 'sum', ...(algorithm ? { algorithm } : {}) });
         case 'allgather':
-          return c.allgather({ send: buf, recv: buf, count, dtype: 'f32' });
+          return c.allgather({ send: buf + BigInt(4 * count * r), recv: buf, count, dtype: 'f32' }); // in place
         case 'alltoall':
           return c.alltoall({ send: buf, count, dtype: 'f32' });
         default:

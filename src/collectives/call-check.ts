@@ -1,0 +1,151 @@
+/**
+ * Every call checked against every other rank's, always on, at no extra
+ * round trip: each rank publishes its call's print (call-print.ts) before it
+ * queues any work for the call, and compares it with the prints the other
+ * ranks published for the same sequence number.
+ *
+ * The hard case, once. Rank 0 calls allreduce(f32 × 2M) while rank 1 calls
+ * allreduce(f32 × 1M): each queues its steps on its stream and the two GPUs
+ * wait for flags the other never writes (or worse, finish with the wrong
+ * data). Both ranks publish before they queue, and both compare after they
+ * publish, so whichever comes second sees the other's print and fails the
+ * call before its GPU work exists; the abort it sends releases the first
+ * rank's waits (device-sync.ts, poisoning). A call also compares again when
+ * it completes (the other ranks published before their GPUs could have run
+ * the call, so their prints are there by then) and when the watchdog finds it
+ * stalled: a mismatch never resolves as a success, and never waits for the
+ * timeout.
+ *
+ * Where prints live (a PrintBoard): in a table of shared memory every rank
+ * maps (print-table.ts: a store and a few loads a call), or, where the ranks
+ * share no memory (no descriptor channel between them), in control messages,
+ * sent once per turn of the event loop for the calls made in it; a
+ * completion then waits for the peers' prints of its call if they have not
+ * arrived yet.
+ */
+import { decodePrint, differingFields, describePrint, printsAgree, type CallPrint } from './call-print.js';
+
+/** A peer's print of a call, as read from a board. */
+export const PrintRead = {
+  /** Not published yet (as far as this rank can see). */
+  None: 0,
+  Found: 1,
+  /** The slot holds a later call's print: the peer is a whole table ahead, the call cannot be compared. */
+  Overwritten: 2,
+} as const;
+export type PrintRead = (typeof PrintRead)[keyof typeof PrintRead];
+
+/** Where the ranks' prints are published and read. */
+export interface PrintBoard {
+  /** Publishes this rank's print of call `seq`. */
+  publish(seq: number, w0: number, w1: number, w2: number): void;
+  /** Peer `peer`'s print of call `seq`, into out[0..2]. */
+  read(peer: number, seq: number, out: Uint32Array): PrintRead;
+  /** Call `seq` completed on this rank: prints up to it are no longer needed. */
+  done(seq: number): void;
+  close(): void;
+}
+
+/** Two ranks' different calls at the same sequence number. */
+export interface Mismatch {
+  seq: number;
+  /** This rank and the peer whose print differs. */
+  ranks: [number, number];
+  fields: string[];
+  mine: CallPrint;
+  theirs: CallPrint;
+}
+
+/** The message every rank's error carries: both calls, the fields and what to do. */
+export function mismatchMessage(m: Mismatch): string {
+  const [a, b] = m.ranks;
+  return `call #${m.seq} differs between ranks: rank ${a} made ${describePrint(m.mine)}, rank ${b} made ${describePrint(m.theirs)} (${m.fields.join(', ')} differ${m.fields.length === 1 ? 's' : ''}); every rank must make the same collective calls, with the same dtype, count, root and op, in the same order`;
+}
+
+export class CallCheck {
+  /** This rank's own prints, by seq % window: [seq, w0, w1, w2]. */
+  private readonly own: Uint32Array;
+  private readonly window: number;
+  private readonly scratch = new Uint32Array(3);
+
+  constructor(
+    readonly rank: number,
+    readonly size: number,
+    readonly board: PrintBoard,
+    window = 4096,
+  ) {
+    this.window = window;
+    this.own = new Uint32Array(window * 4);
+  }
+
+  /**
+   * Publishes this rank's print of call `seq` and compares it with every
+   * peer's print already published: a mismatch found here fails the call
+   * before any of its work is queued.
+   */
+  made(seq: number, w0: number, w1: number, w2: number): Mismatch | undefined {
+    const at = (seq % this.window) * 4;
+    const own = this.own;
+    own[at] = seq;
+    own[at + 1] = w0;
+    own[at + 2] = w1;
+    own[at + 3] = w2;
+    this.board.publish(seq, w0, w1, w2);
+    for (let k = 0; k < this.size; k++) {
+      if (k === this.rank) continue;
+      const m = this.compare(k, seq);
+      if (m) return m;
+    }
+    return undefined;
+  }
+
+  /**
+   * Call `seq` is complete on this rank: true if every peer's print agrees,
+   * false while some peer's has not arrived (message boards only), or the
+   * mismatch.
+   */
+  verify(seq: number): Mismatch | boolean {
+    for (let k = 0; k < this.size; k++) {
+      if (k === this.rank) continue;
+      const r = this.board.read(k, seq, this.scratch);
+      if (r === PrintRead.None) return false;
+      if (r === PrintRead.Found) {
+        const m = this.against(k, seq);
+        if (m) return m;
+      }
+    }
+    return true;
+  }
+
+  /** The peers whose print of call `seq` this rank cannot see: they have not made it (or, by message, it is on its way). */
+  missing(seq: number): number[] {
+    const out: number[] = [];
+    for (let k = 0; k < this.size; k++) if (k !== this.rank && this.board.read(k, seq, this.scratch) === PrintRead.None) out.push(k);
+    return out;
+  }
+
+  /** A peer's print of `seq` (when it arrives by message): the mismatch, if this rank made that call already. */
+  compare(peer: number, seq: number): Mismatch | undefined {
+    if (this.board.read(peer, seq, this.scratch) !== PrintRead.Found) return undefined;
+    return this.against(peer, seq);
+  }
+
+  /** This rank's print of call `seq`, if it is still in the window. */
+  mine(seq: number): CallPrint | undefined {
+    const at = (seq % this.window) * 4;
+    if (this.own[at] !== seq) return undefined;
+    return decodePrint(this.own[at + 1]!, this.own[at + 2]!, this.own[at + 3]!);
+  }
+
+  /** Compares scratch (peer `peer`'s print of `seq`) with this rank's own, if made. */
+  private against(peer: number, seq: number): Mismatch | undefined {
+    const at = (seq % this.window) * 4;
+    const own = this.own;
+    if (own[at] !== seq) return undefined; // not made here yet: the later of the two compares
+    const t = this.scratch;
+    if (printsAgree(own[at + 1]!, own[at + 2]!, own[at + 3]!, t[0]!, t[1]!, t[2]!)) return undefined;
+    const mine = decodePrint(own[at + 1]!, own[at + 2]!, own[at + 3]!);
+    const theirs = decodePrint(t[0]!, t[1]!, t[2]!);
+    return { seq, ranks: [this.rank, peer], fields: differingFields(mine, theirs), mine, theirs };
+  }
+}
