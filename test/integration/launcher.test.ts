@@ -16,6 +16,7 @@ import type { RunReport } from '../../src/cli/run.js';
 import { CLI, smcuda } from '../helpers/cli.js';
 
 const RANK = fileURLToPath(new URL('../fixtures/run-rank.mjs', import.meta.url));
+const COMM_RANK = fileURLToPath(new URL('../fixtures/comm-rank.mjs', import.meta.url));
 const SIM_UUID = (i: number) => `GPU-5170a11e-000${i}-4000-8000-00000000000${i}`;
 
 interface RankLine {
@@ -113,6 +114,20 @@ describe('smcuda run', () => {
     const lines = rankLines(r.stdout);
     for (let k = 0; k < 4; k++) expect(alive(lines.get(k)![0]!.pid!)).toBe(false);
     expect(existsSync(lines.get(0)![0]!.dir!)).toBe(false);
+  }, 60_000);
+
+  it('a rank killed mid-allreduce: the communicators of the others abort and they exit by themselves, well inside the grace; exit 137', async () => {
+    const started = Date.now();
+    const r = await smcuda(['run', '-n', '3', '--grace', '30000', '--json', COMM_RANK], { COMM_MODE: 'die', SMCUDA_SIM: '' });
+    expect(r.code, r.stderr).toBe(137); // 128 + SIGKILL
+    expect(Date.now() - started).toBeLessThan(25_000); // before the grace ran out: nobody was signalled
+    const s = summary(r.stdout);
+    expect(s).toMatchObject({ firstFailure: 2, exitCode: 137 });
+    expect(s.ranks[2]).toMatchObject({ signal: 'SIGKILL', stoppedBy: null });
+    for (const k of [0, 1]) {
+      expect(s.ranks[k]).toMatchObject({ signal: null, stoppedBy: null }); // ended by itself
+      expect(r.stdout).toMatch(new RegExp(`^\\[${k}\\] \\{"rank":${k},"error":\\{"code":"SMCUDA_COMM_ABORTED"`, 'm'));
+    }
   }, 60_000);
 
   it('SIGINT to the launcher stops every rank and leaves nothing: exit 130, no rank alive, rendezvous removed', async () => {
