@@ -43,7 +43,7 @@ import { asTypeOfInto, type MessageInfo, messageInfo, type Received, type Receiv
 import { RgetDecoder } from './wire/codec.js';
 import { Feature, FinStatus, type Frame, FrameType, type HelloFrame, type NegotiationFrame, SegmentKind } from './wire/frames.js';
 import { RgetPath } from './paths/rget.js';
-import { Registrations, type Registration } from './persistent/registrations.js';
+import { Registrations, type RegisterOptions, type Registration } from './persistent/registrations.js';
 import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
 import { Watchdog } from './persistent/watchdog.js';
 import { closeFdQuietly } from './cuda/close-fd.js';
@@ -437,10 +437,12 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * registration). Resolves once the peer's buffer is mapped here: the
    * registration holds both, and stays mapped until both sides called
    * `deregister()`. Needs a driver with stream memory operations on both
-   * sides (SMCUDA_PERSISTENT_UNSUPPORTED otherwise).
+   * sides (SMCUDA_PERSISTENT_UNSUPPORTED otherwise). `options.timeoutMs`
+   * (default 30 000) bounds the wait for the peer's call; a call that fails
+   * on either side fails on both, and the next pair still matches.
    */
-  register(buffer: DeviceBuffer): Promise<Registration> {
-    return this.registrations.register(buffer);
+  register(buffer: DeviceBuffer, options?: RegisterOptions): Promise<Registration> {
+    return this.registrations.register(buffer, options);
   }
 
   /**
@@ -449,7 +451,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * the peer makes the matching call with the other role, the same length,
    * in the same order. `start(stream)` queues one round as stream operations
    * only, so it can be captured in a CUDA graph and replayed without host
-   * work; see docs/persistent.md.
+   * work; `options.timeoutMs` (default 30 000) bounds the wait for the
+   * peer's call, and a call that fails on either side fails on both; see
+   * docs/persistent.md.
    */
   persistent(reg: Registration, options: PersistentOptions): Promise<PersistentTransfer> {
     return this.transfers.create(reg, options);
@@ -541,6 +545,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return;
       case FrameType.REG_OFFER:
       case FrameType.REG_RELEASE:
+      case FrameType.REG_FAIL:
         return this.registrations.onFrame(frame);
       case FrameType.PT_OFFER:
       case FrameType.PT_FAIL:

@@ -12,7 +12,7 @@ export { ANY_TAG } from './matching.js';
 export { isDeviceBuffer, offsetDevice, type DeviceBuffer, type HostBuffer, type MessageBuffer } from './buffers.js';
 export type { TransportOptions, NegotiationOptions, StagingOptions, CacheOptions, PersistentOptions as PersistentTransportOptions } from './options.js';
 export { startGroup, startSequence, PersistentTransfer, type PersistentOptions, type PersistentRole, type PersistentState } from './persistent/transfers.js';
-export type { Registration, RegistrationState } from './persistent/registrations.js';
+export type { Registration, RegistrationState, RegisterOptions } from './persistent/registrations.js';
 export type { CopyKernelStats, EndpointStats, DataPath } from './endpoint-stats.js';
 export type { ControlChannel, ControlChannelEvents } from './channel/channel.js';
 export type * from './cuda/driver.js';

@@ -5,23 +5,36 @@
  *
  * Registration is collective, as NCCL's user-buffer registration: both
  * sides call `endpoint.register(buffer)` in the same order. Each call takes
- * the next number, sends REG_OFFER describing its own buffer
- * (remote-memory.ts), and resolves once the peer's REG_OFFER of the same
- * number arrived and its buffer is mapped here: the Registration holds both
- * — `local` (ours) and `peer` (theirs, as mapped here).
+ * the next number (paired-calls.ts: a failed call spends it on both sides),
+ * sends REG_OFFER describing its own buffer (remote-memory.ts), and
+ * resolves once the peer's REG_OFFER of the same number arrived and its
+ * buffer is mapped here: the Registration holds both — `local` (ours) and
+ * `peer` (theirs, as mapped here). A call that fails — bad argument,
+ * mapping, no peer call within `timeoutMs` — sends REG_FAIL, so the peer's
+ * call of that number fails at once instead of waiting for ever.
  *
  * Deregistration waits for the work in flight on the registration (the
  * persistent transfers using it finish their starts, then close), sends
  * REG_RELEASE, and waits for the peer's REG_RELEASE before unmapping the
  * peer's buffer: neither side unmaps while the other may still copy
- * through it. A closed endpoint releases everything at once.
+ * through it. A closed endpoint releases each mapping once the GPU work
+ * that used it has completed (its users say when: RegistrationUser.settled).
  */
 import type { Mapping } from '../../cache/index.js';
 import { checkMessageBuffer, isDeviceBuffer, type DeviceBuffer } from '../buffers.js';
 import type { DevicePtr } from '../cuda/driver.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
-import { FrameType, type RegOfferFrame, type RegReleaseFrame } from '../wire/frames.js';
+import { refuseUnknownKeys } from '../option-keys.js';
+import { FrameType, type RegFailFrame, type RegOfferFrame, type RegReleaseFrame } from '../wire/frames.js';
+import { callTimeout, PairedCalls } from './paired-calls.js';
 import { describeForPeer, openRegistered, type RemoteMemoryContext } from './remote-memory.js';
+
+export interface RegisterOptions {
+  /** How long to wait for the peer's matching register() call (ms); default 30 000. */
+  timeoutMs?: number;
+}
+
+const REGISTER_OPTION_KEYS = ['timeoutMs'] as const;
 
 export type RegistrationState = 'registered' | 'deregistering' | 'released';
 
@@ -30,12 +43,21 @@ export interface RegistrationUser {
   /** Resolves once no work of this user is in flight. */
   quiesce(): Promise<void>;
   close(reason: Error): void;
+  /**
+   * Resolves once the GPU has passed every use of the registration this
+   * user made that the host can see (eager rounds, the watchdog's writes);
+   * a user that was captured in a graph also waits `graceMs`, as the host
+   * cannot see the graph's replays.
+   */
+  settled(graceMs: number): Promise<void>;
 }
 
 export class Registration {
   state: RegistrationState = 'registered';
   /** The peer deregistered (REG_RELEASE came). */
   peerReleased = false;
+  /** The peer's matching call failed after this side's had resolved (REG_FAIL came): nothing may use it. */
+  peerFailure: PersistentTransferError | undefined;
   readonly users = new Set<RegistrationUser>();
   private releasing: Promise<void> | undefined;
   private wake: (() => void) | undefined;
@@ -92,10 +114,7 @@ export class Registration {
 }
 
 export class Registrations {
-  private nextId = 1;
-  private readonly waiting = new Map<number, { resolve: (f: RegOfferFrame) => void; reject: (e: Error) => void }>();
-  /** Peer offers whose matching call was not made here yet. */
-  private readonly early = new Map<number, RegOfferFrame>();
+  private readonly calls: PairedCalls<RegOfferFrame>;
   private readonly earlyReleases = new Set<number>();
   private readonly live = new Map<number, Registration>();
   private closeReason: Error | undefined;
@@ -104,7 +123,9 @@ export class Registrations {
     private readonly ctx: RemoteMemoryContext,
     /** Both HELLOs announced Feature.REGISTER. */
     private readonly agreed: boolean,
-  ) {}
+  ) {
+    this.calls = new PairedCalls('register()', ctx.link.peerId, (regId, reason) => this.tellPeer(regId, reason));
+  }
 
   get size(): number {
     return this.live.size;
@@ -116,37 +137,58 @@ export class Registrations {
 
   /** The number the latest register() call took. */
   get lastId(): number {
-    return this.nextId - 1;
+    return this.calls.last;
   }
 
   get(id: number): Registration | undefined {
     return this.live.get(id);
   }
 
-  /** Registers `buf` with the peer (the peer makes the matching call); see the file comment. */
-  async register(buf: DeviceBuffer, internal = false): Promise<Registration> {
-    checkMessageBuffer('buffer', buf);
-    if (!isDeviceBuffer(buf)) throw new ArgumentTypeError('register() takes device memory: { ptr: bigint, length: number }');
-    if (buf.length === 0) throw new ArgumentRangeError('a registered buffer must hold at least 1 byte');
+  /**
+   * Registers `buf` with the peer (the peer makes the matching call); see
+   * the file comment. The number is taken first, so a call that fails here
+   * — even on a bad argument — spends it on both sides.
+   */
+  async register(buf: DeviceBuffer, options?: RegisterOptions, internal = false): Promise<Registration> {
     if (this.closeReason) throw this.closeReason;
     if (!this.agreed) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `peer ${this.ctx.link.peerId} does not register memory (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`);
-    const id = this.nextId++;
-    // Everything up to the REG_OFFER happens in this call, so numbers follow call order.
-    this.ctx.link.sendFrame({ type: FrameType.REG_OFFER, regId: id, ...describeForPeer(this.ctx, buf) });
-    const f = await this.offerOf(id);
-    const mapping = await openRegistered(this.ctx, f);
-    if (f.offset + f.length > mapping.size) {
-      mapping.release();
-      throw new ProtocolError(`REG_OFFER ${id} names bytes ${f.offset}..${f.offset + f.length} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_REGISTRATION');
+    const id = this.calls.take();
+    try {
+      refuseUnknownKeys('register() options', options, REGISTER_OPTION_KEYS);
+      const timeoutMs = callTimeout('register()', options?.timeoutMs);
+      checkMessageBuffer('buffer', buf);
+      if (!isDeviceBuffer(buf)) throw new ArgumentTypeError('register() takes device memory: { ptr: bigint, length: number }');
+      if (buf.length === 0) throw new ArgumentRangeError('a registered buffer must hold at least 1 byte');
+      const failed = this.calls.takePeerFailure(id);
+      if (failed) throw failed;
+      // Everything up to the REG_OFFER happens in this call, so numbers follow call order.
+      this.ctx.link.sendFrame({ type: FrameType.REG_OFFER, regId: id, ...describeForPeer(this.ctx, buf) });
+      const f = await this.calls.offerOf(id, timeoutMs);
+      const mapping = await openRegistered(this.ctx, f);
+      if (f.offset + f.length > mapping.size) {
+        mapping.release();
+        throw new ProtocolError(`REG_OFFER ${id} names bytes ${f.offset}..${f.offset + f.length} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_REGISTRATION');
+      }
+      const reg = new Registration(id, { ptr: buf.ptr, length: buf.length }, { ptr: mapping.ptr + BigInt(f.offset), length: f.length }, mapping, this, internal);
+      // The peer may have given the number up while the mapping opened.
+      const late = this.closeReason ?? this.calls.takePeerFailure(id);
+      if (late) {
+        reg.release();
+        throw late;
+      }
+      this.live.set(id, reg);
+      if (this.earlyReleases.delete(id)) reg.peerDeregistered();
+      return reg;
+    } catch (err) {
+      this.calls.fail(id, err as Error);
+      throw err;
     }
-    const reg = new Registration(id, { ptr: buf.ptr, length: buf.length }, { ptr: mapping.ptr + BigInt(f.offset), length: f.length }, mapping, this, internal);
-    if (this.closeReason) {
-      reg.release();
-      throw this.closeReason;
-    }
-    this.live.set(id, reg);
-    if (this.earlyReleases.delete(id)) reg.peerDeregistered();
-    return reg;
+  }
+
+  /** Spends the next number on an error of this side before any buffer (a flag block that could not be made): the peer's call fails too. */
+  spend(err: Error): void {
+    if (this.closeReason || !this.agreed) return;
+    this.calls.fail(this.calls.take(), err);
   }
 
   /** @internal Registration.deregister. */
@@ -168,7 +210,7 @@ export class Registrations {
     reg.release();
   }
 
-  onFrame(frame: RegOfferFrame | RegReleaseFrame): void {
+  onFrame(frame: RegOfferFrame | RegReleaseFrame | RegFailFrame): void {
     if (!this.agreed) throw new ProtocolError(`peer ${this.ctx.link.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing REGISTER`, 'SMCUDA_BAD_FRAME');
     if (frame.type === FrameType.REG_RELEASE) {
       const reg = this.live.get(frame.regId);
@@ -176,27 +218,45 @@ export class Registrations {
       else this.earlyReleases.add(frame.regId);
       return;
     }
-    const w = this.waiting.get(frame.regId);
-    if (w) {
-      this.waiting.delete(frame.regId);
-      return w.resolve(frame);
+    if (frame.type === FrameType.REG_FAIL) {
+      const reg = this.live.get(frame.regId);
+      if (reg) return this.peerFailedLive(reg, frame.reason);
+      return this.calls.onPeerFailed(frame.regId, frame.reason);
     }
-    if (this.early.has(frame.regId) || this.live.has(frame.regId)) throw new ProtocolError(`peer ${this.ctx.link.peerId} sent REG_OFFER ${frame.regId} twice`, 'SMCUDA_BAD_REGISTRATION');
-    this.early.set(frame.regId, frame);
+    if (this.live.has(frame.regId)) throw new ProtocolError(`peer ${this.ctx.link.peerId} sent REG_OFFER ${frame.regId} twice`, 'SMCUDA_BAD_REGISTRATION');
+    this.calls.onOffer(frame.regId, frame);
+  }
+
+  /**
+   * The peer's call failed after this side's resolved (its check of our
+   * offer, or its mapping, failed): the registration is void — its users
+   * close, and deregister() no longer waits for the peer.
+   */
+  private peerFailedLive(reg: Registration, reason: string): void {
+    const err = new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.ctx.link.peerId}'s matching register() call ${reg.id} failed after this side's resolved: ${reason}; deregister this registration and register again`);
+    reg.peerFailure = err;
+    for (const u of [...reg.users]) u.close(err);
+    reg.peerDeregistered();
+  }
+
+  private tellPeer(regId: number, reason: string): void {
+    try {
+      this.ctx.link.sendFrame({ type: FrameType.REG_FAIL, regId, reason: reason.slice(0, 1000) });
+    } catch {
+      // the channel is gone: the peer's endpoint closes, failing its call
+    }
   }
 
   /**
    * The endpoint closed: pending registrations reject, users are closed, and
-   * every mapping is released — one that users held, once their work in
-   * flight passed and `graceMs` more went by (graph replays already queued
-   * write through it; the host cannot see them).
+   * every mapping is released — one that users held, once the GPU passed
+   * their work on it (RegistrationUser.settled; `graceMs` for users captured
+   * in graphs, whose replays the host cannot see).
    */
   close(reason: Error, graceMs = 0): void {
     if (this.closeReason) return;
     this.closeReason = reason;
-    for (const w of this.waiting.values()) w.reject(reason);
-    this.waiting.clear();
-    this.early.clear();
+    this.calls.close(reason);
     // Every registration's users are taken before any is closed (a closed user leaves them all).
     const regs = [...this.live.values()].map((reg) => ({ reg, users: [...reg.users] }));
     for (const { users } of regs) for (const u of users) u.close(reason);
@@ -207,17 +267,8 @@ export class Registrations {
         reg.release();
         continue;
       }
-      void Promise.all(users.map((u) => u.quiesce())).finally(() => setTimeout(() => reg.release(), graceMs).unref());
+      void Promise.all(users.map((u) => u.settled(graceMs))).finally(() => reg.release());
     }
     this.live.clear();
-  }
-
-  private offerOf(id: number): Promise<RegOfferFrame> {
-    const f = this.early.get(id);
-    if (f) {
-      this.early.delete(id);
-      return Promise.resolve(f);
-    }
-    return new Promise((resolve, reject) => this.waiting.set(id, { resolve, reject }));
   }
 }

@@ -13,17 +13,35 @@
  * transport's watchdog (watchdog.ts) watches it, so a start that cannot
  * finish fails the transfer on both sides within `timeoutMs` instead of
  * hanging a stream.
+ *
+ * Making one is a paired call (paired-calls.ts): it takes its numbers first
+ * — the flag block's registration with the first call, then its own — so a
+ * call that fails on either side (bad argument, driver error, no peer call
+ * within the call's `timeoutMs`) spends them on both and fails both calls
+ * (PT_FAIL), and the next pair still matches. Flag blocks of different
+ * sizes (`persistent.flagSlots` unlike on the two sides) are refused at the
+ * first call on both sides.
+ *
+ * What a transfer used is freed once the GPU passed it, not after a fixed
+ * time: eager starts mark their stream (stream-marks.ts, pooled events),
+ * the flag block goes once those marks and a point on the watchdog's stream
+ * completed. A transfer captured in a graph is the exception: the host
+ * cannot see its replays, so its endpoint's close keeps poisoning its waits
+ * for `graceMs` before freeing.
  */
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
-import type { CudaDriver, DevicePtr, EventHandle, FunctionHandle, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, FunctionHandle, StreamHandle } from '../cuda/driver.js';
 import { flagKernel, type QueuedItem, startGroup, wordsOf } from './start.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
+import { refuseUnknownKeys } from '../option-keys.js';
 import { FrameType, PtRole, type PtFailFrame, type PtOfferFrame } from '../wire/frames.js';
 import { awaitedOffset, peerAwaitedOffset, receiverSteps, senderSteps, SLOT_BYTES, slotAddress, type StartStep } from './flags.js';
-import type { Registration, Registrations } from './registrations.js';
+import { callTimeout, DEFAULT_CALL_TIMEOUT_MS, PairedCalls } from './paired-calls.js';
+import { Registration, type Registrations } from './registrations.js';
 import type { RemoteMemoryContext } from './remote-memory.js';
+import { StreamMarks } from './stream-marks.js';
 import type { Tracer } from '../trace.js';
 import type { WatchedBlock, WatchedTransfer, Watchdog } from './watchdog.js';
 
@@ -47,6 +65,51 @@ export interface PersistentOptions {
    * watchdog either way; each side chooses for itself.
    */
   flags?: 'memops' | 'kernel';
+  /** How long to wait for the peer's matching persistent() call (ms); default 30 000. */
+  timeoutMs?: number;
+}
+
+const PERSISTENT_OPTION_KEYS = ['role', 'length', 'offset', 'flags', 'timeoutMs'] as const;
+
+/** A persistent() call's options, checked. */
+interface CheckedOptions {
+  role: PersistentRole;
+  length: number;
+  offset: number;
+  flagsBy: 'memops' | 'kernel';
+  timeoutMs: number;
+}
+
+function checkOptions(reg: Registration, options: PersistentOptions): CheckedOptions {
+  if (options === null || typeof options !== 'object') throw new ArgumentTypeError("options must be an object like { role: 'send', length }");
+  refuseUnknownKeys('persistent() options', options, PERSISTENT_OPTION_KEYS);
+  const { role, length } = options;
+  const offset = options.offset ?? 0;
+  if (role !== 'send' && role !== 'recv') throw new ArgumentTypeError(`role must be 'send' or 'recv', got ${String(role)}`);
+  for (const [name, v] of [['length', length], ['offset', offset]] as const) {
+    if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentRangeError(`${name} must be a non-negative integer, got ${String(v)}`);
+  }
+  if (offset + length > reg.local.length) throw new ArgumentRangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
+  const flagsBy = options.flags ?? 'memops';
+  if (flagsBy !== 'memops' && flagsBy !== 'kernel') throw new ArgumentTypeError(`flags must be 'memops' or 'kernel', got ${String(flagsBy)}`);
+  return { role, length, offset, flagsBy, timeoutMs: callTimeout('persistent()', options.timeoutMs) };
+}
+
+/** The two halves of transfer `id` agree (roles, length, registration), or SMCUDA_PERSISTENT_MISMATCH. */
+function checkMatch(id: number, peerId: string, reg: Registration, o: CheckedOptions, peer: PtOfferFrame): void {
+  const peerRole = peer.role === PtRole.SEND ? 'send' : 'recv';
+  const mismatch =
+    peerRole === o.role ? `both sides said ${o.role}` : peer.length !== o.length ? `lengths differ (${o.length} here, ${peer.length} there)` : peer.regId !== reg.id ? `the peer names registration ${peer.regId}, this side ${reg.id}` : undefined;
+  if (mismatch) throw new PersistentTransferError('SMCUDA_PERSISTENT_MISMATCH', `persistent transfer ${id} with ${peerId}: the two calls do not match: ${mismatch}`);
+}
+
+/** The call's timeout where it is valid, else the default (the flag block's registration is made before the options are checked). */
+function timeoutOrDefault(options: unknown): number {
+  try {
+    return callTimeout('persistent()', (options as { timeoutMs?: unknown } | null)?.timeoutMs);
+  } catch {
+    return DEFAULT_CALL_TIMEOUT_MS;
+  }
 }
 
 
@@ -70,8 +133,10 @@ export class PersistentTransfer implements WatchedTransfer {
   state: PersistentState = 'armed';
   error: PersistentTransferError | undefined;
   stuckTicks = 0;
-  /** Eager starts (not captured) whose stream has not passed them yet. */
-  private readonly inFlight = new Set<EventHandle>();
+  /** Eager starts (not captured) whose stream has not passed them yet: each its stream's mark. */
+  private readonly inFlight = new Set<Promise<void>>();
+  /** A start of it was captured: graphs may replay it, unseen by the host. */
+  captured = false;
   private readonly steps: StartStep[];
   private readonly failedWaiters: Array<(e: PersistentTransferError) => void> = [];
   /** @internal Called when the transfer is closed: it stops using its registrations. */
@@ -149,24 +214,17 @@ export class PersistentTransfer implements WatchedTransfer {
 
   /** @internal After its start was queued: counts it, and tracks it until the stream passes it (eager starts only). */
   queued(stream: StreamHandle, capturing: boolean): void {
-    const d = this.owner.driver;
     this.starts++;
     this.tell({ type: 'START' });
-    if (capturing) return; // captured: the graph owner synchronizes its replays
-    const ev = d.eventCreate({ disableTiming: true });
-    d.eventRecord(ev, stream);
-    this.inFlight.add(ev);
-    d.whenComplete(ev)
-      .catch(() => undefined)
-      .finally(() => {
-        this.inFlight.delete(ev);
-        if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
-        try {
-          d.eventDestroy(ev);
-        } catch {
-          // the driver closed
-        }
-      });
+    if (capturing) {
+      this.captured = true; // the graph owner synchronizes its replays
+      return;
+    }
+    const done: Promise<void> = this.owner.marks.mark(stream).then(() => {
+      this.inFlight.delete(done);
+      if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
+    });
+    this.inFlight.add(done);
   }
 
   /** @internal */
@@ -203,7 +261,18 @@ export class PersistentTransfer implements WatchedTransfer {
 
   /** Resolves once no eager start of this transfer is in flight. */
   async quiesce(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.race([...this.inFlight].map((ev) => this.owner.driver.whenComplete(ev).catch(() => undefined)));
+    while (this.inFlight.size > 0) await Promise.race(this.inFlight);
+  }
+
+  /**
+   * Resolves once the GPU passed every use of its memory the host can see:
+   * its eager starts and the watchdog's writes so far. Captured: `graceMs`
+   * more, while the watchdog keeps its waits poisoned for replays unseen.
+   */
+  async settled(graceMs: number): Promise<void> {
+    await this.quiesce();
+    if (this.captured) await new Promise((r) => setTimeout(r, graceMs).unref());
+    await this.owner.watchdog.flushed();
   }
 
   /** Waits for eager starts in flight, then closes the transfer on both sides. */
@@ -245,19 +314,23 @@ interface FlagBlock extends WatchedBlock {
 }
 
 export class PersistentTransfers {
-  private nextId = 1;
+  private readonly calls: PairedCalls<PtOfferFrame>;
+  /** The flag block, made (and registered) with the first call; a failed one is made again by the next call. */
   private flags: Promise<FlagBlock> | undefined;
-  private flagAlloc: DevicePtr | undefined;
+  /** Its registration's number, known as soon as the first call is made. */
   private flagRegId = 0;
+  private block: FlagBlock | undefined;
   private unwatch: (() => void) | undefined;
-  private readonly waiting = new Map<number, { resolve: (f: PtOfferFrame) => void; reject: (e: Error) => void }>();
-  private readonly early = new Map<number, PtOfferFrame>();
   private readonly live = new Map<number, PersistentTransfer>();
-  private readonly failedEarly = new Map<number, string>();
+  private readonly reserved = new Set<number>();
+  /** Slots of the block some transfer has had (their words may hold its last values). */
+  private usedSlots = new Set<number>();
   private closeReason: Error | undefined;
   readonly peerId: string;
   readonly driver: CudaDriver;
   readonly tracer: Tracer | undefined;
+  /** @internal Marks of eager starts on their streams (pooled events). */
+  readonly marks: StreamMarks;
 
   constructor(
     private readonly ctx: RemoteMemoryContext,
@@ -268,9 +341,11 @@ export class PersistentTransfers {
     this.peerId = ctx.link.peerId;
     this.driver = ctx.link.driver;
     this.tracer = ctx.link.tracer;
+    this.marks = new StreamMarks(this.driver);
+    this.calls = new PairedCalls('persistent()', this.peerId, (id, reason) => this.tellPeer(id, reason));
   }
 
-  /** How long a closed endpoint keeps its flag block (and the peer's mappings) for replays already queued. */
+  /** How long a closed endpoint keeps poisoning the waits of transfers captured in graphs (their replays are unseen). */
   get graceMs(): number {
     return Math.max(1000, 4 * this.watchdog.timeoutMs);
   }
@@ -280,108 +355,100 @@ export class PersistentTransfers {
     return this.live.size;
   }
 
-  /** Makes this side of a persistent transfer; the peer makes the other, in the same order. */
+  /** Makes this side of a persistent transfer; the peer makes the other, in the same order (see the file comment). */
   async create(reg: Registration, options: PersistentOptions): Promise<PersistentTransfer> {
     if (this.closeReason) throw this.closeReason;
-    if (options === null || typeof options !== 'object') throw new ArgumentTypeError("options must be an object like { role: 'send', length }");
-    const { role, length } = options;
-    const offset = options.offset ?? 0;
-    if (role !== 'send' && role !== 'recv') throw new ArgumentTypeError(`role must be 'send' or 'recv', got ${String(role)}`);
-    for (const [name, v] of [['length', length], ['offset', offset]] as const) {
-      if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentRangeError(`${name} must be a non-negative integer, got ${String(v)}`);
-    }
-    if (offset + length > reg.local.length) throw new ArgumentRangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
-    const flagsBy = options.flags ?? 'memops';
-    if (flagsBy !== 'memops' && flagsBy !== 'kernel') throw new ArgumentTypeError(`flags must be 'memops' or 'kernel', got ${String(flagsBy)}`);
-    if (reg.state !== 'registered') throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is ${reg.state}`);
-    const st = this.driver.gpuDrivenStatus();
-    if (!st.streamMemOps || !st.memOps64) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`);
-    if (flagsBy === 'kernel' && !st.modules) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `flags: 'kernel' needs modules and kernel launch: ${st.reason ?? 'not offered by this driver'}; use flags: 'memops'`);
-    const kernel = flagsBy === 'kernel' ? flagKernel(this.driver) : undefined;
-    // Everything that takes a number (the flag block's registration, this transfer's) happens in this call, in order.
-    const flags = (this.flags ??= this.makeFlags());
-    const id = this.nextId++;
-    const block0 = this.flagAlloc!;
-    const slot = this.freeSlot();
-    // A slot used before holds its last transfer's words (POISON, from its close): zero them, after
-    // the watchdog's writes, before the peer hears of the slot.
-    if (this.usedSlots.has(slot)) this.watchdog.reset(wordsOf(block0 + BigInt(slot * SLOT_BYTES)));
-    this.usedSlots.add(slot);
-    this.ctx.link.sendFrame({ type: FrameType.PT_OFFER, ptId: id, role: role === 'send' ? PtRole.SEND : PtRole.RECV, regId: reg.id, offset, length, flagRegId: this.flagRegId, slot });
-    const reserved = { slot };
-    this.reserved.add(reserved.slot);
-    const actor = startMachine(this, id, role);
+    if (!this.registrations.agreedWithPeer) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `peer ${this.peerId} does not run persistent transfers (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`);
+    // Numbers first, before anything can fail: the flag block's registration (first call), then this transfer's.
+    const flags = this.flagBlock(timeoutOrDefault(options));
+    const id = this.calls.take();
+    let actor: PersistentActor | undefined;
+    let slot: number | undefined;
     try {
-      const [peer, block] = await Promise.all([this.offerOf(id), flags]);
-      if (this.closeReason) throw this.closeReason;
-      const peerRole = peer.role === PtRole.SEND ? 'send' : 'recv';
-      const mismatch =
-        peerRole === role ? `both sides said ${role}` : peer.length !== length ? `lengths differ (${length} here, ${peer.length} there)` : peer.regId !== reg.id ? `the peer names registration ${peer.regId}, this side ${reg.id}` : undefined;
-      if (mismatch) throw new PersistentTransferError('SMCUDA_PERSISTENT_MISMATCH', `persistent transfer ${id} with ${this.peerId}: the two calls do not match: ${mismatch}`);
-      if (peer.offset + peer.length > reg.peer.length) throw new ProtocolError(`PT_OFFER ${id}: bytes ${peer.offset}..${peer.offset + peer.length} exceed the peer's registered ${reg.peer.length}`, 'SMCUDA_BAD_REGISTRATION');
-      const peerFlags = this.registrations.get(peer.flagRegId);
-      if (!peerFlags || peer.slot >= peerFlags.peer.length / SLOT_BYTES) throw new ProtocolError(`PT_OFFER ${id} names flag registration ${peer.flagRegId} slot ${peer.slot}, which it does not hold`, 'SMCUDA_BAD_REGISTRATION');
-      const mine = reg.local.ptr + BigInt(offset);
-      const theirs = reg.peer.ptr + BigInt(peer.offset);
-      const ownSlot = block0 + BigInt(slot * SLOT_BYTES);
-      const peerSlot = peerFlags.peer.ptr + BigInt(peer.slot * SLOT_BYTES);
-      const t = new PersistentTransfer(
-        id,
-        role,
-        length,
-        slot,
-        role === 'send' ? mine : theirs,
-        role === 'send' ? theirs : mine,
-        ownSlot + BigInt(awaitedOffset(role)),
-        peerSlot + BigInt(peerAwaitedOffset(role)),
-        this,
-        reg,
-        peerFlags,
-        actor,
-      );
+      if (!(reg instanceof Registration) || this.registrations.get(reg.id) !== reg) throw new ArgumentTypeError('persistent() takes a Registration this endpoint made (from its register())');
+      const o = checkOptions(reg, options);
+      if (reg.peerFailure) throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is void: ${reg.peerFailure.message}`);
+      if (reg.state !== 'registered') throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is ${reg.state}`);
+      const st = this.driver.gpuDrivenStatus();
+      if (!st.streamMemOps || !st.memOps64) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`);
+      if (o.flagsBy === 'kernel' && !st.modules) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `flags: 'kernel' needs modules and kernel launch: ${st.reason ?? 'not offered by this driver'}; use flags: 'memops'`);
+      const kernel = o.flagsBy === 'kernel' ? flagKernel(this.driver) : undefined;
+      const failed = this.calls.takePeerFailure(id);
+      if (failed) throw failed;
+      const deadline = Date.now() + o.timeoutMs;
+      slot = this.freeSlot();
+      this.reserved.add(slot);
+      // A slot used before holds its last transfer's words (POISON, from its close): zero them, after
+      // the watchdog's writes, before the peer hears of the slot.
+      if (this.usedSlots.has(slot) && this.block) this.watchdog.reset(wordsOf(this.block.ptr + BigInt(slot * SLOT_BYTES)));
+      this.usedSlots.add(slot);
+      this.ctx.link.sendFrame({ type: FrameType.PT_OFFER, ptId: id, role: o.role === 'send' ? PtRole.SEND : PtRole.RECV, regId: reg.id, offset: o.offset, length: o.length, flagRegId: this.flagRegId, slot });
+      actor = startMachine(this, id, o.role);
+      // The block first: its failure (flag slots unlike) is the cause, on both sides, not the peer's PT_FAIL that follows it.
+      const block = await flags;
+      const peer = await this.calls.offerOf(id, Math.max(1, deadline - Date.now()));
+      checkMatch(id, this.peerId, reg, o, peer);
+      const late = this.closeReason ?? this.calls.takePeerFailure(id);
+      if (late) throw late;
+      const t = this.matched(id, reg, o, slot, block, peer, actor);
       t.flagKernel = kernel;
-      block.used[slot] = t;
-      this.live.set(id, t);
-      // Deregistration and the endpoint's close wait for its work on the data and on the flags.
-      const user = { quiesce: () => t.quiesce(), close: (e: Error) => t.closeFor(e) };
-      for (const r of [reg, block.registration, peerFlags]) r.users.add(user);
-      t.onForget = () => {
-        for (const r of [reg, block.registration, peerFlags]) r.users.delete(user);
-      };
-      const early = this.failedEarly.get(id);
-      actor.send({ type: 'MATCHED' });
-      if (early !== undefined) t.fail(new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId} failed persistent transfer ${id}: ${early}`), false);
       return t;
     } catch (err) {
-      this.waiting.delete(id);
-      actor.send({ type: 'FAIL', code: (err as { code?: string }).code ?? 'SMCUDA_PERSISTENT_MISMATCH' });
-      actor.stop();
+      this.calls.fail(id, err as Error);
+      if (actor) {
+        actor.send({ type: 'FAIL', code: (err as { code?: string }).code ?? 'SMCUDA_PERSISTENT_MISMATCH' });
+        actor.stop();
+      }
       throw err;
     } finally {
-      this.reserved.delete(reserved.slot);
+      if (slot !== undefined) this.reserved.delete(slot);
     }
   }
 
-  private readonly reserved = new Set<number>();
-  /** Slots some transfer has had (their words may hold its last values). */
-  private readonly usedSlots = new Set<number>();
-  private block: FlagBlock | undefined;
+  /** Both halves are here: checks they match and makes this side's transfer. */
+  private matched(id: number, reg: Registration, o: CheckedOptions, slot: number, block: FlagBlock, peer: PtOfferFrame, actor: PersistentActor): PersistentTransfer {
+    const { role, length, offset } = o;
+    if (peer.offset + peer.length > reg.peer.length) throw new ProtocolError(`PT_OFFER ${id}: bytes ${peer.offset}..${peer.offset + peer.length} exceed the peer's registered ${reg.peer.length}`, 'SMCUDA_BAD_REGISTRATION');
+    const peerFlags = this.registrations.get(peer.flagRegId);
+    if (!peerFlags || peer.slot >= peerFlags.peer.length / SLOT_BYTES) throw new ProtocolError(`PT_OFFER ${id} names flag registration ${peer.flagRegId} slot ${peer.slot}, which it does not hold`, 'SMCUDA_BAD_REGISTRATION');
+    const mine = reg.local.ptr + BigInt(offset);
+    const theirs = reg.peer.ptr + BigInt(peer.offset);
+    const ownSlot = block.ptr + BigInt(slot * SLOT_BYTES);
+    const peerSlot = peerFlags.peer.ptr + BigInt(peer.slot * SLOT_BYTES);
+    const t = new PersistentTransfer(
+      id,
+      role,
+      length,
+      slot,
+      role === 'send' ? mine : theirs,
+      role === 'send' ? theirs : mine,
+      ownSlot + BigInt(awaitedOffset(role)),
+      peerSlot + BigInt(peerAwaitedOffset(role)),
+      this,
+      reg,
+      peerFlags,
+      actor,
+    );
+    block.used[slot] = t;
+    this.live.set(id, t);
+    // Deregistration and the endpoint's close wait for its work on the data and on the flags.
+    const user = { quiesce: () => t.quiesce(), close: (e: Error) => t.closeFor(e), settled: (graceMs: number) => t.settled(graceMs) };
+    for (const r of [reg, block.registration, peerFlags]) r.users.add(user);
+    t.onForget = () => {
+      for (const r of [reg, block.registration, peerFlags]) r.users.delete(user);
+    };
+    actor.send({ type: 'MATCHED' });
+    return t;
+  }
 
   onFrame(frame: PtOfferFrame | PtFailFrame): void {
     if (frame.type === FrameType.PT_FAIL) {
       const t = this.live.get(frame.ptId);
-      const err = new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId} failed persistent transfer ${frame.ptId}: ${frame.reason}`);
-      if (t) t.fail(err, false);
-      else this.failedEarly.set(frame.ptId, frame.reason);
-      return;
+      if (t) return t.fail(new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId} failed persistent transfer ${frame.ptId}: ${frame.reason}`), false);
+      return this.calls.onPeerFailed(frame.ptId, frame.reason);
     }
-    const w = this.waiting.get(frame.ptId);
-    if (w) {
-      this.waiting.delete(frame.ptId);
-      return w.resolve(frame);
-    }
-    if (this.early.has(frame.ptId) || this.live.has(frame.ptId)) throw new ProtocolError(`peer ${this.peerId} sent PT_OFFER ${frame.ptId} twice`, 'SMCUDA_BAD_REGISTRATION');
-    this.early.set(frame.ptId, frame);
+    if (this.live.has(frame.ptId)) throw new ProtocolError(`peer ${this.peerId} sent PT_OFFER ${frame.ptId} twice`, 'SMCUDA_BAD_REGISTRATION');
+    this.calls.onOffer(frame.ptId, frame);
   }
 
   /** @internal */
@@ -407,41 +474,36 @@ export class PersistentTransfers {
     // Once the endpoint is closed no slot is reused: a closed transfer's waits stay poisoned
     // by the watchdog until the block is freed, so replays already queued run through.
     if (this.closeReason) return;
-    // At once where the block is there: a watchdog tick must not poison the slot once a new transfer has it.
+    // At once: a watchdog tick must not poison the slot once a new transfer has it.
     if (this.block?.used[t.slot] === t) this.block.used[t.slot] = undefined;
-    void this.flags?.then((b) => {
-      if (b.used[t.slot] === t) b.used[t.slot] = undefined;
-    });
   }
 
-  /** The endpoint closed: every transfer fails (its waits released); the flag block is freed once none is left. */
+  /**
+   * The endpoint closed: every transfer fails (its waits released); the flag
+   * block is freed once the GPU passed every transfer's work (settled).
+   */
   close(reason: Error): void {
     if (this.closeReason) return;
     const err = reason instanceof PersistentTransferError ? reason : new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `the endpoint to ${this.peerId} closed: ${reason.message}`, { cause: reason });
-    for (const w of this.waiting.values()) w.reject(err);
-    this.waiting.clear();
     this.closeReason = err; // first: the peer's mappings go with the endpoint, so only our own waits are released
-    for (const t of this.live.values()) t.fail(err, false, 'closed');
-    // Failed transfers' waits stay poisoned by the watchdog for a while, so that
-    // streams still replaying them run through; then the block goes.
-    const alloc = this.flagAlloc;
+    this.calls.close(err);
+    const transfers = [...this.live.values()];
+    for (const t of transfers) t.fail(err, false, 'closed');
+    const block = this.block;
     const unwatch = this.unwatch;
-    if (alloc !== undefined) {
-      setTimeout(() => {
-        unwatch?.();
-        try {
-          this.driver.memFree(alloc);
-        } catch {
-          // the driver closed first (it frees everything)
-        }
-      }, this.graceMs).unref();
-    }
+    void Promise.all(transfers.map((t) => t.settled(this.graceMs))).then(async () => {
+      // Failed transfers' waits were poisoned by the watchdog until now; its last writes pass, then the block goes.
+      unwatch?.();
+      await this.watchdog.flushed();
+      if (block) this.freeBlock(block.ptr);
+      this.marks.close();
+    });
   }
 
   private freeSlot(): number {
     // A slot never used first (nothing to reset), then the lowest free one.
     if (this.usedSlots.size < this.flagSlots) {
-      for (let s = 0; s < this.flagSlots; s++) if (!this.usedSlots.has(s)) return s;
+      for (let s = 0; s < this.flagSlots; s++) if (!this.usedSlots.has(s) && !this.reserved.has(s)) return s;
     }
     // Slots in use: the block's live transfers and those being made now.
     for (let s = 0; s < this.flagSlots; s++) {
@@ -453,35 +515,87 @@ export class PersistentTransfers {
     throw new PersistentTransferError('SMCUDA_PERSISTENT_SLOTS', `all ${this.flagSlots} flag slots of the endpoint to ${this.peerId} are in use: close transfers, or raise the transport option persistent.flagSlots`);
   }
 
-  private makeFlags(): Promise<FlagBlock> {
-    const d = this.driver;
-    const bytes = this.flagSlots * SLOT_BYTES;
-    const ptr = d.memAlloc(bytes);
-    d.memsetD8(ptr, 0, bytes);
-    this.flagAlloc = ptr;
-    // Both sides make their first transfer together, so this registration is collective too.
-    const registering = this.registrations.register({ ptr, length: bytes }, true);
-    this.flagRegId = this.registrations.lastId;
-    return registering.then((registration) => {
-      const block: FlagBlock = {
-        ptr,
-        slots: this.flagSlots,
-        registration,
-        used: new Array(this.flagSlots).fill(undefined),
-        transfers: () => block.used.filter((t): t is PersistentTransfer => t !== undefined),
-      };
-      this.unwatch = this.watchdog.watch(block);
-      this.block = block;
-      return block;
+  /**
+   * The flag block, made with the first call (both sides make their first
+   * call together, so its registration is paired too). One whose making
+   * failed, or whose peer gave it up, is made again by the next call — on
+   * both sides, as both saw the failure.
+   */
+  private flagBlock(timeoutMs: number): Promise<FlagBlock> {
+    if (this.flags && !this.block?.registration.peerFailure) return this.flags;
+    if (this.block) this.dropBlock(this.block);
+    const made = this.makeFlags(timeoutMs);
+    this.flags = made;
+    made.catch(() => {
+      if (this.flags === made) this.flags = undefined;
     });
+    return made;
   }
 
-  private offerOf(id: number): Promise<PtOfferFrame> {
-    const f = this.early.get(id);
-    if (f) {
-      this.early.delete(id);
-      return Promise.resolve(f);
+  private makeFlags(timeoutMs: number): Promise<FlagBlock> {
+    const d = this.driver;
+    const bytes = this.flagSlots * SLOT_BYTES;
+    let ptr: DevicePtr | undefined;
+    try {
+      ptr = d.memAlloc(bytes);
+      d.memsetD8(ptr, 0, bytes);
+    } catch (err) {
+      if (ptr !== undefined) this.freeBlock(ptr);
+      this.registrations.spend(err as Error); // the peer's flag registration of this number fails too
+      this.flagRegId = this.registrations.lastId;
+      return Promise.reject(err as Error);
     }
-    return new Promise((resolve, reject) => this.waiting.set(id, { resolve, reject }));
+    const at = ptr;
+    const registering = this.registrations.register({ ptr: at, length: bytes }, { timeoutMs }, true);
+    this.flagRegId = this.registrations.lastId;
+    this.usedSlots = new Set();
+    return registering.then(
+      (registration) => {
+        if (registration.peer.length !== bytes) {
+          // Both sides see the sizes differ and give their blocks up together.
+          void registration.deregister().finally(() => this.freeBlock(at));
+          throw new PersistentTransferError(
+            'SMCUDA_PERSISTENT_MISMATCH',
+            `the flag blocks of the endpoint to ${this.peerId} differ: ${this.flagSlots} slots here, ${registration.peer.length / SLOT_BYTES} there; set the transport option persistent.flagSlots alike on both sides`,
+          );
+        }
+        const block: FlagBlock = {
+          ptr: at,
+          slots: this.flagSlots,
+          registration,
+          used: new Array<PersistentTransfer | undefined>(this.flagSlots).fill(undefined),
+          transfers: () => block.used.filter((t): t is PersistentTransfer => t !== undefined),
+        };
+        if (this.closeReason) {
+          registration.release();
+          this.freeBlock(at);
+          throw this.closeReason;
+        }
+        this.unwatch = this.watchdog.watch(block);
+        this.block = block;
+        return block;
+      },
+      (err: unknown) => {
+        this.freeBlock(at);
+        throw err;
+      },
+    );
+  }
+
+  /** A block whose peer gave it up: its transfers closed with it; it goes once the watchdog's writes passed. */
+  private dropBlock(block: FlagBlock): void {
+    this.block = undefined;
+    const unwatch = this.unwatch;
+    this.unwatch = undefined;
+    unwatch?.();
+    void block.registration.deregister().then(() => this.watchdog.flushed()).finally(() => this.freeBlock(block.ptr));
+  }
+
+  private freeBlock(ptr: DevicePtr): void {
+    try {
+      this.driver.memFree(ptr);
+    } catch {
+      // the driver closed first (it frees everything)
+    }
   }
 }

@@ -15,6 +15,10 @@
  * Everything it writes goes through stream memory operations on its own
  * stream, so it never blocks the event loop or a user's stream, and works
  * the same under the simulator and on a GPU. The protocol is in flags.ts.
+ *
+ * Its event and stream are released only from completion: close() while a
+ * tick (or a flush) still waits on its stream leaves them to the last such
+ * wait, so no event is destroyed under a wait that queries it.
  */
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
@@ -59,6 +63,8 @@ export class Watchdog {
   private event: EventHandle | undefined;
   private busy = false;
   private closed = false;
+  /** Waits on its stream in progress (a tick, flushes): close() leaves the stream and event to the last. */
+  private waits = 0;
   /** Ticks run (for tests and stats). */
   ticks = 0;
 
@@ -101,17 +107,55 @@ export class Watchdog {
     this.driver.streamSynchronize(stream);
   }
 
+  /**
+   * Resolves once every write the watchdog queued so far has completed (a
+   * point marked on its stream): memory it wrote into may go then.
+   */
+  async flushed(): Promise<void> {
+    if (this.closed || this.stream === undefined) return;
+    const d = this.driver;
+    let ev: EventHandle | undefined;
+    this.waits++;
+    try {
+      ev = d.eventCreate({ disableTiming: true });
+      d.eventRecord(ev, this.stream);
+      await d.whenComplete(ev);
+    } catch (err) {
+      debug('watchdog: flush failed: %s', (err as Error).message);
+    } finally {
+      if (ev !== undefined) this.destroy(() => d.eventDestroy(ev!));
+      this.waitDone();
+    }
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     this.blocks.clear();
+    if (this.waits === 0) this.release();
+  }
+
+  /** The event and stream go (closed, no wait left on them). */
+  private release(): void {
+    const { event, stream } = this;
+    this.event = undefined;
+    this.stream = undefined;
+    if (event !== undefined) this.destroy(() => this.driver.eventDestroy(event));
+    if (stream !== undefined) this.destroy(() => this.driver.streamDestroy(stream));
+  }
+
+  private waitDone(): void {
+    this.waits--;
+    if (this.closed && this.waits === 0) this.release();
+  }
+
+  private destroy(fn: () => void): void {
     try {
-      if (this.event !== undefined) this.driver.eventDestroy(this.event);
-      if (this.stream !== undefined) this.driver.streamDestroy(this.stream);
+      fn();
     } catch {
-      // the driver was closed first
+      // the driver was closed first (it destroyed everything)
     }
   }
 
@@ -136,6 +180,7 @@ export class Watchdog {
   private async tick(): Promise<void> {
     if (this.busy || this.closed) return;
     this.busy = true;
+    this.waits++;
     this.ticks++;
     try {
       const d = this.driver;
@@ -185,6 +230,7 @@ export class Watchdog {
       }
     } finally {
       this.busy = false;
+      this.waitDone();
     }
   }
 }

@@ -71,6 +71,8 @@ export enum FrameType {
   PT_OFFER = 43,
   /** A persistent transfer failed here (stuck, closed): the peer fails it too. */
   PT_FAIL = 44,
+  /** This side's register() call of that number failed (bad argument, mapping, timeout): the peer's fails too. */
+  REG_FAIL = 45,
   // Channel-layer frames (src/channel/shm-channel.ts): they upgrade a
   // channel to shared-memory rings and never reach the endpoint.
   RING_OFFER = 50,
@@ -103,7 +105,7 @@ export const Feature = {
   /**
    * The sender registers device buffers with peers and runs persistent,
    * GPU-driven transfers between them: it understands REG_OFFER / REG_RELEASE /
-   * PT_OFFER / PT_FAIL. Only when both HELLOs set it are those frames sent.
+   * REG_FAIL / PT_OFFER / PT_FAIL. Only when both HELLOs set it are those frames sent.
    */
   REGISTER: 16,
 } as const;
@@ -487,6 +489,13 @@ export interface PtFailFrame {
   reason: string;
 }
 
+/** Registration `regId` failed on the sender (its call gave the number up): the peer's matching call fails too. */
+export interface RegFailFrame {
+  type: FrameType.REG_FAIL;
+  regId: number;
+  reason: string;
+}
+
 /** Orderly close of the endpoint. */
 export interface CloseFrame {
   type: FrameType.CLOSE;
@@ -557,6 +566,7 @@ export type Frame =
   | RegReleaseFrame
   | PtOfferFrame
   | PtFailFrame
+  | RegFailFrame
   | ChannelFrame;
 
 /** The negotiation frames, the only ones the IPC machine sends or consumes. */

@@ -266,6 +266,10 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { kind: 'u32', name: 'ptId', min: 1, doc: 'the persistent transfer that failed on the sender' },
     reason('why (stuck flag, closed)'),
   ]),
+  frame(FrameType.REG_FAIL, [
+    { kind: 'u32', name: 'regId', min: 1, doc: "the number of the sender's register() call that failed (the number is spent on both sides)" },
+    reason('why (bad argument, mapping failed, timeout)'),
+  ]),
   frame(FrameType.RING_OFFER, [
     { kind: 'u32', name: 'capacity', doc: 'data bytes of the ring, a power of two', rule: "(receiver: 4096..16 MiB; its SEGMENT{CONTROL_RING} is 256 + capacity bytes)" },
   ]),

@@ -179,6 +179,7 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
     slot: u32,
   }),
   fc.record({ type: fc.constant(FrameType.PT_FAIL as const), ptId: fc.integer({ min: 1, max: 0xffff_ffff }), reason: utf8(0, MAX_STRING_BYTES) }),
+  fc.record({ type: fc.constant(FrameType.REG_FAIL as const), regId: fc.integer({ min: 1, max: 0xffff_ffff }), reason: utf8(0, MAX_STRING_BYTES) }),
   fc.record({ type: fc.constant(FrameType.RING_OFFER as const), capacity: u32 }),
   fc.record({ type: fc.constant(FrameType.RING_SWITCH as const) }),
   fc.record({ type: fc.constant(FrameType.DOORBELL as const) }),

@@ -154,6 +154,7 @@ describe('the schema covers the wire', () => {
     [FrameType.REG_RELEASE]: { regId: true },
     [FrameType.PT_OFFER]: { ptId: true, role: true, regId: true, offset: true, length: true, flagRegId: true, slot: true },
     [FrameType.PT_FAIL]: { ptId: true, reason: true },
+    [FrameType.REG_FAIL]: { regId: true, reason: true },
     [FrameType.RING_OFFER]: { capacity: true },
     [FrameType.RING_SWITCH]: {},
     [FrameType.DOORBELL]: {},

@@ -1,0 +1,145 @@
+/**
+ * Issue 43: what the persistent layer holds on the GPU is released only from
+ * completion. The watchdog closed while a tick waits on its event leaves the
+ * event (and its stream) to that tick; a transport closed during a tick frees
+ * the flag block and the mappings only after the GPU passed them; eager starts
+ * mark their streams with pooled events, not one new event per start. The
+ * simulated driver's lifetimeViolations lists every release made under
+ * queued work or a pending wait.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import type { CudaDriver } from '../../../src/cuda/driver.js';
+import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { SLOT_BYTES } from '../../../src/persistent/flags.js';
+import { Watchdog } from '../../../src/persistent/watchdog.js';
+import { deviceWith, makePair, randomBytes, readDevice, type Pair } from '../../helpers/transport-pair.js';
+
+let pair: Pair | undefined;
+afterEach(async () => {
+  await pair?.close();
+  pair = undefined;
+});
+
+async function settle(d: CudaDriver, stream: bigint): Promise<void> {
+  const ev = d.eventCreate({ disableTiming: true });
+  d.eventRecord(ev, stream);
+  try {
+    await d.whenComplete(ev);
+  } finally {
+    d.eventDestroy(ev);
+  }
+}
+
+function watchdogOf(p: Pair['a']): Watchdog {
+  return (p.transport as unknown as { watchdog: Watchdog }).watchdog;
+}
+
+describe('Watchdog.close during a tick', () => {
+  it('leaves its event and stream to the tick that waits on them: no lifetime violation, nothing left', async () => {
+    const d = new SimulatedCudaDriver({ env: {} });
+    d.init();
+    d.setDevice(0);
+    try {
+      const slots = 4;
+      const ptr = d.memAlloc(slots * SLOT_BYTES);
+      d.memsetD8(ptr, 0, slots * SLOT_BYTES);
+      const w = new Watchdog(d, { timeoutMs: 1000 });
+      w.watch({ ptr, slots, transfers: () => [] });
+      const events = d.liveEvents;
+      d.inject({ copyDelayMs: 40 }); // the tick's read of the block is still queued at close
+      const tick = w.tickNow();
+      w.close();
+      expect(d.liveEvents).toBe(events + 1); // not destroyed under the tick's wait
+      await tick;
+      expect(d.lifetimeViolations).toEqual([]);
+      expect(d.liveEvents).toBe(events); // released by the tick, once its wait completed
+      d.memFree(ptr);
+      expect(d.lifetimeViolations).toEqual([]);
+    } finally {
+      d.close();
+    }
+  });
+
+  it('a flush pending at close keeps the stream until it completed', async () => {
+    const d = new SimulatedCudaDriver({ env: {} });
+    d.init();
+    d.setDevice(0);
+    try {
+      const slots = 2;
+      const ptr = d.memAlloc(slots * SLOT_BYTES);
+      const w = new Watchdog(d, { timeoutMs: 1000 });
+      d.inject({ copyDelayMs: 40 });
+      w.reset([ptr]); // makes its stream
+      w.poison([ptr]);
+      const flushed = w.flushed();
+      w.close();
+      await flushed;
+      expect(d.lifetimeViolations).toEqual([]);
+      d.memFree(ptr);
+      expect(d.lifetimeViolations).toEqual([]);
+    } finally {
+      d.close();
+    }
+  });
+});
+
+describe('Transport.close during a watchdog tick (issue 43)', () => {
+  it('the simulated drivers report no lifetime violation: the event, the flag block and the mappings go after the GPU passed them', async () => {
+    pair = await makePair({ a: { persistent: { timeoutMs: 400 } }, b: { persistent: { timeoutMs: 400 } } });
+    const p = pair;
+    const n = 4096;
+    const src = deviceWith(p.a.driver, randomBytes(n, 3));
+    const dst = deviceWith(p.b.driver, new Uint8Array(n));
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    ta.start(sa);
+    tb.start(sb);
+    await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
+    expect(Buffer.compare(readDevice(p.b.driver, dst), randomBytes(n, 3))).toBe(0);
+    for (const side of [p.a, p.b]) side.driver.inject({ copyDelayMs: 30 });
+    const ticks = [p.a, p.b].map((side) => watchdogOf(side).tickNow()); // in flight: their reads take 30 ms
+    await p.a.transport.close();
+    await p.b.transport.close();
+    await Promise.all(ticks);
+    // What close left to completion goes once the GPU passed it (no timer to wait out).
+    for (let k = 0; k < 100 && (p.a.driver.liveEvents > 0 || p.b.driver.liveEvents > 0); k++) await new Promise((r) => setTimeout(r, 10));
+    for (const side of [p.a, p.b]) {
+      expect(side.driver.lifetimeViolations).toEqual([]);
+      expect(side.driver.liveEvents).toBe(0);
+    }
+  });
+
+  it('eager starts take pooled events: many rounds make no event per round, and none is left after close', async () => {
+    pair = await makePair({ a: { persistent: { timeoutMs: 2000 } }, b: { persistent: { timeoutMs: 2000 } } });
+    const p = pair;
+    const n = 256;
+    const src = deviceWith(p.a.driver, randomBytes(n, 4));
+    const dst = deviceWith(p.b.driver, new Uint8Array(n));
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    let created = 0;
+    const create = p.a.driver.eventCreate.bind(p.a.driver);
+    p.a.driver.eventCreate = (...args: Parameters<typeof create>) => {
+      created++;
+      return create(...args);
+    };
+    const rounds = 20;
+    for (let r = 0; r < rounds; r++) {
+      ta.start(sa);
+      tb.start(sb);
+      await ta.quiesce();
+    }
+    await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
+    // One event per round in flight at once (here one), plus the settle above and the watchdog's ticks' none.
+    expect(created).toBeLessThan(rounds / 2);
+    await Promise.all([ta.close(), tb.close()]);
+    await p.a.transport.close();
+    for (let k = 0; k < 100 && p.a.driver.liveEvents > 0; k++) await new Promise((r) => setTimeout(r, 10));
+    expect(p.a.driver.liveEvents).toBe(0);
+    expect(p.a.driver.lifetimeViolations).toEqual([]);
+  });
+});
