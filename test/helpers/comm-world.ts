@@ -17,8 +17,8 @@ export interface World {
   close(): Promise<void>;
 }
 
-export async function makeWorld(n: number, options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number; simDevices?: SimDevice[] } = {}): Promise<World> {
-  const { ipcOpenFails, devices = 2, simDevices, ...commOptions } = options;
+export async function makeWorld(n: number, options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number; simDevices?: SimDevice[]; optionsByRank?: CommunicatorOptions[] } = {}): Promise<World> {
+  const { ipcOpenFails, devices = 2, simDevices, optionsByRank, ...commOptions } = options;
   const sim = { ...(ipcOpenFails ? { faults: { ipcOpenFails: true } } : {}), ...(simDevices ? { devices: simDevices } : {}) };
   const sides = await Promise.all([...Array(n).keys()].map((i) => makeSide(`rank${i}`, i % devices, {}, sim)));
   const eps: Endpoint[][] = sides.map(() => []);
@@ -30,7 +30,18 @@ export async function makeWorld(n: number, options: CommunicatorOptions & { ipcO
       eps[j]![i] = b;
     }
   }
-  const comms = await Promise.all(sides.map((s, r) => Communicator.fromEndpoints({ transport: s.transport, rank: r, size: n, endpoints: eps[r]!, ...commOptions })));
+  const made = await Promise.allSettled(sides.map((s, r) => Communicator.fromEndpoints({ transport: s.transport, rank: r, size: n, endpoints: eps[r]!, ...commOptions, ...optionsByRank?.[r] })));
+  const failed = made.find((m) => m.status === 'rejected');
+  if (failed) {
+    // Every rank's set-up settled: close what was made, then report the first failure.
+    for (const m of made) if (m.status === 'fulfilled') await m.value.close();
+    for (const s of sides) {
+      await s.transport.close();
+      s.driver.close();
+    }
+    throw (failed as PromiseRejectedResult).reason;
+  }
+  const comms = made.map((m) => (m as PromiseFulfilledResult<Communicator>).value);
   return {
     sides,
     comms,
