@@ -20,7 +20,7 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
   bench: { run: runBenchCommand, summary: 'the benchmark suite: figures beside same-run baselines, targets, JSON and plots' },
   demo: { run: runDemo, summary: 'local processes exchange GPU buffers over smcuda, verified (the main job)' },
   diagram: { run: runDiagram, summary: 'Mermaid, DOT and SVG pictures of the protocol state machines' },
-  trace: { run: runTrace, summary: 'a recorded trace as a sequence diagram or per-endpoint timeline' },
+  trace: { run: runTrace, summary: 'a recorded trace as a sequence diagram or per-endpoint timeline; flight records: who is stuck' },
   inspect: { run: runInspect, summary: 'a live web page of each endpoint\'s negotiation state and cache counters' },
   run: { run: runRun, summary: 'start N ranks of a script (as torchrun, mpirun): RANK, WORLD_SIZE, rendezvous, prefixed output' },
   soak: { run: runSoak, summary: 'a long mixed run between 4 processes: RSS, mappings, fds at start and end, messages/s' },
