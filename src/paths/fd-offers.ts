@@ -35,6 +35,8 @@ export interface Incoming {
   have: number;
   /** A descriptor of it was lost (EMFILE) or the offer was refused. */
   lost: Error | undefined;
+  /** Descriptor messages that came for it (kept, closed or lost). */
+  arrived: number;
   /** The request the handle pool imports it by (also the lookup key of later messages). */
   req: ImportRequest;
 }
@@ -55,11 +57,28 @@ interface Waiter {
   timer: NodeJS.Timeout;
 }
 
+/** Descriptor messages that came before their offer: the descriptors kept, how many came, the first loss. */
+interface Early {
+  fds: Map<number, number>;
+  timer: NodeJS.Timeout;
+  count: number;
+  lost?: Error;
+}
+
 export class FdOfferTable {
   private readonly incoming = new Map<string, Incoming>();
-  /** Descriptors that came before their offer: closed if none comes in time. */
-  private readonly early = new Map<string, { fds: Map<number, number>; timer: NodeJS.Timeout }>();
+  /**
+   * Descriptors that came before their offer: closed if none comes in time;
+   * `lost`: one of them was lost or refused (its offer is lost from the start).
+   */
+  private readonly early = new Map<string, Early>();
   private readonly pools = new Map<number, IncomingPool>();
+  /**
+   * Offers forgotten while lost, by key: how many of their descriptors are
+   * still on the way. They are closed as they come, not held for a next
+   * offer (the channel keeps order: a next offer's descriptors follow them).
+   */
+  private readonly draining = new Map<string, number>();
   private readonly waiters = new Set<Waiter>();
   private readonly ordinals = new Map<string, number>();
   /** Set on close: a wait after it fails at once. */
@@ -125,7 +144,8 @@ export class FdOfferTable {
     this.handles.dropPeerPool(this.poolKey(frame.poolId)); // a pool announced again is imported afresh
     this.pools.set(frame.poolId, { deviceUuid: frame.deviceUuid, fd: undefined, arrived: false, lost: undefined, imported: false });
     const early = this.takeEarly(`pool:${frame.poolId}`);
-    if (early !== undefined) for (const fd of early.values()) this.poolFd(frame.poolId, fd);
+    if (early?.lost !== undefined) this.pools.get(frame.poolId)!.lost = early.lost;
+    if (early !== undefined) for (const fd of early.fds.values()) this.poolFd(frame.poolId, fd);
     this.changed();
   }
 
@@ -134,11 +154,20 @@ export class FdOfferTable {
     const key = offerKey(frame.bufferId, frame.base);
     const old = this.incoming.get(key);
     if (old !== undefined) this.forget(key, old);
-    const inc: Incoming = { frame, fds: frame.chunks.map(() => undefined), have: 0, lost: undefined, req: undefined as unknown as ImportRequest };
+    const inc: Incoming = { frame, fds: frame.chunks.map(() => undefined), have: 0, lost: undefined, arrived: 0, req: undefined as unknown as ImportRequest };
     inc.req = this.requestFor(inc);
     this.incoming.set(key, inc);
     const early = this.takeEarly(key);
-    if (early !== undefined) for (const [index, fd] of early) this.chunkFd(inc, index, fd);
+    // An offer of more chunks than the bound can never be whole here: lost at once, so its RGET
+    // goes by staging now rather than after waiting checkTimeoutMs for descriptors that will be refused.
+    const max = this.mem.maxPeerDescriptors;
+    if (frame.chunks.length > max) {
+      inc.lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} offered ${frame.chunks.length} descriptors for one message, more than maxPeerDescriptors (${max}): it goes by staging`);
+    } else if (early?.lost !== undefined) {
+      inc.lost = early.lost;
+    }
+    inc.arrived = early?.count ?? 0;
+    if (early !== undefined) for (const [index, fd] of early.fds) inc.lost === undefined ? this.chunkFd(inc, index, fd) : closeFdQuietly(this.ctx.driver, fd);
     this.changed();
   }
 
@@ -174,6 +203,7 @@ export class FdOfferTable {
       const p = this.pools.get(Number(meta.id));
       if (lost !== undefined) {
         if (p !== undefined) p.lost = lost;
+        else this.holdLoss(poolKey, lost); // before its FD_POOL: the pool is lost when it comes
       } else if (p === undefined || p.arrived) {
         this.hold(poolKey, 0, fd);
       } else {
@@ -183,8 +213,14 @@ export class FdOfferTable {
     }
     const key = offerKey(meta.id, meta.base);
     const inc = this.incoming.get(key);
+    if (this.drained(key)) {
+      if (fd !== undefined) closeFdQuietly(this.ctx.driver, fd); // of an offer lost and forgotten already
+      return this.changed();
+    }
+    if (inc !== undefined) inc.arrived++;
     if (lost !== undefined) {
       if (inc !== undefined) inc.lost = lost;
+      else this.holdLoss(key, lost); // before its offer: the offer is lost when it comes, not after checkTimeoutMs
       debug('endpoint %s: descriptor %d of offer %s lost: %s', this.ctx.peerId, meta.index, key, lost.message);
     } else if (inc !== undefined && inc.lost !== undefined && fd !== undefined) {
       closeFdQuietly(this.ctx.driver, fd); // its offer is refused already: nothing will import it
@@ -194,6 +230,15 @@ export class FdOfferTable {
       this.chunkFd(inc, meta.index, fd);
     }
     this.changed();
+  }
+
+  /** Whether a descriptor of `key` belongs to an offer forgotten while lost (counted off). */
+  private drained(key: string): boolean {
+    const left = this.draining.get(key);
+    if (left === undefined) return false;
+    if (left <= 1) this.draining.delete(key);
+    else this.draining.set(key, left - 1);
+    return true;
   }
 
   /** Descriptors of the peer's held here now (closed once imported, refused, or timed out). */
@@ -222,30 +267,44 @@ export class FdOfferTable {
     if (fd !== undefined) p.fd = fd;
   }
 
-  /** Keeps a descriptor that came before its offer, closed if none comes within checkTimeoutMs. */
-  private hold(key: string, index: number, fd: number | undefined): void {
-    if (fd === undefined) return;
+  /** The early entry of `key`, made (with its checkTimeoutMs timer) if there is none. */
+  private earlyEntry(key: string): Early {
     let e = this.early.get(key);
     if (e === undefined) {
       const timer = setTimeout(() => {
         const gone = this.takeEarly(key);
-        if (gone !== undefined) for (const f of gone.values()) closeFdQuietly(this.ctx.driver, f);
+        if (gone !== undefined) for (const f of gone.fds.values()) closeFdQuietly(this.ctx.driver, f);
       }, this.mem.offerTimeoutMs);
       timer.unref?.();
-      e = { fds: new Map(), timer };
+      e = { fds: new Map(), timer, count: 0 };
       this.early.set(key, e);
     }
+    return e;
+  }
+
+  /** Remembers, until its offer comes (or checkTimeoutMs), that a descriptor of `key` was lost before it. */
+  private holdLoss(key: string, lost: Error): void {
+    const e = this.earlyEntry(key);
+    e.count++;
+    e.lost ??= lost;
+  }
+
+  /** Keeps a descriptor that came before its offer, closed if none comes within checkTimeoutMs. */
+  private hold(key: string, index: number, fd: number | undefined): void {
+    if (fd === undefined) return;
+    const e = this.earlyEntry(key);
+    e.count++;
     const prev = e.fds.get(index);
     if (prev !== undefined) closeFdQuietly(this.ctx.driver, prev);
     e.fds.set(index, fd);
   }
 
-  private takeEarly(key: string): Map<number, number> | undefined {
+  private takeEarly(key: string): Early | undefined {
     const e = this.early.get(key);
     if (e === undefined) return undefined;
     clearTimeout(e.timer);
     this.early.delete(key);
-    return e.fds;
+    return e;
   }
 
   private requestFor(inc: Incoming): ImportRequest {
@@ -313,6 +372,8 @@ export class FdOfferTable {
   /** Forgets an offer and closes the descriptors still held for it. */
   forget(key: string, inc: Incoming): void {
     this.incoming.delete(key);
+    const coming = inc.fds.length - inc.arrived;
+    if (inc.lost !== undefined && inc.frame.kind === HandleKind.VMM && coming > 0) this.draining.set(key, coming);
     for (const fd of inc.fds) if (fd !== undefined) closeFdQuietly(this.ctx.driver, fd);
     inc.fds.fill(undefined);
   }
@@ -373,9 +434,10 @@ export class FdOfferTable {
     this.changed();
     for (const w of [...this.waiters]) w.reject(reason);
     for (const [key, inc] of [...this.incoming]) this.forget(key, inc);
-    for (const key of [...this.early.keys()]) for (const fd of this.takeEarly(key)!.values()) closeFdQuietly(this.ctx.driver, fd);
+    for (const key of [...this.early.keys()]) for (const fd of this.takeEarly(key)!.fds.values()) closeFdQuietly(this.ctx.driver, fd);
     for (const p of this.pools.values()) if (p.fd !== undefined) closeFdQuietly(this.ctx.driver, p.fd);
     this.pools.clear();
+    this.draining.clear();
   }
 }
 
