@@ -20,6 +20,7 @@ import { mermaidBundlePath } from '../diagram/chromium.js';
 import { findMachine } from '../diagram/machines.js';
 import { mermaidOf } from '../diagram/render.js';
 import { ConfigError } from '../errors.js';
+import { ConnectionGuard } from './connection-guard.js';
 import type { EndpointView, InspectorModel } from './model.js';
 import { inspectorPage } from './page.js';
 
@@ -32,6 +33,10 @@ export interface InspectorServerOptions {
   /** Shown on the page: where the data comes from. */
   source: string;
   title?: string;
+  /** Connections kept at most (default 64); past it the oldest that has not shown the secret is closed. */
+  maxConnections?: number;
+  /** A connection that has not asked for a URL with the secret is closed after this many ms (default 5000). */
+  idleMs?: number;
 }
 
 export interface InspectorServer {
@@ -51,6 +56,7 @@ const FLUSH_MS = 50;
 export async function startInspectorServer(options: InspectorServerOptions): Promise<InspectorServer> {
   const port = options.port ?? 0;
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`inspect port must be an integer from 0 to 65535, got ${port}`);
+  const guard = new ConnectionGuard(options.maxConnections, options.idleMs); // checks its options before anything starts
   const { model } = options;
   const title = options.title ?? 'smcuda inspector';
   const machine = mermaidOf(findMachine('negotiation')!);
@@ -106,6 +112,7 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
       res.writeHead(403, { 'content-type': 'text/plain' }).end('smcuda inspector: open the URL this inspector printed (it holds the run\'s secret)\n');
       return;
     }
+    guard.prove(req.socket);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET' }).end();
       return;
@@ -149,6 +156,7 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
   };
 
   const server: Server = createServer(handle);
+  server.on('connection', (socket) => guard.admit(socket));
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
       reject(err.code === 'EADDRINUSE' ? new ConfigError(`inspect port ${port} is in use on ${INSPECT_HOST}; pick another (0: any free port)`) : err),
@@ -167,6 +175,7 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
       if (flushTimer) clearTimeout(flushTimer);
       for (const c of clients) c.end();
       clients.clear();
+      guard.close();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeAllConnections();
       await closed;
