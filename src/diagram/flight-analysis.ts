@@ -280,11 +280,10 @@ function positionWords(groups: readonly RankGroup[], ranks: readonly RankPositio
     const us = Math.max(...ranks.filter((r) => g.ranks.includes(r.rank) && r.waitedUs !== undefined).map((r) => r.waitedUs!));
     return Number.isFinite(us) ? ` (for up to ${(us / 1e6).toFixed(1)} s)` : '';
   };
-  const failedNote = (g: RankGroup) => (ranks.some((r) => g.ranks.includes(r.rank) && r.failed) ? ', where it failed' : '');
   if (groups.length === 1) {
     if (first.stage === 'not made' && first.seq === 1) return 'no rank has made a call yet';
     if (first.stage === 'not made') return `${ranks.length === 1 ? 'the rank' : `all ${ranks.length} ranks`} finished every call up to ${callAt(first.seq - 1)}; none in flight`;
-    return `every rank is in ${callAt(first.seq)} and none finished it${waited(first)}${failedNote(first)}: no rank is behind; the call itself did not complete (look at the GPUs and the cause)`;
+    return `every rank is in ${callAt(first.seq)} and none finished it${waited(first)}: no rank is behind; the call itself did not complete (look at the GPUs and the cause)`;
   }
   const rest = groups.slice(1).map((g) => {
     if (g.seq === first.seq) return `${ranksWord(g.ranks)} ${g.ranks.length === 1 ? 'is' : 'are'} ${g.stage === 'queued' ? 'queued in it' : 'waiting in it'}${waited(g)}`;
@@ -295,7 +294,7 @@ function positionWords(groups: readonly RankGroup[], ranks: readonly RankPositio
   const head =
     first.stage === 'not made'
       ? `${who} never started ${callAt(first.seq)}`
-      : `${who} ${first.ranks.length === 1 ? 'is' : 'are'} at ${callAt(first.seq)}${first.stage === 'queued' ? ', queued' : ''}${failedNote(first)}`;
+      : `${who} ${first.ranks.length === 1 ? 'is' : 'are'} at ${callAt(first.seq)}${first.stage === 'queued' ? ', queued' : ''}`;
   const sep = groups[1]!.seq === first.seq ? '; ' : ' while ';
   return head + sep + rest.join('; ');
 }
