@@ -8,10 +8,10 @@
 import { resolve } from 'node:path';
 import { InspectorModel } from '../inspect/model.js';
 import { startInspectorServer } from '../inspect/server.js';
-import { TraceFollower } from '../inspect/trace-follower.js';
+import { MAX_TRACE_LINE_BYTES, TraceFollower } from '../inspect/trace-follower.js';
 import { parse, UsageError } from './usage.js';
 
-const HELP = `usage: smcuda inspect [--trace FILE] [--port P] [--json]
+const HELP = `usage: smcuda inspect [--trace FILE] [--port P] [--max-line-bytes N] [--json]
 
 Serves a web page on http://127.0.0.1:P/ (this machine only) showing each
 endpoint's negotiation machine with its current state highlighted, its recent
@@ -29,6 +29,7 @@ A program can also serve its own transport's page: Transport.create({ inspect: P
 
   --trace FILE          the trace to follow (default: $SMCUDA_TRACE); it may not exist yet
   --port P              port on 127.0.0.1 (default 8377; 0: any free port)
+  --max-line-bytes N    skip (with a warning) trace lines longer than N bytes (default 1048576)
   --json                print { url, trace } as one JSON line once serving
   -h, --help            this help
 
@@ -38,6 +39,7 @@ export async function runInspect(argv: string[]): Promise<number> {
   const a = parse(argv, {
     trace: { type: 'string' },
     port: { type: 'string', default: '8377' },
+    'max-line-bytes': { type: 'string', default: String(MAX_TRACE_LINE_BYTES) },
     json: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   });
@@ -50,9 +52,12 @@ export async function runInspect(argv: string[]): Promise<number> {
   const port = Number(a.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be an integer from 0 to 65535, got ${a.port}`);
 
+  const maxLineBytes = Number(a['max-line-bytes']);
+  if (!Number.isInteger(maxLineBytes) || maxLineBytes < 1) throw new UsageError(`--max-line-bytes must be an integer ≥ 1, got ${a['max-line-bytes']}`);
+
   const path = resolve(trace);
   const model = new InspectorModel();
-  const follower = new TraceFollower(path, (r) => model.apply(r));
+  const follower = new TraceFollower(path, (r) => model.apply(r), { maxLineBytes, onWarning: (msg) => console.error(`smcuda inspect: ${msg}`) });
   await follower.start();
   const server = await startInspectorServer({ model, port, source: `trace ${path}` });
   if (a.json) console.log(JSON.stringify({ url: server.url, trace: path }));
