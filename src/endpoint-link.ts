@@ -25,6 +25,7 @@ import type { PathParts } from './paths/index.js';
 import type { DescriptorMemory, RgetLink } from './paths/rget-link.js';
 import { PendingSends } from './paths/pending-sends.js';
 import type { ProgressEngine } from './progress/engine.js';
+import type { KeepAlive } from './progress/keep-alive.js';
 import type { Watchdog } from './persistent/watchdog.js';
 import type { Tracer } from './trace.js';
 import { SegmentExchange } from './segment-exchange.js';
@@ -53,6 +54,8 @@ export interface EndpointContext {
   progress?: ProgressEngine;
   /** The transport's watchdog over persistent transfers (an endpoint made without one makes its own). */
   watchdog?: Watchdog;
+  /** The transport's keep-alive: the endpoint's channel is ref'd only while something is pending (progress/keep-alive.ts). */
+  keepAlive?: KeepAlive;
 }
 
 export class EndpointLink implements RgetLink {
@@ -148,6 +151,11 @@ export class EndpointLink implements RgetLink {
   settleBeforeClose(): void {
     this.gpuWork?.settleCompleted(CLOSE_SETTLE_MS);
     this.fins.flush();
+  }
+
+  /** Copies and waits of the GPU work not settled yet (0 before it exists). */
+  gpuOutstanding(): number {
+    return this.gpuWork?.outstanding ?? 0;
   }
 
   /** stats().copyKernel: zero until the endpoint's GPU work exists. */

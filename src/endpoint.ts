@@ -47,6 +47,7 @@ import { Registrations, type RegisterOptions, type Registration } from './persis
 import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
 import { Watchdog } from './persistent/watchdog.js';
 import { closeFdQuietly } from './cuda/close-fd.js';
+import type { KeepAlive } from './progress/keep-alive.js';
 
 export type { SendOptions, RecvOptions, Received, ReceivedData, MessageInfo, Registration, PersistentOptions, PersistentTransfer };
 
@@ -101,6 +102,13 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly transfers: PersistentTransfers;
   /** A watchdog of its own, when the endpoint was made without the transport's. */
   private readonly ownWatchdog: Watchdog | undefined;
+  /** The transport's keep-alive (undefined: made without one), and this endpoint's removal from it. */
+  private readonly keep: KeepAlive | undefined;
+  private readonly unkeep: (() => void)[] = [];
+  /** recv() calls not settled yet. */
+  private receiving = 0;
+  /** Other calls the caller waits on (negotiate, register, persistent) not settled yet. */
+  private waiting = 0;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -152,6 +160,41 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.transfers = new PersistentTransfers(remote, this.registrations, watchdog, ctx.options.persistent.flagSlots);
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);
+    const keep = (this.keep = ctx.keepAlive);
+    if (keep !== undefined) {
+      // The channel keeps the process alive only while something is pending here (docs/reliability.md).
+      this.unkeep.push(keep.addSource(() => this.pending));
+      if (channel.ref !== undefined && channel.unref !== undefined) this.unkeep.push(keep.add(channel as Required<Pick<ControlChannel, 'ref' | 'unref'>>));
+    }
+  }
+
+  /**
+   * @internal Whether an operation is pending here — a send waiting for its
+   * FIN or for room, a receive, a probe, a negotiation, a copy or wait of the
+   * GPU work, another call the caller awaits: the transport keeps the process
+   * alive meanwhile (progress/keep-alive.ts).
+   */
+  get pending(): boolean {
+    if (this.link.closed) return false;
+    return (
+      this.receiving > 0 ||
+      this.waiting > 0 ||
+      this.link.sends.size > 0 ||
+      this.link.flow.waiting > 0 ||
+      this.probes.length > 0 ||
+      this.link.resends.size > 0 ||
+      this.neg.inFlight ||
+      this.link.gpuOutstanding() > 0
+    );
+  }
+
+  /** A call the caller waits on: the process is kept alive until it settles. */
+  private awaited<T>(p: Promise<T>): Promise<T> {
+    this.keep?.busy();
+    this.waiting++;
+    const done = () => void this.waiting--;
+    p.then(done, done);
+    return p;
   }
 
   // ---------------------------------------------------------------- public API
@@ -180,6 +223,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (options.ready !== undefined && typeof options.ready !== 'boolean') throw new ArgumentTypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
+    this.keep?.busy(); // a send that waits (FIN, room, the negotiation) keeps the process alive
     let path = this.pathFor(buffer, options);
     if (
       options.stream === undefined &&
@@ -277,10 +321,21 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     // Closed: only a message that arrived whole (inline) before the close can still be taken (shutdown keeps them).
     if (this.link.closed && this.matches.probe(tag) === undefined) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    return new Promise<Received<ReceivedData<Into>>>((resolveTyped, reject) => {
+    this.keep?.busy();
+    this.receiving++;
+    return new Promise<Received<ReceivedData<Into>>>((resolveTyped, rejectRaw) => {
+      // Counted until it settles (once: a receive on a stream may be failed after it resolved).
+      let open = true;
+      const settled = () => {
+        if (!open) return false;
+        open = false;
+        this.receiving--;
+        return true;
+      };
+      const reject = (err: Error) => void (settled() && rejectRaw(err));
       // A host `into` other than a Uint8Array: `data` comes back as a view of its type.
       const retype = into !== undefined && !(into instanceof Uint8Array) && !isDeviceBuffer(into);
-      const resolve = (retype ? (r: Received) => resolveTyped(Object.assign(r, { data: asTypeOfInto(r.data, into) }) as never) : resolveTyped) as (r: Received) => void;
+      const resolve = (r: Received) => void (settled() && (retype ? resolveTyped(Object.assign(r, { data: asTypeOfInto(r.data, into) }) as never) : resolveTyped(r as never)));
       const recv: PendingRecv = { tag, into, intoDevice, stream: options.stream, resolve, reject, cleanup: noop };
       const signal = options.signal;
       if (signal) {
@@ -325,6 +380,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.link.closed) return Promise.reject(this.link.closedError());
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
+    this.keep?.busy();
     return new Promise<MessageInfo>((resolve, reject) => {
       const p = { tag, resolve, reject, cleanup: noop };
       if (signal) {
@@ -360,7 +416,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.link.closed) return Promise.reject(this.link.closedError());
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
-    return new Promise<'OK' | 'BAD'>((resolve, reject) => {
+    return this.awaited(new Promise<'OK' | 'BAD'>((resolve, reject) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       let delay = 5;
       const done = () => {
@@ -393,7 +449,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       this.once('close', onClose);
       signal?.addEventListener('abort', onAbort, { once: true });
       kick();
-    });
+    }));
   }
 
   /** Counters and the negotiation record (plain data; safe to JSON.stringify). */
@@ -442,7 +498,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * on either side fails on both, and the next pair still matches.
    */
   register(buffer: DeviceBuffer, options?: RegisterOptions): Promise<Registration> {
-    return this.registrations.register(buffer, options);
+    return this.awaited(this.registrations.register(buffer, options));
   }
 
   /**
@@ -456,7 +512,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * docs/persistent.md.
    */
   persistent(reg: Registration, options: PersistentOptions): Promise<PersistentTransfer> {
-    return this.transfers.create(reg, options);
+    return this.awaited(this.transfers.create(reg, options));
   }
 
   /** @internal The transport made the descriptor channel to this peer (docs/protocol.md, "File-descriptor memory"). */
@@ -689,6 +745,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     }
     for (const path of this.paths) path.close(reason);
     this.link.close();
+    for (const off of this.unkeep.splice(0)) off();
     this.channel.off('frame', this.onFrame);
     this.emit('close', error ?? undefined);
   }

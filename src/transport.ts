@@ -27,6 +27,7 @@ import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { Watchdog } from './persistent/watchdog.js';
 import { ProgressEngine } from './progress/engine.js';
+import { KeepAlive } from './progress/keep-alive.js';
 import { envTracePath } from './env.js';
 import { clearStaleSocket, connectUnix, listenUnix, type ListenUnixOptions, type UnixChannelOptions, type UnixListener } from './channel/unix-channel.js';
 import { Handshake, MAX_HANDSHAKE_FRAME_BYTES } from './auth/handshake.js';
@@ -180,6 +181,10 @@ export class Transport extends EventEmitter<TransportEvents> {
   private closed = false;
   /** recv() calls from any peer still waiting (any-source.ts). */
   private readonly anySource = new AnySourceReceives();
+  /** Its sockets and listeners keep the process alive only while something is pending (progress/keep-alive.ts). */
+  private readonly keepAlive = new KeepAlive();
+  /** Transport-level recv() calls not settled yet. */
+  private receivingAny = 0;
 
   private constructor(
     driver: CudaDriver,
@@ -204,6 +209,11 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.watchdog = new Watchdog(driver, { timeoutMs: opts.persistent.timeoutMs });
     this.inspector = inspector;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
+    // Pending here: a socket set up, a handshake, an any-source receive, or a listener someone waits on ('endpoint' listeners).
+    this.keepAlive.addSource(() => this.settingUp.size > 0 || this.pendingChannels.size > 0 || this.receivingAny > 0 || (this.sockets.length > 0 && this.listenerCount('endpoint') > 0));
+    (this as EventEmitter).on('newListener', (event: string | symbol) => {
+      if (event === 'endpoint') this.keepAlive.busy();
+    });
   }
 
   static async create(options: TransportCreateOptions = {}): Promise<Transport> {
@@ -313,6 +323,7 @@ export class Transport extends EventEmitter<TransportEvents> {
           });
         }
         this.sockets.push(listener);
+        this.keepAlive.add(listener);
         if (this.descriptorsCapable()) {
           fd.listener = OwnedFdListener.open(path, { peerUids: options.peerUids, onRefused: (err) => this.emit('refused', err) });
           if (fd.listener) this.fdListeners.push(fd.listener);
@@ -334,6 +345,7 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   /** Tracks a listen/connect socket set-up (not a handshake: close() ends those) so that close() can wait for it. */
   private whileOpen<T>(setup: Promise<T>): Promise<T> {
+    this.keepAlive.busy();
     this.settingUp.add(setup);
     const done = () => this.settingUp.delete(setup);
     setup.then(done, done);
@@ -376,6 +388,7 @@ export class Transport extends EventEmitter<TransportEvents> {
    * `fd`: this connection's side of the descriptor channel (none for attached channels).
    */
   private handshake(channel: ControlChannel, onSilentClose?: () => void, fd?: FdRole | { given: FdChannel }): Promise<Endpoint> {
+    this.keepAlive.busy();
     this.pendingChannels.add(channel);
     // Shared memory only where descriptors can travel: our listener's or connector's descriptor socket, or one given to attach().
     const descriptors = fd !== undefined && ('given' in fd || ('listener' in fd ? fd.listener !== undefined : this.descriptorsCapable()));
@@ -431,7 +444,7 @@ export class Transport extends EventEmitter<TransportEvents> {
         const ring = (both & Feature.RING) !== 0 && (both & Feature.DESCRIPTORS) !== 0;
         const epChannel = ring ? new ShmChannel(channel, { progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress, watchdog: this.watchdog }, hello);
+        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress, watchdog: this.watchdog, keepAlive: this.keepAlive }, hello);
         ep.rival = this.anySource.rivalFor(ep);
         this.endpointsByPeer.set(hello.peerId, ep);
         debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
@@ -502,7 +515,9 @@ export class Transport extends EventEmitter<TransportEvents> {
       return ep.recv<Into>(options).then((r) => Object.assign(r, { endpoint: ep }));
     }
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    return new Promise((resolve, reject) => {
+    this.keepAlive.busy();
+    this.receivingAny++;
+    const p = new Promise<ReceivedFrom<ReceivedData<Into>>>((resolve, reject) => {
       const w: AnySourceWaiting = { tag, order: nextOrder(), into: options.into, stream: options.stream, resolve: resolve as never, reject, cleanup: () => {} };
       const signal = options.signal;
       if (signal) {
@@ -514,6 +529,9 @@ export class Transport extends EventEmitter<TransportEvents> {
       }
       this.anySource.add(w);
     });
+    const done = () => void this.receivingAny--;
+    p.then(done, done);
+    return p;
   }
 
   /** What the next message from any peer that `recv({ tag })` would take is, without receiving it; undefined if none waits. */
@@ -586,6 +604,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.tracer?.close();
     await this.inspector?.close();
     this.progress.stop();
+    this.keepAlive.close();
     this.watchdog.close();
     if (this.ownsDriver) this.driver.close();
   }

@@ -54,5 +54,13 @@ export interface ControlChannel extends EventEmitter<ControlChannelEvents> {
    * as `send`; where a channel lacks it, the parts are joined and sent.
    */
   sendParts?(parts: readonly Uint8Array[]): boolean;
+  /**
+   * Optional: whether the channel's handle (a socket) keeps the process
+   * alive. The transport refs it while an operation is pending and unrefs it
+   * when idle (progress/keep-alive.ts); an unref'd channel still delivers
+   * while something else keeps the event loop running.
+   */
+  ref?(): void;
+  unref?(): void;
   close(): void;
 }

@@ -178,6 +178,14 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     return ok;
   }
 
+  ref(): void {
+    this.base.ref?.();
+  }
+
+  unref(): void {
+    this.base.unref?.();
+  }
+
   close(): void {
     if (this.closed_) return;
     this.stop();

@@ -107,6 +107,9 @@ export interface UnixListener {
    * Idempotent.
    */
   close(): Promise<void>;
+  /** Whether the listening socket keeps the process alive (the default) or not (ControlChannel.ref). */
+  ref(): void;
+  unref(): void;
 }
 
 interface ResolvedOptions {
@@ -376,6 +379,16 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
     return ok;
   }
 
+  /** The socket keeps the process alive (the default). */
+  ref(): void {
+    this.#socket.ref();
+  }
+
+  /** The socket no longer keeps the process alive; it still reads and writes while something else does. */
+  unref(): void {
+    this.#socket.unref();
+  }
+
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -623,6 +636,8 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
   return {
     path,
     channels,
+    ref: () => void server.ref(),
+    unref: () => void server.unref(),
     close() {
       closing ??= (async () => {
         // Remove `path` only while it is still our socket: an unrelated file

@@ -34,6 +34,11 @@ export class PendingSends {
     private readonly sendCancel: (seq: number) => void,
   ) {}
 
+  /** Sends waiting for their FIN (the transport keeps the process alive while there are some). */
+  get size(): number {
+    return this.bySeq.size;
+  }
+
   get(seq: number): PendingSend | undefined {
     return this.bySeq.get(seq);
   }

@@ -195,9 +195,9 @@ export class GpuEventQueue implements ProgressSource {
     return this.polled.length > 0;
   }
 
-  /** Waits recorded and not settled, polled or with the native thread (tests; the transport's keep-alive). */
+  /** Waits not settled: recorded ones (polled or with the native thread) and waits on peer events (the transport's keep-alive). */
   get outstanding(): number {
-    return this.inFlight;
+    return this.inFlight + this.peerCallbacks.size;
   }
 
   /**
