@@ -83,7 +83,7 @@ function rankSpecs(a: RunArgs, script: string, dir: string, token: string): Rank
   }));
 }
 
-function describe(r: RunReport): string[] {
+function failureLines(r: RunReport): string[] {
   const lines: string[] = [];
   if (r.interrupted) lines.push(`smcuda run: ${r.interrupted}: stopped ${r.size} rank(s)`);
   if (r.firstFailure !== null) {
@@ -129,7 +129,7 @@ export async function runRun(argv: string[]): Promise<number> {
   // The ranks are gone: what they left in /dev/shm (and any other dead process's of this user) goes.
   const swept = sweepDeadSegments();
   const report: RunReport = { size: a.ranks, runtime: a.runtime, script, rendezvous: dir, rendezvousRemoved: made, sweptSegments: swept.length, ...result };
-  for (const line of describe(report)) process.stderr.write(`${line}\n`);
+  for (const line of failureLines(report)) process.stderr.write(`${line}\n`);
   if (a.json) process.stdout.write(`${JSON.stringify(report)}\n`);
   return report.exitCode;
 }
