@@ -207,7 +207,7 @@ export class HandlePool implements EntryOwner {
     if (entry === undefined) return undefined;
     if (entry.matches(kind, bufferId, size, identity)) {
       entry.refs++;
-      this.#lru.get(entry.key); // touch: most recently used
+      this.#lru.get(entry.key, TOUCH); // touch: most recently used
       this.#counters.hits++;
       if (this.#onEvent !== undefined) this.#trace('hit', entry);
       return new Lease(entry, this);
@@ -670,6 +670,8 @@ const NO_IDENTITY = new Uint8Array(0);
 
 /** Each entry counts one against the LRU's unreachable bound. */
 const ONE = (): number => 1;
+/** `get` options, made once: the default parameter would allocate an object on every hit. */
+const TOUCH: LRUCache.GetOptions<string, PoolEntry, unknown> = {};
 
 /** A throwing dispose must not change what the acquisition returns: its error is reported outside. */
 function disposeSafely(dispose: () => void): void {

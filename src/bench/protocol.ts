@@ -6,6 +6,7 @@
  */
 import type { MemoryOption } from '../cli/demo-memory.js';
 import type { DriverKind } from '../cuda/driver.js';
+import type { HitPattern } from './cache-hits.js';
 import type { KindExport } from './memory-kinds.js';
 import type { SuiteCommand } from './worker-suites.js';
 
@@ -74,6 +75,7 @@ export type BenchCommand =
   | ({ op: 'raw-copy'; buffer: ExportedBuffer; size: number; slices?: number } & Repeat)
   | { op: 'ipc-open'; buffers: ExportedBuffer[] }
   | { op: 'cache-hit'; buffer: ExportedBuffer; batches: number; perBatch: number }
+  | { op: 'cache-hit-pattern'; buffers: ExportedBuffer[]; pattern: HitPattern; batches: number; perBatch: number }
   | ({ op: 'copy-completion' } & Repeat)
   | ({ op: 'staging-baseline'; size: number } & Repeat)
   | { op: 'socket-serve' }

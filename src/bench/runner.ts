@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { formatBytes } from '../cli/format.js';
 import { type Figure, type FigureSpec, skipped, withFloor } from './figures.js';
 import type { FirstSendBreakdown } from './first-send.js';
+import type { HitPatternResult } from './cache-hits.js';
 import { type BenchOptions, makePlan, shmFreeBytes } from './plan.js';
 import {
   BENCH_WORKER_ENV,
@@ -38,7 +39,9 @@ import {
   A2A_RANKS,
   ACROSS_SUITES,
   BANDWIDTH_TARGETS,
+  CACHE_RANDOM_BUFFERS,
   CACHE_SIZE,
+  CACHE_WINDOW,
   FLOOR_LARGE_SIZE,
   SAME_GPU_MID_SIZES,
   FIG,
@@ -349,6 +352,18 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       run.figures.push(
         figure(run, FIG.cacheHit, hitUs.median, open.median, { stats: hitUs, details: { open, close: summarize(opens.closeUs), firstOpenUs: opens.openUs[0] } }),
       );
+      progress(`cache: hits over ${CACHE_WINDOW} buffers in turn and ${CACHE_RANDOM_BUFFERS} in random order`);
+      const many = await g.call<ExportedBuffer[]>(0, { op: 'export', size: 2 << 20, count: CACHE_RANDOM_BUFFERS });
+      for (const [spec, pattern, buffers] of [
+        [FIG.cacheHitWindow, 'window', many.slice(0, CACHE_WINDOW)],
+        [FIG.cacheHitRandom, 'random', many],
+      ] as const) {
+        const r = await g.call<HitPatternResult>(1, { op: 'cache-hit-pattern', buffers, pattern, ...plan.cacheHit });
+        const us = summarize(r.cpuNs.map((ns) => ns / 1000));
+        const same = summarize(r.sameCpuNs.map((ns) => ns / 1000));
+        const wall = summarize(r.wallNs.map((ns) => ns / 1000));
+        run.figures.push(figure(run, spec, us.median, same.median, { stats: us, details: { buffers: buffers.length, cpuNsPerHit: us.median * 1000, wallNsPerHit: wall.median * 1000, wall } }));
+      }
     } finally {
       await g.call(0, { op: 'unexport' });
     }

@@ -22,7 +22,7 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   latency: 'ping-pong half round trip per size; 8 B against a raw Unix-socket ping-pong',
   bandwidth: 'one-way GPU0→GPU1 bandwidth per size with a window of outstanding sends (as osu_bw) against back-to-back raw cuMemcpyAsync',
   streaming: '1 MiB messages with a window of outstanding sends against raw back-to-back copies',
-  cache: 'cache hit against one cuIpcOpenMemHandle; 64 KiB re-sent with the cache on and off',
+  cache: 'cache hit (one buffer; 8 in turn; 256 in random order) against one cuIpcOpenMemHandle; 64 KiB re-sent with the cache on and off',
   ipc: 'IPC off: the staging path per size against pinned single-buffer staging',
   'same-gpu': 'two processes on one GPU against raw copies',
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
@@ -57,6 +57,9 @@ export const STAGING_TARGET_SIZE = 256 * MiB;
 export const SAME_GPU_TARGET_SIZE = 256 * MiB;
 export const STREAM_SIZE = MiB;
 export const CACHE_SIZE = 64 << 10;
+/** The cache suite's hit patterns (cache-hits.ts): a stream's window of buffers in turn, and many buffers in random order. */
+export const CACHE_WINDOW = 8;
+export const CACHE_RANDOM_BUFFERS = 256;
 export const HEADLINE_SIZE = 8;
 export const MEMORY_TARGET_SIZE = 256 * MiB;
 /** Allocations whose import is timed (as the cache suite's opens). */
@@ -186,6 +189,22 @@ export const FIG = {
     unit: 'µs',
     baselineName: 'one cuIpcOpenMemHandle',
     target: atMost(1, '≤ 1 µs'),
+    scope: 'any',
+  },
+  cacheHitWindow: {
+    name: `cache hit, ${CACHE_WINDOW} buffers in turn (HandlePool lookup + release, each hit on the least recent entry; CPU time)`,
+    suite: 'cache',
+    unit: 'µs',
+    baselineName: 'the same pool, one buffer hit again and again (CPU time)',
+    target: atMost(0.3, '≤ 0.3 µs'),
+    scope: 'any',
+  },
+  cacheHitRandom: {
+    name: `cache hit, ${CACHE_RANDOM_BUFFERS} buffers in random order (HandlePool lookup + release; CPU time)`,
+    suite: 'cache',
+    unit: 'µs',
+    baselineName: 'the same pool, one buffer hit again and again (CPU time)',
+    target: atMost(0.3, '≤ 0.3 µs'),
     scope: 'any',
   },
   cacheOnOff: {

@@ -11,6 +11,7 @@ import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { Transport } from '../transport.js';
 import { cacheHit, copyCompletion, ipcOpen, rawCopy, rawCopyMany, stagingBaseline } from './baselines.js';
+import { cacheHitPattern } from './cache-hits.js';
 import { CountingChannel } from './counting-channel.js';
 import { BENCH_WORKER_ENV, type BenchCommand, type BenchWorkerConfig, type BenchWorkerInfo, type ExportedBuffer } from './protocol.js';
 import { type EchoServer, pingPong as socketPingPong, startEchoServer } from './socket-pingpong.js';
@@ -85,6 +86,8 @@ class BenchWorker {
         return ipcOpen(d, c.buffers);
       case 'cache-hit':
         return cacheHit(d, c.buffer, c.batches, c.perBatch);
+      case 'cache-hit-pattern':
+        return cacheHitPattern(d, c.buffers, c.pattern, c.batches, c.perBatch);
       case 'copy-completion':
         return copyCompletion(d, c);
       case 'staging-baseline':
