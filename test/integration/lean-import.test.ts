@@ -51,12 +51,14 @@ describe("import 'smcuda'", () => {
     console.log(`import 'smcuda' loads ${entry.filter((u) => u.startsWith('file:')).length} modules (${own.length} of the package); openDriver({ driver: 'sim' }) ${sim.length} more`);
   }, 60_000);
 
-  it('works under node --disallow-code-generation-from-strings: one message over a memory channel pair', async () => {
+  it('works under node --disallow-code-generation-from-strings: a host message over a memory channel pair, the negotiation and device messages', async () => {
     const { stdout } = await run(process.execPath, ['--disallow-code-generation-from-strings', fixture('no-codegen-message.mjs')], { timeout: 30_000 });
-    const out = JSON.parse(stdout) as { evalRefused: boolean; received: number[]; path: string };
+    const out = JSON.parse(stdout) as { evalRefused: boolean; received: number[]; path: string; warmUp: unknown };
     // The flag is in force in that process (new Function throws), and the message still went through.
     expect(out.evalRefused).toBe(true);
     expect(out.received).toEqual([1, 2, 3, 4]);
     expect(out.path).toBe('eager');
+    // The warm-up's device messages: by EAGER, then by RGET once the negotiation (XState) reached OK.
+    expect(out.warmUp).toEqual({ eager: 1, rget: 1 });
   }, 60_000);
 });
