@@ -324,18 +324,22 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.keep?.busy();
     this.receiving++;
     return new Promise<Received<ReceivedData<Into>>>((resolveTyped, rejectRaw) => {
-      // Counted until it settles (once: a receive on a stream may be failed after it resolved).
+      // Counted until it settles, once (a receive on a stream may be failed after it resolved).
       let open = true;
-      const settled = () => {
-        if (!open) return false;
+      const reject = (err: Error): void => {
+        if (!open) return;
         open = false;
         this.receiving--;
-        return true;
+        rejectRaw(err);
       };
-      const reject = (err: Error) => void (settled() && rejectRaw(err));
       // A host `into` other than a Uint8Array: `data` comes back as a view of its type.
       const retype = into !== undefined && !(into instanceof Uint8Array) && !isDeviceBuffer(into);
-      const resolve = (r: Received) => void (settled() && (retype ? resolveTyped(Object.assign(r, { data: asTypeOfInto(r.data, into) }) as never) : resolveTyped(r as never)));
+      const resolve = (r: Received): void => {
+        if (!open) return;
+        open = false;
+        this.receiving--;
+        resolveTyped((retype ? Object.assign(r, { data: asTypeOfInto(r.data, into) }) : r) as never);
+      };
       const recv: PendingRecv = { tag, into, intoDevice, stream: options.stream, resolve, reject, cleanup: noop };
       const signal = options.signal;
       if (signal) {

@@ -83,12 +83,12 @@ describe('a receiver that closes right after its receive', () => {
       const src = deviceWith(pr.a.driver, randomBytes(size, 5));
       const into = { ptr: pr.b.driver.memAlloc(size), length: size };
       const s = pr.b.driver.streamCreate();
-      pr.b.driver.inject({ copyDelayMs: 300 });
+      pr.b.driver.inject({ copyDelayMs: 3000 });
       const send = pr.a.ep.send(src, { tag: 8 });
       await pr.b.ep.recv({ tag: 8, into, stream: s });
       const t0 = performance.now();
       pr.b.ep.close();
-      expect(performance.now() - t0).toBeLessThan(100); // close waits a short bound, not for the copy
+      expect(performance.now() - t0).toBeLessThan(1000); // close waits a short bound, not for the copy
       await expect(send).rejects.toMatchObject({ code: 'SMCUDA_PEER_LOST' });
     } finally {
       await pr.close();
