@@ -143,8 +143,14 @@ describe('smcuda run', () => {
       }),
     );
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([ready, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`ranks not ready in 30 s: ${stdout} ${stderr}`)), 30_000)))]);
-    clearTimeout(timer);
+    try {
+      await Promise.race([ready, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`ranks not ready in 30 s: ${stdout} ${stderr}`)), 30_000)))]);
+    } catch (err) {
+      child.kill('SIGTERM'); // the launcher stops its ranks
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
     const lines = rankLines(stdout);
     const pids = [0, 1, 2, 3].map((k) => lines.get(k)![0]!.pid!);
     for (const pid of pids) expect(alive(pid)).toBe(true);
