@@ -24,6 +24,9 @@ import { ArgumentRangeError, PersistentTransferError, ProtocolError } from '../e
 /** How long a register() or persistent() call waits for the peer's matching call, by default (ms). */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
+/** The peer's halves and failures held for calls not made here yet: an honest peer is never this far ahead. */
+export const MAX_AHEAD = 1024;
+
 interface Pending<F> {
   resolve: (offer: F) => void;
   reject: (err: Error) => void;
@@ -122,6 +125,7 @@ export class PairedCalls<F> {
       return w.resolve(offer);
     }
     if (this.early.has(id)) throw new ProtocolError(`peer ${this.peerId} sent its half of ${this.call} ${id} twice`, 'SMCUDA_BAD_REGISTRATION');
+    this.refuseTooFarAhead();
     this.early.set(id, offer);
   }
 
@@ -137,6 +141,7 @@ export class PairedCalls<F> {
       this.waiting.delete(id);
       return w.reject(this.peerError(id, reason));
     }
+    this.refuseTooFarAhead();
     this.peerFailed.set(id, reason);
   }
 
@@ -150,6 +155,13 @@ export class PairedCalls<F> {
     }
     this.waiting.clear();
     this.early.clear();
+  }
+
+  /** A peer that sends more halves or failures ahead of this side's calls than MAX_AHEAD is not following the protocol. */
+  private refuseTooFarAhead(): void {
+    if (this.early.size + this.peerFailed.size >= MAX_AHEAD) {
+      throw new ProtocolError(`peer ${this.peerId} is more than ${MAX_AHEAD} ${this.call} calls ahead of this side (halves and failures held for calls not made here)`, 'SMCUDA_BAD_REGISTRATION');
+    }
   }
 
   private peerError(id: number, reason: string): PersistentTransferError {

@@ -65,6 +65,8 @@ export class Watchdog {
   private closed = false;
   /** Waits on its stream in progress (a tick, flushes): close() leaves the stream and event to the last. */
   private waits = 0;
+  /** The tick in progress, if any. */
+  private ticking: Promise<void> | undefined;
   /** Ticks run (for tests and stats). */
   ticks = 0;
 
@@ -112,7 +114,8 @@ export class Watchdog {
    * point marked on its stream): memory it wrote into may go then.
    */
   async flushed(): Promise<void> {
-    if (this.closed || this.stream === undefined) return;
+    // Closed: nothing more is queued; a tick still in flight is the last thing that reads the blocks.
+    if (this.closed || this.stream === undefined) return this.ticking;
     const d = this.driver;
     let ev: EventHandle | undefined;
     this.waits++;
@@ -177,8 +180,16 @@ export class Watchdog {
     return this.tick();
   }
 
-  private async tick(): Promise<void> {
-    if (this.busy || this.closed) return;
+  private tick(): Promise<void> {
+    if (this.busy || this.closed) return this.ticking ?? Promise.resolve();
+    const t = this.tickOnce().finally(() => {
+      if (this.ticking === t) this.ticking = undefined;
+    });
+    this.ticking = t;
+    return t;
+  }
+
+  private async tickOnce(): Promise<void> {
     this.busy = true;
     this.waits++;
     this.ticks++;

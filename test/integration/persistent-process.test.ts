@@ -3,7 +3,9 @@
  * on the simulated driver: rounds cross processes with no message per
  * round, and a peer killed with SIGKILL while this side's stream waits for
  * its round fails the transfer here with a typed error and releases the
- * stream — never a hang. Needs compiled code (`npx tsc -p .`).
+ * stream — never a hang. A register() that fails here fails the other
+ * process's matching call at once, and the next pair still matches. Needs
+ * compiled code (`npx tsc -p .`).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -85,5 +87,31 @@ describe('persistent transfers between two processes', () => {
     await settle(s); // the stream was released
     expect(performance.now() - started).toBeLessThan(10_000); // well before the 30 s watchdog: the lost channel did it
     expect(() => tr.start(s)).toThrow(PersistentTransferError);
+  });
+
+  it("a register() that fails here (a bad buffer) fails the other process's matching call at once; the next pair works", async () => {
+    const ep = await connect();
+    const n = 4096;
+    const started = performance.now();
+    const [here, there] = await Promise.allSettled([ep.register({ ptr: 'nope' } as never), peer!.call('persistent', { role: 'send', length: n })]);
+    expect(here.status).toBe('rejected');
+    expect((here as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
+    expect(there.status).toBe('rejected');
+    expect(String((there as PromiseRejectedResult).reason)).toMatch(/SMCUDA_PERSISTENT_PEER_FAILED|matching register\(\) call 1 failed/);
+    expect(performance.now() - started).toBeLessThan(1000);
+    const dst = { ptr: driver.memAlloc(n), length: n };
+    driver.memsetD8(dst.ptr, 0, n);
+    const [[reg, tr]] = await Promise.all([
+      ep.register(dst).then(async (r) => [r, await ep.persistent(r, { role: 'recv', length: n })] as const),
+      peer!.call('persistent', { role: 'send', length: n }),
+    ]);
+    expect(reg.id).toBe(2);
+    const s = driver.streamCreate();
+    tr.start(s);
+    await peer!.call('start');
+    await settle(s);
+    const out = new Uint8Array(n);
+    driver.memcpyDtoH(out, dst.ptr);
+    expect(Buffer.compare(out, new Uint8Array(n).map((_, i) => (i * 13 + 5) & 0xff))).toBe(0);
   });
 });

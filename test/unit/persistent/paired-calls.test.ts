@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
 import { ArgumentRangeError, ArgumentTypeError, ConfigError, PersistentTransferError } from '../../../src/errors.js';
+import { MAX_AHEAD, PairedCalls } from '../../../src/persistent/paired-calls.js';
 import type { Registration } from '../../../src/persistent/registrations.js';
 import { deviceWith, makePair, randomBytes, readDevice, type Pair } from '../../helpers/transport-pair.js';
 
@@ -247,5 +248,35 @@ describe('the numbering never shifts, whatever fails (property)', () => {
       }),
       { numRuns: 8 },
     );
+  });
+});
+
+describe('PairedCalls alone', () => {
+  it('a peer more than MAX_AHEAD calls ahead (offers or failures for calls never made here) is refused with a ProtocolError, not held without bound', async () => {
+    const told: number[] = [];
+    const calls = new PairedCalls<string>('register()', 'peer', (id) => told.push(id));
+    for (let id = 1; id <= MAX_AHEAD / 2; id++) calls.onOffer(id, 'offer');
+    for (let id = MAX_AHEAD / 2 + 1; id <= MAX_AHEAD; id++) calls.onPeerFailed(id, 'bad');
+    expect(() => calls.onOffer(MAX_AHEAD + 5, 'offer')).toThrow(expect.objectContaining({ code: 'SMCUDA_BAD_REGISTRATION' }));
+    expect(() => calls.onPeerFailed(MAX_AHEAD + 6, 'bad')).toThrow(/calls ahead/);
+    // What was held is used by the calls as they come.
+    await expect(calls.offerOf(calls.take(), 1000)).resolves.toBe('offer');
+    expect(told).toEqual([]);
+  });
+
+  it('a call that failed here tells the peer once and drops the half that comes late; a failure the peer sends for it is not heard', async () => {
+    const told: Array<[number, string]> = [];
+    const calls = new PairedCalls<string>('persistent()', 'peer', (id, reason) => told.push([id, reason]));
+    const id = calls.take();
+    calls.fail(id, new RangeError('length must be a non-negative integer'));
+    expect(told).toEqual([[id, 'RangeError: length must be a non-negative integer']]);
+    calls.onOffer(id, 'late'); // dropped, not held for a later call
+    const both = calls.take();
+    calls.fail(both, new Error('here'));
+    calls.onPeerFailed(both, 'there'); // both failed it: nothing waits, nothing is kept
+    expect(calls.takePeerFailure(both)).toBeUndefined();
+    const next = calls.take();
+    calls.onOffer(next, 'next');
+    await expect(calls.offerOf(next, 1000)).resolves.toBe('next');
   });
 });
