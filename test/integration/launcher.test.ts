@@ -55,11 +55,14 @@ function alive(pid: number): boolean {
   }
 }
 
-let bunMissing = '';
-try {
-  findRuntime('bun');
-} catch (err) {
-  bunMissing = (err as Error).message;
+/** Why `name` cannot run here ('' where it can): its test then shows as skipped, with the reason. */
+function runtimeMissing(name: 'bun' | 'deno'): string {
+  try {
+    findRuntime(name);
+    return '';
+  } catch (err) {
+    return (err as Error).message;
+  }
 }
 
 describe('smcuda run', () => {
@@ -176,13 +179,16 @@ describe('smcuda run', () => {
     }
   }, 60_000);
 
-  it.skipIf(bunMissing !== '')(`--runtime bun: 4 ranks under Bun verify the allreduce${bunMissing ? ` (skipped: ${bunMissing})` : ''}`, async () => {
-    const r = await smcuda(['run', '-n', '4', '--runtime', 'bun', '--json', RANK]);
-    expect(r.code, r.stderr).toBe(0);
-    const lines = rankLines(r.stdout);
-    for (let k = 0; k < 4; k++) expect(lines.get(k)![0]).toMatchObject({ rank: k, ok: true });
-    expect(summary(r.stdout)).toMatchObject({ runtime: 'bun', exitCode: 0 });
-  }, 90_000);
+  for (const name of ['bun', 'deno'] as const) {
+    const missing = runtimeMissing(name);
+    it.skipIf(missing !== '')(`--runtime ${name}: 4 ranks verify the allreduce${missing ? ` (skipped: ${missing})` : ''}`, async () => {
+      const r = await smcuda(['run', '-n', '4', '--runtime', name, '--json', RANK]);
+      expect(r.code, r.stderr).toBe(0);
+      const lines = rankLines(r.stdout);
+      for (let k = 0; k < 4; k++) expect(lines.get(k)![0]).toMatchObject({ rank: k, ok: true });
+      expect(summary(r.stdout)).toMatchObject({ runtime: name, exitCode: 0 });
+    }, 90_000);
+  }
 
   it('--help, and wrong usage is exit 2 with what to do', async () => {
     const help = await smcuda(['run', '--help']);
