@@ -248,6 +248,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     if (this.fdNative) {
       this.fdMemory = new SimFdMemory({
         native: this.fdNative,
+        seals: typeof this.shm?.sealedMap === 'function' ? this.shm : undefined, // VMM chunks sealed, imports checked
         devices: this.visibleDevices,
         newBufferId: () => memory.newBufferId(),
         importFailure: () => this.fdFaults.importFailure(),

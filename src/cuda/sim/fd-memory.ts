@@ -28,10 +28,10 @@
  */
 import { readlinkSync, openSync, closeSync } from 'node:fs';
 import type { AddressRange, DevicePtr, FdChunk, FdMemoryResources, PoolHandle } from '../driver.js';
-import type { NativeFdPassing, NativeHostMapping } from '../native-addon.js';
+import type { NativeFdPassing, NativeHostMapping, NativeShm } from '../native-addon.js';
 import { ADDRESS_BASE, AddressSpace, DEVICE_SPAN, RANGE_ALIGN } from './address-space.js';
 import { cudaError, type CudaErrorName } from './result-codes.js';
-import { hex } from './memory.js';
+import { hex, SIM_MAX_MAPPING_BYTES } from './memory.js';
 
 /** Address-space index of device n's fd-shared memory: 64 + n (SimMemory uses 0..n). */
 const FD_SPACE_OFFSET = 64;
@@ -76,8 +76,19 @@ export interface SimPool {
   exported?: boolean;
 }
 
+/** The addon's sealed-segment calls: VMM chunks are sealed, and an import checks the seals. */
+export type SealCalls = Pick<NativeShm, 'sealedCreate' | 'sealedMap' | 'shmClose'>;
+
 export interface FdMemoryOwner {
   native: NativeFdPassing & NativeHostMapping;
+  /**
+   * With them, a VMM chunk is made sealed against shrinking and growing (as
+   * device memory cannot be truncated), and an import maps a chunk only if
+   * it is so sealed and of the promised size: a peer truncating its chunk
+   * cannot SIGBUS the importer. Without them (a fake addon), chunks are plain
+   * memfds.
+   */
+  seals?: SealCalls;
   /** UUIDs of the devices this process sees, by ordinal. */
   devices: ReadonlyArray<{ uuid: string }>;
   newBufferId(): bigint;
@@ -164,9 +175,10 @@ export class SimFdMemory {
   /** cuMemCreate × count + reserve + map + setAccess. */
   vmmAlloc(device: number, chunkSize: number, count: number): FdRange {
     const uuid = this.owner.devices[device]!.uuid;
+    checkMappable('cuMemCreate', chunkSize * count);
     const fds: number[] = [];
     try {
-      for (let k = 0; k < count; k++) fds.push(this.memfd('cuMemCreate', `smcuda-vmm:${uuid}`, chunkSize));
+      for (let k = 0; k < count; k++) fds.push(this.vmmChunk(`smcuda-vmm:${uuid}`, chunkSize));
       return this.mapRange('cuMemMap', 'vmm', device, chunkSize * count, fds.map((fd, k) => ({ offset: k * chunkSize, size: chunkSize, fd, keep: true })));
     } catch (err) {
       for (const fd of fds) this.closeQuietly(fd);
@@ -203,6 +215,8 @@ export class SimFdMemory {
     const call = 'cuMemImportFromShareableHandle';
     const fault = this.owner.importFailure();
     if (fault) throw cudaError(call, fault, 'injected by the simulator');
+    const last = chunks[chunks.length - 1]!;
+    checkMappable(call, last.offset + last.size);
     for (const [k, c] of chunks.entries()) {
       const { uuid } = this.identify(call, c.fd, 'vmm');
       this.checkDevice(call, uuid, expectDevice, `chunk ${k}`);
@@ -210,8 +224,8 @@ export class SimFdMemory {
       if (size !== c.size) {
         throw cudaError('cuMemMap', 'CUDA_ERROR_INVALID_VALUE', `chunk ${k}'s descriptor holds ${size} bytes, the exporter promised ${c.size}`);
       }
+      this.checkSealed(call, c.fd, c.size, k);
     }
-    const last = chunks[chunks.length - 1]!;
     return this.mapRange('cuMemMap', 'vmm-import', device, last.offset + last.size, chunks.map((c) => ({ offset: c.offset, size: c.size, fd: c.fd, keep: false })));
   }
 
@@ -245,6 +259,7 @@ export class SimFdMemory {
   poolAlloc(pool: SimPool, bytes: number): FdRange {
     const call = 'cuMemAllocFromPoolAsync';
     const size = Math.max(1, Math.ceil(bytes / SIM_GRANULARITY)) * SIM_GRANULARITY;
+    checkMappable(call, size);
     // First fit among the extents, by offset.
     let at = 0;
     for (const [off, len] of [...pool.extents].sort((a, b) => a[0] - b[0])) {
@@ -313,6 +328,7 @@ export class SimFdMemory {
     if (v.getBigUint64(8, true) !== pool.id) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', 'the export data names another pool');
     const offset = Number(v.getBigUint64(16, true));
     const size = Number(v.getBigUint64(24, true));
+    checkMappable(call, size);
     const fileSize = this.owner.native.fdSize(pool.fd);
     if (size === 0 || offset + size > fileSize) {
       throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `the allocation (${size} bytes at ${offset}) is not in the pool (${fileSize} bytes): freed, or not this pool's`);
@@ -392,6 +408,7 @@ export class SimFdMemory {
   ): FdRange {
     const native = this.owner.native;
     const hostSize = Math.ceil(size / SIM_GRANULARITY) * SIM_GRANULARITY;
+    checkMappable(call, hostSize);
     const host = native.hostReserve(hostSize);
     const placeholder = {} as FdRange;
     const slot = this.spaces[device]!.reserve(size, placeholder);
@@ -436,6 +453,37 @@ export class SimFdMemory {
     }
   }
 
+  /** A VMM chunk's memfd: sealed against shrinking and growing where the addon can (see FdMemoryOwner.seals). */
+  private vmmChunk(name: string, bytes: number): number {
+    const seals = this.owner.seals;
+    if (seals === undefined) return this.memfd('cuMemCreate', name, bytes);
+    let made: { fd: number; buffer: ArrayBuffer };
+    try {
+      made = seals.sealedCreate(name, bytes);
+    } catch (err) {
+      throw cudaError('cuMemCreate', 'CUDA_ERROR_OUT_OF_MEMORY', `memfd_create failed: ${(err as Error).message}`);
+    }
+    seals.shmClose(made.buffer); // only the descriptor is kept: ranges map it where they need it
+    return made.fd;
+  }
+
+  /**
+   * An imported chunk must be sealed against shrinking and growing, and be
+   * `size` bytes: otherwise its exporter could truncate it under our mapping
+   * (SIGBUS at the next touch). Checked, where the addon can, before mapping.
+   */
+  private checkSealed(call: string, fd: number, size: number, k: number): void {
+    const seals = this.owner.seals;
+    if (seals === undefined) return;
+    let probe: ArrayBuffer;
+    try {
+      probe = seals.sealedMap(fd, size);
+    } catch (err) {
+      throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `chunk ${k} is refused, not mapped: ${(err as Error).message} (its exporter could truncate it under the mapping)`);
+    }
+    seals.shmClose(probe);
+  }
+
   private memfd(call: string, name: string, bytes: number): number {
     try {
       return this.owner.native.memfdCreate(name, bytes);
@@ -461,6 +509,14 @@ export class SimFdMemory {
     }
   }
 }
+
+/** Refuses a range the simulator cannot map as one ArrayBuffer (CUDA_ERROR_OUT_OF_MEMORY, as the driver for memory it cannot give). */
+function checkMappable(call: string, bytes: number): void {
+  if (!(bytes <= SIM_MAX_MAPPING_BYTES)) {
+    throw cudaError(call, 'CUDA_ERROR_OUT_OF_MEMORY', `${bytes} bytes: the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} bytes as one range (one host ArrayBuffer); use less, or the native driver`);
+  }
+}
+
 
 function randomU64(): bigint {
   const hi = BigInt((Math.random() * 0x1_0000_0000) >>> 0);

@@ -14,12 +14,21 @@
  *  - Opening a handle that is already open returns the same pointer; opens
  *    are counted and the last ipcCloseMemHandle unmaps.
  */
+import { constants as bufferConstants } from 'node:buffer';
 import type { DevicePtr, SharedSegment } from '../driver.js';
 import type { NativeShm } from '../native-addon.js';
 import { ADDRESS_BASE, AddressSpace, DEVICE_SPAN } from './address-space.js';
 import { encodeHandle, segmentName, type SimHandle } from './ipc-handle.js';
 import { cudaError } from './result-codes.js';
 import { sharedSegment } from '../shared-segment.js';
+
+/**
+ * The largest allocation or range the simulator maps: each is one host
+ * ArrayBuffer, and past the runtime's ArrayBuffer limit wrapping it aborted
+ * the process (a 1 TiB sparse segment). Larger sizes are refused, typed,
+ * before anything is made or mapped.
+ */
+export const SIM_MAX_MAPPING_BYTES = bufferConstants.MAX_LENGTH;
 
 export interface Allocation {
   readonly ptr: DevicePtr;
@@ -99,6 +108,9 @@ export class SimMemory {
 
   alloc(device: number, size: number): Allocation {
     const dev = this.owner.devices[device]!;
+    if (!(size <= SIM_MAX_MAPPING_BYTES)) {
+      throw cudaError('cuMemAlloc', 'CUDA_ERROR_OUT_OF_MEMORY', `${size} bytes: the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} bytes as one allocation (one host ArrayBuffer); use less, or the native driver`);
+    }
     if (this.used[device]! + size > dev.totalMemory) {
       throw cudaError('cuMemAlloc', 'CUDA_ERROR_OUT_OF_MEMORY', `${size} bytes requested, ${dev.totalMemory - this.used[device]!} free on simulated device ${device}`);
     }
@@ -166,10 +178,14 @@ export class SimMemory {
   /** Maps another owner's allocation at a fresh address in `device`'s space (the opener's current device). */
   open(h: SimHandle, device: number): Allocation {
     const name = segmentName(h);
+    if (!(h.size <= SIM_MAX_MAPPING_BYTES)) {
+      throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `the handle claims ${h.size} bytes; the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} as one allocation: refused, not mapped`);
+    }
     let buffer: ArrayBuffer;
     try {
-      buffer = this.owner.shm.shmOpen(name);
+      buffer = this.owner.shm.shmOpen(name, h.size); // a segment of another size is refused before it is mapped
     } catch (err) {
+      if ((err as { code?: unknown }).code === 'ESIZE') throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `segment ${name} is not the ${h.size} bytes the handle says: refused, not mapped`);
       throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `the allocation behind this handle is gone (freed, or its process exited): ${(err as Error).message}`);
     }
     const segment = sharedSegment(name, buffer, (b) => this.owner.shm.shmClose(b));
