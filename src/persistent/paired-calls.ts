@@ -40,8 +40,10 @@ export class PairedCalls<F> {
   private readonly early = new Map<number, F>();
   /** Numbers the peer failed, whose call here has not heard it yet. */
   private readonly peerFailed = new Map<number, string>();
-  /** Numbers this side failed: the peer's half of one is dropped when it comes. */
-  private readonly failedHere = new Set<number>();
+  /** Numbers whose call here has not finished: a half or failure for a number finished here is void. */
+  private readonly inProgress = new Set<number>();
+  /** Numbers the peer failed, until this side's call of it failed too (it is not told back). */
+  private readonly heard = new Set<number>();
   private closeReason: Error | undefined;
 
   constructor(
@@ -54,7 +56,19 @@ export class PairedCalls<F> {
 
   /** Takes the next number: the first thing a call does, before anything can fail. */
   take(): number {
-    return this.nextId++;
+    const id = this.nextId++;
+    this.inProgress.add(id);
+    return id;
+  }
+
+  /** This side's call `id` succeeded. */
+  done(id: number): void {
+    this.inProgress.delete(id);
+  }
+
+  /** Made and finished here (succeeded or failed): what the peer says of it now changes nothing. */
+  private finished(id: number): boolean {
+    return id < this.nextId && !this.inProgress.has(id);
   }
 
   /** The number the latest call took. */
@@ -108,16 +122,15 @@ export class PairedCalls<F> {
       this.waiting.delete(id);
     }
     this.early.delete(id);
+    this.inProgress.delete(id);
     if (this.closeReason) return;
-    const fromPeer = err instanceof PersistentTransferError && err.code === 'SMCUDA_PERSISTENT_PEER_FAILED';
-    if (fromPeer) return;
-    this.failedHere.add(id);
+    if (this.heard.delete(id)) return; // the peer failed it first: it knows
     this.tellPeer(id, `${err.name}${(err as { code?: string }).code ? ` ${(err as { code?: string }).code}` : ''}: ${err.message}`);
   }
 
   /** The peer's half of `id` came. */
   onOffer(id: number, offer: F): void {
-    if (this.failedHere.delete(id)) return; // this side gave the number up: the pair is void
+    if (this.finished(id)) return; // this side gave the number up (or is past it): the pair is void
     const w = this.waiting.get(id);
     if (w) {
       clearTimeout(w.timer);
@@ -134,14 +147,15 @@ export class PairedCalls<F> {
    * the pending call rejects now, a later one at once.
    */
   onPeerFailed(id: number, reason: string): void {
-    if (this.failedHere.delete(id)) return; // both sides failed it: nothing waits
+    if (this.finished(id)) return; // both sides failed it, or this side is past it: nothing waits
     const w = this.waiting.get(id);
+    if (!w) this.refuseTooFarAhead();
+    this.heard.add(id);
     if (w) {
       clearTimeout(w.timer);
       this.waiting.delete(id);
       return w.reject(this.peerError(id, reason));
     }
-    this.refuseTooFarAhead();
     this.peerFailed.set(id, reason);
   }
 

@@ -177,6 +177,7 @@ export class Registrations {
         throw late;
       }
       this.live.set(id, reg);
+      this.calls.done(id);
       if (this.earlyReleases.delete(id)) reg.peerDeregistered();
       return reg;
     } catch (err) {
@@ -198,7 +199,8 @@ export class Registrations {
     const closed = new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} was deregistered`);
     await Promise.all([...reg.users].map((u) => u.quiesce()));
     for (const u of [...reg.users]) u.close(closed);
-    if (!this.closeReason) {
+    // A registration the peer gave up (REG_FAIL) has no peer half to release.
+    if (!this.closeReason && !reg.peerFailure) {
       try {
         this.ctx.link.sendFrame({ type: FrameType.REG_RELEASE, regId: reg.id });
       } catch {

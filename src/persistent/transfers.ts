@@ -22,12 +22,14 @@
  * sizes (`persistent.flagSlots` unlike on the two sides) are refused at the
  * first call on both sides.
  *
- * What a transfer used is freed once the GPU passed it, not after a fixed
- * time: eager starts mark their stream (stream-marks.ts, pooled events),
- * the flag block goes once those marks and a point on the watchdog's stream
- * completed. A transfer captured in a graph is the exception: the host
- * cannot see its replays, so its endpoint's close keeps poisoning its waits
- * for `graceMs` before freeing.
+ * What a transfer used is released once the GPU passed it, not after a
+ * fixed time: eager starts mark their stream (stream-marks.ts, pooled
+ * events); the peer's mappings go once those marks and a point on the
+ * watchdog's stream completed. Two holds remain timed, for what the host
+ * cannot see: a transfer captured in a graph (its replays) keeps its waits
+ * poisoned for `graceMs`; and this side's flag block, which the peer maps,
+ * is freed `graceMs` after this side is done with it, as the peer's
+ * release of its mapping cannot be heard once the endpoint closed.
  */
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
@@ -392,6 +394,7 @@ export class PersistentTransfers {
       if (late) throw late;
       const t = this.matched(id, reg, o, slot, block, peer, actor);
       t.flagKernel = kernel;
+      this.calls.done(id);
       return t;
     } catch (err) {
       this.calls.fail(id, err as Error);
@@ -492,11 +495,14 @@ export class PersistentTransfers {
     const block = this.block;
     const unwatch = this.unwatch;
     void Promise.all(transfers.map((t) => t.settled(this.graceMs))).then(async () => {
-      // Failed transfers' waits were poisoned by the watchdog until now; its last writes pass, then the block goes.
+      // Failed transfers' waits were poisoned by the watchdog until now; its last writes pass.
       unwatch?.();
       await this.watchdog.flushed();
-      if (block) this.freeBlock(block.ptr);
       this.marks.close();
+      // This side is done with the block, but the peer may still have it mapped: freeing exported
+      // memory before the importer closed it is undefined in CUDA, and after the close the peer's
+      // release cannot be heard. Its close follows ours, so the block is held graceMs more.
+      if (block) setTimeout(() => this.freeBlock(block.ptr), this.graceMs).unref();
     });
   }
 
