@@ -185,6 +185,8 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly keepAlive = new KeepAlive();
   /** Transport-level recv() calls not settled yet. */
   private receivingAny = 0;
+  /** Promises given to keepAliveWhile not settled yet. */
+  private awaiting = 0;
 
   private constructor(
     driver: CudaDriver,
@@ -210,7 +212,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.inspector = inspector;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
     // Pending here: a socket set up, a handshake, an any-source receive, or a listener someone waits on ('endpoint' listeners).
-    this.keepAlive.addSource(() => this.settingUp.size > 0 || this.pendingChannels.size > 0 || this.receivingAny > 0 || (this.sockets.length > 0 && this.listenerCount('endpoint') > 0));
+    this.keepAlive.addSource(() => this.settingUp.size > 0 || this.pendingChannels.size > 0 || this.receivingAny > 0 || this.awaiting > 0 || (this.sockets.length > 0 && this.listenerCount('endpoint') > 0));
     (this as EventEmitter).on('newListener', (event: string | symbol) => {
       if (event === 'endpoint') this.keepAlive.busy();
     });
@@ -530,6 +532,20 @@ export class Transport extends EventEmitter<TransportEvents> {
       this.anySource.add(w);
     });
     const done = () => void this.receivingAny--;
+    p.then(done, done);
+    return p;
+  }
+
+  /**
+   * @internal Keeps the process alive until `p` settles: for a layer above
+   * (the Communicator) whose call waits on more than this transport's sends
+   * and receives, which count by themselves. An idle transport lets the
+   * process exit (progress/keep-alive.ts).
+   */
+  keepAliveWhile<T>(p: Promise<T>): Promise<T> {
+    this.keepAlive.busy();
+    this.awaiting++;
+    const done = () => void this.awaiting--;
     p.then(done, done);
     return p;
   }

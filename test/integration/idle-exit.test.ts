@@ -92,6 +92,13 @@ describe('a job that never calls close()', () => {
     expect(shmOf(line.pid as number)).toEqual([]);
   });
 
+  it('keepAliveWhile (the hook for the layer above): the process waits for the promise, then exits', async () => {
+    const child = start('exchange', privateDir(), '1500');
+    expect((await child.next()).exchanged).toBe('rget');
+    expect(await child.next()).toMatchObject({ settled: true }); // an unref'd timer alone would not have held it
+    expect(await child.exit(EXIT_BOUND_MS)).toBe(0);
+  });
+
   it('a pending receive keeps it alive; once satisfied, it exits by itself', async () => {
     const { t, driver, path } = await parentListening();
     const accepted = new Promise<Endpoint>((resolve) => t.once('endpoint', resolve));
