@@ -51,6 +51,14 @@ import {
 
 /** Frames up to this size are copied behind their prefix and written once. */
 const COPY_WRITE_BYTES = 16 * 1024;
+/**
+ * Bytes of frames not yet complete, per peer process (SO_PEERCRED pid), over
+ * all its channels in this process. They count against each of its
+ * endpoints' buffer budget (limitBuffered): six connections of one peer each
+ * holding a 250 MiB partial frame took a receiver from 65 to 1567 MiB, each
+ * within its own endpoint's budget.
+ */
+const partialByPeer = new Map<number, number>();
 /** Linux sun_path holds 108 bytes including the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
 export const DEFAULT_CLOSE_TIMEOUT_MS = 1000;
@@ -193,6 +201,9 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   #partialSince = 0;
   #partialFrame = -1;
   #frameTimer: NodeJS.Timeout | undefined;
+  /** This channel's share of partialByPeer now, and the budget it counts against (limitBuffered). */
+  #partialCounted = 0;
+  #room: (() => number) | undefined;
 
   /** Wraps a connected socket; use connectUnix / listenUnix. `peer`: its credentials, if already read. */
   constructor(socket: net.Socket, label: string, opts?: UnixChannelOptions, peer?: PeerCredentials) {
@@ -216,6 +227,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       if (this.#closed) return;
       try {
         this.#reader.push(chunk);
+        this.#countPartial();
       } catch (err) {
         if (!(err instanceof ProtocolError) && !(err instanceof PeerLimitError)) throw err;
         this.#fail(err);
@@ -259,6 +271,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       this.#error ??= new PeerLostError(`${this.label}: connection lost (${err.code ?? err.message}): ${explain(err, label)}`, { cause: err });
     });
     socket.on('close', () => {
+      this.#uncountPartial();
       clearTimeout(this.#closeTimer);
       clearTimeout(this.#frameTimer);
       this.#closed = true;
@@ -282,7 +295,51 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
 
   /** After the handshake: a frame larger than `room()` is refused from its prefix (PeerLimitError; ControlChannel.limitBuffered). */
   limitBuffered(room: () => number): void {
-    this.#reader.setRoom(room);
+    this.#room = room;
+    // A new frame must fit beside what the peer's other channels hold of their partial frames.
+    this.#reader.setRoom(() => room() - this.#othersPartial());
+  }
+
+  /** Partial-frame bytes the peer process holds here on its other channels. */
+  #othersPartial(): number {
+    const pid = this.peerPid;
+    return pid === undefined ? 0 : (partialByPeer.get(pid) ?? 0) - this.#partialCounted;
+  }
+
+  /**
+   * Counts this channel's partial frame in its peer's total; past the budget
+   * (what this endpoint may still buffer), PeerLimitError: the peer's partial
+   * frames, on all its channels, hold more than maxBufferedBytes allows.
+   */
+  #countPartial(): void {
+    const pid = this.peerPid;
+    if (pid === undefined) return;
+    const now = this.#reader.buffered;
+    if (now !== this.#partialCounted) {
+      const total = (partialByPeer.get(pid) ?? 0) + now - this.#partialCounted;
+      this.#partialCounted = now;
+      if (total > 0) partialByPeer.set(pid, total);
+      else partialByPeer.delete(pid);
+    }
+    const room = this.#room;
+    if (room === undefined || now === 0) return;
+    const total = partialByPeer.get(pid) ?? 0;
+    const left = room();
+    if (total > left) {
+      throw new PeerLimitError(
+        'SMCUDA_PEER_BUFFER_LIMIT',
+        `${this.label}: the peer (pid ${pid}) holds ${total} bytes of frames not yet complete on its connections here; only ${Math.max(0, left)} bytes are left of maxBufferedBytes: cut off`,
+      );
+    }
+  }
+
+  #uncountPartial(): void {
+    const pid = this.peerPid;
+    if (pid === undefined || this.#partialCounted === 0) return;
+    const total = (partialByPeer.get(pid) ?? 0) - this.#partialCounted;
+    this.#partialCounted = 0;
+    if (total > 0) partialByPeer.set(pid, total);
+    else partialByPeer.delete(pid);
   }
 
     /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
@@ -410,6 +467,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   #fail(error: Error): void {
     this.#error ??= error;
     this.#closed = true;
+    this.#uncountPartial();
     clearTimeout(this.#frameTimer);
     this.#socket.destroy();
   }
