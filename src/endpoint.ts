@@ -542,6 +542,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     } catch {
       // the channel failed meanwhile: closing anyway
     }
+    if (this.link.closed) return; // a completion settled above failed the endpoint: it is closed already
     this.shutdown(null, new ClosedError(`endpoint to ${this.peerId} was closed: ${reason}`), true);
     this.channel.close();
   }
