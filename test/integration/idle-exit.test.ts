@@ -70,9 +70,9 @@ function start(...args: string[]): Child {
 }
 
 /** A transport of this process listening in a private directory; resolves with it and its socket path. */
-async function parentListening(): Promise<{ t: Transport; driver: SimulatedCudaDriver; path: string }> {
+async function parentListening(controlRing = true): Promise<{ t: Transport; driver: SimulatedCudaDriver; path: string }> {
   const driver = new SimulatedCudaDriver({ env: {} });
-  const t = await Transport.create({ driver, id: 'parent', device: 0, token: TOKEN });
+  const t = await Transport.create({ driver, id: 'parent', device: 0, token: TOKEN, controlRing });
   cleanups.push(async () => {
     await t.close();
     driver.close();
@@ -136,11 +136,14 @@ describe('a listener', () => {
 });
 
 describe('a receiver process that closes right after a receive on its stream', () => {
-  it("the sender's send resolves (its FIN came before CLOSE), and every byte arrived", async () => {
-    const { t, driver, path } = await parentListening();
+  it.each([
+    ['control rings', true],
+    ['the socket alone (no control rings)', false],
+  ])("the sender's send resolves (its FIN came before CLOSE), and every byte arrived: frames by %s", async (_how, rings) => {
+    const { t, driver, path } = await parentListening(rings);
     const accepted = new Promise<Endpoint>((resolve) => t.once('endpoint', resolve));
     const n = 3 << 20;
-    const child = start('recv-close', path, String(n));
+    const child = start('recv-close', path, String(n), ...(rings ? [] : ['socket']));
     const ep = await accepted;
     const ready = await child.next();
     expect(ready).toMatchObject({ waiting: true, state: 'OK' });
