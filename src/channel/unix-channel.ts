@@ -300,9 +300,19 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
     this.#reader.setRoom(() => room() - this.#othersPartial());
   }
 
+  /**
+   * The peer process whose partial frames this channel's count with, or
+   * undefined (not known, or this very process: two transports of one
+   * process, each direction its own budget).
+   */
+  get #peerProcess(): number | undefined {
+    const pid = this.peerPid;
+    return pid === process.pid ? undefined : pid;
+  }
+
   /** Partial-frame bytes the peer process holds here on its other channels. */
   #othersPartial(): number {
-    const pid = this.peerPid;
+    const pid = this.#peerProcess;
     return pid === undefined ? 0 : (partialByPeer.get(pid) ?? 0) - this.#partialCounted;
   }
 
@@ -312,7 +322,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
    * frames, on all its channels, hold more than maxBufferedBytes allows.
    */
   #countPartial(): void {
-    const pid = this.peerPid;
+    const pid = this.#peerProcess;
     if (pid === undefined) return;
     const now = this.#reader.buffered;
     if (now !== this.#partialCounted) {
@@ -334,7 +344,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
   }
 
   #uncountPartial(): void {
-    const pid = this.peerPid;
+    const pid = this.#peerProcess;
     if (pid === undefined || this.#partialCounted === 0) return;
     const total = (partialByPeer.get(pid) ?? 0) - this.#partialCounted;
     this.#partialCounted = 0;
