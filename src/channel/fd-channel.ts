@@ -38,6 +38,7 @@ import { loadAddon } from '../cuda/addon.js';
 import type { NativeFdPassing, NativePeerCredentials } from '../cuda/native-addon.js';
 import { AccessDeniedError, ArgumentRangeError, ArgumentTypeError, ClosedError, DescriptorError, PeerLostError, SmcudaError } from '../errors.js';
 import type { PeerCredentials, PeerUidPolicy } from './peer-credentials.js';
+import { startWatch, stopWatch } from './fd-watches.js';
 
 /** Longest message (metadata) a channel carries. */
 export const FD_MESSAGE_MAX = 4096;
@@ -125,7 +126,7 @@ export class FdChannel {
     this.#sock = sock;
     this.#ref = options.ref ?? false;
     try {
-      this.#watch = this.#native.fdWatchStart(sock, (revents) => this.#ready(revents));
+      this.#watch = startWatch(this.#native, sock, (revents) => this.#ready(revents));
     } catch (err) {
       this.#native.fdClose(sock);
       throw new DescriptorError('SMCUDA_FD_CHANNEL', `cannot watch the descriptor channel: ${(err as Error).message}`, { cause: err });
@@ -365,7 +366,7 @@ export class FdChannel {
   #shutdown(err: Error | undefined, notify: boolean): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#native.fdWatchStop(this.#watch);
+    stopWatch(this.#native, this.#watch);
     try {
       this.#native.fdClose(this.#sock);
     } catch {
@@ -422,7 +423,7 @@ export class FdListener {
   ) {
     this.#native = options.native ?? loadAddon();
     this.#fd = this.#native.fdListen(path);
-    this.#watch = this.#native.fdWatchStart(this.#fd, () => this.#accept());
+    this.#watch = startWatch(this.#native, this.#fd, () => this.#accept());
     this.#native.fdWatchArm(this.#watch, POLLIN, false);
   }
 
@@ -457,7 +458,7 @@ export class FdListener {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#native.fdWatchStop(this.#watch);
+    stopWatch(this.#native, this.#watch);
     try {
       this.#native.fdClose(this.#fd);
     } catch {
