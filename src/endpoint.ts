@@ -107,6 +107,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private readonly unkeep: (() => void)[] = [];
   /** recv() calls not settled yet. */
   private receiving = 0;
+  /** Set for the duration of recvInBackground's call to recv. */
+  private quietRecv = false;
   /** Other calls the caller waits on (negotiate, register, persistent) not settled yet. */
   private waiting = 0;
 
@@ -321,23 +323,24 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     // Closed: only a message that arrived whole (inline) before the close can still be taken (shutdown keeps them).
     if (this.link.closed && this.matches.probe(tag) === undefined) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
-    this.keep?.busy();
-    this.receiving++;
+    const counted = !this.quietRecv;
+    if (counted) {
+      this.keep?.busy();
+      this.receiving++;
+    }
     return new Promise<Received<ReceivedData<Into>>>((resolveTyped, rejectRaw) => {
       // Counted until it settles, once (a receive on a stream may be failed after it resolved).
-      let open = true;
+      let open = counted;
       const reject = (err: Error): void => {
-        if (!open) return;
+        if (open) this.receiving--;
         open = false;
-        this.receiving--;
         rejectRaw(err);
       };
       // A host `into` other than a Uint8Array: `data` comes back as a view of its type.
       const retype = into !== undefined && !(into instanceof Uint8Array) && !isDeviceBuffer(into);
       const resolve = (r: Received): void => {
-        if (!open) return;
+        if (open) this.receiving--;
         open = false;
-        this.receiving--;
         resolveTyped((retype ? Object.assign(r, { data: asTypeOfInto(r.data, into) }) : r) as never);
       };
       const recv: PendingRecv = { tag, into, intoDevice, stream: options.stream, resolve, reject, cleanup: noop };
@@ -353,6 +356,20 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       const arrival = this.matches.post(tag, recv);
       if (arrival) this.deliver(recv, arrival);
     });
+  }
+
+  /**
+   * @internal A host receive that does not keep the process alive: a layer's
+   * listener for messages that may never come (the Communicator's control
+   * messages). The layer keeps the process alive itself while it waits on one.
+   */
+  recvInBackground(options: RecvOptions): Promise<Received> {
+    this.quietRecv = true;
+    try {
+      return this.recv(options) as Promise<Received>;
+    } finally {
+      this.quietRecv = false;
+    }
   }
 
   /**

@@ -137,14 +137,14 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 }
 
 const MiB = 1024 * 1024;
-/** How long an aborted communicator keeps its own transport open for its ABORT to reach every peer. */
-const ABORT_LINGER_MS = 500;
-/** How long an abort waits for the device to leave the calls in flight (poisoned) before it fails them anyway. */
-const ABORT_DRAIN_MS = 1000;
-/** How often an aborted communicator rewrites the poison into its flags while calls are in flight. */
-const POISON_TICK_MS = 2;
+/** How long an abort waits for the device to leave the calls in flight (poisoned) before it fails them anyway (a stream held by the caller's own work). */
+const ABORT_DRAIN_MS = 10_000;
+/** How often an aborted communicator rewrites the poison into its flags while calls are in flight (each passed wait resets its flag: a call in pieces needs a poison per step). */
+const POISON_TICK_MS = 1;
 /** How long close() lets the calls in flight finish before it aborts them (docs/collectives.md). */
 export const CLOSE_DRAIN_MS = 2000;
+/** How long an aborted rank waits for its live peers to unmap its scratch before it frees it. */
+const UNMAP_WAIT_MS = 2000;
 /** How often release reports calls still on the device while it waits for them (poisoned, they leave). */
 const DRAIN_REPORT_MS = 10_000;
 /** A call in flight this long is compared with the other ranks' calls again (a mismatch that stalls the GPUs is reported then, not at the timeout). */
@@ -165,6 +165,19 @@ const FORCED_ALGORITHMS_WORDS = `${FORCED_ALGORITHMS.slice(0, -1).join(', ')} or
 
 /** Low bits that must be 0 in a pointer to elements of each dtype. */
 const ALIGN_MASK = Object.fromEntries(Object.entries(DTYPE_BYTES).map(([d, n]) => [d, BigInt(n - 1)])) as Record<DType, bigint>;
+
+/**
+ * `p`, keeping the process alive until it settles: a close or an abort's
+ * clean-up waits on the transport's and the driver's own work (idle
+ * transports do not hold the process, progress/keep-alive.ts), and must
+ * finish even where the application awaits nothing more.
+ */
+function holdingProcess<T>(p: Promise<T>): Promise<T> {
+  const hold = setInterval(() => undefined, 1 << 30);
+  const done = () => clearInterval(hold);
+  p.then(done, done);
+  return p;
+}
 
 function positive(name: string, v: unknown, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
@@ -348,7 +361,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       c.kernels.multiprocessors = Math.min(sms, ...[...hello.values()].map((h) => (Number.isSafeInteger(h.sms) && h.sms > 0 ? h.sms : sms)));
       c.scratch = await c.withTimeout(Scratch.open(c.driver, c.control, rank, size, c.scratchBytes), c.timeoutMs, 'set-up');
     } catch (err) {
-      c.control.stop(0);
+      c.control.finish();
       c.tracer?.close();
       throw err;
     }
@@ -514,7 +527,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * Later calls reject with SMCUDA_CLOSED.
    */
   close(): Promise<void> {
-    this.closing ??= this.closeNow();
+    this.closing ??= holdingProcess(this.closeNow());
     return this.closing;
   }
 
@@ -1001,7 +1014,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const failed = this.failAllDrained(err);
     this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
-    this.aborting = failed.then(() => this.lingerThenRelease());
+    this.aborting = holdingProcess(failed.then(() => this.lingerThenRelease()));
     void this.aborting.then(() => {
       if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
       // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).
@@ -1013,20 +1026,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /**
    * After an abort, a transport this communicator made stays open until every
-   * peer closed its side or ABORT_LINGER_MS passed: a peer that saw this rank
-   * close before its ABORT arrived (they travel different ways) would report
-   * this rank lost instead of the real cause.
+   * live peer said UNMAPPED (release() waits for it, bounded): a peer sends it
+   * only once it has aborted too, so none sees this rank close before its
+   * ABORT (they travel different ways) and reports it lost instead of the
+   * real cause.
    */
-  private async lingerThenRelease(): Promise<void> {
-    if (this.owned) {
-      const open = [...this.endpoints.values()].filter((ep) => !ep.closed);
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.all(open.map((ep) => new Promise<void>((resolve) => (ep.closed ? resolve() : ep.once('close', () => resolve()))))),
-        new Promise<void>((resolve) => (timer = setTimeout(resolve, ABORT_LINGER_MS))),
-      ]);
-      clearTimeout(timer);
-    }
+  private lingerThenRelease(): Promise<void> {
     return this.release();
   }
 
@@ -1041,6 +1046,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the
       // scratch. (The caller's streams are not synchronised: they may be destroyed by now.)
       this.pipeline?.close();
+      this.scratch?.unmapPeers();
+      this.control.sendUnmapped();
+      // After an abort the peers' poisoned calls may still use this rank's scratch: it is freed once they
+      // unmapped it (or are gone). A normal close needs no wait: every call ended with a step after its
+      // last access to a peer's memory, and a peer's later call fails at once (BYE).
+      if (this.abortError && !(await this.control.allUnmapped(UNMAP_WAIT_MS))) debug('communicator rank %d: a peer did not unmap this rank\'s scratch within %d ms: freeing it', this.rank, UNMAP_WAIT_MS);
+      this.control.finish();
       this.scratch?.release();
       try {
         this.kernels.unload();
@@ -1070,13 +1082,25 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
   }
 
-  /** Writes the poison into this rank's flags now and every POISON_TICK_MS (each passed wait resets its slot) until released. */
+  /**
+   * Writes the poison into this rank's flags now and every POISON_TICK_MS
+   * until released (each passed wait resets its slot), and, while calls of
+   * this communicator are still on the device, on every turn of the event
+   * loop: a call in pieces passes one step per poison, so its steps leave the
+   * device at the pace of the writes, not of a timer.
+   */
   private startPoisoning(): void {
     const d = this.device;
     if (!d || this.poisonTimer) return;
     d.poison();
     this.poisonTimer = setInterval(() => d.poison(), POISON_TICK_MS);
     this.poisonTimer.unref();
+    const burst = (): void => {
+      if (this.poisonTimer === undefined || this.marks.inFlight === 0) return;
+      d.poison();
+      setImmediate(burst);
+    };
+    setImmediate(burst);
   }
 
   private stopPoisoning(): void {

@@ -12,7 +12,8 @@ export type ControlMessage =
   | { t: 'put'; key: string; value: unknown }
   | { t: 'fp'; s: number; w: number[] }
   | { t: 'abort'; rank: number; code: string; message: string; pid?: number; seq?: number; ranks?: number[]; fields?: string[] }
-  | { t: 'bye'; last?: number };
+  | { t: 'bye'; last?: number }
+  | { t: 'unmapped' };
 
 /** Bytes of one control message at most (the largest honest one is a batch of call prints). */
 export const MAX_CONTROL_BYTES = 1 << 20;
@@ -78,6 +79,8 @@ export function parseControl(data: unknown, size: number): ControlMessage {
     case 'bye':
       if (m.last !== undefined && !isSeq(m.last)) bad('a BYE with an invalid last call');
       return m.last === undefined ? { t: 'bye' } : { t: 'bye', last: m.last };
+    case 'unmapped':
+      return { t: 'unmapped' };
     default:
       bad(`unknown type ${JSON.stringify(String(m.t)).slice(0, 40)}`);
   }

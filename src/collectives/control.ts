@@ -61,6 +61,11 @@ export class ControlPlane implements RankSync {
   private readonly departed = new Set<number>();
   private aborted: CommunicatorAbortedError | undefined;
   private stopped = false;
+  /** Reading ended (finish()): after a stop or an abort, only UNMAPPED is still read, until then. */
+  private finished = false;
+  /** Peers that no longer map this rank's memory: they said UNMAPPED, or their endpoint closed. */
+  private readonly unmapped = new Set<number>();
+  private unmapWaiters: Array<() => void> = [];
   private readonly offs: Array<() => void> = [];
   /** Withdraws the pending control receives on stop (the endpoints may be the application's and stay open). */
   private readonly reading = new AbortController();
@@ -82,6 +87,7 @@ export class ControlPlane implements RankSync {
         // The peer's last messages (ABORT, BYE) may have resolved the pending receive in this same
         // tick: let the reader handle them first, so the cause reported is theirs, not the close.
         setImmediate(() => {
+          this.peerUnmapped(peer);
           if (this.stopped || this.aborted) return;
           if (this.departed.has(peer)) return this.failDepartedWaits();
           const lost = new PeerLostError(`rank ${peer} (pid ${ep.peerPid}) was lost${err ? `: ${err.message}` : ''}`, { cause: err });
@@ -104,10 +110,10 @@ export class ControlPlane implements RankSync {
    * (Endpoint.recv), so a normal close is not taken for a lost rank.
    */
   private async read(peer: number, ep: Endpoint): Promise<void> {
-    while (!this.stopped && !this.aborted) {
+    while (!this.finished) {
       let data: unknown;
       try {
-        data = (await ep.recv({ tag: CONTROL_TAG, signal: this.reading.signal })).data;
+        data = (await ep.recvInBackground({ tag: CONTROL_TAG, signal: this.reading.signal })).data;
       } catch {
         return; // the endpoint closed and nothing is left to read: its 'close' listener decides
       }
@@ -127,6 +133,9 @@ export class ControlPlane implements RankSync {
   }
 
   private receive(peer: number, msg: ControlMessage): void {
+    if (msg.t === 'unmapped') return this.peerUnmapped(peer);
+    // Stopped or aborted: only UNMAPPED still matters (the clean-up waits for it).
+    if (this.stopped || this.aborted) return;
     switch (msg.t) {
       case 'sig':
         this.arrive(`s:${msg.seq}:${msg.step}`, peer, true);
@@ -256,15 +265,49 @@ export class ControlPlane implements RankSync {
     return this.aborted;
   }
 
-  /** Says BYE (with the last call this rank made) to every peer and stops listening (a normal close). */
+  /** Says BYE (with the last call this rank made) to every peer (a normal close); only UNMAPPED is read after it. */
   stop(lastSeq: number): void {
     if (this.stopped) return;
     if (!this.aborted) for (const p of this.peers.keys()) this.send(p, { t: 'bye', last: lastSeq });
     this.stopped = true;
-    this.reading.abort();
-    for (const off of this.offs.splice(0)) off();
     const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
     for (const w of this.waiters) w.reject(closed);
     this.waiters.clear();
+  }
+
+  /** Tells every peer that this rank no longer maps its memory. */
+  sendUnmapped(): void {
+    for (const p of this.peers.keys()) this.send(p, { t: 'unmapped' });
+  }
+
+  /**
+   * Resolves true once every peer said UNMAPPED or is gone, false after `ms`.
+   * After an abort a peer's poisoned calls may still read and write this
+   * rank's scratch through its mapping: freeing it under them is undefined
+   * in CUDA (and under MPS a fault takes every process on the GPU down).
+   */
+  allUnmapped(ms: number): Promise<boolean> {
+    if (this.unmapped.size >= this.peers.size) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), ms);
+      this.unmapWaiters.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  private peerUnmapped(peer: number): void {
+    this.unmapped.add(peer);
+    if (this.unmapped.size >= this.peers.size) for (const w of this.unmapWaiters.splice(0)) w();
+  }
+
+  /** Stops reading and listening (the endpoints may be the application's and stay open). */
+  finish(): void {
+    if (this.finished) return;
+    this.stop(0);
+    this.finished = true;
+    this.reading.abort();
+    for (const off of this.offs.splice(0)) off();
   }
 }

@@ -62,7 +62,7 @@
  * what lets one signal per call replace two steps (reduce.cu says why it is
  * safe). poison() covers its flags: POISON passes every `>= count` wait.
  */
-import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
@@ -126,6 +126,8 @@ export function queueMemOps(driver: CudaDriver, stream: StreamHandle, ops: reado
 export class DeviceSync {
   private readonly others: number[];
   private poisonStream: StreamHandle | undefined;
+  /** Recorded after each poison: the next is written only once the last one ran (a stuck stream would otherwise pile them up). */
+  private poisonEvent: EventHandle | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -168,6 +170,7 @@ export class DeviceSync {
   /** Writes POISON into every slot of this rank's own block (the steps', the kernels' and the pipeline's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
+      if (this.poisonEvent !== undefined && !this.driver.eventQuery(this.poisonEvent)) return;
       const own = this.blockOf(this.rank);
       const ops: StreamMemOp[] = [];
       for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
@@ -181,7 +184,9 @@ export class DeviceSync {
         for (let x = 0; x < PIPELINE_SLOTS; x++) for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
       }
       if (ops.length === 0) return;
-      queueMemOps(this.driver, (this.poisonStream ??= this.driver.streamCreate()), ops);
+      const stream = (this.poisonStream ??= this.driver.streamCreate());
+      queueMemOps(this.driver, stream, ops);
+      this.driver.eventRecord((this.poisonEvent ??= this.driver.eventCreate({ disableTiming: true })), stream);
     } catch (err) {
       debug('communicator rank %d: poisoning the flags failed: %s', this.rank, (err as Error).message);
     }
@@ -191,6 +196,8 @@ export class DeviceSync {
     if (this.poisonStream === undefined) return;
     try {
       this.driver.streamSynchronize(this.poisonStream);
+      if (this.poisonEvent !== undefined) this.driver.eventDestroy(this.poisonEvent);
+      this.poisonEvent = undefined;
       this.driver.streamDestroy(this.poisonStream);
     } catch (err) {
       debug('communicator rank %d: %s', this.rank, (err as Error).message);

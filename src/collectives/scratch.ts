@@ -176,9 +176,8 @@ export class Scratch {
   }
 
   /** Closes the peers' mappings and frees this rank's scratch (after the work using them is done). */
-  release(): void {
-    if (this.released) return;
-    this.released = true;
+  /** Closes this rank's mappings of the peers' scratch (release() does too). */
+  unmapPeers(): void {
     for (const p of this.peerBase.values()) {
       try {
         this.driver.ipcCloseMemHandle(p);
@@ -187,6 +186,12 @@ export class Scratch {
       }
     }
     this.peerBase.clear();
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.unmapPeers();
     for (const p of [this.own, this.tables]) {
       try {
         this.driver.memFree(p);

@@ -23,14 +23,14 @@ interface Exit {
   stderr: string;
 }
 
-function runRanks(size: number, mode: string): Promise<Exit[]> {
+function runRanks(size: number, mode: string, extra: Record<string, string> = {}): Promise<Exit[]> {
   dir = mkdtempSync(join(tmpdir(), 'smcuda-comm-'));
   return Promise.all(
     [...Array(size).keys()].map(
       (rank) =>
         new Promise<Exit>((resolve) => {
           const { SMCUDA_TOKEN: _t, ...env } = process.env;
-          const child = spawn(process.execPath, [FIXTURE], { env: { ...env, RANK: String(rank), WORLD_SIZE: String(size), SMCUDA_RENDEZVOUS: dir, COMM_MODE: mode, SMCUDA_SIM: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+          const child = spawn(process.execPath, [FIXTURE], { env: { ...env, RANK: String(rank), WORLD_SIZE: String(size), SMCUDA_RENDEZVOUS: dir, COMM_MODE: mode, SMCUDA_SIM: '', ...extra }, stdio: ['ignore', 'pipe', 'pipe'] });
           let stdout = '';
           let stderr = '';
           child.stdout.on('data', (b) => (stdout += b));
@@ -63,9 +63,43 @@ describe('communicators across processes (simulated driver)', () => {
     const exits = await runRanks(3, 'error');
     for (const e of exits) {
       expect(e.code, e.stderr).toBe(0);
-      expect(e.out).toMatchObject({ error: { code: 'SMCUDA_COMM_ABORTED', failedRank: 1, causeCode: 'CUDA_ERROR_INVALID_VALUE' } });
+      // The failing rank gets the driver's error itself; the others the abort naming it.
+      if (e === exits[1]) expect(e.out).toMatchObject({ error: { code: 'CUDA_ERROR_INVALID_VALUE' } });
+      else expect(e.out).toMatchObject({ error: { code: 'SMCUDA_COMM_ABORTED', failedRank: 1, causeCode: 'CUDA_ERROR_INVALID_VALUE' } });
     }
     expect(readdirSync(dir)).toEqual([]);
+  }, 60_000);
+
+  it('a rank killed in a loop of 2M-element allreduces (8 MB a rank in flight; 25M on a GPU: test/gpu): the survivors learn it, then free their buffer and close in under a second', async () => {
+    const exits = await runRanks(4, 'die-loop', { COMM_COUNT: '2000000' });
+    const dead = exits[3]!;
+    expect(dead.signal).toBe('SIGKILL');
+    for (const e of exits.slice(0, 3)) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ error: { code: 'SMCUDA_COMM_ABORTED', failedRank: 3, failedPid: dead.pid, causeCode: 'SMCUDA_PEER_LOST' } });
+      expect(e.out!.freeMs as number).toBeLessThan(1000);
+      expect(e.out!.closeMs as number).toBeLessThan(1000);
+    }
+    expect(readdirSync(dir)).toEqual([]);
+    expect(shmOf(dead.pid)).toEqual([]);
+  }, 120_000);
+
+  it('a job that forgets close() exits by itself once its calls are done, and leaves no shared memory', async () => {
+    const exits = await runRanks(3, 'forget-close');
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ ok: true });
+      expect(shmOf(e.pid)).toEqual([]);
+    }
+  }, 60_000);
+
+  it('a rank that closes normally: the others\' next call fails at once with SMCUDA_PEER_CLOSED naming it', async () => {
+    const exits = await runRanks(3, 'close-peer');
+    for (const e of exits.slice(0, 2)) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ error: { code: 'SMCUDA_COMM_ABORTED', failedRank: 2, failedPid: exits[2]!.pid, causeCode: 'SMCUDA_PEER_CLOSED' } });
+      expect(e.out!.ms as number).toBeLessThan(1000);
+    }
   }, 60_000);
 
   it('a rank killed mid-allreduce fails every other rank\'s call with SMCUDA_PEER_LOST, and the survivors clean its leftovers', async () => {
