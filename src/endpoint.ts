@@ -22,6 +22,7 @@ import { checkMessageBuffer, type DeviceBuffer, isDeviceBuffer, type MessageBuff
 import type { CudaDriver } from './cuda/driver.js';
 import type { ControlChannel } from './channel/channel.js';
 import type { FdChannel } from './channel/fd-channel.js';
+import type { MappedSegment } from './channel/sealed-segment.js';
 import { copyBytes } from './channel/bytes.js';
 import { ShmChannel } from './channel/shm-channel.js';
 import { LEGACY_STREAM } from './cuda/driver.js';
@@ -356,6 +357,21 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       const arrival = this.matches.post(tag, recv);
       if (arrival) this.deliver(recv, arrival);
     });
+  }
+
+  /** @internal Whether memory can be shared with the peer by descriptor (the segment exchange is not 'none'). */
+  get sharesMemory(): boolean {
+    return this.link.segments.state !== 'none';
+  }
+
+  /** @internal Passes a communicator's call table (print-table.ts) to the peer, as the rings travel. */
+  sendCallTable(seg: MappedSegment): Promise<void> {
+    return this.link.segments.send(SegmentKind.CALL_TABLE, seg);
+  }
+
+  /** @internal Takes the peer's call table when it comes (its descriptor and announced size). */
+  takeCallTable(taker: (seg: { fd: number; bytes: number }) => void): void {
+    this.link.segments.take(SegmentKind.CALL_TABLE, taker);
   }
 
   /**

@@ -58,6 +58,7 @@ import { WIRE_VERSION } from '../wire/frames.js';
 import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
 import { printWord0, type CallOp } from './call-print.js';
 import { MessagePrintBoard } from './message-print-board.js';
+import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
 
 export type { Algorithm };
@@ -105,6 +106,8 @@ export interface CommunicatorStats {
   /** How ranks wait for each other between steps: 'device' (stream memory operations on mapped flags, no host) or 'host' (control frames). */
   steps: 'device' | 'host';
   calls: number;
+  /** Where the ranks compare their calls (call-check.ts): a table of shared memory, or control messages where they share none. */
+  callCheck: 'table' | 'messages';
   byOp: Partial<Record<CollectiveOp, number>>;
   byAlgorithm: Partial<Record<Algorithm, number>>;
   /** Bytes copied from caller buffers into registered scratch (the price of unregistered buffers). */
@@ -242,8 +245,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** What every call's context shares (made once the scratch is open). */
   private shared: CallShared | undefined;
   /** Every call compared with the other ranks' (call-check.ts). */
-  private readonly check: CallCheck;
+  private check: CallCheck;
+  /** Where prints go by message (ranks that share no memory); the shared table where they do (print-table.ts). */
   private readonly prints: MessagePrintBoard;
+  private table: SharedPrintTable | undefined;
   /** Peers that closed their communicator, with the last call each made. */
   private readonly departed = new Map<number, number>();
   /** Completed calls waiting for a peer's print of them (message boards only), in call order. */
@@ -295,7 +300,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     });
     this.prints = new MessagePrintBoard((first, words) => this.control.sendPrints(first, words));
     this.check = new CallCheck(rank, size, this.prints);
-    this.counters = { rank, size, mapped: true, steps: 'host', calls: 0, byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
+    this.counters = { rank, size, mapped: true, steps: 'host', calls: 0, callCheck: 'messages', byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
   }
 
   /** Joins the job through a rendezvous directory: makes this rank's Transport and the full mesh (see rendezvous.ts). */
@@ -347,11 +352,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const info = c.driver.deviceInfo(c.driver.currentDevice());
       const gpu = info.uuid;
       const sms = info.multiprocessors;
-      const me: RankHello = { rank, size, gpu, sms, pid: process.pid, scratchBytes: c.scratchBytes, oneShotMax: c.oneShotMax, twoShotMax: c.twoShotMax, algorithm: c.forced ?? '', version: packageVersion(), wire: WIRE_VERSION };
+      const table = size > 1 && [...endpoints.values()].every((ep) => ep.sharesMemory);
+      const me: RankHello = { rank, size, gpu, sms, pid: process.pid, scratchBytes: c.scratchBytes, oneShotMax: c.oneShotMax, twoShotMax: c.twoShotMax, algorithm: c.forced ?? '', version: packageVersion(), wire: WIRE_VERSION, table };
       const raw = await c.withTimeout(c.control.exchange('hello', me), c.timeoutMs, 'set-up');
       const hello = new Map<number, RankHello>();
       for (const [k, v] of raw) hello.set(k, parseHello(k, v));
       checkAgreement(me, hello);
+      if (table && [...hello.values()].every((h) => h.table)) await c.withTimeout(c.sharePrints(), c.timeoutMs, 'set-up');
       // Ranks on one GPU share its SMs: the kernels that wait for peers size their grids to fit beside
       // each other (reduce-kernels.ts), by the most ranks on any GPU, so that every rank launches the same grid.
       const perGpu = new Map<string, number>();
@@ -391,6 +398,27 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   // ------------------------------------------------------------------ the collectives
+
+  /**
+   * Moves the call prints into a table of shared memory (print-table.ts) if
+   * every rank mapped it; else they stay on control messages, on every rank.
+   */
+  private async sharePrints(): Promise<void> {
+    let table: SharedPrintTable | undefined;
+    try {
+      table = await sharePrintTable(this.rank, this.size, this.endpoints);
+    } catch (err) {
+      debug('communicator rank %d: no shared call table (%s): call prints go by message', this.rank, (err as Error).message);
+    }
+    const all = await this.control.exchange('table', table !== undefined);
+    if (table === undefined || [...all.values()].some((ok) => ok !== true)) {
+      table?.close();
+      return;
+    }
+    this.table = table;
+    this.check = new CallCheck(this.rank, this.size, table, table.window);
+    this.counters.callCheck = 'table';
+  }
 
   /** recv[i] = op over every rank's send[i]; in place when recv is send (or absent). */
   allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
@@ -908,7 +936,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private settleCompleted(p: PendingCall): void {
     if (p.settled) return;
-    this.prints.done(p.seq);
+    this.check.board.done(p.seq);
     p.settled = true;
     this.untrack();
     p.us = Math.round((performance.now() - p.started) * 1000);
@@ -1014,13 +1042,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const failed = this.failAllDrained(err);
     this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
-    this.aborting = holdingProcess(failed.then(() => this.lingerThenRelease()));
+    this.aborting = this.cleanUpAfterAbort(failed);
     void this.aborting.then(() => {
       if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
       // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).
       if (this.owned) for (const f of [`r${err.failedRank}.sock`, `r${err.failedRank}.sock.fd`]) rmSync(join(this.owned.dir, f), { force: true });
       const swept = sweepDeadSegments();
       if (swept.length > 0) debug('communicator rank %d: removed %d segment(s) of the lost rank', this.rank, swept.length);
+    });
+  }
+
+  /** The clean-up after an abort, which nobody may await: its failure is logged, never an unhandled rejection. */
+  private cleanUpAfterAbort(failed: Promise<void>): Promise<void> {
+    return holdingProcess(failed.then(() => this.lingerThenRelease())).catch((e: unknown) => {
+      debug('communicator rank %d: the clean-up after the abort failed: %s', this.rank, (e as Error).message);
     });
   }
 
@@ -1043,6 +1078,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.watchdog = undefined;
       this.device?.close();
       this.prints.close();
+      this.table?.close();
       // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the
       // scratch. (The caller's streams are not synchronised: they may be destroyed by now.)
       this.pipeline?.close();

@@ -16,6 +16,7 @@
  * have outstanding) aborts the communicator with SMCUDA_PROTOCOL naming it,
  * rather than crashing this process or silently going deaf to it.
  */
+import { debug } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
 import { CallMismatchError, CommunicatorAbortedError, PeerLostError, ProtocolError } from '../errors.js';
 import { parseControl, type ControlMessage } from './control-schema.js';
@@ -185,9 +186,14 @@ export class ControlPlane implements RankSync {
   private send(peer: number, msg: ControlMessage): void {
     const ep = this.peers.get(peer);
     if (!ep || ep.closed) return;
-    ep.send(encoder.encode(JSON.stringify(msg)), { tag: CONTROL_TAG }).catch(() => {
-      // a lost peer is reported by its endpoint's 'close'
-    });
+    try {
+      ep.send(encoder.encode(JSON.stringify(msg)), { tag: CONTROL_TAG }).catch(() => {
+        // a lost peer is reported by its endpoint's 'close'
+      });
+    } catch (err) {
+      // An endpoint closing under the send: the same (its 'close' reports it).
+      debug('communicator rank %d: a control message to rank %d failed: %s', this.rank, peer, (err as Error).message);
+    }
   }
 
   signal(peers: readonly number[], seq: number, step: number): void {

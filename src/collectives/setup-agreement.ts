@@ -21,6 +21,8 @@ export interface RankHello {
   algorithm: string;
   version: string;
   wire: number;
+  /** Whether this rank can share memory by descriptor with every peer (the call table, print-table.ts). */
+  table: boolean;
 }
 
 /** The fields every rank must have the same value of, with the option a user sets to change each. */
@@ -53,7 +55,8 @@ export function parseHello(k: number, v: unknown): RankHello {
     isInt(h.twoShotMax, 0) &&
     isText(h.algorithm, 32) &&
     isText(h.version, 64) &&
-    isInt(h.wire, 0);
+    isInt(h.wire, 0) &&
+    typeof h.table === 'boolean';
   if (!ok) throw new ConfigError(`the endpoint given for rank ${k} sent a set-up message this version does not understand: every rank must run the same smcuda version`);
   return h as RankHello;
 }

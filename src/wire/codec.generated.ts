@@ -478,7 +478,7 @@ const SEGMENT: CodecFactory = (P, K) => [
   },
   function decode(r) {
     const v0 = r.u8("kind");
-    if (K[0][v0] === undefined) throw P.decodeError(35, "kind", "must be a SegmentKind (1, 2), got " + v0);
+    if (K[0][v0] === undefined) throw P.decodeError(35, "kind", "must be a SegmentKind (1, 2, 3), got " + v0);
     const v1 = r.u64("bytes");
     const o = { type: 35, kind: v0, bytes: v1 };
     return o;

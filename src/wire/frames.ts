@@ -116,6 +116,8 @@ export enum SegmentKind {
   CONTROL_RING = 1,
   /** The sender's staging ring for this direction (its STAGE_BEGINs give the shape). */
   STAGING_RING = 2,
+  /** A communicator's table of call prints (src/collectives/print-table.ts), from rank 0 to every rank. */
+  CALL_TABLE = 3,
 }
 
 /**

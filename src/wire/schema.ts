@@ -92,8 +92,10 @@ const probe = (doc: string) => ({ kind: 'optional', name: 'probe', size: IPC_PRO
 const SEGMENT_KINDS: Record<string, string | number> = {
   CONTROL_RING: SegmentKind.CONTROL_RING,
   STAGING_RING: SegmentKind.STAGING_RING,
+  CALL_TABLE: SegmentKind.CALL_TABLE,
   [SegmentKind.CONTROL_RING]: 'CONTROL_RING',
   [SegmentKind.STAGING_RING]: 'STAGING_RING',
+  [SegmentKind.CALL_TABLE]: 'CALL_TABLE',
 };
 const FD_KINDS: Record<string, string | number> = { VMM: HandleKind.VMM, POOL: HandleKind.POOL, [HandleKind.VMM]: 'VMM', [HandleKind.POOL]: 'POOL' };
 
@@ -233,7 +235,7 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     ],
   ),
   frame(FrameType.SEGMENT, [
-    { kind: 'enum', name: 'kind', values: SEGMENT_KINDS, label: 'SegmentKind', doc: '`SegmentKind`: 1 CONTROL_RING (the ring the sender reads), 2 STAGING_RING (its staging ring for this direction)' },
+    { kind: 'enum', name: 'kind', values: SEGMENT_KINDS, label: 'SegmentKind', doc: '`SegmentKind`: 1 CONTROL_RING (the ring the sender reads), 2 STAGING_RING (its staging ring for this direction), 3 CALL_TABLE (a communicator\'s call prints, from rank 0)' },
     { kind: 'u64', name: 'bytes', doc: 'the segment size', rule: 'the receiver maps the descriptor only if it is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) and exactly this size' },
   ]),
   frame(FrameType.CLOSE, [reason('for logs')]),

@@ -53,7 +53,7 @@ describe('communicators across processes (simulated driver)', () => {
     const exits = await runRanks(3, 'ok');
     for (const e of exits) {
       expect(e.code, e.stderr).toBe(0);
-      expect(e.out).toMatchObject({ ok: true, algorithms: ['one-shot', 'one-shot', 'one-shot'] });
+      expect(e.out).toMatchObject({ ok: true, algorithms: ['one-shot', 'one-shot', 'one-shot'], stats: { callCheck: 'table' } });
       expect(shmOf(e.pid)).toEqual([]);
     }
     expect(readdirSync(dir)).toEqual([]); // sockets and the token file are gone
@@ -83,6 +83,16 @@ describe('communicators across processes (simulated driver)', () => {
     expect(readdirSync(dir)).toEqual([]);
     expect(shmOf(dead.pid)).toEqual([]);
   }, 120_000);
+
+  it('ranks in separate processes that make different calls fail on every rank with SMCUDA_CALL_MISMATCH, compared through the shared call table', async () => {
+    const exits = await runRanks(3, 'mismatch');
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ error: { code: 'SMCUDA_CALL_MISMATCH', fields: ['dtype'], seq: 1 }, callCheck: 'table' });
+      expect((e.out!.error as { ranks: number[] }).ranks).toContain(1);
+      expect(e.out!.ms as number).toBeLessThan(5000);
+    }
+  }, 60_000);
 
   it('a job that forgets close() exits by itself once its calls are done, and leaves no shared memory', async () => {
     const exits = await runRanks(3, 'forget-close');
