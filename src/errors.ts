@@ -224,6 +224,10 @@ export class CommunicatorAbortedError extends SmcudaError {
   }
   /** The process id of the rank that failed first, where it is known. */
   readonly failedPid: number | undefined;
+  /** On the rank that reports it: its flight recorder's summary of its last calls (what was in flight). */
+  flight: string | undefined;
+  /** Where this rank's flight records were written (tracing configured: SMCUDA_TRACE or the trace option). */
+  flightFile: string | undefined;
 }
 
 /**

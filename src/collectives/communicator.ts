@@ -59,6 +59,7 @@ import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
 import { printWord0, type CallOp } from './call-print.js';
 import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
+import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
 
 export type { Algorithm };
@@ -75,8 +76,10 @@ export interface CommunicatorOptions {
   twoShotMaxBytes?: number;
   /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch ('ce-pipeline' also stream memory operations: else two-shot runs). */
   algorithm?: Exclude<Algorithm, 'local'>;
-  /** Append a 'collective' record per completed call to this JSON-lines trace (default: $SMCUDA_TRACE, as the transport's). */
+  /** Append a 'collective' record per completed call to this JSON-lines trace (default: $SMCUDA_TRACE, as the transport's); on an abort, the flight records go beside it (`<trace>.flight/`). */
   trace?: string;
+  /** Calls the flight recorder keeps (default 1000): see flightRecords() and docs/debugging.md. */
+  flightRecords?: number;
 }
 
 export interface CallOptions {
@@ -127,7 +130,7 @@ export interface CommunicatorEvents {
 }
 
 /** The keys of CommunicatorOptions (unknown keys are refused: a misspelt `timeoutMs` would otherwise be ignored). */
-const COMMUNICATOR_KEYS = ['timeoutMs', 'scratchBytes', 'oneShotMaxBytes', 'twoShotMaxBytes', 'algorithm', 'trace'] as const;
+const COMMUNICATOR_KEYS = ['timeoutMs', 'scratchBytes', 'oneShotMaxBytes', 'twoShotMaxBytes', 'algorithm', 'trace', 'flightRecords'] as const;
 const RENDEZVOUS_KEYS = ['rank', 'size', 'dir', 'token', 'device', 'localRank', 'driver', 'joinTimeoutMs'] as const;
 const FROM_ENDPOINTS_KEYS = ['transport', 'rank', 'size', 'endpoints'] as const;
 
@@ -249,6 +252,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Where prints go by message (ranks that share no memory); the shared table where they do (print-table.ts). */
   private readonly prints: MessagePrintBoard;
   private table: SharedPrintTable | undefined;
+  /** This rank's last calls (flight-recorder.ts): dumped on an abort where tracing is configured, summarised in its error. */
+  private readonly flight: FlightRecorder;
+  private readonly tracePath: string | undefined;
   /** Peers that closed their communicator, with the last call each made. */
   private readonly departed = new Map<number, number>();
   /** Completed calls waiting for a peer's print of them (message boards only), in call order. */
@@ -292,7 +298,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.known = allocationRanges(this.driver);
     this.marks = new StreamMarks(this.driver);
     const tracePath = opts.trace ?? envTracePath();
+    this.tracePath = tracePath;
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
+    this.flight = new FlightRecorder(opts.flightRecords !== undefined ? { capacity: opts.flightRecords } : {});
     this.control = new ControlPlane(rank, size, endpoints, {
       onAbort: (err) => this.onAbort(err),
       onDeparted: (peer, last) => this.onDeparted(peer, last),
@@ -528,6 +536,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return this.chooseAllreduce(undefined, bytes);
   }
 
+  /** This rank's last calls, oldest first (the flight recorder: what was queued, started, finished or failed, and when). */
+  flightRecords(): FlightEntry[] {
+    return this.flight.entries();
+  }
+
   /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
   endpoint(rank: number): Endpoint {
     const ep = this.endpoints.get(rank);
@@ -694,26 +707,30 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
     const seq = ++this.seq;
+    const started = performance.now();
+    const stream = o.stream ?? 0n;
+    this.flight.queued(seq, op, o.dtype, o.count, (o as { root?: number }).root, algorithm, stream, flightUs(started));
     // Published before anything of the call is queued: the later of two ranks making different calls finds it here.
     const count = o.count ?? 0;
     const mismatch = this.check.made(seq, word0, count >>> 0, count > 0xffffffff ? Math.floor(count / 2 ** 32) : 0);
     if (mismatch !== undefined) {
+      this.flight.failed(seq);
       this.mismatch(mismatch);
       return Promise.reject(this.abortError);
     }
     if (this.departed.size > 0) {
       for (const [peer, last] of this.departed) {
         if (seq <= last) continue;
+        this.flight.failed(seq);
         this.peerClosed(peer, last, seq);
         return Promise.reject(this.abortError);
       }
     }
-    const stream = o.stream ?? 0n;
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
-    const started = performance.now();
     const onDevice = op !== 'barrier' && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
     const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
     if (capturing && !onDevice) {
+      this.flight.failed(seq);
       return Promise.reject(this.refuse(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`)));
     }
     const p = new PendingCall(this.markReached, op, algorithm, bytes, o.dtype, o.count, seq, started, timeoutMs, stream);
@@ -939,7 +956,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.check.board.done(p.seq);
     p.settled = true;
     this.untrack();
-    p.us = Math.round((performance.now() - p.started) * 1000);
+    const now = performance.now();
+    this.flight.finished(p.seq, flightUs(now));
+    p.us = Math.round((now - p.started) * 1000);
     const c = this.counters;
     c.calls++;
     c.byOp[p.op] = (c.byOp[p.op] ?? 0) + 1;
@@ -974,6 +993,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private rejectCall(p: PendingCall, err: Error): void {
     if (p.settled) return;
+    this.flight.failed(p.seq);
     p.settled = true;
     this.untrack();
     p.reject(err);
@@ -1035,6 +1055,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (this.abortError) return;
     this.abortError = err;
     debug('communicator rank %d: aborted: %s', this.rank, err.message);
+    this.recordAbort(err);
     for (const w of this.abortWaiters) w(err);
     this.abortWaiters.clear();
     // Release this rank's streams from flag waits no peer will ever satisfy now, then fail the calls.
@@ -1050,6 +1071,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const swept = sweepDeadSegments();
       if (swept.length > 0) debug('communicator rank %d: removed %d segment(s) of the lost rank', this.rank, swept.length);
     });
+  }
+
+  /** Puts the flight recorder's summary on this rank's abort error, and dumps its records where tracing is configured. */
+  private recordAbort(err: CommunicatorAbortedError): void {
+    try {
+      err.flight = this.flight.summary();
+      if (this.tracePath) err.flightFile = this.flight.dump(flightDirFor(this.tracePath), { rank: this.rank, size: this.size, pid: process.pid, cause: err.message });
+    } catch (e) {
+      debug('communicator rank %d: the flight records could not be written: %s', this.rank, (e as Error).message);
+    }
   }
 
   /** The clean-up after an abort, which nobody may await: its failure is logged, never an unhandled rejection. */
