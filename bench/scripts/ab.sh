@@ -3,12 +3,12 @@
 # REPS windows) for each build in turn, ROUNDS times, the builds interleaved, in one call;
 # everything goes to the terminal and to ${OUT:-.}/ab.txt.
 #
-# Why interleaved: a GPU machine is a loan, and loans differ (the same build measured up to 1.5x
-# apart from one loan to another, and streaming drifts within one over minutes). Figures are
+# Why interleaved: GPU machines differ (the same build measured up to 1.5x
+# apart from one machine to another, and streaming drifts within one over minutes). Figures are
 # compared only within one call of this script, build against build, round by round; never
 # against a figure from another call.
 #
-#   bash docs/bench/scripts/ab.sh [BUILD...]
+#   bash bench/scripts/ab.sh [BUILD...]
 #
 # BUILD: a directory holding a compiled dist, i.e. with src/index.js (default: dist), or a
 # checkout holding one in dist/ (e.g. a second worktree at the previous commit). Relative paths
@@ -18,12 +18,11 @@
 # (default this repository's build/Release/smcuda.node; one addon for all builds). Others the
 # two scripts read (DRV, WARM, MARK, PROF, OPTS, ...) pass through to both.
 #
-# Example (GPU machine, repository root; prev/dist a copy of the previous commit's dist,
-# packed with GPU_BUNDLE_DIRS="build dist prev" bash ../shared/gpu-bundle/pack.sh):
-#   bash .gpu/boot.sh bash docs/bench/scripts/ab.sh dist prev/dist
+# Example (GPU machine, repository root; prev/dist a copy of the previous commit's dist):
+#   bash bench/scripts/ab.sh dist prev/dist
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
+root=$(cd "$here/../.." && pwd)
 export SMCUDA_ADDON=${SMCUDA_ADDON:-$root/build/Release/smcuda.node}
 [ $# -gt 0 ] || set -- dist
 builds=() names=("$@")

@@ -1,5 +1,5 @@
-// Receiver per-message cost breakdown while streaming: node docs/bench/scripts/breakdown.mjs (copied as run from .gpu/breakdown.mjs; run from the repository root)
-const { Transport } = await import(process.env.DIST ? process.env.DIST + '/src/index.js' : '../../../dist/src/index.js');
+// Receiver per-message cost breakdown while streaming: node bench/scripts/breakdown.mjs (copied as run from .gpu/breakdown.mjs; run from the repository root)
+const { Transport } = await import(process.env.DIST ? process.env.DIST + '/src/index.js' : '../../dist/src/index.js');
 import { mkdtempSync, chmodSync } from 'node:fs';
 import { fork } from 'node:child_process';
 const SIZE = Number(process.env.SIZE ?? 1 << 20), W = Number(process.env.W ?? 8), N = Number(process.env.N ?? 4000);

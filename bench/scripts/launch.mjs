@@ -1,5 +1,5 @@
-// Copy-launch costs over a peer IPC mapping: node docs/bench/scripts/launch.mjs (copied as run from .gpu/launch.mjs; run from the repository root)
-import { openDriver } from '../../../dist/src/cuda/open-driver.js';
+// Copy-launch costs over a peer IPC mapping: node bench/scripts/launch.mjs (copied as run from .gpu/launch.mjs; run from the repository root)
+import { openDriver } from '../../dist/src/cuda/open-driver.js';
 import { fork } from 'node:child_process';
 import { createRequire } from 'node:module';
 const N = 5000;
@@ -8,7 +8,7 @@ const ns = () => Number(process.hrtime.bigint()) / 1000;
 if (process.argv[2] === 'child') {
   const { driver: d } = await openDriver({ driver: 'native' });
   d.setDevice(Number(process.env.DB ?? 1));
-  const addon = createRequire(import.meta.url)('../build/Release/smcuda.node');
+  const addon = createRequire(import.meta.url)('../../build/Release/smcuda.node');
   const src = d.ipcOpenMemHandle(Uint8Array.from(Buffer.from(process.env.HANDLE, 'hex')));
   const dst = d.memAlloc(16 << 20);
   const st = d.streamCreate(); const ev = d.eventCreate({ disableTiming: true });

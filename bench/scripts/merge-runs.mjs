@@ -5,14 +5,14 @@
 // merged by figure name. Writes bench.json, bench.txt (the table, then the spread per figure) and, with
 // vega installed, bandwidth.svg and latency.svg.
 //
-//   node test/bench-history/scripts/merge-runs.mjs OUTDIR run1.json run2.json …
+//   node bench/scripts/merge-runs.mjs OUTDIR run1.json run2.json …
 //   DIST=/abs/path/to/dist (default: this checkout's dist/)
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-const dist = resolve(process.env.DIST ?? join(here, '../../../dist'));
+const dist = resolve(process.env.DIST ?? join(here, '../../dist'));
 const { renderReport } = await import(join(dist, 'src/bench/table.js'));
 const { summarize, median } = await import(join(dist, 'src/bench/stats.js'));
 const { drawPlots } = await import(join(dist, 'src/bench/plots.js'));

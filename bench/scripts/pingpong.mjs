@@ -19,7 +19,7 @@
 //
 // Example (GPU machine, repository root):
 //   SMCUDA_ADDON=$PWD/build/Release/smcuda.node SIZE=8 N=20000 \
-//     bash .gpu/boot.sh node docs/bench/scripts/pingpong.mjs
+//     node bench/scripts/pingpong.mjs
 import { mkdtempSync, chmodSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL, fileURLToPath } from 'node:url';
@@ -28,7 +28,7 @@ import { profileTo } from './cpu-profile.mjs';
 
 const lib = process.env.DIST
   ? pathToFileURL(resolve(process.env.DIST, 'src/index.js')).href
-  : new URL('../../../dist/src/index.js', import.meta.url).href;
+  : new URL('../../dist/src/index.js', import.meta.url).href;
 const { Transport } = await import(lib);
 
 const prof = (tag, fn) => (process.env.PROF ? profileTo(process.env.PROF, tag, 10, fn) : fn());

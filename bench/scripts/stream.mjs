@@ -21,7 +21,7 @@
 //
 // Example (GPU machine, repository root):
 //   SMCUDA_ADDON=$PWD/build/Release/smcuda.node SIZE=1048576 W=8 N=20000 REPS=3 \
-//     bash .gpu/boot.sh node docs/bench/scripts/stream.mjs
+//     node bench/scripts/stream.mjs
 import { mkdtempSync, chmodSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL, fileURLToPath } from 'node:url';
@@ -31,7 +31,7 @@ import { profileTo } from './cpu-profile.mjs';
 
 const lib = process.env.DIST
   ? pathToFileURL(resolve(process.env.DIST, 'src/index.js')).href
-  : new URL('../../../dist/src/index.js', import.meta.url).href;
+  : new URL('../../dist/src/index.js', import.meta.url).href;
 const { Transport } = await import(lib);
 
 // PROF=dir: a CPU profile (20 µs sampling) of the last window in each process

@@ -19,7 +19,7 @@ import { fork } from 'node:child_process';
 
 const lib = process.env.DIST
   ? pathToFileURL(resolve(process.env.DIST, 'src/index.js')).href
-  : new URL('../../../dist/src/index.js', import.meta.url).href;
+  : new URL('../../dist/src/index.js', import.meta.url).href;
 const { Transport } = await import(lib);
 
 const SIZE = Number(process.env.SIZE ?? 1 << 20);

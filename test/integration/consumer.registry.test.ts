@@ -61,7 +61,7 @@ suite(`the packed package${offline}`, () => {
     for (const f of ['LICENSE', 'README.md', 'prebuilds/linux-x64/smcuda.napi.glibc.node', 'prebuilds/linux-arm64/smcuda.napi.glibc.node', 'native/build-addon.mjs', 'src/bench/nccl_allreduce.py', 'dist/src/index.js', 'dist/src/index.d.ts', 'docs/benchmarks.md']) {
       expect(files, f).toContain(f);
     }
-    expect(files.filter((f) => /^(test|build)\/|bench-history|docs\/bench\/(run-|scripts|profile)|\.map$|(?<!\.d)\.ts$/.test(f))).toEqual([]);
+    expect(files.filter((f) => /^(test|build|bench)\/|docs\/bench\/(run-|scripts|profile)|\.map$|(?<!\.d)\.ts$/.test(f))).toEqual([]);
   });
 });
 
