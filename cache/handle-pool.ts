@@ -415,7 +415,7 @@ export class HandlePool implements EntryOwner {
       // receiver releases first (the FIN leaves in a later microtask: FinBatcher; a peer without FINS gets
       // its FIN just before, in the same synchronous run); a kept import was released only
       // after an INVALIDATE, which the owner sends just before its free, or never. The cost: each message
-      // imports its pointer again (2 × H200: 5 µs; 256 MiB messages still ran at 99 % of a raw copy).
+      // imports its pointer again (2 × H200: 256 MiB messages still ran at 99 % of a raw copy).
       this.#detach(entry, 'released');
     } else if (this.#overBounds()) {
       this.#enforceBounds();

@@ -11,7 +11,7 @@ import type { HandlePoolEventListener } from './events.js';
 
 /**
  * 64 mappings: an endpoint's working set is a handful of buffers (double
- * buffering, a few tensors); past that, a miss costs one open (~40 µs).
+ * buffering, a few tensors); past that, a miss costs one open (docs/benchmarks.md, 'cache hit').
  */
 export const DEFAULT_MAX_ENTRIES = 64;
 /**

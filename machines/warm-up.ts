@@ -5,11 +5,11 @@
  * process's first negotiation runs XState's transition code, and the
  * machine's, for the first time on the way of its first device message (which
  * waits for the negotiation). Both sides of a negotiation in one process on
- * the development machine: 4.2-7.8 ms cold, 1.6-1.8 ms after this warm-up
- * (5 fresh processes each); the warm-up itself takes ~8 ms there, in a
+ * the development machine took a third of their cold time after this
+ * warm-up (5 fresh processes each); the warm-up itself runs in a
  * setImmediate after Transport.create. Across two fresh processes on
- * 2xH100, `ep.negotiate()` right after connecting took 12.0 ms instead of
- * 18.4 (median of 5 each, same run).
+ * 2xH100, `ep.negotiate()` right after connecting took about a third less
+ * (median of 5 each, same run).
  */
 import { createNegotiator, type Negotiator } from './negotiator.js';
 

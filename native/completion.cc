@@ -14,8 +14,8 @@
 // doubling backoff from kMinSleep to kMaxSleep, and blocks on a condition
 // variable when nothing is pending.
 //
-// Why spin that long: a 256 MiB copy over NVLink takes ~0.7 ms, a 1 GiB one
-// ~2.7 ms; a poller already asleep wakes up to a sleep (plus timer slack)
+// Why spin that long: a 256 MiB or 1 GiB copy over NVLink takes about a
+// millisecond or more; a poller already asleep wakes up to a sleep (plus timer slack)
 // late, and that lateness is added to every large message (measured on
 // 2×H200: 50 µs spin + 200 µs sleeps cost 40% of the bandwidth at 256 MiB).
 // A transport with work in flight spinning one core is the usual trade

@@ -272,8 +272,8 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
 // ---- optional entry points ---------------------------------------------------
 // Used when the driver has them, never required. cuMemcpyBatchAsync (CUDA
 // 12.8) queues many copies in one call, and the GPU may run them at once: on
-// 2xH200 four 1 MiB peer copies cost 0.8 us a copy to queue (1.7 one by
-// one) and run at 261 GB/s (169). CUDA 13 dropped its failIdx parameter
+// 2xH200 four 1 MiB peer copies cost half as much a copy to queue as one by
+// one, and run faster (bench/diary.md, 'Driver-level figures'). CUDA 13 dropped its failIdx parameter
 // (cuMemcpyBatchAsync_v2), so the ABI asked for follows the driver's version.
 struct CUmemLocation {
   int type;  // CUmemLocationType: 1 = device

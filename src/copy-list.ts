@@ -6,22 +6,21 @@
  *
  * Why: on one GPU the driver's copy calls cost the host more than the copy
  * costs the GPU, and its batch call saves nothing per copy. On an H200,
- * 1 MiB copies back to back: cuMemcpyAsync 5.9 µs of host time each,
- * cuMemcpyBatchAsync 11.4 µs for two and 20.7 for four, while the GPU
- * copies 1 MiB in about a microsecond; the receiver of a same-GPU stream
- * spent about half its time in that call. `launch` costs 4.3–5.6 µs of host
- * time whatever the number of copies. Two processes on one H200 streaming
- * 1 MiB messages (window 8) went from 43–48 % to 58–63 % of raw copies with
- * it; 4 MiB messages (a copy a run, left to the driver) stayed at 37–41 %
- * (test/bench-history/s10-1127).
+ * 1 MiB copies back to back: each cuMemcpyAsync costs the host several
+ * times what the copy costs the GPU, and cuMemcpyBatchAsync as much per
+ * copy; the receiver of a same-GPU stream spent about half its time in
+ * that call. `launch` costs the host one launch whatever the number of
+ * copies. Two processes on one H200 streaming 1 MiB messages (window 8)
+ * came closer to raw copies with it; 4 MiB messages (a copy a run, left to
+ * the driver) stayed where they were (bench/results-history.md, session
+ * 10; docs/benchmarks.md, 'Same GPU, 1–16 MiB').
  *
  * How: SLOTS lists of copies in one pinned host buffer, and for each list
  * a graph of two nodes, made the first time its slot is used: a copy of the
  * list into device memory, then one smcuda_copy_list launch over that copy.
- * (The kernel reading the list from pinned memory itself took 270 µs of GPU
- * time a launch, its 132 blocks' loads over PCIe one after another.) The
- * list's copy costs the GPU about 10 µs a launch (13.1 µs for a 1 MiB copy
- * against 3.05 for the kernel alone), so GpuWork keeps a lone copy with
+ * (The kernel reading the list from pinned memory itself took far longer
+ * than its copies, its 132 blocks' loads over PCIe one after another.) The
+ * list's copy costs the GPU more than a 1 MiB copy by the kernel alone, so GpuWork keeps a lone copy with
  * cuMemcpyAsync and hands this runs of two or more. A batch takes a free
  * slot, writes its copies into the list and launches the slot's graph on
  * its stream; the slot is free again once the batch's completion ran

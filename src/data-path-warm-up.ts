@@ -10,10 +10,10 @@
  * receive, the copy batcher and the FIN for the first time on its first
  * message's way. On 2xH200, fresh processes that connect right after
  * Transport.create (the warm-up runs meanwhile), 64 KiB from a fresh buffer,
- * median of 4 pairs each, same run: the first message arrived 1.9 ms after
- * its send instead of 4.6 after `ep.negotiate()`, and 1.9 instead of 3.7
- * without it (it then goes by EAGER while the negotiation runs). The
- * warm-up takes this thread 50-100 ms there, in the turns of promise
+ * median of 4 pairs each, same run: the first message arrived in well under
+ * half the time after `ep.negotiate()`, and in about half without it (it
+ * then goes by EAGER while the negotiation runs). The warm-up takes this
+ * thread tens of milliseconds there, in the turns of promise
  * callbacks after Transport.create, while the application connects.
  * Transport.create starts it only for the native driver; `warmUp: false`
  * leaves it out. The simulator it runs on is imported when it runs (not by
@@ -38,7 +38,7 @@ type Create = (options: TransportCreateOptions) => Promise<Transport>;
 
 /**
  * How long the warm-up may take before it gives up and closes what it
- * opened (it takes 50-100 ms): a step left hanging, by a runtime or a bug,
+ * opened (it takes tens of milliseconds): a step left hanging, by a runtime or a bug,
  * must not hold its sockets, rings and simulated memory for the life of
  * the process.
  */

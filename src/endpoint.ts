@@ -259,11 +259,11 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * wait in order until the negotiation is OK (then they go by RGET), BAD, or
    * back in INIT (the peer was not ready): the staging ring is set up only
    * when IPC cannot be used. Pinning a ring before the request left cost the
-   * first message of a fresh pair 4-9 ms on the sender and 1.5-3 ms on the
-   * receiver, and delayed the negotiation by as much: with this (and the
-   * negotiation's warm-up, machines/warm-up.ts) a fresh pair's first 64 KiB
-   * message arrives 14.4 ms after its send instead of 28.0 (median of 5
-   * fresh pairs each, 2xH100, MPS on, same run). A message of at most
+   * first message of a fresh pair milliseconds on both sides, and delayed
+   * the negotiation by as much: with this (and the negotiation's warm-up,
+   * machines/warm-up.ts) a fresh pair's first 64 KiB message arrives in
+   * about half the time (2xH100, MPS on; docs/benchmarks.md, 'first GPU
+   * send'). A message of at most
    * negotiationEagerLimit does not wait at all: it goes by EAGER.
    */
   private holdForNegotiation(): void {
@@ -293,7 +293,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return path.send(buffer, tag, options);
       }
       // An inline message leaves before the negotiation starts: starting it (the actor, the probe's
-      // allocation and handle) held a fresh pair's first 64 KiB message 3-4 ms on an H200.
+      // allocation and handle) held a fresh pair's first 64 KiB message milliseconds on an H200.
       const sent = path.send(buffer, tag, options);
       this.neg.gpuSend();
       return sent;
@@ -441,10 +441,9 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * `negotiation.maxTries`; while this process has no device (`lazyDevice`
    * before `useDevice()`) it waits: bound it with `signal`. Rejects when the
    * endpoint closes first. Across GPUs the negotiation's first probe open
-   * sets up peer access (1-2 ms per side): called right after connecting,
-   * it takes all of that out of the first message (a fresh pair's first
-   * 64 KiB message then arrived 3.6 ms after its send instead of 14 ms,
-   * `smcuda bench --suite first-send`, median of 5 on 2xH100).
+   * sets up peer access (milliseconds per side): called right after
+   * connecting, it takes all of that out of the first message (`smcuda
+   * bench --suite first-send`; docs/benchmarks.md, 'first GPU send').
    */
   negotiate(options: { signal?: AbortSignal } = {}): Promise<'OK' | 'BAD'> {
     refuseUnknownKeys('negotiate options', options, ['signal']);

@@ -4,7 +4,7 @@
  * driver calls (cuMemGetAddressRange, cuPointerGetAttributes,
  * cuIpcGetMemHandle; pool memory a search for its allocation's bounds); re-sending from the same buffer is the common case, so
  * the answer is kept per pointer and revalidated with one call (bufferId: one
- * attribute, ~1 µs less than cuPointerGetAttributes' three): the buffer id
+ * attribute, cheaper than cuPointerGetAttributes' three): the buffer id
  * changes when the allocation is freed and another takes its address, and a
  * changed id means the entry is rebuilt, never reused.
  *

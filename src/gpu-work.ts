@@ -37,11 +37,10 @@ const BATCH_MAX_BYTES = 4 << 20;
 
 /**
  * A batch of same-GPU copies for the copy kernel holds up to this much: one
- * GPU copies about six times faster than NVLink carries (2.3 TB/s against
- * 0.39 on an H200), so the first copy's FIN waits for the last one's no
+ * GPU copies several times faster than NVLink carries, so the first copy's FIN waits for the last one's no
  * longer. Two processes on one H200 (MPS) streaming 4 MiB messages, window
- * 8, two runs each alternating with 4 MiB batches: 500 and 507 GB/s against
- * 331 and 288 (each message was a batch of one; with 16 MiB, messages that
+ * 8, alternating with 4 MiB batches: about half as fast again with them
+ * (each message was a batch of one; with 16 MiB, messages that
  * arrive together take one launch).
  */
 const LOCAL_BATCH_MAX_BYTES = 16 << 20;
@@ -131,9 +130,9 @@ export class GpuWork {
    * A copy of at most BATCH_MAX_BYTES joins the open batch: the copies of
    * one synchronous run on one stream are launched by one
    * cuMemcpyBatchAsync when the run ends (a microtask), followed by one
-   * event. On 2xH200 four 1 MiB peer copies cost 0.8 µs each to launch that
-   * way against 1.7 µs one by one, and run at 261 GB/s against 169: the GPU
-   * runs a batch's copies concurrently. A copy whose destination overlaps
+   * event. On 2xH200 four 1 MiB peer copies cost about half as much to launch
+   * that way as one by one, and run faster: the GPU runs a batch's copies
+   * concurrently (bench/diary.md, 'Driver-level figures'). A copy whose destination overlaps
    * one already in the batch starts a new one (overlapsBatch), so receives
    * into overlapping memory still land in message order. A batch holds at
    * most BATCH_MAX_BYTES (a same-GPU batch LOCAL_BATCH_MAX_BYTES): the first
@@ -258,9 +257,8 @@ export class GpuWork {
     if (cbs.length !== 1) return this.events.record(b.stream, b.bytes, (err) => settleAll(cbs, err), inline);
     // A batch of one (every message of a ping-pong): its object and array
     // are used again by the next. With progress/microtask.ts and the export
-    // table's newest-entry check: 6.8 instead of 7.4 KB of garbage and
-    // 5.1-5.2 instead of 5.6-6.1 µs per half round trip of an in-process
-    // 8 B ping-pong on the simulated driver (3 runs each, same machine).
+    // table's newest-entry check: less garbage and a shorter half round trip
+    // of an in-process 8 B ping-pong on the simulated driver (3 runs each).
     const cb = cbs[0]!;
     const stream = b.stream;
     const bytes = b.bytes;
@@ -354,7 +352,7 @@ export class GpuWork {
 
   /**
    * Makes what a first message would otherwise make on its way: the stream
-   * (a first cuStreamCreate took 0.25 ms on an H200) and the legacy-stream
+   * (a first cuStreamCreate is slow) and the legacy-stream
    * check's event, recorded and queried once. The negotiation calls it once
    * the device is ready (endpoint-negotiation.ts), before the endpoint can be
    * OK. Best effort: a driver that refuses now reports it on the message's

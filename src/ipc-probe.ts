@@ -16,7 +16,7 @@
  *
  * The other side opens it through its handle pool and reads the value back.
  * The mapping stays in the pool, so the first real message finds the peer
- * context already set up (the first cross-GPU open costs 4–10 ms).
+ * context already set up (the first cross-GPU open costs milliseconds).
  */
 import { randomFillSync } from 'node:crypto';
 import type { HandlePool } from '../cache/index.js';

@@ -85,8 +85,8 @@ export interface TransportOptions {
    * How long a lone copy's completion is polled inline, blocking, on the JS
    * thread before the progress engine takes it (µs; 0: never; step 1 of the
    * engine's policy, docs/architecture.md#progress). Trades a little event-loop time
-   * for latency. Default 20: on 2×H200 it brought an 8 B RGET ping-pong from
-   * 51 to 35 µs (docs/benchmarks.md). Only copies ≤ 64 KiB that are alone in
+   * for latency. Default 20: on 2×H200 it shortened an 8 B RGET ping-pong by about
+   * a third (bench/diary.md). Only copies ≤ 64 KiB that are alone in
    * flight spin.
    */
   completionSpinUs?: number;
@@ -192,10 +192,10 @@ const MAX_STAGING_SLOTS = 0xffff;
 export const DEFAULT_DEVICE_EAGER_LIMIT = 8 << 10;
 /**
  * 1 MiB: while the negotiation runs, below this a host copy inline beats
- * waiting for it. A fresh pair's first 64 KiB message waited 19 ms for the
- * negotiation (2 × H200: two first cuIpcOpenMemHandle of 2.1 ms, one after
- * the other, and the control hops); inline, two host copies of 1 MiB take
- * well under a millisecond. SMCUDA_NEGOTIATION_EAGER_LIMIT overrides it.
+ * waiting for it. A fresh pair's first 64 KiB message waited milliseconds for
+ * the negotiation (2 × H200: two first cuIpcOpenMemHandle, one after the
+ * other, and the control hops); inline, two host copies of 1 MiB take far
+ * less. SMCUDA_NEGOTIATION_EAGER_LIMIT overrides it.
  */
 export const DEFAULT_NEGOTIATION_EAGER_LIMIT = 1 << 20;
 

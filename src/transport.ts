@@ -79,7 +79,7 @@ export interface TransportCreateOptions extends TransportOptions {
    * after create (two in-memory endpoints on the simulated driver, once per
    * process), so that a fresh process's first message does not pay for code
    * running for the first time: src/data-path-warm-up.ts. It takes the JS
-   * thread 50-100 ms once per process, and loads the simulated driver's
+   * thread tens of milliseconds once per process, and loads the simulated driver's
    * modules then (not before). Default true; `false` leaves it out (and the
    * simulator unloaded); ignored with the simulated driver.
    */

@@ -78,7 +78,7 @@ export const COLLECTIVE_FIG = {
     target: atMost(0.01, '≥ 100× faster than seed 003', 'ratio'),
     scope: 'gpu',
   },
-  /** One per algorithm, forced, at 1 MiB (where one-shot and two-shot meet; SymmetricMemory: 14.7 / 11.1 µs). */
+  /** One per algorithm, forced, at 1 MiB (where one-shot and two-shot meet, as in SymmetricMemory). */
   algorithm: (a: Algorithm): ScopedSpec => ({
     name: `allreduce f32 1 MiB, smcuda ${a} (forced), stream time`,
     suite: 'collectives',

@@ -80,9 +80,9 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
  * Warm-up calls before the first size on a GPU: about 1 s of calls, estimated as 10 µs and the bytes
  * at 300 GB/s a call (100,000 at 8 B, 279 at 1 GiB). A count, not a time: every rank makes the same
  * calls. Fresh processes ran their small sizes slowly and spread for their first second or so,
- * whatever the sizes (test/bench-history/s7-1126, s9-1127): after 20,000 calls of 8 B, 1 KiB still
- * took 8.6 µs [6.9–13.2] a call and 16 KiB 8.2 [7.5–11.8], where the same sizes measured again 0.4 s
- * later took 7.0 [6.8–7.2] and 7.3 [7.2–7.4].
+ * whatever the sizes (bench/results-history.md, sessions 7 and 9): after 20,000 calls of 8 B, 1 KiB
+ * and 16 KiB were still slower and more spread a call than the same sizes measured again a moment
+ * later.
  */
 export function firstWarmupCalls(size: number): number {
   const perCallUs = 10 + size / 300e3;

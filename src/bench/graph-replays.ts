@@ -13,13 +13,13 @@
  * cuGraphLaunch blocks until the GPU retires earlier work: its time is the
  * GPU's time per replay, not host work. Measured (2×H100, driver 580, the
  * graph suite, 16 ping-pongs of 8 B by stream memory operations): the first
- * 32 launches 40–80 µs each, the second half 440–690 µs each, which is the
- * GPU's 16 × 2 half round trips; the 15.4 µs per replay that `smcuda demo
- * --graph` first reported for 2 transfers was the same effect. The
+ * 32 launches took a fraction of the later ones, which took the GPU's
+ * 16 × 2 half round trips; what `smcuda demo --graph` first reported per
+ * replay for 2 transfers was the same effect. The
  * back-to-back times are kept beside the figure, as the first launches (the
  * queue still empty) against the later ones, so a run shows which it was.
  * What is left, the launch call itself, grows with the graph's
- * memory-operation nodes (about 1 µs each; test/gpu/measure-graph-launch.mjs):
+ * memory-operation nodes (test/gpu/measure-graph-launch.mjs):
  * hence persistent transfers' `flags: 'kernel'`.
  */
 import type { CudaDriver, GraphExecHandle, StreamHandle } from '../cuda/driver.js';

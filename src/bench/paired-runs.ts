@@ -3,7 +3,8 @@
  * the bandwidth targets, same GPU, the memory kinds' transfers, the 8 B
  * half round trip against the native floor) are the median of several runs
  * in one call, never one run and never the best: on 2 × H200 one run of
- * 1 MiB streaming read 98–198 GB/s over full runs of the same build, the
+ * 1 MiB streaming read up to twice as much in one full run as in another of
+ * the same build, the
  * all-to-all 69–80 % of raw, same GPU at 256 MiB 84.9 % and then 100.3 %.
  * Each run of smcuda comes right after a run of its baseline, so a slow
  * spell of the host weighs on both.

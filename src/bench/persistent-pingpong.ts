@@ -77,7 +77,7 @@ export class PersistentPingPong implements PingPongUnderTest {
       let graph: bigint;
       try {
         // All iterations in one call: adjacent batches merge across iterations too (a batch and a copy per
-        // iteration), and a graph replay costs the host about 1 µs per memory-operation node (measured).
+        // iteration), and a graph replay costs the host a fixed amount per memory-operation node (measured).
         startSequence(stream, Array.from({ length: transfers }, () => (initiator ? [out, into] : [into, out])).flat());
       } finally {
         graph = d.streamEndCapture(stream);

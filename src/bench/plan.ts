@@ -72,7 +72,7 @@ export interface Plan {
  * `warmAll`: as many warm-up repetitions as measured ones. Latency needs it:
  * the per-message path reaches V8's optimised code only after a few thousand
  * messages (on 2×H200 the 8 B figure measured right after 50 warm-up round
- * trips was ~8 µs above the steady state).
+ * trips was far above the steady state).
  */
 function repeatFor(budget: Budget, size: number, smoke: boolean, warmAll = false): Repeat {
   if (smoke) return { iters: budget.min, warmup: 1 };
@@ -119,13 +119,13 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
   // smcuda is timed on the wall clock from the first send to the last FIN,
   // the raw copies by CUDA events, so a point must hold enough messages that
   // the start and end of a run (waking an idle peer, the last completion's
-  // hand-off: 0.2-0.4 ms on 2xH200) do not count: 8 messages of 1 GiB lost
+  // hand-off, a fraction of a millisecond on 2xH200) do not count: 8 messages of 1 GiB lost
   // ~1.5 % to them, 32 lose 0.5 % (osu_bw sends 20 x 64 at large sizes).
-  // A point also lasts ~90 ms at line rate (32 GiB): young-generation
-  // collections pause a process 0.4-0.9 ms every ~20-50 ms, so a 23 ms point
+  // A point also lasts long at line rate (32 GiB): young-generation
+  // collections pause a process now and then, so a short point
   // (the former 8 GiB budget at 16 MiB) read 100 % of raw or 92 % depending
   // on whether one fell into it; a longer point pays them at their real rate
-  // (2000 x 16 MiB: 96.6-100.2 % of raw on 2xH200, test/bench-history/steady-state.txt).
+  // (2000 x 16 MiB: within a few % of raw on 2xH200, bench/notes/steady-state.txt).
   const bw: Budget = sim ? { bytes: 256 * MiB, min: 3, max: 200 } : { bytes: 32 * GiB, min: 32, max: 4000 };
   // Small messages run long enough for the per-message path to reach V8's optimised code and stay there.
   const lat: Budget = sim ? { bytes: 64 * MiB, min: 3, max: 5000 } : { bytes: 2 * GiB, min: 5, max: 10_000 };
@@ -167,11 +167,10 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
     cacheHit: o.smoke ? { batches: 3, perBatch: 1000 } : { batches: 30, perBatch: 20_000 },
     streamSize: o.smoke ? 64 * KiB : MiB,
     memorySize,
-    // 20,000 messages (~110-160 ms on 2xH200) after 40,000 of warm-up. A fresh
-    // process streams 1 MiB at 105-120 GB/s for its first ~20,000 messages,
+    // 20,000 messages after 40,000 of warm-up. A fresh process streams 1 MiB
+    // slower for its first ~20,000 messages,
     // while V8 still optimises (and deoptimises) the per-message path and
-    // sizes its young generation, then at its steady state (125-197 GB/s by
-    // loan); osu_bw too times only after its warm-up iterations.
+    // sizes its young generation, then at its steady state (bench/notes/steady-state.txt); osu_bw too times only after its warm-up iterations.
     streaming: o.smoke ? { iters: bw.min, warmup: 1 } : sim ? { iters: 2000, warmup: 2000 } : { iters: 20_000, warmup: 40_000 },
     throughputRuns: o.smoke ? 2 : sim ? 3 : 5,
   };

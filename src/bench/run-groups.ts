@@ -191,8 +191,7 @@ export async function runAllToAll(run: Run, g: Group): Promise<void> {
     await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-listen' })));
     await Promise.all(ranks.map((r) => g.call(r, { op: 'a2a-connect', ranks: g.size })));
     // One run of smcuda first, not counted: in two full runs on 2 × H200 the five runs after a
-    // fresh start climbed (864, 908, 1110, 1118, 1150 GB/s; 737, 808, 993, 1074, 1094) while the
-    // raw runs beside them stayed at 1137-1160: eight fresh processes' code and caches warming up.
+    // fresh start climbed by a third while the raw runs beside them stayed level: eight fresh processes' code and caches warming up.
     progress(`all-to-all: smcuda, ${formatBytes(size)} between ${g.size} processes, a warm-up run`);
     warmupRun = aggregate(await Promise.all(ranks.map((j) => g.call<TimedResult>(j, { op: 'a2a-run', size, ...repeat }))));
     runs = await pairedRuns(

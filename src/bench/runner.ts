@@ -275,7 +275,7 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     let headlineUs = h.median;
     if (run.sim) run.figures.push(skipped(FIG.latency8, gpuOnly()));
     else {
-      // The headline moves with the host (12.5-18.3 µs over full runs of one build on 2 × H200): the median of
+      // The headline moves with the host (by a third over full runs of one build on 2 × H200): the median of
       // several runs, each the median of its half round trips, each right after a run of the floor (paired-runs.ts).
       progress(`latency: 8 B against the native floor, ${plan.throughputRuns} runs`);
       let paths: PathCounts | undefined;

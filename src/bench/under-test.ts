@@ -81,9 +81,9 @@ export interface PingPongContext {
 
 /**
  * Scratch per region for the bench's communicators on a GPU: large calls go in fewer, larger pieces than
- * with the 4 MiB default. Allreduce f32, 2 ranks on 2 × H200, two-shot, medians of 5, two alternations
- * in one call: 1 GiB 317.7 GB/s of bus bandwidth with 4 MiB, 330.1 and 328.0 with 32, 341.1 and 339.1
- * with 64; 256 MiB 317.3, 322.8 and 324.8, 331.2 and 329.8 (test/bench-history/s7-1126). 4 × 64 MiB a
+ * with the 4 MiB default. Allreduce f32, 2 ranks on 2 × H200, two-shot, alternating in one call: the bus
+ * bandwidth at 256 MiB and 1 GiB rose from 4 MiB to 32 MiB and again to 64 MiB (bench/results-history.md,
+ * session 7, 'Scratch size and the large allreduces'). 4 × 64 MiB a
  * rank. On the simulator (shared memory) the default.
  */
 const BENCH_SCRATCH_BYTES = 64 << 20;
@@ -159,8 +159,7 @@ export async function timeCollective(
   try {
     // Warm-up in batches of a run's calls, each waited for, as the runs are. The first size's 20,000
     // warm-up calls queued in one batch left the runs after them slow and spread (2 × H200, allreduce
-    // 8 B, medians of 5 runs of 1000 calls, two alternations: 10.2 µs [8.1–46.0] and 9.3 [7.7–42.9]
-    // against 6.9 [6.7–7.6] and 7.6 [6.6–8.7] in batches of 1000).
+    // 8 B, medians of 5 runs of 1000 calls, two alternations, against batches of 1000).
     for (let done = 0; done < o.warmup; ) {
       const batch = Math.min(o.warmup - done, Math.max(1, o.iters));
       for (let i = 0; i < batch; i++) await sut.collectiveUnderTest(call);

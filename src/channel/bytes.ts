@@ -22,8 +22,8 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
 
 /**
  * A copy of `src` carved from Node's shared pool. A fresh ArrayBuffer per
- * small copy (a frame out of a ring, a handle out of a frame) costs ~2 µs,
- * more than the work around it (measured); a pool slice is never handed out
+ * small copy (a frame out of a ring, a handle out of a frame) costs more
+ * than the work around it (measured); a pool slice is never handed out
  * twice, so the copy stays valid as long as it is referenced.
  */
 export function copyBytes(src: Uint8Array): Uint8Array {
@@ -35,7 +35,7 @@ export function copyBytes(src: Uint8Array): Uint8Array {
 /**
  * Sends the concatenation of `parts` as one frame; returns what `send` returns.
  * Through `sendParts` the frame is not copied: ShmChannel's SPILL of a 16 MiB
- * host message over a Unix socket took 9–18 ms that way against 24–26 ms
+ * host message over a Unix socket took about half the time it took
  * joined first (development machine, one frame at a time).
  */
 export function sendFrameParts(channel: ControlChannel, parts: readonly Uint8Array[]): boolean {

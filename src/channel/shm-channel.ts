@@ -4,9 +4,9 @@
  * channel underneath (a Unix socket, or a runtime's own) for wake-ups, for
  * frames too large for the ring, and to learn that the peer is gone.
  *
- * Why: a Unix-socket hop costs ~5 µs each way in Node, more than an 8 B GPU
- * copy. A frame written to the peer's ring is seen by a spinning peer in
- * under a µs (the transport's progress engine, src/progress/engine.ts), and a busy peer reads many frames per wake-up.
+ * Why: a Unix-socket hop in Node costs more than an 8 B GPU copy
+ * (docs/benchmarks.md, 'socket ping-pong'). A frame written to the peer's ring is seen by a spinning peer at
+ * once (the transport's progress engine, src/progress/engine.ts), and a busy peer reads many frames per wake-up.
  *
  * Upgrade, each direction on its own (after HELLO, when both HELLOs carry
  * Feature.RING and Feature.DESCRIPTORS, once the descriptor channel is up):

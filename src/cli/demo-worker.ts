@@ -372,7 +372,7 @@ async function runGraph(
       await barrier(peers);
       // In bursts, the host waiting for each: the launch call's own time is the host work of a replay.
       // Back to back, launches outrun the GPU, fill the stream's queue and then block on it, and their
-      // time is the GPU's per replay (the 15.4 µs first reported here for 2 transfers); bench/graph-replays.ts.
+      // time is the GPU's per replay (what was first reported here for 2 transfers); bench/graph-replays.ts.
       const launchUs: number[] = [];
       const t0 = performance.now();
       for (let k = 0; k < replays; k += LAUNCH_BURST) {

@@ -2,7 +2,7 @@
  * Whether the CUDA Multi-Process Service runs on this machine. Processes that
  * share a GPU without it take turns through GPU context switches: measured on
  * an H200, an 8 B half round trip between two processes on one GPU costs
- * ~150 µs without MPS and ~19 µs with it.
+ * several times more without MPS (docs/benchmarks.md, 'Running it').
  *
  * MPS is running when its control daemon's pipe directory
  * ($CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps) holds the `control`

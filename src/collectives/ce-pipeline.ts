@@ -4,14 +4,15 @@
  * (cuMemcpyAsync) and the SMs reduce local memory only, chunk after chunk,
  * the copies of one chunk running beside the reduction of another. The
  * other algorithms have the SMs load peers' memory through the mappings,
- * which reached about 262 GB/s between two H200s (docs/benchmarks.md).
+ * which carry less than the copy engines between two GPUs (bench/results-history.md,
+ * session 5, 'Copy-engine copies between the two GPUs').
  *
  * Every copy between GPUs is a push (a write into the peer's scratch):
  * measured on 2 × H200 with both GPUs copying at once (32 MiB copies), one
- * push stream moved 377 GB/s, two 362, one pull 361, and a push beside a
- * pull only 308. The peers' scratch is mapped here; their callers' buffers
+ * or two push streams and one pull stream moved about the same, and a push
+ * beside a pull markedly less (same session). The peers' scratch is mapped here; their callers' buffers
  * are not, so a rank copies its own landed results out itself (locally,
- * about 1.8 TB/s).
+ * several times faster than between GPUs).
  *
  * A call goes in chunks of at most size × partBytes bytes (scratch.ts),
  * chunk c in slot x = c % PIPELINE_SLOTS, each cut in `size` parts (part k
@@ -56,10 +57,10 @@
  * input, and each element after reading it.
  *
  * Streams. Each step on a stream costs the GPU several microseconds
- * before the next can start, whatever its size (2 × H200, one stream:
- * 7-12 µs per copy, kernel or cross-GPU signal): one chunk's steps in a
- * row (two 8 MiB pushes, two local copies, two signals) took 112 µs, where
- * its bytes need about 60. So a call of several chunks forks three streams
+ * before the next can start, whatever its size (2 × H200, one stream, each
+ * copy, kernel or cross-GPU signal): one chunk's steps in a row (two 8 MiB
+ * pushes, two local copies, two signals) took about twice what its bytes
+ * need (bench/results-history.md, session 5, 'One chunk by hand'). So a call of several chunks forks three streams
  * of its own from the caller's (an event) — push, share, out — keeps the
  * reductions on the caller's, and joins them back at the end, and the
  * steps of different chunks overlap. A call of one chunk queues every step

@@ -1,17 +1,15 @@
 /**
  * Repeated kernel launches replayed as one-node CUDA graphs. Why: small
  * allreduces are bound by the host, and most of a call's host time is its
- * one launch. Through the driver binding, cuLaunchKernel cost the host
- * 5.0–6.8 µs and cuGraphLaunch of a graph holding the same launch 1.5–2.2 µs
- * (2 × H100, driver 580, fill kernel, one block, medians of 8 × 2000 calls in
- * three processes). A training step calls allreduce on the same buckets
+ * one launch. Through the driver binding, cuGraphLaunch of a graph holding
+ * a launch cost the host about a third of cuLaunchKernel of it (2 × H100,
+ * driver 580, fill kernel, one block, 8 × 2000 calls in three processes). A training step calls allreduce on the same buckets
  * every step, so the same launch (function, grid, arguments) comes back:
  * the second time it is captured into a graph on a private stream, and from
  * then on the graph is launched instead. Back-to-back allreduce f32 on
- * 2 × H100 (test/gpu/measure-collectives.mjs, three alternations with the
- * build before): host time per call at 256 KiB 4.7–8.5 µs against
- * 8.5–10.9, at 1 MiB 4.5–8.2 against 8.0–9.3; per call on the stream, 8 B
- * 12.5–17.0 µs against 17.1–18.7 (256 KiB and up are now bound by the GPU).
+ * 2 × H100 (test/gpu/measure-collectives.mjs, alternating with the build
+ * before): less host time per call at 256 KiB and 1 MiB, and less time per
+ * call on the stream at 8 B (256 KiB and up are now bound by the GPU).
  *
  * A launch seen once is launched directly (a call on fresh buffers each
  * time never pays for a capture). At most CAPACITY launches are kept; the

@@ -16,8 +16,8 @@ const MAX_GRID = 1024;
 /**
  * The one-shot kernel: 512 threads a block, a block per 8 KiB up to ONESHOT_MAX_BLOCKS / ranksPerGpu
  * (the grid depends on the bytes and the communicator only, so every rank launches the same).
- * 8 KiB rather than 32: more loads of peers' memory in flight at once; allreduce f32 on 2 × H100,
- * medians of 5, 256 KiB 11.7 µs against 15.8, 1 MiB 14.5 against 16.5, 4 MiB and up the same.
+ * 8 KiB rather than 32: more loads of peers' memory in flight at once: faster at 256 KiB and
+ * 1 MiB, the same from 4 MiB (bench/results-history.md, session 6).
  */
 const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 8 * 1024;
@@ -28,14 +28,12 @@ const ONESHOT_BYTES_PER_BLOCK = 8 * 1024;
  * wave's blocks start their steps only after the first wave's have ended, on every rank: the kernel
  * takes up to 64 registers a thread (__launch_bounds__(512, 2)), so two blocks fit an SM. Every block
  * does the same work, so the launch ends with its slowest: a grid that puts two blocks on some SMs and
- * one on others runs at the pace of the shared ones. 2 × H200 (132 SMs), allreduce f32 two-shot,
- * medians of 5, two alternations in one call each: 192 blocks 1 GiB 339.3-339.5 GB/s, 256 MiB
- * 327-328, 16 MiB 61.6-62.5 µs; 128 blocks 352-355, 338-341, 59.6-60.9; 256 blocks 353, 342-343,
- * 58.5-59.2; 132 blocks 353, 332-336, 60.7-60.8; 264 blocks 353-355, 341-343, 60.3-61.3. A power of
+ * one on others runs at the pace of the shared ones. On 2 × H200 (132 SMs) 192 blocks were slowest, and
+ * 128, 256, 132 and 264 within a few percent of each other (bench/results-history.md, session 8,
+ * 'The two-shot's grid'). A power of
  * two splits the parts of power-of-two sizes into whole rounds of the kernel's copy loop on every
- * block, each range aligned; with the copy loop's last round predicated (reduce.cu's copy_bytes), two
- * alternations: 256 blocks 16 MiB 58.2, 58.0 µs, 256 MiB 346, 345 GB/s, 1 GiB 357, 357; 264 blocks
- * 59.9, 59.5 µs, 345, 346, 354, 355; 264 blocks with ranges rounded to 128 bytes 59.0, 59.1 µs.
+ * block, each range aligned; with the copy loop's last round predicated (reduce.cu's copy_bytes), 256 blocks
+ * measured at least as fast as 264, with or without ranges rounded to 128 bytes (same session).
  */
 const TWOSHOT_BYTES_PER_BLOCK = 16 * 1024;
 const TWOSHOT_BLOCKS_PER_SM = 2;
@@ -67,7 +65,7 @@ interface SteppingArgs {
 export class ReduceKernels {
   /** One module per dtype used (its entries only). */
   private readonly modules = new Map<DType, ModuleHandle>();
-  /** Entries by dtype: looked up per call without building the entry's name (a string and its hash a call: 0.23 µs a call in a CPU profile on the simulator, driver calls made no-ops, 8 B allreduce). */
+  /** Entries by dtype: looked up per call without building the entry's name (a string and its hash a call showed in a CPU profile of 8 B allreduces). */
   private readonly functions = new Map<DType, FunctionHandle>();
   private readonly oneshots = new Map<DType, FunctionHandle>();
   private readonly twoshots = new Map<DType, FunctionHandle>();
@@ -156,10 +154,8 @@ export class ReduceKernels {
   /**
    * The LaunchGraphs key of a launch (`kind`, `out`, then `parts`): the key last built for the same
    * `out` when every part is the same, else a new one. Building the string from the pointers each
-   * call cost 0.5 µs (a template of five bigints and six numbers, and its hash for the Map lookup);
-   * a string kept is hashed once. Allreduce 8 B back to back, smcuda's JavaScript a call (the simulator
-   * with the driver's enqueue calls made no-ops): 1.6 -> 1.0 µs; host time a call on 2 × H200, medians
-   * of three alternations, 7.6 -> 6.8 µs.
+   * call (a template of five bigints and six numbers, and its hash for the Map lookup) was a third
+   * of smcuda's JavaScript in an 8 B allreduce; a string kept is hashed once.
    */
   private keyOf(kind: string, out: DevicePtr, parts: readonly (bigint | number | string)[]): string {
     const last = this.keys.get(out);

@@ -15,8 +15,8 @@
  * one event, recorded again after each call (a record moves the event; a
  * cuStreamWaitEvent waits for the record it sees): calls queued back to
  * back in a turn cost one eventRecord each and one event between them, not
- * an event each (1000 calls in flight made 1000 cuEventCreate, 1.1–1.5 µs
- * each on an H100). A mark is thus reached once the stream has run its call
+ * an event each (1000 calls in flight made 1000 cuEventCreate, each a
+ * driver call of its own). A mark is thus reached once the stream has run its call
  * and the communicator's calls queued after it in the same turn: never
  * before its own work, at most one turn's calls after.
  */

@@ -189,10 +189,11 @@ export class NativeCudaDriver implements CudaDriver {
 
   /**
    * Argument buffers reused from call to call: the addon reads them before it
-   * returns, and a new ArrayBuffer costs about 0.6 µs (an off-heap backing
-   * store; typed arrays over 64 bytes too), which a collective paid per
-   * kernel launch and per memory-operation batch of 8 ranks. Measured over a
-   * no-op addon: launchKernel 1.16 -> 0.33 µs, a 2-rank step batch 0.38 -> 0.10 µs, an 8-rank one (21 operations) 5.4 -> 0.57 µs of JavaScript.
+   * returns, and a new ArrayBuffer is costly (an off-heap backing store; typed
+   * arrays over 64 bytes too), which a collective paid per kernel launch and
+   * per memory-operation batch of 8 ranks. Measured over a no-op addon: a
+   * launch's JavaScript fell to about a third, an 8-rank step batch's
+   * (21 operations) to about a tenth.
    */
   readonly #paramBuffers = new Map<number, ArrayBuffer>();
   readonly #paramBuffer = (bytes: number): ArrayBuffer => {

@@ -3,7 +3,7 @@
 // length in bytes at list[1 + 3k], list[2 + 3k], list[3 + 3k]. Block b copies the b-th range of every copy, ranges of whole 256-byte
 // units (a copy's 16-byte alignment holds in every range, so copy_bytes keeps its vector loads). The
 // copies must not overlap each other; the list is read when the launch runs (GpuWork's graphs copy
-// it from pinned host memory just before: read from there by every block it cost 270 us a launch).
+// it from pinned host memory just before: read from there by every block it cost far more than the copies).
 //
 // Why: one launch for a run of copies between two processes on one GPU (GpuWork's same-GPU copies,
 // launched as a graph: src/copy-list.ts says what it saves).

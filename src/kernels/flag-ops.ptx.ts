@@ -2,14 +2,14 @@
  * PTX of `smcuda_flag_ops`: a persistent transfer's flag operations (the
  * same write64 / wait64 >= value lists flags.ts builds for
  * cuStreamBatchMemOp) run by one GPU thread instead of the stream's
- * memory-operation unit. Why: cuGraphLaunch costs the host about 1 µs per
+ * memory-operation unit. Why: cuGraphLaunch costs the host a fixed amount per
  * memory-operation node of the graph, and next to nothing per kernel node
- * (H100, driver 580, test/gpu/measure-graph-launch.mjs: 16 write64 nodes
- * 14–21 µs, 64 of them 60–78 µs; 64 launches of this kernel 1.8–3.0 µs),
- * so a graph of many rounds cost the host tens of µs per replay; with the
- * kernel, the graph suite's 16 ping-pongs of 8 B launch in about 2 µs and
- * their half round trip drops from 12.3 to 4.9 µs (no memory-operation
- * unit, no copy engine between the flags).
+ * (H100, driver 580, test/gpu/measure-graph-launch.mjs), so a graph of many
+ * rounds cost the host more per replay than its rounds took; with the
+ * kernel the graph suite's 16 ping-pongs of 8 B launch at a fraction of
+ * that, and their half round trip is shorter (no memory-operation unit, no
+ * copy engine between the flags; docs/benchmarks.md, 'GPU-driven
+ * transfers').
  *
  * Written here, not generated from a .cu (src/kernels/README.md): it is one
  * unrolled list of at most FLAG_OPS_MAX operations, each an address and a

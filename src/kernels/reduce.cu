@@ -28,14 +28,15 @@
 // peer had started launch e - 1, so each peer's launch e - 2 (the last to
 // read those slots) had ended: a launch starts after the one before it on
 // its stream. No other algorithm stores into D. Against the version before
-// (a copy into own scratch, a step, loads from every peer's, a step), 2 x H200,
-// f32, medians of 5: 256 KiB 10.5 -> 8.2 us, 1 MiB 13.2 -> 10.6, 8 B in a
-// graph 5.67 -> 4.54 (test/bench-history/s7-1126).
+// (a copy into own scratch, a step, loads from every peer's, a step) it is
+// faster at 256 KiB, 1 MiB and 8 B in a graph on 2 x H200
+// (bench/results-history.md, session 7).
 //
 // smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op,
 // bOffset, partMax): a whole two-shot allreduce in one launch, every byte
 // between GPUs a store into a peer's memory (a push: on 2 x H200, SM copies
-// both ways at once ran at 365 GB/s pushing and 337 GB/s pulling, 1 GiB).
+// both ways at once ran faster pushing than pulling; bench/results-history.md,
+// session 6).
 // The data goes in pieces of n parts of at most partMax elements (what n - 1
 // slots of a scratch region hold); rank j reduces part j of each piece
 // (twoshot_chunk elements, the last part short). Block b owns the same
@@ -46,8 +47,7 @@
 // 1), and copies what peers stored into its B into `out`; then the next
 // piece. The steps are the one-shot's (block_step), on its slots, so a slot
 // is only ever written again after its block's next step: one launch a call
-// (a launch a piece, with the boundary's idle time, ran at 305-318 GB/s on
-// 2 x H100), and every block of the grid must be resident at once
+// (a launch a piece, with the boundary's idle time, was slower on 2 x H100), and every block of the grid must be resident at once
 // (ReduceKernels sizes the grid).
 //
 // smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op): the
@@ -325,8 +325,8 @@ __device__ void twoshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
     block_step(bufs, flagOffset, rank, n, 1, b);
     // 3. What peers stored into this rank's B for this block's sub-ranges, into `out`: no peer stores
     // there again before this block's next step 0, which it signals after this copy. (This copy beside
-    // the next piece's stores, on half the threads each, measured the same: 1 GiB 333.5 GB/s against
-    // 334.5 on 2 x H100; so one after the other.)
+    // the next piece's stores, on half the threads each, measured the same on 2 x H100; so one after
+    // the other.)
     collect_parts((char *)pout, got, rank, n, piece, chunk, first, b, per, es, threadIdx.x, bd);
   }
 }

@@ -10,7 +10,7 @@ let text: string | undefined;
 
 /**
  * PTX text of reduce.cu, JIT-compiled by the driver at moduleLoadData: inflated at the first call
- * (loading zlib and inflating took 12-20 ms in Node.js, Bun and Deno: a process that never
+ * (loading zlib and inflating takes milliseconds in Node.js, Bun and Deno: a process that never
  * loads these kernels should not pay it; one that does JIT-compiles them for far longer).
  */
 export function reducePtx(): string {

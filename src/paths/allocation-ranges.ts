@@ -8,9 +8,9 @@
  * follows), and the one-shot allreduce's input, which its kernel reads
  * directly (a bad pointer would fault on the device, which loses the
  * context, where the copy it replaced failed at once). cuMemGetAddressRange
- * per call cost 1.1–1.4 µs on an H200, the 8 B ping-pong's whole regression
- * against the bench before it was added. Here each check asks the buffer id
- * (cuPointerGetAttribute, ~0.4 µs; it throws for a pointer that is no live
+ * per call was the 8 B ping-pong's whole regression (H200) against the bench
+ * before it was added. Here each check asks the buffer id
+ * (cuPointerGetAttribute, a cheaper call; it throws for a pointer that is no live
  * device memory of this process, a freed one included) and compares with
  * the allocation's range, asked once per allocation. A freed allocation's
  * id is never given again, so a kept range cannot be stale. Ranges made of

@@ -25,7 +25,8 @@
  * `controls`, settles FINs through PendingSends, and asks `onFin` and
  * `senderFailed` for the rest.
  *
- * Hot-path rule (8 B ping-pong ~12 µs, 1 MiB streaming ~190 GB/s on H200):
+ * Hot-path rule (docs/benchmarks.md, 'Results': an 8 B ping-pong and 1 MiB
+ * streaming leave no room):
  * `canSend`, `send` and `receive` run per message, so they allocate no
  * closure, promise or object beyond what the message needs (EAGER: the
  * frame; RGET: the FIN's promise, one job object, one completion) and queue
@@ -63,7 +64,7 @@ export interface SendOptions {
    * The caller guarantees the bytes are on the device already (it
    * synchronized, or the buffer was written by a previous receive): the
    * send skips ordering itself after the legacy default stream, one event
-   * record and query (about 1-2 µs on a GPU). Ignored with `stream`.
+   * record and query (host time per send: docs/benchmarks.md, '8 B half round trip'). Ignored with `stream`.
    */
   ready?: boolean;
   /** Cancels the send if the peer has not matched it yet. */

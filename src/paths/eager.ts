@@ -52,7 +52,7 @@ export class EagerPath implements DataPath {
     // Small and the endpoint not (yet) using IPC: one synchronous device→host
     // copy, inline in the frame. Once IPC is OK even small messages go by RGET:
     // one device copy with a polled completion beats two synchronous host
-    // copies (8 B half round trip on 2×H200: 35 µs against 44 µs).
+    // copies (a shorter 8 B half round trip, measured on 2×H200).
     // While the negotiation may still end OK, a larger one goes inline too
     // rather than wait for it (DEFAULT_NEGOTIATION_EAGER_LIMIT says why).
     const n = buf.length;

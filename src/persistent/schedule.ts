@@ -6,10 +6,10 @@
  * A call of several transfers (startSequence, startGroup) lists each
  * transfer's operations in turn, so between a peer's signal and the copy it
  * releases sat the other transfers' resets and bookkeeping. The stream's
- * memory-operation unit runs a batch's operations one by one, about 0.4 µs
- * each (2 × H100), and in the graph suite's 1 MiB ping-pong six of them sat
- * on the path of every half round trip: 15.3 µs against the raw ping-pong's
- * 13.3, whose path holds one.
+ * memory-operation unit runs a batch's operations one by one, each at a
+ * cost, and in the graph suite's 1 MiB ping-pong six of them sat on the
+ * path of every half round trip, against one on the raw ping-pong's
+ * (docs/benchmarks.md, 'GPU-driven transfers').
  *
  * The order kept (each entry after everything it depends on):
  *  - copies keep their order against every copy, signal (a write into the

@@ -8,13 +8,13 @@
  *   1. inline: a caller that expects its work to finish within µs (a lone
  *      small copy) may poll one source right away, blocking, for a short
  *      budget (`spinNow`): the native thread's hand-off to the JS thread
- *      costs ~8 µs more than a small copy takes (measured on H200);
+ *      costs more than a small copy takes (measured on H200);
  *   2. polled: a source with activity (`kick`: a frame sent or received, a
  *      completion awaited) stays in the engine's active set for `spinUs`
  *      after its last activity, and the engine polls the whole set on the JS
- *      thread between event-loop turns, so a peer's reply is seen within a
- *      fraction of a µs instead of through a socket wake-up (a Unix socket
- *      hop costs ~5 µs each way in Node; ANCHORS.md);
+ *      thread between event-loop turns, so a peer's reply is seen at once
+ *      instead of through a socket wake-up (a Unix socket hop costs more:
+ *      docs/benchmarks.md, 'socket ping-pong');
  *   3. asleep: a source cold for `spinUs` is armed (`watch(false)`): a ring
  *      asks for doorbells again, a GPU queue hands its events to the native
  *      completion thread (native/completion.cc), and the engine stops
@@ -66,15 +66,15 @@ export interface ProgressSource {
 /**
  * Passes between two reads of the clock. The clock only decides when a
  * source goes cold (after spinUs, hundreds of µs) and when a slice ends,
- * and reading it cost more than the rest of an idle pass: ~100 ns, and
- * 16 bytes of garbage each time (the boxed double), up to 30 MB/s from a
- * process that only waits (development machine).
+ * and reading it cost more than the rest of an idle pass, and 16 bytes
+ * of garbage each time (the boxed double): tens of MB/s from a process that
+ * only waits (development machine).
  */
 const PASSES_PER_CLOCK = 32;
 
 /**
  * Longest run of passes without progress in one callback before the engine
- * yields to the event loop (ms). A loop turn costs 1–2 µs; at 20 µs a
+ * yields to the event loop (ms). A loop turn costs a small part of that; at 20 µs a
  * waiting engine yields about once per 8 B round trip, and another
  * transport's engine waits at most this long for the thread.
  */

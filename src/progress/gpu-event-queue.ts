@@ -7,8 +7,8 @@
  * Who notices the completion is the engine's policy, cheapest first:
  *   1. a small wait that is the only one in flight (a ping-pong, not a
  *      stream of messages) is polled right away (engine.spinNow) for up to
- *      `inlineSpinUs`: a small copy finishes in a few µs, while the native
- *      thread's hand-off to the JS thread costs ~8 µs more (measured on H200);
+ *      `inlineSpinUs`: a small copy finishes sooner than the native
+ *      thread's hand-off to the JS thread (measured on H200);
  *   2. otherwise the engine polls the queue between event-loop turns;
  *   3. when the engine stops polling it (nothing for its budget), the native
  *      completion thread (driver.whenComplete) takes what is left.
@@ -169,7 +169,7 @@ export class GpuEventQueue implements ProgressSource {
 
   /**
    * Settles the polled waits that are done, oldest first; true if any. Only
-   * the oldest is queried each time (cuEventQuery costs 0.4–1.6 µs): this
+   * the oldest is queried each time (each cuEventQuery is a driver call): this
    * endpoint's copies go in order on its stream, and a wait on another
    * stream is at worst reported when the ones before it are.
    */
