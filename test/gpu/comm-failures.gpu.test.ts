@@ -151,10 +151,22 @@ describe.skipIf(p.skip !== false)(`communicator failures on the ${DRIVER} driver
     const T = topo.name;
     const fewer = p.skip === false && p.devices < topo.devices;
     describe.skipIf(p.devices < topo.devices)(`${T}${fewer ? ` (skipped: ${p.devices} GPU visible)` : ''}`, () => {
-      // Recorded always; required where the caller says it started MPS around the run.
-      it.skipIf(DRIVER !== 'native' || topo.devices > 1 || !process.env.SMCUDA_EXPECT_MPS)(`MPS runs (SMCUDA_EXPECT_MPS=1)${process.env.SMCUDA_EXPECT_MPS ? '' : ' (skipped: SMCUDA_EXPECT_MPS not set)'}`, () => {
-        expect(mpsStatus().active, `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`).toBe(true);
-      });
+      // MPS is recorded on every line; required where the caller says it started MPS around the run.
+      if (topo.devices === 1) {
+        const mpsSkip = DRIVER !== 'native' ? 'the simulator' : process.env.SMCUDA_EXPECT_MPS ? undefined : 'SMCUDA_EXPECT_MPS not set';
+        it.skipIf(mpsSkip !== undefined)(`MPS runs for the ranks sharing the GPU${mpsSkip ? ` (skipped: ${mpsSkip})` : ''}`, () => {
+          expect(mpsStatus().active, `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`).toBe(true);
+        });
+      }
+
+      it('baseline: a job verifies allreduce, allgather and broadcast before any failure', async () => {
+        const { exits } = await runRanks(2, 'ok', topo.visible);
+        for (const e of exits) {
+          exitedCleanly(e);
+          expect(e.out).toMatchObject({ ok: true });
+        }
+        record(T, 'baseline job', { ok: true, jobMs: max(exits.map((e) => e.ms)), algorithms: exits[0]!.out!.algorithms });
+      }, 90_000);
 
       it('mismatch: rank 1 allreduces i32 where rank 0 allreduces f32: both fail with SMCUDA_CALL_MISMATCH on dtype, in bounded time; then a fresh job works', async () => {
         const { exits } = await runRanks(2, 'mismatch', topo.visible);
