@@ -911,6 +911,17 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const m = this.check.compare(peer, seq);
       if (m) return this.mismatch(m);
     }
+    this.drainAwaiting();
+  }
+
+  /**
+   * Completes the calls that waited for a peer's print, in call order, as far
+   * as the prints are there. A call with nothing to synchronise on the device
+   * (count 0) can complete here before a peer even made it: with the shared
+   * table, nothing arrives to say so, so the waiting calls are looked at
+   * again on a short timer until they leave.
+   */
+  private drainAwaiting(): void {
     const q = this.awaitingPrints;
     while (q.length > 0) {
       const p = q[0]!;
@@ -919,12 +930,21 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         continue;
       }
       const v = this.check.verify(p.seq);
-      if (v === false) return;
+      if (v === false) {
+        if (this.table !== undefined && this.printPoll === undefined) this.printPoll = setTimeout(this.pollPrints, 1);
+        return;
+      }
       q.shift();
       if (v !== true) return this.mismatch(v);
       this.settleCompleted(p);
     }
   }
+
+  private printPoll: NodeJS.Timeout | undefined;
+  private readonly pollPrints = (): void => {
+    this.printPoll = undefined;
+    if (!this.abortError) this.drainAwaiting();
+  };
 
   /** A device-path call's mark was reached (or failed with the stream's error). */
   private readonly markReached = (p: PendingCall, err?: Error): void => {
@@ -945,6 +965,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const v = this.check.verify(p.seq);
     if (v === false) {
       this.awaitingPrints.push(p);
+      this.drainAwaiting();
       return;
     }
     if (v !== true) return this.mismatch(v);
@@ -1107,6 +1128,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.stopPoisoning();
       clearTimeout(this.watchdog);
       this.watchdog = undefined;
+      clearTimeout(this.printPoll);
       this.device?.close();
       this.prints.close();
       this.table?.close();
