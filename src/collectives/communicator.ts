@@ -37,7 +37,7 @@ import { CallState, PendingCall, type CallShared } from './pending-call.js';
 import { debug, debugEnabled } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
-import { DTYPE_BYTES, isDType, isReduceOp, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, isDType, isReduceOp, REDUCE_OPS, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
 import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
@@ -622,8 +622,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
       throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
     }
-    if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of f32, f16, bf16, f64, i32, i64, u8, got ${String(a.dtype)}`);
-    if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of sum, avg, min, max, prod, got ${String(op)}`);
+    if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of ${DTYPES.join(', ')}, got ${String(a.dtype)}`);
+    if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of ${REDUCE_OPS.join(', ')}, got ${String(op)}`);
     if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
     this.checkOptions(a);
     return a.count * DTYPE_BYTES[a.dtype];
