@@ -234,8 +234,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * Calls not settled yet, in call order, from `unsettledHead` (the watchdog
    * checks their deadlines; an abort or close fails them). Calls settle in
    * call order, so settled ones leave from the front: an array rather than a
-   * Set (whose add and delete took 0.5 µs a call in a CPU profile on the
-   * simulator with the driver's calls made no-ops, 2 ranks, 8 B allreduce).
+   * Set, whose add and delete showed in a CPU profile of back-to-back calls
+   * (bench/results-history.md, the collectives' host cost).
    */
   private readonly unsettled: PendingCall[] = [];
   private unsettledHead = 0;
@@ -284,12 +284,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.endpoints = endpoints;
     this.timeoutMs = positive('timeoutMs', opts.timeoutMs, 60_000);
     this.scratchBytes = Math.ceil(positive('scratchBytes', opts.scratchBytes, 4 * MiB, 256 * size) / 256) * 256;
-    // Measured on 2 × H200, allreduce f32 back to back (test/gpu/measure-collectives.mjs and smcuda bench,
-    // medians of 5): with 2 ranks one-shot and the two-shot kernel meet at 1 MiB (10.6-12.7 µs each), two-shot
-    // wins above (16 MiB 61 µs); each rank's one-shot sends (N - 1) × the bytes, so with more ranks the
-    // crossover comes sooner: 4 ranks (MPS, 2 GPUs) 256 KiB one-shot 11.5 against 16.3, 1 MiB 21.2 against
-    // 18.2; 8 ranks 256 KiB 22.5 against 29.6, 1 MiB 73 against 31.6. Hence 2 MiB / N. The pipeline
-    // (ce-pipeline.ts) was never the fastest; it runs where a caller asks for it (test/bench-history/s7-1126).
+    // Measured (docs/benchmarks.md, the allreduce table): with 2 ranks one-shot and the two-shot kernel meet
+    // at 1 MiB and two-shot wins above; each rank's one-shot sends (N - 1) × the bytes, so with more ranks the
+    // crossover comes sooner (4 and 8 ranks: bench/results-history.md, session 7). Hence 2 MiB / N. The
+    // pipeline (ce-pipeline.ts) was never the fastest; it runs where a caller asks for it.
     this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, Math.floor((2 * MiB) / Math.max(2, size)), 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, Number.MAX_SAFE_INTEGER, 0);
     if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm)) throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(opts.algorithm)}`);
@@ -693,15 +691,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    *
    * The device path is the hot one (a training step makes its calls back to
    * back): per call it makes one PendingCall, one promise, one CallState and
-   * its Steps, and one stream mark, and no timer. Measured on the simulator,
-   * 2 ranks, allreduce back to back (test/gpu/measure-collectives.mjs,
-   * enqueueMedianUs, before -> after this path and the cuts it calls into):
-   * 8 B 60 -> 45 µs with RUNS=3 (the first run after warm-up dominates),
-   * 24-32 -> 14-16 µs with RUNS=9; 1 MiB 53 -> 31 and 31-34 -> 14-18 µs.
-   * smcuda's own JavaScript (the driver's enqueue calls made no-ops) went
-   * from 9.7 to 2.5 µs a call; the rest is the simulated driver's.
-   * (Before: a setTimeout, an abort waiter, closures, an object spread and
-   * three promise chains per call.)
+   * its Steps, one stream mark and one call print, and no timer (a
+   * setTimeout, an abort waiter, closures, an object spread and three promise
+   * chains per call were most of its host cost: bench/results-history.md).
    */
   private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, algorithm: Algorithm, word0: number, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
