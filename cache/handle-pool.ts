@@ -104,11 +104,7 @@ export interface ResidentEntryInfo {
 }
 
 /** Open failures that mean "out of some resource": evicting may help, so the pool evicts and retries. */
-export const RETRYABLE_OPEN_ERRORS: ReadonlySet<string> = new Set([
-  'CUDA_ERROR_ALREADY_MAPPED',
-  'CUDA_ERROR_OUT_OF_MEMORY',
-  'CUDA_ERROR_TOO_MANY_PEERS',
-]);
+export const RETRYABLE_OPEN_ERRORS: ReadonlySet<string> = new Set(['CUDA_ERROR_ALREADY_MAPPED', 'CUDA_ERROR_OUT_OF_MEMORY', 'CUDA_ERROR_TOO_MANY_PEERS']);
 
 /** One open in flight; concurrent misses on the same allocation join it. */
 interface PendingOpen {
@@ -646,7 +642,14 @@ export class HandlePool implements EntryOwner {
     src: { kind?: MappingKind; deviceUuid: string; base: bigint; size: number; bufferId: bigint; ptr?: bigint },
     extra?: Pick<HandlePoolEvent, 'reason' | 'code' | 'ms'>,
   ): void {
-    const event: HandlePoolEvent = { type, mappingKind: src.kind ?? 'legacy-ipc', deviceUuid: src.deviceUuid, base: src.base, size: src.size, bufferId: src.bufferId };
+    const event: HandlePoolEvent = {
+      type,
+      mappingKind: src.kind ?? 'legacy-ipc',
+      deviceUuid: src.deviceUuid,
+      base: src.base,
+      size: src.size,
+      bufferId: src.bufferId,
+    };
     if (src.ptr !== undefined) event.ptr = src.ptr;
     if (extra?.reason !== undefined) event.reason = extra.reason;
     if (extra?.code !== undefined) event.code = extra.code;
