@@ -188,11 +188,7 @@ export type FrameEvent =
   | { type: 'IPC_CONFIRM'; frame: IpcConfirmFrame }
   | { type: 'IPC_ABORT'; frame: IpcAbortFrame };
 
-export type NegotiationEvent =
-  | { type: 'GPU_SEND' }
-  | { type: 'PEER_LOST' }
-  | { type: 'FRAME'; frame: NegotiationFrame }
-  | FrameEvent;
+export type NegotiationEvent = { type: 'GPU_SEND' } | { type: 'PEER_LOST' } | { type: 'FRAME'; frame: NegotiationFrame } | FrameEvent;
 
 const NEGOTIATION_FRAME_TYPES: ReadonlySet<number> = new Set([
   FrameType.IPC_REQ,
@@ -394,330 +390,321 @@ export const negotiationMachine = base
     },
   })
   .createMachine({
-  id: 'negotiation',
-  description: 'Per-endpoint CUDA IPC negotiation (smcuda handshake): lazy, tie-broken by transport id, time-bounded.',
-  initial: 'INIT',
-  context: ({ input }) => ({
-    localId: input.localId,
-    peerId: input.peerId,
-    options: resolveNegotiationConfig(input.options),
-    tries: 0,
-    localUuid: '',
-    peerUuid: '',
-    localProbe: '',
-    peerProbe: '',
-    answering: 0,
-    reasonCode: null,
-    reason: '',
-    ignored: 0,
-    path: [],
-  }),
-  // Handlers every state inherits unless it overrides them.
-  on: {
-    FRAME: { actions: 'reraiseFrame', description: 'A raw frame: re-raised as its typed event.' },
-    PEER_LOST: {
-      target: '.BAD',
-      actions: { type: 'setReason', params: { code: 'PEER_LOST' } },
-      description: 'The channel closed or the peer died: give up, tell no one.',
+    id: 'negotiation',
+    description: 'Per-endpoint CUDA IPC negotiation (smcuda handshake): lazy, tie-broken by transport id, time-bounded.',
+    initial: 'INIT',
+    context: ({ input }) => ({
+      localId: input.localId,
+      peerId: input.peerId,
+      options: resolveNegotiationConfig(input.options),
+      tries: 0,
+      localUuid: '',
+      peerUuid: '',
+      localProbe: '',
+      peerProbe: '',
+      answering: 0,
+      reasonCode: null,
+      reason: '',
+      ignored: 0,
+      path: [],
+    }),
+    // Handlers every state inherits unless it overrides them.
+    on: {
+      FRAME: { actions: 'reraiseFrame', description: 'A raw frame: re-raised as its typed event.' },
+      PEER_LOST: {
+        target: '.BAD',
+        actions: { type: 'setReason', params: { code: 'PEER_LOST' } },
+        description: 'The channel closed or the peer died: give up, tell no one.',
+      },
+      IPC_ABORT: { target: '.BAD', actions: 'peerAborted', description: 'The peer gave up: so do I, silently.' },
+      IPC_REQ: { actions: 'countIgnored', description: 'A request that makes no sense here: ignored, counted.' },
+      IPC_ACK: { actions: 'countIgnored', description: 'Late or foreign answer: ignored, counted.' },
+      IPC_NOTREADY: { actions: 'countIgnored', description: 'Late or foreign answer: ignored, counted.' },
+      IPC_CONFIRM: { actions: 'countIgnored', description: 'Late or foreign confirmation: ignored, counted.' },
     },
-    IPC_ABORT: { target: '.BAD', actions: 'peerAborted', description: 'The peer gave up: so do I, silently.' },
-    IPC_REQ: { actions: 'countIgnored', description: 'A request that makes no sense here: ignored, counted.' },
-    IPC_ACK: { actions: 'countIgnored', description: 'Late or foreign answer: ignored, counted.' },
-    IPC_NOTREADY: { actions: 'countIgnored', description: 'Late or foreign answer: ignored, counted.' },
-    IPC_CONFIRM: { actions: 'countIgnored', description: 'Late or foreign confirmation: ignored, counted.' },
-  },
-  states: {
-    INIT: {
-      description: 'Nothing negotiated yet; waits for the first GPU send on either side.',
-      entry: { type: 'recordState', params: { state: 'INIT' } },
-      initial: 'idle',
-      states: {
-        idle: {
-          on: {
-            GPU_SEND: [
-              {
-                guard: 'ipcDisabled',
-                target: BAD,
-                actions: [{ type: 'setReason', params: { code: 'IPC_DISABLED' } }, 'sendAbort'],
-                description: 'IPC is off here: go BAD and tell the peer.',
-              },
-              {
-                guard: 'triesExhausted',
-                target: BAD,
-                actions: [{ type: 'setReason', params: { code: 'TRIES_EXHAUSTED' } }, 'sendAbort'],
-              },
-              { target: 'checkingSend', description: 'Am I ready to offer IPC?' },
-            ],
-            IPC_REQ: [
-              {
-                guard: 'ipcDisabled',
-                target: ACKING,
+    states: {
+      INIT: {
+        description: 'Nothing negotiated yet; waits for the first GPU send on either side.',
+        entry: { type: 'recordState', params: { state: 'INIT' } },
+        initial: 'idle',
+        states: {
+          idle: {
+            on: {
+              GPU_SEND: [
+                {
+                  guard: 'ipcDisabled',
+                  target: BAD,
+                  actions: [{ type: 'setReason', params: { code: 'IPC_DISABLED' } }, 'sendAbort'],
+                  description: 'IPC is off here: go BAD and tell the peer.',
+                },
+                {
+                  guard: 'triesExhausted',
+                  target: BAD,
+                  actions: [{ type: 'setReason', params: { code: 'TRIES_EXHAUSTED' } }, 'sendAbort'],
+                },
+                { target: 'checkingSend', description: 'Am I ready to offer IPC?' },
+              ],
+              IPC_REQ: [
+                {
+                  guard: 'ipcDisabled',
+                  target: ACKING,
+                  actions: 'acceptRequest',
+                  description: 'IPC is off here: no need to check readiness, ACKING answers no.',
+                },
+                { target: 'checkingRequest', actions: 'acceptRequest' },
+              ],
+            },
+          },
+          checkingSend: {
+            description: 'checkReady before sending my request; not ready (or no answer) is a no-op.',
+            invoke: {
+              id: 'readyToSend',
+              src: 'checkReady',
+              onDone: [
+                {
+                  guard: 'isReady',
+                  target: SENT,
+                  actions: [{ type: 'storeReady', params: ({ event }) => ({ output: event.output }) }, 'countTry', 'sendRequest'],
+                  description: 'Ready: send IPC_REQ{attempt = ++tries}.',
+                },
+                { target: 'idle', description: 'Not ready: try again on the next GPU send.' },
+              ],
+              onError: { target: 'idle' },
+            },
+            after: { checkTimeout: { target: 'idle' } },
+            on: {
+              IPC_REQ: {
+                target: 'checkingRequest',
                 actions: 'acceptRequest',
-                description: 'IPC is off here: no need to check readiness, ACKING answers no.',
+                description: 'The peer asked first: answer it instead of asking.',
               },
-              { target: 'checkingRequest', actions: 'acceptRequest' },
-            ],
+            },
+          },
+          checkingRequest: {
+            description: 'The peer asked: checkReady before answering; not ready → IPC_NOTREADY.',
+            invoke: {
+              id: 'readyToAnswer',
+              src: 'checkReady',
+              onDone: [
+                {
+                  guard: 'isReady',
+                  target: ACKING,
+                  actions: { type: 'storeReady', params: ({ event }) => ({ output: event.output }) },
+                },
+                { target: 'idle', actions: 'sendNotReady', description: 'Not ready: the peer retries later.' },
+              ],
+              onError: { target: 'idle', actions: 'sendNotReady' },
+            },
+            after: { checkTimeout: { target: 'idle', actions: 'sendNotReady' } },
           },
         },
-        checkingSend: {
-          description: 'checkReady before sending my request; not ready (or no answer) is a no-op.',
-          invoke: {
-            id: 'readyToSend',
-            src: 'checkReady',
-            onDone: [
-              {
-                guard: 'isReady',
-                target: SENT,
-                actions: [{ type: 'storeReady', params: ({ event }) => ({ output: event.output }) }, 'countTry', 'sendRequest'],
-                description: 'Ready: send IPC_REQ{attempt = ++tries}.',
-              },
-              { target: 'idle', description: 'Not ready: try again on the next GPU send.' },
-            ],
-            onError: { target: 'idle' },
+      },
+
+      SENT: {
+        description: "IPC_REQ sent; waiting for IPC_ACK or IPC_NOTREADY, then opening the peer's probe (bounded by requestTimeoutMs).",
+        entry: { type: 'recordState', params: { state: 'SENT' } },
+        after: {
+          requestTimeout: {
+            target: BAD,
+            actions: [{ type: 'setReason', params: { code: 'REQUEST_TIMEOUT' } }, 'sendAbort'],
           },
-          after: { checkTimeout: { target: 'idle' } },
-          on: {
-            IPC_REQ: {
-              target: 'checkingRequest',
-              actions: 'acceptRequest',
-              description: 'The peer asked first: answer it instead of asking.',
+        },
+        initial: 'waiting',
+        states: {
+          waiting: {
+            on: {
+              IPC_ACK: [
+                {
+                  guard: and(['answersMyRequest', 'ackSaysOk']),
+                  target: 'openingProbe',
+                  actions: 'storePeerFromAck',
+                  description: "ACK(ok): open the peer's probe before confirming.",
+                },
+                {
+                  guard: 'answersMyRequest',
+                  target: BAD,
+                  actions: ['storePeerFromAck', { type: 'setReason', params: { code: 'PEER_REFUSED' } }],
+                  description: 'ACK(no): the peer is BAD already.',
+                },
+              ],
+              IPC_NOTREADY: [
+                {
+                  guard: and(['answersMyRequest', 'triesExhausted']),
+                  target: BAD,
+                  actions: [{ type: 'setReason', params: { code: 'TRIES_EXHAUSTED' } }, 'sendAbort'],
+                },
+                {
+                  guard: 'answersMyRequest',
+                  target: INIT,
+                  description: 'The peer has no CUDA yet: retry on my next GPU send.',
+                },
+              ],
+              IPC_REQ: [
+                {
+                  guard: 'localWinsTie',
+                  actions: 'countIgnored',
+                  description: 'Both asked at once and my id is lower: my request stands; the peer will answer it.',
+                },
+                {
+                  target: ACKING,
+                  actions: 'acceptRequest',
+                  description: "Both asked at once and the peer's id is lower: drop mine, answer theirs.",
+                },
+              ],
+            },
+          },
+          openingProbe: {
+            description: 'The peer said yes: open its probe and read the value (bounded by checkTimeoutMs); only then confirm.',
+            always: {
+              guard: 'peerHasNoProbe',
+              target: BAD,
+              actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'the answer carries no probe' } }, 'sendAbort'],
+            },
+            invoke: {
+              id: 'peerProbeOfAck',
+              src: 'openProbe',
+              input: ({ context }) => ({ peerUuid: context.peerUuid, probe: fromHex(context.peerProbe) }),
+              onDone: { target: OK, actions: 'sendConfirm', description: 'Read back: confirm, IPC in use.' },
+              onError: {
+                target: BAD,
+                actions: [{ type: 'setReason', params: ({ event }) => ({ code: 'PROBE_FAILED' as const, detail: errorText(event.error) }) }, 'sendAbort'],
+                description: 'The probe does not open: abort (the peer, in ACKED, goes BAD too).',
+              },
+            },
+            after: {
+              checkTimeout: {
+                target: BAD,
+                actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'opening it did not finish in time' } }, 'sendAbort'],
+              },
             },
           },
         },
-        checkingRequest: {
-          description: 'The peer asked: checkReady before answering; not ready → IPC_NOTREADY.',
-          invoke: {
-            id: 'readyToAnswer',
-            src: 'checkReady',
-            onDone: [
-              {
-                guard: 'isReady',
-                target: ACKING,
-                actions: { type: 'storeReady', params: ({ event }) => ({ output: event.output }) },
-              },
-              { target: 'idle', actions: 'sendNotReady', description: 'Not ready: the peer retries later.' },
-            ],
-            onError: { target: 'idle', actions: 'sendNotReady' },
-          },
-          after: { checkTimeout: { target: 'idle', actions: 'sendNotReady' } },
-        },
       },
-    },
 
-    SENT: {
-      description: 'IPC_REQ sent; waiting for IPC_ACK or IPC_NOTREADY, then opening the peer\'s probe (bounded by requestTimeoutMs).',
-      entry: { type: 'recordState', params: { state: 'SENT' } },
-      after: {
-        requestTimeout: {
-          target: BAD,
-          actions: [{ type: 'setReason', params: { code: 'REQUEST_TIMEOUT' } }, 'sendAbort'],
-        },
-      },
-      initial: 'waiting',
-      states: {
-        waiting: {
-          on: {
-            IPC_ACK: [
+      ACKING: {
+        description: "Deciding the answer to the peer's request (peer access, bounded by checkTimeoutMs).",
+        entry: { type: 'recordState', params: { state: 'ACKING' } },
+        initial: 'deciding',
+        states: {
+          deciding: {
+            always: [
               {
-                guard: and(['answersMyRequest', 'ackSaysOk']),
+                guard: 'ipcDisabled',
+                target: BAD,
+                actions: [{ type: 'setReason', params: { code: 'IPC_DISABLED' } }, 'answerNo'],
+              },
+              {
+                guard: 'peerHasNoDevice',
+                target: BAD,
+                actions: [{ type: 'setReason', params: { code: 'NO_PEER_ACCESS', detail: 'the request names no device' } }, 'answerNo'],
+              },
+              {
+                guard: and(['sameDevice', 'sameGpuIpcAllowed']),
                 target: 'openingProbe',
-                actions: 'storePeerFromAck',
-                description: "ACK(ok): open the peer's probe before confirming.",
+                description: 'Same GPU (same UUID): yes, once its probe opens.',
               },
               {
-                guard: 'answersMyRequest',
+                guard: 'sameDevice',
                 target: BAD,
-                actions: ['storePeerFromAck', { type: 'setReason', params: { code: 'PEER_REFUSED' } }],
-                description: 'ACK(no): the peer is BAD already.',
+                actions: [{ type: 'setReason', params: { code: 'SAME_GPU_DISABLED' } }, 'answerNo'],
               },
-            ],
-            IPC_NOTREADY: [
-              {
-                guard: and(['answersMyRequest', 'triesExhausted']),
-                target: BAD,
-                actions: [{ type: 'setReason', params: { code: 'TRIES_EXHAUSTED' } }, 'sendAbort'],
-              },
-              {
-                guard: 'answersMyRequest',
-                target: INIT,
-                description: 'The peer has no CUDA yet: retry on my next GPU send.',
-              },
-            ],
-            IPC_REQ: [
-              {
-                guard: 'localWinsTie',
-                actions: 'countIgnored',
-                description: 'Both asked at once and my id is lower: my request stands; the peer will answer it.',
-              },
-              {
-                target: ACKING,
-                actions: 'acceptRequest',
-                description: "Both asked at once and the peer's id is lower: drop mine, answer theirs.",
-              },
+              { target: 'checkingPeerAccess' },
             ],
           },
+          checkingPeerAccess: {
+            invoke: {
+              id: 'peerAccess',
+              src: 'checkPeerAccess',
+              input: ({ context }) => ({ peerUuid: context.peerUuid }),
+              onDone: [
+                { guard: 'hasPeerAccess', target: 'openingProbe' },
+                {
+                  target: BAD,
+                  actions: [{ type: 'setReason', params: { code: 'NO_PEER_ACCESS' } }, 'answerNo'],
+                },
+              ],
+              onError: {
+                target: BAD,
+                actions: [{ type: 'setReason', params: ({ event }) => ({ code: 'NO_PEER_ACCESS' as const, detail: String(event.error) }) }, 'answerNo'],
+              },
+            },
+            after: {
+              checkTimeout: {
+                target: BAD,
+                actions: [{ type: 'setReason', params: { code: 'CHECK_TIMEOUT' } }, 'answerNo'],
+              },
+            },
+          },
+          openingProbe: {
+            description: "Open the requester's probe and read the value (bounded by checkTimeoutMs); only then answer yes.",
+            always: {
+              guard: 'peerHasNoProbe',
+              target: BAD,
+              actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'the request carries no probe' } }, 'answerNo'],
+            },
+            invoke: {
+              id: 'peerProbeOfRequest',
+              src: 'openProbe',
+              input: ({ context }) => ({ peerUuid: context.peerUuid, probe: fromHex(context.peerProbe) }),
+              onDone: { target: ACKED, actions: 'answerYes' },
+              onError: {
+                target: BAD,
+                actions: [{ type: 'setReason', params: ({ event }) => ({ code: 'PROBE_FAILED' as const, detail: errorText(event.error) }) }, 'answerNo'],
+              },
+            },
+            after: {
+              checkTimeout: {
+                target: BAD,
+                actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'opening it did not finish in time' } }, 'answerNo'],
+              },
+            },
+          },
         },
-        openingProbe: {
-          description: "The peer said yes: open its probe and read the value (bounded by checkTimeoutMs); only then confirm.",
-          always: {
-            guard: 'peerHasNoProbe',
+      },
+
+      ACKED: {
+        description: 'IPC_ACK(ok) sent; waiting for IPC_CONFIRM (bounded by confirmTimeoutMs).',
+        entry: { type: 'recordState', params: { state: 'ACKED' } },
+        after: {
+          confirmTimeout: {
             target: BAD,
-            actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'the answer carries no probe' } }, 'sendAbort'],
+            actions: [{ type: 'setReason', params: { code: 'CONFIRM_TIMEOUT' } }, 'sendAbort'],
           },
-          invoke: {
-            id: 'peerProbeOfAck',
-            src: 'openProbe',
-            input: ({ context }) => ({ peerUuid: context.peerUuid, probe: fromHex(context.peerProbe) }),
-            onDone: { target: OK, actions: 'sendConfirm', description: 'Read back: confirm, IPC in use.' },
-            onError: {
-              target: BAD,
-              actions: [
-                { type: 'setReason', params: ({ event }) => ({ code: 'PROBE_FAILED' as const, detail: errorText(event.error) }) },
-                'sendAbort',
-              ],
-              description: 'The probe does not open: abort (the peer, in ACKED, goes BAD too).',
-            },
-          },
-          after: {
-            checkTimeout: {
-              target: BAD,
-              actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'opening it did not finish in time' } }, 'sendAbort'],
-            },
-          },
+        },
+        on: {
+          IPC_CONFIRM: { guard: 'confirmsMyAnswer', target: OK },
         },
       },
-    },
 
-    ACKING: {
-      description: "Deciding the answer to the peer's request (peer access, bounded by checkTimeoutMs).",
-      entry: { type: 'recordState', params: { state: 'ACKING' } },
-      initial: 'deciding',
-      states: {
-        deciding: {
-          always: [
-            {
-              guard: 'ipcDisabled',
-              target: BAD,
-              actions: [{ type: 'setReason', params: { code: 'IPC_DISABLED' } }, 'answerNo'],
-            },
-            {
-              guard: 'peerHasNoDevice',
-              target: BAD,
-              actions: [{ type: 'setReason', params: { code: 'NO_PEER_ACCESS', detail: 'the request names no device' } }, 'answerNo'],
-            },
-            {
-              guard: and(['sameDevice', 'sameGpuIpcAllowed']),
-              target: 'openingProbe',
-              description: 'Same GPU (same UUID): yes, once its probe opens.',
-            },
-            {
-              guard: 'sameDevice',
-              target: BAD,
-              actions: [{ type: 'setReason', params: { code: 'SAME_GPU_DISABLED' } }, 'answerNo'],
-            },
-            { target: 'checkingPeerAccess' },
-          ],
-        },
-        checkingPeerAccess: {
-          invoke: {
-            id: 'peerAccess',
-            src: 'checkPeerAccess',
-            input: ({ context }) => ({ peerUuid: context.peerUuid }),
-            onDone: [
-              { guard: 'hasPeerAccess', target: 'openingProbe' },
-              {
-                target: BAD,
-                actions: [{ type: 'setReason', params: { code: 'NO_PEER_ACCESS' } }, 'answerNo'],
-              },
-            ],
-            onError: {
-              target: BAD,
-              actions: [
-                { type: 'setReason', params: ({ event }) => ({ code: 'NO_PEER_ACCESS' as const, detail: String(event.error) }) },
-                'answerNo',
-              ],
-            },
-          },
-          after: {
-            checkTimeout: {
-              target: BAD,
-              actions: [{ type: 'setReason', params: { code: 'CHECK_TIMEOUT' } }, 'answerNo'],
-            },
-          },
-        },
-        openingProbe: {
-          description: "Open the requester's probe and read the value (bounded by checkTimeoutMs); only then answer yes.",
-          always: {
-            guard: 'peerHasNoProbe',
+      OK: {
+        description: 'IPC in use: GPU messages move by RGET.',
+        entry: { type: 'recordState', params: { state: 'OK' } },
+        tags: ['stable'],
+        on: {
+          // On an ordered, reliable channel a peer in OK or ACKED never asks again; a
+          // request here means it lost its state. Its device may have changed, and our
+          // mappings of its memory may be stale: drop IPC on both sides (answer no).
+          IPC_REQ: {
             target: BAD,
-            actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'the request carries no probe' } }, 'answerNo'],
-          },
-          invoke: {
-            id: 'peerProbeOfRequest',
-            src: 'openProbe',
-            input: ({ context }) => ({ peerUuid: context.peerUuid, probe: fromHex(context.peerProbe) }),
-            onDone: { target: ACKED, actions: 'answerYes' },
-            onError: {
-              target: BAD,
-              actions: [
-                { type: 'setReason', params: ({ event }) => ({ code: 'PROBE_FAILED' as const, detail: errorText(event.error) }) },
-                'answerNo',
-              ],
-            },
-          },
-          after: {
-            checkTimeout: {
-              target: BAD,
-              actions: [{ type: 'setReason', params: { code: 'PROBE_FAILED', detail: 'opening it did not finish in time' } }, 'answerNo'],
-            },
+            actions: [{ type: 'setReason', params: { code: 'PROTOCOL' } }, 'answerNo'],
+            description: 'Impossible on an ordered channel unless the peer restarted: refuse, go BAD.',
           },
         },
       },
-    },
 
-    ACKED: {
-      description: 'IPC_ACK(ok) sent; waiting for IPC_CONFIRM (bounded by confirmTimeoutMs).',
-      entry: { type: 'recordState', params: { state: 'ACKED' } },
-      after: {
-        confirmTimeout: {
-          target: BAD,
-          actions: [{ type: 'setReason', params: { code: 'CONFIRM_TIMEOUT' } }, 'sendAbort'],
-        },
-      },
-      on: {
-        IPC_CONFIRM: { guard: 'confirmsMyAnswer', target: OK },
-      },
-    },
-
-    OK: {
-      description: 'IPC in use: GPU messages move by RGET.',
-      entry: { type: 'recordState', params: { state: 'OK' } },
-      tags: ['stable'],
-      on: {
-        // On an ordered, reliable channel a peer in OK or ACKED never asks again; a
-        // request here means it lost its state. Its device may have changed, and our
-        // mappings of its memory may be stale: drop IPC on both sides (answer no).
-        IPC_REQ: {
-          target: BAD,
-          actions: [{ type: 'setReason', params: { code: 'PROTOCOL' } }, 'answerNo'],
-          description: 'Impossible on an ordered channel unless the peer restarted: refuse, go BAD.',
+      BAD: {
+        description: 'No IPC on this endpoint, for good: GPU data goes through host staging.',
+        entry: { type: 'recordState', params: { state: 'BAD' } },
+        tags: ['stable'],
+        // Not an XState final state: BAD still answers requests.
+        on: {
+          IPC_REQ: { actions: 'answerNo', description: 'Any request: ACK(no).' },
+          IPC_ABORT: { actions: 'countIgnored' },
+          PEER_LOST: {},
         },
       },
     },
-
-    BAD: {
-      description: 'No IPC on this endpoint, for good: GPU data goes through host staging.',
-      entry: { type: 'recordState', params: { state: 'BAD' } },
-      tags: ['stable'],
-      // Not an XState final state: BAD still answers requests.
-      on: {
-        IPC_REQ: { actions: 'answerNo', description: 'Any request: ACK(no).' },
-        IPC_ABORT: { actions: 'countIgnored' },
-        PEER_LOST: {},
-      },
-    },
-  },
-});
+  });
 
 export type NegotiationMachine = typeof negotiationMachine;
 export type NegotiationSnapshot = SnapshotFrom<NegotiationMachine>;
