@@ -101,7 +101,10 @@ function prebuild(arch) {
   run(cross ? 'aarch64-linux-gnu-strip' : 'strip', ['--strip-unneeded', dest]);
   const glibc = glibcNeeded(dest, cross ? 'aarch64-linux-gnu-objdump' : 'objdump');
   if (!glibc) fail(`could not read the glibc versions ${dest} needs (objdump -T)`);
-  writeFileSync(join(dir, 'smcuda.json'), `${JSON.stringify({ file: 'smcuda.napi.glibc.node', platform: 'linux', arch, libc: 'glibc', glibc, napi: 8 }, null, 2)}\n`);
+  writeFileSync(
+    join(dir, 'smcuda.json'),
+    `${JSON.stringify({ file: 'smcuda.napi.glibc.node', platform: 'linux', arch, libc: 'glibc', glibc, napi: 8 }, null, 2)}\n`,
+  );
   console.log(`${relative(root, dest)}: needs glibc >= ${glibc}`);
 }
 
