@@ -55,7 +55,15 @@ export class Handshake {
     this.#token = o.token;
     this.#kernelPeerPid = o.peerPid;
     const nonce = (o.random ?? randomBytes)(NONCE_BYTES);
-    this.hello = { type: FrameType.HELLO, version: WIRE_VERSION, pid: o.pid ?? process.pid, peerId: o.id, deviceUuid: o.deviceUuid, nonce: new Uint8Array(nonce), features: o.features };
+    this.hello = {
+      type: FrameType.HELLO,
+      version: WIRE_VERSION,
+      pid: o.pid ?? process.pid,
+      peerId: o.id,
+      deviceUuid: o.deviceUuid,
+      nonce: new Uint8Array(nonce),
+      features: o.features,
+    };
   }
 
   get authenticated(): boolean {
@@ -101,8 +109,10 @@ export class Handshake {
   }
 
   #checkHello(h: HelloFrame): void {
-    if (h.peerId === this.hello.peerId) throw new ProtocolError(`peer claims this transport's own id ${h.peerId}: refused (ids must be unique in a job)`, 'SMCUDA_DUPLICATE_PEER');
-    if (Buffer.compare(h.nonce, this.hello.nonce) === 0) throw new AccessDeniedError(`peer ${h.peerId} sent back this side's own nonce: a reflected HELLO, refused`);
+    if (h.peerId === this.hello.peerId)
+      throw new ProtocolError(`peer claims this transport's own id ${h.peerId}: refused (ids must be unique in a job)`, 'SMCUDA_DUPLICATE_PEER');
+    if (Buffer.compare(h.nonce, this.hello.nonce) === 0)
+      throw new AccessDeniedError(`peer ${h.peerId} sent back this side's own nonce: a reflected HELLO, refused`);
     const kernel = this.#kernelPeerPid;
     if (kernel !== undefined && kernel !== h.pid) {
       throw new AccessDeniedError(
@@ -116,12 +126,28 @@ export class Handshake {
   /** What our PROOF covers: we are the sender. */
   #ours(peer: HelloFrame): ProofInput {
     const me = this.hello;
-    return { version: WIRE_VERSION, senderPid: me.pid, receiverPid: this.#kernelPeerPid ?? peer.pid, senderId: me.peerId, receiverId: peer.peerId, senderNonce: me.nonce, receiverNonce: peer.nonce };
+    return {
+      version: WIRE_VERSION,
+      senderPid: me.pid,
+      receiverPid: this.#kernelPeerPid ?? peer.pid,
+      senderId: me.peerId,
+      receiverId: peer.peerId,
+      senderNonce: me.nonce,
+      receiverNonce: peer.nonce,
+    };
   }
 
   /** What the peer's PROOF must cover: it is the sender. */
   #theirs(peer: HelloFrame): ProofInput {
     const me = this.hello;
-    return { version: WIRE_VERSION, senderPid: this.#kernelPeerPid ?? peer.pid, receiverPid: me.pid, senderId: peer.peerId, receiverId: me.peerId, senderNonce: peer.nonce, receiverNonce: me.nonce };
+    return {
+      version: WIRE_VERSION,
+      senderPid: this.#kernelPeerPid ?? peer.pid,
+      receiverPid: me.pid,
+      senderId: peer.peerId,
+      receiverId: me.peerId,
+      senderNonce: peer.nonce,
+      receiverNonce: me.nonce,
+    };
   }
 }
