@@ -32,7 +32,8 @@ async function withAllocations<T>(driver: CudaDriver, sizes: number[], body: (pt
 }
 
 export async function rawCopy(driver: CudaDriver, buffer: ExportedBuffer, size: number, repeat: Repeat, slices = 1): Promise<TimedResult> {
-  if (!Number.isSafeInteger(slices) || slices < 1 || size * slices > buffer.size) throw new ArgumentRangeError(`rawCopy: ${slices} slices of ${size} B do not fit the exported ${buffer.size} B`);
+  if (!Number.isSafeInteger(slices) || slices < 1 || size * slices > buffer.size)
+    throw new ArgumentRangeError(`rawCopy: ${slices} slices of ${size} B do not fit the exported ${buffer.size} B`);
   const src = driver.ipcOpenMemHandle(buffer.handle);
   const stream = driver.streamCreate();
   const start = driver.eventCreate();
@@ -72,16 +73,20 @@ export async function rawCopyMany(driver: CudaDriver, buffers: ExportedBuffer[],
   const streams = buffers.map(() => driver.streamCreate());
   try {
     for (const b of buffers) srcs.push(driver.ipcOpenMemHandle(b.handle));
-    return await withAllocations(driver, srcs.map(() => size), (dsts) => {
-      const rounds = (n: number) => {
-        for (let i = 0; i < n; i++) for (let k = 0; k < srcs.length; k++) driver.memcpyAsync(dsts[k]!, srcs[k]!, size, streams[k]!);
-        for (const s of streams) driver.streamSynchronize(s);
-      };
-      rounds(repeat.warmup);
-      const t0 = process.hrtime.bigint();
-      rounds(repeat.iters);
-      return { seconds: micros(t0) / 1e6, bytes: size * srcs.length * repeat.iters };
-    });
+    return await withAllocations(
+      driver,
+      srcs.map(() => size),
+      (dsts) => {
+        const rounds = (n: number) => {
+          for (let i = 0; i < n; i++) for (let k = 0; k < srcs.length; k++) driver.memcpyAsync(dsts[k]!, srcs[k]!, size, streams[k]!);
+          for (const s of streams) driver.streamSynchronize(s);
+        };
+        rounds(repeat.warmup);
+        const t0 = process.hrtime.bigint();
+        rounds(repeat.iters);
+        return { seconds: micros(t0) / 1e6, bytes: size * srcs.length * repeat.iters };
+      },
+    );
   } finally {
     for (const p of srcs) driver.ipcCloseMemHandle(p);
     for (const s of streams) driver.streamDestroy(s);

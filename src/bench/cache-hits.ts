@@ -34,7 +34,13 @@ export interface HitPatternResult {
   sameCpuNs: number[];
 }
 
-export async function cacheHitPattern(driver: CudaDriver, buffers: ExportedBuffer[], pattern: HitPattern, batches: number, perBatch: number): Promise<HitPatternResult> {
+export async function cacheHitPattern(
+  driver: CudaDriver,
+  buffers: ExportedBuffer[],
+  pattern: HitPattern,
+  batches: number,
+  perBatch: number,
+): Promise<HitPatternResult> {
   if (buffers.length < 2 || buffers.length > 0x10000) throw new ArgumentRangeError(`cache-hit-pattern needs 2 to 65536 buffers, got ${buffers.length}`);
   const pool = new HandlePool(driver, { maxEntries: Math.max(DEFAULT_MAX_ENTRIES, buffers.length) });
   const reqs: MappingRequest[] = buffers.map((b) => ({ deviceUuid: b.deviceUuid, base: b.base, size: b.size, handle: b.handle, bufferId: b.bufferId }));
@@ -45,7 +51,9 @@ export async function cacheHitPattern(driver: CudaDriver, buffers: ExportedBuffe
     const s = pool.stats();
     // Every lookup must have been a hit on a resident entry, or the figure is not a hit's cost.
     if (s.hits !== 2 * (batches + 1) * perBatch || s.opens !== reqs.length || s.evictions !== 0 || s.stale !== 0) {
-      throw new Error(`cache-hit-pattern ${pattern}: expected only hits over ${reqs.length} resident mappings, got ${JSON.stringify({ hits: s.hits, opens: s.opens, evictions: s.evictions, stale: s.stale })}`);
+      throw new Error(
+        `cache-hit-pattern ${pattern}: expected only hits over ${reqs.length} resident mappings, got ${JSON.stringify({ hits: s.hits, opens: s.opens, evictions: s.evictions, stale: s.stale })}`,
+      );
     }
     return { cpuNs: hits.cpu, wallNs: hits.wall, sameCpuNs: same.cpu };
   } finally {

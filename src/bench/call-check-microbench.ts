@@ -52,7 +52,9 @@ for (const size of [2, 8]) {
     const s = ++peers;
     for (let r = 1; r < size; r++) tables[r]!.publish(s, w0, 1024, 0);
   });
-  console.log(`call check, ${size} ranks, shared table: ${(ns - peersNs).toFixed(1)} ns a call (made + verify + done; the peers' publishing, ${peersNs.toFixed(1)} ns, taken out)`);
+  console.log(
+    `call check, ${size} ranks, shared table: ${(ns - peersNs).toFixed(1)} ns a call (made + verify + done; the peers' publishing, ${peersNs.toFixed(1)} ns, taken out)`,
+  );
 }
 const rec = new FlightRecorder();
 let fseq = 0;

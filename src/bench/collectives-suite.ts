@@ -21,7 +21,16 @@ import { freemem } from 'node:os';
 import { join } from 'node:path';
 import { formatBytes } from '../cli/format.js';
 import { skipped } from './figures.js';
-import { ALGORITHMS, allreduceSpec, COLLECTIVE_FIG, COLLECTIVE_GPU_SIZES, COLLECTIVE_SIM_SIZES, COLLECTIVE_SMOKE_SIZES, GRADIENT_BYTES, GRAPH_COLLECTIVE_SIZES } from './collective-figures.js';
+import {
+  ALGORITHMS,
+  allreduceSpec,
+  COLLECTIVE_FIG,
+  COLLECTIVE_GPU_SIZES,
+  COLLECTIVE_SIM_SIZES,
+  COLLECTIVE_SMOKE_SIZES,
+  GRADIENT_BYTES,
+  GRAPH_COLLECTIVE_SIZES,
+} from './collective-figures.js';
 import { stagedSegmentBytes } from './host-staged-allreduce.js';
 import { ncclAt, type NcclOutcome, type NcclReport, runNcclAllreduce } from './nccl-torch.js';
 import { shmFreeBytes } from './plan.js';
@@ -65,14 +74,19 @@ export function collectivesPlan(ctx: Pick<SuiteContext, 'sim' | 'opts'>, ranks: 
   sizes = sizes.filter(fits);
   let gradient = gradientBytes;
   while (gradient > 64 << 10 && !fits(gradient)) gradient = Math.floor(gradient / 8) * 4; // halved, whole f32 elements
-  if (gradient !== gradientBytes) notes.push(`collectives: the gradient average is of ${formatBytes(gradient)} instead of ${formatBytes(gradientBytes)}, for lack of host or /dev/shm memory`);
+  if (gradient !== gradientBytes)
+    notes.push(
+      `collectives: the gradient average is of ${formatBytes(gradient)} instead of ${formatBytes(gradientBytes)}, for lack of host or /dev/shm memory`,
+    );
   const stagedBudget = opts.smoke ? { bytes: 0, min: 3, max: 3 } : sim ? { bytes: 8 << 20, min: 3, max: 50 } : { bytes: 1 << 30, min: 3, max: 200 };
   // Bytes per run on a GPU: 4 GiB, written 4 * 2 ** 30 (4 << 30 is 0 in JavaScript's 32-bit shift, which made every GPU run 5 calls long).
   const deviceBudget = opts.smoke ? { bytes: 0, min: 5, max: 5 } : sim ? { bytes: 16 << 20, min: 5, max: 200 } : { bytes: 4 * 2 ** 30, min: 5, max: 1000 };
-  const repeat = (b: { bytes: number; min: number; max: number }) => (size: number): Repeat => {
-    const iters = clamp(Math.floor(b.bytes / Math.max(1, size)), b.min, b.max);
-    return { iters, warmup: opts.smoke ? 1 : clamp(Math.ceil(iters / 10), 1, 20) };
-  };
+  const repeat =
+    (b: { bytes: number; min: number; max: number }) =>
+    (size: number): Repeat => {
+      const iters = clamp(Math.floor(b.bytes / Math.max(1, size)), b.min, b.max);
+      return { iters, warmup: opts.smoke ? 1 : clamp(Math.ceil(iters / 10), 1, 20) };
+    };
   return { sizes, gradientBytes: gradient, runs: opts.smoke ? 2 : sim ? 3 : 5, staged: repeat(stagedBudget), device: repeat(deviceBudget), notes };
 }
 
@@ -114,7 +128,8 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
         for (let k = 0; k < plan.runs; k++) {
           const results = await all<StagedAllreduceResult>({ op: 'staged-allreduce', bytes, pinned, reduce, verify: k === 0, ...plan.staged(bytes) });
           phases.set(`${pinned}/${bytes}`, results[0]!.breakdown);
-          for (const [r, x] of results.entries()) if (x.verified === false) wrong.push(`rank ${r}, ${formatBytes(bytes)} ${pinned ? 'pinned' : 'pageable'}: ${x.mismatches} elements`);
+          for (const [r, x] of results.entries())
+            if (x.verified === false) wrong.push(`rank ${r}, ${formatBytes(bytes)} ${pinned ? 'pinned' : 'pageable'}: ${x.mismatches} elements`);
           perRun.push(Math.max(...results.map((x) => summarize(x.samples).median)));
         }
         return summarize(perRun);
@@ -125,7 +140,16 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
           run.progress(`collectives: ${series}, ${formatBytes(size)}`);
           const s = await measure(size, pinned, 'sum');
           staged.set(`${pinned}/${size}`, s);
-          run.series.push({ plot: 'allreduce', series, size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.staged(size).iters * plan.runs });
+          run.series.push({
+            plot: 'allreduce',
+            series,
+            size,
+            value: s.median,
+            unit: 'µs',
+            p10: s.p10,
+            p90: s.p90,
+            iterations: plan.staged(size).iters * plan.runs,
+          });
         }
         run.progress(`collectives: gradient average ${formatBytes(plan.gradientBytes)}, ${series}`);
         staged.set(`${pinned}/gradient`, await measure(plan.gradientBytes, pinned, 'avg'));
@@ -167,10 +191,21 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
     if ('skipped' in outcome) run.notes.push(`collectives: NCCL baseline skipped: ${outcome.skipped}`);
     else {
       nccl = outcome.report;
-      run.notes.push(`collectives: NCCL baseline: torch ${nccl.torch}, NCCL ${nccl.nccl}, CUDA ${nccl.cuda ?? '?'}, ${nccl.ranks} ranks on ${nccl.devices.join(', ')}; result ${nccl.verified ? 'verified' : 'WRONG'}`);
+      run.notes.push(
+        `collectives: NCCL baseline: torch ${nccl.torch}, NCCL ${nccl.nccl}, CUDA ${nccl.cuda ?? '?'}, ${nccl.ranks} ranks on ${nccl.devices.join(', ')}; result ${nccl.verified ? 'verified' : 'WRONG'}`,
+      );
       for (const p of nccl.results) {
         const s = summarize(p.runsUs);
-        run.series.push({ plot: 'allreduce', series: p.mode === 'graph' ? 'NCCL (PyTorch) in a CUDA graph' : 'NCCL (PyTorch), stream time', size: p.size, value: p.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: p.iters * p.runsUs.length });
+        run.series.push({
+          plot: 'allreduce',
+          series: p.mode === 'graph' ? 'NCCL (PyTorch) in a CUDA graph' : 'NCCL (PyTorch), stream time',
+          size: p.size,
+          value: p.median,
+          unit: 'µs',
+          p10: s.p10,
+          p90: s.p90,
+          iterations: p.iters * p.runsUs.length,
+        });
       }
     }
   }
@@ -185,7 +220,14 @@ function smcudaSpecs(plan: CollectivesPlan): ScopedSpec[] {
 }
 
 /** smcuda's figures: measured where a Communicator is plugged in (under-test.ts) and on a GPU, else skipped with why. */
-async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan, nccl: NcclReport | undefined, pageable: Summary | undefined, dir: string): Promise<void> {
+async function smcudaFigures(
+  run: SuiteContext,
+  g: Group,
+  plan: CollectivesPlan,
+  nccl: NcclReport | undefined,
+  pageable: Summary | undefined,
+  dir: string,
+): Promise<void> {
   const targets = plan.sizes.flatMap((size) => {
     const spec = allreduceSpec(size);
     return spec ? [{ size, spec }] : [];
@@ -214,7 +256,16 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
       // warms up longer (firstWarmupCalls).
       const warm = Math.max(plan.device(size).warmup, firstWarmupCalls(size));
       const { s, algorithm, enqueueUs } = await time(size, k === 0 && !run.sim && !run.opts.smoke ? { warmup: warm } : {});
-      run.series.push({ plot: 'allreduce', series: 'smcuda', size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: plan.device(size).iters * plan.runs });
+      run.series.push({
+        plot: 'allreduce',
+        series: 'smcuda',
+        size,
+        value: s.median,
+        unit: 'µs',
+        p10: s.p10,
+        p90: s.p90,
+        iterations: plan.device(size).iters * plan.runs,
+      });
       const base = ncclAt(nccl, size);
       // enqueueUs: host µs per call spent queueing (median over ranks and runs); near the figure, the host is the limit.
       const details = { size, runs: plan.runs, algorithm, enqueueUs, ncclRunsUs: base?.runsUs };
@@ -234,7 +285,9 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: CollectivesPlan,
     await tryFigure(run, COLLECTIVE_FIG.gradient, async () => {
       const { s, algorithm } = await time(plan.gradientBytes, { reduce: 'avg' });
       const ms = s.median / 1000;
-      return scopedFigure(false, COLLECTIVE_FIG.gradient, ms, pageable ? pageable.median / 1000 : null, { details: { bytes: plan.gradientBytes, algorithm, stats: s } });
+      return scopedFigure(false, COLLECTIVE_FIG.gradient, ms, pageable ? pageable.median / 1000 : null, {
+        details: { bytes: plan.gradientBytes, algorithm, stats: s },
+      });
     });
   } finally {
     await all({ op: 'sut-collective-close' });

@@ -50,7 +50,8 @@ export function summarizeProfiles(files: string[], top = 25): string {
     const busy = rows.filter((r) => r.where.startsWith('(idle)') === false && r.where.startsWith('(program)') === false);
     const busyMs = busy.reduce((s, r) => s + r.selfMs, 0);
     out.push(`${basename(file)}: ${busyMs.toFixed(0)} ms busy (idle and (program) excluded below)`);
-    for (const r of busy.slice(0, top)) out.push(`  ${r.selfMs.toFixed(1).padStart(9)} ms  ${((100 * r.selfMs) / busyMs).toFixed(1).padStart(5)} %  ${r.where}`);
+    for (const r of busy.slice(0, top))
+      out.push(`  ${r.selfMs.toFixed(1).padStart(9)} ms  ${((100 * r.selfMs) / busyMs).toFixed(1).padStart(5)} %  ${r.where}`);
     out.push('');
   }
   return out.join('\n');

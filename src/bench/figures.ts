@@ -55,12 +55,7 @@ export interface FigureSpec {
   target?: Target;
 }
 
-export function measured(
-  spec: FigureSpec,
-  value: number,
-  baseline: number | null,
-  extra: Pick<Figure, 'stats' | 'paths' | 'details' | 'floor'> = {},
-): Figure {
+export function measured(spec: FigureSpec, value: number, baseline: number | null, extra: Pick<Figure, 'stats' | 'paths' | 'details' | 'floor'> = {}): Figure {
   const ratio = baseline !== null && baseline !== 0 && Number.isFinite(baseline) ? value / baseline : null;
   const target = spec.target ?? null;
   return {

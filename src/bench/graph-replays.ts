@@ -42,7 +42,14 @@ export interface ReplayTimes {
  * by events), then `replays` more in bursts. `settle` waits for the stream.
  * Both sides of a ping-pong call it with the same counts.
  */
-export async function timeReplays(d: CudaDriver, exec: GraphExecHandle, stream: StreamHandle, replays: number, warmup: number, settle: (what: string) => Promise<void>): Promise<ReplayTimes> {
+export async function timeReplays(
+  d: CudaDriver,
+  exec: GraphExecHandle,
+  stream: StreamHandle,
+  replays: number,
+  warmup: number,
+  settle: (what: string) => Promise<void>,
+): Promise<ReplayTimes> {
   const start = d.eventCreate();
   const end = d.eventCreate();
   try {

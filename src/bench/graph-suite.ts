@@ -20,7 +20,17 @@
  */
 import { formatBytes } from '../cli/format.js';
 import { type Figure, skipped } from './figures.js';
-import { GRAPH_FIG, GRAPH_SIZES, GRAPH_TRANSFERS, type GpuDrivenStatus, graphsMissing, type GraphSize, halfRoundTripGBs, memOpsMissing, GRAPH_FIGURES } from './graph-figures.js';
+import {
+  GRAPH_FIG,
+  GRAPH_SIZES,
+  GRAPH_TRANSFERS,
+  type GpuDrivenStatus,
+  graphsMissing,
+  type GraphSize,
+  halfRoundTripGBs,
+  memOpsMissing,
+  GRAPH_FIGURES,
+} from './graph-figures.js';
 import type { MemOpGraphResult, MemOpHostResult } from './memop-pingpong.js';
 import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, Repeat, SamplesResult, TimedResult } from './protocol.js';
 import { gbPerSecond, summarize, type Summary } from './stats.js';
@@ -66,7 +76,13 @@ export async function runGraphSuite(run: SuiteContext, g: Group, o: { twoDevices
   // smcuda's session: its host-driven ping-pong (where the latency suite did not run) and its persistent transfers.
   await openSession(g, 'graph', { ipc: true, cache: true });
   try {
-    await graphSuiteOn(run, g, plan, why, statuses.every((st) => st.modules));
+    await graphSuiteOn(
+      run,
+      g,
+      plan,
+      why,
+      statuses.every((st) => st.modules),
+    );
   } finally {
     await Promise.all([g.call(0, { op: 'close', session: 'graph' }), g.call(1, { op: 'close', session: 'graph' })]);
   }
@@ -88,8 +104,15 @@ async function graphSuiteOn(run: SuiteContext, g: Group, plan: GraphPlan, why: {
     if (hostDriven.has(size)) continue;
     run.progress(`graph: smcuda host-driven ping-pong ${formatBytes(size)}`);
     const repeat = size > 8 ? { iters: Math.max(1, Math.floor(plan.host.iters / 10)), warmup: Math.max(1, Math.floor(plan.host.warmup / 10)) } : plan.host;
-    const r = await both<SamplesResult, SamplesResult>(g, { op: 'pingpong', session: 'graph', size, ...repeat }, { op: 'pingpong', session: 'graph', size, ...repeat });
-    hostDriven.set(size, { value: summarize(r[1].samples).median, from: `smcuda host-driven ping-pong measured by this suite (median of ${r[1].samples.length})` });
+    const r = await both<SamplesResult, SamplesResult>(
+      g,
+      { op: 'pingpong', session: 'graph', size, ...repeat },
+      { op: 'pingpong', session: 'graph', size, ...repeat },
+    );
+    hostDriven.set(size, {
+      value: summarize(r[1].samples).median,
+      from: `smcuda host-driven ping-pong measured by this suite (median of ${r[1].samples.length})`,
+    });
   }
   const raw: RawResults = new Map();
 
@@ -107,7 +130,14 @@ async function graphSuiteOn(run: SuiteContext, g: Group, plan: GraphPlan, why: {
 type RawResults = Map<GraphSize, { host?: Summary; enqueue?: Summary; graph?: Summary; replayHost?: Summary; copyGBs?: number; hostDriven?: number }>;
 
 /** The raw ping-pong, host-enqueued and in a graph, at each size; its figures go to `run`, its summaries to `raw`. */
-async function rawPingPong(run: SuiteContext, g: Group, plan: GraphPlan, why: { graphs?: string }, raw: RawResults, hostDriven: Map<number, { value: number; from: string }>): Promise<void> {
+async function rawPingPong(
+  run: SuiteContext,
+  g: Group,
+  plan: GraphPlan,
+  why: { graphs?: string },
+  raw: RawResults,
+  hostDriven: Map<number, { value: number; from: string }>,
+): Promise<void> {
   const timeoutMs = Math.min(run.opts.timeoutMs, 120_000);
   const [{ handle: h0 }, { handle: h1 }] = await Promise.all([
     g.call<{ handle: Uint8Array }>(0, { op: 'memop-prepare', maxSize: 1 << 20, timeoutMs }),
@@ -131,7 +161,13 @@ async function rawPingPong(run: SuiteContext, g: Group, plan: GraphPlan, why: { 
       run.figures.push(
         scopedFigure(run.sim, GRAPH_FIG.rawHost(size), r.host.median, ref?.value ?? null, {
           stats: r.host,
-          details: { size, iterationsPerRun: plan.host.iters, runs: plan.runs, hostEnqueueUsPerIteration: r.enqueue, hostDriven: ref?.from ?? 'not measured in this run: add latency to --suite' },
+          details: {
+            size,
+            iterationsPerRun: plan.host.iters,
+            runs: plan.runs,
+            hostEnqueueUsPerIteration: r.enqueue,
+            hostDriven: ref?.from ?? 'not measured in this run: add latency to --suite',
+          },
         }),
       );
       if (why.graphs) {
@@ -166,7 +202,9 @@ async function rawPingPong(run: SuiteContext, g: Group, plan: GraphPlan, why: { 
     const small = raw.get(8);
     if (why.graphs) run.figures.push(skipped(GRAPH_FIG.rawReplayHost, why.graphs));
     else if (small?.replayHost && small.enqueue) {
-      run.figures.push(scopedFigure(run.sim, GRAPH_FIG.rawReplayHost, small.replayHost.median, small.enqueue.median * GRAPH_TRANSFERS, { stats: small.replayHost }));
+      run.figures.push(
+        scopedFigure(run.sim, GRAPH_FIG.rawReplayHost, small.replayHost.median, small.enqueue.median * GRAPH_TRANSFERS, { stats: small.replayHost }),
+      );
     }
   } finally {
     await Promise.all([g.call(0, { op: 'memop-close' }), g.call(1, { op: 'memop-close' })]);
@@ -192,7 +230,14 @@ async function smcudaRuns(g: Group, plan: GraphPlan, size: number, flags: Flags)
  * drivers load modules, by the flag kernel: each figure from the mode that
  * does it better (`details.flags`), the other in `details.otherFlags`.
  */
-async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: { memOps?: string; graphs?: string }, raw: RawResults, kernel: boolean): Promise<void> {
+async function smcudaFigures(
+  run: SuiteContext,
+  g: Group,
+  plan: GraphPlan,
+  why: { memOps?: string; graphs?: string },
+  raw: RawResults,
+  kernel: boolean,
+): Promise<void> {
   const reason = why.graphs ?? (GRAPH_PINGPONG_UNDER_TEST.factory ? undefined : GRAPH_PINGPONG_UNDER_TEST.missing);
   if (reason) {
     for (const spec of GRAPH_FIGURES) run.figures.push(skipped(spec, reason));
@@ -235,18 +280,29 @@ async function smcudaFigures(run: SuiteContext, g: Group, plan: GraphPlan, why: 
         hostUsPerReplay: hostOf(results),
         // Launches back to back: the first ones (queue empty) against the later ones (graph-replays.ts says why both).
         backToBackLaunchUs: results.map((x) => backToBackSummary(x.backToBackHostUs ?? [])),
-        otherFlags: Object.fromEntries(ran.filter((v) => v !== used).map((v) => [v, { halfRoundTripUs: summarize(by.get(v)!.map((x) => x.halfRoundTripUs!)), hostUsPerReplay: hostOf(by.get(v)!) }])),
+        otherFlags: Object.fromEntries(
+          ran
+            .filter((v) => v !== used)
+            .map((v) => [v, { halfRoundTripUs: summarize(by.get(v)!.map((x) => x.halfRoundTripUs!)), hostUsPerReplay: hostOf(by.get(v)!) }]),
+        ),
       };
     };
     if (size === 8) {
       const half = summarize(by.get(fastest)!.map((x) => x.halfRoundTripUs!));
       out.push(scopedFigure(run.sim, GRAPH_FIG.smcuda8, half.median, base?.median ?? null, { stats: half, details: detailsOf(fastest) }));
       const host = hostOf(by.get(lightest)!);
-      out.push(scopedFigure(run.sim, GRAPH_FIG.smcudaReplayHost, host.median, raw.get(8)?.replayHost?.median ?? null, { stats: host, details: detailsOf(lightest) }));
+      out.push(
+        scopedFigure(run.sim, GRAPH_FIG.smcudaReplayHost, host.median, raw.get(8)?.replayHost?.median ?? null, { stats: host, details: detailsOf(lightest) }),
+      );
     } else {
       const gbs = summarize(by.get(fastest)!.map((x) => halfRoundTripGBs(size, x.halfRoundTripUs!)));
       // Held to ≥ 95 % of the raw graph ping-pong of the same size (the same copy and flags without smcuda); back-to-back copies beside it.
-      out.push(scopedFigure(run.sim, GRAPH_FIG.smcuda1M, gbs.median, base ? halfRoundTripGBs(size, base.median) : null, { stats: gbs, details: { ...detailsOf(fastest), rawBackToBackCopyGBs: r?.copyGBs ?? null } }));
+      out.push(
+        scopedFigure(run.sim, GRAPH_FIG.smcuda1M, gbs.median, base ? halfRoundTripGBs(size, base.median) : null, {
+          stats: gbs,
+          details: { ...detailsOf(fastest), rawBackToBackCopyGBs: r?.copyGBs ?? null },
+        }),
+      );
     }
   }
   // In the issue's order: 8 B, 1 MiB, host per replay.

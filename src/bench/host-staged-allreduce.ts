@@ -129,7 +129,8 @@ export class HostStagedAllreduce {
    * of its device→host copy to the end of its host→device copy.
    */
   async run(dev: DevicePtr, bytes: number, o: { pinned: boolean; reduce: StagedReduce; iters: number; warmup: number }): Promise<StagedRunResult> {
-    if (!Number.isInteger(bytes) || bytes < 0 || bytes % 4 !== 0 || bytes > this.maxBytes) throw new ArgumentRangeError(`bytes must be a multiple of 4 from 0 to ${this.maxBytes}, got ${bytes}`);
+    if (!Number.isInteger(bytes) || bytes < 0 || bytes % 4 !== 0 || bytes > this.maxBytes)
+      throw new ArgumentRangeError(`bytes must be a multiple of 4 from 0 to ${this.maxBytes}, got ${bytes}`);
     const host = this.#hostBuffer(o.pinned, bytes);
     const samples: number[] = [];
     const sum = { deviceToHostUs: 0, exchangeUs: 0, reduceUs: 0, hostToDeviceUs: 0 };
@@ -149,7 +150,10 @@ export class HostStagedAllreduce {
       sum.hostToDeviceUs += Number(t3 - t2) / 1000;
     }
     const n = Math.max(1, o.iters);
-    return { samples, breakdown: { deviceToHostUs: sum.deviceToHostUs / n, exchangeUs: sum.exchangeUs / n, reduceUs: sum.reduceUs / n, hostToDeviceUs: sum.hostToDeviceUs / n } };
+    return {
+      samples,
+      breakdown: { deviceToHostUs: sum.deviceToHostUs / n, exchangeUs: sum.exchangeUs / n, reduceUs: sum.reduceUs / n, hostToDeviceUs: sum.hostToDeviceUs / n },
+    };
   }
 
   close(): void {

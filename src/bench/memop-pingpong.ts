@@ -73,7 +73,11 @@ export class MemOpPingPong {
   #peer: DevicePtr | undefined;
 
   /** Allocates the region (flag + landing area for `maxSize`) and a source of `maxSize`, zeroed. */
-  constructor(driver: CudaDriver, maxSize: number, readonly timeoutMs = 60_000) {
+  constructor(
+    driver: CudaDriver,
+    maxSize: number,
+    readonly timeoutMs = 60_000,
+  ) {
     if (!Number.isInteger(maxSize) || maxSize < 8) throw new ArgumentRangeError(`maxSize must be an integer ≥ 8, got ${maxSize}`);
     this.#d = driver;
     this.#maxSize = maxSize;
@@ -173,7 +177,8 @@ export class MemOpPingPong {
   }
 
   #checkSize(size: number): void {
-    if (!Number.isInteger(size) || size < 1 || size > this.#maxSize) throw new ArgumentRangeError(`size must be an integer from 1 to ${this.#maxSize}, got ${size}`);
+    if (!Number.isInteger(size) || size < 1 || size > this.#maxSize)
+      throw new ArgumentRangeError(`size must be an integer from 1 to ${this.#maxSize}, got ${size}`);
   }
 
   async #withEvents<T>(body: (start: EventHandle, end: EventHandle) => Promise<T>): Promise<T> {

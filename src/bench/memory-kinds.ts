@@ -268,7 +268,10 @@ export class KindImporter {
       return { ptr, release: () => d.memPoolReleasePointer(ptr) };
     }
     const v = e.vmm!;
-    const im = d.vmmImport(v.chunks.map((c, k) => ({ fd: fds[k]!, offset: c.offset, size: c.size })), { device: this.ordinalOf(e.deviceUuid) });
+    const im = d.vmmImport(
+      v.chunks.map((c, k) => ({ fd: fds[k]!, offset: c.offset, size: c.size })),
+      { device: this.ordinalOf(e.deviceUuid) },
+    );
     return { ptr: im.ptr + (e.ptr - v.base), release: () => d.vmmRelease(im.ptr) };
   }
 
@@ -284,7 +287,15 @@ export class KindImporter {
     const d = this.driver;
     if (e.handle) {
       const handle = e.handle;
-      return { kind: 'legacy-ipc', deviceUuid: e.deviceUuid, base: e.ptr, size: e.size, bufferId: e.bufferId, identity: handle, open: () => d.ipcOpenMemHandle(handle) };
+      return {
+        kind: 'legacy-ipc',
+        deviceUuid: e.deviceUuid,
+        base: e.ptr,
+        size: e.size,
+        bufferId: e.bufferId,
+        identity: handle,
+        open: () => d.ipcOpenMemHandle(handle),
+      };
     }
     if (e.pool) {
       const { data, poolId } = e.pool;
@@ -308,7 +319,14 @@ export class KindImporter {
     }
     const v = e.vmm!;
     const chunks = v.chunks.map((c, k) => ({ fd: fds[k]!, offset: c.offset, size: c.size }));
-    return { kind: 'vmm', deviceUuid: e.deviceUuid, base: v.base, size: v.size, bufferId: e.bufferId, open: () => d.vmmImport(chunks, { device: this.ordinalOf(e.deviceUuid) }).ptr };
+    return {
+      kind: 'vmm',
+      deviceUuid: e.deviceUuid,
+      base: v.base,
+      size: v.size,
+      bufferId: e.bufferId,
+      open: () => d.vmmImport(chunks, { device: this.ordinalOf(e.deviceUuid) }).ptr,
+    };
   }
 }
 

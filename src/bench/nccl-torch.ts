@@ -82,25 +82,27 @@ export async function runNcclAllreduce(r: NcclRequest): Promise<NcclOutcome> {
   const out = join(dir, 'nccl.json');
   const python = r.python ?? 'python3';
   try {
-    const { code, signal, stderr, spawnError } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; spawnError?: Error }>((resolve) => {
-      const child = spawn(python, [ncclScriptPath(), ...scriptArgs(r, out)], {
-        stdio: ['ignore', 'ignore', 'pipe'],
-        // Multicast off whatever the caller's environment says (see the GPU machines' notes).
-        env: { ...process.env, NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', NVSHMEM_DISABLE_NVLS: '1', PYTHONDONTWRITEBYTECODE: '1' },
-      });
-      let err = '';
-      child.stderr.setEncoding('utf8');
-      child.stderr.on('data', (s: string) => (err = (err + s).slice(-4000)));
-      const timer = setTimeout(() => child.kill('SIGKILL'), r.timeoutMs);
-      child.once('error', (e) => {
-        clearTimeout(timer);
-        resolve({ code: null, signal: null, stderr: err, spawnError: e });
-      });
-      child.once('close', (c, s) => {
-        clearTimeout(timer);
-        resolve({ code: c, signal: s, stderr: err });
-      });
-    });
+    const { code, signal, stderr, spawnError } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; spawnError?: Error }>(
+      (resolve) => {
+        const child = spawn(python, [ncclScriptPath(), ...scriptArgs(r, out)], {
+          stdio: ['ignore', 'ignore', 'pipe'],
+          // Multicast off whatever the caller's environment says (see the GPU machines' notes).
+          env: { ...process.env, NCCL_NVLS_ENABLE: '0', TORCH_SYMM_MEM_DISABLE_MULTICAST: '1', NVSHMEM_DISABLE_NVLS: '1', PYTHONDONTWRITEBYTECODE: '1' },
+        });
+        let err = '';
+        child.stderr.setEncoding('utf8');
+        child.stderr.on('data', (s: string) => (err = (err + s).slice(-4000)));
+        const timer = setTimeout(() => child.kill('SIGKILL'), r.timeoutMs);
+        child.once('error', (e) => {
+          clearTimeout(timer);
+          resolve({ code: null, signal: null, stderr: err, spawnError: e });
+        });
+        child.once('close', (c, s) => {
+          clearTimeout(timer);
+          resolve({ code: c, signal: s, stderr: err });
+        });
+      },
+    );
     if (spawnError) return { skipped: `${python} could not be started (${spawnError.message}): NCCL baseline not measured` };
     if (!existsSync(out)) {
       const why = signal ? `was killed (${signal}${signal === 'SIGKILL' ? `, after ${r.timeoutMs / 1000} s at most` : ''})` : `exited with code ${code}`;
@@ -136,7 +138,8 @@ export function parseNcclOutput(text: string): NcclOutcome {
       if (typeof p[k] !== 'number' || !Number.isFinite(p[k])) bad(`results[${i}].${k} is not a finite number`);
     }
     if (p.mode !== 'stream' && p.mode !== 'graph') bad(`results[${i}].mode is ${String(p.mode)}, not stream or graph`);
-    if (!Array.isArray(p.runsUs) || p.runsUs.length === 0 || !p.runsUs.every((x) => typeof x === 'number' && Number.isFinite(x))) bad(`results[${i}].runsUs is not a list of numbers`);
+    if (!Array.isArray(p.runsUs) || p.runsUs.length === 0 || !p.runsUs.every((x) => typeof x === 'number' && Number.isFinite(x)))
+      bad(`results[${i}].runsUs is not a list of numbers`);
     return {
       size: p.size as number,
       count: p.count as number,

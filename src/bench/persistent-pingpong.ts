@@ -49,7 +49,14 @@ export class PersistentPingPong implements PingPongUnderTest {
     this.#timeoutMs = timeoutMs;
   }
 
-  async graphPingPong(args: { role: PingPongRole; size: number; transfers: number; replays: number; warmup: number; stream: StreamHandle }): Promise<MemOpGraphResult> {
+  async graphPingPong(args: {
+    role: PingPongRole;
+    size: number;
+    transfers: number;
+    replays: number;
+    warmup: number;
+    stream: StreamHandle;
+  }): Promise<MemOpGraphResult> {
     const { role, size, transfers, replays, warmup, stream } = args;
     if (!Number.isSafeInteger(size) || size < 1) throw new ArgumentRangeError(`size must be a positive integer, got ${size}`);
     if (!Number.isSafeInteger(transfers) || transfers < 1) throw new ArgumentRangeError(`transfers must be a positive integer, got ${transfers}`);
@@ -90,7 +97,11 @@ export class PersistentPingPong implements PingPongUnderTest {
           for (const x of made) x.check();
           this.#checkLanded(dst, size, sourceByte(initiator ? 'responder' : 'initiator'));
           // Closing a transfer fails it on the peer too: neither side closes before both checked.
-          await withinMs(Promise.all([this.#ep.send(EMPTY, { tag: BARRIER_TAG }), this.#ep.recv({ tag: BARRIER_TAG })]), this.#timeoutMs, 'the barrier after the ping-pong');
+          await withinMs(
+            Promise.all([this.#ep.send(EMPTY, { tag: BARRIER_TAG }), this.#ep.recv({ tag: BARRIER_TAG })]),
+            this.#timeoutMs,
+            'the barrier after the ping-pong',
+          );
           if (!initiator) return {};
           return { halfRoundTripUs: t.streamUsPerReplay / transfers / 2, hostUsPerReplay: t.hostUs, backToBackHostUs: t.backToBackUs };
         } finally {

@@ -139,7 +139,10 @@ export function makePlan(o: BenchOptions, kind: DriverKind, memory: MemoryLimit)
     // vmm-chunked allocates twice the message (demo-memory.ts); halve until both sides' buffers fit.
     const wanted = memorySize;
     while (memorySize > 64 * KiB && !fits(2 * memorySize)) memorySize /= 2;
-    if (memorySize !== wanted) notes.push(`memory suite: ${formatBytes(memorySize)} transfers instead of ${formatBytes(wanted)}, for lack of ${sim ? '/dev/shm space' : 'device memory'}`);
+    if (memorySize !== wanted)
+      notes.push(
+        `memory suite: ${formatBytes(memorySize)} transfers instead of ${formatBytes(wanted)}, for lack of ${sim ? '/dev/shm space' : 'device memory'}`,
+      );
   }
   const bidirSize = o.smoke ? 64 * KiB : sim ? 16 * MiB : 256 * MiB;
   const a2aSize = o.smoke ? 64 * KiB : sim ? MiB : 16 * MiB;

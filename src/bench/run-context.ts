@@ -61,7 +61,14 @@ export async function negotiateSession(g: Group, session: string): Promise<[Nego
   return both(g, { op: 'negotiate', session }, { op: 'negotiate', session });
 }
 
-export async function oneway(g: Group, session: string, size: number, window: number, repeat: { iters: number; warmup: number }, memory?: MemoryOption): Promise<TimedResult> {
+export async function oneway(
+  g: Group,
+  session: string,
+  size: number,
+  window: number,
+  repeat: { iters: number; warmup: number },
+  memory?: MemoryOption,
+): Promise<TimedResult> {
   const cmd: BenchCommand = { op: 'oneway', session, size, window, ...repeat, ...(memory ? { memory } : {}) };
   const [r0] = await both<TimedResult, TimedResult>(g, cmd, cmd);
   return r0; // rank 0 sends and times

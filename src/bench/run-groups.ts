@@ -76,7 +76,14 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
       const sent = await g.call<ProbeResult>(0, { op: 'probe-send', session, size, memory: kind });
       const got = await g.call<ProbeResult>(1, { op: 'probe-finish', session, abort: !sent.ok });
       if (!sent.ok || !got.ok) {
-        run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: firstRaw, unit: 'GB/s', iterations: repeat.iters });
+        run.series.push({
+          plot: 'bandwidth',
+          series: `raw cuMemcpyAsync, ${kind} memory (${label})`,
+          size,
+          value: firstRaw,
+          unit: 'GB/s',
+          iterations: repeat.iters,
+        });
         run.figures.push(skipped(spec, `smcuda could not send ${kind} memory here: ${sent.error ?? got.error}`));
         continue;
       }
@@ -97,7 +104,12 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
           async () => {
             const [s0, s1] = await Promise.allSettled([g.call<TimedResult>(0, cmd), g.call<TimedResult>(1, cmd)]);
             if (s0.status === 'rejected' || s1.status === 'rejected') {
-              throw new Error([s0, s1].map((x, rank) => (x.status === 'rejected' ? `rank ${rank}: ${(x.reason as Error).message}` : '')).filter(Boolean).join('; '));
+              throw new Error(
+                [s0, s1]
+                  .map((x, rank) => (x.status === 'rejected' ? `rank ${rank}: ${(x.reason as Error).message}` : ''))
+                  .filter(Boolean)
+                  .join('; '),
+              );
             }
             paths = addPaths(paths, s0.value.paths!);
             for (const [why, n] of Object.entries(s0.value.stagingReasons ?? {})) (stagingReasons ??= {})[why] = (stagingReasons[why] ?? 0) + n;
@@ -114,8 +126,23 @@ export async function runMemory(run: Run, g: Group, layout: MemoryLayout): Promi
       }
       const gbs = runs.value.median;
       const rawGBs = runs.baseline.median;
-      run.series.push({ plot: 'bandwidth', series: `raw cuMemcpyAsync, ${kind} memory (${label})`, size, value: rawGBs, unit: 'GB/s', iterations: repeat.iters * runsHere });
-      run.series.push({ plot: 'bandwidth', series: `smcuda, ${kind} memory (${label})`, size, value: gbs, unit: 'GB/s', iterations: repeat.iters * runsHere, paths: paths! });
+      run.series.push({
+        plot: 'bandwidth',
+        series: `raw cuMemcpyAsync, ${kind} memory (${label})`,
+        size,
+        value: rawGBs,
+        unit: 'GB/s',
+        iterations: repeat.iters * runsHere,
+      });
+      run.series.push({
+        plot: 'bandwidth',
+        series: `smcuda, ${kind} memory (${label})`,
+        size,
+        value: gbs,
+        unit: 'GB/s',
+        iterations: repeat.iters * runsHere,
+        paths: paths!,
+      });
       if (run.sim) run.figures.push(skipped(spec, gpuOnly()));
       else if (!across && size !== MEMORY_TARGET_SIZE) run.figures.push(skipped(spec, `${formatBytes(MEMORY_TARGET_SIZE)} was not measured (device memory)`));
       else {
@@ -198,7 +225,9 @@ export async function runAllToAll(run: Run, g: Group): Promise<void> {
       plan.throughputRuns,
       async () => {
         progress(`all-to-all: raw copies, ${formatBytes(size)} between ${g.size} processes, run ${++k} of ${plan.throughputRuns}`);
-        const raw = await Promise.all(ranks.map((r) => g.call<TimedResult>(r, { op: 'raw-copy-many', buffers: exported.filter((_, j) => j !== r).map((b) => b[0]!), size, ...repeat })));
+        const raw = await Promise.all(
+          ranks.map((r) => g.call<TimedResult>(r, { op: 'raw-copy-many', buffers: exported.filter((_, j) => j !== r).map((b) => b[0]!), size, ...repeat })),
+        );
         rawPerRank.push(raw.map(gbs));
         return aggregate(raw);
       },
@@ -214,6 +243,16 @@ export async function runAllToAll(run: Run, g: Group): Promise<void> {
   } finally {
     await Promise.all(ranks.map((r) => g.call(r, { op: 'unexport' })));
   }
-  const details = { ranks: g.size, devices: devices.size, size, rounds: repeat.iters, warmup: repeat.warmup, warmupRunGBs: warmupRun, ...runsDetails(runs), perRank, rawPerRank };
+  const details = {
+    ranks: g.size,
+    devices: devices.size,
+    size,
+    rounds: repeat.iters,
+    warmup: repeat.warmup,
+    warmupRunGBs: warmupRun,
+    ...runsDetails(runs),
+    perRank,
+    rawPerRank,
+  };
   run.figures.push(figure(run, FIG.allToAll, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }));
 }

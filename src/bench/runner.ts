@@ -79,7 +79,9 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
   const start = async (layout: string, devs: number[]) => {
     const configs: BenchWorkerConfig[] = devs.map((device, rank) => ({ rank, device, driver: opts.driver, dir: join(dir, layout), token }));
     mkdirSync(join(dir, layout), { mode: 0o700 });
-    const g = await WorkerGroup.start<BenchCommand, BenchWorkerInfo>(fileURLToPath(new URL('./worker.js', import.meta.url)), configs, { envVar: BENCH_WORKER_ENV });
+    const g = await WorkerGroup.start<BenchCommand, BenchWorkerInfo>(fileURLToPath(new URL('./worker.js', import.meta.url)), configs, {
+      envVar: BENCH_WORKER_ENV,
+    });
     groups.push(g);
     for (const i of g.infos) devices.push({ layout, rank: i.rank, ...i.device });
     return g;
@@ -115,7 +117,10 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     if (wants('collectives') && ranks !== 2) {
       // --ranks N: a group of its own, rank r on device r mod (visible devices).
       const visible = first.deviceCount;
-      const group = await start('collectives', Array.from({ length: ranks }, (_, r) => r % visible));
+      const group = await start(
+        'collectives',
+        Array.from({ length: ranks }, (_, r) => r % visible),
+      );
       await runCollectivesSuite(run, group, { devices: new Set(group.infos.map((i) => i.device.uuid)).size, dir: join(dir, 'collectives') });
       await group.close();
     }
@@ -135,13 +140,20 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       else await inGroup('same-gpu', [FIG.sameGpuMid, FIG.sameGpu], 'same', [0, 0], (g) => runSameGpu(run!, g));
     }
     if (wants('memory')) await inGroup('memory', memorySpecs(run, 'memory'), 'memory', [0, 0], (g) => runMemory(run!, g, 'memory'));
-    if (wants('memory-across')) await inGroup('memory-across', memorySpecs(run, 'memory-across'), 'memory-across', [0, 1], (g) => runMemory(run!, g, 'memory-across'));
+    if (wants('memory-across'))
+      await inGroup('memory-across', memorySpecs(run, 'memory-across'), 'memory-across', [0, 1], (g) => runMemory(run!, g, 'memory-across'));
     if (wants('first-send')) {
       for (const prepared of [false, true]) {
         const reps: FirstSendBreakdown[] = [];
         for (let i = 0; i < plan.firstSend.reps; i++) {
           progress(`first send${prepared ? ', negotiated at connect' : ''}: fresh processes ${i + 1}/${plan.firstSend.reps}`);
-          await inGroup(`first send, fresh processes ${i + 1}`, [], `first${prepared ? 'p' : ''}${i}`, [0, 1], async (g) => void reps.push(await firstSendOnce(run!, g, prepared)));
+          await inGroup(
+            `first send, fresh processes ${i + 1}`,
+            [],
+            `first${prepared ? 'p' : ''}${i}`,
+            [0, 1],
+            async (g) => void reps.push(await firstSendOnce(run!, g, prepared)),
+          );
         }
         const spec = prepared ? FIG.firstSendPrepared : FIG.firstSend;
         if (reps.length > 0) firstSendFigure(run, reps, prepared);
@@ -150,7 +162,13 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     }
     if (wants('all-to-all')) {
       progress(`all-to-all: starting ${A2A_RANKS} workers on 2 devices`);
-      await inGroup('all-to-all', [FIG.allToAll], 'a2a', Array.from({ length: A2A_RANKS }, (_, r) => r % 2), (g) => runAllToAll(run!, g));
+      await inGroup(
+        'all-to-all',
+        [FIG.allToAll],
+        'a2a',
+        Array.from({ length: A2A_RANKS }, (_, r) => r % 2),
+        (g) => runAllToAll(run!, g),
+      );
     }
   } finally {
     clearTimeout(timer);
@@ -241,15 +259,37 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
 
   await openSession(g, 'default', { ipc: true, cache: true });
   const [neg] = await negotiateSession(g, 'default');
-  if (neg.state !== 'OK') run.notes.push(`the default endpoint negotiated ${neg.path.join('→')}: RGET figures measure ${neg.state === 'BAD' ? 'staging' : 'whatever path was taken'}`);
+  if (neg.state !== 'OK')
+    run.notes.push(
+      `the default endpoint negotiated ${neg.path.join('→')}: RGET figures measure ${neg.state === 'BAD' ? 'staging' : 'whatever path was taken'}`,
+    );
 
   if (wants('latency') || wants('cache')) {
     for (const size of [HEADLINE_SIZE, CACHE_SIZE, FLOOR_LARGE_SIZE]) {
       progress(`native floor: ${formatBytes(size)} (C++ ping-pong on shared host flags)`);
       const f = summarize(await floor(g, size, plan.floor(size), run.sim));
       run.floor.set(size, f.median);
-      run.series.push({ plot: 'latency', series: `native floor, no JS (${label})`, size, value: f.median, unit: 'µs', p10: f.p10, p90: f.p90, iterations: f.n });
-      if (size !== CACHE_SIZE) run.figures.push(figure(run, FIG.floor(size), f.median, null, { stats: f, details: { what: run.sim ? 'simulated driver: two processes spinning on shared host flags plus a host memcpy (no device, no CUDA)' : 'cuMemcpyAsync over an open IPC mapping + cuEventRecord, spinning on cuEventQuery' } }));
+      run.series.push({
+        plot: 'latency',
+        series: `native floor, no JS (${label})`,
+        size,
+        value: f.median,
+        unit: 'µs',
+        p10: f.p10,
+        p90: f.p90,
+        iterations: f.n,
+      });
+      if (size !== CACHE_SIZE)
+        run.figures.push(
+          figure(run, FIG.floor(size), f.median, null, {
+            stats: f,
+            details: {
+              what: run.sim
+                ? 'simulated driver: two processes spinning on shared host flags plus a host memcpy (no device, no CUDA)'
+                : 'cuMemcpyAsync over an open IPC mapping + cuEventRecord, spinning on cuEventQuery',
+            },
+          }),
+        );
     }
   }
 
@@ -264,13 +304,27 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       progress(`latency: ping-pong ${formatBytes(size)}`);
       const r = await pingpong(g, 'default', size, plan.latency(size));
       const s = summarize(r.samples);
-      run.series.push({ plot: 'latency', series: `smcuda ping-pong (${label})`, size, value: s.median, unit: 'µs', p10: s.p10, p90: s.p90, iterations: s.n, paths: r.paths! });
+      run.series.push({
+        plot: 'latency',
+        series: `smcuda ping-pong (${label})`,
+        size,
+        value: s.median,
+        unit: 'µs',
+        p10: s.p10,
+        p90: s.p90,
+        iterations: s.n,
+        paths: r.paths!,
+      });
       if (size === HEADLINE_SIZE) headline = r;
     }
     headline ??= await pingpong(g, 'default', HEADLINE_SIZE, plan.latency(HEADLINE_SIZE));
     const h = summarize(headline.samples);
     const floor8 = run.floor.get(HEADLINE_SIZE);
-    const extra = { stats: h, paths: headline.paths!, details: { socketHalfRoundTrip: socket, copyWithCompletion: copy, socketPlusCopy: socket.median + copy.median } };
+    const extra = {
+      stats: h,
+      paths: headline.paths!,
+      details: { socketHalfRoundTrip: socket, copyWithCompletion: copy, socketPlusCopy: socket.median + copy.median },
+    };
     run.figures.push(withFloor(figure(run, FIG.overhead8, h.median, socket.median, extra), floor8));
     let headlineUs = h.median;
     if (run.sim) run.figures.push(skipped(FIG.latency8, gpuOnly()));
@@ -288,8 +342,17 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
           return median(r.samples);
         },
       );
-      const details = { ...extra.details, runs: plan.throughputRuns, runsUs: runs.values, floorRunsUs: runs.baselines, floorStats: runs.baseline, firstRunSamples: h };
-      run.figures.push(withFloor(figure(run, FIG.latency8, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }), runs.baseline.median));
+      const details = {
+        ...extra.details,
+        runs: plan.throughputRuns,
+        runsUs: runs.values,
+        floorRunsUs: runs.baselines,
+        floorStats: runs.baseline,
+        firstRunSamples: h,
+      };
+      run.figures.push(
+        withFloor(figure(run, FIG.latency8, runs.value.median, runs.baseline.median, { stats: runs.value, paths: paths!, details }), runs.baseline.median),
+      );
       headlineUs = runs.value.median;
     }
     // What the safe default costs: a send without stream first checks the legacy default stream (an event record and query).
@@ -350,7 +413,10 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       const open = summarize(opens.openUs.length > 1 ? opens.openUs.slice(1) : opens.openUs);
       const hitUs = summarize(hit.samples.map((ns) => ns / 1000));
       run.figures.push(
-        figure(run, FIG.cacheHit, hitUs.median, open.median, { stats: hitUs, details: { open, close: summarize(opens.closeUs), firstOpenUs: opens.openUs[0] } }),
+        figure(run, FIG.cacheHit, hitUs.median, open.median, {
+          stats: hitUs,
+          details: { open, close: summarize(opens.closeUs), firstOpenUs: opens.openUs[0] },
+        }),
       );
       progress(`cache: hits over ${CACHE_WINDOW} buffers in turn and ${CACHE_RANDOM_BUFFERS} in random order`);
       const many = await g.call<ExportedBuffer[]>(0, { op: 'export', size: 2 << 20, count: CACHE_RANDOM_BUFFERS });
@@ -362,7 +428,12 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
         const us = summarize(r.cpuNs.map((ns) => ns / 1000));
         const same = summarize(r.sameCpuNs.map((ns) => ns / 1000));
         const wall = summarize(r.wallNs.map((ns) => ns / 1000));
-        run.figures.push(figure(run, spec, us.median, same.median, { stats: us, details: { buffers: buffers.length, cpuNsPerHit: us.median * 1000, wallNsPerHit: wall.median * 1000, wall } }));
+        run.figures.push(
+          figure(run, spec, us.median, same.median, {
+            stats: us,
+            details: { buffers: buffers.length, cpuNsPerHit: us.median * 1000, wallNsPerHit: wall.median * 1000, wall },
+          }),
+        );
       }
     } finally {
       await g.call(0, { op: 'unexport' });
@@ -377,7 +448,12 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       const offRun = await pingpong(g, 'nocache', CACHE_SIZE, repeat);
       const off = summarize(offRun.samples);
       await both(g, { op: 'close', session: 'nocache' }, { op: 'close', session: 'nocache' });
-      run.figures.push(withFloor(figure(run, FIG.cacheOnOff, on.median, off.median, { stats: on, paths: offRun.paths!, details: { cacheOff: off } }), run.floor.get(CACHE_SIZE)));
+      run.figures.push(
+        withFloor(
+          figure(run, FIG.cacheOnOff, on.median, off.median, { stats: on, paths: offRun.paths!, details: { cacheOff: off } }),
+          run.floor.get(CACHE_SIZE),
+        ),
+      );
     }
   }
 
@@ -399,7 +475,10 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
     await both(g, { op: 'close', session: 'noipc' }, { op: 'close', session: 'noipc' });
     if (run.sim) run.figures.push(skipped(FIG.staging, gpuOnly()));
     else if (!target) run.figures.push(skipped(FIG.staging, `${formatBytes(STAGING_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
-    else run.figures.push(figure(run, FIG.staging, target.gbs, target.base, { paths: target.paths, details: { size: STAGING_TARGET_SIZE, iterations: target.iterations } }));
+    else
+      run.figures.push(
+        figure(run, FIG.staging, target.gbs, target.base, { paths: target.paths, details: { size: STAGING_TARGET_SIZE, iterations: target.iterations } }),
+      );
   }
 
   if (wants('bidirectional')) {
@@ -415,7 +494,11 @@ async function runAcross(run: Run, g: Group, twoDevices: boolean): Promise<void>
       runs = await pairedRuns(
         plan.throughputRuns,
         async () => {
-          const raw = await both<TimedResult, TimedResult>(g, { op: 'raw-copy', buffer: b1![0]!, size, ...repeat }, { op: 'raw-copy', buffer: b0![0]!, size, ...repeat });
+          const raw = await both<TimedResult, TimedResult>(
+            g,
+            { op: 'raw-copy', buffer: b1![0]!, size, ...repeat },
+            { op: 'raw-copy', buffer: b0![0]!, size, ...repeat },
+          );
           rawEachWay.push(raw.map((x) => gbPerSecond(x.bytes, x.seconds)));
           return aggregate(raw);
         },
@@ -468,7 +551,11 @@ NATIVE_FLOOR.measure = async (run, g) => summarize(await floor(g, HEADLINE_SIZE,
 async function floor(g: Group, size: number, repeat: { iters: number; warmup: number }, sim: boolean): Promise<number[]> {
   const segment = `/smcuda-floor-${process.pid}-${randomBytes(4).toString('hex')}`;
   try {
-    const [p0, p1] = await both<{ handle?: Uint8Array }, { handle?: Uint8Array }>(g, { op: 'floor-prepare', segment, size }, { op: 'floor-prepare', segment, size });
+    const [p0, p1] = await both<{ handle?: Uint8Array }, { handle?: Uint8Array }>(
+      g,
+      { op: 'floor-prepare', segment, size },
+      { op: 'floor-prepare', segment, size },
+    );
     const base = { op: 'floor-run' as const, segment, size, timeoutMs: 20_000, ...repeat };
     const [, r1] = await both<SamplesResult, SamplesResult>(
       g,
@@ -484,7 +571,16 @@ async function floor(g: Group, size: number, repeat: { iters: number; warmup: nu
 /** The socket ping-pong as a flat reference line on the latency plot. */
 function socketLine(run: Run, socket: ReturnType<typeof summarize>): void {
   for (const size of run.plan.sizes) {
-    run.series.push({ plot: 'latency', series: 'raw Unix-socket ping-pong (64 B frames)', size, value: socket.median, unit: 'µs', p10: socket.p10, p90: socket.p90, iterations: socket.n });
+    run.series.push({
+      plot: 'latency',
+      series: 'raw Unix-socket ping-pong (64 B frames)',
+      size,
+      value: socket.median,
+      unit: 'µs',
+      p10: socket.p10,
+      p90: socket.p90,
+      iterations: socket.n,
+    });
   }
 }
 
@@ -518,21 +614,37 @@ async function runSameGpu(run: Run, g: Group): Promise<void> {
   else {
     const worst = mid.reduce((a, m) => (m.gbs / m.raw < a.gbs / a.raw ? m : a));
     const byRatio = Object.fromEntries(mid.map((m) => [formatBytes(m.size), m.gbs / m.raw]));
-    const runsBySize = Object.fromEntries(mid.map((m) => [formatBytes(m.size), { runsGBs: m.runs.values, rawRunsGBs: m.runs.baselines, rawOverSlicesRunsGBs: m.rawOverSlices }]));
+    const runsBySize = Object.fromEntries(
+      mid.map((m) => [formatBytes(m.size), { runsGBs: m.runs.values, rawRunsGBs: m.runs.baselines, rawOverSlicesRunsGBs: m.rawOverSlices }]),
+    );
     // The figure's ratio stays against one pair of buffers (the target's baseline); this one is beside it.
     const byRatioOverSlices = Object.fromEntries(mid.map((m) => [formatBytes(m.size), m.gbs / summarize(m.rawOverSlices).median]));
     run.figures.push(
       figure(run, FIG.sameGpuMid, worst.gbs, worst.raw, {
         stats: worst.runs.value,
         paths: worst.paths,
-        details: { worstSize: worst.size, ratioBySize: byRatio, window: run.opts.window, ratioToRawOverSlicesBySize: byRatioOverSlices, runs: plan.throughputRuns, runsBySize, rawStats: worst.runs.baseline },
+        details: {
+          worstSize: worst.size,
+          ratioBySize: byRatio,
+          window: run.opts.window,
+          ratioToRawOverSlicesBySize: byRatioOverSlices,
+          runs: plan.throughputRuns,
+          runsBySize,
+          rawStats: worst.runs.baseline,
+        },
       }),
     );
   }
   if (!target) run.figures.push(skipped(FIG.sameGpu, `${formatBytes(SAME_GPU_TARGET_SIZE)} was not measured (--sizes, or device memory)`));
   else {
     const r = target.runs;
-    run.figures.push(figure(run, FIG.sameGpu, target.gbs, target.raw, { stats: r.value, paths: target.paths, details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations, ...runsDetails(r) } }));
+    run.figures.push(
+      figure(run, FIG.sameGpu, target.gbs, target.raw, {
+        stats: r.value,
+        paths: target.paths,
+        details: { size: SAME_GPU_TARGET_SIZE, iterations: target.iterations, ...runsDetails(r) },
+      }),
+    );
   }
 }
 

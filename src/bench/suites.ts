@@ -15,7 +15,22 @@
 import type { MemoryOption } from '../cli/demo-memory.js';
 import { atLeast, atMost, type FigureSpec } from './figures.js';
 
-export const SUITES = ['latency', 'bandwidth', 'streaming', 'cache', 'ipc', 'same-gpu', 'negotiation', 'memory', 'bidirectional', 'all-to-all', 'first-send', 'memory-across', 'graph', 'collectives'] as const;
+export const SUITES = [
+  'latency',
+  'bandwidth',
+  'streaming',
+  'cache',
+  'ipc',
+  'same-gpu',
+  'negotiation',
+  'memory',
+  'bidirectional',
+  'all-to-all',
+  'first-send',
+  'memory-across',
+  'graph',
+  'collectives',
+] as const;
 export type SuiteName = (typeof SUITES)[number];
 
 export const SUITE_SUMMARY: Record<SuiteName, string> = {
@@ -27,8 +42,10 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   'same-gpu': 'two processes on one GPU against raw copies',
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
   graph: 'GPU-driven ping-pong (8 B, 1 MiB): raw stream mem-ops host-enqueued and in a CUDA graph, beside the host-driven path',
-  collectives: "allreduce among local ranks per size: smcuda's Communicator (host time per call) beside the host-staged allreduce of seed 003 (pageable, pinned), and NCCL through PyTorch where torch imports (stream time)",
-  memory: 'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
+  collectives:
+    "allreduce among local ranks per size: smcuda's Communicator (host time per call) beside the host-staged allreduce of seed 003 (pageable, pinned), and NCCL through PyTorch where torch imports (stream time)",
+  memory:
+    'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
   bidirectional: '256 MiB both ways at once (as osu_bibw) against raw copies both ways at once',
   'all-to-all': '8 processes on 2 GPUs, each sending 16 MiB to every other, aggregate against raw copies between the same pairs',
   'first-send': 'fresh processes: first GPU send → first message delivered, with where the milliseconds went',
@@ -48,9 +65,39 @@ const GiB = 1 << 30;
 const RAW = 'raw cuMemcpyAsync over an already open IPC mapping';
 
 export const BANDWIDTH_TARGETS: ReadonlyArray<{ size: number; spec: ScopedSpec }> = [
-  { size: 16 * MiB, spec: { name: 'GPU0→GPU1 bandwidth, 16 MiB', suite: 'bandwidth', unit: 'GB/s', baselineName: RAW, target: atLeast(0.95, '≥ 95 % of raw', 'ratio'), scope: 'gpu' } },
-  { size: 256 * MiB, spec: { name: 'GPU0→GPU1 bandwidth, 256 MiB', suite: 'bandwidth', unit: 'GB/s', baselineName: RAW, target: atLeast(0.98, '≥ 98 % of raw', 'ratio'), scope: 'gpu' } },
-  { size: GiB, spec: { name: 'GPU0→GPU1 bandwidth, 1 GiB', suite: 'bandwidth', unit: 'GB/s', baselineName: RAW, target: atLeast(0.98, '≥ 98 % of raw', 'ratio'), scope: 'gpu' } },
+  {
+    size: 16 * MiB,
+    spec: {
+      name: 'GPU0→GPU1 bandwidth, 16 MiB',
+      suite: 'bandwidth',
+      unit: 'GB/s',
+      baselineName: RAW,
+      target: atLeast(0.95, '≥ 95 % of raw', 'ratio'),
+      scope: 'gpu',
+    },
+  },
+  {
+    size: 256 * MiB,
+    spec: {
+      name: 'GPU0→GPU1 bandwidth, 256 MiB',
+      suite: 'bandwidth',
+      unit: 'GB/s',
+      baselineName: RAW,
+      target: atLeast(0.98, '≥ 98 % of raw', 'ratio'),
+      scope: 'gpu',
+    },
+  },
+  {
+    size: GiB,
+    spec: {
+      name: 'GPU0→GPU1 bandwidth, 1 GiB',
+      suite: 'bandwidth',
+      unit: 'GB/s',
+      baselineName: RAW,
+      target: atLeast(0.98, '≥ 98 % of raw', 'ratio'),
+      scope: 'gpu',
+    },
+  },
 ];
 
 export const STAGING_TARGET_SIZE = 256 * MiB;

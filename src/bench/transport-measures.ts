@@ -149,7 +149,12 @@ export async function oneWay(
     await run(repeat.iters);
     const seconds = micros(t0) / 1e6;
     const stagingReasons = reasonDelta(ep.stats().stagingReasons, reasonsBefore);
-    return { seconds, bytes: size * repeat.iters, paths: pathDelta(sentPaths(ep), before), ...(Object.keys(stagingReasons).length > 0 ? { stagingReasons } : {}) };
+    return {
+      seconds,
+      bytes: size * repeat.iters,
+      paths: pathDelta(sentPaths(ep), before),
+      ...(Object.keys(stagingReasons).length > 0 ? { stagingReasons } : {}),
+    };
   } finally {
     bufs.free();
   }

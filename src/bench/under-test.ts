@@ -66,7 +66,14 @@ export interface PingPongUnderTest {
    * one graph, replayed `warmup` + `replays` times on `stream`. The
    * initiator returns the times as MemOpGraphResult does.
    */
-  graphPingPong(args: { role: PingPongRole; size: number; transfers: number; replays: number; warmup: number; stream: StreamHandle }): Promise<MemOpGraphResult>;
+  graphPingPong(args: {
+    role: PingPongRole;
+    size: number;
+    transfers: number;
+    replays: number;
+    warmup: number;
+    stream: StreamHandle;
+  }): Promise<MemOpGraphResult>;
   close(): Promise<void>;
 }
 
@@ -96,7 +103,17 @@ const BENCH_SCRATCH_BYTES = 64 << 20;
  * for the host (staged), it returns the promise of the call being queued.
  */
 async function communicatorUnderTest(ctx: CollectiveRankContext): Promise<CollectiveUnderTest> {
-  const comm = await Communicator.create({ rank: ctx.rank, size: ctx.ranks, dir: ctx.dir, token: ctx.token, driver: ctx.driver, device: ctx.device, timeoutMs: ctx.timeoutMs, joinTimeoutMs: ctx.timeoutMs, ...(ctx.driver.kind === 'native' ? { scratchBytes: BENCH_SCRATCH_BYTES } : {}) });
+  const comm = await Communicator.create({
+    rank: ctx.rank,
+    size: ctx.ranks,
+    dir: ctx.dir,
+    token: ctx.token,
+    driver: ctx.driver,
+    device: ctx.device,
+    timeoutMs: ctx.timeoutMs,
+    joinTimeoutMs: ctx.timeoutMs,
+    ...(ctx.driver.kind === 'native' ? { scratchBytes: BENCH_SCRATCH_BYTES } : {}),
+  });
   let failure: Error | undefined;
   const alg = (a: Algorithm | undefined): Exclude<CommAlgorithm, 'local'> | undefined => (a === 'pipeline' ? 'ce-pipeline' : a);
   return {
@@ -104,9 +121,11 @@ async function communicatorUnderTest(ctx: CollectiveRankContext): Promise<Collec
     collectiveUnderTest(c) {
       if (failure) throw failure;
       const a = alg(c.algorithm);
-      comm.allreduce({ send: c.send, recv: c.recv, count: c.count, dtype: c.dtype, op: c.reduce, stream: c.stream, ...(a ? { algorithm: a } : {}) }).catch((err: Error) => {
-        failure ??= err;
-      });
+      comm
+        .allreduce({ send: c.send, recv: c.recv, count: c.count, dtype: c.dtype, op: c.reduce, stream: c.stream, ...(a ? { algorithm: a } : {}) })
+        .catch((err: Error) => {
+          failure ??= err;
+        });
       return comm.queued();
     },
     algorithmFor: (bytes, dtype) => comm.algorithmFor(bytes, dtype),
@@ -149,7 +168,16 @@ export async function timeCollective(
 ): Promise<CollectiveTiming> {
   const stream = driver.streamCreate();
   const done = driver.eventCreate({ disableTiming: true });
-  const call: CollectiveCall = { op: 'allreduce', reduce: o.reduce ?? 'sum', dtype: 'f32', count: bytes / 4, send: buffer, recv: buffer, stream, ...(o.algorithm ? { algorithm: o.algorithm } : {}) };
+  const call: CollectiveCall = {
+    op: 'allreduce',
+    reduce: o.reduce ?? 'sum',
+    dtype: 'f32',
+    count: bytes / 4,
+    send: buffer,
+    recv: buffer,
+    stream,
+    ...(o.algorithm ? { algorithm: o.algorithm } : {}),
+  };
   const sync = async (what: string) => {
     driver.eventRecord(done, stream);
     await withinMs(driver.whenComplete(done), o.timeoutMs, what);

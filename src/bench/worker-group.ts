@@ -59,7 +59,11 @@ export class WorkerGroup<Command extends { op: string }, Info> {
     return Promise.all(this.workers.map((w) => w.exited));
   }
 
-  static async start<Command extends { op: string }, Info>(modulePath: string, configs: readonly object[], options: StartOptions): Promise<WorkerGroup<Command, Info>> {
+  static async start<Command extends { op: string }, Info>(
+    modulePath: string,
+    configs: readonly object[],
+    options: StartOptions,
+  ): Promise<WorkerGroup<Command, Info>> {
     const workers = await startWorkers<Info>(
       modulePath,
       configs.map((cfg, rank) => ({

@@ -12,7 +12,14 @@ import type { Algorithm } from './collective-figures.js';
 import { HostStagedAllreduce, seedAverage, seedGradient, type StagedReduce, type StagedRunResult } from './host-staged-allreduce.js';
 import { type MemOpGraphResult, MemOpPingPong } from './memop-pingpong.js';
 import type { Repeat } from './protocol.js';
-import { type CollectiveTiming, type CollectiveUnderTest, type ReduceOp, COLLECTIVES_UNDER_TEST, GRAPH_PINGPONG_UNDER_TEST, timeCollective } from './under-test.js';
+import {
+  type CollectiveTiming,
+  type CollectiveUnderTest,
+  type ReduceOp,
+  COLLECTIVES_UNDER_TEST,
+  GRAPH_PINGPONG_UNDER_TEST,
+  timeCollective,
+} from './under-test.js';
 
 export type SuiteCommand =
   // graph suite: rank 1 initiates and times, rank 0 responds
@@ -124,7 +131,15 @@ export class SuiteWorker {
         if (!COLLECTIVES_UNDER_TEST.factory) throw new Error(COLLECTIVES_UNDER_TEST.missing);
         if (this.#sut) throw new Error('the collective under test is open already');
         mkdirSync(c.dir, { recursive: true, mode: 0o700 }); // the rendezvous directory, inside the run's private one
-        this.#sut = await COLLECTIVES_UNDER_TEST.factory({ driver: d, rank: this.cfg.rank, ranks: c.ranks, device: this.cfg.device, dir: c.dir, token: this.cfg.token, timeoutMs: c.timeoutMs });
+        this.#sut = await COLLECTIVES_UNDER_TEST.factory({
+          driver: d,
+          rank: this.cfg.rank,
+          ranks: c.ranks,
+          device: this.cfg.device,
+          dir: c.dir,
+          token: this.cfg.token,
+          timeoutMs: c.timeoutMs,
+        });
         return null;
       }
       case 'sut-collective-time':
@@ -155,7 +170,8 @@ export class SuiteWorker {
     const dev = d.memAlloc(Math.max(4, c.bytes));
     try {
       let mismatches = 0;
-      if (!c.verify) d.memsetD8(dev, 0, Math.max(4, c.bytes)); // the values do not change the time of a host f32 sum
+      if (!c.verify)
+        d.memsetD8(dev, 0, Math.max(4, c.bytes)); // the values do not change the time of a host f32 sum
       else {
         if (c.bytes > 0) d.memcpyHtoD(dev, new Uint8Array(seedGradient(this.cfg.rank, count).buffer));
         // Seed 003's step, checked as the seed checks it; the timed calls follow on the result.
@@ -188,7 +204,13 @@ export class SuiteWorker {
   async #sutPingPong(c: Extract<SuiteCommand, { op: 'sut-pingpong' }>): Promise<MemOpGraphResult> {
     if (!GRAPH_PINGPONG_UNDER_TEST.factory) throw new Error(GRAPH_PINGPONG_UNDER_TEST.missing);
     const d = this.driver;
-    const sut = await GRAPH_PINGPONG_UNDER_TEST.factory({ driver: d, endpoint: await this.endpoint(c.session), rank: this.cfg.rank, device: this.cfg.device, ...(c.flags ? { flags: c.flags } : {}) });
+    const sut = await GRAPH_PINGPONG_UNDER_TEST.factory({
+      driver: d,
+      endpoint: await this.endpoint(c.session),
+      rank: this.cfg.rank,
+      device: this.cfg.device,
+      ...(c.flags ? { flags: c.flags } : {}),
+    });
     const stream = d.streamCreate();
     try {
       return await sut.graphPingPong({ role: this.role, size: c.size, transfers: c.transfers, replays: c.replays, warmup: c.warmup, stream });
