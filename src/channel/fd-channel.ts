@@ -121,7 +121,11 @@ export class FdChannel {
   #onHangup: (() => void) | undefined;
 
   /** Takes ownership of a connected SEQPACKET socket: closed here if the channel cannot be made. */
-  constructor(sock: number, options: FdChannelOptions = {}, readonly peer?: PeerCredentials) {
+  constructor(
+    sock: number,
+    options: FdChannelOptions = {},
+    readonly peer?: PeerCredentials,
+  ) {
     this.#native = options.native ?? loadAddon();
     this.#sock = sock;
     this.#ref = options.ref ?? false;
@@ -268,7 +272,7 @@ export class FdChannel {
     if (this.#closed) return;
     if (!this.#handlers && this.#onHangup && revents & (POLLRDHUP | POLLHUP | POLLERR)) {
       const told = this.#onHangup;
-      this.#shutdown(new PeerLostError('the descriptor channel\'s peer hung up'), false);
+      this.#shutdown(new PeerLostError("the descriptor channel's peer hung up"), false);
       told();
       return;
     }
@@ -320,7 +324,7 @@ export class FdChannel {
         const code = errnoCode(err);
         this.#shutdown(
           code === 'ECONNRESET'
-            ? new PeerLostError('the descriptor channel\'s peer went away (ECONNRESET)', { cause: err })
+            ? new PeerLostError("the descriptor channel's peer went away (ECONNRESET)", { cause: err })
             : new DescriptorError('SMCUDA_FD_CHANNEL', `receiving on the descriptor channel failed: ${(err as Error).message}`, { cause: err }),
           true,
         );
@@ -328,7 +332,7 @@ export class FdChannel {
       }
       if (r === null) return;
       if (r.bytes === 0 && r.fd < 0 && !r.dropped) {
-        this.#shutdown(new PeerLostError('the descriptor channel\'s peer closed it'), true);
+        this.#shutdown(new PeerLostError("the descriptor channel's peer closed it"), true);
         return;
       }
       if (r.dropped && r.fd >= 0) {
@@ -339,7 +343,10 @@ export class FdChannel {
       if (r.truncated || r.extra > 0) {
         // The addon closed every descriptor of such a message already.
         this.#shutdown(
-          new DescriptorError('SMCUDA_FD_CHANNEL', r.truncated ? `the peer sent a message longer than ${FD_MESSAGE_MAX} bytes` : `the peer sent ${r.extra + 1} descriptors in one message`),
+          new DescriptorError(
+            'SMCUDA_FD_CHANNEL',
+            r.truncated ? `the peer sent a message longer than ${FD_MESSAGE_MAX} bytes` : `the peer sent ${r.extra + 1} descriptors in one message`,
+          ),
           true,
         );
         return;
@@ -357,7 +364,10 @@ export class FdChannel {
         this.#handlers!.message(msg);
       } catch (err) {
         // The handler owns the descriptor from the call on; its failure is the channel's failure.
-        this.#shutdown(err instanceof SmcudaError ? err : new DescriptorError('SMCUDA_FD_CHANNEL', `the message handler failed: ${(err as Error).message}`, { cause: err }), true);
+        this.#shutdown(
+          err instanceof SmcudaError ? err : new DescriptorError('SMCUDA_FD_CHANNEL', `the message handler failed: ${(err as Error).message}`, { cause: err }),
+          true,
+        );
         return;
       }
     }
@@ -433,7 +443,8 @@ export class FdListener {
    * the one that authenticated on the control channel; else AccessDeniedError.
    */
   expect(token: Uint8Array, timeoutMs = 10_000, peerPid?: number): Promise<FdChannel> {
-    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES) return Promise.reject(new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
+    if (!(token instanceof Uint8Array) || token.byteLength !== FD_TOKEN_BYTES)
+      return Promise.reject(new ArgumentTypeError(`token must be ${FD_TOKEN_BYTES} bytes`));
     if (this.#closed) return Promise.reject(new ClosedError('the descriptor listener is closed'));
     const key = Buffer.from(token).toString('hex');
     const early = this.#early.get(key);
@@ -568,7 +579,9 @@ export class FdListener {
       if (!this.#unadmitted.has(victim) || this.#unadmitted.size < max) continue;
       this.#drop(
         victim,
-        new AccessDeniedError(`${label}: closed a descriptor connection from pid ${victim.peer?.pid} not yet admitted: ${max} were waiting for admission, a newer one came`),
+        new AccessDeniedError(
+          `${label}: closed a descriptor connection from pid ${victim.peer?.pid} not yet admitted: ${max} were waiting for admission, a newer one came`,
+        ),
       );
     }
     let admitted = false;
@@ -596,7 +609,10 @@ export class FdListener {
           // follows waits in the kernel) until expect(), the admission timeout,
           // eviction, or the client hanging up (closed at once).
           if (this.#early.has(key)) {
-            return this.#drop(channel, new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its token is parked already`));
+            return this.#drop(
+              channel,
+              new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its token is parked already`),
+            );
           }
           channel.pause(() => this.#drop(channel));
           this.#early.set(key, {
@@ -613,7 +629,9 @@ export class FdListener {
         clearTimeout(timer);
         if (!waiter || !timingSafeEqual(Buffer.from(key, 'hex'), m.subarray(TOKEN_MAGIC.byteLength))) {
           channel.close();
-          this.#refuse(new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its first message is not an expected token`));
+          this.#refuse(
+            new AccessDeniedError(`${label}: refused a descriptor connection from pid ${channel.peer?.pid}: its first message is not an expected token`),
+          );
           return;
         }
         admitted = true;

@@ -96,7 +96,11 @@ export function createSealedSegment(bytes: number, label: string, native: Segmen
     const what = label.endsWith('stg')
       ? 'a staging ring (one per endpoint and direction that sends device data by staging): shrink it with the transport option staging: { chunkSize, slots } (chunkSize × slots bytes)'
       : 'a control ring: controlRing: false turns them off';
-    throw new SmcudaError('SMCUDA_SEGMENT_NO_MEMORY', `no memory for a ${(bytes / MiB).toFixed(1)} MiB shared segment (${code}), ${what}; or give the process more memory`, { cause: err });
+    throw new SmcudaError(
+      'SMCUDA_SEGMENT_NO_MEMORY',
+      `no memory for a ${(bytes / MiB).toFixed(1)} MiB shared segment (${code}), ${what}; or give the process more memory`,
+      { cause: err },
+    );
   }
   return mapped(native, made.buffer, made.fd);
 }

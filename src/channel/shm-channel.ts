@@ -141,7 +141,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     this.base.limitBuffered?.(this.room);
   }
 
-    /** Whether frames to the peer go through its ring (for stats and tests). */
+  /** Whether frames to the peer go through its ring (for stats and tests). */
   get ringOut(): boolean {
     return this.writer !== undefined;
   }
@@ -284,7 +284,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
           this.spilledBytes += f.frame.byteLength;
           // A base channel without limitBuffered checked nothing before buffering: check what we hold now.
           if (this.room !== undefined && this.room() < 0) {
-            throw new PeerLimitError('SMCUDA_PEER_BUFFER_LIMIT', `${this.label}: the peer's out-of-order SPILLs hold ${this.spilledBytes} bytes, past maxBufferedBytes`);
+            throw new PeerLimitError(
+              'SMCUDA_PEER_BUFFER_LIMIT',
+              `${this.label}: the peer's out-of-order SPILLs hold ${this.spilledBytes} bytes, past maxBufferedBytes`,
+            );
           }
           this.pump();
           return;
@@ -307,7 +310,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     // Checked before anything is mapped: a peer names the size, this side bounds it.
     const c = f.capacity;
     if (c < 4096 || c > this.opts.maxPeerCapacity || (c & (c - 1)) !== 0) {
-      throw new ProtocolError(`${this.label}: RING_OFFER of a ${c}-byte ring: a ring must be a power of two of 4096..${this.opts.maxPeerCapacity} bytes; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+      throw new ProtocolError(
+        `${this.label}: RING_OFFER of a ${c}-byte ring: a ring must be a power of two of 4096..${this.opts.maxPeerCapacity} bytes; refused, not mapped`,
+        'SMCUDA_BAD_SEGMENT',
+      );
     }
     this.offeredCapacity = c;
     this.upgrade();
@@ -322,7 +328,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     this.peerFd = seg;
     try {
       if (seg.bytes > ringSegmentBytes(this.opts.maxPeerCapacity)) {
-        throw new ProtocolError(`${this.label}: the peer's ring segment of ${seg.bytes} bytes is larger than a ring of ${this.opts.maxPeerCapacity} bytes; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+        throw new ProtocolError(
+          `${this.label}: the peer's ring segment of ${seg.bytes} bytes is larger than a ring of ${this.opts.maxPeerCapacity} bytes; refused, not mapped`,
+          'SMCUDA_BAD_SEGMENT',
+        );
       }
       this.upgrade();
     } catch (err) {
@@ -338,7 +347,10 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     this.peerFd = undefined;
     if (got.bytes !== ringSegmentBytes(c)) {
       this.port!.closeFd(got.fd);
-      throw new ProtocolError(`${this.label}: the peer's ring segment is ${got.bytes} bytes, not the ${ringSegmentBytes(c)} its RING_OFFER of ${c} needs; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+      throw new ProtocolError(
+        `${this.label}: the peer's ring segment is ${got.bytes} bytes, not the ${ringSegmentBytes(c)} its RING_OFFER of ${c} needs; refused, not mapped`,
+        'SMCUDA_BAD_SEGMENT',
+      );
     }
     let seg: MappedSegment | undefined;
     try {
@@ -371,7 +383,9 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
     const last = this.spills.length > 0 ? this.spills[this.spills.length - 1]!.seq : undefined;
     const afterLast = last === undefined ? 1 : (seq - last) >>> 0; // SPILLs come in order: each after the one before
     if (ahead >= window || afterLast === 0 || afterLast >= window) {
-      throw new ProtocolError(`${this.label}: SPILL ${seq} is outside the window of ${window} frames after ${this.expected} (repeated, out of order or too far ahead)`);
+      throw new ProtocolError(
+        `${this.label}: SPILL ${seq} is outside the window of ${window} frames after ${this.expected} (repeated, out of order or too far ahead)`,
+      );
     }
   }
 
@@ -396,7 +410,7 @@ export class ShmChannel extends EventEmitter<ControlChannelEvents> implements Co
         this.deliver(spill.frame, false);
       } else {
         // Neither source has the next frame yet. A ring entry behind it can only be a broken peer.
-        if (seq !== -1 && ((seq - this.expected) >>> 0) >= U32_HALF) {
+        if (seq !== -1 && (seq - this.expected) >>> 0 >= U32_HALF) {
           throw new ProtocolError(`${this.label}: ring entry ${seq} arrived after ${this.expected - 1}`);
         }
         break;

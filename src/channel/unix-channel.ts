@@ -37,17 +37,20 @@ import { promises as fsp, statSync } from 'node:fs';
 import * as net from 'node:net';
 import { dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { AccessDeniedError, ArgumentTypeError, ClosedError, ConfigError, NoListenerError, PeerLimitError, PeerLostError, ProtocolError, SmcudaError } from '../errors.js';
+import {
+  AccessDeniedError,
+  ArgumentTypeError,
+  ClosedError,
+  ConfigError,
+  NoListenerError,
+  PeerLimitError,
+  PeerLostError,
+  ProtocolError,
+  SmcudaError,
+} from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
-import {
-  DEFAULT_MAX_FRAME_BYTES,
-  FrameReader,
-  LENGTH_PREFIX_BYTES,
-  MAX_FRAME_BYTES_LIMIT,
-  frameTooLarge,
-  lengthPrefix,
-} from './framing.js';
+import { DEFAULT_MAX_FRAME_BYTES, FrameReader, LENGTH_PREFIX_BYTES, MAX_FRAME_BYTES_LIMIT, frameTooLarge, lengthPrefix } from './framing.js';
 
 /** Frames up to this size are copied behind their prefix and written once. */
 const COPY_WRITE_BYTES = 16 * 1024;
@@ -220,7 +223,10 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
       this.#reader.setLimit(
         bound,
         (len, max) =>
-          new ProtocolError(`${label}: a peer that has not completed the handshake announced a frame of ${len} bytes; until it has, frames of at most ${max} bytes are accepted: refused`, 'SMCUDA_PROTOCOL_FRAME_SIZE'),
+          new ProtocolError(
+            `${label}: a peer that has not completed the handshake announced a frame of ${len} bytes; until it has, frames of at most ${max} bytes are accepted: refused`,
+            'SMCUDA_PROTOCOL_FRAME_SIZE',
+          ),
       );
     }
     socket.on('data', (chunk: Buffer) => {
@@ -352,7 +358,7 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
     else partialByPeer.delete(pid);
   }
 
-    /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
+  /** The peer is authenticated: frames up to maxFrameBytes are accepted from now on. */
   handshakeDone(): void {
     this.#reader.setLimit(this.#opts.maxFrameBytes);
   }
@@ -493,7 +499,9 @@ export class UnixChannel extends EventEmitter<ControlChannelEvents> implements C
 function checkPath(path: string): void {
   if (typeof path !== 'string' || path.length === 0) throw new ConfigError(`a Unix socket path must be a non-empty string, got ${String(path)}`);
   if (Buffer.byteLength(path) > MAX_SOCKET_PATH_BYTES) {
-    throw new ConfigError(`Unix socket path is ${Buffer.byteLength(path)} bytes, above the ${MAX_SOCKET_PATH_BYTES}-byte limit: use a shorter path (e.g. under /tmp or $XDG_RUNTIME_DIR): ${path}`);
+    throw new ConfigError(
+      `Unix socket path is ${Buffer.byteLength(path)} bytes, above the ${MAX_SOCKET_PATH_BYTES}-byte limit: use a shorter path (e.g. under /tmp or $XDG_RUNTIME_DIR): ${path}`,
+    );
   }
 }
 
@@ -672,7 +680,14 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
     });
   }).catch(async (err: NodeJS.ErrnoException) => {
     // libuv reports bind()'s ENOENT (no such directory) as EACCES.
-    if (err.code === 'EACCES' && !(await fsp.stat(dirname(path)).then(() => true, () => false))) err.code = 'ENOENT';
+    if (
+      err.code === 'EACCES' &&
+      !(await fsp.stat(dirname(path)).then(
+        () => true,
+        () => false,
+      ))
+    )
+      err.code = 'ENOENT';
     throw fsError(err, path, `Cannot listen at ${path}`);
   });
   const abandon = (err: SmcudaError): Promise<never> =>
@@ -693,7 +708,9 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       return abandon(
-        e.code === 'EEXIST' ? new ConfigError(`${path} appeared while this listener was starting (another process?): refusing to replace it; choose another path`) : fsError(err, path, `Cannot listen at ${path}`),
+        e.code === 'EEXIST'
+          ? new ConfigError(`${path} appeared while this listener was starting (another process?): refusing to replace it; choose another path`)
+          : fsError(err, path, `Cannot listen at ${path}`),
       );
     }
     await fsp.unlink(bound).catch(() => {}); // libuv's unlink at close would remove it anyway
