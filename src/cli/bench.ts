@@ -89,7 +89,11 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
   const opts = benchOptions(a);
   const tty = process.stderr.isTTY === true;
   // --progress: one line per step even when stderr is a file (a log says where a run stopped).
-  const progress = tty ? (line: string) => process.stderr.write(`\r\x1b[K${line}`) : a.progress ? (line: string) => process.stderr.write(`${line}\n`) : () => {};
+  const progress = tty
+    ? (line: string) => process.stderr.write(`\r\x1b[K${line}`)
+    : a.progress
+      ? (line: string) => process.stderr.write(`${line}\n`)
+      : () => {};
   let report: BenchReport;
   try {
     report = await runBench(opts, progress);
@@ -107,7 +111,15 @@ export async function runBenchCommand(argv: string[]): Promise<number> {
   return 0;
 }
 
-function benchOptions(a: { driver?: string; sizes?: string; suite?: string; window?: string; ranks?: string; smoke?: boolean; timeout?: string }): BenchOptions {
+function benchOptions(a: {
+  driver?: string;
+  sizes?: string;
+  suite?: string;
+  window?: string;
+  ranks?: string;
+  smoke?: boolean;
+  timeout?: string;
+}): BenchOptions {
   if (!['auto', 'native', 'sim'].includes(a.driver!)) throw new UsageError(`--driver must be auto, native or sim, got ${a.driver}`);
   let sizes: number[] | undefined;
   if (a.sizes !== undefined) {
@@ -121,9 +133,13 @@ function benchOptions(a: { driver?: string; sizes?: string; suite?: string; wind
   }
   let suites: SuiteName[] = [...SUITES];
   if (a.suite !== undefined) {
-    const names = a.suite.split(',').map((s) => s.trim()).filter(Boolean);
+    const names = a.suite
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     const unknown = names.filter((s) => !(SUITES as readonly string[]).includes(s));
-    if (unknown.length > 0 || names.length === 0) throw new UsageError(`--suite: unknown suite ${unknown.join(', ') || "''"}; choose from ${SUITES.join(', ')}`);
+    if (unknown.length > 0 || names.length === 0)
+      throw new UsageError(`--suite: unknown suite ${unknown.join(', ') || "''"}; choose from ${SUITES.join(', ')}`);
     suites = names as SuiteName[];
   }
   const window = Number(a.window);

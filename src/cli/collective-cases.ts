@@ -44,7 +44,14 @@ export function collectiveCases(sizes: readonly number[], ranks: number): Collec
         const es = DTYPE_BYTES[dtype];
         const per = op === 'reduce-scatter' || op === 'alltoall' ? ranks : 1; // their input is `ranks` blocks of count
         const count = size === 0 ? 0 : Math.max(1, Math.floor(size / es / per));
-        out.push({ op, dtype, count, size: count * es * per, ...(reduce ? { reduce } : {}), ...(op === 'broadcast' || op === 'reduce' ? { root: ranks - 1 } : {}) });
+        out.push({
+          op,
+          dtype,
+          count,
+          size: count * es * per,
+          ...(reduce ? { reduce } : {}),
+          ...(op === 'broadcast' || op === 'reduce' ? { root: ranks - 1 } : {}),
+        });
       }
     }
   }

@@ -80,7 +80,12 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
     const got = new Uint8Array(outBytes);
     d.memcpyDtoH(got, recv);
     for (let i = 0; i < outBytes; i++) {
-      if (got[i] !== want[i]) return { algorithm: res.algorithm, verified: false, mismatch: `rank ${rank}: ${c.op}${c.reduce ? ` ${c.reduce}` : ''} ${c.dtype} ×${c.count}: byte ${i} is ${got[i]}, expected ${want[i]}` };
+      if (got[i] !== want[i])
+        return {
+          algorithm: res.algorithm,
+          verified: false,
+          mismatch: `rank ${rank}: ${c.op}${c.reduce ? ` ${c.reduce}` : ''} ${c.dtype} ×${c.count}: byte ${i} is ${got[i]}, expected ${want[i]}`,
+        };
     }
     return { algorithm: res.algorithm, verified: true };
   } finally {
@@ -91,12 +96,25 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
 
 const link = serveRequests({ case: (c: CollectiveCase) => runCase(c) }, { sequential: true, onExit: () => comm?.close() });
 
-Communicator.create({ rank: cfg.rank, size: cfg.ranks, dir: cfg.dir, token: cfg.token, driver: cfg.driver, timeoutMs: cfg.timeoutMs, ...(cfg.algorithm ? { algorithm: cfg.algorithm } : {}) }).then(
+Communicator.create({
+  rank: cfg.rank,
+  size: cfg.ranks,
+  dir: cfg.dir,
+  token: cfg.token,
+  driver: cfg.driver,
+  timeoutMs: cfg.timeoutMs,
+  ...(cfg.algorithm ? { algorithm: cfg.algorithm } : {}),
+}).then(
   (c) => {
     comm = c;
     const index = c.driver.currentDevice();
     const info = c.driver.deviceInfo(index);
-    const ready: CollectivesWorkerReady = { rank: c.rank, driver: c.driver.kind, reason: c.transport.driverReason, device: { index, name: info.name, uuid: info.uuid } };
+    const ready: CollectivesWorkerReady = {
+      rank: c.rank,
+      driver: c.driver.kind,
+      reason: c.transport.driverReason,
+      device: { index, name: info.name, uuid: info.uuid },
+    };
     link.ready(ready);
   },
   (err: unknown) => link.startFailed(err),

@@ -59,7 +59,15 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
       startWorkers<CollectivesWorkerReady>(
         workerPath,
         [...Array(opts.ranks).keys()].map((rank) => {
-          const cfg: CollectivesWorkerConfig = { rank, ranks: opts.ranks, dir, token, driver: opts.driver, timeoutMs: Math.min(opts.timeoutMs, 120_000), ...(opts.algorithm ? { algorithm: opts.algorithm } : {}) };
+          const cfg: CollectivesWorkerConfig = {
+            rank,
+            ranks: opts.ranks,
+            dir,
+            token,
+            driver: opts.driver,
+            timeoutMs: Math.min(opts.timeoutMs, 120_000),
+            ...(opts.algorithm ? { algorithm: opts.algorithm } : {}),
+          };
           return { name: `rank ${rank}`, env: { SMCUDA_DEMO_COLLECTIVES: JSON.stringify(cfg) }, readyTimeoutMs: opts.timeoutMs };
         }),
       ),
@@ -67,7 +75,9 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     const first = workers[0]!.ready;
     progress(`smcuda demo --collectives: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason})`);
     const sizes = opts.sizes ?? [0, 1, 1001, MiB, ...(first.driver === 'native' ? [64 * MiB] : [])];
-    const cases = collectiveCases(sizes, opts.ranks).filter((c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)));
+    const cases = collectiveCases(sizes, opts.ranks).filter(
+      (c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)),
+    );
     const collectives: CollectivesDemoReport['collectives'] = [];
     const mismatches: string[] = [];
     let dtype: string | undefined;
@@ -97,7 +107,18 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
 }
 
 /** The operations' labels, as --ops takes them. */
-export const COLLECTIVE_LABELS = ['allreduce-sum', 'allreduce-avg', 'allreduce-min', 'allreduce-max', 'allreduce-prod', 'reduce', 'reduce-scatter', 'broadcast', 'allgather', 'alltoall'];
+export const COLLECTIVE_LABELS = [
+  'allreduce-sum',
+  'allreduce-avg',
+  'allreduce-min',
+  'allreduce-max',
+  'allreduce-prod',
+  'reduce',
+  'reduce-scatter',
+  'broadcast',
+  'allgather',
+  'alltoall',
+];
 
 function label(c: CollectiveCase): string {
   return c.reduce && c.op === 'allreduce' ? `allreduce-${c.reduce}` : c.op;
@@ -116,7 +137,12 @@ export function renderCollectives(r: CollectivesDemoReport): string {
   const rows = [['collective', 'calls verified', 'algorithms']];
   for (const [op, e] of byOp) rows.push([op, `${e.ok}/${e.n}`, [...e.algorithms].join(', ')]);
   const dtypes = [...new Set(r.collectives.map((c) => c.dtype))];
-  const lines = ['', `${r.ranks} ranks; dtypes ${dtypes.join(' ')}; sizes up to ${formatBytes(sizes.at(-1) ?? 0)} per rank`, table(rows).replace(/^/gm, '  '), ''];
+  const lines = [
+    '',
+    `${r.ranks} ranks; dtypes ${dtypes.join(' ')}; sizes up to ${formatBytes(sizes.at(-1) ?? 0)} per rank`,
+    table(rows).replace(/^/gm, '  '),
+    '',
+  ];
   if (r.verified) lines.push(`verified: all ${r.collectives.length} collectives, every element on every rank (${(r.durationMs / 1000).toFixed(1)} s)`);
   else lines.push(`NOT verified: ${r.mismatches.length} mismatches\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
   return lines.join('\n');

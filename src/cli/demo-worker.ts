@@ -76,7 +76,6 @@ export interface GraphResult {
   mismatches: string[];
 }
 
-
 /** What the rank's buffers are, as the driver sees them: for the report's memory section. */
 export interface MemoryReport {
   rank: number;
@@ -279,7 +278,12 @@ async function runPhase(
     if (size > 0) driver.streamSynchronize(0n);
     await barrier(peers);
     const start = performance.now();
-    const recvs = sources.map((src) => peers.get(src)!.recv({ tag, into: buffers.recv.get(src)!.view(size) }).then((r) => ({ src, r })));
+    const recvs = sources.map((src) =>
+      peers
+        .get(src)!
+        .recv({ tag, into: buffers.recv.get(src)!.view(size) })
+        .then((r) => ({ src, r })),
+    );
     const sends = targets.map((dst) => peers.get(dst)!.send(buffers.send.get(dst)!.view(size), { tag }));
     const [received] = await Promise.all([Promise.all(recvs), Promise.all(sends)]);
     result.seconds += (performance.now() - start) / 1000;
@@ -406,7 +410,16 @@ async function runGraph(
     driver.streamDestroy(capture);
     driver.streamDestroy(stream);
   }
-  return { rank: me, captured: true, replays: replays + GRAPH_SAMPLED_REPLAYS, sampled: GRAPH_SAMPLED_REPLAYS, hostUsPerReplay: hostUs, seconds, transfers: all.length, mismatches };
+  return {
+    rank: me,
+    captured: true,
+    replays: replays + GRAPH_SAMPLED_REPLAYS,
+    sampled: GRAPH_SAMPLED_REPLAYS,
+    hostUsPerReplay: hostUs,
+    seconds,
+    transfers: all.length,
+    mismatches,
+  };
 }
 
 /** Tag reserved for the demo's barrier (outside the phases' tags). */

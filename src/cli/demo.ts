@@ -143,23 +143,39 @@ export async function runDemo(argv: string[]): Promise<number> {
     throw new UsageError((err as Error).message);
   }
   const names = a.runtime!.split(',').map((r) => r.trim());
-  for (const r of names) if (!(RUNTIMES as readonly string[]).includes(r)) throw new UsageError(`--runtime takes ${RUNTIMES.join(', ')} (comma-separated), got '${r}'`);
+  for (const r of names)
+    if (!(RUNTIMES as readonly string[]).includes(r)) throw new UsageError(`--runtime takes ${RUNTIMES.join(', ')} (comma-separated), got '${r}'`);
   const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
   const collectiveOnly = (['ops', 'dtypes', 'algorithm'] as const).filter((k) => a[k] !== undefined);
   if (!a.collectives && collectiveOnly.length > 0) {
-    throw new UsageError(`${collectiveOnly.map((k) => `--${k}`).join(', ')} only go with --collectives (smcuda demo --collectives ${collectiveOnly.map((k) => `--${k} …`).join(' ')})`);
+    throw new UsageError(
+      `${collectiveOnly.map((k) => `--${k}`).join(', ')} only go with --collectives (smcuda demo --collectives ${collectiveOnly.map((k) => `--${k} …`).join(' ')})`,
+    );
   }
   if (a.collectives) {
     const given = argv.some((x) => x === '--sizes' || x.startsWith('--sizes='));
     const ops = a.ops?.split(',').map((x) => x.trim());
-    for (const o of ops ?? []) if (!COLLECTIVE_LABELS.includes(o)) throw new UsageError(`--ops takes ${COLLECTIVE_LABELS.join(', ')} (comma-separated), got '${o}'`);
+    for (const o of ops ?? [])
+      if (!COLLECTIVE_LABELS.includes(o)) throw new UsageError(`--ops takes ${COLLECTIVE_LABELS.join(', ')} (comma-separated), got '${o}'`);
     const dtypes = a.dtypes?.split(',').map((x) => x.trim());
     for (const t of dtypes ?? []) if (!isDType(t)) throw new UsageError(`--dtypes takes ${DTYPES.join(', ')} (comma-separated), got '${t}'`);
-    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm)) throw new UsageError(`--algorithm takes ${FORCED_ALGORITHMS.join(', ')}, got '${a.algorithm}'`);
+    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm))
+      throw new UsageError(`--algorithm takes ${FORCED_ALGORITHMS.join(', ')}, got '${a.algorithm}'`);
     const algorithm = a.algorithm as ForcedAlgorithm | undefined;
-    const report = await collectivesDemo({ ranks, driver: a.driver as DemoOptions['driver'], timeoutMs: timeout * 1000, ...(given ? { sizes } : {}), ...(ops ? { ops } : {}), ...(dtypes ? { dtypes } : {}), ...(algorithm ? { algorithm } : {}) }, a.json ? () => {} : (line) => console.log(line));
+    const report = await collectivesDemo(
+      {
+        ranks,
+        driver: a.driver as DemoOptions['driver'],
+        timeoutMs: timeout * 1000,
+        ...(given ? { sizes } : {}),
+        ...(ops ? { ops } : {}),
+        ...(dtypes ? { dtypes } : {}),
+        ...(algorithm ? { algorithm } : {}),
+      },
+      a.json ? () => {} : (line) => console.log(line),
+    );
     console.log(a.json ? JSON.stringify(report, null, 2) : renderCollectives(report));
     return report.verified ? 0 : 1;
   }
@@ -167,7 +183,18 @@ export async function runDemo(argv: string[]): Promise<number> {
   if (!Number.isInteger(replays) || replays < 1) throw new UsageError(`--replays must be a positive integer, got ${a.replays}`);
   if (a.flags !== 'memops' && a.flags !== 'kernel') throw new UsageError(`--flags must be memops or kernel, got ${a.flags}`);
   if (a.graph && Math.max(...sizes) === 0) throw new UsageError('--graph needs a message size above 0 (--sizes)');
-  const opts: DemoOptions = { ...(a.graph ? { graph: { replays, flags: a.flags as 'memops' | 'kernel' } } : {}), ranks, sizes, iters, driver: a.driver as DemoOptions['driver'], ipc: a.ipc === 'on', memory: a.memory, timeoutMs: timeout * 1000, runtimes, ...(a.trace ? { trace: a.trace } : {}) };
+  const opts: DemoOptions = {
+    ...(a.graph ? { graph: { replays, flags: a.flags as 'memops' | 'kernel' } } : {}),
+    ranks,
+    sizes,
+    iters,
+    driver: a.driver as DemoOptions['driver'],
+    ipc: a.ipc === 'on',
+    memory: a.memory,
+    timeoutMs: timeout * 1000,
+    runtimes,
+    ...(a.trace ? { trace: a.trace } : {}),
+  };
 
   const progress = a.json ? () => {} : (line: string) => console.log(line);
   const report = await demo(opts, progress);
@@ -229,16 +256,34 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
   const everyRank = <T>(cmd: string, args?: unknown) => until(Promise.all(workers.map((w) => w.call<T>(cmd, args))));
   try {
     const options = Array.from({ length: opts.ranks }, (_, rank): StartWorkerOptions => {
-      const cfg: WorkerConfig = { rank, ranks: opts.ranks, dir, sizes: opts.sizes, iters: opts.iters, driver: opts.driver, ipc: opts.ipc, memory, token, ...(opts.trace ? { trace: opts.trace } : {}) };
+      const cfg: WorkerConfig = {
+        rank,
+        ranks: opts.ranks,
+        dir,
+        sizes: opts.sizes,
+        iters: opts.iters,
+        driver: opts.driver,
+        ipc: opts.ipc,
+        memory,
+        token,
+        ...(opts.trace ? { trace: opts.trace } : {}),
+      };
       const runtime = opts.runtimes?.[rank % opts.runtimes.length];
       // Bun and Deno speak Node's IPC protocol to a parent (NODE_CHANNEL_FD, JSON), so one channel serves all
       // three. A launcher (spawn), not fork: Deno's fork rewrites the arguments as if the child were Deno.
-      return { name: `rank ${rank}`, env: { SMCUDA_DEMO: JSON.stringify(cfg) }, readyTimeoutMs: opts.timeoutMs, ...(runtime ? { launcher: [runtime.command, runtime.args] } : {}) };
+      return {
+        name: `rank ${rank}`,
+        env: { SMCUDA_DEMO: JSON.stringify(cfg) },
+        readyTimeoutMs: opts.timeoutMs,
+        ...(runtime ? { launcher: [runtime.command, runtime.args] } : {}),
+      };
     });
     workers.push(...(await until(startWorkers<DemoWorkerReady>(workerPath, options))));
     const hello = workers.map((w) => w.ready);
     const first = hello[0]!;
-    progress(`smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}; memory ${memory}`);
+    progress(
+      `smcuda demo: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason}); IPC ${opts.ipc ? 'on' : 'off'}; memory ${memory}`,
+    );
     for (const h of hello) progress(`  rank${h.rank} (${h.runtime}): device ${h.device.index} ${h.device.name} ${h.device.uuid}`);
     const mps = mpsStatus();
     const sharing = first.driver === 'native' && new Set(hello.map((h) => h.device.uuid)).size < hello.length;
@@ -278,7 +323,9 @@ export async function demo(opts: DemoOptions, progress: (line: string) => void =
         phases.push(row);
         // Per message: the phase's time over the messages one rank received (ranks run side by side).
         const perRank = messages / opts.ranks;
-        progress(`  ${phase.padEnd(8)} ${formatBytes(row.size).padStart(8)}  ${String(messages).padStart(4)} msgs  ${rate(row.size, bytes / opts.ranks, seconds, perRank)}${results.some((r) => r.mismatches.length) ? '  MISMATCH' : ''}`);
+        progress(
+          `  ${phase.padEnd(8)} ${formatBytes(row.size).padStart(8)}  ${String(messages).padStart(4)} msgs  ${rate(row.size, bytes / opts.ranks, seconds, perRank)}${results.some((r) => r.mismatches.length) ? '  MISMATCH' : ''}`,
+        );
       }
     }
     const endpoints = (await everyRank<DemoReportEndpoint[]>('report')).flat().sort((a, b) => a.rank - b.rank || a.peer - b.peer);
@@ -352,8 +399,11 @@ function render(r: DemoReport): string {
   const total = r.phases.reduce((s, p) => s + p.messages, 0);
   if (r.graph) {
     const g = r.graph;
-    lines.push(`graph: ${g.transfers} persistent transfers of ${formatBytes(g.size)} captured, ${g.replays} replays, ${g.hostUsPerReplay.toFixed(1)} µs host time per replay`);
-    if (r.verified) lines.push(`verified: the last of the timed replays and ${g.sampled} replays with fresh data, byte-exact (${(r.durationMs / 1000).toFixed(1)} s)`);
+    lines.push(
+      `graph: ${g.transfers} persistent transfers of ${formatBytes(g.size)} captured, ${g.replays} replays, ${g.hostUsPerReplay.toFixed(1)} µs host time per replay`,
+    );
+    if (r.verified)
+      lines.push(`verified: the last of the timed replays and ${g.sampled} replays with fresh data, byte-exact (${(r.durationMs / 1000).toFixed(1)} s)`);
     else lines.push(`NOT verified: ${r.mismatches.length} mismatches\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
     return lines.join('\n');
   }

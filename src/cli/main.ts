@@ -21,7 +21,7 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
   demo: { run: runDemo, summary: 'local processes exchange GPU buffers over smcuda, verified (the main job)' },
   diagram: { run: runDiagram, summary: 'Mermaid, DOT and SVG pictures of the protocol state machines' },
   trace: { run: runTrace, summary: 'a recorded trace as a sequence diagram or per-endpoint timeline; flight records: who is stuck' },
-  inspect: { run: runInspect, summary: 'a live web page of each endpoint\'s negotiation state and cache counters' },
+  inspect: { run: runInspect, summary: "a live web page of each endpoint's negotiation state and cache counters" },
   run: { run: runRun, summary: 'start N ranks of a script (as torchrun, mpirun): RANK, WORLD_SIZE, rendezvous, prefixed output' },
   soak: { run: runSoak, summary: 'a long mixed run between 4 processes: RSS, mappings, fds at start and end, messages/s' },
 };
@@ -29,7 +29,12 @@ const commands: Record<string, { run: (argv: string[]) => Promise<number>; summa
 function help(): string {
   const lines = ['usage: smcuda <command> [options]', '', 'commands:'];
   for (const [name, c] of Object.entries(commands)) lines.push(`  ${name.padEnd(8)} ${c.summary}`);
-  lines.push('', "Run 'smcuda <command> --help' for a command's options; 'smcuda --version' prints the version.", '', 'environment (read by every command and worker; docs/debugging.md):');
+  lines.push(
+    '',
+    "Run 'smcuda <command> --help' for a command's options; 'smcuda --version' prints the version.",
+    '',
+    'environment (read by every command and worker; docs/debugging.md):',
+  );
   for (const e of ENV_OVERRIDES) lines.push(`  ${e.name.padEnd(26)} ${e.value}; default ${e.default}`);
   return lines.join('\n');
 }

@@ -63,12 +63,28 @@ async function probeDriver(kind: 'native' | 'sim'): Promise<Omit<ProbeReport, 'm
   try {
     driver = (await openDriver({ driver: kind })).driver;
   } catch (err) {
-    return { driver: kind, available: false, reason: (err as Error).message, driverVersion: 0, devices: [], peerAccess: [], ipc: { supported: false, detail: 'no driver' } };
+    return {
+      driver: kind,
+      available: false,
+      reason: (err as Error).message,
+      driverVersion: 0,
+      devices: [],
+      peerAccess: [],
+      ipc: { supported: false, detail: 'no driver' },
+    };
   }
   try {
     const status = driver.status();
     if (!status.available) {
-      return { driver: kind, available: false, reason: status.reason, driverVersion: status.driverVersion, devices: [], peerAccess: [], ipc: { supported: false, detail: 'no driver' } };
+      return {
+        driver: kind,
+        available: false,
+        reason: status.reason,
+        driverVersion: status.driverVersion,
+        devices: [],
+        peerAccess: [],
+        ipc: { supported: false, detail: 'no driver' },
+      };
     }
     driver.init();
     const n = driver.deviceCount();
@@ -91,7 +107,11 @@ function checkIpc(driver: CudaDriver, kind: string): { supported: boolean; detai
     const handle = Buffer.from(driver.ipcGetMemHandle(ptr)).toString('hex');
     const child = fileURLToPath(new URL('./probe-ipc-child.js', import.meta.url));
     try {
-      const out = execFileSync(process.execPath, [child, kind, handle, String(bytes)], { encoding: 'utf8', timeout: 30_000, stdio: ['ignore', 'pipe', 'pipe'] });
+      const out = execFileSync(process.execPath, [child, kind, handle, String(bytes)], {
+        encoding: 'utf8',
+        timeout: 30_000,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       return { supported: out.trim() === 'ok', detail: out.trim() === 'ok' ? 'a second process opened a handle and read the data' : out.trim() };
     } catch (err) {
       const e = err as { stderr?: string; message: string };

@@ -88,7 +88,9 @@ function failureLines(r: RunReport): string[] {
   if (r.interrupted) lines.push(`smcuda run: ${r.interrupted}: stopped ${r.size} rank(s)`);
   if (r.firstFailure !== null) {
     const f = r.ranks.find((x) => x.rank === r.firstFailure)!;
-    lines.push(`smcuda run: rank ${f.rank} (pid ${f.pid}) failed first: ${f.signal ? `killed by ${f.signal}` : `exit code ${f.exitCode}`} after ${(f.durationMs / 1000).toFixed(1)} s`);
+    lines.push(
+      `smcuda run: rank ${f.rank} (pid ${f.pid}) failed first: ${f.signal ? `killed by ${f.signal}` : `exit code ${f.exitCode}`} after ${(f.durationMs / 1000).toFixed(1)} s`,
+    );
     const stopped = r.ranks.filter((x) => x.stoppedBy);
     if (stopped.length) lines.push(`smcuda run: stopped the others still running: ${stopped.map((x) => `rank ${x.rank} (${x.stoppedBy})`).join(', ')}`);
   }

@@ -97,7 +97,10 @@ async function pairLoop(cfg: SoakWorkerConfig, driver: CudaDriver, peer: number,
       const outgoing = planRound(cfg.rank, peer, round, nOut);
       const incoming = planRound(peer, cfg.rank, round, nIn);
       const recvs = incoming.map((m, k) => {
-        const into = m.kind === 'host' ? hostIn.subarray(k * SOAK_HOST_MAX, k * SOAK_HOST_MAX + m.size) : ({ ptr: recvArena + BigInt(m.offset), length: m.size } as DeviceBuffer);
+        const into =
+          m.kind === 'host'
+            ? hostIn.subarray(k * SOAK_HOST_MAX, k * SOAK_HOST_MAX + m.size)
+            : ({ ptr: recvArena + BigInt(m.offset), length: m.size } as DeviceBuffer);
         return ep.recv({ tag: DATA_TAG, into });
       });
       const sends = outgoing.map((m) => {
@@ -132,7 +135,8 @@ async function pairLoop(cfg: SoakWorkerConfig, driver: CudaDriver, peer: number,
           if (m.size > 0) driver.memcpyDtoH(bytes, recvArena + BigInt(m.offset));
         }
         const bad = checkPattern(bytes, m.seed, scratch);
-        if (bad >= 0 && tally.mismatches.length < 100) tally.mismatches.push(`message ${m.index} (${m.kind}, ${m.size} B) from rank${peer}: byte ${bad} differs`);
+        if (bad >= 0 && tally.mismatches.length < 100)
+          tally.mismatches.push(`message ${m.index} (${m.kind}, ${m.size} B) from rank${peer}: byte ${bad} differs`);
       }
     }
   } finally {
@@ -196,7 +200,10 @@ async function start(cfg: SoakWorkerConfig): Promise<SoakWorkerReady> {
     async run() {
       const begin = snapshot(peers.values());
       const t0 = performance.now();
-      const progress = setInterval(() => link.emit('progress', { rank: cfg.rank, received: tally.received, sent: tally.sent, seconds: (performance.now() - t0) / 1000 }), PROGRESS_MS);
+      const progress = setInterval(
+        () => link.emit('progress', { rank: cfg.rank, received: tally.received, sent: tally.sent, seconds: (performance.now() - t0) / 1000 }),
+        PROGRESS_MS,
+      );
       try {
         await Promise.all([...peers.entries()].map(([peer, ep]) => pairLoop(cfg, driver, peer, ep, tally)));
       } finally {

@@ -100,7 +100,10 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
   const received = new Array<number>(opts.ranks).fill(0);
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`soak did not finish within ${opts.timeoutMs / 1000} s; received so far: ${received.reduce((s, n) => s + n, 0)}`)), opts.timeoutMs);
+    timer = setTimeout(
+      () => reject(new Error(`soak did not finish within ${opts.timeoutMs / 1000} s; received so far: ${received.reduce((s, n) => s + n, 0)}`)),
+      opts.timeoutMs,
+    );
   });
   timedOut.catch(() => {});
   const until = <T>(p: Promise<T>) => Promise.race([p, timedOut]);
@@ -141,7 +144,16 @@ export async function soak(opts: SoakOptions, progress: (line: string) => void =
     const mismatches = rankReports.flatMap((r) => r.mismatches.map((m) => `rank${r.rank}: ${m}`));
     if (total !== opts.count) mismatches.push(`${total} messages received, ${opts.count} sent`);
     progress(`  done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-    return { count: opts.count, ranks: opts.ranks, driver: workers[0]!.ready.driver, seconds, messagesPerSecond: seconds > 0 ? total / seconds : 0, verified: mismatches.length === 0, mismatches, rankReports };
+    return {
+      count: opts.count,
+      ranks: opts.ranks,
+      driver: workers[0]!.ready.driver,
+      seconds,
+      messagesPerSecond: seconds > 0 ? total / seconds : 0,
+      verified: mismatches.length === 0,
+      mismatches,
+      rankReports,
+    };
   } finally {
     clearTimeout(timer);
     await Promise.all(workers.map((w) => w.kill()));
@@ -168,7 +180,15 @@ function render(r: SoakReport): string {
   }
   const kinds: Record<string, number> = {};
   for (const x of r.rankReports) for (const [k, n] of Object.entries(x.byKind)) kinds[k] = (kinds[k] ?? 0) + n;
-  const lines = ['', table(rows), '', `by kind/path: ${Object.entries(kinds).sort().map(([k, n]) => `${k} ${n}`).join(', ')}`];
+  const lines = [
+    '',
+    table(rows),
+    '',
+    `by kind/path: ${Object.entries(kinds)
+      .sort()
+      .map(([k, n]) => `${k} ${n}`)
+      .join(', ')}`,
+  ];
   lines.push(`${r.count} messages in ${r.seconds.toFixed(1)} s: ${r.messagesPerSecond.toFixed(0)} messages/s (${r.driver} driver)`);
   lines.push(r.verified ? 'verified: every message byte-exact' : `NOT verified: ${r.mismatches.length} problems\n  ${r.mismatches.slice(0, 20).join('\n  ')}`);
   return lines.join('\n');

@@ -98,9 +98,12 @@ export async function runTrace(argv: string[]): Promise<number> {
   if (flights.length > 0) {
     if (flights.length < inputs.length) {
       const traces = inputs.filter((i) => !isFlightText(i.text)).map((i) => i.file);
-      throw new UsageError(`${traces.join(', ')}: not flight records, and ${flights.map((i) => i.file).join(', ')} are: give flight records and traces in separate runs`);
+      throw new UsageError(
+        `${traces.join(', ')}: not flight records, and ${flights.map((i) => i.file).join(', ')} are: give flight records and traces in separate runs`,
+      );
     }
-    if (filter.fromMs !== undefined || filter.toMs !== undefined || filter.endpoints) throw new UsageError('--endpoint, --from and --to filter traces, not flight records');
+    if (filter.fromMs !== undefined || filter.toMs !== undefined || filter.endpoints)
+      throw new UsageError('--endpoint, --from and --to filter traces, not flight records');
     if (format === 'mermaid' && values.format !== undefined) throw new UsageError('flight records print as text (default) or json');
     const analysis = analyzeFlights(flights.map((i) => parseFlightFile(i.text, i.file)));
     if (format === 'json') console.log(JSON.stringify(analysis, null, 2));
@@ -137,8 +140,13 @@ function expandDirs(paths: readonly string[]): string[] {
       out.push(p);
       continue;
     }
-    const names = readdirSync(p).filter((n) => /^flight\..*\.jsonl$/.test(n)).sort();
-    if (names.length === 0) throw new UsageError(`${p} is a directory with no flight records (flight.rank<r>.<pid>.jsonl) in it: give a trace file itself, or the directory a communicator dumped its flight records to`);
+    const names = readdirSync(p)
+      .filter((n) => /^flight\..*\.jsonl$/.test(n))
+      .sort();
+    if (names.length === 0)
+      throw new UsageError(
+        `${p} is a directory with no flight records (flight.rank<r>.<pid>.jsonl) in it: give a trace file itself, or the directory a communicator dumped its flight records to`,
+      );
     out.push(...names.map((n) => join(p, n)));
   }
   return out;
@@ -150,8 +158,12 @@ function readTraceFile(file: string): string {
     return readFileSync(file, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new UsageError(`no trace file at ${file}: record one with SMCUDA_TRACE=${file} (any smcuda program) or smcuda demo --trace ${file}, then run this again`);
-    if (code === 'EACCES' || code === 'EPERM') throw new UsageError(`cannot read ${file} (permission denied): traces are written mode 0600, readable only by the user who recorded them`);
+    if (code === 'ENOENT')
+      throw new UsageError(
+        `no trace file at ${file}: record one with SMCUDA_TRACE=${file} (any smcuda program) or smcuda demo --trace ${file}, then run this again`,
+      );
+    if (code === 'EACCES' || code === 'EPERM')
+      throw new UsageError(`cannot read ${file} (permission denied): traces are written mode 0600, readable only by the user who recorded them`);
     throw err;
   }
 }
