@@ -251,9 +251,7 @@ export type CaptureMode = 'global' | 'thread-local' | 'relaxed';
  * The simulated driver hands the same list, in order, to its TypeScript twin
  * of the kernel.
  */
-export type KernelArg =
-  | { type: 'ptr' | 'u64' | 'i64'; value: bigint }
-  | { type: 'u32' | 'i32' | 'f32' | 'f64'; value: number };
+export type KernelArg = { type: 'ptr' | 'u64' | 'i64'; value: bigint } | { type: 'u32' | 'i32' | 'f32' | 'f64'; value: number };
 
 export interface LaunchConfig {
   grid: [x: number, y?: number, z?: number];

@@ -267,4 +267,11 @@ export interface NativeFloor {
   ): Promise<Float64Array>;
 }
 
-export type NativeAddon = NativeShm & NativeCuda & NativeGpuDriven & NativeCompletion & NativePeerCredentials & NativeFdPassing & NativeHostMapping & NativeFloor;
+export type NativeAddon = NativeShm &
+  NativeCuda &
+  NativeGpuDriven &
+  NativeCompletion &
+  NativePeerCredentials &
+  NativeFdPassing &
+  NativeHostMapping &
+  NativeFloor;

@@ -204,7 +204,8 @@ export class NativeCudaDriver implements CudaDriver {
   readonly #batches = new Map<number, { codes: Uint32Array; flags: Uint32Array; addrs: BigUint64Array; values: BigUint64Array }>();
   #batchArrays(n: number): { codes: Uint32Array; flags: Uint32Array; addrs: BigUint64Array; values: BigUint64Array } {
     let b = this.#batches.get(n);
-    if (b === undefined) this.#batches.set(n, (b = { codes: new Uint32Array(n), flags: new Uint32Array(n), addrs: new BigUint64Array(n), values: new BigUint64Array(n) }));
+    if (b === undefined)
+      this.#batches.set(n, (b = { codes: new Uint32Array(n), flags: new Uint32Array(n), addrs: new BigUint64Array(n), values: new BigUint64Array(n) }));
     return b;
   }
 
@@ -298,7 +299,10 @@ export class NativeCudaDriver implements CudaDriver {
     if (ctx !== undefined) {
       this.#call((a) => a.cuCtxSetCurrent(ctx));
     } else {
-      this.#contexts.set(index, this.#call((a) => a.cuDevicePrimaryCtxRetain(index)));
+      this.#contexts.set(
+        index,
+        this.#call((a) => a.cuDevicePrimaryCtxRetain(index)),
+      );
     }
     this.#current = index;
   }
@@ -406,7 +410,12 @@ export class NativeCudaDriver implements CudaDriver {
     // cuMemcpyBatchAsync cannot be captured: in a capture CUDA drops the copy
     // without an error (rmm#2518), so it is refused here, as the simulator does.
     if (this.#capturing.has(stream)) {
-      throw new CudaError('cuMemcpyBatchAsync', 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED', 900, 'a batch copy cannot be captured in a CUDA graph (the driver would drop it silently): queue cuMemcpyAsync copies instead');
+      throw new CudaError(
+        'cuMemcpyBatchAsync',
+        'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED',
+        900,
+        'a batch copy cannot be captured in a CUDA graph (the driver would drop it silently): queue cuMemcpyAsync copies instead',
+      );
     }
     const device = Math.max(0, this.#current);
     const a = this.#addon ?? this.#binding();
@@ -583,7 +592,13 @@ export class NativeCudaDriver implements CudaDriver {
   vmmFree(ptr: DevicePtr): void {
     assertPtr('ptr', ptr);
     const range = this.#ownRanges.get(ptr);
-    if (!range) throw new CudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${ptr.toString(16)} is not the base of a vmmAlloc allocation of this driver (freed already?)`);
+    if (!range)
+      throw new CudaError(
+        'cuMemUnmap',
+        'CUDA_ERROR_INVALID_VALUE',
+        1,
+        `0x${ptr.toString(16)} is not the base of a vmmAlloc allocation of this driver (freed already?)`,
+      );
     this.#ownRanges.delete(ptr);
     const err = this.#unmapRange(ptr, range);
     if (err !== undefined) throw err;
@@ -651,7 +666,12 @@ export class NativeCudaDriver implements CudaDriver {
       for (let p = ptr; p < end; ) {
         const kind = this.memoryKind(p);
         if (kind.kind !== 'vmm' || !kind.chunk || kind.chunk.size === 0) {
-          throw new CudaError('cuMemExportToShareableHandle', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${p.toString(16)} is not VMM memory with POSIX fd handles (${kind.reason ?? kind.kind})`);
+          throw new CudaError(
+            'cuMemExportToShareableHandle',
+            'CUDA_ERROR_INVALID_VALUE',
+            1,
+            `0x${p.toString(16)} is not VMM memory with POSIX fd handles (${kind.reason ?? kind.kind})`,
+          );
         }
         const chunk = kind.chunk;
         base ??= chunk.base;
@@ -685,7 +705,12 @@ export class NativeCudaDriver implements CudaDriver {
         try {
           const prop = this.#call((a) => a.cuMemGetAllocationPropertiesFromHandle(handle));
           if (prop.device !== options.device) {
-            throw new CudaError('cuMemImportFromShareableHandle', 'CUDA_ERROR_INVALID_DEVICE', 101, `chunk ${k} is memory of device ${prop.device}, the exporter promised device ${options.device}`);
+            throw new CudaError(
+              'cuMemImportFromShareableHandle',
+              'CUDA_ERROR_INVALID_DEVICE',
+              101,
+              `chunk ${k} is memory of device ${prop.device}, the exporter promised device ${options.device}`,
+            );
           }
         } catch (err) {
           this.#call((a) => a.cuMemRelease(handle));
@@ -747,14 +772,26 @@ export class NativeCudaDriver implements CudaDriver {
 
   memPoolReleasePointer(ptr: DevicePtr): void {
     assertPtr('ptr', ptr);
-    if (!this.#importedPointers.has(ptr)) throw new CudaError('cuMemFree', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${ptr.toString(16)} is not a pointer imported by memPoolImportPointer (released already?)`);
+    if (!this.#importedPointers.has(ptr))
+      throw new CudaError(
+        'cuMemFree',
+        'CUDA_ERROR_INVALID_VALUE',
+        1,
+        `0x${ptr.toString(16)} is not a pointer imported by memPoolImportPointer (released already?)`,
+      );
     this.#call((a) => a.cuMemFree(ptr));
     this.#importedPointers.delete(ptr);
   }
 
   memPoolRelease(pool: PoolHandle): void {
     assertHandle('pool', pool);
-    if (!this.#importedPools.has(pool)) throw new CudaError('cuMemPoolDestroy', 'CUDA_ERROR_INVALID_VALUE', 1, `0x${pool.toString(16)} is not a pool imported by memPoolImport (released already?)`);
+    if (!this.#importedPools.has(pool))
+      throw new CudaError(
+        'cuMemPoolDestroy',
+        'CUDA_ERROR_INVALID_VALUE',
+        1,
+        `0x${pool.toString(16)} is not a pool imported by memPoolImport (released already?)`,
+      );
     this.#call((a) => a.cuMemPoolDestroy(pool));
     this.#importedPools.delete(pool);
   }
@@ -902,7 +939,11 @@ export class NativeCudaDriver implements CudaDriver {
     assertName('name', name);
     if (bytes !== undefined) assertSize('bytes', bytes);
     const addon = this.#binding();
-    return sharedSegment(name, this.#call((a) => a.shmOpen(name, bytes)), (b) => this.#call(() => addon.shmClose(b)));
+    return sharedSegment(
+      name,
+      this.#call((a) => a.shmOpen(name, bytes)),
+      (b) => this.#call(() => addon.shmClose(b)),
+    );
   }
 
   shmUnlink(name: string): void {
@@ -932,8 +973,12 @@ export class NativeCudaDriver implements CudaDriver {
         s.graphsReason,
         s.modulesReason,
         s.attributesReason,
-        streamMemOps && s.attributesReason === undefined && !s.waitValueNor ? 'the device does not support CU_STREAM_WAIT_VALUE_NOR (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR is 0)' : undefined,
-        streamMemOps && s.attributesReason === undefined && !s.memOps64 ? 'the device does not support 64-bit stream memory operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)' : undefined,
+        streamMemOps && s.attributesReason === undefined && !s.waitValueNor
+          ? 'the device does not support CU_STREAM_WAIT_VALUE_NOR (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR is 0)'
+          : undefined,
+        streamMemOps && s.attributesReason === undefined && !s.memOps64
+          ? 'the device does not support 64-bit stream memory operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)'
+          : undefined,
       ].filter((r): r is string => r !== undefined);
       return why.length > 0 ? { ...status, reason: why.join('; ') } : status;
     } catch (err) {

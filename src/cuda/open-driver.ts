@@ -52,7 +52,9 @@ export async function openDriver(options: OpenDriverOptions = {}): Promise<Opene
     if (native.driver) {
       opened = { driver: native.driver, kind: 'native', reason: native.reason };
     } else if (choice === 'native') {
-      throw new DriverUnavailableError(`the native CUDA driver cannot be used: ${withoutSimHint(native.reason)}; or pass driver: 'sim' (or 'auto'; CLI: --driver sim) to run without a GPU`);
+      throw new DriverUnavailableError(
+        `the native CUDA driver cannot be used: ${withoutSimHint(native.reason)}; or pass driver: 'sim' (or 'auto'; CLI: --driver sim) to run without a GPU`,
+      );
     } else {
       // Already on the simulator: the reason must not advise using it.
       opened = { driver: await openSim(options.sim), kind: 'sim', reason: `simulated driver: ${withoutSimHint(native.reason)} (for the native driver)` };
@@ -119,5 +121,9 @@ async function tryNative(): Promise<{ driver?: CudaDriver; reason: string }> {
 
 function firstLine(err: unknown): string {
   const text = err instanceof Error ? err.message : String(err);
-  return text.split('\n').filter((l) => l.trim() !== '').join(' ').slice(0, 500);
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .join(' ')
+    .slice(0, 500);
 }

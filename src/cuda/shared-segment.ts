@@ -68,7 +68,7 @@ function remedy(name: string, bytes: number): string {
     case 'ctl':
       return 'this is a control ring (the channel falls back to its socket without it); controlRing: false turns them off';
     case 'sim':
-      return "the simulated driver keeps device memory in /dev/shm: allocate less, or use the native driver";
+      return 'the simulated driver keeps device memory in /dev/shm: allocate less, or use the native driver';
     default:
       return 'free space there';
   }

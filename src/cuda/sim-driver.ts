@@ -163,7 +163,12 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);
     this.faults = new FaultState(this.world.faults, this.world.devices);
     this.batchOrder = mulberry32(this.world.batchOrderSeed);
-    debug('sim driver %d: a batch runs its copies in a seeded order, seed %d (replay: SMCUDA_SIM={"batchOrderSeed":%d})', this.instance, this.world.batchOrderSeed, this.world.batchOrderSeed);
+    debug(
+      'sim driver %d: a batch runs its copies in a seeded order, seed %d (replay: SMCUDA_SIM={"batchOrderSeed":%d})',
+      this.instance,
+      this.world.batchOrderSeed,
+      this.world.batchOrderSeed,
+    );
     this.fdFaults = new FdFaultState(FdFaultState.fromEnv(env ?? envSimFdFaults()));
     if (shm) {
       this.shm = shm;
@@ -420,7 +425,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     const mem = this.requireContext('cuMemcpyBatchAsync');
     const bs = this.scheduler.get(stream, 'cuMemcpyBatchAsync');
     // CUDA cannot capture a batch copy and drops it silently (rmm#2518): refuse it loudly.
-    if (bs.capture) throw bs.capture.refuse('cuMemcpyBatchAsync', 'a batch copy cannot be captured into a graph (CUDA would drop it silently); use memcpyAsync under capture');
+    if (bs.capture)
+      throw bs.capture.refuse(
+        'cuMemcpyBatchAsync',
+        'a batch copy cannot be captured into a graph (CUDA would drop it silently); use memcpyAsync under capture',
+      );
     // Every copy is checked before any is queued, as the driver refuses a bad batch whole.
     const copies = [];
     for (let k = 0; k < count; k++) {
@@ -497,7 +506,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     return () => {
       const i = list.indexOf(entry);
       if (i < 0) throw cudaError('cuMemHostUnregister', 'CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED', 'already unregistered');
-      if (this.scheduler.anyTouching(buffer)) this.lifetimeViolations.push(`cuMemHostUnregister of ${end - start} bytes with copies into or out of them still queued`);
+      if (this.scheduler.anyTouching(buffer))
+        this.lifetimeViolations.push(`cuMemHostUnregister of ${end - start} bytes with copies into or out of them still queued`);
       list.splice(i, 1);
       this.liveRegistrations--;
     };
@@ -570,7 +580,13 @@ export class SimulatedCudaDriver implements CudaDriver {
     } catch (err) {
       throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `the event behind this handle is gone: ${(err as Error).message}`);
     }
-    const ev = new SimEvent(this.nextEvent++, false, true, sharedSegment(name, buffer, (b) => this.shm!.shmClose(b)), true);
+    const ev = new SimEvent(
+      this.nextEvent++,
+      false,
+      true,
+      sharedSegment(name, buffer, (b) => this.shm!.shmClose(b)),
+      true,
+    );
     ev.ipcHandle = handle.slice();
     this.events.set(ev.handle, ev);
     return ev.handle;
@@ -626,10 +642,12 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertHandle('stream', stream);
     const fd = this.requireFd('cuMemAllocFromPoolAsync');
     const ps = this.scheduler.get(stream, 'cuMemAllocFromPoolAsync');
-    if (ps.capture) throw ps.capture.refuse('cuMemAllocFromPoolAsync', 'the simulator does not capture stream-ordered allocation (allocate before the capture)');
+    if (ps.capture)
+      throw ps.capture.refuse('cuMemAllocFromPoolAsync', 'the simulator does not capture stream-ordered allocation (allocate before the capture)');
     if (bytes === 0) throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', 'cannot allocate 0 bytes');
     const p = fd.pool(pool, 'cuMemAllocFromPoolAsync', false);
-    if (p.device !== this.current) throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', `the pool is on device ${p.device}, the current device is ${this.current}`);
+    if (p.device !== this.current)
+      throw cudaError('cuMemAllocFromPoolAsync', 'CUDA_ERROR_INVALID_VALUE', `the pool is on device ${p.device}, the current device is ${this.current}`);
     return fd.poolAlloc(p, bytes).base;
   }
 
@@ -660,7 +678,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     }
     const a = mem.find(ptr);
     if (!a) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not device memory known to this process`);
-    if (a.opened) return { kind: 'other', reason: 'an IPC mapping of another process\'s memory', bufferId: a.bufferId, device: a.device };
+    if (a.opened) return { kind: 'other', reason: "an IPC mapping of another process's memory", bufferId: a.bufferId, device: a.device };
     return { kind: 'legacy-ipc', bufferId: a.bufferId, device: a.device };
   }
 
@@ -901,7 +919,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.requireContext('cuEventElapsedTime');
     const a = this.event(start, 'cuEventElapsedTime');
     const b = this.event(end, 'cuEventElapsedTime');
-    if (!a.timing || !b.timing) throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_INVALID_HANDLE', 'both events need timing (not disableTiming, not interprocess)');
+    if (!a.timing || !b.timing)
+      throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_INVALID_HANDLE', 'both events need timing (not disableTiming, not interprocess)');
     if (a.recorded === 0 || b.recorded === 0) throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_INVALID_HANDLE', 'both events must have been recorded');
     if (!a.isDone(a.recorded) || !b.isDone(b.recorded)) throw cudaError('cuEventElapsedTime', 'CUDA_ERROR_NOT_READY', 'an event has not completed yet');
     return b.stampMs! - a.stampMs!;
@@ -995,7 +1014,12 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertCaptureMode('mode', mode);
     this.requireContext('cuStreamBeginCapture_v2');
     const s = this.scheduler.get(stream, 'cuStreamBeginCapture_v2');
-    if (stream === 0n) throw cudaError('cuStreamBeginCapture_v2', 'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED', 'the legacy default stream cannot be captured: capture a stream from streamCreate');
+    if (stream === 0n)
+      throw cudaError(
+        'cuStreamBeginCapture_v2',
+        'CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED',
+        'the legacy default stream cannot be captured: capture a stream from streamCreate',
+      );
     if (s.capture) throw cudaError('cuStreamBeginCapture_v2', 'CUDA_ERROR_ILLEGAL_STATE', 'the stream is already capturing');
     const c = new Capture(s, mode);
     s.capture = c;
@@ -1014,7 +1038,11 @@ export class SimulatedCudaDriver implements CudaDriver {
     for (const t of this.scheduler.all()) if (t.capture === c) t.capture = undefined;
     if (c.invalidated) throw cudaError('cuStreamEndCapture', 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED', `the capture was invalidated: ${c.invalidated.message}`);
     if ([...c.joined.values()].some((joined) => !joined)) {
-      throw cudaError('cuStreamEndCapture', 'CUDA_ERROR_STREAM_CAPTURE_UNJOINED', 'a stream forked into the capture was not joined back (record an event at its end and wait on it from the capturing stream)');
+      throw cudaError(
+        'cuStreamEndCapture',
+        'CUDA_ERROR_STREAM_CAPTURE_UNJOINED',
+        'a stream forked into the capture was not joined back (record an event at its end and wait on it from the capturing stream)',
+      );
     }
     return this.graphs.addGraph(new SimGraph(c.items));
   }
@@ -1038,7 +1066,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     const g = this.graphs.exec(exec, 'cuGraphLaunch');
     const s = this.scheduler.get(stream, 'cuGraphLaunch');
     // As the native driver (CUDA 13, 2 × H200): a graph is not launched into a stream that is capturing, and the capture is spoilt.
-    if (s.capture) throw s.capture.refuse('cuGraphLaunch', 'operation not permitted when stream is capturing (capture the work itself, not a launch of its graph)');
+    if (s.capture)
+      throw s.capture.refuse('cuGraphLaunch', 'operation not permitted when stream is capturing (capture the work itself, not a launch of its graph)');
     for (const item of g.items) this.scheduler.enqueue(s, freshItem(item));
   }
 
@@ -1099,7 +1128,8 @@ export class SimulatedCudaDriver implements CudaDriver {
     const frozen = args.map((a) => ({ ...a }) as KernelArg);
     const asBatch = memOpTwinOf(f.entry.name);
     const memory = { view: (ptr: bigint, bytes: number) => this.viewOf(mem, 'cuLaunchKernel', ptr, bytes).bytes };
-    const allocsOf = (ptrs: readonly bigint[]) => ptrs.flatMap((p) => [mem.find(p) ?? this.fdMemory?.find(p) ?? this.pinned.find(p)].filter((x): x is NonNullable<typeof x> => x !== undefined));
+    const allocsOf = (ptrs: readonly bigint[]) =>
+      ptrs.flatMap((p) => [mem.find(p) ?? this.fdMemory?.find(p) ?? this.pinned.find(p)].filter((x): x is NonNullable<typeof x> => x !== undefined));
     if (asBatch) {
       // Runs of memory operations as batches, each 8-byte copy as a copy between them, each piece of work when the stream reaches it, in order.
       let run: StreamMemOp[] = [];
@@ -1115,7 +1145,13 @@ export class SimulatedCudaDriver implements CudaDriver {
         } else if (op.op === 'until') {
           flush();
           const s = this.scheduler.get(stream, 'cuLaunchKernel');
-          this.scheduler.enqueue(s, untilItem(() => op.ready(memory), () => this.scheduler.advanceOthers(s)));
+          this.scheduler.enqueue(
+            s,
+            untilItem(
+              () => op.ready(memory),
+              () => this.scheduler.advanceOthers(s),
+            ),
+          );
         } else if (op.op !== 'copy64') run.push(op);
         else {
           flush();
@@ -1218,7 +1254,10 @@ export class SimulatedCudaDriver implements CudaDriver {
       const value = BigInt(op.value);
       return op.op === 'wait32' || op.op === 'wait64' ? { op: op.op, word, value, condition: op.condition } : { op: op.op, word, value };
     });
-    this.scheduler.enqueue(s, memOpBatch(call, resolved, () => this.scheduler.advanceOthers(s)));
+    this.scheduler.enqueue(
+      s,
+      memOpBatch(call, resolved, () => this.scheduler.advanceOthers(s)),
+    );
   }
 
   /** A stream waits on an event recorded inside a capture: it joins the capture (fork), or joins a fork back. */
@@ -1238,14 +1277,22 @@ export class SimulatedCudaDriver implements CudaDriver {
   private refuseCapturedEvent(ev: SimEvent, call: string): void {
     const mark = ev.captureMark;
     if (mark && this.captures.has(mark.capture)) {
-      throw cudaError(call, 'CUDA_ERROR_CAPTURED_EVENT', 'the event was last recorded in a stream that is capturing: it names a point of the graph, not work that runs');
+      throw cudaError(
+        call,
+        'CUDA_ERROR_CAPTURED_EVENT',
+        'the event was last recorded in a stream that is capturing: it names a point of the graph, not work that runs',
+      );
     }
   }
 
   /** Calls CUDA forbids while a capture in 'global' or 'thread-local' mode is in progress (they invalidate it). */
   private refuseDuringCapture(call: string): void {
     for (const c of this.captures) {
-      if (c.mode !== 'relaxed') throw c.refuse(call, `a synchronous or allocating call during a stream capture in '${c.mode}' mode (begin the capture with mode 'relaxed' to allow it)`);
+      if (c.mode !== 'relaxed')
+        throw c.refuse(
+          call,
+          `a synchronous or allocating call during a stream capture in '${c.mode}' mode (begin the capture with mode 'relaxed' to allow it)`,
+        );
     }
   }
 

@@ -55,7 +55,8 @@ export function assertU64(name: string, value: unknown): asserts value is bigint
 export function assertWordAddress(name: string, value: unknown, bytes: 4 | 8): asserts value is bigint {
   if (typeof value !== 'bigint') throw new ArgumentTypeError(`${name} must be a bigint device pointer, got ${describe(value)}`);
   if (value <= 0n || value >= U64_END) throw new ArgumentRangeError(`${name} must be a non-null 64-bit device pointer, got ${value}`);
-  if (value % BigInt(bytes) !== 0n) throw new ArgumentRangeError(`${name} must be ${bytes}-byte aligned for a ${bytes * 8}-bit word, got 0x${value.toString(16)}`);
+  if (value % BigInt(bytes) !== 0n)
+    throw new ArgumentRangeError(`${name} must be ${bytes}-byte aligned for a ${bytes * 8}-bit word, got 0x${value.toString(16)}`);
 }
 
 export function assertWaitCondition(name: string, value: unknown): asserts value is WaitCondition {
@@ -147,7 +148,8 @@ export function assertLaunchConfig(name: string, value: unknown): [grid: [number
   const block = assertDims(`${name}.block`, c.block, [1024, 1024, 64]);
   if (block[0] * block[1] * block[2] > 1024) throw new ArgumentRangeError(`${name}.block must hold at most 1024 threads, got ${block.join('x')}`);
   const shared = c.sharedMemBytes ?? 0;
-  if (typeof shared !== 'number' || !Number.isInteger(shared)) throw new ArgumentTypeError(`${name}.sharedMemBytes must be an integer, got ${describe(shared)}`);
+  if (typeof shared !== 'number' || !Number.isInteger(shared))
+    throw new ArgumentTypeError(`${name}.sharedMemBytes must be an integer, got ${describe(shared)}`);
   if (shared < 0 || shared >= U32_END) throw new ArgumentRangeError(`${name}.sharedMemBytes must be between 0 and 2^32-1, got ${shared}`);
   return [grid, block, shared];
 }

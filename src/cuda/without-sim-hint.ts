@@ -5,5 +5,8 @@
  * (open-driver.ts), so the reason goes without it.
  */
 export function withoutSimHint(reason: string): string {
-  return reason.replace(/;? *(?:or )?use the simulated driver \(--driver sim\)/g, '').replace(/ (?:or|and)$/, '').trim();
+  return reason
+    .replace(/;? *(?:or )?use the simulated driver \(--driver sim\)/g, '')
+    .replace(/ (?:or|and)$/, '')
+    .trim();
 }

@@ -41,7 +41,12 @@ export class Capture {
   ) {}
 
   record(s: SimStream, item: StreamItem): void {
-    if (this.invalidated) throw cudaError('cuStreamCapture', 'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED', `the capture was invalidated by an earlier call: ${this.invalidated.message}`);
+    if (this.invalidated)
+      throw cudaError(
+        'cuStreamCapture',
+        'CUDA_ERROR_STREAM_CAPTURE_INVALIDATED',
+        `the capture was invalidated by an earlier call: ${this.invalidated.message}`,
+      );
     this.items.push(item);
     this.counts.set(s, this.countOn(s) + 1);
     if (s !== this.origin) this.joined.set(s, false); // new work on a fork: it must be joined again
@@ -106,7 +111,8 @@ export class GraphTable {
   }
 
   destroyExec(h: GraphExecHandle): void {
-    if (!this.execs.delete(h)) throw cudaError('cuGraphExecDestroy', 'CUDA_ERROR_INVALID_VALUE', `no executable graph ${h} in this driver (destroyed already?)`);
+    if (!this.execs.delete(h))
+      throw cudaError('cuGraphExecDestroy', 'CUDA_ERROR_INVALID_VALUE', `no executable graph ${h} in this driver (destroyed already?)`);
   }
 
   get size(): { graphs: number; execs: number } {

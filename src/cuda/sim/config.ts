@@ -152,8 +152,7 @@ export function resolveSimWorld(options: SimOptions = {}, env: Record<string, st
   const visibleSpec = options.visible ?? env.SMCUDA_SIM_VISIBLE ?? fromEnv.visible;
   const visible = resolveVisible(visibleSpec, devices);
   const peerSpec = options.peerAccess ?? fromEnv.peerAccess ?? 'all';
-  const peerPairs =
-    peerSpec === 'all' || peerSpec === 'none' ? peerSpec : peerSpec.map((p) => resolvePair(p, devices, 'peerAccess'));
+  const peerPairs = peerSpec === 'all' || peerSpec === 'none' ? peerSpec : peerSpec.map((p) => resolvePair(p, devices, 'peerAccess'));
   const faults = resolveFaults({ ...fromEnv.faults, ...options.faults }, devices);
   const batchOrderSeed = resolveSeed(options.batchOrderSeed ?? fromEnv.batchOrderSeed);
   return { devices, visible, peerPairs, faults, batchOrderSeed };
@@ -193,7 +192,8 @@ export function resolveFaults(f: SimFaults, devices: SimDevice[]): ResolvedFault
 }
 
 function driverCall(what: string, v: unknown): string {
-  if (typeof v !== 'string' || !/^cu[A-Z]\w*$/.test(v)) throw new ConfigError(`${what} must name a driver call (e.g. "cuMemPoolImportPointer"), got ${JSON.stringify(v)}`);
+  if (typeof v !== 'string' || !/^cu[A-Z]\w*$/.test(v))
+    throw new ConfigError(`${what} must name a driver call (e.g. "cuMemPoolImportPointer"), got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -244,7 +244,12 @@ function checkDevices(devices: SimDevice[]): SimDevice[] {
 
 function resolveVisible(spec: string | DeviceRef[] | undefined, devices: SimDevice[]): number[] {
   if (spec === undefined) return devices.map((_, i) => i);
-  const items = Array.isArray(spec) ? spec : spec.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  const items = Array.isArray(spec)
+    ? spec
+    : spec
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== '');
   const out: number[] = [];
   for (const item of items) {
     const idx = resolveRef(typeof item === 'string' && /^\d+$/.test(item) ? Number(item) : item, devices, 'SMCUDA_SIM_VISIBLE');
@@ -270,7 +275,8 @@ function resolvePair(pair: [DeviceRef, DeviceRef], devices: SimDevice[], what: s
 }
 
 function errorName(what: string, code: string): CudaErrorName {
-  if (!isCudaErrorName(code)) throw new ConfigError(`${what}: ${JSON.stringify(code)} is not a CUDA error name the simulator knows (e.g. CUDA_ERROR_ALREADY_MAPPED)`);
+  if (!isCudaErrorName(code))
+    throw new ConfigError(`${what}: ${JSON.stringify(code)} is not a CUDA error name the simulator knows (e.g. CUDA_ERROR_ALREADY_MAPPED)`);
   return code;
 }
 

@@ -179,7 +179,13 @@ export class SimFdMemory {
     const fds: number[] = [];
     try {
       for (let k = 0; k < count; k++) fds.push(this.vmmChunk(`smcuda-vmm:${uuid}`, chunkSize));
-      return this.mapRange('cuMemMap', 'vmm', device, chunkSize * count, fds.map((fd, k) => ({ offset: k * chunkSize, size: chunkSize, fd, keep: true })));
+      return this.mapRange(
+        'cuMemMap',
+        'vmm',
+        device,
+        chunkSize * count,
+        fds.map((fd, k) => ({ offset: k * chunkSize, size: chunkSize, fd, keep: true })),
+      );
     } catch (err) {
       for (const fd of fds) this.closeQuietly(fd);
       throw err;
@@ -226,7 +232,13 @@ export class SimFdMemory {
       }
       this.checkSealed(call, c.fd, c.size, k);
     }
-    return this.mapRange('cuMemMap', 'vmm-import', device, last.offset + last.size, chunks.map((c) => ({ offset: c.offset, size: c.size, fd: c.fd, keep: false })));
+    return this.mapRange(
+      'cuMemMap',
+      'vmm-import',
+      device,
+      last.offset + last.size,
+      chunks.map((c) => ({ offset: c.offset, size: c.size, fd: c.fd, keep: false })),
+    );
   }
 
   /** Unmaps and frees an own VMM range or a VMM import; closes own chunks' memfds. */
@@ -242,7 +254,17 @@ export class SimFdMemory {
     const id = randomU64();
     const uuid = this.owner.devices[device]!.uuid;
     const fd = this.memfd('cuMemPoolCreate', `smcuda-pool:${uuid}:${id.toString(16)}`, 0);
-    const pool: SimPool = { handle: this.freedPools.pop() ?? this.nextPool++, id, device, fd, imported: false, maxSize, extents: new Map(), pointers: new Set(), fileSize: 0 };
+    const pool: SimPool = {
+      handle: this.freedPools.pop() ?? this.nextPool++,
+      id,
+      device,
+      fd,
+      imported: false,
+      maxSize,
+      extents: new Map(),
+      pointers: new Set(),
+      fileSize: 0,
+    };
     this.pools.set(pool.handle, pool);
     return pool;
   }
@@ -314,7 +336,17 @@ export class SimFdMemory {
     this.checkDevice(call, uuid, expectDevice, 'the pool');
     const device = this.owner.devices.findIndex((d) => d.uuid === uuid);
     const own = this.reopen(call, fd); // the driver keeps its own reference
-    const pool: SimPool = { handle: this.freedPools.pop() ?? this.nextPool++, id: id!, device, fd: own, imported: true, maxSize: 0, extents: new Map(), pointers: new Set(), fileSize: 0 };
+    const pool: SimPool = {
+      handle: this.freedPools.pop() ?? this.nextPool++,
+      id: id!,
+      device,
+      fd: own,
+      imported: true,
+      maxSize: 0,
+      extents: new Map(),
+      pointers: new Set(),
+      fileSize: 0,
+    };
     this.pools.set(pool.handle, pool);
     return pool;
   }
@@ -331,7 +363,11 @@ export class SimFdMemory {
     checkMappable(call, size);
     const fileSize = this.owner.native.fdSize(pool.fd);
     if (size === 0 || offset + size > fileSize) {
-      throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `the allocation (${size} bytes at ${offset}) is not in the pool (${fileSize} bytes): freed, or not this pool's`);
+      throw cudaError(
+        call,
+        'CUDA_ERROR_INVALID_VALUE',
+        `the allocation (${size} bytes at ${offset}) is not in the pool (${fileSize} bytes): freed, or not this pool's`,
+      );
     }
     const r = this.mapRange(call, 'pool-import', device, size, [{ offset: 0, size, fd: pool.fd, fdOffset: offset, keep: false }], { pool, poolOffset: offset });
     pool.pointers.add(r.base);
@@ -346,7 +382,11 @@ export class SimFdMemory {
 
   poolRelease(pool: SimPool): void {
     if (pool.pointers.size > 0) {
-      throw cudaError('cuMemPoolDestroy', 'CUDA_ERROR_INVALID_VALUE', `${pool.pointers.size} pointer(s) imported through this pool are still open: release them first`);
+      throw cudaError(
+        'cuMemPoolDestroy',
+        'CUDA_ERROR_INVALID_VALUE',
+        `${pool.pointers.size} pointer(s) imported through this pool are still open: release them first`,
+      );
     }
     this.pools.delete(pool.handle);
     this.freedPools.push(pool.handle);
@@ -440,8 +480,16 @@ export class SimFdMemory {
     } catch (err) {
       throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `descriptor ${fd} is not open: ${(err as Error).message}`);
     }
-    const m = kind === 'vmm' ? /^\/memfd:smcuda-vmm:(GPU-[0-9a-f-]+) \(deleted\)$/.exec(link) : /^\/memfd:smcuda-pool:(GPU-[0-9a-f-]+):([0-9a-f]+) \(deleted\)$/.exec(link);
-    if (!m) throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `descriptor ${fd} (${link}) is not ${kind === 'vmm' ? 'a VMM allocation' : 'a memory pool'} exported by the simulator`);
+    const m =
+      kind === 'vmm'
+        ? /^\/memfd:smcuda-vmm:(GPU-[0-9a-f-]+) \(deleted\)$/.exec(link)
+        : /^\/memfd:smcuda-pool:(GPU-[0-9a-f-]+):([0-9a-f]+) \(deleted\)$/.exec(link);
+    if (!m)
+      throw cudaError(
+        call,
+        'CUDA_ERROR_INVALID_VALUE',
+        `descriptor ${fd} (${link}) is not ${kind === 'vmm' ? 'a VMM allocation' : 'a memory pool'} exported by the simulator`,
+      );
     return kind === 'vmm' ? { uuid: m[1]! } : { uuid: m[1]!, id: BigInt(`0x${m[2]!}`) };
   }
 
@@ -479,7 +527,11 @@ export class SimFdMemory {
     try {
       probe = seals.sealedMap(fd, size);
     } catch (err) {
-      throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `chunk ${k} is refused, not mapped: ${(err as Error).message} (its exporter could truncate it under the mapping)`);
+      throw cudaError(
+        call,
+        'CUDA_ERROR_INVALID_VALUE',
+        `chunk ${k} is refused, not mapped: ${(err as Error).message} (its exporter could truncate it under the mapping)`,
+      );
     }
     seals.shmClose(probe);
   }
@@ -513,13 +565,16 @@ export class SimFdMemory {
 /** Refuses a range the simulator cannot map as one ArrayBuffer (CUDA_ERROR_OUT_OF_MEMORY, as the driver for memory it cannot give). */
 function checkMappable(call: string, bytes: number): void {
   if (!(bytes <= SIM_MAX_MAPPING_BYTES)) {
-    throw cudaError(call, 'CUDA_ERROR_OUT_OF_MEMORY', `${bytes} bytes: the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} bytes as one range (one host ArrayBuffer); use less, or the native driver`);
+    throw cudaError(
+      call,
+      'CUDA_ERROR_OUT_OF_MEMORY',
+      `${bytes} bytes: the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} bytes as one range (one host ArrayBuffer); use less, or the native driver`,
+    );
   }
 }
-
 
 function randomU64(): bigint {
   const hi = BigInt((Math.random() * 0x1_0000_0000) >>> 0);
   const lo = BigInt((Math.random() * 0x1_0000_0000) >>> 0);
-  return ((hi << 32n) | lo) || 1n;
+  return (hi << 32n) | lo || 1n;
 }

@@ -87,6 +87,7 @@ export function bindLaunch(entry: SimEntry, _config: LaunchConfig, args: readonl
   });
   if (memOpTwinOf(entry.name)) return () => {}; // queued as a batch by the driver
   const twin = twins.get(entry.name);
-  if (!twin) throw cudaError(call, 'CUDA_ERROR_NOT_SUPPORTED', `the simulated driver has no TypeScript twin of ${entry.name}: register one (registerKernelTwin)`);
+  if (!twin)
+    throw cudaError(call, 'CUDA_ERROR_NOT_SUPPORTED', `the simulated driver has no TypeScript twin of ${entry.name}: register one (registerKernelTwin)`);
   return twin;
 }

@@ -94,7 +94,11 @@ export function memOpBatch(call: string, ops: readonly ResolvedMemOp[], advance:
     fresh: (): StreamItem => memOpBatch(call, ops, advance),
   };
   const fail = (k: number): true => {
-    item.error = cudaError(call, 'CUDA_ERROR_ILLEGAL_ADDRESS', `operation ${k} of the batch (${ops[k]!.op}) touches memory that was freed or unmapped while queued`);
+    item.error = cudaError(
+      call,
+      'CUDA_ERROR_ILLEGAL_ADDRESS',
+      `operation ${k} of the batch (${ops[k]!.op}) touches memory that was freed or unmapped while queued`,
+    );
     return true;
   };
   return item;

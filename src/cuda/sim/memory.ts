@@ -109,10 +109,18 @@ export class SimMemory {
   alloc(device: number, size: number): Allocation {
     const dev = this.owner.devices[device]!;
     if (!(size <= SIM_MAX_MAPPING_BYTES)) {
-      throw cudaError('cuMemAlloc', 'CUDA_ERROR_OUT_OF_MEMORY', `${size} bytes: the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} bytes as one allocation (one host ArrayBuffer); use less, or the native driver`);
+      throw cudaError(
+        'cuMemAlloc',
+        'CUDA_ERROR_OUT_OF_MEMORY',
+        `${size} bytes: the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} bytes as one allocation (one host ArrayBuffer); use less, or the native driver`,
+      );
     }
     if (this.used[device]! + size > dev.totalMemory) {
-      throw cudaError('cuMemAlloc', 'CUDA_ERROR_OUT_OF_MEMORY', `${size} bytes requested, ${dev.totalMemory - this.used[device]!} free on simulated device ${device}`);
+      throw cudaError(
+        'cuMemAlloc',
+        'CUDA_ERROR_OUT_OF_MEMORY',
+        `${size} bytes requested, ${dev.totalMemory - this.used[device]!} free on simulated device ${device}`,
+      );
     }
     const { segment, counter, nonce } = this.createSegment('memory', size, 'cuMemAlloc');
     const bufferId = this.newBufferId();
@@ -179,14 +187,23 @@ export class SimMemory {
   open(h: SimHandle, device: number): Allocation {
     const name = segmentName(h);
     if (!(h.size <= SIM_MAX_MAPPING_BYTES)) {
-      throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `the handle claims ${h.size} bytes; the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} as one allocation: refused, not mapped`);
+      throw cudaError(
+        'cuIpcOpenMemHandle',
+        'CUDA_ERROR_INVALID_VALUE',
+        `the handle claims ${h.size} bytes; the simulated driver maps at most ${SIM_MAX_MAPPING_BYTES} as one allocation: refused, not mapped`,
+      );
     }
     let buffer: ArrayBuffer;
     try {
       buffer = this.owner.shm.shmOpen(name, h.size); // a segment of another size is refused before it is mapped
     } catch (err) {
-      if ((err as { code?: unknown }).code === 'ESIZE') throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `segment ${name} is not the ${h.size} bytes the handle says: refused, not mapped`);
-      throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `the allocation behind this handle is gone (freed, or its process exited): ${(err as Error).message}`);
+      if ((err as { code?: unknown }).code === 'ESIZE')
+        throw cudaError('cuIpcOpenMemHandle', 'CUDA_ERROR_INVALID_VALUE', `segment ${name} is not the ${h.size} bytes the handle says: refused, not mapped`);
+      throw cudaError(
+        'cuIpcOpenMemHandle',
+        'CUDA_ERROR_INVALID_VALUE',
+        `the allocation behind this handle is gone (freed, or its process exited): ${(err as Error).message}`,
+      );
     }
     const segment = sharedSegment(name, buffer, (b) => this.owner.shm.shmClose(b));
     if (buffer.byteLength !== h.size) {
@@ -220,7 +237,12 @@ export class SimMemory {
 
   /** Names of the segments this process owns (to unlink at exit). */
   ownedSegmentNames(): string[] {
-    return this.spaces.flatMap((s) => s.values().filter((a) => !a.opened).map((a) => a.segment.name));
+    return this.spaces.flatMap((s) =>
+      s
+        .values()
+        .filter((a) => !a.opened)
+        .map((a) => a.segment.name),
+    );
   }
 
   /** Frees and unmaps everything. */

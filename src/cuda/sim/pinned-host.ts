@@ -52,7 +52,11 @@ export class SimPinnedHost {
     if (!p) return undefined;
     const offset = Number(ptr - p.ptr);
     if (offset + bytes > p.bytes.byteLength) {
-      throw cudaError(call, 'CUDA_ERROR_INVALID_VALUE', `${bytes} bytes at offset ${offset} overrun the ${p.bytes.byteLength}-byte pinned host buffer at ${hex(p.ptr)}`);
+      throw cudaError(
+        call,
+        'CUDA_ERROR_INVALID_VALUE',
+        `${bytes} bytes at offset ${offset} overrun the ${p.bytes.byteLength}-byte pinned host buffer at ${hex(p.ptr)}`,
+      );
     }
     return { alloc: p, bytes: p.bytes.subarray(offset, offset + bytes) };
   }
