@@ -16,14 +16,7 @@ import type { Browser } from 'playwright-core';
 export const CHROMIUM_CANDIDATES = ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
 
 /** Flags for a quiet, offline, sandbox-free run (CI runs as root, without a GPU). */
-export const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--no-first-run',
-];
+export const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'];
 
 /** The Chromium executable, or undefined where none is installed. */
 export function findChromium(env?: Env): string | undefined {
@@ -51,7 +44,9 @@ export async function launchChromium(): Promise<Browser> {
   try {
     ({ chromium } = await import('playwright-core'));
   } catch (err) {
-    throw new ChromiumUnavailableError(`rendering SVG needs the optional peer dependency playwright-core: install it beside smcuda with 'npm install playwright-core mermaid': ${(err as Error).message}`);
+    throw new ChromiumUnavailableError(
+      `rendering SVG needs the optional peer dependency playwright-core: install it beside smcuda with 'npm install playwright-core mermaid': ${(err as Error).message}`,
+    );
   }
   return chromium.launch({ executablePath, args: CHROMIUM_ARGS, headless: true });
 }

@@ -126,16 +126,32 @@ export function parseFlightFile(text: string, source = 'flight record'): FlightF
   const lines = text.split('\n');
   const bad = (i: number, what: string) => new TraceFormatError(`${source}:${i + 1}: ${what}: ${(lines[i] ?? '').slice(0, 120)}`);
   const header = parseJson(lines[0] ?? '') as Partial<FlightHeader> | undefined;
-  if (!header || typeof header.format !== 'string' || !header.format.startsWith('smcuda-flight/')) throw bad(0, 'not a flight record header (a JSON object with format "smcuda-flight/1")');
-  if (header.format !== FLIGHT_FORMAT) throw bad(0, `flight record format ${header.format}, this smcuda reads ${FLIGHT_FORMAT} (read it with the smcuda that wrote it)`);
-  if (!isCount(header.rank) || !isCount(header.size) || header.size < 1 || header.rank >= header.size || !isCount(header.pid) || typeof header.timeUs !== 'number') {
+  if (!header || typeof header.format !== 'string' || !header.format.startsWith('smcuda-flight/'))
+    throw bad(0, 'not a flight record header (a JSON object with format "smcuda-flight/1")');
+  if (header.format !== FLIGHT_FORMAT)
+    throw bad(0, `flight record format ${header.format}, this smcuda reads ${FLIGHT_FORMAT} (read it with the smcuda that wrote it)`);
+  if (
+    !isCount(header.rank) ||
+    !isCount(header.size) ||
+    header.size < 1 ||
+    header.rank >= header.size ||
+    !isCount(header.pid) ||
+    typeof header.timeUs !== 'number'
+  ) {
     throw bad(0, 'the header needs rank, size (rank < size), pid and timeUs');
   }
   const calls: FlightCall[] = [];
   for (let i = 1; i < lines.length; i++) {
     if (lines[i]!.trim() === '') continue;
     const c = parseJson(lines[i]!) as Partial<FlightCall> | undefined;
-    if (!c || typeof c.seq !== 'number' || typeof c.op !== 'string' || typeof c.state !== 'string' || !STATES.includes(c.state) || typeof c.queuedUs !== 'number') {
+    if (
+      !c ||
+      typeof c.seq !== 'number' ||
+      typeof c.op !== 'string' ||
+      typeof c.state !== 'string' ||
+      !STATES.includes(c.state) ||
+      typeof c.queuedUs !== 'number'
+    ) {
       throw bad(i, 'not a flight record line (a JSON object with seq, op, state and queuedUs)');
     }
     calls.push(c as FlightCall);
@@ -178,11 +194,22 @@ export function analyzeFlights(files: readonly FlightFile[]): FlightAnalysis {
   const ranks = chosen.map(position);
   const mismatch = findMismatch(chosen);
   const groups = groupPositions(ranks);
-  const verdict: FlightAnalysis['verdict'] = mismatch ? 'mismatch' : ranks.every((r) => r.newestSeq === undefined) ? 'empty' : groups.length > 1 ? 'behind' : groups[0]!.stage === 'not made' ? 'finished' : 'stuck';
+  const verdict: FlightAnalysis['verdict'] = mismatch
+    ? 'mismatch'
+    : ranks.every((r) => r.newestSeq === undefined)
+      ? 'empty'
+      : groups.length > 1
+        ? 'behind'
+        : groups[0]!.stage === 'not made'
+          ? 'finished'
+          : 'stuck';
   const lines: string[] = [];
   if (mismatch) lines.push(mismatchWords(mismatch));
   if (ranks.length > 0) lines.push(positionWords(groups, ranks, callsBySeq(chosen)));
-  if (missing.length > 0) lines.push(`no record from ${ranksWord(missing)} (of ${size}): ${missing.length === 1 ? 'it' : 'they'} may have died or hung before writing one — look there first`);
+  if (missing.length > 0)
+    lines.push(
+      `no record from ${ranksWord(missing)} (of ${size}): ${missing.length === 1 ? 'it' : 'they'} may have died or hung before writing one — look there first`,
+    );
   for (const [cause, rs] of causes(chosen)) lines.push(`cause (${ranksWord(rs)}): ${cause}`);
   return { size, ranks, missing, ...(mismatch ? { mismatch } : {}), groups, verdict, lines, notes };
 }
@@ -237,11 +264,12 @@ function groupPositions(ranks: readonly RankPosition[]): RankGroup[] {
 /** The earliest seq whose call differs between ranks that both recorded it. */
 function findMismatch(files: readonly FlightFile[]): FlightAnalysis['mismatch'] {
   const bySeq = new Map<number, Array<{ rank: number; call: CallSig }>>();
-  for (const f of files) for (const c of f.calls) {
-    let l = bySeq.get(c.seq);
-    if (!l) bySeq.set(c.seq, (l = []));
-    l.push({ rank: f.header.rank, call: sigOf(c) });
-  }
+  for (const f of files)
+    for (const c of f.calls) {
+      let l = bySeq.get(c.seq);
+      if (!l) bySeq.set(c.seq, (l = []));
+      l.push({ rank: f.header.rank, call: sigOf(c) });
+    }
   for (const seq of [...bySeq.keys()].sort((a, b) => a - b)) {
     const groups = new Map<string, { ranks: number[]; call: CallSig }>();
     for (const { rank, call } of bySeq.get(seq)!) {
@@ -282,11 +310,13 @@ function positionWords(groups: readonly RankGroup[], ranks: readonly RankPositio
   };
   if (groups.length === 1) {
     if (first.stage === 'not made' && first.seq === 1) return 'no rank has made a call yet';
-    if (first.stage === 'not made') return `${ranks.length === 1 ? 'the rank' : `all ${ranks.length} ranks`} finished every call up to ${callAt(first.seq - 1)}; none in flight`;
+    if (first.stage === 'not made')
+      return `${ranks.length === 1 ? 'the rank' : `all ${ranks.length} ranks`} finished every call up to ${callAt(first.seq - 1)}; none in flight`;
     return `every rank is in ${callAt(first.seq)} and none finished it${waited(first)}: no rank is behind; the call itself did not complete (look at the GPUs and the cause)`;
   }
   const rest = groups.slice(1).map((g) => {
-    if (g.seq === first.seq) return `${ranksWord(g.ranks)} ${g.ranks.length === 1 ? 'is' : 'are'} ${g.stage === 'queued' ? 'queued in it' : 'waiting in it'}${waited(g)}`;
+    if (g.seq === first.seq)
+      return `${ranksWord(g.ranks)} ${g.ranks.length === 1 ? 'is' : 'are'} ${g.stage === 'queued' ? 'queued in it' : 'waiting in it'}${waited(g)}`;
     if (g.stage === 'not made') return `${ranksWord(g.ranks)} finished call ${g.seq - 1} and made no call since`;
     return `${ranksWord(g.ranks)} ${g.ranks.length === 1 ? 'is' : 'are'} at ${callAt(g.seq)}`;
   });

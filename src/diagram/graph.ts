@@ -167,7 +167,7 @@ function conjuncts(guard: unknown): string[] | undefined {
     const parts = (guard as { guards?: unknown }).guards;
     if (!Array.isArray(parts)) return undefined;
     const names = parts.map(conjuncts);
-    return names.every((n) => n !== undefined) ? names.flat() as string[] : undefined;
+    return names.every((n) => n !== undefined) ? (names.flat() as string[]) : undefined;
   }
   return undefined;
 }

@@ -26,7 +26,10 @@ export function mermaidId(stateId: string): string {
 
 /** Text Mermaid accepts in a transition label or state name. */
 function text(s: string): string {
-  return s.replace(/[;#:{}"\n]/g, ' ').replace(/\s+/g, ' ').trim();
+  return s
+    .replace(/[;#:{}"\n]/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
 }
 
 export function toMermaidState(graph: MachineGraph, options: MermaidStateOptions = {}): string {
@@ -48,8 +51,7 @@ export function toMermaidState(graph: MachineGraph, options: MermaidStateOptions
     const b = blockOf(e);
     edgesIn.set(b, [...(edgesIn.get(b) ?? []), e]);
   }
-  const edgeLine = (e: GraphEdge, indent: string) =>
-    `${indent}${mermaidId(e.source)} --> ${mermaidId(e.target ?? e.source)} : ${text(e.label)}`;
+  const edgeLine = (e: GraphEdge, indent: string) => `${indent}${mermaidId(e.source)} --> ${mermaidId(e.target ?? e.source)} : ${text(e.label)}`;
 
   const writeState = (s: GraphState, indent: string) => {
     const id = mermaidId(s.id);

@@ -27,7 +27,10 @@ export function dotOf(m: DrawableMachine): string {
 }
 
 /** Texts for each machine × format; SVGs are rendered together in one browser. */
-export async function renderAll(machines: readonly DrawableMachine[], formats: readonly DiagramFormat[]): Promise<{ machine: DrawableMachine; format: DiagramFormat; text: string }[]> {
+export async function renderAll(
+  machines: readonly DrawableMachine[],
+  formats: readonly DiagramFormat[],
+): Promise<{ machine: DrawableMachine; format: DiagramFormat; text: string }[]> {
   const out: { machine: DrawableMachine; format: DiagramFormat; text: string }[] = [];
   const svgs = formats.includes('svg') ? await renderMermaidSvgs(machines.map((m) => mermaidOf(m))) : [];
   machines.forEach((machine, i) => {

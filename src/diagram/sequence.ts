@@ -11,7 +11,10 @@ import type { TraceRecord } from '../trace.js';
 import { frameLabel } from './frame-label.js';
 
 function text(s: string): string {
-  return s.replace(/[;#\n]/g, ' ').replace(/\s+/g, ' ').trim();
+  return s
+    .replace(/[;#\n]/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
 }
 
 export interface SequenceOptions {
@@ -50,7 +53,9 @@ export function toMermaidSequence(records: TraceRecord[], options: SequenceOptio
       const reason = typeof r.reason === 'string' && r.reason ? ` ${r.reason.split(':')[0]}` : '';
       body.push(`  Note over ${participant(r.self)}: ${text(`${who}: ${String(r.from)}→${String(r.to)}${reason}`)}`);
     } else if (r.kind === 'collective') {
-      body.push(`  Note over ${participant(r.self)}: ${text(`${String(r.op)} ${String(r.dtype ?? '')}×${String(r.count ?? 0)} by ${String(r.algorithm)} (${String(r.us)} µs)`)}`);
+      body.push(
+        `  Note over ${participant(r.self)}: ${text(`${String(r.op)} ${String(r.dtype ?? '')}×${String(r.count ?? 0)} by ${String(r.algorithm)} (${String(r.us)} µs)`)}`,
+      );
     }
   }
 
