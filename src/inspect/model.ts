@@ -65,7 +65,19 @@ export class InspectorModel extends EventEmitter<{ change: [view: EndpointView] 
     const key = `${r.self}→${r.peer}`;
     let v = this.views.get(key);
     if (!v) {
-      v = { key, self: r.self, peer: r.peer, pid: r.pid, state: 'INIT', transitions: [], frames: { sent: 0, received: 0 }, cache: {}, closed: false, persistent: {}, updated: r.t };
+      v = {
+        key,
+        self: r.self,
+        peer: r.peer,
+        pid: r.pid,
+        state: 'INIT',
+        transitions: [],
+        frames: { sent: 0, received: 0 },
+        cache: {},
+        closed: false,
+        persistent: {},
+        updated: r.t,
+      };
       this.views.set(key, v);
     }
     v.updated = r.t;
@@ -82,7 +94,14 @@ export class InspectorModel extends EventEmitter<{ change: [view: EndpointView] 
       v.state = tr.to;
     } else if (r.kind === 'persistent') {
       const id = String(r.transfer);
-      const p = (v.persistent[id] ??= { transfer: Number(r.transfer), role: String(r.role), state: String(r.from), transitions: 0, states: [String(r.from)], updated: r.t });
+      const p = (v.persistent[id] ??= {
+        transfer: Number(r.transfer),
+        role: String(r.role),
+        state: String(r.from),
+        transitions: 0,
+        states: [String(r.from)],
+        updated: r.t,
+      });
       p.state = String(r.to);
       p.states.push(p.state);
       if (p.states.length > RECENT_TRANSITIONS + 1) p.states.shift();

@@ -109,7 +109,7 @@ export async function startInspectorServer(options: InspectorServerOptions): Pro
     }
     const path = route((req.url ?? '/').split('?')[0]);
     if (path === undefined) {
-      res.writeHead(403, { 'content-type': 'text/plain' }).end('smcuda inspector: open the URL this inspector printed (it holds the run\'s secret)\n');
+      res.writeHead(403, { 'content-type': 'text/plain' }).end("smcuda inspector: open the URL this inspector printed (it holds the run's secret)\n");
       return;
     }
     guard.prove(req.socket);

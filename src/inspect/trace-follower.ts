@@ -58,7 +58,8 @@ export class TraceFollower {
     const o = typeof options === 'number' ? { intervalMs: options } : options;
     this.intervalMs = o.intervalMs ?? 100;
     this.maxLineBytes = o.maxLineBytes ?? MAX_TRACE_LINE_BYTES;
-    if (!Number.isInteger(this.maxLineBytes) || this.maxLineBytes < 1) throw new ConfigError(`maxLineBytes must be an integer ≥ 1, got ${String(this.maxLineBytes)}`);
+    if (!Number.isInteger(this.maxLineBytes) || this.maxLineBytes < 1)
+      throw new ConfigError(`maxLineBytes must be an integer ≥ 1, got ${String(this.maxLineBytes)}`);
     this.onWarning = o.onWarning;
   }
 
@@ -125,7 +126,8 @@ export class TraceFollower {
           this.partialBytes += end - start;
         }
       } else {
-        const line = this.partialBytes === 0 ? chunk.toString('utf8', start, end) : Buffer.concat([...this.partial, chunk.subarray(start, end)]).toString('utf8');
+        const line =
+          this.partialBytes === 0 ? chunk.toString('utf8', start, end) : Buffer.concat([...this.partial, chunk.subarray(start, end)]).toString('utf8');
         this.partial = [];
         this.partialBytes = 0;
         this.line(line);
