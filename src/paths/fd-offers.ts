@@ -162,7 +162,10 @@ export class FdOfferTable {
     // goes by staging now rather than after waiting checkTimeoutMs for descriptors that will be refused.
     const max = this.mem.maxPeerDescriptors;
     if (frame.chunks.length > max) {
-      inc.lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} offered ${frame.chunks.length} descriptors for one message, more than maxPeerDescriptors (${max}): it goes by staging`);
+      inc.lost = new PeerLimitError(
+        'SMCUDA_PEER_FD_LIMIT',
+        `peer ${this.ctx.peerId} offered ${frame.chunks.length} descriptors for one message, more than maxPeerDescriptors (${max}): it goes by staging`,
+      );
     } else if (early?.lost !== undefined) {
       inc.lost = early.lost;
     }
@@ -195,7 +198,10 @@ export class FdOfferTable {
         closeFdQuietly(this.ctx.driver, fd);
         fd = undefined;
         this.mem.stats.descriptorsRefused++;
-        lost = new PeerLimitError('SMCUDA_PEER_FD_LIMIT', `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`);
+        lost = new PeerLimitError(
+          'SMCUDA_PEER_FD_LIMIT',
+          `peer ${this.ctx.peerId} has ${max} descriptors held here not yet imported (maxPeerDescriptors): one more was closed, its message goes by staging`,
+        );
       }
     }
     const poolKey = `pool:${meta.id}`;
@@ -323,7 +329,8 @@ export class FdOfferTable {
           key: this.poolKey(poolId),
           open: () => {
             const p = this.pools.get(poolId);
-            if (p === undefined || p.fd === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `no descriptor of pool ${poolId} is held here (closed once imported)`);
+            if (p === undefined || p.fd === undefined)
+              throw new DescriptorError('SMCUDA_FD_CHANNEL', `no descriptor of pool ${poolId} is held here (closed once imported)`);
             const fd = p.fd;
             p.fd = undefined;
             try {
@@ -348,7 +355,8 @@ export class FdOfferTable {
       open: (): DevicePtr => {
         const chunks = f.chunks.map((c, k) => {
           const fd = inc.fds[k];
-          if (fd === undefined) throw new DescriptorError('SMCUDA_FD_CHANNEL', `descriptor ${k} of the offer at 0x${f.base.toString(16)} is not held here (closed once imported)`);
+          if (fd === undefined)
+            throw new DescriptorError('SMCUDA_FD_CHANNEL', `descriptor ${k} of the offer at 0x${f.base.toString(16)} is not held here (closed once imported)`);
           return { fd, offset: c.offset, size: c.size };
         });
         const r = d.vmmImport(chunks, { device: this.ordinalOf(f.deviceUuid) });
@@ -444,4 +452,3 @@ export class FdOfferTable {
 export function offerKey(bufferId: bigint, base: bigint): string {
   return `${bufferId}:${base}`;
 }
-

@@ -131,7 +131,8 @@ export class FdSide {
     const x = ctx.driver.vmmExport(buf.ptr, buf.length); // every chunk the message touches
     const fds = x.chunks.map((c) => c.fd);
     try {
-      if (x.chunks.length > MAX_FD_CHUNKS) throw new ArgumentRangeError(`the message spans ${x.chunks.length} chunks, more than the ${MAX_FD_CHUNKS} one FD_OFFER carries`);
+      if (x.chunks.length > MAX_FD_CHUNKS)
+        throw new ArgumentRangeError(`the message spans ${x.chunks.length} chunks, more than the ${MAX_FD_CHUNKS} one FD_OFFER carries`);
       ctx.sendFrame({
         type: FrameType.FD_OFFER,
         kind: HandleKind.VMM,
@@ -229,7 +230,8 @@ export class FdSide {
   /** FD_OFFER, FD_POOL (receiver) and FD_RELEASE (sender). */
   onFrame(frame: Frame): void {
     const table = this.table;
-    if (table === undefined) throw new ProtocolError(`peer ${this.ctx.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing FD_MEMORY`, 'SMCUDA_BAD_FRAME');
+    if (table === undefined)
+      throw new ProtocolError(`peer ${this.ctx.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing FD_MEMORY`, 'SMCUDA_BAD_FRAME');
     switch (frame.type) {
       case FrameType.FD_OFFER:
         return table.onOffer(frame);

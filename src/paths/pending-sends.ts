@@ -95,7 +95,12 @@ export class PendingSends {
         p.reject(new TruncationError(`peer ${this.peerId} could not receive message ${p.seq} (tag ${p.tag}): ${message}`));
         return;
       default:
-        p.reject(new SmcudaError(status === FinStatus.REFUSED ? 'SMCUDA_REFUSED' : 'SMCUDA_REMOTE_COPY_FAILED', `peer ${this.peerId} failed message ${p.seq} (tag ${p.tag}): ${message}`));
+        p.reject(
+          new SmcudaError(
+            status === FinStatus.REFUSED ? 'SMCUDA_REFUSED' : 'SMCUDA_REMOTE_COPY_FAILED',
+            `peer ${this.peerId} failed message ${p.seq} (tag ${p.tag}): ${message}`,
+          ),
+        );
     }
   }
 

@@ -89,7 +89,11 @@ export class RgetPath implements DataPath {
    * driver's CudaError when it will not export the memory.
    */
   descriptorKey(exp: ExportInfo, buf: DeviceBuffer): RemoteKey {
-    if (!this.fd.up) throw new DescriptorError('SMCUDA_FD_CHANNEL', `the descriptor channel to ${this.ctx.peerId} is not up: ${exp.kind} memory cannot be shared with this peer by descriptor`);
+    if (!this.fd.up)
+      throw new DescriptorError(
+        'SMCUDA_FD_CHANNEL',
+        `the descriptor channel to ${this.ctx.peerId} is not up: ${exp.kind} memory cannot be shared with this peer by descriptor`,
+      );
     const o = this.fd.offerFor(exp, buf);
     return { kind: remoteKind(o.kind), identity: o.identity, base: o.base, size: o.size, bufferId: o.bufferId, device: this.ctx.uuidOf(exp.device) };
   }
@@ -157,7 +161,8 @@ export class RgetPath implements DataPath {
     let base = exp.base;
     let size = exp.size;
     if (exp.kind !== 'legacy-ipc') {
-      if (exp.kind !== 'vmm' && exp.kind !== 'pool') throw new ArgumentRangeError(`${exp.kind} memory cannot be sent by RGET: send it from cuMemAlloc, VMM or pool memory`);
+      if (exp.kind !== 'vmm' && exp.kind !== 'pool')
+        throw new ArgumentRangeError(`${exp.kind} memory cannot be sent by RGET: send it from cuMemAlloc, VMM or pool memory`);
       try {
         const offer = this.fd.offerFor(exp, buf);
         kind = offer.kind;
@@ -190,7 +195,10 @@ export class RgetPath implements DataPath {
     }
     const seq = ctx.nextSeq();
     const release = event === undefined ? noop : () => destroyEvent(d, event);
-    const done = ctx.sends.pend(seq, tag, buf.length, kind === HandleKind.LEGACY ? 'rget' : 'rget-fd', options.signal, release, { buf, stream: options.stream });
+    const done = ctx.sends.pend(seq, tag, buf.length, kind === HandleKind.LEGACY ? 'rget' : 'rget-fd', options.signal, release, {
+      buf,
+      stream: options.stream,
+    });
     try {
       if (kind === HandleKind.LEGACY) this.announceLegacy(exp, buf.length, tag, seq, offset, eventHandle);
       else ctx.sendFrame(this.frameOf(kind, identity, base, size, exp.bufferId, exp.device, buf.length, tag, seq, offset, eventHandle));
@@ -208,7 +216,12 @@ export class RgetPath implements DataPath {
     let bytes: Uint8Array;
     if (eventHandle === null && last !== undefined && last.length === length) {
       bytes = restampRget(last.frame, tag, seq);
-      if (ctx.tracer !== undefined) ctx.tracer.frame(ctx.peerId, 'send', this.frameOf(HandleKind.LEGACY, exp.handle, exp.base, exp.size, exp.bufferId, exp.device, length, tag, seq, offset, null));
+      if (ctx.tracer !== undefined)
+        ctx.tracer.frame(
+          ctx.peerId,
+          'send',
+          this.frameOf(HandleKind.LEGACY, exp.handle, exp.base, exp.size, exp.bufferId, exp.device, length, tag, seq, offset, null),
+        );
     } else {
       const frame = this.frameOf(HandleKind.LEGACY, exp.handle, exp.base, exp.size, exp.bufferId, exp.device, length, tag, seq, offset, eventHandle);
       bytes = ctx.sendFrame(frame);
@@ -262,7 +275,9 @@ export class RgetPath implements DataPath {
     if (!p || !restage) throw new ProtocolError(`FIN RESTAGE for message ${seq}, which was not sent by RGET`, 'SMCUDA_BAD_FIN');
     p.restage = undefined;
     // Counted with the peer's reason (addresses left out, so that one cause is one key).
-    this.fallback.countReason(`${p.path === 'rget' ? 'legacy' : 'descriptor'} key restaged, the peer could not open it: ${message.replace(/0x[0-9a-f]+/gi, '0x…')}`);
+    this.fallback.countReason(
+      `${p.path === 'rget' ? 'legacy' : 'descriptor'} key restaged, the peer could not open it: ${message.replace(/0x[0-9a-f]+/gi, '0x…')}`,
+    );
     p.path = 'staging';
     try {
       this.fallback.resend(seq, restage.buf as DeviceBuffer, restage.stream as StreamHandle | undefined);
@@ -389,7 +404,13 @@ export class RgetPath implements DataPath {
     const { frame } = job;
     const mapping = job.mapping!;
     if (frame.offset + frame.length > mapping.size) {
-      return this.finish(job, new ProtocolError(`RGET ${frame.seq} asks for bytes ${frame.offset}..${frame.offset + frame.length} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_RGET'));
+      return this.finish(
+        job,
+        new ProtocolError(
+          `RGET ${frame.seq} asks for bytes ${frame.offset}..${frame.offset + frame.length} of a ${mapping.size}-byte mapping`,
+          'SMCUDA_BAD_RGET',
+        ),
+      );
     }
     launchRemoteCopy(this.ctx, job, mapping.ptr + BigInt(frame.offset), job.kind === 'legacy' ? 'rget' : 'rget-fd', (err) => this.finish(job, err));
   }

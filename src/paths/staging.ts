@@ -184,7 +184,9 @@ export class StagingPath implements DataPath, Resender {
       this.ring = ring;
       this.ringHold = this.ctx.gpu().hold(() => ring.close());
       // Passed once; the receiver grants nothing before it has it. A failure shows there (its exchange goes down: FIN FAILED).
-      segments.send(SegmentKind.STAGING_RING, ring.segment).catch((err: Error) => debug('endpoint %s: staging ring not passed: %s', this.ctx.peerId, err.message));
+      segments
+        .send(SegmentKind.STAGING_RING, ring.segment)
+        .catch((err: Error) => debug('endpoint %s: staging ring not passed: %s', this.ctx.peerId, err.message));
     }
     return this.ring;
   }
@@ -231,17 +233,22 @@ export class StagingPath implements DataPath, Resender {
     staged.inFlight++;
     // Infinity: an event of its own, as for any large copy (a chunk's grant must not wait for later copies).
     // The ring's pages are the copy's destination until it completes (a use of its hold).
-    ctx.gpu().whenDone(staged.stream, Infinity, (err) => {
-      staged.inFlight--;
-      if (err) return this.abortSend(staged, err);
-      if (staged.failed) return this.abortSend(staged, staged.failed);
-      if (ctx.closed || !this.staged.has(seq)) return;
-      try {
-        ctx.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
-      } catch (e) {
-        ctx.sends.fail(seq, e as Error); // the channel failed: the endpoint is closing
-      }
-    }, this.ringHold);
+    ctx.gpu().whenDone(
+      staged.stream,
+      Infinity,
+      (err) => {
+        staged.inFlight--;
+        if (err) return this.abortSend(staged, err);
+        if (staged.failed) return this.abortSend(staged, staged.failed);
+        if (ctx.closed || !this.staged.has(seq)) return;
+        try {
+          ctx.sendFrame({ type: FrameType.STAGE_CHUNK, seq, slot, offset, length });
+        } catch (e) {
+          ctx.sends.fail(seq, e as Error); // the channel failed: the endpoint is closing
+        }
+      },
+      this.ringHold,
+    );
   }
 
   /**
@@ -312,14 +319,20 @@ export class StagingPath implements DataPath, Resender {
         const bytes = job.chunkSize * job.slots;
         const max = this.options.maxPeerBytes;
         if (bytes > max) {
-          throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a staging ring of ${job.slots} × ${job.chunkSize} = ${bytes} bytes, more than staging.maxPeerBytes (${max}); refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+          throw new ProtocolError(
+            `STAGE_BEGIN ${job.seq} names a staging ring of ${job.slots} × ${job.chunkSize} = ${bytes} bytes, more than staging.maxPeerBytes (${max}); refused, not mapped`,
+            'SMCUDA_BAD_SEGMENT',
+          );
         }
         if (this.peerMapped === undefined) {
           const seg = this.peerSegment;
           if (seg === undefined) {
             if (this.ringLost !== undefined) throw this.ringLost;
             if (this.segments.state === 'none') {
-              throw new DescriptorError('SMCUDA_FD_CHANNEL', `staged message ${job.seq}: the peer's staging ring never came (${this.segments.downError?.message ?? 'no descriptor channel'})`);
+              throw new DescriptorError(
+                'SMCUDA_FD_CHANNEL',
+                `staged message ${job.seq}: the peer's staging ring never came (${this.segments.downError?.message ?? 'no descriptor channel'})`,
+              );
             }
             this.waitingRing = true; // granted when it comes
             return;
@@ -328,7 +341,10 @@ export class StagingPath implements DataPath, Resender {
           try {
             if (seg.bytes !== bytes) {
               closeFdQuietly(ctx.driver, seg.fd);
-              throw new ProtocolError(`the peer's staging ring is ${seg.bytes} bytes, not the ${job.slots} × ${job.chunkSize} its STAGE_BEGIN says; refused, not mapped`, 'SMCUDA_BAD_SEGMENT');
+              throw new ProtocolError(
+                `the peer's staging ring is ${seg.bytes} bytes, not the ${job.slots} × ${job.chunkSize} its STAGE_BEGIN says; refused, not mapped`,
+                'SMCUDA_BAD_SEGMENT',
+              );
             }
             const mapped = mapPeerSegment(seg.fd, seg.bytes, 'staging ring'); // checks seals and size; closes the descriptor
             this.peerMapped = mapped;
@@ -349,12 +365,16 @@ export class StagingPath implements DataPath, Resender {
             return;
           }
         } else if (this.peerMapped.bytes.byteLength !== bytes) {
-          throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerMapped.bytes.byteLength} bytes`);
+          throw new ProtocolError(
+            `STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerMapped.bytes.byteLength} bytes`,
+          );
         }
         // Pinned here (a failure fails this message; the mapping stays for the next).
         this.peerRing = this.peerPinned!.ring = new PeerRing(ctx.driver, this.peerMapped, job.chunkSize, job.slots);
       } else if (this.peerRing.chunkSize !== job.chunkSize || this.peerRing.slots !== job.slots) {
-        throw new ProtocolError(`STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerRing.slots} × ${this.peerRing.chunkSize}`);
+        throw new ProtocolError(
+          `STAGE_BEGIN ${job.seq} names a ${job.slots} × ${job.chunkSize} ring; the peer's ring is ${this.peerRing.slots} × ${this.peerRing.chunkSize}`,
+        );
       }
       const grants = Math.min(job.slots, chunkCount(job.length, job.chunkSize));
       for (let slot = 0; slot < grants; slot++) this.grant(job, slot);
