@@ -174,12 +174,18 @@ export class PairedCalls<F> {
   /** A peer that sends more halves or failures ahead of this side's calls than MAX_AHEAD is not following the protocol. */
   private refuseTooFarAhead(): void {
     if (this.early.size + this.peerFailed.size >= MAX_AHEAD) {
-      throw new ProtocolError(`peer ${this.peerId} is more than ${MAX_AHEAD} ${this.call} calls ahead of this side (halves and failures held for calls not made here)`, 'SMCUDA_BAD_REGISTRATION');
+      throw new ProtocolError(
+        `peer ${this.peerId} is more than ${MAX_AHEAD} ${this.call} calls ahead of this side (halves and failures held for calls not made here)`,
+        'SMCUDA_BAD_REGISTRATION',
+      );
     }
   }
 
   private peerError(id: number, reason: string): PersistentTransferError {
-    return new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId}'s matching ${this.call} call ${id} failed: ${reason}; fix the call there (this side's number ${id} is spent too, so the next pair still matches)`);
+    return new PersistentTransferError(
+      'SMCUDA_PERSISTENT_PEER_FAILED',
+      `peer ${this.peerId}'s matching ${this.call} call ${id} failed: ${reason}; fix the call there (this side's number ${id} is spent too, so the next pair still matches)`,
+    );
   }
 }
 

@@ -151,7 +151,11 @@ export class Registrations {
    */
   async register(buf: DeviceBuffer, options?: RegisterOptions, internal = false): Promise<Registration> {
     if (this.closeReason) throw this.closeReason;
-    if (!this.agreed) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `peer ${this.ctx.link.peerId} does not register memory (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`);
+    if (!this.agreed)
+      throw new PersistentTransferError(
+        'SMCUDA_PERSISTENT_UNSUPPORTED',
+        `peer ${this.ctx.link.peerId} does not register memory (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`,
+      );
     const id = this.calls.take();
     try {
       refuseUnknownKeys('register() options', options, REGISTER_OPTION_KEYS);
@@ -169,7 +173,14 @@ export class Registrations {
         mapping.release();
         throw new ProtocolError(`REG_OFFER ${id} names bytes ${f.offset}..${f.offset + f.length} of a ${mapping.size}-byte mapping`, 'SMCUDA_BAD_REGISTRATION');
       }
-      const reg = new Registration(id, { ptr: buf.ptr, length: buf.length }, { ptr: mapping.ptr + BigInt(f.offset), length: f.length }, mapping, this, internal);
+      const reg = new Registration(
+        id,
+        { ptr: buf.ptr, length: buf.length },
+        { ptr: mapping.ptr + BigInt(f.offset), length: f.length },
+        mapping,
+        this,
+        internal,
+      );
       // The peer may have given the number up while the mapping opened.
       const late = this.closeReason ?? this.calls.takePeerFailure(id);
       if (late) {
@@ -213,7 +224,8 @@ export class Registrations {
   }
 
   onFrame(frame: RegOfferFrame | RegReleaseFrame | RegFailFrame): void {
-    if (!this.agreed) throw new ProtocolError(`peer ${this.ctx.link.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing REGISTER`, 'SMCUDA_BAD_FRAME');
+    if (!this.agreed)
+      throw new ProtocolError(`peer ${this.ctx.link.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing REGISTER`, 'SMCUDA_BAD_FRAME');
     if (frame.type === FrameType.REG_RELEASE) {
       const reg = this.live.get(frame.regId);
       if (reg) reg.peerDeregistered();
@@ -235,7 +247,10 @@ export class Registrations {
    * close, and deregister() no longer waits for the peer.
    */
   private peerFailedLive(reg: Registration, reason: string): void {
-    const err = new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.ctx.link.peerId}'s matching register() call ${reg.id} failed after this side's resolved: ${reason}; deregister this registration and register again`);
+    const err = new PersistentTransferError(
+      'SMCUDA_PERSISTENT_PEER_FAILED',
+      `peer ${this.ctx.link.peerId}'s matching register() call ${reg.id} failed after this side's resolved: ${reason}; deregister this registration and register again`,
+    );
     reg.peerFailure = err;
     for (const u of [...reg.users]) u.close(err);
     reg.peerDeregistered();

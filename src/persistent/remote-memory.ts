@@ -29,11 +29,29 @@ export function describeForPeer(ctx: RemoteMemoryContext, buf: DeviceBuffer): Om
   const deviceUuid = ctx.link.uuidOf(exp.device);
   const at = (base: bigint) => Number(buf.ptr - base);
   if (exp.kind === 'legacy-ipc') {
-    return { kind: HandleKind.LEGACY, deviceUuid, base: exp.base, allocSize: exp.size, offset: at(exp.base), length: buf.length, bufferId: exp.bufferId, handle: exp.handle };
+    return {
+      kind: HandleKind.LEGACY,
+      deviceUuid,
+      base: exp.base,
+      allocSize: exp.size,
+      offset: at(exp.base),
+      length: buf.length,
+      bufferId: exp.bufferId,
+      handle: exp.handle,
+    };
   }
   if ((exp.kind === 'vmm' || exp.kind === 'pool') && ctx.rget !== undefined && ctx.link.fd.agreed) {
     const key = ctx.rget.descriptorKey(exp, buf);
-    return { kind: wireKind(key.kind), deviceUuid, base: key.base, allocSize: key.size, offset: at(key.base), length: buf.length, bufferId: key.bufferId, handle: key.identity };
+    return {
+      kind: wireKind(key.kind),
+      deviceUuid,
+      base: key.base,
+      allocSize: key.size,
+      offset: at(key.base),
+      length: buf.length,
+      bufferId: key.bufferId,
+      handle: key.identity,
+    };
   }
   throw new SmcudaError(
     'SMCUDA_REGISTER_KIND',
@@ -45,12 +63,15 @@ export function describeForPeer(ctx: RemoteMemoryContext, buf: DeviceBuffer): Om
 export function openRegistered(ctx: RemoteMemoryContext, f: RegOfferFrame): Promise<Mapping> {
   const remote = ctx.rget?.remote;
   if (remote === undefined || (f.kind !== HandleKind.LEGACY && remote.offers === undefined)) {
-    return Promise.reject(new SmcudaError('SMCUDA_REGISTER_KIND', `peer ${ctx.link.peerId} registered ${HandleKind[f.kind]} memory, which this endpoint cannot import`));
+    return Promise.reject(
+      new SmcudaError('SMCUDA_REGISTER_KIND', `peer ${ctx.link.peerId} registered ${HandleKind[f.kind]} memory, which this endpoint cannot import`),
+    );
   }
   const key = { kind: remoteKind(f.kind), identity: f.handle, base: f.base, size: f.allocSize, bufferId: f.bufferId, device: f.deviceUuid };
   return openRemote(remote, key).catch((err: unknown) => {
     // A key that names other memory than its offer is the registration's fault here, not an RGET's.
-    if (err instanceof ProtocolError && err.code === 'SMCUDA_BAD_RGET') throw new ProtocolError(`REG_OFFER from ${ctx.link.peerId}: ${err.message}`, 'SMCUDA_BAD_REGISTRATION');
+    if (err instanceof ProtocolError && err.code === 'SMCUDA_BAD_RGET')
+      throw new ProtocolError(`REG_OFFER from ${ctx.link.peerId}: ${err.message}`, 'SMCUDA_BAD_REGISTRATION');
     throw err;
   });
 }

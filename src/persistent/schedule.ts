@@ -75,7 +75,9 @@ export function scheduleStart(items: readonly OwnedItem[], local: ReadonlySet<De
   const entries: Entry[] = [];
   for (const { owner, item } of items) {
     if (item.kind === 'copy') entries.push({ owner, kind: 'copy', copy: item, preds: [], done: false });
-    else for (const op of item.ops) entries.push({ owner, kind: kindOf(op, local, bookkeeping), addr: 'addr' in op ? op.addr : undefined, op, preds: [], done: false });
+    else
+      for (const op of item.ops)
+        entries.push({ owner, kind: kindOf(op, local, bookkeeping), addr: 'addr' in op ? op.addr : undefined, op, preds: [], done: false });
   }
   for (let j = 0; j < entries.length; j++) for (let i = 0; i < j; i++) if (mustPrecede(entries[i]!, entries[j]!)) entries[j]!.preds.push(i);
 
@@ -105,13 +107,13 @@ export function scheduleStart(items: readonly OwnedItem[], local: ReadonlySet<De
     // Then the bookkeeping that can go.
     for (let moved = true; moved; ) {
       moved = false;
-      for (const e of entries) if (e.kind === 'book' && ready(e)) (emit(e), (moved = true));
+      for (const e of entries) if (e.kind === 'book' && ready(e)) emit(e), (moved = true);
     }
     if (copy === undefined) break;
     // Then what the copy depends on, in the given order (which respects every dependency), and the copy.
     const needed = new Set<number>();
     const visit = (i: number) => {
-      for (const p of entries[i]!.preds) if (!entries[p]!.done && !needed.has(p)) (needed.add(p), visit(p));
+      for (const p of entries[i]!.preds) if (!entries[p]!.done && !needed.has(p)) needed.add(p), visit(p);
     };
     visit(entries.indexOf(copy));
     // The copy's own chain first (its READY wait and reset), then the other waits it depends on.

@@ -45,8 +45,13 @@ export function wordsOf(slot: DevicePtr): DevicePtr[] {
 export function startGroup(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
   checkStarts(stream, transfers);
   // READY is a flag, not a counter: two rounds of one transfer announced at once would lose one.
-  if (new Set(transfers).size !== transfers.length) throw new ArgumentRangeError('startGroup takes each transfer once (use startSequence for several rounds of one transfer)');
-  queueStarts(stream, transfers, [...transfers.flatMap((t) => owned(t, 'post')), ...transfers.flatMap((t) => owned(t, 'run')), ...transfers.flatMap((t) => owned(t, 'wait'))]);
+  if (new Set(transfers).size !== transfers.length)
+    throw new ArgumentRangeError('startGroup takes each transfer once (use startSequence for several rounds of one transfer)');
+  queueStarts(stream, transfers, [
+    ...transfers.flatMap((t) => owned(t, 'post')),
+    ...transfers.flatMap((t) => owned(t, 'run')),
+    ...transfers.flatMap((t) => owned(t, 'wait')),
+  ]);
 }
 
 /**
@@ -57,7 +62,11 @@ export function startGroup(stream: StreamHandle, transfers: readonly PersistentT
  */
 export function startSequence(stream: StreamHandle, transfers: readonly PersistentTransfer[]): void {
   checkStarts(stream, transfers);
-  queueStarts(stream, transfers, transfers.flatMap((t) => [...owned(t, 'post'), ...owned(t, 'run'), ...owned(t, 'wait')]));
+  queueStarts(
+    stream,
+    transfers,
+    transfers.flatMap((t) => [...owned(t, 'post'), ...owned(t, 'run'), ...owned(t, 'wait')]),
+  );
 }
 
 function owned(t: PersistentTransfer, part: 'post' | 'run' | 'wait'): OwnedItem[] {
@@ -78,13 +87,22 @@ function queueStarts(stream: StreamHandle, transfers: readonly PersistentTransfe
   const kernel = transfers.every((t) => t.flagKernel !== undefined) ? transfers[0]!.flagKernel : undefined;
   const local = new Set(transfers.flatMap((t) => wordsOf(t.ownSlot)));
   // Several transfers: the operations a copy waits for moved next to it (schedule.ts); one transfer has nothing to move.
-  const items = transfers.some((t) => t !== transfers[0]) ? scheduleStart(owned, local, new Set(transfers.flatMap((t) => [t.ownSlot + BigInt(ARRIVE), t.ownSlot + BigInt(STAMP)]))) : owned.map((o) => o.item);
+  const items = transfers.some((t) => t !== transfers[0])
+    ? scheduleStart(owned, local, new Set(transfers.flatMap((t) => [t.ownSlot + BigInt(ARRIVE), t.ownSlot + BigInt(STAMP)])))
+    : owned.map((o) => o.item);
   // With the kernel, a small round's bytes are words of its batch: no copy-engine node between the flags.
-  const queued = kernel !== undefined ? items.map((it): QueuedItem => { const w = asWords(it); return w ? { kind: 'batch', ops: w } : it; }) : items;
+  const queued =
+    kernel !== undefined
+      ? items.map((it): QueuedItem => {
+          const w = asWords(it);
+          return w ? { kind: 'batch', ops: w } : it;
+        })
+      : items;
   for (const item of mergeBatches(queued)) {
     if (item.kind === 'copy') d.memcpyAsync(item.dst, item.src, item.length, stream);
     else if (kernel !== undefined) {
-      for (let k = 0; k < item.ops.length; k += FLAG_OPS_MAX) d.launchKernel(kernel, ONE_THREAD, flagOpsArgs(item.ops.slice(k, k + FLAG_OPS_MAX), local), stream);
+      for (let k = 0; k < item.ops.length; k += FLAG_OPS_MAX)
+        d.launchKernel(kernel, ONE_THREAD, flagOpsArgs(item.ops.slice(k, k + FLAG_OPS_MAX), local), stream);
     } else d.streamBatchMemOp(stream, item.ops as StreamMemOp[]);
   }
   for (const t of transfers) t.queued(stream, capturing);
@@ -140,7 +158,8 @@ export function mergeBatches(items: readonly QueuedItem[]): QueuedItem[] {
   const out: QueuedItem[] = [];
   for (const item of items) {
     const last = out[out.length - 1];
-    if (item.kind === 'batch' && last?.kind === 'batch' && last.ops.length + item.ops.length <= MAX_BATCH_MEM_OPS) out[out.length - 1] = { kind: 'batch', ops: [...last.ops, ...item.ops] };
+    if (item.kind === 'batch' && last?.kind === 'batch' && last.ops.length + item.ops.length <= MAX_BATCH_MEM_OPS)
+      out[out.length - 1] = { kind: 'batch', ops: [...last.ops, ...item.ops] };
     else out.push(item);
   }
   return out;

@@ -88,7 +88,10 @@ function checkOptions(reg: Registration, options: PersistentOptions): CheckedOpt
   const { role, length } = options;
   const offset = options.offset ?? 0;
   if (role !== 'send' && role !== 'recv') throw new ArgumentTypeError(`role must be 'send' or 'recv', got ${String(role)}`);
-  for (const [name, v] of [['length', length], ['offset', offset]] as const) {
+  for (const [name, v] of [
+    ['length', length],
+    ['offset', offset],
+  ] as const) {
     if (!Number.isSafeInteger(v) || v < 0) throw new ArgumentRangeError(`${name} must be a non-negative integer, got ${String(v)}`);
   }
   if (offset + length > reg.local.length) throw new ArgumentRangeError(`offset + length (${offset + length}) exceeds the registered ${reg.local.length} bytes`);
@@ -101,8 +104,15 @@ function checkOptions(reg: Registration, options: PersistentOptions): CheckedOpt
 function checkMatch(id: number, peerId: string, reg: Registration, o: CheckedOptions, peer: PtOfferFrame): void {
   const peerRole = peer.role === PtRole.SEND ? 'send' : 'recv';
   const mismatch =
-    peerRole === o.role ? `both sides said ${o.role}` : peer.length !== o.length ? `lengths differ (${o.length} here, ${peer.length} there)` : peer.regId !== reg.id ? `the peer names registration ${peer.regId}, this side ${reg.id}` : undefined;
-  if (mismatch) throw new PersistentTransferError('SMCUDA_PERSISTENT_MISMATCH', `persistent transfer ${id} with ${peerId}: the two calls do not match: ${mismatch}`);
+    peerRole === o.role
+      ? `both sides said ${o.role}`
+      : peer.length !== o.length
+        ? `lengths differ (${o.length} here, ${peer.length} there)`
+        : peer.regId !== reg.id
+          ? `the peer names registration ${peer.regId}, this side ${reg.id}`
+          : undefined;
+  if (mismatch)
+    throw new PersistentTransferError('SMCUDA_PERSISTENT_MISMATCH', `persistent transfer ${id} with ${peerId}: the two calls do not match: ${mismatch}`);
 }
 
 /** The call's timeout where it is valid, else the default (the flag block's registration is made before the options are checked). */
@@ -113,7 +123,6 @@ function timeoutOrDefault(options: unknown): number {
     return DEFAULT_CALL_TIMEOUT_MS;
   }
 }
-
 
 type PersistentActor = Actor<typeof persistentMachine>;
 
@@ -308,7 +317,6 @@ export class PersistentTransfer implements WatchedTransfer {
   }
 }
 
-
 /** A flag block: SLOT_BYTES per slot, one allocation, registered with the peer. */
 interface FlagBlock extends WatchedBlock {
   registration: Registration;
@@ -360,20 +368,33 @@ export class PersistentTransfers {
   /** Makes this side of a persistent transfer; the peer makes the other, in the same order (see the file comment). */
   async create(reg: Registration, options: PersistentOptions): Promise<PersistentTransfer> {
     if (this.closeReason) throw this.closeReason;
-    if (!this.registrations.agreedWithPeer) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `peer ${this.peerId} does not run persistent transfers (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`);
+    if (!this.registrations.agreedWithPeer)
+      throw new PersistentTransferError(
+        'SMCUDA_PERSISTENT_UNSUPPORTED',
+        `peer ${this.peerId} does not run persistent transfers (its HELLO lacks Feature.REGISTER, or this driver has no stream memory operations)`,
+      );
     // Numbers first, before anything can fail: the flag block's registration (first call), then this transfer's.
     const flags = this.flagBlock(timeoutOrDefault(options));
     const id = this.calls.take();
     let actor: PersistentActor | undefined;
     let slot: number | undefined;
     try {
-      if (!(reg instanceof Registration) || this.registrations.get(reg.id) !== reg) throw new ArgumentTypeError('persistent() takes a Registration this endpoint made (from its register())');
+      if (!(reg instanceof Registration) || this.registrations.get(reg.id) !== reg)
+        throw new ArgumentTypeError('persistent() takes a Registration this endpoint made (from its register())');
       const o = checkOptions(reg, options);
       if (reg.peerFailure) throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is void: ${reg.peerFailure.message}`);
       if (reg.state !== 'registered') throw new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `registration ${reg.id} is ${reg.state}`);
       const st = this.driver.gpuDrivenStatus();
-      if (!st.streamMemOps || !st.memOps64) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`);
-      if (o.flagsBy === 'kernel' && !st.modules) throw new PersistentTransferError('SMCUDA_PERSISTENT_UNSUPPORTED', `flags: 'kernel' needs modules and kernel launch: ${st.reason ?? 'not offered by this driver'}; use flags: 'memops'`);
+      if (!st.streamMemOps || !st.memOps64)
+        throw new PersistentTransferError(
+          'SMCUDA_PERSISTENT_UNSUPPORTED',
+          `persistent transfers need 64-bit stream memory operations: ${st.reason ?? 'not offered by this driver'}`,
+        );
+      if (o.flagsBy === 'kernel' && !st.modules)
+        throw new PersistentTransferError(
+          'SMCUDA_PERSISTENT_UNSUPPORTED',
+          `flags: 'kernel' needs modules and kernel launch: ${st.reason ?? 'not offered by this driver'}; use flags: 'memops'`,
+        );
       const kernel = o.flagsBy === 'kernel' ? flagKernel(this.driver) : undefined;
       const failed = this.calls.takePeerFailure(id);
       if (failed) throw failed;
@@ -384,7 +405,16 @@ export class PersistentTransfers {
       // the watchdog's writes, before the peer hears of the slot.
       if (this.usedSlots.has(slot) && this.block) this.watchdog.reset(wordsOf(this.block.ptr + BigInt(slot * SLOT_BYTES)));
       this.usedSlots.add(slot);
-      this.ctx.link.sendFrame({ type: FrameType.PT_OFFER, ptId: id, role: o.role === 'send' ? PtRole.SEND : PtRole.RECV, regId: reg.id, offset: o.offset, length: o.length, flagRegId: this.flagRegId, slot });
+      this.ctx.link.sendFrame({
+        type: FrameType.PT_OFFER,
+        ptId: id,
+        role: o.role === 'send' ? PtRole.SEND : PtRole.RECV,
+        regId: reg.id,
+        offset: o.offset,
+        length: o.length,
+        flagRegId: this.flagRegId,
+        slot,
+      });
       actor = startMachine(this, id, o.role);
       // The block first: its failure (flag slots unlike) is the cause, on both sides, not the peer's PT_FAIL that follows it.
       const block = await flags;
@@ -409,11 +439,24 @@ export class PersistentTransfers {
   }
 
   /** Both halves are here: checks they match and makes this side's transfer. */
-  private matched(id: number, reg: Registration, o: CheckedOptions, slot: number, block: FlagBlock, peer: PtOfferFrame, actor: PersistentActor): PersistentTransfer {
+  private matched(
+    id: number,
+    reg: Registration,
+    o: CheckedOptions,
+    slot: number,
+    block: FlagBlock,
+    peer: PtOfferFrame,
+    actor: PersistentActor,
+  ): PersistentTransfer {
     const { role, length, offset } = o;
-    if (peer.offset + peer.length > reg.peer.length) throw new ProtocolError(`PT_OFFER ${id}: bytes ${peer.offset}..${peer.offset + peer.length} exceed the peer's registered ${reg.peer.length}`, 'SMCUDA_BAD_REGISTRATION');
+    if (peer.offset + peer.length > reg.peer.length)
+      throw new ProtocolError(
+        `PT_OFFER ${id}: bytes ${peer.offset}..${peer.offset + peer.length} exceed the peer's registered ${reg.peer.length}`,
+        'SMCUDA_BAD_REGISTRATION',
+      );
     const peerFlags = this.registrations.get(peer.flagRegId);
-    if (!peerFlags || peer.slot >= peerFlags.peer.length / SLOT_BYTES) throw new ProtocolError(`PT_OFFER ${id} names flag registration ${peer.flagRegId} slot ${peer.slot}, which it does not hold`, 'SMCUDA_BAD_REGISTRATION');
+    if (!peerFlags || peer.slot >= peerFlags.peer.length / SLOT_BYTES)
+      throw new ProtocolError(`PT_OFFER ${id} names flag registration ${peer.flagRegId} slot ${peer.slot}, which it does not hold`, 'SMCUDA_BAD_REGISTRATION');
     const mine = reg.local.ptr + BigInt(offset);
     const theirs = reg.peer.ptr + BigInt(peer.offset);
     const ownSlot = block.ptr + BigInt(slot * SLOT_BYTES);
@@ -447,7 +490,11 @@ export class PersistentTransfers {
   onFrame(frame: PtOfferFrame | PtFailFrame): void {
     if (frame.type === FrameType.PT_FAIL) {
       const t = this.live.get(frame.ptId);
-      if (t) return t.fail(new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId} failed persistent transfer ${frame.ptId}: ${frame.reason}`), false);
+      if (t)
+        return t.fail(
+          new PersistentTransferError('SMCUDA_PERSISTENT_PEER_FAILED', `peer ${this.peerId} failed persistent transfer ${frame.ptId}: ${frame.reason}`),
+          false,
+        );
       return this.calls.onPeerFailed(frame.ptId, frame.reason);
     }
     if (this.live.has(frame.ptId)) throw new ProtocolError(`peer ${this.peerId} sent PT_OFFER ${frame.ptId} twice`, 'SMCUDA_BAD_REGISTRATION');
@@ -487,7 +534,10 @@ export class PersistentTransfers {
    */
   close(reason: Error): void {
     if (this.closeReason) return;
-    const err = reason instanceof PersistentTransferError ? reason : new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `the endpoint to ${this.peerId} closed: ${reason.message}`, { cause: reason });
+    const err =
+      reason instanceof PersistentTransferError
+        ? reason
+        : new PersistentTransferError('SMCUDA_PERSISTENT_CLOSED', `the endpoint to ${this.peerId} closed: ${reason.message}`, { cause: reason });
     this.closeReason = err; // first: the peer's mappings go with the endpoint, so only our own waits are released
     this.calls.close(err);
     const transfers = [...this.live.values()];
@@ -518,7 +568,10 @@ export class PersistentTransfers {
       for (const t of this.live.values()) if (t.slot === s) taken = true;
       if (!taken) return s;
     }
-    throw new PersistentTransferError('SMCUDA_PERSISTENT_SLOTS', `all ${this.flagSlots} flag slots of the endpoint to ${this.peerId} are in use: close transfers, or raise the transport option persistent.flagSlots`);
+    throw new PersistentTransferError(
+      'SMCUDA_PERSISTENT_SLOTS',
+      `all ${this.flagSlots} flag slots of the endpoint to ${this.peerId} are in use: close transfers, or raise the transport option persistent.flagSlots`,
+    );
   }
 
   /**
@@ -594,7 +647,10 @@ export class PersistentTransfers {
     const unwatch = this.unwatch;
     this.unwatch = undefined;
     unwatch?.();
-    void block.registration.deregister().then(() => this.watchdog.flushed()).finally(() => this.freeBlock(block.ptr));
+    void block.registration
+      .deregister()
+      .then(() => this.watchdog.flushed())
+      .finally(() => this.freeBlock(block.ptr));
   }
 
   private freeBlock(ptr: DevicePtr): void {

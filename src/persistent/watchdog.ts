@@ -91,7 +91,10 @@ export class Watchdog {
   poison(words: readonly DevicePtr[]): void {
     if (this.closed || words.length === 0) return;
     try {
-      this.driver.streamBatchMemOp(this.ensureStream(), words.map((addr) => ({ op: 'write64', addr, value: POISON }) as StreamMemOp));
+      this.driver.streamBatchMemOp(
+        this.ensureStream(),
+        words.map((addr) => ({ op: 'write64', addr, value: POISON }) as StreamMemOp),
+      );
     } catch (err) {
       debug('watchdog: could not poison %d words: %s', words.length, (err as Error).message);
     }
@@ -105,7 +108,10 @@ export class Watchdog {
   reset(words: readonly DevicePtr[]): void {
     if (this.closed || words.length === 0) return;
     const stream = this.ensureStream();
-    this.driver.streamBatchMemOp(stream, words.map((addr) => ({ op: 'write64', addr, value: 0n }) as StreamMemOp));
+    this.driver.streamBatchMemOp(
+      stream,
+      words.map((addr) => ({ op: 'write64', addr, value: 0n }) as StreamMemOp),
+    );
     this.driver.streamSynchronize(stream);
   }
 
