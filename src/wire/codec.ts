@@ -46,8 +46,7 @@ const MAX_SAFE_HIGH = 0x1f_ffff;
 const utf8Decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const utf8Encoder = new TextEncoder();
 
-const DECODE_HINT =
-  'The endpoint must be closed: the peer runs a different smcuda version or is broken.';
+const DECODE_HINT = 'The endpoint must be closed: the peer runs a different smcuda version or is broken.';
 const ENCODE_HINT = 'This is a bug in the caller that built the frame; fix the value before sending.';
 
 // ---------------------------------------------------------------------------
@@ -100,7 +99,13 @@ function checkOptional(type: FrameType, field: string, v: unknown, n: number, ab
 function checkEnum(type: FrameType, field: string, v: unknown, values: Record<string, string | number>, label: string): number {
   const n = checkInt(type, field, v, 0, 255);
   if (values[n] === undefined) {
-    throw encodeError(type, field, `must be a ${label} (${Object.values(values).filter((x) => typeof x === 'number').join(', ')}), got ${n}`);
+    throw encodeError(
+      type,
+      field,
+      `must be a ${label} (${Object.values(values)
+        .filter((x) => typeof x === 'number')
+        .join(', ')}), got ${n}`,
+    );
   }
   return n;
 }
@@ -114,7 +119,8 @@ function checkData(type: FrameType, field: string, v: unknown, min: number, max:
 
 /** min..max {offset, size} pairs of safe integers. */
 function checkExtents(type: FrameType, field: string, v: unknown, min: number, max: number): Array<{ offset: number; size: number }> {
-  if (!Array.isArray(v) || v.length < min || v.length > max) throw encodeError(type, field, `must be an array of ${min}..${max} {offset, size}, got ${show(v)}`);
+  if (!Array.isArray(v) || v.length < min || v.length > max)
+    throw encodeError(type, field, `must be an array of ${min}..${max} {offset, size}, got ${show(v)}`);
   for (const x of v as Array<{ offset?: unknown; size?: unknown } | null>) {
     if (typeof x !== 'object' || x === null) throw encodeError(type, `${field}[]`, `must be an {offset, size} object, got ${show(x)}`);
     checkInt(type, `${field}[].offset`, x.offset, 0, MAX_SAFE);
@@ -125,7 +131,8 @@ function checkExtents(type: FrameType, field: string, v: unknown, min: number, m
 
 /** min..max safe integers. */
 function checkList(type: FrameType, field: string, v: unknown, min: number, max: number): number[] {
-  if (!Array.isArray(v) || v.length < min || v.length > max) throw encodeError(type, field, `must be an array of ${min}..${max} sequence numbers, got ${show(v)}`);
+  if (!Array.isArray(v) || v.length < min || v.length > max)
+    throw encodeError(type, field, `must be an array of ${min}..${max} sequence numbers, got ${show(v)}`);
   for (const x of v) checkInt(type, `${field}[]`, x, 0, MAX_SAFE);
   return v as number[];
 }
@@ -257,7 +264,21 @@ export function restampRget(template: Uint8Array, tag: number, seq: number): Uin
   return b;
 }
 
-const PRIMITIVES = { Writer, checkInt, checkBig, checkBool, checkBytes, checkOptional, checkString, checkEnum, checkData, checkList, checkExtents, encodeError, decodeError };
+const PRIMITIVES = {
+  Writer,
+  checkInt,
+  checkBig,
+  checkBool,
+  checkBytes,
+  checkOptional,
+  checkString,
+  checkEnum,
+  checkData,
+  checkList,
+  checkExtents,
+  encodeError,
+  decodeError,
+};
 /** The generated encoder and decoder of each frame type, by type number. */
 const ENCODERS: FrameEncoder[] = [];
 const DECODERS: FrameDecoder[] = [];

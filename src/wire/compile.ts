@@ -123,7 +123,9 @@ function encoderSource(s: FrameSchema, K: Consts): string {
         break;
       case 'uuid':
         // The endpoint's UuidNames validates and converts a device's UUID once, not per frame.
-        write.push(`{ const u = ${get}; const k = uuids !== undefined && typeof u === 'string' ? uuids.bytesOf(u) : undefined; if (k !== undefined) w.raw(k); else w.uuid(${q}, u); }`);
+        write.push(
+          `{ const u = ${get}; const k = uuids !== undefined && typeof u === 'string' ? uuids.bytesOf(u) : undefined; if (k !== undefined) w.raw(k); else w.uuid(${q}, u); }`,
+        );
         break;
       case 'string':
         // The common empty string (a FIN OK's message) skips the checks.
@@ -190,8 +192,13 @@ function decoderSource(s: FrameSchema, K: Consts): string {
         out.push(`const ${v} = r.bool(${q});`);
         break;
       case 'enum': {
-        const names = Object.values(f.values).filter((x) => typeof x === 'number').join(', ');
-        out.push(`const ${v} = r.u8(${q});`, `if (${K.ref(f.values)}[${v}] === undefined) throw P.decodeError(${T}, ${q}, ${JSON.stringify(`must be a ${f.label} (${names}), got `)} + ${v});`);
+        const names = Object.values(f.values)
+          .filter((x) => typeof x === 'number')
+          .join(', ');
+        out.push(
+          `const ${v} = r.u8(${q});`,
+          `if (${K.ref(f.values)}[${v}] === undefined) throw P.decodeError(${T}, ${q}, ${JSON.stringify(`must be a ${f.label} (${names}), got `)} + ${v});`,
+        );
         break;
       }
       case 'bytes':
@@ -278,7 +285,7 @@ export function codecModuleSource(schemas: readonly FrameSchema[] = FRAME_SCHEMA
   const parts = [
     '// @ts-nocheck: generated JavaScript; its types are the CodecFactory each function is declared as.',
     '/**',
-    ' * The frame codec\'s encoders and decoders, generated from src/wire/schema.ts by',
+    " * The frame codec's encoders and decoders, generated from src/wire/schema.ts by",
     ' * src/wire/compile.ts: do not edit; after changing the schema run `npm run codec`',
     ' * (test/unit/wire/codec-generated.test.ts fails while this file is stale).',
     ' */',

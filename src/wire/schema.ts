@@ -105,8 +105,20 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { kind: 'u8', name: 'version', min: 1, max: 255, doc: 'highest wire version the sender speaks' },
     { kind: 'u32', name: 'pid', doc: "sender's process id; must be the pid the kernel reports for the connection where the channel knows it (SO_PEERCRED)" },
     deviceUuid("sender's current device, or '' (none yet)"),
-    { kind: 'string', name: 'peerId', min: 1, max: MAX_PEER_ID_BYTES, sizeVar: 'P', doc: "sender's transport id, unique per job; also the tie-breaker of the negotiation" },
-    { kind: 'bytes', name: 'nonce', size: NONCE_BYTES, doc: "fresh random bytes (`crypto.randomBytes`) for this connection: the challenge the peer's PROOF covers" },
+    {
+      kind: 'string',
+      name: 'peerId',
+      min: 1,
+      max: MAX_PEER_ID_BYTES,
+      sizeVar: 'P',
+      doc: "sender's transport id, unique per job; also the tie-breaker of the negotiation",
+    },
+    {
+      kind: 'bytes',
+      name: 'nonce',
+      size: NONCE_BYTES,
+      doc: "fresh random bytes (`crypto.randomBytes`) for this connection: the challenge the peer's PROOF covers",
+    },
     {
       kind: 'u32',
       name: 'features',
@@ -116,7 +128,13 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     },
   ]),
   frame(FrameType.PROOF, [
-    { kind: 'bytes', name: 'proof', size: PROOF_BYTES, doc: 'HMAC-SHA256 keyed with the job token (UTF-8) over the bytes below', rule: 'compared in constant time (`crypto.timingSafeEqual`)' },
+    {
+      kind: 'bytes',
+      name: 'proof',
+      size: PROOF_BYTES,
+      doc: 'HMAC-SHA256 keyed with the job token (UTF-8) over the bytes below',
+      rule: 'compared in constant time (`crypto.timingSafeEqual`)',
+    },
   ]),
   frame(FrameType.IPC_REQ, [attempt("this request's number, from 1"), deviceUuid("requester's device"), probe("the requester's [IPC probe](#the-ipc-probe)")]),
   frame(FrameType.IPC_ACK, [
@@ -139,15 +157,38 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     [
       { ...tag, doc: 'message tag' },
       { ...seq, doc: 'message number' },
-      { kind: 'enum', name: 'kind', values: HandleKind, label: 'HandleKind', doc: '`HandleKind`: 0 LEGACY (CUDA IPC), 1 VMM, 2 POOL (both by descriptor: only to a peer with `Feature.FD_MEMORY`, after the FD_OFFER that names the range)' },
-      { kind: 'bytes', name: 'identity', size: IPC_HANDLE_BYTES, label: 'bytes', doc: 'LEGACY: `cuIpcGetMemHandle` of the allocation; POOL: `cuMemPoolExportPointer` data (as its FD_OFFER); VMM: zero' },
-      { kind: 'big', name: 'base', doc: 'LEGACY: allocation base as the sender sees it; VMM, POOL: base of the offered range (the FD_OFFER with this bufferId and base)' },
+      {
+        kind: 'enum',
+        name: 'kind',
+        values: HandleKind,
+        label: 'HandleKind',
+        doc: '`HandleKind`: 0 LEGACY (CUDA IPC), 1 VMM, 2 POOL (both by descriptor: only to a peer with `Feature.FD_MEMORY`, after the FD_OFFER that names the range)',
+      },
+      {
+        kind: 'bytes',
+        name: 'identity',
+        size: IPC_HANDLE_BYTES,
+        label: 'bytes',
+        doc: 'LEGACY: `cuIpcGetMemHandle` of the allocation; POOL: `cuMemPoolExportPointer` data (as its FD_OFFER); VMM: zero',
+      },
+      {
+        kind: 'big',
+        name: 'base',
+        doc: 'LEGACY: allocation base as the sender sees it; VMM, POOL: base of the offered range (the FD_OFFER with this bufferId and base)',
+      },
       { kind: 'u64', name: 'allocSize', doc: 'size of the allocation (LEGACY) or the offered range' },
       { kind: 'u64', name: 'offset', doc: 'message start inside it' },
       { kind: 'u64', name: 'length', doc: 'message length', rule: '**offset + length ≤ allocSize**' },
       { kind: 'big', name: 'bufferId', doc: '`CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation (detects free + realloc at the same address)' },
       deviceUuid('device of the allocation'),
-      { kind: 'optional', name: 'event', size: IPC_HANDLE_BYTES, absent: null, label: 'handle', doc: "IPC event to wait on before reading (the send's stream)" },
+      {
+        kind: 'optional',
+        name: 'event',
+        size: IPC_HANDLE_BYTES,
+        absent: null,
+        label: 'handle',
+        doc: "IPC event to wait on before reading (the send's stream)",
+      },
     ],
     withinAllocation,
   ),
@@ -158,8 +199,7 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
       name: 'status',
       values: FinStatus,
       label: 'FinStatus',
-      doc:
-        '`FinStatus`: 0 OK, 1 REFUSED, 2 FAILED, 3 TRUNCATED, 4 CANCELLED, 5 RESTAGE (RGET could not be mapped: the sender resends the message by staging under the same seq), 6 SENDER_FAILED (sent the other way, by the message\'s sender: it could not supply the data — source freed, bogus stream, copy failed; the receiver rejects the matched receive, or drops the message if none matched, and answers nothing)',
+      doc: "`FinStatus`: 0 OK, 1 REFUSED, 2 FAILED, 3 TRUNCATED, 4 CANCELLED, 5 RESTAGE (RGET could not be mapped: the sender resends the message by staging under the same seq), 6 SENDER_FAILED (sent the other way, by the message's sender: it could not supply the data — source freed, bogus stream, copy failed; the receiver rejects the matched receive, or drops the message if none matched, and answers nothing)",
     },
     { kind: 'string', name: 'message', min: 0, max: MAX_STRING_BYTES, sizeVar: 'M', doc: 'why, when not OK' },
   ]),
@@ -178,7 +218,13 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { ...seq, doc: 'message number' },
     { kind: 'u64', name: 'length', doc: 'message length' },
     { kind: 'u32', name: 'chunkSize', min: 1, doc: 'bytes per slot' },
-    { kind: 'u16', name: 'slots', min: 1, doc: 'slots in the ring', rule: "(receiver: chunkSize × slots is the size of the sender's SEGMENT{STAGING_RING}, ≤ staging.maxPeerBytes)" },
+    {
+      kind: 'u16',
+      name: 'slots',
+      min: 1,
+      doc: 'slots in the ring',
+      rule: "(receiver: chunkSize × slots is the size of the sender's SEGMENT{STAGING_RING}, ≤ staging.maxPeerBytes)",
+    },
   ]),
   frame(
     FrameType.STAGE_CHUNK,
@@ -202,14 +248,28 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
   frame(
     FrameType.FD_OFFER,
     [
-      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: '`HandleKind`: 1 VMM (descriptors follow, one per chunk), 2 POOL (none follow)' },
+      {
+        kind: 'enum',
+        name: 'kind',
+        values: FD_KINDS,
+        label: 'HandleKind other than LEGACY',
+        doc: '`HandleKind`: 1 VMM (descriptors follow, one per chunk), 2 POOL (none follow)',
+      },
       { kind: 'big', name: 'bufferId', doc: '`CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation; with base, the key of the import' },
       deviceUuid('device of the allocation'),
       { kind: 'big', name: 'base', doc: "VMM: base of the first chunk exported; POOL: the allocation's base" },
       { kind: 'u64', name: 'size', doc: 'bytes from base: to the end of the last chunk (VMM), the allocation (POOL)', rule: '≥ 1' },
       { kind: 'u32', name: 'poolId', doc: 'POOL: the id its FD_POOL gave the pool; VMM: 0', rule: 'VMM: 0' },
       { kind: 'bytes', name: 'exportData', size: POOL_EXPORT_BYTES, doc: "POOL: `cuMemPoolExportPointer`'s data; VMM: zero" },
-      { kind: 'extents', name: 'chunks', min: 0, max: MAX_FD_CHUNKS, sizeVar: 'C', doc: "VMM: each chunk's offset from base and size, in order; descriptor k is chunk k", rule: 'VMM: 1 or more, contiguous from 0 to size; POOL: none' },
+      {
+        kind: 'extents',
+        name: 'chunks',
+        min: 0,
+        max: MAX_FD_CHUNKS,
+        sizeVar: 'C',
+        doc: "VMM: each chunk's offset from base and size, in order; descriptor k is chunk k",
+        rule: 'VMM: 1 or more, contiguous from 0 to size; POOL: none',
+      },
     ],
     offerShape,
   ),
@@ -217,40 +277,57 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     { kind: 'u32', name: 'poolId', doc: "the sender's number for the pool, which its FD_OFFERs name" },
     deviceUuid('device of the pool'),
   ]),
-  frame(
-    FrameType.FD_RELEASE,
-    [
-      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: '`HandleKind` of the import dropped' },
-      { kind: 'big', name: 'id', doc: 'an allocation: its bufferId; a pool (kind POOL, base 0): its poolId' },
-      { kind: 'big', name: 'base', doc: "an allocation: the offer's base; a pool: 0" },
-    ],
-  ),
-  frame(
-    FrameType.FD_DESCRIPTOR,
-    [
-      { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: 'VMM: a chunk of an offer; POOL: a pool' },
-      { kind: 'big', name: 'id', doc: "VMM: the offer's bufferId; POOL: the poolId" },
-      { kind: 'big', name: 'base', doc: "VMM: the offer's base; POOL: 0" },
-      { kind: 'u16', name: 'index', doc: "VMM: the chunk's index in the offer; POOL: 0", rule: '< the offer\'s chunk count' },
-    ],
-  ),
+  frame(FrameType.FD_RELEASE, [
+    { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: '`HandleKind` of the import dropped' },
+    { kind: 'big', name: 'id', doc: 'an allocation: its bufferId; a pool (kind POOL, base 0): its poolId' },
+    { kind: 'big', name: 'base', doc: "an allocation: the offer's base; a pool: 0" },
+  ]),
+  frame(FrameType.FD_DESCRIPTOR, [
+    { kind: 'enum', name: 'kind', values: FD_KINDS, label: 'HandleKind other than LEGACY', doc: 'VMM: a chunk of an offer; POOL: a pool' },
+    { kind: 'big', name: 'id', doc: "VMM: the offer's bufferId; POOL: the poolId" },
+    { kind: 'big', name: 'base', doc: "VMM: the offer's base; POOL: 0" },
+    { kind: 'u16', name: 'index', doc: "VMM: the chunk's index in the offer; POOL: 0", rule: "< the offer's chunk count" },
+  ]),
   frame(FrameType.SEGMENT, [
-    { kind: 'enum', name: 'kind', values: SEGMENT_KINDS, label: 'SegmentKind', doc: '`SegmentKind`: 1 CONTROL_RING (the ring the sender reads), 2 STAGING_RING (its staging ring for this direction), 3 CALL_TABLE (a communicator\'s call prints, from rank 0)' },
-    { kind: 'u64', name: 'bytes', doc: 'the segment size', rule: 'the receiver maps the descriptor only if it is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) and exactly this size' },
+    {
+      kind: 'enum',
+      name: 'kind',
+      values: SEGMENT_KINDS,
+      label: 'SegmentKind',
+      doc: "`SegmentKind`: 1 CONTROL_RING (the ring the sender reads), 2 STAGING_RING (its staging ring for this direction), 3 CALL_TABLE (a communicator's call prints, from rank 0)",
+    },
+    {
+      kind: 'u64',
+      name: 'bytes',
+      doc: 'the segment size',
+      rule: 'the receiver maps the descriptor only if it is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL) and exactly this size',
+    },
   ]),
   frame(FrameType.CLOSE, [reason('for logs')]),
   frame(
     FrameType.REG_OFFER,
     [
       { kind: 'u32', name: 'regId', min: 1, doc: "the registration's number on this endpoint, from 1, in call order (both sides number alike)" },
-      { kind: 'enum', name: 'kind', values: HandleKind, label: 'HandleKind', doc: '`HandleKind`: 0 LEGACY (`handle` names it), 1 VMM, 2 POOL (offered by FD_OFFER with this bufferId and base first)' },
+      {
+        kind: 'enum',
+        name: 'kind',
+        values: HandleKind,
+        label: 'HandleKind',
+        doc: '`HandleKind`: 0 LEGACY (`handle` names it), 1 VMM, 2 POOL (offered by FD_OFFER with this bufferId and base first)',
+      },
       deviceUuid('device of the allocation'),
       { kind: 'big', name: 'base', doc: 'allocation base (LEGACY) or the offered base (VMM, POOL) as the sender sees it' },
       { kind: 'u64', name: 'allocSize', doc: 'bytes from base the peer maps' },
       { kind: 'u64', name: 'offset', doc: 'the registered buffer starts here, from base' },
       { kind: 'u64', name: 'length', doc: 'registered bytes', rule: '**offset + length ≤ allocSize**' },
       { kind: 'big', name: 'bufferId', doc: '`CU_POINTER_ATTRIBUTE_BUFFER_ID` of the allocation' },
-      { kind: 'bytes', name: 'handle', size: IPC_HANDLE_BYTES, label: 'handle', doc: "the memory's identity, as RGET's `identity`: LEGACY `cuIpcGetMemHandle` of the allocation; POOL `cuMemPoolExportPointer` data (as its FD_OFFER); VMM zero" },
+      {
+        kind: 'bytes',
+        name: 'handle',
+        size: IPC_HANDLE_BYTES,
+        label: 'handle',
+        doc: "the memory's identity, as RGET's `identity`: LEGACY `cuIpcGetMemHandle` of the allocation; POOL `cuMemPoolExportPointer` data (as its FD_OFFER); VMM zero",
+      },
     ],
     withinAllocation,
   ),
@@ -273,7 +350,12 @@ export const FRAME_SCHEMAS: readonly FrameSchema[] = [
     reason('why (bad argument, mapping failed, timeout)'),
   ]),
   frame(FrameType.RING_OFFER, [
-    { kind: 'u32', name: 'capacity', doc: 'data bytes of the ring, a power of two', rule: "(receiver: 4096..16 MiB; its SEGMENT{CONTROL_RING} is 256 + capacity bytes)" },
+    {
+      kind: 'u32',
+      name: 'capacity',
+      doc: 'data bytes of the ring, a power of two',
+      rule: '(receiver: 4096..16 MiB; its SEGMENT{CONTROL_RING} is 256 + capacity bytes)',
+    },
   ]),
   frame(FrameType.RING_SWITCH, []),
   frame(FrameType.DOORBELL, []),
@@ -303,13 +385,15 @@ function withinSafe(frame: Readonly<Record<string, unknown>>, encoding: boolean)
 function offerShape(frame: Readonly<Record<string, unknown>>): { field: string; problem: string } | undefined {
   const f = frame as { kind: HandleKind; size: number; poolId: number; chunks: { offset: number; size: number }[] };
   if (f.size < 1) return { field: 'size', problem: 'must be at least 1, got 0' };
-  if (f.kind === HandleKind.POOL) return f.chunks.length === 0 ? undefined : { field: 'chunks', problem: `must be empty for a POOL offer, got ${f.chunks.length}` };
+  if (f.kind === HandleKind.POOL)
+    return f.chunks.length === 0 ? undefined : { field: 'chunks', problem: `must be empty for a POOL offer, got ${f.chunks.length}` };
   if (f.poolId !== 0) return { field: 'poolId', problem: `must be 0 for a VMM offer, got ${f.poolId}` };
   if (f.chunks.length === 0) return { field: 'chunks', problem: 'must list at least one chunk for a VMM offer' };
   let end = 0;
   for (let i = 0; i < f.chunks.length; i++) {
     const c = f.chunks[i]!;
-    if (c.offset !== end || c.size < 1) return { field: 'chunks', problem: `[${i}] must start at ${end} and hold at least 1 byte, got offset ${c.offset}, size ${c.size}` };
+    if (c.offset !== end || c.size < 1)
+      return { field: 'chunks', problem: `[${i}] must start at ${end} and hold at least 1 byte, got offset ${c.offset}, size ${c.size}` };
     end += c.size;
   }
   return end === f.size ? undefined : { field: 'chunks', problem: `end at ${end}, not at 'size' (${f.size})` };
