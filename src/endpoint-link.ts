@@ -115,14 +115,18 @@ export class EndpointLink implements RgetLink {
     const agreed = this.descriptorsAgreed && ((ctx.local.features ?? 0) & peerFeatures & Feature.FD_MEMORY) !== 0;
     this.fd = { agreed, stats: newFdStats(agreed), maxPeerDescriptors: this.opts.maxPeerDescriptors, offerTimeoutMs: this.opts.negotiation.checkTimeoutMs };
     this.fins = new FinBatcher(((ctx.local.features ?? 0) & peerFeatures & Feature.FINS) !== 0, (frame) => this.sendFrame(frame), open);
-    this.flow = new FlowControl(this.opts.maxUnreadBytes, (consumed) => {
-      if (!open()) return;
-      try {
-        this.sendFrame({ type: FrameType.CREDIT, consumed });
-      } catch {
-        // the channel failed: the endpoint closes
-      }
-    }, this.opts.maxBufferedBytes);
+    this.flow = new FlowControl(
+      this.opts.maxUnreadBytes,
+      (consumed) => {
+        if (!open()) return;
+        try {
+          this.sendFrame({ type: FrameType.CREDIT, consumed });
+        } catch {
+          // the channel failed: the endpoint closes
+        }
+      },
+      this.opts.maxBufferedBytes,
+    );
     this.sends = new PendingSends(peerId, this.sent, (seq) => this.sendFrame({ type: FrameType.CANCEL, seq }));
     this.pool = new HandlePool(driver, { ...this.opts.cache, onEvent: tracer ? (ev) => tracer.cache(peerId, ev) : undefined });
     this.parts = {
@@ -295,4 +299,3 @@ export class EndpointLink implements RgetLink {
     this.gpuWork?.close(this.closeReason ?? this.closedError());
   }
 }
-

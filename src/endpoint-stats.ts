@@ -40,7 +40,19 @@ export interface FdPathStats {
 }
 
 export function newFdStats(agreed: boolean): FdPathStats {
-  return { agreed, channel: false, offers: 0, descriptorsSent: 0, pools: 0, releasesReceived: 0, descriptorsReceived: 0, imports: 0, restaged: 0, releasesSent: 0, descriptorsRefused: 0 };
+  return {
+    agreed,
+    channel: false,
+    offers: 0,
+    descriptorsSent: 0,
+    pools: 0,
+    releasesReceived: 0,
+    descriptorsReceived: 0,
+    imports: 0,
+    restaged: 0,
+    releasesSent: 0,
+    descriptorsRefused: 0,
+  };
 }
 
 export interface NegotiationRecord {

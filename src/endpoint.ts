@@ -223,7 +223,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     refuseUnknownKeys('send options', options, SEND_OPTION_KEYS);
     const tag = checkTag(options.tag, false);
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
-    if (options.ready !== undefined && typeof options.ready !== 'boolean') throw new ArgumentTypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
+    if (options.ready !== undefined && typeof options.ready !== 'boolean')
+      throw new ArgumentTypeError(`options.ready must be a boolean, got ${typeof options.ready}`);
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
     this.keep?.busy(); // a send that waits (FIN, room, the negotiation) keeps the process alive
@@ -247,7 +248,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       // Its path may change while it waits (the negotiation may end meanwhile): asked again.
       // One held for the negotiation was part of that attempt: it does not start another (after NOT_READY, the next send does).
       const kick = !this.holding;
-      const waiting = { inline: () => this.pathFor(buffer, options).inlineBytes(buffer), go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options, kick) };
+      const waiting = {
+        inline: () => this.pathFor(buffer, options).inlineBytes(buffer),
+        go: () => this.sendBy(this.pathFor(buffer, options), buffer, tag, options, kick),
+      };
       return this.link.flow.wait(waiting, options.signal, abortReason);
     }
     return this.sendBy(path, buffer, tag, options);
@@ -452,40 +456,42 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.link.closed) return Promise.reject(this.link.closedError());
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
-    return this.awaited(new Promise<'OK' | 'BAD'>((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      let delay = 5;
-      const done = () => {
-        clearTimeout(timer);
-        this.off('state', onState);
-        this.off('close', onClose);
-        signal?.removeEventListener('abort', onAbort);
-      };
-      const onState = (s: NegotiationState) => {
-        if (!settled(s)) return;
-        done();
-        resolve(s);
-      };
-      const onClose = () => {
-        done();
-        reject(this.link.closedError());
-      };
-      const onAbort = () => {
-        done();
-        reject(abortReason(signal!));
-      };
-      // INIT again after a NOT_READY (or still INIT: this side was not ready): ask again, backing off to 500 ms.
-      const kick = () => {
-        if (this.link.closed || settled(this.neg.state)) return;
-        this.neg.gpuSend();
-        timer = setTimeout(kick, delay);
-        delay = Math.min(delay * 2, 500);
-      };
-      this.on('state', onState);
-      this.once('close', onClose);
-      signal?.addEventListener('abort', onAbort, { once: true });
-      kick();
-    }));
+    return this.awaited(
+      new Promise<'OK' | 'BAD'>((resolve, reject) => {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        let delay = 5;
+        const done = () => {
+          clearTimeout(timer);
+          this.off('state', onState);
+          this.off('close', onClose);
+          signal?.removeEventListener('abort', onAbort);
+        };
+        const onState = (s: NegotiationState) => {
+          if (!settled(s)) return;
+          done();
+          resolve(s);
+        };
+        const onClose = () => {
+          done();
+          reject(this.link.closedError());
+        };
+        const onAbort = () => {
+          done();
+          reject(abortReason(signal!));
+        };
+        // INIT again after a NOT_READY (or still INIT: this side was not ready): ask again, backing off to 500 ms.
+        const kick = () => {
+          if (this.link.closed || settled(this.neg.state)) return;
+          this.neg.gpuSend();
+          timer = setTimeout(kick, delay);
+          delay = Math.min(delay * 2, 500);
+        };
+        this.on('state', onState);
+        this.once('close', onClose);
+        signal?.addEventListener('abort', onAbort, { once: true });
+        kick();
+      }),
+    );
   }
 
   /** Counters and the negotiation record (plain data; safe to JSON.stringify). */
@@ -642,7 +648,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         return this.registrations.onFrame(frame);
       case FrameType.PT_OFFER:
       case FrameType.PT_FAIL:
-        if (!this.registrations.agreedWithPeer) throw new ProtocolError(`peer ${this.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing REGISTER`, 'SMCUDA_BAD_FRAME');
+        if (!this.registrations.agreedWithPeer)
+          throw new ProtocolError(`peer ${this.peerId} sent ${FrameType[frame.type]} without both HELLOs announcing REGISTER`, 'SMCUDA_BAD_FRAME');
         return this.transfers.onFrame(frame);
       case FrameType.CLOSE:
         this.shutdown(null, new PeerLostError(`peer ${this.peerId} closed the endpoint: ${frame.reason}`), true);
@@ -707,7 +714,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
 
   /** Receiver: the sender of message `seq` could not supply it (FIN SENDER_FAILED). */
   private onSenderFailed(seq: number, message: string): void {
-    const err = new SmcudaError('SMCUDA_SENDER_FAILED', `peer ${this.peerId} could not send message ${seq}: ${message}; the message is lost, the endpoint stays open`);
+    const err = new SmcudaError(
+      'SMCUDA_SENDER_FAILED',
+      `peer ${this.peerId} could not send message ${seq}: ${message}; the message is lost, the endpoint stays open`,
+    );
     for (const path of this.paths) if (path.senderFailed(seq, err)) return;
     const waiting = this.link.resends.get(seq);
     if (waiting) {

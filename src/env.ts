@@ -26,24 +26,98 @@ export interface EnvOverride {
 
 /** The table docs/debugging.md shows (kept in step by test/unit/core/env.test.ts). */
 export const ENV_OVERRIDES: readonly EnvOverride[] = [
-  { name: 'SMCUDA_TRACE', value: 'file path', default: 'off', effect: 'append a JSON-lines trace of every transport to this file, created 0600; a symbolic link or another user\'s file there is refused (`Transport.create({ trace })` wins)' },
-  { name: 'SMCUDA_CONTROL_RING', value: '0 or 1', default: '1', effect: 'the `controlRing` option: 0 keeps control frames on the socket (no shared-memory rings)' },
-  { name: 'SMCUDA_CONTROL_SPIN_US', value: 'integer µs ≥ 0', default: '250', effect: 'the `controlSpinUs` option: how long the progress engine polls after the last activity (0: wake-ups only)' },
-  { name: 'SMCUDA_COMPLETION_SPIN_US', value: 'integer µs ≥ 0', default: '20', effect: 'the `completionSpinUs` option: inline poll of a lone small copy before the progress engine takes it' },
-  { name: 'SMCUDA_POLL_SPIN_US', value: 'integer µs ≥ 0', default: '20000', effect: 'how long the native completion thread spins after its last completion before it sleeps (read by native/completion.cc when the thread starts; checked when a Transport is created)' },
-  { name: 'SMCUDA_DEVICE_EAGER_LIMIT', value: 'integer bytes ≥ 0', default: '8192', effect: 'the `deviceEagerLimit` option: device messages up to this size go inline through the host while IPC is not in use' },
-  { name: 'SMCUDA_NEGOTIATION_EAGER_LIMIT', value: 'integer bytes ≥ 0', default: '1048576', effect: 'the `negotiationEagerLimit` option: device messages up to this size go inline through the host while the IPC negotiation has not settled, instead of waiting for it' },
+  {
+    name: 'SMCUDA_TRACE',
+    value: 'file path',
+    default: 'off',
+    effect:
+      "append a JSON-lines trace of every transport to this file, created 0600; a symbolic link or another user's file there is refused (`Transport.create({ trace })` wins)",
+  },
+  {
+    name: 'SMCUDA_CONTROL_RING',
+    value: '0 or 1',
+    default: '1',
+    effect: 'the `controlRing` option: 0 keeps control frames on the socket (no shared-memory rings)',
+  },
+  {
+    name: 'SMCUDA_CONTROL_SPIN_US',
+    value: 'integer µs ≥ 0',
+    default: '250',
+    effect: 'the `controlSpinUs` option: how long the progress engine polls after the last activity (0: wake-ups only)',
+  },
+  {
+    name: 'SMCUDA_COMPLETION_SPIN_US',
+    value: 'integer µs ≥ 0',
+    default: '20',
+    effect: 'the `completionSpinUs` option: inline poll of a lone small copy before the progress engine takes it',
+  },
+  {
+    name: 'SMCUDA_POLL_SPIN_US',
+    value: 'integer µs ≥ 0',
+    default: '20000',
+    effect:
+      'how long the native completion thread spins after its last completion before it sleeps (read by native/completion.cc when the thread starts; checked when a Transport is created)',
+  },
+  {
+    name: 'SMCUDA_DEVICE_EAGER_LIMIT',
+    value: 'integer bytes ≥ 0',
+    default: '8192',
+    effect: 'the `deviceEagerLimit` option: device messages up to this size go inline through the host while IPC is not in use',
+  },
+  {
+    name: 'SMCUDA_NEGOTIATION_EAGER_LIMIT',
+    value: 'integer bytes ≥ 0',
+    default: '1048576',
+    effect:
+      'the `negotiationEagerLimit` option: device messages up to this size go inline through the host while the IPC negotiation has not settled, instead of waiting for it',
+  },
   { name: 'SMCUDA_ADDON', value: 'file path', default: 'build/Release/smcuda.node', effect: 'load the native addon from this file' },
-  { name: 'SMCUDA_SIM', value: 'JSON (SimOptions)', default: 'two simulated GPUs', effect: "the simulated driver's world: devices, peer access, faults (src/cuda/sim/config.ts)" },
-  { name: 'SMCUDA_SIM_FD_FAULTS', value: 'JSON (SimFdFaults)', default: 'none', effect: "faults the simulated driver injects into VMM/pool memory imports (src/cuda/sim/fd-faults.ts)" },
-  { name: 'SMCUDA_SIM_VISIBLE', value: 'comma-separated indices or UUIDs', default: 'all', effect: 'which simulated devices this process sees (as CUDA_VISIBLE_DEVICES)' },
+  {
+    name: 'SMCUDA_SIM',
+    value: 'JSON (SimOptions)',
+    default: 'two simulated GPUs',
+    effect: "the simulated driver's world: devices, peer access, faults (src/cuda/sim/config.ts)",
+  },
+  {
+    name: 'SMCUDA_SIM_FD_FAULTS',
+    value: 'JSON (SimFdFaults)',
+    default: 'none',
+    effect: 'faults the simulated driver injects into VMM/pool memory imports (src/cuda/sim/fd-faults.ts)',
+  },
+  {
+    name: 'SMCUDA_SIM_VISIBLE',
+    value: 'comma-separated indices or UUIDs',
+    default: 'all',
+    effect: 'which simulated devices this process sees (as CUDA_VISIBLE_DEVICES)',
+  },
   { name: 'SMCUDA_CHROMIUM', value: 'file path', default: 'a system Chromium', effect: 'the browser `smcuda diagram --format svg` and the docs tests drive' },
-  { name: 'SMCUDA_RENDEZVOUS', value: 'directory path', default: 'none', effect: '`Communicator.fromEnv()`: the rendezvous directory every rank of the job shares (mode 0700)' },
-  { name: 'SMCUDA_TOKEN', value: 'string', default: 'made by rank 0', effect: 'the job token of `Communicator.create` and `fromEnv` (the `token` option wins); unset, rank 0 makes one and shares it through the rendezvous directory' },
+  {
+    name: 'SMCUDA_RENDEZVOUS',
+    value: 'directory path',
+    default: 'none',
+    effect: '`Communicator.fromEnv()`: the rendezvous directory every rank of the job shares (mode 0700)',
+  },
+  {
+    name: 'SMCUDA_TOKEN',
+    value: 'string',
+    default: 'made by rank 0',
+    effect:
+      'the job token of `Communicator.create` and `fromEnv` (the `token` option wins); unset, rank 0 makes one and shares it through the rendezvous directory',
+  },
   { name: 'RANK', value: 'integer ≥ 0', default: 'none', effect: "`Communicator.fromEnv()`: this process's rank (as torchrun sets it)" },
   { name: 'WORLD_SIZE', value: 'integer ≥ 1', default: 'none', effect: '`Communicator.fromEnv()`: how many ranks the job has' },
-  { name: 'LOCAL_RANK', value: 'integer ≥ 0', default: 'RANK', effect: "`Communicator.fromEnv()`: the rank's index on this machine; its device is LOCAL_RANK % devices" },
-  { name: 'NODE_DEBUG', value: 'list containing smcuda', default: 'off', effect: "debug lines on stderr (util.debuglog('smcuda')); the CLI also prints stacks" },
+  {
+    name: 'LOCAL_RANK',
+    value: 'integer ≥ 0',
+    default: 'RANK',
+    effect: "`Communicator.fromEnv()`: the rank's index on this machine; its device is LOCAL_RANK % devices",
+  },
+  {
+    name: 'NODE_DEBUG',
+    value: 'list containing smcuda',
+    default: 'off',
+    effect: "debug lines on stderr (util.debuglog('smcuda')); the CLI also prints stacks",
+  },
 ];
 
 /**

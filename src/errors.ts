@@ -70,10 +70,7 @@ export class CudaError extends SmcudaError {
 export class AddonLoadError extends SmcudaError {
   readonly causes: string[];
   constructor(causes: string[]) {
-    super(
-      'SMCUDA_ADDON_LOAD',
-      ['Could not load the smcuda native addon.', ...causes.map((c) => `  - ${c}`)].join('\n'),
-    );
+    super('SMCUDA_ADDON_LOAD', ['Could not load the smcuda native addon.', ...causes.map((c) => `  - ${c}`)].join('\n'));
     this.causes = causes;
   }
 }

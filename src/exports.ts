@@ -23,7 +23,8 @@ const NO_HANDLE = new Uint8Array(0);
  * three 4 GiB allocations of one pool (memory-across's 1 GiB window of 8 in one allocation hit it).
  */
 export const POOL_SHARE_MAX_BYTES = 5 * 2 ** 30;
-const POOL_TOO_LARGE = 'a pool allocation over 5 GiB: importing a pointer to one killed the importing process (driver 580); allocate less at once to send it without staging';
+const POOL_TOO_LARGE =
+  'a pool allocation over 5 GiB: importing a pointer to one killed the importing process (driver 580); allocate less at once to send it without staging';
 
 export interface ExportInfo {
   base: DevicePtr;

@@ -219,7 +219,9 @@ function validateStaging(o: Partial<StagingOptions> | undefined): StagingOptions
   positiveInt('staging.slots', s.slots, 2, MAX_STAGING_SLOTS);
   const ring = s.chunkSize * s.slots;
   if (ring > MAX_STAGING_BYTES) {
-    throw new ConfigError(`staging.chunkSize × staging.slots (${s.chunkSize} × ${s.slots} = ${ring} bytes) must be at most ${MAX_STAGING_BYTES} (2 GiB): use smaller chunks or fewer slots`);
+    throw new ConfigError(
+      `staging.chunkSize × staging.slots (${s.chunkSize} × ${s.slots} = ${ring} bytes) must be at most ${MAX_STAGING_BYTES} (2 GiB): use smaller chunks or fewer slots`,
+    );
   }
   const maxPeerBytes = o?.maxPeerBytes ?? Math.max(ring, DEFAULT_MAX_PEER_STAGING_BYTES);
   positiveInt('staging.maxPeerBytes', maxPeerBytes, 8192, MAX_STAGING_BYTES);
@@ -272,8 +274,21 @@ function checkWireString(name: string, v: unknown, min: number, max: number): vo
 
 /** Every key of TransportOptions (unknown keys are refused: a misspelt `token` must not make a transport without one). */
 export const TRANSPORT_OPTION_KEYS = [
-  'id', 'device', 'deviceEagerLimit', 'negotiationEagerLimit', 'negotiation', 'staging', 'cache', 'token',
-  'completionSpinUs', 'controlRing', 'controlSpinUs', 'maxUnreadBytes', 'maxBufferedBytes', 'maxPeerDescriptors', 'persistent',
+  'id',
+  'device',
+  'deviceEagerLimit',
+  'negotiationEagerLimit',
+  'negotiation',
+  'staging',
+  'cache',
+  'token',
+  'completionSpinUs',
+  'controlRing',
+  'controlSpinUs',
+  'maxUnreadBytes',
+  'maxBufferedBytes',
+  'maxPeerDescriptors',
+  'persistent',
 ] as const satisfies readonly (keyof TransportOptions)[];
 // Every key listed: a new option must be added above, or compiling fails here.
 const allTransportKeys: [Exclude<keyof TransportOptions, (typeof TRANSPORT_OPTION_KEYS)[number]>] extends [never] ? true : false = true;

@@ -35,7 +35,9 @@ export interface Received<D = Uint8Array | DeviceBuffer> extends Omit<PathReceiv
 }
 
 /** The type of `data` for a receive given `into` of type `Into` (undefined: none given). */
-export type ReceivedData<Into> = [Into] extends [undefined] ? Uint8Array | DeviceBuffer : Exclude<Into, undefined> | (undefined extends Into ? Uint8Array | DeviceBuffer : never);
+export type ReceivedData<Into> = [Into] extends [undefined]
+  ? Uint8Array | DeviceBuffer
+  : Exclude<Into, undefined> | (undefined extends Into ? Uint8Array | DeviceBuffer : never);
 
 /** What a probe says of the next message a receive of that tag would take. */
 export interface MessageInfo {

@@ -83,7 +83,11 @@ export function openTraceFile(path: string): number {
   }
   const st = fstatSync(fd);
   const uid = process.getuid?.();
-  const why = !st.isFile() ? 'is not a regular file' : uid !== undefined && st.uid !== uid ? `belongs to uid ${st.uid}, not to this process (uid ${uid})` : undefined;
+  const why = !st.isFile()
+    ? 'is not a regular file'
+    : uid !== undefined && st.uid !== uid
+      ? `belongs to uid ${st.uid}, not to this process (uid ${uid})`
+      : undefined;
   if (why) {
     closeSync(fd);
     throw new AccessDeniedError(`trace file ${path} ${why}: refused (remove it, or trace to a path of your own)`);

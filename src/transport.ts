@@ -129,7 +129,10 @@ function refusal(reason: string, label: string): Error {
 }
 
 /** TransportCreateOptions' keys beyond TransportOptions (resolveOptions refuses any key in neither). */
-const CREATE_ONLY_KEYS = ['driver', 'lazyDevice', 'trace', 'inspect', 'helloTimeoutMs', 'frameTimeoutMs', 'warmUp'] as const satisfies readonly Exclude<keyof TransportCreateOptions, keyof TransportOptions>[];
+const CREATE_ONLY_KEYS = ['driver', 'lazyDevice', 'trace', 'inspect', 'helloTimeoutMs', 'frameTimeoutMs', 'warmUp'] as const satisfies readonly Exclude<
+  keyof TransportCreateOptions,
+  keyof TransportOptions
+>[];
 
 const allCreateKeys: [Exclude<keyof TransportCreateOptions, keyof TransportOptions | (typeof CREATE_ONLY_KEYS)[number]>] extends [never] ? true : false = true;
 void allCreateKeys;
@@ -212,7 +215,14 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.inspector = inspector;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
     // Pending here: a socket set up, a handshake, an any-source receive, or a listener someone waits on ('endpoint' listeners).
-    this.keepAlive.addSource(() => this.settingUp.size > 0 || this.pendingChannels.size > 0 || this.receivingAny > 0 || this.awaiting > 0 || (this.sockets.length > 0 && this.listenerCount('endpoint') > 0));
+    this.keepAlive.addSource(
+      () =>
+        this.settingUp.size > 0 ||
+        this.pendingChannels.size > 0 ||
+        this.receivingAny > 0 ||
+        this.awaiting > 0 ||
+        (this.sockets.length > 0 && this.listenerCount('endpoint') > 0),
+    );
     (this as EventEmitter).on('newListener', (event: string | symbol) => {
       if (event === 'endpoint') this.keepAlive.busy();
     });
@@ -232,7 +242,8 @@ export class Transport extends EventEmitter<TransportEvents> {
       throw new ConfigError(`frameTimeoutMs must be a number of milliseconds in 0..2147483647 (0: no limit), got ${String(frameMs)}`);
     }
     // Loaded only when asked for (the page's HTTP server and diagrams are no part of `import 'smcuda'`); its option is checked before anything is opened.
-    const inspector = options.inspect !== undefined ? new (await import('./inspect/transport-inspector.js')).TransportInspector(options.inspect, opts.id) : undefined;
+    const inspector =
+      options.inspect !== undefined ? new (await import('./inspect/transport-inspector.js')).TransportInspector(options.inspect, opts.id) : undefined;
     // The trace file first: a path it must refuse (a link, another user's file) fails before anything is opened.
     const tracePath = options.trace ?? envTracePath();
     const fileTracer = tracePath ? new FileTracer(tracePath, opts.id) : undefined;
@@ -394,7 +405,13 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.pendingChannels.add(channel);
     // Shared memory only where descriptors can travel: our listener's or connector's descriptor socket, or one given to attach().
     const descriptors = fd !== undefined && ('given' in fd || ('listener' in fd ? fd.listener !== undefined : this.descriptorsCapable()));
-    const hs = new Handshake({ id: this.id, token: this.opts.token, deviceUuid: this.deviceUuid, features: this.features(descriptors), peerPid: channel.peerPid });
+    const hs = new Handshake({
+      id: this.id,
+      token: this.opts.token,
+      deviceUuid: this.deviceUuid,
+      features: this.features(descriptors),
+      peerPid: channel.peerPid,
+    });
     const ourHello = hs.hello;
     let helloSentAt = 0;
     let frames = 0;
@@ -408,7 +425,10 @@ export class Transport extends EventEmitter<TransportEvents> {
         channel.close();
         reject(err);
       };
-      const timer = setTimeout(() => fail(new PeerLostError(`${channel.label} did not complete the handshake within ${this.helloTimeoutMs} ms`)), this.helloTimeoutMs);
+      const timer = setTimeout(
+        () => fail(new PeerLostError(`${channel.label} did not complete the handshake within ${this.helloTimeoutMs} ms`)),
+        this.helloTimeoutMs,
+      );
       const onClose = (err?: Error) => {
         if (this.closed) return fail(new ClosedError(`transport ${this.id} was closed during the handshake with ${channel.label}`));
         if (err instanceof ProtocolError) return fail(err);
@@ -446,7 +466,20 @@ export class Transport extends EventEmitter<TransportEvents> {
         const ring = (both & Feature.RING) !== 0 && (both & Feature.DESCRIPTORS) !== 0;
         const epChannel = ring ? new ShmChannel(channel, { progress: this.progress }) : channel;
         // Constructed synchronously inside this frame handler, so the next frame already reaches it.
-        const ep = new Endpoint(epChannel, { driver: this.driver, options: this.opts, local: this.hello(descriptors), exports: this.exports, tracer: this.tracer, progress: this.progress, watchdog: this.watchdog, keepAlive: this.keepAlive }, hello);
+        const ep = new Endpoint(
+          epChannel,
+          {
+            driver: this.driver,
+            options: this.opts,
+            local: this.hello(descriptors),
+            exports: this.exports,
+            tracer: this.tracer,
+            progress: this.progress,
+            watchdog: this.watchdog,
+            keepAlive: this.keepAlive,
+          },
+          hello,
+        );
         ep.rival = this.anySource.rivalFor(ep);
         this.endpointsByPeer.set(hello.peerId, ep);
         debug('transport %s: endpoint to %s (pid %d, device %s) over %s', this.id, hello.peerId, hello.pid, hello.deviceUuid || 'none', epChannel.label);
@@ -664,12 +697,23 @@ export class Transport extends EventEmitter<TransportEvents> {
 
   /** This process's HELLO as the endpoint keeps it (the nonce is the handshake's business). */
   private hello(descriptors: boolean): HelloFrame {
-    return { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: this.id, deviceUuid: this.deviceUuid, nonce: new Uint8Array(NONCE_BYTES), features: this.features(descriptors) };
+    return {
+      type: FrameType.HELLO,
+      version: WIRE_VERSION,
+      pid: process.pid,
+      peerId: this.id,
+      deviceUuid: this.deviceUuid,
+      nonce: new Uint8Array(NONCE_BYTES),
+      features: this.features(descriptors),
+    };
   }
 
   private checkPeerId(h: HelloFrame): void {
     if (this.endpointsByPeer.has(h.peerId)) {
-      throw new ProtocolError(`a peer with id ${JSON.stringify(h.peerId)} is already connected to ${JSON.stringify(this.id)}; ids must be unique in a job (TransportOptions.id)`, DUPLICATE_PEER);
+      throw new ProtocolError(
+        `a peer with id ${JSON.stringify(h.peerId)} is already connected to ${JSON.stringify(this.id)}; ids must be unique in a job (TransportOptions.id)`,
+        DUPLICATE_PEER,
+      );
     }
   }
 
