@@ -17,7 +17,10 @@ export interface World {
   close(): Promise<void>;
 }
 
-export async function makeWorld(n: number, options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number; simDevices?: SimDevice[]; optionsByRank?: CommunicatorOptions[] } = {}): Promise<World> {
+export async function makeWorld(
+  n: number,
+  options: CommunicatorOptions & { ipcOpenFails?: boolean; devices?: number; simDevices?: SimDevice[]; optionsByRank?: CommunicatorOptions[] } = {},
+): Promise<World> {
   const { ipcOpenFails, devices = 2, simDevices, optionsByRank, ...commOptions } = options;
   const sim = { ...(ipcOpenFails ? { faults: { ipcOpenFails: true } } : {}), ...(simDevices ? { devices: simDevices } : {}) };
   const sides = await Promise.all([...Array(n).keys()].map((i) => makeSide(`rank${i}`, i % devices, {}, sim)));
@@ -30,7 +33,9 @@ export async function makeWorld(n: number, options: CommunicatorOptions & { ipcO
       eps[j]![i] = b;
     }
   }
-  const made = await Promise.allSettled(sides.map((s, r) => Communicator.fromEndpoints({ transport: s.transport, rank: r, size: n, endpoints: eps[r]!, ...commOptions, ...optionsByRank?.[r] })));
+  const made = await Promise.allSettled(
+    sides.map((s, r) => Communicator.fromEndpoints({ transport: s.transport, rank: r, size: n, endpoints: eps[r]!, ...commOptions, ...optionsByRank?.[r] })),
+  );
   const failed = made.find((m) => m.status === 'rejected');
   if (failed) {
     // Every rank's set-up settled: close what was made, then report the first failure.

@@ -153,7 +153,12 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
       expect(() => d.vmmAlloc(4096, { chunks: 1.5 })).toThrow(TypeError);
       expect(() => d.vmmImport([])).toThrow(RangeError);
       expect(() => d.vmmImport([{ fd: 3, offset: 4096, size: 4096 }])).toThrow(RangeError);
-      expect(() => d.vmmImport([{ fd: 3, offset: 0, size: 4096 }, { fd: 4, offset: 8192, size: 4096 }])).toThrow(RangeError);
+      expect(() =>
+        d.vmmImport([
+          { fd: 3, offset: 0, size: 4096 },
+          { fd: 4, offset: 8192, size: 4096 },
+        ]),
+      ).toThrow(RangeError);
       expect(() => d.vmmImport([{ fd: -1, offset: 0, size: 4096 }])).toThrow(RangeError);
       expect(() => d.memPoolImportPointer(1n, new Uint8Array(10))).toThrow(RangeError);
       expect(() => d.memPoolImport('3' as unknown as number)).toThrow(TypeError);
@@ -296,23 +301,26 @@ export function fdMemoryCases(driver: () => CudaDriver, opts: ContractOptions): 
         expect(d.fdMemoryResources()).toEqual(NONE);
       });
 
-      it.skipIf(opts.devices < 2)(`memory of another device than the promised one is refused${opts.devices < 2 ? ' (skipped: fewer than 2 devices)' : ''}`, async () => {
-        d.setDevice(1);
-        let v;
-        try {
-          v = d.vmmAlloc(MiB);
-        } finally {
-          d.setDevice(0);
-        }
-        try {
-          const ex = d.vmmExport(v.ptr, MiB);
-          const ids = await passChunks(peer, d, ex);
-          await expectPeerCuda(peer.call('importVmm', { chunks: ids, device: 0 }), 'CUDA_ERROR_INVALID_DEVICE');
-          await childIsClean();
-        } finally {
-          d.vmmFree(v.ptr);
-        }
-      });
+      it.skipIf(opts.devices < 2)(
+        `memory of another device than the promised one is refused${opts.devices < 2 ? ' (skipped: fewer than 2 devices)' : ''}`,
+        async () => {
+          d.setDevice(1);
+          let v;
+          try {
+            v = d.vmmAlloc(MiB);
+          } finally {
+            d.setDevice(0);
+          }
+          try {
+            const ex = d.vmmExport(v.ptr, MiB);
+            const ids = await passChunks(peer, d, ex);
+            await expectPeerCuda(peer.call('importVmm', { chunks: ids, device: 0 }), 'CUDA_ERROR_INVALID_DEVICE');
+            await childIsClean();
+          } finally {
+            d.vmmFree(v.ptr);
+          }
+        },
+      );
     });
   });
 }

@@ -73,7 +73,6 @@ export class IpcPeer {
 export const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
 export const unhex = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'hex'));
 
-
 function expectCudaError(fn: () => unknown, code?: string): CudaError {
   let caught: unknown;
   try {
@@ -152,21 +151,18 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         },
       );
 
-      propTest.prop([fc.integer({ min: 1, max: 4 * MiB }), fc.integer()], { numRuns: 6 })(
-        'HtoD then DtoH returns the same bytes',
-        (size, seed) => {
-          const data = patternBytes(size, seed);
-          const p = d.memAlloc(size);
-          try {
-            d.memcpyHtoD(p, data);
-            const out = new Uint8Array(size);
-            d.memcpyDtoH(out, p);
-            expect(Buffer.compare(out, data)).toBe(0);
-          } finally {
-            d.memFree(p);
-          }
-        },
-      );
+      propTest.prop([fc.integer({ min: 1, max: 4 * MiB }), fc.integer()], { numRuns: 6 })('HtoD then DtoH returns the same bytes', (size, seed) => {
+        const data = patternBytes(size, seed);
+        const p = d.memAlloc(size);
+        try {
+          d.memcpyHtoD(p, data);
+          const out = new Uint8Array(size);
+          d.memcpyDtoH(out, p);
+          expect(Buffer.compare(out, data)).toBe(0);
+        } finally {
+          d.memFree(p);
+        }
+      });
 
       propTest.prop(
         [
@@ -315,7 +311,19 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
         const pinned = d.hostAlloc(count * 4);
         const s = d.streamCreate();
         try {
-          d.launchKernel(fn, { grid: [4], block: [128] }, [{ type: 'ptr', value: pinned.devicePtr }, { type: 'ptr', value: table }, { type: 'u32', value: 2 }, { type: 'u64', value: 0n }, { type: 'u64', value: BigInt(count) }, { type: 'u32', value: opCode('sum') }], s);
+          d.launchKernel(
+            fn,
+            { grid: [4], block: [128] },
+            [
+              { type: 'ptr', value: pinned.devicePtr },
+              { type: 'ptr', value: table },
+              { type: 'u32', value: 2 },
+              { type: 'u64', value: 0n },
+              { type: 'u64', value: BigInt(count) },
+              { type: 'u32', value: opCode('sum') },
+            ],
+            s,
+          );
           d.streamSynchronize(s);
           expect(Buffer.compare(pinned.bytes, want)).toBe(0);
         } finally {
@@ -330,7 +338,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
       // there) and keeps no record of freed host addresses: these are the simulator's checks.
       // (Inside a skipped suite, a nested skipIf would hide the case from the skip count.)
       const notSim = opts.kind !== 'sim' && !opts.skip;
-      const simOnly = notSim ? ' (skipped: the simulator\'s check; a real driver neither bound-checks host memory nor tracks freed host addresses)' : '';
+      const simOnly = notSim ? " (skipped: the simulator's check; a real driver neither bound-checks host memory nor tracks freed host addresses)" : '';
       it.skipIf(notSim)(`the simulator refuses a copy past the end of a pinned buffer as one past the end of an allocation${simOnly}`, () => {
         const size = 4096;
         const pinned = d.hostAlloc(size);
@@ -541,7 +549,13 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
               return b;
             });
             const want = new Uint8Array(count * es);
-            reduceInto(op, dtype, want, inputs.map((b) => b.subarray(offset * es)), count);
+            reduceInto(
+              op,
+              dtype,
+              want,
+              inputs.map((b) => b.subarray(offset * es)),
+              count,
+            );
             const { module } = d.moduleLoadData(reducePtx());
             const fn = d.moduleGetFunction(module, reduceEntry(dtype));
             const ptrs = inputs.map((b) => {
@@ -554,7 +568,19 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
             const out = d.memAlloc(count * es);
             const s = d.streamCreate();
             try {
-              d.launchKernel(fn, { grid: [4], block: [128] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: 3 }, { type: 'u64', value: BigInt(offset) }, { type: 'u64', value: BigInt(count) }, { type: 'u32', value: opCode(op) }], s);
+              d.launchKernel(
+                fn,
+                { grid: [4], block: [128] },
+                [
+                  { type: 'ptr', value: out },
+                  { type: 'ptr', value: table },
+                  { type: 'u32', value: 3 },
+                  { type: 'u64', value: BigInt(offset) },
+                  { type: 'u64', value: BigInt(count) },
+                  { type: 'u32', value: opCode(op) },
+                ],
+                s,
+              );
               d.streamSynchronize(s);
               const got = new Uint8Array(count * es);
               d.memcpyDtoH(got, out);

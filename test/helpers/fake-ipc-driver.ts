@@ -146,7 +146,11 @@ export class FakeIpcDriver {
       size: alloc.size,
       bufferId: alloc.bufferId,
       open: (pool) =>
-        alloc.kind === 'legacy-ipc' ? this.ipcOpenMemHandle(alloc.handle) : alloc.kind === 'vmm' ? this.importVmm(alloc) : this.memPoolImportPointer(pool!, alloc),
+        alloc.kind === 'legacy-ipc'
+          ? this.ipcOpenMemHandle(alloc.handle)
+          : alloc.kind === 'vmm'
+            ? this.importVmm(alloc)
+            : this.memPoolImportPointer(pool!, alloc),
     };
     if (alloc.kind !== 'vmm') req.identity = Uint8Array.from(alloc.handle);
     if (alloc.kind === 'pool') req.peerPool = { key: alloc.poolKey!, open: () => this.memPoolImport(alloc.poolKey!) };

@@ -114,7 +114,11 @@ export class Side {
         params.checkPeerAccess ??
         ((uuid) => {
           this.accessAsked.push(uuid);
-          return answer(this.env.access, () => true, () => false);
+          return answer(
+            this.env.access,
+            () => true,
+            () => false,
+          );
         }),
       openProbe:
         params.openProbe ??
@@ -122,7 +126,11 @@ export class Side {
           this.probesOpened.push({ uuid, probe });
           const mode = this.env.probe ?? 'yes';
           if (mode === 'no') return Promise.reject(new Error("the peer's probe allocation opened, but read back another value"));
-          return answer(mode, () => undefined, () => undefined);
+          return answer(
+            mode,
+            () => undefined,
+            () => undefined,
+          );
         }),
     });
     this.n.actor.subscribe((snapshot) => {

@@ -51,15 +51,31 @@ class RecordingChannel extends EventEmitter implements Pick<ControlChannel, 'lab
  * the link waits for a descriptor channel (connectDescriptors) for its rings;
  * false: it has none (staged messages go inline).
  */
-export function pathSide(device: number, o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean; fdMemory?: boolean; descriptors?: boolean } = {}): PathSide {
+export function pathSide(
+  device: number,
+  o: { options?: TransportOptions; tracer?: Tracer; fins?: boolean; ipcOk?: boolean; fdMemory?: boolean; descriptors?: boolean } = {},
+): PathSide {
   const driver = new SimulatedCudaDriver({ env: {} });
   driver.init();
   driver.setDevice(device);
   const rec = { frames: [] as Frame[], bytes: [] as Uint8Array[] };
   const channel = new RecordingChannel(rec);
   const features = (o.fins === false ? 0 : Feature.FINS) | (o.fdMemory === true ? Feature.FD_MEMORY : 0) | (o.descriptors === false ? 0 : Feature.DESCRIPTORS);
-  const local = { type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: `side${device}`, deviceUuid: '', nonce: new Uint8Array(32), features } as HelloFrame;
-  const link = new EndpointLink(channel as unknown as ControlChannel, { driver, options: resolveOptions(o.options ?? {}), local, exports: new ExportTable(driver), tracer: o.tracer }, `peer-of-${device}`, features);
+  const local = {
+    type: FrameType.HELLO,
+    version: WIRE_VERSION,
+    pid: process.pid,
+    peerId: `side${device}`,
+    deviceUuid: '',
+    nonce: new Uint8Array(32),
+    features,
+  } as HelloFrame;
+  const link = new EndpointLink(
+    channel as unknown as ControlChannel,
+    { driver, options: resolveOptions(o.options ?? {}), local, exports: new ExportTable(driver), tracer: o.tracer },
+    `peer-of-${device}`,
+    features,
+  );
   link.ipcOk = o.ipcOk ?? false;
   return {
     driver,

@@ -28,7 +28,13 @@ export interface RawPeer {
 }
 
 /** `o.descriptors`: announce Feature.DESCRIPTORS and hand the transport a descriptor channel to us (`features`: more bits). */
-export async function rawPeer(t: Transport, peerId: string, deviceUuid = '', token = '', o: { descriptors?: boolean; features?: number } = {}): Promise<RawPeer> {
+export async function rawPeer(
+  t: Transport,
+  peerId: string,
+  deviceUuid = '',
+  token = '',
+  o: { descriptors?: boolean; features?: number } = {},
+): Promise<RawPeer> {
   const [mine, theirs] = createMemoryChannelPair({ names: [peerId, t.id] });
   const received: Frame[] = [];
   const [ourFd, theirFd] = o.descriptors ? FdChannel.pair() : [undefined, undefined];

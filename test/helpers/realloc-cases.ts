@@ -121,7 +121,10 @@ export function reallocCases(name: string, o: ReallocCaseOptions): void {
           handle: Buffer.from(driver.ipcGetMemHandle(range.base)).toString('hex'),
           bufferId: attrs.bufferId.toString(),
         };
-        const r = await peer.call<{ missUs: number; hitNs: number; stats: { hits: number; misses: number; opens: number; closes: number } }>('cache-cost', { req, hits: 100_000 });
+        const r = await peer.call<{ missUs: number; hitNs: number; stats: { hits: number; misses: number; opens: number; closes: number } }>('cache-cost', {
+          req,
+          hits: 100_000,
+        });
         // Printed for the record; speed targets live in `smcuda bench`, not in tests.
         console.log(`[${name}] cache miss (cuIpcOpenMemHandle through the pool): ${r.missUs.toFixed(1)} µs; hit: ${r.hitNs.toFixed(0)} ns`);
         expect(r.stats.misses).toBe(1);

@@ -11,6 +11,9 @@ let cached: string | null | undefined;
 export function registryUnreachable(): string | null {
   if (cached !== undefined) return cached;
   const r = spawnSync('npm', ['ping', '--no-audit', '--no-fund'], { encoding: 'utf8', timeout: 20_000 });
-  cached = r.status === 0 ? null : `the npm registry did not answer \`npm ping\` (${r.error?.message ?? (r.stderr || '').trim().split('\n').pop() ?? `exit ${r.status}`})`;
+  cached =
+    r.status === 0
+      ? null
+      : `the npm registry did not answer \`npm ping\` (${r.error?.message ?? (r.stderr || '').trim().split('\n').pop() ?? `exit ${r.status}`})`;
   return cached;
 }

@@ -32,7 +32,15 @@ export async function makeSide(id: string, device: number, opts: TransportCreate
 }
 
 export async function makePair(
-  options: { a?: TransportCreateOptions; b?: TransportCreateOptions; simA?: SimDriverOptions; simB?: SimDriverOptions; channel?: MemoryChannelOptions; devices?: [number, number]; descriptors?: boolean } = {},
+  options: {
+    a?: TransportCreateOptions;
+    b?: TransportCreateOptions;
+    simA?: SimDriverOptions;
+    simB?: SimDriverOptions;
+    channel?: MemoryChannelOptions;
+    devices?: [number, number];
+    descriptors?: boolean;
+  } = {},
 ): Promise<Pair> {
   const [devA, devB] = options.devices ?? [0, 1];
   const a = await makeSide('a', devA, options.a, options.simA);
@@ -84,4 +92,3 @@ export function reach(ep: Endpoint, state: string, timeoutMs = 5000): Promise<vo
     ep.on('state', on);
   });
 }
-
