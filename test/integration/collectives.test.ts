@@ -30,7 +30,10 @@ function runRanks(size: number, mode: string, extra: Record<string, string> = {}
       (rank) =>
         new Promise<Exit>((resolve) => {
           const { SMCUDA_TOKEN: _t, ...env } = process.env;
-          const child = spawn(process.execPath, [FIXTURE], { env: { ...env, RANK: String(rank), WORLD_SIZE: String(size), SMCUDA_RENDEZVOUS: dir, COMM_MODE: mode, SMCUDA_SIM: '', ...extra }, stdio: ['ignore', 'pipe', 'pipe'] });
+          const child = spawn(process.execPath, [FIXTURE], {
+            env: { ...env, RANK: String(rank), WORLD_SIZE: String(size), SMCUDA_RENDEZVOUS: dir, COMM_MODE: mode, SMCUDA_SIM: '', ...extra },
+            stdio: ['ignore', 'pipe', 'pipe'],
+          });
           let stdout = '';
           let stderr = '';
           child.stdout.on('data', (b) => (stdout += b));
@@ -59,7 +62,7 @@ describe('communicators across processes (simulated driver)', () => {
     expect(readdirSync(dir)).toEqual([]); // sockets and the token file are gone
   }, 60_000);
 
-  it('an error in one rank\'s call reaches every rank with its original code (ABORT before the failing rank closes)', async () => {
+  it("an error in one rank's call reaches every rank with its original code (ABORT before the failing rank closes)", async () => {
     const exits = await runRanks(3, 'error');
     for (const e of exits) {
       expect(e.code, e.stderr).toBe(0);
@@ -103,7 +106,7 @@ describe('communicators across processes (simulated driver)', () => {
     }
   }, 60_000);
 
-  it('a rank that closes normally: the others\' next call fails at once with SMCUDA_PEER_CLOSED naming it', async () => {
+  it("a rank that closes normally: the others' next call fails at once with SMCUDA_PEER_CLOSED naming it", async () => {
     const exits = await runRanks(3, 'close-peer');
     for (const e of exits.slice(0, 2)) {
       expect(e.code, e.stderr).toBe(0);
@@ -112,7 +115,7 @@ describe('communicators across processes (simulated driver)', () => {
     }
   }, 60_000);
 
-  it('a rank killed mid-allreduce fails every other rank\'s call with SMCUDA_PEER_LOST, and the survivors clean its leftovers', async () => {
+  it("a rank killed mid-allreduce fails every other rank's call with SMCUDA_PEER_LOST, and the survivors clean its leftovers", async () => {
     const exits = await runRanks(4, 'die');
     const dead = exits[3]!;
     expect(dead.signal).toBe('SIGKILL');

@@ -48,7 +48,11 @@ beforeAll(async () => {
   mkdirSync(project);
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }, null, 2));
   env = { HOME: process.env.HOME, PATH: bareBin(dir), npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false' };
-  await run('npm', ['install', '--omit=dev', '--prefer-offline', '--no-audit', '--no-fund', join(dir, packed.filename)], { cwd: project, env, timeout: 240_000 });
+  await run('npm', ['install', '--omit=dev', '--prefer-offline', '--no-audit', '--no-fund', join(dir, packed.filename)], {
+    cwd: project,
+    env,
+    timeout: 240_000,
+  });
 }, 300_000);
 
 afterAll(() => {
@@ -58,7 +62,17 @@ afterAll(() => {
 suite(`the packed package${offline}`, () => {
   it('ships the prebuilt addons, LICENSE, what runs and its declarations, and no TypeScript sources, source maps, measurement history or build output', () => {
     const files = packed.files.map((f) => f.path);
-    for (const f of ['LICENSE', 'README.md', 'prebuilds/linux-x64/smcuda.napi.glibc.node', 'prebuilds/linux-arm64/smcuda.napi.glibc.node', 'native/build-addon.mjs', 'src/bench/nccl_allreduce.py', 'dist/src/index.js', 'dist/src/index.d.ts', 'docs/benchmarks.md']) {
+    for (const f of [
+      'LICENSE',
+      'README.md',
+      'prebuilds/linux-x64/smcuda.napi.glibc.node',
+      'prebuilds/linux-arm64/smcuda.napi.glibc.node',
+      'native/build-addon.mjs',
+      'src/bench/nccl_allreduce.py',
+      'dist/src/index.js',
+      'dist/src/index.d.ts',
+      'docs/benchmarks.md',
+    ]) {
       expect(files, f).toContain(f);
     }
     expect(files.filter((f) => /^(test|build|bench)\/|docs\/bench\/(run-|scripts|profile)|\.map$|(?<!\.d)\.ts$/.test(f))).toEqual([]);
@@ -86,14 +100,30 @@ suite(`installed into a fresh project, no compiler, dev dependencies omitted${of
   });
 
   it('loads the prebuilt addon', async () => {
-    const { stdout } = await run('node', ['--input-type=module', '-e', "import { openDriver } from 'smcuda'; const { kind, reason } = await openDriver({ driver: 'auto' }); console.log(kind, reason);"], { cwd: project, env });
+    const { stdout } = await run(
+      'node',
+      [
+        '--input-type=module',
+        '-e',
+        "import { openDriver } from 'smcuda'; const { kind, reason } = await openDriver({ driver: 'auto' }); console.log(kind, reason);",
+      ],
+      { cwd: project, env },
+    );
     expect(stdout).toMatch(/^sim simulated driver/);
   });
 
   it('type-checks a strict TypeScript consumer with module NodeNext and with bundler resolution', async () => {
     copyFileSync(join(ROOT, 'test/fixtures/consumer.ts'), join(project, 'consumer.ts'));
     const tsc = join(ROOT, 'node_modules/typescript/bin/tsc');
-    const common = { strict: true, noEmit: true, skipLibCheck: false, target: 'ES2022', lib: ['ES2023'], types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] };
+    const common = {
+      strict: true,
+      noEmit: true,
+      skipLibCheck: false,
+      target: 'ES2022',
+      lib: ['ES2023'],
+      types: ['node'],
+      typeRoots: [join(ROOT, 'node_modules/@types')],
+    };
     for (const [name, options] of [
       ['nodenext', { module: 'NodeNext', moduleResolution: 'NodeNext' }],
       ['bundler', { module: 'ESNext', moduleResolution: 'bundler' }],
@@ -103,16 +133,29 @@ suite(`installed into a fresh project, no compiler, dev dependencies omitted${of
       const r = await run('node', [tsc, '-p', `tsconfig.${name}.json`], { cwd: project, env }).catch((e: { stdout: string }) => e);
       const out = 'code' in r ? r.stdout : '';
       // xstate's own declarations fail exactOptionalPropertyTypes: theirs, left out; smcuda's must pass.
-      const ours = name === 'exact' ? out.split('\n').filter((l) => /error TS\d+/.test(l) && !/node_modules\/(?!smcuda\/)/.test(l.replace(/^.*node_modules\/smcuda\//, 'node_modules/smcuda/'))) : out ? [out] : [];
+      const ours =
+        name === 'exact'
+          ? out
+              .split('\n')
+              .filter((l) => /error TS\d+/.test(l) && !/node_modules\/(?!smcuda\/)/.test(l.replace(/^.*node_modules\/smcuda\//, 'node_modules/smcuda/')))
+          : out
+            ? [out]
+            : [];
       expect(ours, `tsc (${name}):\n${out}`).toEqual([]);
     }
   }, 120_000);
 
-  it.skipIf(!process.features.require_module)(`can be require()d from CommonJS${process.features.require_module ? '' : ' (skipped: this Node.js has no require(esm); 20.19+ / 22.12+)'}`, async () => {
-    writeFileSync(join(project, 'consumer.cjs'), "const s = require('smcuda'); console.log(typeof s.Transport.create, typeof s.isDeviceBuffer, s.isDeviceBuffer({ ptr: 1n, length: 1 }));\n");
-    const { stdout } = await run('node', ['consumer.cjs'], { cwd: project, env });
-    expect(stdout.trim()).toBe('function function true');
-  });
+  it.skipIf(!process.features.require_module)(
+    `can be require()d from CommonJS${process.features.require_module ? '' : ' (skipped: this Node.js has no require(esm); 20.19+ / 22.12+)'}`,
+    async () => {
+      writeFileSync(
+        join(project, 'consumer.cjs'),
+        "const s = require('smcuda'); console.log(typeof s.Transport.create, typeof s.isDeviceBuffer, s.isDeviceBuffer({ ptr: 1n, length: 1 }));\n",
+      );
+      const { stdout } = await run('node', ['consumer.cjs'], { cwd: project, env });
+      expect(stdout.trim()).toBe('function function true');
+    },
+  );
 
   it('installs the JavaScript with its declarations, and no source map that would point at an unshipped source', () => {
     const pkg = join(project, 'node_modules/smcuda');

@@ -25,13 +25,28 @@ it('dist/**.d.ts pass a consumer with exactOptionalPropertyTypes, every entry po
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'strict-consumer', private: true, type: 'module' }));
   copyFileSync(join(ROOT, 'test/fixtures/consumer.ts'), join(dir, 'consumer.ts'));
   const compilerOptions = {
-    strict: true, exactOptionalPropertyTypes: true, noUncheckedIndexedAccess: true, noImplicitOverride: true, skipLibCheck: false, noEmit: true,
-    target: 'ES2022', lib: ['ES2023'], types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')], module: 'NodeNext', moduleResolution: 'NodeNext',
+    strict: true,
+    exactOptionalPropertyTypes: true,
+    noUncheckedIndexedAccess: true,
+    noImplicitOverride: true,
+    skipLibCheck: false,
+    noEmit: true,
+    target: 'ES2022',
+    lib: ['ES2023'],
+    types: ['node'],
+    typeRoots: [join(ROOT, 'node_modules/@types')],
+    module: 'NodeNext',
+    moduleResolution: 'NodeNext',
   };
   writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['consumer.ts'] }));
-  const r = await promisify(execFile)(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: dir, maxBuffer: 16 << 20 }).catch((e: { stdout: string }) => e);
+  const r = await promisify(execFile)(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], {
+    cwd: dir,
+    maxBuffer: 16 << 20,
+  }).catch((e: { stdout: string }) => e);
   const out = 'stdout' in r ? r.stdout : '';
   // One diagnostic per line that starts with a path; its continuation lines are indented.
-  const ours = out.split('\n').filter((l) => /^\S.*error TS\d+/.test(l) && !/node_modules\/(?!smcuda\/)/.test(l.replace(/^.*?node_modules\/smcuda\//, 'node_modules/smcuda/')));
+  const ours = out
+    .split('\n')
+    .filter((l) => /^\S.*error TS\d+/.test(l) && !/node_modules\/(?!smcuda\/)/.test(l.replace(/^.*?node_modules\/smcuda\//, 'node_modules/smcuda/')));
   expect(ours, out).toEqual([]);
 }, 120_000);

@@ -8,12 +8,33 @@ const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
 
 describe('smcuda demo --collectives', () => {
   it('runs every collective × dtype × size among 3 ranks and verifies every element', async () => {
-    const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--ranks', '3', '--sizes', '0,1,1001,300K', '--json'], { timeout: 120_000, env: { ...process.env, SMCUDA_SIM: '' } });
-    const r = JSON.parse(stdout) as { verified: boolean; ranks: number; driver: { kind: string }; collectives: { op: string; dtype: string; size: number; algorithm: string; verified: boolean }[] };
+    const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--ranks', '3', '--sizes', '0,1,1001,300K', '--json'], {
+      timeout: 120_000,
+      env: { ...process.env, SMCUDA_SIM: '' },
+    });
+    const r = JSON.parse(stdout) as {
+      verified: boolean;
+      ranks: number;
+      driver: { kind: string };
+      collectives: { op: string; dtype: string; size: number; algorithm: string; verified: boolean }[];
+    };
     expect(r.verified).toBe(true);
     expect(r.driver.kind).toBe('sim');
     expect(r.collectives).toHaveLength(10 * 7 * 4);
-    expect(new Set(r.collectives.map((c) => c.op))).toEqual(new Set(['allreduce-sum', 'allreduce-avg', 'allreduce-min', 'allreduce-max', 'allreduce-prod', 'reduce', 'reduce-scatter', 'broadcast', 'allgather', 'alltoall']));
+    expect(new Set(r.collectives.map((c) => c.op))).toEqual(
+      new Set([
+        'allreduce-sum',
+        'allreduce-avg',
+        'allreduce-min',
+        'allreduce-max',
+        'allreduce-prod',
+        'reduce',
+        'reduce-scatter',
+        'broadcast',
+        'allgather',
+        'alltoall',
+      ]),
+    );
     expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8']));
     expect(r.collectives.every((c) => c.verified)).toBe(true);
     // With 3 ranks allreduces up to 4 MiB are one-shot (one kernel a piece): 300 KiB included
@@ -23,16 +44,41 @@ describe('smcuda demo --collectives', () => {
     expect(r.collectives.find((c) => c.size === 0)).toMatchObject({ verified: true });
   }, 120_000);
 
-  it('--algorithm forces allreduce\'s algorithm at every size (the other collectives keep theirs), --dtypes shows in the table; an unknown algorithm is a usage error', async () => {
-    const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--algorithm', 'two-shot', '--sizes', '1001,64K', '--ops', 'allreduce-sum,allreduce-avg,broadcast', '--dtypes', 'f32,i64,u8', '--json'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+  it("--algorithm forces allreduce's algorithm at every size (the other collectives keep theirs), --dtypes shows in the table; an unknown algorithm is a usage error", async () => {
+    const { stdout } = await run(
+      process.execPath,
+      [
+        MAIN,
+        'demo',
+        '--collectives',
+        '--driver',
+        'sim',
+        '--algorithm',
+        'two-shot',
+        '--sizes',
+        '1001,64K',
+        '--ops',
+        'allreduce-sum,allreduce-avg,broadcast',
+        '--dtypes',
+        'f32,i64,u8',
+        '--json',
+      ],
+      { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } },
+    );
     const r = JSON.parse(stdout) as { verified: boolean; collectives: { op: string; algorithm: string; verified: boolean }[] };
     expect(r.verified).toBe(true);
     expect(r.collectives).toHaveLength(3 * 3 * 2);
     for (const c of r.collectives) expect(c.algorithm, c.op).toBe(c.op === 'broadcast' ? 'one-shot' : 'two-shot');
     // The table names the dtypes that ran, not every dtype.
-    const text = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--sizes', '1001', '--ops', 'allreduce-sum', '--dtypes', 'f32,u8'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    const text = await run(
+      process.execPath,
+      [MAIN, 'demo', '--collectives', '--driver', 'sim', '--sizes', '1001', '--ops', 'allreduce-sum', '--dtypes', 'f32,u8'],
+      { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } },
+    );
     expect(text.stdout).toContain('2 ranks; dtypes f32 u8; sizes up to 1001 B per rank');
-    const bad = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--algorithm', 'ring'], { timeout: 30_000 }).catch((e: { code: number; stderr: string }) => e);
+    const bad = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--algorithm', 'ring'], { timeout: 30_000 }).catch(
+      (e: { code: number; stderr: string }) => e,
+    );
     expect(bad).toMatchObject({ code: 2 });
     expect((bad as { stderr: string }).stderr).toContain("--algorithm takes one-shot, two-shot, ce-pipeline, staged, got 'ring'");
   }, 90_000);

@@ -37,7 +37,11 @@ describe('smcuda demo whose parent is SIGKILLed', () => {
     cleanup.push(() => parent.kill('SIGKILL'));
     const folder = () => readdirSync(tmp).filter((n) => n.startsWith('smcuda-demo-'));
     // Every rank listening: three control sockets in the folder.
-    await until(() => folder().length === 1 && readdirSync(join(tmp, folder()[0]!)).filter((n) => n.endsWith('.sock')).length === 3, 'the ranks to listen', 30_000);
+    await until(
+      () => folder().length === 1 && readdirSync(join(tmp, folder()[0]!)).filter((n) => n.endsWith('.sock')).length === 3,
+      'the ranks to listen',
+      30_000,
+    );
     const dir = join(tmp, folder()[0]!);
     parent.kill('SIGKILL');
     await new Promise((r) => parent.once('exit', r));

@@ -30,7 +30,12 @@ describe('a demo rank over the worker protocol', () => {
     const workers = await Promise.all(
       Array.from({ length: n }, (_, rank) => {
         const cfg: WorkerConfig = { rank, ranks: n, dir, sizes: [8, 64 * 1024], iters: 1, driver: 'sim', ipc: true, memory: 'legacy', token };
-        return WorkerClient.start<DemoWorkerReady>(WORKER, { name: `rank ${rank}`, env: { SMCUDA_DEMO: JSON.stringify(cfg) }, stdio: ['ignore', 'inherit', 'pipe'], readyTimeoutMs: 30_000 });
+        return WorkerClient.start<DemoWorkerReady>(WORKER, {
+          name: `rank ${rank}`,
+          env: { SMCUDA_DEMO: JSON.stringify(cfg) },
+          stdio: ['ignore', 'inherit', 'pipe'],
+          readyTimeoutMs: 30_000,
+        });
       }),
     );
     cleanUp.push(() => Promise.all(workers.map((w) => w.kill())));

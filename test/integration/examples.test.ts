@@ -28,7 +28,10 @@ describe('docs/examples', () => {
   });
 
   it('gradient-average.mjs averages f32 gradients over 4 ranks with allreduce avg, every element checked on every rank', async () => {
-    const { stdout } = await run(process.execPath, [join(EXAMPLES, 'gradient-average.mjs'), '4', '100003'], { timeout: 60_000, env: { ...process.env, SMCUDA_SIM: '' } });
+    const { stdout } = await run(process.execPath, [join(EXAMPLES, 'gradient-average.mjs'), '4', '100003'], {
+      timeout: 60_000,
+      env: { ...process.env, SMCUDA_SIM: '' },
+    });
     for (let r = 0; r < 4; r++) expect(stdout).toMatch(new RegExp(`rank ${r}/4: averaged 100003 f32 gradients by \\S+ in .* every element checked`));
     expect(stdout).toContain('gradient average: 4 ranks verified');
   });

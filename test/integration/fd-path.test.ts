@@ -112,50 +112,54 @@ function allocate(s: Side, kind: Kind, size: number): { buf: DeviceBuffer; free:
 }
 
 describe('RGET of descriptor keys between two processes (simulated driver)', () => {
-  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])('%s: bytes verified, RGET of a descriptor key used, one descriptor per allocation, the receiver back to its start after close', async (kind) => {
-    const s = await start();
-    const before = await s.peer.call<FdsReply>('fds');
-    const size = 3 << 20;
-    const mem = allocate(s, kind, size);
-    const data = patternBytes(size, 7);
-    fill(s.driver, mem.buf.ptr, data);
-    await warmUp(s);
-    // a message that spans chunks (vmm-chunked: 3 chunks of 1 MiB; the message covers bytes 0.5 MiB .. 3 MiB)
-    const msg: DeviceBuffer = kind === 'vmm-chunked' ? { ptr: mem.buf.ptr + BigInt(1 << 19), length: size - (1 << 19) } : mem.buf;
-    const expected = kind === 'vmm-chunked' ? data.subarray(1 << 19) : data;
-    const one = async () => {
-      const got = s.peer.call<{ length: number; path: string; sum: number }>('recv', { tag: 1 });
-      await s.ep.send(msg, { tag: 1 });
-      expect(await got).toEqual({ length: expected.length, path: 'rget-fd', sum: checksum(expected) });
-    };
-    await one();
-    const first = s.ep.stats();
-    expect(first.fd.offers).toBeGreaterThanOrEqual(1);
-    expect(first.fd.descriptorsSent).toBeGreaterThanOrEqual(kind === 'vmm-chunked' ? 2 : 1); // vmm: one per chunk the message touches
-    for (let i = 0; i < 3; i++) await one();
-    const st = s.ep.stats();
-    expect(st.sent['rget-fd'].messages).toBeGreaterThanOrEqual(4);
-    // once per allocation per peer: the later messages from the same memory sent no offer, no descriptor
-    expect(st.fd.offers).toBe(first.fd.offers);
-    expect(st.fd.descriptorsSent).toBe(first.fd.descriptorsSent);
-    expect(st.fd.pools).toBe(kind === 'pool' ? 1 : 0);
-    if (kind !== 'vmm-chunked') expect(st.fd.offers).toBe(1);
-    const peerStats = (await s.peer.call<{ stats: { fd: Record<string, number>; cache: { byKind: Record<string, { openMappings: number }> } } }>('stats')).stats;
-    expect(peerStats.fd.descriptorsReceived).toBe(st.fd.descriptorsSent);
-    expect(peerStats.fd.restaged).toBe(0);
-    // VMM imports stay in the handle pool; a pool pointer goes with the message that used it (HandlePool.releaseEntry says why), one import a message
-    expect(peerStats.cache.byKind[kind === 'pool' ? 'pool' : 'vmm']!.openMappings).toBe(kind === 'pool' ? 0 : 1);
-    if (kind === 'pool') expect(peerStats.cache.byKind.pool).toMatchObject({ opens: 4, closes: 4 });
-    // the receiver closed every descriptor once imported: only the import holds the memory
-    const during = await s.peer.call<FdsReply>('fds');
-    expect(during.open).toBeLessThanOrEqual(before.open + 2); // + the descriptor channel's socket (and its listener side none)
-    await s.peer.call('close');
-    await new Promise((r) => setTimeout(r, 50));
-    const after = await s.peer.call<FdsReply>('fds');
-    expect(after.resources).toEqual(before.resources);
-    expect(after.open).toBeLessThanOrEqual(before.open);
-    mem.free();
-  });
+  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])(
+    '%s: bytes verified, RGET of a descriptor key used, one descriptor per allocation, the receiver back to its start after close',
+    async (kind) => {
+      const s = await start();
+      const before = await s.peer.call<FdsReply>('fds');
+      const size = 3 << 20;
+      const mem = allocate(s, kind, size);
+      const data = patternBytes(size, 7);
+      fill(s.driver, mem.buf.ptr, data);
+      await warmUp(s);
+      // a message that spans chunks (vmm-chunked: 3 chunks of 1 MiB; the message covers bytes 0.5 MiB .. 3 MiB)
+      const msg: DeviceBuffer = kind === 'vmm-chunked' ? { ptr: mem.buf.ptr + BigInt(1 << 19), length: size - (1 << 19) } : mem.buf;
+      const expected = kind === 'vmm-chunked' ? data.subarray(1 << 19) : data;
+      const one = async () => {
+        const got = s.peer.call<{ length: number; path: string; sum: number }>('recv', { tag: 1 });
+        await s.ep.send(msg, { tag: 1 });
+        expect(await got).toEqual({ length: expected.length, path: 'rget-fd', sum: checksum(expected) });
+      };
+      await one();
+      const first = s.ep.stats();
+      expect(first.fd.offers).toBeGreaterThanOrEqual(1);
+      expect(first.fd.descriptorsSent).toBeGreaterThanOrEqual(kind === 'vmm-chunked' ? 2 : 1); // vmm: one per chunk the message touches
+      for (let i = 0; i < 3; i++) await one();
+      const st = s.ep.stats();
+      expect(st.sent['rget-fd'].messages).toBeGreaterThanOrEqual(4);
+      // once per allocation per peer: the later messages from the same memory sent no offer, no descriptor
+      expect(st.fd.offers).toBe(first.fd.offers);
+      expect(st.fd.descriptorsSent).toBe(first.fd.descriptorsSent);
+      expect(st.fd.pools).toBe(kind === 'pool' ? 1 : 0);
+      if (kind !== 'vmm-chunked') expect(st.fd.offers).toBe(1);
+      const peerStats = (await s.peer.call<{ stats: { fd: Record<string, number>; cache: { byKind: Record<string, { openMappings: number }> } } }>('stats'))
+        .stats;
+      expect(peerStats.fd.descriptorsReceived).toBe(st.fd.descriptorsSent);
+      expect(peerStats.fd.restaged).toBe(0);
+      // VMM imports stay in the handle pool; a pool pointer goes with the message that used it (HandlePool.releaseEntry says why), one import a message
+      expect(peerStats.cache.byKind[kind === 'pool' ? 'pool' : 'vmm']!.openMappings).toBe(kind === 'pool' ? 0 : 1);
+      if (kind === 'pool') expect(peerStats.cache.byKind.pool).toMatchObject({ opens: 4, closes: 4 });
+      // the receiver closed every descriptor once imported: only the import holds the memory
+      const during = await s.peer.call<FdsReply>('fds');
+      expect(during.open).toBeLessThanOrEqual(before.open + 2); // + the descriptor channel's socket (and its listener side none)
+      await s.peer.call('close');
+      await new Promise((r) => setTimeout(r, 50));
+      const after = await s.peer.call<FdsReply>('fds');
+      expect(after.resources).toEqual(before.resources);
+      expect(after.open).toBeLessThanOrEqual(before.open);
+      mem.free();
+    },
+  );
 
   it('the descriptor socket lives beside the control socket while listening, and goes with close', async () => {
     const s = await start();

@@ -75,7 +75,14 @@ describe('smcuda run', () => {
     expect(token).toMatch(/^[0-9a-f]{48}$/);
     for (const [k, l] of oks.entries()) {
       expect(l).toMatchObject({ rank: k, ok: true, argv: ['--lr', '0.1'] });
-      expect(l!.env).toMatchObject({ RANK: String(k), LOCAL_RANK: String(k), WORLD_SIZE: '4', LOCAL_WORLD_SIZE: '4', SMCUDA_TOKEN: token, SMCUDA_RENDEZVOUS: oks[0]!.env!.SMCUDA_RENDEZVOUS });
+      expect(l!.env).toMatchObject({
+        RANK: String(k),
+        LOCAL_RANK: String(k),
+        WORLD_SIZE: '4',
+        LOCAL_WORLD_SIZE: '4',
+        SMCUDA_TOKEN: token,
+        SMCUDA_RENDEZVOUS: oks[0]!.env!.SMCUDA_RENDEZVOUS,
+      });
       expect(l!.device).toBe(SIM_UUID(k % 2)); // LOCAL_RANK % the two simulated devices
     }
     // stderr lines, and each rank's last line that had no newline
@@ -134,7 +141,10 @@ describe('smcuda run', () => {
   }, 60_000);
 
   it('SIGINT to the launcher stops every rank and leaves nothing: exit 130, no rank alive, rendezvous removed', async () => {
-    const child = spawn(process.execPath, [CLI, 'run', '-n', '4', '--grace', '2000', RANK], { env: { ...process.env, RUN_MODE: 'wait' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, 'run', '-n', '4', '--grace', '2000', RANK], {
+      env: { ...process.env, RUN_MODE: 'wait' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stderr.on('data', (c: Buffer) => (stderr += c));
@@ -147,7 +157,10 @@ describe('smcuda run', () => {
     );
     let timer: NodeJS.Timeout | undefined;
     try {
-      await Promise.race([ready, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`ranks not ready in 30 s: ${stdout} ${stderr}`)), 30_000)))]);
+      await Promise.race([
+        ready,
+        new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`ranks not ready in 30 s: ${stdout} ${stderr}`)), 30_000))),
+      ]);
     } catch (err) {
       child.kill('SIGTERM'); // the launcher stops its ranks
       throw err;
@@ -181,13 +194,17 @@ describe('smcuda run', () => {
 
   for (const name of ['bun', 'deno'] as const) {
     const missing = runtimeMissing(name);
-    it.skipIf(missing !== '')(`--runtime ${name}: 4 ranks verify the allreduce${missing ? ` (skipped: ${missing})` : ''}`, async () => {
-      const r = await smcuda(['run', '-n', '4', '--runtime', name, '--json', RANK]);
-      expect(r.code, r.stderr).toBe(0);
-      const lines = rankLines(r.stdout);
-      for (let k = 0; k < 4; k++) expect(lines.get(k)![0]).toMatchObject({ rank: k, ok: true });
-      expect(summary(r.stdout)).toMatchObject({ runtime: name, exitCode: 0 });
-    }, 90_000);
+    it.skipIf(missing !== '')(
+      `--runtime ${name}: 4 ranks verify the allreduce${missing ? ` (skipped: ${missing})` : ''}`,
+      async () => {
+        const r = await smcuda(['run', '-n', '4', '--runtime', name, '--json', RANK]);
+        expect(r.code, r.stderr).toBe(0);
+        const lines = rankLines(r.stdout);
+        for (let k = 0; k < 4; k++) expect(lines.get(k)![0]).toMatchObject({ rank: k, ok: true });
+        expect(summary(r.stdout)).toMatchObject({ runtime: name, exitCode: 0 });
+      },
+      90_000,
+    );
   }
 
   it('--help, and wrong usage is exit 2 with what to do', async () => {

@@ -48,7 +48,9 @@ describe("import 'smcuda'", () => {
     // The hooks see what loads later too: the check above is not blind.
     expect(inDist(sim)).toContain('src/cuda/sim-driver.js');
     expect(inDist(sim).some((p) => p.startsWith('src/kernels/sim/'))).toBe(true);
-    console.log(`import 'smcuda' loads ${entry.filter((u) => u.startsWith('file:')).length} modules (${own.length} of the package); openDriver({ driver: 'sim' }) ${sim.length} more`);
+    console.log(
+      `import 'smcuda' loads ${entry.filter((u) => u.startsWith('file:')).length} modules (${own.length} of the package); openDriver({ driver: 'sim' }) ${sim.length} more`,
+    );
   }, 60_000);
 
   it('works under node --disallow-code-generation-from-strings: a host message over a memory channel pair, the negotiation and device messages', async () => {

@@ -150,7 +150,10 @@ describe('a peer killed with SIGKILL', () => {
     // intact bytes); any other rejects with PeerLostError. None may hang.
     const received = [incoming, more].map((p, i) =>
       within(
-        p.then((r) => ({ bytes: readBack(r) }), (err: Error) => ({ err })),
+        p.then(
+          (r) => ({ bytes: readBack(r) }),
+          (err: Error) => ({ err }),
+        ),
         BOUND_MS,
         `incoming #${i}`,
       ),

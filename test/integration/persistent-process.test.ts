@@ -75,7 +75,12 @@ describe('persistent transfers between two processes', () => {
     }
     const out = new Uint8Array(n);
     driver.memcpyDtoH(out, dst.ptr);
-    expect(Buffer.compare(out, new Uint8Array(n).map((_, i) => (i * 13 + 5) & 0xff))).toBe(0);
+    expect(
+      Buffer.compare(
+        out,
+        new Uint8Array(n).map((_, i) => (i * 13 + 5) & 0xff),
+      ),
+    ).toBe(0);
     expect(ep.stats().received.rget.messages + ep.stats().received.staging.messages + ep.stats().received.eager.messages).toBe(0);
     // A round the peer will never send: it dies meanwhile.
     tr.start(s);
@@ -112,6 +117,11 @@ describe('persistent transfers between two processes', () => {
     await settle(s);
     const out = new Uint8Array(n);
     driver.memcpyDtoH(out, dst.ptr);
-    expect(Buffer.compare(out, new Uint8Array(n).map((_, i) => (i * 13 + 5) & 0xff))).toBe(0);
+    expect(
+      Buffer.compare(
+        out,
+        new Uint8Array(n).map((_, i) => (i * 13 + 5) & 0xff),
+      ),
+    ).toBe(0);
   });
 });

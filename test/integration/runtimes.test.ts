@@ -36,11 +36,15 @@ describe('smcuda demo --runtime', () => {
   }, 120_000);
 
   // Transport.create runs it under every runtime where the driver is native (no GPU here: the fixture calls it).
-  it.each(['bun', 'deno'] as const)('the data-path warm-up runs under %s: one message by EAGER, one by RGET', async (name) => {
-    const rt = findRuntime(name);
-    const { stdout } = await promisify(execFile)(rt.command, [...rt.args, WARM_UP], { timeout: 60_000 });
-    expect(JSON.parse(stdout)).toEqual({ eager: 1, rget: 1 });
-  }, 90_000);
+  it.each(['bun', 'deno'] as const)(
+    'the data-path warm-up runs under %s: one message by EAGER, one by RGET',
+    async (name) => {
+      const rt = findRuntime(name);
+      const { stdout } = await promisify(execFile)(rt.command, [...rt.args, WARM_UP], { timeout: 60_000 });
+      expect(JSON.parse(stdout)).toEqual({ eager: 1, rget: 1 });
+    },
+    90_000,
+  );
 
   it('says which runtime is missing and how to install it', async () => {
     expect(() => findRuntime('deno', { PATH: '/nonexistent' }, ['/'])).toThrow(RuntimeNotFoundError);
@@ -48,6 +52,6 @@ describe('smcuda demo --runtime', () => {
     expect(findRuntime('deno', { PATH: '/nonexistent' }).command).toMatch(/node_modules\/\.bin\/deno$/); // the dev dependency
     const r = await smcuda(['demo', '--runtime', 'node,rhino']);
     expect(r.code).toBe(2);
-    expect(r.stderr).toContain("--runtime takes node, bun, deno");
+    expect(r.stderr).toContain('--runtime takes node, bun, deno');
   });
 });

@@ -53,7 +53,10 @@ describe('sealed rings between processes', () => {
     const n = 1 << 20;
     const ptr = t.driver.memAlloc(n);
     t.driver.memsetD8(ptr, 0x3c, n);
-    const [, got] = await Promise.all([ep.send({ ptr, length: n }, { tag: 2 }), peer.call('recv', { tag: 2 }) as Promise<{ length: number; path: string; head: string }>]);
+    const [, got] = await Promise.all([
+      ep.send({ ptr, length: n }, { tag: 2 }),
+      peer.call('recv', { tag: 2 }) as Promise<{ length: number; path: string; head: string }>,
+    ]);
     expect(got).toMatchObject({ length: n, path: 'staging', head: '3c'.repeat(16) });
     expect(ep.stats().sent.staging.messages).toBe(1);
 

@@ -103,7 +103,15 @@ describe.skipIf(!canUnsharePid)('in a pid namespace without its own /proc (unsha
     try {
       const fixture = fileURLToPath(new URL('../fixtures/pidns-sweep.mjs', import.meta.url));
       const stdout = execFileSync('unshare', ['--pid', '--fork', process.execPath, fixture, dir], { encoding: 'utf8', timeout: 30_000 });
-      const out = JSON.parse(stdout) as { pid: number; ownerPid: number; procSelf: string; sweptWhileAlive: string[]; keptWhileAlive: boolean; sweptAfterDeath: string[]; goneAfterDeath: boolean };
+      const out = JSON.parse(stdout) as {
+        pid: number;
+        ownerPid: number;
+        procSelf: string;
+        sweptWhileAlive: string[];
+        keptWhileAlive: boolean;
+        sweptAfterDeath: string[];
+        goneAfterDeath: boolean;
+      };
       expect(out.pid).toBe(1); // the namespace's first process
       expect(out.procSelf).not.toBe('1'); // /proc is the host's: it names us by the host's pid
       expect(out.sweptWhileAlive).toEqual([]);

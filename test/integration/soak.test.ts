@@ -20,7 +20,9 @@ describe('smcuda soak', () => {
       expect(r.closed.fds).toBeLessThanOrEqual(r.start.fds);
       expect(r.closed.shmSegments).toBe(0); // rings and simulated device memory are gone with the transport
     }
-    console.log(`[soak] ${report.count} messages, ${report.messagesPerSecond.toFixed(0)}/s; heap after GC per rank: ${report.rankReports.map((r) => `${(r.start.heapUsedBytes / 2 ** 20).toFixed(1)}→${(r.end.heapUsedBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`);
+    console.log(
+      `[soak] ${report.count} messages, ${report.messagesPerSecond.toFixed(0)}/s; heap after GC per rank: ${report.rankReports.map((r) => `${(r.start.heapUsedBytes / 2 ** 20).toFixed(1)}→${(r.end.heapUsedBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`,
+    );
   }, 60_000);
 
   it('device sends right after a pageable cuMemcpyHtoD that lands later (sim pageableLagMs): every byte still verified (issue 24 item 1)', async () => {
@@ -32,7 +34,14 @@ describe('smcuda soak', () => {
       const report = (await soak({ count: 400, ranks: 2, driver: 'sim', timeoutMs: 60_000 })) as SoakReport;
       expect(report.mismatches).toEqual([]);
       expect(report.verified).toBe(true);
-      const device = report.rankReports.reduce((n, r) => n + Object.entries(r.byKind).filter(([k]) => k.startsWith('device') && !k.endsWith('/eager')).reduce((m, [, v]) => m + v, 0), 0);
+      const device = report.rankReports.reduce(
+        (n, r) =>
+          n +
+          Object.entries(r.byKind)
+            .filter(([k]) => k.startsWith('device') && !k.endsWith('/eager'))
+            .reduce((m, [, v]) => m + v, 0),
+        0,
+      );
       expect(device).toBeGreaterThan(0); // some went by RGET or staging, where the race was
     } finally {
       if (before === undefined) delete process.env.SMCUDA_SIM;
