@@ -35,11 +35,15 @@ interface Report {
 }
 
 async function demo(ranks: number, visible: string, args: string[], timeoutMs: number): Promise<Report> {
-  const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'native', '--ranks', String(ranks), '--json', '--timeout', String(Math.floor(timeoutMs / 1000)), ...args], {
-    timeout: timeoutMs + 10_000,
-    maxBuffer: 64 << 20,
-    env: { ...process.env, CUDA_VISIBLE_DEVICES: visible },
-  });
+  const { stdout } = await run(
+    process.execPath,
+    [MAIN, 'demo', '--collectives', '--driver', 'native', '--ranks', String(ranks), '--json', '--timeout', String(Math.floor(timeoutMs / 1000)), ...args],
+    {
+      timeout: timeoutMs + 10_000,
+      maxBuffer: 64 << 20,
+      env: { ...process.env, CUDA_VISIBLE_DEVICES: visible },
+    },
+  );
   return JSON.parse(stdout) as Report;
 }
 
@@ -51,12 +55,28 @@ function verified(r: Report): void {
 }
 
 /** Spawns `ranks` processes of collective-graph-rank.mjs; resolves with each one's JSON line. */
-async function graphRanks(ranks: number, visible: string, env: Record<string, string>, timeoutMs: number): Promise<Array<{ rank: number; algorithm: string; verified: boolean; steps: string }>> {
+async function graphRanks(
+  ranks: number,
+  visible: string,
+  env: Record<string, string>,
+  timeoutMs: number,
+): Promise<Array<{ rank: number; algorithm: string; verified: boolean; steps: string }>> {
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-graph-'));
   try {
     const outs = await Promise.all(
       [...Array(ranks).keys()].map((rank) =>
-        run(process.execPath, [GRAPH_RANK], { timeout: timeoutMs, env: { ...process.env, ...env, CUDA_VISIBLE_DEVICES: visible, RANK: String(rank), WORLD_SIZE: String(ranks), LOCAL_RANK: String(rank), SMCUDA_RENDEZVOUS: dir } }),
+        run(process.execPath, [GRAPH_RANK], {
+          timeout: timeoutMs,
+          env: {
+            ...process.env,
+            ...env,
+            CUDA_VISIBLE_DEVICES: visible,
+            RANK: String(rank),
+            WORLD_SIZE: String(ranks),
+            LOCAL_RANK: String(rank),
+            SMCUDA_RENDEZVOUS: dir,
+          },
+        }),
       ),
     );
     return outs.map((o) => JSON.parse(o.stdout.trim().split('\n').at(-1)!) as { rank: number; algorithm: string; verified: boolean; steps: string });
@@ -75,18 +95,32 @@ describe.skipIf(skip !== false)(`collectives on the native driver${skip ? ` (ski
     expect(big.collectives.every((c) => c.size >= 32 << 20)).toBe(true);
   }, 110_000);
 
-  it.skipIf(p.devices < 2)('two ranks on two GPUs (small sizes and 64 MiB on a few pairs), and four ranks on two GPUs (small sizes), verified', async () => {
-    const two = await demo(2, '0,1', ['--sizes', SMALL], 60_000);
-    verified(two);
-    expect(new Set(two.devices.map((d) => d.uuid)).size).toBe(2);
-    verified(await demo(2, '0,1', ['--sizes', BIG.sizes, '--ops', BIG.ops, '--dtypes', BIG.dtypes], 40_000));
-    const four = await demo(4, '0,1', ['--sizes', '1001,1M', '--ops', 'allreduce-sum,allreduce-max,broadcast,allgather,reduce-scatter,alltoall', '--dtypes', 'f32,f16,i64'], 60_000);
-    verified(four);
-    expect(new Set(four.devices.map((d) => d.uuid)).size).toBe(2);
-  }, 170_000);
+  it.skipIf(p.devices < 2)(
+    'two ranks on two GPUs (small sizes and 64 MiB on a few pairs), and four ranks on two GPUs (small sizes), verified',
+    async () => {
+      const two = await demo(2, '0,1', ['--sizes', SMALL], 60_000);
+      verified(two);
+      expect(new Set(two.devices.map((d) => d.uuid)).size).toBe(2);
+      verified(await demo(2, '0,1', ['--sizes', BIG.sizes, '--ops', BIG.ops, '--dtypes', BIG.dtypes], 40_000));
+      const four = await demo(
+        4,
+        '0,1',
+        ['--sizes', '1001,1M', '--ops', 'allreduce-sum,allreduce-max,broadcast,allgather,reduce-scatter,alltoall', '--dtypes', 'f32,f16,i64'],
+        60_000,
+      );
+      verified(four);
+      expect(new Set(four.devices.map((d) => d.uuid)).size).toBe(2);
+    },
+    170_000,
+  );
 
   it('allreduce by the two-shot at every op × dtype, at sizes that split unevenly among parts and blocks (1001 B, 1 MiB + 4 KiB, 17 MiB + 12 B), verified', async () => {
-    const r = await demo(2, p.devices >= 2 ? '0,1' : '0', ['--algorithm', 'two-shot', '--sizes', '1001,1052672,17825804', '--ops', 'allreduce-sum,allreduce-avg,allreduce-min,allreduce-max,allreduce-prod'], 60_000);
+    const r = await demo(
+      2,
+      p.devices >= 2 ? '0,1' : '0',
+      ['--algorithm', 'two-shot', '--sizes', '1001,1052672,17825804', '--ops', 'allreduce-sum,allreduce-avg,allreduce-min,allreduce-max,allreduce-prod'],
+      60_000,
+    );
     verified(r);
     expect(new Set(r.collectives.map((c) => c.algorithm))).toEqual(new Set(['two-shot']));
     expect(new Set(r.collectives.map((c) => c.dtype)).size).toBe(7);
@@ -94,7 +128,11 @@ describe.skipIf(skip !== false)(`collectives on the native driver${skip ? ` (ski
 
   it('allreduce captured in a CUDA graph, replayed with fresh inputs (eager calls between), every replay verified: one-shot, two-shot and the copy-engine pipeline (6 chunks, forked and joined every 2 under capture)', async () => {
     const visible = p.devices >= 2 ? '0,1' : '0';
-    for (const [algorithm, count] of [['one-shot', 1000], ['two-shot', 3_000_000], ['ce-pipeline', 3_000_000]] as const) {
+    for (const [algorithm, count] of [
+      ['one-shot', 1000],
+      ['two-shot', 3_000_000],
+      ['ce-pipeline', 3_000_000],
+    ] as const) {
       const rs = await graphRanks(2, visible, { ALGORITHM: algorithm, COUNT: String(count), REPLAYS: '6' }, 60_000);
       for (const r of rs) expect(r).toMatchObject({ algorithm, verified: true, steps: 'device' });
     }

@@ -28,7 +28,10 @@ import { mpsStatus } from '../../src/cli/mps.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.COMM_FAILURES_DRIVER === 'sim' ? 'sim' : 'native';
-const p = DRIVER === 'sim' ? { devices: 2, skip: false as const } : await probeNativeGpuDriven((g) => (g.modules ? undefined : `the native driver cannot load modules: ${g.reason ?? 'not supported'}`));
+const p =
+  DRIVER === 'sim'
+    ? { devices: 2, skip: false as const }
+    : await probeNativeGpuDriven((g) => (g.modules ? undefined : `the native driver cannot load modules: ${g.reason ?? 'not supported'}`));
 const RANK = fileURLToPath(new URL('../fixtures/comm-rank.mjs', import.meta.url));
 const PAIR = fileURLToPath(new URL('./recv-close-pair.mjs', import.meta.url));
 /** Elements of each rank's allreduce in the dead-rank loop (fewer on the simulator, whose copies are the CPU's). */
@@ -79,7 +82,15 @@ function runProcess(script: string, args: string[], env: NodeJS.ProcessEnv): Pro
 async function runRanks(size: number, mode: string, visible: string, extra: Record<string, string> = {}): Promise<{ exits: Exit[]; dirLeft: string[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-gpu-fail-'));
   try {
-    const exits = await Promise.all([...Array(size).keys()].map((rank) => runProcess(RANK, [], childEnv(visible, { RANK: String(rank), WORLD_SIZE: String(size), LOCAL_RANK: String(rank), SMCUDA_RENDEZVOUS: dir, COMM_MODE: mode, ...extra }))));
+    const exits = await Promise.all(
+      [...Array(size).keys()].map((rank) =>
+        runProcess(
+          RANK,
+          [],
+          childEnv(visible, { RANK: String(rank), WORLD_SIZE: String(size), LOCAL_RANK: String(rank), SMCUDA_RENDEZVOUS: dir, COMM_MODE: mode, ...extra }),
+        ),
+      ),
+    );
     return { exits, dirLeft: readdirSync(dir) };
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -155,7 +166,10 @@ describe.skipIf(p.skip !== false)(`communicator failures on the ${DRIVER} driver
       if (topo.devices === 1) {
         const mpsSkip = DRIVER !== 'native' ? 'the simulator' : process.env.SMCUDA_EXPECT_MPS ? undefined : 'SMCUDA_EXPECT_MPS not set';
         it.skipIf(mpsSkip !== undefined)(`MPS runs for the ranks sharing the GPU${mpsSkip ? ` (skipped: ${mpsSkip})` : ''}`, () => {
-          expect(mpsStatus().active, `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`).toBe(true);
+          expect(
+            mpsStatus().active,
+            `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`,
+          ).toBe(true);
         });
       }
 
@@ -192,7 +206,11 @@ describe.skipIf(p.skip !== false)(`communicator failures on the ${DRIVER} driver
         }
         expect(dirLeft).toEqual([]);
         const survivors = exits.slice(0, 3);
-        record(T, 'dead rank (die-loop, 4 ranks)', { freeMs: max(survivors.map((e) => e.out!.freeMs as number)), closeMs: max(survivors.map((e) => e.out!.closeMs as number)), survivorExitMs: max(survivors.map((e) => e.ms)) });
+        record(T, 'dead rank (die-loop, 4 ranks)', {
+          freeMs: max(survivors.map((e) => e.out!.freeMs as number)),
+          closeMs: max(survivors.map((e) => e.out!.closeMs as number)),
+          survivorExitMs: max(survivors.map((e) => e.ms)),
+        });
         await freshJob(T, topo.visible, 'dead rank');
       }, 150_000);
 
@@ -211,11 +229,13 @@ describe.skipIf(p.skip !== false)(`communicator failures on the ${DRIVER} driver
         }, 150_000);
       }
 
-      it('a rank that closes: the other\'s next call fails with SMCUDA_PEER_CLOSED naming it within 1 s; then a fresh job works', async () => {
+      it("a rank that closes: the other's next call fails with SMCUDA_PEER_CLOSED naming it within 1 s; then a fresh job works", async () => {
         const { exits } = await runRanks(2, 'close-peer', topo.visible);
         for (const e of exits) exitedCleanly(e);
         expect(exits[1]!.out).toMatchObject({ closed: true });
-        expect(exits[0]!.out).toMatchObject({ error: { code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_PEER_CLOSED', failedRank: 1, failedPid: exits[1]!.pid } });
+        expect(exits[0]!.out).toMatchObject({
+          error: { code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_PEER_CLOSED', failedRank: 1, failedPid: exits[1]!.pid },
+        });
         expect(exits[0]!.out!.ms as number).toBeLessThan(1000);
         record(T, 'close-peer', { failMs: max([exits[0]!.out!.ms as number]) });
         await freshJob(T, topo.visible, 'close-peer');
@@ -231,7 +251,12 @@ describe.skipIf(p.skip !== false)(`communicator failures on the ${DRIVER} driver
             expect(recv.out).toMatchObject({ received: bytes, sum: send.out!.sum });
             expect(recv.out!.path).toMatch(ipc && recv.out!.state === 'OK' ? /^rget/ : /^staging$/);
             if (!ipc) expect(recv.out!.state).toBe('BAD');
-            record(T, `shutdown ${bytes} B, IPC ${ipc ? 'on' : 'off'}`, { state: recv.out!.state, path: recv.out!.path, device: recv.out!.device, sendMs: max([send.out!.sendMs as number]) });
+            record(T, `shutdown ${bytes} B, IPC ${ipc ? 'on' : 'off'}`, {
+              state: recv.out!.state,
+              path: recv.out!.path,
+              device: recv.out!.device,
+              sendMs: max([send.out!.sendMs as number]),
+            });
           }
           await freshJob(T, topo.visible, `shutdown (IPC ${ipc ? 'on' : 'off'})`);
         }, 150_000);

@@ -29,7 +29,11 @@ describe.skipIf(p.skip)(`same-GPU copies by the copy kernel on the native driver
     d.setDevice(0);
     const engine = new ProgressEngine(200);
     const g = new GpuWork(d, 0, engine, { device: 0, uuid: d.deviceInfo(0).uuid });
-    cleanups.push(() => d.close(), () => g.close(), () => engine.stop());
+    cleanups.push(
+      () => d.close(),
+      () => g.close(),
+      () => engine.stop(),
+    );
     return { d, g };
   }
 
@@ -60,7 +64,15 @@ describe.skipIf(p.skip)(`same-GPU copies by the copy kernel on the native driver
         const done = [0, 1].map(
           (k) =>
             new Promise<void>((resolve, reject) =>
-              g.copy(g.stream, dst + BigInt(off) + (k ? second : 0n), src + BigInt(off) + BigInt(k), size, (err) => (err ? reject(err) : resolve()), undefined, 0),
+              g.copy(
+                g.stream,
+                dst + BigInt(off) + (k ? second : 0n),
+                src + BigInt(off) + BigInt(k),
+                size,
+                (err) => (err ? reject(err) : resolve()),
+                undefined,
+                0,
+              ),
             ),
         );
         if (2 * size <= 16 * MiB) runs++; // else a batch each (same-GPU batches hold at most 16 MiB), lone copies: cuMemcpyAsync

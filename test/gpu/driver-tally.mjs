@@ -29,5 +29,8 @@ for (const name of Object.getOwnPropertyNames(proto)) {
 process.on('exit', () => {
   if (stats.size === 0) return;
   const calls = Object.fromEntries([...stats].sort((a, b) => b[1][0] - a[1][0]).map(([k, [n, t]]) => [k, [n, +(Number(t) / 1000 / n).toFixed(2)]]));
-  writeFileSync(`${process.env.OUT ?? '.'}/calls-${process.env.TAG ?? 'run'}-${process.pid}.json`, JSON.stringify({ argv: process.argv.slice(1), cwd: process.cwd(), calls }));
+  writeFileSync(
+    `${process.env.OUT ?? '.'}/calls-${process.env.TAG ?? 'run'}-${process.pid}.json`,
+    JSON.stringify({ argv: process.argv.slice(1), cwd: process.cwd(), calls }),
+  );
 });

@@ -53,50 +53,54 @@ function allocate(d: CudaDriver, kind: Kind, size = SIZE): { buf: DeviceBuffer; 
 }
 
 describe.skipIf(Boolean(probe.skip))(`RGET of descriptor keys on the native driver${probe.skip ? ` (skipped: ${probe.skip})` : ''}`, () => {
-  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])('%s: 256 MiB between two processes on one GPU by RGET (descriptor key), sha256 verified', async (kind) => {
-    const dir = mkdtempSync(join(tmpdir(), 'smcuda-fdgpu-'));
-    const path = join(dir, 'rank0.sock');
-    const driver = probe.make!();
-    const t = await Transport.create({ driver, id: 'gpu-sender', device: 0 });
-    try {
-      await t.listen(path);
-      const endpoint = new Promise<Endpoint>((resolve) => t.once('endpoint', resolve));
-      const peer = await spawnPeer('fd-path-peer.mjs', { args: [path], env: { ...process.env, SMCUDA_TEST_DRIVER: 'native', SMCUDA_TEST_DEVICE: '0' } });
+  it.each<Kind>(['vmm', 'vmm-chunked', 'pool'])(
+    '%s: 256 MiB between two processes on one GPU by RGET (descriptor key), sha256 verified',
+    async (kind) => {
+      const dir = mkdtempSync(join(tmpdir(), 'smcuda-fdgpu-'));
+      const path = join(dir, 'rank0.sock');
+      const driver = probe.make!();
+      const t = await Transport.create({ driver, id: 'gpu-sender', device: 0 });
       try {
-        const ep = await endpoint;
-        const mem = allocate(driver, kind);
-        // the message starts inside the first chunk and ends in the last: it spans every chunk (vmm-chunked)
-        const skip = kind === 'vmm-chunked' ? 1 << 20 : 0;
-        const msg: DeviceBuffer = { ptr: mem.buf.ptr + BigInt(skip), length: SIZE - skip };
-        const data = patternBytes(SIZE, 21);
-        driver.memcpyHtoD(mem.buf.ptr, data);
-        const want = createHash('sha256').update(data.subarray(skip)).digest('hex');
-        // the first device message starts the negotiation (inline meanwhile); then the descriptor channel is up
-        for (let i = 0; ep.state !== 'OK' || !ep.stats().fd.channel; i++) {
-          if (i > 100) throw new Error(`endpoint stayed ${ep.state}, descriptor channel ${ep.stats().fd.channel}`);
-          const got = peer.call('recv', { tag: 9 });
-          await ep.send({ ptr: mem.buf.ptr, length: 4096 }, { tag: 9 });
-          await got;
-          await new Promise((r) => setTimeout(r, 10));
+        await t.listen(path);
+        const endpoint = new Promise<Endpoint>((resolve) => t.once('endpoint', resolve));
+        const peer = await spawnPeer('fd-path-peer.mjs', { args: [path], env: { ...process.env, SMCUDA_TEST_DRIVER: 'native', SMCUDA_TEST_DEVICE: '0' } });
+        try {
+          const ep = await endpoint;
+          const mem = allocate(driver, kind);
+          // the message starts inside the first chunk and ends in the last: it spans every chunk (vmm-chunked)
+          const skip = kind === 'vmm-chunked' ? 1 << 20 : 0;
+          const msg: DeviceBuffer = { ptr: mem.buf.ptr + BigInt(skip), length: SIZE - skip };
+          const data = patternBytes(SIZE, 21);
+          driver.memcpyHtoD(mem.buf.ptr, data);
+          const want = createHash('sha256').update(data.subarray(skip)).digest('hex');
+          // the first device message starts the negotiation (inline meanwhile); then the descriptor channel is up
+          for (let i = 0; ep.state !== 'OK' || !ep.stats().fd.channel; i++) {
+            if (i > 100) throw new Error(`endpoint stayed ${ep.state}, descriptor channel ${ep.stats().fd.channel}`);
+            const got = peer.call('recv', { tag: 9 });
+            await ep.send({ ptr: mem.buf.ptr, length: 4096 }, { tag: 9 });
+            await got;
+            await new Promise((r) => setTimeout(r, 10));
+          }
+          for (let i = 0; i < 2; i++) {
+            const got = peer.call<{ length: number; path: string; sha256: string }>('recv', { tag: 1, sha256: true });
+            await ep.send(msg, { tag: 1 });
+            expect(await got).toMatchObject({ length: msg.length, path: 'rget-fd', sha256: want });
+          }
+          const st = ep.stats();
+          expect(st.sent['rget-fd'].messages).toBeGreaterThanOrEqual(2);
+          expect(st.stagingReasons).not.toHaveProperty([`${kind === 'pool' ? 'pool' : 'vmm'} memory, descriptor channel not up`]);
+          mem.free(t);
+        } finally {
+          await peer.exit().catch(() => peer.kill());
         }
-        for (let i = 0; i < 2; i++) {
-          const got = peer.call<{ length: number; path: string; sha256: string }>('recv', { tag: 1, sha256: true });
-          await ep.send(msg, { tag: 1 });
-          expect(await got).toMatchObject({ length: msg.length, path: 'rget-fd', sha256: want });
-        }
-        const st = ep.stats();
-        expect(st.sent['rget-fd'].messages).toBeGreaterThanOrEqual(2);
-        expect(st.stagingReasons).not.toHaveProperty([`${kind === 'pool' ? 'pool' : 'vmm'} memory, descriptor channel not up`]);
-        mem.free(t);
       } finally {
-        await peer.exit().catch(() => peer.kill());
+        await t.close();
+        driver.close();
+        rmSync(dir, { recursive: true, force: true });
       }
-    } finally {
-      await t.close();
-      driver.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
-  }, 180_000);
+    },
+    180_000,
+  );
 
   // bench --suite memory sends slices of one pool allocation (issue 24, item 2):
   // cuMemPoolExportPointer takes only the allocation's start, which
@@ -124,7 +128,9 @@ describe.skipIf(Boolean(probe.skip))(`RGET of descriptor keys on the native driv
           await new Promise((r) => setTimeout(r, 10));
         }
         for (const off of [SIZE + 4096, 3 * SIZE - 8192, 2 * SIZE, 0]) {
-          const want = createHash('sha256').update(data.subarray(off, off + SIZE)).digest('hex');
+          const want = createHash('sha256')
+            .update(data.subarray(off, off + SIZE))
+            .digest('hex');
           const got = peer.call<{ length: number; path: string; sha256: string }>('recv', { tag: 1, sha256: true });
           await ep.send({ ptr: mem.buf.ptr + BigInt(off), length: SIZE }, { tag: 1 });
           expect(await got).toMatchObject({ length: SIZE, path: 'rget-fd', sha256: want });
@@ -174,7 +180,11 @@ describe.skipIf(Boolean(probe.skip))(`RGET of descriptor keys on the native driv
           for (let i = 0; i < 3; i++) {
             const got = peer.call<{ length: number; path: string; sha256: string }>('recv', { tag: 1, sha256: true });
             await ep.send(mem.buf, { tag: 1 });
-            expect(await got, `pool ${cycle} (handle 0x${handles[cycle]!.toString(16)}), message ${i}`).toMatchObject({ length: size, path: 'rget-fd', sha256: want });
+            expect(await got, `pool ${cycle} (handle 0x${handles[cycle]!.toString(16)}), message ${i}`).toMatchObject({
+              length: size,
+              path: 'rget-fd',
+              sha256: want,
+            });
           }
           mem.free(t);
         }

@@ -174,7 +174,16 @@ describe.skipIf(p.skip !== false)(`GPU-driven work on the native driver${p.skip 
     const fn = d.moduleGetFunction(fill.module, 'smcuda_fill_u32');
     const n = 250_001; // not a multiple of the block
     d.memsetD8(mem, 0, (n + 1) * 4);
-    d.launchKernel(fn, { grid: [64], block: [256] }, [{ type: 'ptr', value: mem }, { type: 'u32', value: 0xdeadbeef }, { type: 'u64', value: BigInt(n) }], s1);
+    d.launchKernel(
+      fn,
+      { grid: [64], block: [256] },
+      [
+        { type: 'ptr', value: mem },
+        { type: 'u32', value: 0xdeadbeef },
+        { type: 'u64', value: BigInt(n) },
+      ],
+      s1,
+    );
     d.streamSynchronize(s1);
     const words = new Uint32Array(read(d, mem, (n + 1) * 4).buffer);
     expect(words.subarray(0, n).every((w) => w === 0xdeadbeef)).toBe(true);
@@ -184,20 +193,30 @@ describe.skipIf(p.skip !== false)(`GPU-driven work on the native driver${p.skip 
     const probe = d.moduleLoadData(ARGS_PROBE_PTX);
     const pf = d.moduleGetFunction(probe.module, 'smcuda_args_probe');
     d.memsetD8(mem, 0, 48);
-    d.launchKernel(pf, { grid: [1], block: [32] }, [
-      { type: 'ptr', value: mem },
-      { type: 'u32', value: 0xfffffffe },
-      { type: 'i32', value: -123456 },
-      { type: 'f32', value: -0.375 },
-      { type: 'f64', value: Math.PI },
-      { type: 'i64', value: -(1n << 62n) - 7n },
-      { type: 'u64', value: (1n << 64n) - 3n },
-    ], s1);
+    d.launchKernel(
+      pf,
+      { grid: [1], block: [32] },
+      [
+        { type: 'ptr', value: mem },
+        { type: 'u32', value: 0xfffffffe },
+        { type: 'i32', value: -123456 },
+        { type: 'f32', value: -0.375 },
+        { type: 'f64', value: Math.PI },
+        { type: 'i64', value: -(1n << 62n) - 7n },
+        { type: 'u64', value: (1n << 64n) - 3n },
+      ],
+      s1,
+    );
     d.streamSynchronize(s1);
     const v = read(d, mem, 48);
-    expect([v.getUint32(0, true), v.getInt32(4, true), v.getFloat32(8, true), v.getFloat64(16, true), v.getBigInt64(24, true), v.getBigUint64(32, true)]).toEqual([
-      0xfffffffe, -123456, -0.375, Math.PI, -(1n << 62n) - 7n, (1n << 64n) - 3n,
-    ]);
+    expect([
+      v.getUint32(0, true),
+      v.getInt32(4, true),
+      v.getFloat32(8, true),
+      v.getFloat64(16, true),
+      v.getBigInt64(24, true),
+      v.getBigUint64(32, true),
+    ]).toEqual([0xfffffffe, -123456, -0.375, Math.PI, -(1n << 62n) - 7n, (1n << 64n) - 3n]);
     d.moduleUnload(probe.module);
   });
 
@@ -214,7 +233,16 @@ describe.skipIf(p.skip !== false)(`GPU-driven work on the native driver${p.skip 
     expect(d.streamIsCapturing(cs)).toBe(true);
     d.streamWriteValue32(cs, region, 0xc0ffee);
     d.memcpyAsync(region + 16n, src, 16, cs);
-    d.launchKernel(fn, { grid: [1], block: [32] }, [{ type: 'ptr', value: region + 32n }, { type: 'u32', value: 0x5eed }, { type: 'u64', value: 8n }], cs);
+    d.launchKernel(
+      fn,
+      { grid: [1], block: [32] },
+      [
+        { type: 'ptr', value: region + 32n },
+        { type: 'u32', value: 0x5eed },
+        { type: 'u64', value: 8n },
+      ],
+      cs,
+    );
     const graph = d.streamEndCapture(cs);
     expect(d.streamIsCapturing(cs)).toBe(false);
     expect(read(d, region, 64).getUint32(0, true)).toBe(0); // captured, not run

@@ -38,7 +38,15 @@ async function rank() {
       const buf = driver.memAlloc(Math.max(4, c.bytes));
       driver.memsetD8(buf, 0, Math.max(4, c.bytes));
       const n = iters(c.bytes);
-      const t = await timeCollective(driver, sut, buf, c.bytes, { runs: RUNS, iters: c.graph ? 100 : n, warmup: c.warmup ?? Math.max(1, Math.ceil(n / 10)), timeoutMs: 120_000, ...(c.graph ? { graph: true } : {}), ...(c.reduce ? { reduce: c.reduce } : {}), ...(c.algorithm ? { algorithm: c.algorithm } : {}) });
+      const t = await timeCollective(driver, sut, buf, c.bytes, {
+        runs: RUNS,
+        iters: c.graph ? 100 : n,
+        warmup: c.warmup ?? Math.max(1, Math.ceil(n / 10)),
+        timeoutMs: 120_000,
+        ...(c.graph ? { graph: true } : {}),
+        ...(c.reduce ? { reduce: c.reduce } : {}),
+        ...(c.algorithm ? { algorithm: c.algorithm } : {}),
+      });
       driver.memFree(buf);
       out.push({ ...c, ...t });
     }
@@ -51,7 +59,16 @@ async function rank() {
 async function launch() {
   const ranks = Number(process.argv[2] ?? 2);
   const sizes = (process.argv[3] ?? '8,262144,1048576,16777216,268435456,1073741824').split(',').map(Number);
-  const extra = process.env.ONLY_SIZES ? [] : [{ bytes: 8, graph: true }, { bytes: 1 << 20, algorithm: 'one-shot' }, { bytes: 1 << 20, algorithm: 'two-shot' }, { bytes: 1 << 20, algorithm: 'pipeline' }, { bytes: 256 << 20, algorithm: 'two-shot' }, { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true }];
+  const extra = process.env.ONLY_SIZES
+    ? []
+    : [
+        { bytes: 8, graph: true },
+        { bytes: 1 << 20, algorithm: 'one-shot' },
+        { bytes: 1 << 20, algorithm: 'two-shot' },
+        { bytes: 1 << 20, algorithm: 'pipeline' },
+        { bytes: 256 << 20, algorithm: 'two-shot' },
+        { bytes: Number(process.env.GRADIENT_BYTES ?? 100_000_000), reduce: 'avg', gradient: true },
+      ];
   // CASES='[{"bytes":16777216,"algorithm":"two-shot"},…]' measures exactly those cases instead.
   const cases = process.env.CASES ? JSON.parse(process.env.CASES) : [...sizes.map((bytes) => ({ bytes })), ...extra];
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-measure-'));
@@ -60,7 +77,10 @@ async function launch() {
       [...Array(ranks).keys()].map(
         (r) =>
           new Promise((resolve, reject) => {
-            const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, MEASURE_RANK: JSON.stringify({ rank: r, ranks, dir, cases }) }, execArgv: process.env.CPU_PROF_DIR ? ['--cpu-prof', '--cpu-prof-dir', process.env.CPU_PROF_DIR] : [] });
+            const child = fork(fileURLToPath(import.meta.url), [], {
+              env: { ...process.env, MEASURE_RANK: JSON.stringify({ rank: r, ranks, dir, cases }) },
+              execArgv: process.env.CPU_PROF_DIR ? ['--cpu-prof', '--cpu-prof-dir', process.env.CPU_PROF_DIR] : [],
+            });
             child.once('message', resolve);
             child.once('exit', (code, signal) => (code !== 0 ? reject(new Error(`rank ${r} exited ${code ?? signal}`)) : undefined));
           }),
@@ -71,8 +91,22 @@ async function launch() {
       const sorted = [...perRun].sort((a, b) => a - b);
       const median = sorted[Math.floor(sorted.length / 2)];
       const busGBs = (c.bytes / (median * 1e-6) / 1e9) * ((2 * (ranks - 1)) / ranks);
-      const enq = results.map((x) => x[i].enqueueUs ?? []).flat().sort((a, b) => a - b);
-      return { ...c, algorithm: results[0][i].algorithm, runs: perRun.length, enqueueMedianUs: enq.length ? +enq[Math.floor(enq.length / 2)].toFixed(2) : null, medianUs: +median.toFixed(2), minUs: +sorted[0].toFixed(2), maxUs: +sorted.at(-1).toFixed(2), busGBs: +busGBs.toFixed(1), perRunUs: perRun.map((x) => +x.toFixed(2)), enqueueUsByRank: results.map((x) => (x[i].enqueueUs ?? []).map((e) => +e.toFixed(2))) };
+      const enq = results
+        .map((x) => x[i].enqueueUs ?? [])
+        .flat()
+        .sort((a, b) => a - b);
+      return {
+        ...c,
+        algorithm: results[0][i].algorithm,
+        runs: perRun.length,
+        enqueueMedianUs: enq.length ? +enq[Math.floor(enq.length / 2)].toFixed(2) : null,
+        medianUs: +median.toFixed(2),
+        minUs: +sorted[0].toFixed(2),
+        maxUs: +sorted.at(-1).toFixed(2),
+        busGBs: +busGBs.toFixed(1),
+        perRunUs: perRun.map((x) => +x.toFixed(2)),
+        enqueueUsByRank: results.map((x) => (x[i].enqueueUs ?? []).map((e) => +e.toFixed(2))),
+      };
     });
     console.log(JSON.stringify({ ranks, figures }, null, 1));
   } finally {

@@ -35,7 +35,13 @@ if (process.argv[2] === 'child') {
       d.ipcCloseMemHandle(p);
       closes.push(us(t0));
     }
-    process.send({ firstOpenUs: opens[0], laterOpenMedianUs: median(opens.slice(1)), openAgainUs: againUs, openAgainSamePointer: samePointer, closeMedianUs: median(closes) });
+    process.send({
+      firstOpenUs: opens[0],
+      laterOpenMedianUs: median(opens.slice(1)),
+      openAgainUs: againUs,
+      openAgainSamePointer: samePointer,
+      closeMedianUs: median(closes),
+    });
     d.close();
     process.disconnect();
   });

@@ -21,9 +21,25 @@ const word = (i) => mem + BigInt(8 * (i % 512));
 const load = d.moduleLoadData(FLAG_OPS_PTX);
 const flagKernel = d.moduleGetFunction(load.module, FLAG_OPS_ENTRY);
 const kinds = {
-  flagKernel8: (i) => d.launchKernel(flagKernel, { grid: [1], block: [1] }, flagOpsArgs(Array.from({ length: 8 }, (_, k) => (k === 3 ? { op: 'wait64', addr: word(600), value: 0n, condition: 'geq' } : { op: 'write64', addr: word(i * 8 + k), value: 1n }))), stream),
+  flagKernel8: (i) =>
+    d.launchKernel(
+      flagKernel,
+      { grid: [1], block: [1] },
+      flagOpsArgs(
+        Array.from({ length: 8 }, (_, k) =>
+          k === 3 ? { op: 'wait64', addr: word(600), value: 0n, condition: 'geq' } : { op: 'write64', addr: word(i * 8 + k), value: 1n },
+        ),
+      ),
+      stream,
+    ),
   write64: (i) => d.streamBatchMemOp(stream, [{ op: 'write64', addr: word(i), value: 1n }]),
-  batch8: (i) => d.streamBatchMemOp(stream, Array.from({ length: 8 }, (_, k) => (k === 3 ? { op: 'wait64', addr: word(600), value: 0n, condition: 'geq' } : { op: 'write64', addr: word(i * 8 + k), value: 1n }))),
+  batch8: (i) =>
+    d.streamBatchMemOp(
+      stream,
+      Array.from({ length: 8 }, (_, k) =>
+        k === 3 ? { op: 'wait64', addr: word(600), value: 0n, condition: 'geq' } : { op: 'write64', addr: word(i * 8 + k), value: 1n },
+      ),
+    ),
   copy8B: (i) => d.memcpyAsync(mem + 8192n + BigInt(8 * (i % 256)), mem + 12288n, 8, stream),
   batchAndCopy: (i) => (i % 2 ? kinds.copy8B(i) : kinds.batch8(i)),
 };

@@ -15,15 +15,22 @@ import { probeNative } from './native-probe.js';
 const probe = await probeNative();
 
 describe.skipIf(Boolean(probe.skip))(`memory kinds on the native driver${probe.skip ? ` (skipped: ${probe.skip})` : ''}`, () => {
-  it.each(['vmm', 'vmm-chunked', 'pool'])('smcuda demo --memory %s --ipc off verifies every byte', async (kind) => {
-    const r = await smcuda(['demo', '--driver', 'native', '--json', '--memory', kind, '--ipc', 'off', '--sizes', '0,8,64K,16M', '--iters', '2']);
-    expect(r.code, r.stderr).toBe(0);
-    const doc = JSON.parse(r.stdout) as { verified: boolean; memory: { buffers: { kind: string; chunksTouched?: number }[]; largeMessages: { staging: number } } };
-    expect(doc.verified).toBe(true);
-    for (const b of doc.memory.buffers) expect(b.kind).toBe(kind === 'pool' ? 'pool' : 'vmm');
-    if (kind === 'vmm-chunked') for (const b of doc.memory.buffers) expect(b.chunksTouched).toBeGreaterThanOrEqual(2);
-    expect(doc.memory.largeMessages.staging).toBeGreaterThan(0);
-  }, 120_000);
+  it.each(['vmm', 'vmm-chunked', 'pool'])(
+    'smcuda demo --memory %s --ipc off verifies every byte',
+    async (kind) => {
+      const r = await smcuda(['demo', '--driver', 'native', '--json', '--memory', kind, '--ipc', 'off', '--sizes', '0,8,64K,16M', '--iters', '2']);
+      expect(r.code, r.stderr).toBe(0);
+      const doc = JSON.parse(r.stdout) as {
+        verified: boolean;
+        memory: { buffers: { kind: string; chunksTouched?: number }[]; largeMessages: { staging: number } };
+      };
+      expect(doc.verified).toBe(true);
+      for (const b of doc.memory.buffers) expect(b.kind).toBe(kind === 'pool' ? 'pool' : 'vmm');
+      if (kind === 'vmm-chunked') for (const b of doc.memory.buffers) expect(b.chunksTouched).toBeGreaterThanOrEqual(2);
+      expect(doc.memory.largeMessages.staging).toBeGreaterThan(0);
+    },
+    120_000,
+  );
 
   it('smcuda bench --suite memory --smoke: imports, hits and raw copies of every kind', async () => {
     const r = await smcuda(['bench', '--driver', 'native', '--suite', 'memory', '--smoke', '--json']);

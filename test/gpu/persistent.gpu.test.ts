@@ -13,7 +13,11 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { probeNativeGpuDriven } from './native-probe.js';
 
-const p = await probeNativeGpuDriven((g) => (g.streamMemOps && g.memOps64 && g.graphs ? undefined : `the native driver has no 64-bit stream memory operations or graphs here: ${g.reason ?? 'not supported'}`));
+const p = await probeNativeGpuDriven((g) =>
+  g.streamMemOps && g.memOps64 && g.graphs
+    ? undefined
+    : `the native driver has no 64-bit stream memory operations or graphs here: ${g.reason ?? 'not supported'}`,
+);
 const skip = p.skip;
 const run = promisify(execFile);
 const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
@@ -27,11 +31,15 @@ interface GraphReport {
 }
 
 async function demo(visible: string, replays: number, flags = 'memops'): Promise<GraphReport> {
-  const { stdout } = await run(process.execPath, [MAIN, 'demo', '--graph', '--driver', 'native', '--ranks', '2', '--replays', String(replays), '--sizes', '1M', '--flags', flags, '--json'], {
-    timeout: 120_000,
-    maxBuffer: 16 << 20,
-    env: { ...process.env, CUDA_VISIBLE_DEVICES: visible },
-  });
+  const { stdout } = await run(
+    process.execPath,
+    [MAIN, 'demo', '--graph', '--driver', 'native', '--ranks', '2', '--replays', String(replays), '--sizes', '1M', '--flags', flags, '--json'],
+    {
+      timeout: 120_000,
+      maxBuffer: 16 << 20,
+      env: { ...process.env, CUDA_VISIBLE_DEVICES: visible },
+    },
+  );
   return JSON.parse(stdout) as GraphReport;
 }
 
@@ -44,20 +52,28 @@ describe.skipIf(skip !== false)(`persistent transfers on the native driver${skip
     expect(r.graph.hostUsPerReplay).toBeGreaterThan(0);
   }, 120_000);
 
-  it.skipIf(p.devices < 2)('two ranks on two GPUs: the same, across', async () => {
-    const r = await demo('0,1', 1000);
-    expect(r.mismatches).toEqual([]);
-    expect(r.verified).toBe(true);
-    expect(new Set(r.devices.map((d) => d.uuid)).size).toBe(2);
-    expect(r.graph.replays).toBe(1003);
-  }, 120_000);
+  it.skipIf(p.devices < 2)(
+    'two ranks on two GPUs: the same, across',
+    async () => {
+      const r = await demo('0,1', 1000);
+      expect(r.mismatches).toEqual([]);
+      expect(r.verified).toBe(true);
+      expect(new Set(r.devices.map((d) => d.uuid)).size).toBe(2);
+      expect(r.graph.replays).toBe(1003);
+    },
+    120_000,
+  );
 
-  it.skipIf(p.devices < 2)("flags: 'kernel' on two GPUs: the flag kernel JIT-compiled and replayed, the sampled replays verified", async () => {
-    const r = await demo('0,1', 1000, 'kernel');
-    expect(r.mismatches).toEqual([]);
-    expect(r.verified).toBe(true);
-    expect(r.graph.replays).toBe(1003);
-  }, 120_000);
+  it.skipIf(p.devices < 2)(
+    "flags: 'kernel' on two GPUs: the flag kernel JIT-compiled and replayed, the sampled replays verified",
+    async () => {
+      const r = await demo('0,1', 1000, 'kernel');
+      expect(r.mismatches).toEqual([]);
+      expect(r.verified).toBe(true);
+      expect(r.graph.replays).toBe(1003);
+    },
+    120_000,
+  );
 
   it('the graph-capture example between two processes', async () => {
     const { stdout } = await run(process.execPath, [EXAMPLE, '200'], { timeout: 120_000 });

@@ -27,7 +27,11 @@ describe.skipIf(p.skip)(`progress engine on the native driver${p.skip ? ` (skipp
     d.setDevice(0);
     const engine = new ProgressEngine(engineUs);
     const g = new GpuWork(d, spinUs, engine);
-    cleanups.push(() => d.close(), () => g.close(), () => engine.stop());
+    cleanups.push(
+      () => d.close(),
+      () => g.close(),
+      () => engine.stop(),
+    );
     return { d, g, engine };
   }
 

@@ -30,14 +30,18 @@ function runtimesMissing(): string | undefined {
 const skip = probe.skip !== false ? probe.skip : runtimesMissing();
 
 describe(`smcuda demo --driver native --runtime node,bun,deno${skip ? ` (skipped: ${skip})` : ''}`, () => {
-  it.skipIf(Boolean(skip))('all endpoints OK by CUDA IPC, every byte verified', async () => {
-    const r = await smcuda(['demo', '--driver', 'native', '--runtime', 'node,bun,deno', '--ranks', '3', '--sizes', '8,64K,16M', '--iters', '2', '--json']);
-    expect(r.code, r.stderr).toBe(0);
-    const report = JSON.parse(r.stdout);
-    expect(report.driver.kind).toBe('native');
-    expect(report.devices.map((d: { runtime: string }) => d.runtime.split(' ')[0])).toEqual(['node', 'bun', 'deno']);
-    expect(report.verified).toBe(true);
-    for (const e of report.endpoints) expect(e.negotiation.state).toBe('OK');
-    expect(report.endpoints.every((e: { received: { rget: { messages: number } } }) => e.received.rget.messages > 0)).toBe(true);
-  }, 180_000);
+  it.skipIf(Boolean(skip))(
+    'all endpoints OK by CUDA IPC, every byte verified',
+    async () => {
+      const r = await smcuda(['demo', '--driver', 'native', '--runtime', 'node,bun,deno', '--ranks', '3', '--sizes', '8,64K,16M', '--iters', '2', '--json']);
+      expect(r.code, r.stderr).toBe(0);
+      const report = JSON.parse(r.stdout);
+      expect(report.driver.kind).toBe('native');
+      expect(report.devices.map((d: { runtime: string }) => d.runtime.split(' ')[0])).toEqual(['node', 'bun', 'deno']);
+      expect(report.verified).toBe(true);
+      for (const e of report.endpoints) expect(e.negotiation.state).toBe('OK');
+      expect(report.endpoints.every((e: { received: { rget: { messages: number } } }) => e.received.rget.messages > 0)).toBe(true);
+    },
+    180_000,
+  );
 });

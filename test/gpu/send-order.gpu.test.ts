@@ -33,7 +33,11 @@ describe.skipIf(p.skip !== false)(`send order after the legacy stream on the nat
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-gpu-order-'));
     const driver = p.make!();
     const t = await Transport.create({ driver, id: 'receiver', device: 0, ...(ipc ? {} : { negotiation: { ipc: false } }) });
-    cleanups.push(() => rmSync(dir, { recursive: true, force: true }), () => driver.close(), () => t.close());
+    cleanups.push(
+      () => rmSync(dir, { recursive: true, force: true }),
+      () => driver.close(),
+      () => t.close(),
+    );
     await t.listen(join(dir, 'r.sock'));
     const accepted = new Promise<Endpoint>((r) => t.once('endpoint', r));
     const peer = await FaultPeer.start(join(dir, 'r.sock'), { id: 'sender', driver: 'native', device: p.devices > 1 ? 1 : 0 });

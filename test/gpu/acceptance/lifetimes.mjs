@@ -74,7 +74,11 @@ function received(driver, r) {
   return out;
 }
 
-const settle = (p) => p.then((v) => ({ ok: true, v }), (err) => ({ ok: false, err }));
+const settle = (p) =>
+  p.then(
+    (v) => ({ ok: true, v }),
+    (err) => ({ ok: false, err }),
+  );
 
 /** The peer sends COUNT messages of SIZE with seeds 100.. (fill pattern); this side posts the receives. */
 async function flood(s, tag) {
@@ -131,7 +135,8 @@ try {
     const rest = await Promise.all(pending);
     for (const r of rest) if (r.ok) received(s.driver, r.v);
     const lost = rest.filter((r) => !r.ok);
-    if (lost.some((r) => r.err?.code !== 'SMCUDA_PEER_LOST')) fail(`a receive failed otherwise than with SMCUDA_PEER_LOST: ${lost.map((r) => r.err?.code).join(', ')}`);
+    if (lost.some((r) => r.err?.code !== 'SMCUDA_PEER_LOST'))
+      fail(`a receive failed otherwise than with SMCUDA_PEER_LOST: ${lost.map((r) => r.err?.code).join(', ')}`);
     await s.t.close();
     s.driver.close();
     console.log(`${scenario}: ${lost.length} of ${COUNT - 1} receives rejected with SMCUDA_PEER_LOST`);
@@ -141,7 +146,11 @@ try {
     const sock = join(dir, 'tx.sock');
     await t.listen(sock);
     const accepted = new Promise((r) => t.once('endpoint', r));
-    const peer = await WorkerClient.start(fixture('fd-path-peer.mjs'), { name: 'fd peer', args: [sock], env: { ...process.env, SMCUDA_TEST_DRIVER: kind, SMCUDA_TEST_DEVICE: peerDevice } });
+    const peer = await WorkerClient.start(fixture('fd-path-peer.mjs'), {
+      name: 'fd peer',
+      args: [sock],
+      env: { ...process.env, SMCUDA_TEST_DRIVER: kind, SMCUDA_TEST_DEVICE: peerDevice },
+    });
     const ep = await accepted;
     const stream = driver.streamCreate();
     const pool = driver.memPoolCreate();
