@@ -44,7 +44,13 @@ function openDir(): string {
 /** Runs `code` in a node child as uid `uid`; resolves with its stdout lines once it exits. */
 function runAs(uid: number, code: string, env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['-e', code], { uid, gid: uid, env: { ...env, PATH: process.env.PATH ?? '' }, cwd: '/', stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['-e', code], {
+      uid,
+      gid: uid,
+      env: { ...env, PATH: process.env.PATH ?? '' },
+      cwd: '/',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (b: Buffer) => (out += b.toString()));
     child.stderr.on('data', (b: Buffer) => (out += b.toString()));
@@ -169,7 +175,10 @@ describe.skipIf(!isRoot)(`the peer's uid is checked (SO_PEERCRED)${isRoot ? '' :
     const sock = path.join(open, 'theirs.sock');
     const child = spawn(
       process.execPath,
-      ['-e', `require('net').createServer(() => {}).listen(process.env.SOCK, () => { require('fs').chmodSync(process.env.SOCK, 0o666); console.log('up'); }); setTimeout(() => {}, 10000);`],
+      [
+        '-e',
+        `require('net').createServer(() => {}).listen(process.env.SOCK, () => { require('fs').chmodSync(process.env.SOCK, 0o666); console.log('up'); }); setTimeout(() => {}, 10000);`,
+      ],
       { uid: NOBODY, gid: NOBODY, env: { SOCK: sock, PATH: process.env.PATH ?? '' }, cwd: '/', stdio: ['ignore', 'pipe', 'inherit'] },
     );
     cleanups.push(() => void child.kill('SIGKILL'));

@@ -211,7 +211,8 @@ class ForgeProof implements fc.Command<Model, World> {
     w.seen.push(bytes);
     deliver(w, w.victims[this.victim % w.victims.length]!, bytes);
   }
-  toString = () => `forgeProof(${this.guess ?? 'random'}, ${this.ids.join('→')}, pids ${this.pids.join('→')}, nonces ${this.nonces.join(',')} → victim ${this.victim})`;
+  toString = () =>
+    `forgeProof(${this.guess ?? 'random'}, ${this.ids.join('→')}, pids ${this.pids.join('→')}, nonces ${this.nonces.join(',')} → victim ${this.victim})`;
 }
 
 const party = fc.constantFrom<Party>('A', 'B');
@@ -226,50 +227,69 @@ const commands = fc.commands(
     fc.tuple(small, small).map(([v, f]) => new Replay(v, f)),
     fc.tuple(small, small).map(([v, h]) => new RelayHello(v, h)),
     fc.tuple(small, small).map(([i, j]) => new ManInTheMiddle(i, j)),
-    fc.tuple(small, id.filter((s) => s !== ''), pid, fc.option(small, { nil: null })).map(([v, i, p, n]) => new ForgeHello(v, i, p, n)),
     fc
-      .tuple(small, fc.option(fc.constantFrom('', 'guess', 'the-job-toke', 'THE-JOB-TOKEN'), { nil: null }), fc.tuple(id, id), fc.tuple(pid, pid), fc.tuple(small, small))
+      .tuple(
+        small,
+        id.filter((s) => s !== ''),
+        pid,
+        fc.option(small, { nil: null }),
+      )
+      .map(([v, i, p, n]) => new ForgeHello(v, i, p, n)),
+    fc
+      .tuple(
+        small,
+        fc.option(fc.constantFrom('', 'guess', 'the-job-toke', 'THE-JOB-TOKEN'), { nil: null }),
+        fc.tuple(id, id),
+        fc.tuple(pid, pid),
+        fc.tuple(small, small),
+      )
       .map(([v, g, ids, pids, n]) => new ForgeProof(v, g, ids, pids, n)),
   ],
   { size: 'medium' },
 );
 
 describe('handshake model', () => {
-  test.prop([commands], { numRuns: 1000 })('no interleaving of replayed, reflected, relayed or forged frames authenticates an attacker without the token', (cmds) => {
-    const world: World = { victims: [], seen: [] };
-    fc.modelRun(() => ({ model: { victims: 0 }, real: world }), cmds);
-    for (const v of world.victims) expect(v.state, `victim ${v.party}`).not.toBe('authenticated');
-  });
+  test.prop([commands], { numRuns: 1000 })(
+    'no interleaving of replayed, reflected, relayed or forged frames authenticates an attacker without the token',
+    (cmds) => {
+      const world: World = { victims: [], seen: [] };
+      fc.modelRun(() => ({ model: { victims: 0 }, real: world }), cmds);
+      for (const v of world.victims) expect(v.state, `victim ${v.party}`).not.toBe('authenticated');
+    },
+  );
 
   test.prop([
     fc.string({ maxLength: 40 }),
     fc.array(fc.boolean(), { minLength: 4, maxLength: 4 }),
     fc.constantFrom<[string, string]>(['a', 'b'], ['rank0', 'rank1'], ['x', 'xx']),
     fc.boolean(),
-  ])('honest peers with the same token always authenticate, in any order of their two directions; with another token never', (token, order, [idX, idY], sameToken) => {
-    const x = new Handshake({ id: idX, token, pid: 10, peerPid: 20, deviceUuid: '', features: 0 });
-    const y = new Handshake({ id: idY, token: sameToken ? token : `${token}!`, pid: 20, peerPid: 10, deviceUuid: '', features: 0 });
-    // Each direction is a FIFO queue; `order` picks which side's next frame is delivered next.
-    const toX: Frame[] = [y.hello];
-    const toY: Frame[] = [x.hello];
-    const outcome = { x: 'open', y: 'open' } as Record<'x' | 'y', string>;
-    const feed = (who: 'x' | 'y') => {
-      const [hs, inbox, outbox] = who === 'x' ? [x, toX, toY] : [y, toY, toX];
-      const f = inbox.shift();
-      if (!f || outcome[who] !== 'open') return;
-      try {
-        const step = hs.receive(decodeFrame(encodeFrame(f)));
-        if (step.kind === 'proof') outbox.push(step.proof);
-        else outcome[who] = 'authenticated';
-      } catch {
-        outcome[who] = 'refused';
+  ])(
+    'honest peers with the same token always authenticate, in any order of their two directions; with another token never',
+    (token, order, [idX, idY], sameToken) => {
+      const x = new Handshake({ id: idX, token, pid: 10, peerPid: 20, deviceUuid: '', features: 0 });
+      const y = new Handshake({ id: idY, token: sameToken ? token : `${token}!`, pid: 20, peerPid: 10, deviceUuid: '', features: 0 });
+      // Each direction is a FIFO queue; `order` picks which side's next frame is delivered next.
+      const toX: Frame[] = [y.hello];
+      const toY: Frame[] = [x.hello];
+      const outcome = { x: 'open', y: 'open' } as Record<'x' | 'y', string>;
+      const feed = (who: 'x' | 'y') => {
+        const [hs, inbox, outbox] = who === 'x' ? [x, toX, toY] : [y, toY, toX];
+        const f = inbox.shift();
+        if (!f || outcome[who] !== 'open') return;
+        try {
+          const step = hs.receive(decodeFrame(encodeFrame(f)));
+          if (step.kind === 'proof') outbox.push(step.proof);
+          else outcome[who] = 'authenticated';
+        } catch {
+          outcome[who] = 'refused';
+        }
+      };
+      for (const b of order) feed(b ? 'x' : 'y');
+      while (toX.length || toY.length) {
+        feed('x');
+        feed('y');
       }
-    };
-    for (const b of order) feed(b ? 'x' : 'y');
-    while (toX.length || toY.length) {
-      feed('x');
-      feed('y');
-    }
-    expect(outcome).toEqual(sameToken ? { x: 'authenticated', y: 'authenticated' } : { x: 'refused', y: 'refused' });
-  });
+      expect(outcome).toEqual(sameToken ? { x: 'authenticated', y: 'authenticated' } : { x: 'refused', y: 'refused' });
+    },
+  );
 });

@@ -157,7 +157,7 @@ function tappedPair(names: [string, string]): { ends: [MemoryChannel, MemoryChan
 }
 
 describe('replays and reflections', () => {
-  it("a HELLO and PROOF recorded from an honest connection, replayed to a new one, are refused (the proof covers the old nonces)", async () => {
+  it('a HELLO and PROOF recorded from an honest connection, replayed to a new one, are refused (the proof covers the old nonces)', async () => {
     const a = await transport('a');
     const b = await transport('b');
     const { ends, sent } = tappedPair(['a', 'b']);
@@ -187,7 +187,16 @@ describe('replays and reflections', () => {
         if (frame.type === FrameType.PROOF) m.send(encodeFrame(frame));
       });
       const attached = a.attach(victim);
-      m.send(encodeFrame({ type: FrameType.HELLO, version: WIRE_VERSION, pid: process.pid, peerId: 'm', deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES).fill(7) }));
+      m.send(
+        encodeFrame({
+          type: FrameType.HELLO,
+          version: WIRE_VERSION,
+          pid: process.pid,
+          peerId: 'm',
+          deviceUuid: '',
+          nonce: new Uint8Array(NONCE_BYTES).fill(7),
+        }),
+      );
       await expect(attached).rejects.toBeInstanceOf(BadTokenError);
     }
     // Reflect the HELLO as it is, and with another id.
@@ -255,10 +264,22 @@ describe('Handshake', () => {
   });
 
   it('handshake frames fit the pre-authentication bound; the proof covers the wire version', () => {
-    const longest = encodeFrame({ ...new Handshake(opts('i'.repeat(256), 't', 1)).hello, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff', features: 0xffffffff });
+    const longest = encodeFrame({
+      ...new Handshake(opts('i'.repeat(256), 't', 1)).hello,
+      deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff',
+      features: 0xffffffff,
+    });
     expect(longest.byteLength).toBe(MAX_HANDSHAKE_FRAME_BYTES);
     expect(MAX_HANDSHAKE_FRAME_BYTES).toBeLessThanOrEqual(512);
-    const input = { version: WIRE_VERSION, senderPid: 1, receiverPid: 2, senderId: 'a', receiverId: 'b', senderNonce: new Uint8Array(32), receiverNonce: new Uint8Array(32).fill(1) };
+    const input = {
+      version: WIRE_VERSION,
+      senderPid: 1,
+      receiverPid: 2,
+      senderId: 'a',
+      receiverId: 'b',
+      senderNonce: new Uint8Array(32),
+      receiverNonce: new Uint8Array(32).fill(1),
+    };
     const p = computeProof('t', input);
     expect(computeProof('t', { ...input, version: WIRE_VERSION - 1 })).not.toEqual(p);
     // Moving a byte between the two ids changes the proof (ids are length-prefixed).

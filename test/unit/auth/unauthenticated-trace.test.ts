@@ -68,9 +68,17 @@ describe('only authenticated peers are traced and shown', () => {
     const outcomes = await Promise.all(Array.from({ length: 30 }, (_, i) => client(t, `intruder-${i}`, 'a guess')));
     for (const o of outcomes) expect(o).toBeInstanceOf(BadTokenError);
     expect(await client(t, 'honest', 'the-token')).not.toBeInstanceOf(Error);
-    const lines = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { peer: string; frame?: string });
+    const lines = readFileSync(trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { peer: string; frame?: string });
     expect(lines.filter((r) => r.peer.startsWith('intruder'))).toEqual([]);
-    expect(lines.filter((r) => r.peer === 'honest').map((r) => r.frame).slice(0, 4)).toEqual(['HELLO', 'HELLO', 'PROOF', 'PROOF']);
+    expect(
+      lines
+        .filter((r) => r.peer === 'honest')
+        .map((r) => r.frame)
+        .slice(0, 4),
+    ).toEqual(['HELLO', 'HELLO', 'PROOF', 'PROOF']);
     const state = await getJson(`${t.inspectUrl!}state`);
     expect(state.endpoints.map((e) => e.peer)).toEqual(['honest']);
   });
