@@ -31,7 +31,10 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
     const { driver } = await openDriver({ driver: 'sim' });
     const status = driver.gpuDrivenStatus();
     driver.close();
-    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'graph,collectives'], { maxBuffer: 16 << 20, timeout: 120_000 });
+    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'graph,collectives'], {
+      maxBuffer: 16 << 20,
+      timeout: 120_000,
+    });
     const doc = JSON.parse(stdout) as { figures: Fig[]; series: Array<{ plot: string; series: string; size: number; value: number }>; notes: string[] };
     expect(new Set(doc.figures.map((f) => f.suite))).toEqual(new Set(['graph', 'collectives']));
     for (const f of doc.figures) {
@@ -43,8 +46,21 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
     const byName = new Map(doc.figures.map((f) => [f.name, f]));
 
     // graph: all of it listed; smcuda's persistent transfers measured on the simulator too, without their GPU targets
-    const graphNames = [GRAPH_FIG.rawHost(8).name, GRAPH_FIG.rawGraph(8).name, GRAPH_FIG.rawHost(1 << 20).name, GRAPH_FIG.rawGraph(1 << 20).name, GRAPH_FIG.rawReplayHost.name, ...GRAPH_FIGURES.map((s) => s.name), GRAPH_FIG.nativeFloor.name];
-    expect(doc.figures.filter((f) => f.suite === 'graph').map((f) => f.name).sort()).toEqual([...graphNames].sort());
+    const graphNames = [
+      GRAPH_FIG.rawHost(8).name,
+      GRAPH_FIG.rawGraph(8).name,
+      GRAPH_FIG.rawHost(1 << 20).name,
+      GRAPH_FIG.rawGraph(1 << 20).name,
+      GRAPH_FIG.rawReplayHost.name,
+      ...GRAPH_FIGURES.map((s) => s.name),
+      GRAPH_FIG.nativeFloor.name,
+    ];
+    expect(
+      doc.figures
+        .filter((f) => f.suite === 'graph')
+        .map((f) => f.name)
+        .sort(),
+    ).toEqual([...graphNames].sort());
     for (const s of GRAPH_FIGURES) {
       const f = byName.get(s.name)!;
       if (status.streamMemOps && status.graphs) {
@@ -54,7 +70,8 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
       } else expect(f.skipped).toBeTruthy();
     }
     if (!status.streamMemOps) {
-      for (const name of graphNames.filter((n) => n !== GRAPH_FIG.nativeFloor.name)) expect(byName.get(name)!.skipped, name).toMatch(/^the sim driver has no stream memory operations/);
+      for (const name of graphNames.filter((n) => n !== GRAPH_FIG.nativeFloor.name))
+        expect(byName.get(name)!.skipped, name).toMatch(/^the sim driver has no stream memory operations/);
     }
 
     // collectives: seed 003's staging measured and verified; smcuda skipped; NCCL's absence explained
@@ -70,7 +87,10 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
   });
 
   it('--ranks 3: the collectives suite runs its own group of three workers over the visible devices, and verifies on every rank', async () => {
-    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'collectives', '--ranks', '3'], { maxBuffer: 16 << 20, timeout: 120_000 });
+    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'collectives', '--ranks', '3'], {
+      maxBuffer: 16 << 20,
+      timeout: 120_000,
+    });
     const doc = JSON.parse(stdout) as { figures: Fig[]; notes: string[]; machine: { devices: Array<{ layout: string; rank: number }> } };
     expect(doc.machine.devices.filter((d) => d.layout === 'collectives').map((d) => d.rank)).toEqual([0, 1, 2]);
     const staged = doc.figures.find((f) => f.name.startsWith('host-staged allreduce avg of'))!;
@@ -79,7 +99,9 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
   });
 
   it('refuses --ranks outside 1..64 with exit code 2', async () => {
-    const err = await run(process.execPath, [CLI, 'bench', '--driver', 'sim', '--suite', 'collectives', '--ranks', '0']).catch((e: { code: number; stderr: string }) => e);
+    const err = await run(process.execPath, [CLI, 'bench', '--driver', 'sim', '--suite', 'collectives', '--ranks', '0']).catch(
+      (e: { code: number; stderr: string }) => e,
+    );
     expect(err).toMatchObject({ code: 2 });
     expect((err as { stderr: string }).stderr).toMatch(/--ranks must be an integer from 1 to 64/);
   });

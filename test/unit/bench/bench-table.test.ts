@@ -25,7 +25,9 @@ describe('renderReport', () => {
     const sizes = [8, 4096, 1 << 20, 1 << 30];
     const many: BenchReport = {
       ...real,
-      series: series.flatMap((name, i) => sizes.map((size) => ({ plot: 'bandwidth' as const, series: name, size, value: 1234.5678 * (i + 1), unit: 'GB/s' }))) as BenchReport['series'],
+      series: series.flatMap((name, i) =>
+        sizes.map((size) => ({ plot: 'bandwidth' as const, series: name, size, value: 1234.5678 * (i + 1), unit: 'GB/s' })),
+      ) as BenchReport['series'],
       notes: ['a note that is rather long: '.repeat(10)],
     };
     const text = renderReport(many);

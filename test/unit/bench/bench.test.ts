@@ -22,7 +22,7 @@ function cli(args: string[]) {
 }
 
 describe('smcuda bench --smoke on the simulated driver', () => {
-  it('--suite collectives: the host-staged allreduce of seed 003 (pinned beside pageable) measured; smcuda\'s GPU figures listed as skipped, with the reason; NCCL named in a note', async () => {
+  it("--suite collectives: the host-staged allreduce of seed 003 (pinned beside pageable) measured; smcuda's GPU figures listed as skipped, with the reason; NCCL named in a note", async () => {
     const { stdout } = await cli(['--smoke', '--json', '--driver', 'sim', '--suite', 'collectives']);
     const doc = JSON.parse(stdout);
     const figs = doc.figures.filter((f: { suite: string }) => f.suite === 'collectives');
@@ -91,7 +91,8 @@ describe('smcuda bench --smoke on the simulated driver', () => {
     expect(byName(FIG.allToAll.name).details.perRank).toHaveLength(byName(FIG.allToAll.name).details.runs);
     expect(byName(FIG.firstSendPrepared.name).details.each.every((e: { stateAtSend: string }) => e.stateAtSend === 'OK')).toBe(true);
     expect(headline.floor.value).toBe(byName(FIG.floor(8).name).value);
-    for (const kind of ['legacy', 'vmm', 'vmm-chunked', 'pool'] as const) expect(byName(MEMORY_FIG.import(kind, 'memory-across').name).value).toBeGreaterThan(0);
+    for (const kind of ['legacy', 'vmm', 'vmm-chunked', 'pool'] as const)
+      expect(byName(MEMORY_FIG.import(kind, 'memory-across').name).value).toBeGreaterThan(0);
 
     expect(doc.files).toEqual(['bench.json', 'bandwidth.svg', 'latency.svg']);
     expect(JSON.parse(readFileSync(join(out, 'bench.json'), 'utf8')).figures.length).toBe(doc.figures.length);
@@ -118,10 +119,19 @@ describe('smcuda bench --smoke on the simulated driver', () => {
     const legacyImport = byName.get('memory legacy: first import of an allocation') as { value: number };
     for (const kind of kinds) {
       const transfer = byName.get(`memory ${kind}: one GPU, two processes, 256 MiB`) as Record<string, unknown>;
-      expect(transfer).toMatchObject({ unit: 'GB/s', baselineName: `raw cuMemcpyAsync over an already open ${kind} mapping`, target: { on: 'ratio', bound: 0.95 } });
+      expect(transfer).toMatchObject({
+        unit: 'GB/s',
+        baselineName: `raw cuMemcpyAsync over an already open ${kind} mapping`,
+        target: { on: 'ratio', bound: 0.95 },
+      });
       // On the simulator it is skipped: a GPU target, or (until the endpoint sends this kind) the endpoint's error.
       expect(transfer.skipped).toMatch(kind === 'legacy' ? /simulated driver/ : /simulated driver|smcuda could not send/);
-      const imp = byName.get(`memory ${kind}: first import of an allocation`) as { value: number; baseline: number; baselineName: string; details: Record<string, unknown> };
+      const imp = byName.get(`memory ${kind}: first import of an allocation`) as {
+        value: number;
+        baseline: number;
+        baselineName: string;
+        details: Record<string, unknown>;
+      };
       expect(imp.value).toBeGreaterThan(0);
       expect(imp.baseline).toBe(legacyImport.value);
       expect(imp.baselineName).toBe('one cuIpcOpenMemHandle (memory legacy)');
@@ -142,7 +152,11 @@ describe('smcuda bench --smoke on the simulated driver', () => {
   it('a worker that crashes (SIGSEGV in a driver call) costs only the rest of its suite: what it measured is listed, the rest skipped with the cause, and the next suite runs', async () => {
     // The pool kind's first import crashes the importing worker, as memory-across's did on 2 × H200.
     const env = { ...process.env, SMCUDA_SIM: JSON.stringify({ faults: { crashOn: { call: 'cuMemPoolImportPointer' } } }) };
-    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'memory-across,first-send'], { maxBuffer: 16 << 20, timeout: 60_000, env });
+    const { stdout } = await run(process.execPath, [CLI, 'bench', '--smoke', '--json', '--driver', 'sim', '--suite', 'memory-across,first-send'], {
+      maxBuffer: 16 << 20,
+      timeout: 60_000,
+      env,
+    });
     const doc = JSON.parse(stdout);
     const byName = new Map<string, { value: number | null; skipped?: string }>(doc.figures.map((f: { name: string }) => [f.name, f]));
     expect(byName.get(MEMORY_FIG.import('legacy', 'memory-across').name)!.value).toBeGreaterThan(0);

@@ -19,7 +19,8 @@ const roomy = { shmBytes: 64 * GiB, hostBytes: 256 * GiB };
 describe('collectives figures', () => {
   it('holds smcuda to the issue table: ≤ 8 µs to 256 KiB, ≤ 11 µs at 1 MiB, ≤ 60 µs at 16 MiB, ≥ 340 GB/s bus bandwidth from 256 MiB', () => {
     expect(SUITES).toContain('collectives');
-    for (const size of [8, KiB, 16 * KiB, 256 * KiB]) expect(allreduceSpec(size)).toMatchObject({ unit: 'µs', scope: 'gpu', target: { on: 'value', relation: '<=', bound: 8 } });
+    for (const size of [8, KiB, 16 * KiB, 256 * KiB])
+      expect(allreduceSpec(size)).toMatchObject({ unit: 'µs', scope: 'gpu', target: { on: 'value', relation: '<=', bound: 8 } });
     expect(allreduceSpec(MiB)?.target).toMatchObject({ relation: '<=', bound: 11 });
     expect(allreduceSpec(16 * MiB)?.target).toMatchObject({ relation: '<=', bound: 60 });
     for (const size of [256 * MiB, GiB]) expect(allreduceSpec(size)).toMatchObject({ unit: 'GB/s', target: { on: 'value', relation: '>=', bound: 340 } });
@@ -38,7 +39,11 @@ describe('collectives figures', () => {
 
   it('one untargeted figure per algorithm, with distinct names', () => {
     const names = ALGORITHMS.map((a) => COLLECTIVE_FIG.algorithm(a).name);
-    expect(names).toEqual(['allreduce f32 1 MiB, smcuda one-shot (forced), stream time', 'allreduce f32 1 MiB, smcuda two-shot (forced), stream time', 'allreduce f32 1 MiB, smcuda pipeline (forced), stream time']);
+    expect(names).toEqual([
+      'allreduce f32 1 MiB, smcuda one-shot (forced), stream time',
+      'allreduce f32 1 MiB, smcuda two-shot (forced), stream time',
+      'allreduce f32 1 MiB, smcuda pipeline (forced), stream time',
+    ]);
     for (const a of ALGORITHMS) expect(COLLECTIVE_FIG.algorithm(a).target).toBeUndefined();
   });
 

@@ -21,9 +21,11 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe('the Communicator as the collectives suite\'s smcuda side (simulated driver)', () => {
+describe("the Communicator as the collectives suite's smcuda side (simulated driver)", () => {
   it('opens, queues an allreduce on the stream at once, with the right result; times eager and graph runs', async () => {
-    suts = await Promise.all(drivers.map((driver, rank) => COLLECTIVES_UNDER_TEST.factory!({ driver, rank, ranks: 2, device: rank, dir, token: 'a'.repeat(32), timeoutMs: 20_000 })));
+    suts = await Promise.all(
+      drivers.map((driver, rank) => COLLECTIVES_UNDER_TEST.factory!({ driver, rank, ranks: 2, device: rank, dir, token: 'a'.repeat(32), timeoutMs: 20_000 })),
+    );
     expect(suts.every((s) => s.capturable)).toBe(true);
     expect(suts[0]!.algorithmFor?.(8, 'f32')).toBe('one-shot');
     const count = 100;
@@ -33,7 +35,9 @@ describe('the Communicator as the collectives suite\'s smcuda side (simulated dr
       return p;
     });
     const streams = drivers.map((d) => d.streamCreate());
-    await Promise.all(suts.map((s, r) => s.collectiveUnderTest({ op: 'allreduce', reduce: 'sum', dtype: 'f32', count, send: bufs[r]!, recv: bufs[r]!, stream: streams[r]! })));
+    await Promise.all(
+      suts.map((s, r) => s.collectiveUnderTest({ op: 'allreduce', reduce: 'sum', dtype: 'f32', count, send: bufs[r]!, recv: bufs[r]!, stream: streams[r]! })),
+    );
     // Queued already: an event recorded now completes after the call.
     await Promise.all(
       drivers.map(async (d, r) => {

@@ -33,7 +33,14 @@ describe('graph suite figures', () => {
       expect(GRAPH_FIG.smcuda8.baselineName).toBe(GRAPH_FIG.rawGraph(8).name.replace(' (half round trip)', ''));
     }
     // Every figure has a distinct name (the JSON document is keyed by name).
-    const names = [GRAPH_FIG.smcuda8, GRAPH_FIG.smcuda1M, GRAPH_FIG.smcudaReplayHost, GRAPH_FIG.rawReplayHost, GRAPH_FIG.nativeFloor, ...[8, 1 << 20].flatMap((s) => [GRAPH_FIG.rawHost(s as 8), GRAPH_FIG.rawGraph(s as 8)])].map((f) => f.name);
+    const names = [
+      GRAPH_FIG.smcuda8,
+      GRAPH_FIG.smcuda1M,
+      GRAPH_FIG.smcudaReplayHost,
+      GRAPH_FIG.rawReplayHost,
+      GRAPH_FIG.nativeFloor,
+      ...[8, 1 << 20].flatMap((s) => [GRAPH_FIG.rawHost(s as 8), GRAPH_FIG.rawGraph(s as 8)]),
+    ].map((f) => f.name);
     expect(new Set(names).size).toBe(names.length);
   });
 
@@ -94,7 +101,9 @@ describe('graph suite skip reasons', () => {
  */
 function simulate(size: number, iterations: number, replays: readonly [number, number], choices: readonly boolean[]) {
   const roles: PingPongRole[] = ['initiator', 'responder'];
-  const programs = roles.map((r, k) => Array.from({ length: replays[k]! }, () => Array.from({ length: iterations }, () => iterationSteps(r, size)).flat()).flat());
+  const programs = roles.map((r, k) =>
+    Array.from({ length: replays[k]! }, () => Array.from({ length: iterations }, () => iterationSteps(r, size)).flat()).flat(),
+  );
   const pc = [0, 0];
   const flag = [0, 0];
   const signals = [0, 0];
@@ -135,17 +144,18 @@ describe('raw mem-op ping-pong flag protocol', () => {
     expect(iterationSteps('responder', 1 << 20)).toEqual(['await', 'copy', 'signal']);
   });
 
-  test.prop([fc.constantFrom(8, 1 << 20), fc.integer({ min: 1, max: 16 }), fc.integer({ min: 1, max: 6 }), fc.array(fc.boolean(), { maxLength: 400 })], { numRuns: 200 })(
-    'any interleaving, any replay count of the same captured iterations: completes, no lost or stale signal',
-    (size, iterations, replays, choices) => {
-      const r = simulate(size, iterations, [replays, replays], choices);
-      expect(r.errors).toEqual([]);
-      expect(r.done).toBe(true);
-      expect(r.awaits).toEqual([iterations * replays, iterations * replays]);
-    },
-  );
+  test.prop([fc.constantFrom(8, 1 << 20), fc.integer({ min: 1, max: 16 }), fc.integer({ min: 1, max: 6 }), fc.array(fc.boolean(), { maxLength: 400 })], {
+    numRuns: 200,
+  })('any interleaving, any replay count of the same captured iterations: completes, no lost or stale signal', (size, iterations, replays, choices) => {
+    const r = simulate(size, iterations, [replays, replays], choices);
+    expect(r.errors).toEqual([]);
+    expect(r.done).toBe(true);
+    expect(r.awaits).toEqual([iterations * replays, iterations * replays]);
+  });
 
-  test.prop([fc.integer({ min: 1, max: 8 }), fc.integer({ min: 1, max: 4 }), fc.integer({ min: 1, max: 3 }), fc.array(fc.boolean(), { maxLength: 200 })], { numRuns: 100 })(
+  test.prop([fc.integer({ min: 1, max: 8 }), fc.integer({ min: 1, max: 4 }), fc.integer({ min: 1, max: 3 }), fc.array(fc.boolean(), { maxLength: 200 })], {
+    numRuns: 100,
+  })(
     'replay counts that differ between the sides leave the longer side blocked on its wait (what the bench bounds with BenchStuckError), never a wrong pass',
     (iterations, replays, extra, choices) => {
       const r = simulate(8, iterations, [replays + extra, replays], choices);

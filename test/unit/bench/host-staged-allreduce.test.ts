@@ -70,7 +70,14 @@ describe('host-staged allreduce (seed 003) in one process', () => {
   test.prop(
     [
       fc.integer({ min: 1, max: 4 }).chain((ranks) =>
-        fc.tuple(fc.constant(ranks), fc.integer({ min: 0, max: 300 }).chain((count) => fc.array(fc.float32Array({ minLength: count, maxLength: count, noNaN: true, min: -1e6, max: 1e6 }), { minLength: ranks, maxLength: ranks }))),
+        fc.tuple(
+          fc.constant(ranks),
+          fc
+            .integer({ min: 0, max: 300 })
+            .chain((count) =>
+              fc.array(fc.float32Array({ minLength: count, maxLength: count, noNaN: true, min: -1e6, max: 1e6 }), { minLength: ranks, maxLength: ranks }),
+            ),
+        ),
       ),
       fc.boolean(),
       fc.constantFrom('sum' as const, 'avg' as const),
@@ -85,7 +92,10 @@ describe('host-staged allreduce (seed 003) in one process', () => {
 
   it("reproduces seed 003's average: (N-1)/2 + 0.001 i on every rank", async () => {
     const count = 1001;
-    const got = await allreduce([0, 1, 2].map((r) => seedGradient(r, count)), { pinned: false, reduce: 'avg', calls: 1 });
+    const got = await allreduce(
+      [0, 1, 2].map((r) => seedGradient(r, count)),
+      { pinned: false, reduce: 'avg', calls: 1 },
+    );
     for (const g of got) for (const i of [0, 500, 1000]) expect(g[i]).toBeCloseTo(seedAverage(3, i), 4);
   });
 

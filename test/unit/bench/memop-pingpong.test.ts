@@ -111,7 +111,13 @@ async function pair(maxSize: number) {
   // Stream ids: the two pingpong streams, in creation order (initiator first).
   const [sInit, sResp] = [...w.streams.keys()];
   const region = (h: Uint8Array) => new BigUint64Array(h.buffer, h.byteOffset, 1)[0]!;
-  return { w, init, resp, regions: [region(init.handle()), region(resp.handle())] as const, items: () => [w.streams.get(sInit!)!, w.streams.get(sResp!)!] as const };
+  return {
+    w,
+    init,
+    resp,
+    regions: [region(init.handle()), region(resp.handle())] as const,
+    items: () => [w.streams.get(sInit!)!, w.streams.get(sResp!)!] as const,
+  };
 }
 
 describe('MemOpPingPong over a recording driver', () => {

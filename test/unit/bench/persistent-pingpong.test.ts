@@ -53,7 +53,14 @@ describe('startGroup merges adjacent batches', () => {
     ];
     const merged = mergeBatches(items);
     expect(merged.map((m) => m.kind)).toEqual(['batch', 'copy', 'batch']);
-    expect(merged.flatMap((m) => (m.kind === 'batch' ? m.ops.map((o) => String((o as { addr: bigint }).addr)) : ['copy']))).toEqual(['1', '2', '3', 'copy', '4', '5']);
+    expect(merged.flatMap((m) => (m.kind === 'batch' ? m.ops.map((o) => String((o as { addr: bigint }).addr)) : ['copy']))).toEqual([
+      '1',
+      '2',
+      '3',
+      'copy',
+      '4',
+      '5',
+    ]);
     const many = Array.from({ length: 300 }, (_, i) => ({ kind: 'batch' as const, ops: [w(BigInt(i))] }));
     expect(mergeBatches(many).map((m) => (m.kind === 'batch' ? m.ops.length : 0))).toEqual([256, 44]);
   });

@@ -7,7 +7,16 @@ import { describe, expect, it } from 'vitest';
 import { atMost, measured } from '../../../src/bench/figures.js';
 import { guarded, type SuiteContext } from '../../../src/bench/suite-context.js';
 
-const ctx = (): SuiteContext => ({ opts: { driver: 'sim', suites: [], smoke: true, window: 8, timeoutMs: 1000 }, plan: {} as SuiteContext['plan'], sim: true, figures: [], series: [], notes: [], progress: () => {}, floor: new Map() });
+const ctx = (): SuiteContext => ({
+  opts: { driver: 'sim', suites: [], smoke: true, window: 8, timeoutMs: 1000 },
+  plan: {} as SuiteContext['plan'],
+  sim: true,
+  figures: [],
+  series: [],
+  notes: [],
+  progress: () => {},
+  floor: new Map(),
+});
 const a = { name: 'a', suite: 'graph', unit: 'µs', target: atMost(5, '≤ 5 µs') };
 const b = { name: 'b', suite: 'graph', unit: 'µs' };
 

@@ -78,7 +78,9 @@ describe('timeCollective', () => {
     const sut = standIn();
     const buf = driver.memAlloc(64);
     try {
-      await expect(timeCollective(driver, sut, buf, 64, { iters: 2, warmup: 1, runs: 1, graph: true, timeoutMs: 10_000 })).rejects.toThrow(/cuStreamBeginCapture/);
+      await expect(timeCollective(driver, sut, buf, 64, { iters: 2, warmup: 1, runs: 1, graph: true, timeoutMs: 10_000 })).rejects.toThrow(
+        /cuStreamBeginCapture/,
+      );
     } finally {
       driver.memFree(buf);
     }
