@@ -177,13 +177,22 @@ describe('HandlePool over the simulated fd memory', () => {
     const data = owner.memPoolExportPointer(p);
     const pool = new HandlePool(receiver);
     const mv = await pool.acquireImport({
-      kind: 'vmm', deviceUuid: GPU, base: ex.base, size: ex.size, bufferId: 1n,
+      kind: 'vmm',
+      deviceUuid: GPU,
+      base: ex.base,
+      size: ex.size,
+      bufferId: 1n,
       open: () => receiver.vmmImport(ex.chunks).ptr,
       dispose: () => ex.chunks.forEach((c) => owner.closeFd(c.fd)),
     });
     const ml = await pool.acquire({ deviceUuid: GPU, base: legacy, size: MiB, handle: owner.ipcGetMemHandle(legacy), bufferId: owner.bufferId(legacy) });
     const mp = await pool.acquireImport({
-      kind: 'pool', deviceUuid: GPU, base: p, size: MiB, bufferId: 2n, identity: data,
+      kind: 'pool',
+      deviceUuid: GPU,
+      base: p,
+      size: MiB,
+      bufferId: 2n,
+      identity: data,
       peerPool: { key: 'k', open: () => receiver.memPoolImport(poolFd) },
       open: (h) => receiver.memPoolImportPointer(h!, data),
       dispose: () => owner.closeFd(poolFd),
@@ -196,7 +205,9 @@ describe('HandlePool over the simulated fd memory', () => {
     ml.release();
     expect(receiver.fdMemoryResources()).toEqual(NOTHING);
     expect(pool.stats()).toMatchObject({ openMappings: 0, mappedBytes: 0, importedPools: 0, closeFailures: 0 });
-    await expect(pool.acquireImport({ kind: 'vmm', deviceUuid: GPU, base: ex.base, size: ex.size, bufferId: 1n, open: () => 0n })).rejects.toMatchObject({ code: 'SMCUDA_CLOSED' });
+    await expect(pool.acquireImport({ kind: 'vmm', deviceUuid: GPU, base: ex.base, size: ex.size, bufferId: 1n, open: () => 0n })).rejects.toMatchObject({
+      code: 'SMCUDA_CLOSED',
+    });
     owner.memFreeAsync(p, 0n);
     owner.streamSynchronize(0n);
     owner.memPoolDestroy(peerPool);
@@ -252,7 +263,7 @@ describe('HandlePool with the fake driver: import requests', () => {
     m.release();
   });
 
-  it('the same address of another kind is stale: the old mapping is undone with its own kind\'s call', async () => {
+  it("the same address of another kind is stale: the old mapping is undone with its own kind's call", async () => {
     const fake = new FakeIpcDriver();
     const pool = new HandlePool(fake);
     const a = fake.allocate(GPU, X, MiB, 'legacy-ipc');

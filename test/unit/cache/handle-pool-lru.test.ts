@@ -73,7 +73,10 @@ const command = fc.oneof(
 describe('HandlePool on lru-cache: against a recency-list model', () => {
   test.prop(
     [
-      fc.array(fc.integer({ min: 1, max: 4 }).map((u) => u * MiB), { minLength: 10, maxLength: 10 }),
+      fc.array(
+        fc.integer({ min: 1, max: 4 }).map((u) => u * MiB),
+        { minLength: 10, maxLength: 10 },
+      ),
       fc.integer({ min: 0, max: 6 }),
       fc.integer({ min: 1, max: 16 }).map((u) => u * MiB),
       fc.array(command, { minLength: 1, maxLength: 60 }),
@@ -121,12 +124,17 @@ describe('HandlePool on lru-cache: against a recency-list model', () => {
       expect(entries.map((e) => allocs.findIndex((a) => a.base === e.base))).toEqual(m.recency);
       expect(entries.map((e) => e.users)).toEqual(m.recency.map((i) => m.refs.get(i)));
       const s = pool.stats();
-      expect({ hits: s.hits, misses: s.misses, evictions: s.evictions, opens: s.opens }).toEqual({ hits: m.hits, misses: m.misses, evictions: m.evictions, opens: m.misses });
+      expect({ hits: s.hits, misses: s.misses, evictions: s.evictions, opens: s.opens }).toEqual({
+        hits: m.hits,
+        misses: m.misses,
+        evictions: m.evictions,
+        opens: m.misses,
+      });
       expect(s.closes).toBe(m.evictions);
       expect(s.residentBytes).toBe(residentBytes(m, sizes));
       expect(s.idleEntries).toBe(m.recency.filter((i) => m.refs.get(i) === 0).length);
       // Bounds: within both, or every resident entry in use.
-      expect(s.residentEntries <= maxEntries && s.residentBytes <= maxBytes || s.idleEntries === 0).toBe(true);
+      expect((s.residentEntries <= maxEntries && s.residentBytes <= maxBytes) || s.idleEntries === 0).toBe(true);
       for (const { lease } of held) expect(fake.isMapped(lease.ptr)).toBe(true);
       expect(fake.mappedCount).toBe(s.openMappings);
     }
@@ -143,7 +151,10 @@ describe('HandlePool on lru-cache: against a recency-list model', () => {
 describe('HandlePool on lru-cache: the LRU never evicts by itself', () => {
   it('keeps 300 mappings in use mapped with maxEntries 2, and evicts down to the 2 most recent on release', async () => {
     const n = 300;
-    const { fake, pool, allocs } = setup({ maxEntries: 2 }, Array.from({ length: n }, () => MiB));
+    const { fake, pool, allocs } = setup(
+      { maxEntries: 2 },
+      Array.from({ length: n }, () => MiB),
+    );
     const leases: Mapping[] = [];
     for (const a of allocs) leases.push(await pool.acquire(fake.request(a)));
     expect(pool.stats()).toMatchObject({ residentEntries: n, idleEntries: 0, evictions: 0, openMappings: n });
@@ -157,7 +168,10 @@ describe('HandlePool on lru-cache: the LRU never evicts by itself', () => {
 
   it('with the bounds off, holds every mapping however many', async () => {
     const n = 500;
-    const { fake, pool, allocs } = setup({ unlimited: true }, Array.from({ length: n }, () => 2 * MiB));
+    const { fake, pool, allocs } = setup(
+      { unlimited: true },
+      Array.from({ length: n }, () => 2 * MiB),
+    );
     for (const a of allocs) (await pool.acquire(fake.request(a))).release();
     expect(pool.stats()).toMatchObject({ residentEntries: n, idleEntries: n, evictions: 0, residentBytes: n * 2 * MiB });
     pool.close();
@@ -168,7 +182,10 @@ describe('HandlePool on lru-cache: the LRU never evicts by itself', () => {
 describe('HandlePool on lru-cache: a window of buffers in turn', () => {
   it('hits the least recent entry each time, keeps the rotation order and opens nothing after the first round', async () => {
     const w = 8;
-    const { fake, pool, allocs } = setup({ maxEntries: w }, Array.from({ length: w + 1 }, () => MiB));
+    const { fake, pool, allocs } = setup(
+      { maxEntries: w },
+      Array.from({ length: w + 1 }, () => MiB),
+    );
     const reqs = allocs.slice(0, w).map((a) => fake.request(a));
     for (const r of reqs) (await pool.acquire(r)).release();
     for (let k = 0; k < 10 * w + 3; k++) {

@@ -43,7 +43,9 @@ const poolKeyOf = (deviceUuid: string): string => `${deviceUuid}/pool`;
 const OPEN_CODES = ['CUDA_ERROR_ALREADY_MAPPED', 'CUDA_ERROR_OUT_OF_MEMORY', 'CUDA_ERROR_TOO_MANY_PEERS', 'CUDA_ERROR_INVALID_VALUE'];
 
 function overlaps(a: RemoteAlloc, b: RemoteAlloc): boolean {
-  return a.kind === 'legacy-ipc' && b.kind === 'legacy-ipc' && a.deviceUuid === b.deviceUuid && a.base < b.base + BigInt(b.size) && b.base < a.base + BigInt(a.size);
+  return (
+    a.kind === 'legacy-ipc' && b.kind === 'legacy-ipc' && a.deviceUuid === b.deviceUuid && a.base < b.base + BigInt(b.size) && b.base < a.base + BigInt(a.size)
+  );
 }
 
 // -- the reference model ----------------------------------------------------------

@@ -439,7 +439,21 @@ describe('HandlePool: counters and events', () => {
     });
     expect(events.every((e) => e.mappingKind === 'legacy-ipc')).toBe(true);
     expect(events.map((e) => e.type)).toEqual([
-      'miss', 'open', 'hit', 'miss', 'open', 'evict', 'close', 'stale', 'close', 'miss', 'open-failed', 'miss', 'open', 'invalidate', 'close',
+      'miss',
+      'open',
+      'hit',
+      'miss',
+      'open',
+      'evict',
+      'close',
+      'stale',
+      'close',
+      'miss',
+      'open-failed',
+      'miss',
+      'open',
+      'invalidate',
+      'close',
     ]);
     expect(events.find((e) => e.type === 'open-failed')).toMatchObject({ code: 'CUDA_ERROR_INVALID_VALUE', deviceUuid: GPU1 });
     expect(events.find((e) => e.type === 'evict')).toMatchObject({ reason: 'entries', base: a!.base });
