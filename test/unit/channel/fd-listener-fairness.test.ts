@@ -48,7 +48,7 @@ async function until(cond: () => boolean, ms: number): Promise<void> {
 }
 
 describe('a descriptor listener flooded by another process', () => {
-  it('evicts the flooder\'s connections, never this process\'s one pending connection; that one is admitted when its token comes', async () => {
+  it("evicts the flooder's connections, never this process's one pending connection; that one is admitted when its token comes", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'smcuda-fair-'));
     cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
     const refused: Error[] = [];

@@ -59,7 +59,7 @@ async function play(conns: string[], steps: Step[]): Promise<Map<string, Error |
 }
 
 describe('partial frames of one peer process, over several connections', () => {
-  it('a frame that does not fit beside the others\' partial frames is refused from its prefix', async () => {
+  it("a frame that does not fit beside the others' partial frames is refused from its prefix", async () => {
     const closed = await play(
       ['a', 'b', 'c'],
       [

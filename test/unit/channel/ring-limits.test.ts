@@ -26,7 +26,6 @@ async function until(cond: () => boolean, what: string): Promise<void> {
   if (!cond()) throw new Error(`timed out waiting for ${what}`);
 }
 
-
 function pair(maxFrameBytes?: number) {
   const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'], maxFrameBytes });
   const spA = new ProgressEngine(0);

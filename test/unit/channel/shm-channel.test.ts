@@ -94,7 +94,6 @@ describe('shm ring', () => {
 });
 
 describe('ShmChannel over a memory channel', () => {
-
   function pair(o: { spinUs?: number; capacity?: number; maxRingFrame?: number; nativeB?: SegmentNative } = {}) {
     const [ma, mb] = createMemoryChannelPair({ names: ['a', 'b'] });
     const spA = new ProgressEngine(o.spinUs ?? 100);

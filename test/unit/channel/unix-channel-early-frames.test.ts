@@ -12,7 +12,12 @@ import { lengthPrefix } from '../../../src/channel/framing.js';
 
 /** A socket stand-in whose incoming bytes the test pushes. */
 function fakeSocket(): Duplex {
-  return new Duplex({ read() {}, write(_c, _e, cb) { cb(); } });
+  return new Duplex({
+    read() {},
+    write(_c, _e, cb) {
+      cb();
+    },
+  });
 }
 
 const framed = (body: number[]) => Buffer.concat([lengthPrefix(body.length), Buffer.from(body)]);

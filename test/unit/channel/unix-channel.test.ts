@@ -56,10 +56,9 @@ function framed(frames: Uint8Array[]): Buffer {
 const MiB = 1024 * 1024;
 
 describe('FrameReader', () => {
-  test.prop(
-    [fc.array(fc.uint8Array({ maxLength: 64 }), { maxLength: 20 }), fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 30 })],
-    { numRuns: 300 },
-  )('reassembles any chunking of a framed stream into the same frames', (frames, cuts) => {
+  test.prop([fc.array(fc.uint8Array({ maxLength: 64 }), { maxLength: 20 }), fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 30 })], {
+    numRuns: 300,
+  })('reassembles any chunking of a framed stream into the same frames', (frames, cuts) => {
     const stream = framed(frames);
     const got: number[][] = [];
     const r = new FrameReader(1024, (f) => got.push([...f]));
