@@ -4,7 +4,7 @@ import { parseRunArgs, splitAtScript } from '../../../src/cli/run-args.js';
 import { UsageError } from '../../../src/cli/usage.js';
 
 describe('smcuda run arguments', () => {
-  it('everything from the script on is the script\'s, options included', () => {
+  it("everything from the script on is the script's, options included", () => {
     const a = parseRunArgs(['-n', '4', '--grace', '100', 'train.mjs', '-n', '2', '--json']);
     expect(a).toMatchObject({ ranks: 4, graceMs: 100, json: false, script: 'train.mjs', scriptArgs: ['-n', '2', '--json'], runtime: 'node' });
   });

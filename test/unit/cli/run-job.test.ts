@@ -7,7 +7,11 @@ function sh(rank: number, script: string): RankSpec {
   return { rank, command: '/bin/sh', args: ['-c', script], env: { PATH: process.env.PATH } };
 }
 
-function sinks(): { out: { stdout: { write(c: Uint8Array | string): void }; stderr: { write(c: Uint8Array | string): void } }; stdout(): string; stderr(): string } {
+function sinks(): {
+  out: { stdout: { write(c: Uint8Array | string): void }; stderr: { write(c: Uint8Array | string): void } };
+  stdout(): string;
+  stderr(): string;
+} {
   const o: Buffer[] = [];
   const e: Buffer[] = [];
   return {
@@ -49,14 +53,14 @@ describe('run-job', () => {
     expect(alive(grandchild)).toBe(false);
   }, 20_000);
 
-  it('an executable that cannot start is 127, and says why on the rank\'s stderr', async () => {
+  it("an executable that cannot start is 127, and says why on the rank's stderr", async () => {
     const s = sinks();
     const r = await new Job([{ rank: 0, command: '/nonexistent/runtime', args: [], env: {} }, sh(1, 'exit 0')], 100, s.out).run();
     expect(r).toMatchObject({ firstFailure: 0, exitCode: 127 });
     expect(s.stderr()).toMatch(/^\[0\] smcuda run: cannot start \/nonexistent\/runtime: .*ENOENT/m);
   }, 20_000);
 
-  it('all succeed: 0; the first failure\'s code wins over later ones', async () => {
+  it("all succeed: 0; the first failure's code wins over later ones", async () => {
     expect((await new Job([sh(0, 'exit 0'), sh(1, 'echo hi')], 100, sinks().out).run()).exitCode).toBe(0);
     const r = await new Job([sh(0, 'sleep 0.5; exit 4'), sh(1, 'exit 5')], 2_000, sinks().out).run();
     expect(r).toMatchObject({ firstFailure: 1, exitCode: 5 });

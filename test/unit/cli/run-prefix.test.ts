@@ -35,7 +35,13 @@ describe('rank prefixes', () => {
         at += n;
       }
       p.flush();
-      const expected = text === '' ? '' : text.split('\n').map((l, i, all) => (i === all.length - 1 && l === '' ? '' : `[7] ${l}\n`)).join('');
+      const expected =
+        text === ''
+          ? ''
+          : text
+              .split('\n')
+              .map((l, i, all) => (i === all.length - 1 && l === '' ? '' : `[7] ${l}\n`))
+              .join('');
       expect(c.text()).toBe(expected);
     },
   );

@@ -97,8 +97,20 @@ describe('smcuda trace', () => {
   it('merges traces written to several files in time order', async () => {
     const records = parseTrace(readFileSync(trace, 'utf8'));
     const [f0, f1] = [join(dir, 'rank0.jsonl'), join(dir, 'rank1.jsonl')];
-    writeFileSync(f0, records.filter((r) => r.self === 'rank0').map((r) => JSON.stringify(r) + '\n').join(''));
-    writeFileSync(f1, records.filter((r) => r.self === 'rank1').map((r) => JSON.stringify(r) + '\n').join(''));
+    writeFileSync(
+      f0,
+      records
+        .filter((r) => r.self === 'rank0')
+        .map((r) => JSON.stringify(r) + '\n')
+        .join(''),
+    );
+    writeFileSync(
+      f1,
+      records
+        .filter((r) => r.self === 'rank1')
+        .map((r) => JSON.stringify(r) + '\n')
+        .join(''),
+    );
     const merged = JSON.parse((await smcuda(['trace', f1, f0, '--json'])).stdout) as { records: TraceRecord[] };
     expect(merged.records.map((r) => r.t)).toEqual(mergeTraces([records]).map((r) => r.t));
   });

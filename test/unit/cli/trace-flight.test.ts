@@ -77,7 +77,10 @@ describe('smcuda trace on flight records', () => {
   it('refuses a directory with no flight records, saying what to give', async () => {
     const empty = join(tmp, 'empty');
     mkdirSync(empty);
-    await expect(trace([empty])).rejects.toMatchObject({ code: 'SMCUDA_USAGE', message: expect.stringMatching(/is a directory with no flight records \(flight\.rank<r>\.<pid>\.jsonl\) in it/) });
+    await expect(trace([empty])).rejects.toMatchObject({
+      code: 'SMCUDA_USAGE',
+      message: expect.stringMatching(/is a directory with no flight records \(flight\.rank<r>\.<pid>\.jsonl\) in it/),
+    });
   });
 
   it('still draws a trace file given alone', async () => {

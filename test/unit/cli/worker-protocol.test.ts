@@ -46,7 +46,10 @@ describe('the worker protocol', () => {
     expect(err).toMatchObject({ code: 'CUDA_ERROR_OUT_OF_MEMORY', remoteName: 'CudaError', cmd: 'cuda' });
     expect((err as Error).message).toMatch(/cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): asked by the test/);
     expect((err as Error).stack).toMatch(/--- in protocol-peer/);
-    await expect(w.call('no-such')).rejects.toMatchObject({ code: 'SMCUDA_WORKER_FAILED', message: expect.stringMatching(/unknown command "no-such"; this worker takes echo, .*, exit/) });
+    await expect(w.call('no-such')).rejects.toMatchObject({
+      code: 'SMCUDA_WORKER_FAILED',
+      message: expect.stringMatching(/unknown command "no-such"; this worker takes echo, .*, exit/),
+    });
     expect(await w.call('echo', 1)).toBe(1); // and it goes on serving
   });
 
@@ -114,7 +117,10 @@ describe('startWorkers', () => {
   const quiet: StartWorkerOptions = { stdio: ['ignore', 'inherit', 'pipe'] };
 
   it('starts a group whole: every worker ready, in the order asked', async () => {
-    const ws = await startWorkers<{ pid: number }>(fixture, [{ ...quiet, name: 'a' }, { ...quiet, name: 'b' }]);
+    const ws = await startWorkers<{ pid: number }>(fixture, [
+      { ...quiet, name: 'a' },
+      { ...quiet, name: 'b' },
+    ]);
     started.push(...ws);
     expect(ws.map((w) => w.name)).toEqual(['a', 'b']);
     for (const w of ws) expect(w.ready.pid).toBe(w.child.pid);
@@ -127,7 +133,10 @@ describe('startWorkers', () => {
     // The shell records the worker's pid, then becomes it (exec keeps the pid).
     const launcher: [string, string[]] = ['/bin/sh', ['-c', `echo $$ >> '${pidFile}' && exec '${process.execPath}' "$0"`]];
     const opts = [{ name: 'ok 0' }, { name: 'bad', env: { SMCUDA_TEST_START: 'fail' } }, { name: 'ok 2' }];
-    const err = await startWorkers(fixture, opts.map((o) => ({ ...quiet, ...o, launcher }))).catch((e: unknown) => e);
+    const err = await startWorkers(
+      fixture,
+      opts.map((o) => ({ ...quiet, ...o, launcher })),
+    ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(WorkerFailedError);
     expect((err as Error).message).toMatch(/bad could not start: \[SMCUDA_NO_DEVICE\] no device here/);
     const pids = readFileSync(pidFile, 'utf8').trim().split('\n').map(Number);
