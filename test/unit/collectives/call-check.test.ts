@@ -41,7 +41,11 @@ describe('call prints', () => {
   it('describes a call as a person reads it', () => {
     expect(describePrint({ op: 'allreduce', dtype: 'f32', count: 1000, redop: 'sum' })).toBe('allreduce f32 × 1000 sum');
     expect(describePrint({ op: 'broadcast', dtype: 'u8', count: 4, root: 1, inPlace: true })).toBe('broadcast u8 × 4 root 1 in place');
-    expect(differingFields({ op: 'allreduce', dtype: 'f32', count: 8, redop: 'sum' }, { op: 'allreduce', dtype: 'i32', count: 4, redop: 'max' })).toEqual(['dtype', 'count', 'op']);
+    expect(differingFields({ op: 'allreduce', dtype: 'f32', count: 8, redop: 'sum' }, { op: 'allreduce', dtype: 'i32', count: 4, redop: 'max' })).toEqual([
+      'dtype',
+      'count',
+      'op',
+    ]);
   });
 });
 
@@ -73,7 +77,7 @@ describe('CallCheck', () => {
       for (const [i, c] of calls.entries()) {
         const seq = i + 1;
         // Ranks publish call seq in an arbitrary order.
-        const ranks = [...Array(n).keys()].sort(() => (order.next().value as number) % 3 - 1);
+        const ranks = [...Array(n).keys()].sort(() => ((order.next().value as number) % 3) - 1);
         for (const r of ranks) {
           const p = r === bad && i === at ? other : c;
           const [w0, w1, w2] = encodePrint(p);
@@ -109,7 +113,7 @@ describe('CallCheck', () => {
 });
 
 describe('MessagePrintBoard', () => {
-  it('sends the prints of one turn in one message, and keeps a peer\'s until the call completes here', async () => {
+  it("sends the prints of one turn in one message, and keeps a peer's until the call completes here", async () => {
     const sent: Array<[number, number[]]> = [];
     const b = new MessagePrintBoard((first, words) => sent.push([first, words]));
     b.publish(1, 1, 2, 3);

@@ -143,7 +143,11 @@ async function runCase(c: Case): Promise<void> {
         want = Buffer.concat(inputs);
         break;
       case 'reduce-scatter':
-        want = reduced(c, inputs.map((_, k) => block(k, r)), c.count);
+        want = reduced(
+          c,
+          inputs.map((_, k) => block(k, r)),
+          c.count,
+        );
         break;
       case 'alltoall':
         want = Buffer.concat(inputs.map((_, k) => block(k, r)));
@@ -178,7 +182,15 @@ describe('collectives against a reference, in one process on the simulated drive
       fc.record({
         n: fc.integer({ min: 2, max: 4 }),
         twoStreams: fc.boolean(),
-        calls: fc.array(fc.record({ algorithm: fc.constantFrom('one-shot', 'two-shot', 'ce-pipeline'), count: fc.integer({ min: 1, max: 900 }), inPlace: fc.boolean(), seed: fc.integer() }), { minLength: 2, maxLength: 6 }),
+        calls: fc.array(
+          fc.record({
+            algorithm: fc.constantFrom('one-shot', 'two-shot', 'ce-pipeline'),
+            count: fc.integer({ min: 1, max: 900 }),
+            inPlace: fc.boolean(),
+            seed: fc.integer(),
+          }),
+          { minLength: 2, maxLength: 6 },
+        ),
       }),
     ],
     { numRuns: 40, endOnFailure: true },
@@ -191,7 +203,15 @@ describe('collectives against a reference, in one process on the simulated drive
     const pending = calls.flatMap((c, i) =>
       w.comms.map((comm, r) => {
         const b = bufs[i]![r]!;
-        return comm.allreduce({ send: b.send, recv: c.inPlace ? b.send : b.recv, count: c.count, dtype: 'f32', op: 'sum', algorithm: c.algorithm, stream: streams[r]![twoStreams ? i % 2 : 0] });
+        return comm.allreduce({
+          send: b.send,
+          recv: c.inPlace ? b.send : b.recv,
+          count: c.count,
+          dtype: 'f32',
+          op: 'sum',
+          algorithm: c.algorithm,
+          stream: streams[r]![twoStreams ? i % 2 : 0],
+        });
       }),
     );
     const results = await Promise.all(pending);

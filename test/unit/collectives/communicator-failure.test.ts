@@ -23,12 +23,14 @@ async function rejection(p: Promise<unknown>): Promise<CommunicatorAbortedError>
 }
 
 describe('a failing rank fails every rank', () => {
-  it('a driver error in one rank\'s call (a pointer that is no device memory) reaches every rank with its code, rank and pid', async () => {
+  it("a driver error in one rank's call (a pointer that is no device memory) reaches every rank with its code, rank and pid", async () => {
     w = await makeWorld(3);
     const bufs = w.sides.map((s) => s.driver.memAlloc(1024));
     const others = [0, 2].map((r) => w!.comms[r]!.allreduce({ send: bufs[r]!, count: 256, dtype: 'f32', op: 'sum' }));
     // Checked before anything is queued: the caller gets the driver's error at once, and every rank the abort.
-    expect(() => w!.comms[1]!.allreduce({ send: 0x7777_0000n, recv: bufs[1]!, count: 256, dtype: 'f32', op: 'sum' })).toThrow(expect.objectContaining({ code: 'CUDA_ERROR_INVALID_VALUE' }));
+    expect(() => w!.comms[1]!.allreduce({ send: 0x7777_0000n, recv: bufs[1]!, count: 256, dtype: 'f32', op: 'sum' })).toThrow(
+      expect.objectContaining({ code: 'CUDA_ERROR_INVALID_VALUE' }),
+    );
     const errs = await Promise.all(others.map(rejection));
     for (const e of errs) {
       expect(e.failedRank).toBe(1);
@@ -42,7 +44,7 @@ describe('a failing rank fails every rank', () => {
     expect((await rejection(w.comms[1]!.barrier())).causeCode).toBe('CUDA_ERROR_INVALID_VALUE');
   });
 
-  it('abort() on one rank fails the others\' pending calls with its reason', async () => {
+  it("abort() on one rank fails the others' pending calls with its reason", async () => {
     w = await makeWorld(3);
     const pending = [w.comms[0]!.barrier(), w.comms[2]!.barrier()];
     w.comms[1]!.abort(new Error('the data loader failed'));
@@ -103,7 +105,9 @@ describe('a failing rank fails every rank', () => {
     expect(w.comms[0]!.stats().steps).toBe('device');
     const streams = w.sides.map((s) => s.driver.streamCreate());
     const bufs = w.sides.map((s) => s.driver.memAlloc(64));
-    const pending = [0, 1].map((r) => w!.comms[r]!.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum', stream: streams[r]!, timeoutMs: r === 0 ? 200 : 5000 }));
+    const pending = [0, 1].map((r) =>
+      w!.comms[r]!.allreduce({ send: bufs[r]!, count: 16, dtype: 'f32', op: 'sum', stream: streams[r]!, timeoutMs: r === 0 ? 200 : 5000 }),
+    );
     const errs = await Promise.all(pending.map(rejection));
     for (const e of errs) {
       expect(e.failedRank).toBe(0);
@@ -156,7 +160,7 @@ describe('a failing rank fails every rank', () => {
     }
   });
 
-  it('calls on two streams, issued without awaiting, run in call order (each waits for the previous one\'s stream)', async () => {
+  it("calls on two streams, issued without awaiting, run in call order (each waits for the previous one's stream)", async () => {
     w = await makeWorld(2);
     const streams = w.sides.map((s) => [s.driver.streamCreate(), s.driver.streamCreate()]);
     const bufs = w.sides.map((s, r) => {
@@ -229,7 +233,11 @@ describe('fromEndpoints', () => {
     const sides = await Promise.all([0, 1, 2].map((i) => makeSide(`rank${i}`, 0)));
     try {
       const eps: Record<string, import('../../../src/endpoint.js').Endpoint> = {};
-      for (const [i, j] of [[0, 1], [0, 2], [1, 2]] as const) {
+      for (const [i, j] of [
+        [0, 1],
+        [0, 2],
+        [1, 2],
+      ] as const) {
         const [ci, cj] = createMemoryChannelPair({ names: [`rank${i}`, `rank${j}`] });
         [eps[`${i}${j}`], eps[`${j}${i}`]] = await Promise.all([sides[i]!.transport.attach(ci), sides[j]!.transport.attach(cj)]);
       }
@@ -280,10 +288,7 @@ describe('traces', () => {
     const st = w.comms[0]!.stats();
     expect(st).toMatchObject({ calls: 2, byOp: { allreduce: 1, broadcast: 1 }, byAlgorithm: { 'one-shot': 2 } });
     expect(st.last).toMatchObject({ op: 'broadcast', algorithm: 'one-shot', bytes: 32, dtype: 'f32', count: 8 });
-    expect(events).toEqual([
-      { op: 'allreduce', algorithm: 'one-shot', bytes: 64, us: first!.us, dtype: 'i32', count: 16 },
-      { ...st.last },
-    ]);
+    expect(events).toEqual([{ op: 'allreduce', algorithm: 'one-shot', bytes: 64, us: first!.us, dtype: 'i32', count: 16 }, { ...st.last }]);
   });
 
   it('each completed call is a collective record in the trace, which smcuda trace reads', async () => {

@@ -31,13 +31,20 @@ describe('the flight recorder', () => {
     expect(e.at(-1)).toMatchObject({ op: 'allreduce', dtype: 'f32', count: 6, algorithm: 'one-shot', state: 'finished' });
   });
 
-  it('a rank that never makes a call: each rank\'s timeout names it, carries the summary, and the dumps say who is behind', async () => {
+  it("a rank that never makes a call: each rank's timeout names it, carries the summary, and the dumps say who is behind", async () => {
     dir = mkdtempSync(join(tmpdir(), 'smcuda-flight-'));
     const trace = join(dir, 'run.jsonl');
     w = await makeWorld(3, { timeoutMs: 400, trace });
     const bufs = w.sides.map((s) => s.driver.memAlloc(4096));
     await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 8, dtype: 'f32', op: 'sum' })));
-    const errs = await Promise.all([0, 1].map((r) => w!.comms[r]!.allreduce({ send: bufs[r]!, count: 1024, dtype: 'f32', op: 'sum' }).then(() => undefined, (e: unknown) => e as CommunicatorAbortedError)));
+    const errs = await Promise.all(
+      [0, 1].map((r) =>
+        w!.comms[r]!.allreduce({ send: bufs[r]!, count: 1024, dtype: 'f32', op: 'sum' }).then(
+          () => undefined,
+          (e: unknown) => e as CommunicatorAbortedError,
+        ),
+      ),
+    );
     for (const e of errs) {
       expect(e?.code).toBe('SMCUDA_COMM_ABORTED');
       expect(e?.flight).toMatch(/flight recorder/);

@@ -30,13 +30,30 @@ async function settle(p: Promise<unknown>): Promise<{ ok: true } | { ok: false; 
 type Call = (c: Communicator, r: number, buf: bigint) => Promise<unknown>;
 
 const cases: Array<{ name: string; fields: string[]; call: Call; size?: number }> = [
-  { name: 'dtype (i32 on rank 1, f32 elsewhere)', fields: ['dtype'], call: (c, r, buf) => c.allreduce({ send: buf, count: 1000, dtype: r === 1 ? 'i32' : 'f32', op: 'sum' }) },
+  {
+    name: 'dtype (i32 on rank 1, f32 elsewhere)',
+    fields: ['dtype'],
+    call: (c, r, buf) => c.allreduce({ send: buf, count: 1000, dtype: r === 1 ? 'i32' : 'f32', op: 'sum' }),
+  },
   { name: 'count (half on rank 1)', fields: ['count'], call: (c, r, buf) => c.allreduce({ send: buf, count: r === 1 ? 500 : 1000, dtype: 'f32', op: 'sum' }) },
   { name: 'reduction op', fields: ['op'], call: (c, r, buf) => c.allreduce({ send: buf, count: 64, dtype: 'f32', op: r === 1 ? 'max' : 'sum' }) },
   { name: 'root', fields: ['root'], call: (c, r, buf) => c.broadcast({ recv: buf, count: 64, dtype: 'f32', root: r === 1 ? 1 : 0 }) },
-  { name: 'collective', fields: ['collective', 'root', 'op'], call: (c, r, buf) => (r === 1 ? c.broadcast({ recv: buf, count: 64, dtype: 'f32', root: 0 }) : c.allreduce({ send: buf, count: 64, dtype: 'f32', op: 'sum' })) },
-  { name: 'large count, in pieces (25k f32 against 12.5k)', fields: ['count'], call: (c, r, buf) => c.allreduce({ send: buf, count: r === 1 ? 12_500 : 25_000, dtype: 'f32', op: 'sum' }) },
-  { name: 'staged', fields: ['dtype'], call: (c, r, buf) => c.allreduce({ send: buf, count: 256, dtype: r === 1 ? 'i32' : 'f32', op: 'sum', algorithm: 'staged' }) },
+  {
+    name: 'collective',
+    fields: ['collective', 'root', 'op'],
+    call: (c, r, buf) =>
+      r === 1 ? c.broadcast({ recv: buf, count: 64, dtype: 'f32', root: 0 }) : c.allreduce({ send: buf, count: 64, dtype: 'f32', op: 'sum' }),
+  },
+  {
+    name: 'large count, in pieces (25k f32 against 12.5k)',
+    fields: ['count'],
+    call: (c, r, buf) => c.allreduce({ send: buf, count: r === 1 ? 12_500 : 25_000, dtype: 'f32', op: 'sum' }),
+  },
+  {
+    name: 'staged',
+    fields: ['dtype'],
+    call: (c, r, buf) => c.allreduce({ send: buf, count: 256, dtype: r === 1 ? 'i32' : 'f32', op: 'sum', algorithm: 'staged' }),
+  },
 ];
 
 describe('ranks that make different calls', () => {
@@ -70,17 +87,25 @@ describe('ranks that make different calls', () => {
     w = await makeWorld(2);
     const bufs = w.sides.map((s) => s.driver.memAlloc(256));
     const other = w.sides[0]!.driver.memAlloc(256);
-    await Promise.all(w.comms.map((c, r) => (r === 0 ? c.broadcast({ send: other, recv: bufs[0]!, count: 64, dtype: 'f32', root: 0 }) : c.broadcast({ recv: bufs[1]!, count: 64, dtype: 'f32', root: 0 }))));
+    await Promise.all(
+      w.comms.map((c, r) =>
+        r === 0
+          ? c.broadcast({ send: other, recv: bufs[0]!, count: 64, dtype: 'f32', root: 0 })
+          : c.broadcast({ recv: bufs[1]!, count: 64, dtype: 'f32', root: 0 }),
+      ),
+    );
   });
 });
 
-describe('one rank\'s bad call fails every rank at once', () => {
+describe("one rank's bad call fails every rank at once", () => {
   it('a host Float32Array on one rank: it throws a typed error, the others fail with its rank, pid and cause, and its next call does not pair with theirs', async () => {
     w = await makeWorld(3, { timeoutMs: 60_000 });
     const bufs = w.sides.map((s) => s.driver.memAlloc(4096));
     const t0 = performance.now();
     const others = [0, 2].map((r) => settle(w!.comms[r]!.allreduce({ send: bufs[r]!, count: 1024, dtype: 'f32', op: 'sum' })));
-    expect(() => w!.comms[1]!.allreduce({ send: new Float32Array(1024) as unknown as bigint, count: 1024, dtype: 'f32', op: 'sum' })).toThrow(expect.objectContaining({ code: 'SMCUDA_INVALID_ARG_TYPE' }));
+    expect(() => w!.comms[1]!.allreduce({ send: new Float32Array(1024) as unknown as bigint, count: 1024, dtype: 'f32', op: 'sum' })).toThrow(
+      expect.objectContaining({ code: 'SMCUDA_INVALID_ARG_TYPE' }),
+    );
     for (const g of await Promise.all(others)) {
       expect(g.ok).toBe(false);
       if (g.ok) continue;
@@ -94,10 +119,26 @@ describe('one rank\'s bad call fails every rank at once', () => {
   });
 
   it.each([
-    { name: 'a recv shorter than the call', call: (c: Communicator, b: bigint, small: bigint) => c.allreduce({ send: b, recv: small, count: 1024, dtype: 'f32', op: 'sum' }), code: 'SMCUDA_OUT_OF_RANGE' },
-    { name: 'send and recv that overlap without being in place', call: (c: Communicator, b: bigint) => c.allreduce({ send: b, recv: b + 64n, count: 512, dtype: 'f32', op: 'sum' }), code: 'SMCUDA_OUT_OF_RANGE' },
-    { name: 'an allgather recv too small for every rank', call: (c: Communicator, b: bigint, small: bigint) => c.allgather({ send: b, recv: small, count: 64, dtype: 'f32' }), code: 'SMCUDA_OUT_OF_RANGE' },
-    { name: 'a send that is no device memory', call: (c: Communicator, _b: bigint, _s: bigint) => c.reduceScatter({ send: 0x1234_0000n, recv: _b, count: 4, dtype: 'f32', op: 'sum' }), code: 'CUDA_ERROR_INVALID_VALUE' },
+    {
+      name: 'a recv shorter than the call',
+      call: (c: Communicator, b: bigint, small: bigint) => c.allreduce({ send: b, recv: small, count: 1024, dtype: 'f32', op: 'sum' }),
+      code: 'SMCUDA_OUT_OF_RANGE',
+    },
+    {
+      name: 'send and recv that overlap without being in place',
+      call: (c: Communicator, b: bigint) => c.allreduce({ send: b, recv: b + 64n, count: 512, dtype: 'f32', op: 'sum' }),
+      code: 'SMCUDA_OUT_OF_RANGE',
+    },
+    {
+      name: 'an allgather recv too small for every rank',
+      call: (c: Communicator, b: bigint, small: bigint) => c.allgather({ send: b, recv: small, count: 64, dtype: 'f32' }),
+      code: 'SMCUDA_OUT_OF_RANGE',
+    },
+    {
+      name: 'a send that is no device memory',
+      call: (c: Communicator, _b: bigint, _s: bigint) => c.reduceScatter({ send: 0x1234_0000n, recv: _b, count: 4, dtype: 'f32', op: 'sum' }),
+      code: 'CUDA_ERROR_INVALID_VALUE',
+    },
   ])('$name: refused before anything runs, and every rank is told', async ({ call, code }) => {
     w = await makeWorld(2, { timeoutMs: 60_000 });
     const bufs = w.sides.map((s) => s.driver.memAlloc(4 * 4096));
@@ -112,9 +153,15 @@ describe('one rank\'s bad call fails every rank at once', () => {
 
 describe('set-up and options', () => {
   it('refuses misspelt options with the close match, on every factory', async () => {
-    await expect(Communicator.create({ rank: 0, size: 1, dir: '/nonexistent', tokn: 'x' } as never)).rejects.toThrow(/unknown option "tokn" in Communicator.create options: did you mean "token"\?/);
-    await expect(Communicator.fromEnv({ timeout: 5 } as never, {})).rejects.toThrow(/unknown option "timeout" in Communicator.fromEnv options: did you mean "timeoutMs"\?/);
-    await expect(Communicator.fromEndpoints({ joinTimeout: 5 } as never)).rejects.toThrow(/unknown option "joinTimeout" in Communicator.fromEndpoints options: did you mean "joinTimeoutMs"|unknown option "joinTimeout"/);
+    await expect(Communicator.create({ rank: 0, size: 1, dir: '/nonexistent', tokn: 'x' } as never)).rejects.toThrow(
+      /unknown option "tokn" in Communicator.create options: did you mean "token"\?/,
+    );
+    await expect(Communicator.fromEnv({ timeout: 5 } as never, {})).rejects.toThrow(
+      /unknown option "timeout" in Communicator.fromEnv options: did you mean "timeoutMs"\?/,
+    );
+    await expect(Communicator.fromEndpoints({ joinTimeout: 5 } as never)).rejects.toThrow(
+      /unknown option "joinTimeout" in Communicator.fromEndpoints options: did you mean "joinTimeoutMs"|unknown option "joinTimeout"/,
+    );
   });
 
   it('ranks started with different scratch sizes fail set-up on every rank, naming the option and the ranks', async () => {

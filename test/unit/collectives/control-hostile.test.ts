@@ -40,7 +40,7 @@ describe('a peer that breaks the control protocol', () => {
     { name: 'an ABORT whose rank is a path', data: () => text('{"t":"abort","rank":"../../x","code":"SMCUDA_PEER_LOST","message":"x"}') },
     { name: 'an ABORT whose rank is out of range', data: () => text('{"t":"abort","rank":7,"code":"SMCUDA_PEER_LOST","message":"x"}') },
     { name: 'call prints that are not numbers', data: () => text('{"t":"fp","s":1,"w":["a","b","c"]}') },
-  ])('$name: every rank\'s pending call fails with SMCUDA_PROTOCOL naming the sender, at once', async ({ data }) => {
+  ])("$name: every rank's pending call fails with SMCUDA_PROTOCOL naming the sender, at once", async ({ data }) => {
     w = await makeWorld(3, { timeoutMs: 60_000 });
     const pending = [0, 2].map((r) => abortOf(w!.comms[r]!.barrier()));
     // Rank 1 sends the bad message to rank 0 on the communicator's control tag.
@@ -58,7 +58,9 @@ describe('a peer that breaks the control protocol', () => {
     const pending = abortOf(w.comms[0]!.barrier());
     const d = w.sides[1]!.driver;
     const ptr = d.memAlloc(64);
-    void w.comms[1]!.endpoint(0).send({ ptr, length: 64 }, { tag: CONTROL_TAG }).catch(() => undefined);
+    void w.comms[1]!.endpoint(0)
+      .send({ ptr, length: 64 }, { tag: CONTROL_TAG })
+      .catch(() => undefined);
     const e = await pending;
     expect(e.causeCode).toBe('SMCUDA_PROTOCOL');
     expect(e.failedRank).toBe(1);
@@ -69,7 +71,9 @@ describe('a peer that breaks the control protocol', () => {
     const victim = join(dir, 'victim.sock');
     writeFileSync(victim, 'x');
     try {
-      expect(() => parseControl(text(JSON.stringify({ t: 'abort', rank: `../${dir}/victim`, code: 'SMCUDA_PEER_LOST', message: 'x' })), 4)).toThrow(expect.objectContaining({ code: 'SMCUDA_PROTOCOL' }));
+      expect(() => parseControl(text(JSON.stringify({ t: 'abort', rank: `../${dir}/victim`, code: 'SMCUDA_PEER_LOST', message: 'x' })), 4)).toThrow(
+        expect.objectContaining({ code: 'SMCUDA_PROTOCOL' }),
+      );
       expect(existsSync(victim)).toBe(true);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -81,7 +85,8 @@ describe('a peer that breaks the control protocol', () => {
     const ep = w.comms[1]!.endpoint(0);
     const heap0 = process.memoryUsage().heapUsed;
     const pending = abortOf(w.comms[0]!.barrier());
-    for (let seq = 1000; seq < 1000 + MAX_HELD_MESSAGES + 10; seq++) void ep.send(text(`{"t":"sig","seq":${seq},"step":0}`), { tag: CONTROL_TAG }).catch(() => undefined);
+    for (let seq = 1000; seq < 1000 + MAX_HELD_MESSAGES + 10; seq++)
+      void ep.send(text(`{"t":"sig","seq":${seq},"step":0}`), { tag: CONTROL_TAG }).catch(() => undefined);
     const e = await pending;
     expect(e.causeCode).toBe('SMCUDA_PROTOCOL');
     expect(e.message).toMatch(/control messages for calls this rank has not made/);

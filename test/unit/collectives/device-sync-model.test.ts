@@ -152,18 +152,24 @@ describe('a step of many ranks', () => {
 });
 
 describe('device-side steps, as a model of the memory operations', () => {
-  propTest.prop([jobArb], { numRuns: 300 })('every rank finishes, none passes a step before every peer signalled it (eager calls and replays)', ({ size, calls, picks }) => {
-    const out = execute(size, programsOf(size, calls), picker(picks));
-    expect(out.early).toEqual([]);
-    expect(out.finished.every(Boolean)).toBe(true);
-  });
+  propTest.prop([jobArb], { numRuns: 300 })(
+    'every rank finishes, none passes a step before every peer signalled it (eager calls and replays)',
+    ({ size, calls, picks }) => {
+      const out = execute(size, programsOf(size, calls), picker(picks));
+      expect(out.early).toEqual([]);
+      expect(out.finished.every(Boolean)).toBe(true);
+    },
+  );
 
-  propTest.prop([jobArb, fc.nat(), fc.nat()], { numRuns: 200 })('a rank that stops mid-call: the others finish once they poison their own flags', ({ size, calls, picks }, v, at) => {
-    const programs = programsOf(size, calls);
-    const rank = v % size;
-    const out = execute(size, programs, picker(picks), { rank, after: at % (programs[rank]!.length + 1) });
-    expect(out.finished.filter((_, r) => r !== rank).every(Boolean)).toBe(true);
-  });
+  propTest.prop([jobArb, fc.nat(), fc.nat()], { numRuns: 200 })(
+    'a rank that stops mid-call: the others finish once they poison their own flags',
+    ({ size, calls, picks }, v, at) => {
+      const programs = programsOf(size, calls);
+      const rank = v % size;
+      const out = execute(size, programs, picker(picks), { rank, after: at % (programs[rank]!.length + 1) });
+      expect(out.finished.filter((_, r) => r !== rank).every(Boolean)).toBe(true);
+    },
+  );
 
   it('every call is padded to an even number of steps, starting at parity 0', () => {
     for (let steps = 1; steps <= 5; steps++) {
@@ -184,7 +190,7 @@ describe('device-side steps, as a model of the memory operations', () => {
     // Order: r1 write, r0 write, r0 wait, r0 reset, r0 write(step1), r1 wait(passes on the merged 1), r1 reset (erases step 1's signal)…
     const order = [1, 0, 0, 0, 0, 1, 1];
     let i = 0;
-    const out = execute(size, [one(0), one(1)], (n) => (n === 1 ? 0 : order[i++] ?? 0));
+    const out = execute(size, [one(0), one(1)], (n) => (n === 1 ? 0 : (order[i++] ?? 0)));
     expect(out.finished).not.toEqual([true, true]);
   });
 });

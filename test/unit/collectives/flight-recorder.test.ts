@@ -52,7 +52,18 @@ describe('the ring', () => {
     r.queued(1, 'broadcast', 'bf16', 8, 3, 'staged', 0x7f00_0000_1234n, 50);
     r.queued(2, 'barrier', undefined, undefined, undefined, 'staged', 0xffff_ffff_ffff_ffffn, 60);
     const [a, b] = r.entries();
-    expect(a).toEqual({ seq: 1, op: 'broadcast', dtype: 'bf16', count: 8, root: 3, algorithm: 'staged', stream: 0x7f00_0000_1234n, state: 'started', queuedUs: 50, startedUs: 50 });
+    expect(a).toEqual({
+      seq: 1,
+      op: 'broadcast',
+      dtype: 'bf16',
+      count: 8,
+      root: 3,
+      algorithm: 'staged',
+      stream: 0x7f00_0000_1234n,
+      state: 'started',
+      queuedUs: 50,
+      startedUs: 50,
+    });
     expect(b).toEqual({ seq: 2, op: 'barrier', algorithm: 'staged', stream: 0xffff_ffff_ffff_ffffn, state: 'queued', queuedUs: 60 });
   });
 
@@ -95,13 +106,21 @@ describe('the ring', () => {
     expect(() => new FlightRecorder({ capacity: 2 ** 30 })).toThrow(expect.objectContaining({ code: 'SMCUDA_OUT_OF_RANGE' }));
     expect(() => new FlightRecorder({ capacity: 1.5 })).toThrow(expect.objectContaining({ code: 'SMCUDA_INVALID_ARG_TYPE' }));
     expect(() => new FlightRecorder({ capacity: '10' as unknown as number })).toThrow(expect.objectContaining({ code: 'SMCUDA_INVALID_ARG_TYPE' }));
-    expect(() => new FlightRecorder({ size: 10 } as never)).toThrow(expect.objectContaining({ code: 'SMCUDA_CONFIG', message: expect.stringContaining('size') }));
+    expect(() => new FlightRecorder({ size: 10 } as never)).toThrow(
+      expect.objectContaining({ code: 'SMCUDA_CONFIG', message: expect.stringContaining('size') }),
+    );
   });
 
   /** A model of the ring: the last N calls by seq, with the state each call was last given. */
   propTest.prop([
     fc.integer({ min: 1, max: 8 }),
-    fc.array(fc.oneof(fc.constant({ kind: 'queue' as const }), fc.record({ kind: fc.constantFrom('finish' as const, 'fail' as const, 'start' as const), back: fc.nat({ max: 12 }) })), { maxLength: 60 }),
+    fc.array(
+      fc.oneof(
+        fc.constant({ kind: 'queue' as const }),
+        fc.record({ kind: fc.constantFrom('finish' as const, 'fail' as const, 'start' as const), back: fc.nat({ max: 12 }) }),
+      ),
+      { maxLength: 60 },
+    ),
   ])('matches a model of the last N calls under any interleaving of calls', (cap, steps) => {
     const r = new FlightRecorder({ capacity: cap });
     const model: Array<{ seq: number; state: FlightEntry['state'] }> = [];
@@ -212,7 +231,9 @@ describe('summary', () => {
     r.queued(17, 'allreduce', 'f32', 1048576, undefined, 'two-shot', 0n, 1_000_000);
     r.queued(18, 'broadcast', 'i32', 8, 2, 'one-shot', 0n, 1_500_000);
     const s = r.summary(3_000_000);
-    expect(s).toBe('flight recorder: last finished call 16 (allreduce f32×160 by one-shot); not finished: 17 allreduce f32×1048576 by two-shot started 2.00 s ago; 18 broadcast i32×8 root 2 by one-shot queued 1.50 s ago');
+    expect(s).toBe(
+      'flight recorder: last finished call 16 (allreduce f32×160 by one-shot); not finished: 17 allreduce f32×1048576 by two-shot started 2.00 s ago; 18 broadcast i32×8 root 2 by one-shot queued 1.50 s ago',
+    );
   });
 
   it('says so when nothing is recorded, nothing finished, or nothing is in flight; lists at most four open calls', () => {
@@ -221,7 +242,9 @@ describe('summary', () => {
     for (let s = 1; s <= 6; s++) r.queued(s, 'barrier', undefined, undefined, undefined, 'staged', 0n, 0);
     r.failed(1, 1);
     const s = r.summary(2e6);
-    expect(s).toMatch(/^flight recorder: no call finished of the last 6; not finished: 1 barrier by staged failed 2\.00 s ago; 2 barrier by staged queued 2\.00 s ago; /);
+    expect(s).toMatch(
+      /^flight recorder: no call finished of the last 6; not finished: 1 barrier by staged failed 2\.00 s ago; 2 barrier by staged queued 2\.00 s ago; /,
+    );
     expect(s).toMatch(/; 2 more$/);
     const done = new FlightRecorder();
     recordFinished(done, 1, 2);
@@ -236,11 +259,37 @@ describe('dumps', () => {
     const r = new FlightRecorder({ capacity: 3 });
     recordFinished(r, 1, 4);
     r.queued(5, 'reduce', 'f64', 2, 1, 'staged', 0xabcn, 555.4);
-    const lines = r.toJsonLines(meta, 9_999_999.6).trimEnd().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = r
+      .toJsonLines(meta, 9_999_999.6)
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines[0]).toEqual({ format: FLIGHT_FORMAT, rank: 2, size: 4, pid: 4242, timeUs: 10_000_000, capacity: 3, recorded: 5, cause: meta.cause });
     expect(lines.slice(1).map((l) => l.seq)).toEqual([3, 4, 5]);
-    expect(lines[3]).toEqual({ seq: 5, op: 'reduce', dtype: 'f64', count: 2, root: 1, algorithm: 'staged', stream: '0xabc', state: 'started', queuedUs: 555, startedUs: 555 });
-    expect(lines[1]).toEqual({ seq: 3, op: 'allreduce', dtype: 'f32', count: 30, algorithm: 'one-shot', stream: '0x0', state: 'finished', queuedUs: 300, startedUs: 300, finishedUs: 310 });
+    expect(lines[3]).toEqual({
+      seq: 5,
+      op: 'reduce',
+      dtype: 'f64',
+      count: 2,
+      root: 1,
+      algorithm: 'staged',
+      stream: '0xabc',
+      state: 'started',
+      queuedUs: 555,
+      startedUs: 555,
+    });
+    expect(lines[1]).toEqual({
+      seq: 3,
+      op: 'allreduce',
+      dtype: 'f32',
+      count: 30,
+      algorithm: 'one-shot',
+      stream: '0x0',
+      state: 'finished',
+      queuedUs: 300,
+      startedUs: 300,
+      finishedUs: 310,
+    });
   });
 
   it('writes <dir>/flight.rank<r>.<pid>.jsonl, mode 0600, making the directory 0700; a second dump gets .2', () => {

@@ -33,52 +33,59 @@ describe('collectives in a CUDA graph (simulated driver)', () => {
     { n: 2, count: 37, algorithm: 'one-shot' as const },
     { n: 3, count: 700, algorithm: 'two-shot' as const },
     { n: 3, count: 500, algorithm: 'ce-pipeline' as const },
-  ])('$n ranks, allreduce of $count f32 by $algorithm (in pieces): captured once, replayed 4 times, every replay verified; eager calls between replays', async ({ n, count, algorithm }) => {
-    const w = await makeWorld(n, { scratchBytes: 512 * n, timeoutMs: 20_000 });
-    worlds.push(w);
-    expect(w.comms[0]!.stats().steps).toBe('device');
-    const streams = w.sides.map((s) => s.driver.streamCreate());
-    const bufs = w.sides.map((s) => ({ send: s.driver.memAlloc(count * 4), recv: s.driver.memAlloc(count * 4) }));
-    // Capture: the call is queued whole before allreduce returns, so ending the capture right after holds it.
-    const graphs = w.comms.map((c, r) => {
-      const d = w.sides[r]!.driver;
-      d.streamBeginCapture(streams[r]!, 'thread-local');
-      const p = c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', stream: streams[r]!, algorithm });
-      const graph = d.streamEndCapture(streams[r]!);
-      return { p, exec: d.graphInstantiate(graph), graph };
-    });
-    for (const g of graphs) await expect(g.p).resolves.toMatchObject({ algorithm });
-    const check = (inputs: Uint8Array[], recv: (r: number) => DevicePtr) => {
-      const want = new Uint8Array(count * 4);
-      reduceInto('sum', 'f32', want, inputs, count);
-      w.sides.forEach((s, r) => {
-        const got = new Uint8Array(count * 4);
-        s.driver.memcpyDtoH(got, recv(r));
-        expect(Buffer.from(got).equals(Buffer.from(want)), `rank ${r}`).toBe(true);
+  ])(
+    '$n ranks, allreduce of $count f32 by $algorithm (in pieces): captured once, replayed 4 times, every replay verified; eager calls between replays',
+    async ({ n, count, algorithm }) => {
+      const w = await makeWorld(n, { scratchBytes: 512 * n, timeoutMs: 20_000 });
+      worlds.push(w);
+      expect(w.comms[0]!.stats().steps).toBe('device');
+      const streams = w.sides.map((s) => s.driver.streamCreate());
+      const bufs = w.sides.map((s) => ({ send: s.driver.memAlloc(count * 4), recv: s.driver.memAlloc(count * 4) }));
+      // Capture: the call is queued whole before allreduce returns, so ending the capture right after holds it.
+      const graphs = w.comms.map((c, r) => {
+        const d = w.sides[r]!.driver;
+        d.streamBeginCapture(streams[r]!, 'thread-local');
+        const p = c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', stream: streams[r]!, algorithm });
+        const graph = d.streamEndCapture(streams[r]!);
+        return { p, exec: d.graphInstantiate(graph), graph };
       });
-    };
-    for (let k = 0; k < 4; k++) {
-      const inputs = w.sides.map((s, r) => {
-        const x = elements('f32', count, 1000 * k + r);
-        s.driver.memcpyHtoD(bufs[r]!.send, x);
-        s.driver.memsetD8(bufs[r]!.recv, 0, count * 4);
-        return x;
-      });
-      w.sides.forEach((s, r) => s.driver.graphLaunch(graphs[r]!.exec, streams[r]!));
-      await complete(w, streams);
-      check(inputs, (r) => bufs[r]!.recv);
-      if (k % 2 === 1) {
-        // An eager call (odd step count included: two-shot) between replays, on the same buffers.
-        const eager = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', stream: streams[r]!, algorithm: 'two-shot' })));
-        expect(eager[0]!.algorithm).toBe('two-shot');
+      for (const g of graphs) await expect(g.p).resolves.toMatchObject({ algorithm });
+      const check = (inputs: Uint8Array[], recv: (r: number) => DevicePtr) => {
+        const want = new Uint8Array(count * 4);
+        reduceInto('sum', 'f32', want, inputs, count);
+        w.sides.forEach((s, r) => {
+          const got = new Uint8Array(count * 4);
+          s.driver.memcpyDtoH(got, recv(r));
+          expect(Buffer.from(got).equals(Buffer.from(want)), `rank ${r}`).toBe(true);
+        });
+      };
+      for (let k = 0; k < 4; k++) {
+        const inputs = w.sides.map((s, r) => {
+          const x = elements('f32', count, 1000 * k + r);
+          s.driver.memcpyHtoD(bufs[r]!.send, x);
+          s.driver.memsetD8(bufs[r]!.recv, 0, count * 4);
+          return x;
+        });
+        w.sides.forEach((s, r) => s.driver.graphLaunch(graphs[r]!.exec, streams[r]!));
+        await complete(w, streams);
         check(inputs, (r) => bufs[r]!.recv);
+        if (k % 2 === 1) {
+          // An eager call (odd step count included: two-shot) between replays, on the same buffers.
+          const eager = await Promise.all(
+            w.comms.map((c, r) =>
+              c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', stream: streams[r]!, algorithm: 'two-shot' }),
+            ),
+          );
+          expect(eager[0]!.algorithm).toBe('two-shot');
+          check(inputs, (r) => bufs[r]!.recv);
+        }
       }
-    }
-    w.sides.forEach((s, r) => {
-      s.driver.graphExecDestroy(graphs[r]!.exec);
-      s.driver.graphDestroy(graphs[r]!.graph);
-    });
-  });
+      w.sides.forEach((s, r) => {
+        s.driver.graphExecDestroy(graphs[r]!.exec);
+        s.driver.graphDestroy(graphs[r]!.graph);
+      });
+    },
+  );
 
   it('a staged call refuses capture with SMCUDA_CAPTURE_UNSUPPORTED, and that aborts the communicator on every rank', async () => {
     const w = await makeWorld(2, { ipcOpenFails: true, timeoutMs: 20_000 });

@@ -81,7 +81,9 @@ describe('the two-shot kernel over several blocks and pieces, the last one short
           s.driver.memcpyHtoD(send, inputs[r]!);
           return { send, recv: inPlace ? send : s.driver.memAlloc(count * 4) };
         });
-        const res = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', algorithm: 'two-shot' })));
+        const res = await Promise.all(
+          w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', algorithm: 'two-shot' })),
+        );
         expect(res.map((x) => x.algorithm)).toEqual(w.comms.map(() => 'two-shot'));
         w.sides.forEach((s, r) => {
           const got = new Uint8Array(count * 4);

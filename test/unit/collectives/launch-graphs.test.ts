@@ -24,7 +24,11 @@ function fillSetup() {
   const fn = d.moduleGetFunction(d.moduleLoadData(FILL_PTX).module, 'smcuda_fill_u32');
   const buf = d.memAlloc(64);
   const s = d.streamCreate();
-  const args = (v: number): KernelArg[] => [{ type: 'ptr', value: buf }, { type: 'u32', value: v }, { type: 'u64', value: 16n }];
+  const args = (v: number): KernelArg[] => [
+    { type: 'ptr', value: buf },
+    { type: 'u32', value: v },
+    { type: 'u64', value: 16n },
+  ];
   const read = () => {
     d.streamSynchronize(s);
     const out = new Uint8Array(64);
@@ -76,7 +80,9 @@ describe('LaunchGraphs', () => {
   it('without graphs, or where the capture fails, launches directly every time', () => {
     const { d, fn, s, args, read } = fillSetup();
     const status = d.gpuDrivenStatus();
-    const noGraphs = new LaunchGraphs(new Proxy(d, { get: (t, p) => (p === 'gpuDrivenStatus' ? () => ({ ...status, graphs: false }) : Reflect.get(t, p, t)) }) as CudaDriver);
+    const noGraphs = new LaunchGraphs(
+      new Proxy(d, { get: (t, p) => (p === 'gpuDrivenStatus' ? () => ({ ...status, graphs: false }) : Reflect.get(t, p, t)) }) as CudaDriver,
+    );
     const launch = vi.spyOn(d, 'launchKernel');
     for (let k = 0; k < 3; k++) noGraphs.launch('x', fn, { grid: [1], block: [32] }, () => args(3), s);
     expect(launch).toHaveBeenCalledTimes(3);
@@ -121,10 +127,14 @@ describe('one-shot allreduce replayed as a graph', () => {
       });
     };
     for (let k = 0; k < 5; k++) {
-      await roundTrip(77 * k, async () => {
-        const results = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum' })));
-        expect(results[0]!.algorithm).toBe('one-shot');
-      }, `call ${k}`);
+      await roundTrip(
+        77 * k,
+        async () => {
+          const results = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum' })));
+          expect(results[0]!.algorithm).toBe('one-shot');
+        },
+        `call ${k}`,
+      );
     }
     // Calls 2 to 5 were graph launches on every rank.
     for (const spy of graphLaunches) expect(spy.mock.calls.length).toBe(4);
@@ -141,17 +151,21 @@ describe('one-shot allreduce replayed as a graph', () => {
       return exec;
     });
     for (let k = 0; k < 3; k++) {
-      await roundTrip(999 * k, async () => {
-        w.sides.forEach((s, r) => s.driver.graphLaunch(execs[r]!, streams[r]!));
-        await Promise.all(
-          w.sides.map(async (s, r) => {
-            const e = s.driver.eventCreate({ disableTiming: true });
-            s.driver.eventRecord(e, streams[r]!);
-            await s.driver.whenComplete(e); // the ranks' streams wait on each other: not a blocking synchronize
-            s.driver.eventDestroy(e);
-          }),
-        );
-      }, `replay ${k}`);
+      await roundTrip(
+        999 * k,
+        async () => {
+          w.sides.forEach((s, r) => s.driver.graphLaunch(execs[r]!, streams[r]!));
+          await Promise.all(
+            w.sides.map(async (s, r) => {
+              const e = s.driver.eventCreate({ disableTiming: true });
+              s.driver.eventRecord(e, streams[r]!);
+              await s.driver.whenComplete(e); // the ranks' streams wait on each other: not a blocking synchronize
+              s.driver.eventDestroy(e);
+            }),
+          );
+        },
+        `replay ${k}`,
+      );
     }
   });
 });

@@ -11,10 +11,11 @@ import { expect } from 'vitest';
 import { CommunicatorAbortedError } from '../../../src/errors.js';
 import { makeWorld } from '../../helpers/comm-world.js';
 
-const turns = (n: number) => new Promise<void>((resolve) => {
-  const step = (k: number) => (k === 0 ? resolve() : setImmediate(() => step(k - 1)));
-  step(n);
-});
+const turns = (n: number) =>
+  new Promise<void>((resolve) => {
+    const step = (k: number) => (k === 0 ? resolve() : setImmediate(() => step(k - 1)));
+    step(n);
+  });
 
 propTest.prop(
   [

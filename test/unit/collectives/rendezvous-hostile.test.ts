@@ -9,7 +9,20 @@
  */
 import { fc, test as propTest } from '@fast-check/vitest';
 import { spawnSync, execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -126,7 +139,7 @@ describe('the rendezvous directory is checked before anything is written in it',
     expect(readdirSync(real)).toEqual([]);
   });
 
-  it.skipIf(!root)('another user\'s directory: AccessDeniedError, nothing written', async () => {
+  it.skipIf(!root)("another user's directory: AccessDeniedError, nothing written", async () => {
     chownSync(dir, NOBODY, NOBODY);
     const err = await rejectsTyped(join_({ rank: 0, size: 2 }), AccessDeniedError, 'SMCUDA_ACCESS_DENIED');
     expect(err.message).toContain(`uid ${NOBODY}`);
@@ -203,7 +216,7 @@ describe('the token file: created exclusively, never through a link, checked bef
     expect(err.message).toContain('2 links');
   });
 
-  it.skipIf(!root)('another user\'s token file (0600): AccessDeniedError on both sides', async () => {
+  it.skipIf(!root)("another user's token file (0600): AccessDeniedError on both sides", async () => {
     writeFileSync(tokenPath(), tokenLine(process.pid), { mode: 0o600 });
     chownSync(tokenPath(), NOBODY, NOBODY);
     await rejectsTyped(join_({ rank: 1, size: 2, joinTimeoutMs: 60_000 }), AccessDeniedError, 'SMCUDA_ACCESS_DENIED');
@@ -271,7 +284,8 @@ describe('ranks: only canonical ids of this job join', () => {
   });
 
   it('refuses out of range and non-canonical ids', () => {
-    for (const id of ['rank2', 'rank01', 'rank-1', 'rank1x', 'rank+1', 'RANK1', 'rank 1', ' rank1', 'rank1.0', 'rank1e0', 'rank']) expect(rankOfPeerId(id, 2)).toBeUndefined();
+    for (const id of ['rank2', 'rank01', 'rank-1', 'rank1x', 'rank+1', 'RANK1', 'rank 1', ' rank1', 'rank1.0', 'rank1e0', 'rank'])
+      expect(rankOfPeerId(id, 2)).toBeUndefined();
     expect(rankOfPeerId('rank1', 2)).toBe(1);
   });
 
@@ -316,7 +330,9 @@ describe('ranks: only canonical ids of this job join', () => {
 
 describe('a join that times out names the ranks that did not come', () => {
   it('a job of 4 without rank 3: every rank says rank 3 did not join, and which did', async () => {
-    const results = await Promise.all([0, 1, 2].map((rank) => rejectsTyped(join_({ rank, size: 4, token: 't', joinTimeoutMs: 600 }), CommunicatorTimeoutError, 'SMCUDA_COMM_TIMEOUT', 5000)));
+    const results = await Promise.all(
+      [0, 1, 2].map((rank) => rejectsTyped(join_({ rank, size: 4, token: 't', joinTimeoutMs: 600 }), CommunicatorTimeoutError, 'SMCUDA_COMM_TIMEOUT', 5000)),
+    );
     for (const [rank, err] of results.entries()) {
       expect(err.message).toContain(`rank ${rank} of 4: rank 3 did not join ${dir} within 600 ms (joined: 0, 1, 2)`);
     }
@@ -324,7 +340,9 @@ describe('a join that times out names the ranks that did not come', () => {
   });
 
   it('a job of 3 without rank 0: a timeout naming rank 0, not a NoListenerError', async () => {
-    const results = await Promise.all([1, 2].map((rank) => rejectsTyped(join_({ rank, size: 3, token: 't', joinTimeoutMs: 600 }), CommunicatorTimeoutError, 'SMCUDA_COMM_TIMEOUT', 5000)));
+    const results = await Promise.all(
+      [1, 2].map((rank) => rejectsTyped(join_({ rank, size: 3, token: 't', joinTimeoutMs: 600 }), CommunicatorTimeoutError, 'SMCUDA_COMM_TIMEOUT', 5000)),
+    );
     for (const err of results) expect(err.message).toContain('rank 0 did not join');
     for (const err of results) expect(err.message).toContain('(joined: 1, 2)');
   });

@@ -68,7 +68,9 @@ describe('Communicator.create', () => {
   it('a rank that never comes: the others fail with SMCUDA_COMM_TIMEOUT within the join timeout', async () => {
     dir = mkdtempSync(join(tmpdir(), 'smcuda-rdv-'));
     const started = Date.now();
-    await expect(Communicator.create({ rank: 0, size: 2, dir, token: 't', driver: driver(), joinTimeoutMs: 300 })).rejects.toBeInstanceOf(CommunicatorTimeoutError);
+    await expect(Communicator.create({ rank: 0, size: 2, dir, token: 't', driver: driver(), joinTimeoutMs: 300 })).rejects.toBeInstanceOf(
+      CommunicatorTimeoutError,
+    );
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(readdirSync(dir)).toEqual([]);
   });
