@@ -23,14 +23,24 @@ const ENTRY_POINTS: Array<{ name: string; dts: string; doc: string; src: string 
 function exportsOf(): Map<string, string[]> {
   const program = ts.createProgram(
     ENTRY_POINTS.map((e) => e.dts),
-    { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, types: [], skipLibCheck: true, noEmit: true },
+    {
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      types: [],
+      skipLibCheck: true,
+      noEmit: true,
+    },
   );
   const checker = program.getTypeChecker();
   const out = new Map<string, string[]>();
   for (const e of ENTRY_POINTS) {
     const sf = program.getSourceFile(e.dts);
     if (!sf) throw new Error(`${e.dts} is missing: compile first (npx tsc -p tsconfig.json)`);
-    out.set(e.name, checker.getExportsOfModule(checker.getSymbolAtLocation(sf)!).map((s) => s.name));
+    out.set(
+      e.name,
+      checker.getExportsOfModule(checker.getSymbolAtLocation(sf)!).map((s) => s.name),
+    );
   }
   return out;
 }
@@ -66,7 +76,10 @@ describe('docs/api (the generated API reference)', () => {
       expect(stale, `entries in ${e.doc} that '${e.name}' no longer exports. ${REGENERATE}`).toEqual([]);
       // The runtime exports are among them (the .d.ts and the module agree).
       const runtime = Object.keys(await import(e.src));
-      expect(runtime.filter((n) => !documented.has(n)), `runtime exports of '${e.name}' with no entry. ${REGENERATE}`).toEqual([]);
+      expect(
+        runtime.filter((n) => !documented.has(n)),
+        `runtime exports of '${e.name}' with no entry. ${REGENERATE}`,
+      ).toEqual([]);
     });
   }
 
@@ -82,7 +95,8 @@ describe('docs/api (the generated API reference)', () => {
       [main, '### Transport'],
       [main, '### Endpoint'],
     ];
-    for (const [doc, heading] of wanted) expect(prose(section(doc, heading).split('\n#### ')[0]!), `${heading} in ${doc} has no description. ${REGENERATE}`).toBe(true);
+    for (const [doc, heading] of wanted)
+      expect(prose(section(doc, heading).split('\n#### ')[0]!), `${heading} in ${doc} has no description. ${REGENERATE}`).toBe(true);
     const members: Array<[string, string, string]> = [
       [main, '### Transport', '##### free()'],
       [main, '### Transport', '##### endpoint()'],

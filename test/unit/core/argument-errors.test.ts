@@ -56,9 +56,11 @@ describe('argument errors', () => {
     const offenders: string[] = [];
     for (const root of ['src', 'machines', 'cache']) {
       for (const file of tsFiles(root)) {
-        readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
-          if (/new (Type|Range)Error\(/.test(line)) offenders.push(`${file}:${i + 1}: ${line.trim()}`);
-        });
+        readFileSync(file, 'utf8')
+          .split('\n')
+          .forEach((line, i) => {
+            if (/new (Type|Range)Error\(/.test(line)) offenders.push(`${file}:${i + 1}: ${line.trim()}`);
+          });
       }
     }
     expect(offenders, 'throw ArgumentTypeError / ArgumentRangeError (src/errors.ts) instead: they carry a code').toEqual([]);
@@ -87,9 +89,21 @@ describe('unknown option keys', () => {
 
   it('Transport.create accepts every documented key', async () => {
     const t = await Transport.create({
-      driver: new SimulatedCudaDriver(), lazyDevice: true, helloTimeoutMs: 1000, frameTimeoutMs: 0,
-      id: 'all-keys', device: 0, deviceEagerLimit: 0, negotiation: { ipc: true }, staging: { slots: 2 }, cache: { maxEntries: 4 },
-      token: 't', completionSpinUs: 0, controlRing: true, controlSpinUs: 0, maxUnreadBytes: 1 << 20,
+      driver: new SimulatedCudaDriver(),
+      lazyDevice: true,
+      helloTimeoutMs: 1000,
+      frameTimeoutMs: 0,
+      id: 'all-keys',
+      device: 0,
+      deviceEagerLimit: 0,
+      negotiation: { ipc: true },
+      staging: { slots: 2 },
+      cache: { maxEntries: 4 },
+      token: 't',
+      completionSpinUs: 0,
+      controlRing: true,
+      controlSpinUs: 0,
+      maxUnreadBytes: 1 << 20,
     });
     await t.close();
     (t.driver as SimulatedCudaDriver).close();

@@ -52,7 +52,10 @@ describe('backpressure', () => {
       // the peer starts receiving: everything arrives, in order, intact
       for (let i = 0; i < COUNT; i++) {
         const r = await p.b.ep.recv({ tag: 3 });
-        expect((r.data as Uint8Array).every((b) => b === (i & 0xff)), `message ${i}`).toBe(true);
+        expect(
+          (r.data as Uint8Array).every((b) => b === (i & 0xff)),
+          `message ${i}`,
+        ).toBe(true);
       }
       await all;
       expect(state.resolved).toBe(COUNT);
@@ -63,7 +66,10 @@ describe('backpressure', () => {
   });
 
   it('sends waiting for the window reject with PeerLostError when the peer goes, ClosedError when we close', async () => {
-    for (const [who, type] of [['peer', PeerLostError], ['local', ClosedError]] as const) {
+    for (const [who, type] of [
+      ['peer', PeerLostError],
+      ['local', ClosedError],
+    ] as const) {
       const p = await makePair({ a: { maxUnreadBytes: WINDOW } });
       try {
         const { state, all } = flood((b) => p.a.ep.send(b));

@@ -82,7 +82,13 @@ async function outcome<T>(p: Promise<T>, ms: number): Promise<{ ok: true; value:
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<'pending'>((r) => (timer = setTimeout(() => r('pending'), ms)));
   try {
-    return await Promise.race([p.then((value) => ({ ok: true as const, value }), (err: unknown) => ({ ok: false as const, err })), late]);
+    return await Promise.race([
+      p.then(
+        (value) => ({ ok: true as const, value }),
+        (err: unknown) => ({ ok: false as const, err }),
+      ),
+      late,
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -149,7 +155,10 @@ describe('close and peer loss during GPU work in flight', () => {
         await sleep(4 * COPY_MS); // the copies still in flight complete; their owners then release what they held
         for (const p of pairs) {
           expect(p.b.driver.allocatedBytes, 'device memory left on the receiver (but the buffers delivered)').toBe(delivered.get(p) ?? 0);
-          for (const [side, d] of [['sender', p.a.driver], ['receiver', p.b.driver]] as const) {
+          for (const [side, d] of [
+            ['sender', p.a.driver],
+            ['receiver', p.b.driver],
+          ] as const) {
             expect(d.lifetimeViolations, `${side}: released while the GPU used it`).toEqual([]);
             expect(d.liveRegistrations, `${side}: host registrations left`).toBe(0);
             expect(d.liveEvents, `${side}: events left`).toBe(0);

@@ -40,7 +40,13 @@ async function receiveThenClose(pr: Pair, size: number, stream: boolean, closer:
   const got = await pr.b.ep.recv({ tag: 7, into, ...(s !== undefined ? { stream: s } : {}) });
   if (s !== undefined) pr.b.driver.streamSynchronize(s);
   const closed = closer === 'endpoint' ? (pr.b.ep.close(), Promise.resolve()) : pr.b.transport.close();
-  const outcome = await Promise.race([send.then(() => 'resolved', (e: Error & { code?: string }) => `rejected ${e.code ?? ''}: ${e.message}`), new Promise((r) => setTimeout(() => r('pending after 2 s'), 2000))]);
+  const outcome = await Promise.race([
+    send.then(
+      () => 'resolved',
+      (e: Error & { code?: string }) => `rejected ${e.code ?? ''}: ${e.message}`,
+    ),
+    new Promise((r) => setTimeout(() => r('pending after 2 s'), 2000)),
+  ]);
   await closed;
   return { path: got.path, outcome, landed: sameBytes(readDevice(pr.b.driver, into), bytes) };
 }
@@ -48,18 +54,23 @@ async function receiveThenClose(pr: Pair, size: number, stream: boolean, closer:
 const MiB = 1 << 20;
 
 describe('a receiver that closes right after its receive', () => {
-  test.prop([fc.integer({ min: 2 * MiB, max: 4 * MiB }), fc.boolean(), fc.constantFrom<PathName>('rget', 'staging'), fc.constantFrom('endpoint' as const, 'transport' as const)], { numRuns: 12 })(
-    "the sender's send resolves (size, stream, path, closer)",
-    async (size, stream, path, closer) => {
-      const pr = await pairFor(path);
-      try {
-        const r = await receiveThenClose(pr, size, stream, closer, size & 0xff);
-        expect(r).toEqual({ path, outcome: 'resolved', landed: true });
-      } finally {
-        await pr.close();
-      }
-    },
-  );
+  test.prop(
+    [
+      fc.integer({ min: 2 * MiB, max: 4 * MiB }),
+      fc.boolean(),
+      fc.constantFrom<PathName>('rget', 'staging'),
+      fc.constantFrom('endpoint' as const, 'transport' as const),
+    ],
+    { numRuns: 12 },
+  )("the sender's send resolves (size, stream, path, closer)", async (size, stream, path, closer) => {
+    const pr = await pairFor(path);
+    try {
+      const r = await receiveThenClose(pr, size, stream, closer, size & 0xff);
+      expect(r).toEqual({ path, outcome: 'resolved', landed: true });
+    } finally {
+      await pr.close();
+    }
+  });
 
   for (const path of ['rget', 'staging'] as const) {
     for (const stream of [true, false]) {

@@ -10,7 +10,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
-const packed: string[] = (JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { encoding: 'utf8', maxBuffer: 64 << 20 }))[0].files as { path: string }[]).map((f) => f.path);
+const packed: string[] = (
+  JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { encoding: 'utf8', maxBuffer: 64 << 20 }))[0].files as { path: string }[]
+).map((f) => f.path);
 const shipped = new Set(packed);
 const docs = packed.filter((p) => p.endsWith('.md'));
 
@@ -47,7 +49,9 @@ function readAnchors(file: string): Set<string> {
 
 /** Relative links outside code: [text](target) and [ref]: target. */
 function links(file: string): string[] {
-  const text = readFileSync(file, 'utf8').replace(/^```[\s\S]*?^```/gm, '').replace(/`[^`\n]*`/g, '');
+  const text = readFileSync(file, 'utf8')
+    .replace(/^```[\s\S]*?^```/gm, '')
+    .replace(/`[^`\n]*`/g, '');
   const out: string[] = [];
   for (const m of text.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) out.push(m[1]!);
   for (const m of text.matchAll(/^\[[^\]]+\]:\s+(\S+)/gm)) out.push(m[1]!);
@@ -71,7 +75,9 @@ describe('shipped docs', () => {
         const target = path === '' ? doc : normalize(join(dirname(doc), decodeURIComponent(path))).replace(/\/$/, '');
         const isDir = packed.some((p) => p.startsWith(`${target}/`));
         if (!shipped.has(target) && !isDir) {
-          broken.push(`${doc}: ${link} → ${target} is not in the package${target.startsWith('test/') ? ' (tests are not shipped: name the file in text, or link the docs)' : ''}`);
+          broken.push(
+            `${doc}: ${link} → ${target} is not in the package${target.startsWith('test/') ? ' (tests are not shipped: name the file in text, or link the docs)' : ''}`,
+          );
           continue;
         }
         if (anchor && target.endsWith('.md') && !anchors(target).has(anchor)) broken.push(`${doc}: ${link} → no heading #${anchor} in ${target}`);

@@ -63,7 +63,9 @@ describe('exhaustion', () => {
   });
 
   it('opens failing at random (openFailureRate 0.5): each failed RGET is re-sent by staging, all intact', async () => {
-    const p = await makePair({ simB: { faults: { openFailureRate: { probability: 0.5, codes: ['CUDA_ERROR_OUT_OF_MEMORY', 'CUDA_ERROR_TOO_MANY_PEERS'], seed: 3 } } } });
+    const p = await makePair({
+      simB: { faults: { openFailureRate: { probability: 0.5, codes: ['CUDA_ERROR_OUT_OF_MEMORY', 'CUDA_ERROR_TOO_MANY_PEERS'], seed: 3 } } },
+    });
     try {
       await negotiate(p);
       const { paths } = await blast(p, 30, 32 << 10, 2);

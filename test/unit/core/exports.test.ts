@@ -112,7 +112,10 @@ describe('poolAllocationRange: the allocation of pool memory, whatever segment c
   });
 
   it('an allocation that fills segments whole, and one at the start of the space', () => {
-    expect(poolAllocationRange(driver, BASE + BigInt(3 * SEG + 20_000), 3n, driver.memGetAddressRange(BASE + BigInt(3 * SEG + 20_000)))).toEqual({ base: allocs[2]!.start, size: Number(allocs[2]!.end - allocs[2]!.start) });
+    expect(poolAllocationRange(driver, BASE + BigInt(3 * SEG + 20_000), 3n, driver.memGetAddressRange(BASE + BigInt(3 * SEG + 20_000)))).toEqual({
+      base: allocs[2]!.start,
+      size: Number(allocs[2]!.end - allocs[2]!.start),
+    });
     expect(poolAllocationRange(driver, BASE + 5n, 1n, driver.memGetAddressRange(BASE))).toEqual({ base: BASE, size: 300_000 });
   });
 });

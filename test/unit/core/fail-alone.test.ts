@@ -16,7 +16,10 @@ const STAGING = { a: { negotiation: { ipc: false }, staging: { chunkSize: 4096, 
 const BOGUS_STREAM = 0xdead_beefn;
 
 async function outcome<T>(p: Promise<T>): Promise<{ value?: T; error?: Error }> {
-  return p.then((value) => ({ value }), (error: Error) => ({ error }));
+  return p.then(
+    (value) => ({ value }),
+    (error: Error) => ({ error }),
+  );
 }
 
 /** A receive on another tag, which must stay pending through the failure. */

@@ -17,7 +17,9 @@ const flush = async () => {
 test.prop(
   [
     fc.integer({ min: 64 << 10, max: 1 << 20 }),
-    fc.array(fc.oneof(fc.record({ send: fc.oneof(fc.integer({ min: 0, max: 300_000 }), fc.integer({ min: 0, max: 3 << 20 })) }), fc.constant({ recv: true })), { maxLength: 200 }),
+    fc.array(fc.oneof(fc.record({ send: fc.oneof(fc.integer({ min: 0, max: 300_000 }), fc.integer({ min: 0, max: 3 << 20 })) }), fc.constant({ recv: true })), {
+      maxLength: 200,
+    }),
   ],
   { numRuns: 200 },
 )('bounded, in order, and never stuck', async (max, ops) => {

@@ -34,7 +34,20 @@ afterAll(async () => {
 const UUID = 'GPU-5170a11e-0001-4000-8000-000000000001';
 const SAMPLES: Frame[] = [
   { type: FrameType.EAGER, tag: 3, seq: 1, fromDevice: false, data: new Uint8Array([1, 2, 3, 4, 5]) },
-  { type: FrameType.RGET, tag: 3, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64).fill(9), base: 0x7000_0000n, allocSize: 4096, offset: 0, length: 4096, bufferId: 5n, deviceUuid: UUID, event: null },
+  {
+    type: FrameType.RGET,
+    tag: 3,
+    seq: 1,
+    kind: HandleKind.LEGACY,
+    identity: new Uint8Array(64).fill(9),
+    base: 0x7000_0000n,
+    allocSize: 4096,
+    offset: 0,
+    length: 4096,
+    bufferId: 5n,
+    deviceUuid: UUID,
+    event: null,
+  },
   { type: FrameType.FIN, seq: 1, status: FinStatus.OK, message: 'ok' },
   { type: FrameType.CANCEL, seq: 1 },
   { type: FrameType.STAGE_BEGIN, tag: 3, seq: 1, length: 8192, chunkSize: 4096, slots: 2 },

@@ -83,7 +83,10 @@ async function until(cond: () => boolean, ms = 5000): Promise<void> {
 }
 
 async function outcome<T>(p: Promise<T>): Promise<{ value?: T; error?: Error }> {
-  return p.then((value) => ({ value }), (error: Error) => ({ error }));
+  return p.then(
+    (value) => ({ value }),
+    (error: Error) => ({ error }),
+  );
 }
 
 describe('hostile RGETs', () => {
@@ -115,7 +118,7 @@ describe('hostile RGETs', () => {
     expect(p.ep.stats().cache.openMappings).toBe(0);
   });
 
-  it('the handle of another (smaller) allocation under a big allocation\'s base and size: FIN REFUSED, nothing copied', async () => {
+  it("the handle of another (smaller) allocation under a big allocation's base and size: FIN REFUSED, nothing copied", async () => {
     const p = await peer();
     const small = exported(4096);
     const big = exported(1 << 20);

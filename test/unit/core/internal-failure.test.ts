@@ -63,7 +63,11 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]);
 }
 
-const settle = <T>(p: Promise<T>) => p.then((value) => ({ value, error: undefined }), (error: Error) => ({ value: undefined, error }));
+const settle = <T>(p: Promise<T>) =>
+  p.then(
+    (value) => ({ value, error: undefined }),
+    (error: Error) => ({ value: undefined, error }),
+  );
 
 /** A mixed workload: host, small device (eager), larger device (RGET or staging), with and without a stream. `arm` injects the fault once the test's own buffers exist. */
 async function workload(p: Pair, sizes: number[], withStream: boolean[], arm: () => () => void): Promise<void> {
@@ -127,7 +131,10 @@ describe('an internal failure fails one operation or closes the endpoint, never 
         fc.constantFrom('a' as const, 'b' as const),
         fc.integer({ min: 1, max: 6 }),
         fc.boolean(),
-        fc.array(fc.oneof(fc.integer({ min: -5000, max: -1 }), fc.integer({ min: 1, max: 100 }), fc.integer({ min: 9000, max: 40_000 })), { minLength: 1, maxLength: 5 }),
+        fc.array(fc.oneof(fc.integer({ min: -5000, max: -1 }), fc.integer({ min: 1, max: 100 }), fc.integer({ min: 9000, max: 40_000 })), {
+          minLength: 1,
+          maxLength: 5,
+        }),
         fc.array(fc.boolean(), { minLength: 5, maxLength: 5 }),
         async (call, side, nth, ipc, sizes, withStream) => {
           const p = await makePair({

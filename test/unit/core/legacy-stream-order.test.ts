@@ -34,7 +34,10 @@ async function lagging(ipc: boolean): Promise<Pair> {
 }
 
 describe('a device send without a stream is ordered after the legacy default stream', () => {
-  for (const [name, ipc, path] of [['RGET', true, 'rget'], ['staging', false, 'staging']] as const) {
+  for (const [name, ipc, path] of [
+    ['RGET', true, 'rget'],
+    ['staging', false, 'staging'],
+  ] as const) {
     it(`${name}: a send right after a pageable cuMemcpyHtoD delivers the new bytes`, async () => {
       const { a, b } = await lagging(ipc);
       const src: DeviceBuffer = { ptr: a.driver.memAlloc(SIZE), length: SIZE };

@@ -42,7 +42,13 @@ describe('MatchQueues', () => {
 
   it('withdraws the first unexpected arrival of any tag that satisfies a predicate, keeping the others in order', () => {
     const m = new MatchQueues<string, { seq: number }>();
-    for (const [tag, seq] of [[1, 1], [2, 2], [1, 3], [1, 4]] as const) m.arrive(tag, { seq });
+    for (const [tag, seq] of [
+      [1, 1],
+      [2, 2],
+      [1, 3],
+      [1, 4],
+    ] as const)
+      m.arrive(tag, { seq });
     expect(m.withdrawArrival((a) => a.seq === 3)).toEqual({ seq: 3 });
     expect(m.withdrawArrival((a) => a.seq === 3)).toBeUndefined();
     expect(m.withdrawArrival((a) => a.seq === 2)).toEqual({ seq: 2 });
@@ -138,57 +144,60 @@ describe('MatchQueues', () => {
     { weight: 1, arbitrary: fc.record({ kind: fc.constant('probe' as const), tag: wildTag }) },
   );
 
-  propTest.prop([fc.array(wildOp, { maxLength: 80 })])('with wildcards and a rival queue, matches as the model does: the earliest-posted matching receive, the earliest matching arrival', (ops) => {
-    const m = new MatchQueues<number, number>();
-    type R = { id: number; tag: number; rival: boolean; order: number };
-    const rivalQ: R[] = [];
-    const rival: RivalReceives<number> = {
-      firstOrder: (tag) => rivalQ.find((r) => r.tag === ANY_TAG || r.tag === tag)?.order ?? Infinity,
-      take: (tag) => {
-        const i = rivalQ.findIndex((r) => r.tag === ANY_TAG || r.tag === tag);
-        return rivalQ.splice(i, 1)[0]!.id;
-      },
-    };
-    const posted: R[] = []; // the model: every receive waiting, in post order
-    const unexpected: { id: number; tag: number }[] = [];
-    const takes = (r: { tag: number }, tag: number) => r.tag === ANY_TAG || r.tag === tag;
-    let id = 0;
-    for (const o of ops) {
-      if (o.kind === 'arrive') {
-        const a = id++;
-        const i = posted.findIndex((r) => takes(r, o.tag));
-        const want = i >= 0 ? posted.splice(i, 1)[0]!.id : (unexpected.push({ id: a, tag: o.tag }), undefined);
-        expect(m.arrive(o.tag, a, rival)).toBe(want);
-      } else if (o.kind === 'post') {
-        const r = id++;
-        const i = unexpected.findIndex((a) => takes(o, a.tag));
-        const want = i >= 0 ? unexpected.splice(i, 1)[0]!.id : undefined;
-        if (o.rival) {
-          // The transport's any-source receive: it looks at the arrivals first, then waits in its own queue.
-          const got = m.probe(o.tag);
-          expect(got).toBe(want);
-          if (got !== undefined) expect(m.post(o.tag, r)).toBe(got);
-          else {
-            const entry = { id: r, tag: o.tag, rival: true, order: nextOrder() };
-            rivalQ.push(entry);
-            posted.push(entry);
+  propTest.prop([fc.array(wildOp, { maxLength: 80 })])(
+    'with wildcards and a rival queue, matches as the model does: the earliest-posted matching receive, the earliest matching arrival',
+    (ops) => {
+      const m = new MatchQueues<number, number>();
+      type R = { id: number; tag: number; rival: boolean; order: number };
+      const rivalQ: R[] = [];
+      const rival: RivalReceives<number> = {
+        firstOrder: (tag) => rivalQ.find((r) => r.tag === ANY_TAG || r.tag === tag)?.order ?? Infinity,
+        take: (tag) => {
+          const i = rivalQ.findIndex((r) => r.tag === ANY_TAG || r.tag === tag);
+          return rivalQ.splice(i, 1)[0]!.id;
+        },
+      };
+      const posted: R[] = []; // the model: every receive waiting, in post order
+      const unexpected: { id: number; tag: number }[] = [];
+      const takes = (r: { tag: number }, tag: number) => r.tag === ANY_TAG || r.tag === tag;
+      let id = 0;
+      for (const o of ops) {
+        if (o.kind === 'arrive') {
+          const a = id++;
+          const i = posted.findIndex((r) => takes(r, o.tag));
+          const want = i >= 0 ? posted.splice(i, 1)[0]!.id : (unexpected.push({ id: a, tag: o.tag }), undefined);
+          expect(m.arrive(o.tag, a, rival)).toBe(want);
+        } else if (o.kind === 'post') {
+          const r = id++;
+          const i = unexpected.findIndex((a) => takes(o, a.tag));
+          const want = i >= 0 ? unexpected.splice(i, 1)[0]!.id : undefined;
+          if (o.rival) {
+            // The transport's any-source receive: it looks at the arrivals first, then waits in its own queue.
+            const got = m.probe(o.tag);
+            expect(got).toBe(want);
+            if (got !== undefined) expect(m.post(o.tag, r)).toBe(got);
+            else {
+              const entry = { id: r, tag: o.tag, rival: true, order: nextOrder() };
+              rivalQ.push(entry);
+              posted.push(entry);
+            }
+          } else {
+            const got = m.post(o.tag, r);
+            expect(got).toBe(want);
+            if (got === undefined) posted.push({ id: r, tag: o.tag, rival: false, order: 0 });
           }
+        } else if (o.kind === 'unpost') {
+          const r = posted[o.nth];
+          if (r === undefined) continue;
+          posted.splice(o.nth, 1);
+          if (r.rival) rivalQ.splice(rivalQ.indexOf(r), 1);
+          else expect(m.unpost(r.tag, r.id)).toBe(true);
         } else {
-          const got = m.post(o.tag, r);
-          expect(got).toBe(want);
-          if (got === undefined) posted.push({ id: r, tag: o.tag, rival: false, order: 0 });
+          expect(m.probe(o.tag)).toBe(unexpected.find((a) => takes(o, a.tag))?.id);
         }
-      } else if (o.kind === 'unpost') {
-        const r = posted[o.nth];
-        if (r === undefined) continue;
-        posted.splice(o.nth, 1);
-        if (r.rival) rivalQ.splice(rivalQ.indexOf(r), 1);
-        else expect(m.unpost(r.tag, r.id)).toBe(true);
-      } else {
-        expect(m.probe(o.tag)).toBe(unexpected.find((a) => takes(o, a.tag))?.id);
       }
-    }
-    expect(m.postedCount).toBe(posted.filter((r) => !r.rival).length);
-    expect(m.unexpectedCount).toBe(unexpected.length);
-  });
+      expect(m.postedCount).toBe(posted.filter((r) => !r.rival).length);
+      expect(m.unexpectedCount).toBe(unexpected.length);
+    },
+  );
 });

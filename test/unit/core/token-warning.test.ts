@@ -35,7 +35,10 @@ describe('a transport without a job token', () => {
   });
 
   it('smcuda demo gives its ranks a token of their own: none of its processes warns', () => {
-    const r = spawnSync(process.execPath, [cli, 'demo', '--driver', 'sim', '--ranks', '2', '--sizes', '8', '--iters', '1', '--json'], { encoding: 'utf8', timeout: 60_000 });
+    const r = spawnSync(process.execPath, [cli, 'demo', '--driver', 'sim', '--ranks', '2', '--sizes', '8', '--iters', '1', '--json'], {
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     expect(r.status).toBe(0);
     expect(r.stderr).not.toMatch(/SMCUDA_NO_TOKEN|without a job token/);
   });

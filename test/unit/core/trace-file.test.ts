@@ -71,7 +71,20 @@ describe('a traced frame', () => {
   it("keeps the record's kind: an RGET's HandleKind is traced by name as handleKind", () => {
     const path = join(dir(), 'trace.jsonl');
     const t = new FileTracer(path, 'a');
-    const rget = { type: FrameType.RGET, tag: 1, seq: 2, kind: HandleKind.POOL, identity: new Uint8Array(64), base: 16n, allocSize: 8, offset: 0, length: 8, bufferId: 3n, deviceUuid: '', event: null } as const;
+    const rget = {
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 2,
+      kind: HandleKind.POOL,
+      identity: new Uint8Array(64),
+      base: 16n,
+      allocSize: 8,
+      offset: 0,
+      length: 8,
+      bufferId: 3n,
+      deviceUuid: '',
+      event: null,
+    } as const;
     t.frame('b', 'send', rget);
     t.close();
     const rec = JSON.parse(readFileSync(path, 'utf8').trim());

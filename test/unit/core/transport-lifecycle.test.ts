@@ -62,7 +62,15 @@ describe('options are checked at create', () => {
   });
 
   it('ids and tokens: control characters, lone surrogates, over-long tokens refused; 256-byte ids accepted', async () => {
-    for (const bad of [{ id: '' }, { id: 'a\nb' }, { id: 'a\u0000' }, { id: 'x\ud800' }, { token: 't'.repeat(257) }, { token: 'x\udc00' }, { token: 5 as unknown as string }]) {
+    for (const bad of [
+      { id: '' },
+      { id: 'a\nb' },
+      { id: 'a\u0000' },
+      { id: 'x\ud800' },
+      { token: 't'.repeat(257) },
+      { token: 'x\udc00' },
+      { token: 5 as unknown as string },
+    ]) {
       await expect(Transport.create({ driver: 'sim', ...bad }), JSON.stringify(bad)).rejects.toBeInstanceOf(ConfigError);
     }
     const t = await transport('i'.repeat(256), { token: 'k'.repeat(256) });
@@ -234,7 +242,10 @@ describe('before authentication', () => {
     send(second, hs.hello);
     send(second, { type: FrameType.EAGER, tag: 1, seq: 0, fromDevice: false, data: new Uint8Array(8) });
     await vi.waitFor(() => expect(refused).toHaveLength(2));
-    expect(refused.map((e) => e.message).sort()).toEqual([expect.stringMatching(/expected HELLO first, got CLOSE/), expect.stringMatching(/expected PROOF after HELLO from m, got EAGER/)]);
+    expect(refused.map((e) => e.message).sort()).toEqual([
+      expect.stringMatching(/expected HELLO first, got CLOSE/),
+      expect.stringMatching(/expected PROOF after HELLO from m, got EAGER/),
+    ]);
   });
 });
 
