@@ -22,7 +22,8 @@ function fake(returns: Record<string, unknown> = {}) {
   const addon = new Proxy(
     {},
     {
-      get: (_t, name: string) =>
+      get:
+        (_t, name: string) =>
         (...args: unknown[]) => {
           calls.push({ name, args });
           const r = returns[name];

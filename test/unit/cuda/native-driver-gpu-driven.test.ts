@@ -40,7 +40,8 @@ function fakeAddon(returns: Record<string, unknown> = {}, throws: Record<string,
   const addon = new Proxy(
     {},
     {
-      get: (_t, name: string) =>
+      get:
+        (_t, name: string) =>
         (...args: unknown[]) => {
           calls.push({ name, args });
           if (name in throws) throw throws[name];
@@ -68,11 +69,23 @@ describe('NativeCudaDriver validates GPU-driven arguments before native code', (
     ['writeValue64(value 2^64)', (d) => d.streamWriteValue64(0n, 16n, 1n << 64n), RangeError],
     ['writeValue32(stream number)', (d) => d.streamWriteValue32(0 as unknown as bigint, 16n, 1), TypeError],
     ['batch([])', (d) => d.streamBatchMemOp(0n, []), RangeError],
-    ['batch(257 ops)', (d) => d.streamBatchMemOp(0n, Array.from({ length: 257 }, () => ({ op: 'barrier' }) as StreamMemOp)), RangeError],
+    [
+      'batch(257 ops)',
+      (d) =>
+        d.streamBatchMemOp(
+          0n,
+          Array.from({ length: 257 }, () => ({ op: 'barrier' }) as StreamMemOp),
+        ),
+      RangeError,
+    ],
     ['batch(op copy)', (d) => d.streamBatchMemOp(0n, [{ op: 'copy' } as unknown as StreamMemOp]), TypeError],
     ['batch(write32 bigint value)', (d) => d.streamBatchMemOp(0n, [{ op: 'write32', addr: 16n, value: 1n } as unknown as StreamMemOp]), TypeError],
     ['batch(wait64 no condition)', (d) => d.streamBatchMemOp(0n, [{ op: 'wait64', addr: 16n, value: 1n } as unknown as StreamMemOp]), TypeError],
-    ['batch(flush "yes")', (d) => d.streamBatchMemOp(0n, [{ op: 'wait32', addr: 16n, value: 1, condition: 'eq', flush: 'yes' } as unknown as StreamMemOp]), TypeError],
+    [
+      'batch(flush "yes")',
+      (d) => d.streamBatchMemOp(0n, [{ op: 'wait32', addr: 16n, value: 1, condition: 'eq', flush: 'yes' } as unknown as StreamMemOp]),
+      TypeError,
+    ],
     ['beginCapture(mode strict)', (d) => d.streamBeginCapture(0n, 'strict' as 'global'), TypeError],
     ['graphLaunch(exec -1n)', (d) => d.graphLaunch(-1n, 0n), RangeError],
     ['moduleLoadData(Buffer)', (d) => d.moduleLoadData(Buffer.from(FILL_PTX) as unknown as string), TypeError],
@@ -91,7 +104,17 @@ describe('NativeCudaDriver validates GPU-driven arguments before native code', (
     ['launch(ptr number)', (d) => d.launchKernel(1n, { grid: [1], block: [1] }, [{ type: 'ptr', value: 5 } as unknown as KernelArg], 0n), TypeError],
     ['launch(f32 bigint)', (d) => d.launchKernel(1n, { grid: [1], block: [1] }, [{ type: 'f32', value: 1n } as unknown as KernelArg], 0n), TypeError],
     ['launch(type u8)', (d) => d.launchKernel(1n, { grid: [1], block: [1] }, [{ type: 'u8', value: 1 } as unknown as KernelArg], 0n), TypeError],
-    ['launch(4104 bytes)', (d) => d.launchKernel(1n, { grid: [1], block: [1] }, Array.from({ length: 513 }, () => ({ type: 'u64' as const, value: 0n })), 0n), RangeError],
+    [
+      'launch(4104 bytes)',
+      (d) =>
+        d.launchKernel(
+          1n,
+          { grid: [1], block: [1] },
+          Array.from({ length: 513 }, () => ({ type: 'u64' as const, value: 0n })),
+          0n,
+        ),
+      RangeError,
+    ],
   ];
 
   it.each(cases)('%s', (_name, call, errorClass) => {
@@ -153,23 +176,53 @@ describe('NativeCudaDriver marshals GPU-driven calls as the addon takes them', (
   it('reuses its argument arrays from call to call, each call seeing only its own operations and parameters (a barrier clears its slot)', () => {
     const seen: unknown[] = [];
     const { addon: fake } = fakeAddon({
-      cuStreamBatchMemOp: (_s: bigint, _n: number, codes: Uint32Array, flags: Uint32Array, addrs: BigUint64Array, values: BigUint64Array) => seen.push([Array.from(codes), Array.from(flags), Array.from(addrs), Array.from(values)]),
+      cuStreamBatchMemOp: (_s: bigint, _n: number, codes: Uint32Array, flags: Uint32Array, addrs: BigUint64Array, values: BigUint64Array) =>
+        seen.push([Array.from(codes), Array.from(flags), Array.from(addrs), Array.from(values)]),
       cuLaunchKernel: (_f: bigint, _d: Uint32Array, _s: bigint, params: ArrayBuffer) => seen.push(Buffer.from(params).toString('hex')),
     });
     const d = new NativeCudaDriver(fake);
-    d.streamBatchMemOp(7n, [{ op: 'write64', addr: 72n, value: 10n, noMemoryBarrier: true }, { op: 'wait32', addr: 64n, value: 9, condition: 'eq', flush: true }]);
+    d.streamBatchMemOp(7n, [
+      { op: 'write64', addr: 72n, value: 10n, noMemoryBarrier: true },
+      { op: 'wait32', addr: 64n, value: 9, condition: 'eq', flush: true },
+    ]);
     d.streamBatchMemOp(7n, [{ op: 'barrier' }, { op: 'barrier' }]);
-    d.launchKernel(5n, { grid: [1], block: [1] }, [{ type: 'u64', value: 0x1122n }, { type: 'u32', value: 7 }], 3n);
-    d.launchKernel(5n, { grid: [1], block: [1] }, [{ type: 'u64', value: 0x33n }, { type: 'u32', value: 8 }], 3n);
+    d.launchKernel(
+      5n,
+      { grid: [1], block: [1] },
+      [
+        { type: 'u64', value: 0x1122n },
+        { type: 'u32', value: 7 },
+      ],
+      3n,
+    );
+    d.launchKernel(
+      5n,
+      { grid: [1], block: [1] },
+      [
+        { type: 'u64', value: 0x33n },
+        { type: 'u32', value: 8 },
+      ],
+      3n,
+    );
     expect(seen).toEqual([
-      [[5, 1], [1, 0x40000001], [72n, 64n], [10n, 9n]],
-      [[6, 6], [0, 0], [0n, 0n], [0n, 0n]],
+      [
+        [5, 1],
+        [1, 0x40000001],
+        [72n, 64n],
+        [10n, 9n],
+      ],
+      [
+        [6, 6],
+        [0, 0],
+        [0n, 0n],
+        [0n, 0n],
+      ],
       '22110000000000000700000000000000',
       '33000000000000000800000000000000',
     ]);
   });
 
-  it('captures thread-local by default (the addon\'s poller thread keeps querying events), any mode on request', () => {
+  it("captures thread-local by default (the addon's poller thread keeps querying events), any mode on request", () => {
     const { addon: fake, calls } = fakeAddon({ cuStreamIsCapturing: 2 });
     const d = new NativeCudaDriver(fake);
     d.streamBeginCapture(3n);
@@ -187,7 +240,16 @@ describe('NativeCudaDriver marshals GPU-driven calls as the addon takes them', (
   it('launchKernel passes [grid, block, shared], the packed parameters and their layout', () => {
     const { addon: fake, calls } = fakeAddon();
     const d = new NativeCudaDriver(fake);
-    d.launchKernel(5n, { grid: [4, 2], block: [256] }, [{ type: 'ptr', value: 0x1000n }, { type: 'u32', value: 7 }, { type: 'u64', value: 9n }], 3n);
+    d.launchKernel(
+      5n,
+      { grid: [4, 2], block: [256] },
+      [
+        { type: 'ptr', value: 0x1000n },
+        { type: 'u32', value: 7 },
+        { type: 'u64', value: 9n },
+      ],
+      3n,
+    );
     const [fn, dims, stream, params, layout] = calls[0]!.args as [bigint, Uint32Array, bigint, ArrayBuffer, Uint32Array];
     expect([fn, stream]).toEqual([5n, 3n]);
     expect(Array.from(dims)).toEqual([4, 2, 1, 256, 1, 1, 0]);
@@ -196,12 +258,15 @@ describe('NativeCudaDriver marshals GPU-driven calls as the addon takes them', (
   });
 
   it('moduleLoadData times the load; a native CUDA error becomes CudaError', () => {
-    const native = Object.assign(new Error('cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed; JIT log: line 3: syntax error'), {
-      code: 'CUDA_ERROR_INVALID_PTX',
-      call: 'cuModuleLoadDataEx',
-      result: 218,
-      detail: 'a PTX JIT compilation failed; JIT log: line 3: syntax error',
-    });
+    const native = Object.assign(
+      new Error('cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed; JIT log: line 3: syntax error'),
+      {
+        code: 'CUDA_ERROR_INVALID_PTX',
+        call: 'cuModuleLoadDataEx',
+        result: 218,
+        detail: 'a PTX JIT compilation failed; JIT log: line 3: syntax error',
+      },
+    );
     const { addon: ok } = fakeAddon({ cuModuleLoadData: 0x77n });
     const loaded = new NativeCudaDriver(ok).moduleLoadData(FILL_PTX);
     expect(loaded.module).toBe(0x77n);
@@ -209,14 +274,28 @@ describe('NativeCudaDriver marshals GPU-driven calls as the addon takes them', (
     const { addon: failing } = fakeAddon({}, { cuModuleLoadData: native });
     const load = () => new NativeCudaDriver(failing).moduleLoadData(FILL_PTX);
     expect(load).toThrow(CudaError);
-    expect(load).toThrow(expect.objectContaining({ code: 'CUDA_ERROR_INVALID_PTX', call: 'cuModuleLoadDataEx', message: expect.stringContaining('JIT log: line 3') }));
+    expect(load).toThrow(
+      expect.objectContaining({ code: 'CUDA_ERROR_INVALID_PTX', call: 'cuModuleLoadDataEx', message: expect.stringContaining('JIT log: line 3') }),
+    );
   });
 
   it('gpuDrivenStatus never throws: an addon that throws, CUDA unavailable, a group off, a device attribute 0', () => {
     const { addon: throwing } = fakeAddon({}, { gpuDrivenStatus: new Error('addon broke') });
-    expect(new NativeCudaDriver(throwing).gpuDrivenStatus()).toEqual({ streamMemOps: false, waitValueNor: false, memOps64: false, graphs: false, modules: false, reason: 'addon broke' });
+    expect(new NativeCudaDriver(throwing).gpuDrivenStatus()).toEqual({
+      streamMemOps: false,
+      waitValueNor: false,
+      memOps64: false,
+      graphs: false,
+      modules: false,
+      reason: 'addon broke',
+    });
     const { addon: none } = fakeAddon({ gpuDrivenStatus: { available: false, reason: 'libcuda.so.1 not found' } });
-    expect(new NativeCudaDriver(none).gpuDrivenStatus()).toMatchObject({ streamMemOps: false, graphs: false, modules: false, reason: 'CUDA is unavailable: libcuda.so.1 not found' });
+    expect(new NativeCudaDriver(none).gpuDrivenStatus()).toMatchObject({
+      streamMemOps: false,
+      graphs: false,
+      modules: false,
+      reason: 'CUDA is unavailable: libcuda.so.1 not found',
+    });
     const { addon: partial, calls } = fakeAddon({
       gpuDrivenStatus: { available: true, memOps: true, graphs: false, graphsReason: 'no cuGraphLaunch', modules: true, waitValueNor: false, memOps64: true },
       cuDevicePrimaryCtxRetain: 1n,
@@ -273,7 +352,15 @@ describe('packKernelArgs', () => {
       expect(offset % size).toBe(0);
       expect(offset).toBeGreaterThanOrEqual(end);
       end = offset + size;
-      const read = { ptr: () => v.getBigUint64(offset, true), u64: () => v.getBigUint64(offset, true), i64: () => v.getBigInt64(offset, true), u32: () => v.getUint32(offset, true), i32: () => v.getInt32(offset, true), f64: () => v.getFloat64(offset, true), f32: () => v.getFloat32(offset, true) }[a.type]();
+      const read = {
+        ptr: () => v.getBigUint64(offset, true),
+        u64: () => v.getBigUint64(offset, true),
+        i64: () => v.getBigInt64(offset, true),
+        u32: () => v.getUint32(offset, true),
+        i32: () => v.getInt32(offset, true),
+        f64: () => v.getFloat64(offset, true),
+        f32: () => v.getFloat32(offset, true),
+      }[a.type]();
       expect(Object.is(read, a.value) || read === a.value).toBe(true);
     });
     expect(params.byteLength).toBeGreaterThanOrEqual(end);
@@ -331,14 +418,28 @@ describe.skipIf(addonAvailable || !cc || !compiled)('GPU-driven calls of the add
     for (const name of ['cuStreamWaitValue32', 'cuStreamWaitValue64', 'cuStreamWriteValue32', 'cuStreamWriteValue64', 'cuStreamBatchMemOp']) {
       expect(asked.get(name)).toBe('11070');
     }
-    for (const name of ['cuStreamBeginCapture', 'cuStreamEndCapture', 'cuStreamIsCapturing', 'cuGraphInstantiateWithFlags', 'cuGraphLaunch', 'cuGraphExecDestroy', 'cuGraphDestroy', 'cuModuleLoadDataEx', 'cuModuleUnload', 'cuModuleGetFunction', 'cuLaunchKernel']) {
+    for (const name of [
+      'cuStreamBeginCapture',
+      'cuStreamEndCapture',
+      'cuStreamIsCapturing',
+      'cuGraphInstantiateWithFlags',
+      'cuGraphLaunch',
+      'cuGraphExecDestroy',
+      'cuGraphDestroy',
+      'cuModuleLoadDataEx',
+      'cuModuleUnload',
+      'cuModuleGetFunction',
+      'cuLaunchKernel',
+    ]) {
       expect(asked.get(name)).toBe('12000');
     }
   });
 
   it('marshals values, condition flags, batches, capture modes and kernel parameter bytes; errors are CudaError', async () => {
     const out = await scenario('gpu-driven');
-    const calls = (out.log as string[]).filter((l) => !l.startsWith('cuGetProcAddress ')).map((l) => l.replace(/(stream|addr)=0x[0-9a-f]+/g, '$1=X').replace(/(smcuda_fill_u32 .*params=)\S+ /, '$1PTR '));
+    const calls = (out.log as string[])
+      .filter((l) => !l.startsWith('cuGetProcAddress '))
+      .map((l) => l.replace(/(stream|addr)=0x[0-9a-f]+/g, '$1=X').replace(/(smcuda_fill_u32 .*params=)\S+ /, '$1PTR '));
     expect(calls).toEqual([
       'cuStreamWriteValue32_v2 stream=X addr=X value=3735928559 flags=0',
       'cuStreamWriteValue64_v2 stream=X addr=X value=18364758544493064720 flags=0',
@@ -385,12 +486,17 @@ describe.skipIf(addonAvailable || !cc || !compiled)('GPU-driven calls of the add
     expect(out).toMatchObject({ capturing: true, capturingAfterEnd: false, loadMs: true });
     expect(out.endTwice.error).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_ILLEGAL_STATE', call: 'cuStreamEndCapture', result: 401 });
     expect(out.missingEntry.error).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_NOT_FOUND', call: 'cuModuleGetFunction' });
-    expect(out.badPtx.error).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_INVALID_PTX', call: 'cuModuleLoadDataEx', message: expect.stringContaining('fake JIT: no .version directive') });
+    expect(out.badPtx.error).toMatchObject({
+      isCudaError: true,
+      code: 'CUDA_ERROR_INVALID_PTX',
+      call: 'cuModuleLoadDataEx',
+      message: expect.stringContaining('fake JIT: no .version directive'),
+    });
     expect(out.badStream.error).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_ILLEGAL_ADDRESS', call: 'cuStreamWriteValue32', result: 700 });
     expect(out.badStreamLaunch.error).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_ILLEGAL_ADDRESS', call: 'cuGraphLaunch' });
   });
 
-  it('a missing entry point turns its group off with the reason; the group\'s calls are CUDA_ERROR_NOT_SUPPORTED; the driver stays usable', async () => {
+  it("a missing entry point turns its group off with the reason; the group's calls are CUDA_ERROR_NOT_SUPPORTED; the driver stays usable", async () => {
     const [noWait64, noLaunch, noGraph, noNor, oldDriver] = await Promise.all([
       scenario('gpu-status', { FAKE_CUDA_MISSING: 'cuStreamWaitValue64' }),
       scenario('gpu-status', { FAKE_CUDA_MISSING: 'cuLaunchKernel' }),
@@ -408,12 +514,29 @@ describe.skipIf(addonAvailable || !cc || !compiled)('GPU-driven calls of the add
     });
     expect(noWait64.write32.error).toMatchObject({ isCudaError: true, code: 'CUDA_ERROR_NOT_SUPPORTED', call: 'cuStreamWriteValue32_v2', result: 801 });
     expect(noWait64.load).toEqual({ value: true });
-    expect(noLaunch.status).toMatchObject({ streamMemOps: true, graphs: true, modules: false, reason: expect.stringContaining('does not provide cuLaunchKernel') });
+    expect(noLaunch.status).toMatchObject({
+      streamMemOps: true,
+      graphs: true,
+      modules: false,
+      reason: expect.stringContaining('does not provide cuLaunchKernel'),
+    });
     expect(noLaunch.load.error).toMatchObject({ code: 'CUDA_ERROR_NOT_SUPPORTED' });
     expect(noLaunch.write32).toEqual({});
     expect(noGraph.status).toMatchObject({ streamMemOps: true, graphs: false, modules: true, reason: expect.stringContaining('cuGraphLaunch') });
     expect(noGraph.capture.error).toMatchObject({ code: 'CUDA_ERROR_NOT_SUPPORTED', call: 'cuStreamIsCapturing' });
-    expect(noNor.status).toEqual({ streamMemOps: true, waitValueNor: false, memOps64: true, graphs: true, modules: true, reason: expect.stringContaining('CU_STREAM_WAIT_VALUE_NOR') });
-    expect(oldDriver.status).toMatchObject({ streamMemOps: false, graphs: false, modules: false, reason: expect.stringMatching(/^CUDA is unavailable: .*CUDA 11\.8/) });
+    expect(noNor.status).toEqual({
+      streamMemOps: true,
+      waitValueNor: false,
+      memOps64: true,
+      graphs: true,
+      modules: true,
+      reason: expect.stringContaining('CU_STREAM_WAIT_VALUE_NOR'),
+    });
+    expect(oldDriver.status).toMatchObject({
+      streamMemOps: false,
+      graphs: false,
+      modules: false,
+      reason: expect.stringMatching(/^CUDA is unavailable: .*CUDA 11\.8/),
+    });
   });
 });

@@ -37,7 +37,8 @@ function fakeAddon(returns: Record<string, unknown> = {}, throws: Record<string,
   const addon = new Proxy(
     {},
     {
-      get: (_t, name: string) =>
+      get:
+        (_t, name: string) =>
         (...args: unknown[]) => {
           calls.push({ name, args });
           if (name in throws) throw throws[name];
@@ -62,25 +63,72 @@ const available = addon.cudaStatus().available;
 describe('the built addon', () => {
   it('exports every function native-addon.ts declares', () => {
     const names = [
-      'cudaStatus', 'cuInit', 'cuDeviceGetCount', 'cuDeviceGetInfo', 'cuDeviceCanAccessPeer',
-      'cuDevicePrimaryCtxRetain', 'cuDevicePrimaryCtxRelease', 'cuCtxSetCurrent', 'cuMemAlloc', 'cuMemFree',
-      'cuMemsetD8', 'cuMemsetD8Async', 'cuMemcpyHtoD', 'cuMemcpyDtoH', 'cuMemcpyDtoD', 'cuMemcpyHtoDAsync',
-      'cuMemcpyDtoHAsync', 'cuMemcpyAsync', 'cuMemGetAddressRange', 'cuPointerGetAttributes',
-      'cuPointerGetBufferId', 'cuMemHostAlloc',
-      'cuMemFreeHost', 'cuMemHostGetDevicePointer', 'cuMemHostRegister', 'cuMemHostUnregister', 'cuIpcGetMemHandle', 'cuIpcOpenMemHandle',
-      'cuIpcCloseMemHandle', 'cuIpcGetEventHandle', 'cuIpcOpenEventHandle', 'cuStreamCreate', 'cuStreamDestroy',
-      'cuStreamSynchronize', 'cuStreamWaitEvent', 'cuEventCreate', 'cuEventDestroy', 'cuEventRecord', 'cuEventQuery',
-      'cuEventSynchronize', 'cuEventElapsedTime', 'whenEventComplete', 'completionShutdown', 'completionOpen',
+      'cudaStatus',
+      'cuInit',
+      'cuDeviceGetCount',
+      'cuDeviceGetInfo',
+      'cuDeviceCanAccessPeer',
+      'cuDevicePrimaryCtxRetain',
+      'cuDevicePrimaryCtxRelease',
+      'cuCtxSetCurrent',
+      'cuMemAlloc',
+      'cuMemFree',
+      'cuMemsetD8',
+      'cuMemsetD8Async',
+      'cuMemcpyHtoD',
+      'cuMemcpyDtoH',
+      'cuMemcpyDtoD',
+      'cuMemcpyHtoDAsync',
+      'cuMemcpyDtoHAsync',
+      'cuMemcpyAsync',
+      'cuMemGetAddressRange',
+      'cuPointerGetAttributes',
+      'cuPointerGetBufferId',
+      'cuMemHostAlloc',
+      'cuMemFreeHost',
+      'cuMemHostGetDevicePointer',
+      'cuMemHostRegister',
+      'cuMemHostUnregister',
+      'cuIpcGetMemHandle',
+      'cuIpcOpenMemHandle',
+      'cuIpcCloseMemHandle',
+      'cuIpcGetEventHandle',
+      'cuIpcOpenEventHandle',
+      'cuStreamCreate',
+      'cuStreamDestroy',
+      'cuStreamSynchronize',
+      'cuStreamWaitEvent',
+      'cuEventCreate',
+      'cuEventDestroy',
+      'cuEventRecord',
+      'cuEventQuery',
+      'cuEventSynchronize',
+      'cuEventElapsedTime',
+      'whenEventComplete',
+      'completionShutdown',
+      'completionOpen',
       'completionClose',
-      'gpuDrivenStatus', 'cuStreamWaitValue32', 'cuStreamWaitValue64', 'cuStreamWriteValue32', 'cuStreamWriteValue64',
-      'cuStreamBatchMemOp', 'cuStreamBeginCapture', 'cuStreamEndCapture', 'cuStreamIsCapturing', 'cuGraphInstantiate',
-      'cuGraphLaunch', 'cuGraphExecDestroy', 'cuGraphDestroy', 'cuModuleLoadData', 'cuModuleUnload', 'cuModuleGetFunction',
+      'gpuDrivenStatus',
+      'cuStreamWaitValue32',
+      'cuStreamWaitValue64',
+      'cuStreamWriteValue32',
+      'cuStreamWriteValue64',
+      'cuStreamBatchMemOp',
+      'cuStreamBeginCapture',
+      'cuStreamEndCapture',
+      'cuStreamIsCapturing',
+      'cuGraphInstantiate',
+      'cuGraphLaunch',
+      'cuGraphExecDestroy',
+      'cuGraphDestroy',
+      'cuModuleLoadData',
+      'cuModuleUnload',
+      'cuModuleGetFunction',
       'cuLaunchKernel',
     ];
     const exported = addon as unknown as Record<string, unknown>;
     expect(names.filter((n) => typeof exported[n] !== 'function')).toEqual([]);
   });
-
 });
 
 describe.skipIf(available)('without an NVIDIA driver', () => {
@@ -176,27 +224,29 @@ describe('NativeCudaDriver validates before calling native code', () => {
     },
   );
 
-  test.prop([fc.oneof(fc.integer({ max: -1 }), fc.double().filter((x) => !Number.isInteger(x)))], { numRuns: 100 })(
-    'a negative or fractional size is refused, and native code never runs',
-    (bytes) => {
-      const { addon: fake, calls } = fakeAddon();
-      const d = new NativeCudaDriver(fake);
-      expect(() => d.memAlloc(bytes)).toThrow(bytes < 0 && Number.isInteger(bytes) ? RangeError : TypeError);
-      expect(() => d.memcpyAsync(1n, 2n, bytes, 0n)).toThrow();
-      expect(calls).toEqual([]);
-    },
-  );
+  test.prop(
+    [
+      fc.oneof(
+        fc.integer({ max: -1 }),
+        fc.double().filter((x) => !Number.isInteger(x)),
+      ),
+    ],
+    { numRuns: 100 },
+  )('a negative or fractional size is refused, and native code never runs', (bytes) => {
+    const { addon: fake, calls } = fakeAddon();
+    const d = new NativeCudaDriver(fake);
+    expect(() => d.memAlloc(bytes)).toThrow(bytes < 0 && Number.isInteger(bytes) ? RangeError : TypeError);
+    expect(() => d.memcpyAsync(1n, 2n, bytes, 0n)).toThrow();
+    expect(calls).toEqual([]);
+  });
 
-  test.prop([fc.nat({ max: 256 }).filter((n) => n !== 64)], { numRuns: 50 })(
-    'an IPC handle of any size but 64 bytes is a RangeError',
-    (size) => {
-      const { addon: fake, calls } = fakeAddon();
-      const d = new NativeCudaDriver(fake);
-      expect(() => d.ipcOpenMemHandle(new Uint8Array(size))).toThrow(RangeError);
-      expect(() => d.ipcOpenEventHandle(new Uint8Array(size))).toThrow(RangeError);
-      expect(calls).toEqual([]);
-    },
-  );
+  test.prop([fc.nat({ max: 256 }).filter((n) => n !== 64)], { numRuns: 50 })('an IPC handle of any size but 64 bytes is a RangeError', (size) => {
+    const { addon: fake, calls } = fakeAddon();
+    const d = new NativeCudaDriver(fake);
+    expect(() => d.ipcOpenMemHandle(new Uint8Array(size))).toThrow(RangeError);
+    expect(() => d.ipcOpenEventHandle(new Uint8Array(size))).toThrow(RangeError);
+    expect(calls).toEqual([]);
+  });
 
   it('passes host memory as (ArrayBuffer, byteOffset, byteLength)', () => {
     const { addon: fake, calls } = fakeAddon({ cuIpcOpenMemHandle: 5n });
@@ -270,7 +320,9 @@ describe('native errors become typed errors', () => {
 
   it('pointerAttributes of memory CUDA does not know is CUDA_ERROR_INVALID_VALUE', () => {
     const { addon: fake } = fakeAddon({ cuPointerGetAttributes: { bufferId: 0n, device: -2, memoryType: 0 } });
-    expect(() => new NativeCudaDriver(fake).pointerAttributes(5n)).toThrow(expect.objectContaining({ code: 'CUDA_ERROR_INVALID_VALUE', call: 'cuPointerGetAttributes' }));
+    expect(() => new NativeCudaDriver(fake).pointerAttributes(5n)).toThrow(
+      expect.objectContaining({ code: 'CUDA_ERROR_INVALID_VALUE', call: 'cuPointerGetAttributes' }),
+    );
   });
 });
 
@@ -329,7 +381,14 @@ describe('NativeCudaDriver bookkeeping', () => {
     const waiting = d.whenComplete(5n);
     d.close();
     await expect(waiting).rejects.toBeInstanceOf(ClosedError);
-    expect(calls.map((c) => c.name)).toEqual(['cuDevicePrimaryCtxRetain', 'completionOpen', 'whenEventComplete', 'completionClose', 'cuCtxSetCurrent', 'cuDevicePrimaryCtxRelease']);
+    expect(calls.map((c) => c.name)).toEqual([
+      'cuDevicePrimaryCtxRetain',
+      'completionOpen',
+      'whenEventComplete',
+      'completionClose',
+      'cuCtxSetCurrent',
+      'cuDevicePrimaryCtxRelease',
+    ]);
     expect(calls.find((c) => c.name === 'completionClose')!.args).toEqual([3]);
   });
 
@@ -378,7 +437,9 @@ describe('NativeCudaDriver bookkeeping', () => {
       { cuMemHostAlloc: buffer },
       { cuMemHostGetDevicePointer: nativeCudaError('cuMemHostGetDevicePointer', 'CUDA_ERROR_NOT_SUPPORTED', 801, 'operation not supported') },
     );
-    expect(() => new NativeCudaDriver(fake).hostAlloc(16)).toThrow(expect.objectContaining({ code: 'CUDA_ERROR_NOT_SUPPORTED', call: 'cuMemHostGetDevicePointer' }));
+    expect(() => new NativeCudaDriver(fake).hostAlloc(16)).toThrow(
+      expect.objectContaining({ code: 'CUDA_ERROR_NOT_SUPPORTED', call: 'cuMemHostGetDevicePointer' }),
+    );
     expect(calls.map((c) => [c.name, ...c.args])).toEqual([
       ['cuMemHostAlloc', 16],
       ['cuMemHostGetDevicePointer', buffer],
@@ -446,7 +507,11 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
   });
 
   it('queues copies in one cuMemcpyBatchAsync with the ABI of the driver, one by one without it', async () => {
-    const expected = [...Array.from({ length: 32 }, (_, i) => 65 + i), ...Array.from({ length: 32 }, (_, i) => 33 + i), ...Array.from({ length: 16 }, (_, i) => 1 + i)];
+    const expected = [
+      ...Array.from({ length: 32 }, (_, i) => 65 + i),
+      ...Array.from({ length: 32 }, (_, i) => 33 + i),
+      ...Array.from({ length: 16 }, (_, i) => 1 + i),
+    ];
     const runs = await Promise.all([
       scenario('batch', { FAKE_CUDA_VERSION: '13000' }),
       scenario('batch', { FAKE_CUDA_VERSION: '12080' }),
@@ -553,7 +618,7 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
     expect(await scenario('worker-teardown')).toEqual({ messages: ['completed', 'completed', 'completed'] });
   });
 
-  it('two drivers in one process: closing one rejects only its own waits; the other\'s complete, and the poller stops only with the last', async () => {
+  it("two drivers in one process: closing one rejects only its own waits; the other's complete, and the poller stops only with the last", async () => {
     const out = await scenario('two-drivers');
     expect(out.closedOnes).toEqual([
       { resolved: false, error: expect.objectContaining({ isClosedError: true }) },
@@ -570,7 +635,7 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
     });
   });
 
-  it('completionClose returns once the thread no longer queries the closed client\'s events (destroyed right after: never queried again)', async () => {
+  it("completionClose returns once the thread no longer queries the closed client's events (destroyed right after: never queried again)", async () => {
     const { stdout, stderr } = await run(process.execPath, [fixture, 'close-then-destroy'], {
       env: { ...process.env, LD_LIBRARY_PATH: libDir },
       timeout: 20_000,

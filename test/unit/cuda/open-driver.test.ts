@@ -34,11 +34,13 @@ describe('openDriver', () => {
     expect(driver.deviceCount()).toBeGreaterThan(0);
   });
 
-  it('withoutSimHint takes the native layer\'s CLI advice out of a reason', () => {
-    expect(withoutSimHint('libcuda.so.1 not found: no NVIDIA driver on this machine; install the NVIDIA driver or use the simulated driver (--driver sim)')).toBe(
-      'libcuda.so.1 not found: no NVIDIA driver on this machine; install the NVIDIA driver',
+  it("withoutSimHint takes the native layer's CLI advice out of a reason", () => {
+    expect(
+      withoutSimHint('libcuda.so.1 not found: no NVIDIA driver on this machine; install the NVIDIA driver or use the simulated driver (--driver sim)'),
+    ).toBe('libcuda.so.1 not found: no NVIDIA driver on this machine; install the NVIDIA driver');
+    expect(withoutSimHint('update the NVIDIA driver (525 or newer) or use the simulated driver (--driver sim)')).toBe(
+      'update the NVIDIA driver (525 or newer)',
     );
-    expect(withoutSimHint('update the NVIDIA driver (525 or newer) or use the simulated driver (--driver sim)')).toBe('update the NVIDIA driver (525 or newer)');
   });
 
   it("'native' where unavailable is a DriverUnavailableError with the reason; where available, a native driver", async () => {
@@ -48,7 +50,9 @@ describe('openDriver', () => {
     } catch (err) {
       expect(err).toBeInstanceOf(DriverUnavailableError);
       expect((err as DriverUnavailableError).code).toBe('SMCUDA_DRIVER_UNAVAILABLE');
-      expect((err as Error).message).toMatch(/native CUDA driver cannot be used: .+; or pass driver: 'sim' \(or 'auto'; CLI: --driver sim\) to run without a GPU$/);
+      expect((err as Error).message).toMatch(
+        /native CUDA driver cannot be used: .+; or pass driver: 'sim' \(or 'auto'; CLI: --driver sim\) to run without a GPU$/,
+      );
       expect((err as Error).message.match(/driver sim/g)).toHaveLength(1); // said once
       return;
     }

@@ -20,7 +20,9 @@ const ARM64 = join(ROOT, 'prebuilds/linux-arm64/smcuda.napi.glibc.node');
 
 /** The exported function names of an addon, loaded in a fresh process. */
 function exportsOf(file: string): string[] {
-  return JSON.parse(execFileSync(process.execPath, ['-e', `console.log(JSON.stringify(Object.keys(require(${JSON.stringify(file)})).sort()))`], { encoding: 'utf8' }));
+  return JSON.parse(
+    execFileSync(process.execPath, ['-e', `console.log(JSON.stringify(Object.keys(require(${JSON.stringify(file)})).sort()))`], { encoding: 'utf8' }),
+  );
 }
 
 function has(cmd: string, args = ['--version']): boolean {
@@ -46,14 +48,17 @@ describe('prebuilds/linux-x64', () => {
     const built = join(ROOT, 'build/Release/smcuda.node');
     const prebuilt = exportsOf(X64);
     expect(prebuilt.length).toBeGreaterThan(40);
-    if (existsSync(built)) expect(prebuilt, 'the prebuilt addon is older than native/: run `npm run build:prebuilds` and commit prebuilds/').toEqual(exportsOf(built));
+    if (existsSync(built))
+      expect(prebuilt, 'the prebuilt addon is older than native/: run `npm run build:prebuilds` and commit prebuilds/').toEqual(exportsOf(built));
   });
 
   it.skipIf(!has('objdump'))(`needs no newer glibc than its manifest, and no libstdc++${has('objdump') ? '' : ' (skipped: no objdump)'}`, () => {
     for (const arch of ['x64', 'arm64']) {
       const manifest = JSON.parse(readFileSync(join(ROOT, `prebuilds/linux-${arch}/smcuda.json`), 'utf8'));
       const file = join(ROOT, `prebuilds/linux-${arch}`, manifest.file);
-      const dump = execFileSync(arch === 'x64' || !has('aarch64-linux-gnu-objdump') ? 'objdump' : 'aarch64-linux-gnu-objdump', ['-T', file], { encoding: 'utf8' });
+      const dump = execFileSync(arch === 'x64' || !has('aarch64-linux-gnu-objdump') ? 'objdump' : 'aarch64-linux-gnu-objdump', ['-T', file], {
+        encoding: 'utf8',
+      });
       const versions = [...dump.matchAll(/\(GLIBC_(\d+)\.(\d+)/g)].map((m) => Number(m[1]) * 1000 + Number(m[2]));
       const [major, minor] = manifest.glibc.split('.').map(Number);
       expect(Math.max(...versions)).toBe(major * 1000 + minor);
@@ -72,10 +77,14 @@ describe('a load failure names a command that builds the addon', () => {
   });
 
   it('an addon for another architecture is reported as such, with the command', async () => {
-    const r = spawnSync(process.execPath, ['--input-type=module', '-e', `import { loadAddon } from ${JSON.stringify(join(ROOT, 'dist/src/cuda/addon.js'))}; loadAddon();`], {
-      env: { ...process.env, SMCUDA_ADDON: ARM64 },
-      encoding: 'utf8',
-    });
+    const r = spawnSync(
+      process.execPath,
+      ['--input-type=module', '-e', `import { loadAddon } from ${JSON.stringify(join(ROOT, 'dist/src/cuda/addon.js'))}; loadAddon();`],
+      {
+        env: { ...process.env, SMCUDA_ADDON: ARM64 },
+        encoding: 'utf8',
+      },
+    );
     expect(r.status).not.toBe(0);
     expect(r.stderr).toContain('SMCUDA_ADDON_LOAD');
     expect(r.stderr).toContain('built for another machine architecture');
