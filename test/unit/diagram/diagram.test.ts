@@ -53,7 +53,7 @@ describe('graph of the negotiation machine', () => {
     expect(edge('SENT.waiting', 'SENT.openingProbe', 'IPC_ACK [my attempt and ok]')).toBeDefined();
   });
 
-  it("shows the probe: opened before ACK(yes) and before CONFIRM, a failure BAD on both paths", () => {
+  it('shows the probe: opened before ACK(yes) and before CONFIRM, a failure BAD on both paths', () => {
     expect(edge('ACKING.checkingPeerAccess', 'ACKING.openingProbe', 'checkPeerAccess done [peer access]')?.kind).toBe('done');
     expect(edge('ACKING.openingProbe', 'ACKED', 'openProbe done / send IPC_ACK(yes)')?.kind).toBe('done');
     expect(edge('ACKING.openingProbe', 'BAD', 'openProbe failed / send IPC_ACK(no)')?.kind).toBe('error');

@@ -25,7 +25,14 @@ const SEC = 1e6;
  * finished, the next `inFlight` were made and not finished (`fail`: failed by
  * the abort, as a dump after an abort has them).
  */
-function rankDump(rank: number, size: number, calls: readonly Call[], finished: number, inFlight = 0, opts: { fail?: boolean; capacity?: number; pid?: number; dumpAt?: number; cause?: string } = {}): FlightFile {
+function rankDump(
+  rank: number,
+  size: number,
+  calls: readonly Call[],
+  finished: number,
+  inFlight = 0,
+  opts: { fail?: boolean; capacity?: number; pid?: number; dumpAt?: number; cause?: string } = {},
+): FlightFile {
   const r = new FlightRecorder({ capacity: opts.capacity ?? 1000 });
   let t = 1_000 * SEC;
   for (let i = 0; i < finished + inFlight; i++) {
@@ -90,7 +97,10 @@ describe('who is behind', () => {
 
   it('points at ranks with no record, and gives each cause once with its ranks', () => {
     const calls = same(3);
-    const a = analyzeFlights([rankDump(0, 3, calls, 2, 1, { fail: true, cause: 'rank 1 lost' }), rankDump(2, 3, calls, 2, 1, { fail: true, cause: 'rank 1 lost' })]);
+    const a = analyzeFlights([
+      rankDump(0, 3, calls, 2, 1, { fail: true, cause: 'rank 1 lost' }),
+      rankDump(2, 3, calls, 2, 1, { fail: true, cause: 'rank 1 lost' }),
+    ]);
     expect(a.missing).toEqual([1]);
     expect(a.lines).toContain('no record from rank 1 (of 3): it may have died or hung before writing one — look there first');
     expect(a.lines).toContain('cause (ranks 0, 2): rank 1 lost');
@@ -104,7 +114,7 @@ describe('who is behind', () => {
     const a = analyzeFlights([newer, old, other]);
     expect(a.ranks[0]!.pid).toBe(2);
     expect(a.notes).toContain('rank 0 has two records: flight.rank0.2.jsonl (newer) is read, flight.rank0.1.jsonl is not');
-    expect(a.notes.some((n) => n.includes('disagree on the job\'s size (2, 3)'))).toBe(true);
+    expect(a.notes.some((n) => n.includes("disagree on the job's size (2, 3)"))).toBe(true);
     expect(a.size).toBe(3);
   });
 
@@ -123,7 +133,9 @@ describe('who is behind', () => {
       const victim = victimSeed % size;
       const j = 1 + (jSeed % k);
       const calls = same(k);
-      const files = Array.from({ length: size }, (_, r) => (r === victim ? rankDump(r, size, calls, j - 1, 0, { capacity }) : rankDump(r, size, calls, j - 1, 1, { capacity, fail: r % 2 === 0 })));
+      const files = Array.from({ length: size }, (_, r) =>
+        r === victim ? rankDump(r, size, calls, j - 1, 0, { capacity }) : rankDump(r, size, calls, j - 1, 1, { capacity, fail: r % 2 === 0 }),
+      );
       const a = analyzeFlights(files);
       expect(a.verdict).toBe('behind');
       expect(a.groups[0]).toMatchObject({ seq: j, stage: 'not made', ranks: [victim] });
@@ -148,26 +160,45 @@ describe('who is behind', () => {
     },
   );
 
-  propTest.prop([fc.integer({ min: 1, max: 8 }), fc.integer({ min: 0, max: 30 }), fc.integer({ min: 1, max: 50 })])('ranks that finished the same calls are all finished', (size, k, capacity) => {
-    const a = analyzeFlights(Array.from({ length: size }, (_, r) => rankDump(r, size, same(k), k, 0, { capacity })));
-    expect(a.verdict).toBe(k === 0 ? 'empty' : 'finished');
-    expect(a.groups).toHaveLength(1);
-    expect(a.mismatch).toBeUndefined();
-  });
+  propTest.prop([fc.integer({ min: 1, max: 8 }), fc.integer({ min: 0, max: 30 }), fc.integer({ min: 1, max: 50 })])(
+    'ranks that finished the same calls are all finished',
+    (size, k, capacity) => {
+      const a = analyzeFlights(Array.from({ length: size }, (_, r) => rankDump(r, size, same(k), k, 0, { capacity })));
+      expect(a.verdict).toBe(k === 0 ? 'empty' : 'finished');
+      expect(a.groups).toHaveLength(1);
+      expect(a.mismatch).toBeUndefined();
+    },
+  );
 });
 
 describe('ranks that disagree', () => {
   it('names the call and what each rank made', () => {
-    const a = analyzeFlights([rankDump(0, 2, [...same(8), { op: 'allreduce', dtype: 'f32', count: 1000 }], 8, 1), rankDump(1, 2, [...same(8), { op: 'allreduce', dtype: 'i32', count: 1000 }], 8, 1)]);
+    const a = analyzeFlights([
+      rankDump(0, 2, [...same(8), { op: 'allreduce', dtype: 'f32', count: 1000 }], 8, 1),
+      rankDump(1, 2, [...same(8), { op: 'allreduce', dtype: 'i32', count: 1000 }], 8, 1),
+    ]);
     expect(a.verdict).toBe('mismatch');
     expect(a.lines[0]).toBe('ranks disagree at call 9: rank 0 allreduce f32×1000, rank 1 allreduce i32×1000');
-    expect(a.mismatch).toEqual({ seq: 9, groups: [{ ranks: [0], call: { op: 'allreduce', dtype: 'f32', count: 1000, algorithm: 'one-shot' } }, { ranks: [1], call: { op: 'allreduce', dtype: 'i32', count: 1000, algorithm: 'one-shot' } }] });
+    expect(a.mismatch).toEqual({
+      seq: 9,
+      groups: [
+        { ranks: [0], call: { op: 'allreduce', dtype: 'f32', count: 1000, algorithm: 'one-shot' } },
+        { ranks: [1], call: { op: 'allreduce', dtype: 'i32', count: 1000, algorithm: 'one-shot' } },
+      ],
+    });
   });
 
   it('names the algorithm where it is all that differs, and the root of a rooted call', () => {
-    const a = analyzeFlights([rankDump(0, 3, [{ ...AR, algorithm: 'one-shot' }], 0, 1), rankDump(1, 3, [{ ...AR, algorithm: 'two-shot' }], 0, 1), rankDump(2, 3, [{ ...AR, algorithm: 'one-shot' }], 0, 1)]);
+    const a = analyzeFlights([
+      rankDump(0, 3, [{ ...AR, algorithm: 'one-shot' }], 0, 1),
+      rankDump(1, 3, [{ ...AR, algorithm: 'two-shot' }], 0, 1),
+      rankDump(2, 3, [{ ...AR, algorithm: 'one-shot' }], 0, 1),
+    ]);
     expect(a.lines[0]).toBe('ranks disagree at call 1: ranks 0, 2 allreduce f32×1048576 by one-shot, rank 1 allreduce f32×1048576 by two-shot');
-    const b = analyzeFlights([rankDump(0, 2, [{ op: 'broadcast', dtype: 'u8', count: 4, root: 0 }], 0, 1), rankDump(1, 2, [{ op: 'broadcast', dtype: 'u8', count: 4, root: 1 }], 0, 1)]);
+    const b = analyzeFlights([
+      rankDump(0, 2, [{ op: 'broadcast', dtype: 'u8', count: 4, root: 0 }], 0, 1),
+      rankDump(1, 2, [{ op: 'broadcast', dtype: 'u8', count: 4, root: 1 }], 0, 1),
+    ]);
     expect(b.lines[0]).toBe('ranks disagree at call 1: rank 0 broadcast u8×4 root 0, rank 1 broadcast u8×4 root 1');
   });
 
@@ -177,7 +208,9 @@ describe('ranks that disagree', () => {
       const odd = oddSeed % size;
       const m = 1 + (mSeed % k);
       const calls = same(k);
-      const changed = calls.map((c, i) => (i + 1 === m ? { ...c, ...(field === 'dtype' ? { dtype: 'i32' } : field === 'count' ? { count: 7 } : { op: 'allgather' }) } : c));
+      const changed = calls.map((c, i) =>
+        i + 1 === m ? { ...c, ...(field === 'dtype' ? { dtype: 'i32' } : field === 'count' ? { count: 7 } : { op: 'allgather' }) } : c,
+      );
       const a = analyzeFlights(Array.from({ length: size }, (_, r) => rankDump(r, size, r === odd ? changed : calls, m - 1, 1)));
       expect(a.verdict).toBe('mismatch');
       expect(a.mismatch!.seq).toBe(m);
@@ -196,9 +229,13 @@ describe('reading dumps', () => {
 
   it('refuses a bad header, another format version and a bad line, naming the file and line', () => {
     const header = '{"format":"smcuda-flight/1","rank":0,"size":2,"pid":9,"timeUs":5}';
-    const err = (text: string, match: RegExp) => expect(() => parseFlightFile(text, 'f.jsonl')).toThrow(expect.objectContaining({ code: 'SMCUDA_TRACE_FORMAT', message: expect.stringMatching(match) }));
+    const err = (text: string, match: RegExp) =>
+      expect(() => parseFlightFile(text, 'f.jsonl')).toThrow(expect.objectContaining({ code: 'SMCUDA_TRACE_FORMAT', message: expect.stringMatching(match) }));
     err('{"t":1}\n', /^f\.jsonl:1: not a flight record header/);
-    err('{"format":"smcuda-flight/2","rank":0,"size":2,"pid":9,"timeUs":5}\n', /^f\.jsonl:1: flight record format smcuda-flight\/2, this smcuda reads smcuda-flight\/1/);
+    err(
+      '{"format":"smcuda-flight/2","rank":0,"size":2,"pid":9,"timeUs":5}\n',
+      /^f\.jsonl:1: flight record format smcuda-flight\/2, this smcuda reads smcuda-flight\/1/,
+    );
     err('{"format":"smcuda-flight/1","rank":2,"size":2,"pid":9,"timeUs":5}\n', /^f\.jsonl:1: the header needs rank, size \(rank < size\)/);
     err(`${header}\n{"seq":1,"op":"allreduce","state":"running","queuedUs":3}\n`, /^f\.jsonl:2: not a flight record line/);
     err(`${header}\n\n[1,2]\n`, /^f\.jsonl:3: not a flight record line/);
