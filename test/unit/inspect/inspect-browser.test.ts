@@ -58,7 +58,10 @@ describe.skipIf(!findChromium())(`inspector page in headless Chromium${findChrom
       await page.waitForFunction(
         () => {
           const cards = [...document.querySelectorAll<HTMLElement>('[data-endpoint]')];
-          return cards.length === 2 && cards.every((c) => c.querySelector<HTMLElement>('[data-role=state]')?.dataset.state === 'OK' && c.querySelector('.diagram svg'));
+          return (
+            cards.length === 2 &&
+            cards.every((c) => c.querySelector<HTMLElement>('[data-role=state]')?.dataset.state === 'OK' && c.querySelector('.diagram svg'))
+          );
         },
         undefined,
         { timeout: 30_000 },

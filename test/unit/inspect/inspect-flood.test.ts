@@ -67,7 +67,9 @@ describe('the inspector flooded with idle connections', () => {
   it('a connection that never shows the secret is closed after idleMs; a page that showed it is kept', async () => {
     const server = await serve({ maxConnections: 8, idleMs: 300 });
     const events = new Promise<Socket>((resolve, reject) => {
-      request(`${server.url}events`, { agent: false }, (res) => resolve(res.socket)).on('error', reject).end();
+      request(`${server.url}events`, { agent: false }, (res) => resolve(res.socket))
+        .on('error', reject)
+        .end();
     });
     const page = await events;
     let pageClosed = false;

@@ -43,10 +43,14 @@ describe.skipIf(!chromium)(`inspector legibility at 1280 px${chromium ? '' : ' (
     const page = await browser!.newPage({ viewport: { width: 1280, height: 900 } });
     try {
       await page.goto(insp!.url);
-      await page.waitForFunction(() => {
-        const cards = [...document.querySelectorAll<HTMLElement>('[data-endpoint]')];
-        return cards.length === 2 && cards.every((c) => c.querySelector('.diagram svg .smcuda-current'));
-      }, undefined, { timeout: 30_000 });
+      await page.waitForFunction(
+        () => {
+          const cards = [...document.querySelectorAll<HTMLElement>('[data-endpoint]')];
+          return cards.length === 2 && cards.every((c) => c.querySelector('.diagram svg .smcuda-current'));
+        },
+        undefined,
+        { timeout: 30_000 },
+      );
       const shot = join(dir, 'inspector-1280.png');
       await page.screenshot({ path: shot, fullPage: true });
       expect(readFileSync(shot).subarray(1, 4).toString()).toBe('PNG');
@@ -85,9 +89,13 @@ describe.skipIf(!chromium)(`inspector legibility at 1280 px${chromium ? '' : ' (
       // As the server answers when mermaid is not installed (src/inspect/server.ts).
       await page.route('**/mermaid.min.js', (route) => route.fulfill({ status: 404, contentType: 'text/plain', body: `${MERMAID_MISSING}\n` }));
       await page.goto(insp!.url);
-      await page.waitForFunction(() => !document.getElementById('notice')!.hidden && document.querySelectorAll('[data-endpoint] [data-state=OK]').length === 2, undefined, { timeout: 30_000 });
+      await page.waitForFunction(
+        () => !document.getElementById('notice')!.hidden && document.querySelectorAll('[data-endpoint] [data-state=OK]').length === 2,
+        undefined,
+        { timeout: 30_000 },
+      );
       const notice = await page.textContent('#notice');
-      expect(notice).toContain("npm install mermaid");
+      expect(notice).toContain('npm install mermaid');
       expect(notice).not.toMatch(/playwright/);
       expect(await page.textContent('body')).not.toMatch(/playwright/);
       expect(await page.$$eval('.diagram', (ds) => ds.map((d) => d.textContent))).toEqual([

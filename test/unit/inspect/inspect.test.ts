@@ -153,7 +153,10 @@ describe('Transport.create({ inspect })', () => {
     try {
       const n = 256;
       const [da, db] = [pair.a.driver, pair.b.driver];
-      const [ra, rb] = await Promise.all([pair.a.ep.register(deviceWith(da, new Uint8Array(n).fill(1))), pair.b.ep.register(deviceWith(db, new Uint8Array(n)))]);
+      const [ra, rb] = await Promise.all([
+        pair.a.ep.register(deviceWith(da, new Uint8Array(n).fill(1))),
+        pair.b.ep.register(deviceWith(db, new Uint8Array(n))),
+      ]);
       const [ta, tb] = await Promise.all([pair.a.ep.persistent(ra, { role: 'send', length: n }), pair.b.ep.persistent(rb, { role: 'recv', length: n })]);
       expect((await views())[String(ta.id)]).toMatchObject({ role: 'send', state: 'armed', states: ['registered', 'armed'] });
       const [sa, sb] = [da.streamCreate(), db.streamCreate()];
@@ -189,7 +192,14 @@ describe('InspectorModel', () => {
     pt(5, 1, 'stuck', 'closed', 'SMCUDA_PERSISTENT_STUCK');
     const [v] = m.endpoints();
     expect(v!.cache).toEqual({});
-    expect(v!.persistent['1']).toMatchObject({ transfer: 1, role: 'send', state: 'closed', reason: 'SMCUDA_PERSISTENT_STUCK', transitions: 4, states: ['registered', 'armed', 'replaying', 'stuck', 'closed'] });
+    expect(v!.persistent['1']).toMatchObject({
+      transfer: 1,
+      role: 'send',
+      state: 'closed',
+      reason: 'SMCUDA_PERSISTENT_STUCK',
+      transitions: 4,
+      states: ['registered', 'armed', 'replaying', 'stuck', 'closed'],
+    });
     expect(v!.persistent['2']).toMatchObject({ state: 'armed', states: ['registered', 'armed'] });
   });
 

@@ -64,7 +64,9 @@ describe('trace lines longer than maxLineBytes', () => {
     writeFileSync(file, rec(1));
     appendFileSync(file, Buffer.alloc(4 * MiB, 0x78));
     appendFileSync(file, `\n${rec(2)}`);
-    const child = spawn(process.execPath, [CLI, 'inspect', '--trace', file, '--port', '0', '--max-line-bytes', '65536', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, 'inspect', '--trace', file, '--port', '0', '--max-line-bytes', '65536', '--json'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d));
