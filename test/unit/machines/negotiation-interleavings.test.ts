@@ -86,12 +86,10 @@ function wire(s: fc.Scheduler, sc: Scenario) {
         queues[which].push(frame);
         // Any scheduled delivery takes the head of the queue: the channel stays FIFO
         // whichever delivery task the scheduler releases first.
-        void s
-          .schedule(Promise.resolve(), `${which}→${other} ${FrameType[frame.type]}`)
-          .then(() => {
-            const f = queues[which].shift();
-            if (f) sides[other].n.receive(f);
-          });
+        void s.schedule(Promise.resolve(), `${which}→${other} ${FrameType[frame.type]}`).then(() => {
+          const f = queues[which].shift();
+          if (f) sides[other].n.receive(f);
+        });
       },
       checkReady: s.scheduleFunction(async function checkReady() {
         const r = readyAnswers.length > 0 ? readyAnswers.shift()! : finallyReady[which];
@@ -112,48 +110,45 @@ function wire(s: fc.Scheduler, sc: Scenario) {
 }
 
 describe('negotiation under scheduled interleavings', () => {
-  test.prop([fc.scheduler(), scenario], { numRuns: 200 })(
-    'two live endpoints always agree: both OK or both BAD',
-    async (s, sc) => {
-      const { queues, sides } = wire(s, sc);
-      const { a, b } = sides;
-      try {
-        for (const which of ['a', 'b'] as const) {
-          for (let i = 0; i < sc[which].sends; i++) {
-            void s.schedule(Promise.resolve(), `${which}.gpuSend`).then(() => sides[which].n.gpuSend());
-          }
+  test.prop([fc.scheduler(), scenario], { numRuns: 200 })('two live endpoints always agree: both OK or both BAD', async (s, sc) => {
+    const { queues, sides } = wire(s, sc);
+    const { a, b } = sides;
+    try {
+      for (const which of ['a', 'b'] as const) {
+        for (let i = 0; i < sc[which].sends; i++) {
+          void s.schedule(Promise.resolve(), `${which}.gpuSend`).then(() => sides[which].n.gpuSend());
         }
-        await s.waitIdle();
-
-        const settled = () => [a.state, b.state].every((st) => st === 'OK' || st === 'BAD');
-        for (let round = 0; round < 30 && !settled(); round++) {
-          // Everything has landed: nobody may be left waiting for an answer.
-          expect(['SENT', 'ACKING', 'ACKED']).not.toContain(a.state);
-          expect(['SENT', 'ACKING', 'ACKED']).not.toContain(b.state);
-          a.n.gpuSend();
-          b.n.gpuSend();
-          await s.waitIdle();
-        }
-
-        expect(settled(), `A ${a.n.path} / B ${b.n.path}`).toBe(true);
-        expect(a.state, `A ${a.n.path} / B ${b.n.path}`).toBe(b.state);
-        expect(queues.a).toEqual([]);
-        expect(queues.b).toEqual([]);
-        for (const side of [a, b]) {
-          expect(side.n.tries).toBeLessThanOrEqual(side.n.context.options.maxTries);
-          for (const rec of side.sent) {
-            expect(allowedSend(rec.before, rec.after, rec.frame), `${FrameType[rec.frame.type]} on ${rec.before}→${rec.after}`).toBe(true);
-          }
-        }
-        if (a.state === 'OK') {
-          expect(a.n.context.options.ipc && b.n.context.options.ipc).toBe(true);
-          expect(a.n.context.peerUuid).toBe(b.n.context.localUuid);
-          expect(b.n.context.peerUuid).toBe(a.n.context.localUuid);
-        }
-      } finally {
-        a.n.stop();
-        b.n.stop();
       }
-    },
-  );
+      await s.waitIdle();
+
+      const settled = () => [a.state, b.state].every((st) => st === 'OK' || st === 'BAD');
+      for (let round = 0; round < 30 && !settled(); round++) {
+        // Everything has landed: nobody may be left waiting for an answer.
+        expect(['SENT', 'ACKING', 'ACKED']).not.toContain(a.state);
+        expect(['SENT', 'ACKING', 'ACKED']).not.toContain(b.state);
+        a.n.gpuSend();
+        b.n.gpuSend();
+        await s.waitIdle();
+      }
+
+      expect(settled(), `A ${a.n.path} / B ${b.n.path}`).toBe(true);
+      expect(a.state, `A ${a.n.path} / B ${b.n.path}`).toBe(b.state);
+      expect(queues.a).toEqual([]);
+      expect(queues.b).toEqual([]);
+      for (const side of [a, b]) {
+        expect(side.n.tries).toBeLessThanOrEqual(side.n.context.options.maxTries);
+        for (const rec of side.sent) {
+          expect(allowedSend(rec.before, rec.after, rec.frame), `${FrameType[rec.frame.type]} on ${rec.before}→${rec.after}`).toBe(true);
+        }
+      }
+      if (a.state === 'OK') {
+        expect(a.n.context.options.ipc && b.n.context.options.ipc).toBe(true);
+        expect(a.n.context.peerUuid).toBe(b.n.context.localUuid);
+        expect(b.n.context.peerUuid).toBe(a.n.context.localUuid);
+      }
+    } finally {
+      a.n.stop();
+      b.n.stop();
+    }
+  });
 });

@@ -245,7 +245,10 @@ describe('negotiation against the reference model', () => {
         await fc.asyncModelRun(() => ({ model, real }), cmds);
         await drain(model, real, cfg);
         const [a, b] = [real.a, real.b];
-        expect([a.state, b.state].every((s) => s === 'OK' || s === 'BAD'), `${a.n.path} / ${b.n.path}`).toBe(true);
+        expect(
+          [a.state, b.state].every((s) => s === 'OK' || s === 'BAD'),
+          `${a.n.path} / ${b.n.path}`,
+        ).toBe(true);
         expect(a.state, `A ${a.n.path}, B ${b.n.path}`).toBe(b.state);
         expect(real.ab).toEqual([]);
         expect(real.ba).toEqual([]);

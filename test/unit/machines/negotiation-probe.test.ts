@@ -27,7 +27,7 @@ async function exchange(p: Pair): Promise<void> {
 }
 
 describe('the IPC probe in the negotiation', () => {
-  it('each side opens the other\'s probe (the device it names, the bytes it sent) before OK; 1.5 round trips', async () => {
+  it("each side opens the other's probe (the device it names, the bytes it sent) before OK; 1.5 round trips", async () => {
     const p = new Pair({ aOptions: T, bOptions: T });
     p.a.n.gpuSend();
     await exchange(p);

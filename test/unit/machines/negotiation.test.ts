@@ -31,7 +31,13 @@ async function exchange(p: Pair): Promise<void> {
 
 const req = (attempt: number, deviceUuid = 'GPU-peer'): NegotiationFrame => ({ type: FrameType.IPC_REQ, attempt, deviceUuid, probe: probeOf(deviceUuid) });
 /** ACK(ok) carrying the answering side's probe. */
-const ackOk = (attempt: number, deviceUuid = 'GPU-x'): NegotiationFrame => ({ type: FrameType.IPC_ACK, attempt, ok: true, deviceUuid, probe: probeOf(deviceUuid) });
+const ackOk = (attempt: number, deviceUuid = 'GPU-x'): NegotiationFrame => ({
+  type: FrameType.IPC_ACK,
+  attempt,
+  ok: true,
+  deviceUuid,
+  probe: probeOf(deviceUuid),
+});
 
 /** The machine with its effects provided the XState way: frames into `sent`, ready on `uuid`, every check yes. */
 function provided(sent: NegotiationFrame[], uuid: string) {
@@ -279,7 +285,7 @@ describe('negotiation: both sides at once', () => {
     expect(p.b.n.path).toBe('INIT→SENT→OK');
   });
 
-  it("a request arriving while my readiness check runs: I answer it instead of asking", async () => {
+  it('a request arriving while my readiness check runs: I answer it instead of asking', async () => {
     const p = new Pair({ aEnv: { ready: 'hang' } });
     p.a.n.gpuSend();
     p.b.n.gpuSend();

@@ -28,7 +28,15 @@ describe('persistent transfer machine', () => {
   });
 
   it('stuck, then failed: closed with the failure recorded; nothing leaves closed', () => {
-    const { seen, snap } = run([{ type: 'MATCHED' }, { type: 'START' }, { type: 'STUCK' }, { type: 'START' }, { type: 'FAIL', code: 'SMCUDA_PERSISTENT_STUCK' }, { type: 'MATCHED' }, { type: 'START' }]);
+    const { seen, snap } = run([
+      { type: 'MATCHED' },
+      { type: 'START' },
+      { type: 'STUCK' },
+      { type: 'START' },
+      { type: 'FAIL', code: 'SMCUDA_PERSISTENT_STUCK' },
+      { type: 'MATCHED' },
+      { type: 'START' },
+    ]);
     expect(seen).toEqual(['registered', 'armed', 'replaying', 'stuck', 'stuck', 'closed', 'closed', 'closed']);
     expect(snap.context.failure).toBe('SMCUDA_PERSISTENT_STUCK');
     expect(snap.status).toBe('done');
