@@ -51,7 +51,17 @@ async function pass(peer: FdChannel, meta: Parameters<typeof encodeFrame>[0]): P
 function vmmOffer(r: PathSide, id: number, chunks: number): FdOfferFrame {
   const base = BigInt(0x7000_0000 + id * 0x100_0000);
   const chunkList = Array.from({ length: chunks }, (_, k) => ({ offset: k * 4096, size: 4096 }));
-  return { type: FrameType.FD_OFFER, kind: HandleKind.VMM, bufferId: BigInt(id), deviceUuid: r.driver.deviceInfo(0).uuid, base, size: chunks * 4096, poolId: 0, exportData: new Uint8Array(64), chunks: chunkList };
+  return {
+    type: FrameType.FD_OFFER,
+    kind: HandleKind.VMM,
+    bufferId: BigInt(id),
+    deviceUuid: r.driver.deviceInfo(0).uuid,
+    base,
+    size: chunks * 4096,
+    poolId: 0,
+    exportData: new Uint8Array(64),
+    chunks: chunkList,
+  };
 }
 
 describe('maxPeerDescriptors', () => {
@@ -78,7 +88,8 @@ describe('maxPeerDescriptors', () => {
       receiver.onFrame(offer);
       await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: offer.bufferId, base: offer.base, index: 0 });
     }
-    for (let i = 0; i < 4 * MAX; i++) await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: 1000n + BigInt(i), base: 0x9000_0000n, index: 0 });
+    for (let i = 0; i < 4 * MAX; i++)
+      await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: 1000n + BigInt(i), base: 0x9000_0000n, index: 0 });
     await until(() => r.link.fd.stats.descriptorsReceived === MAX / 2 + 4 * MAX, 'every descriptor');
     expect(r.link.fd.stats.descriptorsRefused).toBe(4 * MAX - MAX / 2);
     expect(openFds() - before).toBeLessThanOrEqual(MAX);
@@ -91,7 +102,20 @@ describe('maxPeerDescriptors', () => {
     receiver.onFrame(offer);
     for (let k = 0; k < MAX + 4; k++) await pass(peer, { type: FrameType.FD_DESCRIPTOR, kind: HandleKind.VMM, id: offer.bufferId, base: offer.base, index: k });
     const p = pendingRecv(1);
-    receiver.receive(p.recv, { type: FrameType.RGET, tag: 1, seq: 5, kind: HandleKind.VMM, identity: new Uint8Array(64), base: offer.base, allocSize: offer.size, offset: 0, length: 4096, bufferId: offer.bufferId, deviceUuid: offer.deviceUuid, event: null });
+    receiver.receive(p.recv, {
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 5,
+      kind: HandleKind.VMM,
+      identity: new Uint8Array(64),
+      base: offer.base,
+      allocSize: offer.size,
+      offset: 0,
+      length: 4096,
+      bufferId: offer.bufferId,
+      deviceUuid: offer.deviceUuid,
+      event: null,
+    });
     await until(() => r.frames.some((f) => f.type === FrameType.FIN), 'the FIN');
     const fin = r.frames.find((f): f is FinFrame => f.type === FrameType.FIN)!;
     expect(fin).toMatchObject({ seq: 5, status: FinStatus.RESTAGE });

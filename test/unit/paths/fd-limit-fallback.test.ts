@@ -49,14 +49,37 @@ async function pass(peer: FdChannel, offer: FdOfferFrame, index: number): Promis
 
 function vmmOffer(r: PathSide, chunks: number): FdOfferFrame {
   const chunkList = Array.from({ length: chunks }, (_, k) => ({ offset: k * 4096, size: 4096 }));
-  return { type: FrameType.FD_OFFER, kind: HandleKind.VMM, bufferId: 1n, deviceUuid: r.driver.deviceInfo(0).uuid, base: 0x7000_0000n, size: chunks * 4096, poolId: 0, exportData: new Uint8Array(64), chunks: chunkList };
+  return {
+    type: FrameType.FD_OFFER,
+    kind: HandleKind.VMM,
+    bufferId: 1n,
+    deviceUuid: r.driver.deviceInfo(0).uuid,
+    base: 0x7000_0000n,
+    size: chunks * 4096,
+    poolId: 0,
+    exportData: new Uint8Array(64),
+    chunks: chunkList,
+  };
 }
 
 /** RGETs the offer's first chunk and returns its FIN and how long it took to come. */
 async function rget(r: PathSide, receiver: RgetPath, offer: FdOfferFrame): Promise<{ fin: FinFrame; ms: number }> {
   const start = performance.now();
   const p = pendingRecv(1);
-  receiver.receive(p.recv, { type: FrameType.RGET, tag: 1, seq: 5, kind: HandleKind.VMM, identity: new Uint8Array(64), base: offer.base, allocSize: offer.size, offset: 0, length: 4096, bufferId: offer.bufferId, deviceUuid: offer.deviceUuid, event: null });
+  receiver.receive(p.recv, {
+    type: FrameType.RGET,
+    tag: 1,
+    seq: 5,
+    kind: HandleKind.VMM,
+    identity: new Uint8Array(64),
+    base: offer.base,
+    allocSize: offer.size,
+    offset: 0,
+    length: 4096,
+    bufferId: offer.bufferId,
+    deviceUuid: offer.deviceUuid,
+    event: null,
+  });
   await until(() => r.frames.some((f) => f.type === FrameType.FIN), 'the FIN');
   return { fin: r.frames.find((f): f is FinFrame => f.type === FrameType.FIN)!, ms: performance.now() - start };
 }
@@ -92,7 +115,7 @@ describe('a message of more chunks than maxPeerDescriptors', () => {
 });
 
 describe('end to end, two transports on the simulated driver', () => {
-  it('a VMM message of more chunks than the receiver\'s bound goes by staging without a stall, and its bytes arrive', async () => {
+  it("a VMM message of more chunks than the receiver's bound goes by staging without a stall, and its bytes arrive", async () => {
     const { mkdtempSync, rmSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');
     const { join } = await import('node:path');
@@ -104,11 +127,14 @@ describe('end to end, two transports on the simulated driver', () => {
     const a = await Transport.create({ driver: da, id: 'sender', device: 0 });
     const b = await Transport.create({ driver: db, id: 'receiver', device: 1, maxPeerDescriptors: 2 });
     cleanup.push(() => {
-      void a.close().then(() => b.close()).finally(() => {
-        da.close();
-        db.close();
-        rmSync(dir, { recursive: true, force: true });
-      });
+      void a
+        .close()
+        .then(() => b.close())
+        .finally(() => {
+          da.close();
+          db.close();
+          rmSync(dir, { recursive: true, force: true });
+        });
     });
     await a.listen(join(dir, 's.sock'));
     const accepted = new Promise<import('../../../src/endpoint.js').Endpoint>((r) => a.once('endpoint', r));

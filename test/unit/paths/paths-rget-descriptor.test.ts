@@ -87,7 +87,15 @@ describe('RGET of descriptor keys', () => {
     void sender.send(buf, 2, {}).catch(() => {});
     const [offer, rget] = s.take() as [Frame, RgetFrame];
     expect(offer.type).toBe(FrameType.FD_OFFER);
-    expect(rget).toMatchObject({ type: FrameType.RGET, kind: HandleKind.VMM, identity: new Uint8Array(64), base: buf.ptr, allocSize: buf.length, offset: 0, length: buf.length });
+    expect(rget).toMatchObject({
+      type: FrameType.RGET,
+      kind: HandleKind.VMM,
+      identity: new Uint8Array(64),
+      base: buf.ptr,
+      allocSize: buf.length,
+      offset: 0,
+      length: buf.length,
+    });
   });
 
   it('a message spanning chunks: one FD_OFFER and a descriptor per chunk, once; the bytes arrive; the receiver keeps no descriptor', async () => {
@@ -281,7 +289,30 @@ describe('RGET of descriptor keys', () => {
 function offerWithoutDescriptors(r: PathSide): Frame[] {
   const deviceUuid = r.driver.deviceInfo(0).uuid;
   return [
-    { type: FrameType.FD_OFFER, kind: HandleKind.VMM, bufferId: 99n, deviceUuid, base: 0x7000_0000n, size: 1 << 20, poolId: 0, exportData: new Uint8Array(64), chunks: [{ offset: 0, size: 1 << 20 }] },
-    { type: FrameType.RGET, tag: 1, seq: 7, kind: HandleKind.VMM, identity: new Uint8Array(64), base: 0x7000_0000n, allocSize: 1 << 20, offset: 0, length: 4096, bufferId: 99n, deviceUuid, event: null },
+    {
+      type: FrameType.FD_OFFER,
+      kind: HandleKind.VMM,
+      bufferId: 99n,
+      deviceUuid,
+      base: 0x7000_0000n,
+      size: 1 << 20,
+      poolId: 0,
+      exportData: new Uint8Array(64),
+      chunks: [{ offset: 0, size: 1 << 20 }],
+    },
+    {
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 7,
+      kind: HandleKind.VMM,
+      identity: new Uint8Array(64),
+      base: 0x7000_0000n,
+      allocSize: 1 << 20,
+      offset: 0,
+      length: 4096,
+      bufferId: 99n,
+      deviceUuid,
+      event: null,
+    },
   ];
 }

@@ -100,11 +100,14 @@ describe('RgetPath, sender', () => {
     expect(s.frames).toEqual([]);
   });
 
-  it('FIN RESTAGE hands the send to its fallback, which announces it again, the peer\'s reason counted; a RESTAGE for an unknown send is a protocol error', () => {
+  it("FIN RESTAGE hands the send to its fallback, which announces it again, the peer's reason counted; a RESTAGE for an unknown send is a protocol error", () => {
     const s = side(0);
     const resent: Array<[number, DeviceBuffer, StreamHandle | undefined]> = [];
     const why: string[] = [];
-    const rget = new RgetPath(s.link, s.link.parts.rget, { countReason: (w) => void why.push(w), resend: (seq, buf, stream) => void resent.push([seq, buf, stream]) });
+    const rget = new RgetPath(s.link, s.link.parts.rget, {
+      countReason: (w) => void why.push(w),
+      resend: (seq, buf, stream) => void resent.push([seq, buf, stream]),
+    });
     const buf = deviceWith(s, patternBytes(64, 3));
     void rget.send(buf, 1, {});
     expect(rget.onFin(1, FinStatus.OK, '')).toBe(false); // the endpoint settles plain FINs
@@ -118,7 +121,12 @@ describe('RgetPath, sender', () => {
 
   it('a fallback that cannot resend fails the send and tells the receiver (FIN SENDER_FAILED)', async () => {
     const s = side(0);
-    const rget = new RgetPath(s.link, s.link.parts.rget, { countReason: () => {}, resend: () => { throw new RangeError('source freed'); } });
+    const rget = new RgetPath(s.link, s.link.parts.rget, {
+      countReason: () => {},
+      resend: () => {
+        throw new RangeError('source freed');
+      },
+    });
     const buf = deviceWith(s, patternBytes(64, 3));
     const sent = rget.send(buf, 1, {});
     s.take();
@@ -209,7 +217,7 @@ describe('RgetPath, receiver', () => {
     expect(b.link.resends.get(1)).toBe(r.recv);
   });
 
-  it('close rejects a receive waiting for the sender\'s stream event (the endpoint\'s GpuEventQueue fails the wait)', async () => {
+  it("close rejects a receive waiting for the sender's stream event (the endpoint's GpuEventQueue fails the wait)", async () => {
     const a = side(0);
     const b = side(1);
     const src = deviceWith(a, patternBytes(64, 7));
