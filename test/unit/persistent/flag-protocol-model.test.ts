@@ -27,7 +27,12 @@ const A_BLOCK = 0x10000n;
 const B_BLOCK = 0x20000n;
 const TORN = -1;
 
-type Item = { kind: 'batch'; ops: StreamMemOp[]; next: number } | { kind: 'produce'; round: number } | { kind: 'copyBegin' } | { kind: 'copyEnd' } | { kind: 'consume' };
+type Item =
+  | { kind: 'batch'; ops: StreamMemOp[]; next: number }
+  | { kind: 'produce'; round: number }
+  | { kind: 'copyBegin' }
+  | { kind: 'copyEnd' }
+  | { kind: 'consume' };
 
 class World {
   readonly mem = new Map<DevicePtr, bigint>();
@@ -288,7 +293,14 @@ describe('the persistent-transfer flag protocol (model)', () => {
   );
 
   it("without the reset, the closed pair's POISON lets the new receiver read a stale round (why create resets a reused slot)", async () => {
-    const w = await reusedSlot([{ a: 'start', side: 0 }, { a: 'start', side: 1 }], 2, false);
+    const w = await reusedSlot(
+      [
+        { a: 'start', side: 0 },
+        { a: 'start', side: 1 },
+      ],
+      2,
+      false,
+    );
     expect(w.consumed.map((c) => c.value)).not.toEqual([1, 2]);
   });
 

@@ -27,7 +27,13 @@ async function within<T>(ms: number, p: Promise<T>): Promise<PromiseSettledResul
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`not settled within ${ms} ms`)), ms)));
   try {
-    return await Promise.race([p.then((value) => ({ status: 'fulfilled' as const, value }), (reason: unknown) => ({ status: 'rejected' as const, reason })), late]);
+    return await Promise.race([
+      p.then(
+        (value) => ({ status: 'fulfilled' as const, value }),
+        (reason: unknown) => ({ status: 'rejected' as const, reason }),
+      ),
+      late,
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -118,7 +124,7 @@ describe('register(): a failure on one side fails both, and the next pair matche
     await goodRegisterPair(p);
   });
 
-  it('no matching call within timeoutMs: SMCUDA_PERSISTENT_TIMEOUT here; the peer\'s late call of that number fails at once; the next pair works', async () => {
+  it("no matching call within timeoutMs: SMCUDA_PERSISTENT_TIMEOUT here; the peer's late call of that number fails at once; the next pair works", async () => {
     pair = await open();
     const p = pair;
     const t0 = Date.now();
@@ -158,12 +164,18 @@ describe('persistent(): a failure on one side fails both, and the next pair matc
     pair = await open();
     const p = pair;
     const [ra, rb] = await goodRegisterPair(p);
-    const [a, b] = await Promise.all([within(1000, p.a.ep.persistent(ra, { role: 'send', length: -1 })), within(1000, p.b.ep.persistent(rb, { role: 'recv', length: 256 }))]);
+    const [a, b] = await Promise.all([
+      within(1000, p.a.ep.persistent(ra, { role: 'send', length: -1 })),
+      within(1000, p.b.ep.persistent(rb, { role: 'recv', length: 256 })),
+    ]);
     expect(rejection(a)).toBeInstanceOf(ArgumentRangeError);
     expectPeerFailed(b, /length must be a non-negative integer/);
     await goodTransferPair(p, ra, rb, 11);
     // A bad registration argument, on the other side this time.
-    const [a2, b2] = await Promise.all([within(1000, p.a.ep.persistent(ra, { role: 'send', length: 256 })), within(1000, p.b.ep.persistent({ id: 1 } as never, { role: 'recv', length: 256 }))]);
+    const [a2, b2] = await Promise.all([
+      within(1000, p.a.ep.persistent(ra, { role: 'send', length: 256 })),
+      within(1000, p.b.ep.persistent({ id: 1 } as never, { role: 'recv', length: 256 })),
+    ]);
     expect(rejection(b2)).toBeInstanceOf(ArgumentTypeError);
     expectPeerFailed(a2, /Registration this endpoint made/);
     await goodTransferPair(p, ra, rb, 12);
@@ -184,7 +196,7 @@ describe('persistent(): a failure on one side fails both, and the next pair matc
     await goodTransferPair(p, ra, rb, 13);
   });
 
-  it('no matching call within timeoutMs: SMCUDA_PERSISTENT_TIMEOUT; the peer\'s late call fails at once; the next pair works', async () => {
+  it("no matching call within timeoutMs: SMCUDA_PERSISTENT_TIMEOUT; the peer's late call fails at once; the next pair works", async () => {
     pair = await open();
     const p = pair;
     const [ra, rb] = await goodRegisterPair(p);
@@ -196,7 +208,7 @@ describe('persistent(): a failure on one side fails both, and the next pair matc
     await goodTransferPair(p, ra, rb, 15);
   });
 
-  it('the first call timing out (the flag block\'s registration with it): both numberings still agree afterwards', async () => {
+  it("the first call timing out (the flag block's registration with it): both numberings still agree afterwards", async () => {
     pair = await open();
     const p = pair;
     const [ra, rb] = await goodRegisterPair(p);
@@ -211,7 +223,10 @@ describe('persistent(): a failure on one side fails both, and the next pair matc
     pair = await makePair({ a: { persistent: { flagSlots: 4 } }, b: { persistent: { flagSlots: 8 } } });
     const p = pair;
     const [ra, rb] = await goodRegisterPair(p);
-    const results = await Promise.all([within(1000, p.a.ep.persistent(ra, { role: 'send', length: 256 })), within(1000, p.b.ep.persistent(rb, { role: 'recv', length: 256 }))]);
+    const results = await Promise.all([
+      within(1000, p.a.ep.persistent(ra, { role: 'send', length: 256 })),
+      within(1000, p.b.ep.persistent(rb, { role: 'recv', length: 256 })),
+    ]);
     for (const r of results) {
       const err = rejection(r);
       expect(err).toBeInstanceOf(PersistentTransferError);

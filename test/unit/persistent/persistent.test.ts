@@ -98,7 +98,8 @@ describe('persistent transfers', () => {
       await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
       expect(Buffer.compare(readDevice(p.b.driver, dst), randomBytes(n, round))).toBe(0);
     }
-    const moved = (st: ReturnType<typeof p.a.ep.stats>) => Object.values(st.sent).reduce((k, c) => k + c.messages, 0) + Object.values(st.received).reduce((k, c) => k + c.messages, 0);
+    const moved = (st: ReturnType<typeof p.a.ep.stats>) =>
+      Object.values(st.sent).reduce((k, c) => k + c.messages, 0) + Object.values(st.received).reduce((k, c) => k + c.messages, 0);
     expect(moved(p.a.ep.stats()) + moved(p.b.ep.stats())).toBe(0);
     expect(ta.state).toBe('armed');
   });
@@ -121,8 +122,19 @@ describe('persistent transfers', () => {
     await ta.whenFailed();
     expect(ta.machineState).toBe('closed');
     await p.a.transport.close();
-    const recs = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).filter((r) => r.kind === 'persistent');
-    expect(recs.map((r) => `${r.from}→${r.to}`)).toEqual(['registered→armed', 'armed→replaying', 'replaying→armed', 'armed→replaying', 'replaying→stuck', 'stuck→closed']);
+    const recs = readFileSync(trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((r) => r.kind === 'persistent');
+    expect(recs.map((r) => `${r.from}→${r.to}`)).toEqual([
+      'registered→armed',
+      'armed→replaying',
+      'replaying→armed',
+      'armed→replaying',
+      'replaying→stuck',
+      'stuck→closed',
+    ]);
     expect(recs.at(-1)).toMatchObject({ transfer: ta.id, role: 'send', reason: 'SMCUDA_PERSISTENT_STUCK', peer: 'b' });
   });
 
@@ -173,7 +185,10 @@ describe('persistent transfers', () => {
     }
     ta.check();
     tb.check();
-    for (const [d, e, g] of [[da, ea, ga], [db, eb, gb]] as const) {
+    for (const [d, e, g] of [
+      [da, ea, ga],
+      [db, eb, gb],
+    ] as const) {
       d.graphExecDestroy(e);
       d.graphDestroy(g);
     }
@@ -226,8 +241,14 @@ describe('persistent transfers', () => {
     const [r1a, r1b] = await Promise.all([p.a.ep.register(aOut), p.b.ep.register(bIn)]);
     const [r2a, r2b] = await Promise.all([p.a.ep.register(aIn), p.b.ep.register(bOut)]);
     // Each side chooses for itself: a runs its flags in the kernel, b's receive too, b's send by stream memory operations.
-    const [a1, b1] = await Promise.all([p.a.ep.persistent(r1a, { role: 'send', length: n, flags: 'kernel' }), p.b.ep.persistent(r1b, { role: 'recv', length: n, flags: 'kernel' })]);
-    const [a2, b2] = await Promise.all([p.a.ep.persistent(r2a, { role: 'recv', length: n, flags: 'kernel' }), p.b.ep.persistent(r2b, { role: 'send', length: n })]);
+    const [a1, b1] = await Promise.all([
+      p.a.ep.persistent(r1a, { role: 'send', length: n, flags: 'kernel' }),
+      p.b.ep.persistent(r1b, { role: 'recv', length: n, flags: 'kernel' }),
+    ]);
+    const [a2, b2] = await Promise.all([
+      p.a.ep.persistent(r2a, { role: 'recv', length: n, flags: 'kernel' }),
+      p.b.ep.persistent(r2b, { role: 'send', length: n }),
+    ]);
     const launches = { a: 0, b: 0, bBatches: 0 };
     const spy = (d: CudaDriver, k: 'a' | 'b') => {
       const launch = d.launchKernel.bind(d);
@@ -272,7 +293,10 @@ describe('persistent transfers', () => {
     const src = deviceWith(da, randomBytes(n, 1));
     const dst = zeros(db, n);
     const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
-    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n, flags: 'kernel' }), p.b.ep.persistent(rb, { role: 'recv', length: n, flags: 'kernel' })]);
+    const [ta, tb] = await Promise.all([
+      p.a.ep.persistent(ra, { role: 'send', length: n, flags: 'kernel' }),
+      p.b.ep.persistent(rb, { role: 'recv', length: n, flags: 'kernel' }),
+    ]);
     let copies = 0;
     const copy = da.memcpyAsync.bind(da);
     da.memcpyAsync = (...args) => (copies++, copy(...args));

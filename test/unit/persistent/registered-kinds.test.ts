@@ -25,7 +25,12 @@ it('a VMM range here and a pool allocation there: registered both ways, a persis
   const [da, db] = [new SimulatedCudaDriver(), new SimulatedCudaDriver()];
   const a = await Transport.create({ driver: da, id: 'a', device: 0 });
   const b = await Transport.create({ driver: db, id: 'b', device: 1 });
-  cleanups.push(() => da.close(), () => db.close(), () => a.close(), () => b.close());
+  cleanups.push(
+    () => da.close(),
+    () => db.close(),
+    () => a.close(),
+    () => b.close(),
+  );
   await a.listen(join(dir, 'a.sock'));
   const accepted = new Promise<Endpoint>((resolve) => a.once('endpoint', resolve));
   const epB = await b.connect(join(dir, 'a.sock'));

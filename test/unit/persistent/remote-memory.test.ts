@@ -83,7 +83,18 @@ describe('registered memory opens through the one remote-key switch', () => {
 
   it('a descriptor kind where this endpoint has no RGET path is SMCUDA_REGISTER_KIND', async () => {
     const { r } = setup();
-    const f: RegOfferFrame = { type: FrameType.REG_OFFER, regId: 1, kind: HandleKind.VMM, deviceUuid: '', base: 0x7000_0000n, allocSize: 4096, offset: 0, length: 4096, bufferId: 1n, handle: new Uint8Array(64) };
+    const f: RegOfferFrame = {
+      type: FrameType.REG_OFFER,
+      regId: 1,
+      kind: HandleKind.VMM,
+      deviceUuid: '',
+      base: 0x7000_0000n,
+      allocSize: 4096,
+      offset: 0,
+      length: 4096,
+      bufferId: 1n,
+      handle: new Uint8Array(64),
+    };
     await expect(openRegistered({ link: r.link, rget: undefined }, f)).rejects.toMatchObject({ code: 'SMCUDA_REGISTER_KIND' });
   });
 });

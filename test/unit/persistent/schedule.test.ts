@@ -53,7 +53,11 @@ class SideTransfer {
       const [head, , tail] = senderSteps(a);
       const src = DATA[this.side] + BigInt(this.pair.t * 64);
       const dst = DATA[1 - this.side]! + BigInt(this.pair.t * 64);
-      return [{ kind: 'batch', ops: (head as { ops: FlagOp[] }).ops }, { kind: 'copy', dst, src, length: 8 }, { kind: 'batch', ops: (tail as { ops: FlagOp[] }).ops }];
+      return [
+        { kind: 'batch', ops: (head as { ops: FlagOp[] }).ops },
+        { kind: 'copy', dst, src, length: 8 },
+        { kind: 'batch', ops: (tail as { ops: FlagOp[] }).ops },
+      ];
     }
     const [post, wait] = receiverSteps(a);
     if (part === 'post') return [{ kind: 'batch', ops: (post as { ops: FlagOp[] }).ops }];
@@ -94,7 +98,9 @@ function flatten(items: readonly OwnedItem[] | readonly QueuedItem[], owners?: r
 function ownersOf(original: Flat[], scheduled: QueuedItem[]): Flat[] {
   const owner = new Map<unknown, object>();
   for (const e of original) owner.set(e.op ?? e.copy, e.owner);
-  return scheduled.flatMap((item): Flat[] => (item.kind === 'copy' ? [{ owner: owner.get(item)!, copy: item }] : item.ops.map((op) => ({ owner: owner.get(op)!, op }))));
+  return scheduled.flatMap((item): Flat[] =>
+    item.kind === 'copy' ? [{ owner: owner.get(item)!, copy: item }] : item.ops.map((op) => ({ owner: owner.get(op)!, op })),
+  );
 }
 
 const arbCall = fc.record({
@@ -104,34 +110,37 @@ const arbCall = fc.record({
 });
 
 describe('scheduleStart: structure', () => {
-  test.prop([arbCall])("keeps what each transfer needs in order, copies in place, and no wait before a signal that preceded it", ({ directions, picks, mode }) => {
-    const mine = directions.map((from, t) => new SideTransfer({ t, from }, 0));
-    // startGroup takes each transfer once; startSequence any number of times.
-    const call = mode === 'group' ? mine : picks.map((p) => mine[p % mine.length]!);
-    const owned = callItems(call, mode);
-    const local = localWords(call);
-    const book = bookWords(call);
-    const before = flatten(owned);
-    const after = ownersOf(before, schedule(owned, call));
-    const key = (e: Flat) => e.op ?? e.copy;
-    expect(new Set(after.map(key))).toEqual(new Set(before.map(key)));
-    expect(after).toHaveLength(before.length);
-    const addr = (e: Flat) => (e.op !== undefined && 'addr' in e.op ? e.op.addr : undefined);
-    const kind = (e: Flat) => (e.copy ? 'copy' : e.op!.op === 'wait64' ? 'wait' : !local.has(addr(e)!) ? 'signal' : book.has(addr(e)!) ? 'book' : 'reset');
-    // Written out again here, independently of schedule.ts's mustPrecede: the pairs whose order must hold.
-    const kept = (a: Flat, b: Flat): boolean => {
-      const [ka, kb] = [kind(a), kind(b)];
-      if (ka === 'book' && kb === 'book') return addr(a) === addr(b);
-      if (ka === 'book') return a.owner === b.owner && (kb === 'wait' || kb === 'copy');
-      if (kb === 'book') return a.owner === b.owner && (ka === 'wait' || ka === 'copy');
-      if (a.owner === b.owner) return true;
-      if (ka === 'copy' || kb === 'copy') return ka !== 'reset' && kb !== 'reset';
-      return ka === 'signal' && kb === 'wait';
-    };
-    const pos = new Map(after.map((e, i) => [key(e), i]));
-    for (let i = 0; i < before.length; i++)
-      for (let j = i + 1; j < before.length; j++) if (kept(before[i]!, before[j]!)) expect(pos.get(key(before[i]!))!).toBeLessThan(pos.get(key(before[j]!))!);
-  });
+  test.prop([arbCall])(
+    'keeps what each transfer needs in order, copies in place, and no wait before a signal that preceded it',
+    ({ directions, picks, mode }) => {
+      const mine = directions.map((from, t) => new SideTransfer({ t, from }, 0));
+      // startGroup takes each transfer once; startSequence any number of times.
+      const call = mode === 'group' ? mine : picks.map((p) => mine[p % mine.length]!);
+      const owned = callItems(call, mode);
+      const local = localWords(call);
+      const book = bookWords(call);
+      const before = flatten(owned);
+      const after = ownersOf(before, schedule(owned, call));
+      const key = (e: Flat) => e.op ?? e.copy;
+      expect(new Set(after.map(key))).toEqual(new Set(before.map(key)));
+      expect(after).toHaveLength(before.length);
+      const addr = (e: Flat) => (e.op !== undefined && 'addr' in e.op ? e.op.addr : undefined);
+      const kind = (e: Flat) => (e.copy ? 'copy' : e.op!.op === 'wait64' ? 'wait' : !local.has(addr(e)!) ? 'signal' : book.has(addr(e)!) ? 'book' : 'reset');
+      // Written out again here, independently of schedule.ts's mustPrecede: the pairs whose order must hold.
+      const kept = (a: Flat, b: Flat): boolean => {
+        const [ka, kb] = [kind(a), kind(b)];
+        if (ka === 'book' && kb === 'book') return addr(a) === addr(b);
+        if (ka === 'book') return a.owner === b.owner && (kb === 'wait' || kb === 'copy');
+        if (kb === 'book') return a.owner === b.owner && (ka === 'wait' || ka === 'copy');
+        if (a.owner === b.owner) return true;
+        if (ka === 'copy' || kb === 'copy') return ka !== 'reset' && kb !== 'reset';
+        return ka === 'signal' && kb === 'wait';
+      };
+      const pos = new Map(after.map((e, i) => [key(e), i]));
+      for (let i = 0; i < before.length; i++)
+        for (let j = i + 1; j < before.length; j++) if (kept(before[i]!, before[j]!)) expect(pos.get(key(before[i]!))!).toBeLessThan(pos.get(key(before[j]!))!);
+    },
+  );
 });
 
 /** One model stream: its flat operations, run in order; a wait holds it until its word is >= the value. */
@@ -199,7 +208,8 @@ function run(sides: [Flat[], Flat[]], choices: number[]): Run {
       const op = e.op as { addr: DevicePtr; value: bigint };
       mem.set(op.addr, op.value);
       const other = BLOCK[1 - s.side]!;
-      if (op.value === 1n && op.addr >= other && op.addr < other + 0x1000n && (op.addr - other) % BigInt(SLOT_BYTES) === BigInt(READY)) readies.set(op.addr, (readies.get(op.addr) ?? 0) + 1);
+      if (op.value === 1n && op.addr >= other && op.addr < other + 0x1000n && (op.addr - other) % BigInt(SLOT_BYTES) === BigInt(READY))
+        readies.set(op.addr, (readies.get(op.addr) ?? 0) + 1);
     }
   }
   return { completed: false, errors: ['step limit'] };
@@ -215,24 +225,27 @@ const arbExchange = fc.record({
 });
 
 describe('scheduleStart: behaviour', () => {
-  test.prop([arbExchange], { numRuns: 300 })('what completes as queued completes scheduled, with every round fresh', ({ transfers, directions, rounds, orders, modes, choices }) => {
-    const pairs: Pair[] = Array.from({ length: transfers }, (_, t) => ({ t, from: directions[t]! }));
-    const sides = ([0, 1] as const).map((side) => {
-      const mine = pairs.map((p) => new SideTransfer(p, side));
-      // Each round starts every transfer once, in this side's own order (a permutation picked by `orders`):
-      // as one startSequence call of all rounds, or one startGroup call per round.
-      const order = [...mine].sort((a, b) => orders[side]![a.pair.t]! - orders[side]![b.pair.t]! || a.pair.t - b.pair.t);
-      const calls = modes[side] === 'sequence' ? [Array.from({ length: rounds }, () => order).flat()] : Array.from({ length: rounds }, () => order);
-      const owned = calls.map((call) => callItems(call, modes[side]!));
-      const local = localWords(mine);
-      return { queued: owned.flatMap((o) => flatten(o)), scheduled: owned.flatMap((o) => ownersOf(flatten(o), scheduleStart(o, local, bookWords(mine)))) };
-    });
-    const before = run([sides[0]!.queued, sides[1]!.queued], choices);
-    const after = run([sides[0]!.scheduled, sides[1]!.scheduled], choices);
-    expect(before.errors).toEqual([]);
-    expect(after.errors).toEqual([]);
-    if (before.completed) expect(after.completed).toBe(true);
-  });
+  test.prop([arbExchange], { numRuns: 300 })(
+    'what completes as queued completes scheduled, with every round fresh',
+    ({ transfers, directions, rounds, orders, modes, choices }) => {
+      const pairs: Pair[] = Array.from({ length: transfers }, (_, t) => ({ t, from: directions[t]! }));
+      const sides = ([0, 1] as const).map((side) => {
+        const mine = pairs.map((p) => new SideTransfer(p, side));
+        // Each round starts every transfer once, in this side's own order (a permutation picked by `orders`):
+        // as one startSequence call of all rounds, or one startGroup call per round.
+        const order = [...mine].sort((a, b) => orders[side]![a.pair.t]! - orders[side]![b.pair.t]! || a.pair.t - b.pair.t);
+        const calls = modes[side] === 'sequence' ? [Array.from({ length: rounds }, () => order).flat()] : Array.from({ length: rounds }, () => order);
+        const owned = calls.map((call) => callItems(call, modes[side]!));
+        const local = localWords(mine);
+        return { queued: owned.flatMap((o) => flatten(o)), scheduled: owned.flatMap((o) => ownersOf(flatten(o), scheduleStart(o, local, bookWords(mine)))) };
+      });
+      const before = run([sides[0]!.queued, sides[1]!.queued], choices);
+      const after = run([sides[0]!.scheduled, sides[1]!.scheduled], choices);
+      expect(before.errors).toEqual([]);
+      expect(after.errors).toEqual([]);
+      if (before.completed) expect(after.completed).toBe(true);
+    },
+  );
 });
 
 describe('scheduleStart: the graph suite ping-pong', () => {
