@@ -49,7 +49,16 @@ describe('same-GPU copies by the copy kernel', () => {
     const { graph, batch, single, record } = spies(d);
     const rec = recorder();
     const cs = copies(d, 3, 64 * KiB + 3); // an odd size: the kernel's byte path
-    for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb(() => expect(c.landed()).toBe(true)), undefined, 0);
+    for (const c of cs)
+      g.copy(
+        g.stream,
+        c.dst,
+        c.src,
+        c.size,
+        rec.cb(() => expect(c.landed()).toBe(true)),
+        undefined,
+        0,
+      );
     expect(graph).not.toHaveBeenCalled();
     await Promise.resolve();
     expect(graph).toHaveBeenCalledTimes(1);
@@ -224,48 +233,59 @@ describe('same-GPU copies by the copy kernel', () => {
 describe('property: runs of same-GPU and other copies', () => {
   const callArb = fc.record({ bytes: fc.constantFrom(1, 17, 4 * KiB, 1 * MiB + 5, 3 * MiB), local: fc.constantFrom<0 | 1 | undefined>(0, 0, 0, 1, undefined) });
   const runsArb = fc.array(fc.array(callArb, { minLength: 1, maxLength: 8 }), { minLength: 1, maxLength: 5 });
-  propTest.prop([runsArb], { numRuns: 30 })('every copy lands before its callback, once; a batch (16 MiB of local copies, else 4 MiB) is one graph launch exactly when it holds two or more copies, all local', async (runs) => {
-    const d = sim();
-    const g = sameGpuWork(d);
-    const graph = vi.spyOn(d, 'graphLaunch');
-    const src = d.memAlloc(3 * MiB);
-    const srcBytes = pattern(3 * MiB, 5);
-    d.memcpyHtoD(src, srcBytes);
-    const dst = d.memAlloc(8 * 3 * MiB + 64);
-    const rec = recorder();
-    let launches = 0;
-    for (const run of runs) {
-      d.memsetD8(dst, 0, 8 * 3 * MiB + 64);
-      // The model: GpuWork's batches (at most 4 MiB each, 16 MiB while every copy is local), a graph launch for a batch of local copies only.
-      let open: { bytes: number; local: boolean; copies: number } | undefined;
-      const close = () => {
-        if (open?.local && open.copies > 1) launches++;
-        open = undefined;
-      };
-      let at = 0;
-      for (const c of run) {
-        if (!open || open.bytes + c.bytes > (open.local && c.local === 0 ? 16 * MiB : 4 * MiB)) {
-          close();
-          open = { bytes: 0, local: true, copies: 0 };
+  propTest.prop([runsArb], { numRuns: 30 })(
+    'every copy lands before its callback, once; a batch (16 MiB of local copies, else 4 MiB) is one graph launch exactly when it holds two or more copies, all local',
+    async (runs) => {
+      const d = sim();
+      const g = sameGpuWork(d);
+      const graph = vi.spyOn(d, 'graphLaunch');
+      const src = d.memAlloc(3 * MiB);
+      const srcBytes = pattern(3 * MiB, 5);
+      d.memcpyHtoD(src, srcBytes);
+      const dst = d.memAlloc(8 * 3 * MiB + 64);
+      const rec = recorder();
+      let launches = 0;
+      for (const run of runs) {
+        d.memsetD8(dst, 0, 8 * 3 * MiB + 64);
+        // The model: GpuWork's batches (at most 4 MiB each, 16 MiB while every copy is local), a graph launch for a batch of local copies only.
+        let open: { bytes: number; local: boolean; copies: number } | undefined;
+        const close = () => {
+          if (open?.local && open.copies > 1) launches++;
+          open = undefined;
+        };
+        let at = 0;
+        for (const c of run) {
+          if (!open || open.bytes + c.bytes > (open.local && c.local === 0 ? 16 * MiB : 4 * MiB)) {
+            close();
+            open = { bytes: 0, local: true, copies: 0 };
+          }
+          open.bytes += c.bytes;
+          open.copies++;
+          if (c.local !== 0) open.local = false;
+          const off = at;
+          at += c.bytes;
+          g.copy(
+            g.stream,
+            dst + BigInt(off),
+            src,
+            c.bytes,
+            rec.cb(() => {
+              const out = new Uint8Array(c.bytes);
+              d.memcpyDtoH(out, dst + BigInt(off));
+              expect(Buffer.compare(out, srcBytes.subarray(0, c.bytes))).toBe(0);
+            }),
+            undefined,
+            c.local,
+          );
         }
-        open.bytes += c.bytes;
-        open.copies++;
-        if (c.local !== 0) open.local = false;
-        const off = at;
-        at += c.bytes;
-        g.copy(g.stream, dst + BigInt(off), src, c.bytes, rec.cb(() => {
-          const out = new Uint8Array(c.bytes);
-          d.memcpyDtoH(out, dst + BigInt(off));
-          expect(Buffer.compare(out, srcBytes.subarray(0, c.bytes))).toBe(0);
-        }), undefined, c.local);
+        close();
+        const want = rec.calls.length;
+        await until(() => rec.total() === want);
       }
-      close();
-      const want = rec.calls.length;
-      await until(() => rec.total() === want);
-    }
-    expect(rec.allOnce()).toBe(true);
-    expect(graph).toHaveBeenCalledTimes(launches);
-    g.close();
-    d.close();
-  });
+      expect(rec.allOnce()).toBe(true);
+      expect(graph).toHaveBeenCalledTimes(launches);
+      g.close();
+      d.close();
+    },
+  );
 });

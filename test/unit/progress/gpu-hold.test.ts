@@ -80,11 +80,18 @@ describe('GpuHold', () => {
       d.inject({ copyDelayMs: 20 });
       let done!: () => void;
       const completed = new Promise<void>((r) => (done = r));
-      g.copy(g.stream, dst, src, 4096, () => {
-        order.push(`copied (a in use ${a.inUse}, b in use ${b.inUse})`);
-        a.close(); // the holder lets go inside the completion: released only after it ran
-        done();
-      }, [a, b]);
+      g.copy(
+        g.stream,
+        dst,
+        src,
+        4096,
+        () => {
+          order.push(`copied (a in use ${a.inUse}, b in use ${b.inUse})`);
+          a.close(); // the holder lets go inside the completion: released only after it ran
+          done();
+        },
+        [a, b],
+      );
       expect([a.inUse, b.inUse]).toEqual([1, 1]);
       b.close();
       expect(order).toEqual([]); // b is in use: not released under the copy

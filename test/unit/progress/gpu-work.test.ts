@@ -40,7 +40,6 @@ afterEach(() => {
   for (const g of works.splice(0)) g.close();
 });
 
-
 /**
  * Queues a device-to-device copy of `size` pattern bytes on `stream` (the
  * destination starts zeroed) and returns a check that reads the destination
@@ -60,12 +59,10 @@ function queueCopy(d: SimulatedCudaDriver, stream: StreamHandle, size: number, s
   };
 }
 
-
 /** A few more event-loop turns: time for a second (wrong) call to show up. */
 async function settleLoop(): Promise<void> {
   for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
 }
-
 
 /**
  * Errors thrown by microtasks queued with queueMicrotask (how GpuWork reports
@@ -120,7 +117,11 @@ describe('batching: one event per synchronous run and stream', () => {
     const landed: boolean[] = [];
     const checks = [1, 2, 3].map((seed) => {
       const check = queueCopy(d, s, 4 * KiB, seed);
-      g.whenDone(s, 4 * KiB, rec.cb(() => landed.push(checks.every((c) => c()))));
+      g.whenDone(
+        s,
+        4 * KiB,
+        rec.cb(() => landed.push(checks.every((c) => c()))),
+      );
       return check;
     });
     expect(record).not.toHaveBeenCalled(); // recorded in a microtask, after the last call
@@ -210,7 +211,18 @@ describe('callbacks are never called inside whenDone', () => {
     const g = gpuWork(d);
     const [s1, s2] = [d.streamCreate(), d.streamCreate()];
     const rec = recorder();
-    expect(callsDuringWhenDone(g, [[s1, 16], [s1, 16], [s2, 16], [s1, 16]], rec)).toEqual([0, 0, 0, 0]);
+    expect(
+      callsDuringWhenDone(
+        g,
+        [
+          [s1, 16],
+          [s1, 16],
+          [s2, 16],
+          [s1, 16],
+        ],
+        rec,
+      ),
+    ).toEqual([0, 0, 0, 0]);
     expect(rec.total()).toBe(0);
     await until(() => rec.total() === 4);
     expect(rec.allOnce()).toBe(true);
@@ -220,7 +232,16 @@ describe('callbacks are never called inside whenDone', () => {
     const d = sim();
     const g = gpuWork(d, 1000);
     const rec = recorder();
-    expect(callsDuringWhenDone(g, [[g.stream, 16], [g.stream, 16]], rec)).toEqual([0, 0]);
+    expect(
+      callsDuringWhenDone(
+        g,
+        [
+          [g.stream, 16],
+          [g.stream, 16],
+        ],
+        rec,
+      ),
+    ).toEqual([0, 0]);
     await Promise.resolve();
     expect(rec.calls).toEqual([[undefined], [undefined]]); // the spin completed it in the flush microtask
   });
@@ -234,7 +255,16 @@ describe('callbacks are never called inside whenDone', () => {
     const [s1, s2] = [d.streamCreate(), d.streamCreate()];
     queueCopy(d, s1, 16, 1);
     const rec = recorder();
-    expect(callsDuringWhenDone(g, [[s1, 16], [s2, 16]], rec)).toEqual([0, 0]);
+    expect(
+      callsDuringWhenDone(
+        g,
+        [
+          [s1, 16],
+          [s2, 16],
+        ],
+        rec,
+      ),
+    ).toEqual([0, 0]);
     await until(() => rec.total() === 2);
   });
 
@@ -243,7 +273,16 @@ describe('callbacks are never called inside whenDone', () => {
     const g = gpuWork(d);
     const bad = 0xdead_beefn; // no such stream: eventRecord throws CUDA_ERROR_INVALID_HANDLE
     const rec = recorder();
-    expect(callsDuringWhenDone(g, [[bad, 16], [g.stream, 16]], rec)).toEqual([0, 0]);
+    expect(
+      callsDuringWhenDone(
+        g,
+        [
+          [bad, 16],
+          [g.stream, 16],
+        ],
+        rec,
+      ),
+    ).toEqual([0, 0]);
     await until(() => rec.total() === 2);
     expect(rec.calls[0]![0]).toBeInstanceOf(CudaError);
     expect(rec.calls[1]).toEqual([undefined]);
@@ -283,7 +322,11 @@ describe('which path notices a completion', () => {
     const native = vi.spyOn(d, 'whenComplete');
     const rec = recorder();
     const check = queueCopy(d, g.stream, 64 * KiB, 3);
-    g.whenDone(g.stream, 32 * KiB, rec.cb(() => expect(check()).toBe(true)));
+    g.whenDone(
+      g.stream,
+      32 * KiB,
+      rec.cb(() => expect(check()).toBe(true)),
+    );
     g.whenDone(g.stream, 32 * KiB, rec.cb()); // 64 KiB in all: still small
     await Promise.resolve();
     expect(rec.calls).toEqual([[undefined], [undefined]]);
@@ -426,7 +469,14 @@ describe('copy: the copies of one run are launched together', () => {
     const { batch, single, record } = launchSpies(d);
     const rec = recorder();
     const cs = copies(d, 3, 4 * KiB);
-    for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb(() => expect(c.landed()).toBe(true)));
+    for (const c of cs)
+      g.copy(
+        g.stream,
+        c.dst,
+        c.src,
+        c.size,
+        rec.cb(() => expect(c.landed()).toBe(true)),
+      );
     expect(batch).not.toHaveBeenCalled();
     expect(single).not.toHaveBeenCalled();
     await Promise.resolve();
@@ -465,7 +515,13 @@ describe('copy: the copies of one run are launched together', () => {
     const small = copies(d, 2, 1 * KiB);
     const [big] = copies(d, 1, 4 * MiB + 1, 9);
     for (const c of small) g.copy(g.stream, c.dst, c.src, c.size, rec.cb());
-    g.copy(g.stream, big!.dst, big!.src, big!.size, rec.cb(() => expect(big!.landed()).toBe(true)));
+    g.copy(
+      g.stream,
+      big!.dst,
+      big!.src,
+      big!.size,
+      rec.cb(() => expect(big!.landed()).toBe(true)),
+    );
     expect(order).toEqual(['batch 2', `single ${4 * MiB + 1}`]);
     expect(record).toHaveBeenCalledTimes(2);
     await until(() => rec.total() === 3);
@@ -514,9 +570,21 @@ describe('copy: the copies of one run are launched together', () => {
     });
     const rec = recorder();
     const [a, b] = copies(d, 2, 256);
-    g.copy(g.stream, a!.dst, a!.src, 256, rec.cb(() => expect(a!.landed()).toBe(true)));
+    g.copy(
+      g.stream,
+      a!.dst,
+      a!.src,
+      256,
+      rec.cb(() => expect(a!.landed()).toBe(true)),
+    );
     g.copy(g.stream, 0xdead0000n, b!.src, 256, rec.cb()); // not an allocation: cuMemcpyAsync refuses it
-    g.copy(g.stream, b!.dst, b!.src, 256, rec.cb(() => expect(b!.landed()).toBe(true)));
+    g.copy(
+      g.stream,
+      b!.dst,
+      b!.src,
+      256,
+      rec.cb(() => expect(b!.landed()).toBe(true)),
+    );
     expect(rec.total()).toBe(0);
     await until(() => rec.total() === 3);
     await settleLoop();
@@ -618,7 +686,11 @@ describe('copy: the copies of one run are launched together', () => {
     const rec = recorder();
     const cs = copies(d, 2, 2 * KiB);
     for (const c of cs) g.copy(g.stream, c.dst, c.src, c.size, rec.cb());
-    g.whenDone(g.stream, 0, rec.cb(() => expect(cs.every((c) => c.landed())).toBe(true)));
+    g.whenDone(
+      g.stream,
+      0,
+      rec.cb(() => expect(cs.every((c) => c.landed())).toBe(true)),
+    );
     await until(() => rec.total() === 3);
     await settleLoop();
     expect(rec.allOnce()).toBe(true);
@@ -633,7 +705,11 @@ describe('with a spinner', () => {
     const native = vi.spyOn(d, 'whenComplete');
     const rec = recorder();
     const checks = [1, 2].map((seed) => queueCopy(d, g.stream, 2 * KiB, seed));
-    g.whenDone(g.stream, 2 * KiB, rec.cb(() => expect(checks.map((c) => c())).toEqual([true, true])));
+    g.whenDone(
+      g.stream,
+      2 * KiB,
+      rec.cb(() => expect(checks.map((c) => c())).toEqual([true, true])),
+    );
     g.whenDone(g.stream, 2 * KiB, rec.cb());
     expect(g.events.pending).toBe(false); // nothing recorded yet
     await Promise.resolve();
@@ -667,9 +743,17 @@ describe('with a spinner', () => {
     const native = vi.spyOn(d, 'whenComplete');
     const rec = recorder();
     const c1 = queueCopy(d, s1, 1 * KiB, 1);
-    g.whenDone(s1, 1 * KiB, rec.cb(() => expect(c1()).toBe(true)));
+    g.whenDone(
+      s1,
+      1 * KiB,
+      rec.cb(() => expect(c1()).toBe(true)),
+    );
     const c2 = queueCopy(d, s2, 1 * KiB, 2);
-    g.whenDone(s2, 1 * KiB, rec.cb(() => expect(c2()).toBe(true)));
+    g.whenDone(
+      s2,
+      1 * KiB,
+      rec.cb(() => expect(c2()).toBe(true)),
+    );
     g.whenDone(s2, 1 * KiB, rec.cb());
     await Promise.resolve();
     expect(events).toHaveLength(2);
@@ -736,7 +820,7 @@ describe('with a spinner', () => {
   });
 });
 
-describe('whenEvent (a peer\'s event)', () => {
+describe("whenEvent (a peer's event)", () => {
   it('is awaited through the native thread, counted on the engine meanwhile, and calls back once', async () => {
     const d = sim();
     const { stub, spinner } = spinnerStub();
@@ -746,7 +830,10 @@ describe('whenEvent (a peer\'s event)', () => {
     const check = queueCopy(d, g.stream, 4 * KiB, 4);
     d.eventRecord(ev, g.stream);
     const rec = recorder();
-    g.whenEvent(ev, rec.cb(() => expect(check()).toBe(true)));
+    g.whenEvent(
+      ev,
+      rec.cb(() => expect(check()).toBe(true)),
+    );
     expect(native).toHaveBeenCalledWith(ev);
     expect(stub.gpuWaits).toBe(1);
     await until(() => rec.total() === 1);
@@ -778,7 +865,11 @@ describe('close()', () => {
     const destroyEvent = vi.spyOn(d, 'eventDestroy');
     const rec = recorder();
     const check = queueCopy(d, s, 4 * KiB, 9);
-    g.whenDone(s, 4 * KiB, rec.cb(() => expect(check()).toBe(true)));
+    g.whenDone(
+      s,
+      4 * KiB,
+      rec.cb(() => expect(check()).toBe(true)),
+    );
     g.whenDone(s, 4 * KiB, rec.cb());
     g.close();
     expect(record).toHaveBeenCalledTimes(1); // the open batch was flushed by close
@@ -888,15 +979,21 @@ describe('property: copies and whenDone calls mixed over 1-3 streams', () => {
               const off = at;
               at += c.bytes;
               const n = c.bytes;
-              g.copy(s, dst + BigInt(off), src, n, rec.cb(() => {
-                // The first and last bytes of the copy are the source's.
-                const head = new Uint8Array(Math.min(EDGE, n));
-                const tail = new Uint8Array(Math.min(EDGE, n));
-                d.memcpyDtoH(head, dst + BigInt(off));
-                d.memcpyDtoH(tail, dst + BigInt(off + n - tail.length));
-                expect(Buffer.compare(head, srcBytes.subarray(0, head.length))).toBe(0);
-                expect(Buffer.compare(tail, srcBytes.subarray(n - tail.length, n))).toBe(0);
-              }));
+              g.copy(
+                s,
+                dst + BigInt(off),
+                src,
+                n,
+                rec.cb(() => {
+                  // The first and last bytes of the copy are the source's.
+                  const head = new Uint8Array(Math.min(EDGE, n));
+                  const tail = new Uint8Array(Math.min(EDGE, n));
+                  d.memcpyDtoH(head, dst + BigInt(off));
+                  d.memcpyDtoH(tail, dst + BigInt(off + n - tail.length));
+                  expect(Buffer.compare(head, srcBytes.subarray(0, head.length))).toBe(0);
+                  expect(Buffer.compare(tail, srcBytes.subarray(n - tail.length, n))).toBe(0);
+                }),
+              );
             } else {
               d.memsetD8Async(dst + BigInt(dstSize - 64), 1, 64, s);
               g.whenDone(s, c.bytes, rec.cb());

@@ -28,7 +28,7 @@ afterEach(() => {
 });
 
 describe('KeepAlive', () => {
-  it('a handle added while idle is unref\'d at once', () => {
+  it("a handle added while idle is unref'd at once", () => {
     const k = keepAlive();
     const h = new FakeHandle();
     k.add(h);
@@ -71,7 +71,7 @@ describe('KeepAlive', () => {
     expect(h.refd).toBe(false);
   });
 
-  it('a removed handle is no longer ref\'d by busy', () => {
+  it("a removed handle is no longer ref'd by busy", () => {
     const k = keepAlive();
     const h = new FakeHandle();
     const remove = k.add(h);
