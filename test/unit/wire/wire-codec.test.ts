@@ -121,19 +121,21 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ type: fc.constant(FrameType.STAGE_ACK as const), seq: safe, slot: fc.integer({ min: 0, max: 0xffff }) }),
   fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: uuid, base: u64, bufferId: u64 }),
   fc.record({ type: fc.constant(FrameType.CLOSE as const), reason: utf8(0, MAX_STRING_BYTES) }),
-  fc.record({
-    type: fc.constant(FrameType.FD_OFFER as const),
-    kind: fc.constant(HandleKind.VMM),
-    bufferId: u64,
-    deviceUuid: uuid,
-    base: u64,
-    sizes: fc.array(fc.integer({ min: 1, max: 2 ** 40 }), { minLength: 1, maxLength: 6 }),
-    exportData: fc.constant(new Uint8Array(64)),
-  }).map(({ sizes, ...f }) => {
-    let at = 0;
-    const chunks = sizes.map((size) => ({ offset: (at += size) - size, size }));
-    return { ...f, size: at, poolId: 0, chunks };
-  }),
+  fc
+    .record({
+      type: fc.constant(FrameType.FD_OFFER as const),
+      kind: fc.constant(HandleKind.VMM),
+      bufferId: u64,
+      deviceUuid: uuid,
+      base: u64,
+      sizes: fc.array(fc.integer({ min: 1, max: 2 ** 40 }), { minLength: 1, maxLength: 6 }),
+      exportData: fc.constant(new Uint8Array(64)),
+    })
+    .map(({ sizes, ...f }) => {
+      let at = 0;
+      const chunks = sizes.map((size) => ({ offset: (at += size) - size, size }));
+      return { ...f, size: at, poolId: 0, chunks };
+    }),
   fc.record({
     type: fc.constant(FrameType.FD_OFFER as const),
     kind: fc.constant(HandleKind.POOL),
@@ -147,7 +149,13 @@ const frameArb: fc.Arbitrary<Frame> = fc.oneof(
   }),
   fc.record({ type: fc.constant(FrameType.FD_POOL as const), poolId: u32, deviceUuid: uuid }),
   fc.record({ type: fc.constant(FrameType.FD_RELEASE as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64 }),
-  fc.record({ type: fc.constant(FrameType.FD_DESCRIPTOR as const), kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL), id: u64, base: u64, index: fc.integer({ min: 0, max: 0xffff }) }),
+  fc.record({
+    type: fc.constant(FrameType.FD_DESCRIPTOR as const),
+    kind: fc.constantFrom(HandleKind.VMM, HandleKind.POOL),
+    id: u64,
+    base: u64,
+    index: fc.integer({ min: 0, max: 0xffff }),
+  }),
   fc.record({ type: fc.constant(FrameType.SEGMENT as const), kind: fc.constantFrom(SegmentKind.CONTROL_RING, SegmentKind.STAGING_RING), bytes: safe }),
   fc
     .record({ size: fc.integer({ min: 1, max: MAX_SAFE }), a: fc.double({ min: 0, max: 1, noNaN: true }), b: fc.double({ min: 0, max: 1, noNaN: true }) })
@@ -236,16 +244,19 @@ describe('codec properties', () => {
     expect([...seen].sort((a, b) => a - b)).toEqual(ALL_TYPES);
   });
 
-  test.prop([fc.uint8Array({ maxLength: 300 })], { numRuns: 500 })('random bytes: only ProtocolError, and what decodes re-encodes to the same bytes', (bytes) => {
-    let frame: Frame;
-    try {
-      frame = decodeFrame(bytes);
-    } catch (e) {
-      expect(e).toBeInstanceOf(ProtocolError);
-      return;
-    }
-    expect(encodeFrame(frame)).toEqual(bytes);
-  });
+  test.prop([fc.uint8Array({ maxLength: 300 })], { numRuns: 500 })(
+    'random bytes: only ProtocolError, and what decodes re-encodes to the same bytes',
+    (bytes) => {
+      let frame: Frame;
+      try {
+        frame = decodeFrame(bytes);
+      } catch (e) {
+        expect(e).toBeInstanceOf(ProtocolError);
+        return;
+      }
+      expect(encodeFrame(frame)).toEqual(bytes);
+    },
+  );
 
   test.prop([fc.constantFrom(...ALL_TYPES), fc.uint8Array({ maxLength: 250 })], { numRuns: 1000 })(
     'random bodies behind a valid header: only ProtocolError, and canonical',
@@ -306,7 +317,20 @@ describe('restampRget', () => {
   );
 
   it('checks the tag and seq it stamps', () => {
-    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
+    const t = encodeFrame({
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 1,
+      kind: HandleKind.LEGACY,
+      identity: new Uint8Array(64),
+      base: 0n,
+      allocSize: 10,
+      offset: 0,
+      length: 10,
+      bufferId: 0n,
+      deviceUuid: '',
+      event: null,
+    });
     expect(() => restampRget(t, -1, 1)).toThrow(/'tag'/);
     expect(() => restampRget(t, 1, 2 ** 53)).toThrow(/'seq'/);
   });
@@ -355,7 +379,20 @@ describe('RgetDecoder', () => {
 
   it('a seq above 2^53 in a frame otherwise like the last is refused, as decodeFrame refuses it', () => {
     const rd = new RgetDecoder();
-    const t = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null });
+    const t = encodeFrame({
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 1,
+      kind: HandleKind.LEGACY,
+      identity: new Uint8Array(64),
+      base: 0n,
+      allocSize: 10,
+      offset: 0,
+      length: 10,
+      bufferId: 0n,
+      deviceUuid: '',
+      event: null,
+    });
     rd.decode(t);
     const big = Uint8Array.from(t);
     big[15] = 0xff;
@@ -444,7 +481,20 @@ describe('layout', () => {
     const f = decodeFrame(bytes) as Extract<Frame, { type: FrameType.EAGER }>;
     expect(f.data.buffer).toBe(bytes.buffer);
     expect(f.data.byteOffset).toBe(bytes.byteOffset + 21);
-    const r = encodeFrame({ type: FrameType.RGET, tag: 0, seq: 0, kind: HandleKind.LEGACY, identity: new Uint8Array(64).fill(3), base: 0n, allocSize: 0, offset: 0, length: 0, bufferId: 0n, deviceUuid: '', event: null });
+    const r = encodeFrame({
+      type: FrameType.RGET,
+      tag: 0,
+      seq: 0,
+      kind: HandleKind.LEGACY,
+      identity: new Uint8Array(64).fill(3),
+      base: 0n,
+      allocSize: 0,
+      offset: 0,
+      length: 0,
+      bufferId: 0n,
+      deviceUuid: '',
+      event: null,
+    });
     const decoded = decodeFrame(r) as Extract<Frame, { type: FrameType.RGET }>;
     r.fill(0);
     expect(decoded.identity).toEqual(new Uint8Array(64).fill(3));
@@ -465,8 +515,22 @@ describe('layout', () => {
 
 const eager = () => encodeFrame({ type: FrameType.EAGER, tag: 1, seq: 2, fromDevice: false, data: Uint8Array.of(1, 2, 3) }).slice();
 const rget = (event: Uint8Array | null = null) =>
-  encodeFrame({ type: FrameType.RGET, tag: 1, seq: 2, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 100, offset: 10, length: 90, bufferId: 1n, deviceUuid: '', event }).slice();
-const hello = (peerId = 'p') => encodeFrame({ type: FrameType.HELLO, version: WIRE_VERSION, pid: 1, peerId, deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) }).slice();
+  encodeFrame({
+    type: FrameType.RGET,
+    tag: 1,
+    seq: 2,
+    kind: HandleKind.LEGACY,
+    identity: new Uint8Array(64),
+    base: 0n,
+    allocSize: 100,
+    offset: 10,
+    length: 90,
+    bufferId: 1n,
+    deviceUuid: '',
+    event,
+  }).slice();
+const hello = (peerId = 'p') =>
+  encodeFrame({ type: FrameType.HELLO, version: WIRE_VERSION, pid: 1, peerId, deviceUuid: '', nonce: new Uint8Array(NONCE_BYTES) }).slice();
 const dv = (b: Uint8Array) => new DataView(b.buffer, b.byteOffset, b.byteLength);
 
 describe('decode rules', () => {
@@ -574,8 +638,7 @@ describe('decode rules', () => {
   });
 
   it('STAGE_BEGIN: chunkSize and slots at least 1; STAGE_CHUNK length at least 1', () => {
-    const begin = () =>
-      encodeFrame({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 10, chunkSize: 4, slots: 2 }).slice();
+    const begin = () => encodeFrame({ type: FrameType.STAGE_BEGIN, tag: 1, seq: 1, length: 10, chunkSize: 4, slots: 2 }).slice();
     const c = begin();
     dv(c).setUint32(24, 0, true);
     expect(decodeError(c).message).toMatch(/STAGE_BEGIN frame: 'chunkSize' must be at least 1/);
@@ -597,7 +660,20 @@ describe('decode rules', () => {
 
 describe('encode rules', () => {
   const okEager = { type: FrameType.EAGER, tag: 1, seq: 1, fromDevice: false, data: new Uint8Array(1) };
-  const okRget = { type: FrameType.RGET, tag: 1, seq: 1, kind: HandleKind.LEGACY, identity: new Uint8Array(64), base: 0n, allocSize: 10, offset: 0, length: 10, bufferId: 0n, deviceUuid: '', event: null };
+  const okRget = {
+    type: FrameType.RGET,
+    tag: 1,
+    seq: 1,
+    kind: HandleKind.LEGACY,
+    identity: new Uint8Array(64),
+    base: 0n,
+    allocSize: 10,
+    offset: 0,
+    length: 10,
+    bufferId: 0n,
+    deviceUuid: '',
+    event: null,
+  };
 
   it('integers out of range or not integers', () => {
     expect(encodeError({ ...okEager, tag: -1 }).message).toMatch(/EAGER frame: 'tag' must be an integer in 0..4294967295, got -1/);
@@ -717,16 +793,14 @@ describe('UuidNames', () => {
 
 describe('decodeFrame with a UuidNames', () => {
   /** Frames that carry a device UUID, drawn from a pool small enough to repeat and large enough to evict. */
-  const uuidFramesArb = fc
-    .uniqueArray(uuidBytes.map(deviceUuidFromBytes), { minLength: 1, maxLength: 12 })
-    .chain((pool) => {
-      const poolUuid = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...pool) }, { weight: 1, arbitrary: fc.constant('') });
-      const rget = rgetArb(poolUuid);
-      const ipcReq = fc.record({ type: fc.constant(FrameType.IPC_REQ as const), attempt, deviceUuid: poolUuid });
-      const ipcAck = fc.record({ type: fc.constant(FrameType.IPC_ACK as const), attempt, ok: fc.boolean(), deviceUuid: poolUuid });
-      const invalidate = fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: poolUuid, base: u64, bufferId: u64 });
-      return fc.array(fc.oneof(rget, ipcReq, ipcAck, invalidate) as fc.Arbitrary<Frame>, { minLength: 1, maxLength: 40 });
-    });
+  const uuidFramesArb = fc.uniqueArray(uuidBytes.map(deviceUuidFromBytes), { minLength: 1, maxLength: 12 }).chain((pool) => {
+    const poolUuid = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...pool) }, { weight: 1, arbitrary: fc.constant('') });
+    const rget = rgetArb(poolUuid);
+    const ipcReq = fc.record({ type: fc.constant(FrameType.IPC_REQ as const), attempt, deviceUuid: poolUuid });
+    const ipcAck = fc.record({ type: fc.constant(FrameType.IPC_ACK as const), attempt, ok: fc.boolean(), deviceUuid: poolUuid });
+    const invalidate = fc.record({ type: fc.constant(FrameType.INVALIDATE as const), deviceUuid: poolUuid, base: u64, bufferId: u64 });
+    return fc.array(fc.oneof(rget, ipcReq, ipcAck, invalidate) as fc.Arbitrary<Frame>, { minLength: 1, maxLength: 40 });
+  });
 
   test.prop([uuidFramesArb], { numRuns: 150 })('one UuidNames over a stream of frames decodes the same frames as none', (frames) => {
     const names = new UuidNames();
@@ -798,9 +872,24 @@ describe('file-descriptor memory frames', () => {
   };
 
   it('RGET of a descriptor key: the kind after seq, the identity (pool export data) after it', () => {
-    const bytes = encodeFrame({ type: FrameType.RGET, tag: 1, seq: 2, kind: HandleKind.POOL, identity: new Uint8Array(64).fill(0xab), base: 3n, allocSize: 10, offset: 4, length: 6, bufferId: 7n, deviceUuid: '', event: null });
+    const bytes = encodeFrame({
+      type: FrameType.RGET,
+      tag: 1,
+      seq: 2,
+      kind: HandleKind.POOL,
+      identity: new Uint8Array(64).fill(0xab),
+      base: 3n,
+      allocSize: 10,
+      offset: 4,
+      length: 6,
+      bufferId: 7n,
+      deviceUuid: '',
+      event: null,
+    });
     expect(bytes).toEqual(
-      hex(`53 ${WIRE_VERSION.toString(16).padStart(2, '0')} 0b 00  01000000  0200000000000000  02  ${'ab'.repeat(64)}  0300000000000000  0a00000000000000  0400000000000000  0600000000000000  0700000000000000  ${'00'.repeat(16)}  00`),
+      hex(
+        `53 ${WIRE_VERSION.toString(16).padStart(2, '0')} 0b 00  01000000  0200000000000000  02  ${'ab'.repeat(64)}  0300000000000000  0a00000000000000  0400000000000000  0600000000000000  0700000000000000  ${'00'.repeat(16)}  00`,
+      ),
     );
     const unknown = bytes.slice();
     unknown[16] = 3; // no such kind (yet: a fabric handle would be one)
@@ -817,7 +906,15 @@ describe('file-descriptor memory frames', () => {
 
   it('FD_OFFER: VMM chunks must tile 0..size, a POOL offer has none; both ways', () => {
     expect(encodeError({ ...offer, size: 7 }).message).toMatch(/FD_OFFER frame: 'chunks' end at 6, not at 'size' \(7\)/);
-    expect(encodeError({ ...offer, chunks: [{ offset: 0, size: 2 }, { offset: 3, size: 3 }] }).message).toMatch(/'chunks' \[1\] must start at 2/);
+    expect(
+      encodeError({
+        ...offer,
+        chunks: [
+          { offset: 0, size: 2 },
+          { offset: 3, size: 3 },
+        ],
+      }).message,
+    ).toMatch(/'chunks' \[1\] must start at 2/);
     expect(encodeError({ ...offer, chunks: [] }).message).toMatch(/at least one chunk/);
     expect(encodeError({ ...offer, poolId: 1 }).message).toMatch(/'poolId' must be 0 for a VMM offer/);
     expect(encodeError({ ...offer, kind: HandleKind.POOL }).message).toMatch(/'chunks' must be empty for a POOL offer/);

@@ -135,7 +135,19 @@ describe('the schema covers the wire', () => {
     [FrameType.IPC_CONFIRM]: { attempt: true },
     [FrameType.IPC_ABORT]: { reason: true },
     [FrameType.EAGER]: { tag: true, seq: true, fromDevice: true, data: true },
-    [FrameType.RGET]: { tag: true, seq: true, kind: true, identity: true, base: true, allocSize: true, offset: true, length: true, bufferId: true, deviceUuid: true, event: true },
+    [FrameType.RGET]: {
+      tag: true,
+      seq: true,
+      kind: true,
+      identity: true,
+      base: true,
+      allocSize: true,
+      offset: true,
+      length: true,
+      bufferId: true,
+      deviceUuid: true,
+      event: true,
+    },
     [FrameType.FIN]: { seq: true, status: true, message: true },
     [FrameType.CANCEL]: { seq: true },
     [FrameType.FINS]: { seqs: true },
@@ -189,13 +201,16 @@ describe('the codec compiled from the schema', () => {
     expect(onlyProtocolError(() => decodeFrame(bytes.subarray(0, cut % bytes.byteLength)))?.code).toBe('SMCUDA_PROTOCOL');
   });
 
-  test.prop([anyFrame, fc.uint8Array({ minLength: 1, maxLength: 64 })], { numRuns: 300 })('an oversized frame (bytes after the last field) is refused', (f, extra) => {
-    const bytes = encodeFrame(f);
-    const longer = new Uint8Array(bytes.byteLength + extra.byteLength);
-    longer.set(bytes);
-    longer.set(extra, bytes.byteLength);
-    expect(onlyProtocolError(() => decodeFrame(longer))?.message).toMatch(/trailing bytes/);
-  });
+  test.prop([anyFrame, fc.uint8Array({ minLength: 1, maxLength: 64 })], { numRuns: 300 })(
+    'an oversized frame (bytes after the last field) is refused',
+    (f, extra) => {
+      const bytes = encodeFrame(f);
+      const longer = new Uint8Array(bytes.byteLength + extra.byteLength);
+      longer.set(bytes);
+      longer.set(extra, bytes.byteLength);
+      expect(onlyProtocolError(() => decodeFrame(longer))?.message).toMatch(/trailing bytes/);
+    },
+  );
 
   test.prop([anyFrame, fc.array(fc.tuple(fc.nat(), fc.integer({ min: 1, max: 255 })), { minLength: 1, maxLength: 4 })], { numRuns: 500 })(
     'garbage: a frame with bytes changed is refused with a ProtocolError, or decodes to a frame that encodes to exactly those bytes',
