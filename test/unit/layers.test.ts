@@ -92,7 +92,18 @@ describe('layers (docs/architecture.md)', () => {
   const files = ['src', 'machines', 'cache'].flatMap(sources).map((file) => ({ file, text: readFileSync(join(root, file), 'utf8') }));
 
   it('the table names the layers top to bottom, and every module entry exists', () => {
-    expect(layers.map((l) => l.name)).toEqual(['Tools', 'API', 'Collectives', 'Transport', 'Endpoint', 'Data paths', 'Endpoint services', 'Protocol', 'Drivers', 'Base']);
+    expect(layers.map((l) => l.name)).toEqual([
+      'Tools',
+      'API',
+      'Collectives',
+      'Transport',
+      'Endpoint',
+      'Data paths',
+      'Endpoint services',
+      'Protocol',
+      'Drivers',
+      'Base',
+    ]);
     for (const l of layers) for (const m of l.modules) expect(statSync(join(root, m)), m).toBeTruthy();
   });
 
@@ -104,7 +115,9 @@ describe('layers (docs/architecture.md)', () => {
     expect(violations(layers, exceptions, files)).toEqual([]);
     for (const e of exceptions) {
       const [from, to] = e.split(' -> ');
-      expect(files.find((f) => f.file === from)?.text, `${e} is no longer an import: drop it from the document`).toSatisfy((t: string) => importsOf(from!, t).includes(to!));
+      expect(files.find((f) => f.file === from)?.text, `${e} is no longer an import: drop it from the document`).toSatisfy((t: string) =>
+        importsOf(from!, t).includes(to!),
+      );
     }
   });
 
@@ -119,7 +132,10 @@ describe('layers (docs/architecture.md)', () => {
     const found = violations(layers, exceptions, planted);
     expect(found).toHaveLength(5);
     expect(found[0]).toBe('src/cuda/driver.ts (Drivers) imports src/endpoint.ts (Endpoint, above it)');
-    expect(violations(layers, exceptions, [{ file: 'src/endpoint.ts', text: "import { MatchQueues } from './matching.js';\nimport { x } from './paths/index.js';" }])).toEqual([]);
+    expect(
+      violations(layers, exceptions, [
+        { file: 'src/endpoint.ts', text: "import { MatchQueues } from './matching.js';\nimport { x } from './paths/index.js';" },
+      ]),
+    ).toEqual([]);
   });
 });
-
