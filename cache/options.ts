@@ -62,7 +62,7 @@ function checkLimit(name: string, value: unknown): number {
   if (value === Infinity) return value;
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
     throw new ConfigError(
-      `handle pool: ${name} must be a non-negative integer or Infinity (got ${String(value)}); ` + 'use { unlimited: true } to turn both limits off',
+      `handle pool: ${name} must be a non-negative integer or Infinity (got ${String(value)}); use { unlimited: true } to turn both limits off`,
     );
   }
   return value;
