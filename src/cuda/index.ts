@@ -17,7 +17,7 @@ export {
   type SimFaults,
   type SimOptions,
 } from './sim/config.js';
-export { type SimFdFaults } from './sim/fd-faults.js';
+export type { SimFdFaults } from './sim/fd-faults.js';
 export { SIM_SHM_PREFIX } from './sim/ipc-handle.js';
 export { sweepSimSegments } from './sim/sweep.js';
 export { CUDA_RESULTS, type CudaErrorName } from './sim/result-codes.js';

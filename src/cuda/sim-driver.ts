@@ -549,7 +549,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     const mem = this.requireContext('cuIpcCloseMemHandle');
     const a = mem.find(ptr);
-    if (a && a.opened && a.ptr === ptr && a.opens === 1) {
+    if (a?.opened && a.ptr === ptr && a.opens === 1) {
       if (this.scheduler.anyTouching(a)) this.lifetimeViolations.push(`cuIpcCloseMemHandle of ${hex(ptr)} with copies out of it still queued`);
       this.scheduler.drainTouching(a);
     }
@@ -616,7 +616,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     const fd = this.requireFd('cuMemUnmap');
     const r = fd.find(ptr);
-    if (!r || r.kind !== 'vmm' || r.base !== ptr) {
+    if (r?.kind !== 'vmm' || r.base !== ptr) {
       throw cudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not the base of a vmmAlloc allocation of this driver (freed already?)`);
     }
     this.scheduler.drainTouching(r);
@@ -658,7 +658,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     const fs = this.scheduler.get(stream, 'cuMemFreeAsync');
     if (fs.capture) throw fs.capture.refuse('cuMemFreeAsync', 'the simulator does not capture stream-ordered frees (free after the capture)');
     const r = fd.find(ptr);
-    if (!r || r.kind !== 'pool' || r.base !== ptr) {
+    if (r?.kind !== 'pool' || r.base !== ptr) {
       throw cudaError('cuMemFreeAsync', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not an allocation from memAllocFromPoolAsync (freed already?)`);
     }
     // Unusable at once (as after the real call); returned to the pool in stream order.
@@ -700,7 +700,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     const fd = this.requireFd('cuMemUnmap');
     const r = fd.find(ptr);
-    if (!r || r.kind !== 'vmm-import' || r.base !== ptr) {
+    if (r?.kind !== 'vmm-import' || r.base !== ptr) {
       throw cudaError('cuMemUnmap', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a vmmImport of this driver (released already?)`);
     }
     if (this.scheduler.anyTouching(r)) this.lifetimeViolations.push(`cuMemUnmap of the VMM import ${hex(ptr)} with copies out of it still queued`);
@@ -718,7 +718,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     const fd = this.requireFd('cuMemPoolExportPointer');
     const r = fd.find(ptr);
-    if (!r || r.kind !== 'pool' || r.base !== ptr) {
+    if (r?.kind !== 'pool' || r.base !== ptr) {
       throw cudaError('cuMemPoolExportPointer', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not the start of an allocation from an own pool`);
     }
     return fd.exportPointer(r);
@@ -742,7 +742,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     assertPtr('ptr', ptr);
     const fd = this.requireFd('cuMemFree');
     const r = fd.find(ptr);
-    if (!r || r.kind !== 'pool-import' || r.base !== ptr) {
+    if (r?.kind !== 'pool-import' || r.base !== ptr) {
       throw cudaError('cuMemFree', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a pointer imported by memPoolImportPointer (released already?)`);
     }
     if (this.scheduler.anyTouching(r)) this.lifetimeViolations.push(`cuMemFree of the imported pool pointer ${hex(ptr)} with copies out of it still queued`);

@@ -71,11 +71,11 @@ export function toDot(graph: MachineGraph, header?: string): string {
     const dst = e.target === undefined ? src : byId.get(e.target)!;
     const from = e.source === ANY_STATE ? 'any_state' : nodeId(anchor(src!).id);
     let to = dst ? nodeId(anchor(dst).id) : from;
-    if (src && src.children.length && !(e.target && isInside(e.target, src.id))) attrs.push(`ltail=${q(`cluster_${nodeId(src.id)}`)}`);
-    if (dst && dst.children.length && !(e.source !== ANY_STATE && isInside(e.source, dst.id))) attrs.push(`lhead=${q(`cluster_${nodeId(dst.id)}`)}`);
+    if (src?.children.length && !(e.target && isInside(e.target, src.id))) attrs.push(`ltail=${q(`cluster_${nodeId(src.id)}`)}`);
+    if (dst?.children.length && !(e.source !== ANY_STATE && isInside(e.source, dst.id))) attrs.push(`lhead=${q(`cluster_${nodeId(dst.id)}`)}`);
     if (e.target === undefined) to = from;
     lines.push(`  ${from} -> ${to} [${attrs.join(', ')}];`);
   }
   lines.push('}');
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }

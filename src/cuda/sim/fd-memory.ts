@@ -195,7 +195,7 @@ export class SimFdMemory {
   /** A new descriptor for each chunk [ptr, ptr+bytes) touches. */
   vmmExport(ptr: DevicePtr, bytes: number): { base: DevicePtr; size: number; chunks: FdChunk[] } {
     const r = this.find(ptr);
-    if (!r || r.kind !== 'vmm') {
+    if (r?.kind !== 'vmm') {
       throw cudaError('cuMemRetainAllocationHandle', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not VMM memory made by this process`);
     }
     const start = Number(ptr - r.base);

@@ -225,7 +225,7 @@ export class SimMemory {
   /** One ipcCloseMemHandle; returns the mapping when this was the last open (now unmapped). */
   close(ptr: DevicePtr): Allocation | undefined {
     const a = this.find(ptr);
-    if (!a || !a.opened || a.ptr !== ptr) {
+    if (!a?.opened || a.ptr !== ptr) {
       throw cudaError('cuIpcCloseMemHandle', 'CUDA_ERROR_INVALID_VALUE', `${hex(ptr)} is not a pointer returned by ipcOpenMemHandle that is still open`);
     }
     if (--a.opens > 0) return undefined;
