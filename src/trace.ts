@@ -116,7 +116,7 @@ export class FileTracer implements Tracer {
   private write(peer: string, kind: TraceRecord['kind'], fields: Record<string, unknown>, atUs = nowUs()): void {
     if (this.fd === undefined) return;
     const rec = { t: atUs, pid: process.pid, self: this.self, peer, kind, ...fields };
-    writeSync(this.fd, JSON.stringify(rec, jsonSafe) + '\n');
+    writeSync(this.fd, `${JSON.stringify(rec, jsonSafe)}\n`);
   }
 
   frame(peer: string, dir: 'send' | 'recv', frame: Frame, atUs?: number): void {

@@ -149,8 +149,8 @@ function render(r: ProbeReport): string {
   }
   if (r.devices.length > 1) {
     lines.push('peer access (row → column):');
-    lines.push('       ' + r.devices.map((d) => `[${d.index}]`.padEnd(5)).join(''));
-    r.peerAccess.forEach((row, i) => lines.push(`  [${i}]  ` + row.map((ok, j) => (i === j ? '-' : ok ? 'yes' : 'no').padEnd(5)).join('')));
+    lines.push(`       ${r.devices.map((d) => `[${d.index}]`.padEnd(5)).join('')}`);
+    r.peerAccess.forEach((row, i) => lines.push(`  [${i}]  ${row.map((ok, j) => (i === j ? '-' : ok ? 'yes' : 'no').padEnd(5)).join('')}`));
   }
   lines.push(`legacy IPC: ${r.ipc.supported ? 'works' : 'does not work'} (${r.ipc.detail})`);
   if (r.driver !== 'sim') lines.push(mpsLine(r.mps)); // MPS concerns real GPUs only

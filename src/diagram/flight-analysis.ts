@@ -365,5 +365,5 @@ export function renderFlightAnalysis(a: FlightAnalysis): string {
         : `in call ${r.at} ${describeCall(r.call ?? { op: '?' })}, ${r.stage}${r.failed ? ', failed' : ''}${r.waitedUs !== undefined ? `, waited ${(r.waitedUs / 1e6).toFixed(1)} s` : ''}`;
     out.push(`  rank ${r.rank} (pid ${r.pid}): ${span}, ${done}, ${where}`);
   }
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }

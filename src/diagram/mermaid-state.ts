@@ -80,5 +80,5 @@ export function toMermaidState(graph: MachineGraph, options: MermaidStateOptions
   const stable = allStates(graph).filter((s) => s.tags.includes('stable') && s.children.length === 0);
   if (stable.length) lines.push(`  class ${stable.map((s) => mermaidId(s.id)).join(', ')} stable`);
   if (options.highlight?.length) lines.push(`  class ${options.highlight.map(mermaidId).join(', ')} current`);
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }

@@ -63,5 +63,5 @@ export function toMermaidSequence(records: TraceRecord[], options: SequenceOptio
   if (options.header) lines.push(`  %% ${options.header.replace(/\s+/g, ' ')}`);
   for (const [id, a] of alias) lines.push(`  participant ${a} as ${text(id)}`);
   lines.push(...body);
-  return lines.join('\n') + '\n';
+  return `${lines.join('\n')}\n`;
 }
