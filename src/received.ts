@@ -3,7 +3,7 @@
  * resolves to a Received whose `data` is a Float32Array; and what a probe
  * says of a waiting message without receiving it.
  */
-import { type DeviceBuffer, type MessageBuffer } from './buffers.js';
+import type { DeviceBuffer, MessageBuffer } from './buffers.js';
 import type { DataPath } from './endpoint-stats.js';
 import type { Received as PathReceived } from './paths/index.js';
 import { FrameType } from './wire/frames.js';

@@ -9,7 +9,7 @@ import { skipped } from './figures.js';
 import { breakdown, type FirstSendBreakdown } from './first-send.js';
 import type { KindExport, KindOpenResult } from './memory-kinds.js';
 import type { BenchCommand, BenchWorkerInfo, ExportedBuffer, FirstSendResult, PathCounts, ProbeResult, TimedResult } from './protocol.js';
-import { addPaths, aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, oneway, type Run } from './run-context.js';
+import { addPaths, aggregate, both, figure, gpuOnly, type Group, negotiateSession, openSession, type Run } from './run-context.js';
 import { type PairedRuns, pairedRuns, runsDetails } from './paired-runs.js';
 import { gbPerSecond, median, summarize } from './stats.js';
 import { FIG, MEMORY_FIG, MEMORY_OPEN_SIZE, MEMORY_TARGET_SIZE, type MemoryLayout, type ScopedSpec } from './suites.js';

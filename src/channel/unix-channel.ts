@@ -46,7 +46,7 @@ import {
   PeerLimitError,
   PeerLostError,
   ProtocolError,
-  SmcudaError,
+  type SmcudaError,
 } from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';

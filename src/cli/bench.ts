@@ -9,7 +9,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type BenchOptions } from '../bench/plan.js';
+import type { BenchOptions } from '../bench/plan.js';
 import { drawPlots } from '../bench/plots.js';
 import type { BenchReport } from '../bench/report.js';
 import { runBench } from '../bench/runner.js';

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { COLLECTIVE_LABELS, collectivesDemo, renderCollectives } from './demo-collectives.js';
 import { FORCED_ALGORITHMS, isForcedAlgorithm, type ForcedAlgorithm } from '../collectives/communicator.js';
 import { DTYPES, isDType } from '../kernels/dtypes.js';
-import { formatBytes, gbps, parseSize, rate, table } from './format.js';
+import { formatBytes, parseSize, rate, table } from './format.js';
 import { isMemoryOption, MEMORY_OPTIONS, type MemoryOption } from './demo-memory.js';
 import type { DemoReportEndpoint, DemoWorkerReady, GraphResult, MemoryReport, Phase, PhaseResult, WorkerConfig } from './demo-worker.js';
 import { GRAPH_SAMPLED_REPLAYS } from './demo-pattern.js';

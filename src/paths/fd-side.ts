@@ -19,7 +19,7 @@
  * FD_RELEASE, so the next message offers afresh).
  */
 import type { HandlePool } from '../../cache/index.js';
-import { type DeviceBuffer } from '../buffers.js';
+import type { DeviceBuffer } from '../buffers.js';
 import type { FdChannel, FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PoolHandle } from '../cuda/driver.js';
 import { debug } from '../debug.js';

@@ -44,7 +44,6 @@ const MAX_U64 = (1n << 64n) - 1n;
 const MAX_SAFE_HIGH = 0x1f_ffff;
 
 const utf8Decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-const utf8Encoder = new TextEncoder();
 
 const DECODE_HINT = 'The endpoint must be closed: the peer runs a different smcuda version or is broken.';
 const ENCODE_HINT = 'This is a bug in the caller that built the frame; fix the value before sending.';
@@ -225,7 +224,6 @@ class Writer {
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 const U32 = 0xffff_ffff;
-const U16 = 0xffff;
 
 /** SPILL without its inner frame: header, seq u32, inner length u32 (the inner frame follows). */
 export function spillHead(seq: number, innerLength: number): Uint8Array {
