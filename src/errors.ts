@@ -24,7 +24,9 @@ export class SmcudaError extends Error {
    * class, yet every error smcuda raises is one `catch (e) { if (e instanceof SmcudaError) … }` away.
    */
   static override [Symbol.hasInstance](value: unknown): boolean {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the class the check is made against, a subclass included
     if (Function.prototype[Symbol.hasInstance].call(this, value)) return true;
+    // biome-ignore lint/complexity/noThisInStatic: only SmcudaError itself takes in the argument errors, not its subclasses
     return this === SmcudaError && (value instanceof ArgumentTypeError || value instanceof ArgumentRangeError);
   }
 }

@@ -318,6 +318,7 @@ export function resolveOptions(o: TransportOptions = {}, moreKeys: readonly stri
   const id = o.id ?? `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   checkWireString('id', id, 1, MAX_PEER_ID_BYTES);
   // Control characters would garble logs, traces and diagrams (and let an id fake a log line).
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
   if (/[\u0000-\u001f\u007f]/.test(id)) throw new ConfigError(`id must not contain control characters, got ${JSON.stringify(id)}`);
   const token = o.token ?? '';
   checkWireString('token', token, 0, MAX_TOKEN_BYTES);

@@ -85,6 +85,7 @@ export function toWireError(err: unknown): WireError {
 
 // -- the worker's side ----------------------------------------------------------
 
+// biome-ignore lint/suspicious/noExplicitAny: each handler declares the argument type it takes; unknown would refuse those
 export type CommandHandler = (args: any) => unknown;
 
 export interface ServeOptions {
@@ -114,7 +115,11 @@ export interface WorkerLink {
  * function for all). Exits with code 2 and a message when not started by a
  * parent with an IPC channel.
  */
-export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: string, args: any) => unknown), options: ServeOptions = {}): WorkerLink {
+export function serveRequests(
+  // biome-ignore lint/suspicious/noExplicitAny: as CommandHandler's argument
+  handlers: Record<string, CommandHandler> | ((cmd: string, args: any) => unknown),
+  options: ServeOptions = {},
+): WorkerLink {
   const rawSend = process.send?.bind(process);
   if (!rawSend) {
     console.error('this module is a worker: its parent starts it with an IPC channel, not by hand');
@@ -138,7 +143,7 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
     await options.onExit?.();
   };
 
-  const answer = (m: WorkerRequest, reply: WorkerReply, then?: () => void) => {
+  const answer = (reply: WorkerReply, then?: () => void) => {
     send(reply, then);
   };
   const execute = async (m: WorkerRequest) => {
@@ -146,21 +151,21 @@ export function serveRequests(handlers: Record<string, CommandHandler> | ((cmd: 
       leaving = true;
       try {
         await cleanUp();
-        answer(m, { id: m.id, ok: true, result: null }, () => {
+        answer({ id: m.id, ok: true, result: null }, () => {
           process.off('disconnect', orphaned);
           process.disconnect();
         });
       } catch (err) {
-        answer(m, { id: m.id, ok: false, error: toWireError(err) }, () => process.exit(1));
+        answer({ id: m.id, ok: false, error: toWireError(err) }, () => process.exit(1));
       }
       return;
     }
     try {
       const fn = handle ? (args: unknown) => handle(m.cmd, args) : table![m.cmd];
       if (!fn) throw new WorkerFailedError(`unknown command ${JSON.stringify(m.cmd)}; this worker takes ${Object.keys(table!).join(', ')}, exit`);
-      answer(m, { id: m.id, ok: true, result: (await fn(m.args)) ?? null });
+      answer({ id: m.id, ok: true, result: (await fn(m.args)) ?? null });
     } catch (err) {
-      answer(m, { id: m.id, ok: false, error: toWireError(err) });
+      answer({ id: m.id, ok: false, error: toWireError(err) });
     }
   };
   const run = (m: WorkerRequest) => {
