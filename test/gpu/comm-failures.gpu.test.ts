@@ -135,7 +135,7 @@ function record(topology: string, name: string, numbers: Record<string, unknown>
   const out = process.env.SMCUDA_GPU_OUT;
   if (!out) return;
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, 'comm-failures.json'), JSON.stringify({ driver: DRIVER, devices: p.devices, mps: mpsStatus(), cases: records }, null, 2) + '\n');
+  writeFileSync(join(out, 'comm-failures.json'), `${JSON.stringify({ driver: DRIVER, devices: p.devices, mps: mpsStatus(), cases: records }, null, 2)}\n`);
 }
 
 const max = (xs: number[]): number => Math.round(Math.max(...xs) * 10) / 10;

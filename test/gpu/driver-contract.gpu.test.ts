@@ -7,7 +7,6 @@
  * The native driver is imported lazily, so this file loads (and skips) even
  * where the native build is missing.
  */
-import type { CudaDriver } from '../../src/cuda/driver.js';
 import { driverContract } from '../helpers/driver-contract.js';
 import { probeNative } from './native-probe.js';
 

@@ -301,6 +301,7 @@ describe.skipIf(p.skip !== false)(`GPU-driven work on the native driver${p.skip 
   });
 
   it('errors are typed: bad PTX carries the JIT log, a missing entry is CUDA_ERROR_NOT_FOUND, ending a capture never begun is refused', () => {
+    // biome-ignore lint/suspicious/noExplicitAny: the thrown error, read field by field
     let err: any;
     try {
       d.moduleLoadData('.version 8.0\n.target sm_75\n.address_size 64\n.visible .entry broken(\n{\n\tbogus.instruction;\n}\n');
@@ -328,6 +329,7 @@ describe.skipIf(p.skip !== false)(`GPU-driven work on the native driver${p.skip 
       const warm = await child({ CUDA_CACHE_PATH: cache });
       const afterWarm = folderSize(cache);
       const disabled = await child({ CUDA_CACHE_PATH: cache, CUDA_CACHE_DISABLE: '1' });
+      // biome-ignore lint/suspicious/noExplicitAny: the child's JSON result, read field by field
       const fmt = (r: any) =>
         `context ${r.contextMs.toFixed(1)} ms, first load ${r.firstLoadMs.toFixed(2)} ms (+ getFunction ${r.firstGetFunctionMs.toFixed(2)}), second load ${r.secondLoadMs.toFixed(2)} ms (+ ${r.secondGetFunctionMs.toFixed(2)})`;
       console.log(`JIT cache empty:    ${fmt(cold)}; cache then ${afterCold.files} files, ${afterCold.bytes} B`);

@@ -91,10 +91,7 @@ async function launch() {
       const sorted = [...perRun].sort((a, b) => a - b);
       const median = sorted[Math.floor(sorted.length / 2)];
       const busGBs = (c.bytes / (median * 1e-6) / 1e9) * ((2 * (ranks - 1)) / ranks);
-      const enq = results
-        .map((x) => x[i].enqueueUs ?? [])
-        .flat()
-        .sort((a, b) => a - b);
+      const enq = results.flatMap((x) => x[i].enqueueUs ?? []).sort((a, b) => a - b);
       return {
         ...c,
         algorithm: results[0][i].algorithm,
