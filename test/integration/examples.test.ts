@@ -17,7 +17,7 @@ describe('docs/examples', () => {
 
   it('the README shows two-process.mjs whole, as it is run here', () => {
     const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-    expect(readme).toContain('```js\n' + readFileSync(join(EXAMPLES, 'two-process.mjs'), 'utf8') + '```');
+    expect(readme).toContain(`\`\`\`js\n${readFileSync(join(EXAMPLES, 'two-process.mjs'), 'utf8')}\`\`\``);
   });
 
   it('two-process.mjs moves device memory between two processes, by RGET from the first message on, every byte checked', async () => {
