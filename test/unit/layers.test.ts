@@ -21,7 +21,7 @@ interface Layer {
 }
 
 /** The table's rows, top layer first (rank 0). */
-export function parseLayers(markdown: string): Layer[] {
+function parseLayers(markdown: string): Layer[] {
   const m = /<!-- layers:begin -->([\s\S]*?)<!-- layers:end -->/.exec(markdown);
   if (!m) throw new Error('docs/architecture.md has no layer table');
   const rows = m[1]!.split('\n').filter((l) => l.startsWith('|') && !/^\|\s*(-+|layer)\s*\|/.test(l));
@@ -59,7 +59,7 @@ function sources(dir: string): string[] {
 }
 
 /** Relative import specifiers of a TypeScript source, resolved to repository paths (.js → .ts). */
-export function importsOf(file: string, text: string): string[] {
+function importsOf(file: string, text: string): string[] {
   const specs = [
     ...text.matchAll(/^\s*(?:import|export)\s[^;]*?\sfrom\s+['"]([^'"]+)['"]/gm),
     ...text.matchAll(/^\s*import\s+['"]([^'"]+)['"]/gm),

@@ -48,7 +48,7 @@ function fakePython(name: string, doc: unknown, code = 0): string {
   const body = doc === undefined ? '' : `require('node:fs').writeFileSync(a[a.indexOf('--out') + 1], ${JSON.stringify(JSON.stringify(doc))});`;
   writeFileSync(
     path,
-    `#!${process.execPath}\nconst a = process.argv;\nrequire('node:fs').writeFileSync(${JSON.stringify(path + '.args')}, JSON.stringify(a.slice(2)));\n${body}\nprocess.stderr.write('fake python stderr line\\n');\nprocess.exit(${code});\n`,
+    `#!${process.execPath}\nconst a = process.argv;\nrequire('node:fs').writeFileSync(${JSON.stringify(`${path}.args`)}, JSON.stringify(a.slice(2)));\n${body}\nprocess.stderr.write('fake python stderr line\\n');\nprocess.exit(${code});\n`,
   );
   chmodSync(path, 0o755);
   return path;

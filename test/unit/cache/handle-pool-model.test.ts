@@ -171,13 +171,11 @@ class PoolModel {
   /** dropPeerPool: its resident pointers are invalidated, the import goes once unused. */
   dropPool(key: string): boolean {
     let dropped = false;
-    {
-      for (const e of [...this.resident]) {
-        if (e.alloc.poolKey === key && e.alloc.kind === 'pool') {
-          this.c.invalidations++;
-          this.detach(e);
-          dropped = true;
-        }
+    for (const e of [...this.resident]) {
+      if (e.alloc.poolKey === key && e.alloc.kind === 'pool') {
+        this.c.invalidations++;
+        this.detach(e);
+        dropped = true;
       }
     }
     const pool = this.pools.find((p) => p.key === key && !p.dropped);

@@ -5,7 +5,7 @@
  * SPILL outside the reader's window (far ahead, repeated, out of order) is a
  * protocol error that closes the channel instead of being buffered.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createMemoryChannelPair } from '../../../src/channel/memory-channel.js';
 import { ShmChannel } from '../../../src/channel/shm-channel.js';
 import { ProgressEngine } from '../../../src/progress/engine.js';

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fc, test } from '@fast-check/vitest';
 import { createMemoryChannelPair, type MemoryChannel } from '../../../src/channel/memory-channel.js';
 import { concatBytes } from '../../../src/channel/bytes.js';

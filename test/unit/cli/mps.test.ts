@@ -70,7 +70,7 @@ describe('MPS detection', () => {
       expect(text.stdout).toContain(MPS_START_COMMAND);
     } else {
       // Without a GPU: said plainly, with the way to try the simulator, and no MPS advice.
-      expect(text.stdout).toMatch(/^No GPU: the CUDA driver cannot be used on this machine\.\n  why: .+\n/);
+      expect(text.stdout).toMatch(/^No GPU: the CUDA driver cannot be used on this machine\.\n {2}why: .+\n/);
       expect(text.stdout).toContain('smcuda probe --driver sim');
       expect(text.stdout).not.toMatch(/MPS|nvidia-cuda-mps/);
       expect(text.stdout).not.toMatch(/--driver sim\)|or use the simulated/);

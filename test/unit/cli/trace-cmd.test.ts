@@ -101,14 +101,14 @@ describe('smcuda trace', () => {
       f0,
       records
         .filter((r) => r.self === 'rank0')
-        .map((r) => JSON.stringify(r) + '\n')
+        .map((r) => `${JSON.stringify(r)}\n`)
         .join(''),
     );
     writeFileSync(
       f1,
       records
         .filter((r) => r.self === 'rank1')
-        .map((r) => JSON.stringify(r) + '\n')
+        .map((r) => `${JSON.stringify(r)}\n`)
         .join(''),
     );
     const merged = JSON.parse((await smcuda(['trace', f1, f0, '--json'])).stdout) as { records: TraceRecord[] };

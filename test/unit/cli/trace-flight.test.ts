@@ -35,7 +35,7 @@ beforeAll(() => {
 async function trace(args: string[]): Promise<{ code: number; out: string }> {
   let out = '';
   vi.spyOn(process.stdout, 'write').mockImplementation((s: string | Uint8Array) => ((out += String(s)), true));
-  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void (out += a.join(' ') + '\n'));
+  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void (out += `${a.join(' ')}\n`));
   vi.spyOn(console, 'error').mockImplementation(() => undefined);
   const code = await runTrace(args);
   return { code, out };

@@ -8,7 +8,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { Communicator } from '../../../src/collectives/communicator.js';
-import { CallMismatchError, CommunicatorAbortedError } from '../../../src/errors.js';
+import { CallMismatchError, type CommunicatorAbortedError } from '../../../src/errors.js';
 import { makeWorld, type World } from '../../helpers/comm-world.js';
 
 let w: World | undefined;

@@ -403,6 +403,7 @@ describe.skipIf(addonAvailable || !cc || !compiled)('GPU-driven calls of the add
     if (libDir) rmSync(libDir, { recursive: true, force: true });
   });
 
+  // biome-ignore lint/suspicious/noExplicitAny: the fixture's JSON result, read field by field
   async function scenario(name: string, env: Record<string, string> = {}): Promise<any> {
     const { stdout } = await run(process.execPath, [fixture, name], {
       env: { ...process.env, LD_LIBRARY_PATH: libDir, FAKE_CUDA_LOG: join(libDir, `log-${logs++}`), ...env },
@@ -478,7 +479,7 @@ describe.skipIf(addonAvailable || !cc || !compiled)('GPU-driven calls of the add
     const fillLine = (out.log as string[]).find((l) => l.startsWith('cuLaunchKernel smcuda_fill_u32'))!;
     const addrOfWrite = BigInt(/cuStreamWriteValue32_v2 stream=\S+ addr=(0x[0-9a-f]+)/.exec((out.log as string[]).join('\n'))![1]!);
     const ptrHex = /params=(\w+)/.exec(fillLine)![1]!;
-    expect(BigInt('0x' + ptrHex.match(/../g)!.reverse().join(''))).toBe(addrOfWrite + 32n);
+    expect(BigInt(`0x${ptrHex.match(/../g)!.reverse().join('')}`)).toBe(addrOfWrite + 32n);
 
     expect(out.afterWrites).toMatchObject({ w0: 0xdeadbeef, w8: `${0xfedcba9876543210n}n` });
     expect(out.afterBatch).toMatchObject({ w16: 42, w24: `${1n << 63n}n` });

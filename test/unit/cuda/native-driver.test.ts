@@ -485,6 +485,7 @@ describe.skipIf(available || !cc || !compiled)('the addon over a fake libcuda.so
   });
 
   /** Runs a scenario; the child must exit by itself (an idle poller keeps nothing alive). */
+  // biome-ignore lint/suspicious/noExplicitAny: the fixture's JSON result, read field by field
   async function scenario(name: string, env: Record<string, string> = {}): Promise<any> {
     const { stdout } = await run(process.execPath, [fixture, name], {
       env: { ...process.env, LD_LIBRARY_PATH: libDir, ...env },

@@ -30,7 +30,7 @@ function code(fn: () => unknown): string | undefined {
 }
 
 let fdsAtStart = 0;
-let made: SimulatedCudaDriver[] = [];
+const made: SimulatedCudaDriver[] = [];
 beforeEach(() => {
   fdsAtStart = openFds();
 });

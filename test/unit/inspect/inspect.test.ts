@@ -58,7 +58,7 @@ function events(url: string, until: (events: { event: string; data: unknown }[])
   });
 }
 
-const line = (r: object) => JSON.stringify(r) + '\n';
+const line = (r: object) => `${JSON.stringify(r)}\n`;
 
 describe('smcuda inspect --trace FILE', () => {
   it('serves the page, Mermaid from node_modules, the machine and the state, on 127.0.0.1 only', async () => {

@@ -15,7 +15,7 @@ import { describe, expect } from 'vitest';
 import { fc, test } from '@fast-check/vitest';
 import type { NegotiationConfig } from '../../../machines/index.js';
 import { FrameType, type NegotiationFrame } from '../../../src/wire/frames.js';
-import { Pair, Side, allowedSend, flush, type CheckMode, type SideEnv } from '../../helpers/negotiation-harness.js';
+import { Pair, type Side, allowedSend, flush, type CheckMode, type SideEnv } from '../../helpers/negotiation-harness.js';
 import { RefPair, RefSide } from '../../helpers/negotiation-reference.js';
 
 const TIMEOUTS = { requestTimeoutMs: 100, confirmTimeoutMs: 150, checkTimeoutMs: 50 };
