@@ -40,7 +40,7 @@
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, PeerLostError } from '../errors.js';
-import { DTYPE_BYTES, twoshotChunk, twoshotPart, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, twoshotChunk, twoshotPart, type DType, type ReduceArg } from '../kernels/dtypes.js';
 import { DATA_TAG, type RankSync } from './control.js';
 import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
@@ -158,7 +158,7 @@ function othersOf(c: Pick<CallContext, 'size' | 'rank'>): number[] {
   return [...Array(c.size).keys()].filter((k) => k !== c.rank);
 }
 
-export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp): Promise<void> {
+export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg): Promise<void> {
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const N = c.size;
@@ -263,7 +263,7 @@ export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
 }
 
-export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp, root: number): Promise<void> {
+export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg, root: number): Promise<void> {
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const isRoot = c.rank === root;
@@ -326,7 +326,7 @@ export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
 }
 
-export async function reduceScatter(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp): Promise<void> {
+export async function reduceScatter(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg): Promise<void> {
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const N = c.size;

@@ -76,7 +76,7 @@
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError } from '../errors.js';
-import { DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, type DType, type ReduceArg } from '../kernels/dtypes.js';
 import { part } from './algorithms.js';
 import { PIPELINE_SLOTS, pipelineSlotOffset, queueMemOps, type PipelineSignal } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
@@ -113,7 +113,7 @@ export class CePipeline {
   }
 
   /** Queues a whole allreduce on `stream` (its steps on the device: nothing to await). */
-  allreduce(stream: StreamHandle, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceOp, capturing: boolean): void {
+  allreduce(stream: StreamHandle, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg, capturing: boolean): void {
     const es = DTYPE_BYTES[dtype];
     const per = this.chunkElements(es);
     if (per < this.size) throw new ArgumentRangeError('the scratch region is too small for one element per rank: raise scratchBytes');
@@ -144,7 +144,7 @@ export class CePipeline {
   }
 
   /** The reduction on the caller's stream; the copies of its result to the peers on the share stream, after it. */
-  private reduce(lanes: Lanes, x: number, send: DevicePtr, recv: DevicePtr, a: number, len: number, dtype: DType, op: ReduceOp): void {
+  private reduce(lanes: Lanes, x: number, send: DevicePtr, recv: DevicePtr, a: number, len: number, dtype: DType, op: ReduceArg): void {
     const s = this.scratch;
     const es = DTYPE_BYTES[dtype];
     const [lo, hi] = part(len, this.size, this.rank);

@@ -6,7 +6,7 @@
  * each, launched with the arguments reduce.cu declares.
  */
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
-import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, reduceEntry, reducePartEntry, twoshotChunk, twoshotEntry, DTYPE_BYTES, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, opFactor, reduceEntry, reducePartEntry, twoshotChunk, twoshotEntry, DTYPE_BYTES, type DType, type ReduceArg } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
 import { reducePtx } from '../kernels/reduce.ptx.js';
@@ -52,7 +52,7 @@ const PART_MAX_GRID = 1024;
 
 /** The leading arguments of the kernels that step with peers' blocks, in reduce.cu's order. */
 interface SteppingArgs {
-  op: ReduceOp;
+  op: ReduceArg;
   out: DevicePtr;
   input: DevicePtr;
   bufs: DevicePtr;
@@ -91,7 +91,7 @@ export class ReduceKernels {
   }
 
   /** out[i] = op(table[0][offset+i], …, table[n-1][offset+i]) for i < count, on `stream`. */
-  reduce(op: ReduceOp, dtype: DType, out: DevicePtr, table: DevicePtr, n: number, offset: number, count: number, stream: StreamHandle): void {
+  reduce(op: ReduceArg, dtype: DType, out: DevicePtr, table: DevicePtr, n: number, offset: number, count: number, stream: StreamHandle): void {
     if (count === 0) return;
     let fn = this.functions.get(dtype);
     if (fn === undefined) this.functions.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), reduceEntry(dtype))));
@@ -106,6 +106,7 @@ export class ReduceKernels {
         { type: 'u64', value: BigInt(offset) },
         { type: 'u64', value: BigInt(count) },
         { type: 'u32', value: opCode(op) },
+        { type: 'f64', value: opFactor(op) },
       ],
       stream,
     );
@@ -120,14 +121,14 @@ export class ReduceKernels {
    * signal came. Every rank must call it with the same `count` and dtype
    * (the grid follows from them).
    */
-  oneshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, landOffset: number, slotBytes: number, stream: StreamHandle, capturing: boolean): void {
+  oneshot(op: ReduceArg, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, landOffset: number, slotBytes: number, stream: StreamHandle, capturing: boolean): void {
     if (count === 0) return;
     let fn = this.oneshots.get(dtype);
     if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
     const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
     // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
-    const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('1', out, [dtype, op, input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
+    const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('1', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, landOffset, slotBytes, stream);
   }
 
@@ -139,7 +140,7 @@ export class ReduceKernels {
    * rank's B into `out`. Every rank must call it with the same `count`, dtype and `partMax` (the
    * grid follows from them).
    */
-  twoshot(op: ReduceOp, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, bOffset: number, partMax: number, stream: StreamHandle, capturing: boolean): void {
+  twoshot(op: ReduceArg, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, bOffset: number, partMax: number, stream: StreamHandle, capturing: boolean): void {
     if (count === 0) return;
     let fn = this.twoshots.get(dtype);
     if (fn === undefined) this.twoshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), twoshotEntry(dtype))));
@@ -147,7 +148,7 @@ export class ReduceKernels {
     // At most ONESHOT_MAX_BLOCKS: the step slots per rank in the flag block (device-sync.ts).
     const cap = Math.min(ONESHOT_MAX_BLOCKS, TWOSHOT_BLOCKS_PER_SM * this.multiprocessors);
     const grid = Math.min(powerOfTwoAtMost(this.gridCap(cap)), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
-    const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, op, input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
+    const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, bOffset, partMax, stream);
   }
 
@@ -174,7 +175,7 @@ export class ReduceKernels {
   /**
    * Launches a kernel that steps with peers' blocks (one-shot, two-shot): reduce.cu's leading arguments,
    * then the kernel's two u64 arguments of its own (one-shot: landOffset, slotBytes; two-shot: bOffset,
-   * partMax). The argument list is only built when the launch is not replayed.
+   * partMax), then premul's factor. The argument list is only built when the launch is not replayed.
    */
   private launchStepping(fn: FunctionHandle, grid: number, key: string | undefined, a: SteppingArgs, extra0: number, extra1: number, stream: StreamHandle): void {
     this.graphs.launch(
@@ -192,13 +193,14 @@ export class ReduceKernels {
         { type: 'u32', value: opCode(a.op) },
         { type: 'u64', value: BigInt(extra0) },
         { type: 'u64', value: BigInt(extra1) },
+        { type: 'f64', value: opFactor(a.op) },
       ],
       stream,
     );
   }
 
   /** The copy-engine pipeline's reduction (reduce.cu's reduce_part): out[i] = op over k of (k == rank ? own[i] : table[k][i]), for i < count. */
-  reducePart(op: ReduceOp, dtype: DType, out: DevicePtr, own: DevicePtr, table: DevicePtr, rank: number, n: number, count: number, stream: StreamHandle): void {
+  reducePart(op: ReduceArg, dtype: DType, out: DevicePtr, own: DevicePtr, table: DevicePtr, rank: number, n: number, count: number, stream: StreamHandle): void {
     if (count === 0) return;
     let fn = this.parts.get(dtype);
     if (fn === undefined) this.parts.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), reducePartEntry(dtype))));
@@ -215,6 +217,7 @@ export class ReduceKernels {
         { type: 'u32', value: n },
         { type: 'u64', value: BigInt(count) },
         { type: 'u32', value: opCode(op) },
+        { type: 'f64', value: opFactor(op) },
       ],
       stream,
     );
@@ -240,6 +243,12 @@ export class ReduceKernels {
     this.parts.clear();
     for (const m of modules) this.driver.moduleUnload(m);
   }
+}
+
+/** premul's factor in a launch key: -0 apart from 0 (a graph launched with one must not replay for the other). */
+function factorKey(op: ReduceArg): number | string {
+  const f = opFactor(op);
+  return Object.is(f, -0) ? '-0' : f;
 }
 
 /** reduce.ptx.ts's entries of one dtype (names end in `_<dtype>`), cut once per process. */

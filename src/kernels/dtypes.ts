@@ -3,17 +3,82 @@
  * built for, and the names of their entries: one table that the collectives,
  * the TypeScript twins and the tests share.
  */
-import { ArgumentRangeError } from '../errors.js';
+import { ArgumentRangeError, ArgumentTypeError } from '../errors.js';
 
-/** The element types the kernels in reduce.cu are built for (and the collectives take). */
-export const DTYPES = ['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8'] as const;
+/**
+ * The element types the kernels in reduce.cu are built for (and the collectives take). New ones go at
+ * the end: a call print (call-print.ts) holds the index plus one in 5 bits (at most 31 dtypes).
+ * f8e4m3 and f8e5m2 are OCP fp8 (E4M3 "fn": no infinity, largest finite 448; E5M2: largest finite 57344).
+ */
+export const DTYPES = ['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8', 'i8', 'u32', 'u64', 'f8e4m3', 'f8e5m2'] as const;
 export type DType = (typeof DTYPES)[number];
 
-export const REDUCE_OPS = ['sum', 'avg', 'min', 'max', 'prod'] as const;
+/**
+ * The reduction operations; a call print holds the index plus one in 4 bits (at most 15). `premul`:
+ * out = sum over ranks of (factor × input), the factor a per-call argument (reduceArg); `band`, `bor`,
+ * `bxor`: bitwise, integer dtypes only (checkDtypeOp says which pairs the kernels take).
+ */
+export const REDUCE_OPS = ['sum', 'avg', 'min', 'max', 'prod', 'premul', 'band', 'bor', 'bxor'] as const;
 export type ReduceOp = (typeof REDUCE_OPS)[number];
 
 /** Bytes per element. */
-export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2, f64: 8, i32: 4, i64: 8, u8: 1 };
+export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2, f64: 8, i32: 4, i64: 8, u8: 1, i8: 1, u32: 4, u64: 8, f8e4m3: 1, f8e5m2: 1 };
+
+/** The floating-point dtypes (reduced in f32, or f64 for f64): premul takes these only. */
+export const FLOAT_DTYPES: readonly DType[] = ['f32', 'f16', 'bf16', 'f64', 'f8e4m3', 'f8e5m2'];
+/** The integer dtypes: the bitwise operations take these only. */
+export const INT_DTYPES: readonly DType[] = ['i32', 'i64', 'u8', 'i8', 'u32', 'u64'];
+const BITWISE_OPS: readonly ReduceOp[] = ['band', 'bor', 'bxor'];
+
+/** Whether the kernels reduce `dtype` with `op`: every pair but premul on integers and the bitwise operations on floats. */
+export function dtypeOpSupported(dtype: DType, op: ReduceOp): boolean {
+  if (op === 'premul') return FLOAT_DTYPES.includes(dtype);
+  if (BITWISE_OPS.includes(op)) return INT_DTYPES.includes(dtype);
+  return true;
+}
+
+/**
+ * Refuses a dtype × op pair the kernels do not take (ArgumentTypeError, SMCUDA_INVALID_ARG_TYPE), saying
+ * which dtypes the op takes: the communicator calls it before a call (every rank refuses the same pair).
+ */
+export function checkDtypeOp(dtype: DType, op: ReduceOp): void {
+  if (dtypeOpSupported(dtype, op)) return;
+  if (op === 'premul') throw new ArgumentTypeError(`op 'premul' takes a floating-point dtype (${FLOAT_DTYPES.join(', ')}), not '${dtype}': for an integer dtype, scale the input before the call and use 'sum'`);
+  throw new ArgumentTypeError(`op '${op}' is bitwise and takes an integer dtype (${INT_DTYPES.join(', ')}), not '${dtype}': reinterpret the buffer as an integer dtype of the same size (u8, u32, u64)`);
+}
+
+/** premul with its factor: what the collectives hand the kernels for `op: 'premul'`. */
+export interface PreMulSum {
+  readonly op: 'premul';
+  readonly factor: number;
+}
+/** A reduction as the kernels take it: an op, or premul with its factor. */
+export type ReduceArg = ReduceOp | PreMulSum;
+
+/**
+ * The reduction of a call from its `op` and `factor` fields: premul needs a finite number `factor`
+ * (ArgumentTypeError if it is not a number, ArgumentRangeError if not finite); any other op refuses one
+ * (ArgumentTypeError). Ranks must pass the same factor: it is not part of the call print (see docs/collectives.md).
+ */
+export function reduceArg(op: ReduceOp, factor: unknown): ReduceArg {
+  if (op !== 'premul') {
+    if (factor !== undefined) throw new ArgumentTypeError(`factor is premul's (op: 'premul', factor: <number>); op '${op}' takes none: leave factor out`);
+    return op;
+  }
+  if (typeof factor !== 'number') throw new ArgumentTypeError(`op 'premul' needs a number factor (e.g. { op: 'premul', factor: 0.25 }), got ${factor === undefined ? 'none' : typeof factor}`);
+  if (!Number.isFinite(factor)) throw new ArgumentRangeError(`premul's factor must be finite, got ${String(factor)}`);
+  return { op: 'premul', factor };
+}
+
+/** The op of a reduction. */
+export function opName(r: ReduceArg): ReduceOp {
+  return typeof r === 'string' ? r : r.op;
+}
+
+/** The kernels' `factor` argument: premul's factor, else 1 (unused). */
+export function opFactor(r: ReduceArg): number {
+  return typeof r === 'string' ? 1 : r.factor;
+}
 
 export function isDType(v: unknown): v is DType {
   return typeof v === 'string' && (DTYPES as readonly string[]).includes(v);
@@ -23,7 +88,7 @@ export function isReduceOp(v: unknown): v is ReduceOp {
   return typeof v === 'string' && (REDUCE_OPS as readonly string[]).includes(v);
 }
 
-/** `smcuda_reduce_<dtype>(out, table, n, offset, count, op)`. */
+/** `smcuda_reduce_<dtype>(out, table, n, offset, count, op, factor)`: factor (f64) is premul's, unused by the other ops. */
 export function reduceEntry(dtype: DType): string {
   return `smcuda_reduce_${dtype}`;
 }
@@ -51,12 +116,12 @@ export function oneshotAreaBytes(n: number): number {
   return oneshotFlagOffset(n, 0);
 }
 
-/** `smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes)`: a one-shot allreduce piece in one launch. */
+/** `smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes, factor)`: a one-shot allreduce piece in one launch. */
 export function oneshotEntry(dtype: DType): string {
   return `smcuda_oneshot_${dtype}`;
 }
 
-/** `smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax)`: a whole two-shot allreduce in one launch. */
+/** `smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax, factor)`: a whole two-shot allreduce in one launch. */
 export function twoshotEntry(dtype: DType): string {
   return `smcuda_twoshot_${dtype}`;
 }
@@ -74,8 +139,8 @@ export function twoshotPart(count: number, chunk: number, j: number): { lo: numb
 }
 
 /** The `op` argument of the kernels: reduce.cu's Op enum, in REDUCE_OPS order. */
-export function opCode(op: ReduceOp): number {
-  return REDUCE_OPS.indexOf(op);
+export function opCode(op: ReduceArg): number {
+  return REDUCE_OPS.indexOf(opName(op));
 }
 
 /** The operation an `op` argument names (opCode's inverse), for the kernels' twins; `entry` names the kernel in the error. */
@@ -85,7 +150,7 @@ export function opOf(code: number, entry: string): ReduceOp {
   return op;
 }
 
-/** `smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op)`: the copy-engine pipeline's reduction of this rank's part of a chunk. */
+/** `smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op, factor)`: the copy-engine pipeline's reduction of this rank's part of a chunk. */
 export function reducePartEntry(dtype: DType): string {
   return `smcuda_reduce_part_${dtype}`;
 }

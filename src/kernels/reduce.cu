@@ -58,8 +58,50 @@
 typedef unsigned long long u64;
 typedef long long i64;
 
-// Accumulation types: f16/bf16 in f32, i32 in i64 (exact sum, avg of the
-// exact sum), u8 in u32, others in their own type. Integer sum/prod wrap.
+// fp8 elements as stored: one byte, OCP E4M3 ("fn": no infinity, NaN 0x7f/0xff, largest finite 448)
+// and E5M2 (IEEE-like: infinities, NaN, largest finite 57344). Distinct types so that Acc can tell them.
+struct f8e4m3 { unsigned char x; };
+struct f8e5m2 { unsigned char x; };
+
+// fp8 to f32, exact, through f16 (one conversion instruction): E5M2 is the top byte of an f16 (its
+// infinities and NaNs too); E4M3's bits moved into an f16's place are the value times 2^-8 (subnormals
+// included), and 0x7f/0xff, which f16 reads as 480, are NaN.
+__device__ __forceinline__ float e5m2_load(unsigned v) { return __half2float(__ushort_as_half((unsigned short)(v << 8))); }
+__device__ __forceinline__ float e4m3_load(unsigned v) {
+  const float x = __half2float(__ushort_as_half((unsigned short)(((v & 0x80u) << 8) | ((v & 0x7fu) << 7)))) * 256.0f;
+  return (v & 0x7fu) == 0x7fu ? __int_as_float(0x7fffffff) : x;
+}
+
+// f32 to fp8, rounded to nearest even and saturated to the largest finite value (NaN stays NaN,
+// 0x7f; infinities become the largest finite value): CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+// ...), what NCCL's fp8 reductions store. Not inlined: one copy serves every call site (inlined in
+// the unrolled vector loops it made reduce.ptx much larger). MAXC: the largest finite code.
+template <int M, int B, unsigned MAXC> __device__ __noinline__ unsigned f8_store(float f) {
+  const unsigned x = __float_as_uint(f), sign = (x >> 24) & 0x80u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7fu;
+  const unsigned e = a >> 23;
+  unsigned q;
+  if (e >= (unsigned)(128 - B)) {
+    // Normal: round the f32 significand to M bits (a carry moves into the exponent), then rebias.
+    const unsigned s = 23 - M;
+    q = ((a + ((1u << (s - 1)) - 1) + ((a >> s) & 1)) >> s) - ((unsigned)(127 - B) << M);
+    if (q > MAXC) q = MAXC;
+  } else {
+    // Subnormal in fp8 (steps of 2^(1-B-M)): the significand shifted right, rounded to nearest even.
+    const unsigned m = e == 0 ? (a & 0x7fffffu) : ((a & 0x7fffffu) | 0x800000u);
+    const unsigned s = (unsigned)(151 - B - M) - (e == 0 ? 1u : e);
+    if (s >= 25) q = 0;
+    else {
+      q = m >> s;
+      const unsigned rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+      if (rem > half || (rem == half && (q & 1))) q++;
+    }
+  }
+  return sign | q;
+}
+
+// Accumulation types: f16/bf16/fp8 in f32, i32 in i64 and u32 in u64 (exact sum, avg of the exact
+// sum), u8 in u32 and i8 in i32, others in their own type. Integer sum/prod wrap.
 template <typename T> struct Acc;
 template <> struct Acc<float> { typedef float A; static __device__ A load(float v) { return v; } static __device__ float store(A a) { return a; } };
 template <> struct Acc<double> { typedef double A; static __device__ A load(double v) { return v; } static __device__ double store(A a) { return a; } };
@@ -68,13 +110,38 @@ template <> struct Acc<__nv_bfloat16> { typedef float A; static __device__ A loa
 template <> struct Acc<int> { typedef i64 A; static __device__ A load(int v) { return v; } static __device__ int store(A a) { return (int)(unsigned)(u64)a; } };
 template <> struct Acc<i64> { typedef i64 A; static __device__ A load(i64 v) { return v; } static __device__ i64 store(A a) { return a; } };
 template <> struct Acc<unsigned char> { typedef unsigned A; static __device__ A load(unsigned char v) { return v; } static __device__ unsigned char store(A a) { return (unsigned char)a; } };
+template <> struct Acc<signed char> { typedef int A; static __device__ A load(signed char v) { return v; } static __device__ signed char store(A a) { return (signed char)(unsigned char)(unsigned)a; } };
+template <> struct Acc<unsigned> { typedef u64 A; static __device__ A load(unsigned v) { return v; } static __device__ unsigned store(A a) { return (unsigned)a; } };
+template <> struct Acc<u64> { typedef u64 A; static __device__ A load(u64 v) { return v; } static __device__ u64 store(A a) { return a; } };
+template <> struct Acc<f8e4m3> { typedef float A; static __device__ A load(f8e4m3 v) { return e4m3_load(v.x); } static __device__ f8e4m3 store(A a) { f8e4m3 r; r.x = (unsigned char)f8_store<3, 7, 0x7eu>(a); return r; } };
+template <> struct Acc<f8e5m2> { typedef float A; static __device__ A load(f8e5m2 v) { return e5m2_load(v.x); } static __device__ f8e5m2 store(A a) { f8e5m2 r; r.x = (unsigned char)f8_store<2, 15, 0x7bu>(a); return r; } };
 
-enum Op { SUM, AVG, MIN, MAX, PROD };
+// In REDUCE_OPS order (src/kernels/dtypes.ts).
+enum Op { SUM, AVG, MIN, MAX, PROD, PREMUL, BAND, BOR, BXOR };
 
 template <typename A> __device__ A add(A a, A b) { return a + b; }
 template <> __device__ i64 add<i64>(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
 template <typename A> __device__ A mul(A a, A b) { return a * b; }
 template <> __device__ i64 mul<i64>(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+
+// Bitwise operations: integers only (the collectives refuse them for floats: dtypes.ts checkDtypeOp).
+template <typename A> struct Bits {
+  static __device__ A band(A a, A b) { return a & b; }
+  static __device__ A bor(A a, A b) { return a | b; }
+  static __device__ A bxor(A a, A b) { return a ^ b; }
+};
+template <> struct Bits<float> { static __device__ float band(float a, float) { return a; } static __device__ float bor(float a, float) { return a; } static __device__ float bxor(float a, float) { return a; } };
+template <> struct Bits<double> { static __device__ double band(double a, double) { return a; } static __device__ double bor(double a, double) { return a; } static __device__ double bxor(double a, double) { return a; } };
+
+// premul's factor in the accumulator type, and the product of an input with it, rounded once (never fused
+// with the sum that follows). Floats only (the collectives refuse premul for integers); an integer
+// accumulator leaves the input as it is.
+template <typename A> struct Scale {
+  static __device__ A factor(double) { return 0; }
+  static __device__ A apply(A x, A) { return x; }
+};
+template <> struct Scale<float> { static __device__ float factor(double f) { return (float)f; } static __device__ float apply(float x, float f) { return __fmul_rn(x, f); } };
+template <> struct Scale<double> { static __device__ double factor(double f) { return f; } static __device__ double apply(double x, double f) { return __dmul_rn(x, f); } };
 
 // The operation as a value: every kernel takes it as a parameter, one kernel per dtype (five per dtype made
 // reduce.ptx several times larger, and the package has a size bound); `op` is the same for every thread, so
@@ -84,20 +151,31 @@ template <typename A> __device__ __forceinline__ A combine_rt(unsigned op, A acc
     case PROD: return mul<A>(acc, x);
     case MIN: return x < acc ? x : acc;
     case MAX: return x > acc ? x : acc;
-    default: return add<A>(acc, x);
+    case BAND: return Bits<A>::band(acc, x);
+    case BOR: return Bits<A>::bor(acc, x);
+    case BXOR: return Bits<A>::bxor(acc, x);
+    default: return add<A>(acc, x); // SUM, AVG, PREMUL (its inputs scaled on the load: ld below)
   }
+}
+
+// An input element in the accumulator type: scaled by premul's factor f where op is PREMUL.
+template <typename T> __device__ __forceinline__ typename Acc<T>::A ld(unsigned op, T v, typename Acc<T>::A f) {
+  typedef typename Acc<T>::A A;
+  const A x = Acc<T>::load(v);
+  return op == PREMUL ? Scale<A>::apply(x, f) : x;
 }
 
 // Integer division truncates toward zero; floats divide in the accumulator (IEEE, -prec-div=true).
 template <typename A> __device__ A divide(A a, unsigned n) { return a / (A)n; }
 
 template <typename T>
-__device__ void reduce(T *out, const T *const *table, unsigned n, u64 offset, u64 count, unsigned op) {
+__device__ void reduce(T *out, const T *const *table, unsigned n, u64 offset, u64 count, unsigned op, double factor) {
   typedef typename Acc<T>::A A;
+  const A f = Scale<A>::factor(factor);
   const u64 stride = (u64)gridDim.x * blockDim.x;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
-    A acc = Acc<T>::load(table[0][offset + i]);
-    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load(table[k][offset + i]));
+    A acc = ld<T>(op, table[0][offset + i], f);
+    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, ld<T>(op, table[k][offset + i], f));
     if (op == AVG) acc = divide<A>(acc, n);
     out[i] = Acc<T>::store(acc);
   }
@@ -147,6 +225,62 @@ template <typename T> struct Vec {
 
 #include "copy-bytes.cuh"
 
+// A 16-byte vector of T as accumulators (ld of each element), and back (each element's store, after
+// avg's division): the vector paths of the one- and two-shot kernels.
+template <typename T> struct VecIO {
+  typedef typename Acc<T>::A A;
+  static __device__ __forceinline__ void load(unsigned op, const uint4 &u, A f, A *x) {
+    const T *e = (const T *)&u;
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N; j++) x[j] = ld<T>(op, e[j], f);
+  }
+  static __device__ __forceinline__ uint4 store(unsigned op, unsigned n, const A *acc) {
+    uint4 r;
+    T *o = (T *)&r;
+#pragma unroll
+    for (int j = 0; j < Vec<T>::N; j++) o[j] = Acc<T>::store(op == AVG ? divide<A>(acc[j], n) : acc[j]);
+    return r;
+  }
+};
+
+// fp8: four elements a call, not inlined (sixteen conversions inlined at each of the vector paths' sites
+// made reduce.ptx several times larger); the same operations as the element-wise path.
+template <typename T> __device__ __noinline__ float4 f8x4_load(unsigned w, unsigned op, float f) {
+  float4 v;
+  v.x = ld<T>(op, T{(unsigned char)w}, f);
+  v.y = ld<T>(op, T{(unsigned char)(w >> 8)}, f);
+  v.z = ld<T>(op, T{(unsigned char)(w >> 16)}, f);
+  v.w = ld<T>(op, T{(unsigned char)(w >> 24)}, f);
+  return v;
+}
+template <typename T> __device__ __noinline__ unsigned f8x4_store(float4 v, unsigned op, unsigned n) {
+  const float a[4] = {v.x, v.y, v.z, v.w};
+  unsigned w = 0;
+#pragma unroll
+  for (int j = 0; j < 4; j++) w |= (unsigned)Acc<T>::store(op == AVG ? divide<float>(a[j], n) : a[j]).x << (8 * j);
+  return w;
+}
+template <typename T> struct F8VecIO {
+  static __device__ __forceinline__ void load(unsigned op, const uint4 &u, float f, float *x) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const float4 v = f8x4_load<T>(w[q], op, f);
+      x[4 * q] = v.x, x[4 * q + 1] = v.y, x[4 * q + 2] = v.z, x[4 * q + 3] = v.w;
+    }
+  }
+  static __device__ __forceinline__ uint4 store(unsigned op, unsigned n, const float *acc) {
+    uint4 r;
+    r.x = f8x4_store<T>(make_float4(acc[0], acc[1], acc[2], acc[3]), op, n);
+    r.y = f8x4_store<T>(make_float4(acc[4], acc[5], acc[6], acc[7]), op, n);
+    r.z = f8x4_store<T>(make_float4(acc[8], acc[9], acc[10], acc[11]), op, n);
+    r.w = f8x4_store<T>(make_float4(acc[12], acc[13], acc[14], acc[15]), op, n);
+    return r;
+  }
+};
+template <> struct VecIO<f8e4m3> : F8VecIO<f8e4m3> {};
+template <> struct VecIO<f8e5m2> : F8VecIO<f8e5m2> {};
+
 // ---- the fused one-shot ---------------------------------------------------
 
 // The one-shot's flag area, at flagOffset in every rank's scratch: word 0 counts this rank's launches
@@ -162,8 +296,9 @@ __device__ __noinline__ void push_range(const char *in, char *const *bufs, u64 l
 }
 
 template <typename T>
-__device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, u64 landOffset, u64 slotBytes) {
+__device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, u64 landOffset, u64 slotBytes, double factor) {
   typedef typename Acc<T>::A A;
+  const A f = Scale<A>::factor(factor);
   const u64 V = Vec<T>::N;
   const unsigned b = blockIdx.x;
   u64 *area = (u64 *)(bufs[rank] + flagOffset);
@@ -192,26 +327,22 @@ __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
   const bool outAligned = ((u64)out & 15) == 0;
   for (u64 i = lo + threadIdx.x * V; i < vhi; i += (u64)blockDim.x * V) {
     A acc[V];
-    uint4 u = *(const uint4 *)(land + i);
-    const T *x = (const T *)&u;
-#pragma unroll
-    for (int j = 0; j < V; j++) acc[j] = Acc<T>::load(x[j]);
+    VecIO<T>::load(op, *(const uint4 *)(land + i), f, acc);
     for (unsigned k = 1; k < n; k++) {
-      u = *(const uint4 *)(land + k * slot + i);
+      A x[V];
+      VecIO<T>::load(op, *(const uint4 *)(land + k * slot + i), f, x);
 #pragma unroll
-      for (int j = 0; j < V; j++) acc[j] = combine_rt<A>(op, acc[j], Acc<T>::load(x[j]));
+      for (int j = 0; j < V; j++) acc[j] = combine_rt<A>(op, acc[j], x[j]);
     }
-    uint4 r;
-    T *o = (T *)&r;
-#pragma unroll
-    for (int j = 0; j < V; j++) o[j] = Acc<T>::store(op == AVG ? divide<A>(acc[j], n) : acc[j]);
+    const uint4 r = VecIO<T>::store(op, n, acc);
+    const T *o = (const T *)&r;
     if (outAligned) *(uint4 *)(out + i) = r;
     else
       for (int j = 0; j < V; j++) out[i + j] = o[j];
   }
   for (u64 i = vhi + threadIdx.x; i < hi; i += blockDim.x) {
-    A acc = Acc<T>::load(land[i]);
-    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load(land[k * slot + i]));
+    A acc = ld<T>(op, land[i], f);
+    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, ld<T>(op, land[k * slot + i], f));
     out[i] = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
   }
   // The last block of the launch to finish advances the epoch (no block of this launch reads it again,
@@ -267,8 +398,9 @@ __device__ __noinline__ void collect_parts(char *out, const char *got, unsigned 
 }
 
 template <typename T>
-__device__ void twoshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, u64 bOffset, u64 partMax) {
+__device__ void twoshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, u64 bOffset, u64 partMax, double factor) {
   typedef typename Acc<T>::A A;
+  const A f = Scale<A>::factor(factor);
   const u64 V = Vec<T>::N, es = sizeof(T);
   const unsigned b = blockIdx.x, bd = blockDim.x;
   const T *land = (const T *)bufs[rank];
@@ -293,29 +425,24 @@ __device__ void twoshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
     const u64 vlen = ((((u64)pin | (u64)pout) & 15) == 0) ? len / V * V : 0;
     for (u64 i = threadIdx.x * V; i < vlen; i += (u64)bd * V) {
       A acc[V];
-      uint4 u = *(const uint4 *)((rank == 0 ? pin + lo : land + slot_of(0, rank) * first) + sub + i);
-      const T *e = (const T *)&u;
-#pragma unroll
-      for (int x = 0; x < V; x++) acc[x] = Acc<T>::load(e[x]);
+      VecIO<T>::load(op, *(const uint4 *)((rank == 0 ? pin + lo : land + slot_of(0, rank) * first) + sub + i), f, acc);
 #pragma unroll 1
       for (unsigned j = 1; j < n; j++) {
-        u = *(const uint4 *)((j == rank ? pin + lo : land + slot_of(j, rank) * first) + sub + i);
+        A e[V];
+        VecIO<T>::load(op, *(const uint4 *)((j == rank ? pin + lo : land + slot_of(j, rank) * first) + sub + i), f, e);
 #pragma unroll
-        for (int x = 0; x < V; x++) acc[x] = combine_rt<A>(op, acc[x], Acc<T>::load(e[x]));
+        for (int x = 0; x < V; x++) acc[x] = combine_rt<A>(op, acc[x], e[x]);
       }
-      uint4 r;
-      T *o = (T *)&r;
-#pragma unroll
-      for (int x = 0; x < V; x++) o[x] = Acc<T>::store(op == AVG ? divide<A>(acc[x], n) : acc[x]);
+      const uint4 r = VecIO<T>::store(op, n, acc);
       *(uint4 *)(pout + lo + sub + i) = r;
 #pragma unroll 1
       for (unsigned k = 0; k < n; k++)
         if (k != rank) *(uint4 *)((T *)(bufs[k] + bOffset) + slot_of(rank, k) * first + sub + i) = r;
     }
     for (u64 i = vlen + threadIdx.x; i < len; i += bd) {
-      A acc = Acc<T>::load((rank == 0 ? pin + lo : land + slot_of(0, rank) * first)[sub + i]);
+      A acc = ld<T>(op, (rank == 0 ? pin + lo : land + slot_of(0, rank) * first)[sub + i], f);
 #pragma unroll 1
-      for (unsigned j = 1; j < n; j++) acc = combine_rt<A>(op, acc, Acc<T>::load((j == rank ? pin + lo : land + slot_of(j, rank) * first)[sub + i]));
+      for (unsigned j = 1; j < n; j++) acc = combine_rt<A>(op, acc, ld<T>(op, (j == rank ? pin + lo : land + slot_of(j, rank) * first)[sub + i], f));
       const T r = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
       pout[lo + sub + i] = r;
 #pragma unroll 1
@@ -340,32 +467,33 @@ __device__ void twoshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
 // one-shot's made reduce.ptx 140 KB larger, which the package could not afford, and the
 // pipeline's chunks are bound by its copies and steps, not by this kernel.
 template <typename T>
-__device__ void reduce_part(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) {
+__device__ void reduce_part(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op, double factor) {
   typedef typename Acc<T>::A A;
+  const A f = Scale<A>::factor(factor);
   const u64 stride = (u64)gridDim.x * blockDim.x;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
-    A acc = Acc<T>::load((rank == 0 ? own : table[0])[i]);
+    A acc = ld<T>(op, (rank == 0 ? own : table[0])[i], f);
 #pragma unroll 1
-    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, Acc<T>::load((k == rank ? own : table[k])[i]));
+    for (unsigned k = 1; k < n; k++) acc = combine_rt<A>(op, acc, ld<T>(op, (k == rank ? own : table[k])[i], f));
     out[i] = Acc<T>::store(op == AVG ? divide<A>(acc, n) : acc);
   }
 }
 
 #define ALL_OPS(TNAME, T) \
-  extern "C" __global__ void smcuda_reduce_##TNAME(T *out, const T *const *table, unsigned n, u64 offset, u64 count, unsigned op) { \
-    reduce<T>(out, table, n, offset, count, op); \
+  extern "C" __global__ void smcuda_reduce_##TNAME(T *out, const T *const *table, unsigned n, u64 offset, u64 count, unsigned op, double factor) { \
+    reduce<T>(out, table, n, offset, count, op, factor); \
   } \
   extern "C" __global__ void smcuda_div_##TNAME(T *data, u64 count, unsigned n) { divide_all<T>(data, count, n); } \
   extern "C" __global__ void smcuda_oneshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, \
-                                                    u64 landOffset, u64 slotBytes) { \
-    oneshot<T>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes); \
+                                                    u64 landOffset, u64 slotBytes, double factor) { \
+    oneshot<T>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes, factor); \
   } \
   extern "C" __global__ void __launch_bounds__(512, 2) smcuda_twoshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, \
-                                                                                unsigned op, u64 bOffset, u64 partMax) { \
-    twoshot<T>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax); \
+                                                                                unsigned op, u64 bOffset, u64 partMax, double factor) { \
+    twoshot<T>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax, factor); \
   } \
-  extern "C" __global__ void smcuda_reduce_part_##TNAME(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op) { \
-    reduce_part<T>(out, own, table, rank, n, count, op); \
+  extern "C" __global__ void smcuda_reduce_part_##TNAME(T *out, const T *own, const T *const *table, unsigned rank, unsigned n, u64 count, unsigned op, double factor) { \
+    reduce_part<T>(out, own, table, rank, n, count, op, factor); \
   }
 
 ALL_OPS(f32, float)
@@ -375,3 +503,8 @@ ALL_OPS(bf16, __nv_bfloat16)
 ALL_OPS(i32, int)
 ALL_OPS(i64, i64)
 ALL_OPS(u8, unsigned char)
+ALL_OPS(i8, signed char)
+ALL_OPS(u32, unsigned)
+ALL_OPS(u64, u64)
+ALL_OPS(f8e4m3, f8e4m3)
+ALL_OPS(f8e5m2, f8e5m2)

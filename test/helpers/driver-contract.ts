@@ -15,7 +15,7 @@ import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CudaDriver, DriverKind } from '../../src/cuda/driver.js';
 import { CudaError } from '../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, opCode, reduceEntry } from '../../src/kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, dtypeOpSupported, FLOAT_DTYPES, opCode, reduceArg, reduceEntry } from '../../src/kernels/dtypes.js';
 import { reducePtx } from '../../src/kernels/reduce.ptx.js';
 import { reduceInto } from '../../src/kernels/sim/reduce.js';
 import { fdMemoryCases } from './driver-contract-fd.js';
@@ -321,6 +321,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
               { type: 'u64', value: 0n },
               { type: 'u64', value: BigInt(count) },
               { type: 'u32', value: opCode('sum') },
+              { type: 'f64', value: 1 },
             ],
             s,
           );
@@ -532,11 +533,12 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
     fdMemoryCases(() => d, opts);
 
     describe('PTX modules and kernels (the shipped reduction kernels)', () => {
-      // Every dtype's sum and avg of 3 inputs at an offset, compared with the
-      // TypeScript twin's result bit for bit: on a GPU this checks that the
-      // PTX and the twin the simulated driver runs compute the same bits.
+      // Every dtype's sum, avg, max, prod, premul (factor 0.3) and bitwise ops (where the dtype takes
+      // them) of 3 inputs at an offset, compared with the TypeScript twin's result bit for bit: on a GPU
+      // this checks that the PTX and the twin the simulated driver runs compute the same bits.
       for (const dtype of DTYPES) {
-        for (const op of ['sum', 'avg', 'max', 'prod'] as const) {
+        for (const op of (['sum', 'avg', 'max', 'prod', 'premul', 'band', 'bor', 'bxor'] as const).filter((o) => dtypeOpSupported(dtype, o))) {
+          const arg = reduceArg(op, op === 'premul' ? 0.3 : undefined);
           it(`${op} ${dtype}: a launch on a stream writes what the twin computes`, (ctx) => {
             if (!d.gpuDrivenStatus().modules) ctx.skip(`modules: ${d.gpuDrivenStatus().reason ?? 'not supported'}`);
             const es = DTYPE_BYTES[dtype];
@@ -545,12 +547,12 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
             const inputs = [0, 1, 2].map((k) => {
               const b = patternBytes((count + offset) * es, 77 + k);
               // Keep floats finite: clear each element's top exponent bit (f16/bf16/f32/f64 little-endian sign+exponent byte).
-              if (dtype === 'f32' || dtype === 'f64' || dtype === 'f16' || dtype === 'bf16') for (let i = es - 1; i < b.length; i += es) b[i]! &= 0xbf;
+              if (FLOAT_DTYPES.includes(dtype)) for (let i = es - 1; i < b.length; i += es) b[i]! &= 0xbf;
               return b;
             });
             const want = new Uint8Array(count * es);
             reduceInto(
-              op,
+              arg,
               dtype,
               want,
               inputs.map((b) => b.subarray(offset * es)),
@@ -578,6 +580,7 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
                   { type: 'u64', value: BigInt(offset) },
                   { type: 'u64', value: BigInt(count) },
                   { type: 'u32', value: opCode(op) },
+                  { type: 'f64', value: 0.3 },
                 ],
                 s,
               );

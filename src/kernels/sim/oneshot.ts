@@ -14,7 +14,7 @@
  */
 import type { KernelArg, LaunchConfig } from '../../cuda/driver.js';
 import { DTYPE_BYTES, DTYPES, ONESHOT_EPOCH_WORD, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotFlagOffset, opOf, twoshotChunk, twoshotPart, type DType } from '../dtypes.js';
-import { reduceInto } from './reduce.js';
+import { reduceArgOf, reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
 import { loadU64, storeU64, type RunOp, type UntilOp } from './block-step.js';
 import { ArgumentRangeError } from '../../errors.js';
@@ -29,7 +29,7 @@ function oneshotOps(dtype: DType) {
     const rank = args[4]!.value as number;
     const n = args[5]!.value as number;
     const count = Number(args[6]!.value as bigint);
-    const op = opOf(args[7]!.value as number, oneshotEntry(dtype));
+    const op = reduceArgOf(opOf(args[7]!.value as number, oneshotEntry(dtype)), args[10]!.value as number);
     const landOffset = args[8]!.value as bigint;
     const slotBytes = args[9]!.value as bigint;
     const blocks = config.grid[0] ?? 1;

@@ -1,14 +1,16 @@
 /**
  * The TypeScript twins of reduce.cu's entries, run by the simulated driver
  * with the same arguments. Same semantics, element for element: the same
- * accumulation types (f16/bf16 in f32 with round-to-nearest-even on the
- * store, i32 in an exact integer, u8 in u32, i64 wrapping), the same fold
- * order (inputs 0..n-1, left to right), the same comparisons for min/max
- * (`x < acc ? x : acc`) and the same integer division (toward zero).
+ * accumulation types (f16/bf16/fp8 in f32 with round-to-nearest-even on the
+ * store, fp8 saturating; i32 and u32 in an exact integer, u8 and i8 in 32
+ * bits, i64 and u64 wrapping), the same fold order (inputs 0..n-1, left to
+ * right), the same comparisons for min/max (`x < acc ? x : acc`), the same
+ * integer division (toward zero) and premul's product rounded once in the
+ * accumulator type before the sum.
  */
 import type { KernelArg } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, divEntry, opOf, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../dtypes.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from './half.js';
+import { checkDtypeOp, DTYPE_BYTES, DTYPES, divEntry, opFactor, opName, opOf, reduceEntry, reducePartEntry, type DType, type ReduceArg, type ReduceOp } from '../dtypes.js';
+import { bf16ToF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from './half.js';
 import { tableOf, type KernelTwin, type TwinMemory } from './twin.js';
 
 /** One dtype's loads, stores and arithmetic in its accumulator type (number or bigint). */
@@ -18,7 +20,21 @@ interface Arith<A> {
   add(a: A, b: A): A;
   mul(a: A, b: A): A;
   div(a: A, n: number): A;
+  /** premul's product with the factor (floats; integers refuse premul before this). */
+  scale(a: A, f: number): A;
+  band(a: A, b: A): A;
+  bor(a: A, b: A): A;
+  bxor(a: A, b: A): A;
 }
+
+/** What an integer accumulator kept in a JS number does for premul (nothing: refused) and the bitwise operations (in 32 bits, `>>> 0` for unsigned). */
+const intBits = (unsigned: boolean) =>
+  unsigned
+    ? { scale: (a: number) => a, band: (a: number, b: number) => (a & b) >>> 0, bor: (a: number, b: number) => (a | b) >>> 0, bxor: (a: number, b: number) => (a ^ b) >>> 0 }
+    : { scale: (a: number) => a, band: (a: number, b: number) => a & b, bor: (a: number, b: number) => a | b, bxor: (a: number, b: number) => a ^ b };
+const bigBits = { scale: (a: bigint) => a, band: (a: bigint, b: bigint) => a & b, bor: (a: bigint, b: bigint) => a | b, bxor: (a: bigint, b: bigint) => a ^ b };
+/** Floats take no bitwise operation (refused before this): the accumulator stays, as reduce.cu's Bits<float>. */
+const keep = (a: number) => a;
 
 const LE = true;
 const fround = Math.fround;
@@ -29,19 +45,36 @@ const floatArith = (load: (v: DataView, at: number) => number, store: (v: DataVi
   add: (a, b) => fround(a + b),
   mul: (a, b) => fround(a * b),
   div: (a, n) => fround(a / n),
+  scale: (a, f) => fround(a * fround(f)),
+  band: keep,
+  bor: keep,
+  bxor: keep,
 });
 
-const f64Arith: Arith<number> = { load: (v, at) => v.getFloat64(at, LE), store: (v, at, a) => v.setFloat64(at, a, LE), add: (a, b) => a + b, mul: (a, b) => a * b, div: (a, n) => a / n };
+const f64Arith: Arith<number> = { load: (v, at) => v.getFloat64(at, LE), store: (v, at, a) => v.setFloat64(at, a, LE), add: (a, b) => a + b, mul: (a, b) => a * b, div: (a, n) => a / n, scale: (a, f) => a * f, band: keep, bor: keep, bxor: keep };
 // i32 sums exactly (as the kernel's i64 accumulator), multiplies modulo 2^32 (the low half of the i64 product).
-const i32Arith: Arith<number> = { load: (v, at) => v.getInt32(at, LE), store: (v, at, a) => v.setInt32(at, a | 0, LE), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b), div: (a, n) => (a - (a % n)) / n };
+const i32Arith: Arith<number> = { load: (v, at) => v.getInt32(at, LE), store: (v, at, a) => v.setInt32(at, a | 0, LE), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b), div: (a, n) => (a - (a % n)) / n, ...intBits(false) };
+// u32 as i32, unsigned: an exact sum (the kernel's u64 accumulator), products modulo 2^32.
+const u32Arith: Arith<number> = { load: (v, at) => v.getUint32(at, LE), store: (v, at, a) => v.setUint32(at, a >>> 0, LE), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b) >>> 0, div: (a, n) => (a - (a % n)) / n, ...intBits(true) };
+// i8 in 32 bits (the kernel's int): the sum exact, products modulo 2^32, stored modulo 2^8.
+const i8Arith: Arith<number> = { load: (v, at) => v.getInt8(at), store: (v, at, a) => v.setInt8(at, a), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b), div: (a, n) => (a - (a % n)) / n, ...intBits(false) };
 const i64Arith: Arith<bigint> = {
   load: (v, at) => v.getBigInt64(at, LE),
   store: (v, at, a) => v.setBigInt64(at, a, LE),
   add: (a, b) => BigInt.asIntN(64, a + b),
   mul: (a, b) => BigInt.asIntN(64, a * b),
   div: (a, n) => a / BigInt(n),
+  ...bigBits,
 };
-const u8Arith: Arith<number> = { load: (v, at) => v.getUint8(at), store: (v, at, a) => v.setUint8(at, a & 0xff), add: (a, b) => (a + b) >>> 0, mul: (a, b) => Math.imul(a, b) >>> 0, div: (a, n) => Math.floor(a / n) };
+const u64Arith: Arith<bigint> = {
+  load: (v, at) => v.getBigUint64(at, LE),
+  store: (v, at, a) => v.setBigUint64(at, a, LE),
+  add: (a, b) => BigInt.asUintN(64, a + b),
+  mul: (a, b) => BigInt.asUintN(64, a * b),
+  div: (a, n) => a / BigInt(n),
+  ...bigBits,
+};
+const u8Arith: Arith<number> = { load: (v, at) => v.getUint8(at), store: (v, at, a) => v.setUint8(at, a & 0xff), add: (a, b) => (a + b) >>> 0, mul: (a, b) => Math.imul(a, b) >>> 0, div: (a, n) => Math.floor(a / n), ...intBits(true) };
 
 const ARITH: Record<DType, Arith<number> | Arith<bigint>> = {
   f32: floatArith((v, at) => v.getFloat32(at, LE), (v, at, a) => v.setFloat32(at, a, LE)),
@@ -51,20 +84,35 @@ const ARITH: Record<DType, Arith<number> | Arith<bigint>> = {
   i32: i32Arith,
   i64: i64Arith,
   u8: u8Arith,
+  i8: i8Arith,
+  u32: u32Arith,
+  u64: u64Arith,
+  f8e4m3: floatArith((v, at) => e4m3ToF32(v.getUint8(at)), (v, at, a) => v.setUint8(at, f32ToE4m3(a))),
+  f8e5m2: floatArith((v, at) => e5m2ToF32(v.getUint8(at)), (v, at, a) => v.setUint8(at, f32ToE5m2(a))),
 };
 
 function dataView(bytes: Uint8Array): DataView {
   return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
-/** `out[i] = op(in_0[off+i], ..., in_{n-1}[off+i])` over plain byte views: the twin's core, also the tests' reference. */
-export function reduceInto(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readonly Uint8Array[], count: number): void {
-  if (reduceTyped(op, dtype, out, inputs, count)) return;
-  reduceViews(op, dtype, out, inputs, count);
+/**
+ * `out[i] = op(in_0[off+i], ..., in_{n-1}[off+i])` over plain byte views: the twin's core, also the
+ * demo's reference. A pair the kernels are not built for (checkDtypeOp) is refused, as the collectives do.
+ */
+export function reduceInto(op: ReduceArg, dtype: DType, out: Uint8Array, inputs: readonly Uint8Array[], count: number): void {
+  const name = opName(op);
+  checkDtypeOp(dtype, name);
+  if (reduceTyped(name, dtype, out, inputs, count)) return;
+  reduceViews(name, opFactor(op), dtype, out, inputs, count);
+}
+
+/** The reduction a kernel's `op` and `factor` arguments name. */
+export function reduceArgOf(op: ReduceOp, factor: number): ReduceArg {
+  return op === 'premul' ? { op, factor } : op;
 }
 
 /** reduceInto through DataViews and the Arith table: any alignment, any byte order. */
-function reduceViews(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readonly Uint8Array[], count: number): void {
+function reduceViews(op: ReduceOp, factor: number, dtype: DType, out: Uint8Array, inputs: readonly Uint8Array[], count: number): void {
   const size = DTYPE_BYTES[dtype];
   const a = ARITH[dtype] as Arith<number | bigint> as Arith<number>; // one accumulator type per dtype; the casts only unify the table
   const outs = dataView(out);
@@ -73,12 +121,25 @@ function reduceViews(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readon
   for (let i = 0; i < count; i++) {
     const at = i * size;
     let acc = a.load(ins[0]!, at);
+    if (op === 'premul') acc = a.scale(acc, factor);
     for (let k = 1; k < n; k++) {
       const x = a.load(ins[k]!, at);
       switch (op) {
         case 'sum':
         case 'avg':
           acc = a.add(acc, x);
+          break;
+        case 'premul':
+          acc = a.add(acc, a.scale(x, factor));
+          break;
+        case 'band':
+          acc = a.band(acc, x);
+          break;
+        case 'bor':
+          acc = a.bor(acc, x);
+          break;
+        case 'bxor':
+          acc = a.bxor(acc, x);
           break;
         case 'prod':
           acc = a.mul(acc, x);
@@ -114,7 +175,8 @@ const SUM = 0;
 const PROD = 1;
 const MIN = 2;
 const MAX = 3;
-const OP_KIND: Record<ReduceOp, number> = { sum: SUM, avg: SUM, prod: PROD, min: MIN, max: MAX };
+/** The operations the typed loops take (premul and the bitwise ones take the DataView path). */
+const OP_KIND: Partial<Record<ReduceOp, number>> = { sum: SUM, avg: SUM, prod: PROD, min: MIN, max: MAX };
 
 type Typed = Float32Array | Float64Array | Int32Array | Uint8Array | Uint16Array;
 function typed<T extends Typed>(make: new (b: ArrayBufferLike, o: number, n: number) => T, bytes: Uint8Array, count: number): T {
@@ -123,8 +185,8 @@ function typed<T extends Typed>(make: new (b: ArrayBufferLike, o: number, n: num
 
 function reduceTyped(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readonly Uint8Array[], count: number): boolean {
   const es = DTYPE_BYTES[dtype];
-  if (!LITTLE_ENDIAN || dtype === 'i64' || out.byteOffset % es !== 0 || inputs.some((b) => b.byteOffset % es !== 0)) return false;
   const kind = OP_KIND[op];
+  if (kind === undefined || !LITTLE_ENDIAN || dtype === 'i64' || out.byteOffset % es !== 0 || inputs.some((b) => b.byteOffset % es !== 0)) return false;
   const avg = op === 'avg';
   switch (dtype) {
     case 'f32':
@@ -144,6 +206,12 @@ function reduceTyped(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readon
       return true;
     case 'u8':
       foldU8(kind, avg, out.subarray(0, count), inputs.map((b) => b.subarray(0, count)), count);
+      return true;
+    case 'f8e4m3':
+      foldHalf(kind, avg, out.subarray(0, count), inputs.map((b) => b.subarray(0, count)), count, e4m3ToF32, f32ToE4m3);
+      return true;
+    case 'f8e5m2':
+      foldHalf(kind, avg, out.subarray(0, count), inputs.map((b) => b.subarray(0, count)), count, e5m2ToF32, f32ToE5m2);
       return true;
   }
   return false;
@@ -179,7 +247,7 @@ function foldF64(kind: number, avg: boolean, out: Float64Array, ins: Float64Arra
   }
 }
 
-function foldHalf(kind: number, avg: boolean, out: Uint16Array, ins: Uint16Array[], count: number, load: (h: number) => number, store: (v: number) => number): void {
+function foldHalf<U extends Uint16Array | Uint8Array>(kind: number, avg: boolean, out: U, ins: U[], count: number, load: (h: number) => number, store: (v: number) => number): void {
   const n = ins.length;
   for (let i = 0; i < count; i++) {
     let acc = load(ins[0]![i]!);
@@ -248,7 +316,7 @@ function reduceTwin(dtype: DType): KernelTwin {
     const n = u32(args, 2);
     const offset = u64(args, 3);
     const count = Number(u64(args, 4));
-    const op = opOf(u32(args, 5), reduceEntry(dtype));
+    const op = reduceArgOf(opOf(u32(args, 5), reduceEntry(dtype)), u32(args, 6));
     if (count === 0) return;
     const inputs = tableOf(memory, table, n).map((p) => memory.view(p + offset * BigInt(size), count * size));
     reduceInto(op, dtype, memory.view(out, count * size), inputs, count);
@@ -274,7 +342,7 @@ function reducePartTwin(dtype: DType): KernelTwin {
     const rank = u32(args, 3);
     const n = u32(args, 4);
     const count = Number(u64(args, 5));
-    const op = opOf(u32(args, 6), reducePartEntry(dtype));
+    const op = reduceArgOf(opOf(u32(args, 6), reducePartEntry(dtype)), u32(args, 7));
     if (count === 0) return;
     const inputs = tableOf(memory, table, n).map((p, k) => memory.view(k === rank ? own : p, count * size));
     // In place (out = own) too: reduceInto reads every input's element i before it writes out's.

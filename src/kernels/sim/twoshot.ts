@@ -17,7 +17,7 @@ import type { KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js'
 import { ArgumentRangeError } from '../../errors.js';
 import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, opOf, twoshotChunk, twoshotEntry, twoshotPart, type DType } from '../dtypes.js';
 import { blockStep, type RunOp } from './block-step.js';
-import { reduceInto } from './reduce.js';
+import { reduceArgOf, reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
 
 /** Where rank `owner` keeps what rank j sent it, among its n - 1 slots: reduce.cu's slot_of. */
@@ -34,7 +34,7 @@ function twoshotOps(dtype: DType) {
     const rank = v(4) as number;
     const n = v(5) as number;
     const count = Number(v(6) as bigint);
-    const op = opOf(v(7) as number, entry);
+    const op = reduceArgOf(opOf(v(7) as number, entry), v(10) as number);
     const bOffset = v(8) as bigint;
     const partMax = Number(v(9) as bigint);
     const blocks = config.grid[0] ?? 1;

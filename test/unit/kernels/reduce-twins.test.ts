@@ -3,18 +3,20 @@
  * loads, every entry has a TypeScript twin, launches check their arguments
  * against the PTX parameters, and every op × dtype matches a reference
  * written here independently of the twin (exact integers by BigInt, floats
- * folded in rank order in f32 / f64, f16/bf16 rounded to nearest even).
+ * folded in rank order in f32 / f64, f16/bf16/fp8 rounded to nearest even,
+ * fp8 saturating; premul's products rounded before each sum), and every pair
+ * the kernels are not built for is refused.
  */
 import { fc, test as propTest } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
-import { CudaError } from '../../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, divEntry, opCode, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { ArgumentRangeError, ArgumentTypeError, CudaError } from '../../../src/errors.js';
+import { DTYPE_BYTES, DTYPES, FLOAT_DTYPES, INT_DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, checkDtypeOp, divEntry, dtypeOpSupported, opCode, reduceArg, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
 import { readFileSync } from 'node:fs';
 import { REDUCE_ENTRIES, reducePtx } from '../../../src/kernels/reduce.ptx.js';
 
 const PTX = reducePtx();
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../../src/kernels/sim/half.js';
+import { bf16ToF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../../../src/kernels/sim/half.js';
 import { REDUCE_TWINS, reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { ONESHOT_TWINS } from '../../../src/kernels/sim/oneshot.js';
 import { TWOSHOT_TWINS } from '../../../src/kernels/sim/twoshot.js';
@@ -169,6 +171,16 @@ function elementArb(dtype: DType): fc.Arbitrary<number | bigint> {
       return fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n });
     case 'u8':
       return fc.integer({ min: 0, max: 255 });
+    case 'i8':
+      return fc.integer({ min: -128, max: 127 });
+    case 'u32':
+      return fc.integer({ min: 0, max: 2 ** 32 - 1 });
+    case 'u64':
+      return fc.bigInt({ min: 0n, max: 2n ** 64n - 1n });
+    case 'f8e4m3':
+      return fc.integer({ min: 0, max: 255 }).filter((b) => (b & 0x7f) !== 0x7f);
+    case 'f8e5m2':
+      return fc.integer({ min: 0, max: 255 }).filter((b) => (b & 0x7c) !== 0x7c);
   }
 }
 
@@ -179,38 +191,71 @@ function writeElem(v: DataView, dtype: DType, i: number, x: number | bigint): vo
   else if (dtype === 'f16' || dtype === 'bf16') v.setUint16(at, x as number, true);
   else if (dtype === 'i32') v.setInt32(at, x as number, true);
   else if (dtype === 'i64') v.setBigInt64(at, x as bigint, true);
+  else if (dtype === 'u64') v.setBigUint64(at, x as bigint, true);
+  else if (dtype === 'u32') v.setUint32(at, x as number, true);
+  else if (dtype === 'i8') v.setInt8(at, x as number);
   else v.setUint8(at, x as number);
 }
 
-/** The reference: each documented semantics spelled out plainly, per element. */
-function reference(op: ReduceOp, dtype: DType, xs: (number | bigint)[]): number | bigint {
+/** Integer dtypes: bits and signedness. */
+const INT_BITS: Partial<Record<DType, [number, boolean]>> = { i32: [32, true], i64: [64, true], u8: [8, false], i8: [8, true], u32: [32, false], u64: [64, false] };
+
+/** The fp8 value nearest to `x` among the finite ones (ties to the even code), saturated to the largest finite (infinities too), NaN 0x7f. */
+function nearestF8(x: number, toF: (b: number) => number, maxCode: number): number {
+  if (Number.isNaN(x)) return 0x7f;
+  const sign = x < 0 || Object.is(x, -0) ? 0x80 : 0;
+  const a = Math.abs(x);
+  if (a >= toF(maxCode)) return sign | maxCode;
+  let best = 0;
+  for (let b = 1; b <= maxCode; b++) {
+    const d = Math.abs(toF(b) - a) - Math.abs(toF(best) - a);
+    if (d < 0 || (d === 0 && (b & 1) === 0)) best = b;
+  }
+  return sign | best;
+}
+const nearestE4m3 = (x: number) => nearestF8(x, e4m3ToF32, 0x7e);
+const nearestE5m2 = (x: number) => nearestF8(x, e5m2ToF32, 0x7b);
+
+/** The reference: each documented semantics spelled out plainly, per element (premul with `factor`). */
+function reference(op: ReduceOp, dtype: DType, xs: (number | bigint)[], factor = 1): number | bigint {
   const n = xs.length;
-  if (dtype === 'i32' || dtype === 'i64' || dtype === 'u8') {
-    const bits = dtype === 'i32' ? 32 : dtype === 'i64' ? 64 : 8;
-    const wrap = (v: bigint) => (dtype === 'u8' ? BigInt.asUintN(8, v) : BigInt.asIntN(bits, v));
+  const ib = INT_BITS[dtype];
+  if (ib) {
+    const [bits, signed] = ib;
+    const wrap = (v: bigint) => (signed ? BigInt.asIntN(bits, v) : BigInt.asUintN(bits, v));
     const b = xs.map((x) => BigInt(x));
     let r: bigint;
     if (op === 'min') r = b.reduce((a, x) => (x < a ? x : a));
     else if (op === 'max') r = b.reduce((a, x) => (x > a ? x : a));
     else if (op === 'prod') r = wrap(b.reduce((a, x) => a * x));
     else if (op === 'sum') r = wrap(b.reduce((a, x) => a + x));
-    else r = dtype === 'i64' ? wrap(b.reduce((a, x) => a + x)) / BigInt(n) : b.reduce((a, x) => a + x) / BigInt(n); // i32 and u8: exact sum
-    return dtype === 'i64' ? r : Number(r);
+    else if (op === 'band') r = wrap(b.reduce((a, x) => a & x));
+    else if (op === 'bor') r = wrap(b.reduce((a, x) => a | x));
+    else if (op === 'bxor') r = wrap(b.reduce((a, x) => a ^ x));
+    else r = bits === 64 ? wrap(b.reduce((a, x) => a + x)) / BigInt(n) : b.reduce((a, x) => a + x) / BigInt(n); // 8 and 32 bits: exact sum
+    return bits === 64 ? r : Number(r);
   }
-  const toF = dtype === 'f16' ? f16ToF32 : dtype === 'bf16' ? bf16ToF32 : (x: number) => x;
+  const toF = { f16: f16ToF32, bf16: bf16ToF32, f8e4m3: e4m3ToF32, f8e5m2: e5m2ToF32 }[dtype as string] ?? ((x: number) => x);
   const round = dtype === 'f64' ? (x: number) => x : Math.fround;
-  const v = (xs as number[]).map(toF);
+  const f = round(factor);
+  const v = (xs as number[]).map(toF).map((x) => (op === 'premul' ? round(x * f) : x));
   let acc = v[0]!;
   for (let k = 1; k < n; k++) {
     const x = v[k]!;
-    if (op === 'sum' || op === 'avg') acc = round(acc + x);
+    if (op === 'sum' || op === 'avg' || op === 'premul') acc = round(acc + x);
     else if (op === 'prod') acc = round(acc * x);
     else if (op === 'min') acc = x < acc ? x : acc;
     else acc = x > acc ? x : acc;
   }
   if (op === 'avg') acc = round(acc / n);
-  return dtype === 'f16' ? f32ToF16(acc) : dtype === 'bf16' ? f32ToBf16(acc) : acc;
+  const store = { f16: f32ToF16, bf16: f32ToBf16, f8e4m3: nearestE4m3, f8e5m2: nearestE5m2 }[dtype as string];
+  return store ? store(acc) : acc;
 }
+
+/** The op × dtype pairs the kernels take. */
+const PAIRS = DTYPES.flatMap((dtype) => REDUCE_OPS.filter((op) => dtypeOpSupported(dtype, op)).map((op) => ({ dtype, op })));
+/** premul's factor in these tests: either a round one or one that rounds in f32. */
+const factorArb = fc.constantFrom(0.3, -1.5, 0.25, 1e-3, 3);
 
 function readElem(v: DataView, dtype: DType, i: number): number | bigint {
   const at = i * DTYPE_BYTES[dtype];
@@ -219,15 +264,19 @@ function readElem(v: DataView, dtype: DType, i: number): number | bigint {
   if (dtype === 'f16' || dtype === 'bf16') return v.getUint16(at, true);
   if (dtype === 'i32') return v.getInt32(at, true);
   if (dtype === 'i64') return v.getBigInt64(at, true);
+  if (dtype === 'u64') return v.getBigUint64(at, true);
+  if (dtype === 'u32') return v.getUint32(at, true);
+  if (dtype === 'i8') return v.getInt8(at);
   return v.getUint8(at);
 }
 
 describe('every op × dtype against the reference, through moduleLoadData and launchKernel', () => {
   const caseArb = fc
-    .record({ op: fc.constantFrom(...REDUCE_OPS), dtype: fc.constantFrom(...DTYPES), n: fc.integer({ min: 1, max: 6 }), count: fc.integer({ min: 0, max: 40 }), offset: fc.integer({ min: 0, max: 5 }) })
+    .record({ pair: fc.constantFrom(...PAIRS), factor: factorArb, n: fc.integer({ min: 1, max: 6 }), count: fc.integer({ min: 0, max: 40 }), offset: fc.integer({ min: 0, max: 5 }) })
+    .map(({ pair, ...c }) => ({ ...c, ...pair }))
     .chain((c) => fc.record({ c: fc.constant(c), values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count + c.offset, maxLength: c.count + c.offset }), { minLength: c.n, maxLength: c.n }) }));
 
-  propTest.prop([caseArb], { numRuns: 300 })('out[i] = op over the n inputs at offset + i', ({ c, values }) => {
+  propTest.prop([caseArb], { numRuns: 600 })('out[i] = op over the n inputs at offset + i', ({ c, values }) => {
     const d = sim();
     const { module } = d.moduleLoadData(PTX);
     const fn = d.moduleGetFunction(module, reduceEntry(c.dtype));
@@ -244,13 +293,13 @@ describe('every op × dtype against the reference, through moduleLoadData and la
     const table = d.memAlloc(8 * c.n);
     d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(inputs).buffer));
     const out = d.memAlloc(Math.max(c.count * size, 1));
-    d.launchKernel(fn, { grid: [1], block: [256] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: c.n }, { type: 'u64', value: BigInt(c.offset) }, { type: 'u64', value: BigInt(c.count) }, { type: 'u32', value: opCode(c.op) }], 0n);
+    d.launchKernel(fn, { grid: [1], block: [256] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: c.n }, { type: 'u64', value: BigInt(c.offset) }, { type: 'u64', value: BigInt(c.count) }, { type: 'u32', value: opCode(c.op) }, { type: 'f64', value: c.factor }], 0n);
     d.streamSynchronize(0n);
     const host = new Uint8Array(Math.max(c.count * size, 1));
     d.memcpyDtoH(host, out);
     const hv = new DataView(host.buffer);
     for (let i = 0; i < c.count; i++) {
-      const want = reference(c.op, c.dtype, values.map((vals) => vals[c.offset + i]!));
+      const want = reference(c.op, c.dtype, values.map((vals) => vals[c.offset + i]!), c.factor);
       expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} element ${i}`).toEqual(want);
     }
     d.close();
@@ -259,11 +308,11 @@ describe('every op × dtype against the reference, through moduleLoadData and la
 
 describe("the pipeline's reduce_part against the reference", () => {
   const caseArb = fc
-    .record({ op: fc.constantFrom(...REDUCE_OPS), dtype: fc.constantFrom(...DTYPES), n: fc.integer({ min: 1, max: 6 }), rank: fc.nat(5), count: fc.integer({ min: 0, max: 40 }), inPlace: fc.boolean() })
-    .map((c) => ({ ...c, rank: c.rank % c.n }))
+    .record({ pair: fc.constantFrom(...PAIRS), factor: factorArb, n: fc.integer({ min: 1, max: 6 }), rank: fc.nat(5), count: fc.integer({ min: 0, max: 40 }), inPlace: fc.boolean() })
+    .map(({ pair, ...c }) => ({ ...c, ...pair, rank: c.rank % c.n }))
     .chain((c) => fc.record({ c: fc.constant(c), values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count, maxLength: c.count }), { minLength: c.n, maxLength: c.n }) }));
 
-  propTest.prop([caseArb], { numRuns: 200 })('out[i] = op over own[i] in place of table[rank] and the others', ({ c, values }) => {
+  propTest.prop([caseArb], { numRuns: 400 })('out[i] = op over own[i] in place of table[rank] and the others', ({ c, values }) => {
     const d = sim();
     const { module } = d.moduleLoadData(PTX);
     const fn = d.moduleGetFunction(module, reducePartEntry(c.dtype));
@@ -295,6 +344,7 @@ describe("the pipeline's reduce_part against the reference", () => {
         { type: 'u32', value: c.n },
         { type: 'u64', value: BigInt(c.count) },
         { type: 'u32', value: REDUCE_OPS.indexOf(c.op) },
+        { type: 'f64', value: c.factor },
       ],
       0n,
     );
@@ -303,7 +353,7 @@ describe("the pipeline's reduce_part against the reference", () => {
     d.memcpyDtoH(host, out);
     const hv = new DataView(host.buffer);
     for (let i = 0; i < c.count; i++) {
-      const want = reference(c.op, c.dtype, values.map((vals) => vals[i]!));
+      const want = reference(c.op, c.dtype, values.map((vals) => vals[i]!), c.factor);
       expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} rank=${c.rank} element ${i}`).toEqual(want);
     }
     d.close();
@@ -313,9 +363,10 @@ describe("the pipeline's reduce_part against the reference", () => {
 describe('reduceInto: typed arrays and DataViews give the same bytes', () => {
   // Aligned views take the typed-array loops; the same data one byte off its element alignment takes the
   // DataView path (reduce.ts): every op × dtype, including bit patterns that are NaN, infinite or subnormal.
-  propTest.prop([fc.constantFrom(...DTYPES), fc.constantFrom(...REDUCE_OPS), fc.integer({ min: 1, max: 5 }), fc.integer({ min: 0, max: 40 }), fc.integer()])(
+  propTest.prop([fc.constantFrom(...PAIRS), fc.integer({ min: 1, max: 5 }), fc.integer({ min: 0, max: 40 }), fc.integer()])(
     'every op and dtype',
-    (dtype, op, n, count, seed) => {
+    ({ dtype, op: name }, n, count, seed) => {
+      const op = reduceArg(name, name === 'premul' ? 0.3 : undefined);
       const es = DTYPE_BYTES[dtype];
       let x = seed >>> 0;
       const byte = () => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) >>> 16) & 0xff;
@@ -332,4 +383,99 @@ describe('reduceInto: typed arrays and DataViews give the same bytes', () => {
       expect([...viaViews]).toEqual([...aligned]);
     },
   );
+});
+
+describe('fp8 conversions (E4M3 "fn" and E5M2)', () => {
+  it('every finite fp8 survives fp8 → f32 → fp8; NaN becomes 0x7f; E5M2 infinities saturate to ±57344', () => {
+    for (let b = 0; b < 256; b++) {
+      if ((b & 0x7f) === 0x7f) expect(f32ToE4m3(e4m3ToF32(b))).toBe(0x7f);
+      else expect(f32ToE4m3(e4m3ToF32(b))).toBe(b);
+      const e = (b >> 2) & 0x1f;
+      if (e !== 0x1f) expect(f32ToE5m2(e5m2ToF32(b))).toBe(b);
+      else if ((b & 3) !== 0) expect(f32ToE5m2(e5m2ToF32(b))).toBe(0x7f);
+      else expect(f32ToE5m2(e5m2ToF32(b))).toBe((b & 0x80) | 0x7b);
+    }
+    expect(e4m3ToF32(0x7e)).toBe(448);
+    expect(e5m2ToF32(0x7b)).toBe(57344);
+    expect(e4m3ToF32(0x01)).toBe(2 ** -9);
+    expect(e5m2ToF32(0x01)).toBe(2 ** -16);
+  });
+
+  propTest.prop([fc.float()], { numRuns: 3000 })('f32 → fp8 rounds to the nearest finite value, ties to even, saturating', (x) => {
+    expect(f32ToE4m3(x)).toBe(nearestE4m3(x));
+    expect(f32ToE5m2(x)).toBe(nearestE5m2(x));
+  });
+
+  it('ties, the saturation boundary, subnormals and signed zero', () => {
+    expect(f32ToE4m3(464)).toBe(0x7e); // halfway 448..(480): even 448
+    expect(f32ToE4m3(465)).toBe(0x7e); // saturates rather than NaN
+    expect(f32ToE4m3(Infinity)).toBe(0x7e);
+    expect(f32ToE4m3(-1e9)).toBe(0xfe);
+    expect(f32ToE5m2(61440)).toBe(0x7b); // halfway to 65536: saturates
+    expect(f32ToE5m2(-Infinity)).toBe(0xfb);
+    expect(f32ToE4m3(1 + 1 / 16)).toBe(0x38); // halfway 1..1.125: even 1
+    expect(f32ToE4m3(1 + 3 / 16)).toBe(0x3a);
+    expect(f32ToE4m3(2 ** -10)).toBe(0x00); // half the smallest subnormal: even 0
+    expect(f32ToE4m3(3 * 2 ** -10)).toBe(0x02);
+    expect(f32ToE4m3(-(2 ** -12))).toBe(0x80);
+    expect(f32ToE5m2(2 ** -17 * 1.5)).toBe(0x01);
+    expect(f32ToE4m3(NaN)).toBe(0x7f);
+    expect(f32ToE5m2(NaN)).toBe(0x7f);
+  });
+});
+
+describe('dtype × op pairs', () => {
+  it('premul takes the float dtypes, the bitwise ops the integer ones; every other pair is built', () => {
+    for (const dtype of DTYPES) {
+      for (const op of REDUCE_OPS) {
+        const ok = op === 'premul' ? FLOAT_DTYPES.includes(dtype) : ['band', 'bor', 'bxor'].includes(op) ? INT_DTYPES.includes(dtype) : true;
+        expect(dtypeOpSupported(dtype, op), `${op} ${dtype}`).toBe(ok);
+        if (ok) expect(() => checkDtypeOp(dtype, op)).not.toThrow();
+        else expect(() => checkDtypeOp(dtype, op), `${op} ${dtype}`).toThrow(ArgumentTypeError);
+      }
+    }
+    expect([...FLOAT_DTYPES, ...INT_DTYPES].sort()).toEqual([...DTYPES].sort());
+  });
+
+  it('a refusal is typed, coded and says which dtypes the op takes', () => {
+    const bx = (() => {
+      try {
+        checkDtypeOp('f32', 'bxor');
+      } catch (e) {
+        return e as ArgumentTypeError;
+      }
+      throw new Error('expected a refusal');
+    })();
+    expect(bx.code).toBe('SMCUDA_INVALID_ARG_TYPE');
+    expect(bx.message).toMatch(/'bxor' is bitwise and takes an integer dtype \(i32, i64, u8, i8, u32, u64\), not 'f32'/);
+    expect(() => checkDtypeOp('i32', 'premul')).toThrow(/'premul' takes a floating-point dtype \(f32, f16, bf16, f64, f8e4m3, f8e5m2\), not 'i32'/);
+  });
+
+  it("the twins refuse what the collectives refuse (the kernels' result for such a pair is never asked for)", () => {
+    const out = new Uint8Array(4);
+    expect(() => reduceInto('band', 'f32', out, [new Uint8Array(4)], 1)).toThrow(ArgumentTypeError);
+    expect(() => reduceInto({ op: 'premul', factor: 2 }, 'i32', out, [new Uint8Array(4)], 1)).toThrow(ArgumentTypeError);
+  });
+
+  it("premul's factor: a finite number with premul, none with any other op", () => {
+    expect(reduceArg('premul', 0.25)).toEqual({ op: 'premul', factor: 0.25 });
+    expect(reduceArg('sum', undefined)).toBe('sum');
+    expect(() => reduceArg('premul', undefined)).toThrow(ArgumentTypeError);
+    expect(() => reduceArg('premul', '0.5')).toThrow(/needs a number factor/);
+    expect(() => reduceArg('premul', NaN)).toThrow(ArgumentRangeError);
+    expect(() => reduceArg('premul', Infinity)).toThrow(/finite/);
+    expect(() => reduceArg('sum', 2)).toThrow(/op 'sum' takes none/);
+  });
+
+  it('the call print still holds every dtype (5 bits) and op (4 bits)', async () => {
+    const { decodePrint, encodePrint } = await import('../../../src/collectives/call-print.js');
+    expect(DTYPES.length).toBeLessThanOrEqual(31); // codes 1..31
+    expect(REDUCE_OPS.length).toBeLessThanOrEqual(15); // codes 1..15
+    for (const dtype of DTYPES) {
+      for (const redop of REDUCE_OPS) {
+        const [w0, w1, w2] = encodePrint({ op: 'allreduce', dtype, redop, count: 2 ** 40 + 3 });
+        expect(decodePrint(w0, w1, w2)).toEqual({ op: 'allreduce', dtype, redop, count: 2 ** 40 + 3 });
+      }
+    }
+  });
 });
