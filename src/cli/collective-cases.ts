@@ -5,7 +5,7 @@
  * against a host reference with no extra communication.
  */
 import { mulberry32 } from '../cuda/sim/prng.js';
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, dtypeOpSupported, REDUCE_OPS, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { reduceInto } from '../kernels/sim/reduce.js';
 
 export type CaseOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall';
@@ -14,6 +14,8 @@ export interface CollectiveCase {
   op: CaseOp;
   /** The reduction, for allreduce, reduce and reduce-scatter. */
   reduce?: ReduceOp;
+  /** premul's factor (PREMUL_FACTOR), with reduce 'premul' only. */
+  factor?: number;
   dtype: DType;
   /** Elements per rank of the call's `count`. */
   count: number;
@@ -22,8 +24,11 @@ export interface CollectiveCase {
   root?: number;
 }
 
+/** The demo's premul factor: not a power of two, so that its rounding to f32 and each product's rounding show. */
+export const PREMUL_FACTOR = 0.3;
+
 /**
- * Every op (allreduce with each reduction) × dtype × size; `sizes` are bytes of each rank's input, rounded
+ * Every op (allreduce with each reduction the dtype takes: dtypeOpSupported) × dtype × size; `sizes` are bytes of each rank's input, rounded
  * to whole elements (at least one when not 0). Dtype by dtype and size by size, every op of a size in a
  * row: most of them share their inputs (caseInput keeps the last ones).
  */
@@ -41,6 +46,7 @@ export function collectiveCases(sizes: readonly number[], ranks: number): Collec
   for (const dtype of DTYPES) {
     for (const size of sizes) {
       for (const [op, reduce] of ops) {
+        if (reduce !== undefined && !dtypeOpSupported(dtype, reduce)) continue;
         const es = DTYPE_BYTES[dtype];
         const per = op === 'reduce-scatter' || op === 'alltoall' ? ranks : 1; // their input is `ranks` blocks of count
         const count = size === 0 ? 0 : Math.max(1, Math.floor(size / es / per));
@@ -50,6 +56,7 @@ export function collectiveCases(sizes: readonly number[], ranks: number): Collec
           count,
           size: count * es * per,
           ...(reduce ? { reduce } : {}),
+          ...(reduce === 'premul' ? { factor: PREMUL_FACTOR } : {}),
           ...(op === 'broadcast' || op === 'reduce' ? { root: ranks - 1 } : {}),
         });
       }
@@ -76,9 +83,11 @@ export function caseInput(c: CollectiveCase, rank: number, ranks: number): Uint8
   return bytes;
 }
 
-/** f16 and bf16 bit patterns of -4..4 mapped to small values (1, -1, 1/3, 3, 0.1, -2, 0, 0.999, 0.5). */
+/** f16 and bf16 bit patterns of -4..4 mapped to small values (1, -1, 1/3, 3, 0.1, -2, 0, 0.999, 0.5); fp8: 1, -1, 0.3125 (e4m3) or 0.3125 (e5m2), 3, 0.1015625 (e4m3) or 0.09375 (e5m2), -2, 0, 0.875 (e4m3) or 0.75 (e5m2), 0.5. */
 const F16_BITS = [0x3c00, 0xbc00, 0x3555, 0x4200, 0x2e66, 0xc000, 0x0000, 0x3bff, 0x3800];
 const BF16_BITS = [0x3f80, 0xbf80, 0x3eaa, 0x4040, 0x3dcd, 0xc000, 0x0000, 0x3f7f, 0x3f00];
+const E4M3_BITS = [0x38, 0xb8, 0x2a, 0x44, 0x1d, 0xc0, 0x00, 0x36, 0x30];
+const E5M2_BITS = [0x3c, 0xbc, 0x35, 0x42, 0x2e, 0xc0, 0x00, 0x3a, 0x38];
 
 function makeInput(dtype: DType, count: number, n: number, rank: number): Uint8Array {
   const es = DTYPE_BYTES[dtype];
@@ -94,6 +103,11 @@ function makeInput(dtype: DType, count: number, n: number, rank: number): Uint8A
     else if (dtype === 'bf16') v.setUint16(at, BF16_BITS[x + 4]!, true);
     else if (dtype === 'i32') v.setInt32(at, x * 1001, true);
     else if (dtype === 'i64') v.setBigInt64(at, BigInt(x) * 1_000_000_007n, true);
+    else if (dtype === 'u64') v.setBigUint64(at, BigInt.asUintN(64, BigInt(x + 4) * 0x1_0000_0001n + (BigInt(x) << 60n)), true);
+    else if (dtype === 'u32') v.setUint32(at, ((x + 4) * 0x1001_0001 + x * 7) >>> 0, true);
+    else if (dtype === 'i8') v.setInt8(at, x * 29);
+    else if (dtype === 'f8e4m3') v.setUint8(at, E4M3_BITS[x + 4]!);
+    else if (dtype === 'f8e5m2') v.setUint8(at, E5M2_BITS[x + 4]!);
     else v.setUint8(at, (x + 4) * 29);
   }
   return bytes;
@@ -114,7 +128,7 @@ export function expectedOutput(c: CollectiveCase, rank: number, ranks: number): 
   const block = (k: number, j: number) => inputs[k]!.subarray(j * c.count * es, (j + 1) * c.count * es);
   const reduced = (parts: Uint8Array[]) => {
     const out = new Uint8Array(c.count * es);
-    reduceInto(c.reduce!, c.dtype, out, parts, c.count);
+    reduceInto(reduceArg(c.reduce!, c.factor), c.dtype, out, parts, c.count);
     return out;
   };
   switch (c.op) {

@@ -53,7 +53,8 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
   stream ??= d.streamCreate();
   try {
     if (inBytes > 0) d.memcpyHtoDAsync(send, caseInput(c, rank, size), stream);
-    const a = { send, recv, count: c.count, dtype: c.dtype, stream };
+    // premul's factor rides with the call (a field beside op, as users pass it).
+    const a = { send, recv, count: c.count, dtype: c.dtype, stream, ...(c.factor !== undefined ? { factor: c.factor } : {}) };
     let res;
     switch (c.op) {
       case 'allreduce':

@@ -91,6 +91,21 @@ export function elements(dtype: DType, count: number, seed: number): Uint8Array 
       case 'u8':
         v.setUint8(at, (x + 8) * 15);
         break;
+      case 'i8':
+        v.setInt8(at, x * 15);
+        break;
+      case 'u32':
+        v.setUint32(at, ((x + 8) * 250_000_007) >>> 0, true);
+        break;
+      case 'u64':
+        v.setBigUint64(at, BigInt.asUintN(64, BigInt(x + 8) * 1_000_000_000_007n + (BigInt(x + 8) << 60n)), true);
+        break;
+      case 'f8e4m3':
+        v.setUint8(at, [0x38, 0xb8, 0x2a, 0x44, 0x1d, 0xc4, 0x00, 0x36][(x + 8) % 8]!); // 1, -1, 0.3125, 3, 0.1015625, -3, 0, 0.875
+        break;
+      case 'f8e5m2':
+        v.setUint8(at, [0x3c, 0xbc, 0x35, 0x42, 0x2e, 0xc5, 0x00, 0x3a][(x + 8) % 8]!); // 1, -1, 0.3125, 3, 0.09375, -5, 0, 0.75
+        break;
     }
   }
   return bytes;

@@ -1,4 +1,5 @@
 /** `smcuda demo --collectives` as a user runs it, on the simulated driver: every op × dtype × size verified, JSON as documented. */
+import { DTYPES, dtypeOpSupported, REDUCE_OPS } from '../../src/kernels/dtypes.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
@@ -7,7 +8,7 @@ const run = promisify(execFile);
 const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
 
 describe('smcuda demo --collectives', () => {
-  it('runs every collective × dtype × size among 3 ranks and verifies every element', async () => {
+  it('runs every collective × dtype × size among 3 ranks, allreduce with every reduction the dtype takes, and verifies every element', async () => {
     const { stdout } = await run(process.execPath, [MAIN, 'demo', '--collectives', '--driver', 'sim', '--ranks', '3', '--sizes', '0,1,1001,300K', '--json'], {
       timeout: 120_000,
       env: { ...process.env, SMCUDA_SIM: '' },
@@ -20,7 +21,10 @@ describe('smcuda demo --collectives', () => {
     };
     expect(r.verified).toBe(true);
     expect(r.driver.kind).toBe('sim');
-    expect(r.collectives).toHaveLength(10 * 7 * 4);
+    // Floats: 6 reductions (no bitwise), integers: 8 (no premul), then 5 other collectives; 4 sizes.
+    const reductions = (d: string) => REDUCE_OPS.filter((o) => dtypeOpSupported(d as (typeof DTYPES)[number], o)).length;
+    expect(DTYPES.map(reductions)).toEqual([6, 6, 6, 6, 8, 8, 8, 8, 8, 8, 6, 6]);
+    expect(r.collectives).toHaveLength(DTYPES.reduce((t, d) => t + (reductions(d) + 5) * 4, 0));
     expect(new Set(r.collectives.map((c) => c.op))).toEqual(
       new Set([
         'allreduce-sum',
@@ -28,6 +32,10 @@ describe('smcuda demo --collectives', () => {
         'allreduce-min',
         'allreduce-max',
         'allreduce-prod',
+        'allreduce-premul',
+        'allreduce-band',
+        'allreduce-bor',
+        'allreduce-bxor',
         'reduce',
         'reduce-scatter',
         'broadcast',
@@ -35,11 +43,13 @@ describe('smcuda demo --collectives', () => {
         'alltoall',
       ]),
     );
-    expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8']));
+    expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8', 'i8', 'u32', 'u64', 'f8e4m3', 'f8e5m2']));
+    // Every dtype × reduction pair ran (at 4 sizes), the refused ones did not.
+    for (const d of DTYPES) for (const o of REDUCE_OPS) expect(r.collectives.filter((c) => c.dtype === d && c.op === `allreduce-${o}`).length, `${o} ${d}`).toBe(dtypeOpSupported(d, o) ? 4 : 0);
     expect(r.collectives.every((c) => c.verified)).toBe(true);
     // With 3 ranks allreduces up to 4 MiB are one-shot (one kernel a piece): 300 KiB included
     const big = r.collectives.filter((c) => c.op.startsWith('allreduce') && c.size > 256 * 1024);
-    expect(big.length).toBe(5 * 7);
+    expect(big.length).toBe(DTYPES.reduce((t, d) => t + reductions(d), 0));
     expect(big.every((c) => c.algorithm === 'one-shot')).toBe(true);
     expect(r.collectives.find((c) => c.size === 0)).toMatchObject({ verified: true });
   }, 120_000);

@@ -10,7 +10,7 @@
 import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Algorithm } from '../../../src/collectives/communicator.js';
-import { DTYPE_BYTES, DTYPES, REDUCE_OPS, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import { DTYPE_BYTES, DTYPES, dtypeOpSupported, REDUCE_OPS, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
 import { reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { elements, makeWorld, type World } from '../../helpers/comm-world.js';
 
@@ -47,7 +47,8 @@ const caseArb: fc.Arbitrary<Case> = fc
     op: fc.constantFrom(...OPS),
     n: fc.integer({ min: 1, max: 4 }),
     dtype: fc.constantFrom(...DTYPES),
-    rop: fc.constantFrom(...REDUCE_OPS),
+    // premul comes in once the Communicator takes its factor (a call field beside op).
+    rop: fc.constantFrom(...REDUCE_OPS.filter((o) => o !== 'premul')),
     count: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 9 }), fc.integer({ min: 10, max: 700 }), fc.integer({ min: 10, max: 700 })),
     root: fc.nat(3),
     inPlace: fc.boolean(),
@@ -55,6 +56,7 @@ const caseArb: fc.Arbitrary<Case> = fc
     algorithm: fc.constantFrom(undefined, 'one-shot', 'two-shot', 'ce-pipeline', 'staged'),
     seed: fc.integer(),
   })
+  .filter((c) => dtypeOpSupported(c.dtype, c.rop)) // the other pairs are refused (dtypes.ts checkDtypeOp)
   .map((c) => ({ ...c, root: c.root % c.n }));
 
 function reduced(c: Case, blocks: Uint8Array[], count: number): Uint8Array {
