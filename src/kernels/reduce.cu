@@ -4,7 +4,7 @@
 // TypeScript twin the simulated driver runs; both must stay identical in
 // semantics (README.md says what).
 //
-// smcuda_reduce_<dtype>(out, table, n, offset, count, op):
+// smcuda_reduce_<dtype>(out, table, n, offset, count, op, factor):
 //   out[i] = op(table[0][offset+i], table[1][offset+i], ..., table[n-1][offset+i])
 // folded left to right, in rank order, for i in [0, count). `table` is a
 // device array of n input pointers (own or mapped from peers).
@@ -12,7 +12,7 @@
 // for results reduced in pieces).
 //
 // smcuda_oneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op,
-// landOffset, slotBytes): a whole one-shot allreduce piece in one launch, one
+// landOffset, slotBytes, factor): a whole one-shot allreduce piece in one launch, one
 // signal a call. Block b owns one contiguous range of the elements, the same
 // on every rank (it depends on count and the grid only). With e this rank's
 // launch count plus one (the epoch, kept in its own flag area and read when
@@ -33,7 +33,7 @@
 // (bench/results-history.md, session 7).
 //
 // smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op,
-// bOffset, partMax): a whole two-shot allreduce in one launch, every byte
+// bOffset, partMax, factor): a whole two-shot allreduce in one launch, every byte
 // between GPUs a store into a peer's memory (a push: on 2 x H200, SM copies
 // both ways at once ran faster pushing than pulling; bench/results-history.md,
 // session 6).
@@ -50,7 +50,10 @@
 // (a launch a piece, with the boundary's idle time, was slower on 2 x H100), and every block of the grid must be resident at once
 // (ReduceKernels sizes the grid).
 //
-// smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op): the
+// `factor` (every kernel with `op` takes it last) is premul's: each input is
+// multiplied by it before the sum; the other ops ignore it.
+//
+// smcuda_reduce_part_<dtype>(out, own, table, rank, n, count, op, factor): the
 // copy-engine pipeline's reduction of this rank's part of a chunk (below).
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
