@@ -59,14 +59,16 @@ Without a GPU it runs on the simulated driver and says so.
   --trace FILE          append a JSON-lines trace of every frame and transition
   --timeout SECONDS     give up after this long (default 600)
   --collectives         instead: one Communicator of the ranks runs every collective
-                        (allreduce sum/avg/min/max/prod, reduce, reduce-scatter,
-                        broadcast, allgather, alltoall) × dtype (f32 f16 bf16 f64 i32
-                        i64 u8) × size (--sizes, default 0,1,1001,1M and 64M on a
+                        (allreduce with each reduction the dtype takes: sum/avg/min/
+                        max/prod, premul, band/bor/bxor; reduce, reduce-scatter,
+                        broadcast, allgather, alltoall) × dtype (f32 f16 bf16 f64
+                        f8e4m3 f8e5m2 i8 u8 i32 u32 i64 u64) × size (--sizes, default 0,1,1001,1M and 64M on a
                         GPU: bytes per rank, whole elements) and checks every element;
                         JSON: { driver, ranks, devices, collectives: [{ op, dtype, size,
                         algorithm, verified }], verified, mismatches, durationMs }
   --ops LIST            with --collectives: only these (allreduce-sum, allreduce-avg,
-                        allreduce-min, allreduce-max, allreduce-prod, reduce,
+                        allreduce-min, allreduce-max, allreduce-prod, allreduce-premul,
+                        allreduce-band, allreduce-bor, allreduce-bxor, reduce,
                         reduce-scatter, broadcast, allgather, alltoall)
   --dtypes LIST         with --collectives: only these dtypes
   --algorithm NAME      with --collectives: allreduce by one-shot, two-shot, ce-pipeline or
