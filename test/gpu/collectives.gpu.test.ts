@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { probeNativeGpuDriven } from './native-probe.js';
+import { DTYPES, REDUCE_OPS } from '../../src/kernels/dtypes.js';
 
 const p = await probeNativeGpuDriven((g) => (g.modules ? undefined : `the native driver cannot load modules yet: ${g.reason ?? 'not supported'}`));
 const skip = p.skip;
@@ -118,13 +119,15 @@ describe.skipIf(skip !== false)(`collectives on the native driver${skip ? ` (ski
     const r = await demo(
       2,
       p.devices >= 2 ? '0,1' : '0',
-      ['--algorithm', 'two-shot', '--sizes', '1001,1052672,17825804', '--ops', 'allreduce-sum,allreduce-avg,allreduce-min,allreduce-max,allreduce-prod'],
-      60_000,
+      ['--algorithm', 'two-shot', '--sizes', '1001,1052672,17825804', '--ops', REDUCE_OPS.map((o) => `allreduce-${o}`).join(',')],
+      150_000,
     );
     verified(r);
     expect(new Set(r.collectives.map((c) => c.algorithm))).toEqual(new Set(['two-shot']));
-    expect(new Set(r.collectives.map((c) => c.dtype)).size).toBe(7);
-  }, 70_000);
+    expect(new Set(r.collectives.map((c) => c.dtype)).size).toBe(DTYPES.length);
+    // premul (factor 0.3) on every float dtype, the bitwise ops on every integer one
+    expect(new Set(r.collectives.map((c) => c.op)).size).toBe(REDUCE_OPS.length);
+  }, 160_000);
 
   it('allreduce captured in a CUDA graph, replayed with fresh inputs (eager calls between), every replay verified: one-shot, two-shot and the copy-engine pipeline (6 chunks, forked and joined every 2 under capture)', async () => {
     const visible = p.devices >= 2 ? '0,1' : '0';
