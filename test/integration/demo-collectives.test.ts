@@ -43,9 +43,13 @@ describe('smcuda demo --collectives', () => {
         'alltoall',
       ]),
     );
-    expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8', 'i8', 'u32', 'u64', 'f8e4m3', 'f8e5m2']));
+    expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(
+      new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8', 'i8', 'u32', 'u64', 'f8e4m3', 'f8e5m2']),
+    );
     // Every dtype × reduction pair ran (at 4 sizes), the refused ones did not.
-    for (const d of DTYPES) for (const o of REDUCE_OPS) expect(r.collectives.filter((c) => c.dtype === d && c.op === `allreduce-${o}`).length, `${o} ${d}`).toBe(dtypeOpSupported(d, o) ? 4 : 0);
+    for (const d of DTYPES)
+      for (const o of REDUCE_OPS)
+        expect(r.collectives.filter((c) => c.dtype === d && c.op === `allreduce-${o}`).length, `${o} ${d}`).toBe(dtypeOpSupported(d, o) ? 4 : 0);
     expect(r.collectives.every((c) => c.verified)).toBe(true);
     // With 3 ranks allreduces up to 4 MiB are one-shot (one kernel a piece): 300 KiB included
     const big = r.collectives.filter((c) => c.op.startsWith('allreduce') && c.size > 256 * 1024);
