@@ -126,6 +126,25 @@ function toScratch(c: CallContext, src: DevicePtr, es: number, a: number, len: n
   c.copied(blocks * len * es);
 }
 
+/**
+ * A reduction on one rank: a copy, except premul, whose factor scales the
+ * input (the reduction kernel over a table of one input, piece by piece
+ * through the scratch).
+ */
+function local(c: CallContext, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg): void {
+  const es = DTYPE_BYTES[dtype];
+  if (typeof op === 'string') {
+    copy(c, recv, send, count * es);
+    return;
+  }
+  const s = c.scratch;
+  for (let a = 0, per = pieceLength(Math.floor(s.bytes / es)); a < count; a += per) {
+    const len = Math.min(per, count - a);
+    toScratch(c, send, es, a, len, 1, 0);
+    c.kernels.reduce(op, dtype, recv + B(a * es), s.inputTable, 1, 0, len, c.stream);
+  }
+}
+
 /** The part of a piece of `len` elements that rank k reduces in two-shot and the pipeline. */
 export function part(len: number, size: number, k: number): [lo: number, hi: number] {
   const chunk = Math.ceil(len / size);
@@ -163,10 +182,7 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
   const s = c.scratch;
   const N = c.size;
   const steps = c.steps;
-  if (alg === 'local') {
-    copy(c, recv, send, count * es);
-    return;
-  }
+  if (alg === 'local') return local(c, send, recv, count, dtype, op);
   if (alg === 'one-shot') {
     if (!steps.onHost) {
       // A piece a launch: the stores into every rank's landing slot, the signal and the reduction in one
@@ -267,10 +283,7 @@ export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, re
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const isRoot = c.rank === root;
-  if (alg === 'local') {
-    copy(c, recv, send, count * es);
-    return;
-  }
+  if (alg === 'local') return local(c, send, recv, count, dtype, op);
   if (alg === 'staged') {
     for (let a = 0, per = pieceLength(Math.floor(s.slotBytes / es)); a < count; a += per) {
       const len = Math.min(per, count - a);
@@ -330,10 +343,7 @@ export async function reduceScatter(c: CallContext, alg: Algorithm, send: Device
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const N = c.size;
-  if (alg === 'local') {
-    copy(c, recv, send, count * es);
-    return;
-  }
+  if (alg === 'local') return local(c, send, recv, count, dtype, op);
   const steps = c.steps;
   const A = s.inputOf(c.rank)!;
   if (alg === 'staged') {

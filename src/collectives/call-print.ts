@@ -6,7 +6,7 @@
  *
  *   word 0: op (4 bits) | dtype + 1 (5) | reduction op + 1 (4) | in place (1) | root + 1 (14)
  *   word 1: count, low 32 bits
- *   word 2: count, high bits (counts are safe integers: at most 21 bits here)
+ *   word 2: count, high bits (counts are safe integers: at most 21 bits) | premul's factor, hashed (11 bits)
  *
  * A field a collective has not (broadcast's reduction op, allreduce's root)
  * is 0, so it always agrees. In place or not is recorded (traces, the flight
@@ -27,6 +27,8 @@ export interface CallPrint {
   root?: number | undefined;
   redop?: ReduceOp | undefined;
   inPlace?: boolean | undefined;
+  /** premul's factor, as an 11-bit hash of its bits (0: no factor): ranks with different factors differ here (a hash: two factors may share one). */
+  factorHash?: number | undefined;
 }
 
 const TWO_32 = 2 ** 32;
@@ -46,9 +48,23 @@ export function printWord0(op: CallOp, dtype: DType | undefined, redop: ReduceOp
   );
 }
 
+/** premul's factor as 11 bits for word 2 (0 for none): a fold of its float64 bits. */
+export function factorHash(factor: number | undefined): number {
+  if (factor === undefined) return 0;
+  const v = new DataView(new ArrayBuffer(8));
+  v.setFloat64(0, factor);
+  const x = (v.getUint32(0) ^ v.getUint32(4)) >>> 0;
+  return ((x ^ (x >>> 11) ^ (x >>> 22)) & 0x7ff) || 1;
+}
+
+/** Word 2 of a print: the count's high bits and the factor's hash. */
+export function printWord2(count: number, factor: number | undefined): number {
+  return ((count > 0xffffffff ? Math.floor(count / TWO_32) : 0) | (factorHash(factor) << 21)) >>> 0;
+}
+
 export function encodePrint(p: CallPrint): [number, number, number] {
   const count = p.count ?? 0;
-  return [printWord0(p.op, p.dtype, p.redop, p.inPlace ?? false, p.root), count >>> 0, Math.floor(count / TWO_32)];
+  return [printWord0(p.op, p.dtype, p.redop, p.inPlace ?? false, p.root), count >>> 0, (Math.floor(count / TWO_32) | ((p.factorHash ?? 0) << 21)) >>> 0];
 }
 
 export function decodePrint(w0: number, w1: number, w2: number): CallPrint {
@@ -60,7 +76,9 @@ export function decodePrint(w0: number, w1: number, w2: number): CallPrint {
   if ((w0 >>> 13) & 1) p.inPlace = true;
   const root = (w0 >>> 14) & 0x3fff;
   if (root > 0) p.root = root - 1;
-  if (p.op !== 'barrier') p.count = w2 * TWO_32 + w1;
+  if (p.op !== 'barrier') p.count = (w2 & 0x1fffff) * TWO_32 + w1;
+  const f = w2 >>> 21;
+  if (f > 0) p.factorHash = f;
   return p;
 }
 
@@ -69,6 +87,7 @@ export function describePrint(p: CallPrint): string {
   let s: string = p.op;
   if (p.dtype !== undefined) s += ` ${p.dtype} × ${p.count ?? 0}`;
   if (p.redop !== undefined) s += ` ${p.redop}`;
+  if (p.factorHash !== undefined) s += ` (factor #${p.factorHash})`;
   if (p.root !== undefined) s += ` root ${p.root}`;
   if (p.inPlace) s += ' in place';
   return s;
@@ -82,7 +101,7 @@ export function printsAgree(a0: number, a1: number, a2: number, b0: number, b1: 
   return ((a0 ^ b0) & ~IN_PLACE_BIT) === 0 && a1 === b1 && a2 === b2;
 }
 
-/** The fields in which two prints differ ('collective', 'dtype', 'count', 'root', 'op'). */
+/** The fields in which two prints differ ('collective', 'dtype', 'count', 'root', 'op', 'factor'). */
 export function differingFields(a: CallPrint, b: CallPrint): string[] {
   const f: string[] = [];
   if (a.op !== b.op) f.push('collective');
@@ -90,5 +109,6 @@ export function differingFields(a: CallPrint, b: CallPrint): string[] {
   if ((a.count ?? 0) !== (b.count ?? 0)) f.push('count');
   if (a.root !== b.root) f.push('root');
   if (a.redop !== b.redop) f.push('op');
+  if ((a.factorHash ?? 0) !== (b.factorHash ?? 0)) f.push('factor');
   return f;
 }

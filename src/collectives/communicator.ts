@@ -37,7 +37,7 @@ import { CallState, PendingCall, type CallShared } from './pending-call.js';
 import { debug, debugEnabled } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
-import { DTYPE_BYTES, DTYPES, isDType, isReduceOp, REDUCE_OPS, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { checkDtypeOp, DTYPE_BYTES, DTYPES, isDType, isReduceOp, REDUCE_OPS, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
 import { RankLostError, type Algorithm, type CallContext } from './algorithms.js';
@@ -56,7 +56,7 @@ import { refuseUnknownKeys } from '../option-keys.js';
 import { packageVersion } from '../version.js';
 import { WIRE_VERSION } from '../wire/frames.js';
 import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
-import { printWord0, type CallOp } from './call-print.js';
+import { printWord0, printWord2, type CallOp } from './call-print.js';
 import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
@@ -427,7 +427,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** recv[i] = op over every rank's send[i]; in place when recv is send (or absent). */
-  allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
+  allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
     let bytes = 0;
     try {
@@ -436,7 +436,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('allreduce', a, bytes, this.chooseAllreduce(a.algorithm, bytes), printWord0('allreduce', a.dtype, a.op, recv === a.send, undefined), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, a.op));
+    return this.call('allreduce', a, bytes, this.chooseAllreduce(a.algorithm, bytes), printWord0('allreduce', a.dtype, a.op, recv === a.send, undefined), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor)));
   }
 
   /** Every rank's recv gets root's send (count elements); root's recv defaults to its send. */
@@ -454,7 +454,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** root's recv[i] = op over every rank's send[i]; other ranks' recv is not written (pass any, e.g. send). */
-  reduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; root: number } & CallOptions): Promise<CollectiveResult> {
+  reduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number; root: number } & CallOptions): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
     let bytes = 0;
     try {
@@ -464,7 +464,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === a.send, a.root), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, a.op, a.root));
+    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === a.send, a.root), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor), a.root));
   }
 
   /** recv (size × count elements) gets rank k's send at k × count; in place when send is recv + rank × count elements. */
@@ -480,7 +480,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** recv (count elements) = op over every rank's block `rank` of send (size × count elements). */
-  reduceScatter(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType; op: ReduceOp } & CallOptions): Promise<CollectiveResult> {
+  reduceScatter(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number } & CallOptions): Promise<CollectiveResult> {
     let bytes = 0;
     try {
       const block = this.checkCall(a, a.op);
@@ -489,7 +489,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('reduce-scatter', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce-scatter', a.dtype, a.op, a.recv === a.send + BigInt(bytes / this.size) * BigInt(this.rank), undefined), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, a.op));
+    return this.call('reduce-scatter', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce-scatter', a.dtype, a.op, a.recv === a.send + BigInt(bytes / this.size) * BigInt(this.rank), undefined), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, reduceArg(a.op, a.factor)));
   }
 
   /** Block k of send (count elements each, size blocks) goes to rank k, into its block `rank` of recv; in place allowed. */
@@ -616,12 +616,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** Checks a call's dtype, op, count and options; returns the bytes of `count` elements. */
-  private checkCall(a: { count: number; dtype: DType } & CallOptions, op?: ReduceOp): number {
+  private checkCall(a: { count: number; dtype: DType; factor?: number } & CallOptions, op?: ReduceOp): number {
     if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
       throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
     }
     if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of ${DTYPES.join(', ')}, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of ${REDUCE_OPS.join(', ')}, got ${String(op)}`);
+    if (op !== undefined) {
+      checkDtypeOp(a.dtype, op);
+      reduceArg(op, (a as { factor?: unknown }).factor);
+    }
     if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
     this.checkOptions(a);
     return a.count * DTYPE_BYTES[a.dtype];
@@ -695,7 +699,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * setTimeout, an abort waiter, closures, an object spread and three promise
    * chains per call were most of its host cost: bench/results-history.md).
    */
-  private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number }, bytes: number, algorithm: Algorithm, word0: number, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
+  private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number; factor?: number }, bytes: number, algorithm: Algorithm, word0: number, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
     const seq = ++this.seq;
@@ -704,7 +708,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.flight.queued(seq, op, o.dtype, o.count, (o as { root?: number }).root, algorithm, stream, flightUs(started));
     // Published before anything of the call is queued: the later of two ranks making different calls finds it here.
     const count = o.count ?? 0;
-    const mismatch = this.check.made(seq, word0, count >>> 0, count > 0xffffffff ? Math.floor(count / 2 ** 32) : 0);
+    const mismatch = this.check.made(seq, word0, count >>> 0, printWord2(count, o.factor));
     if (mismatch !== undefined) {
       this.flight.failed(seq);
       this.mismatch(mismatch);
