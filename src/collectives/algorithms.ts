@@ -163,13 +163,30 @@ export class RankLostError extends PeerLostError {
 }
 
 /** Sends `bytes` at `src` to every listed rank and receives each one's into `into(k)`, all at once. */
-async function exchange(c: CallContext, sendTo: number[], src: (k: number) => DevicePtr, recvFrom: number[], into: (k: number) => DevicePtr, bytes: number): Promise<void> {
+async function exchange(
+  c: CallContext,
+  sendTo: number[],
+  src: (k: number) => DevicePtr,
+  recvFrom: number[],
+  into: (k: number) => DevicePtr,
+  bytes: number,
+): Promise<void> {
   const blame = (k: number) => (err: Error) => {
     throw c.endpoint(k).closed ? new RankLostError(k, err) : err;
   };
   await Promise.all([
-    ...sendTo.map((k) => c.endpoint(k).send({ ptr: src(k), length: bytes }, { tag: DATA_TAG }).catch(blame(k))),
-    ...recvFrom.map((k) => c.endpoint(k).recv({ tag: DATA_TAG, into: { ptr: into(k), length: bytes } }).catch(blame(k))),
+    ...sendTo.map((k) =>
+      c
+        .endpoint(k)
+        .send({ ptr: src(k), length: bytes }, { tag: DATA_TAG })
+        .catch(blame(k)),
+    ),
+    ...recvFrom.map((k) =>
+      c
+        .endpoint(k)
+        .recv({ tag: DATA_TAG, into: { ptr: into(k), length: bytes } })
+        .catch(blame(k)),
+    ),
   ]);
 }
 
@@ -191,7 +208,21 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
       for (let a = 0, per = pieceLength(Math.floor(s.oneShotSlotBytes / es)); a < count; a += per) {
         const len = Math.min(per, count - a);
         const at = a === 0 ? 0n : B(a * es); // most calls are one piece: no bigint made for it
-        c.kernels.oneshot(op, dtype, recv + at, send + at, s.inputTable, s.oneShotFlagOffset, c.rank, N, len, s.oneShotLandOffset, s.oneShotSlotBytes, c.stream, c.capturing);
+        c.kernels.oneshot(
+          op,
+          dtype,
+          recv + at,
+          send + at,
+          s.inputTable,
+          s.oneShotFlagOffset,
+          c.rank,
+          N,
+          len,
+          s.oneShotLandOffset,
+          s.oneShotSlotBytes,
+          c.stream,
+          c.capturing,
+        );
         c.copied(len * es);
       }
       return;
@@ -249,7 +280,14 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     toScratch(c, send, es, a, len, 1, 0);
     copy(c, s.landing(c.rank), s.inputOf(c.rank)!, len * es);
     await c.streamDone();
-    await exchange(c, others, () => s.inputOf(c.rank)!, others, (k) => s.landing(k), len * es);
+    await exchange(
+      c,
+      others,
+      () => s.inputOf(c.rank)!,
+      others,
+      (k) => s.landing(k),
+      len * es,
+    );
     c.kernels.reduce(op, dtype, recv + B(a * es), s.landingTable, N, 0, len, c.stream);
     await c.streamDone();
   }
@@ -267,8 +305,24 @@ export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr,
     if (isRoot) toScratch(c, send, es, a, len, 1, 0);
     if (alg === 'staged') {
       await c.streamDone();
-      if (isRoot) await exchange(c, othersOf(c), () => s.inputOf(root)!, [], () => 0n, len * es);
-      else await exchange(c, [], () => 0n, [root], () => recv + B(a * es), len * es);
+      if (isRoot)
+        await exchange(
+          c,
+          othersOf(c),
+          () => s.inputOf(root)!,
+          [],
+          () => 0n,
+          len * es,
+        );
+      else
+        await exchange(
+          c,
+          [],
+          () => 0n,
+          [root],
+          () => recv + B(a * es),
+          len * es,
+        );
       continue;
     }
     if (steps.onHost) await steps.host();
@@ -279,7 +333,16 @@ export async function broadcast(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
 }
 
-export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg, root: number): Promise<void> {
+export async function reduce(
+  c: CallContext,
+  alg: Algorithm,
+  send: DevicePtr,
+  recv: DevicePtr,
+  count: number,
+  dtype: DType,
+  op: ReduceArg,
+  root: number,
+): Promise<void> {
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const isRoot = c.rank === root;
@@ -291,11 +354,25 @@ export async function reduce(c: CallContext, alg: Algorithm, send: DevicePtr, re
       if (isRoot) copy(c, s.landing(root), s.inputOf(root)!, len * es);
       await c.streamDone();
       if (isRoot) {
-        await exchange(c, [], () => 0n, othersOf(c), (k) => s.landing(k), len * es);
+        await exchange(
+          c,
+          [],
+          () => 0n,
+          othersOf(c),
+          (k) => s.landing(k),
+          len * es,
+        );
         c.kernels.reduce(op, dtype, recv + B(a * es), s.landingTable, c.size, 0, len, c.stream);
         await c.streamDone();
       } else {
-        await exchange(c, [root], () => s.inputOf(c.rank)!, [], () => 0n, len * es);
+        await exchange(
+          c,
+          [root],
+          () => s.inputOf(c.rank)!,
+          [],
+          () => 0n,
+          len * es,
+        );
       }
     }
     return;
@@ -328,7 +405,14 @@ export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr,
     if (alg === 'staged') {
       copy(c, at(c.rank, a), s.inputOf(c.rank)!, len * es);
       await c.streamDone();
-      await exchange(c, othersOf(c), () => s.inputOf(c.rank)!, othersOf(c), (k) => at(k, a), len * es);
+      await exchange(
+        c,
+        othersOf(c),
+        () => s.inputOf(c.rank)!,
+        othersOf(c),
+        (k) => at(k, a),
+        len * es,
+      );
       continue;
     }
     if (steps.onHost) await steps.host();
@@ -339,7 +423,15 @@ export async function allgather(c: CallContext, alg: Algorithm, send: DevicePtr,
   }
 }
 
-export async function reduceScatter(c: CallContext, alg: Algorithm, send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, op: ReduceArg): Promise<void> {
+export async function reduceScatter(
+  c: CallContext,
+  alg: Algorithm,
+  send: DevicePtr,
+  recv: DevicePtr,
+  count: number,
+  dtype: DType,
+  op: ReduceArg,
+): Promise<void> {
   const es = DTYPE_BYTES[dtype];
   const s = c.scratch;
   const N = c.size;
@@ -354,7 +446,14 @@ export async function reduceScatter(c: CallContext, alg: Algorithm, send: Device
       copy(c, s.landing(c.rank), A + B(c.rank * len * es), len * es);
       await c.streamDone();
       const others = othersOf(c);
-      await exchange(c, others, (k) => A + B(k * len * es), others, (k) => s.landing(k), len * es);
+      await exchange(
+        c,
+        others,
+        (k) => A + B(k * len * es),
+        others,
+        (k) => s.landing(k),
+        len * es,
+      );
       c.kernels.reduce(op, dtype, recv + B(a * es), s.landingTable, N, 0, len, c.stream);
       await c.streamDone();
     }
@@ -389,7 +488,14 @@ export async function alltoall(c: CallContext, alg: Algorithm, send: DevicePtr, 
       copy(c, at(c.rank, a), A + B(c.rank * len * es), len * es);
       await c.streamDone();
       const others = othersOf(c);
-      await exchange(c, others, (k) => A + B(k * len * es), others, (k) => at(k, a), len * es);
+      await exchange(
+        c,
+        others,
+        (k) => A + B(k * len * es),
+        others,
+        (k) => at(k, a),
+        len * es,
+      );
       continue;
     }
     if (steps.onHost) await steps.host();

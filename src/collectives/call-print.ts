@@ -54,7 +54,7 @@ export function factorHash(factor: number | undefined): number {
   const v = new DataView(new ArrayBuffer(8));
   v.setFloat64(0, factor);
   const x = (v.getUint32(0) ^ v.getUint32(4)) >>> 0;
-  return ((x ^ (x >>> 11) ^ (x >>> 22)) & 0x7ff) || 1;
+  return (x ^ (x >>> 11) ^ (x >>> 22)) & 0x7ff || 1;
 }
 
 /** Word 2 of a print: the count's high bits and the factor's hash. */

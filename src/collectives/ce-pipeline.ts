@@ -177,7 +177,10 @@ export class CePipeline {
   private waits(signal: PipelineSignal, x: number): StreamMemOp[] {
     const own = this.scratch.flagsOf(this.rank)!;
     const slots = this.others.map((k) => own + BigInt(pipelineSlotOffset(this.size, signal, x, k)));
-    return [...slots.map((addr): StreamMemOp => ({ op: 'wait64', addr, value: 1n, condition: 'geq' })), ...slots.map((addr): StreamMemOp => ({ op: 'write64', addr, value: 0n }))];
+    return [
+      ...slots.map((addr): StreamMemOp => ({ op: 'wait64', addr, value: 1n, condition: 'geq' })),
+      ...slots.map((addr): StreamMemOp => ({ op: 'write64', addr, value: 0n })),
+    ];
   }
 
   /**
@@ -190,7 +193,11 @@ export class CePipeline {
    */
   private signal(stream: StreamHandle, signal: PipelineSignal, x: number): void {
     const at = pipelineSlotOffset(this.size, signal, x, this.rank);
-    queueMemOps(this.driver, stream, this.others.map((k): StreamMemOp => ({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n })));
+    queueMemOps(
+      this.driver,
+      stream,
+      this.others.map((k): StreamMemOp => ({ op: 'write64', addr: this.scratch.flagsOf(k)! + BigInt(at), value: 1n })),
+    );
   }
 
   /** The call's own streams, after the caller's stream's work so far. */

@@ -36,7 +36,15 @@ import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { CallState, PendingCall, type CallShared } from './pending-call.js';
 import { debug, debugEnabled } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
-import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, CommunicatorAbortedError, CommunicatorTimeoutError, ConfigError, SmcudaError } from '../errors.js';
+import {
+  ArgumentRangeError,
+  ArgumentTypeError,
+  CallMismatchError,
+  CommunicatorAbortedError,
+  CommunicatorTimeoutError,
+  ConfigError,
+  SmcudaError,
+} from '../errors.js';
 import { checkDtypeOp, DTYPE_BYTES, DTYPES, isDType, isReduceOp, REDUCE_OPS, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
@@ -56,7 +64,7 @@ import { refuseUnknownKeys } from '../option-keys.js';
 import { packageVersion } from '../version.js';
 import { WIRE_VERSION } from '../wire/frames.js';
 import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
-import { printWord0, printWord2, type CallOp } from './call-print.js';
+import { printWord0, printWord2 } from './call-print.js';
 import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
@@ -290,7 +298,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     // pipeline (ce-pipeline.ts) was never the fastest; it runs where a caller asks for it.
     this.oneShotMax = positive('oneShotMaxBytes', opts.oneShotMaxBytes, Math.floor((2 * MiB) / Math.max(2, size)), 0);
     this.twoShotMax = positive('twoShotMaxBytes', opts.twoShotMaxBytes, Number.MAX_SAFE_INTEGER, 0);
-    if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm)) throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(opts.algorithm)}`);
+    if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm))
+      throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
     this.known = allocationRanges(this.driver);
@@ -306,7 +315,19 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     });
     this.prints = new MessagePrintBoard((first, words) => this.control.sendPrints(first, words));
     this.check = new CallCheck(rank, size, this.prints);
-    this.counters = { rank, size, mapped: true, steps: 'host', calls: 0, callCheck: 'messages', byOp: {}, byAlgorithm: {}, scratchCopyBytes: 0, scratchBytes: this.scratchBytes, moduleLoadMs: 0 };
+    this.counters = {
+      rank,
+      size,
+      mapped: true,
+      steps: 'host',
+      calls: 0,
+      callCheck: 'messages',
+      byOp: {},
+      byAlgorithm: {},
+      scratchCopyBytes: 0,
+      scratchBytes: this.scratchBytes,
+      moduleLoadMs: 0,
+    };
   }
 
   /** Joins the job through a rendezvous directory: makes this rank's Transport and the full mesh (see rendezvous.ts). */
@@ -342,7 +363,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     checkRankSize(options.rank, options.size);
     const eps = new Map<number, Endpoint>();
     const given = options.endpoints;
-    const entries: Array<[number, Endpoint | undefined]> = given instanceof Map ? [...given.entries()] : [...(given as readonly (Endpoint | undefined)[]).entries()];
+    const entries: Array<[number, Endpoint | undefined]> =
+      given instanceof Map ? [...given.entries()] : [...(given as readonly (Endpoint | undefined)[]).entries()];
     for (const [k, ep] of entries) if (k !== options.rank && ep) eps.set(k, ep);
     for (let k = 0; k < options.size; k++) {
       if (k !== options.rank && !eps.has(k)) throw new ConfigError(`endpoints has no endpoint to rank ${k}`);
@@ -350,7 +372,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return Communicator.start(options.transport, options.rank, options.size, eps, options, undefined);
   }
 
-  private static async start(transport: Transport, rank: number, size: number, endpoints: Map<number, Endpoint>, opts: CommunicatorOptions, owned: { socket: string; dir: string } | undefined): Promise<Communicator> {
+  private static async start(
+    transport: Transport,
+    rank: number,
+    size: number,
+    endpoints: Map<number, Endpoint>,
+    opts: CommunicatorOptions,
+    owned: { socket: string; dir: string } | undefined,
+  ): Promise<Communicator> {
     const c = new Communicator(transport, rank, size, endpoints, opts, owned);
     c.control.start();
     try {
@@ -359,7 +388,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       const gpu = info.uuid;
       const sms = info.multiprocessors;
       const table = size > 1 && [...endpoints.values()].every((ep) => ep.sharesMemory);
-      const me: RankHello = { rank, size, gpu, sms, pid: process.pid, scratchBytes: c.scratchBytes, oneShotMax: c.oneShotMax, twoShotMax: c.twoShotMax, algorithm: c.forced ?? '', version: packageVersion(), wire: WIRE_VERSION, table };
+      const me: RankHello = {
+        rank,
+        size,
+        gpu,
+        sms,
+        pid: process.pid,
+        scratchBytes: c.scratchBytes,
+        oneShotMax: c.oneShotMax,
+        twoShotMax: c.twoShotMax,
+        algorithm: c.forced ?? '',
+        version: packageVersion(),
+        wire: WIRE_VERSION,
+        table,
+      };
       const raw = await c.withTimeout(c.control.exchange('hello', me), c.timeoutMs, 'set-up');
       const hello = new Map<number, RankHello>();
       for (const [k, v] of raw) hello.set(k, parseHello(k, v));
@@ -436,7 +478,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('allreduce', a, bytes, this.chooseAllreduce(a.algorithm, bytes), printWord0('allreduce', a.dtype, a.op, recv === a.send, undefined), (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor)));
+    return this.call(
+      'allreduce',
+      a,
+      bytes,
+      this.chooseAllreduce(a.algorithm, bytes),
+      printWord0('allreduce', a.dtype, a.op, recv === a.send, undefined),
+      (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor)),
+    );
   }
 
   /** Every rank's recv gets root's send (count elements); root's recv defaults to its send. */
@@ -450,11 +499,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('broadcast', a, bytes, this.chooseCopy(a.algorithm), printWord0('broadcast', a.dtype, undefined, send === a.recv, a.root), (c, alg) => algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root));
+    return this.call('broadcast', a, bytes, this.chooseCopy(a.algorithm), printWord0('broadcast', a.dtype, undefined, send === a.recv, a.root), (c, alg) =>
+      algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root),
+    );
   }
 
   /** root's recv[i] = op over every rank's send[i]; other ranks' recv is not written (pass any, e.g. send). */
-  reduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number; root: number } & CallOptions): Promise<CollectiveResult> {
+  reduce(
+    a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number; root: number } & CallOptions,
+  ): Promise<CollectiveResult> {
     const recv = a.recv ?? a.send;
     let bytes = 0;
     try {
@@ -464,7 +517,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === a.send, a.root), (c, alg) => algo.reduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor), a.root));
+    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === a.send, a.root), (c, alg) =>
+      algo.reduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor), a.root),
+    );
   }
 
   /** recv (size × count elements) gets rank k's send at k × count; in place when send is recv + rank × count elements. */
@@ -476,7 +531,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('allgather', a, bytes, this.chooseCopy(a.algorithm), printWord0('allgather', a.dtype, undefined, a.send === a.recv + BigInt(this.rank * bytes), undefined), (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype));
+    return this.call(
+      'allgather',
+      a,
+      bytes,
+      this.chooseCopy(a.algorithm),
+      printWord0('allgather', a.dtype, undefined, a.send === a.recv + BigInt(this.rank * bytes), undefined),
+      (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype),
+    );
   }
 
   /** recv (count elements) = op over every rank's block `rank` of send (size × count elements). */
@@ -489,7 +551,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('reduce-scatter', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce-scatter', a.dtype, a.op, a.recv === a.send + BigInt(bytes / this.size) * BigInt(this.rank), undefined), (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, reduceArg(a.op, a.factor)));
+    return this.call(
+      'reduce-scatter',
+      a,
+      bytes,
+      this.chooseCopy(a.algorithm),
+      printWord0('reduce-scatter', a.dtype, a.op, a.recv === a.send + BigInt(bytes / this.size) * BigInt(this.rank), undefined),
+      (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, reduceArg(a.op, a.factor)),
+    );
   }
 
   /** Block k of send (count elements each, size blocks) goes to rank k, into its block `rank` of recv; in place allowed. */
@@ -502,7 +571,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('alltoall', a, bytes, this.chooseCopy(a.algorithm), printWord0('alltoall', a.dtype, undefined, recv === a.send, undefined), (c, alg) => algo.alltoall(c, alg, a.send, recv, a.count, a.dtype));
+    return this.call('alltoall', a, bytes, this.chooseCopy(a.algorithm), printWord0('alltoall', a.dtype, undefined, recv === a.send, undefined), (c, alg) =>
+      algo.alltoall(c, alg, a.send, recv, a.count, a.dtype),
+    );
   }
 
   /** Resolves once every rank called barrier (and the stream reached it). */
@@ -512,12 +583,19 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('barrier', options, 0, this.size === 1 ? 'local' : 'one-shot', printWord0('barrier', undefined, undefined, false, undefined), async (c) => {
-      await c.streamDone();
-      const others = [...Array(this.size).keys()].filter((k) => k !== this.rank);
-      c.sync.signal(others, c.seq, 0);
-      await c.sync.wait(others, c.seq, 0);
-    });
+    return this.call(
+      'barrier',
+      options,
+      0,
+      this.size === 1 ? 'local' : 'one-shot',
+      printWord0('barrier', undefined, undefined, false, undefined),
+      async (c) => {
+        await c.streamDone();
+        const others = [...Array(this.size).keys()].filter((k) => k !== this.rank);
+        c.sync.signal(others, c.seq, 0);
+        await c.sync.wait(others, c.seq, 0);
+      },
+    );
   }
 
   /**
@@ -547,7 +625,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   stats(): CommunicatorStats {
-    return { ...this.counters, byOp: { ...this.counters.byOp }, byAlgorithm: { ...this.counters.byAlgorithm }, moduleLoadMs: this.kernels.loadMs, ...(this.lastCall ? { last: this.lastCall.record() } : {}), ...(this.abortError ? { aborted: this.abortError.message } : {}) };
+    return {
+      ...this.counters,
+      byOp: { ...this.counters.byOp },
+      byAlgorithm: { ...this.counters.byAlgorithm },
+      moduleLoadMs: this.kernels.loadMs,
+      ...(this.lastCall ? { last: this.lastCall.record() } : {}),
+      ...(this.abortError ? { aborted: this.abortError.message } : {}),
+    };
   }
 
   /** Fails every pending call of every rank with `reason` (as a rank's failure does). */
@@ -575,7 +660,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (this.unsettledCount > 0 && !this.abortError && !(await this.allSettled(CLOSE_DRAIN_MS))) {
       const first = this.unsettled.slice(this.unsettledHead).find((p) => !p.settled);
       const what = first ? `call #${first.seq} (${first.op})` : 'a call';
-      this.control.abort(new CommunicatorAbortedError(`rank ${this.rank} (pid ${process.pid}) closed its communicator with ${what} still in flight after ${CLOSE_DRAIN_MS} ms`, this.rank, 'SMCUDA_CLOSED', { failedPid: process.pid }), true);
+      this.control.abort(
+        new CommunicatorAbortedError(
+          `rank ${this.rank} (pid ${process.pid}) closed its communicator with ${what} still in flight after ${CLOSE_DRAIN_MS} ms`,
+          this.rank,
+          'SMCUDA_CLOSED',
+          { failedPid: process.pid },
+        ),
+        true,
+      );
     }
     this.control.stop(this.seq);
     const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
@@ -618,7 +711,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Checks a call's dtype, op, count and options; returns the bytes of `count` elements. */
   private checkCall(a: { count: number; dtype: DType; factor?: number } & CallOptions, op?: ReduceOp): number {
     if (op !== undefined && this.size > 1 && !this.gpuDriven.modules) {
-      throw new SmcudaError('SMCUDA_NO_KERNELS', `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`);
+      throw new SmcudaError(
+        'SMCUDA_NO_KERNELS',
+        `this ${this.driver.kind} driver cannot load the reduction kernels (${this.gpuDriven.reason ?? 'modules not supported'}); broadcast, allgather and alltoall still work: update smcuda's native addon`,
+      );
     }
     if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of ${DTYPES.join(', ')}, got ${String(a.dtype)}`);
     if (op !== undefined && !isReduceOp(op)) throw new ArgumentTypeError(`op must be one of ${REDUCE_OPS.join(', ')}, got ${String(op)}`);
@@ -626,7 +722,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       checkDtypeOp(a.dtype, op);
       reduceArg(op, (a as { factor?: unknown }).factor);
     }
-    if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0) throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
+    if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0)
+      throw new ArgumentRangeError(`count must be a non-negative integer, got ${String(a.count)}`);
     this.checkOptions(a);
     return a.count * DTYPE_BYTES[a.dtype];
   }
@@ -634,7 +731,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private checkOptions(a: CallOptions): void {
     if (a.stream !== undefined) assertHandle('stream', a.stream);
     if (a.timeoutMs !== undefined) positive('timeoutMs', a.timeoutMs, 0);
-    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm)) throw new ArgumentTypeError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(a.algorithm)}`);
+    if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm))
+      throw new ArgumentTypeError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(a.algorithm)}`);
   }
 
   /**
@@ -658,7 +756,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const aEnd = a + BigInt(aBytes);
     const bEnd = b + BigInt(bBytes);
     if (a < bEnd && b < aEnd && a !== b + BigInt(inPlaceAt)) {
-      throw new ArgumentRangeError(`the call's buffers overlap without being in place (0x${a.toString(16)}+${aBytes} and 0x${b.toString(16)}+${bBytes}): pass the same buffer for an in-place call, or two that do not overlap`);
+      throw new ArgumentRangeError(
+        `the call's buffers overlap without being in place (0x${a.toString(16)}+${aBytes} and 0x${b.toString(16)}+${bBytes}): pass the same buffer for an in-place call, or two that do not overlap`,
+      );
     }
   }
 
@@ -668,7 +768,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    */
   private checkPointer(p: DevicePtr, dtype: DType): void {
     assertPtr('buffer', p);
-    if (DTYPE_BYTES[dtype] > 1 && (p & ALIGN_MASK[dtype]) !== 0n) throw new ArgumentRangeError(`device pointers must be aligned to the element size (${DTYPE_BYTES[dtype]} bytes for ${dtype}), got 0x${p.toString(16)}`);
+    if (DTYPE_BYTES[dtype] > 1 && (p & ALIGN_MASK[dtype]) !== 0n)
+      throw new ArgumentRangeError(`device pointers must be aligned to the element size (${DTYPE_BYTES[dtype]} bytes for ${dtype}), got 0x${p.toString(16)}`);
   }
 
   /** A bad call on this rank fails every rank (their matching call would wait for it): aborts, and returns `err` to throw. */
@@ -678,7 +779,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   private checkRoot(root: unknown): void {
-    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size) throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
+    if (typeof root !== 'number' || !Number.isInteger(root) || root < 0 || root >= this.size)
+      throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${String(root)}`);
   }
 
   /**
@@ -699,7 +801,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * setTimeout, an abort waiter, closures, an object spread and three promise
    * chains per call were most of its host cost: bench/results-history.md).
    */
-  private call(op: CollectiveOp, o: CallOptions & { dtype?: DType; count?: number; factor?: number }, bytes: number, algorithm: Algorithm, word0: number, run: (c: CallContext, alg: Algorithm) => Promise<void>): Promise<CollectiveResult> {
+  private call(
+    op: CollectiveOp,
+    o: CallOptions & { dtype?: DType; count?: number; factor?: number },
+    bytes: number,
+    algorithm: Algorithm,
+    word0: number,
+    run: (c: CallContext, alg: Algorithm) => Promise<void>,
+  ): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
     const seq = ++this.seq;
@@ -727,7 +836,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
     if (capturing && !onDevice) {
       this.flight.failed(seq);
-      return Promise.reject(this.refuse(new SmcudaError('SMCUDA_CAPTURE_UNSUPPORTED', `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`)));
+      return Promise.reject(
+        this.refuse(
+          new SmcudaError(
+            'SMCUDA_CAPTURE_UNSUPPORTED',
+            `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`,
+          ),
+        ),
+      );
     }
     const p = new PendingCall(this.markReached, op, algorithm, bytes, o.dtype, o.count, seq, started, timeoutMs, stream);
     const promise = new Promise<CollectiveResult>((resolve, reject) => {
@@ -787,7 +903,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** Starts a call's work on its stream (the device path: all of it, synchronously). */
-  private enqueue(seq: number, stream: StreamHandle, capturing: boolean, onDevice: boolean, algorithm: Algorithm, run: (c: CallContext, alg: Algorithm) => Promise<void>, p: PendingCall): void {
+  private enqueue(
+    seq: number,
+    stream: StreamHandle,
+    capturing: boolean,
+    onDevice: boolean,
+    algorithm: Algorithm,
+    run: (c: CallContext, alg: Algorithm) => Promise<void>,
+    p: PendingCall,
+  ): void {
     if (this.abortError) throw this.abortError;
     if (!capturing) this.marks.orderAfterLast(stream);
     const ctx = new CallState(this.shared!, seq, stream, onDevice ? this.device : undefined, capturing);
@@ -869,7 +993,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         const v = this.check.verify(p.seq);
         if (v !== true && v !== false) return this.mismatch(v);
         const missing = this.check.missing(p.seq);
-        const who = missing.length > 0 ? `rank${missing.length === 1 ? '' : 's'} ${missing.join(', ')} never made call #${p.seq}` : 'every rank made it: a rank is stuck on its GPU or host';
+        const who =
+          missing.length > 0
+            ? `rank${missing.length === 1 ? '' : 's'} ${missing.join(', ')} never made call #${p.seq}`
+            : 'every rank made it: a rank is stuck on its GPU or host';
         const err = new CommunicatorTimeoutError(`rank ${this.rank}: ${p.op} #${p.seq} did not complete within ${p.timeoutMs} ms (${who})`);
         // The abort fails every call in flight, this one first.
         this.failCall(p, err);
@@ -890,7 +1017,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private peerClosed(peer: number, last: number, seq: number): void {
     if (this.abortError) return;
     const pid = this.endpoints.get(peer)?.peerPid;
-    const err = new CommunicatorAbortedError(`rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and rank ${this.rank} made call #${seq}: every rank must make the same calls before it closes`, peer, 'SMCUDA_PEER_CLOSED', { failedPid: pid });
+    const err = new CommunicatorAbortedError(
+      `rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and rank ${this.rank} made call #${seq}: every rank must make the same calls before it closes`,
+      peer,
+      'SMCUDA_PEER_CLOSED',
+      { failedPid: pid },
+    );
     this.control.abort(err, true);
   }
 
@@ -1040,7 +1172,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return new Promise<T>((resolve, reject) => {
       const onAbort = (err: Error) => finish(() => reject(err));
       const timer = setTimeout(() => {
-        const err = new CommunicatorTimeoutError(`rank ${this.rank}: ${what} did not complete within ${ms} ms (a rank is stuck, or the ranks made different calls)`);
+        const err = new CommunicatorTimeoutError(
+          `rank ${this.rank}: ${what} did not complete within ${ms} ms (a rank is stuck, or the ranks made different calls)`,
+        );
         this.control.abort(this.wrap(err), true);
         finish(() => reject(this.abortError ?? err));
       }, ms);
@@ -1062,10 +1196,21 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (err instanceof CommunicatorAbortedError) return err;
     if (err instanceof RankLostError) {
       const pid = this.endpoints.get(err.rank)?.peerPid;
-      return new CommunicatorAbortedError(`rank ${err.rank}${pid !== undefined ? ` (pid ${pid})` : ''} failed: ${err.message}`, err.rank, err.code, { cause: err, failedPid: pid });
+      return new CommunicatorAbortedError(`rank ${err.rank}${pid !== undefined ? ` (pid ${pid})` : ''} failed: ${err.message}`, err.rank, err.code, {
+        cause: err,
+        failedPid: pid,
+      });
     }
-    const code = err instanceof SmcudaError ? err.code : typeof (err as unknown as { code?: unknown }).code === 'string' ? (err as unknown as { code: string }).code : 'SMCUDA_ERROR';
-    return new CommunicatorAbortedError(`rank ${this.rank} (pid ${process.pid}) failed: ${err.message}`, this.rank, code, { cause: err, failedPid: process.pid });
+    const code =
+      err instanceof SmcudaError
+        ? err.code
+        : typeof (err as unknown as { code?: unknown }).code === 'string'
+          ? (err as unknown as { code: string }).code
+          : 'SMCUDA_ERROR';
+    return new CommunicatorAbortedError(`rank ${this.rank} (pid ${process.pid}) failed: ${err.message}`, this.rank, code, {
+      cause: err,
+      failedPid: process.pid,
+    });
   }
 
   private onAbort(err: CommunicatorAbortedError): void {
@@ -1094,7 +1239,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private recordAbort(err: CommunicatorAbortedError): void {
     try {
       err.flight = this.flight.summary();
-      if (this.tracePath) err.flightFile = this.flight.dump(flightDirFor(this.tracePath), { rank: this.rank, size: this.size, pid: process.pid, cause: err.message });
+      if (this.tracePath)
+        err.flightFile = this.flight.dump(flightDirFor(this.tracePath), { rank: this.rank, size: this.size, pid: process.pid, cause: err.message });
     } catch (e) {
       debug('communicator rank %d: the flight records could not be written: %s', this.rank, (e as Error).message);
     }
@@ -1136,7 +1282,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       // After an abort the peers' poisoned calls may still use this rank's scratch: it is freed once they
       // unmapped it (or are gone). A normal close needs no wait: every call ended with a step after its
       // last access to a peer's memory, and a peer's later call fails at once (BYE).
-      if (this.abortError && !(await this.control.allUnmapped(UNMAP_WAIT_MS))) debug('communicator rank %d: a peer did not unmap this rank\'s scratch within %d ms: freeing it', this.rank, UNMAP_WAIT_MS);
+      if (this.abortError && !(await this.control.allUnmapped(UNMAP_WAIT_MS)))
+        debug("communicator rank %d: a peer did not unmap this rank's scratch within %d ms: freeing it", this.rank, UNMAP_WAIT_MS);
       this.control.finish();
       this.scratch?.release();
       try {
@@ -1163,7 +1310,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private async drain(): Promise<void> {
     if (!this.abortError && !(await this.marks.reached(CLOSE_DRAIN_MS))) this.startPoisoning();
     while (!(await this.marks.reached(DRAIN_REPORT_MS))) {
-      debug('communicator rank %d: %d call(s) still on the device after %d ms of poisoning: waiting for them before freeing the scratch', this.rank, this.marks.inFlight, DRAIN_REPORT_MS);
+      debug(
+        'communicator rank %d: %d call(s) still on the device after %d ms of poisoning: waiting for them before freeing the scratch',
+        this.rank,
+        this.marks.inFlight,
+        DRAIN_REPORT_MS,
+      );
     }
   }
 

@@ -45,7 +45,8 @@ export function parseControl(data: unknown, size: number): ControlMessage {
   if (!isObject(m)) bad(`not an object (${m === null ? 'null' : typeof m})`);
   switch (m.t) {
     case 'sig':
-      if (!isSeq(m.seq) || !Number.isInteger(m.step) || (m.step as number) < 0 || (m.step as number) > 1 << 20) bad('a step signal without a valid seq and step');
+      if (!isSeq(m.seq) || !Number.isInteger(m.step) || (m.step as number) < 0 || (m.step as number) > 1 << 20)
+        bad('a step signal without a valid seq and step');
       return { t: 'sig', seq: m.seq, step: m.step as number };
     case 'put':
       if (!isText(m.key, 64)) bad('a set-up value without a valid key');

@@ -130,7 +130,10 @@ export class ControlPlane implements RankSync {
   /** A peer broke the control protocol: the communicator aborts, naming it (its own error, told to the others). */
   private protocolError(peer: number, ep: Endpoint, err: Error): void {
     const cause = err instanceof ProtocolError ? err : new ProtocolError(err.message);
-    this.abort(new CommunicatorAbortedError(`rank ${peer} (pid ${ep.peerPid}) failed: ${cause.message}`, peer, cause.code, { cause, failedPid: ep.peerPid }), true);
+    this.abort(
+      new CommunicatorAbortedError(`rank ${peer} (pid ${ep.peerPid}) failed: ${cause.message}`, peer, cause.code, { cause, failedPid: ep.peerPid }),
+      true,
+    );
   }
 
   private receive(peer: number, msg: ControlMessage): void {
@@ -166,7 +169,10 @@ export class ControlPlane implements RankSync {
   private arrive(key: string, peer: number, value: unknown): void {
     let m = this.inbox.get(key);
     if (!m) {
-      if (this.inbox.size >= MAX_HELD_MESSAGES) throw new ProtocolError(`more than ${MAX_HELD_MESSAGES} control messages for calls this rank has not made: the peer is making calls no other rank makes`);
+      if (this.inbox.size >= MAX_HELD_MESSAGES)
+        throw new ProtocolError(
+          `more than ${MAX_HELD_MESSAGES} control messages for calls this rank has not made: the peer is making calls no other rank makes`,
+        );
       this.inbox.set(key, (m = new Map()));
     }
     m.set(peer, value);
@@ -253,7 +259,12 @@ export class ControlPlane implements RankSync {
     if (tellPeers) {
       // The first failure as it happened: its rank (this one, or a lost peer) and its original code and message.
       const cause = err.cause instanceof Error ? err.cause : err;
-      const msg: ControlMessage = { t: 'abort', rank: err.failedRank, code: err.causeCode, message: err instanceof CallMismatchError ? err.message : cause.message };
+      const msg: ControlMessage = {
+        t: 'abort',
+        rank: err.failedRank,
+        code: err.causeCode,
+        message: err instanceof CallMismatchError ? err.message : cause.message,
+      };
       if (err.failedPid !== undefined) msg.pid = err.failedPid;
       if (err instanceof CallMismatchError) {
         msg.seq = err.seq;

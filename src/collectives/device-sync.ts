@@ -68,7 +68,6 @@ import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { ONESHOT_MAX_BLOCKS, blockStepSlotOffset, oneshotAreaBytes, oneshotFlagOffset } from '../kernels/dtypes.js';
 
-
 /** Bytes of the step slots: two parities × size slots × 8 bytes, 256-aligned. */
 function stepSlotsBytes(size: number): number {
   return Math.ceil((2 * size * 8) / 256) * 256;
@@ -176,12 +175,16 @@ export class DeviceSync {
       for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
       const kernel = own + BigInt(kernelSlotsOffset(this.size));
       for (let p = 0; p < 2; p++) {
-        for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: kernel + BigInt(blockStepSlotOffset(this.size, p, k, b)), value: POISON });
+        for (const k of this.others)
+          for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++)
+            ops.push({ op: 'write64', addr: kernel + BigInt(blockStepSlotOffset(this.size, p, k, b)), value: POISON });
       }
       const area = own + BigInt(oneshotAreaOffset(this.size));
-      for (const k of this.others) for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: area + BigInt(oneshotFlagOffset(k, b)), value: POISON });
+      for (const k of this.others)
+        for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: area + BigInt(oneshotFlagOffset(k, b)), value: POISON });
       for (const sig of SIGNALS) {
-        for (let x = 0; x < PIPELINE_SLOTS; x++) for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
+        for (let x = 0; x < PIPELINE_SLOTS; x++)
+          for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
       }
       if (ops.length === 0) return;
       const stream = (this.poisonStream ??= this.driver.streamCreate());

@@ -155,7 +155,16 @@ export class FlightRecorder {
    * The call counts as started at once when the call before it has finished
    * (or there is none), else when that one finishes.
    */
-  queued(seq: number, op: string, dtype: string | undefined, count: number | undefined, root: number | undefined, algorithm: string, stream: bigint, t = flightNowUs()): void {
+  queued(
+    seq: number,
+    op: string,
+    dtype: string | undefined,
+    count: number | undefined,
+    root: number | undefined,
+    algorithm: string,
+    stream: bigint,
+    t = flightNowUs(),
+  ): void {
     const cap = this.capacity;
     const prev = this.newest;
     const s = prev + 1 === cap ? 0 : prev + 1;
@@ -309,10 +318,18 @@ export class FlightRecorder {
   /** The dump as text: a header line (rank, size, pid, time, cause), then one JSON line per call, oldest first. */
   toJsonLines(meta: FlightMeta, nowUs = flightNowUs()): string {
     checkMeta(meta);
-    const head: Record<string, unknown> = { format: FLIGHT_FORMAT, rank: meta.rank, size: meta.size, pid: meta.pid, timeUs: Math.round(nowUs), capacity: this.capacity, recorded: this.total };
+    const head: Record<string, unknown> = {
+      format: FLIGHT_FORMAT,
+      rank: meta.rank,
+      size: meta.size,
+      pid: meta.pid,
+      timeUs: Math.round(nowUs),
+      capacity: this.capacity,
+      recorded: this.total,
+    };
     if (meta.cause !== undefined) head.cause = meta.cause;
-    let text = JSON.stringify(head) + '\n';
-    for (const e of this.entries()) text += JSON.stringify(entryJson(e)) + '\n';
+    let text = `${JSON.stringify(head)}\n`;
+    for (const e of this.entries()) text += `${JSON.stringify(entryJson(e))}\n`;
     return text;
   }
 
@@ -342,7 +359,9 @@ export class FlightRecorder {
       }
       return path;
     }
-    throw new AccessDeniedError(`cannot write a flight record of rank ${meta.rank} in ${dir}: 100 dumps of process ${meta.pid} are there already (remove old ones)`);
+    throw new AccessDeniedError(
+      `cannot write a flight record of rank ${meta.rank} in ${dir}: 100 dumps of process ${meta.pid} are there already (remove old ones)`,
+    );
   }
 }
 
@@ -387,7 +406,8 @@ function entryJson(e: FlightEntry): Record<string, unknown> {
 }
 
 function checkMeta(meta: FlightMeta): void {
-  if (typeof meta !== 'object' || meta === null) throw new ArgumentTypeError(`the flight record's meta must be { rank, size, pid, cause? }, got ${String(meta)}`);
+  if (typeof meta !== 'object' || meta === null)
+    throw new ArgumentTypeError(`the flight record's meta must be { rank, size, pid, cause? }, got ${String(meta)}`);
   const { rank, size, pid, cause } = meta;
   if (!Number.isInteger(size) || size < 1) throw new ArgumentRangeError(`size must be an integer ≥ 1, got ${String(size)}`);
   if (!Number.isInteger(rank) || rank < 0 || rank >= size) throw new ArgumentRangeError(`rank must be an integer from 0 to size - 1, got ${String(rank)}`);
@@ -404,6 +424,12 @@ function ensureDir(dir: string): void {
   }
   const st = lstatSync(dir);
   const uid = process.getuid?.();
-  const why = st.isSymbolicLink() ? 'is a symbolic link' : !st.isDirectory() ? 'is not a directory' : uid !== undefined && st.uid !== uid ? `belongs to uid ${st.uid}, not to this process (uid ${uid})` : undefined;
+  const why = st.isSymbolicLink()
+    ? 'is a symbolic link'
+    : !st.isDirectory()
+      ? 'is not a directory'
+      : uid !== undefined && st.uid !== uid
+        ? `belongs to uid ${st.uid}, not to this process (uid ${uid})`
+        : undefined;
   if (why) throw new AccessDeniedError(`flight record directory ${dir} ${why}: refused (give a directory of your own)`);
 }

@@ -46,7 +46,8 @@ export class LaunchGraphs {
    */
   launch(key: string | undefined, fn: FunctionHandle, config: LaunchConfig, args: () => KernelArg[], stream: StreamHandle): void {
     let seen = key === undefined || !this.enabled ? false : this.seen.get(key);
-    if (seen === undefined) this.remember(key!, 1); // first time: direct
+    if (seen === undefined)
+      this.remember(key!, 1); // first time: direct
     else if (seen === 1) this.seen.set(key!, (seen = this.capture(fn, config, args()) ?? false)); // second: its graph
     if (typeof seen === 'bigint') this.driver.graphLaunch(seen, stream);
     else this.driver.launchKernel(fn, config, args(), stream);

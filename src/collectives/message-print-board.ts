@@ -62,7 +62,8 @@ export class MessagePrintBoard implements PrintBoard {
       m.set(seq, w as [number, number, number]);
       seqs.push(seq);
     }
-    if (m.size > this.maxAhead) throw new ProtocolError(`rank ${peer} is more than ${this.maxAhead} calls ahead of this rank's completed calls: it is making calls no other rank makes`);
+    if (m.size > this.maxAhead)
+      throw new ProtocolError(`rank ${peer} is more than ${this.maxAhead} calls ahead of this rank's completed calls: it is making calls no other rank makes`);
     return seqs;
   }
 

@@ -5,7 +5,7 @@
  * to back and each call makes one of each: the closures, object spreads and
  * promise chains they replace were most of the host cost of a call.
  */
-import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import type { DType } from '../kernels/dtypes.js';
 import { Steps, type Algorithm, type CallContext } from './algorithms.js';

@@ -85,7 +85,13 @@ export async function sharePrintTable(rank: number, size: number, endpoints: Rea
       const settled = () => {
         if (--left === 0) seg.releaseFd();
       };
-      const lend = (): MappedSegment => ({ bytes: seg.bytes, fd: seg.fd, releaseFd: () => undefined, lendFd: () => ({ fd: seg.fd!, settled }), close: () => undefined });
+      const lend = (): MappedSegment => ({
+        bytes: seg.bytes,
+        fd: seg.fd,
+        releaseFd: () => undefined,
+        lendFd: () => ({ fd: seg.fd!, settled }),
+        close: () => undefined,
+      });
       await Promise.all([...endpoints.values()].map((ep) => ep.sendCallTable(lend())));
     } catch (err) {
       seg.close();

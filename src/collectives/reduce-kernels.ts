@@ -6,7 +6,19 @@
  * each, launched with the arguments reduce.cu declares.
  */
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
-import { ONESHOT_MAX_BLOCKS, oneshotEntry, opCode, opFactor, reduceEntry, reducePartEntry, twoshotChunk, twoshotEntry, DTYPE_BYTES, type DType, type ReduceArg } from '../kernels/dtypes.js';
+import {
+  ONESHOT_MAX_BLOCKS,
+  oneshotEntry,
+  opCode,
+  opFactor,
+  reduceEntry,
+  reducePartEntry,
+  twoshotChunk,
+  twoshotEntry,
+  DTYPE_BYTES,
+  type DType,
+  type ReduceArg,
+} from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
 import { reducePtx } from '../kernels/reduce.ptx.js';
@@ -121,14 +133,31 @@ export class ReduceKernels {
    * signal came. Every rank must call it with the same `count` and dtype
    * (the grid follows from them).
    */
-  oneshot(op: ReduceArg, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, landOffset: number, slotBytes: number, stream: StreamHandle, capturing: boolean): void {
+  oneshot(
+    op: ReduceArg,
+    dtype: DType,
+    out: DevicePtr,
+    input: DevicePtr,
+    bufs: DevicePtr,
+    flagOffset: number,
+    rank: number,
+    n: number,
+    count: number,
+    landOffset: number,
+    slotBytes: number,
+    stream: StreamHandle,
+    capturing: boolean,
+  ): void {
     if (count === 0) return;
     let fn = this.oneshots.get(dtype);
     if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
     const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
     // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
     // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
-    const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('1', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
+    const key =
+      capturing || !this.graphs.enabled
+        ? undefined
+        : this.keyOf('1', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, landOffset, slotBytes, stream);
   }
 
@@ -140,7 +169,21 @@ export class ReduceKernels {
    * rank's B into `out`. Every rank must call it with the same `count`, dtype and `partMax` (the
    * grid follows from them).
    */
-  twoshot(op: ReduceArg, dtype: DType, out: DevicePtr, input: DevicePtr, bufs: DevicePtr, flagOffset: number, rank: number, n: number, count: number, bOffset: number, partMax: number, stream: StreamHandle, capturing: boolean): void {
+  twoshot(
+    op: ReduceArg,
+    dtype: DType,
+    out: DevicePtr,
+    input: DevicePtr,
+    bufs: DevicePtr,
+    flagOffset: number,
+    rank: number,
+    n: number,
+    count: number,
+    bOffset: number,
+    partMax: number,
+    stream: StreamHandle,
+    capturing: boolean,
+  ): void {
     if (count === 0) return;
     let fn = this.twoshots.get(dtype);
     if (fn === undefined) this.twoshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), twoshotEntry(dtype))));
@@ -148,7 +191,10 @@ export class ReduceKernels {
     // At most ONESHOT_MAX_BLOCKS: the step slots per rank in the flag block (device-sync.ts).
     const cap = Math.min(ONESHOT_MAX_BLOCKS, TWOSHOT_BLOCKS_PER_SM * this.multiprocessors);
     const grid = Math.min(powerOfTwoAtMost(this.gridCap(cap)), Math.ceil((firstPart * DTYPE_BYTES[dtype]) / TWOSHOT_BYTES_PER_BLOCK));
-    const key = capturing || !this.graphs.enabled ? undefined : this.keyOf('2', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
+    const key =
+      capturing || !this.graphs.enabled
+        ? undefined
+        : this.keyOf('2', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, bOffset, partMax]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, bOffset, partMax, stream);
   }
 
@@ -177,7 +223,15 @@ export class ReduceKernels {
    * then the kernel's two u64 arguments of its own (one-shot: landOffset, slotBytes; two-shot: bOffset,
    * partMax), then premul's factor. The argument list is only built when the launch is not replayed.
    */
-  private launchStepping(fn: FunctionHandle, grid: number, key: string | undefined, a: SteppingArgs, extra0: number, extra1: number, stream: StreamHandle): void {
+  private launchStepping(
+    fn: FunctionHandle,
+    grid: number,
+    key: string | undefined,
+    a: SteppingArgs,
+    extra0: number,
+    extra1: number,
+    stream: StreamHandle,
+  ): void {
     this.graphs.launch(
       key,
       fn,
@@ -200,7 +254,17 @@ export class ReduceKernels {
   }
 
   /** The copy-engine pipeline's reduction (reduce.cu's reduce_part): out[i] = op over k of (k == rank ? own[i] : table[k][i]), for i < count. */
-  reducePart(op: ReduceArg, dtype: DType, out: DevicePtr, own: DevicePtr, table: DevicePtr, rank: number, n: number, count: number, stream: StreamHandle): void {
+  reducePart(
+    op: ReduceArg,
+    dtype: DType,
+    out: DevicePtr,
+    own: DevicePtr,
+    table: DevicePtr,
+    rank: number,
+    n: number,
+    count: number,
+    stream: StreamHandle,
+  ): void {
     if (count === 0) return;
     let fn = this.parts.get(dtype);
     if (fn === undefined) this.parts.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), reducePartEntry(dtype))));

@@ -34,7 +34,11 @@ export interface WrittenToken {
 }
 
 /** What is at the token path: nothing, a token, a token whose writer is gone, or a file that is no token file. */
-export type FoundToken = { state: 'absent' } | { state: 'token'; token: string; owner: SegmentOwner } | { state: 'stale'; owner: SegmentOwner } | { state: 'malformed' };
+export type FoundToken =
+  | { state: 'absent' }
+  | { state: 'token'; token: string; owner: SegmentOwner }
+  | { state: 'stale'; owner: SegmentOwner }
+  | { state: 'malformed' };
 
 const { O_CREAT, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY } = constants;
 const MAX_TOKEN_FILE = 256;
@@ -73,7 +77,10 @@ export function privateRendezvousDir(dir: string): void {
   } catch (err) {
     const code = errno(err);
     if (code === 'EACCES' || code === 'EPERM') throw new AccessDeniedError(`cannot create the rendezvous directory ${dir} (${code}): ${freshDirAdvice()}`);
-    if (code !== 'EEXIST') throw new ConfigError(`cannot create the rendezvous directory ${dir} (${code}: a part of the path is not a directory?): choose another path, or ${freshDirAdvice()}`);
+    if (code !== 'EEXIST')
+      throw new ConfigError(
+        `cannot create the rendezvous directory ${dir} (${code}: a part of the path is not a directory?): choose another path, or ${freshDirAdvice()}`,
+      );
   }
   let st: Stats;
   try {
@@ -82,7 +89,9 @@ export function privateRendezvousDir(dir: string): void {
     throw new ConfigError(`cannot use the rendezvous directory ${dir} (${errno(err)}): ${freshDirAdvice()}`);
   }
   if (st.isSymbolicLink()) {
-    throw new AccessDeniedError(`the rendezvous directory ${dir} is a symbolic link: whoever can change the link could redirect the job's token and sockets. Give the directory itself (its realpath), or ${freshDirAdvice()}`);
+    throw new AccessDeniedError(
+      `the rendezvous directory ${dir} is a symbolic link: whoever can change the link could redirect the job's token and sockets. Give the directory itself (its realpath), or ${freshDirAdvice()}`,
+    );
   }
   if (!st.isDirectory()) throw new ConfigError(`the rendezvous directory ${dir} is a ${kindOf(st)}, not a directory: remove it, or ${freshDirAdvice()}`);
   if (st.uid !== uid()) {
@@ -92,7 +101,8 @@ export function privateRendezvousDir(dir: string): void {
     const shared = (st.mode & 0o1000) !== 0 || resolve(dir) === resolve(tmpdir());
     const mode = `0${(st.mode & 0o7777).toString(8)}`;
     throw new AccessDeniedError(
-      `the rendezvous directory ${dir} has mode ${mode}: other users could read the job token or reach the sockets. ` + (shared ? `It is shared by every user: ${freshDirAdvice()}` : `chmod 700 ${dir}, or ${freshDirAdvice()}`),
+      `the rendezvous directory ${dir} has mode ${mode}: other users could read the job token or reach the sockets. ` +
+        (shared ? `It is shared by every user: ${freshDirAdvice()}` : `chmod 700 ${dir}, or ${freshDirAdvice()}`),
     );
   }
 }
@@ -101,9 +111,12 @@ export function privateRendezvousDir(dir: string): void {
 function checkTokenStat(path: string, st: Stats): void {
   const remove = `remove it (rm -rf ${path}) or use a fresh rendezvous directory per job`;
   if (!st.isFile()) throw new ConfigError(`${path} is a ${kindOf(st)}, not a token file: ${remove}`);
-  if (st.uid !== uid()) throw new AccessDeniedError(`${path} belongs to uid ${st.uid}, not to this process's uid ${uid()}: ${remove}, or pass the token (SMCUDA_TOKEN)`);
+  if (st.uid !== uid())
+    throw new AccessDeniedError(`${path} belongs to uid ${st.uid}, not to this process's uid ${uid()}: ${remove}, or pass the token (SMCUDA_TOKEN)`);
   if ((st.mode & 0o077) !== 0) {
-    throw new AccessDeniedError(`${path} has mode 0${(st.mode & 0o777).toString(8)}: others could read the job token. It must be 0600: ${remove}, or pass the token (SMCUDA_TOKEN)`);
+    throw new AccessDeniedError(
+      `${path} has mode 0${(st.mode & 0o777).toString(8)}: others could read the job token. It must be 0600: ${remove}, or pass the token (SMCUDA_TOKEN)`,
+    );
   }
   if (st.nlink !== 1) throw new AccessDeniedError(`${path} has ${st.nlink} links: another name reaches the job token. ${remove}`);
 }
@@ -112,7 +125,8 @@ function checkTokenStat(path: string, st: Stats): void {
 function openError(path: string, err: unknown): Error {
   const code = errno(err);
   const remove = `remove it or use a fresh rendezvous directory per job`;
-  if (code === 'ELOOP' || code === 'EMLINK') return new AccessDeniedError(`${path} is a symbolic link: the token file is never followed through one. ${remove}`);
+  if (code === 'ELOOP' || code === 'EMLINK')
+    return new AccessDeniedError(`${path} is a symbolic link: the token file is never followed through one. ${remove}`);
   if (code === 'EACCES' || code === 'EPERM') return new AccessDeniedError(`cannot open ${path} (${code}): ${remove}`);
   if (code === 'EISDIR') return new ConfigError(`${path} is a directory, not a token file: ${remove}`);
   if (code === 'ENXIO') return new ConfigError(`${path} is a socket or FIFO, not a token file: ${remove}`);
@@ -182,7 +196,9 @@ export function writeTokenFile(dir: string, token: string): WrittenToken {
       continue;
     }
     if (found.state === 'token') {
-      throw new ConfigError(`${path} is the token of another job (its rank 0, pid ${found.owner.pid}, is running): give each job its own rendezvous directory, or stop that job`);
+      throw new ConfigError(
+        `${path} is the token of another job (its rank 0, pid ${found.owner.pid}, is running): give each job its own rendezvous directory, or stop that job`,
+      );
     }
     throw new ConfigError(`${path} is there but is not a token file of this job: remove it, or use a fresh rendezvous directory per job`);
   }

@@ -58,8 +58,10 @@ export interface Mesh {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export function checkRankSize(rank: unknown, size: unknown): void {
-  if (typeof size !== 'number' || !Number.isInteger(size) || size < 1 || size > 4096) throw new ConfigError(`size must be an integer from 1 to 4096, got ${String(size)}`);
-  if (typeof rank !== 'number' || !Number.isInteger(rank) || rank < 0 || rank >= size) throw new ConfigError(`rank must be an integer from 0 to size-1 (${size - 1}), got ${String(rank)}`);
+  if (typeof size !== 'number' || !Number.isInteger(size) || size < 1 || size > 4096)
+    throw new ConfigError(`size must be an integer from 1 to 4096, got ${String(size)}`);
+  if (typeof rank !== 'number' || !Number.isInteger(rank) || rank < 0 || rank >= size)
+    throw new ConfigError(`rank must be an integer from 0 to size-1 (${size - 1}), got ${String(rank)}`);
 }
 
 const RANK_ID = /^rank(0|[1-9][0-9]{0,3})$/;
@@ -79,10 +81,13 @@ async function waitForToken(o: RendezvousOptions, deadline: number, joinMs: numb
   for (;;) {
     const found = readTokenFile(o.dir);
     if (found.state === 'token') return found.token;
-    if (found.state === 'stale') note = ` (${path} is the token of an earlier job whose rank 0, pid ${found.owner.pid}, has exited: it is not used; rank 0 of this job replaces it)`;
+    if (found.state === 'stale')
+      note = ` (${path} is the token of an earlier job whose rank 0, pid ${found.owner.pid}, has exited: it is not used; rank 0 of this job replaces it)`;
     if (found.state === 'malformed') note = ` (${path} is not a complete token file: remove it, or use a fresh rendezvous directory per job)`;
     if (Date.now() > deadline) {
-      throw new CommunicatorTimeoutError(`rank ${o.rank} of ${o.size}: rank 0 did not write its token to ${path} within ${joinMs} ms${note}: is rank 0 running, with the same rendezvous directory? Or give every rank the same SMCUDA_TOKEN`);
+      throw new CommunicatorTimeoutError(
+        `rank ${o.rank} of ${o.size}: rank 0 did not write its token to ${path} within ${joinMs} ms${note}: is rank 0 running, with the same rendezvous directory? Or give every rank the same SMCUDA_TOKEN`,
+      );
     }
     await sleep(10);
   }
@@ -201,7 +206,9 @@ async function connectMesh(o: RendezvousOptions, token: string, deadline: number
         const ep = await transport.connect(path);
         if (ep.peerId !== `rank${k}`) {
           ep.close('not the rank this socket is for');
-          throw new ConfigError(`rank ${o.rank}: the process listening at ${path} is ${JSON.stringify(ep.peerId)}, not rank${k}: use a fresh rendezvous directory per job`);
+          throw new ConfigError(
+            `rank ${o.rank}: the process listening at ${path} is ${JSON.stringify(ep.peerId)}, not rank${k}: use a fresh rendezvous directory per job`,
+          );
         }
         return;
       } catch (err) {

@@ -62,7 +62,8 @@ export class Scratch {
     try {
       const flags = new Uint8Array(flagBlockBytes(size));
       const words = new DataView(flags.buffer);
-      for (const sig of PIPELINE_FREE_SIGNALS) for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
+      for (const sig of PIPELINE_FREE_SIGNALS)
+        for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
       driver.memcpyHtoD(this.own + BigInt(this.flagsAt), flags);
       this.tables = driver.memAlloc(8 * size * (2 + PIPELINE_SLOTS));
     } catch (err) {

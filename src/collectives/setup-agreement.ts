@@ -57,14 +57,20 @@ export function parseHello(k: number, v: unknown): RankHello {
     isText(h.version, 64) &&
     isInt(h.wire, 0) &&
     typeof h.table === 'boolean';
-  if (!ok) throw new ConfigError(`the endpoint given for rank ${k} sent a set-up message this version does not understand: every rank must run the same smcuda version`);
+  if (!ok)
+    throw new ConfigError(
+      `the endpoint given for rank ${k} sent a set-up message this version does not understand: every rank must run the same smcuda version`,
+    );
   return h as RankHello;
 }
 
 /** Throws ConfigError unless every rank's hello agrees with `me` (and each came from the rank it is filed under). */
 export function checkAgreement(me: RankHello, hellos: ReadonlyMap<number, RankHello>): void {
   for (const [k, h] of hellos) {
-    if (h.rank !== k) throw new ConfigError(`the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${me.rank} of ${me.size}): check the endpoints and ranks`);
+    if (h.rank !== k)
+      throw new ConfigError(
+        `the endpoint given for rank ${k} leads to rank ${h.rank} of a job of ${h.size} (this is rank ${me.rank} of ${me.size}): check the endpoints and ranks`,
+      );
   }
   const all = [me, ...hellos.values()].sort((a, b) => a.rank - b.rank);
   const problems: string[] = [];
@@ -77,7 +83,9 @@ export function checkAgreement(me: RankHello, hellos: ReadonlyMap<number, RankHe
       else values.set(v, [h.rank]);
     }
     if (values.size <= 1) continue;
-    problems.push(`${option}: ${[...values].map(([v, ranks]) => `${ranks.length === 1 ? 'rank' : 'ranks'} ${ranks.join(', ')} ${v === '' ? '(none)' : v}`).join('; ')}`);
+    problems.push(
+      `${option}: ${[...values].map(([v, ranks]) => `${ranks.length === 1 ? 'rank' : 'ranks'} ${ranks.join(', ')} ${v === '' ? '(none)' : v}`).join('; ')}`,
+    );
   }
   if (problems.length > 0) throw new ConfigError(`the ranks disagree on ${problems.join(' | ')}: every rank must be started with the same values`);
 }

@@ -109,7 +109,10 @@ export class StreamMarks {
     if (this.pending === 0) return true;
     let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([new Promise<true>((resolve) => this.drained.push(() => resolve(true))), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+      return await Promise.race([
+        new Promise<true>((resolve) => this.drained.push(() => resolve(true))),
+        new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms))),
+      ]);
     } finally {
       clearTimeout(timer);
     }

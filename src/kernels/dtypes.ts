@@ -22,7 +22,20 @@ export const REDUCE_OPS = ['sum', 'avg', 'min', 'max', 'prod', 'premul', 'band',
 export type ReduceOp = (typeof REDUCE_OPS)[number];
 
 /** Bytes per element. */
-export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2, f64: 8, i32: 4, i64: 8, u8: 1, i8: 1, u32: 4, u64: 8, f8e4m3: 1, f8e5m2: 1 };
+export const DTYPE_BYTES: Readonly<Record<DType, number>> = {
+  f32: 4,
+  f16: 2,
+  bf16: 2,
+  f64: 8,
+  i32: 4,
+  i64: 8,
+  u8: 1,
+  i8: 1,
+  u32: 4,
+  u64: 8,
+  f8e4m3: 1,
+  f8e5m2: 1,
+};
 
 /** The floating-point dtypes (reduced in f32, or f64 for f64): premul takes these only. */
 export const FLOAT_DTYPES: readonly DType[] = ['f32', 'f16', 'bf16', 'f64', 'f8e4m3', 'f8e5m2'];
@@ -43,8 +56,13 @@ export function dtypeOpSupported(dtype: DType, op: ReduceOp): boolean {
  */
 export function checkDtypeOp(dtype: DType, op: ReduceOp): void {
   if (dtypeOpSupported(dtype, op)) return;
-  if (op === 'premul') throw new ArgumentTypeError(`op 'premul' takes a floating-point dtype (${FLOAT_DTYPES.join(', ')}), not '${dtype}': for an integer dtype, scale the input before the call and use 'sum'`);
-  throw new ArgumentTypeError(`op '${op}' is bitwise and takes an integer dtype (${INT_DTYPES.join(', ')}), not '${dtype}': reinterpret the buffer as an integer dtype of the same size (u8, u32, u64)`);
+  if (op === 'premul')
+    throw new ArgumentTypeError(
+      `op 'premul' takes a floating-point dtype (${FLOAT_DTYPES.join(', ')}), not '${dtype}': for an integer dtype, scale the input before the call and use 'sum'`,
+    );
+  throw new ArgumentTypeError(
+    `op '${op}' is bitwise and takes an integer dtype (${INT_DTYPES.join(', ')}), not '${dtype}': reinterpret the buffer as an integer dtype of the same size (u8, u32, u64)`,
+  );
 }
 
 /** premul with its factor: what the collectives hand the kernels for `op: 'premul'`. */
@@ -65,7 +83,10 @@ export function reduceArg(op: ReduceOp, factor: unknown): ReduceArg {
     if (factor !== undefined) throw new ArgumentTypeError(`factor is premul's (op: 'premul', factor: <number>); op '${op}' takes none: leave factor out`);
     return op;
   }
-  if (typeof factor !== 'number') throw new ArgumentTypeError(`op 'premul' needs a number factor (e.g. { op: 'premul', factor: 0.25 }), got ${factor === undefined ? 'none' : typeof factor}`);
+  if (typeof factor !== 'number')
+    throw new ArgumentTypeError(
+      `op 'premul' needs a number factor (e.g. { op: 'premul', factor: 0.25 }), got ${factor === undefined ? 'none' : typeof factor}`,
+    );
   if (!Number.isFinite(factor)) throw new ArgumentRangeError(`premul's factor must be finite, got ${String(factor)}`);
   return { op: 'premul', factor };
 }

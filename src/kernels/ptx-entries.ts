@@ -19,7 +19,8 @@ export function ptxWithEntries(ptx: string, keep: (entry: string) => boolean): s
   if (marks.length === 0) throw new Error('PTX without `// .globl` markers: cannot cut it into entries');
   const header = ptx.slice(0, marks[0]!.index);
   // A .func before the first entry is kept in every cut; module-scope state would be one per cut.
-  if (/^\.(global|shared|const)\b|^\.visible \.(global|shared|const)\b|^\.extern/m.test(header)) throw new Error('PTX with module-scope variables: its entries do not stand alone');
+  if (/^\.(global|shared|const)\b|^\.visible \.(global|shared|const)\b|^\.extern/m.test(header))
+    throw new Error('PTX with module-scope variables: its entries do not stand alone');
   let entries = '';
   marks.forEach((m, i) => {
     const body = ptx.slice(m.index, i + 1 < marks.length ? marks[i + 1]!.index : ptx.length);
@@ -46,5 +47,11 @@ function calledFuncs(header: string, code: string): string {
       grew = true;
     }
   }
-  return header.slice(0, starts[0]!.index) + funcs.filter((f) => kept.has(f.name)).map((f) => f.text).join('');
+  return (
+    header.slice(0, starts[0]!.index) +
+    funcs
+      .filter((f) => kept.has(f.name))
+      .map((f) => f.text)
+      .join('')
+  );
 }

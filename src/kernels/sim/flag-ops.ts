@@ -30,7 +30,9 @@ export function flagOpsAsMemOps(args: readonly KernelArg[]): FlagOp[] {
     const addr = args[4 + 2 * k]!.value as bigint;
     const value = args[5 + 2 * k]!.value as bigint;
     const bit = 1n << BigInt(k);
-    ops.push(waits & bit ? { op: 'wait64', addr, value, condition: 'geq' } : copies & bit ? { op: 'copy64', addr, src: value } : { op: 'write64', addr, value });
+    ops.push(
+      waits & bit ? { op: 'wait64', addr, value, condition: 'geq' } : copies & bit ? { op: 'copy64', addr, src: value } : { op: 'write64', addr, value },
+    );
   }
   return ops;
 }

@@ -13,7 +13,18 @@
  * kernel's two landing parities exist for.
  */
 import type { KernelArg, LaunchConfig } from '../../cuda/driver.js';
-import { DTYPE_BYTES, DTYPES, ONESHOT_EPOCH_WORD, ONESHOT_MAX_BLOCKS as MAX_BLOCKS, oneshotEntry, oneshotFlagOffset, opOf, twoshotChunk, twoshotPart, type DType } from '../dtypes.js';
+import {
+  DTYPE_BYTES,
+  DTYPES,
+  ONESHOT_EPOCH_WORD,
+  ONESHOT_MAX_BLOCKS as MAX_BLOCKS,
+  oneshotEntry,
+  oneshotFlagOffset,
+  opOf,
+  twoshotChunk,
+  twoshotPart,
+  type DType,
+} from '../dtypes.js';
 import { reduceArgOf, reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
 import { loadU64, storeU64, type RunOp, type UntilOp } from './block-step.js';
@@ -74,7 +85,13 @@ function oneshotOps(dtype: DType) {
           touches: [out, mine],
           run: (m) => {
             const at = BigInt(lo * es);
-            reduceInto(op, dtype, m.view(out + at, len * es), Array.from({ length: n }, (_, k) => m.view(slot(rank, e & 1n, k) + at, len * es)), len);
+            reduceInto(
+              op,
+              dtype,
+              m.view(out + at, len * es),
+              Array.from({ length: n }, (_, k) => m.view(slot(rank, e & 1n, k) + at, len * es)),
+              len,
+            );
           },
         });
       }

@@ -9,7 +9,20 @@
  * accumulator type before the sum.
  */
 import type { KernelArg } from '../../cuda/driver.js';
-import { checkDtypeOp, DTYPE_BYTES, DTYPES, divEntry, opFactor, opName, opOf, reduceEntry, reducePartEntry, type DType, type ReduceArg, type ReduceOp } from '../dtypes.js';
+import {
+  checkDtypeOp,
+  DTYPE_BYTES,
+  DTYPES,
+  divEntry,
+  opFactor,
+  opName,
+  opOf,
+  reduceEntry,
+  reducePartEntry,
+  type DType,
+  type ReduceArg,
+  type ReduceOp,
+} from '../dtypes.js';
 import { bf16ToF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from './half.js';
 import { tableOf, type KernelTwin, type TwinMemory } from './twin.js';
 
@@ -30,7 +43,12 @@ interface Arith<A> {
 /** What an integer accumulator kept in a JS number does for premul (nothing: refused) and the bitwise operations (in 32 bits, `>>> 0` for unsigned). */
 const intBits = (unsigned: boolean) =>
   unsigned
-    ? { scale: (a: number) => a, band: (a: number, b: number) => (a & b) >>> 0, bor: (a: number, b: number) => (a | b) >>> 0, bxor: (a: number, b: number) => (a ^ b) >>> 0 }
+    ? {
+        scale: (a: number) => a,
+        band: (a: number, b: number) => (a & b) >>> 0,
+        bor: (a: number, b: number) => (a | b) >>> 0,
+        bxor: (a: number, b: number) => (a ^ b) >>> 0,
+      }
     : { scale: (a: number) => a, band: (a: number, b: number) => a & b, bor: (a: number, b: number) => a | b, bxor: (a: number, b: number) => a ^ b };
 const bigBits = { scale: (a: bigint) => a, band: (a: bigint, b: bigint) => a & b, bor: (a: bigint, b: bigint) => a | b, bxor: (a: bigint, b: bigint) => a ^ b };
 /** Floats take no bitwise operation (refused before this): the accumulator stays, as reduce.cu's Bits<float>. */
@@ -51,13 +69,44 @@ const floatArith = (load: (v: DataView, at: number) => number, store: (v: DataVi
   bxor: keep,
 });
 
-const f64Arith: Arith<number> = { load: (v, at) => v.getFloat64(at, LE), store: (v, at, a) => v.setFloat64(at, a, LE), add: (a, b) => a + b, mul: (a, b) => a * b, div: (a, n) => a / n, scale: (a, f) => a * f, band: keep, bor: keep, bxor: keep };
+const f64Arith: Arith<number> = {
+  load: (v, at) => v.getFloat64(at, LE),
+  store: (v, at, a) => v.setFloat64(at, a, LE),
+  add: (a, b) => a + b,
+  mul: (a, b) => a * b,
+  div: (a, n) => a / n,
+  scale: (a, f) => a * f,
+  band: keep,
+  bor: keep,
+  bxor: keep,
+};
 // i32 sums exactly (as the kernel's i64 accumulator), multiplies modulo 2^32 (the low half of the i64 product).
-const i32Arith: Arith<number> = { load: (v, at) => v.getInt32(at, LE), store: (v, at, a) => v.setInt32(at, a | 0, LE), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b), div: (a, n) => (a - (a % n)) / n, ...intBits(false) };
+const i32Arith: Arith<number> = {
+  load: (v, at) => v.getInt32(at, LE),
+  store: (v, at, a) => v.setInt32(at, a | 0, LE),
+  add: (a, b) => a + b,
+  mul: (a, b) => Math.imul(a, b),
+  div: (a, n) => (a - (a % n)) / n,
+  ...intBits(false),
+};
 // u32 as i32, unsigned: an exact sum (the kernel's u64 accumulator), products modulo 2^32.
-const u32Arith: Arith<number> = { load: (v, at) => v.getUint32(at, LE), store: (v, at, a) => v.setUint32(at, a >>> 0, LE), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b) >>> 0, div: (a, n) => (a - (a % n)) / n, ...intBits(true) };
+const u32Arith: Arith<number> = {
+  load: (v, at) => v.getUint32(at, LE),
+  store: (v, at, a) => v.setUint32(at, a >>> 0, LE),
+  add: (a, b) => a + b,
+  mul: (a, b) => Math.imul(a, b) >>> 0,
+  div: (a, n) => (a - (a % n)) / n,
+  ...intBits(true),
+};
 // i8 in 32 bits (the kernel's int): the sum exact, products modulo 2^32, stored modulo 2^8.
-const i8Arith: Arith<number> = { load: (v, at) => v.getInt8(at), store: (v, at, a) => v.setInt8(at, a), add: (a, b) => a + b, mul: (a, b) => Math.imul(a, b), div: (a, n) => (a - (a % n)) / n, ...intBits(false) };
+const i8Arith: Arith<number> = {
+  load: (v, at) => v.getInt8(at),
+  store: (v, at, a) => v.setInt8(at, a),
+  add: (a, b) => a + b,
+  mul: (a, b) => Math.imul(a, b),
+  div: (a, n) => (a - (a % n)) / n,
+  ...intBits(false),
+};
 const i64Arith: Arith<bigint> = {
   load: (v, at) => v.getBigInt64(at, LE),
   store: (v, at, a) => v.setBigInt64(at, a, LE),
@@ -74,12 +123,28 @@ const u64Arith: Arith<bigint> = {
   div: (a, n) => a / BigInt(n),
   ...bigBits,
 };
-const u8Arith: Arith<number> = { load: (v, at) => v.getUint8(at), store: (v, at, a) => v.setUint8(at, a & 0xff), add: (a, b) => (a + b) >>> 0, mul: (a, b) => Math.imul(a, b) >>> 0, div: (a, n) => Math.floor(a / n), ...intBits(true) };
+const u8Arith: Arith<number> = {
+  load: (v, at) => v.getUint8(at),
+  store: (v, at, a) => v.setUint8(at, a & 0xff),
+  add: (a, b) => (a + b) >>> 0,
+  mul: (a, b) => Math.imul(a, b) >>> 0,
+  div: (a, n) => Math.floor(a / n),
+  ...intBits(true),
+};
 
 const ARITH: Record<DType, Arith<number> | Arith<bigint>> = {
-  f32: floatArith((v, at) => v.getFloat32(at, LE), (v, at, a) => v.setFloat32(at, a, LE)),
-  f16: floatArith((v, at) => f16ToF32(v.getUint16(at, LE)), (v, at, a) => v.setUint16(at, f32ToF16(a), LE)),
-  bf16: floatArith((v, at) => bf16ToF32(v.getUint16(at, LE)), (v, at, a) => v.setUint16(at, f32ToBf16(a), LE)),
+  f32: floatArith(
+    (v, at) => v.getFloat32(at, LE),
+    (v, at, a) => v.setFloat32(at, a, LE),
+  ),
+  f16: floatArith(
+    (v, at) => f16ToF32(v.getUint16(at, LE)),
+    (v, at, a) => v.setUint16(at, f32ToF16(a), LE),
+  ),
+  bf16: floatArith(
+    (v, at) => bf16ToF32(v.getUint16(at, LE)),
+    (v, at, a) => v.setUint16(at, f32ToBf16(a), LE),
+  ),
   f64: f64Arith,
   i32: i32Arith,
   i64: i64Arith,
@@ -87,8 +152,14 @@ const ARITH: Record<DType, Arith<number> | Arith<bigint>> = {
   i8: i8Arith,
   u32: u32Arith,
   u64: u64Arith,
-  f8e4m3: floatArith((v, at) => e4m3ToF32(v.getUint8(at)), (v, at, a) => v.setUint8(at, f32ToE4m3(a))),
-  f8e5m2: floatArith((v, at) => e5m2ToF32(v.getUint8(at)), (v, at, a) => v.setUint8(at, f32ToE5m2(a))),
+  f8e4m3: floatArith(
+    (v, at) => e4m3ToF32(v.getUint8(at)),
+    (v, at, a) => v.setUint8(at, f32ToE4m3(a)),
+  ),
+  f8e5m2: floatArith(
+    (v, at) => e5m2ToF32(v.getUint8(at)),
+    (v, at, a) => v.setUint8(at, f32ToE5m2(a)),
+  ),
 };
 
 function dataView(bytes: Uint8Array): DataView {
@@ -190,28 +261,84 @@ function reduceTyped(op: ReduceOp, dtype: DType, out: Uint8Array, inputs: readon
   const avg = op === 'avg';
   switch (dtype) {
     case 'f32':
-      foldF32(kind, avg, typed(Float32Array, out, count), inputs.map((b) => typed(Float32Array, b, count)), count);
+      foldF32(
+        kind,
+        avg,
+        typed(Float32Array, out, count),
+        inputs.map((b) => typed(Float32Array, b, count)),
+        count,
+      );
       return true;
     case 'f64':
-      foldF64(kind, avg, typed(Float64Array, out, count), inputs.map((b) => typed(Float64Array, b, count)), count);
+      foldF64(
+        kind,
+        avg,
+        typed(Float64Array, out, count),
+        inputs.map((b) => typed(Float64Array, b, count)),
+        count,
+      );
       return true;
     case 'f16':
-      foldHalf(kind, avg, typed(Uint16Array, out, count), inputs.map((b) => typed(Uint16Array, b, count)), count, f16ToF32, f32ToF16);
+      foldHalf(
+        kind,
+        avg,
+        typed(Uint16Array, out, count),
+        inputs.map((b) => typed(Uint16Array, b, count)),
+        count,
+        f16ToF32,
+        f32ToF16,
+      );
       return true;
     case 'bf16':
-      foldHalf(kind, avg, typed(Uint16Array, out, count), inputs.map((b) => typed(Uint16Array, b, count)), count, bf16ToF32, f32ToBf16);
+      foldHalf(
+        kind,
+        avg,
+        typed(Uint16Array, out, count),
+        inputs.map((b) => typed(Uint16Array, b, count)),
+        count,
+        bf16ToF32,
+        f32ToBf16,
+      );
       return true;
     case 'i32':
-      foldI32(kind, avg, typed(Int32Array, out, count), inputs.map((b) => typed(Int32Array, b, count)), count);
+      foldI32(
+        kind,
+        avg,
+        typed(Int32Array, out, count),
+        inputs.map((b) => typed(Int32Array, b, count)),
+        count,
+      );
       return true;
     case 'u8':
-      foldU8(kind, avg, out.subarray(0, count), inputs.map((b) => b.subarray(0, count)), count);
+      foldU8(
+        kind,
+        avg,
+        out.subarray(0, count),
+        inputs.map((b) => b.subarray(0, count)),
+        count,
+      );
       return true;
     case 'f8e4m3':
-      foldHalf(kind, avg, out.subarray(0, count), inputs.map((b) => b.subarray(0, count)), count, e4m3ToF32, f32ToE4m3);
+      foldHalf(
+        kind,
+        avg,
+        out.subarray(0, count),
+        inputs.map((b) => b.subarray(0, count)),
+        count,
+        e4m3ToF32,
+        f32ToE4m3,
+      );
       return true;
     case 'f8e5m2':
-      foldHalf(kind, avg, out.subarray(0, count), inputs.map((b) => b.subarray(0, count)), count, e5m2ToF32, f32ToE5m2);
+      foldHalf(
+        kind,
+        avg,
+        out.subarray(0, count),
+        inputs.map((b) => b.subarray(0, count)),
+        count,
+        e5m2ToF32,
+        f32ToE5m2,
+      );
       return true;
   }
   return false;
@@ -247,7 +374,15 @@ function foldF64(kind: number, avg: boolean, out: Float64Array, ins: Float64Arra
   }
 }
 
-function foldHalf<U extends Uint16Array | Uint8Array>(kind: number, avg: boolean, out: U, ins: U[], count: number, load: (h: number) => number, store: (v: number) => number): void {
+function foldHalf<U extends Uint16Array | Uint8Array>(
+  kind: number,
+  avg: boolean,
+  out: U,
+  ins: U[],
+  count: number,
+  load: (h: number) => number,
+  store: (v: number) => number,
+): void {
   const n = ins.length;
   for (let i = 0; i < count; i++) {
     let acc = load(ins[0]![i]!);

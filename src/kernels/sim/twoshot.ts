@@ -62,41 +62,47 @@ function twoshotOps(dtype: DType) {
           const sub = Math.min(part, b * per);
           return { lo, sub, len: Math.min(part - sub, per) };
         };
-        seq.push([{
-          op: 'run',
-          touches: [input, ...bufs],
-          run: (m) => {
-            for (const j of others) {
-              const { lo, sub, len } = range(j);
-              if (len > 0) m.view(at(bufs[j]!, slotOf(rank, j) * first + sub), len * es).set(m.view(at(pin, lo + sub), len * es));
-            }
+        seq.push([
+          {
+            op: 'run',
+            touches: [input, ...bufs],
+            run: (m) => {
+              for (const j of others) {
+                const { lo, sub, len } = range(j);
+                if (len > 0) m.view(at(bufs[j]!, slotOf(rank, j) * first + sub), len * es).set(m.view(at(pin, lo + sub), len * es));
+              }
+            },
           },
-        }]);
+        ]);
         seq.push(blockStep(bufs, flagOffset, rank, b, 0));
-        seq.push([{
-          op: 'run',
-          touches: [out, input, ...bufs],
-          run: (m) => {
-            const { lo, sub, len } = range(rank);
-            if (len === 0) return;
-            const inputs = bufs.map((_, j) => (j === rank ? m.view(at(pin, lo + sub), len * es) : m.view(at(mine, slotOf(j, rank) * first + sub), len * es)));
-            // In place (out = input) too: reduceInto reads every input's element i before it writes out's.
-            const result = m.view(at(pout, lo + sub), len * es);
-            reduceInto(op, dtype, result, inputs, len);
-            for (const k of others) m.view(at(bufs[k]! + bOffset, slotOf(rank, k) * first + sub), len * es).set(result);
+        seq.push([
+          {
+            op: 'run',
+            touches: [out, input, ...bufs],
+            run: (m) => {
+              const { lo, sub, len } = range(rank);
+              if (len === 0) return;
+              const inputs = bufs.map((_, j) => (j === rank ? m.view(at(pin, lo + sub), len * es) : m.view(at(mine, slotOf(j, rank) * first + sub), len * es)));
+              // In place (out = input) too: reduceInto reads every input's element i before it writes out's.
+              const result = m.view(at(pout, lo + sub), len * es);
+              reduceInto(op, dtype, result, inputs, len);
+              for (const k of others) m.view(at(bufs[k]! + bOffset, slotOf(rank, k) * first + sub), len * es).set(result);
+            },
           },
-        }]);
+        ]);
         seq.push(blockStep(bufs, flagOffset, rank, b, 1));
-        seq.push([{
-          op: 'run',
-          touches: [out, mine],
-          run: (m) => {
-            for (const j of others) {
-              const { lo, sub, len } = range(j);
-              if (len > 0) m.view(at(pout, lo + sub), len * es).set(m.view(at(mine + bOffset, slotOf(j, rank) * first + sub), len * es));
-            }
+        seq.push([
+          {
+            op: 'run',
+            touches: [out, mine],
+            run: (m) => {
+              for (const j of others) {
+                const { lo, sub, len } = range(j);
+                if (len > 0) m.view(at(pout, lo + sub), len * es).set(m.view(at(mine + bOffset, slotOf(j, rank) * first + sub), len * es));
+              }
+            },
           },
-        }]);
+        ]);
       }
     }
     // Round t: block b runs its stage t - LAG * (blocks - 1 - b), the last block first: each block a

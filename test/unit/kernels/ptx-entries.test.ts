@@ -82,8 +82,8 @@ describe('ptxWithEntries', () => {
     expect(ptxWithEntries(three, (e) => e === 'b_f32')).toBe(head + inner + outer + entry('b_f32', '\tcall.uni outer, ();\n'));
     expect(ptxWithEntries(three, (e) => e === 'b_u8')).toBe(head + unused + entry('b_u8', '\tcall.uni unused, ();\n'));
     expect(ptxWithEntries(head + shared + entry('c'), () => true)).toBe(head + entry('c'));
-    expect(() => ptxWithEntries(head + '.global .align 4 .u32 g;\n' + entry('a'), () => true)).toThrow(/module-scope/);
-    expect(() => ptxWithEntries(head + entry('a') + '.func helper()\n{\n\tret;\n}\n', () => true)).toThrow(/\.func/);
+    expect(() => ptxWithEntries(`${head}.global .align 4 .u32 g;\n${entry('a')}`, () => true)).toThrow(/module-scope/);
+    expect(() => ptxWithEntries(`${head}${entry('a')}.func helper()\n{\n\tret;\n}\n`, () => true)).toThrow(/\.func/);
     expect(() => ptxWithEntries(head, () => true)).toThrow(/markers/);
   });
 });

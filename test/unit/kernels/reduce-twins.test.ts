@@ -10,7 +10,23 @@
 import { fc, test as propTest } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import { ArgumentRangeError, ArgumentTypeError, CudaError } from '../../../src/errors.js';
-import { DTYPE_BYTES, DTYPES, FLOAT_DTYPES, INT_DTYPES, ONESHOT_MAX_BLOCKS, REDUCE_OPS, checkDtypeOp, divEntry, dtypeOpSupported, opCode, reduceArg, reduceEntry, reducePartEntry, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
+import {
+  DTYPE_BYTES,
+  DTYPES,
+  FLOAT_DTYPES,
+  INT_DTYPES,
+  ONESHOT_MAX_BLOCKS,
+  REDUCE_OPS,
+  checkDtypeOp,
+  divEntry,
+  dtypeOpSupported,
+  opCode,
+  reduceArg,
+  reduceEntry,
+  reducePartEntry,
+  type DType,
+  type ReduceOp,
+} from '../../../src/kernels/dtypes.js';
 import { readFileSync } from 'node:fs';
 import { REDUCE_ENTRIES, reducePtx } from '../../../src/kernels/reduce.ptx.js';
 
@@ -81,15 +97,18 @@ describe('f16 and bf16 conversions', () => {
     expect(f32ToBf16(NaN)).toBe(0x7fff);
   });
 
-  propTest.prop([fc.float({ noNaN: true, noDefaultInfinity: true })], { numRuns: 2000 })('f32 → bf16 is the nearest bf16 (ties to even), bf16 → f32 exact', (x) => {
-    const b = f32ToBf16(x);
-    const y = bf16ToF32(b);
-    // the neighbours of the result are no nearer
-    for (const n of [b - 1, b + 1]) {
-      const z = bf16ToF32(n & 0xffff);
-      if (Number.isFinite(z) && Number.isFinite(y) && Math.sign(z) === Math.sign(y)) expect(Math.abs(z - x)).toBeGreaterThanOrEqual(Math.abs(y - x));
-    }
-  });
+  propTest.prop([fc.float({ noNaN: true, noDefaultInfinity: true })], { numRuns: 2000 })(
+    'f32 → bf16 is the nearest bf16 (ties to even), bf16 → f32 exact',
+    (x) => {
+      const b = f32ToBf16(x);
+      const y = bf16ToF32(b);
+      // the neighbours of the result are no nearer
+      for (const n of [b - 1, b + 1]) {
+        const z = bf16ToF32(n & 0xffff);
+        if (Number.isFinite(z) && Number.isFinite(y) && Math.sign(z) === Math.sign(y)) expect(Math.abs(z - x)).toBeGreaterThanOrEqual(Math.abs(y - x));
+      }
+    },
+  );
 });
 
 describe('the shipped PTX on the simulated driver', () => {
@@ -118,19 +137,43 @@ describe('the shipped PTX on the simulated driver', () => {
     const fn = d.moduleGetFunction(module, reduceEntry('f32'));
     const cfg = { grid: [1] as [number], block: [32] as [number] };
     expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
-    expect(codeOf(() => d.launchKernel(fn, cfg, [{ type: 'ptr', value: 1n }, { type: 'ptr', value: 1n }, { type: 'u64', value: 1n }, { type: 'u64', value: 0n }, { type: 'u64', value: 0n }], 0n))).toBe('CUDA_ERROR_INVALID_VALUE');
+    expect(
+      codeOf(() =>
+        d.launchKernel(
+          fn,
+          cfg,
+          [
+            { type: 'ptr', value: 1n },
+            { type: 'ptr', value: 1n },
+            { type: 'u64', value: 1n },
+            { type: 'u64', value: 0n },
+            { type: 'u64', value: 0n },
+          ],
+          0n,
+        ),
+      ),
+    ).toBe('CUDA_ERROR_INVALID_VALUE');
     expect(() => d.launchKernel(fn, { grid: [0], block: [1] }, [], 0n)).toThrow(RangeError); // as the native driver: before any driver call
     d.moduleUnload(module);
     expect(codeOf(() => d.launchKernel(fn, cfg, [], 0n))).toBe('CUDA_ERROR_INVALID_HANDLE');
   });
 
-  it('fill.cu\'s smcuda_fill_u32 runs too (its twin)', () => {
+  it("fill.cu's smcuda_fill_u32 runs too (its twin)", () => {
     const d = sim();
     const { module } = d.moduleLoadData(FILL_PTX);
     const fn = d.moduleGetFunction(module, 'smcuda_fill_u32');
     const p = d.memAlloc(16);
     d.memsetD8(p, 0, 16);
-    d.launchKernel(fn, { grid: [1], block: [64] }, [{ type: 'ptr', value: p }, { type: 'u32', value: 0xdeadbeef }, { type: 'u64', value: 3n }], 0n);
+    d.launchKernel(
+      fn,
+      { grid: [1], block: [64] },
+      [
+        { type: 'ptr', value: p },
+        { type: 'u32', value: 0xdeadbeef },
+        { type: 'u64', value: 3n },
+      ],
+      0n,
+    );
     d.streamSynchronize(0n);
     const host = new Uint8Array(16);
     d.memcpyDtoH(host, p);
@@ -144,7 +187,16 @@ describe('the shipped PTX on the simulated driver', () => {
     const p = d.memAlloc(8);
     d.memcpyHtoD(p, new Uint8Array(new Int32Array([10, -7]).buffer));
     const s = d.streamCreate();
-    d.launchKernel(fn, { grid: [1], block: [32] }, [{ type: 'ptr', value: p }, { type: 'u64', value: 2n }, { type: 'u32', value: 2 }], s);
+    d.launchKernel(
+      fn,
+      { grid: [1], block: [32] },
+      [
+        { type: 'ptr', value: p },
+        { type: 'u64', value: 2n },
+        { type: 'u32', value: 2 },
+      ],
+      s,
+    );
     const host = new Uint8Array(8);
     d.memcpyDtoH(host, p);
     expect([...new Int32Array(host.buffer)]).toEqual([10, -7]);
@@ -198,7 +250,14 @@ function writeElem(v: DataView, dtype: DType, i: number, x: number | bigint): vo
 }
 
 /** Integer dtypes: bits and signedness. */
-const INT_BITS: Partial<Record<DType, [number, boolean]>> = { i32: [32, true], i64: [64, true], u8: [8, false], i8: [8, true], u32: [32, false], u64: [64, false] };
+const INT_BITS: Partial<Record<DType, [number, boolean]>> = {
+  i32: [32, true],
+  i64: [64, true],
+  u8: [8, false],
+  i8: [8, true],
+  u32: [32, false],
+  u64: [64, false],
+};
 
 /** The fp8 value nearest to `x` among the finite ones (ties to the even code), saturated to the largest finite (infinities too), NaN 0x7f. */
 function nearestF8(x: number, toF: (b: number) => number, maxCode: number): number {
@@ -272,9 +331,20 @@ function readElem(v: DataView, dtype: DType, i: number): number | bigint {
 
 describe('every op × dtype against the reference, through moduleLoadData and launchKernel', () => {
   const caseArb = fc
-    .record({ pair: fc.constantFrom(...PAIRS), factor: factorArb, n: fc.integer({ min: 1, max: 6 }), count: fc.integer({ min: 0, max: 40 }), offset: fc.integer({ min: 0, max: 5 }) })
+    .record({
+      pair: fc.constantFrom(...PAIRS),
+      factor: factorArb,
+      n: fc.integer({ min: 1, max: 6 }),
+      count: fc.integer({ min: 0, max: 40 }),
+      offset: fc.integer({ min: 0, max: 5 }),
+    })
     .map(({ pair, ...c }) => ({ ...c, ...pair }))
-    .chain((c) => fc.record({ c: fc.constant(c), values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count + c.offset, maxLength: c.count + c.offset }), { minLength: c.n, maxLength: c.n }) }));
+    .chain((c) =>
+      fc.record({
+        c: fc.constant(c),
+        values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count + c.offset, maxLength: c.count + c.offset }), { minLength: c.n, maxLength: c.n }),
+      }),
+    );
 
   propTest.prop([caseArb], { numRuns: 600 })('out[i] = op over the n inputs at offset + i', ({ c, values }) => {
     const d = sim();
@@ -293,13 +363,31 @@ describe('every op × dtype against the reference, through moduleLoadData and la
     const table = d.memAlloc(8 * c.n);
     d.memcpyHtoD(table, new Uint8Array(new BigUint64Array(inputs).buffer));
     const out = d.memAlloc(Math.max(c.count * size, 1));
-    d.launchKernel(fn, { grid: [1], block: [256] }, [{ type: 'ptr', value: out }, { type: 'ptr', value: table }, { type: 'u32', value: c.n }, { type: 'u64', value: BigInt(c.offset) }, { type: 'u64', value: BigInt(c.count) }, { type: 'u32', value: opCode(c.op) }, { type: 'f64', value: c.factor }], 0n);
+    d.launchKernel(
+      fn,
+      { grid: [1], block: [256] },
+      [
+        { type: 'ptr', value: out },
+        { type: 'ptr', value: table },
+        { type: 'u32', value: c.n },
+        { type: 'u64', value: BigInt(c.offset) },
+        { type: 'u64', value: BigInt(c.count) },
+        { type: 'u32', value: opCode(c.op) },
+        { type: 'f64', value: c.factor },
+      ],
+      0n,
+    );
     d.streamSynchronize(0n);
     const host = new Uint8Array(Math.max(c.count * size, 1));
     d.memcpyDtoH(host, out);
     const hv = new DataView(host.buffer);
     for (let i = 0; i < c.count; i++) {
-      const want = reference(c.op, c.dtype, values.map((vals) => vals[c.offset + i]!), c.factor);
+      const want = reference(
+        c.op,
+        c.dtype,
+        values.map((vals) => vals[c.offset + i]!),
+        c.factor,
+      );
       expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} element ${i}`).toEqual(want);
     }
     d.close();
@@ -308,9 +396,21 @@ describe('every op × dtype against the reference, through moduleLoadData and la
 
 describe("the pipeline's reduce_part against the reference", () => {
   const caseArb = fc
-    .record({ pair: fc.constantFrom(...PAIRS), factor: factorArb, n: fc.integer({ min: 1, max: 6 }), rank: fc.nat(5), count: fc.integer({ min: 0, max: 40 }), inPlace: fc.boolean() })
+    .record({
+      pair: fc.constantFrom(...PAIRS),
+      factor: factorArb,
+      n: fc.integer({ min: 1, max: 6 }),
+      rank: fc.nat(5),
+      count: fc.integer({ min: 0, max: 40 }),
+      inPlace: fc.boolean(),
+    })
     .map(({ pair, ...c }) => ({ ...c, ...pair, rank: c.rank % c.n }))
-    .chain((c) => fc.record({ c: fc.constant(c), values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count, maxLength: c.count }), { minLength: c.n, maxLength: c.n }) }));
+    .chain((c) =>
+      fc.record({
+        c: fc.constant(c),
+        values: fc.array(fc.array(elementArb(c.dtype), { minLength: c.count, maxLength: c.count }), { minLength: c.n, maxLength: c.n }),
+      }),
+    );
 
   propTest.prop([caseArb], { numRuns: 400 })('out[i] = op over own[i] in place of table[rank] and the others', ({ c, values }) => {
     const d = sim();
@@ -353,7 +453,12 @@ describe("the pipeline's reduce_part against the reference", () => {
     d.memcpyDtoH(host, out);
     const hv = new DataView(host.buffer);
     for (let i = 0; i < c.count; i++) {
-      const want = reference(c.op, c.dtype, values.map((vals) => vals[i]!), c.factor);
+      const want = reference(
+        c.op,
+        c.dtype,
+        values.map((vals) => vals[i]!),
+        c.factor,
+      );
       expect(readElem(hv, c.dtype, i), `${c.op} ${c.dtype} n=${c.n} rank=${c.rank} element ${i}`).toEqual(want);
     }
     d.close();
