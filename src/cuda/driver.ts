@@ -373,6 +373,12 @@ export interface CudaDriver {
   fdMemoryResources(): FdMemoryResources;
 
   // -- streams and events -----------------------------------------------------
+  /**
+   * A new non-blocking stream (CU_STREAM_NON_BLOCKING): its work is not
+   * ordered after the legacy default stream (0n), nor the legacy stream's
+   * after it; order them with an event (eventRecord + streamWaitEvent) or
+   * pass the same stream to every call. Destroy it with streamDestroy.
+   */
   streamCreate(): StreamHandle;
   streamDestroy(stream: StreamHandle): void;
   streamSynchronize(stream: StreamHandle): void;
