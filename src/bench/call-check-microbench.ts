@@ -12,20 +12,7 @@ import { CallCheck } from '../collectives/call-check.js';
 import { printWord0 } from '../collectives/call-print.js';
 import { FlightRecorder } from '../collectives/flight-recorder.js';
 import { printTableBytes, SharedPrintTable } from '../collectives/print-table.js';
-
-const gc = (globalThis as { gc?: () => void }).gc;
-
-/** The best over `rounds` of the mean ns per iteration of `fn` over `n` iterations (the best: other processes share the cores). */
-function measure(n: number, rounds: number, fn: (i: number) => void): number {
-  const out: number[] = [];
-  for (let r = 0; r < rounds; r++) {
-    gc?.();
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < n; i++) fn(i);
-    out.push(Number(process.hrtime.bigint() - t0) / n);
-  }
-  return Math.min(...out);
-}
+import { measure } from './micro-measure.js';
 
 function memorySegment(bytes: number): MappedSegment {
   const b = new Uint8Array(new SharedArrayBuffer(bytes));

@@ -8,20 +8,7 @@
  *   npm run build && node --expose-gc dist/src/bench/flight-recorder-microbench.js
  */
 import { FlightRecorder, flightNowUs } from '../collectives/flight-recorder.js';
-
-const gc = (globalThis as { gc?: () => void }).gc;
-
-/** The best over `rounds` of the mean ns per iteration of `fn` over `n` iterations (the best: other processes share the cores). */
-function measure(n: number, rounds: number, fn: (i: number) => void): number {
-  const out: number[] = [];
-  for (let r = 0; r < rounds; r++) {
-    gc?.();
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < n; i++) fn(i);
-    out.push(Number(process.hrtime.bigint() - t0) / n);
-  }
-  return Math.min(...out);
-}
+import { measure } from './micro-measure.js';
 
 const N = 1_000_000;
 const ROUNDS = 9;
