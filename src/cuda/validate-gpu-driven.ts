@@ -11,8 +11,13 @@ const U64_END = 1n << 64n;
 const I64_MIN = -(1n << 63n);
 const I64_END = 1n << 63n;
 
-/** Most operations one streamBatchMemOp takes (the addon's bound). */
-export const MAX_BATCH_MEM_OPS = 256;
+/**
+ * Most operations one streamBatchMemOp takes: cuStreamBatchMemOp's `count`
+ * "must be less than 256", and the driver answers a batch of 256 with
+ * CUDA_ERROR_INVALID_VALUE (seen on an H100: the communicator's poison,
+ * written in full batches, never landed). The addon's array holds 256.
+ */
+export const MAX_BATCH_MEM_OPS = 255;
 /** Most kernel parameter bytes, packed (the classic cuLaunchKernel limit). */
 export const MAX_KERNEL_PARAM_BYTES = 4096;
 /** Most kernel parameters. */

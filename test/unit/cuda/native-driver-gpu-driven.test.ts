@@ -70,11 +70,11 @@ describe('NativeCudaDriver validates GPU-driven arguments before native code', (
     ['writeValue32(stream number)', (d) => d.streamWriteValue32(0 as unknown as bigint, 16n, 1), TypeError],
     ['batch([])', (d) => d.streamBatchMemOp(0n, []), RangeError],
     [
-      'batch(257 ops)',
+      'batch(256 ops: cuStreamBatchMemOp takes fewer than 256)',
       (d) =>
         d.streamBatchMemOp(
           0n,
-          Array.from({ length: 257 }, () => ({ op: 'barrier' }) as StreamMemOp),
+          Array.from({ length: 256 }, () => ({ op: 'barrier' }) as StreamMemOp),
         ),
       RangeError,
     ],
