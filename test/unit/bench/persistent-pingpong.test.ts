@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { LAUNCH_BURST } from '../../../src/bench/graph-replays.js';
 import { GRAPH_PINGPONG_UNDER_TEST } from '../../../src/bench/under-test.js';
 import { mergeBatches } from '../../../src/persistent/transfers.js';
+import { MAX_BATCH_MEM_OPS } from '../../../src/cuda/validate-gpu-driven.js';
 import { makePair, type Pair } from '../../helpers/transport-pair.js';
 
 let pair: Pair | undefined;
@@ -62,6 +63,6 @@ describe('startGroup merges adjacent batches', () => {
       '5',
     ]);
     const many = Array.from({ length: 300 }, (_, i) => ({ kind: 'batch' as const, ops: [w(BigInt(i))] }));
-    expect(mergeBatches(many).map((m) => (m.kind === 'batch' ? m.ops.length : 0))).toEqual([256, 44]);
+    expect(mergeBatches(many).map((m) => (m.kind === 'batch' ? m.ops.length : 0))).toEqual([MAX_BATCH_MEM_OPS, 300 - MAX_BATCH_MEM_OPS]);
   });
 });
