@@ -17,8 +17,12 @@
  * its memory by `identity` (the IPC handle for LEGACY); RGET_FD (16) is gone.
  * A version, not a feature bit: RGET 11 changed layout, and a peer of
  * version 3 must be refused at its HELLO, not misread an RGET later.
+ * 5: REG_FAIL (paired registrations and persistent transfers fail on both
+ * sides) and the SEGMENT kind CALL_TABLE (a communicator's shared call
+ * prints): a peer of version 4 would refuse either as a protocol error
+ * mid-job, so it is refused at its HELLO instead.
  */
-export const WIRE_VERSION = 4;
+export const WIRE_VERSION = 5;
 export const IPC_HANDLE_BYTES = 64;
 /**
  * An IPC probe (src/ipc-probe.ts): the IPC handle of a small allocation of the

@@ -403,26 +403,26 @@ describe('RgetDecoder', () => {
 describe('layout', () => {
   it('EAGER: header, tag u32, seq u64, fromDevice u8, data length u32, data', () => {
     const bytes = encodeFrame({ type: FrameType.EAGER, tag: 0x01020304, seq: 2 ** 32 + 5, fromDevice: true, data: Uint8Array.of(0xaa, 0xbb) });
-    expect(bytes).toEqual(hex('53 04 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
+    expect(bytes).toEqual(hex('53 05 0a 00  04030201  05000000 01000000  01  02000000  aabb'));
   });
 
   it('HELLO: the 32-byte nonce, then the features word; PROOF: the 32-byte HMAC; channel-layer frames as protocol.md lays them out', () => {
     const nonce = new Uint8Array(NONCE_BYTES).fill(0xab);
-    const hello = encodeFrame({ type: FrameType.HELLO, version: 4, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
-    expect(hello).toEqual(hex(`53 04 01 00  04  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
-    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 04 07 00  ${'cd'.repeat(32)}`));
-    expect(encodeFrame({ type: FrameType.RING_OFFER, capacity: 4096 })).toEqual(hex('53 04 32 00  00100000'));
-    expect(encodeFrame({ type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 })).toEqual(hex('53 04 23 00  02  0020000000000000'));
-    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 04 33 00'));
-    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 04 34 00'));
-    const inner = hex('53 04 34 00');
-    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 04 35 00  09000000  04000000  53043400'));
+    const hello = encodeFrame({ type: FrameType.HELLO, version: 5, pid: 2, peerId: 'p', deviceUuid: '', nonce, features: 1 });
+    expect(hello).toEqual(hex(`53 05 01 00  05  02000000  00000000000000000000000000000000  0100 70  ${'ab'.repeat(32)}  01000000`));
+    expect(encodeFrame({ type: FrameType.PROOF, proof: new Uint8Array(PROOF_BYTES).fill(0xcd) })).toEqual(hex(`53 05 07 00  ${'cd'.repeat(32)}`));
+    expect(encodeFrame({ type: FrameType.RING_OFFER, capacity: 4096 })).toEqual(hex('53 05 32 00  00100000'));
+    expect(encodeFrame({ type: FrameType.SEGMENT, kind: SegmentKind.STAGING_RING, bytes: 8192 })).toEqual(hex('53 05 23 00  02  0020000000000000'));
+    expect(encodeFrame({ type: FrameType.RING_SWITCH })).toEqual(hex('53 05 33 00'));
+    expect(encodeFrame({ type: FrameType.DOORBELL })).toEqual(hex('53 05 34 00'));
+    const inner = hex('53 05 34 00');
+    expect(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner })).toEqual(hex('53 05 35 00  09000000  04000000  53053400'));
     expect(concat([spillHead(9, 4), inner])).toEqual(encodeFrame({ type: FrameType.SPILL, seq: 9, frame: inner }));
   });
 
   it('IPC_REQ: attempt u32, the 16 UUID bytes, then a probe-present byte and the probe', () => {
     const bytes = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: 'GPU-00112233-4455-6677-8899-aabbccddeeff' });
-    expect(bytes).toEqual(hex('53 04 02 00  03000000  00112233445566778899aabbccddeeff  00'));
+    expect(bytes).toEqual(hex('53 05 02 00  03000000  00112233445566778899aabbccddeeff  00'));
     const probe = new Uint8Array(IPC_PROBE_BYTES).map((_, i) => i);
     const withProbe = encodeFrame({ type: FrameType.IPC_REQ, attempt: 3, deviceUuid: '', probe });
     expect(withProbe.byteLength).toBe(4 + 4 + 16 + 1 + IPC_PROBE_BYTES);
@@ -435,7 +435,7 @@ describe('layout', () => {
 
   it('FIN: seq u64, status u8, message as u16 length + UTF-8', () => {
     const bytes = encodeFrame({ type: FrameType.FIN, seq: 7, status: FinStatus.TRUNCATED, message: 'é' });
-    expect(bytes).toEqual(hex('53 04 0c 00  0700000000000000  03  0200 c3a9'));
+    expect(bytes).toEqual(hex('53 05 0c 00  0700000000000000  03  0200 c3a9'));
   });
 
   it('RGET: 138 bytes without an event, 202 with one; the kind after seq, then the identity', () => {
