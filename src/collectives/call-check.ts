@@ -23,7 +23,7 @@
  * completion then waits for the peers' prints of its call if they have not
  * arrived yet.
  */
-import { decodePrint, differingFields, describePrint, printsAgree, type CallPrint } from './call-print.js';
+import { decodePrint, differingFields, describePrint, isSummedPrint, printsAgree, sharesSumToZero, type CallPrint } from './call-print.js';
 
 /** A peer's print of a call, as read from a board. */
 export const PrintRead = {
@@ -59,7 +59,9 @@ export interface Mismatch {
 /** The message every rank's error carries: both calls, the fields and what to do. */
 export function mismatchMessage(m: Mismatch): string {
   const [a, b] = m.ranks;
-  return `call #${m.seq} differs between ranks: rank ${a} made ${describePrint(m.mine)}, rank ${b} made ${describePrint(m.theirs)} (${m.fields.join(', ')} differ${m.fields.length === 1 ? 's' : ''}); every rank must make the same collective calls, with the same dtype, count, root and op, in the same order`;
+  if (m.mine.op === 'alltoallv' && m.fields.length === 1 && m.fields[0] === 'counts')
+    return `call #${m.seq} (alltoallv ${m.mine.dtype ?? ''}): the ranks' counts do not pair up (seen by rank ${a}): every rank's sendCounts[k] must equal rank k's recvCounts at the sender's index; check the counts each rank passes`;
+  return `call #${m.seq} differs between ranks: rank ${a} made ${describePrint(m.mine)}, rank ${b} made ${describePrint(m.theirs)} (${m.fields.join(', ')} differ${m.fields.length === 1 ? 's' : ''}); every rank must make the same collective calls, with the same dtype, count${m.fields.includes('counts') ? ', counts per rank' : ''}, root and op, in the same order`;
 }
 
 export class CallCheck {
@@ -67,6 +69,8 @@ export class CallCheck {
   private readonly own: Uint32Array;
   private readonly window: number;
   private readonly scratch = new Uint32Array(3);
+  /** Every peer's print, read for alltoallv's sum (summedMismatch). */
+  private readonly others = new Uint32Array(3);
 
   constructor(
     readonly rank: number,
@@ -143,9 +147,29 @@ export class CallCheck {
     const own = this.own;
     if (own[at] !== seq) return undefined; // not made here yet: the later of the two compares
     const t = this.scratch;
-    if (printsAgree(own[at + 1]!, own[at + 2]!, own[at + 3]!, t[0]!, t[1]!, t[2]!)) return undefined;
+    if (printsAgree(own[at + 1]!, own[at + 2]!, own[at + 3]!, t[0]!, t[1]!, t[2]!))
+      return isSummedPrint(own[at + 1]!) ? this.summedMismatch(peer, seq, at) : undefined;
     const mine = decodePrint(own[at + 1]!, own[at + 2]!, own[at + 3]!);
     const theirs = decodePrint(t[0]!, t[1]!, t[2]!);
     return { seq, ranks: [this.rank, peer], fields: differingFields(mine, theirs), mine, theirs };
+  }
+
+  /**
+   * alltoallv: once every rank's print of `seq` is in, whether their shares add up to 0 (call-print.ts):
+   * else some rank's sendCounts[k] is not rank k's recvCounts for it, which no pair of prints shows.
+   */
+  private summedMismatch(peer: number, seq: number, at: number): Mismatch | undefined {
+    const own = this.own;
+    const words: Array<[number, number]> = [[own[at + 2]!, own[at + 3]!]];
+    const o = this.others;
+    for (let k = 0; k < this.size; k++) {
+      if (k === this.rank) continue;
+      if (this.board.read(k, seq, o) !== PrintRead.Found || !isSummedPrint(o[0]!)) return undefined;
+      words.push([o[1]!, o[2]!]);
+    }
+    if (sharesSumToZero(words)) return undefined;
+    const mine = decodePrint(own[at + 1]!, own[at + 2]!, own[at + 3]!);
+    this.board.read(peer, seq, o);
+    return { seq, ranks: [this.rank, peer], fields: ['counts'], mine, theirs: decodePrint(o[0]!, o[1]!, o[2]!) };
   }
 }

@@ -7,18 +7,32 @@
 import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import { CallCheck, PrintRead, type PrintBoard } from '../../../src/collectives/call-check.js';
-import { CALL_OPS, decodePrint, describePrint, differingFields, encodePrint, printsAgree, type CallPrint } from '../../../src/collectives/call-print.js';
+import {
+  alltoallvShare,
+  CALL_OPS,
+  COUNTS_OPS,
+  countsHash,
+  countsWords,
+  decodePrint,
+  describePrint,
+  differingFields,
+  encodePrint,
+  printsAgree,
+  type CallPrint,
+} from '../../../src/collectives/call-print.js';
 import { MessagePrintBoard } from '../../../src/collectives/message-print-board.js';
 import { DTYPES, REDUCE_OPS } from '../../../src/kernels/dtypes.js';
 
-const print = fc.record({
-  op: fc.constantFrom(...CALL_OPS.filter((o) => o !== 'barrier')),
-  dtype: fc.constantFrom(...DTYPES),
-  count: fc.oneof(fc.nat(5000), fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER })),
-  root: fc.option(fc.nat(4095), { nil: undefined }),
-  redop: fc.option(fc.constantFrom(...REDUCE_OPS), { nil: undefined }),
-  inPlace: fc.boolean(),
-}) as fc.Arbitrary<CallPrint>;
+const print = fc
+  .record({
+    op: fc.constantFrom(...CALL_OPS.filter((o) => o !== 'barrier')),
+    dtype: fc.constantFrom(...DTYPES),
+    count: fc.oneof(fc.nat(5000), fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER })),
+    root: fc.option(fc.nat(4095), { nil: undefined }),
+    redop: fc.option(fc.constantFrom(...REDUCE_OPS), { nil: undefined }),
+    inPlace: fc.boolean(),
+  })
+  .map((p) => (COUNTS_OPS.has(p.op) ? { ...p, count: undefined, counts: p.count } : p)) as fc.Arbitrary<CallPrint>;
 
 describe('call prints', () => {
   test.prop([print])('decode(encode(p)) is p', (p) => {
@@ -27,6 +41,7 @@ describe('call prints', () => {
     expect(d.op).toBe(p.op);
     expect(d.dtype).toBe(p.dtype);
     expect(d.count).toBe(p.count);
+    expect(d.counts).toBe(p.counts);
     expect(d.root).toBe(p.root);
     expect(d.redop).toBe(p.redop);
     expect(!!d.inPlace).toBe(p.inPlace);
@@ -65,8 +80,11 @@ function sharedBoards(n: number): PrintBoard[] {
   }));
 }
 
+/** Prints as every rank makes them for one call: alltoallv's shares differ by rank (counts 0: the share of a call that moves nothing). */
+const samePrint = print.map((p) => (p.op === 'alltoallv' ? { ...p, counts: 0 } : p));
+
 describe('CallCheck', () => {
-  test.prop([fc.integer({ min: 2, max: 6 }), fc.array(print, { minLength: 1, maxLength: 20 }), fc.nat(), fc.nat(), print, fc.infiniteStream(fc.nat())])(
+  test.prop([fc.integer({ min: 2, max: 6 }), fc.array(samePrint, { minLength: 1, maxLength: 20 }), fc.nat(), fc.nat(), samePrint, fc.infiniteStream(fc.nat())])(
     'ranks making the same calls agree; one rank making another call at any point is found by whichever rank publishes last, naming the fields',
     (n, calls, badRankSeed, badAt, other, order) => {
       const boards = sharedBoards(n);
@@ -101,6 +119,63 @@ describe('CallCheck', () => {
       }
     },
   );
+
+  test.prop([
+    fc.integer({ min: 2, max: 6 }).chain((n) =>
+      fc.record({
+        n: fc.constant(n),
+        matrix: fc.array(fc.array(fc.oneof(fc.nat(3), fc.nat(1 << 20), fc.constant(2 ** 40 + 7)), { minLength: n, maxLength: n }), {
+          minLength: n,
+          maxLength: n,
+        }),
+        bad: fc.option(fc.record({ rank: fc.nat(n - 1), k: fc.nat(n - 1), side: fc.constantFrom('send', 'recv'), delta: fc.integer({ min: 1, max: 1000 }) }), {
+          nil: undefined,
+        }),
+      }),
+    ),
+  ])(
+    "alltoallv: counts that pair up agree; one rank's sendCounts[k] or recvCounts[k] off by any amount is found by every rank once every print is in",
+    ({ n, matrix, bad }) => {
+      const boards = sharedBoards(n);
+      const checks = boards.map((b, r) => new CallCheck(r, n, b));
+      // matrix[i][j]: what rank i sends rank j (its sendCounts[j], rank j's recvCounts[i]).
+      const found: number[] = [];
+      for (let r = 0; r < n; r++) {
+        const send = matrix[r]!.slice();
+        const recv = matrix.map((row) => row[r]!);
+        if (bad?.rank === r) (bad.side === 'send' ? send : recv)[bad.k] += bad.delta;
+        const [w1, w2] = countsWords(alltoallvShare(r, send, recv), undefined);
+        const m = checks[r]!.made(1, encodePrint({ op: 'alltoallv', dtype: 'f32' })[0], w1, w2);
+        if (m) found.push(r);
+      }
+      for (const ch of checks) {
+        const v = ch.verify(1);
+        if (bad === undefined) expect(v).toBe(true);
+        else expect(v).toMatchObject({ seq: 1, fields: ['counts'] });
+      }
+      // The last rank to publish sees every print: it finds the difference before queueing anything.
+      expect(found).toEqual(bad === undefined ? [] : [n - 1]);
+    },
+  );
+
+  it('allgatherv and reduce-scatterv: different counts per rank hash apart (order counts too)', () => {
+    const seen = new Set<number>();
+    for (const c of [
+      [1, 2, 3],
+      [3, 2, 1],
+      [1, 2, 4],
+      [0, 0, 0],
+      [0, 0],
+      [6, 0, 0],
+      [2 ** 40, 0, 0],
+    ])
+      seen.add(countsHash(c));
+    expect(seen.size).toBe(7);
+    const a = encodePrint({ op: 'allgatherv', dtype: 'u8', counts: countsHash([1, 2, 3]) });
+    const b = encodePrint({ op: 'allgatherv', dtype: 'u8', counts: countsHash([1, 2, 4]) });
+    expect(printsAgree(...a, ...b)).toBe(false);
+    expect(differingFields(decodePrint(...a), decodePrint(...b))).toEqual(['counts']);
+  });
 
   it('names the ranks that never made a call', () => {
     const boards = sharedBoards(3);
