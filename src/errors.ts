@@ -191,6 +191,19 @@ export class ShmSpaceError extends SmcudaError {
 }
 
 /**
+ * A buffer object (`{ ptr, length, device }`) that a call cannot use:
+ * 'SMCUDA_BUFFER_FREED' — it was freed (by `free()`, `memFree`, the
+ * communicator that made it closing, or its driver closing);
+ * 'SMCUDA_BUFFER_DEVICE' — it is memory of another device than the one the
+ * call runs on. Checked in JS before anything is queued.
+ */
+export class DeviceBufferError extends SmcudaError {
+  constructor(code: 'SMCUDA_BUFFER_FREED' | 'SMCUDA_BUFFER_DEVICE', message: string) {
+    super(code, message);
+  }
+}
+
+/**
  * A registration or a persistent transfer failed (src/persistent/). `code`:
  * SMCUDA_PERSISTENT_STUCK (a flag did not move within the watchdog's time:
  * the peer is gone, stopped replaying, or replayed a different number of
@@ -253,5 +266,23 @@ export class CallMismatchError extends CommunicatorAbortedError {
 export class CommunicatorTimeoutError extends SmcudaError {
   constructor(message: string) {
     super('SMCUDA_COMM_TIMEOUT', message);
+  }
+}
+
+/**
+ * A send and the receive it matches (the n-th send from a rank to a peer,
+ * the peer's n-th receive from it) differ in count or dtype: the
+ * communicator aborts on every rank with this cause ('SMCUDA_P2P_MISMATCH').
+ */
+export class P2PMismatchError extends SmcudaError {
+  constructor(
+    message: string,
+    /** The pair's sequence number of the two calls. */
+    readonly n: number,
+    /** [sender, receiver]. */
+    readonly ranks: readonly [number, number],
+    readonly fields: readonly string[],
+  ) {
+    super('SMCUDA_P2P_MISMATCH', message);
   }
 }

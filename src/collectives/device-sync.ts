@@ -61,12 +61,16 @@
  * graph replays count like eager launches and no reset is needed; that is
  * what lets one signal per call replace two steps (reduce.cu says why it is
  * safe). poison() covers its flags: POISON passes every `>= count` wait.
+ *
+ * Point to point's flags come last (p2p-slots.ts, p2p-channel.ts): 1 and a
+ * reset, per slot and peer, covered by poison() as well.
  */
 import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { ONESHOT_MAX_BLOCKS, blockStepSlotOffset, oneshotAreaBytes, oneshotFlagOffset } from '../kernels/dtypes.js';
+import { P2P_SLOTS, p2pFlagBytes, p2pFlagOffset } from './p2p-slots.js';
 
 /** Bytes of the step slots: two parities × size slots × 8 bytes, 256-aligned. */
 function stepSlotsBytes(size: number): number {
@@ -102,15 +106,21 @@ export function oneshotAreaOffset(size: number): number {
   return Math.ceil((pipelineSlotsOffset(size) + SIGNALS.length * PIPELINE_SLOTS * size * 8) / 256) * 256;
 }
 
+/** Where the point-to-point flags start in a flag block (p2p-slots.ts): after the one-shot kernel's area, 256-aligned. */
+export function p2pAreaOffset(size: number): number {
+  return Math.ceil((oneshotAreaOffset(size) + oneshotAreaBytes(size)) / 256) * 256;
+}
+
 /**
  * Bytes of a rank's flag block for `size` ranks: the step slots, then the
  * two-shot kernel's, two parities × size × ONESHOT_MAX_BLOCKS slots
  * (blockStepSlotOffset): the same protocol, per block of the kernel; then the
  * copy-engine pipeline's, four signals × PIPELINE_SLOTS × size; then the
- * one-shot kernel's area, its launch count and a flag per rank and block.
+ * one-shot kernel's area, its launch count and a flag per rank and block;
+ * then the point-to-point flags, two signals × P2P_SLOTS × size.
  */
 export function flagBlockBytes(size: number): number {
-  return oneshotAreaOffset(size) + oneshotAreaBytes(size);
+  return p2pAreaOffset(size) + p2pFlagBytes(size);
 }
 
 /** Queues `ops` on `stream` in order, in as few batches as the driver takes (MAX_BATCH_MEM_OPS each). */
@@ -166,7 +176,7 @@ export class DeviceSync {
     queueMemOps(this.driver, stream, this.stepOps(parity));
   }
 
-  /** Writes POISON into every slot of this rank's own block (the steps', the kernels' and the pipeline's), on a private stream (never behind a stuck one). */
+  /** Writes POISON into every slot of this rank's own block (the steps', the kernels', the pipeline's and point to point's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
       if (this.poisonEvent !== undefined && !this.driver.eventQuery(this.poisonEvent)) return;
@@ -185,6 +195,11 @@ export class DeviceSync {
       for (const sig of SIGNALS) {
         for (let x = 0; x < PIPELINE_SLOTS; x++)
           for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });
+      }
+      const p2p = own + BigInt(p2pAreaOffset(this.size));
+      for (const sig of ['full', 'free'] as const) {
+        for (let x = 0; x < P2P_SLOTS; x++)
+          for (const k of this.others) ops.push({ op: 'write64', addr: p2p + BigInt(p2pFlagOffset(this.size, sig, x, k)), value: POISON });
       }
       if (ops.length === 0) return;
       const stream = (this.poisonStream ??= this.driver.streamCreate());

@@ -1,6 +1,6 @@
 /**
  * The communicator's registered scratch: one device allocation per rank,
- * opened once by every peer through its IPC handle, in four regions of
+ * opened once by every peer through its IPC handle, in five regions of
  * `bytes` each:
  *
  *   A  inputs: each call copies the caller's input here first (so caller
@@ -16,10 +16,14 @@
  *   D  the one-shot kernel's landing slots: 2 × N (a parity of its launch
  *      count, a source rank), its own so that no other algorithm's stores
  *      meet a one-shot a peer is still reading (it ends with no step);
+ *   E  point to point: P2P_SLOTS × N slots, slot [x][k] taking chunks of
+ *      rank k's sends to this rank (p2p-slots.ts), its own so that a send
+ *      never lands in memory a collective of the receiver is using;
  *
  * then the flag block of the device-side step signals, the kernels'
- * per-block signals and the pipeline's (device-sync.ts),
- * zeroed (the pipeline's "free" signals set) before any peer can see it;
+ * per-block signals, the pipeline's and point to point's (device-sync.ts),
+ * zeroed (the pipeline's and point to point's "free" signals set) before
+ * any peer can see it;
  * and pointer tables for the reduction kernels: every rank's A (own and
  * mapped, in rank order), this rank's N landing slots in C, and, per
  * pipeline slot, its N landing parts.
@@ -27,7 +31,16 @@
 import type { CudaDriver, DevicePtr } from '../cuda/driver.js';
 import { debug } from '../debug.js';
 import type { ControlPlane } from './control.js';
-import { PIPELINE_FREE_SIGNALS, PIPELINE_SLOTS, flagBlockBytes, kernelSlotsOffset, oneshotAreaOffset, pipelineSlotOffset } from './device-sync.js';
+import {
+  PIPELINE_FREE_SIGNALS,
+  PIPELINE_SLOTS,
+  flagBlockBytes,
+  kernelSlotsOffset,
+  oneshotAreaOffset,
+  p2pAreaOffset,
+  pipelineSlotOffset,
+} from './device-sync.js';
+import { P2P_SLOTS, p2pFlagOffset, p2pSlotBytes, type P2PSignal } from './p2p-slots.js';
 
 export class Scratch {
   /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
@@ -44,8 +57,10 @@ export class Scratch {
   readonly oneShotLandOffset: number;
   /** Bytes of one of the one-shot kernel's landing slots: D split in 2 × size, 16-byte aligned (the most a launch moves). */
   readonly oneShotSlotBytes: number;
-  /** Where the flag block starts, from a rank's A: after the four regions. */
+  /** Where the flag block starts, from a rank's A: after the five regions. */
   private readonly flagsAt: number;
+  /** Bytes of one point-to-point slot (region E split in P2P_SLOTS × size). */
+  readonly p2pSlotBytes: number;
 
   private constructor(
     private readonly driver: CudaDriver,
@@ -54,7 +69,8 @@ export class Scratch {
     /** Bytes per region. */
     readonly bytes: number,
   ) {
-    this.flagsAt = 4 * bytes;
+    this.flagsAt = 5 * bytes;
+    this.p2pSlotBytes = p2pSlotBytes(bytes, size);
     this.oneShotFlagOffset = this.flagsAt + oneshotAreaOffset(size);
     this.oneShotLandOffset = 3 * bytes;
     this.oneShotSlotBytes = Math.floor(bytes / (2 * size) / 16) * 16;
@@ -64,6 +80,7 @@ export class Scratch {
       const words = new DataView(flags.buffer);
       for (const sig of PIPELINE_FREE_SIGNALS)
         for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
+      for (let x = 0; x < P2P_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(p2pAreaOffset(size) + p2pFlagOffset(size, 'free', x, k), 1n, true);
       driver.memcpyHtoD(this.own + BigInt(this.flagsAt), flags);
       this.tables = driver.memAlloc(8 * size * (2 + PIPELINE_SLOTS));
     } catch (err) {
@@ -159,6 +176,18 @@ export class Scratch {
   flagsOf(k: number): DevicePtr | undefined {
     const a = this.inputOf(k);
     return a === undefined ? undefined : a + BigInt(this.flagsAt);
+  }
+
+  /** Rank `owner`'s point-to-point slot x for rank `from`'s sends (own or mapped), in E. */
+  p2pSlot(owner: number, from: number, x: number): DevicePtr | undefined {
+    const a = this.inputOf(owner);
+    return a === undefined ? undefined : a + BigInt(4 * this.bytes + (x * this.size + from) * this.p2pSlotBytes);
+  }
+
+  /** Rank `owner`'s point-to-point flag `signal` for slot x and peer k (own or mapped). */
+  p2pFlag(owner: number, signal: P2PSignal, x: number, k: number): DevicePtr | undefined {
+    const f = this.flagsOf(owner);
+    return f === undefined ? undefined : f + BigInt(p2pAreaOffset(this.size) + p2pFlagOffset(this.size, signal, x, k));
   }
 
   /** Where the two-shot kernel's step slots start, from a rank's A (the same in every rank's scratch). */
