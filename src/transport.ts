@@ -25,6 +25,7 @@ import { warmNegotiation } from '../machines/warm-up.js';
 import { warmDataPath } from './data-path-warm-up.js';
 import type { ControlChannel } from './channel/channel.js';
 import { ShmChannel } from './channel/shm-channel.js';
+import { GpuRuntime } from './gpu/gpu-runtime.js';
 import { Watchdog } from './persistent/watchdog.js';
 import { ProgressEngine } from './progress/engine.js';
 import { KeepAlive } from './progress/keep-alive.js';
@@ -181,6 +182,11 @@ export class Transport extends EventEmitter<TransportEvents> {
   private readonly progress: ProgressEngine;
   /** Watches the flags of every persistent transfer of this transport's endpoints (src/persistent/watchdog.ts). */
   private readonly watchdog: Watchdog;
+  /**
+   * @internal The GPU runtime (src/gpu/): the events, stream marks, holds and
+   * streams of this transport's endpoints, watchdog and communicators.
+   */
+  readonly gpu: GpuRuntime;
   private closed = false;
   /** recv() calls from any peer still waiting (any-source.ts). */
   private readonly anySource = new AnySourceReceives();
@@ -211,7 +217,8 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.channelOptions = { handshakeFrameBytes: MAX_HANDSHAKE_FRAME_BYTES, frameTimeoutMs: create.frameTimeoutMs };
     this.exports = new ExportTable(driver);
     this.progress = new ProgressEngine(opts.controlSpinUs);
-    this.watchdog = new Watchdog(driver, { timeoutMs: opts.persistent.timeoutMs });
+    this.gpu = new GpuRuntime(driver, { engine: this.progress, spinUs: opts.completionSpinUs });
+    this.watchdog = new Watchdog(this.gpu, { timeoutMs: opts.persistent.timeoutMs });
     this.inspector = inspector;
     this.tracer = this.inspector ? this.inspector.tracer(fileTracer) : fileTracer;
     // Pending here: a socket set up, a handshake, an any-source receive, or a listener someone waits on ('endpoint' listeners).
@@ -320,29 +327,38 @@ export class Transport extends EventEmitter<TransportEvents> {
       ...this.channelOptions,
       ...options,
       onRefused: (err) => this.emit('refused', err),
+      // The descriptor socket is served before peers can reach the control socket: a peer accepted
+      // in between would handshake without descriptors (no rings, no staging, no shared call table).
+      beforeReachable: async () => {
+        if (!this.descriptorsCapable()) return;
+        // Only a dead process's socket is replaced at <path>.fd; a user's file or a live socket there fails listen().
+        await clearStaleSocket(fdSocketPath(path));
+        fd.listener = OwnedFdListener.open(path, { peerUids: options.peerUids, onRefused: (err) => this.emit('refused', err) });
+        if (fd.listener) this.fdListeners.push(fd.listener);
+      },
     });
+    // listen() failed after the descriptor socket was served (e.g. `path` appeared meanwhile): it goes too.
+    setup.catch(() => this.dropFdListener(fd.listener));
     await this.whileOpen(
       setup.then(async (listener) => {
         if (this.closed) {
           // close() ran while the socket was being set up: nothing may be left listening.
           await listener.close();
+          this.dropFdListener(fd.listener);
           throw new ClosedError(`transport ${this.id} was closed while listen(${path}) was in progress`);
-        }
-        if (this.descriptorsCapable()) {
-          // Only a dead process's socket is replaced at <path>.fd; a user's file or a live socket there fails listen().
-          await clearStaleSocket(fdSocketPath(path)).catch(async (err: unknown) => {
-            await listener.close();
-            throw err;
-          });
         }
         this.sockets.push(listener);
         this.keepAlive.add(listener);
-        if (this.descriptorsCapable()) {
-          fd.listener = OwnedFdListener.open(path, { peerUids: options.peerUids, onRefused: (err) => this.emit('refused', err) });
-          if (fd.listener) this.fdListeners.push(fd.listener);
-        }
       }),
     );
+  }
+
+  /** Closes a descriptor listener of a listen() that failed or was cut short by close(). */
+  private dropFdListener(l: OwnedFdListener | undefined): void {
+    if (l === undefined) return;
+    const i = this.fdListeners.indexOf(l);
+    if (i >= 0) this.fdListeners.splice(i, 1);
+    l.close();
   }
 
   /** Connects to a peer listening at `path`. Rejects with NoListenerError when nothing listens there. */
@@ -476,6 +492,7 @@ export class Transport extends EventEmitter<TransportEvents> {
             tracer: this.tracer,
             progress: this.progress,
             watchdog: this.watchdog,
+            gpu: this.gpu,
             keepAlive: this.keepAlive,
           },
           hello,
@@ -655,6 +672,7 @@ export class Transport extends EventEmitter<TransportEvents> {
     this.progress.stop();
     this.keepAlive.close();
     this.watchdog.close();
+    this.gpu.close(new ClosedError(`transport ${this.id} was closed`));
     if (this.ownsDriver) this.driver.close();
   }
 

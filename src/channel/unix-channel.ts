@@ -46,7 +46,7 @@ import {
   PeerLimitError,
   PeerLostError,
   ProtocolError,
-  type SmcudaError,
+  SmcudaError,
 } from '../errors.js';
 import { checkPeer, checkPrivateDir, checkUidPolicy, type PeerCredentials, type PeerUidPolicy, socketPeerCredentials } from './peer-credentials.js';
 import type { ControlChannel, ControlChannelEvents } from './channel.js';
@@ -106,6 +106,12 @@ export interface ListenUnixOptions extends UnixChannelOptions {
   peerUids?: PeerUidPolicy;
   /** A connection refused by the uid check (AccessDeniedError); default: a process warning. */
   onRefused?: (error: AccessDeniedError) => void;
+  /**
+   * Runs once the socket is bound and private, before peers can reach it at
+   * `path` (its link there): whatever connections need from the start is set
+   * up here (the Transport's descriptor socket). A rejection fails listen().
+   */
+  beforeReachable?: () => Promise<void>;
 }
 
 export interface UnixListener {
@@ -701,6 +707,13 @@ export async function listenUnix(path: string, onChannel: (channel: UnixChannel)
     identity = { dev: st.dev, ino: st.ino };
   } catch (err) {
     return abandon(fsError(err, bound, `Cannot make ${path} private (chmod 0600)`));
+  }
+  if (opts?.beforeReachable) {
+    try {
+      await opts.beforeReachable();
+    } catch (err) {
+      return abandon(err instanceof SmcudaError ? err : new ConfigError(`Cannot listen at ${path}: ${(err as Error).message}`));
+    }
   }
   if (bound !== path) {
     try {
