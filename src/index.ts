@@ -17,12 +17,20 @@ export type { CopyKernelStats, EndpointStats, DataPath } from './endpoint-stats.
 export type { ControlChannel, ControlChannelEvents } from './channel/channel.js';
 export type * from './cuda/driver.js';
 export { openDriver } from './cuda/open-driver.js';
+export { DeviceAllocation } from './cuda/device-allocation.js';
 export { FileTracer, type Tracer, type TraceRecord } from './trace.js';
 export { FdChannel } from './channel/fd-channel.js';
 export {
   Communicator,
   type Algorithm,
+  type AllgatherArgs,
+  type AllreduceArgs,
+  type AlltoallArgs,
+  type BroadcastArgs,
+  type BufferArg,
   type CallOptions,
+  type ReduceArgs,
+  type ReduceScatterArgs,
   type CollectiveOp,
   type CollectiveResult,
   type CommunicatorEvents,

@@ -23,15 +23,17 @@
  * flags, and the communicator frees what it holds once the GPU is done with
  * it. Never a hang, never a wrong answer.
  *
- * What close() owns: the scratch, the kernels and events it made, and, for
- * create()/fromEnv(), the Transport it made and the driver that Transport
- * opened (pass `driver` to keep your own: then memory from it stays yours).
- * It never closes a driver or endpoints the caller passed in.
+ * What close() owns: the scratch, the kernels and events it made, the
+ * buffers comm.alloc() made, and, for create()/fromEnv(), the Transport it
+ * made and the driver that Transport opened (pass `driver` to keep your
+ * own: then memory from it stays yours). It never closes a driver or
+ * endpoints the caller passed in.
  */
 import { EventEmitter } from 'node:events';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertHandle, assertPtr } from '../cuda/validate.js';
+import { assertHandle, assertSize } from '../cuda/validate.js';
+import type { DeviceAllocation } from '../cuda/device-allocation.js';
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { CallState, PendingCall, type CallShared } from './pending-call.js';
 import { debug, debugEnabled } from '../debug.js';
@@ -40,6 +42,7 @@ import {
   ArgumentRangeError,
   ArgumentTypeError,
   CallMismatchError,
+  ClosedError,
   CommunicatorAbortedError,
   CommunicatorTimeoutError,
   ConfigError,
@@ -63,6 +66,8 @@ import { FileTracer } from '../trace.js';
 import { refuseUnknownKeys } from '../option-keys.js';
 import { packageVersion } from '../version.js';
 import { WIRE_VERSION } from '../wire/frames.js';
+import { bufferArg, type BufferScope } from './buffer-arg.js';
+import type { AllgatherArgs, AllreduceArgs, AlltoallArgs, BroadcastArgs, CallOptions, ReduceArgs, ReduceScatterArgs } from './collective-args.js';
 import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
 import { printWord0, printWord2 } from './call-print.js';
 import { MessagePrintBoard } from './message-print-board.js';
@@ -90,14 +95,16 @@ export interface CommunicatorOptions {
   flightRecords?: number;
 }
 
-export interface CallOptions {
-  /** The stream the call is ordered on (default 0n, the legacy default stream). */
-  stream?: StreamHandle;
-  /** This call's time limit, ms (default: the communicator's). */
-  timeoutMs?: number;
-  /** Force this call's algorithm (allreduce: any; the others: 'one-shot' or 'staged'). */
-  algorithm?: Exclude<Algorithm, 'local'>;
-}
+export type {
+  AllgatherArgs,
+  AllreduceArgs,
+  AlltoallArgs,
+  BroadcastArgs,
+  BufferArg,
+  CallOptions,
+  ReduceArgs,
+  ReduceScatterArgs,
+} from './collective-args.js';
 
 export interface CollectiveResult {
   op: CollectiveOp;
@@ -176,9 +183,6 @@ export function isForcedAlgorithm(x: unknown): x is ForcedAlgorithm {
 
 /** What an `algorithm` option must be, in words: 'one-shot, two-shot, ce-pipeline or staged'. */
 const FORCED_ALGORITHMS_WORDS = `${FORCED_ALGORITHMS.slice(0, -1).join(', ')} or ${FORCED_ALGORITHMS.at(-1)}`;
-
-/** Low bits that must be 0 in a pointer to elements of each dtype. */
-const ALIGN_MASK = Object.fromEntries(Object.entries(DTYPE_BYTES).map(([d, n]) => [d, BigInt(n - 1)])) as Record<DType, bigint>;
 
 /**
  * `p`, keeping the process alive until it settles: a close or an abort's
@@ -275,6 +279,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * the call, must fail the call (and abort the communicator with the driver's error), never fault the GPU.
    */
   private readonly known: ReturnType<typeof allocationRanges>;
+  /** Where the calls' buffers must lie (bufferArg): this process's memory on this communicator's device. */
+  private readonly buffers: BufferScope;
+  /** The buffers alloc() made: close() frees those still live. */
+  private readonly allocations = new Set<DeviceAllocation>();
 
   private constructor(
     transport: Transport,
@@ -303,6 +311,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.forced = opts.algorithm;
     this.kernels = new ReduceKernels(this.driver);
     this.known = allocationRanges(this.driver);
+    this.buffers = { driver: this.driver, device: this.driver.currentDevice(), known: this.known };
     this.marks = new StreamMarks(this.driver);
     const tracePath = opts.trace ?? envTracePath();
     this.tracePath = tracePath;
@@ -469,12 +478,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** recv[i] = op over every rank's send[i]; in place when recv is send (or absent). */
-  allreduce(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number } & CallOptions): Promise<CollectiveResult> {
-    const recv = a.recv ?? a.send;
+  allreduce(a: AllreduceArgs): Promise<CollectiveResult> {
     let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
     try {
       bytes = this.checkCall(a, a.op);
-      this.checkBuffers(a.dtype, a.send, bytes, recv, bytes, 0);
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = a.recv === undefined || a.recv === a.send ? send : bufferArg(this.buffers, 'recv', a.recv, bytes, a.dtype);
+      this.checkOverlap(send, bytes, recv, bytes, 0);
     } catch (err) {
       throw this.refuse(err);
     }
@@ -483,51 +495,61 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       a,
       bytes,
       this.chooseAllreduce(a.algorithm, bytes),
-      printWord0('allreduce', a.dtype, a.op, recv === a.send, undefined),
-      (c, alg) => algo.allreduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor)),
+      printWord0('allreduce', a.dtype, a.op, recv === send, undefined),
+      (c, alg) => algo.allreduce(c, alg, send, recv, a.count, a.dtype, reduceArg(a.op, a.factor)),
     );
   }
 
-  /** Every rank's recv gets root's send (count elements); root's recv defaults to its send. */
-  broadcast(a: { send?: DevicePtr; recv: DevicePtr; count: number; dtype: DType; root: number } & CallOptions): Promise<CollectiveResult> {
-    const send = a.send ?? a.recv;
+  /** Every rank's recv gets root's send (count elements); root's send defaults to its recv. */
+  broadcast(a: BroadcastArgs): Promise<CollectiveResult> {
     let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
     try {
       bytes = this.checkCall(a);
       this.checkRoot(a.root);
-      this.checkBuffers(a.dtype, send, a.root === this.rank ? bytes : 0, a.recv, bytes, 0);
+      const sendBytes = a.root === this.rank ? bytes : 0;
+      recv = bufferArg(this.buffers, 'recv', a.recv, bytes, a.dtype);
+      send = a.send === undefined || a.send === a.recv ? recv : bufferArg(this.buffers, 'send', a.send, sendBytes, a.dtype);
+      this.checkOverlap(send, sendBytes, recv, bytes, 0);
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('broadcast', a, bytes, this.chooseCopy(a.algorithm), printWord0('broadcast', a.dtype, undefined, send === a.recv, a.root), (c, alg) =>
-      algo.broadcast(c, alg, send, a.recv, a.count, a.dtype, a.root),
+    return this.call('broadcast', a, bytes, this.chooseCopy(a.algorithm), printWord0('broadcast', a.dtype, undefined, send === recv, a.root), (c, alg) =>
+      algo.broadcast(c, alg, send, recv, a.count, a.dtype, a.root),
     );
   }
 
   /** root's recv[i] = op over every rank's send[i]; other ranks' recv is not written (pass any, e.g. send). */
-  reduce(
-    a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number; root: number } & CallOptions,
-  ): Promise<CollectiveResult> {
-    const recv = a.recv ?? a.send;
+  reduce(a: ReduceArgs): Promise<CollectiveResult> {
     let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
     try {
       bytes = this.checkCall(a, a.op);
       this.checkRoot(a.root);
-      this.checkBuffers(a.dtype, a.send, bytes, recv, a.root === this.rank ? bytes : 0, 0);
+      const recvBytes = a.root === this.rank ? bytes : 0;
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = a.recv === undefined || a.recv === a.send ? send : bufferArg(this.buffers, 'recv', a.recv, recvBytes, a.dtype);
+      this.checkOverlap(send, bytes, recv, recvBytes, 0);
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === a.send, a.root), (c, alg) =>
-      algo.reduce(c, alg, a.send, recv, a.count, a.dtype, reduceArg(a.op, a.factor), a.root),
+    return this.call('reduce', a, bytes, this.chooseCopy(a.algorithm), printWord0('reduce', a.dtype, a.op, recv === send, a.root), (c, alg) =>
+      algo.reduce(c, alg, send, recv, a.count, a.dtype, reduceArg(a.op, a.factor), a.root),
     );
   }
 
   /** recv (size × count elements) gets rank k's send at k × count; in place when send is recv + rank × count elements. */
-  allgather(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
+  allgather(a: AllgatherArgs): Promise<CollectiveResult> {
     let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
     try {
       bytes = this.checkCall(a);
-      this.checkBuffers(a.dtype, a.send, bytes, a.recv, bytes * this.size, this.rank * bytes);
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = bufferArg(this.buffers, 'recv', a.recv, bytes * this.size, a.dtype);
+      this.checkOverlap(send, bytes, recv, bytes * this.size, this.rank * bytes);
     } catch (err) {
       throw this.refuse(err);
     }
@@ -536,18 +558,22 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       a,
       bytes,
       this.chooseCopy(a.algorithm),
-      printWord0('allgather', a.dtype, undefined, a.send === a.recv + BigInt(this.rank * bytes), undefined),
-      (c, alg) => algo.allgather(c, alg, a.send, a.recv, a.count, a.dtype),
+      printWord0('allgather', a.dtype, undefined, send === recv + BigInt(this.rank * bytes), undefined),
+      (c, alg) => algo.allgather(c, alg, send, recv, a.count, a.dtype),
     );
   }
 
   /** recv (count elements) = op over every rank's block `rank` of send (size × count elements). */
-  reduceScatter(a: { send: DevicePtr; recv: DevicePtr; count: number; dtype: DType; op: ReduceOp; factor?: number } & CallOptions): Promise<CollectiveResult> {
+  reduceScatter(a: ReduceScatterArgs): Promise<CollectiveResult> {
     let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
     try {
       const block = this.checkCall(a, a.op);
       bytes = this.size * block;
-      this.checkBuffers(a.dtype, a.send, bytes, a.recv, block, -this.rank * block);
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = bufferArg(this.buffers, 'recv', a.recv, block, a.dtype);
+      this.checkOverlap(send, bytes, recv, block, -this.rank * block);
     } catch (err) {
       throw this.refuse(err);
     }
@@ -556,23 +582,26 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       a,
       bytes,
       this.chooseCopy(a.algorithm),
-      printWord0('reduce-scatter', a.dtype, a.op, a.recv === a.send + BigInt(bytes / this.size) * BigInt(this.rank), undefined),
-      (c, alg) => algo.reduceScatter(c, alg, a.send, a.recv, a.count, a.dtype, reduceArg(a.op, a.factor)),
+      printWord0('reduce-scatter', a.dtype, a.op, recv === send + BigInt(bytes / this.size) * BigInt(this.rank), undefined),
+      (c, alg) => algo.reduceScatter(c, alg, send, recv, a.count, a.dtype, reduceArg(a.op, a.factor)),
     );
   }
 
   /** Block k of send (count elements each, size blocks) goes to rank k, into its block `rank` of recv; in place allowed. */
-  alltoall(a: { send: DevicePtr; recv?: DevicePtr; count: number; dtype: DType } & CallOptions): Promise<CollectiveResult> {
-    const recv = a.recv ?? a.send;
+  alltoall(a: AlltoallArgs): Promise<CollectiveResult> {
     let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
     try {
       bytes = this.size * this.checkCall(a);
-      this.checkBuffers(a.dtype, a.send, bytes, recv, bytes, 0);
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = a.recv === undefined || a.recv === a.send ? send : bufferArg(this.buffers, 'recv', a.recv, bytes, a.dtype);
+      this.checkOverlap(send, bytes, recv, bytes, 0);
     } catch (err) {
       throw this.refuse(err);
     }
-    return this.call('alltoall', a, bytes, this.chooseCopy(a.algorithm), printWord0('alltoall', a.dtype, undefined, recv === a.send, undefined), (c, alg) =>
-      algo.alltoall(c, alg, a.send, recv, a.count, a.dtype),
+    return this.call('alltoall', a, bytes, this.chooseCopy(a.algorithm), printWord0('alltoall', a.dtype, undefined, recv === send, undefined), (c, alg) =>
+      algo.alltoall(c, alg, send, recv, a.count, a.dtype),
     );
   }
 
@@ -617,6 +646,33 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return this.flight.entries();
   }
 
+  /**
+   * `bytes` of device memory on this communicator's device, as a buffer that
+   * knows its length, device and liveness (`{ ptr, length, device }`): every
+   * call takes it where a pointer goes, and checks its extent with no driver
+   * query. The communicator owns it: close() frees it once the
+   * communicator's calls have left the GPU; `buf.free()` frees it sooner.
+   * An abort does not free it (the data in it stays yours until close()).
+   */
+  alloc(bytes: number): DeviceAllocation {
+    assertSize('bytes', bytes);
+    if (this.closed)
+      throw new ClosedError('the communicator is closed: allocate before close(), or with comm.driver.memAllocBuffer (memory that is yours to free)');
+    const d = this.driver;
+    const dev = this.buffers.device;
+    const current = d.currentDevice();
+    if (current !== dev) d.setDevice(dev);
+    let buf: DeviceAllocation;
+    try {
+      buf = d.memAllocBuffer(bytes);
+    } finally {
+      if (current !== dev && current >= 0) d.setDevice(current);
+    }
+    if (this.allocations.size >= 64) for (const a of this.allocations) if (a.freed) this.allocations.delete(a);
+    this.allocations.add(buf);
+    return buf;
+  }
+
   /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
   endpoint(rank: number): Endpoint {
     const ep = this.endpoints.get(rank);
@@ -646,9 +702,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
    * the peers are told (BYE with the last call made here: a peer's call after
    * it fails at once with SMCUDA_PEER_CLOSED); once the GPU is done with the
    * communicator's work, its scratch, kernels and events are freed, and the
-   * Transport it made (create(), fromEnv()) is closed with the driver that
-   * Transport opened. A driver or endpoints the caller passed in stay open.
-   * Later calls reject with SMCUDA_CLOSED.
+   * buffers alloc() made, and the Transport it made (create(), fromEnv()) is
+   * closed with the driver that Transport opened. A driver or endpoints the
+   * caller passed in stay open. Later calls reject with SMCUDA_CLOSED.
    */
   close(): Promise<void> {
     this.closing ??= holdingProcess(this.closeNow());
@@ -675,7 +731,21 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     for (const w of this.abortWaiters) w(closed);
     this.abortWaiters.clear();
     if (!this.abortError) this.failAll(closed);
-    return this.aborting ?? this.release();
+    await (this.aborting ?? this.release());
+    // After an abort the release ran before close(): alloc()'s buffers are freed now (none if the driver closed with the transport).
+    this.freeAllocations();
+  }
+
+  /** Frees the buffers alloc() made that are still live (after the communicator's calls left the GPU). */
+  private freeAllocations(): void {
+    for (const a of this.allocations) {
+      try {
+        a.free();
+      } catch (err) {
+        debug('communicator rank %d: freeing a buffer of alloc() failed: %s', this.rank, (err as Error).message);
+      }
+    }
+    this.allocations.clear();
   }
 
   /** Resolves true once no call is in flight, false after `ms`. */
@@ -736,22 +806,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /**
-   * A call's two buffers: device pointers aligned to the element size, each
-   * inside one live allocation of this process for as many bytes as the call
-   * reads or writes there (0: not touched on this rank), and either apart or
-   * in place (`b + inPlaceAt` is `a`: allgather's send inside its recv, reduce-scatter's recv inside its send): a partial overlap would let the call
-   * overwrite input it has not read yet.
+   * A call's two buffers (each checked by bufferArg for the bytes the call
+   * reads or writes there; 0: not touched on this rank) are either apart or
+   * in place (`b + inPlaceAt` is `a`: allgather's send inside its recv,
+   * reduce-scatter's recv inside its send): a partial overlap would let the
+   * call overwrite input it has not read yet.
    */
-  private checkBuffers(dtype: DType, a: DevicePtr, aBytes: number, b: DevicePtr, bBytes: number, inPlaceAt: number): void {
-    this.checkPointer(a, dtype);
-    if (b === a && inPlaceAt === 0) {
-      const bytes = Math.max(aBytes, bBytes);
-      if (bytes > 0) this.known.check({ ptr: a, length: bytes }, 'send');
-      return;
-    }
-    this.checkPointer(b, dtype);
-    if (aBytes > 0) this.known.check({ ptr: a, length: aBytes }, 'send');
-    if (bBytes > 0) this.known.check({ ptr: b, length: bBytes }, 'recv');
+  private checkOverlap(a: DevicePtr, aBytes: number, b: DevicePtr, bBytes: number, inPlaceAt: number): void {
     if (aBytes === 0 || bBytes === 0) return;
     const aEnd = a + BigInt(aBytes);
     const bEnd = b + BigInt(bBytes);
@@ -760,16 +821,6 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         `the call's buffers overlap without being in place (0x${a.toString(16)}+${aBytes} and 0x${b.toString(16)}+${bBytes}): pass the same buffer for an in-place call, or two that do not overlap`,
       );
     }
-  }
-
-  /**
-   * A device pointer aligned to the element size: a mask, not a bigint
-   * remainder (no BigInt(size) and division per pointer).
-   */
-  private checkPointer(p: DevicePtr, dtype: DType): void {
-    assertPtr('buffer', p);
-    if (DTYPE_BYTES[dtype] > 1 && (p & ALIGN_MASK[dtype]) !== 0n)
-      throw new ArgumentRangeError(`device pointers must be aligned to the element size (${DTYPE_BYTES[dtype]} bytes for ${dtype}), got 0x${p.toString(16)}`);
   }
 
   /** A bad call on this rank fails every rank (their matching call would wait for it): aborts, and returns `err` to throw. */
@@ -1293,6 +1344,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         debug('communicator rank %d: %s', this.rank, (err as Error).message);
       }
       this.tracer?.close();
+      // Closing: alloc()'s buffers go before the driver that made them may close with the transport.
+      if (this.closed) this.freeAllocations();
       if (this.owned) {
         await this.transport.close();
         for (const f of [this.owned.socket, `${this.owned.socket}.fd`]) rmSync(f, { force: true });

@@ -21,6 +21,8 @@
  *    driver sees them (validate.ts).
  */
 
+import type { DeviceAllocation } from './device-allocation.js';
+
 /** A device pointer (CUdeviceptr). */
 export type DevicePtr = bigint;
 /** An opaque stream handle (CUstream). `0n` is the legacy default stream. */
@@ -292,6 +294,14 @@ export interface CudaDriver {
 
   // -- memory -----------------------------------------------------------------
   memAlloc(bytes: number): DevicePtr;
+  /**
+   * cuMemAlloc on the current device, as a buffer that knows its size,
+   * device and liveness (`{ ptr, length, device }`, `free()`, `view()`):
+   * a Communicator call given it checks its extent without a driver query.
+   * It is the caller's to free (`buf.free()` or `memFree(buf.ptr)`); closing
+   * the driver frees it too, and the object then reads as freed.
+   */
+  memAllocBuffer(bytes: number): DeviceAllocation;
   memFree(ptr: DevicePtr): void;
   memsetD8(ptr: DevicePtr, value: number, bytes: number): void;
   memsetD8Async(ptr: DevicePtr, value: number, bytes: number, stream: StreamHandle): void;

@@ -6,6 +6,7 @@
  * @module smcuda/cuda
  */
 export * from './driver.js';
+export { DeviceAllocation } from './device-allocation.js';
 export { openDriver, type OpenDriverOptions, type OpenedDriver } from './open-driver.js';
 export { NativeCudaDriver } from './native-driver.js';
 export { SimulatedCudaDriver, SIM_DRIVER_VERSION, type SimDriverOptions } from './sim-driver.js';

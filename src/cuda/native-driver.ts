@@ -16,6 +16,7 @@
  */
 import { ArgumentRangeError, ArgumentTypeError, ClosedError, ConfigError, CudaError, DriverUnavailableError, SmcudaError } from '../errors.js';
 import { loadAddon } from './addon.js';
+import { DeviceAllocation } from './device-allocation.js';
 import { packKernelArgs } from './kernel-args.js';
 import { withoutSimHint } from './without-sim-hint.js';
 import type {
@@ -341,6 +342,11 @@ export class NativeCudaDriver implements CudaDriver {
   memFree(ptr: DevicePtr): void {
     assertPtr('ptr', ptr);
     this.#call((a) => a.cuMemFree(ptr));
+    DeviceAllocation.noteFreed(this, ptr);
+  }
+
+  memAllocBuffer(bytes: number): DeviceAllocation {
+    return DeviceAllocation.track(this, this.memAlloc(bytes), bytes, this.#current);
   }
 
   memsetD8(ptr: DevicePtr, value: number, bytes: number): void {
@@ -1151,6 +1157,7 @@ export class NativeCudaDriver implements CudaDriver {
     } finally {
       this.releaseDevices();
       this.#initialised = false;
+      DeviceAllocation.noteDriverClosed(this);
     }
   }
 }

@@ -35,6 +35,7 @@ import { envSim, envSimFdFaults } from '../env.js';
 import { AddonLoadError, ArgumentRangeError, ArgumentTypeError } from '../errors.js';
 import { offExit, onExit } from '../exit-hooks.js';
 import { loadAddon } from './addon.js';
+import { DeviceAllocation } from './device-allocation.js';
 import type {
   CaptureMode,
   GraphExecHandle,
@@ -340,6 +341,11 @@ export class SimulatedCudaDriver implements CudaDriver {
       this.scheduler.drainTouching(a);
     }
     mem.free(ptr);
+    DeviceAllocation.noteFreed(this, ptr);
+  }
+
+  memAllocBuffer(bytes: number): DeviceAllocation {
+    return DeviceAllocation.track(this, this.memAlloc(bytes), bytes, this.current);
   }
 
   memsetD8(ptr: DevicePtr, value: number, bytes: number): void {
@@ -1177,6 +1183,7 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.events.clear();
     this.memory?.closeAll();
     this.fdMemory?.closeAll();
+    DeviceAllocation.noteDriverClosed(this);
     if (this.exitHook) offExit(this.exitHook);
     this.exitHook = undefined;
     this.initialized = false;
