@@ -41,7 +41,7 @@ import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError, PeerLostError } from '../errors.js';
 import { DTYPE_BYTES, twoshotChunk, twoshotPart, type DType, type ReduceArg } from '../kernels/dtypes.js';
-import { DATA_TAG, type RankSync } from './control.js';
+import type { RankSync } from './control.js';
 import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
@@ -68,6 +68,8 @@ export interface CallContext {
   steps: Steps;
   kernels: ReduceKernels;
   endpoint(rank: number): Endpoint;
+  /** The tag the staged pieces travel on (the communicator's own: group-tags.ts). */
+  dataTag: number;
   /** Resolves once `stream` reaches the work queued on it so far. */
   streamDone(): Promise<void>;
   /** Bytes copied from caller buffers into scratch (for stats). */
@@ -178,13 +180,13 @@ async function exchange(
     ...sendTo.map((k) =>
       c
         .endpoint(k)
-        .send({ ptr: src(k), length: bytes }, { tag: DATA_TAG })
+        .send({ ptr: src(k), length: bytes }, { tag: c.dataTag })
         .catch(blame(k)),
     ),
     ...recvFrom.map((k) =>
       c
         .endpoint(k)
-        .recv({ tag: DATA_TAG, into: { ptr: into(k), length: bytes } })
+        .recv({ tag: c.dataTag, into: { ptr: into(k), length: bytes } })
         .catch(blame(k)),
     ),
   ]);

@@ -43,6 +43,8 @@ export const CALL_OPS = [
   'allgatherv',
   'reduce-scatterv',
   'alltoallv',
+  'split',
+  'new-group',
 ] as const;
 export type CallOp = (typeof CALL_OPS)[number];
 

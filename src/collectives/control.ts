@@ -21,7 +21,7 @@ import type { Endpoint } from '../endpoint.js';
 import { CallMismatchError, CommunicatorAbortedError, PeerLostError, ProtocolError } from '../errors.js';
 import { parseControl, type ControlMessage } from './control-schema.js';
 
-/** Tags reserved on the communicator's endpoints (not for the application's own messages). */
+/** The tags of a world communicator on its endpoints (not for the application's own messages); a group's are below them (group-tags.ts). */
 export const CONTROL_TAG = 0xfffffff0;
 export const DATA_TAG = 0xfffffff1;
 
@@ -76,6 +76,8 @@ export class ControlPlane implements RankSync {
     readonly size: number,
     private readonly peers: ReadonlyMap<number, Endpoint>,
     private readonly events: ControlEvents,
+    /** The tag this communicator's control messages travel on (CONTROL_TAG for a world; a group's own, group-tags.ts). */
+    readonly tag: number = CONTROL_TAG,
   ) {}
 
   private get onAbort(): (err: CommunicatorAbortedError) => void {
@@ -114,7 +116,7 @@ export class ControlPlane implements RankSync {
     while (!this.finished) {
       let data: unknown;
       try {
-        data = (await ep.recvInBackground({ tag: CONTROL_TAG, signal: this.reading.signal })).data;
+        data = (await ep.recvInBackground({ tag: this.tag, signal: this.reading.signal })).data;
       } catch {
         return; // the endpoint closed and nothing is left to read: its 'close' listener decides
       }
@@ -193,7 +195,7 @@ export class ControlPlane implements RankSync {
     const ep = this.peers.get(peer);
     if (!ep || ep.closed) return;
     try {
-      ep.send(encoder.encode(JSON.stringify(msg)), { tag: CONTROL_TAG }).catch(() => {
+      ep.send(encoder.encode(JSON.stringify(msg)), { tag: this.tag }).catch(() => {
         // a lost peer is reported by its endpoint's 'close'
       });
     } catch (err) {
