@@ -18,7 +18,8 @@ import { ClosedError, DescriptorError, PeerLostError, ProtocolError } from './er
 import type { ExportTable } from './exports.js';
 import { FinBatcher } from './fin-batcher.js';
 import { FlowControl } from './flow-control.js';
-import { GpuWork } from './gpu-work.js';
+import { GpuRuntime } from './gpu/gpu-runtime.js';
+import type { GpuWork } from './gpu/gpu-work.js';
 import type { ResolvedOptions } from './options.js';
 import type { Arrival, PendingRecv } from './paths/data-path.js';
 import type { PathParts } from './paths/index.js';
@@ -54,6 +55,8 @@ export interface EndpointContext {
   progress?: ProgressEngine;
   /** The transport's watchdog over persistent transfers (an endpoint made without one makes its own). */
   watchdog?: Watchdog;
+  /** The transport's GPU runtime (src/gpu/); an endpoint made without one makes its own. */
+  gpu?: GpuRuntime;
   /** The transport's keep-alive: the endpoint's channel is ref'd only while something is pending (progress/keep-alive.ts). */
   keepAlive?: KeepAlive;
 }
@@ -94,6 +97,9 @@ export class EndpointLink implements RgetLink {
   readonly parts: PathParts;
   private readonly uuidByOrdinal = new Map<number, string>();
   private gpuWork: GpuWork | undefined;
+  /** The GPU runtime this endpoint's GPU work belongs to: the transport's, or one of its own (closed with it). */
+  readonly runtime: GpuRuntime;
+  private readonly ownRuntime: boolean;
   private seq = 1;
 
   constructor(
@@ -106,6 +112,8 @@ export class EndpointLink implements RgetLink {
   ) {
     const driver = (this.driver = ctx.driver);
     this.opts = ctx.options;
+    this.ownRuntime = ctx.gpu === undefined;
+    this.runtime = ctx.gpu ?? new GpuRuntime(driver, { engine: ctx.progress, spinUs: ctx.options.completionSpinUs });
     this.negotiationState('INIT');
     const tracer = (this.tracer = ctx.tracer);
     this.exports = ctx.exports;
@@ -145,7 +153,7 @@ export class EndpointLink implements RgetLink {
   }
 
   gpu(): GpuWork {
-    return (this.gpuWork ??= new GpuWork(this.driver, this.opts.completionSpinUs, this.ctx.progress, this.sameGpu()));
+    return (this.gpuWork ??= this.runtime.work(this.sameGpu()));
   }
 
   /**
@@ -297,5 +305,6 @@ export class EndpointLink implements RgetLink {
     this.pool.close();
     // Waits on the peer's events fail with the close reason (GpuEventQueue owns them).
     this.gpuWork?.close(this.closeReason ?? this.closedError());
+    if (this.ownRuntime) this.runtime.close(this.closeReason ?? this.closedError());
   }
 }

@@ -78,14 +78,8 @@ export interface ControlStats {
   ringIn: boolean;
 }
 
-/** Same-GPU receives copied by smcuda's copy kernel (src/copy-list.ts), not the driver. */
-export interface CopyKernelStats {
-  /** Graph launches of the kernel, and the copies (messages) they made. */
-  launches: number;
-  copies: number;
-  /** Why the kernel could not be set up here, when it could not (every copy is then the driver's). */
-  unavailable?: string;
-}
+import type { CopyKernelStats } from './gpu/copy-list.js';
+export type { CopyKernelStats } from './gpu/copy-list.js';
 
 export interface EndpointStats {
   peerId: string;

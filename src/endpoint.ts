@@ -159,7 +159,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const remote = { link, rget: this.paths.find((p): p is RgetPath => p instanceof RgetPath) };
     const agreed = ((ctx.local.features ?? 0) & (peer.features ?? 0) & Feature.REGISTER) !== 0;
     this.registrations = new Registrations(remote, agreed);
-    const watchdog = ctx.watchdog ?? (this.ownWatchdog = new Watchdog(ctx.driver, { timeoutMs: ctx.options.persistent.timeoutMs }));
+    const watchdog = ctx.watchdog ?? (this.ownWatchdog = new Watchdog(link.runtime, { timeoutMs: ctx.options.persistent.timeoutMs }));
     this.transfers = new PersistentTransfers(remote, this.registrations, watchdog, ctx.options.persistent.flagSlots);
     channel.on('frame', this.onFrame);
     channel.on('close', this.onChannelClose);

@@ -14,7 +14,7 @@ import type { CePipeline } from './ce-pipeline.js';
 import type { DeviceSync } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
-import type { MarkWaiter } from './stream-marks.js';
+import type { MarkWaiter } from '../gpu/stream-marks.js';
 import type { CollectiveOp, CollectiveResult } from './communicator.js';
 
 /** What the calls of one communicator share. */
@@ -27,7 +27,6 @@ export interface CallShared {
   kernels: ReduceKernels;
   pipeline: CePipeline | undefined;
   endpoint(rank: number): Endpoint;
-  dataTag: number;
   streamDone(stream: StreamHandle): Promise<void>;
   copied(bytes: number): void;
 }
@@ -68,9 +67,6 @@ export class CallState implements CallContext {
   }
   endpoint(rank: number): Endpoint {
     return this.shared.endpoint(rank);
-  }
-  get dataTag(): number {
-    return this.shared.dataTag;
   }
   streamDone(): Promise<void> {
     return this.shared.streamDone(this.stream);

@@ -124,6 +124,13 @@ export const SIM_DRIVER_VERSION = 13000;
 const REMOTE_SYNC_LIMIT_MS = 60_000;
 
 export class SimulatedCudaDriver implements CudaDriver {
+  /**
+   * Where every driver made from now on is noted, while set (the test suite
+   * sets it, to check each driver's lifetimeViolations after each test); off
+   * by default, so a process that makes drivers does not keep them.
+   */
+  static registry: Set<SimulatedCudaDriver> | undefined;
+
   readonly kind = 'sim' as const;
   /** The simulated world this process lives in. */
   readonly world: SimWorld;
@@ -159,6 +166,7 @@ export class SimulatedCudaDriver implements CudaDriver {
   private exitHook: (() => void) | undefined;
 
   constructor(options: SimDriverOptions = {}) {
+    SimulatedCudaDriver.registry?.add(this);
     const { shm, fdNative, env, ...world } = options;
     this.world = resolveSimWorld(world, env ?? envSim());
     this.visibleDevices = this.world.visible.map((i) => this.world.devices[i]!);

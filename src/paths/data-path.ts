@@ -38,7 +38,7 @@ import type { FdChannel } from '../channel/fd-channel.js';
 import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
 import type { DataPath as PathKind, DirectionCounters } from '../endpoint-stats.js';
 import type { FlowControl } from '../flow-control.js';
-import type { GpuWork } from '../gpu-work.js';
+import type { GpuWork } from '../gpu/gpu-work.js';
 import type { EagerFrame, FinStatus, Frame, FrameType, RgetFrame, StageBeginFrame } from '../wire/frames.js';
 import type { FdChannelHandlers } from '../channel/fd-channel.js';
 import type { PendingSends } from './pending-sends.js';

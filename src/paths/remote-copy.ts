@@ -14,7 +14,7 @@ import type { Mapping } from '../../cache/index.js';
 import { isDeviceBuffer } from '../buffers.js';
 import type { CudaDriver, DevicePtr, EventHandle } from '../cuda/driver.js';
 import { count } from '../endpoint-stats.js';
-import type { GpuHold } from '../progress/gpu-hold.js';
+import type { GpuHold } from '../gpu/gpu-hold.js';
 import type { FinBatcher } from '../fin-batcher.js';
 import type { RgetFrame } from '../wire/frames.js';
 import type { PathContext, PendingRecv, Received } from './data-path.js';

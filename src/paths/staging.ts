@@ -22,7 +22,7 @@
  */
 import { type DeviceBuffer, isDeviceBuffer, type MessageBuffer } from '../buffers.js';
 import type { StreamHandle } from '../cuda/driver.js';
-import type { GpuHold } from '../progress/gpu-hold.js';
+import type { GpuHold } from '../gpu/gpu-hold.js';
 import { count } from '../endpoint-stats.js';
 import { type MappedSegment, mapPeerSegment } from '../channel/sealed-segment.js';
 import { DescriptorError, ProtocolError } from '../errors.js';

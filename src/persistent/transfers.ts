@@ -23,8 +23,8 @@
  * first call on both sides.
  *
  * What a transfer used is released once the GPU passed it, not after a
- * fixed time: eager starts mark their stream (stream-marks.ts, pooled
- * events); the peer's mappings go once those marks and a point on the
+ * fixed time: eager starts mark their stream (the GPU runtime's points,
+ * pooled events: src/gpu/gpu-runtime.ts); the peer's mappings go once those marks and a point on the
  * watchdog's stream completed. Two holds remain timed, for what the host
  * cannot see: a transfer captured in a graph (its replays) keeps its waits
  * poisoned for `graceMs`; and this side's flag block, which the peer maps,
@@ -43,7 +43,6 @@ import { awaitedOffset, peerAwaitedOffset, receiverSteps, senderSteps, SLOT_BYTE
 import { callTimeout, DEFAULT_CALL_TIMEOUT_MS, PairedCalls } from './paired-calls.js';
 import { Registration, type Registrations } from './registrations.js';
 import type { RemoteMemoryContext } from './remote-memory.js';
-import { StreamMarks } from './stream-marks.js';
 import type { Tracer } from '../trace.js';
 import type { WatchedBlock, WatchedTransfer, Watchdog } from './watchdog.js';
 
@@ -231,7 +230,7 @@ export class PersistentTransfer implements WatchedTransfer {
       this.captured = true; // the graph owner synchronizes its replays
       return;
     }
-    const done: Promise<void> = this.owner.marks.mark(stream).then(() => {
+    const done: Promise<void> = this.owner.watchdog.gpu.marked(stream).then(() => {
       this.inFlight.delete(done);
       if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
     });
@@ -339,8 +338,6 @@ export class PersistentTransfers {
   readonly peerId: string;
   readonly driver: CudaDriver;
   readonly tracer: Tracer | undefined;
-  /** @internal Marks of eager starts on their streams (pooled events). */
-  readonly marks: StreamMarks;
 
   constructor(
     private readonly ctx: RemoteMemoryContext,
@@ -351,7 +348,6 @@ export class PersistentTransfers {
     this.peerId = ctx.link.peerId;
     this.driver = ctx.link.driver;
     this.tracer = ctx.link.tracer;
-    this.marks = new StreamMarks(this.driver);
     this.calls = new PairedCalls('persistent()', this.peerId, (id, reason) => this.tellPeer(id, reason));
   }
 
@@ -548,7 +544,6 @@ export class PersistentTransfers {
       // Failed transfers' waits were poisoned by the watchdog until now; its last writes pass.
       unwatch?.();
       await this.watchdog.flushed();
-      this.marks.close();
       // This side is done with the block, but the peer may still have it mapped: freeing exported
       // memory before the importer closed it is undefined in CUDA, and after the close the peer's
       // release cannot be heard. Its close follows ours, so the block is held graceMs more.

@@ -16,12 +16,14 @@
  * stream, so it never blocks the event loop or a user's stream, and works
  * the same under the simulator and on a GPU. The protocol is in flags.ts.
  *
- * Its event and stream are released only from completion: close() while a
- * tick (or a flush) still waits on its stream leaves them to the last such
- * wait, so no event is destroyed under a wait that queries it.
+ * Its stream and the events that mark points on it are the transport's GPU
+ * runtime's (src/gpu/): close() only stops the ticks; a tick or flush still
+ * waiting keeps its event until its point completed, and the stream goes
+ * when the runtime closes, once no point on it is pending.
  */
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { ARRIVE, POISON, SLOT_BYTES, STAMP } from './flags.js';
 
 /** One transfer as the watchdog sees it. */
@@ -60,20 +62,21 @@ export class Watchdog {
   private readonly blocks = new Set<WatchedBlock>();
   private timer: NodeJS.Timeout | undefined;
   private stream: StreamHandle | undefined;
-  private event: EventHandle | undefined;
   private busy = false;
   private closed = false;
-  /** Waits on its stream in progress (a tick, flushes): close() leaves the stream and event to the last. */
-  private waits = 0;
   /** The tick in progress, if any. */
   private ticking: Promise<void> | undefined;
   /** Ticks run (for tests and stats). */
   ticks = 0;
 
+  private readonly driver: CudaDriver;
+
   constructor(
-    private readonly driver: CudaDriver,
+    /** The transport's GPU runtime: the watchdog's stream, and the points it waits for on it. */
+    readonly gpu: GpuRuntime,
     options: WatchdogOptions,
   ) {
+    this.driver = gpu.driver;
     this.timeoutMs = options.timeoutMs;
     this.tickMs = options.tickMs ?? Math.min(250, Math.max(1, Math.floor(options.timeoutMs / 8)));
   }
@@ -112,7 +115,7 @@ export class Watchdog {
       stream,
       words.map((addr) => ({ op: 'write64', addr, value: 0n }) as StreamMemOp),
     );
-    this.driver.streamSynchronize(stream);
+    this.gpu.synchronize(stream);
   }
 
   /**
@@ -122,50 +125,16 @@ export class Watchdog {
   async flushed(): Promise<void> {
     // Closed: nothing more is queued; a tick still in flight is the last thing that reads the blocks.
     if (this.closed || this.stream === undefined) return this.ticking;
-    const d = this.driver;
-    let ev: EventHandle | undefined;
-    this.waits++;
-    try {
-      ev = d.eventCreate({ disableTiming: true });
-      d.eventRecord(ev, this.stream);
-      await d.whenComplete(ev);
-    } catch (err) {
-      debug('watchdog: flush failed: %s', (err as Error).message);
-    } finally {
-      if (ev !== undefined) this.destroy(() => d.eventDestroy(ev!));
-      this.waitDone();
-    }
+    await this.gpu.marked(this.stream);
   }
 
+  /** Stops the ticks; the stream stays the runtime's (see the file comment). */
   close(): void {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     this.blocks.clear();
-    if (this.waits === 0) this.release();
-  }
-
-  /** The event and stream go (closed, no wait left on them). */
-  private release(): void {
-    const { event, stream } = this;
-    this.event = undefined;
-    this.stream = undefined;
-    if (event !== undefined) this.destroy(() => this.driver.eventDestroy(event));
-    if (stream !== undefined) this.destroy(() => this.driver.streamDestroy(stream));
-  }
-
-  private waitDone(): void {
-    this.waits--;
-    if (this.closed && this.waits === 0) this.release();
-  }
-
-  private destroy(fn: () => void): void {
-    try {
-      fn();
-    } catch {
-      // the driver was closed first (it destroyed everything)
-    }
   }
 
   private schedule(): void {
@@ -178,7 +147,7 @@ export class Watchdog {
   }
 
   private ensureStream(): StreamHandle {
-    return (this.stream ??= this.driver.streamCreate());
+    return (this.stream ??= this.gpu.stream('watchdog'));
   }
 
   /** @internal One tick now (tests drive the watchdog by hand). */
@@ -197,19 +166,16 @@ export class Watchdog {
 
   private async tickOnce(): Promise<void> {
     this.busy = true;
-    this.waits++;
     this.ticks++;
     try {
       const d = this.driver;
       const stream = this.ensureStream();
-      const event = (this.event ??= d.eventCreate({ disableTiming: true }));
       const reads = [...this.blocks].map((block) => {
         const bytes = new Uint8Array(block.slots * SLOT_BYTES);
         d.memcpyDtoHAsync(bytes, block.ptr, stream);
         return { block, bytes };
       });
-      d.eventRecord(event, stream);
-      await d.whenComplete(event);
+      await new Promise<void>((resolve, reject) => this.gpu.mark(stream, (err) => (err ? reject(err) : resolve())));
       if (this.closed) return;
       const ops: StreamMemOp[] = [];
       for (const { block, bytes } of reads) {
@@ -241,13 +207,12 @@ export class Watchdog {
       debug('watchdog: tick failed: %s', (err as Error).message);
       try {
         // A write into memory unmapped meanwhile leaves an error on the stream: clear it for the next tick.
-        if (this.stream !== undefined) this.driver.streamSynchronize(this.stream);
+        if (this.stream !== undefined) this.gpu.synchronize(this.stream);
       } catch {
         // reported once
       }
     } finally {
       this.busy = false;
-      this.waitDone();
     }
   }
 }

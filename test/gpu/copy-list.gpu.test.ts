@@ -8,7 +8,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { CudaDriver, DevicePtr } from '../../src/cuda/driver.js';
-import { GpuWork } from '../../src/gpu-work.js';
+import { GpuWork } from '../../src/gpu/gpu-work.js';
 import { ProgressEngine } from '../../src/progress/engine.js';
 import { probeNative } from './native-probe.js';
 

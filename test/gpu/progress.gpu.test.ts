@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { CudaDriver } from '../../src/cuda/driver.js';
-import { GpuWork } from '../../src/gpu-work.js';
+import { GpuWork } from '../../src/gpu/gpu-work.js';
 import { ProgressEngine } from '../../src/progress/engine.js';
 import { probeNative } from './native-probe.js';
 

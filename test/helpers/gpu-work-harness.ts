@@ -5,7 +5,7 @@
  */
 import { expect } from 'vitest';
 import type { SimulatedCudaDriver } from '../../src/cuda/sim-driver.js';
-import type { Completion } from '../../src/gpu-work.js';
+import type { Completion } from '../../src/gpu/gpu-work.js';
 
 /** Deterministic non-zero bytes. */
 export function pattern(size: number, seed: number): Uint8Array {

@@ -100,6 +100,7 @@ describe('layers (docs/architecture.md)', () => {
       'Endpoint',
       'Data paths',
       'Endpoint services',
+      'GPU runtime',
       'Protocol',
       'Drivers',
       'Base',

@@ -21,6 +21,7 @@ import { describe, expect, it } from 'vitest';
 import type { CudaDriver, DevicePtr, StreamMemOp } from '../../../src/cuda/driver.js';
 import { conditionMet } from '../../../src/cuda/sim/mem-ops.js';
 import { ARRIVE, DONE, READY, receiverSteps, senderSteps, slotAddress, STAMP, type StartStep } from '../../../src/persistent/flags.js';
+import { GpuRuntime } from '../../../src/gpu/gpu-runtime.js';
 import { Watchdog, type WatchedBlock, type WatchedTransfer } from '../../../src/persistent/watchdog.js';
 
 const A_BLOCK = 0x10000n;
@@ -68,7 +69,7 @@ class Side implements WatchedTransfer {
     readonly peerBlock: DevicePtr,
   ) {
     this.steps = role === 'send' ? senderSteps(slotAddress(ownBlock, peerBlock, 0)) : receiverSteps(slotAddress(ownBlock, peerBlock, 0));
-    this.watchdog = new Watchdog(modelDriver(w), { timeoutMs: 40, tickMs: 10 });
+    this.watchdog = new Watchdog(new GpuRuntime(modelDriver(w)), { timeoutMs: 40, tickMs: 10 });
   }
 
   get ownAwaited(): DevicePtr {
@@ -273,7 +274,7 @@ async function reusedSlot(first: Action[], rounds: number, reset: boolean): Prom
   for (const [addr, value] of w1.mem) w2.mem.set(addr, value);
   if (reset) {
     for (const block of [A_BLOCK, B_BLOCK]) {
-      const wd = new Watchdog(modelDriver(w2), { timeoutMs: 40 });
+      const wd = new Watchdog(new GpuRuntime(modelDriver(w2)), { timeoutMs: 40 });
       wd.reset([READY, DONE, ARRIVE, STAMP].map((o) => block + BigInt(o)));
       wd.close();
     }

@@ -1,7 +1,9 @@
 /**
  * Issue 43: what the persistent layer holds on the GPU is released only from
- * completion. The watchdog closed while a tick waits on its event leaves the
- * event (and its stream) to that tick; a transport closed during a tick frees
+ * completion. The watchdog's stream and events are the GPU runtime's: closed
+ * while a tick waits on its event (Watchdog.close destroyed that event under
+ * the wait before: a cuEventQuery of a destroyed event on the native
+ * driver's completion thread), they go only once the tick's point completed; a transport closed during a tick frees
  * the flag block and the mappings only after the GPU passed them; eager starts
  * mark their streams with pooled events, not one new event per start. The
  * simulated driver's lifetimeViolations lists every release made under
@@ -10,6 +12,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { GpuRuntime } from '../../../src/gpu/gpu-runtime.js';
 import { SLOT_BYTES } from '../../../src/persistent/flags.js';
 import { Watchdog } from '../../../src/persistent/watchdog.js';
 import { deviceWith, makePair, randomBytes, readDevice, type Pair } from '../../helpers/transport-pair.js';
@@ -35,7 +38,7 @@ function watchdogOf(p: Pair['a']): Watchdog {
 }
 
 describe('Watchdog.close during a tick', () => {
-  it('leaves its event and stream to the tick that waits on them: no lifetime violation, nothing left', async () => {
+  it('the runtime keeps its event and stream for the tick that waits on them: no lifetime violation, nothing left', async () => {
     const d = new SimulatedCudaDriver({ env: {} });
     d.init();
     d.setDevice(0);
@@ -43,16 +46,19 @@ describe('Watchdog.close during a tick', () => {
       const slots = 4;
       const ptr = d.memAlloc(slots * SLOT_BYTES);
       d.memsetD8(ptr, 0, slots * SLOT_BYTES);
-      const w = new Watchdog(d, { timeoutMs: 1000 });
+      const gpu = new GpuRuntime(d);
+      const w = new Watchdog(gpu, { timeoutMs: 1000 });
       w.watch({ ptr, slots, transfers: () => [] });
       const events = d.liveEvents;
       d.inject({ copyDelayMs: 40 }); // the tick's read of the block is still queued at close
       const tick = w.tickNow();
+      // The order Transport.close uses: the watchdog, then the runtime, while the tick still waits.
       w.close();
+      gpu.close();
       expect(d.liveEvents).toBe(events + 1); // not destroyed under the tick's wait
       await tick;
       expect(d.lifetimeViolations).toEqual([]);
-      expect(d.liveEvents).toBe(events); // released by the tick, once its wait completed
+      expect(d.liveEvents).toBe(events); // released once the tick's point completed
       d.memFree(ptr);
       expect(d.lifetimeViolations).toEqual([]);
     } finally {
@@ -67,14 +73,17 @@ describe('Watchdog.close during a tick', () => {
     try {
       const slots = 2;
       const ptr = d.memAlloc(slots * SLOT_BYTES);
-      const w = new Watchdog(d, { timeoutMs: 1000 });
+      const gpu = new GpuRuntime(d);
+      const w = new Watchdog(gpu, { timeoutMs: 1000 });
       d.inject({ copyDelayMs: 40 });
       w.reset([ptr]); // makes its stream
       w.poison([ptr]);
       const flushed = w.flushed();
       w.close();
+      gpu.close();
       await flushed;
       expect(d.lifetimeViolations).toEqual([]);
+      expect(d.liveEvents).toBe(0);
       d.memFree(ptr);
       expect(d.lifetimeViolations).toEqual([]);
     } finally {

@@ -308,7 +308,7 @@ describe('ProgressEngine', () => {
 
   it('unregister on close: a closed GPU event queue is forgotten by the engine', async () => {
     const { SimulatedCudaDriver } = await import('../../../src/cuda/sim-driver.js');
-    const { GpuEventQueue } = await import('../../../src/progress/gpu-event-queue.js');
+    const { GpuEventQueue } = await import('../../../src/gpu/gpu-event-queue.js');
     const d = new SimulatedCudaDriver({ env: {} });
     d.init();
     d.setDevice(0);
@@ -337,7 +337,7 @@ describe('ProgressEngine', () => {
 
   it("a wait on a peer's event is the queue's: close fails it at once with the reason; the retired event is destroyed only once the native thread lets go", async () => {
     const { SimulatedCudaDriver } = await import('../../../src/cuda/sim-driver.js');
-    const { GpuEventQueue } = await import('../../../src/progress/gpu-event-queue.js');
+    const { GpuEventQueue } = await import('../../../src/gpu/gpu-event-queue.js');
     const peer = new SimulatedCudaDriver({ env: {} });
     const d = new SimulatedCudaDriver({ env: {} });
     for (const x of [peer, d]) x.init();

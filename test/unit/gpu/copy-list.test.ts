@@ -9,7 +9,7 @@
 import { fc, test as propTest } from '@fast-check/vitest';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
-import { GpuWork } from '../../../src/gpu-work.js';
+import { GpuWork } from '../../../src/gpu/gpu-work.js';
 import { ProgressEngine } from '../../../src/progress/engine.js';
 import { copies, pattern, recorder, until } from '../../helpers/gpu-work-harness.js';
 import { simDevice } from '../../helpers/sim-device.js';

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
-import { GpuWork } from '../../../src/gpu-work.js';
-import { GpuHold } from '../../../src/progress/gpu-hold.js';
+import { GpuWork } from '../../../src/gpu/gpu-work.js';
+import { GpuHold } from '../../../src/gpu/gpu-hold.js';
 
 describe('GpuHold', () => {
   it('released at close when idle; else by the last use, exactly once', () => {

@@ -19,7 +19,7 @@
  * it, and callers that want a promise (rare, off the fast path) wrap one.
  */
 import type { CudaDriver, EventHandle, StreamHandle } from '../cuda/driver.js';
-import type { ProgressEngine, ProgressSource } from './engine.js';
+import type { ProgressEngine, ProgressSource } from '../progress/engine.js';
 
 /** Called once a completion is known: no argument when it completed, the error when it failed. */
 export type Completion = (err?: Error) => void;

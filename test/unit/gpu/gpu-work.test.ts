@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { EventHandle, StreamHandle } from '../../../src/cuda/driver.js';
 import type { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError } from '../../../src/errors.js';
-import { GpuWork } from '../../../src/gpu-work.js';
+import { GpuWork } from '../../../src/gpu/gpu-work.js';
 import { ProgressEngine, type ProgressSource } from '../../../src/progress/engine.js';
 import { copies, pattern, recorder, until } from '../../helpers/gpu-work-harness.js';
 import { simDevice } from '../../helpers/sim-device.js';

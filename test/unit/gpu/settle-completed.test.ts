@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CudaError } from '../../../src/errors.js';
-import { GpuWork } from '../../../src/gpu-work.js';
+import { GpuWork } from '../../../src/gpu/gpu-work.js';
 import { copies, recorder, until } from '../../helpers/gpu-work-harness.js';
 import { simDevice } from '../../helpers/sim-device.js';
 

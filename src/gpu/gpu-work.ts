@@ -22,15 +22,14 @@
  * same GPU, such a run is one launch of smcuda's copy kernel instead
  * (copy-list.ts).
  */
-import { CopyList } from './copy-list.js';
-import type { CopyKernelStats } from './endpoint-stats.js';
-import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, type StreamHandle } from './cuda/driver.js';
-import { ProgressEngine } from './progress/engine.js';
-import { callReporting, type Completion, GpuEventQueue } from './progress/gpu-event-queue.js';
+import { type CopyKernelStats, CopyList } from './copy-list.js';
+import { type CudaDriver, type EventHandle, LEGACY_STREAM, queuedBeforeFailure, type StreamHandle } from '../cuda/driver.js';
+import { ProgressEngine } from '../progress/engine.js';
+import { callReporting, type Completion, GpuEventQueue } from './gpu-event-queue.js';
 
-import { GpuHold } from './progress/gpu-hold.js';
-import { microtask } from './progress/microtask.js';
-export type { Completion } from './progress/gpu-event-queue.js';
+import { GpuHold } from './gpu-hold.js';
+import { microtask } from '../progress/microtask.js';
+export type { Completion } from './gpu-event-queue.js';
 
 /** Copies up to this much (together) share one completion event; larger ones get their own. */
 const BATCH_MAX_BYTES = 4 << 20;
@@ -97,6 +96,8 @@ export class GpuWork {
      * from memory of that device (isSameGpu) with `dstDevice` equal to it is a same-GPU copy.
      */
     private readonly sameGpu?: { device: number; uuid: string },
+    /** Told once this closed (the GPU runtime that made it forgets it). */
+    private readonly onClose?: () => void,
   ) {
     this.events = new GpuEventQueue(driver, engine, spinUs);
     if (sameGpu !== undefined) {
@@ -409,6 +410,7 @@ export class GpuWork {
     if (this.closed) return;
     this.flushNow(false);
     this.closed = true;
+    this.onClose?.();
     this.events.close(reason);
     for (const h of [...this.holds]) h.close();
     if (this.legacyEvent !== undefined) {

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { simDevice } from '../../helpers/sim-device.js';
-import { StreamMarks } from '../../../src/collectives/stream-marks.js';
+import { StreamMarks } from '../../../src/gpu/stream-marks.js';
 
 describe('stream marks', () => {
   it('100 marks queued in one turn on one stream: one event, 100 records, every mark reached', async () => {

@@ -29,10 +29,19 @@
  * graphs go in `close`, which GpuWork calls only once no launch is in
  * flight (it holds this as a GpuHold).
  */
-import type { CudaDriver, DevicePtr, FunctionHandle, GraphExecHandle, PinnedHostBuffer, StreamHandle } from './cuda/driver.js';
-import { debug } from './debug.js';
-import { COPY_PTX } from './kernels/copy.ptx.js';
-import { COPY_LIST_MAX } from './kernels/copy-list-max.js';
+import type { CudaDriver, DevicePtr, FunctionHandle, GraphExecHandle, PinnedHostBuffer, StreamHandle } from '../cuda/driver.js';
+import { debug } from '../debug.js';
+import { COPY_PTX } from '../kernels/copy.ptx.js';
+import { COPY_LIST_MAX } from '../kernels/copy-list-max.js';
+
+/** Same-GPU receives copied by smcuda's copy kernel, not the driver (an endpoint's stats().copyKernel). */
+export interface CopyKernelStats {
+  /** Graph launches of the kernel, and the copies (messages) they made. */
+  launches: number;
+  copies: number;
+  /** Why the kernel could not be set up here, when it could not (every copy is then the driver's). */
+  unavailable?: string;
+}
 
 /** Lists in flight at most: batches beyond them are copied by the driver. */
 const SLOTS = 16;

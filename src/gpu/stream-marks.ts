@@ -65,7 +65,13 @@ export class StreamMarks {
   /** Told when `pending` drops to 0 (reached()). */
   private drained: Array<() => void> = [];
 
-  constructor(private readonly driver: CudaDriver) {}
+  private destroyed = false;
+
+  constructor(
+    private readonly driver: CudaDriver,
+    /** Told once destroyed (the GPU runtime that made it forgets it). */
+    private readonly onDestroy?: () => void,
+  ) {}
 
   /** Calls whose last mark is not reached yet. */
   get inFlight(): number {
@@ -118,9 +124,21 @@ export class StreamMarks {
     }
   }
 
-  /** Destroys the events of reached marks (those still pending are left: their streams may still record them). */
+  /** Destroys the events of reached marks now, and of those still pending once they are reached (never under their wait). Idempotent. */
   destroy(): void {
-    for (const e of this.events.splice(0)) this.driver.eventDestroy(e);
+    if (!this.destroyed) {
+      this.destroyed = true;
+      this.onDestroy?.();
+    }
+    for (const e of this.events.splice(0)) this.destroyEvent(e);
+  }
+
+  private destroyEvent(e: EventHandle): void {
+    try {
+      this.driver.eventDestroy(e);
+    } catch (err) {
+      debug('stream marks: %s', (err as Error).message); // the driver closed first: the event went with it
+    }
   }
 
   private poll(): void {
@@ -128,7 +146,9 @@ export class StreamMarks {
     for (const [stream, marks] of this.unpolled) {
       this.unpolled.delete(stream);
       const finish = (err?: Error) => {
-        this.events.push(marks[0]!.event); // the one event of these marks
+        // The one event of these marks: pooled, or destroyed once this was (its wait is over now).
+        if (this.destroyed) this.destroyEvent(marks[0]!.event);
+        else this.events.push(marks[0]!.event);
         for (const m of marks) {
           m.done = true;
           if (this.last === m) this.last = undefined;
