@@ -74,9 +74,12 @@ import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
+import { agreeGroupId, claimTags, proposeGroupId, tagsOf, type CommTags, type Proposal } from './group-tags.js';
+import { disagreement, groupOf, groupRanks, parseSplitValue, splitValue, type SplitArgs, type SplitValue } from './groups.js';
 
 export type { Algorithm };
-export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier';
+export type { SplitArgs };
+export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier' | 'split' | 'new-group';
 
 export interface CommunicatorOptions {
   /** Default time limit of each call, ms (default 60000); a call past it aborts the communicator. */
@@ -118,6 +121,8 @@ export interface CollectiveResult {
 export interface CommunicatorStats {
   rank: number;
   size: number;
+  /** 0 for a world; a group's id (split, newGroup), which names the tags it reserves on the endpoints (docs/collectives.md, Groups). */
+  group: number;
   /** Whether every rank mapped every peer's scratch (else every call is staged) and why not. */
   mapped: boolean;
   stagedReason?: string;
@@ -142,6 +147,16 @@ export interface CommunicatorEvents {
   collective: [result: CollectiveResult & { dtype?: DType; count?: number }];
   /** The communicator aborted (every rank gets it). */
   abort: [error: CommunicatorAbortedError];
+}
+
+/** How a communicator sits among those sharing its endpoints: its tags, and for a group its parent. */
+interface GroupLink {
+  tags: CommTags;
+  /** Gives the tags back (claimTags). */
+  releaseTags: () => void;
+  parent?: Communicator;
+  /** Each group rank's rank in the parent. */
+  parentRanks?: readonly number[];
 }
 
 /** The keys of CommunicatorOptions (unknown keys are refused: a misspelt `timeoutMs` would otherwise be ignored). */
@@ -172,6 +187,9 @@ const DRAIN_REPORT_MS = 10_000;
 const STALL_CHECK_MS = 100;
 /** The longest delay setTimeout takes. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** The calls that run on the host only (never on the device path, never captured). */
+const HOST_OPS: ReadonlySet<CollectiveOp> = new Set(['barrier', 'split', 'new-group']);
 
 /** The algorithms a call or a communicator may force. */
 export const FORCED_ALGORITHMS = ['one-shot', 'two-shot', 'ce-pipeline', 'staged'] as const;
@@ -208,7 +226,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   readonly size: number;
   readonly transport: Transport;
   readonly driver: CudaDriver;
+  /** A group's ranks in its parent (group rank k is parent rank parentRanks[k]); undefined for a world. */
+  readonly parentRanks: readonly number[] | undefined;
   private readonly control: ControlPlane;
+  private readonly link: GroupLink;
+  /** The groups split from this communicator and not closed yet (an abort aborts them, close closes them first). */
+  private readonly children = new Set<Communicator>();
+  /** The options this communicator was given: its groups start from them. */
+  private readonly given: CommunicatorOptions;
   private readonly endpoints: Map<number, Endpoint>;
   private scratch!: Scratch;
   private readonly kernels: ReduceKernels;
@@ -291,9 +316,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     endpoints: Map<number, Endpoint>,
     opts: CommunicatorOptions,
     private readonly owned: { socket: string; dir: string } | undefined,
+    link: GroupLink,
   ) {
     super();
     this.transport = transport;
+    this.link = link;
+    this.parentRanks = link.parentRanks;
+    this.given = Object.fromEntries(COMMUNICATOR_KEYS.filter((k) => opts[k] !== undefined).map((k) => [k, opts[k]]));
     this.driver = transport.driver;
     this.rank = rank;
     this.size = size;
@@ -317,16 +346,23 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.tracePath = tracePath;
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.flight = new FlightRecorder(opts.flightRecords !== undefined ? { capacity: opts.flightRecords } : {});
-    this.control = new ControlPlane(rank, size, endpoints, {
-      onAbort: (err) => this.onAbort(err),
-      onDeparted: (peer, last) => this.onDeparted(peer, last),
-      onPrints: (peer, first, words) => this.onPrints(peer, first, words),
-    });
+    this.control = new ControlPlane(
+      rank,
+      size,
+      endpoints,
+      {
+        onAbort: (err) => this.onAbort(err),
+        onDeparted: (peer, last) => this.onDeparted(peer, last),
+        onPrints: (peer, first, words) => this.onPrints(peer, first, words),
+      },
+      link.tags.control,
+    );
     this.prints = new MessagePrintBoard((first, words) => this.control.sendPrints(first, words));
     this.check = new CallCheck(rank, size, this.prints);
     this.counters = {
       rank,
       size,
+      group: link.tags.group,
       mapped: true,
       steps: 'host',
       calls: 0,
@@ -388,15 +424,26 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     endpoints: Map<number, Endpoint>,
     opts: CommunicatorOptions,
     owned: { socket: string; dir: string } | undefined,
+    group: { tags: CommTags; parent?: Communicator; parentRanks?: readonly number[] } = { tags: tagsOf(0) },
   ): Promise<Communicator> {
-    const c = new Communicator(transport, rank, size, endpoints, opts, owned);
+    // Refused before anything is sent: a second communicator on the same tags would take this one's messages.
+    const releaseTags = claimTags(endpoints.values(), group.tags.group);
+    let c: Communicator;
+    try {
+      c = new Communicator(transport, rank, size, endpoints, opts, owned, { ...group, releaseTags });
+    } catch (err) {
+      releaseTags();
+      throw err;
+    }
+    group.parent?.children.add(c);
     c.control.start();
     try {
       // Every endpoint must lead to the rank it is filed under, in a job of the same size.
       const info = c.driver.deviceInfo(c.driver.currentDevice());
       const gpu = info.uuid;
       const sms = info.multiprocessors;
-      const table = size > 1 && [...endpoints.values()].every((ep) => ep.sharesMemory);
+      // A group compares its calls by message: an endpoint's descriptor channel carries one call table, its world's.
+      const table = size > 1 && group.parent === undefined && [...endpoints.values()].every((ep) => ep.sharesMemory);
       const me: RankHello = {
         rank,
         size,
@@ -427,6 +474,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     } catch (err) {
       c.control.finish();
       c.tracer?.close();
+      c.detach();
       throw err;
     }
     c.counters.mapped = c.scratch.mapped;
@@ -440,6 +488,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       kernels: c.kernels,
       pipeline: undefined,
       endpoint: (k: number) => c.endpoints.get(k)!,
+      dataTag: group.tags.data,
       streamDone: (stream: StreamHandle) => c.marks.mark(stream),
       copied: (n: number) => (c.counters.scratchCopyBytes += n),
     };
@@ -628,6 +677,127 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /**
+   * Splits this communicator into groups (MPI_Comm_split, ncclCommSplit): a
+   * call every rank makes, in call order like the collectives. Ranks that
+   * pass the same `color` form a group, ordered by `key` (default 0), then
+   * by their rank here; a rank whose color is undefined or negative
+   * (NCCL_SPLIT_NOCOLOR, MPI_UNDEFINED) joins none and gets undefined. A
+   * group shares this communicator's transport, endpoints and driver (no new
+   * connection) on two tags of its own (docs/collectives.md, Groups), and has
+   * its own calls, call check and scratch: it runs beside this communicator
+   * and its other groups. `options` are the group's (default: this
+   * communicator's). Resolves once the group is set up on every member.
+   */
+  split(args: SplitArgs, options: CommunicatorOptions = {}): Promise<Communicator | undefined> {
+    try {
+      splitValue(args, 1);
+      this.checkGroupOptions(options);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.makeGroup('split', (g) => splitValue(args, g), options);
+  }
+
+  /**
+   * The group of `ranks` (torch.distributed's new_group): a call every rank
+   * makes with the same list, members or not; a member's rank in the group
+   * is its place in the list sorted, and a rank not in it gets undefined.
+   * Otherwise as split().
+   */
+  newGroup(ranks: readonly number[], options: CommunicatorOptions = {}): Promise<Communicator | undefined> {
+    let list: number[];
+    try {
+      list = groupRanks(ranks, this.size);
+      this.checkGroupOptions(options);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.makeGroup('new-group', (g) => ({ r: list, g }), options);
+  }
+
+  /** A group's options, checked on this rank before the call (its set-up would refuse them on every member, later). */
+  private checkGroupOptions(options: CommunicatorOptions): void {
+    if (typeof options !== 'object' || options === null) throw new ArgumentTypeError(`a group's options must be an object, got ${String(options)}`);
+    refuseUnknownKeys("a group's options", options, COMMUNICATOR_KEYS);
+    const o = { ...this.given, ...options };
+    positive('timeoutMs', o.timeoutMs, 1);
+    // The group's size is not known yet: its set-up checks scratchBytes against it (256 bytes a rank).
+    positive('scratchBytes', o.scratchBytes, 256, 256);
+    positive('oneShotMaxBytes', o.oneShotMaxBytes, 0, 0);
+    positive('twoShotMaxBytes', o.twoShotMaxBytes, 0, 0);
+    if (o.flightRecords !== undefined) new FlightRecorder({ capacity: o.flightRecords });
+    if (o.algorithm !== undefined && !isForcedAlgorithm(o.algorithm))
+      throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(o.algorithm)}`);
+  }
+
+  /**
+   * split and newGroup: the parent's call exchanges every rank's value (and
+   * its proposal for the group's id, group-tags.ts); then each member sets up
+   * its group over the parent's endpoints to the other members.
+   */
+  private makeGroup(op: 'split' | 'new-group', value: (proposal: number) => SplitValue, options: CommunicatorOptions): Promise<Communicator | undefined> {
+    let proposal: Proposal | undefined;
+    let seq = 0;
+    const values = new Map<number, SplitValue>();
+    const made = this.call(op, {}, 0, this.size === 1 ? 'local' : 'one-shot', printWord0(op, undefined, undefined, false, undefined), async (c) => {
+      seq = c.seq;
+      const p = await proposeGroupId(this.transport);
+      proposal = p;
+      try {
+        const mine = value(p.value);
+        const raw = await this.control.exchange(`group:${c.seq}`, mine);
+        values.set(this.rank, mine);
+        for (const [k, v] of raw) values.set(k, parseSplitValue(k, v, this.size));
+      } catch (err) {
+        p.settle(undefined);
+        throw err;
+      }
+    });
+    return made.then(
+      async (result) => {
+        try {
+          const differ = disagreement(this.rank, values);
+          if (differ) {
+            // Every rank has every value: each finds a difference and fails alike.
+            const err = new CallMismatchError(
+              `${op} #${seq} differs between ranks: rank ${differ.rank}'s ${differ.field === 'ranks' ? 'list of ranks' : 'call'} is not rank ${this.rank}'s; every rank must make the same group calls with the same ranks`,
+              this.rank,
+              seq,
+              [this.rank, differ.rank],
+              [differ.field],
+              { failedPid: process.pid },
+            );
+            this.control.abort(err, true);
+            throw this.abortError ?? err;
+          }
+          const g = groupOf(this.rank, values);
+          if (!g) return undefined;
+          const id = agreeGroupId(g.proposals);
+          proposal!.settle(id);
+          if (this.abortError) throw this.abortError;
+          if (this.closed) throw new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED');
+          const eps = new Map<number, Endpoint>();
+          g.members.forEach((r, k) => {
+            if (r !== this.rank) eps.set(k, this.endpoints.get(r)!);
+          });
+          debug('communicator rank %d: %s #%d: group %d of ranks %s (%d µs)', this.rank, op, seq, id, g.members.join(','), result.us);
+          return await Communicator.start(this.transport, g.members.indexOf(this.rank), g.members.length, eps, { ...this.given, ...options }, undefined, {
+            tags: tagsOf(id),
+            parent: this,
+            parentRanks: g.members,
+          });
+        } finally {
+          proposal?.settle(undefined);
+        }
+      },
+      (err: unknown) => {
+        proposal?.settle(undefined);
+        throw err;
+      },
+    );
+  }
+
+  /**
    * Resolves once every call made so far is queued on its stream. A call on
    * the device path is queued before it returns; one on the host path (staged,
    * barrier) later, step by step.
@@ -691,6 +861,28 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     };
   }
 
+  /**
+   * The parent aborted: so does this group, on every member (told too: a
+   * member's parent may hear of it later than its group's peers poison
+   * their flags). A parent's rank outside the group is named by this rank.
+   */
+  private parentAborted(err: CommunicatorAbortedError): void {
+    if (this.abortError) return;
+    const parentRanks = this.parentRanks ?? [];
+    const member = parentRanks.indexOf(err.failedRank);
+    const failed = member >= 0 ? member : this.rank;
+    this.control.abort(
+      new CommunicatorAbortedError(`the parent communicator aborted: ${err.message}`, failed, err.causeCode, { cause: err, failedPid: err.failedPid }),
+      true,
+    );
+  }
+
+  /** Gives back this communicator's tags and leaves its parent's groups (once it is released, or its set-up failed). */
+  private detach(): void {
+    this.link.releaseTags();
+    this.link.parent?.children.delete(this);
+  }
+
   /** Fails every pending call of every rank with `reason` (as a rank's failure does). */
   abort(reason: Error = new SmcudaError('SMCUDA_ABORTED', 'aborted by the application')): void {
     this.control.abort(this.wrap(reason), true);
@@ -713,6 +905,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private async closeNow(): Promise<void> {
     this.closed = true;
+    // Groups first: they use this communicator's endpoints (and, for a world of create(), its transport).
+    await Promise.all([...this.children].map((c) => c.close()));
     if (this.unsettledCount > 0 && !this.abortError && !(await this.allSettled(CLOSE_DRAIN_MS))) {
       const first = this.unsettled.slice(this.unsettledHead).find((p) => !p.settled);
       const what = first ? `call #${first.seq} (${first.op})` : 'a call';
@@ -883,7 +1077,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       }
     }
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
-    const onDevice = op !== 'barrier' && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
+    const onDevice = !HOST_OPS.has(op) && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
     const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
     if (capturing && !onDevice) {
       this.flight.failed(seq);
@@ -1166,7 +1360,14 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.lastCall = p;
     if (debugEnabled()) debug('communicator rank %d: %s %s×%d by %s in %d µs', this.rank, p.op, p.dtype ?? '', p.count ?? 0, p.algorithm, p.us);
     try {
-      if (this.tracer) this.tracer.collective({ rank: this.rank, size: this.size, seq: p.seq, ...p.record() });
+      if (this.tracer)
+        this.tracer.collective({
+          rank: this.rank,
+          size: this.size,
+          ...(this.link.tags.group > 0 ? { group: this.link.tags.group } : {}),
+          seq: p.seq,
+          ...p.record(),
+        });
       if (this.listenerCount('collective') > 0) this.emit('collective', p.record());
     } catch (err) {
       // A 'collective' listener that throws fails this call with its error (and only this call).
@@ -1271,6 +1472,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.recordAbort(err);
     for (const w of this.abortWaiters) w(err);
     this.abortWaiters.clear();
+    for (const child of this.children) child.parentAborted(err);
     // Release this rank's streams from flag waits no peer will ever satisfy now, then fail the calls.
     this.startPoisoning();
     const failed = this.failAllDrained(err);
@@ -1336,6 +1538,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       if (this.abortError && !(await this.control.allUnmapped(UNMAP_WAIT_MS)))
         debug("communicator rank %d: a peer did not unmap this rank's scratch within %d ms: freeing it", this.rank, UNMAP_WAIT_MS);
       this.control.finish();
+      this.detach();
       this.scratch?.release();
       try {
         this.kernels.unload();

@@ -27,6 +27,7 @@ export interface CallShared {
   kernels: ReduceKernels;
   pipeline: CePipeline | undefined;
   endpoint(rank: number): Endpoint;
+  dataTag: number;
   streamDone(stream: StreamHandle): Promise<void>;
   copied(bytes: number): void;
 }
@@ -67,6 +68,9 @@ export class CallState implements CallContext {
   }
   endpoint(rank: number): Endpoint {
     return this.shared.endpoint(rank);
+  }
+  get dataTag(): number {
+    return this.shared.dataTag;
   }
   streamDone(): Promise<void> {
     return this.shared.streamDone(this.stream);
