@@ -74,6 +74,7 @@ import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
+import { checkPeer, PointToPoint, p2pTagOf, type P2PArgs, type P2PKind, type P2PResult } from './p2p.js';
 import { agreeGroupId, claimTags, proposeGroupId, tagsOf, type CommTags, type Proposal } from './group-tags.js';
 import { disagreement, groupOf, groupRanks, parseSplitValue, splitValue, type SplitArgs, type SplitValue } from './groups.js';
 
@@ -229,6 +230,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** A group's ranks in its parent (group rank k is parent rank parentRanks[k]); undefined for a world. */
   readonly parentRanks: readonly number[] | undefined;
   private readonly control: ControlPlane;
+  /** Sends and receives (p2p.ts). */
+  private readonly p2p: PointToPoint;
   private readonly link: GroupLink;
   /** The groups split from this communicator and not closed yet (an abort aborts them, close closes them first). */
   private readonly children = new Set<Communicator>();
@@ -346,6 +349,24 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.tracePath = tracePath;
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.flight = new FlightRecorder(opts.flightRecords !== undefined ? { capacity: opts.flightRecords } : {});
+    // Made before the control plane: a peer's first print may arrive before this rank's set-up is done.
+    this.p2p = new PointToPoint({
+      rank,
+      size,
+      driver: this.driver,
+      scratch: () => this.scratch,
+      deviceSteps: () => this.device !== undefined,
+      marks: () => this.marks,
+      sendPrint: (peer, print) => this.control.sendP2P(peer, print),
+      endpoint: (k) => this.endpoints.get(k)!,
+      dataTag: () => p2pTagOf(link.tags.group),
+      capturing: (stream) => this.gpuDriven.graphs && this.driver.streamIsCapturing(stream),
+      abortError: () => this.abortError,
+      closed: () => this.closed,
+      abort: (err) => this.control.abort(this.wrap(err), true),
+      queueFree: () => this.hostPending === 0,
+      inCallOrder: (work) => this.inCallOrder(work),
+    });
     this.control = new ControlPlane(
       rank,
       size,
@@ -354,6 +375,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         onAbort: (err) => this.onAbort(err),
         onDeparted: (peer, last) => this.onDeparted(peer, last),
         onPrints: (peer, first, words) => this.onPrints(peer, first, words),
+        onP2P: (peer, print) => this.p2p.onPrint(peer, print),
       },
       link.tags.control,
     );
@@ -797,6 +819,63 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     );
   }
 
+  // ------------------------------------------------------------------ point to point (p2p.ts)
+
+  /**
+   * Sends `count` elements of `buf` to rank `peer`, in stream order with
+   * this rank's other calls. This rank's n-th send to `peer` is `peer`'s
+   * n-th recv from this rank (their counts and dtypes must agree). Resolves
+   * once the stream has run it and the peer made its matching recv.
+   */
+  send(a: P2PArgs): Promise<P2PResult> {
+    return this.p2pCall('send', a);
+  }
+
+  /** Receives `count` elements from rank `peer` into `buf`, in stream order (as send). */
+  recv(a: P2PArgs): Promise<P2PResult> {
+    return this.p2pCall('recv', a);
+  }
+
+  /**
+   * Runs `fn`, which makes sends and receives (synchronously), and queues
+   * them together when it returns, as ncclGroupStart/End: a pipeline
+   * stage's send to one neighbour and receive from the other never
+   * deadlock, whatever the sizes. Resolves with their results in call order.
+   */
+  batch(fn: () => unknown): Promise<P2PResult[]> {
+    return this.p2p.batch(fn);
+  }
+
+  private p2pCall(kind: P2PKind, a: P2PArgs): Promise<P2PResult> {
+    let bytes = 0;
+    let buf = 0n;
+    try {
+      bytes = this.checkCall(a);
+      checkPeer(this.rank, this.size, a.peer);
+      buf = bufferArg(this.buffers, 'buf', a.buf, bytes, a.dtype);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.p2p.call(kind, a.peer, buf, a.count, a.dtype, bytes, a.stream ?? 0n, a.timeoutMs ?? this.timeoutMs);
+  }
+
+  /** Runs `work` once the calls made before it are queued, and holds the calls after it until `work` is done (point to point's host path). */
+  private inCallOrder(work: () => void | Promise<void>): Promise<void> {
+    this.hostPending++;
+    let queued!: () => void;
+    const next = new Promise<void>((resolve) => (queued = resolve));
+    const previous = this.queue;
+    this.queue = next;
+    return previous.then(async () => {
+      try {
+        await work();
+      } finally {
+        this.hostPending--;
+        queued();
+      }
+    });
+  }
+
   /**
    * Resolves once every call made so far is queued on its stream. A call on
    * the device path is queued before it returns; one on the host path (staged,
@@ -920,11 +999,25 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         true,
       );
     }
+    if (this.p2p.inFlight > 0 && !this.abortError && !(await this.p2p.allSettled(CLOSE_DRAIN_MS))) {
+      this.control.abort(
+        new CommunicatorAbortedError(
+          `rank ${this.rank} (pid ${process.pid}) closed its communicator with ${this.p2p.firstInFlight() ?? 'a send or receive'} still in flight after ${CLOSE_DRAIN_MS} ms`,
+          this.rank,
+          'SMCUDA_CLOSED',
+          { failedPid: process.pid },
+        ),
+        true,
+      );
+    }
     this.control.stop(this.seq);
     const closed = new CommunicatorAbortedError('the communicator was closed', this.rank, 'SMCUDA_CLOSED');
     for (const w of this.abortWaiters) w(closed);
     this.abortWaiters.clear();
-    if (!this.abortError) this.failAll(closed);
+    if (!this.abortError) {
+      this.failAll(closed);
+      this.p2p.failAll(closed);
+    }
     await (this.aborting ?? this.release());
     // After an abort the release ran before close(): alloc()'s buffers are freed now (none if the driver closed with the transport).
     this.freeAllocations();
@@ -1056,6 +1149,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   ): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
+    if (this.p2p.batching)
+      return Promise.reject(
+        this.refuse(
+          new SmcudaError('SMCUDA_P2P_BATCH', `${op} was called inside batch(): a batch holds sends and receives only; make it before or after the batch`),
+        ),
+      );
     const seq = ++this.seq;
     const started = performance.now();
     const stream = o.stream ?? 0n;
@@ -1275,6 +1374,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private onDeparted(peer: number, last: number): void {
     this.departed.set(peer, last);
     if (this.seq > last && !this.closed) this.peerClosed(peer, last, last + 1);
+    if (!this.closed) this.p2p.peerDeparted(peer);
   }
 
   /** A peer's call prints arrived (message boards): compares them, then completes the calls that waited for them. */
@@ -1476,6 +1576,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     // Release this rank's streams from flag waits no peer will ever satisfy now, then fail the calls.
     this.startPoisoning();
     const failed = this.failAllDrained(err);
+    this.p2p.aborted(err, failed);
     this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
     this.aborting = this.cleanUpAfterAbort(failed);

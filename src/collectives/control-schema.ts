@@ -6,6 +6,7 @@
  */
 import { isDeviceBuffer } from '../buffers.js';
 import { ProtocolError } from '../errors.js';
+import { isDType, type DType } from '../kernels/dtypes.js';
 
 export type ControlMessage =
   | { t: 'sig'; seq: number; step: number }
@@ -13,7 +14,8 @@ export type ControlMessage =
   | { t: 'fp'; s: number; w: number[] }
   | { t: 'abort'; rank: number; code: string; message: string; pid?: number; seq?: number; ranks?: number[]; fields?: string[] }
   | { t: 'bye'; last?: number }
-  | { t: 'unmapped' };
+  | { t: 'unmapped' }
+  | { t: 'pp'; k: 'send' | 'recv'; n: number; c: number; d: DType };
 
 /** Bytes of one control message at most (the largest honest one is a batch of call prints). */
 export const MAX_CONTROL_BYTES = 1 << 20;
@@ -82,6 +84,11 @@ export function parseControl(data: unknown, size: number): ControlMessage {
       return m.last === undefined ? { t: 'bye' } : { t: 'bye', last: m.last };
     case 'unmapped':
       return { t: 'unmapped' };
+    case 'pp':
+      // A send's or receive's print (p2p-match.ts).
+      if ((m.k !== 'send' && m.k !== 'recv') || !isSeq(m.n) || m.n < 1 || !isSeq(m.c) || !isDType(m.d))
+        bad('a send or receive print without a valid kind, n, count and dtype');
+      return { t: 'pp', k: m.k, n: m.n, c: m.c, d: m.d };
     default:
       bad(`unknown type ${JSON.stringify(String(m.t)).slice(0, 40)}`);
   }

@@ -20,6 +20,7 @@ import { debug } from '../debug.js';
 import type { Endpoint } from '../endpoint.js';
 import { CallMismatchError, CommunicatorAbortedError, PeerLostError, ProtocolError } from '../errors.js';
 import { parseControl, type ControlMessage } from './control-schema.js';
+import type { P2PPrint } from './p2p-match.js';
 
 /** The tags of a world communicator on its endpoints (not for the application's own messages); a group's are below them (group-tags.ts). */
 export const CONTROL_TAG = 0xfffffff0;
@@ -36,6 +37,8 @@ export interface ControlEvents {
   onDeparted(peer: number, lastSeq: number): void;
   /** A peer's call prints (message-print-board.ts). */
   onPrints(peer: number, first: number, words: number[]): void;
+  /** A peer's print of one of its sends or receives (p2p-match.ts). */
+  onP2P?(peer: number, print: P2PPrint): void;
 }
 
 /** How ranks wait for each other between the steps of a collective: host frames today, device flags later. */
@@ -152,6 +155,9 @@ export class ControlPlane implements RankSync {
       case 'fp':
         this.events.onPrints(peer, msg.s, msg.w);
         break;
+      case 'pp':
+        this.events.onP2P?.(peer, { kind: msg.k, n: msg.n, count: msg.c, dtype: msg.d });
+        break;
       case 'abort': {
         const o = { failedPid: msg.pid };
         const err =
@@ -202,6 +208,11 @@ export class ControlPlane implements RankSync {
       // An endpoint closing under the send: the same (its 'close' reports it).
       debug('communicator rank %d: a control message to rank %d failed: %s', this.rank, peer, (err as Error).message);
     }
+  }
+
+  /** Tells `peer` this rank's print of one of its sends or receives (p2p-match.ts). */
+  sendP2P(peer: number, p: P2PPrint): void {
+    this.send(peer, { t: 'pp', k: p.kind, n: p.n, c: p.count, d: p.dtype });
   }
 
   signal(peers: readonly number[], seq: number, step: number): void {
