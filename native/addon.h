@@ -20,4 +20,6 @@ void InitFdPassing(Napi::Env env, Napi::Object exports);
 void InitHostMapping(Napi::Env env, Napi::Object exports);
 // floor.cc: the bench's native floor, an RGET ping-pong of two processes spinning on shared host flags.
 void InitFloor(Napi::Env env, Napi::Object exports);
+// nccl.cc: libnccl.so.2 dlopen'ed at run time, one function per NCCL call.
+void InitNccl(Napi::Env env, Napi::Object exports);
 }  // namespace smcuda

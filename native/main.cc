@@ -10,6 +10,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   smcuda::InitFdPassing(env, exports);
   smcuda::InitHostMapping(env, exports);
   smcuda::InitFloor(env, exports);
+  smcuda::InitNccl(env, exports);
   return exports;
 }
 
