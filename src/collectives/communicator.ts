@@ -85,7 +85,7 @@ export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 
 export interface CommunicatorOptions {
   /** Default time limit of each call, ms (default 60000); a call past it aborts the communicator. */
   timeoutMs?: number;
-  /** Bytes of each of the four scratch regions per rank (default 4 MiB): larger calls go in pieces (the copy-engine pipeline's chunks are half a region, the one-shot's pieces 1/(2N) of one). */
+  /** Bytes of each of the five scratch regions per rank (default 4 MiB; the fifth is point to point's): larger calls go in pieces (the copy-engine pipeline's chunks are half a region, the one-shot's pieces 1/(2N) of one). */
   scratchBytes?: number;
   /** allreduce: one-shot up to this many bytes (default 2 MiB / N: 1 MiB for 2 ranks, 512 KiB for 4, 256 KiB for 8)… */
   oneShotMaxBytes?: number;
