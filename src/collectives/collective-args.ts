@@ -33,7 +33,9 @@ export interface AllreduceArgs extends CallOptions {
   recv?: BufferArg;
   /** Elements per rank (0 allowed; need not divide by the ranks). */
   count: number;
+  /** The elements' type: f32, f16, bf16, f64, i32, i64, u8, i8, u32, u64, f8e4m3, f8e5m2. */
   dtype: DType;
+  /** The reduction: sum, avg, min, max, prod, premul (with `factor`); band, bor, bxor for integers. */
   op: ReduceOp;
   /** `premul`'s factor: recv[i] = Σ factor × send[i]; given with `premul` only, the same on every rank. */
   factor?: number;
@@ -45,7 +47,9 @@ export interface BroadcastArgs extends CallOptions {
   send?: BufferArg;
   /** Where every rank gets root's data (`count` elements). */
   recv: BufferArg;
+  /** Elements broadcast (0 allowed). */
   count: number;
+  /** The elements' type: f32, f16, bf16, f64, i32, i64, u8, i8, u32, u64, f8e4m3, f8e5m2. */
   dtype: DType;
   /** The rank whose `send` is broadcast. */
   root: number;
@@ -57,8 +61,11 @@ export interface ReduceArgs extends CallOptions {
   send: BufferArg;
   /** Root's output (`count` elements); default `send`. Not written on the other ranks. */
   recv?: BufferArg;
+  /** Elements per rank (0 allowed). */
   count: number;
+  /** The elements' type: f32, f16, bf16, f64, i32, i64, u8, i8, u32, u64, f8e4m3, f8e5m2. */
   dtype: DType;
+  /** The reduction: sum, avg, min, max, prod, premul (with `factor`); band, bor, bxor for integers. */
   op: ReduceOp;
   /** `premul`'s factor (see AllreduceArgs.factor). */
   factor?: number;
@@ -74,6 +81,7 @@ export interface AllgatherArgs extends CallOptions {
   recv: BufferArg;
   /** Elements each rank contributes. */
   count: number;
+  /** The elements' type: f32, f16, bf16, f64, i32, i64, u8, i8, u32, u64, f8e4m3, f8e5m2. */
   dtype: DType;
 }
 
@@ -85,7 +93,9 @@ export interface ReduceScatterArgs extends CallOptions {
   recv: BufferArg;
   /** Elements of each block (what each rank receives). */
   count: number;
+  /** The elements' type: f32, f16, bf16, f64, i32, i64, u8, i8, u32, u64, f8e4m3, f8e5m2. */
   dtype: DType;
+  /** The reduction: sum, avg, min, max, prod, premul (with `factor`); band, bor, bxor for integers. */
   op: ReduceOp;
   /** `premul`'s factor (see AllreduceArgs.factor). */
   factor?: number;
@@ -99,5 +109,6 @@ export interface AlltoallArgs extends CallOptions {
   recv?: BufferArg;
   /** Elements of each block. */
   count: number;
+  /** The elements' type: f32, f16, bf16, f64, i32, i64, u8, i8, u32, u64, f8e4m3, f8e5m2. */
   dtype: DType;
 }
