@@ -3,8 +3,9 @@
  * over their endpoints, on a reserved tag. It carries the set-up exchanges,
  * the step signals of the calls whose steps go through the host (behind
  * `RankSync`: staged calls, barrier, and every call where the steps cannot
- * be device-side, device-sync.ts), and ABORT: the first failure of any rank
- * reaches every other rank with its original code and message.
+ * be device-side, device-sync.ts), the prints of sends and receives
+ * (p2p-match.ts), and ABORT: the first failure of any rank reaches every
+ * other rank with its original code and message.
  *
  * A peer whose endpoint closes without saying BYE is lost: the communicator
  * aborts. One that said BYE (closed its communicator) names the last call it
