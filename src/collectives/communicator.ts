@@ -769,7 +769,25 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         const mine = value(p.value);
         const raw = await this.control.exchange(`group:${c.seq}`, mine);
         values.set(this.rank, mine);
-        for (const [k, v] of raw) values.set(k, parseSplitValue(k, v, this.size));
+        for (const [k, v] of raw) {
+          try {
+            values.set(k, parseSplitValue(k, v, this.size));
+          } catch (err) {
+            // The peer broke the protocol: named as the failed rank, as control.ts names one.
+            const pid = this.endpoints.get(k)?.peerPid;
+            const e = new CommunicatorAbortedError(
+              `rank ${k}${pid !== undefined ? ` (pid ${pid})` : ''} failed: ${(err as Error).message}`,
+              k,
+              'SMCUDA_PROTOCOL',
+              {
+                cause: err,
+                failedPid: pid,
+              },
+            );
+            this.control.abort(e, true);
+            throw this.abortError ?? e;
+          }
+        }
       } catch (err) {
         p.settle(undefined);
         throw err;
@@ -922,7 +940,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return buf;
   }
 
-  /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are the communicator's). */
+  /** The endpoint to `rank` (for the application's own messages beside the collectives; tags 0xfffffff0 and 0xfffffff1 are a world's, and every tag from 0xf0000000 up is reserved for groups); a group's is its parent's endpoint to that rank. */
   endpoint(rank: number): Endpoint {
     const ep = this.endpoints.get(rank);
     if (!ep) throw new ArgumentRangeError(`no endpoint to rank ${rank}: ranks are 0 to ${this.size - 1}, and this is rank ${this.rank}`);
