@@ -240,6 +240,20 @@ export function driverContract(name: string, makeDriver: () => CudaDriver | Prom
           d.memFree(p2);
         }
       });
+
+      it('memAllocBuffer: an allocation that knows its length and device, and that it was freed (its address given again too)', () => {
+        const a = d.memAllocBuffer(2 * MiB);
+        expect(a).toMatchObject({ length: 2 * MiB, device: 0, freed: false });
+        expect(d.memGetAddressRange(a.ptr)).toEqual({ base: a.ptr, size: 2 * MiB });
+        d.memFree(a.ptr); // behind the object's back: it knows
+        expect(a.freed).toBe(true);
+        const b = d.memAllocBuffer(2 * MiB);
+        expect([a.freed, b.freed]).toEqual([true, false]);
+        b.free();
+        expect(b.freed).toBe(true);
+        b.free(); // twice: nothing
+        expectCudaError(() => d.memFree(b.ptr), 'CUDA_ERROR_INVALID_VALUE');
+      });
     });
 
     describe('pinned host memory through its device address', () => {
