@@ -92,6 +92,7 @@ describe.each([
     { name: 'a buffer shorter than the call', buf: (w: World) => w.sides[0]!.driver.memAlloc(32), code: 'SMCUDA_OUT_OF_RANGE' },
     { name: 'a misaligned pointer', buf: (w: World) => w.sides[0]!.driver.memAlloc(128) + 2n, code: 'SMCUDA_OUT_OF_RANGE' },
     { name: 'a number for a pointer', buf: () => 4096 as unknown as bigint, code: 'SMCUDA_INVALID_ARG_TYPE' },
+    { name: 'a buffer object shorter than the call', buf: (w: World) => ({ ptr: w.sides[0]!.driver.memAlloc(64), length: 32 }), code: 'SMCUDA_OUT_OF_RANGE' },
   ])('a recv into $name throws $code at once, and the sender fails too', async ({ buf, code }) => {
     w = await makeWorld(2, { ipcOpenFails: staged, timeoutMs: 30_000 });
     const [c0, c1] = pair(w);

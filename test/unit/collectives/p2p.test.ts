@@ -156,6 +156,29 @@ describe.each([
     expect(read(w, 1, dst, count * 4).equals(Buffer.from(x))).toBe(true);
   });
 
+  it('made right after a barrier (a host-path call) on the same stream: queued once the barrier is, in call order', async () => {
+    const w = await world(2, staged);
+    const count = 2 * (slotBytes(2) / 8) + 1;
+    const x = elements('f64', count, 77);
+    const src = alloc(w, 0, count * 8, x);
+    const dst = alloc(w, 1, count * 8);
+    const [c0, c1] = w.comms as [Communicator, Communicator];
+    const calls = [c0.barrier(), c0.send({ buf: src, count, dtype: 'f64', peer: 1 }), c1.barrier(), c1.recv({ buf: dst, count, dtype: 'f64', peer: 0 })];
+    const r = await Promise.all(calls);
+    expect((r[3] as { path: string }).path).toBe(path);
+    expect(read(w, 1, dst, count * 8).equals(Buffer.from(x))).toBe(true);
+  });
+
+  it('buffer objects ({ ptr, length }) as the collectives take them', async () => {
+    const w = await world(2, staged);
+    const count = 40;
+    const x = elements('u32', count, 3);
+    const src = { ptr: alloc(w, 0, count * 4, x), length: count * 4 };
+    const dst = { ptr: alloc(w, 1, count * 4), length: count * 4 };
+    await Promise.all([w.comms[0]!.send({ buf: src, count, dtype: 'u32', peer: 1 }), w.comms[1]!.recv({ buf: dst, count, dtype: 'u32', peer: 0 })]);
+    expect(read(w, 1, dst.ptr, count * 4).equals(Buffer.from(x))).toBe(true);
+  });
+
   it('a pipeline ring through batch(): 4 ranks each send to rank + 1 and receive from rank - 1, sends first, many slots each, 3 rounds, no deadlock', async () => {
     const n = 4;
     const w = await world(n, staged);
