@@ -116,4 +116,42 @@ describe('docs/api (the generated API reference)', () => {
       expect(prose(text), `${owner} ${member} in ${doc} has no description. ${REGENERATE}`).toBe(true);
     }
   });
+
+  it("lists every collective's argument fields (named interfaces, not `object & CallOptions`), each described", () => {
+    const main = 'docs/api/smcuda.md';
+    const comm = section(main, '### Communicator');
+    expect(comm, `the Communicator's calls take an inline object type. ${REGENERATE}`).not.toMatch(/`object` &/);
+    const calls: Array<[string, string, string[]]> = [
+      ['allreduce', 'AllreduceArgs', ['send', 'recv?', 'count', 'dtype', 'op', 'factor?', 'stream?']],
+      ['broadcast', 'BroadcastArgs', ['send?', 'recv', 'count', 'dtype', 'root', 'stream?']],
+      ['reduce', 'ReduceArgs', ['send', 'recv?', 'count', 'dtype', 'op', 'root']],
+      ['allgather', 'AllgatherArgs', ['send', 'recv', 'count', 'dtype']],
+      ['reduceScatter', 'ReduceScatterArgs', ['send', 'recv', 'count', 'dtype', 'op']],
+      ['alltoall', 'AlltoallArgs', ['send', 'recv?', 'count', 'dtype']],
+    ];
+    for (const [call, args, fields] of calls) {
+      const method = comm.split(`\n##### ${call}()\n`)[1]?.split(/\n##### /)[0] ?? '';
+      expect(method, `Communicator.${call}() does not take ${args}. ${REGENERATE}`).toContain(`[\`${args}\`](#${args.toLowerCase()})`);
+      const body = section(main, `### ${args}`);
+      for (const f of fields) {
+        const i = body.indexOf(`\n##### ${f}\n`);
+        expect(i, `${args}.${f} is missing from ${main}. ${REGENERATE}`).toBeGreaterThanOrEqual(0);
+        const text = body.slice(i).split('\n').slice(2).join('\n').split(/\n#{4,5} /)[0]!;
+        expect(
+          text.split('\n').some((l) => /^[\w`(]/.test(l) && l.length > 12),
+          `${args}.${f} has no description. ${REGENERATE}`,
+        ).toBe(true);
+      }
+    }
+  });
+
+  it("leaves inherited EventEmitter members out of the classes' entries", () => {
+    const main = 'docs/api/smcuda.md';
+    for (const owner of ['### Communicator', '### Transport', '### Endpoint']) {
+      const body = section(main, owner);
+      expect(body, `${owner} is missing from ${main}`).not.toBe('');
+      for (const m of ['on', 'once', 'emit', 'addListener', 'removeAllListeners', 'setMaxListeners', 'listenerCount', 'eventNames'])
+        expect(body, `${owner} in ${main} lists EventEmitter's ${m}(). ${REGENERATE}`).not.toContain(`\n##### ${m}()\n`);
+    }
+  });
 });
