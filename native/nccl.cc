@@ -286,6 +286,24 @@ Napi::Value CommDestroy(const Napi::CallbackInfo& info) {
   SMCUDA_NCCL(env, "ncclCommDestroy", nullptr, commDestroy, As<ncclComm_t>(comm));
 }
 
+// [rank, size] of a ready communicator.
+Napi::Value CommRankSize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  HAVE(commUserRank, "ncclCommUserRank");
+  ARG_U64(comm, 0);
+  int rank = -1, count = -1;
+  ncclResult_t r = gNccl.fn.commUserRank(As<ncclComm_t>(comm), &rank);
+  if (r == kNcclSuccess) r = gNccl.fn.commCount(As<ncclComm_t>(comm), &count);
+  if (r != kNcclSuccess) {
+    NcclError(env, "ncclCommUserRank", r, As<ncclComm_t>(comm)).ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  Napi::Array out = Napi::Array::New(env, 2);
+  out.Set(0u, Napi::Number::New(env, rank));
+  out.Set(1u, Napi::Number::New(env, count));
+  return out;
+}
+
 // ---- collectives: (send, recv, count, datatype, [op], [root], comm, stream) --------
 
 Napi::Value AllReduce(const Napi::CallbackInfo& info) {
@@ -472,6 +490,7 @@ void InitNccl(Napi::Env env, Napi::Object exports) {
   exports.Set("ncclCommInitRankConfig", Napi::Function::New(env, CommInitRankConfig));
   exports.Set("ncclCommSplit", Napi::Function::New(env, CommSplit));
   exports.Set("ncclCommGetAsyncError", Napi::Function::New(env, CommGetAsyncError));
+  exports.Set("ncclCommRankSize", Napi::Function::New(env, CommRankSize));
   exports.Set("ncclCommAbort", Napi::Function::New(env, CommAbort));
   exports.Set("ncclCommDestroy", Napi::Function::New(env, CommDestroy));
   exports.Set("ncclAllReduce", Napi::Function::New(env, AllReduce));

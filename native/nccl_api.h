@@ -79,6 +79,8 @@ typedef int ncclRedOp_t;
   X(commDestroy, "ncclCommDestroy", ncclResult_t, (ncclComm_t))                                                    \
   X(commGetAsyncError, "ncclCommGetAsyncError", ncclResult_t, (ncclComm_t, ncclResult_t*))                         \
   X(getErrorString, "ncclGetErrorString", const char*, (ncclResult_t))                                             \
+  X(commCount, "ncclCommCount", ncclResult_t, (ncclComm_t, int*))                                                  \
+  X(commUserRank, "ncclCommUserRank", ncclResult_t, (ncclComm_t, int*))                                            \
   X(allReduce, "ncclAllReduce", ncclResult_t,                                                                      \
     (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))                           \
   X(broadcast, "ncclBroadcast", ncclResult_t, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)) \

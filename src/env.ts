@@ -93,9 +93,10 @@ export const ENV_OVERRIDES: readonly EnvOverride[] = [
   { name: 'SMCUDA_CHROMIUM', value: 'file path', default: 'a system Chromium', effect: 'the browser `smcuda diagram --format svg` and the docs tests drive' },
   {
     name: 'SMCUDA_RENDEZVOUS',
-    value: 'directory path',
+    value: 'directory path, or tcp://host:port',
     default: 'none',
-    effect: '`Communicator.fromEnv()`: the rendezvous directory every rank of the job shares (mode 0700)',
+    effect:
+      '`Communicator.fromEnv()`: the rendezvous directory every rank of the job shares (mode 0700); tcp://host:port: the TCP store rank 0 serves for ranks across machines (wins over MASTER_ADDR/MASTER_PORT)',
   },
   {
     name: 'SMCUDA_TOKEN',
@@ -106,6 +107,32 @@ export const ENV_OVERRIDES: readonly EnvOverride[] = [
   },
   { name: 'RANK', value: 'integer ≥ 0', default: 'none', effect: "`Communicator.fromEnv()`: this process's rank (as torchrun sets it)" },
   { name: 'WORLD_SIZE', value: 'integer ≥ 1', default: 'none', effect: '`Communicator.fromEnv()`: how many ranks the job has' },
+  {
+    name: 'MASTER_ADDR',
+    value: 'host name or IP address',
+    default: 'none',
+    effect: "the TCP store's host (rank 0's machine), as torchrun sets it; with MASTER_PORT",
+  },
+  { name: 'MASTER_PORT', value: 'integer 1–65535', default: 'none', effect: "the TCP store's port, as torchrun sets it; with MASTER_ADDR" },
+  {
+    name: 'SMCUDA_NCCL_LIBRARY',
+    value: 'file path',
+    default: 'searched',
+    effect:
+      "load NCCL from this file (or this directory's libnccl.so.2) and nowhere else; unset: the loader's paths, then PyTorch's nvidia/nccl/lib (docs/multinode.md)",
+  },
+  {
+    name: 'VIRTUAL_ENV',
+    value: 'directory path',
+    default: 'none',
+    effect: 'a Python environment whose site-packages the NCCL search looks in first (as its activation sets it)',
+  },
+  {
+    name: 'CONDA_PREFIX',
+    value: 'directory path',
+    default: 'none',
+    effect: 'a conda environment whose site-packages the NCCL search looks in (as its activation sets it)',
+  },
   {
     name: 'LOCAL_RANK',
     value: 'integer ≥ 0',
@@ -227,4 +254,48 @@ export function envCommunicator(env: Env = process.env): CommunicatorEnv {
   const token = raw(env, 'SMCUDA_TOKEN');
   if (token !== undefined) out.token = token;
   return out;
+}
+
+/** SMCUDA_NCCL_LIBRARY, and the Python environments the NCCL search looks in first: VIRTUAL_ENV, CONDA_PREFIX. */
+export function envNccl(env: Env = process.env): { library?: string; pythonPrefixes: string[] } {
+  const library = raw(env, 'SMCUDA_NCCL_LIBRARY');
+  const pythonPrefixes = [raw(env, 'VIRTUAL_ENV'), raw(env, 'CONDA_PREFIX')].filter((p): p is string => p !== undefined);
+  return library === undefined ? { pythonPrefixes } : { library, pythonPrefixes };
+}
+
+/** Where the TCP store of a rendezvous across machines is served. */
+export interface StoreAddress {
+  host: string;
+  port: number;
+  /** Which variables said so, for messages. */
+  from: string;
+}
+
+function port(v: string, name: string): number {
+  const n = Number(v);
+  if (!/^\s*\d+\s*$/.test(v) || n < 1 || n > 65535) throw new ConfigError(`${name} must be a port number 1–65535, got ${JSON.stringify(v)}: fix or unset it`);
+  return n;
+}
+
+/**
+ * SMCUDA_RENDEZVOUS=tcp://host:port (an IPv6 host in brackets), else
+ * MASTER_ADDR and MASTER_PORT as torchrun sets them; undefined when neither
+ * is set (SMCUDA_RENDEZVOUS naming a directory is the one-node rendezvous).
+ * A malformed value, or one of MASTER_ADDR/MASTER_PORT without the other, is a ConfigError.
+ */
+export function envStoreAddress(env: Env = process.env): StoreAddress | undefined {
+  const rdv = raw(env, 'SMCUDA_RENDEZVOUS');
+  if (rdv?.startsWith('tcp://')) {
+    const m = /^tcp:\/\/(\[[0-9a-fA-F:.]+\]|[^:/[\]]+):([^/]+)\/?$/.exec(rdv);
+    if (!m) throw new ConfigError(`SMCUDA_RENDEZVOUS must be tcp://host:port, got ${JSON.stringify(rdv)}: fix or unset it`);
+    return { host: m[1]!.replace(/^\[|\]$/g, ''), port: port(m[2]!, 'the port of SMCUDA_RENDEZVOUS'), from: 'SMCUDA_RENDEZVOUS' };
+  }
+  const host = raw(env, 'MASTER_ADDR');
+  const p = raw(env, 'MASTER_PORT');
+  if (host === undefined && p === undefined) return undefined;
+  if (host === undefined || p === undefined)
+    throw new ConfigError(
+      `${host === undefined ? 'MASTER_PORT is set without MASTER_ADDR' : 'MASTER_ADDR is set without MASTER_PORT'}: set both (rank 0's host and a free port on it), or neither`,
+    );
+  return { host, port: port(p, 'MASTER_PORT'), from: 'MASTER_ADDR/MASTER_PORT' };
 }

@@ -286,3 +286,52 @@ export class P2PMismatchError extends SmcudaError {
     super('SMCUDA_P2P_MISMATCH', message);
   }
 }
+
+/**
+ * An NCCL call failed (src/nccl/). `code` is SMCUDA_NCCL_ and NCCL's result
+ * in capitals (SMCUDA_NCCL_INVALID_ARGUMENT, SMCUDA_NCCL_REMOTE_ERROR, …;
+ * SMCUDA_NCCL_TIMEOUT also for a communicator not ready within its time),
+ * `call` the NCCL function, `result` the ncclResult_t, `detail` NCCL's
+ * words for it and `lastError` what ncclGetLastError said.
+ */
+export class NcclError extends SmcudaError {
+  constructor(
+    code: string,
+    message: string,
+    readonly call: string,
+    readonly result: number,
+    readonly detail = '',
+    readonly lastError = '',
+  ) {
+    super(code, message);
+  }
+}
+
+/**
+ * NCCL cannot be used here: no libnccl.so.2 was found or loaded
+ * ('SMCUDA_NCCL_UNAVAILABLE': the message lists where it looked, why each
+ * failed, and what to install), or the NCCL loaded lacks the entry point a
+ * call needs ('SMCUDA_NCCL_UNSUPPORTED'). Only the features that need NCCL fail.
+ */
+export class NcclUnavailableError extends SmcudaError {
+  constructor(
+    message: string,
+    code: 'SMCUDA_NCCL_UNAVAILABLE' | 'SMCUDA_NCCL_UNSUPPORTED' = 'SMCUDA_NCCL_UNAVAILABLE',
+    readonly looked: readonly string[] = [],
+  ) {
+    super(code, message);
+  }
+}
+
+/**
+ * The TCP store of a rendezvous across machines failed (src/collectives/tcp-store.ts).
+ * `code`: SMCUDA_STORE_TIMEOUT (no answer, the store not reachable, or a
+ * key not set within the timeout), SMCUDA_STORE_LOST (the connection to
+ * the store closed: rank 0 gone), SMCUDA_STORE_REFUSED (the store refused
+ * a request over its limits). A wrong job token is a BadTokenError.
+ */
+export class StoreError extends SmcudaError {
+  constructor(code: 'SMCUDA_STORE_TIMEOUT' | 'SMCUDA_STORE_LOST' | 'SMCUDA_STORE_REFUSED', message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
+  }
+}
