@@ -201,6 +201,37 @@ describe.each([
     }
   });
 
+  it('in groups split from the world: ranks are group ranks, and sends of a group and of the world at once never take each other’s data', async () => {
+    const w = await world(4, staged);
+    const groups = await Promise.all(w.comms.map((c, r) => c.split({ color: r % 2, key: r })));
+    const count = 3 * (slotBytes(4) / 4) + 1;
+    const bytes = count * 4;
+    const data = w.sides.map((_, r) => [elements('i32', count, 500 + r), elements('i32', count, 600 + r)]);
+    const src = w.sides.map((_, r) => [alloc(w, r, bytes, data[r]![0]), alloc(w, r, bytes, data[r]![1])]);
+    const dst = w.sides.map((_, r) => [alloc(w, r, bytes), alloc(w, r, bytes)]);
+    // Group rank g of color c is world rank 2g + c: each group swaps between its two ranks while the world runs a ring.
+    await Promise.all(
+      w.comms.flatMap((c, r) => {
+        const g = groups[r]!;
+        return [
+          g.batch(() => {
+            g.send({ buf: src[r]![0]!, count, dtype: 'i32', peer: 1 - g.rank });
+            g.recv({ buf: dst[r]![0]!, count, dtype: 'i32', peer: 1 - g.rank });
+          }),
+          c.batch(() => {
+            c.send({ buf: src[r]![1]!, count, dtype: 'i32', peer: (r + 1) % 4 });
+            c.recv({ buf: dst[r]![1]!, count, dtype: 'i32', peer: (r + 3) % 4 });
+          }),
+        ];
+      }),
+    );
+    for (let r = 0; r < 4; r++) {
+      expect(read(w, r, dst[r]![0]!, bytes).equals(Buffer.from(data[r ^ 2]![0]!)), `group, rank ${r}`).toBe(true);
+      expect(read(w, r, dst[r]![1]!, bytes).equals(Buffer.from(data[(r + 3) % 4]![1]!)), `world, rank ${r}`).toBe(true);
+    }
+    await Promise.all(groups.map((g) => g!.close()));
+  });
+
   it('a batch with two sends to one peer and a single recv for each on the other side (lanes keep the pair’s order)', async () => {
     const w = await world(2, staged);
     const per = slotBytes(2) / 4;
