@@ -37,6 +37,7 @@ export {
   type CommunicatorOptions,
   type CommunicatorStats,
   type FromEndpointsOptions,
+  type SplitArgs,
 } from './collectives/communicator.js';
 export type { RendezvousOptions } from './collectives/rendezvous.js';
 export type { P2PArgs, P2PResult } from './collectives/p2p.js';
