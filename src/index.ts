@@ -40,5 +40,5 @@ export {
   type SplitArgs,
 } from './collectives/communicator.js';
 export type { RendezvousOptions } from './collectives/rendezvous.js';
-export type { P2PArgs, P2PResult } from './collectives/p2p.js';
+export type { P2PArgs, P2PResult, P2PStats } from './collectives/p2p.js';
 export { DTYPES, REDUCE_OPS, DTYPE_BYTES, type DType, type ReduceOp } from './kernels/dtypes.js';

@@ -74,7 +74,7 @@ import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
-import { checkPeer, PointToPoint, p2pTagOf, type P2PArgs, type P2PKind, type P2PResult } from './p2p.js';
+import { checkPeer, PointToPoint, p2pTagOf, type P2PArgs, type P2PKind, type P2PResult, type P2PStats } from './p2p.js';
 import { agreeGroupId, claimTags, proposeGroupId, tagsOf, type CommTags, type Proposal } from './group-tags.js';
 import { disagreement, groupOf, groupRanks, parseSplitValue, splitValue, type SplitArgs, type SplitValue } from './groups.js';
 
@@ -140,6 +140,8 @@ export interface CommunicatorStats {
   /** The PTX modules' load time, ms, summed: one module per dtype called (the first load of each JIT-compiles). */
   moduleLoadMs: number;
   last?: CollectiveResult & { dtype?: DType; count?: number };
+  /** Sends and receives completed (point to point: not in `calls`). */
+  p2p: P2PStats;
   aborted?: string;
 }
 
@@ -268,7 +270,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
   /** After an abort: rewrites the poison into this rank's flags until the calls in flight drained. */
   private poisonTimer: NodeJS.Timeout | undefined;
-  private readonly counters: CommunicatorStats;
+  private readonly counters: Omit<CommunicatorStats, 'p2p'>;
   private readonly tracer: FileTracer | undefined;
   /**
    * Calls not settled yet, in call order, from `unsettledHead` (the watchdog
@@ -953,6 +955,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       byOp: { ...this.counters.byOp },
       byAlgorithm: { ...this.counters.byAlgorithm },
       moduleLoadMs: this.kernels.loadMs,
+      p2p: this.p2p.stats(),
       ...(this.lastCall ? { last: this.lastCall.record() } : {}),
       ...(this.abortError ? { aborted: this.abortError.message } : {}),
     };

@@ -88,6 +88,15 @@ export interface P2PResult {
   us: number;
 }
 
+/** What stats().p2p says: the sends and receives completed, by kind and by path, and their bytes. */
+export interface P2PStats {
+  sends: number;
+  recvs: number;
+  bytesSent: number;
+  bytesReceived: number;
+  byPath: { device: number; staged: number };
+}
+
 /** The lowest tag communicators reserve (group-tags.ts reserves every tag from it up to DATA_TAG). */
 const TAG_FLOOR = 0xf0000000;
 /**
@@ -201,6 +210,7 @@ export class PointToPoint {
   private collecting: P2PCall[] | undefined;
   private channel: P2PChannel | undefined;
   private settledWaiters: Array<() => void> = [];
+  private readonly counters: P2PStats = { sends: 0, recvs: 0, bytesSent: 0, bytesReceived: 0, byPath: { device: 0, staged: 0 } };
 
   constructor(private readonly host: P2PHost) {
     this.match = new P2PMatch(host.rank, host.size);
@@ -439,7 +449,18 @@ export class PointToPoint {
     if (aborted) return this.settle(b, aborted);
     const us = Math.round((performance.now() - b.started) * 1000);
     this.settle(b);
-    for (const c of b.calls) c.resolve({ op: c.kind, peer: c.peer, n: c.n, bytes: c.bytes, path: b.path, us });
+    const k = this.counters;
+    for (const c of b.calls) {
+      if (c.kind === 'send') {
+        k.sends++;
+        k.bytesSent += c.bytes;
+      } else {
+        k.recvs++;
+        k.bytesReceived += c.bytes;
+      }
+      k.byPath[b.path]++;
+      c.resolve({ op: c.kind, peer: c.peer, n: c.n, bytes: c.bytes, path: b.path, us });
+    }
   }
 
   private timedOut(b: P2PBatch): void {
@@ -513,6 +534,10 @@ export class PointToPoint {
         resolve(true);
       });
     });
+  }
+
+  stats(): P2PStats {
+    return { ...this.counters, byPath: { ...this.counters.byPath } };
   }
 
   /** The first call in flight, in words (for close's error). */

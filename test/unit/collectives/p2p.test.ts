@@ -77,6 +77,7 @@ describe.each([
         // Ordered: rank 0 sends first, rank 1 receives first; a send larger than two slots waits for its receive.
         let dst = [alloc(w, 0, bytes), alloc(w, 1, bytes)];
         const [c0, c1] = w.comms as [Communicator, Communicator];
+        const before = c0.stats().p2p;
         const r = await Promise.all([
           c0.send({ buf: src[0]!, count, dtype, peer: 1 }),
           c0.recv({ buf: dst[0]!, count, dtype, peer: 1 }),
@@ -91,6 +92,14 @@ describe.each([
         ]);
         expect(read(w, 1, dst[1]!, bytes).equals(Buffer.from(data[0]!))).toBe(true);
         expect(read(w, 0, dst[0]!, bytes).equals(Buffer.from(data[1]!))).toBe(true);
+        const after = c0.stats().p2p;
+        const p = path as 'device' | 'staged';
+        expect([after.sends - before.sends, after.recvs - before.recvs, after.bytesSent - before.bytesSent, after.byPath[p] - before.byPath[p]]).toEqual([
+          1,
+          1,
+          bytes,
+          2,
+        ]);
         // Batched: both ranks send first.
         dst = [alloc(w, 0, bytes), alloc(w, 1, bytes)];
         const b = await Promise.all(
