@@ -197,6 +197,36 @@ describe('comm.split and comm.newGroup', () => {
     await Promise.all(sub.map((g, r) => g!.allreduce({ send: x[r]!, count: 10, dtype: 'i32', op: 'max' })));
   });
 
+  it('splits made without awaiting: two of one parent, then one of each group, with a parent call between: each rank agrees on every group', async () => {
+    w = await makeWorld(4, { timeoutMs: 20_000 });
+    const world = w;
+    const count = 40;
+    const bufs = world.sides.map((s, r) => upload(s.driver, elements('i32', count, r)));
+    // In call order on every rank: split, allreduce, split; none awaited before the next is made.
+    const made = await Promise.all(
+      world.comms.map((c, r) =>
+        Promise.all([c.split({ color: r >> 1 }), c.allreduce({ send: bufs[r]!, count, dtype: 'i32', op: 'max' }), c.split({ color: r & 1 })]),
+      ),
+    );
+    const tp = made.map((m) => m[0]!);
+    const dp = made.map((m) => m[2]!);
+    for (let r = 0; r < 4; r++) {
+      expect(tp[r]!.parentRanks).toEqual([r & ~1, r | 1]);
+      expect(dp[r]!.parentRanks).toEqual([r & 1, (r & 1) + 2]);
+    }
+    // Splits of two different communicators at once, made in the same order on every rank.
+    const nested = await Promise.all(world.comms.map((_, r) => Promise.all([tp[r]!.split({ color: 0, key: -r }), dp[r]!.split({ color: 0 })])));
+    for (let r = 0; r < 4; r++) {
+      const [a, b] = nested[r]!;
+      expect(a!.parentRanks).toEqual([1, 0]);
+      expect(b!.parentRanks).toEqual([0, 1]);
+    }
+    // Each rank's four groups have four ids (a group shares its id only with groups it shares no endpoint with).
+    for (let r = 0; r < 4; r++) expect(new Set([tp[r]!, dp[r]!, ...nested[r]!].map((g) => g!.stats().group)).size).toBe(4);
+    const x = world.sides.map((s, r) => upload(s.driver, elements('f32', count, r)));
+    await Promise.all(nested.flatMap(([a, b], r) => [a!.allreduce({ send: x[r]!, count, dtype: 'f32', op: 'sum' }), b!.barrier()]));
+  });
+
   it('graph capture inside a group: captured once, replayed with fresh inputs, every replay verified; the parent calls eagerly between replays', async () => {
     w = await makeWorld(4, { timeoutMs: 20_000, scratchBytes: 1024 });
     const world = w;
