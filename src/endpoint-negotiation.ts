@@ -5,6 +5,7 @@
  * stats() reports. The hot path never touches the actor: it reads the link's
  * `ipcOk`, which the endpoint sets on each transition (onState).
  */
+import type { GpuWork } from './gpu/gpu-work.js';
 import type { HandlePool } from '../cache/index.js';
 import { createNegotiator, type Negotiator, type NegotiationState } from '../machines/index.js';
 import type { CudaDriver } from './cuda/driver.js';
@@ -28,8 +29,8 @@ export interface NegotiationLinkOptions {
   uuidOf: (ordinal: number) => string;
   /** After every transition (the endpoint emits 'state'). */
   onState: (state: NegotiationState, previous: NegotiationState) => void;
-  /** Once this side's device is ready, before it can be OK: sets up what the first message would (GpuWork.prepare). */
-  prepareGpu: () => void;
+  /** The endpoint's GPU work: once this side's device is ready, before it can be OK, it sets up what the first message would (GpuWork.prepare); it waits for the probe's value to land. */
+  gpu: () => GpuWork;
 }
 
 export class NegotiationLink {
@@ -50,7 +51,7 @@ export class NegotiationLink {
       checkReady: async () => {
         const ready = d.isReady();
         const probe = ready ? this.ownProbe() : undefined;
-        if (probe !== undefined) o.prepareGpu();
+        if (probe !== undefined) o.gpu().prepare();
         return { ready, deviceUuid: this.localUuid(), probe };
       },
       checkPeerAccess: async (peerUuid) => this.canAccessPeer(peerUuid),
@@ -109,7 +110,7 @@ export class NegotiationLink {
   /** My probe for the negotiation (ipc-probe.ts), made once; undefined if it cannot be (the peer then refuses IPC). */
   private ownProbe(): Uint8Array | undefined {
     try {
-      this.probe ??= ExportedProbe.create(this.driver);
+      this.probe ??= ExportedProbe.create(this.driver, this.o.gpu());
       return this.probe.bytes;
     } catch (err) {
       debug('endpoint %s: no IPC probe (%s): IPC will be refused', this.o.peerId, (err as Error).message);

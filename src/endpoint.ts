@@ -136,7 +136,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
         link.negotiationState(state);
         this.emit('state', state, previous);
       },
-      prepareGpu: () => link.gpu().prepare(),
+      gpu: () => link.gpu(),
     });
     this.paths = createPaths(link, link.parts);
     this.staging = this.paths.find((p): p is StagingPath => p instanceof StagingPath)!;

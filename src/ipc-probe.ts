@@ -22,6 +22,7 @@ import { randomFillSync } from 'node:crypto';
 import type { HandlePool } from '../cache/index.js';
 import { type CudaDriver, type DevicePtr, LEGACY_STREAM } from './cuda/driver.js';
 import { IPC_HANDLE_BYTES, IPC_PROBE_BYTES } from './wire/frames.js';
+import type { GpuWork } from './gpu/gpu-work.js';
 
 const VALUE_BYTES = 8;
 
@@ -37,14 +38,14 @@ export class ExportedProbe {
   ) {}
 
   /** Allocates, fills and exports a probe on the current device. Throws the driver's error. */
-  static create(driver: CudaDriver): ExportedProbe {
+  static create(driver: CudaDriver, gpu: Pick<GpuWork, 'synchronize'>): ExportedProbe {
     const value = randomFillSync(new Uint8Array(VALUE_BYTES));
     const ptr = driver.memAlloc(VALUE_BYTES);
     try {
       driver.memcpyHtoD(ptr, value);
       // A pageable cuMemcpyHtoD may return before the DMA is done, and the
       // peer reads the value through its own mapping: wait for it (once per endpoint).
-      driver.streamSynchronize(LEGACY_STREAM);
+      gpu.synchronize(LEGACY_STREAM);
       const handle = driver.ipcGetMemHandle(ptr);
       const range = driver.memGetAddressRange(ptr);
       const bytes = new Uint8Array(IPC_PROBE_BYTES);

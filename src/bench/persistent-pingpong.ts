@@ -20,6 +20,7 @@
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { ArgumentRangeError } from '../errors.js';
+import { GpuRuntime } from '../gpu/gpu-runtime.js';
 import type { Registration } from '../persistent/registrations.js';
 import { startSequence, type PersistentTransfer } from '../persistent/transfers.js';
 import { timeReplays } from './graph-replays.js';
@@ -38,12 +39,15 @@ export function sourceByte(role: PingPongRole): number {
 
 export class PersistentPingPong implements PingPongUnderTest {
   readonly #d: CudaDriver;
+  /** Waits for the streams' work (points marked through the GPU runtime). */
+  readonly #gpu: GpuRuntime;
   readonly #ep: Endpoint;
   readonly #timeoutMs: number;
   readonly #flags: 'memops' | 'kernel';
 
   constructor(ctx: PingPongContext, timeoutMs = 60_000) {
     this.#d = ctx.driver;
+    this.#gpu = new GpuRuntime(ctx.driver);
     this.#ep = ctx.endpoint;
     this.#flags = ctx.flags ?? 'memops';
     this.#timeoutMs = timeoutMs;
@@ -120,6 +124,7 @@ export class PersistentPingPong implements PingPongUnderTest {
 
   async close(): Promise<void> {
     // The transfers and registrations of each call are closed by that call; the endpoint is the bench session's.
+    this.#gpu.close();
   }
 
   /** The peer's bytes are in this side's destination: a figure of transfers that moved nothing is no figure. */
@@ -132,12 +137,6 @@ export class PersistentPingPong implements PingPongUnderTest {
   }
 
   async #settle(stream: StreamHandle, what: string): Promise<void> {
-    const ev = this.#d.eventCreate({ disableTiming: true });
-    try {
-      this.#d.eventRecord(ev, stream);
-      await withinMs(this.#d.whenComplete(ev), this.#timeoutMs, what);
-    } finally {
-      this.#d.eventDestroy(ev);
-    }
+    await withinMs(this.#gpu.completed(stream), this.#timeoutMs, what);
   }
 }

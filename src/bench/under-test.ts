@@ -18,6 +18,7 @@ import type { Algorithm } from './collective-figures.js';
 import type { MemOpGraphResult, PingPongRole } from './memop-pingpong.js';
 import type { Repeat } from './protocol.js';
 import { PersistentPingPong } from './persistent-pingpong.js';
+import { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { withinMs } from './stuck.js';
 
 export type ReduceOp = 'sum' | 'avg' | 'min' | 'max' | 'prod';
@@ -167,7 +168,7 @@ export async function timeCollective(
   o: Repeat & { runs: number; reduce?: ReduceOp; algorithm?: Algorithm; graph?: boolean; timeoutMs: number },
 ): Promise<CollectiveTiming> {
   const stream = driver.streamCreate();
-  const done = driver.eventCreate({ disableTiming: true });
+  const gpu = new GpuRuntime(driver);
   const call: CollectiveCall = {
     op: 'allreduce',
     reduce: o.reduce ?? 'sum',
@@ -178,10 +179,7 @@ export async function timeCollective(
     stream,
     ...(o.algorithm ? { algorithm: o.algorithm } : {}),
   };
-  const sync = async (what: string) => {
-    driver.eventRecord(done, stream);
-    await withinMs(driver.whenComplete(done), o.timeoutMs, what);
-  };
+  const sync = (what: string) => withinMs(gpu.completed(stream), o.timeoutMs, what);
   let exec: bigint | undefined;
   let graph: bigint | undefined;
   try {
@@ -220,7 +218,7 @@ export async function timeCollective(
   } finally {
     if (exec !== undefined) driver.graphExecDestroy(exec);
     if (graph !== undefined) driver.graphDestroy(graph);
-    driver.eventDestroy(done);
+    gpu.close();
     driver.streamDestroy(stream);
   }
 }

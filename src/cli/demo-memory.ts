@@ -12,6 +12,7 @@
 import type { DeviceBuffer } from '../buffers.js';
 import type { CudaDriver, DevicePtr, PoolHandle, StreamHandle } from '../cuda/driver.js';
 import { ConfigError } from '../errors.js';
+import { GpuRuntime } from '../gpu/gpu-runtime.js';
 
 export const MEMORY_OPTIONS = ['legacy', 'vmm', 'vmm-chunked', 'pool'] as const;
 export type MemoryOption = (typeof MEMORY_OPTIONS)[number];
@@ -49,7 +50,8 @@ export function isMemoryOption(value: string): value is MemoryOption {
 }
 
 /** Allocator of `option` memory on the current device; refuses the descriptor kinds where the driver cannot make them. */
-export function allocDemoMemory(driver: CudaDriver, option: MemoryOption): DemoMemory {
+/** `gpu`: the runtime that waits for the pool's allocations (a transport's; else one of its own). */
+export function allocDemoMemory(driver: CudaDriver, option: MemoryOption, gpu: GpuRuntime = new GpuRuntime(driver)): DemoMemory {
   if (option !== 'legacy') {
     const st = driver.status();
     if (st.fdMemory !== true) {
@@ -91,7 +93,7 @@ export function allocDemoMemory(driver: CudaDriver, option: MemoryOption): DemoM
           pool = driver.memPoolCreate();
         }
         const ptr = driver.memAllocFromPoolAsync(maxSize, pool, stream!);
-        driver.streamSynchronize(stream!); // usable by other streams (and the peer) from here on
+        gpu.synchronize(stream!); // usable by other streams (and the peer) from here on
         frees.push(() => driver.memFreeAsync(ptr, stream!));
         return { base: ptr, view: (size) => ({ ptr, length: size }) };
       }
@@ -117,7 +119,7 @@ export function allocDemoMemory(driver: CudaDriver, option: MemoryOption): DemoM
     freeAll() {
       for (const free of frees.splice(0)) free();
       if (pool !== undefined) {
-        driver.streamSynchronize(stream!);
+        gpu.synchronize(stream!);
         driver.memPoolDestroy(pool);
         driver.streamDestroy(stream!);
         pool = undefined;

@@ -22,13 +22,13 @@
  */
 import { rmdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import type { CudaDriver } from '../cuda/driver.js';
 import { allocDemoMemory, type DemoBuffer, type DemoMemory, type MemoryOption } from './demo-memory.js';
 import { openDriver } from '../cuda/open-driver.js';
 import type { Endpoint } from '../endpoint.js';
 import { LAUNCH_BURST } from '../bench/graph-replays.js';
 import { median } from '../bench/stats.js';
 import { startGroup } from '../persistent/transfers.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { Transport } from '../transport.js';
 import { currentRuntime } from './runtimes.js';
 import { checkPattern, fillPattern, GRAPH_SAMPLED_REPLAYS, seedOf } from './demo-pattern.js';
@@ -181,21 +181,21 @@ async function start(cfg: WorkerConfig): Promise<DemoWorkerReady> {
     async connect() {
       for (let r = 0; r < cfg.rank; r++) await transport.connect(join(cfg.dir, `rank${r}.sock`));
       await allConnected;
-      memory = allocDemoMemory(driver, cfg.memory);
+      memory = allocDemoMemory(driver, cfg.memory, transport.gpu);
       buffers = allocBuffers(memory, cfg.ranks, cfg.rank, maxSize);
       return { rank: cfg.rank, ...memory.describe([...buffers.send.values()][0], maxSize) };
     },
     async phase({ phase, sizeIndex }) {
       if (!buffers) throw new WorkerFailedError('phase before connect: the parent sends connect first');
       try {
-        return await runPhase(cfg, driver, peers, buffers, host, scratch, phase, sizeIndex);
+        return await runPhase(cfg, transport.gpu, peers, buffers, host, scratch, phase, sizeIndex);
       } catch (err) {
         throw withHint(err, cfg.memory);
       }
     },
     async graph({ replays, size, flags }) {
       if (!buffers) throw new WorkerFailedError('graph before connect: the parent sends connect first');
-      return runGraph(cfg, driver, peers, buffers, host, scratch, replays, size, flags ?? 'memops');
+      return runGraph(cfg, transport.gpu, peers, buffers, host, scratch, replays, size, flags ?? 'memops');
     },
     report() {
       return [...peers.entries()].sort((a, b) => a[0] - b[0]).map(([peer, ep]) => ({ rank: cfg.rank, peer, ...ep.stats() }));
@@ -250,7 +250,7 @@ function allocBuffers(memory: DemoMemory, ranks: number, rank: number, size: num
 
 async function runPhase(
   cfg: WorkerConfig,
-  driver: CudaDriver,
+  gpu: GpuRuntime,
   peers: Map<number, Endpoint>,
   buffers: Buffers,
   host: Uint8Array,
@@ -258,6 +258,7 @@ async function runPhase(
   phase: Phase,
   sizeIndex: number,
 ): Promise<PhaseResult> {
+  const driver = gpu.driver;
   const size = cfg.sizes[sizeIndex]!;
   const phaseNo = phase === 'ring' ? 1 : 2;
   const n = cfg.ranks;
@@ -275,7 +276,7 @@ async function runPhase(
     // cuMemcpyHtoD from pageable memory may return before the bytes reach the
     // device; a send without a stream promises they are there, so wait for the
     // default stream (found on 2×H200: a peer read the previous iteration's bytes).
-    if (size > 0) driver.streamSynchronize(0n);
+    if (size > 0) gpu.synchronize(0n);
     await barrier(peers);
     const start = performance.now();
     const recvs = sources.map((src) =>
@@ -315,7 +316,7 @@ async function runPhase(
  */
 async function runGraph(
   cfg: WorkerConfig,
-  driver: CudaDriver,
+  gpu: GpuRuntime,
   peers: Map<number, Endpoint>,
   buffers: Buffers,
   host: Uint8Array,
@@ -324,6 +325,7 @@ async function runGraph(
   size: number,
   flags: 'memops' | 'kernel',
 ): Promise<GraphResult> {
+  const driver = gpu.driver;
   const me = cfg.rank;
   const order = [...peers.keys()].sort((a, b) => a - b);
   const made = await Promise.all(
@@ -346,7 +348,7 @@ async function runGraph(
       fillPattern(view, seedOf(3, 0, iter, me, peer));
       driver.memcpyHtoD(buffers.send.get(peer)!.view(size).ptr, view);
     }
-    driver.streamSynchronize(0n);
+    gpu.synchronize(0n);
   };
   const check = (iter: number, mismatches: string[]) => {
     for (const peer of order) {
@@ -358,11 +360,7 @@ async function runGraph(
   };
   const stream = driver.streamCreate();
   const capture = driver.streamCreate();
-  const done = driver.eventCreate({ disableTiming: true });
-  const settle = async () => {
-    driver.eventRecord(done, stream);
-    await driver.whenComplete(done);
-  };
+  const settle = () => gpu.completed(stream);
   const mismatches: string[] = [];
   let hostUs = 0;
   let seconds = 0;
@@ -406,7 +404,6 @@ async function runGraph(
     await Promise.all(all.map((t) => t.close()));
     await Promise.all(made.flatMap((m) => m.regs.map((r) => r.deregister())));
   } finally {
-    driver.eventDestroy(done);
     driver.streamDestroy(capture);
     driver.streamDestroy(stream);
   }

@@ -72,6 +72,12 @@ export interface CallContext {
   dataTag: number;
   /** Resolves once `stream` reaches the work queued on it so far. */
   streamDone(): Promise<void>;
+  /**
+   * Receives rank k's staged piece (on dataTag) into `into` (the scratch, or
+   * the caller's buffer): tracked, so the communicator frees its scratch only
+   * once no copy into it is in flight.
+   */
+  stagedRecv(k: number, into: DevicePtr, bytes: number): Promise<void>;
   /** Bytes copied from caller buffers into scratch (for stats). */
   copied(bytes: number): void;
 }
@@ -183,12 +189,7 @@ async function exchange(
         .send({ ptr: src(k), length: bytes }, { tag: c.dataTag })
         .catch(blame(k)),
     ),
-    ...recvFrom.map((k) =>
-      c
-        .endpoint(k)
-        .recv({ tag: c.dataTag, into: { ptr: into(k), length: bytes } })
-        .catch(blame(k)),
-    ),
+    ...recvFrom.map((k) => c.stagedRecv(k, into(k), bytes).catch(blame(k))),
   ]);
 }
 

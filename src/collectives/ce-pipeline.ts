@@ -79,6 +79,7 @@ import { ArgumentRangeError } from '../errors.js';
 import { DTYPE_BYTES, type DType, type ReduceArg } from '../kernels/dtypes.js';
 import { part } from './algorithms.js';
 import { PIPELINE_SLOTS, pipelineSlotOffset, queueMemOps, type PipelineSignal } from './device-sync.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
 
@@ -97,11 +98,15 @@ export class CePipeline {
   /** The streams and events of calls of several chunks, made on first use of one. */
   private own: { push: StreamHandle; share: StreamHandle; out: StreamHandle; fork: EventHandle; reduced: EventHandle; joins: EventHandle[] } | undefined;
 
+  private readonly driver: CudaDriver;
+
   constructor(
-    private readonly driver: CudaDriver,
+    /** The transport's GPU runtime: the call's own streams' ordering events are its. */
+    private readonly gpu: GpuRuntime,
     private readonly scratch: Scratch,
     private readonly kernels: ReduceKernels,
   ) {
+    this.driver = gpu.driver;
     this.rank = scratch.rank;
     this.size = scratch.size;
     this.others = [...Array(this.size).keys()].filter((k) => k !== this.rank);
@@ -223,9 +228,9 @@ export class CePipeline {
     const events: EventHandle[] = [];
     try {
       for (let i = 0; i < 3; i++) streams.push(d.streamCreate());
-      for (let i = 0; i < 5; i++) events.push(d.eventCreate({ disableTiming: true }));
+      for (let i = 0; i < 5; i++) events.push(this.gpu.orderingEvent());
     } catch (err) {
-      for (const e of events.reverse()) d.eventDestroy(e);
+      for (const e of events.reverse()) this.gpu.retireEvent(e);
       for (const s of streams.reverse()) d.streamDestroy(s);
       throw err;
     }
@@ -240,9 +245,9 @@ export class CePipeline {
     if (!o) return;
     this.own = undefined;
     try {
-      for (const e of [...o.joins].reverse()) this.driver.eventDestroy(e);
-      this.driver.eventDestroy(o.reduced);
-      this.driver.eventDestroy(o.fork);
+      for (const e of [...o.joins].reverse()) this.gpu.retireEvent(e);
+      this.gpu.retireEvent(o.reduced);
+      this.gpu.retireEvent(o.fork);
       for (const st of [o.out, o.share, o.push]) this.driver.streamDestroy(st);
     } catch (err) {
       debug('communicator rank %d: closing the pipeline streams: %s', this.rank, (err as Error).message);

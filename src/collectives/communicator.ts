@@ -268,6 +268,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private get gpuDriven(): ReturnType<CudaDriver['gpuDrivenStatus']> {
     return (this.gpuDrivenCache ??= this.driver.gpuDrivenStatus());
   }
+  /** Staged receives into this communicator's memory not settled yet (stagedRecv), and what cancels them at release. */
+  private readonly stagedRecvs = new Set<Promise<void>>();
+  private readonly stagedAbort = new AbortController();
   /** After an abort: rewrites the poison into this rank's flags until the calls in flight drained. */
   private poisonTimer: NodeJS.Timeout | undefined;
   private readonly counters: Omit<CommunicatorStats, 'p2p'>;
@@ -514,14 +517,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       endpoint: (k: number) => c.endpoints.get(k)!,
       dataTag: group.tags.data,
       streamDone: (stream: StreamHandle) => c.marks.mark(stream),
+      stagedRecv: (k: number, into: DevicePtr, bytes: number) => c.stagedRecv(k, into, bytes),
       copied: (n: number) => (c.counters.scratchCopyBytes += n),
     };
     if (c.scratch.mapped && size > 1) {
       const g = c.driver.gpuDrivenStatus();
-      if (g.streamMemOps && g.memOps64) c.device = new DeviceSync(c.driver, rank, size, (k) => c.scratch.flagsOf(k)!);
+      if (g.streamMemOps && g.memOps64) c.device = new DeviceSync(c.transport.gpu, rank, size, (k) => c.scratch.flagsOf(k)!);
       if (c.device) {
         c.counters.steps = 'device';
-        c.shared.pipeline = c.pipeline = new CePipeline(c.driver, c.scratch, c.kernels);
+        c.shared.pipeline = c.pipeline = new CePipeline(c.transport.gpu, c.scratch, c.kernels);
       }
     }
     return c;
@@ -1250,6 +1254,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
           if (onDevice) done = this.marks.mark(stream);
           await p.ran;
           done ??= this.marks.mark(stream);
+        } catch (err) {
+          // What the call queued before it failed (a copy into the scratch) is on the stream too: the
+          // drain waits for this mark before the scratch is freed.
+          if (done === undefined) this.markQuietly(stream);
+          throw err;
         } finally {
           this.hostPending--;
           queued();
@@ -1528,6 +1537,32 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /**
+   * A staged piece received from rank `k` into this communicator's memory
+   * (CallContext.stagedRecv): tracked until it settles, so that release()
+   * frees the scratch only once no copy into it is in flight, and cancelled
+   * there if it never matched.
+   */
+  private stagedRecv(k: number, into: DevicePtr, bytes: number): Promise<void> {
+    const r = this.endpoints
+      .get(k)!
+      .recv({ tag: this.shared!.dataTag, into: { ptr: into, length: bytes }, signal: this.stagedAbort.signal })
+      .then(() => undefined);
+    this.stagedRecvs.add(r);
+    const drop = () => this.stagedRecvs.delete(r);
+    r.then(drop, drop);
+    return r;
+  }
+
+  /** A mark on `stream` for the drain only (a failed call's work); a stream that takes no mark took no work either. */
+  private markQuietly(stream: StreamHandle): void {
+    try {
+      void this.marks.mark(stream);
+    } catch (err) {
+      debug('communicator rank %d: no mark after a failed call: %s', this.rank, (err as Error).message);
+    }
+  }
+
+  /**
    * After an abort: fails every call in flight once the device has left the
    * communicator's calls (the poison released their waits), or after
    * ABORT_DRAIN_MS: what the caller does on the error (free its buffers, queue
@@ -1642,11 +1677,15 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private release(): Promise<void> {
     this.released ??= (async () => {
       await this.drain();
+      // Staged receives into the scratch: one not matched yet is cancelled, one matched is waited for (its copy lands first).
+      this.stagedAbort.abort(new CommunicatorAbortedError('the communicator was released', this.rank, 'SMCUDA_CLOSED'));
+      await Promise.allSettled([...this.stagedRecvs]);
       this.stopPoisoning();
       clearTimeout(this.watchdog);
       this.watchdog = undefined;
       clearTimeout(this.printPoll);
-      this.device?.close();
+      // The last poison written into this rank's flags has run before the scratch that holds them is freed.
+      await this.device?.close();
       this.prints.close();
       this.table?.close();
       // Drained: every call's last mark was reached, so nothing queued by this communicator still uses the

@@ -65,8 +65,9 @@
  * Point to point's flags come last (p2p-slots.ts, p2p-channel.ts): 1 and a
  * reset, per slot and peer, covered by poison() as well.
  */
-import type { CudaDriver, DevicePtr, EventHandle, StreamHandle, StreamMemOp } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle, StreamMemOp } from '../cuda/driver.js';
 import { debug } from '../debug.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
 import { ONESHOT_MAX_BLOCKS, blockStepSlotOffset, oneshotAreaBytes, oneshotFlagOffset } from '../kernels/dtypes.js';
@@ -134,17 +135,21 @@ export function queueMemOps(driver: CudaDriver, stream: StreamHandle, ops: reado
 
 export class DeviceSync {
   private readonly others: number[];
-  private poisonStream: StreamHandle | undefined;
-  /** Recorded after each poison: the next is written only once the last one ran (a stuck stream would otherwise pile them up). */
-  private poisonEvent: EventHandle | undefined;
+  private readonly driver: CudaDriver;
+  /** Poison writes queued and not passed yet: the next is written only once the last one ran (a stuck stream would otherwise pile them up). */
+  private poisonsInFlight = 0;
+  /** close()'s waits for the last poison write to pass. */
+  private readonly poisonsPassed: Array<() => void> = [];
 
   constructor(
-    private readonly driver: CudaDriver,
+    /** The transport's GPU runtime: the poison's stream, and the point that says its writes ran. */
+    private readonly gpu: GpuRuntime,
     readonly rank: number,
     readonly size: number,
     /** Rank k's flag block as mapped here (own for k = rank). */
     private readonly blockOf: (k: number) => DevicePtr,
   ) {
+    this.driver = gpu.driver;
     this.others = [...Array(size).keys()].filter((k) => k !== rank);
   }
 
@@ -179,7 +184,7 @@ export class DeviceSync {
   /** Writes POISON into every slot of this rank's own block (the steps', the kernels', the pipeline's and point to point's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
-      if (this.poisonEvent !== undefined && !this.driver.eventQuery(this.poisonEvent)) return;
+      if (this.poisonsInFlight > 0) return;
       const own = this.blockOf(this.rank);
       const ops: StreamMemOp[] = [];
       for (let p = 0; p < 2; p++) for (const k of this.others) ops.push({ op: 'write64', addr: this.slot(own, p, k), value: POISON });
@@ -202,24 +207,20 @@ export class DeviceSync {
           for (const k of this.others) ops.push({ op: 'write64', addr: p2p + BigInt(p2pFlagOffset(this.size, sig, x, k)), value: POISON });
       }
       if (ops.length === 0) return;
-      const stream = (this.poisonStream ??= this.driver.streamCreate());
+      const stream = this.gpu.stream('poison');
       queueMemOps(this.driver, stream, ops);
-      this.driver.eventRecord((this.poisonEvent ??= this.driver.eventCreate({ disableTiming: true })), stream);
+      this.poisonsInFlight++;
+      this.gpu.mark(stream, () => {
+        if (--this.poisonsInFlight === 0) for (const w of this.poisonsPassed.splice(0)) w();
+      });
     } catch (err) {
       debug('communicator rank %d: poisoning the flags failed: %s', this.rank, (err as Error).message);
     }
   }
 
-  close(): void {
-    if (this.poisonStream === undefined) return;
-    try {
-      this.driver.streamSynchronize(this.poisonStream);
-      if (this.poisonEvent !== undefined) this.driver.eventDestroy(this.poisonEvent);
-      this.poisonEvent = undefined;
-      this.driver.streamDestroy(this.poisonStream);
-    } catch (err) {
-      debug('communicator rank %d: %s', this.rank, (err as Error).message);
-    }
-    this.poisonStream = undefined;
+  /** Resolves once the last poison write has run: the flag blocks it writes into may be freed then. */
+  close(): Promise<void> {
+    if (this.poisonsInFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.poisonsPassed.push(resolve));
   }
 }

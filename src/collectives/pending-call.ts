@@ -5,7 +5,7 @@
  * to back and each call makes one of each: the closures, object spreads and
  * promise chains they replace were most of the host cost of a call.
  */
-import type { CudaDriver, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { Endpoint } from '../endpoint.js';
 import type { DType } from '../kernels/dtypes.js';
 import { Steps, type Algorithm, type CallContext } from './algorithms.js';
@@ -29,6 +29,7 @@ export interface CallShared {
   endpoint(rank: number): Endpoint;
   dataTag: number;
   streamDone(stream: StreamHandle): Promise<void>;
+  stagedRecv(k: number, into: DevicePtr, bytes: number): Promise<void>;
   copied(bytes: number): void;
 }
 
@@ -74,6 +75,9 @@ export class CallState implements CallContext {
   }
   streamDone(): Promise<void> {
     return this.shared.streamDone(this.stream);
+  }
+  stagedRecv(k: number, into: DevicePtr, bytes: number): Promise<void> {
+    return this.shared.stagedRecv(k, into, bytes);
   }
   copied(bytes: number): void {
     this.shared.copied(bytes);

@@ -108,6 +108,11 @@ export class GpuRuntime {
     return new Promise((resolve) => this.mark(stream, () => resolve()));
   }
 
+  /** `mark` as a promise that rejects with the stream's error (a tool that reports it; `marked` for a release, which waits either way). */
+  completed(stream: StreamHandle): Promise<void> {
+    return new Promise((resolve, reject) => this.mark(stream, (err) => (err ? reject(err) : resolve())));
+  }
+
   /** Holds a resource the GPU may use: `release` runs once the hold is closed (or the runtime closes) and no use is in flight. */
   hold(release: () => void): GpuHold {
     return new GpuHold(release, this.holds);

@@ -352,6 +352,46 @@ export class GpuWork {
   private legacyEvent: EventHandle | undefined;
 
   /**
+   * An interprocess event recorded on `stream` now, and its IPC handle: a
+   * send with a stream gives it to the peer, whose copy waits for it. The
+   * caller gives it back with releaseIpcEvent once the send settled. Throws
+   * (leaking nothing) when the driver refuses either call.
+   */
+  ipcEvent(stream: StreamHandle): { event: EventHandle; handle: Uint8Array } {
+    const d = this.driver;
+    const event = d.eventCreate({ interprocess: true, disableTiming: true });
+    try {
+      d.eventRecord(event, stream);
+      return { event, handle: d.ipcGetEventHandle(event) };
+    } catch (err) {
+      this.releaseIpcEvent(event); // a bogus stream must not leak the event
+      throw err;
+    }
+  }
+
+  /**
+   * Destroys an ipcEvent. No wait of ours queries it (the peer opens its own
+   * handle to it), and a record still pending is fine: the driver frees the
+   * event once the record completed.
+   */
+  releaseIpcEvent(event: EventHandle): void {
+    try {
+      this.driver.eventDestroy(event);
+    } catch {
+      // the driver was closed meanwhile: the event went with it
+    }
+  }
+
+  /**
+   * Blocks until the work queued on `stream` completed, throwing its error:
+   * only where the host reads what that work left at once (EAGER reads a
+   * device buffer the caller's stream wrote).
+   */
+  synchronize(stream: StreamHandle): void {
+    this.driver.streamSynchronize(stream);
+  }
+
+  /**
    * Makes what a first message would otherwise make on its way: the stream
    * (a first cuStreamCreate is slow) and the legacy-stream
    * check's event, recorded and queried once. The negotiation calls it once

@@ -70,7 +70,7 @@ export class EagerPath implements DataPath {
     let data: Uint8Array;
     let fromDevice = false;
     if (isDeviceBuffer(buf)) {
-      if (options?.stream !== undefined && buf.length > 0) ctx.driver.streamSynchronize(options.stream); // the data is what the stream's work left
+      if (options?.stream !== undefined && buf.length > 0) ctx.gpu().synchronize(options.stream); // the data is what the stream's work left
       // Above deviceEagerLimit (only while negotiating): the staging path's check, so a bad source fails as it would there.
       if (buf.length > this.deviceEagerLimit) checkStagedSource(ctx.driver, buf);
       data = new Uint8Array(buf.length);

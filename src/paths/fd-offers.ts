@@ -13,7 +13,7 @@
  *
  * Its timers wait for the peer (an offer, its descriptors), not for the GPU:
  * nothing they close or fail is in GPU use. What a receive holds once the
- * GPU works for it is the endpoint's GPU work's (remote-copy.ts, gpu-work.ts).
+ * GPU works for it is the endpoint's GPU work's (remote-copy.ts, src/gpu/gpu-work.ts).
  */
 import type { ImportRequest } from '../../cache/index.js';
 import type { FdMessage } from '../channel/fd-channel.js';

@@ -12,7 +12,7 @@
  */
 import type { Mapping } from '../../cache/index.js';
 import { isDeviceBuffer } from '../buffers.js';
-import type { CudaDriver, DevicePtr, EventHandle } from '../cuda/driver.js';
+import type { DevicePtr, EventHandle } from '../cuda/driver.js';
 import { count } from '../endpoint-stats.js';
 import type { GpuHold } from '../gpu/gpu-hold.js';
 import type { FinBatcher } from '../fin-batcher.js';
@@ -139,13 +139,5 @@ function releaseHeld(ctx: PathContext, job: RemoteCopy): void {
     } catch {
       // the context is gone: nothing left to free
     }
-  }
-}
-
-export function destroyEvent(d: CudaDriver, event: EventHandle): void {
-  try {
-    d.eventDestroy(event);
-  } catch {
-    // the driver was closed meanwhile
   }
 }

@@ -33,7 +33,7 @@ import type { Arrival, DataPath, PendingRecv, SendOptions } from './data-path.js
 import { FdSide } from './fd-side.js';
 import { lookupRemote, openRemote, type RemoteMemory } from './open-remote.js';
 import { refuseTooSmall } from './receive-target.js';
-import { destroyEvent, finishRemoteCopy, holdFor, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
+import { finishRemoteCopy, holdFor, launchRemoteCopy, type RemoteCopy } from './remote-copy.js';
 import { byDescriptor, type RemoteKey, remoteKind } from './remote-key.js';
 import type { RgetLink, RgetParts } from './rget-link.js';
 
@@ -151,7 +151,6 @@ export class RgetPath implements DataPath {
   send(buffer: MessageBuffer, tag: number, options: SendOptions): Promise<void> {
     const buf = buffer as DeviceBuffer;
     const ctx = this.ctx;
-    const d = ctx.driver;
     const checked = this.checked;
     this.checked = undefined;
     const exp = checked !== undefined && this.checkedPtr === buf.ptr ? checked : this.exports.lookup(buf.ptr);
@@ -184,17 +183,11 @@ export class RgetPath implements DataPath {
     let eventHandle: Uint8Array | null = null;
     if (options.stream !== undefined) {
       // The peer orders its copy after our stream's work through an IPC event.
-      event = d.eventCreate({ interprocess: true, disableTiming: true });
-      try {
-        d.eventRecord(event, options.stream);
-        eventHandle = d.ipcGetEventHandle(event);
-      } catch (err) {
-        destroyEvent(d, event); // a bogus stream must not leak the event
-        throw err;
-      }
+      const gpu = ctx.gpu();
+      ({ event, handle: eventHandle } = gpu.ipcEvent(options.stream));
     }
     const seq = ctx.nextSeq();
-    const release = event === undefined ? noop : () => destroyEvent(d, event);
+    const release = event === undefined ? noop : () => ctx.gpu().releaseIpcEvent(event);
     const done = ctx.sends.pend(seq, tag, buf.length, kind === HandleKind.LEGACY ? 'rget' : 'rget-fd', options.signal, release, {
       buf,
       stream: options.stream,

@@ -175,7 +175,7 @@ export class Watchdog {
         d.memcpyDtoHAsync(bytes, block.ptr, stream);
         return { block, bytes };
       });
-      await new Promise<void>((resolve, reject) => this.gpu.mark(stream, (err) => (err ? reject(err) : resolve())));
+      await this.gpu.completed(stream);
       if (this.closed) return;
       const ops: StreamMemOp[] = [];
       for (const { block, bytes } of reads) {

@@ -40,7 +40,7 @@ const nothingKept = () => expect(pool.stats()).toMatchObject({ residentEntries: 
 
 describe('the real extent is checked when a mapping enters the pool', () => {
   it('an IPC probe that overstates its size is refused and not cached; the honest probe is', async () => {
-    const probe = ExportedProbe.create(owner);
+    const probe = ExportedProbe.create(owner, { synchronize: (s) => owner.streamSynchronize(s) });
     try {
       const lying = probe.bytes.slice();
       const v = new DataView(lying.buffer);

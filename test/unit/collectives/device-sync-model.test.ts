@@ -21,6 +21,7 @@ import { Steps, type CallContext } from '../../../src/collectives/algorithms.js'
 import { DeviceSync } from '../../../src/collectives/device-sync.js';
 import type { CudaDriver, StreamMemOp } from '../../../src/cuda/driver.js';
 import { conditionMet } from '../../../src/cuda/sim/mem-ops.js';
+import { GpuRuntime } from '../../../src/gpu/gpu-runtime.js';
 
 const BLOCK = (k: number) => BigInt(0x1000_0000 * (k + 1));
 
@@ -28,7 +29,7 @@ const BLOCK = (k: number) => BigInt(0x1000_0000 * (k + 1));
 function recorder(rank: number, size: number): { sync: DeviceSync; batches: StreamMemOp[][] } {
   const batches: StreamMemOp[][] = [];
   const driver = { streamBatchMemOp: (_s: bigint, ops: readonly StreamMemOp[]) => batches.push([...ops]), streamCreate: () => 7n } as unknown as CudaDriver;
-  return { sync: new DeviceSync(driver, rank, size, BLOCK), batches };
+  return { sync: new DeviceSync(new GpuRuntime(driver), rank, size, BLOCK), batches };
 }
 
 /** The batches one call of `steps` steps queues on `rank`, through the real Steps (with its padding). */

@@ -11,6 +11,7 @@ import { describe, expect, it, vi } from 'vitest';
 import type { DeviceBuffer } from '../../../src/buffers.js';
 import { CudaError, SmcudaError } from '../../../src/errors.js';
 import { deviceWith, makePair, randomBytes, reach, readDevice, sameBytes, type Pair } from '../../helpers/transport-pair.js';
+import { expectLifetimeViolations } from '../../helpers/lifetime-check.js';
 
 const STAGING = { a: { negotiation: { ipc: false }, staging: { chunkSize: 4096, slots: 2 } }, b: { negotiation: { ipc: false } } };
 const BOGUS_STREAM = 0xdead_beefn;
@@ -99,6 +100,8 @@ describe('staging: one bad operation fails alone', () => {
       // The source is freed between two chunks: after the first chunk's copy, before the second's.
       const copy = p.a.driver.memcpyDtoHAsync.bind(p.a.driver);
       let copies = 0;
+      // The caller frees memory the GPU still reads: the simulator notes it, as it must (the point of this test).
+      expectLifetimeViolations(p.a.driver);
       vi.spyOn(p.a.driver, 'memcpyDtoHAsync').mockImplementation((dst, s, stream) => {
         if (++copies === 2) p.a.driver.memFree(src.ptr);
         copy(dst, s, stream);

@@ -13,6 +13,7 @@ import type { DeviceBuffer } from '../../../src/buffers.js';
 import type { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { CudaError, SmcudaError } from '../../../src/errors.js';
 import { deviceWith, makePair, randomBytes, reach, type Pair } from '../../helpers/transport-pair.js';
+import { expectLifetimeViolations } from '../../helpers/lifetime-check.js';
 
 const CALLS = [
   'memAlloc',
@@ -36,6 +37,9 @@ const CALLS = [
   'shmCreate',
   'whenComplete',
 ] as const;
+
+/** The injected failures that report work as failed while the GPU still runs it. */
+const COMPLETION_LIES = new Set<(typeof CALLS)[number]>(['eventRecord', 'eventQuery', 'whenComplete']);
 
 /** Makes `driver[call]` throw a CudaError on its `nth` use from now on (once). */
 function inject(driver: SimulatedCudaDriver, call: (typeof CALLS)[number], nth: number): () => void {
@@ -141,6 +145,9 @@ describe('an internal failure fails one operation or closes the endpoint, never 
             a: { negotiation: { ipc }, staging: { chunkSize: 4096, slots: 2 } },
             b: { negotiation: { ipc } },
           });
+          // A failed event record or query says work failed that the GPU still runs: what is released on
+          // that word (a buffer freed by its failed operation) is released under the GPU, as the lie implies.
+          if (COMPLETION_LIES.has(call)) for (const d of [p.a.driver, p.b.driver]) expectLifetimeViolations(d);
           try {
             if (ipc) {
               const warm = deviceWith(p.a.driver, randomBytes(20_000, 1));
