@@ -156,14 +156,42 @@ describe('groups: failure and close', () => {
     expect(performance.now() - t0).toBeLessThan(5000);
   });
 
-  it("a peer's invalid split value (a color that is text) aborts every rank with SMCUDA_PROTOCOL naming it", async () => {
+  it.each([
+    { name: 'a color that is text', value: '{"c":"red","k":0,"g":1}' },
+    { name: 'a group id of 0', value: '{"c":1,"k":0,"g":0}' },
+    { name: 'a group id past the reserved tags', value: `{"c":1,"k":0,"g":${MAX_GROUP_ID + 1}}` },
+    { name: 'a rank list with a rank out of range', value: '{"r":[0,9],"g":1}' },
+    { name: 'neither a color nor a rank list', value: '{"g":1}' },
+  ])("a peer's invalid split value ($name) aborts every rank with SMCUDA_PROTOCOL naming it, at once", async ({ value }) => {
     w = await makeWorld(3, { timeoutMs: 60_000 });
     const world = w;
     // Rank 1 sends its value for the split (call #1) itself, not as an honest rank would.
-    await world.comms[1]!.endpoint(0).send(new TextEncoder().encode('{"t":"put","key":"group:1","value":{"c":"red","k":0,"g":1}}'), { tag: CONTROL_TAG });
+    await world.comms[1]!.endpoint(0).send(new TextEncoder().encode(`{"t":"put","key":"group:1","value":${value}}`), { tag: CONTROL_TAG });
+    const t0 = performance.now();
     const pending = [0, 2].map((r) => abortOf(world.comms[r]!.split({ color: 0 })));
     for (const e of await Promise.all(pending)) expect(e).toMatchObject({ causeCode: 'SMCUDA_PROTOCOL', failedRank: 1 });
+    expect(performance.now() - t0).toBeLessThan(5000);
     await abortOf(world.comms[1]!.barrier());
+  });
+
+  it("members that give their group different options: each member's split fails with SMCUDA_CONFIG naming the option; the parent goes on", async () => {
+    w = await makeWorld(3, { timeoutMs: 60_000 });
+    const world = w;
+    const t0 = performance.now();
+    const made = await Promise.all(
+      world.comms.map((c, r) =>
+        c.split({ color: 0 }, r === 2 ? { scratchBytes: 8192 } : {}).then(
+          () => undefined,
+          (e: unknown) => e,
+        ),
+      ),
+    );
+    for (const e of made) {
+      expect(e).toMatchObject({ code: 'SMCUDA_CONFIG' });
+      expect((e as Error).message).toMatch(/scratchBytes: ranks 0, 1 \d+; rank 2 8192/);
+    }
+    expect(performance.now() - t0).toBeLessThan(5000);
+    await Promise.all(world.comms.map((c) => c.barrier()));
   });
 
   it('fromEndpoints over endpoints a live communicator uses is refused (SMCUDA_ENDPOINTS_IN_USE), and the first goes on', async () => {
