@@ -210,6 +210,8 @@ export class PointToPoint {
   private collecting: P2PCall[] | undefined;
   private channel: P2PChannel | undefined;
   private settledWaiters: Array<() => void> = [];
+  /** Withdraws the staged path's endpoint receives and sends still waiting when the calls fail (the endpoints may be the application's and stay open). */
+  private readonly staging = new AbortController();
   private readonly counters: P2PStats = { sends: 0, recvs: 0, bytesSent: 0, bytesReceived: 0, byPath: { device: 0, staged: 0 } };
 
   constructor(private readonly host: P2PHost) {
@@ -370,6 +372,7 @@ export class PointToPoint {
     await marks.mark(b.stream);
     if (!b.agreed) await new Promise<void>((resolve, reject) => (b.agreedWaiter = { resolve, reject }));
     const tag = h.dataTag();
+    const signal = this.staging.signal;
     await Promise.all(
       b.calls
         .filter((c) => c.bytes > 0)
@@ -379,8 +382,8 @@ export class PointToPoint {
             throw ep.closed ? new RankLostError(c.peer, err) : err;
           };
           return c.kind === 'send'
-            ? ep.send({ ptr: c.buf, length: c.bytes }, { tag }).catch(blame)
-            : ep.recv({ tag, into: { ptr: c.buf, length: c.bytes } }).then(noop, blame);
+            ? ep.send({ ptr: c.buf, length: c.bytes }, { tag, signal }).catch(blame)
+            : ep.recv({ tag, into: { ptr: c.buf, length: c.bytes }, signal }).then(noop, blame);
         }),
     );
     marks.markWith(b.stream, b);
@@ -505,6 +508,7 @@ export class PointToPoint {
    * the poison having released their waits).
    */
   aborted(err: CommunicatorAbortedError, drained: Promise<unknown>): void {
+    this.staging.abort(err);
     for (const b of this.pending) {
       clearTimeout(b.timer);
       b.timer = undefined;
@@ -521,6 +525,7 @@ export class PointToPoint {
 
   /** Fails every call in flight with `err` now. */
   failAll(err: Error): void {
+    this.staging.abort(err);
     for (const b of [...this.pending]) this.settle(b, err);
   }
 

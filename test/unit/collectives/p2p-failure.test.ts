@@ -179,6 +179,30 @@ describe.each([
     }
   });
 
+  it.runIf(staged)('a staged recv posted when the communicator aborts is withdrawn from the endpoint: the endpoint stays usable', async () => {
+    w = await makeWorld(2, { ipcOpenFails: true, timeoutMs: 30_000 });
+    const [c0, c1] = pair(w);
+    const d1 = w.sides[1]!.driver;
+    // Rank 1's stream waits on a flag: its send is made (its print reaches rank 0, whose recv is posted) but never moves.
+    const stream = d1.streamCreate();
+    const flag = d1.memAlloc(8);
+    d1.memsetD8(flag, 0, 8);
+    d1.streamBatchMemOp(stream, [{ op: 'wait64', addr: flag, value: 1n, condition: 'geq' }]);
+    const send = c1.send({ buf: d1.memAlloc(64), count: 16, dtype: 'f32', peer: 0, stream });
+    const recv = c0.recv({ buf: w.sides[0]!.driver.memAlloc(64), count: 16, dtype: 'f32', peer: 1 });
+    await new Promise((r) => setTimeout(r, 100));
+    c0.abort(new Error('the data loader failed'));
+    expect((await within(rejection(recv))).message).toMatch(/the data loader failed/);
+    // Rank 1's send fails once its stream has left the call (its own wait, released here).
+    d1.memcpyHtoD(flag, new Uint8Array(new BigUint64Array([1n]).buffer));
+    expect((await within(rejection(send))).message).toMatch(/the data loader failed/);
+    // A message on the staged tag now reaches the application's own receive, not the withdrawn one.
+    const tag = 0xf0000000;
+    const got = w.comms[0]!.endpoint(1).recv({ tag });
+    await w.comms[1]!.endpoint(0).send(new Uint8Array([1, 2, 3]), { tag });
+    expect([...((await within(got)).data as Uint8Array)]).toEqual([1, 2, 3]);
+  });
+
   it('calls after close reject with SMCUDA_CLOSED; an empty batch resolves with no results', async () => {
     w = await makeWorld(2, { ipcOpenFails: staged, timeoutMs: 30_000 });
     const [c0] = pair(w);
