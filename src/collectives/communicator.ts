@@ -69,7 +69,20 @@ import { WIRE_VERSION } from '../wire/frames.js';
 import { bufferArg, type BufferScope } from './buffer-arg.js';
 import type { AllgatherArgs, AllreduceArgs, AlltoallArgs, BroadcastArgs, CallOptions, ReduceArgs, ReduceScatterArgs } from './collective-args.js';
 import { CallCheck, mismatchMessage, type Mismatch } from './call-check.js';
-import { printWord0, printWord2 } from './call-print.js';
+import { alltoallvShare, countsHash, countsWords, printWord0, printWord2 } from './call-print.js';
+import * as gs from './gather-scatter.js';
+import * as uneven from './uneven.js';
+import {
+  checkDisjoint,
+  displsArg,
+  extentOf,
+  perRankArg,
+  type AllgathervArgs,
+  type AlltoallvArgs,
+  type GatherArgs,
+  type ReduceScattervArgs,
+  type ScatterArgs,
+} from './uneven-args.js';
 import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
@@ -80,7 +93,22 @@ import { disagreement, groupOf, groupRanks, parseSplitValue, splitValue, type Sp
 
 export type { Algorithm };
 export type { SplitArgs };
-export type CollectiveOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'barrier' | 'split' | 'new-group';
+export type { AllgathervArgs, AlltoallvArgs, GatherArgs, PerRank, ReduceScattervArgs, ScatterArgs } from './uneven-args.js';
+export type CollectiveOp =
+  | 'allreduce'
+  | 'broadcast'
+  | 'reduce'
+  | 'allgather'
+  | 'reduce-scatter'
+  | 'alltoall'
+  | 'barrier'
+  | 'split'
+  | 'new-group'
+  | 'gather'
+  | 'scatter'
+  | 'allgatherv'
+  | 'reduce-scatterv'
+  | 'alltoallv';
 
 export interface CommunicatorOptions {
   /** Default time limit of each call, ms (default 60000); a call past it aborts the communicator. */
@@ -682,6 +710,224 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     );
   }
 
+  /** The root's recv (size × count elements) gets rank k's send at k × count; in place at the root when send is recv + root × count elements. */
+  gather(a: GatherArgs): Promise<CollectiveResult> {
+    let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
+    try {
+      bytes = this.checkCall(a);
+      this.checkRoot(a.root);
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = send; // not written off the root
+      if (a.root === this.rank) {
+        if (a.recv === undefined) throw new ArgumentTypeError(`gather's root (rank ${a.root}) needs recv: size × count elements`);
+        recv = bufferArg(this.buffers, 'recv', a.recv, bytes * this.size, a.dtype);
+        this.checkOverlap(send, bytes, recv, bytes * this.size, this.rank * bytes);
+      }
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    const inPlace = a.root === this.rank && send === recv + BigInt(this.rank * bytes);
+    return this.call(
+      'gather',
+      a,
+      bytes,
+      this.chooseCopy(a.algorithm),
+      printWord0('gather', a.dtype, undefined, inPlace, a.root),
+      this.agreedWhenStaged((c, alg) => gs.gather(c, alg, send, recv, a.count, a.dtype, a.root)),
+    );
+  }
+
+  /** Every rank's recv (count elements) gets block `rank` of the root's send (size × count elements); in place at the root when recv is send + root × count elements. */
+  scatter(a: ScatterArgs): Promise<CollectiveResult> {
+    let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
+    try {
+      bytes = this.checkCall(a);
+      this.checkRoot(a.root);
+      recv = bufferArg(this.buffers, 'recv', a.recv, bytes, a.dtype);
+      send = recv; // not read off the root
+      if (a.root === this.rank) {
+        if (a.send === undefined) throw new ArgumentTypeError(`scatter's root (rank ${a.root}) needs send: size × count elements`);
+        send = bufferArg(this.buffers, 'send', a.send, bytes * this.size, a.dtype);
+        this.checkOverlap(send, bytes * this.size, recv, bytes, -this.rank * bytes);
+      }
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    const inPlace = a.root === this.rank && recv === send + BigInt(this.rank * bytes);
+    return this.call(
+      'scatter',
+      a,
+      bytes,
+      this.chooseCopy(a.algorithm),
+      printWord0('scatter', a.dtype, undefined, inPlace, a.root),
+      this.agreedWhenStaged((c, alg) => gs.scatter(c, alg, send, recv, a.count, a.dtype, a.root)),
+    );
+  }
+
+  /**
+   * Every rank's recv gets rank k's send (counts[k] elements) at element
+   * displs[k] (default: packed). `counts` must be the same on every rank
+   * (they are compared: SMCUDA_CALL_MISMATCH); `displs` are each rank's own.
+   * In place when send is recv + displs[rank] elements.
+   */
+  allgatherv(a: AllgathervArgs): Promise<CollectiveResult> {
+    let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
+    let counts: number[] = [];
+    let displs: number[] = [];
+    let at = 0;
+    try {
+      const es = this.checkCall({ ...a, count: 1 });
+      counts = perRankArg('counts', a.counts, this.size);
+      displs = displsArg('displs', a.displs, counts);
+      checkDisjoint('displs', counts, displs);
+      bytes = counts[this.rank]! * es;
+      const recvBytes = extentOf('displs', counts, displs, es) * es;
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = bufferArg(this.buffers, 'recv', a.recv, recvBytes, a.dtype);
+      at = displs[this.rank]! * es;
+      this.checkOverlap(send, bytes, recv, recvBytes, at);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    const inPlace = send === recv + BigInt(at);
+    return this.call(
+      'allgatherv',
+      { ...a, count: counts[this.rank]! },
+      bytes,
+      this.chooseCopy(a.algorithm),
+      printWord0('allgatherv', a.dtype, undefined, inPlace, undefined),
+      this.agreedWhenStaged((c, alg) => uneven.allgatherv(c, alg, send, recv, counts, displs, a.dtype)),
+      countsWords(countsHash(counts), undefined),
+    );
+  }
+
+  /**
+   * recv (counts[rank] elements) = op over every rank's block `rank` of
+   * send, block k being counts[k] elements at element displs[k] (default:
+   * packed). `counts` (and premul's factor) must be the same on every rank;
+   * `displs` are each rank's own. In place when recv is send + displs[rank]
+   * elements.
+   */
+  reduceScatterv(a: ReduceScattervArgs): Promise<CollectiveResult> {
+    let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
+    let counts: number[] = [];
+    let displs: number[] = [];
+    let at = 0;
+    try {
+      const es = this.checkCall({ ...a, count: 1 }, a.op);
+      counts = perRankArg('counts', a.counts, this.size);
+      displs = displsArg('displs', a.displs, counts);
+      bytes = extentOf('displs', counts, displs, es) * es;
+      const recvBytes = counts[this.rank]! * es;
+      at = displs[this.rank]! * es;
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = bufferArg(this.buffers, 'recv', a.recv, recvBytes, a.dtype);
+      this.checkOverlap(send, bytes, recv, recvBytes, -at);
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    return this.call(
+      'reduce-scatterv',
+      { ...a, count: counts[this.rank]! },
+      bytes,
+      this.chooseCopy(a.algorithm),
+      printWord0('reduce-scatterv', a.dtype, a.op, recv === send + BigInt(at), undefined),
+      this.agreedWhenStaged((c, alg) => uneven.reduceScatterv(c, alg, send, recv, counts, displs, a.dtype, reduceArg(a.op, a.factor))),
+      countsWords(countsHash(counts), a.factor),
+    );
+  }
+
+  /**
+   * Rank k's recv gets, at element recvDispls[j], sendCounts[k] elements of
+   * rank j's send at its sendDispls[k] (displacements default to packed).
+   * Each rank passes its own counts: rank j's sendCounts[k] must equal rank
+   * k's recvCounts[j], else the call fails on every rank with
+   * SMCUDA_CALL_MISMATCH. Never in place: recv must not overlap send.
+   */
+  alltoallv(a: AlltoallvArgs): Promise<CollectiveResult> {
+    let bytes = 0;
+    let send = 0n;
+    let recv = 0n;
+    let sc: number[] = [];
+    let sd: number[] = [];
+    let rc: number[] = [];
+    let rd: number[] = [];
+    try {
+      const es = this.checkCall({ ...a, count: 1 });
+      sc = perRankArg('sendCounts', a.sendCounts, this.size);
+      sd = displsArg('sendDispls', a.sendDispls, sc);
+      rc = perRankArg('recvCounts', a.recvCounts, this.size);
+      rd = displsArg('recvDispls', a.recvDispls, rc);
+      if (sc[this.rank] !== rc[this.rank])
+        throw new ArgumentRangeError(
+          `sendCounts[${this.rank}] (${sc[this.rank]}) must equal recvCounts[${this.rank}] (${rc[this.rank]}): what rank ${this.rank} sends itself is what it receives from itself`,
+        );
+      checkDisjoint('recvDispls', rc, rd);
+      bytes = extentOf('sendDispls', sc, sd, es) * es;
+      const recvBytes = extentOf('recvDispls', rc, rd, es) * es;
+      send = bufferArg(this.buffers, 'send', a.send, bytes, a.dtype);
+      recv = bufferArg(this.buffers, 'recv', a.recv, recvBytes, a.dtype);
+      // Not in place: a block may be read after another rank's landed over it.
+      if (bytes > 0 && recvBytes > 0 && send < recv + BigInt(recvBytes) && recv < send + BigInt(bytes))
+        throw new ArgumentRangeError(
+          `alltoallv's send (0x${send.toString(16)}+${bytes}) and recv (0x${recv.toString(16)}+${recvBytes}) overlap: alltoallv is never in place, pass two buffers apart`,
+        );
+    } catch (err) {
+      throw this.refuse(err);
+    }
+    const alg = this.chooseCopy(a.algorithm);
+    return this.call(
+      'alltoallv',
+      { ...a, count: sc.reduce((x, y) => x + y, 0) },
+      bytes,
+      // Pairs hand pieces over on device flags, or as messages where the ranks have no device steps.
+      alg === 'one-shot' && this.device === undefined ? 'staged' : alg,
+      printWord0('alltoallv', a.dtype, undefined, false, undefined),
+      this.agreedWhenStaged((c, alg) => uneven.alltoallv(c, alg, send, recv, sc, sd, rc, rd, a.dtype)),
+      countsWords(alltoallvShare(this.rank, sc, rc), undefined),
+    );
+  }
+
+  /**
+   * `run`, which staged first waits until every rank's print of the call is
+   * in and agrees (agreed): a staged piece goes as a message the moment its
+   * pair is ready, and two ranks must not move a piece of a call a third
+   * rank's print shows to differ (alltoallv's counts show only once every
+   * print is in). Elsewhere `run` starts at once: the device path queues a
+   * call whole before it returns.
+   */
+  private agreedWhenStaged(run: (c: CallContext, alg: Algorithm) => Promise<void>): (c: CallContext, alg: Algorithm) => Promise<void> {
+    return async (c, alg) => {
+      if (alg === 'staged') await this.agreed(c.seq);
+      return run(c, alg);
+    };
+  }
+
+  /** Resolves once every rank's print of call `seq` is in and agrees with this rank's; rejects with the mismatch (or the abort). */
+  private agreed(seq: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const poll = (): void => {
+        if (this.abortError) return reject(this.abortError);
+        const v = this.check.verify(seq);
+        if (v === true) return resolve();
+        if (v !== false) {
+          this.mismatch(v);
+          return reject(this.abortError ?? new CallMismatchError(mismatchMessage(v), this.rank, v.seq, v.ranks, v.fields));
+        }
+        setTimeout(poll, 1);
+      };
+      poll();
+    });
+  }
+
   /** Resolves once every rank called barrier (and the stream reached it). */
   barrier(options: CallOptions = {}): Promise<CollectiveResult> {
     try {
@@ -1171,6 +1417,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     algorithm: Algorithm,
     word0: number,
     run: (c: CallContext, alg: Algorithm) => Promise<void>,
+    /** Words 1 and 2 of the call's print where they are not the count's (the calls with counts per rank: countsWords). */
+    words?: readonly [number, number],
   ): Promise<CollectiveResult> {
     if (this.closed) return Promise.reject(new CommunicatorAbortedError('the communicator is closed', this.rank, 'SMCUDA_CLOSED'));
     if (this.abortError) return Promise.reject(this.abortError);
@@ -1186,7 +1434,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.flight.queued(seq, op, o.dtype, o.count, (o as { root?: number }).root, algorithm, stream, flightUs(started));
     // Published before anything of the call is queued: the later of two ranks making different calls finds it here.
     const count = o.count ?? 0;
-    const mismatch = this.check.made(seq, word0, count >>> 0, printWord2(count, o.factor));
+    const mismatch = this.check.made(seq, word0, words ? words[0] : count >>> 0, words ? words[1] : printWord2(count, o.factor));
     if (mismatch !== undefined) {
       this.flight.failed(seq);
       this.mismatch(mismatch);
