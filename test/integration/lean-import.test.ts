@@ -1,7 +1,7 @@
 /**
  * A lean core (issue 43): `import 'smcuda'` loads neither the simulator, nor
- * the inspector and its diagrams, nor the CLI or the bench; they load on
- * first use. And the package runs where code generation from strings is
+ * the inspector and its diagrams, nor the CLI or the bench, nor NCCL's
+ * binding (src/nccl/) or the TCP store; they load on first use. And the package runs where code generation from strings is
  * refused (`node --disallow-code-generation-from-strings`): the frame codec
  * is generated ahead of time (src/wire/codec.generated.ts), not compiled
  * with `new Function` at load. Both run the compiled package (dist/) in a
@@ -20,7 +20,7 @@ const fixture = (name: string) => fileURLToPath(new URL(`../fixtures/${name}`, i
 const DIST = new URL('../../dist/', import.meta.url).href;
 
 /** The modules that only load on first use, as URLs under dist/. */
-const ON_FIRST_USE = /^src\/(cuda\/sim|kernels\/sim\/|inspect\/|diagram\/|cli\/|bench\/)/;
+const ON_FIRST_USE = /^src\/(cuda\/sim|kernels\/sim\/|inspect\/|diagram\/|cli\/|bench\/|nccl\/|collectives\/tcp-store)/;
 
 interface Loaded {
   entry: string[];
