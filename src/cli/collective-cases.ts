@@ -8,7 +8,21 @@ import { mulberry32 } from '../cuda/sim/prng.js';
 import { DTYPE_BYTES, DTYPES, dtypeOpSupported, REDUCE_OPS, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { reduceInto } from '../kernels/sim/reduce.js';
 
-export type CaseOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall';
+export type CaseOp =
+  | 'allreduce'
+  | 'broadcast'
+  | 'reduce'
+  | 'allgather'
+  | 'reduce-scatter'
+  | 'alltoall'
+  | 'gather'
+  | 'scatter'
+  | 'allgatherv'
+  | 'reduce-scatterv'
+  | 'alltoallv';
+
+/** The calls with counts per rank: a rank's input and output sizes are its own (vCounts, alltoallvCount). */
+const V_OPS: ReadonlySet<CaseOp> = new Set(['allgatherv', 'reduce-scatterv', 'alltoallv']);
 
 export interface CollectiveCase {
   op: CaseOp;
@@ -42,13 +56,20 @@ export function collectiveCases(sizes: readonly number[], ranks: number): Collec
     // Their inputs are `ranks` blocks of count: last, together.
     ['reduce-scatter', 'sum'],
     ['alltoall', undefined],
+    ['gather', undefined],
+    ['scatter', undefined],
+    // Counts per rank: a zero-count rank, and for alltoallv a skewed pattern (vCounts, alltoallvCount).
+    ['allgatherv', undefined],
+    ['reduce-scatterv', 'sum'],
+    ['reduce-scatterv', 'premul'],
+    ['alltoallv', undefined],
   ];
   for (const dtype of DTYPES) {
     for (const size of sizes) {
       for (const [op, reduce] of ops) {
         if (reduce !== undefined && !dtypeOpSupported(dtype, reduce)) continue;
         const es = DTYPE_BYTES[dtype];
-        const per = op === 'reduce-scatter' || op === 'alltoall' ? ranks : 1; // their input is `ranks` blocks of count
+        const per = op === 'reduce-scatter' || op === 'alltoall' || op === 'scatter' ? ranks : 1; // their input is `ranks` blocks of count
         const count = size === 0 ? 0 : Math.max(1, Math.floor(size / es / per));
         out.push({
           op,
@@ -57,7 +78,7 @@ export function collectiveCases(sizes: readonly number[], ranks: number): Collec
           size: count * es * per,
           ...(reduce ? { reduce } : {}),
           ...(reduce === 'premul' ? { factor: PREMUL_FACTOR } : {}),
-          ...(op === 'broadcast' || op === 'reduce' ? { root: ranks - 1 } : {}),
+          ...(op === 'broadcast' || op === 'reduce' || op === 'gather' || op === 'scatter' ? { root: ranks - 1 } : {}),
         });
       }
     }
@@ -75,8 +96,9 @@ let kept: { key: string; byRank: Map<number, Uint8Array> } = { key: '', byRank: 
 
 /** Input elements of `count` per block × blocks, for `rank`: small values, exact in every dtype, never NaN. Callers must not change it (it is kept for the next case). */
 export function caseInput(c: CollectiveCase, rank: number, ranks: number): Uint8Array {
-  const n = inputCount(c, ranks);
-  const key = `${c.dtype} ${c.count} ${n}`;
+  const n = inputCount(c, ranks, rank);
+  // The calls with counts per rank make inputs of each rank's own size.
+  const key = V_OPS.has(c.op) ? `${c.dtype} ${c.count} ${c.op}` : `${c.dtype} ${c.count} ${n}`;
   if (kept.key !== key) kept = { key, byRank: new Map() };
   let bytes = kept.byRank.get(rank);
   if (bytes === undefined) kept.byRank.set(rank, (bytes = makeInput(c.dtype, c.count, n, rank)));
@@ -113,12 +135,42 @@ function makeInput(dtype: DType, count: number, n: number, rank: number): Uint8A
   return bytes;
 }
 
-export function inputCount(c: CollectiveCase, ranks: number): number {
-  return c.op === 'reduce-scatter' || c.op === 'alltoall' ? ranks * c.count : c.count;
+/**
+ * allgatherv's and reduce-scatterv's counts per rank from the case's count: rank 0 `count`, every odd
+ * rank none, the other even ranks half (at least one).
+ */
+export function vCounts(c: CollectiveCase, ranks: number): number[] {
+  return [...Array(ranks).keys()].map((k) => (c.count === 0 || k % 2 === 1 ? 0 : k === 0 ? c.count : Math.max(1, c.count >> 1)));
 }
 
-export function outputCount(c: CollectiveCase, ranks: number): number {
-  return c.op === 'allgather' || c.op === 'alltoall' ? ranks * c.count : c.count;
+/**
+ * alltoallv's elements from rank i to rank j, skewed as a mixture of experts routes tokens: the last
+ * rank gets `count` from every rank, the others a quarter of it from some ranks and none from the rest.
+ */
+export function alltoallvCount(c: CollectiveCase, ranks: number, i: number, j: number): number {
+  if (c.count === 0) return 0;
+  if (j === ranks - 1) return c.count;
+  return (i + j) % 3 === 0 ? 0 : Math.max(1, c.count >> 2);
+}
+
+/** Elements of `rank`'s input (the calls with counts per rank: its own). */
+export function inputCount(c: CollectiveCase, ranks: number, rank = 0): number {
+  if (c.op === 'allgatherv') return vCounts(c, ranks)[rank]!;
+  if (c.op === 'reduce-scatterv') return sum(vCounts(c, ranks));
+  if (c.op === 'alltoallv') return sum([...Array(ranks).keys()].map((j) => alltoallvCount(c, ranks, rank, j)));
+  return c.op === 'reduce-scatter' || c.op === 'alltoall' || c.op === 'scatter' ? ranks * c.count : c.count;
+}
+
+/** Elements of `rank`'s output. */
+export function outputCount(c: CollectiveCase, ranks: number, rank = 0): number {
+  if (c.op === 'allgatherv') return sum(vCounts(c, ranks));
+  if (c.op === 'reduce-scatterv') return vCounts(c, ranks)[rank]!;
+  if (c.op === 'alltoallv') return sum([...Array(ranks).keys()].map((i) => alltoallvCount(c, ranks, i, rank)));
+  return c.op === 'allgather' || c.op === 'alltoall' || c.op === 'gather' ? ranks * c.count : c.count;
+}
+
+function sum(xs: readonly number[]): number {
+  return xs.reduce((a, b) => a + b, 0);
 }
 
 /** What `rank`'s output must hold, or undefined where the call writes nothing there (reduce off the root). */
@@ -144,5 +196,33 @@ export function expectedOutput(c: CollectiveCase, rank: number, ranks: number): 
       return Buffer.concat(inputs);
     case 'alltoall':
       return Buffer.concat(inputs.map((_, k) => block(k, rank)));
+    case 'gather':
+      return rank === c.root ? Buffer.concat(inputs) : undefined;
+    case 'scatter':
+      return block(c.root!, rank);
+    case 'allgatherv':
+      return Buffer.concat(inputs);
+    case 'reduce-scatterv': {
+      // Packed blocks: rank k's block starts after the counts before it.
+      const counts = vCounts(c, ranks);
+      const at = sum(counts.slice(0, rank));
+      const out = new Uint8Array(counts[rank]! * es);
+      reduceInto(
+        reduceArg(c.reduce!, c.factor),
+        c.dtype,
+        out,
+        inputs.map((x) => x.subarray(at * es, (at + counts[rank]!) * es)),
+        counts[rank]!,
+      );
+      return out;
+    }
+    case 'alltoallv':
+      // From each rank j, its packed block for this rank.
+      return Buffer.concat(
+        inputs.map((x, j) => {
+          const at = sum([...Array(rank).keys()].map((k) => alltoallvCount(c, ranks, j, k)));
+          return x.subarray(at * es, (at + alltoallvCount(c, ranks, j, rank)) * es);
+        }),
+      );
   }
 }

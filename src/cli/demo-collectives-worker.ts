@@ -11,7 +11,7 @@
 import { Communicator, type ForcedAlgorithm } from '../collectives/communicator.js';
 import type { DriverKind } from '../cuda/driver.js';
 import { DTYPE_BYTES } from '../kernels/dtypes.js';
-import { caseInput, expectedOutput, inputCount, outputCount, type CollectiveCase } from './collective-cases.js';
+import { alltoallvCount, caseInput, expectedOutput, inputCount, outputCount, vCounts, type CollectiveCase } from './collective-cases.js';
 import { serveRequests, workerConfig } from './worker-protocol.js';
 
 export interface CollectivesWorkerConfig {
@@ -46,8 +46,8 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
   const d = comm!.driver;
   const { rank, size } = comm!;
   const es = DTYPE_BYTES[c.dtype];
-  const inBytes = inputCount(c, size) * es;
-  const outBytes = outputCount(c, size) * es;
+  const inBytes = inputCount(c, size, rank) * es;
+  const outBytes = outputCount(c, size, rank) * es;
   const send = d.memAlloc(Math.max(inBytes, 1));
   const recv = d.memAlloc(Math.max(outBytes, 1));
   stream ??= d.streamCreate();
@@ -75,6 +75,30 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
       case 'alltoall':
         res = await comm!.alltoall(a);
         break;
+      case 'gather':
+        res = await comm!.gather({ ...a, root: c.root! });
+        break;
+      case 'scatter':
+        res = await comm!.scatter({ ...a, root: c.root! });
+        break;
+      case 'allgatherv':
+        res = await comm!.allgatherv({ send, recv, counts: vCounts(c, size), dtype: c.dtype, stream });
+        break;
+      case 'reduce-scatterv':
+        res = await comm!.reduceScatterv({ ...a, counts: vCounts(c, size), op: c.reduce! });
+        break;
+      case 'alltoallv': {
+        const ranks = [...Array(size).keys()];
+        res = await comm!.alltoallv({
+          send,
+          recv,
+          sendCounts: ranks.map((j) => alltoallvCount(c, size, rank, j)),
+          recvCounts: ranks.map((i) => alltoallvCount(c, size, i, rank)),
+          dtype: c.dtype,
+          stream,
+        });
+        break;
+      }
     }
     const want = expectedOutput(c, rank, size);
     if (!want || outBytes === 0) return { algorithm: res.algorithm, verified: true };

@@ -1,7 +1,8 @@
 /**
  * `smcuda demo --collectives`: N local processes join one Communicator
  * through a rendezvous directory and run every collective (allreduce with
- * each reduction, reduce, reduce-scatter, broadcast, allgather, alltoall) ×
+ * each reduction, reduce, reduce-scatter, broadcast, allgather, alltoall,
+ * gather, scatter, allgatherv, reduce-scatterv with sum and premul, alltoallv) ×
  * every dtype × several sizes; every rank checks every element of its output
  * against the host reference (collective-cases.ts).
  */
@@ -122,6 +123,11 @@ export const COLLECTIVE_LABELS = [
   'broadcast',
   'allgather',
   'alltoall',
+  'gather',
+  'scatter',
+  'allgatherv',
+  'reduce-scatterv',
+  'alltoallv',
 ];
 
 function label(c: CollectiveCase): string {

@@ -61,7 +61,9 @@ Without a GPU it runs on the simulated driver and says so.
   --collectives         instead: one Communicator of the ranks runs every collective
                         (allreduce with each reduction the dtype takes: sum/avg/min/
                         max/prod, premul, band/bor/bxor; reduce, reduce-scatter,
-                        broadcast, allgather, alltoall) × dtype (f32 f16 bf16 f64
+                        broadcast, allgather, alltoall, gather, scatter; with counts
+                        per rank: allgatherv, reduce-scatterv (sum, premul),
+                        alltoallv skewed as an MoE) × dtype (f32 f16 bf16 f64
                         f8e4m3 f8e5m2 i8 u8 i32 u32 i64 u64) × size (--sizes, default 0,1,1001,1M and 64M on a
                         GPU: bytes per rank, whole elements) and checks every element;
                         JSON: { driver, ranks, devices, collectives: [{ op, dtype, size,
@@ -69,7 +71,8 @@ Without a GPU it runs on the simulated driver and says so.
   --ops LIST            with --collectives: only these (allreduce-sum, allreduce-avg,
                         allreduce-min, allreduce-max, allreduce-prod, allreduce-premul,
                         allreduce-band, allreduce-bor, allreduce-bxor, reduce,
-                        reduce-scatter, broadcast, allgather, alltoall)
+                        reduce-scatter, broadcast, allgather, alltoall, gather,
+                        scatter, allgatherv, reduce-scatterv, alltoallv)
   --dtypes LIST         with --collectives: only these dtypes
   --algorithm NAME      with --collectives: allreduce by one-shot, two-shot, ce-pipeline or
                         staged at every size (the others by one-shot or staged); default

@@ -21,10 +21,12 @@ describe('smcuda demo --collectives', () => {
     };
     expect(r.verified).toBe(true);
     expect(r.driver.kind).toBe('sim');
-    // Floats: 6 reductions (no bitwise), integers: 8 (no premul), then 5 other collectives; 4 sizes.
+    // Floats: 6 reductions (no bitwise), integers: 8 (no premul), then 5 other collectives, gather, scatter,
+    // allgatherv, alltoallv and reduce-scatterv with sum (and premul, floats only); 4 sizes.
     const reductions = (d: string) => REDUCE_OPS.filter((o) => dtypeOpSupported(d as (typeof DTYPES)[number], o)).length;
     expect(DTYPES.map(reductions)).toEqual([6, 6, 6, 6, 8, 8, 8, 8, 8, 8, 6, 6]);
-    expect(r.collectives).toHaveLength(DTYPES.reduce((t, d) => t + (reductions(d) + 5) * 4, 0));
+    const premul = (d: string) => (dtypeOpSupported(d as (typeof DTYPES)[number], 'premul') ? 1 : 0);
+    expect(r.collectives).toHaveLength(DTYPES.reduce((t, d) => t + (reductions(d) + 5 + 5 + premul(d)) * 4, 0));
     expect(new Set(r.collectives.map((c) => c.op))).toEqual(
       new Set([
         'allreduce-sum',
@@ -41,8 +43,17 @@ describe('smcuda demo --collectives', () => {
         'broadcast',
         'allgather',
         'alltoall',
+        'gather',
+        'scatter',
+        'allgatherv',
+        'reduce-scatterv',
+        'alltoallv',
       ]),
     );
+    // The calls with counts per rank ran at every size, by one-shot (device steps) on the simulated driver.
+    for (const op of ['gather', 'scatter', 'allgatherv', 'alltoallv'])
+      expect(r.collectives.filter((c) => c.op === op).every((c) => c.algorithm === 'one-shot' && c.verified)).toBe(true);
+    expect(r.collectives.filter((c) => c.op === 'reduce-scatterv')).toHaveLength(DTYPES.reduce((t, d) => t + (1 + premul(d)) * 4, 0));
     expect(new Set(r.collectives.map((c) => c.dtype))).toEqual(
       new Set(['f32', 'f16', 'bf16', 'f64', 'i32', 'i64', 'u8', 'i8', 'u32', 'u64', 'f8e4m3', 'f8e5m2']),
     );
