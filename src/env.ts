@@ -250,7 +250,8 @@ export function envCommunicator(env: Env = process.env): CommunicatorEnv {
   const localRank = nonNegativeInt(env, 'LOCAL_RANK');
   if (localRank !== undefined) out.localRank = localRank;
   const rendezvous = raw(env, 'SMCUDA_RENDEZVOUS');
-  if (rendezvous !== undefined) out.rendezvous = rendezvous;
+  // tcp://host:port names the TCP store across machines (envStoreAddress), not a directory.
+  if (rendezvous !== undefined && !rendezvous.startsWith('tcp://')) out.rendezvous = rendezvous;
   const token = raw(env, 'SMCUDA_TOKEN');
   if (token !== undefined) out.token = token;
   return out;

@@ -442,11 +442,15 @@ export class NcclComm {
     const config = configArray(a.config);
     const h = this.#live('ncclCommSplit');
     const made = call(() => this.nccl.native.ncclCommSplit(h, a.color, a.key, config));
-    // The parent carries the split's progress; the child exists only for a color.
-    await this.whenReady('ncclCommSplit', made.result, a.timeoutMs ?? NCCL_INIT_TIMEOUT_MS);
-    if (made.comm === 0n) return undefined;
+    const timeoutMs = a.timeoutMs ?? NCCL_INIT_TIMEOUT_MS;
+    // A rank without a color gets no communicator: the parent carries the call's progress.
+    if (made.comm === 0n) {
+      await this.whenReady('ncclCommSplit', made.result, timeoutMs);
+      return undefined;
+    }
+    // The child's state says when it is ready (a timeout aborts the child, not the parent).
     const pending = new NcclComm(this.nccl, made.comm, 0, 1);
-    await pending.whenReady('ncclCommSplit', NCCL_IN_PROGRESS, a.timeoutMs ?? NCCL_INIT_TIMEOUT_MS);
+    await pending.whenReady('ncclCommSplit', made.result, timeoutMs);
     const [rank, size] = call(() => this.nccl.native.ncclCommRankSize(made.comm));
     return new NcclComm(this.nccl, made.comm, rank, size);
   }

@@ -17,7 +17,7 @@ import { storeProof } from '../../../src/auth/store-proof.js';
 import { TcpStore } from '../../../src/collectives/tcp-store.js';
 import { CLIENT_HELLO_BYTES, encodeFrame, keyBytes, STORE_VERSION, StoreFrame, u8, u32, valueBytes } from '../../../src/collectives/tcp-store-frames.js';
 import { TcpStoreServer } from '../../../src/collectives/tcp-store-server.js';
-import { envStoreAddress } from '../../../src/env.js';
+import { envCommunicator, envStoreAddress } from '../../../src/env.js';
 import { BadTokenError, ConfigError, StoreError } from '../../../src/errors.js';
 import { spawnPeer, type WorkerClient, WorkerCommandError } from '../../helpers/child.js';
 
@@ -318,6 +318,8 @@ describe('the address from the environment', () => {
     expect(envStoreAddress({ SMCUDA_RENDEZVOUS: 'tcp://[fe80::1]:80/' })).toMatchObject({ host: 'fe80::1', port: 80 });
     expect(envStoreAddress({ MASTER_ADDR: '10.0.0.1', MASTER_PORT: '29500' })).toEqual({ host: '10.0.0.1', port: 29500, from: 'MASTER_ADDR/MASTER_PORT' });
     expect(envStoreAddress({ SMCUDA_RENDEZVOUS: '/tmp/job-rdv' })).toBeUndefined();
+    expect(envCommunicator({ SMCUDA_RENDEZVOUS: '/tmp/job-rdv' }).rendezvous).toBe('/tmp/job-rdv');
+    expect(envCommunicator({ SMCUDA_RENDEZVOUS: 'tcp://node-0:29500' }).rendezvous).toBeUndefined();
     expect(envStoreAddress({})).toBeUndefined();
   });
 

@@ -204,6 +204,9 @@ describe.skipIf(skip !== false)(`the binding over a fake libnccl.so.2${skip ? ` 
     const child = await comm.split({ color: 3, key: 0, config: { splitShare: true } });
     expect(lastLine()).toMatch(/^ncclCommSplit comm=0x[0-9a-f]+ color=3 key=0 blocking=0$/);
     expect(child).toMatchObject({ rank: 0, size: 1 });
+    // Polled until ready: a collective on it goes through.
+    const a = host([5]);
+    expect(child!.allReduce({ send: a.ptr, recv: a.ptr, count: 1, dtype: 'f32', op: 'sum' })).toBe(0);
     expect(await comm.split({ color: NCCL_SPLIT_NOCOLOR, key: 0 })).toBeUndefined();
     child!.destroy();
     comm.destroy();
