@@ -17,12 +17,17 @@
  * persistent transfers using it finish their starts, then close), sends
  * REG_RELEASE, and waits for the peer's REG_RELEASE before unmapping the
  * peer's buffer: neither side unmaps while the other may still copy
- * through it. A closed endpoint releases each mapping once the GPU work
- * that used it has completed (its users say when: RegistrationUser.settled).
+ * through it. Each mapping is a hold of the GPU runtime (src/gpu/): every
+ * eager start and every watchdog write through it is a use until the GPU
+ * passed it, so a closed endpoint or a deregistration unmaps it only once
+ * the last of them completed. A start captured in a graph is the one use
+ * the host cannot see: it keeps the mapping `graceMs` longer (close).
  */
 import type { Mapping } from '../../cache/index.js';
 import { checkMessageBuffer, isDeviceBuffer, type DeviceBuffer } from '../buffers.js';
-import type { DevicePtr } from '../cuda/driver.js';
+import type { DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { GpuHold } from '../gpu/gpu-hold.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
 import { refuseUnknownKeys } from '../option-keys.js';
 import { FrameType, type RegFailFrame, type RegOfferFrame, type RegReleaseFrame } from '../wire/frames.js';
@@ -43,13 +48,8 @@ export interface RegistrationUser {
   /** Resolves once no work of this user is in flight. */
   quiesce(): Promise<void>;
   close(reason: Error): void;
-  /**
-   * Resolves once the GPU has passed every use of the registration this
-   * user made that the host can see (eager rounds, the watchdog's writes);
-   * a user that was captured in a graph also waits `graceMs`, as the host
-   * cannot see the graph's replays.
-   */
-  settled(graceMs: number): Promise<void>;
+  /** Captured in a graph: its replays use the registration unseen by the host (close keeps the mapping `graceMs` more). */
+  readonly captured: boolean;
 }
 
 export class Registration {
@@ -69,11 +69,29 @@ export class Registration {
     readonly local: DeviceBuffer,
     /** The peer's buffer, as mapped here. */
     readonly peer: { ptr: DevicePtr; length: number },
-    private readonly mapping: Mapping,
+    mapping: Mapping,
     private readonly owner: Registrations,
     /** Made by smcuda itself (a flag block): the user cannot deregister it. */
     readonly internal = false,
-  ) {}
+    /** The GPU runtime whose hold keeps the peer's mapping while GPU work goes through it. */
+    private readonly runtime: GpuRuntime,
+  ) {
+    this.hold = runtime.hold(() => mapping.release());
+  }
+
+  /** The peer's mapping, held until released and no GPU work through it is in flight (the GPU runtime's hold). */
+  readonly hold: GpuHold;
+
+  /** @internal The work queued so far on `stream` goes through the peer's mapping: it stays mapped until the GPU passed it. */
+  useUntil(stream: StreamHandle): void {
+    this.runtime.useUntil(this.hold, stream);
+  }
+
+  /** @internal Work the host cannot see (a captured start's replays) may use the mapping for `ms` more. */
+  keepFor(ms: number): void {
+    this.hold.use();
+    setTimeout(() => this.hold.done(), ms).unref();
+  }
 
   /** Waits for work in flight, tells the peer, and unmaps its buffer once it deregistered too. */
   deregister(): Promise<void> {
@@ -100,12 +118,12 @@ export class Registration {
     });
   }
 
-  /** @internal Unmaps the peer's buffer (once). */
+  /** @internal Unmaps the peer's buffer (once), as soon as no GPU work through it is in flight. */
   release(): void {
     if (this.state === 'released') return;
     this.state = 'released';
     try {
-      this.mapping.release();
+      this.hold.close();
     } catch {
       // the driver was closed first: nothing left to unmap
     }
@@ -180,6 +198,7 @@ export class Registrations {
         mapping,
         this,
         internal,
+        this.ctx.link.runtime,
       );
       // The peer may have given the number up while the mapping opened.
       const late = this.closeReason ?? this.calls.takePeerFailure(id);
@@ -266,9 +285,9 @@ export class Registrations {
 
   /**
    * The endpoint closed: pending registrations reject, users are closed, and
-   * every mapping is released — one that users held, once the GPU passed
-   * their work on it (RegistrationUser.settled; `graceMs` for users captured
-   * in graphs, whose replays the host cannot see).
+   * every mapping is released — once the GPU passed the work queued through
+   * it (its hold's uses), and `graceMs` later where a user was captured in a
+   * graph, whose replays the host cannot see.
    */
   close(reason: Error, graceMs = 0): void {
     if (this.closeReason) return;
@@ -279,12 +298,9 @@ export class Registrations {
     for (const { users } of regs) for (const u of users) u.close(reason);
     for (const { reg, users } of regs) {
       // Work already queued may still write through the peer's mapping (its waits were just
-      // released): unmap once it has passed, never under it.
-      if (users.length === 0) {
-        reg.release();
-        continue;
-      }
-      void Promise.all(users.map((u) => u.settled(graceMs))).finally(() => reg.release());
+      // released): the hold unmaps it once that work has passed, never under it.
+      if (users.some((u) => u.captured)) reg.keepFor(graceMs);
+      reg.release();
     }
     this.live.clear();
   }

@@ -18,7 +18,7 @@ import { HandleKind, type RegOfferFrame } from '../wire/frames.js';
 
 export interface RemoteMemoryContext {
   /** What registrations and persistent transfers use of the endpoint's link. */
-  link: Pick<EndpointLink, 'driver' | 'peerId' | 'tracer' | 'sendFrame' | 'uuidOf' | 'exports' | 'fd'>;
+  link: Pick<EndpointLink, 'driver' | 'peerId' | 'tracer' | 'sendFrame' | 'uuidOf' | 'exports' | 'fd' | 'runtime'>;
   /** The RGET path: its descriptor side offers VMM and pool memory, and it holds where remote keys open. */
   rget: RgetPath | undefined;
 }

@@ -23,13 +23,14 @@
  * first call on both sides.
  *
  * What a transfer used is released once the GPU passed it, not after a
- * fixed time: eager starts mark their stream (the GPU runtime's points,
- * pooled events: src/gpu/gpu-runtime.ts); the peer's mappings go once those marks and a point on the
- * watchdog's stream completed. Two holds remain timed, for what the host
- * cannot see: a transfer captured in a graph (its replays) keeps its waits
- * poisoned for `graceMs`; and this side's flag block, which the peer maps,
- * is freed `graceMs` after this side is done with it, as the peer's
- * release of its mapping cannot be heard once the endpoint closed.
+ * fixed time: the peer's mappings (its buffer, its flag block) are holds of
+ * the GPU runtime (src/gpu/), and each eager start and each watchdog write
+ * through them is a use until the GPU passed it (a point on its stream,
+ * pooled events). Two things stay timed, for what the host cannot see: a
+ * transfer captured in a graph (its replays) keeps its waits poisoned, and
+ * the mappings it used, for `graceMs`; and this side's flag block, which
+ * the peer maps, is freed `graceMs` after this side is done with it, as the
+ * peer's release of its mapping cannot be heard once the endpoint closed.
  */
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
@@ -230,6 +231,9 @@ export class PersistentTransfer implements WatchedTransfer {
       this.captured = true; // the graph owner synchronizes its replays
       return;
     }
+    // The round goes through the peer's mappings (its buffer, its flag block): they stay mapped until the GPU passed it.
+    this.registration.useUntil(stream);
+    this.peerFlags.useUntil(stream);
     const done: Promise<void> = this.owner.watchdog.gpu.marked(stream).then(() => {
       this.inFlight.delete(done);
       if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
@@ -255,6 +259,11 @@ export class PersistentTransfer implements WatchedTransfer {
 
   peerAwaited(): DevicePtr | undefined {
     return this.owner.open && this.peerFlags.state !== 'released' ? this.peerWord : undefined;
+  }
+
+  /** @internal The watchdog queued a write through the peer's flag block on `stream`: it stays mapped until the GPU passed it. */
+  peerWritten(stream: StreamHandle): void {
+    this.peerFlags.useUntil(stream);
   }
 
   /** @internal The watchdog found this transfer's start stuck. */
@@ -302,7 +311,8 @@ export class PersistentTransfer implements WatchedTransfer {
     this.state = state;
     debug('persistent transfer %d to %s: %s', this.id, this.owner.peerId, this.error.message);
     const peer = this.peerAwaited();
-    this.owner.watchdog.poison(peer !== undefined ? [this.ownAwaited, peer] : [this.ownAwaited]);
+    if (peer === undefined) this.owner.watchdog.poison([this.ownAwaited]);
+    else this.owner.watchdog.poison([this.ownAwaited, peer], (stream) => this.peerWritten(stream));
     if (tell) this.owner.tellPeer(this.id, this.error.message);
     this.tell(this.error.code === 'SMCUDA_PERSISTENT_CLOSED' ? { type: 'CLOSE' } : { type: 'FAIL', code: this.error.code });
     this.actor.stop();
@@ -474,7 +484,13 @@ export class PersistentTransfers {
     block.used[slot] = t;
     this.live.set(id, t);
     // Deregistration and the endpoint's close wait for its work on the data and on the flags.
-    const user = { quiesce: () => t.quiesce(), close: (e: Error) => t.closeFor(e), settled: (graceMs: number) => t.settled(graceMs) };
+    const user = {
+      quiesce: () => t.quiesce(),
+      close: (e: Error) => t.closeFor(e),
+      get captured() {
+        return t.captured;
+      },
+    };
     for (const r of [reg, block.registration, peerFlags]) r.users.add(user);
     t.onForget = () => {
       for (const r of [reg, block.registration, peerFlags]) r.users.delete(user);

@@ -35,6 +35,8 @@ export interface WatchedTransfer {
   readonly ownAwaited: DevicePtr;
   /** The word the peer's start waits on, through the peer's mapping (undefined once unmapped). */
   peerAwaited(): DevicePtr | undefined;
+  /** A write into peerAwaited() was queued on `stream`: the mapping must outlive it (a use of its hold). */
+  peerWritten?(stream: StreamHandle): void;
   /** Ticks in a row in which its start was in progress and unfinished. */
   stuckTicks: number;
   /** The watchdog found it stuck: fail it (it poisons the waits itself). */
@@ -90,14 +92,20 @@ export class Watchdog {
     };
   }
 
-  /** Writes POISON at once into the given words (a transfer failed or closed outside a tick). */
-  poison(words: readonly DevicePtr[]): void {
+  /**
+   * Writes POISON at once into the given words (a transfer failed or closed
+   * outside a tick); `queued` learns the stream the writes went on (a write
+   * through a peer's mapping keeps it mapped until the GPU passed it).
+   */
+  poison(words: readonly DevicePtr[], queued?: (stream: StreamHandle) => void): void {
     if (this.closed || words.length === 0) return;
     try {
+      const stream = this.ensureStream();
       this.driver.streamBatchMemOp(
-        this.ensureStream(),
+        stream,
         words.map((addr) => ({ op: 'write64', addr, value: POISON }) as StreamMemOp),
       );
+      queued?.(stream);
     } catch (err) {
       debug('watchdog: could not poison %d words: %s', words.length, (err as Error).message);
     }
@@ -178,6 +186,8 @@ export class Watchdog {
       await this.gpu.completed(stream);
       if (this.closed) return;
       const ops: StreamMemOp[] = [];
+      /** Transfers whose peer word is written this tick (through the peer's mapping). */
+      const peers: WatchedTransfer[] = [];
       for (const { block, bytes } of reads) {
         if (!this.blocks.has(block)) continue;
         const view = new DataView(bytes.buffer);
@@ -196,13 +206,17 @@ export class Watchdog {
             t.stuck(ms);
             ops.push({ op: 'write64', addr: t.ownAwaited, value: POISON });
             const peer = t.peerAwaited();
-            if (peer !== undefined) ops.push({ op: 'write64', addr: peer, value: POISON });
+            if (peer !== undefined) {
+              ops.push({ op: 'write64', addr: peer, value: POISON });
+              peers.push(t);
+            }
             continue;
           }
           ops.push({ op: 'write64', addr: block.ptr + BigInt(at + STAMP), value: 1n });
         }
       }
       if (ops.length > 0) d.streamBatchMemOp(stream, ops);
+      for (const t of peers) t.peerWritten?.(stream);
     } catch (err) {
       debug('watchdog: tick failed: %s', (err as Error).message);
       try {

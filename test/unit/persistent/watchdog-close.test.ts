@@ -152,3 +152,28 @@ describe('Transport.close during a watchdog tick (issue 43)', () => {
     expect(p.a.driver.lifetimeViolations).toEqual([]);
   });
 });
+
+describe("the peer's mappings are holds of the GPU runtime (issue 43)", () => {
+  it('an endpoint closed while an eager start copies through the peer mapping unmaps it only once the GPU passed the start', async () => {
+    pair = await makePair({ a: { persistent: { timeoutMs: 2000 } }, b: { persistent: { timeoutMs: 2000 } } });
+    const p = pair;
+    const n = 64 << 10;
+    const src = deviceWith(p.a.driver, randomBytes(n, 5));
+    const dst = deviceWith(p.b.driver, new Uint8Array(n));
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    const mapped = p.a.ep.stats().cache.openMappings;
+    expect(mapped).toBeGreaterThan(0); // the peer's buffer and flag block
+    p.a.driver.inject({ copyDelayMs: 60 }); // the sender's copy into the peer's buffer is still queued at close
+    tb.start(sb);
+    ta.start(sa);
+    p.a.ep.close();
+    expect(p.a.ep.stats().cache.openMappings).toBe(mapped); // not unmapped under the queued copy
+    await ta.quiesce();
+    for (let k = 0; k < 100 && p.a.ep.stats().cache.openMappings > 0; k++) await new Promise((r) => setTimeout(r, 10));
+    expect(p.a.ep.stats().cache.openMappings).toBe(0); // unmapped once the GPU passed it, with no timer to wait out
+    expect(p.a.driver.lifetimeViolations).toEqual([]);
+  });
+});
