@@ -199,6 +199,8 @@ class P2PBatch implements MarkWaiter {
 }
 
 const noop = (): void => undefined;
+/** The longest delay setTimeout takes. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export class PointToPoint {
   private readonly match: P2PMatch;
@@ -330,7 +332,7 @@ export class PointToPoint {
       else mismatch ??= m.agreed;
     }
     this.pending.add(b);
-    b.timer = setTimeout(() => this.timedOut(b), b.timeoutMs);
+    this.arm(b);
     if (mismatch) {
       h.abort(mismatch);
       return;
@@ -466,9 +468,16 @@ export class PointToPoint {
     }
   }
 
+  /** Arms the batch's timeout (setTimeout takes at most 2^31-1 ms: a longer one is armed again then). */
+  private arm(b: P2PBatch): void {
+    const left = b.started + b.timeoutMs - performance.now();
+    b.timer = setTimeout(() => this.timedOut(b), Math.max(0, Math.min(MAX_TIMER_MS, Math.ceil(left))));
+  }
+
   private timedOut(b: P2PBatch): void {
     b.timer = undefined;
     if (b.settled || this.host.abortError()) return;
+    if (performance.now() < b.started + b.timeoutMs) return this.arm(b);
     const missing = b.calls.filter((c) => !c.agreed);
     const who =
       missing.length > 0

@@ -125,6 +125,14 @@ describe.each([
     expect((await within(rejection(c1.barrier()))).causeCode).toBe('SMCUDA_COMM_TIMEOUT');
   });
 
+  it('a timeout past what setTimeout takes (2^31 ms) does not fire early', async () => {
+    w = await makeWorld(2, { ipcOpenFails: staged, timeoutMs: 30_000 });
+    const [c0, c1] = pair(w);
+    const recv = c0.recv({ buf: w.sides[0]!.driver.memAlloc(64), count: 16, dtype: 'f32', peer: 1, timeoutMs: 2 ** 32 });
+    await new Promise((r) => setTimeout(r, 50));
+    await Promise.all([recv, c1.send({ buf: w.sides[1]!.driver.memAlloc(64), count: 16, dtype: 'f32', peer: 0 })]);
+  });
+
   it('a peer lost during a recv (its transport closes, no goodbye) fails the recv with SMCUDA_PEER_LOST within a bounded time', async () => {
     w = await makeWorld(3, { scratchBytes: 4096 * 3, ipcOpenFails: staged, timeoutMs: 30_000 });
     const bufs = w.sides.map((s) => s.driver.memAlloc(40_000));
