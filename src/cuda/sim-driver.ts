@@ -128,6 +128,7 @@ export class SimulatedCudaDriver implements CudaDriver {
    * Where every driver made from now on is noted, while set (the test suite
    * sets it, to check each driver's lifetimeViolations after each test); off
    * by default, so a process that makes drivers does not keep them.
+   * @internal
    */
   static registry: Set<SimulatedCudaDriver> | undefined;
 
