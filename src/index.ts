@@ -24,8 +24,10 @@ export {
   Communicator,
   type Algorithm,
   type AllgatherArgs,
+  type AllgathervArgs,
   type AllreduceArgs,
   type AlltoallArgs,
+  type AlltoallvArgs,
   type BroadcastArgs,
   type BufferArg,
   type CallOptions,
@@ -37,6 +39,10 @@ export {
   type CommunicatorOptions,
   type CommunicatorStats,
   type FromEndpointsOptions,
+  type GatherArgs,
+  type PerRank,
+  type ReduceScattervArgs,
+  type ScatterArgs,
   type SplitArgs,
 } from './collectives/communicator.js';
 export type { RendezvousOptions } from './collectives/rendezvous.js';
