@@ -54,6 +54,15 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Resolves once `cond` holds (checked every 10 ms), or fails after `ms`. */
+async function until(cond: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`condition not met within ${ms} ms`);
+    await sleep(10);
+  }
+}
+
 /** Resolves when `socket` is closed by the other side (or errors). */
 function closed(socket: Socket): Promise<number> {
   const t0 = Date.now();
@@ -175,30 +184,33 @@ describe('the job token', () => {
 
 describe('hostile connections are bounded', () => {
   it('before authenticating: an oversized or foreign frame is closed at once; a trickled HELLO at authTimeoutMs', async () => {
-    const server = track(await TcpStoreServer.listen({ port: 0, token: TOKEN, limits: { authTimeoutMs: 300 } }));
+    const server = track(await TcpStoreServer.listen({ port: 0, token: TOKEN, limits: { authTimeoutMs: 10_000 } }));
     const big = await raw(server.port);
     big.socket.write(Buffer.from([0xff, 0xff, 0xff, 0x7f, StoreFrame.CLIENT_HELLO]));
-    expect(await closed(big.socket)).toBeLessThan(250);
+    expect(await closed(big.socket)).toBeLessThan(1000);
     const foreign = await raw(server.port);
     foreign.socket.write(encodeFrame(StoreFrame.SET, 1, [keyBytes('k'), ...valueBytes(Buffer.from('v'))]));
-    expect(await closed(foreign.socket)).toBeLessThan(250);
-    const slow = await raw(server.port);
+    expect(await closed(foreign.socket)).toBeLessThan(1000);
+    expect(server.stats()).toMatchObject({ connections: 0, unauthenticated: 0, keys: 0, bytes: 0, closed: 2 });
+
+    const strict = track(await TcpStoreServer.listen({ port: 0, token: TOKEN, limits: { authTimeoutMs: 300 } }));
+    const slow = await raw(strict.port);
     const hello = encodeFrame(StoreFrame.CLIENT_HELLO, 0, [u8(STORE_VERSION), randomBytes(64)]);
     let i = 0;
     const drip = setInterval(() => slow.socket.writable && i < hello.byteLength && slow.socket.write(hello.subarray(i, ++i)), 20);
     cleanup.push(() => clearInterval(drip));
     const ms = await closed(slow.socket);
-    expect(ms).toBeGreaterThan(200);
-    expect(ms).toBeLessThan(1500);
-    expect(server.stats()).toMatchObject({ connections: 0, unauthenticated: 0, keys: 0, bytes: 0, closed: 3 });
+    expect(ms).toBeGreaterThan(250);
+    expect(ms).toBeLessThan(3000);
+    expect(i).toBeLessThan(hello.byteLength);
+    expect(strict.stats()).toMatchObject({ connections: 0, unauthenticated: 0, closed: 1 });
   });
 
   it('many connections: at most maxUnauthenticated held, the rest closed on accept; an honest rank still gets in', async () => {
     const server = track(await TcpStoreServer.listen({ port: 0, token: TOKEN, limits: { maxUnauthenticated: 4, authTimeoutMs: 400, maxConnections: 8 } }));
     const flood = await Promise.all(Array.from({ length: 12 }, () => raw(server.port)));
-    await sleep(100);
+    await until(() => flood.filter((c) => c.socket.destroyed).length === 8);
     expect(server.stats().unauthenticated).toBe(4);
-    expect(flood.filter((c) => c.socket.destroyed).length).toBe(8);
     // Refused while the flood holds its places, it tries again and joins once they time out.
     const honest = track(await TcpStore.connect({ host: LOCAL, port: server.port }, { token: TOKEN, timeoutMs: 5000 }));
     await honest.set('k', 'v');
@@ -241,14 +253,14 @@ describe('hostile connections are bounded', () => {
     const hostile = await rawAuthenticated(server.port);
     hostile.socket.write(Buffer.concat([u32(1 << 30), u8(StoreFrame.SET), u32(77)]));
     hostile.socket.write(Buffer.alloc(64 * 1024));
-    expect(await closed(hostile.socket)).toBeLessThan(1500);
+    expect(await closed(hostile.socket)).toBeLessThan(3000);
     expect(hostile.received().subarray(42 + 41)[4]).toBe(StoreFrame.ERROR);
     // A frame trickled after the handshake: closed at frameTimeoutMs.
     const slow = await rawAuthenticated(server.port);
     slow.socket.write(Buffer.concat([u32(100), u8(StoreFrame.GET), u32(1)]));
     const ms = await closed(slow.socket);
-    expect(ms).toBeGreaterThan(200);
-    expect(ms).toBeLessThan(1500);
+    expect(ms).toBeGreaterThan(250);
+    expect(ms).toBeLessThan(3000);
     expect(server.stats()).toMatchObject({ connections: 1, keys: 6, bytes: 4 + 10 + 3000 + 4 });
   });
 });
@@ -277,7 +289,7 @@ describe("rank 0's store gone", () => {
     await probe.close();
     const t0 = Date.now();
     const err = await rejection(TcpStore.connect({ host: LOCAL, port }, { token: TOKEN, timeoutMs: 300 }));
-    expect(Date.now() - t0).toBeLessThan(1500);
+    expect(Date.now() - t0).toBeLessThan(3000);
     expect(err).toMatchObject({ code: 'SMCUDA_STORE_TIMEOUT' });
     expect((err as Error).message).toMatch(/start rank 0.*MASTER_ADDR\/MASTER_PORT/);
   });
@@ -303,7 +315,7 @@ describe("rank 0's store gone", () => {
     const store = track(await TcpStore.connect({ host: LOCAL, port: (silent.address() as { port: number }).port }, { token: TOKEN, timeoutMs: 200 }));
     const t0 = Date.now();
     await expect(store.set('k', 'v')).rejects.toMatchObject({ code: 'SMCUDA_STORE_TIMEOUT' });
-    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(Date.now() - t0).toBeLessThan(2000);
     await expect(store.wait(['k'], { timeoutMs: 100 })).rejects.toThrow(/did not answer within 2100 ms/);
   });
 });
