@@ -5,8 +5,9 @@
  *
  * Group 0 is a world (create, fromEnv, fromEndpoints): CONTROL_TAG and
  * DATA_TAG, as always. Group g ≥ 1 (split, newGroup) takes the pair below
- * them at CONTROL_TAG - 2g: every tag from GROUP_TAG_FLOOR (0xf0000000) up
- * is reserved for communicators.
+ * them at CONTROL_TAG - 2g, and point to point's staged messages take
+ * GROUP_TAG_FLOOR + g (p2p.ts): every tag from GROUP_TAG_FLOOR (0xf0000000)
+ * up is reserved for communicators.
  *
  * How the ranks of a new group agree on g with no extra round trip: each
  * rank of the parent proposes its transport's next id in the split's own
@@ -28,8 +29,12 @@ import { CONTROL_TAG, DATA_TAG } from './control.js';
 
 /** The lowest tag a communicator may reserve. */
 export const GROUP_TAG_FLOOR = 0xf0000000;
-/** The largest group id (its control tag is GROUP_TAG_FLOOR). */
-export const MAX_GROUP_ID = (CONTROL_TAG - GROUP_TAG_FLOOR) / 2;
+/**
+ * The largest group id: groups' control and data tags count down from the
+ * top of the range, point to point's staged tags (p2p.ts: GROUP_TAG_FLOOR
+ * + g) count up from its floor, and the two must never meet.
+ */
+export const MAX_GROUP_ID = Math.ceil((CONTROL_TAG - GROUP_TAG_FLOOR) / 3) - 1;
 
 export interface CommTags {
   /** 0: a world; ≥ 1: a group. */

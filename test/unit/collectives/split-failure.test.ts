@@ -215,7 +215,10 @@ describe('groups: failure and close', () => {
   it('the reserved tags: groups from 0xf0000000 up, below the world pair; an id past them is refused', () => {
     expect(tagsOf(0)).toEqual({ group: 0, control: 0xfffffff0, data: 0xfffffff1 });
     expect(tagsOf(1)).toEqual({ group: 1, control: 0xffffffee, data: 0xffffffef });
-    expect(tagsOf(MAX_GROUP_ID).control).toBe(0xf0000000);
+    // The last group's control tag stays above every group's point-to-point tag (0xf0000000 + g, p2p.ts).
+    expect(MAX_GROUP_ID).toBe(89_478_479);
+    expect(tagsOf(MAX_GROUP_ID).control).toBeGreaterThan(0xf0000000 + MAX_GROUP_ID);
+    expect(tagsOf(MAX_GROUP_ID + 1).control).toBeLessThanOrEqual(0xf0000000 + MAX_GROUP_ID + 1);
     expect(isReservedTag(0xf0000000)).toBe(true);
     expect(isReservedTag(0xefffffff)).toBe(false);
     expect(agreeGroupId([3, 9, 4])).toBe(9);
