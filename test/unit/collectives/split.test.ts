@@ -227,6 +227,43 @@ describe('comm.split and comm.newGroup', () => {
     await Promise.all(nested.flatMap(([a, b], r) => [a!.allreduce({ send: x[r]!, count, dtype: 'f32', op: 'sum' }), b!.barrier()]));
   });
 
+  it.each([{ ipc: true }, { ipc: false }])(
+    "point to point in the world, a tensor group and a data group at once (IPC $ipc; without it, staged on each communicator's own tag), every element verified",
+    async (ipc) => {
+      w = await makeWorld(4, { timeoutMs: 20_000, ipcOpenFails: !ipc });
+      const world = w;
+      const tp = await groups(world, (c, r) => c.split({ color: r >> 1 }));
+      const dp = await groups(world, (c, r) => c.split({ color: r & 1 }));
+      const count = 999;
+      const drivers = world.sides.map((s) => s.driver);
+      // Each communicator: its rank 0 sends to its rank 1 (the world: 0 to 1 and 2 to 3, over the same endpoints as the tensor groups).
+      const comms = { world: world.comms, tensor: tp, data: dp } as const;
+      const sent = new Map<string, Uint8Array>();
+      const recvs: Array<{ key: string; r: number; buf: DevicePtr }> = [];
+      const calls: Array<Promise<unknown>> = [];
+      for (const [name, cs] of Object.entries(comms)) {
+        cs.forEach((c, r) => {
+          const peer = name === 'world' ? r ^ 1 : 1 - c!.rank;
+          const sender = name === 'world' ? (r & 1) === 0 : c!.rank === 0;
+          const stream = drivers[r]!.streamCreate();
+          if (sender) {
+            const data = elements('u8', count, 7 * r + name.length);
+            sent.set(`${name}:${r}`, data);
+            calls.push(c!.send({ buf: upload(drivers[r]!, data), count, dtype: 'u8', peer, stream }));
+          } else {
+            const buf = drivers[r]!.memAlloc(count);
+            const from = name === 'world' ? r ^ 1 : c!.parentRanks![peer]!;
+            recvs.push({ key: `${name}:${from}`, r, buf });
+            calls.push(c!.recv({ buf, count, dtype: 'u8', peer, stream }));
+          }
+        });
+      }
+      await Promise.all(calls);
+      for (const { key, r, buf } of recvs) expect(same(download(drivers[r]!, buf, count), sent.get(key)!), key).toBe(true);
+      for (const c of [world.comms[0]!, tp[0]!, dp[0]!]) expect(c.stats().p2p.byPath[ipc ? 'device' : 'staged']).toBe(1);
+    },
+  );
+
   it('graph capture inside a group: captured once, replayed with fresh inputs, every replay verified; the parent calls eagerly between replays', async () => {
     w = await makeWorld(4, { timeoutMs: 20_000, scratchBytes: 1024 });
     const world = w;
