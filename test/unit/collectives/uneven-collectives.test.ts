@@ -7,7 +7,8 @@
  * roots other than 0, in place, alltoallv with zero counts and a skewed
  * (MoE-like) pattern, every reduction reduce-scatterv takes.
  */
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import type { Communicator } from '../../../src/collectives/communicator.js';
 import type { DevicePtr } from '../../../src/cuda/driver.js';
 import { DTYPE_BYTES, DTYPES, dtypeOpSupported, REDUCE_OPS, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
@@ -213,6 +214,62 @@ describe('alltoallv patterns', () => {
       [1, 700, 0, 0],
       [0, 1000, 5, 9],
     ]);
+  });
+
+  it('mapped scratch without stream memory operations (host steps): gather, scatter, allgatherv and reduce-scatterv step through the host, alltoallv is staged; every element checked', async () => {
+    const real = SimulatedCudaDriver.prototype.gpuDrivenStatus;
+    const spy = vi.spyOn(SimulatedCudaDriver.prototype, 'gpuDrivenStatus').mockImplementation(function (this: SimulatedCudaDriver) {
+      return { ...real.call(this), streamMemOps: false, memOps64: false };
+    });
+    let w: World;
+    try {
+      w = await makeWorld(3, { scratchBytes: 768, timeoutMs: 20_000 });
+    } finally {
+      spy.mockRestore();
+    }
+    try {
+      expect(w.comms[0]!.stats()).toMatchObject({ mapped: true, steps: 'host' });
+      const es = 2;
+      const counts = [300, 0, 5];
+      const inputs = counts.map((c, r) => elements('bf16', c, r + 3));
+      const send = alloc(w, 300, es);
+      const recv = alloc(w, 3 * 300, es);
+      w.comms.forEach((_, r) => write(w, r, send[r]!, inputs[r]!));
+      const res = await Promise.all(w.comms.map((c, r) => c.allgatherv({ send: send[r]!, recv: recv[r]!, counts, dtype: 'bf16' })));
+      expect(res[0]!.algorithm).toBe('one-shot');
+      for (let r = 0; r < 3; r++) expectBytes(read(w, r, recv[r]!, 305 * es), Buffer.concat(inputs), `allgatherv rank ${r}`);
+      const g = elements('bf16', 300, 9);
+      w.comms.forEach((_, r) => write(w, r, send[r]!, g));
+      await Promise.all(w.comms.map((c, r) => c.gather({ send: send[r]!, recv: recv[r]!, count: 300, dtype: 'bf16', root: 1 })));
+      expectBytes(read(w, 1, recv[1]!, 900 * es), Buffer.concat([g, g, g]), 'gather');
+      const all = elements('bf16', 900, 4);
+      write(w, 2, recv[2]!, all);
+      await Promise.all(w.comms.map((c, r) => c.scatter({ ...(r === 2 ? { send: recv[2]! } : {}), recv: send[r]!, count: 300, dtype: 'bf16', root: 2 })));
+      for (let r = 0; r < 3; r++) expectBytes(read(w, r, send[r]!, 300 * es), all.subarray(r * 300 * es, (r + 1) * 300 * es), `scatter rank ${r}`);
+      const rin = w.comms.map((_, r) => elements('bf16', 305, r + 40));
+      w.comms.forEach((_, r) => write(w, r, recv[r]!, rin[r]!));
+      await Promise.all(w.comms.map((c, r) => c.reduceScatterv({ send: recv[r]!, recv: send[r]!, counts, dtype: 'bf16', op: 'max' })));
+      for (let r = 0; r < 3; r++) {
+        const at = [0, 300, 300][r]!;
+        const want = new Uint8Array(counts[r]! * es);
+        reduceInto(
+          'max',
+          'bf16',
+          want,
+          rin.map((x) => x.subarray(at * es, (at + counts[r]!) * es)),
+          counts[r]!,
+        );
+        expectBytes(read(w, r, send[r]!, counts[r]! * es), want, `reduce-scatterv rank ${r}`);
+      }
+      await alltoallvCase(w, 'u8', [
+        [1, 400, 0],
+        [0, 9, 300],
+        [2, 0, 0],
+      ]);
+      expect(w.comms[0]!.stats().byAlgorithm.staged).toBe(1);
+    } finally {
+      await w.close();
+    }
   });
 
   it('one rank: a copy (and gather, scatter, allgatherv, reduce-scatterv with premul)', async () => {
