@@ -1457,7 +1457,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         this.refuse(
           new SmcudaError(
             'SMCUDA_CAPTURE_UNSUPPORTED',
-            `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture allreduce, broadcast, reduce, allgather, reduce-scatter or alltoall on mapped scratch`,
+            `${op} by ${algorithm} cannot be captured in a graph: it needs the host between its steps (${this.device === undefined ? (this.counters.stagedReason ?? 'the driver has no stream memory operations') : 'staged or barrier'}); capture any collective but barrier (allreduce … alltoallv) on mapped scratch with device steps`,
           ),
         ),
       );
