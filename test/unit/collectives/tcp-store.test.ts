@@ -296,7 +296,9 @@ describe("rank 0's store gone", () => {
 
   it("a store whose machine stops answering (no FIN, as when a node dies): each request's timeout, typed", async () => {
     // Proves the token, then never answers: a store on a machine that went away.
+    const accepted: Socket[] = [];
     const silent: Server = createServer((s) => {
+      accepted.push(s);
       const nonce = randomBytes(32);
       let buf = Buffer.alloc(0);
       s.on('error', () => {});
@@ -309,7 +311,7 @@ describe("rank 0's store gone", () => {
     });
     await new Promise<void>((r) => silent.listen(0, LOCAL, () => r()));
     cleanup.push(() => {
-      silent.closeAllConnections?.();
+      for (const s of accepted) s.destroy();
       return new Promise((r) => silent.close(r));
     });
     const store = track(await TcpStore.connect({ host: LOCAL, port: (silent.address() as { port: number }).port }, { token: TOKEN, timeoutMs: 200 }));
