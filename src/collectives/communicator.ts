@@ -1898,7 +1898,13 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     try {
       err.flight = this.flight.summary();
       if (this.tracePath)
-        err.flightFile = this.flight.dump(flightDirFor(this.tracePath), { rank: this.rank, size: this.size, pid: process.pid, cause: err.message });
+        // A group's records go in a directory of their own: `smcuda trace DIR` compares the ranks of one communicator.
+        err.flightFile = this.flight.dump(join(flightDirFor(this.tracePath), ...(this.link.tags.group > 0 ? [`group${this.link.tags.group}`] : [])), {
+          rank: this.rank,
+          size: this.size,
+          pid: process.pid,
+          cause: err.message,
+        });
     } catch (e) {
       debug('communicator rank %d: the flight records could not be written: %s', this.rank, (e as Error).message);
     }

@@ -8,6 +8,9 @@
  * rank with a typed error, in bounded time; a second communicator over the
  * same endpoints is refused.
  */
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Communicator } from '../../../src/collectives/communicator.js';
 import { CONTROL_TAG } from '../../../src/collectives/control.js';
@@ -86,6 +89,26 @@ describe('groups: failure and close', () => {
       expect(e.causeCode).toBe('SMCUDA_ERROR');
     }
     await expect(world.comms[0]!.split({ color: 0 })).rejects.toMatchObject({ code: 'SMCUDA_COMM_ABORTED' });
+  });
+
+  it("a group's flight records go in a directory of their own beside its world's (smcuda trace compares one communicator's ranks)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'smcuda-split-trace-'));
+    try {
+      w = await makeWorld(4, { timeoutMs: 60_000, trace: join(dir, 'run.jsonl') });
+      const world = w;
+      const { tp } = await layout(world);
+      const pending = [tp[0]!.barrier(), tp[1]!.barrier()];
+      tp[0]!.abort(new Error('stop'));
+      const errs = await Promise.all(pending.map(abortOf));
+      const id = tp[0]!.stats().group;
+      for (const [k, e] of errs.entries()) expect(e.flightFile).toBe(join(dir, 'run.flight', `group${id}`, `flight.rank${k}.${process.pid}.jsonl`));
+      // The world did not abort: nothing of its own in the flight directory, only the group's.
+      expect(readdirSync(join(dir, 'run.flight'))).toEqual([`group${id}`]);
+    } finally {
+      await w?.close();
+      w = undefined;
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('closing the parent closes its groups first; closing a group leaves the transport, endpoints and parent open', async () => {
