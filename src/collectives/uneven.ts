@@ -185,8 +185,8 @@ export async function reduceScatterv(
   }
 }
 
-/** Rank k's step slot [parity][j] in a flag block: device-sync.ts's layout (DeviceSync's slot). */
-function stepSlot(block: DevicePtr, size: number, parity: number, j: number): DevicePtr {
+/** Step slot [parity][j] in a flag block: device-sync.ts's layout (DeviceSync's slot; a test checks they agree). */
+export function stepSlot(block: DevicePtr, size: number, parity: number, j: number): DevicePtr {
   return block + B((parity * size + j) * 8);
 }
 /** The handshake's flags: a piece landed (receiver's block, from the sender), its slot is free again (sender's block, from the receiver). */

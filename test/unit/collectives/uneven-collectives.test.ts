@@ -9,6 +9,8 @@
  */
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
+import { DeviceSync } from '../../../src/collectives/device-sync.js';
+import { stepSlot } from '../../../src/collectives/uneven.js';
 import type { Communicator } from '../../../src/collectives/communicator.js';
 import type { DevicePtr } from '../../../src/cuda/driver.js';
 import { DTYPE_BYTES, DTYPES, dtypeOpSupported, REDUCE_OPS, type DType, type ReduceOp } from '../../../src/kernels/dtypes.js';
@@ -200,6 +202,26 @@ async function alltoallvCase(w: World, dtype: DType, matrix: number[][], comms: 
 }
 
 describe('alltoallv patterns', () => {
+  it("alltoallv's handshake flags are device-sync.ts's step slots (the layout the steps and the poison use)", () => {
+    const blockOf = (k: number) => 0x1000_0000n * BigInt(k + 1);
+    for (const [rank, size] of [
+      [0, 2],
+      [1, 3],
+      [5, 8],
+    ] as const) {
+      const ds = new DeviceSync({ driver: undefined } as never, rank, size, blockOf);
+      const others = [...Array(size).keys()].filter((k) => k !== rank);
+      for (const p of [0, 1]) {
+        const ops = ds.stepOps(p);
+        // A step: a signal into every peer's slot [p][rank], then a wait and a reset of own slot [p][k] per peer.
+        others.forEach((k, i) => {
+          expect(ops[i]!.addr).toBe(stepSlot(blockOf(k), size, p, rank));
+          expect(ops[others.length + i]!.addr).toBe(stepSlot(blockOf(rank), size, p, k));
+        });
+      }
+    }
+  });
+
   it.each(modes)('%s: every count zero, then a skewed MoE-like pattern on 4 ranks (rank 1 receives most, in many pieces)', async (mode) => {
     const w = await world(4, mode);
     await alltoallvCase(w, 'f32', [
