@@ -137,7 +137,7 @@ export class TcpStoreServer {
     server.on('connection', (s) => this.#accept(s));
   }
 
-  /** Listens; rejects (EADDRINUSE, …) as net does. */
+  /** Listens; a port in use or not allowed is a ConfigError that says so. */
   static async listen(o: TcpStoreServerOptions): Promise<TcpStoreServer> {
     if (typeof o.token !== 'string' || o.token === '')
       throw new ConfigError('the TCP store needs the job token: set SMCUDA_TOKEN to the same secret on every node, or pass `token`');
@@ -148,9 +148,17 @@ export class TcpStoreServer {
     const server = createServer({ noDelay: true });
     const store = new TcpStoreServer(server, o.token, limits);
     await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
+      const failed = (err: NodeJS.ErrnoException) =>
+        reject(
+          err.code === 'EADDRINUSE' || err.code === 'EACCES' || err.code === 'EADDRNOTAVAIL'
+            ? new ConfigError(
+                `the TCP store cannot listen on ${o.host ?? 'every interface'}, port ${o.port} (${err.code}): set MASTER_PORT (or SMCUDA_RENDEZVOUS) to a free port on rank 0's machine, the same on every rank`,
+              )
+            : err,
+        );
+      server.once('error', failed);
       server.listen({ port: o.port, host: o.host }, () => {
-        server.off('error', reject);
+        server.off('error', failed);
         resolve();
       });
     });

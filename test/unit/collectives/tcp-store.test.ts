@@ -179,6 +179,11 @@ describe('the job token', () => {
     await expect(TcpStoreServer.listen({ port: 0, token: '' })).rejects.toThrow(ConfigError);
     await expect(TcpStore.create({ rank: 1, env: { MASTER_ADDR: LOCAL, MASTER_PORT: '1' } })).rejects.toThrow(/SMCUDA_TOKEN/);
     await expect(TcpStore.create({ rank: 1, token: TOKEN, env: {} })).rejects.toThrow(/MASTER_ADDR and MASTER_PORT/);
+    // Rank 0 on a port already taken (another job's store, or a second rank 0).
+    const first = track(await TcpStoreServer.listen({ port: 0, token: TOKEN }));
+    const err = await rejection(TcpStore.create({ rank: 0, token: TOKEN, address: { host: LOCAL, port: first.port } }));
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as Error).message).toMatch(/cannot listen on every interface, port \d+ \(EADDRINUSE\): set MASTER_PORT/);
   });
 });
 
