@@ -79,7 +79,8 @@ export async function exchangeEach(c: CallContext, sends: readonly Transfer[], r
   const tag = c.dataTag;
   await Promise.all([
     ...sends.filter((t) => t[2] > 0).map(([k, ptr, length]) => c.endpoint(k).send({ ptr, length }, { tag }).catch(blame(k))),
-    ...recvs.filter((t) => t[2] > 0).map(([k, ptr, length]) => c.endpoint(k).recv({ tag, into: { ptr, length } }).catch(blame(k))),
+    // Tracked by the communicator: its scratch is freed only once these copies landed (CallContext.stagedRecv).
+    ...recvs.filter((t) => t[2] > 0).map(([k, ptr, length]) => c.stagedRecv(k, ptr, length).catch(blame(k))),
   ]);
 }
 
