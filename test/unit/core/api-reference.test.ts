@@ -136,7 +136,12 @@ describe('docs/api (the generated API reference)', () => {
       for (const f of fields) {
         const i = body.indexOf(`\n##### ${f}\n`);
         expect(i, `${args}.${f} is missing from ${main}. ${REGENERATE}`).toBeGreaterThanOrEqual(0);
-        const text = body.slice(i).split('\n').slice(2).join('\n').split(/\n#{4,5} /)[0]!;
+        const text = body
+          .slice(i)
+          .split('\n')
+          .slice(2)
+          .join('\n')
+          .split(/\n#{4,5} /)[0]!;
         expect(
           text.split('\n').some((l) => /^[\w`(]/.test(l) && l.length > 12),
           `${args}.${f} has no description. ${REGENERATE}`,
