@@ -3,6 +3,7 @@
  * range of device memory. Device memory is described, not owned: the caller
  * keeps its allocation alive until the send settles.
  */
+import { DeviceAllocation } from './cuda/device-allocation.js';
 import type { DevicePtr } from './cuda/driver.js';
 import { assertPtr, assertSize } from './cuda/validate.js';
 import { ArgumentRangeError } from './errors.js';
@@ -52,6 +53,8 @@ export function byteLength(buf: MessageBuffer): number {
  *   await ep.send(offsetDevice(whole, 4096, 1024));
  */
 export function offsetDevice(buf: DeviceBuffer, offset: number, length: number = buf.length - offset): DeviceBuffer {
+  // A view keeps what the allocation knows (its liveness): a collective checks it with no driver query.
+  if (buf instanceof DeviceAllocation) return buf.view(offset, length);
   if (!isDeviceBuffer(buf)) checkMessageBuffer('buf', buf); // throws the usual argument error
   assertSize('offset', offset);
   assertSize('length', length);

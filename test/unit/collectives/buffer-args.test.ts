@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { offsetDevice } from '../../../src/buffers.js';
 import { bufferArg } from '../../../src/collectives/buffer-arg.js';
 import { Communicator } from '../../../src/collectives/communicator.js';
 import { DeviceAllocation } from '../../../src/cuda/device-allocation.js';
@@ -85,6 +86,8 @@ describe('driver.memAllocBuffer', () => {
     expect(a.view(1000)).toMatchObject({ ptr: a.ptr + 1000n, length: 24 });
     expect(v.view(500).viewOf).toBe(a);
     expect(() => a.view(1000, 25)).toThrow(ArgumentRangeError);
+    // offsetDevice (the endpoints' way to name part of a buffer) keeps it a view.
+    expect(offsetDevice(a, 256, 512)).toMatchObject({ ptr: a.ptr + 256n, length: 512, viewOf: a });
     expect(() => v.free()).toThrow(ArgumentTypeError);
     a.free();
     expect(v.freed).toBe(true);
