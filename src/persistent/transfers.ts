@@ -35,6 +35,7 @@
 import { createActor, type Actor } from 'xstate';
 import { persistentMachine, type PersistentMachineEvent, type PersistentMachineState } from '../../machines/persistent.js';
 import type { CudaDriver, DevicePtr, FunctionHandle, StreamHandle } from '../cuda/driver.js';
+import type { GpuHold } from '../gpu/gpu-hold.js';
 import { flagKernel, type QueuedItem, startGroup, wordsOf } from './start.js';
 import { debug } from '../debug.js';
 import { ArgumentRangeError, ArgumentTypeError, PersistentTransferError, ProtocolError } from '../errors.js';
@@ -234,6 +235,7 @@ export class PersistentTransfer implements WatchedTransfer {
     // The round goes through the peer's mappings (its buffer, its flag block): they stay mapped until the GPU passed it.
     this.registration.useUntil(stream);
     this.peerFlags.useUntil(stream);
+    this.owner.useOwnBlock(this, stream);
     const done: Promise<void> = this.owner.watchdog.gpu.marked(stream).then(() => {
       this.inFlight.delete(done);
       if (this.inFlight.size === 0) this.tell({ type: 'IDLE' });
@@ -311,8 +313,10 @@ export class PersistentTransfer implements WatchedTransfer {
     this.state = state;
     debug('persistent transfer %d to %s: %s', this.id, this.owner.peerId, this.error.message);
     const peer = this.peerAwaited();
-    if (peer === undefined) this.owner.watchdog.poison([this.ownAwaited]);
-    else this.owner.watchdog.poison([this.ownAwaited, peer], (stream) => this.peerWritten(stream));
+    this.owner.watchdog.poison(peer !== undefined ? [this.ownAwaited, peer] : [this.ownAwaited], (stream) => {
+      this.owner.useOwnBlock(this, stream);
+      if (peer !== undefined) this.peerWritten(stream);
+    });
     if (tell) this.owner.tellPeer(this.id, this.error.message);
     this.tell(this.error.code === 'SMCUDA_PERSISTENT_CLOSED' ? { type: 'CLOSE' } : { type: 'FAIL', code: this.error.code });
     this.actor.stop();
@@ -330,6 +334,8 @@ export class PersistentTransfer implements WatchedTransfer {
 interface FlagBlock extends WatchedBlock {
   registration: Registration;
   used: (PersistentTransfer | undefined)[];
+  /** The block's memory, freed once let go of and no GPU work on it (an eager start, a watchdog read or write) is in flight. */
+  hold: GpuHold;
 }
 
 export class PersistentTransfers {
@@ -528,6 +534,12 @@ export class PersistentTransfers {
     return this.closeReason === undefined;
   }
 
+  /** @internal Work on `stream` reads or writes `t`'s slot of its flag block: the block outlives it. */
+  useOwnBlock(t: PersistentTransfer, stream: StreamHandle): void {
+    const block = this.block;
+    if (block !== undefined && block.used[t.slot] === t) this.watchdog.gpu.useUntil(block.hold, stream);
+  }
+
   /** @internal A closed transfer leaves its slot (a failed one keeps it: its waits stay poisoned until closed). */
   forget(t: PersistentTransfer): void {
     if (this.live.get(t.id) !== t) return;
@@ -556,14 +568,17 @@ export class PersistentTransfers {
     for (const t of transfers) t.fail(err, false, 'closed');
     const block = this.block;
     const unwatch = this.unwatch;
-    void Promise.all(transfers.map((t) => t.settled(this.graceMs))).then(async () => {
-      // Failed transfers' waits were poisoned by the watchdog until now; its last writes pass.
+    void Promise.all(transfers.map((t) => t.settled(this.graceMs))).then(() => {
+      // Failed transfers' waits were poisoned by the watchdog until now (graceMs more for a captured
+      // one); its writes so far are uses of the block's hold.
       unwatch?.();
-      await this.watchdog.flushed();
+      if (!block) return;
       // This side is done with the block, but the peer may still have it mapped: freeing exported
       // memory before the importer closed it is undefined in CUDA, and after the close the peer's
       // release cannot be heard. Its close follows ours, so the block is held graceMs more.
-      if (block) setTimeout(() => this.freeBlock(block.ptr), this.graceMs).unref();
+      block.hold.use();
+      setTimeout(() => block.hold.done(), this.graceMs).unref();
+      block.hold.close();
     });
   }
 
@@ -635,10 +650,12 @@ export class PersistentTransfers {
           registration,
           used: new Array<PersistentTransfer | undefined>(this.flagSlots).fill(undefined),
           transfers: () => block.used.filter((t): t is PersistentTransfer => t !== undefined),
+          hold: this.watchdog.gpu.hold(() => this.freeBlock(at)),
+          touched: (stream) => this.watchdog.gpu.useUntil(block.hold, stream),
         };
         if (this.closeReason) {
           registration.release();
-          this.freeBlock(at);
+          block.hold.close();
           throw this.closeReason;
         }
         this.unwatch = this.watchdog.watch(block);
@@ -652,16 +669,13 @@ export class PersistentTransfers {
     );
   }
 
-  /** A block whose peer gave it up: its transfers closed with it; it goes once the watchdog's writes passed. */
+  /** A block whose peer gave it up: its transfers closed with it; it goes once the GPU passed the work on it (its hold). */
   private dropBlock(block: FlagBlock): void {
     this.block = undefined;
     const unwatch = this.unwatch;
     this.unwatch = undefined;
     unwatch?.();
-    void block.registration
-      .deregister()
-      .then(() => this.watchdog.flushed())
-      .finally(() => this.freeBlock(block.ptr));
+    void block.registration.deregister().finally(() => block.hold.close());
   }
 
   private freeBlock(ptr: DevicePtr): void {

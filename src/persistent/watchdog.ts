@@ -49,6 +49,8 @@ export interface WatchedBlock {
   readonly ptr: DevicePtr;
   readonly slots: number;
   transfers(): Iterable<WatchedTransfer>;
+  /** The watchdog queued a read or write of the block on `stream`: it must outlive that work (a use of its hold). */
+  touched?(stream: StreamHandle): void;
 }
 
 export interface WatchdogOptions {
@@ -181,6 +183,7 @@ export class Watchdog {
       const reads = [...this.blocks].map((block) => {
         const bytes = new Uint8Array(block.slots * SLOT_BYTES);
         d.memcpyDtoHAsync(bytes, block.ptr, stream);
+        block.touched?.(stream);
         return { block, bytes };
       });
       await this.gpu.completed(stream);
@@ -215,7 +218,10 @@ export class Watchdog {
           ops.push({ op: 'write64', addr: block.ptr + BigInt(at + STAMP), value: 1n });
         }
       }
-      if (ops.length > 0) d.streamBatchMemOp(stream, ops);
+      if (ops.length > 0) {
+        d.streamBatchMemOp(stream, ops);
+        for (const { block } of reads) if (this.blocks.has(block)) block.touched?.(stream);
+      }
       for (const t of peers) t.peerWritten?.(stream);
     } catch (err) {
       debug('watchdog: tick failed: %s', (err as Error).message);
