@@ -128,6 +128,45 @@ describe.each(modes)('%s', (mode) => {
     }
   });
 
+  it.each(['f32', 'u8', 'f64'] as const)(
+    'in place: allgatherv (send inside recv at displs[rank]), gather at the root and scatter at the root, %s',
+    async (dtype) => {
+      const w = await world(N, mode);
+      const es = DTYPE_BYTES[dtype];
+      const counts = [70, 0, 200];
+      const displs = [205, 0, 3];
+      const recv = alloc(w, 300, es);
+      const inputs = counts.map((c, r) => elements(dtype, c, r + 11));
+      w.comms.forEach((_, r) => write(w, r, recv[r]! + BigInt(displs[r]! * es), inputs[r]!));
+      await Promise.all(w.comms.map((c, r) => c.allgatherv({ send: recv[r]! + BigInt(displs[r]! * es), recv: recv[r]!, counts, displs, dtype })));
+      for (let r = 0; r < N; r++) {
+        const want = new Uint8Array(275 * es).fill(0xee);
+        counts.forEach((_, k) => want.set(inputs[k]!, displs[k]! * es));
+        expectBytes(read(w, r, recv[r]!, 275 * es), want, `allgatherv in place rank ${r}`);
+      }
+      const count = 90;
+      const g = w.comms.map((_, r) => elements(dtype, count, r + 21));
+      const buf = alloc(w, N * count, es);
+      const root = 1;
+      // The root's input already sits in its block of recv; the others send from their own buffers.
+      w.comms.forEach((_, r) => write(w, r, r === root ? buf[r]! + BigInt(root * count * es) : buf[r]!, g[r]!));
+      await Promise.all(
+        w.comms.map((c, r) =>
+          c.gather({ send: r === root ? buf[r]! + BigInt(root * count * es) : buf[r]!, ...(r === root ? { recv: buf[r]! } : {}), count, dtype, root }),
+        ),
+      );
+      expectBytes(read(w, root, buf[root]!, N * count * es), Buffer.concat(g), 'gather in place');
+      const out = alloc(w, count, es);
+      await Promise.all(
+        w.comms.map((c, r) =>
+          c.scatter({ ...(r === root ? { send: buf[r]! } : {}), recv: r === root ? buf[r]! + BigInt(root * count * es) : out[r]!, count, dtype, root }),
+        ),
+      );
+      for (let r = 0; r < N; r++)
+        expectBytes(read(w, r, r === root ? buf[r]! + BigInt(root * count * es) : out[r]!, count * es), g[r]!, `scatter in place rank ${r}`);
+    },
+  );
+
   it.each(DTYPES)('reduce-scatterv with every op %s takes, a zero-count rank, in place on one rank', async (dtype) => {
     const w = await world(N, mode);
     const es = DTYPE_BYTES[dtype];
