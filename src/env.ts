@@ -115,6 +115,19 @@ export const ENV_OVERRIDES: readonly EnvOverride[] = [
   },
   { name: 'MASTER_PORT', value: 'integer 1–65535', default: 'none', effect: "the TCP store's port, as torchrun sets it; with MASTER_ADDR" },
   {
+    name: 'SMCUDA_NODE',
+    value: 'name (letters, digits, . _ -)',
+    default: 'none',
+    effect:
+      "`Communicator.fromEnv()`: this rank's node; set, the ranks meet at the TCP store and those of one node through the node's rendezvous, and the collectives are hierarchical (docs/multinode.md)",
+  },
+  {
+    name: 'SMCUDA_INTERNODE',
+    value: 'nccl or sockets',
+    default: 'nccl on a GPU, sockets on the simulated driver',
+    effect: 'the engine between nodes of a job across nodes: NCCL, or the socket twin CI tests the hierarchy with (docs/multinode.md)',
+  },
+  {
     name: 'SMCUDA_NCCL_LIBRARY',
     value: 'file path',
     default: 'searched',
@@ -255,6 +268,13 @@ export function envCommunicator(env: Env = process.env): CommunicatorEnv {
   const token = raw(env, 'SMCUDA_TOKEN');
   if (token !== undefined) out.token = token;
   return out;
+}
+
+/** SMCUDA_NODE (this rank's node, for a job across nodes) and SMCUDA_INTERNODE (the engine between nodes). */
+export function envMultiNode(env: Env = process.env): { node?: string; internode?: string } {
+  const node = raw(env, 'SMCUDA_NODE');
+  const internode = raw(env, 'SMCUDA_INTERNODE');
+  return { ...(node !== undefined ? { node } : {}), ...(internode !== undefined ? { internode } : {}) };
 }
 
 /** SMCUDA_NCCL_LIBRARY, and the Python environments the NCCL search looks in first: VIRTUAL_ENV, CONDA_PREFIX. */

@@ -9,9 +9,11 @@
  *   exit
  */
 import { Communicator, type ForcedAlgorithm } from '../collectives/communicator.js';
+import type { MultiNodeCommunicator } from '../collectives/multinode-communicator.js';
 import type { DriverKind } from '../cuda/driver.js';
 import { DTYPE_BYTES } from '../kernels/dtypes.js';
 import { alltoallvCount, caseInput, expectedOutput, inputCount, outputCount, vCounts, type CollectiveCase } from './collective-cases.js';
+import { expectedHierarchical } from './hierarchical-cases.js';
 import { serveRequests, workerConfig } from './worker-protocol.js';
 
 export interface CollectivesWorkerConfig {
@@ -22,6 +24,8 @@ export interface CollectivesWorkerConfig {
   driver: 'auto' | 'native' | 'sim';
   timeoutMs: number;
   algorithm?: ForcedAlgorithm;
+  /** Virtual nodes (--nodes): the ranks join across nodes through the TCP store at this port, rank r on node ⌊r / (ranks / nodes)⌋. */
+  nodes?: { count: number; port: number };
 }
 
 export interface CollectivesWorkerReady {
@@ -38,7 +42,7 @@ export interface CaseResult {
 }
 
 const cfg = workerConfig<CollectivesWorkerConfig>('SMCUDA_DEMO_COLLECTIVES', 'smcuda demo --collectives');
-let comm: Communicator | undefined;
+let comm: Communicator | MultiNodeCommunicator | undefined;
 /** One stream for every case: the communicator synchronises the streams it used when it closes. */
 let stream: bigint | undefined;
 
@@ -82,14 +86,17 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
         res = await comm!.scatter({ ...a, root: c.root! });
         break;
       case 'allgatherv':
-        res = await comm!.allgatherv({ send, recv, counts: vCounts(c, size), dtype: c.dtype, stream });
+        if (!(comm instanceof Communicator)) throw new Error('allgatherv runs on one node only');
+        res = await comm.allgatherv({ send, recv, counts: vCounts(c, size), dtype: c.dtype, stream });
         break;
       case 'reduce-scatterv':
-        res = await comm!.reduceScatterv({ ...a, counts: vCounts(c, size), op: c.reduce! });
+        if (!(comm instanceof Communicator)) throw new Error('reduce-scatterv runs on one node only');
+        res = await comm.reduceScatterv({ ...a, counts: vCounts(c, size), op: c.reduce! });
         break;
       case 'alltoallv': {
         const ranks = [...Array(size).keys()];
-        res = await comm!.alltoallv({
+        if (!(comm instanceof Communicator)) throw new Error('alltoallv runs on one node only');
+        res = await comm.alltoallv({
           send,
           recv,
           sendCounts: ranks.map((j) => alltoallvCount(c, size, rank, j)),
@@ -100,7 +107,8 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
         break;
       }
     }
-    const want = expectedOutput(c, rank, size);
+    // Across nodes a reduction runs in the hierarchy's order: its own reference (hierarchical-cases.ts).
+    const want = cfg.nodes ? expectedHierarchical(c, rank, size, cfg.nodes.count) : expectedOutput(c, rank, size);
     if (!want || outBytes === 0) return { algorithm: res.algorithm, verified: true };
     const got = new Uint8Array(outBytes);
     d.memcpyDtoH(got, recv);
@@ -121,15 +129,21 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
 
 const link = serveRequests({ case: (c: CollectiveCase) => runCase(c) }, { sequential: true, onExit: () => comm?.close() });
 
-Communicator.create({
-  rank: cfg.rank,
-  size: cfg.ranks,
-  dir: cfg.dir,
-  token: cfg.token,
-  driver: cfg.driver,
-  timeoutMs: cfg.timeoutMs,
-  ...(cfg.algorithm ? { algorithm: cfg.algorithm } : {}),
-}).then(
+const common = { driver: cfg.driver, timeoutMs: cfg.timeoutMs, ...(cfg.algorithm ? { algorithm: cfg.algorithm } : {}) };
+const nodes = cfg.nodes;
+(nodes
+  ? // As `smcuda run --nodes` starts them: the environment of a job across nodes (docs/multinode.md).
+    Communicator.fromEnv(common, {
+      RANK: String(cfg.rank),
+      WORLD_SIZE: String(cfg.ranks),
+      SMCUDA_NODE: String(Math.floor(cfg.rank / (cfg.ranks / nodes.count))),
+      MASTER_ADDR: '127.0.0.1',
+      MASTER_PORT: String(nodes.port),
+      SMCUDA_TOKEN: cfg.token,
+      SMCUDA_RENDEZVOUS: cfg.dir,
+    })
+  : Communicator.create({ ...common, rank: cfg.rank, size: cfg.ranks, dir: cfg.dir, token: cfg.token })
+).then(
   (c) => {
     comm = c;
     const index = c.driver.currentDevice();

@@ -7,6 +7,7 @@
  * against the host reference (collective-cases.ts).
  */
 import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +16,7 @@ import type { ForcedAlgorithm } from '../collectives/communicator.js';
 import { collectiveCases, type CollectiveCase } from './collective-cases.js';
 import type { CaseResult, CollectivesWorkerConfig, CollectivesWorkerReady } from './demo-collectives-worker.js';
 import { formatBytes, table } from './format.js';
+import { HIERARCHICAL_OPS } from './hierarchical-cases.js';
 import { startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
 
 const MiB = 1024 * 1024;
@@ -31,11 +33,15 @@ export interface CollectivesDemoOptions {
   algorithm?: ForcedAlgorithm;
   driver: 'auto' | 'native' | 'sim';
   timeoutMs: number;
+  /** Virtual nodes: the ranks split into this many nodes of ranks / nodes each, one Communicator across them (docs/multinode.md). */
+  nodes?: number;
 }
 
 export interface CollectivesDemoReport {
   driver: { kind: string; reason: string };
   ranks: number;
+  /** Virtual nodes, where --nodes split the ranks. */
+  nodes?: number;
   devices: { rank: number; index: number; name: string; uuid: string }[];
   collectives: { op: string; dtype: string; size: number; algorithm: string; verified: boolean }[];
   verified: boolean;
@@ -55,6 +61,7 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
   });
   timedOut.catch(() => {});
   const until = <T>(p: Promise<T>) => Promise.race([p, timedOut]);
+  const nodes = opts.nodes !== undefined && opts.nodes > 1 ? { count: opts.nodes, port: await freePort() } : undefined;
   try {
     workers = await until(
       startWorkers<CollectivesWorkerReady>(
@@ -68,16 +75,19 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
             driver: opts.driver,
             timeoutMs: Math.min(opts.timeoutMs, 120_000),
             ...(opts.algorithm ? { algorithm: opts.algorithm } : {}),
+            ...(nodes ? { nodes } : {}),
           };
           return { name: `rank ${rank}`, env: { SMCUDA_DEMO_COLLECTIVES: JSON.stringify(cfg) }, readyTimeoutMs: opts.timeoutMs };
         }),
       ),
     );
     const first = workers[0]!.ready;
-    progress(`smcuda demo --collectives: ${opts.ranks} ranks on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason})`);
+    progress(
+      `smcuda demo --collectives: ${opts.ranks} ranks${nodes ? ` on ${nodes.count} virtual nodes` : ''} on the ${first.driver === 'sim' ? 'simulated' : 'native'} driver (${first.reason})`,
+    );
     const sizes = opts.sizes ?? [0, 1, 1001, MiB, ...(first.driver === 'native' ? [64 * MiB] : [])];
     const cases = collectiveCases(sizes, opts.ranks).filter(
-      (c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)),
+      (c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)) && (!nodes || HIERARCHICAL_OPS.has(c.op)),
     );
     const collectives: CollectivesDemoReport['collectives'] = [];
     const mismatches: string[] = [];
@@ -94,6 +104,7 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     return {
       driver: { kind: first.driver, reason: first.reason },
       ranks: opts.ranks,
+      ...(nodes ? { nodes: nodes.count } : {}),
       devices: workers.map((w) => ({ rank: w.ready.rank, ...w.ready.device })),
       collectives,
       verified: mismatches.length === 0 && collectives.every((c) => c.verified),
@@ -105,6 +116,18 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     await Promise.all(workers.map((w) => w.kill()));
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** A port free now, for the TCP store of virtual nodes (rank 0 listens on it). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
 }
 
 /** The operations' labels, as --ops takes them. */
@@ -149,7 +172,7 @@ export function renderCollectives(r: CollectivesDemoReport): string {
   const dtypes = [...new Set(r.collectives.map((c) => c.dtype))];
   const lines = [
     '',
-    `${r.ranks} ranks; dtypes ${dtypes.join(' ')}; sizes up to ${formatBytes(sizes.at(-1) ?? 0)} per rank`,
+    `${r.ranks} ranks${r.nodes ? ` on ${r.nodes} nodes (hierarchical: smcuda inside a node, the socket engine between)` : ''}; dtypes ${dtypes.join(' ')}; sizes up to ${formatBytes(sizes.at(-1) ?? 0)} per rank`,
     table(rows).replace(/^/gm, '  '),
     '',
   ];

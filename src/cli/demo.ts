@@ -77,6 +77,11 @@ Without a GPU it runs on the simulated driver and says so.
   --algorithm NAME      with --collectives: allreduce by one-shot, two-shot, ce-pipeline or
                         staged at every size (the others by one-shot or staged); default
                         chosen by size
+  --nodes K             with --collectives: the ranks on K virtual nodes (ranks/K each), one
+                        communicator across them: smcuda inside a node, the engine between
+                        (the socket twin on the simulated driver); every case but the
+                        uneven ones (allgatherv, reduce-scatterv, alltoallv), every element
+                        checked against the hierarchy's order of reduction (docs/multinode.md)
   --json                print one JSON object (below) instead of tables
   -h, --help            this help
 
@@ -128,6 +133,7 @@ export async function runDemo(argv: string[]): Promise<number> {
     ops: { type: 'string' },
     dtypes: { type: 'string' },
     algorithm: { type: 'string' },
+    nodes: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (a.help) {
@@ -153,7 +159,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   const runtimes = names.map((r) => findRuntime(r as RuntimeName)); // not found: says how to install it
   const timeout = Number(a.timeout);
   if (!(timeout > 0)) throw new UsageError(`--timeout must be a positive number of seconds`);
-  const collectiveOnly = (['ops', 'dtypes', 'algorithm'] as const).filter((k) => a[k] !== undefined);
+  const collectiveOnly = (['ops', 'dtypes', 'algorithm', 'nodes'] as const).filter((k) => a[k] !== undefined);
   if (!a.collectives && collectiveOnly.length > 0) {
     throw new UsageError(
       `${collectiveOnly.map((k) => `--${k}`).join(', ')} only go with --collectives (smcuda demo --collectives ${collectiveOnly.map((k) => `--${k} …`).join(' ')})`,
@@ -169,6 +175,9 @@ export async function runDemo(argv: string[]): Promise<number> {
     if (a.algorithm !== undefined && !isForcedAlgorithm(a.algorithm))
       throw new UsageError(`--algorithm takes ${FORCED_ALGORITHMS.join(', ')}, got '${a.algorithm}'`);
     const algorithm = a.algorithm as ForcedAlgorithm | undefined;
+    const nodes = a.nodes === undefined ? undefined : Number(a.nodes);
+    if (nodes !== undefined && (!Number.isInteger(nodes) || nodes < 1 || ranks % nodes !== 0))
+      throw new UsageError(`--nodes must be a whole number of nodes that divides --ranks (as many ranks on each), got ${a.nodes} for ${ranks} ranks`);
     const report = await collectivesDemo(
       {
         ranks,
@@ -178,6 +187,7 @@ export async function runDemo(argv: string[]): Promise<number> {
         ...(ops ? { ops } : {}),
         ...(dtypes ? { dtypes } : {}),
         ...(algorithm ? { algorithm } : {}),
+        ...(nodes !== undefined ? { nodes } : {}),
       },
       a.json ? () => {} : (line) => console.log(line),
     );

@@ -61,7 +61,8 @@ import { ReduceKernels } from './reduce-kernels.js';
 import { checkRankSize, joinMesh, type RendezvousOptions } from './rendezvous.js';
 import { Scratch } from './scratch.js';
 import { sweepDeadSegments } from '../segment-owner.js';
-import { envCommunicator, envTracePath, type Env } from '../env.js';
+import { envCommunicator, envMultiNode, envTracePath, type Env } from '../env.js';
+import type { MultiNodeCommunicator } from './multinode-communicator.js';
 import { FileTracer } from '../trace.js';
 import { refuseUnknownKeys } from '../option-keys.js';
 import { packageVersion } from '../version.js';
@@ -443,9 +444,18 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
   }
 
-  /** As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device: LOCAL_RANK % devices). */
-  static async fromEnv(options: Partial<RendezvousOptions> & CommunicatorOptions = {}, env?: Env): Promise<Communicator> {
-    refuseUnknownKeys('Communicator.fromEnv options', options, [...RENDEZVOUS_KEYS, ...COMMUNICATOR_KEYS]);
+  /**
+   * As torchrun's env://: RANK, WORLD_SIZE, SMCUDA_RENDEZVOUS (a directory), optional SMCUDA_TOKEN and LOCAL_RANK (the device: LOCAL_RANK % devices).
+   * With SMCUDA_NODE (or `node`), a job across nodes: a MultiNodeCommunicator, with the same collective calls (docs/multinode.md).
+   */
+  static async fromEnv(
+    options: Partial<RendezvousOptions> & CommunicatorOptions & { node?: string; internode?: 'nccl' | 'sockets' } = {},
+    env?: Env,
+  ): Promise<Communicator | MultiNodeCommunicator> {
+    refuseUnknownKeys('Communicator.fromEnv options', options, [...RENDEZVOUS_KEYS, ...COMMUNICATOR_KEYS, 'node', 'internode']);
+    // Loaded only for a job across nodes: the TCP store and NCCL stay out of a one-node import.
+    if (options.node !== undefined || envMultiNode(env).node !== undefined)
+      return (await import('./multinode-communicator.js')).MultiNodeCommunicator.fromEnv(options, env ?? process.env);
     const e = envCommunicator(env);
     const rank = options.rank ?? e.rank;
     const size = options.size ?? e.size;

@@ -1,0 +1,56 @@
+/**
+ * The result every rank expects from a collective of a job across nodes
+ * (collectives/multinode-communicator.ts), to the byte: a reduction there
+ * runs in a different order from one node's, first over each node's ranks
+ * (the kernels, rank order), then over the nodes (node order), each step
+ * rounded to the dtype; avg sums at both levels and divides once by the
+ * world. This is the reference of that order, with the kernels' own host
+ * twin (reduceInto), so that `smcuda demo --collectives --nodes` checks
+ * every element exactly rather than within a tolerance that could hide a
+ * lost contribution. Calls that do not reduce expect what one node gives.
+ */
+import { DTYPE_BYTES, reduceArg, type ReduceOp } from '../kernels/dtypes.js';
+import { divideInPlace, reduceInto } from '../kernels/sim/reduce.js';
+import { caseInput, expectedOutput, type CollectiveCase } from './collective-cases.js';
+
+/** The calls the communicator across nodes has (the uneven ones run on one node only for now). */
+export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
+  'allreduce',
+  'broadcast',
+  'reduce',
+  'allgather',
+  'reduce-scatter',
+  'alltoall',
+  'gather',
+  'scatter',
+]);
+
+/** `rank`'s expected output of case `c` in a job of `ranks` ranks on `nodes` nodes (as many on each), or undefined where nothing is written. */
+export function expectedHierarchical(c: CollectiveCase, rank: number, ranks: number, nodes: number): Uint8Array | undefined {
+  if (c.op !== 'allreduce' && c.op !== 'reduce' && c.op !== 'reduce-scatter') return expectedOutput(c, rank, ranks);
+  if (c.op === 'reduce' && rank !== c.root) return undefined;
+  const es = DTYPE_BYTES[c.dtype];
+  const L = ranks / nodes;
+  const block = c.op === 'reduce-scatter' ? rank : 0;
+  const input = (k: number) => caseInput(c, k, ranks).subarray(block * c.count * es, (block + 1) * c.count * es);
+  const op = c.reduce!;
+  // Inside a node: premul scales, avg sums; between nodes: premul and avg sum.
+  const intra = reduceArg(op === 'avg' ? 'sum' : op, c.factor);
+  const inter: ReduceOp = op === 'premul' || op === 'avg' ? 'sum' : op;
+  const perNode: Uint8Array[] = [];
+  for (let n = 0; n < nodes; n++) {
+    const out = new Uint8Array(c.count * es);
+    reduceInto(
+      intra,
+      c.dtype,
+      out,
+      [...Array(L).keys()].map((l) => input(n * L + l)),
+      c.count,
+    );
+    perNode.push(out);
+  }
+  const out = new Uint8Array(c.count * es);
+  reduceInto(inter, c.dtype, out, perNode, c.count);
+  if (op === 'avg') divideInPlace(c.dtype, out, c.count, ranks);
+  return out;
+}

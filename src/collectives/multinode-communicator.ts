@@ -1,0 +1,619 @@
+/**
+ * A communicator whose ranks span nodes: smcuda inside each node (a
+ * Communicator of the node's ranks, met through the node's own rendezvous
+ * directory), an inter-node engine between them (NCCL, or the socket twin
+ * on the simulated driver: internode-engine.ts) joining the ranks of every
+ * node that share a local rank. Communicator.fromEnv() returns one where
+ * SMCUDA_NODE (or `smcuda run --nodes`) places the ranks on several nodes;
+ * it has the Communicator's collective calls with the same arguments, so a
+ * program written for one node runs unchanged.
+ *
+ * Each collective is composed of the node's calls and the engine's, every
+ * node cutting the data the same way (pieces(): a count that does not
+ * divide by the local size gives the first ranks one element more); the
+ * compositions are in docs/multinode.md. Every call is checked here before
+ * anything runs (a bad argument throws on this rank and aborts every rank,
+ * as on one node); calls that differ between nodes fail in the engine's
+ * call check, those that differ inside a node in the node's.
+ *
+ * Failure: the node's communicator aborting (a local rank lost, a mismatch,
+ * a timeout) aborts the engine, whose peers abort their nodes; the engine
+ * failing (a rank of another node lost, its abort, NCCL's asynchronous
+ * error) aborts the node's communicator. Every rank's calls then reject with
+ * CommunicatorAbortedError within the timeouts, never a wrong answer.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EventEmitter } from 'node:events';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { DeviceAllocation } from '../cuda/device-allocation.js';
+import { envCommunicator, envMultiNode, envStoreAddress, type Env } from '../env.js';
+import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, ClosedError, CommunicatorAbortedError, ConfigError, SmcudaError } from '../errors.js';
+import { checkDtypeOp, DTYPE_BYTES, FLOAT_DTYPES, isDType, isReduceOp, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
+import { allocationRanges } from '../paths/allocation-ranges.js';
+import type { StreamMarks } from '../gpu/stream-marks.js';
+import type { Transport } from '../transport.js';
+import { bufferArg, type BufferScope } from './buffer-arg.js';
+import type { AllgatherArgs, AllreduceArgs, AlltoallArgs, BroadcastArgs, CallOptions, ReduceArgs, ReduceScatterArgs } from './collective-args.js';
+import { Communicator, type CommunicatorEvents, type CommunicatorOptions } from './communicator.js';
+import { engineKindOf, type EngineKind, type EngineOp, type InterNodeEngine } from './internode-engine.js';
+import { NcclEngine } from './nccl-engine.js';
+import { checkNodeName, discoverNodes, type NodeLayout } from './node-layout.js';
+import type { RendezvousOptions } from './rendezvous.js';
+import { engineHost, SocketEngine } from './socket-engine.js';
+import { TcpStore } from './tcp-store.js';
+import type { GatherArgs, ScatterArgs } from './uneven-args.js';
+
+export type MultiNodeOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'gather' | 'scatter' | 'barrier';
+
+export interface MultiNodeResult {
+  op: MultiNodeOp;
+  /** Always 'hierarchical': the node's calls and the engine's (each node call's own algorithm is in `local.stats()`). */
+  algorithm: 'hierarchical';
+  /** Bytes of this rank's input. */
+  bytes: number;
+  /** Host wall time of the call, µs. */
+  us: number;
+}
+
+export interface MultiNodeOptions extends Partial<RendezvousOptions>, CommunicatorOptions {
+  /** This rank's node name (default SMCUDA_NODE). */
+  node?: string;
+  /** The engine between nodes (default SMCUDA_INTERNODE, else NCCL on a GPU and the socket twin on the simulated driver). */
+  internode?: EngineKind;
+}
+
+/** How a count is cut among the ranks of a node: the first count % L ranks get one element more. */
+export function pieces(count: number, parts: number): { counts: number[]; displs: number[] } {
+  const base = Math.floor(count / parts);
+  const extra = count % parts;
+  const counts = [...Array(parts).keys()].map((i) => base + (i < extra ? 1 : 0));
+  const displs = counts.map((_, i) => i * base + Math.min(i, extra));
+  return { counts, displs };
+}
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+const OWN_KEYS = ['node', 'internode'] as const;
+
+export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents, 'abort'>> {
+  readonly rank: number;
+  readonly size: number;
+  /** This rank's node index and the number of nodes; its index on the node and the ranks per node. */
+  readonly node: number;
+  readonly nodes: number;
+  readonly localRank: number;
+  readonly localSize: number;
+  /** The node's communicator (smcuda) and the engine between nodes. */
+  readonly local: Communicator;
+  readonly engine: InterNodeEngine;
+  private readonly marks: StreamMarks;
+  private readonly scope: BufferScope;
+  private abortError: CommunicatorAbortedError | undefined;
+  private closed = false;
+  private closing: Promise<void> | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  /** Scratch of calls that failed: freed at close, once the node's communicator drained. */
+  private readonly leftover = new Set<DevicePtr>();
+  private calls = 0;
+
+  private constructor(local: Communicator, engine: InterNodeEngine, layout: NodeLayout, marks: StreamMarks) {
+    super();
+    this.local = local;
+    this.engine = engine;
+    this.node = layout.node;
+    this.nodes = layout.nodes;
+    this.localRank = layout.localRank;
+    this.localSize = layout.localSize;
+    this.rank = layout.node * layout.localSize + layout.localRank;
+    this.size = layout.nodes * layout.localSize;
+    this.marks = marks;
+    this.scope = { driver: local.driver, device: local.driver.currentDevice(), known: allocationRanges(local.driver) };
+    local.on('abort', (err) => this.aborted(err, 'local'));
+    engine.onError((err) => this.aborted(err, 'engine'));
+  }
+
+  get driver(): CudaDriver {
+    return this.local.driver;
+  }
+
+  get transport(): Transport {
+    return this.local.transport;
+  }
+
+  /**
+   * Joins a job across nodes from the environment: RANK, WORLD_SIZE,
+   * SMCUDA_TOKEN, the TCP store's address (MASTER_ADDR/MASTER_PORT or
+   * SMCUDA_RENDEZVOUS=tcp://…), SMCUDA_NODE, and optionally SMCUDA_RENDEZVOUS
+   * as a directory (the node's rendezvous is its `node-<name>` folder; else
+   * a folder of the temporary directory named from the job). Returns the
+   * node's plain Communicator where every rank is on one node.
+   */
+  static async fromEnv(options: MultiNodeOptions = {}, env: Env = process.env): Promise<MultiNodeCommunicator | Communicator> {
+    const { node: givenNode, internode, ...rest } = options;
+    const e = envCommunicator(env);
+    const m = envMultiNode(env);
+    const rank = options.rank ?? e.rank;
+    const size = options.size ?? e.size;
+    if (rank === undefined || size === undefined) throw new ConfigError('RANK and WORLD_SIZE must be set (as torchrun sets them), or rank and size given');
+    const name = checkNodeName(givenNode ?? m.node);
+    const token = options.token ?? e.token;
+    if (!token) throw new ConfigError('a job across nodes needs the job token: set SMCUDA_TOKEN to the same secret on every node');
+    const address = envStoreAddress(env);
+    if (!address)
+      throw new ConfigError(
+        'SMCUDA_NODE is set, so the ranks span nodes and meet at the TCP store: set MASTER_ADDR and MASTER_PORT (or SMCUDA_RENDEZVOUS=tcp://host:port) on every rank',
+      );
+    const given = internode ?? m.internode;
+    // An engine named outright is loaded before anything else: without NCCL every rank fails alike, at once.
+    if (given !== undefined && engineKindOf(given, 'native') === 'nccl') (await import('../nccl/nccl.js')).loadNccl();
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const setupMs = options.joinTimeoutMs ?? timeoutMs;
+    const store = await TcpStore.create({ rank, address, token, timeoutMs: setupMs, env });
+    let local: Communicator | undefined;
+    let engine: InterNodeEngine | undefined;
+    let marks: StreamMarks | undefined;
+    try {
+      const layout = await discoverNodes(store, rank, size, name, setupMs);
+      if (e.localRank !== undefined && options.localRank === undefined && e.localRank !== layout.localRank)
+        throw new ConfigError(`LOCAL_RANK is ${e.localRank}, and rank ${rank} is local rank ${layout.localRank} of node ${name}: fix LOCAL_RANK or unset it`);
+      const dirRoot = options.dir ?? e.rendezvous;
+      const dir = dirRoot
+        ? join(dirRoot, `node-${name}`)
+        : join(tmpdir(), `smcuda-node-${createHash('sha256').update(`${token}\0${address.host}:${address.port}\0${name}`).digest('hex').slice(0, 16)}`);
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const commOptions = Object.fromEntries(Object.entries(rest).filter(([k]) => !(OWN_KEYS as readonly string[]).includes(k)));
+      local = await Communicator.create({
+        ...commOptions,
+        rank: layout.localRank,
+        size: layout.localSize,
+        dir,
+        token,
+        localRank: options.localRank ?? layout.localRank,
+      });
+      if (layout.nodes === 1) {
+        await leaveStore(store, rank, size, setupMs);
+        return local;
+      }
+      const kind = engineKindOf(given, local.driver.kind === 'sim' ? 'sim' : 'native');
+      const made = local.transport.gpu.streamMarks();
+      marks = made;
+      const o = {
+        store,
+        group: layout.localRank,
+        rank: layout.node,
+        size: layout.nodes,
+        driver: local.driver,
+        reached: (s: StreamHandle) => made.mark(s),
+        globalRank: (n: number) => n * layout.localSize + layout.localRank,
+        timeoutMs: setupMs,
+      };
+      engine = kind === 'nccl' ? await NcclEngine.open(o) : await SocketEngine.open({ ...o, host: engineHost(address.host) });
+      await leaveStore(store, rank, size, setupMs);
+      const c = new MultiNodeCommunicator(local, engine, layout, made);
+      return c;
+    } catch (err) {
+      const why = err instanceof Error ? err : new Error(String(err));
+      engine?.abort(why);
+      marks?.destroy();
+      if (local) {
+        local.abort(why);
+        await local.close().catch(() => {});
+      }
+      await store.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  // ---- the collectives -----------------------------------------------------------
+
+  /** recv[i] = op over every rank's send[i]: the node reduce-scatters, the engine allreduces each piece, the node allgathers. */
+  allreduce(a: AllreduceArgs): Promise<MultiNodeResult> {
+    return this.run('allreduce', a, (es) => {
+      const { intra, inter, avgOver } = this.ops(a.op, a.dtype);
+      const send = this.buf('send', a.send, a.count * es, a.dtype);
+      const recv = a.recv === undefined ? send : this.buf('recv', a.recv, a.count * es, a.dtype);
+      const { counts, displs } = pieces(a.count, this.localSize);
+      const mine = recv + BigInt(displs[this.localRank]! * es);
+      return {
+        bytes: a.count * es,
+        steps: async (stream) => {
+          await this.local.reduceScatterv({ send, recv: mine, counts, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
+          await this.engine.allreduce({ send: mine, recv: mine, count: counts[this.localRank]!, dtype: a.dtype, op: inter, ...avgOver, stream });
+          await this.local.allgatherv({ send: mine, recv, counts, dtype: a.dtype, stream, ...this.limit(a) });
+        },
+      };
+    });
+  }
+
+  /** Every rank's recv = root's send: root's node broadcasts, the engine broadcasts each piece from root's node, the other nodes allgather. */
+  broadcast(a: BroadcastArgs): Promise<MultiNodeResult> {
+    return this.run('broadcast', a, (es) => {
+      this.checkRoot(a.root);
+      const recv = this.buf('recv', a.recv, a.count * es, a.dtype);
+      const isRoot = a.root === this.rank;
+      const send = isRoot && a.send !== undefined ? this.buf('send', a.send, a.count * es, a.dtype) : recv;
+      const rootNode = Math.floor(a.root / this.localSize);
+      const { counts, displs } = pieces(a.count, this.localSize);
+      const mine = recv + BigInt(displs[this.localRank]! * es);
+      return {
+        bytes: a.count * es,
+        steps: async (stream) => {
+          if (this.node === rootNode)
+            await this.local.broadcast({ send, recv, count: a.count, dtype: a.dtype, root: a.root % this.localSize, stream, ...this.limit(a) });
+          await this.engine.broadcast({ buf: mine, count: counts[this.localRank]!, dtype: a.dtype, root: rootNode, stream });
+          if (this.node !== rootNode) await this.local.allgatherv({ send: mine, recv, counts, dtype: a.dtype, stream, ...this.limit(a) });
+        },
+      };
+    });
+  }
+
+  /** root's recv = op over every rank's send: the node reduce-scatters, the engine reduces each piece to root's node, which allgathers. */
+  reduce(a: ReduceArgs): Promise<MultiNodeResult> {
+    return this.run('reduce', a, (es, scratch) => {
+      this.checkRoot(a.root);
+      const { intra, inter, avgOver } = this.ops(a.op, a.dtype);
+      const send = this.buf('send', a.send, a.count * es, a.dtype);
+      const isRoot = a.root === this.rank;
+      const out = isRoot ? (a.recv === undefined ? send : this.buf('recv', a.recv, a.count * es, a.dtype)) : scratch(a.count * es);
+      const rootNode = Math.floor(a.root / this.localSize);
+      const { counts, displs } = pieces(a.count, this.localSize);
+      const mine = out + BigInt(displs[this.localRank]! * es);
+      return {
+        bytes: a.count * es,
+        steps: async (stream) => {
+          await this.local.reduceScatterv({ send, recv: mine, counts, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
+          await this.engine.reduce({ send: mine, recv: mine, count: counts[this.localRank]!, dtype: a.dtype, op: inter, root: rootNode, ...avgOver, stream });
+          if (this.node === rootNode) await this.local.allgatherv({ send: mine, recv: out, counts, dtype: a.dtype, stream, ...this.limit(a) });
+        },
+      };
+    });
+  }
+
+  /** recv = every rank's send in rank order: the node allgathers into its block, the engine allgathers the nodes' blocks. */
+  allgather(a: AllgatherArgs): Promise<MultiNodeResult> {
+    return this.run('allgather', a, (es) => {
+      const recv = this.buf('recv', a.recv, this.size * a.count * es, a.dtype);
+      const send = this.buf('send', a.send, a.count * es, a.dtype);
+      const block = recv + BigInt(this.node * this.localSize * a.count * es);
+      return {
+        bytes: a.count * es,
+        steps: async (stream) => {
+          await this.local.allgather({ send, recv: block, count: a.count, dtype: a.dtype, stream, ...this.limit(a) });
+          await this.engine.allgather({ send: block, recv, count: this.localSize * a.count, dtype: a.dtype, stream });
+        },
+      };
+    });
+  }
+
+  /**
+   * recv = op over every rank's block `rank` of send: the blocks are laid
+   * out by local rank, the node reduce-scatters them (each local rank gets
+   * its blocks of every node), the engine reduce-scatters those by node.
+   */
+  reduceScatter(a: ReduceScatterArgs): Promise<MultiNodeResult> {
+    return this.run('reduce-scatter', a, (es, scratch) => {
+      const { intra, inter, avgOver } = this.ops(a.op, a.dtype);
+      const block = a.count * es;
+      const send = this.buf('send', a.send, this.size * block, a.dtype);
+      const recv = this.buf('recv', a.recv, block, a.dtype);
+      const byLocal = scratch(this.size * block);
+      const mine = scratch(this.nodes * block);
+      const L = this.localSize;
+      const N = this.nodes;
+      return {
+        bytes: this.size * block,
+        steps: async (stream) => {
+          // [local l][node n] = block n·L + l
+          this.permute(stream, byLocal, send, block, L, N, (l, n) => n * L + l);
+          await this.local.reduceScatter({ send: byLocal, recv: mine, count: N * a.count, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
+          await this.engine.reduceScatter({ send: mine, recv, count: a.count, dtype: a.dtype, op: inter, ...avgOver, stream });
+        },
+      };
+    });
+  }
+
+  /**
+   * Block k of send to rank k: the node exchanges, so that each local rank
+   * holds what its node sends to its peers (same local rank) on every node,
+   * then the engine exchanges between nodes.
+   */
+  alltoall(a: AlltoallArgs): Promise<MultiNodeResult> {
+    return this.run('alltoall', a, (es, scratch) => {
+      const block = a.count * es;
+      const send = this.buf('send', a.send, this.size * block, a.dtype);
+      const recv = a.recv === undefined ? send : this.buf('recv', a.recv, this.size * block, a.dtype);
+      const L = this.localSize;
+      const N = this.nodes;
+      const byLocal = scratch(this.size * block);
+      const fromLocal = scratch(this.size * block);
+      const byNode = scratch(this.size * block);
+      return {
+        bytes: this.size * block,
+        steps: async (stream) => {
+          // [destination local l][node n] = block n·L + l
+          this.permute(stream, byLocal, send, block, L, N, (l, n) => n * L + l);
+          await this.local.alltoall({ send: byLocal, recv: fromLocal, count: N * a.count, dtype: a.dtype, stream, ...this.limit(a) });
+          // fromLocal is [source local l][node n]: to [node n][source local l]
+          this.permute(stream, byNode, fromLocal, block, N, L, (n, l) => l * N + n);
+          await this.engine.alltoall({ send: byNode, recv, count: L * a.count, dtype: a.dtype, stream });
+        },
+      };
+    });
+  }
+
+  /** root's recv = every rank's send in rank order: an allgather into scratch off the root (simple, not the least traffic). */
+  gather(a: GatherArgs): Promise<MultiNodeResult> {
+    return this.run('gather', a, (es, scratch) => {
+      this.checkRoot(a.root);
+      const send = this.buf('send', a.send, a.count * es, a.dtype);
+      const all = this.size * a.count * es;
+      const recv = a.root === this.rank ? (a.recv === undefined ? send : this.buf('recv', a.recv, all, a.dtype)) : scratch(all);
+      const inner = this.allgatherSteps(send, recv, a.count, a.dtype, es, a);
+      return { bytes: a.count * es, steps: inner };
+    });
+  }
+
+  /** recv = block `rank` of root's send: a broadcast of root's send into scratch, then this rank's block copied out. */
+  scatter(a: ScatterArgs): Promise<MultiNodeResult> {
+    return this.run('scatter', a, (es, scratch) => {
+      this.checkRoot(a.root);
+      const block = a.count * es;
+      const recv = this.buf('recv', a.recv, block, a.dtype);
+      const isRoot = a.root === this.rank;
+      const send = isRoot ? this.buf('send', a.send ?? a.recv, this.size * block, a.dtype) : 0n;
+      const all = scratch(this.size * block);
+      const rootNode = Math.floor(a.root / this.localSize);
+      const { counts, displs } = pieces(this.size * a.count, this.localSize);
+      const mine = all + BigInt(displs[this.localRank]! * es);
+      return {
+        bytes: block,
+        steps: async (stream) => {
+          if (this.node === rootNode)
+            await this.local.broadcast({
+              ...(isRoot ? { send } : {}),
+              recv: all,
+              count: this.size * a.count,
+              dtype: a.dtype,
+              root: a.root % this.localSize,
+              stream,
+              ...this.limit(a),
+            });
+          await this.engine.broadcast({ buf: mine, count: counts[this.localRank]!, dtype: a.dtype, root: rootNode, stream });
+          if (this.node !== rootNode) await this.local.allgatherv({ send: mine, recv: all, counts, dtype: a.dtype, stream, ...this.limit(a) });
+          if (block > 0) this.driver.memcpyAsync(recv, all + BigInt(this.rank * block), block, stream);
+          await this.marks.mark(stream);
+        },
+      };
+    });
+  }
+
+  /** Every rank has reached it: the node's barrier, the engine's, the node's again. */
+  barrier(options: CallOptions = {}): Promise<MultiNodeResult> {
+    return this.run('barrier', { ...options, count: 0, dtype: 'u8' }, () => ({
+      bytes: 0,
+      steps: async () => {
+        await this.local.barrier(this.limit(options));
+        await this.engine.barrier();
+        await this.local.barrier(this.limit(options));
+      },
+    }));
+  }
+
+  /** Device memory of `bytes` on this communicator's device, freed at close (the node's communicator's alloc). */
+  alloc(bytes: number): DeviceAllocation {
+    return this.local.alloc(bytes);
+  }
+
+  stats(): {
+    rank: number;
+    size: number;
+    node: number;
+    nodes: number;
+    engine: EngineKind;
+    calls: number;
+    aborted?: string;
+    local: ReturnType<Communicator['stats']>;
+  } {
+    return {
+      rank: this.rank,
+      size: this.size,
+      node: this.node,
+      nodes: this.nodes,
+      engine: this.engine.kind,
+      calls: this.calls,
+      ...(this.abortError ? { aborted: this.abortError.message } : {}),
+      local: this.local.stats(),
+    };
+  }
+
+  /** Fails every pending call of every rank, on every node, with `reason`. */
+  abort(reason: Error = new SmcudaError('SMCUDA_ABORTED', 'aborted by the application')): void {
+    this.aborted(reason, 'here');
+  }
+
+  /** Closes the engine and the node's communicator (which closes the Transport it made). Later calls reject with SMCUDA_CLOSED. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.closed = true;
+      await this.queue.catch(() => {});
+      await this.engine.close();
+      await this.local.close();
+      this.marks.destroy();
+      for (const p of this.leftover) this.driver.memFree(p);
+      this.leftover.clear();
+    })();
+    return this.closing;
+  }
+
+  // ---- how a call runs -------------------------------------------------------------
+
+  private allgatherSteps(send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, es: number, o: CallOptions): (stream: StreamHandle) => Promise<void> {
+    const block = recv + BigInt(this.node * this.localSize * count * es);
+    return async (stream) => {
+      await this.local.allgather({ send, recv: block, count, dtype, stream, ...this.limit(o) });
+      await this.engine.allgather({ send: block, recv, count: this.localSize * count, dtype, stream });
+    };
+  }
+
+  /** dst[i][j] = src block index(i, j), i < I, j < J, blocks of `block` bytes, on the stream. */
+  private permute(stream: StreamHandle, dst: DevicePtr, src: DevicePtr, block: number, I: number, J: number, index: (i: number, j: number) => number): void {
+    if (block === 0) return;
+    for (let i = 0; i < I; i++)
+      for (let j = 0; j < J; j++) this.driver.memcpyAsync(dst + BigInt((i * J + j) * block), src + BigInt(index(i, j) * block), block, stream);
+  }
+
+  private limit(o: CallOptions): { timeoutMs?: number } {
+    return o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {};
+  }
+
+  /**
+   * The reduction inside a node and between nodes. premul scales inside the
+   * node and sums between; avg sums everywhere and divides once by the world
+   * where the engine can (the socket twin), else (NCCL, floats) averages at
+   * both levels, the same as every node holds as many ranks.
+   */
+  private ops(op: ReduceOp, dtype: DType): { intra: (factor?: number) => { op: ReduceOp; factor?: number }; inter: EngineOp; avgOver: { avgOver?: number } } {
+    if (op === 'premul') return { intra: (factor) => ({ op, ...(factor !== undefined ? { factor } : {}) }), inter: 'sum', avgOver: {} };
+    if (op === 'avg') {
+      if (this.engine.exactAvg) return { intra: () => ({ op: 'sum' }), inter: 'sum', avgOver: { avgOver: this.size } };
+      if (!FLOAT_DTYPES.includes(dtype))
+        throw new ArgumentTypeError(`op 'avg' of ${dtype} across nodes over NCCL would truncate twice: use 'sum' and divide, or a floating-point dtype`);
+      return { intra: () => ({ op: 'avg' }), inter: 'avg', avgOver: {} };
+    }
+    if (!this.engine.supports(op, dtype))
+      throw new ArgumentTypeError(
+        `op '${op}' of ${dtype} is not reduced by the ${this.engine.kind} engine between nodes: NCCL has no bitwise reductions; use sum, prod, min or max`,
+      );
+    return { intra: () => ({ op }), inter: op, avgOver: {} };
+  }
+
+  private checkRoot(root: unknown): void {
+    if (typeof root !== 'number' || !Number.isInteger(root)) throw new ArgumentTypeError(`root must be an integer rank, got ${typeof root}`);
+    if (root < 0 || root >= this.size) throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${root}`);
+  }
+
+  private buf(field: string, arg: unknown, bytes: number, dtype: DType): DevicePtr {
+    return bufferArg(this.scope, field, arg, bytes, dtype);
+  }
+
+  /**
+   * One call: its checks here (a bad argument throws on this rank and
+   * aborts every rank), then its steps in call order, the scratch they use
+   * freed once the stream passed them.
+   */
+  private run(
+    op: MultiNodeOp,
+    a: CallOptions & { count: number; dtype: DType; op?: ReduceOp; factor?: number },
+    plan: (es: number, scratch: (bytes: number) => DevicePtr) => { bytes: number; steps: (stream: StreamHandle) => Promise<void> },
+  ): Promise<MultiNodeResult> {
+    if (this.closed) return Promise.reject(new ClosedError(`${op}: the communicator was closed`));
+    if (this.abortError) return Promise.reject(this.abortError);
+    const made: DevicePtr[] = [];
+    let planned: ReturnType<typeof plan>;
+    try {
+      if (a === null || typeof a !== 'object') throw new ArgumentTypeError(`${op} takes an object of arguments`);
+      if (!isDType(a.dtype)) throw new ArgumentTypeError(`dtype must be one of the element types (f32, f16, bf16, …), got ${JSON.stringify(a.dtype)}`);
+      if (typeof a.count !== 'number' || !Number.isSafeInteger(a.count) || a.count < 0)
+        throw new ArgumentRangeError(`count must be a non-negative integer number of elements, got ${String(a.count)}`);
+      if (a.op !== undefined || op === 'allreduce' || op === 'reduce' || op === 'reduce-scatter') {
+        if (!isReduceOp(a.op))
+          throw new ArgumentTypeError(`op must be a reduction (sum, avg, min, max, prod, premul, band, bor, bxor), got ${JSON.stringify(a.op)}`);
+        checkDtypeOp(a.dtype, a.op);
+        reduceArg(a.op, a.factor);
+      }
+      const stream = a.stream ?? 0n;
+      if (typeof stream !== 'bigint') throw new ArgumentTypeError(`stream must be a bigint stream handle, got ${typeof stream}`);
+      planned = plan(DTYPE_BYTES[a.dtype], (bytes) => {
+        const p = this.driver.memAlloc(Math.max(bytes, 1));
+        made.push(p);
+        return p;
+      });
+    } catch (err) {
+      for (const p of made) this.driver.memFree(p);
+      this.aborted(err instanceof Error ? err : new Error(String(err)), 'here');
+      return Promise.reject(err);
+    }
+    const stream = a.stream ?? 0n;
+    const started = performance.now();
+    const go = async (): Promise<MultiNodeResult> => {
+      if (this.abortError) throw this.abortError;
+      try {
+        await planned.steps(stream);
+      } catch (err) {
+        // The node's or the engine's failure aborted everything; its scratch waits for close (the GPU may still use it).
+        for (const p of made) this.leftover.add(p);
+        const e = err instanceof Error ? err : new Error(String(err));
+        this.aborted(e, 'here');
+        throw this.abortError ?? e;
+      }
+      await this.marks.mark(stream);
+      for (const p of made) this.driver.memFree(p);
+      this.calls++;
+      return { op, algorithm: 'hierarchical', bytes: planned.bytes, us: (performance.now() - started) * 1000 };
+    };
+    const p = this.queue.then(go, go);
+    this.queue = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * The first failure, from this rank, its node or another node: the node's
+   * communicator and the engine are aborted with it (each tells its peers),
+   * and it becomes every later call's error. Local ranks in an error of
+   * the node's communicator are named by their rank in the job.
+   */
+  private aborted(err: Error, from: 'local' | 'engine' | 'here'): void {
+    if (this.abortError) return;
+    this.abortError = this.asJobError(err, from);
+    this.engine.abort(this.abortError);
+    // The node's ranks learn it as this rank's abort (their ranks are local ones); the message names the origin.
+    this.local.abort(
+      from === 'local'
+        ? this.abortError
+        : new CommunicatorAbortedError(this.abortError.message, this.localRank, this.abortError.causeCode, { cause: this.abortError }),
+    );
+    this.emit('abort', this.abortError);
+  }
+
+  private asJobError(err: Error, from: 'local' | 'engine' | 'here'): CommunicatorAbortedError {
+    const global = (local: number) => this.node * this.localSize + local;
+    if (from === 'local' && err instanceof CallMismatchError)
+      return new CallMismatchError(`on node ${this.node}: ${err.message}`, global(err.failedRank), err.seq, err.ranks.map(global), err.fields, { cause: err });
+    if (from === 'local' && err instanceof CommunicatorAbortedError)
+      return new CommunicatorAbortedError(
+        `on node ${this.node} (local rank ${err.failedRank} is rank ${global(err.failedRank)}): ${err.message}`,
+        global(err.failedRank),
+        err.causeCode,
+        {
+          cause: err,
+          ...(err.failedPid !== undefined ? { failedPid: err.failedPid } : {}),
+          code: err.code,
+        },
+      );
+    if (err instanceof CommunicatorAbortedError) return err;
+    const code =
+      err instanceof SmcudaError
+        ? err.code
+        : typeof (err as unknown as { code?: unknown }).code === 'string'
+          ? (err as unknown as { code: string }).code
+          : 'SMCUDA_ERROR';
+    return new CommunicatorAbortedError(`rank ${this.rank} (node ${this.node}, pid ${process.pid}) failed: ${err.message}`, this.rank, code, {
+      cause: err,
+      failedPid: process.pid,
+    });
+  }
+}
+
+/**
+ * The end of the store's part: every rank says it is done, and rank 0 (which
+ * serves the store) closes only once every rank has read that all are.
+ */
+async function leaveStore(store: TcpStore, rank: number, size: number, timeoutMs: number): Promise<void> {
+  if ((await store.add('setup/done', 1)) === size) await store.set('setup/all', '1');
+  await store.get('setup/all', { timeoutMs });
+  if ((await store.add('setup/left', 1)) === size) await store.set('setup/gone', '1');
+  if (rank === 0) await store.get('setup/gone', { timeoutMs });
+  await store.close();
+}
