@@ -145,6 +145,12 @@ export class Scratch {
     return this.own + BigInt(2 * this.bytes + k * this.slotBytes);
   }
 
+  /** Rank `owner`'s landing slot for rank `from`'s data (own or mapped; alltoallv pushes into it): undefined where not mapped here. */
+  landingOf(owner: number, from: number): DevicePtr | undefined {
+    const a = this.inputOf(owner);
+    return a === undefined ? undefined : a + BigInt(2 * this.bytes + from * this.slotBytes);
+  }
+
   /** Bytes of one part of a pipeline chunk: B or C split in PIPELINE_SLOTS × size parts, 16-byte aligned (whole elements of every dtype). */
   get partBytes(): number {
     return Math.floor(this.bytes / (PIPELINE_SLOTS * this.size) / 16) * 16;

@@ -253,8 +253,7 @@ export async function alltoallv(
   for (let r = 1; r < N; r++) {
     const to = (me + r) % N;
     const from = (me - r + N) % N;
-    // This rank's landing slot in rank `to`'s C (as mapped here).
-    const there = s.inputOf(to)! + B(2 * s.bytes + me * slotBytes);
+    const there = s.landingOf(to, me)!;
     const here = s.landing(from);
     const ns = Math.ceil(sendCounts[to]! / per);
     const nr = Math.ceil(recvCounts[from]! / per);
