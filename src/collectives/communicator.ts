@@ -455,7 +455,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     refuseUnknownKeys('Communicator.fromEnv options', options, [...RENDEZVOUS_KEYS, ...COMMUNICATOR_KEYS, 'node', 'internode']);
     // Loaded only for a job across nodes: the TCP store and NCCL stay out of a one-node import.
     if (options.node !== undefined || envMultiNode(env).node !== undefined)
-      return (await import('./multinode-communicator.js')).MultiNodeCommunicator.fromEnv(options, env ?? process.env);
+      return (await import('./multinode-communicator.js')).MultiNodeCommunicator.fromEnv(options, env);
     const e = envCommunicator(env);
     const rank = options.rank ?? e.rank;
     const size = options.size ?? e.size;

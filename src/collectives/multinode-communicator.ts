@@ -39,6 +39,7 @@ import { bufferArg, type BufferScope } from './buffer-arg.js';
 import type { AllgatherArgs, AllreduceArgs, AlltoallArgs, BroadcastArgs, CallOptions, ReduceArgs, ReduceScatterArgs } from './collective-args.js';
 import { Communicator, type CommunicatorEvents, type CommunicatorOptions } from './communicator.js';
 import { engineKindOf, type EngineKind, type EngineOp, type InterNodeEngine } from './internode-engine.js';
+import { loadNccl } from '../nccl/nccl.js';
 import { NcclEngine } from './nccl-engine.js';
 import { checkNodeName, discoverNodes, type NodeLayout } from './node-layout.js';
 import type { RendezvousOptions } from './rendezvous.js';
@@ -130,7 +131,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
    * a folder of the temporary directory named from the job). Returns the
    * node's plain Communicator where every rank is on one node.
    */
-  static async fromEnv(options: MultiNodeOptions = {}, env: Env = process.env): Promise<MultiNodeCommunicator | Communicator> {
+  static async fromEnv(options: MultiNodeOptions = {}, env?: Env): Promise<MultiNodeCommunicator | Communicator> {
     const { node: givenNode, internode, ...rest } = options;
     const e = envCommunicator(env);
     const m = envMultiNode(env);
@@ -146,8 +147,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         'SMCUDA_NODE is set, so the ranks span nodes and meet at the TCP store: set MASTER_ADDR and MASTER_PORT (or SMCUDA_RENDEZVOUS=tcp://host:port) on every rank',
       );
     const given = internode ?? m.internode;
-    // An engine named outright is loaded before anything else: without NCCL every rank fails alike, at once.
-    if (given !== undefined && engineKindOf(given, 'native') === 'nccl') (await import('../nccl/nccl.js')).loadNccl();
+    if (given !== undefined) engineKindOf(given, 'native'); // a bad value fails before anything starts
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const setupMs = options.joinTimeoutMs ?? timeoutMs;
     const store = await TcpStore.create({ rank, address, token, timeoutMs: setupMs, env });
@@ -158,6 +158,9 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const layout = await discoverNodes(store, rank, size, name, setupMs);
       if (e.localRank !== undefined && options.localRank === undefined && e.localRank !== layout.localRank)
         throw new ConfigError(`LOCAL_RANK is ${e.localRank}, and rank ${rank} is local rank ${layout.localRank} of node ${name}: fix LOCAL_RANK or unset it`);
+      // NCCL named outright is loaded before the node meets: without it every rank fails alike, at once
+      // (NcclUnavailableError, what to install), and a job on one node never needs it.
+      if (layout.nodes > 1 && given !== undefined && engineKindOf(given, 'native') === 'nccl') loadNccl();
       const dirRoot = options.dir ?? e.rendezvous;
       const dir = dirRoot
         ? join(dirRoot, `node-${name}`)
@@ -201,7 +204,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         local.abort(why);
         await local.close().catch(() => {});
       }
-      await store.close().catch(() => {});
+      await leaveStoreFailed(store, rank, size);
       throw err;
     }
   }
@@ -565,7 +568,8 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
    * the node's communicator are named by their rank in the job.
    */
   private aborted(err: Error, from: 'local' | 'engine' | 'here'): void {
-    if (this.abortError) return;
+    // A close is no failure: what the engine and the node report while closing is theirs to settle.
+    if (this.abortError || (this.closed && from !== 'here')) return;
     this.abortError = this.asJobError(err, from);
     this.engine.abort(this.abortError);
     // The node's ranks learn it as this rank's abort (their ranks are local ones); the message names the origin.
@@ -604,6 +608,25 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       failedPid: process.pid,
     });
   }
+}
+
+/** How long rank 0 keeps the store for the others after its set-up failed (they fail alike, and read their last replies). */
+const FAILED_LINGER_MS = 3000;
+
+/**
+ * After a failed set-up: each rank counts itself out, and rank 0 closes the
+ * store once all have (or after FAILED_LINGER_MS), so that the others fail
+ * for their own reason, not for a store closed under their last request.
+ */
+async function leaveStoreFailed(store: TcpStore, rank: number, size: number): Promise<void> {
+  try {
+    await store.add('setup/failed', 1);
+    const until = Date.now() + FAILED_LINGER_MS;
+    while (rank === 0 && Date.now() < until && (await store.add('setup/failed', 0)) < size) await new Promise((r) => setTimeout(r, 20));
+  } catch {
+    // the store is gone already
+  }
+  await store.close().catch(() => {});
 }
 
 /**

@@ -53,5 +53,9 @@ export async function discoverNodes(store: EngineStore, rank: number, size: numb
   await store.set(`node/${rank}`, name);
   const names: string[] = [];
   for (let r = 0; r < size; r++) names.push(Buffer.from(await store.get(`node/${r}`, { timeoutMs })).toString('utf8'));
+  // Every rank has read the table before any may act on it: one that fails next (a bad layout, NCCL absent)
+  // closes the store if it is rank 0, and the others must fail for the same reason, not for the lost store.
+  if ((await store.add('node/read', 1)) === size) await store.set('node/all-read', '1');
+  await store.get('node/all-read', { timeoutMs });
   return layoutOf(names, rank);
 }

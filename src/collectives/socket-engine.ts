@@ -29,6 +29,7 @@ import type { EngineCall, EngineOp, InterNodeEngine } from './internode-engine.j
 export interface EngineStore {
   set(key: string, value: Uint8Array | string): Promise<void>;
   get(key: string, o?: { timeoutMs?: number }): Promise<Uint8Array>;
+  add(key: string, delta: number): Promise<number>;
 }
 
 export interface SocketEngineOptions {
@@ -324,11 +325,12 @@ export class SocketEngine implements InterNodeEngine {
     this.fail(reason);
     if (this.aborted) return;
     this.aborted = true;
-    const code = (reason as { code?: unknown }).code;
+    // The cause travels: a peer's error says what failed here (CommunicatorAbortedError's causeCode, else the code).
+    const cause = (reason as { causeCode?: unknown }).causeCode ?? (reason as { code?: unknown }).code;
     const failedRank = (reason as { failedRank?: unknown }).failedRank;
     const h: Header = {
       t: 'abort',
-      code: typeof code === 'string' ? code : 'SMCUDA_ABORTED',
+      code: typeof cause === 'string' ? cause : 'SMCUDA_ABORTED',
       message: reason.message,
       failedRank: typeof failedRank === 'number' ? failedRank : this.o.globalRank(this.rank),
     };
@@ -347,7 +349,11 @@ export class SocketEngine implements InterNodeEngine {
       if (!this.broken) l.socket.end(frame({ t: 'bye' }));
       else l.socket.destroy();
     }
-    this.fail(new CommunicatorAbortedError('the inter-node engine was closed by this rank', this.o.globalRank(this.rank), 'SMCUDA_CLOSED'));
+    // Closing is no failure: later calls fail, and nobody is told (the hierarchy would abort the node).
+    if (!this.broken) {
+      this.broken = new CommunicatorAbortedError('the inter-node engine was closed by this rank', this.o.globalRank(this.rank), 'SMCUDA_CLOSED');
+      for (const l of this.links.values()) l.fail(this.broken);
+    }
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 

@@ -1,0 +1,214 @@
+/**
+ * A Communicator across virtual nodes on the simulated driver: ranks in
+ * separate processes, placed on nodes by SMCUDA_NODE, meeting at the TCP
+ * store (MASTER_ADDR/MASTER_PORT) and, inside a node, through the node's
+ * rendezvous; the hierarchy runs over the socket engine. Every collective
+ * verified element by element (smcuda demo --collectives --nodes, 2 nodes ×
+ * 2 ranks and 3 × 1, every dtype, uneven counts), and the failures: a rank
+ * killed on the other node, calls that differ between nodes, a bad
+ * argument, NCCL absent, each a typed error on every rank within bounds.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DTYPES } from '../../src/kernels/dtypes.js';
+import { smcuda } from '../helpers/cli.js';
+
+const FIXTURE = new URL('../fixtures/multinode-rank.mjs', import.meta.url).pathname;
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+interface RankOut {
+  rank: number;
+  ok?: boolean;
+  kind?: string;
+  node?: number;
+  nodes?: number;
+  localRank?: number;
+  inSetUp?: boolean;
+  ms?: number;
+  error?: { code: string; causeCode?: string; failedRank?: number; fields?: string[]; message: string } | null;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts one process per entry of `nodes` (rank r on node nodes[r]), as `smcuda run --nodes` would; resolves with each one's last line. */
+async function runJob(
+  nodes: readonly string[],
+  mode: string,
+  extra: Record<string, string> = {},
+): Promise<{ out: RankOut | undefined; code: number | null; stderr: string }[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'smcuda-mn-'));
+  dirs.push(dir);
+  const port = await freePort();
+  const token = randomBytes(16).toString('hex');
+  return Promise.all(
+    nodes.map(
+      (node, rank) =>
+        new Promise<{ out: RankOut | undefined; code: number | null; stderr: string }>((resolve) => {
+          const child = spawn(process.execPath, [FIXTURE], {
+            env: {
+              ...process.env,
+              RANK: String(rank),
+              WORLD_SIZE: String(nodes.length),
+              SMCUDA_NODE: node,
+              MASTER_ADDR: '127.0.0.1',
+              MASTER_PORT: String(port),
+              SMCUDA_TOKEN: token,
+              SMCUDA_RENDEZVOUS: dir,
+              SMCUDA_SIM: '',
+              MN_MODE: mode,
+              ...extra,
+            },
+            stdio: ['ignore', 'pipe', 'pipe'],
+          });
+          let stdout = '';
+          let stderr = '';
+          child.stdout.on('data', (b) => (stdout += b));
+          child.stderr.on('data', (b) => (stderr += b));
+          child.on('exit', (code) => {
+            const line = stdout.trim().split('\n').pop();
+            resolve({ code, stderr, out: line ? (JSON.parse(line) as RankOut) : undefined });
+          });
+        }),
+    ),
+  );
+}
+
+interface DemoReport {
+  verified: boolean;
+  ranks: number;
+  nodes: number;
+  collectives: { op: string; dtype: string; size: number; algorithm: string; verified: boolean }[];
+}
+
+describe('a Communicator across virtual nodes (socket engine, simulated driver)', () => {
+  it.each([
+    [4, 2],
+    [3, 3],
+  ])(
+    'smcuda demo --collectives --ranks %i --nodes %i: every hierarchical collective × dtype × size (uneven counts), every element',
+    async (ranks, nodes) => {
+      const r = await smcuda(
+        ['demo', '--collectives', '--driver', 'sim', '--ranks', String(ranks), '--nodes', String(nodes), '--sizes', '0,1,1001,8192', '--json'],
+        {
+          SMCUDA_SIM: '',
+        },
+      );
+      expect(r.code, r.stderr).toBe(0);
+      const report = JSON.parse(r.stdout) as DemoReport;
+      expect(report.verified).toBe(true);
+      expect(report.nodes).toBe(nodes);
+      expect(new Set(report.collectives.map((c) => c.dtype))).toEqual(new Set(DTYPES));
+      expect(new Set(report.collectives.map((c) => c.op))).toEqual(
+        new Set([
+          'allreduce-sum',
+          'allreduce-avg',
+          'allreduce-min',
+          'allreduce-max',
+          'allreduce-prod',
+          'allreduce-premul',
+          'allreduce-band',
+          'allreduce-bor',
+          'allreduce-bxor',
+          'reduce',
+          'reduce-scatter',
+          'broadcast',
+          'allgather',
+          'alltoall',
+          'gather',
+          'scatter',
+        ]),
+      );
+      expect(report.collectives.every((c) => c.verified && c.algorithm === 'hierarchical')).toBe(true);
+    },
+    180_000,
+  );
+
+  it('Communicator.fromEnv with SMCUDA_NODE: 2 nodes × 2 ranks, each its node, local rank and the socket engine', async () => {
+    const exits = await runJob(['a', 'a', 'b', 'b'], 'ok');
+    for (const [r, e] of exits.entries()) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out, JSON.stringify(e.out)).toMatchObject({ rank: r, ok: true, kind: 'sockets', node: Math.floor(r / 2), nodes: 2, localRank: r % 2 });
+    }
+  }, 60_000);
+
+  it('a rank killed on the other node: every surviving rank fails with a typed abort, within seconds', async () => {
+    const exits = await runJob(['a', 'a', 'b', 'b'], 'kill', { MN_VICTIM: '3' });
+    expect(exits[3]!.out).toBeUndefined();
+    for (const e of exits.slice(0, 3)) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out?.error, JSON.stringify(e.out)).toMatchObject({ code: 'SMCUDA_COMM_ABORTED' });
+      // The lost socket (the engine) or the lost local rank (smcuda) reached every rank; never a wrong answer or a hang.
+      expect(['SMCUDA_PEER_LOST', 'SMCUDA_COMM_ABORTED']).toContain(e.out!.error!.causeCode);
+      expect(e.out!.ms!).toBeLessThan(15_000);
+    }
+    // The ranks of the other node learn it from the engine: the lost rank by its number in the job.
+    expect(exits[0]!.out!.error!.message + exits[1]!.out!.error!.message).toMatch(/rank 3/);
+  }, 60_000);
+
+  it.each(['count', 'dtype', 'op'])(
+    'calls that differ in %s between nodes (3 nodes × 1 rank: only the engine compares them) fail on every rank',
+    async (field) => {
+      const exits = await runJob(['a', 'b', 'c'], 'mismatch', { MN_ODD: '2', MN_FIELD: field });
+      for (const e of exits) {
+        expect(e.code, e.stderr).toBe(0);
+        const err = e.out?.error;
+        expect(err, JSON.stringify(e.out)).toBeTruthy();
+        expect([err!.code, err!.causeCode]).toContain('SMCUDA_CALL_MISMATCH');
+        expect(e.out!.ms!).toBeLessThan(10_000);
+      }
+      // The ranks that compared with the odd one name the field.
+      expect(exits.flatMap((e) => e.out!.error!.fields ?? [])).toContain(field);
+    },
+    60_000,
+  );
+
+  it('a count that differs on one node of 2 × 2 fails on every rank (the node and the engine both compare)', async () => {
+    const exits = await runJob(['a', 'a', 'b', 'b'], 'mismatch', { MN_ODD: '3', MN_FIELD: 'count' });
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      expect([e.out?.error?.code, e.out?.error?.causeCode]).toContain('SMCUDA_CALL_MISMATCH');
+    }
+  }, 60_000);
+
+  it("a bad argument on one rank throws there and aborts every other node's ranks", async () => {
+    const exits = await runJob(['a', 'a', 'b', 'b'], 'badarg', { MN_ODD: '2' });
+    expect(exits[2]!.out?.error?.code).toBe('SMCUDA_OUT_OF_RANGE');
+    for (const e of [exits[0]!, exits[1]!, exits[3]!]) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out?.error, JSON.stringify(e.out)).toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_OUT_OF_RANGE' });
+      expect(e.out!.ms!).toBeLessThan(10_000);
+    }
+  }, 60_000);
+
+  it("NCCL absent: SMCUDA_INTERNODE=nccl across nodes fails on every rank with the NCCL engine's typed error; on one node nothing needs NCCL", async () => {
+    const nccl = { SMCUDA_INTERNODE: 'nccl', SMCUDA_NCCL_LIBRARY: '/nonexistent/libnccl.so.2' };
+    const across = await runJob(['a', 'b'], 'setup', nccl);
+    for (const e of across) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ inSetUp: true, error: { code: 'SMCUDA_NCCL_UNAVAILABLE' } });
+      expect(e.out!.error!.message).toMatch(/pip install nvidia-nccl/);
+    }
+    const oneNode = await runJob(['a', 'a'], 'ok', nccl);
+    for (const e of oneNode) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ ok: true, kind: 'one node' });
+    }
+  }, 60_000);
+});
