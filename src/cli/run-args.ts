@@ -15,6 +15,12 @@ export interface RunArgs {
   /** How long the other ranks have to exit by themselves once one failed, and SIGTERM to SIGKILL. */
   graceMs: number;
   rendezvous: string | undefined;
+  /** Nodes of the job (run-nodes.ts); 1: one machine, no store. */
+  nodes: number;
+  /** This launch's node of a job across machines; undefined: every node on this machine (virtual). */
+  nodeRank: number | undefined;
+  masterAddr: string | undefined;
+  masterPort: number | undefined;
   json: boolean;
   help: boolean;
   script: string | undefined;
@@ -27,6 +33,10 @@ const OPTIONS = {
   runtime: { type: 'string', default: 'node' },
   grace: { type: 'string', default: '5000' },
   rendezvous: { type: 'string' },
+  nodes: { type: 'string' },
+  'node-rank': { type: 'string' },
+  'master-addr': { type: 'string' },
+  'master-port': { type: 'string' },
   json: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
@@ -84,12 +94,18 @@ export function parseRunArgs(argv: string[]): RunArgs {
     runtime,
     graceMs: integer('--grace', a.grace, 0, 3_600_000),
     rendezvous: a.rendezvous,
+    nodes: a.nodes === undefined ? 1 : integer('--nodes', a.nodes, 1, MAX_RANKS),
+    nodeRank: a['node-rank'] === undefined ? undefined : integer('--node-rank', a['node-rank'], 0, MAX_RANKS - 1),
+    masterAddr: a['master-addr'],
+    masterPort: a['master-port'] === undefined ? undefined : integer('--master-port', a['master-port'], 1, 65535),
     json: a.json,
     help: a.help,
     script,
     scriptArgs,
   };
   if (out.help) return out;
+  if (out.nodes === 1 && (out.nodeRank !== undefined || out.masterAddr !== undefined || out.masterPort !== undefined))
+    throw new UsageError('--node-rank, --master-addr and --master-port go with --nodes K (a job across K nodes)');
   if (out.ranks === 0) throw new UsageError('give the number of ranks, e.g. smcuda run -n 4 train.mjs');
   if (out.script === undefined) throw new UsageError('give the script each rank runs, e.g. smcuda run -n 4 train.mjs');
   return out;

@@ -15,6 +15,7 @@ import { sweepDeadSegments } from '../segment-owner.js';
 import { parseRunArgs, type RunArgs } from './run-args.js';
 import { deviceEnv } from './run-devices.js';
 import { Job, type JobResult, type RankSpec } from './run-job.js';
+import { launchedRanks, nodeEnv, planNodes, type NodePlan } from './run-nodes.js';
 import { findRuntime } from './runtimes.js';
 import { UsageError } from './usage.js';
 
@@ -37,6 +38,16 @@ Everything after SCRIPT goes to the script.
   --grace MS            grace before SIGTERM, and SIGTERM to SIGKILL (default 5000)
   --rendezvous DIR      this rendezvous directory instead of a fresh one (created
                         0700 when missing, and then removed at the end)
+  --nodes K             a job across K nodes (docs/multinode.md): without
+                        --node-rank, K virtual nodes on this machine, -n ranks in
+                        all (n/K a node), the TCP store on 127.0.0.1; each rank also
+                        gets SMCUDA_NODE, NODE_RANK, MASTER_ADDR and MASTER_PORT
+  --node-rank I         with --nodes: this machine is node I of a real job, -n its
+                        ranks (RANK = I·n + i); run on every node with the same
+                        --master-addr, --master-port and SMCUDA_TOKEN
+  --master-addr HOST    node 0's address (default MASTER_ADDR)
+  --master-port PORT    the store's port on it (default MASTER_PORT; virtual
+                        nodes: a free one)
   --json                a last line on stdout: one JSON object with every rank's
                         pid, exit code, signal and duration
   -h, --help            this help`;
@@ -64,10 +75,11 @@ function rendezvousDir(given: string | undefined): { dir: string; made: boolean 
   return { dir, made: true };
 }
 
-function rankSpecs(a: RunArgs, script: string, dir: string, token: string): RankSpec[] {
+function rankSpecs(a: RunArgs, script: string, dir: string, token: string, plan: NodePlan | undefined): RankSpec[] {
   const rt = findRuntime(a.runtime);
-  return Array.from({ length: a.ranks }, (_, i) => ({
-    rank: i,
+  return Array.from({ length: plan ? launchedRanks(plan) : a.ranks }, (_, i) => ({
+    // Output lines and the report name a rank by its rank in the job (node I's first is I·n).
+    rank: plan ? Number(nodeEnv(plan, i).RANK) : i,
     command: rt.command,
     args: [...rt.args, script, ...a.scriptArgs],
     env: {
@@ -78,7 +90,9 @@ function rankSpecs(a: RunArgs, script: string, dir: string, token: string): Rank
       LOCAL_WORLD_SIZE: String(a.ranks),
       SMCUDA_RENDEZVOUS: dir,
       SMCUDA_TOKEN: token,
-      ...deviceEnv(a.devices, i),
+      // Across nodes: RANK, WORLD_SIZE, LOCAL_RANK … of the job, its node and the store's address.
+      ...(plan ? nodeEnv(plan, i) : {}),
+      ...deviceEnv(a.devices, plan ? Number(nodeEnv(plan, i).LOCAL_RANK) : i),
     },
   }));
 }
@@ -105,11 +119,25 @@ export async function runRun(argv: string[]): Promise<number> {
   }
   const script = resolve(a.script!);
   if (!existsSync(script)) throw new UsageError(`script ${a.script} not found`);
-  const token = randomBytes(24).toString('hex');
+  const plan =
+    a.nodes > 1 || a.nodeRank !== undefined
+      ? await planNodes(
+          {
+            ranks: a.ranks,
+            nodes: a.nodes,
+            ...(a.nodeRank !== undefined ? { nodeRank: a.nodeRank } : {}),
+            ...(a.masterAddr !== undefined ? { masterAddr: a.masterAddr } : {}),
+            ...(a.masterPort !== undefined ? { masterPort: a.masterPort } : {}),
+          },
+          process.env,
+        )
+      : undefined;
+  // The nodes of a job across machines share one token: the one every launcher was given.
+  const token = plan?.nodeRank !== undefined ? process.env.SMCUDA_TOKEN! : randomBytes(24).toString('hex');
   const { dir, made } = rendezvousDir(a.rendezvous);
   let result: JobResult;
   try {
-    const job = new Job(rankSpecs(a, script, dir, token), a.graceMs, { stdout: process.stdout, stderr: process.stderr });
+    const job = new Job(rankSpecs(a, script, dir, token, plan), a.graceMs, { stdout: process.stdout, stderr: process.stderr });
     const onSignal = (signal: NodeJS.Signals) => {
       process.stderr.write(`smcuda run: ${signal}: stopping ranks (pid ${job.livePids().join(', ')})…\n`);
       job.interrupt(signal);
@@ -130,7 +158,15 @@ export async function runRun(argv: string[]): Promise<number> {
   }
   // The ranks are gone: what they left in /dev/shm (and any other dead process's of this user) goes.
   const swept = sweepDeadSegments();
-  const report: RunReport = { size: a.ranks, runtime: a.runtime, script, rendezvous: dir, rendezvousRemoved: made, sweptSegments: swept.length, ...result };
+  const report: RunReport = {
+    size: plan ? launchedRanks(plan) : a.ranks,
+    runtime: a.runtime,
+    script,
+    rendezvous: dir,
+    rendezvousRemoved: made,
+    sweptSegments: swept.length,
+    ...result,
+  };
   for (const line of failureLines(report)) process.stderr.write(`${line}\n`);
   if (a.json) process.stdout.write(`${JSON.stringify(report)}\n`);
   return report.exitCode;

@@ -212,3 +212,72 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
     }
   }, 60_000);
 });
+
+describe('smcuda run --nodes', () => {
+  const RUN_RANK = new URL('../fixtures/run-rank.mjs', import.meta.url).pathname;
+  interface Line {
+    rank: number;
+    ok: boolean;
+    env: Record<string, string>;
+  }
+  const linesOf = (stdout: string) =>
+    stdout
+      .split('\n')
+      .map((l) => /^\[(\d+)\] (\{.*\})$/.exec(l))
+      .filter((m) => m !== null)
+      .map((m) => ({ prefix: Number(m[1]), ...(JSON.parse(m[2]!) as Line) }));
+
+  it('virtual nodes: -n 4 --nodes 2 gives each rank its node and local rank, and the hierarchical allreduce verifies', async () => {
+    const r = await smcuda(['run', '-n', '4', '--nodes', '2', RUN_RANK], { SMCUDA_SIM: '', SMCUDA_TOKEN: '' });
+    expect(r.code, r.stderr).toBe(0);
+    const lines = linesOf(r.stdout);
+    expect(lines.map((l) => l.rank).sort()).toEqual([0, 1, 2, 3]);
+    for (const l of lines) {
+      expect(l.ok).toBe(true);
+      expect(l.prefix).toBe(l.rank);
+      expect(l.env).toMatchObject({ RANK: String(l.rank), WORLD_SIZE: '4', LOCAL_RANK: String(l.rank % 2), LOCAL_WORLD_SIZE: '2' });
+    }
+  }, 60_000);
+
+  it('a job across machines: one launcher per node (--node-rank, the same --master-addr/--master-port and SMCUDA_TOKEN), each with its own rendezvous', async () => {
+    const port = String(await freePort());
+    const token = randomBytes(24).toString('hex');
+    const args = (node: number) => [
+      'run',
+      '-n',
+      '2',
+      '--nodes',
+      '2',
+      '--node-rank',
+      String(node),
+      '--master-addr',
+      '127.0.0.1',
+      '--master-port',
+      port,
+      RUN_RANK,
+    ];
+    const [a, b] = await Promise.all([0, 1].map((n) => smcuda(args(n), { SMCUDA_SIM: '', SMCUDA_TOKEN: token })));
+    expect(a!.code, a!.stderr).toBe(0);
+    expect(b!.code, b!.stderr).toBe(0);
+    const lines = [...linesOf(a!.stdout), ...linesOf(b!.stdout)];
+    expect(lines.map((l) => l.rank).sort()).toEqual([0, 1, 2, 3]);
+    for (const l of lines)
+      expect(l).toMatchObject({ ok: true, prefix: l.rank, env: { WORLD_SIZE: '4', LOCAL_RANK: String(l.rank % 2), LOCAL_WORLD_SIZE: '2' } });
+    // Each launcher made its own rendezvous directory: the ranks of a node meet there, the nodes at the store.
+    expect(new Set(lines.map((l) => l.env.SMCUDA_RENDEZVOUS)).size).toBe(2);
+  }, 60_000);
+
+  it('refuses a node count that does not divide the ranks, and a node of a real job without the store or the token', async () => {
+    const uneven = await smcuda(['run', '-n', '3', '--nodes', '2', RUN_RANK]);
+    expect(uneven.code).toBe(2);
+    expect(uneven.stderr).toMatch(/--nodes 2 must divide -n 3/);
+    const noStore = await smcuda(['run', '-n', '2', '--nodes', '2', '--node-rank', '1', RUN_RANK], { MASTER_ADDR: '', MASTER_PORT: '' });
+    expect(noStore.code).toBe(2);
+    expect(noStore.stderr).toMatch(/--master-addr HOST --master-port PORT/);
+    const noToken = await smcuda(['run', '-n', '2', '--nodes', '2', '--node-rank', '1', '--master-addr', 'h', '--master-port', '1234', RUN_RANK], {
+      SMCUDA_TOKEN: '',
+    });
+    expect(noToken.code).toBe(2);
+    expect(noToken.stderr).toMatch(/SMCUDA_TOKEN/);
+  }, 60_000);
+});
