@@ -64,6 +64,7 @@ import { sweepDeadSegments } from '../segment-owner.js';
 import { envCommunicator, envMultiNode, envTracePath, type Env } from '../env.js';
 import type { MultiNodeCommunicator } from './multinode-communicator.js';
 import { FileTracer } from '../trace.js';
+import { offBeforeExit, onBeforeExit } from '../exit-hooks.js';
 import { refuseUnknownKeys } from '../option-keys.js';
 import { packageVersion } from '../version.js';
 import { WIRE_VERSION } from '../wire/frames.js';
@@ -566,8 +567,16 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         c.shared.pipeline = c.pipeline = new CePipeline(c.transport.gpu, c.scratch, c.kernels);
       }
     }
+    // A job that forgets close() still says BYE when its work is done (its groups close with it): a process
+    // that just exited would be a lost rank to peers whose host has not yet seen their last call complete.
+    if (!group.parent) onBeforeExit(c.closeAtExit);
     return c;
   }
+
+  /** close() when the process would exit with this communicator open (exit-hooks.ts). */
+  private readonly closeAtExit = (): void => {
+    this.close().catch((err: unknown) => debug('communicator rank %d: the close at exit failed: %s', this.rank, (err as Error).message));
+  };
 
   // ------------------------------------------------------------------ the collectives
 
@@ -1265,6 +1274,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   private async closeNow(): Promise<void> {
     this.closed = true;
+    offBeforeExit(this.closeAtExit);
     // Groups first: they use this communicator's endpoints (and, for a world of create(), its transport).
     await Promise.all([...this.children].map((c) => c.close()));
     if (this.unsettledCount > 0 && !this.abortError && !(await this.allSettled(CLOSE_DRAIN_MS))) {
