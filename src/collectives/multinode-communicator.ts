@@ -29,6 +29,7 @@ import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { DeviceAllocation } from '../cuda/device-allocation.js';
+import { offBeforeExit, onBeforeExit } from '../exit-hooks.js';
 import { envCommunicator, envMultiNode, envStoreAddress, type Env } from '../env.js';
 import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, ClosedError, CommunicatorAbortedError, ConfigError, SmcudaError } from '../errors.js';
 import { checkDtypeOp, DTYPE_BYTES, FLOAT_DTYPES, isDType, isReduceOp, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
@@ -113,7 +114,13 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
     this.scope = { driver: local.driver, device: local.driver.currentDevice(), known: allocationRanges(local.driver) };
     local.on('abort', (err) => this.aborted(err, 'local'));
     engine.onError((err) => this.aborted(err, 'engine'));
+    // A job that forgets close() still says goodbye between nodes: an exit without one is a lost rank to the others.
+    onBeforeExit(this.closeAtExit);
   }
+
+  private readonly closeAtExit = (): void => {
+    this.close().catch(() => {});
+  };
 
   get driver(): CudaDriver {
     return this.local.driver;
@@ -440,6 +447,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
   close(): Promise<void> {
     this.closing ??= (async () => {
       this.closed = true;
+      offBeforeExit(this.closeAtExit);
       await this.queue.catch(() => {});
       await this.engine.close();
       await this.local.close();

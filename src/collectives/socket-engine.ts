@@ -251,6 +251,8 @@ export class SocketEngine implements InterNodeEngine {
         engine.attach(k, s);
       }
       await accepted;
+      // Every peer is in: nothing more may connect.
+      server.close();
     } catch (err) {
       engine.abort(err instanceof Error ? err : new Error(String(err)));
       throw err;
