@@ -46,5 +46,8 @@ export {
   type SplitArgs,
 } from './collectives/communicator.js';
 export type { RendezvousOptions } from './collectives/rendezvous.js';
+// Types only: the communicator across nodes is loaded by Communicator.fromEnv where SMCUDA_NODE is set (not by this import).
+export type { MultiNodeCommunicator, MultiNodeOp, MultiNodeOptions, MultiNodeResult } from './collectives/multinode-communicator.js';
+export type { EngineKind, EngineOp, InterNodeEngine } from './collectives/internode-engine.js';
 export type { P2PArgs, P2PResult, P2PStats } from './collectives/p2p.js';
 export { DTYPES, REDUCE_OPS, DTYPE_BYTES, type DType, type ReduceOp } from './kernels/dtypes.js';
