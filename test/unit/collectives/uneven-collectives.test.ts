@@ -7,6 +7,7 @@
  * roots other than 0, in place, alltoallv with zero counts and a skewed
  * (MoE-like) pattern, every reduction reduce-scatterv takes.
  */
+import { fc, test as propTest } from '@fast-check/vitest';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { DeviceSync } from '../../../src/collectives/device-sync.js';
@@ -275,6 +276,26 @@ describe('alltoallv patterns', () => {
       [1, 700, 0, 0],
       [0, 1000, 5, 9],
     ]);
+  });
+
+  propTest.prop(
+    [
+      fc.integer({ min: 2, max: 4 }).chain((n) =>
+        fc.record({
+          n: fc.constant(n),
+          mode: fc.constantFrom(...modes),
+          dtype: fc.constantFrom(...DTYPES),
+          // Each pair's count: often none, often within a piece, sometimes many pieces.
+          matrix: fc.array(fc.array(fc.oneof(fc.constant(0), fc.nat(40), fc.integer({ min: 100, max: 700 })), { minLength: n, maxLength: n }), {
+            minLength: n,
+            maxLength: n,
+          }),
+        }),
+      ),
+    ],
+    { numRuns: 30 },
+  )('alltoallv of random counts (random ranks, dtype, path): every element on every rank', async ({ n, mode, dtype, matrix }) => {
+    await alltoallvCase(await world(n, mode), dtype, matrix);
   });
 
   it('mapped scratch without stream memory operations (host steps): gather, scatter, allgatherv and reduce-scatterv step through the host, alltoallv is staged; every element checked', async () => {
