@@ -359,7 +359,8 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       this.checkRoot(a.root);
       const send = this.buf('send', a.send, a.count * es, a.dtype);
       const all = this.size * a.count * es;
-      const recv = a.root === this.rank ? (a.recv === undefined ? send : this.buf('recv', a.recv, all, a.dtype)) : scratch(all);
+      if (a.root === this.rank && a.recv === undefined) throw new ArgumentTypeError(`gather's root (rank ${a.root}) needs recv: size × count elements`);
+      const recv = a.root === this.rank ? this.buf('recv', a.recv, all, a.dtype) : scratch(all);
       const inner = this.allgatherSteps(send, recv, a.count, a.dtype, es, a);
       return { bytes: a.count * es, steps: inner };
     });
@@ -372,7 +373,8 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const block = a.count * es;
       const recv = this.buf('recv', a.recv, block, a.dtype);
       const isRoot = a.root === this.rank;
-      const send = isRoot ? this.buf('send', a.send ?? a.recv, this.size * block, a.dtype) : 0n;
+      if (isRoot && a.send === undefined) throw new ArgumentTypeError(`scatter's root (rank ${a.root}) needs send: size × count elements`);
+      const send = isRoot ? this.buf('send', a.send, this.size * block, a.dtype) : 0n;
       const all = scratch(this.size * block);
       const rootNode = Math.floor(a.root / this.localSize);
       const { counts, displs } = pieces(this.size * a.count, this.localSize);

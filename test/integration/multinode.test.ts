@@ -148,19 +148,26 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
     }
   }, 60_000);
 
-  it('a rank killed on the other node: every surviving rank fails with a typed abort, within seconds', async () => {
-    const exits = await runJob(['a', 'a', 'b', 'b'], 'kill', { MN_VICTIM: '3' });
-    expect(exits[3]!.out).toBeUndefined();
-    for (const e of exits.slice(0, 3)) {
-      expect(e.code, e.stderr).toBe(0);
-      expect(e.out?.error, JSON.stringify(e.out)).toMatchObject({ code: 'SMCUDA_COMM_ABORTED' });
-      // The lost socket (the engine) or the lost local rank (smcuda) reached every rank; never a wrong answer or a hang.
-      expect(['SMCUDA_PEER_LOST', 'SMCUDA_COMM_ABORTED']).toContain(e.out!.error!.causeCode);
-      expect(e.out!.ms!).toBeLessThan(15_000);
-    }
-    // The ranks of the other node learn it from the engine: the lost rank by its number in the job.
-    expect(exits[0]!.out!.error!.message + exits[1]!.out!.error!.message).toMatch(/rank 3/);
-  }, 60_000);
+  it.each([
+    [3, [0, 1]],
+    [1, [2, 3]],
+  ])(
+    'rank %i killed: every surviving rank fails with a typed abort within seconds, and those of the other node name it',
+    async (victim, otherNode) => {
+      const exits = await runJob(['a', 'a', 'b', 'b'], 'kill', { MN_VICTIM: String(victim) });
+      expect(exits[victim]!.out).toBeUndefined();
+      for (const e of exits.filter((_, r) => r !== victim)) {
+        expect(e.code, e.stderr).toBe(0);
+        expect(e.out?.error, JSON.stringify(e.out)).toMatchObject({ code: 'SMCUDA_COMM_ABORTED' });
+        // The lost socket (the engine) or the lost local rank (smcuda) reached every rank; never a wrong answer or a hang.
+        expect(['SMCUDA_PEER_LOST', 'SMCUDA_COMM_ABORTED']).toContain(e.out!.error!.causeCode);
+        expect(e.out!.ms!).toBeLessThan(15_000);
+      }
+      // The ranks of the other node learn it from the engine: the lost rank by its number in the job.
+      for (const r of otherNode) expect(exits[r]!.out!.error!.message).toMatch(new RegExp(`rank ${victim}\\b`));
+    },
+    60_000,
+  );
 
   it.each(['count', 'dtype', 'op'])(
     'calls that differ in %s between nodes (3 nodes × 1 rank: only the engine compares them) fail on every rank',
@@ -194,6 +201,24 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
       expect(e.code, e.stderr).toBe(0);
       expect(e.out?.error, JSON.stringify(e.out)).toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_OUT_OF_RANGE' });
       expect(e.out!.ms!).toBeLessThan(10_000);
+    }
+  }, 60_000);
+
+  it('comm.abort() on one rank fails every rank of every node with its cause', async () => {
+    const exits = await runJob(['a', 'a', 'b', 'b'], 'abort', { MN_ODD: '1' });
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out?.error, JSON.stringify(e.out)).toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'APP_STOP' });
+      expect(e.out!.ms!).toBeLessThan(10_000);
+    }
+  }, 60_000);
+
+  it('nodes of different sizes: the same ConfigError on every rank, saying what to change', async () => {
+    const exits = await runJob(['a', 'a', 'b'], 'setup');
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      expect(e.out).toMatchObject({ inSetUp: true, error: { code: 'SMCUDA_CONFIG' } });
+      expect(e.out!.error!.message).toMatch(/a: 2, b: 1.*same number of ranks on every node/);
     }
   }, 60_000);
 
