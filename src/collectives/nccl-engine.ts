@@ -53,16 +53,7 @@ export class NcclEngine implements InterNodeEngine {
     this.rank = o.rank;
     this.size = o.size;
     this.prints = o.driver.memAlloc(PRINT_BYTES * (o.size + 1));
-    this.stopWatch = comm.watch((err) =>
-      this.fail(
-        new CommunicatorAbortedError(
-          `NCCL between nodes failed (${err.code}): ${err.message}. A rank of another node was lost or its network failed`,
-          o.globalRank(o.rank),
-          err.code,
-          { cause: err },
-        ),
-      ),
-    );
+    this.stopWatch = comm.watch((err) => this.fail(this.asAbort(err)));
   }
 
   /** Loads NCCL (NcclUnavailableError, with what to install, where it is missing) and joins the group's communicator. */
@@ -161,10 +152,22 @@ export class NcclEngine implements InterNodeEngine {
     const p = this.queue.then(go, go);
     this.queue = p.catch(() => {});
     return p.catch((err: unknown) => {
-      const e = err instanceof Error ? err : new Error(String(err));
-      this.abort(e);
-      throw this.broken ?? e;
+      this.abort(this.asAbort(err));
+      throw this.broken;
     });
+  }
+
+  /** A failed call as the engine's error: NCCL's (an NcclError: a remote rank lost, a network error) with its code as the cause. */
+  private asAbort(err: unknown): CommunicatorAbortedError {
+    if (err instanceof CommunicatorAbortedError) return err;
+    const e = err instanceof Error ? err : new Error(String(err));
+    const code = typeof (e as unknown as { code?: unknown }).code === 'string' ? (e as unknown as { code: string }).code : 'SMCUDA_ERROR';
+    return new CommunicatorAbortedError(
+      `NCCL between nodes failed (${code}): ${e.message}. A rank of another node was lost or its network failed`,
+      this.o.globalRank(this.o.rank),
+      code,
+      { cause: e },
+    );
   }
 
   allreduce(a: EngineCall & { send: DevicePtr; recv: DevicePtr; op: EngineOp }): Promise<void> {
