@@ -11,9 +11,9 @@
  */
 import { DTYPE_BYTES, reduceArg, type ReduceOp } from '../kernels/dtypes.js';
 import { divideInPlace, reduceInto } from '../kernels/sim/reduce.js';
-import { caseInput, expectedOutput, type CollectiveCase } from './collective-cases.js';
+import { caseInput, expectedOutput, vCounts, type CollectiveCase } from './collective-cases.js';
 
-/** The calls the communicator across nodes has (the uneven ones run on one node only for now). */
+/** The calls the communicator across nodes has (alltoallv runs on one node only for now). */
 export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
   'allreduce',
   'broadcast',
@@ -23,34 +23,39 @@ export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
   'alltoall',
   'gather',
   'scatter',
+  'allgatherv',
+  'reduce-scatterv',
 ]);
 
 /** `rank`'s expected output of case `c` in a job of `ranks` ranks on `nodes` nodes (as many on each), or undefined where nothing is written. */
 export function expectedHierarchical(c: CollectiveCase, rank: number, ranks: number, nodes: number): Uint8Array | undefined {
-  if (c.op !== 'allreduce' && c.op !== 'reduce' && c.op !== 'reduce-scatter') return expectedOutput(c, rank, ranks);
+  if (c.op !== 'allreduce' && c.op !== 'reduce' && c.op !== 'reduce-scatter' && c.op !== 'reduce-scatterv') return expectedOutput(c, rank, ranks);
   if (c.op === 'reduce' && rank !== c.root) return undefined;
   const es = DTYPE_BYTES[c.dtype];
   const L = ranks / nodes;
-  const block = c.op === 'reduce-scatter' ? rank : 0;
-  const input = (k: number) => caseInput(c, k, ranks).subarray(block * c.count * es, (block + 1) * c.count * es);
+  // This rank's block of every input: reduce-scatter's block `rank`, reduce-scatterv's packed one of vCounts.
+  const counts = vCounts(c, ranks);
+  const count = c.op === 'reduce-scatterv' ? counts[rank]! : c.count;
+  const at = c.op === 'reduce-scatter' ? rank * c.count : c.op === 'reduce-scatterv' ? counts.slice(0, rank).reduce((x, y) => x + y, 0) : 0;
+  const input = (k: number) => caseInput(c, k, ranks).subarray(at * es, (at + count) * es);
   const op = c.reduce!;
   // Inside a node: premul scales, avg sums; between nodes: premul and avg sum.
   const intra = reduceArg(op === 'avg' ? 'sum' : op, c.factor);
   const inter: ReduceOp = op === 'premul' || op === 'avg' ? 'sum' : op;
   const perNode: Uint8Array[] = [];
   for (let n = 0; n < nodes; n++) {
-    const out = new Uint8Array(c.count * es);
+    const out = new Uint8Array(count * es);
     reduceInto(
       intra,
       c.dtype,
       out,
       [...Array(L).keys()].map((l) => input(n * L + l)),
-      c.count,
+      count,
     );
     perNode.push(out);
   }
-  const out = new Uint8Array(c.count * es);
-  reduceInto(inter, c.dtype, out, perNode, c.count);
-  if (op === 'avg') divideInPlace(c.dtype, out, c.count, ranks);
+  const out = new Uint8Array(count * es);
+  reduceInto(inter, c.dtype, out, perNode, count);
+  if (op === 'avg') divideInPlace(c.dtype, out, count, ranks);
   return out;
 }

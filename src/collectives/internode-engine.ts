@@ -29,6 +29,8 @@ export interface EngineCall {
   count: number;
   dtype: DType;
   stream: StreamHandle;
+  /** What else must agree between the engine's ranks (a hash of a call's counts per rank), compared with the rest. */
+  check?: number;
 }
 
 export interface InterNodeEngine {

@@ -46,9 +46,30 @@ import { checkNodeName, discoverNodes, type NodeLayout } from './node-layout.js'
 import type { RendezvousOptions } from './rendezvous.js';
 import { engineHost, SocketEngine } from './socket-engine.js';
 import { TcpStore } from './tcp-store.js';
-import type { GatherArgs, ScatterArgs } from './uneven-args.js';
+import { countsHash } from './call-print.js';
+import {
+  checkDisjoint,
+  displsArg,
+  extentOf,
+  perRankArg,
+  type AllgathervArgs,
+  type GatherArgs,
+  type ReduceScattervArgs,
+  type ScatterArgs,
+} from './uneven-args.js';
 
-export type MultiNodeOp = 'allreduce' | 'broadcast' | 'reduce' | 'allgather' | 'reduce-scatter' | 'alltoall' | 'gather' | 'scatter' | 'barrier';
+export type MultiNodeOp =
+  | 'allreduce'
+  | 'broadcast'
+  | 'reduce'
+  | 'allgather'
+  | 'reduce-scatter'
+  | 'alltoall'
+  | 'gather'
+  | 'scatter'
+  | 'allgatherv'
+  | 'reduce-scatterv'
+  | 'barrier';
 
 export interface MultiNodeResult {
   op: MultiNodeOp;
@@ -401,6 +422,81 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
     });
   }
 
+  /**
+   * Every rank's recv gets rank k's send (counts[k] elements) at displs[k]:
+   * the node allgathers its ranks' blocks, packed, into its run of scratch
+   * (each run as long as the longest node's), the engine allgathers the
+   * runs, and each block is copied to its place. The counts are compared
+   * inside the node and, hashed, between nodes before anything moves.
+   */
+  allgatherv(a: AllgathervArgs): Promise<MultiNodeResult> {
+    return this.run('allgatherv', { ...a, count: 0 }, (es, scratch) => {
+      const counts = perRankArg('counts', a.counts, this.size);
+      const displs = displsArg('displs', a.displs, counts);
+      checkDisjoint('displs', counts, displs);
+      const send = this.buf('send', a.send, counts[this.rank]! * es, a.dtype);
+      const recv = this.buf('recv', a.recv, extentOf('displs', counts, displs, es) * es, a.dtype);
+      const L = this.localSize;
+      const nodeCounts = [...Array(this.nodes).keys()].map((n) => counts.slice(n * L, n * L + L).reduce((x, y) => x + y, 0));
+      const run = Math.max(...nodeCounts);
+      const all = scratch(this.nodes * run * es);
+      const mine = all + BigInt(this.node * run * es);
+      const hash = countsHash(counts);
+      return {
+        bytes: counts[this.rank]! * es,
+        steps: async (stream) => {
+          await this.agreeLocally(hash, stream, scratch);
+          await this.local.allgatherv({ send, recv: mine, counts: counts.slice(this.node * L, this.node * L + L), dtype: a.dtype, stream, ...this.limit(a) });
+          await this.engine.allgather({ send: mine, recv: all, count: run, dtype: a.dtype, stream, check: hash });
+          for (let r = 0, at = 0; r < this.size; r++) {
+            if (r % L === 0) at = Math.floor(r / L) * run;
+            if (counts[r]! > 0) this.driver.memcpyAsync(recv + BigInt(displs[r]! * es), all + BigInt(at * es), counts[r]! * es, stream);
+            at += counts[r]!;
+          }
+        },
+      };
+    });
+  }
+
+  /**
+   * recv (counts[rank] elements) = op over every rank's block `rank` of
+   * send: the blocks are padded to the longest and laid out by local rank,
+   * then reduced as reduceScatter's are, and this rank's part copied out.
+   * The counts are compared inside the node and, hashed, between nodes.
+   */
+  reduceScatterv(a: ReduceScattervArgs): Promise<MultiNodeResult> {
+    return this.run('reduce-scatterv', { ...a, count: 0 }, (es, scratch) => {
+      const { intra, inter, avgOver } = this.ops(a.op, a.dtype);
+      const counts = perRankArg('counts', a.counts, this.size);
+      const displs = displsArg('displs', a.displs, counts);
+      const send = this.buf('send', a.send, extentOf('displs', counts, displs, es) * es, a.dtype);
+      const recv = this.buf('recv', a.recv, counts[this.rank]! * es, a.dtype);
+      const B = Math.max(...counts);
+      const L = this.localSize;
+      const N = this.nodes;
+      const byLocal = scratch(this.size * B * es);
+      const mine = scratch(N * B * es);
+      const out = scratch(B * es);
+      const hash = countsHash(counts);
+      return {
+        bytes: extentOf('displs', counts, displs, es) * es,
+        steps: async (stream) => {
+          await this.agreeLocally(hash, stream, scratch);
+          // [local l][node n] = rank n·L + l's block, padded with zeros to B.
+          if (B > 0) this.driver.memsetD8Async(byLocal, 0, this.size * B * es, stream);
+          for (let l = 0; l < L; l++)
+            for (let n = 0; n < N; n++) {
+              const r = n * L + l;
+              if (counts[r]! > 0) this.driver.memcpyAsync(byLocal + BigInt((l * N + n) * B * es), send + BigInt(displs[r]! * es), counts[r]! * es, stream);
+            }
+          await this.local.reduceScatter({ send: byLocal, recv: mine, count: N * B, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
+          await this.engine.reduceScatter({ send: mine, recv: out, count: B, dtype: a.dtype, op: inter, ...avgOver, stream, check: hash });
+          if (counts[this.rank]! > 0) this.driver.memcpyAsync(recv, out, counts[this.rank]! * es, stream);
+        },
+      };
+    });
+  }
+
   /** Every rank has reached it: the node's barrier, the engine's, the node's again. */
   barrier(options: CallOptions = {}): Promise<MultiNodeResult> {
     return this.run('barrier', { ...options, count: 0, dtype: 'u8' }, () => ({
@@ -461,6 +557,32 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
   }
 
   // ---- how a call runs -------------------------------------------------------------
+
+  /**
+   * Fails (CallMismatchError, on every rank of the node) unless every rank of
+   * the node passed the same `hash`: an allreduce of [hash, MAX − hash] by
+   * max is [hash, MAX − hash] only where none differs. What the node's own
+   * call checks cannot see (counts of other nodes' ranks) must agree too.
+   */
+  private async agreeLocally(hash: number, stream: StreamHandle, scratch: (bytes: number) => DevicePtr): Promise<void> {
+    if (this.localSize === 1) return;
+    const words = scratch(16);
+    const mine = new BigUint64Array([BigInt(hash), BigInt(Number.MAX_SAFE_INTEGER - hash)]);
+    await this.marks.mark(stream);
+    this.driver.memcpyHtoD(words, mine);
+    await this.local.allreduce({ send: words, count: 2, dtype: 'u64', op: 'max', stream });
+    await this.marks.mark(stream);
+    const got = new BigUint64Array(2);
+    this.driver.memcpyDtoH(got, words);
+    if (got[0] !== mine[0] || got[1] !== mine[1])
+      throw new CallMismatchError(
+        `the ranks of node ${this.node} passed different counts per rank to the same call: every rank of every node must pass the same counts`,
+        this.rank,
+        this.calls,
+        [this.rank],
+        ['counts'],
+      );
+  }
 
   private allgatherSteps(send: DevicePtr, recv: DevicePtr, count: number, dtype: DType, es: number, o: CallOptions): (stream: StreamHandle) => Promise<void> {
     const block = recv + BigInt(this.node * this.localSize * count * es);

@@ -6,8 +6,8 @@
  * aborts its communicator with it, so a lost remote node fails every rank
  * as a lost local rank does.
  *
- * Before each call the group's ranks allgather an eight-word print of it
- * (kind, count, dtype, op, root) through NCCL and compare them on the host:
+ * Before each call the group's ranks allgather a ten-word print of it
+ * (kind, count, dtype, op, root, a hash of counts per rank) through NCCL and compare them on the host:
  * a mismatch fails on every rank before NCCL sees mismatched buffers. That
  * costs a small collective and a host wait per call: correctness first.
  * Only where NCCL loads (a GPU machine); CI tests the socket twin.
@@ -20,7 +20,7 @@ import type { EngineCall, EngineOp, InterNodeEngine } from './internode-engine.j
 import type { EngineStore } from './socket-engine.js';
 
 const KINDS = ['allreduce', 'broadcast', 'reduce', 'allgather', 'reduce-scatter', 'alltoall', 'barrier'] as const;
-const PRINT_WORDS = 8;
+const PRINT_WORDS = 10;
 const PRINT_BYTES = PRINT_WORDS * 4;
 
 export interface NcclEngineOptions {
@@ -101,7 +101,7 @@ export class NcclEngine implements InterNodeEngine {
   /** Checks the call against every rank's (an allgather of prints), then queues it and waits for the stream to pass it. */
   private run(
     kind: (typeof KINDS)[number],
-    a: { count: number; dtype: DType; op?: EngineOp; root?: number },
+    a: { count: number; dtype: DType; op?: EngineOp; root?: number; check?: number },
     stream: StreamHandle,
     queue: (r: number) => number,
   ): Promise<void> {
@@ -118,6 +118,8 @@ export class NcclEngine implements InterNodeEngine {
         a.op ? REDUCE_OPS.indexOf(a.op) + 1 : 0,
         a.root ?? 0xffffffff,
         0x736d6375,
+        (a.check ?? 0) >>> 0,
+        Math.floor((a.check ?? 0) / 2 ** 32),
       ]);
       const at = this.prints + BigInt(this.size * PRINT_BYTES);
       this.o.driver.memcpyHtoD(at, mine);
@@ -131,7 +133,7 @@ export class NcclEngine implements InterNodeEngine {
       this.o.driver.memcpyDtoH(all, this.prints);
       for (let k = 0; k < this.size; k++) {
         const theirs = all.subarray(k * PRINT_WORDS, (k + 1) * PRINT_WORDS);
-        const names = ['call', 'kind', 'count', 'count', 'dtype', 'op', 'root', 'magic'];
+        const names = ['call', 'kind', 'count', 'count', 'dtype', 'op', 'root', 'magic', 'counts', 'counts'];
         const fields = [...new Set(names.filter((_, i) => theirs[i] !== mine[i]))];
         if (fields.length > 0) {
           const me = this.o.globalRank(this.rank);

@@ -59,6 +59,7 @@ interface Header {
   op?: string;
   root?: number;
   avgOver?: number;
+  check?: number;
   code?: string;
   message?: string;
   failedRank?: number;
@@ -390,7 +391,9 @@ export class SocketEngine implements InterNodeEngine {
         for (const [peer, l] of this.links) {
           const m = await Promise.race([l.next(seq), timeout]);
           const theirs = m.h;
-          const fields = (['kind', 'count', 'dtype', 'op', 'root', 'avgOver'] as const).filter((f) => theirs[f] !== mine[f]);
+          const fields = (['kind', 'count', 'dtype', 'op', 'root', 'avgOver', 'check'] as const)
+            .filter((f) => theirs[f] !== mine[f])
+            .map((f) => (f === 'check' ? 'counts' : f));
           if (fields.length > 0) {
             const show = (x: Header) => `${x.kind} ${x.count} ${x.dtype}${x.op ? ` ${x.op}` : ''}${x.root !== undefined ? ` root ${x.root}` : ''}`;
             const me = this.o.globalRank(this.rank);
@@ -487,7 +490,7 @@ export class SocketEngine implements InterNodeEngine {
     const bytes = a.count * DTYPE_BYTES[a.dtype];
     let mine: Uint8Array | undefined;
     return this.exchange(
-      { kind: 'allgather', count: a.count, dtype: a.dtype },
+      { kind: 'allgather', count: a.count, dtype: a.dtype, ...(a.check !== undefined ? { check: a.check } : {}) },
       a.stream,
       () => (mine ??= this.read(a.send, bytes)),
       (got) => {
@@ -501,7 +504,14 @@ export class SocketEngine implements InterNodeEngine {
   reduceScatter(a: EngineCall & { send: DevicePtr; recv: DevicePtr; op: EngineOp; avgOver?: number }): Promise<void> {
     const bytes = a.count * DTYPE_BYTES[a.dtype];
     return this.exchange(
-      { kind: 'reduce-scatter', count: a.count, dtype: a.dtype, op: a.op, ...(a.avgOver !== undefined ? { avgOver: a.avgOver } : {}) },
+      {
+        kind: 'reduce-scatter',
+        count: a.count,
+        dtype: a.dtype,
+        op: a.op,
+        ...(a.avgOver !== undefined ? { avgOver: a.avgOver } : {}),
+        ...(a.check !== undefined ? { check: a.check } : {}),
+      },
       a.stream,
       (peer) => this.read(a.send + BigInt(peer * bytes), bytes),
       (got) => {

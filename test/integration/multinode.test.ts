@@ -133,6 +133,8 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
           'alltoall',
           'gather',
           'scatter',
+          'allgatherv',
+          'reduce-scatterv',
         ]),
       );
       expect(report.collectives.every((c) => c.verified && c.algorithm === 'hierarchical')).toBe(true);
@@ -193,6 +195,23 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
       expect([e.out?.error?.code, e.out?.error?.causeCode]).toContain('SMCUDA_CALL_MISMATCH');
     }
   }, 60_000);
+
+  it.each([
+    [['a', 'a', 'b', 'b'], 3],
+    [['a', 'b', 'c'], 2],
+  ])(
+    'allgatherv counts that differ in another rank’s entry (nodes %j, rank %i odd) fail on every rank, never a wrong block',
+    async (nodes, odd) => {
+      const exits = await runJob(nodes, 'vmismatch', { MN_ODD: String(odd) });
+      for (const e of exits) {
+        expect(e.code, e.stderr).toBe(0);
+        expect([e.out?.error?.code, e.out?.error?.causeCode], JSON.stringify(e.out)).toContain('SMCUDA_CALL_MISMATCH');
+        expect(e.out!.ms!).toBeLessThan(10_000);
+      }
+      expect(exits.flatMap((e) => e.out!.error!.fields ?? [])).toContain('counts');
+    },
+    60_000,
+  );
 
   it("a bad argument on one rank throws there and aborts every other node's ranks", async () => {
     const exits = await runJob(['a', 'a', 'b', 'b'], 'badarg', { MN_ODD: '2' });
