@@ -93,8 +93,7 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
         break;
       case 'alltoallv': {
         const ranks = [...Array(size).keys()];
-        if (!(comm instanceof Communicator)) throw new Error('alltoallv runs on one node only');
-        res = await comm.alltoallv({
+        res = await comm!.alltoallv({
           send,
           recv,
           sendCounts: ranks.map((j) => alltoallvCount(c, size, rank, j)),

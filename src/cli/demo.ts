@@ -79,9 +79,9 @@ Without a GPU it runs on the simulated driver and says so.
                         chosen by size
   --nodes K             with --collectives: the ranks on K virtual nodes (ranks/K each), one
                         communicator across them: smcuda inside a node, the engine between
-                        (the socket twin on the simulated driver); every case but
-                        alltoallv, every element checked against the hierarchy's order of
-                        reduction (docs/multinode.md)
+                        (the socket twin on the simulated driver); every case, every
+                        element checked against the hierarchy's order of reduction
+                        (docs/multinode.md)
   --json                print one JSON object (below) instead of tables
   -h, --help            this help
 

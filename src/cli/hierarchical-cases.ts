@@ -13,7 +13,7 @@ import { DTYPE_BYTES, reduceArg, type ReduceOp } from '../kernels/dtypes.js';
 import { divideInPlace, reduceInto } from '../kernels/sim/reduce.js';
 import { caseInput, expectedOutput, vCounts, type CollectiveCase } from './collective-cases.js';
 
-/** The calls the communicator across nodes has (alltoallv runs on one node only for now). */
+/** The calls the communicator across nodes has: every one the demo runs. */
 export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
   'allreduce',
   'broadcast',
@@ -25,6 +25,7 @@ export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
   'scatter',
   'allgatherv',
   'reduce-scatterv',
+  'alltoallv',
 ]);
 
 /** `rank`'s expected output of case `c` in a job of `ranks` ranks on `nodes` nodes (as many on each), or undefined where nothing is written. */

@@ -53,6 +53,7 @@ import {
   extentOf,
   perRankArg,
   type AllgathervArgs,
+  type AlltoallvArgs,
   type GatherArgs,
   type ReduceScattervArgs,
   type ScatterArgs,
@@ -69,6 +70,7 @@ export type MultiNodeOp =
   | 'scatter'
   | 'allgatherv'
   | 'reduce-scatterv'
+  | 'alltoallv'
   | 'barrier';
 
 export interface MultiNodeResult {
@@ -355,23 +357,97 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const block = a.count * es;
       const send = this.buf('send', a.send, this.size * block, a.dtype);
       const recv = a.recv === undefined ? send : this.buf('recv', a.recv, this.size * block, a.dtype);
-      const L = this.localSize;
-      const N = this.nodes;
       const byLocal = scratch(this.size * block);
       const fromLocal = scratch(this.size * block);
       const byNode = scratch(this.size * block);
       return {
         bytes: this.size * block,
+        steps: (stream) => this.alltoallSteps(stream, send, recv, a.count, a.dtype, es, a, { byLocal, fromLocal, byNode }),
+      };
+    });
+  }
+
+  /**
+   * Rank k's recv gets, at recvDispls[j], sendCounts[k] elements of rank
+   * j's send at its sendDispls[k]: every block padded to the longest of the
+   * job (an allreduce of each rank's longest, by max), exchanged as
+   * alltoall's, and copied out. First the counts themselves go the same
+   * way, and each rank compares what its senders send it with its
+   * recvCounts: a pair that does not agree fails on every rank
+   * (SMCUDA_CALL_MISMATCH), never a short or long block.
+   */
+  alltoallv(a: AlltoallvArgs): Promise<MultiNodeResult> {
+    return this.run('alltoallv', { ...a, count: 0 }, (es, scratch) => {
+      const sc = perRankArg('sendCounts', a.sendCounts, this.size);
+      const sd = displsArg('sendDispls', a.sendDispls, sc);
+      const rc = perRankArg('recvCounts', a.recvCounts, this.size);
+      const rd = displsArg('recvDispls', a.recvDispls, rc);
+      checkDisjoint('recvDispls', rc, rd);
+      const send = this.buf('send', a.send, extentOf('sendDispls', sc, sd, es) * es, a.dtype);
+      const recv = this.buf('recv', a.recv, extentOf('recvDispls', rc, rd, es) * es, a.dtype);
+      const W = this.size;
+      const three = (bytes: number) => ({ byLocal: scratch(bytes), fromLocal: scratch(bytes), byNode: scratch(bytes) });
+      return {
+        bytes: extentOf('sendDispls', sc, sd, es) * es,
         steps: async (stream) => {
-          // [destination local l][node n] = block n·L + l
-          this.permute(stream, byLocal, send, block, L, N, (l, n) => n * L + l);
-          await this.local.alltoall({ send: byLocal, recv: fromLocal, count: N * a.count, dtype: a.dtype, stream, ...this.limit(a) });
-          // fromLocal is [source local l][node n]: to [node n][source local l]
-          this.permute(stream, byNode, fromLocal, block, N, L, (n, l) => l * N + n);
-          await this.engine.alltoall({ send: byNode, recv, count: L * a.count, dtype: a.dtype, stream });
+          // The counts, as an alltoall of one u64 each: what every sender sends this rank.
+          const counts = scratch(W * 8);
+          const told = scratch(W * 8);
+          await this.marks.mark(stream);
+          this.driver.memcpyHtoD(counts, new BigUint64Array(sc.map(BigInt)));
+          await this.alltoallSteps(stream, counts, told, 1, 'u64', 8, a, three(W * 8));
+          await this.marks.mark(stream);
+          const got = new BigUint64Array(W);
+          this.driver.memcpyDtoH(got, told);
+          const j = [...got.keys()].find((k) => got[k] !== BigInt(rc[k]!));
+          if (j !== undefined)
+            throw new CallMismatchError(
+              `alltoallv: rank ${j} sends rank ${this.rank} ${got[j]} elements, and rank ${this.rank} expects ${rc[j]} (its recvCounts[${j}]): rank j's sendCounts[k] must equal rank k's recvCounts[j]`,
+              this.rank,
+              this.calls,
+              [this.rank, j],
+              ['counts'],
+            );
+          // The longest block of the job: each rank's longest, by max inside the node and between nodes.
+          const longest = scratch(8);
+          this.driver.memcpyHtoD(longest, new BigUint64Array([BigInt(Math.max(0, ...sc))]));
+          await this.local.allreduce({ send: longest, count: 1, dtype: 'u64', op: 'max', stream, ...this.limit(a) });
+          await this.engine.allreduce({ send: longest, recv: longest, count: 1, dtype: 'u64', op: 'max', stream });
+          await this.marks.mark(stream);
+          const b = new BigUint64Array(1);
+          this.driver.memcpyDtoH(b, longest);
+          const B = Number(b[0]);
+          if (B === 0) return;
+          const padded = scratch(W * B * es);
+          for (let k = 0; k < W; k++) if (sc[k]! > 0) this.driver.memcpyAsync(padded + BigInt(k * B * es), send + BigInt(sd[k]! * es), sc[k]! * es, stream);
+          const out = scratch(W * B * es);
+          await this.alltoallSteps(stream, padded, out, B, a.dtype, es, a, three(W * B * es));
+          for (let k = 0; k < W; k++) if (rc[k]! > 0) this.driver.memcpyAsync(recv + BigInt(rd[k]! * es), out + BigInt(k * B * es), rc[k]! * es, stream);
         },
       };
     });
+  }
+
+  /** alltoall's steps: blocks of `count` elements from `send` to `recv` (each size × count), through three scratch buffers of that size. */
+  private async alltoallSteps(
+    stream: StreamHandle,
+    send: DevicePtr,
+    recv: DevicePtr,
+    count: number,
+    dtype: DType,
+    es: number,
+    o: CallOptions,
+    tmp: { byLocal: DevicePtr; fromLocal: DevicePtr; byNode: DevicePtr },
+  ): Promise<void> {
+    const block = count * es;
+    const L = this.localSize;
+    const N = this.nodes;
+    // [destination local l][node n] = block n·L + l
+    this.permute(stream, tmp.byLocal, send, block, L, N, (l, n) => n * L + l);
+    await this.local.alltoall({ send: tmp.byLocal, recv: tmp.fromLocal, count: N * count, dtype, stream, ...this.limit(o) });
+    // fromLocal is [source local l][node n]: to [node n][source local l]
+    this.permute(stream, tmp.byNode, tmp.fromLocal, block, N, L, (n, l) => l * N + n);
+    await this.engine.alltoall({ send: tmp.byNode, recv, count: L * count, dtype, stream });
   }
 
   /** root's recv = every rank's send in rank order: an allgather into scratch off the root (simple, not the least traffic). */

@@ -102,7 +102,7 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
     [4, 2],
     [3, 3],
   ])(
-    'smcuda demo --collectives --ranks %i --nodes %i: every hierarchical collective × dtype × size (uneven counts), every element',
+    'smcuda demo --collectives --ranks %i --nodes %i: every collective × dtype × size (uneven counts), every element',
     async (ranks, nodes) => {
       const r = await smcuda(
         ['demo', '--collectives', '--driver', 'sim', '--ranks', String(ranks), '--nodes', String(nodes), '--sizes', '0,1,1001,8192', '--json'],
@@ -135,6 +135,7 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
           'scatter',
           'allgatherv',
           'reduce-scatterv',
+          'alltoallv',
         ]),
       );
       expect(report.collectives.every((c) => c.verified && c.algorithm === 'hierarchical')).toBe(true);
@@ -209,6 +210,23 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
         expect(e.out!.ms!).toBeLessThan(10_000);
       }
       expect(exits.flatMap((e) => e.out!.error!.fields ?? [])).toContain('counts');
+    },
+    60_000,
+  );
+
+  it.each([
+    [['a', 'a', 'b', 'b'], 3],
+    [['a', 'b', 'c'], 2],
+  ])(
+    'alltoallv whose counts do not pair up (nodes %j: rank %i expects less from rank 0 than it sends) fails on every rank',
+    async (nodes, odd) => {
+      const exits = await runJob(nodes, 'a2av', { MN_ODD: String(odd) });
+      for (const e of exits) {
+        expect(e.code, e.stderr).toBe(0);
+        expect([e.out?.error?.code, e.out?.error?.causeCode], JSON.stringify(e.out)).toContain('SMCUDA_CALL_MISMATCH');
+        expect(e.out!.ms!).toBeLessThan(10_000);
+      }
+      expect(exits[odd]!.out!.error!.message).toMatch(/rank 0 sends rank \d+ 2 elements, and rank \d+ expects 1/);
     },
     60_000,
   );
