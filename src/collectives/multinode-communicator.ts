@@ -736,6 +736,12 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       }
       const stream = a.stream ?? 0n;
       if (typeof stream !== 'bigint') throw new ArgumentTypeError(`stream must be a bigint stream handle, got ${typeof stream}`);
+      // The host sequences the steps (and the socket engine copies through it): a capture would record half a call.
+      if (this.driver.gpuDrivenStatus().graphs && this.driver.streamIsCapturing(stream))
+        throw new SmcudaError(
+          'SMCUDA_CAPTURE_UNSUPPORTED',
+          `${op} across nodes cannot be captured in a graph: the host sequences its steps between the node and the engine. Call it outside the capture (the node's own communicator, comm.local, captures its calls)`,
+        );
       planned = plan(DTYPE_BYTES[a.dtype], (bytes) => {
         const p = this.driver.memAlloc(Math.max(bytes, 1));
         made.push(p);

@@ -231,6 +231,15 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
     60_000,
   );
 
+  it('an allreduce on a stream being captured is refused on every rank (the host sequences the steps across nodes)', async () => {
+    const exits = await runJob(['a', 'a', 'b', 'b'], 'capture');
+    for (const e of exits) {
+      expect(e.code, e.stderr).toBe(0);
+      const err = e.out?.error;
+      expect([err?.code, err?.causeCode], JSON.stringify(e.out)).toContain('SMCUDA_CAPTURE_UNSUPPORTED');
+    }
+  }, 60_000);
+
   it("a bad argument on one rank throws there and aborts every other node's ranks", async () => {
     const exits = await runJob(['a', 'a', 'b', 'b'], 'badarg', { MN_ODD: '2' });
     expect(exits[2]!.out?.error?.code).toBe('SMCUDA_OUT_OF_RANGE');
