@@ -23,7 +23,7 @@
  * CommunicatorAbortedError within the timeouts, never a wrong answer.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -123,7 +123,14 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
   private readonly leftover = new Set<DevicePtr>();
   private calls = 0;
 
-  private constructor(local: Communicator, engine: InterNodeEngine, layout: NodeLayout, marks: StreamMarks) {
+  private constructor(
+    local: Communicator,
+    engine: InterNodeEngine,
+    layout: NodeLayout,
+    marks: StreamMarks,
+    /** The node's rendezvous folder: removed by the last rank of the node to close (rmdir of an empty folder only). */
+    private readonly nodeDir: string,
+  ) {
     super();
     this.local = local;
     this.engine = engine;
@@ -224,8 +231,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       };
       engine = kind === 'nccl' ? await NcclEngine.open(o) : await SocketEngine.open({ ...o, host: engineHost(address.host) });
       await leaveStore(store, rank, size, setupMs);
-      const c = new MultiNodeCommunicator(local, engine, layout, made);
-      return c;
+      return new MultiNodeCommunicator(local, engine, layout, made, dir);
     } catch (err) {
       const why = err instanceof Error ? err : new Error(String(err));
       engine?.abort(why);
@@ -628,6 +634,11 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       this.marks.destroy();
       for (const p of this.leftover) this.driver.memFree(p);
       this.leftover.clear();
+      try {
+        rmdirSync(this.nodeDir);
+      } catch {
+        // another rank of the node still has its socket there, or it is gone already
+      }
     })();
     return this.closing;
   }

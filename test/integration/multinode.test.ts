@@ -10,7 +10,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,8 @@ import { smcuda } from '../helpers/cli.js';
 
 const FIXTURE = new URL('../fixtures/multinode-rank.mjs', import.meta.url).pathname;
 const dirs: string[] = [];
+/** The rendezvous directory of the last runJob. */
+let lastDir = '';
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
@@ -55,6 +57,7 @@ async function runJob(
 ): Promise<{ out: RankOut | undefined; code: number | null; stderr: string }[]> {
   const dir = mkdtempSync(join(tmpdir(), 'smcuda-mn-'));
   dirs.push(dir);
+  lastDir = dir;
   const port = await freePort();
   const token = randomBytes(16).toString('hex');
   return Promise.all(
@@ -149,6 +152,8 @@ describe('a Communicator across virtual nodes (socket engine, simulated driver)'
       expect(e.code, e.stderr).toBe(0);
       expect(e.out, JSON.stringify(e.out)).toMatchObject({ rank: r, ok: true, kind: 'sockets', node: Math.floor(r / 2), nodes: 2, localRank: r % 2 });
     }
+    // Each node met in its own folder of the rendezvous directory, removed by the node's last rank to close.
+    expect(readdirSync(lastDir)).toEqual([]);
   }, 60_000);
 
   it.each([
