@@ -33,6 +33,8 @@ export interface CollectivesWorkerReady {
   driver: DriverKind;
   reason: string;
   device: { index: number; name: string; uuid: string };
+  /** Across nodes: the engine between them (the cases it cannot reduce are left out, and avg is checked in its order). */
+  engine?: 'nccl' | 'sockets';
 }
 
 export interface CaseResult {
@@ -105,7 +107,7 @@ async function runCase(c: CollectiveCase): Promise<CaseResult> {
       }
     }
     // Across nodes a reduction runs in the hierarchy's order: its own reference (hierarchical-cases.ts).
-    const want = cfg.nodes ? expectedHierarchical(c, rank, size, cfg.nodes.count) : expectedOutput(c, rank, size);
+    const want = cfg.nodes && 'engine' in comm! ? expectedHierarchical(c, rank, size, cfg.nodes.count, comm.engine.kind) : expectedOutput(c, rank, size);
     if (!want || outBytes === 0) return { algorithm: res.algorithm, verified: true };
     const got = new Uint8Array(outBytes);
     d.memcpyDtoH(got, recv);
@@ -150,6 +152,7 @@ const nodes = cfg.nodes;
       driver: c.driver.kind,
       reason: c.transport.driverReason,
       device: { index, name: info.name, uuid: info.uuid },
+      ...('engine' in c ? { engine: c.engine.kind } : {}),
     };
     link.ready(ready);
   },

@@ -9,7 +9,7 @@
  * every element exactly rather than within a tolerance that could hide a
  * lost contribution. Calls that do not reduce expect what one node gives.
  */
-import { DTYPE_BYTES, reduceArg, type ReduceOp } from '../kernels/dtypes.js';
+import { DTYPE_BYTES, FLOAT_DTYPES, reduceArg, type ReduceOp } from '../kernels/dtypes.js';
 import { divideInPlace, reduceInto } from '../kernels/sim/reduce.js';
 import { caseInput, expectedOutput, vCounts, type CollectiveCase } from './collective-cases.js';
 
@@ -28,8 +28,31 @@ export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
   'alltoallv',
 ]);
 
-/** `rank`'s expected output of case `c` in a job of `ranks` ranks on `nodes` nodes (as many on each), or undefined where nothing is written. */
-export function expectedHierarchical(c: CollectiveCase, rank: number, ranks: number, nodes: number): Uint8Array | undefined {
+/**
+ * Whether the engine between nodes reduces case `c`: NCCL has no bitwise
+ * reductions and no integer average (the communicator refuses them, and the
+ * demo leaves them out); the socket twin reduces everything.
+ */
+export function engineReduces(engine: 'nccl' | 'sockets' | undefined, c: CollectiveCase): boolean {
+  if (engine !== 'nccl' || c.reduce === undefined) return true;
+  if (c.reduce === 'band' || c.reduce === 'bor' || c.reduce === 'bxor') return false;
+  return c.reduce !== 'avg' || FLOAT_DTYPES.includes(c.dtype);
+}
+
+/**
+ * `rank`'s expected output of case `c` in a job of `ranks` ranks on `nodes`
+ * nodes (as many on each), or undefined where nothing is written. Over
+ * NCCL, avg averages at both levels (its own avg divides by the nodes), and
+ * the nodes' partial results are reduced in node order: exact for two nodes
+ * (one addition per element, whatever NCCL's algorithm), the GPU run's layout.
+ */
+export function expectedHierarchical(
+  c: CollectiveCase,
+  rank: number,
+  ranks: number,
+  nodes: number,
+  engine: 'nccl' | 'sockets' = 'sockets',
+): Uint8Array | undefined {
   if (c.op !== 'allreduce' && c.op !== 'reduce' && c.op !== 'reduce-scatter' && c.op !== 'reduce-scatterv') return expectedOutput(c, rank, ranks);
   if (c.op === 'reduce' && rank !== c.root) return undefined;
   const es = DTYPE_BYTES[c.dtype];
@@ -40,9 +63,10 @@ export function expectedHierarchical(c: CollectiveCase, rank: number, ranks: num
   const at = c.op === 'reduce-scatter' ? rank * c.count : c.op === 'reduce-scatterv' ? counts.slice(0, rank).reduce((x, y) => x + y, 0) : 0;
   const input = (k: number) => caseInput(c, k, ranks).subarray(at * es, (at + count) * es);
   const op = c.reduce!;
-  // Inside a node: premul scales, avg sums; between nodes: premul and avg sum.
-  const intra = reduceArg(op === 'avg' ? 'sum' : op, c.factor);
-  const inter: ReduceOp = op === 'premul' || op === 'avg' ? 'sum' : op;
+  // Inside a node: premul scales, avg sums (NCCL: averages); between nodes: premul sums, avg sums (NCCL: averages).
+  const ncclAvg = op === 'avg' && engine === 'nccl';
+  const intra = reduceArg(op === 'avg' && !ncclAvg ? 'sum' : op, c.factor);
+  const inter: ReduceOp = op === 'premul' || (op === 'avg' && !ncclAvg) ? 'sum' : op;
   const perNode: Uint8Array[] = [];
   for (let n = 0; n < nodes; n++) {
     const out = new Uint8Array(count * es);
@@ -57,6 +81,6 @@ export function expectedHierarchical(c: CollectiveCase, rank: number, ranks: num
   }
   const out = new Uint8Array(count * es);
   reduceInto(inter, c.dtype, out, perNode, count);
-  if (op === 'avg') divideInPlace(c.dtype, out, count, ranks);
+  if (op === 'avg' && !ncclAvg) divideInPlace(c.dtype, out, count, ranks);
   return out;
 }
