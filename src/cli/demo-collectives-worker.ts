@@ -131,16 +131,20 @@ const link = serveRequests({ case: (c: CollectiveCase) => runCase(c) }, { sequen
 const common = { driver: cfg.driver, timeoutMs: cfg.timeoutMs, ...(cfg.algorithm ? { algorithm: cfg.algorithm } : {}) };
 const nodes = cfg.nodes;
 (nodes
-  ? // As `smcuda run --nodes` starts them: the environment of a job across nodes (docs/multinode.md).
-    Communicator.fromEnv(common, {
-      RANK: String(cfg.rank),
-      WORLD_SIZE: String(cfg.ranks),
-      SMCUDA_NODE: String(Math.floor(cfg.rank / (cfg.ranks / nodes.count))),
-      MASTER_ADDR: '127.0.0.1',
-      MASTER_PORT: String(nodes.port),
-      SMCUDA_TOKEN: cfg.token,
-      SMCUDA_RENDEZVOUS: cfg.dir,
-    })
+  ? // As `smcuda run --nodes` starts them: the environment of a job across nodes (docs/multinode.md). The device
+    // by rank in the job: the virtual nodes of one machine each get GPUs of their own (as `--devices` gives them).
+    Communicator.fromEnv(
+      { ...common, localRank: cfg.rank },
+      {
+        RANK: String(cfg.rank),
+        WORLD_SIZE: String(cfg.ranks),
+        SMCUDA_NODE: String(Math.floor(cfg.rank / (cfg.ranks / nodes.count))),
+        MASTER_ADDR: '127.0.0.1',
+        MASTER_PORT: String(nodes.port),
+        SMCUDA_TOKEN: cfg.token,
+        SMCUDA_RENDEZVOUS: cfg.dir,
+      },
+    )
   : Communicator.create({ ...common, rank: cfg.rank, size: cfg.ranks, dir: cfg.dir, token: cfg.token })
 ).then(
   (c) => {

@@ -92,7 +92,8 @@ function rankSpecs(a: RunArgs, script: string, dir: string, token: string, plan:
       SMCUDA_TOKEN: token,
       // Across nodes: RANK, WORLD_SIZE, LOCAL_RANK … of the job, its node and the store's address.
       ...(plan ? nodeEnv(plan, i) : {}),
-      ...deviceEnv(a.devices, plan ? Number(nodeEnv(plan, i).LOCAL_RANK) : i),
+      // --devices by launch index: virtual nodes on one machine get GPUs of their own (--devices 0,1 with --nodes 2).
+      ...deviceEnv(a.devices, i),
     },
   }));
 }
