@@ -43,7 +43,7 @@ import { engineKindOf, type EngineKind, type EngineOp, type InterNodeEngine } fr
 import { loadNccl } from '../nccl/nccl.js';
 import { NcclEngine } from './nccl-engine.js';
 import { checkNodeName, discoverNodes, type NodeLayout } from './node-layout.js';
-import type { RendezvousOptions } from './rendezvous.js';
+import { checkRankSize, type RendezvousOptions } from './rendezvous.js';
 import { engineHost, SocketEngine } from './socket-engine.js';
 import { TcpStore } from './tcp-store.js';
 import { countsHash } from './call-print.js';
@@ -175,6 +175,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
     const rank = options.rank ?? e.rank;
     const size = options.size ?? e.size;
     if (rank === undefined || size === undefined) throw new ConfigError('RANK and WORLD_SIZE must be set (as torchrun sets them), or rank and size given');
+    checkRankSize(rank, size);
     const name = checkNodeName(givenNode ?? m.node);
     const token = options.token ?? e.token;
     if (!token) throw new ConfigError('a job across nodes needs the job token: set SMCUDA_TOKEN to the same secret on every node');
