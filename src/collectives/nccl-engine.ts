@@ -133,7 +133,7 @@ export class NcclEngine implements InterNodeEngine {
       this.o.driver.memcpyDtoH(all, this.prints);
       for (let k = 0; k < this.size; k++) {
         const theirs = all.subarray(k * PRINT_WORDS, (k + 1) * PRINT_WORDS);
-        const names = ['call', 'kind', 'count', 'count', 'dtype', 'op', 'root', 'magic', 'counts', 'counts'];
+        const names = ['seq', 'collective', 'count', 'count', 'dtype', 'op', 'root', 'protocol', 'counts', 'counts'];
         const fields = [...new Set(names.filter((_, i) => theirs[i] !== mine[i]))];
         if (fields.length > 0) {
           const me = this.o.globalRank(this.rank);

@@ -393,7 +393,8 @@ export class SocketEngine implements InterNodeEngine {
           const theirs = m.h;
           const fields = (['kind', 'count', 'dtype', 'op', 'root', 'avgOver', 'check'] as const)
             .filter((f) => theirs[f] !== mine[f])
-            .map((f) => (f === 'check' ? 'counts' : f));
+            // Named as the node's call check names them (docs/errors.md, SMCUDA_CALL_MISMATCH).
+            .map((f) => ({ kind: 'collective', avgOver: 'op', check: 'counts' })[f as string] ?? f);
           if (fields.length > 0) {
             const show = (x: Header) => `${x.kind} ${x.count} ${x.dtype}${x.op ? ` ${x.op}` : ''}${x.root !== undefined ? ` root ${x.root}` : ''}`;
             const me = this.o.globalRank(this.rank);
