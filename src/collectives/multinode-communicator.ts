@@ -1,4 +1,7 @@
 /**
+ * (Over 500 lines as one concept: each collective's composition, and the
+ * checks, queueing and abort they share; joining is in multinode-join.ts.)
+ *
  * A communicator whose ranks span nodes: smcuda inside each node (a
  * Communicator of the node's ranks, met through the node's own rendezvous
  * directory), an inter-node engine between them (NCCL, or the socket twin
@@ -22,30 +25,23 @@
  * error) aborts the node's communicator. Every rank's calls then reject with
  * CommunicatorAbortedError within the timeouts, never a wrong answer.
  */
-import { createHash } from 'node:crypto';
-import { mkdirSync, rmdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmdirSync } from 'node:fs';
 import { EventEmitter } from 'node:events';
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import type { DeviceAllocation } from '../cuda/device-allocation.js';
 import { offBeforeExit, onBeforeExit } from '../exit-hooks.js';
-import { envCommunicator, envMultiNode, envStoreAddress, type Env } from '../env.js';
-import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, ClosedError, CommunicatorAbortedError, ConfigError, SmcudaError } from '../errors.js';
+import type { Env } from '../env.js';
+import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, ClosedError, CommunicatorAbortedError, SmcudaError } from '../errors.js';
 import { checkDtypeOp, DTYPE_BYTES, FLOAT_DTYPES, isDType, isReduceOp, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { allocationRanges } from '../paths/allocation-ranges.js';
 import type { StreamMarks } from '../gpu/stream-marks.js';
 import type { Transport } from '../transport.js';
 import { bufferArg, type BufferScope } from './buffer-arg.js';
 import type { AllgatherArgs, AllreduceArgs, AlltoallArgs, BroadcastArgs, CallOptions, ReduceArgs, ReduceScatterArgs } from './collective-args.js';
-import { Communicator, type CommunicatorEvents, type CommunicatorOptions } from './communicator.js';
-import { engineKindOf, type EngineKind, type EngineOp, type InterNodeEngine } from './internode-engine.js';
-import { loadNccl } from '../nccl/nccl.js';
-import { NcclEngine } from './nccl-engine.js';
-import { checkNodeName, discoverNodes, type NodeLayout } from './node-layout.js';
-import { checkRankSize, type RendezvousOptions } from './rendezvous.js';
-import { engineHost, SocketEngine } from './socket-engine.js';
-import { TcpStore } from './tcp-store.js';
+import { Communicator, type CommunicatorEvents } from './communicator.js';
+import type { EngineKind, EngineOp, InterNodeEngine } from './internode-engine.js';
+import { joinAcrossNodes, type MultiNodeOptions } from './multinode-join.js';
+import type { NodeLayout } from './node-layout.js';
 import { countsHash } from './call-print.js';
 import {
   checkDisjoint,
@@ -83,12 +79,7 @@ export interface MultiNodeResult {
   us: number;
 }
 
-export interface MultiNodeOptions extends Partial<RendezvousOptions>, CommunicatorOptions {
-  /** This rank's node name (default SMCUDA_NODE). */
-  node?: string;
-  /** The engine between nodes (default SMCUDA_INTERNODE, else NCCL on a GPU and the socket twin on the simulated driver). */
-  internode?: EngineKind;
-}
+export type { MultiNodeOptions } from './multinode-join.js';
 
 /** How a count is cut among the ranks of a node: the first count % L ranks get one element more. */
 export function pieces(count: number, parts: number): { counts: number[]; displs: number[] } {
@@ -98,9 +89,6 @@ export function pieces(count: number, parts: number): { counts: number[]; displs
   const displs = counts.map((_, i) => i * base + Math.min(i, extra));
   return { counts, displs };
 }
-
-const DEFAULT_TIMEOUT_MS = 60_000;
-const OWN_KEYS = ['node', 'internode'] as const;
 
 export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents, 'abort'>> {
   readonly rank: number;
@@ -161,89 +149,17 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
   }
 
   /**
-   * Joins a job across nodes from the environment: RANK, WORLD_SIZE,
-   * SMCUDA_TOKEN, the TCP store's address (MASTER_ADDR/MASTER_PORT or
-   * SMCUDA_RENDEZVOUS=tcp://…), SMCUDA_NODE, and optionally SMCUDA_RENDEZVOUS
-   * as a directory (the node's rendezvous is its `node-<name>` folder; else
-   * a folder of the temporary directory named from the job). Returns the
-   * node's plain Communicator where every rank is on one node.
+   * Joins a job across nodes from the environment (multinode-join.ts):
+   * the hierarchy's communicator, or the node's plain Communicator where
+   * every rank is on one node.
    */
   static async fromEnv(options: MultiNodeOptions = {}, env?: Env): Promise<MultiNodeCommunicator | Communicator> {
-    const { node: givenNode, internode, ...rest } = options;
-    const e = envCommunicator(env);
-    const m = envMultiNode(env);
-    const rank = options.rank ?? e.rank;
-    const size = options.size ?? e.size;
-    if (rank === undefined || size === undefined) throw new ConfigError('RANK and WORLD_SIZE must be set (as torchrun sets them), or rank and size given');
-    checkRankSize(rank, size);
-    const name = checkNodeName(givenNode ?? m.node);
-    const token = options.token ?? e.token;
-    if (!token) throw new ConfigError('a job across nodes needs the job token: set SMCUDA_TOKEN to the same secret on every node');
-    const address = envStoreAddress(env);
-    if (!address)
-      throw new ConfigError(
-        'SMCUDA_NODE is set, so the ranks span nodes and meet at the TCP store: set MASTER_ADDR and MASTER_PORT (or SMCUDA_RENDEZVOUS=tcp://host:port) on every rank',
-      );
-    const given = internode ?? m.internode;
-    if (given !== undefined) engineKindOf(given, 'native'); // a bad value fails before anything starts
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const setupMs = options.joinTimeoutMs ?? timeoutMs;
-    const store = await TcpStore.create({ rank, address, token, timeoutMs: setupMs, env });
-    let local: Communicator | undefined;
-    let engine: InterNodeEngine | undefined;
-    let marks: StreamMarks | undefined;
-    try {
-      const layout = await discoverNodes(store, rank, size, name, setupMs);
-      if (e.localRank !== undefined && options.localRank === undefined && e.localRank !== layout.localRank)
-        throw new ConfigError(`LOCAL_RANK is ${e.localRank}, and rank ${rank} is local rank ${layout.localRank} of node ${name}: fix LOCAL_RANK or unset it`);
-      // NCCL named outright is loaded before the node meets: without it every rank fails alike, at once
-      // (NcclUnavailableError, what to install), and a job on one node never needs it.
-      if (layout.nodes > 1 && given !== undefined && engineKindOf(given, 'native') === 'nccl') loadNccl();
-      const dirRoot = options.dir ?? e.rendezvous;
-      const dir = dirRoot
-        ? join(dirRoot, `node-${name}`)
-        : join(tmpdir(), `smcuda-node-${createHash('sha256').update(`${token}\0${address.host}:${address.port}\0${name}`).digest('hex').slice(0, 16)}`);
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const commOptions = Object.fromEntries(Object.entries(rest).filter(([k]) => !(OWN_KEYS as readonly string[]).includes(k)));
-      local = await Communicator.create({
-        ...commOptions,
-        rank: layout.localRank,
-        size: layout.localSize,
-        dir,
-        token,
-        localRank: options.localRank ?? layout.localRank,
-      });
-      if (layout.nodes === 1) {
-        await leaveStore(store, rank, size, setupMs);
-        return local;
-      }
-      const kind = engineKindOf(given, local.driver.kind === 'sim' ? 'sim' : 'native');
-      const made = local.transport.gpu.streamMarks();
-      marks = made;
-      const o = {
-        store,
-        group: layout.localRank,
-        rank: layout.node,
-        size: layout.nodes,
-        driver: local.driver,
-        reached: (s: StreamHandle) => made.mark(s),
-        globalRank: (n: number) => n * layout.localSize + layout.localRank,
-        timeoutMs: setupMs,
-      };
-      engine = kind === 'nccl' ? await NcclEngine.open(o) : await SocketEngine.open({ ...o, host: engineHost(address.host) });
-      await leaveStore(store, rank, size, setupMs);
-      return new MultiNodeCommunicator(local, engine, layout, made, dir);
-    } catch (err) {
-      const why = err instanceof Error ? err : new Error(String(err));
-      engine?.abort(why);
-      marks?.destroy();
-      if (local) {
-        local.abort(why);
-        await local.close().catch(() => {});
-      }
-      await leaveStoreFailed(store, rank, size);
-      throw err;
-    }
+    const j = await joinAcrossNodes(options, env);
+    if (j instanceof Communicator) return j;
+    const c = new MultiNodeCommunicator(j.local, j.engine, j.layout, j.marks, j.dir);
+    const early = j.aborted();
+    if (early) c.aborted(early, 'local');
+    return c;
   }
 
   // ---- the collectives -----------------------------------------------------------
@@ -834,35 +750,4 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       failedPid: process.pid,
     });
   }
-}
-
-/** How long rank 0 keeps the store for the others after its set-up failed (they fail alike, and read their last replies). */
-const FAILED_LINGER_MS = 3000;
-
-/**
- * After a failed set-up: each rank counts itself out, and rank 0 closes the
- * store once all have (or after FAILED_LINGER_MS), so that the others fail
- * for their own reason, not for a store closed under their last request.
- */
-async function leaveStoreFailed(store: TcpStore, rank: number, size: number): Promise<void> {
-  try {
-    await store.add('setup/failed', 1);
-    const until = Date.now() + FAILED_LINGER_MS;
-    while (rank === 0 && Date.now() < until && (await store.add('setup/failed', 0)) < size) await new Promise((r) => setTimeout(r, 20));
-  } catch {
-    // the store is gone already
-  }
-  await store.close().catch(() => {});
-}
-
-/**
- * The end of the store's part: every rank says it is done, and rank 0 (which
- * serves the store) closes only once every rank has read that all are.
- */
-async function leaveStore(store: TcpStore, rank: number, size: number, timeoutMs: number): Promise<void> {
-  if ((await store.add('setup/done', 1)) === size) await store.set('setup/all', '1');
-  await store.get('setup/all', { timeoutMs });
-  if ((await store.add('setup/left', 1)) === size) await store.set('setup/gone', '1');
-  if (rank === 0) await store.get('setup/gone', { timeoutMs });
-  await store.close();
 }

@@ -1,4 +1,7 @@
 /**
+ * (Over 500 lines as one concept: the twin's set-up, frames, call exchange
+ * and each call's host side work on the same links.)
+ *
  * The inter-node engine's twin over host sockets (internode-engine.ts), for
  * CI on the simulated driver: correctness, call checks, failure and abort,
  * not speed. Device memory is read and written through the driver's copies
