@@ -866,8 +866,15 @@ export class SimulatedCudaDriver implements CudaDriver {
     this.requireContext('cuEventDestroy');
     const ev = this.event(event, 'cuEventDestroy');
     if (ev.waiters > 0) this.lifetimeViolations.push(`cuEventDestroy of event ${event} while ${ev.waiters} whenComplete wait(s) still query it`);
-    this.scheduler.drainTouching(ev); // pending records write into the event
     this.events.delete(event);
+    if (!ev.segment && ev.waiters === 0) {
+      // As cuEventDestroy: it returns at once, and the event's resources go once its work is done. A record
+      // still queued completes later into the event's own memory, and waits queued on it still see it; only the
+      // handle is invalid from now on. (Draining here instead would block the thread on streams that wait
+      // for peers in this very process, up to the synchronize limit.)
+      return;
+    }
+    this.scheduler.drainTouching(ev); // an IPC event's records land before its shared state is unmapped
     this.releaseEvent(ev);
   }
 

@@ -29,7 +29,13 @@ propTest.prop(
       algorithm: fc.constantFrom(undefined, 'two-shot', 'ce-pipeline'),
     }),
   ],
-  { numRuns: 25, endOnFailure: true },
+  {
+    numRuns: 25,
+    endOnFailure: true,
+    // Closing the victim's transport retired the copy-engine pipeline's events while its streams still waited
+    // for the peers; the simulator's event destroy drained those streams and blocked the thread (seed 481265102).
+    examples: [[{ n: 3, victim: 1, op: 'allreduce', count: 1700, delay: 2, staged: false, algorithm: 'ce-pipeline' }]],
+  },
 )('the others reject with the lost rank as the cause, or complete; never hang', async ({ n, victim: v, op, count, delay, staged, algorithm }) => {
   const victim = v % n;
   const w = await makeWorld(n, { scratchBytes: 1024 * n, ipcOpenFails: staged, timeoutMs: 10_000 });

@@ -73,6 +73,26 @@ describe('lifecycle like a real driver', () => {
     expect(codeOf(() => d.memAlloc(16))).toBe('CUDA_ERROR_DEINITIALIZED');
   });
 
+  it('cuEventDestroy returns at once while a record of the event is still queued, and waits queued on it still pass later', async () => {
+    const d = new SimulatedCudaDriver({ env: {} });
+    open.push(d);
+    d.init();
+    d.setDevice(0);
+    const flag = d.memAlloc(4);
+    d.memcpyHtoD(flag, new Uint32Array([0]));
+    const [a, b] = [d.streamCreate(), d.streamCreate()];
+    const ev = d.eventCreate();
+    d.streamWaitValue32(a, flag, 1, 'geq'); // a flag nobody has written yet (a peer's, in a job)
+    d.eventRecord(ev, a);
+    d.streamWaitEvent(b, ev);
+    d.eventDestroy(ev); // used to drain stream a, and so block on (or fail) the flag
+    expect(codeOf(() => d.eventQuery(ev))).toBe('CUDA_ERROR_INVALID_HANDLE');
+    d.memcpyHtoD(flag, new Uint32Array([1]));
+    d.streamSynchronize(b); // b's wait on the destroyed event's record passes once the record lands
+    d.streamSynchronize(a);
+    expect(d.lifetimeViolations).toEqual([]);
+  });
+
   it('refuses to open its own handle (CUDA_ERROR_INVALID_CONTEXT), but another instance may', () => {
     const a = sim();
     const b = sim();
