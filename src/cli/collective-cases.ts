@@ -4,22 +4,13 @@
  * rank can compute every other rank's input, so it verifies its own output
  * against a host reference with no extra communication.
  */
+import type { CollectiveOp } from '../collectives/communicator.js';
 import { mulberry32 } from '../cuda/sim/prng.js';
 import { DTYPE_BYTES, DTYPES, dtypeOpSupported, REDUCE_OPS, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { reduceInto } from '../kernels/sim/reduce.js';
 
-export type CaseOp =
-  | 'allreduce'
-  | 'broadcast'
-  | 'reduce'
-  | 'allgather'
-  | 'reduce-scatter'
-  | 'alltoall'
-  | 'gather'
-  | 'scatter'
-  | 'allgatherv'
-  | 'reduce-scatterv'
-  | 'alltoallv';
+/** The collectives the demo verifies: every one that moves data. */
+export type CaseOp = Exclude<CollectiveOp, 'split' | 'new-group' | 'barrier'>;
 
 /** The calls with counts per rank: a rank's input and output sizes are its own (vCounts, alltoallvCount). */
 const V_OPS: ReadonlySet<CaseOp> = new Set(['allgatherv', 'reduce-scatterv', 'alltoallv']);

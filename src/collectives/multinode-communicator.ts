@@ -38,7 +38,7 @@ import type { StreamMarks } from '../gpu/stream-marks.js';
 import type { Transport } from '../transport.js';
 import { bufferArg, type BufferScope } from './buffer-arg.js';
 import type { AllgatherArgs, AllreduceArgs, AlltoallArgs, BroadcastArgs, CallOptions, ReduceArgs, ReduceScatterArgs } from './collective-args.js';
-import { Communicator, type CommunicatorEvents } from './communicator.js';
+import { Communicator, type CollectiveOp, type CommunicatorEvents } from './communicator.js';
 import type { EngineKind, EngineOp, InterNodeEngine } from './internode-engine.js';
 import { joinAcrossNodes, type MultiNodeOptions } from './multinode-join.js';
 import type { NodeLayout } from './node-layout.js';
@@ -55,19 +55,8 @@ import {
   type ScatterArgs,
 } from './uneven-args.js';
 
-export type MultiNodeOp =
-  | 'allreduce'
-  | 'broadcast'
-  | 'reduce'
-  | 'allgather'
-  | 'reduce-scatter'
-  | 'alltoall'
-  | 'gather'
-  | 'scatter'
-  | 'allgatherv'
-  | 'reduce-scatterv'
-  | 'alltoallv'
-  | 'barrier';
+/** The calls across nodes: every collective (split and newGroup stay on one node: `comm.local`). */
+export type MultiNodeOp = Exclude<CollectiveOp, 'split' | 'new-group'>;
 
 export interface MultiNodeResult {
   op: MultiNodeOp;
