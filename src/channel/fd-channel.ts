@@ -52,6 +52,8 @@ const POLLRDHUP = 0x2000;
 /** Connections accepted and not yet admitted (no token yet, or one nobody expects yet) a listener keeps at most. */
 const MAX_UNADMITTED = 64;
 const TOKEN_MAGIC = Buffer.from('SMFD1');
+/** Connections accepted per wake-up of the listener before other work gets its turn (the watch fires again while more wait). */
+const ACCEPT_BATCH = 32;
 /** After a failed accept (out of descriptors), wait this long before trying again. */
 const ACCEPT_RETRY_MS = 50;
 /** A connection that has not presented its token by then is closed. */
@@ -525,7 +527,9 @@ export class FdListener {
 
   #accept(): void {
     if (this.#closed) return;
-    for (;;) {
+    // A batch per wake-up: a process connecting as fast as it can would otherwise keep this loop from
+    // ever seeing EAGAIN, and starve the event loop (the control sockets' handshakes timed out under a flood).
+    for (let n = 0; n < ACCEPT_BATCH; n++) {
       let sock: number | null;
       try {
         sock = this.#native.fdAccept(this.#fd);
