@@ -1482,6 +1482,18 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         ),
       );
     }
+    if (capturing && this.hostPending > 0) {
+      // It would be queued after that call, whenever the host gets there: after the capture ended, outside the graph.
+      this.flight.failed(seq);
+      return Promise.reject(
+        this.refuse(
+          new SmcudaError(
+            'SMCUDA_CAPTURE_UNSUPPORTED',
+            `${op} cannot be captured now: an earlier call that needs the host between its steps (staged or barrier) is still to be queued, and this one would be queued after it, outside the capture; await that call before beginning the capture`,
+          ),
+        ),
+      );
+    }
     const p = new PendingCall(this.markReached, op, algorithm, bytes, o.dtype, o.count, seq, started, timeoutMs, stream);
     const promise = new Promise<CollectiveResult>((resolve, reject) => {
       p.resolve = resolve;

@@ -87,6 +87,25 @@ describe('collectives in a CUDA graph (simulated driver)', () => {
     },
   );
 
+  it('a call captured while a barrier before it is still to be queued is refused (it would land outside the graph), on every rank', async () => {
+    const w = await makeWorld(2, { timeoutMs: 20_000 });
+    worlds.push(w);
+    expect(w.comms[0]!.stats().steps).toBe('device');
+    const results = w.comms.map((c, r) => {
+      const d = w.sides[r]!.driver;
+      const stream = d.streamCreate();
+      const buf = d.memAlloc(64);
+      const barrier = c.barrier(); // host steps: queued once the ranks have met
+      d.streamBeginCapture(stream, 'thread-local');
+      const p = c.allreduce({ send: buf, count: 16, dtype: 'f32', op: 'sum', stream });
+      d.graphDestroy(d.streamEndCapture(stream));
+      return { barrier, p };
+    });
+    for (const { p } of results) await expect(p).rejects.toMatchObject({ code: 'SMCUDA_CAPTURE_UNSUPPORTED' });
+    for (const { barrier } of results) await barrier.catch(() => undefined);
+    for (const c of w.comms) await expect(c.barrier()).rejects.toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_CAPTURE_UNSUPPORTED' });
+  });
+
   it('a staged call refuses capture with SMCUDA_CAPTURE_UNSUPPORTED, and that aborts the communicator on every rank', async () => {
     const w = await makeWorld(2, { ipcOpenFails: true, timeoutMs: 20_000 });
     worlds.push(w);
