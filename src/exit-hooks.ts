@@ -1,53 +1,43 @@
 /**
- * Clean-up to run when the process exits, behind one 'exit' listener: each
+ * Clean-up to run when the process exits, behind one listener per event: each
  * simulated driver registers one, and a process with eleven transports
  * would otherwise get Node's MaxListenersExceededWarning.
  */
-const hooks = new Set<() => void>();
 
-function runAll(): void {
-  for (const hook of hooks) {
-    try {
-      hook();
-    } catch {
-      // one failing clean-up must not keep the others from running
+/** One listener of `event` that runs every hook added, the listener added with the first hook and removed with the last. */
+function hooksOn(event: 'exit' | 'beforeExit'): { add(hook: () => void): void; remove(hook: () => void): void } {
+  const hooks = new Set<() => void>();
+  const runAll = (): void => {
+    for (const hook of [...hooks]) {
+      try {
+        hook();
+      } catch {
+        // one failing clean-up must not keep the others from running
+      }
     }
-  }
+  };
+  return {
+    add(hook) {
+      if (hooks.size === 0) process.on(event, runAll);
+      hooks.add(hook);
+    },
+    remove(hook) {
+      if (!hooks.delete(hook)) return;
+      if (hooks.size === 0) process.removeListener(event, runAll);
+    },
+  };
 }
 
-export function onExit(hook: () => void): void {
-  if (hooks.size === 0) process.on('exit', runAll);
-  hooks.add(hook);
-}
-
-export function offExit(hook: () => void): void {
-  if (!hooks.delete(hook)) return;
-  if (hooks.size === 0) process.removeListener('exit', runAll);
-}
-
-const beforeExitHooks = new Set<() => void>();
-
-function runBeforeExit(): void {
-  for (const hook of [...beforeExitHooks]) {
-    try {
-      hook();
-    } catch {
-      // as above
-    }
-  }
-}
-
+const exit = hooksOn('exit');
 /**
- * Runs `hook` when the event loop has nothing left to do and the process
- * would exit ('beforeExit': never on process.exit() or a signal). The hook
- * may start asynchronous work that keeps the process alive until it ends.
+ * 'beforeExit': when the event loop has nothing left to do and the process
+ * would exit (never on process.exit() or a signal). A hook may start
+ * asynchronous work that keeps the process alive until it ends.
  */
-export function onBeforeExit(hook: () => void): void {
-  if (beforeExitHooks.size === 0) process.on('beforeExit', runBeforeExit);
-  beforeExitHooks.add(hook);
-}
+const beforeExit = hooksOn('beforeExit');
 
-export function offBeforeExit(hook: () => void): void {
-  if (!beforeExitHooks.delete(hook)) return;
-  if (beforeExitHooks.size === 0) process.removeListener('beforeExit', runBeforeExit);
-}
+export const onExit = exit.add;
+export const offExit = exit.remove;
+/** Runs `hook` when the process would exit with nothing left to do ('beforeExit'). */
+export const onBeforeExit = beforeExit.add;
+export const offBeforeExit = beforeExit.remove;
