@@ -3,9 +3,11 @@
  * "process" to the simulator) and Transport, every pair joined by an
  * in-memory channel, and a Communicator per rank over those endpoints.
  */
+import { expect } from 'vitest';
 import { createMemoryChannelPair } from '../../src/channel/memory-channel.js';
 import { Communicator, type CommunicatorOptions } from '../../src/collectives/communicator.js';
 import type { Endpoint } from '../../src/endpoint.js';
+import { CommunicatorAbortedError } from '../../src/errors.js';
 import { DTYPE_BYTES, type DType } from '../../src/kernels/dtypes.js';
 import { mulberry32 } from '../../src/cuda/sim/prng.js';
 import type { SimDevice } from '../../src/cuda/sim/config.js';
@@ -109,4 +111,14 @@ export function elements(dtype: DType, count: number, seed: number): Uint8Array 
     }
   }
   return bytes;
+}
+
+/** The CommunicatorAbortedError `p` rejects with (a call that resolves, or fails otherwise, fails the test). */
+export async function abortOf(p: Promise<unknown> | undefined): Promise<CommunicatorAbortedError> {
+  const err = await p!.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(CommunicatorAbortedError);
+  return err as CommunicatorAbortedError;
 }

@@ -11,8 +11,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CONTROL_TAG, MAX_HELD_MESSAGES } from '../../../src/collectives/control.js';
 import { parseControl } from '../../../src/collectives/control-schema.js';
-import type { CommunicatorAbortedError } from '../../../src/errors.js';
-import { makeWorld, type World } from '../../helpers/comm-world.js';
+import { abortOf, makeWorld, type World } from '../../helpers/comm-world.js';
 
 let w: World | undefined;
 afterEach(async () => {
@@ -21,15 +20,6 @@ afterEach(async () => {
 });
 
 const text = (s: string) => new TextEncoder().encode(s);
-
-async function abortOf(p: Promise<unknown>): Promise<CommunicatorAbortedError> {
-  return p.then(
-    () => {
-      throw new Error('expected the call to fail');
-    },
-    (e: unknown) => e as CommunicatorAbortedError,
-  );
-}
 
 describe('a peer that breaks the control protocol', () => {
   it.each([

@@ -10,8 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { CONTROL_TAG } from '../../../src/collectives/control.js';
 import { parseControl } from '../../../src/collectives/control-schema.js';
 import { MAX_HELD_PRINTS, P2PMatch } from '../../../src/collectives/p2p-match.js';
-import { type CommunicatorAbortedError, P2PMismatchError } from '../../../src/errors.js';
-import { makeWorld, type World } from '../../helpers/comm-world.js';
+import { P2PMismatchError } from '../../../src/errors.js';
+import { abortOf, makeWorld, type World } from '../../helpers/comm-world.js';
 
 let w: World | undefined;
 afterEach(async () => {
@@ -20,15 +20,6 @@ afterEach(async () => {
 });
 
 const text = (s: string) => new TextEncoder().encode(s);
-
-async function abortOf(p: Promise<unknown>): Promise<CommunicatorAbortedError> {
-  return p.then(
-    () => {
-      throw new Error('expected the call to fail');
-    },
-    (e: unknown) => e as CommunicatorAbortedError,
-  );
-}
 
 describe("a peer that sends bad 'pp' messages", () => {
   it.each([

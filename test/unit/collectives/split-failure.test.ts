@@ -15,23 +15,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Communicator } from '../../../src/collectives/communicator.js';
 import { CONTROL_TAG } from '../../../src/collectives/control.js';
 import { agreeGroupId, isReservedTag, MAX_GROUP_ID, tagsOf } from '../../../src/collectives/group-tags.js';
-import { CommunicatorAbortedError, SmcudaError } from '../../../src/errors.js';
-import { makeWorld, type World } from '../../helpers/comm-world.js';
+import { SmcudaError } from '../../../src/errors.js';
+import { abortOf, makeWorld, type World } from '../../helpers/comm-world.js';
 
 let w: World | undefined;
 afterEach(async () => {
   await w?.close();
   w = undefined;
 });
-
-async function abortOf(p: Promise<unknown> | undefined): Promise<CommunicatorAbortedError> {
-  const err = await p!.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(CommunicatorAbortedError);
-  return err as CommunicatorAbortedError;
-}
 
 /** Tensor groups {0,1} {2,3} and data groups {0,2} {1,3} of a world of 4. */
 async function layout(world: World): Promise<{ tp: Communicator[]; dp: Communicator[] }> {
