@@ -2,6 +2,29 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
+/** Every operation `smcuda demo --collectives` must cover, as its report labels them (spelt out: the tests hold the demo to it). */
+export const DEMO_COLLECTIVE_OPS = [
+  'allreduce-sum',
+  'allreduce-avg',
+  'allreduce-min',
+  'allreduce-max',
+  'allreduce-prod',
+  'allreduce-premul',
+  'allreduce-band',
+  'allreduce-bor',
+  'allreduce-bxor',
+  'reduce',
+  'reduce-scatter',
+  'broadcast',
+  'allgather',
+  'alltoall',
+  'gather',
+  'scatter',
+  'allgatherv',
+  'reduce-scatterv',
+  'alltoallv',
+];
+
 export const CLI = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
 
 export interface CliResult {

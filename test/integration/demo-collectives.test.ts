@@ -3,6 +3,7 @@ import { DTYPES, dtypeOpSupported, REDUCE_OPS } from '../../src/kernels/dtypes.j
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { DEMO_COLLECTIVE_OPS } from '../helpers/cli.js';
 
 const run = promisify(execFile);
 const MAIN = new URL('../../dist/src/cli/main.js', import.meta.url).pathname;
@@ -27,29 +28,7 @@ describe('smcuda demo --collectives', () => {
     expect(DTYPES.map(reductions)).toEqual([6, 6, 6, 6, 8, 8, 8, 8, 8, 8, 6, 6]);
     const premul = (d: string) => (dtypeOpSupported(d as (typeof DTYPES)[number], 'premul') ? 1 : 0);
     expect(r.collectives).toHaveLength(DTYPES.reduce((t, d) => t + (reductions(d) + 5 + 5 + premul(d)) * 4, 0));
-    expect(new Set(r.collectives.map((c) => c.op))).toEqual(
-      new Set([
-        'allreduce-sum',
-        'allreduce-avg',
-        'allreduce-min',
-        'allreduce-max',
-        'allreduce-prod',
-        'allreduce-premul',
-        'allreduce-band',
-        'allreduce-bor',
-        'allreduce-bxor',
-        'reduce',
-        'reduce-scatter',
-        'broadcast',
-        'allgather',
-        'alltoall',
-        'gather',
-        'scatter',
-        'allgatherv',
-        'reduce-scatterv',
-        'alltoallv',
-      ]),
-    );
+    expect(new Set(r.collectives.map((c) => c.op))).toEqual(new Set(DEMO_COLLECTIVE_OPS));
     // The calls with counts per rank ran at every size, by one-shot (device steps) on the simulated driver.
     for (const op of ['gather', 'scatter', 'allgatherv', 'alltoallv'])
       expect(r.collectives.filter((c) => c.op === op).every((c) => c.algorithm === 'one-shot' && c.verified)).toBe(true);
