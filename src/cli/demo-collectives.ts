@@ -7,7 +7,6 @@
  * against the host reference (collective-cases.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +15,7 @@ import type { ForcedAlgorithm } from '../collectives/communicator.js';
 import { collectiveCases, type CollectiveCase } from './collective-cases.js';
 import type { CaseResult, CollectivesWorkerConfig, CollectivesWorkerReady } from './demo-collectives-worker.js';
 import { formatBytes, table } from './format.js';
+import { freePort } from './run-nodes.js';
 import { engineReduces, HIERARCHICAL_OPS } from './hierarchical-cases.js';
 import { startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
 
@@ -119,18 +119,6 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     await Promise.all(workers.map((w) => w.kill()));
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-/** A port free now, for the TCP store of virtual nodes (rank 0 listens on it). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** The operations' labels, as --ops takes them. */

@@ -48,6 +48,7 @@ import {
   ConfigError,
   SmcudaError,
 } from '../errors.js';
+import { errorCode } from './error-code.js';
 import { checkDtypeOp, DTYPE_BYTES, DTYPES, isDType, isReduceOp, REDUCE_OPS, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import type { Transport } from '../transport.js';
 import * as algo from './algorithms.js';
@@ -1889,12 +1890,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
         failedPid: pid,
       });
     }
-    const code =
-      err instanceof SmcudaError
-        ? err.code
-        : typeof (err as unknown as { code?: unknown }).code === 'string'
-          ? (err as unknown as { code: string }).code
-          : 'SMCUDA_ERROR';
+    const code = errorCode(err);
     return new CommunicatorAbortedError(`rank ${this.rank} (pid ${process.pid}) failed: ${err.message}`, this.rank, code, {
       cause: err,
       failedPid: process.pid,

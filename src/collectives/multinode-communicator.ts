@@ -32,6 +32,7 @@ import type { DeviceAllocation } from '../cuda/device-allocation.js';
 import { offBeforeExit, onBeforeExit } from '../exit-hooks.js';
 import type { Env } from '../env.js';
 import { ArgumentRangeError, ArgumentTypeError, CallMismatchError, ClosedError, CommunicatorAbortedError, SmcudaError } from '../errors.js';
+import { errorCode } from './error-code.js';
 import { checkDtypeOp, DTYPE_BYTES, FLOAT_DTYPES, isDType, isReduceOp, reduceArg, type DType, type ReduceOp } from '../kernels/dtypes.js';
 import { allocationRanges } from '../paths/allocation-ranges.js';
 import type { StreamMarks } from '../gpu/stream-marks.js';
@@ -728,12 +729,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         },
       );
     if (err instanceof CommunicatorAbortedError) return err;
-    const code =
-      err instanceof SmcudaError
-        ? err.code
-        : typeof (err as unknown as { code?: unknown }).code === 'string'
-          ? (err as unknown as { code: string }).code
-          : 'SMCUDA_ERROR';
+    const code = errorCode(err);
     return new CommunicatorAbortedError(`rank ${this.rank} (node ${this.node}, pid ${process.pid}) failed: ${err.message}`, this.rank, code, {
       cause: err,
       failedPid: process.pid,

@@ -14,6 +14,7 @@
  */
 import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { CallMismatchError, CommunicatorAbortedError } from '../errors.js';
+import { errorCode } from './error-code.js';
 import { DTYPES, FLOAT_DTYPES, REDUCE_OPS, type DType } from '../kernels/dtypes.js';
 import { loadNccl, type Nccl, type NcclComm } from '../nccl/nccl.js';
 import type { EngineCall, EngineOp, InterNodeEngine } from './internode-engine.js';
@@ -163,7 +164,7 @@ export class NcclEngine implements InterNodeEngine {
   private asAbort(err: unknown): CommunicatorAbortedError {
     if (err instanceof CommunicatorAbortedError) return err;
     const e = err instanceof Error ? err : new Error(String(err));
-    const code = typeof (e as unknown as { code?: unknown }).code === 'string' ? (e as unknown as { code: string }).code : 'SMCUDA_ERROR';
+    const code = errorCode(e);
     return new CommunicatorAbortedError(
       `NCCL between nodes failed (${code}): ${e.message}. A rank of another node was lost or its network failed`,
       this.o.globalRank(this.o.rank),

@@ -11,10 +11,10 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/cli/run-nodes.js';
 import { DTYPES } from '../../src/kernels/dtypes.js';
 import { DEMO_COLLECTIVE_OPS, smcuda } from '../helpers/cli.js';
 
@@ -36,17 +36,6 @@ interface RankOut {
   inSetUp?: boolean;
   ms?: number;
   error?: { code: string; causeCode?: string; failedRank?: number; fields?: string[]; message: string } | null;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** Starts one process per entry of `nodes` (rank r on node nodes[r]), as `smcuda run --nodes` would; resolves with each one's last line. */
