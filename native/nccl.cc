@@ -466,6 +466,30 @@ Napi::Value CommWindowDeregister(const Napi::CallbackInfo& info) {
   SMCUDA_NCCL(env, "ncclCommWindowDeregister", As<ncclComm_t>(comm), commWindowDeregister, As<ncclComm_t>(comm), As<ncclWindow_t>(win));
 }
 
+// ---- memory NCCL allocates (optional entry points) ---------------------------------
+
+// ncclMemAlloc(size): a device pointer on the current device, allocated as
+// window registration wants it (cuMem*, mapped for the peers NCCL reaches).
+Napi::Value MemAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  HAVE(memAlloc, "ncclMemAlloc");
+  ARG_SIZE(size, 0);
+  void* ptr = nullptr;
+  ncclResult_t r = gNccl.fn.memAlloc(&ptr, size);
+  if (r != kNcclSuccess) {
+    NcclError(env, "ncclMemAlloc", r, nullptr).ThrowAsJavaScriptException();
+    return Napi::Value();
+  }
+  return Big(env, ptr);
+}
+
+Napi::Value MemFree(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  HAVE(memFree, "ncclMemFree");
+  ARG_U64(ptr, 0);
+  SMCUDA_NCCL(env, "ncclMemFree", nullptr, memFree, As<void*>(ptr));
+}
+
 // ---- words for errors ----------------------------------------------------------------
 
 Napi::Value GetErrorString(const Napi::CallbackInfo& info) {
@@ -506,6 +530,8 @@ void InitNccl(Napi::Env env, Napi::Object exports) {
   exports.Set("ncclCommDeregister", Napi::Function::New(env, CommDeregister));
   exports.Set("ncclCommWindowRegister", Napi::Function::New(env, CommWindowRegister));
   exports.Set("ncclCommWindowDeregister", Napi::Function::New(env, CommWindowDeregister));
+  exports.Set("ncclMemAlloc", Napi::Function::New(env, MemAlloc));
+  exports.Set("ncclMemFree", Napi::Function::New(env, MemFree));
   exports.Set("ncclGetErrorString", Napi::Function::New(env, GetErrorString));
   exports.Set("ncclGetLastError", Napi::Function::New(env, GetLastError));
 }

@@ -102,7 +102,9 @@ typedef int ncclRedOp_t;
   X(commRegister, "ncclCommRegister", ncclResult_t, (ncclComm_t, void*, size_t, void**))           /* 2.19 */    \
   X(commDeregister, "ncclCommDeregister", ncclResult_t, (ncclComm_t, void*))                       /* 2.19 */    \
   X(commWindowRegister, "ncclCommWindowRegister", ncclResult_t, (ncclComm_t, void*, size_t, ncclWindow_t*, int)) \
-  X(commWindowDeregister, "ncclCommWindowDeregister", ncclResult_t, (ncclComm_t, ncclWindow_t))    /* 2.27 */
+  X(commWindowDeregister, "ncclCommWindowDeregister", ncclResult_t, (ncclComm_t, ncclWindow_t))    /* 2.27 */ \
+  X(memAlloc, "ncclMemAlloc", ncclResult_t, (void**, size_t))                                      /* 2.19 */    \
+  X(memFree, "ncclMemFree", ncclResult_t, (void*))                                                 /* 2.19 */
 
 struct NcclTable {
 #define SMCUDA_NCCL_FIELD(field, name, ret, params) ret(*field) params = nullptr;

@@ -17,6 +17,9 @@ export interface NcclSymbols {
   ncclCommDeregister: boolean;
   ncclCommWindowRegister: boolean;
   ncclCommWindowDeregister: boolean;
+  /** Absent from addons built before they were bound: read as false. */
+  ncclMemAlloc?: boolean;
+  ncclMemFree?: boolean;
 }
 
 export interface NativeNcclStatus {
@@ -56,6 +59,9 @@ export interface NativeNccl {
   ncclCommDeregister(comm: bigint, handle: bigint): number;
   ncclCommWindowRegister(comm: bigint, buffer: bigint, size: number, flags: number): bigint;
   ncclCommWindowDeregister(comm: bigint, win: bigint): number;
+  /** On the calling thread's current device; the pointer as bigint. */
+  ncclMemAlloc(size: number): bigint;
+  ncclMemFree(ptr: bigint): number;
   ncclGetErrorString(result: number): string;
   ncclGetLastError(comm: bigint): string;
 }

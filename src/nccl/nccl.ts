@@ -57,6 +57,8 @@ export interface NcclCapabilities {
   lastError: boolean;
   register: boolean;
   windowRegister: boolean;
+  /** ncclMemAlloc and ncclMemFree (2.19), and an addon that binds them: the memory window registration wants. */
+  memAlloc: boolean;
 }
 
 /** ncclConfig_t's settable fields; unset ones take NCCL's default. */
@@ -191,7 +193,34 @@ export class Nccl {
       lastError: symbols.ncclGetLastError,
       register: symbols.ncclCommRegister && symbols.ncclCommDeregister,
       windowRegister: symbols.ncclCommWindowRegister && symbols.ncclCommWindowDeregister,
+      memAlloc: symbols.ncclMemAlloc === true && symbols.ncclMemFree === true,
     };
+  }
+
+  /**
+   * ncclMemAlloc: `bytes` of device memory on the calling thread's current
+   * device, allocated as ncclCommWindowRegister needs it (CUDA VMM, mapped
+   * for the peers). Free it with memFree.
+   */
+  memAlloc(bytes: number): bigint {
+    this.#needMemAlloc('ncclMemAlloc');
+    assertSize('bytes', bytes);
+    if (bytes === 0) throw new ArgumentRangeError('bytes must be at least 1');
+    return call(() => this.native.ncclMemAlloc(bytes));
+  }
+
+  memFree(ptr: bigint): void {
+    this.#needMemAlloc('ncclMemFree');
+    assertPtr('ptr', ptr);
+    call(() => this.native.ncclMemFree(ptr));
+  }
+
+  #needMemAlloc(symbol: string): void {
+    if (!this.capabilities.memAlloc)
+      throw new NcclUnavailableError(
+        `${symbol}: not available with the loaded NCCL ${this.version.text} (${this.path}): it needs NCCL 2.19 or newer, and an smcuda addon that binds it (\`npm run build:native\`)`,
+        'SMCUDA_NCCL_UNSUPPORTED',
+      );
   }
 
   /** A fresh ncclUniqueId (128 bytes): made by one rank, handed to all through the rendezvous. */

@@ -25,8 +25,8 @@ describe.skipIf(!cc)(`an NCCL without the optional entry points${cc ? '' : ' (sk
   it('loads, and says which optional entry points it lacks', () => {
     expect(nccl.version.text).toBe('2.17.3');
     expect(nccl.path).toBe(fake.library);
-    expect(Object.values(nccl.symbols)).toEqual([false, false, false, false, false, false]);
-    expect(nccl.capabilities).toEqual({ split: false, lastError: false, register: false, windowRegister: false });
+    expect(Object.values(nccl.symbols)).toEqual([false, false, false, false, false, false, false, false]);
+    expect(nccl.capabilities).toEqual({ split: false, lastError: false, register: false, windowRegister: false, memAlloc: false });
   });
 
   it('the core works; split and registration fail with SMCUDA_NCCL_UNSUPPORTED naming the version that has them', async () => {
@@ -36,6 +36,7 @@ describe.skipIf(!cc)(`an NCCL without the optional entry points${cc ? '' : ' (sk
     await expect(comm.split({ color: 0, key: 0 })).rejects.toThrow(/ncclCommSplit: the loaded NCCL 2\.17\.3 .* \(NCCL 2\.18 or newer does\)/);
     expect(() => comm.register(1n, 4)).toThrow(/ncclCommRegister: .*NCCL 2\.19 or newer/);
     expect(() => comm.windowRegister(1n, 4)).toThrow(/ncclCommWindowRegister: .*NCCL 2\.27 or newer/);
+    expect(() => nccl.memAlloc(4)).toThrow(/ncclMemAlloc: .*NCCL 2\.19 or newer/);
     // Without ncclGetLastError an error carries NCCL's string only.
     vi.stubEnv('FAKE_NCCL_ID_FAIL', '3');
     let err: NcclError | undefined;

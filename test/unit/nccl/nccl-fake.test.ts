@@ -57,8 +57,10 @@ describe.skipIf(skip !== false)(`the binding over a fake libnccl.so.2${skip ? ` 
       ncclCommDeregister: true,
       ncclCommWindowRegister: true,
       ncclCommWindowDeregister: true,
+      ncclMemAlloc: true,
+      ncclMemFree: true,
     });
-    expect(nccl.capabilities).toEqual({ split: true, lastError: true, register: true, windowRegister: true });
+    expect(nccl.capabilities).toEqual({ split: true, lastError: true, register: true, windowRegister: true, memAlloc: true });
     // Loaded once per process: another search changes nothing.
     expect(loadNccl({ env: { SMCUDA_NCCL_LIBRARY: '/nonexistent' } })).toBe(nccl);
   });
@@ -225,5 +227,32 @@ describe.skipIf(skip !== false)(`the binding over a fake libnccl.so.2${skip ? ` 
     comm.windowDeregister(win);
     comm.destroy();
     comm.destroy();
+  });
+
+  it('memAlloc: NCCL’s memory (the fake’s is host memory), for a window; memFree gives it back', async () => {
+    const comm = await nccl.initRank({ size: 1, rank: 0, id: nccl.uniqueId() });
+    const ptr = nccl.memAlloc(64);
+    expect(lastLine()).toBe(`ncclMemAlloc size=64 ptr=0x${ptr.toString(16)}`);
+    const win = comm.windowRegister(ptr, 64, 1);
+    expect(win).toBe(ptr + 2n);
+    comm.windowDeregister(win);
+    nccl.memFree(ptr);
+    expect(lastLine()).toBe(`ncclMemFree ptr=0x${ptr.toString(16)}`);
+    expect(() => nccl.memAlloc(0)).toThrow(ArgumentRangeError);
+    expect(() => nccl.memFree(-1n)).toThrow(ArgumentRangeError);
+    comm.destroy();
+  });
+
+  it('FAKE_NCCL_PEERS_JOIN: a communicator of several ranks is ready as if every rank had come (the bench’s plumbing)', async () => {
+    vi.stubEnv('FAKE_NCCL_PEERS_JOIN', '1');
+    try {
+      const comm = await nccl.initRank({ size: 2, rank: 1, id: nccl.uniqueId(), config: { blocking: true } });
+      expect(comm).toMatchObject({ rank: 1, size: 2 });
+      const a = host([5]);
+      expect(comm.allReduce({ send: a.ptr, recv: a.ptr, count: 1, dtype: 'f32', op: 'sum' })).toBe(0);
+      comm.destroy();
+    } finally {
+      vi.stubEnv('FAKE_NCCL_PEERS_JOIN', '');
+    }
   });
 });
