@@ -1,14 +1,15 @@
 #!/bin/sh
-# Issue 24's acceptance on a GPU machine: every lifetime scenario of
-# lifetimes.mjs under compute-sanitizer, memcheck and synccheck, child
-# processes included. Prints one line per run and exits non-zero if any
-# scenario failed or the sanitizer reported an error.
+# Issues 24's and 43's acceptance on a GPU machine: every lifetime scenario
+# of lifetimes.mjs (transports; a persistent transfer; a communicator) under
+# compute-sanitizer, memcheck and synccheck, child processes included.
+# Prints one line per run and exits non-zero if any scenario failed or the
+# sanitizer reported an error.
 #   npx tsc -p . && sh test/gpu/acceptance/run-sanitizer.sh [scenario ...]
 set -u
 here=$(dirname "$0")
 sanitizer=${COMPUTE_SANITIZER:-compute-sanitizer}
 command -v "$sanitizer" >/dev/null 2>&1 || { echo "compute-sanitizer not found (set COMPUTE_SANITIZER)"; exit 2; }
-scenarios=${*:-"two-transports close-rget close-rget-fd close-staged peer-sigkill"}
+scenarios=${*:-"two-transports close-rget close-rget-fd close-staged peer-sigkill close-persistent close-persistent-ep close-comm comm-peer-sigkill"}
 status=0
 for tool in memcheck synccheck; do
   for s in $scenarios; do
