@@ -10,6 +10,11 @@
  *                (reduce.cu's smcuda_oneshot) that stores the input into a
  *                landing slot of every rank's D and reduces its own slots
  *                once every peer signalled: local reads, one signal;
+ *   one-shot-ll  allreduce only, with device steps: one kernel a piece
+ *                (reduce.cu's smcuda_lloneshot) that stores the input into
+ *                every peer's LL landing slot (F) with its flag beside each
+ *                4 bytes of data, and reduces each line once every peer's
+ *                carries the flag: one cross-GPU step, no signal of its own;
  *   two-shot     rank r reduces its 1/N of the piece (reduce-scatter), then
  *                every rank gets every reduced part (allgather). With device
  *                steps, one kernel a call (reduce.cu's smcuda_twoshot) that
@@ -47,7 +52,7 @@ import type { DeviceSync } from './device-sync.js';
 import type { ReduceKernels } from './reduce-kernels.js';
 import type { Scratch } from './scratch.js';
 
-export type Algorithm = 'local' | 'one-shot' | 'two-shot' | 'ce-pipeline' | 'staged';
+export type Algorithm = 'local' | 'one-shot' | 'one-shot-ll' | 'two-shot' | 'ce-pipeline' | 'staged';
 
 /** What one call runs with. */
 export interface CallContext {
@@ -203,7 +208,16 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
   const N = c.size;
   const steps = c.steps;
   if (alg === 'local') return local(c, send, recv, count, dtype, op);
-  if (alg === 'one-shot') {
+  if (alg === 'one-shot-ll' && !steps.onHost) {
+    // A piece a launch (reduce.cu's smcuda_lloneshot), pieces of at most the LL slots' data bytes.
+    for (let a = 0, per = pieceLength(Math.floor(s.llMaxBytes / es)); a < count; a += per) {
+      const len = Math.min(per, count - a);
+      const at = a === 0 ? 0n : B(a * es);
+      c.kernels.lloneshot(op, dtype, recv + at, send + at, s.inputTable, s.llFlagOffset, c.rank, N, len, s.llLandOffset, s.llSlotBytes, c.stream, c.capturing);
+    }
+    return;
+  }
+  if (alg === 'one-shot' || alg === 'one-shot-ll') {
     if (!steps.onHost) {
       // A piece a launch: the stores into every rank's landing slot, the signal and the reduction in one
       // kernel (reduce.cu's smcuda_oneshot). The same piece as copy + step + reduce + step, four driver

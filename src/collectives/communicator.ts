@@ -122,7 +122,7 @@ export interface CommunicatorOptions {
   oneShotMaxBytes?: number;
   /** …two-shot up to this many (default: every size), the copy-engine pipeline above. */
   twoShotMaxBytes?: number;
-  /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch ('ce-pipeline' also stream memory operations: else two-shot runs). */
+  /** Force an algorithm for every call (tests, benchmarks); 'staged' works everywhere, the others need mapped scratch ('ce-pipeline' also stream memory operations: else two-shot runs; 'one-shot-ll' too: else one-shot). */
   algorithm?: Exclude<Algorithm, 'local'>;
   /** Append a 'collective' record per completed call to this JSON-lines trace (default: $SMCUDA_TRACE, as the transport's); on an abort, the flight records go beside it (`<trace>.flight/`). */
   trace?: string;
@@ -222,11 +222,18 @@ const STALL_CHECK_MS = 100;
 /** The longest delay setTimeout takes. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * Allreduces of at most this many bytes take the LL one-shot (one-shot-ll) unless a call says otherwise,
+ * by world size; none yet: the bound per world size is to be set by measurement on GPUs (issue 45), a
+ * line here (e.g. `2: 16 * 1024`). Never above the scratch's LL slots (Scratch.llMaxBytes).
+ */
+const LL_AUTO_MAX_BYTES: Readonly<Partial<Record<number, number>>> = {};
+
 /** The calls that run on the host only (never on the device path, never captured). */
 const HOST_OPS: ReadonlySet<CollectiveOp> = new Set(['barrier', 'split', 'new-group']);
 
 /** The algorithms a call or a communicator may force. */
-export const FORCED_ALGORITHMS = ['one-shot', 'two-shot', 'ce-pipeline', 'staged'] as const;
+export const FORCED_ALGORITHMS = ['one-shot', 'one-shot-ll', 'two-shot', 'ce-pipeline', 'staged'] as const;
 export type ForcedAlgorithm = (typeof FORCED_ALGORITHMS)[number];
 
 export function isForcedAlgorithm(x: unknown): x is ForcedAlgorithm {
@@ -1345,8 +1352,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (this.size === 1) return 'local';
     const want = forced ?? this.forced;
     if (!this.scratch.mapped) return 'staged';
-    const alg = want ?? (bytes <= this.oneShotMax ? 'one-shot' : bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline');
-    // The pipeline's steps are device steps only (ce-pipeline.ts).
+    const llMax = Math.min(LL_AUTO_MAX_BYTES[this.size] ?? 0, this.scratch.llMaxBytes);
+    const alg = want ?? (llMax > 0 && bytes <= llMax ? 'one-shot-ll' : bytes <= this.oneShotMax ? 'one-shot' : bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline');
+    // The pipeline's steps are device steps only (ce-pipeline.ts); so is the LL kernel (as the one-shot's, it runs where they do).
+    if (alg === 'one-shot-ll' && this.device === undefined) return 'one-shot';
     return alg === 'ce-pipeline' && !this.pipeline ? 'two-shot' : alg;
   }
 

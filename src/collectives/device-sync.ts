@@ -62,6 +62,13 @@
  * what lets one signal per call replace two steps (reduce.cu says why it is
  * safe). poison() covers its flags: POISON passes every `>= count` wait.
  *
+ * The LL one-shot kernel (smcuda_lloneshot) has an area after the
+ * one-shot's (llAreaOffset): its launch count, as the one-shot's, and a
+ * poison word. Its flags travel inside the data, in landing slots of their
+ * own (scratch.ts, region F), so no slot here says "arrived"; a wait of its
+ * ends when the line's flag is this launch's or the poison word is not 0,
+ * which poison() writes.
+ *
  * Point to point's flags come last (p2p-slots.ts, p2p-channel.ts): 1 and a
  * reset, per slot and peer, covered by poison() as well.
  */
@@ -70,7 +77,7 @@ import { debug } from '../debug.js';
 import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { POISON } from '../persistent/flags.js';
 import { MAX_BATCH_MEM_OPS } from '../cuda/validate-gpu-driven.js';
-import { ONESHOT_MAX_BLOCKS, blockStepSlotOffset, oneshotAreaBytes, oneshotFlagOffset } from '../kernels/dtypes.js';
+import { LL_AREA_BYTES, LL_POISON_WORD, ONESHOT_MAX_BLOCKS, blockStepSlotOffset, oneshotAreaBytes, oneshotFlagOffset } from '../kernels/dtypes.js';
 import { P2P_SLOTS, p2pFlagBytes, p2pFlagOffset } from './p2p-slots.js';
 
 /** Bytes of the step slots: two parities × size slots × 8 bytes, 256-aligned. */
@@ -107,9 +114,14 @@ export function oneshotAreaOffset(size: number): number {
   return Math.ceil((pipelineSlotsOffset(size) + SIGNALS.length * PIPELINE_SLOTS * size * 8) / 256) * 256;
 }
 
-/** Where the point-to-point flags start in a flag block (p2p-slots.ts): after the one-shot kernel's area, 256-aligned. */
-export function p2pAreaOffset(size: number): number {
+/** Where the LL one-shot kernel's area starts in a flag block: after the one-shot kernel's, 256-aligned. */
+export function llAreaOffset(size: number): number {
   return Math.ceil((oneshotAreaOffset(size) + oneshotAreaBytes(size)) / 256) * 256;
+}
+
+/** Where the point-to-point flags start in a flag block (p2p-slots.ts): after the LL one-shot kernel's area, 256-aligned. */
+export function p2pAreaOffset(size: number): number {
+  return Math.ceil((llAreaOffset(size) + LL_AREA_BYTES) / 256) * 256;
 }
 
 /**
@@ -118,7 +130,7 @@ export function p2pAreaOffset(size: number): number {
  * (blockStepSlotOffset): the same protocol, per block of the kernel; then the
  * copy-engine pipeline's, four signals × PIPELINE_SLOTS × size; then the
  * one-shot kernel's area, its launch count and a flag per rank and block;
- * then the point-to-point flags, two signals × P2P_SLOTS × size.
+ * then the LL one-shot's area; then the point-to-point flags, two signals × P2P_SLOTS × size.
  */
 export function flagBlockBytes(size: number): number {
   return p2pAreaOffset(size) + p2pFlagBytes(size);
@@ -181,7 +193,7 @@ export class DeviceSync {
     queueMemOps(this.driver, stream, this.stepOps(parity));
   }
 
-  /** Writes POISON into every slot of this rank's own block (the steps', the kernels', the pipeline's and point to point's), on a private stream (never behind a stuck one). */
+  /** Writes POISON into every slot of this rank's own block (the steps', the kernels', the LL kernel's poison word, the pipeline's and point to point's), on a private stream (never behind a stuck one). */
   poison(): void {
     try {
       if (this.poisonsInFlight > 0) return;
@@ -197,6 +209,7 @@ export class DeviceSync {
       const area = own + BigInt(oneshotAreaOffset(this.size));
       for (const k of this.others)
         for (let b = 0; b < ONESHOT_MAX_BLOCKS; b++) ops.push({ op: 'write64', addr: area + BigInt(oneshotFlagOffset(k, b)), value: POISON });
+      if (this.others.length > 0) ops.push({ op: 'write64', addr: own + BigInt(llAreaOffset(this.size) + LL_POISON_WORD), value: POISON });
       for (const sig of SIGNALS) {
         for (let x = 0; x < PIPELINE_SLOTS; x++)
           for (const k of this.others) ops.push({ op: 'write64', addr: own + BigInt(pipelineSlotOffset(this.size, sig, x, k)), value: POISON });

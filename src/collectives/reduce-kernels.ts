@@ -8,6 +8,7 @@
 import type { CudaDriver, DevicePtr, FunctionHandle, ModuleHandle, StreamHandle } from '../cuda/driver.js';
 import {
   ONESHOT_MAX_BLOCKS,
+  lloneshotEntry,
   oneshotEntry,
   opCode,
   opFactor,
@@ -33,6 +34,8 @@ const MAX_GRID = 1024;
  */
 const ONESHOT_BLOCK = 512;
 const ONESHOT_BYTES_PER_BLOCK = 8 * 1024;
+/** The LL one-shot kernel: 512 threads a block, a line (8 data bytes) a thread: a block per 4 KiB, at most ONESHOT_MAX_BLOCKS / ranksPerGpu. */
+const LL_BYTES_PER_BLOCK = ONESHOT_BLOCK * 8;
 /**
  * The two-shot kernel: 512 threads a block, a block per TWOSHOT_BYTES_PER_BLOCK of a part, at most
  * two blocks per multiprocessor (of the GPU with the fewest, shared among the ranks on one GPU), and
@@ -80,6 +83,7 @@ export class ReduceKernels {
   /** Entries by dtype: looked up per call without building the entry's name (a string and its hash a call showed in a CPU profile of 8 B allreduces). */
   private readonly functions = new Map<DType, FunctionHandle>();
   private readonly oneshots = new Map<DType, FunctionHandle>();
+  private readonly lloneshots = new Map<DType, FunctionHandle>();
   private readonly twoshots = new Map<DType, FunctionHandle>();
   private readonly parts = new Map<DType, FunctionHandle>();
   /** Milliseconds the module loads took, summed (the first load of a PTX text includes its JIT compilation). */
@@ -162,6 +166,40 @@ export class ReduceKernels {
   }
 
   /**
+   * One piece of an allreduce by the LL protocol in one launch (reduce.cu's
+   * smcuda_lloneshot_<dtype>): `in` stored line by line, each 4 data bytes
+   * beside this launch's flag, into slot (parity, rank) of every peer's F
+   * (`landOffset`, slots of `slotBytes`), and the reduction of every line
+   * once each peer's line carries the flag: no signal of its own. Every rank
+   * must call it with the same `count` and dtype (the grid follows from them).
+   */
+  lloneshot(
+    op: ReduceArg,
+    dtype: DType,
+    out: DevicePtr,
+    input: DevicePtr,
+    bufs: DevicePtr,
+    flagOffset: number,
+    rank: number,
+    n: number,
+    count: number,
+    landOffset: number,
+    slotBytes: number,
+    stream: StreamHandle,
+    capturing: boolean,
+  ): void {
+    if (count === 0) return;
+    let fn = this.lloneshots.get(dtype);
+    if (fn === undefined) this.lloneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), lloneshotEntry(dtype))));
+    const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / LL_BYTES_PER_BLOCK));
+    const key =
+      capturing || !this.graphs.enabled
+        ? undefined
+        : this.keyOf('3', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
+    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, landOffset, slotBytes, stream);
+  }
+
+  /**
    * A whole two-shot allreduce in one launch (reduce.cu's smcuda_twoshot_<dtype>): piece after
    * piece of n parts of at most `partMax` elements, this rank's stores of every other part of
    * `input` into its owner's landing slot in A, a step, the reduction of its own part into `out`
@@ -219,8 +257,8 @@ export class ReduceKernels {
   }
 
   /**
-   * Launches a kernel that steps with peers' blocks (one-shot, two-shot): reduce.cu's leading arguments,
-   * then the kernel's two u64 arguments of its own (one-shot: landOffset, slotBytes; two-shot: bOffset,
+   * Launches a kernel that steps with peers' blocks (one-shot, LL one-shot, two-shot): reduce.cu's leading arguments,
+   * then the kernel's two u64 arguments of its own (one-shots: landOffset, slotBytes; two-shot: bOffset,
    * partMax), then premul's factor. The argument list is only built when the launch is not replayed.
    */
   private launchStepping(
@@ -303,6 +341,7 @@ export class ReduceKernels {
     this.modules.clear();
     this.functions.clear();
     this.oneshots.clear();
+    this.lloneshots.clear();
     this.twoshots.clear();
     this.parts.clear();
     for (const m of modules) this.driver.moduleUnload(m);

@@ -24,6 +24,11 @@
  * per-block signals, the pipeline's and point to point's (device-sync.ts),
  * zeroed (the pipeline's and point to point's "free" signals set) before
  * any peer can see it;
+ * then F, the LL one-shot kernel's landing slots: 2 × N (a parity of its
+ * launch count, a source rank) of `llSlotBytes`, lines of 8 data bytes and
+ * their flags (reduce.cu's lloneshot), zeroed before any peer can see it (a
+ * flag of 0 is no launch's) and its own: only that kernel ever stores there,
+ * so no other store can carry a flag it would take for data;
  * and pointer tables for the reduction kernels: every rank's A (own and
  * mapped, in rank order), this rank's N landing slots in C, and, per
  * pipeline slot, its N landing parts.
@@ -36,11 +41,20 @@ import {
   PIPELINE_SLOTS,
   flagBlockBytes,
   kernelSlotsOffset,
+  llAreaOffset,
   oneshotAreaOffset,
   p2pAreaOffset,
   pipelineSlotOffset,
 } from './device-sync.js';
 import { P2P_SLOTS, p2pFlagOffset, p2pSlotBytes, type P2PSignal } from './p2p-slots.js';
+
+/**
+ * The most data bytes an LL one-shot piece carries (region F: every byte
+ * takes two in a line, and a slot per parity and rank, so F is 4N times
+ * this, at most one region): the protocol is for small messages, where the
+ * latency of a signal counts more than twice the bytes.
+ */
+export const LL_MAX_BYTES = 64 * 1024;
 
 export class Scratch {
   /** Whether every rank opened every peer's scratch: false → the staged algorithms. */
@@ -57,6 +71,14 @@ export class Scratch {
   readonly oneShotLandOffset: number;
   /** Bytes of one of the one-shot kernel's landing slots: D split in 2 × size, 16-byte aligned (the most a launch moves). */
   readonly oneShotSlotBytes: number;
+  /** Where the LL one-shot kernel's area starts (its launch count and poison), from a rank's A. */
+  readonly llFlagOffset: number;
+  /** Where the LL one-shot kernel's landing slots (F) start, from a rank's A: after the flag block, 256-aligned. */
+  readonly llLandOffset: number;
+  /** Data bytes of an LL one-shot piece at most: LL_MAX_BYTES, or a quarter of a region over N where that is less (8-byte lines). */
+  readonly llMaxBytes: number;
+  /** Bytes of one of the LL one-shot kernel's landing slots: twice llMaxBytes (each 4 data bytes travel with a 4-byte flag). */
+  readonly llSlotBytes: number;
   /** Where the flag block starts, from a rank's A: after the five regions. */
   private readonly flagsAt: number;
   /** Bytes of one point-to-point slot (region E split in P2P_SLOTS × size). */
@@ -74,7 +96,12 @@ export class Scratch {
     this.oneShotFlagOffset = this.flagsAt + oneshotAreaOffset(size);
     this.oneShotLandOffset = 3 * bytes;
     this.oneShotSlotBytes = Math.floor(bytes / (2 * size) / 16) * 16;
-    this.own = driver.memAlloc(this.flagsAt + flagBlockBytes(size));
+    this.llFlagOffset = this.flagsAt + llAreaOffset(size);
+    this.llLandOffset = Math.ceil((this.flagsAt + flagBlockBytes(size)) / 256) * 256;
+    this.llMaxBytes = Math.min(LL_MAX_BYTES, Math.floor(bytes / (4 * size) / 8) * 8);
+    this.llSlotBytes = 2 * this.llMaxBytes;
+    const llBytes = 2 * size * this.llSlotBytes;
+    this.own = driver.memAlloc(this.llLandOffset + llBytes);
     try {
       const flags = new Uint8Array(flagBlockBytes(size));
       const words = new DataView(flags.buffer);
@@ -82,6 +109,7 @@ export class Scratch {
         for (let x = 0; x < PIPELINE_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(pipelineSlotOffset(size, sig, x, k), 1n, true);
       for (let x = 0; x < P2P_SLOTS; x++) for (let k = 0; k < size; k++) words.setBigUint64(p2pAreaOffset(size) + p2pFlagOffset(size, 'free', x, k), 1n, true);
       driver.memcpyHtoD(this.own + BigInt(this.flagsAt), flags);
+      if (llBytes > 0) driver.memsetD8(this.own + BigInt(this.llLandOffset), 0, llBytes);
       this.tables = driver.memAlloc(8 * size * (2 + PIPELINE_SLOTS));
     } catch (err) {
       driver.memFree(this.own);

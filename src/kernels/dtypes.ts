@@ -142,6 +142,23 @@ export function oneshotEntry(dtype: DType): string {
   return `smcuda_oneshot_${dtype}`;
 }
 
+/** `smcuda_lloneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes, factor)`: a one-shot allreduce piece by the LL protocol (data and flag in one store). */
+export function lloneshotEntry(dtype: DType): string {
+  return `smcuda_lloneshot_${dtype}`;
+}
+
+/** The LL one-shot's area (reduce.cu's lloneshot): word 0 its launch count (the epoch), word 1 the blocks done, word 2 the poison (non-zero: every wait ends). */
+export const LL_EPOCH_WORD = 0;
+export const LL_POISON_WORD = 16;
+/** Bytes of the LL one-shot's area. */
+export const LL_AREA_BYTES = 24;
+/** Bytes of an LL line: two 64-bit words, each 4 data bytes and the 32-bit flag. */
+export const LL_LINE_BYTES = 16;
+/** Data bytes a line carries. */
+export const LL_LINE_DATA = 8;
+/** reduce.cu's LL_CLEAN_MASK: a launch whose epoch e has (e & mask) < 2 stores every line of its slots. */
+export const LL_CLEAN_MASK = 0x3fffffffn;
+
 /** `smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op, bOffset, partMax, factor)`: a whole two-shot allreduce in one launch. */
 export function twoshotEntry(dtype: DType): string {
   return `smcuda_twoshot_${dtype}`;

@@ -356,6 +356,121 @@ __device__ void oneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, 
   }
 }
 
+// ---- the LL one-shot -------------------------------------------------------
+
+// NCCL's LL protocol in one launch: data and flag travel in one store, so a rank needs no signal of
+// its own and a peer no separate wait for one. A line is 16 bytes, two 64-bit words, each 4 bytes of
+// data (low half) and the 32-bit flag (high half): a 64-bit store is single-copy atomic, so a word
+// seen with this launch's flag holds this launch's data (a 16-byte store is two such words: PTX
+// promises no atomicity for it as a whole, hence a flag in each word, as NCCL's LL has).
+#define LL_CLEAN_MASK 0x3fffffffull
+
+__device__ __forceinline__ void st_relaxed_sys_v2(u64 *addr, u64 a, u64 b) {
+  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(addr), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ void ld_relaxed_sys_v2(const u64 *addr, u64 &a, u64 &b) {
+  asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(addr) : "memory");
+}
+
+// Bytes [at, at + 8) of p (`bytes` long) as a u64, zeros past the end: one load where whole and aligned.
+__device__ __noinline__ u64 ll_load8(const char *p, u64 at, u64 bytes) {
+  if (at + 8 <= bytes && ((u64)(p + at) & 7) == 0) return *(const u64 *)(p + at);
+  u64 v = 0;
+  for (unsigned j = 0; j < 8 && at + j < bytes; j++) v |= (u64)(unsigned char)p[at + j] << (8 * j);
+  return v;
+}
+// v into bytes [at, at + 8) of p, none past `bytes`.
+__device__ __noinline__ void ll_store8(char *p, u64 at, u64 bytes, u64 v) {
+  if (at + 8 <= bytes && ((u64)(p + at) & 7) == 0) {
+    *(u64 *)(p + at) = v;
+    return;
+  }
+  for (unsigned j = 0; j < 8 && at + j < bytes; j++) p[at + j] = (char)(v >> (8 * j));
+}
+
+// The 8 data bytes of a line once both its words carry `flag`, or whatever it holds once the
+// communicator poisoned this rank's LL area (an abort: the call fails on the host, its result unused).
+__device__ __noinline__ u64 ll_wait(const u64 *line, unsigned flag, const u64 *poison) {
+  u64 a, b;
+  ld_relaxed_sys_v2(line, a, b);
+  while ((unsigned)(a >> 32) != flag || (unsigned)(b >> 32) != flag) {
+    if (*(volatile const u64 *)poison != 0) break;
+    ld_relaxed_sys_v2(line, a, b);
+  }
+  return (a & 0xffffffffull) | (b << 32);
+}
+
+// The elements of T in one line's 8 data bytes.
+template <typename T> struct Line {
+  enum { N = 8 / sizeof(T) };
+  union U {
+    u64 v;
+    T e[N];
+  };
+};
+
+// acc = x (first) or op(acc, x) for each element x of the line v: the one-shot's fold, element by element.
+template <typename T> __device__ __forceinline__ void ll_fold(unsigned op, u64 v, bool first, typename Acc<T>::A f, typename Acc<T>::A *acc) {
+  typename Line<T>::U u;
+  u.v = v;
+#pragma unroll
+  for (int j = 0; j < Line<T>::N; j++) {
+    const typename Acc<T>::A x = ld<T>(op, u.e[j], f);
+    acc[j] = first ? x : combine_rt<typename Acc<T>::A>(op, acc[j], x);
+  }
+}
+
+template <typename T> __device__ __forceinline__ u64 ll_pack(unsigned op, unsigned n, const typename Acc<T>::A *acc) {
+  typename Line<T>::U u;
+#pragma unroll
+  for (int j = 0; j < Line<T>::N; j++) u.e[j] = Acc<T>::store(op == AVG ? divide<typename Acc<T>::A>(acc[j], n) : acc[j]);
+  return u.v;
+}
+
+// The LL one-shot's area, at flagOffset in every rank's scratch: word 0 counts this rank's launches
+// of the kernel (its epoch), word 1 the blocks of the running launch that are done, word 2 the
+// poison (non-zero once the communicator aborted: every wait ends).
+template <typename T>
+__device__ void lloneshot(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, u64 landOffset, u64 slotBytes, double factor) {
+  typedef typename Acc<T>::A A;
+  const A f = Scale<A>::factor(factor);
+  u64 *area = (u64 *)(bufs[rank] + flagOffset);
+  __shared__ u64 epoch_s;
+  if (threadIdx.x == 0) epoch_s = *(volatile u64 *)area + 1;
+  __syncthreads();
+  const u64 e = epoch_s;
+  const u64 p = e & 1;
+  const unsigned flag = (unsigned)e;
+  const u64 bytes = count * sizeof(T), lines = (bytes + 7) / 8;
+  // Once in 2^30 launches of each parity, every line of the slots: no line then keeps a flag written
+  // 2^32 launches ago, which a 32-bit flag would take for this launch's.
+  const u64 stored = (e & LL_CLEAN_MASK) < 2 ? slotBytes / 16 : lines;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x, stride = (u64)gridDim.x * blockDim.x;
+  const u64 hi = (u64)flag << 32;
+  for (u64 i = tid; i < stored; i += stride) {
+    const u64 v = i < lines ? ll_load8((const char *)in, 8 * i, bytes) : 0;
+    for (unsigned k = 0; k < n; k++)
+      if (k != rank) st_relaxed_sys_v2((u64 *)(bufs[k] + landOffset + (p * n + rank) * slotBytes) + 2 * i, hi | (v & 0xffffffffull), hi | (v >> 32));
+  }
+  // Line i of every peer's slot in rank order (this rank's own from `in`: its thread alone writes
+  // line i of `out`, after this read, so in place is safe).
+  const u64 *land = (const u64 *)(bufs[rank] + landOffset + p * n * slotBytes);
+  for (u64 i = tid; i < lines; i += stride) {
+    A acc[Line<T>::N];
+    for (unsigned k = 0; k < n; k++) {
+      const u64 v = k == rank ? ll_load8((const char *)in, 8 * i, bytes) : ll_wait(land + k * (slotBytes / 8) + 2 * i, flag, area + 2);
+      ll_fold<T>(op, v, k == 0, f, acc);
+    }
+    ll_store8((char *)out, 8 * i, bytes, ll_pack<T>(op, n, acc));
+  }
+  // The last block of the launch to finish advances the epoch (as the one-shot's).
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd((unsigned long long *)(area + 1), 1ull) == gridDim.x - 1) {
+    area[1] = 0;
+    area[0] = e;
+  }
+}
+
 // ---- the fused two-shot ---------------------------------------------------
 
 // Elements per part of a two-shot piece of `count`: count / n rounded up to whole 16-byte vectors, so
@@ -490,6 +605,10 @@ __device__ void reduce_part(T *out, const T *own, const T *const *table, unsigne
   extern "C" __global__ void smcuda_oneshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, \
                                                     u64 landOffset, u64 slotBytes, double factor) { \
     oneshot<T>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes, factor); \
+  } \
+  extern "C" __global__ void smcuda_lloneshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, unsigned op, \
+                                                      u64 landOffset, u64 slotBytes, double factor) { \
+    lloneshot<T>(out, in, bufs, flagOffset, rank, n, count, op, landOffset, slotBytes, factor); \
   } \
   extern "C" __global__ void __launch_bounds__(512, 2) smcuda_twoshot_##TNAME(T *out, const T *in, char *const *bufs, u64 flagOffset, unsigned rank, unsigned n, u64 count, \
                                                                                 unsigned op, u64 bOffset, u64 partMax, double factor) { \

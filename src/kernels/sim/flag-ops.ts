@@ -7,6 +7,7 @@
  */
 import type { DevicePtr, KernelArg, LaunchConfig, StreamMemOp } from '../../cuda/driver.js';
 import { FLAG_OPS_ENTRY } from '../flag-ops.ptx.js';
+import { LLONESHOT_TWINS } from './lloneshot.js';
 import { ONESHOT_TWINS } from './oneshot.js';
 import type { RunOp, UntilOp } from './block-step.js';
 import { TWOSHOT_TWINS } from './twoshot.js';
@@ -44,5 +45,6 @@ export type SteppedOp = FlagOp | RunOp | UntilOp;
 export const MEMOP_TWINS: Readonly<Record<string, (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory) => SteppedOp[]>> = {
   [FLAG_OPS_ENTRY]: flagOpsAsMemOps,
   ...ONESHOT_TWINS,
+  ...LLONESHOT_TWINS,
   ...TWOSHOT_TWINS,
 };

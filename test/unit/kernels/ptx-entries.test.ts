@@ -38,7 +38,7 @@ describe('ptxWithEntries', () => {
       const ptx = dtypePtx(dtype);
       expect(ptx.startsWith(prefix)).toBe(true);
       expect(entriesOf(ptx)).toEqual(REDUCE_ENTRIES.filter((e) => e.endsWith(`_${dtype}`)));
-      expect(entriesOf(ptx)).toHaveLength(5);
+      expect(entriesOf(ptx)).toHaveLength(6);
       const body = ptx.slice(ptx.indexOf('\t// .globl'));
       expect(REDUCE_PTX.includes(body)).toBe(true);
       entries += body;

@@ -35,6 +35,7 @@ import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { bf16ToF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../../../src/kernels/sim/half.js';
 import { REDUCE_TWINS, reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { ONESHOT_TWINS } from '../../../src/kernels/sim/oneshot.js';
+import { LLONESHOT_TWINS } from '../../../src/kernels/sim/lloneshot.js';
 import { TWOSHOT_TWINS } from '../../../src/kernels/sim/twoshot.js';
 import { simDevice } from '../../helpers/sim-device.js';
 
@@ -115,9 +116,11 @@ describe('the shipped PTX on the simulated driver', () => {
   it('every .entry of reduce.ptx.ts has a twin, and every twin an entry', () => {
     const entries = [...PTX.matchAll(/\.entry\s+(\w+)\s*\(/g)].map((m) => m[1]);
     expect(entries).toEqual([...REDUCE_ENTRIES]);
-    // The one- and two-shot kernels wait for other processes: the simulator queues them as stream operations.
-    expect(new Set(entries)).toEqual(new Set([...Object.keys(REDUCE_TWINS), ...Object.keys(ONESHOT_TWINS), ...Object.keys(TWOSHOT_TWINS)]));
-    expect(entries).toHaveLength(DTYPES.length * 5);
+    // The one-shot, LL one-shot and two-shot kernels wait for other processes: the simulator queues them as stream operations.
+    expect(new Set(entries)).toEqual(
+      new Set([...Object.keys(REDUCE_TWINS), ...Object.keys(ONESHOT_TWINS), ...Object.keys(LLONESHOT_TWINS), ...Object.keys(TWOSHOT_TWINS)]),
+    );
+    expect(entries).toHaveLength(DTYPES.length * 6);
     expect(PTX).toMatch(/^\.version 8\.0$/m);
   });
 
