@@ -9,9 +9,14 @@
  *  - NCCL through PyTorch (nccl-torch.ts), stream time and inside a CUDA
  *    graph, where python3 imports torch and one GPU per rank is visible;
  *    otherwise skipped with a note;
+ *  - NCCL through its C API, the anchor (nccl-anchor.ts): plain buffers
+ *    and a symmetric window, each isolated, back to back and in a CUDA
+ *    graph, in a worker group of its own, where libnccl.so.2 loads and one
+ *    GPU per rank is visible; otherwise skipped with a note;
  *  - smcuda (under-test.ts): the issue table's targets, per algorithm at
  *    1 MiB, 8 B in a graph, and the 100 MB gradient average against seed
- *    003's pageable staging. Skipped, with why, until a Communicator is
+ *    003's pageable staging; each table figure again against the anchor
+ *    (nccl-anchor-figures.ts). Skipped, with why, until a Communicator is
  *    plugged in.
  *
  * Every value is the median of `runs` runs; a run's value is the slowest
@@ -32,6 +37,8 @@ import {
   GRAPH_COLLECTIVE_SIZES,
 } from './collective-figures.js';
 import { stagedSegmentBytes } from './host-staged-allreduce.js';
+import { type AnchorOutcome, runNcclAnchor } from './nccl-anchor.js';
+import { ANCHOR_GRAPH8, anchorSeries, anchorVersusSpec, versusAnchor } from './nccl-anchor-figures.js';
 import { ncclAt, type NcclOutcome, type NcclReport, runNcclAllreduce } from './nccl-torch.js';
 import { shmFreeBytes } from './plan.js';
 import type { BenchCommand, BenchWorkerInfo, Repeat } from './protocol.js';
@@ -103,7 +110,14 @@ export function firstWarmupCalls(size: number): number {
   return Math.min(100_000, Math.ceil(1_000_000 / perCallUs));
 }
 
-export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devices: number; dir: string }): Promise<void> {
+export interface CollectivesLayout {
+  devices: number;
+  dir: string;
+  /** Starts a worker group of its own, for the NCCL C-API anchor (runner.ts's); absent: the anchor is skipped. */
+  startGroup?: (layout: string, devices: number[]) => Promise<Group>;
+}
+
+export async function runCollectivesSuite(run: SuiteContext, g: Group, o: CollectivesLayout): Promise<void> {
   const ranks = g.size;
   const shm = shmFreeBytes();
   const plan = collectivesPlan(run, ranks, { ...(shm !== undefined ? { shmBytes: shm } : {}), hostBytes: freemem() });
@@ -210,13 +224,48 @@ export async function runCollectivesSuite(run: SuiteContext, g: Group, o: { devi
     }
   }
 
-  await guarded(run, 'collectives: smcuda', smcudaSpecs(plan), () => smcudaFigures(run, g, plan, nccl, staged.get('false/gradient'), o.dir));
+  const anchor = await ncclAnchor(run, g, plan, o.startGroup);
+  await guarded(run, 'collectives: smcuda', smcudaSpecs(plan), () => smcudaFigures(run, g, plan, { nccl, anchor }, staged.get('false/gradient'), o.dir));
 }
 
-/** smcuda's figures for this plan: the table's sizes that were measured, 8 B in a graph, each algorithm, the gradient. */
+/** The NCCL C-API anchor on the suite's devices, its series and notes; skipped with why, never an error. */
+async function ncclAnchor(run: SuiteContext, g: Group, plan: CollectivesPlan, startGroup: CollectivesLayout['startGroup']): Promise<AnchorOutcome> {
+  run.progress('collectives: NCCL through its C API (the anchor)');
+  const outcome = await runNcclAnchor({
+    sim: run.sim,
+    devices: g.infos.map((i) => i.device.index),
+    gpus: new Set(g.infos.map((i) => i.device.uuid)).size,
+    sizes: plan.sizes,
+    dtype: 'f32',
+    runs: plan.runs,
+    repeat: plan.device,
+    timeoutMs: Math.min(run.opts.timeoutMs, 300_000),
+    ...(startGroup ? { startGroup } : {}),
+    progress: run.progress,
+  }).catch((err: unknown): AnchorOutcome => ({ skipped: `it failed: ${(err as Error)?.message ?? String(err)}` }));
+  if ('skipped' in outcome) {
+    run.notes.push(`collectives: NCCL C API anchor skipped: ${outcome.skipped}`);
+    return outcome;
+  }
+  const r = outcome.report;
+  const checked = r.verified === null ? 'not checked on the simulated driver' : r.verified ? 'verified' : 'WRONG';
+  run.notes.push(
+    `collectives: NCCL C API anchor: NCCL ${r.version} (${r.path}), ${r.ranks} ranks, one per GPU, NCCL_NVLS_ENABLE=0, blocking communicator; result ${checked}`,
+  );
+  for (const [buffers, why] of Object.entries(r.missing))
+    run.notes.push(`collectives: NCCL C API anchor, ${buffers === 'window' ? 'symmetric window' : 'plain buffers'}: ${why}`);
+  for (const p of r.problems) run.notes.push(`collectives: NCCL C API anchor: ${p}`);
+  run.series.push(...anchorSeries(r, (size) => plan.device(size).iters));
+  return outcome;
+}
+
+/** smcuda's figures for this plan: the table's sizes that were measured (and each against the anchor), 8 B in a graph (the same), each algorithm, the gradient. */
 function smcudaSpecs(plan: CollectivesPlan): ScopedSpec[] {
-  const targets = plan.sizes.flatMap((size) => allreduceSpec(size) ?? []);
-  return [...targets, COLLECTIVE_FIG.graph8, ...ALGORITHMS.map(COLLECTIVE_FIG.algorithm), COLLECTIVE_FIG.gradient];
+  const targets = plan.sizes.flatMap((size) => {
+    const spec = allreduceSpec(size);
+    return spec ? [spec, anchorVersusSpec(size, spec.unit as 'µs' | 'GB/s')] : [];
+  });
+  return [...targets, COLLECTIVE_FIG.graph8, ANCHOR_GRAPH8, ...ALGORITHMS.map(COLLECTIVE_FIG.algorithm), COLLECTIVE_FIG.gradient];
 }
 
 /** smcuda's figures: measured where a Communicator is plugged in (under-test.ts) and on a GPU, else skipped with why. */
@@ -224,10 +273,11 @@ async function smcudaFigures(
   run: SuiteContext,
   g: Group,
   plan: CollectivesPlan,
-  nccl: NcclReport | undefined,
+  baselines: { nccl: NcclReport | undefined; anchor: AnchorOutcome },
   pageable: Summary | undefined,
   dir: string,
 ): Promise<void> {
+  const { nccl, anchor } = baselines;
   const targets = plan.sizes.flatMap((size) => {
     const spec = allreduceSpec(size);
     return spec ? [{ size, spec }] : [];
@@ -269,13 +319,26 @@ async function smcudaFigures(
       const base = ncclAt(nccl, size);
       // enqueueUs: host µs per call spent queueing (median over ranks and runs); near the figure, the host is the limit.
       const details = { size, runs: plan.runs, algorithm, enqueueUs, ncclRunsUs: base?.runsUs };
-      if (spec.unit === 'GB/s') run.figures.push(scopedFigure(false, spec, bus(size, s.median), base?.busGBs ?? null, { details: { ...details, stats: s } }));
-      else run.figures.push(scopedFigure(false, spec, s.median, base?.median ?? null, { stats: s, details }));
+      const versus = anchorVersusSpec(size, spec.unit as 'µs' | 'GB/s');
+      if (spec.unit === 'GB/s') {
+        run.figures.push(scopedFigure(false, spec, bus(size, s.median), base?.busGBs ?? null, { details: { ...details, stats: s } }));
+        run.figures.push(versusAnchor(anchor, versus, size, 'back-to-back', bus(size, s.median), { details: { stats: s } }));
+      } else {
+        run.figures.push(scopedFigure(false, spec, s.median, base?.median ?? null, { stats: s, details }));
+        run.figures.push(versusAnchor(anchor, versus, size, 'back-to-back', s.median, { stats: s }));
+      }
     }
+    let graph8: Summary | undefined;
     await tryFigure(run, COLLECTIVE_FIG.graph8, async () => {
       const { s } = await time(8, { graph: true });
+      graph8 = s;
       return scopedFigure(false, COLLECTIVE_FIG.graph8, s.median, ncclAt(nccl, 8, 'graph')?.median ?? null, { stats: s });
     });
+    run.figures.push(
+      graph8
+        ? versusAnchor(anchor, ANCHOR_GRAPH8, 8, 'graph', graph8.median, { stats: graph8 })
+        : skipped(ANCHOR_GRAPH8, "smcuda's 8 B graph figure failed (above)"),
+    );
     for (const a of ALGORITHMS) {
       await tryFigure(run, COLLECTIVE_FIG.algorithm(a), async () => {
         const { s } = await time(1 << 20, { algorithm: a });

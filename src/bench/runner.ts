@@ -112,7 +112,8 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     }
     if (wants('graph')) await runGraphSuite(run, across, { twoDevices, driverKind: first.driver });
     const ranks = opts.ranks ?? 2;
-    if (wants('collectives') && ranks === 2) await runCollectivesSuite(run, across, { devices: twoDevices ? 2 : 1, dir: join(dir, 'across') });
+    if (wants('collectives') && ranks === 2)
+      await runCollectivesSuite(run, across, { devices: twoDevices ? 2 : 1, dir: join(dir, 'across'), startGroup: start });
     await across.close();
     if (wants('collectives') && ranks !== 2) {
       // --ranks N: a group of its own, rank r on device r mod (visible devices).
@@ -121,7 +122,11 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         'collectives',
         Array.from({ length: ranks }, (_, r) => r % visible),
       );
-      await runCollectivesSuite(run, group, { devices: new Set(group.infos.map((i) => i.device.uuid)).size, dir: join(dir, 'collectives') });
+      await runCollectivesSuite(run, group, {
+        devices: new Set(group.infos.map((i) => i.device.uuid)).size,
+        dir: join(dir, 'collectives'),
+        startGroup: start,
+      });
       await group.close();
     }
     // The suites below run in groups of their own: one whose worker is lost (a crash in a driver

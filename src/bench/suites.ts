@@ -43,7 +43,7 @@ export const SUITE_SUMMARY: Record<SuiteName, string> = {
   negotiation: 'first GPU send → endpoint OK, in control round trips and time',
   graph: 'GPU-driven ping-pong (8 B, 1 MiB): raw stream mem-ops host-enqueued and in a CUDA graph, beside the host-driven path',
   collectives:
-    "allreduce among local ranks per size: smcuda's Communicator (host time per call) beside the host-staged allreduce of seed 003 (pageable, pinned), and NCCL through PyTorch where torch imports (stream time)",
+    "allreduce among local ranks per size: smcuda's Communicator (host time per call) beside the host-staged allreduce of seed 003 (pageable, pinned), NCCL through its C API where libnccl.so.2 loads (plain and symmetric-window buffers; isolated, back to back, in a CUDA graph), and NCCL through PyTorch where torch imports (stream time)",
   memory:
     'per memory kind (legacy, vmm, vmm-chunked, pool), one GPU two processes: 256 MiB against raw copies over an open mapping of that kind; first import and cache hit against cuIpcOpenMemHandle',
   bidirectional: '256 MiB both ways at once (as osu_bibw) against raw copies both ways at once',

@@ -11,6 +11,7 @@ import type { Endpoint } from '../endpoint.js';
 import type { Algorithm } from './collective-figures.js';
 import { HostStagedAllreduce, seedAverage, seedGradient, type StagedReduce, type StagedRunResult } from './host-staged-allreduce.js';
 import { type MemOpGraphResult, MemOpPingPong } from './memop-pingpong.js';
+import { type AnchorTimeRequest, NcclAnchorRank } from './nccl-anchor-rank.js';
 import type { Repeat } from './protocol.js';
 import {
   type CollectiveTiming,
@@ -39,7 +40,12 @@ export type SuiteCommand =
   | { op: 'staged-close' }
   | { op: 'sut-collective-open'; ranks: number; dir: string; timeoutMs: number }
   | ({ op: 'sut-collective-time'; bytes: number; runs: number; reduce?: ReduceOp; algorithm?: Algorithm; graph?: boolean; timeoutMs: number } & Repeat)
-  | { op: 'sut-collective-close' };
+  | { op: 'sut-collective-close' }
+  // the collectives suite's NCCL C-API anchor (nccl-anchor.ts), in a group of its own: rank 0 makes the id, every rank joins
+  | { op: 'nccl-anchor-hello' }
+  | { op: 'nccl-anchor-open'; id: Uint8Array; ranks: number }
+  | ({ op: 'nccl-anchor-time' } & AnchorTimeRequest)
+  | { op: 'nccl-anchor-close' };
 
 const SUITE_OPS = new Set<string>([
   'gpu-driven-status',
@@ -57,6 +63,10 @@ const SUITE_OPS = new Set<string>([
   'sut-collective-open',
   'sut-collective-time',
   'sut-collective-close',
+  'nccl-anchor-hello',
+  'nccl-anchor-open',
+  'nccl-anchor-time',
+  'nccl-anchor-close',
 ] satisfies SuiteCommand['op'][]);
 
 export function isSuiteCommand(c: { op: string }): c is SuiteCommand {
@@ -75,6 +85,7 @@ export class SuiteWorker {
   #pingpong: MemOpPingPong | undefined;
   #staged: HostStagedAllreduce | undefined;
   #sut: CollectiveUnderTest | undefined;
+  #anchor: NcclAnchorRank | undefined;
 
   constructor(
     private readonly driver: CudaDriver,
@@ -150,13 +161,27 @@ export class SuiteWorker {
         await s?.close();
         return null;
       }
+      case 'nccl-anchor-hello':
+        return this.#ncclAnchor().hello();
+      case 'nccl-anchor-open':
+        return this.#ncclAnchor().open(c.id, c.ranks);
+      case 'nccl-anchor-time':
+        return this.#ncclAnchor().time(c);
+      case 'nccl-anchor-close':
+        return this.#anchor?.close() ?? null;
     }
+  }
+
+  #ncclAnchor(): NcclAnchorRank {
+    this.#anchor ??= new NcclAnchorRank(this.driver, this.cfg.rank);
+    return this.#anchor;
   }
 
   async shutdown(): Promise<void> {
     this.#pingpong?.close();
     this.#staged?.close();
     await this.#sut?.close();
+    this.#anchor?.close();
   }
 
   #need<T>(x: T | undefined, first: string): T {

@@ -37,6 +37,9 @@ export const NCCL_DATATYPES: Readonly<Record<DType, number>> = {
 /** ncclRedOp_t of the reductions NCCL has built in; smcuda's others (premul, bitwise) it has not. */
 export const NCCL_OPS: Readonly<Partial<Record<ReduceOp, number>>> = { sum: 0, prod: 1, max: 2, min: 3, avg: 4 };
 
+/** ncclCommWindowRegister's flag for a window NCCL's symmetric kernels may use (nccl.h 2.27, NCCL_WIN_COLL_SYMMETRIC). */
+export const NCCL_WIN_COLL_SYMMETRIC = 0x01;
+
 /** ncclCommSplit's color for a rank that joins no new communicator. */
 export const NCCL_SPLIT_NOCOLOR = -1;
 

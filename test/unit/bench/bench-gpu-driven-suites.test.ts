@@ -4,7 +4,8 @@
  * where the driver lacks stream memory operations each is skipped with that
  * reason; the collectives suite measures seed 003's staging (verified on
  * every rank), lists smcuda's figures (the Communicator) as skipped on
- * the simulator (they are GPU figures), and says why NCCL was not run. Values are never asserted.
+ * the simulator (they are GPU figures), and says why NCCL (through PyTorch and through its C API) was not run.
+ * Values are never asserted.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -81,6 +82,7 @@ describe('bench --suite graph,collectives --smoke on the simulated driver', () =
     expect(staged.details).toMatchObject({ verified: true, ranks: 2 });
     expect(byName.get(COLLECTIVE_FIG.gradient.name)!.skipped).toMatch(/^GPU target/); // the Communicator is plugged in; its figures are GPU figures
     expect(doc.notes.some((n) => /NCCL baseline not run on the simulated driver/.test(n))).toBe(true);
+    expect(doc.notes.some((n) => /NCCL C API anchor skipped: the simulated driver has no GPU for NCCL/.test(n))).toBe(true);
     expect(doc.notes.some((n) => /wrong averages/.test(n))).toBe(false);
     const series = new Set(doc.series.filter((p) => p.plot === 'allreduce').map((p) => p.series));
     expect(series).toEqual(new Set(['host-staged as seed 003, pageable', 'host-staged as seed 003, pinned']));
