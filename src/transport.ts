@@ -107,6 +107,15 @@ function warnNoToken(): void {
 const DUPLICATE_PEER = 'SMCUDA_DUPLICATE_PEER';
 
 /**
+ * How long close() lets the watchdog release the queued starts of the
+ * persistent transfers that failed as the endpoints closed (one POISON per
+ * start, a tick of RELEASE_TICK_MS apart: milliseconds). Past it, the GPU
+ * runtime's close still waits for nothing: the stream left waiting is the
+ * caller's, as a graph's replays are.
+ */
+const WATCHDOG_RELEASE_MS = 2000;
+
+/**
  * A refused handshake tells the other side why with a CLOSE frame (within the
  * handshake's frame bound): a duplicate id would otherwise reach the
  * connecting side as "closed during the handshake".
@@ -669,6 +678,9 @@ export class Transport extends EventEmitter<TransportEvents> {
     for (const l of this.fdListeners) l.close();
     this.tracer?.close();
     await this.inspector?.close();
+    // The endpoints' persistent transfers failed as they closed; their starts still queued wait
+    // on flags only the watchdog releases, and it needs the progress engine: both go after.
+    await this.watchdog.released(WATCHDOG_RELEASE_MS);
     this.progress.stop();
     this.keepAlive.close();
     this.watchdog.close();

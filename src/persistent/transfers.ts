@@ -183,6 +183,11 @@ export class PersistentTransfer implements WatchedTransfer {
     return this.state !== 'armed';
   }
 
+  /** @internal Eager starts still queued (the watchdog releases a failed transfer's one by one, quickly). */
+  get releasing(): boolean {
+    return this.inFlight.size > 0;
+  }
+
   /** @internal This side's slot in its own flag block. */
   get ownSlot(): DevicePtr {
     return this.ownAwaited - BigInt(awaitedOffset(this.role));

@@ -43,6 +43,8 @@ export interface WatchedTransfer {
   stuck(ms: number): void;
   /** This tick's reading: a start in progress (ARRIVE = 1) or not. */
   observed?(inProgress: boolean): void;
+  /** Failed, with eager starts its stream has not passed yet: each of them waits once, so each needs a POISON of its own. */
+  readonly releasing?: boolean;
 }
 
 export interface WatchedBlock {
@@ -59,6 +61,15 @@ export interface WatchdogOptions {
   /** Tick period (ms); default timeoutMs / 8, between 1 and 250. */
   tickMs?: number;
 }
+
+/**
+ * The tick period while a failed transfer still has queued starts. Each
+ * start's wait consumes the POISON that released it (it resets the word for
+ * the next round), so k queued starts take k writes: at the normal period
+ * 8 starts took about 8 ticks, and a transport closing stopped the ticks
+ * with the stream still waiting.
+ */
+const RELEASE_TICK_MS = 1;
 
 export class Watchdog {
   readonly timeoutMs: number;
@@ -138,6 +149,27 @@ export class Watchdog {
     await this.gpu.marked(this.stream);
   }
 
+  /**
+   * Resolves once no watched transfer is failed with queued starts (the
+   * ticks release them meanwhile), true; or false after `limitMs`. A
+   * transport calls it before close(): its endpoints' transfers failed as
+   * they closed, and their streams must not be left waiting. Replays of a
+   * captured start are the graph owner's (the host cannot see them).
+   */
+  async released(limitMs: number): Promise<boolean> {
+    const end = performance.now() + limitMs;
+    while (this.releasing()) {
+      if (this.closed || performance.now() >= end) return false;
+      await new Promise((r) => setTimeout(r, RELEASE_TICK_MS));
+    }
+    return true;
+  }
+
+  private releasing(): boolean {
+    for (const block of this.blocks) for (const t of block.transfers()) if (t.failed && t.releasing) return true;
+    return false;
+  }
+
   /** Stops the ticks; the stream stays the runtime's (see the file comment). */
   close(): void {
     if (this.closed) return;
@@ -149,10 +181,13 @@ export class Watchdog {
 
   private schedule(): void {
     if (this.closed || this.timer || this.blocks.size === 0) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      void this.tick().finally(() => this.schedule());
-    }, this.tickMs);
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        void this.tick().finally(() => this.schedule());
+      },
+      this.releasing() ? RELEASE_TICK_MS : this.tickMs,
+    );
     this.timer.unref();
   }
 

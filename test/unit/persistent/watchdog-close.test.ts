@@ -177,3 +177,30 @@ describe("the peer's mappings are holds of the GPU runtime (issue 43)", () => {
     expect(p.a.driver.lifetimeViolations).toEqual([]);
   });
 });
+
+describe('Transport.close with failed transfers still holding queued starts', () => {
+  // Each queued start waits once and consumes the POISON that released it: before the fix, close stopped
+  // the watchdog after its first release, and the receiver's stream waited forever on the second start.
+  it("releases every queued start of the receiver's stream (the sender started fewer), in well under the watchdog's timeout", async () => {
+    pair = await makePair({ a: { persistent: { timeoutMs: 10_000 } }, b: { persistent: { timeoutMs: 10_000 } } });
+    const p = pair;
+    const n = 4096;
+    const src = deviceWith(p.a.driver, randomBytes(n, 6));
+    const dst = deviceWith(p.b.driver, new Uint8Array(n));
+    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
+    const sa = p.a.driver.streamCreate();
+    const sb = p.b.driver.streamCreate();
+    ta.start(sa);
+    for (let r = 0; r < 8; r++) tb.start(sb); // seven of them wait for a sender that never comes
+    await settle(p.a.driver, sa);
+    const t0 = performance.now();
+    await p.b.transport.close();
+    const released = settle(p.b.driver, sb).then(() => performance.now() - t0);
+    const ms = await Promise.race([released, new Promise<number>((r) => setTimeout(() => r(Number.POSITIVE_INFINITY), 5000))]);
+    expect(ms).toBeLessThan(5000);
+    expect(tb.failed).toBe(true);
+    expect(Buffer.compare(readDevice(p.b.driver, dst), randomBytes(n, 6))).toBe(0);
+    expect(p.b.driver.lifetimeViolations).toEqual([]);
+  });
+});
