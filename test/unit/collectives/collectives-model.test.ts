@@ -52,7 +52,7 @@ const caseArb: fc.Arbitrary<Case> = fc
     root: fc.nat(3),
     inPlace: fc.boolean(),
     offset: fc.nat(5),
-    algorithm: fc.constantFrom(undefined, 'one-shot', 'two-shot', 'ce-pipeline', 'staged'),
+    algorithm: fc.constantFrom(undefined, 'one-shot', 'one-shot-ll', 'two-shot', 'ce-pipeline', 'staged'),
     seed: fc.integer(),
   })
   .filter((c) => dtypeOpSupported(c.dtype, c.rop)) // the other pairs are refused (dtypes.ts checkDtypeOp)
@@ -189,7 +189,7 @@ describe('collectives against a reference, in one process on the simulated drive
         twoStreams: fc.boolean(),
         calls: fc.array(
           fc.record({
-            algorithm: fc.constantFrom('one-shot', 'two-shot', 'ce-pipeline'),
+            algorithm: fc.constantFrom('one-shot', 'one-shot-ll', 'two-shot', 'ce-pipeline'),
             count: fc.integer({ min: 1, max: 900 }),
             inPlace: fc.boolean(),
             seed: fc.integer(),
