@@ -74,9 +74,9 @@ Without a GPU it runs on the simulated driver and says so.
                         reduce-scatter, broadcast, allgather, alltoall, gather,
                         scatter, allgatherv, reduce-scatterv, alltoallv)
   --dtypes LIST         with --collectives: only these dtypes
-  --algorithm NAME      with --collectives: allreduce by one-shot, two-shot, ce-pipeline or
-                        staged at every size (the others by one-shot or staged); default
-                        chosen by size
+  --algorithm NAME      with --collectives: allreduce by one-shot, one-shot-ll, two-shot,
+                        ce-pipeline or staged at every size (the others by one-shot or
+                        staged); default chosen by size
   --nodes K             with --collectives: the ranks on K virtual nodes (ranks/K each), one
                         communicator across them: smcuda inside a node, the engine between
                         (the socket twin on the simulated driver); every case, every

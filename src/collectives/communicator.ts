@@ -240,7 +240,7 @@ export function isForcedAlgorithm(x: unknown): x is ForcedAlgorithm {
   return typeof x === 'string' && (FORCED_ALGORITHMS as readonly string[]).includes(x);
 }
 
-/** What an `algorithm` option must be, in words: 'one-shot, two-shot, ce-pipeline or staged'. */
+/** What an `algorithm` option must be, in words: 'one-shot, one-shot-ll, two-shot, ce-pipeline or staged'. */
 const FORCED_ALGORITHMS_WORDS = `${FORCED_ALGORITHMS.slice(0, -1).join(', ')} or ${FORCED_ALGORITHMS.at(-1)}`;
 
 /**

@@ -32,6 +32,11 @@
 // faster at 256 KiB, 1 MiB and 8 B in a graph on 2 x H200
 // (bench/results-history.md, session 7).
 //
+// smcuda_lloneshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op,
+// landOffset, slotBytes, factor): the one-shot by NCCL's LL protocol, for
+// small pieces: data and flag in the same stores, so no signal of its own
+// (below, before the two-shot).
+//
 // smcuda_twoshot_<dtype>(out, in, bufs, flagOffset, rank, n, count, op,
 // bOffset, partMax, factor): a whole two-shot allreduce in one launch, every byte
 // between GPUs a store into a peer's memory (a push: on 2 x H200, SM copies

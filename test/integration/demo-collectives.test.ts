@@ -84,6 +84,6 @@ describe('smcuda demo --collectives', () => {
       (e: { code: number; stderr: string }) => e,
     );
     expect(bad).toMatchObject({ code: 2 });
-    expect((bad as { stderr: string }).stderr).toContain("--algorithm takes one-shot, two-shot, ce-pipeline, staged, got 'ring'");
+    expect((bad as { stderr: string }).stderr).toContain("--algorithm takes one-shot, one-shot-ll, two-shot, ce-pipeline, staged, got 'ring'");
   }, 90_000);
 });
