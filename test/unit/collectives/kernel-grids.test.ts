@@ -12,7 +12,7 @@ import { DEFAULT_SIM_DEVICES } from '../../../src/cuda/sim/config.js';
 import { reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { elements, makeWorld } from '../../helpers/comm-world.js';
 
-async function grids(n: number, algorithm: 'one-shot' | 'two-shot', count: number, multiprocessors?: [number, number]): Promise<number[][]> {
+async function grids(n: number, algorithm: 'one-shot' | 'one-shot-ll' | 'two-shot', count: number, multiprocessors?: [number, number]): Promise<number[][]> {
   const simDevices = multiprocessors ? DEFAULT_SIM_DEVICES.map((d, i) => ({ ...d, multiprocessors: multiprocessors[i]! })) : undefined;
   const w = await makeWorld(n, { devices: 2, scratchBytes: 24 << 20, ...(simDevices ? { simDevices } : {}) });
   try {
@@ -46,6 +46,9 @@ describe('kernel grids fit every rank of a GPU at once', () => {
     { n: 3, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
     { n: 4, algorithm: 'one-shot' as const, count: 3 << 18, grid: 256 },
     { n: 2, algorithm: 'one-shot' as const, count: 1 << 18, grid: 128 },
+    // LL one-shot: a block (512 threads, a line of 8 data bytes each) per 4 KiB: 64 KiB (one piece) asks for 16 blocks
+    { n: 2, algorithm: 'one-shot-ll' as const, count: 1 << 14, grid: 16 },
+    { n: 3, algorithm: 'one-shot-ll' as const, count: 3, grid: 1 },
     // two-shot: a block per 16 KiB of a part, at most two per multiprocessor of the GPU with the fewest (the
     // simulated ones have 132 unless told) / (ranks on the busiest GPU), and of those the largest power of two
     { n: 2, algorithm: 'two-shot' as const, count: 4 << 20, grid: 256 },
