@@ -24,8 +24,8 @@ import { loadNccl, type Nccl } from '../nccl/nccl.js';
 import type { AnchorBuffers, AnchorDtype, AnchorHello, AnchorRankTiming } from './nccl-anchor-rank.js';
 import type { BenchCommand, BenchWorkerInfo, Repeat } from './protocol.js';
 import { summarize, type Summary } from './stats.js';
-import { withinMs } from './stuck.js';
-import type { WorkerGroup } from './worker-group.js';
+import { BenchStuckError, withinMs } from './stuck.js';
+import { type WorkerGroup, WorkerFailedError } from './worker-group.js';
 
 type Group = WorkerGroup<BenchCommand, BenchWorkerInfo>;
 
@@ -123,12 +123,23 @@ export async function runNcclAnchor(r: AnchorRequest): Promise<AnchorOutcome> {
 
 async function measure(r: AnchorRequest, g: Group): Promise<AnchorReport> {
   const ranks = g.size;
+  let lost = false;
   const within = <T>(p: Promise<T>, what: string) =>
     withinMs(p, r.timeoutMs, `the NCCL anchor's ${what}`).catch((err: unknown) => {
-      g.abort(err as Error); // a rank may be stuck inside NCCL: its group goes, the suite goes on
+      if (err instanceof BenchStuckError || err instanceof WorkerFailedError) {
+        lost = true;
+        g.abort(err); // a rank may be stuck inside NCCL: its group goes, the suite goes on
+      }
       throw err;
     });
-  const all = <T>(cmd: BenchCommand, what: string) => within(Promise.all(Array.from({ length: ranks }, (_, k) => g.call<T>(k, cmd))), what);
+  // Every rank settles before the next command: a rank that failed alone may leave the others inside a
+  // collective NCCL call, and the timeout then ends the group rather than the next command queueing behind it.
+  const all = async <T>(cmd: BenchCommand, what: string): Promise<T[]> => {
+    const settled = await within(Promise.allSettled(Array.from({ length: ranks }, (_, k) => g.call<T>(k, cmd))), what);
+    const failed = settled.find((x) => x.status === 'rejected');
+    if (failed) throw failed.reason;
+    return settled.map((x) => (x as PromiseFulfilledResult<T>).value);
+  };
   const hello = await within(g.call<AnchorHello>(0, { op: 'nccl-anchor-hello' }), 'unique id');
   r.progress(`collectives: NCCL ${hello.version} C API, ${ranks} ranks: communicator`);
   await all({ op: 'nccl-anchor-open', id: hello.id, ranks }, 'communicator');
@@ -145,22 +156,27 @@ async function measure(r: AnchorRequest, g: Group): Promise<AnchorReport> {
   };
   for (const buffers of ANCHOR_BUFFERS) {
     if (report.missing[buffers]) continue;
-    try {
-      for (const size of r.sizes) {
-        r.progress(`collectives: NCCL C API, ${buffers === 'plain' ? 'plain buffers' : 'symmetric window'}, allreduce ${formatBytes(size)}`);
-        const repeat = r.repeat(size);
-        const graphLaunches = Math.max(1, Math.ceil(repeat.iters / ANCHOR_GRAPH_OPS));
+    const failures: string[] = [];
+    for (const size of r.sizes) {
+      if (lost) break; // a rank was stuck or lost: its group is gone, and what it measured stays
+      r.progress(`collectives: NCCL C API, ${buffers === 'plain' ? 'plain buffers' : 'symmetric window'}, allreduce ${formatBytes(size)}`);
+      const repeat = r.repeat(size);
+      const graphLaunches = Math.max(1, Math.ceil(repeat.iters / ANCHOR_GRAPH_OPS));
+      try {
         const timings = await all<AnchorRankTiming>(
           { op: 'nccl-anchor-time', bytes: size, dtype: r.dtype, buffers, runs: r.runs, graphOps: ANCHOR_GRAPH_OPS, graphLaunches, verify: !r.sim, ...repeat },
           `allreduce ${formatBytes(size)} (${buffers})`,
         );
         report.points.push(...pointsOf(size, buffers, timings, ranks));
         noteProblems(report, size, buffers, timings);
+      } catch (err) {
+        // One size failing (a window NCCL refused) leaves the other sizes and the other kind of buffer.
+        failures.push(`${formatBytes(size)} (${buffers}): failed: ${(err as Error)?.message ?? String(err)}`);
       }
-    } catch (err) {
-      // One kind failing (a window NCCL refused) leaves the other's figures; a lost group fails the next kind too.
-      report.missing[buffers] = `failed: ${(err as Error)?.message ?? String(err)}`;
     }
+    // Failed at every size: one line for the kind of buffer; else one per size that failed.
+    if (failures.length > 0 && !report.points.some((p) => p.buffers === buffers)) report.missing[buffers] = `failed at every size; first ${failures[0]}`;
+    else report.problems.push(...failures);
   }
   return report;
 }

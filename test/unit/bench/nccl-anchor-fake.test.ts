@@ -90,6 +90,18 @@ describe.skipIf(!cc)(`the NCCL C-API anchor over a fake libnccl.so.2${cc ? '' : 
     expect(names).toEqual(new Set(ANCHOR_MODES.map((m) => anchorSeriesName('plain', m, 100))));
   });
 
+  it('a window NCCL refuses: that configuration listed as failed, with NCCL’s error, the plain buffers measured and every window freed', async () => {
+    const doc = await bench(fake, [], { FAKE_NCCL_WINDOW_FAIL: '5' });
+    expect(doc.notes.find((n) => n.includes('symmetric window:'))).toMatch(
+      /symmetric window: failed at every size; first 8 B \(window\): failed: .*SMCUDA_NCCL_INVALID_USAGE.*window registration refused/,
+    );
+    expect(doc.notes.filter((n) => n.includes('(window): failed'))).toHaveLength(1); // one line, not one per size
+    const names = new Set(doc.series.filter((p) => p.series.startsWith('NCCL C API')).map((p) => p.series));
+    expect(names).toEqual(new Set(ANCHOR_MODES.map((m) => anchorSeriesName('plain', m, 100))));
+    const lines = fake.lines();
+    expect(lines.filter((l) => l.startsWith('ncclMemFree')).length).toBe(lines.filter((l) => l.startsWith('ncclMemAlloc')).length);
+  });
+
   it('more ranks than GPUs, or no NCCL to load: skipped with the reason, the rest of the suite runs', async () => {
     const three = await bench(fake, ['--ranks', '3']);
     expect(three.notes).toContain('collectives: NCCL C API anchor skipped: 3 ranks on 2 GPUs: NCCL cannot put two ranks of one communicator on one GPU');
