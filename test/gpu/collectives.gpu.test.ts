@@ -129,17 +129,30 @@ describe.skipIf(skip !== false)(`collectives on the native driver${skip ? ` (ski
     expect(new Set(r.collectives.map((c) => c.op)).size).toBe(REDUCE_OPS.length);
   }, 160_000);
 
-  it('allreduce captured in a CUDA graph, replayed with fresh inputs (eager calls between), every replay verified: one-shot, two-shot and the copy-engine pipeline (6 chunks, forked and joined every 2 under capture)', async () => {
+  it('allreduce by the LL one-shot at every op × dtype, one piece (8 B, 1001 B, 64 KiB) and in pieces (1 MiB + 12 B), verified', async () => {
+    const r = await demo(
+      2,
+      p.devices >= 2 ? '0,1' : '0',
+      ['--algorithm', 'one-shot-ll', '--sizes', '8,1001,65536,1048588', '--ops', REDUCE_OPS.map((o) => `allreduce-${o}`).join(',')],
+      150_000,
+    );
+    verified(r);
+    expect(new Set(r.collectives.map((c) => c.algorithm))).toEqual(new Set(['one-shot-ll']));
+    expect(new Set(r.collectives.map((c) => c.dtype)).size).toBe(DTYPES.length);
+  }, 160_000);
+
+  it('allreduce captured in a CUDA graph, replayed with fresh inputs (eager calls between), every replay verified: one-shot, LL one-shot, two-shot and the copy-engine pipeline (6 chunks, forked and joined every 2 under capture)', async () => {
     const visible = p.devices >= 2 ? '0,1' : '0';
     for (const [algorithm, count] of [
       ['one-shot', 1000],
+      ['one-shot-ll', 1000],
       ['two-shot', 3_000_000],
       ['ce-pipeline', 3_000_000],
     ] as const) {
       const rs = await graphRanks(2, visible, { ALGORITHM: algorithm, COUNT: String(count), REPLAYS: '6' }, 60_000);
       for (const r of rs) expect(r).toMatchObject({ algorithm, verified: true, steps: 'device' });
     }
-  }, 130_000);
+  }, 190_000);
 
   it('the gradient-average example on the GPU', async () => {
     const { stdout } = await run(process.execPath, [EXAMPLE, '2'], { timeout: 60_000 });
