@@ -239,6 +239,8 @@ async function ncclAnchor(run: SuiteContext, g: Group, plan: CollectivesPlan, st
     dtype: 'f32',
     runs: plan.runs,
     repeat: plan.device,
+    // Fresh processes, as smcuda's: the first size warms up for about a second of calls (firstWarmupCalls).
+    ...(run.sim || run.opts.smoke ? {} : { firstWarmup: firstWarmupCalls }),
     timeoutMs: Math.min(run.opts.timeoutMs, 300_000),
     ...(startGroup ? { startGroup } : {}),
     progress: run.progress,

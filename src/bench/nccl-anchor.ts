@@ -74,6 +74,8 @@ export interface AnchorRequest {
   dtype: AnchorDtype;
   runs: number;
   repeat(size: number): Repeat;
+  /** Warm-up calls before the first size measured (fresh processes run slow for about their first second); absent: the repeat's. */
+  firstWarmup?: (size: number) => number;
   timeoutMs: number;
   /** Starts a worker group of its own (runner.ts's); absent: the anchor is skipped. */
   startGroup?: (layout: string, devices: number[]) => Promise<Group>;
@@ -160,7 +162,9 @@ async function measure(r: AnchorRequest, g: Group): Promise<AnchorReport> {
     for (const size of r.sizes) {
       if (lost) break; // a rank was stuck or lost: its group is gone, and what it measured stays
       r.progress(`collectives: NCCL C API, ${buffers === 'plain' ? 'plain buffers' : 'symmetric window'}, allreduce ${formatBytes(size)}`);
-      const repeat = r.repeat(size);
+      const base = r.repeat(size);
+      const first = buffers === ANCHOR_BUFFERS[0] && size === r.sizes[0]; // the processes' first calls
+      const repeat = first && r.firstWarmup ? { ...base, warmup: Math.max(base.warmup, r.firstWarmup(size)) } : base;
       const graphLaunches = Math.max(1, Math.ceil(repeat.iters / ANCHOR_GRAPH_OPS));
       try {
         const timings = await all<AnchorRankTiming>(

@@ -6,7 +6,15 @@
 import { describe, expect, it } from 'vitest';
 import { NcclUnavailableError } from '../../../src/errors.js';
 import type { Nccl } from '../../../src/nccl/nccl.js';
-import { type AnchorPoint, type AnchorReport, allreduceBusGBs, anchorBest, anchorSkipReason, slowestPerRun } from '../../../src/bench/nccl-anchor.js';
+import {
+  type AnchorPoint,
+  type AnchorReport,
+  allreduceBusGBs,
+  anchorBest,
+  anchorSkipReason,
+  runNcclAnchor,
+  slowestPerRun,
+} from '../../../src/bench/nccl-anchor.js';
 import { ANCHOR_GRAPH8, anchorSeries, anchorSeriesName, anchorVersusSpec, versusAnchor } from '../../../src/bench/nccl-anchor-figures.js';
 import { filled } from '../../../src/bench/nccl-anchor-rank.js';
 import { summarize } from '../../../src/bench/stats.js';
@@ -131,6 +139,79 @@ describe('the anchor beside smcuda', () => {
     );
     const f = versusAnchor({ report: plainOnly }, anchorVersusSpec(8, 'µs'), 8, 'back-to-back', 4);
     expect(f).toMatchObject({ baseline: 10, details: { anchor: { window: 'not available in NCCL 2.26 (ncclCommWindowRegister is 2.27’s)' } } });
+  });
+});
+
+describe('the runner side over stub workers', () => {
+  /** A group of `ranks` stub workers: records every command, answers as a rank would. */
+  function stubGroup(ranks: number, answer: (rank: number, cmd: { op: string }) => unknown = () => null) {
+    const calls: Array<{ rank: number; cmd: Record<string, unknown> }> = [];
+    let closed = false;
+    const g = {
+      size: ranks,
+      call: async (rank: number, cmd: { op: string }) => {
+        calls.push({ rank, cmd: cmd as Record<string, unknown> });
+        if (cmd.op === 'nccl-anchor-hello') return { id: new Uint8Array(128).fill(7), version: '2.28.3', path: '/x/libnccl.so.2' };
+        if (cmd.op === 'nccl-anchor-time') return answer(rank, cmd) ?? { isolatedUs: [9, 9], backToBackUs: [5 + rank, 5], graphUs: [2, 2], verified: true };
+        return null;
+      },
+      abort: () => {},
+      close: async () => {
+        closed = true;
+      },
+    };
+    return { g, calls, closed: () => closed };
+  }
+  const request = (g: unknown) => ({
+    sim: false,
+    devices: [0, 1],
+    gpus: 2,
+    sizes: [8, 1024],
+    dtype: 'f32' as const,
+    runs: 2,
+    repeat: () => ({ iters: 250, warmup: 3 }),
+    firstWarmup: () => 1000,
+    timeoutMs: 5000,
+    startGroup: async () => g as never,
+    progress: () => {},
+    load: loads,
+  });
+
+  it('rank 0’s id to every rank; each kind of buffer at each size on every rank; the first command warms up longer; the group closed', async () => {
+    const { g, calls, closed } = stubGroup(2);
+    const out = await runNcclAnchor(request(g));
+    if (!('report' in out)) throw new Error(out.skipped);
+    const opens = calls.filter((c) => c.cmd.op === 'nccl-anchor-open');
+    expect(opens.map((c) => c.rank)).toEqual([0, 1]);
+    for (const o of opens) expect(o.cmd).toMatchObject({ ranks: 2, id: new Uint8Array(128).fill(7) });
+    const times = calls.filter((c) => c.cmd.op === 'nccl-anchor-time' && c.rank === 0).map((c) => c.cmd);
+    expect(times.map((t) => [t.buffers, t.bytes, t.warmup])).toEqual([
+      ['plain', 8, 1000],
+      ['plain', 1024, 3],
+      ['window', 8, 3],
+      ['window', 1024, 3],
+    ]);
+    expect(times[0]).toMatchObject({ graphOps: 100, graphLaunches: 3, verify: true, iters: 250, runs: 2, dtype: 'f32' });
+    expect(out.report).toMatchObject({ version: '2.28.3', ranks: 2, verified: true, missing: {}, problems: [] });
+    expect(out.report.points).toHaveLength(2 * 2 * 3);
+    expect(out.report.points.find((p) => p.mode === 'back-to-back')?.runsUs).toEqual([6, 5]); // the slowest rank's run
+    expect(calls.filter((c) => c.cmd.op === 'nccl-anchor-close')).toHaveLength(2);
+    expect(closed()).toBe(true);
+  });
+
+  it('a wrong sum and a graph that could not be captured are problems; the figures that could be taken stay', async () => {
+    const { g } = stubGroup(2, (rank, cmd) =>
+      (cmd as { bytes: number }).bytes === 8 && rank === 1
+        ? { isolatedUs: [9], backToBackUs: [5], graphUs: [], graphError: 'capture refused', verified: false }
+        : undefined,
+    );
+    const out = await runNcclAnchor({ ...request(g), sizes: [8] });
+    if (!('report' in out)) throw new Error(out.skipped);
+    expect(out.report.verified).toBe(false);
+    expect(out.report.problems).toContain('8 B (plain): wrong sum on rank 1');
+    expect(out.report.problems).toContain('8 B (plain): no graph figure: capture refused');
+    expect(out.report.points.filter((p) => p.mode === 'graph')).toEqual([]);
+    expect(out.report.points.filter((p) => p.mode === 'isolated')).toHaveLength(2);
   });
 });
 
