@@ -201,7 +201,7 @@ describe('the runner side over stub workers', () => {
 
   it('a wrong sum and a graph that could not be captured are problems; the figures that could be taken stay', async () => {
     const { g } = stubGroup(2, (rank, cmd) =>
-      (cmd as { bytes: number }).bytes === 8 && rank === 1
+      (cmd as { op: string; bytes?: number }).bytes === 8 && rank === 1
         ? { isolatedUs: [9], backToBackUs: [5], graphUs: [], graphError: 'capture refused', verified: false }
         : undefined,
     );
