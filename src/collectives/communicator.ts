@@ -340,6 +340,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private readonly tracePath: string | undefined;
   /** Peers that closed their communicator, with the last call each made. */
   private readonly departed = new Map<number, number>();
+  /** A call or a send/receive was captured in a graph: replays the host never sees may wait on any peer. */
+  private captured = false;
   /** Completed calls waiting for a peer's print of them (message boards only), in call order. */
   private readonly awaitingPrints: PendingCall[] = [];
   /** Told when no call is left in flight (close() waits for that). */
@@ -403,7 +405,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       sendPrint: (peer, print) => this.control.sendP2P(peer, print),
       endpoint: (k) => this.endpoints.get(k)!,
       dataTag: () => p2pTagOf(link.tags.group),
-      capturing: (stream) => this.gpuDriven.graphs && this.driver.streamIsCapturing(stream),
+      capturing: (stream) => this.capturing(stream),
       abortError: () => this.abortError,
       closed: () => this.closed,
       abort: (err) => this.control.abort(this.wrap(err), true),
@@ -1317,7 +1319,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       this.failAll(closed);
       this.p2p.failAll(closed);
     }
-    await (this.aborting ?? this.release());
+    await this.aborting;
+    await this.release();
     // After an abort the release ran before close(): alloc()'s buffers are freed now (none if the driver closed with the transport).
     this.freeAllocations();
   }
@@ -1480,7 +1483,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     }
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
     const onDevice = !HOST_OPS.has(op) && algorithm !== 'staged' && (this.device !== undefined || algorithm === 'local');
-    const capturing = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
+    const capturing = this.capturing(stream);
     if (capturing && !onDevice) {
       this.flight.failed(seq);
       return Promise.reject(
@@ -1690,11 +1693,38 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.control.abort(err, true);
   }
 
-  /** A peer said BYE: calls this rank made after its last fail now. */
+  /** Whether `stream` is capturing (then the call or send/receive goes into a graph, and this rank has graphs). */
+  private capturing(stream: StreamHandle): boolean {
+    const yes = this.gpuDriven.graphs && this.driver.streamIsCapturing(stream);
+    if (yes) this.captured = true;
+    return yes;
+  }
+
+  /**
+   * A peer said BYE: calls this rank made after its last fail now. A rank
+   * with captured calls aborts at once: a replay of its graphs would wait
+   * for the departed peer forever, unseen by the host, and only the abort's
+   * poison releases it.
+   */
   private onDeparted(peer: number, last: number): void {
     this.departed.set(peer, last);
-    if (this.seq > last && !this.closed) this.peerClosed(peer, last, last + 1);
-    if (!this.closed) this.p2p.peerDeparted(peer);
+    if (this.closed) return;
+    if (this.seq > last) this.peerClosed(peer, last, last + 1);
+    else if (this.captured) this.peerClosedUnderGraphs(peer, last);
+    this.p2p.peerDeparted(peer);
+  }
+
+  /** A peer closed while this rank holds captured calls (onDeparted). */
+  private peerClosedUnderGraphs(peer: number, last: number): void {
+    if (this.abortError) return;
+    const pid = this.endpoints.get(peer)?.peerPid;
+    const err = new CommunicatorAbortedError(
+      `rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and rank ${this.rank} has calls captured in CUDA graphs: a replay would wait for it forever, so the communicator is aborted and its device waits released (a replay from now on computes nothing valid: close the communicator, then the graphs)`,
+      peer,
+      'SMCUDA_PEER_CLOSED',
+      { failedPid: pid },
+    );
+    this.control.abort(err, false);
   }
 
   /** A peer's call prints arrived (message boards): compares them, then completes the calls that waited for them. */
@@ -1920,7 +1950,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.p2p.aborted(err, failed);
     this.emit('abort', err);
     // Free what this rank holds (after its queued work), and close a transport it made, so nothing is left behind.
-    this.aborting = this.cleanUpAfterAbort(failed);
+    // Not with calls captured in graphs: a replay the host never sees may still write into a peer's scratch
+    // through this rank's mapping, so the scratch and the mappings stay, poisoned, until close(), which the
+    // caller makes once its replays are done.
+    this.aborting = this.captured ? failed.catch(() => undefined) : this.cleanUpAfterAbort(failed);
     void this.aborting.then(() => {
       if (err.causeCode !== 'SMCUDA_PEER_LOST') return;
       // A killed rank cleaned nothing: its socket file and its shared-memory segments (those of dead processes only).

@@ -123,4 +123,52 @@ describe('collectives in a CUDA graph (simulated driver)', () => {
     // One rank's refused call would leave the others' matching call waiting: the refusal aborts every rank.
     for (const c of w.comms) await expect(c.barrier()).rejects.toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_CAPTURE_UNSUPPORTED' });
   });
+
+  it.each(['allreduce', 'send/recv'] as const)(
+    'a peer that closes while a rank holds a captured %s: that rank aborts at once (SMCUDA_PEER_CLOSED), and its replay waiting on the peer is released',
+    async (kind) => {
+      const w = await makeWorld(2, { timeoutMs: 20_000 });
+      worlds.push(w);
+      const count = 64;
+      const streams = w.sides.map((s) => s.driver.streamCreate());
+      const bufs = w.sides.map((s) => ({ send: s.driver.memAlloc(count * 4), recv: s.driver.memAlloc(count * 4) }));
+      const execs = w.comms.map((c, r) => {
+        const d = w.sides[r]!.driver;
+        const stream = streams[r]!;
+        d.streamBeginCapture(stream, 'thread-local');
+        const p =
+          kind === 'allreduce'
+            ? c.allreduce({ send: bufs[r]!.send, recv: bufs[r]!.recv, count, dtype: 'f32', op: 'sum', stream, algorithm: 'one-shot' })
+            : c.batch(() => {
+                c.send({ buf: bufs[r]!.send, count, dtype: 'f32', peer: 1 - r, stream });
+                c.recv({ buf: bufs[r]!.recv, count, dtype: 'f32', peer: 1 - r, stream });
+              });
+        const exec = d.graphInstantiate(d.streamEndCapture(stream));
+        return { p, exec };
+      });
+      await Promise.all(execs.map((e) => e.p));
+      w.sides.forEach((s, r) => s.driver.graphLaunch(execs[r]!.exec, streams[r]!));
+      await complete(w, streams); // one replay both sides: fine
+      const aborted = new Promise<Error>((resolve) => w.comms[1]!.once('abort', resolve));
+      await w.comms[0]!.close();
+      const err = (await aborted) as Error & { causeCode?: string; failedRank?: number };
+      expect(err).toMatchObject({ code: 'SMCUDA_COMM_ABORTED', causeCode: 'SMCUDA_PEER_CLOSED', failedRank: 0 });
+      expect(err.message).toMatch(/captured in CUDA graphs/);
+      // Rank 1 replays alone: it waits on rank 0, and the abort's poison releases it.
+      const d1 = w.sides[1]!.driver;
+      d1.graphLaunch(execs[1]!.exec, streams[1]!);
+      const t0 = performance.now();
+      const e = d1.eventCreate({ disableTiming: true });
+      d1.eventRecord(e, streams[1]!);
+      const released = await Promise.race([d1.whenComplete(e).then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5000))]);
+      expect(released).toBe(true);
+      expect(performance.now() - t0).toBeLessThan(2000);
+      d1.eventDestroy(e);
+      // The scratch and the mappings stayed for replays unseen; close() (the replays done) releases them.
+      const c0 = performance.now();
+      await w.comms[1]!.close();
+      expect(performance.now() - c0).toBeLessThan(2000);
+      expect(d1.lifetimeViolations).toEqual([]);
+    },
+  );
 });
