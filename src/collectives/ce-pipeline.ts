@@ -223,15 +223,14 @@ export class CePipeline {
   }
 
   private make(): NonNullable<CePipeline['own']> {
-    const d = this.driver;
     const streams: StreamHandle[] = [];
     const events: EventHandle[] = [];
     try {
-      for (let i = 0; i < 3; i++) streams.push(d.streamCreate());
+      for (let i = 0; i < 3; i++) streams.push(this.gpu.ownStream());
       for (let i = 0; i < 5; i++) events.push(this.gpu.orderingEvent());
     } catch (err) {
       for (const e of events.reverse()) this.gpu.retireEvent(e);
-      for (const s of streams.reverse()) d.streamDestroy(s);
+      for (const s of streams.reverse()) this.gpu.giveStream(s);
       throw err;
     }
     const [push, share, out] = streams as [StreamHandle, StreamHandle, StreamHandle];
@@ -248,7 +247,7 @@ export class CePipeline {
       for (const e of [...o.joins].reverse()) this.gpu.retireEvent(e);
       this.gpu.retireEvent(o.reduced);
       this.gpu.retireEvent(o.fork);
-      for (const st of [o.out, o.share, o.push]) this.driver.streamDestroy(st);
+      for (const st of [o.out, o.share, o.push]) this.gpu.giveStream(st);
     } catch (err) {
       debug('communicator rank %d: closing the pipeline streams: %s', this.rank, (err as Error).message);
     }

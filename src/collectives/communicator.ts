@@ -386,7 +386,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (opts.algorithm !== undefined && !isForcedAlgorithm(opts.algorithm))
       throw new ConfigError(`algorithm must be ${FORCED_ALGORITHMS_WORDS}, got ${String(opts.algorithm)}`);
     this.forced = opts.algorithm;
-    this.kernels = new ReduceKernels(this.driver);
+    this.kernels = new ReduceKernels(transport.gpu);
     this.known = allocationRanges(this.driver);
     this.buffers = { driver: this.driver, device: this.driver.currentDevice(), known: this.known };
     this.marks = transport.gpu.streamMarks();

@@ -20,6 +20,7 @@
  * A launch the driver would not capture is launched directly from then on.
  */
 import type { CudaDriver, FunctionHandle, GraphExecHandle, KernelArg, LaunchConfig, StreamHandle } from '../cuda/driver.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 
 const CAPACITY = 256;
 
@@ -32,8 +33,12 @@ export class LaunchGraphs {
   /** The driver has graphs: without them every launch is direct (a caller need not build keys). */
   readonly enabled: boolean;
 
-  constructor(private readonly driver: CudaDriver) {
-    this.enabled = driver.gpuDrivenStatus().graphs;
+  private readonly driver: CudaDriver;
+
+  /** `gpu`: the transport's GPU runtime, whose stream the captures go on. */
+  constructor(private readonly gpu: GpuRuntime) {
+    this.driver = gpu.driver;
+    this.enabled = this.driver.gpuDrivenStatus().graphs;
   }
 
   /**
@@ -64,14 +69,8 @@ export class LaunchGraphs {
   close(): void {
     for (const s of this.seen.values()) if (typeof s === 'bigint') this.destroy(s);
     this.seen.clear();
-    if (this.captureStream !== undefined) {
-      try {
-        this.driver.streamDestroy(this.captureStream);
-      } catch {
-        // the driver closed
-      }
-      this.captureStream = undefined;
-    }
+    if (this.captureStream !== undefined) this.gpu.giveStream(this.captureStream);
+    this.captureStream = undefined;
   }
 
   private remember(key: string, value: Seen): void {
@@ -86,7 +85,7 @@ export class LaunchGraphs {
   /** The launch captured on the private stream and instantiated; undefined where the driver refuses. */
   private capture(fn: FunctionHandle, config: LaunchConfig, args: KernelArg[]): GraphExecHandle | undefined {
     const d = this.driver;
-    const s = (this.captureStream ??= d.streamCreate());
+    const s = (this.captureStream ??= this.gpu.ownStream());
     let graph;
     try {
       d.streamBeginCapture(s, 'thread-local');

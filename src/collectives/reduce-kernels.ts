@@ -22,6 +22,7 @@ import {
 } from '../kernels/dtypes.js';
 import { ptxWithEntries } from '../kernels/ptx-entries.js';
 import { LaunchGraphs } from './launch-graphs.js';
+import type { GpuRuntime } from '../gpu/gpu-runtime.js';
 import { reducePtx } from '../kernels/reduce.ptx.js';
 
 const BLOCK = 256;
@@ -102,8 +103,12 @@ export class ReduceKernels {
   /** One-shot launches that come back, replayed as graphs (launch-graphs.ts). */
   readonly graphs: LaunchGraphs;
 
-  constructor(private readonly driver: CudaDriver) {
-    this.graphs = new LaunchGraphs(driver);
+  private readonly driver: CudaDriver;
+
+  /** `gpu`: the transport's GPU runtime (the launch graphs' capture stream is its). */
+  constructor(gpu: GpuRuntime) {
+    this.driver = gpu.driver;
+    this.graphs = new LaunchGraphs(gpu);
   }
 
   /** out[i] = op(table[0][offset+i], …, table[n-1][offset+i]) for i < count, on `stream`. */

@@ -54,6 +54,8 @@ export class GpuRuntime {
   private readonly inFlight = new Map<StreamHandle, number>();
   private readonly drained: Array<() => void> = [];
   private readonly streams = new Map<StreamPurpose, StreamHandle>();
+  /** Streams made for callers (ownStream), until given back. */
+  private readonly lent = new Set<StreamHandle>();
   private readonly holds = new Set<GpuHold>();
   private readonly works = new Set<GpuWork>();
   private readonly marks = new Set<StreamMarks>();
@@ -135,6 +137,23 @@ export class GpuRuntime {
   }
 
   /**
+   * A stream of the caller's own (a communicator's pipeline lanes, its
+   * private capture stream), destroyed by giveStream() or by close(),
+   * whichever comes first. cuStreamDestroy with work still queued is
+   * allowed: the stream goes once that work is done.
+   */
+  ownStream(): StreamHandle {
+    const s = this.driver.streamCreate();
+    this.lent.add(s);
+    return s;
+  }
+
+  /** A stream of ownStream() is no longer used. */
+  giveStream(stream: StreamHandle): void {
+    if (this.lent.delete(stream)) quietly(() => this.driver.streamDestroy(stream));
+  }
+
+  /**
    * Blocks until everything queued on `stream` completed, and throws the
    * stream's error. Only where the host must know at once (a value a peer
    * reads through its mapping, a flag slot zeroed before reuse, a device
@@ -210,6 +229,7 @@ export class GpuRuntime {
     for (const ev of [...this.ordering]) this.retireEvent(ev);
     this.points.close(reason);
     for (const s of [...this.streams.values()]) if (!this.inFlight.has(s)) this.destroyStreamOf(s);
+    for (const s of [...this.lent]) this.giveStream(s);
   }
 
   private destroyStreamOf(stream: StreamHandle): void {

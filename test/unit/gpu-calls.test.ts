@@ -18,6 +18,9 @@ const root = join(import.meta.dirname, '..', '..');
 /** Calls that only the GPU runtime and the drivers make. */
 const CALLS = ['eventCreate', 'eventDestroy', 'whenComplete', 'streamSynchronize'] as const;
 
+/** Calls that make or end a stream's life. */
+const STREAM_CALLS = ['streamCreate', 'streamDestroy'] as const;
+
 /** Where they may be called. */
 const OWNERS = ['src/gpu/', 'src/cuda/'];
 
@@ -28,6 +31,7 @@ const EXCEPTIONS: Record<string, string> = {
   'src/bench/memory-kinds.ts': 'times copies between timing events (eventElapsed)',
   'src/bench/graph-replays.ts': 'times graph replays between timing events (eventElapsed)',
   'src/bench/memop-pingpong.ts': 'times stream memory operations between timing events, and waits for the end event itself before reading the time',
+  'src/bench/nccl-anchor-rank.ts': "times NCCL's isolated call as nccl-tests does: a launch, then a stream synchronise",
   'src/bench/host-staged-allreduce.ts': 'the reference it compares against: a host-staged allreduce synchronising its stream as such a baseline does',
 };
 
@@ -42,12 +46,12 @@ function sources(dir: string): string[] {
 }
 
 /** The calls of `text` (comments left out), as `file:line call`. */
-function callsIn(file: string, text: string): string[] {
+function callsIn(file: string, text: string, calls: readonly string[] = CALLS): string[] {
   const found: string[] = [];
   const lines = text.replace(/\/\*[\s\S]*?\*\//g, (c) => c.replace(/[^\n]/g, ' ')).split('\n');
   lines.forEach((line, i) => {
     const code = line.replace(/\/\/.*$/, '');
-    for (const call of CALLS) if (new RegExp(`\\.${call}\\s*\\(`).test(code)) found.push(`${file}:${i + 1} ${call}`);
+    for (const call of calls) if (new RegExp(`\\.${call}\\s*\\(`).test(code)) found.push(`${file}:${i + 1} ${call}`);
   });
   return found;
 }
@@ -59,6 +63,14 @@ describe('GPU calls (the GPU runtime owns events and stream synchronisation)', (
     const bad = files
       .filter((f) => !OWNERS.some((o) => f.startsWith(o)) && EXCEPTIONS[f] === undefined)
       .flatMap((f) => callsIn(f, readFileSync(join(root, f), 'utf8')));
+    expect(bad).toEqual([]);
+  });
+
+  it("no library file outside src/gpu/ and src/cuda/ creates or destroys a stream (the runtime's stream(purpose) and ownStream() do; the CLI and the bench are tools)", () => {
+    const tools = ['src/cli/', 'src/bench/'];
+    const bad = files
+      .filter((f) => !OWNERS.some((o) => f.startsWith(o)) && !tools.some((t) => f.startsWith(t)))
+      .flatMap((f) => callsIn(f, readFileSync(join(root, f), 'utf8'), STREAM_CALLS));
     expect(bad).toEqual([]);
   });
 

@@ -13,6 +13,7 @@ import { afterAll, describe, expect, it, vi } from 'vitest';
 import type { CudaDriver, KernelArg, LaunchConfig } from '../../../src/cuda/driver.js';
 import { SimulatedCudaDriver } from '../../../src/cuda/sim-driver.js';
 import { LaunchGraphs } from '../../../src/collectives/launch-graphs.js';
+import { GpuRuntime } from '../../../src/gpu/gpu-runtime.js';
 import { FILL_PTX } from '../../../src/kernels/fill.ptx.js';
 import { reduceInto } from '../../../src/kernels/sim/reduce.js';
 import { elements, makeWorld, type World } from '../../helpers/comm-world.js';
@@ -41,7 +42,7 @@ function fillSetup() {
 describe('LaunchGraphs', () => {
   it('launches directly the first time, captures the second, replays the graph after; each replay does the work', () => {
     const { d, fn, buf, s, args, read } = fillSetup();
-    const g = new LaunchGraphs(d);
+    const g = new LaunchGraphs(new GpuRuntime(d));
     const launch = vi.spyOn(d, 'launchKernel');
     const graphLaunch = vi.spyOn(d, 'graphLaunch');
     const cfg: LaunchConfig = { grid: [1], block: [32] };
@@ -66,7 +67,7 @@ describe('LaunchGraphs', () => {
 
   it('keeps at most 256 launches: the oldest graph is destroyed first', () => {
     const { d, fn, s, args } = fillSetup();
-    const g = new LaunchGraphs(d);
+    const g = new LaunchGraphs(new GpuRuntime(d));
     const cfg: LaunchConfig = { grid: [1], block: [32] };
     for (const k of ['a', 'a']) g.launch(k, fn, cfg, () => args(1), s);
     expect(g.size).toBe(1);
@@ -81,12 +82,12 @@ describe('LaunchGraphs', () => {
     const { d, fn, s, args, read } = fillSetup();
     const status = d.gpuDrivenStatus();
     const noGraphs = new LaunchGraphs(
-      new Proxy(d, { get: (t, p) => (p === 'gpuDrivenStatus' ? () => ({ ...status, graphs: false }) : Reflect.get(t, p, t)) }) as CudaDriver,
+      new GpuRuntime(new Proxy(d, { get: (t, p) => (p === 'gpuDrivenStatus' ? () => ({ ...status, graphs: false }) : Reflect.get(t, p, t)) }) as CudaDriver),
     );
     const launch = vi.spyOn(d, 'launchKernel');
     for (let k = 0; k < 3; k++) noGraphs.launch('x', fn, { grid: [1], block: [32] }, () => args(3), s);
     expect(launch).toHaveBeenCalledTimes(3);
-    const refusing = new LaunchGraphs(d);
+    const refusing = new LaunchGraphs(new GpuRuntime(d));
     vi.spyOn(d, 'graphInstantiate').mockImplementation(() => {
       throw new Error('refused');
     });
