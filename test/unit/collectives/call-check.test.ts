@@ -177,6 +177,22 @@ describe('CallCheck', () => {
     expect(differingFields(decodePrint(...a), decodePrint(...b))).toEqual(['counts']);
   });
 
+  it('the last rank to make a call found every print then: its verify reads nothing more; the first reads them all', () => {
+    const n = 4;
+    const boards = sharedBoards(n);
+    const reads = boards.map(() => 0);
+    const counted = boards.map((b, r) => ({ ...b, read: (peer: number, seq: number, out: Uint32Array) => (reads[r]!++, b.read(peer, seq, out)) }));
+    const checks = counted.map((b, r) => new CallCheck(r, n, b));
+    const [w0, w1, w2] = encodePrint({ op: 'allreduce', dtype: 'f32', count: 16, redop: 'sum', inPlace: true, root: undefined } as Parameters<
+      typeof encodePrint
+    >[0]);
+    for (const c of checks) expect(c.made(1, w0, w1, w2)).toBeUndefined();
+    reads.fill(0);
+    for (const c of checks) expect(c.verify(1)).toBe(true);
+    expect(reads[n - 1]).toBe(0);
+    expect(reads[0]).toBe(n - 1);
+  });
+
   it('names the ranks that never made a call', () => {
     const boards = sharedBoards(3);
     const checks = boards.map((b, r) => new CallCheck(r, 3, b));
