@@ -335,7 +335,9 @@ export function gpuDrivenContract(name: string, makeDriver: () => CudaDriver | P
           for (let round = 2; round <= 4; round++) {
             const data = patternBytes(size, round);
             d.memcpyHtoD(src, data); // a replay reads the memory as it is then: the graph holds addresses
-            d.memcpyHtoD(mem + 512n, word64(0n));
+            // On the replay's stream: cuMemcpyHtoD from pageable memory may return before its DMA lands,
+            // which then overwrote the replay's 11 (seen on an H100 with other tests' work on the GPU).
+            d.memsetD8Async(mem + 512n, 0, 8, s);
             d.graphLaunch(exec, s);
             d.memsetD8Async(dst + BigInt(size - 1), round, 1, s); // stream order: after the whole replay
             d.eventRecord(ev, s);
