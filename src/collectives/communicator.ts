@@ -224,10 +224,11 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * Allreduces of at most this many bytes take the LL one-shot (one-shot-ll) unless a call says otherwise,
- * by world size; none yet: the bound per world size is to be set by measurement on GPUs (issue 45), a
- * line here (e.g. `2: 16 * 1024`). Never above the scratch's LL slots (Scratch.llMaxBytes).
+ * by world size, where it was measured faster than the one-shot (docs/benchmarks.md, the LL one-shot:
+ * 2 ranks, 8 B to 64 KiB, eager and in a graph). Other world sizes keep the one-shot until measured.
+ * Never above the scratch's LL slots (Scratch.llMaxBytes) or the one-shot's bound.
  */
-const LL_AUTO_MAX_BYTES: Readonly<Partial<Record<number, number>>> = {};
+const LL_AUTO_MAX_BYTES: Readonly<Partial<Record<number, number>>> = { 2: 64 * 1024 };
 
 /** The calls that run on the host only (never on the device path, never captured). */
 const HOST_OPS: ReadonlySet<CollectiveOp> = new Set(['barrier', 'split', 'new-group']);
@@ -1355,8 +1356,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     if (this.size === 1) return 'local';
     const want = forced ?? this.forced;
     if (!this.scratch.mapped) return 'staged';
-    const llMax = Math.min(LL_AUTO_MAX_BYTES[this.size] ?? 0, this.scratch.llMaxBytes);
-    const alg = want ?? (llMax > 0 && bytes <= llMax ? 'one-shot-ll' : bytes <= this.oneShotMax ? 'one-shot' : bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline');
+    // The LL kernel is a one-shot: never above the one-shot's own bound either.
+    const llMax = Math.min(LL_AUTO_MAX_BYTES[this.size] ?? 0, this.scratch.llMaxBytes, this.oneShotMax);
+    const alg =
+      want ?? (llMax > 0 && bytes <= llMax ? 'one-shot-ll' : bytes <= this.oneShotMax ? 'one-shot' : bytes <= this.twoShotMax ? 'two-shot' : 'ce-pipeline');
     // The pipeline's steps are device steps only (ce-pipeline.ts); so is the LL kernel (as the one-shot's, it runs where they do).
     if (alg === 'one-shot-ll' && this.device === undefined) return 'one-shot';
     return alg === 'ce-pipeline' && !this.pipeline ? 'two-shot' : alg;
@@ -1702,15 +1705,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /**
    * A peer said BYE: calls this rank made after its last fail now. A rank
-   * with captured calls aborts at once: a replay of its graphs would wait
-   * for the departed peer forever, unseen by the host, and only the abort's
-   * poison releases it.
+   * with captured calls aborts once its calls in flight (the peer made them
+   * too) completed: a replay of its graphs would wait for the departed peer
+   * forever, unseen by the host, and only the abort's poison releases it.
    */
   private onDeparted(peer: number, last: number): void {
     this.departed.set(peer, last);
     if (this.closed) return;
     if (this.seq > last) this.peerClosed(peer, last, last + 1);
-    else if (this.captured) this.peerClosedUnderGraphs(peer, last);
+    else if (this.captured) {
+      // Calls up to the peer's last are the peer's too and complete as usual: the abort waits for them.
+      void this.allSettled(this.timeoutMs).then(() => {
+        if (!this.closed) this.peerClosedUnderGraphs(peer, last);
+      });
+    }
     this.p2p.peerDeparted(peer);
   }
 

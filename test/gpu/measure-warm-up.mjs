@@ -80,10 +80,7 @@ async function roleA() {
         sent = new Promise((resolve, reject) =>
           t.once('endpoint', (ep) => {
             const endpointMs = performance.now() - t0;
-            ep.send(src, { tag: TAG }).then(
-              async () => resolve({ createMs, endpointMs, sentMs: performance.now() - t0, warm: (await warm) ?? null }),
-              reject,
-            );
+            ep.send(src, { tag: TAG }).then(async () => resolve({ createMs, endpointMs, sentMs: performance.now() - t0, warm: (await warm) ?? null }), reject);
           }),
         );
         await t.listen(path);

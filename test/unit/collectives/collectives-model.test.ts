@@ -246,13 +246,14 @@ describe('collectives against a reference, in one process on the simulated drive
         algs.push(res[0]!.algorithm);
         w.sides.forEach((s, r) => s.driver.memFree(bufs[r]!));
       }
-      expect(algs).toEqual(['one-shot', 'two-shot', 'ce-pipeline']);
+      // 2 ranks: the smallest goes by the LL one-shot (measured faster there), within the one-shot's bound.
+      expect(algs).toEqual(['one-shot-ll', 'two-shot', 'ce-pipeline']);
       const st = w.comms[0]!.stats();
-      expect(st.byAlgorithm).toEqual({ 'one-shot': 1, 'two-shot': 1, 'ce-pipeline': 1 });
-      // One-shot stores its input into its own landing slot too (4 elements); the two-shot kernel copies rank 0's share of peers'
+      expect(st.byAlgorithm).toEqual({ 'one-shot-ll': 1, 'two-shot': 1, 'ce-pipeline': 1 });
+      // The LL one-shot reads its own input where it is: nothing; the two-shot kernel copies rank 0's share of peers'
       // results out of B (the 48 elements of rank 1's part: parts are 52, whole 16-byte vectors); the
       // pipeline copies straight from the caller's input into the peers' landing slots: nothing.
-      expect(st.scratchCopyBytes).toBe((4 + 48) * 4);
+      expect(st.scratchCopyBytes).toBe(48 * 4);
       expect(st.mapped).toBe(true);
       expect(st.steps).toBe('device');
     } finally {

@@ -200,7 +200,8 @@ describe('a failing rank fails every rank', () => {
       ];
     });
     const res = await Promise.all(all.flat());
-    expect(res.map((x) => x.algorithm).slice(0, 6)).toEqual(['one-shot', 'staged', 'one-shot', 'one-shot', 'staged', 'one-shot']);
+    // 2 ranks, 4 bytes: the LL one-shot (communicator.ts, LL_AUTO_MAX_BYTES); the barrier is a one-shot.
+    expect(res.map((x) => x.algorithm).slice(0, 6)).toEqual(['one-shot-ll', 'staged', 'one-shot-ll', 'one-shot', 'staged', 'one-shot-ll']);
     for (const [r, s] of w.sides.entries()) {
       const got = new Uint8Array(4);
       s.driver.memcpyDtoH(got, bufs[r]!);
@@ -284,11 +285,11 @@ describe('traces', () => {
     const [first] = await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 16, dtype: 'i32', op: 'sum' })));
     await Promise.all(w.comms.map((c, r) => c.broadcast({ recv: bufs[r]!, count: 8, dtype: 'f32', root: 1 })));
     expect(Object.keys(first!).sort()).toEqual(['algorithm', 'bytes', 'op', 'us']);
-    expect(first).toMatchObject({ op: 'allreduce', algorithm: 'one-shot', bytes: 64 });
+    expect(first).toMatchObject({ op: 'allreduce', algorithm: 'one-shot-ll', bytes: 64 });
     const st = w.comms[0]!.stats();
-    expect(st).toMatchObject({ calls: 2, byOp: { allreduce: 1, broadcast: 1 }, byAlgorithm: { 'one-shot': 2 } });
+    expect(st).toMatchObject({ calls: 2, byOp: { allreduce: 1, broadcast: 1 }, byAlgorithm: { 'one-shot-ll': 1, 'one-shot': 1 } });
     expect(st.last).toMatchObject({ op: 'broadcast', algorithm: 'one-shot', bytes: 32, dtype: 'f32', count: 8 });
-    expect(events).toEqual([{ op: 'allreduce', algorithm: 'one-shot', bytes: 64, us: first!.us, dtype: 'i32', count: 16 }, { ...st.last }]);
+    expect(events).toEqual([{ op: 'allreduce', algorithm: 'one-shot-ll', bytes: 64, us: first!.us, dtype: 'i32', count: 16 }, { ...st.last }]);
   });
 
   it('each completed call is a collective record in the trace, which smcuda trace reads', async () => {

@@ -28,7 +28,7 @@ describe('the flight recorder', () => {
     for (let i = 0; i < 6; i++) await Promise.all(w.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 1 + i, dtype: 'f32', op: 'sum' })));
     const e = w.comms[0]!.flightRecords();
     expect(e.map((x) => x.seq)).toEqual([3, 4, 5, 6]); // the last 4
-    expect(e.at(-1)).toMatchObject({ op: 'allreduce', dtype: 'f32', count: 6, algorithm: 'one-shot', state: 'finished' });
+    expect(e.at(-1)).toMatchObject({ op: 'allreduce', dtype: 'f32', count: 6, algorithm: 'one-shot-ll', state: 'finished' });
   });
 
   it("a rank that never makes a call: each rank's timeout names it, carries the summary, and the dumps say who is behind", async () => {

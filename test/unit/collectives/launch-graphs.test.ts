@@ -107,7 +107,8 @@ describe('one-shot allreduce replayed as a graph', () => {
   it('the same call over the same buffers, new bytes each time: right every time', async () => {
     const n = 2;
     const count = 300;
-    const w = await makeWorld(n, { timeoutMs: 20_000 });
+    // The one-shot's launches (2 ranks would take the LL one-shot at this size by default).
+    const w = await makeWorld(n, { timeoutMs: 20_000, algorithm: 'one-shot' });
     worlds.push(w);
     const bufs = w.sides.map((s) => ({ send: s.driver.memAlloc(count * 4), recv: s.driver.memAlloc(count * 4) }));
     const graphLaunches = w.sides.map((s) => vi.spyOn(s.driver, 'graphLaunch'));

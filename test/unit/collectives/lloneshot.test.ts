@@ -189,8 +189,11 @@ describe("allreduce by 'one-shot-ll' (simulated driver)", () => {
     await Promise.all(w.comms.map((c) => c.close()));
   });
 
-  it('is chosen only when asked for: the automatic choice keeps one-shot (no measured bound yet)', async () => {
-    const w = await world(2);
-    for (const bytes of [8, 4096, 64 * 1024]) expect(w.comms[0]!.algorithmFor(bytes)).toBe('one-shot');
+  it('is the automatic choice where it was measured faster (2 ranks, up to 64 KiB), one-shot above and with 3 ranks (not measured)', async () => {
+    const two = await world(2);
+    for (const bytes of [8, 4096, 64 * 1024]) expect(two.comms[0]!.algorithmFor(bytes)).toBe('one-shot-ll');
+    expect(two.comms[0]!.algorithmFor(64 * 1024 + 4)).toBe('one-shot');
+    const three = await world(3);
+    for (const bytes of [8, 4096]) expect(three.comms[0]!.algorithmFor(bytes)).toBe('one-shot');
   });
 });
