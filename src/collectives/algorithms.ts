@@ -213,7 +213,22 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
     for (let a = 0, per = pieceLength(Math.floor(s.llMaxBytes / es)); a < count; a += per) {
       const len = Math.min(per, count - a);
       const at = a === 0 ? 0n : B(a * es);
-      c.kernels.lloneshot(op, dtype, recv + at, send + at, s.inputTable, s.llFlagOffset, c.rank, N, len, s.llLandOffset, s.llSlotBytes, c.stream, c.capturing);
+      c.kernels.oneshot(
+        'one-shot-ll',
+        op,
+        dtype,
+        recv + at,
+        send + at,
+        s.inputTable,
+        s.llFlagOffset,
+        c.rank,
+        N,
+        len,
+        s.llLandOffset,
+        s.llSlotBytes,
+        c.stream,
+        c.capturing,
+      );
     }
     return;
   }
@@ -226,6 +241,7 @@ export async function allreduce(c: CallContext, alg: Algorithm, send: DevicePtr,
         const len = Math.min(per, count - a);
         const at = a === 0 ? 0n : B(a * es); // most calls are one piece: no bigint made for it
         c.kernels.oneshot(
+          'one-shot',
           op,
           dtype,
           recv + at,

@@ -78,13 +78,21 @@ interface SteppingArgs {
   count: number;
 }
 
+/** The one-launch allreduce kernels: the one-shot and the LL one-shot. */
+export type OneshotKind = 'one-shot' | 'one-shot-ll';
+
+/** Per kind: its entry, the bytes a block takes, and the launch key's tag. */
+const ONESHOT_KINDS: Record<OneshotKind, { entry: (d: DType) => string; bytesPerBlock: number; keyTag: string }> = {
+  'one-shot': { entry: oneshotEntry, bytesPerBlock: ONESHOT_BYTES_PER_BLOCK, keyTag: '1' },
+  'one-shot-ll': { entry: lloneshotEntry, bytesPerBlock: LL_BYTES_PER_BLOCK, keyTag: '3' },
+};
+
 export class ReduceKernels {
   /** One module per dtype used (its entries only). */
   private readonly modules = new Map<DType, ModuleHandle>();
   /** Entries by dtype: looked up per call without building the entry's name (a string and its hash a call showed in a CPU profile of 8 B allreduces). */
   private readonly functions = new Map<DType, FunctionHandle>();
-  private readonly oneshots = new Map<DType, FunctionHandle>();
-  private readonly lloneshots = new Map<DType, FunctionHandle>();
+  private readonly oneshots: Record<OneshotKind, Map<DType, FunctionHandle>> = { 'one-shot': new Map(), 'one-shot-ll': new Map() };
   private readonly twoshots = new Map<DType, FunctionHandle>();
   private readonly parts = new Map<DType, FunctionHandle>();
   /** Milliseconds the module loads took, summed (the first load of a PTX text includes its JIT compilation). */
@@ -134,15 +142,23 @@ export class ReduceKernels {
   }
 
   /**
-   * One piece of a one-shot allreduce in one launch (reduce.cu's
-   * smcuda_oneshot_<dtype>): `in` into landing slot (parity, rank) of every
-   * rank's D (`bufs`, a device table of every rank's scratch; D at
-   * `landOffset`, slots of `slotBytes`), a signal with this launch's count,
-   * and the reduction of this rank's slots into `out` once every peer's
-   * signal came. Every rank must call it with the same `count` and dtype
-   * (the grid follows from them).
+   * One piece of an allreduce in one launch, by `kind`:
+   *  - 'one-shot' (reduce.cu's smcuda_oneshot_<dtype>): `in` into landing
+   *    slot (parity, rank) of every rank's D (`bufs`, a device table of every
+   *    rank's scratch; D at `landOffset`, slots of `slotBytes`), a signal with
+   *    this launch's count, and the reduction of this rank's slots into `out`
+   *    once every peer's signal came;
+   *  - 'one-shot-ll' (smcuda_lloneshot_<dtype>): `in` stored line by line,
+   *    each 4 data bytes beside this launch's flag, into slot (parity, rank) of
+   *    every peer's F, and the reduction of every line once each peer's line
+   *    carries the flag: no signal of its own.
+   * Every rank must call it with the same `count` and dtype (the grid follows
+   * from them, and ranksPerGpu: the key names the launch whole). A capture of
+   * the caller's records the launch itself (cuGraphLaunch into a capturing
+   * stream is refused).
    */
   oneshot(
+    kind: OneshotKind,
     op: ReduceArg,
     dtype: DType,
     out: DevicePtr,
@@ -158,49 +174,15 @@ export class ReduceKernels {
     capturing: boolean,
   ): void {
     if (count === 0) return;
-    let fn = this.oneshots.get(dtype);
-    if (fn === undefined) this.oneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), oneshotEntry(dtype))));
-    const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / ONESHOT_BYTES_PER_BLOCK));
-    // The grid follows from dtype, count and ranksPerGpu: the key names the launch whole. A capture of the
-    // caller's records the launch itself (cuGraphLaunch into a capturing stream is refused).
+    const k = ONESHOT_KINDS[kind];
+    const fns = this.oneshots[kind];
+    let fn = fns.get(dtype);
+    if (fn === undefined) fns.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), k.entry(dtype))));
+    const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / k.bytesPerBlock));
     const key =
       capturing || !this.graphs.enabled
         ? undefined
-        : this.keyOf('1', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
-    this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, landOffset, slotBytes, stream);
-  }
-
-  /**
-   * One piece of an allreduce by the LL protocol in one launch (reduce.cu's
-   * smcuda_lloneshot_<dtype>): `in` stored line by line, each 4 data bytes
-   * beside this launch's flag, into slot (parity, rank) of every peer's F
-   * (`landOffset`, slots of `slotBytes`), and the reduction of every line
-   * once each peer's line carries the flag: no signal of its own. Every rank
-   * must call it with the same `count` and dtype (the grid follows from them).
-   */
-  lloneshot(
-    op: ReduceArg,
-    dtype: DType,
-    out: DevicePtr,
-    input: DevicePtr,
-    bufs: DevicePtr,
-    flagOffset: number,
-    rank: number,
-    n: number,
-    count: number,
-    landOffset: number,
-    slotBytes: number,
-    stream: StreamHandle,
-    capturing: boolean,
-  ): void {
-    if (count === 0) return;
-    let fn = this.lloneshots.get(dtype);
-    if (fn === undefined) this.lloneshots.set(dtype, (fn = this.driver.moduleGetFunction(this.load(dtype), lloneshotEntry(dtype))));
-    const grid = Math.min(this.gridCap(ONESHOT_MAX_BLOCKS), Math.ceil((count * DTYPE_BYTES[dtype]) / LL_BYTES_PER_BLOCK));
-    const key =
-      capturing || !this.graphs.enabled
-        ? undefined
-        : this.keyOf('3', out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
+        : this.keyOf(k.keyTag, out, [dtype, opCode(op), factorKey(op), input, bufs, flagOffset, rank, n, count, landOffset, slotBytes]);
     this.launchStepping(fn, grid, key, { op, out, input, bufs, flagOffset, rank, n, count }, landOffset, slotBytes, stream);
   }
 
@@ -345,8 +327,7 @@ export class ReduceKernels {
     const modules = [...this.modules.values()];
     this.modules.clear();
     this.functions.clear();
-    this.oneshots.clear();
-    this.lloneshots.clear();
+    for (const fns of Object.values(this.oneshots)) fns.clear();
     this.twoshots.clear();
     this.parts.clear();
     for (const m of modules) this.driver.moduleUnload(m);
