@@ -33,6 +33,17 @@ async function settle(d: CudaDriver, stream: bigint): Promise<void> {
   }
 }
 
+/** A pair with a persistent transfer of `n` random bytes (seed `seed`) from a to b, and a stream on each side. */
+async function transferPair(timeoutMs: number, n: number, seed: number) {
+  pair = await makePair({ a: { persistent: { timeoutMs } }, b: { persistent: { timeoutMs } } });
+  const p = pair;
+  const src = deviceWith(p.a.driver, randomBytes(n, seed));
+  const dst = deviceWith(p.b.driver, new Uint8Array(n));
+  const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
+  const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
+  return { p, dst, ta, tb, sa: p.a.driver.streamCreate(), sb: p.b.driver.streamCreate() };
+}
+
 function watchdogOf(p: Pair['a']): Watchdog {
   return (p.transport as unknown as { watchdog: Watchdog }).watchdog;
 }
@@ -94,15 +105,8 @@ describe('Watchdog.close during a tick', () => {
 
 describe('Transport.close during a watchdog tick (issue 43)', () => {
   it('the simulated drivers report no lifetime violation: the event, the flag block and the mappings go after the GPU passed them', async () => {
-    pair = await makePair({ a: { persistent: { timeoutMs: 400 } }, b: { persistent: { timeoutMs: 400 } } });
-    const p = pair;
     const n = 4096;
-    const src = deviceWith(p.a.driver, randomBytes(n, 3));
-    const dst = deviceWith(p.b.driver, new Uint8Array(n));
-    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
-    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
-    const sa = p.a.driver.streamCreate();
-    const sb = p.b.driver.streamCreate();
+    const { p, dst, ta, tb, sa, sb } = await transferPair(400, n, 3);
     ta.start(sa);
     tb.start(sb);
     await Promise.all([settle(p.a.driver, sa), settle(p.b.driver, sb)]);
@@ -121,15 +125,8 @@ describe('Transport.close during a watchdog tick (issue 43)', () => {
   });
 
   it('eager starts take pooled events: many rounds make no event per round, and none is left after close', async () => {
-    pair = await makePair({ a: { persistent: { timeoutMs: 2000 } }, b: { persistent: { timeoutMs: 2000 } } });
-    const p = pair;
     const n = 256;
-    const src = deviceWith(p.a.driver, randomBytes(n, 4));
-    const dst = deviceWith(p.b.driver, new Uint8Array(n));
-    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
-    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
-    const sa = p.a.driver.streamCreate();
-    const sb = p.b.driver.streamCreate();
+    const { p, ta, tb, sa, sb } = await transferPair(2000, n, 4);
     let created = 0;
     const create = p.a.driver.eventCreate.bind(p.a.driver);
     p.a.driver.eventCreate = (...args: Parameters<typeof create>) => {
@@ -155,15 +152,8 @@ describe('Transport.close during a watchdog tick (issue 43)', () => {
 
 describe("the peer's mappings are holds of the GPU runtime (issue 43)", () => {
   it('an endpoint closed while an eager start copies through the peer mapping unmaps it only once the GPU passed the start', async () => {
-    pair = await makePair({ a: { persistent: { timeoutMs: 2000 } }, b: { persistent: { timeoutMs: 2000 } } });
-    const p = pair;
     const n = 64 << 10;
-    const src = deviceWith(p.a.driver, randomBytes(n, 5));
-    const dst = deviceWith(p.b.driver, new Uint8Array(n));
-    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
-    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
-    const sa = p.a.driver.streamCreate();
-    const sb = p.b.driver.streamCreate();
+    const { p, ta, tb, sa, sb } = await transferPair(2000, n, 5);
     const mapped = p.a.ep.stats().cache.openMappings;
     expect(mapped).toBeGreaterThan(0); // the peer's buffer and flag block
     p.a.driver.inject({ copyDelayMs: 60 }); // the sender's copy into the peer's buffer is still queued at close
@@ -182,15 +172,8 @@ describe('Transport.close with failed transfers still holding queued starts', ()
   // Each queued start waits once and consumes the POISON that released it: before the fix, close stopped
   // the watchdog after its first release, and the receiver's stream waited forever on the second start.
   it("releases every queued start of the receiver's stream (the sender started fewer), in well under the watchdog's timeout", async () => {
-    pair = await makePair({ a: { persistent: { timeoutMs: 10_000 } }, b: { persistent: { timeoutMs: 10_000 } } });
-    const p = pair;
     const n = 4096;
-    const src = deviceWith(p.a.driver, randomBytes(n, 6));
-    const dst = deviceWith(p.b.driver, new Uint8Array(n));
-    const [ra, rb] = await Promise.all([p.a.ep.register(src), p.b.ep.register(dst)]);
-    const [ta, tb] = await Promise.all([p.a.ep.persistent(ra, { role: 'send', length: n }), p.b.ep.persistent(rb, { role: 'recv', length: n })]);
-    const sa = p.a.driver.streamCreate();
-    const sb = p.b.driver.streamCreate();
+    const { p, dst, ta, tb, sa, sb } = await transferPair(10_000, n, 6);
     ta.start(sa);
     for (let r = 0; r < 8; r++) tb.start(sb); // seven of them wait for a sender that never comes
     await settle(p.a.driver, sa);
