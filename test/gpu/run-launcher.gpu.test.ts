@@ -27,6 +27,7 @@ import { mpsStatus } from '../../src/cli/mps.js';
 import type { RunReport } from '../../src/cli/run.js';
 import { parseSegmentName } from '../../src/segment-owner.js';
 import { CLI, smcuda } from '../helpers/cli.js';
+import { processExists, rankLines, runSummary } from '../helpers/run-output.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.RUN_LAUNCHER_DRIVER === 'sim' ? 'sim' : 'native';
@@ -54,33 +55,6 @@ interface RankLine {
   wrong?: boolean;
 }
 
-/** The JSON lines each rank printed (prefixed `[r] ` by the launcher). */
-function rankLines(stdout: string): Map<number, RankLine[]> {
-  const out = new Map<number, RankLine[]>();
-  for (const line of stdout.split('\n')) {
-    const m = /^\[(\d+)\] (\{.*\})$/.exec(line);
-    if (!m) continue;
-    const r = Number(m[1]);
-    out.set(r, [...(out.get(r) ?? []), JSON.parse(m[2]!) as RankLine]);
-  }
-  return out;
-}
-
-/** The --json summary: stdout's last line. */
-function summary(stdout: string): RunReport {
-  return JSON.parse(stdout.trimEnd().split('\n').at(-1)!) as RunReport;
-}
-
-/** Whether a process (or, negative, a process group) still exists. */
-function exists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** Entries of /dev/shm that name one of `pids` as their owner (src/segment-owner.ts), or hold `-<pid>-` at all. */
 function segmentsOf(pids: number[]): string[] {
   return readdirSync('/dev/shm').filter((n) => pids.includes(parseSegmentName(n)?.owner.pid ?? -1) || pids.some((pid) => n.includes(`-${pid}-`)));
@@ -94,7 +68,7 @@ async function example(elements: number, steps: number): Promise<RunReport> {
   const groupsOf = (k: number) => `tensor group \\[${k & ~1},${k | 1}\\] sum by \\S+, data group \\[${k & 1},${(k & 1) + 2}\\] avg by \\S+`;
   for (let k = 0; k < 4; k++)
     expect(r.stdout).toMatch(new RegExp(`^\\[${k}\\] rank ${k}/4: ${groupsOf(k)}: ${steps} steps of ${elements} f32, every element checked$`, 'm'));
-  const s = summary(r.stdout);
+  const s = runSummary(r.stdout);
   expect(s).toMatchObject({ size: 4, exitCode: 0, firstFailure: null, interrupted: null, rendezvousRemoved: true });
   expect(s.ranks.map((x) => [x.rank, x.exitCode, x.signal])).toEqual([0, 1, 2, 3].map((k) => [k, 0, null]));
   expect(existsSync(s.rendezvous)).toBe(false);
@@ -114,7 +88,7 @@ async function runAndKill(): Promise<{ code: number | null; stdout: string; stde
   const ready = new Promise<void>((resolve) =>
     child.stdout.on('data', (c: Buffer) => {
       stdout += c;
-      const lines = rankLines(stdout);
+      const lines = rankLines<RankLine>(stdout);
       if ([0, 1, 2, 3].every((k) => lines.get(k)?.some((l) => l.ready))) resolve();
     }),
   );
@@ -134,7 +108,7 @@ async function runAndKill(): Promise<{ code: number | null; stdout: string; stde
   }
   // A few loops in: the ranks are in (or between) allreduces.
   await new Promise((r) => setTimeout(r, 300));
-  const lines = rankLines(stdout);
+  const lines = rankLines<RankLine>(stdout);
   const victim = lines.get(KILLED)!.find((l) => l.ready)!.pid!;
   // What the ranks hold in /dev/shm now (the simulator's device memory; none may be named on the native driver).
   const held = segmentsOf([0, 1, 2, 3].map((k) => lines.get(k)!.find((l) => l.ready)!.pid!)).length;
@@ -171,10 +145,10 @@ describe.skipIf(p.skip !== false)(`smcuda run on the ${DRIVER} driver${p.skip ? 
   it(`smcuda run -n 4, rank ${KILLED} SIGKILLed mid-loop of verified allreduces: exit 137, the survivors abort (SMCUDA_PEER_LOST naming it) and exit 0 by themselves, no process, rendezvous or /dev/shm segment left; then a fresh job verifies`, async () => {
     const r = await runAndKill();
     expect(r.code, r.stderr).toBe(137); // 128 + SIGKILL
-    const s = summary(r.stdout);
+    const s = runSummary(r.stdout);
     expect(s).toMatchObject({ size: 4, exitCode: 137, firstFailure: KILLED, interrupted: null, rendezvousRemoved: true });
     expect(r.stderr).toMatch(new RegExp(`rank ${KILLED} \\(pid \\d+\\) failed first: killed by SIGKILL`));
-    const lines = rankLines(r.stdout);
+    const lines = rankLines<RankLine>(r.stdout);
     const ready = [0, 1, 2, 3].map((k) => lines.get(k)!.find((l) => l.ready)!);
     const pids = ready.map((l) => l.pid!);
     expect(s.ranks.map((x) => x.pid)).toEqual(pids);
@@ -195,8 +169,8 @@ describe.skipIf(p.skip !== false)(`smcuda run on the ${DRIVER} driver${p.skip ? 
     expect(afterKillMs).toBeLessThan(10_000);
     // Nothing left behind: no rank process or process group (each rank leads its own), no rendezvous, no segments.
     for (const pid of pids) {
-      expect(exists(pid), `rank pid ${pid}`).toBe(false);
-      expect(exists(-pid), `process group ${pid}`).toBe(false);
+      expect(processExists(pid), `rank pid ${pid}`).toBe(false);
+      expect(processExists(-pid), `process group ${pid}`).toBe(false);
     }
     expect(existsSync(s.rendezvous)).toBe(false);
     expect(existsSync(ready[0]!.dir!)).toBe(false);

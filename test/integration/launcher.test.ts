@@ -12,8 +12,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { findRuntime } from '../../src/cli/runtimes.js';
-import type { RunReport } from '../../src/cli/run.js';
 import { CLI, smcuda } from '../helpers/cli.js';
+import { processExists, rankLines, runSummary } from '../helpers/run-output.js';
 
 const RANK = fileURLToPath(new URL('../fixtures/run-rank.mjs', import.meta.url));
 const COMM_RANK = fileURLToPath(new URL('../fixtures/comm-rank.mjs', import.meta.url));
@@ -27,32 +27,6 @@ interface RankLine {
   device?: string;
   pid?: number;
   dir?: string;
-}
-
-/** The JSON lines rank `r` printed (prefixed `[r] `). */
-function rankLines(stdout: string): Map<number, RankLine[]> {
-  const out = new Map<number, RankLine[]>();
-  for (const line of stdout.split('\n')) {
-    const m = /^\[(\d+)\] (\{.*\})$/.exec(line);
-    if (!m) continue;
-    const r = Number(m[1]);
-    out.set(r, [...(out.get(r) ?? []), JSON.parse(m[2]!) as RankLine]);
-  }
-  return out;
-}
-
-/** The --json summary: stdout's last line. */
-function summary(stdout: string): RunReport {
-  return JSON.parse(stdout.trimEnd().split('\n').at(-1)!) as RunReport;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Why `name` cannot run here ('' where it can): its test then shows as skipped, with the reason. */
@@ -69,7 +43,7 @@ describe('smcuda run', () => {
   it('4 ranks join by Communicator.fromEnv and verify an allreduce; every line prefixed; the token by environment only; nothing left', async () => {
     const r = await smcuda(['run', '-n', '4', '--json', RANK, '--lr', '0.1']);
     expect(r.code, r.stderr).toBe(0);
-    const lines = rankLines(r.stdout);
+    const lines = rankLines<RankLine>(r.stdout);
     const oks = [0, 1, 2, 3].map((k) => lines.get(k)?.[0]);
     const token = oks[0]!.env!.SMCUDA_TOKEN!;
     expect(token).toMatch(/^[0-9a-f]{48}$/);
@@ -91,7 +65,7 @@ describe('smcuda run', () => {
       expect(r.stdout).toContain(`[${k}] unterminated ${k}\n`);
     }
     for (const line of r.stdout.trimEnd().split('\n').slice(0, -1)) expect(line).toMatch(/^\[[0-3]\] /);
-    const s = summary(r.stdout);
+    const s = runSummary(r.stdout);
     expect(s).toMatchObject({ size: 4, exitCode: 0, firstFailure: null, interrupted: null, rendezvousRemoved: true });
     expect(s.ranks.map((x) => [x.rank, x.exitCode, x.signal])).toEqual([0, 1, 2, 3].map((k) => [k, 0, null]));
     for (const x of s.ranks) expect(x.durationMs).toBeGreaterThanOrEqual(0);
@@ -101,7 +75,7 @@ describe('smcuda run', () => {
   it('--devices: rank i on entry i % length, every rank seeing all the listed devices', async () => {
     const r = await smcuda(['run', '-n', '4', '--devices', '1,1,0,0', RANK]);
     expect(r.code, r.stderr).toBe(0);
-    const lines = rankLines(r.stdout);
+    const lines = rankLines<RankLine>(r.stdout);
     expect([0, 1, 2, 3].map((k) => lines.get(k)![0]!.device)).toEqual([SIM_UUID(1), SIM_UUID(1), SIM_UUID(0), SIM_UUID(0)]);
     for (let k = 0; k < 4; k++) expect(lines.get(k)![0]!.env!.CUDA_VISIBLE_DEVICES!.split(',').sort()).toEqual(['0', '1']);
   }, 60_000);
@@ -112,7 +86,7 @@ describe('smcuda run', () => {
     expect(r.code, r.stderr).toBe(3);
     // 2 × grace after the failure, plus four processes' start: well inside this bound
     expect(Date.now() - started).toBeLessThan(15_000);
-    const s = summary(r.stdout);
+    const s = runSummary(r.stdout);
     expect(s.firstFailure).toBe(2);
     expect(s.exitCode).toBe(3);
     const by = new Map(s.ranks.map((x) => [x.rank, x]));
@@ -121,8 +95,8 @@ describe('smcuda run', () => {
     for (const k of [1, 3]) expect(by.get(k)).toMatchObject({ signal: 'SIGTERM', stoppedBy: 'SIGTERM' });
     expect(r.stdout).toContain('[0] ignoring SIGTERM');
     expect(r.stderr).toMatch(/rank 2 \(pid \d+\) failed first: exit code 3/);
-    const lines = rankLines(r.stdout);
-    for (let k = 0; k < 4; k++) expect(alive(lines.get(k)![0]!.pid!)).toBe(false);
+    const lines = rankLines<RankLine>(r.stdout);
+    for (let k = 0; k < 4; k++) expect(processExists(lines.get(k)![0]!.pid!)).toBe(false);
     expect(existsSync(lines.get(0)![0]!.dir!)).toBe(false);
   }, 60_000);
 
@@ -131,7 +105,7 @@ describe('smcuda run', () => {
     const r = await smcuda(['run', '-n', '3', '--grace', '30000', '--json', COMM_RANK], { COMM_MODE: 'die', SMCUDA_SIM: '' });
     expect(r.code, r.stderr).toBe(137); // 128 + SIGKILL
     expect(Date.now() - started).toBeLessThan(25_000); // before the grace ran out: nobody was signalled
-    const s = summary(r.stdout);
+    const s = runSummary(r.stdout);
     expect(s).toMatchObject({ firstFailure: 2, exitCode: 137 });
     expect(s.ranks[2]).toMatchObject({ signal: 'SIGKILL', stoppedBy: null });
     for (const k of [0, 1]) {
@@ -152,7 +126,7 @@ describe('smcuda run', () => {
     const ready = new Promise<void>((resolve) =>
       child.stdout.on('data', (c: Buffer) => {
         stdout += c;
-        if (rankLines(stdout).size === 4) resolve();
+        if (rankLines<RankLine>(stdout).size === 4) resolve();
       }),
     );
     let timer: NodeJS.Timeout | undefined;
@@ -167,14 +141,14 @@ describe('smcuda run', () => {
     } finally {
       clearTimeout(timer);
     }
-    const lines = rankLines(stdout);
+    const lines = rankLines<RankLine>(stdout);
     const pids = [0, 1, 2, 3].map((k) => lines.get(k)![0]!.pid!);
-    for (const pid of pids) expect(alive(pid)).toBe(true);
+    for (const pid of pids) expect(processExists(pid)).toBe(true);
     const interrupted = Date.now();
     child.kill('SIGINT');
     expect(await exited).toBe(130);
     expect(Date.now() - interrupted).toBeLessThan(5_000); // the ranks die of the forwarded SIGINT, well before the SIGKILL
-    for (const pid of pids) expect(alive(pid)).toBe(false);
+    for (const pid of pids) expect(processExists(pid)).toBe(false);
     expect(existsSync(lines.get(0)![0]!.dir!)).toBe(false);
     expect(stderr).toContain('SIGINT: stopping ranks');
   }, 60_000);
@@ -184,8 +158,8 @@ describe('smcuda run', () => {
     try {
       const r = await smcuda(['run', '-n', '2', '--rendezvous', dir, '--json', RANK]);
       expect(r.code, r.stderr).toBe(0);
-      expect(rankLines(r.stdout).get(1)![0]!.env!.SMCUDA_RENDEZVOUS).toBe(dir);
-      expect(summary(r.stdout)).toMatchObject({ rendezvous: dir, rendezvousRemoved: false });
+      expect(rankLines<RankLine>(r.stdout).get(1)![0]!.env!.SMCUDA_RENDEZVOUS).toBe(dir);
+      expect(runSummary(r.stdout)).toMatchObject({ rendezvous: dir, rendezvousRemoved: false });
       expect(existsSync(dir)).toBe(true);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -199,9 +173,9 @@ describe('smcuda run', () => {
       async () => {
         const r = await smcuda(['run', '-n', '4', '--runtime', name, '--json', RANK]);
         expect(r.code, r.stderr).toBe(0);
-        const lines = rankLines(r.stdout);
+        const lines = rankLines<RankLine>(r.stdout);
         for (let k = 0; k < 4; k++) expect(lines.get(k)![0]).toMatchObject({ rank: k, ok: true });
-        expect(summary(r.stdout)).toMatchObject({ runtime: name, exitCode: 0 });
+        expect(runSummary(r.stdout)).toMatchObject({ runtime: name, exitCode: 0 });
       },
       90_000,
     );
