@@ -27,7 +27,7 @@ describe("the Communicator as the collectives suite's smcuda side (simulated dri
       drivers.map((driver, rank) => COLLECTIVES_UNDER_TEST.factory!({ driver, rank, ranks: 2, device: rank, dir, token: 'a'.repeat(32), timeoutMs: 20_000 })),
     );
     expect(suts.every((s) => s.capturable)).toBe(true);
-    expect(suts[0]!.algorithmFor?.(8, 'f32')).toBe('one-shot-ll') // 2 ranks, 8 B: the LL one-shot (communicator.ts, LL_AUTO_MAX_BYTES);
+    expect(suts[0]!.algorithmFor?.(8, 'f32')).toBe('one-shot-ll'); // 2 ranks, 8 B: the LL one-shot (communicator.ts, LL_AUTO_MAX_BYTES)
     const count = 100;
     const bufs = drivers.map((d, r) => {
       const p = d.memAlloc(count * 4);
@@ -54,7 +54,7 @@ describe("the Communicator as the collectives suite's smcuda side (simulated dri
       const t = await Promise.all(suts.map((s, r) => timeCollective(drivers[r]!, s, bufs[r]!, 64, { runs: 3, iters: 4, warmup: 1, timeoutMs: 20_000, graph })));
       for (const x of t) {
         expect(x.runsUs).toHaveLength(3);
-        expect(x.algorithm).toBe('one-shot');
+        expect(x.algorithm).toBe('one-shot-ll');
       }
     }
   });
