@@ -99,10 +99,14 @@ export class CallCheck {
     own[at + 3] = w2;
     this.board.publish(seq, w0, w1, w2);
     let found = 0;
+    const t = this.scratch;
+    const plain = !isSummedPrint(w0); // alltoallv's prints need every rank's (against's sum)
     for (let k = 0; k < this.size; k++) {
       if (k === this.rank) continue;
-      if (this.board.read(k, seq, this.scratch) !== PrintRead.Found) continue;
+      if (this.board.read(k, seq, t) !== PrintRead.Found) continue;
       found++;
+      // The print just made is in hand: the common case (they agree) without against's lookups.
+      if (plain && printsAgree(w0, w1, w2, t[0]!, t[1]!, t[2]!)) continue;
       const m = this.against(k, seq);
       if (m) return m;
     }
