@@ -21,12 +21,12 @@ import {
   LL_POISON_WORD,
   ONESHOT_MAX_BLOCKS as MAX_BLOCKS,
   lloneshotEntry,
-  opOf,
   type DType,
 } from '../dtypes.js';
 import { loadU64, storeU64, type RunOp, type UntilOp } from './block-step.js';
-import { reduceArgOf, reduceInto } from './reduce.js';
+import { reduceInto } from './reduce.js';
 import { tableOf, type TwinMemory } from './twin.js';
+import { oneshotArgs } from './oneshot.js';
 
 const LOW = 0xffffffffn;
 
@@ -61,16 +61,7 @@ function lloneshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
   const entry = lloneshotEntry(dtype);
   return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<RunOp | UntilOp> => {
-    const out = args[0]!.value as bigint;
-    const input = args[1]!.value as bigint;
-    const table = args[2]!.value as bigint;
-    const flagOffset = args[3]!.value as bigint;
-    const rank = args[4]!.value as number;
-    const n = args[5]!.value as number;
-    const count = Number(args[6]!.value as bigint);
-    const op = reduceArgOf(opOf(args[7]!.value as number, entry), args[10]!.value as number);
-    const landOffset = args[8]!.value as bigint;
-    const slotBytes = args[9]!.value as bigint;
+    const { out, input, table, flagOffset, rank, n, count, op, landOffset, slotBytes } = oneshotArgs(args, entry);
     const blocks = config.grid[0] ?? 1;
     if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${entry}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
     const bytes = count * es;

@@ -30,19 +30,29 @@ import { tableOf, type TwinMemory } from './twin.js';
 import { loadU64, storeU64, type RunOp, type UntilOp } from './block-step.js';
 import { ArgumentRangeError } from '../../errors.js';
 
+/**
+ * The arguments of a one-shot kernel, the one-shot's and the LL one-shot's alike: (out, in, bufs,
+ * flagOffset, rank, n, count, op, landOffset, slotBytes, factor); `entry` names the kernel in errors.
+ */
+export function oneshotArgs(args: readonly KernelArg[], entry: string) {
+  return {
+    out: args[0]!.value as bigint,
+    input: args[1]!.value as bigint,
+    table: args[2]!.value as bigint,
+    flagOffset: args[3]!.value as bigint,
+    rank: args[4]!.value as number,
+    n: args[5]!.value as number,
+    count: Number(args[6]!.value as bigint),
+    op: reduceArgOf(opOf(args[7]!.value as number, entry), args[10]!.value as number),
+    landOffset: args[8]!.value as bigint,
+    slotBytes: args[9]!.value as bigint,
+  };
+}
+
 function oneshotOps(dtype: DType) {
   const es = DTYPE_BYTES[dtype];
   return (args: readonly KernelArg[], config: LaunchConfig, memory: TwinMemory): Array<RunOp | UntilOp> => {
-    const out = args[0]!.value as bigint;
-    const input = args[1]!.value as bigint;
-    const table = args[2]!.value as bigint;
-    const flagOffset = args[3]!.value as bigint;
-    const rank = args[4]!.value as number;
-    const n = args[5]!.value as number;
-    const count = Number(args[6]!.value as bigint);
-    const op = reduceArgOf(opOf(args[7]!.value as number, oneshotEntry(dtype)), args[10]!.value as number);
-    const landOffset = args[8]!.value as bigint;
-    const slotBytes = args[9]!.value as bigint;
+    const { out, input, table, flagOffset, rank, n, count, op, landOffset, slotBytes } = oneshotArgs(args, oneshotEntry(dtype));
     const blocks = config.grid[0] ?? 1;
     if (blocks > MAX_BLOCKS) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: a grid of ${blocks} blocks, at most ${MAX_BLOCKS}`);
     if (BigInt(count * es) > slotBytes) throw new ArgumentRangeError(`${oneshotEntry(dtype)}: ${count * es} bytes do not fit a landing slot of ${slotBytes}`);
