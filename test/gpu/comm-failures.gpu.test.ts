@@ -18,13 +18,13 @@
  * $SMCUDA_GPU_OUT/comm-failures.json when SMCUDA_GPU_OUT is set, and one
  * line per case is printed.
  */
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { mpsStatus } from '../../src/cli/mps.js';
+import { runJsonChild } from '../helpers/json-child.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.COMM_FAILURES_DRIVER === 'sim' ? 'sim' : 'native';
@@ -54,28 +54,11 @@ function childEnv(visible: string, extra: Record<string, string>): NodeJS.Proces
   return { ...env, COMM_DRIVER: DRIVER, ...(DRIVER === 'native' ? { CUDA_VISIBLE_DEVICES: visible } : {}), ...extra };
 }
 
-/** Runs `node script args` to its exit (SIGKILLed past PROCESS_LIMIT_MS); its last stdout line is JSON. */
-function runProcess(script: string, args: string[], env: NodeJS.ProcessEnv): Promise<Exit> {
-  return new Promise((resolve) => {
-    const t0 = performance.now();
-    const child = spawn(process.execPath, [script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    const limit = setTimeout(() => child.kill('SIGKILL'), PROCESS_LIMIT_MS);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (b) => (stdout += b));
-    child.stderr.on('data', (b) => (stderr += b));
-    child.on('exit', (code, signal) => {
-      clearTimeout(limit);
-      const line = stdout.trim().split('\n').pop();
-      let out: Record<string, unknown> | undefined;
-      try {
-        out = line ? (JSON.parse(line) as Record<string, unknown>) : undefined;
-      } catch {
-        out = { unparsed: line };
-      }
-      resolve({ code, signal, pid: child.pid!, out, stderr, ms: performance.now() - t0 });
-    });
-  });
+/** Runs `node script args` to its exit (SIGKILLed past PROCESS_LIMIT_MS); its last stdout line is JSON (or `{ unparsed }`). */
+async function runProcess(script: string, args: string[], env: NodeJS.ProcessEnv): Promise<Exit> {
+  const e = await runJsonChild(script, args, env, PROCESS_LIMIT_MS);
+  const line = e.stdout.trim().split('\n').pop();
+  return { code: e.code, signal: e.signal, pid: e.pid, out: e.out ?? (line ? { unparsed: line } : undefined), stderr: e.stderr, ms: e.ms };
 }
 
 /** `size` ranks of comm-rank.mjs in COMM_MODE `mode`, meeting in a fresh rendezvous directory. */

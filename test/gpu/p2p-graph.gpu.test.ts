@@ -19,13 +19,13 @@
  * on the simulated driver (what checks this harness without a GPU;
  * P2P_GRAPH_REPLAYS fewer replays there).
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { mpsStatus } from '../../src/cli/mps.js';
+import { type JsonChildExit, runJsonChild } from '../helpers/json-child.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.P2P_GRAPH_DRIVER === 'sim' ? 'sim' : 'native';
@@ -61,48 +61,27 @@ interface RankReport {
   sizes: SizeReport[];
   p2p: { sends: number; recvs: number; bytesSent: number; bytesReceived: number; byPath: { device: number; staged: number } };
 }
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  out: RankReport | undefined;
-  stdout: string;
-  stderr: string;
-}
+type Exit = JsonChildExit<RankReport>;
 
 function runRank(rank: number, dir: string, visible: string): Promise<Exit> {
   const { SMCUDA_TOKEN: _t, SMCUDA_SIM: _s, SMCUDA_SIM_VISIBLE: _v, ...env } = process.env;
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [RANK], {
-      env: {
-        ...env,
-        ...(DRIVER === 'native' ? { CUDA_VISIBLE_DEVICES: visible } : {}),
-        P2P_GRAPH_DRIVER: DRIVER,
-        RANK: String(rank),
-        WORLD_SIZE: '2',
-        LOCAL_RANK: String(rank),
-        SMCUDA_RENDEZVOUS: dir,
-        SIZES: SIZES.join(','),
-        REPLAYS: String(REPLAYS),
-        EAGER_EVERY: String(EAGER_EVERY),
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const limit = setTimeout(() => child.kill('SIGKILL'), PROCESS_LIMIT_MS);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (b) => (stdout += b));
-    child.stderr.on('data', (b) => (stderr += b));
-    child.on('exit', (code, signal) => {
-      clearTimeout(limit);
-      let out: RankReport | undefined;
-      try {
-        out = JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as RankReport;
-      } catch {
-        out = undefined;
-      }
-      resolve({ code, signal, out, stdout, stderr });
-    });
-  });
+  return runJsonChild<RankReport>(
+    RANK,
+    [],
+    {
+      ...env,
+      ...(DRIVER === 'native' ? { CUDA_VISIBLE_DEVICES: visible } : {}),
+      P2P_GRAPH_DRIVER: DRIVER,
+      RANK: String(rank),
+      WORLD_SIZE: '2',
+      LOCAL_RANK: String(rank),
+      SMCUDA_RENDEZVOUS: dir,
+      SIZES: SIZES.join(','),
+      REPLAYS: String(REPLAYS),
+      EAGER_EVERY: String(EAGER_EVERY),
+    },
+    PROCESS_LIMIT_MS,
+  );
 }
 
 async function exchange(visible: string): Promise<RankReport[]> {
