@@ -14,7 +14,7 @@
  * A lost or aborted peer fails the calls in flight and after, and is told
  * once to `onError` (the hierarchy aborts its communicator with it).
  */
-import type { DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { ConfigError } from '../errors.js';
 import type { DType, ReduceOp } from '../kernels/dtypes.js';
 
@@ -24,6 +24,30 @@ export type EngineKind = (typeof ENGINE_KINDS)[number];
 
 /** The reductions both engines take between nodes (premul and avg are composed: multinode-communicator.ts). */
 export type EngineOp = Extract<ReduceOp, 'sum' | 'prod' | 'min' | 'max' | 'avg' | 'band' | 'bor' | 'bxor'>;
+
+/** What the store part of an engine's set-up needs (TcpStore's calls). */
+export interface EngineStore {
+  set(key: string, value: Uint8Array | string): Promise<void>;
+  get(key: string, o?: { timeoutMs?: number }): Promise<Uint8Array>;
+  add(key: string, delta: number): Promise<number>;
+}
+
+/** What every engine is opened with. */
+export interface EngineOptions {
+  store: EngineStore;
+  /** The engine's group: the local rank its members share. */
+  group: number;
+  /** This node's index, and how many nodes. */
+  rank: number;
+  size: number;
+  driver: CudaDriver;
+  /** Resolves once `stream` has reached what was queued on it so far. */
+  reached: (stream: StreamHandle) => Promise<void>;
+  /** The global rank of the group's member on node k (for errors). */
+  globalRank: (node: number) => number;
+  /** Each call's and the set-up's limit, ms. */
+  timeoutMs: number;
+}
 
 export interface EngineCall {
   count: number;

@@ -12,28 +12,16 @@
  * costs a small collective and a host wait per call: correctness first.
  * Only where NCCL loads (a GPU machine); CI tests the socket twin.
  */
-import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { CallMismatchError, CommunicatorAbortedError } from '../errors.js';
 import { errorCode } from './error-code.js';
 import { DTYPES, FLOAT_DTYPES, REDUCE_OPS, type DType } from '../kernels/dtypes.js';
 import { loadNccl, type Nccl, type NcclComm } from '../nccl/nccl.js';
-import type { EngineCall, EngineOp, InterNodeEngine } from './internode-engine.js';
-import type { EngineStore } from './socket-engine.js';
+import type { EngineCall, EngineOp, EngineOptions, InterNodeEngine } from './internode-engine.js';
 
 const KINDS = ['allreduce', 'broadcast', 'reduce', 'allgather', 'reduce-scatter', 'alltoall', 'barrier'] as const;
 const PRINT_WORDS = 10;
 const PRINT_BYTES = PRINT_WORDS * 4;
-
-export interface NcclEngineOptions {
-  store: EngineStore;
-  group: number;
-  rank: number;
-  size: number;
-  driver: CudaDriver;
-  reached: (stream: StreamHandle) => Promise<void>;
-  globalRank: (node: number) => number;
-  timeoutMs: number;
-}
 
 export class NcclEngine implements InterNodeEngine {
   readonly kind = 'nccl' as const;
@@ -48,7 +36,7 @@ export class NcclEngine implements InterNodeEngine {
   private seq = 0;
 
   private constructor(
-    private readonly o: NcclEngineOptions,
+    private readonly o: EngineOptions,
     private readonly comm: NcclComm,
   ) {
     this.rank = o.rank;
@@ -58,7 +46,7 @@ export class NcclEngine implements InterNodeEngine {
   }
 
   /** Loads NCCL (NcclUnavailableError, with what to install, where it is missing) and joins the group's communicator. */
-  static async open(o: NcclEngineOptions): Promise<NcclEngine> {
+  static async open(o: EngineOptions): Promise<NcclEngine> {
     const nccl: Nccl = loadNccl();
     const key = `internode/${o.group}/nccl-id`;
     if (o.rank === 0) await o.store.set(key, nccl.uniqueId());

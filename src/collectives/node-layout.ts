@@ -9,7 +9,7 @@
  * every rank, which each computes from the same table.
  */
 import { ConfigError } from '../errors.js';
-import type { EngineStore } from './socket-engine.js';
+import type { EngineStore } from './internode-engine.js';
 
 export interface NodeLayout {
   /** This rank's node index, the number of nodes, and its node's name. */

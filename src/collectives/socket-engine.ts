@@ -22,33 +22,13 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { hostname } from 'node:os';
-import type { CudaDriver, DevicePtr, StreamHandle } from '../cuda/driver.js';
+import type { DevicePtr, StreamHandle } from '../cuda/driver.js';
 import { CallMismatchError, CommunicatorAbortedError, CommunicatorTimeoutError, ProtocolError } from '../errors.js';
 import { DTYPE_BYTES, type DType } from '../kernels/dtypes.js';
 import { divideInPlace, reduceInto } from '../kernels/sim/reduce.js';
-import type { EngineCall, EngineOp, InterNodeEngine } from './internode-engine.js';
+import type { EngineCall, EngineOp, EngineOptions, InterNodeEngine } from './internode-engine.js';
 
-/** What the store part of the engine's set-up needs (TcpStore's calls). */
-export interface EngineStore {
-  set(key: string, value: Uint8Array | string): Promise<void>;
-  get(key: string, o?: { timeoutMs?: number }): Promise<Uint8Array>;
-  add(key: string, delta: number): Promise<number>;
-}
-
-export interface SocketEngineOptions {
-  store: EngineStore;
-  /** The engine's group: the local rank its members share. */
-  group: number;
-  /** This node's index, and how many nodes. */
-  rank: number;
-  size: number;
-  driver: CudaDriver;
-  /** Resolves once `stream` has reached what was queued on it so far. */
-  reached: (stream: StreamHandle) => Promise<void>;
-  /** The global rank of the group's member on node k (for errors). */
-  globalRank: (node: number) => number;
-  /** Each call's and the set-up's limit, ms. */
-  timeoutMs: number;
+export interface SocketEngineOptions extends EngineOptions {
   /** The host peers connect to (default: 127.0.0.1 where the store is on loopback, else this host's name). */
   host: string;
 }
