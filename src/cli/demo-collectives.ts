@@ -16,7 +16,7 @@ import { collectiveCases, type CollectiveCase } from './collective-cases.js';
 import type { CaseResult, CollectivesWorkerConfig, CollectivesWorkerReady } from './demo-collectives-worker.js';
 import { formatBytes, table } from './format.js';
 import { freePort } from './run-nodes.js';
-import { engineReduces, HIERARCHICAL_OPS } from './hierarchical-cases.js';
+import { engineReduces } from './hierarchical-cases.js';
 import { startWorkers, type WorkerClient, WorkerFailedError } from './worker-protocol.js';
 
 const MiB = 1024 * 1024;
@@ -87,10 +87,7 @@ export async function collectivesDemo(opts: CollectivesDemoOptions, progress: (l
     );
     const sizes = opts.sizes ?? [0, 1, 1001, MiB, ...(first.driver === 'native' ? [64 * MiB] : [])];
     const cases = collectiveCases(sizes, opts.ranks).filter(
-      (c) =>
-        (!opts.ops || opts.ops.includes(label(c))) &&
-        (!opts.dtypes || opts.dtypes.includes(c.dtype)) &&
-        (!nodes || (HIERARCHICAL_OPS.has(c.op) && engineReduces(first.engine, c))),
+      (c) => (!opts.ops || opts.ops.includes(label(c))) && (!opts.dtypes || opts.dtypes.includes(c.dtype)) && (!nodes || engineReduces(first.engine, c)), // every call the demo runs has a counterpart across nodes (MultiNodeOp)
     );
     const collectives: CollectivesDemoReport['collectives'] = [];
     const mismatches: string[] = [];

@@ -11,22 +11,12 @@
  */
 import { DTYPE_BYTES, FLOAT_DTYPES, reduceArg, type ReduceOp } from '../kernels/dtypes.js';
 import { divideInPlace, reduceInto } from '../kernels/sim/reduce.js';
-import { caseInput, expectedOutput, vCounts, type CollectiveCase } from './collective-cases.js';
+import type { MultiNodeOp } from '../collectives/multinode-communicator.js';
+import { caseInput, expectedOutput, vCounts, type CaseOp, type CollectiveCase } from './collective-cases.js';
 
-/** The calls the communicator across nodes has: every one the demo runs. */
-export const HIERARCHICAL_OPS: ReadonlySet<string> = new Set([
-  'allreduce',
-  'broadcast',
-  'reduce',
-  'allgather',
-  'reduce-scatter',
-  'alltoall',
-  'gather',
-  'scatter',
-  'allgatherv',
-  'reduce-scatterv',
-  'alltoallv',
-]);
+/** Every call the demo runs has its counterpart across nodes (MultiNodeOp): this does not compile otherwise. */
+const everyCaseAcrossNodes: [CaseOp] extends [MultiNodeOp] ? true : false = true;
+void everyCaseAcrossNodes;
 
 /**
  * Whether the engine between nodes reduces case `c`: NCCL has no bitwise
