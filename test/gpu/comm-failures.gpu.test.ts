@@ -25,6 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { mpsStatus } from '../../src/cli/mps.js';
 import { runJsonChild } from '../helpers/json-child.js';
+import { itChecksMps } from './mps-check.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.COMM_FAILURES_DRIVER === 'sim' ? 'sim' : 'native';
@@ -147,13 +148,7 @@ describe.skipIf(p.skip !== false)(`communicator failures on the ${DRIVER} driver
     describe.skipIf(p.devices < topo.devices)(`${T}${fewer ? ` (skipped: ${p.devices} GPU visible)` : ''}`, () => {
       // MPS is recorded on every line; required where the caller says it started MPS around the run.
       if (topo.devices === 1) {
-        const mpsSkip = DRIVER !== 'native' ? 'the simulator' : process.env.SMCUDA_EXPECT_MPS ? undefined : 'SMCUDA_EXPECT_MPS not set';
-        it.skipIf(mpsSkip !== undefined)(`MPS runs for the ranks sharing the GPU${mpsSkip ? ` (skipped: ${mpsSkip})` : ''}`, () => {
-          expect(
-            mpsStatus().active,
-            `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`,
-          ).toBe(true);
-        });
+        itChecksMps(DRIVER, 'the ranks');
       }
 
       it('baseline: a job verifies allreduce, allgather and broadcast before any failure', async () => {

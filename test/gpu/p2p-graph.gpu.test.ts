@@ -26,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { mpsStatus } from '../../src/cli/mps.js';
 import { type JsonChildExit, runJsonChild } from '../helpers/json-child.js';
+import { itChecksMps } from './mps-check.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.P2P_GRAPH_DRIVER === 'sim' ? 'sim' : 'native';
@@ -128,13 +129,7 @@ const topologies = [
 ] as const;
 
 describe.skipIf(p.skip !== false)(`point to point captured in a CUDA graph on the ${DRIVER} driver${p.skip ? ` (skipped: ${p.skip})` : ''}`, () => {
-  const mpsSkip = DRIVER !== 'native' ? 'the simulator' : process.env.SMCUDA_EXPECT_MPS ? undefined : 'SMCUDA_EXPECT_MPS not set';
-  it.skipIf(mpsSkip !== undefined)(`MPS runs for the ranks sharing the GPU${mpsSkip ? ` (skipped: ${mpsSkip})` : ''}`, () => {
-    expect(
-      mpsStatus().active,
-      `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`,
-    ).toBe(true);
-  });
+  itChecksMps(DRIVER, 'the ranks');
 
   for (const topo of topologies) {
     const fewer = p.skip === false && p.devices < topo.devices;

@@ -28,6 +28,7 @@ import type { RunReport } from '../../src/cli/run.js';
 import { parseSegmentName } from '../../src/segment-owner.js';
 import { CLI, smcuda } from '../helpers/cli.js';
 import { processExists, rankLines, runSummary } from '../helpers/run-output.js';
+import { itChecksMps } from './mps-check.js';
 import { probeNativeGpuDriven } from './native-probe.js';
 
 const DRIVER = process.env.RUN_LAUNCHER_DRIVER === 'sim' ? 'sim' : 'native';
@@ -119,20 +120,7 @@ async function runAndKill(): Promise<{ code: number | null; stdout: string; stde
 }
 
 describe.skipIf(p.skip !== false)(`smcuda run on the ${DRIVER} driver${p.skip ? ` (skipped: ${p.skip})` : ''}`, () => {
-  const mpsSkip =
-    DRIVER !== 'native'
-      ? 'the simulator'
-      : !process.env.SMCUDA_EXPECT_MPS
-        ? 'SMCUDA_EXPECT_MPS not set'
-        : p.devices > 1
-          ? `${p.devices} GPUs visible`
-          : undefined;
-  it.skipIf(mpsSkip !== undefined)(`MPS runs for the four ranks sharing the GPU${mpsSkip ? ` (skipped: ${mpsSkip})` : ''}`, () => {
-    expect(
-      mpsStatus().active,
-      `no MPS control socket in ${mpsStatus().pipeDirectory}: start MPS (nvidia-cuda-mps-control -d) with the same CUDA_MPS_PIPE_DIRECTORY`,
-    ).toBe(true);
-  });
+  itChecksMps(DRIVER, 'the four ranks', p.devices > 1 ? `${p.devices} GPUs visible` : undefined);
 
   it(`smcuda run -n 4 docs/examples/tensor-data-parallel.mjs: every rank verifies every element of both groups, on the ${DRIVER_WORDS} driver; exit 0, rendezvous removed`, async () => {
     const t0 = performance.now();
