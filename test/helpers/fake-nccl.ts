@@ -8,6 +8,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { loadAddon } from '../../src/cuda/addon.js';
+import type { NativeShm } from '../../src/cuda/native-addon.js';
 
 const root = join(import.meta.dirname, '..', '..');
 
@@ -19,6 +21,18 @@ export const cc = ['cc', 'gcc'].find((c) => {
     return false;
   }
 });
+
+/** The addon's host-memory calls: the fake NCCL reads and writes host memory at its real address (bufferAddress). */
+export const shm = (() => {
+  try {
+    return loadAddon() as unknown as NativeShm;
+  } catch {
+    return undefined;
+  }
+})();
+
+/** Why the fake NCCL tests cannot run here, or false. */
+export const fakeNcclSkip = !cc ? 'no C compiler to build the fake libnccl' : !shm ? 'the native addon does not load' : false;
 
 export interface FakeNccl {
   dir: string;

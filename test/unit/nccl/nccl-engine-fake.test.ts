@@ -9,22 +9,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { NcclEngine } from '../../../src/collectives/nccl-engine.js';
-import { loadAddon } from '../../../src/cuda/addon.js';
 import type { CudaDriver } from '../../../src/cuda/driver.js';
-import type { NativeShm } from '../../../src/cuda/native-addon.js';
 import { CommunicatorAbortedError } from '../../../src/errors.js';
 import { loadNccl } from '../../../src/nccl/nccl.js';
-import { buildFakeNccl, cc, type FakeNccl } from '../../helpers/fake-nccl.js';
+import { buildFakeNccl, type FakeNccl, fakeNcclSkip, shm } from '../../helpers/fake-nccl.js';
 import { memoryStore } from '../../helpers/memory-store.js';
 
-const shm = (() => {
-  try {
-    return loadAddon() as unknown as NativeShm;
-  } catch {
-    return undefined;
-  }
-})();
-const skip = !cc ? 'no C compiler to build the fake libnccl' : !shm ? 'the native addon does not load' : false;
+const skip = fakeNcclSkip;
 
 /** A driver whose "device" memory is host memory at real addresses: what the fake NCCL reads and writes. */
 function hostDriver(): CudaDriver & { regions: Map<bigint, Uint8Array> } {

@@ -6,20 +6,11 @@
  * assertions read them. Its own file: NCCL stays loaded in its process.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { loadAddon } from '../../../src/cuda/addon.js';
-import type { NativeShm } from '../../../src/cuda/native-addon.js';
 import { ArgumentRangeError, ArgumentTypeError, ClosedError, NcclError } from '../../../src/errors.js';
 import { type Nccl, NCCL_SPLIT_NOCOLOR, loadNccl } from '../../../src/nccl/nccl.js';
-import { buildFakeNccl, cc, type FakeNccl } from '../../helpers/fake-nccl.js';
+import { buildFakeNccl, type FakeNccl, fakeNcclSkip, shm } from '../../helpers/fake-nccl.js';
 
-const shm = (() => {
-  try {
-    return loadAddon() as unknown as NativeShm;
-  } catch {
-    return undefined;
-  }
-})();
-const skip = !cc ? 'no C compiler to build the fake libnccl' : !shm ? 'the native addon does not load' : false;
+const skip = fakeNcclSkip;
 
 /** Host memory the fake reads and writes, and its address. */
 function host(values: number[]): { view: Float32Array; ptr: bigint } {
