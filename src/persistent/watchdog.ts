@@ -43,7 +43,7 @@ export interface WatchedTransfer {
   stuck(ms: number): void;
   /** This tick's reading: a start in progress (ARRIVE = 1) or not. */
   observed?(inProgress: boolean): void;
-  /** Failed, with eager starts its stream has not passed yet: each of them waits once, so each needs a POISON of its own. */
+  /** Eager starts its stream has not passed yet: once the transfer failed, each of them waits once, so each needs a POISON of its own. */
   readonly releasing?: boolean;
 }
 
