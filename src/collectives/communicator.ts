@@ -1685,15 +1685,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
 
   /** A peer closed after its call `last`, and this rank made call `seq` after it: that call can never complete. */
   private peerClosed(peer: number, last: number, seq: number): void {
+    this.abortForClosedPeer(peer, last, `rank ${this.rank} made call #${seq}: every rank must make the same calls before it closes`, true);
+  }
+
+  /** Aborts with SMCUDA_PEER_CLOSED: "rank `peer` (pid) closed its communicator after call #`last`, and `why`". */
+  private abortForClosedPeer(peer: number, last: number, why: string, tellPeers: boolean): void {
     if (this.abortError) return;
     const pid = this.endpoints.get(peer)?.peerPid;
     const err = new CommunicatorAbortedError(
-      `rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and rank ${this.rank} made call #${seq}: every rank must make the same calls before it closes`,
+      `rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and ${why}`,
       peer,
       'SMCUDA_PEER_CLOSED',
       { failedPid: pid },
     );
-    this.control.abort(err, true);
+    this.control.abort(err, tellPeers);
   }
 
   /** Whether `stream` is capturing (then the call or send/receive goes into a graph, and this rank has graphs). */
@@ -1716,23 +1721,12 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     else if (this.captured) {
       // Calls up to the peer's last are the peer's too and complete as usual: the abort waits for them.
       void this.allSettled(this.timeoutMs).then(() => {
-        if (!this.closed) this.peerClosedUnderGraphs(peer, last);
+        if (this.closed) return;
+        const why = `rank ${this.rank} has calls captured in CUDA graphs: a replay would wait for it forever, so the communicator is aborted and its device waits released (a replay from now on computes nothing valid: close the communicator, then the graphs)`;
+        this.abortForClosedPeer(peer, last, why, false);
       });
     }
     this.p2p.peerDeparted(peer);
-  }
-
-  /** A peer closed while this rank holds captured calls (onDeparted). */
-  private peerClosedUnderGraphs(peer: number, last: number): void {
-    if (this.abortError) return;
-    const pid = this.endpoints.get(peer)?.peerPid;
-    const err = new CommunicatorAbortedError(
-      `rank ${peer}${pid !== undefined ? ` (pid ${pid})` : ''} closed its communicator after call #${last}, and rank ${this.rank} has calls captured in CUDA graphs: a replay would wait for it forever, so the communicator is aborted and its device waits released (a replay from now on computes nothing valid: close the communicator, then the graphs)`,
-      peer,
-      'SMCUDA_PEER_CLOSED',
-      { failedPid: pid },
-    );
-    this.control.abort(err, false);
   }
 
   /** A peer's call prints arrived (message boards): compares them, then completes the calls that waited for them. */
