@@ -160,13 +160,12 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const { intra, inter, avgOver } = this.ops(a.op, a.dtype);
       const send = this.buf('send', a.send, a.count * es, a.dtype);
       const recv = a.recv === undefined ? send : this.buf('recv', a.recv, a.count * es, a.dtype);
-      const { counts, displs } = pieces(a.count, this.localSize);
-      const mine = recv + BigInt(displs[this.localRank]! * es);
+      const { counts, mine, count: myCount } = this.piece(recv, a.count, es);
       return {
         bytes: a.count * es,
         steps: async (stream) => {
           await this.local.reduceScatterv({ send, recv: mine, counts, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
-          await this.engine.allreduce({ send: mine, recv: mine, count: counts[this.localRank]!, dtype: a.dtype, op: inter, ...avgOver, stream });
+          await this.engine.allreduce({ send: mine, recv: mine, count: myCount, dtype: a.dtype, op: inter, ...avgOver, stream });
           await this.local.allgatherv({ send: mine, recv, counts, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
@@ -181,14 +180,13 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const isRoot = a.root === this.rank;
       const send = isRoot && a.send !== undefined ? this.buf('send', a.send, a.count * es, a.dtype) : recv;
       const rootNode = Math.floor(a.root / this.localSize);
-      const { counts, displs } = pieces(a.count, this.localSize);
-      const mine = recv + BigInt(displs[this.localRank]! * es);
+      const { counts, mine, count: myCount } = this.piece(recv, a.count, es);
       return {
         bytes: a.count * es,
         steps: async (stream) => {
           if (this.node === rootNode)
             await this.local.broadcast({ send, recv, count: a.count, dtype: a.dtype, root: a.root % this.localSize, stream, ...this.limit(a) });
-          await this.engine.broadcast({ buf: mine, count: counts[this.localRank]!, dtype: a.dtype, root: rootNode, stream });
+          await this.engine.broadcast({ buf: mine, count: myCount, dtype: a.dtype, root: rootNode, stream });
           if (this.node !== rootNode) await this.local.allgatherv({ send: mine, recv, counts, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
@@ -204,13 +202,12 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const isRoot = a.root === this.rank;
       const out = isRoot ? (a.recv === undefined ? send : this.buf('recv', a.recv, a.count * es, a.dtype)) : scratch(a.count * es);
       const rootNode = Math.floor(a.root / this.localSize);
-      const { counts, displs } = pieces(a.count, this.localSize);
-      const mine = out + BigInt(displs[this.localRank]! * es);
+      const { counts, mine, count: myCount } = this.piece(out, a.count, es);
       return {
         bytes: a.count * es,
         steps: async (stream) => {
           await this.local.reduceScatterv({ send, recv: mine, counts, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
-          await this.engine.reduce({ send: mine, recv: mine, count: counts[this.localRank]!, dtype: a.dtype, op: inter, root: rootNode, ...avgOver, stream });
+          await this.engine.reduce({ send: mine, recv: mine, count: myCount, dtype: a.dtype, op: inter, root: rootNode, ...avgOver, stream });
           if (this.node === rootNode) await this.local.allgatherv({ send: mine, recv: out, counts, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
@@ -387,8 +384,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       const send = isRoot ? this.buf('send', a.send, this.size * block, a.dtype) : 0n;
       const all = scratch(this.size * block);
       const rootNode = Math.floor(a.root / this.localSize);
-      const { counts, displs } = pieces(this.size * a.count, this.localSize);
-      const mine = all + BigInt(displs[this.localRank]! * es);
+      const { counts, mine, count: myCount } = this.piece(all, this.size * a.count, es);
       return {
         bytes: block,
         steps: async (stream) => {
@@ -402,7 +398,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
               stream,
               ...this.limit(a),
             });
-          await this.engine.broadcast({ buf: mine, count: counts[this.localRank]!, dtype: a.dtype, root: rootNode, stream });
+          await this.engine.broadcast({ buf: mine, count: myCount, dtype: a.dtype, root: rootNode, stream });
           if (this.node !== rootNode) await this.local.allgatherv({ send: mine, recv: all, counts, dtype: a.dtype, stream, ...this.limit(a) });
           if (block > 0) this.driver.memcpyAsync(recv, all + BigInt(this.rank * block), block, stream);
           await this.marks.mark(stream);
@@ -621,6 +617,12 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
   private checkRoot(root: unknown): void {
     if (typeof root !== 'number' || !Number.isInteger(root)) throw new ArgumentTypeError(`root must be an integer rank, got ${typeof root}`);
     if (root < 0 || root >= this.size) throw new ArgumentRangeError(`root must be a rank from 0 to ${this.size - 1}, got ${root}`);
+  }
+
+  /** This rank's piece of the `count` elements at `buf` as its node cuts them (pieces()): where, how many, and every rank's counts. */
+  private piece(buf: DevicePtr, count: number, es: number): { counts: number[]; mine: DevicePtr; count: number } {
+    const { counts, displs } = pieces(count, this.localSize);
+    return { counts, mine: buf + BigInt(displs[this.localRank]! * es), count: counts[this.localRank]! };
   }
 
   private buf(field: string, arg: unknown, bytes: number, dtype: DType): DevicePtr {
