@@ -234,10 +234,14 @@ template <typename T> struct Vec {
 #include "copy-bytes.cuh"
 
 // A 16-byte vector of T as accumulators (ld of each element), and back (each element's store, after
-// avg's division): the vector paths of the one- and two-shot kernels.
+// avg's division): the vector paths of the one- and two-shot kernels. `u` is taken by value: that copy
+// is the one 16-byte load. Bound by reference to the caller's `*(const uint4 *)p`, it let nvcc load
+// element by element, down each side of premul's branch (4 to 16 loads a vector; allreduce 1 MiB
+// about 10 % slower on one H100, bench/results-history.md); test/unit/kernels/ptx-vector-loads.test.ts
+// keeps it one load.
 template <typename T> struct VecIO {
   typedef typename Acc<T>::A A;
-  static __device__ __forceinline__ void load(unsigned op, const uint4 &u, A f, A *x) {
+  static __device__ __forceinline__ void load(unsigned op, const uint4 u, A f, A *x) {
     const T *e = (const T *)&u;
 #pragma unroll
     for (int j = 0; j < Vec<T>::N; j++) x[j] = ld<T>(op, e[j], f);
@@ -269,7 +273,7 @@ template <typename T> __device__ __noinline__ unsigned f8x4_store(float4 v, unsi
   return w;
 }
 template <typename T> struct F8VecIO {
-  static __device__ __forceinline__ void load(unsigned op, const uint4 &u, float f, float *x) {
+  static __device__ __forceinline__ void load(unsigned op, const uint4 u, float f, float *x) {
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int q = 0; q < 4; q++) {
