@@ -48,6 +48,7 @@ import { Registrations, type RegisterOptions, type Registration } from './persis
 import { PersistentTransfers, type PersistentOptions, type PersistentTransfer } from './persistent/transfers.js';
 import { Watchdog } from './persistent/watchdog.js';
 import { closeFdQuietly } from './cuda/close-fd.js';
+import { realWorkStarted, tellsWarmUp } from './warm-up-yield.js';
 import type { KeepAlive } from './progress/keep-alive.js';
 
 export type { SendOptions, RecvOptions, Received, ReceivedData, MessageInfo, Registration, PersistentOptions, PersistentTransfer };
@@ -112,6 +113,8 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
   private quietRecv = false;
   /** Other calls the caller waits on (negotiate, register, persistent) not settled yet. */
   private waiting = 0;
+  /** The data-path warm-up is still to hear of this endpoint's first device work (src/warm-up-yield.ts); false on the warm-up's own endpoints. */
+  private tellWarmUp: boolean;
 
   constructor(
     private readonly channel: ControlChannel,
@@ -122,6 +125,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     this.peerId = peer.peerId;
     this.peerPid = peer.pid;
     this.peerDeviceUuid = peer.deviceUuid;
+    this.tellWarmUp = tellsWarmUp(ctx.driver);
     const link = (this.link = new EndpointLink(channel, ctx, peer.peerId, peer.features ?? 0, peer.deviceUuid));
     this.neg = new NegotiationLink({
       driver: ctx.driver,
@@ -228,6 +232,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.link.closed) return Promise.reject(this.link.closedError());
     if (options.signal?.aborted) return Promise.reject(abortReason(options.signal));
     this.keep?.busy(); // a send that waits (FIN, room, the negotiation) keeps the process alive
+    if (this.tellWarmUp && isDeviceBuffer(buffer)) this.realWork('a device send');
     let path = this.pathFor(buffer, options);
     if (
       options.stream === undefined &&
@@ -322,7 +327,10 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     let intoDevice: number | undefined;
     if (into !== undefined) {
       checkMessageBuffer('options.into', into);
-      if (isDeviceBuffer(into)) intoDevice = checkIntoRoom(this.link.driver, into);
+      if (isDeviceBuffer(into)) {
+        intoDevice = checkIntoRoom(this.link.driver, into);
+        if (this.tellWarmUp) this.realWork('a device receive');
+      }
     }
     if (options.stream !== undefined) assertHandle('options.stream', options.stream);
     // Closed: only a message that arrived whole (inline) before the close can still be taken (shutdown keeps them).
@@ -456,6 +464,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     if (this.link.closed) return Promise.reject(this.link.closedError());
     const signal = options.signal;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
+    if (this.tellWarmUp) this.realWork('negotiate()');
     return this.awaited(
       new Promise<'OK' | 'BAD'>((resolve, reject) => {
         let timer: ReturnType<typeof setTimeout> | undefined;
@@ -540,6 +549,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
    * on either side fails on both, and the next pair still matches.
    */
   register(buffer: DeviceBuffer, options?: RegisterOptions): Promise<Registration> {
+    if (this.tellWarmUp) this.realWork('register()');
     return this.awaited(this.registrations.register(buffer, options));
   }
 
@@ -612,6 +622,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
     const path = this.byArrival[frame.type];
     if (path !== undefined) {
       const arrival = frame as Arrival;
+      if (this.tellWarmUp && (arrival.type !== FrameType.EAGER || arrival.fromDevice)) this.realWork('a device message arrived');
       const waiting = this.link.resends.size > 0 ? this.link.resends.get(arrival.seq) : undefined;
       if (waiting) {
         // announced again (an RGET we could not map, now by staging): already matched
@@ -660,6 +671,7 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       case FrameType.IPC_NOTREADY:
       case FrameType.IPC_CONFIRM:
       case FrameType.IPC_ABORT:
+        if (this.tellWarmUp) this.realWork("the peer's negotiation");
         return this.neg.receive(frame as NegotiationFrame);
       case FrameType.HELLO:
       case FrameType.PROOF:
@@ -673,6 +685,16 @@ export class Endpoint extends EventEmitter<EndpointEvents> {
       default:
         throw new ProtocolError(`peer ${this.peerId} sent a ${FrameType[frame.type]} frame that no data path of this endpoint handles`);
     }
+  }
+
+  /**
+   * This endpoint's first device work (a send, a receive, the negotiation, an
+   * arrival): a data-path warm-up still running gives way at its next step
+   * (src/warm-up-yield.ts). Once per endpoint: later messages read only the flag.
+   */
+  private realWork(what: string): void {
+    this.tellWarmUp = false;
+    realWorkStarted(this.peerId, what);
   }
 
   /** A message now waits unmatched: the probe() calls it answers resolve. */

@@ -81,8 +81,14 @@ export interface TransportCreateOptions extends TransportOptions {
    * process), so that a fresh process's first message does not pay for code
    * running for the first time: src/data-path-warm-up.ts. It takes the JS
    * thread tens of milliseconds once per process, and loads the simulated driver's
-   * modules then (not before). Default true; `false` leaves it out (and the
-   * simulator unloaded); ignored with the simulated driver.
+   * modules then (not before). It gives way to real work: once an endpoint
+   * of this process starts device work (a device send or receive,
+   * `negotiate()`, `register()`, the peer's negotiation, a device message
+   * arriving), it stops after the step it is in and closes what it opened a
+   * little later, off the first message's way; if real work came first, it
+   * does not start (docs/benchmarks.md, "The data path's warm-up on the
+   * first message"). Default true; `false` leaves it out (and the simulator
+   * unloaded); ignored with the simulated driver.
    */
   warmUp?: boolean;
 }
@@ -290,7 +296,8 @@ export class Transport extends EventEmitter<TransportEvents> {
     }
     const t = new Transport(driver, reason, owns, opts, options, fileTracer, inspector);
     // The negotiation's code, then the data path's, compiled while the application connects, not on its first device message's way
-    // (machines/warm-up.ts, data-path-warm-up.ts; the data path only for the native driver: the simulator's first message is no target).
+    // (machines/warm-up.ts, data-path-warm-up.ts; the data path only for the native driver: the simulator's first message is no target;
+    // it gives way to the first real device work, src/warm-up-yield.ts).
     const warmData = driver.kind === 'native' && options.warmUp !== false;
     setImmediate(() => void warmNegotiation().then(() => (warmData ? warmDataPath((o) => Transport.create(o)) : undefined)));
     if (!options.lazyDevice) t.useDevice(t.opts.device);
