@@ -159,9 +159,7 @@ export class CePipeline {
     this.kernels.reducePart(op, dtype, mine, send + at, s.partTable(x), this.rank, this.size, hi - lo, lanes.reduce);
     this.signal(lanes.reduce, 'landingFree', x);
     if (lanes.share !== lanes.reduce) {
-      const ev = this.own!.reduced;
-      this.driver.eventRecord(ev, lanes.reduce);
-      this.driver.streamWaitEvent(lanes.share, ev);
+      this.gpu.order(this.own!.reduced, lanes.reduce, [lanes.share]);
     }
     queueMemOps(this.driver, lanes.share, this.waits('reducedFree', x));
     if (hi > lo) for (const k of this.others) this.driver.memcpyAsync(s.reducedLanding(k, x, this.rank)!, mine, (hi - lo) * es, lanes.share);
@@ -208,18 +206,14 @@ export class CePipeline {
   /** The call's own streams, after the caller's stream's work so far. */
   private fork(stream: StreamHandle): Lanes {
     const o = (this.own ??= this.make());
-    this.driver.eventRecord(o.fork, stream);
-    for (const s of [o.push, o.share, o.out]) this.driver.streamWaitEvent(s, o.fork);
+    this.gpu.order(o.fork, stream, [o.push, o.share, o.out]);
     return { push: o.push, reduce: stream, share: o.share, out: o.out };
   }
 
   /** The caller's stream waits for everything queued on the call's own streams. */
   private join(lanes: Lanes): void {
     const o = this.own!;
-    [lanes.push, lanes.share, lanes.out].forEach((s, i) => {
-      this.driver.eventRecord(o.joins[i]!, s);
-      this.driver.streamWaitEvent(lanes.reduce, o.joins[i]!);
-    });
+    [lanes.push, lanes.share, lanes.out].forEach((s, i) => this.gpu.order(o.joins[i]!, s, [lanes.reduce]));
   }
 
   private make(): NonNullable<CePipeline['own']> {

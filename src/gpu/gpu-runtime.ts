@@ -15,8 +15,8 @@
  *     completion queue and holds: gpu-work.ts), on this runtime's engine;
  *   - `streamMarks()`: a communicator's marks on its callers' streams
  *     (stream-marks.ts);
- *   - `orderingEvent()` / `retireEvent()`: events that only order streams
- *     (cuStreamWaitEvent), or that a peer opens by IPC handle;
+ *   - `orderingEvent()`, `order()` and `retireEvent()`: events that only
+ *     order streams (cuStreamWaitEvent), or that a peer opens by IPC handle;
  *   - `synchronize(stream)`: the few blocking waits the host needs (a
  *     value a peer reads at once, a slot reset before reuse);
  *   - `drain(ms)` and `close()`.
@@ -186,6 +186,17 @@ export class GpuRuntime {
     const ev = this.driver.eventCreate({ disableTiming: true, ...(options.interprocess ? { interprocess: true } : {}) });
     this.ordering.add(ev);
     return ev;
+  }
+
+  /**
+   * Orders streams: every stream of `waiters` waits (cuStreamWaitEvent) for
+   * the work queued on `after` so far, through `ev`, one of orderingEvent()'s
+   * (re-recorded at each call: a wait takes the record before it). Nothing on
+   * the host waits.
+   */
+  order(ev: EventHandle, after: StreamHandle, waiters: readonly StreamHandle[]): void {
+    this.driver.eventRecord(ev, after);
+    for (const s of waiters) this.driver.streamWaitEvent(s, ev);
   }
 
   /**

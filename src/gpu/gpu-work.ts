@@ -418,6 +418,15 @@ export class GpuWork {
     return new GpuHold(release, this.holds);
   }
 
+  /**
+   * The peer's interprocess event, opened from the IPC handle it sent (for
+   * whenEvent, then retireEvent). Throws the driver's error when the handle
+   * cannot be opened (the peer is gone, or the handle is not one).
+   */
+  openPeerEvent(handle: Uint8Array): EventHandle {
+    return this.driver.ipcOpenEventHandle(handle);
+  }
+
   /** Calls `cb` once `ev` (a peer's event, opened by IPC handle) completed, or with the close reason when this closes first. */
   whenEvent(ev: EventHandle, cb: Completion): void {
     this.events.whenEvent(ev, cb);

@@ -334,7 +334,6 @@ export class RgetPath implements DataPath {
   private async prepare(job: RgetCopy): Promise<void> {
     const { recv, frame } = job;
     const ctx = this.ctx;
-    const d = ctx.driver;
     if (job.mapping === undefined) {
       try {
         // The pool checks the mapping's real extent before it keeps it
@@ -368,7 +367,7 @@ export class RgetPath implements DataPath {
       // completion thread has let go of it.
       if (this.closeReason !== undefined) return this.finish(job, this.closeReason);
       try {
-        job.event = d.ipcOpenEventHandle(frame.event);
+        job.event = ctx.gpu().openPeerEvent(frame.event);
       } catch (err) {
         return this.finish(job, err as Error);
       }
