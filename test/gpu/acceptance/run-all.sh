@@ -25,7 +25,9 @@ step() { # name limit command...
   echo "$name: exit $rc in $(($(date +%s) - t0)) s$([ "$rc" -eq 124 ] && echo ' (timed out)')"
 }
 cd "$root" || exit 2
-step gpu-tests "${T_TESTS:-420}" npx vitest run test/gpu --reporter=verbose
+# vitest from node_modules/.bin where it is on PATH (a machine without npm has no npx).
+vitest=vitest; command -v vitest >/dev/null 2>&1 || vitest="npx vitest"
+step gpu-tests "${T_TESTS:-420}" $vitest run test/gpu --reporter=verbose
 grep -E "Test Files|Tests |^ +×" "$out/gpu-tests.log" | sed 's/\x1b\[[0-9;]*m//g'
 for s in close-persistent close-persistent-ep; do step "native-$s" 120 node "$here/lifetimes.mjs" "$s"; tail -1 "$out/native-$s.log"; done
 step call-check 60 node dist/src/bench/call-check-microbench.js
