@@ -5,7 +5,8 @@
 #      nvidia-cuda-mps-control -d; SMCUDA_EXPECT_MPS=1 makes the tests insist);
 #   2. lifetimes.mjs's persistent-transfer scenarios natively (no sanitizer);
 #   3. the call check's and the flight recorder's cost per call;
-#   4. the first message with and without the warm-up;
+#   4. the first message with and without the warm-up, sent right after connect
+#      and after ep.negotiate();
 #   5. the bench before/after, where BASE names another build's dist/
 #      (BASE=../old/dist): base, this, base, this, each into OUT/bench-<tree>-<round>/bench.json;
 #   6. run-sanitizer.sh (stop MPS first: the sanitizer does not run under it;
@@ -33,8 +34,10 @@ for s in close-persistent close-persistent-ep; do step "native-$s" 120 node "$he
 step call-check 60 node dist/src/bench/call-check-microbench.js
 step flight-recorder 60 node dist/src/bench/flight-recorder-microbench.js
 cat "$out/call-check.log" "$out/flight-recorder.log"
-step warm-up 120 node test/gpu/measure-warm-up.mjs --pairs=6
-tail -9 "$out/warm-up.log"
+for mode in connect negotiate; do
+  step "warm-up-$mode" 120 node test/gpu/measure-warm-up.mjs --pairs=6 --first-after=$mode
+  tail -9 "$out/warm-up-$mode.log"
+done
 if [ -n "${BASE:-}" ]; then
   for round in 1 2; do
     for tree in base this; do
