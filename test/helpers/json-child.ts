@@ -25,7 +25,8 @@ export function runJsonChild<T = Record<string, unknown>>(script: string, args: 
     let stderr = '';
     child.stdout.on('data', (b) => (stdout += b));
     child.stderr.on('data', (b) => (stderr += b));
-    child.on('exit', (code, signal) => {
+    // 'close', not 'exit': only then has its last stdout line been read.
+    child.on('close', (code, signal) => {
       clearTimeout(limit);
       const line = stdout.trim().split('\n').at(-1);
       let out: T | undefined;

@@ -35,7 +35,8 @@ function child(args: string[], until: (l: Line) => boolean): { proc: ChildProces
   const lines: Line[] = [];
   let buf = '';
   const done = new Promise<Line>((resolve, reject) => {
-    proc.once('exit', (code) => reject(new Error(`${args[0]} exited with ${code}`)));
+    // 'close', not 'exit': a child that prints its last line and exits can be seen to exit before that line is read.
+    proc.once('close', (code) => reject(new Error(`${args[0]} exited with ${code}`)));
     proc.stdout!.on('data', (d: Buffer) => {
       buf += d.toString();
       let i;

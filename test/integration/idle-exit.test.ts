@@ -64,12 +64,15 @@ function start(...args: string[]): Child {
   proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   cleanups.push(() => proc.exitCode === null && proc.kill('SIGKILL'));
   const lines = createInterface({ input: proc.stdout! })[Symbol.asyncIterator]();
-  const exited = new Promise<number | string>((resolve) => proc.once('exit', (code, signal) => resolve(code ?? `killed by ${signal}; stderr: ${stderr}`)));
+  // 'close', not 'exit': only then have its stdout and stderr been read to the end.
+  const exited = new Promise<number | string>((resolve) => proc.once('close', (code, signal) => resolve(code ?? `killed by ${signal}; stderr: ${stderr}`)));
   return {
     proc,
     async next() {
-      const r = await Promise.race([lines.next(), exited.then(() => ({ done: true, value: undefined }))]);
-      if (r.done === true || r.value === undefined) throw new Error(`the fixture ended without a line: ${stderr}`);
+      // The line alone, never raced against the exit: a child that prints and exits at once
+      // (as these do) can be seen to exit before its last line is read. Its stdout ends when it does.
+      const r = await lines.next();
+      if (r.done === true) throw new Error(`the fixture ended without a line (exit ${await exited}): ${stderr}`);
       return JSON.parse(r.value as string) as Record<string, unknown>;
     },
     exit: (ms) => Promise.race([exited, new Promise<string>((r) => setTimeout(() => r(`still running after ${ms} ms; stderr: ${stderr}`), ms))]),

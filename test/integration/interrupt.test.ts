@@ -14,7 +14,8 @@ async function interrupt(args: string[], readyLine: RegExp): Promise<{ code: num
   let stdout = '';
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  // 'close', not 'exit': only then has its last stderr line been read.
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no ${readyLine} within 60 s; stdout: ${stdout}; stderr: ${stderr}`)), 60_000);
     child.stdout.on('data', (d: Buffer) => {

@@ -122,7 +122,8 @@ describe('smcuda run', () => {
     let stdout = '';
     let stderr = '';
     child.stderr.on('data', (c: Buffer) => (stderr += c));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    // 'close', not 'exit': only then has its last stderr line been read.
+    const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
     const ready = new Promise<void>((resolve) =>
       child.stdout.on('data', (c: Buffer) => {
         stdout += c;
