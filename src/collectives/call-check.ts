@@ -41,6 +41,8 @@ export interface PrintBoard {
   publish(seq: number, w0: number, w1: number, w2: number): void;
   /** Peer `peer`'s print of call `seq`, into out[0..2]. */
   read(peer: number, seq: number, out: Uint32Array): PrintRead;
+  /** Optional fast path: every peer's print of `seq` is in and equal to this one, word for word (false: compare peer by peer). */
+  allAgree?(seq: number, w0: number, w1: number, w2: number): boolean;
   /** Call `seq` completed on this rank: prints up to it are no longer needed. */
   done(seq: number): void;
   close(): void;
@@ -98,9 +100,14 @@ export class CallCheck {
     own[at + 2] = w1;
     own[at + 3] = w2;
     this.board.publish(seq, w0, w1, w2);
+    const plain = !isSummedPrint(w0); // alltoallv's prints need every rank's (against's sum)
+    // The later ranks to make a call find every print here: their verify() then costs one load.
+    if (plain && this.board.allAgree?.(seq, w0, w1, w2) === true) {
+      this.agreed[seq % this.window] = seq;
+      return undefined;
+    }
     let found = 0;
     const t = this.scratch;
-    const plain = !isSummedPrint(w0); // alltoallv's prints need every rank's (against's sum)
     for (let k = 0; k < this.size; k++) {
       if (k === this.rank) continue;
       if (this.board.read(k, seq, t) !== PrintRead.Found) continue;
@@ -110,7 +117,6 @@ export class CallCheck {
       const m = this.against(k, seq);
       if (m) return m;
     }
-    // The later ranks to make a call find every print here: their verify() then costs one load.
     if (found === this.size - 1) this.agreed[seq % this.window] = seq;
     return undefined;
   }

@@ -21,6 +21,7 @@ import {
   type CallPrint,
 } from '../../../src/collectives/call-print.js';
 import { MessagePrintBoard } from '../../../src/collectives/message-print-board.js';
+import { printTableBytes, SharedPrintTable } from '../../../src/collectives/print-table.js';
 import { DTYPES, REDUCE_OPS } from '../../../src/kernels/dtypes.js';
 
 const print = fc
@@ -83,42 +84,59 @@ function sharedBoards(n: number): PrintBoard[] {
 /** Prints as every rank makes them for one call: alltoallv's shares differ by rank (counts 0: the share of a call that moves nothing). */
 const samePrint = print.map((p) => (p.op === 'alltoallv' ? { ...p, counts: 0 } : p));
 
+/** The real shared table (print-table.ts) of `n` ranks over plain memory: with its one-pass fast path (allAgree). */
+function tableBoards(n: number): PrintBoard[] {
+  const seg = { bytes: new Uint8Array(printTableBytes(n)), fd: undefined, releaseFd: () => undefined, lendFd: () => undefined, close: () => undefined };
+  return [...Array(n).keys()].map((rank) => new SharedPrintTable(seg, rank, n));
+}
+
 describe('CallCheck', () => {
-  test.prop([fc.integer({ min: 2, max: 6 }), fc.array(samePrint, { minLength: 1, maxLength: 20 }), fc.nat(), fc.nat(), samePrint, fc.infiniteStream(fc.nat())])(
-    'ranks making the same calls agree; one rank making another call at any point is found by whichever rank publishes last, naming the fields',
-    (n, calls, badRankSeed, badAt, other, order) => {
-      const boards = sharedBoards(n);
-      const checks = boards.map((b, r) => new CallCheck(r, n, b));
-      const bad = badRankSeed % n;
-      const at = badAt % calls.length;
-      const found: number[] = [];
-      for (const [i, c] of calls.entries()) {
-        const seq = i + 1;
-        // Ranks publish call seq in an arbitrary order.
-        const ranks = [...Array(n).keys()].sort(() => ((order.next().value as number) % 3) - 1);
-        for (const r of ranks) {
-          const p = r === bad && i === at ? other : c;
-          const [w0, w1, w2] = encodePrint(p);
-          const m = checks[r]!.made(seq, w0, w1, w2);
-          if (m) {
-            expect(m.seq).toBe(seq);
-            expect(m.fields.length).toBeGreaterThan(0);
-            found.push(seq);
+  for (const [board, boardsOf] of [
+    ['a board read peer by peer', sharedBoards],
+    ["the shared table (all peers' prints read in one pass first)", tableBoards],
+  ] as const)
+    test.prop([
+      fc.integer({ min: 2, max: 6 }),
+      fc.array(samePrint, { minLength: 1, maxLength: 20 }),
+      fc.nat(),
+      fc.nat(),
+      samePrint,
+      fc.infiniteStream(fc.nat()),
+    ])(
+      `ranks making the same calls agree; one rank making another call at any point is found by whichever rank publishes last, naming the fields: ${board}`,
+      (n, calls, badRankSeed, badAt, other, order) => {
+        const boards = boardsOf(n);
+        const checks = boards.map((b, r) => new CallCheck(r, n, b));
+        const bad = badRankSeed % n;
+        const at = badAt % calls.length;
+        const found: number[] = [];
+        for (const [i, c] of calls.entries()) {
+          const seq = i + 1;
+          // Ranks publish call seq in an arbitrary order.
+          const ranks = [...Array(n).keys()].sort(() => ((order.next().value as number) % 3) - 1);
+          for (const r of ranks) {
+            const p = r === bad && i === at ? other : c;
+            const [w0, w1, w2] = encodePrint(p);
+            const m = checks[r]!.made(seq, w0, w1, w2);
+            if (m) {
+              expect(m.seq).toBe(seq);
+              expect(m.fields.length).toBeGreaterThan(0);
+              found.push(seq);
+            }
           }
+          const differs = i === at && differingFields(other, c).length > 0;
+          // Once every rank made the call, every rank's verify sees what is true.
+          for (const ch of checks) {
+            const v = ch.verify(seq);
+            if (differs && ch.rank === bad) expect(v).not.toBe(true);
+            if (!differs) expect(v).toBe(true);
+          }
+          if (differs) expect(found).toContain(seq);
+          else expect(found).not.toContain(seq);
+          if (differs) return;
         }
-        const differs = i === at && differingFields(other, c).length > 0;
-        // Once every rank made the call, every rank's verify sees what is true.
-        for (const ch of checks) {
-          const v = ch.verify(seq);
-          if (differs && ch.rank === bad) expect(v).not.toBe(true);
-          if (!differs) expect(v).toBe(true);
-        }
-        if (differs) expect(found).toContain(seq);
-        else expect(found).not.toContain(seq);
-        if (differs) return;
-      }
-    },
-  );
+      },
+    );
 
   test.prop([
     fc.integer({ min: 2, max: 6 }).chain((n) =>

@@ -4,6 +4,7 @@
  * whole window behind as overwritten; ranks checking through one table find
  * a mismatch as through any board.
  */
+import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import type { MappedSegment } from '../../../src/channel/sealed-segment.js';
 import { CallCheck, PrintRead } from '../../../src/collectives/call-check.js';
@@ -33,6 +34,43 @@ describe('SharedPrintTable', () => {
     a.publish(1 + a.window, 1, 2, 3);
     expect(b.read(0, 1, out)).toBe(PrintRead.Overwritten);
     expect(b.read(0, 1 + a.window, out)).toBe(PrintRead.Found);
+  });
+
+  const word = fc.integer({ min: 0, max: 2 ** 32 - 1 });
+  test.prop([
+    fc.integer({ min: 2, max: 8 }).chain((n) =>
+      fc.record({
+        n: fc.constant(n),
+        rank: fc.nat(n - 1),
+        seq: fc.integer({ min: 1, max: 2 ** 32 - 1 }),
+        mine: fc.tuple(word, word, word),
+        // What each peer did for call seq: the same print, one word flipped by a bit, nothing yet, or the call a window earlier.
+        peers: fc.array(fc.oneof(fc.constant('same'), fc.tuple(fc.nat(2), fc.nat(31)), fc.constant('none'), fc.constant('earlier')), {
+          minLength: n,
+          maxLength: n,
+        }),
+      }),
+    ),
+  ])('allAgree is true exactly when every peer published this call with the same three words', ({ n, rank, seq, mine, peers }) => {
+    const seg = segment(printTableBytes(n));
+    const tables = [...Array(n).keys()].map((r) => new SharedPrintTable(seg, r, n));
+    const window = tables[0]!.window;
+    let agree = true;
+    for (const [k, did] of peers.entries()) {
+      if (k === rank) continue;
+      if (did === 'same') tables[k]!.publish(seq, ...mine);
+      else if (did === 'none') agree = false;
+      else if (did === 'earlier') {
+        if (seq > window) tables[k]!.publish(seq - window, ...mine);
+        agree = false;
+      } else {
+        const w = [...mine] as [number, number, number];
+        w[did[0]] = (w[did[0]]! ^ (1 << did[1])) >>> 0;
+        tables[k]!.publish(seq, ...w);
+        agree = false;
+      }
+    }
+    expect(tables[rank]!.allAgree(seq, ...mine)).toBe(agree);
   });
 
   it('ranks checking through one table: agreeing calls verify, a differing one is found by the later rank', () => {
