@@ -41,8 +41,11 @@ export interface PrintBoard {
   publish(seq: number, w0: number, w1: number, w2: number): void;
   /** Peer `peer`'s print of call `seq`, into out[0..2]. */
   read(peer: number, seq: number, out: Uint32Array): PrintRead;
-  /** Optional fast path: every peer's print of `seq` is in and equal to this one, word for word (false: compare peer by peer). */
-  allAgree?(seq: number, w0: number, w1: number, w2: number): boolean;
+  /**
+   * Optional fast path: how many peers' prints of `seq` are in and equal to
+   * this one word for word; -1 if one is in and differs (then compare peer by peer).
+   */
+  agreeing?(seq: number, w0: number, w1: number, w2: number): number;
   /** Call `seq` completed on this rank: prints up to it are no longer needed. */
   done(seq: number): void;
   close(): void;
@@ -101,11 +104,11 @@ export class CallCheck {
     own[at + 3] = w2;
     this.board.publish(seq, w0, w1, w2);
     const plain = !isSummedPrint(w0); // alltoallv's prints need every rank's (against's sum)
+    const agreeing = plain ? (this.board.agreeing?.(seq, w0, w1, w2) ?? -1) : -1;
     // The later ranks to make a call find every print here: their verify() then costs one load.
-    if (plain && this.board.allAgree?.(seq, w0, w1, w2) === true) {
-      this.agreed[seq % this.window] = seq;
-      return undefined;
-    }
+    if (agreeing === this.size - 1) this.agreed[seq % this.window] = seq;
+    // Every print in so far is this one: nothing to compare until the others come.
+    if (agreeing >= 0) return undefined;
     let found = 0;
     const t = this.scratch;
     for (let k = 0; k < this.size; k++) {
@@ -128,6 +131,11 @@ export class CallCheck {
    */
   verify(seq: number): Mismatch | boolean {
     if (this.agreed[seq % this.window] === seq >>> 0) return true;
+    const at = (seq % this.window) * 4;
+    const own = this.own;
+    // An earlier rank to make the call: by its completion every print is usually in (one pass).
+    if (own[at] === seq >>> 0 && !isSummedPrint(own[at + 1]!) && this.board.agreeing?.(seq, own[at + 1]!, own[at + 2]!, own[at + 3]!) === this.size - 1)
+      return true;
     for (let k = 0; k < this.size; k++) {
       if (k === this.rank) continue;
       const r = this.board.read(k, seq, this.scratch);

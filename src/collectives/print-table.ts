@@ -59,27 +59,29 @@ export class SharedPrintTable implements PrintBoard {
   }
 
   /**
-   * Whether every other rank's print of call `seq` is in and equal to this
-   * one word for word: the common case, read in one pass over the rows.
-   * False sends the caller to the peer-by-peer comparison, which tells what
-   * differs. Each row's seq is read atomically first, so its words are read
-   * after they were written; unlike read(), seq is not read again after
-   * them (an atomic load costs several plain ones): a peer that overwrote the
-   * entry meanwhile is a whole window ahead, a call read() reports as
+   * How many other ranks' prints of call `seq` are in and equal to this one
+   * word for word, in one pass over the rows; -1 as soon as one is in and
+   * differs in any word (the caller then compares peer by peer, which tells
+   * what differs). Each row's seq is read atomically first, so its words are
+   * read after they were written; unlike read(), seq is not read again after
+   * them (an atomic load costs several plain ones): a peer that overwrote
+   * the entry meanwhile is a whole window ahead, a call read() reports as
    * Overwritten and the check leaves uncompared either way.
    */
-  allAgree(seq: number, w0: number, w1: number, w2: number): boolean {
+  agreeing(seq: number, w0: number, w1: number, w2: number): number {
     const w = this.words;
     const stride = this.window * 4;
     const s = seq | 0;
     const a = w0 | 0;
     const b = w1 | 0;
     const c = w2 | 0;
+    let n = 0;
     for (let k = 0, at = (seq % this.window) * 4; k < this.size; k++, at += stride) {
-      if (k === this.rank) continue;
-      if (Atomics.load(w, at) !== s || w[at + 1] !== a || w[at + 2] !== b || w[at + 3] !== c) return false;
+      if (k === this.rank || Atomics.load(w, at) !== s) continue;
+      if (w[at + 1] !== a || w[at + 2] !== b || w[at + 3] !== c) return -1;
+      n++;
     }
-    return true;
+    return n;
   }
 
   done(): void {}

@@ -51,26 +51,27 @@ describe('SharedPrintTable', () => {
         }),
       }),
     ),
-  ])('allAgree is true exactly when every peer published this call with the same three words', ({ n, rank, seq, mine, peers }) => {
+  ])('agreeing: how many peers published this call with the same three words, -1 if one published it with others', ({ n, rank, seq, mine, peers }) => {
     const seg = segment(printTableBytes(n));
     const tables = [...Array(n).keys()].map((r) => new SharedPrintTable(seg, r, n));
     const window = tables[0]!.window;
-    let agree = true;
+    let same = 0;
+    let differs = false;
     for (const [k, did] of peers.entries()) {
-      if (k === rank) continue;
-      if (did === 'same') tables[k]!.publish(seq, ...mine);
-      else if (did === 'none') agree = false;
-      else if (did === 'earlier') {
-        if (seq > window) tables[k]!.publish(seq - window, ...mine);
-        agree = false;
+      if (k === rank || did === 'none') continue;
+      if (did === 'same') {
+        tables[k]!.publish(seq, ...mine);
+        same++;
+      } else if (did === 'earlier') {
+        if (seq > window) tables[k]!.publish(seq - window, ...mine); // not this call: not counted
       } else {
         const w = [...mine] as [number, number, number];
         w[did[0]] = (w[did[0]]! ^ (1 << did[1])) >>> 0;
         tables[k]!.publish(seq, ...w);
-        agree = false;
+        differs = true;
       }
     }
-    expect(tables[rank]!.allAgree(seq, ...mine)).toBe(agree);
+    expect(tables[rank]!.agreeing(seq, ...mine)).toBe(differs ? -1 : same);
   });
 
   it('ranks checking through one table: agreeing calls verify, a differing one is found by the later rank', () => {
