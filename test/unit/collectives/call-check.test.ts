@@ -84,7 +84,7 @@ function sharedBoards(n: number): PrintBoard[] {
 /** Prints as every rank makes them for one call: alltoallv's shares differ by rank (counts 0: the share of a call that moves nothing). */
 const samePrint = print.map((p) => (p.op === 'alltoallv' ? { ...p, counts: 0 } : p));
 
-/** The real shared table (print-table.ts) of `n` ranks over plain memory: with its one-pass fast path (allAgree). */
+/** The real shared table (print-table.ts) of `n` ranks over plain memory: with its one-pass fast path (agreeing). */
 function tableBoards(n: number): PrintBoard[] {
   const seg = { bytes: new Uint8Array(printTableBytes(n)), fd: undefined, releaseFd: () => undefined, lendFd: () => undefined, close: () => undefined };
   return [...Array(n).keys()].map((rank) => new SharedPrintTable(seg, rank, n));
