@@ -45,7 +45,9 @@ export interface EngineOptions {
   reached: (stream: StreamHandle) => Promise<void>;
   /** The global rank of the group's member on node k (for errors). */
   globalRank: (node: number) => number;
-  /** Each call's and the set-up's limit, ms. */
+  /** The set-up's limit, ms: the store, and joining the engine's group (the communicator's join timeout). */
+  setupMs: number;
+  /** Each call's limit, ms, unless the call gives its own (the communicator's call timeout). */
   timeoutMs: number;
 }
 
@@ -55,6 +57,8 @@ export interface EngineCall {
   stream: StreamHandle;
   /** What else must agree between the engine's ranks (a hash of a call's counts per rank), compared with the rest. */
   check?: number;
+  /** This call's limit, ms (the caller's `timeoutMs`); default the engine's `timeoutMs`. */
+  timeoutMs?: number;
 }
 
 export interface InterNodeEngine {
@@ -77,7 +81,7 @@ export interface InterNodeEngine {
   /** Block k of send (count elements) to rank k, block j of recv from rank j (grouped sends and receives). */
   alltoall(a: EngineCall & { send: DevicePtr; recv: DevicePtr }): Promise<void>;
   /** Every rank has reached it. */
-  barrier(): Promise<void>;
+  barrier(a?: { timeoutMs?: number }): Promise<void>;
   /** Called once with the error that broke the engine (a peer lost or aborted, NCCL's asynchronous error). */
   onError(listener: (err: Error) => void): void;
   /** Stops the engine on every rank: the peers' calls fail with `reason`. Idempotent. */

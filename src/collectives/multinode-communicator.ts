@@ -165,7 +165,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         bytes: a.count * es,
         steps: async (stream) => {
           await this.local.reduceScatterv({ send, recv: mine, counts, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
-          await this.engine.allreduce({ send: mine, recv: mine, count: myCount, dtype: a.dtype, op: inter, ...avgOver, stream });
+          await this.engine.allreduce({ send: mine, recv: mine, count: myCount, dtype: a.dtype, op: inter, ...avgOver, stream, ...this.limit(a) });
           await this.local.allgatherv({ send: mine, recv, counts, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
@@ -186,7 +186,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         steps: async (stream) => {
           if (this.node === rootNode)
             await this.local.broadcast({ send, recv, count: a.count, dtype: a.dtype, root: a.root % this.localSize, stream, ...this.limit(a) });
-          await this.engine.broadcast({ buf: mine, count: myCount, dtype: a.dtype, root: rootNode, stream });
+          await this.engine.broadcast({ buf: mine, count: myCount, dtype: a.dtype, root: rootNode, stream, ...this.limit(a) });
           if (this.node !== rootNode) await this.local.allgatherv({ send: mine, recv, counts, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
@@ -207,7 +207,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         bytes: a.count * es,
         steps: async (stream) => {
           await this.local.reduceScatterv({ send, recv: mine, counts, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
-          await this.engine.reduce({ send: mine, recv: mine, count: myCount, dtype: a.dtype, op: inter, root: rootNode, ...avgOver, stream });
+          await this.engine.reduce({ send: mine, recv: mine, count: myCount, dtype: a.dtype, op: inter, root: rootNode, ...avgOver, stream, ...this.limit(a) });
           if (this.node === rootNode) await this.local.allgatherv({ send: mine, recv: out, counts, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
@@ -224,7 +224,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         bytes: a.count * es,
         steps: async (stream) => {
           await this.local.allgather({ send, recv: block, count: a.count, dtype: a.dtype, stream, ...this.limit(a) });
-          await this.engine.allgather({ send: block, recv, count: this.localSize * a.count, dtype: a.dtype, stream });
+          await this.engine.allgather({ send: block, recv, count: this.localSize * a.count, dtype: a.dtype, stream, ...this.limit(a) });
         },
       };
     });
@@ -251,7 +251,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
           // [local l][node n] = block n·L + l
           this.permute(stream, byLocal, send, block, L, N, (l, n) => n * L + l);
           await this.local.reduceScatter({ send: byLocal, recv: mine, count: N * a.count, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
-          await this.engine.reduceScatter({ send: mine, recv, count: a.count, dtype: a.dtype, op: inter, ...avgOver, stream });
+          await this.engine.reduceScatter({ send: mine, recv, count: a.count, dtype: a.dtype, op: inter, ...avgOver, stream, ...this.limit(a) });
         },
       };
     });
@@ -322,7 +322,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
           const longest = scratch(8);
           this.driver.memcpyHtoD(longest, new BigUint64Array([BigInt(Math.max(0, ...sc))]));
           await this.local.allreduce({ send: longest, count: 1, dtype: 'u64', op: 'max', stream, ...this.limit(a) });
-          await this.engine.allreduce({ send: longest, recv: longest, count: 1, dtype: 'u64', op: 'max', stream });
+          await this.engine.allreduce({ send: longest, recv: longest, count: 1, dtype: 'u64', op: 'max', stream, ...this.limit(a) });
           await this.marks.mark(stream);
           const b = new BigUint64Array(1);
           this.driver.memcpyDtoH(b, longest);
@@ -357,7 +357,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
     await this.local.alltoall({ send: tmp.byLocal, recv: tmp.fromLocal, count: N * count, dtype, stream, ...this.limit(o) });
     // fromLocal is [source local l][node n]: to [node n][source local l]
     this.permute(stream, tmp.byNode, tmp.fromLocal, block, N, L, (n, l) => l * N + n);
-    await this.engine.alltoall({ send: tmp.byNode, recv, count: L * count, dtype, stream });
+    await this.engine.alltoall({ send: tmp.byNode, recv, count: L * count, dtype, stream, ...this.limit(o) });
   }
 
   /** root's recv = every rank's send in rank order: an allgather into scratch off the root (simple, not the least traffic). */
@@ -398,7 +398,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
               stream,
               ...this.limit(a),
             });
-          await this.engine.broadcast({ buf: mine, count: myCount, dtype: a.dtype, root: rootNode, stream });
+          await this.engine.broadcast({ buf: mine, count: myCount, dtype: a.dtype, root: rootNode, stream, ...this.limit(a) });
           if (this.node !== rootNode) await this.local.allgatherv({ send: mine, recv: all, counts, dtype: a.dtype, stream, ...this.limit(a) });
           if (block > 0) this.driver.memcpyAsync(recv, all + BigInt(this.rank * block), block, stream);
           await this.marks.mark(stream);
@@ -432,7 +432,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
         steps: async (stream) => {
           await this.agreeLocally(hash, stream, scratch);
           await this.local.allgatherv({ send, recv: mine, counts: counts.slice(this.node * L, this.node * L + L), dtype: a.dtype, stream, ...this.limit(a) });
-          await this.engine.allgather({ send: mine, recv: all, count: run, dtype: a.dtype, stream, check: hash });
+          await this.engine.allgather({ send: mine, recv: all, count: run, dtype: a.dtype, stream, check: hash, ...this.limit(a) });
           for (let r = 0, at = 0; r < this.size; r++) {
             if (r % L === 0) at = Math.floor(r / L) * run;
             if (counts[r]! > 0) this.driver.memcpyAsync(recv + BigInt(displs[r]! * es), all + BigInt(at * es), counts[r]! * es, stream);
@@ -475,7 +475,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
               if (counts[r]! > 0) this.driver.memcpyAsync(byLocal + BigInt((l * N + n) * B * es), send + BigInt(displs[r]! * es), counts[r]! * es, stream);
             }
           await this.local.reduceScatter({ send: byLocal, recv: mine, count: N * B, dtype: a.dtype, ...intra(a.factor), stream, ...this.limit(a) });
-          await this.engine.reduceScatter({ send: mine, recv: out, count: B, dtype: a.dtype, op: inter, ...avgOver, stream, check: hash });
+          await this.engine.reduceScatter({ send: mine, recv: out, count: B, dtype: a.dtype, op: inter, ...avgOver, stream, check: hash, ...this.limit(a) });
           if (counts[this.rank]! > 0) this.driver.memcpyAsync(recv, out, counts[this.rank]! * es, stream);
         },
       };
@@ -488,7 +488,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
       bytes: 0,
       steps: async () => {
         await this.local.barrier(this.limit(options));
-        await this.engine.barrier();
+        await this.engine.barrier(this.limit(options));
         await this.local.barrier(this.limit(options));
       },
     }));
@@ -578,7 +578,7 @@ export class MultiNodeCommunicator extends EventEmitter<Pick<CommunicatorEvents,
     const block = recv + BigInt(this.node * this.localSize * count * es);
     return async (stream) => {
       await this.local.allgather({ send, recv: block, count, dtype, stream, ...this.limit(o) });
-      await this.engine.allgather({ send: block, recv, count: this.localSize * count, dtype, stream });
+      await this.engine.allgather({ send: block, recv, count: this.localSize * count, dtype, stream, ...this.limit(o) });
     };
   }
 

@@ -115,7 +115,8 @@ export async function joinAcrossNodes(options: MultiNodeOptions = {}, env?: Env)
       driver: local.driver,
       reached: (s: StreamHandle) => made.mark(s),
       globalRank: (n: number) => n * layout.localSize + layout.localRank,
-      timeoutMs: setupMs,
+      setupMs,
+      timeoutMs,
     };
     engine = kind === 'nccl' ? await NcclEngine.open(o) : await SocketEngine.open({ ...o, host: engineHost(address.host) });
     await leaveStore(store, rank, size, setupMs);

@@ -50,8 +50,8 @@ export class NcclEngine implements InterNodeEngine {
     const nccl: Nccl = loadNccl();
     const key = `internode/${o.group}/nccl-id`;
     if (o.rank === 0) await o.store.set(key, nccl.uniqueId());
-    const id = await o.store.get(key, { timeoutMs: o.timeoutMs });
-    const comm = await nccl.initRank({ size: o.size, rank: o.rank, id, timeoutMs: o.timeoutMs });
+    const id = await o.store.get(key, { timeoutMs: o.setupMs });
+    const comm = await nccl.initRank({ size: o.size, rank: o.rank, id, timeoutMs: o.setupMs });
     return new NcclEngine(o, comm);
   }
 
@@ -90,10 +90,11 @@ export class NcclEngine implements InterNodeEngine {
   /** Checks the call against every rank's (an allgather of prints), then queues it and waits for the stream to pass it. */
   private run(
     kind: (typeof KINDS)[number],
-    a: { count: number; dtype: DType; op?: EngineOp; root?: number; check?: number },
+    a: { count: number; dtype: DType; op?: EngineOp; root?: number; check?: number; timeoutMs?: number },
     stream: StreamHandle,
     queue: (r: number) => number,
   ): Promise<void> {
+    const limitMs = a.timeoutMs ?? this.o.timeoutMs;
     const go = async () => {
       if (this.broken) throw this.broken;
       const seq = this.seq++;
@@ -112,11 +113,7 @@ export class NcclEngine implements InterNodeEngine {
       ]);
       const at = this.prints + BigInt(this.size * PRINT_BYTES);
       this.o.driver.memcpyHtoD(at, mine);
-      await this.comm.whenReady(
-        'ncclAllGather',
-        this.comm.allGather({ send: at, recv: this.prints, count: PRINT_BYTES, dtype: 'u8', stream }),
-        this.o.timeoutMs,
-      );
+      await this.comm.whenReady('ncclAllGather', this.comm.allGather({ send: at, recv: this.prints, count: PRINT_BYTES, dtype: 'u8', stream }), limitMs);
       await this.o.reached(stream);
       const all = new Uint32Array(PRINT_WORDS * this.size);
       this.o.driver.memcpyDtoH(all, this.prints);
@@ -136,7 +133,7 @@ export class NcclEngine implements InterNodeEngine {
           );
         }
       }
-      await this.comm.whenReady(`NCCL ${kind}`, queue(0), this.o.timeoutMs);
+      await this.comm.whenReady(`NCCL ${kind}`, queue(0), limitMs);
       await this.o.reached(stream);
       if (this.broken) throw this.broken;
     };
@@ -187,7 +184,7 @@ export class NcclEngine implements InterNodeEngine {
     return this.run('alltoall', a, a.stream, () => this.comm.allToAll({ ...a }));
   }
 
-  barrier(): Promise<void> {
-    return this.run('barrier', { count: 0, dtype: 'u8' }, 0n, () => 0);
+  barrier(a: { timeoutMs?: number } = {}): Promise<void> {
+    return this.run('barrier', { count: 0, dtype: 'u8', ...a }, 0n, () => 0);
   }
 }

@@ -176,15 +176,15 @@ export class SocketEngine implements InterNodeEngine {
         () =>
           reject(
             new CommunicatorTimeoutError(
-              `the socket engine of group ${o.group} was not joined by nodes ${[...expected].join(', ')} within ${o.timeoutMs} ms: check that every node started`,
+              `the socket engine of group ${o.group} was not joined by nodes ${[...expected].join(', ')} within ${o.setupMs} ms: check that every node started`,
             ),
           ),
-        o.timeoutMs,
+        o.setupMs,
       );
       timer.unref();
       server.on('connection', (s: Socket) => {
         let hello = Buffer.alloc(0);
-        const authTimer = setTimeout(() => s.destroy(), o.timeoutMs);
+        const authTimer = setTimeout(() => s.destroy(), o.setupMs);
         authTimer.unref();
         s.on('error', () => {});
         const onData = (chunk: Buffer) => {
@@ -219,7 +219,7 @@ export class SocketEngine implements InterNodeEngine {
       const port = (server.address() as { port: number }).port;
       await o.store.set(`internode/${o.group}/${o.rank}`, JSON.stringify({ host: o.host, port, secret: secret.toString('hex') }));
       for (let k = 0; k < o.rank; k++) {
-        const v = JSON.parse(Buffer.from(await o.store.get(`internode/${o.group}/${k}`, { timeoutMs: o.timeoutMs })).toString('utf8')) as {
+        const v = JSON.parse(Buffer.from(await o.store.get(`internode/${o.group}/${k}`, { timeoutMs: o.setupMs })).toString('utf8')) as {
           host: string;
           port: number;
           secret: string;
@@ -352,21 +352,22 @@ export class SocketEngine implements InterNodeEngine {
    */
   private exchange(
     h: Omit<Header, 't' | 'seq'>,
-    stream: StreamHandle,
+    call: { stream: StreamHandle; timeoutMs?: number },
     dataFor: (peer: number) => Uint8Array,
     finish: (got: Uint8Array[]) => void,
   ): Promise<void> {
+    const limitMs = call.timeoutMs ?? this.o.timeoutMs;
     const run = async () => {
       if (this.broken) throw this.broken;
       const seq = this.seq++;
-      await this.o.reached(stream);
+      await this.o.reached(call.stream);
       const mine: Header = { t: 'call', seq, ...h };
       for (const [peer, l] of this.links) l.socket.write(frame(mine, dataFor(peer)));
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(
-          () => reject(new CommunicatorTimeoutError(`${h.kind} between nodes did not complete within ${this.o.timeoutMs} ms: a node stopped calling`)),
-          this.o.timeoutMs,
+          () => reject(new CommunicatorTimeoutError(`${h.kind} between nodes did not complete within ${limitMs} ms: a node stopped calling`)),
+          limitMs,
         );
       });
       try {
@@ -430,7 +431,7 @@ export class SocketEngine implements InterNodeEngine {
     let mine: Uint8Array = new Uint8Array(0);
     return this.exchange(
       { kind: 'allreduce', count: a.count, dtype: a.dtype, op: a.op, ...(a.avgOver !== undefined ? { avgOver: a.avgOver } : {}) },
-      a.stream,
+      a,
       () => (mine.byteLength === bytes ? mine : (mine = this.read(a.send, bytes))),
       (got) => {
         got[this.rank] = mine.byteLength === bytes ? mine : this.read(a.send, bytes);
@@ -443,7 +444,7 @@ export class SocketEngine implements InterNodeEngine {
     const bytes = a.count * DTYPE_BYTES[a.dtype];
     return this.exchange(
       { kind: 'broadcast', count: a.count, dtype: a.dtype, root: a.root },
-      a.stream,
+      a,
       () => (this.rank === a.root ? this.read(a.buf, bytes) : new Uint8Array(0)),
       (got) => {
         if (this.rank !== a.root) {
@@ -459,7 +460,7 @@ export class SocketEngine implements InterNodeEngine {
     const bytes = a.count * DTYPE_BYTES[a.dtype];
     return this.exchange(
       { kind: 'reduce', count: a.count, dtype: a.dtype, op: a.op, root: a.root, ...(a.avgOver !== undefined ? { avgOver: a.avgOver } : {}) },
-      a.stream,
+      a,
       (peer) => (peer === a.root ? this.read(a.send, bytes) : new Uint8Array(0)),
       (got) => {
         if (this.rank !== a.root) return;
@@ -475,7 +476,7 @@ export class SocketEngine implements InterNodeEngine {
     let mine: Uint8Array | undefined;
     return this.exchange(
       { kind: 'allgather', count: a.count, dtype: a.dtype, ...(a.check !== undefined ? { check: a.check } : {}) },
-      a.stream,
+      a,
       () => (mine ??= this.read(a.send, bytes)),
       (got) => {
         got[this.rank] = mine ?? this.read(a.send, bytes);
@@ -496,7 +497,7 @@ export class SocketEngine implements InterNodeEngine {
         ...(a.avgOver !== undefined ? { avgOver: a.avgOver } : {}),
         ...(a.check !== undefined ? { check: a.check } : {}),
       },
-      a.stream,
+      a,
       (peer) => this.read(a.send + BigInt(peer * bytes), bytes),
       (got) => {
         got[this.rank] = this.read(a.send + BigInt(this.rank * bytes), bytes);
@@ -510,7 +511,7 @@ export class SocketEngine implements InterNodeEngine {
     const bytes = a.count * DTYPE_BYTES[a.dtype];
     return this.exchange(
       { kind: 'alltoall', count: a.count, dtype: a.dtype },
-      a.stream,
+      a,
       (peer) => this.read(a.send + BigInt(peer * bytes), bytes),
       (got) => {
         got[this.rank] = this.read(a.send + BigInt(this.rank * bytes), bytes);
@@ -520,10 +521,10 @@ export class SocketEngine implements InterNodeEngine {
     );
   }
 
-  barrier(): Promise<void> {
+  barrier(a: { timeoutMs?: number } = {}): Promise<void> {
     return this.exchange(
       { kind: 'barrier', count: 0, dtype: 'u8' },
-      0n,
+      { stream: 0n, ...a },
       () => new Uint8Array(0),
       () => {},
     );

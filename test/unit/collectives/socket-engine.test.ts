@@ -4,12 +4,13 @@
  * store. Every call's result checked element by element; calls that differ
  * fail on every engine with the field named; a connection that cannot prove
  * the published secret is dropped and never counts as a peer; an abort
- * reaches every peer's calls with its cause.
+ * reaches every peer's calls with its cause; a call's time limit is its own
+ * or the engine's call timeout, never the set-up's.
  */
 import { connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SocketEngine } from '../../../src/collectives/socket-engine.js';
-import { CallMismatchError, CommunicatorAbortedError } from '../../../src/errors.js';
+import { CallMismatchError, CommunicatorAbortedError, CommunicatorTimeoutError } from '../../../src/errors.js';
 import { memoryStore, type MemoryStore } from '../../helpers/memory-store.js';
 import { simDevice } from '../../helpers/sim-device.js';
 
@@ -18,7 +19,7 @@ afterEach(async () => {
   await Promise.all(open.splice(0).map((e) => e.close()));
 });
 
-function engines(n: number, store: MemoryStore = memoryStore()): Promise<SocketEngine[]> {
+function engines(n: number, store: MemoryStore = memoryStore(), limits = { setupMs: 5000, timeoutMs: 5000 }): Promise<SocketEngine[]> {
   return Promise.all(
     [...Array(n).keys()].map(async (rank) => {
       const e = await SocketEngine.open({
@@ -29,7 +30,7 @@ function engines(n: number, store: MemoryStore = memoryStore()): Promise<SocketE
         driver: simDevice({ env: {} }),
         reached: async () => {},
         globalRank: (k) => 10 + k,
-        timeoutMs: 5000,
+        ...limits,
         host: '127.0.0.1',
       });
       open.push(e);
@@ -129,6 +130,7 @@ describe('the socket engine', () => {
       driver: simDevice({ env: {} }),
       reached: async () => {},
       globalRank: (k) => k,
+      setupMs: 5000,
       timeoutMs: 5000,
       host: '127.0.0.1',
     });
@@ -154,12 +156,33 @@ describe('the socket engine', () => {
       driver: simDevice({ env: {} }),
       reached: async () => {},
       globalRank: (k) => k,
+      setupMs: 5000,
       timeoutMs: 5000,
       host: '127.0.0.1',
     });
     const [a, b] = await Promise.all([e0, e1]);
     open.push(a, b);
     await Promise.all([a.barrier(), b.barrier()]);
+  });
+
+  it("a call is limited by its own timeoutMs, else by the engine's call timeout, never by the set-up's", async () => {
+    // A set-up limit shorter than a call's wait: the call still completes.
+    const quick = await engines(2, memoryStore(), { setupMs: 1000, timeoutMs: 30_000 });
+    const first = quick[0]!.barrier();
+    await new Promise((r) => setTimeout(r, 1500));
+    await Promise.all([first, quick[1]!.barrier()]);
+    // The call's own limit, and the engine's, where the peer never calls.
+    const [own, byDefault] = await Promise.all([
+      engines(2, memoryStore(), { setupMs: 30_000, timeoutMs: 30_000 }),
+      engines(2, memoryStore(), { setupMs: 30_000, timeoutMs: 300 }),
+    ]);
+    const t0 = performance.now();
+    const [a, b] = await Promise.allSettled([own[0]!.barrier({ timeoutMs: 200 }), byDefault[0]!.barrier()]);
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    expect((a as PromiseRejectedResult).reason).toBeInstanceOf(CommunicatorTimeoutError);
+    expect((a as PromiseRejectedResult).reason.message).toMatch(/within 200 ms/);
+    expect((b as PromiseRejectedResult).reason).toBeInstanceOf(CommunicatorTimeoutError);
+    expect((b as PromiseRejectedResult).reason.message).toMatch(/within 300 ms/);
   });
 
   it("an abort reaches every peer's calls and error listener with its cause and the failed rank", async () => {
