@@ -59,7 +59,17 @@ describe.skipIf(skip !== false)(`the NCCL engine over a fake libnccl.so.2${skip 
   });
 
   const open = (driver: CudaDriver) =>
-    NcclEngine.open({ store: memoryStore(), group: 0, rank: 0, size: 1, driver, reached: async () => {}, globalRank: (k) => 4 + k, setupMs: 5000, timeoutMs: 5000 });
+    NcclEngine.open({
+      store: memoryStore(),
+      group: 0,
+      rank: 0,
+      size: 1,
+      driver,
+      reached: async () => {},
+      globalRank: (k) => 4 + k,
+      setupMs: 5000,
+      timeoutMs: 5000,
+    });
 
   it('joins through the store, allgathers the print of each call before it, then queues the call; close destroys the communicator', async () => {
     const driver = hostDriver();
