@@ -48,10 +48,11 @@ behind and in which call:
   rank 2 never started call 1234 (allreduce f32×1048576); ranks 0, 1, 3 are waiting in it
   rank 1 is at call 17 (broadcast f32×8 root 0) while ranks 0, 2 are at call 18
   ranks disagree at call 9: rank 0 allreduce f32×1000, rank 1 allreduce i32×1000
+  rank 1's recv #2 from rank 0 (f32 × 16) did not finish (waited 60.0 s): rank 0 never made its send #2 to rank 1 (its last: #1)
 
 then one line per rank (its calls, the last finished, the call it is in).
---json prints the analysis as data: { verdict, lines, mismatch, groups, ranks,
-missing, notes }. Give flight records and traces in separate runs.`;
+--json prints the analysis as data: { verdict, lines, mismatch, p2p, groups,
+ranks, missing, notes }. Give flight records and traces in separate runs.`;
 
 export async function runTrace(argv: string[]): Promise<number> {
   let values: { format?: string; endpoint?: string[]; from?: string; to?: string; json?: boolean; help?: boolean };

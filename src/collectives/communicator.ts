@@ -89,6 +89,7 @@ import {
 import { MessagePrintBoard } from './message-print-board.js';
 import { sharePrintTable, type SharedPrintTable } from './print-table.js';
 import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flight-recorder.js';
+import { P2PFlightRecorder, type P2PFlightEntry } from './p2p-flight.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
 import { checkPeer, PointToPoint, p2pTagOf, type P2PArgs, type P2PKind, type P2PResult, type P2PStats } from './p2p.js';
 import { agreeGroupId, claimTags, proposeGroupId, tagsOf, type CommTags, type Proposal } from './group-tags.js';
@@ -338,6 +339,8 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   private table: SharedPrintTable | undefined;
   /** This rank's last calls (flight-recorder.ts): dumped on an abort where tracing is configured, summarised in its error. */
   private readonly flight: FlightRecorder;
+  /** Its last sends and receives (p2p-flight.ts), dumped with them. */
+  private readonly p2pFlight: P2PFlightRecorder;
   private readonly tracePath: string | undefined;
   /** Peers that closed their communicator, with the last call each made. */
   private readonly departed = new Map<number, number>();
@@ -395,8 +398,10 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.tracePath = tracePath;
     this.tracer = tracePath ? new FileTracer(tracePath, transport.id) : undefined;
     this.flight = new FlightRecorder(opts.flightRecords !== undefined ? { capacity: opts.flightRecords } : {});
+    this.p2pFlight = new P2PFlightRecorder(this.flight.capacity);
     // Made before the control plane: a peer's first print may arrive before this rank's set-up is done.
     this.p2p = new PointToPoint({
+      flight: this.p2pFlight,
       rank,
       size,
       driver: this.driver,
@@ -1195,6 +1200,11 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     return this.flight.entries();
   }
 
+  /** This rank's last sends and receives, oldest first (made, its peer's matching call known here, finished or failed, and when). */
+  p2pFlightRecords(): P2PFlightEntry[] {
+    return this.p2pFlight.entries();
+  }
+
   /**
    * `bytes` of device memory on this communicator's device, as a buffer that
    * knows its length, device and liveness (`{ ptr, length, device }`): every
@@ -1968,15 +1978,20 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Puts the flight recorder's summary on this rank's abort error, and dumps its records where tracing is configured. */
   private recordAbort(err: CommunicatorAbortedError): void {
     try {
-      err.flight = this.flight.summary();
+      const p2p = this.p2pFlight.unfinished();
+      err.flight = `${this.flight.summary()}${p2p.length > 0 ? `; sends and receives not finished: ${p2p.slice(0, 4).join('; ')}${p2p.length > 4 ? `; ${p2p.length - 4} more` : ''}` : ''}`;
       if (this.tracePath)
         // A group's records go in a directory of their own: `smcuda trace DIR` compares the ranks of one communicator.
-        err.flightFile = this.flight.dump(join(flightDirFor(this.tracePath), ...(this.link.tags.group > 0 ? [`group${this.link.tags.group}`] : [])), {
-          rank: this.rank,
-          size: this.size,
-          pid: process.pid,
-          cause: err.message,
-        });
+        err.flightFile = this.flight.dump(
+          join(flightDirFor(this.tracePath), ...(this.link.tags.group > 0 ? [`group${this.link.tags.group}`] : [])),
+          {
+            rank: this.rank,
+            size: this.size,
+            pid: process.pid,
+            cause: err.message,
+          },
+          this.p2pFlight,
+        );
     } catch (e) {
       debug('communicator rank %d: the flight records could not be written: %s', this.rank, (e as Error).message);
     }

@@ -54,8 +54,17 @@ export interface FlightRecorderOptions {
   capacity?: number;
 }
 
-/** The `format` of a dump's header line (its first line): how readers tell a flight record from a trace. */
-export const FLIGHT_FORMAT = 'smcuda-flight/1';
+/**
+ * The `format` of a dump's header line (its first line): how readers tell a
+ * flight record from a trace. Version 2 added the point-to-point lines (p2p-flight.ts).
+ */
+export const FLIGHT_FORMAT = 'smcuda-flight/2';
+
+/** What a dump takes of the point-to-point recorder (p2p-flight.ts). */
+export interface FlightLines {
+  readonly recorded: number;
+  jsonLines(): string;
+}
 
 export const DEFAULT_FLIGHT_CAPACITY = 1000;
 const MAX_CAPACITY = 1 << 24;
@@ -315,8 +324,11 @@ export class FlightRecorder {
     return `flight recorder: ${parts.join('; ')}`;
   }
 
-  /** The dump as text: a header line (rank, size, pid, time, cause), then one JSON line per call, oldest first. */
-  toJsonLines(meta: FlightMeta, nowUs = flightNowUs()): string {
+  /**
+   * The dump as text: a header line (rank, size, pid, time, cause), then one
+   * JSON line per call, oldest first, then the sends' and receives' lines (`p2p`).
+   */
+  toJsonLines(meta: FlightMeta, nowUs = flightNowUs(), p2p?: FlightLines): string {
     checkMeta(meta);
     const head: Record<string, unknown> = {
       format: FLIGHT_FORMAT,
@@ -327,10 +339,11 @@ export class FlightRecorder {
       capacity: this.capacity,
       recorded: this.total,
     };
+    if (p2p) head.p2pRecorded = p2p.recorded;
     if (meta.cause !== undefined) head.cause = meta.cause;
     let text = `${JSON.stringify(head)}\n`;
     for (const e of this.entries()) text += `${JSON.stringify(entryJson(e))}\n`;
-    return text;
+    return p2p ? text + p2p.jsonLines() : text;
   }
 
   /**
@@ -339,8 +352,8 @@ export class FlightRecorder {
    * symbolic link and never over an existing file; `dir` is made (0700) if
    * missing. Returns the path. AccessDeniedError when it cannot be written.
    */
-  dump(dir: string, meta: FlightMeta): string {
-    const text = this.toJsonLines(meta);
+  dump(dir: string, meta: FlightMeta, p2p?: FlightLines): string {
+    const text = this.toJsonLines(meta, flightNowUs(), p2p);
     ensureDir(dir);
     for (let n = 1; n <= 100; n++) {
       const path = join(dir, `flight.rank${meta.rank}.${meta.pid}${n === 1 ? '' : `.${n}`}.jsonl`);

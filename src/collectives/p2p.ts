@@ -51,6 +51,7 @@ import { P2PChannel, type P2PTransfer } from './p2p-channel.js';
 import { P2PMatch, type P2PKind, type P2PPrint } from './p2p-match.js';
 import type { Scratch } from './scratch.js';
 import type { MarkWaiter } from '../gpu/stream-marks.js';
+import type { P2PFlightRecorder } from './p2p-flight.js';
 
 export type { P2PKind, P2PPrint };
 
@@ -124,6 +125,8 @@ export interface P2PMarks {
 
 /** What point to point needs of its communicator. */
 export interface P2PHost {
+  /** Where each send and receive is recorded (the communicator's flight recorder's point-to-point half). */
+  readonly flight?: P2PFlightRecorder;
   readonly rank: number;
   readonly size: number;
   readonly driver: CudaDriver;
@@ -150,6 +153,8 @@ export interface P2PHost {
 class P2PCall {
   n = 0;
   agreed = false;
+  /** Its id in the flight recorder (0: not recorded). */
+  flightId = 0;
   batch: P2PBatch | undefined;
   resolve!: (r: P2PResult) => void;
   reject!: (err: Error) => void;
@@ -326,9 +331,12 @@ export class PointToPoint {
       c.batch = b;
       const m = this.match.made(c.kind, c.peer, c.count, c.dtype);
       c.n = m.n;
+      if (h.flight) c.flightId = h.flight.queued(c.kind, c.peer, c.n, c.dtype, c.count, b.path, stream);
       h.sendPrint(c.peer, m.print);
-      if (m.agreed === true) c.agreed = true;
-      else if (m.agreed === false) this.waiting.set(`${c.kind}:${c.peer}:${c.n}`, c);
+      if (m.agreed === true) {
+        c.agreed = true;
+        h.flight?.agreed(c.flightId);
+      } else if (m.agreed === false) this.waiting.set(`${c.kind}:${c.peer}:${c.n}`, c);
       else mismatch ??= m.agreed;
     }
     this.pending.add(b);
@@ -412,6 +420,7 @@ export class PointToPoint {
     }
     if (!c) return;
     c.agreed = true;
+    this.host.flight?.agreed(c.flightId);
     const b = c.batch!;
     if (b.agreed && b.agreedWaiter) {
       b.agreedWaiter.resolve();
@@ -464,6 +473,7 @@ export class PointToPoint {
         k.bytesReceived += c.bytes;
       }
       k.byPath[b.path]++;
+      this.host.flight?.finished(c.flightId);
       c.resolve({ op: c.kind, peer: c.peer, n: c.n, bytes: c.bytes, path: b.path, us });
     }
   }
@@ -505,7 +515,10 @@ export class PointToPoint {
     this.pending.delete(b);
     for (const c of b.calls) {
       this.waiting.delete(`${c.kind}:${c.peer}:${c.n}`);
-      if (err) c.reject(err);
+      if (err) {
+        this.host.flight?.failed(c.flightId);
+        c.reject(err);
+      }
     }
     if (err && b.agreedWaiter) b.agreedWaiter.reject(err);
     if (this.pending.size === 0) for (const w of this.settledWaiters.splice(0)) w();

@@ -4,10 +4,13 @@
  * the same calls in the same order, so a hang is one of: ranks that made
  * different calls at the same seq (a mismatch), a rank that never made the
  * call the others wait in (behind), or every rank in the same call with
- * none finishing it (stuck together). Pure functions: `smcuda trace` reads
- * the files and prints what these return.
+ * none finishing it (stuck together). Sends and receives pair up instead
+ * (the n-th send from A to B with B's n-th receive from A): each one not
+ * finished is looked up in its peer's record (p2pWaits). Pure functions:
+ * `smcuda trace` reads the files and prints what these return.
  */
 import { FLIGHT_FORMAT, describeCall, type FlightState } from '../collectives/flight-recorder.js';
+import { describeP2P, type P2PFlightState } from '../collectives/p2p-flight.js';
 import { TraceFormatError } from './trace-records.js';
 
 /** One call of a dump (the JSON form of a FlightEntry: the stream in hex). */
@@ -35,12 +38,49 @@ export interface FlightHeader {
   cause?: string;
   capacity?: number;
   recorded?: number;
+  /** Sends and receives recorded since the start (version 2). */
+  p2pRecorded?: number;
+}
+
+/** One send or receive of a dump (the JSON form of a P2PFlightEntry). */
+export interface P2PFlightCall {
+  p2p: number;
+  kind: 'send' | 'recv';
+  peer: number;
+  n: number;
+  dtype?: string;
+  count?: number;
+  path?: string;
+  stream?: string;
+  state: P2PFlightState;
+  queuedUs: number;
+  agreedUs?: number;
+  finishedUs?: number;
 }
 
 export interface FlightFile {
   source: string;
   header: FlightHeader;
   calls: FlightCall[];
+  /** Its sends and receives (none in a version 1 record). */
+  p2p: P2PFlightCall[];
+}
+
+/**
+ * A send or receive not finished on `rank`, and what its peer's record says
+ * of the matching call: 'not made' (the peer's record goes that far in that
+ * pair and has no such call: the peer is behind), 'in flight' (made there,
+ * not finished either), 'finished' there, or 'unknown' (no record from the
+ * peer, or the call is older than what it kept).
+ */
+export interface P2PWait {
+  rank: number;
+  call: P2PFlightCall;
+  peerSide: 'not made' | 'in flight' | 'finished' | 'unknown';
+  /** The peer's last matching-kind call number in this pair, where its record has one. */
+  peerLast?: number;
+  /** From when it was made to its failure, else to the dump, µs. */
+  waitedUs: number;
 }
 
 /** What a call is, as ranks must agree on it. */
@@ -74,6 +114,8 @@ export interface RankPosition {
   call?: CallSig;
   /** From the start (else the queueing) of the call at `at` to its failure, else to the dump, µs. */
   waitedUs?: number;
+  /** Sends and receives in its record. */
+  p2pCalls: number;
 }
 
 export interface RankGroup {
@@ -91,15 +133,19 @@ export interface FlightAnalysis {
   missing: number[];
   /** The earliest call the ranks' records disagree on. */
   mismatch?: { seq: number; groups: Array<{ ranks: number[]; call: CallSig }> };
+  /** The sends and receives not finished, oldest first, each with what its peer's record says. */
+  p2p: P2PWait[];
   /** The ranks grouped by position, furthest behind first (one group: all at the same place). */
   groups: RankGroup[];
   /**
    * 'mismatch': ranks made different calls; 'behind': some ranks are
    * further back than others; 'stuck': every rank is in the same call and
-   * none finished it; 'finished': every rank finished every call it made, the
-   * same calls; 'empty': no call recorded.
+   * none finished it; 'p2p': the collectives are all finished (or none was
+   * made) and sends or receives are not; 'finished': every rank finished
+   * every call it made, the same calls, and every send and receive; 'empty':
+   * nothing recorded.
    */
-  verdict: 'mismatch' | 'behind' | 'stuck' | 'finished' | 'empty';
+  verdict: 'mismatch' | 'behind' | 'stuck' | 'p2p' | 'finished' | 'empty';
   /** The findings in words, most telling first. */
   lines: string[];
   /** What limits them: ranks without a record, records that overlap, ignored duplicates. */
@@ -107,6 +153,11 @@ export interface FlightAnalysis {
 }
 
 const STATES: readonly string[] = ['queued', 'started', 'finished', 'failed'];
+const P2P_STATES: readonly string[] = ['queued', 'agreed', 'finished', 'failed'];
+/** The formats this reader takes: version 1 has no point-to-point lines. */
+const FORMATS: readonly string[] = ['smcuda-flight/1', FLIGHT_FORMAT];
+/** How many of the sends and receives not finished are told in words (the rest counted). */
+const P2P_LINES = 6;
 
 /** Whether `text` is a flight record: its first line is a flight header. */
 export function isFlightText(text: string): boolean {
@@ -127,8 +178,8 @@ export function parseFlightFile(text: string, source = 'flight record'): FlightF
   const bad = (i: number, what: string) => new TraceFormatError(`${source}:${i + 1}: ${what}: ${(lines[i] ?? '').slice(0, 120)}`);
   const header = parseJson(lines[0] ?? '') as Partial<FlightHeader> | undefined;
   if (!header || typeof header.format !== 'string' || !header.format.startsWith('smcuda-flight/'))
-    throw bad(0, 'not a flight record header (a JSON object with format "smcuda-flight/1")');
-  if (header.format !== FLIGHT_FORMAT)
+    throw bad(0, `not a flight record header (a JSON object with format "${FLIGHT_FORMAT}")`);
+  if (!FORMATS.includes(header.format))
     throw bad(0, `flight record format ${header.format}, this smcuda reads ${FLIGHT_FORMAT} (read it with the smcuda that wrote it)`);
   if (
     !isCount(header.rank) ||
@@ -141,9 +192,25 @@ export function parseFlightFile(text: string, source = 'flight record'): FlightF
     throw bad(0, 'the header needs rank, size (rank < size), pid and timeUs');
   }
   const calls: FlightCall[] = [];
+  const p2p: P2PFlightCall[] = [];
   for (let i = 1; i < lines.length; i++) {
     if (lines[i]!.trim() === '') continue;
-    const c = parseJson(lines[i]!) as Partial<FlightCall> | undefined;
+    const c = parseJson(lines[i]!) as (Partial<FlightCall> & Partial<P2PFlightCall>) | undefined;
+    if (c && 'p2p' in c) {
+      if (
+        typeof c.p2p !== 'number' ||
+        (c.kind !== 'send' && c.kind !== 'recv') ||
+        !isCount(c.peer) ||
+        typeof c.n !== 'number' ||
+        typeof c.state !== 'string' ||
+        !P2P_STATES.includes(c.state) ||
+        typeof c.queuedUs !== 'number'
+      ) {
+        throw bad(i, 'not a send or receive line (a JSON object with p2p, kind, peer, n, state and queuedUs)');
+      }
+      p2p.push(c as P2PFlightCall);
+      continue;
+    }
     if (
       !c ||
       typeof c.seq !== 'number' ||
@@ -156,7 +223,7 @@ export function parseFlightFile(text: string, source = 'flight record'): FlightF
     }
     calls.push(c as FlightCall);
   }
-  return { source, header: header as FlightHeader, calls };
+  return { source, header: header as FlightHeader, calls, p2p };
 }
 
 function parseJson(line: string): unknown {
@@ -194,24 +261,80 @@ export function analyzeFlights(files: readonly FlightFile[]): FlightAnalysis {
   const ranks = chosen.map(position);
   const mismatch = findMismatch(chosen);
   const groups = groupPositions(ranks);
+  const p2p = p2pWaits(chosen, byRank);
+  const noCall = ranks.every((r) => r.newestSeq === undefined);
+  const collectivesDone = noCall || (groups.length === 1 && groups[0]!.stage === 'not made');
   const verdict: FlightAnalysis['verdict'] = mismatch
     ? 'mismatch'
-    : ranks.every((r) => r.newestSeq === undefined)
-      ? 'empty'
-      : groups.length > 1
+    : !collectivesDone
+      ? groups.length > 1
         ? 'behind'
-        : groups[0]!.stage === 'not made'
-          ? 'finished'
-          : 'stuck';
+        : 'stuck'
+      : p2p.length > 0
+        ? 'p2p'
+        : noCall && chosen.every((f) => f.p2p.length === 0)
+          ? 'empty'
+          : 'finished';
   const lines: string[] = [];
   if (mismatch) lines.push(mismatchWords(mismatch));
-  if (ranks.length > 0) lines.push(positionWords(groups, ranks, callsBySeq(chosen)));
+  // Where the collectives are all done, the sends and receives are what is stuck: told first.
+  if (verdict === 'p2p') lines.push(...p2pWords(p2p));
+  if (ranks.length > 0 && !(noCall && verdict !== 'empty')) lines.push(positionWords(groups, ranks, callsBySeq(chosen)));
+  if (verdict !== 'p2p') lines.push(...p2pWords(p2p));
   if (missing.length > 0)
     lines.push(
       `no record from ${ranksWord(missing)} (of ${size}): ${missing.length === 1 ? 'it' : 'they'} may have died or hung before writing one — look there first`,
     );
   for (const [cause, rs] of causes(chosen)) lines.push(`cause (${ranksWord(rs)}): ${cause}`);
-  return { size, ranks, missing, ...(mismatch ? { mismatch } : {}), groups, verdict, lines, notes };
+  return { size, ranks, missing, ...(mismatch ? { mismatch } : {}), p2p, groups, verdict, lines, notes };
+}
+
+/** Every send and receive not finished, with what its peer's record says of the matching call. */
+function p2pWaits(files: readonly FlightFile[], byRank: ReadonlyMap<number, FlightFile>): P2PWait[] {
+  const out: P2PWait[] = [];
+  for (const f of files) {
+    const rank = f.header.rank;
+    for (const c of f.p2p) {
+      if (c.state === 'finished') continue;
+      const end = c.state === 'failed' && c.finishedUs !== undefined ? c.finishedUs : f.header.timeUs;
+      const w: P2PWait = { rank, call: c, peerSide: 'unknown', waitedUs: end - c.queuedUs };
+      const other = byRank.get(c.peer);
+      if (other) {
+        const want = c.kind === 'send' ? 'recv' : 'send';
+        const pair = other.p2p.filter((o) => o.kind === want && o.peer === rank);
+        const match = pair.find((o) => o.n === c.n);
+        // The peer's record holds every call it made since the start when it dropped none.
+        const whole = (other.header.p2pRecorded ?? Number.POSITIVE_INFINITY) <= other.p2p.length;
+        if (pair.length > 0) w.peerLast = Math.max(...pair.map((o) => o.n));
+        if (match) w.peerSide = match.state === 'finished' ? 'finished' : 'in flight';
+        else if (whole || (w.peerLast !== undefined && w.peerLast < c.n)) w.peerSide = 'not made';
+      }
+      // Its print arrived here: the peer made the call, whatever its record kept.
+      if (c.state === 'agreed' && (w.peerSide === 'not made' || w.peerSide === 'unknown')) w.peerSide = 'in flight';
+      out.push(w);
+    }
+  }
+  return out.sort((a, b) => a.call.queuedUs - b.call.queuedUs || a.rank - b.rank);
+}
+
+/** "rank 1's send #5 to rank 2 (f32 × 1024) waited 12.3 s: rank 2 never made its recv #5 from rank 1 (its last: #4)". */
+function p2pWords(waits: readonly P2PWait[]): string[] {
+  const lines = waits.slice(0, P2P_LINES).map((w) => {
+    const c = w.call;
+    const theirs = `${c.kind === 'send' ? 'recv' : 'send'} #${c.n} ${c.kind === 'send' ? 'from' : 'to'} rank ${w.rank}`;
+    const head = `rank ${w.rank}'s ${describeP2P(c)} ${c.state === 'failed' ? 'failed' : 'did not finish'} (waited ${(w.waitedUs / 1e6).toFixed(1)} s)`;
+    const why =
+      w.peerSide === 'not made'
+        ? `rank ${c.peer} never made its ${theirs}${w.peerLast !== undefined ? ` (its last: #${w.peerLast})` : ' (none in that pair)'} — look there first`
+        : w.peerSide === 'in flight'
+          ? `rank ${c.peer} made its ${theirs} too, and it did not finish either (look at the GPUs and the cause)`
+          : w.peerSide === 'finished'
+            ? `rank ${c.peer}'s ${theirs} finished there`
+            : `rank ${c.peer}'s record does not say (no record from it, or the call is older than it kept)`;
+    return `${head}: ${why}`;
+  });
+  if (waits.length > P2P_LINES) lines.push(`and ${waits.length - P2P_LINES} more sends and receives not finished`);
+  return lines;
 }
 
 function sigOf(c: FlightCall): CallSig {
@@ -226,7 +349,7 @@ function sigOf(c: FlightCall): CallSig {
 function position(f: FlightFile): RankPosition {
   const calls = [...f.calls].sort((a, b) => a.seq - b.seq);
   const h = f.header;
-  const p: RankPosition = { rank: h.rank, pid: h.pid, source: f.source, dumpedUs: h.timeUs, at: 1, stage: 'not made', failed: false };
+  const p: RankPosition = { rank: h.rank, pid: h.pid, source: f.source, dumpedUs: h.timeUs, at: 1, stage: 'not made', failed: false, p2pCalls: f.p2p.length };
   if (h.cause !== undefined) p.cause = h.cause;
   if (calls.length === 0) return p;
   p.oldestSeq = calls[0]!.seq;
@@ -363,7 +486,9 @@ export function renderFlightAnalysis(a: FlightAnalysis): string {
       r.stage === 'not made'
         ? 'idle'
         : `in call ${r.at} ${describeCall(r.call ?? { op: '?' })}, ${r.stage}${r.failed ? ', failed' : ''}${r.waitedUs !== undefined ? `, waited ${(r.waitedUs / 1e6).toFixed(1)} s` : ''}`;
-    out.push(`  rank ${r.rank} (pid ${r.pid}): ${span}, ${done}, ${where}`);
+    const open = a.p2p.filter((w) => w.rank === r.rank).length;
+    const p2p = r.p2pCalls > 0 ? `; ${r.p2pCalls} sends and receives recorded, ${open === 0 ? 'all finished' : `${open} not finished`}` : '';
+    out.push(`  rank ${r.rank} (pid ${r.pid}): ${span}, ${done}, ${where}${p2p}`);
   }
   return `${out.join('\n')}\n`;
 }

@@ -2,7 +2,8 @@
  * The communicator's flight recorder (issue 47 item 7): every call is
  * recorded; an abort puts the recorder's summary on each rank's error and,
  * where tracing is configured, dumps each rank's records, from which the
- * analysis behind `smcuda trace` names the rank that never made the call.
+ * analysis behind `smcuda trace` names the rank that never made the call;
+ * sends and receives likewise.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -57,6 +58,32 @@ describe('the flight recorder', () => {
     const flights = files.map((f) => parseFlightFile(readFileSync(join(dir!, 'run.flight', f), 'utf8'), f));
     const text = renderFlightAnalysis(analyzeFlights(flights));
     expect(text).toMatch(/rank 2 never (started|made) call 2/);
+  });
+
+  it("sends and receives are recorded too: a receive whose send never comes is in every rank's dump, and the analysis names the rank that never sent", async () => {
+    dir = mkdtempSync(join(tmpdir(), 'smcuda-flight-'));
+    const trace = join(dir, 'run.jsonl');
+    w = await makeWorld(3, { timeoutMs: 400, trace });
+    const bufs = w.sides.map((s) => s.driver.memAlloc(4096));
+    await Promise.all([
+      w.comms[0]!.send({ buf: bufs[0]!, count: 8, dtype: 'f32', peer: 1 }),
+      w.comms[1]!.recv({ buf: bufs[1]!, count: 8, dtype: 'f32', peer: 0 }),
+    ]);
+    expect(w.comms[0]!.p2pFlightRecords()).toMatchObject([{ id: 1, kind: 'send', peer: 1, n: 1, dtype: 'f32', count: 8, state: 'finished' }]);
+    const e = await w.comms[1]!.recv({ buf: bufs[1]!, count: 16, dtype: 'f32', peer: 0 }).then(
+      () => undefined,
+      (err: unknown) => err as CommunicatorAbortedError,
+    );
+    expect(e?.causeCode).toBe('SMCUDA_COMM_TIMEOUT');
+    expect(e?.flight).toMatch(/sends and receives not finished: recv #2 from rank 0 \(f32 × 16\), rank 0's send not made yet/);
+    await new Promise((r) => setTimeout(r, 200));
+    const files = readdirSync(join(dir, 'run.flight')).filter((f) => f.startsWith('flight.rank'));
+    expect(files.length).toBe(3);
+    const a = analyzeFlights(files.map((f) => parseFlightFile(readFileSync(join(dir!, 'run.flight', f), 'utf8'), f)));
+    expect(a.verdict).toBe('p2p');
+    expect(a.lines[0]).toMatch(
+      /^rank 1's recv #2 from rank 0 \(f32 × 16\) (failed|did not finish) .*: rank 0 never made its send #2 to rank 1 \(its last: #1\)/,
+    );
   });
 
   it('refuses a bad flightRecords option', async () => {

@@ -2,11 +2,13 @@
  * Who is stuck: the ranks' flight records (written by FlightRecorder, read
  * back from their dump text) analysed together — a rank behind, ranks that
  * disagree on a call, every rank finished or stuck in one call — and the
- * reading of dumps (header detection, bad lines refused by line).
+ * reading of dumps (header detection, bad lines refused by line); sends and
+ * receives not finished, each looked up in its peer's record.
  */
 import { fc, test as propTest } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import { FlightRecorder } from '../../../src/collectives/flight-recorder.js';
+import { P2PFlightRecorder } from '../../../src/collectives/p2p-flight.js';
 import { analyzeFlights, isFlightText, parseFlightFile, renderFlightAnalysis, type FlightFile } from '../../../src/diagram/flight-analysis.js';
 
 interface Call {
@@ -233,12 +235,96 @@ describe('reading dumps', () => {
       expect(() => parseFlightFile(text, 'f.jsonl')).toThrow(expect.objectContaining({ code: 'SMCUDA_TRACE_FORMAT', message: expect.stringMatching(match) }));
     err('{"t":1}\n', /^f\.jsonl:1: not a flight record header/);
     err(
-      '{"format":"smcuda-flight/2","rank":0,"size":2,"pid":9,"timeUs":5}\n',
-      /^f\.jsonl:1: flight record format smcuda-flight\/2, this smcuda reads smcuda-flight\/1/,
+      '{"format":"smcuda-flight/3","rank":0,"size":2,"pid":9,"timeUs":5}\n',
+      /^f\.jsonl:1: flight record format smcuda-flight\/3, this smcuda reads smcuda-flight\/2/,
     );
+    err(`${header}\n{"p2p":1,"kind":"put","peer":1,"n":1,"state":"queued","queuedUs":3}\n`, /^f\.jsonl:2: not a send or receive line/);
     err('{"format":"smcuda-flight/1","rank":2,"size":2,"pid":9,"timeUs":5}\n', /^f\.jsonl:1: the header needs rank, size \(rank < size\)/);
     err(`${header}\n{"seq":1,"op":"allreduce","state":"running","queuedUs":3}\n`, /^f\.jsonl:2: not a flight record line/);
     err(`${header}\n\n[1,2]\n`, /^f\.jsonl:3: not a flight record line/);
     expect(parseFlightFile(`${header}\n\n`, 'f.jsonl').calls).toEqual([]);
+  });
+});
+
+/** A rank's sends and receives: each [kind, peer, n, state]; dumped at 100 s. */
+function p2pDump(
+  rank: number,
+  size: number,
+  calls: ReadonlyArray<['send' | 'recv', number, number, 'queued' | 'agreed' | 'finished' | 'failed']>,
+  capacity = 1000,
+): FlightFile {
+  const p = new P2PFlightRecorder(capacity);
+  let t = 1_000 * SEC;
+  for (const [kind, peer, n, state] of calls) {
+    const id = p.queued(kind, peer, n, 'f32', 8, 'device', 0n, (t += 10));
+    if (state === 'agreed' || state === 'finished') p.agreed(id, (t += 10));
+    if (state === 'finished') p.finished(id, (t += 10));
+    if (state === 'failed') p.failed(id, (t += 10));
+  }
+  const text = new FlightRecorder().toJsonLines({ rank, size, pid: 1000 + rank }, 1_100 * SEC, p);
+  return parseFlightFile(text, `flight.rank${rank}.jsonl`);
+}
+
+describe('sends and receives', () => {
+  it("names the rank that never made the receive a send waits for, with the pair's last number there", () => {
+    const a = analyzeFlights([
+      p2pDump(0, 3, [
+        ['send', 1, 1, 'finished'],
+        ['send', 1, 2, 'queued'],
+      ]),
+      p2pDump(1, 3, [['recv', 0, 1, 'finished']]),
+      p2pDump(2, 3, []),
+    ]);
+    expect(a.verdict).toBe('p2p');
+    expect(a.p2p).toHaveLength(1);
+    expect(a.p2p[0]).toMatchObject({ rank: 0, peerSide: 'not made', peerLast: 1 });
+    expect(a.lines[0]).toBe(
+      "rank 0's send #2 to rank 1 (f32 × 8) did not finish (waited 100.0 s): rank 1 never made its recv #2 from rank 0 (its last: #1) — look there first",
+    );
+    expect(renderFlightAnalysis(a)).toMatch(/rank 0 \(pid 1000\): no call recorded, none finished, idle; 2 sends and receives recorded, 1 not finished/);
+  });
+
+  it('a peer whose whole record has no call of that pair never made it; one made on both sides, neither finished, is said so', () => {
+    const never = analyzeFlights([p2pDump(0, 2, [['recv', 1, 1, 'queued']]), p2pDump(1, 2, [['recv', 0, 1, 'finished']])]);
+    expect(never.lines[0]).toMatch(/rank 0's recv #1 from rank 1 .*: rank 1 never made its send #1 to rank 0 \(none in that pair\)/);
+    const both = analyzeFlights([p2pDump(0, 2, [['send', 1, 1, 'agreed']]), p2pDump(1, 2, [['recv', 0, 1, 'agreed']])]);
+    expect(both.p2p.map((w) => w.peerSide)).toEqual(['in flight', 'in flight']);
+    expect(both.lines[0]).toMatch(/rank 1 made its recv #1 from rank 0 too, and it did not finish either/);
+  });
+
+  it("without the peer's record it cannot tell, unless its own call saw the peer's print (then the peer made it)", () => {
+    const a = analyzeFlights([
+      p2pDump(0, 3, [
+        ['send', 1, 1, 'queued'],
+        ['send', 2, 1, 'agreed'],
+      ]),
+    ]);
+    expect(a.p2p.map((w) => [w.call.peer, w.peerSide])).toEqual([
+      [1, 'unknown'],
+      [2, 'in flight'],
+    ]);
+    expect(a.lines[0]).toMatch(/rank 1's record does not say/);
+    expect(a.missing).toEqual([1, 2]);
+  });
+
+  it('a rank behind in the collectives comes first; the sends and receives follow', () => {
+    const calls = same(3);
+    const files = [rankDump(0, 2, calls, 2, 1), rankDump(1, 2, calls, 2, 0)];
+    const p = p2pDump(0, 2, [['send', 1, 1, 'queued']]);
+    files[0] = { ...files[0]!, p2p: p.p2p };
+    files[1]!.header.p2pRecorded = 0; // rank 1 made no send or receive
+    const a = analyzeFlights(files);
+    expect(a.verdict).toBe('behind');
+    expect(a.lines[0]).toMatch(/^rank 1 never started call 3/);
+    expect(a.lines[1]).toMatch(/^rank 0's send #1 to rank 1 .*rank 1 never made its recv #1 from rank 0 \(none in that pair\)/);
+  });
+
+  it('every send and receive finished and no collective: finished; a version 1 record reads with none', () => {
+    expect(analyzeFlights([p2pDump(0, 2, [['send', 1, 1, 'finished']]), p2pDump(1, 2, [['recv', 0, 1, 'finished']])]).verdict).toBe('finished');
+    const v1 = parseFlightFile(
+      '{"format":"smcuda-flight/1","rank":0,"size":1,"pid":9,"timeUs":5}\n{"seq":1,"op":"barrier","algorithm":"x","state":"finished","queuedUs":3}\n',
+    );
+    expect(v1.p2p).toEqual([]);
+    expect(v1.calls).toHaveLength(1);
   });
 });
