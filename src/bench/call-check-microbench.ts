@@ -4,13 +4,15 @@
  * of one rank among `size`, the prints in a shared table (print-table.ts,
  * here over plain memory: the same loads and stores), the other ranks'
  * prints written as they would be; and the flight recorder's queued() +
- * finished() beside it. Not a test: run it by hand when either changes, e.g.
+ * finished() beside it, and its point-to-point half's queued() + agreed() +
+ * finished() for a send. Not a test: run it by hand when either changes, e.g.
  *   npm run build && node --expose-gc dist/src/bench/call-check-microbench.js
  */
 import type { MappedSegment } from '../channel/sealed-segment.js';
 import { CallCheck } from '../collectives/call-check.js';
 import { printWord0 } from '../collectives/call-print.js';
 import { FlightRecorder } from '../collectives/flight-recorder.js';
+import { P2PFlightRecorder } from '../collectives/p2p-flight.js';
 import { printTableBytes, SharedPrintTable } from '../collectives/print-table.js';
 import { measure } from './micro-measure.js';
 
@@ -59,3 +61,10 @@ const rns = measure(N, ROUNDS, (i) => {
   rec.finished(s, i + 1);
 });
 console.log(`flight recorder: ${rns.toFixed(1)} ns a call (queued + finished, times given)`);
+const p2p = new P2PFlightRecorder(1000);
+const pns = measure(N, ROUNDS, (i) => {
+  const id = p2p.queued('send', 1, i, 'f32', 1024, 'device', 0n, i);
+  p2p.agreed(id, i);
+  p2p.finished(id, i + 1);
+});
+console.log(`flight recorder, a send: ${pns.toFixed(1)} ns (queued + agreed + finished, times given)`);
