@@ -197,33 +197,25 @@ export function parseFlightFile(text: string, source = 'flight record'): FlightF
     if (lines[i]!.trim() === '') continue;
     const c = parseJson(lines[i]!) as (Partial<FlightCall> & Partial<P2PFlightCall>) | undefined;
     if (c && 'p2p' in c) {
-      if (
-        typeof c.p2p !== 'number' ||
-        (c.kind !== 'send' && c.kind !== 'recv') ||
-        !isCount(c.peer) ||
-        typeof c.n !== 'number' ||
-        typeof c.state !== 'string' ||
-        !P2P_STATES.includes(c.state) ||
-        typeof c.queuedUs !== 'number'
-      ) {
-        throw bad(i, 'not a send or receive line (a JSON object with p2p, kind, peer, n, state and queuedUs)');
-      }
-      p2p.push(c as P2PFlightCall);
-      continue;
-    }
-    if (
-      !c ||
-      typeof c.seq !== 'number' ||
-      typeof c.op !== 'string' ||
-      typeof c.state !== 'string' ||
-      !STATES.includes(c.state) ||
-      typeof c.queuedUs !== 'number'
-    ) {
-      throw bad(i, 'not a flight record line (a JSON object with seq, op, state and queuedUs)');
-    }
-    calls.push(c as FlightCall);
+      if (!isP2PLine(c)) throw bad(i, 'not a send or receive line (a JSON object with p2p, kind, peer, n, state and queuedUs)');
+      p2p.push(c);
+    } else if (c && isCallLine(c)) calls.push(c);
+    else throw bad(i, 'not a flight record line (a JSON object with seq, op, state and queuedUs)');
   }
   return { source, header: header as FlightHeader, calls, p2p };
+}
+
+function isCallLine(c: Partial<FlightCall>): c is FlightCall {
+  return typeof c.seq === 'number' && typeof c.op === 'string' && inState(c, STATES);
+}
+
+function isP2PLine(c: Partial<P2PFlightCall>): c is P2PFlightCall {
+  return typeof c.p2p === 'number' && (c.kind === 'send' || c.kind === 'recv') && isCount(c.peer) && typeof c.n === 'number' && inState(c, P2P_STATES);
+}
+
+/** A state of `states`, and when it was made. */
+function inState(c: { state?: unknown; queuedUs?: unknown }, states: readonly string[]): boolean {
+  return typeof c.state === 'string' && states.includes(c.state) && typeof c.queuedUs === 'number';
 }
 
 function parseJson(line: string): unknown {
