@@ -27,8 +27,8 @@ export const GRAPH_COLLECTIVE_SIZES = [8, 16 * KiB, MiB];
 /** Seed 003's gradient: 100 MB of f32 (25,000,000 elements). */
 export const GRADIENT_BYTES = 100_000_000;
 
-export type Algorithm = 'one-shot' | 'two-shot' | 'pipeline';
-export const ALGORITHMS: readonly Algorithm[] = ['one-shot', 'two-shot', 'pipeline'];
+export type Algorithm = 'one-shot' | 'one-shot-ll' | 'two-shot' | 'pipeline';
+export const ALGORITHMS: readonly Algorithm[] = ['one-shot', 'one-shot-ll', 'two-shot', 'pipeline'];
 
 const NCCL = 'NCCL all_reduce through PyTorch, same run (stream time, host-synchronised)';
 const fmt = formatBytes;

@@ -41,6 +41,7 @@ describe('collectives figures', () => {
     const names = ALGORITHMS.map((a) => COLLECTIVE_FIG.algorithm(a).name);
     expect(names).toEqual([
       'allreduce f32 1 MiB, smcuda one-shot (forced), stream time',
+      'allreduce f32 1 MiB, smcuda one-shot-ll (forced), stream time',
       'allreduce f32 1 MiB, smcuda two-shot (forced), stream time',
       'allreduce f32 1 MiB, smcuda pipeline (forced), stream time',
     ]);
