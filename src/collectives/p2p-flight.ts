@@ -132,6 +132,7 @@ export class P2PFlightRecorder {
 
   /** The slot of `id`, or -1 (never recorded, or overwritten since). */
   private slotOf(id: number): number {
+    if (!(id >= 1)) return -1;
     const s = id % this.capacity;
     return this.ids[s] === id ? s : -1;
   }

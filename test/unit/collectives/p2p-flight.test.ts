@@ -19,6 +19,7 @@ describe('P2PFlightRecorder', () => {
     r.failed(b, 140);
     r.finished(b, 150); // a failed call stays failed
     r.agreed(a, 160); // and a finished one finished
+    r.failed(0); // 0: a call never recorded (no slot holds it)
     expect(r.entries()).toEqual([
       {
         id: 1,
