@@ -167,9 +167,9 @@ describe('the socket engine', () => {
 
   it("a call is limited by its own timeoutMs, else by the engine's call timeout, never by the set-up's", async () => {
     // A set-up limit shorter than a call's wait: the call still completes.
-    const quick = await engines(2, memoryStore(), { setupMs: 1000, timeoutMs: 30_000 });
+    const quick = await engines(2, memoryStore(), { setupMs: 2000, timeoutMs: 30_000 });
     const first = quick[0]!.barrier();
-    await new Promise((r) => setTimeout(r, 1500));
+    await new Promise((r) => setTimeout(r, 2500));
     await Promise.all([first, quick[1]!.barrier()]);
     // The call's own limit, and the engine's, where the peer never calls.
     const [own, byDefault] = await Promise.all([
