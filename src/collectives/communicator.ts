@@ -92,7 +92,7 @@ import { FlightRecorder, flightDirFor, flightUs, type FlightEntry } from './flig
 import { P2PFlightRecorder, type P2PFlightEntry } from './p2p-flight.js';
 import { checkAgreement, parseHello, type RankHello } from './setup-agreement.js';
 import { checkPeer, PointToPoint, p2pTagOf, type P2PArgs, type P2PKind, type P2PResult, type P2PStats } from './p2p.js';
-import { agreeGroupId, claimTags, proposeGroupId, tagsOf, type CommTags, type Proposal } from './group-tags.js';
+import { agreeGroupId, claimTags, proposeGroupId, tagsFree, tagsOf, type CommTags, type Proposal, type ReleaseTags } from './group-tags.js';
 import { disagreement, groupOf, groupRanks, parseSplitValue, splitValue, type SplitArgs, type SplitValue } from './groups.js';
 
 export type { Algorithm };
@@ -188,7 +188,7 @@ export interface CommunicatorEvents {
 interface GroupLink {
   tags: CommTags;
   /** Gives the tags back (claimTags). */
-  releaseTags: () => void;
+  releaseTags: ReleaseTags;
   parent?: Communicator;
   /** Each group rank's rank in the parent. */
   parentRanks?: readonly number[];
@@ -208,6 +208,8 @@ export interface FromEndpointsOptions extends CommunicatorOptions {
 }
 
 const MiB = 1024 * 1024;
+/** A call's time limit unless `timeoutMs` says otherwise (also how long a new communicator waits for a closed one's last reads on its endpoints). */
+const DEFAULT_TIMEOUT_MS = 60_000;
 /** How long an abort waits for the device to leave the calls in flight (poisoned) before it fails them anyway (a stream held by the caller's own work). */
 const ABORT_DRAIN_MS = 10_000;
 /** How often an aborted communicator rewrites the poison into its flags while calls are in flight (each passed wait resets its flag: a call in pieces needs a poison per step). */
@@ -379,7 +381,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     this.rank = rank;
     this.size = size;
     this.endpoints = endpoints;
-    this.timeoutMs = positive('timeoutMs', opts.timeoutMs, 60_000);
+    this.timeoutMs = positive('timeoutMs', opts.timeoutMs, DEFAULT_TIMEOUT_MS);
     this.scratchBytes = Math.ceil(positive('scratchBytes', opts.scratchBytes, 4 * MiB, 256 * size) / 256) * 256;
     // Measured (docs/benchmarks.md, the allreduce table): with 2 ranks one-shot and the two-shot kernel meet
     // at 1 MiB and two-shot wins above; each rank's one-shot sends (N - 1) × the bytes, so with more ranks the
@@ -509,6 +511,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
     group: { tags: CommTags; parent?: Communicator; parentRanks?: readonly number[] } = { tags: tagsOf(0) },
   ): Promise<Communicator> {
     // Refused before anything is sent: a second communicator on the same tags would take this one's messages.
+    // One closed just before (fromEndpoints again) is waited for while it reads its peers' last messages.
+    const limit = opts.timeoutMs;
+    await tagsFree(endpoints.values(), group.tags.group, typeof limit === 'number' && limit > 0 ? limit : DEFAULT_TIMEOUT_MS);
     const releaseTags = claimTags(endpoints.values(), group.tags.group);
     let c: Communicator;
     try {
@@ -1268,8 +1273,9 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   }
 
   /** Gives back this communicator's tags and leaves its parent's groups (once it is released, or its set-up failed). */
-  private detach(): void {
-    this.link.releaseTags();
+  /** `drain`: the control plane's last reads (control.ts finish): the tags stay claimed until they end. */
+  private detach(drain?: Promise<void>): void {
+    this.link.releaseTags(drain);
     this.link.parent?.children.delete(this);
   }
 
@@ -2039,8 +2045,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
       // last access to a peer's memory, and a peer's later call fails at once (BYE).
       if (this.abortError && !(await this.control.allUnmapped(UNMAP_WAIT_MS)))
         debug("communicator rank %d: a peer did not unmap this rank's scratch within %d ms: freeing it", this.rank, UNMAP_WAIT_MS);
-      this.control.finish();
-      this.detach();
+      this.detach(this.control.finish(true));
       this.scratch?.release();
       try {
         this.kernels.unload();

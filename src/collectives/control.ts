@@ -11,6 +11,15 @@
  * aborts. One that said BYE (closed its communicator) names the last call it
  * made: the communicator fails the calls after it (control's owner decides).
  *
+ * A closed communicator still reads each peer's control messages, dropping
+ * them, until that peer's UNMAPPED (the last message a communicator sends)
+ * or its endpoint's close: a peer that closes later sends its BYE and
+ * UNMAPPED after this rank stopped handling them, and left unread they
+ * would pile up on endpoints that stay open, and be taken for its own by
+ * the next communicator on the same endpoints and tag (fromEndpoints again:
+ * a stale BYE failed its calls, a stale step signal could release a wait
+ * early). The tags stay claimed until then (group-tags.ts).
+ *
  * Every message is checked against its schema before use (control-schema.ts):
  * a peer that sends anything else (not JSON, a device buffer, an unknown
  * type, a rank out of range, more step signals than any honest peer could
@@ -72,8 +81,10 @@ export class ControlPlane implements RankSync {
   private readonly unmapped = new Set<number>();
   private unmapWaiters: Array<() => void> = [];
   private readonly offs: Array<() => void> = [];
-  /** Withdraws the pending control receives on stop (the endpoints may be the application's and stay open). */
-  private readonly reading = new AbortController();
+  /** Per peer: withdraws its pending control receive (the endpoints may be the application's and stay open). */
+  private readonly readers = new Map<number, AbortController>();
+  /** The read loops; each ends at its peer's last message after finish(), or at its endpoint's close. */
+  private readonly loops: Promise<void>[] = [];
 
   constructor(
     readonly rank: number,
@@ -105,7 +116,9 @@ export class ControlPlane implements RankSync {
       ep.on('close', onClose);
       this.offs.push(() => ep.off('close', onClose));
       if (ep.closed) onClose();
-      void this.read(peer, ep);
+      const reader = new AbortController();
+      this.readers.set(peer, reader);
+      this.loops.push(this.read(peer, ep, reader.signal));
     }
   }
 
@@ -116,18 +129,19 @@ export class ControlPlane implements RankSync {
    * messages that arrived whole before a close stay receivable after it
    * (Endpoint.recv), so a normal close is not taken for a lost rank.
    */
-  private async read(peer: number, ep: Endpoint): Promise<void> {
-    while (!this.finished) {
+  private async read(peer: number, ep: Endpoint, signal: AbortSignal): Promise<void> {
+    // After finish(), until the peer's last message (UNMAPPED): nothing of this communicator is left unread.
+    while (!(this.finished && this.unmapped.has(peer))) {
       let data: unknown;
       try {
-        data = (await ep.recvInBackground({ tag: this.tag, signal: this.reading.signal })).data;
+        data = (await ep.recvInBackground({ tag: this.tag, signal })).data;
       } catch {
-        return; // the endpoint closed and nothing is left to read: its 'close' listener decides
+        return; // the endpoint closed and nothing is left to read (its 'close' listener decides), or finish() withdrew it
       }
       try {
         this.receive(peer, parseControl(data, this.size));
       } catch (err) {
-        this.protocolError(peer, ep, err as Error);
+        if (!this.finished) this.protocolError(peer, ep, err as Error);
         return;
       }
     }
@@ -333,12 +347,21 @@ export class ControlPlane implements RankSync {
     if (this.unmapped.size >= this.peers.size) for (const w of this.unmapWaiters.splice(0)) w();
   }
 
-  /** Stops reading and listening (the endpoints may be the application's and stay open). */
-  finish(): void {
-    if (this.finished) return;
-    this.stop(0);
-    this.finished = true;
-    this.reading.abort();
-    for (const off of this.offs.splice(0)) off();
+  /**
+   * Stops handling messages and listening (the endpoints may be the
+   * application's and stay open). `drain`: each peer is still read, its
+   * messages dropped, until its UNMAPPED or its endpoint's close (a normal
+   * close or an abort, where every peer ends with UNMAPPED); else reading
+   * stops now (a set-up that failed, where peers may never send it).
+   * Resolves once no read is left.
+   */
+  finish(drain = false): Promise<void> {
+    if (!this.finished) {
+      this.stop(0);
+      this.finished = true;
+      for (const off of this.offs.splice(0)) off();
+      for (const [peer, reader] of this.readers) if (!drain || this.unmapped.has(peer)) reader.abort();
+    }
+    return Promise.all(this.loops).then(() => undefined);
   }
 }

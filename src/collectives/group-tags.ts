@@ -54,16 +54,49 @@ export function isReservedTag(tag: number): boolean {
   return tag >= GROUP_TAG_FLOOR && tag <= DATA_TAG;
 }
 
-/** Group ids in use on each endpoint, by live communicators of this process. */
-const inUse = new WeakMap<Endpoint, Set<number>>();
+/**
+ * Group ids in use on each endpoint by communicators of this process: a
+ * live one (undefined), or a closed one whose control plane still reads its
+ * peers' last messages on the tags (its drain, control.ts).
+ */
+const inUse = new WeakMap<Endpoint, Map<number, Promise<void> | undefined>>();
+
+/** Gives the tags back: now, or once `drain` settles (the closed communicator's last reads on them). */
+export type ReleaseTags = (drain?: Promise<void>) => void;
+
+/**
+ * Waits, up to `ms`, for closed communicators of this process that still
+ * read their last messages on `group`'s tags of `endpoints` (a new world
+ * made with fromEndpoints right after the old one closed); a live one is
+ * claimTags's to refuse. SMCUDA_ENDPOINTS_IN_USE past `ms`.
+ */
+export async function tagsFree(endpoints: Iterable<Endpoint>, group: number, ms: number): Promise<void> {
+  const eps = [...endpoints];
+  const drains = eps.map((ep) => inUse.get(ep)?.get(group)).filter((d): d is Promise<void> => d !== undefined);
+  if (drains.length === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), ms);
+  });
+  const r = await Promise.race([Promise.all(drains), late]).finally(() => clearTimeout(timer));
+  if (r === 'late') {
+    const waiting = eps.filter((ep) => inUse.get(ep)?.get(group) !== undefined).map((ep) => ep.peerId);
+    throw new SmcudaError(
+      'SMCUDA_ENDPOINTS_IN_USE',
+      `the communicator this process closed over these endpoints still waits for the last control messages of ${waiting.join(', ')} after ${ms} ms: close the communicator there first (every rank closes the old one before making the new one)`,
+    );
+  }
+}
 
 /**
  * Marks `group`'s tags as used on `endpoints` until the returned release is
- * called; refuses (SMCUDA_ENDPOINTS_IN_USE) where a live communicator of
- * this process already uses them on one of the endpoints: the two would
- * take each other's control messages and both fail their set-up.
+ * called (and its drain, if given, settles); refuses
+ * (SMCUDA_ENDPOINTS_IN_USE) where another communicator of this process
+ * already uses them on one of the endpoints (tagsFree waits for a closed
+ * one's drain first): the two would take each other's control messages and
+ * both fail their set-up.
  */
-export function claimTags(endpoints: Iterable<Endpoint>, group: number): () => void {
+export function claimTags(endpoints: Iterable<Endpoint>, group: number): ReleaseTags {
   const eps = [...endpoints];
   for (const ep of eps) {
     if (inUse.get(ep)?.has(group))
@@ -73,20 +106,23 @@ export function claimTags(endpoints: Iterable<Endpoint>, group: number): () => v
       );
   }
   for (const ep of eps) {
-    let s = inUse.get(ep);
-    if (!s) inUse.set(ep, (s = new Set()));
-    s.add(group);
+    let m = inUse.get(ep);
+    if (!m) inUse.set(ep, (m = new Map()));
+    m.set(group, undefined);
     // Each communicator listens for the endpoint's close: groups must not trip the leak warning.
     if (ep.getMaxListeners() !== 0) ep.setMaxListeners(ep.getMaxListeners() + 1);
   }
   let released = false;
-  return () => {
+  return (drain) => {
     if (released) return;
     released = true;
-    for (const ep of eps) {
-      inUse.get(ep)?.delete(group);
-      if (ep.getMaxListeners() > 1) ep.setMaxListeners(ep.getMaxListeners() - 1);
-    }
+    for (const ep of eps) if (ep.getMaxListeners() > 1) ep.setMaxListeners(ep.getMaxListeners() - 1);
+    const free = () => {
+      for (const ep of eps) inUse.get(ep)?.delete(group);
+    };
+    if (drain === undefined) return free();
+    const draining = drain.then(free, free);
+    for (const ep of eps) inUse.get(ep)?.set(group, draining);
   };
 }
 
