@@ -20,41 +20,43 @@ afterEach(async () => {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A world of 2 that made one call; `again(r)` makes rank r's new world over the same endpoints; `runs` checks one. */
+async function oldWorld() {
+  w = await makeWorld(2, { timeoutMs: 10_000 });
+  const world = w;
+  const eps = world.comms.map((c, r) => [0, 1].map((k) => (k === r ? undefined : c.endpoint(k)))) as (Endpoint | undefined)[][];
+  const bufs = world.sides.map((s) => s.driver.memAlloc(4096));
+  const call = (comms: Communicator[]) => Promise.all(comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 8, dtype: 'f32', op: 'sum' })));
+  await call(world.comms);
+  return {
+    world,
+    again: (r: number) => Communicator.fromEndpoints({ transport: world.sides[r]!.transport, rank: r, size: 2, endpoints: eps[r]!, timeoutMs: 10_000 }),
+    async runs(comms: Communicator[]) {
+      world.comms = comms; // closed by afterEach
+      for (let i = 0; i < 3; i++) await call(comms);
+      expect(comms.map((c) => c.stats().calls)).toEqual([3, 3]);
+    },
+  };
+}
+
 describe("a closed communicator's control messages", () => {
   it('a new world over the same endpoints, after the old one closed on each rank in turn: its calls run (the old BYE is not taken for its own)', async () => {
-    w = await makeWorld(2, { timeoutMs: 10_000 });
-    const world = w;
-    const eps = world.comms.map((c, r) => [0, 1].map((k) => (k === r ? undefined : c.endpoint(k)))) as (Endpoint | undefined)[][];
-    const bufs = world.sides.map((s) => s.driver.memAlloc(4096));
-    await Promise.all(world.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 8, dtype: 'f32', op: 'sum' })));
+    const { world, again, runs } = await oldWorld();
     // Rank 0 closes first; rank 1's BYE and UNMAPPED come after rank 0 stopped handling them.
     await world.comms[0]!.close();
     await sleep(50);
     await world.comms[1]!.close();
     await sleep(50);
-    const again = await Promise.all(
-      world.sides.map((s, r) => Communicator.fromEndpoints({ transport: s.transport, rank: r, size: 2, endpoints: eps[r]!, timeoutMs: 10_000 })),
-    );
-    world.comms = again;
-    for (let i = 0; i < 3; i++) await Promise.all(again.map((c, r) => c.allreduce({ send: bufs[r]!, count: 8, dtype: 'f32', op: 'sum' })));
-    expect(again.map((c) => c.stats().calls)).toEqual([3, 3]);
+    await runs(await Promise.all([again(0), again(1)]));
   });
 
   it('a new world made on one rank before the peer closed the old one waits for it, then runs', async () => {
-    w = await makeWorld(2, { timeoutMs: 10_000 });
-    const world = w;
-    const eps = world.comms.map((c, r) => [0, 1].map((k) => (k === r ? undefined : c.endpoint(k)))) as (Endpoint | undefined)[][];
-    const bufs = world.sides.map((s) => s.driver.memAlloc(4096));
-    await Promise.all(world.comms.map((c, r) => c.allreduce({ send: bufs[r]!, count: 8, dtype: 'f32', op: 'sum' })));
+    const { world, again, runs } = await oldWorld();
     await world.comms[0]!.close();
-    const make = (r: number) => Communicator.fromEndpoints({ transport: world.sides[r]!.transport, rank: r, size: 2, endpoints: eps[r]!, timeoutMs: 10_000 });
-    const first = make(0); // rank 1's old world is still open: rank 0 waits for its last messages
+    const first = again(0); // rank 1's old world is still open: rank 0 waits for its last messages
     await sleep(100);
     await world.comms[1]!.close();
-    const again = await Promise.all([first, make(1)]);
-    world.comms = again;
-    for (let i = 0; i < 3; i++) await Promise.all(again.map((c, r) => c.allreduce({ send: bufs[r]!, count: 8, dtype: 'f32', op: 'sum' })));
-    expect(again.map((c) => c.stats().calls)).toEqual([3, 3]);
+    await runs(await Promise.all([first, again(1)]));
   });
 
   it('a group closed on each rank in turn leaves nothing on its tags of the endpoints, which stay open', async () => {
