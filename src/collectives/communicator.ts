@@ -512,8 +512,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   ): Promise<Communicator> {
     // Refused before anything is sent: a second communicator on the same tags would take this one's messages.
     // One closed just before (fromEndpoints again) is waited for while it reads its peers' last messages.
-    const limit = opts.timeoutMs;
-    await tagsFree(endpoints.values(), group.tags.group, typeof limit === 'number' && limit > 0 ? limit : DEFAULT_TIMEOUT_MS);
+    await tagsFree(endpoints.values(), group.tags.group, positive('timeoutMs', opts.timeoutMs, DEFAULT_TIMEOUT_MS));
     const releaseTags = claimTags(endpoints.values(), group.tags.group);
     let c: Communicator;
     try {
@@ -1984,8 +1983,7 @@ export class Communicator extends EventEmitter<CommunicatorEvents> {
   /** Puts the flight recorder's summary on this rank's abort error, and dumps its records where tracing is configured. */
   private recordAbort(err: CommunicatorAbortedError): void {
     try {
-      const p2p = this.p2pFlight.unfinished();
-      err.flight = `${this.flight.summary()}${p2p.length > 0 ? `; sends and receives not finished: ${p2p.slice(0, 4).join('; ')}${p2p.length > 4 ? `; ${p2p.length - 4} more` : ''}` : ''}`;
+      err.flight = `${this.flight.summary()}${this.p2pFlight.summary()}`;
       if (this.tracePath)
         // A group's records go in a directory of their own: `smcuda trace DIR` compares the ranks of one communicator.
         err.flightFile = this.flight.dump(

@@ -158,6 +158,13 @@ export class P2PFlightRecorder {
       .map((e) => `${describeP2P(e)}, ${words(e)}`);
   }
 
+  /** The flight recorder's summary's continuation: "; sends and receives not finished: …" (the first four), or nothing. */
+  summary(): string {
+    const open = this.unfinished();
+    if (open.length === 0) return '';
+    return `; sends and receives not finished: ${open.slice(0, 4).join('; ')}${open.length > 4 ? `; ${open.length - 4} more` : ''}`;
+  }
+
   /** One JSON line per entry, oldest first (the dump's point-to-point lines: each has `p2p`, its id). */
   jsonLines(): string {
     let text = '';

@@ -51,7 +51,7 @@ import { P2PChannel, type P2PTransfer } from './p2p-channel.js';
 import { P2PMatch, type P2PKind, type P2PPrint } from './p2p-match.js';
 import type { Scratch } from './scratch.js';
 import type { MarkWaiter } from '../gpu/stream-marks.js';
-import type { P2PFlightRecorder } from './p2p-flight.js';
+import { describeP2P, type P2PFlightRecorder } from './p2p-flight.js';
 
 export type { P2PKind, P2PPrint };
 
@@ -174,7 +174,7 @@ class P2PCall {
   ) {}
 
   describe(): string {
-    return `${this.kind} #${this.n} ${this.kind === 'send' ? 'to' : 'from'} rank ${this.peer} (${this.dtype} × ${this.count})`;
+    return describeP2P(this);
   }
 }
 
